@@ -1,0 +1,40 @@
+from setuptools import find_packages, setup
+
+# NOTE: torch is pinned to the CPU build that lies on the CI machines' disk; an unpinned torch
+# pulls several GB of CUDA wheels. GPU machines bring their own torch (2.11+ works).
+CPU_TORCH = "torch==2.13.0"
+
+setup(
+    name="sglang_eagle3",
+    version="0.1.0",
+    description="EAGLE-3 speculative decoding for DeepSeek-V3-family MoE models (Kimi-K2.5), "
+    "with CUDA-graph verify, Triton kernels and an SGLang overlay",
+    packages=find_packages(include=["sglang_eagle3", "sglang_eagle3.*"]),
+    package_data={"sglang_eagle3": ["assets/*/*", "assets/*", "kernels/configs/*.json"]},
+    python_requires=">=3.10",
+    install_requires=[
+        "numpy",
+        "safetensors",
+        "tqdm",
+        "tokenizers",
+        "fastapi",
+        "uvicorn",
+        "pydantic>=2",
+    ],
+    extras_require={
+        "cpu": [CPU_TORCH, "triton==3.6.0"],
+        "test": [
+            CPU_TORCH,
+            "triton==3.6.0",
+            "pytest",
+            "pytest-timeout",
+            "pytest-benchmark",
+            "transformers>=4.57",
+            "openai",
+            "httpx",
+            "ruff",
+            "tiktoken",
+        ],
+        "tiktoken": ["tiktoken"],
+    },
+)
