@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Create (or reuse) the SGLang test environment: .venv-sglang at the repo root, holding
+# sglang==0.5.23 from PyPI, our package (editable, no deps) and pytest.
+#
+# Idempotent: when the venv already has sglang 0.5.23 importable and our package installed, it
+# only refreshes the editable install (seconds). A fresh install takes ~4.5 minutes and ~11 GB
+# (sglang brings torch 2.14.1 with its CUDA wheels; /etc/xdg/pip caps torch at <=2.14.1 on the CI
+# machines, which is the version sglang 0.5.23 wants).
+#
+# Environment knobs:
+#   SGLANG_VERSION  version to install (default 0.5.23; the overlay only supports 0.5.23)
+#   SGLANG_VENV     venv path (default <repo>/.venv-sglang)
+#   PYTHON          interpreter used to create the venv (default python3)
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SGLANG_VERSION="${SGLANG_VERSION:-0.5.23}"
+VENV="${SGLANG_VENV:-${REPO_ROOT}/.venv-sglang}"
+PYTHON="${PYTHON:-python3}"
+VPY="${VENV}/bin/python"
+
+log() { echo "[install_sglang] $*" >&2; }
+
+installed_version() {
+    # Prints the installed sglang version, or nothing. Reads package metadata only: importing
+    # sglang itself takes several seconds.
+    "${VPY}" - <<'PY' 2>/dev/null || true
+from importlib.metadata import PackageNotFoundError, version
+try:
+    print(version("sglang"))
+except PackageNotFoundError:
+    pass
+PY
+}
+
+if [[ ! -x "${VPY}" ]]; then
+    log "creating ${VENV} with $(${PYTHON} --version 2>&1)"
+    "${PYTHON}" -m venv "${VENV}"
+    "${VPY}" -m pip install --quiet --upgrade pip
+fi
+
+have="$(installed_version)"
+if [[ "${have}" == "${SGLANG_VERSION}" ]]; then
+    log "sglang ${have} already installed in ${VENV}; skipping the sglang install"
+else
+    log "installing sglang==${SGLANG_VERSION} (found: '${have:-none}'); this takes several minutes"
+    "${VPY}" -m pip install --quiet "sglang==${SGLANG_VERSION}"
+fi
+
+if ! "${VPY}" -c "import pytest, pytest_timeout, pytest_benchmark" >/dev/null 2>&1; then
+    log "installing pytest"
+    "${VPY}" -m pip install --quiet pytest pytest-timeout pytest-benchmark
+fi
+
+# Editable install of our package without dependencies: it must not touch sglang's torch.
+"${VPY}" -m pip install --quiet --no-deps --no-build-isolation -e "${REPO_ROOT}"
+
+log "ready: $("${VPY}" -c 'import importlib.metadata as m; print("sglang", m.version("sglang"), "torch", m.version("torch"))')"

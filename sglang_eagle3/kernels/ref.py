@@ -1,0 +1,151 @@
+"""Torch reference implementations of every kernel op.
+
+These are the semantics the Triton kernels must match, and the path the engine takes where Triton is not
+available (CPU). They are written to be CUDA-graph safe: no data-dependent shapes, no host syncs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sglang_eagle3.kernels.quant import unpack_int4
+
+
+# --------------------------------------------------------------------------------------------------
+# MoE routing (noaux_tc)
+# --------------------------------------------------------------------------------------------------
+def ref_moe_topk(
+    router_logits: torch.Tensor,
+    correction_bias: torch.Tensor | None,
+    *,
+    top_k: int,
+    n_group: int,
+    topk_group: int,
+    renormalize: bool = True,
+    routed_scaling_factor: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepSeek-V3 noaux_tc routing. Returns (weights float32 [T, top_k], ids int32 [T, top_k]).
+
+    Bias steers selection only; the returned weights are the unbiased sigmoid scores, renormalised and
+    multiplied by routed_scaling_factor.
+    """
+    T, E = router_logits.shape
+    scores = router_logits.float().sigmoid()  # [T, E]
+    choice = scores if correction_bias is None else scores + correction_bias.float()[None, :]
+    if n_group > 1:
+        per_group = E // n_group
+        group_scores = choice.view(T, n_group, per_group).topk(2, dim=-1).values.sum(-1)  # [T, G]
+        group_idx = group_scores.topk(topk_group, dim=-1).indices  # [T, topk_group]
+        group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1.0)
+        expert_mask = group_mask[:, :, None].expand(T, n_group, per_group).reshape(T, E)
+        choice = choice.masked_fill(expert_mask == 0, float("-inf"))
+    ids = choice.topk(top_k, dim=-1).indices  # [T, k]
+    weights = scores.gather(1, ids)
+    if renormalize:
+        weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+    return weights * routed_scaling_factor, ids.to(torch.int32)
+
+
+# --------------------------------------------------------------------------------------------------
+# MLA attention (absorbed) over the paged latent cache
+# --------------------------------------------------------------------------------------------------
+def gather_paged(cache: torch.Tensor, page_table: torch.Tensor, page_size: int) -> torch.Tensor:
+    """[num_slots, D] cache + [B, P] page table -> [B, P * page_size, D] (positions in order)."""
+    B, P = page_table.shape
+    offs = torch.arange(page_size, device=page_table.device)
+    slots = page_table.long()[:, :, None] * page_size + offs[None, None, :]  # [B, P, page]
+    return cache[slots.view(B, P * page_size)]
+
+
+def ref_mla_attention(
+    q_nope_latent: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    tokens_per_req: int,
+    page_size: int,
+    kv_lora_rank: int,
+    sm_scale: float,
+) -> torch.Tensor:
+    """Absorbed MLA attention for decode (T=1) and verify (T=k+1) requests.
+
+    q_nope_latent: [B*T, H, Dc]  queries already multiplied by W_UK (Dc = kv_lora_rank)
+    q_rope:        [B*T, H, Dr]
+    kv_cache:      [num_slots, Dc + Dr]  latent kv followed by the shared rope key
+    page_table:    [B, P] int32 page ids; seq_lens: [B] total tokens including the T new ones
+    Query i of request b sits at position seq_lens[b] - T + i and sees keys 0..that position.
+    Returns [B*T, H, Dc] (attention over the latent values; the caller applies W_UV).
+    """
+    B = page_table.shape[0]
+    T = tokens_per_req
+    H = q_rope.shape[1]
+    kv = gather_paged(kv_cache, page_table, page_size).float()  # [B, K, Dc+Dr]
+    K = kv.shape[1]
+    c, k_rope = kv[..., :kv_lora_rank], kv[..., kv_lora_rank:]
+    qn = q_nope_latent.float().view(B, T * H, kv_lora_rank)
+    qr = q_rope.float().view(B, T * H, -1)
+    scores = (torch.bmm(qn, c.transpose(1, 2)) + torch.bmm(qr, k_rope.transpose(1, 2))) * sm_scale
+    scores = scores.view(B, T, H, K)
+    q_pos = seq_lens.long()[:, None] - T + torch.arange(T, device=seq_lens.device)[None, :]  # [B, T]
+    k_pos = torch.arange(K, device=seq_lens.device)
+    visible = k_pos[None, None, :] <= q_pos[:, :, None]  # [B, T, K]
+    scores = scores.masked_fill(~visible[:, :, None, :], float("-inf"))
+    probs = scores.softmax(-1).view(B, T * H, K)
+    out = torch.bmm(probs, c)  # [B, T*H, Dc]
+    return out.view(B * T, H, kv_lora_rank).to(q_rope.dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fused MoE (routed experts) for small batches
+# --------------------------------------------------------------------------------------------------
+def _expert_mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """x [N, H], w13 [N, 2I, H], w2 [N, H, I] (one expert per row) -> [N, H] in float32."""
+    gate_up = torch.bmm(w13.float(), x.float()[:, :, None]).squeeze(-1)  # [N, 2I]
+    gate, up = gate_up.chunk(2, dim=-1)
+    act = torch.nn.functional.silu(gate) * up  # [N, I]
+    return torch.bmm(w2.float(), act[:, :, None]).squeeze(-1)  # [N, H]
+
+
+def ref_fused_moe(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """x [T, H]; w13 [E, 2I, H] (gate rows then up rows); w2 [E, H, I]; topk_* [T, k] -> [T, H].
+
+    Gathers each chosen expert's weights per (token, slot): fine for tests and tiny models; the Triton
+    kernel reads each distinct expert once.
+    """
+    T, k = topk_ids.shape
+    ids = topk_ids.long().reshape(-1)  # [T*k]
+    xs = x.repeat_interleave(k, dim=0)  # [T*k, H]
+    out = _expert_mlp(xs, w13[ids], w2[ids]).view(T, k, -1)
+    return (out * topk_weights.float()[:, :, None]).sum(1).to(x.dtype)
+
+
+def ref_fused_moe_int4(
+    x: torch.Tensor,
+    w13_packed: torch.Tensor,
+    w13_scale: torch.Tensor,
+    w2_packed: torch.Tensor,
+    w2_scale: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    group_size: int = 32,
+) -> torch.Tensor:
+    """W4A16 fused MoE over compressed-tensors pack-quantized weights.
+
+    w13_packed int32 [E, 2I, H/8], w13_scale [E, 2I, H/group]; w2_packed int32 [E, H, I/8],
+    w2_scale [E, H, I/group]. Only the chosen experts are dequantised.
+    """
+    T, k = topk_ids.shape
+    ids = topk_ids.long().reshape(-1)
+    w13 = unpack_int4(w13_packed[ids], w13_scale[ids], group_size)  # [T*k, 2I, H]
+    w2 = unpack_int4(w2_packed[ids], w2_scale[ids], group_size)  # [T*k, H, I]
+    xs = x.repeat_interleave(k, dim=0)
+    out = _expert_mlp(xs, w13, w2).view(T, k, -1)
+    return (out * topk_weights.float()[:, :, None]).sum(1).to(x.dtype)
