@@ -15,7 +15,27 @@ def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, reno
                         renormalize=renormalize, routed_scaling_factor=routed_scaling_factor)
 
 
+def mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, *, tokens_per_req, page_size,
+                  kv_lora_rank, sm_scale):
+    """Absorbed MLA attention over the paged latent cache; see ref_mla_attention."""
+    return ref_mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, tokens_per_req=tokens_per_req,
+                             page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale)
+
+
+def fused_moe(x, w13, w2, topk_weights, topk_ids):
+    """Routed experts in bf16/fp32; see ref_fused_moe."""
+    return ref_fused_moe(x, w13, w2, topk_weights, topk_ids)
+
+
+def fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size=32):
+    """Routed experts in W4A16 (compressed-tensors pack-quantized); see ref_fused_moe_int4."""
+    return ref_fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size)
+
+
 __all__ = [
+    "mla_attention",
+    "fused_moe",
+    "fused_moe_int4",
     "moe_topk",
     "ref_moe_topk",
     "ref_mla_attention",
