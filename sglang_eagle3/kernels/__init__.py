@@ -1,42 +1,76 @@
-"""Kernel ops for decode/verify shapes. Each op has a torch reference (``ref_*`` in ref.py) and, where
-written, a Triton kernel (``triton/``) behind a launcher. Public entry points dispatch on device.
+"""Kernel ops for decode/verify shapes. Each op has a torch reference (``ref_*`` in ref.py) and a Triton
+kernel (``triton/``) behind a launcher (``moe_topk.py``, ``mla_attention.py``, ``fused_moe.py``).
+
+The public entry points below dispatch: Triton for CUDA tensors, the reference elsewhere. On CPU the Triton
+path runs only under the interpreter (``TRITON_INTERPRET=1``) and only when asked for, by ``use_triton=True``
+or ``SGLANG_EAGLE3_TRITON_ON_CPU=1`` (tests do this). ``use_triton=False`` forces the reference on any device.
 """
 
 from __future__ import annotations
 
+import os
+
+import torch
+
+# NOTE: the launcher modules share their names with the functions defined below. Importing them here, before
+# the functions are defined, keeps ``sglang_eagle3.kernels.moe_topk`` bound to the function: Python sets a
+# package attribute only when a submodule is first imported.
+from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_int4
+from sglang_eagle3.kernels.mla_attention import triton_mla_attention
+from sglang_eagle3.kernels.moe_topk import triton_moe_topk
 from sglang_eagle3.kernels.quant import pack_int4, quantize_int4, unpack_int4
 from sglang_eagle3.kernels.ref import ref_fused_moe, ref_fused_moe_int4, ref_mla_attention, ref_moe_topk
 
+TRITON_ON_CPU_ENV = "SGLANG_EAGLE3_TRITON_ON_CPU"
+
+
+def _use_triton(t: torch.Tensor, use_triton: bool | None) -> bool:
+    if use_triton is False:
+        return False
+    if t.is_cuda:
+        return True
+    interpret = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    asked = use_triton is True or os.environ.get(TRITON_ON_CPU_ENV, "0") == "1"
+    if asked and not interpret:
+        raise RuntimeError(f"Triton on CPU needs TRITON_INTERPRET=1 set before triton is imported "
+                           f"({use_triton=}, {TRITON_ON_CPU_ENV}={os.environ.get(TRITON_ON_CPU_ENV)})")
+    return asked
+
 
 def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, renormalize=True,
-             routed_scaling_factor=1.0):
+             routed_scaling_factor=1.0, use_triton: bool | None = None):
     """noaux_tc routing: (weights float32 [T, top_k], ids int32 [T, top_k]); see ref_moe_topk."""
-    return ref_moe_topk(router_logits, correction_bias, top_k=top_k, n_group=n_group, topk_group=topk_group,
-                        renormalize=renormalize, routed_scaling_factor=routed_scaling_factor)
+    fn = triton_moe_topk if _use_triton(router_logits, use_triton) else ref_moe_topk
+    return fn(router_logits, correction_bias, top_k=top_k, n_group=n_group, topk_group=topk_group,
+              renormalize=renormalize, routed_scaling_factor=routed_scaling_factor)
 
 
 def mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, *, tokens_per_req, page_size,
-                  kv_lora_rank, sm_scale):
-    """Absorbed MLA attention over the paged latent cache; see ref_mla_attention."""
-    return ref_mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, tokens_per_req=tokens_per_req,
-                             page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale)
+                  kv_lora_rank, sm_scale, use_triton: bool | None = None):
+    """Absorbed paged MLA attention for decode/verify -> [B*T, H, Dc]; see ref_mla_attention."""
+    fn = triton_mla_attention if _use_triton(q_rope, use_triton) else ref_mla_attention
+    return fn(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, tokens_per_req=tokens_per_req,
+              page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale)
 
 
-def fused_moe(x, w13, w2, topk_weights, topk_ids):
-    """Routed experts in bf16/fp32; see ref_fused_moe."""
-    return ref_fused_moe(x, w13, w2, topk_weights, topk_ids)
+def fused_moe(x, w13, w2, topk_weights, topk_ids, *, use_triton: bool | None = None):
+    """Routed-expert MLP, bf16 weights -> [T, H]; see ref_fused_moe."""
+    fn = triton_fused_moe if _use_triton(x, use_triton) else ref_fused_moe
+    return fn(x, w13, w2, topk_weights, topk_ids)
 
 
-def fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size=32):
-    """Routed experts in W4A16 (compressed-tensors pack-quantized); see ref_fused_moe_int4."""
-    return ref_fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size)
+def fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size=32, *,
+                   use_triton: bool | None = None):
+    """Routed-expert MLP over pack-quantized INT4 weights (W4A16) -> [T, H]; see ref_fused_moe_int4."""
+    fn = triton_fused_moe_int4 if _use_triton(x, use_triton) else ref_fused_moe_int4
+    return fn(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size)
 
 
 __all__ = [
+    "moe_topk",
     "mla_attention",
     "fused_moe",
     "fused_moe_int4",
-    "moe_topk",
     "ref_moe_topk",
     "ref_mla_attention",
     "ref_fused_moe",

@@ -149,3 +149,37 @@ def ref_fused_moe_int4(
     xs = x.repeat_interleave(k, dim=0)
     out = _expert_mlp(xs, w13, w2).view(T, k, -1)
     return (out * topk_weights.float()[:, :, None]).sum(1).to(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Standard (GQA) attention over a paged K/V cache: the EAGLE-3 draft's Llama layer
+# --------------------------------------------------------------------------------------------------
+def ref_gqa_attention(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    tokens_per_req: int,
+    page_size: int,
+    sm_scale: float,
+) -> torch.Tensor:
+    """q [B*T, Hq, D]; kv_cache [num_slots, 2, Hkv, D] (k then v) -> [B*T, Hq, D].
+
+    Same position rule as ref_mla_attention: query i of request b sits at seq_lens[b] - T + i.
+    """
+    B, T = page_table.shape[0], tokens_per_req
+    Hq, D = q.shape[1], q.shape[2]
+    kv = gather_paged(kv_cache.flatten(1), page_table, page_size).float()  # [B, K, 2*Hkv*D]
+    K = kv.shape[1]
+    kv = kv.view(B, K, 2, -1, D)
+    Hkv = kv.shape[3]
+    k = kv[:, :, 0].repeat_interleave(Hq // Hkv, dim=2)  # [B, K, Hq, D]
+    v = kv[:, :, 1].repeat_interleave(Hq // Hkv, dim=2)
+    qf = q.float().view(B, T, Hq, D)
+    scores = torch.einsum("bthd,bkhd->bthk", qf, k) * sm_scale  # [B, T, Hq, K]
+    q_pos = seq_lens.long()[:, None] - T + torch.arange(T, device=seq_lens.device)[None, :]
+    visible = torch.arange(K, device=seq_lens.device)[None, None, :] <= q_pos[:, :, None]  # [B, T, K]
+    scores = scores.masked_fill(~visible[:, :, None, :], float("-inf"))
+    out = torch.einsum("bthk,bkhd->bthd", scores.softmax(-1), v)
+    return out.reshape(B * T, Hq, D).to(q.dtype)

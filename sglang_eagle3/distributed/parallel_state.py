@@ -1,0 +1,51 @@
+"""Tensor-parallel process group and the two collectives the layers need.
+
+One group per process, set once by the worker at start-up (``init_tp``). With tp_size == 1 every
+collective is the identity, so single-process code never touches torch.distributed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class TPInfo:
+    rank: int = 0
+    size: int = 1
+
+
+_TP = TPInfo()
+
+
+def init_tp(rank: int, size: int) -> None:
+    """Records this process's TP coordinates. torch.distributed must already be initialised if size > 1."""
+    global _TP
+    if size > 1 and not dist.is_initialized():
+        raise RuntimeError(f"tp_size={size} needs torch.distributed initialised before init_tp")
+    if not 0 <= rank < size:
+        raise ValueError(f"tp rank {rank} outside [0, {size})")
+    _TP = TPInfo(rank, size)
+
+
+def get_tp() -> TPInfo:
+    return _TP
+
+
+def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
+    if _TP.size == 1:
+        return x
+    dist.all_reduce(x)
+    return x
+
+
+def tp_all_gather_last_dim(x: torch.Tensor) -> torch.Tensor:
+    """[..., D] on each rank -> [..., D * tp] in rank order."""
+    if _TP.size == 1:
+        return x
+    parts = [torch.empty_like(x) for _ in range(_TP.size)]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts, dim=-1)

@@ -1,0 +1,131 @@
+"""Launchers for the fused MoE kernels (bf16 and INT4 W4A16); semantics in ref_fused_moe(_int4).
+
+Three launches, grids fixed by shapes (graph-safe):
+  gate_up  over (pair, I-block):  act[pair] = silu(x W_gate^T) * (x W_up^T)      [T*k, I]  x.dtype
+  down     over (pair, H-block):  y[pair]   = topk_w[pair] * act[pair] W_down^T  [T*k, H]  float32
+  sum      over (token, H-block): out[t]    = sum over the k slots of y          [T, H]    x.dtype
+Each distinct expert's weights are read once per step: only the first pair routed to an expert works and
+it applies the tile to every pair routed there (see triton/fused_moe.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from sglang_eagle3.kernels import tuning
+from sglang_eagle3.kernels.quant import PACK_FACTOR
+from sglang_eagle3.kernels.triton.fused_moe import moe_down_kernel, moe_gate_up_kernel, moe_sum_slots_kernel
+
+BLOCK_T = 16  # pairs per tile of one expert (the dot's M); more pairs on one expert loop over chunks
+SUM_BLOCK = 1024
+
+
+def _check_routing(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> None:
+    assert x.dim() == 2 and x.is_contiguous(), f"x must be contiguous [T, H], got {tuple(x.shape)} {x.stride()}"
+    assert x.dtype in (torch.bfloat16, torch.float16, torch.float32), f"unsupported {x.dtype=}"
+    assert topk_ids.shape == topk_weights.shape and topk_ids.shape[0] == x.shape[0], (
+        f"{tuple(topk_ids.shape)=} {tuple(topk_weights.shape)=} must both be [T={x.shape[0]}, k]")
+    assert topk_ids.dtype == torch.int32 and topk_ids.is_contiguous(), (
+        f"topk_ids must be contiguous int32, got {topk_ids.dtype}")
+    assert topk_weights.dtype == torch.float32 and topk_weights.is_contiguous(), (
+        f"topk_weights must be contiguous float32, got {topk_weights.dtype}")
+
+
+def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, *, I: int, int4: bool, group: int,
+            gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
+    T, H = x.shape
+    k = topk_ids.shape[1]
+    TK = T * k
+    out = torch.empty_like(x)
+    if T == 0:
+        return out
+    act = torch.empty(TK, I, dtype=x.dtype, device=x.device)
+    per_pair = torch.empty(TK, H, dtype=torch.float32, device=x.device)
+    tk_pad = triton.next_power_of_2(TK)
+    interpret = tuning.interpreting()
+    if s13 is None:  # bf16: the scale pointers are never read (INT4=False), any tensor will do
+        s13, s2 = w13, w2
+    moe_gate_up_kernel[(TK, triton.cdiv(I, gate_up_cfg["BLOCK_N"]))](
+        x, w13, s13, topk_ids, act,
+        x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+        TK, H, I,
+        TOP_K=k, TK_PAD=tk_pad, INT4=int4, GROUP=group, BLOCK_T=BLOCK_T,
+        BLOCK_N=gate_up_cfg["BLOCK_N"], BLOCK_K=gate_up_cfg["BLOCK_K"], INTERPRET=interpret,
+        num_warps=gate_up_cfg["num_warps"], num_stages=gate_up_cfg["num_stages"],
+    )
+    moe_down_kernel[(TK, triton.cdiv(H, down_cfg["BLOCK_N"]))](
+        act, w2, s2, topk_ids, topk_weights, per_pair,
+        act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), per_pair.stride(0),
+        TK, H, I,
+        TK_PAD=tk_pad, INT4=int4, GROUP=group, BLOCK_T=BLOCK_T,
+        BLOCK_N=down_cfg["BLOCK_N"], BLOCK_K=down_cfg["BLOCK_K"], INTERPRET=interpret,
+        num_warps=down_cfg["num_warps"], num_stages=down_cfg["num_stages"],
+    )
+    moe_sum_slots_kernel[(T, triton.cdiv(H, SUM_BLOCK))](
+        per_pair, out, per_pair.stride(0), out.stride(0), H, TOP_K=k, BLOCK=SUM_BLOCK, num_warps=4,
+    )
+    return out
+
+
+def _configs(op: str, x: torch.Tensor, config: dict | None, bench_fn) -> tuple[dict, dict]:
+    """(gate_up config, down config): explicit, from the table, or autotuned per stage."""
+    if config is not None:
+        return config["gate_up"], config["down"]
+    T = x.shape[0]
+    gate_up = tuning.get_config(f"{op}_gate_up", x.device, "tokens", T,
+                                bench=lambda c: bench_fn({"gate_up": c, "down": tuning.DEFAULTS[f"{op}_down"]}))
+    down = tuning.get_config(f"{op}_down", x.device, "tokens", T,
+                             bench=lambda c: bench_fn({"gate_up": gate_up, "down": c}))
+    return gate_up, down
+
+
+def triton_fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+                     topk_ids: torch.Tensor, *, config: dict | None = None) -> torch.Tensor:
+    """x [T, H]; w13 [E, 2I, H]; w2 [E, H, I] (x.dtype); topk_* [T, k] -> [T, H]."""
+    _check_routing(x, topk_weights, topk_ids)
+    E, two_i, H = w13.shape
+    I = two_i // 2
+    assert H == x.shape[1] and two_i == 2 * I, f"w13 {tuple(w13.shape)} does not match x {tuple(x.shape)}"
+    assert w2.shape == (E, H, I), f"w2 must be [{E}, {H}, {I}], got {tuple(w2.shape)}"
+    for name, w in (("w13", w13), ("w2", w2)):
+        assert w.dtype == x.dtype and w.stride(-1) == 1, f"{name} must be {x.dtype} with unit inner stride"
+
+    def bench_fn(c):
+        return tuning.bench_us(lambda: triton_fused_moe(x, w13, w2, topk_weights, topk_ids, config=c))
+
+    gate_up, down = _configs("fused_moe", x, config, bench_fn)
+    return _launch(x, w13, None, w2, None, topk_weights, topk_ids, I=I, int4=False, group=0,
+                   gate_up_cfg=gate_up, down_cfg=down)
+
+
+def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: torch.Tensor,
+                          w2_packed: torch.Tensor, w2_scale: torch.Tensor, topk_weights: torch.Tensor,
+                          topk_ids: torch.Tensor, group_size: int = 32, *,
+                          config: dict | None = None) -> torch.Tensor:
+    """W4A16: w13_packed int32 [E, 2I, H/8] + w13_scale [E, 2I, H/g]; w2_packed [E, H, I/8] + w2_scale
+    [E, H, I/g] -> [T, H] in x.dtype."""
+    _check_routing(x, topk_weights, topk_ids)
+    E, two_i, h_words = w13_packed.shape
+    I = two_i // 2
+    H = x.shape[1]
+    assert group_size % PACK_FACTOR == 0, f"{group_size=} must be a multiple of {PACK_FACTOR}"
+    assert H % group_size == 0 and I % group_size == 0, f"{H=} and {I=} must be multiples of {group_size=}"
+    assert h_words * PACK_FACTOR == H and two_i == 2 * I, f"w13_packed {tuple(w13_packed.shape)} vs {H=}"
+    assert w13_scale.shape == (E, two_i, H // group_size), f"{tuple(w13_scale.shape)=} for {group_size=}"
+    assert w2_packed.shape == (E, H, I // PACK_FACTOR), f"w2_packed {tuple(w2_packed.shape)} vs {H=} {I=}"
+    assert w2_scale.shape == (E, H, I // group_size), f"{tuple(w2_scale.shape)=} for {group_size=}"
+    for name, t in (("w13_packed", w13_packed), ("w2_packed", w2_packed)):
+        assert t.dtype == torch.int32 and t.stride(-1) == 1, f"{name} must be int32, unit inner stride"
+    for name, t in (("w13_scale", w13_scale), ("w2_scale", w2_scale)):
+        assert t.stride(-1) == 1, f"{name} must have unit inner stride, got {t.stride()}"
+
+    def bench_fn(c):
+        return tuning.bench_us(lambda: triton_fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale,
+                                                             topk_weights, topk_ids, group_size, config=c))
+
+    gate_up, down = _configs("fused_moe_int4", x, config, bench_fn)
+    for stage, cfg in (("gate_up", gate_up), ("down", down)):
+        assert cfg["BLOCK_K"] >= 16 * PACK_FACTOR, f"INT4 {stage} BLOCK_K={cfg['BLOCK_K']} must be >= 128"
+    return _launch(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, I=I, int4=True,
+                   group=group_size, gate_up_cfg=gate_up, down_cfg=down)

@@ -1,0 +1,96 @@
+"""Launcher for split-KV absorbed MLA attention (decode T=1, verify T=k+1); semantics in ref_mla_attention.
+
+Two launches with grids fixed by shapes (graph-safe): split pass over (request, query-row block, split),
+then a merge over (query token, head). The split count is derived from the page table's capacity and the SM
+count, never from seq_lens values, so nothing syncs with the host; the kernel divides the actual keys of
+each request evenly among the splits.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from sglang_eagle3.kernels import tuning
+from sglang_eagle3.kernels.triton.mla_attention import mla_merge_splits_kernel, mla_split_kv_kernel
+
+LOG2E = 1.4426950408889634
+MAX_SPLITS = 256
+
+
+def num_kv_splits(batch: int, row_blocks: int, max_keys: int, sms: int, cfg: dict) -> int:
+    """Enough splits to give ctas_per_sm programs per SM, none shorter than min_keys_per_split keys."""
+    want = math.ceil(cfg["ctas_per_sm"] * sms / (batch * row_blocks))
+    by_len = max(1, max_keys // cfg["min_keys_per_split"])
+    return max(1, min(want, by_len, MAX_SPLITS))
+
+
+def triton_mla_attention(
+    q_nope_latent: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    tokens_per_req: int,
+    page_size: int,
+    kv_lora_rank: int,
+    sm_scale: float,
+    config: dict | None = None,
+) -> torch.Tensor:
+    """q_nope_latent [B*T, H, Dc], q_rope [B*T, H, Dr], kv_cache [slots, Dc+Dr] -> [B*T, H, Dc]."""
+    B, P = page_table.shape
+    T = tokens_per_req
+    BT, H, Dc = q_nope_latent.shape
+    Dr = q_rope.shape[-1]
+    assert BT == B * T, f"q rows {BT} != batch {B} x tokens_per_req {T}"
+    assert q_rope.shape[:2] == (BT, H), f"{tuple(q_rope.shape)=} does not match {tuple(q_nope_latent.shape)=}"
+    assert Dc == kv_lora_rank, f"q_nope_latent last dim {Dc} != {kv_lora_rank=}"
+    assert kv_cache.dim() == 2 and kv_cache.shape[1] == Dc + Dr, (
+        f"kv_cache must be [slots, {Dc}+{Dr}], got {tuple(kv_cache.shape)}")
+    assert Dc & (Dc - 1) == 0 and Dr & (Dr - 1) == 0, f"{Dc=} and {Dr=} must be powers of two"
+    for name, t in (("q_nope_latent", q_nope_latent), ("q_rope", q_rope), ("kv_cache", kv_cache)):
+        assert t.stride(-1) == 1, f"{name} must be contiguous in its last dim, strides {t.stride()}"
+        assert t.dtype == q_rope.dtype, f"{name} dtype {t.dtype} != q_rope dtype {q_rope.dtype}"
+    assert page_table.dtype == torch.int32 and page_table.stride(1) == 1, (
+        f"page_table must be int32 with unit inner stride, got {page_table.dtype} {page_table.stride()}")
+    assert seq_lens.dtype == torch.int32 and seq_lens.shape == (B,) and seq_lens.is_contiguous(), (
+        f"seq_lens must be contiguous int32 [{B}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
+
+    device = q_rope.device
+    rows = T * H
+    if config is None:
+        args = (q_nope_latent, q_rope, kv_cache, page_table, seq_lens)
+        kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale)
+        config = tuning.get_config("mla_attention", device, "rows", rows,
+                                   bench=lambda c: tuning.bench_us(lambda: triton_mla_attention(*args, **kw, config=c)))
+    cfg = config
+    block_m = max(16, min(cfg["BLOCK_M"], triton.next_power_of_2(rows)))
+    row_blocks = triton.cdiv(rows, block_m)
+    splits = num_kv_splits(B, row_blocks, P * page_size, tuning.sm_count(device), cfg)
+
+    out = torch.empty(BT, H, Dc, dtype=q_rope.dtype, device=device)
+    if BT == 0:
+        return out
+    mid_o = torch.empty(BT, H, splits, Dc, dtype=torch.float32, device=device)
+    mid_lse = torch.empty(BT, H, splits, dtype=torch.float32, device=device)
+    mla_split_kv_kernel[(B, row_blocks, splits)](
+        q_nope_latent, q_rope, kv_cache, page_table, seq_lens, mid_o, mid_lse,
+        q_nope_latent.stride(0), q_nope_latent.stride(1), q_rope.stride(0), q_rope.stride(1),
+        kv_cache.stride(0), page_table.stride(0),
+        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
+        sm_scale * LOG2E,
+        T=T, H=H, DC=Dc, DR=Dr, PAGE_SIZE=page_size, NUM_SPLITS=splits, BLOCK_M=block_m,
+        BLOCK_N=cfg["BLOCK_N"], INTERPRET=tuning.interpreting(),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    mla_merge_splits_kernel[(BT, H)](
+        mid_o, mid_lse, out,
+        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
+        out.stride(0), out.stride(1),
+        DC=Dc, NUM_SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits),
+        num_warps=tuning.get_config("mla_merge", device, "rows", rows)["num_warps"],
+    )
+    return out

@@ -1,0 +1,142 @@
+"""Fused MoE for decode/verify batch sizes, bf16 or INT4 W4A16 (pack-quantized, group 32) weights.
+
+Work is indexed by (pair, N-block), a pair being one (token, slot) of topk_ids flattened to [T*k]. Only
+the first pair of each distinct expert (its "leader") works: it gathers every pair routed to that expert
+and applies the weight tile to all of them, so an expert is read once per step however many tokens chose
+it. The other programs exit after one small load. No sort, no host sync, a grid fixed by shapes.
+
+INT4 tiles are never interleaved back into K order: nibble j of word w holds input k = 8w + j, and a dot
+product does not care about the order of k, so the kernel does 8 dots of K/8 each against x sampled with
+stride 8 (x[:, j::8]), sharing one scale tile (group 32 = 4 words).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gather_group(ids_ptr, pair, TK, chunk, TK_PAD: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Pairs routed to the expert of `pair`: (is_leader, count, [BLOCK_T] pair ids of chunk, row mask)."""
+    offs = tl.arange(0, TK_PAD)
+    ids = tl.load(ids_ptr + offs, mask=offs < TK, other=-1)
+    expert = tl.load(ids_ptr + pair)
+    member = (ids == expert) & (offs < TK)
+    leader = tl.min(tl.where(member, offs, TK_PAD), axis=0) == pair
+    count = tl.sum(member.to(tl.int32), axis=0)
+    rank = tl.cumsum(member.to(tl.int32), axis=0) - 1  # [TK_PAD] rank among members
+    rows = chunk * BLOCK_T + tl.arange(0, BLOCK_T)
+    sel = member[None, :] & (rank[None, :] == rows[:, None])  # [BLOCK_T, TK_PAD]
+    pairs = tl.sum(tl.where(sel, offs[None, :], 0), axis=1)
+    return leader, count, expert, pairs, rows < count
+
+
+@triton.jit
+def _expert_tile_dot(acc, x_ptr, x_row_off, row_ok, w_ptr, s_ptr, n_offs, n_ok, stride_wn, stride_sn, K,
+                     INT4: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
+                     INTERPRET: tl.constexpr):
+    """acc[BLOCK_T, BLOCK_N] += x[rows, :K] @ W[n_offs, :K]^T, W bf16 or packed INT4 rows of K/8 words."""
+    if INT4:
+        WORDS: tl.constexpr = BLOCK_K // 8
+        w_idx = tl.arange(0, WORDS)
+        for k0 in range(0, K, BLOCK_K):
+            word = k0 // 8 + w_idx  # [WORDS]
+            word_ok = word < K // 8
+            wmask = n_ok[:, None] & word_ok[None, :]
+            packed = tl.load(w_ptr + n_offs[:, None] * stride_wn + word[None, :], mask=wmask, other=0)
+            scale = tl.load(s_ptr + n_offs[:, None] * stride_sn + word[None, :] // (GROUP // 8), mask=wmask,
+                            other=0.0).to(tl.float32)  # [BLOCK_N, WORDS]
+            bias = scale * 8.0
+            for j in tl.static_range(8):
+                q = ((packed >> (4 * j)) & 0xF).to(tl.float32)
+                w = q * scale - bias  # (q - 8) * scale
+                xj = tl.load(x_ptr + x_row_off[:, None] + (k0 + 8 * w_idx[None, :] + j),
+                             mask=row_ok[:, None] & word_ok[None, :], other=0.0)  # [BLOCK_T, WORDS]
+                if INTERPRET:
+                    acc += tl.dot(xj.to(tl.float32), tl.trans(w))
+                else:
+                    acc += tl.dot(xj, tl.trans(w.to(xj.dtype)))
+    else:
+        k_idx = tl.arange(0, BLOCK_K)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + k_idx
+            k_ok = k < K
+            w = tl.load(w_ptr + n_offs[:, None] * stride_wn + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                        other=0.0)  # [BLOCK_N, BLOCK_K]
+            xk = tl.load(x_ptr + x_row_off[:, None] + k[None, :], mask=row_ok[:, None] & k_ok[None, :],
+                         other=0.0)  # [BLOCK_T, BLOCK_K]
+            if INTERPRET:
+                acc += tl.dot(xk.to(tl.float32), tl.trans(w.to(tl.float32)))
+            else:
+                acc += tl.dot(xk, tl.trans(w))
+    return acc
+
+
+@triton.jit
+def moe_gate_up_kernel(
+    x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
+    stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
+    TK, H, I,
+    TOP_K: tl.constexpr, TK_PAD: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """act[pair, n] = silu(x W_gate^T) * (x W_up^T) for the pairs of one expert, N-block of I."""
+    pair = tl.program_id(0)
+    nb = tl.program_id(1)
+    leader, count, expert, _, _ = _gather_group(ids_ptr, pair, TK, 0, TK_PAD, BLOCK_T)
+    if leader:
+        n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = n_offs < I
+        w_e = w13_ptr + expert.to(tl.int64) * stride_we
+        s_e = s13_ptr + expert.to(tl.int64) * stride_se
+        for chunk in range(0, tl.cdiv(count, BLOCK_T)):
+            _, _, _, pairs, row_ok = _gather_group(ids_ptr, pair, TK, chunk, TK_PAD, BLOCK_T)
+            x_row_off = (pairs // TOP_K).to(tl.int64) * stride_xt
+            gate = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+            up = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+            gate = _expert_tile_dot(gate, x_ptr, x_row_off, row_ok, w_e, s_e, n_offs, n_ok, stride_wn,
+                                    stride_sn, H, INT4, BLOCK_K, GROUP, INTERPRET)
+            up = _expert_tile_dot(up, x_ptr, x_row_off, row_ok, w_e + I * stride_wn, s_e + I * stride_sn,
+                                  n_offs, n_ok, stride_wn, stride_sn, H, INT4, BLOCK_K, GROUP, INTERPRET)
+            act = gate * tl.sigmoid(gate) * up
+            tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + n_offs[None, :],
+                     act.to(act_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def moe_down_kernel(
+    act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, out_ptr,
+    stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_ot,
+    TK, H, I,
+    TK_PAD: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """out[pair, n] = topk_w[pair] * act[pair, :] W_down[n, :]^T for the pairs of one expert."""
+    pair = tl.program_id(0)
+    nb = tl.program_id(1)
+    leader, count, expert, _, _ = _gather_group(ids_ptr, pair, TK, 0, TK_PAD, BLOCK_T)
+    if leader:
+        n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = n_offs < H
+        w_e = w2_ptr + expert.to(tl.int64) * stride_we
+        s_e = s2_ptr + expert.to(tl.int64) * stride_se
+        for chunk in range(0, tl.cdiv(count, BLOCK_T)):
+            _, _, _, pairs, row_ok = _gather_group(ids_ptr, pair, TK, chunk, TK_PAD, BLOCK_T)
+            acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+            acc = _expert_tile_dot(acc, act_ptr, pairs.to(tl.int64) * stride_at, row_ok, w_e, s_e, n_offs,
+                                   n_ok, stride_wn, stride_sn, I, INT4, BLOCK_K, GROUP, INTERPRET)
+            route_w = tl.load(topk_w_ptr + pairs, mask=row_ok, other=0.0)
+            tl.store(out_ptr + pairs.to(tl.int64)[:, None] * stride_ot + n_offs[None, :],
+                     acc * route_w[:, None], mask=row_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def moe_sum_slots_kernel(per_pair_ptr, out_ptr, stride_pt, stride_ot, H,
+                         TOP_K: tl.constexpr, BLOCK: tl.constexpr):
+    """out[t, :] = sum over the k slots of token t (fp32), cast to the output dtype."""
+    t = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < H
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in tl.static_range(TOP_K):
+        acc += tl.load(per_pair_ptr + (t * TOP_K + i).to(tl.int64) * stride_pt + offs, mask=ok, other=0.0)
+    tl.store(out_ptr + t.to(tl.int64) * stride_ot + offs, acc.to(out_ptr.dtype.element_ty), mask=ok)

@@ -1,0 +1,63 @@
+"""noaux_tc routing in one launch: one program per token row."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def moe_topk_kernel(
+    logits_ptr, bias_ptr, weights_ptr, ids_ptr,
+    stride_lt, stride_wt, stride_it,
+    routed_scaling_factor,
+    E: tl.constexpr, PER_GROUP: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr,
+    TOP_K: tl.constexpr, G_PAD: tl.constexpr, PG_PAD: tl.constexpr, K_PAD: tl.constexpr,
+    HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr,
+):
+    # Experts are laid out as a [group, expert-in-group] tile so the group step needs no reshuffle.
+    t = tl.program_id(0)
+    g = tl.arange(0, G_PAD)[:, None]
+    j = tl.arange(0, PG_PAD)[None, :]
+    e = g * PER_GROUP + j  # [G_PAD, PG_PAD] expert ids
+    valid = (g < N_GROUP) & (j < PER_GROUP)
+    big: tl.constexpr = 1 << 30
+
+    logit = tl.load(logits_ptr + t * stride_lt + e, mask=valid, other=0.0).to(tl.float32)
+    score = tl.sigmoid(logit)
+    choice = score
+    if HAS_BIAS:
+        choice = choice + tl.load(bias_ptr + e, mask=valid, other=0.0).to(tl.float32)
+    choice = tl.where(valid, choice, float("-inf"))
+
+    if N_GROUP > 1:
+        # Group score = sum of the two best biased scores in the group (ties count twice, as topk does).
+        top1 = tl.max(choice, axis=1)  # [G_PAD]
+        first = tl.min(tl.where(choice == top1[:, None], j, big), axis=1)
+        top2 = tl.max(tl.where(j == first[:, None], float("-inf"), choice), axis=1)
+        gid = tl.arange(0, G_PAD)
+        gscore = tl.where(gid < N_GROUP, top1 + top2, float("-inf"))
+        keep = gid < 0
+        for _ in tl.static_range(TOPK_GROUP):
+            best = tl.max(gscore, axis=0)
+            pick = tl.min(tl.where(gscore == best, gid, big), axis=0)
+            keep = keep | (gid == pick)
+            gscore = tl.where(gid == pick, float("-inf"), gscore)
+        choice = tl.where(keep[:, None], choice, float("-inf"))
+
+    kk = tl.arange(0, K_PAD)
+    out_w = tl.zeros([K_PAD], dtype=tl.float32)
+    out_i = tl.zeros([K_PAD], dtype=tl.int32)
+    for i in tl.static_range(TOP_K):
+        best = tl.max(tl.max(choice, axis=1), axis=0)
+        pick = tl.min(tl.min(tl.where(choice == best, e, big), axis=1), axis=0)
+        hit = (e == pick) & valid  # padded slots alias ids of the next group
+        w = tl.sum(tl.sum(tl.where(hit, score, 0.0), axis=1), axis=0)
+        out_w = tl.where(kk == i, w, out_w)
+        out_i = tl.where(kk == i, pick, out_i)
+        choice = tl.where(hit, float("-inf"), choice)
+
+    if RENORMALIZE:
+        out_w = out_w / (tl.sum(out_w, axis=0) + 1e-20)
+    out_w = out_w * routed_scaling_factor
+    kmask = kk < TOP_K
+    tl.store(weights_ptr + t * stride_wt + kk, out_w, mask=kmask)
+    tl.store(ids_ptr + t * stride_it + kk, out_i, mask=kmask)

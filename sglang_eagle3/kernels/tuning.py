@@ -1,0 +1,151 @@
+"""Launch configs per GPU: a checked-in table keyed by compute capability and SM count, else autotune once.
+
+Tables live in ``configs/sm_<major><minor>.json``; each file lists the SM counts it was made for, whether it
+was measured, and per op a list of buckets ``{"max_<key>": n, ...config}`` (first bucket whose bound covers
+the key wins; the last bucket has no bound). A GPU with no matching table gets each op tuned on first use
+(eagerly, outside graph capture) over that op's candidates, the winner cached on disk under
+``~/.cache/sglang_eagle3``. Under capture, under the Triton interpreter, or on CPU the op's default is used.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+CACHE_DIR = Path(os.environ.get("SGLANG_EAGLE3_CACHE_DIR", Path.home() / ".cache" / "sglang_eagle3"))
+
+# Defaults: safe on any CUDA GPU with >= 99 KB shared memory per block, and the only configs the
+# interpreter sees (it cannot autotune).
+DEFAULTS: dict[str, dict] = {
+    "moe_topk": {"num_warps": 4},
+    "mla_attention": {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
+                      "min_keys_per_split": 64},
+    "mla_merge": {"num_warps": 4},
+    "fused_moe_gate_up": {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
+    "fused_moe_down": {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
+    "fused_moe_int4_gate_up": {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4, "num_stages": 3},
+    "fused_moe_int4_down": {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
+}
+
+# Autotune search spaces for GPUs without a table (kept small: each candidate compiles).
+CANDIDATES: dict[str, list[dict]] = {
+    "mla_attention": [
+        {**DEFAULTS["mla_attention"], "BLOCK_N": bn, "num_warps": w, "num_stages": s, "ctas_per_sm": c}
+        for bn in (16, 32, 64) for w in (4, 8) for s in (1, 2) for c in (1, 2, 4)
+    ],
+    "fused_moe_gate_up": [
+        {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s}
+        for bn in (16, 32) for bk in (128, 256, 512) for w in (4, 8) for s in (2, 3)
+    ],
+    "fused_moe_int4_gate_up": [
+        {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s}
+        for bn in (16, 32) for bk in (256, 512, 1024) for w in (4, 8) for s in (2, 3)
+    ],
+}
+CANDIDATES["fused_moe_down"] = [dict(c) for c in CANDIDATES["fused_moe_gate_up"]]
+CANDIDATES["fused_moe_int4_down"] = [dict(c) for c in CANDIDATES["fused_moe_gate_up"] if c["BLOCK_K"] >= 128]
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.cache
+def device_key(device_index: int) -> tuple[str, int, str]:
+    """(``sm_90``-style arch, SM count, device name) of a CUDA device."""
+    props = torch.cuda.get_device_properties(device_index)
+    return f"sm_{props.major}{props.minor}", props.multi_processor_count, props.name
+
+
+def sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132  # the interpreter: any plausible number; grids stay small on tiny test shapes
+    return device_key(device.index if device.index is not None else torch.cuda.current_device())[1]
+
+
+@functools.cache
+def _table(arch: str, sms: int) -> dict | None:
+    path = CONFIG_DIR / f"{arch}.json"
+    if not path.exists():
+        return None
+    table = json.loads(path.read_text())
+    if sms not in table["sm_counts"]:
+        return None
+    return table
+
+
+def _pick_bucket(buckets: list[dict], key_name: str, key: int) -> dict:
+    for bucket in buckets:
+        bound = bucket.get(f"max_{key_name}")
+        if bound is None or key <= bound:
+            return {k: v for k, v in bucket.items() if not k.startswith("max_")}
+    raise ValueError(f"no bucket covers {key_name}={key} (last bucket must be unbounded)")
+
+
+_tuned: dict[str, dict] = {}
+
+
+def _cache_file(arch: str, sms: int, name: str) -> Path:
+    safe = "".join(ch if ch.isalnum() else "_" for ch in name)
+    return CACHE_DIR / f"tuning-{arch}-{sms}sm-{safe}.json"
+
+
+def get_config(op: str, device: torch.device, key_name: str, key: int,
+               bench: Callable[[dict], float] | None = None) -> dict:
+    """Config for `op` at `key_name=key` on `device`.
+
+    bench(config) -> microseconds, used only on a GPU with no table and not under graph capture.
+    """
+    if device.type != "cuda" or interpreting():
+        return dict(DEFAULTS[op])
+    arch, sms, name = device_key(device.index if device.index is not None else torch.cuda.current_device())
+    table = _table(arch, sms)
+    if table is not None and op in table["ops"]:
+        return {**DEFAULTS[op], **_pick_bucket(table["ops"][op], key_name, key)}
+    if bench is None or op not in CANDIDATES or torch.cuda.is_current_stream_capturing():
+        return dict(DEFAULTS[op])
+    return _autotune(op, arch, sms, name, f"{key_name}={_bucket_of(key)}", bench)
+
+
+def bench_us(fn: Callable[[], object]) -> float:
+    """Median microseconds of fn over event-timed repeats (for autotuning, not for reported numbers)."""
+    import triton.testing
+
+    return 1000.0 * triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+
+
+def _bucket_of(key: int) -> int:
+    """Power-of-two bucket so that autotuning runs once per size class, not per exact shape."""
+    return 1 << max(0, (key - 1).bit_length())
+
+
+def _autotune(op: str, arch: str, sms: int, name: str, key: str, bench: Callable[[dict], float]) -> dict:
+    cache_key = f"{op}/{key}"
+    path = _cache_file(arch, sms, name)
+    if not _tuned and path.exists():
+        _tuned.update(json.loads(path.read_text()))
+    if cache_key in _tuned:
+        return {**DEFAULTS[op], **_tuned[cache_key]}
+    timings = []
+    for cand in CANDIDATES[op]:
+        try:
+            timings.append((bench({**DEFAULTS[op], **cand}), cand))
+        except Exception as exc:  # a candidate that does not compile or fit on this GPU is skipped
+            logger.debug("candidate %s for %s failed: %s", cand, cache_key, exc)
+    if not timings:
+        return dict(DEFAULTS[op])
+    best_us, best = min(timings, key=lambda tc: tc[0])
+    logger.info("autotuned %s on %s (%s, %d SMs): %s in %.1f us", cache_key, name, arch, sms, best, best_us)
+    _tuned[cache_key] = best
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_tuned, indent=1, sort_keys=True))
+    return {**DEFAULTS[op], **best}

@@ -1,0 +1,108 @@
+"""Multi-head latent attention (DeepSeek-V2/V3), absorbed form, over a paged latent cache.
+
+The cache holds per token c = kv_a_layernorm(compressed kv) [kv_lora_rank] and the shared rope key
+[qk_rope_head_dim]. Queries are projected into the latent space through W_UK (absorbed), attention runs over
+the latent values, and W_UV maps the result back to heads: decode and verify read only the cache.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from sglang_eagle3 import kernels
+from sglang_eagle3.config import ModelConfig
+from sglang_eagle3.core import ForwardBatch
+from sglang_eagle3.distributed.parallel_state import get_tp
+from sglang_eagle3.layers.linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
+from sglang_eagle3.layers.norm import RMSNorm
+from sglang_eagle3.layers.rotary import RotaryEmbedding
+
+
+class MLAAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int, rotary: RotaryEmbedding, dtype=None):
+        super().__init__()
+        tp = get_tp().size
+        if cfg.num_attention_heads % tp:
+            raise ValueError(f"num_attention_heads={cfg.num_attention_heads} must be divisible by tp_size={tp}")
+        self.layer_id = layer_id
+        self.num_heads = cfg.num_attention_heads // tp  # heads on this rank
+        self.nope, self.rope_dim, self.v_dim = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        self.kv_lora_rank = cfg.kv_lora_rank
+        self.softmax_scale = cfg.softmax_scale
+        self.rotary = rotary
+        H, nh = cfg.hidden_size, cfg.num_attention_heads
+        q_out = nh * cfg.qk_head_dim
+        if cfg.q_lora_rank is None:
+            self.q_proj = ColumnParallelLinear(H, q_out, dtype=dtype)
+        else:
+            self.q_a_proj = ReplicatedLinear(H, cfg.q_lora_rank, dtype=dtype)
+            self.q_a_layernorm = RMSNorm(cfg.q_lora_rank, cfg.rms_norm_eps, dtype=dtype)
+            self.q_b_proj = ColumnParallelLinear(cfg.q_lora_rank, q_out, dtype=dtype)
+        self.kv_a_proj_with_mqa = ReplicatedLinear(H, cfg.kv_lora_rank + cfg.qk_rope_head_dim, dtype=dtype)
+        self.kv_a_layernorm = RMSNorm(cfg.kv_lora_rank, cfg.rms_norm_eps, dtype=dtype)
+        self.kv_b_proj = ColumnParallelLinear(cfg.kv_lora_rank, nh * (cfg.qk_nope_head_dim + cfg.v_head_dim),
+                                              dtype=dtype)
+        self.o_proj = RowParallelLinear(nh * cfg.v_head_dim, H, dtype=dtype)
+
+    # W_UK [h, nope, c] and W_UV [h, v, c] are views of kv_b_proj's weight: nothing is duplicated, and a
+    # weight reload is seen at once.
+    def _w_uk_uv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self.kv_b_proj.weight.view(self.num_heads, self.nope + self.v_dim, self.kv_lora_rank)
+        return w[:, : self.nope], w[:, self.nope :]
+
+    def _project(self, x: torch.Tensor, positions: torch.Tensor):
+        """x [..., N, H] -> q_latent [..., N, h, c], q_rope [..., N, h, r], latent kv [..., N, c + r]."""
+        if hasattr(self, "q_proj"):
+            q = self.q_proj(x)
+        else:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        q = q.view(*x.shape[:-1], self.num_heads, self.nope + self.rope_dim)
+        q_nope, q_rope = q.split([self.nope, self.rope_dim], dim=-1)
+        kv_a = self.kv_a_proj_with_mqa(x)
+        c, k_rope = kv_a.split([self.kv_lora_rank, self.rope_dim], dim=-1)
+        c = self.kv_a_layernorm(c)
+        q_rope = self.rotary.rotate(q_rope, positions)
+        k_rope = self.rotary.rotate(k_rope, positions)
+        w_uk, _ = self._w_uk_uv()
+        q_latent = torch.einsum("...hd,hdc->...hc", q_nope, w_uk)
+        return q_latent, q_rope, torch.cat([c, k_rope], dim=-1)
+
+    def _output(self, attn_latent: torch.Tensor) -> torch.Tensor:
+        _, w_uv = self._w_uk_uv()
+        o = torch.einsum("...hc,hvc->...hv", attn_latent, w_uv)
+        return self.o_proj(o.flatten(-2))
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        """x [N, H] flat over the batch's new tokens."""
+        q_latent, q_rope, latent = self._project(x, positions)
+        cache = fb.kv.layers[self.layer_id]
+        cache[fb.out_cache_loc] = latent.to(cache.dtype)
+        if fb.mode.is_uniform:
+            out = kernels.mla_attention(
+                q_latent, q_rope, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
+                page_size=fb.kv.page_size, kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale)
+        else:
+            # Ragged prefill: one uniform call per request (prefill is never graph-captured).
+            outs, start = [], 0
+            for b, n in enumerate(fb.extend_lens):
+                outs.append(kernels.ref_mla_attention(
+                    q_latent[start:start + n], q_rope[start:start + n], cache, fb.page_table[b:b + 1],
+                    fb.seq_lens[b:b + 1], tokens_per_req=n, page_size=fb.kv.page_size,
+                    kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale))
+                start += n
+            out = torch.cat(outs, dim=0)
+        return self._output(out)
+
+    def forward_dense(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Full causal attention over x [B, S, H] without a cache (training and references)."""
+        B, S, _ = x.shape
+        q_latent, q_rope, latent = self._project(x, positions)
+        # The batch itself as a paged cache: request b is page b with page_size S.
+        table = torch.arange(B, dtype=torch.int32, device=x.device)[:, None]
+        seq_lens = torch.full((B,), S, dtype=torch.int32, device=x.device)
+        out = kernels.ref_mla_attention(
+            q_latent.reshape(B * S, self.num_heads, -1), q_rope.reshape(B * S, self.num_heads, -1),
+            latent.reshape(B * S, -1), table, seq_lens, tokens_per_req=S, page_size=S,
+            kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale)
+        return self._output(out.view(B, S, self.num_heads, -1))

@@ -1,0 +1,123 @@
+"""DeepSeek-V3 MoE block: noaux_tc router, routed experts (bf16 or INT4 W4A16), shared experts.
+
+TP splits every routed expert along its intermediate dimension (as production engines do at decode sizes),
+so each rank holds all E experts with I/tp columns; routed and shared partial sums are all-reduced once.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from sglang_eagle3 import kernels
+from sglang_eagle3.config import ModelConfig
+from sglang_eagle3.distributed.parallel_state import get_tp, tp_all_reduce
+from sglang_eagle3.layers.linear import copy_checked, load_slice, sharded_loader
+from sglang_eagle3.layers.mlp import GatedMLP
+
+INT4_GROUP = 32
+
+
+class MoEGate(nn.Module):
+    """Router: logits in float32 over all experts (replicated on every rank)."""
+
+    def __init__(self, cfg: ModelConfig, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(cfg.n_routed_experts, cfg.hidden_size, dtype=dtype),
+                                   requires_grad=False)
+        self.weight.weight_loader = sharded_loader(None)
+        self.e_score_correction_bias = nn.Parameter(torch.zeros(cfg.n_routed_experts, dtype=torch.float32),
+                                                    requires_grad=False)
+        self.e_score_correction_bias.weight_loader = sharded_loader(None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x.float(), self.weight.float())
+
+
+def _expert_loader(kind: str, packed: bool):
+    """weight_loader(param, loaded, expert=e, shard="gate"|"up"|"down") for stacked expert tensors.
+
+    gate/up fill the two halves of w13 (rows), each this rank's slice of the intermediate dimension;
+    down takes this rank's slice of its input dimension (for packed INT4 the slice is in words/groups,
+    which stays aligned because I/tp is a multiple of the group size).
+    """
+
+    def loader(param, loaded, expert: int, shard: str, name: str = ""):
+        tp = get_tp()
+        if kind == "w13":
+            half = param.shape[1] // 2
+            rows = load_slice(loaded, 0, tp.rank, tp.size)
+            dst = param.data[expert, :half] if shard == "gate" else param.data[expert, half:]
+        else:
+            rows = load_slice(loaded, 1, tp.rank, tp.size)
+            dst = param.data[expert]
+        copy_checked(dst, rows, name)
+
+    return loader
+
+
+class RoutedExperts(nn.Module):
+    """All E experts' weights stacked: w13 [E, 2I/tp, H] (gate rows, then up rows), w2 [E, H, I/tp].
+
+    With ``int4=True`` the weights stay packed as compressed-tensors ships them:
+    w13_weight_packed int32 [E, 2I/tp, H/8] + w13_weight_scale [E, 2I/tp, H/32], and likewise w2.
+    """
+
+    def __init__(self, cfg: ModelConfig, dtype=None, int4: bool = False):
+        super().__init__()
+        tp = get_tp().size
+        E, H, I = cfg.n_routed_experts, cfg.hidden_size, cfg.moe_intermediate_size
+        if I % tp:
+            raise ValueError(f"moe_intermediate_size={I} must be divisible by tp_size={tp}")
+        Ip = I // tp
+        self.int4 = int4
+
+        def param(shape, dt, kind):
+            p = nn.Parameter(torch.empty(*shape, dtype=dt), requires_grad=False)
+            p.weight_loader = _expert_loader(kind, int4)
+            return p
+
+        if int4:
+            if H % INT4_GROUP or Ip % INT4_GROUP:
+                raise ValueError(f"INT4 experts need hidden={H} and intermediate/tp={Ip} divisible by "
+                                 f"the group size {INT4_GROUP}")
+            self.w13_weight_packed = param((E, 2 * Ip, H // 8), torch.int32, "w13")
+            self.w13_weight_scale = param((E, 2 * Ip, H // INT4_GROUP), dtype, "w13")
+            self.w2_weight_packed = param((E, H, Ip // 8), torch.int32, "w2")
+            self.w2_weight_scale = param((E, H, Ip // INT4_GROUP), dtype, "w2")
+        else:
+            self.w13_weight = param((E, 2 * Ip, H), dtype, "w13")
+            self.w2_weight = param((E, H, Ip), dtype, "w2")
+
+    def forward(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        """Partial sums over this rank's intermediate slice: [T, H] (not yet all-reduced)."""
+        if self.int4:
+            return kernels.fused_moe_int4(x, self.w13_weight_packed, self.w13_weight_scale, self.w2_weight_packed,
+                                          self.w2_weight_scale, topk_weights, topk_ids, INT4_GROUP)
+        return kernels.fused_moe(x, self.w13_weight, self.w2_weight, topk_weights, topk_ids)
+
+
+class DeepseekMoE(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype=None, int4_experts: bool = False):
+        super().__init__()
+        self.cfg = cfg
+        self.gate = MoEGate(cfg, dtype)
+        self.experts = RoutedExperts(cfg, dtype, int4=int4_experts)
+        self.shared_experts = (
+            GatedMLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts, dtype, reduce=False)
+            if cfg.n_shared_experts else None
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., H] -> [..., H]."""
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])  # [T, H]
+        c = self.cfg
+        weights, ids = kernels.moe_topk(self.gate(x), self.gate.e_score_correction_bias,
+                                        top_k=c.num_experts_per_tok, n_group=c.n_group, topk_group=c.topk_group,
+                                        renormalize=c.norm_topk_prob, routed_scaling_factor=c.routed_scaling_factor)
+        out = self.experts(x, weights, ids)
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
+        return tp_all_reduce(out).view(shape)

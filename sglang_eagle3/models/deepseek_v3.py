@@ -1,0 +1,86 @@
+"""DeepSeek-V3 / Kimi-K2.5 target model, top-down in the paper's order.
+
+Parameter names are Hugging Face's (``model.layers.{i}.self_attn.kv_b_proj.weight`` ...), except the routed
+experts, which are stacked per layer (``mlp.experts.w13_weight``); the loader maps the checkpoint's
+per-expert names onto them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from sglang_eagle3.config import ModelConfig
+from sglang_eagle3.core import ForwardBatch
+from sglang_eagle3.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from sglang_eagle3.layers.mla import MLAAttention
+from sglang_eagle3.layers.mlp import GatedMLP
+from sglang_eagle3.layers.moe import DeepseekMoE
+from sglang_eagle3.layers.norm import RMSNorm
+from sglang_eagle3.layers.rotary import RotaryEmbedding
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int, rotary: RotaryEmbedding, dtype=None,
+                 int4_experts: bool = False):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.self_attn = MLAAttention(cfg, layer_id, rotary, dtype)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        if cfg.is_moe_layer(layer_id):
+            self.mlp = DeepseekMoE(cfg, dtype, int4_experts)
+        else:
+            self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, dtype)
+
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch | None) -> torch.Tensor:
+        x = self.input_layernorm(h)
+        attn = self.self_attn.forward_dense(x, positions) if fb is None else self.self_attn(x, positions, fb)
+        h = h + attn
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DeepseekV3Model(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype=None, int4_experts: bool = False):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
+        # One rope table shared by all layers (a buffer, so it follows .to(device)).
+        self.rotary = RotaryEmbedding(cfg.qk_rope_head_dim, cfg.max_position_embeddings, cfg.rope,
+                                      interleaved=True)
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg, i, self.rotary, dtype, int4_experts) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+
+    def forward(self, input_ids, positions, fb: ForwardBatch | None, aux_layer_ids: tuple[int, ...] = ()):
+        """Returns (final normed hidden, aux list). Aux id i is the residual stream entering layer i
+        (i == num_layers: the pre-norm output of the last layer)."""
+        h = self.embed_tokens(input_ids)
+        aux = {}
+        for i, layer in enumerate(self.layers):
+            if i in aux_layer_ids:
+                aux[i] = h
+            h = layer(h, positions, fb)
+        if len(self.layers) in aux_layer_ids:
+            aux[len(self.layers)] = h
+        return self.norm(h), [aux[i] for i in aux_layer_ids]
+
+
+class DeepseekV3ForCausalLM(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype=None, int4_experts: bool = False):
+        super().__init__()
+        self.config = cfg
+        self.model = DeepseekV3Model(cfg, dtype, int4_experts)
+        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, dtype)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch,
+                aux_layer_ids: tuple[int, ...] = ()):
+        """Flat batch: input_ids/positions [N] -> (logits float32 [N, V], hidden [N, H], aux list [N, H])."""
+        h, aux = self.model(input_ids, positions, fb, aux_layer_ids)
+        return self.lm_head(h), h, aux
+
+    def forward_dense(self, input_ids: torch.Tensor, aux_layer_ids: tuple[int, ...] = ()):
+        """Full causal forward over input_ids [B, S] without a KV cache (training, references).
+        Returns (logits float32 [B, S, V], aux list of [B, S, H])."""
+        B, S = input_ids.shape
+        positions = torch.arange(S, device=input_ids.device).expand(B, S)
+        h, aux = self.model(input_ids, positions, None, aux_layer_ids)
+        return self.lm_head(h), aux

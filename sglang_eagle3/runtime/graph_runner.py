@@ -1,0 +1,144 @@
+"""CUDA-graph capture and replay for the fixed-shape forwards (decode, target verify, draft steps).
+
+A ``GraphRunner`` owns one forward function and captures it once per (batch bucket, tokens per request):
+static input buffers are filled with ``copy_`` before each replay, batches are padded to the next bucket,
+and all graphs share one memory pool (captured largest first so smaller graphs reuse its blocks). The
+function never knows it is being captured. Every call that cannot replay runs eagerly and is COUNTED with
+its reason; the first fallback per reason logs a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How one input is laid out and padded. ``per_token`` inputs have B*T leading rows, others B."""
+
+    per_token: bool
+    pad_value: float | int = 0
+    pad_with_tokens_per_req: bool = False  # seq_lens: a padded row holds just its own T tokens (no NaNs)
+
+
+def batch_buckets(max_bs: int) -> list[int]:
+    """1, 2, 4, 8, then every 8 up to max_bs (SGLang's default bucket shape)."""
+    out = [b for b in (1, 2, 4) if b < max_bs]
+    out += list(range(8, max_bs + 1, 8))
+    if not out or out[-1] != max_bs:
+        out.append(max_bs)
+    return sorted(set(out))
+
+
+class ForwardStats:
+    """Counts of how each named forward ran: {"graph": n, "eager": n} plus eager reasons."""
+
+    def __init__(self):
+        self.graph = Counter()
+        self.eager = Counter()
+        self.reasons: dict[str, Counter] = {}
+
+    def record(self, name: str, graph: bool, reason: str | None = None) -> None:
+        if graph:
+            self.graph[name] += 1
+            return
+        self.eager[name] += 1
+        bucket = self.reasons.setdefault(name, Counter())
+        if reason not in bucket:
+            logger.warning("%s ran EAGER (not a CUDA graph replay): %s", name, reason)
+        bucket[reason] += 1
+
+    def as_dict(self) -> dict:
+        names = sorted(set(self.graph) | set(self.eager))
+        return {n: {"graph": self.graph[n], "eager": self.eager[n], "eager_reasons": dict(self.reasons.get(n, {}))}
+                for n in names}
+
+
+class GraphRunner:
+    def __init__(self, name: str, fn: Callable[..., tuple[torch.Tensor, ...]], specs: dict[str, InputSpec],
+                 stats: ForwardStats, *, enabled: bool, disabled_reason: str = "", max_bs: int = 1,
+                 tokens_per_req: tuple[int, ...] = (1,), pool=None):
+        self.name, self.fn, self.specs, self.stats = name, fn, specs, stats
+        self.enabled = enabled
+        self.disabled_reason = disabled_reason or "CUDA graphs disabled"
+        self.buckets = batch_buckets(max_bs) if enabled else []
+        self.tokens_per_req = tuple(sorted(set(tokens_per_req)))
+        self.pool = pool
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, dict, tuple]] = {}
+        self.capture_seconds = 0.0
+        self.capture_bytes = 0
+
+    # ---------------------------------------------------------------------------------------------
+    def capture(self, make_inputs: Callable[[int, int], dict[str, torch.Tensor]]) -> None:
+        """make_inputs(bs, T) -> valid example inputs (a padded batch of that shape) for warm-up/capture."""
+        if not self.enabled:
+            return
+        t0 = time.perf_counter()
+        free0 = torch.cuda.mem_get_info()[0]
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream()
+        for T in sorted(self.tokens_per_req, reverse=True):
+            for bs in sorted(self.buckets, reverse=True):
+                static = make_inputs(bs, T)
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(2):  # warm-up: lazy inits, autotuning and allocator growth stay out
+                        self.fn(**static, tokens_per_req=T)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                    out = self.fn(**static, tokens_per_req=T)
+                self.graphs[(bs, T)] = (graph, static, out)
+        torch.cuda.synchronize()
+        self.capture_seconds = time.perf_counter() - t0
+        self.capture_bytes = max(0, free0 - torch.cuda.mem_get_info()[0])
+        logger.info("%s: captured %d CUDA graphs (batch buckets %s x tokens/request %s) in %.2f s, %.1f MiB",
+                    self.name, len(self.graphs), self.buckets, list(self.tokens_per_req), self.capture_seconds,
+                    self.capture_bytes / 2**20)
+
+    def _bucket(self, bs: int) -> int | None:
+        for b in self.buckets:
+            if b >= bs:
+                return b
+        return None
+
+    def why_not(self, bs: int, T: int) -> str | None:
+        """None if (bs, T) can replay a graph, else the reason it cannot."""
+        if not self.enabled:
+            return self.disabled_reason
+        if T not in self.tokens_per_req:
+            return f"tokens per request {T} not captured (captured {list(self.tokens_per_req)})"
+        if self._bucket(bs) is None:
+            return f"batch size {bs} above the largest captured bucket {self.buckets[-1]}"
+        return None
+
+    def __call__(self, bs: int, T: int, **inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        reason = self.why_not(bs, T)
+        if reason is not None:
+            self.stats.record(self.name, graph=False, reason=reason)
+            return self.fn(**inputs, tokens_per_req=T)
+        pb = self._bucket(bs)
+        graph, static, out = self.graphs[(pb, T)]
+        for name, spec in self.specs.items():
+            src, dst = inputs[name], static[name]
+            rows = bs * T if spec.per_token else bs
+            if src.dim() > 1 and dst.shape[1] != src.shape[1]:
+                # Page tables: the static one is as wide as the longest context; pad columns with page 0.
+                dst[:rows].fill_(spec.pad_value)
+                dst[:rows, : src.shape[1]].copy_(src)
+            else:
+                dst[:rows].copy_(src)
+            if rows < dst.shape[0]:
+                dst[rows:].fill_(T if spec.pad_with_tokens_per_req else spec.pad_value)
+        graph.replay()
+        self.stats.record(self.name, graph=True)
+        return tuple(o[: bs * T] for o in out)

@@ -1,0 +1,105 @@
+"""Training-time replacements inside a target model, applied for the duration of a ``with`` block.
+
+The engine's routed-experts op (``kernels.fused_moe`` -> ``ref_fused_moe`` on CPU) gathers one expert's
+full weight matrices per (token, slot): right for decode batches, but a training batch of 32k tokens would
+materialise tens of GB. ``training_mode`` swaps each bf16 ``RoutedExperts.forward`` for a grouped version
+(tokens sorted by expert, one matmul pair per expert) that computes the same function, records how many
+tokens each expert received (for DeepSeek-V3's bias-based load balancing) and adds dropout on the residual
+branches. Nothing is changed in the model's code or state; leaving the block restores every method.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import types
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+
+
+def grouped_experts_forward(experts: nn.Module, x: torch.Tensor, topk_weights: torch.Tensor,
+                            topk_ids: torch.Tensor) -> torch.Tensor:
+    """Same result as ``ref_fused_moe``: x [T, H], topk_* [T, k] -> [T, H].
+
+    Counts per expert are added to ``experts.train_load`` (float32 [E]) when that attribute is set.
+    """
+    T, k = topk_ids.shape
+    w13, w2 = experts.w13_weight, experts.w2_weight  # [E, 2I, H], [E, H, I]
+    E = w13.shape[0]
+    flat = topk_ids.reshape(-1).long()  # [T*k]
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=E)  # [E]
+    if getattr(experts, "train_load", None) is not None:
+        experts.train_load += counts.float()
+    token_of = order // k  # [T*k] token of each sorted (token, slot)
+    xs = x[token_of]  # [T*k, H]
+    outs = []
+    for e, xe in enumerate(xs.split(counts.tolist())):
+        gate, up = F.linear(xe, w13[e]).chunk(2, dim=-1)  # [n_e, I] each
+        outs.append(F.linear(F.silu(gate) * up, w2[e]))  # [n_e, H]
+    y = torch.cat(outs).float() * topk_weights.reshape(-1)[order].float()[:, None]
+    out = torch.zeros(T, x.shape[-1], dtype=torch.float32, device=x.device).index_add_(0, token_of, y)
+    return out.to(x.dtype)
+
+
+def _routed_experts(model: nn.Module):
+    for name, module in model.named_modules():
+        if hasattr(module, "w13_weight") and hasattr(module, "w2_weight"):
+            yield name, module
+
+
+def _dropout_hook(p: float):
+    def hook(module, args, output):
+        return F.dropout(output, p, training=True) if module.training else output
+
+    return hook
+
+
+@contextlib.contextmanager
+def training_mode(model: nn.Module, dropout: float = 0.0, track_load: bool = False):
+    """Grouped MoE (+ per-expert load counts, + residual-branch dropout) inside the block.
+
+    Dropout acts on the output of every layer's attention ``o_proj`` and ``mlp`` (the two residual
+    branches) and only while ``model.training`` is True.
+    """
+    patched, hooks = [], []
+    try:
+        for _, experts in _routed_experts(model):
+            experts.forward = types.MethodType(grouped_experts_forward, experts)
+            if track_load:
+                experts.train_load = torch.zeros(experts.w13_weight.shape[0], device=experts.w13_weight.device)
+            patched.append(experts)
+        if dropout > 0:
+            for layer in model.model.layers:
+                hooks.append(layer.self_attn.o_proj.register_forward_hook(_dropout_hook(dropout)))
+                hooks.append(layer.mlp.register_forward_hook(_dropout_hook(dropout)))
+        yield
+    finally:
+        for experts in patched:
+            del experts.forward  # the instance attribute shadowed the class method
+            if hasattr(experts, "train_load"):
+                del experts.train_load
+        for h in hooks:
+            h.remove()
+
+
+@torch.no_grad()
+def update_routing_bias(model: nn.Module, rate: float) -> torch.Tensor | None:
+    """DeepSeek-V3's auxiliary-loss-free balancing: after each step, raise the selection bias of experts
+    that got fewer tokens than average and lower it for those that got more (bias += rate * sign(mean -
+    load)). Returns the max/mean load ratio over layers (1.0 = perfectly balanced), or None without MoE."""
+    worst = None
+    for name, experts in _routed_experts(model):
+        load = getattr(experts, "train_load", None)
+        if load is None or load.sum() == 0:
+            continue
+        gate = model.get_submodule(name.rsplit(".", 1)[0]).gate
+        gate.e_score_correction_bias += rate * torch.sign(load.mean() - load)
+        ratio = (load.max() / load.mean()).item()
+        worst = ratio if worst is None else max(worst, ratio)
+        load.zero_()
+    return worst

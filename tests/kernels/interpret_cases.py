@@ -1,0 +1,124 @@
+"""Kernel-vs-reference checks on small irregular shapes, run under the Triton interpreter on CPU.
+
+Triton reads TRITON_INTERPRET when it is imported, and the rest of the test suite shares the pytest process,
+so test_kernels_interpret.py runs each case here in a fresh subprocess: ``python interpret_cases.py NAME``.
+Also importable on a GPU, where the same checks run on CUDA tensors.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
+
+from sglang_eagle3 import kernels  # noqa: E402
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64; NaN anywhere counts as infinite error."""
+    out, ref = out.double(), ref.double()
+    if not torch.isfinite(out).all():
+        return math.inf
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def check_moe_topk(T: int, E: int, top_k: int, n_group: int, topk_group: int, bias: bool, renormalize: bool,
+                   scale: float, device: str = "cpu", dtype=torch.float32, seed: int = 0) -> None:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    logits = (torch.randn(T, E, generator=g) * 2).to(dtype).to(device)
+    corr = (torch.rand(E, generator=g) * 0.5).to(device) if bias else None
+    w, ids = kernels.moe_topk(logits, corr, top_k=top_k, n_group=n_group, topk_group=topk_group,
+                              renormalize=renormalize, routed_scaling_factor=scale, use_triton=True)
+    rw, rids = kernels.ref_moe_topk(logits, corr, top_k=top_k, n_group=n_group, topk_group=topk_group,
+                                    renormalize=renormalize, routed_scaling_factor=scale)
+    assert w.dtype == torch.float32 and ids.dtype == torch.int32, (w.dtype, ids.dtype)
+    # Order within a row is free: compare sorted by id.
+    ids_s, order = ids.long().sort(dim=1)
+    rids_s, rorder = rids.long().sort(dim=1)
+    assert torch.equal(ids_s, rids_s), f"ids differ: {ids_s[:2]} vs {rids_s[:2]}"
+    err = rel_err(w.gather(1, order), rw.gather(1, rorder))
+    assert err < 1e-6, f"weights rel err {err}"
+
+
+def make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype=torch.bfloat16, seed=0):
+    """Random q/cache, a shuffled page table with spare (never used) pages, partially filled last pages."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    seq = torch.tensor(seq_lens, dtype=torch.int32)
+    P = max(1, math.ceil(max(seq_lens) / page_size)) + 1  # one spare column: capacity > contents
+    num_pages = B * P + 3
+    perm = torch.randperm(num_pages, generator=g)[: B * P].view(B, P).to(torch.int32)
+    kv = torch.randn(num_pages * page_size, Dc + Dr, generator=g).to(dtype)
+    qn = (torch.randn(B * T, H, Dc, generator=g) * 0.05).to(dtype)
+    qr = (torch.randn(B * T, H, Dr, generator=g) * 0.05).to(dtype)
+    return [t.to(device) for t in (qn, qr, kv, perm, seq)]
+
+
+def check_mla(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0) -> float:
+    qn, qr, kv, pt, seq = make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, seed=seed)
+    sm_scale = 1.0 / math.sqrt(128 + Dr)
+    kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=Dc, sm_scale=sm_scale)
+    out = kernels.mla_attention(qn, qr, kv, pt, seq, **kw, use_triton=True)
+    ref = kernels.ref_mla_attention(qn, qr, kv, pt, seq, **kw)
+    err = rel_err(out, ref)
+    assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape, out.dtype)
+    assert err < 1e-2, f"MLA rel err {err} ({B=} {T=} {H=} {seq_lens=} {page_size=})"
+    return err
+
+
+def make_moe_inputs(T, E, H, I, top_k, device, int4: bool, dtype=torch.bfloat16, seed=0, skew=False):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(T, H, generator=g).to(dtype)
+    w13 = (torch.randn(E, 2 * I, H, generator=g) / math.sqrt(H)).to(dtype)
+    w2 = (torch.randn(E, H, I, generator=g) / math.sqrt(I)).to(dtype)
+    if skew:  # every token picks from a few experts: several pairs per expert, more than a chunk of 16
+        ids = torch.stack([torch.randperm(min(E, top_k + 1), generator=g)[:top_k] for _ in range(T)])
+    else:
+        ids = torch.stack([torch.randperm(E, generator=g)[:top_k] for _ in range(T)])
+    w = torch.rand(T, top_k, generator=g)
+    w = w / w.sum(-1, keepdim=True)
+    ids = ids.to(torch.int32)
+    if int4:
+        p13, s13 = kernels.quantize_int4(w13)
+        p2, s2 = kernels.quantize_int4(w2)
+        return [t.to(device) for t in (x, p13, s13, p2, s2, w, ids)]
+    return [t.to(device) for t in (x, w13, w2, w, ids)]
+
+
+def check_fused_moe(T, E, H, I, top_k, int4: bool, device="cpu", seed=0, skew=False) -> float:
+    args = make_moe_inputs(T, E, H, I, top_k, device, int4, seed=seed, skew=skew)
+    if int4:
+        out = kernels.fused_moe_int4(*args, use_triton=True)
+        ref = kernels.ref_fused_moe_int4(*args)
+    else:
+        out = kernels.fused_moe(*args, use_triton=True)
+        ref = kernels.ref_fused_moe(*args)
+    err = rel_err(out, ref)
+    assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape)
+    assert err < 1e-2, f"fused MoE rel err {err} ({T=} {E=} {H=} {I=} {top_k=} {int4=} {skew=})"
+    return err
+
+
+# Small irregular shapes for the interpreter: name -> thunk.
+CASES = {
+    "topk_kimi_like": lambda: check_moe_topk(5, 48, 8, 1, 1, True, True, 2.5, seed=1),
+    "topk_grouped": lambda: check_moe_topk(7, 64, 6, 8, 3, True, True, 1.0, seed=2),
+    "topk_no_bias_no_renorm_bf16": lambda: check_moe_topk(3, 40, 4, 4, 2, False, False, 1.5,
+                                                          dtype=torch.bfloat16, seed=3),
+    "mla_decode": lambda: check_mla(3, 1, 3, 64, 16, 16, [1, 37, 70], seed=4),
+    "mla_verify": lambda: check_mla(2, 4, 2, 64, 16, 8, [4, 53], seed=5),
+    "mla_verify_rows_span_blocks": lambda: check_mla(1, 5, 5, 32, 16, 4, [29], seed=6),
+    "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
+    "moe_bf16_shared_experts": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True),
+    "moe_int4": lambda: check_fused_moe(3, 7, 160, 96, 3, int4=True, seed=9),
+    "moe_int4_over_one_chunk": lambda: check_fused_moe(20, 5, 128, 64, 2, int4=True, seed=10, skew=True),
+}
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        result = CASES[name]()
+        print(f"{name}: ok" + (f" rel_err={result:.2e}" if isinstance(result, float) else ""))
