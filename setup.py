@@ -20,6 +20,7 @@ setup(
         "fastapi",
         "uvicorn",
         "pydantic>=2",
+        "jinja2",
     ],
     extras_require={
         "cpu": [CPU_TORCH, "triton==3.6.0"],

@@ -81,16 +81,16 @@ def triton_mla_attention(
         q_nope_latent.stride(0), q_nope_latent.stride(1), q_rope.stride(0), q_rope.stride(1),
         kv_cache.stride(0), page_table.stride(0),
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
-        sm_scale * LOG2E,
-        T=T, H=H, DC=Dc, DR=Dr, PAGE_SIZE=page_size, NUM_SPLITS=splits, BLOCK_M=block_m,
+        sm_scale * LOG2E, splits,
+        T=T, H=H, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m,
         BLOCK_N=cfg["BLOCK_N"], INTERPRET=tuning.interpreting(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     mla_merge_splits_kernel[(BT, H)](
         mid_o, mid_lse, out,
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
-        out.stride(0), out.stride(1),
-        DC=Dc, NUM_SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits),
+        out.stride(0), out.stride(1), splits,
+        DC=Dc, SPLITS_PAD=triton.next_power_of_2(splits),
         num_warps=tuning.get_config("mla_merge", device, "rows", rows)["num_warps"],
     )
     return out

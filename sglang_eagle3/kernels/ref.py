@@ -11,6 +11,11 @@ import torch
 from sglang_eagle3.kernels.quant import unpack_int4
 
 
+def _acc(x: torch.Tensor) -> torch.Tensor:
+    """Accumulation precision: float32 for half types, the input's own for float32/float64."""
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+
+
 # --------------------------------------------------------------------------------------------------
 # MoE routing (noaux_tc)
 # --------------------------------------------------------------------------------------------------
@@ -81,11 +86,11 @@ def ref_mla_attention(
     B = page_table.shape[0]
     T = tokens_per_req
     H = q_rope.shape[1]
-    kv = gather_paged(kv_cache, page_table, page_size).float()  # [B, K, Dc+Dr]
+    kv = _acc(gather_paged(kv_cache, page_table, page_size))  # [B, K, Dc+Dr]
     K = kv.shape[1]
     c, k_rope = kv[..., :kv_lora_rank], kv[..., kv_lora_rank:]
-    qn = q_nope_latent.float().view(B, T * H, kv_lora_rank)
-    qr = q_rope.float().view(B, T * H, -1)
+    qn = _acc(q_nope_latent).reshape(B, T * H, kv_lora_rank).to(kv.dtype)
+    qr = _acc(q_rope).reshape(B, T * H, -1).to(kv.dtype)
     scores = (torch.bmm(qn, c.transpose(1, 2)) + torch.bmm(qr, k_rope.transpose(1, 2))) * sm_scale
     scores = scores.view(B, T, H, K)
     q_pos = seq_lens.long()[:, None] - T + torch.arange(T, device=seq_lens.device)[None, :]  # [B, T]
@@ -102,10 +107,10 @@ def ref_mla_attention(
 # --------------------------------------------------------------------------------------------------
 def _expert_mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     """x [N, H], w13 [N, 2I, H], w2 [N, H, I] (one expert per row) -> [N, H] in float32."""
-    gate_up = torch.bmm(w13.float(), x.float()[:, :, None]).squeeze(-1)  # [N, 2I]
+    gate_up = torch.bmm(_acc(w13), _acc(x)[:, :, None].to(_acc(w13).dtype)).squeeze(-1)  # [N, 2I]
     gate, up = gate_up.chunk(2, dim=-1)
     act = torch.nn.functional.silu(gate) * up  # [N, I]
-    return torch.bmm(w2.float(), act[:, :, None]).squeeze(-1)  # [N, H]
+    return torch.bmm(_acc(w2).to(act.dtype), act[:, :, None]).squeeze(-1)  # [N, H]
 
 
 def ref_fused_moe(
@@ -124,7 +129,7 @@ def ref_fused_moe(
     ids = topk_ids.long().reshape(-1)  # [T*k]
     xs = x.repeat_interleave(k, dim=0)  # [T*k, H]
     out = _expert_mlp(xs, w13[ids], w2[ids]).view(T, k, -1)
-    return (out * topk_weights.float()[:, :, None]).sum(1).to(x.dtype)
+    return (out * topk_weights.to(out.dtype)[:, :, None]).sum(1).to(x.dtype)
 
 
 def ref_fused_moe_int4(
@@ -170,13 +175,13 @@ def ref_gqa_attention(
     """
     B, T = page_table.shape[0], tokens_per_req
     Hq, D = q.shape[1], q.shape[2]
-    kv = gather_paged(kv_cache.flatten(1), page_table, page_size).float()  # [B, K, 2*Hkv*D]
+    kv = _acc(gather_paged(kv_cache.flatten(1), page_table, page_size))  # [B, K, 2*Hkv*D]
     K = kv.shape[1]
     kv = kv.view(B, K, 2, -1, D)
     Hkv = kv.shape[3]
     k = kv[:, :, 0].repeat_interleave(Hq // Hkv, dim=2)  # [B, K, Hq, D]
     v = kv[:, :, 1].repeat_interleave(Hq // Hkv, dim=2)
-    qf = q.float().view(B, T, Hq, D)
+    qf = _acc(q).reshape(B, T, Hq, D).to(kv.dtype)
     scores = torch.einsum("bthd,bkhd->bthk", qf, k) * sm_scale  # [B, T, Hq, K]
     q_pos = seq_lens.long()[:, None] - T + torch.arange(T, device=seq_lens.device)[None, :]
     visible = torch.arange(K, device=seq_lens.device)[None, None, :] <= q_pos[:, :, None]  # [B, T, K]

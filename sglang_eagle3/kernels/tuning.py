@@ -56,7 +56,27 @@ CANDIDATES["fused_moe_int4_down"] = [dict(c) for c in CANDIDATES["fused_moe_gate
 
 
 def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    """True under the Triton interpreter; then also makes sure its loop bounds work (see below)."""
+    if os.environ.get("TRITON_INTERPRET", "0") != "1":
+        return False
+    _patch_interpreter_index()
+    return True
+
+
+@functools.cache
+def _patch_interpreter_index() -> None:
+    """NOTE: Triton 3.6's interpreter keeps scalars as 1-element arrays and turns a loop bound into an int
+    with ``int(array)``, which NumPy >= 2.4 refuses for 1-d arrays; kernels whose loop bounds are loaded
+    from memory (seq_lens, expert counts) then fail on CPU only. Convert through ``.item()`` instead."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patched
 
 
 @functools.cache

@@ -16,6 +16,6 @@ class RMSNorm(nn.Module):
         self.weight.weight_loader = sharded_loader(None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
+        xf = x.float() if x.element_size() < 4 else x
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * self.weight.float()).to(x.dtype)
+        return (xf * self.weight.to(xf.dtype)).to(x.dtype)

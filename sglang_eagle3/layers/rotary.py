@@ -46,15 +46,15 @@ class RotaryEmbedding(nn.Module):
         self.interleaved = interleaved
         self.max_positions = max_positions
         # Buffers (not parameters): moved with .to(device), never loaded from checkpoints.
-        self.register_buffer("cos", (freqs.cos() * mscale).float(), persistent=False)
-        self.register_buffer("sin", (freqs.sin() * mscale).float(), persistent=False)
+        self.register_buffer("cos", freqs.cos() * mscale, persistent=False)  # float64; cast per use
+        self.register_buffer("sin", freqs.sin() * mscale, persistent=False)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x [..., N, heads, dim] or [..., N, dim] with positions [..., N]."""
-        cos, sin = self.cos[positions], self.sin[positions]  # [..., N, dim/2]
+        xf = x.float() if x.element_size() < 4 else x
+        cos, sin = self.cos[positions].to(xf.dtype), self.sin[positions].to(xf.dtype)  # [..., N, dim/2]
         if x.dim() == positions.dim() + 2:
             cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
-        xf = x.float()
         if self.interleaved:
             x1, x2 = xf[..., 0::2], xf[..., 1::2]
             out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)

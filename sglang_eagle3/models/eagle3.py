@@ -11,12 +11,17 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from sglang_eagle3 import kernels
 from sglang_eagle3.config import DraftConfig, RopeConfig
 from sglang_eagle3.core import ForwardBatch
+from sglang_eagle3.kernels.ref import ref_gqa_attention
 from sglang_eagle3.distributed.parallel_state import get_tp
 from sglang_eagle3.layers.embedding import ParallelLMHead
-from sglang_eagle3.layers.linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear, sharded_loader
+from sglang_eagle3.layers.linear import (
+    ColumnParallelLinear,
+    ReplicatedLinear,
+    RowParallelLinear,
+    sharded_loader,
+)
 from sglang_eagle3.layers.mlp import GatedMLP
 from sglang_eagle3.layers.norm import RMSNorm
 from sglang_eagle3.layers.rotary import RotaryEmbedding
@@ -52,12 +57,12 @@ class DraftAttention(nn.Module):
         cache = fb.kv.layers[0]
         cache[fb.out_cache_loc] = torch.stack([k, v], dim=1).to(cache.dtype)
         if fb.mode.is_uniform:
-            o = kernels.ref_gqa_attention(q, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
+            o = ref_gqa_attention(q, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
                                           page_size=fb.kv.page_size, sm_scale=self.scale)
         else:
             outs, start = [], 0
             for b, n in enumerate(fb.extend_lens):
-                outs.append(kernels.ref_gqa_attention(
+                outs.append(ref_gqa_attention(
                     q[start:start + n], cache, fb.page_table[b:b + 1], fb.seq_lens[b:b + 1], tokens_per_req=n,
                     page_size=fb.kv.page_size, sm_scale=self.scale))
                 start += n
@@ -109,7 +114,11 @@ class Eagle3Draft(nn.Module):
         self.t2d.weight_loader = sharded_loader(None)
 
     def _layer(self, input_ids, hidden, embed_weight, attend):
-        embeds = torch.nn.functional.embedding(input_ids, embed_weight)
+        # embed_weight: the target's full [V, H] table, or its (vocab-parallel) embedding module under TP.
+        if isinstance(embed_weight, nn.Module):
+            embeds = embed_weight(input_ids)
+        else:
+            embeds = torch.nn.functional.embedding(input_ids, embed_weight)
         if hidden.shape[-1] != self.config.hidden_size:
             hidden = self.fc(hidden)  # first step after the target: 3 aux states -> H
         layer = self.midlayer

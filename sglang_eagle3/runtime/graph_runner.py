@@ -41,7 +41,8 @@ def batch_buckets(max_bs: int) -> list[int]:
 class ForwardStats:
     """Counts of how each named forward ran: {"graph": n, "eager": n} plus eager reasons."""
 
-    def __init__(self):
+    def __init__(self, warn: bool = True):
+        self.warn = warn  # False on CPU, where graphs cannot exist and eager is not a fallback
         self.graph = Counter()
         self.eager = Counter()
         self.reasons: dict[str, Counter] = {}
@@ -53,7 +54,8 @@ class ForwardStats:
         self.eager[name] += 1
         bucket = self.reasons.setdefault(name, Counter())
         if reason not in bucket:
-            logger.warning("%s ran EAGER (not a CUDA graph replay): %s", name, reason)
+            logger.log(logging.WARNING if self.warn else logging.INFO,
+                       "%s ran EAGER (not a CUDA graph replay): %s", name, reason)
         bucket[reason] += 1
 
     def as_dict(self) -> dict:

@@ -60,7 +60,7 @@ class ModelRunner:
             dc = draft.config
             heads = draft.midlayer.self_attn.num_kv_heads
             self.draft_kv = make_pool(1, num_pages, page_size, (2, heads, dc.head_dim), dtype, device)
-        self.stats = ForwardStats()
+        self.stats = ForwardStats(warn=device.type == "cuda")
         pool = torch.cuda.graph_pool_handle() if use_cuda_graph else None
         common = dict(stats=self.stats, enabled=use_cuda_graph, disabled_reason=graph_disabled_reason,
                       max_bs=cuda_graph_max_bs, pool=pool)
@@ -73,10 +73,9 @@ class ModelRunner:
                                         tokens_per_req=(1,), **common)
         self.draft_extend = GraphRunner("draft_extend", self._draft_fn(ForwardMode.DRAFT_EXTEND), draft_specs,
                                         tokens_per_req=verify_widths, **common)
-        self.embed_weight = target.model.embed_tokens.weight
-        if draft is not None and self.embed_weight.shape[0] != cfg.vocab_size:
-            raise NotImplementedError("EAGLE-3 with a vocab-parallel target embedding is handled by the TP "
-                                      "worker (gathered embedding); got a partial embedding here")
+        # The draft embeds with the target's table; under TP that is the vocab-parallel module (all-reduced).
+        emb = target.model.embed_tokens
+        self.embed_weight = emb.weight if emb.part == emb.vocab_size else emb
 
     # -- forward functions (captured as graphs; they never know it) ---------------------------------
     def _fb(self, kv, mode, page_table, seq_lens, out_cache_loc, T, extend_lens=None) -> ForwardBatch:

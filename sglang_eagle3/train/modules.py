@@ -1,11 +1,12 @@
 """Training-time replacements inside a target model, applied for the duration of a ``with`` block.
 
-The engine's routed-experts op (``kernels.fused_moe`` -> ``ref_fused_moe`` on CPU) gathers one expert's
-full weight matrices per (token, slot): right for decode batches, but a training batch of 32k tokens would
-materialise tens of GB. ``training_mode`` swaps each bf16 ``RoutedExperts.forward`` for a grouped version
-(tokens sorted by expert, one matmul pair per expert) that computes the same function, records how many
-tokens each expert received (for DeepSeek-V3's bias-based load balancing) and adds dropout on the residual
-branches. Nothing is changed in the model's code or state; leaving the block restores every method.
+The engine's MoE block is built for decode batches: its routing op dispatches to a Triton kernel on CUDA
+(no autograd, so the router would never learn) and its routed-experts op gathers one expert's full weight
+matrices per (token, slot) (a training batch of 32k tokens would materialise tens of GB). ``training_mode``
+swaps each ``DeepseekMoE.forward`` for one that routes with the differentiable torch reference and runs the
+experts grouped (tokens sorted by expert, one matmul pair per expert): the same function, trainable. It also
+records how many tokens each expert received (for DeepSeek-V3's bias-based balancing) and can add dropout on
+the residual branches. The model's code and state are untouched; leaving the block restores every method.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import types
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from sglang_eagle3.distributed.parallel_state import get_tp
+from sglang_eagle3.kernels.ref import ref_moe_topk
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +50,26 @@ def grouped_experts_forward(experts: nn.Module, x: torch.Tensor, topk_weights: t
     return out.to(x.dtype)
 
 
-def _routed_experts(model: nn.Module):
+def moe_training_forward(moe: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``DeepseekMoE.forward`` with differentiable routing and grouped experts: x [..., H] -> [..., H]."""
+    shape = x.shape
+    x = x.reshape(-1, shape[-1])  # [T, H]
+    c = moe.cfg
+    weights, ids = ref_moe_topk(moe.gate(x), moe.gate.e_score_correction_bias, top_k=c.num_experts_per_tok,
+                                n_group=c.n_group, topk_group=c.topk_group, renormalize=c.norm_topk_prob,
+                                routed_scaling_factor=c.routed_scaling_factor)
+    if hasattr(moe.experts, "w13_weight"):
+        out = grouped_experts_forward(moe.experts, x, weights, ids)
+    else:  # INT4 experts (a quantized target in train_draft): inference only, the engine's op is fine
+        out = moe.experts(x, weights, ids)
+    if moe.shared_experts is not None:
+        out = out + moe.shared_experts(x)
+    return out.view(shape)
+
+
+def _moe_blocks(model: nn.Module):
     for name, module in model.named_modules():
-        if hasattr(module, "w13_weight") and hasattr(module, "w2_weight"):
+        if hasattr(module, "gate") and hasattr(module, "experts") and hasattr(module, "shared_experts"):
             yield name, module
 
 
@@ -66,39 +87,41 @@ def training_mode(model: nn.Module, dropout: float = 0.0, track_load: bool = Fal
     Dropout acts on the output of every layer's attention ``o_proj`` and ``mlp`` (the two residual
     branches) and only while ``model.training`` is True.
     """
+    if get_tp().size != 1:
+        raise RuntimeError(f"training runs with tensor parallelism 1, got tp_size={get_tp().size}")
     patched, hooks = [], []
     try:
-        for _, experts in _routed_experts(model):
-            experts.forward = types.MethodType(grouped_experts_forward, experts)
-            if track_load:
-                experts.train_load = torch.zeros(experts.w13_weight.shape[0], device=experts.w13_weight.device)
-            patched.append(experts)
+        for _, moe in _moe_blocks(model):
+            moe.forward = types.MethodType(moe_training_forward, moe)
+            if track_load and hasattr(moe.experts, "w13_weight"):
+                moe.experts.train_load = torch.zeros(moe.experts.w13_weight.shape[0],
+                                                     device=moe.experts.w13_weight.device)
+            patched.append(moe)
         if dropout > 0:
             for layer in model.model.layers:
                 hooks.append(layer.self_attn.o_proj.register_forward_hook(_dropout_hook(dropout)))
                 hooks.append(layer.mlp.register_forward_hook(_dropout_hook(dropout)))
         yield
     finally:
-        for experts in patched:
-            del experts.forward  # the instance attribute shadowed the class method
-            if hasattr(experts, "train_load"):
-                del experts.train_load
+        for moe in patched:
+            del moe.forward  # the instance attribute shadowed the class method
+            if hasattr(moe.experts, "train_load"):
+                del moe.experts.train_load
         for h in hooks:
             h.remove()
 
 
 @torch.no_grad()
-def update_routing_bias(model: nn.Module, rate: float) -> torch.Tensor | None:
+def update_routing_bias(model: nn.Module, rate: float) -> float | None:
     """DeepSeek-V3's auxiliary-loss-free balancing: after each step, raise the selection bias of experts
     that got fewer tokens than average and lower it for those that got more (bias += rate * sign(mean -
     load)). Returns the max/mean load ratio over layers (1.0 = perfectly balanced), or None without MoE."""
     worst = None
-    for name, experts in _routed_experts(model):
-        load = getattr(experts, "train_load", None)
+    for _, moe in _moe_blocks(model):
+        load = getattr(moe.experts, "train_load", None)
         if load is None or load.sum() == 0:
             continue
-        gate = model.get_submodule(name.rsplit(".", 1)[0]).gate
-        gate.e_score_correction_bias += rate * torch.sign(load.mean() - load)
+        moe.gate.e_score_correction_bias += rate * torch.sign(load.mean() - load)
         ratio = (load.max() / load.mean()).item()
         worst = ratio if worst is None else max(worst, ratio)
         load.zero_()

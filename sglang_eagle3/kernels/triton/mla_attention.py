@@ -14,9 +14,9 @@ def mla_split_kv_kernel(
     qn_ptr, qr_ptr, kv_ptr, page_table_ptr, seq_lens_ptr, mid_o_ptr, mid_lse_ptr,
     stride_qn_tok, stride_qn_head, stride_qr_tok, stride_qr_head, stride_kv_slot, stride_pt_req,
     stride_mo_tok, stride_mo_head, stride_mo_split, stride_ml_tok, stride_ml_head,
-    sm_scale_log2,
+    sm_scale_log2, NUM_SPLITS,
     T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, DR: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     b = tl.program_id(0)
     mb = tl.program_id(1)
@@ -85,8 +85,8 @@ def mla_split_kv_kernel(
 def mla_merge_splits_kernel(
     mid_o_ptr, mid_lse_ptr, out_ptr,
     stride_mo_tok, stride_mo_head, stride_mo_split, stride_ml_tok, stride_ml_head,
-    stride_o_tok, stride_o_head,
-    DC: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    stride_o_tok, stride_o_head, NUM_SPLITS,
+    DC: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):
     tok = tl.program_id(0)
     head = tl.program_id(1)

@@ -1,15 +1,17 @@
-"""Kernel-vs-reference checks on small irregular shapes, run under the Triton interpreter on CPU.
+"""Kernel-vs-reference checks, shared by the CPU interpreter tests and the GPU tests.
 
 Triton reads TRITON_INTERPRET when it is imported, and the rest of the test suite shares the pytest process,
-so test_kernels_interpret.py runs each case here in a fresh subprocess: ``python interpret_cases.py NAME``.
-Also importable on a GPU, where the same checks run on CUDA tensors.
+so test_kernels_interpret.py runs each CPU case in a fresh subprocess: ``python kernel_checks.py NAME``.
+test_kernels_gpu.py imports the same checks and runs them on CUDA tensors at real shapes.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
+import traceback
 
 if __name__ == "__main__":
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -58,15 +60,16 @@ def make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype=torch.bf
     return [t.to(device) for t in (qn, qr, kv, perm, seq)]
 
 
-def check_mla(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0) -> float:
-    qn, qr, kv, pt, seq = make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, seed=seed)
+def check_mla(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0, dtype=torch.bfloat16,
+              tol=1e-2) -> float:
+    qn, qr, kv, pt, seq = make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype, seed)
     sm_scale = 1.0 / math.sqrt(128 + Dr)
     kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=Dc, sm_scale=sm_scale)
     out = kernels.mla_attention(qn, qr, kv, pt, seq, **kw, use_triton=True)
     ref = kernels.ref_mla_attention(qn, qr, kv, pt, seq, **kw)
     err = rel_err(out, ref)
     assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape, out.dtype)
-    assert err < 1e-2, f"MLA rel err {err} ({B=} {T=} {H=} {seq_lens=} {page_size=})"
+    assert err < tol, f"MLA rel err {err} ({B=} {T=} {H=} {seq_lens=} {page_size=})"
     return err
 
 
@@ -89,8 +92,9 @@ def make_moe_inputs(T, E, H, I, top_k, device, int4: bool, dtype=torch.bfloat16,
     return [t.to(device) for t in (x, w13, w2, w, ids)]
 
 
-def check_fused_moe(T, E, H, I, top_k, int4: bool, device="cpu", seed=0, skew=False) -> float:
-    args = make_moe_inputs(T, E, H, I, top_k, device, int4, seed=seed, skew=skew)
+def check_fused_moe(T, E, H, I, top_k, int4: bool, device="cpu", seed=0, skew=False, dtype=torch.bfloat16,
+                    tol=1e-2) -> float:
+    args = make_moe_inputs(T, E, H, I, top_k, device, int4, dtype, seed, skew)
     if int4:
         out = kernels.fused_moe_int4(*args, use_triton=True)
         ref = kernels.ref_fused_moe_int4(*args)
@@ -99,7 +103,7 @@ def check_fused_moe(T, E, H, I, top_k, int4: bool, device="cpu", seed=0, skew=Fa
         ref = kernels.ref_fused_moe(*args)
     err = rel_err(out, ref)
     assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape)
-    assert err < 1e-2, f"fused MoE rel err {err} ({T=} {E=} {H=} {I=} {top_k=} {int4=} {skew=})"
+    assert err < tol, f"fused MoE rel err {err} ({T=} {E=} {H=} {I=} {top_k=} {int4=} {skew=})"
     return err
 
 
@@ -112,13 +116,22 @@ CASES = {
     "mla_decode": lambda: check_mla(3, 1, 3, 64, 16, 16, [1, 37, 70], seed=4),
     "mla_verify": lambda: check_mla(2, 4, 2, 64, 16, 8, [4, 53], seed=5),
     "mla_verify_rows_span_blocks": lambda: check_mla(1, 5, 5, 32, 16, 4, [29], seed=6),
+    "mla_fp32_exact": lambda: check_mla(2, 3, 4, 64, 16, 4, [3, 45], seed=11, dtype=torch.float32, tol=1e-5),
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True),
     "moe_int4": lambda: check_fused_moe(3, 7, 160, 96, 3, int4=True, seed=9),
     "moe_int4_over_one_chunk": lambda: check_fused_moe(20, 5, 128, 64, 2, int4=True, seed=10, skew=True),
+    "moe_fp32_exact": lambda: check_fused_moe(11, 5, 128, 64, 2, int4=False, seed=12, skew=True,
+                                              dtype=torch.float32, tol=1e-5),
+    "moe_int4_fp32_exact": lambda: check_fused_moe(4, 9, 96, 160, 4, int4=True, seed=13, dtype=torch.float32,
+                                                   tol=1e-5),
 }
 
 if __name__ == "__main__":
-    for name in sys.argv[1:]:
-        result = CASES[name]()
-        print(f"{name}: ok" + (f" rel_err={result:.2e}" if isinstance(result, float) else ""))
+    # One JSON line per case: {"case", "ok", "detail"}; a failing case does not stop the others.
+    for name in sys.argv[1:] or list(CASES):
+        try:
+            result = CASES[name]()
+            print(json.dumps({"case": name, "ok": True, "detail": result}), flush=True)
+        except Exception:
+            print(json.dumps({"case": name, "ok": False, "detail": traceback.format_exc()}), flush=True)

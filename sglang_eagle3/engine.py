@@ -1,0 +1,327 @@
+"""``Engine``: the offline API, shaped like SGLang's ``sglang.Engine`` (keyword names follow ServerArgs).
+
+    engine = Engine(model_path=..., speculative_algorithm="EAGLE3", speculative_draft_model_path=...,
+                    speculative_num_steps=3, device="cuda")
+    out = engine.generate("Hello", {"max_new_tokens": 32, "temperature": 0})
+    out["text"], out["output_ids"], out["meta_info"]["spec_verify_ct"]
+
+With no model_path the embedded default pair (a small trained target + EAGLE-3 draft shipped in the
+package) is served, with EAGLE-3 on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+import torch
+
+from sglang_eagle3.config import ConfigError, resolve_aux_layer_ids
+from sglang_eagle3.runtime.request import Request
+from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED_DIR = os.path.join(os.path.dirname(__file__), "assets", "embedded")
+
+
+class RequestError(ValueError):
+    """A client's request is invalid (bad prompt, token ids or sampling params); never a server fault."""
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """Engine settings. Names follow SGLang's ServerArgs wherever SGLang has one."""
+
+    model_path: str | None = None
+    tokenizer_path: str | None = None
+    speculative_algorithm: str | None = None  # None or "EAGLE3" (also accepts "EAGLE")
+    speculative_draft_model_path: str | None = None
+    speculative_num_steps: int | None = None  # k: draft steps per round (chain)
+    speculative_eagle_topk: int = 1
+    speculative_num_draft_tokens: int | None = None  # k + 1 for a chain
+    # Extra draft lengths to capture verify graphs for, so an adaptive policy can switch k at run time.
+    speculative_num_steps_candidates: tuple[int, ...] = ()
+    speculative_aux_layer_ids: tuple[int, ...] | None = None  # explicit override of the draft's wiring
+    device: str = "auto"  # "cpu", "cuda", "auto"
+    dtype: str = "auto"  # float32, bfloat16, float16, float64 (tests), auto (bf16 on CUDA, fp32 on CPU)
+    tp_size: int = 1
+    disable_cuda_graph: bool = False
+    cuda_graph_max_bs: int = 16
+    max_running_requests: int = 32
+    context_length: int | None = None
+    page_size: int = 16
+    max_total_tokens: int | None = None  # KV cache size in tokens (default: room for every running request)
+    attention_backend: str = "auto"  # "triton" | "torch" | "auto" (triton on CUDA)
+    moe_runner_backend: str = "auto"  # "triton" | "torch" | "auto"
+    random_seed: int = 0
+    skip_tokenizer_init: bool = False
+    log_level: str = "warning"
+    # Extra environment for TP worker processes (the launcher's environment is always inherited).
+    worker_env: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        algo = self.speculative_algorithm
+        if algo is not None and algo.upper() not in ("EAGLE3", "EAGLE"):
+            raise ConfigError(f"speculative_algorithm={algo!r} is not supported (use 'EAGLE3' or None)")
+        if self.speculative_eagle_topk != 1:
+            raise ConfigError(f"speculative_eagle_topk={self.speculative_eagle_topk} is not supported yet "
+                              "(chain drafts only: topk=1)")
+        if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device={self.device!r} must be 'cpu', 'cuda[:n]' or 'auto'")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16", "float64"):
+            raise ConfigError(f"dtype={self.dtype!r} must be one of auto, float32, bfloat16, float16, float64")
+        for name in ("tp_size", "cuda_graph_max_bs", "max_running_requests", "page_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name}={v!r} must be a positive integer")
+        if self.attention_backend not in ("auto", "triton", "torch"):
+            raise ConfigError(f"attention_backend={self.attention_backend!r} must be auto, triton or torch")
+        if self.moe_runner_backend not in ("auto", "triton", "torch"):
+            raise ConfigError(f"moe_runner_backend={self.moe_runner_backend!r} must be auto, triton or torch")
+
+    @property
+    def speculative(self) -> bool:
+        return self.speculative_algorithm is not None
+
+    def num_steps(self) -> int:
+        k, n = self.speculative_num_steps, self.speculative_num_draft_tokens
+        if k is None and n is None:
+            k = 3
+        elif k is None:
+            k = n - 1
+        if n is not None and n != k + 1:
+            raise ConfigError(f"speculative_num_draft_tokens={n} must equal speculative_num_steps+1={k + 1} "
+                              "for a chain draft (topk=1)")
+        if not 1 <= k <= 16:
+            raise ConfigError(f"speculative_num_steps={k} must lie in [1, 16]")
+        return k
+
+
+class Engine:
+    def __init__(self, **kwargs):
+        known = {f.name for f in dataclasses.fields(EngineArgs)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigError(f"unknown Engine argument(s): {unknown}")
+        for key in ("speculative_num_steps_candidates", "speculative_aux_layer_ids"):
+            if isinstance(kwargs.get(key), list):
+                kwargs[key] = tuple(kwargs[key])
+        if isinstance(kwargs.get("worker_env"), dict):
+            kwargs["worker_env"] = tuple(sorted(kwargs["worker_env"].items()))
+        args = EngineArgs(**kwargs)
+        if args.model_path is None:
+            target_dir = os.path.join(EMBEDDED_DIR, "target")
+            if not os.path.exists(os.path.join(target_dir, "config.json")):
+                raise ConfigError("no model_path given and the embedded default model is not installed "
+                                  f"(looked in {target_dir})")
+            logger.warning("no model_path: serving the embedded default model pair (%s) with EAGLE-3", EMBEDDED_DIR)
+            args = dataclasses.replace(args, model_path=target_dir,
+                                       speculative_algorithm=args.speculative_algorithm or "EAGLE3",
+                                       speculative_draft_model_path=args.speculative_draft_model_path
+                                       or os.path.join(EMBEDDED_DIR, "draft"))
+        if args.speculative and not args.speculative_draft_model_path:
+            raise ConfigError("speculative_algorithm=EAGLE3 needs speculative_draft_model_path")
+        self.args = args
+        self.num_steps = args.num_steps() if args.speculative else None
+        if args.tp_size > 1:
+            from sglang_eagle3.distributed.workers import TPWorkerGroup  # noqa: F401  (imported lazily)
+
+            raise NotImplementedError("tp_size > 1 is served through sglang_eagle3.distributed (see README)")
+        self._setup_local(args)
+
+    # -- construction -----------------------------------------------------------------------------------
+    def _setup_local(self, args: EngineArgs) -> None:
+        from sglang_eagle3.models.loader import load_draft, load_target
+        from sglang_eagle3.runtime.model_runner import ModelRunner
+        from sglang_eagle3.runtime.scheduler import Scheduler
+
+        device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
+                              else ("cpu" if args.device == "auto" else args.device))
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"device={args.device!r} but CUDA is not available")
+        dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32, "float32": torch.float32,
+                 "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}[args.dtype]
+        torch.manual_seed(args.random_seed)
+        self.device, self.dtype = device, dtype
+        _select_backends(args, device)
+        t0 = time.perf_counter()
+        target = load_target(args.model_path, device=device, dtype=dtype)
+        cfg = target.config
+        draft, aux_ids = None, ()
+        if args.speculative:
+            draft = load_draft(args.speculative_draft_model_path, cfg, device=device, dtype=dtype)
+            aux_ids = resolve_aux_layer_ids(draft.config, cfg.num_hidden_layers, args.speculative_aux_layer_ids)
+            logger.info("EAGLE-3 draft wired to the residual streams entering target layers %s", list(aux_ids))
+        self.model_config = cfg
+        self.draft_config = draft.config if draft is not None else None
+        self.aux_layer_ids = aux_ids
+        self.context_length = min(args.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
+        if draft is not None:
+            self.context_length = min(self.context_length, draft.config.max_position_embeddings)
+        k = self.num_steps or 0
+        widths = tuple(sorted({k + 1, *(c + 1 for c in args.speculative_num_steps_candidates)})) if k else (1,)
+        max_tokens = args.max_total_tokens or args.max_running_requests * (self.context_length + args.page_size)
+        num_pages = max_tokens // args.page_size + 2
+        use_graph = device.type == "cuda" and not args.disable_cuda_graph
+        reason = ("disable_cuda_graph=True" if args.disable_cuda_graph
+                  else "CUDA graphs need a CUDA device (running on CPU)")
+        self.runner = ModelRunner(target, draft, aux_layer_ids=aux_ids, num_pages=num_pages, page_size=args.page_size,
+                                  max_context=self.context_length, device=device, dtype=dtype,
+                                  use_cuda_graph=use_graph, cuda_graph_max_bs=min(args.cuda_graph_max_bs,
+                                                                                  args.max_running_requests),
+                                  verify_widths=widths, attention_backend=args.attention_backend,
+                                  graph_disabled_reason=reason)
+        if use_graph:
+            self.runner.capture_graphs()
+        self.load_seconds = time.perf_counter() - t0
+        self.tokenizer = None
+        if not args.skip_tokenizer_init:
+            from sglang_eagle3.tokenizer import load_tokenizer
+
+            self.tokenizer = load_tokenizer(args.tokenizer_path or args.model_path)
+        eos = cfg.eos_token_id
+        if not eos and self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            eos = (self.tokenizer.eos_token_id,)
+        self.scheduler = Scheduler(self.runner, num_steps=self.num_steps, max_running=args.max_running_requests,
+                                   max_context=self.context_length, eos_token_ids=tuple(eos),
+                                   detokenize=self.tokenizer.decode if self.tokenizer is not None else None)
+
+    # -- requests ----------------------------------------------------------------------------------------
+    def make_request(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
+                     logprob_start_len=None, top_logprobs_num=None, rid=None) -> Request:
+        """Validates one request (raises RequestError / SamplingParamsError naming the field)."""
+        if (prompt is None) == (input_ids is None):
+            raise RequestError("exactly one of prompt (text) and input_ids must be given")
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise RequestError(f"prompt must be a string, got {type(prompt).__name__}")
+            if self.tokenizer is None:
+                raise RequestError("this engine has no tokenizer: pass input_ids instead of text")
+            input_ids = self.tokenizer.encode(prompt)
+        if not isinstance(input_ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                      for t in input_ids):
+            raise RequestError("input_ids must be a list of integers")
+        if not input_ids:
+            raise RequestError("the prompt is empty (0 tokens)")
+        V = self.model_config.vocab_size
+        bad = [t for t in input_ids if not 0 <= t < V]
+        if bad:
+            raise RequestError(f"token id(s) {bad[:5]} outside the vocabulary [0, {V})")
+        params = SamplingParams.from_dict(sampling_params)
+        lookahead = (self.num_steps or 0) + 1
+        room = self.context_length - lookahead - len(input_ids)
+        if room < 0:
+            raise RequestError(f"prompt of {len(input_ids)} tokens is longer than the context allows "
+                               f"({self.context_length} tokens, {lookahead} reserved for decoding)")
+        if params.max_new_tokens > room + 1:
+            params = dataclasses.replace(params, max_new_tokens=room + 1)
+        if logprob_start_len is not None and (not isinstance(logprob_start_len, int) or logprob_start_len < -1):
+            raise RequestError(f"logprob_start_len={logprob_start_len!r} must be an integer >= -1")
+        if top_logprobs_num is not None and (not isinstance(top_logprobs_num, int) or not 0 <= top_logprobs_num <= V):
+            raise RequestError(f"top_logprobs_num={top_logprobs_num!r} must be an integer in [0, {V}]")
+        gen = None
+        if params.seed is not None:
+            gen = torch.Generator().manual_seed(params.seed)
+        return Request(rid=rid or uuid.uuid4().hex, input_ids=list(input_ids), params=params,
+                       return_logprob=bool(return_logprob),
+                       logprob_start_len=-1 if logprob_start_len is None else logprob_start_len,
+                       top_logprobs_num=top_logprobs_num or 0, generator=gen)
+
+    def result(self, r: Request) -> dict:
+        """SGLang-shaped output dict for a (finished or running) request."""
+        meta = {
+            "id": r.rid,
+            "prompt_tokens": len(r.input_ids),
+            "completion_tokens": len(r.output_ids),
+            "finish_reason": r.finished_reason,
+            "spec_verify_ct": r.verify_ct,
+        }
+        if r.return_logprob:
+            meta["input_token_logprobs"] = r.input_token_logprobs
+            meta["output_token_logprobs"] = r.output_token_logprobs
+            if r.top_logprobs_num:
+                meta["input_top_logprobs"] = r.input_top_logprobs
+                meta["output_top_logprobs"] = r.output_top_logprobs
+        out = {"output_ids": list(r.output_ids), "meta_info": meta}
+        if self.tokenizer is not None:
+            out["text"] = self.tokenizer.decode(r.output_ids)
+            stop = r.finished_reason and r.finished_reason.get("type") == "stop" and r.finished_reason.get("matched")
+            if isinstance(stop, str) and stop in out["text"]:
+                out["text"] = out["text"][: out["text"].index(stop)]
+        return out
+
+    def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
+                 logprob_start_len=None, top_logprobs_num=None):
+        """Runs to completion. A list prompt (or list of id lists) is a batch: returns a list of dicts."""
+        batch = isinstance(prompt, list) or (isinstance(input_ids, list) and input_ids
+                                             and isinstance(input_ids[0], list))
+        if not batch:
+            reqs = [self.make_request(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                      top_logprobs_num)]
+        else:
+            n = len(prompt) if prompt is not None else len(input_ids)
+            sps = sampling_params if isinstance(sampling_params, list) else [sampling_params] * n
+            if len(sps) != n:
+                raise RequestError(f"{len(sps)} sampling_params for {n} prompts")
+            reqs = [self.make_request(prompt[i] if prompt is not None else None, sps[i],
+                                      input_ids[i] if input_ids is not None else None, return_logprob,
+                                      logprob_start_len, top_logprobs_num) for i in range(n)]
+        for r in reqs:  # validated all before queueing any: nothing half-submitted
+            self.scheduler.add(r)
+        while any(not r.finished for r in reqs):
+            self.scheduler.step()
+        outs = [self.result(r) for r in reqs]
+        return outs if batch else outs[0]
+
+    # -- introspection -----------------------------------------------------------------------------------
+    def get_server_info(self) -> dict:
+        s = self.scheduler.stats
+        return {
+            "args": dataclasses.asdict(self.args),
+            "model": {"path": self.args.model_path, "layers": self.model_config.num_hidden_layers,
+                      "hidden_size": self.model_config.hidden_size, "experts": self.model_config.n_routed_experts,
+                      "vocab_size": self.model_config.vocab_size, "context_length": self.context_length},
+            "draft": None if self.draft_config is None else {
+                "path": self.args.speculative_draft_model_path, "aux_layer_ids": list(self.aux_layer_ids),
+                "draft_vocab_size": self.draft_config.draft_vocab_size, "num_steps": self.num_steps},
+            "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
+            "avg_spec_accept_length": s.avg_accept_length,
+            "verify_forwards": s.verify_forwards,
+            "forward_counts": self.runner.stats.as_dict(),
+            "cuda_graphs": self.runner.graph_report(),
+            "kv_pages_free": self.runner.allocator.num_free,
+            "kv_pages_total": self.runner.allocator.num_pages - 1,
+            "running_requests": len(self.scheduler.running),
+            "waiting_requests": len(self.scheduler.waiting),
+            "load_seconds": round(self.load_seconds, 3),
+        }
+
+    def shutdown(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+
+def _select_backends(args: EngineArgs, device: torch.device) -> None:
+    """Records which kernel path the model uses (Triton on CUDA by default, torch references elsewhere)."""
+    from sglang_eagle3 import kernels
+
+    for name in ("attention_backend", "moe_runner_backend"):
+        v = getattr(args, name)
+        if v == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ConfigError(f"{name}='triton' needs a CUDA device (or TRITON_INTERPRET=1); got device={device}")
+    set_backends = getattr(kernels, "set_backends", None)
+    if set_backends is not None:
+        set_backends(attention=args.attention_backend, moe=args.moe_runner_backend)
+
+
+__all__ = ["Engine", "EngineArgs", "RequestError", "SamplingParamsError"]
