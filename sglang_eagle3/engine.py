@@ -63,6 +63,8 @@ class EngineArgs:
     log_level: str = "warning"
     # Extra environment for TP worker processes (the launcher's environment is always inherited).
     worker_env: tuple[tuple[str, str], ...] = ()
+    use_worker_processes: bool = False  # run even tp_size=1 in a spawned worker (same path as TP)
+    worker_timeout: float = 300.0  # seconds a worker may take to answer before it is declared failed
 
     def __post_init__(self):
         algo = self.speculative_algorithm
@@ -128,57 +130,31 @@ class Engine:
             raise ConfigError("speculative_algorithm=EAGLE3 needs speculative_draft_model_path")
         self.args = args
         self.num_steps = args.num_steps() if args.speculative else None
-        if args.tp_size > 1:
-            from sglang_eagle3.distributed.workers import TPWorkerGroup  # noqa: F401  (imported lazily)
-
-            raise NotImplementedError("tp_size > 1 is served through sglang_eagle3.distributed (see README)")
-        self._setup_local(args)
+        self._setup(args)
 
     # -- construction -----------------------------------------------------------------------------------
-    def _setup_local(self, args: EngineArgs) -> None:
-        from sglang_eagle3.models.loader import load_draft, load_target
-        from sglang_eagle3.runtime.model_runner import ModelRunner
-        from sglang_eagle3.runtime.scheduler import Scheduler
+    def _setup(self, args: EngineArgs) -> None:
+        """Resolves everything that does not need weights here (configs, context, tokenizer), then builds the
+        backend: the model worker in this process, or tp_size worker processes."""
+        from sglang_eagle3.config import DraftConfig, ModelConfig
+        from sglang_eagle3.runtime.worker import resolve_device
 
-        device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
-                              else ("cpu" if args.device == "auto" else args.device))
+        device = resolve_device(args.device)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ConfigError(f"device={args.device!r} but CUDA is not available")
-        dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32, "float32": torch.float32,
-                 "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}[args.dtype]
-        torch.manual_seed(args.random_seed)
-        self.device, self.dtype = device, dtype
+        self.device = device
         _select_backends(args, device)
-        t0 = time.perf_counter()
-        target = load_target(args.model_path, device=device, dtype=dtype)
-        cfg = target.config
-        draft, aux_ids = None, ()
-        if args.speculative:
-            draft = load_draft(args.speculative_draft_model_path, cfg, device=device, dtype=dtype)
-            aux_ids = resolve_aux_layer_ids(draft.config, cfg.num_hidden_layers, args.speculative_aux_layer_ids)
-            logger.info("EAGLE-3 draft wired to the residual streams entering target layers %s", list(aux_ids))
+        cfg = ModelConfig.from_path(args.model_path)
         self.model_config = cfg
-        self.draft_config = draft.config if draft is not None else None
-        self.aux_layer_ids = aux_ids
+        self.draft_config = DraftConfig.from_path(args.speculative_draft_model_path) if args.speculative else None
+        self.aux_layer_ids = ()
         self.context_length = min(args.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
-        if draft is not None:
-            self.context_length = min(self.context_length, draft.config.max_position_embeddings)
-        k = self.num_steps or 0
-        widths = tuple(sorted({k + 1, *(c + 1 for c in args.speculative_num_steps_candidates)})) if k else (1,)
-        max_tokens = args.max_total_tokens or args.max_running_requests * (self.context_length + args.page_size)
-        num_pages = max_tokens // args.page_size + 2
-        use_graph = device.type == "cuda" and not args.disable_cuda_graph
-        reason = ("disable_cuda_graph=True" if args.disable_cuda_graph
-                  else "CUDA graphs need a CUDA device (running on CPU)")
-        self.runner = ModelRunner(target, draft, aux_layer_ids=aux_ids, num_pages=num_pages, page_size=args.page_size,
-                                  max_context=self.context_length, device=device, dtype=dtype,
-                                  use_cuda_graph=use_graph, cuda_graph_max_bs=min(args.cuda_graph_max_bs,
-                                                                                  args.max_running_requests),
-                                  verify_widths=widths, attention_backend=args.attention_backend,
-                                  graph_disabled_reason=reason)
-        if use_graph:
-            self.runner.capture_graphs()
-        self.load_seconds = time.perf_counter() - t0
+        if self.draft_config is not None:
+            self.aux_layer_ids = resolve_aux_layer_ids(self.draft_config, cfg.num_hidden_layers,
+                                                       args.speculative_aux_layer_ids)
+            logger.info("EAGLE-3 draft wired to the residual streams entering target layers %s",
+                        list(self.aux_layer_ids))
+            self.context_length = min(self.context_length, self.draft_config.max_position_embeddings)
         self.tokenizer = None
         if not args.skip_tokenizer_init:
             from sglang_eagle3.tokenizer import load_tokenizer
@@ -187,9 +163,33 @@ class Engine:
         eos = cfg.eos_token_id
         if not eos and self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             eos = (self.tokenizer.eos_token_id,)
-        self.scheduler = Scheduler(self.runner, num_steps=self.num_steps, max_running=args.max_running_requests,
-                                   max_context=self.context_length, eos_token_ids=tuple(eos),
-                                   detokenize=self.tokenizer.decode if self.tokenizer is not None else None)
+        k = self.num_steps or 0
+        max_tokens = args.max_total_tokens or args.max_running_requests * (self.context_length + args.page_size)
+        plan = {
+            "context_length": self.context_length,
+            "num_steps": self.num_steps,
+            "verify_widths": tuple(sorted({k + 1, *(c + 1 for c in args.speculative_num_steps_candidates)}))
+            if k else (1,),
+            "num_pages": max_tokens // args.page_size + 2,
+            "eos": tuple(eos),
+        }
+        t0 = time.perf_counter()
+        self.worker_env_reports: list[dict] = []
+        if args.tp_size > 1 or args.use_worker_processes:
+            from sglang_eagle3.distributed.workers import TPWorkerGroup
+
+            self.backend = TPWorkerGroup(args, plan, timeout=args.worker_timeout)
+            self.worker_env_reports = self.backend.env_reports
+            self.runner = None
+        else:
+            from sglang_eagle3.runtime.worker import ModelWorker
+
+            self.backend = ModelWorker(args, plan, device,
+                                       detokenize=self.tokenizer.decode if self.tokenizer is not None else None)
+            self.runner = self.backend.runner
+        # The scheduler interface (add / abort / step / has_work) the server drives, local or remote.
+        self.scheduler = self.backend
+        self.load_seconds = time.perf_counter() - t0
 
     # -- requests ----------------------------------------------------------------------------------------
     def make_request(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
@@ -224,13 +224,10 @@ class Engine:
             raise RequestError(f"logprob_start_len={logprob_start_len!r} must be an integer >= -1")
         if top_logprobs_num is not None and (not isinstance(top_logprobs_num, int) or not 0 <= top_logprobs_num <= V):
             raise RequestError(f"top_logprobs_num={top_logprobs_num!r} must be an integer in [0, {V}]")
-        gen = None
-        if params.seed is not None:
-            gen = torch.Generator().manual_seed(params.seed)
         return Request(rid=rid or uuid.uuid4().hex, input_ids=list(input_ids), params=params,
                        return_logprob=bool(return_logprob),
                        logprob_start_len=-1 if logprob_start_len is None else logprob_start_len,
-                       top_logprobs_num=top_logprobs_num or 0, generator=gen)
+                       top_logprobs_num=top_logprobs_num or 0)
 
     def result(self, r: Request) -> dict:
         """SGLang-shaped output dict for a (finished or running) request."""
@@ -273,15 +270,23 @@ class Engine:
                                       logprob_start_len, top_logprobs_num) for i in range(n)]
         for r in reqs:  # validated all before queueing any: nothing half-submitted
             self.scheduler.add(r)
-        while any(not r.finished for r in reqs):
-            self.scheduler.step()
-        outs = [self.result(r) for r in reqs]
+        done: dict[str, Request] = {}
+        try:
+            while len(done) < len(reqs):
+                for r in self.scheduler.step():
+                    if r.finished:
+                        done[r.rid] = r
+        except BaseException:
+            for r in reqs:  # an interrupted generate leaves nothing queued behind
+                if r.rid not in done:
+                    self.scheduler.abort(r.rid)
+            raise
+        outs = [self.result(done[r.rid]) for r in reqs]
         return outs if batch else outs[0]
 
     # -- introspection -----------------------------------------------------------------------------------
     def get_server_info(self) -> dict:
-        s = self.scheduler.stats
-        return {
+        info = {
             "args": dataclasses.asdict(self.args),
             "model": {"path": self.args.model_path, "layers": self.model_config.num_hidden_layers,
                       "hidden_size": self.model_config.hidden_size, "experts": self.model_config.n_routed_experts,
@@ -289,26 +294,31 @@ class Engine:
             "draft": None if self.draft_config is None else {
                 "path": self.args.speculative_draft_model_path, "aux_layer_ids": list(self.aux_layer_ids),
                 "draft_vocab_size": self.draft_config.draft_vocab_size, "num_steps": self.num_steps},
-            "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
-            "avg_spec_accept_length": s.avg_accept_length,
-            "verify_forwards": s.verify_forwards,
-            "forward_counts": self.runner.stats.as_dict(),
-            "cuda_graphs": self.runner.graph_report(),
-            "kv_pages_free": self.runner.allocator.num_free,
-            "kv_pages_total": self.runner.allocator.num_pages - 1,
-            "running_requests": len(self.scheduler.running),
-            "waiting_requests": len(self.scheduler.waiting),
-            "load_seconds": round(self.load_seconds, 3),
+            "device": str(self.device),
+            "tp_size": self.args.tp_size,
+            "worker_env": self.worker_env_reports,
+            "kernels": _kernel_report(),
         }
+        info.update(self.backend.info())
+        return info
 
     def shutdown(self) -> None:
-        pass
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.shutdown()
+
+
+def _kernel_report() -> dict:
+    from sglang_eagle3 import kernels
+
+    report = getattr(kernels, "kernel_report", None)
+    return report() if report is not None else {}
 
 
 def _select_backends(args: EngineArgs, device: torch.device) -> None:

@@ -36,6 +36,16 @@ class Request:
     next_draft_token: int | None = None
     text_offset: int = 0
 
+    def snapshot(self) -> Request:
+        """A copy safe to send to another process (no generator, copied lists)."""
+        import copy
+
+        gen, self.generator = self.generator, None
+        try:
+            return copy.deepcopy(self)
+        finally:
+            self.generator = gen
+
     @property
     def tokens(self) -> list[int]:
         return self.input_ids + self.output_ids

@@ -66,6 +66,9 @@ class Scheduler:
         return self.num_steps or 0
 
     def add(self, req: Request) -> None:
+        if req.params.seed is not None and req.generator is None:
+            # Created here, not by the engine: under TP every rank builds the same generator.
+            req.generator = torch.Generator().manual_seed(req.params.seed)
         self.waiting.append(req)
 
     def abort(self, rid: str) -> bool:

@@ -1,0 +1,231 @@
+"""Tensor-parallel worker processes spawned by the engine (no torchrun).
+
+Every rank runs a ModelWorker over its slice; the engine sends each rank the same command stream (add,
+abort, step, info, shutdown) through its own pipe, so the ranks step in lockstep and meet in the
+collectives inside each forward. Rank 0's replies are the results; other ranks reply with acknowledgements.
+
+Environment hand-off is explicit: a worker's environment is the launcher's ``os.environ`` at spawn time plus
+``EngineArgs.worker_env``, applied first thing in the child before torch initialises NCCL; each worker then
+reports its effective NCCL/CUDA environment, NCCL version and device (env_report.collect_env_report), the
+engine keeps the per-rank reports and warns where ranks disagree.
+
+Failure handling: a worker that raises sends its traceback before exiting; the engine polls every pipe with
+a deadline and checks process liveness, so a crash at start-up or mid-run becomes a WorkerError naming the
+rank and cause within ``timeout`` seconds, after which every worker is terminated (then killed).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import socket
+import time
+import traceback
+import weakref
+from datetime import timedelta
+
+logger = logging.getLogger(__name__)
+
+FAULT_ENV = "SGLANG_EAGLE3_FAULT_INJECT"  # test hook: "rank=R,at=start" or "rank=R,at=step:N"
+
+
+class WorkerError(RuntimeError):
+    """A TP worker failed; the message names the rank and the cause."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fault(rank: int) -> str | None:
+    spec = os.environ.get(FAULT_ENV, "")
+    if not spec:
+        return None
+    kv = dict(p.split("=", 1) for p in spec.split(",") if "=" in p)
+    return kv.get("at") if int(kv.get("rank", -1)) == rank else None
+
+
+def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_env: dict) -> None:
+    os.environ.update(extra_env)  # before torch touches NCCL/CUDA
+    try:
+        import torch
+        import torch.distributed as dist
+
+        from sglang_eagle3.distributed.parallel_state import init_tp
+        from sglang_eagle3.env_report import collect_env_report
+        from sglang_eagle3.runtime.worker import ModelWorker, resolve_device
+
+        logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+                            format=f"[tp{rank}] %(levelname)s %(name)s: %(message)s")
+        device = resolve_device(args.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(rank)
+            device = torch.device("cuda", rank)
+        else:
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
+        fault = _fault(rank)
+        if fault == "start":
+            raise RuntimeError(f"fault injected at start-up ({FAULT_ENV})")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                rank=rank, world_size=size, timeout=timedelta(seconds=plan["timeout"]))
+        init_tp(rank, size)
+        worker = ModelWorker(args, plan, device)
+        report = collect_env_report()
+        report["rank"] = rank
+        conn.send(("ready", report))
+        fail_step = int(fault.split(":")[1]) if fault and fault.startswith("step:") else None
+        steps = 0
+        while True:
+            cmd, payload = conn.recv()
+            if cmd == "shutdown":
+                conn.send(("ok", None))
+                break
+            if cmd == "add":
+                for r in payload:
+                    worker.add(r)
+                conn.send(("ok", None))
+            elif cmd == "abort":
+                conn.send(("ok", worker.abort(payload)))
+            elif cmd == "step":
+                steps += 1
+                if fail_step is not None and steps >= fail_step:
+                    raise RuntimeError(f"fault injected at step {steps} ({FAULT_ENV})")
+                changed = worker.step()
+                conn.send(("ok", [r.snapshot() for r in changed] if rank == 0 else None))
+            elif cmd == "info":
+                conn.send(("ok", worker.info() if rank == 0 else None))
+            else:
+                raise ValueError(f"unknown command {cmd!r}")
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the engine with its traceback
+        try:
+            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        except (BrokenPipeError, OSError):
+            pass
+        raise SystemExit(1) from None
+
+
+class TPWorkerGroup:
+    """tp_size worker processes behind the ModelWorker interface (add/abort/step/has_work/info)."""
+
+    def __init__(self, args, plan: dict, *, timeout: float = 300.0):
+        self.size = args.tp_size
+        self.timeout = timeout
+        extra = dict(args.worker_env)
+        ctx = mp.get_context("spawn")
+        port = _free_port()
+        plan = dict(plan, timeout=timeout)
+        self.procs, self.conns = [], []
+        self._pending: set[str] = set()
+        self._closed = False
+        for rank in range(self.size):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker_main, args=(rank, self.size, args, plan, port, child, extra),
+                            name=f"sglang_eagle3-tp{rank}", daemon=True)
+            p.start()
+            child.close()
+            self.procs.append(p)
+            self.conns.append(parent)
+        self._finalizer = weakref.finalize(self, _terminate, list(self.procs))
+        try:
+            replies = self._gather("ready", deadline=time.monotonic() + timeout)
+        except BaseException:
+            self.close()
+            raise
+        self.env_reports = replies
+        from sglang_eagle3.env_report import compare_reports
+
+        self.env_disagreements = compare_reports(replies)
+        for line in self.env_disagreements:
+            logger.warning("TP ranks disagree: %s", line)
+
+    # -- plumbing -------------------------------------------------------------------------------------
+    def _gather(self, what: str, deadline: float) -> list:
+        """Waits for one reply from every rank; raises WorkerError naming the first rank that failed."""
+        out: list = [None] * self.size
+        waiting = set(range(self.size))
+        while waiting:
+            for rank in sorted(waiting):
+                conn, proc = self.conns[rank], self.procs[rank]
+                if conn.poll(0.01):
+                    try:
+                        tag, payload = conn.recv()
+                    except (EOFError, OSError):
+                        self._fail(rank, f"pipe closed while waiting for {what} (exit code {proc.exitcode})")
+                    if tag == "error":
+                        self._fail(rank, payload)
+                    out[rank] = payload
+                    waiting.discard(rank)
+                elif not proc.is_alive():
+                    self._fail(rank, f"process exited with code {proc.exitcode} while waiting for {what}")
+            if waiting and time.monotonic() > deadline:
+                self._fail(min(waiting), f"no reply to {what} within {self.timeout:.0f} s")
+        return out
+
+    def _fail(self, rank: int, cause: str):
+        self.close(graceful=False)
+        raise WorkerError(f"TP worker rank {rank} failed: {cause}")
+
+    def _call(self, cmd: str, payload=None):
+        if self._closed:
+            raise WorkerError("the TP worker group is shut down")
+        for rank, conn in enumerate(self.conns):
+            try:
+                conn.send((cmd, payload))
+            except (BrokenPipeError, OSError):
+                self._fail(rank, f"cannot send {cmd!r}: pipe closed (exit code {self.procs[rank].exitcode})")
+        return self._gather(cmd, deadline=time.monotonic() + self.timeout)[0]
+
+    # -- ModelWorker interface ------------------------------------------------------------------------
+    def add(self, req) -> None:
+        self._pending.add(req.rid)
+        self._call("add", [req.snapshot()])
+
+    def abort(self, rid: str) -> bool:
+        self._pending.discard(rid)
+        return bool(self._call("abort", rid))
+
+    def step(self) -> list:
+        changed = self._call("step")
+        for r in changed:
+            if r.finished:
+                self._pending.discard(r.rid)
+        return changed
+
+    def has_work(self) -> bool:
+        return bool(self._pending)
+
+    def info(self) -> dict:
+        return self._call("info")
+
+    def close(self, graceful: bool = True) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if graceful:
+            for conn in self.conns:
+                try:
+                    conn.send(("shutdown", None))
+                except (BrokenPipeError, OSError):
+                    pass
+            deadline = time.monotonic() + 10
+            for p in self.procs:
+                p.join(max(0.0, deadline - time.monotonic()))
+        _terminate(self.procs)
+        for conn in self.conns:
+            conn.close()
+
+
+def _terminate(procs) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+            p.join(5)

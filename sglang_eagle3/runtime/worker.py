@@ -1,0 +1,101 @@
+"""One process's share of the engine: loads the target (and draft) slices for its TP rank, builds the model
+runner and the scheduler. The in-process engine (tp_size=1) uses one directly; each TP worker process runs
+one, all ranks stepping the same scheduler in lockstep (SPMD: identical inputs, identical sampling RNG, so
+every rank makes the same decisions and only the collectives inside the forwards need to agree).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from sglang_eagle3.config import resolve_aux_layer_ids
+from sglang_eagle3.runtime.model_runner import ModelRunner
+from sglang_eagle3.runtime.request import Request
+from sglang_eagle3.runtime.scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[dtype]
+
+
+class ModelWorker:
+    """Owns this process's models, KV pools, graphs and scheduler. ``args`` is an EngineArgs; ``plan`` holds
+    what the engine resolved once (context length, draft widths, eos ids)."""
+
+    def __init__(self, args, plan: dict, device: torch.device, detokenize=None):
+        from sglang_eagle3.models.loader import load_draft, load_target
+
+        t0 = time.perf_counter()
+        dtype = resolve_dtype(args.dtype, device)
+        torch.manual_seed(args.random_seed)
+        self.device, self.dtype = device, dtype
+        target = load_target(args.model_path, device=device, dtype=dtype)
+        draft, aux_ids = None, ()
+        if args.speculative:
+            draft = load_draft(args.speculative_draft_model_path, target.config, device=device, dtype=dtype)
+            aux_ids = resolve_aux_layer_ids(draft.config, target.config.num_hidden_layers,
+                                            args.speculative_aux_layer_ids)
+        use_graph = device.type == "cuda" and not args.disable_cuda_graph
+        reason = ("disable_cuda_graph=True" if args.disable_cuda_graph
+                  else "CUDA graphs need a CUDA device (running on CPU)")
+        self.runner = ModelRunner(
+            target, draft, aux_layer_ids=aux_ids, num_pages=plan["num_pages"], page_size=args.page_size,
+            max_context=plan["context_length"], device=device, dtype=dtype, use_cuda_graph=use_graph,
+            cuda_graph_max_bs=min(args.cuda_graph_max_bs, args.max_running_requests),
+            verify_widths=plan["verify_widths"], attention_backend=args.attention_backend,
+            graph_disabled_reason=reason)
+        if use_graph:
+            self.runner.capture_graphs()
+        self.scheduler = Scheduler(self.runner, num_steps=plan["num_steps"], max_running=args.max_running_requests,
+                                   max_context=plan["context_length"], eos_token_ids=tuple(plan["eos"]),
+                                   detokenize=detokenize)
+        self.load_seconds = time.perf_counter() - t0
+
+    # The engine drives every worker through these four calls (and info()).
+    def add(self, req: Request) -> None:
+        self.scheduler.add(req)
+
+    def abort(self, rid: str) -> bool:
+        return self.scheduler.abort(rid)
+
+    def step(self) -> list[Request]:
+        return self.scheduler.step()
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def info(self) -> dict:
+        s = self.scheduler.stats
+        steps = s.step_seconds
+        return {
+            "avg_spec_accept_length": s.avg_accept_length,
+            "verify_forwards": s.verify_forwards,
+            "accepted_tokens": s.accepted_tokens,
+            "accept_length_hist": dict(s.accept_length_hist),
+            "prompt_tokens": s.prompt_tokens,
+            "generated_tokens": s.generated_tokens,
+            "finished_requests": s.finished_requests,
+            "recent_step_seconds": list(steps[-256:]),
+            "forward_counts": self.runner.stats.as_dict(),
+            "cuda_graphs": self.runner.graph_report(),
+            "kv_pages_free": self.runner.allocator.num_free,
+            "kv_pages_total": self.runner.allocator.num_pages - 1,
+            "running_requests": len(self.scheduler.running),
+            "waiting_requests": len(self.scheduler.waiting),
+            "load_seconds": round(self.load_seconds, 3),
+        }
