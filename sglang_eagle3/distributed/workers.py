@@ -137,9 +137,9 @@ class TPWorkerGroup:
             self.close()
             raise
         self.env_reports = replies
-        from sglang_eagle3.env_report import compare_reports
+        from sglang_eagle3.env_report import PER_RANK_KEYS, compare_reports
 
-        self.env_disagreements = compare_reports(replies)
+        self.env_disagreements = compare_reports(replies, ignore=PER_RANK_KEYS | {"rank"})
         for line in self.env_disagreements:
             logger.warning("TP ranks disagree: %s", line)
 
@@ -187,6 +187,8 @@ class TPWorkerGroup:
 
     def abort(self, rid: str) -> bool:
         self._pending.discard(rid)
+        if self._closed:  # after a failure there is nothing left to cancel
+            return False
         return bool(self._call("abort", rid))
 
     def step(self) -> list:

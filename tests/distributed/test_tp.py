@@ -1,0 +1,98 @@
+"""Tensor parallelism on CPU (gloo): TP=2/4 equal TP=1, worker environment hand-off, worker failures."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+
+import pytest
+
+from sglang_eagle3 import Engine
+from sglang_eagle3.distributed.workers import FAULT_ENV, WorkerError
+from sglang_eagle3.testing import tiny_config, tiny_draft_config, write_tiny_pair
+
+# Logprobs of the chosen tokens agree across TP sizes to this (float32; only the summation order of the
+# all-reduced partial sums differs).
+LOGPROB_ATOL = 2e-4
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    cfg = tiny_config(vocab=192, hidden=64, heads=4, layers=4, experts=8, top_k=2, n_group=2, topk_group=1,
+                      moe_inter=32, inter=64)
+    dcfg = tiny_draft_config(cfg, draft_vocab=96, heads=4, kv_heads=4, inter=64, aux_ids=[1, 2, 3])
+    return write_tiny_pair(str(tmp_path_factory.mktemp("tp")), cfg, dcfg, seed=11, scale=3.0)
+
+
+PROMPTS = [[3, 1, 4, 1, 5, 9, 2], [6, 5, 3], [5, 8, 9, 7, 9, 3, 2, 3, 8, 4]]
+GREEDY = {"max_new_tokens": 12, "temperature": 0}
+
+
+def _run(pair, tp, spec, **kw):
+    tpath, dpath = pair
+    extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath, speculative_num_steps=2) \
+        if spec else {}
+    eng = Engine(model_path=tpath, device="cpu", tp_size=tp, use_worker_processes=tp > 1, **extra, **kw)
+    try:
+        outs = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY, return_logprob=True)
+        return outs, eng.get_server_info()
+    finally:
+        eng.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reference(pair):
+    return _run(pair, 1, False)[0]
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("spec", [False, True])
+def test_tp_matches_single_process(pair, reference, tp, spec):
+    outs, info = _run(pair, tp, spec)
+    assert [o["output_ids"] for o in outs] == [o["output_ids"] for o in reference]
+    for o, r in zip(outs, reference, strict=True):
+        got = [x[0] for x in o["meta_info"]["output_token_logprobs"]]
+        want = [x[0] for x in r["meta_info"]["output_token_logprobs"]]
+        assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < LOGPROB_ATOL
+    assert len(info["worker_env"]) == tp
+    if spec:
+        assert info["verify_forwards"] == sum(o["meta_info"]["spec_verify_ct"] for o in outs) > 0
+
+
+def test_worker_environment_reaches_every_rank(pair, monkeypatch):
+    monkeypatch.setenv("NCCL_ALGO", "Ring")  # set in the launcher's environment
+    eng = Engine(model_path=pair[0], device="cpu", tp_size=2, worker_env={"NCCL_PROTO": "Simple"})
+    try:
+        reports = eng.get_server_info()["worker_env"]
+        assert [r["rank"] for r in reports] == [0, 1]
+        for r in reports:
+            flat = str(r)
+            assert "NCCL_PROTO" in flat and "Simple" in flat, r
+            assert "NCCL_ALGO" in flat and "Ring" in flat, r
+            assert r["pid"] != os.getpid()
+    finally:
+        eng.shutdown()
+
+
+def _no_workers_left():
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not [p for p in mp.active_children() if p.name.startswith("sglang_eagle3-tp")]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("at", ["start", "step:2"])
+def test_failing_rank_is_reported_and_cleaned_up(pair, monkeypatch, at):
+    monkeypatch.setenv(FAULT_ENV, f"rank=1,at={at}")
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError, match=r"rank 1 failed.*fault injected"):
+        eng = Engine(model_path=pair[0], device="cpu", tp_size=2, worker_timeout=60)
+        try:
+            eng.generate(input_ids=PROMPTS[0], sampling_params=GREEDY)
+        finally:
+            eng.shutdown()
+    assert time.monotonic() - t0 < 60
+    assert _no_workers_left()
