@@ -55,7 +55,6 @@ class ForwardBatch:
     out_cache_loc: torch.Tensor
     tokens_per_req: int = 1
     extend_lens: list[int] | None = None
-    attention_backend: str = "torch"
 
     @property
     def batch_size(self) -> int:

@@ -322,16 +322,11 @@ def _kernel_report() -> dict:
 
 
 def _select_backends(args: EngineArgs, device: torch.device) -> None:
-    """Records which kernel path the model uses (Triton on CUDA by default, torch references elsewhere)."""
-    from sglang_eagle3 import kernels
-
+    """Checks the kernel path choice (Triton on CUDA by default, torch references elsewhere)."""
     for name in ("attention_backend", "moe_runner_backend"):
         v = getattr(args, name)
         if v == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise ConfigError(f"{name}='triton' needs a CUDA device (or TRITON_INTERPRET=1); got device={device}")
-    set_backends = getattr(kernels, "set_backends", None)
-    if set_backends is not None:
-        set_backends(attention=args.attention_backend, moe=args.moe_runner_backend)
 
 
 __all__ = ["Engine", "EngineArgs", "RequestError", "SamplingParamsError"]

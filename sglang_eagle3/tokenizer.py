@@ -1,5 +1,11 @@
 """Tokenizers from a model directory: ``tokenizer.json`` (the ``tokenizers`` library) or a tiktoken-style
-``tiktoken.model`` (Kimi ships one), plus the chat template from ``tokenizer_config.json`` when present.
+``tiktoken.model`` (Kimi ships one), plus the chat template from ``tokenizer_config.json`` (or a
+``chat_template.jinja`` file) when present, else ``DEFAULT_CHAT_TEMPLATE``.
+
+``encode(text)`` adds no special tokens by default (the embedded model is trained and evaluated on BOS-less
+prompts); ``add_special_tokens=True`` adds them as Hugging Face does (the post-processor's BOS, or
+``add_bos_token`` for tiktoken files). Special-token strings written in the text (chat templates write them)
+always become their ids.
 """
 
 from __future__ import annotations
@@ -18,29 +24,57 @@ DEFAULT_CHAT_TEMPLATE = (
 )
 
 
+class ChatTemplateError(ValueError):
+    """The chat template could not render these messages (a client error: bad roles, order or content)."""
+
+
 class Tokenizer:
+    """``encode(text, add_special_tokens)`` and ``decode(ids)`` callables plus the special-token names."""
+
     def __init__(self, encode, decode, vocab_size: int, eos_token_id: int | None, bos_token_id: int | None,
-                 chat_template: str | None, special_tokens: dict[str, int] | None = None):
+                 chat_template: str | None, special_tokens: dict[str, int] | None = None,
+                 bos_token: str | None = None, eos_token: str | None = None):
         self._encode, self._decode = encode, decode
         self.vocab_size = vocab_size
         self.eos_token_id, self.bos_token_id = eos_token_id, bos_token_id
+        self.bos_token, self.eos_token = bos_token, eos_token
         self.chat_template = chat_template or DEFAULT_CHAT_TEMPLATE
         self.has_own_chat_template = chat_template is not None
         self.special_tokens = special_tokens or {}
+        self._compiled_template = None
 
-    def encode(self, text: str) -> list[int]:
-        return list(self._encode(text))
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(self._encode(text, add_special_tokens))
 
     def decode(self, ids: list[int]) -> str:
         return self._decode(list(ids))
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        import jinja2
+    def set_chat_template(self, template: str) -> None:
+        self.chat_template, self.has_own_chat_template, self._compiled_template = template, True, None
 
-        env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-        return env.from_string(self.chat_template).render(messages=messages,
-                                                          add_generation_prompt=add_generation_prompt,
-                                                          bos_token="", eos_token="")
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """Renders messages as Hugging Face does (trim_blocks, lstrip_blocks, ``raise_exception``)."""
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        if self._compiled_template is None:
+            def raise_exception(message):
+                raise ChatTemplateError(message)
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                extensions=["jinja2.ext.loopcontrols"])
+            env.globals["raise_exception"] = raise_exception
+            self._compiled_template = env.from_string(self.chat_template)
+        try:
+            return self._compiled_template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                  bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+        except jinja2.TemplateError as e:
+            raise ChatTemplateError(f"the chat template cannot render these messages: {e}") from e
+
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of a rendered chat prompt. As with Hugging Face's ``apply_chat_template(tokenize=True)``,
+        only what the template writes is encoded (a template that wants a BOS writes ``{{ bos_token }}``)."""
+        return self.encode(self.apply_chat_template(messages, add_generation_prompt), add_special_tokens=False)
 
 
 def _read_json(path: str) -> dict:
@@ -62,22 +96,26 @@ def load_tokenizer(path: str) -> Tokenizer | None:
     template = cfg.get("chat_template")
     if isinstance(template, list):  # some configs hold named templates
         template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+    jinja_file = os.path.join(path, "chat_template.jinja")  # newer Hugging Face layout
+    if template is None and os.path.exists(jinja_file):
+        with open(jinja_file) as f:
+            template = f.read()
+    bos_token, eos_token = _token_str(cfg.get("bos_token")), _token_str(cfg.get("eos_token"))
     tj = os.path.join(path, "tokenizer.json")
     if os.path.exists(tj):
         from tokenizers import Tokenizer as HFTokenizer
 
         tok = HFTokenizer.from_file(tj)
 
-        def tid(key):
-            s = _token_str(cfg.get(key))
+        def tid(s):
             return tok.token_to_id(s) if s else None
 
-        return Tokenizer(lambda t: tok.encode(t, add_special_tokens=False).ids,
+        return Tokenizer(lambda t, special: tok.encode(t, add_special_tokens=special).ids,
                          lambda ids: tok.decode(ids, skip_special_tokens=True), tok.get_vocab_size(),
-                         tid("eos_token"), tid("bos_token"), template)
+                         tid(eos_token), tid(bos_token), template, bos_token=bos_token, eos_token=eos_token)
     tm = os.path.join(path, "tiktoken.model")
     if os.path.exists(tm):
-        return _load_tiktoken(tm, cfg, template)
+        return _load_tiktoken(tm, cfg, template, bos_token, eos_token)
     logger.warning("no tokenizer.json or tiktoken.model in %s: text prompts are unavailable, use input_ids", path)
     return None
 
@@ -91,7 +129,8 @@ _TIKTOKEN_PATTERN = (
 )
 
 
-def _load_tiktoken(path: str, cfg: dict, template: str | None) -> Tokenizer:
+def _load_tiktoken(path: str, cfg: dict, template: str | None, bos_token: str | None,
+                   eos_token: str | None) -> Tokenizer:
     """A tiktoken BPE file (base64 token + rank per line); special tokens from tokenizer_config's
     added_tokens_decoder."""
     try:
@@ -113,9 +152,15 @@ def _load_tiktoken(path: str, cfg: dict, template: str | None) -> Tokenizer:
     def decode(ids):
         return enc.decode([i for i in ids if i not in special_ids])
 
-    def tid(key):
-        s = _token_str(cfg.get(key))
-        return special.get(s) if s else None
+    bos_id = special.get(bos_token) if bos_token else None
+    eos_id = special.get(eos_token) if eos_token else None
+    prepend_bos = bool(cfg.get("add_bos_token")) and bos_id is not None
 
-    return Tokenizer(lambda t: enc.encode(t, disallowed_special=()), decode, len(ranks) + len(special),
-                     tid("eos_token"), tid("bos_token"), template, special)
+    def encode(text, add_special_tokens):
+        # Special-token strings in the text (chat templates write them) become their ids, as with
+        # Hugging Face tokenizers' added tokens.
+        ids = enc.encode(text, allowed_special="all")
+        return [bos_id] + ids if add_special_tokens and prepend_bos else ids
+
+    return Tokenizer(encode, decode, len(ranks) + len(special), eos_id, bos_id, template, special,
+                     bos_token=bos_token, eos_token=eos_token)

@@ -158,7 +158,8 @@ def make_sequences(target, codec: TextCodec, args, device, amp_dtype) -> torch.T
 
 def evaluate(target, draft, codec: TextCodec, aux_ids, args, device, amp_dtype) -> dict:
     prompts_text = heldout_prompts(read_documents(args.eval_data), args.eval_prompts, seed=args.seed + 1)
-    prompts = [codec.encode(p) for p in prompts_text]
+    # No BOS: the engine encodes prompts without special tokens (the model saw BOS-less windows in training).
+    prompts = [codec.encode(p, bos=False) for p in prompts_text]
     seqs = generate_greedy(target, prompts, args.eval_new_tokens, 32, device, amp_dtype, eos_id=codec.eos_id)
     ks = (1, 2, 3, 4, 5)
     acc = accept_lengths(target, draft, seqs, [len(p) for p in prompts], ks, aux_ids, device, amp_dtype)
@@ -219,7 +220,8 @@ def run(args: argparse.Namespace) -> dict:
         "target": args.target_model_path, "output": args.output, "aux_layer_ids": list(aux_ids),
         "draft_config": dcfg.to_hf(), "train_config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "sequences": list(sequences.shape), "generation_s": gen_s, "draft_vocab_coverage": coverage,
-        "steps_done": result.steps_done, "train_s": result.wall_s, "final_loss": result.final_loss,
+        "steps_done": result.steps_done, "steps_planned": result.steps_planned, "train_s": result.wall_s,
+        "final_loss": result.final_loss,
         "final_step_accs": result.final_step_accs, "history": result.history,
     }
     if args.eval_data:

@@ -16,19 +16,22 @@ import torch.distributed as dist
 class TPInfo:
     rank: int = 0
     size: int = 1
+    # Benchmarks of ONE rank's slice on one GPU: shapes as for `size` ranks, collectives skipped.
+    simulated: bool = False
 
 
 _TP = TPInfo()
 
 
-def init_tp(rank: int, size: int) -> None:
-    """Records this process's TP coordinates. torch.distributed must already be initialised if size > 1."""
+def init_tp(rank: int, size: int, simulated: bool = False) -> None:
+    """Records this process's TP coordinates. torch.distributed must already be initialised if size > 1,
+    unless ``simulated`` (a single process standing in for one rank: shapes sharded, no communication)."""
     global _TP
-    if size > 1 and not dist.is_initialized():
+    if size > 1 and not simulated and not dist.is_initialized():
         raise RuntimeError(f"tp_size={size} needs torch.distributed initialised before init_tp")
     if not 0 <= rank < size:
         raise ValueError(f"tp rank {rank} outside [0, {size})")
-    _TP = TPInfo(rank, size)
+    _TP = TPInfo(rank, size, simulated)
 
 
 def get_tp() -> TPInfo:
@@ -36,7 +39,7 @@ def get_tp() -> TPInfo:
 
 
 def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
-    if _TP.size == 1:
+    if _TP.size == 1 or _TP.simulated:
         return x
     dist.all_reduce(x)
     return x
@@ -44,8 +47,8 @@ def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
 
 def tp_all_gather_last_dim(x: torch.Tensor) -> torch.Tensor:
     """[..., D] on each rank -> [..., D * tp] in rank order."""
-    if _TP.size == 1:
-        return x
+    if _TP.size == 1 or _TP.simulated:
+        return x  # simulated: this rank's slice only
     parts = [torch.empty_like(x) for _ in range(_TP.size)]
     dist.all_gather(parts, x.contiguous())
     return torch.cat(parts, dim=-1)

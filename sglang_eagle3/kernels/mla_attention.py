@@ -18,6 +18,7 @@ from sglang_eagle3.kernels.triton.mla_attention import mla_merge_splits_kernel, 
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 256
+MERGE_TILE = 4096  # fp32 partials per merge program: 32 registers a thread at 4 warps
 
 
 def num_kv_splits(batch: int, row_blocks: int, max_keys: int, sms: int, cfg: dict) -> int:
@@ -86,11 +87,13 @@ def triton_mla_attention(
         BLOCK_N=cfg["BLOCK_N"], INTERPRET=tuning.interpreting(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
-    mla_merge_splits_kernel[(BT, H)](
+    splits_pad = triton.next_power_of_2(splits)
+    block_d = max(16, min(Dc, MERGE_TILE // splits_pad))  # [splits, BLOCK_D] fp32 tile per program
+    mla_merge_splits_kernel[(BT, H, triton.cdiv(Dc, block_d))](
         mid_o, mid_lse, out,
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
         out.stride(0), out.stride(1), splits,
-        DC=Dc, SPLITS_PAD=triton.next_power_of_2(splits),
+        SPLITS_PAD=splits_pad, BLOCK_D=block_d,
         num_warps=tuning.get_config("mla_merge", device, "rows", rows)["num_warps"],
     )
     return out

@@ -44,6 +44,7 @@ class MLAAttention(nn.Module):
         self.kv_b_proj = ColumnParallelLinear(cfg.kv_lora_rank, nh * (cfg.qk_nope_head_dim + cfg.v_head_dim),
                                               dtype=dtype)
         self.o_proj = RowParallelLinear(nh * cfg.v_head_dim, H, dtype=dtype)
+        self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
 
     # W_UK [h, nope, c] and W_UV [h, v, c] are views of kv_b_proj's weight: nothing is duplicated, and a
     # weight reload is seen at once.
@@ -81,7 +82,8 @@ class MLAAttention(nn.Module):
         if fb.mode.is_uniform:
             out = kernels.mla_attention(
                 q_latent, q_rope, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
-                page_size=fb.kv.page_size, kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale)
+                page_size=fb.kv.page_size, kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale,
+                use_triton=self.use_triton)
         else:
             # Ragged prefill: one uniform call per request (prefill is never graph-captured).
             outs, start = [], 0

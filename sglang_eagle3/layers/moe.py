@@ -90,12 +90,14 @@ class RoutedExperts(nn.Module):
             self.w13_weight = param((E, 2 * Ip, H), dtype, "w13")
             self.w2_weight = param((E, H, Ip), dtype, "w2")
 
-    def forward(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+                use_triton: bool | None = None) -> torch.Tensor:
         """Partial sums over this rank's intermediate slice: [T, H] (not yet all-reduced)."""
         if self.int4:
             return kernels.fused_moe_int4(x, self.w13_weight_packed, self.w13_weight_scale, self.w2_weight_packed,
-                                          self.w2_weight_scale, topk_weights, topk_ids, INT4_GROUP)
-        return kernels.fused_moe(x, self.w13_weight, self.w2_weight, topk_weights, topk_ids)
+                                          self.w2_weight_scale, topk_weights, topk_ids, INT4_GROUP,
+                                          use_triton=use_triton)
+        return kernels.fused_moe(x, self.w13_weight, self.w2_weight, topk_weights, topk_ids, use_triton=use_triton)
 
 
 class DeepseekMoE(nn.Module):
@@ -108,6 +110,7 @@ class DeepseekMoE(nn.Module):
             GatedMLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts, dtype, reduce=False)
             if cfg.n_shared_experts else None
         )
+        self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., H] -> [..., H]."""
@@ -116,8 +119,9 @@ class DeepseekMoE(nn.Module):
         c = self.cfg
         weights, ids = kernels.moe_topk(self.gate(x), self.gate.e_score_correction_bias,
                                         top_k=c.num_experts_per_tok, n_group=c.n_group, topk_group=c.topk_group,
-                                        renormalize=c.norm_topk_prob, routed_scaling_factor=c.routed_scaling_factor)
-        out = self.experts(x, weights, ids)
+                                        renormalize=c.norm_topk_prob, routed_scaling_factor=c.routed_scaling_factor,
+                                        use_triton=self.use_triton)
+        out = self.experts(x, weights, ids, self.use_triton)
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
         return tp_all_reduce(out).view(shape)

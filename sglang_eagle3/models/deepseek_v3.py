@@ -71,6 +71,14 @@ class DeepseekV3ForCausalLM(nn.Module):
         self.model = DeepseekV3Model(cfg, dtype, int4_experts)
         self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, dtype)
 
+    def set_kernel_backends(self, attention: str = "auto", moe: str = "auto") -> None:
+        """'triton' | 'torch' | 'auto' (Triton on CUDA tensors, the torch reference elsewhere)."""
+        choice = {"auto": None, "triton": True, "torch": False}
+        for layer in self.model.layers:
+            layer.self_attn.use_triton = choice[attention]
+            if isinstance(layer.mlp, DeepseekMoE):
+                layer.mlp.use_triton = choice[moe]
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch,
                 aux_layer_ids: tuple[int, ...] = ()):
         """Flat batch: input_ids/positions [N] -> (logits float32 [N, V], hidden [N, H], aux list [N, H])."""

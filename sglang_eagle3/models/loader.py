@@ -1,77 +1,160 @@
-"""Checkpoint loading for the targets and drafts users have.
+"""Checkpoint loading for the targets and drafts users download from the Hub.
 
-Layouts: single or sharded safetensors (``model.safetensors.index.json``), read shard by shard with lazy
-slices so that each TP rank reads only its bytes; Hugging Face DeepseekV3 names (per-expert
-``mlp.experts.{e}.gate_proj.weight`` or transformers-5 stacked ``mlp.experts.gate_up_proj``), Kimi-K2.5's
-``language_model.`` prefix (vision tower and projector skipped), compressed-tensors INT4 experts kept packed,
-DeepSeek-V3 block FP8 dequantised per tensor at load, EAGLE-3 drafts in ``midlayer.*`` or ``layers.0.*``
-naming. All checkpoint renames live in ``_map_target_name`` / ``_map_draft_name``.
+What loads (docs/CHECKPOINTS.md has the user-facing page):
+  * single or sharded safetensors (``model.safetensors.index.json``);
+  * DeepSeek-V3-family targets in Hugging Face names: per-expert ``mlp.experts.{e}.gate_proj.weight`` or
+    transformers-5 stacked ``mlp.experts.gate_up_proj`` / ``down_proj``; multi-token-prediction layers skipped;
+  * Kimi-K2.5 (``KimiK25ForConditionalGeneration``): language tensors under ``language_model.model.*`` or
+    ``language_model.*``; vision tower and projector skipped with a log line;
+  * compressed-tensors ``pack-quantized`` INT4 routed experts (Kimi-K2.5), kept packed in memory;
+  * DeepSeek-V3 block FP8 (``weight_scale_inv`` per 128x128 block), dequantised per tensor at load;
+  * EAGLE-3 drafts (``LlamaForCausalLMEagle3``) in ``midlayer.*`` or ``layers.0.*`` naming, with or without
+    their own ``lm_head`` and ``d2t``/``t2d``.
+
+How: (1) every shard's header is read and checked (truncation, corruption, index consistency) without
+reading tensor data; (2) every checkpoint name is mapped onto a parameter and checked against a full-size
+(TP=1) skeleton of the model on the meta device: missing, unexpected, shape, dtype and quantization
+problems are all reported together in one ``CheckpointError`` before any weight is read; (3) shards are
+streamed one at a time: each tensor goes through its parameter's ``weight_loader`` as a lazy slice, so a TP
+rank reads only its bytes, and each shard's memory map is closed before the next is opened. Memory beyond the
+model itself therefore stays near one shard (the pages of the open shard's map).
+
+All checkpoint renames live in ``_TargetNames`` and ``_draft_name``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
 import re
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 
-from sglang_eagle3.config import ConfigError, DraftConfig, ModelConfig
-from sglang_eagle3.kernels.quant import dequant_fp8_block
+from sglang_eagle3.config import ConfigError, DraftConfig, ModelConfig, load_json, resolve_aux_layer_ids
+from sglang_eagle3.distributed import parallel_state
+from sglang_eagle3.distributed.parallel_state import TPInfo, get_tp
+from sglang_eagle3.kernels.quant import FP8_BLOCK, PACK_FACTOR
+from sglang_eagle3.layers.moe import INT4_GROUP
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "CheckpointError",
+    "CheckpointIndex",
+    "LazyTensor",
+    "checkpoint_files",
+    "hf_state_dict",
+    "load_draft",
+    "load_target",
+    "save_hf",
+]
+
 
 class CheckpointError(ValueError):
-    """A checkpoint does not match the model: names the tensors, files and shapes involved."""
+    """A checkpoint does not match its config or the model: names the tensors, files and shapes involved."""
 
 
 # ------------------------------------------------------------------------------------------------------
-# Reading safetensors lazily
+# Shard headers
 # ------------------------------------------------------------------------------------------------------
-class LazyTensor:
-    """A checkpoint tensor not yet read: ``.shape``, ``.dtype``, ``.narrow(dim, start, n)`` and ``.load()``
-    read only the requested bytes (safetensors slices)."""
+_DTYPES: dict[str, tuple[torch.dtype, int]] = {
+    "F64": (torch.float64, 8), "F32": (torch.float32, 4), "F16": (torch.float16, 2), "BF16": (torch.bfloat16, 2),
+    "I64": (torch.int64, 8), "I32": (torch.int32, 4), "I16": (torch.int16, 2), "I8": (torch.int8, 1),
+    "U8": (torch.uint8, 1), "BOOL": (torch.bool, 1),
+    "F8_E4M3": (torch.float8_e4m3fn, 1), "F8_E5M2": (torch.float8_e5m2, 1),
+}
+_FLOAT_DTYPES = ("F32", "BF16", "F16", "F64")
+# safetensors refuses headers above 100 MB; a larger length field means the file is not safetensors at all.
+_MAX_HEADER = 100 * 1024 * 1024
 
-    def __init__(self, handle, name: str, file: str):
-        self._h, self.name, self.file = handle, name, file
-        self._slice = handle.get_slice(name)
-        self.shape = tuple(self._slice.get_shape())
-        self.dtype_str = self._slice.get_dtype()
 
-    def load(self) -> torch.Tensor:
-        return self._h.get_tensor(self.name)
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as a shard header describes it (no data read)."""
 
-    def narrow(self, dim: int, start: int, length: int) -> torch.Tensor:
-        if dim == 0 and start == 0 and length == self.shape[0]:
-            return self.load()
-        idx = [slice(None)] * len(self.shape)
-        idx[dim] = slice(start, start + length)
-        return self._slice[tuple(idx)]
+    name: str
+    file: str
+    dtype: str  # safetensors dtype string: "BF16", "I32", "F8_E4M3", ...
+    shape: tuple[int, ...]
+    offset: int  # start of its bytes within the shard's data section (reads go in file order)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * _DTYPES[self.dtype][1]
+
+
+def read_header(file: str) -> dict[str, TensorInfo]:
+    """Parses one safetensors header (8-byte little-endian length + JSON) and checks that the file holds
+    every byte it promises. Raises CheckpointError naming the file when it is truncated or corrupt."""
+    size = os.path.getsize(file)
+    with open(file, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{file} is truncated: {size} bytes, not even a safetensors header length")
+        n = int.from_bytes(head, "little")
+        if n > min(size - 8, _MAX_HEADER):
+            raise CheckpointError(f"{file} is truncated or not a safetensors file: its header claims {n} bytes "
+                                  f"but the file has {size}")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+        if not isinstance(header, dict):
+            raise ValueError(f"header is a {type(header).__name__}, not an object")
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{file} has a corrupt safetensors header: {e}") from e
+    data_size = size - 8 - n
+    infos: dict[str, TensorInfo] = {}
+    end_max = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], tuple(int(s) for s in entry["shape"]), entry["data_offsets"]
+        except (TypeError, KeyError, ValueError) as e:
+            raise CheckpointError(f"{file} has a corrupt header entry for {name!r}: {entry!r}") from e
+        if dtype not in _DTYPES:
+            raise CheckpointError(f"{file}: tensor {name!r} has dtype {dtype!r}, which this engine does not read "
+                                  f"(readable: {', '.join(_DTYPES)})")
+        info = TensorInfo(name, file, dtype, shape, int(begin))
+        if begin < 0 or end - begin != info.nbytes:
+            raise CheckpointError(f"{file} has a corrupt header entry for {name!r}: offsets {begin}..{end} do not "
+                                  f"hold {dtype} {list(shape)} ({info.nbytes} bytes)")
+        end_max = max(end_max, end)
+        infos[name] = info
+    if end_max > data_size:
+        raise CheckpointError(f"{file} is truncated: its header describes {end_max} bytes of tensor data but only "
+                              f"{data_size} are present (an interrupted download? fetch this file again)")
+    if end_max < data_size:
+        raise CheckpointError(f"{file} is corrupt: {data_size - end_max} bytes after the last tensor its header "
+                              "describes")
+    return infos
 
 
 def checkpoint_files(path: str) -> list[str]:
-    """The safetensors files of a model directory, in index order when sharded."""
+    """The safetensors files of a model directory: those the index names when sharded, else all of them."""
     if not os.path.isdir(path):
         raise CheckpointError(f"model path {path!r} is not a directory")
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
-        try:
-            with open(index) as f:
-                weight_map = json.load(f)["weight_map"]
-        except (json.JSONDecodeError, KeyError) as e:
-            raise CheckpointError(f"{index} is not a valid safetensors index: {e}") from e
-        files = sorted(set(weight_map.values()))
+        files = sorted(set(_read_index(index).values()))
         missing = [f for f in files if not os.path.exists(os.path.join(path, f))]
         if missing:
-            raise CheckpointError(f"{len(missing)} shard(s) named in {index} are missing: {missing[:5]}")
+            raise CheckpointError(f"{len(missing)} of {len(files)} shard(s) named in {index} are missing: "
+                                  f"{_format_names(missing, 5)}")
         return [os.path.join(path, f) for f in files]
     files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
     if not files:
@@ -79,27 +162,178 @@ def checkpoint_files(path: str) -> list[str]:
     return [os.path.join(path, f) for f in files]
 
 
-def iter_tensors(files: list[str], desc: str = "loading") -> Iterator[LazyTensor]:
-    from safetensors import safe_open
-    from tqdm import tqdm
-
-    show = len(files) > 1 and logger.isEnabledFor(logging.INFO)
-    for file in tqdm(files, desc=desc, unit="shard", disable=not show):
-        try:
-            handle = safe_open(file, framework="pt")
-            names = list(handle.keys())
-        except Exception as e:  # safetensors raises its own error types for truncated/corrupt headers
-            raise CheckpointError(f"cannot read safetensors file {file}: {e}") from e
-        for name in names:
-            try:
-                yield LazyTensor(handle, name, file)
-            except Exception as e:
-                raise CheckpointError(f"tensor {name!r} in {file} is unreadable: {e}") from e
+def _read_index(index: str) -> dict[str, str]:
+    try:
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise ValueError("weight_map is not an object")
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{index} is not a valid safetensors index: {e!r}") from e
+    return weight_map
 
 
-def _format_names(names: list[str], limit: int = 8) -> str:
-    head = ", ".join(sorted(names)[:limit])
+@dataclass
+class CheckpointIndex:
+    """Every tensor of a checkpoint directory by name, from the shard headers alone."""
+
+    path: str
+    files: list[str]
+    tensors: dict[str, TensorInfo]
+
+    @staticmethod
+    def scan(path: str) -> CheckpointIndex:
+        files = checkpoint_files(path)
+        tensors: dict[str, TensorInfo] = {}
+        for file in files:
+            for name, info in read_header(file).items():
+                if name in tensors:
+                    raise CheckpointError(f"tensor {name!r} appears in two shards: {tensors[name].file} and {file}")
+                tensors[name] = info
+        index = os.path.join(path, "model.safetensors.index.json")
+        if os.path.exists(index):
+            wrong = [(n, f) for n, f in _read_index(index).items()
+                     if n not in tensors or os.path.basename(tensors[n].file) != f]
+            if wrong:
+                n, f = wrong[0]
+                where = f"is in {os.path.basename(tensors[n].file)}" if n in tensors else "is in no shard"
+                raise CheckpointError(f"{index} does not match the shards: {len(wrong)} tensor(s) misplaced, e.g. "
+                                      f"{n!r} is listed under {f} but {where}")
+        return CheckpointIndex(path, files, tensors)
+
+    def by_file(self) -> dict[str, list[TensorInfo]]:
+        """Tensors grouped per shard, in on-disk order (sequential reads)."""
+        out: dict[str, list[TensorInfo]] = {f: [] for f in self.files}
+        for info in self.tensors.values():
+            out[info.file].append(info)
+        for infos in out.values():
+            infos.sort(key=lambda i: i.offset)
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return sum(i.nbytes for i in self.tensors.values())
+
+
+def _format_names(names, limit: int = 8) -> str:
+    names = sorted(names)
+    head = ", ".join(names[:limit])
     return head + (f" ... and {len(names) - limit} more" if len(names) > limit else "")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Lazy tensors: what weight_loaders receive
+# ------------------------------------------------------------------------------------------------------
+@dataclass
+class ReadStats:
+    """Bytes actually copied out of the shards (a TP rank reads only its slices)."""
+
+    bytes_read: int = 0
+
+
+class LazyTensor:
+    """A rectangular view of a checkpoint tensor that is not read yet.
+
+    ``shape``/``narrow(dim, start, length)``/``load()`` is the interface the layers' weight_loaders use
+    (``layers.linear.load_slice``): ``narrow`` reads only the requested slice through safetensors'
+    ``get_slice``. ``view(dim, start, length)`` and ``select(index)`` narrow lazily (no read), which is how one
+    expert's half of a stacked ``gate_up_proj`` is handed over.
+
+    NOTE: valid only while its shard is open; the loader drops every LazyTensor before closing the shard.
+    """
+
+    def __init__(self, handle, info: TensorInfo, stats: ReadStats | None = None,
+                 ranges: tuple | None = None):
+        self._h, self.info, self._stats = handle, info, stats
+        # Per dim of the underlying tensor: (start, length), or an int when the dim is selected away.
+        self._ranges = ranges if ranges is not None else tuple((0, s) for s in info.shape)
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def file(self) -> str:
+        return self.info.file
+
+    @property
+    def dtype_str(self) -> str:
+        return self.info.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(r[1] for r in self._ranges if not isinstance(r, int))
+
+    def _kept_dims(self) -> list[int]:
+        return [i for i, r in enumerate(self._ranges) if not isinstance(r, int)]
+
+    def view(self, dim: int, start: int, length: int) -> LazyTensor:
+        shape = self.shape
+        if not (0 <= start and length >= 0 and start + length <= shape[dim]):
+            raise IndexError(f"{self.name}: slice {start}:{start + length} of dim {dim} outside {shape}")
+        under = self._kept_dims()[dim]
+        base, _ = self._ranges[under]
+        ranges = list(self._ranges)
+        ranges[under] = (base + start, length)
+        return LazyTensor(self._h, self.info, self._stats, tuple(ranges))
+
+    def select(self, index: int) -> LazyTensor:
+        """Drops the first remaining dim, keeping entry ``index``."""
+        under = self._kept_dims()[0]
+        base, n = self._ranges[under]
+        if not 0 <= index < n:
+            raise IndexError(f"{self.name}: index {index} outside dim of size {n}")
+        ranges = list(self._ranges)
+        ranges[under] = base + index
+        return LazyTensor(self._h, self.info, self._stats, tuple(ranges))
+
+    def load(self) -> torch.Tensor:
+        if not self._ranges:  # 0-d tensor
+            t = self._h.get_tensor(self.info.name)
+        else:
+            idx = tuple(r if isinstance(r, int) else slice(r[0], r[0] + r[1]) for r in self._ranges)
+            t = self._h.get_slice(self.info.name)[idx]
+        if self._stats is not None:
+            self._stats.bytes_read += t.numel() * t.element_size()
+        return t
+
+    def narrow(self, dim: int, start: int, length: int) -> torch.Tensor:
+        return self.view(dim, start, length).load()
+
+
+class Fp8BlockTensor:
+    """A DeepSeek-V3 FP8 weight (float8_e4m3fn [N, K]) with ``weight_scale_inv`` [ceil(N/128), ceil(K/128)],
+    presented as its dequantised float32 value.
+
+    ``narrow`` reads only the weight slice and the scale blocks covering it, so TP slices need not be
+    block-aligned: rows start..start+n use scale rows start//128 .. (start+n-1)//128.
+    """
+
+    dtype_str = "F32"
+
+    def __init__(self, weight: LazyTensor, scale_inv: torch.Tensor, block: int = FP8_BLOCK):
+        self.weight, self.scale_inv, self.block = weight, scale_inv.float(), block
+        self.name, self.file = weight.name, weight.file
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.weight.shape
+
+    def _dequant(self, w: torch.Tensor, row0: int, col0: int) -> torch.Tensor:
+        """w is the weight block [row0:row0+n, col0:col0+k] -> float32 w * scale."""
+        b = self.block
+        n, k = w.shape
+        s = self.scale_inv[row0 // b: (row0 + n - 1) // b + 1, col0 // b: (col0 + k - 1) // b + 1]
+        s = s.repeat_interleave(b, 0).repeat_interleave(b, 1)  # covering blocks at element resolution
+        r, c = row0 - (row0 // b) * b, col0 - (col0 // b) * b
+        return w.float() * s[r: r + n, c: c + k]
+
+    def load(self) -> torch.Tensor:
+        return self._dequant(self.weight.load(), 0, 0)
+
+    def narrow(self, dim: int, start: int, length: int) -> torch.Tensor:
+        w = self.weight.narrow(dim, start, length)
+        return self._dequant(w, start if dim == 0 else 0, start if dim == 1 else 0)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -107,240 +341,563 @@ def _format_names(names: list[str], limit: int = 8) -> str:
 # ------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Target:
-    """Where a checkpoint tensor goes: a parameter name plus loader kwargs (expert/shard) and a transform."""
+    """Where one checkpoint tensor goes.
+
+    kind: ``plain`` (whole parameter), ``expert`` (one expert's gate/up/down of a stacked expert parameter),
+    ``stacked_w13``/``stacked_w2`` (transformers-5 [E, ...] expert tensors), ``fp8_scale`` (consumed with its
+    FP8 weight), ``int4_shape`` (compressed-tensors ``weight_shape`` metadata, validated, not stored).
+    """
 
     param: str
+    kind: str = "plain"
     expert: int | None = None
-    shard: str | None = None
-    kind: str = "plain"  # plain | fp8 (needs its weight_scale_inv) | stacked_w13 | stacked_w2
+    shard: str | None = None  # gate | up | down
 
 
 _EXPERT = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\."
-                     r"(weight|weight_packed|weight_scale)$")
-_SKIP_PREFIXES = ("vision_tower.", "mm_projector.", "multi_modal_projector.", "vision_model.")
+                     r"(weight|weight_packed|weight_scale|weight_shape)$")
+_VISION_PREFIXES = ("vision_tower.", "mm_projector.", "multi_modal_projector.", "vision_model.")
+# Modules that are nn.Linear in the Hugging Face model: what a compressed-tensors "Linear" target matches.
+# (The MoE router mlp.gate is not an nn.Linear there.)
+_LINEAR_MODULE = re.compile(r"(^|\.)(q_a_proj|q_b_proj|q_proj|kv_a_proj_with_mqa|kv_b_proj|o_proj|gate_proj|up_proj|"
+                            r"down_proj|lm_head)$")
 
 
-def _map_target_name(name: str, cfg: ModelConfig) -> Target | None:
-    """Checkpoint name (prefix already stripped) -> Target, or None to skip (logged by the caller)."""
-    m = re.match(r"^model\.layers\.(\d+)\.", name)
-    if m and int(m.group(1)) >= cfg.num_hidden_layers:
-        return None  # multi-token-prediction layers (DeepSeek-V3's layer 61) are not used here
-    if name.endswith(".weight_shape"):
-        return None  # compressed-tensors metadata; shapes are validated from the packed tensors
-    m = _EXPERT.match(name)
-    if m:
-        base, e, proj, what = m.groups()
-        stacked = "w2" if proj == "down_proj" else "w13"
-        suffix = {"weight": "weight", "weight_packed": "weight_packed", "weight_scale": "weight_scale"}[what]
-        return Target(f"{base}.{stacked}_{suffix}", expert=int(e), shard=proj.split("_")[0])
-    if name.endswith(".mlp.experts.gate_up_proj"):
-        return Target(name.replace("gate_up_proj", "w13_weight"), kind="stacked_w13")
-    if name.endswith(".mlp.experts.down_proj"):
-        return Target(name.replace("down_proj", "w2_weight"), kind="stacked_w2")
-    return Target(name)
+@dataclass
+class _Mapping:
+    """Every checkpoint name, sorted into targets, skips (with a reason) and unexpected names."""
+
+    targets: dict[str, Target] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    unexpected: list[str] = field(default_factory=list)
 
 
-def _map_draft_name(name: str) -> str | None:
-    if name.startswith("layers.0."):
-        return "midlayer." + name[len("layers.0."):]
+class _TargetNames:
+    """Checkpoint name <-> our parameter names for DeepSeek-V3-family targets (Kimi prefix variants)."""
+
+    def __init__(self, cfg: ModelConfig):
+        self.cfg = cfg
+        self.prefix = cfg.weight_prefix
+
+    def canonical(self, name: str) -> tuple[str | None, str]:
+        """(name relative to the language model as ``model.*``/``lm_head.*``, or None; skip reason or "")."""
+        if name.startswith(_VISION_PREFIXES):
+            return None, "vision tower / projector"
+        if self.prefix:
+            if not name.startswith(self.prefix):
+                return None, ""
+            name = name[len(self.prefix):]
+            if name.startswith(("layers.", "embed_tokens.", "norm.")):
+                name = "model." + name  # the language_model.layers.* export drops the inner "model."
+        m = re.match(r"^model\.layers\.(\d+)\.", name)
+        if m and int(m.group(1)) >= self.cfg.num_hidden_layers:
+            return None, "multi-token-prediction layer"
+        if name.endswith("rotary_emb.inv_freq"):
+            return None, "rotary table (recomputed)"
+        return name, ""
+
+    def target(self, canon: str) -> Target:
+        if canon.endswith(".weight_scale_inv"):
+            weight = self.target(canon[: -len("_scale_inv")])
+            return Target(weight.param, kind="fp8_scale", expert=weight.expert, shard=weight.shard)
+        m = _EXPERT.match(canon)
+        if m:
+            base, e, proj, what = m.groups()
+            which = "w2" if proj == "down_proj" else "w13"
+            if what == "weight_shape":
+                return Target(f"{base}.{which}_weight_packed", kind="int4_shape", expert=int(e),
+                              shard=proj.split("_")[0])
+            return Target(f"{base}.{which}_{what}", kind="expert", expert=int(e), shard=proj.split("_")[0])
+        if canon.endswith(".mlp.experts.gate_up_proj"):
+            return Target(canon.replace("gate_up_proj", "w13_weight"), kind="stacked_w13")
+        if canon.endswith(".mlp.experts.down_proj"):
+            return Target(canon.replace("down_proj", "w2_weight"), kind="stacked_w2")
+        return Target(canon)
+
+    def display(self, param: str, part: tuple | None) -> str:
+        """The checkpoint name a missing (parameter, part) would have, for error messages."""
+        if part is None:
+            return self.prefix + param
+        e, shard = part
+        m = re.match(r"^(.*\.mlp\.experts)\.(w13|w2)_(weight|weight_packed|weight_scale)$", param)
+        base, _, what = m.groups()
+        return f"{self.prefix}{base}.{e}.{shard}_proj.{what}"
+
+
+def _draft_name(name: str) -> tuple[str | None, str]:
     if name.startswith("model."):  # some exports keep a model. prefix
-        return _map_draft_name(name[len("model."):])
-    if name in ("embed_tokens.weight",):
-        return None  # the draft shares the target's embedding
-    return name
+        name = name[len("model."):]
+    if name.startswith("layers.0."):
+        return "midlayer." + name[len("layers.0."):], ""
+    if name == "embed_tokens.weight":
+        return None, "draft embedding (the target's embedding is used, as SGLang does)"
+    return name, ""
+
+
+def _map_checkpoint(index: CheckpointIndex, canonical: Callable[[str], tuple[str | None, str]],
+                    target: Callable[[str], Target], params: dict[str, torch.Tensor]) -> _Mapping:
+    mp = _Mapping()
+    for name in index.tensors:
+        canon, reason = canonical(name)
+        if canon is None:
+            if reason:
+                mp.skipped[name] = reason
+            else:
+                mp.unexpected.append(name)
+            continue
+        t = target(canon)
+        if t.param not in params:
+            mp.unexpected.append(name)
+        else:
+            mp.targets[name] = t
+    return mp
 
 
 # ------------------------------------------------------------------------------------------------------
-# Loading
+# Quantization schemes
 # ------------------------------------------------------------------------------------------------------
-def _int4_experts(cfg: ModelConfig) -> bool:
-    q = cfg.quantization
-    if not q:
-        return False
-    method = q.get("quant_method")
-    if method == "fp8":
-        return False
-    if method != "compressed-tensors":
-        raise CheckpointError(f"quantization method {method!r} is not supported "
-                              "(supported: compressed-tensors pack-quantized INT4, fp8 block)")
-    fmt = q.get("format")
+@dataclass(frozen=True)
+class QuantPlan:
+    int4_experts: bool = False  # routed experts stored (and kept) as pack-quantized INT4
+    fp8_block: bool = False  # some weights are DeepSeek-V3 block FP8 (dequantised at load)
+
+    def describe(self) -> str:
+        if self.int4_experts:
+            return "routed experts INT4 (kept packed, W4A16)"
+        if self.fp8_block:
+            return "block FP8 dequantised at load"
+        return "unquantized"
+
+
+_SUPPORTED = ("supported: compressed-tensors pack-quantized INT4 (4-bit symmetric int, group strategy, group_size "
+              f"{INT4_GROUP}, weights only) on routed experts; DeepSeek-V3 block FP8 (e4m3, 128x128 blocks, dynamic "
+              "activations)")
+
+
+def _pattern_matches(pattern: str, names: tuple[str, ...]) -> bool:
+    """compressed-tensors' rule: "re:<regex>" is re.match (anchored at the start, not a full match); anything
+    else must equal the name exactly. Never a substring test."""
+    if pattern.startswith("re:"):
+        return any(re.match(pattern[3:], n) is not None for n in names)
+    return pattern in names
+
+
+def _check_compressed_tensors(q: dict) -> list[dict]:
+    """Validates every config group's scheme; returns the groups (each with its targets)."""
     groups = q.get("config_groups") or {}
+    if not groups:
+        raise CheckpointError("compressed-tensors quantization_config has no config_groups; " + _SUPPORTED)
+    if q.get("kv_cache_scheme"):
+        raise CheckpointError(f"compressed-tensors kv_cache_scheme={q['kv_cache_scheme']!r} is not supported; "
+                              + _SUPPORTED)
+    out = []
     for gname, g in groups.items():
         w = g.get("weights") or {}
-        gfmt = g.get("format", fmt)
-        if gfmt != "pack-quantized" or w.get("num_bits") != 4 or w.get("type", "int") != "int" \
-                or not w.get("symmetric", True) or w.get("group_size") != 32:
-            raise CheckpointError(
-                f"compressed-tensors scheme {gname!r} is not supported: format={gfmt!r} num_bits={w.get('num_bits')} "
-                f"type={w.get('type')} symmetric={w.get('symmetric')} group_size={w.get('group_size')} "
-                "(supported: pack-quantized, 4-bit symmetric int, group 32)")
-    return True
+        fmt = g.get("format") or q.get("format")
+        scheme = dict(format=fmt, num_bits=w.get("num_bits"), type=w.get("type"), symmetric=w.get("symmetric"),
+                      strategy=w.get("strategy"), group_size=w.get("group_size"),
+                      input_activations=g.get("input_activations"))
+        ok = (fmt == "pack-quantized" and w.get("num_bits") == 4 and w.get("type", "int") == "int"
+              and w.get("symmetric", True) and w.get("strategy", "group") == "group"
+              and w.get("group_size") == INT4_GROUP and not g.get("input_activations")
+              and not g.get("output_activations"))
+        if not ok:
+            desc = ", ".join(f"{k}={v!r}" for k, v in scheme.items())
+            raise CheckpointError(f"compressed-tensors scheme {gname!r} ({desc}) is not supported; {_SUPPORTED}")
+        out.append(g)
+    return out
 
 
-def _check_ignore(cfg: ModelConfig, quantized_names: set[str]) -> None:
-    """Our INT4 path covers routed experts only; the checkpoint's ignore list must not leave any other
-    layer quantized (that would silently mean a layer we read as plain bf16)."""
+def plan_quantization(cfg: ModelConfig, index: CheckpointIndex, names: _TargetNames) -> QuantPlan:
+    """Reads quantization_config, checks the scheme is one we run, and checks that the checkpoint stores
+    exactly the modules the config says are quantized (its ``ignore`` list honoured as compressed-tensors
+    defines it). Raises CheckpointError before any weight is read."""
     q = cfg.quantization or {}
-    ignore = q.get("ignore") or []
+    method = q.get("quant_method")
+    stored_packed: dict[str, str] = {}  # checkpoint module name -> canonical module name
+    stored_plain: dict[str, str] = {}
+    fp8 = []
+    for name, info in index.tensors.items():
+        canon, _ = names.canonical(name)
+        if canon is None:
+            continue
+        if info.dtype.startswith("F8_"):
+            fp8.append(name)
+        for suffix, where in ((".weight_packed", stored_packed), (".weight", stored_plain)):
+            if canon.endswith(suffix) and _LINEAR_MODULE.search(canon[: -len(suffix)]):
+                where[name[: -len(suffix)]] = canon[: -len(suffix)]
+    if method is None:
+        if stored_packed:
+            raise CheckpointError(f"{len(stored_packed)} module(s) are stored pack-quantized "
+                                  f"({_format_names(stored_packed, 3)}) but config.json has no quantization_config")
+        return QuantPlan(fp8_block=bool(fp8))
+    if method == "fp8":
+        block = q.get("weight_block_size")
+        fmt = q.get("fmt", "e4m3")
+        act = q.get("activation_scheme", "dynamic")
+        if list(block or []) != [FP8_BLOCK, FP8_BLOCK] or fmt != "e4m3" or act != "dynamic":
+            raise CheckpointError(f"fp8 quantization with weight_block_size={block!r}, fmt={fmt!r}, "
+                                  f"activation_scheme={act!r} is not supported; {_SUPPORTED}")
+        if stored_packed:
+            raise CheckpointError(f"quant_method 'fp8' but {len(stored_packed)} module(s) are stored "
+                                  f"pack-quantized: {_format_names(stored_packed, 3)}")
+        bad = [n for n in fp8 if index.tensors[n].dtype != "F8_E4M3"]
+        if bad:
+            raise CheckpointError(f"fp8 tensors must be float8_e4m3fn; {_format_names(bad, 3)} are "
+                                  f"{index.tensors[bad[0]].dtype}")
+        return QuantPlan(fp8_block=bool(fp8))
+    if method != "compressed-tensors":
+        raise CheckpointError(f"quantization method {method!r} is not supported; {_SUPPORTED}")
+    groups = _check_compressed_tensors(q)
+    if fp8:
+        raise CheckpointError(f"compressed-tensors checkpoint also holds FP8 tensors ({_format_names(fp8, 3)}); "
+                              + _SUPPORTED)
+    ignore = list(q.get("ignore") or [])
 
-    def ignored(module: str) -> bool:
+    # The quantizer saw module names of whichever model it was applied to: the wrapper
+    # (language_model.model.layers...) or the text model alone (model.layers...), so a pattern counts when it
+    # matches either form. The matching itself is compressed-tensors' (see _pattern_matches).
+    def forms(module: str, canon: str) -> tuple[str, ...]:
+        return (module, canon) if module != canon else (module,)
+
+    def expected_quantized(module: str, canon: str) -> tuple[bool, str]:
+        f = forms(module, canon)
         for pat in ignore:
-            if pat.startswith("re:"):
-                if re.match(pat[3:], module):
-                    return True
-            elif module == pat:
-                return True
-        return False
+            if _pattern_matches(pat, f):
+                return False, f"matches ignore entry {pat!r}"
+        for g in groups:
+            for t in g.get("targets") or []:
+                if t == "Linear" or _pattern_matches(t, f):
+                    return True, f"targeted by {t!r} and matched by no ignore entry"
+        return False, "matched by no config_groups target"
 
-    bad = [n for n in quantized_names if not _EXPERT.match(n)]
-    if bad:
-        raise CheckpointError(f"quantized tensors outside the routed experts are not supported: {_format_names(bad)}")
-    for n in quantized_names:
-        module = cfg.weight_prefix + n.rsplit(".", 1)[0]
-        if ignored(module):
-            raise CheckpointError(f"{module} is in the quantization ignore list but is stored packed")
+    plain_but_quantized, packed_but_not = [], []
+    for module, canon in stored_plain.items():
+        want, why = expected_quantized(module, canon)
+        if want:
+            plain_but_quantized.append(f"{module} ({why})")
+    for module, canon in stored_packed.items():
+        want, why = expected_quantized(module, canon)
+        if not want:
+            packed_but_not.append(f"{module} ({why})")
+    problems = []
+    if plain_but_quantized:
+        problems.append(f"{len(plain_but_quantized)} module(s) the quantization_config says are quantized are "
+                        f"stored unquantized (.weight): {_format_names(plain_but_quantized, 4)}")
+    if packed_but_not:
+        problems.append(f"{len(packed_but_not)} module(s) are stored packed (.weight_packed) but the "
+                        f"quantization_config leaves them unquantized: {_format_names(packed_but_not, 4)}")
+    if problems:
+        raise CheckpointError(f"checkpoint disagrees with its quantization_config (ignore={ignore}): "
+                              + "; ".join(problems))
+    outside = [m for m, c in stored_packed.items() if not _EXPERT.match(c + ".weight")]
+    if outside:
+        raise CheckpointError(f"INT4 is supported on routed experts only; {len(outside)} other module(s) are "
+                              f"stored packed: {_format_names(outside, 4)}")
+    plain_experts = [m for m, c in stored_plain.items() if _EXPERT.match(c + ".weight")]
+    if stored_packed and plain_experts:
+        raise CheckpointError(f"routed experts must be all INT4 or all unquantized; {len(plain_experts)} are "
+                              f"stored unquantized: {_format_names(plain_experts, 4)}")
+    return QuantPlan(int4_experts=bool(stored_packed))
 
 
-def load_weights(model: nn.Module, tensors: Iterator[LazyTensor], map_name, *, what: str,
-                 allow_missing: tuple[str, ...] = ()) -> dict:
-    """Feeds checkpoint tensors through each parameter's weight_loader; validates completeness.
+# ------------------------------------------------------------------------------------------------------
+# Validation against a full-size skeleton
+# ------------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _full_size():
+    """Builds modules as a single rank would (TP=1), to know every checkpoint tensor's full shape.
 
-    Raises CheckpointError listing missing and unexpected names; nothing is left half-loaded silently
-    (the caller discards the model on error)."""
+    NOTE: swaps the process-wide TP coordinates for the duration; loading is single-threaded per process.
+    """
+    saved = parallel_state._TP
+    parallel_state._TP = TPInfo()
+    try:
+        with torch.device("meta"):
+            yield
+    finally:
+        parallel_state._TP = saved
+
+
+def _loadable(model: nn.Module) -> dict[str, torch.Tensor]:
     params = dict(model.named_parameters())
     params.update({n: b for n, b in model.named_buffers() if hasattr(b, "weight_loader")})
-    # Expert tensors are filled per expert and per shard: count what each stacked parameter received.
-    expected_parts: dict[str, int] = {}
-    for n, p in params.items():
-        if re.search(r"\.w13_weight(_packed|_scale)?$", n):
-            expected_parts[n] = p.shape[0] * 2
-        elif re.search(r"\.w2_weight(_packed|_scale)?$", n):
-            expected_parts[n] = p.shape[0]
-        else:
-            expected_parts[n] = 1
-    received: dict[str, int] = {}
-    unexpected, skipped = [], []
-    fp8_pending: dict[str, LazyTensor] = {}
-    fp8_scales: dict[str, LazyTensor] = {}
-    n_bytes = n_tensors = 0
+    return params
 
-    def feed(t: Target, value, src_name: str):
-        p = params[t.param]
-        if t.kind == "stacked_w13":
-            E = p.shape[0]
-            full = value.load() if isinstance(value, LazyTensor) else value
-            half = full.shape[1] // 2
-            for e in range(E):
-                p.weight_loader(p, full[e, :half], expert=e, shard="gate", name=src_name)
-                p.weight_loader(p, full[e, half:], expert=e, shard="up", name=src_name)
-            received[t.param] = received.get(t.param, 0) + 2 * E
-            return
-        if t.kind == "stacked_w2":
-            full = value.load() if isinstance(value, LazyTensor) else value
-            for e in range(p.shape[0]):
-                p.weight_loader(p, full[e], expert=e, shard="down", name=src_name)
-            received[t.param] = received.get(t.param, 0) + p.shape[0]
-            return
-        if t.expert is not None:
-            if t.expert >= p.shape[0]:
-                raise CheckpointError(f"{src_name}: expert {t.expert} >= n_routed_experts={p.shape[0]}")
-            p.weight_loader(p, value, expert=t.expert, shard=t.shard, name=src_name)
-        else:
-            p.weight_loader(p, value, name=src_name)
-        received[t.param] = received.get(t.param, 0) + 1
 
+def _parts(param: str, shape: tuple[int, ...]) -> set:
+    """What a parameter needs from the checkpoint: {None}, or (expert, gate|up|down) per stacked expert."""
+    if re.search(r"\.w13_weight(_packed|_scale)?$", param):
+        return {(e, s) for e in range(shape[0]) for s in ("gate", "up")}
+    if re.search(r"\.w2_weight(_packed|_scale)?$", param):
+        return {(e, "down") for e in range(shape[0])}
+    return {None}
+
+
+def _expected_shape(t: Target, full: tuple[int, ...]) -> tuple[int, ...]:
+    if t.kind in ("expert", "int4_shape"):
+        if t.kind == "int4_shape":
+            return (2,)
+        return (full[1] // 2, *full[2:]) if t.shard in ("gate", "up") else tuple(full[1:])
+    return tuple(full)
+
+
+def _dtype_problem(info: TensorInfo, t: Target, param_dtype: torch.dtype, has_scale: bool) -> str | None:
+    dt = info.dtype
+    if t.kind == "int4_shape":
+        ok, want = dt in ("I64", "I32"), "an integer weight_shape"
+    elif t.kind == "fp8_scale":
+        ok, want = dt in _FLOAT_DTYPES, "a floating-point scale"
+    elif param_dtype == torch.int32:
+        ok, want = dt == "I32", "int32 packed INT4 words"
+    elif param_dtype == torch.int64:
+        ok, want = dt in ("I64", "I32"), "integer ids"
+    elif param_dtype == torch.bool:
+        ok, want = dt in ("BOOL", "U8"), "a boolean mask"
+    elif dt.startswith("F8_") and not has_scale:
+        return f"{info.name}: {dt} weight without its {info.name}_scale_inv"
+    elif dt.startswith("F8_"):
+        ok, want = dt == "F8_E4M3", "float8_e4m3fn (DeepSeek-V3 block FP8)"
+    else:
+        ok, want = dt in _FLOAT_DTYPES, "a floating-point tensor"
+    return None if ok else f"{info.name}: dtype {dt} but the model expects {want}"
+
+
+def _validate(index: CheckpointIndex, mp: _Mapping, full: dict[str, torch.Tensor], display,
+              allow_missing: tuple[str, ...], what: str) -> dict[str, str]:
+    """Collects every mismatch into one CheckpointError. Returns FP8 weight name -> its scale's name."""
+    problems: list[str] = []
+    received: dict[str, set] = {}
+    fp8_scales: dict[str, str] = {}
+    scale_of = {n[: -len("_scale_inv")]: n for n, t in mp.targets.items() if t.kind == "fp8_scale"}
+    shape_bad, dtype_bad, orphan_scales = [], [], []
+    for name, t in mp.targets.items():
+        info = index.tensors[name]
+        p = full[t.param]
+        if t.kind == "fp8_scale":
+            w = name[: -len("_scale_inv")]
+            if w not in mp.targets or not index.tensors[w].dtype.startswith("F8_"):
+                orphan_scales.append(name)
+            continue
+        has_scale = name in scale_of
+        d = _dtype_problem(info, t, p.dtype, has_scale)
+        if d:
+            dtype_bad.append(d)
+        want = _expected_shape(t, tuple(p.shape))
+        if info.shape != want:
+            shape_bad.append(f"{name}: checkpoint shape {list(info.shape)} but the model expects {list(want)}")
+        if has_scale and info.dtype.startswith("F8_"):
+            s = index.tensors[scale_of[name]]
+            blocks = [math.ceil(x / FP8_BLOCK) for x in info.shape]
+            if len(info.shape) != 2 or list(s.shape) != blocks:
+                shape_bad.append(f"{s.name}: shape {list(s.shape)} but weight {list(info.shape)} in "
+                                 f"{FP8_BLOCK}x{FP8_BLOCK} blocks needs {blocks}")
+            fp8_scales[name] = scale_of[name]
+        if t.kind == "int4_shape":
+            continue
+        got = received.setdefault(t.param, set())
+        if t.kind == "expert":
+            got.add((t.expert, t.shard))
+        elif t.kind in ("stacked_w13", "stacked_w2"):
+            got.update(_parts(t.param, tuple(p.shape)))
+        else:
+            got.add(None)
+    missing = []
+    for param, p in full.items():
+        if param.startswith(allow_missing):
+            continue
+        need = _parts(param, tuple(p.shape)) - received.get(param, set())
+        missing.extend(display(param, part) for part in sorted(need, key=str))
+    if missing:
+        problems.append(f"{len(missing)} missing: {_format_names(missing)}")
+    if mp.unexpected:
+        problems.append(f"{len(mp.unexpected)} unexpected: {_format_names(mp.unexpected)}")
+    if orphan_scales:
+        problems.append(f"{len(orphan_scales)} weight_scale_inv without an FP8 weight: {_format_names(orphan_scales)}")
+    if shape_bad:
+        problems.append(f"{len(shape_bad)} shape mismatch(es): " + "; ".join(shape_bad[:6])
+                        + (f" ... and {len(shape_bad) - 6} more" if len(shape_bad) > 6 else ""))
+    if dtype_bad:
+        problems.append(f"{len(dtype_bad)} dtype mismatch(es): " + "; ".join(dtype_bad[:6])
+                        + (f" ... and {len(dtype_bad) - 6} more" if len(dtype_bad) > 6 else ""))
+    if problems:
+        raise CheckpointError(f"{what} checkpoint {index.path} does not match the model: " + " | ".join(problems))
+    return fp8_scales
+
+
+def _check_weight_shapes(index: CheckpointIndex, mp: _Mapping, full: dict[str, torch.Tensor]) -> None:
+    """compressed-tensors' weight_shape holds the unpacked [out, in]: it must agree with the model and with
+    the packed tensor beside it. The values are tiny, so they are read up front (one open per shard)."""
+    by_file: dict[str, list[str]] = {}
+    for name, t in mp.targets.items():
+        if t.kind == "int4_shape":
+            by_file.setdefault(index.tensors[name].file, []).append(name)
+    bad = []
+    for file, names in by_file.items():
+        with _open_shard(file) as h:
+            for name in names:
+                t = mp.targets[name]
+                got = [int(v) for v in h.get_tensor(name).tolist()]
+                packed = tuple(full[t.param].shape)  # [E, out, in/8] at full size
+                want = [packed[1] // 2 if t.shard in ("gate", "up") else packed[1], packed[2] * PACK_FACTOR]
+                packed_name = name[: -len("weight_shape")] + "weight_packed"
+                on_disk = index.tensors.get(packed_name)
+                if got != want or (on_disk and list(on_disk.shape) != [got[0], got[1] // PACK_FACTOR]):
+                    bad.append(f"{name}={got} but the model expects {want}"
+                               + (f" and {packed_name} is {list(on_disk.shape)}" if on_disk else ""))
+    if bad:
+        raise CheckpointError(f"{len(bad)} weight_shape mismatch(es): " + "; ".join(bad[:5])
+                              + (f" ... and {len(bad) - 5} more" if len(bad) > 5 else ""))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Streaming
+# ------------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _open_shard(file: str) -> Iterator:
+    from safetensors import safe_open
+
+    try:
+        handle = safe_open(file, framework="pt")
+    except Exception as e:  # safetensors raises its own error types for bad files
+        raise CheckpointError(f"cannot read safetensors file {file}: {e}") from e
+    try:
+        yield handle
+    finally:
+        # Dropping the handle unmaps the shard: its pages stop counting against this process.
+        del handle
+
+
+def _feed(params: dict[str, torch.Tensor], t: Target, value, name: str) -> None:
+    p = params[t.param]
+    if t.kind == "stacked_w13":
+        half = value.shape[1] // 2
+        for e in range(value.shape[0]):
+            ev = value.select(e)
+            p.weight_loader(p, ev.view(0, 0, half), expert=e, shard="gate", name=name)
+            p.weight_loader(p, ev.view(0, half, half), expert=e, shard="up", name=name)
+    elif t.kind == "stacked_w2":
+        for e in range(value.shape[0]):
+            p.weight_loader(p, value.select(e), expert=e, shard="down", name=name)
+    elif t.kind == "expert":
+        p.weight_loader(p, value, expert=t.expert, shard=t.shard, name=name)
+    else:
+        p.weight_loader(p, value, name=name)
+
+
+def _logical_params(info: TensorInfo, t: Target) -> int:
+    """Parameter count as a user counts it: packed INT4 words hold 8, scales and metadata none."""
+    if t.kind in ("fp8_scale", "int4_shape") or info.name.endswith(".weight_scale"):
+        return 0
+    return info.numel * (PACK_FACTOR if info.name.endswith(".weight_packed") else 1)
+
+
+def _stream(params: dict[str, torch.Tensor], index: CheckpointIndex, mp: _Mapping, fp8_scales: dict[str, str],
+            what: str) -> dict:
+    from tqdm import tqdm
+
+    stats = ReadStats()
+    n_tensors = n_params = 0
+    tp = get_tp()
+    show = len(index.files) > 1 and tp.rank == 0 and logger.isEnabledFor(logging.INFO)
     t0 = time.perf_counter()
-    for lt in tensors:
-        name = lt.name
-        t = map_name(name)
-        if t is None:
-            skipped.append(name)
-            continue
-        if isinstance(t, str):
-            t = Target(t)
-        n_tensors += 1
-        n_bytes += _nbytes(lt)
-        if name.endswith(".weight_scale_inv"):
-            fp8_scales[name[: -len("_scale_inv")]] = lt
-            _try_fp8(name[: -len("_scale_inv")], fp8_pending, fp8_scales, feed, map_name)
-            continue
-        if lt.dtype_str in ("F8_E4M3", "F8_E5M2"):
-            fp8_pending[name] = lt
-            _try_fp8(name, fp8_pending, fp8_scales, feed, map_name)
-            continue
-        if t.param not in params:
-            unexpected.append(name)
-            continue
-        feed(t, lt, name)
-    if fp8_pending:
-        raise CheckpointError(f"FP8 tensors without weight_scale_inv: {_format_names(list(fp8_pending))}")
-    missing = [n for n, want in expected_parts.items() if received.get(n, 0) < want
-               and not any(n.startswith(a) for a in allow_missing)]
-    if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing: {_format_names(missing)}")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected: {_format_names(unexpected)}")
-        raise CheckpointError(f"{what} checkpoint does not match the model: " + "; ".join(parts))
-    if skipped:
-        logger.info("%s: skipped %d tensors not used by the language model (%s)", what, len(skipped),
-                    _format_names(skipped, 3))
-    return {"tensors": n_tensors, "bytes": n_bytes, "seconds": time.perf_counter() - t0, "skipped": len(skipped)}
+    with tqdm(total=index.nbytes, unit="B", unit_scale=True, desc=f"loading {what}", disable=not show) as bar:
+        for file, infos in index.by_file().items():
+            with _open_shard(file) as h:
+                for info in infos:
+                    t = mp.targets.get(info.name)
+                    if t is not None and t.kind not in ("fp8_scale", "int4_shape"):
+                        value = LazyTensor(h, info, stats)
+                        if info.name in fp8_scales:
+                            scale = _read_small(index, fp8_scales[info.name], file, h, stats)
+                            value = Fp8BlockTensor(value, scale)
+                        try:
+                            _feed(params, t, value, info.name)
+                        except (ValueError, RuntimeError, IndexError) as e:
+                            raise CheckpointError(f"{what}: loading {info.name} from {file} failed: {e}") from e
+                        del value
+                        n_tensors += 1
+                    if t is not None:
+                        n_params += _logical_params(info, t)
+                    bar.update(info.nbytes)
+    return {"tensors": n_tensors, "parameters": n_params, "bytes_read": stats.bytes_read,
+            "seconds": time.perf_counter() - t0, "shards": len(index.files)}
 
 
-def _try_fp8(weight_name, pending, scales, feed, map_name):
-    if weight_name in pending and weight_name in scales:
-        w = pending.pop(weight_name).load()
-        s = scales.pop(weight_name).load()
-        t = map_name(weight_name)
-        feed(t if isinstance(t, Target) else Target(t), dequant_fp8_block(w, s), weight_name)
+def _read_small(index: CheckpointIndex, name: str, open_file: str, open_handle, stats: ReadStats) -> torch.Tensor:
+    """A small tensor (an FP8 scale) from the open shard, or from its own shard opened briefly; copied out so
+    that nothing keeps a shard mapped after the loader closes it."""
+    info = index.tensors[name]
+    if info.file == open_file:
+        t = open_handle.get_tensor(name).clone()
+    else:
+        with _open_shard(info.file) as h:
+            t = h.get_tensor(name).clone()
+    stats.bytes_read += info.nbytes
+    return t
 
 
-_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "BOOL": 1, "I8": 1,
-                "U8": 1}
+def _log_skipped(mp: _Mapping, what: str) -> None:
+    if not mp.skipped:
+        return
+    by_reason = Counter(mp.skipped.values())
+    for reason, n in by_reason.items():
+        examples = [k for k, v in mp.skipped.items() if v == reason]
+        logger.info("%s: skipped %d tensor(s): %s (%s)", what, n, reason, _format_names(examples, 2))
 
 
-def _nbytes(lt: LazyTensor) -> int:
-    n = 1
-    for s in lt.shape:
-        n *= s
-    return n * _DTYPE_BYTES.get(lt.dtype_str, 2)
+def _summary(what: str, path: str, info: dict, extra: str) -> None:
+    tp = get_tp()
+    rank = f" as TP rank {tp.rank} of {tp.size}" if tp.size > 1 else ""
+    secs = max(info["seconds"], 1e-9)
+    logger.info("%s loaded from %s%s: %d tensors, %.3fB parameters, %.2f GB read from %d shard(s) in %.1f s "
+                "(%.2f GB/s); %s", what, path, rank, info["tensors"], info["parameters"] / 1e9,
+                info["bytes_read"] / 1e9, info["shards"], info["seconds"], info["bytes_read"] / 1e9 / secs, extra)
 
 
+# ------------------------------------------------------------------------------------------------------
+# Entry points
+# ------------------------------------------------------------------------------------------------------
 def load_target(path: str, *, device="cpu", dtype=torch.bfloat16) -> DeepseekV3ForCausalLM:
+    """Loads a DeepSeek-V3-family target (DeepSeek-V3/R1, Kimi-K2/K2.5) as this process's TP rank.
+
+    Raises ConfigError (config.json) or CheckpointError (tensors, files, quantization) naming what is wrong;
+    nothing is returned half-loaded. The model is built directly on ``device``.
+    """
     cfg = ModelConfig.from_path(path)
-    int4 = _int4_experts(cfg)
-    files = checkpoint_files(path)
-    model = DeepseekV3ForCausalLM(cfg, dtype=dtype, int4_experts=int4)
-    prefix = cfg.weight_prefix
-    quantized: set[str] = set()
+    index = CheckpointIndex.scan(path)
+    names = _TargetNames(cfg)
+    if names.prefix and not any(n.startswith(names.prefix) for n in index.tensors):
+        raise CheckpointError(f"{path}: config.json nests the language model under text_config (Kimi-K2.5 layout), "
+                              f"so its tensors should be named {names.prefix!r}..., but none of the "
+                              f"{len(index.tensors)} are (e.g. {_format_names(index.tensors, 2)})")
+    plan = plan_quantization(cfg, index, names)
+    with _full_size():
+        skeleton = DeepseekV3ForCausalLM(cfg, dtype=dtype, int4_experts=plan.int4_experts)
+    full = _loadable(skeleton)
+    mp = _map_checkpoint(index, names.canonical, names.target, full)
+    allow = ("lm_head.",) if cfg.tie_word_embeddings else ()
+    fp8_scales = _validate(index, mp, full, names.display, allow, "target")
+    if plan.int4_experts:
+        _check_weight_shapes(index, mp, full)
+    del skeleton, full
 
-    def map_name(name: str):
-        if name.startswith(_SKIP_PREFIXES):
-            return None
-        if prefix:
-            if not name.startswith(prefix):
-                return Target("<outside the language model>." + name)  # reported as unexpected
-            name = name[len(prefix):]
-            if name.startswith("layers."):  # some Kimi exports drop the inner "model."
-                name = "model." + name
-        if name.endswith((".weight_packed", ".weight_scale")):
-            quantized.add(name)
-        return _map_target_name(name, cfg)
-
-    info = load_weights(model, iter_tensors(files, "target"), map_name, what="target",
-                        allow_missing=("lm_head.",) if cfg.tie_word_embeddings else ())
+    with torch.device(device):
+        model = DeepseekV3ForCausalLM(cfg, dtype=dtype, int4_experts=plan.int4_experts)
+    info = _stream(_loadable(model), index, mp, fp8_scales, "target")
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    if int4:
-        _check_ignore(cfg, quantized)
-    logger.info("target loaded from %s: %d tensors, %.2f GB read in %.1f s%s", path, info["tensors"],
-                info["bytes"] / 1e9, info["seconds"], " (INT4 experts kept packed)" if int4 else "")
-    return model.to(device)
+    _log_skipped(mp, "target")
+    _summary("target", path, info, plan.describe())
+    return model
 
 
 def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.bfloat16) -> Eagle3Draft:
+    """Loads an EAGLE-3 draft head for ``target_cfg`` as this process's TP rank.
+
+    A draft without ``lm_head.weight`` uses the target's head (its draft vocab must then be the full vocab);
+    a draft without ``d2t`` must have draft_vocab_size == vocab_size; a missing ``t2d`` is rebuilt from d2t.
+    """
     dcfg = DraftConfig.from_path(path)
     if dcfg.vocab_size != target_cfg.vocab_size:
         raise ConfigError(f"draft vocab_size={dcfg.vocab_size} differs from the target's {target_cfg.vocab_size}")
@@ -351,29 +908,65 @@ def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.
     if dcfg.hidden_size != target_cfg.hidden_size:
         raise ConfigError(f"draft hidden_size={dcfg.hidden_size} differs from the target's "
                           f"{target_cfg.hidden_size} (the draft shares the target's embedding)")
-    files = checkpoint_files(path)
-    names = set()
-    for f in files:
-        from safetensors import safe_open
-        with safe_open(f, framework="pt") as h:
-            names.update(h.keys())
-    has_head = "lm_head.weight" in names
+    raw_cfg = load_json(path)
+    if raw_cfg.get("quantization_config"):
+        method = raw_cfg["quantization_config"].get("quant_method")
+        raise CheckpointError(f"draft quantization {method!r} is not supported; {_SUPPORTED} (targets only)")
+    index = CheckpointIndex.scan(path)
+    canon = {n: _draft_name(n)[0] for n in index.tensors}
+    has_head = "lm_head.weight" in canon.values()
+    has_d2t, has_t2d = "d2t" in canon.values(), "t2d" in canon.values()
     if not has_head and dcfg.draft_vocab_size != dcfg.vocab_size:
         raise ConfigError(f"draft has no lm_head.weight, so it uses the target's head over the full vocab, but "
                           f"draft_vocab_size={dcfg.draft_vocab_size} != vocab_size={dcfg.vocab_size}")
-    model = Eagle3Draft(dcfg, dtype=dtype, has_lm_head=has_head)
-    allow = () if "d2t" in names else ("d2t", "t2d")
-    load_weights(model, iter_tensors(files, "draft"), _map_draft_name, what="draft", allow_missing=allow)
-    if not has_head:
-        logger.info("draft %s has no lm_head: using the target's head", path)
-    return model.to(device)
+    if not has_d2t and dcfg.draft_vocab_size != dcfg.vocab_size:
+        raise CheckpointError(f"draft {path} has draft_vocab_size={dcfg.draft_vocab_size} < vocab_size="
+                              f"{dcfg.vocab_size} but no d2t tensor mapping draft ids to target ids")
+    with _full_size():
+        skeleton = Eagle3Draft(dcfg, dtype=dtype, has_lm_head=has_head)
+    full = _loadable(skeleton)
+    mp = _map_checkpoint(index, _draft_name, Target, full)
+    allow = tuple(n for n, present in (("d2t", has_d2t), ("t2d", has_t2d)) if not present)
+    _validate(index, mp, full, lambda p, part: p, allow, "draft")
+    del skeleton, full
+
+    with torch.device(device):
+        model = Eagle3Draft(dcfg, dtype=dtype, has_lm_head=has_head)
+    info = _stream(_loadable(model), index, mp, {}, "draft")
+    _check_vocab_map(model, path, rebuild_t2d=not has_t2d)
+    _log_skipped(mp, "draft")
+    aux = resolve_aux_layer_ids(dcfg, target_cfg.num_hidden_layers)
+    _summary("draft", path, info,
+             f"{'own lm_head' if has_head else 'no lm_head: uses the target head'}, draft vocab "
+             f"{dcfg.draft_vocab_size}/{dcfg.vocab_size}; aux ids as written "
+             f"{list(dcfg.aux_layer_ids) if dcfg.aux_layer_ids is not None else 'absent'} -> residual streams "
+             f"entering target layers {list(aux)} (DeepSeek rule; an explicit speculative_aux_layer_ids overrides)")
+    return model
+
+
+@torch.no_grad()
+def _check_vocab_map(model: Eagle3Draft, path: str, rebuild_t2d: bool) -> None:
+    """d2t must map into the target vocab; t2d (unused at run time, but shipped) must agree with it."""
+    cfg = model.config
+    target_ids = torch.arange(cfg.draft_vocab_size, device=model.d2t.device) + model.d2t
+    if int(target_ids.min()) < 0 or int(target_ids.max()) >= cfg.vocab_size:
+        raise CheckpointError(f"draft {path}: d2t maps draft ids to target ids {int(target_ids.min())}.."
+                              f"{int(target_ids.max())}, outside the target vocab [0, {cfg.vocab_size})")
+    mask = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=model.t2d.device)
+    mask[target_ids] = True
+    if rebuild_t2d:
+        model.t2d.copy_(mask)
+    elif not torch.equal(mask, model.t2d.bool()):
+        raise CheckpointError(f"draft {path}: t2d marks {int(model.t2d.sum())} target ids but d2t maps to "
+                              f"{int(mask.sum())} others; the two tensors come from different vocabularies")
 
 
 # ------------------------------------------------------------------------------------------------------
 # Writing (tests, the embedded model, the draft trainer)
 # ------------------------------------------------------------------------------------------------------
 def hf_state_dict(model: DeepseekV3ForCausalLM) -> dict[str, torch.Tensor]:
-    """Our parameters in Hugging Face's on-disk names (per-expert tensors). TP=1 models only."""
+    """Our parameters in Hugging Face's on-disk names (per-expert tensors; packed INT4 experts with their
+    compressed-tensors ``weight_shape``). TP=1 models only."""
     out = {}
     for name, p in model.state_dict().items():
         m = re.match(r"^(.*\.mlp\.experts)\.(w13|w2)_(weight|weight_packed|weight_scale)$", name)
@@ -384,10 +977,13 @@ def hf_state_dict(model: DeepseekV3ForCausalLM) -> dict[str, torch.Tensor]:
         for e in range(p.shape[0]):
             if which == "w13":
                 half = p.shape[1] // 2
-                out[f"{base}.{e}.gate_proj.{what}"] = p[e, :half]
-                out[f"{base}.{e}.up_proj.{what}"] = p[e, half:]
+                parts = {"gate_proj": p[e, :half], "up_proj": p[e, half:]}
             else:
-                out[f"{base}.{e}.down_proj.{what}"] = p[e]
+                parts = {"down_proj": p[e]}
+            for proj, v in parts.items():
+                out[f"{base}.{e}.{proj}.{what}"] = v
+                if what == "weight_packed":
+                    out[f"{base}.{e}.{proj}.weight_shape"] = torch.tensor([v.shape[0], v.shape[1] * PACK_FACTOR])
     if model.config.tie_word_embeddings:
         out.pop("lm_head.weight", None)
     return out
@@ -396,18 +992,24 @@ def hf_state_dict(model: DeepseekV3ForCausalLM) -> dict[str, torch.Tensor]:
 def save_hf(model: nn.Module, path: str, config: dict | None = None, max_shard_bytes: int | None = None,
             prefix: str = "") -> None:
     """Writes config.json + safetensors (sharded with an index when max_shard_bytes is given)."""
-    from safetensors.torch import save_file
-
-    os.makedirs(path, exist_ok=True)
     if isinstance(model, DeepseekV3ForCausalLM):
         sd = hf_state_dict(model)
         config = config or model.config.to_hf()
     else:
-        sd = {k: v for k, v in model.state_dict().items()}
+        sd = dict(model.state_dict())
         if getattr(model, "lm_head", None) is None:
             sd.pop("lm_head.weight", None)
         config = config or model.config.to_hf()
     sd = {prefix + k: v.detach().contiguous().cpu() for k, v in sd.items()}
+    write_safetensors(sd, path, config, max_shard_bytes)
+
+
+def write_safetensors(sd: dict[str, torch.Tensor], path: str, config: dict,
+                      max_shard_bytes: int | None = None) -> None:
+    """config.json + one model.safetensors, or shards of at most max_shard_bytes with an index."""
+    from safetensors.torch import save_file
+
+    os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     if not max_shard_bytes:

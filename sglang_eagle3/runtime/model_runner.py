@@ -44,13 +44,13 @@ class ModelRunner:
     def __init__(self, target: DeepseekV3ForCausalLM, draft: Eagle3Draft | None, *, aux_layer_ids: tuple[int, ...],
                  num_pages: int, page_size: int, max_context: int, device: torch.device, dtype: torch.dtype,
                  use_cuda_graph: bool, cuda_graph_max_bs: int, verify_widths: tuple[int, ...],
-                 attention_backend: str, graph_disabled_reason: str = ""):
+                 attention_backend: str, moe_backend: str = "auto", graph_disabled_reason: str = ""):
         self.target, self.draft = target, draft
         self.aux_layer_ids = aux_layer_ids if draft is not None else ()
         self.device, self.dtype = device, dtype
         self.page_size = page_size
         self.max_pages = (max_context + page_size - 1) // page_size
-        self.attention_backend = attention_backend
+        target.set_kernel_backends(attention_backend, moe_backend)
         cfg = target.config
         self.allocator = PageAllocator(num_pages)
         self.target_kv: KVPool = make_pool(cfg.num_hidden_layers, num_pages, page_size, (cfg.kv_cache_dim,), dtype,
@@ -80,7 +80,7 @@ class ModelRunner:
     # -- forward functions (captured as graphs; they never know it) ---------------------------------
     def _fb(self, kv, mode, page_table, seq_lens, out_cache_loc, T, extend_lens=None) -> ForwardBatch:
         return ForwardBatch(mode=mode, kv=kv, page_table=page_table, seq_lens=seq_lens, out_cache_loc=out_cache_loc,
-                            tokens_per_req=T, extend_lens=extend_lens, attention_backend=self.attention_backend)
+                            tokens_per_req=T, extend_lens=extend_lens)
 
     def _target_fn(self, mode: ForwardMode):
         def fn(input_ids, positions, page_table, seq_lens, out_cache_loc, tokens_per_req):

@@ -141,14 +141,17 @@ def contiguous_windows(stream: np.ndarray, seq_len: int, max_windows: int | None
 
 
 def heldout_prompts(docs: list[str], n: int, seed: int, max_chars: int = 200) -> list[str]:
-    """``n`` prompts cut from random documents at a sentence start, about ``max_chars`` long, ending at a
-    word boundary (so the model is asked to continue mid-sentence, as a user prompt would)."""
+    """``n`` prompts cut from distinct random documents at a sentence start, at most ``max_chars`` long and
+    ending at a word boundary (so the model is asked to continue mid-sentence, as a user prompt would)."""
     rng = random.Random(seed)
+    candidates = [d for d in docs if len(d) >= max_chars // 2 and " " in d]
+    if not candidates:
+        raise ValueError(f"no document of at least {max_chars // 2} characters to cut prompts from")
     prompts = []
-    candidates = [d for d in docs if len(d) > 2 * max_chars]
     for doc in rng.sample(candidates, min(n, len(candidates))):
-        starts = [0] + [i + 2 for i in range(len(doc) - max_chars) if doc.startswith(". ", i)]
+        # Sentence starts that leave at least half a prompt of text after them.
+        starts = [0] + [i + 2 for i in range(len(doc) - max_chars // 2) if doc.startswith(". ", i)]
         s = rng.choice(starts)
         cut = doc[s:s + max_chars]
-        prompts.append(cut[: cut.rfind(" ")])
+        prompts.append(cut[: cut.rfind(" ")] if len(cut) == max_chars else cut.rstrip())
     return prompts

@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from sglang_eagle3.train.modules import training_mode
-from sglang_eagle3.train.target import autocast, make_optimizer
+from sglang_eagle3.train.target import PROBE_FROM, PROBE_TO, autocast, fit_steps_to_time, make_optimizer
 
 logger = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ class DraftTrainConfig:
     step_decay: float = 0.8  # loss weight of step k is decay**k (EAGLE-3)
     log_every: int = 100
     seed: int = 0
-    time_limit_s: float | None = None
+    time_limit_s: float | None = None  # see TargetTrainConfig.time_limit_s
 
     def __post_init__(self):
         assert self.steps > 0 and self.batch_size > 0 and self.ttt_steps > 0, f"{self=}"
@@ -308,6 +308,7 @@ class DraftTrainConfig:
 @dataclass
 class DraftTrainResult:
     steps_done: int
+    steps_planned: int  # after fit_steps_to_time: pass this as ``steps`` to reproduce the run
     wall_s: float
     final_loss: float
     final_step_losses: list[float]
@@ -350,11 +351,17 @@ def train_draft(target: nn.Module, draft: nn.Module, sequences: torch.Tensor, dr
     target.eval()
     history: list[dict] = []
     start = time.perf_counter()
-    acc_loss, acc_steps, acc_n, step = 0.0, None, 0, 0
+    acc_loss, acc_steps, acc_n, step, probe_t0 = 0.0, None, 0, -1, 0.0
     step_losses: list[float] = []
     step_accs: list[float] = []
     with training_mode(target):
-        for step in range(cfg.steps):
+        while step + 1 < cfg.steps:
+            step += 1
+            if step == PROBE_FROM:
+                probe_t0 = time.perf_counter()
+            if step == PROBE_TO:
+                now = time.perf_counter()
+                cfg = fit_steps_to_time(cfg, step, now - start, (now - probe_t0) / (PROBE_TO - PROBE_FROM))
             for group in opt.param_groups:
                 group["lr"] = cfg.lr_at(step)
             rows = torch.randint(0, len(sequences), (cfg.batch_size,), generator=gen)
@@ -389,7 +396,7 @@ def train_draft(target: nn.Module, draft: nn.Module, sequences: torch.Tensor, dr
     for p in draft.parameters():
         p.requires_grad_(False)
     draft.eval()
-    return DraftTrainResult(steps_done=step + 1, wall_s=time.perf_counter() - start,
+    return DraftTrainResult(steps_done=step + 1, steps_planned=cfg.steps, wall_s=time.perf_counter() - start,
                             final_loss=history[-1]["loss"] if history else math.nan,
                             final_step_losses=step_losses, final_step_accs=history[-1]["acc"] if history else [],
                             history=history)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn as nn
@@ -38,7 +38,9 @@ class TargetTrainConfig:
     eval_every: int = 250
     eval_windows: int = 64
     seed: int = 0
-    time_limit_s: float | None = None  # stop early (with a warning) past this wall time
+    # With a time limit, the step count is cut after a few timed steps so that the whole cosine schedule fits
+    # (see fit_steps_to_time); past the limit training also stops, as a safety net.
+    time_limit_s: float | None = None
 
     def __post_init__(self):
         assert self.steps > 0 and self.batch_size > 0 and self.seq_len > 1, f"{self=}"
@@ -51,9 +53,28 @@ class TargetTrainConfig:
         return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def fit_steps_to_time(cfg, step: int, elapsed_s: float, step_s: float, safety: float = 0.85):
+    """cfg with ``steps`` lowered so that the remaining steps, at ``step_s`` each, end within the time limit
+    (``safety`` leaves room for evaluations); unchanged when the configured steps already fit."""
+    if cfg.time_limit_s is None or step_s <= 0:
+        return cfg
+    fit = step + int(safety * (cfg.time_limit_s - elapsed_s) / step_s)
+    if fit >= cfg.steps:
+        return cfg
+    fit = max(fit, cfg.warmup_steps + 1, step + 1)
+    logger.warning("%s: %d steps do not fit in %.0f s at %.1f ms/step; training %d steps instead",
+                   type(cfg).__name__, cfg.steps, cfg.time_limit_s, 1e3 * step_s, fit)
+    return replace(cfg, steps=fit)
+
+
+# Steps timed before fit_steps_to_time decides (the first ones pay for allocator warm-up).
+PROBE_FROM, PROBE_TO = 5, 25
+
+
 @dataclass
 class TargetTrainResult:
     steps_done: int
+    steps_planned: int  # after fit_steps_to_time: pass this as ``steps`` to reproduce the run
     wall_s: float
     final_train_loss: float
     best_step: int
@@ -137,10 +158,16 @@ def train_target(model: nn.Module, train_stream, val_windows: dict[str, torch.Te
     best_val, best_step, best_state = math.inf, -1, None
     history: list[dict] = []
     start = time.perf_counter()
-    running, n_running, step = 0.0, 0, 0
+    running, n_running, step, probe_t0 = 0.0, 0, -1, 0.0
     model.train()
     with training_mode(model, dropout=cfg.dropout, track_load=cfg.bias_update_rate > 0):
-        for step in range(cfg.steps):
+        while step + 1 < cfg.steps:
+            step += 1
+            if step == PROBE_FROM:
+                probe_t0 = time.perf_counter()
+            if step == PROBE_TO:
+                now = time.perf_counter()
+                cfg = fit_steps_to_time(cfg, step, now - start, (now - probe_t0) / (PROBE_TO - PROBE_FROM))
             for group in opt.param_groups:
                 group["lr"] = cfg.lr_at(step)
             ids = sampler.sample(device)  # [B, S+1]
@@ -182,6 +209,7 @@ def train_target(model: nn.Module, train_stream, val_windows: dict[str, torch.Te
     model.eval()
     best = next((h for h in history if h["step"] == best_step), history[-1] if history else {})
     return TargetTrainResult(
-        steps_done=step + 1, wall_s=wall, final_train_loss=history[-1]["train_loss"] if history else math.nan,
+        steps_done=step + 1, steps_planned=cfg.steps, wall_s=wall,
+        final_train_loss=history[-1]["train_loss"] if history else math.nan,
         best_step=best_step, best_val={k[4:]: v for k, v in best.items() if k.startswith("val_")},
         history=history)

@@ -15,19 +15,26 @@ import triton.language as tl
 
 
 @triton.jit
-def _gather_group(ids_ptr, pair, TK, chunk, TK_PAD: tl.constexpr, BLOCK_T: tl.constexpr):
-    """Pairs routed to the expert of `pair`: (is_leader, count, [BLOCK_T] pair ids of chunk, row mask)."""
+def _expert_group(ids_ptr, pair, TK, TK_PAD: tl.constexpr):
+    """(is `pair` its expert's first pair, number of pairs routed to that expert, the expert id)."""
     offs = tl.arange(0, TK_PAD)
     ids = tl.load(ids_ptr + offs, mask=offs < TK, other=-1)
     expert = tl.load(ids_ptr + pair)
     member = (ids == expert) & (offs < TK)
     leader = tl.min(tl.where(member, offs, TK_PAD), axis=0) == pair
-    count = tl.sum(member.to(tl.int32), axis=0)
+    return leader, tl.sum(member.to(tl.int32), axis=0), expert
+
+
+@triton.jit
+def _group_chunk(ids_ptr, expert, TK, chunk, count, TK_PAD: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Pair ids [BLOCK_T] of members chunk*BLOCK_T.. of `expert`'s group (in pair order), and a row mask."""
+    offs = tl.arange(0, TK_PAD)
+    ids = tl.load(ids_ptr + offs, mask=offs < TK, other=-1)
+    member = (ids == expert) & (offs < TK)
     rank = tl.cumsum(member.to(tl.int32), axis=0) - 1  # [TK_PAD] rank among members
     rows = chunk * BLOCK_T + tl.arange(0, BLOCK_T)
     sel = member[None, :] & (rank[None, :] == rows[:, None])  # [BLOCK_T, TK_PAD]
-    pairs = tl.sum(tl.where(sel, offs[None, :], 0), axis=1)
-    return leader, count, expert, pairs, rows < count
+    return tl.sum(tl.where(sel, offs[None, :], 0), axis=1), rows < count
 
 
 @triton.jit
@@ -82,14 +89,14 @@ def moe_gate_up_kernel(
     """act[pair, n] = silu(x W_gate^T) * (x W_up^T) for the pairs of one expert, N-block of I."""
     pair = tl.program_id(0)
     nb = tl.program_id(1)
-    leader, count, expert, _, _ = _gather_group(ids_ptr, pair, TK, 0, TK_PAD, BLOCK_T)
+    leader, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
     if leader:
         n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = n_offs < I
         w_e = w13_ptr + expert.to(tl.int64) * stride_we
         s_e = s13_ptr + expert.to(tl.int64) * stride_se
         for chunk in range(0, tl.cdiv(count, BLOCK_T)):
-            _, _, _, pairs, row_ok = _gather_group(ids_ptr, pair, TK, chunk, TK_PAD, BLOCK_T)
+            pairs, row_ok = _group_chunk(ids_ptr, expert, TK, chunk, count, TK_PAD, BLOCK_T)
             x_row_off = (pairs // TOP_K).to(tl.int64) * stride_xt
             gate = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
             up = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
@@ -113,14 +120,14 @@ def moe_down_kernel(
     """out[pair, n] = topk_w[pair] * act[pair, :] W_down[n, :]^T for the pairs of one expert."""
     pair = tl.program_id(0)
     nb = tl.program_id(1)
-    leader, count, expert, _, _ = _gather_group(ids_ptr, pair, TK, 0, TK_PAD, BLOCK_T)
+    leader, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
     if leader:
         n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = n_offs < H
         w_e = w2_ptr + expert.to(tl.int64) * stride_we
         s_e = s2_ptr + expert.to(tl.int64) * stride_se
         for chunk in range(0, tl.cdiv(count, BLOCK_T)):
-            _, _, _, pairs, row_ok = _gather_group(ids_ptr, pair, TK, chunk, TK_PAD, BLOCK_T)
+            pairs, row_ok = _group_chunk(ids_ptr, expert, TK, chunk, count, TK_PAD, BLOCK_T)
             acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
             acc = _expert_tile_dot(acc, act_ptr, pairs.to(tl.int64) * stride_at, row_ok, w_e, s_e, n_offs,
                                    n_ok, stride_wn, stride_sn, I, INT4, BLOCK_K, GROUP, INTERPRET)

@@ -86,23 +86,20 @@ def mla_merge_splits_kernel(
     mid_o_ptr, mid_lse_ptr, out_ptr,
     stride_mo_tok, stride_mo_head, stride_mo_split, stride_ml_tok, stride_ml_head,
     stride_o_tok, stride_o_head, NUM_SPLITS,
-    DC: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
+    """Program (token, head, D-block): all splits' partials loaded at once, weighted by exp2(lse - max).
+    Empty splits have lse = -inf (weight 0) and zero partials, so no branch is needed."""
     tok = tl.program_id(0)
     head = tl.program_id(1)
     sp = tl.arange(0, SPLITS_PAD)
-    dc = tl.arange(0, DC)
-    lse = tl.load(mid_lse_ptr + tok * stride_ml_tok + head * stride_ml_head + sp, mask=sp < NUM_SPLITS,
-                  other=float("-inf"))
+    d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
+    sp_ok = sp < NUM_SPLITS
+    lse = tl.load(mid_lse_ptr + tok * stride_ml_tok + head * stride_ml_head + sp, mask=sp_ok, other=float("-inf"))
     m = tl.max(lse, axis=0)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    total = tl.sum(tl.exp2(lse - m_safe), axis=0)
-    acc = tl.zeros([DC], dtype=tl.float32)
-    base = mid_o_ptr + tok * stride_mo_tok + head * stride_mo_head
-    for s in range(NUM_SPLITS):
-        w = tl.exp2(tl.load(mid_lse_ptr + tok * stride_ml_tok + head * stride_ml_head + s) - m_safe)
-        # Empty splits have weight 0; skip their (unused) partials instead of multiplying garbage.
-        if w > 0.0:
-            acc += w * tl.load(base + s * stride_mo_split + dc)
-    out = acc / tl.where(total > 0.0, total, 1.0)
-    tl.store(out_ptr + tok * stride_o_tok + head * stride_o_head + dc, out.to(out_ptr.dtype.element_ty))
+    w = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))  # [SPLITS_PAD]
+    total = tl.sum(w, axis=0)
+    o = tl.load(mid_o_ptr + tok * stride_mo_tok + head * stride_mo_head + sp[:, None] * stride_mo_split
+                + d[None, :], mask=sp_ok[:, None], other=0.0)  # [SPLITS_PAD, BLOCK_D]
+    out = tl.sum(o * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
+    tl.store(out_ptr + tok * stride_o_tok + head * stride_o_head + d, out.to(out_ptr.dtype.element_ty))

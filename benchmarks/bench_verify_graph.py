@@ -1,0 +1,214 @@
+"""Eager vs CUDA-graph target decode/verify on a Kimi-K2.5-shaped slice of ONE tensor-parallel rank.
+
+TP=8 shapes (8 of 64 heads, experts split 8 ways along the intermediate dim, vocab/8), 61 layers, random
+weights, INT4 routed experts (the full 384-expert pool) unless --bf16-experts (then a reduced pool, said so
+in the output). Collectives are skipped (one process stands in for rank 0), so the numbers are one rank's
+compute + memory time without all-reduce cost.
+
+For decode (T=1) and verify (T=2..8) at each context it prints eager ms, graph ms and the bandwidth floor:
+bytes that must be read (every non-expert weight, the distinct routed experts this step actually selects,
+the KV cache of the context, the lm_head slice) over the copy bandwidth measured in the same run.
+
+    python benchmarks/bench_verify_graph.py --out benchmarks/results/h200/verify_graph.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import torch
+
+from sglang_eagle3.config import ModelConfig, RopeConfig
+from sglang_eagle3.distributed.parallel_state import init_tp
+from sglang_eagle3.kernels.ref import ref_moe_topk
+from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
+from sglang_eagle3.runtime.model_runner import ModelRunner
+
+TP = 8
+
+
+def kimi_config(layers: int, experts: int) -> ModelConfig:
+    return ModelConfig(
+        vocab_size=163840, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+        num_hidden_layers=layers, num_attention_heads=64, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+        qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=experts, num_experts_per_tok=8, n_shared_experts=1,
+        first_k_dense_replace=1, n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.827,
+        scoring_func="sigmoid", topk_method="noaux_tc", rms_norm_eps=1e-6, max_position_embeddings=262144,
+        rope=RopeConfig(theta=50000.0, kind="yarn", factor=64.0, original_max_position_embeddings=4096,
+                        beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0))
+
+
+@torch.no_grad()
+def randomize_cuda(model: torch.nn.Module, seed: int) -> None:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    for name, p in model.named_parameters():
+        if p.dtype == torch.int32:  # packed INT4: any bit pattern is 8 valid nibbles
+            p.copy_(torch.randint(-2**31, 2**31 - 1, p.shape, generator=g, device="cuda", dtype=torch.int64)
+                    .to(torch.int32))
+        elif "norm" in name:
+            p.fill_(1.0)
+        elif name.endswith("weight_scale"):
+            fan_in = p.shape[-1] * 32
+            p.copy_(torch.rand(p.shape, generator=g, device="cuda") * (2.0 / (4.6 * math.sqrt(fan_in))))
+        elif name.endswith("e_score_correction_bias"):
+            p.normal_(0, 0.01, generator=g)
+        else:
+            p.normal_(0, 1.0 / math.sqrt(p.shape[-1]), generator=g)
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy of 2 GiB, bytes read + written over the median event time (GB/s)."""
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.int16, device="cuda").random_()
+    b = torch.empty_like(a)
+    times = []
+    for _ in range(12):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        b.copy_(a)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    ms = sorted(times[2:])[len(times[2:]) // 2]
+    del a, b
+    return 2 * n * 2 / (ms * 1e-3) / 1e9
+
+
+def median_ms(fn, iters: int) -> float:
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def expert_bytes(model) -> tuple[int, int]:
+    """(bytes of all non-routed-expert parameters, bytes of one routed expert incl. scales) on this rank."""
+    other = sum(p.numel() * p.element_size() for name, p in model.named_parameters()
+                if ".experts." not in name and not name.startswith("model.embed_tokens"))  # one embed row per token
+    experts = next(m for m in model.model.layers if hasattr(m.mlp, "experts")).mlp.experts
+    per_expert = sum(p[0].numel() * p.element_size() for p in experts.parameters())
+    return other, per_expert
+
+
+@torch.inference_mode()
+def time_case(runner: ModelRunner, ctx: int, T: int, pages: list[int], eager_iters: int, graph_iters: int):
+    """(eager ms, graph ms) of one request with `ctx` cached tokens and T new ones."""
+    bt = runner.build([(list(range(100, 100 + T)), ctx, pages)])
+    graph_runner = runner.target_verify if T > 1 else runner.target_decode
+    inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
+                  seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
+    graph_runner.fn(**inputs, tokens_per_req=T)  # warm-up (and the routing the floor is computed from)
+    torch.cuda.synchronize()
+    eager = median_ms(lambda: graph_runner.fn(**inputs, tokens_per_req=T), eager_iters)
+    graph = median_ms(lambda: runner.target_uniform(bt, T, verify=T > 1), graph_iters)
+    return eager, graph
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("GIT_COMMIT", "unknown")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=61)
+    ap.add_argument("--experts", type=int, default=384)
+    ap.add_argument("--bf16-experts", action="store_true", help="bf16 experts (use with a reduced --experts)")
+    ap.add_argument("--contexts", type=int, nargs="+", default=[1024, 8192])
+    ap.add_argument("--max-tokens", type=int, default=8, help="verify widths 2..N")
+    ap.add_argument("--backends", nargs="+", default=["triton", "torch"],
+                    help="kernel paths to time: triton (ours) and/or torch (references)")
+    ap.add_argument("--eager-iters", type=int, default=5)
+    ap.add_argument("--graph-iters", type=int, default=30)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    assert torch.cuda.is_available(), "needs a CUDA GPU"
+
+    bw = copy_bandwidth()
+    init_tp(0, TP, simulated=True)
+    cfg = kimi_config(args.layers, args.experts)
+    with torch.device("cuda"):
+        model = DeepseekV3ForCausalLM(cfg, dtype=torch.bfloat16, int4_experts=not args.bf16_experts)
+    randomize_cuda(model, 0)
+    other_bytes, one_expert = expert_bytes(model)
+    gate_logits = []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda m, i, o: gate_logits.append(o))
+             for layer in model.model.layers if hasattr(layer.mlp, "gate")]
+    page_size = 64
+    max_ctx = max(args.contexts) + args.max_tokens + page_size
+    Ts = list(range(1, args.max_tokens + 1))
+    results = {"command": " ".join([sys.executable.split("/")[-1]] + sys.argv), "git_commit": git_commit(),
+               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "triton": __import__("triton").__version__, "python": platform.python_version(),
+               "copy_bw_gbps": round(bw, 1), "layers": args.layers, "experts": args.experts,
+               "experts_dtype": "bf16" if args.bf16_experts else "int4 (compressed-tensors pack-quantized, g32)",
+               "note": "one TP=8 rank's slice, collectives skipped; floor = bytes that must be read / copy bw",
+               "non_expert_bytes": other_bytes, "bytes_per_expert": one_expert, "cases": []}
+    print(f"copy bandwidth {bw:.0f} GB/s; non-expert bytes {other_bytes / 1e9:.2f} GB; "
+          f"{one_expert / 1e6:.2f} MB per expert; experts {results['experts_dtype']}", flush=True)
+    for backend in args.backends:
+        runner = None
+        try:
+            torch.cuda.empty_cache()
+            runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=max_ctx // page_size + 4,
+                                 page_size=page_size, max_context=max_ctx, device=torch.device("cuda"),
+                                 dtype=torch.bfloat16, use_cuda_graph=True, cuda_graph_max_bs=1,
+                                 verify_widths=tuple(Ts[1:]), attention_backend=backend, moe_backend=backend)
+            for kv in runner.target_kv.layers:
+                kv.normal_()
+            t0 = time.perf_counter()
+            runner.capture_graphs()
+            capture_s = time.perf_counter() - t0
+            graph_mib = sum(r["capture_mib"] for r in runner.graph_report().values())
+            print(f"[{backend}] captured {len(Ts)} graphs in {capture_s:.1f} s ({graph_mib:.0f} MiB)", flush=True)
+            pages = list(range(1, max_ctx // page_size + 1))
+            for ctx in args.contexts:
+                for T in Ts:
+                    gate_logits.clear()
+                    eager, graph = time_case(runner, ctx, T, pages, args.eager_iters, args.graph_iters)
+                    distinct = sum(  # expert loads of this step, from the first (eager) run's routing
+                        len(set(ref_moe_topk(lg, None, top_k=8, n_group=1, topk_group=1)[1].flatten().tolist()))
+                        for lg in gate_logits[: len(hooks)])
+                    kv_bytes = (ctx + T) * cfg.kv_cache_dim * 2 * cfg.num_hidden_layers
+                    floor_bytes = other_bytes + distinct * one_expert + kv_bytes
+                    floor = floor_bytes / (bw * 1e9) * 1e3
+                    case = {"backend": backend, "context": ctx, "T": T, "eager_ms": round(eager, 3),
+                            "graph_ms": round(graph, 3), "floor_ms": round(floor, 3),
+                            "graph_over_floor": round(graph / floor, 2), "eager_over_graph": round(eager / graph, 1),
+                            "distinct_experts": distinct, "floor_gb": round(floor_bytes / 1e9, 3)}
+                    results["cases"].append(case)
+                    print(f"[{backend}] ctx {ctx:5d} T={T}: eager {eager:8.2f} ms  graph {graph:7.2f} ms  "
+                          f"floor {floor:5.2f} ms  graph/floor {graph / floor:5.2f}  eager/graph {eager / graph:5.1f}"
+                          f"  ({distinct} expert loads)", flush=True)
+            results.setdefault("capture", {})[backend] = {"seconds": round(capture_s, 2), "graph_mib": graph_mib}
+        except Exception as e:  # a broken backend is reported, the other still runs
+            results.setdefault("errors", {})[backend] = f"{type(e).__name__}: {e}"
+            print(f"[{backend}] FAILED: {type(e).__name__}: {e}", flush=True)
+        finally:
+            runner = None
+    for h in hooks:
+        h.remove()
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

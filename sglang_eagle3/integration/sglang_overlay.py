@@ -1,0 +1,325 @@
+"""The SGLang overlay: ``apply(...)`` patches SGLang 0.5.23 in this process, ``remove()`` restores it exactly.
+
+Every patched symbol is listed once, in ``PATCHES`` below, with the parameters its SGLang definition must
+have; apply resolves each, compares ``inspect.signature`` with that pinned list, installs the wrapper and
+keeps the raw original (``owner.__dict__[attr]``) so that ``remove()`` puts back the very same object.
+
+Features (each switchable in ``apply``):
+  verify_guard   count target-verify forwards by path (graph / prefill_graph / eager) with reasons;
+                 ``strict_verify=True`` raises instead of falling back            (verify_guard.py)
+  moe_routing    biased grouped top-k -> our ``moe_topk`` on CUDA                 (moe_routing.py)
+  draft_wiring   check draft/target compatibility when aux capture is configured (draft_wiring.py)
+  worker_env     worker environment reports + override warnings                  (worker_env.py)
+The scheduler-spawn bootstrap is always installed so that workers get the same overlay.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import logging
+import os
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sglang_eagle3.integration import draft_wiring, moe_routing, worker_env
+from sglang_eagle3.integration import verify_guard as verify_guard_mod
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_SGLANG_VERSIONS: tuple[str, ...] = ("0.5.23",)
+ENV_CONFIG = "SGLANG_EAGLE3_OVERLAY"  # JSON OverlayConfig; set by apply(), read by spawned workers
+ENV_FORCE = "SGLANG_EAGLE3_FORCE"  # "1": same as apply(force=True)
+
+
+class UnsupportedSGLangVersion(RuntimeError):
+    """The installed SGLang is not one the overlay was written against."""
+
+
+class PatchTargetError(RuntimeError):
+    """A patch target is missing or its signature differs from the pinned one."""
+
+
+@dataclass(frozen=True)
+class OverlayConfig:
+    """What the overlay does. Serialised into ``SGLANG_EAGLE3_OVERLAY`` for spawned workers."""
+
+    verify_guard: bool = True
+    strict_verify: bool = False  # raise VerifyFallbackError instead of a verify fallback
+    moe_routing: bool = True
+    draft_wiring: bool = True
+    worker_env: bool = True
+    force: bool = False  # patch an unsupported SGLang version anyway (mismatched targets are skipped)
+    verify_summary_every: int = 1000  # log the verify counters every N verify forwards (0 = never)
+
+    def __post_init__(self):
+        if self.strict_verify and not self.verify_guard:
+            raise ValueError("strict_verify=True needs verify_guard=True")
+        if self.verify_summary_every < 0:
+            raise ValueError(f"verify_summary_every={self.verify_summary_every} must be >= 0")
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    """One patched SGLang symbol: ``module:qualname`` owner + attribute, pinned parameter names."""
+
+    key: str
+    feature: str  # OverlayConfig flag that enables it ("always" = installed whenever the overlay is)
+    module: str
+    owner: str | None  # class name inside module, None for a module-level function
+    attr: str
+    params: tuple[str, ...]
+    code_path: str  # what SGLang does there, for the log and the docs
+
+    @property
+    def symbol(self) -> str:
+        return f"{self.module}.{self.owner + '.' if self.owner else ''}{self.attr}"
+
+
+_MR = "sglang.srt.model_executor.model_runner"
+PATCHES: tuple[PatchSpec, ...] = (
+    PatchSpec("verify.forward_raw", "verify_guard", _MR, "ModelRunner", "_forward_raw",
+              ("self", "forward_batch", "pp_proxy_tensors", "reinit_attn_backend", "split_forward_count"),
+              "dispatch of every forward: decode graph -> prefill graph -> eager runner"),
+    PatchSpec("verify.decode_can_run_graph", "verify_guard",
+              "sglang.srt.model_executor.runner.decode_cuda_graph_runner", "DecodeCudaGraphRunner",
+              "can_run_graph", ("self", "forward_batch"),
+              "TARGET_VERIFY graph eligibility (eagle_prepare_for_verify and _forward_raw call it)"),
+    PatchSpec("verify.prefill_can_run_graph", "verify_guard",
+              "sglang.srt.model_executor.runner.prefill_cuda_graph_runner", "PrefillCudaGraphRunner",
+              "can_run_graph", ("self", "forward_batch"), "piecewise prefill graph eligibility"),
+    PatchSpec("moe.biased_grouped_topk", "moe_routing", "sglang.srt.layers.moe.topk", None, "biased_grouped_topk",
+              ("hidden_states", "gating_output", "correction_bias", "topk", "renormalize", "num_expert_group",
+               "topk_group", "num_fused_shared_experts", "routed_scaling_factor",
+               "apply_routed_scaling_factor_on_output"),
+              "select_experts' noaux_tc branch (use_grouped_topk with a correction bias)"),
+    PatchSpec("wiring.init_attention_backends", "draft_wiring", _MR, "ModelRunner", "init_attention_backends",
+              ("self",), "configure_aux_hidden_state_capture -> set_eagle3_layers_to_capture"),
+    PatchSpec("env.set_envs_and_config", "worker_env", "sglang.srt.entrypoints.engine", None,
+              "_set_envs_and_config", ("server_args",), "engine start writes NCCL_*/CUDA_* before spawning"),
+    PatchSpec("env.scheduler_get_init_info", "worker_env", "sglang.srt.managers.scheduler", "Scheduler",
+              "get_init_info", ("self",), "scheduler handshake dict (server info)"),
+    PatchSpec("env.scheduler_get_internal_state", "worker_env", "sglang.srt.managers.scheduler", "Scheduler",
+              "get_internal_state", ("self", "recv_req"), "scheduler internal state (server info)"),
+    PatchSpec("env.engine_get_server_info", "worker_env", "sglang.srt.entrypoints.engine", "Engine",
+              "get_server_info", ("self",), "Engine.get_server_info"),
+    PatchSpec("workers.run_scheduler_process_func", "always", "sglang.srt.entrypoints.engine", "Engine",
+              "run_scheduler_process_func",
+              ("server_args", "port_args", "gpu_id", "tp_rank", "pp_rank", "dp_rank", "pipe_writer",
+               "display_tp_rank", "display_dp_rank", "display_moe_ep_rank"),
+              "spawn target of every scheduler worker process"),
+)
+
+
+@dataclass
+class _Applied:
+    spec: PatchSpec
+    owner: Any
+    original: Any  # raw object from owner.__dict__ (a staticmethod stays a staticmethod)
+
+
+@dataclass
+class _State:
+    config: OverlayConfig | None = None
+    applied: list[_Applied] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    sglang_version: str | None = None
+    guard: verify_guard_mod.VerifyGuard | None = None
+    moe_counters: dict = field(default_factory=dict)
+    wiring: dict = field(default_factory=dict)
+    env_overrides: list[str] = field(default_factory=list)
+
+
+_STATE = _State()
+_LOCK = threading.RLock()
+
+
+def installed_sglang_version() -> str:
+    """Version of the installed sglang distribution, without importing it (importing takes ~10 s)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError as e:
+        raise ImportError("the SGLang overlay needs SGLang; install it with pip install 'sglang==0.5.23' "
+                          "(or bash .ci/install_sglang.sh for a separate test environment)") from e
+
+
+def check_version(version: str, *, force: bool) -> None:
+    if version in SUPPORTED_SGLANG_VERSIONS:
+        return
+    msg = (f"sglang_eagle3's overlay supports SGLang {', '.join(SUPPORTED_SGLANG_VERSIONS)}; found sglang {version}. "
+           f"Install a supported version (pip install 'sglang=={SUPPORTED_SGLANG_VERSIONS[-1]}'), or pass "
+           f"apply(force=True) / set {ENV_FORCE}=1 to patch anyway (targets whose signature changed are skipped)")
+    if not force:
+        raise UnsupportedSGLangVersion(msg)
+    logger.warning("%s; continuing because force is set", msg)
+
+
+def resolve_target(spec: PatchSpec) -> tuple[Any, Any]:
+    """(owner object, raw original) for a spec; raises PatchTargetError naming the symbol."""
+    try:
+        module = importlib.import_module(spec.module)
+    except ImportError as e:
+        raise PatchTargetError(f"{spec.symbol}: cannot import {spec.module}: {e}") from e
+    owner = module if spec.owner is None else getattr(module, spec.owner, None)
+    if owner is None:
+        raise PatchTargetError(f"{spec.symbol}: {spec.module} has no {spec.owner}")
+    raw = owner.__dict__.get(spec.attr) if spec.owner else getattr(module, spec.attr, None)
+    if raw is None:
+        raise PatchTargetError(f"{spec.symbol}: not defined on {owner.__name__} itself")
+    return owner, raw
+
+
+def target_params(raw: Any) -> tuple[str, ...]:
+    fn = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+    return tuple(inspect.signature(fn).parameters)
+
+
+def _make_replacement(spec: PatchSpec, raw: Any, state: _State) -> Any:
+    guard = state.guard
+    if spec.key == "verify.forward_raw":
+        return verify_guard_mod.wrap_forward_raw(raw, guard)
+    if spec.key == "verify.decode_can_run_graph":
+        return verify_guard_mod.wrap_decode_can_run_graph(raw, guard)
+    if spec.key == "verify.prefill_can_run_graph":
+        return verify_guard_mod.wrap_prefill_can_run_graph(raw, guard)
+    if spec.key == "moe.biased_grouped_topk":
+        return moe_routing.wrap_biased_grouped_topk(raw, moe_routing.resolve_moe_topk(), state.moe_counters)
+    if spec.key == "wiring.init_attention_backends":
+        return draft_wiring.wrap_init_attention_backends(raw, state.wiring)
+    if spec.key == "env.set_envs_and_config":
+        return worker_env.wrap_set_envs_and_config(raw, state.env_overrides)
+    if spec.key == "env.scheduler_get_init_info":
+        return worker_env.wrap_get_init_info(raw, status)
+    if spec.key == "env.scheduler_get_internal_state":
+        return worker_env.wrap_get_internal_state(raw, status)
+    if spec.key == "env.engine_get_server_info":
+        return worker_env.wrap_engine_get_server_info(raw, state.env_overrides)
+    if spec.key == "workers.run_scheduler_process_func":
+        return staticmethod(worker_env.run_scheduler_process_with_overlay)
+    raise AssertionError(f"no replacement for {spec.key}")
+
+
+def _enabled(spec: PatchSpec, config: OverlayConfig) -> bool:
+    return spec.feature == "always" or bool(getattr(config, spec.feature))
+
+
+def apply(*, verify_guard: bool = True, strict_verify: bool = False, moe_routing: bool = True,
+          draft_wiring: bool = True, worker_env: bool = True, force: bool = False,
+          verify_summary_every: int = 1000) -> dict:
+    """Patch SGLang in this process (and, through the spawn bootstrap, in its workers); returns ``status()``.
+
+    Idempotent: the same config again is a no-op; a different one removes the overlay and applies anew.
+    Raises ``UnsupportedSGLangVersion`` for a version outside ``SUPPORTED_SGLANG_VERSIONS`` unless ``force``
+    (or ``SGLANG_EAGLE3_FORCE=1``), and ``PatchTargetError`` if a target is missing or its signature
+    changed (with ``force`` such targets are skipped and listed in ``status()["skipped"]``).
+    """
+    config = OverlayConfig(verify_guard=verify_guard, strict_verify=strict_verify, moe_routing=moe_routing,
+                           draft_wiring=draft_wiring, worker_env=worker_env,
+                           force=force or os.environ.get(ENV_FORCE) == "1",
+                           verify_summary_every=verify_summary_every)
+    return apply_config(config)
+
+
+def apply_config(config: OverlayConfig) -> dict:
+    """``apply`` taking an ``OverlayConfig``."""
+    with _LOCK:
+        if _STATE.config == config:
+            return status()
+        if _STATE.config is not None:
+            remove()
+        version = installed_sglang_version()
+        check_version(version, force=config.force)
+        resolved = []
+        for spec in PATCHES:
+            if not _enabled(spec, config):
+                continue
+            try:
+                owner, raw = resolve_target(spec)
+                got = target_params(raw)
+                if got != spec.params:
+                    raise PatchTargetError(f"{spec.symbol}: signature {got} != pinned {spec.params} "
+                                           f"(sglang {version})")
+            except PatchTargetError as e:
+                if not config.force:
+                    raise
+                logger.warning("skipping %s: %s", spec.key, e)
+                _STATE.skipped[spec.key] = str(e)
+                continue
+            resolved.append((spec, owner, raw))
+        _STATE.guard = verify_guard_mod.VerifyGuard(strict=config.strict_verify,
+                                                    summary_every=config.verify_summary_every)
+        replacements = [(spec, owner, raw, _make_replacement(spec, raw, _STATE)) for spec, owner, raw in resolved]
+        for spec, owner, raw, new in replacements:
+            if not isinstance(new, staticmethod):
+                new.__wrapped__ = raw.__func__ if isinstance(raw, staticmethod) else raw
+                new.__qualname__ = getattr(raw, "__qualname__", new.__qualname__)
+                new.__name__ = getattr(raw, "__name__", new.__name__)
+                new.__doc__ = getattr(raw, "__doc__", None)
+            setattr(owner, spec.attr, new)
+            _STATE.applied.append(_Applied(spec, owner, raw))
+        _STATE.config = config
+        _STATE.sglang_version = version
+        os.environ[ENV_CONFIG] = json.dumps(asdict(config))
+        logger.info("sglang_eagle3 overlay applied to sglang %s (%s); patched: %s", version, asdict(config),
+                    ", ".join(a.spec.symbol for a in _STATE.applied))
+        return status()
+
+
+def remove() -> None:
+    """Restore every patched symbol to the exact original object; a no-op when nothing is applied."""
+    with _LOCK:
+        for a in reversed(_STATE.applied):
+            setattr(a.owner, a.spec.attr, a.original)
+        if _STATE.applied:
+            logger.info("sglang_eagle3 overlay removed (%d symbols restored)", len(_STATE.applied))
+        _STATE.applied.clear()
+        _STATE.skipped.clear()
+        _STATE.config = None
+        _STATE.moe_counters.clear()
+        _STATE.wiring.clear()
+        _STATE.env_overrides.clear()
+        os.environ.pop(ENV_CONFIG, None)
+
+
+def apply_from_env() -> dict | None:
+    """Apply the config a parent put in ``SGLANG_EAGLE3_OVERLAY`` (no-op when unset); used by workers."""
+    raw = os.environ.get(ENV_CONFIG)
+    if not raw:
+        return None
+    return apply_config(OverlayConfig(**json.loads(raw)))
+
+
+def is_applied() -> bool:
+    return _STATE.config is not None
+
+
+def verify_stats() -> dict:
+    """Target-verify path counters of *this* process (workers: see ``Engine.get_server_info()``)."""
+    return _STATE.guard.snapshot() if _STATE.guard is not None else verify_guard_mod.VerifyStats().as_dict()
+
+
+def guard() -> verify_guard_mod.VerifyGuard | None:
+    return _STATE.guard
+
+
+def status() -> dict:
+    """JSON-serialisable state of the overlay in this process."""
+    cfg = _STATE.config
+    return {
+        "applied": cfg is not None,
+        "sglang_version": _STATE.sglang_version,
+        "config": asdict(cfg) if cfg is not None else None,
+        "patched": [{"key": a.spec.key, "symbol": a.spec.symbol, "code_path": a.spec.code_path}
+                    for a in _STATE.applied],
+        "skipped": dict(_STATE.skipped),
+        "verify": verify_stats(),
+        "moe_routing_calls": dict(_STATE.moe_counters),
+        "draft_wiring": dict(_STATE.wiring),
+        "env_overridden_by_sglang": list(_STATE.env_overrides),
+        "pid": os.getpid(),
+    }
+

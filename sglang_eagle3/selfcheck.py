@@ -1,0 +1,203 @@
+"""``python -m sglang_eagle3.selfcheck``: run your model through SGLang with and without the overlay.
+
+For users on their own GPUs. Each configuration runs in its own child process (the overlay patches the
+process and its spawned workers, so "without" must be a clean interpreter): ``baseline`` is plain SGLang
+(with ``--count-baseline``, the default, only the behaviour-neutral verify counter is applied so both
+columns have graph/eager counts); ``overlay`` is ``sglang_eagle3.apply()`` with its defaults. Both generate
+greedily (temperature 0) on the same prompts; the report says whether the outputs are equal and puts the
+verify-path counts and the mean time per output token side by side.
+
+``--dry-run`` validates the arguments and the environment (SGLang version, model path, CUDA) and prints
+the plan without starting SGLang; it is what runs on CPU-only machines.
+
+Example:
+  python -m sglang_eagle3.selfcheck --model-path /models/Kimi-K2.5 --draft-model-path /models/kimi-eagle3 \
+      --tp 8 --sglang-arg=--speculative-num-steps=3 --sglang-arg=--speculative-num-draft-tokens=4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PROMPTS = (
+    "Explain in three sentences why the sky is blue.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "List the first ten prime numbers, separated by commas.",
+    "Translate to French: The cat sleeps on the warm windowsill.",
+)
+
+
+class SelfCheckError(ValueError):
+    """Invalid arguments or environment for the selfcheck."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m sglang_eagle3.selfcheck", description=__doc__.split("\n")[0])
+    p.add_argument("--model-path", required=True, help="target model (local directory or hub id)")
+    p.add_argument("--draft-model-path", default=None, help="EAGLE-3 draft; omit to check without speculation")
+    p.add_argument("--tp", type=int, default=1, help="tensor parallel size")
+    p.add_argument("--prompts-file", default=None, help="one prompt per line (default: 4 built-in prompts)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--sglang-arg", action="append", default=[], metavar="--FLAG=VALUE",
+                   help="extra SGLang server flag, repeatable (e.g. --sglang-arg=--cuda-graph-max-bs=64)")
+    p.add_argument("--no-count-baseline", dest="count_baseline", action="store_false",
+                   help="baseline runs plain SGLang with no verify counter")
+    p.add_argument("--strict-verify", action="store_true", help="overlay run fails on any verify fallback")
+    p.add_argument("--output", default=None, help="write the JSON report here")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the plan; start nothing")
+    p.add_argument("--_child", choices=("baseline", "overlay"), default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_child-out", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def sglang_kwargs(args: argparse.Namespace) -> dict:
+    """``sglang.Engine`` keyword arguments from our flags plus every ``--sglang-arg=--name=value``."""
+    kw: dict = {"model_path": args.model_path, "tp_size": args.tp}
+    if args.draft_model_path:
+        kw.update(speculative_algorithm="EAGLE3", speculative_draft_model_path=args.draft_model_path)
+    for item in args.sglang_arg:
+        if not item.startswith("--"):
+            raise SelfCheckError(f"--sglang-arg {item!r} must look like --flag=value or --flag")
+        name, sep, value = item[2:].partition("=")
+        key = name.replace("-", "_")
+        if not sep:
+            kw[key] = True
+            continue
+        try:
+            kw[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kw[key] = value
+    return kw
+
+
+def load_prompts(path: str | None) -> list[str]:
+    if path is None:
+        return list(DEFAULT_PROMPTS)
+    if not os.path.isfile(path):
+        raise SelfCheckError(f"--prompts-file {path!r} does not exist")
+    with open(path) as f:
+        prompts = [line.rstrip("\n") for line in f if line.strip()]
+    if not prompts:
+        raise SelfCheckError(f"--prompts-file {path!r} holds no prompts")
+    return prompts
+
+
+def validate(args: argparse.Namespace) -> dict:
+    """Check arguments and environment; returns the plan. Raises SelfCheckError with every problem."""
+    problems = []
+    if args.tp < 1:
+        problems.append(f"--tp={args.tp} must be >= 1")
+    if args.max_new_tokens < 1:
+        problems.append(f"--max-new-tokens={args.max_new_tokens} must be >= 1")
+    for flag, path in (("--model-path", args.model_path), ("--draft-model-path", args.draft_model_path)):
+        # Hub ids ("org/name") are left to SGLang; anything that looks like a local path must exist.
+        if path and path.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(path)):
+            problems.append(f"{flag} {path!r} is not a directory")
+    try:
+        prompts = load_prompts(args.prompts_file)
+        kwargs = sglang_kwargs(args)
+    except SelfCheckError as e:
+        problems.append(str(e))
+        prompts, kwargs = [], {}
+    from sglang_eagle3.integration.sglang_overlay import SUPPORTED_SGLANG_VERSIONS, installed_sglang_version
+
+    try:
+        version = installed_sglang_version()
+    except ImportError as e:
+        version = None
+        problems.append(str(e))
+    if version is not None and version not in SUPPORTED_SGLANG_VERSIONS:
+        problems.append(f"sglang {version} is installed; the overlay supports {list(SUPPORTED_SGLANG_VERSIONS)}")
+    if problems:
+        raise SelfCheckError("selfcheck cannot run: " + "; ".join(problems))
+    return {"sglang_version": version, "engine_kwargs": kwargs, "prompts": prompts,
+            "max_new_tokens": args.max_new_tokens, "runs": ["baseline", "overlay"],
+            "count_baseline": args.count_baseline, "strict_verify": args.strict_verify}
+
+
+def _run_child(args: argparse.Namespace) -> None:
+    """One configuration in this (child) process; writes its result JSON to ``args._child_out``."""
+    from sglang_eagle3.integration import sglang_overlay
+
+    if args._child == "overlay":
+        sglang_overlay.apply(strict_verify=args.strict_verify)
+    elif args.count_baseline:
+        sglang_overlay.apply(moe_routing=False, draft_wiring=False, worker_env=False)
+    import sglang
+
+    plan = validate(args)
+    engine = sglang.Engine(**plan["engine_kwargs"])
+    try:
+        sampling = {"temperature": 0.0, "max_new_tokens": args.max_new_tokens}
+        engine.generate(plan["prompts"][:1], sampling)  # warm-up, not timed
+        t0 = time.perf_counter()
+        outs = engine.generate(plan["prompts"], sampling)
+        elapsed = time.perf_counter() - t0
+        texts = [o["text"] for o in outs]
+        tokens = sum(o.get("meta_info", {}).get("completion_tokens", 0) for o in outs)
+        info = engine.get_server_info()
+        verify = [s.get("sglang_eagle3", {}).get("verify") for s in info.get("internal_states", [])]
+    finally:
+        engine.shutdown()
+    result = {"run": args._child, "texts": texts, "elapsed_s": elapsed, "completion_tokens": tokens,
+              "ms_per_token": 1e3 * elapsed / max(tokens, 1), "verify": verify}
+    with open(args._child_out, "w") as f:
+        json.dump(result, f)
+
+
+def compare(baseline: dict, overlay: dict) -> dict:
+    """Side-by-side report of two child results."""
+    mismatches = [i for i, (a, b) in enumerate(zip(baseline["texts"], overlay["texts"], strict=True)) if a != b]
+    return {
+        "greedy_outputs_equal": not mismatches,
+        "mismatched_prompts": mismatches,
+        "ms_per_token": {"baseline": baseline["ms_per_token"], "overlay": overlay["ms_per_token"]},
+        "verify": {"baseline": baseline["verify"], "overlay": overlay["verify"]},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    if args._child:
+        _run_child(args)
+        return 0
+    try:
+        plan = validate(args)
+    except SelfCheckError as e:
+        logger.error("%s", e)
+        return 2
+    if args.dry_run:
+        print(json.dumps(plan, indent=2))
+        return 0
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in plan["runs"]:
+            out = os.path.join(tmp, f"{run}.json")
+            cmd = [sys.executable, "-m", "sglang_eagle3.selfcheck", *(argv if argv is not None else sys.argv[1:]),
+                   f"--_child={run}", f"--_child-out={out}"]
+            env = {k: v for k, v in os.environ.items() if k != "SGLANG_EAGLE3_OVERLAY"}
+            logger.info("selfcheck: running %s", run)
+            subprocess.run(cmd, check=True, env=env)
+            with open(out) as f:
+                results[run] = json.load(f)
+    report = compare(results["baseline"], results["overlay"])
+    text = json.dumps(report, indent=2)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+    print(text)
+    return 0 if report["greedy_outputs_equal"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

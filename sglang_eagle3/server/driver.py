@@ -1,0 +1,384 @@
+"""The engine driver: ONE background thread owns the engine and runs the scheduler loop.
+
+    HTTP handlers (event loop thread)              engine thread
+    ---------------------------------              -------------
+    submit(requests) -> Submission   --("add")-->  scheduler.add; step() while there is work;
+    Submission.close()               --("abort")-> scheduler.abort (its KV pages come back)
+    await driver.call(fn)            --("call")--> fn() between two steps
+    await Submission.updates()       <--Update---  after every step: new ids, visible text, result on finish
+
+Requests join and leave the running batch between steps (continuous batching). The event loop thread never
+touches the scheduler or the model: it only enqueues commands and awaits its per-submission asyncio queue.
+The engine is driven only through ``scheduler.add/abort/step/has_work`` and ``Engine.result`` /
+``get_server_info`` / ``tokenizer``, the interface that stays when the scheduler moves into TP workers.
+
+An exception out of ``step()`` fails every request in flight (their consumers get an ``Update`` with
+``error`` set, answered as HTTP 500), aborts them so their pages return, and the loop goes on serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from sglang_eagle3.runtime.request import Request
+from sglang_eagle3.server.metrics import ServerMetrics
+
+logger = logging.getLogger(__name__)
+
+# Seconds the idle engine thread sleeps between checks for a stop request (commands wake it at once).
+_IDLE_POLL_S = 0.5
+# After a failed step, pause this long before stepping again so a persistent fault cannot spin the CPU.
+_ERROR_BACKOFF_S = 0.05
+
+
+class QueueFullError(RuntimeError):
+    """The server already holds max_running_requests + max_queued_requests requests (HTTP 503)."""
+
+
+class DriverStoppedError(RuntimeError):
+    """The engine thread is not running (shutting down, or it died): HTTP 503."""
+
+
+class DuplicateRequestIdError(ValueError):
+    """A request id that is already in flight (HTTP 400)."""
+
+
+@dataclass
+class Update:
+    """One change of one request, as its consumer sees it."""
+
+    index: int  # position of the request in its submission
+    new_ids: list[int]  # output token ids since the previous update
+    text: str  # visible text so far: cumulative, never shrinks, final (stop-trimmed) once finished
+    finished: bool
+    result: dict | None = None  # Engine.result(): on finish, and on every update of a full_results submission
+    error: str | None = None  # the engine failed this request (HTTP 500); finished is True too
+
+
+@dataclass
+class _Tracked:
+    """Engine-thread state of one request."""
+
+    req: Request
+    submission: Submission
+    index: int
+    hold_chars: int  # characters held back while a stop string may be forming (longest stop - 1)
+    full_results: bool
+    t_arrive: float = 0.0
+    t_first: float | None = None
+    n_sent: int = 0
+    verify_ct: int = 0
+    text: str = ""
+
+
+class Submission:
+    """The consumer's handle on the requests of one HTTP call (n prompts -> n requests, one queue)."""
+
+    def __init__(self, driver: EngineDriver, requests: list[Request], loop: asyncio.AbstractEventLoop):
+        self.driver = driver
+        self.requests = requests
+        self.rids = [r.rid for r in requests]
+        self.loop = loop
+        self.queue: asyncio.Queue[Update] = asyncio.Queue()
+        self.finals: list[Update | None] = [None] * len(requests)
+        self._closed = False
+
+    @property
+    def done(self) -> bool:
+        return all(f is not None for f in self.finals)
+
+    async def updates(self) -> AsyncIterator[Update]:
+        """Every update until all requests have finished. An error update ends the iteration (the other
+        requests of the submission are aborted)."""
+        while not self.done:
+            u = await self.queue.get()
+            if u.finished:
+                self.finals[u.index] = u
+            yield u
+            if u.error is not None:
+                self.close()
+                return
+
+    async def results(self) -> list[Update]:
+        """The final update of every request (raises EngineFailure when the engine failed one)."""
+        async for u in self.updates():
+            if u.error is not None:
+                raise EngineFailure(u.error)
+        return list(self.finals)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Aborts whatever has not finished (the client went away). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for rid, final in zip(self.rids, self.finals, strict=True):
+            if final is None:
+                self.driver.abort(rid)
+
+    def _push(self, u: Update) -> None:  # engine thread
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, u)
+        except RuntimeError:  # the event loop is closed: the server is shutting down
+            pass
+
+
+class EngineFailure(RuntimeError):
+    """The engine raised while running this request (HTTP 500)."""
+
+
+class EngineDriver:
+    def __init__(self, engine, metrics: ServerMetrics | None = None, *, max_inflight: int | None = None):
+        self.engine = engine
+        self.scheduler = engine.scheduler
+        self.tokenizer = engine.tokenizer
+        self.metrics = metrics or ServerMetrics()
+        self.max_inflight = max_inflight
+        self._cmds: queue.SimpleQueue = queue.SimpleQueue()
+        self._tracked: dict[str, _Tracked] = {}  # engine thread only
+        self._lock = threading.Lock()  # guards _inflight_rids (both threads)
+        self._inflight_rids: set[str] = set()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="engine-driver", daemon=True)
+        self.started_at = time.time()
+
+    # -- lifecycle (any thread) -----------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping = True
+        self._cmds.put(("wake",))
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.warning("engine thread did not stop within %.1f s", timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stopping
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight_rids)
+
+    # -- event loop side --------------------------------------------------------------------------------
+    def submit(self, requests: list[Request], *, full_results: bool = False) -> Submission:
+        """Queues requests (all or none). Raises QueueFullError, DriverStoppedError, DuplicateRequestIdError."""
+        if not self.alive:
+            raise DriverStoppedError("the engine thread is not running")
+        rids = [r.rid for r in requests]
+        with self._lock:
+            dup = [rid for rid in rids if rid in self._inflight_rids] or (
+                [rids[0]] if len(set(rids)) != len(rids) else [])
+            if dup:
+                raise DuplicateRequestIdError(f"request id {dup[0]!r} is already in flight")
+            if self.max_inflight is not None and len(self._inflight_rids) + len(rids) > self.max_inflight:
+                raise QueueFullError(f"the server is full: {len(self._inflight_rids)} requests in flight, "
+                                     f"limit {self.max_inflight} (max_running_requests + max_queued_requests)")
+            self._inflight_rids.update(rids)
+        sub = Submission(self, requests, asyncio.get_running_loop())
+        for i, r in enumerate(requests):
+            stop = r.params.stop or []
+            hold = max((len(s) for s in stop), default=1) - 1
+            self._cmds.put(("add", _Tracked(r, sub, i, hold, full_results)))
+        return sub
+
+    def abort(self, rid: str) -> None:
+        self._cmds.put(("abort", rid))
+
+    async def call(self, fn: Callable[[], object], timeout: float) -> object:
+        """Runs fn() on the engine thread between two steps; raises TimeoutError after ``timeout`` s."""
+        if not self.alive:
+            raise DriverStoppedError("the engine thread is not running")
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._cmds.put(("call", fn, fut, loop))
+        return await asyncio.wait_for(fut, timeout)
+
+    # -- engine thread ----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        logger.info("engine thread started")
+        try:
+            while not self._stopping:
+                self._drain(block=not self.scheduler.has_work())
+                if self._stopping or not self.scheduler.has_work():
+                    continue
+                self._step()
+        except BaseException:  # a bug in the driver itself: say so loudly; /health turns 503
+            logger.exception("engine thread died")
+            raise
+        finally:
+            self._fail_all("the server is shutting down" if self._stopping else "the engine thread died")
+            logger.info("engine thread stopped")
+
+    def _drain(self, block: bool) -> None:
+        try:
+            cmd = self._cmds.get(timeout=_IDLE_POLL_S) if block else self._cmds.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            try:
+                self._handle(cmd)
+            except Exception:
+                logger.exception("engine thread: command %s failed", cmd[0])
+            try:
+                cmd = self._cmds.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, cmd: tuple) -> None:
+        kind = cmd[0]
+        if kind == "add":
+            t: _Tracked = cmd[1]
+            t.t_arrive = time.perf_counter()
+            self._tracked[t.req.rid] = t
+            try:
+                self.scheduler.add(t.req)
+            except Exception as e:
+                logger.exception("scheduler.add failed for request %s", t.req.rid)
+                self._finish(t, Update(t.index, [], t.text, True, error=f"engine error: {type(e).__name__}: {e}"),
+                             "failed")
+                return
+            self.metrics.prompt_tokens.inc(len(t.req.input_ids))
+        elif kind == "abort":
+            t = self._tracked.pop(cmd[1], None)
+            if t is None:  # already finished (or never added)
+                return
+            self.scheduler.abort(t.req.rid)
+            self._release(t.req.rid)
+            self.metrics.requests.inc(outcome="aborted")
+            logger.info("request %s aborted after %d output tokens", t.req.rid, t.n_sent)
+        elif kind == "call":
+            _, fn, fut, loop = cmd
+            try:
+                res, exc = fn(), None
+            except Exception as e:
+                res, exc = None, e
+            try:
+                loop.call_soon_threadsafe(_settle, fut, res, exc)
+            except RuntimeError:  # the event loop is closed
+                pass
+
+    def _step(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            changed = self.scheduler.step()
+        except Exception as e:
+            logger.exception("engine step failed: failing %d request(s) in flight", len(self._tracked))
+            self.metrics.engine_errors.inc()
+            self._fail_all(f"engine error: {type(e).__name__}: {e}")
+            time.sleep(_ERROR_BACKOFF_S)
+            return
+        if not changed:
+            return
+        # A prefill step produces the first token of requests that had none; a decode round advances the rest.
+        prefill = all((t := self._tracked.get(r.rid)) is not None and t.n_sent == 0 for r in changed)
+        self.metrics.step_latency.observe(time.perf_counter() - t0, phase="prefill" if prefill else "decode")
+        for r in changed:
+            t = self._tracked.get(r.rid)
+            if t is None:
+                continue
+            try:
+                self._publish(t, r)
+            except Exception as e:
+                logger.exception("publishing request %s failed", r.rid)
+                self.scheduler.abort(r.rid)
+                self._finish(t, Update(t.index, [], t.text, True, error=f"server error: {type(e).__name__}: {e}"),
+                             "failed")
+
+    def _publish(self, t: _Tracked, r: Request) -> None:
+        new_ids = list(r.output_ids[t.n_sent:])
+        t.n_sent = len(r.output_ids)
+        m = self.metrics
+        if new_ids:
+            m.generation_tokens.inc(len(new_ids))
+            if t.t_first is None:
+                t.t_first = time.perf_counter()
+                m.ttft.observe(t.t_first - t.t_arrive)
+        rounds = r.verify_ct - t.verify_ct
+        t.verify_ct = r.verify_ct
+        if rounds:
+            m.verify_forwards.inc(rounds)
+            if rounds == 1:
+                m.accept_length.observe(len(new_ids))
+        if r.finished:
+            result = _snapshot_result(self.engine.result(r))
+            self._finish(t, Update(t.index, new_ids, result.get("text", ""), True, result), "finished")
+            return
+        text = self._visible_text(t, r)
+        result = None
+        if t.full_results:
+            result = _snapshot_result(self.engine.result(r))
+            if "text" in result:
+                result["text"] = text
+        t.submission._push(Update(t.index, new_ids, text, False, result))
+
+    def _visible_text(self, t: _Tracked, r: Request) -> str:
+        """Cumulative text that is safe to show: never shrinks, holds back a trailing partial UTF-8
+        character and the tail where a stop string may still be forming."""
+        if self.tokenizer is None:
+            return ""
+        # NOTE: byte-level BPE decodes a prefix that ends inside a multi-byte character to U+FFFD.
+        text = self.tokenizer.decode(r.output_ids).rstrip("\ufffd")
+        if t.hold_chars:
+            text = text[: max(len(text) - t.hold_chars, 0)]
+        if len(text) > len(t.text) and text.startswith(t.text):
+            t.text = text
+        return t.text
+
+    def _finish(self, t: _Tracked, u: Update, outcome: str) -> None:
+        self._tracked.pop(t.req.rid, None)
+        self._release(t.req.rid)
+        m = self.metrics
+        m.requests.inc(outcome=outcome)
+        m.e2e.observe(time.perf_counter() - t.t_arrive)
+        t.submission._push(u)
+
+    def _release(self, rid: str) -> None:
+        with self._lock:
+            self._inflight_rids.discard(rid)
+
+    def _fail_all(self, message: str) -> None:
+        for t in list(self._tracked.values()):
+            try:
+                self.scheduler.abort(t.req.rid)
+            except Exception:
+                logger.exception("could not abort request %s after an engine error", t.req.rid)
+            self._finish(t, Update(t.index, [], t.text, True, error=message), "failed")
+        # Commands still queued (adds that raced the failure) are failed too on shutdown.
+        if self._stopping:
+            while True:
+                try:
+                    cmd = self._cmds.get_nowait()
+                except queue.Empty:
+                    break
+                if cmd[0] == "add":
+                    t = cmd[1]
+                    self._release(t.req.rid)
+                    t.submission._push(Update(t.index, [], "", True, error=message))
+                elif cmd[0] == "call":
+                    try:
+                        cmd[3].call_soon_threadsafe(_settle, cmd[2], None, DriverStoppedError(message))
+                    except RuntimeError:  # the event loop is closed
+                        pass
+
+
+def _settle(fut: asyncio.Future, res, exc) -> None:
+    if fut.done():  # the caller timed out
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(res)
+
+
+def _snapshot_result(out: dict) -> dict:
+    """Copies the lists Engine.result shares with the live request, so the event loop thread can
+    serialise them while the engine thread keeps appending."""
+    meta = {k: list(v) if isinstance(v, list) else v for k, v in out.get("meta_info", {}).items()}
+    return {**out, "output_ids": list(out.get("output_ids", [])), "meta_info": meta}

@@ -1,0 +1,139 @@
+"""Request bodies of the HTTP API and its error shape.
+
+Bodies are validated strictly (``"5"`` is not an integer, ``1`` is not a boolean) so that a client's type
+mistake is a 400 naming the field, never a silent coercion. Unknown fields are ignored, as OpenAI-compatible
+servers do for the many optional fields clients send; fields we know but cannot honour (``logit_bias``,
+penalties, ``n`` > 1, tools, ...) are rejected by the endpoints with a message saying so.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+# -- errors ---------------------------------------------------------------------------------------------
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                405: "invalid_request_error", 413: "invalid_request_error", 500: "internal_server_error",
+                503: "service_unavailable_error"}
+
+
+class APIError(Exception):
+    """An error answered as ``{"error": {"message", "type", "param", "code"}}`` with HTTP ``status``."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 type: str | None = None):  # noqa: A002  (OpenAI's field name)
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.type = type or _ERROR_TYPES.get(status, "invalid_request_error")
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def validation_error(e: ValidationError) -> APIError:
+    """A pydantic error as a 400 naming the first offending field (``messages.0.role``)."""
+    errs = e.errors(include_url=False)
+    first = errs[0] if errs else {"loc": (), "msg": str(e), "type": ""}
+    if first.get("type") == "json_invalid":
+        return APIError(400, f"the request body is not valid JSON: {first.get('msg')}", code="invalid_json")
+    param = ".".join(str(p) for p in first.get("loc", ())) or None
+    parts = []
+    for err in errs[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ())) or "body"
+        got = err.get("input")
+        shown = repr(got) if not isinstance(got, dict | list) or len(repr(got)) < 80 else type(got).__name__
+        parts.append(f"{where}: {err.get('msg')} (got {shown})")
+    more = f" (and {len(errs) - 5} more)" if len(errs) > 5 else ""
+    return APIError(400, "; ".join(parts) + more, param=param)
+
+
+def parse_body(model: type[BaseModel], body: bytes) -> BaseModel:
+    if not body:
+        raise APIError(400, "the request body is empty: send a JSON object", code="invalid_json")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as e:
+        raise validation_error(e) from None
+
+
+# -- bodies -------------------------------------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM/SGLang: usage on every chunk
+
+
+class _SamplingFields(_Body):
+    """Sampling fields shared by the OpenAI endpoints (SGLang's extensions included)."""
+
+    model: str
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    # SGLang extensions
+    top_k: int | None = None
+    min_p: float | None = None
+    ignore_eos: bool | None = None
+    stop_token_ids: list[int] | None = None
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int | None = 16  # OpenAI's default for completions
+    logprobs: int | None = None
+    echo: bool | None = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    # Extra keys (name, tool_call_id, ...) go through to the chat template, as with Hugging Face.
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = False
+    top_logprobs: int | None = None
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    response_format: dict | None = None
+    add_generation_prompt: bool = True  # SGLang/vLLM extension
+
+
+class GenerateRequest(_Body):
+    """SGLang's /generate body (GenerateReqInput): one prompt or a batch (lists)."""
+
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
+    sampling_params: dict | list[dict] | None = None
+    stream: bool = False
+    return_logprob: bool | list[bool] | None = None
+    logprob_start_len: int | list[int] | None = None
+    top_logprobs_num: int | list[int] | None = None
+    rid: str | list[str] | None = None
