@@ -26,15 +26,17 @@ def pair(tmp_path_factory):
 
 
 def make(pair, spec=True, k=3, **kw):
+    """float32 with the torch reference ops: exact-equality tests check the graph machinery, not kernels."""
     tpath, dpath = pair
     extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath, speculative_num_steps=k) \
         if spec else {}
+    kw = {"attention_backend": "torch", "moe_runner_backend": "torch", **kw}
     return Engine(model_path=tpath, device="cuda", dtype="float32", **extra, **kw)
 
 
 @pytest.fixture(scope="module")
 def reference(pair):
-    eng = make(pair, spec=False, disable_cuda_graph=True, attention_backend="torch", moe_runner_backend="torch")
+    eng = make(pair, spec=False, disable_cuda_graph=True)
     return [o["output_ids"] for o in eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)]
 
 
@@ -98,6 +100,6 @@ def test_tp1_through_worker_processes(pair, reference):
         outs = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)
         assert [o["output_ids"] for o in outs] == reference
         report = eng.get_server_info()["worker_env"]
-        assert len(report) == 1 and "H200" in str(report[0]) or "NVIDIA" in str(report[0])
+        assert len(report) == 1 and report[0]["rank"] == 0
     finally:
         eng.shutdown()
