@@ -1,0 +1,359 @@
+"""Kernel benchmark: MLA decode/verify attention, noaux_tc routing, fused MoE (bf16, INT4 W4A16).
+
+Writes ``<out>/kernels.json`` with the command, git commit, GPU, the copy bandwidth measured in the same run,
+and per case the shape, microseconds per call, achieved GB/s over the bytes the op must move, and that as a
+fraction of copy bandwidth. Timing: each case's calls are captured in one CUDA graph, cycling through several
+input sets (different caches, different routed experts) so that the 60 MB L2 holds none of them between
+uses; the graph is replayed with events around each replay and the median replay is divided by the calls.
+``--sweep`` first times candidate configs per op, uses the winners, and writes them as a table
+(``sweep_table.json``, the format of ``sglang_eagle3/kernels/configs/sm_90.json``).
+
+    python benchmarks/bench_kernels.py --out benchmarks/results/h200 [--sweep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sglang_eagle3 import kernels  # noqa: E402
+from sglang_eagle3.kernels import tuning  # noqa: E402
+from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_int4  # noqa: E402
+from sglang_eagle3.kernels.mla_attention import triton_mla_attention  # noqa: E402
+
+HEADS, KV_LORA, ROPE = 8, 512, 64  # Kimi-K2.5 TP=8 rank
+EXPERTS, HIDDEN, INTER, TOP_K = 384, 7168, 256, 8
+L2_BYTES = 60 << 20
+SM_SCALE = 0.1352
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def time_graph(calls: list, replays: int = 30) -> float:
+    """Median microseconds per call of `calls` (thunks) captured back to back in one CUDA graph."""
+    for c in calls:  # compile, and let any lazy state settle, outside capture
+        c()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for c in calls:
+            c()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for c in calls:
+            c()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    del graph
+    return statistics.median(times) / len(calls)
+
+
+def copy_bandwidth() -> dict[str, float]:
+    """Device-to-device copy of 2 GiB, counting bytes read plus written, in GB/s (median of 20), three ways:
+    eager cudaMemcpy (event-timed), that memcpy inside a graph (it may run on the copy engines), and an
+    elementwise kernel in a graph. The best is the ceiling the fractions are taken against."""
+    n = 1 << 30
+    src = torch.randn(n // 2, device="cuda", dtype=torch.float32).view(torch.bfloat16)
+    dst = torch.empty_like(src)
+    nbytes = 2 * src.numel() * src.element_size()
+    times = []
+    for _ in range(23):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    result = {"eager_memcpy": nbytes / statistics.median(times[3:]) / 1e3,
+              "graph_memcpy": nbytes / time_graph([lambda: dst.copy_(src)], replays=20) / 1e3,
+              "graph_kernel": nbytes / time_graph([lambda: torch.neg(src, out=dst)], replays=20) / 1e3}
+    return {k: round(v, 1) for k, v in result.items()}
+
+
+def sets_for(bytes_per_set: int, cap: int = 32) -> int:
+    """Input sets to rotate so that the working set is at least 3x the L2."""
+    return max(2, min(cap, math.ceil(3 * L2_BYTES / max(1, bytes_per_set))))
+
+
+# ------------------------------------------------------------------------------------------------- cases
+def mla_case(B: int, T: int, ctx: int, page_size: int = 64):
+    """Thunk builder and bytes for MLA with B requests of `ctx` tokens each (T new), rotated over sets."""
+    kv_bytes = B * ctx * (KV_LORA + ROPE) * 2
+    n_sets = sets_for(kv_bytes)
+    P = math.ceil(ctx / page_size)
+    pages = torch.randperm(n_sets * B * P, device="cuda").int().view(n_sets, B, P)
+    kv = torch.randn(n_sets * B * P * page_size, KV_LORA + ROPE, device="cuda", dtype=torch.bfloat16)
+    seq = torch.full((B,), ctx, dtype=torch.int32, device="cuda")
+    qn = torch.randn(n_sets, B * T, HEADS, KV_LORA, device="cuda", dtype=torch.bfloat16) * 0.05
+    qr = torch.randn(n_sets, B * T, HEADS, ROPE, device="cuda", dtype=torch.bfloat16) * 0.05
+    kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=KV_LORA, sm_scale=SM_SCALE)
+    q_bytes = B * T * HEADS * (2 * KV_LORA + ROPE) * 2  # q in, out back
+
+    def calls(config=None, fn=triton_mla_attention):
+        extra = {} if fn is not triton_mla_attention else {"config": config}
+        return [lambda i=i: fn(qn[i], qr[i], kv, pages[i], seq, **kw, **extra) for i in range(n_sets)]
+
+    return calls, kv_bytes + q_bytes
+
+
+def moe_case(T: int, int4: bool, weights):
+    """Fused MoE over the full 384-expert pool; bytes = distinct active experts' weights + x + out."""
+    n_sets = 16
+    g = torch.Generator(device="cpu").manual_seed(T)
+    ids = torch.stack([torch.stack([torch.randperm(EXPERTS, generator=g)[:TOP_K] for _ in range(T)])
+                       for _ in range(n_sets)]).int().cuda()  # [sets, T, k]
+    tw = torch.rand(n_sets, T, TOP_K, device="cuda")
+    tw = tw / tw.sum(-1, keepdim=True)
+    x = torch.randn(n_sets, T, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    if int4:
+        expert_bytes = (2 * INTER * HIDDEN // 2 + 2 * INTER * HIDDEN // 32 * 2  # w13 nibbles + bf16 scales
+                        + HIDDEN * INTER // 2 + HIDDEN * INTER // 32 * 2)
+    else:
+        expert_bytes = 3 * INTER * HIDDEN * 2
+    distinct = statistics.mean(len(set(ids[s].flatten().tolist())) for s in range(n_sets))
+    nbytes = int(distinct * expert_bytes) + 2 * T * HIDDEN * 2
+
+    def calls(config=None, fn=None):
+        if fn is None:
+            fn = triton_fused_moe_int4 if int4 else triton_fused_moe
+            extra = {"config": config}
+        else:
+            extra = {}
+        return [lambda i=i: fn(x[i], *weights, tw[i], ids[i], **extra) for i in range(n_sets)]
+
+    return calls, nbytes, distinct
+
+
+def topk_case(T: int):
+    n_sets = 8
+    logits = torch.randn(n_sets, T, EXPERTS, device="cuda")
+    bias = torch.rand(EXPERTS, device="cuda") * 0.1
+    kw = dict(top_k=TOP_K, n_group=1, topk_group=1, routed_scaling_factor=2.827)
+
+    def calls(fn=kernels.moe_topk):
+        return [lambda i=i: fn(logits[i], bias, **kw) for i in range(n_sets)]
+
+    return calls, T * EXPERTS * 4 + EXPERTS * 4 + T * TOP_K * 8
+
+
+def make_moe_weights(int4: bool):
+    if int4:
+        return (torch.randint(-2**31, 2**31 - 1, (EXPERTS, 2 * INTER, HIDDEN // 8), device="cuda", dtype=torch.int32),
+                (torch.rand(EXPERTS, 2 * INTER, HIDDEN // 32, device="cuda") * 0.004).bfloat16(),
+                torch.randint(-2**31, 2**31 - 1, (EXPERTS, HIDDEN, INTER // 8), device="cuda", dtype=torch.int32),
+                (torch.rand(EXPERTS, HIDDEN, INTER // 32, device="cuda") * 0.01).bfloat16())
+    return (torch.randn(EXPERTS, 2 * INTER, HIDDEN, device="cuda", dtype=torch.bfloat16) / math.sqrt(HIDDEN),
+            torch.randn(EXPERTS, HIDDEN, INTER, device="cuda", dtype=torch.bfloat16) / math.sqrt(INTER))
+
+
+# ------------------------------------------------------------------------------------------------- sweep
+# (ctas_per_sm, min_keys_per_split): at B=1, 8k these give 256, 128, 64 and 32 splits (runtime, no recompile).
+SPLIT_VARIANTS = ((4, 32), (1, 64), (1, 128), (1, 256))
+MLA_SWEEP = [{"BLOCK_M": 16, "BLOCK_N": bn, "num_warps": w, "num_stages": s, "ctas_per_sm": c,
+              "min_keys_per_split": mk}
+             for bn in (32, 64) for w in (4, 8) for s in (2, 3) for c, mk in SPLIT_VARIANTS]
+GATE_UP_SWEEP = ([{"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 3}
+                  for bn in (16, 32) for bk in (256, 512, 1024)]
+                 + [{"BLOCK_N": bn, "BLOCK_K": 512, "num_warps": 8, "num_stages": 3} for bn in (16, 32)])
+DOWN_SWEEP = [{"BLOCK_N": bn, "BLOCK_K": 256, "num_warps": 4, "num_stages": s} for bn in (16, 32, 64) for s in (2, 3)]
+
+
+def sweep(rows: list, calls_fn, candidates: list, base: dict | None = None, key: str | None = None) -> dict:
+    """Time each candidate (merged into base[key] when given); return the fastest."""
+    best, best_us = None, math.inf
+    for cand in candidates:
+        cfg = {**base, key: cand} if key else cand
+        try:
+            us = time_graph(calls_fn(cfg), replays=10)
+        except Exception as exc:
+            rows.append({"config": cfg, "error": repr(exc)[:300]})
+            continue
+        rows.append({"config": cfg, "us": round(us, 3)})
+        if us < best_us:
+            best, best_us = cand, us
+    if best is None:
+        raise RuntimeError(f"every candidate failed: {rows[-1]}")
+    return best
+
+
+def run_sweep(out: Path) -> dict:
+    """Winners per op on the decode shapes the targets name; written as a config table."""
+    log("== sweep")
+    record: dict[str, list] = {}
+    t0 = time.time()
+    mla_calls, _ = mla_case(1, 1, 8192)
+    mla_decode = sweep(record.setdefault("mla_b1_t1_ctx8192", []), mla_calls, MLA_SWEEP)
+    verify_cands = [{**mla_decode, "BLOCK_M": bm, "ctas_per_sm": c, "min_keys_per_split": mk}
+                    for bm in (16, 32) for c, mk in ((1, 64), (2, 64), (1, 256))]
+    mla_calls, _ = mla_case(4, 4, 8192)
+    mla_verify = sweep(record.setdefault("mla_b4_t4_ctx8192", []), mla_calls, verify_cands)
+    log(f"mla sweep done in {time.time() - t0:.0f}s: decode {mla_decode} verify {mla_verify}")
+
+    table_ops = {"moe_topk": [{"num_warps": 4}],
+                 "mla_attention": [{"max_rows": 16, **mla_decode}, mla_verify],
+                 "fused_moe_gate_up": [tuning.DEFAULTS["fused_moe_gate_up"]],
+                 "fused_moe_down": [tuning.DEFAULTS["fused_moe_down"]]}
+    op = "fused_moe_int4"  # bf16 experts are no target: their table keeps the defaults
+    gate_up, down = tuning.DEFAULTS[f"{op}_gate_up"], tuning.DEFAULTS[f"{op}_down"]
+    try:
+        weights = make_moe_weights(True)
+        calls, _, _ = moe_case(4, True, weights)
+        base = {"gate_up": gate_up, "down": down}
+        gate_up = sweep(record.setdefault(f"{op}_t4_gate_up", []), calls, GATE_UP_SWEEP, base, "gate_up")
+        down = sweep(record.setdefault(f"{op}_t4_down", []), calls, DOWN_SWEEP, {**base, "gate_up": gate_up},
+                     "down")
+        del weights, calls
+        torch.cuda.empty_cache()
+    except Exception:
+        log(f"{op} sweep failed, keeping defaults:\n" + traceback.format_exc())
+    table_ops[f"{op}_gate_up"] = [gate_up]
+    table_ops[f"{op}_down"] = [down]
+    log(f"{op} sweep done at {time.time() - t0:.0f}s: gate_up {gate_up} down {down}")
+    arch, sms, name = tuning.device_key(torch.cuda.current_device())
+    table = {"arch": arch, "sm_counts": [sms], "measured": True,
+             "source": f"benchmarks/bench_kernels.py --sweep on {name}, decode shapes (MLA B=1 T=1 8k and "
+                       "B=4 T=4 8k; MoE T=4 over 384 experts)", "ops": table_ops}
+    (out / "sweep_table.json").write_text(json.dumps(table, indent=1))
+    (out / "sweep.json").write_text(json.dumps(record, indent=1))
+    return table
+
+
+# ------------------------------------------------------------------------------------------------- main
+def git_commit() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+    commit = commit.strip()
+    if len(commit) != 40:  # not a git checkout (the device machine's copy has no history)
+        return "unknown"
+    return commit + ("-dirty" if dirty else "")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--sweep", action="store_true")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    arch, sms, name = tuning.device_key(torch.cuda.current_device())
+
+    copy_ways = copy_bandwidth()
+    copy_gbps = max(copy_ways.values())
+    log(f"copy bandwidth {copy_gbps:.0f} GB/s ({copy_ways}) on {name} ({arch}, {sms} SMs)")
+    table = None
+    if args.sweep:
+        try:
+            table = run_sweep(args.out)
+        except Exception:
+            log("sweep failed:\n" + traceback.format_exc())
+
+    def cfg(op: str, key_name: str, key: int):
+        if table is None:
+            return None
+        return {**tuning.DEFAULTS[op], **tuning._pick_bucket(table["ops"][op], key_name, key)}
+
+    cases = []
+    commit = git_commit()
+
+    def write() -> None:
+        result = {
+            "command": "python " + " ".join(sys.argv),
+            "git_commit": commit,
+            "gpu": name, "arch": arch, "sm_count": sms,
+            "torch": torch.__version__, "triton": __import__("triton").__version__,
+            "copy_gbps": round(copy_gbps, 1), "copy_gbps_by_method": copy_ways,
+            "method": "CUDA graph of one call per rotated input set (working set >= 3x L2), median of replays "
+                      "/ calls; bytes = fewest bytes the op must move (KV read once; distinct active experts "
+                      "read once; inputs and outputs)",
+            "configs": table["ops"] if table else "checked-in table (sglang_eagle3/kernels/configs)",
+            "cases": cases,
+        }
+        (args.out / "kernels.json").write_text(json.dumps(result, indent=1))
+
+    def record(name_: str, shape: dict, us: float, nbytes: int, **extra) -> None:
+        gbps = nbytes / us / 1e3
+        cases.append({"name": name_, "shape": shape, "us": round(us, 3), "bytes": nbytes,
+                      "gbps": round(gbps, 1), "frac_of_copy_bw": round(gbps / copy_gbps, 3), **extra})
+        log(f"{name_:<44} {us:9.2f} us {gbps:8.0f} GB/s {gbps / copy_gbps:6.1%}  {extra or ''}")
+        write()
+
+    def guarded(fn, label):
+        try:
+            fn()
+        except Exception:
+            log(f"{label} failed:\n" + traceback.format_exc())
+
+    for T in (1, 8, 64):
+        def topk(T=T):
+            calls, nbytes = topk_case(T)
+            record(f"moe_topk T={T}", {"T": T, "E": EXPERTS, "top_k": TOP_K}, time_graph(calls()), nbytes)
+            record(f"moe_topk_ref T={T}", {"T": T, "E": EXPERTS, "top_k": TOP_K},
+                   time_graph(calls(kernels.ref_moe_topk)), nbytes, peer="torch reference")
+        guarded(topk, f"moe_topk T={T}")
+
+    for B, T, ctx in ((1, 1, 1024), (1, 1, 8192), (1, 1, 32768), (8, 1, 8192), (1, 4, 8192), (4, 4, 8192),
+                      (32, 4, 2048)):
+        def mla(B=B, T=T, ctx=ctx):
+            calls, nbytes = mla_case(B, T, ctx)
+            shape = {"B": B, "T": T, "ctx": ctx, "H": HEADS, "kv_lora": KV_LORA, "rope": ROPE, "page": 64}
+            record(f"mla B={B} T={T} ctx={ctx}", shape, time_graph(calls(cfg("mla_attention", "rows", T * HEADS))),
+                   nbytes)
+            if B * ctx <= 8192:
+                record(f"mla_ref B={B} T={T} ctx={ctx}", shape,
+                       time_graph(calls(fn=kernels.ref_mla_attention)[:4]), nbytes, peer="torch reference")
+        guarded(mla, f"mla B={B} T={T} ctx={ctx}")
+
+    def moe(int4: bool, T: int, weights) -> None:
+        op = "fused_moe_int4" if int4 else "fused_moe"
+        calls, nbytes, distinct = moe_case(T, int4, weights)
+        c = None if table is None else {"gate_up": cfg(f"{op}_gate_up", "tokens", T),
+                                        "down": cfg(f"{op}_down", "tokens", T)}
+        shape = {"T": T, "E": EXPERTS, "H": HIDDEN, "I": INTER, "top_k": TOP_K, "int4": int4}
+        record(f"{op} T={T}", shape, time_graph(calls(c)), nbytes, distinct_experts=distinct)
+        if T <= 4:
+            ref = kernels.ref_fused_moe_int4 if int4 else kernels.ref_fused_moe
+            record(f"{op}_ref T={T}", shape, time_graph(calls(fn=ref)[:4]), nbytes, distinct_experts=distinct,
+                   peer="torch reference")
+
+    for int4, batch_sizes in ((True, (1, 2, 4, 8, 16, 64)), (False, (1, 4, 8))):
+        weights = make_moe_weights(int4)
+        for T in batch_sizes:
+            guarded(lambda T=T, int4=int4, weights=weights: moe(int4, T, weights), f"moe int4={int4} T={T}")
+        del weights
+        torch.cuda.empty_cache()
+
+    write()
+    log(f"wrote {args.out / 'kernels.json'}")
+
+
+if __name__ == "__main__":
+    main()
