@@ -30,8 +30,8 @@ def make(pair, spec=True, k=3, **kw):
     tpath, dpath = pair
     extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath, speculative_num_steps=k) \
         if spec else {}
-    kw = {"attention_backend": "torch", "moe_runner_backend": "torch", **kw}
-    return Engine(model_path=tpath, device="cuda", dtype="float32", **extra, **kw)
+    kw = {"attention_backend": "torch", "moe_runner_backend": "torch", "dtype": "float32", **kw}
+    return Engine(model_path=tpath, device="cuda", **extra, **kw)
 
 
 @pytest.fixture(scope="module")
