@@ -52,7 +52,13 @@ if ! "${VPY}" -c "import pytest, pytest_timeout, pytest_benchmark" >/dev/null 2>
     "${VPY}" -m pip install --quiet pytest pytest-timeout pytest-benchmark
 fi
 
-# Editable install of our package without dependencies: it must not touch sglang's torch.
-"${VPY}" -m pip install --quiet --no-deps --no-build-isolation -e "${REPO_ROOT}"
+# Editable install of our package without dependencies: it must not touch sglang's torch. Skipped when
+# the venv already resolves sglang_eagle3 to this checkout (a fresh clone elsewhere reinstalls).
+have_pkg="$(cd / && "${VPY}" -c 'import os, sglang_eagle3; print(os.path.dirname(os.path.dirname(sglang_eagle3.__file__)))' 2>/dev/null || true)"
+if [[ "${have_pkg}" != "${REPO_ROOT}" ]]; then
+    log "installing sglang_eagle3 (editable, --no-deps) from ${REPO_ROOT}"
+    "${VPY}" -m pip install --quiet --no-deps --no-build-isolation -e "${REPO_ROOT}" 2>&1 \
+        | grep -v "is ignored: it is neither a file nor a directory" || true
+fi
 
 log "ready: $("${VPY}" -c 'import importlib.metadata as m; print("sglang", m.version("sglang"), "torch", m.version("torch"))')"

@@ -60,7 +60,7 @@ class EngineArgs:
     moe_runner_backend: str = "auto"  # "triton" | "torch" | "auto"
     random_seed: int = 0
     skip_tokenizer_init: bool = False
-    log_level: str = "warning"
+    log_level: str = "info"  # for the sglang_eagle3 loggers (load progress, graph capture, fallbacks)
     # Extra environment for TP worker processes (the launcher's environment is always inherited).
     worker_env: tuple[tuple[str, str], ...] = ()
     use_worker_processes: bool = False  # run even tp_size=1 in a spawned worker (same path as TP)
@@ -116,6 +116,7 @@ class Engine:
         if isinstance(kwargs.get("worker_env"), dict):
             kwargs["worker_env"] = tuple(sorted(kwargs["worker_env"].items()))
         args = EngineArgs(**kwargs)
+        _configure_logging(args.log_level)
         if args.model_path is None:
             target_dir = os.path.join(EMBEDDED_DIR, "target")
             if not os.path.exists(os.path.join(target_dir, "config.json")):
@@ -312,6 +313,19 @@ class Engine:
 
     def __exit__(self, *exc):
         self.shutdown()
+
+
+def _configure_logging(level: str) -> None:
+    """Sets the package's log level; adds a stderr handler only if the application configured none."""
+    lvl = getattr(logging, str(level).upper(), None)
+    if not isinstance(lvl, int):
+        raise ConfigError(f"log_level={level!r} is not a logging level (debug, info, warning, error)")
+    pkg = logging.getLogger("sglang_eagle3")
+    pkg.setLevel(lvl)
+    if not logging.getLogger().handlers and not pkg.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        pkg.addHandler(handler)
 
 
 def _kernel_report() -> dict:

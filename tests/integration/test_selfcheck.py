@@ -1,0 +1,51 @@
+"""selfcheck argument validation and dry run (the real run needs GPUs and a model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_eagle3 import selfcheck
+
+from .conftest import needs_sglang
+
+
+def test_sglang_args_become_engine_kwargs():
+    args = selfcheck.build_parser().parse_args(
+        ["--model-path", "org/model", "--draft-model-path", "org/draft", "--tp", "8",
+         "--sglang-arg=--cuda-graph-max-bs=64", "--sglang-arg=--disable-radix-cache",
+         "--sglang-arg=--attention-backend=triton"])
+    kw = selfcheck.sglang_kwargs(args)
+    assert kw == {"model_path": "org/model", "tp_size": 8, "speculative_algorithm": "EAGLE3",
+                  "speculative_draft_model_path": "org/draft", "cuda_graph_max_bs": 64,
+                  "disable_radix_cache": True, "attention_backend": "triton"}
+
+
+def test_invalid_arguments_are_all_reported(tmp_path):
+    empty = tmp_path / "prompts.txt"
+    empty.write_text("\n")
+    args = selfcheck.build_parser().parse_args(
+        ["--model-path", str(tmp_path / "missing"), "--tp", "0", "--prompts-file", str(empty)])
+    with pytest.raises(selfcheck.SelfCheckError) as e:
+        selfcheck.validate(args)
+    msg = str(e.value)
+    assert "--tp=0" in msg and "is not a directory" in msg and "holds no prompts" in msg
+    assert selfcheck.main(["--model-path", str(tmp_path / "missing"), "--dry-run"]) == 2
+
+
+def test_compare_flags_mismatched_outputs():
+    base = {"texts": ["a", "b"], "ms_per_token": 10.0, "verify": [{"graph": 1}]}
+    over = {"texts": ["a", "c"], "ms_per_token": 8.0, "verify": [{"graph": 2}]}
+    report = selfcheck.compare(base, over)
+    assert report["greedy_outputs_equal"] is False and report["mismatched_prompts"] == [1]
+    assert report["ms_per_token"] == {"baseline": 10.0, "overlay": 8.0}
+
+
+@needs_sglang
+@pytest.mark.sglang
+def test_dry_run_prints_plan(tmp_path, capsys):
+    assert selfcheck.main(["--model-path", str(tmp_path), "--dry-run", "--max-new-tokens", "8"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["sglang_version"] == "0.5.23" and plan["runs"] == ["baseline", "overlay"]
+    assert plan["engine_kwargs"]["model_path"] == str(tmp_path)
