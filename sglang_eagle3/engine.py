@@ -214,7 +214,8 @@ class Engine:
         if bad:
             raise RequestError(f"token id(s) {bad[:5]} outside the vocabulary [0, {V})")
         params = SamplingParams.from_dict(sampling_params)
-        lookahead = (self.num_steps or 0) + 1
+        # Room for the longest draft an adaptive policy may switch to (set_speculative_num_steps).
+        lookahead = (max(self.num_steps, *self.args.speculative_num_steps_candidates) if self.num_steps else 0) + 1
         room = self.context_length - lookahead - len(input_ids)
         if room < 0:
             raise RequestError(f"prompt of {len(input_ids)} tokens is longer than the context allows "
@@ -284,6 +285,18 @@ class Engine:
             raise
         outs = [self.result(done[r.rid]) for r in reqs]
         return outs if batch else outs[0]
+
+    def set_speculative_num_steps(self, k: int) -> None:
+        """Switches the draft length between rounds (an adaptive policy's knob). Verify/draft-extend graphs
+        exist for num_steps and every speculative_num_steps_candidates; any other k runs eager (counted)."""
+        if self.num_steps is None:
+            raise ConfigError("set_speculative_num_steps needs speculative decoding on")
+        allowed = {self.args.num_steps(), *self.args.speculative_num_steps_candidates}
+        if not isinstance(k, int) or not 1 <= k <= max(allowed):
+            raise ConfigError(f"speculative_num_steps={k!r} must lie in [1, {max(allowed)}] "
+                              f"(graphs captured for {sorted(allowed)})")
+        self.backend.set_num_steps(k)
+        self.num_steps = k
 
     # -- introspection -----------------------------------------------------------------------------------
     def get_server_info(self) -> dict:

@@ -95,6 +95,9 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
                     raise RuntimeError(f"fault injected at step {steps} ({FAULT_ENV})")
                 changed = worker.step()
                 conn.send(("ok", [r.snapshot() for r in changed] if rank == 0 else None))
+            elif cmd == "set_num_steps":
+                worker.set_num_steps(payload)
+                conn.send(("ok", None))
             elif cmd == "info":
                 conn.send(("ok", worker.info() if rank == 0 else None))
             else:
@@ -203,6 +206,9 @@ class TPWorkerGroup:
 
     def info(self) -> dict:
         return self._call("info")
+
+    def set_num_steps(self, k: int) -> None:
+        self._call("set_num_steps", k)
 
     def close(self, graceful: bool = True) -> None:
         if self._closed:

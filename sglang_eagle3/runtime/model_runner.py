@@ -133,8 +133,8 @@ class ModelRunner:
     def graph_report(self) -> dict:
         runners = [self.target_decode, self.target_verify, self.draft_decode, self.draft_extend]
         return {r.name: {"graphs": len(r.graphs), "buckets": r.buckets, "tokens_per_req": list(r.tokens_per_req),
-                         "capture_seconds": round(r.capture_seconds, 3), "capture_mib": round(r.capture_bytes / 2**20, 1)}
-                for r in runners}
+                         "capture_seconds": round(r.capture_seconds, 3),
+                         "capture_mib": round(r.capture_bytes / 2**20, 1)} for r in runners}
 
     # -- batch building ------------------------------------------------------------------------------
     def build(self, rows: list[tuple[list[int], int, list[int]]], width: int | None = None) -> BatchTensors:

@@ -80,6 +80,9 @@ class ModelWorker:
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
+    def set_num_steps(self, k: int) -> None:
+        self.scheduler.num_steps = k
+
     def info(self) -> dict:
         s = self.scheduler.stats
         steps = s.step_seconds

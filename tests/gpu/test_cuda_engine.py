@@ -115,3 +115,18 @@ def test_tp1_through_worker_processes(pair, reference):
         assert len(report) == 1 and report[0]["rank"] == 0
     finally:
         eng.shutdown()
+
+
+def test_adaptive_num_steps_replays_graphs_for_every_candidate(pair, reference):
+    eng = make(pair, k=3, speculative_num_steps_candidates=[1, 5], cuda_graph_max_bs=8)
+    reqs = [eng.make_request(input_ids=p, sampling_params=GREEDY) for p in PROMPTS]
+    for r in reqs:
+        eng.scheduler.add(r)
+    done, step = {}, 0
+    while len(done) < len(reqs):
+        eng.set_speculative_num_steps([1, 5, 3][step % 3])
+        done.update({r.rid: r for r in eng.scheduler.step() if r.finished})
+        step += 1
+    assert [done[r.rid].output_ids for r in reqs] == reference
+    counts = eng.get_server_info()["forward_counts"]
+    assert counts["target_verify"]["eager"] == 0 and counts["draft_extend"]["eager"] == 0
