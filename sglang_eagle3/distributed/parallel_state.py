@@ -49,6 +49,11 @@ def tp_all_gather_last_dim(x: torch.Tensor) -> torch.Tensor:
     """[..., D] on each rank -> [..., D * tp] in rank order."""
     if _TP.size == 1 or _TP.simulated:
         return x  # simulated: this rank's slice only
+    x = x.contiguous()
+    if x.is_cuda:  # one flat NCCL call (capturable in CUDA graphs), then ranks' slices side by side
+        flat = torch.empty((_TP.size, *x.shape), dtype=x.dtype, device=x.device)
+        dist.all_gather_into_tensor(flat, x)
+        return flat.movedim(0, -2).reshape(*x.shape[:-1], _TP.size * x.shape[-1])
     parts = [torch.empty_like(x) for _ in range(_TP.size)]
-    dist.all_gather(parts, x.contiguous())
+    dist.all_gather(parts, x)
     return torch.cat(parts, dim=-1)
