@@ -1,9 +1,12 @@
 """Kernel ops for decode/verify shapes. Each op has a torch reference (``ref_*`` in ref.py) and a Triton
-kernel (``triton/``) behind a launcher (``moe_topk.py``, ``mla_attention.py``, ``fused_moe.py``).
+kernel (``triton/``) behind a launcher (``moe_topk.py``, ``mla_attention.py``, ``fused_moe.py``,
+``rms_norm.py``, ``rotary.py``).
 
 The public entry points below dispatch: Triton for CUDA tensors, the reference elsewhere. On CPU the Triton
 path runs only under the interpreter (``TRITON_INTERPRET=1``) and only when asked for, by ``use_triton=True``
 or ``SGLANG_EAGLE3_TRITON_ON_CPU=1`` (tests do this). ``use_triton=False`` forces the reference on any device.
+The Triton kernels have no backward: ops that training differentiates (rms_norm, apply_rotary) take the
+reference whenever autograd is recording through them, and float64 (tests, references) always does.
 """
 
 from __future__ import annotations
@@ -19,7 +22,16 @@ from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_i
 from sglang_eagle3.kernels.mla_attention import triton_mla_attention
 from sglang_eagle3.kernels.moe_topk import triton_moe_topk
 from sglang_eagle3.kernels.quant import pack_int4, quantize_int4, unpack_int4
-from sglang_eagle3.kernels.ref import ref_fused_moe, ref_fused_moe_int4, ref_mla_attention, ref_moe_topk
+from sglang_eagle3.kernels.ref import (
+    ref_apply_rotary,
+    ref_fused_moe,
+    ref_fused_moe_int4,
+    ref_mla_attention,
+    ref_moe_topk,
+    ref_rms_norm,
+)
+from sglang_eagle3.kernels.rms_norm import triton_rms_norm
+from sglang_eagle3.kernels.rotary import triton_apply_rotary
 
 TRITON_ON_CPU_ENV = "SGLANG_EAGLE3_TRITON_ON_CPU"
 
@@ -35,6 +47,33 @@ def _use_triton(t: torch.Tensor, use_triton: bool | None) -> bool:
         raise RuntimeError(f"Triton on CPU needs TRITON_INTERPRET=1 set before triton is imported "
                            f"({use_triton=}, {TRITON_ON_CPU_ENV}={os.environ.get(TRITON_ON_CPU_ENV)})")
     return asked
+
+
+def _kernel_ok(use_triton: bool | None, *tensors: torch.Tensor | None) -> bool:
+    """Triton for ops without a backward: not for float64, not while autograd records through them."""
+    ts = [t for t in tensors if t is not None]
+    if any(t.dtype == torch.float64 for t in ts):
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
+        return False
+    return _use_triton(ts[0], use_triton)
+
+
+def rms_norm(x, weight, eps, residual=None, *, out=None, use_triton: bool | None = None):
+    """RMSNorm in float32 (float64 stays float64) -> [..., D] in x.dtype, or (normed, x + residual) with a
+    residual; ``out`` receives the result (may alias x). See ref_rms_norm."""
+    fn = triton_rms_norm if _kernel_ok(use_triton, x, weight, residual) else ref_rms_norm
+    return fn(x, weight, eps, residual, out=out)
+
+
+def apply_rotary(q, k, positions, cos, sin, *, interleaved: bool, inplace: bool = False,
+                 use_triton: bool | None = None):
+    """Rotary embedding of q [N, Hq, D] (or [N, D]) and k (or None) at positions [N] -> (q', k'); cos/sin
+    [P, D/2]. The Triton path needs float32 tables; the reference casts whatever it is given. See
+    ref_apply_rotary."""
+    if _kernel_ok(use_triton, q, k) and positions.dim() == 1:
+        return triton_apply_rotary(q, k, positions, cos, sin, interleaved=interleaved, inplace=inplace)
+    return ref_apply_rotary(q, k, positions, cos, sin, interleaved=interleaved, inplace=inplace)
 
 
 def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, renormalize=True,
@@ -67,10 +106,14 @@ def fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, 
 
 
 __all__ = [
+    "rms_norm",
+    "apply_rotary",
     "moe_topk",
     "mla_attention",
     "fused_moe",
     "fused_moe_int4",
+    "ref_rms_norm",
+    "ref_apply_rotary",
     "ref_moe_topk",
     "ref_mla_attention",
     "ref_fused_moe",

@@ -1,11 +1,18 @@
 """Launchers for the fused MoE kernels (bf16 and INT4 W4A16); semantics in ref_fused_moe(_int4).
 
-Three launches, grids fixed by shapes (graph-safe):
+Tile path (bf16, and INT4 above GEMV_MAX_TOKENS tokens): three launches, grids fixed by shapes (graph-safe):
   gate_up  over (pair, I-block):  act[pair] = silu(x W_gate^T) * (x W_up^T)      [T*k, I]  x.dtype
   down     over (pair, H-block):  y[pair]   = topk_w[pair] * act[pair] W_down^T  [T*k, H]  float32
   sum      over (token, H-block): out[t]    = sum over the k slots of y          [T, H]    x.dtype
 Each distinct expert's weights are read once per step: only the first pair routed to an expert works and
 it applies the tile to every pair routed there (see triton/fused_moe.py).
+
+INT4 GEMV path (decode/verify, T <= GEMV_MAX_TOKENS): two launches, no tl.dot, no atomics, no memset:
+  gate_up  over (pair, I-block):  act[pair] = silu(x W_gate^T) * (x W_up^T)      [T*k, I]  float32
+  down     over (token, H-block): out[t]    = sum_k topk_w * act[pair] W_down^T  [T, H]    x.dtype
+Nibbles become floats by bit tricks (no int->float converts, see triton/fused_moe.py); each program streams
+BLOCK_N weight rows of one expert with x/act held in registers; the k-slot sum is the down kernel's own
+loop, so its output is final.
 """
 
 from __future__ import annotations
@@ -15,10 +22,17 @@ import triton
 
 from sglang_eagle3.kernels import tuning
 from sglang_eagle3.kernels.quant import PACK_FACTOR
-from sglang_eagle3.kernels.triton.fused_moe import moe_down_kernel, moe_gate_up_kernel, moe_sum_slots_kernel
+from sglang_eagle3.kernels.triton.fused_moe import (
+    moe_down_kernel,
+    moe_gate_up_kernel,
+    moe_int4_gemv_down_kernel,
+    moe_int4_gemv_gate_up_kernel,
+    moe_sum_slots_kernel,
+)
 
 BLOCK_T = 16  # pairs per tile of one expert (the dot's M); more pairs on one expert loop over chunks
 SUM_BLOCK = 1024
+GEMV_MAX_TOKENS = 8  # INT4 GEMV path up to this many tokens (decode and verify of up to 7 draft tokens)
 
 
 def _check_routing(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> None:
@@ -99,12 +113,44 @@ def triton_fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_
                    gate_up_cfg=gate_up, down_cfg=down)
 
 
+def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, *, I: int, group: int, gate_up_cfg: dict,
+                      down_cfg: dict) -> torch.Tensor:
+    T, H = x.shape
+    k = topk_ids.shape[1]
+    TK = T * k
+    out = torch.empty_like(x)
+    if T == 0:
+        return out
+    act = torch.empty(TK, I, dtype=torch.float32, device=x.device)
+    group_words = group // PACK_FACTOR
+    moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, gate_up_cfg["BLOCK_N"]))](
+        x, w13, s13, topk_ids, act,
+        x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+        TK, I, H // PACK_FACTOR,
+        TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
+        BLOCK_N=gate_up_cfg["BLOCK_N"], BLOCK_W=gate_up_cfg["BLOCK_W"],
+        num_warps=gate_up_cfg["num_warps"], num_stages=gate_up_cfg["num_stages"],
+    )
+    moe_int4_gemv_down_kernel[(T, triton.cdiv(H, down_cfg["BLOCK_N"]))](
+        act, w2, s2, topk_ids, topk_weights, out,
+        act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), out.stride(0),
+        H, I // PACK_FACTOR,
+        TOP_K=k, GROUP_WORDS=group_words, BLOCK_N=down_cfg["BLOCK_N"],
+        BLOCK_W=min(down_cfg["BLOCK_W"], triton.next_power_of_2(I // PACK_FACTOR)),
+        num_warps=down_cfg["num_warps"], num_stages=down_cfg["num_stages"],
+    )
+    return out
+
+
 def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: torch.Tensor,
                           w2_packed: torch.Tensor, w2_scale: torch.Tensor, topk_weights: torch.Tensor,
                           topk_ids: torch.Tensor, group_size: int = 32, *,
-                          config: dict | None = None) -> torch.Tensor:
+                          config: dict | None = None, path: str | None = None) -> torch.Tensor:
     """W4A16: w13_packed int32 [E, 2I, H/8] + w13_scale [E, 2I, H/g]; w2_packed [E, H, I/8] + w2_scale
-    [E, H, I/g] -> [T, H] in x.dtype."""
+    [E, H, I/g] -> [T, H] in x.dtype.
+
+    path: "gemv" (no tl.dot; decode/verify sizes), "tile" (tl.dot over grouped pairs), or None: gemv for
+    T <= GEMV_MAX_TOKENS. ``config`` ({"gate_up": ..., "down": ...}) is for the chosen path."""
     _check_routing(x, topk_weights, topk_ids)
     E, two_i, h_words = w13_packed.shape
     I = two_i // 2
@@ -119,11 +165,18 @@ def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: 
         assert t.dtype == torch.int32 and t.stride(-1) == 1, f"{name} must be int32, unit inner stride"
     for name, t in (("w13_scale", w13_scale), ("w2_scale", w2_scale)):
         assert t.stride(-1) == 1, f"{name} must have unit inner stride, got {t.stride()}"
+    if path is None:
+        path = "gemv" if x.shape[0] <= GEMV_MAX_TOKENS else "tile"
+    assert path in ("gemv", "tile"), f"{path=} must be 'gemv' or 'tile'"
+    args = (x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size)
 
     def bench_fn(c):
-        return tuning.bench_us(lambda: triton_fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale,
-                                                             topk_weights, topk_ids, group_size, config=c))
+        return tuning.bench_us(lambda: triton_fused_moe_int4(*args, config=c, path=path))
 
+    if path == "gemv":
+        gate_up, down = _configs("fused_moe_int4_gemv", x, config, bench_fn)
+        return _launch_int4_gemv(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, I=I,
+                                 group=group_size, gate_up_cfg=gate_up, down_cfg=down)
     gate_up, down = _configs("fused_moe_int4", x, config, bench_fn)
     for stage, cfg in (("gate_up", gate_up), ("down", down)):
         assert cfg["BLOCK_K"] >= 16 * PACK_FACTOR, f"INT4 {stage} BLOCK_K={cfg['BLOCK_K']} must be >= 128"

@@ -17,6 +17,55 @@ def _acc(x: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------------
+# RMSNorm and rotary embedding
+# --------------------------------------------------------------------------------------------------
+def ref_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None, *,
+                 out: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """x [..., D] -> x * rsqrt(mean(x^2) + eps) * weight, computed in float32 (float64 stays float64), in
+    x.dtype. With residual: x is first replaced by x + residual (in x.dtype) and (out, that sum) returned.
+    ``out`` receives the result (it may be x itself or a view).
+    Traffic: reads x (and residual) and weight once, writes out (and the new residual)."""
+    if residual is not None:
+        x = x + residual
+    xf = x.float() if x.element_size() < 4 else x
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    y = (xf * weight.to(xf.dtype)).to(x.dtype)
+    if out is not None:
+        y = out.copy_(y)
+    return y if residual is None else (y, x)
+
+
+def ref_rotate(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               interleaved: bool) -> torch.Tensor:
+    """x [..., N, heads, dim] or [..., N, dim], positions [..., N], cos/sin [P, dim/2] (any float dtype, cast
+    to the compute dtype: float32 for half types, else x's own). ``interleaved`` rotates the pairs
+    (x[2i], x[2i+1]) as DeepSeek does, otherwise (x[i], x[i + dim/2]) as Llama/neox does."""
+    xf = x.float() if x.element_size() < 4 else x
+    c, s = cos[positions].to(xf.dtype), sin[positions].to(xf.dtype)  # [..., N, dim/2]
+    if x.dim() == positions.dim() + 2:
+        c, s = c.unsqueeze(-2), s.unsqueeze(-2)
+    if interleaved:
+        x1, x2 = xf[..., 0::2], xf[..., 1::2]
+        out = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
+    else:
+        x1, x2 = xf.chunk(2, dim=-1)
+        out = torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1)
+    return out.to(x.dtype)
+
+
+def ref_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
+                     sin: torch.Tensor, *, interleaved: bool,
+                     inplace: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rotates q and k (k may be None) at `positions`; see ref_rotate. In place writes into q and k."""
+    q2 = ref_rotate(q, positions, cos, sin, interleaved)
+    k2 = None if k is None else ref_rotate(k, positions, cos, sin, interleaved)
+    if inplace:
+        q2 = q.copy_(q2)
+        k2 = None if k is None else k.copy_(k2)
+    return q2, k2
+
+
+# --------------------------------------------------------------------------------------------------
 # MoE routing (noaux_tc)
 # --------------------------------------------------------------------------------------------------
 def ref_moe_topk(

@@ -12,11 +12,12 @@ What loads (docs/CHECKPOINTS.md has the user-facing page):
     their own ``lm_head`` and ``d2t``/``t2d``.
 
 How: (1) every shard's header is read and checked (truncation, corruption, index consistency) without
-reading tensor data; (2) every checkpoint name is mapped onto a parameter and checked against a full-size
-(TP=1) skeleton of the model on the meta device: missing, unexpected, shape, dtype and quantization
+reading tensor data; (2) every checkpoint name is mapped onto a parameter and checked against the model at full (TP=1)
+size (under TP a skeleton on the meta device): missing, unexpected, shape, dtype and quantization
 problems are all reported together in one ``CheckpointError`` before any weight is read; (3) shards are
-streamed one at a time: each tensor goes through its parameter's ``weight_loader`` as a lazy slice, so a TP
-rank reads only its bytes, and each shard's memory map is closed before the next is opened. Memory beyond the
+streamed one at a time: each tensor goes through its parameter's ``weight_loader`` as a lazy slice of the
+shard's memory map, so a TP rank touches only its bytes and the copy into the parameter is the only copy; each
+shard's map is closed before the next is opened. Memory beyond the
 model itself therefore stays near one shard (the pages of the open shard's map).
 
 All checkpoint renames live in ``_TargetNames`` and ``_draft_name``.
@@ -235,11 +236,13 @@ class LazyTensor:
     """A rectangular view of a checkpoint tensor that is not read yet.
 
     ``shape``/``narrow(dim, start, length)``/``load()`` is the interface the layers' weight_loaders use
-    (``layers.linear.load_slice``): ``narrow`` reads only the requested slice through safetensors'
-    ``get_slice``. ``view(dim, start, length)`` and ``select(index)`` narrow lazily (no read), which is how one
-    expert's half of a stacked ``gate_up_proj`` is handed over.
+    (``layers.linear.load_slice``). Reading goes through the shard's memory map: safetensors' ``get_tensor``
+    returns a zero-copy view of the map, indexing selects the slice, and the weight_loader's copy into the
+    parameter is the only copy; only the slice's pages are ever touched. ``view(dim, start, length)`` and
+    ``select(index)`` narrow lazily, which is how one expert's half of a stacked ``gate_up_proj`` is handed over.
 
-    NOTE: valid only while its shard is open; the loader drops every LazyTensor before closing the shard.
+    NOTE: what ``load``/``narrow`` return aliases the shard's map: copy it, never keep it (a kept view would
+    keep the whole shard mapped). The loader drops every LazyTensor before it closes the shard.
     """
 
     def __init__(self, handle, info: TensorInfo, stats: ReadStats | None = None,
@@ -288,11 +291,9 @@ class LazyTensor:
         return LazyTensor(self._h, self.info, self._stats, tuple(ranges))
 
     def load(self) -> torch.Tensor:
-        if not self._ranges:  # 0-d tensor
-            t = self._h.get_tensor(self.info.name)
-        else:
-            idx = tuple(r if isinstance(r, int) else slice(r[0], r[0] + r[1]) for r in self._ranges)
-            t = self._h.get_slice(self.info.name)[idx]
+        t = self._h.get_tensor(self.info.name)  # a view of the memory map: nothing read yet
+        if self._ranges:
+            t = t[tuple(r if isinstance(r, int) else slice(r[0], r[0] + r[1]) for r in self._ranges)]
         if self._stats is not None:
             self._stats.bytes_read += t.numel() * t.element_size()
         return t
@@ -588,7 +589,7 @@ def plan_quantization(cfg: ModelConfig, index: CheckpointIndex, names: _TargetNa
         problems.append(f"{len(packed_but_not)} module(s) are stored packed (.weight_packed) but the "
                         f"quantization_config leaves them unquantized: {_format_names(packed_but_not, 4)}")
     if problems:
-        raise CheckpointError(f"checkpoint disagrees with its quantization_config (ignore={ignore}): "
+        raise CheckpointError(f"checkpoint {index.path} disagrees with its quantization_config (ignore={ignore}): "
                               + "; ".join(problems))
     outside = [m for m, c in stored_packed.items() if not _EXPERT.match(c + ".weight")]
     if outside:
@@ -602,21 +603,30 @@ def plan_quantization(cfg: ModelConfig, index: CheckpointIndex, names: _TargetNa
 
 
 # ------------------------------------------------------------------------------------------------------
-# Validation against a full-size skeleton
+# Validation against the full-size model
 # ------------------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _full_size():
-    """Builds modules as a single rank would (TP=1), to know every checkpoint tensor's full shape.
+def _build(make: Callable[[], nn.Module], device) -> tuple[nn.Module, nn.Module]:
+    """(model for this rank on ``device``, a model with every parameter at full checkpoint size).
 
-    NOTE: swaps the process-wide TP coordinates for the duration; loading is single-threaded per process.
+    At TP=1 the model is its own full-size reference. Under TP the reference is built on the meta device with
+    TP=1 shapes (no memory). Either way the model is only allocated, never written, until validation passed.
+
+    NOTE: the reference swaps the process-wide TP coordinates while it is built; loading is single-threaded.
+    Building at TP=1 on the meta device is avoided because its first use costs a one-time import of torch's
+    reference ops (about 3 s on a CPU host).
     """
+    with torch.device(device):
+        model = make()
+    if get_tp().size == 1:
+        return model, model
     saved = parallel_state._TP
     parallel_state._TP = TPInfo()
     try:
         with torch.device("meta"):
-            yield
+            full = make()
     finally:
         parallel_state._TP = saved
+    return model, full
 
 
 def _loadable(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -821,7 +831,7 @@ def _stream(params: dict[str, torch.Tensor], index: CheckpointIndex, mp: _Mappin
                         n_params += _logical_params(info, t)
                     bar.update(info.nbytes)
     return {"tensors": n_tensors, "parameters": n_params, "bytes_read": stats.bytes_read,
-            "seconds": time.perf_counter() - t0, "shards": len(index.files)}
+            "stream_seconds": time.perf_counter() - t0, "shards": len(index.files)}
 
 
 def _read_small(index: CheckpointIndex, name: str, open_file: str, open_handle, stats: ReadStats) -> torch.Tensor:
@@ -846,24 +856,34 @@ def _log_skipped(mp: _Mapping, what: str) -> None:
         logger.info("%s: skipped %d tensor(s): %s (%s)", what, n, reason, _format_names(examples, 2))
 
 
+def _human(n: float, unit: str = "") -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.2f} {suffix}{unit}"
+    return f"{n:.0f} {unit}".rstrip()
+
+
 def _summary(what: str, path: str, info: dict, extra: str) -> None:
     tp = get_tp()
     rank = f" as TP rank {tp.rank} of {tp.size}" if tp.size > 1 else ""
     secs = max(info["seconds"], 1e-9)
-    logger.info("%s loaded from %s%s: %d tensors, %.3fB parameters, %.2f GB read from %d shard(s) in %.1f s "
-                "(%.2f GB/s); %s", what, path, rank, info["tensors"], info["parameters"] / 1e9,
-                info["bytes_read"] / 1e9, info["shards"], info["seconds"], info["bytes_read"] / 1e9 / secs, extra)
+    logger.info("%s loaded from %s%s: %d tensors, %s parameters, %s read from %d shard(s) in %.2f s (%s/s); %s",
+                what, path, rank, info["tensors"], _human(info["parameters"]), _human(info["bytes_read"], "B"),
+                info["shards"], info["seconds"], _human(info["bytes_read"] / secs, "B"), extra)
 
 
 # ------------------------------------------------------------------------------------------------------
 # Entry points
 # ------------------------------------------------------------------------------------------------------
-def load_target(path: str, *, device="cpu", dtype=torch.bfloat16) -> DeepseekV3ForCausalLM:
+def load_target(path: str, *, device="cpu", dtype=torch.bfloat16, report: dict | None = None
+                ) -> DeepseekV3ForCausalLM:
     """Loads a DeepSeek-V3-family target (DeepSeek-V3/R1, Kimi-K2/K2.5) as this process's TP rank.
 
     Raises ConfigError (config.json) or CheckpointError (tensors, files, quantization) naming what is wrong;
-    nothing is returned half-loaded. The model is built directly on ``device``.
+    nothing is returned half-loaded. The model is built directly on ``device``. ``report``, when given, is
+    filled with tensors / parameters / bytes_read / seconds / stream_seconds / shards / quantization.
     """
+    t0 = time.perf_counter()
     cfg = ModelConfig.from_path(path)
     index = CheckpointIndex.scan(path)
     names = _TargetNames(cfg)
@@ -872,8 +892,8 @@ def load_target(path: str, *, device="cpu", dtype=torch.bfloat16) -> DeepseekV3F
                               f"so its tensors should be named {names.prefix!r}..., but none of the "
                               f"{len(index.tensors)} are (e.g. {_format_names(index.tensors, 2)})")
     plan = plan_quantization(cfg, index, names)
-    with _full_size():
-        skeleton = DeepseekV3ForCausalLM(cfg, dtype=dtype, int4_experts=plan.int4_experts)
+    model, skeleton = _build(lambda: DeepseekV3ForCausalLM(cfg, dtype=dtype, int4_experts=plan.int4_experts),
+                             device)
     full = _loadable(skeleton)
     mp = _map_checkpoint(index, names.canonical, names.target, full)
     allow = ("lm_head.",) if cfg.tie_word_embeddings else ()
@@ -882,22 +902,25 @@ def load_target(path: str, *, device="cpu", dtype=torch.bfloat16) -> DeepseekV3F
         _check_weight_shapes(index, mp, full)
     del skeleton, full
 
-    with torch.device(device):
-        model = DeepseekV3ForCausalLM(cfg, dtype=dtype, int4_experts=plan.int4_experts)
     info = _stream(_loadable(model), index, mp, fp8_scales, "target")
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
+    info["seconds"] = time.perf_counter() - t0
     _log_skipped(mp, "target")
     _summary("target", path, info, plan.describe())
+    if report is not None:
+        report.update(info, quantization=plan.describe(), skipped=len(mp.skipped))
     return model
 
 
-def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.bfloat16) -> Eagle3Draft:
+def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.bfloat16,
+               report: dict | None = None) -> Eagle3Draft:
     """Loads an EAGLE-3 draft head for ``target_cfg`` as this process's TP rank.
 
     A draft without ``lm_head.weight`` uses the target's head (its draft vocab must then be the full vocab);
     a draft without ``d2t`` must have draft_vocab_size == vocab_size; a missing ``t2d`` is rebuilt from d2t.
     """
+    t0 = time.perf_counter()
     dcfg = DraftConfig.from_path(path)
     if dcfg.vocab_size != target_cfg.vocab_size:
         raise ConfigError(f"draft vocab_size={dcfg.vocab_size} differs from the target's {target_cfg.vocab_size}")
@@ -922,25 +945,29 @@ def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.
     if not has_d2t and dcfg.draft_vocab_size != dcfg.vocab_size:
         raise CheckpointError(f"draft {path} has draft_vocab_size={dcfg.draft_vocab_size} < vocab_size="
                               f"{dcfg.vocab_size} but no d2t tensor mapping draft ids to target ids")
-    with _full_size():
-        skeleton = Eagle3Draft(dcfg, dtype=dtype, has_lm_head=has_head)
+    model, skeleton = _build(lambda: Eagle3Draft(dcfg, dtype=dtype, has_lm_head=has_head), device)
     full = _loadable(skeleton)
     mp = _map_checkpoint(index, _draft_name, Target, full)
     allow = tuple(n for n, present in (("d2t", has_d2t), ("t2d", has_t2d)) if not present)
     _validate(index, mp, full, lambda p, part: p, allow, "draft")
     del skeleton, full
 
-    with torch.device(device):
-        model = Eagle3Draft(dcfg, dtype=dtype, has_lm_head=has_head)
     info = _stream(_loadable(model), index, mp, {}, "draft")
     _check_vocab_map(model, path, rebuild_t2d=not has_t2d)
+    info["seconds"] = time.perf_counter() - t0
     _log_skipped(mp, "draft")
-    aux = resolve_aux_layer_ids(dcfg, target_cfg.num_hidden_layers)
+    written = list(dcfg.aux_layer_ids) if dcfg.aux_layer_ids is not None else "absent"
+    try:
+        aux = resolve_aux_layer_ids(dcfg, target_cfg.num_hidden_layers)
+        wiring = f"aux ids as written {written} -> residual streams entering target layers {list(aux)} (DeepSeek rule)"
+    except ConfigError as e:
+        # Not fatal here: the engine applies an explicit speculative_aux_layer_ids override, or raises this.
+        aux, wiring = None, f"aux ids as written {written} do not fit this target ({e})"
     _summary("draft", path, info,
              f"{'own lm_head' if has_head else 'no lm_head: uses the target head'}, draft vocab "
-             f"{dcfg.draft_vocab_size}/{dcfg.vocab_size}; aux ids as written "
-             f"{list(dcfg.aux_layer_ids) if dcfg.aux_layer_ids is not None else 'absent'} -> residual streams "
-             f"entering target layers {list(aux)} (DeepSeek rule; an explicit speculative_aux_layer_ids overrides)")
+             f"{dcfg.draft_vocab_size}/{dcfg.vocab_size}; {wiring}")
+    if report is not None:
+        report.update(info, has_lm_head=has_head, aux_layer_ids=aux, skipped=len(mp.skipped))
     return model
 
 

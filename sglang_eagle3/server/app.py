@@ -62,8 +62,8 @@ def _guarded(fn):
     return wrapper
 
 
-def model_info(engine, served_model_name: str) -> ModelInfo:
-    info = engine.get_server_info()
+def model_info(info: dict, served_model_name: str) -> ModelInfo:
+    """ModelInfo from Engine.get_server_info()."""
     draft = info.get("draft") or {}
     return ModelInfo(served_model_name=served_model_name, model_path=str(info["model"]["path"]),
                      context_length=int(info["model"]["context_length"]),
@@ -71,10 +71,11 @@ def model_info(engine, served_model_name: str) -> ModelInfo:
 
 
 def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelInfo | None = None) -> FastAPI:
-    """The app over a started (or about to start) driver. ``model`` defaults to reading the engine, which
-    must then happen before the driver's thread runs."""
+    """The app over a driver. ``model`` defaults to reading ``engine.get_server_info()``, which must then
+    happen before the driver's thread starts."""
     app = FastAPI(title="sglang_eagle3", docs_url=None, redoc_url=None)
-    app.state.serving = Serving(engine, driver, config, model or model_info(engine, config.served_model_name))
+    model = model or model_info(engine.get_server_info(), config.served_model_name)
+    app.state.serving = Serving(engine, driver, config, model)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: HTTPRequest, exc: StarletteHTTPException):
@@ -197,12 +198,12 @@ async def get_server_info(serving: Serving, request: HTTPRequest):
     }
     info["server_stats"] = {
         "inflight_requests": serving.driver.inflight,
-        "finished_requests": m.requests.value(outcome="finished"),
-        "aborted_requests": m.requests.value(outcome="aborted"),
-        "failed_requests": m.requests.value(outcome="failed"),
-        "rejected_requests": {s: m.rejected.value(status=s) for s in ("400", "404", "503")},
-        "prompt_tokens": m.prompt_tokens.value(), "generation_tokens": m.generation_tokens.value(),
-        "verify_forwards": m.verify_forwards.value(), "engine_errors": m.engine_errors.value(),
+        "finished_requests": int(m.requests.value(outcome="finished")),
+        "aborted_requests": int(m.requests.value(outcome="aborted")),
+        "failed_requests": int(m.requests.value(outcome="failed")),
+        "rejected_requests": {s: int(m.rejected.value(status=s)) for s in ("400", "404", "503")},
+        "prompt_tokens": int(m.prompt_tokens.value()), "generation_tokens": int(m.generation_tokens.value()),
+        "engine_errors": int(m.engine_errors.value()),
     }
     return info
 

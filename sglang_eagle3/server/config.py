@@ -21,7 +21,6 @@ class ServerConfig:
     api_key: str | None = None
     # Seconds /get_server_info and /metrics wait for the engine thread before answering 503.
     snapshot_timeout_s: float = 10.0
-    log_requests: bool = False
 
     def __post_init__(self):
         if not isinstance(self.port, int) or not 0 <= self.port < 65536:

@@ -73,8 +73,12 @@ class _Tracked:
     t_arrive: float = 0.0
     t_first: float | None = None
     n_sent: int = 0
-    verify_ct: int = 0
-    text: str = ""
+    text: str = ""  # visible text sent so far
+    # Incremental detokenisation: decoded = text of output_ids[:read_offset]; only a short window
+    # output_ids[prefix_offset:] is decoded per step (the full output is decoded once, at the end).
+    decoded: str = ""
+    prefix_offset: int = 0
+    read_offset: int = 0
 
 
 class Submission:
@@ -300,12 +304,6 @@ class EngineDriver:
             if t.t_first is None:
                 t.t_first = time.perf_counter()
                 m.ttft.observe(t.t_first - t.t_arrive)
-        rounds = r.verify_ct - t.verify_ct
-        t.verify_ct = r.verify_ct
-        if rounds:
-            m.verify_forwards.inc(rounds)
-            if rounds == 1:
-                m.accept_length.observe(len(new_ids))
         if r.finished:
             result = _snapshot_result(self.engine.result(r))
             self._finish(t, Update(t.index, new_ids, result.get("text", ""), True, result), "finished")
@@ -323,11 +321,17 @@ class EngineDriver:
         character and the tail where a stop string may still be forming."""
         if self.tokenizer is None:
             return ""
-        # NOTE: byte-level BPE decodes a prefix that ends inside a multi-byte character to U+FFFD.
-        text = self.tokenizer.decode(r.output_ids).rstrip("\ufffd")
-        if t.hold_chars:
-            text = text[: max(len(text) - t.hold_chars, 0)]
-        if len(text) > len(t.text) and text.startswith(t.text):
+        ids = r.output_ids
+        # Decoding the window from prefix_offset twice (with and without the new ids) and taking the
+        # difference keeps tokenizers that strip a leading space from a window's first token exact.
+        before = self.tokenizer.decode(ids[t.prefix_offset:t.read_offset])
+        after = self.tokenizer.decode(ids[t.prefix_offset:])
+        # NOTE: a window that ends inside a multi-byte UTF-8 character decodes to U+FFFD: wait for the rest.
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            t.decoded += after[len(before):]
+            t.prefix_offset, t.read_offset = t.read_offset, len(ids)
+        text = t.decoded[: max(len(t.decoded) - t.hold_chars, 0)] if t.hold_chars else t.decoded
+        if len(text) > len(t.text):
             t.text = text
         return t.text
 

@@ -79,6 +79,12 @@ class Gauge(Counter):
             self._values[key] = float(value)
 
 
+class SnapshotCounter(Gauge):
+    """A counter kept by the engine, copied in at scrape time (monotonic there, so exported as a counter)."""
+
+    kind = "counter"
+
+
 class Histogram(_Metric):
     kind = "histogram"
 
@@ -116,6 +122,33 @@ class Histogram(_Metric):
         return out
 
 
+class SnapshotHistogram(_Metric):
+    """A histogram whose counts come whole from elsewhere (the engine's per-value tally) at scrape time."""
+
+    kind = "histogram"
+
+    def __init__(self, name, help_text, buckets: tuple[float, ...]):
+        super().__init__(name, help_text)
+        self.buckets = tuple(sorted(buckets))
+        self._counts: dict[float, int] = {}
+        self._sum = 0.0
+
+    def set(self, counts: dict[float, int], total: float) -> None:
+        with self._lock:
+            self._counts, self._sum = dict(counts), total
+
+    def render(self) -> list[str]:
+        with self._lock:
+            counts, total = dict(self._counts), self._sum
+        out = self.header()
+        for le in (*self.buckets, math.inf):
+            cum = sum(c for v, c in counts.items() if v <= le)
+            out.append(f'{self.name}_bucket{{le="{_fmt(le)}"}} {cum}')
+        out.append(f"{self.name}_sum {_fmt(total)}")
+        out.append(f"{self.name}_count {sum(counts.values())}")
+        return out
+
+
 class ServerMetrics:
     """Every metric the server exports. Counters/histograms are fed by the engine driver; the gauges are
     refreshed from ``Engine.get_server_info()`` by ``update_from_info`` just before a scrape."""
@@ -130,11 +163,6 @@ class ServerMetrics:
                                 ("status",))
         self.prompt_tokens = Counter("sglang:prompt_tokens_total", "Prompt tokens of admitted requests.")
         self.generation_tokens = Counter("sglang:generation_tokens_total", "Tokens generated (streamed or not).")
-        self.verify_forwards = Counter("sglang:spec_verify_forwards_total", "EAGLE-3 verify rounds, one per "
-                                       "request per round (SGLang's spec_verify_ct summed).")
-        self.accept_length = Histogram("sglang:spec_accept_length_per_round", "Tokens emitted per verify round "
-                                       "(accepted draft tokens + 1; cut short only where the request ended).",
-                                       tuple(float(i) for i in range(1, max_accept_length + 2)))
         self.step_latency = Histogram("sglang:step_latency_seconds", "Wall time of one engine step, by phase "
                                       "(prefill admits new requests; decode is one round for every running one).",
                                       latency, ("phase",))
@@ -144,19 +172,25 @@ class ServerMetrics:
                              "to its end.", request_latency)
         self.engine_errors = Counter("sglang:engine_errors_total", "Engine steps that raised (their requests "
                                      "failed with 500; the server kept serving).")
-        # Gauges from the engine snapshot.
+        # From the engine snapshot at scrape time.
         self.running = Gauge("sglang:num_running_reqs", "Requests in the running batch.")
         self.queued = Gauge("sglang:num_queue_reqs", "Requests waiting for admission (the queue depth).")
         self.inflight = Gauge("sglang:num_inflight_reqs", "Requests accepted by the server and not finished.")
         self.kv_free = Gauge("sglang:kv_pages_free", "Free KV-cache pages.")
         self.kv_total = Gauge("sglang:kv_pages_total", "KV-cache pages in the pool.")
-        self.avg_accept = Gauge("sglang:spec_accept_length", "Average tokens per verify round since start (SGLang's gauge).")
-        self.forwards = Gauge("sglang:forward_total", "Forwards of each captured function, by path (graph = "
-                              "CUDA-graph replay, eager = not). On CPU everything runs eager.", ("name", "path"))
-        self._all = [self.requests, self.rejected, self.prompt_tokens, self.generation_tokens,
-                     self.verify_forwards, self.accept_length, self.step_latency, self.ttft, self.e2e,
-                     self.engine_errors, self.running, self.queued, self.inflight, self.kv_free, self.kv_total,
-                     self.avg_accept, self.forwards]
+        self.avg_accept = Gauge("sglang:spec_accept_length", "Average tokens per verify round since start "
+                                "(SGLang's gauge of the same name).")
+        self.verify_forwards = SnapshotCounter("sglang:spec_verify_forwards_total", "EAGLE-3 verify rounds since "
+                                               "start, one per request per round (spec_verify_ct summed).")
+        self.accept_length = SnapshotHistogram("sglang:spec_accept_length_per_round", "Tokens emitted per verify "
+                                               "round (accepted draft tokens + 1).",
+                                               tuple(float(i) for i in range(1, max_accept_length + 1)))
+        self.forwards = SnapshotCounter("sglang:forward_total", "Forwards of each captured function, by path "
+                                        "(graph = CUDA-graph replay, eager = not; on CPU all are eager).",
+                                        ("name", "path"))
+        self._all = [self.requests, self.rejected, self.prompt_tokens, self.generation_tokens, self.step_latency,
+                     self.ttft, self.e2e, self.engine_errors, self.running, self.queued, self.inflight, self.kv_free,
+                     self.kv_total, self.avg_accept, self.verify_forwards, self.accept_length, self.forwards]
 
     def update_from_info(self, info: dict, inflight: int) -> None:
         self.running.set(info.get("running_requests", 0))
@@ -165,6 +199,9 @@ class ServerMetrics:
         self.kv_free.set(info.get("kv_pages_free", 0))
         self.kv_total.set(info.get("kv_pages_total", 0))
         self.avg_accept.set(info.get("avg_spec_accept_length", 0.0))
+        self.verify_forwards.set(info.get("verify_forwards", 0))
+        hist = {int(k): int(v) for k, v in (info.get("accept_length_hist") or {}).items()}
+        self.accept_length.set(hist, float(info.get("accepted_tokens", sum(k * v for k, v in hist.items()))))
         for name, counts in (info.get("forward_counts") or {}).items():
             self.forwards.set(counts.get("graph", 0), name=name, path="graph")
             self.forwards.set(counts.get("eager", 0), name=name, path="eager")

@@ -135,9 +135,11 @@ async def _completion_chunks(sub: Submission, cid: str, created: int, model: str
             c["usage"] = _usage(prompt_tokens, sum(generated)) if continuous else None
         return sse(c)
 
+    opened = [False] * len(sub.requests)
     for i, prefix in enumerate(echo):
         if prefix:
             yield chunk(i, prefix)
+            opened[i] = True
     async for u in sub.updates():
         if u.error is not None:
             raise EngineFailure(u.error)
@@ -145,8 +147,10 @@ async def _completion_chunks(sub: Submission, cid: str, created: int, model: str
         generated[i] += len(u.new_ids)
         delta = _delta(sent[u.index], u.text)
         sent[i] = u.text if u.text.startswith(sent[i]) else sent[i]
-        if delta:
+        # The first token always gets a chunk (its text may still be held back), so the stream opens then.
+        if delta or not opened[i]:
             yield chunk(i, delta)
+            opened[i] = True
         if u.finished:
             reason, matched = finish_reason(u.result)
             yield chunk(i, "", reason, matched)

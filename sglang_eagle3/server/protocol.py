@@ -32,20 +32,42 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+_SCALAR_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def _is_union_tag(part) -> bool:
+    """pydantic puts the union member it tried into ``loc`` (``prompt.str``, ``prompt.list[int]``)."""
+    return isinstance(part, str) and (part in _SCALAR_TAGS or "[" in part or part[:1].isupper())
+
+
 def validation_error(e: ValidationError) -> APIError:
-    """A pydantic error as a 400 naming the first offending field (``messages.0.role``)."""
+    """A pydantic error as a 400 naming the first offending field (``messages.0.role``); the errors of the
+    members of one union collapse into one "expected one of" line."""
     errs = e.errors(include_url=False)
-    first = errs[0] if errs else {"loc": (), "msg": str(e), "type": ""}
-    if first.get("type") == "json_invalid":
-        return APIError(400, f"the request body is not valid JSON: {first.get('msg')}", code="invalid_json")
-    param = ".".join(str(p) for p in first.get("loc", ())) or None
+    if not errs:
+        return APIError(400, str(e))
+    if errs[0].get("type") == "json_invalid":
+        return APIError(400, f"the request body is not valid JSON: {errs[0].get('msg')}", code="invalid_json")
+    groups: dict[tuple, list[dict]] = {}
+    tags: dict[tuple, list[str]] = {}
+    for err in errs:
+        loc = tuple(err.get("loc", ()))
+        i = next((j for j, p in enumerate(loc) if _is_union_tag(p)), len(loc))
+        key = loc[:i]
+        groups.setdefault(key, []).append(err)
+        if i < len(loc) and loc[i] not in tags.setdefault(key, []):
+            tags[key].append(loc[i])
     parts = []
-    for err in errs[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ())) or "body"
-        got = err.get("input")
-        shown = repr(got) if not isinstance(got, dict | list) or len(repr(got)) < 80 else type(got).__name__
-        parts.append(f"{where}: {err.get('msg')} (got {shown})")
-    more = f" (and {len(errs) - 5} more)" if len(errs) > 5 else ""
+    for key, group in list(groups.items())[:5]:
+        where = ".".join(str(p) for p in key) or "body"
+        got = group[0].get("input")
+        shown = repr(got) if len(repr(got)) < 80 else type(got).__name__
+        if len(tags.get(key, ())) > 1:
+            parts.append(f"{where}: expected one of {', '.join(tags[key])} (got {shown})")
+        else:
+            parts.append(f"{where}: {group[0].get('msg')} (got {shown})")
+    more = f" (and {len(groups) - 5} more)" if len(groups) > 5 else ""
+    param = ".".join(str(p) for p in next(iter(groups))) or None
     return APIError(400, "; ".join(parts) + more, param=param)
 
 

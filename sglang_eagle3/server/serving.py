@@ -33,8 +33,8 @@ from sglang_eagle3.tokenizer import ChatTemplateError
 
 logger = logging.getLogger(__name__)
 
-# Fields of RequestError messages that are not about the prompt itself.
-_REQUEST_FIELDS = ("logprob_start_len", "top_logprobs_num", "input_ids", "prompt")
+# RequestError messages that start with one of these name that field; all others are about the prompt.
+_REQUEST_FIELDS = ("logprob_start_len", "top_logprobs_num")
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,8 @@ class Serving:
         except RequestError as e:
             msg = str(e)
             param = next((f for f in _REQUEST_FIELDS if msg.startswith(f)), prompt_param)
-            raise APIError(400, msg, param=param) from None
+            code = "context_length_exceeded" if "longer than the context" in msg else None
+            raise APIError(400, msg, param=param, code=code) from None
         requested = sampling_params.get("max_new_tokens")
         n = len(req.input_ids)
         if requested is not None and n + requested > self.model.context_length:
@@ -197,7 +198,7 @@ class Serving:
 
 def _sampling_error(msg: str, names: dict[str, str]) -> APIError:
     m = re.match(r"(\w+)=", msg)
-    field = m.group(1) if m else None
+    field = m.group(1) if m else "sampling_params"  # "unknown sampling parameter(s): ..."
     if field in names:
         msg = names[field] + msg[len(field):]
         field = names[field]

@@ -24,7 +24,7 @@ def kimi_like_pair(root):
     cfg = tiny_config(vocab=512, hidden=128, heads=8, layers=6, q_lora=64, kv_lora=64, nope=32, rope=32, v=32,
                       experts=32, top_k=8, n_group=1, topk_group=1, moe_inter=64, inter=256, yarn=True,
                       max_pos=1024, scaling=2.827)
-    dcfg = tiny_draft_config(cfg, draft_vocab=256, heads=8, kv_heads=4, inter=256, aux_ids=[2, 3, 3])
+    dcfg = tiny_draft_config(cfg, draft_vocab=256, heads=8, kv_heads=4, inter=256, aux_ids=[1, 3, 5])
     return write_tiny_pair(root, cfg, dcfg, seed=9, scale=3.0)
 
 

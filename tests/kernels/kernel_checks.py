@@ -93,9 +93,14 @@ def make_moe_inputs(T, E, H, I, top_k, device, int4: bool, dtype=torch.bfloat16,
 
 
 def check_fused_moe(T, E, H, I, top_k, int4: bool, device="cpu", seed=0, skew=False, dtype=torch.bfloat16,
-                    tol=1e-2) -> float:
+                    tol=1e-2, path=None, config=None) -> float:
     args = make_moe_inputs(T, E, H, I, top_k, device, int4, dtype, seed, skew)
-    if int4:
+    if int4 and (path or config):
+        from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
+        out = triton_fused_moe_int4(*args, path=path, config=config)
+        ref = kernels.ref_fused_moe_int4(*args)
+    elif int4:
         out = kernels.fused_moe_int4(*args, use_triton=True)
         ref = kernels.ref_fused_moe_int4(*args)
     else:
@@ -106,6 +111,74 @@ def check_fused_moe(T, E, H, I, top_k, int4: bool, device="cpu", seed=0, skew=Fa
     assert err < tol, f"fused MoE rel err {err} ({T=} {E=} {H=} {I=} {top_k=} {int4=} {skew=})"
     return err
 
+
+def ulp_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Largest |out - ref| in units of ref's last place (out's dtype); 0 means bit-identical."""
+    assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape, out.dtype, ref.dtype)
+    if torch.equal(out, ref):
+        return 0.0
+    o, r = out.double(), ref.double()
+    ulp = torch.finfo(out.dtype).eps * r.abs().clamp_min(torch.finfo(out.dtype).tiny)
+    return ((o - r).abs() / ulp).max().item()
+
+
+def check_rms_norm(shape, dtype=torch.bfloat16, residual=False, strided=False, inplace=False, device="cpu",
+                   seed=0, max_ulp=2.0) -> float:
+    """Kernel vs ref_rms_norm: outputs within max_ulp of the reference (the sums' order differs); with a
+    residual the new residual (one rounding of x + r) is bit-identical."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    D = shape[-1]
+    base = (torch.randn(*shape[:-1], D + 24, generator=g) * 3).to(dtype).to(device)
+    x = base[..., 5:5 + D] if strided else base[..., :D].contiguous()
+    w = (torch.rand(D, generator=g) + 0.5).to(dtype).to(device)
+    res = (torch.randn(*shape, generator=g) * 3).to(dtype).to(device) if residual else None
+    ref = kernels.ref_rms_norm(x, w, 1e-6, res)
+    if inplace:
+        assert not residual
+        before = base.clone()
+        out = kernels.rms_norm(x, w, 1e-6, out=x, use_triton=True)
+        assert out.data_ptr() == x.data_ptr()
+        outside = torch.ones(base.shape[-1], dtype=torch.bool)
+        outside[5:5 + D] = False
+        assert torch.equal(base[..., outside], before[..., outside]), "wrote outside the view"
+    else:
+        out = kernels.rms_norm(x, w, 1e-6, res, use_triton=True)
+    if residual:
+        (out, new_res), (ref, ref_res) = out, ref
+        assert torch.equal(new_res, ref_res), "fused residual sum differs from x + residual"
+    err = ulp_err(out, ref)
+    assert err <= max_ulp, f"rms_norm off by {err} ulp ({shape=} {dtype=} {residual=} {strided=})"
+    return err
+
+
+def check_rotary(N, Hq, Hk, D, interleaved, dtype=torch.bfloat16, inplace=False, device="cpu", seed=0,
+                 max_ulp=0.0) -> float:
+    """Kernel vs ref_apply_rotary on strided views (q_rope inside q, k_rope inside kv_a, as MLA has them).
+    fp32 is bit-identical (no fma); half types within max_ulp (the interpreter truncates fp32->bf16)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    P = 3 * N + 5
+    inv = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    freqs = torch.outer(torch.arange(P, dtype=torch.float64), inv)
+    cos, sin = (freqs.cos() * 1.3).float().to(device), (freqs.sin() * 1.3).float().to(device)
+    q_full = torch.randn(N, Hq, 16 + D, generator=g).to(dtype).to(device)
+    kv = torch.randn(N, 40 + Hk * D, generator=g).to(dtype).to(device)
+    q = q_full[..., 16:]
+    k = kv[:, 40:].view(N, Hk, D) if Hk > 1 else kv[:, 40:]
+    pos = torch.randint(0, P, (N,), generator=g).to(device)
+    qr, kr = kernels.ref_apply_rotary(q, k, pos, cos, sin, interleaved=interleaved)
+    q_nope, kv_head = q_full[..., :16].clone(), kv[:, :40].clone()
+    qo, ko = kernels.apply_rotary(q, k, pos, cos, sin, interleaved=interleaved, inplace=inplace, use_triton=True)
+    if inplace:
+        assert qo.data_ptr() == q.data_ptr() and ko.data_ptr() == k.data_ptr()
+        assert torch.equal(q_full[..., :16], q_nope) and torch.equal(kv[:, :40], kv_head), "wrote outside the view"
+    err = max(ulp_err(qo, qr), ulp_err(ko, kr))
+    assert err <= max_ulp, f"rotary off by {err} ulp ({N=} {Hq=} {Hk=} {D=} {interleaved=} {dtype=})"
+    return err
+
+
+# GEMV-path configs small enough that the interpreter's loops run several partial steps.
+GEMV_SMALL = {"gate_up": {"BLOCK_N": 4, "BLOCK_W": 8, "num_warps": 1, "num_stages": 1},
+              "down": {"BLOCK_N": 16, "BLOCK_W": 4, "num_warps": 1, "num_stages": 1}}
 
 # Small irregular shapes for the interpreter: name -> thunk.
 CASES = {
@@ -125,6 +198,22 @@ CASES = {
                                               dtype=torch.float32, tol=1e-5),
     "moe_int4_fp32_exact": lambda: check_fused_moe(4, 9, 96, 160, 4, int4=True, seed=13, dtype=torch.float32,
                                                    tol=1e-5),
+    "rms_norm_bf16": lambda: check_rms_norm((3, 5, 200), seed=14),
+    "rms_norm_fp32_strided": lambda: check_rms_norm((7, 96), torch.float32, strided=True, seed=15, max_ulp=4),
+    "rms_norm_fp16_residual": lambda: check_rms_norm((6, 130), torch.float16, residual=True, seed=16),
+    "rms_norm_bf16_inplace_view": lambda: check_rms_norm((9, 64), strided=True, inplace=True, seed=17),
+    "rotary_interleaved_fp32_exact": lambda: check_rotary(5, 3, 1, 16, True, torch.float32, seed=18),
+    "rotary_interleaved_bf16_inplace": lambda: check_rotary(6, 5, 1, 24, True, inplace=True, seed=19,
+                                                            max_ulp=1.0),
+    "rotary_neox_fp32_exact_inplace": lambda: check_rotary(4, 6, 2, 32, False, torch.float32, inplace=True,
+                                                           seed=20),
+    "rotary_neox_fp16": lambda: check_rotary(3, 2, 2, 12, False, torch.float16, seed=21),
+    # INT4 GEMV path (T <= 8): the default for decode/verify; fp32 checks the arithmetic tightly.
+    "moe_int4_gemv_fp32_exact": lambda: check_fused_moe(3, 7, 96, 64, 3, int4=True, seed=22, dtype=torch.float32,
+                                                        tol=1e-5, path="gemv", config=GEMV_SMALL),
+    "moe_int4_gemv_bf16_shared_experts": lambda: check_fused_moe(6, 5, 64, 96, 2, int4=True, seed=23, skew=True,
+                                                                 path="gemv", config=GEMV_SMALL),
+    "moe_int4_gemv_default_config": lambda: check_fused_moe(2, 6, 64, 32, 4, int4=True, seed=24),
 }
 
 if __name__ == "__main__":

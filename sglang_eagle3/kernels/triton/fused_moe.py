@@ -147,3 +147,128 @@ def moe_sum_slots_kernel(per_pair_ptr, out_ptr, stride_pt, stride_ot, H,
     for i in tl.static_range(TOP_K):
         acc += tl.load(per_pair_ptr + (t * TOP_K + i).to(tl.int64) * stride_pt + offs, mask=ok, other=0.0)
     tl.store(out_ptr + t.to(tl.int64) * stride_ot + offs, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+# --------------------------------------------------------------------------------------------------
+# INT4 GEMV path for decode/verify (few tokens): no tl.dot, no int->float converts
+# --------------------------------------------------------------------------------------------------
+# A nibble is turned into a float without a convert: OR-ed into the mantissa of 2^23 (bits 0x4B000000) at
+# the bit position 4p where it already sits, the word reads as the float 2^23 + n * 16^p, and subtracting
+# the constant 2^23 + 8 * 16^p leaves (n - 8) * 16^p exactly. Nibbles 0..4 are used in place (p = j);
+# nibbles 5..7 after one shift of the word by 20 (p = j - 5). The 16^p is folded into x, which is scaled by
+# 16^-p once per program and shared by all its weight rows (powers of two: exact).
+# Per weight: one and/or (a lop3), one add, one fma.
+MAGIC_BITS: tl.constexpr = 0x4B000000
+
+
+@triton.jit
+def _dequant_nibble(packed, hi, J: tl.constexpr):
+    """(nibble J - 8) * 16^p of each int32 word, as fp32 (exact); p = J % 5, `hi` = packed >> 20."""
+    P: tl.constexpr = J % 5
+    if J < 5:
+        bits = (packed & (0xF << (4 * P))) | MAGIC_BITS
+    else:
+        bits = (hi & (0xF << (4 * P))) | MAGIC_BITS
+    return bits.to(tl.float32, bitcast=True) - (8388608.0 + 8.0 * (1 << (4 * P)))
+
+
+@triton.jit
+def _int4_words_dot(packed, x_row_ptr, words, words_ok):
+    """[N, W] int32 words x x[8w + j] -> [N, W] fp32 per-word partial dots sum_j (q_j - 8) * x[8w + j]
+    (before the group scale)."""
+    hi = packed >> 20
+    acc = tl.zeros(packed.shape, dtype=tl.float32)
+    for j in tl.static_range(8):
+        P: tl.constexpr = j % 5
+        xj = tl.load(x_row_ptr + 8 * words + j, mask=words_ok, other=0.0).to(tl.float32) * (1.0 / (1 << (4 * P)))
+        acc += _dequant_nibble(packed, hi, j) * xj[None, :]
+    return acc
+
+
+@triton.jit
+def _group_member(ids_ptr, expert, TK, r, TK_PAD: tl.constexpr):
+    """Pair id of the r-th (in pair order) pair routed to `expert`."""
+    offs = tl.arange(0, TK_PAD)
+    ids = tl.load(ids_ptr + offs, mask=offs < TK, other=-1)
+    member = (ids == expert) & (offs < TK)
+    rank = tl.cumsum(member.to(tl.int32), axis=0) - 1
+    return tl.sum(tl.where(member & (rank == r), offs, 0), axis=0)
+
+
+@triton.jit
+def moe_int4_gemv_gate_up_kernel(
+    x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
+    stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
+    TK, I, H_WORDS,
+    TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
+):
+    """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
+    rows of one expert, for every pair routed to it (the expert's first pair works, the others exit).
+    Weight rows stream from HBM once for the first pair; later pairs of the same expert (verify batches
+    where tokens share an expert) re-read them while they are still in L2."""
+    pair = tl.program_id(0)
+    nb = tl.program_id(1)
+    leader, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
+    if leader:
+        n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = n_offs < I
+        w_idx = tl.arange(0, BLOCK_W)
+        e = expert.to(tl.int64)
+        gate_rows = w13_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
+        up_rows = gate_rows + I * stride_wn
+        gate_scales = s13_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
+        up_scales = gate_scales + I * stride_sn
+        for r in range(0, count):
+            member = _group_member(ids_ptr, expert, TK, r, TK_PAD)
+            x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
+            acc_g = tl.zeros([BLOCK_N, BLOCK_W], dtype=tl.float32)
+            acc_u = tl.zeros([BLOCK_N, BLOCK_W], dtype=tl.float32)
+            for w0 in range(0, H_WORDS, BLOCK_W):
+                words = w0 + w_idx
+                words_ok = words < H_WORDS
+                m = n_ok[:, None] & words_ok[None, :]
+                pg = tl.load(gate_rows + words[None, :], mask=m, other=0)
+                pu = tl.load(up_rows + words[None, :], mask=m, other=0)
+                group = (words // GROUP_WORDS)[None, :]
+                sg = tl.load(gate_scales + group, mask=m, other=0.0).to(tl.float32)
+                su = tl.load(up_scales + group, mask=m, other=0.0).to(tl.float32)
+                acc_g += _int4_words_dot(pg, x_row, words, words_ok) * sg
+                acc_u += _int4_words_dot(pu, x_row, words, words_ok) * su
+            g = tl.sum(acc_g, axis=1)
+            u = tl.sum(acc_u, axis=1)
+            tl.store(act_ptr + member.to(tl.int64) * stride_at + n_offs, g * tl.sigmoid(g) * u, mask=n_ok)
+
+
+@triton.jit
+def moe_int4_gemv_down_kernel(
+    act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, out_ptr,
+    stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_ot,
+    H, I_WORDS,
+    TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
+):
+    """out[t, n] = sum over the k slots of token t of topk_w * (act[slot] W_down[n]^T), fp32 accumulation,
+    stored in out's dtype: the weighted sum over the experts is done here, no third launch, no atomics.
+    An expert chosen by several tokens is read by each of them (from L2 after the first)."""
+    t = tl.program_id(0)
+    nb = tl.program_id(1)
+    n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = n_offs < H
+    w_idx = tl.arange(0, BLOCK_W)
+    acc = tl.zeros([BLOCK_N, BLOCK_W], dtype=tl.float32)
+    for s in tl.static_range(TOP_K):
+        pair = t * TOP_K + s
+        e = tl.load(ids_ptr + pair).to(tl.int64)
+        route_w = tl.load(topk_w_ptr + pair)
+        rows = w2_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
+        scales = s2_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
+        a_row = act_ptr + pair.to(tl.int64) * stride_at
+        for w0 in range(0, I_WORDS, BLOCK_W):
+            words = w0 + w_idx
+            words_ok = words < I_WORDS
+            m = n_ok[:, None] & words_ok[None, :]
+            p = tl.load(rows + words[None, :], mask=m, other=0)
+            sc = tl.load(scales + (words // GROUP_WORDS)[None, :], mask=m, other=0.0).to(tl.float32)
+            acc += _int4_words_dot(p, a_row, words, words_ok) * (sc * route_w)
+    tl.store(out_ptr + t.to(tl.int64) * stride_ot + n_offs, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty),
+             mask=n_ok)
