@@ -47,6 +47,8 @@ class EngineArgs:
     # Extra draft lengths to capture verify graphs for, so an adaptive policy can switch k at run time.
     speculative_num_steps_candidates: tuple[int, ...] = ()
     speculative_aux_layer_ids: tuple[int, ...] | None = None  # explicit override of the draft's wiring
+    # Benchmarking only, like SGLang's SGLANG_SIMULATE_ACC_LEN: pins the accept length; output is not lossless.
+    speculative_simulate_accept_length: float | None = None
     device: str = "auto"  # "cpu", "cuda", "auto"
     dtype: str = "auto"  # float32, bfloat16, float16, float64 (tests), auto (bf16 on CUDA, fp32 on CPU)
     tp_size: int = 1

@@ -54,6 +54,10 @@ class Scheduler:
         self.max_context = max_context
         self.eos = set(eos_token_ids)
         self.detokenize = detokenize
+        # Benchmarking only (as SGLang's SGLANG_SIMULATE_ACC_LEN): pin the mean accepted tokens per verify so
+        # step times can be measured with random-weight models; the output is then NOT the target's.
+        self.simulate_accept_length: float | None = None
+        self._sim_rng = torch.Generator().manual_seed(0)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.stats = SchedulerStats()
@@ -220,6 +224,8 @@ class Scheduler:
         accepted = []
         for i, (r, d) in enumerate(zip(reqs, drafts, strict=True)):
             a, nxt = accept_draft(logits[i], d, r.params, r.generator)
+            if self.simulate_accept_length is not None:
+                a = self._simulated_accept(k)
             accepted.append(d[:a] + [nxt])
             r.verify_ct += 1
             self.stats.verify_forwards += 1
@@ -238,6 +244,12 @@ class Scheduler:
             self._emit(r, acc, logits[i, : len(acc)])
             self._trim_pages(r, r.seq_len - 1)
         return reqs
+
+    def _simulated_accept(self, k: int) -> int:
+        """Accepted draft tokens with mean simulate_accept_length - 1 (floor/ceil mix), clipped to [0, k]."""
+        target = min(max(self.simulate_accept_length - 1.0, 0.0), float(k))
+        lo = int(target)
+        return min(k, lo + int(torch.rand((), generator=self._sim_rng) < target - lo))
 
     # -- emission and stopping ------------------------------------------------------------------------
     def _emit(self, r: Request, toks: list[int], logit_rows: torch.Tensor) -> None:

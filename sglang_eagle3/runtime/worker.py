@@ -37,17 +37,23 @@ class ModelWorker:
     """Owns this process's models, KV pools, graphs and scheduler. ``args`` is an EngineArgs; ``plan`` holds
     what the engine resolved once (context length, draft widths, eos ids)."""
 
-    def __init__(self, args, plan: dict, device: torch.device, detokenize=None):
+    def __init__(self, args, plan: dict, device: torch.device, detokenize=None, models=None):
+        """``models``: an already built (target, draft) pair (benchmarks with random weights); else loaded."""
         from sglang_eagle3.models.loader import load_draft, load_target
 
         t0 = time.perf_counter()
         dtype = resolve_dtype(args.dtype, device)
         torch.manual_seed(args.random_seed)
         self.device, self.dtype = device, dtype
-        target = load_target(args.model_path, device=device, dtype=dtype)
-        draft, aux_ids = None, ()
-        if args.speculative:
-            draft = load_draft(args.speculative_draft_model_path, target.config, device=device, dtype=dtype)
+        if models is not None:
+            target, draft = models
+        else:
+            target = load_target(args.model_path, device=device, dtype=dtype)
+            draft = None
+            if args.speculative:
+                draft = load_draft(args.speculative_draft_model_path, target.config, device=device, dtype=dtype)
+        aux_ids = ()
+        if draft is not None:
             aux_ids = resolve_aux_layer_ids(draft.config, target.config.num_hidden_layers,
                                             args.speculative_aux_layer_ids)
         use_graph = device.type == "cuda" and not args.disable_cuda_graph
@@ -65,6 +71,10 @@ class ModelWorker:
         self.scheduler = Scheduler(self.runner, num_steps=plan["num_steps"], max_running=args.max_running_requests,
                                    max_context=plan["context_length"], eos_token_ids=tuple(plan["eos"]),
                                    detokenize=detokenize)
+        self.scheduler.simulate_accept_length = args.speculative_simulate_accept_length
+        if args.speculative_simulate_accept_length is not None:
+            logger.warning("speculative_simulate_accept_length=%s: benchmarking mode, outputs are NOT the target's",
+                           args.speculative_simulate_accept_length)
         self.load_seconds = time.perf_counter() - t0
 
     # The engine drives every worker through these four calls (and info()).

@@ -1,0 +1,197 @@
+"""End-to-end tokens/s, baseline vs EAGLE-3, through the public Engine (CPU or GPU, graphs on where CUDA).
+
+Two workloads:
+  default        the embedded trained pair (or --model-path/--draft-path) on held-out prompts from a text the
+                 models were not trained on (World English Bible, benchmarks/data/heldout_prompts.txt):
+                 single-stream, greedy; accept length measured, for each k in --ks.
+  --kimi-slice   a Kimi-K2.5-shaped TP=8 rank slice (61 layers, INT4 experts, random weights; collectives
+                 skipped) with a Kimi-shaped random EAGLE-3 draft, on one GPU; random drafts never agree, so
+                 the accept length is pinned (--simulate-accept 2.5 3.0 3.5, as SGLang's SGLANG_SIMULATE_ACC_LEN)
+                 and the output is NOT lossless in that mode. Reports one rank's compute, no all-reduce cost.
+
+Tokens/s here = completion tokens / wall time of Engine.generate (prefill included), single stream.
+
+    python benchmarks/bench_e2e.py --out benchmarks/results/cpu/e2e_embedded.json
+    python benchmarks/bench_e2e.py --kimi-slice --out benchmarks/results/h200/e2e_kimi_slice.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _commit() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True, stderr=subprocess.DEVNULL).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("GIT_COMMIT", "unknown")
+
+
+def _provenance(device: str) -> dict:
+    return {"command": " ".join(["python"] + sys.argv), "git_commit": _commit(),
+            "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
+            "cpu_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
+            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def _timed_generate(engine, prompts, params, input_ids=False) -> dict:
+    kw = {"input_ids": prompts} if input_ids else {"prompt": prompts}
+    engine.generate(**{k: v[:1] for k, v in kw.items()}, sampling_params={**params, "max_new_tokens": 8})  # warm
+    tokens = verify = 0
+    t0 = time.perf_counter()
+    for i in range(len(prompts)):  # single stream: one request at a time
+        one = {k: v[i] for k, v in kw.items()}
+        o = engine.generate(**one, sampling_params=params)
+        tokens += o["meta_info"]["completion_tokens"]
+        verify += o["meta_info"]["spec_verify_ct"]
+    wall = time.perf_counter() - t0
+    return {"tok_per_s": tokens / wall, "tokens": tokens, "wall_s": wall, "verify_forwards": verify,
+            "accept_length": tokens / verify if verify else None}
+
+
+def embedded(a) -> dict:
+    from sglang_eagle3 import Engine
+    from sglang_eagle3.engine import EMBEDDED_DIR
+
+    target = a.model_path or os.path.join(EMBEDDED_DIR, "target")
+    draft = a.draft_path or os.path.join(EMBEDDED_DIR, "draft")
+    with open(a.prompts) as f:
+        prompts = [ln.strip() for ln in f if ln.strip()][: a.num_prompts]
+    params = {"max_new_tokens": a.max_new_tokens, "temperature": 0}
+    common = dict(device=a.device, log_level="warning", disable_cuda_graph=a.disable_cuda_graph)
+    out = {"workload": {"model": target, "draft": draft, "prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
+                        "greedy": True, "single_stream": True}, "runs": []}
+    base_engine = Engine(model_path=target, **common)
+    base = _timed_generate(base_engine, prompts, params)
+    base_ids = [base_engine.generate(p, params)["output_ids"] for p in prompts[:4]]
+    out["runs"].append({"name": "baseline", **base})
+    print(f"baseline: {base['tok_per_s']:.1f} tok/s", flush=True)
+    for k in a.ks:
+        eng = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
+                     speculative_num_steps=k, **common)
+        r = _timed_generate(eng, prompts, params)
+        lossless = [eng.generate(p, params)["output_ids"] for p in prompts[:4]] == base_ids
+        r.update(name=f"eagle3_k{k}", speedup=r["tok_per_s"] / base["tok_per_s"], lossless_first4=lossless,
+                 verify_graph_eager=eng.get_server_info()["forward_counts"].get("target_verify"))
+        out["runs"].append(r)
+        print(f"eagle3 k={k}: {r['tok_per_s']:.1f} tok/s ({r['speedup']:.2f}x), accept length "
+              f"{r['accept_length']:.2f}, identical output {lossless}", flush=True)
+    return out
+
+
+def kimi_slice(a) -> dict:
+    """Random Kimi-shaped rank slice + draft, built in memory (no checkpoint), driven by a ModelWorker."""
+    import importlib.util
+
+    from sglang_eagle3.config import DraftConfig
+    from sglang_eagle3.distributed.parallel_state import init_tp
+    from sglang_eagle3.engine import EngineArgs
+    from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
+    from sglang_eagle3.models.eagle3 import Eagle3Draft
+    from sglang_eagle3.runtime.worker import ModelWorker
+
+    spec = importlib.util.spec_from_file_location("bvg", os.path.join(HERE, "bench_verify_graph.py"))
+    bvg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bvg)
+    init_tp(0, 8, simulated=True)
+    cfg = bvg.kimi_config(a.layers, 384)
+    dcfg = DraftConfig(hidden_size=7168, intermediate_size=18432, num_attention_heads=64, num_key_value_heads=8,
+                       head_dim=128, vocab_size=163840, draft_vocab_size=32000, rms_norm_eps=1e-6,
+                       rope_theta=50000.0, max_position_embeddings=8192, aux_layer_ids=(2, 30, 58))
+    with torch.device("cuda"):
+        target = DeepseekV3ForCausalLM(cfg, dtype=torch.bfloat16, int4_experts=True)
+        draft = Eagle3Draft(dcfg, dtype=torch.bfloat16)
+    bvg.randomize_cuda(target, 0)
+    bvg.randomize_cuda(draft, 1)
+    draft.d2t.zero_()
+    prompts = [[(17 * i + 3 * j) % 20480 for j in range(a.prompt_len)] for i in range(a.num_prompts)]
+    params = {"max_new_tokens": a.max_new_tokens, "temperature": 0, "ignore_eos": True}
+    out = {"workload": {"model": "Kimi-K2.5 TP=8 rank slice, random INT4 experts", "layers": a.layers,
+                        "prompt_len": a.prompt_len, "max_new_tokens": a.max_new_tokens,
+                        "note": "collectives skipped; accept length pinned (outputs not lossless in that mode)"},
+           "runs": []}
+
+    class _Engine:  # the few Engine methods _timed_generate uses, over one ModelWorker
+        def __init__(self, worker):
+            self.w = worker
+
+        def generate(self, input_ids, sampling_params):
+            from sglang_eagle3.runtime.request import Request
+            from sglang_eagle3.runtime.sampling import SamplingParams
+
+            batch = isinstance(input_ids[0], list)
+            reqs = [Request(rid=str(i), input_ids=p, params=SamplingParams.from_dict(sampling_params))
+                    for i, p in enumerate(input_ids if batch else [input_ids])]
+            for r in reqs:
+                self.w.add(r)
+            while self.w.has_work():
+                self.w.step()
+            res = [{"output_ids": r.output_ids, "meta_info": {"completion_tokens": len(r.output_ids),
+                                                              "spec_verify_ct": r.verify_ct}} for r in reqs]
+            return res if batch else res[0]
+
+    configs = [("baseline", None, None)] + [(f"eagle3_k{a.k}_acc{x}", a.k, x) for x in a.simulate_accept]
+    base_tps = None
+    for name, k, acc in configs:
+        args = EngineArgs(model_path="<in-memory>", device="cuda", dtype="bfloat16", max_running_requests=1,
+                          cuda_graph_max_bs=1, speculative_algorithm="EAGLE3" if k else None,
+                          speculative_draft_model_path="<in-memory>" if k else None, speculative_num_steps=k,
+                          speculative_simulate_accept_length=acc, attention_backend=a.backend,
+                          moe_runner_backend=a.backend)
+        ctx = a.prompt_len + a.max_new_tokens + 64
+        plan = {"context_length": ctx, "num_steps": k, "verify_widths": (k + 1,) if k else (1,),
+                "num_pages": ctx // 16 + 4, "eos": ()}
+        worker = ModelWorker(dataclasses.replace(args, page_size=16), plan, torch.device("cuda"),
+                             models=(target, draft if k else None))
+        r = _timed_generate(_Engine(worker), prompts, params, input_ids=True)
+        base_tps = base_tps or r["tok_per_s"]
+        r.update(name=name, speedup=r["tok_per_s"] / base_tps, pinned_accept_length=acc,
+                 forward_counts=worker.runner.stats.as_dict())
+        out["runs"].append(r)
+        print(f"{name}: {r['tok_per_s']:.1f} tok/s ({r['speedup']:.2f}x)"
+              + (f", accept length {r['accept_length']:.2f}" if r["accept_length"] else ""), flush=True)
+        del worker
+        torch.cuda.empty_cache()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--model-path")
+    ap.add_argument("--draft-path")
+    ap.add_argument("--prompts", default=os.path.join(HERE, "data", "heldout_prompts.txt"))
+    ap.add_argument("--num-prompts", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    ap.add_argument("--disable-cuda-graph", action="store_true")
+    ap.add_argument("--kimi-slice", action="store_true")
+    ap.add_argument("--layers", type=int, default=61)
+    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--simulate-accept", type=float, nargs="+", default=[2.5, 3.0, 3.5])
+    ap.add_argument("--prompt-len", type=int, default=256)
+    ap.add_argument("--backend", default="triton")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    res = kimi_slice(a) if a.kimi_slice else embedded(a)
+    res["provenance"] = _provenance("cuda" if a.kimi_slice else a.device)
+    if a.out:
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1, default=str)
+        print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
