@@ -217,7 +217,7 @@ class Engine:
             raise RequestError(f"token id(s) {bad[:5]} outside the vocabulary [0, {V})")
         params = SamplingParams.from_dict(sampling_params)
         # Room for the longest draft an adaptive policy may switch to (set_speculative_num_steps).
-        lookahead = (max(self.num_steps, *self.args.speculative_num_steps_candidates) if self.num_steps else 0) + 1
+        lookahead = (max((self.num_steps, *self.args.speculative_num_steps_candidates)) if self.num_steps else 0) + 1
         room = self.context_length - lookahead - len(input_ids)
         if room < 0:
             raise RequestError(f"prompt of {len(input_ids)} tokens is longer than the context allows "

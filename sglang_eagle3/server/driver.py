@@ -104,10 +104,11 @@ class Submission:
             u = await self.queue.get()
             if u.finished:
                 self.finals[u.index] = u
-            yield u
             if u.error is not None:
-                self.close()
+                self.close()  # before yielding: a consumer that raises on the error never resumes us
+                yield u
                 return
+            yield u
 
     async def results(self) -> list[Update]:
         """The final update of every request (raises EngineFailure when the engine failed one)."""
@@ -217,7 +218,8 @@ class EngineDriver:
             logger.exception("engine thread died")
             raise
         finally:
-            self._fail_all("the server is shutting down" if self._stopping else "the engine thread died")
+            self._fail_all("the server is shutting down" if self._stopping else "the engine thread died",
+                           queued_too=True)
             logger.info("engine thread stopped")
 
     def _drain(self, block: bool) -> None:
@@ -253,9 +255,9 @@ class EngineDriver:
             t = self._tracked.pop(cmd[1], None)
             if t is None:  # already finished (or never added)
                 return
-            self.scheduler.abort(t.req.rid)
             self._release(t.req.rid)
             self.metrics.requests.inc(outcome="aborted")
+            self.scheduler.abort(t.req.rid)  # its KV pages return to the pool here
             logger.info("request %s aborted after %d output tokens", t.req.rid, t.n_sent)
         elif kind == "call":
             _, fn, fut, loop = cmd
@@ -291,9 +293,9 @@ class EngineDriver:
                 self._publish(t, r)
             except Exception as e:
                 logger.exception("publishing request %s failed", r.rid)
-                self.scheduler.abort(r.rid)
                 self._finish(t, Update(t.index, [], t.text, True, error=f"server error: {type(e).__name__}: {e}"),
                              "failed")
+                self._abort_quietly(r.rid)
 
     def _publish(self, t: _Tracked, r: Request) -> None:
         new_ids = list(r.output_ids[t.n_sent:])
@@ -347,15 +349,18 @@ class EngineDriver:
         with self._lock:
             self._inflight_rids.discard(rid)
 
-    def _fail_all(self, message: str) -> None:
+    def _abort_quietly(self, rid: str) -> None:
+        try:
+            self.scheduler.abort(rid)
+        except Exception:
+            logger.exception("could not abort request %s", rid)
+
+    def _fail_all(self, message: str, queued_too: bool = False) -> None:
+        """Fails every request in flight (and, when the thread ends, every command still queued)."""
         for t in list(self._tracked.values()):
-            try:
-                self.scheduler.abort(t.req.rid)
-            except Exception:
-                logger.exception("could not abort request %s after an engine error", t.req.rid)
             self._finish(t, Update(t.index, [], t.text, True, error=message), "failed")
-        # Commands still queued (adds that raced the failure) are failed too on shutdown.
-        if self._stopping:
+            self._abort_quietly(t.req.rid)
+        if queued_too:
             while True:
                 try:
                     cmd = self._cmds.get_nowait()

@@ -162,6 +162,7 @@ class Serving:
             sub.close()
             raise
         except EngineFailure as e:
+            sub.close()
             raise APIError(500, str(e), code="engine_error") from None
 
     async def stream(self, sub: Submission, request: HTTPRequest, chunks: AsyncIterator[bytes]):

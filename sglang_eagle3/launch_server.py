@@ -1,0 +1,241 @@
+"""``python -m sglang_eagle3.launch_server``: one command that serves, with SGLang's flag names.
+
+    python -m sglang_eagle3.launch_server                      # the embedded default pair, EAGLE-3 on
+    python -m sglang_eagle3.launch_server --model-path T --speculative-algorithm EAGLE3 \\
+        --speculative-draft-model-path D --speculative-num-steps 3 --port 30000
+
+``--backend`` picks who serves: ``native`` (this package's engine and server), ``sglang`` (SGLang itself with
+the sglang_eagle3 overlay, through ``sglang_eagle3.integration.launch``), or ``auto``: sglang when it is
+importable, CUDA is present and a model path is given, else native. docs/SERVER.md lists every flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import sys
+
+logger = logging.getLogger("sglang_eagle3.launch_server")
+
+LOG_FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
+EMBEDDED_SERVED_NAME = "sglang-eagle3-embedded"
+
+# flag -> EngineArgs field, for flags whose value goes to the engine unchanged (None = not given).
+_ENGINE_FLAGS = (
+    "model_path", "tokenizer_path", "speculative_algorithm", "speculative_draft_model_path",
+    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size", "device",
+    "dtype", "cuda_graph_max_bs", "max_running_requests", "context_length", "attention_backend",
+    "moe_runner_backend", "random_seed", "page_size", "max_total_tokens", "log_level", "worker_timeout",
+)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.replace(",", " ").split())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m sglang_eagle3.launch_server", description=__doc__.split("\n\n")[0])
+    g = p.add_argument_group("model (SGLang names)")
+    g.add_argument("--model-path", help="target checkpoint directory (default: the embedded model pair)")
+    g.add_argument("--tokenizer-path", help="tokenizer directory (default: --model-path)")
+    g.add_argument("--served-model-name", help="name in /v1/models and OpenAI 'model' (default: --model-path; "
+                   "'default' is always accepted too)")
+    g.add_argument("--chat-template", help="a Jinja chat template file overriding the model directory's")
+    g.add_argument("--skip-tokenizer-init", action="store_true", help="no tokenizer: /generate with input_ids only")
+    g.add_argument("--context-length", type=int, help="maximum prompt + output tokens (default: the model's)")
+    g.add_argument("--dtype", help="auto | float32 | bfloat16 | float16")
+    g.add_argument("--trust-remote-code", action="store_true", help="accepted for SGLang compatibility; no effect "
+                   "(no remote code is ever run)")
+    g = p.add_argument_group("speculative decoding (SGLang names)")
+    g.add_argument("--speculative-algorithm", help="EAGLE3 (or EAGLE); default: off, or EAGLE3 for the embedded model")
+    g.add_argument("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path",
+                   help="EAGLE-3 draft checkpoint directory")
+    g.add_argument("--speculative-num-steps", type=int, help="draft steps per round (default 3)")
+    g.add_argument("--speculative-eagle-topk", type=int, help="draft branching; only 1 (chain) is supported")
+    g.add_argument("--speculative-num-draft-tokens", type=int, help="num-steps + 1 for a chain draft")
+    g.add_argument("--speculative-aux-layer-ids", type=_int_list,
+                   help="(sglang_eagle3) override the target layers whose inputs feed the draft, e.g. 2,3,5")
+    g.add_argument("--speculative-num-steps-candidates", type=_int_list,
+                   help="(sglang_eagle3) extra draft lengths to capture verify graphs for")
+    g = p.add_argument_group("runtime (SGLang names)")
+    g.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
+    g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, help="tensor-parallel GPUs")
+    g.add_argument("--disable-cuda-graph", action="store_true", help="run verify/draft forwards eagerly")
+    g.add_argument("--cuda-graph-max-bs", type=int, help="largest batch captured as a CUDA graph")
+    g.add_argument("--max-running-requests", type=int, help="requests in the running batch (default 32)")
+    g.add_argument("--max-total-tokens", type=int, help="KV-cache size in tokens")
+    g.add_argument("--page-size", type=int, help="tokens per KV page (default 16)")
+    g.add_argument("--attention-backend", help="auto | triton | torch")
+    g.add_argument("--moe-runner-backend", help="auto | triton | torch")
+    g.add_argument("--random-seed", type=int, help="seed for weight-free randomness (sampling without a seed)")
+    g.add_argument("--worker-env", action="append", type=_env_pair, metavar="KEY=VALUE",
+                   help="(sglang_eagle3) extra environment for TP worker processes; repeatable")
+    g.add_argument("--use-worker-processes", action="store_true",
+                   help="(sglang_eagle3) run even --tp-size 1 in a spawned worker (the TP code path)")
+    g.add_argument("--worker-timeout", type=float, help="(sglang_eagle3) seconds a worker may take to answer")
+    g = p.add_argument_group("server (SGLang names)")
+    g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    g.add_argument("--port", type=int, default=30000, help="port (default 30000, as SGLang)")
+    g.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (not on /health and /metrics)")
+    g.add_argument("--max-queued-requests", type=int, default=4096,
+                   help="requests allowed to wait beyond --max-running-requests; one more gets HTTP 503 "
+                   "(default 4096; -1: unbounded)")
+    g.add_argument("--log-level", default="info", help="debug | info | warning | error (default info)")
+    g.add_argument("--log-requests", action="store_true", help="log every HTTP request (uvicorn's access log)")
+    g.add_argument("--enable-metrics", action="store_true", help="accepted for SGLang compatibility: /metrics is "
+                   "always on")
+    p.add_argument("--backend", choices=("auto", "native", "sglang"), default="auto",
+                   help="native: this package's server; sglang: SGLang with the overlay; auto: sglang when "
+                   "importable with CUDA and a --model-path, else native (default auto)")
+    return p
+
+
+def _setup_logging(level: str) -> None:
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise SystemExit(f"--log-level {level!r} is not one of debug, info, warning, error")
+    logging.basicConfig(level=numeric, format=LOG_FORMAT, stream=sys.stderr, force=True)
+
+
+def _strip_backend(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--backend":
+            skip = True
+        elif not a.startswith("--backend="):
+            out.append(a)
+    return out
+
+
+def choose_backend(args: argparse.Namespace) -> tuple[str, str]:
+    """(backend, why)."""
+    if args.backend != "auto":
+        return args.backend, "--backend " + args.backend
+    if importlib.util.find_spec("sglang") is None:
+        return "native", "sglang is not importable"
+    if args.model_path is None:
+        return "native", "no --model-path (the embedded model is served natively)"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "native", "CUDA is not available"
+    if importlib.util.find_spec("sglang_eagle3.integration.launch") is None:
+        return "native", "sglang_eagle3.integration.launch is not installed"
+    return "sglang", "sglang is importable, CUDA is present and --model-path is given"
+
+
+def launch_sglang(argv: list[str]) -> int:
+    try:
+        from sglang_eagle3.integration.launch import launch_sglang as launch
+    except ImportError as e:
+        missing = "sglang_eagle3.integration.launch" if (e.name or "").startswith("sglang_eagle3") else "SGLang"
+        logger.error("--backend sglang: %s is not importable (%s). Install SGLang 0.5.23 with the overlay, "
+                     "or use --backend native.", missing, e)
+        return 2
+    return int(launch(_strip_backend(argv)) or 0)
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    kw = {name: getattr(args, name) for name in _ENGINE_FLAGS if getattr(args, name) is not None}
+    if args.disable_cuda_graph:
+        kw["disable_cuda_graph"] = True
+    if args.skip_tokenizer_init:
+        kw["skip_tokenizer_init"] = True
+    if args.speculative_aux_layer_ids:
+        kw["speculative_aux_layer_ids"] = args.speculative_aux_layer_ids
+    if args.speculative_num_steps_candidates:
+        kw["speculative_num_steps_candidates"] = args.speculative_num_steps_candidates
+    if args.worker_env:
+        kw["worker_env"] = tuple(args.worker_env)
+    if args.use_worker_processes:
+        kw["use_worker_processes"] = True
+    return kw
+
+
+def serve_native(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from sglang_eagle3.config import ConfigError
+    from sglang_eagle3.engine import Engine
+    from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
+    from sglang_eagle3.server.app import model_info
+    from sglang_eagle3.server.config import ServerConfigError
+    from sglang_eagle3.server.metrics import ServerMetrics
+
+    try:
+        engine = Engine(**engine_kwargs(args))
+    except (ConfigError, OSError, ValueError, RuntimeError) as e:  # RuntimeError: WorkerError, out of memory, ...
+        logger.error("cannot start the engine: %s: %s", type(e).__name__, e)
+        return 2
+    served = args.served_model_name or args.model_path or EMBEDDED_SERVED_NAME
+    max_queued = None if args.max_queued_requests is not None and args.max_queued_requests < 0 \
+        else args.max_queued_requests
+    try:
+        config = ServerConfig(host=args.host, port=args.port, served_model_name=served, max_queued_requests=max_queued,
+                              api_key=args.api_key)
+        if args.chat_template:
+            if engine.tokenizer is None:
+                raise ServerConfigError("--chat-template needs a tokenizer (drop --skip-tokenizer-init)")
+            with open(args.chat_template) as f:
+                engine.tokenizer.set_chat_template(f.read())
+    except (ServerConfigError, OSError) as e:
+        logger.error("%s", e)
+        engine.shutdown()
+        return 2
+    info = engine.get_server_info()  # before the engine thread starts: afterwards only that thread reads it
+    running, num_steps = info["args"]["max_running_requests"], (info.get("draft") or {}).get("num_steps")
+    driver = EngineDriver(engine, ServerMetrics(max_accept_length=(num_steps or 0) + 1),
+                          max_inflight=None if max_queued is None else running + max_queued)
+    app = create_app(engine, driver, config, model_info(info, served))
+    driver.start()
+    logger.info("serving %r (%s) on http://%s:%d: context %d tokens, %s, device %s, dtype %s, "
+                "max_running_requests=%d, max_queued_requests=%s", served, info["model"]["path"], args.host,
+                args.port, info["model"]["context_length"],
+                f"EAGLE-3 with {num_steps} draft steps" if num_steps else "no speculation", info.get("device"),
+                info.get("dtype", args.dtype or "auto"), running, max_queued)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_config=None,
+                                           access_log=args.log_requests, timeout_graceful_shutdown=5))
+    try:
+        server.run()
+    finally:
+        driver.stop()
+        engine.shutdown()  # TP worker processes exit with the server
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    _setup_logging(args.log_level)
+    if args.model_path is None:
+        from sglang_eagle3.engine import EMBEDDED_DIR
+
+        # NOTE: this must stay the first log line: users and tests read it to learn what is being served.
+        logger.warning("no --model-path: serving the embedded default model pair (target + EAGLE-3 draft) "
+                       "from %s", EMBEDDED_DIR)
+    backend, why = choose_backend(args)
+    logger.info("backend: %s (%s)", backend, why)
+    if backend == "sglang":
+        return launch_sglang(argv)
+    if unknown:
+        logger.error("unrecognised argument(s) %s: the native backend does not implement them (SGLang-only flags "
+                     "need --backend sglang)", unknown)
+        return 2
+    return serve_native(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

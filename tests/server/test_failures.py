@@ -1,0 +1,154 @@
+"""In-process (ASGI) tests of what a subprocess cannot easily provoke: an engine that raises, a full queue, a
+handler bug. The engine is real (tiny random pair on CPU); faults are injected by wrapping scheduler.step."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+import torch
+
+from sglang_eagle3.engine import Engine
+from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model; OpenMP spin-waits only hurt on a shared 2-core box
+    yield Engine(model_path=tiny_model.target, speculative_algorithm="EAGLE3",
+                 speculative_draft_model_path=tiny_model.draft, speculative_num_steps=3, device="cpu",
+                 max_running_requests=1)
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def make_app(engine):
+    drivers = []
+
+    def make(max_queued: int | None = 8):
+        driver = EngineDriver(engine, max_inflight=None if max_queued is None else 1 + max_queued)
+        app = create_app(engine, driver, ServerConfig(served_model_name="tiny", max_queued_requests=max_queued))
+        driver.start()
+        drivers.append(driver)
+        return app, driver
+
+    yield make
+    for d in drivers:
+        d.stop()
+
+
+class FailingStep:
+    """Wraps scheduler.step: raises on the given call numbers (1-based), delegates otherwise."""
+
+    def __init__(self, scheduler, fail_on: set[int]):
+        self.scheduler, self.fail_on, self.calls = scheduler, fail_on, 0
+        self.real = scheduler.step
+
+    def __call__(self):
+        self.calls += 1
+        if self.calls in self.fail_on:
+            raise RuntimeError(f"injected fault on step {self.calls}")
+        return self.real()
+
+
+@pytest.fixture
+def failing_step(engine, monkeypatch):
+    def install(fail_on: set[int]) -> FailingStep:
+        f = FailingStep(engine.scheduler, fail_on)
+        monkeypatch.setattr(engine.scheduler, "step", f)
+        return f
+
+    return install
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _post(app, path: str, body: dict) -> httpx.Response:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+        return await c.post(path, json=body)
+
+
+async def _get(app, path: str) -> httpx.Response:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+        return await c.get(path)
+
+
+def _events(text: str) -> list:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+GEN = {"text": "The quick brown fox", "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
+
+
+def test_engine_fault_fails_request_with_500_and_server_keeps_serving(make_app, failing_step, engine):
+    app, driver = make_app()
+    failing_step({1})  # the prefill of the first request
+    r = run(_post(app, "/generate", GEN))
+    assert r.status_code == 500, r.text
+    err = r.json()["error"]
+    assert err["code"] == "engine_error" and "injected fault" in err["message"]
+    ok = run(_post(app, "/generate", GEN))
+    assert ok.status_code == 200 and len(ok.json()["output_ids"]) == 16
+    assert run(_get(app, "/health")).status_code == 200
+    info = run(_get(app, "/get_server_info")).json()
+    assert info["kv_pages_free"] == info["kv_pages_total"]  # the failed request's pages came back
+    assert info["server_stats"]["engine_errors"] == 1 and info["server_stats"]["failed_requests"] == 1
+
+
+def test_engine_fault_mid_stream_ends_with_error_event(make_app, failing_step):
+    app, _ = make_app()
+    failing_step({4})  # prefill, two decode rounds, then the fault
+    r = run(_post(app, "/v1/completions", {"model": "tiny", "prompt": "Sphinx", "max_tokens": 40,
+                                           "temperature": 0, "stream": True}))
+    assert r.status_code == 200  # headers went out with the first token
+    events = _events(r.text)
+    assert events[-1] == "[DONE]"
+    assert events[-2]["error"]["code"] == "engine_error"
+    assert any("choices" in e for e in events[:-2])
+    assert run(_post(app, "/generate", GEN)).status_code == 200
+
+
+def test_engine_fault_before_first_token_of_stream_is_http_500(make_app, failing_step):
+    app, _ = make_app()
+    failing_step({1})
+    r = run(_post(app, "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                                                "max_tokens": 8, "stream": True}))
+    assert r.status_code == 500 and r.json()["error"]["code"] == "engine_error"
+
+
+def test_unexpected_handler_error_is_logged_500(make_app, engine, monkeypatch, caplog):
+    app, _ = make_app()
+
+    def broken(*args, **kwargs):
+        raise KeyError("bug")
+
+    monkeypatch.setattr(engine, "make_request", broken)
+    r = run(_post(app, "/generate", GEN))
+    assert r.status_code == 500 and "KeyError" in r.json()["error"]["message"]
+    assert any("unexpected error" in rec.message for rec in caplog.records)
+    monkeypatch.undo()
+    assert run(_post(app, "/generate", GEN)).status_code == 200
+
+
+def test_full_queue_answers_503(make_app):
+    app, _ = make_app(max_queued=1)  # 1 running + 1 queued
+
+    async def burst():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+            body = {"text": "The quick", "sampling_params": {"max_new_tokens": 60, "temperature": 0}}
+            return await asyncio.gather(*(c.post("/generate", json=body) for _ in range(4)))
+
+    responses = run(burst())
+    assert sorted(r.status_code for r in responses) == [200, 200, 503, 503]
+    assert all(r.json()["error"]["code"] == "queue_full" for r in responses if r.status_code == 503)
+    assert run(_post(app, "/generate", GEN)).status_code == 200  # room again once they finished
