@@ -12,13 +12,12 @@ What loads (docs/CHECKPOINTS.md has the user-facing page):
     their own ``lm_head`` and ``d2t``/``t2d``.
 
 How: (1) every shard's header is read and checked (truncation, corruption, index consistency) without
-reading tensor data; (2) every checkpoint name is mapped onto a parameter and checked against the model at full (TP=1)
-size (under TP a skeleton on the meta device): missing, unexpected, shape, dtype and quantization
-problems are all reported together in one ``CheckpointError`` before any weight is read; (3) shards are
-streamed one at a time: each tensor goes through its parameter's ``weight_loader`` as a lazy slice of the
-shard's memory map, so a TP rank touches only its bytes and the copy into the parameter is the only copy; each
-shard's map is closed before the next is opened. Memory beyond the
-model itself therefore stays near one shard (the pages of the open shard's map).
+reading tensor data; (2) every checkpoint name is mapped onto a parameter and checked against the model at
+full (TP=1) size (under TP, a skeleton on the meta device): missing, unexpected, shape, dtype and quantization
+problems are reported before any weight is read; (3) shards are streamed one at a time: each tensor goes
+through its parameter's ``weight_loader`` as a lazy slice of the shard's memory map, so a TP rank touches only
+its bytes and the copy into the parameter is the only copy, and each shard's map is closed before the next is
+opened. Memory beyond the model itself therefore stays near one shard (the pages of the open shard's map).
 
 All checkpoint renames live in ``_TargetNames`` and ``_draft_name``.
 """
@@ -68,12 +67,9 @@ class CheckpointError(ValueError):
 # ------------------------------------------------------------------------------------------------------
 # Shard headers
 # ------------------------------------------------------------------------------------------------------
-_DTYPES: dict[str, tuple[torch.dtype, int]] = {
-    "F64": (torch.float64, 8), "F32": (torch.float32, 4), "F16": (torch.float16, 2), "BF16": (torch.bfloat16, 2),
-    "I64": (torch.int64, 8), "I32": (torch.int32, 4), "I16": (torch.int16, 2), "I8": (torch.int8, 1),
-    "U8": (torch.uint8, 1), "BOOL": (torch.bool, 1),
-    "F8_E4M3": (torch.float8_e4m3fn, 1), "F8_E5M2": (torch.float8_e5m2, 1),
-}
+# safetensors dtype -> bytes per element, for the dtypes this engine reads.
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+                "F8_E4M3": 1, "F8_E5M2": 1}
 _FLOAT_DTYPES = ("F32", "BF16", "F16", "F64")
 # safetensors refuses headers above 100 MB; a larger length field means the file is not safetensors at all.
 _MAX_HEADER = 100 * 1024 * 1024
@@ -95,7 +91,7 @@ class TensorInfo:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * _DTYPES[self.dtype][1]
+        return self.numel * _DTYPE_BYTES[self.dtype]
 
 
 def read_header(file: str) -> dict[str, TensorInfo]:
@@ -124,12 +120,13 @@ def read_header(file: str) -> dict[str, TensorInfo]:
         if name == "__metadata__":
             continue
         try:
-            dtype, shape, (begin, end) = entry["dtype"], tuple(int(s) for s in entry["shape"]), entry["data_offsets"]
+            dtype, shape = entry["dtype"], tuple(int(d) for d in entry["shape"])
+            begin, end = (int(o) for o in entry["data_offsets"])
         except (TypeError, KeyError, ValueError) as e:
             raise CheckpointError(f"{file} has a corrupt header entry for {name!r}: {entry!r}") from e
-        if dtype not in _DTYPES:
+        if dtype not in _DTYPE_BYTES:
             raise CheckpointError(f"{file}: tensor {name!r} has dtype {dtype!r}, which this engine does not read "
-                                  f"(readable: {', '.join(_DTYPES)})")
+                                  f"(readable: {', '.join(_DTYPE_BYTES)})")
         info = TensorInfo(name, file, dtype, shape, int(begin))
         if begin < 0 or end - begin != info.nbytes:
             raise CheckpointError(f"{file} has a corrupt header entry for {name!r}: offsets {begin}..{end} do not "
@@ -227,7 +224,7 @@ def _format_names(names, limit: int = 8) -> str:
 # ------------------------------------------------------------------------------------------------------
 @dataclass
 class ReadStats:
-    """Bytes actually copied out of the shards (a TP rank reads only its slices)."""
+    """Bytes of the slices handed to weight_loaders: what this rank reads (a TP rank reads only its slices)."""
 
     bytes_read: int = 0
 
@@ -371,6 +368,7 @@ class _Mapping:
     targets: dict[str, Target] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     unexpected: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)  # two checkpoint names for one tensor (prefix variants)
 
 
 class _TargetNames:
@@ -438,6 +436,7 @@ def _draft_name(name: str) -> tuple[str | None, str]:
 def _map_checkpoint(index: CheckpointIndex, canonical: Callable[[str], tuple[str | None, str]],
                     target: Callable[[str], Target], params: dict[str, torch.Tensor]) -> _Mapping:
     mp = _Mapping()
+    seen: dict[str, str] = {}
     for name in index.tensors:
         canon, reason = canonical(name)
         if canon is None:
@@ -446,6 +445,10 @@ def _map_checkpoint(index: CheckpointIndex, canonical: Callable[[str], tuple[str
             else:
                 mp.unexpected.append(name)
             continue
+        if canon in seen:
+            mp.duplicates.append(f"{seen[canon]} and {name}")
+            continue
+        seen[canon] = name
         t = target(canon)
         if t.param not in params:
             mp.unexpected.append(name)
@@ -722,6 +725,9 @@ def _validate(index: CheckpointIndex, mp: _Mapping, full: dict[str, torch.Tensor
         problems.append(f"{len(missing)} missing: {_format_names(missing)}")
     if mp.unexpected:
         problems.append(f"{len(mp.unexpected)} unexpected: {_format_names(mp.unexpected)}")
+    if mp.duplicates:
+        problems.append(f"{len(mp.duplicates)} tensor(s) stored twice under different names: "
+                        f"{_format_names(mp.duplicates, 4)}")
     if orphan_scales:
         problems.append(f"{len(orphan_scales)} weight_scale_inv without an FP8 weight: {_format_names(orphan_scales)}")
     if shape_bad:
@@ -771,11 +777,10 @@ def _open_shard(file: str) -> Iterator:
         handle = safe_open(file, framework="pt")
     except Exception as e:  # safetensors raises its own error types for bad files
         raise CheckpointError(f"cannot read safetensors file {file}: {e}") from e
-    try:
+    # Leaving the handle's context unmaps the shard at once (even while a name still refers to the handle):
+    # its pages stop counting against this process before the next shard is opened.
+    with handle:
         yield handle
-    finally:
-        # Dropping the handle unmaps the shard: its pages stop counting against this process.
-        del handle
 
 
 def _feed(params: dict[str, torch.Tensor], t: Target, value, name: str) -> None:
