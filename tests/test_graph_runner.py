@@ -1,0 +1,290 @@
+"""runtime/graph_runner.py: bucket choice, padding of static buffers, eager fallbacks counted with reasons.
+
+On CPU the bookkeeping runs with a fake forward and fake "graphs" (a replay re-runs the function on the static
+buffers and copies into the captured outputs, which is what a CUDA graph does). On CUDA (``gpu`` marker) the
+real runners of a model are captured, and every replay (decode, verify with k = 1..7, draft decode and draft
+extend; batch sizes that fill a bucket and ones that are padded) equals the eager forward on the same inputs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from conftest import scheduler_of
+
+from sglang_eagle3 import Engine
+from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputSpec, batch_buckets
+from sglang_eagle3.testing import tiny_config, tiny_draft_config, write_tiny_pair
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+SPECS = {
+    "input_ids": InputSpec(per_token=True),
+    "positions": InputSpec(per_token=True),
+    "page_table": InputSpec(per_token=False),
+    "seq_lens": InputSpec(per_token=False, pad_with_tokens_per_req=True),
+    "out_cache_loc": InputSpec(per_token=True, pad_value=-7),
+}
+MAX_PAGES = 6
+
+
+def fake_forward(input_ids, positions, page_table, seq_lens, out_cache_loc, tokens_per_req):
+    """Row-wise, so padding must not change real rows: [B*T, 3] mixing per-token and per-request inputs."""
+    T = tokens_per_req
+    per_req = (seq_lens.double() * 1000 + (page_table.double() * torch.arange(1, page_table.shape[1] + 1)).sum(1))
+    return (torch.stack([input_ids.double(), positions.double() + out_cache_loc.double() / 7,
+                         per_req.repeat_interleave(T)], dim=1),)
+
+
+class FakeGraph:
+    """Stands in for torch.cuda.CUDAGraph: replay() recomputes into the captured output buffers."""
+
+    def __init__(self, fn, static, T):
+        self.fn, self.static, self.T = fn, static, T
+        self.out = fn(**static, tokens_per_req=T)
+        self.replays = 0
+
+    def replay(self):
+        for o, n in zip(self.out, self.fn(**self.static, tokens_per_req=self.T), strict=True):
+            o.copy_(n)
+        self.replays += 1
+
+
+def example(bs, T):
+    n = bs * T
+    return dict(input_ids=torch.zeros(n, dtype=torch.int64), positions=torch.arange(T).repeat(bs),
+                page_table=torch.zeros(bs, MAX_PAGES, dtype=torch.int32),
+                seq_lens=torch.full((bs,), T, dtype=torch.int32), out_cache_loc=torch.zeros(n, dtype=torch.int64))
+
+
+def fake_captured(max_bs=8, widths=(1, 4)) -> GraphRunner:
+    stats = ForwardStats(warn=True)
+    runner = GraphRunner("fake_verify", fake_forward, SPECS, stats, enabled=True, max_bs=max_bs, tokens_per_req=widths)
+    for T in runner.tokens_per_req:
+        for bs in runner.buckets:
+            static = example(bs, T)
+            g = FakeGraph(fake_forward, static, T)
+            runner.graphs[(bs, T)] = (g, static, g.out)
+    return runner
+
+
+def random_inputs(g, bs, T, width):
+    n = bs * T
+    return dict(input_ids=torch.randint(1, 500, (n,), generator=g),
+                positions=torch.randint(0, 90, (n,), generator=g),
+                page_table=torch.randint(1, 50, (bs, width), generator=g, dtype=torch.int32),
+                seq_lens=torch.randint(T, 90, (bs,), generator=g, dtype=torch.int32),
+                out_cache_loc=torch.randint(0, 800, (n,), generator=g))
+
+
+# ------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("max_bs,want", [
+    (1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (4, [1, 2, 4]), (5, [1, 2, 4, 5]), (8, [1, 2, 4, 8]),
+    (16, [1, 2, 4, 8, 16]), (20, [1, 2, 4, 8, 16, 20]), (32, [1, 2, 4, 8, 16, 24, 32]),
+])
+def test_batch_buckets(max_bs, want):
+    assert batch_buckets(max_bs) == want
+
+
+@pytest.mark.parametrize("max_bs", [1, 3, 7, 8, 13, 48])
+def test_bucket_choice_is_the_smallest_that_fits(max_bs):
+    runner = fake_captured(max_bs=max_bs, widths=(2,))
+    for bs in range(1, max_bs + 1):
+        b = runner._bucket(bs)
+        assert b >= bs and all(c < bs for c in runner.buckets if c < b), (bs, b, runner.buckets)
+        assert b - bs < 8  # at most 7 padded rows (buckets every 8 above 8)
+        assert runner.why_not(bs, 2) is None
+    assert runner._bucket(max_bs + 1) is None
+
+
+def test_replay_pads_and_matches_eager():
+    """Every (bs, T): the replayed rows equal the eager rows; padded rows of every static buffer hold the pad
+    values, never leftovers of an earlier, larger batch or a wider page table."""
+    runner = fake_captured(max_bs=8, widths=(1, 4))
+    g = torch.Generator().manual_seed(0)
+    # Large batches first so that smaller ones land on dirty buffers.
+    for bs, T, width in [(8, 4, 6), (7, 4, 5), (5, 4, 2), (3, 4, 1), (2, 1, 6), (1, 1, 3), (6, 1, 4), (4, 4, 6)]:
+        inputs = random_inputs(g, bs, T, width)
+        (got,) = runner(bs, T, **inputs)
+        (want,) = fake_forward(**inputs, tokens_per_req=T)
+        assert torch.equal(got, want), (bs, T, width)
+        pb = runner._bucket(bs)
+        graph, static, _ = runner.graphs[(pb, T)]
+        n = bs * T
+        assert torch.equal(static["input_ids"][n:], torch.zeros(pb * T - n, dtype=torch.int64))
+        assert torch.equal(static["positions"][n:], torch.zeros(pb * T - n, dtype=torch.int64))
+        assert (static["out_cache_loc"][n:] == -7).all()
+        assert (static["seq_lens"][bs:] == T).all(), "padded requests must hold exactly their own T tokens"
+        assert (static["page_table"][bs:] == 0).all(), "padded requests must point at the scratch page 0"
+        assert (static["page_table"][:bs, width:] == 0).all(), "page-table columns beyond the batch's width"
+        assert torch.equal(static["page_table"][:bs, :width], inputs["page_table"])
+    assert runner.stats.as_dict() == {"fake_verify": {"graph": 8, "eager": 0, "eager_reasons": {}}}
+
+
+def test_fallbacks_are_counted_with_reasons(caplog):
+    runner = fake_captured(max_bs=4, widths=(1, 4))
+    g = torch.Generator().manual_seed(1)
+    calls = [(5, 4), (3, 3), (6, 4), (2, 4), (1, 2), (4, 1)]
+    with caplog.at_level(logging.INFO, logger="sglang_eagle3.runtime.graph_runner"):
+        for bs, T in calls:
+            inputs = random_inputs(g, bs, T, 3)
+            (got,) = runner(bs, T, **inputs)
+            assert torch.equal(got, fake_forward(**inputs, tokens_per_req=T)[0])
+    d = runner.stats.as_dict()["fake_verify"]
+    assert (d["graph"], d["eager"]) == (2, 4)
+    reasons = d["eager_reasons"]
+    assert sorted(reasons.values()) == [1, 1, 1, 1]
+    assert any("batch size 5" in r and "4" in r for r in reasons)
+    assert any("batch size 6" in r for r in reasons)
+    assert any("tokens per request 3" in r and "[1, 4]" in r for r in reasons)
+    assert any("tokens per request 2" in r for r in reasons)
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "EAGER" in r.getMessage()]
+    assert len(warned) == 4  # once per distinct reason
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sglang_eagle3.runtime.graph_runner"):
+        runner(5, 4, **random_inputs(g, 5, 4, 3))  # a reason seen before: counted, not logged again
+    assert runner.stats.as_dict()["fake_verify"]["eager_reasons"][next(r for r in reasons if "batch size 5" in r)] == 2
+    assert not [r for r in caplog.records if "EAGER" in r.getMessage()]
+
+
+def test_disabled_runner_runs_eager_with_its_reason(caplog):
+    stats = ForwardStats(warn=False)
+    runner = GraphRunner("target_decode", fake_forward, SPECS, stats, enabled=False,
+                         disabled_reason="CUDA graphs need a CUDA device (running on CPU)", max_bs=8)
+    assert runner.buckets == [] and not runner.graphs
+    runner.capture(lambda bs, T: pytest.fail("a disabled runner must not capture"))
+    g = torch.Generator().manual_seed(2)
+    with caplog.at_level(logging.INFO, logger="sglang_eagle3.runtime.graph_runner"):
+        for bs in (1, 3):
+            inputs = random_inputs(g, bs, 1, 2)
+            assert torch.equal(runner(bs, 1, **inputs)[0], fake_forward(**inputs, tokens_per_req=1)[0])
+    assert stats.as_dict() == {"target_decode": {
+        "graph": 0, "eager": 2, "eager_reasons": {"CUDA graphs need a CUDA device (running on CPU)": 2}}}
+    # On CPU eager is the normal path: reported at INFO, not as a WARNING.
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_engine_on_cpu_counts_every_uniform_forward(small_pair):
+    """One request, k=3: verify forwards = spec_verify_ct, draft decode = (k-1) per round, one draft extend
+    per round; all eager with the CPU reason (or disable_cuda_graph's)."""
+    k = 3
+    for disable, reason in ((False, "CUDA graphs need a CUDA device (running on CPU)"),
+                            (True, "disable_cuda_graph=True")):
+        e = Engine(model_path=small_pair.target, speculative_algorithm="EAGLE3", device="cpu",
+                   speculative_draft_model_path=small_pair.draft, speculative_num_steps=k, skip_tokenizer_init=True,
+                   disable_cuda_graph=disable)
+        out = e.generate(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 11, "temperature": 0})
+        rounds = out["meta_info"]["spec_verify_ct"]
+        counts = e.get_server_info()["forward_counts"]
+        assert counts["target_verify"] == {"graph": 0, "eager": rounds, "eager_reasons": {reason: rounds}}
+        assert counts["draft_decode"]["eager"] == (k - 1) * rounds
+        assert counts["draft_extend"]["eager"] == rounds
+        assert "target_decode" not in counts or counts["target_decode"]["eager"] == 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# CUDA: replay == eager on the real runners
+# ------------------------------------------------------------------------------------------------------------
+GPU_MAX_BS = 8
+
+
+# torch references: float32 without TF32, so replay and eager agree to rounding. Triton kernels: fp32 dots run in
+# TF32 and the MoE kernel's tiling depends on the token count, so a padded batch differs at TF32 precision.
+GPU_BACKENDS = {"torch": 1e-5, "triton": 3e-3}
+
+
+@pytest.fixture(scope="module", params=sorted(GPU_BACKENDS))
+def gpu_engine(request, tmp_path_factory):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    cfg = tiny_config(vocab=512, hidden=128, heads=8, layers=4, q_lora=64, kv_lora=64, nope=32, rope=32, v=32,
+                      experts=16, top_k=4, n_group=4, topk_group=2, moe_inter=64, inter=256, yarn=True, max_pos=1024)
+    dcfg = tiny_draft_config(cfg, draft_vocab=256, heads=8, kv_heads=4, inter=256)
+    t, d = write_tiny_pair(str(tmp_path_factory.mktemp("graphs")), cfg, dcfg, seed=9, scale=3.0)
+    # Verify / draft-extend graphs for every k in 1..7: k=7 plus the other six as candidates.
+    engine = Engine(model_path=t, speculative_algorithm="EAGLE3", speculative_draft_model_path=d,
+                    speculative_num_steps=7, speculative_num_steps_candidates=(1, 2, 3, 4, 5, 6), device="cuda",
+                    dtype="float32", cuda_graph_max_bs=GPU_MAX_BS, skip_tokenizer_init=True,
+                    attention_backend=request.param, moe_runner_backend=request.param)
+    return engine, GPU_BACKENDS[request.param]
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
+
+
+@pytest.mark.gpu
+def test_gpu_replay_equals_eager(gpu_engine):
+    engine, tol = gpu_engine
+    runner = engine.runner
+    sched = scheduler_of(engine)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (3, 17, 40, 5, 9, 64, 2)]
+    reqs = [engine.make_request(input_ids=p, sampling_params={"max_new_tokens": 64, "temperature": 0})
+            for p in prompts]
+    for r in reqs:
+        sched.add(r)
+    sched.step()  # prefill: the caches now hold real prompts
+    assert all(r.seq_len >= 2 for r in reqs)
+    H, dev = engine.model_config.hidden_size, runner.device
+    before = {n: dict(v) for n, v in runner.stats.as_dict().items()}
+    replays = 0
+    for bs in (1, 2, 3, 5, 7):  # 3, 5 and 7 run padded (buckets 4 and 8)
+        rs = reqs[:bs]
+        for r in rs:
+            sched._ensure_pages(r, r.seq_len + 8)
+        for T in range(1, 9):
+            draft_toks = [torch.randint(0, 512, (T - 1,), generator=g).tolist() for _ in rs]
+            rows = [([r.tokens[-1]] + d, r.seq_len - 1, r.pages) for r, d in zip(rs, draft_toks, strict=True)]
+            bt = runner.build(rows, width=runner.max_pages)
+            inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
+                          seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
+            target = runner.target_decode if T == 1 else runner.target_verify
+            with torch.inference_mode():
+                graph_out = [o.clone() for o in target(bs, T, **inputs)]
+                eager_out = target.fn(**inputs, tokens_per_req=T)
+            for a, b in zip(graph_out, eager_out, strict=True):
+                assert a.shape == b.shape and _rel(a, b) < tol, (target.name, bs, T, _rel(a, b))
+            replays += 1
+            # Draft: decode steps take the draft's own hidden [bs, H]; extend takes the target's aux [bs*T, 3H].
+            hidden = (eager_out[1] if T > 1 else torch.randn(bs, H, generator=g).to(dev, runner.dtype))
+            draft = runner.draft_extend if T > 1 else runner.draft_decode
+            with torch.inference_mode():
+                gp, gh = [o.clone() for o in draft(bs, T, hidden=hidden, **inputs)]
+                ep, eh = draft.fn(hidden=hidden, **inputs, tokens_per_req=T)
+            assert _rel(gh, eh) < tol, (draft.name, bs, T, _rel(gh, eh))
+            assert (gp == ep).float().mean().item() >= (1.0 if tol < 1e-4 else 0.9), (draft.name, bs, T)
+            replays += 1
+    after = runner.stats.as_dict()
+    graphed = sum(after[n]["graph"] - before.get(n, {}).get("graph", 0) for n in after)
+    eager = sum(after[n]["eager"] - before.get(n, {}).get("eager", 0) for n in after)
+    assert (graphed, eager) == (replays, 0), after
+    for r in reqs:
+        sched.abort(r.rid)
+
+
+@pytest.mark.gpu
+def test_gpu_graphs_equal_eager_end_to_end(gpu_engine):
+    """Greedy output and logprobs through the graphed engine equal the same engine with graphs off."""
+    graphed, tol = gpu_engine
+    args = graphed.args
+    eager = Engine(model_path=args.model_path, speculative_algorithm="EAGLE3",
+                   speculative_draft_model_path=args.speculative_draft_model_path, speculative_num_steps=7,
+                   device="cuda", dtype="float32", disable_cuda_graph=True, skip_tokenizer_init=True,
+                   attention_backend=args.attention_backend, moe_runner_backend=args.moe_runner_backend)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (4, 11, 30, 2, 19)]
+    sp = {"max_new_tokens": 40, "temperature": 0}
+    a = graphed.generate(input_ids=prompts, sampling_params=sp, return_logprob=True)
+    b = eager.generate(input_ids=prompts, sampling_params=sp, return_logprob=True)
+    for x, y in zip(a, b, strict=True):
+        assert x["output_ids"] == y["output_ids"]
+        lx = torch.tensor([r[0] for r in x["meta_info"]["output_token_logprobs"]])
+        ly = torch.tensor([r[0] for r in y["meta_info"]["output_token_logprobs"]])
+        err = (lx - ly).abs().max().item()
+        assert err < (1e-4 if tol < 1e-4 else 2e-2), err  # observed: 2e-5 (torch), 4e-3 (triton, TF32)
+    counts = graphed.get_server_info()["forward_counts"]
+    assert counts["target_verify"]["eager"] == 0 and counts["draft_extend"]["eager"] == 0
