@@ -176,6 +176,7 @@ class Engine:
             "num_pages": max_tokens // args.page_size + 2,
             "eos": tuple(eos),
         }
+        self._pool_tokens = (plan["num_pages"] - 2) * args.page_size  # page 0 is scratch; one page of slack
         t0 = time.perf_counter()
         self.worker_env_reports: list[dict] = []
         if args.tp_size > 1 or args.use_worker_processes:
@@ -224,6 +225,9 @@ class Engine:
                                f"({self.context_length} tokens, {lookahead} reserved for decoding)")
         if params.max_new_tokens > room + 1:
             params = dataclasses.replace(params, max_new_tokens=room + 1)
+        if len(input_ids) + params.max_new_tokens + lookahead > self._pool_tokens:
+            raise RequestError(f"prompt of {len(input_ids)} tokens + max_new_tokens={params.max_new_tokens} does not "
+                               f"fit the KV cache ({self._pool_tokens} tokens; raise max_total_tokens)")
         if logprob_start_len is not None and (not isinstance(logprob_start_len, int) or logprob_start_len < -1):
             raise RequestError(f"logprob_start_len={logprob_start_len!r} must be an integer >= -1")
         if top_logprobs_num is not None and (not isinstance(top_logprobs_num, int) or not 0 <= top_logprobs_num <= V):

@@ -39,6 +39,7 @@ class SchedulerStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     finished_requests: int = 0
+    retracted_requests: int = 0
 
     @property
     def avg_accept_length(self) -> float:
@@ -113,7 +114,8 @@ class Scheduler:
         if admitted:
             changed = self._prefill(admitted)
         elif self.running:
-            changed = self._spec_round(self.running) if self.num_steps else self._decode_round(self.running)
+            batch = self._make_room()
+            changed = self._spec_round(batch) if self.num_steps else self._decode_round(batch)
             self.stats.step_seconds.append(time.perf_counter() - t0)
             if len(self.stats.step_seconds) > 4096:
                 del self.stats.step_seconds[:2048]
@@ -126,39 +128,70 @@ class Scheduler:
         self.running = [r for r in self.running if not r.finished]
         return changed
 
+    def _round_tokens(self, r: Request) -> int:
+        """Cache positions a request needs for its next decode round (verify writes k+1 new tokens)."""
+        return r.seq_len + self.lookahead
+
+    def _make_room(self) -> list[Request]:
+        """Pages for every running request's next round. When the pool is short, the newest requests are
+        retracted to the front of the waiting queue (their pages returned; they re-prefill prompt + output so
+        far when readmitted), as SGLang does, instead of failing the batch."""
+        batch = list(self.running)
+        alloc, ps = self.runner.allocator, self.runner.page_size
+        while sum(max(0, pages_for(self._round_tokens(r), ps) - len(r.pages)) for r in batch) > alloc.num_free:
+            if len(batch) == 1:  # cannot happen for requests validated against the pool size
+                raise RuntimeError(f"request {batch[0].rid} alone needs more KV pages than the pool holds")
+            victim = batch.pop()
+            self._release(victim)
+            self.running.remove(victim)
+            self.waiting.appendleft(victim)
+            self.stats.retracted_requests += 1
+            logger.info("KV pool full: request %s retracted to the waiting queue (%d tokens so far)",
+                        victim.rid, len(victim.output_ids))
+        for r in batch:
+            self._ensure_pages(r, self._round_tokens(r))
+        return batch
+
     def _admit(self) -> list[Request]:
         out = []
         while self.waiting and len(self.running) + len(out) < self.max_running:
             r = self.waiting[0]
-            need = pages_for(len(r.input_ids) + self.lookahead + 1, self.runner.page_size)
+            need = pages_for(r.seq_len + self.lookahead + 1, self.runner.page_size)
             if need > self.runner.allocator.num_free:
                 if not self.running and not out:
                     raise RuntimeError(f"request {r.rid} needs {need} KV pages but the pool has only "
                                        f"{self.runner.allocator.num_free} free: raise num_pages/max_total_tokens")
                 break
             self.waiting.popleft()
-            self._ensure_pages(r, len(r.input_ids))
+            self._ensure_pages(r, r.seq_len)
             out.append(r)
         self.running += out
         return out
 
     # -- prefill ------------------------------------------------------------------------------------
     def _prefill(self, reqs: list[Request]) -> list[Request]:
+        """Prefills prompts; a request readmitted after retraction re-prefills all but its last token (which
+        it already has) and emits nothing."""
         runner = self.runner
-        bt = runner.build([(r.input_ids, 0, r.pages) for r in reqs])
+        resumed = [bool(r.output_ids) for r in reqs]
+        bt = runner.build([(r.tokens[:-1] if res else r.input_ids, 0, r.pages)
+                           for r, res in zip(reqs, resumed, strict=True)])
         logits, aux = runner.target_extend(bt)
         first_tokens, start = [], 0
-        for r, n in zip(reqs, bt.extend_lens, strict=True):
+        for r, n, res in zip(reqs, bt.extend_lens, resumed, strict=True):
             rows = logits[start:start + n]
-            if r.return_logprob:
-                self._input_logprobs(r, rows)
-            tok = sample_token(rows[-1], r.params, r.generator)
-            first_tokens.append(tok)
-            self.stats.prompt_tokens += n
+            if res:
+                first_tokens.append(r.tokens[-1])
+            else:
+                if r.return_logprob:
+                    self._input_logprobs(r, rows)
+                first_tokens.append(sample_token(rows[-1], r.params, r.generator))
+                self.stats.prompt_tokens += n
             start += n
         if self.num_steps:
             # Draft extend over the prompt: position p pairs target hidden p with token p+1.
-            dbt = runner.build([(r.input_ids[1:] + [t], 0, r.pages) for r, t in zip(reqs, first_tokens, strict=True)])
+            dbt = runner.build([(r.tokens[1:] if res else r.input_ids[1:] + [t], 0, r.pages)
+                                for r, t, res in zip(reqs, first_tokens, resumed, strict=True)])
             proposals, hidden = runner.draft_extend_ragged(dbt, aux)
             ends = torch.tensor(bt.extend_lens).cumsum(0) - 1
             proposals = proposals[ends.to(proposals.device)].tolist()
@@ -166,8 +199,9 @@ class Scheduler:
                 r.next_draft_token = proposals[i]
                 self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()
         start = 0
-        for r, n, tok in zip(reqs, bt.extend_lens, first_tokens, strict=True):
-            self._emit(r, [tok], logits[start + n - 1:start + n])
+        for r, n, tok, res in zip(reqs, bt.extend_lens, first_tokens, resumed, strict=True):
+            if not res:
+                self._emit(r, [tok], logits[start + n - 1:start + n])
             start += n
         return reqs
 

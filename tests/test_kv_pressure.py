@@ -1,0 +1,43 @@
+"""A KV pool too small for the whole batch: requests are retracted and resumed, outputs unchanged."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sglang_eagle3 import Engine
+from sglang_eagle3.engine import RequestError
+from tests.conftest import small_config, small_draft_config
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    from sglang_eagle3.testing import write_tiny_pair
+
+    cfg = small_config()
+    return write_tiny_pair(str(tmp_path_factory.mktemp("kvp")), cfg, small_draft_config(cfg, aux_ids=[0, 1, 2]),
+                           seed=3, scale=3.0)
+
+
+@pytest.mark.parametrize("spec", [False, True])
+def test_retraction_under_kv_pressure_keeps_outputs(pair, spec):
+    tpath, dpath = pair
+    rng = random.Random(4)
+    prompts = [[rng.randrange(96) for _ in range(10)] for _ in range(4)]
+    greedy = {"max_new_tokens": 30, "temperature": 0}
+    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=greedy)
+    extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath, speculative_num_steps=3) \
+        if spec else {}
+    eng = Engine(model_path=tpath, device="cpu", max_total_tokens=64, page_size=4, **extra)
+    outs = eng.generate(input_ids=prompts, sampling_params=greedy)
+    assert [o["output_ids"] for o in outs] == [o["output_ids"] for o in ref]
+    info = eng.get_server_info()
+    assert info["kv_pages_free"] == info["kv_pages_total"]  # everything returned
+    assert eng.scheduler.scheduler.stats.retracted_requests > 0
+
+
+def test_request_larger_than_the_pool_is_refused(pair):
+    eng = Engine(model_path=pair[0], device="cpu", max_total_tokens=64, page_size=4)
+    with pytest.raises(RequestError, match="does not fit the KV cache"):
+        eng.generate(input_ids=[1] * 40, sampling_params={"max_new_tokens": 60})
