@@ -54,7 +54,7 @@ class ForwardStats:
         self.eager[name] += 1
         bucket = self.reasons.setdefault(name, Counter())
         if reason not in bucket:
-            logger.log(logging.WARNING if self.warn else logging.INFO,
+            logger.log(logging.WARNING if self.warn else logging.DEBUG,
                        "%s ran EAGER (not a CUDA graph replay): %s", name, reason)
         bucket[reason] += 1
 
