@@ -10,7 +10,7 @@ setup(
     description="EAGLE-3 speculative decoding for DeepSeek-V3-family MoE models (Kimi-K2.5), "
     "with CUDA-graph verify, Triton kernels and an SGLang overlay",
     packages=find_packages(include=["sglang_eagle3", "sglang_eagle3.*"]),
-    package_data={"sglang_eagle3": ["assets/*/*", "assets/*", "kernels/configs/*.json"]},
+    package_data={"sglang_eagle3": ["assets/embedded/*/*", "kernels/configs/*.json"]},
     python_requires=">=3.10",
     install_requires=[
         "numpy",

@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from sglang_eagle3.train.modules import training_mode
+from sglang_eagle3.train.modules import reference_kernels, training_mode
 from sglang_eagle3.train.target import PROBE_FROM, PROBE_TO, autocast, fit_steps_to_time, make_optimizer
 
 logger = logging.getLogger(__name__)
@@ -257,7 +257,7 @@ def accept_lengths(target: nn.Module, draft: nn.Module, sequences: list[list[int
     embed = target.model.embed_tokens.weight
     produced = dict.fromkeys(ks, 0)
     rounds = dict.fromkeys(ks, 0)
-    with training_mode(target):
+    with training_mode(target), reference_kernels(draft):
         for start in range(0, len(sequences), batch_size):
             chunk = sequences[start:start + batch_size]
             width = max(len(s) for s in chunk)
@@ -354,7 +354,7 @@ def train_draft(target: nn.Module, draft: nn.Module, sequences: torch.Tensor, dr
     acc_loss, acc_steps, acc_n, step, probe_t0 = 0.0, None, 0, -1, 0.0
     step_losses: list[float] = []
     step_accs: list[float] = []
-    with training_mode(target):
+    with training_mode(target), reference_kernels(draft):
         while step + 1 < cfg.steps:
             step += 1
             if step == PROBE_FROM:

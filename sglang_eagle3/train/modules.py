@@ -6,7 +6,9 @@ matrices per (token, slot) (a training batch of 32k tokens would materialise ten
 swaps each ``DeepseekMoE.forward`` for one that routes with the differentiable torch reference and runs the
 experts grouped (tokens sorted by expert, one matmul pair per expert): the same function, trainable. It also
 records how many tokens each expert received (for DeepSeek-V3's bias-based balancing) and can add dropout on
-the residual branches. The model's code and state are untouched; leaving the block restores every method.
+the residual branches. Every layer that can pick a Triton kernel (``use_triton``) is set to the torch
+reference inside the block: those kernels have no backward, and the reference is what the tests pin down.
+The model's code and state are untouched; leaving the block restores every method and setting.
 """
 
 from __future__ import annotations
@@ -81,6 +83,19 @@ def _dropout_hook(p: float):
 
 
 @contextlib.contextmanager
+def reference_kernels(*models: nn.Module):
+    """Every module with a ``use_triton`` switch runs the torch reference inside the block (restored after)."""
+    saved = [(m, m.use_triton) for model in models for m in model.modules() if hasattr(m, "use_triton")]
+    try:
+        for m, _ in saved:
+            m.use_triton = False
+        yield
+    finally:
+        for m, choice in saved:
+            m.use_triton = choice
+
+
+@contextlib.contextmanager
 def training_mode(model: nn.Module, dropout: float = 0.0, track_load: bool = False):
     """Grouped MoE (+ per-expert load counts, + residual-branch dropout) inside the block.
 
@@ -89,8 +104,10 @@ def training_mode(model: nn.Module, dropout: float = 0.0, track_load: bool = Fal
     """
     if get_tp().size != 1:
         raise RuntimeError(f"training runs with tensor parallelism 1, got tp_size={get_tp().size}")
+    stack = contextlib.ExitStack()
     patched, hooks = [], []
     try:
+        stack.enter_context(reference_kernels(model))
         for _, moe in _moe_blocks(model):
             moe.forward = types.MethodType(moe_training_forward, moe)
             if track_load and hasattr(moe.experts, "w13_weight"):
@@ -109,6 +126,7 @@ def training_mode(model: nn.Module, dropout: float = 0.0, track_load: bool = Fal
                 del moe.experts.train_load
         for h in hooks:
             h.remove()
+        stack.close()
 
 
 @torch.no_grad()

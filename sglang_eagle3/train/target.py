@@ -128,15 +128,17 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
 
 
 @torch.no_grad()
-def evaluate_loss(model: nn.Module, windows: torch.Tensor, batch_size: int, device: torch.device,
-                  amp_dtype: torch.dtype | None) -> float:
-    """Mean next-token cross-entropy over windows [N, S]."""
+def evaluate_loss(model: nn.Module, windows: torch.Tensor, batch_size: int, device: torch.device) -> float:
+    """Mean next-token cross-entropy over windows [N, S], in the weights' own dtype.
+
+    NOTE: no autocast here: with autograd off the engine's layers take their inference path, which expects
+    activations in the weights' dtype (bf16 activations against fp32 master weights fail there)."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
     for i in range(0, len(windows), batch_size):
         ids = windows[i:i + batch_size].to(device)
-        with autocast(device, amp_dtype):
+        with autocast(device, None):
             logits, _ = model.forward_dense(ids[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="sum")
         total += loss.item()
@@ -188,7 +190,7 @@ def train_target(model: nn.Module, train_stream, val_windows: dict[str, torch.Te
                           "grad_norm": float(grad_norm), "max_load_ratio": balance,
                           "elapsed_s": time.perf_counter() - start}
                 for name, windows in val_windows.items():
-                    record[f"val_{name}"] = evaluate_loss(model, windows, cfg.batch_size, device, amp_dtype)
+                    record[f"val_{name}"] = evaluate_loss(model, windows, cfg.batch_size, device)
                 history.append(record)
                 if progress is not None:
                     progress(step + 1, record)
