@@ -1,4 +1,5 @@
-"""Kernel benchmark: MLA decode/verify attention, noaux_tc routing, fused MoE (bf16, INT4 W4A16).
+"""Kernel benchmark: MLA decode/verify attention, noaux_tc routing, fused MoE (bf16, INT4 W4A16: the GEMV
+path for T <= 8 and the tile path), RMSNorm and rotary embedding at the layer's shapes.
 
 Writes ``<out>/kernels.json`` with the command, git commit, GPU, the copy bandwidth measured in the same run,
 and per case the shape, microseconds per call, achieved GB/s over the bytes the op must move, and that as a
@@ -30,8 +31,10 @@ sys.path.insert(0, str(REPO))
 
 from sglang_eagle3 import kernels  # noqa: E402
 from sglang_eagle3.kernels import tuning  # noqa: E402
-from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_int4  # noqa: E402
+from sglang_eagle3.kernels.fused_moe import GEMV_MAX_TOKENS, triton_fused_moe, triton_fused_moe_int4  # noqa: E402
 from sglang_eagle3.kernels.mla_attention import triton_mla_attention  # noqa: E402
+from sglang_eagle3.kernels.rms_norm import triton_rms_norm  # noqa: E402
+from sglang_eagle3.kernels.rotary import triton_apply_rotary  # noqa: E402
 
 HEADS, KV_LORA, ROPE = 8, 512, 64  # Kimi-K2.5 TP=8 rank
 EXPERTS, HIDDEN, INTER, TOP_K = 384, 7168, 256, 8
@@ -121,8 +124,9 @@ def mla_case(B: int, T: int, ctx: int, page_size: int = 64):
     return calls, kv_bytes + q_bytes
 
 
-def moe_case(T: int, int4: bool, weights):
-    """Fused MoE over the full 384-expert pool; bytes = distinct active experts' weights + x + out."""
+def moe_case(T: int, int4: bool, weights, path: str | None = None):
+    """Fused MoE over the full 384-expert pool; bytes = distinct active experts' weights + x + out.
+    path (INT4 only): "gemv", "tile", or None (the launcher's choice: gemv for T <= 8)."""
     n_sets = 16
     g = torch.Generator(device="cpu").manual_seed(T)
     ids = torch.stack([torch.stack([torch.randperm(EXPERTS, generator=g)[:TOP_K] for _ in range(T)])
@@ -141,12 +145,49 @@ def moe_case(T: int, int4: bool, weights):
     def calls(config=None, fn=None):
         if fn is None:
             fn = triton_fused_moe_int4 if int4 else triton_fused_moe
-            extra = {"config": config}
+            extra = {"config": config, "path": path} if int4 else {"config": config}
         else:
             extra = {}
         return [lambda i=i: fn(x[i], *weights, tw[i], ids[i], **extra) for i in range(n_sets)]
 
     return calls, nbytes, distinct
+
+
+def rms_norm_case(T: int, D: int, strided: bool = False, residual: bool = False):
+    """RMSNorm of T rows of D (bf16). strided: rows are the first D columns of [T, D + 64] (MLA's latent c
+    inside kv_a, normed in place). Bytes: x (and residual) read, out (and new residual) written, weight."""
+    n_sets = 8
+    width = D + 64 if strided else D
+    base = torch.randn(n_sets, T, width, device="cuda", dtype=torch.bfloat16)
+    x = base[..., :D]
+    res = torch.randn(n_sets, T, D, device="cuda", dtype=torch.bfloat16) if residual else None
+    w = torch.rand(D, device="cuda", dtype=torch.bfloat16) + 0.5
+    nbytes = T * D * 2 * (4 if residual else 2) + D * 2
+
+    def calls(fn=triton_rms_norm):
+        if strided:
+            return [lambda i=i: fn(x[i], w, 1e-6, out=x[i]) for i in range(n_sets)]
+        return [lambda i=i: fn(x[i], w, 1e-6, None if res is None else res[i]) for i in range(n_sets)]
+
+    return calls, nbytes
+
+
+def rotary_case(T: int, heads: int = HEADS, rope: int = ROPE, nope: int = 128, interleaved: bool = True):
+    """MLA's rope in place: q_rope [T, h, 64] inside q [T, h, 192] and k_rope [T, 64] inside kv_a [T, 576],
+    positions scattered over a 32k float32 table. Bytes: q_rope and k_rope read and written, cos/sin rows."""
+    n_sets = 8
+    P = 32768
+    q = torch.randn(n_sets, T, heads, nope + rope, device="cuda", dtype=torch.bfloat16)
+    kv = torch.randn(n_sets, T, KV_LORA + rope, device="cuda", dtype=torch.bfloat16)
+    pos = torch.randint(0, P, (n_sets, T), device="cuda")
+    cos, sin = torch.rand(P, rope // 2, device="cuda"), torch.rand(P, rope // 2, device="cuda")
+    nbytes = 2 * T * (heads + 1) * rope * 2 + 2 * T * rope // 2 * 4
+
+    def calls(fn=triton_apply_rotary):
+        return [lambda i=i: fn(q[i][..., nope:], kv[i][:, KV_LORA:], pos[i], cos, sin, interleaved=interleaved,
+                               inplace=True) for i in range(n_sets)]
+
+    return calls, nbytes
 
 
 def topk_case(T: int):
@@ -181,6 +222,8 @@ GATE_UP_SWEEP = ([{"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 3
                   for bn in (16, 32) for bk in (256, 512, 1024)]
                  + [{"BLOCK_N": bn, "BLOCK_K": 512, "num_warps": 8, "num_stages": 3} for bn in (16, 32)])
 DOWN_SWEEP = [{"BLOCK_N": bn, "BLOCK_K": 256, "num_warps": 4, "num_stages": s} for bn in (16, 32, 64) for s in (2, 3)]
+GEMV_GATE_UP_SWEEP = tuning.CANDIDATES["fused_moe_int4_gemv_gate_up"]
+GEMV_DOWN_SWEEP = tuning.CANDIDATES["fused_moe_int4_gemv_down"]
 
 
 def sweep(rows: list, calls_fn, candidates: list, base: dict | None = None, key: str | None = None) -> dict:
@@ -222,10 +265,28 @@ def run_sweep(out: Path) -> dict:
     gate_up, down = tuning.DEFAULTS[f"{op}_gate_up"], tuning.DEFAULTS[f"{op}_down"]
     try:
         weights = make_moe_weights(True)
-        calls, _, _ = moe_case(4, True, weights)
+        calls, _, _ = moe_case(16, True, weights, path="tile")  # the tile path now serves T > 8
         base = {"gate_up": gate_up, "down": down}
-        gate_up = sweep(record.setdefault(f"{op}_t4_gate_up", []), calls, GATE_UP_SWEEP, base, "gate_up")
-        down = sweep(record.setdefault(f"{op}_t4_down", []), calls, DOWN_SWEEP, {**base, "gate_up": gate_up},
+        gate_up = sweep(record.setdefault(f"{op}_t16_gate_up", []), calls, GATE_UP_SWEEP, base, "gate_up")
+        down = sweep(record.setdefault(f"{op}_t16_down", []), calls, DOWN_SWEEP, {**base, "gate_up": gate_up},
+                     "down")
+        del weights, calls
+        torch.cuda.empty_cache()
+    except Exception:
+        log(f"{op} sweep failed, keeping defaults:\n" + traceback.format_exc())
+    table_ops[f"{op}_gate_up"] = [gate_up]
+    table_ops[f"{op}_down"] = [down]
+    log(f"{op} sweep done at {time.time() - t0:.0f}s: gate_up {gate_up} down {down}")
+
+    # INT4 GEMV path: swept at T=1 (decode); the table's bucket covers every T <= GEMV_MAX_TOKENS.
+    op = "fused_moe_int4_gemv"
+    gate_up, down = tuning.DEFAULTS[f"{op}_gate_up"], tuning.DEFAULTS[f"{op}_down"]
+    try:
+        weights = make_moe_weights(True)
+        calls, _, _ = moe_case(1, True, weights, path="gemv")
+        base = {"gate_up": gate_up, "down": down}
+        gate_up = sweep(record.setdefault(f"{op}_t1_gate_up", []), calls, GEMV_GATE_UP_SWEEP, base, "gate_up")
+        down = sweep(record.setdefault(f"{op}_t1_down", []), calls, GEMV_DOWN_SWEEP, {**base, "gate_up": gate_up},
                      "down")
         del weights, calls
         torch.cuda.empty_cache()
@@ -237,7 +298,7 @@ def run_sweep(out: Path) -> dict:
     arch, sms, name = tuning.device_key(torch.cuda.current_device())
     table = {"arch": arch, "sm_counts": [sms], "measured": True,
              "source": f"benchmarks/bench_kernels.py --sweep on {name}, decode shapes (MLA B=1 T=1 8k and "
-                       "B=4 T=4 8k; MoE T=4 over 384 experts)", "ops": table_ops}
+                       "B=4 T=4 8k; MoE tile path T=16, GEMV path T=1, over 384 experts)", "ops": table_ops}
     (out / "sweep_table.json").write_text(json.dumps(table, indent=1))
     (out / "sweep.json").write_text(json.dumps(record, indent=1))
     return table
@@ -282,6 +343,7 @@ def main() -> None:
         return {**tuning.DEFAULTS[op], **tuning._pick_bucket(table["ops"][op], key_name, key)}
 
     cases = []
+    launch_counts: dict[str, dict] = {}
     commit = git_commit()
 
     def write() -> None:
@@ -296,6 +358,7 @@ def main() -> None:
                       "read once; inputs and outputs)",
             "configs": table["ops"] if table else "checked-in table (sglang_eagle3/kernels/configs)",
             "cases": cases,
+            "kernels_per_moe_layer": launch_counts,
         }
         (args.out / "kernels.json").write_text(json.dumps(result, indent=1))
 
@@ -332,14 +395,19 @@ def main() -> None:
                        time_graph(calls(fn=kernels.ref_mla_attention)[:4]), nbytes, peer="torch reference")
         guarded(mla, f"mla B={B} T={T} ctx={ctx}")
 
-    def moe(int4: bool, T: int, weights) -> None:
+    def moe(int4: bool, T: int, weights, path: str | None = None) -> None:
         op = "fused_moe_int4" if int4 else "fused_moe"
-        calls, nbytes, distinct = moe_case(T, int4, weights)
-        c = None if table is None else {"gate_up": cfg(f"{op}_gate_up", "tokens", T),
-                                        "down": cfg(f"{op}_down", "tokens", T)}
+        if int4 and path is None:
+            path = "gemv" if T <= GEMV_MAX_TOKENS else "tile"
+        table_op = f"{op}_gemv" if path == "gemv" else op
+        calls, nbytes, distinct = moe_case(T, int4, weights, path=path)
+        c = None if table is None else {"gate_up": cfg(f"{table_op}_gate_up", "tokens", T),
+                                        "down": cfg(f"{table_op}_down", "tokens", T)}
         shape = {"T": T, "E": EXPERTS, "H": HIDDEN, "I": INTER, "top_k": TOP_K, "int4": int4}
-        record(f"{op} T={T}", shape, time_graph(calls(c)), nbytes, distinct_experts=distinct)
-        if T <= 4:
+        label = f"{op} T={T}" if not int4 else f"{op} ({path}) T={T}"
+        record(label, {**shape, "path": path} if int4 else shape, time_graph(calls(c)), nbytes,
+               distinct_experts=distinct)
+        if T <= 4 and path != "tile":
             ref = kernels.ref_fused_moe_int4 if int4 else kernels.ref_fused_moe
             record(f"{op}_ref T={T}", shape, time_graph(calls(fn=ref)[:4]), nbytes, distinct_experts=distinct,
                    peer="torch reference")
@@ -348,8 +416,47 @@ def main() -> None:
         weights = make_moe_weights(int4)
         for T in batch_sizes:
             guarded(lambda T=T, int4=int4, weights=weights: moe(int4, T, weights), f"moe int4={int4} T={T}")
+            if int4 and T in (1, 8):  # the tile path at decode sizes, for comparison with the GEMV path
+                guarded(lambda T=T, weights=weights: moe(True, T, weights, path="tile"), f"moe tile T={T}")
         del weights
         torch.cuda.empty_cache()
+
+    # Per-layer small ops (latency-bound: the bytes are a few KB; what counts is one launch instead of ~7-12).
+    for T, D, strided, residual, what in ((1, HIDDEN, False, False, "input/post-attention norm"),
+                                          (8, HIDDEN, False, True, "norm fused with the residual add"),
+                                          (1, 1536, False, False, "q_a_layernorm"),
+                                          (1, KV_LORA, True, False, "kv_a_layernorm in place in kv_a"),
+                                          (64, HIDDEN, False, False, "verify/prefill rows")):
+        def norm(T=T, D=D, strided=strided, residual=residual, what=what):
+            calls, nbytes = rms_norm_case(T, D, strided, residual)
+            shape = {"T": T, "D": D, "strided": strided, "residual": residual, "what": what}
+            record(f"rms_norm T={T} D={D}{' +res' if residual else ''}", shape, time_graph(calls()), nbytes)
+            if not strided:
+                record(f"rms_norm_ref T={T} D={D}{' +res' if residual else ''}", shape,
+                       time_graph(calls(kernels.ref_rms_norm)), nbytes, peer="torch reference")
+        guarded(norm, f"rms_norm T={T} D={D}")
+
+    for T in (1, 8, 64):
+        def rope(T=T):
+            calls, nbytes = rotary_case(T)
+            shape = {"T": T, "heads": HEADS, "rope": ROPE, "interleaved": True, "inplace": True}
+            record(f"rotary q+k T={T}", shape, time_graph(calls()), nbytes)
+            record(f"rotary_ref q+k T={T}", shape, time_graph(calls(kernels.ref_apply_rotary)), nbytes,
+                   peer="torch reference")
+        guarded(rope, f"rotary T={T}")
+
+    # Launches per MoE decoder layer of an eager step (profiler count; tests/kernels/kernel_checks.py).
+    def launches(T: int) -> None:
+        from tests.kernels.kernel_checks import cuda_kernels_per_moe_layer
+
+        counts = cuda_kernels_per_moe_layer(T)
+        launch_counts[f"T={T}"] = counts
+        log(f"kernels per MoE layer at T={T}: {counts['per_moe_layer']} "
+            f"({', '.join(sorted(set(counts['kernels_of_two_moe_layers'])))[:600]})")
+        write()
+
+    for T in (1, 4):
+        guarded(lambda T=T: launches(T), f"kernels per layer T={T}")
 
     write()
     log(f"wrote {args.out / 'kernels.json'}")

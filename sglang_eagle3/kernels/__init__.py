@@ -5,8 +5,8 @@ kernel (``triton/``) behind a launcher (``moe_topk.py``, ``mla_attention.py``, `
 The public entry points below dispatch: Triton for CUDA tensors, the reference elsewhere. On CPU the Triton
 path runs only under the interpreter (``TRITON_INTERPRET=1``) and only when asked for, by ``use_triton=True``
 or ``SGLANG_EAGLE3_TRITON_ON_CPU=1`` (tests do this). ``use_triton=False`` forces the reference on any device.
-The Triton kernels have no backward: ops that training differentiates (rms_norm, apply_rotary) take the
-reference whenever autograd is recording through them, and float64 (tests, references) always does.
+The Triton kernels have no backward: every op but moe_topk (whose outputs carry no gradient) takes the
+reference whenever autograd records through its inputs, and float64 inputs (tests, references) always do.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from sglang_eagle3.kernels.ref import (
     ref_mla_attention,
     ref_moe_topk,
     ref_rms_norm,
+    ref_rotate,
 )
 from sglang_eagle3.kernels.rms_norm import triton_rms_norm
 from sglang_eagle3.kernels.rotary import triton_apply_rotary
@@ -59,21 +60,21 @@ def _kernel_ok(use_triton: bool | None, *tensors: torch.Tensor | None) -> bool:
     return _use_triton(ts[0], use_triton)
 
 
-def rms_norm(x, weight, eps, residual=None, *, out=None, use_triton: bool | None = None):
+def rms_norm(x, weight, eps, residual=None, *, out=None, out_rows=None, use_triton: bool | None = None):
     """RMSNorm in float32 (float64 stays float64) -> [..., D] in x.dtype, or (normed, x + residual) with a
-    residual; ``out`` receives the result (may alias x). See ref_rms_norm."""
-    fn = triton_rms_norm if _kernel_ok(use_triton, x, weight, residual) else ref_rms_norm
-    return fn(x, weight, eps, residual, out=out)
+    residual; ``out`` receives the result (may alias x), at rows ``out_rows`` if given. See ref_rms_norm."""
+    fn = triton_rms_norm if _kernel_ok(use_triton, x, weight, residual, out) else ref_rms_norm
+    return fn(x, weight, eps, residual, out=out, out_rows=out_rows)
 
 
-def apply_rotary(q, k, positions, cos, sin, *, interleaved: bool, inplace: bool = False,
-                 use_triton: bool | None = None):
+def apply_rotary(q, k, positions, cos, sin, *, interleaved: bool, inplace: bool = False, k_out=None,
+                 k_out_rows=None, use_triton: bool | None = None):
     """Rotary embedding of q [N, Hq, D] (or [N, D]) and k (or None) at positions [N] -> (q', k'); cos/sin
-    [P, D/2]. The Triton path needs float32 tables; the reference casts whatever it is given. See
-    ref_apply_rotary."""
-    if _kernel_ok(use_triton, q, k) and positions.dim() == 1:
-        return triton_apply_rotary(q, k, positions, cos, sin, interleaved=interleaved, inplace=inplace)
-    return ref_apply_rotary(q, k, positions, cos, sin, interleaved=interleaved, inplace=inplace)
+    [P, D/2]; k may go to rows ``k_out_rows`` of ``k_out`` instead. The Triton path needs float32 tables;
+    the reference casts whatever it is given. See ref_apply_rotary."""
+    fn = triton_apply_rotary if _kernel_ok(use_triton, q, k, k_out) and positions.dim() == 1 else ref_apply_rotary
+    return fn(q, k, positions, cos, sin, interleaved=interleaved, inplace=inplace, k_out=k_out,
+              k_out_rows=k_out_rows)
 
 
 def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, renormalize=True,
@@ -87,22 +88,22 @@ def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, reno
 def mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, *, tokens_per_req, page_size,
                   kv_lora_rank, sm_scale, use_triton: bool | None = None):
     """Absorbed paged MLA attention for decode/verify -> [B*T, H, Dc]; see ref_mla_attention."""
-    fn = triton_mla_attention if _use_triton(q_rope, use_triton) else ref_mla_attention
+    fn = triton_mla_attention if _kernel_ok(use_triton, q_rope, q_nope_latent) else ref_mla_attention
     return fn(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, tokens_per_req=tokens_per_req,
               page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale)
 
 
-def fused_moe(x, w13, w2, topk_weights, topk_ids, *, use_triton: bool | None = None):
-    """Routed-expert MLP, bf16 weights -> [T, H]; see ref_fused_moe."""
-    fn = triton_fused_moe if _use_triton(x, use_triton) else ref_fused_moe
-    return fn(x, w13, w2, topk_weights, topk_ids)
+def fused_moe(x, w13, w2, topk_weights, topk_ids, add=None, *, use_triton: bool | None = None):
+    """Routed-expert MLP, bf16 weights -> [T, H] (+ add, e.g. the shared experts); see ref_fused_moe."""
+    fn = triton_fused_moe if _kernel_ok(use_triton, x, w13, add) else ref_fused_moe
+    return fn(x, w13, w2, topk_weights, topk_ids, add)
 
 
-def fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size=32, *,
-                   use_triton: bool | None = None):
-    """Routed-expert MLP over pack-quantized INT4 weights (W4A16) -> [T, H]; see ref_fused_moe_int4."""
-    fn = triton_fused_moe_int4 if _use_triton(x, use_triton) else ref_fused_moe_int4
-    return fn(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size)
+def fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size=32,
+                   add=None, *, use_triton: bool | None = None):
+    """Routed-expert MLP over pack-quantized INT4 weights (W4A16) -> [T, H] (+ add); see ref_fused_moe_int4."""
+    fn = triton_fused_moe_int4 if _kernel_ok(use_triton, x, add) else ref_fused_moe_int4
+    return fn(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size, add)
 
 
 __all__ = [
@@ -114,6 +115,7 @@ __all__ = [
     "fused_moe_int4",
     "ref_rms_norm",
     "ref_apply_rotary",
+    "ref_rotate",
     "ref_moe_topk",
     "ref_mla_attention",
     "ref_fused_moe",

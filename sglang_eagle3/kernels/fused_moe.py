@@ -3,16 +3,19 @@
 Tile path (bf16, and INT4 above GEMV_MAX_TOKENS tokens): three launches, grids fixed by shapes (graph-safe):
   gate_up  over (pair, I-block):  act[pair] = silu(x W_gate^T) * (x W_up^T)      [T*k, I]  x.dtype
   down     over (pair, H-block):  y[pair]   = topk_w[pair] * act[pair] W_down^T  [T*k, H]  float32
-  sum      over (token, H-block): out[t]    = sum over the k slots of y          [T, H]    x.dtype
+  sum      over (token, H-block): out[t]    = sum over the k slots of y (+ add)  [T, H]    x.dtype
 Each distinct expert's weights are read once per step: only the first pair routed to an expert works and
 it applies the tile to every pair routed there (see triton/fused_moe.py).
 
-INT4 GEMV path (decode/verify, T <= GEMV_MAX_TOKENS): two launches, no tl.dot, no atomics, no memset:
-  gate_up  over (pair, I-block):  act[pair] = silu(x W_gate^T) * (x W_up^T)      [T*k, I]  float32
-  down     over (token, H-block): out[t]    = sum_k topk_w * act[pair] W_down^T  [T, H]    x.dtype
-Nibbles become floats by bit tricks (no int->float converts, see triton/fused_moe.py); each program streams
-BLOCK_N weight rows of one expert with x/act held in registers; the k-slot sum is the down kernel's own
+INT4 GEMV path (decode/verify, T <= GEMV_MAX_TOKENS): three launches, no tl.dot, no atomics, no memset:
+  prep     over (token, words):   xs[t, j, w] = x[t, 8w + j] * 16^-p             [T, 8, H/8] float32
+  gate_up  over (pair, I-block):  act[pair] = silu(x W_gate^T) * (x W_up^T)      [T*k, 8, I/8] float32
+  down     over (token, H-block): out[t]    = sum_k topk_w * act W_down^T (+ add) [T, H]   x.dtype
+Nibbles become floats by bit tricks (no int->float converts, see triton/fused_moe.py), against activations
+laid out nibble-major (x by the prep kernel, act by gate_up's store) so that no register layout conversion
+is needed; each program streams BLOCK_N weight rows of one expert; the k-slot sum is the down kernel's own
 loop, so its output is final.
+``add`` (the shared experts' output) is added in the final store, rounded as a separate add would be.
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ from sglang_eagle3.kernels.triton.fused_moe import (
     moe_gate_up_kernel,
     moe_int4_gemv_down_kernel,
     moe_int4_gemv_gate_up_kernel,
+    moe_int4_gemv_prep_x_kernel,
     moe_sum_slots_kernel,
 )
 
 BLOCK_T = 16  # pairs per tile of one expert (the dot's M); more pairs on one expert loop over chunks
 SUM_BLOCK = 1024
 GEMV_MAX_TOKENS = 8  # INT4 GEMV path up to this many tokens (decode and verify of up to 7 draft tokens)
+PREP_BLOCK_W = 1024  # words of x per prep program
+MAGIC_BITS = 0x4B000000  # float bits of 2^23, passed at run time (see triton/fused_moe.py)
 
 
 def _check_routing(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> None:
@@ -46,7 +52,14 @@ def _check_routing(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.
         f"topk_weights must be contiguous float32, got {topk_weights.dtype}")
 
 
-def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, *, I: int, int4: bool, group: int,
+def _check_add(x: torch.Tensor, add: torch.Tensor | None) -> None:
+    if add is not None:
+        assert add.shape == x.shape and add.dtype == x.dtype and add.stride(-1) == 1, (
+            f"add must be [T, H] {x.dtype} with unit inner stride like x {tuple(x.shape)}, got "
+            f"{tuple(add.shape)} {add.dtype} {add.stride()}")
+
+
+def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: bool, group: int,
             gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
     T, H = x.shape
     k = topk_ids.shape[1]
@@ -77,7 +90,9 @@ def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, *, I: int, int4: bool, 
         num_warps=down_cfg["num_warps"], num_stages=down_cfg["num_stages"],
     )
     moe_sum_slots_kernel[(T, triton.cdiv(H, SUM_BLOCK))](
-        per_pair, out, per_pair.stride(0), out.stride(0), H, TOP_K=k, BLOCK=SUM_BLOCK, num_warps=4,
+        per_pair, add if add is not None else out, out, per_pair.stride(0),
+        add.stride(0) if add is not None else 0, out.stride(0), H,
+        TOP_K=k, HAS_ADD=add is not None, BLOCK=SUM_BLOCK, num_warps=4,
     )
     return out
 
@@ -95,9 +110,12 @@ def _configs(op: str, x: torch.Tensor, config: dict | None, bench_fn) -> tuple[d
 
 
 def triton_fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                     topk_ids: torch.Tensor, *, config: dict | None = None) -> torch.Tensor:
-    """x [T, H]; w13 [E, 2I, H]; w2 [E, H, I] (x.dtype); topk_* [T, k] -> [T, H]."""
+                     topk_ids: torch.Tensor, add: torch.Tensor | None = None, *,
+                     config: dict | None = None) -> torch.Tensor:
+    """x [T, H]; w13 [E, 2I, H]; w2 [E, H, I] (x.dtype); topk_* [T, k] -> [T, H] (+ add [T, H], with the
+    roundings of a separate add)."""
     _check_routing(x, topk_weights, topk_ids)
+    _check_add(x, add)
     E, two_i, H = w13.shape
     I = two_i // 2
     assert H == x.shape[1] and two_i == 2 * I, f"w13 {tuple(w13.shape)} does not match x {tuple(x.shape)}"
@@ -106,52 +124,62 @@ def triton_fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_
         assert w.dtype == x.dtype and w.stride(-1) == 1, f"{name} must be {x.dtype} with unit inner stride"
 
     def bench_fn(c):
-        return tuning.bench_us(lambda: triton_fused_moe(x, w13, w2, topk_weights, topk_ids, config=c))
+        return tuning.bench_us(lambda: triton_fused_moe(x, w13, w2, topk_weights, topk_ids, add, config=c))
 
     gate_up, down = _configs("fused_moe", x, config, bench_fn)
-    return _launch(x, w13, None, w2, None, topk_weights, topk_ids, I=I, int4=False, group=0,
+    return _launch(x, w13, None, w2, None, topk_weights, topk_ids, add, I=I, int4=False, group=0,
                    gate_up_cfg=gate_up, down_cfg=down)
 
 
-def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, *, I: int, group: int, gate_up_cfg: dict,
-                      down_cfg: dict) -> torch.Tensor:
+def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, group: int,
+                      gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
     T, H = x.shape
     k = topk_ids.shape[1]
     TK = T * k
     out = torch.empty_like(x)
     if T == 0:
         return out
-    act = torch.empty(TK, I, dtype=torch.float32, device=x.device)
-    group_words = group // PACK_FACTOR
-    moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, gate_up_cfg["BLOCK_N"]))](
-        x, w13, s13, topk_ids, act,
-        x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-        TK, I, H // PACK_FACTOR,
-        TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
-        BLOCK_N=gate_up_cfg["BLOCK_N"], BLOCK_W=gate_up_cfg["BLOCK_W"],
-        num_warps=gate_up_cfg["num_warps"], num_stages=gate_up_cfg["num_stages"],
+    h_words, i_words, group_words = H // PACK_FACTOR, I // PACK_FACTOR, group // PACK_FACTOR
+    xs = torch.empty(T, PACK_FACTOR, h_words, dtype=torch.float32, device=x.device)  # nibble-major x
+    act = torch.empty(TK, PACK_FACTOR, i_words, dtype=torch.float32, device=x.device)  # nibble-major act
+    tuning.interpreting()  # under the interpreter, makes the loop over a loaded count work (see tuning)
+    moe_int4_gemv_prep_x_kernel[(T, triton.cdiv(h_words, PREP_BLOCK_W))](
+        x, xs, x.stride(0), xs.stride(0), h_words, BLOCK_W=PREP_BLOCK_W, num_warps=4,
     )
-    moe_int4_gemv_down_kernel[(T, triton.cdiv(H, down_cfg["BLOCK_N"]))](
-        act, w2, s2, topk_ids, topk_weights, out,
-        act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), out.stride(0),
-        H, I // PACK_FACTOR,
-        TOP_K=k, GROUP_WORDS=group_words, BLOCK_N=down_cfg["BLOCK_N"],
-        BLOCK_W=min(down_cfg["BLOCK_W"], triton.next_power_of_2(I // PACK_FACTOR)),
-        num_warps=down_cfg["num_warps"], num_stages=down_cfg["num_stages"],
+    # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
+    bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
+    moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
+        xs, w13, s13, topk_ids, act,
+        xs.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+        TK, I, h_words, MAGIC_BITS,
+        TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
+        BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
+        num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
+    )
+    bn, bw = down_cfg["BLOCK_N"], min(down_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(i_words)))
+    moe_int4_gemv_down_kernel[(T, triton.cdiv(H, bn))](
+        act, w2, s2, topk_ids, topk_weights, add if add is not None else out, out,
+        act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1),
+        add.stride(0) if add is not None else 0, out.stride(0),
+        H, MAGIC_BITS,
+        I_WORDS=i_words, TOP_K=k, GROUP_WORDS=group_words, HAS_ADD=add is not None,
+        BLOCK_N=bn, BLOCK_W=bw, EVEN=H % bn == 0 and i_words % bw == 0,
+        num_warps=down_cfg["num_warps"], num_stages=1,  # straight-line code: nothing to pipeline
     )
     return out
 
 
 def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: torch.Tensor,
                           w2_packed: torch.Tensor, w2_scale: torch.Tensor, topk_weights: torch.Tensor,
-                          topk_ids: torch.Tensor, group_size: int = 32, *,
+                          topk_ids: torch.Tensor, group_size: int = 32, add: torch.Tensor | None = None, *,
                           config: dict | None = None, path: str | None = None) -> torch.Tensor:
     """W4A16: w13_packed int32 [E, 2I, H/8] + w13_scale [E, 2I, H/g]; w2_packed [E, H, I/8] + w2_scale
-    [E, H, I/g] -> [T, H] in x.dtype.
+    [E, H, I/g] -> [T, H] in x.dtype (+ add [T, H], with the roundings of a separate add).
 
     path: "gemv" (no tl.dot; decode/verify sizes), "tile" (tl.dot over grouped pairs), or None: gemv for
     T <= GEMV_MAX_TOKENS. ``config`` ({"gate_up": ..., "down": ...}) is for the chosen path."""
     _check_routing(x, topk_weights, topk_ids)
+    _check_add(x, add)
     E, two_i, h_words = w13_packed.shape
     I = two_i // 2
     H = x.shape[1]
@@ -168,17 +196,17 @@ def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: 
     if path is None:
         path = "gemv" if x.shape[0] <= GEMV_MAX_TOKENS else "tile"
     assert path in ("gemv", "tile"), f"{path=} must be 'gemv' or 'tile'"
-    args = (x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size)
+    args = (x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size, add)
 
     def bench_fn(c):
         return tuning.bench_us(lambda: triton_fused_moe_int4(*args, config=c, path=path))
 
     if path == "gemv":
         gate_up, down = _configs("fused_moe_int4_gemv", x, config, bench_fn)
-        return _launch_int4_gemv(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, I=I,
-                                 group=group_size, gate_up_cfg=gate_up, down_cfg=down)
+        return _launch_int4_gemv(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, add,
+                                 I=I, group=group_size, gate_up_cfg=gate_up, down_cfg=down)
     gate_up, down = _configs("fused_moe_int4", x, config, bench_fn)
     for stage, cfg in (("gate_up", gate_up), ("down", down)):
         assert cfg["BLOCK_K"] >= 16 * PACK_FACTOR, f"INT4 {stage} BLOCK_K={cfg['BLOCK_K']} must be >= 128"
-    return _launch(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, I=I, int4=True,
+    return _launch(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, add, I=I, int4=True,
                    group=group_size, gate_up_cfg=gate_up, down_cfg=down)

@@ -20,16 +20,21 @@ def _acc(x: torch.Tensor) -> torch.Tensor:
 # RMSNorm and rotary embedding
 # --------------------------------------------------------------------------------------------------
 def ref_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None, *,
-                 out: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                 out: torch.Tensor | None = None,
+                 out_rows: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """x [..., D] -> x * rsqrt(mean(x^2) + eps) * weight, computed in float32 (float64 stays float64), in
     x.dtype. With residual: x is first replaced by x + residual (in x.dtype) and (out, that sum) returned.
-    ``out`` receives the result (it may be x itself or a view).
+    ``out`` receives the result (it may be x itself or a view); with ``out_rows`` [rows of x], row i goes to
+    out[out_rows[i]] (cast to out's dtype) and ``out`` is returned.
     Traffic: reads x (and residual) and weight once, writes out (and the new residual)."""
     if residual is not None:
         x = x + residual
     xf = x.float() if x.element_size() < 4 else x
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     y = (xf * weight.to(xf.dtype)).to(x.dtype)
+    if out_rows is not None:
+        out[out_rows] = y.reshape(-1, y.shape[-1]).to(out.dtype)
+        return out
     if out is not None:
         y = out.copy_(y)
     return y if residual is None else (y, x)
@@ -54,14 +59,20 @@ def ref_rotate(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin:
 
 
 def ref_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
-                     sin: torch.Tensor, *, interleaved: bool,
-                     inplace: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Rotates q and k (k may be None) at `positions`; see ref_rotate. In place writes into q and k."""
+                     sin: torch.Tensor, *, interleaved: bool, inplace: bool = False, k_out: torch.Tensor | None = None,
+                     k_out_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rotates q and k (k may be None) at `positions`; see ref_rotate. In place writes into q and k. With
+    k_out and k_out_rows [N], token i's rotated k goes to k_out[k_out_rows[i]] (cast to k_out's dtype; k is
+    left as it was) and k_out is returned in k's place."""
     q2 = ref_rotate(q, positions, cos, sin, interleaved)
     k2 = None if k is None else ref_rotate(k, positions, cos, sin, interleaved)
     if inplace:
         q2 = q.copy_(q2)
-        k2 = None if k is None else k.copy_(k2)
+    if k_out_rows is not None:
+        k_out[k_out_rows] = k2.to(k_out.dtype)
+        k2 = k_out
+    elif inplace and k is not None:
+        k2 = k.copy_(k2)
     return q2, k2
 
 
@@ -168,17 +179,20 @@ def ref_fused_moe(
     w2: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
+    add: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x [T, H]; w13 [E, 2I, H] (gate rows then up rows); w2 [E, H, I]; topk_* [T, k] -> [T, H].
+    """x [T, H]; w13 [E, 2I, H] (gate rows then up rows); w2 [E, H, I]; topk_* [T, k] -> [T, H], plus
+    ``add`` [T, H] (x.dtype: the shared experts' output) when given, added after the cast to x.dtype.
 
     Gathers each chosen expert's weights per (token, slot): fine for tests and tiny models; the Triton
-    kernel reads each distinct expert once.
+    kernel reads each distinct expert once (and adds ``add`` in its final store, rounded the same way).
     """
     T, k = topk_ids.shape
     ids = topk_ids.long().reshape(-1)  # [T*k]
     xs = x.repeat_interleave(k, dim=0)  # [T*k, H]
     out = _expert_mlp(xs, w13[ids], w2[ids]).view(T, k, -1)
-    return (out * topk_weights.to(out.dtype)[:, :, None]).sum(1).to(x.dtype)
+    out = (out * topk_weights.to(out.dtype)[:, :, None]).sum(1).to(x.dtype)
+    return out if add is None else out + add
 
 
 def ref_fused_moe_int4(
@@ -190,11 +204,12 @@ def ref_fused_moe_int4(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     group_size: int = 32,
+    add: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """W4A16 fused MoE over compressed-tensors pack-quantized weights.
 
     w13_packed int32 [E, 2I, H/8], w13_scale [E, 2I, H/group]; w2_packed int32 [E, H, I/8],
-    w2_scale [E, H, I/group]. Only the chosen experts are dequantised.
+    w2_scale [E, H, I/group]. Only the chosen experts are dequantised. ``add`` as in ref_fused_moe.
     """
     T, k = topk_ids.shape
     ids = topk_ids.long().reshape(-1)
@@ -202,7 +217,8 @@ def ref_fused_moe_int4(
     w2 = unpack_int4(w2_packed[ids], w2_scale[ids], group_size)  # [T*k, H, I]
     xs = x.repeat_interleave(k, dim=0)
     out = _expert_mlp(xs, w13, w2).view(T, k, -1)
-    return (out * topk_weights.float()[:, :, None]).sum(1).to(x.dtype)
+    out = (out * topk_weights.float()[:, :, None]).sum(1).to(x.dtype)
+    return out if add is None else out + add
 
 
 # --------------------------------------------------------------------------------------------------

@@ -47,38 +47,68 @@ class MLAAttention(nn.Module):
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
 
     # W_UK [h, nope, c] and W_UV [h, v, c] are views of kv_b_proj's weight: nothing is duplicated, and a
-    # weight reload is seen at once.
+    # weight reload is seen at once. The per-head products below are bmm's over these strided views, which
+    # cuBLAS reads in place (unit inner stride, any row and batch stride): no copies, one launch each.
     def _w_uk_uv(self) -> tuple[torch.Tensor, torch.Tensor]:
         w = self.kv_b_proj.weight.view(self.num_heads, self.nope + self.v_dim, self.kv_lora_rank)
         return w[:, : self.nope], w[:, self.nope :]
 
-    def _project(self, x: torch.Tensor, positions: torch.Tensor):
-        """x [..., N, H] -> q_latent [..., N, h, c], q_rope [..., N, h, r], latent kv [..., N, c + r]."""
+    def _project(self, x: torch.Tensor, positions: torch.Tensor, cache: torch.Tensor | None = None,
+                 cache_loc: torch.Tensor | None = None):
+        """x [N, H], positions [N] -> q_latent [N, h, c], q_rope [N, h, r], latent kv [N, c + r].
+
+        For inference (autograd off) the kv_a norm and the rope write in place or straight to the cache: with
+        ``cache`` [slots, c + r] and ``cache_loc`` [N] the normed c and the rotated k land in the tokens'
+        cache rows (two launches, no index_put) and latent is None; without, into kv_a's own columns, which
+        then is the latent. q's rope columns rotate in place in the same launch as k, and q_latent lands
+        contiguous. With autograd on, the same numbers come from out-of-place ops training can
+        differentiate."""
         if hasattr(self, "q_proj"):
             q = self.q_proj(x)
         else:
             q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
-        q = q.view(*x.shape[:-1], self.num_heads, self.nope + self.rope_dim)
+        N = x.shape[0]
+        q = q.view(N, self.num_heads, self.nope + self.rope_dim)
         q_nope, q_rope = q.split([self.nope, self.rope_dim], dim=-1)
-        kv_a = self.kv_a_proj_with_mqa(x)
+        kv_a = self.kv_a_proj_with_mqa(x)  # [N, c + r]
         c, k_rope = kv_a.split([self.kv_lora_rank, self.rope_dim], dim=-1)
-        c = self.kv_a_layernorm(c)
-        q_rope = self.rotary.rotate(q_rope, positions)
-        k_rope = self.rotary.rotate(k_rope, positions)
         w_uk, _ = self._w_uk_uv()
-        q_latent = torch.einsum("...hd,hdc->...hc", q_nope, w_uk)
-        return q_latent, q_rope, torch.cat([c, k_rope], dim=-1)
+        if torch.is_grad_enabled():
+            c = self.kv_a_layernorm(c)
+            q_rope = self.rotary.rotate(q_rope, positions)
+            k_rope = self.rotary.rotate(k_rope, positions)
+            q_latent = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # [N, h, c]
+            latent = torch.cat([c, k_rope], dim=-1)
+            if cache is not None:
+                cache[cache_loc] = latent.to(cache.dtype)
+            return q_latent, q_rope, latent
+        if cache is None:
+            self.kv_a_layernorm(c, out=c)
+            self.rotary.rotate_(q_rope, k_rope, positions)
+            latent = kv_a
+        else:
+            self.kv_a_layernorm(c, out=cache[:, : self.kv_lora_rank], out_rows=cache_loc)
+            self.rotary.rotate_(q_rope, k_rope, positions, k_out=cache[:, self.kv_lora_rank :], k_out_rows=cache_loc)
+            latent = None
+        q_latent = torch.empty(N, self.num_heads, self.kv_lora_rank, dtype=q.dtype, device=q.device)
+        torch.bmm(q_nope.transpose(0, 1), w_uk, out=q_latent.transpose(0, 1))
+        return q_latent, q_rope, latent
 
     def _output(self, attn_latent: torch.Tensor) -> torch.Tensor:
+        """attn_latent [N, h, c] -> o_proj(attn W_UV) [N, H]."""
         _, w_uv = self._w_uk_uv()
-        o = torch.einsum("...hc,hvc->...hv", attn_latent, w_uv)
-        return self.o_proj(o.flatten(-2))
+        N = attn_latent.shape[0]
+        if torch.is_grad_enabled():
+            o = torch.bmm(attn_latent.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)  # [N, h, v]
+            return self.o_proj(o.reshape(N, -1))
+        o = torch.empty(N, self.num_heads, self.v_dim, dtype=attn_latent.dtype, device=attn_latent.device)
+        torch.bmm(attn_latent.transpose(0, 1), w_uv.transpose(1, 2), out=o.transpose(0, 1))
+        return self.o_proj(o.view(N, -1))
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
         """x [N, H] flat over the batch's new tokens."""
-        q_latent, q_rope, latent = self._project(x, positions)
         cache = fb.kv.layers[self.layer_id]
-        cache[fb.out_cache_loc] = latent.to(cache.dtype)
+        q_latent, q_rope, _ = self._project(x, positions, cache, fb.out_cache_loc)  # writes the new latents
         if fb.mode.is_uniform:
             out = kernels.mla_attention(
                 q_latent, q_rope, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
@@ -98,13 +128,12 @@ class MLAAttention(nn.Module):
 
     def forward_dense(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Full causal attention over x [B, S, H] without a cache (training and references)."""
-        B, S, _ = x.shape
-        q_latent, q_rope, latent = self._project(x, positions)
+        B, S, H = x.shape
+        q_latent, q_rope, latent = self._project(x.reshape(B * S, H), positions.reshape(B * S))
         # The batch itself as a paged cache: request b is page b with page_size S.
         table = torch.arange(B, dtype=torch.int32, device=x.device)[:, None]
         seq_lens = torch.full((B,), S, dtype=torch.int32, device=x.device)
         out = kernels.ref_mla_attention(
-            q_latent.reshape(B * S, self.num_heads, -1), q_rope.reshape(B * S, self.num_heads, -1),
-            latent.reshape(B * S, -1), table, seq_lens, tokens_per_req=S, page_size=S,
+            q_latent, q_rope, latent, table, seq_lens, tokens_per_req=S, page_size=S,
             kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale)
-        return self._output(out.view(B, S, self.num_heads, -1))
+        return self._output(out).view(B, S, H)

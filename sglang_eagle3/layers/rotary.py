@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn as nn
 
+from sglang_eagle3 import kernels
 from sglang_eagle3.config import RopeConfig, yarn_get_mscale
 
 
@@ -36,7 +37,11 @@ def rope_inv_freq(dim: int, rope: RopeConfig) -> tuple[torch.Tensor, float]:
 
 class RotaryEmbedding(nn.Module):
     """cos/sin table over positions; ``interleaved`` rotates pairs (x[2i], x[2i+1]) as DeepSeek does,
-    otherwise the halves (x[i], x[i + d/2]) as Llama does."""
+    otherwise the halves (x[i], x[i + d/2]) as Llama does.
+
+    Tables are float64 (the reference path for float64 inputs, bit for bit as before) plus a float32 copy
+    for everything else: the Triton kernel reads it, and the reference casting it gives the same numbers as
+    casting the float64 table per call did."""
 
     def __init__(self, dim: int, max_positions: int, rope: RopeConfig, interleaved: bool):
         super().__init__()
@@ -46,19 +51,31 @@ class RotaryEmbedding(nn.Module):
         self.interleaved = interleaved
         self.max_positions = max_positions
         # Buffers (not parameters): moved with .to(device), never loaded from checkpoints.
-        self.register_buffer("cos", freqs.cos() * mscale, persistent=False)  # float64; cast per use
+        self.register_buffer("cos", freqs.cos() * mscale, persistent=False)  # float64
         self.register_buffer("sin", freqs.sin() * mscale, persistent=False)
+        self.register_buffer("cos_f32", self.cos.float(), persistent=False)  # [P, dim/2] float32
+        self.register_buffer("sin_f32", self.sin.float(), persistent=False)
+        self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere
+
+    def _tables(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if dtype == torch.float64:
+            return self.cos, self.sin
+        # NOTE: model.to(dtype) would cast these buffers too; the kernel needs float32.
+        return self.cos_f32.float(), self.sin_f32.float()
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x [..., N, heads, dim] or [..., N, dim] with positions [..., N]."""
-        xf = x.float() if x.element_size() < 4 else x
-        cos, sin = self.cos[positions].to(xf.dtype), self.sin[positions].to(xf.dtype)  # [..., N, dim/2]
-        if x.dim() == positions.dim() + 2:
-            cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
-        if self.interleaved:
-            x1, x2 = xf[..., 0::2], xf[..., 1::2]
-            out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-        else:
-            x1, x2 = xf.chunk(2, dim=-1)
-            out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-        return out.to(x.dtype)
+        """x [..., N, heads, dim] or [..., N, dim] with positions [..., N] -> rotated copy."""
+        cos, sin = self._tables(x.dtype)
+        if positions.dim() == 1 and x.dim() in (2, 3):
+            return kernels.apply_rotary(x, None, positions, cos, sin, interleaved=self.interleaved,
+                                        use_triton=self.use_triton)[0]
+        return kernels.ref_rotate(x, positions, cos, sin, self.interleaved)
+
+    def rotate_(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, *, k_out: torch.Tensor | None = None,
+                k_out_rows: torch.Tensor | None = None) -> None:
+        """Rotates q [N, heads, dim] in place and k [N, dim] or [N, kv_heads, dim] in place, or into rows
+        k_out_rows [N] of k_out (cache slots) when given (strided views allowed), positions [N]: one launch on
+        CUDA. Not for tensors autograd must differentiate."""
+        cos, sin = self._tables(q.dtype)
+        kernels.apply_rotary(q, k, positions, cos, sin, interleaved=self.interleaved, inplace=True, k_out=k_out,
+                             k_out_rows=k_out_rows, use_triton=self.use_triton)

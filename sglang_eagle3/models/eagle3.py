@@ -13,8 +13,8 @@ import torch.nn as nn
 
 from sglang_eagle3.config import DraftConfig, RopeConfig
 from sglang_eagle3.core import ForwardBatch
-from sglang_eagle3.kernels.ref import ref_gqa_attention
 from sglang_eagle3.distributed.parallel_state import get_tp
+from sglang_eagle3.kernels.ref import ref_gqa_attention
 from sglang_eagle3.layers.embedding import ParallelLMHead
 from sglang_eagle3.layers.linear import (
     ColumnParallelLinear,

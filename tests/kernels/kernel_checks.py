@@ -93,22 +93,24 @@ def make_moe_inputs(T, E, H, I, top_k, device, int4: bool, dtype=torch.bfloat16,
 
 
 def check_fused_moe(T, E, H, I, top_k, int4: bool, device="cpu", seed=0, skew=False, dtype=torch.bfloat16,
-                    tol=1e-2, path=None, config=None) -> float:
+                    tol=1e-2, path=None, config=None, with_add=False) -> float:
+    """Kernel vs reference; with_add also passes a random [T, H] ``add`` (the shared experts' output)."""
     args = make_moe_inputs(T, E, H, I, top_k, device, int4, dtype, seed, skew)
-    if int4 and (path or config):
+    add = None
+    if with_add:
+        g = torch.Generator(device="cpu").manual_seed(seed + 1000)
+        add = (torch.randn(T, H, generator=g) * 0.5).to(dtype).to(device)
+    if int4:
         from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
 
-        out = triton_fused_moe_int4(*args, path=path, config=config)
-        ref = kernels.ref_fused_moe_int4(*args)
-    elif int4:
-        out = kernels.fused_moe_int4(*args, use_triton=True)
-        ref = kernels.ref_fused_moe_int4(*args)
+        out = triton_fused_moe_int4(*args, 32, add, path=path, config=config)
+        ref = kernels.ref_fused_moe_int4(*args, 32, add)
     else:
-        out = kernels.fused_moe(*args, use_triton=True)
-        ref = kernels.ref_fused_moe(*args)
+        out = kernels.fused_moe(*args, add, use_triton=True)
+        ref = kernels.ref_fused_moe(*args, add)
     err = rel_err(out, ref)
     assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape)
-    assert err < tol, f"fused MoE rel err {err} ({T=} {E=} {H=} {I=} {top_k=} {int4=} {skew=})"
+    assert err < tol, f"fused MoE rel err {err} ({T=} {E=} {H=} {I=} {top_k=} {int4=} {skew=} {path=} {with_add=})"
     return err
 
 
@@ -176,9 +178,154 @@ def check_rotary(N, Hq, Hk, D, interleaved, dtype=torch.bfloat16, inplace=False,
     return err
 
 
+def set_kernels(model: torch.nn.Module, use_triton: bool | None) -> None:
+    """use_triton on every module that has the switch (norms, rotary, attention, MoE)."""
+    for m in model.modules():
+        if hasattr(m, "use_triton"):
+            m.use_triton = use_triton
+
+
+def check_model_forward(device="cpu", dtype=torch.float32, tol=1e-5, B=2, S=5, seed=0, hidden=64) -> float:
+    """A tiny Kimi-shaped model (q_lora, YaRN, MoE + shared expert, INT4 experts), every switchable op on its
+    kernel vs every op on its reference: forward_dense with autograd off (MLA's in-place norm/rope path, fused
+    MoE with T = B*S tokens), then the paged path (prefill, decode, verify of 3) through the model runner."""
+    model = kimi_like_model(device, dtype, layers=2, hidden=hidden, seed=seed)
+    cfg = model.config
+    g = torch.Generator(device="cpu").manual_seed(seed + 1)
+    ids = torch.randint(0, cfg.vocab_size, (B, S), generator=g).to(device)
+    with torch.no_grad():
+        set_kernels(model, False)
+        ref, _ = model.forward_dense(ids)
+        set_kernels(model, True)
+        out, _ = model.forward_dense(ids)
+    err = rel_err(out, ref)
+    assert err < tol, f"model forward with kernels vs references: rel err {err} ({dtype=} {B=} {S=})"
+
+    # The paged path: prefill of the B prompts, then one decode step and one verify of 3 tokens per request
+    # (latents scattered into the cache by the norm/rope kernels, MLA and MoE kernels), eager.
+    from sglang_eagle3.runtime.model_runner import ModelRunner
+
+    page = 4
+    pages_per_req = (S + 8) // page + 1
+    runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=B * pages_per_req + 2, page_size=page,
+                         max_context=pages_per_req * page, device=torch.device(device), dtype=dtype,
+                         use_cuda_graph=False, cuda_graph_max_bs=B, verify_widths=(3,), attention_backend="auto")
+    pages = [list(range(1 + b * pages_per_req, 1 + (b + 1) * pages_per_req)) for b in range(B)]
+    logits = {}
+    for use_triton in (False, True):
+        set_kernels(model, use_triton)
+        for kv in runner.target_kv.layers:
+            kv.zero_()
+        prompts = ids.tolist()
+        bt = runner.build([(prompts[b], 0, pages[b]) for b in range(B)])
+        prefill, _ = runner.target_extend(bt)
+        bt = runner.build([([prompts[b][-1]], S, pages[b]) for b in range(B)])
+        decode, _ = runner.target_uniform(bt, 1, verify=False)
+        bt = runner.build([((prompts[b] * 3)[:3], S + 1, pages[b]) for b in range(B)])
+        verify, _ = runner.target_uniform(bt, 3, verify=True)
+        logits[use_triton] = (prefill, decode, verify)
+    for name, k, r in zip(("prefill", "decode", "verify"), logits[True], logits[False], strict=True):
+        e = rel_err(k, r)
+        assert e < tol, f"paged {name} with kernels vs references: rel err {e} ({dtype=} {B=} {S=})"
+        err = max(err, e)
+    return err
+
+
+def check_latent_to_cache(N, H, C, R, dtype=torch.bfloat16, cache_dtype=None, device="cpu", seed=0) -> float:
+    """MLA's cache write: the kv_a norm scatters c into cache rows out_rows and the rope scatters k into the
+    same rows (q rotated in place in the same launch); equals ref and leaves every other slot untouched."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    cache_dtype = cache_dtype or dtype
+    slots = 4 * N + 3
+    P = 64
+    freqs = torch.outer(torch.arange(P, dtype=torch.float64), 1.0 / 1000 ** (torch.arange(0, R, 2) / R))
+    cos, sin = freqs.cos().float().to(device), freqs.sin().float().to(device)
+    q = torch.randn(N, H, 16 + R, generator=g).to(dtype).to(device)
+    kv_a = torch.randn(N, C + R, generator=g).to(dtype).to(device)
+    w = (torch.rand(C, generator=g) + 0.5).to(dtype).to(device)
+    loc = torch.randperm(slots, generator=g)[:N].to(device)
+    pos = torch.randint(0, P, (N,), generator=g).to(device)
+    cache0 = torch.randn(slots, C + R, generator=g).to(cache_dtype).to(device)
+    outs = []
+    for use_triton in (True, False):
+        cache, qq, kv = cache0.clone(), q.clone(), kv_a.clone()
+        kernels.rms_norm(kv[:, :C], w, 1e-6, out=cache[:, :C], out_rows=loc, use_triton=use_triton)
+        kernels.apply_rotary(qq[..., 16:], kv[:, C:], pos, cos, sin, interleaved=True, inplace=True,
+                             k_out=cache[:, C:], k_out_rows=loc, use_triton=use_triton)
+        assert torch.equal(kv, kv_a), "the source rows must stay as they were"
+        outs.append((cache, qq))
+    (cache_k, q_k), (cache_r, q_r) = outs
+    others = torch.ones(slots, dtype=torch.bool)
+    others[loc.cpu()] = False
+    assert torch.equal(cache_k[others.to(device)], cache0[others.to(device)]), "wrote outside the given rows"
+    # bf16 c within one rounding under the interpreter (it truncates), the rotated parts as in check_rotary.
+    err = max(ulp_err(cache_k, cache_r), ulp_err(q_k, q_r))
+    assert err <= (2.0 if dtype != torch.float32 else 4.0), f"latent to cache off by {err} ulp"
+    return err
+
+
+def kimi_like_model(device, dtype=torch.bfloat16, layers=2, hidden=256, seed=0):
+    """A small Kimi-shaped model (q_lora, YaRN, first layer dense, then MoE + shared expert, INT4 experts)
+    with random weights, for wiring checks and launch counts."""
+    from sglang_eagle3.config import ModelConfig, RopeConfig
+    from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
+    from sglang_eagle3.testing import randomize
+
+    rope = RopeConfig(theta=50000.0, kind="yarn", factor=4.0, original_max_position_embeddings=64, beta_fast=32.0,
+                      beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0)
+    cfg = ModelConfig(vocab_size=64, hidden_size=hidden, intermediate_size=96, moe_intermediate_size=32,
+                      num_hidden_layers=layers, num_attention_heads=2, q_lora_rank=32, kv_lora_rank=32,
+                      qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=6,
+                      num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
+                      norm_topk_prob=True, routed_scaling_factor=2.5, scoring_func="sigmoid", topk_method="noaux_tc",
+                      rms_norm_eps=1e-6, max_position_embeddings=256, rope=rope)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = DeepseekV3ForCausalLM(cfg, dtype=dtype, int4_experts=True)
+    randomize(model, seed, 2.0)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dtype == torch.int32:
+                p.copy_(torch.randint(-2**31, 2**31 - 1, p.shape, generator=g, dtype=torch.int64).to(torch.int32))
+            elif name.endswith("weight_scale"):
+                p.copy_(torch.rand(p.shape, generator=g) * 0.05)
+    return model
+
+
+def cuda_kernels_per_moe_layer(T: int = 1) -> dict:
+    """CUDA kernels one eager decode (T=1) or verify step launches per MoE decoder layer, from the profiler:
+    the step of a 5-layer model minus that of a 3-layer one, halved (both: 1 dense layer, then MoE)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from sglang_eagle3.runtime.model_runner import ModelRunner
+
+    counts, names = {}, {}
+    for layers in (3, 5):
+        model = kimi_like_model("cuda", layers=layers)
+        runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=8, page_size=16, max_context=96,
+                             device=torch.device("cuda"), dtype=torch.bfloat16, use_cuda_graph=False,
+                             cuda_graph_max_bs=1, verify_widths=(max(T, 2),), attention_backend="auto")
+        bt = runner.build([(list(range(3, 3 + T)), 40, [1, 2, 3, 4])])
+        runner.target_uniform(bt, T, verify=T > 1)  # compile outside the profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            runner.target_uniform(bt, T, verify=T > 1)
+            torch.cuda.synchronize()
+        kernels_ = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        counts[layers] = len(kernels_)
+        names[layers] = kernels_
+    extra = list(names[5])
+    for n in names[3]:
+        if n in extra:
+            extra.remove(n)
+    return {"per_moe_layer": (counts[5] - counts[3]) / 2, "step_3_layers": counts[3], "step_5_layers": counts[5],
+            "kernels_of_two_moe_layers": extra}
+
+
 # GEMV-path configs small enough that the interpreter's loops run several partial steps.
-GEMV_SMALL = {"gate_up": {"BLOCK_N": 4, "BLOCK_W": 8, "num_warps": 1, "num_stages": 1},
-              "down": {"BLOCK_N": 16, "BLOCK_W": 4, "num_warps": 1, "num_stages": 1}}
+GEMV_SMALL = {"gate_up": {"BLOCK_N": 4, "BLOCK_W": 8, "num_warps": 1},
+              "down": {"BLOCK_N": 16, "BLOCK_W": 4, "num_warps": 1}}
 
 # Small irregular shapes for the interpreter: name -> thunk.
 CASES = {
@@ -191,13 +338,15 @@ CASES = {
     "mla_verify_rows_span_blocks": lambda: check_mla(1, 5, 5, 32, 16, 4, [29], seed=6),
     "mla_fp32_exact": lambda: check_mla(2, 3, 4, 64, 16, 4, [3, 45], seed=11, dtype=torch.float32, tol=1e-5),
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
-    "moe_bf16_shared_experts": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True),
+    "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,
+                                                           with_add=True),
     "moe_int4": lambda: check_fused_moe(3, 7, 160, 96, 3, int4=True, seed=9),
-    "moe_int4_over_one_chunk": lambda: check_fused_moe(20, 5, 128, 64, 2, int4=True, seed=10, skew=True),
+    "moe_int4_over_one_chunk_add": lambda: check_fused_moe(20, 5, 128, 64, 2, int4=True, seed=10, skew=True,
+                                                           with_add=True),
     "moe_fp32_exact": lambda: check_fused_moe(11, 5, 128, 64, 2, int4=False, seed=12, skew=True,
                                               dtype=torch.float32, tol=1e-5),
-    "moe_int4_fp32_exact": lambda: check_fused_moe(4, 9, 96, 160, 4, int4=True, seed=13, dtype=torch.float32,
-                                                   tol=1e-5),
+    "moe_int4_tile_fp32_exact": lambda: check_fused_moe(4, 9, 96, 160, 4, int4=True, seed=13,
+                                                        dtype=torch.float32, tol=1e-5, path="tile"),
     "rms_norm_bf16": lambda: check_rms_norm((3, 5, 200), seed=14),
     "rms_norm_fp32_strided": lambda: check_rms_norm((7, 96), torch.float32, strided=True, seed=15, max_ulp=4),
     "rms_norm_fp16_residual": lambda: check_rms_norm((6, 130), torch.float16, residual=True, seed=16),
@@ -211,9 +360,15 @@ CASES = {
     # INT4 GEMV path (T <= 8): the default for decode/verify; fp32 checks the arithmetic tightly.
     "moe_int4_gemv_fp32_exact": lambda: check_fused_moe(3, 7, 96, 64, 3, int4=True, seed=22, dtype=torch.float32,
                                                         tol=1e-5, path="gemv", config=GEMV_SMALL),
-    "moe_int4_gemv_bf16_shared_experts": lambda: check_fused_moe(6, 5, 64, 96, 2, int4=True, seed=23, skew=True,
-                                                                 path="gemv", config=GEMV_SMALL),
+    "moe_int4_gemv_bf16_shared_experts_add": lambda: check_fused_moe(6, 5, 64, 96, 2, int4=True, seed=23,
+                                                                     skew=True, path="gemv", config=GEMV_SMALL,
+                                                                     with_add=True),
     "moe_int4_gemv_default_config": lambda: check_fused_moe(2, 6, 64, 32, 4, int4=True, seed=24),
+    "latent_to_cache_bf16": lambda: check_latent_to_cache(5, 3, 64, 16, seed=26),
+    "latent_to_cache_fp32_into_bf16_cache": lambda: check_latent_to_cache(3, 2, 32, 8, torch.float32,
+                                                                          torch.bfloat16, seed=27),
+    # The layers' wiring: norms in place in kv_a, q+k rope in one launch, MoE kernels, all vs references.
+    "model_forward_kernels_fp32": lambda: check_model_forward(B=1, S=3, seed=25),
 }
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Triton kernels vs references on the GPU at real shapes: one Kimi-K2.5 TP=8 rank (8 heads, kv_lora 512,
-rope 64; 384 experts, H=7168, I=2048/8=256, top-8), contexts 1..32k, T=1..64, partially filled pages.
+rope 64; 384 experts, H=7168, I=2048/8=256, top-8), contexts 1..32k, T=1..64, partially filled pages; RMSNorm
+and rotary at the layer's shapes (rotary bit-identical to the reference); the INT4 GEMV path (T <= 8) against
+the tile path and the reference; a tiny model's forward with every kernel against every reference.
 
 Outputs come from a poisoned allocator (the caching allocator's blocks are filled with NaN first), so an
 element the kernel never writes shows up as NaN, which no bound accepts.
@@ -15,7 +17,16 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernel_checks import check_moe_topk, make_mla_inputs, rel_err  # noqa: E402
+from kernel_checks import (  # noqa: E402
+    check_latent_to_cache,
+    check_model_forward,
+    check_moe_topk,
+    check_rms_norm,
+    check_rotary,
+    cuda_kernels_per_moe_layer,
+    make_mla_inputs,
+    rel_err,
+)
 
 from sglang_eagle3 import kernels  # noqa: E402
 
@@ -126,8 +137,76 @@ def test_fused_moe_int4(int4_weights, T, skew):
     assert err < 1e-2, f"INT4 MoE rel err {err} ({T=} {skew=})"
 
 
+@pytest.mark.parametrize("T,skew", [(1, False), (2, False), (5, False), (8, False), (8, True)])
+def test_fused_moe_int4_gemv_vs_tile(int4_weights, T, skew):
+    """The GEMV path (default for T <= 8) against the reference and against the tile path, with the shared
+    experts' output added in the final store."""
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
+    p13, s13, p2, s2 = int4_weights
+    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    shared = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.1  # folded into the last store
+    topk_w, ids = routing(T, skew, 2000 + T)
+    poison_allocator()
+    gemv = triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared, path="gemv")
+    tile = triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared, path="tile")
+    ref = kernels.ref_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared)
+    assert rel_err(gemv, ref) < 1e-2, f"GEMV rel err {rel_err(gemv, ref)} ({T=} {skew=})"
+    assert rel_err(gemv, tile) < 1e-2, f"GEMV vs tile rel err {rel_err(gemv, tile)} ({T=} {skew=})"
+
+
+@pytest.mark.parametrize("shape,residual,strided,inplace", [
+    ((1, HIDDEN), False, False, False),  # input / post-attention norm at decode
+    ((8, HIDDEN), True, False, False),  # fused with the residual add, verify T=8
+    ((3, 1536), False, False, False),  # q_a_layernorm
+    ((5, KV_LORA), False, True, True),  # kv_a_layernorm in place inside kv_a's rows
+    ((2, 300, HIDDEN), False, False, False),  # prefill-sized
+])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rms_norm(shape, residual, strided, inplace, dtype):
+    poison_allocator()
+    check_rms_norm(shape, dtype, residual=residual, strided=strided, inplace=inplace, device="cuda",
+                   seed=len(shape) + shape[-1], max_ulp=2.0 if dtype == torch.bfloat16 else 8.0)
+
+
+@pytest.mark.parametrize("N", [1, 7, 64, 1000])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("inplace", [True, False])
+def test_rotary_bit_identical(N, dtype, inplace):
+    """MLA's interleaved rope (q [N, 8, 64] inside q, k [N, 64] inside kv_a) and the draft's neox rope
+    (32 q heads, 8 kv heads of 128): with fp fusion off the kernel rounds exactly as the torch reference."""
+    poison_allocator()
+    check_rotary(N, HEADS, 1, ROPE, True, dtype, inplace=inplace, device="cuda", seed=N, max_ulp=0.0)
+    check_rotary(N, 32, 8, 128, False, dtype, inplace=inplace, device="cuda", seed=N + 1, max_ulp=0.0)
+
+
+@pytest.mark.parametrize("N", [1, 8, 333])
+def test_latent_to_cache(N):
+    """MLA's kv_a norm and k rope scatter straight into the paged cache rows (no index_put)."""
+    poison_allocator()
+    check_latent_to_cache(N, HEADS, KV_LORA, ROPE, device="cuda", seed=N)
+
+
+@pytest.mark.parametrize("B,S", [(1, 1), (2, 4), (3, 7)])
+def test_model_forward_kernels_vs_reference(B, S):
+    """A tiny Kimi-shaped bf16 model, INT4 experts: every kernel against every reference through the
+    layers (GEMV MoE path for B*S <= 8, the tile path above)."""
+    check_model_forward("cuda", torch.bfloat16, tol=3e-2, B=B, S=S, seed=B * 10 + S, hidden=256)
+
+
+@pytest.mark.parametrize("T", [1, 4])
+def test_kernels_per_moe_layer(T):
+    """Launch budget of one MoE decoder layer (eager step, counted by the profiler). By the code: 4 norms
+    (one writing the latent into the cache), 1 rope (q in place, k into the cache), 2 MLA, 2 absorbed bmm's,
+    4 linears (q_a, q_b, kv_a, o), 2 residual adds, router GEMM, routing, 3 shared-expert linears + silu +
+    mul, 2 MoE kernels (the shared add folded in) = 24, if cuBLAS takes one kernel per GEMM (was ~90)."""
+    counts = cuda_kernels_per_moe_layer(T)
+    print(f"T={T}: {counts}")
+    assert counts["per_moe_layer"] <= 32, counts
+
+
 def test_graph_replay_equals_eager(int4_weights):
-    """All four ops captured in one CUDA graph; replay after changing the inputs in place equals eager."""
+    """All ops captured in one CUDA graph; replay after changing the inputs in place equals eager."""
     p13, s13, p2, s2 = int4_weights
     T, B, page_size = 4, 2, 64
     logits = torch.randn(B * T, EXPERTS, device="cuda")
@@ -135,23 +214,32 @@ def test_graph_replay_equals_eager(int4_weights):
     x = torch.randn(B * T, HIDDEN, device="cuda", dtype=torch.bfloat16)
     qn, qr, kv, pt, seq = make_mla_inputs(B, T, HEADS, KV_LORA, ROPE, page_size, [900, 4000], "cuda", seed=7)
     kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=KV_LORA, sm_scale=0.1352)
+    norm_w = torch.rand(HIDDEN, device="cuda", dtype=torch.bfloat16) + 0.5
+    pos = torch.randint(0, 4096, (B * T,), device="cuda")
+    cos, sin = torch.rand(4096, ROPE // 2, device="cuda"), torch.rand(4096, ROPE // 2, device="cuda")
+    q_full = torch.randn(B * T, HEADS, 128 + ROPE, device="cuda", dtype=torch.bfloat16)
+    kv_a = torch.randn(B * T, KV_LORA + ROPE, device="cuda", dtype=torch.bfloat16)
 
     def step():
         w, ids = kernels.moe_topk(logits, bias, top_k=TOP_K, n_group=1, topk_group=1, routed_scaling_factor=2.827)
-        moe = kernels.fused_moe_int4(x, p13, s13, p2, s2, w, ids)
+        moe = kernels.fused_moe_int4(x, p13, s13, p2, s2, w, ids)  # B*T = 8 tokens: the GEMV path
         attn = kernels.mla_attention(qn, qr, kv, pt, seq, **kw)
-        return moe, attn
+        normed, res = kernels.rms_norm(x, norm_w, 1e-6, moe)
+        q_rope, k_rope = kernels.apply_rotary(q_full[..., 128:], kv_a[:, KV_LORA:], pos, cos, sin, interleaved=True)
+        return moe, attn, normed, res, q_rope, k_rope
 
     step()  # compile and tune outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        moe_g, attn_g = step()
+        outs_g = step()
     logits.copy_(torch.randn_like(logits))
     x.copy_(torch.randn_like(x))
     seq.copy_(torch.tensor([1500, 3001], dtype=torch.int32))
+    pos.copy_(torch.randint(0, 4096, pos.shape, device="cuda"))
+    q_full.copy_(torch.randn_like(q_full))
     graph.replay()
     torch.cuda.synchronize()
-    moe_e, attn_e = step()
-    assert torch.equal(moe_g, moe_e), "MoE replay differs from eager"
-    assert torch.equal(attn_g, attn_e), "MLA replay differs from eager"
+    outs_e = step()
+    for name, g, e in zip(("MoE", "MLA", "rms_norm", "residual", "q rope", "k rope"), outs_g, outs_e, strict=True):
+        assert torch.equal(g, e), f"{name} replay differs from eager"

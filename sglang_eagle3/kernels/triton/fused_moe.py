@@ -137,52 +137,96 @@ def moe_down_kernel(
 
 
 @triton.jit
-def moe_sum_slots_kernel(per_pair_ptr, out_ptr, stride_pt, stride_ot, H,
-                         TOP_K: tl.constexpr, BLOCK: tl.constexpr):
-    """out[t, :] = sum over the k slots of token t (fp32), cast to the output dtype."""
+def moe_sum_slots_kernel(per_pair_ptr, add_ptr, out_ptr, stride_pt, stride_at, stride_ot, H,
+                         TOP_K: tl.constexpr, HAS_ADD: tl.constexpr, BLOCK: tl.constexpr):
+    """out[t, :] = sum over the k slots of token t (fp32), cast to the output dtype (+ add[t, :])."""
     t = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < H
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for i in tl.static_range(TOP_K):
         acc += tl.load(per_pair_ptr + (t * TOP_K + i).to(tl.int64) * stride_pt + offs, mask=ok, other=0.0)
+    if HAS_ADD:  # rounded first, then added and rounded again: the numbers of `moe(x) + add` in torch
+        add = tl.load(add_ptr + t.to(tl.int64) * stride_at + offs, mask=ok, other=0.0).to(tl.float32)
+        acc = acc.to(out_ptr.dtype.element_ty).to(tl.float32) + add
     tl.store(out_ptr + t.to(tl.int64) * stride_ot + offs, acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 # --------------------------------------------------------------------------------------------------
 # INT4 GEMV path for decode/verify (few tokens): no tl.dot, no int->float converts
 # --------------------------------------------------------------------------------------------------
-# A nibble is turned into a float without a convert: OR-ed into the mantissa of 2^23 (bits 0x4B000000) at
-# the bit position 4p where it already sits, the word reads as the float 2^23 + n * 16^p, and subtracting
-# the constant 2^23 + 8 * 16^p leaves (n - 8) * 16^p exactly. Nibbles 0..4 are used in place (p = j);
-# nibbles 5..7 after one shift of the word by 20 (p = j - 5). The 16^p is folded into x, which is scaled by
-# 16^-p once per program and shared by all its weight rows (powers of two: exact).
-# Per weight: one and/or (a lop3), one add, one fma.
-MAGIC_BITS: tl.constexpr = 0x4B000000
+# A nibble becomes a float without a convert: OR-ed into the mantissa of 2^23 (bits 0x4B000000) at the bit
+# position 4p where it already sits, the word reads as the float 2^23 + n * 16^p, and subtracting the
+# constant 2^23 + 8 * 16^p leaves (n - 8) * 16^p exactly. Nibbles 0..4 are used in place (p = j), nibbles
+# 5..7 after one shift of the word by 20 (p = j - 5). The 16^-p is folded into the activations, which the
+# kernels read "nibble-major" and pre-scaled: xs[j, w] = x[8w + j] * 16^-p (x by a small prep kernel, act
+# by the gate_up kernel's own store), loaded as tiles of the weights' shape with row stride 0 so they take
+# the weights' register layout (no shared-memory layout conversions). The OR constant comes in as a
+# run-time argument: with both constants immediates, ptxas would need two LOP3s instead of one.
+# Per weight: one LOP3, one FADD, one FFMA (~4 SASS instructions per weight in the loop at sm_90).
+# Group scales multiply per-group partial sums (the [N, W] partials reshaped to [N, W/GW, GW]).
 
 
 @triton.jit
-def _dequant_nibble(packed, hi, J: tl.constexpr):
+def _dequant_nibble(packed, hi, magic, J: tl.constexpr):
     """(nibble J - 8) * 16^p of each int32 word, as fp32 (exact); p = J % 5, `hi` = packed >> 20."""
     P: tl.constexpr = J % 5
     if J < 5:
-        bits = (packed & (0xF << (4 * P))) | MAGIC_BITS
+        bits = (packed & (0xF << (4 * P))) | magic
     else:
-        bits = (hi & (0xF << (4 * P))) | MAGIC_BITS
+        bits = (hi & (0xF << (4 * P))) | magic
     return bits.to(tl.float32, bitcast=True) - (8388608.0 + 8.0 * (1 << (4 * P)))
 
 
 @triton.jit
-def _int4_words_dot(packed, x_row_ptr, words, words_ok):
-    """[N, W] int32 words x x[8w + j] -> [N, W] fp32 per-word partial dots sum_j (q_j - 8) * x[8w + j]
-    (before the group scale)."""
+def _load_xs(ptrs, mask, EVEN: tl.constexpr):
+    if EVEN:
+        return tl.load(ptrs)
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def _group_dots(packed, xs_ptrs, xs_mask, stride_j, magic, GROUP_WORDS: tl.constexpr, EVEN: tl.constexpr):
+    """packed [N, W] words and xs_ptrs [N, W] (row stride 0) into nibble-major activations -> [N, W/GW]
+    per-group sums of (q - 8) * x, before the group scales."""
     hi = packed >> 20
-    acc = tl.zeros(packed.shape, dtype=tl.float32)
+    t = _dequant_nibble(packed, hi, magic, 0) * _load_xs(xs_ptrs, xs_mask, EVEN)
+    for j in tl.static_range(1, 8):
+        t += _dequant_nibble(packed, hi, magic, j) * _load_xs(xs_ptrs + j * stride_j, xs_mask, EVEN)
+    N: tl.constexpr = packed.shape[0]
+    W: tl.constexpr = packed.shape[1]
+    return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
+
+
+@triton.jit
+def _load_int4_chunk(rows, scales, n_ok, w0, w_idx, g_idx, N_WORDS, GROUP_WORDS: tl.constexpr,
+                     EVEN: tl.constexpr):
+    """Words w0 + w_idx of BLOCK_N packed rows [N, W] and their group scales [N, W/GW] (fp32), streamed
+    through L2 only (.cg) so that the weights do not push the activations out of L1. EVEN: every row and
+    word of the chunk exists (no masks; w0 wraps around so a prefetch past the end re-reads chunk 0)."""
+    if EVEN:
+        words = w0 % N_WORDS + w_idx
+        packed = tl.load(rows + words[None, :], cache_modifier=".cg")
+        scale = tl.load(scales + ((w0 % N_WORDS) // GROUP_WORDS + g_idx)[None, :], cache_modifier=".cg")
+    else:
+        words = w0 + w_idx
+        packed = tl.load(rows + words[None, :], mask=n_ok[:, None] & (words < N_WORDS)[None, :], other=0,
+                         cache_modifier=".cg")
+        groups = w0 // GROUP_WORDS + g_idx
+        scale = tl.load(scales + groups[None, :], mask=n_ok[:, None] & (groups < N_WORDS // GROUP_WORDS)[None, :],
+                        other=0.0, cache_modifier=".cg")
+    return packed, scale.to(tl.float32)
+
+
+@triton.jit
+def moe_int4_gemv_prep_x_kernel(x_ptr, xs_ptr, stride_xt, stride_xst, H_WORDS, BLOCK_W: tl.constexpr):
+    """xs[t, j, w] = x[t, 8w + j] * 16^-(j % 5) in fp32: the gate_up kernel's nibble-major activations."""
+    t = tl.program_id(0).to(tl.int64)
+    w = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    ok = w < H_WORDS
     for j in tl.static_range(8):
-        P: tl.constexpr = j % 5
-        xj = tl.load(x_row_ptr + 8 * words + j, mask=words_ok, other=0.0).to(tl.float32) * (1.0 / (1 << (4 * P)))
-        acc += _dequant_nibble(packed, hi, j) * xj[None, :]
-    return acc
+        v = tl.load(x_ptr + t * stride_xt + 8 * w + j, mask=ok, other=0.0).to(tl.float32)
+        tl.store(xs_ptr + t * stride_xst + j * H_WORDS + w, v * (1.0 / (1 << (4 * (j % 5)))), mask=ok)
 
 
 @triton.jit
@@ -197,16 +241,22 @@ def _group_member(ids_ptr, expert, TK, r, TK_PAD: tl.constexpr):
 
 @triton.jit
 def moe_int4_gemv_gate_up_kernel(
-    x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
-    stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
-    TK, I, H_WORDS,
+    xs_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
+    stride_xst, stride_we, stride_wn, stride_se, stride_sn, stride_at,
+    TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
-    rows of one expert, for every pair routed to it (the expert's first pair works, the others exit).
+    rows of one expert, for every pair routed to it (the expert's first pair works, the others exit), from
+    the nibble-major x (xs [T, 8, H/8]). act is stored nibble-major and pre-scaled for the down kernel:
+    act[pair, j, w] holds the value of row 8w + j times 16^-(j % 5).
     Weight rows stream from HBM once for the first pair; later pairs of the same expert (verify batches
-    where tokens share an expert) re-read them while they are still in L2."""
+    where tokens share an expert) re-read them while they are still in L2.
+
+    NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
+    next chunk is prefetched by hand: its loads are issued before the current chunk's arithmetic, two
+    chunks in flight per program."""
     pair = tl.program_id(0)
     nb = tl.program_id(1)
     leader, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
@@ -214,6 +264,8 @@ def moe_int4_gemv_gate_up_kernel(
         n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = n_offs < I
         w_idx = tl.arange(0, BLOCK_W)
+        g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
+        zero_rows = (n_offs * 0)[:, None]  # row stride 0: activation tiles take the weights' layout
         e = expert.to(tl.int64)
         gate_rows = w13_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
         up_rows = gate_rows + I * stride_wn
@@ -221,41 +273,54 @@ def moe_int4_gemv_gate_up_kernel(
         up_scales = gate_scales + I * stride_sn
         for r in range(0, count):
             member = _group_member(ids_ptr, expert, TK, r, TK_PAD)
-            x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
-            acc_g = tl.zeros([BLOCK_N, BLOCK_W], dtype=tl.float32)
-            acc_u = tl.zeros([BLOCK_N, BLOCK_W], dtype=tl.float32)
+            xs_row = xs_ptr + (member // TOP_K).to(tl.int64) * stride_xst
+            acc_g = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
+            acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
+            pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
             for w0 in range(0, H_WORDS, BLOCK_W):
-                words = w0 + w_idx
-                words_ok = words < H_WORDS
-                m = n_ok[:, None] & words_ok[None, :]
-                pg = tl.load(gate_rows + words[None, :], mask=m, other=0)
-                pu = tl.load(up_rows + words[None, :], mask=m, other=0)
-                group = (words // GROUP_WORDS)[None, :]
-                sg = tl.load(gate_scales + group, mask=m, other=0.0).to(tl.float32)
-                su = tl.load(up_scales + group, mask=m, other=0.0).to(tl.float32)
-                acc_g += _int4_words_dot(pg, x_row, words, words_ok) * sg
-                acc_u += _int4_words_dot(pu, x_row, words, words_ok) * su
+                pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                words = (w0 + w_idx)[None, :]
+                xs_ptrs = xs_row + zero_rows + words
+                xs_mask = (zero_rows == 0) & (words < H_WORDS)
+                acc_g += _group_dots(pg, xs_ptrs, xs_mask, H_WORDS, magic, GROUP_WORDS, EVEN) * sg
+                acc_u += _group_dots(pu, xs_ptrs, xs_mask, H_WORDS, magic, GROUP_WORDS, EVEN) * su
+                pg, sg, pu, su = pg_next, sg_next, pu_next, su_next
             g = tl.sum(acc_g, axis=1)
             u = tl.sum(acc_u, axis=1)
-            tl.store(act_ptr + member.to(tl.int64) * stride_at + n_offs, g * tl.sigmoid(g) * u, mask=n_ok)
+            j = n_offs % 8
+            p = j % 5
+            act_scale = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
+                p == 3, 1.0 / 4096, 1.0 / 65536))))  # 16^-p
+            tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
+                     g * tl.sigmoid(g) * u * act_scale, mask=n_ok)
 
 
 @triton.jit
 def moe_int4_gemv_down_kernel(
-    act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, out_ptr,
-    stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_ot,
-    H, I_WORDS,
-    TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
+    act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_ptr,
+    stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_addt, stride_ot,
+    H, magic,
+    I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr,
 ):
     """out[t, n] = sum over the k slots of token t of topk_w * (act[slot] W_down[n]^T), fp32 accumulation,
-    stored in out's dtype: the weighted sum over the experts is done here, no third launch, no atomics.
-    An expert chosen by several tokens is read by each of them (from L2 after the first)."""
+    stored in out's dtype (+ add[t, n], the shared experts' output, as a separate add would): the weighted
+    sum over the experts is done here, no third launch, no atomics. act is nibble-major (gate_up's store).
+    An expert chosen by several tokens is read by each of them (from L2 after the first). The slot and
+    word loops are unrolled (I and top_k are compile-time), so every slot's weight loads are independent
+    straight-line code that the compiler can issue together."""
     t = tl.program_id(0)
     nb = tl.program_id(1)
     n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = n_offs < H
     w_idx = tl.arange(0, BLOCK_W)
-    acc = tl.zeros([BLOCK_N, BLOCK_W], dtype=tl.float32)
+    g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
+    zero_rows = (n_offs * 0)[:, None]
+    acc = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
     for s in tl.static_range(TOP_K):
         pair = t * TOP_K + s
         e = tl.load(ids_ptr + pair).to(tl.int64)
@@ -263,12 +328,14 @@ def moe_int4_gemv_down_kernel(
         rows = w2_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
         scales = s2_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
         a_row = act_ptr + pair.to(tl.int64) * stride_at
-        for w0 in range(0, I_WORDS, BLOCK_W):
-            words = w0 + w_idx
-            words_ok = words < I_WORDS
-            m = n_ok[:, None] & words_ok[None, :]
-            p = tl.load(rows + words[None, :], mask=m, other=0)
-            sc = tl.load(scales + (words // GROUP_WORDS)[None, :], mask=m, other=0.0).to(tl.float32)
-            acc += _int4_words_dot(p, a_row, words, words_ok) * (sc * route_w)
-    tl.store(out_ptr + t.to(tl.int64) * stride_ot + n_offs, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty),
-             mask=n_ok)
+        for w0 in tl.static_range(0, I_WORDS, BLOCK_W):
+            p, sc = _load_int4_chunk(rows, scales, n_ok, w0, w_idx, g_idx, I_WORDS, GROUP_WORDS, EVEN)
+            words = (w0 + w_idx)[None, :]
+            xs_mask = (zero_rows == 0) & (words < I_WORDS)
+            acc += _group_dots(p, a_row + zero_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS,
+                               EVEN) * (sc * route_w)
+    y = tl.sum(acc, axis=1)
+    if HAS_ADD:  # rounded first, then added and rounded again: the numbers of `moe(x) + add` in torch
+        add = tl.load(add_ptr + t.to(tl.int64) * stride_addt + n_offs, mask=n_ok, other=0.0).to(tl.float32)
+        y = y.to(out_ptr.dtype.element_ty).to(tl.float32) + add
+    tl.store(out_ptr + t.to(tl.int64) * stride_ot + n_offs, y.to(out_ptr.dtype.element_ty), mask=n_ok)

@@ -1,0 +1,74 @@
+"""Launcher for rotary embedding of q and k in one launch; semantics in ref_apply_rotary.
+
+One program per token rotates every head of q and of k (grid fixed by shapes, graph-safe), reading cos/sin
+from a float32 [max_positions, rot_dim/2] table at the token's position. In place (into strided views such
+as MLA's q_rope inside q and k_rope inside kv_a) or out of place. Floating-point contraction is turned off
+so each output is rounded exactly as the torch reference rounds it (products, then sum/difference).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from sglang_eagle3.kernels import tuning
+from sglang_eagle3.kernels.triton.rotary import rotary_kernel
+
+TILE = 2048  # elements of one head block: BLOCK_H * HALF_PAD
+
+
+def _as_heads(t: torch.Tensor, N: int) -> torch.Tensor:
+    """[N, D] or [N, H, D] -> a [N, H, D] view."""
+    assert t.dim() in (2, 3) and t.shape[0] == N, f"expected [{N}, D] or [{N}, H, D], got {tuple(t.shape)}"
+    assert t.stride(-1) == 1, f"rotary operands need unit inner stride, got strides {t.stride()}"
+    return t[:, None, :] if t.dim() == 2 else t
+
+
+def triton_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, *, interleaved: bool, inplace: bool = False,
+                        k_out: torch.Tensor | None = None,
+                        k_out_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """q [N, Hq, D] or [N, D], k likewise (or None), positions [N] int, cos/sin float32 [P, D/2] -> (q', k')
+    in q's/k's dtype; in place returns q and k themselves. With k_out [S, Hk, D] or [S, D] and k_out_rows [N],
+    token i's rotated k goes to k_out[k_out_rows[i]] (any float dtype: MLA's cache slots) and k_out is
+    returned for k. Positions must lie in [0, P)."""
+    N = positions.shape[0]
+    assert positions.dim() == 1 and positions.is_contiguous(), f"positions must be contiguous [N], {positions.shape}"
+    assert positions.dtype in (torch.int32, torch.int64), f"{positions.dtype=}"
+    assert cos.dtype == torch.float32 and sin.dtype == torch.float32, f"{cos.dtype=} {sin.dtype=} must be float32"
+    assert cos.shape == sin.shape and cos.dim() == 2 and cos.stride() == sin.stride() and cos.stride(1) == 1, (
+        f"cos/sin must be [P, D/2] with unit inner stride, got {tuple(cos.shape)} {cos.stride()} {sin.stride()}")
+    half = cos.shape[1]
+    q3 = _as_heads(q, N)
+    k3 = _as_heads(k, N) if k is not None else q3
+    for name, t in (("q", q3), ("k", k3)):
+        assert t.shape[-1] == 2 * half, f"{name} last dim {t.shape[-1]} != 2 * table width {half}"
+        assert t.dtype in (torch.bfloat16, torch.float16, torch.float32), f"unsupported {name}.dtype={t.dtype}"
+        assert t.device == positions.device == cos.device, f"{name} on {t.device}, tables on {cos.device}"
+    q_out = q if inplace else torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if k_out_rows is not None:
+        assert k is not None and k_out is not None, "k_out_rows needs k and k_out"
+        assert k_out_rows.shape == (N,) and k_out_rows.is_contiguous() and not k_out_rows.dtype.is_floating_point, (
+            f"k_out_rows must be contiguous int [{N}], got {k_out_rows.dtype} {tuple(k_out_rows.shape)}")
+        ko3 = _as_heads(k_out, k_out.shape[0])
+        assert ko3.shape[1:] == k3.shape[1:], f"k_out rows {tuple(ko3.shape[1:])} != k rows {tuple(k3.shape[1:])}"
+        assert ko3.dtype in (torch.bfloat16, torch.float16, torch.float32), f"unsupported {k_out.dtype=}"
+    else:
+        assert k_out is None, "k_out is only for k_out_rows (otherwise use inplace or the returned tensor)"
+        k_out = None if k is None else (k if inplace else torch.empty(k.shape, dtype=k.dtype, device=k.device))
+        ko3 = _as_heads(k_out, N) if k_out is not None else q3
+    qo3 = _as_heads(q_out, N)
+    if N == 0:
+        return q_out, k_out
+    half_pad = triton.next_power_of_2(half)
+    block_h = max(1, min(triton.next_power_of_2(max(q3.shape[1], k3.shape[1])), TILE // half_pad))
+    rotary_kernel[(N,)](
+        positions, cos, sin, q3, qo3, k3, ko3, k_out_rows if k_out_rows is not None else positions,
+        q3.stride(0), q3.stride(1), qo3.stride(0), qo3.stride(1),
+        k3.stride(0), k3.stride(1), ko3.stride(0), ko3.stride(1),
+        cos.stride(0), q3.shape[1], k3.shape[1],
+        HAS_K=k is not None, K_OUT_ROWS=k_out_rows is not None, INTERLEAVED=bool(interleaved), HALF=half,
+        HALF_PAD=half_pad, BLOCK_H=block_h,
+        num_warps=1 if tuning.interpreting() else 4, enable_fp_fusion=False,
+    )
+    return q_out, k_out
