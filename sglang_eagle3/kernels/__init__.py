@@ -87,8 +87,12 @@ def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, reno
 
 def mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, *, tokens_per_req, page_size,
                   kv_lora_rank, sm_scale, use_triton: bool | None = None):
-    """Absorbed paged MLA attention for decode/verify -> [B*T, H, Dc]; see ref_mla_attention."""
-    fn = triton_mla_attention if _kernel_ok(use_triton, q_rope, q_nope_latent) else ref_mla_attention
+    """Absorbed paged MLA attention for decode/verify -> [B*T, H, Dc]; see ref_mla_attention.
+
+    NOTE: the kernel's tl.dot needs rope and latent widths >= 16 (every real DeepSeek/Kimi config: 64 and 512);
+    toy configs below that take the reference."""
+    shapes_ok = q_rope.shape[-1] >= 16 and kv_lora_rank >= 16
+    fn = triton_mla_attention if shapes_ok and _kernel_ok(use_triton, q_rope, q_nope_latent) else ref_mla_attention
     return fn(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, tokens_per_req=tokens_per_req,
               page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale)
 

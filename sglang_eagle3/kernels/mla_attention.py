@@ -60,6 +60,7 @@ def triton_mla_attention(
     assert seq_lens.dtype == torch.int32 and seq_lens.shape == (B,) and seq_lens.is_contiguous(), (
         f"seq_lens must be contiguous int32 [{B}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
 
+    assert Dr >= 16 and Dc >= 16, f"MLA kernel needs rope dim {Dr=} and latent dim {Dc=} >= 16 (tl.dot's K)"
     device = q_rope.device
     rows = T * H
     if config is None:

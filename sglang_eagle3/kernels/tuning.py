@@ -35,10 +35,11 @@ DEFAULTS: dict[str, dict] = {
     "fused_moe_int4_gate_up": {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4, "num_stages": 3},
     "fused_moe_int4_down": {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
     # INT4 GEMV path (T <= 8). BLOCK_N weight rows per program (gate_up: BLOCK_N gate + BLOCK_N up rows),
-    # BLOCK_W int32 words (8 weights each) per row per step. At Kimi TP=8 shapes (I=256, H=7168) and T=1 the
-    # defaults give 8 experts x 32 = 256 gate_up programs streaming 64 KB each (two 8 KB chunks in flight),
-    # and 224 down programs with all 8 slots' 4 KB tiles issued together. No num_stages: the kernels
-    # prefetch/unroll themselves (Triton does not pipeline loads that feed no tl.dot).
+    # BLOCK_W int32 words (8 weights each, a multiple of the 4 words of a scale group) per row per step. At
+    # Kimi TP=8 shapes (I=256, H=7168) and T=1 the defaults give 8 experts x 32 = 256 gate_up programs
+    # streaming 64 KB each (two 8 KB chunks in flight, 128 registers a thread at sm_90), and 224 down programs
+    # of 8 slots x 4 KB, unrolled. No num_stages: the kernels prefetch/unroll themselves (Triton does not
+    # pipeline loads that feed no tl.dot).
     "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4},
     "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4},
 }
@@ -60,7 +61,7 @@ CANDIDATES: dict[str, list[dict]] = {
 }
 CANDIDATES["fused_moe_int4_gemv_gate_up"] = [  # (BLOCK_N, BLOCK_W, num_warps): ~4-16 words a thread
     {"BLOCK_N": bn, "BLOCK_W": bw, "num_warps": w}
-    for bn, bw, w in ((4, 128, 2), (4, 128, 4), (4, 256, 4), (8, 64, 4), (8, 128, 4), (8, 128, 8), (16, 64, 4),
+    for bn, bw, w in ((4, 64, 2), (4, 128, 2), (4, 128, 4), (8, 64, 4), (8, 128, 4), (8, 128, 8), (16, 64, 4),
                       (16, 64, 8), (16, 128, 8))
 ]
 CANDIDATES["fused_moe_int4_gemv_down"] = [

@@ -275,7 +275,7 @@ def kimi_like_model(device, dtype=torch.bfloat16, layers=2, hidden=256, seed=0):
                       beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0)
     cfg = ModelConfig(vocab_size=64, hidden_size=hidden, intermediate_size=96, moe_intermediate_size=32,
                       num_hidden_layers=layers, num_attention_heads=2, q_lora_rank=32, kv_lora_rank=32,
-                      qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=6,
+                      qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, n_routed_experts=6,
                       num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
                       norm_topk_prob=True, routed_scaling_factor=2.5, scoring_func="sigmoid", topk_method="noaux_tc",
                       rms_norm_eps=1e-6, max_position_embeddings=256, rope=rope)

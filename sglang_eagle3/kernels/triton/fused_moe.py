@@ -203,11 +203,12 @@ def _load_int4_chunk(rows, scales, n_ok, w0, w_idx, g_idx, N_WORDS, GROUP_WORDS:
                      EVEN: tl.constexpr):
     """Words w0 + w_idx of BLOCK_N packed rows [N, W] and their group scales [N, W/GW] (fp32), streamed
     through L2 only (.cg) so that the weights do not push the activations out of L1. EVEN: every row and
-    word of the chunk exists (no masks; w0 wraps around so a prefetch past the end re-reads chunk 0)."""
+    word of the chunk exists (no masks; a prefetch past the end re-reads the last chunk, an L2 hit)."""
     if EVEN:
-        words = w0 % N_WORDS + w_idx
-        packed = tl.load(rows + words[None, :], cache_modifier=".cg")
-        scale = tl.load(scales + ((w0 % N_WORDS) // GROUP_WORDS + g_idx)[None, :], cache_modifier=".cg")
+        W: tl.constexpr = w_idx.shape[0]
+        start = tl.minimum(w0, N_WORDS - W)
+        packed = tl.load(rows + (start + w_idx)[None, :], cache_modifier=".cg")
+        scale = tl.load(scales + (start // GROUP_WORDS + g_idx)[None, :], cache_modifier=".cg")
     else:
         words = w0 + w_idx
         packed = tl.load(rows + words[None, :], mask=n_ok[:, None] & (words < N_WORDS)[None, :], other=0,

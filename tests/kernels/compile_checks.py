@@ -1,0 +1,197 @@
+"""Compile the Triton kernels for real GPUs without one: Triton's own ptxas (shipped in its wheel) turns them
+into sm_90 (H200) and sm_120 (RTX PRO 6000 Blackwell) cubins on a CPU machine. The interpreter runs kernels
+as NumPy, so it never sees what only the GPU compiler rejects (non-constexpr globals, reassigned constexprs)
+nor what it generates; this catches both: every kernel must compile without spilling to local memory, the
+rotary kernel must contain no FFMA (its bit-exactness against torch relies on it), and the INT4 GEMV inner
+loop must stay near 4 SASS instructions per weight (one LOP3 + FADD + FFMA per weight is the design) with no
+layout conversion of weight-sized tiles (they would show up as shared-memory barriers).
+
+Run as ``python compile_checks.py [NAME ...]``: one JSON line per check (as kernel_checks.py does).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import traceback
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from sglang_eagle3.kernels.triton import fused_moe as fm
+from sglang_eagle3.kernels.triton import rms_norm as rn
+from sglang_eagle3.kernels.triton import rotary as ro
+
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+MAX_GEMV_INSTR_PER_WEIGHT = 5.0
+
+
+def compile_sass(fn, sig: dict, consts: dict, aligned: list[str], arch: int, num_warps: int = 4,
+                 num_stages: int = 1, **options) -> tuple[str, str]:
+    """(SASS text, resource usage line) of `fn` compiled for sm_<arch>. `aligned` args get the 16-byte
+    divisibility the JIT infers for aligned tensors and strides."""
+    signature = {k: ("constexpr" if k in consts else v) for k, v in sig.items()}
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    kernel = triton.compile(ASTSource(fn, signature, constexprs=consts, attrs=attrs),
+                            target=GPUTarget("cuda", arch, 32),
+                            options=dict(num_warps=num_warps, num_stages=num_stages, **options))
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([os.path.join(BIN, "cuobjdump"), "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+        res = subprocess.run([os.path.join(BIN, "cuobjdump"), "-res-usage", f.name], capture_output=True, text=True,
+                             check=True).stdout
+    return sass, " ".join(re.findall(r"(?:REG|STACK|SHARED|LOCAL):\d+", res))
+
+
+def _no_spills(res: str, what: str) -> None:
+    local = int(re.search(r"LOCAL:(\d+)", res).group(1))
+    stack = int(re.search(r"STACK:(\d+)", res).group(1))
+    assert local == 0 and stack == 0, f"{what} spills to local memory: {res}"
+
+
+def _opcodes(lines: list[str]) -> collections.Counter:
+    return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", x).split()[0].split(".")[0] for x in lines)
+
+
+def _innermost_loop(sass: str) -> list[str]:
+    """Instructions of the shortest backward-branch span (the innermost loop)."""
+    ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)]
+    loops = []
+    for addr, txt in ins:
+        target = re.search(r"BRA .*?0x([0-9a-f]+)", txt)
+        if target and int(target.group(1), 16) < addr:
+            start = int(target.group(1), 16)
+            loops.append([x for a, x in ins if start <= a <= addr])
+    assert loops, "no loop found"
+    return min(loops, key=len)
+
+
+GATE_UP_SIG = dict(xs_ptr="*fp32", w13_ptr="*i32", s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*fp32",
+                   stride_xst="i32", stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32",
+                   stride_at="i32", TK="i32", I="i32", H_WORDS="i32", magic="i32", TOP_K="i32", TK_PAD="i32",
+                   GROUP_WORDS="i32", BLOCK_N="i32", BLOCK_W="i32", EVEN="i32")
+GATE_UP_ALIGNED = ["xs_ptr", "w13_ptr", "s13_ptr", "ids_ptr", "act_ptr", "stride_xst", "stride_we", "stride_wn",
+                   "stride_se", "stride_sn", "stride_at", "I", "H_WORDS"]
+DOWN_SIG = dict(act_ptr="*fp32", w2_ptr="*i32", s2_ptr="*bf16", ids_ptr="*i32", topk_w_ptr="*fp32",
+                add_ptr="*bf16", out_ptr="*bf16", stride_at="i32", stride_we="i32", stride_wn="i32",
+                stride_se="i32", stride_sn="i32", stride_addt="i32", stride_ot="i32", H="i32", magic="i32",
+                I_WORDS="i32", TOP_K="i32", GROUP_WORDS="i32", HAS_ADD="i32", BLOCK_N="i32", BLOCK_W="i32",
+                EVEN="i32")
+DOWN_ALIGNED = ["act_ptr", "w2_ptr", "s2_ptr", "ids_ptr", "topk_w_ptr", "add_ptr", "out_ptr", "stride_at",
+                "stride_we", "stride_wn", "stride_se", "stride_sn", "stride_addt", "stride_ot", "H"]
+
+
+def check_gemv(arch: int) -> dict:
+    """INT4 GEMV kernels at Kimi TP=8 shapes (the sm_90 defaults and a sweep candidate), both mask modes."""
+    out = {}
+    for bn, bw, warps in ((8, 128, 4), (4, 128, 2)):
+        for even in (True, False):
+            sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel, GATE_UP_SIG,
+                                     dict(TOP_K=8, TK_PAD=8, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=bw, EVEN=even),
+                                     GATE_UP_ALIGNED, arch, warps)
+            _no_spills(res, f"gate_up {bn=} {bw=} {even=}")
+            loop = _innermost_loop(sass)
+            per_weight = len(loop) / (2 * bn * bw * 8 / (32 * warps))  # gate + up rows, 8 weights a word
+            ops = _opcodes(loop)
+            out[f"gate_up_bn{bn}_bw{bw}_even{int(even)}"] = round(per_weight, 2)
+            if even:
+                assert per_weight <= MAX_GEMV_INSTR_PER_WEIGHT, (
+                    f"gate_up inner loop {per_weight:.2f} SASS instructions per weight (> "
+                    f"{MAX_GEMV_INSTR_PER_WEIGHT}): {dict(ops.most_common(10))}")
+                # Only the two small scale tiles ([BLOCK_N, BLOCK_W/4] bf16) change layout through shared
+                # memory (a store, a barrier, a load, a barrier each); a conversion of a weight-sized tile
+                # would add more (the first version of this kernel had 26).
+                assert ops["BAR"] <= 4, f"barriers in the gate_up inner loop (layout conversions): {dict(ops)}"
+    for bn, warps in ((32, 4), (16, 2)):
+        sass, res = compile_sass(fm.moe_int4_gemv_down_kernel, DOWN_SIG,
+                                 dict(I_WORDS=32, TOP_K=8, GROUP_WORDS=4, HAS_ADD=True, BLOCK_N=bn, BLOCK_W=32,
+                                      EVEN=True), DOWN_ALIGNED, arch, warps)
+        _no_spills(res, f"down {bn=}")
+        out[f"down_bn{bn}"] = res
+    sass, res = compile_sass(fm.moe_int4_gemv_prep_x_kernel,
+                             dict(x_ptr="*bf16", xs_ptr="*fp32", stride_xt="i32", stride_xst="i32", H_WORDS="i32",
+                                  BLOCK_W="i32"), dict(BLOCK_W=1024), ["x_ptr", "xs_ptr", "stride_xt", "stride_xst"],
+                             arch)
+    _no_spills(res, "prep_x")
+    return out
+
+
+def check_tile_path(arch: int) -> dict:
+    """The tile (tl.dot) kernels of fused_moe, bf16 and INT4, and the slot sum with the shared-expert add."""
+    out = {}
+    for int4 in (True, False):
+        wt = "*i32" if int4 else "*bf16"
+        sig = dict(x_ptr="*bf16", w13_ptr=wt, s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*bf16", stride_xt="i32",
+                   stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32", stride_at="i32", TK="i32",
+                   H="i32", I="i32", TOP_K="i32", TK_PAD="i32", INT4="i32", GROUP="i32", BLOCK_T="i32",
+                   BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32")
+        consts = dict(TOP_K=8, TK_PAD=128, INT4=int4, GROUP=32, BLOCK_T=16, BLOCK_N=32, BLOCK_K=256, INTERPRET=False)
+        _, out[f"gate_up_int4{int(int4)}"] = compile_sass(fm.moe_gate_up_kernel, sig, consts, ["x_ptr", "w13_ptr"],
+                                                           arch, num_stages=3)
+        sig = dict(act_ptr="*bf16", w2_ptr=wt, s2_ptr="*bf16", ids_ptr="*i32", topk_w_ptr="*fp32",
+                   out_ptr="*fp32", stride_at="i32", stride_we="i32", stride_wn="i32", stride_se="i32",
+                   stride_sn="i32", stride_ot="i32", TK="i32", H="i32", I="i32", TK_PAD="i32", INT4="i32",
+                   GROUP="i32", BLOCK_T="i32", BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32")
+        consts = dict(TK_PAD=128, INT4=int4, GROUP=32, BLOCK_T=16, BLOCK_N=64, BLOCK_K=256, INTERPRET=False)
+        _, out[f"down_int4{int(int4)}"] = compile_sass(fm.moe_down_kernel, sig, consts, ["act_ptr", "w2_ptr"], arch,
+                                                        num_stages=2)
+    _, res = compile_sass(fm.moe_sum_slots_kernel,
+                          dict(per_pair_ptr="*fp32", add_ptr="*bf16", out_ptr="*bf16", stride_pt="i32",
+                               stride_at="i32", stride_ot="i32", H="i32", TOP_K="i32", HAS_ADD="i32", BLOCK="i32"),
+                          dict(TOP_K=8, HAS_ADD=True, BLOCK=1024), ["per_pair_ptr", "add_ptr", "out_ptr"], arch)
+    _no_spills(res, "sum_slots")
+    return out
+
+
+def check_rms_norm(arch: int) -> dict:
+    sig = dict(x_ptr="*bf16", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", res_out_ptr="*bf16",
+               out_rows_ptr="*i64", stride_x="i32", stride_r="i32", stride_o="i32", stride_ro="i32", D="i32",
+               eps="fp32", HAS_RESIDUAL="i32", HAS_OUT_ROWS="i32", BLOCK_D="i32")
+    out = {}
+    for D, warps, residual, rows in ((7168, 16, False, False), (7168, 16, True, False), (512, 4, False, True)):
+        _, res = compile_sass(rn.rms_norm_kernel, sig,
+                              dict(HAS_RESIDUAL=residual, HAS_OUT_ROWS=rows, BLOCK_D=triton.next_power_of_2(D)),
+                              ["x_ptr", "w_ptr", "out_ptr"], arch, warps)
+        _no_spills(res, f"rms_norm {D=}")
+        out[f"D{D}_res{int(residual)}_rows{int(rows)}"] = res
+    return out
+
+
+def check_rotary(arch: int) -> dict:
+    sig = dict(pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", q_ptr="*bf16", q_out_ptr="*bf16", k_ptr="*bf16",
+               k_out_ptr="*bf16", k_out_rows_ptr="*i64", stride_qt="i32", stride_qh="i32", stride_qot="i32",
+               stride_qoh="i32", stride_kt="i32", stride_kh="i32", stride_kot="i32", stride_koh="i32",
+               stride_table="i32", HQ="i32", HK="i32", HAS_K="i32", K_OUT_ROWS="i32", INTERLEAVED="i32",
+               HALF="i32", HALF_PAD="i32", BLOCK_H="i32")
+    out = {}
+    for interleaved, half, block_h, rows in ((True, 32, 8, True), (False, 64, 32, False)):
+        sass, res = compile_sass(ro.rotary_kernel, sig,
+                                 dict(HAS_K=True, K_OUT_ROWS=rows, INTERLEAVED=interleaved, HALF=half,
+                                      HALF_PAD=half, BLOCK_H=block_h), ["q_ptr", "k_ptr"], arch,
+                                 enable_fp_fusion=False)
+        _no_spills(res, "rotary")
+        fma = sum(1 for line in sass.splitlines() if re.search(r"\bFFMA\b", line))
+        assert fma == 0, f"rotary kernel has {fma} FFMA: its results would differ from torch's (mul, mul, sub)"
+        out[f"interleaved{int(interleaved)}"] = res
+    return out
+
+
+CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
+         for arch in (90, 120)
+         for name, fn in (("gemv", check_gemv), ("tile_path", check_tile_path), ("rms_norm", check_rms_norm),
+                          ("rotary", check_rotary))}
+
+if __name__ == "__main__":
+    for name in sys.argv[1:] or list(CASES):
+        try:
+            print(json.dumps({"case": name, "ok": True, "detail": CASES[name]()}), flush=True)
+        except Exception:
+            print(json.dumps({"case": name, "ok": False, "detail": traceback.format_exc()}), flush=True)
