@@ -72,8 +72,12 @@ class DeepseekV3ForCausalLM(nn.Module):
         self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, dtype)
 
     def set_kernel_backends(self, attention: str = "auto", moe: str = "auto") -> None:
-        """'triton' | 'torch' | 'auto' (Triton on CUDA tensors, the torch reference elsewhere)."""
+        """'triton' | 'torch' | 'auto' (Triton on CUDA tensors, the torch reference elsewhere). The attention
+        choice also covers the norms and the rotary (the attention block's small fused kernels)."""
         choice = {"auto": None, "triton": True, "torch": False}
+        for module in self.modules():
+            if isinstance(module, (RMSNorm, RotaryEmbedding)):
+                module.use_triton = choice[attention]
         for layer in self.model.layers:
             layer.self_attn.use_triton = choice[attention]
             if isinstance(layer.mlp, DeepseekMoE):
