@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -20,6 +19,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from sglang_eagle3.bench.harness import git_commit
 
 HIDDEN = 7168
 SETTINGS = {
@@ -131,11 +132,7 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     assert a.gpus >= 2, f"needs >= 2 GPUs, found {a.gpus}"
-    try:
-        commit = subprocess.check_output(["git", "rev-parse", "HEAD"], text=True, stderr=subprocess.DEVNULL).strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = os.environ.get("GIT_COMMIT", "unknown")
-    report = {"command": " ".join(["python"] + sys.argv), "git_commit": commit,
+    report = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
               "gpu": torch.cuda.get_device_name(0), "gpus": a.gpus, "torch": torch.__version__,
               "nccl": ".".join(map(str, torch.cuda.nccl.version())), "hidden": HIDDEN, "dtype": "bfloat16",
               "settings": {}}

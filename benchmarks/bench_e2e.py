@@ -22,24 +22,18 @@ import dataclasses
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 
 import torch
 
+from sglang_eagle3.bench.harness import git_commit
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True, stderr=subprocess.DEVNULL).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("GIT_COMMIT", "unknown")
-
-
 def _provenance(device: str) -> dict:
-    return {"command": " ".join(["python"] + sys.argv), "git_commit": _commit(),
+    return {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
             "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
             "cpu_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

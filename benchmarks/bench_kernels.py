@@ -18,13 +18,14 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
 
 import torch
+
+from sglang_eagle3.bench.harness import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -305,19 +306,6 @@ def run_sweep(out: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------- main
-def git_commit() -> str:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "unknown"
-    commit = commit.strip()
-    if len(commit) != 40:  # not a git checkout (the device machine's copy has no history)
-        return "unknown"
-    return commit + ("-dirty" if dirty else "")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from sglang_eagle3.bench.harness import git_commit
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -229,8 +231,7 @@ def main() -> None:
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = git_commit()
     doc = {
         "command": "python " + " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:]),
         "git_commit": commit,

@@ -19,12 +19,12 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 
 import torch
 
+from sglang_eagle3.bench.harness import git_commit
 from sglang_eagle3.config import ModelConfig, RopeConfig
 from sglang_eagle3.distributed.parallel_state import init_tp
 from sglang_eagle3.kernels.ref import ref_moe_topk
@@ -115,13 +115,6 @@ def time_case(runner: ModelRunner, ctx: int, T: int, pages: list[int], eager_ite
     eager = median_ms(lambda: graph_runner.fn(**inputs, tokens_per_req=T), eager_iters)
     graph = median_ms(lambda: runner.target_uniform(bt, T, verify=T > 1), graph_iters)
     return eager, graph
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("GIT_COMMIT", "unknown")
 
 
 def main() -> None:

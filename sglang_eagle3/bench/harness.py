@@ -93,11 +93,22 @@ def _verify_counts(info: dict) -> dict:
     return {"graph": fc.get("graph", 0), "eager": fc.get("eager", 0)}
 
 
-def git_commit() -> str:
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def git_commit(repo: str = REPO) -> str:
+    """HEAD of the checkout (+ "-dirty" with uncommitted changes to tracked files). Where there is no git
+    history (the GPU machines get a copy of the tree without it) the GIT_COMMIT variable is used, so a device
+    run records the commit it was sent from; else "unknown"."""
     try:
-        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True, stderr=subprocess.DEVNULL).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit, dirty = "", ""
+    if len(commit) != 40:
+        return os.environ.get("GIT_COMMIT", "unknown")
+    return commit + ("-dirty" if dirty else "")
 
 
 def provenance(base: str, info: dict) -> dict:
