@@ -1,0 +1,29 @@
+"""The end-to-end benchmark harness against a real server: metrics, provenance, side-by-side compare."""
+
+from __future__ import annotations
+
+import copy
+
+from sglang_eagle3.bench.harness import compare_table, provenance_diff, run_workload
+
+
+def test_harness_measures_and_records_provenance(server):
+    res = run_workload(server.url, name="eagle3", prompts=["And God said,", "In the beginning"], num_requests=3,
+                       concurrency=2, max_tokens=12, warmup=1)
+    m = res["metrics"]
+    assert m["requests_ok"] == 3 and m["requests_failed"] == 0
+    assert m["output_tokens"] == 3 * 12  # ignore_eos: every request runs to max_tokens
+    assert m["end_to_end_output_tok_per_s"] > 0 and m["mean_ttft_ms"] > 0
+    assert m["server_accept_length"] is not None and m["server_accept_length"] >= 1.0
+    assert m["server_verify_batches_graph"] + m["server_verify_batches_eager"] > 0
+    prov = res["provenance"]
+    assert prov["server_args"]["speculative_num_steps"] == 3 and prov["model"]["layers"] > 0
+    assert prov["git_commit"] and prov["time_utc"]
+
+    other = copy.deepcopy(res)
+    other["name"] = "baseline"
+    other["provenance"]["server_args"]["speculative_algorithm"] = None
+    diffs = provenance_diff([res, other])
+    assert any("speculative_algorithm" in d for d in diffs)
+    table = compare_table([other, res])
+    assert "| eagle3 |" in table and "1.00x" in table
