@@ -29,7 +29,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from sglang_eagle3.train.modules import reference_kernels, training_mode
-from sglang_eagle3.train.target import PROBE_FROM, PROBE_TO, autocast, fit_steps_to_time, make_optimizer
+from sglang_eagle3.train.target import (
+    PROBE_FROM,
+    PROBE_TO,
+    CosineSchedule,
+    autocast,
+    fit_steps_to_time,
+    make_optimizer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -279,7 +286,7 @@ def accept_lengths(target: nn.Module, draft: nn.Module, sequences: list[list[int
 # Training loop
 # ------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class DraftTrainConfig:
+class DraftTrainConfig(CosineSchedule):
     steps: int = 2000
     batch_size: int = 64
     lr: float = 1e-3
@@ -296,13 +303,7 @@ class DraftTrainConfig:
 
     def __post_init__(self):
         assert self.steps > 0 and self.batch_size > 0 and self.ttt_steps > 0, f"{self=}"
-        assert 0 <= self.warmup_steps < self.steps, f"warmup_steps={self.warmup_steps} must be < {self.steps=}"
-
-    def lr_at(self, step: int) -> float:
-        if step < self.warmup_steps:
-            return self.lr * (step + 1) / self.warmup_steps
-        t = (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps)
-        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+        self.check_schedule()
 
 
 @dataclass

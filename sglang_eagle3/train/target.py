@@ -22,8 +22,22 @@ from sglang_eagle3.train.modules import training_mode, update_routing_bias
 logger = logging.getLogger(__name__)
 
 
+class CosineSchedule:
+    """Linear warm-up then cosine decay to lr * min_lr_ratio; shared by the target and draft trainers' configs
+    (which hold lr, min_lr_ratio, warmup_steps and steps)."""
+
+    def check_schedule(self) -> None:
+        assert 0 <= self.warmup_steps < self.steps, f"warmup_steps={self.warmup_steps} must be < {self.steps=}"
+
+    def lr_at(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        t = (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps)
+        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
 @dataclass(frozen=True)
-class TargetTrainConfig:
+class TargetTrainConfig(CosineSchedule):
     steps: int = 3000
     batch_size: int = 64
     seq_len: int = 512
@@ -44,13 +58,7 @@ class TargetTrainConfig:
 
     def __post_init__(self):
         assert self.steps > 0 and self.batch_size > 0 and self.seq_len > 1, f"{self=}"
-        assert 0 <= self.warmup_steps < self.steps, f"warmup_steps={self.warmup_steps} must be < {self.steps=}"
-
-    def lr_at(self, step: int) -> float:
-        if step < self.warmup_steps:
-            return self.lr * (step + 1) / self.warmup_steps
-        t = (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps)
-        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+        self.check_schedule()
 
 
 def fit_steps_to_time(cfg, step: int, elapsed_s: float, step_s: float, safety: float = 0.85):
