@@ -10,7 +10,9 @@ from sglang_eagle3.distributed.parallel_state import get_tp, tp_all_gather_last_
 from sglang_eagle3.layers.linear import sharded_loader
 
 
-class VocabParallelEmbedding(nn.Module):
+class _VocabSharded(nn.Module):
+    """A [vocab/tp, dim] weight holding this rank's contiguous block of vocabulary rows."""
+
     def __init__(self, vocab_size: int, dim: int, dtype=None):
         super().__init__()
         tp = get_tp()
@@ -21,6 +23,9 @@ class VocabParallelEmbedding(nn.Module):
         self.start = tp.rank * self.part
         self.weight = nn.Parameter(torch.empty(self.part, dim, dtype=dtype), requires_grad=False)
         self.weight.weight_loader = sharded_loader(0)
+
+
+class VocabParallelEmbedding(_VocabSharded):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if self.part == self.vocab_size:
@@ -35,17 +40,8 @@ class VocabParallelEmbedding(nn.Module):
         return tp_all_reduce(out)
 
 
-class ParallelLMHead(nn.Module):
+class ParallelLMHead(_VocabSharded):
     """logits = h W^T over the full vocab (gathered from the ranks' slices), in float32."""
-
-    def __init__(self, vocab_size: int, dim: int, dtype=None):
-        super().__init__()
-        tp = get_tp()
-        if vocab_size % tp.size:
-            raise ValueError(f"{vocab_size=} must be divisible by tp_size={tp.size}")
-        self.vocab_size = vocab_size
-        self.weight = nn.Parameter(torch.empty(vocab_size // tp.size, dim, dtype=dtype), requires_grad=False)
-        self.weight.weight_loader = sharded_loader(0)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return tp_all_gather_last_dim(F.linear(h, self.weight).float())
