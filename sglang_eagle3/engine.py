@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sglang_eagle3 import env
 from sglang_eagle3.config import ConfigError, resolve_aux_layer_ids
 from sglang_eagle3.runtime.request import Request
 from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError
@@ -358,7 +359,7 @@ def _select_backends(args: EngineArgs, device: torch.device) -> None:
     """Checks the kernel path choice (Triton on CUDA by default, torch references elsewhere)."""
     for name in ("attention_backend", "moe_runner_backend"):
         v = getattr(args, name)
-        if v == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        if v == "triton" and device.type != "cuda" and not env.TRITON_INTERPRET.flag():
             raise ConfigError(f"{name}='triton' needs a CUDA device (or TRITON_INTERPRET=1); got device={device}")
 
 

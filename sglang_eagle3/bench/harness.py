@@ -23,6 +23,8 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
+from sglang_eagle3 import env
+
 DEFAULT_PROMPTS = [
     "And God said, Let there be light:",
     "In the beginning",
@@ -107,7 +109,7 @@ def git_commit(repo: str = REPO) -> str:
     except OSError:
         commit, dirty = "", ""
     if len(commit) != 40:
-        return os.environ.get("GIT_COMMIT", "unknown")
+        return env.GIT_COMMIT.raw() or "unknown"
     return commit + ("-dirty" if dirty else "")
 
 

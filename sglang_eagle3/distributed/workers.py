@@ -25,9 +25,11 @@ import traceback
 import weakref
 from datetime import timedelta
 
+from sglang_eagle3 import env
+
 logger = logging.getLogger(__name__)
 
-FAULT_ENV = "SGLANG_EAGLE3_FAULT_INJECT"  # test hook: "rank=R,at=start" or "rank=R,at=step:N"
+FAULT_ENV = env.FAULT_INJECT.name  # test hook: "rank=R,at=start" or "rank=R,at=step:N"
 
 
 class WorkerError(RuntimeError):
@@ -41,7 +43,7 @@ def _free_port() -> int:
 
 
 def _fault(rank: int) -> str | None:
-    spec = os.environ.get(FAULT_ENV, "")
+    spec = env.FAULT_INJECT.raw() or ""
     if not spec:
         return None
     kv = dict(p.split("=", 1) for p in spec.split(",") if "=" in p)

@@ -11,9 +11,10 @@ SGLANG_EAGLE3_FORCE=1 (other SGLang versions, at your own risk), SGLANG_EAGLE3_K
 from __future__ import annotations
 
 import logging
-import os
 import runpy
 import sys
+
+from sglang_eagle3 import env
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def close_common_fallbacks(argv: list[str]) -> list[str]:
     latter and not the former, capture up to it (logged; SGLANG_EAGLE3_KEEP_GRAPH_BS=1 keeps SGLang's choice)."""
     running = _flag_value(argv, "--max-running-requests")
     if running is None or _flag_value(argv, "--cuda-graph-max-bs") is not None \
-            or os.environ.get("SGLANG_EAGLE3_KEEP_GRAPH_BS") == "1":
+            or env.KEEP_GRAPH_BS.flag():
         return argv
     logger.info("capturing CUDA graphs up to --max-running-requests=%s (added --cuda-graph-max-bs %s) so verify "
                 "never falls back to eager for batch size", running, running)
@@ -43,8 +44,7 @@ def close_common_fallbacks(argv: list[str]) -> list[str]:
 def launch_sglang(argv: list[str]) -> int:
     from sglang_eagle3.integration import sglang_overlay
 
-    status = sglang_overlay.apply(strict_verify=os.environ.get("SGLANG_EAGLE3_STRICT_VERIFY") == "1",
-                                  moe_routing=os.environ.get("SGLANG_EAGLE3_NO_MOE_ROUTING") != "1")
+    status = sglang_overlay.apply(strict_verify=env.STRICT_VERIFY.flag(), moe_routing=not env.NO_MOE_ROUTING.flag())
     logger.info("sglang_eagle3 overlay applied (%d patches); starting SGLang's launcher",
                 len(status.get("patched", [])))
     saved = sys.argv

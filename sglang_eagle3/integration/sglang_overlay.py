@@ -24,14 +24,15 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sglang_eagle3 import env
 from sglang_eagle3.integration import draft_wiring, moe_routing, worker_env
 from sglang_eagle3.integration import verify_guard as verify_guard_mod
 
 logger = logging.getLogger(__name__)
 
 SUPPORTED_SGLANG_VERSIONS: tuple[str, ...] = ("0.5.23",)
-ENV_CONFIG = "SGLANG_EAGLE3_OVERLAY"  # JSON OverlayConfig; set by apply(), read by spawned workers
-ENV_FORCE = "SGLANG_EAGLE3_FORCE"  # "1": same as apply(force=True)
+ENV_CONFIG = env.OVERLAY_CONFIG.name  # JSON OverlayConfig; set by apply(), read by spawned workers
+ENV_FORCE = env.OVERLAY_FORCE.name  # "1": same as apply(force=True)
 
 
 class UnsupportedSGLangVersion(RuntimeError):

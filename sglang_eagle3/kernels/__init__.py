@@ -11,13 +11,12 @@ reference whenever autograd records through its inputs, and float64 inputs (test
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 # NOTE: the launcher modules share their names with the functions defined below. Importing them here, before
 # the functions are defined, keeps ``sglang_eagle3.kernels.moe_topk`` bound to the function: Python sets a
 # package attribute only when a submodule is first imported.
+from sglang_eagle3 import env
 from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_int4
 from sglang_eagle3.kernels.mla_attention import triton_mla_attention
 from sglang_eagle3.kernels.moe_topk import triton_moe_topk
@@ -34,7 +33,7 @@ from sglang_eagle3.kernels.ref import (
 from sglang_eagle3.kernels.rms_norm import triton_rms_norm
 from sglang_eagle3.kernels.rotary import triton_apply_rotary
 
-TRITON_ON_CPU_ENV = "SGLANG_EAGLE3_TRITON_ON_CPU"
+TRITON_ON_CPU_ENV = env.TRITON_ON_CPU.name
 
 
 def _use_triton(t: torch.Tensor, use_triton: bool | None) -> bool:
@@ -42,11 +41,11 @@ def _use_triton(t: torch.Tensor, use_triton: bool | None) -> bool:
         return False
     if t.is_cuda:
         return True
-    interpret = os.environ.get("TRITON_INTERPRET", "0") == "1"
-    asked = use_triton is True or os.environ.get(TRITON_ON_CPU_ENV, "0") == "1"
+    interpret = env.TRITON_INTERPRET.flag()
+    asked = use_triton is True or env.TRITON_ON_CPU.flag()
     if asked and not interpret:
         raise RuntimeError(f"Triton on CPU needs TRITON_INTERPRET=1 set before triton is imported "
-                           f"({use_triton=}, {TRITON_ON_CPU_ENV}={os.environ.get(TRITON_ON_CPU_ENV)})")
+                           f"({use_triton=}, {TRITON_ON_CPU_ENV}={env.TRITON_ON_CPU.raw()})")
     return asked
 
 

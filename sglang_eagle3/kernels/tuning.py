@@ -12,16 +12,17 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from sglang_eagle3 import env
+
 logger = logging.getLogger(__name__)
 
 CONFIG_DIR = Path(__file__).parent / "configs"
-CACHE_DIR = Path(os.environ.get("SGLANG_EAGLE3_CACHE_DIR", Path.home() / ".cache" / "sglang_eagle3"))
+CACHE_DIR = env.cache_dir()
 
 # Defaults: safe on any CUDA GPU with >= 99 KB shared memory per block, and the only configs the
 # interpreter sees (it cannot autotune).
@@ -73,7 +74,7 @@ CANDIDATES["fused_moe_int4_down"] = [dict(c) for c in CANDIDATES["fused_moe_gate
 
 def interpreting() -> bool:
     """True under the Triton interpreter; then also makes sure its loop bounds work (see below)."""
-    if os.environ.get("TRITON_INTERPRET", "0") != "1":
+    if not env.TRITON_INTERPRET.flag():
         return False
     _patch_interpreter_index()
     return True

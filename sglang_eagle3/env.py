@@ -1,0 +1,49 @@
+"""Every environment variable sglang_eagle3 reads, typed, in one place.
+
+Read at call time (not import time), so a test or a launcher that sets one before calling in sees it.
+Variables we only *report* (NCCL_*, CUDA_*: the worker environment) are in env_report.py, not here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "0") == "1"
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    help: str
+
+    def raw(self) -> str | None:
+        return os.environ.get(self.name)
+
+    def flag(self) -> bool:
+        return _flag(self.name)
+
+
+TRITON_INTERPRET = Knob("TRITON_INTERPRET", "Triton's own: run kernels in its CPU interpreter (tests)")
+TRITON_ON_CPU = Knob("SGLANG_EAGLE3_TRITON_ON_CPU",
+                     "with TRITON_INTERPRET=1, route the kernel entry points to Triton on CPU tensors (tests)")
+CACHE_DIR = Knob("SGLANG_EAGLE3_CACHE_DIR", "autotuning cache (default ~/.cache/sglang_eagle3)")
+FAULT_INJECT = Knob("SGLANG_EAGLE3_FAULT_INJECT",
+                    "test hook: 'rank=R,at=start' or 'rank=R,at=step:N' makes that TP worker fail")
+OVERLAY_CONFIG = Knob("SGLANG_EAGLE3_OVERLAY", "set by apply(): the overlay config SGLang's workers re-apply")
+OVERLAY_FORCE = Knob("SGLANG_EAGLE3_FORCE", "1: apply the overlay to an unsupported SGLang version")
+STRICT_VERIFY = Knob("SGLANG_EAGLE3_STRICT_VERIFY", "1: launch_server --backend sglang fails instead of eager verify")
+NO_MOE_ROUTING = Knob("SGLANG_EAGLE3_NO_MOE_ROUTING", "1: launch_server --backend sglang keeps SGLang's routing")
+KEEP_GRAPH_BS = Knob("SGLANG_EAGLE3_KEEP_GRAPH_BS",
+                     "1: launch_server --backend sglang does not raise --cuda-graph-max-bs")
+GIT_COMMIT = Knob("GIT_COMMIT", "commit recorded by benchmarks where the tree has no git history")
+
+ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE, STRICT_VERIFY,
+       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT)
+
+
+def cache_dir() -> Path:
+    return Path(CACHE_DIR.raw() or Path.home() / ".cache" / "sglang_eagle3")
