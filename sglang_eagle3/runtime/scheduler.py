@@ -228,9 +228,7 @@ class Scheduler:
 
     # -- decode rounds -------------------------------------------------------------------------------
     def _decode_round(self, reqs: list[Request]) -> list[Request]:
-        runner = self.runner
-        for r in reqs:
-            self._ensure_pages(r, r.seq_len)
+        runner = self.runner  # pages for this round were reserved by _make_room
         bt = runner.build([([r.tokens[-1]], r.seq_len - 1, r.pages) for r in reqs])
         logits, _ = runner.target_uniform(bt, 1, verify=False)
         for i, r in enumerate(reqs):
@@ -239,9 +237,7 @@ class Scheduler:
 
     def _spec_round(self, reqs: list[Request]) -> list[Request]:
         runner, k = self.runner, self.num_steps
-        T = k + 1
-        for r in reqs:
-            self._ensure_pages(r, r.seq_len + k)
+        T = k + 1  # pages for positions up to seq_len - 1 + k were reserved by _make_room
         # 1. draft decode steps: d_2..d_k
         drafts = [[r.next_draft_token] for r in reqs]
         hidden = torch.stack([self._draft_hidden[r.rid] for r in reqs])
