@@ -245,6 +245,24 @@ def sweep(rows: list, calls_fn, candidates: list, base: dict | None = None, key:
     return best
 
 
+def sweep_moe(record: dict, op: str, T: int, path: str, gate_up_cands: list, down_cands: list) -> tuple:
+    """Sweeps gate_up then down (with the winning gate_up) for one INT4 MoE path at T tokens; on failure keeps
+    the defaults and logs why."""
+    gate_up, down = tuning.DEFAULTS[f"{op}_gate_up"], tuning.DEFAULTS[f"{op}_down"]
+    try:
+        weights = make_moe_weights(True)
+        calls, _, _ = moe_case(T, True, weights, path=path)
+        base = {"gate_up": gate_up, "down": down}
+        gate_up = sweep(record.setdefault(f"{op}_t{T}_gate_up", []), calls, gate_up_cands, base, "gate_up")
+        down = sweep(record.setdefault(f"{op}_t{T}_down", []), calls, down_cands, {**base, "gate_up": gate_up},
+                     "down")
+        del weights, calls
+        torch.cuda.empty_cache()
+    except Exception:
+        log(f"{op} sweep failed, keeping defaults:\n" + traceback.format_exc())
+    return gate_up, down
+
+
 def run_sweep(out: Path) -> dict:
     """Winners per op on the decode shapes the targets name; written as a config table."""
     log("== sweep")
@@ -262,40 +280,15 @@ def run_sweep(out: Path) -> dict:
                  "mla_attention": [{"max_rows": 16, **mla_decode}, mla_verify],
                  "fused_moe_gate_up": [tuning.DEFAULTS["fused_moe_gate_up"]],
                  "fused_moe_down": [tuning.DEFAULTS["fused_moe_down"]]}
-    op = "fused_moe_int4"  # bf16 experts are no target: their table keeps the defaults
-    gate_up, down = tuning.DEFAULTS[f"{op}_gate_up"], tuning.DEFAULTS[f"{op}_down"]
-    try:
-        weights = make_moe_weights(True)
-        calls, _, _ = moe_case(16, True, weights, path="tile")  # the tile path now serves T > 8
-        base = {"gate_up": gate_up, "down": down}
-        gate_up = sweep(record.setdefault(f"{op}_t16_gate_up", []), calls, GATE_UP_SWEEP, base, "gate_up")
-        down = sweep(record.setdefault(f"{op}_t16_down", []), calls, DOWN_SWEEP, {**base, "gate_up": gate_up},
-                     "down")
-        del weights, calls
-        torch.cuda.empty_cache()
-    except Exception:
-        log(f"{op} sweep failed, keeping defaults:\n" + traceback.format_exc())
-    table_ops[f"{op}_gate_up"] = [gate_up]
-    table_ops[f"{op}_down"] = [down]
-    log(f"{op} sweep done at {time.time() - t0:.0f}s: gate_up {gate_up} down {down}")
-
-    # INT4 GEMV path: swept at T=1 (decode); the table's bucket covers every T <= GEMV_MAX_TOKENS.
-    op = "fused_moe_int4_gemv"
-    gate_up, down = tuning.DEFAULTS[f"{op}_gate_up"], tuning.DEFAULTS[f"{op}_down"]
-    try:
-        weights = make_moe_weights(True)
-        calls, _, _ = moe_case(1, True, weights, path="gemv")
-        base = {"gate_up": gate_up, "down": down}
-        gate_up = sweep(record.setdefault(f"{op}_t1_gate_up", []), calls, GEMV_GATE_UP_SWEEP, base, "gate_up")
-        down = sweep(record.setdefault(f"{op}_t1_down", []), calls, GEMV_DOWN_SWEEP, {**base, "gate_up": gate_up},
-                     "down")
-        del weights, calls
-        torch.cuda.empty_cache()
-    except Exception:
-        log(f"{op} sweep failed, keeping defaults:\n" + traceback.format_exc())
-    table_ops[f"{op}_gate_up"] = [gate_up]
-    table_ops[f"{op}_down"] = [down]
-    log(f"{op} sweep done at {time.time() - t0:.0f}s: gate_up {gate_up} down {down}")
+    # bf16 experts are no target: their table keeps the defaults. The tile path serves T > 8 (swept at 16);
+    # the GEMV path is swept at T=1 (decode) and its table bucket covers every T <= GEMV_MAX_TOKENS.
+    for op, T, path, gate_up_cands, down_cands in (
+            ("fused_moe_int4", 16, "tile", GATE_UP_SWEEP, DOWN_SWEEP),
+            ("fused_moe_int4_gemv", 1, "gemv", GEMV_GATE_UP_SWEEP, GEMV_DOWN_SWEEP)):
+        gate_up, down = sweep_moe(record, op, T, path, gate_up_cands, down_cands)
+        table_ops[f"{op}_gate_up"] = [gate_up]
+        table_ops[f"{op}_down"] = [down]
+        log(f"{op} sweep done at {time.time() - t0:.0f}s: gate_up {gate_up} down {down}")
     arch, sms, name = tuning.device_key(torch.cuda.current_device())
     table = {"arch": arch, "sm_counts": [sms], "measured": True,
              "source": f"benchmarks/bench_kernels.py --sweep on {name}, decode shapes (MLA B=1 T=1 8k and "

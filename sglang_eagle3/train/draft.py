@@ -30,12 +30,10 @@ import torch.nn.functional as F
 
 from sglang_eagle3.train.modules import reference_kernels, training_mode
 from sglang_eagle3.train.target import (
-    PROBE_FROM,
-    PROBE_TO,
     CosineSchedule,
     autocast,
-    fit_steps_to_time,
     make_optimizer,
+    schedule_step,
 )
 
 logger = logging.getLogger(__name__)
@@ -358,13 +356,7 @@ def train_draft(target: nn.Module, draft: nn.Module, sequences: torch.Tensor, dr
     with training_mode(target), reference_kernels(draft):
         while step + 1 < cfg.steps:
             step += 1
-            if step == PROBE_FROM:
-                probe_t0 = time.perf_counter()
-            if step == PROBE_TO:
-                now = time.perf_counter()
-                cfg = fit_steps_to_time(cfg, step, now - start, (now - probe_t0) / (PROBE_TO - PROBE_FROM))
-            for group in opt.param_groups:
-                group["lr"] = cfg.lr_at(step)
+            cfg, probe_t0 = schedule_step(cfg, opt, step, start, probe_t0)
             rows = torch.randint(0, len(sequences), (cfg.batch_size,), generator=gen)
             ids = sequences[rows].to(device)
             mask = loss_mask[rows].to(device) if loss_mask is not None else None

@@ -61,6 +61,19 @@ class TargetTrainConfig(CosineSchedule):
         self.check_schedule()
 
 
+def schedule_step(cfg, opt, step: int, start: float, probe_t0: float):
+    """Per-step bookkeeping shared by the trainers: times steps PROBE_FROM..PROBE_TO, then fits the step count
+    to the time limit (fit_steps_to_time), and sets the learning rate. Returns (cfg, probe_t0)."""
+    if step == PROBE_FROM:
+        probe_t0 = time.perf_counter()
+    if step == PROBE_TO:
+        now = time.perf_counter()
+        cfg = fit_steps_to_time(cfg, step, now - start, (now - probe_t0) / (PROBE_TO - PROBE_FROM))
+    for group in opt.param_groups:
+        group["lr"] = cfg.lr_at(step)
+    return cfg, probe_t0
+
+
 def fit_steps_to_time(cfg, step: int, elapsed_s: float, step_s: float, safety: float = 0.85):
     """cfg with ``steps`` lowered so that the remaining steps, at ``step_s`` each, end within the time limit
     (``safety`` leaves room for evaluations); unchanged when the configured steps already fit."""
@@ -173,13 +186,7 @@ def train_target(model: nn.Module, train_stream, val_windows: dict[str, torch.Te
     with training_mode(model, dropout=cfg.dropout, track_load=cfg.bias_update_rate > 0):
         while step + 1 < cfg.steps:
             step += 1
-            if step == PROBE_FROM:
-                probe_t0 = time.perf_counter()
-            if step == PROBE_TO:
-                now = time.perf_counter()
-                cfg = fit_steps_to_time(cfg, step, now - start, (now - probe_t0) / (PROBE_TO - PROBE_FROM))
-            for group in opt.param_groups:
-                group["lr"] = cfg.lr_at(step)
+            cfg, probe_t0 = schedule_step(cfg, opt, step, start, probe_t0)
             ids = sampler.sample(device)  # [B, S+1]
             with autocast(device, amp_dtype):
                 logits, _ = model.forward_dense(ids[:, :-1])
