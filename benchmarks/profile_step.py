@@ -1,0 +1,150 @@
+"""Where a graphed decode/verify step of the Kimi-K2.5 rank slice spends its time, kernel by kernel.
+
+Builds the same slice as bench_verify_graph.py (fewer layers by default: the layers are identical, so the
+per-layer numbers carry over), captures the decode (T=1) and verify graphs, and profiles graph replays with
+torch.profiler (CUPTI reports each kernel node of a replayed graph). Prints, per T: the replay time, the sum
+of kernel durations (the rest is launch gaps between graph nodes), and a table of kernels per layer with
+their share. Also times the dense projections alone (cuBLAS at M = T, rotating weight copies so that the L2
+holds none) as fractions of copy bandwidth: the ceiling a GEMV-bound layer can reach with these GEMMs.
+
+    python benchmarks/profile_step.py --layers 6 --tokens 1 4 --out /tmp/out/profile.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_verify_graph import TP, copy_bandwidth, kimi_config, median_ms, randomize_cuda  # noqa: E402
+from sglang_eagle3.bench.harness import git_commit  # noqa: E402
+from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
+from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM  # noqa: E402
+from sglang_eagle3.runtime.model_runner import ModelRunner  # noqa: E402
+
+
+def short(name: str) -> str:
+    """Kernel names are long C++ signatures: keep what tells them apart."""
+    name = name[5:] if name.startswith("void ") else name
+    return name.split("(")[0][:100]
+
+
+@torch.inference_mode()
+def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int) -> dict:
+    pages = list(range(1, (ctx + T) // 64 + 2))
+    bt = runner.build([(list(range(100, 100 + T)), ctx, pages)])
+    step = lambda: runner.target_uniform(bt, T, verify=T > 1)  # noqa: E731
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    graph_ms = median_ms(step, 30)
+    acts = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(replays):
+            step()
+        torch.cuda.synchronize()
+    per_name: dict[str, list[float]] = collections.defaultdict(list)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            per_name[short(ev.name)].append(ev.device_time)  # us
+    rows = []
+    busy = 0.0
+    for name, ts in per_name.items():
+        total = sum(ts) / replays
+        busy += total
+        rows.append({"kernel": name, "per_step_us": round(total, 1), "calls_per_step": round(len(ts) / replays, 2),
+                     "calls_per_layer": round(len(ts) / replays / layers, 2),
+                     "us_per_call": round(sum(ts) / len(ts), 2)})
+    rows.sort(key=lambda r: -r["per_step_us"])
+    launches = sum(r["calls_per_step"] for r in rows)
+    return {"T": T, "context": ctx, "graph_ms": round(graph_ms, 3), "kernel_busy_ms": round(busy / 1e3, 3),
+            "launches_per_step": launches, "launches_per_layer": round(launches / layers, 1), "kernels": rows}
+
+
+@torch.inference_mode()
+def gemm_ceiling(bw_gbps: float, Ts: list[int]) -> list[dict]:
+    """cuBLAS at M = T for each dense projection of the rank slice, weights rotated past the L2."""
+    shapes = {"q_a_proj": (1536, 7168), "kv_a_proj": (576, 7168), "q_b_proj": (1536, 1536),
+              "o_proj": (7168, 1024), "shared_gate_up": (512, 7168), "shared_down": (7168, 256),
+              "router(fp32 out)": (384, 7168), "lm_head": (20480, 7168), "dense_gate_up": (4608, 7168),
+              "dense_down": (7168, 2304)}
+    out = []
+    for name, (n, k) in shapes.items():
+        copies = max(2, min(32, (200 << 20) // (n * k * 2)))
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+        for T in Ts:
+            x = torch.randn(T, k, device="cuda", dtype=torch.bfloat16)
+            if name.startswith("router"):
+                calls = [lambda w=w, x=x: torch.mm(x, w.t(), out_dtype=torch.float32) for w in ws]
+            else:
+                calls = [lambda w=w, x=x: torch.mm(x, w.t()) for w in ws]
+            g = torch.cuda.CUDAGraph()
+            for c in calls:
+                c()
+            torch.cuda.synchronize()
+            with torch.cuda.graph(g):
+                for c in calls:
+                    c()
+            us = median_ms(g.replay, 30) * 1e3 / len(calls)
+            gbps = n * k * 2 / (us * 1e-6) / 1e9
+            out.append({"op": name, "N": n, "K": k, "T": T, "us": round(us, 2), "gbps": round(gbps),
+                        "frac_of_copy_bw": round(gbps / bw_gbps, 3)})
+            print(f"  {name:18s} [{n}x{k}] T={T}: {us:7.2f} us  {gbps:6.0f} GB/s  {gbps / bw_gbps:5.1%}", flush=True)
+        del ws
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--tokens", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--replays", type=int, default=10)
+    ap.add_argument("--no-gemm", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    bw = copy_bandwidth()
+    init_tp(0, TP, simulated=True)
+    cfg = kimi_config(args.layers, 384)
+    with torch.device("cuda"):
+        model = DeepseekV3ForCausalLM(cfg, dtype=torch.bfloat16, int4_experts=True)
+    randomize_cuda(model, 0)
+    max_ctx = args.context + max(args.tokens) + 128
+    verify = tuple(t for t in args.tokens if t > 1)
+    runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=max_ctx // 64 + 4, page_size=64,
+                         max_context=max_ctx, device=torch.device("cuda"), dtype=torch.bfloat16,
+                         use_cuda_graph=True, cuda_graph_max_bs=1, verify_widths=verify or (2,),
+                         attention_backend="triton", moe_backend="triton")
+    for kv in runner.target_kv.layers:
+        kv.normal_()
+    runner.capture_graphs()
+    res = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
+           "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_bw_gbps": round(bw, 1),
+           "layers": args.layers, "steps": []}
+    for T in args.tokens:
+        r = profile_T(runner, T, args.context, args.layers, args.replays)
+        res["steps"].append(r)
+        print(f"\nT={T} ctx={args.context}: graph {r['graph_ms']:.3f} ms for {args.layers} layers "
+              f"({r['graph_ms'] / args.layers * 1e3:.1f} us/layer), kernels busy {r['kernel_busy_ms']:.3f} ms, "
+              f"{r['launches_per_layer']} launches/layer", flush=True)
+        for k in r["kernels"][:30]:
+            print(f"  {k['per_step_us'] / args.layers:8.2f} us/layer  {k['calls_per_layer']:5.2f}x  "
+                  f"{k['us_per_call']:7.2f} us/call  {k['kernel']}", flush=True)
+    if not args.no_gemm:
+        print("\ncuBLAS projections at M=T (weights rotated past L2):", flush=True)
+        res["gemm"] = gemm_ceiling(bw, sorted(set(args.tokens)))
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
