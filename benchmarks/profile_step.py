@@ -5,7 +5,8 @@ per-layer numbers carry over), captures the decode (T=1) and verify graphs, and 
 torch.profiler (CUPTI reports each kernel node of a replayed graph). Prints, per T: the replay time, the sum
 of kernel durations (the rest is launch gaps between graph nodes), and a table of kernels per layer with
 their share. Also times the dense projections alone (cuBLAS at M = T, rotating weight copies so that the L2
-holds none) as fractions of copy bandwidth: the ceiling a GEMV-bound layer can reach with these GEMMs.
+holds none) as fractions of copy bandwidth, torch (cuBLAS) against our GEMV kernel (``--sweep``: and a few
+GEMV configs around the heuristic's).
 
     python benchmarks/profile_step.py --layers 6 --tokens 1 4 --out /tmp/out/profile.json
 """
@@ -68,36 +69,98 @@ def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int) 
             "launches_per_step": launches, "launches_per_layer": round(launches / layers, 1), "kernels": rows}
 
 
+def _graph_us(calls: list) -> float:
+    """Median us per call of `calls` captured back to back in one graph (after one eager run of each)."""
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    return median_ms(g.replay, 30) * 1e3 / len(calls)
+
+
+# The dense projections of one Kimi TP=8 rank layer: (name, N, K, heads, epilogue). Heads > 1: per-head
+# products of MLA's absorbed form (W_UK read N-contiguous, W_UV K-contiguous).
+PROJECTIONS = [("q_a_proj", 1536, 7168, 1, None), ("kv_a_proj", 576, 7168, 1, None),
+               ("q_b_proj", 1536, 1536, 1, None), ("w_uk (8 heads)", 512, 128, 8, "kn"),
+               ("w_uv (8 heads)", 128, 512, 8, None), ("o_proj", 7168, 1024, 1, None),
+               ("router (fp32 out)", 384, 7168, 1, "f32"), ("shared gate_up (gated)", 256, 7168, 1, "gated"),
+               ("shared down", 7168, 256, 1, None), ("dense gate_up (gated)", 2304, 7168, 1, "gated"),
+               ("dense down", 7168, 2304, 1, None), ("lm_head", 20480, 7168, 1, None)]
+
+
 @torch.inference_mode()
-def gemm_ceiling(bw_gbps: float, Ts: list[int]) -> list[dict]:
-    """cuBLAS at M = T for each dense projection of the rank slice, weights rotated past the L2."""
-    shapes = {"q_a_proj": (1536, 7168), "kv_a_proj": (576, 7168), "q_b_proj": (1536, 1536),
-              "o_proj": (7168, 1024), "shared_gate_up": (512, 7168), "shared_down": (7168, 256),
-              "router(fp32 out)": (384, 7168), "lm_head": (20480, 7168), "dense_gate_up": (4608, 7168),
-              "dense_down": (7168, 2304)}
+def gemm_ceiling(bw_gbps: float, Ts: list[int], sweep: bool) -> list[dict]:
+    """cuBLAS (what torch runs) vs our GEMV kernel at M = T for each dense projection of the rank slice,
+    weights rotated past the L2, both timed in the same graph-replay way; with ``sweep``, a few configs of
+    the GEMV around the heuristic's."""
+    from sglang_eagle3.kernels.gemv import gemv_config, triton_gemv
+    from sglang_eagle3.kernels.tuning import sm_count
+
+    sms = sm_count(torch.device("cuda"))
     out = []
-    for name, (n, k) in shapes.items():
-        copies = max(2, min(32, (200 << 20) // (n * k * 2)))
-        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    for name, n, k, heads, epi in PROJECTIONS:
+        mats = 2 if epi == "gated" else 1
+        nbytes = heads * n * k * 2 * mats
+        copies = max(2, min(32, (256 << 20) // nbytes))
+        if epi == "kn":  # stored [h, K, N]: pass the [h, N, K] view
+            ws = [torch.randn(heads, k, n, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(copies)]
+        elif heads > 1:
+            ws = [torch.randn(heads, n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+        else:
+            ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+        ups = [torch.randn_like(w) for w in ws] if epi == "gated" else [None] * copies
         for T in Ts:
-            x = torch.randn(T, k, device="cuda", dtype=torch.bfloat16)
-            if name.startswith("router"):
-                calls = [lambda w=w, x=x: torch.mm(x, w.t(), out_dtype=torch.float32) for w in ws]
-            else:
-                calls = [lambda w=w, x=x: torch.mm(x, w.t()) for w in ws]
-            g = torch.cuda.CUDAGraph()
-            for c in calls:
-                c()
-            torch.cuda.synchronize()
-            with torch.cuda.graph(g):
-                for c in calls:
-                    c()
-            us = median_ms(g.replay, 30) * 1e3 / len(calls)
-            gbps = n * k * 2 / (us * 1e-6) / 1e9
-            out.append({"op": name, "N": n, "K": k, "T": T, "us": round(us, 2), "gbps": round(gbps),
-                        "frac_of_copy_bw": round(gbps / bw_gbps, 3)})
-            print(f"  {name:18s} [{n}x{k}] T={T}: {us:7.2f} us  {gbps:6.0f} GB/s  {gbps / bw_gbps:5.1%}", flush=True)
-        del ws
+            x = torch.randn(T, heads, k, device="cuda", dtype=torch.bfloat16) if heads > 1 else \
+                torch.randn(T, k, device="cuda", dtype=torch.bfloat16)
+            kw = {"out_dtype": torch.float32} if epi == "f32" else {}
+
+            def torch_call(w, u, x=x, heads=heads, epi=epi):
+                if heads > 1:
+                    return torch.bmm(x.transpose(0, 1), w.transpose(1, 2))
+                if epi == "f32":
+                    return torch.mm(x, w.t(), out_dtype=torch.float32)
+                if epi == "gated":
+                    return torch.nn.functional.silu(x @ w.t()) * (x @ u.t())
+                return x @ w.t()
+
+            def ours(w, u, cfg=None, x=x, kw=kw):
+                return triton_gemv(x, w, w_up=u, config=cfg, **kw)
+
+            t_us = _graph_us([lambda w=w, u=u: torch_call(w, u) for w, u in zip(ws, ups, strict=True)])
+            base = gemv_config(n, k, heads, epi != "kn", sms)
+            cfgs = [base]
+            if sweep and T == Ts[0]:  # configs are per shape, not per T: sweep at the first T only
+                for bn in (16, 32):
+                    for mult in (0.5, 1, 2):
+                        for stages in (2, 4):
+                            c = dict(base, BLOCK_N=bn, num_stages=stages,
+                                     SPLIT=max(1, round(base["SPLIT"] * mult * base["BLOCK_N"] / bn)))
+                            if c not in cfgs:
+                                cfgs.append(c)
+            best = None
+            for cfg in cfgs:
+                try:
+                    us = _graph_us([lambda w=w, u=u, cfg=cfg: ours(w, u, cfg) for w, u in zip(ws, ups, strict=True)])
+                except Exception as e:  # a config the GPU rejects (shared memory) is skipped, said so
+                    print(f"    config {cfg} failed: {type(e).__name__}: {str(e)[:120]}", flush=True)
+                    continue
+                if best is None or us < best[0]:
+                    best = (us, cfg)
+                if cfg is base:
+                    base_us = us
+            row = {"op": name, "N": n, "K": k, "heads": heads, "T": T, "bytes": nbytes, "torch_us": round(t_us, 2),
+                   "gemv_us": round(base_us, 2), "gemv_config": base, "best_us": round(best[0], 2),
+                   "best_config": best[1]}
+            for key in ("torch", "gemv", "best"):
+                row[f"{key}_frac_of_copy_bw"] = round(nbytes / (row[f"{key}_us"] * 1e-6) / 1e9 / bw_gbps, 3)
+            out.append(row)
+            print(f"  {name:24s} [{heads}x{n}x{k}] T={T:2d}: torch {t_us:7.2f} us ({row['torch_frac_of_copy_bw']:5.1%})"
+                  f"  gemv {base_us:7.2f} us ({row['gemv_frac_of_copy_bw']:5.1%})  best {best[0]:7.2f} us "
+                  f"({row['best_frac_of_copy_bw']:5.1%}) {best[1] if sweep else ''}", flush=True)
+        del ws, ups
     return out
 
 
@@ -108,9 +171,20 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--no-gemm", action="store_true")
+    ap.add_argument("--gemm-only", action="store_true", help="only the projection table (no model)")
+    ap.add_argument("--sweep", action="store_true", help="also time GEMV configs around the heuristic's")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     bw = copy_bandwidth()
+    if args.gemm_only:
+        res = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
+               "gpu": torch.cuda.get_device_name(), "copy_bw_gbps": round(bw, 1),
+               "gemm": gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep)}
+        if args.out:
+            os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+            with open(args.out, "w") as f:
+                json.dump(res, f, indent=1)
+        return
     init_tp(0, TP, simulated=True)
     cfg = kimi_config(args.layers, 384)
     with torch.device("cuda"):
@@ -138,8 +212,8 @@ def main() -> None:
             print(f"  {k['per_step_us'] / args.layers:8.2f} us/layer  {k['calls_per_layer']:5.2f}x  "
                   f"{k['us_per_call']:7.2f} us/call  {k['kernel']}", flush=True)
     if not args.no_gemm:
-        print("\ncuBLAS projections at M=T (weights rotated past L2):", flush=True)
-        res["gemm"] = gemm_ceiling(bw, sorted(set(args.tokens)))
+        print("\nprojections at M=T, torch (cuBLAS) vs our GEMV (weights rotated past L2):", flush=True)
+        res["gemm"] = gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep)
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:

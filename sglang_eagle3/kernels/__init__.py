@@ -1,6 +1,6 @@
 """Kernel ops for decode/verify shapes. Each op has a torch reference (``ref_*`` in ref.py) and a Triton
 kernel (``triton/``) behind a launcher (``moe_topk.py``, ``mla_attention.py``, ``fused_moe.py``,
-``rms_norm.py``, ``rotary.py``).
+``rms_norm.py``, ``rotary.py``, ``gemv.py``).
 
 The public entry points below dispatch: Triton for CUDA tensors, the reference elsewhere. On CPU the Triton
 path runs only under the interpreter (``TRITON_INTERPRET=1``) and only when asked for, by ``use_triton=True``
@@ -18,6 +18,7 @@ import torch
 # package attribute only when a submodule is first imported.
 from sglang_eagle3 import env
 from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_int4
+from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, triton_gemv
 from sglang_eagle3.kernels.mla_attention import triton_mla_attention
 from sglang_eagle3.kernels.moe_topk import triton_moe_topk
 from sglang_eagle3.kernels.quant import pack_int4, quantize_int4, unpack_int4
@@ -25,6 +26,7 @@ from sglang_eagle3.kernels.ref import (
     ref_apply_rotary,
     ref_fused_moe,
     ref_fused_moe_int4,
+    ref_gemv,
     ref_mla_attention,
     ref_moe_topk,
     ref_rms_norm,
@@ -57,6 +59,16 @@ def _kernel_ok(use_triton: bool | None, *tensors: torch.Tensor | None) -> bool:
     if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
         return False
     return _use_triton(ts[0], use_triton)
+
+
+def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, use_triton: bool | None = None):
+    """x [T, K] @ w [N, K]^T (or per head: x [T, B, K], w [B, N, K]) with an optional residual ``add`` or gated
+    ``w_up`` epilogue; see ref_gemv. The Triton skinny GEMM serves T <= GEMV_MAX_ROWS rows of half-precision
+    operands (decode and verify); everything else (prefill, training, float32) takes torch's GEMM."""
+    ok = (x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype
+          and x.stride(-1) == 1 and (w.stride(-1) == 1 or w.stride(-2) == 1))
+    fn = triton_gemv if ok and _kernel_ok(use_triton, x, w, w_up, add) else ref_gemv
+    return fn(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out)
 
 
 def rms_norm(x, weight, eps, residual=None, *, out=None, out_rows=None, use_triton: bool | None = None):
@@ -110,12 +122,14 @@ def fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, 
 
 
 __all__ = [
+    "gemv",
     "rms_norm",
     "apply_rotary",
     "moe_topk",
     "mla_attention",
     "fused_moe",
     "fused_moe_int4",
+    "ref_gemv",
     "ref_rms_norm",
     "ref_apply_rotary",
     "ref_rotate",

@@ -17,6 +17,33 @@ def _acc(x: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------------
+# Skinny GEMM (decode/verify projections)
+# --------------------------------------------------------------------------------------------------
+def ref_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
+             add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, K] @ w [N, K]^T -> [T, N], or per head x [T, B, K] with w [B, N, K] -> [T, B, N] (w any view).
+    The product is rounded to the output dtype (x.dtype, or ``out_dtype``: then computed from upcast operands),
+    then ``add`` is added (a residual, rounded again), or with ``w_up`` the output is SiLU(x w^T) * (x w_up^T)
+    with each of the three rounded as separate torch ops round them. ``out`` receives the result."""
+    def mm(wt: torch.Tensor) -> torch.Tensor:
+        if out_dtype is not None and out_dtype != x.dtype:
+            xa, wt = x.to(out_dtype), wt.to(out_dtype)
+        else:
+            xa = x
+        if wt.dim() == 2:
+            return torch.nn.functional.linear(xa, wt)
+        return torch.matmul(xa.transpose(0, 1), wt.transpose(1, 2)).transpose(0, 1)
+
+    y = mm(w)
+    if w_up is not None:
+        y = torch.nn.functional.silu(y) * mm(w_up)
+    elif add is not None:
+        y = y + add
+    return out.copy_(y) if out is not None else y
+
+
+# --------------------------------------------------------------------------------------------------
 # RMSNorm and rotary embedding
 # --------------------------------------------------------------------------------------------------
 def ref_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None, *,

@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from sglang_eagle3 import kernels
 from sglang_eagle3.distributed.parallel_state import get_tp, tp_all_reduce
 
 
@@ -44,6 +45,15 @@ def sharded_loader(dim: int | None):
     return loader
 
 
+def matmul_wt(x: torch.Tensor, weight: torch.Tensor, use_triton: bool | None = None, **epilogue) -> torch.Tensor:
+    """x [..., in] W^T -> [..., out]: the skinny-GEMM kernel for decode/verify row counts on CUDA (one launch
+    with its split-K reduction, and ``epilogue`` = w_up / add / out_dtype fused, see kernels.gemv), torch's
+    GEMM otherwise."""
+    x2 = x.reshape(-1, x.shape[-1])
+    y = kernels.gemv(x2, weight, use_triton=use_triton, **epilogue)
+    return y.view(*x.shape[:-1], y.shape[-1])
+
+
 class LinearBase(nn.Module):
     """y = x W^T; W is [out, in] as in checkpoints. ``shard_dim`` is which dim of W is split over TP."""
 
@@ -59,9 +69,12 @@ class LinearBase(nn.Module):
             self.bias.weight_loader = sharded_loader(0 if self.shard_dim == 0 else None)
         else:
             self.register_parameter("bias", None)
+        self.use_triton: bool | None = None  # None: the GEMV kernel on CUDA, torch elsewhere (set by the runner)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        if self.bias is not None:
+            return F.linear(x, self.weight, self.bias)
+        return matmul_wt(x, self.weight, self.use_triton)
 
 
 class ReplicatedLinear(LinearBase):
@@ -94,7 +107,7 @@ class RowParallelLinear(LinearBase):
         self.reduce = reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight)
+        y = matmul_wt(x, self.weight, self.use_triton)
         if self.reduce:
             y = tp_all_reduce(y)
         return y if self.bias is None else y + self.bias

@@ -90,8 +90,9 @@ class MLAAttention(nn.Module):
             self.kv_a_layernorm(c, out=cache[:, : self.kv_lora_rank], out_rows=cache_loc)
             self.rotary.rotate_(q_rope, k_rope, positions, k_out=cache[:, self.kv_lora_rank :], k_out_rows=cache_loc)
             latent = None
-        q_latent = torch.empty(N, self.num_heads, self.kv_lora_rank, dtype=q.dtype, device=q.device)
-        torch.bmm(q_nope.transpose(0, 1), w_uk, out=q_latent.transpose(0, 1))
+        # q_nope [N, h, nope] @ W_UK [h, nope, c] per head: the GEMV kernel reads W_UK in place as an
+        # N-contiguous [h, c, nope] view (decode/verify), a batched GEMM otherwise.
+        q_latent = kernels.gemv(q_nope, w_uk.transpose(1, 2), use_triton=self.use_triton)
         return q_latent, q_rope, latent
 
     def _output(self, attn_latent: torch.Tensor) -> torch.Tensor:
@@ -101,9 +102,8 @@ class MLAAttention(nn.Module):
         if torch.is_grad_enabled():
             o = torch.bmm(attn_latent.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)  # [N, h, v]
             return self.o_proj(o.reshape(N, -1))
-        o = torch.empty(N, self.num_heads, self.v_dim, dtype=attn_latent.dtype, device=attn_latent.device)
-        torch.bmm(attn_latent.transpose(0, 1), w_uv.transpose(1, 2), out=o.transpose(0, 1))
-        return self.o_proj(o.view(N, -1))
+        o = kernels.gemv(attn_latent, w_uv, use_triton=self.use_triton)  # [N, h, v], per head attn W_UV^T
+        return self.o_proj(o.reshape(N, -1))
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
         """x [N, H] flat over the batch's new tokens."""

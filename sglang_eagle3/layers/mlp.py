@@ -2,9 +2,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from sglang_eagle3.layers.linear import ColumnParallelLinear, RowParallelLinear
+from sglang_eagle3.layers.linear import ColumnParallelLinear, RowParallelLinear, matmul_wt
 
 
 class GatedMLP(nn.Module):
@@ -21,4 +20,6 @@ class GatedMLP(nn.Module):
         self.down_proj = RowParallelLinear(intermediate, hidden, dtype=dtype, reduce=reduce)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        # silu(x Wg^T) * (x Wu^T) in one launch at decode sizes (the GEMV's gated epilogue), else torch.
+        act = matmul_wt(x, self.gate_proj.weight, self.gate_proj.use_triton, w_up=self.up_proj.weight)
+        return self.down_proj(act)

@@ -42,9 +42,13 @@ class MoEGate(nn.Module):
                                                     requires_grad=False)
         self.e_score_correction_bias.weight_loader = sharded_loader(None)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, use_triton: bool | None = None) -> torch.Tensor:
         """x [T, H] -> router logits float32 [T, E]."""
         w = self.weight
+        if x.dim() == 2 and x.shape[0] <= kernels.GEMV_MAX_ROWS and use_triton is not False:
+            # Decode/verify: the GEMV kernel, float32 accumulation stored as float32 (same numbers as the
+            # upcast product up to the order of the sums), one launch.
+            return kernels.gemv(x, w, out_dtype=torch.float32, use_triton=use_triton)
         if (x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype and x.dim() == 2
                 and not torch.is_grad_enabled() and _mm_fp32_out_ok(x.device)):
             return torch.mm(x, w.t(), out_dtype=torch.float32)
@@ -155,7 +159,7 @@ class DeepseekMoE(nn.Module):
         shape = x.shape
         x = x.reshape(-1, shape[-1])  # [T, H]
         c = self.cfg
-        weights, ids = kernels.moe_topk(self.gate(x), self.gate.e_score_correction_bias,
+        weights, ids = kernels.moe_topk(self.gate(x, self.use_triton), self.gate.e_score_correction_bias,
                                         top_k=c.num_experts_per_tok, n_group=c.n_group, topk_group=c.topk_group,
                                         renormalize=c.norm_topk_prob, routed_scaling_factor=c.routed_scaling_factor,
                                         use_triton=self.use_triton)

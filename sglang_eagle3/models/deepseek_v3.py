@@ -13,6 +13,7 @@ import torch.nn as nn
 from sglang_eagle3.config import ModelConfig
 from sglang_eagle3.core import ForwardBatch
 from sglang_eagle3.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from sglang_eagle3.layers.linear import LinearBase
 from sglang_eagle3.layers.mla import MLAAttention
 from sglang_eagle3.layers.mlp import GatedMLP
 from sglang_eagle3.layers.moe import DeepseekMoE
@@ -32,11 +33,19 @@ class DecoderLayer(nn.Module):
         else:
             self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, dtype)
 
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch | None) -> torch.Tensor:
-        x = self.input_layernorm(h)
+    def forward(self, h: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
+                fb: ForwardBatch | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Residual-fused form (as vLLM/SGLang): the residual stream entering the layer is h + residual
+        (just h when residual is None, i.e. the first layer). Returns (mlp out, residual) whose sum is the
+        stream leaving the layer. Each residual add rides in the following norm's launch; the sum is rounded
+        to the model dtype before it is normalised, so the numbers equal the unfused h = h + attn path."""
+        if residual is None:
+            x, residual = self.input_layernorm(h), h
+        else:
+            x, residual = self.input_layernorm(h, residual)
         attn = self.self_attn.forward_dense(x, positions) if fb is None else self.self_attn(x, positions, fb)
-        h = h + attn
-        return h + self.mlp(self.post_attention_layernorm(h))
+        x, residual = self.post_attention_layernorm(attn, residual)
+        return self.mlp(x), residual
 
 
 class DeepseekV3Model(nn.Module):
@@ -54,14 +63,16 @@ class DeepseekV3Model(nn.Module):
         """Returns (final normed hidden, aux list). Aux id i is the residual stream entering layer i
         (i == num_layers: the pre-norm output of the last layer)."""
         h = self.embed_tokens(input_ids)
+        residual = None  # the stream is h + residual; materialised (one add) only where an aux state wants it
         aux = {}
         for i, layer in enumerate(self.layers):
             if i in aux_layer_ids:
-                aux[i] = h
-            h = layer(h, positions, fb)
+                aux[i] = h if residual is None else h + residual
+            h, residual = layer(h, residual, positions, fb)
         if len(self.layers) in aux_layer_ids:
-            aux[len(self.layers)] = h
-        return self.norm(h), [aux[i] for i in aux_layer_ids]
+            aux[len(self.layers)] = h if residual is None else h + residual
+        out = self.norm(h) if residual is None else self.norm(h, residual)[0]
+        return out, [aux[i] for i in aux_layer_ids]
 
 
 class DeepseekV3ForCausalLM(nn.Module):
@@ -73,10 +84,11 @@ class DeepseekV3ForCausalLM(nn.Module):
 
     def set_kernel_backends(self, attention: str = "auto", moe: str = "auto") -> None:
         """'triton' | 'torch' | 'auto' (Triton on CUDA tensors, the torch reference elsewhere). The attention
-        choice also covers the norms and the rotary (the attention block's small fused kernels)."""
+        choice also covers the norms, the rotary and the decode-size GEMV of the dense projections (the
+        layer's non-MoE kernels); the MoE choice covers the router GEMV, routing and experts."""
         choice = {"auto": None, "triton": True, "torch": False}
         for module in self.modules():
-            if isinstance(module, (RMSNorm, RotaryEmbedding)):
+            if isinstance(module, (RMSNorm, RotaryEmbedding, LinearBase)):
                 module.use_triton = choice[attention]
         for layer in self.model.layers:
             layer.self_attn.use_triton = choice[attention]

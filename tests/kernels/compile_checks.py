@@ -25,6 +25,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from sglang_eagle3.kernels.triton import fused_moe as fm
+from sglang_eagle3.kernels.triton import gemv as gv
 from sglang_eagle3.kernels.triton import rms_norm as rn
 from sglang_eagle3.kernels.triton import rotary as ro
 
@@ -184,10 +185,41 @@ def check_rotary(arch: int) -> dict:
     return out
 
 
+def check_dense_gemv(arch: int) -> dict:
+    """The skinny GEMM at Kimi TP=8 decode shapes: no spills, 16-byte weight loads along K, and the split-K
+    handshake (fences + one atomic per program) present exactly when SPLIT > 1."""
+    sig = dict(x_ptr="*bf16", w_ptr="*bf16", w_up_ptr="*bf16", add_ptr="*bf16", out_ptr="*bf16",
+               part_ptr="*fp32", count_ptr="*i32", T="i32", N="i32", K="i32", k_per_split="i32", s_xt="i32",
+               s_xb="i32", s_wb="i32", s_wn="i32", s_wk="i32", s_at="i32", s_ab="i32", s_ot="i32", s_ob="i32",
+               W_KMAJOR="i32", EPI="i32", SPLIT="i32", M_PAD="i32", BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32")
+    aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
+               "s_xb", "s_wb", "s_wn", "s_at", "s_ot"]
+    out = {}
+    for kmajor, epi, split, bn, bk in ((True, gv.EPI_NONE, 1, 16, 256), (True, gv.EPI_ADD, 4, 16, 256),
+                                       (True, gv.EPI_GATED, 7, 16, 256), (False, gv.EPI_NONE, 2, 64, 64)):
+        sass, res = compile_sass(gv.gemv_kernel, sig,
+                                 dict(W_KMAJOR=kmajor, EPI=epi, SPLIT=split, M_PAD=16, BLOCK_N=bn, BLOCK_K=bk,
+                                      INTERPRET=False), aligned, arch)
+        what = f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk}"
+        _no_spills(res, what)
+        lines = [ln.split("*/", 1)[1].strip() for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
+        ops = _opcodes(lines)
+        atoms = ops["ATOM"] + ops["ATOMG"] + ops["RED"]
+        fences = ops["MEMBAR"] + ops["FENCE"]
+        if split > 1:
+            assert atoms >= 1 and fences >= 2, f"{what}: split-K handshake missing ({atoms=} {fences=})"
+        else:
+            assert atoms == 0, f"{what}: atomics without split-K"
+        if kmajor:
+            assert re.search(r"(LDG|LDGSTS)\.E\S*\.128", sass), f"{what}: weight loads are not 16 bytes wide"
+        out[what] = res
+    return out
+
+
 CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
          for arch in (90, 120)
-         for name, fn in (("gemv", check_gemv), ("tile_path", check_tile_path), ("rms_norm", check_rms_norm),
-                          ("rotary", check_rotary))}
+         for name, fn in (("gemv", check_gemv), ("dense_gemv", check_dense_gemv), ("tile_path", check_tile_path),
+                          ("rms_norm", check_rms_norm), ("rotary", check_rotary))}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or list(CASES):

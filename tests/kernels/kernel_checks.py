@@ -231,6 +231,44 @@ def check_model_forward(device="cpu", dtype=torch.float32, tol=1e-5, B=2, S=5, s
     return err
 
 
+def check_gemv(T, N, K, heads=1, layout="nk", epi=None, dtype=torch.bfloat16, config=None, device="cpu",
+               seed=0) -> dict:
+    """The skinny GEMM against ref_gemv in float64 on the same inputs (outputs agree to their rounding), every
+    element written (output poisoned first), rows independent of T (decode == verify for one token) and
+    the split-K counters back at zero."""
+    from sglang_eagle3.kernels.gemv import _COUNTERS, triton_gemv
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    xs = (T, heads, K) if heads > 1 else (T, K)
+    x = torch.randn(*xs, generator=g).to(dtype).to(device)
+    if heads > 1 and layout == "kn":  # stored [h, K, N], used through its [h, N, K] view
+        w = (torch.randn(heads, K, N, generator=g) / math.sqrt(K)).to(dtype).to(device).transpose(1, 2)
+    else:
+        w = (torch.randn(*((heads,) if heads > 1 else ()), N, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
+    w_up = (torch.randn(w.shape, generator=g) / math.sqrt(K)).to(dtype).to(device) if epi == "gated" else None
+    if w_up is not None and heads > 1 and layout == "kn":
+        w_up = w_up.transpose(1, 2).contiguous().transpose(1, 2)
+    out_shape = (T, heads, N) if heads > 1 else (T, N)
+    add = torch.randn(out_shape, generator=g).to(dtype).to(device) if epi == "add" else None
+    out_dtype = torch.float32 if epi == "f32" else dtype
+    out = torch.full(out_shape, float("nan"), dtype=out_dtype, device=device)
+    triton_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, config=config)
+    d = (lambda t: None if t is None else t.double())  # noqa: E731
+    ref = kernels.ref_gemv(x.double(), w.double(), w_up=d(w_up), add=d(add))
+    # float32 out: sums of exact products; half out: one rounding (plus the rounded intermediates of the
+    # gated SiLU * up, which the float64 reference does not round).
+    # (Triton's interpreter casts float32 to bfloat16 by truncation, not to nearest: twice the error on CPU.)
+    tol = {"f32": 1e-5, "gated": 2e-2}.get(epi, 3e-3 if x.is_cuda else 6e-3)
+    err = rel_err(out, ref)
+    assert out.dtype == out_dtype and err < tol, f"gemv rel err {err} >= {tol} ({T=} {N=} {K=} {heads=} {epi=})"
+    one = triton_gemv(x[:1].contiguous(), w, w_up=w_up, add=None if add is None else add[:1].contiguous(),
+                      out_dtype=out_dtype, config=config)
+    assert torch.equal(one, out[:1]), "row 0 differs between T=1 and T>1"
+    left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
+    assert not any(left.values()), f"split-K counters not reset: {left}"
+    return {"rel_err": err}
+
+
 def check_latent_to_cache(N, H, C, R, dtype=torch.bfloat16, cache_dtype=None, device="cpu", seed=0) -> float:
     """MLA's cache write: the kv_a norm scatters c into cache rows out_rows and the rope scatters k into the
     same rows (q rotated in place in the same launch); equals ref and leaves every other slot untouched."""
@@ -328,6 +366,8 @@ GEMV_SMALL = {"gate_up": {"BLOCK_N": 4, "BLOCK_W": 8, "num_warps": 1},
               "down": {"BLOCK_N": 16, "BLOCK_W": 4, "num_warps": 1}}
 
 # Small irregular shapes for the interpreter: name -> thunk.
+GEMV_SPLIT = {"BLOCK_N": 16, "BLOCK_K": 32, "SPLIT": 4, "num_warps": 4}
+
 CASES = {
     "topk_kimi_like": lambda: check_moe_topk(5, 48, 8, 1, 1, True, True, 2.5, seed=1),
     "topk_grouped": lambda: check_moe_topk(7, 64, 6, 8, 3, True, True, 1.0, seed=2),
@@ -367,6 +407,14 @@ CASES = {
     "latent_to_cache_bf16": lambda: check_latent_to_cache(5, 3, 64, 16, seed=26),
     "latent_to_cache_fp32_into_bf16_cache": lambda: check_latent_to_cache(3, 2, 32, 8, torch.float32,
                                                                           torch.bfloat16, seed=27),
+    # Skinny GEMM of the dense projections: split-K in one launch, every epilogue, both weight layouts.
+    "gemv_plain_split": lambda: check_gemv(3, 37, 300, config=GEMV_SPLIT, seed=28),
+    "gemv_residual_add_default_config": lambda: check_gemv(1, 50, 96, epi="add", seed=29),
+    "gemv_gated_fp16_split": lambda: check_gemv(5, 24, 200, epi="gated", dtype=torch.float16, config=GEMV_SPLIT,
+                                                seed=30),
+    "gemv_fp32_out_t16": lambda: check_gemv(16, 40, 130, epi="f32", config=GEMV_SPLIT, seed=31),
+    "gemv_heads_n_contiguous": lambda: check_gemv(2, 48, 40, heads=3, layout="kn", config=GEMV_SPLIT, seed=32),
+    "gemv_heads_k_contiguous": lambda: check_gemv(4, 20, 72, heads=2, seed=33),
     # The layers' wiring: norms in place in kv_a, q+k rope in one launch, MoE kernels, all vs references.
     "model_forward_kernels_fp32": lambda: check_model_forward(B=1, S=3, seed=25),
 }

@@ -18,6 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from kernel_checks import (  # noqa: E402
+    check_gemv,
     check_latent_to_cache,
     check_model_forward,
     check_moe_topk,
@@ -185,6 +186,24 @@ def test_latent_to_cache(N):
     """MLA's kv_a norm and k rope scatter straight into the paged cache rows (no index_put)."""
     poison_allocator()
     check_latent_to_cache(N, HEADS, KV_LORA, ROPE, device="cuda", seed=N)
+
+
+GEMV_SHAPES = [  # (N, K, heads, layout, epilogue): every dense projection of a Kimi TP=8 rank layer
+    (1536, 7168, 1, "nk", None), (576, 7168, 1, "nk", None), (1536, 1536, 1, "nk", None),
+    (512, 128, 8, "kn", None), (128, 512, 8, "nk", None), (7168, 1024, 1, "nk", "add"),
+    (384, 7168, 1, "nk", "f32"), (256, 7168, 1, "nk", "gated"), (7168, 256, 1, "nk", None),
+    (2304, 7168, 1, "nk", "gated"), (1000, 333, 1, "nk", None),  # irregular: masks on N and K
+]
+
+
+@pytest.mark.parametrize("T", [1, 4, 16])
+@pytest.mark.parametrize("N,K,heads,layout,epi", GEMV_SHAPES)
+def test_gemv_projections(T, N, K, heads, layout, epi):
+    """The skinny GEMM at real shapes with its heuristic config (split-K handshake across up to ~500
+    programs on the GPU), against a float64 product: all elements written, rows independent of T, counters
+    reset."""
+    poison_allocator()
+    check_gemv(T, N, K, heads, layout, epi, device="cuda", seed=T * 7 + N)
 
 
 @pytest.mark.parametrize("B,S", [(1, 1), (2, 4), (3, 7)])

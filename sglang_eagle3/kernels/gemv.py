@@ -1,0 +1,112 @@
+"""Launcher for the skinny GEMM of decode/verify projections; semantics in ref_gemv.
+
+    out[t, (b,) n] = epilogue( sum_k x[t, (b,) k] * W[(b,) n, k] )      t < T <= GEMV_MAX_ROWS (16)
+
+W may be any view with one unit stride (K-contiguous as checkpoints store linear weights, or N-contiguous:
+MLA's W_UK used as ``q_nope @ W_UK`` is passed as ``w_uk.transpose(1, 2)``); the optional leading dim b
+batches heads. Epilogues: none (output in ``out_dtype``, e.g. float32 router logits), ``add`` (a residual:
+rounded as a separate add would be) or ``w_up`` (a gated MLP: SiLU(x W^T) * (x W_up^T), rounded as the
+unfused torch ops are). One launch, grid fixed by shapes (graph-safe); split-K is reduced inside it.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from sglang_eagle3.kernels import tuning
+from sglang_eagle3.kernels.triton.gemv import EPI_ADD, EPI_GATED, EPI_NONE, gemv_kernel
+
+GEMV_MAX_ROWS = 16  # one tensor-core tile of rows: decode/verify at small batch; above, cuBLAS
+
+# Split-K arrival counters, one int32 per (head, row block) of a call, zero between calls (the last program of
+# each row block resets its own). Launches on one stream run one after another, so every call shares one
+# zeroed buffer per device; it is scratch, not state, and is allocated outside graph capture by the eager
+# warm-up that precedes every capture.
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def _counters(device: torch.device, n: int) -> torch.Tensor:
+    buf = _COUNTERS.get(device)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 1 << 14), dtype=torch.int32, device=device)
+        _COUNTERS[device] = buf
+    return buf
+
+
+def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int) -> dict:
+    """Tiles of ~8 KB of weights (bf16; 16 <= BLOCK_N, BLOCK_K for the dot), and enough split-K programs to
+    give every SM ~4 of them."""
+    if k_major:
+        block_k = max(16, min(256, triton.next_power_of_2(K)))
+        block_n = max(16, min(64, 4096 // block_k))
+    else:
+        block_n = max(16, min(64, triton.next_power_of_2(N)))
+        block_k = max(16, min(256, 4096 // block_n))
+    blocks = triton.cdiv(N, block_n) * B
+    split = max(1, min(triton.cdiv(4 * sms, blocks), triton.cdiv(K, block_k)))
+    return {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT": split, "num_warps": 4, "num_stages": 3}
+
+
+def _as3(t: torch.Tensor, name: str) -> torch.Tensor:
+    assert t.dim() in (2, 3), f"{name} must be 2-D or 3-D, got {tuple(t.shape)}"
+    return t[:, None, :] if t.dim() == 2 else t
+
+
+def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
+                add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+                out: torch.Tensor | None = None, config: dict | None = None) -> torch.Tensor:
+    """x [T, K] with w [N, K] -> [T, N]; or x [T, B, K] with w [B, N, K] -> [T, B, N]. See module doc."""
+    batched = w.dim() == 3
+    assert w.dim() in (2, 3) and x.dim() == w.dim(), f"x {tuple(x.shape)} and w {tuple(w.shape)}: 2-D/2-D or 3-D/3-D"
+    T, K = x.shape[0], x.shape[-1]
+    w3 = w[None] if not batched else w
+    B, N = w3.shape[0], w3.shape[1]
+    assert w3.shape[2] == K, f"w {tuple(w.shape)} does not match x {tuple(x.shape)} (K={K})"
+    assert not batched or x.shape[1] == B, f"x heads {x.shape[1]} != w heads {B}"
+    assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
+    assert x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype, f"{x.dtype=} {w.dtype=}"
+    assert x.stride(-1) == 1, f"x must have unit inner stride, got {x.stride()}"
+    k_major = w3.stride(2) == 1
+    assert k_major or w3.stride(1) == 1, f"w needs a unit stride along K or N, got strides {w.stride()}"
+    gated = w_up is not None
+    if gated:
+        assert w_up.shape == w.shape and w_up.stride() == w.stride() and w_up.dtype == w.dtype, (
+            f"w_up {tuple(w_up.shape)} {w_up.stride()} must match w {tuple(w.shape)} {w.stride()}")
+        assert add is None, "w_up (gated) and add are exclusive"
+    out_shape = (T, B, N) if batched else (T, N)
+    if out is None:
+        out = torch.empty(out_shape, dtype=out_dtype or x.dtype, device=x.device)
+    assert tuple(out.shape) == out_shape and out.stride(-1) == 1, (
+        f"out must be {out_shape} with unit inner stride, got {tuple(out.shape)} {out.stride()}")
+    assert out_dtype is None or out.dtype == out_dtype, f"{out.dtype=} != {out_dtype=}"
+    if add is not None:
+        assert tuple(add.shape) == out_shape and add.stride(-1) == 1 and add.dtype == out.dtype, (
+            f"add must be {out_shape} {out.dtype} with unit inner stride, got {tuple(add.shape)} {add.dtype}")
+    if T == 0 or N == 0:
+        return out
+    x3, o3 = _as3(x, "x"), _as3(out, "out")
+    a3 = _as3(add, "add") if add is not None else o3
+    cfg = config or gemv_config(N, K, B, k_major, tuning.sm_count(x.device))
+    assert cfg["BLOCK_N"] >= 16 and cfg["BLOCK_K"] >= 16, f"tl.dot needs 16 <= BLOCK_N, BLOCK_K: {cfg}"
+    block_k, split = cfg["BLOCK_K"], cfg["SPLIT"]
+    k_per_split = triton.cdiv(triton.cdiv(K, split), block_k) * block_k
+    split = triton.cdiv(K, k_per_split)
+    blocks = triton.cdiv(N, cfg["BLOCK_N"])
+    m_pad = max(16, triton.next_power_of_2(T))
+    if split > 1:
+        part = torch.empty(B * split * 2 * m_pad * N, dtype=torch.float32, device=x.device)
+        count = _counters(x.device, B * blocks)
+    else:
+        part = count = o3  # never touched
+    interpret = tuning.interpreting()
+    gemv_kernel[(blocks, split, B)](
+        x3, w3, w_up if gated else w3, a3, o3, part, count,
+        T, N, K, k_per_split,
+        x3.stride(0), x3.stride(1), w3.stride(0), w3.stride(1), w3.stride(2),
+        a3.stride(0), a3.stride(1), o3.stride(0), o3.stride(1),
+        W_KMAJOR=k_major, EPI=EPI_GATED if gated else (EPI_ADD if add is not None else EPI_NONE),
+        SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=block_k, INTERPRET=interpret,
+        num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
+    )
+    return out

@@ -1,0 +1,129 @@
+"""Skinny GEMM (T <= 16 rows of activations) over bf16/fp16 weights: the decode/verify projections.
+
+At decode and verify sizes every dense projection of a layer is a matrix-vector product bound by reading the
+weight once; cuBLAS picks split-K kernels plus a separate reduce for most of these shapes and reaches 17-52%
+of copy bandwidth on Kimi TP=8 rank shapes (benchmarks/profile_step.py on the H200). Here one launch does
+the split-K and its reduction: each program streams a [BLOCK_N, k-range] slab of W, and with SPLIT > 1 it
+stores its fp32 partial sums, and the last of the SPLIT programs of a row block (found with an atomic
+counter, which it resets for the next call) adds the partials in split order (deterministic) and runs the
+epilogue: a plain cast, a residual add, or SiLU(gate) * up for a gated MLP whose gate and up weights are
+separate tensors read by the same program.
+"""
+
+import triton
+import triton.language as tl
+
+EPI_NONE, EPI_ADD, EPI_GATED = 0, 1, 2
+
+
+@triton.jit
+def _fence_acq_rel(x):
+    # All threads fence before the barrier + counter atomic (release) and after it (acquire): the
+    # threadfence-reduction pattern. The interpreter runs programs one after another and needs none.
+    return tl.inline_asm_elementwise("fence.acq_rel.gpu; mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
+          W_KMAJOR: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+          INTERPRET: tl.constexpr):
+    """fp32 [M_PAD, BLOCK_N]: sum over k in [k_lo, k_hi) of x[t, b, k] * W[b, n, k] (rows t >= T are 0).
+
+    A tensor-core dot with the activation rows padded to 16: the arithmetic is free at these sizes, and the
+    order of the sums is the same for every row whatever T is, so decode (T=1) and verify (T=k+1) compute
+    bit-identical products for the same token."""
+    t = tl.arange(0, M_PAD)
+    acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = k < k_hi
+        xt = tl.load(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], mask=(t[:, None] < T) & k_ok[None, :],
+                     other=0.0)
+        if W_KMAJOR:  # [BLOCK_K, BLOCK_N] view of a K-contiguous tile
+            w = tl.load(w_ptr + b * s_wb + n[None, :] * s_wn + k[:, None], mask=n_ok[None, :] & k_ok[:, None],
+                        other=0.0)
+        else:
+            w = tl.load(w_ptr + b * s_wb + n[None, :] + k[:, None] * s_wk, mask=n_ok[None, :] & k_ok[:, None],
+                        other=0.0)
+        if INTERPRET:  # the interpreter's half-precision dot is wrong: do it in fp32 there
+            acc += tl.dot(xt.to(tl.float32), w.to(tl.float32))
+        else:
+            acc += tl.dot(xt, w)
+    return acc
+
+
+@triton.jit
+def _epilogue(acc, acc_up, add_ptr, out_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob,
+              EPI: tl.constexpr, M_PAD: tl.constexpr):
+    """Rounds as the unfused torch ops would: the product to the output dtype first, then the add or the
+    SiLU (fp32 math, rounded) and the product of the two rounded halves."""
+    t = tl.arange(0, M_PAD)
+    ok = (t[:, None] < T) & n_ok[None, :]
+    ty = out_ptr.dtype.element_ty
+    y = acc.to(ty)
+    if EPI == 1:
+        r = tl.load(add_ptr + t[:, None] * s_at + b * s_ab + n[None, :], mask=ok, other=0.0)
+        y = (y.to(tl.float32) + r.to(tl.float32)).to(ty)
+    elif EPI == 2:
+        g = y.to(tl.float32)
+        s = (g / (1.0 + tl.exp(-g))).to(ty).to(tl.float32)
+        y = (s * acc_up.to(ty).to(tl.float32)).to(ty)
+    tl.store(out_ptr + t[:, None] * s_ot + b * s_ob + n[None, :], y, mask=ok)
+
+
+@triton.jit
+def gemv_kernel(
+    x_ptr, w_ptr, w_up_ptr, add_ptr, out_ptr, part_ptr, count_ptr,
+    T, N, K, k_per_split,
+    s_xt, s_xb, s_wb, s_wn, s_wk, s_at, s_ab, s_ot, s_ob,
+    W_KMAJOR: tl.constexpr, EPI: tl.constexpr, SPLIT: tl.constexpr, M_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
+
+    W[b, n, k] lives at w_ptr + b*s_wb + n*s_wn + k (W_KMAJOR) or + n + k*s_wk (N-contiguous, e.g. MLA's W_UK
+    used as x @ W). part_ptr: fp32 [B, SPLIT, 2 (gate/up), M_PAD, N] scratch; count_ptr: int32 [B, N blocks],
+    zero before the call and zero again after it."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    b = tl.program_id(2)
+    n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = n < N
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, K)
+    acc = _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
+                W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET)
+    if EPI == 2:
+        acc_up = _slab(x_ptr, w_up_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
+                       W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET)
+    else:
+        acc_up = acc
+    if SPLIT == 1:
+        _epilogue(acc, acc_up, add_ptr, out_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, EPI, M_PAD)
+    else:
+        t = tl.arange(0, M_PAD)
+        plane = M_PAD * N
+        part = part_ptr + (b * SPLIT + pid_k) * 2 * plane + t[:, None] * N + n[None, :]
+        tl.store(part, acc, mask=n_ok[None, :])
+        if EPI == 2:
+            tl.store(part + plane, acc_up, mask=n_ok[None, :])
+        count = count_ptr + b * tl.num_programs(0) + pid_n
+        if not INTERPRET:
+            _fence_acq_rel(pid_n)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT - 1:  # the last program of this row block: reduce in split order
+            if not INTERPRET:
+                _fence_acq_rel(arrived)
+            tl.store(count, 0)
+            first = part_ptr + b * SPLIT * 2 * plane + t[:, None] * N + n[None, :]
+            acc = tl.load(first, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
+            if EPI == 2:
+                acc_up = tl.load(first + plane, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
+            for s in range(1, SPLIT):
+                acc += tl.load(first + s * 2 * plane, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
+                if EPI == 2:
+                    acc_up += tl.load(first + s * 2 * plane + plane, mask=n_ok[None, :], other=0.0,
+                                      cache_modifier=".cg")
+            _epilogue(acc, acc_up, add_ptr, out_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, EPI, M_PAD)
