@@ -288,3 +288,21 @@ def test_gpu_graphs_equal_eager_end_to_end(gpu_engine):
         assert err < (1e-4 if tol < 1e-4 else 2e-2), err  # observed: 2e-5 (torch), 4e-3 (triton, TF32)
     counts = graphed.get_server_info()["forward_counts"]
     assert counts["target_verify"]["eager"] == 0 and counts["draft_extend"]["eager"] == 0
+
+
+@pytest.mark.gpu
+def test_gpu_capture_runs_with_autograd_off():
+    """The layers pick their inference paths (fused kernels, no index_put) only with grad mode off; a capture
+    that ran with it on froze the training-path ops into every replay (seen on the H200 profile)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    seen = []
+
+    def forward(**inputs):
+        seen.append(torch.is_grad_enabled())
+        return fake_forward(**inputs)
+
+    runner = GraphRunner("grad_probe", forward, SPECS, ForwardStats(), enabled=True, max_bs=2, tokens_per_req=(1, 3))
+    assert torch.is_grad_enabled()
+    runner.capture(lambda bs, T: {k: v.cuda() for k, v in example(bs, T).items()})
+    assert seen and not any(seen), seen

@@ -143,8 +143,10 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     xs = torch.empty(T, PACK_FACTOR, h_words, dtype=torch.float32, device=x.device)  # nibble-major x
     act = torch.empty(TK, PACK_FACTOR, i_words, dtype=torch.float32, device=x.device)  # nibble-major act
     tuning.interpreting()  # under the interpreter, makes the loop over a loaded count work (see tuning)
+    pdl = tuning.pdl(x.device)
     moe_int4_gemv_prep_x_kernel[(T, triton.cdiv(h_words, PREP_BLOCK_W))](
         x, xs, x.stride(0), xs.stride(0), h_words, BLOCK_W=PREP_BLOCK_W, num_warps=4,
+        PDL=pdl, **tuning.pdl_launch(pdl),
     )
     # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
     bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
@@ -155,6 +157,7 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
+        PDL=pdl, **tuning.pdl_launch(pdl),
     )
     bn, bw = down_cfg["BLOCK_N"], min(down_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(i_words)))
     moe_int4_gemv_down_kernel[(T, triton.cdiv(H, bn))](
@@ -165,6 +168,7 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
         I_WORDS=i_words, TOP_K=k, GROUP_WORDS=group_words, HAS_ADD=add is not None,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=H % bn == 0 and i_words % bw == 0,
         num_warps=down_cfg["num_warps"], num_stages=1,  # straight-line code: nothing to pipeline
+        PDL=pdl, **tuning.pdl_launch(pdl),
     )
     return out
 

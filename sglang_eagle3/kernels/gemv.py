@@ -34,18 +34,28 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
     return buf
 
 
-def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int) -> dict:
-    """Tiles of ~8 KB of weights (bf16; 16 <= BLOCK_N, BLOCK_K for the dot), and enough split-K programs to
-    give every SM ~4 of them."""
+def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int, mats: int = 1,
+                smem_bytes: int = 96 << 10) -> dict:
+    """Launch config from the shape (chosen from the H200 sweep of benchmarks/profile_step.py --sweep).
+
+    Tiles of 32 K-contiguous rows x 256 (or 64 N-contiguous columns x 64); no split-K for slabs of <= 64 KB
+    (the handshake costs more than it hides); otherwise ~1 program per SM, twice that while a program would
+    still stream > 128 KB. As many pipeline stages (<= 4) as ``smem_bytes`` holds (99 KB a block on sm_120)."""
     if k_major:
-        block_k = max(16, min(256, triton.next_power_of_2(K)))
-        block_n = max(16, min(64, 4096 // block_k))
+        block_n, block_k = 32, max(16, min(256, triton.next_power_of_2(K)))
     else:
-        block_n = max(16, min(64, triton.next_power_of_2(N)))
-        block_k = max(16, min(256, 4096 // block_n))
+        block_n, block_k = max(16, min(64, triton.next_power_of_2(N))), max(16, min(64, triton.next_power_of_2(K)))
     blocks = triton.cdiv(N, block_n) * B
-    split = max(1, min(triton.cdiv(4 * sms, blocks), triton.cdiv(K, block_k)))
-    return {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT": split, "num_warps": 4, "num_stages": 3}
+    slab = block_n * K * 2 * mats
+    split = 1
+    if slab > 64 << 10:
+        split = triton.cdiv(sms, blocks)
+        if blocks < sms and slab // split > 128 << 10:
+            split *= 2
+    split = max(1, min(split, triton.cdiv(K, block_k)))
+    stage = (block_n * block_k * mats + 16 * block_k) * 2
+    stages = max(1, min(4, smem_bytes // stage))
+    return {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT": split, "num_warps": 4, "num_stages": stages}
 
 
 def _as3(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -87,7 +97,8 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         return out
     x3, o3 = _as3(x, "x"), _as3(out, "out")
     a3 = _as3(add, "add") if add is not None else o3
-    cfg = config or gemv_config(N, K, B, k_major, tuning.sm_count(x.device))
+    cfg = config or gemv_config(N, K, B, k_major, tuning.sm_count(x.device), 2 if gated else 1,
+                                tuning.smem_per_block(x.device))
     assert cfg["BLOCK_N"] >= 16 and cfg["BLOCK_K"] >= 16, f"tl.dot needs 16 <= BLOCK_N, BLOCK_K: {cfg}"
     block_k, split = cfg["BLOCK_K"], cfg["SPLIT"]
     k_per_split = triton.cdiv(triton.cdiv(K, split), block_k) * block_k
@@ -100,13 +111,15 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
     else:
         part = count = o3  # never touched
     interpret = tuning.interpreting()
+    pdl = tuning.pdl(x.device)
     gemv_kernel[(blocks, split, B)](
         x3, w3, w_up if gated else w3, a3, o3, part, count,
         T, N, K, k_per_split,
         x3.stride(0), x3.stride(1), w3.stride(0), w3.stride(1), w3.stride(2),
         a3.stride(0), a3.stride(1), o3.stride(0), o3.stride(1),
         W_KMAJOR=k_major, EPI=EPI_GATED if gated else (EPI_ADD if add is not None else EPI_NONE),
-        SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=block_k, INTERPRET=interpret,
+        SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=block_k, INTERPRET=interpret, PDL=pdl,
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
+        **tuning.pdl_launch(pdl),
     )
     return out

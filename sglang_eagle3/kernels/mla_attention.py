@@ -78,6 +78,7 @@ def triton_mla_attention(
         return out
     mid_o = torch.empty(BT, H, splits, Dc, dtype=torch.float32, device=device)
     mid_lse = torch.empty(BT, H, splits, dtype=torch.float32, device=device)
+    pdl = tuning.pdl(device)
     mla_split_kv_kernel[(B, row_blocks, splits)](
         q_nope_latent, q_rope, kv_cache, page_table, seq_lens, mid_o, mid_lse,
         q_nope_latent.stride(0), q_nope_latent.stride(1), q_rope.stride(0), q_rope.stride(1),
@@ -87,6 +88,7 @@ def triton_mla_attention(
         T=T, H=H, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m,
         BLOCK_N=cfg["BLOCK_N"], INTERPRET=tuning.interpreting(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        PDL=pdl, **tuning.pdl_launch(pdl),
     )
     splits_pad = triton.next_power_of_2(splits)
     block_d = max(16, min(Dc, MERGE_TILE // splits_pad))  # [splits, BLOCK_D] fp32 tile per program
@@ -96,5 +98,6 @@ def triton_mla_attention(
         out.stride(0), out.stride(1), splits,
         SPLITS_PAD=splits_pad, BLOCK_D=block_d,
         num_warps=tuning.get_config("mla_merge", device, "rows", rows)["num_warps"],
+        PDL=pdl, **tuning.pdl_launch(pdl),
     )
     return out

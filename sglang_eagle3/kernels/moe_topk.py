@@ -35,6 +35,7 @@ def triton_moe_topk(
     if T == 0:
         return weights, ids
     cfg = tuning.get_config("moe_topk", router_logits.device, "tokens", T)
+    pdl = tuning.pdl(router_logits.device)
     moe_topk_kernel[(T,)](
         router_logits, correction_bias if correction_bias is not None else router_logits, weights, ids,
         router_logits.stride(0), weights.stride(0), ids.stride(0),
@@ -42,6 +43,6 @@ def triton_moe_topk(
         E=E, PER_GROUP=per_group, N_GROUP=n_group, TOPK_GROUP=topk_group, TOP_K=top_k,
         G_PAD=triton.next_power_of_2(n_group), PG_PAD=triton.next_power_of_2(per_group),
         K_PAD=triton.next_power_of_2(top_k), HAS_BIAS=correction_bias is not None,
-        RENORMALIZE=bool(renormalize), num_warps=cfg["num_warps"],
+        RENORMALIZE=bool(renormalize), num_warps=cfg["num_warps"], PDL=pdl, **tuning.pdl_launch(pdl),
     )
     return weights, ids

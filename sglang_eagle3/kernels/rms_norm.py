@@ -70,6 +70,7 @@ def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual:
         new_residual = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         ro2 = new_residual.view(-1, D)
     if M:
+        pdl = tuning.pdl(x.device)
         rms_norm_kernel[(M,)](
             x2, r2, weight, o2, ro2, out_rows if out_rows is not None else x2,
             x2.stride(0), r2.stride(0), o2.stride(0), ro2.stride(0),
@@ -77,5 +78,6 @@ def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual:
             HAS_RESIDUAL=residual is not None, HAS_OUT_ROWS=out_rows is not None,
             BLOCK_D=triton.next_power_of_2(D),
             num_warps=1 if tuning.interpreting() else num_warps_for(D),
+            PDL=pdl, **tuning.pdl_launch(pdl),
         )
     return out if residual is None else (out, new_residual)

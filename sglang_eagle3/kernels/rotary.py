@@ -62,6 +62,7 @@ def triton_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torc
         return q_out, k_out
     half_pad = triton.next_power_of_2(half)
     block_h = max(1, min(triton.next_power_of_2(max(q3.shape[1], k3.shape[1])), TILE // half_pad))
+    pdl = tuning.pdl(q.device)
     rotary_kernel[(N,)](
         positions, cos, sin, q3, qo3, k3, ko3, k_out_rows if k_out_rows is not None else positions,
         q3.stride(0), q3.stride(1), qo3.stride(0), qo3.stride(1),
@@ -70,5 +71,6 @@ def triton_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torc
         HAS_K=k is not None, K_OUT_ROWS=k_out_rows is not None, INTERLEAVED=bool(interleaved), HALF=half,
         HALF_PAD=half_pad, BLOCK_H=block_h,
         num_warps=1 if tuning.interpreting() else 4, enable_fp_fusion=False,
+        PDL=pdl, **tuning.pdl_launch(pdl),
     )
     return q_out, k_out

@@ -103,6 +103,43 @@ def device_key(device_index: int) -> tuple[str, int, str]:
     return f"sm_{props.major}{props.minor}", props.multi_processor_count, props.name
 
 
+def pdl(device: torch.device) -> bool:
+    """Whether kernels on ``device`` launch with programmatic dependent launch (PDL): sm_90 and newer, not
+    under the interpreter, not turned off by SGLANG_EAGLE3_NO_PDL=1.
+
+    A PDL kernel may start while the kernel before it in the stream is still running: it waits
+    (``gdc_wait``) before touching anything an earlier kernel writes or reads, and lets its own successor
+    start early (``gdc_launch_dependents``). What it does before the wait must only read memory no kernel
+    writes (weights: the GEMV streams its slab into L2 there). Back to back in a CUDA graph, this hides the
+    launch gap and the DRAM latency at the start of each kernel behind the end of the previous one."""
+    if device.type != "cuda" or env.NO_PDL.flag() or interpreting():
+        return False
+    return _capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9
+
+
+def pdl_launch(enabled: bool) -> dict:
+    """Launch options for a kernel whose PDL constexpr is ``enabled`` (none under the interpreter)."""
+    return {"launch_pdl": True} if enabled else {}
+
+
+@functools.cache
+def _capability(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).major
+
+
+def smem_per_block(device: torch.device) -> int:
+    """Shared memory one block may use (opt-in maximum): 227 KB on sm_90, 99 KB on sm_120."""
+    if device.type != "cuda":
+        return 96 << 10
+    return _smem(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _smem(device_index: int) -> int:
+    props = torch.cuda.get_device_properties(device_index)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or 96 << 10)
+
+
 def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 132  # the interpreter: any plausible number; grids stay small on tiny test shapes

@@ -88,18 +88,23 @@ class GraphRunner:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream()
-        for T in sorted(self.tokens_per_req, reverse=True):
-            for bs in sorted(self.buckets, reverse=True):
-                static = make_inputs(bs, T)
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    for _ in range(2):  # warm-up: lazy inits, autotuning and allocator growth stay out
-                        self.fn(**static, tokens_per_req=T)
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                    out = self.fn(**static, tokens_per_req=T)
-                self.graphs[(bs, T)] = (graph, static, out)
+        # Autograd off, as for every replay's eager twin (the runner's forwards run under inference mode): the
+        # layers take their inference paths (fused kernels writing straight into the KV cache) only when no
+        # gradient graph is being recorded, so capturing with grad mode on would freeze the slower
+        # training-path ops into every replay.
+        with torch.no_grad():
+            for T in sorted(self.tokens_per_req, reverse=True):
+                for bs in sorted(self.buckets, reverse=True):
+                    static = make_inputs(bs, T)
+                    stream.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(stream):
+                        for _ in range(2):  # warm-up: lazy inits, autotuning and allocator growth stay out
+                            self.fn(**static, tokens_per_req=T)
+                    torch.cuda.current_stream().wait_stream(stream)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                        out = self.fn(**static, tokens_per_req=T)
+                    self.graphs[(bs, T)] = (graph, static, out)
         torch.cuda.synchronize()
         self.capture_seconds = time.perf_counter() - t0
         self.capture_bytes = max(0, free0 - torch.cuda.mem_get_info()[0])

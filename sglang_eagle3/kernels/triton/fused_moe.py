@@ -12,6 +12,7 @@ stride 8 (x[:, j::8]), sharing one scale tile (group 32 = 4 words).
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -220,8 +221,11 @@ def _load_int4_chunk(rows, scales, n_ok, w0, w_idx, g_idx, N_WORDS, GROUP_WORDS:
 
 
 @triton.jit
-def moe_int4_gemv_prep_x_kernel(x_ptr, xs_ptr, stride_xt, stride_xst, H_WORDS, BLOCK_W: tl.constexpr):
+def moe_int4_gemv_prep_x_kernel(x_ptr, xs_ptr, stride_xt, stride_xst, H_WORDS, BLOCK_W: tl.constexpr, PDL: tl.constexpr = False):
     """xs[t, j, w] = x[t, 8w + j] * 16^-(j % 5) in fp32: the gate_up kernel's nibble-major activations."""
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     w = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
     ok = w < H_WORDS
@@ -246,7 +250,7 @@ def moe_int4_gemv_gate_up_kernel(
     stride_xst, stride_we, stride_wn, stride_se, stride_sn, stride_at,
     TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, for every pair routed to it (the expert's first pair works, the others exit), from
@@ -258,6 +262,9 @@ def moe_int4_gemv_gate_up_kernel(
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
     next chunk is prefetched by hand: its loads are issued before the current chunk's arithmetic, two
     chunks in flight per program."""
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     pair = tl.program_id(0)
     nb = tl.program_id(1)
     leader, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
@@ -306,7 +313,7 @@ def moe_int4_gemv_down_kernel(
     stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_addt, stride_ot,
     H, magic,
     I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """out[t, n] = sum over the k slots of token t of topk_w * (act[slot] W_down[n]^T), fp32 accumulation,
     stored in out's dtype (+ add[t, n], the shared experts' output, as a separate add would): the weighted
@@ -314,6 +321,9 @@ def moe_int4_gemv_down_kernel(
     An expert chosen by several tokens is read by each of them (from L2 after the first). The slot and
     word loops are unrolled (I and top_k are compile-time), so every slot's weight loads are independent
     straight-line code that the compiler can issue together."""
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     t = tl.program_id(0)
     nb = tl.program_id(1)
     n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -12,8 +12,10 @@ separate tensors read by the same program.
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 EPI_NONE, EPI_ADD, EPI_GATED = 0, 1, 2
+PREFETCH_LINES = tl.constexpr(16)  # 128-byte lines per row per prefetch step
 
 
 @triton.jit
@@ -22,6 +24,29 @@ def _fence_acq_rel(x):
     # threadfence-reduction pattern. The interpreter runs programs one after another and needs none.
     return tl.inline_asm_elementwise("fence.acq_rel.gpu; mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32,
                                      is_pure=False, pack=1)
+
+
+@triton.jit
+def _prefetch_l2(ptrs, mask, fallback):
+    safe = tl.where(mask, ptrs, fallback)
+    return tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [safe], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _prefetch_slab(w_ptr, b, pid_n, n, n_ok, k_lo, k_hi, s_wb, s_wn, s_wk,
+                   W_KMAJOR: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Asks the L2 for every 128-byte line of this program's weight slab (weights are never written by a
+    kernel, so this may run before gdc_wait, while the previous kernel is still finishing)."""
+    if W_KMAJOR:
+        for k0 in range(k_lo, k_hi, 64 * PREFETCH_LINES):
+            k = k0 + 64 * tl.arange(0, PREFETCH_LINES)
+            _prefetch_l2(w_ptr + b * s_wb + n[:, None] * s_wn + k[None, :], n_ok[:, None] & (k < k_hi)[None, :],
+                         w_ptr)
+    else:  # one row of BLOCK_N contiguous weights per k: one line when BLOCK_N * 2 bytes <= 128
+        for k0 in range(k_lo, k_hi, 64):
+            k = k0 + tl.arange(0, 64)
+            _prefetch_l2(w_ptr + b * s_wb + pid_n * BLOCK_N + k * s_wk, k < k_hi, w_ptr)
 
 
 @triton.jit
@@ -78,7 +103,7 @@ def gemv_kernel(
     T, N, K, k_per_split,
     s_xt, s_xb, s_wb, s_wn, s_wk, s_at, s_ab, s_ot, s_ob,
     W_KMAJOR: tl.constexpr, EPI: tl.constexpr, SPLIT: tl.constexpr, M_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
@@ -92,6 +117,12 @@ def gemv_kernel(
     n_ok = n < N
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
+    if PDL:  # stream the weights in while the previous kernel finishes, then wait for its outputs
+        _prefetch_slab(w_ptr, b, pid_n, n, n_ok, k_lo, k_hi, s_wb, s_wn, s_wk, W_KMAJOR, BLOCK_N)
+        if EPI == 2:
+            _prefetch_slab(w_up_ptr, b, pid_n, n, n_ok, k_lo, k_hi, s_wb, s_wn, s_wk, W_KMAJOR, BLOCK_N)
+        gdc_wait()
+        gdc_launch_dependents()
     acc = _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
                 W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET)
     if EPI == 2:

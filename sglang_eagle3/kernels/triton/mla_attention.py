@@ -7,6 +7,7 @@ A query row is one (new token t, head h) pair of request b: row r -> t = r // H,
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -16,8 +17,11 @@ def mla_split_kv_kernel(
     stride_mo_tok, stride_mo_head, stride_mo_split, stride_ml_tok, stride_ml_head,
     sm_scale_log2, NUM_SPLITS,
     T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, DR: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     b = tl.program_id(0)
     mb = tl.program_id(1)
     split = tl.program_id(2)
@@ -86,10 +90,13 @@ def mla_merge_splits_kernel(
     mid_o_ptr, mid_lse_ptr, out_ptr,
     stride_mo_tok, stride_mo_head, stride_mo_split, stride_ml_tok, stride_ml_head,
     stride_o_tok, stride_o_head, NUM_SPLITS,
-    SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr,
+    SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Program (token, head, D-block): all splits' partials loaded at once, weighted by exp2(lse - max).
     Empty splits have lse = -inf (weight 0) and zero partials, so no branch is needed."""
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     tok = tl.program_id(0)
     head = tl.program_id(1)
     sp = tl.arange(0, SPLITS_PAD)

@@ -2,6 +2,7 @@
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -11,8 +12,11 @@ def moe_topk_kernel(
     routed_scaling_factor,
     E: tl.constexpr, PER_GROUP: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr,
     TOP_K: tl.constexpr, G_PAD: tl.constexpr, PG_PAD: tl.constexpr, K_PAD: tl.constexpr,
-    HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr,
+    HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     # Experts are laid out as a [group, expert-in-group] tile so the group step needs no reshuffle.
     t = tl.program_id(0)
     g = tl.arange(0, G_PAD)[:, None]

@@ -2,6 +2,7 @@
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -9,12 +10,15 @@ def rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, out_rows_ptr,
     stride_x, stride_r, stride_o, stride_ro,
     D, eps,
-    HAS_RESIDUAL: tl.constexpr, HAS_OUT_ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, HAS_OUT_ROWS: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """out = x * rsqrt(mean(x^2) + eps) * w in fp32, cast to out's dtype. With HAS_RESIDUAL, x is first
     replaced by (x + residual) rounded to the residual dtype, which is also stored to res_out: the same
     numbers as adding in torch and then normalising the sum. With HAS_OUT_ROWS, row i is stored to out row
     out_rows[i] (a scatter, e.g. into paged-cache slots)."""
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_D)
     ok = offs < D

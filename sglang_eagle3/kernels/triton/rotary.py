@@ -2,6 +2,7 @@
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -38,9 +39,12 @@ def rotary_kernel(
     stride_kt, stride_kh, stride_kot, stride_koh,
     stride_table, HQ, HK,
     HAS_K: tl.constexpr, K_OUT_ROWS: tl.constexpr, INTERLEAVED: tl.constexpr, HALF: tl.constexpr,
-    HALF_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
+    HALF_PAD: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Token t's q heads -> q_out row t; its k heads -> k_out row t, or row k_out_rows[t] (cache slots)."""
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
     i_idx = tl.arange(0, HALF_PAD)
