@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the decode/verify step work (issues 4 and 5): GPU tests of the kernels and graphs, the
-# per-kernel profile of a 6-layer Kimi rank slice with and without PDL, then the 61-layer verify-graph benchmark.
+# per-kernel profile of a 6-layer Kimi rank slice without and with PDL (opt-in), then the 61-layer verify-graph benchmark.
 # Usage on the GPU machine, from the repo root: OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_step_round.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -16,7 +16,7 @@ stage gpu_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o add
   tests/kernels/test_kernels_gpu.py tests/test_graph_runner.py
 TAIL=45 stage profile "${T_PROFILE:-150}" python benchmarks/profile_step.py --layers 6 --tokens 1 4 --no-gemm \
   --out "$OUT/profile.json"
-TAIL=20 SGLANG_EAGLE3_NO_PDL=1 stage profile_nopdl "${T_PROFILE:-150}" python benchmarks/profile_step.py --layers 6 \
-  --tokens 1 4 --no-gemm --out "$OUT/profile_nopdl.json"
+TAIL=20 SGLANG_EAGLE3_PDL=1 stage profile_pdl "${T_PROFILE:-150}" python benchmarks/profile_step.py --layers 6 \
+  --tokens 1 4 --no-gemm --out "$OUT/profile_pdl.json"
 TAIL=20 stage verify_graph "${T_VERIFY:-150}" python benchmarks/bench_verify_graph.py --backends triton \
   --eager-iters 3 --graph-iters 20 --out "$OUT/verify_graph.json"

@@ -33,7 +33,8 @@ MAX_PAGES = 6
 def fake_forward(input_ids, positions, page_table, seq_lens, out_cache_loc, tokens_per_req):
     """Row-wise, so padding must not change real rows: [B*T, 3] mixing per-token and per-request inputs."""
     T = tokens_per_req
-    per_req = (seq_lens.double() * 1000 + (page_table.double() * torch.arange(1, page_table.shape[1] + 1)).sum(1))
+    cols = torch.arange(1, page_table.shape[1] + 1, device=page_table.device)
+    per_req = (seq_lens.double() * 1000 + (page_table.double() * cols).sum(1))
     return (torch.stack([input_ids.double(), positions.double() + out_cache_loc.double() / 7,
                          per_req.repeat_interleave(T)], dim=1),)
 
@@ -193,7 +194,9 @@ GPU_MAX_BS = 8
 
 # torch references: float32 without TF32, so replay and eager agree to rounding. Triton kernels: fp32 dots run in
 # TF32 and the MoE kernel's tiling depends on the token count, so a padded batch differs at TF32 precision.
-GPU_BACKENDS = {"torch": 1e-5, "triton": 3e-3}
+# float32 torch: a padded graph batch runs cuBLAS at another M than the eager batch (another algorithm, another
+# order of sums): 1.2e-5 seen on the H200.
+GPU_BACKENDS = {"torch": 5e-5, "triton": 3e-3}
 
 
 @pytest.fixture(scope="module", params=sorted(GPU_BACKENDS))
@@ -227,43 +230,45 @@ def test_gpu_replay_equals_eager(gpu_engine):
             for p in prompts]
     for r in reqs:
         sched.add(r)
-    sched.step()  # prefill: the caches now hold real prompts
-    assert all(r.seq_len >= 2 for r in reqs)
-    H, dev = engine.model_config.hidden_size, runner.device
-    before = {n: dict(v) for n, v in runner.stats.as_dict().items()}
-    replays = 0
-    for bs in (1, 2, 3, 5, 7):  # 3, 5 and 7 run padded (buckets 4 and 8)
-        rs = reqs[:bs]
-        for r in rs:
-            sched._ensure_pages(r, r.seq_len + 8)
-        for T in range(1, 9):
-            draft_toks = [torch.randint(0, 512, (T - 1,), generator=g).tolist() for _ in rs]
-            rows = [([r.tokens[-1]] + d, r.seq_len - 1, r.pages) for r, d in zip(rs, draft_toks, strict=True)]
-            bt = runner.build(rows, width=runner.max_pages)
-            inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
-                          seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
-            target = runner.target_decode if T == 1 else runner.target_verify
-            with torch.inference_mode():
-                graph_out = [o.clone() for o in target(bs, T, **inputs)]
-                eager_out = target.fn(**inputs, tokens_per_req=T)
-            for a, b in zip(graph_out, eager_out, strict=True):
-                assert a.shape == b.shape and _rel(a, b) < tol, (target.name, bs, T, _rel(a, b))
-            replays += 1
-            # Draft: decode steps take the draft's own hidden [bs, H]; extend takes the target's aux [bs*T, 3H].
-            hidden = (eager_out[1] if T > 1 else torch.randn(bs, H, generator=g).to(dev, runner.dtype))
-            draft = runner.draft_extend if T > 1 else runner.draft_decode
-            with torch.inference_mode():
-                gp, gh = [o.clone() for o in draft(bs, T, hidden=hidden, **inputs)]
-                ep, eh = draft.fn(hidden=hidden, **inputs, tokens_per_req=T)
-            assert _rel(gh, eh) < tol, (draft.name, bs, T, _rel(gh, eh))
-            assert (gp == ep).float().mean().item() >= (1.0 if tol < 1e-4 else 0.9), (draft.name, bs, T)
-            replays += 1
-    after = runner.stats.as_dict()
-    graphed = sum(after[n]["graph"] - before.get(n, {}).get("graph", 0) for n in after)
-    eager = sum(after[n]["eager"] - before.get(n, {}).get("eager", 0) for n in after)
-    assert (graphed, eager) == (replays, 0), after
-    for r in reqs:
-        sched.abort(r.rid)
+    try:
+        sched.step()  # prefill: the caches now hold real prompts
+        assert all(r.seq_len >= 2 for r in reqs)
+        H, dev = engine.model_config.hidden_size, runner.device
+        before = {n: dict(v) for n, v in runner.stats.as_dict().items()}
+        replays = 0
+        for bs in (1, 2, 3, 5, 7):  # 3, 5 and 7 run padded (buckets 4 and 8)
+            rs = reqs[:bs]
+            for r in rs:
+                sched._ensure_pages(r, r.seq_len + 8)
+            for T in range(1, 9):
+                draft_toks = [torch.randint(0, 512, (T - 1,), generator=g).tolist() for _ in rs]
+                rows = [([r.tokens[-1]] + d, r.seq_len - 1, r.pages) for r, d in zip(rs, draft_toks, strict=True)]
+                bt = runner.build(rows, width=runner.max_pages)
+                inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
+                              seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
+                target = runner.target_decode if T == 1 else runner.target_verify
+                with torch.inference_mode():
+                    graph_out = [o.clone() for o in target(bs, T, **inputs)]
+                    eager_out = target.fn(**inputs, tokens_per_req=T)
+                for a, b in zip(graph_out, eager_out, strict=True):
+                    assert a.shape == b.shape and _rel(a, b) < tol, (target.name, bs, T, _rel(a, b))
+                replays += 1
+                # Draft: decode steps take the draft's own hidden [bs, H]; extend takes the target's aux [bs*T, 3H].
+                hidden = (eager_out[1] if T > 1 else torch.randn(bs, H, generator=g).to(dev, runner.dtype))
+                draft = runner.draft_extend if T > 1 else runner.draft_decode
+                with torch.inference_mode():
+                    gp, gh = [o.clone() for o in draft(bs, T, hidden=hidden, **inputs)]
+                    ep, eh = draft.fn(hidden=hidden, **inputs, tokens_per_req=T)
+                assert _rel(gh, eh) < tol, (draft.name, bs, T, _rel(gh, eh))
+                assert (gp == ep).float().mean().item() >= (1.0 if tol < 1e-4 else 0.9), (draft.name, bs, T)
+                replays += 1
+        after = runner.stats.as_dict()
+        graphed = sum(after[n]["graph"] - before.get(n, {}).get("graph", 0) for n in after)
+        eager = sum(after[n]["eager"] - before.get(n, {}).get("eager", 0) for n in after)
+        assert (graphed, eager) == (replays, 0), after
+    finally:  # a failure must not leave requests behind for the next test on this engine
+        for r in reqs:
+            sched.abort(r.rid)
 
 
 @pytest.mark.gpu

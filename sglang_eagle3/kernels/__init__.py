@@ -18,7 +18,7 @@ import torch
 # package attribute only when a submodule is first imported.
 from sglang_eagle3 import env
 from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_int4
-from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, triton_gemv
+from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, triton_gemv, triton_gemv_pair
 from sglang_eagle3.kernels.mla_attention import triton_mla_attention
 from sglang_eagle3.kernels.moe_topk import triton_moe_topk
 from sglang_eagle3.kernels.quant import pack_int4, quantize_int4, unpack_int4
@@ -69,6 +69,15 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, use_triton: boo
           and x.stride(-1) == 1 and (w.stride(-1) == 1 or w.stride(-2) == 1))
     fn = triton_gemv if ok and _kernel_ok(use_triton, x, w, w_up, add) else ref_gemv
     return fn(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out)
+
+
+def gemv_pair(x, w1, w2, *, use_triton: bool | None = None):
+    """(x w1^T, x w2^T) for x [T, K]: one launch of the skinny GEMM at decode/verify sizes, two GEMMs else."""
+    ok = (x.dim() == 2 and x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16)
+          and w1.dtype == w2.dtype == x.dtype and x.stride(-1) == 1 and w1.stride(-1) == 1 and w2.stride(-1) == 1)
+    if ok and _kernel_ok(use_triton, x, w1, w2):
+        return triton_gemv_pair(x, w1, w2)
+    return ref_gemv(x, w1), ref_gemv(x, w2)
 
 
 def rms_norm(x, weight, eps, residual=None, *, out=None, out_rows=None, use_triton: bool | None = None):
@@ -123,6 +132,7 @@ def fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, 
 
 __all__ = [
     "gemv",
+    "gemv_pair",
     "rms_norm",
     "apply_rotary",
     "moe_topk",

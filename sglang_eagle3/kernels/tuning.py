@@ -104,15 +104,16 @@ def device_key(device_index: int) -> tuple[str, int, str]:
 
 
 def pdl(device: torch.device) -> bool:
-    """Whether kernels on ``device`` launch with programmatic dependent launch (PDL): sm_90 and newer, not
-    under the interpreter, not turned off by SGLANG_EAGLE3_NO_PDL=1.
+    """Whether kernels on ``device`` launch with programmatic dependent launch (PDL): only when asked for
+    (SGLANG_EAGLE3_PDL=1), on sm_90 and newer, not under the interpreter.
 
     A PDL kernel may start while the kernel before it in the stream is still running: it waits
     (``gdc_wait``) before touching anything an earlier kernel writes or reads, and lets its own successor
-    start early (``gdc_launch_dependents``). What it does before the wait must only read memory no kernel
-    writes (weights: the GEMV streams its slab into L2 there). Back to back in a CUDA graph, this hides the
-    launch gap and the DRAM latency at the start of each kernel behind the end of the previous one."""
-    if device.type != "cuda" or env.NO_PDL.flag() or interpreting():
+    start early (``gdc_launch_dependents``). What it does before the wait only reads memory no kernel writes
+    (the GEMV streams its weight slab into L2 there). Off by default: on the H200 a graphed 6-layer Kimi
+    rank slice took 0.829 ms per decode step with PDL and 0.810 ms without (benchmarks/run_step_round.sh,
+    profile vs profile_nopdl), so the overlap it buys does not pay for the early CTAs' waiting yet."""
+    if device.type != "cuda" or not env.PDL.flag() or interpreting():
         return False
     return _capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9
 

@@ -64,13 +64,16 @@ class MLAAttention(nn.Module):
         contiguous. With autograd on, the same numbers come from out-of-place ops training can
         differentiate."""
         if hasattr(self, "q_proj"):
-            q = self.q_proj(x)
-        else:
-            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+            q, kv_a = self.q_proj(x), self.kv_a_proj_with_mqa(x)
+        elif torch.is_grad_enabled():
+            q, kv_a = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))), self.kv_a_proj_with_mqa(x)
+        else:  # q_a and kv_a read the same x: one launch for both at decode/verify sizes
+            q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
+                                          use_triton=self.q_a_proj.use_triton)
+            q = self.q_b_proj(self.q_a_layernorm(q_a))
         N = x.shape[0]
         q = q.view(N, self.num_heads, self.nope + self.rope_dim)
-        q_nope, q_rope = q.split([self.nope, self.rope_dim], dim=-1)
-        kv_a = self.kv_a_proj_with_mqa(x)  # [N, c + r]
+        q_nope, q_rope = q.split([self.nope, self.rope_dim], dim=-1)  # kv_a: [N, c + r]
         c, k_rope = kv_a.split([self.kv_lora_rank, self.rope_dim], dim=-1)
         w_uk, _ = self._w_uk_uv()
         if torch.is_grad_enabled():

@@ -189,22 +189,24 @@ def check_dense_gemv(arch: int) -> dict:
     """The skinny GEMM at Kimi TP=8 decode shapes: no spills, 16-byte weight loads along K, and the split-K
     handshake (fences + one atomic per program) present exactly when SPLIT > 1."""
     sig = dict(x_ptr="*bf16", w_ptr="*bf16", w_up_ptr="*bf16", add_ptr="*bf16", out_ptr="*bf16",
-               part_ptr="*fp32", count_ptr="*i32", T="i32", N="i32", K="i32", k_per_split="i32", s_xt="i32",
-               s_xb="i32", s_wb="i32", s_wn="i32", s_wk="i32", s_at="i32", s_ab="i32", s_ot="i32", s_ob="i32",
+               part_ptr="*fp32", count_ptr="*i32", w2_ptr="*bf16", out2_ptr="*bf16", T="i32", N="i32", K="i32",
+               k_per_split="i32", N2="i32", NB1="i32", s_xt="i32", s_xb="i32", s_wb="i32", s_wn="i32", s_wk="i32",
+               s_at="i32", s_ab="i32", s_ot="i32", s_ob="i32", s_w2n="i32", s_o2t="i32",
                W_KMAJOR="i32", EPI="i32", SPLIT="i32", M_PAD="i32", BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32",
-               PDL="i32")
+               PDL="i32", PAIR="i32")
     aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
                "s_xb", "s_wb", "s_wn", "s_at", "s_ot"]
     out = {}
-    for kmajor, epi, split, bn, bk, pdl in ((True, gv.EPI_NONE, 1, 32, 256, True),
-                                            (True, gv.EPI_ADD, 4, 16, 256, False),
-                                            (True, gv.EPI_GATED, 7, 32, 256, True),
-                                            (False, gv.EPI_NONE, 2, 64, 64, True)):
+    for kmajor, epi, split, bn, bk, pdl, pair in ((True, gv.EPI_NONE, 1, 32, 256, True, False),
+                                                  (True, gv.EPI_ADD, 4, 16, 256, False, False),
+                                                  (True, gv.EPI_GATED, 7, 32, 256, True, False),
+                                                  (False, gv.EPI_NONE, 2, 64, 64, True, False),
+                                                  (True, gv.EPI_NONE, 6, 32, 256, False, True)):
         sass, res = compile_sass(gv.gemv_kernel, sig,
                                  dict(W_KMAJOR=kmajor, EPI=epi, SPLIT=split, M_PAD=16, BLOCK_N=bn, BLOCK_K=bk,
-                                      INTERPRET=False, PDL=pdl), aligned, arch,
+                                      INTERPRET=False, PDL=pdl, PAIR=pair), aligned, arch,
                                  num_stages=2 if epi == gv.EPI_GATED else 4)
-        what = f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk}"
+        what = f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk} pair={pair}"
         _no_spills(res, what)
         lines = [ln.split("*/", 1)[1].strip() for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
         ops = _opcodes(lines)

@@ -269,6 +269,28 @@ def check_gemv(T, N, K, heads=1, layout="nk", epi=None, dtype=torch.bfloat16, co
     return {"rel_err": err}
 
 
+def check_gemv_pair(T, N1, N2, K, dtype=torch.bfloat16, config=None, device="cpu", seed=0) -> dict:
+    """Two projections of one x from one launch (MLA's q_a and kv_a) equal two single GEMVs bit for bit
+    when both run the same config, and match float64 products; all elements written; counters reset."""
+    from sglang_eagle3.kernels.gemv import _COUNTERS, triton_gemv, triton_gemv_pair
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(T, K, generator=g).to(dtype).to(device)
+    w1 = (torch.randn(N1, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
+    w2 = (torch.randn(N2, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
+    y1, y2 = triton_gemv_pair(x, w1, w2, config=config)
+    errs = []
+    for y, w in ((y1, w1), (y2, w2)):
+        err = rel_err(y, kernels.ref_gemv(x.double(), w.double()))
+        assert err < (3e-3 if x.is_cuda else 6e-3), f"gemv pair rel err {err} ({T=} {N1=} {N2=} {K=})"
+        if config is not None:
+            assert torch.equal(y, triton_gemv(x, w, config=config)), "pair output != single GEMV, same config"
+        errs.append(err)
+    left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
+    assert not any(left.values()), f"split-K counters not reset: {left}"
+    return {"rel_err": errs}
+
+
 def check_latent_to_cache(N, H, C, R, dtype=torch.bfloat16, cache_dtype=None, device="cpu", seed=0) -> float:
     """MLA's cache write: the kv_a norm scatters c into cache rows out_rows and the rope scatters k into the
     same rows (q rotated in place in the same launch); equals ref and leaves every other slot untouched."""
@@ -415,6 +437,8 @@ CASES = {
     "gemv_fp32_out_t16": lambda: check_gemv(16, 40, 130, epi="f32", config=GEMV_SPLIT, seed=31),
     "gemv_heads_n_contiguous": lambda: check_gemv(2, 48, 40, heads=3, layout="kn", config=GEMV_SPLIT, seed=32),
     "gemv_heads_k_contiguous": lambda: check_gemv(4, 20, 72, heads=2, seed=33),
+    "gemv_pair_split": lambda: check_gemv_pair(3, 40, 24, 130, config=GEMV_SPLIT, seed=34),
+    "gemv_pair_default_config": lambda: check_gemv_pair(1, 33, 17, 64, seed=35),
     # The layers' wiring: norms in place in kv_a, q+k rope in one launch, MoE kernels, all vs references.
     "model_forward_kernels_fp32": lambda: check_model_forward(B=1, S=3, seed=25),
 }

@@ -19,6 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from kernel_checks import (  # noqa: E402
     check_gemv,
+    check_gemv_pair,
     check_latent_to_cache,
     check_model_forward,
     check_moe_topk,
@@ -204,6 +205,15 @@ def test_gemv_projections(T, N, K, heads, layout, epi):
     reset."""
     poison_allocator()
     check_gemv(T, N, K, heads, layout, epi, device="cuda", seed=T * 7 + N)
+
+
+@pytest.mark.parametrize("T", [1, 4, 16])
+def test_gemv_pair_q_a_kv_a(T):
+    """MLA's q_a [1536] and kv_a [576] projections of one x in one launch, split-K across both."""
+    poison_allocator()
+    check_gemv_pair(T, 1536, 576, HIDDEN, device="cuda", seed=T)
+    check_gemv_pair(T, 1536, 576, HIDDEN, device="cuda", seed=T + 1,
+                    config={"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT": 6, "num_warps": 4, "num_stages": 4})
 
 
 @pytest.mark.parametrize("B,S", [(1, 1), (2, 4), (3, 7)])

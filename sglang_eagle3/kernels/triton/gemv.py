@@ -99,31 +99,55 @@ def _epilogue(acc, acc_up, add_ptr, out_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_
 
 @triton.jit
 def gemv_kernel(
-    x_ptr, w_ptr, w_up_ptr, add_ptr, out_ptr, part_ptr, count_ptr,
-    T, N, K, k_per_split,
-    s_xt, s_xb, s_wb, s_wn, s_wk, s_at, s_ab, s_ot, s_ob,
+    x_ptr, w_ptr, w_up_ptr, add_ptr, out_ptr, part_ptr, count_ptr, w2_ptr, out2_ptr,
+    T, N, K, k_per_split, N2, NB1,
+    s_xt, s_xb, s_wb, s_wn, s_wk, s_at, s_ab, s_ot, s_ob, s_w2n, s_o2t,
     W_KMAJOR: tl.constexpr, EPI: tl.constexpr, SPLIT: tl.constexpr, M_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
+    PAIR: tl.constexpr = False,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
     W[b, n, k] lives at w_ptr + b*s_wb + n*s_wn + k (W_KMAJOR) or + n + k*s_wk (N-contiguous, e.g. MLA's W_UK
     used as x @ W). part_ptr: fp32 [B, SPLIT, 2 (gate/up), M_PAD, N] scratch; count_ptr: int32 [B, N blocks],
-    zero before the call and zero again after it."""
+    zero before the call and zero again after it.
+
+    PAIR: a second K-contiguous matrix W2 [N2, K] read by the same launch from the same x (MLA's q_a and kv_a
+    projections): the first NB1 row blocks are W's, the rest W2's, which stores to out2 [T, N2]; the partials
+    plane is then N + N2 wide (W2's columns after W's). Only with B = 1 and no epilogue."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     b = tl.program_id(2)
-    n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = n < N
+    if PAIR:
+        second = pid_n >= NB1
+        pid_loc = tl.where(second, pid_n - NB1, pid_n)
+        w_e = tl.where(second, w2_ptr, w_ptr)
+        o_e = tl.where(second, out2_ptr, out_ptr)
+        n_lim = tl.where(second, N2, N)
+        s_wn_e = tl.where(second, s_w2n, s_wn)
+        s_ot_e = tl.where(second, s_o2t, s_ot)
+        col0 = tl.where(second, N, 0)
+        width = N + N2
+    else:
+        pid_loc = pid_n
+        w_e = w_ptr
+        o_e = out_ptr
+        n_lim = N
+        s_wn_e = s_wn
+        s_ot_e = s_ot
+        col0 = 0
+        width = N
+    n = pid_loc * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = n < n_lim
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
     if PDL:  # stream the weights in while the previous kernel finishes, then wait for its outputs
-        _prefetch_slab(w_ptr, b, pid_n, n, n_ok, k_lo, k_hi, s_wb, s_wn, s_wk, W_KMAJOR, BLOCK_N)
+        _prefetch_slab(w_e, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn_e, s_wk, W_KMAJOR, BLOCK_N)
         if EPI == 2:
-            _prefetch_slab(w_up_ptr, b, pid_n, n, n_ok, k_lo, k_hi, s_wb, s_wn, s_wk, W_KMAJOR, BLOCK_N)
+            _prefetch_slab(w_up_ptr, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn, s_wk, W_KMAJOR, BLOCK_N)
         gdc_wait()
         gdc_launch_dependents()
-    acc = _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
+    acc = _slab(x_ptr, w_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk,
                 W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET)
     if EPI == 2:
         acc_up = _slab(x_ptr, w_up_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
@@ -131,11 +155,12 @@ def gemv_kernel(
     else:
         acc_up = acc
     if SPLIT == 1:
-        _epilogue(acc, acc_up, add_ptr, out_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, EPI, M_PAD)
+        _epilogue(acc, acc_up, add_ptr, o_e, b, n, n_ok, T, s_at, s_ab, s_ot_e, s_ob, EPI, M_PAD)
     else:
         t = tl.arange(0, M_PAD)
-        plane = M_PAD * N
-        part = part_ptr + (b * SPLIT + pid_k) * 2 * plane + t[:, None] * N + n[None, :]
+        plane = M_PAD * width
+        cols = col0 + n
+        part = part_ptr + (b * SPLIT + pid_k) * 2 * plane + t[:, None] * width + cols[None, :]
         tl.store(part, acc, mask=n_ok[None, :])
         if EPI == 2:
             tl.store(part + plane, acc_up, mask=n_ok[None, :])
@@ -148,7 +173,7 @@ def gemv_kernel(
             if not INTERPRET:
                 _fence_acq_rel(arrived)
             tl.store(count, 0)
-            first = part_ptr + b * SPLIT * 2 * plane + t[:, None] * N + n[None, :]
+            first = part_ptr + b * SPLIT * 2 * plane + t[:, None] * width + cols[None, :]
             acc = tl.load(first, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
             if EPI == 2:
                 acc_up = tl.load(first + plane, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
@@ -157,4 +182,4 @@ def gemv_kernel(
                 if EPI == 2:
                     acc_up += tl.load(first + s * 2 * plane + plane, mask=n_ok[None, :], other=0.0,
                                       cache_modifier=".cg")
-            _epilogue(acc, acc_up, add_ptr, out_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, EPI, M_PAD)
+            _epilogue(acc, acc_up, add_ptr, o_e, b, n, n_ok, T, s_at, s_ab, s_ot_e, s_ob, EPI, M_PAD)
