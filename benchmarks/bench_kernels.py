@@ -263,6 +263,28 @@ def sweep_moe(record: dict, op: str, T: int, path: str, gate_up_cands: list, dow
     return gate_up, down
 
 
+def run_gemv_sweep(out: Path) -> dict:
+    """``--sweep gemv``: only the INT4 GEMV MoE path, at T=1 (decode) and T=4 (verify, k=3), each winner its own
+    table bucket (max_tokens 1, then the rest of T <= 8); written as ``sweep_table.json`` holding just those two
+    ops (merge them into configs/sm_90.json)."""
+    log("== sweep (INT4 GEMV MoE path, T=1 and T=4)")
+    record: dict[str, list] = {}
+    table_ops: dict[str, list] = {"fused_moe_int4_gemv_gate_up": [], "fused_moe_int4_gemv_down": []}
+    for T in (1, 4):
+        gate_up, down = sweep_moe(record, "fused_moe_int4_gemv", T, "gemv", GEMV_GATE_UP_SWEEP, GEMV_DOWN_SWEEP)
+        bound = {"max_tokens": 1} if T == 1 else {}
+        table_ops["fused_moe_int4_gemv_gate_up"].append({**bound, **gate_up})
+        table_ops["fused_moe_int4_gemv_down"].append({**bound, **down})
+        log(f"gemv T={T}: gate_up {gate_up} down {down}")
+    arch, sms, name = tuning.device_key(torch.cuda.current_device())
+    table = {"arch": arch, "sm_counts": [sms], "measured": True,
+             "source": f"benchmarks/bench_kernels.py --sweep gemv on {name} (384 experts, T=1 and T=4)",
+             "ops": table_ops}
+    (out / "sweep_table.json").write_text(json.dumps(table, indent=1))
+    (out / "sweep.json").write_text(json.dumps(record, indent=1))
+    return table
+
+
 def run_sweep(out: Path) -> dict:
     """Winners per op on the decode shapes the targets name; written as a config table."""
     log("== sweep")
@@ -302,7 +324,8 @@ def run_sweep(out: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep", nargs="?", const="all", choices=["all", "gemv"], default=None,
+                    help="sweep configs first (all ops, or only the INT4 GEMV MoE path) and use the winners")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -314,12 +337,12 @@ def main() -> None:
     table = None
     if args.sweep:
         try:
-            table = run_sweep(args.out)
+            table = run_sweep(args.out) if args.sweep == "all" else run_gemv_sweep(args.out)
         except Exception:
             log("sweep failed:\n" + traceback.format_exc())
 
     def cfg(op: str, key_name: str, key: int):
-        if table is None:
+        if table is None or op not in table["ops"]:  # not swept in this run: the checked-in table
             return None
         return {**tuning.DEFAULTS[op], **tuning._pick_bucket(table["ops"][op], key_name, key)}
 
@@ -382,8 +405,8 @@ def main() -> None:
             path = "gemv" if T <= GEMV_MAX_TOKENS else "tile"
         table_op = f"{op}_gemv" if path == "gemv" else op
         calls, nbytes, distinct = moe_case(T, int4, weights, path=path)
-        c = None if table is None else {"gate_up": cfg(f"{table_op}_gate_up", "tokens", T),
-                                        "down": cfg(f"{table_op}_down", "tokens", T)}
+        c = None if table is None or f"{table_op}_gate_up" not in table["ops"] else {
+            "gate_up": cfg(f"{table_op}_gate_up", "tokens", T), "down": cfg(f"{table_op}_down", "tokens", T)}
         shape = {"T": T, "E": EXPERTS, "H": HIDDEN, "I": INTER, "top_k": TOP_K, "int4": int4}
         label = f"{op} T={T}" if not int4 else f"{op} ({path}) T={T}"
         record(label, {**shape, "path": path} if int4 else shape, time_graph(calls(c)), nbytes,

@@ -61,14 +61,16 @@ def _kernel_ok(use_triton: bool | None, *tensors: torch.Tensor | None) -> bool:
     return _use_triton(ts[0], use_triton)
 
 
-def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, use_triton: bool | None = None):
+def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=None, eps=0.0,
+         use_triton: bool | None = None):
     """x [T, K] @ w [N, K]^T (or per head: x [T, B, K], w [B, N, K]) with an optional residual ``add`` or gated
-    ``w_up`` epilogue; see ref_gemv. The Triton skinny GEMM serves T <= GEMV_MAX_ROWS rows of half-precision
-    operands (decode and verify); everything else (prefill, training, float32) takes torch's GEMM."""
+    ``w_up`` epilogue, and an optional RMSNorm of x first (``norm_weight``, ``eps``); see ref_gemv. The Triton
+    skinny GEMM serves T <= GEMV_MAX_ROWS rows of half-precision operands (decode and verify); everything else
+    (prefill, training, float32) takes torch's GEMM."""
     ok = (x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype
           and x.stride(-1) == 1 and (w.stride(-1) == 1 or w.stride(-2) == 1))
-    fn = triton_gemv if ok and _kernel_ok(use_triton, x, w, w_up, add) else ref_gemv
-    return fn(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out)
+    fn = triton_gemv if ok and _kernel_ok(use_triton, x, w, w_up, add, norm_weight) else ref_gemv
+    return fn(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight, eps=eps)
 
 
 def gemv_pair(x, w1, w2, *, use_triton: bool | None = None):

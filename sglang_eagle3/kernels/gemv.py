@@ -65,8 +65,10 @@ def _as3(t: torch.Tensor, name: str) -> torch.Tensor:
 
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
                 add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-                out: torch.Tensor | None = None, config: dict | None = None) -> torch.Tensor:
-    """x [T, K] with w [N, K] -> [T, N]; or x [T, B, K] with w [B, N, K] -> [T, B, N]. See module doc."""
+                out: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
+                config: dict | None = None) -> torch.Tensor:
+    """x [T, K] with w [N, K] -> [T, N]; or x [T, B, K] with w [B, N, K] -> [T, B, N]. See module doc.
+    ``norm_weight`` [K]: x is RMS-normalised first (weight, eps), inside the same launch."""
     batched = w.dim() == 3
     assert w.dim() in (2, 3) and x.dim() == w.dim(), f"x {tuple(x.shape)} and w {tuple(w.shape)}: 2-D/2-D or 3-D/3-D"
     T, K = x.shape[0], x.shape[-1]
@@ -84,6 +86,9 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         assert w_up.shape == w.shape and w_up.stride() == w.stride() and w_up.dtype == w.dtype, (
             f"w_up {tuple(w_up.shape)} {w_up.stride()} must match w {tuple(w.shape)} {w.stride()}")
         assert add is None, "w_up (gated) and add are exclusive"
+    if norm_weight is not None:
+        assert not batched and norm_weight.shape == (K,) and norm_weight.is_contiguous(), (
+            f"norm_weight must be contiguous [{K}] for a 2-D x, got {tuple(norm_weight.shape)}")
     out_shape = (T, B, N) if batched else (T, N)
     if out is None:
         out = torch.empty(out_shape, dtype=out_dtype or x.dtype, device=x.device)
@@ -117,6 +122,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         T, N, K, k_per_split, 0, blocks,
         x3.stride(0), x3.stride(1), w3.stride(0), w3.stride(1), w3.stride(2),
         a3.stride(0), a3.stride(1), o3.stride(0), o3.stride(1), 0, 0,
+        NORM=norm_weight is not None, nw_ptr=norm_weight if norm_weight is not None else w3, eps=float(eps),
         W_KMAJOR=k_major, EPI=EPI_GATED if gated else (EPI_ADD if add is not None else EPI_NONE),
         SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=block_k, INTERPRET=interpret, PDL=pdl,
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),

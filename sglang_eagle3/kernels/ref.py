@@ -21,11 +21,15 @@ def _acc(x: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------------
 def ref_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
              add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-             out: torch.Tensor | None = None) -> torch.Tensor:
+             out: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
+             eps: float = 0.0) -> torch.Tensor:
     """x [T, K] @ w [N, K]^T -> [T, N], or per head x [T, B, K] with w [B, N, K] -> [T, B, N] (w any view).
     The product is rounded to the output dtype (x.dtype, or ``out_dtype``: then computed from upcast operands),
     then ``add`` is added (a residual, rounded again), or with ``w_up`` the output is SiLU(x w^T) * (x w_up^T)
-    with each of the three rounded as separate torch ops round them. ``out`` receives the result."""
+    with each of the three rounded as separate torch ops round them. ``out`` receives the result. With
+    ``norm_weight``, x is first ref_rms_norm(x, norm_weight, eps)."""
+    if norm_weight is not None:
+        x = ref_rms_norm(x, norm_weight, eps)
     def mm(wt: torch.Tensor) -> torch.Tensor:
         if out_dtype is not None and out_dtype != x.dtype:
             xa, wt = x.to(out_dtype), wt.to(out_dtype)

@@ -70,7 +70,9 @@ class MLAAttention(nn.Module):
         else:  # q_a and kv_a read the same x: one launch for both at decode/verify sizes
             q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
                                           use_triton=self.q_a_proj.use_triton)
-            q = self.q_b_proj(self.q_a_layernorm(q_a))
+            # q_a_layernorm folded into q_b's launch (each program normalises the row itself)
+            q = kernels.gemv(q_a, self.q_b_proj.weight, norm_weight=self.q_a_layernorm.weight,
+                             eps=self.q_a_layernorm.eps, use_triton=self.q_b_proj.use_triton)
         N = x.shape[0]
         q = q.view(N, self.num_heads, self.nope + self.rope_dim)
         q_nope, q_rope = q.split([self.nope, self.rope_dim], dim=-1)  # kv_a: [N, c + r]

@@ -232,7 +232,7 @@ def check_model_forward(device="cpu", dtype=torch.float32, tol=1e-5, B=2, S=5, s
 
 
 def check_gemv(T, N, K, heads=1, layout="nk", epi=None, dtype=torch.bfloat16, config=None, device="cpu",
-               seed=0) -> dict:
+               seed=0, norm=False) -> dict:
     """The skinny GEMM against ref_gemv in float64 on the same inputs (outputs agree to their rounding), every
     element written (output poisoned first), rows independent of T (decode == verify for one token) and
     the split-K counters back at zero."""
@@ -252,17 +252,21 @@ def check_gemv(T, N, K, heads=1, layout="nk", epi=None, dtype=torch.bfloat16, co
     add = torch.randn(out_shape, generator=g).to(dtype).to(device) if epi == "add" else None
     out_dtype = torch.float32 if epi == "f32" else dtype
     out = torch.full(out_shape, float("nan"), dtype=out_dtype, device=device)
-    triton_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, config=config)
+    nw = (1 + 0.3 * torch.randn(K, generator=g)).to(dtype).to(device) if norm else None
+    kw = dict(norm_weight=nw, eps=1e-6) if norm else {}
+    triton_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, config=config, **kw)
     d = (lambda t: None if t is None else t.double())  # noqa: E731
-    ref = kernels.ref_gemv(x.double(), w.double(), w_up=d(w_up), add=d(add))
+    # The normed x is rounded to x's dtype (as the RMSNorm kernel stores it) before the product.
+    xr = kernels.ref_rms_norm(x, nw, 1e-6) if norm else x
+    ref = kernels.ref_gemv(xr.double(), w.double(), w_up=d(w_up), add=d(add))
     # float32 out: sums of exact products; half out: one rounding (plus the rounded intermediates of the
     # gated SiLU * up, which the float64 reference does not round).
     # (Triton's interpreter casts float32 to bfloat16 by truncation, not to nearest: twice the error on CPU.)
-    tol = {"f32": 1e-5, "gated": 2e-2}.get(epi, 3e-3 if x.is_cuda else 6e-3)
+    tol = {"f32": 1e-5, "gated": 2e-2}.get(epi, 3e-3 if x.is_cuda else (1e-2 if norm else 6e-3))
     err = rel_err(out, ref)
     assert out.dtype == out_dtype and err < tol, f"gemv rel err {err} >= {tol} ({T=} {N=} {K=} {heads=} {epi=})"
     one = triton_gemv(x[:1].contiguous(), w, w_up=w_up, add=None if add is None else add[:1].contiguous(),
-                      out_dtype=out_dtype, config=config)
+                      out_dtype=out_dtype, config=config, **kw)
     assert torch.equal(one, out[:1]), "row 0 differs between T=1 and T>1"
     left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
     assert not any(left.values()), f"split-K counters not reset: {left}"
@@ -437,6 +441,7 @@ CASES = {
     "gemv_fp32_out_t16": lambda: check_gemv(16, 40, 130, epi="f32", config=GEMV_SPLIT, seed=31),
     "gemv_heads_n_contiguous": lambda: check_gemv(2, 48, 40, heads=3, layout="kn", config=GEMV_SPLIT, seed=32),
     "gemv_heads_k_contiguous": lambda: check_gemv(4, 20, 72, heads=2, seed=33),
+    "gemv_rmsnorm_prologue_split": lambda: check_gemv(3, 40, 96, config=GEMV_SPLIT, seed=36, norm=True),
     "gemv_pair_split": lambda: check_gemv_pair(3, 40, 24, 130, config=GEMV_SPLIT, seed=34),
     "gemv_pair_default_config": lambda: check_gemv_pair(1, 33, 17, 64, seed=35),
     # The layers' wiring: norms in place in kv_a, q+k rope in one launch, MoE kernels, all vs references.

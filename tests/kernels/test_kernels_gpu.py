@@ -208,6 +208,13 @@ def test_gemv_projections(T, N, K, heads, layout, epi):
 
 
 @pytest.mark.parametrize("T", [1, 4, 16])
+def test_gemv_q_b_with_q_a_layernorm(T):
+    """MLA's q_b [1536 -> 8 x 192] with the q_a RMSNorm folded into its launch."""
+    poison_allocator()
+    check_gemv(T, 1536, 1536, device="cuda", seed=40 + T, norm=True)
+
+
+@pytest.mark.parametrize("T", [1, 4, 16])
 def test_gemv_pair_q_a_kv_a(T):
     """MLA's q_a [1536] and kv_a [576] projections of one x in one launch, split-K across both."""
     poison_allocator()

@@ -50,9 +50,22 @@ def _prefetch_slab(w_ptr, b, pid_n, n, n_ok, k_lo, k_hi, s_wb, s_wn, s_wk,
 
 
 @triton.jit
-def _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
+def _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD: tl.constexpr, BLOCK_K: tl.constexpr):
+    """1 / sqrt(mean(x[t, b, :]^2) + eps) per row, fp32 [M_PAD] (the RMSNorm folded into this GEMV)."""
+    t = tl.arange(0, M_PAD)
+    ss = tl.zeros([M_PAD], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        xt = tl.load(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], mask=(t[:, None] < T) & (k < K)[None, :],
+                     other=0.0).to(tl.float32)
+        ss += tl.sum(xt * xt, axis=1)
+    return 1.0 / tl.sqrt(ss / K + eps)
+
+
+@triton.jit
+def _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk, rstd, nw_ptr,
           W_KMAJOR: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-          INTERPRET: tl.constexpr):
+          INTERPRET: tl.constexpr, NORM: tl.constexpr):
     """fp32 [M_PAD, BLOCK_N]: sum over k in [k_lo, k_hi) of x[t, b, k] * W[b, n, k] (rows t >= T are 0).
 
     A tensor-core dot with the activation rows padded to 16: the arithmetic is free at these sizes, and the
@@ -65,6 +78,9 @@ def _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
         k_ok = k < k_hi
         xt = tl.load(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], mask=(t[:, None] < T) & k_ok[None, :],
                      other=0.0)
+        if NORM:  # x * rstd * norm weight in fp32, rounded to x's dtype as the separate RMSNorm kernel stores it
+            nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+            xt = (xt.to(tl.float32) * rstd[:, None] * nw[None, :]).to(x_ptr.dtype.element_ty)
         if W_KMAJOR:  # [BLOCK_K, BLOCK_N] view of a K-contiguous tile
             w = tl.load(w_ptr + b * s_wb + n[None, :] * s_wn + k[:, None], mask=n_ok[None, :] & k_ok[:, None],
                         other=0.0)
@@ -104,7 +120,7 @@ def gemv_kernel(
     s_xt, s_xb, s_wb, s_wn, s_wk, s_at, s_ab, s_ot, s_ob, s_w2n, s_o2t,
     W_KMAJOR: tl.constexpr, EPI: tl.constexpr, SPLIT: tl.constexpr, M_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-    PAIR: tl.constexpr = False,
+    PAIR: tl.constexpr = False, NORM: tl.constexpr = False, nw_ptr=None, eps=0.0,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
@@ -114,7 +130,10 @@ def gemv_kernel(
 
     PAIR: a second K-contiguous matrix W2 [N2, K] read by the same launch from the same x (MLA's q_a and kv_a
     projections): the first NB1 row blocks are W's, the rest W2's, which stores to out2 [T, N2]; the partials
-    plane is then N + N2 wide (W2's columns after W's). Only with B = 1 and no epilogue."""
+    plane is then N + N2 wide (W2's columns after W's). Only with B = 1 and no epilogue.
+
+    NORM: x is first RMS-normalised per row with weight nw_ptr [K] and eps (MLA's q_a_layernorm folded into
+    q_b): every program computes the row's rstd itself (K <= a few thousand: a few KB from L2)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     b = tl.program_id(2)
@@ -147,11 +166,15 @@ def gemv_kernel(
             _prefetch_slab(w_up_ptr, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn, s_wk, W_KMAJOR, BLOCK_N)
         gdc_wait()
         gdc_launch_dependents()
-    acc = _slab(x_ptr, w_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk,
-                W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET)
+    if NORM:
+        rstd = _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD, BLOCK_K)
+    else:
+        rstd = tl.zeros([M_PAD], dtype=tl.float32)
+    acc = _slab(x_ptr, w_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
+                W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM)
     if EPI == 2:
-        acc_up = _slab(x_ptr, w_up_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
-                       W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET)
+        acc_up = _slab(x_ptr, w_up_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk, rstd, nw_ptr,
+                       W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM)
     else:
         acc_up = acc
     if SPLIT == 1:
