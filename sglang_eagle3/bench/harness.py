@@ -99,9 +99,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def git_commit(repo: str = REPO) -> str:
-    """HEAD of the checkout (+ "-dirty" with uncommitted changes to tracked files). Where there is no git
-    history (the GPU machines get a copy of the tree without it) the GIT_COMMIT variable is used, so a device
-    run records the commit it was sent from; else "unknown"."""
+    """GIT_COMMIT when set (a run on another machine names the commit it was sent from: the copy there may
+    carry stale git metadata, as the GPU machines' copies did, recording the session's first commit + "-dirty"
+    for every run), else HEAD of the checkout (+ "-dirty" with uncommitted changes to tracked files), else
+    "unknown"."""
+    if env.GIT_COMMIT.raw():
+        return env.GIT_COMMIT.raw()
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
@@ -109,7 +112,7 @@ def git_commit(repo: str = REPO) -> str:
     except OSError:
         commit, dirty = "", ""
     if len(commit) != 40:
-        return env.GIT_COMMIT.raw() or "unknown"
+        return "unknown"
     return commit + ("-dirty" if dirty else "")
 
 
