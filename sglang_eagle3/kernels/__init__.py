@@ -73,13 +73,15 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
     return fn(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight, eps=eps)
 
 
-def gemv_pair(x, w1, w2, *, use_triton: bool | None = None):
-    """(x w1^T, x w2^T) for x [T, K]: one launch of the skinny GEMM at decode/verify sizes, two GEMMs else."""
+def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, use_triton: bool | None = None):
+    """(x w1^T, x w2^T) for x [T, K] (with ``w2_up``: the second is SiLU(x w2^T) * (x w2_up^T); ``out1_dtype``:
+    the first's dtype): one launch of the skinny GEMM at decode/verify sizes, torch's GEMMs otherwise."""
+    ws = [w for w in (w1, w2, w2_up) if w is not None]
     ok = (x.dim() == 2 and x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16)
-          and w1.dtype == w2.dtype == x.dtype and x.stride(-1) == 1 and w1.stride(-1) == 1 and w2.stride(-1) == 1)
-    if ok and _kernel_ok(use_triton, x, w1, w2):
-        return triton_gemv_pair(x, w1, w2)
-    return ref_gemv(x, w1), ref_gemv(x, w2)
+          and all(w.dtype == x.dtype and w.stride(-1) == 1 for w in ws) and x.stride(-1) == 1)
+    if ok and _kernel_ok(use_triton, x, *ws):
+        return triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype)
+    return ref_gemv(x, w1, out_dtype=out1_dtype), ref_gemv(x, w2, w_up=w2_up)
 
 
 def rms_norm(x, weight, eps, residual=None, *, out=None, out_rows=None, use_triton: bool | None = None):

@@ -131,23 +131,32 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
     return out
 
 
-def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *,
+def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_up: torch.Tensor | None = None,
+                     out1_dtype: torch.dtype | None = None,
                      config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(x w1^T, x w2^T) from one launch: x [T, K]; w1 [N1, K], w2 [N2, K] K-contiguous, same dtype as x (MLA's
-    q_a and kv_a projections read the same normed hidden state). Each output as triton_gemv's would be."""
+    q_a and kv_a projections read the same normed hidden state). With ``w2_up`` the second output is the
+    gated SiLU(x w2^T) * (x w2_up^T) (a shared expert's activation); ``out1_dtype`` (e.g. float32 router
+    logits) sets the first's dtype. Each output as triton_gemv's would be."""
     T, K = x.shape
     assert x.dim() == 2 and x.stride(-1) == 1, f"x must be [T, K] with unit inner stride, got {tuple(x.shape)}"
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
-    for name, w in (("w1", w1), ("w2", w2)):
+    mats = [("w1", w1), ("w2", w2)] + ([("w2_up", w2_up)] if w2_up is not None else [])
+    for name, w in mats:
         assert w.dim() == 2 and w.shape[1] == K and w.stride(1) == 1 and w.dtype == x.dtype, (
             f"{name} must be [N, {K}] {x.dtype}, K-contiguous; got {tuple(w.shape)} {w.stride()} {w.dtype}")
+    if w2_up is not None:
+        assert w2_up.shape == w2.shape and w2_up.stride() == w2.stride(), (
+            f"w2_up {tuple(w2_up.shape)} {w2_up.stride()} must match w2 {tuple(w2.shape)} {w2.stride()}")
     assert x.dtype in (torch.bfloat16, torch.float16), f"{x.dtype=}"
     N1, N2 = w1.shape[0], w2.shape[0]
-    y1 = torch.empty(T, N1, dtype=x.dtype, device=x.device)
+    y1 = torch.empty(T, N1, dtype=out1_dtype or x.dtype, device=x.device)
     y2 = torch.empty(T, N2, dtype=x.dtype, device=x.device)
     if T == 0:
         return y1, y2
-    cfg = config or gemv_config(N1 + N2, K, 1, True, tuning.sm_count(x.device), 1, tuning.smem_per_block(x.device))
+    mats2 = 2 if w2_up is not None else 1
+    cfg = config or gemv_config(N1 + mats2 * N2, K, 1, True, tuning.sm_count(x.device), mats2,
+                                tuning.smem_per_block(x.device))
     bn, block_k = cfg["BLOCK_N"], cfg["BLOCK_K"]
     assert bn >= 16 and block_k >= 16, f"tl.dot needs 16 <= BLOCK_N, BLOCK_K: {cfg}"
     k_per_split = triton.cdiv(triton.cdiv(K, cfg["SPLIT"]), block_k) * block_k
@@ -159,7 +168,7 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *,
         part = torch.empty(split * 2 * m_pad * (N1 + N2), dtype=torch.float32, device=x.device)
         count = _counters(x.device, blocks)
     else:
-        part = count = y1  # never touched
+        part = count = y2  # never touched
     interpret = tuning.interpreting()
     pdl = tuning.pdl(x.device)
     gemv_kernel[(blocks, split, 1)](
@@ -167,7 +176,9 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *,
         T, N1, K, k_per_split, N2, nb1,
         x.stride(0), 0, 0, w1.stride(0), 1, 0, 0, y1.stride(0), 0, w2.stride(0), y2.stride(0),
         W_KMAJOR=True, EPI=EPI_NONE, SPLIT=split, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=block_k, INTERPRET=interpret,
-        PDL=pdl, PAIR=True, num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
+        PDL=pdl, PAIR=True, EPI2=EPI_GATED if w2_up is not None else EPI_NONE,
+        w2_up_ptr=w2_up if w2_up is not None else w2,
+        num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
         **tuning.pdl_launch(pdl),
     )
     return y1, y2

@@ -193,7 +193,7 @@ def check_dense_gemv(arch: int) -> dict:
                k_per_split="i32", N2="i32", NB1="i32", s_xt="i32", s_xb="i32", s_wb="i32", s_wn="i32", s_wk="i32",
                s_at="i32", s_ab="i32", s_ot="i32", s_ob="i32", s_w2n="i32", s_o2t="i32",
                W_KMAJOR="i32", EPI="i32", SPLIT="i32", M_PAD="i32", BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32",
-               PDL="i32", PAIR="i32")
+               PDL="i32", PAIR="i32", NORM="i32", nw_ptr="*bf16", eps="fp32", EPI2="i32", w2_up_ptr="*bf16")
     aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
                "s_xb", "s_wb", "s_wn", "s_at", "s_ot"]
     out = {}
@@ -201,11 +201,15 @@ def check_dense_gemv(arch: int) -> dict:
                                                   (True, gv.EPI_ADD, 4, 16, 256, False, False),
                                                   (True, gv.EPI_GATED, 7, 32, 256, True, False),
                                                   (False, gv.EPI_NONE, 2, 64, 64, True, False),
-                                                  (True, gv.EPI_NONE, 6, 32, 256, False, True)):
-        sass, res = compile_sass(gv.gemv_kernel, sig,
+                                                  (True, gv.EPI_NONE, 6, 32, 256, False, True),
+                                                  (True, gv.EPI_NONE, 11, 32, 256, False, "router")):
+        # "router": the first matrix's output is float32, the second is gated (router + shared expert)
+        sig_ = dict(sig, out_ptr="*fp32", add_ptr="*fp32") if pair == "router" else sig
+        sass, res = compile_sass(gv.gemv_kernel, sig_,
                                  dict(W_KMAJOR=kmajor, EPI=epi, SPLIT=split, M_PAD=16, BLOCK_N=bn, BLOCK_K=bk,
-                                      INTERPRET=False, PDL=pdl, PAIR=pair), aligned, arch,
-                                 num_stages=2 if epi == gv.EPI_GATED else 4)
+                                      INTERPRET=False, PDL=pdl, PAIR=bool(pair), NORM=pair is False and split == 4,
+                                      EPI2=gv.EPI_GATED if pair == "router" else gv.EPI_NONE), aligned, arch,
+                                 num_stages=2 if epi == gv.EPI_GATED or pair == "router" else 4)
         what = f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk} pair={pair}"
         _no_spills(res, what)
         lines = [ln.split("*/", 1)[1].strip() for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]

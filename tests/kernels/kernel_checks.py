@@ -273,23 +273,32 @@ def check_gemv(T, N, K, heads=1, layout="nk", epi=None, dtype=torch.bfloat16, co
     return {"rel_err": err}
 
 
-def check_gemv_pair(T, N1, N2, K, dtype=torch.bfloat16, config=None, device="cpu", seed=0) -> dict:
-    """Two projections of one x from one launch (MLA's q_a and kv_a) equal two single GEMVs bit for bit
-    when both run the same config, and match float64 products; all elements written; counters reset."""
+def check_gemv_pair(T, N1, N2, K, dtype=torch.bfloat16, config=None, device="cpu", seed=0, router=False) -> dict:
+    """Two projections of one x from one launch (MLA's q_a and kv_a; with ``router``: float32 router logits and
+    a gated shared-expert activation) equal the single-matrix GEMVs bit for bit when both run the same config,
+    and match float64 products; counters reset."""
     from sglang_eagle3.kernels.gemv import _COUNTERS, triton_gemv, triton_gemv_pair
 
     g = torch.Generator(device="cpu").manual_seed(seed)
     x = torch.randn(T, K, generator=g).to(dtype).to(device)
     w1 = (torch.randn(N1, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
     w2 = (torch.randn(N2, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
-    y1, y2 = triton_gemv_pair(x, w1, w2, config=config)
+    w2_up = (torch.randn(N2, K, generator=g) / math.sqrt(K)).to(dtype).to(device) if router else None
+    out1_dtype = torch.float32 if router else None
+    y1, y2 = triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, config=config)
+    half_tol = 3e-3 if x.is_cuda else 6e-3
+    checks = ((y1, w1, None, out1_dtype, 1e-5 if router else half_tol),
+              (y2, w2, w2_up, None, 2e-2 if router else half_tol))
     errs = []
-    for y, w in ((y1, w1), (y2, w2)):
-        err = rel_err(y, kernels.ref_gemv(x.double(), w.double()))
-        assert err < (3e-3 if x.is_cuda else 6e-3), f"gemv pair rel err {err} ({T=} {N1=} {N2=} {K=})"
+    for y, w, up, odt, tol in checks:
+        ref = kernels.ref_gemv(x.double(), w.double(), w_up=None if up is None else up.double())
+        err = rel_err(y, ref)
+        assert err < tol, f"gemv pair rel err {err} >= {tol} ({T=} {N1=} {N2=} {K=} {router=})"
         if config is not None:
-            assert torch.equal(y, triton_gemv(x, w, config=config)), "pair output != single GEMV, same config"
+            single = triton_gemv(x, w, w_up=up, out_dtype=odt, config=config)
+            assert torch.equal(y, single), "pair output != single GEMV with the same config"
         errs.append(err)
+    assert y1.dtype == (out1_dtype or dtype) and y2.dtype == dtype, (y1.dtype, y2.dtype)
     left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
     assert not any(left.values()), f"split-K counters not reset: {left}"
     return {"rel_err": errs}
@@ -444,6 +453,9 @@ CASES = {
     "gemv_rmsnorm_prologue_split": lambda: check_gemv(3, 40, 96, config=GEMV_SPLIT, seed=36, norm=True),
     "gemv_pair_split": lambda: check_gemv_pair(3, 40, 24, 130, config=GEMV_SPLIT, seed=34),
     "gemv_pair_default_config": lambda: check_gemv_pair(1, 33, 17, 64, seed=35),
+    "gemv_pair_router_shared_split": lambda: check_gemv_pair(4, 48, 20, 100, config=GEMV_SPLIT, seed=37,
+                                                             router=True),
+    "gemv_pair_router_shared_default": lambda: check_gemv_pair(2, 30, 24, 80, seed=38, router=True),
     # The layers' wiring: norms in place in kv_a, q+k rope in one launch, MoE kernels, all vs references.
     "model_forward_kernels_fp32": lambda: check_model_forward(B=1, S=3, seed=25),
 }

@@ -223,6 +223,16 @@ def test_gemv_pair_q_a_kv_a(T):
                     config={"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT": 6, "num_warps": 4, "num_stages": 4})
 
 
+@pytest.mark.parametrize("T", [1, 4, 16])
+def test_gemv_pair_router_and_shared_expert(T):
+    """The router (384 experts, float32 logits) and the shared expert's gate/up + SiLU (256 = 2048/8) in one
+    launch, against float64 products and against the single-matrix kernel with the same config."""
+    poison_allocator()
+    check_gemv_pair(T, EXPERTS, INTER, HIDDEN, device="cuda", seed=50 + T, router=True)
+    check_gemv_pair(T, EXPERTS, INTER, HIDDEN, device="cuda", seed=60 + T, router=True,
+                    config={"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT": 11, "num_warps": 4, "num_stages": 2})
+
+
 @pytest.mark.parametrize("B,S", [(1, 1), (2, 4), (3, 7)])
 def test_model_forward_kernels_vs_reference(B, S):
     """A tiny Kimi-shaped bf16 model, INT4 experts: every kernel against every reference through the

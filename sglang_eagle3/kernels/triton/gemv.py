@@ -114,6 +114,19 @@ def _epilogue(acc, acc_up, add_ptr, out_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_
 
 
 @triton.jit
+def _store(acc, acc_up, second, add_ptr, out_ptr, out2_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, s_o2t,
+           EPI: tl.constexpr, EPI2: tl.constexpr, PAIR: tl.constexpr, M_PAD: tl.constexpr):
+    """The epilogue of this program's matrix (out and out2 may differ in dtype: one branch each)."""
+    if PAIR:
+        if second:
+            _epilogue(acc, acc_up, add_ptr, out2_ptr, b, n, n_ok, T, s_at, s_ab, s_o2t, s_ob, EPI2, M_PAD)
+        else:
+            _epilogue(acc, acc_up, add_ptr, out_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, EPI, M_PAD)
+    else:
+        _epilogue(acc, acc_up, add_ptr, out_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, EPI, M_PAD)
+
+
+@triton.jit
 def gemv_kernel(
     x_ptr, w_ptr, w_up_ptr, add_ptr, out_ptr, part_ptr, count_ptr, w2_ptr, out2_ptr,
     T, N, K, k_per_split, N2, NB1,
@@ -121,6 +134,7 @@ def gemv_kernel(
     W_KMAJOR: tl.constexpr, EPI: tl.constexpr, SPLIT: tl.constexpr, M_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
     PAIR: tl.constexpr = False, NORM: tl.constexpr = False, nw_ptr=None, eps=0.0,
+    EPI2: tl.constexpr = 0, w2_up_ptr=None,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
@@ -128,9 +142,11 @@ def gemv_kernel(
     used as x @ W). part_ptr: fp32 [B, SPLIT, 2 (gate/up), M_PAD, N] scratch; count_ptr: int32 [B, N blocks],
     zero before the call and zero again after it.
 
-    PAIR: a second K-contiguous matrix W2 [N2, K] read by the same launch from the same x (MLA's q_a and kv_a
-    projections): the first NB1 row blocks are W's, the rest W2's, which stores to out2 [T, N2]; the partials
-    plane is then N + N2 wide (W2's columns after W's). Only with B = 1 and no epilogue.
+    PAIR: a second K-contiguous matrix W2 [N2, K] read by the same launch from the same x (MLA's q_a and kv_a;
+    the router and the shared expert's gate/up): the first NB1 row blocks are W's (epilogue EPI, none or
+    gated), the rest W2's with epilogue EPI2 (none, or gated with W2_up [N2, K]) into out2 [T, N2], whose
+    dtype may differ from out's (router logits float32, the shared expert's activation bf16). The partials
+    plane is then N + N2 wide (W2's columns after W's). Only with B = 1.
 
     NORM: x is first RMS-normalised per row with weight nw_ptr [K] and eps (MLA's q_a_layernorm folded into
     q_b): every program computes the row's rstd itself (K <= a few thousand: a few KB from L2)."""
@@ -141,29 +157,34 @@ def gemv_kernel(
         second = pid_n >= NB1
         pid_loc = tl.where(second, pid_n - NB1, pid_n)
         w_e = tl.where(second, w2_ptr, w_ptr)
-        o_e = tl.where(second, out2_ptr, out_ptr)
         n_lim = tl.where(second, N2, N)
         s_wn_e = tl.where(second, s_w2n, s_wn)
-        s_ot_e = tl.where(second, s_o2t, s_ot)
         col0 = tl.where(second, N, 0)
         width = N + N2
+        if EPI2 == 2:
+            gated = second
+            w_up_e = tl.where(second, w2_up_ptr, w_up_ptr)
+        else:
+            gated = EPI == 2
+            w_up_e = w_up_ptr
     else:
+        second = False
         pid_loc = pid_n
         w_e = w_ptr
-        o_e = out_ptr
         n_lim = N
         s_wn_e = s_wn
-        s_ot_e = s_ot
         col0 = 0
         width = N
+        gated = EPI == 2
+        w_up_e = w_up_ptr
     n = pid_loc * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = n < n_lim
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
     if PDL:  # stream the weights in while the previous kernel finishes, then wait for its outputs
         _prefetch_slab(w_e, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn_e, s_wk, W_KMAJOR, BLOCK_N)
-        if EPI == 2:
-            _prefetch_slab(w_up_ptr, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn, s_wk, W_KMAJOR, BLOCK_N)
+        if gated:
+            _prefetch_slab(w_up_e, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn_e, s_wk, W_KMAJOR, BLOCK_N)
         gdc_wait()
         gdc_launch_dependents()
     if NORM:
@@ -172,20 +193,21 @@ def gemv_kernel(
         rstd = tl.zeros([M_PAD], dtype=tl.float32)
     acc = _slab(x_ptr, w_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
                 W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM)
-    if EPI == 2:
-        acc_up = _slab(x_ptr, w_up_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk, rstd, nw_ptr,
+    if gated:
+        acc_up = _slab(x_ptr, w_up_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
                        W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM)
     else:
         acc_up = acc
     if SPLIT == 1:
-        _epilogue(acc, acc_up, add_ptr, o_e, b, n, n_ok, T, s_at, s_ab, s_ot_e, s_ob, EPI, M_PAD)
+        _store(acc, acc_up, second, add_ptr, out_ptr, out2_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, s_o2t,
+               EPI, EPI2, PAIR, M_PAD)
     else:
         t = tl.arange(0, M_PAD)
         plane = M_PAD * width
         cols = col0 + n
         part = part_ptr + (b * SPLIT + pid_k) * 2 * plane + t[:, None] * width + cols[None, :]
         tl.store(part, acc, mask=n_ok[None, :])
-        if EPI == 2:
+        if gated:
             tl.store(part + plane, acc_up, mask=n_ok[None, :])
         count = count_ptr + b * tl.num_programs(0) + pid_n
         if not INTERPRET:
@@ -198,11 +220,14 @@ def gemv_kernel(
             tl.store(count, 0)
             first = part_ptr + b * SPLIT * 2 * plane + t[:, None] * width + cols[None, :]
             acc = tl.load(first, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
-            if EPI == 2:
-                acc_up = tl.load(first + plane, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
             for s in range(1, SPLIT):
                 acc += tl.load(first + s * 2 * plane, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
-                if EPI == 2:
+            if gated:
+                acc_up = tl.load(first + plane, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
+                for s in range(1, SPLIT):
                     acc_up += tl.load(first + s * 2 * plane + plane, mask=n_ok[None, :], other=0.0,
                                       cache_modifier=".cg")
-            _epilogue(acc, acc_up, add_ptr, o_e, b, n, n_ok, T, s_at, s_ab, s_ot_e, s_ob, EPI, M_PAD)
+            else:
+                acc_up = acc
+            _store(acc, acc_up, second, add_ptr, out_ptr, out2_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, s_o2t,
+                   EPI, EPI2, PAIR, M_PAD)
