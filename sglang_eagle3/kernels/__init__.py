@@ -92,13 +92,16 @@ def rms_norm(x, weight, eps, residual=None, *, out=None, out_rows=None, use_trit
 
 
 def apply_rotary(q, k, positions, cos, sin, *, interleaved: bool, inplace: bool = False, k_out=None,
-                 k_out_rows=None, use_triton: bool | None = None):
+                 k_out_rows=None, c_norm=None, use_triton: bool | None = None):
     """Rotary embedding of q [N, Hq, D] (or [N, D]) and k (or None) at positions [N] -> (q', k'); cos/sin
-    [P, D/2]; k may go to rows ``k_out_rows`` of ``k_out`` instead. The Triton path needs float32 tables;
-    the reference casts whatever it is given. See ref_apply_rotary."""
-    fn = triton_apply_rotary if _kernel_ok(use_triton, q, k, k_out) and positions.dim() == 1 else ref_apply_rotary
+    [P, D/2]; k may go to rows ``k_out_rows`` of ``k_out`` instead, and ``c_norm`` adds an RMSNorm of MLA's
+    latent into those rows of another tensor. The Triton path needs float32 tables; the reference casts
+    whatever it is given. See ref_apply_rotary."""
+    c_args = c_norm[:2] if c_norm is not None else ()
+    ok = _kernel_ok(use_triton, q, k, k_out, *c_args) and positions.dim() == 1
+    fn = triton_apply_rotary if ok else ref_apply_rotary
     return fn(q, k, positions, cos, sin, interleaved=interleaved, inplace=inplace, k_out=k_out,
-              k_out_rows=k_out_rows)
+              k_out_rows=k_out_rows, c_norm=c_norm)
 
 
 def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, renormalize=True,

@@ -91,10 +91,16 @@ def ref_rotate(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin:
 
 def ref_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
                      sin: torch.Tensor, *, interleaved: bool, inplace: bool = False, k_out: torch.Tensor | None = None,
-                     k_out_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     k_out_rows: torch.Tensor | None = None,
+                     c_norm: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Rotates q and k (k may be None) at `positions`; see ref_rotate. In place writes into q and k. With
     k_out and k_out_rows [N], token i's rotated k goes to k_out[k_out_rows[i]] (cast to k_out's dtype; k is
-    left as it was) and k_out is returned in k's place."""
+    left as it was) and k_out is returned in k's place. ``c_norm`` = (c [N, C], weight [C], eps, c_out [S, C])
+    with k_out_rows: also ref_rms_norm(c) into rows k_out_rows of c_out (MLA's latent, same launch on GPU)."""
+    if c_norm is not None:
+        c, weight, eps, c_out = c_norm
+        assert k_out_rows is not None, "c_norm writes cache rows: it needs k_out_rows"
+        ref_rms_norm(c, weight, eps, out=c_out, out_rows=k_out_rows)
     q2 = ref_rotate(q, positions, cos, sin, interleaved)
     k2 = None if k is None else ref_rotate(k, positions, cos, sin, interleaved)
     if inplace:

@@ -26,12 +26,13 @@ def _as_heads(t: torch.Tensor, N: int) -> torch.Tensor:
 
 def triton_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
                         sin: torch.Tensor, *, interleaved: bool, inplace: bool = False,
-                        k_out: torch.Tensor | None = None,
-                        k_out_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        k_out: torch.Tensor | None = None, k_out_rows: torch.Tensor | None = None,
+                        c_norm: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """q [N, Hq, D] or [N, D], k likewise (or None), positions [N] int, cos/sin float32 [P, D/2] -> (q', k')
     in q's/k's dtype; in place returns q and k themselves. With k_out [S, Hk, D] or [S, D] and k_out_rows [N],
     token i's rotated k goes to k_out[k_out_rows[i]] (any float dtype: MLA's cache slots) and k_out is
-    returned for k. Positions must lie in [0, P)."""
+    returned for k. Positions must lie in [0, P). ``c_norm`` = (c [N, C], weight [C], eps, c_out [S, C]) with
+    k_out_rows: the RMSNorm of c goes to rows k_out_rows of c_out in the same launch (MLA's latent)."""
     N = positions.shape[0]
     assert positions.dim() == 1 and positions.is_contiguous(), f"positions must be contiguous [N], {positions.shape}"
     assert positions.dtype in (torch.int32, torch.int64), f"{positions.dtype=}"
@@ -58,6 +59,18 @@ def triton_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torc
         k_out = None if k is None else (k if inplace else torch.empty(k.shape, dtype=k.dtype, device=k.device))
         ko3 = _as_heads(k_out, N) if k_out is not None else q3
     qo3 = _as_heads(q_out, N)
+    if c_norm is not None:
+        c, nw, eps, c_out = c_norm
+        assert k_out_rows is not None, "c_norm writes cache rows: it needs k_out_rows"
+        C = c.shape[-1]
+        assert c.dim() == 2 and c.shape[0] == N and c.stride(1) == 1, f"c must be [{N}, C], got {tuple(c.shape)}"
+        assert c_out.dim() == 2 and c_out.shape[1] == C and c_out.stride(1) == 1, (
+            f"c_out must be [S, {C}] with unit inner stride, got {tuple(c_out.shape)} {c_out.stride()}")
+        assert nw.shape == (C,) and nw.is_contiguous(), f"c_norm weight must be contiguous [{C}], got {nw.shape}"
+        c_kw = dict(NORM_C=True, c_ptr=c, nw_ptr=nw, c_out_ptr=c_out, stride_ct=c.stride(0),
+                    stride_cot=c_out.stride(0), C=C, eps=float(eps), BLOCK_C=triton.next_power_of_2(C))
+    else:
+        c_kw = {}
     if N == 0:
         return q_out, k_out
     half_pad = triton.next_power_of_2(half)
@@ -70,7 +83,7 @@ def triton_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torc
         cos.stride(0), q3.shape[1], k3.shape[1],
         HAS_K=k is not None, K_OUT_ROWS=k_out_rows is not None, INTERLEAVED=bool(interleaved), HALF=half,
         HALF_PAD=half_pad, BLOCK_H=block_h,
-        num_warps=1 if tuning.interpreting() else 4, enable_fp_fusion=False,
+        num_warps=1 if tuning.interpreting() else 4, enable_fp_fusion=False, **c_kw,
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
     return q_out, k_out

@@ -92,8 +92,10 @@ class MLAAttention(nn.Module):
             self.rotary.rotate_(q_rope, k_rope, positions)
             latent = kv_a
         else:
-            self.kv_a_layernorm(c, out=cache[:, : self.kv_lora_rank], out_rows=cache_loc)
-            self.rotary.rotate_(q_rope, k_rope, positions, k_out=cache[:, self.kv_lora_rank :], k_out_rows=cache_loc)
+            # One launch: kv_a norm of c and k rope into the tokens' cache rows, q rope in place.
+            norm = self.kv_a_layernorm
+            self.rotary.rotate_(q_rope, k_rope, positions, k_out=cache[:, self.kv_lora_rank :], k_out_rows=cache_loc,
+                                c_norm=(c, norm.weight, norm.eps, cache[:, : self.kv_lora_rank]))
             latent = None
         # q_nope [N, h, nope] @ W_UK [h, nope, c] per head: the GEMV kernel reads W_UK in place as an
         # N-contiguous [h, c, nope] view (decode/verify), a batched GEMM otherwise.

@@ -72,10 +72,11 @@ class RotaryEmbedding(nn.Module):
         return kernels.ref_rotate(x, positions, cos, sin, self.interleaved)
 
     def rotate_(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, *, k_out: torch.Tensor | None = None,
-                k_out_rows: torch.Tensor | None = None) -> None:
+                k_out_rows: torch.Tensor | None = None, c_norm: tuple | None = None) -> None:
         """Rotates q [N, heads, dim] in place and k [N, dim] or [N, kv_heads, dim] in place, or into rows
         k_out_rows [N] of k_out (cache slots) when given (strided views allowed), positions [N]: one launch on
-        CUDA. Not for tensors autograd must differentiate."""
+        CUDA, which with ``c_norm`` = (c, norm weight, eps, c_out) also RMS-normalises c into those rows of c_out.
+        Not for tensors autograd must differentiate."""
         cos, sin = self._tables(q.dtype)
         kernels.apply_rotary(q, k, positions, cos, sin, interleaved=self.interleaved, inplace=True, k_out=k_out,
-                             k_out_rows=k_out_rows, use_triton=self.use_triton)
+                             k_out_rows=k_out_rows, c_norm=c_norm, use_triton=self.use_triton)

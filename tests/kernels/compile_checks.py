@@ -171,17 +171,20 @@ def check_rotary(arch: int) -> dict:
                k_out_ptr="*bf16", k_out_rows_ptr="*i64", stride_qt="i32", stride_qh="i32", stride_qot="i32",
                stride_qoh="i32", stride_kt="i32", stride_kh="i32", stride_kot="i32", stride_koh="i32",
                stride_table="i32", HQ="i32", HK="i32", HAS_K="i32", K_OUT_ROWS="i32", INTERLEAVED="i32",
-               HALF="i32", HALF_PAD="i32", BLOCK_H="i32")
+               HALF="i32", HALF_PAD="i32", BLOCK_H="i32", PDL="i32", NORM_C="i32", c_ptr="*bf16", nw_ptr="*bf16",
+               c_out_ptr="*bf16", stride_ct="i32", stride_cot="i32", C="i32", eps="fp32", BLOCK_C="i32")
     out = {}
-    for interleaved, half, block_h, rows in ((True, 32, 8, True), (False, 64, 32, False)):
+    for interleaved, half, block_h, rows in ((True, 32, 8, True), (False, 64, 32, False), (True, 32, 8, "norm")):
+        # "norm": MLA's kv_a RMSNorm of c [512] into the cache rows in the same launch
         sass, res = compile_sass(ro.rotary_kernel, sig,
-                                 dict(HAS_K=True, K_OUT_ROWS=rows, INTERLEAVED=interleaved, HALF=half,
-                                      HALF_PAD=half, BLOCK_H=block_h), ["q_ptr", "k_ptr"], arch,
+                                 dict(HAS_K=True, K_OUT_ROWS=bool(rows), INTERLEAVED=interleaved, HALF=half,
+                                      HALF_PAD=half, BLOCK_H=block_h, PDL=False, NORM_C=rows == "norm",
+                                      BLOCK_C=512), ["q_ptr", "k_ptr"], arch,
                                  enable_fp_fusion=False)
         _no_spills(res, "rotary")
         fma = sum(1 for line in sass.splitlines() if re.search(r"\bFFMA\b", line))
         assert fma == 0, f"rotary kernel has {fma} FFMA: its results would differ from torch's (mul, mul, sub)"
-        out[f"interleaved{int(interleaved)}"] = res
+        out[f"interleaved{int(interleaved)}_rows{rows}"] = res
     return out
 
 

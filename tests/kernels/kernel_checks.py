@@ -304,9 +304,11 @@ def check_gemv_pair(T, N1, N2, K, dtype=torch.bfloat16, config=None, device="cpu
     return {"rel_err": errs}
 
 
-def check_latent_to_cache(N, H, C, R, dtype=torch.bfloat16, cache_dtype=None, device="cpu", seed=0) -> float:
+def check_latent_to_cache(N, H, C, R, dtype=torch.bfloat16, cache_dtype=None, device="cpu", seed=0,
+                          one_launch=False) -> float:
     """MLA's cache write: the kv_a norm scatters c into cache rows out_rows and the rope scatters k into the
-    same rows (q rotated in place in the same launch); equals ref and leaves every other slot untouched."""
+    same rows (q rotated in place in the same launch); equals ref and leaves every other slot untouched.
+    ``one_launch``: the norm runs inside the rotary launch (c_norm), as the MLA layer now calls it."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     cache_dtype = cache_dtype or dtype
     slots = 4 * N + 3
@@ -322,9 +324,11 @@ def check_latent_to_cache(N, H, C, R, dtype=torch.bfloat16, cache_dtype=None, de
     outs = []
     for use_triton in (True, False):
         cache, qq, kv = cache0.clone(), q.clone(), kv_a.clone()
-        kernels.rms_norm(kv[:, :C], w, 1e-6, out=cache[:, :C], out_rows=loc, use_triton=use_triton)
+        c_norm = (kv[:, :C], w, 1e-6, cache[:, :C]) if one_launch and use_triton else None
+        if c_norm is None:
+            kernels.rms_norm(kv[:, :C], w, 1e-6, out=cache[:, :C], out_rows=loc, use_triton=use_triton)
         kernels.apply_rotary(qq[..., 16:], kv[:, C:], pos, cos, sin, interleaved=True, inplace=True,
-                             k_out=cache[:, C:], k_out_rows=loc, use_triton=use_triton)
+                             k_out=cache[:, C:], k_out_rows=loc, c_norm=c_norm, use_triton=use_triton)
         assert torch.equal(kv, kv_a), "the source rows must stay as they were"
         outs.append((cache, qq))
     (cache_k, q_k), (cache_r, q_r) = outs
@@ -440,6 +444,7 @@ CASES = {
                                                                      with_add=True),
     "moe_int4_gemv_default_config": lambda: check_fused_moe(2, 6, 64, 32, 4, int4=True, seed=24),
     "latent_to_cache_bf16": lambda: check_latent_to_cache(5, 3, 64, 16, seed=26),
+    "latent_to_cache_one_launch_bf16": lambda: check_latent_to_cache(4, 3, 48, 16, seed=39, one_launch=True),
     "latent_to_cache_fp32_into_bf16_cache": lambda: check_latent_to_cache(3, 2, 32, 8, torch.float32,
                                                                           torch.bfloat16, seed=27),
     # Skinny GEMM of the dense projections: split-K in one launch, every epilogue, both weight layouts.

@@ -182,11 +182,13 @@ def test_rotary_bit_identical(N, dtype, inplace):
     check_rotary(N, 32, 8, 128, False, dtype, inplace=inplace, device="cuda", seed=N + 1, max_ulp=0.0)
 
 
+@pytest.mark.parametrize("one_launch", [False, True])
 @pytest.mark.parametrize("N", [1, 8, 333])
-def test_latent_to_cache(N):
-    """MLA's kv_a norm and k rope scatter straight into the paged cache rows (no index_put)."""
+def test_latent_to_cache(N, one_launch):
+    """MLA's kv_a norm and k rope scatter straight into the paged cache rows (no index_put); with one_launch
+    the norm runs inside the rotary launch, as the layer calls it."""
     poison_allocator()
-    check_latent_to_cache(N, HEADS, KV_LORA, ROPE, device="cuda", seed=N)
+    check_latent_to_cache(N, HEADS, KV_LORA, ROPE, device="cuda", seed=N, one_launch=one_launch)
 
 
 GEMV_SHAPES = [  # (N, K, heads, layout, epilogue): every dense projection of a Kimi TP=8 rank layer

@@ -40,8 +40,12 @@ def rotary_kernel(
     stride_table, HQ, HK,
     HAS_K: tl.constexpr, K_OUT_ROWS: tl.constexpr, INTERLEAVED: tl.constexpr, HALF: tl.constexpr,
     HALF_PAD: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr = False,
+    NORM_C: tl.constexpr = False, c_ptr=None, nw_ptr=None, c_out_ptr=None, stride_ct=0, stride_cot=0, C=0,
+    eps=0.0, BLOCK_C: tl.constexpr = 16,
 ):
-    """Token t's q heads -> q_out row t; its k heads -> k_out row t, or row k_out_rows[t] (cache slots)."""
+    """Token t's q heads -> q_out row t; its k heads -> k_out row t, or row k_out_rows[t] (cache slots).
+    NORM_C (with K_OUT_ROWS): also RMSNorm of the token's latent c [C] (fp32 math, the RMSNorm kernel's
+    formula) into row k_out_rows[t] of c_out: MLA's kv_a norm and k rope in one launch."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
@@ -53,6 +57,14 @@ def rotary_kernel(
     sin = tl.load(sin_ptr + pos * stride_table + i_idx, mask=i_ok, other=0.0)
     _rotate_heads(q_ptr + t * stride_qt, q_out_ptr + t * stride_qot, stride_qh, stride_qoh, HQ, cos, sin,
                   i_idx, i_ok, INTERLEAVED, HALF, BLOCK_H)
+    if NORM_C:
+        c_row = tl.load(k_out_rows_ptr + t).to(tl.int64)
+        offs = tl.arange(0, BLOCK_C)
+        ok = offs < C
+        xf = tl.load(c_ptr + t * stride_ct + offs, mask=ok, other=0.0).to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / C + eps)
+        w = tl.load(nw_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+        tl.store(c_out_ptr + c_row * stride_cot + offs, (xf * rstd * w).to(c_out_ptr.dtype.element_ty), mask=ok)
     if HAS_K:
         k_row = tl.load(k_out_rows_ptr + t).to(tl.int64) if K_OUT_ROWS else t
         _rotate_heads(k_ptr + t * stride_kt, k_out_ptr + k_row * stride_kot, stride_kh, stride_koh, HK, cos, sin,
