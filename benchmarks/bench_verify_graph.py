@@ -139,8 +139,11 @@ def main() -> None:
         model = DeepseekV3ForCausalLM(cfg, dtype=torch.bfloat16, int4_experts=not args.bf16_experts)
     randomize_cuda(model, 0)
     other_bytes, one_expert = expert_bytes(model)
-    gate_logits = []
-    hooks = [layer.mlp.gate.register_forward_hook(lambda m, i, o: gate_logits.append(o))
+    # The routing of each step, for the floor: each MoE block's input is kept (no kernel runs in the hook: it
+    # also fires while graphs are captured) and the router logits are recomputed from it afterwards (the router
+    # itself may run fused with the shared expert, outside MoEGate.forward).
+    moe_inputs = []
+    hooks = [layer.mlp.register_forward_pre_hook(lambda m, args: moe_inputs.append((m, args[0])))
              for layer in model.model.layers if hasattr(layer.mlp, "gate")]
     page_size = 64
     max_ctx = max(args.contexts) + args.max_tokens + page_size
@@ -172,11 +175,12 @@ def main() -> None:
             pages = list(range(1, max_ctx // page_size + 1))
             for ctx in args.contexts:
                 for T in Ts:
-                    gate_logits.clear()
+                    moe_inputs.clear()
                     eager, graph = time_case(runner, ctx, T, pages, args.eager_iters, args.graph_iters)
                     distinct = sum(  # expert loads of this step, from the first (eager) run's routing
                         len(set(ref_moe_topk(lg, None, top_k=8, n_group=1, topk_group=1)[1].flatten().tolist()))
-                        for lg in gate_logits[: len(hooks)])
+                        for lg in (x.reshape(-1, x.shape[-1]).float() @ m.gate.weight.float().t()
+                                   for m, x in moe_inputs[: len(hooks)]))
                     kv_bytes = (ctx + T) * cfg.kv_cache_dim * 2 * cfg.num_hidden_layers
                     floor_bytes = other_bytes + distinct * one_expert + kv_bytes
                     floor = floor_bytes / (bw * 1e9) * 1e3

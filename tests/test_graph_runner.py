@@ -285,12 +285,22 @@ def test_gpu_graphs_equal_eager_end_to_end(gpu_engine):
     sp = {"max_new_tokens": 40, "temperature": 0}
     a = graphed.generate(input_ids=prompts, sampling_params=sp, return_logprob=True)
     b = eager.generate(input_ids=prompts, sampling_params=sp, return_logprob=True)
+    lp_tol = 1e-4 if tol < 1e-4 else 2e-2  # observed: 2e-5 (torch), 4e-3 (triton: TF32 attention)
     for x, y in zip(a, b, strict=True):
-        assert x["output_ids"] == y["output_ids"]
         lx = torch.tensor([r[0] for r in x["meta_info"]["output_token_logprobs"]])
         ly = torch.tensor([r[0] for r in y["meta_info"]["output_token_logprobs"]])
-        err = (lx - ly).abs().max().item()
-        assert err < (1e-4 if tol < 1e-4 else 2e-2), err  # observed: 2e-5 (torch), 4e-3 (triton, TF32)
+        n = len(x["output_ids"])
+        if tol >= 1e-4 and x["output_ids"] != y["output_ids"]:
+            # Triton attention sums in TF32 with a split count that depends on the padded batch and page-table
+            # width, so graph (padded) and eager runs differ by ~1e-3 in the logits: a greedy choice may flip
+            # where the top two are that close. Allowed only there: at the first difference both picks must have
+            # (near) equal log-probabilities, and everything before it must agree.
+            n = next(i for i, (p, q) in enumerate(zip(x["output_ids"], y["output_ids"], strict=False)) if p != q)
+            assert abs(lx[n] - ly[n]).item() < lp_tol, (
+                f"greedy outputs differ at {n} where the picks are not a near-tie: {lx[n]} vs {ly[n]}")
+        assert x["output_ids"][:n] == y["output_ids"][:n]
+        err = (lx[:n] - ly[:n]).abs().max().item() if n else 0.0
+        assert err < lp_tol, err
     counts = graphed.get_server_info()["forward_counts"]
     assert counts["target_verify"]["eager"] == 0 and counts["draft_extend"]["eager"] == 0
 
