@@ -70,9 +70,11 @@ class MLAAttention(nn.Module):
         else:  # q_a and kv_a read the same x: one launch for both at decode/verify sizes
             q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
                                           use_triton=self.q_a_proj.use_triton)
-            # q_a_layernorm folded into q_b's launch (each program normalises the row itself)
-            q = kernels.gemv(q_a, self.q_b_proj.weight, norm_weight=self.q_a_layernorm.weight,
-                             eps=self.q_a_layernorm.eps, use_triton=self.q_b_proj.use_triton)
+            # NOTE: kernels.gemv can fold q_a_layernorm into q_b's launch (norm_weight=, tested on the H200 at
+            # real shapes), but with it and the two fusions noted below the graphed float32 Triton engine
+            # diverged from the eager one on the H200 (tests/test_graph_runner.py end-to-end test, at 2f2edcd)
+            # and there was no device time left to find which: all three stay off until that is understood.
+            q = self.q_b_proj(self.q_a_layernorm(q_a))
         N = x.shape[0]
         q = q.view(N, self.num_heads, self.nope + self.rope_dim)
         q_nope, q_rope = q.split([self.nope, self.rope_dim], dim=-1)  # kv_a: [N, c + r]
@@ -92,10 +94,9 @@ class MLAAttention(nn.Module):
             self.rotary.rotate_(q_rope, k_rope, positions)
             latent = kv_a
         else:
-            # One launch: kv_a norm of c and k rope into the tokens' cache rows, q rope in place.
-            norm = self.kv_a_layernorm
-            self.rotary.rotate_(q_rope, k_rope, positions, k_out=cache[:, self.kv_lora_rank :], k_out_rows=cache_loc,
-                                c_norm=(c, norm.weight, norm.eps, cache[:, : self.kv_lora_rank]))
+            # (rotate_ can also take the kv_a norm into its launch, c_norm=...: off, see the NOTE above.)
+            self.kv_a_layernorm(c, out=cache[:, : self.kv_lora_rank], out_rows=cache_loc)
+            self.rotary.rotate_(q_rope, k_rope, positions, k_out=cache[:, self.kv_lora_rank :], k_out_rows=cache_loc)
             latent = None
         # q_nope [N, h, nope] @ W_UK [h, nope, c] per head: the GEMV kernel reads W_UK in place as an
         # N-contiguous [h, c, nope] view (decode/verify), a batched GEMM otherwise.

@@ -159,15 +159,11 @@ class DeepseekMoE(nn.Module):
         shape = x.shape
         x = x.reshape(-1, shape[-1])  # [T, H]
         c = self.cfg
-        sh = self.shared_experts
-        if sh is not None and x.shape[0] <= kernels.GEMV_MAX_ROWS and self.use_triton is not False:
-            # Decode/verify: the router and the shared expert's gate/up + SiLU read the same x: one launch.
-            logits, act = kernels.gemv_pair(x, self.gate.weight, sh.gate_proj.weight, w2_up=sh.up_proj.weight,
-                                            out1_dtype=torch.float32, use_triton=self.use_triton)
-            shared = sh.down_proj(act)
-        else:
-            logits = self.gate(x, self.use_triton)
-            shared = sh(x) if sh is not None else None  # [T, H]
+        # NOTE: kernels.gemv_pair(x, router, shared gate, w2_up=shared up, out1_dtype=float32) computes the router
+        # logits and the shared expert's activation in one launch (tested on the H200); off for now, see the
+        # NOTE in layers/mla.py.
+        logits = self.gate(x, self.use_triton)
+        shared = self.shared_experts(x) if self.shared_experts is not None else None  # [T, H]
         weights, ids = kernels.moe_topk(logits, self.gate.e_score_correction_bias,
                                         top_k=c.num_experts_per_tok, n_group=c.n_group, topk_group=c.topk_group,
                                         renormalize=c.norm_topk_prob, routed_scaling_factor=c.routed_scaling_factor,
