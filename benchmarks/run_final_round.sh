@@ -3,16 +3,7 @@
 # kernel benchmark (kernels.json), the winners merged into configs/sm_90.json, then the 61-layer verify-graph
 # benchmark and the Kimi-slice end-to-end run with those configs.
 # Usage on the GPU machine, from the repo root: OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_final_round.sh
-set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-: "${OUT:?set OUT}"
-stage() {  # stage NAME SECONDS CMD...
-  local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit}s)"
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "=== $name exit $?" | tee -a "$OUT/$name.log"
-  grep -v -i "warn" "$OUT/$name.log" | tail -n "${TAIL:-12}"
-}
+source "$(dirname "$0")/gpu_stages.sh"
 stage gpu_tests "${T_TESTS:-140}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
   tests/kernels/test_kernels_gpu.py
 TAIL=40 stage kernels "${T_KERNELS:-160}" python benchmarks/bench_kernels.py --out "$OUT" --sweep gemv

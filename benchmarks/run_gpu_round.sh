@@ -3,20 +3,10 @@
 # does not stop the next): GPU tests of the runtime and kernels, the verify-graph benchmark on a Kimi-K2.5
 # rank slice, end-to-end tokens/s of the embedded pair, and the Kimi-shaped slice with pinned accept length.
 # Run through the device tool from the repo root; results land in $OUT (8 files at most come back).
-set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source "$(dirname "$0")/gpu_stages.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 python -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name(), torch.cuda.device_count())" \
   | tee -a "$OUT/gpu.txt"
-
-stage() {  # stage NAME SECONDS CMD...
-  local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit}s)"
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "=== $name exit $?" | tee -a "$OUT/$name.log"
-  tail -n "${TAIL:-14}" "$OUT/$name.log"
-}
 stage gpu_tests "${T_TESTS:-140}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
   tests/kernels/test_kernels_gpu.py tests/test_graph_runner.py
 stage verify_graph "${T_VERIFY:-110}" python benchmarks/bench_verify_graph.py --backends triton --eager-iters 3 \

@@ -2,16 +2,7 @@
 # The session's last device call (~6 min): GPU tests (kernels, lossless speculation, graphs), the 61-layer
 # verify-graph benchmark and the per-kernel profile of a 6-layer slice.
 # Usage on the GPU machine, from the repo root: OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_last_round.sh
-set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-: "${OUT:?set OUT}"
-stage() {  # stage NAME SECONDS CMD...
-  local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit}s)"
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "=== $name exit $?" | tee -a "$OUT/$name.log"
-  grep -v -i "warn" "$OUT/$name.log" | tail -n "${TAIL:-12}"
-}
+source "$(dirname "$0")/gpu_stages.sh"
 stage gpu_tests "${T_TESTS:-180}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
   tests/kernels/test_kernels_gpu.py tests/test_graph_runner.py
 TAIL=20 stage verify_graph "${T_VERIFY:-110}" python benchmarks/bench_verify_graph.py --backends triton \

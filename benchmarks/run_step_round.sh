@@ -2,16 +2,7 @@
 # One device call for the decode/verify step work (issues 4 and 5): GPU tests of the kernels and graphs, the
 # per-kernel profile of a 6-layer Kimi rank slice without and with PDL (opt-in), then the 61-layer verify-graph benchmark.
 # Usage on the GPU machine, from the repo root: OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_step_round.sh
-set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-: "${OUT:?set OUT}"
-stage() {  # stage NAME SECONDS CMD...
-  local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit}s)"
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "=== $name exit $?" | tee -a "$OUT/$name.log"
-  grep -v -i "warn" "$OUT/$name.log" | tail -n "${TAIL:-12}"
-}
+source "$(dirname "$0")/gpu_stages.sh"
 stage gpu_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
   tests/kernels/test_kernels_gpu.py tests/test_graph_runner.py
 TAIL=45 stage profile "${T_PROFILE:-150}" python benchmarks/profile_step.py --layers 6 --tokens 1 4 --no-gemm \
