@@ -22,13 +22,17 @@ GEMV_MAX_ROWS = 16  # one tensor-core tile of rows: decode/verify at small batch
 # Split-K arrival counters, one int32 per (head, row block) of a call, zero between calls (the last program of
 # each row block resets its own). Launches on one stream run one after another, so every call shares one
 # zeroed buffer per device; it is scratch, not state, and is allocated outside graph capture by the eager
-# warm-up that precedes every capture.
+# warm-up that precedes every capture. A buffer is never freed: captured graphs keep its address, so one
+# outgrown by a larger call stays alive (16K counters cover every Kimi/DeepSeek shape: it does not grow there).
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
+_OUTGROWN: list[torch.Tensor] = []
 
 
 def _counters(device: torch.device, n: int) -> torch.Tensor:
     buf = _COUNTERS.get(device)
     if buf is None or buf.numel() < n:
+        if buf is not None:
+            _OUTGROWN.append(buf)
         buf = torch.zeros(max(n, 1 << 14), dtype=torch.int32, device=device)
         _COUNTERS[device] = buf
     return buf
