@@ -67,6 +67,21 @@ def _as3(t: torch.Tensor, name: str) -> torch.Tensor:
     return t[:, None, :] if t.dim() == 2 else t
 
 
+def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, device: torch.device):
+    """(k_per_split, split, m_pad, partials, counters) for a launch: the split count is rounded so every split
+    holds whole BLOCK_K tiles; the fp32 partials [B, split, 2, m_pad, cols] and the counters exist only with
+    split-K (else any tensor stands in: the kernel never touches them)."""
+    block_k = cfg["BLOCK_K"]
+    assert cfg["BLOCK_N"] >= 16 and block_k >= 16, f"tl.dot needs 16 <= BLOCK_N, BLOCK_K: {cfg}"
+    k_per_split = triton.cdiv(triton.cdiv(K, cfg["SPLIT"]), block_k) * block_k
+    split = triton.cdiv(K, k_per_split)
+    m_pad = max(16, triton.next_power_of_2(T))
+    if split == 1:
+        return k_per_split, split, m_pad, None, None
+    part = torch.empty(B * split * 2 * m_pad * cols, dtype=torch.float32, device=device)
+    return k_per_split, split, m_pad, part, _counters(device, B * blocks)
+
+
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
                 add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                 out: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
@@ -108,17 +123,10 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
     a3 = _as3(add, "add") if add is not None else o3
     cfg = config or gemv_config(N, K, B, k_major, tuning.sm_count(x.device), 2 if gated else 1,
                                 tuning.smem_per_block(x.device))
-    assert cfg["BLOCK_N"] >= 16 and cfg["BLOCK_K"] >= 16, f"tl.dot needs 16 <= BLOCK_N, BLOCK_K: {cfg}"
-    block_k, split = cfg["BLOCK_K"], cfg["SPLIT"]
-    k_per_split = triton.cdiv(triton.cdiv(K, split), block_k) * block_k
-    split = triton.cdiv(K, k_per_split)
     blocks = triton.cdiv(N, cfg["BLOCK_N"])
-    m_pad = max(16, triton.next_power_of_2(T))
-    if split > 1:
-        part = torch.empty(B * split * 2 * m_pad * N, dtype=torch.float32, device=x.device)
-        count = _counters(x.device, B * blocks)
-    else:
-        part = count = o3  # never touched
+    k_per_split, split, m_pad, part, count = _split_plan(K, T, N, B, blocks, cfg, x.device)
+    if part is None:
+        part = count = o3
     interpret = tuning.interpreting()
     pdl = tuning.pdl(x.device)
     gemv_kernel[(blocks, split, B)](
@@ -128,7 +136,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         a3.stride(0), a3.stride(1), o3.stride(0), o3.stride(1), 0, 0,
         NORM=norm_weight is not None, nw_ptr=norm_weight if norm_weight is not None else w3, eps=float(eps),
         W_KMAJOR=k_major, EPI=EPI_GATED if gated else (EPI_ADD if add is not None else EPI_NONE),
-        SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=block_k, INTERPRET=interpret, PDL=pdl,
+        SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], INTERPRET=interpret, PDL=pdl,
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
         **tuning.pdl_launch(pdl),
     )
@@ -161,25 +169,19 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
     mats2 = 2 if w2_up is not None else 1
     cfg = config or gemv_config(N1 + mats2 * N2, K, 1, True, tuning.sm_count(x.device), mats2,
                                 tuning.smem_per_block(x.device))
-    bn, block_k = cfg["BLOCK_N"], cfg["BLOCK_K"]
-    assert bn >= 16 and block_k >= 16, f"tl.dot needs 16 <= BLOCK_N, BLOCK_K: {cfg}"
-    k_per_split = triton.cdiv(triton.cdiv(K, cfg["SPLIT"]), block_k) * block_k
-    split = triton.cdiv(K, k_per_split)
+    bn = cfg["BLOCK_N"]
     nb1 = triton.cdiv(N1, bn)
     blocks = nb1 + triton.cdiv(N2, bn)
-    m_pad = max(16, triton.next_power_of_2(T))
-    if split > 1:
-        part = torch.empty(split * 2 * m_pad * (N1 + N2), dtype=torch.float32, device=x.device)
-        count = _counters(x.device, blocks)
-    else:
-        part = count = y2  # never touched
+    k_per_split, split, m_pad, part, count = _split_plan(K, T, N1 + N2, 1, blocks, cfg, x.device)
+    if part is None:
+        part = count = y2
     interpret = tuning.interpreting()
     pdl = tuning.pdl(x.device)
     gemv_kernel[(blocks, split, 1)](
         x, w1, w1, y1, y1, part, count, w2, y2,
         T, N1, K, k_per_split, N2, nb1,
         x.stride(0), 0, 0, w1.stride(0), 1, 0, 0, y1.stride(0), 0, w2.stride(0), y2.stride(0),
-        W_KMAJOR=True, EPI=EPI_NONE, SPLIT=split, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=block_k, INTERPRET=interpret,
+        W_KMAJOR=True, EPI=EPI_NONE, SPLIT=split, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], INTERPRET=interpret,
         PDL=pdl, PAIR=True, EPI2=EPI_GATED if w2_up is not None else EPI_NONE,
         w2_up_ptr=w2_up if w2_up is not None else w2,
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
