@@ -1,8 +1,9 @@
 """Skinny GEMM (T <= 16 rows of activations) over bf16/fp16 weights: the decode/verify projections.
 
 At decode and verify sizes every dense projection of a layer is a matrix-vector product bound by reading the
-weight once; cuBLAS picks split-K kernels plus a separate reduce for most of these shapes and reaches 17-52%
-of copy bandwidth on Kimi TP=8 rank shapes (benchmarks/profile_step.py on the H200). Here one launch does
+weight once; cuBLAS picks split-K kernels plus a separate reduce for most of these shapes and reaches 5-52%
+of copy bandwidth on a Kimi TP=8 rank's attention and MoE projections (benchmarks/profile_step.py on the
+H200; docs/BENCHMARKS.md section 1). Here one launch does
 the split-K and its reduction: each program streams a [BLOCK_N, k-range] slab of W, and with SPLIT > 1 it
 stores its fp32 partial sums, and the last of the SPLIT programs of a row block (found with an atomic
 counter, which it resets for the next call) adds the partials in split order (deterministic) and runs the
