@@ -38,3 +38,31 @@ def test_pick_bucket_first_covering():
     buckets = [{"max_rows": 16, "BLOCK_M": 16}, {"BLOCK_M": 32}]
     assert tuning._pick_bucket(buckets, "rows", 8) == {"BLOCK_M": 16}
     assert tuning._pick_bucket(buckets, "rows", 17) == {"BLOCK_M": 32}
+
+
+# Every dense projection of one Kimi-K2.5 TP=8 rank layer as the GEMV sees it: (N, K, heads, K-contiguous,
+# matrices per program), plus the dense layer's MLP and an irregular shape.
+GEMV_SHAPES = [(1536, 7168, 1, True, 1), (576, 7168, 1, True, 1), (2112, 7168, 1, True, 1),
+               (1536, 1536, 1, True, 1), (512, 128, 8, False, 1), (128, 512, 8, True, 1),
+               (7168, 1024, 1, True, 1), (384, 7168, 1, True, 1), (256, 7168, 1, True, 2),
+               (7168, 256, 1, True, 1), (2304, 7168, 1, True, 2), (7168, 2304, 1, True, 1), (1000, 333, 1, True, 1)]
+
+
+@pytest.mark.parametrize("sms,smem", [(132, 227 << 10), (188, 99 << 10), (84, 99 << 10)],
+                         ids=["sm90_h200", "sm120_rtx_pro_6000", "small_gpu"])
+@pytest.mark.parametrize("N,K,B,k_major,mats", GEMV_SHAPES)
+def test_gemv_config_fits(N, K, B, k_major, mats, sms, smem):
+    """The GEMV's shape heuristic on any GPU: tiles the dot accepts, a split count no larger than the K
+    tiles, and pipeline stages that fit the block's shared memory (the sm_120 table is derived from this,
+    never measured: it must at least launch)."""
+    from sglang_eagle3.kernels.gemv import gemv_config
+
+    cfg = gemv_config(N, K, B, k_major, sms, mats, smem)
+    assert cfg["BLOCK_N"] >= 16 and cfg["BLOCK_K"] >= 16, cfg
+    assert 1 <= cfg["SPLIT"] <= -(-K // cfg["BLOCK_K"]), cfg
+    stage_bytes = (cfg["BLOCK_N"] * cfg["BLOCK_K"] * mats + 16 * cfg["BLOCK_K"]) * 2
+    assert 1 <= cfg["num_stages"] <= 4 and cfg["num_stages"] * stage_bytes <= smem, (cfg, stage_bytes, smem)
+    # ~1 program per SM at least whenever the slab is split (else the split would be pointless)
+    blocks = -(-N // cfg["BLOCK_N"]) * B
+    if cfg["SPLIT"] > 1:
+        assert blocks * cfg["SPLIT"] >= min(sms, blocks * -(-K // cfg["BLOCK_K"])), cfg
