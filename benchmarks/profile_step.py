@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_kernels import time_graph  # noqa: E402
 from benchmarks.bench_verify_graph import TP, copy_bandwidth, kimi_config, median_ms, randomize_cuda  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
@@ -67,18 +68,6 @@ def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int) 
     launches = sum(r["calls_per_step"] for r in rows)
     return {"T": T, "context": ctx, "graph_ms": round(graph_ms, 3), "kernel_busy_ms": round(busy / 1e3, 3),
             "launches_per_step": launches, "launches_per_layer": round(launches / layers, 1), "kernels": rows}
-
-
-def _graph_us(calls: list) -> float:
-    """Median us per call of `calls` captured back to back in one graph (after one eager run of each)."""
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
-    return median_ms(g.replay, 30) * 1e3 / len(calls)
 
 
 # The dense projections of one Kimi TP=8 rank layer: (name, N, K, heads, epilogue). Heads > 1: per-head
@@ -129,7 +118,7 @@ def gemm_ceiling(bw_gbps: float, Ts: list[int], sweep: bool) -> list[dict]:
             def ours(w, u, cfg=None, x=x, kw=kw):
                 return triton_gemv(x, w, w_up=u, config=cfg, **kw)
 
-            t_us = _graph_us([lambda w=w, u=u: torch_call(w, u) for w, u in zip(ws, ups, strict=True)])
+            t_us = time_graph([lambda w=w, u=u: torch_call(w, u) for w, u in zip(ws, ups, strict=True)])
             base = gemv_config(n, k, heads, epi != "kn", sms)
             cfgs = [base]
             if sweep and T == Ts[0]:  # configs are per shape, not per T: sweep at the first T only
@@ -143,7 +132,7 @@ def gemm_ceiling(bw_gbps: float, Ts: list[int], sweep: bool) -> list[dict]:
             best = None
             for cfg in cfgs:
                 try:
-                    us = _graph_us([lambda w=w, u=u, cfg=cfg: ours(w, u, cfg) for w, u in zip(ws, ups, strict=True)])
+                    us = time_graph([lambda w=w, u=u, cfg=cfg: ours(w, u, cfg) for w, u in zip(ws, ups, strict=True)])
                 except Exception as e:  # a config the GPU rejects (shared memory) is skipped, said so
                     print(f"    config {cfg} failed: {type(e).__name__}: {str(e)[:120]}", flush=True)
                     continue
