@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -70,6 +72,57 @@ def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int) 
             "launches_per_step": launches, "launches_per_layer": round(launches / layers, 1), "kernels": rows}
 
 
+@triton.jit
+def stream_read_kernel(x_ptr, out_ptr, n, per_prog, BLOCK: tl.constexpr):
+    """Reads x[pid * per_prog : (pid + 1) * per_prog] (bf16, 16-byte loads) and stores one fp32 sum: how fast a
+    kernel in a graph can stream this many bytes at all (the ceiling a GEMV of the same bytes can reach)."""
+    pid = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    lo = pid * per_prog
+    for i in range(lo, lo + per_prog, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+def read_ceiling_us(ws: list[torch.Tensor], sms: int) -> float:
+    """Best graph-replay time of stream_read_kernel over ws (flattened), over a few grid shapes."""
+    out = torch.empty(sms * 16, device="cuda", dtype=torch.float32)
+    best = float("inf")
+    for per_sm in (1, 2, 4, 8, 16):
+        for block in (1024, 4096):
+            progs = sms * per_sm
+            def call(w, progs=progs, block=block):
+                flat = torch.as_strided(w, (w.numel(),), (1,))  # a dense view in any order: the same bytes
+                n = flat.numel()
+                per = triton.cdiv(triton.cdiv(n, progs), block) * block
+                stream_read_kernel[(triton.cdiv(n, per),)](flat, out, n, per, BLOCK=block,
+                                                           num_warps=8 if block > 1024 else 4)
+            best = min(best, time_graph([lambda w=w: call(w) for w in ws]))
+    return best
+
+
+def wide_configs(base: dict, n: int, k: int, heads: int, mats: int, sms: int) -> list[dict]:
+    """Tiles x warps x stages x split counts that fill 1, 2 or all the resident slots of the SMs once."""
+    cfgs = []
+    for bn, bk in ((16, 256), (32, 256), (64, 128)):
+        for warps in (4, 8):
+            for stages in (4,):
+                stage = (bn * bk * mats + 16 * bk) * 2
+                if stages * stage > 200 << 10:
+                    continue
+                blocks = triton.cdiv(n, bn) * heads
+                slots = sms * max(1, min(8, (224 << 10) // (stages * stage)))
+                splits = {max(1, triton.cdiv(sms, blocks)), max(1, 2 * triton.cdiv(sms, blocks)),
+                          max(1, slots // blocks)}
+                for sp in sorted(splits):
+                    sp = min(sp, triton.cdiv(k, bk))
+                    c = dict(base, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, SPLIT=sp)
+                    if c not in cfgs:
+                        cfgs.append(c)
+    return cfgs
+
+
 # The dense projections of one Kimi TP=8 rank layer: (name, N, K, heads, epilogue). Heads > 1: per-head
 # products of MLA's absorbed form (W_UK read N-contiguous, W_UV K-contiguous).
 PROJECTIONS = [("q_a_proj", 1536, 7168, 1, None), ("kv_a_proj", 576, 7168, 1, None),
@@ -77,16 +130,20 @@ PROJECTIONS = [("q_a_proj", 1536, 7168, 1, None), ("kv_a_proj", 576, 7168, 1, No
                ("w_uv (8 heads)", 128, 512, 8, None), ("o_proj", 7168, 1024, 1, None),
                ("router (fp32 out)", 384, 7168, 1, "f32"), ("shared gate_up (gated)", 256, 7168, 1, "gated"),
                ("shared down", 7168, 256, 1, None), ("dense gate_up (gated)", 2304, 7168, 1, "gated"),
-               ("dense down", 7168, 2304, 1, None), ("lm_head", 20480, 7168, 1, None)]
+               ("dense down", 7168, 2304, 1, None), ("lm_head", 20480, 7168, 1, None),
+               ("q_a+kv_a as one matrix", 2112, 7168, 1, None)]
+# With --wide-sweep: the launches that carry most of a layer's dense bytes (the q_a/kv_a pair as one matrix of
+# the same bytes, o_proj, q_b, the router + shared gate/up pair's gated part).
+WIDE = ("q_a+kv_a as one matrix", "o_proj", "q_b_proj", "shared gate_up (gated)")
 
 
 @torch.inference_mode()
-def gemm_ceiling(bw_gbps: float, Ts: list[int], sweep: bool) -> list[dict]:
+def gemm_ceiling(bw_gbps: float, Ts: list[int], sweep: bool, wide: bool = False) -> list[dict]:
     """cuBLAS (what torch runs) vs our GEMV kernel at M = T for each dense projection of the rank slice,
     weights rotated past the L2, both timed in the same graph-replay way; with ``sweep``, a few configs of
     the GEMV around the heuristic's."""
     from sglang_eagle3.kernels.gemv import gemv_config, triton_gemv
-    from sglang_eagle3.kernels.tuning import sm_count
+    from sglang_eagle3.kernels.tuning import sm_count, smem_per_block
 
     sms = sm_count(torch.device("cuda"))
     out = []
@@ -119,8 +176,12 @@ def gemm_ceiling(bw_gbps: float, Ts: list[int], sweep: bool) -> list[dict]:
                 return triton_gemv(x, w, w_up=u, config=cfg, **kw)
 
             t_us = time_graph([lambda w=w, u=u: torch_call(w, u) for w, u in zip(ws, ups, strict=True)])
-            base = gemv_config(n, k, heads, epi != "kn", sms)
+            if T == Ts[0]:  # bytes, not T, set the ceiling
+                read_us = read_ceiling_us(ws + [u for u in ups if u is not None], sms) * (2 if epi == "gated" else 1)
+            base = gemv_config(n, k, heads, epi != "kn", sms, mats, smem_per_block(torch.device("cuda")))
             cfgs = [base]
+            if wide and name in WIDE and T == Ts[0]:
+                cfgs += [c for c in wide_configs(base, n, k, heads, mats, sms) if c not in cfgs]
             if sweep and T == Ts[0]:  # configs are per shape, not per T: sweep at the first T only
                 for bn in (16, 32):
                     for mult in (0.5, 1, 2):
@@ -141,12 +202,15 @@ def gemm_ceiling(bw_gbps: float, Ts: list[int], sweep: bool) -> list[dict]:
                 if cfg is base:
                     base_us = us
             row = {"op": name, "N": n, "K": k, "heads": heads, "T": T, "bytes": nbytes, "torch_us": round(t_us, 2),
+                   "read_us": round(read_us, 2),
                    "gemv_us": round(base_us, 2), "gemv_config": base, "best_us": round(best[0], 2),
                    "best_config": best[1]}
-            for key in ("torch", "gemv", "best"):
+            for key in ("torch", "gemv", "best", "read"):
                 row[f"{key}_frac_of_copy_bw"] = round(nbytes / (row[f"{key}_us"] * 1e-6) / 1e9 / bw_gbps, 3)
             out.append(row)
-            print(f"  {name:24s} [{heads}x{n}x{k}] T={T:2d}: torch {t_us:7.2f} us ({row['torch_frac_of_copy_bw']:5.1%})"
+            print(f"  {name:24s} [{heads}x{n}x{k}] T={T:2d}: read {read_us:6.2f} us "
+                  f"({row['read_frac_of_copy_bw']:5.1%})"
+                  f"  torch {t_us:7.2f} us ({row['torch_frac_of_copy_bw']:5.1%})"
                   f"  gemv {base_us:7.2f} us ({row['gemv_frac_of_copy_bw']:5.1%})  best {best[0]:7.2f} us "
                   f"({row['best_frac_of_copy_bw']:5.1%}) {best[1] if sweep else ''}", flush=True)
         del ws, ups
@@ -162,13 +226,15 @@ def main() -> None:
     ap.add_argument("--no-gemm", action="store_true")
     ap.add_argument("--gemm-only", action="store_true", help="only the projection table (no model)")
     ap.add_argument("--sweep", action="store_true", help="also time GEMV configs around the heuristic's")
+    ap.add_argument("--wide-sweep", action="store_true",
+                    help="with --sweep: a wider config grid on the launches that carry most bytes")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     bw = copy_bandwidth()
     if args.gemm_only:
         res = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
                "gpu": torch.cuda.get_device_name(), "copy_bw_gbps": round(bw, 1),
-               "gemm": gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep)}
+               "gemm": gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep, args.wide_sweep)}
         if args.out:
             os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
             with open(args.out, "w") as f:
@@ -202,7 +268,7 @@ def main() -> None:
                   f"{k['us_per_call']:7.2f} us/call  {k['kernel']}", flush=True)
     if not args.no_gemm:
         print("\nprojections at M=T, torch (cuBLAS) vs our GEMV (weights rotated past L2):", flush=True)
-        res["gemm"] = gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep)
+        res["gemm"] = gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep, args.wide_sweep)
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:

@@ -42,10 +42,30 @@ KEEP_GRAPH_BS = Knob("SGLANG_EAGLE3_KEEP_GRAPH_BS",
 GIT_COMMIT = Knob("GIT_COMMIT", "commit recorded by benchmarks where the tree has no git history")
 PDL = Knob("SGLANG_EAGLE3_PDL",
            "1: launch the Triton kernels with programmatic dependent launch on sm_90+ (off: no gain measured)")
+NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
+               "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference): "
+               "qa_norm (q_a RMSNorm in q_b's GEMV), kv_norm (kv_a RMSNorm in the rotary launch), "
+               "router_shared (router + shared expert gate/up in one GEMV)")
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE, STRICT_VERIFY,
-       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL)
+       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, NO_FUSE)
 
 
 def cache_dir() -> Path:
     return Path(CACHE_DIR.raw() or Path.home() / ".cache" / "sglang_eagle3")
+
+
+FUSIONS = ("qa_norm", "kv_norm", "router_shared")
+
+
+def fusion_on(name: str) -> bool:
+    """Whether launch fusion ``name`` (one of FUSIONS) is on: all are, unless SGLANG_EAGLE3_NO_FUSE names it.
+    Layers read this once, when they are built."""
+    assert name in FUSIONS, name
+    raw = (NO_FUSE.raw() or "").strip()
+    off = {n.strip() for n in raw.split(",") if n.strip()}
+    unknown = off - set(FUSIONS) - {"all"}
+    if unknown:
+        raise ValueError(f"{NO_FUSE.name}={raw!r}: unknown fusion(s) {sorted(unknown)}; known: "
+                         f"{', '.join(FUSIONS)} or all")
+    return "all" not in off and name not in off

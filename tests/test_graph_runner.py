@@ -272,15 +272,17 @@ def test_gpu_replay_equals_eager(gpu_engine):
 
 
 @pytest.mark.gpu
-def test_gpu_graphs_equal_eager_end_to_end(gpu_engine):
-    """Greedy output and logprobs through the graphed engine equal the same engine with graphs off."""
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_gpu_graphs_equal_eager_end_to_end(gpu_engine, seed):
+    """Greedy output and logprobs through the graphed engine equal the same engine with graphs off (prompts
+    from several seeds: one prompt set once hid how rarely the float32 Triton path flips a choice)."""
     graphed, tol = gpu_engine
     args = graphed.args
     eager = Engine(model_path=args.model_path, speculative_algorithm="EAGLE3",
                    speculative_draft_model_path=args.speculative_draft_model_path, speculative_num_steps=7,
                    device="cuda", dtype="float32", disable_cuda_graph=True, skip_tokenizer_init=True,
                    attention_backend=args.attention_backend, moe_runner_backend=args.moe_runner_backend)
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (4, 11, 30, 2, 19)]
     sp = {"max_new_tokens": 40, "temperature": 0}
     a = graphed.generate(input_ids=prompts, sampling_params=sp, return_logprob=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from sglang_eagle3 import kernels
+from sglang_eagle3 import env, kernels
 from sglang_eagle3.config import ModelConfig
 from sglang_eagle3.core import ForwardBatch
 from sglang_eagle3.distributed.parallel_state import get_tp
@@ -45,6 +45,8 @@ class MLAAttention(nn.Module):
                                               dtype=dtype)
         self.o_proj = RowParallelLinear(nh * cfg.v_head_dim, H, dtype=dtype)
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
+        # Launch fusions at inference (SGLANG_EAGLE3_NO_FUSE switches them off to bisect a numerical difference)
+        self.fuse_qa_norm, self.fuse_kv_norm = env.fusion_on("qa_norm"), env.fusion_on("kv_norm")
 
     # W_UK [h, nope, c] and W_UV [h, v, c] are views of kv_b_proj's weight: nothing is duplicated, and a
     # weight reload is seen at once. The per-head products below are bmm's over these strided views, which
@@ -70,11 +72,11 @@ class MLAAttention(nn.Module):
         else:  # q_a and kv_a read the same x: one launch for both at decode/verify sizes
             q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
                                           use_triton=self.q_a_proj.use_triton)
-            # NOTE: kernels.gemv can fold q_a_layernorm into q_b's launch (norm_weight=, tested on the H200 at
-            # real shapes), but with it and the two fusions noted below the graphed float32 Triton engine
-            # diverged from the eager one on the H200 (tests/test_graph_runner.py end-to-end test, at 2f2edcd)
-            # and there was no device time left to find which: all three stay off until that is understood.
-            q = self.q_b_proj(self.q_a_layernorm(q_a))
+            if self.fuse_qa_norm:  # q_a_layernorm folded into q_b's launch (each program normalises the row)
+                q = kernels.gemv(q_a, self.q_b_proj.weight, norm_weight=self.q_a_layernorm.weight,
+                                 eps=self.q_a_layernorm.eps, use_triton=self.q_b_proj.use_triton)
+            else:
+                q = self.q_b_proj(self.q_a_layernorm(q_a))
         N = x.shape[0]
         q = q.view(N, self.num_heads, self.nope + self.rope_dim)
         q_nope, q_rope = q.split([self.nope, self.rope_dim], dim=-1)  # kv_a: [N, c + r]
@@ -94,9 +96,14 @@ class MLAAttention(nn.Module):
             self.rotary.rotate_(q_rope, k_rope, positions)
             latent = kv_a
         else:
-            # (rotate_ can also take the kv_a norm into its launch, c_norm=...: off, see the NOTE above.)
-            self.kv_a_layernorm(c, out=cache[:, : self.kv_lora_rank], out_rows=cache_loc)
-            self.rotary.rotate_(q_rope, k_rope, positions, k_out=cache[:, self.kv_lora_rank :], k_out_rows=cache_loc)
+            k_out = cache[:, self.kv_lora_rank :]
+            if self.fuse_kv_norm:  # one launch: kv_a norm of c and k's rope into the cache rows, q's rope in place
+                norm = self.kv_a_layernorm
+                self.rotary.rotate_(q_rope, k_rope, positions, k_out=k_out, k_out_rows=cache_loc,
+                                    c_norm=(c, norm.weight, norm.eps, cache[:, : self.kv_lora_rank]))
+            else:
+                self.kv_a_layernorm(c, out=cache[:, : self.kv_lora_rank], out_rows=cache_loc)
+                self.rotary.rotate_(q_rope, k_rope, positions, k_out=k_out, k_out_rows=cache_loc)
             latent = None
         # q_nope [N, h, nope] @ W_UK [h, nope, c] per head: the GEMV kernel reads W_UK in place as an
         # N-contiguous [h, c, nope] view (decode/verify), a batched GEMM otherwise.

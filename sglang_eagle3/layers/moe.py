@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from sglang_eagle3 import kernels
+from sglang_eagle3 import env, kernels
 from sglang_eagle3.config import ModelConfig
 from sglang_eagle3.distributed.parallel_state import get_tp, tp_all_reduce
 from sglang_eagle3.layers.linear import copy_checked, load_slice, sharded_loader
@@ -153,17 +153,23 @@ class DeepseekMoE(nn.Module):
             if cfg.n_shared_experts else None
         )
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
+        self.fuse_router_shared = env.fusion_on("router_shared")  # see env.NO_FUSE
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., H] -> [..., H]."""
         shape = x.shape
         x = x.reshape(-1, shape[-1])  # [T, H]
         c = self.cfg
-        # NOTE: kernels.gemv_pair(x, router, shared gate, w2_up=shared up, out1_dtype=float32) computes the router
-        # logits and the shared expert's activation in one launch (tested on the H200); off for now, see the
-        # NOTE in layers/mla.py.
-        logits = self.gate(x, self.use_triton)
-        shared = self.shared_experts(x) if self.shared_experts is not None else None  # [T, H]
+        sh = self.shared_experts
+        if (self.fuse_router_shared and sh is not None and x.shape[0] <= kernels.GEMV_MAX_ROWS
+                and self.use_triton is not False):
+            # Decode/verify: the router and the shared expert's gate/up + SiLU read the same x: one launch.
+            logits, act = kernels.gemv_pair(x, self.gate.weight, sh.gate_proj.weight, w2_up=sh.up_proj.weight,
+                                            out1_dtype=torch.float32, use_triton=self.use_triton)
+            shared = sh.down_proj(act)
+        else:
+            logits = self.gate(x, self.use_triton)
+            shared = sh(x) if sh is not None else None  # [T, H]
         weights, ids = kernels.moe_topk(logits, self.gate.e_score_correction_bias,
                                         top_k=c.num_experts_per_tok, n_group=c.n_group, topk_group=c.topk_group,
                                         renormalize=c.norm_topk_prob, routed_scaling_factor=c.routed_scaling_factor,
