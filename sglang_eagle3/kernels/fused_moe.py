@@ -7,14 +7,13 @@ Tile path (bf16, and INT4 above GEMV_MAX_TOKENS tokens): three launches, grids f
 Each distinct expert's weights are read once per step: only the first pair routed to an expert works and
 it applies the tile to every pair routed there (see triton/fused_moe.py).
 
-INT4 GEMV path (decode/verify, T <= GEMV_MAX_TOKENS): three launches, no tl.dot, no atomics, no memset:
-  prep     over (token, words):   xs[t, j, w] = x[t, 8w + j] * 16^-p             [T, 8, H/8] float32
+INT4 GEMV path (decode/verify, T <= GEMV_MAX_TOKENS): two launches, no tl.dot, no atomics, no memset:
   gate_up  over (pair, I-block):  act[pair] = silu(x W_gate^T) * (x W_up^T)      [T*k, 8, I/8] float32
   down     over (token, H-block): out[t]    = sum_k topk_w * act W_down^T (+ add) [T, H]   x.dtype
 Nibbles become floats by bit tricks (no int->float converts, see triton/fused_moe.py), against activations
-laid out nibble-major (x by the prep kernel, act by gate_up's store) so that no register layout conversion
-is needed; each program streams BLOCK_N weight rows of one expert; the k-slot sum is the down kernel's own
-loop, so its output is final.
+taken nibble-major and pre-scaled (x by gate_up itself as it streams it, act by gate_up's store) so that the
+inner loop needs no layout conversion of weight-sized tiles; each program streams BLOCK_N weight rows of
+one expert; the k-slot sum is the down kernel's own loop, so its output is final.
 ``add`` (the shared experts' output) is added in the final store, rounded as a separate add would be.
 """
 
@@ -30,14 +29,12 @@ from sglang_eagle3.kernels.triton.fused_moe import (
     moe_gate_up_kernel,
     moe_int4_gemv_down_kernel,
     moe_int4_gemv_gate_up_kernel,
-    moe_int4_gemv_prep_x_kernel,
     moe_sum_slots_kernel,
 )
 
 BLOCK_T = 16  # pairs per tile of one expert (the dot's M); more pairs on one expert loop over chunks
 SUM_BLOCK = 1024
 GEMV_MAX_TOKENS = 8  # INT4 GEMV path up to this many tokens (decode and verify of up to 7 draft tokens)
-PREP_BLOCK_W = 1024  # words of x per prep program
 MAGIC_BITS = 0x4B000000  # float bits of 2^23, passed at run time (see triton/fused_moe.py)
 
 
@@ -71,6 +68,7 @@ def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: b
     per_pair = torch.empty(TK, H, dtype=torch.float32, device=x.device)
     tk_pad = triton.next_power_of_2(TK)
     interpret = tuning.interpreting()
+    prec = tuning.dot_precision(x.dtype)
     if s13 is None:  # bf16: the scale pointers are never read (INT4=False), any tensor will do
         s13, s2 = w13, w2
     moe_gate_up_kernel[(TK, triton.cdiv(I, gate_up_cfg["BLOCK_N"]))](
@@ -78,7 +76,7 @@ def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: b
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
         TK, H, I,
         TOP_K=k, TK_PAD=tk_pad, INT4=int4, GROUP=group, BLOCK_T=BLOCK_T,
-        BLOCK_N=gate_up_cfg["BLOCK_N"], BLOCK_K=gate_up_cfg["BLOCK_K"], INTERPRET=interpret,
+        BLOCK_N=gate_up_cfg["BLOCK_N"], BLOCK_K=gate_up_cfg["BLOCK_K"], INTERPRET=interpret, DOT_PRECISION=prec,
         num_warps=gate_up_cfg["num_warps"], num_stages=gate_up_cfg["num_stages"],
     )
     moe_down_kernel[(TK, triton.cdiv(H, down_cfg["BLOCK_N"]))](
@@ -86,7 +84,7 @@ def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: b
         act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), per_pair.stride(0),
         TK, H, I,
         TK_PAD=tk_pad, INT4=int4, GROUP=group, BLOCK_T=BLOCK_T,
-        BLOCK_N=down_cfg["BLOCK_N"], BLOCK_K=down_cfg["BLOCK_K"], INTERPRET=interpret,
+        BLOCK_N=down_cfg["BLOCK_N"], BLOCK_K=down_cfg["BLOCK_K"], INTERPRET=interpret, DOT_PRECISION=prec,
         num_warps=down_cfg["num_warps"], num_stages=down_cfg["num_stages"],
     )
     moe_sum_slots_kernel[(T, triton.cdiv(H, SUM_BLOCK))](
@@ -140,19 +138,14 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     if T == 0:
         return out
     h_words, i_words, group_words = H // PACK_FACTOR, I // PACK_FACTOR, group // PACK_FACTOR
-    xs = torch.empty(T, PACK_FACTOR, h_words, dtype=torch.float32, device=x.device)  # nibble-major x
     act = torch.empty(TK, PACK_FACTOR, i_words, dtype=torch.float32, device=x.device)  # nibble-major act
     tuning.interpreting()  # under the interpreter, makes the loop over a loaded count work (see tuning)
     pdl = tuning.pdl(x.device)
-    moe_int4_gemv_prep_x_kernel[(T, triton.cdiv(h_words, PREP_BLOCK_W))](
-        x, xs, x.stride(0), xs.stride(0), h_words, BLOCK_W=PREP_BLOCK_W, num_warps=4,
-        PDL=pdl, **tuning.pdl_launch(pdl),
-    )
     # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
     bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
     moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
-        xs, w13, s13, topk_ids, act,
-        xs.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+        x, w13, s13, topk_ids, act,
+        x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
         TK, I, h_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,

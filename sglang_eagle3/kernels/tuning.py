@@ -28,9 +28,13 @@ CACHE_DIR = env.cache_dir()
 # interpreter sees (it cannot autotune).
 DEFAULTS: dict[str, dict] = {
     "moe_topk": {"num_warps": 4},
+    # max_merge_kb: the largest fp32 partials (splits x real rows of a row block x kv_lora_rank x 4 bytes, in
+    # KB) that the last split program merges itself; above it a separate merge kernel runs (0: always separate).
+    # 512 is a placeholder until benchmarks/bench_kernels.py --sweep mla measures the crossover.
+    # merge_regs: fp32 registers a thread that the in-launch split merge loads per step (its accumulator gets
+    # half as many). See kernels/mla_attention.py launch_plan and merge_tiles.
     "mla_attention": {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
-                      "min_keys_per_split": 64},
-    "mla_merge": {"num_warps": 4},
+                      "min_keys_per_split": 64, "merge_regs": 64, "max_merge_kb": 512},
     "fused_moe_gate_up": {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
     "fused_moe_down": {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
     "fused_moe_int4_gate_up": {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4, "num_stages": 3},
@@ -47,6 +51,8 @@ DEFAULTS: dict[str, dict] = {
 
 # Autotune search spaces for GPUs without a table (kept small: each candidate compiles).
 CANDIDATES: dict[str, list[dict]] = {
+    # max_merge_kb stays at its default: which merge path wins depends on the context length, which the
+    # autotuning key (rows) does not see.
     "mla_attention": [
         {**DEFAULTS["mla_attention"], "BLOCK_N": bn, "num_warps": w, "num_stages": s, "ctas_per_sm": c}
         for bn in (16, 32, 64) for w in (4, 8) for s in (1, 2) for c in (1, 2, 4)
@@ -101,6 +107,17 @@ def device_key(device_index: int) -> tuple[str, int, str]:
     """(``sm_90``-style arch, SM count, device name) of a CUDA device."""
     props = torch.cuda.get_device_properties(device_index)
     return f"sm_{props.major}{props.minor}", props.multi_processor_count, props.name
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """tl.dot's input_precision for operands of ``dtype``: float32 products are IEEE float32 unless torch
+    itself allows TF32 for float32 matmuls (``torch.backends.cuda.matmul.allow_tf32``, off by default), so a
+    float32 engine computes what the float32 torch references do. TF32 keeps ~10 mantissa bits: graph and
+    eager runs that split the same sum differently (MLA's split count follows the padded batch) then differ
+    by ~1e-4, enough to flip an MoE routing choice. Half-precision operands ignore it."""
+    if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
+        return "ieee"
+    return "tf32"
 
 
 def pdl(device: torch.device) -> bool:

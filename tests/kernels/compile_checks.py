@@ -2,9 +2,10 @@
 into sm_90 (H200) and sm_120 (RTX PRO 6000 Blackwell) cubins on a CPU machine. The interpreter runs kernels
 as NumPy, so it never sees what only the GPU compiler rejects (non-constexpr globals, reassigned constexprs)
 nor what it generates; this catches both: every kernel must compile without spilling to local memory, the
-rotary kernel must contain no FFMA (its bit-exactness against torch relies on it), and the INT4 GEMV inner
+rotary kernel must contain no FFMA (its bit-exactness against torch relies on it), the INT4 GEMV inner
 loop must stay near 4 SASS instructions per weight (one LOP3 + FADD + FFMA per weight is the design) with no
-layout conversion of weight-sized tiles (they would show up as shared-memory barriers).
+layout conversion of weight-sized tiles (they would show up as shared-memory barriers), and the GEMV and MLA
+kernels carry their in-launch split handshake exactly when they split.
 
 Run as ``python compile_checks.py [NAME ...]``: one JSON line per check (as kernel_checks.py does).
 """
@@ -24,8 +25,11 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from sglang_eagle3.kernels import tuning
+from sglang_eagle3.kernels.mla_attention import MERGE_WARPS, launch_plan, merge_tiles, separate_merge_tile
 from sglang_eagle3.kernels.triton import fused_moe as fm
 from sglang_eagle3.kernels.triton import gemv as gv
+from sglang_eagle3.kernels.triton import mla_attention as ma
 from sglang_eagle3.kernels.triton import rms_norm as rn
 from sglang_eagle3.kernels.triton import rotary as ro
 
@@ -75,11 +79,11 @@ def _innermost_loop(sass: str) -> list[str]:
     return min(loops, key=len)
 
 
-GATE_UP_SIG = dict(xs_ptr="*fp32", w13_ptr="*i32", s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*fp32",
-                   stride_xst="i32", stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32",
+GATE_UP_SIG = dict(x_ptr="*bf16", w13_ptr="*i32", s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*fp32",
+                   stride_xt="i32", stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32",
                    stride_at="i32", TK="i32", I="i32", H_WORDS="i32", magic="i32", TOP_K="i32", TK_PAD="i32",
                    GROUP_WORDS="i32", BLOCK_N="i32", BLOCK_W="i32", EVEN="i32")
-GATE_UP_ALIGNED = ["xs_ptr", "w13_ptr", "s13_ptr", "ids_ptr", "act_ptr", "stride_xst", "stride_we", "stride_wn",
+GATE_UP_ALIGNED = ["x_ptr", "w13_ptr", "s13_ptr", "ids_ptr", "act_ptr", "stride_xt", "stride_we", "stride_wn",
                    "stride_se", "stride_sn", "stride_at", "I", "H_WORDS"]
 DOWN_SIG = dict(act_ptr="*fp32", w2_ptr="*i32", s2_ptr="*bf16", ids_ptr="*i32", topk_w_ptr="*fp32",
                 add_ptr="*bf16", out_ptr="*bf16", stride_at="i32", stride_we="i32", stride_wn="i32",
@@ -107,21 +111,17 @@ def check_gemv(arch: int) -> dict:
                 assert per_weight <= MAX_GEMV_INSTR_PER_WEIGHT, (
                     f"gate_up inner loop {per_weight:.2f} SASS instructions per weight (> "
                     f"{MAX_GEMV_INSTR_PER_WEIGHT}): {dict(ops.most_common(10))}")
-                # Only the two small scale tiles ([BLOCK_N, BLOCK_W/4] bf16) change layout through shared
-                # memory (a store, a barrier, a load, a barrier each); a conversion of a weight-sized tile
-                # would add more (the first version of this kernel had 26).
-                assert ops["BAR"] <= 4, f"barriers in the gate_up inner loop (layout conversions): {dict(ops)}"
+                # Only small tiles change layout through shared memory (a store, a barrier, a load, a barrier
+                # each): the two scale tiles ([BLOCK_N, BLOCK_W/4] bf16) and the 8 columns of the x chunk
+                # ([BLOCK_W] fp32 each, see _x_columns); a conversion of a weight-sized tile would add more
+                # (the first version of this kernel had 26).
+                assert ops["BAR"] <= 20, f"barriers in the gate_up inner loop (layout conversions): {dict(ops)}"
     for bn, warps in ((32, 4), (16, 2)):
         sass, res = compile_sass(fm.moe_int4_gemv_down_kernel, DOWN_SIG,
                                  dict(I_WORDS=32, TOP_K=8, GROUP_WORDS=4, HAS_ADD=True, BLOCK_N=bn, BLOCK_W=32,
                                       EVEN=True), DOWN_ALIGNED, arch, warps)
         _no_spills(res, f"down {bn=}")
         out[f"down_bn{bn}"] = res
-    sass, res = compile_sass(fm.moe_int4_gemv_prep_x_kernel,
-                             dict(x_ptr="*bf16", xs_ptr="*fp32", stride_xt="i32", stride_xst="i32", H_WORDS="i32",
-                                  BLOCK_W="i32"), dict(BLOCK_W=1024), ["x_ptr", "xs_ptr", "stride_xt", "stride_xst"],
-                             arch)
-    _no_spills(res, "prep_x")
     return out
 
 
@@ -232,10 +232,93 @@ def check_dense_gemv(arch: int) -> dict:
     return out
 
 
+MLA_SIG = dict(qn_ptr="*bf16", qr_ptr="*bf16", kv_ptr="*bf16", page_table_ptr="*i32", seq_lens_ptr="*i32",
+               out_ptr="*bf16", mid_o_ptr="*fp32", mid_lse_ptr="*fp32", count_ptr="*i32", stride_qn_tok="i32",
+               stride_qn_head="i32", stride_qr_tok="i32", stride_qr_head="i32", stride_kv_slot="i32",
+               stride_pt_req="i32", stride_o_tok="i32", stride_o_head="i32", sm_scale_log2="fp32",
+               NUM_SPLITS="i32", T="i32", H="i32", DC="i32", DR="i32", PAGE_SIZE="i32", BLOCK_M="i32",
+               BLOCK_N="i32", SPLIT_KV="i32", MERGE_IN_LAUNCH="i32", DOT_PRECISION="constexpr", INTERPRET="i32",
+               MERGE_M="i32", MERGE_D="i32", MERGE_S="i32", PDL="i32")
+MLA_ALIGNED = ["qn_ptr", "qr_ptr", "kv_ptr", "out_ptr", "mid_o_ptr", "mid_lse_ptr", "stride_qn_tok",
+               "stride_qr_tok", "stride_kv_slot", "stride_o_tok"]
+MLA_MERGE_SIG = dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", out_ptr="*bf16", stride_o_tok="i32",
+                     stride_o_head="i32", NUM_SPLITS="i32", T="i32", H="i32", DC="i32", BLOCK_M="i32",
+                     SPLITS_PAD="i32", BLOCK_D="i32", PDL="i32")
+
+
+def _sass_ops(sass: str) -> collections.Counter:
+    return _opcodes([ln.split("*/", 1)[1].strip() for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)])
+
+
+def check_mla(arch: int) -> dict:
+    """MLA decode (T=1) and verify (T=4) at Kimi TP=8 shapes (8 heads, latent 512, rope 64, page 64) with this
+    arch's table config and the defaults, for each merge path: no spills with the split merge in the launch
+    (it runs after the key loop, in that loop's registers), and the split handshake (fences + one atomic)
+    there only then (compiled with PDL when split, as the grid-dependency wait shows). The separate merge
+    kernel at 2..256 splits: no spills, PDL wait."""
+    table = json.loads((tuning.CONFIG_DIR / f"sm_{arch}.json").read_text())["ops"]["mla_attention"]
+    out = {}
+    for T in (1, 4):
+        for name, bucket in (("table", tuning._pick_bucket(table, "rows", T * 8)), ("defaults", {})):
+            cfg = {**tuning.DEFAULTS["mla_attention"], **bucket}
+            block_m = launch_plan(1, T, 8, 8192, 132, cfg)["BLOCK_M"]
+            for merge in ("none", "in_launch", "separate"):
+                what = f"mla {name} T={T} merge={merge}"
+                split_kv = merge != "none"
+                sass, res = compile_sass(ma.mla_split_kv_kernel, MLA_SIG,
+                                         dict(T=T, H=8, DC=512, DR=64, PAGE_SIZE=64, BLOCK_M=block_m,
+                                              BLOCK_N=cfg["BLOCK_N"], SPLIT_KV=split_kv,
+                                              MERGE_IN_LAUNCH=merge == "in_launch", DOT_PRECISION="tf32",
+                                              INTERPRET=False, PDL=split_kv,
+                                              **merge_tiles(block_m, T * 8, 512, cfg)),
+                                         MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
+                _no_spills(res, what)
+                ops = _sass_ops(sass)
+                atoms = ops["ATOM"] + ops["ATOMG"] + ops["RED"]
+                fences = ops["MEMBAR"] + ops["FENCE"]
+                handshake = merge == "in_launch"
+                assert (atoms >= 1 and fences >= 2) if handshake else atoms == 0, f"{what}: {atoms=} {fences=}"
+                assert (ops["ACQBULK"] > 0) == split_kv, f"{what}: grid-dependency wait only with PDL {dict(ops)}"
+                out[what] = res
+    for splits in (2, 19, 128, 256):
+        tile = separate_merge_tile(splits, 512)
+        what = f"mla merge kernel {splits=} {tile}"
+        sass, res = compile_sass(ma.mla_merge_splits_kernel, MLA_MERGE_SIG,
+                                 dict(T=4, H=8, DC=512, BLOCK_M=16, PDL=True, **tile),
+                                 ["mid_o_ptr", "mid_lse_ptr", "out_ptr", "stride_o_tok"], arch, MERGE_WARPS)
+        _no_spills(res, what)
+        assert _sass_ops(sass)["ACQBULK"] > 0, f"{what}: no grid-dependency wait with PDL"
+        out[what] = res
+    return out
+
+
+def check_mla_dot_precision(arch: int) -> dict:
+    """float32 MLA (the float32 engine's tiny shapes: latent 32, rope 16) with DOT_PRECISION="ieee", as
+    tuning.dot_precision gives it, multiplies on the FMA units: no tensor-core (TF32) instruction; "tf32" and
+    bf16 use tensor cores (so the check can tell). HMMA is mma.sync, HGMMA is sm_90's wgmma."""
+    sig = {k: ("*fp32" if v == "*bf16" else v) for k, v in MLA_SIG.items()}
+    out = {}
+    for dtype, precision in (("fp32", "ieee"), ("fp32", "tf32"), ("bf16", "tf32")):
+        cfg = tuning.DEFAULTS["mla_attention"]
+        sass, res = compile_sass(ma.mla_split_kv_kernel, sig if dtype == "fp32" else MLA_SIG,
+                                 dict(T=4, H=2, DC=32, DR=16, PAGE_SIZE=16, BLOCK_M=16, BLOCK_N=cfg["BLOCK_N"],
+                                      SPLIT_KV=True, MERGE_IN_LAUNCH=True, DOT_PRECISION=precision,
+                                      INTERPRET=False, PDL=False, **merge_tiles(16, 8, 32, cfg)),
+                                 MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
+        what = f"mla {dtype} DOT_PRECISION={precision}"
+        _no_spills(res, what)
+        ops = _sass_ops(sass)
+        tensor_core = ops["HMMA"] + ops["HGMMA"]
+        assert (tensor_core == 0) == (precision == "ieee"), f"{what}: {tensor_core} tensor-core instructions"
+        out[what] = f"{tensor_core} HMMA/HGMMA, {ops['FFMA']} FFMA; {res}"
+    return out
+
+
 CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
          for arch in (90, 120)
          for name, fn in (("gemv", check_gemv), ("dense_gemv", check_dense_gemv), ("tile_path", check_tile_path),
-                          ("rms_norm", check_rms_norm), ("rotary", check_rotary))}
+                          ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("mla", check_mla),
+                          ("mla_dot_precision", check_mla_dot_precision))}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or list(CASES):

@@ -61,16 +61,68 @@ def make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype=torch.bf
 
 
 def check_mla(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0, dtype=torch.bfloat16,
-              tol=1e-2) -> float:
-    qn, qr, kv, pt, seq = make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype, seed)
+              tol=1e-2, config=None, min_splits=1, calls=1, merge=None) -> dict:
+    """Kernel vs ref_mla_attention. ``config``: launch config overrides (else the op's tuned config).
+    ``min_splits``: the launch must split the keys at least this many ways. ``merge``: the merge path
+    launch_plan must pick ("none", "in_launch", "separate"; max_merge_kb in ``config`` forces one).
+    ``calls``: calls in a row, each on new inputs and seq_lens 3 shorter than the call before (same page
+    table shape, so the same grid, as a graph replay has it); every one must match, and the shared split
+    counters must be zero after (the last program of each row block resets its own; the separate merge never
+    touches them)."""
+    from sglang_eagle3.kernels import tuning
+    from sglang_eagle3.kernels.gemv import _COUNTERS
+    from sglang_eagle3.kernels.mla_attention import launch_plan
+
     sm_scale = 1.0 / math.sqrt(128 + Dr)
     kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=Dc, sm_scale=sm_scale)
-    out = kernels.mla_attention(qn, qr, kv, pt, seq, **kw, use_triton=True)
-    ref = kernels.ref_mla_attention(qn, qr, kv, pt, seq, **kw)
-    err = rel_err(out, ref)
-    assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape, out.dtype)
-    assert err < tol, f"MLA rel err {err} ({B=} {T=} {H=} {seq_lens=} {page_size=})"
-    return err
+    dev = torch.device(device)
+    cfg = {**tuning.DEFAULTS["mla_attention"], **config} if config else tuning.get_config(
+        "mla_attention", dev, "rows", T * H)
+    errs, plan = [], {}
+    for call in range(calls):
+        qn, qr, kv, pt, seq = make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype, seed + call)
+        seq = (seq - 3 * call).clamp_min(T)
+        plan = launch_plan(B, T, H, pt.shape[1] * page_size, tuning.sm_count(dev), cfg, Dc)
+        if config:
+            out = kernels.triton_mla_attention(qn, qr, kv, pt, seq, **kw, config=cfg)
+        else:
+            out = kernels.mla_attention(qn, qr, kv, pt, seq, **kw, use_triton=True)
+        ref = kernels.ref_mla_attention(qn, qr, kv, pt, seq, **kw)
+        err = rel_err(out, ref)
+        assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape, out.dtype)
+        assert err < tol, f"MLA rel err {err} ({call=} {B=} {T=} {H=} {seq.tolist()=} {page_size=} {plan=})"
+        errs.append(err)
+    assert plan["splits"] >= min_splits, f"{plan=}: fewer than {min_splits=} splits, the case misses the merge"
+    assert merge is None or plan["merge"] == merge, f"{plan=}: merge path is not {merge!r}"
+    counters = _COUNTERS.get(qn.device)
+    left = 0 if counters is None else counters.count_nonzero().item()
+    assert left == 0, f"{left} split counters not reset after {calls} calls"
+    return {"rel_err": errs, "plan": plan}
+
+
+def check_mla_launch_plan() -> dict:
+    """The merge path launch_plan picks at Kimi TP=8 shapes (8 heads, latent 512, 132 SMs, a page table the
+    size of the context): in the launch up to max_merge_kb of partials, a separate launch above, none with
+    one split; max_merge_kb=0 and a huge value force either path."""
+    from sglang_eagle3.kernels import tuning
+    from sglang_eagle3.kernels.mla_attention import launch_plan
+
+    cfg = {**tuning.DEFAULTS["mla_attention"], "max_merge_kb": 512}
+    plans = {}
+    for B, T, ctx in ((1, 1, 64), (1, 1, 1024), (1, 1, 8192), (1, 4, 8192), (64, 1, 8192)):
+        plan = plans[f"B={B} T={T} ctx={ctx}"] = launch_plan(B, T, 8, ctx, 132, cfg)
+        splits, rows = plan["splits"], min(plan["BLOCK_M"], T * 8)
+        assert plan["partials_kb"] == (splits * rows * 512 * 4 / 1024 if splits > 1 else 0), plan
+        want = "none" if splits == 1 else "in_launch" if plan["partials_kb"] <= 512 else "separate"
+        assert plan["merge"] == want, plan
+    assert plans["B=1 T=1 ctx=64"]["merge"] == "none", plans
+    assert plans["B=1 T=1 ctx=1024"]["merge"] == "in_launch", plans
+    assert plans["B=1 T=1 ctx=8192"]["merge"] == plans["B=1 T=4 ctx=8192"]["merge"] == "separate", plans
+    for kb, want in ((0, "separate"), (1 << 30, "in_launch")):
+        plan = launch_plan(1, 4, 8, 8192, 132, {**cfg, "max_merge_kb": kb})
+        assert plan["merge"] == want, f"{kb=}: {plan}"
+    assert launch_plan(1, 1, 8, 64, 132, {**cfg, "max_merge_kb": 0})["merge"] == "none"
+    return {name: f"{p['splits']} splits, {p['partials_kb']:.0f} KB: {p['merge']}" for name, p in plans.items()}
 
 
 def make_moe_inputs(T, E, H, I, top_k, device, int4: bool, dtype=torch.bfloat16, seed=0, skew=False):
@@ -112,6 +164,51 @@ def check_fused_moe(T, E, H, I, top_k, int4: bool, device="cpu", seed=0, skew=Fa
     assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape)
     assert err < tol, f"fused MoE rel err {err} ({T=} {E=} {H=} {I=} {top_k=} {int4=} {skew=} {path=} {with_add=})"
     return err
+
+
+def check_fused_moe_int4_gemv_exact(T, E, H, I, top_k, device="cpu", seed=0, skew=False, dtype=torch.float32,
+                                    config=None) -> float:
+    """The INT4 GEMV path bit for bit against a float64 re-implementation, on inputs whose sums are exact in
+    float32 in any order: x in {1, 2}; gate nibbles q - 8 in {1, 2} at group scales 1/2 or 1, so every gate
+    pre-activation is >= H/2 >= 17 and silu(g) = g * sigmoid(g) = g in float32; up and down nibbles in
+    {-1, 0, 1} at scale 1; routing weights 1/2 or 1. Every value is then a multiple of 1/4, and the check
+    asserts that the sums stay below 2^22. So any slip in the nibble order, in the 16^-(j % 5) pre-scaling of
+    x or act, or in how x is split into nibble columns, changes the output.
+    dtype: float32 under the interpreter (it truncates float32 -> bfloat16 instead of rounding)."""
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+    from sglang_eagle3.kernels.quant import pack_int4, unpack_int4
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+
+    def ints(lo, hi, *shape):
+        return torch.randint(lo, hi + 1, shape, generator=g)
+
+    x = ints(1, 2, T, H).to(dtype)
+    p13 = pack_int4(torch.cat([ints(1, 2, E, I, H), ints(-1, 1, E, I, H)], dim=1))  # [E, 2I, H/8]: gate, up
+    s13 = torch.cat([ints(1, 2, E, I, H // 32) / 2, torch.ones(E, I, H // 32)], dim=1).to(torch.bfloat16)
+    p2, s2 = pack_int4(ints(-1, 1, E, H, I)), torch.ones(E, H, I // 32, dtype=torch.bfloat16)
+    pool = min(E, top_k + 1) if skew else E  # skew: tokens share experts
+    ids = torch.stack([torch.randperm(pool, generator=g)[:top_k] for _ in range(T)]).to(torch.int32)
+    w = ints(1, 2, T, top_k) / 2
+
+    sel = ids.long()
+    w13 = unpack_int4(p13, s13, 32).double()[sel]  # [T, k, 2I, H]
+    gate, up = (w13 @ x.double()[:, None, :, None]).squeeze(-1).chunk(2, dim=-1)  # [T, k, I] each
+    assert gate.min() >= 17, f"{gate.min()=}: the sigmoid must saturate (silu(g) = g in float32)"
+    act = gate * up
+    w2 = unpack_int4(p2, s2, 32).double()[sel]  # [T, k, H, I]
+    ref = ((w2 @ act[..., None]).squeeze(-1) * w.double()[..., None]).sum(1)  # [T, H]
+    bound = ((w2.abs() @ act.abs()[..., None]).squeeze(-1) * w.double()[..., None]).sum(1)
+    assert max(bound.max(), act.abs().max()) < 2**22, f"{bound.max()=}: float32 sums of multiples of 1/4 could round"
+
+    args = [t.to(device) for t in (x, p13, s13, p2, s2, w, ids)]
+    out = triton_fused_moe_int4(*args, 32, None, path="gemv", config=config)
+    expected = ref.to(dtype)  # one rounding of the exact value, as the kernel's final store
+    assert torch.isfinite(expected).all(), f"outputs overflow {dtype}"
+    bad = (out.cpu() != expected).sum().item()
+    assert bad == 0, (f"{bad} of {out.numel()} outputs differ from the exact result, max diff "
+                      f"{(out.cpu().double() - ref).abs().max().item()} ({T=} {E=} {H=} {I=} {top_k=} {skew=})")
+    return rel_err(out.cpu(), expected)
 
 
 def ulp_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -461,9 +558,16 @@ def cuda_kernels_per_moe_layer(T: int = 1) -> dict:
 # GEMV-path configs small enough that the interpreter's loops run several partial steps.
 GEMV_SMALL = {"gate_up": {"BLOCK_N": 4, "BLOCK_W": 8, "num_warps": 1},
               "down": {"BLOCK_N": 16, "BLOCK_W": 4, "num_warps": 1}}
+# gate_up chunks of 16 words (H=160: one full chunk, then a partial one), in fewer programs than GEMV_SMALL.
+GEMV_MID = {"gate_up": {"BLOCK_N": 16, "BLOCK_W": 16, "num_warps": 1}, "down": GEMV_SMALL["down"]}
 
 # Small irregular shapes for the interpreter: name -> thunk.
 GEMV_SPLIT = {"BLOCK_N": 16, "BLOCK_K": 32, "SPLIT": 4, "num_warps": 4}
+# Many short splits (the interpreter stays quick), merged in the split launch 2 splits x 16 columns per step
+# at 4 warps (MLA_SPLIT) or by the separate merge launch (MLA_SEPARATE).
+MLA_SPLIT = {"BLOCK_N": 16, "min_keys_per_split": 16, "merge_regs": 4, "max_merge_kb": 1 << 30}
+MLA_SEPARATE = {**MLA_SPLIT, "max_merge_kb": 0}
+MLA_FP32_SPLIT = {**MLA_SPLIT, "min_keys_per_split": 32, "merge_regs": 16}
 
 CASES = {
     "topk_kimi_like": lambda: check_moe_topk(5, 48, 8, 1, 1, True, True, 2.5, seed=1),
@@ -473,7 +577,29 @@ CASES = {
     "mla_decode": lambda: check_mla(3, 1, 3, 64, 16, 16, [1, 37, 70], seed=4),
     "mla_verify": lambda: check_mla(2, 4, 2, 64, 16, 8, [4, 53], seed=5),
     "mla_verify_rows_span_blocks": lambda: check_mla(1, 5, 5, 32, 16, 4, [29], seed=6),
-    "mla_fp32_exact": lambda: check_mla(2, 3, 4, 64, 16, 4, [3, 45], seed=11, dtype=torch.float32, tol=1e-5),
+    # float32: IEEE products (tuning.dot_precision), so within float32 rounding of the float32 reference.
+    "mla_fp32_exact": lambda: check_mla(2, 3, 4, 64, 16, 4, [3, 45], seed=11, dtype=torch.float32, tol=1e-6),
+    # Keys split over several programs, each case merged both ways: in the split launch (its calls in a row
+    # reuse the counters) and by the separate merge launch. Request 0 has fewer keys than splits (every split
+    # but the first is empty). In-launch merge steps: all splits in one (default config), 8 steps x 4 column
+    # chunks (MLA_SPLIT), 4 + 2 splits in two steps (fp32 case); 2 row blocks a request in the fp32 case.
+    "mla_decode_split_kv_repeated": lambda: check_mla(3, 1, 3, 64, 16, 2, [1, 150, 333], seed=41, min_splits=5,
+                                                      calls=3, merge="in_launch"),
+    "mla_decode_split_kv_repeated_separate_merge": lambda: check_mla(
+        3, 1, 3, 64, 16, 2, [1, 150, 333], seed=41, config={"max_merge_kb": 0}, min_splits=5, calls=3,
+        merge="separate"),
+    "mla_verify_split_kv_more_splits_than_keys": lambda: check_mla(2, 4, 3, 64, 16, 4, [5, 260], seed=42,
+                                                                   config=MLA_SPLIT, min_splits=16, calls=2,
+                                                                   merge="in_launch"),
+    "mla_verify_split_kv_more_splits_than_keys_separate_merge": lambda: check_mla(
+        2, 4, 3, 64, 16, 4, [5, 260], seed=42, config=MLA_SEPARATE, min_splits=16, calls=2, merge="separate"),
+    "mla_verify_split_kv_rows_span_blocks_fp32_exact": lambda: check_mla(
+        2, 5, 5, 32, 16, 1, [7, 200], seed=43, dtype=torch.float32, tol=1e-6, config=MLA_FP32_SPLIT,
+        min_splits=6, calls=2, merge="in_launch"),
+    "mla_verify_split_kv_rows_span_blocks_fp32_exact_separate_merge": lambda: check_mla(
+        2, 5, 5, 32, 16, 1, [7, 200], seed=43, dtype=torch.float32, tol=1e-6,
+        config={**MLA_FP32_SPLIT, "max_merge_kb": 0}, min_splits=6, calls=2, merge="separate"),
+    "mla_launch_plan_merge_path": check_mla_launch_plan,
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,
                                                            with_add=True),
@@ -501,6 +627,23 @@ CASES = {
                                                                      skew=True, path="gemv", config=GEMV_SMALL,
                                                                      with_add=True),
     "moe_int4_gemv_default_config": lambda: check_fused_moe(2, 6, 64, 32, 4, int4=True, seed=24),
+    # gate_up builds its nibble-major x from x itself (no prep launch): T from 1 to 8, experts shared by
+    # several tokens, top-8 over many experts, H not a multiple of the x chunk (12 words in one 16-word chunk,
+    # 20 in two), and the unmasked path over two chunks (EVEN: the prefetch past the end re-reads the last).
+    "moe_int4_gemv_t1_fp16_top8_partial_chunk": lambda: check_fused_moe(1, 33, 96, 32, 8, int4=True, seed=44,
+                                                                        dtype=torch.float16, path="gemv"),
+    "moe_int4_gemv_t8_top8_shared_experts_add": lambda: check_fused_moe(8, 12, 160, 32, 8, int4=True, seed=45,
+                                                                        skew=True, path="gemv", config=GEMV_MID,
+                                                                        with_add=True),
+    "moe_int4_gemv_exact_t1_top8_many_experts": lambda: check_fused_moe_int4_gemv_exact(1, 64, 96, 32, 8,
+                                                                                       seed=46),
+    "moe_int4_gemv_exact_t8_shared_experts": lambda: check_fused_moe_int4_gemv_exact(8, 12, 160, 32, 4, seed=47,
+                                                                                    skew=True, config=GEMV_MID),
+    "moe_int4_gemv_exact_t5_unmasked": lambda: check_fused_moe_int4_gemv_exact(5, 7, 256, 32, 2, seed=48,
+                                                                              config=GEMV_MID),
+    "moe_int4_gemv_exact_t3_fp16_unmasked": lambda: check_fused_moe_int4_gemv_exact(3, 9, 128, 32, 3, seed=49,
+                                                                                   dtype=torch.float16,
+                                                                                   config=GEMV_SMALL),
     "latent_to_cache_bf16": lambda: check_latent_to_cache(5, 3, 64, 16, seed=26),
     "latent_to_cache_one_launch_bf16": lambda: check_latent_to_cache(4, 3, 48, 16, seed=39, one_launch=True),
     "latent_to_cache_fp32_into_bf16_cache": lambda: check_latent_to_cache(3, 2, 32, 8, torch.float32,

@@ -21,6 +21,7 @@ from kernel_checks import (  # noqa: E402
     check_gemv,
     check_gemv_pair,
     check_latent_to_cache,
+    check_mla,
     check_model_forward,
     check_moe_topk,
     check_rms_norm,
@@ -77,6 +78,22 @@ def test_mla_attention(T, page_size, seq_lens):
     ref = kernels.ref_mla_attention(qn, qr, kv, pt, seq, **kw)
     err = rel_err(out, ref)
     assert err < 1e-2, f"MLA rel err {err} ({T=} {page_size=} {seq_lens=})"
+
+
+@pytest.mark.parametrize("merge_kb", [0, 1 << 30])
+@pytest.mark.parametrize("T,page_size,seq_lens", [(1, 64, [1024]), (1, 16, [8192, 5]), (4, 64, [333, 8200])])
+def test_mla_merge_paths(T, page_size, seq_lens, merge_kb):
+    """The split merge as its own launch (max_merge_kb=0) and inside the split launch (huge), at real shapes,
+    three calls in a row on one grid (the in-launch merge's counters must reset themselves)."""
+    check_mla(len(seq_lens), T, HEADS, KV_LORA, ROPE, page_size, seq_lens, device="cuda", seed=T + merge_kb % 7,
+              config={"max_merge_kb": merge_kb}, min_splits=2, calls=3,
+              merge="separate" if merge_kb == 0 else "in_launch")
+
+
+def test_mla_float32_is_ieee():
+    """float32 MLA sums in IEEE float32 (tuning.dot_precision), as torch's float32 reference does: TF32 would
+    miss this bound by ~100x."""
+    check_mla(2, 4, HEADS, KV_LORA, ROPE, 16, [300, 4100], device="cuda", seed=5, dtype=torch.float32, tol=1e-5)
 
 
 def moe_weights(int4: bool, seed: int):
@@ -137,6 +154,20 @@ def test_fused_moe_int4(int4_weights, T, skew):
     out = kernels.fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids)
     err = rel_err(out, kernels.ref_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids))
     assert err < 1e-2, f"INT4 MoE rel err {err} ({T=} {skew=})"
+
+
+@pytest.mark.parametrize("T", [2, 4, 8])
+def test_fused_moe_int4_token_independent_of_batch(int4_weights, T):
+    """Decode (one token) and verify (T tokens, experts shared between them) must give a token bit-identical
+    MoE output: speculative greedy output equals plain decoding only if the verify batch computes each token
+    as decode would."""
+    p13, s13, p2, s2 = int4_weights
+    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    topk_w, ids = routing(T, True, 2000 + T)  # skewed: tokens share experts
+    batch = kernels.fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids)
+    for t in range(T):
+        one = kernels.fused_moe_int4(x[t:t + 1], p13, s13, p2, s2, topk_w[t:t + 1], ids[t:t + 1])
+        assert torch.equal(one[0], batch[t]), (t, (one[0].float() - batch[t].float()).abs().max().item())
 
 
 @pytest.mark.parametrize("T,skew", [(1, False), (2, False), (5, False), (8, False), (8, True)])
@@ -247,8 +278,9 @@ def test_kernels_per_moe_layer(T):
     """Launch budget of one MoE decoder layer (eager step, counted by the profiler). By the code: 4 norms (the
     two residual adds ride in two of them; one writes the latent into the cache), 1 rope (q in place, k into
     the cache), 2 MLA, and GEMV launches: q_a + kv_a (one), q_b, W_UK, W_UV, o_proj, router, shared gate/up
-    (SiLU * up fused), shared down; 1 routing, 3 INT4 GEMV MoE kernels (x prep, gate_up, down with the shared
-    add folded in) = 19 (18 measured on the H200 with the q_a norm folded into q_b, now off; ~90 at first)."""
+    (SiLU * up fused), shared down; 1 routing, 2 INT4 GEMV MoE kernels (gate_up, which lays out x itself, and
+    down with the shared add folded in) = 18 (19 while the x prep was a launch of its own: 18 were measured
+    on the H200 then with the q_a norm folded into q_b, now off; ~90 at first)."""
     counts = cuda_kernels_per_moe_layer(T)
     print(f"T={T}: {counts}")
     assert counts["per_moe_layer"] <= 32, counts

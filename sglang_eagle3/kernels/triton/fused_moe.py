@@ -41,8 +41,9 @@ def _group_chunk(ids_ptr, expert, TK, chunk, count, TK_PAD: tl.constexpr, BLOCK_
 @triton.jit
 def _expert_tile_dot(acc, x_ptr, x_row_off, row_ok, w_ptr, s_ptr, n_offs, n_ok, stride_wn, stride_sn, K,
                      INT4: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
-                     INTERPRET: tl.constexpr):
-    """acc[BLOCK_T, BLOCK_N] += x[rows, :K] @ W[n_offs, :K]^T, W bf16 or packed INT4 rows of K/8 words."""
+                     INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr = "tf32"):
+    """acc[BLOCK_T, BLOCK_N] += x[rows, :K] @ W[n_offs, :K]^T, W bf16 or packed INT4 rows of K/8 words.
+    DOT_PRECISION (tuning.dot_precision): float32 operands sum in IEEE float32 unless torch allows TF32."""
     if INT4:
         WORDS: tl.constexpr = BLOCK_K // 8
         w_idx = tl.arange(0, WORDS)
@@ -60,9 +61,9 @@ def _expert_tile_dot(acc, x_ptr, x_row_off, row_ok, w_ptr, s_ptr, n_offs, n_ok, 
                 xj = tl.load(x_ptr + x_row_off[:, None] + (k0 + 8 * w_idx[None, :] + j),
                              mask=row_ok[:, None] & word_ok[None, :], other=0.0)  # [BLOCK_T, WORDS]
                 if INTERPRET:
-                    acc += tl.dot(xj.to(tl.float32), tl.trans(w))
+                    acc += tl.dot(xj.to(tl.float32), tl.trans(w), input_precision=DOT_PRECISION)
                 else:
-                    acc += tl.dot(xj, tl.trans(w.to(xj.dtype)))
+                    acc += tl.dot(xj, tl.trans(w.to(xj.dtype)), input_precision=DOT_PRECISION)
     else:
         k_idx = tl.arange(0, BLOCK_K)
         for k0 in range(0, K, BLOCK_K):
@@ -73,9 +74,9 @@ def _expert_tile_dot(acc, x_ptr, x_row_off, row_ok, w_ptr, s_ptr, n_offs, n_ok, 
             xk = tl.load(x_ptr + x_row_off[:, None] + k[None, :], mask=row_ok[:, None] & k_ok[None, :],
                          other=0.0)  # [BLOCK_T, BLOCK_K]
             if INTERPRET:
-                acc += tl.dot(xk.to(tl.float32), tl.trans(w.to(tl.float32)))
+                acc += tl.dot(xk.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision=DOT_PRECISION)
             else:
-                acc += tl.dot(xk, tl.trans(w))
+                acc += tl.dot(xk, tl.trans(w), input_precision=DOT_PRECISION)
     return acc
 
 
@@ -86,6 +87,7 @@ def moe_gate_up_kernel(
     TK, H, I,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
+    DOT_PRECISION: tl.constexpr = "tf32",
 ):
     """act[pair, n] = silu(x W_gate^T) * (x W_up^T) for the pairs of one expert, N-block of I."""
     pair = tl.program_id(0)
@@ -102,9 +104,10 @@ def moe_gate_up_kernel(
             gate = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
             up = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
             gate = _expert_tile_dot(gate, x_ptr, x_row_off, row_ok, w_e, s_e, n_offs, n_ok, stride_wn,
-                                    stride_sn, H, INT4, BLOCK_K, GROUP, INTERPRET)
+                                    stride_sn, H, INT4, BLOCK_K, GROUP, INTERPRET, DOT_PRECISION)
             up = _expert_tile_dot(up, x_ptr, x_row_off, row_ok, w_e + I * stride_wn, s_e + I * stride_sn,
-                                  n_offs, n_ok, stride_wn, stride_sn, H, INT4, BLOCK_K, GROUP, INTERPRET)
+                                  n_offs, n_ok, stride_wn, stride_sn, H, INT4, BLOCK_K, GROUP, INTERPRET,
+                                  DOT_PRECISION)
             act = gate * tl.sigmoid(gate) * up
             tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + n_offs[None, :],
                      act.to(act_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
@@ -117,6 +120,7 @@ def moe_down_kernel(
     TK, H, I,
     TK_PAD: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
+    DOT_PRECISION: tl.constexpr = "tf32",
 ):
     """out[pair, n] = topk_w[pair] * act[pair, :] W_down[n, :]^T for the pairs of one expert."""
     pair = tl.program_id(0)
@@ -131,7 +135,7 @@ def moe_down_kernel(
             pairs, row_ok = _group_chunk(ids_ptr, expert, TK, chunk, count, TK_PAD, BLOCK_T)
             acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
             acc = _expert_tile_dot(acc, act_ptr, pairs.to(tl.int64) * stride_at, row_ok, w_e, s_e, n_offs,
-                                   n_ok, stride_wn, stride_sn, I, INT4, BLOCK_K, GROUP, INTERPRET)
+                                   n_ok, stride_wn, stride_sn, I, INT4, BLOCK_K, GROUP, INTERPRET, DOT_PRECISION)
             route_w = tl.load(topk_w_ptr + pairs, mask=row_ok, other=0.0)
             tl.store(out_ptr + pairs.to(tl.int64)[:, None] * stride_ot + n_offs[None, :],
                      acc * route_w[:, None], mask=row_ok[:, None] & n_ok[None, :])
@@ -159,11 +163,12 @@ def moe_sum_slots_kernel(per_pair_ptr, add_ptr, out_ptr, stride_pt, stride_at, s
 # A nibble becomes a float without a convert: OR-ed into the mantissa of 2^23 (bits 0x4B000000) at the bit
 # position 4p where it already sits, the word reads as the float 2^23 + n * 16^p, and subtracting the
 # constant 2^23 + 8 * 16^p leaves (n - 8) * 16^p exactly. Nibbles 0..4 are used in place (p = j), nibbles
-# 5..7 after one shift of the word by 20 (p = j - 5). The 16^-p is folded into the activations, which the
-# kernels read "nibble-major" and pre-scaled: xs[j, w] = x[8w + j] * 16^-p (x by a small prep kernel, act
-# by the gate_up kernel's own store), loaded as tiles of the weights' shape with row stride 0 so they take
-# the weights' register layout (no shared-memory layout conversions). The OR constant comes in as a
-# run-time argument: with both constants immediates, ptxas would need two LOP3s instead of one.
+# 5..7 after one shift of the word by 20 (p = j - 5). The 16^-p is folded into the activations, taken
+# "nibble-major" and pre-scaled: column j of word w is x[8w + j] * 16^-p (exact: a power of two). gate_up
+# builds these columns from x itself, chunk by chunk (_load_x_chunk, _x_columns); the down kernel loads act
+# as gate_up stored it, as tiles of the weights' shape with row stride 0. Either way they meet the weights
+# in the weights' register layout. The OR constant comes in as a run-time argument: with both constants
+# immediates, ptxas would need two LOP3s instead of one.
 # Per weight: one LOP3, one FADD, one FFMA (~4 SASS instructions per weight in the loop at sm_90).
 # Group scales multiply per-group partial sums (the [N, W] partials reshaped to [N, W/GW, GW]).
 
@@ -188,12 +193,24 @@ def _load_xs(ptrs, mask, EVEN: tl.constexpr):
 
 @triton.jit
 def _group_dots(packed, xs_ptrs, xs_mask, stride_j, magic, GROUP_WORDS: tl.constexpr, EVEN: tl.constexpr):
-    """packed [N, W] words and xs_ptrs [N, W] (row stride 0) into nibble-major activations -> [N, W/GW]
-    per-group sums of (q - 8) * x, before the group scales."""
+    """packed [N, W] words and xs_ptrs [N, W] (row stride 0) into nibble-major activations in memory (column
+    j at xs_ptrs + j * stride_j) -> [N, W/GW] per-group sums of (q - 8) * x, before the group scales."""
     hi = packed >> 20
     t = _dequant_nibble(packed, hi, magic, 0) * _load_xs(xs_ptrs, xs_mask, EVEN)
     for j in tl.static_range(1, 8):
         t += _dequant_nibble(packed, hi, magic, j) * _load_xs(xs_ptrs + j * stride_j, xs_mask, EVEN)
+    N: tl.constexpr = packed.shape[0]
+    W: tl.constexpr = packed.shape[1]
+    return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
+
+
+@triton.jit
+def _group_dots_cols(packed, x_cols, magic, GROUP_WORDS: tl.constexpr):
+    """_group_dots with the 8 activation columns already in registers (x_cols[j] [1, W], see _x_columns)."""
+    hi = packed >> 20
+    t = _dequant_nibble(packed, hi, magic, 0) * x_cols[0]
+    for j in tl.static_range(1, 8):
+        t += _dequant_nibble(packed, hi, magic, j) * x_cols[j]
     N: tl.constexpr = packed.shape[0]
     W: tl.constexpr = packed.shape[1]
     return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
@@ -221,17 +238,41 @@ def _load_int4_chunk(rows, scales, n_ok, w0, w_idx, g_idx, N_WORDS, GROUP_WORDS:
 
 
 @triton.jit
-def moe_int4_gemv_prep_x_kernel(x_ptr, xs_ptr, stride_xt, stride_xst, H_WORDS, BLOCK_W: tl.constexpr, PDL: tl.constexpr = False):
-    """xs[t, j, w] = x[t, 8w + j] * 16^-(j % 5) in fp32: the gate_up kernel's nibble-major activations."""
-    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
-        gdc_wait()
-        gdc_launch_dependents()
-    t = tl.program_id(0).to(tl.int64)
-    w = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
-    ok = w < H_WORDS
-    for j in tl.static_range(8):
-        v = tl.load(x_ptr + t * stride_xt + 8 * w + j, mask=ok, other=0.0).to(tl.float32)
-        tl.store(xs_ptr + t * stride_xst + j * H_WORDS + w, v * (1.0 / (1 << (4 * (j % 5)))), mask=ok)
+def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr):
+    """x of words w0 + w_idx as a [W, 8] fp32 tile pre-scaled for the nibble trick: [w, j] = x[8w + j] *
+    16^-(j % 5). One row is the 8 contiguous values of a packed word (16 bytes of bf16: one vector load).
+    EVEN: no mask; past the end, re-reads the last chunk (as _load_int4_chunk does)."""
+    j = tl.arange(0, 8)
+    if EVEN:
+        W: tl.constexpr = w_idx.shape[0]
+        words = tl.minimum(w0, N_WORDS - W) + w_idx
+        x = tl.load(x_row + 8 * words[:, None] + j[None, :])
+    else:
+        words = w0 + w_idx
+        x = tl.load(x_row + 8 * words[:, None] + j[None, :], mask=(words < N_WORDS)[:, None], other=0.0)
+    p = j % 5
+    scale = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
+        p == 3, 1.0 / 4096, 1.0 / 65536))))  # 16^-p
+    return x.to(tl.float32) * scale[None, :]
+
+
+@triton.jit
+def _x_columns(xs):
+    """The 8 columns of a [W, 8] tile as [1, W] rows (j = 0..7), to broadcast over the weight rows.
+    NOTE: a column loaded strided (x[8w + j] over w) gets a register layout of its own from Triton's
+    coalescing (its addresses are contiguous along neither axis), and the compiler then moves every product
+    through shared memory. Split off the tile, each column costs one small conversion instead (a [W] vector
+    through shared memory, two barriers; the compile checks count them)."""
+    W: tl.constexpr = xs.shape[0]
+    even, odd = tl.split(tl.reshape(xs, [W, 2, 2, 2]))  # j = 4a + 2b + c: split on c, then b, then a
+    j0_4, j2_6 = tl.split(even)
+    j1_5, j3_7 = tl.split(odd)
+    x0, x4 = tl.split(j0_4)
+    x2, x6 = tl.split(j2_6)
+    x1, x5 = tl.split(j1_5)
+    x3, x7 = tl.split(j3_7)
+    return (x0[None, :], x1[None, :], x2[None, :], x3[None, :], x4[None, :], x5[None, :], x6[None, :],
+            x7[None, :])
 
 
 @triton.jit
@@ -246,22 +287,23 @@ def _group_member(ids_ptr, expert, TK, r, TK_PAD: tl.constexpr):
 
 @triton.jit
 def moe_int4_gemv_gate_up_kernel(
-    xs_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
-    stride_xst, stride_we, stride_wn, stride_se, stride_sn, stride_at,
+    x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
+    stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
     TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, for every pair routed to it (the expert's first pair works, the others exit), from
-    the nibble-major x (xs [T, 8, H/8]). act is stored nibble-major and pre-scaled for the down kernel:
+    x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble columns here, see
+    _load_x_chunk). act is stored nibble-major and pre-scaled for the down kernel:
     act[pair, j, w] holds the value of row 8w + j times 16^-(j % 5).
     Weight rows stream from HBM once for the first pair; later pairs of the same expert (verify batches
     where tokens share an expert) re-read them while they are still in L2.
 
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
-    next chunk is prefetched by hand: its loads are issued before the current chunk's arithmetic, two
-    chunks in flight per program."""
+    next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
+    chunk's arithmetic, two chunks in flight per program."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
@@ -273,7 +315,6 @@ def moe_int4_gemv_gate_up_kernel(
         n_ok = n_offs < I
         w_idx = tl.arange(0, BLOCK_W)
         g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
-        zero_rows = (n_offs * 0)[:, None]  # row stride 0: activation tiles take the weights' layout
         e = expert.to(tl.int64)
         gate_rows = w13_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
         up_rows = gate_rows + I * stride_wn
@@ -281,22 +322,22 @@ def moe_int4_gemv_gate_up_kernel(
         up_scales = gate_scales + I * stride_sn
         for r in range(0, count):
             member = _group_member(ids_ptr, expert, TK, r, TK_PAD)
-            xs_row = xs_ptr + (member // TOP_K).to(tl.int64) * stride_xst
+            x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
             acc_g = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
             acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
             pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
             pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN)  # [BLOCK_W, 8]
             for w0 in range(0, H_WORDS, BLOCK_W):
                 pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
                                                     H_WORDS, GROUP_WORDS, EVEN)
                 pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
                                                     H_WORDS, GROUP_WORDS, EVEN)
-                words = (w0 + w_idx)[None, :]
-                xs_ptrs = xs_row + zero_rows + words
-                xs_mask = (zero_rows == 0) & (words < H_WORDS)
-                acc_g += _group_dots(pg, xs_ptrs, xs_mask, H_WORDS, magic, GROUP_WORDS, EVEN) * sg
-                acc_u += _group_dots(pu, xs_ptrs, xs_mask, H_WORDS, magic, GROUP_WORDS, EVEN) * su
-                pg, sg, pu, su = pg_next, sg_next, pu_next, su_next
+                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN)
+                x_cols = _x_columns(xs)
+                acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS) * sg
+                acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS) * su
+                pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
             g = tl.sum(acc_g, axis=1)
             u = tl.sum(acc_u, axis=1)
             j = n_offs % 8

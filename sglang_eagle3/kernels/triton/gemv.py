@@ -15,16 +15,10 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from sglang_eagle3.kernels.triton.sync import last_arrival
+
 EPI_NONE, EPI_ADD, EPI_GATED = 0, 1, 2
 PREFETCH_LINES = tl.constexpr(16)  # 128-byte lines per row per prefetch step
-
-
-@triton.jit
-def _fence_acq_rel(x):
-    # All threads fence before the barrier + counter atomic (release) and after it (acquire): the
-    # threadfence-reduction pattern. The interpreter runs programs one after another and needs none.
-    return tl.inline_asm_elementwise("fence.acq_rel.gpu; mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32,
-                                     is_pure=False, pack=1)
 
 
 @triton.jit
@@ -210,15 +204,7 @@ def gemv_kernel(
         tl.store(part, acc, mask=n_ok[None, :])
         if gated:
             tl.store(part + plane, acc_up, mask=n_ok[None, :])
-        count = count_ptr + b * tl.num_programs(0) + pid_n
-        if not INTERPRET:
-            _fence_acq_rel(pid_n)
-        tl.debug_barrier()
-        arrived = tl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT - 1:  # the last program of this row block: reduce in split order
-            if not INTERPRET:
-                _fence_acq_rel(arrived)
-            tl.store(count, 0)
+        if last_arrival(count_ptr + b * tl.num_programs(0) + pid_n, SPLIT, INTERPRET):  # reduce in split order
             first = part_ptr + b * SPLIT * 2 * plane + t[:, None] * width + cols[None, :]
             acc = tl.load(first, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
             for s in range(1, SPLIT):

@@ -1,7 +1,10 @@
-"""Absorbed MLA attention over a paged latent cache, split over the KV axis.
+"""Absorbed MLA attention over a paged latent cache, split over the KV axis; the splits merged in the same
+launch or by a second one.
 
-Stage 1: program (request b, query-row block m, split s) runs online softmax over its slice of the keys and
-writes a normalised partial output and its log-sum-exp (base 2). Stage 2 merges the splits.
+Program (request b, query-row block mb, split s) of mla_split_kv_kernel runs online softmax over its slice
+of the keys. With one split it writes the output. With more it stores a normalised fp32 partial output and
+its log-sum-exp (base 2), and then either the last of the (b, mb) programs to finish (sync.last_arrival)
+merges the splits and writes the output (MERGE_IN_LAUNCH), or mla_merge_splits_kernel does, launched after it.
 A query row is one (new token t, head h) pair of request b: row r -> t = r // H, h = r % H.
 """
 
@@ -9,16 +12,25 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from sglang_eagle3.kernels.triton.sync import last_arrival
+
 
 @triton.jit
 def mla_split_kv_kernel(
-    qn_ptr, qr_ptr, kv_ptr, page_table_ptr, seq_lens_ptr, mid_o_ptr, mid_lse_ptr,
+    qn_ptr, qr_ptr, kv_ptr, page_table_ptr, seq_lens_ptr, out_ptr, mid_o_ptr, mid_lse_ptr, count_ptr,
     stride_qn_tok, stride_qn_head, stride_qr_tok, stride_qr_head, stride_kv_slot, stride_pt_req,
-    stride_mo_tok, stride_mo_head, stride_mo_split, stride_ml_tok, stride_ml_head,
-    sm_scale_log2, NUM_SPLITS,
+    stride_o_tok, stride_o_head, sm_scale_log2, NUM_SPLITS,
     T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, DR: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_KV: tl.constexpr, MERGE_IN_LAUNCH: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
+    MERGE_M: tl.constexpr, MERGE_D: tl.constexpr, MERGE_S: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    """out [B*T, H, DC] over grid (B, row blocks, NUM_SPLITS). SPLIT_KV (NUM_SPLITS > 1): mid_o fp32
+    [B, row blocks, NUM_SPLITS, BLOCK_M, DC] and mid_lse fp32 [B, row blocks, NUM_SPLITS, BLOCK_M] scratch (rows
+    past T*H are never written). MERGE_IN_LAUNCH: the last program of a row block merges its splits into out
+    (count_ptr int32 [B, row blocks], zero before the call and zero again after it; the MERGE_* tile sizes
+    are _merge_splits'); else out is left to mla_merge_splits_kernel and count_ptr is not touched.
+    DOT_PRECISION: tl.dot's input_precision (tuning.dot_precision)."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
@@ -26,7 +38,8 @@ def mla_split_kv_kernel(
     mb = tl.program_id(1)
     split = tl.program_id(2)
 
-    rows = mb * BLOCK_M + tl.arange(0, BLOCK_M)  # [M] query rows
+    m_idx = tl.arange(0, BLOCK_M)
+    rows = mb * BLOCK_M + m_idx  # [M] query rows
     row_ok = rows < T * H
     tok = rows // H
     head = rows % H
@@ -64,7 +77,8 @@ def mla_split_kv_kernel(
         if INTERPRET:
             c = c.to(tl.float32)
             kr = kr.to(tl.float32)
-        s = tl.dot(qn, tl.trans(c)) + tl.dot(qr, tl.trans(kr))  # [M, N]
+        s = (tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
+             + tl.dot(qr, tl.trans(kr), input_precision=DOT_PRECISION))  # [M, N]
         s = s * sm_scale_log2
         visible = key_ok[None, :] & (pos[None, :] <= q_pos[:, None])
         s = tl.where(visible, s, float("-inf"))
@@ -74,39 +88,94 @@ def mla_split_kv_kernel(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(c.dtype), c)
+        acc = acc * alpha[:, None] + tl.dot(p.to(c.dtype), c, input_precision=DOT_PRECISION)
         m_i = m_new
 
     has_keys = l_i > 0.0
-    out = acc / tl.where(has_keys, l_i, 1.0)[:, None]
-    lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
-    tl.store(mid_o_ptr + q_tok[:, None] * stride_mo_tok + head[:, None] * stride_mo_head
-             + split * stride_mo_split + dc[None, :], out, mask=row_ok[:, None])
-    tl.store(mid_lse_ptr + q_tok * stride_ml_tok + head * stride_ml_head + split, lse, mask=row_ok)
+    out = acc / tl.where(has_keys, l_i, 1.0)[:, None]  # [M, DC]; 0 for a row with no visible key
+    if SPLIT_KV:
+        lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
+        group = b * tl.num_programs(1) + mb
+        part = group * NUM_SPLITS + split
+        tl.store(mid_o_ptr + part * BLOCK_M * DC + m_idx[:, None] * DC + dc[None, :], out, mask=row_ok[:, None])
+        tl.store(mid_lse_ptr + part * BLOCK_M + m_idx, lse, mask=row_ok)
+        if MERGE_IN_LAUNCH:
+            if last_arrival(count_ptr + group, NUM_SPLITS, INTERPRET):
+                _merge_splits(mid_o_ptr, mid_lse_ptr, out_ptr, b, mb, group, NUM_SPLITS, stride_o_tok,
+                              stride_o_head, T, H, DC, BLOCK_M, MERGE_M, MERGE_D, MERGE_S)
+    else:
+        tl.store(out_ptr + q_tok[:, None] * stride_o_tok + head[:, None] * stride_o_head + dc[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _merge_splits(mid_o_ptr, mid_lse_ptr, out_ptr, b, mb, group, NUM_SPLITS, stride_o_tok, stride_o_head,
+                  T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, BLOCK_M: tl.constexpr,
+                  MERGE_M: tl.constexpr, MERGE_D: tl.constexpr, MERGE_S: tl.constexpr):
+    """The output of row block mb of request b from its NUM_SPLITS partials, in split order: an online
+    softmax over the splits, MERGE_D columns at a time. One program reads all the partials, so each step
+    issues the loads of MERGE_S splits ([MERGE_M, MERGE_D] fp32 each) before it uses them.
+
+    Only the first MERGE_M rows of the block (all its real rows) are read. A split's weight is
+    exp2(lse - running max); an empty split has lse = -inf (weight 0) and a zero partial; a row with no
+    visible key in any split ends with total weight 0 and output 0."""
+    m_idx = tl.arange(0, MERGE_M)
+    rows = mb * BLOCK_M + m_idx  # [MM]
+    row_ok = rows < T * H
+    out_row = out_ptr + (b * T + rows // H) * stride_o_tok + (rows % H) * stride_o_head  # [MM]
+    lse_first = mid_lse_ptr + group * NUM_SPLITS * BLOCK_M + m_idx  # [MM]
+    o_first = mid_o_ptr + group * NUM_SPLITS * BLOCK_M * DC + m_idx[:, None] * DC  # [MM, 1]
+    for d0 in tl.static_range(0, DC, MERGE_D):
+        d = d0 + tl.arange(0, MERGE_D)
+        m_run = tl.full([MERGE_M], float("-inf"), dtype=tl.float32)
+        total = tl.zeros([MERGE_M], dtype=tl.float32)
+        acc = tl.zeros([MERGE_M, MERGE_D], dtype=tl.float32)
+        for s0 in range(0, NUM_SPLITS, MERGE_S):
+            for u in tl.static_range(MERGE_S):
+                ok = row_ok & (s0 + u < NUM_SPLITS)
+                lse = tl.load(lse_first + (s0 + u) * BLOCK_M, mask=ok, other=float("-inf"), cache_modifier=".cg")
+                o = tl.load(o_first + (s0 + u) * (BLOCK_M * DC) + d[None, :], mask=ok[:, None], other=0.0,
+                            cache_modifier=".cg")  # [MM, MD]
+                m_new = tl.maximum(m_run, lse)
+                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # as in the key loop: no inf - inf
+                alpha = tl.exp2(m_run - m_safe)
+                w = tl.exp2(lse - m_safe)
+                acc = acc * alpha[:, None] + o * w[:, None]
+                total = total * alpha + w
+                m_run = m_new
+        out = acc / tl.where(total > 0.0, total, 1.0)[:, None]
+        tl.store(out_row[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
 @triton.jit
 def mla_merge_splits_kernel(
-    mid_o_ptr, mid_lse_ptr, out_ptr,
-    stride_mo_tok, stride_mo_head, stride_mo_split, stride_ml_tok, stride_ml_head,
-    stride_o_tok, stride_o_head, NUM_SPLITS,
+    mid_o_ptr, mid_lse_ptr, out_ptr, stride_o_tok, stride_o_head, NUM_SPLITS,
+    T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, BLOCK_M: tl.constexpr,
     SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):
-    """Program (token, head, D-block): all splits' partials loaded at once, weighted by exp2(lse - max).
-    Empty splits have lse = -inf (weight 0) and zero partials, so no branch is needed."""
-    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+    """The split merge as its own launch, for partials too large for one program: grid (B*T, H, DC / BLOCK_D);
+    program (query token, head, column block) loads the BLOCK_D columns of all NUM_SPLITS partials of its row
+    at once ([SPLITS_PAD, BLOCK_D] fp32, in mla_split_kv_kernel's mid_o / mid_lse layout) and weights them by
+    exp2(lse - max). Empty splits have lse = -inf (weight 0) and zero partials, so no branch is needed; a row
+    with no visible key in any split gets total weight 0 and output 0."""
+    if PDL:  # see tuning.pdl: wait for the split kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
-    tok = tl.program_id(0)
+    q_tok = tl.program_id(0)
     head = tl.program_id(1)
+    b = q_tok // T
+    row = (q_tok % T) * H + head  # the request's query row
+    group = b * tl.cdiv(T * H, BLOCK_M) + row // BLOCK_M  # its (request, row block)
+    m = row % BLOCK_M
     sp = tl.arange(0, SPLITS_PAD)
-    d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     sp_ok = sp < NUM_SPLITS
-    lse = tl.load(mid_lse_ptr + tok * stride_ml_tok + head * stride_ml_head + sp, mask=sp_ok, other=float("-inf"))
-    m = tl.max(lse, axis=0)
-    w = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))  # [SPLITS_PAD]
+    part = group * NUM_SPLITS + sp  # [SP]
+    d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
+    lse = tl.load(mid_lse_ptr + part * BLOCK_M + m, mask=sp_ok, other=float("-inf"))  # [SP]
+    mx = tl.max(lse, axis=0)
+    w = tl.exp2(lse - tl.where(mx == float("-inf"), 0.0, mx))  # [SP]
     total = tl.sum(w, axis=0)
-    o = tl.load(mid_o_ptr + tok * stride_mo_tok + head * stride_mo_head + sp[:, None] * stride_mo_split
-                + d[None, :], mask=sp_ok[:, None], other=0.0)  # [SPLITS_PAD, BLOCK_D]
+    o = tl.load(mid_o_ptr + (part[:, None] * BLOCK_M + m) * DC + d[None, :], mask=sp_ok[:, None],
+                other=0.0)  # [SP, BLOCK_D]
     out = tl.sum(o * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
-    tl.store(out_ptr + tok * stride_o_tok + head * stride_o_head + d, out.to(out_ptr.dtype.element_ty))
+    tl.store(out_ptr + q_tok * stride_o_tok + head * stride_o_head + d, out.to(out_ptr.dtype.element_ty))
