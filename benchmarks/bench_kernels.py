@@ -278,11 +278,11 @@ def run_mla_merge_sweep(out: Path) -> None:
     for B, T, ctx in MLA_MERGE_CASES:
         calls_fn, nbytes = mla_case(B, T, ctx)
         base = {**tuning.DEFAULTS["mla_attention"], **tuning.get_config("mla_attention", dev, "rows", T * HEADS)}
-        for c, mk in ((1, 64), (1, 128), (1, 256), (2, 64)):
+        for c, mk in ((1, 64), (1, 256), (1, 1024)):
             for merge_kb in (0, 1 << 30):  # 0: always a separate merge launch; huge: always in the launch
                 cfg = {**base, "ctas_per_sm": c, "min_keys_per_split": mk, "max_merge_kb": merge_kb}
                 P = math.ceil(ctx / 64)
-                plan = launch_plan(B, T * HEADS, P * 64, tuning.sm_count(dev), cfg)
+                plan = launch_plan(B, T, HEADS, P * 64, tuning.sm_count(dev), cfg)
                 try:
                     us = time_graph(calls_fn(cfg), replays=20)
                 except Exception as exc:
