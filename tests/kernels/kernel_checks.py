@@ -584,7 +584,8 @@ CASES = {
     # but the first is empty). In-launch merge steps: all splits in one (default config), 8 steps x 4 column
     # chunks (MLA_SPLIT), 4 + 2 splits in two steps (fp32 case); 2 row blocks a request in the fp32 case.
     "mla_decode_split_kv_repeated": lambda: check_mla(3, 1, 3, 64, 16, 2, [1, 150, 333], seed=41, min_splits=5,
-                                                      calls=3, merge="in_launch"),
+                                                      config={"max_merge_kb": 1 << 30}, calls=3,
+                                                      merge="in_launch"),
     "mla_decode_split_kv_repeated_separate_merge": lambda: check_mla(
         3, 1, 3, 64, 16, 2, [1, 150, 333], seed=41, config={"max_merge_kb": 0}, min_splits=5, calls=3,
         merge="separate"),
