@@ -263,39 +263,6 @@ def sweep_moe(record: dict, op: str, T: int, path: str, gate_up_cands: list, dow
     return gate_up, down
 
 
-MLA_MERGE_CASES = ((1, 1, 1024), (1, 1, 8192), (1, 1, 32768), (1, 4, 1024), (1, 4, 8192), (4, 4, 8192))
-
-
-def run_mla_merge_sweep(out: Path) -> None:
-    """``--sweep mla``: the MLA merge inside the split launch (its last split merges) against a separate merge
-    launch, per decode/verify shape, at the checked-in tiles and a few split counts; ``sweep_mla.json``.
-    The launcher picks the in-launch merge below ``max_merge_kb`` of partials: this is what sets it."""
-    from sglang_eagle3.kernels.mla_attention import launch_plan
-
-    log("== sweep (MLA merge in the split launch vs a separate merge launch)")
-    rows = []
-    dev = torch.device("cuda")
-    for B, T, ctx in MLA_MERGE_CASES:
-        calls_fn, nbytes = mla_case(B, T, ctx)
-        base = {**tuning.DEFAULTS["mla_attention"], **tuning.get_config("mla_attention", dev, "rows", T * HEADS)}
-        for c, mk in ((1, 64), (1, 256), (1, 1024)):
-            for merge_kb in (0, 1 << 30):  # 0: always a separate merge launch; huge: always in the launch
-                cfg = {**base, "ctas_per_sm": c, "min_keys_per_split": mk, "max_merge_kb": merge_kb}
-                P = math.ceil(ctx / 64)
-                plan = launch_plan(B, T, HEADS, P * 64, tuning.sm_count(dev), cfg)
-                try:
-                    us = time_graph(calls_fn(cfg), replays=20)
-                except Exception as exc:
-                    rows.append({"B": B, "T": T, "ctx": ctx, "config": cfg, "error": repr(exc)[:300]})
-                    continue
-                row = {"B": B, "T": T, "ctx": ctx, "config": cfg, "plan": plan, "us": round(us, 3),
-                       "frac_of_copy_bw": None, "bytes": nbytes}
-                rows.append(row)
-                log(f"mla B={B} T={T} ctx={ctx:6d} ctas/sm={c} min_keys={mk:4d} "
-                    f"{'separate merge' if merge_kb == 0 else 'merge in launch'}: {us:8.2f} us  {plan}")
-        (out / "sweep_mla.json").write_text(json.dumps(rows, indent=1))
-
-
 def run_gemv_sweep(out: Path) -> dict:
     """``--sweep gemv``: only the INT4 GEMV MoE path, at T=1 (decode) and T=4 (verify, k=3), each winner its own
     table bucket (max_tokens 1, then the rest of T <= 8); written as ``sweep_table.json`` holding just those two
@@ -357,9 +324,8 @@ def run_sweep(out: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--sweep", nargs="?", const="all", choices=["all", "gemv", "mla"], default=None,
-                    help="sweep configs first (all ops, or only the INT4 GEMV MoE path) and use the winners; "
-                         "mla: only time the MLA merge paths (no table) and exit")
+    ap.add_argument("--sweep", nargs="?", const="all", choices=["all", "gemv"], default=None,
+                    help="sweep configs first (all ops, or only the INT4 GEMV MoE path) and use the winners")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -369,9 +335,6 @@ def main() -> None:
     copy_gbps = max(copy_ways.values())
     log(f"copy bandwidth {copy_gbps:.0f} GB/s ({copy_ways}) on {name} ({arch}, {sms} SMs)")
     table = None
-    if args.sweep == "mla":
-        run_mla_merge_sweep(args.out)
-        return
     if args.sweep:
         try:
             table = run_sweep(args.out) if args.sweep == "all" else run_gemv_sweep(args.out)

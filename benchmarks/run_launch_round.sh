@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The launch-removal work's device calls (each <= 10 min). Part "tests": the GPU tests (kernels at real shapes,
-# lossless speculation, graphs vs eager), the MLA merge-path sweep (sweep_mla.json) and the kernel benchmark
-# (kernels.json). Part "step": the 61-layer verify-graph benchmark (1k and 8k, T=1..8), the per-kernel profile
-# of a 6-layer slice, and the Kimi-slice end-to-end run.
+# lossless speculation, graphs vs eager) and the kernel benchmark (kernels.json); its MLA merge-path sweep
+# (sweep_mla.json) ran at e9d8e06 and went with the in-launch merge. Part "step": the 61-layer verify-graph
+# benchmark (1k and 8k, T=1..8), the per-kernel profile of a 6-layer slice, and the Kimi-slice end-to-end run.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_launch_round.sh tests|step
 source "$(dirname "$0")/gpu_stages.sh"
@@ -10,7 +10,6 @@ case "${1:?tests or step}" in
   tests)
     TAIL=25 stage gpu_tests "${T_TESTS:-240}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
       tests/kernels/test_kernels_gpu.py tests/test_graph_runner.py
-    TAIL=60 stage mla_sweep "${T_MLA:-120}" python benchmarks/bench_kernels.py --out "$OUT" --sweep mla
     TAIL=40 stage kernels "${T_KERNELS:-150}" python benchmarks/bench_kernels.py --out "$OUT"
     ;;
   step)

@@ -28,14 +28,8 @@ CACHE_DIR = env.cache_dir()
 # interpreter sees (it cannot autotune).
 DEFAULTS: dict[str, dict] = {
     "moe_topk": {"num_warps": 4},
-    # max_merge_kb: the largest fp32 partials (splits x real rows of a row block x kv_lora_rank x 4 bytes, in
-    # KB) that the last split program merges itself; above it a separate merge kernel runs (0: always separate).
-    # 0: on the H200 the in-launch merge was slower in every case timed (bench_kernels.py at b840801, B=1 1k:
-    # 12.2 vs 8.6 us; B=8 8k: 47.6 vs 42.6; B=32 T=4 2k: 72.5 vs 63.9), see docs/BENCHMARKS.md.
-    # merge_regs: fp32 registers a thread that the in-launch split merge loads per step (its accumulator gets
-    # half as many). See kernels/mla_attention.py launch_plan and merge_tiles.
     "mla_attention": {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
-                      "min_keys_per_split": 64, "merge_regs": 64, "max_merge_kb": 0},
+                      "min_keys_per_split": 64},
     "fused_moe_gate_up": {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
     "fused_moe_down": {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
     "fused_moe_int4_gate_up": {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4, "num_stages": 3},
@@ -52,8 +46,6 @@ DEFAULTS: dict[str, dict] = {
 
 # Autotune search spaces for GPUs without a table (kept small: each candidate compiles).
 CANDIDATES: dict[str, list[dict]] = {
-    # max_merge_kb stays at its default: which merge path wins depends on the context length, which the
-    # autotuning key (rows) does not see.
     "mla_attention": [
         {**DEFAULTS["mla_attention"], "BLOCK_N": bn, "num_warps": w, "num_stages": s, "ctas_per_sm": c}
         for bn in (16, 32, 64) for w in (4, 8) for s in (1, 2) for c in (1, 2, 4)

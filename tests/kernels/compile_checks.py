@@ -4,8 +4,8 @@ as NumPy, so it never sees what only the GPU compiler rejects (non-constexpr glo
 nor what it generates; this catches both: every kernel must compile without spilling to local memory, the
 rotary kernel must contain no FFMA (its bit-exactness against torch relies on it), the INT4 GEMV inner
 loop must stay near 4 SASS instructions per weight (one LOP3 + FADD + FFMA per weight is the design) with no
-layout conversion of weight-sized tiles (they would show up as shared-memory barriers), and the GEMV and MLA
-kernels carry their in-launch split handshake exactly when they split.
+layout conversion of weight-sized tiles (they would show up as shared-memory barriers), and the GEMV carries
+its in-launch split handshake exactly when it splits.
 
 Run as ``python compile_checks.py [NAME ...]``: one JSON line per check (as kernel_checks.py does).
 """
@@ -26,7 +26,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from sglang_eagle3.kernels import tuning
-from sglang_eagle3.kernels.mla_attention import MERGE_WARPS, launch_plan, merge_tiles, separate_merge_tile
+from sglang_eagle3.kernels.mla_attention import MERGE_WARPS, launch_plan, merge_tile
 from sglang_eagle3.kernels.triton import fused_moe as fm
 from sglang_eagle3.kernels.triton import gemv as gv
 from sglang_eagle3.kernels.triton import mla_attention as ma
@@ -233,12 +233,11 @@ def check_dense_gemv(arch: int) -> dict:
 
 
 MLA_SIG = dict(qn_ptr="*bf16", qr_ptr="*bf16", kv_ptr="*bf16", page_table_ptr="*i32", seq_lens_ptr="*i32",
-               out_ptr="*bf16", mid_o_ptr="*fp32", mid_lse_ptr="*fp32", count_ptr="*i32", stride_qn_tok="i32",
-               stride_qn_head="i32", stride_qr_tok="i32", stride_qr_head="i32", stride_kv_slot="i32",
-               stride_pt_req="i32", stride_o_tok="i32", stride_o_head="i32", sm_scale_log2="fp32",
-               NUM_SPLITS="i32", T="i32", H="i32", DC="i32", DR="i32", PAGE_SIZE="i32", BLOCK_M="i32",
-               BLOCK_N="i32", SPLIT_KV="i32", MERGE_IN_LAUNCH="i32", DOT_PRECISION="constexpr", INTERPRET="i32",
-               MERGE_M="i32", MERGE_D="i32", MERGE_S="i32", PDL="i32")
+               out_ptr="*bf16", mid_o_ptr="*fp32", mid_lse_ptr="*fp32", stride_qn_tok="i32", stride_qn_head="i32",
+               stride_qr_tok="i32", stride_qr_head="i32", stride_kv_slot="i32", stride_pt_req="i32",
+               stride_o_tok="i32", stride_o_head="i32", sm_scale_log2="fp32", NUM_SPLITS="i32", T="i32", H="i32",
+               DC="i32", DR="i32", PAGE_SIZE="i32", BLOCK_M="i32", BLOCK_N="i32", SPLIT_KV="i32",
+               DOT_PRECISION="constexpr", INTERPRET="i32", PDL="i32")
 MLA_ALIGNED = ["qn_ptr", "qr_ptr", "kv_ptr", "out_ptr", "mid_o_ptr", "mid_lse_ptr", "stride_qn_tok",
                "stride_qr_tok", "stride_kv_slot", "stride_o_tok"]
 MLA_MERGE_SIG = dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", out_ptr="*bf16", stride_o_tok="i32",
@@ -252,36 +251,30 @@ def _sass_ops(sass: str) -> collections.Counter:
 
 def check_mla(arch: int) -> dict:
     """MLA decode (T=1) and verify (T=4) at Kimi TP=8 shapes (8 heads, latent 512, rope 64, page 64) with this
-    arch's table config and the defaults, for each merge path: no spills with the split merge in the launch
-    (it runs after the key loop, in that loop's registers), and the split handshake (fences + one atomic)
-    there only then (compiled with PDL when split, as the grid-dependency wait shows). The separate merge
-    kernel at 2..256 splits: no spills, PDL wait."""
+    arch's table config and the defaults, unsplit (writes the output) and split (writes fp32 partials): no
+    spills, no atomics, and the grid-dependency wait there exactly when compiled with PDL (here: when split).
+    The merge kernel at 2..256 splits: no spills, PDL wait."""
     table = json.loads((tuning.CONFIG_DIR / f"sm_{arch}.json").read_text())["ops"]["mla_attention"]
     out = {}
     for T in (1, 4):
         for name, bucket in (("table", tuning._pick_bucket(table, "rows", T * 8)), ("defaults", {})):
             cfg = {**tuning.DEFAULTS["mla_attention"], **bucket}
             block_m = launch_plan(1, T, 8, 8192, 132, cfg)["BLOCK_M"]
-            for merge in ("none", "in_launch", "separate"):
-                what = f"mla {name} T={T} merge={merge}"
-                split_kv = merge != "none"
+            for split_kv in (False, True):
+                what = f"mla {name} T={T} {split_kv=}"
                 sass, res = compile_sass(ma.mla_split_kv_kernel, MLA_SIG,
                                          dict(T=T, H=8, DC=512, DR=64, PAGE_SIZE=64, BLOCK_M=block_m,
-                                              BLOCK_N=cfg["BLOCK_N"], SPLIT_KV=split_kv,
-                                              MERGE_IN_LAUNCH=merge == "in_launch", DOT_PRECISION="tf32",
-                                              INTERPRET=False, PDL=split_kv,
-                                              **merge_tiles(block_m, T * 8, 512, cfg)),
+                                              BLOCK_N=cfg["BLOCK_N"], SPLIT_KV=split_kv, DOT_PRECISION="tf32",
+                                              INTERPRET=False, PDL=split_kv),
                                          MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
                 _no_spills(res, what)
                 ops = _sass_ops(sass)
                 atoms = ops["ATOM"] + ops["ATOMG"] + ops["RED"]
-                fences = ops["MEMBAR"] + ops["FENCE"]
-                handshake = merge == "in_launch"
-                assert (atoms >= 1 and fences >= 2) if handshake else atoms == 0, f"{what}: {atoms=} {fences=}"
+                assert atoms == 0, f"{what}: {atoms=}"
                 assert (ops["ACQBULK"] > 0) == split_kv, f"{what}: grid-dependency wait only with PDL {dict(ops)}"
                 out[what] = res
     for splits in (2, 19, 128, 256):
-        tile = separate_merge_tile(splits, 512)
+        tile = merge_tile(splits, 512)
         what = f"mla merge kernel {splits=} {tile}"
         sass, res = compile_sass(ma.mla_merge_splits_kernel, MLA_MERGE_SIG,
                                  dict(T=4, H=8, DC=512, BLOCK_M=16, PDL=True, **tile),
@@ -302,8 +295,7 @@ def check_mla_dot_precision(arch: int) -> dict:
         cfg = tuning.DEFAULTS["mla_attention"]
         sass, res = compile_sass(ma.mla_split_kv_kernel, sig if dtype == "fp32" else MLA_SIG,
                                  dict(T=4, H=2, DC=32, DR=16, PAGE_SIZE=16, BLOCK_M=16, BLOCK_N=cfg["BLOCK_N"],
-                                      SPLIT_KV=True, MERGE_IN_LAUNCH=True, DOT_PRECISION=precision,
-                                      INTERPRET=False, PDL=False, **merge_tiles(16, 8, 32, cfg)),
+                                      SPLIT_KV=True, DOT_PRECISION=precision, INTERPRET=False, PDL=False),
                                  MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
         what = f"mla {dtype} DOT_PRECISION={precision}"
         _no_spills(res, what)

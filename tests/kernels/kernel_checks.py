@@ -61,16 +61,12 @@ def make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype=torch.bf
 
 
 def check_mla(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0, dtype=torch.bfloat16,
-              tol=1e-2, config=None, min_splits=1, calls=1, merge=None) -> dict:
+              tol=1e-2, config=None, min_splits=1, calls=1) -> dict:
     """Kernel vs ref_mla_attention. ``config``: launch config overrides (else the op's tuned config).
-    ``min_splits``: the launch must split the keys at least this many ways. ``merge``: the merge path
-    launch_plan must pick ("none", "in_launch", "separate"; max_merge_kb in ``config`` forces one).
+    ``min_splits``: the launch must split the keys at least this many ways (so the merge launch runs).
     ``calls``: calls in a row, each on new inputs and seq_lens 3 shorter than the call before (same page
-    table shape, so the same grid, as a graph replay has it); every one must match, and the shared split
-    counters must be zero after (the last program of each row block resets its own; the separate merge never
-    touches them)."""
+    table shape, so the same grid, as a graph replay has it); every one must match."""
     from sglang_eagle3.kernels import tuning
-    from sglang_eagle3.kernels.gemv import _COUNTERS
     from sglang_eagle3.kernels.mla_attention import launch_plan
 
     sm_scale = 1.0 / math.sqrt(128 + Dr)
@@ -82,7 +78,7 @@ def check_mla(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0, dtype=
     for call in range(calls):
         qn, qr, kv, pt, seq = make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype, seed + call)
         seq = (seq - 3 * call).clamp_min(T)
-        plan = launch_plan(B, T, H, pt.shape[1] * page_size, tuning.sm_count(dev), cfg, Dc)
+        plan = launch_plan(B, T, H, pt.shape[1] * page_size, tuning.sm_count(dev), cfg)
         if config:
             out = kernels.triton_mla_attention(qn, qr, kv, pt, seq, **kw, config=cfg)
         else:
@@ -93,36 +89,26 @@ def check_mla(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0, dtype=
         assert err < tol, f"MLA rel err {err} ({call=} {B=} {T=} {H=} {seq.tolist()=} {page_size=} {plan=})"
         errs.append(err)
     assert plan["splits"] >= min_splits, f"{plan=}: fewer than {min_splits=} splits, the case misses the merge"
-    assert merge is None or plan["merge"] == merge, f"{plan=}: merge path is not {merge!r}"
-    counters = _COUNTERS.get(qn.device)
-    left = 0 if counters is None else counters.count_nonzero().item()
-    assert left == 0, f"{left} split counters not reset after {calls} calls"
     return {"rel_err": errs, "plan": plan}
 
 
 def check_mla_launch_plan() -> dict:
-    """The merge path launch_plan picks at Kimi TP=8 shapes (8 heads, latent 512, 132 SMs, a page table the
-    size of the context): in the launch up to max_merge_kb of partials, a separate launch above, none with
-    one split; max_merge_kb=0 and a huge value force either path."""
+    """The launch launch_plan picks at Kimi TP=8 shapes (8 heads, 132 SMs, a page table the size of the
+    context): with one split the split pass writes the output (no merge launch), with more a merge launch."""
     from sglang_eagle3.kernels import tuning
     from sglang_eagle3.kernels.mla_attention import launch_plan
 
-    cfg = {**tuning.DEFAULTS["mla_attention"], "max_merge_kb": 512}
+    cfg = tuning.DEFAULTS["mla_attention"]
     plans = {}
     for B, T, ctx in ((1, 1, 64), (1, 1, 1024), (1, 1, 8192), (1, 4, 8192), (64, 1, 8192)):
         plan = plans[f"B={B} T={T} ctx={ctx}"] = launch_plan(B, T, 8, ctx, 132, cfg)
-        splits, rows = plan["splits"], min(plan["BLOCK_M"], T * 8)
-        assert plan["partials_kb"] == (splits * rows * 512 * 4 / 1024 if splits > 1 else 0), plan
-        want = "none" if splits == 1 else "in_launch" if plan["partials_kb"] <= 512 else "separate"
-        assert plan["merge"] == want, plan
-    assert plans["B=1 T=1 ctx=64"]["merge"] == "none", plans
-    assert plans["B=1 T=1 ctx=1024"]["merge"] == "in_launch", plans
-    assert plans["B=1 T=1 ctx=8192"]["merge"] == plans["B=1 T=4 ctx=8192"]["merge"] == "separate", plans
-    for kb, want in ((0, "separate"), (1 << 30, "in_launch")):
-        plan = launch_plan(1, 4, 8, 8192, 132, {**cfg, "max_merge_kb": kb})
-        assert plan["merge"] == want, f"{kb=}: {plan}"
-    assert launch_plan(1, 1, 8, 64, 132, {**cfg, "max_merge_kb": 0})["merge"] == "none"
-    return {name: f"{p['splits']} splits, {p['partials_kb']:.0f} KB: {p['merge']}" for name, p in plans.items()}
+        assert plan["BLOCK_M"] == 16 and plan["row_blocks"] == math.ceil(T * 8 / 16), plan
+        assert plan["merge"] == ("none" if plan["splits"] == 1 else "separate"), plan
+    assert plans["B=1 T=1 ctx=64"]["splits"] == 1, plans  # 64 keys: one split of min_keys_per_split
+    assert plans["B=1 T=1 ctx=1024"]["splits"] == 16, plans  # 1024 / 64 keys, under 2 x 132 programs
+    assert plans["B=1 T=1 ctx=8192"]["splits"] == 128 and plans["B=1 T=4 ctx=8192"]["splits"] == 128, plans
+    assert plans["B=64 T=1 ctx=8192"]["splits"] == 5, plans  # ceil(2 x 132 / 64)
+    return {name: f"{p['splits']} splits: merge {p['merge']}" for name, p in plans.items()}
 
 
 def make_moe_inputs(T, E, H, I, top_k, device, int4: bool, dtype=torch.bfloat16, seed=0, skew=False):
@@ -563,11 +549,9 @@ GEMV_MID = {"gate_up": {"BLOCK_N": 16, "BLOCK_W": 16, "num_warps": 1}, "down": G
 
 # Small irregular shapes for the interpreter: name -> thunk.
 GEMV_SPLIT = {"BLOCK_N": 16, "BLOCK_K": 32, "SPLIT": 4, "num_warps": 4}
-# Many short splits (the interpreter stays quick), merged in the split launch 2 splits x 16 columns per step
-# at 4 warps (MLA_SPLIT) or by the separate merge launch (MLA_SEPARATE).
-MLA_SPLIT = {"BLOCK_N": 16, "min_keys_per_split": 16, "merge_regs": 4, "max_merge_kb": 1 << 30}
-MLA_SEPARATE = {**MLA_SPLIT, "max_merge_kb": 0}
-MLA_FP32_SPLIT = {**MLA_SPLIT, "min_keys_per_split": 32, "merge_regs": 16}
+# Many short splits (the interpreter stays quick).
+MLA_SPLIT = {"BLOCK_N": 16, "min_keys_per_split": 16}
+MLA_FP32_SPLIT = {**MLA_SPLIT, "min_keys_per_split": 32}
 
 CASES = {
     "topk_kimi_like": lambda: check_moe_topk(5, 48, 8, 1, 1, True, True, 2.5, seed=1),
@@ -579,28 +563,16 @@ CASES = {
     "mla_verify_rows_span_blocks": lambda: check_mla(1, 5, 5, 32, 16, 4, [29], seed=6),
     # float32: IEEE products (tuning.dot_precision), so within float32 rounding of the float32 reference.
     "mla_fp32_exact": lambda: check_mla(2, 3, 4, 64, 16, 4, [3, 45], seed=11, dtype=torch.float32, tol=1e-6),
-    # Keys split over several programs, each case merged both ways: in the split launch (its calls in a row
-    # reuse the counters) and by the separate merge launch. Request 0 has fewer keys than splits (every split
-    # but the first is empty). In-launch merge steps: all splits in one (default config), 8 steps x 4 column
-    # chunks (MLA_SPLIT), 4 + 2 splits in two steps (fp32 case); 2 row blocks a request in the fp32 case.
+    # Keys split over several programs and merged by the merge launch, calls in a row on one grid. Request 0
+    # has fewer keys than splits (every split but the first is empty); 2 row blocks a request in the fp32 case.
     "mla_decode_split_kv_repeated": lambda: check_mla(3, 1, 3, 64, 16, 2, [1, 150, 333], seed=41, min_splits=5,
-                                                      config={"max_merge_kb": 1 << 30}, calls=3,
-                                                      merge="in_launch"),
-    "mla_decode_split_kv_repeated_separate_merge": lambda: check_mla(
-        3, 1, 3, 64, 16, 2, [1, 150, 333], seed=41, config={"max_merge_kb": 0}, min_splits=5, calls=3,
-        merge="separate"),
+                                                      calls=3),
     "mla_verify_split_kv_more_splits_than_keys": lambda: check_mla(2, 4, 3, 64, 16, 4, [5, 260], seed=42,
-                                                                   config=MLA_SPLIT, min_splits=16, calls=2,
-                                                                   merge="in_launch"),
-    "mla_verify_split_kv_more_splits_than_keys_separate_merge": lambda: check_mla(
-        2, 4, 3, 64, 16, 4, [5, 260], seed=42, config=MLA_SEPARATE, min_splits=16, calls=2, merge="separate"),
+                                                                   config=MLA_SPLIT, min_splits=16, calls=2),
     "mla_verify_split_kv_rows_span_blocks_fp32_exact": lambda: check_mla(
         2, 5, 5, 32, 16, 1, [7, 200], seed=43, dtype=torch.float32, tol=1e-6, config=MLA_FP32_SPLIT,
-        min_splits=6, calls=2, merge="in_launch"),
-    "mla_verify_split_kv_rows_span_blocks_fp32_exact_separate_merge": lambda: check_mla(
-        2, 5, 5, 32, 16, 1, [7, 200], seed=43, dtype=torch.float32, tol=1e-6,
-        config={**MLA_FP32_SPLIT, "max_merge_kb": 0}, min_splits=6, calls=2, merge="separate"),
-    "mla_launch_plan_merge_path": check_mla_launch_plan,
+        min_splits=6, calls=2),
+    "mla_launch_plan": check_mla_launch_plan,
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,
                                                            with_add=True),

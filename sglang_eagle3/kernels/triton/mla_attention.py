@@ -1,10 +1,8 @@
-"""Absorbed MLA attention over a paged latent cache, split over the KV axis; the splits merged in the same
-launch or by a second one.
+"""Absorbed MLA attention over a paged latent cache, split over the KV axis; a second launch merges the splits.
 
 Program (request b, query-row block mb, split s) of mla_split_kv_kernel runs online softmax over its slice
 of the keys. With one split it writes the output. With more it stores a normalised fp32 partial output and
-its log-sum-exp (base 2), and then either the last of the (b, mb) programs to finish (sync.last_arrival)
-merges the splits and writes the output (MERGE_IN_LAUNCH), or mla_merge_splits_kernel does, launched after it.
+its log-sum-exp (base 2), and mla_merge_splits_kernel, launched after it, merges the splits.
 A query row is one (new token t, head h) pair of request b: row r -> t = r // H, h = r % H.
 """
 
@@ -12,24 +10,19 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from sglang_eagle3.kernels.triton.sync import last_arrival
-
 
 @triton.jit
 def mla_split_kv_kernel(
-    qn_ptr, qr_ptr, kv_ptr, page_table_ptr, seq_lens_ptr, out_ptr, mid_o_ptr, mid_lse_ptr, count_ptr,
+    qn_ptr, qr_ptr, kv_ptr, page_table_ptr, seq_lens_ptr, out_ptr, mid_o_ptr, mid_lse_ptr,
     stride_qn_tok, stride_qn_head, stride_qr_tok, stride_qr_head, stride_kv_slot, stride_pt_req,
     stride_o_tok, stride_o_head, sm_scale_log2, NUM_SPLITS,
     T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, DR: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_KV: tl.constexpr, MERGE_IN_LAUNCH: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
-    MERGE_M: tl.constexpr, MERGE_D: tl.constexpr, MERGE_S: tl.constexpr, PDL: tl.constexpr = False,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_KV: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """out [B*T, H, DC] over grid (B, row blocks, NUM_SPLITS). SPLIT_KV (NUM_SPLITS > 1): mid_o fp32
     [B, row blocks, NUM_SPLITS, BLOCK_M, DC] and mid_lse fp32 [B, row blocks, NUM_SPLITS, BLOCK_M] scratch (rows
-    past T*H are never written). MERGE_IN_LAUNCH: the last program of a row block merges its splits into out
-    (count_ptr int32 [B, row blocks], zero before the call and zero again after it; the MERGE_* tile sizes
-    are _merge_splits'); else out is left to mla_merge_splits_kernel and count_ptr is not touched.
+    past T*H are never written); out is left to mla_merge_splits_kernel.
     DOT_PRECISION: tl.dot's input_precision (tuning.dot_precision)."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
@@ -95,56 +88,12 @@ def mla_split_kv_kernel(
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]  # [M, DC]; 0 for a row with no visible key
     if SPLIT_KV:
         lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
-        group = b * tl.num_programs(1) + mb
-        part = group * NUM_SPLITS + split
+        part = (b * tl.num_programs(1) + mb) * NUM_SPLITS + split
         tl.store(mid_o_ptr + part * BLOCK_M * DC + m_idx[:, None] * DC + dc[None, :], out, mask=row_ok[:, None])
         tl.store(mid_lse_ptr + part * BLOCK_M + m_idx, lse, mask=row_ok)
-        if MERGE_IN_LAUNCH:
-            if last_arrival(count_ptr + group, NUM_SPLITS, INTERPRET):
-                _merge_splits(mid_o_ptr, mid_lse_ptr, out_ptr, b, mb, group, NUM_SPLITS, stride_o_tok,
-                              stride_o_head, T, H, DC, BLOCK_M, MERGE_M, MERGE_D, MERGE_S)
     else:
         tl.store(out_ptr + q_tok[:, None] * stride_o_tok + head[:, None] * stride_o_head + dc[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
-
-
-@triton.jit
-def _merge_splits(mid_o_ptr, mid_lse_ptr, out_ptr, b, mb, group, NUM_SPLITS, stride_o_tok, stride_o_head,
-                  T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, BLOCK_M: tl.constexpr,
-                  MERGE_M: tl.constexpr, MERGE_D: tl.constexpr, MERGE_S: tl.constexpr):
-    """The output of row block mb of request b from its NUM_SPLITS partials, in split order: an online
-    softmax over the splits, MERGE_D columns at a time. One program reads all the partials, so each step
-    issues the loads of MERGE_S splits ([MERGE_M, MERGE_D] fp32 each) before it uses them.
-
-    Only the first MERGE_M rows of the block (all its real rows) are read. A split's weight is
-    exp2(lse - running max); an empty split has lse = -inf (weight 0) and a zero partial; a row with no
-    visible key in any split ends with total weight 0 and output 0."""
-    m_idx = tl.arange(0, MERGE_M)
-    rows = mb * BLOCK_M + m_idx  # [MM]
-    row_ok = rows < T * H
-    out_row = out_ptr + (b * T + rows // H) * stride_o_tok + (rows % H) * stride_o_head  # [MM]
-    lse_first = mid_lse_ptr + group * NUM_SPLITS * BLOCK_M + m_idx  # [MM]
-    o_first = mid_o_ptr + group * NUM_SPLITS * BLOCK_M * DC + m_idx[:, None] * DC  # [MM, 1]
-    for d0 in tl.static_range(0, DC, MERGE_D):
-        d = d0 + tl.arange(0, MERGE_D)
-        m_run = tl.full([MERGE_M], float("-inf"), dtype=tl.float32)
-        total = tl.zeros([MERGE_M], dtype=tl.float32)
-        acc = tl.zeros([MERGE_M, MERGE_D], dtype=tl.float32)
-        for s0 in range(0, NUM_SPLITS, MERGE_S):
-            for u in tl.static_range(MERGE_S):
-                ok = row_ok & (s0 + u < NUM_SPLITS)
-                lse = tl.load(lse_first + (s0 + u) * BLOCK_M, mask=ok, other=float("-inf"), cache_modifier=".cg")
-                o = tl.load(o_first + (s0 + u) * (BLOCK_M * DC) + d[None, :], mask=ok[:, None], other=0.0,
-                            cache_modifier=".cg")  # [MM, MD]
-                m_new = tl.maximum(m_run, lse)
-                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # as in the key loop: no inf - inf
-                alpha = tl.exp2(m_run - m_safe)
-                w = tl.exp2(lse - m_safe)
-                acc = acc * alpha[:, None] + o * w[:, None]
-                total = total * alpha + w
-                m_run = m_new
-        out = acc / tl.where(total > 0.0, total, 1.0)[:, None]
-        tl.store(out_row[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
 @triton.jit
@@ -153,11 +102,11 @@ def mla_merge_splits_kernel(
     T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, BLOCK_M: tl.constexpr,
     SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):
-    """The split merge as its own launch, for partials too large for one program: grid (B*T, H, DC / BLOCK_D);
-    program (query token, head, column block) loads the BLOCK_D columns of all NUM_SPLITS partials of its row
-    at once ([SPLITS_PAD, BLOCK_D] fp32, in mla_split_kv_kernel's mid_o / mid_lse layout) and weights them by
-    exp2(lse - max). Empty splits have lse = -inf (weight 0) and zero partials, so no branch is needed; a row
-    with no visible key in any split gets total weight 0 and output 0."""
+    """The split merge over grid (B*T, H, DC / BLOCK_D): program (query token, head, column block) loads the
+    BLOCK_D columns of all NUM_SPLITS partials of its row at once ([SPLITS_PAD, BLOCK_D] fp32, in
+    mla_split_kv_kernel's mid_o / mid_lse layout) and weights them by exp2(lse - max). Empty splits have
+    lse = -inf (weight 0) and zero partials, so no branch is needed; a row with no visible key in any split
+    gets total weight 0 and output 0."""
     if PDL:  # see tuning.pdl: wait for the split kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
