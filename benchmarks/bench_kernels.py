@@ -125,12 +125,14 @@ def mla_case(B: int, T: int, ctx: int, page_size: int = 64):
     return calls, kv_bytes + q_bytes
 
 
-def moe_case(T: int, int4: bool, weights, path: str | None = None):
+def moe_case(T: int, int4: bool, weights, path: str | None = None, pool: int = EXPERTS):
     """Fused MoE over the full 384-expert pool; bytes = distinct active experts' weights + x + out.
-    path (INT4 only): "gemv", "tile", or None (the launcher's choice: gemv for T <= 8)."""
+    path (INT4 only): "gemv", "tile", or None (the launcher's choice: gemv for T <= 8). pool: each token's
+    experts are drawn from the first ``pool`` (fewer: tokens share experts, as a verify batch's draft tokens
+    do: the Kimi slice's routing gave ~10 distinct experts a layer at T=4)."""
     n_sets = 16
     g = torch.Generator(device="cpu").manual_seed(T)
-    ids = torch.stack([torch.stack([torch.randperm(EXPERTS, generator=g)[:TOP_K] for _ in range(T)])
+    ids = torch.stack([torch.stack([torch.randperm(pool, generator=g)[:TOP_K] for _ in range(T)])
                        for _ in range(n_sets)]).int().cuda()  # [sets, T, k]
     tw = torch.rand(n_sets, T, TOP_K, device="cuda")
     tw = tw / tw.sum(-1, keepdim=True)
@@ -415,6 +417,26 @@ def main() -> None:
             ref = kernels.ref_fused_moe_int4 if int4 else kernels.ref_fused_moe
             record(f"{op}_ref T={T}", shape, time_graph(calls(fn=ref)[:4]), nbytes, distinct_experts=distinct,
                    peer="torch reference")
+
+    def moe_per_pair(T: int, weights, pool: int) -> None:
+        """The INT4 GEMV gate_up with one program per pair against the expert's first pair doing all its
+        pairs, at the table's config, uniform routing or tokens sharing a pool of experts."""
+        calls, nbytes, distinct = moe_case(T, True, weights, path="gemv", pool=pool)
+        dev = torch.device("cuda")
+        gate_up = tuning.get_config("fused_moe_int4_gemv_gate_up", dev, "tokens", T)
+        down = tuning.get_config("fused_moe_int4_gemv_down", dev, "tokens", T)
+        for per_pair in (False, True):
+            c = {"gate_up": {**gate_up, "PER_PAIR": per_pair}, "down": down}
+            label = f"fused_moe_int4 (gemv, {'per pair' if per_pair else 'first pair works'}, pool {pool}) T={T}"
+            record(label, {"T": T, "E": EXPERTS, "pool": pool, "per_pair": per_pair}, time_graph(calls(c)),
+                   nbytes, distinct_experts=distinct)
+
+    int4_weights = make_moe_weights(True)
+    for T in (2, 4, 8):
+        for pool in (EXPERTS, 12):
+            guarded(lambda T=T, pool=pool, w=int4_weights: moe_per_pair(T, w, pool), f"moe per pair T={T} pool={pool}")
+    del int4_weights
+    torch.cuda.empty_cache()
 
     for int4, batch_sizes in ((True, (1, 2, 4, 8, 16, 64)), (False, (1, 4, 8))):
         weights = make_moe_weights(int4)

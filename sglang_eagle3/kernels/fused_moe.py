@@ -35,6 +35,9 @@ from sglang_eagle3.kernels.triton.fused_moe import (
 BLOCK_T = 16  # pairs per tile of one expert (the dot's M); more pairs on one expert loop over chunks
 SUM_BLOCK = 1024
 GEMV_MAX_TOKENS = 8  # INT4 GEMV path up to this many tokens (decode and verify of up to 7 draft tokens)
+# gate_up of the GEMV path: one program per (pair, N block), pairs sharing an expert in parallel (True), or the
+# expert's first pair doing all of them in turn (False); a config's "PER_PAIR" overrides it.
+GEMV_PER_PAIR = True
 MAGIC_BITS = 0x4B000000  # float bits of 2^23, passed at run time (see triton/fused_moe.py)
 
 
@@ -149,6 +152,7 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
         TK, I, h_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
+        PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR),
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )

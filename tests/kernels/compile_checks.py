@@ -71,7 +71,7 @@ def _innermost_loop(sass: str) -> list[str]:
     ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)]
     loops = []
     for addr, txt in ins:
-        target = re.search(r"BRA .*?0x([0-9a-f]+)", txt)
+        target = re.search(r"BRA(?:\.\w+)* .*?0x([0-9a-f]+)", txt)  # BRA, BRA.U, BRA.DIV ...
         if target and int(target.group(1), 16) < addr:
             start = int(target.group(1), 16)
             loops.append([x for a, x in ins if start <= a <= addr])
@@ -82,7 +82,7 @@ def _innermost_loop(sass: str) -> list[str]:
 GATE_UP_SIG = dict(x_ptr="*bf16", w13_ptr="*i32", s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*fp32",
                    stride_xt="i32", stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32",
                    stride_at="i32", TK="i32", I="i32", H_WORDS="i32", magic="i32", TOP_K="i32", TK_PAD="i32",
-                   GROUP_WORDS="i32", BLOCK_N="i32", BLOCK_W="i32", EVEN="i32")
+                   GROUP_WORDS="i32", BLOCK_N="i32", BLOCK_W="i32", EVEN="i32", PER_PAIR="i32")
 GATE_UP_ALIGNED = ["x_ptr", "w13_ptr", "s13_ptr", "ids_ptr", "act_ptr", "stride_xt", "stride_we", "stride_wn",
                    "stride_se", "stride_sn", "stride_at", "I", "H_WORDS"]
 DOWN_SIG = dict(act_ptr="*fp32", w2_ptr="*i32", s2_ptr="*bf16", ids_ptr="*i32", topk_w_ptr="*fp32",
@@ -97,16 +97,19 @@ DOWN_ALIGNED = ["act_ptr", "w2_ptr", "s2_ptr", "ids_ptr", "topk_w_ptr", "add_ptr
 def check_gemv(arch: int) -> dict:
     """INT4 GEMV kernels at Kimi TP=8 shapes (the sm_90 defaults and a sweep candidate), both mask modes."""
     out = {}
-    for bn, bw, warps in ((8, 128, 4), (4, 128, 2)):
+    # gate_up with one program per pair (the default) at both table configs and mask modes, and with the
+    # expert's first pair working for all (PER_PAIR=False) at the T>1 config.
+    for bn, bw, warps, per_pair in ((8, 128, 4, True), (4, 128, 2, True), (4, 128, 2, False)):
         for even in (True, False):
             sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel, GATE_UP_SIG,
-                                     dict(TOP_K=8, TK_PAD=8, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=bw, EVEN=even),
+                                     dict(TOP_K=8, TK_PAD=8, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=bw, EVEN=even,
+                                          PER_PAIR=per_pair),
                                      GATE_UP_ALIGNED, arch, warps)
-            _no_spills(res, f"gate_up {bn=} {bw=} {even=}")
+            _no_spills(res, f"gate_up {bn=} {bw=} {even=} {per_pair=}")
             loop = _innermost_loop(sass)
             per_weight = len(loop) / (2 * bn * bw * 8 / (32 * warps))  # gate + up rows, 8 weights a word
             ops = _opcodes(loop)
-            out[f"gate_up_bn{bn}_bw{bw}_even{int(even)}"] = round(per_weight, 2)
+            out[f"gate_up_bn{bn}_bw{bw}_even{int(even)}_pp{int(per_pair)}"] = round(per_weight, 2)
             if even:
                 assert per_weight <= MAX_GEMV_INSTR_PER_WEIGHT, (
                     f"gate_up inner loop {per_weight:.2f} SASS instructions per weight (> "

@@ -617,6 +617,10 @@ CASES = {
     "moe_int4_gemv_exact_t3_fp16_unmasked": lambda: check_fused_moe_int4_gemv_exact(3, 9, 128, 32, 3, seed=49,
                                                                                    dtype=torch.float16,
                                                                                    config=GEMV_SMALL),
+    # gate_up with the expert's first pair working for all its pairs (PER_PAIR=False), tokens sharing experts.
+    "moe_int4_gemv_exact_t6_first_pair_works": lambda: check_fused_moe_int4_gemv_exact(
+        6, 8, 160, 32, 3, seed=50, skew=True,
+        config={"gate_up": {**GEMV_MID["gate_up"], "PER_PAIR": False}, "down": GEMV_MID["down"]}),
     "latent_to_cache_bf16": lambda: check_latent_to_cache(5, 3, 64, 16, seed=26),
     "latent_to_cache_one_launch_bf16": lambda: check_latent_to_cache(4, 3, 48, 16, seed=39, one_launch=True),
     "latent_to_cache_fp32_into_bf16_cache": lambda: check_latent_to_cache(3, 2, 32, 8, torch.float32,

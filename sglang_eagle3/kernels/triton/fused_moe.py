@@ -292,14 +292,17 @@ def moe_int4_gemv_gate_up_kernel(
     TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
+    PER_PAIR: tl.constexpr = True,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
-    rows of one expert, for every pair routed to it (the expert's first pair works, the others exit), from
-    x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble columns here, see
-    _load_x_chunk). act is stored nibble-major and pre-scaled for the down kernel:
+    rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
+    columns here, see _load_x_chunk). act is stored nibble-major and pre-scaled for the down kernel:
     act[pair, j, w] holds the value of row 8w + j times 16^-(j % 5).
-    Weight rows stream from HBM once for the first pair; later pairs of the same expert (verify batches
-    where tokens share an expert) re-read them while they are still in L2.
+    PER_PAIR: every (pair, N block) program computes its own pair; pairs of a verify batch that share an
+    expert run side by side and read the same weight lines, which the L2 serves once while they are in
+    flight. Else the expert's first pair computes all of the expert's pairs one after another (re-reading
+    the weights from L2) and the others exit: fewer programs, but the shared experts' work is serial.
+    Either way a pair's arithmetic is the same code whatever the batch holds.
 
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
     next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
@@ -309,8 +312,11 @@ def moe_int4_gemv_gate_up_kernel(
         gdc_launch_dependents()
     pair = tl.program_id(0)
     nb = tl.program_id(1)
-    leader, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
-    if leader:
+    if PER_PAIR:
+        work, count, expert = True, 1, tl.load(ids_ptr + pair)
+    else:
+        work, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
+    if work:
         n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = n_offs < I
         w_idx = tl.arange(0, BLOCK_W)
@@ -321,7 +327,10 @@ def moe_int4_gemv_gate_up_kernel(
         gate_scales = s13_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
         up_scales = gate_scales + I * stride_sn
         for r in range(0, count):
-            member = _group_member(ids_ptr, expert, TK, r, TK_PAD)
+            if PER_PAIR:
+                member = pair
+            else:
+                member = _group_member(ids_ptr, expert, TK, r, TK_PAD)
             x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
             acc_g = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
             acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
