@@ -12,8 +12,9 @@ INT4 GEMV path (decode/verify, T <= GEMV_MAX_TOKENS): two launches, no tl.dot, n
   down     over (token, H-block): out[t]    = sum_k topk_w * act W_down^T (+ add) [T, H]   x.dtype
 Nibbles become floats by bit tricks (no int->float converts, see triton/fused_moe.py), against activations
 taken nibble-major and pre-scaled (x by gate_up itself as it streams it, act by gate_up's store) so that the
-inner loop needs no layout conversion of weight-sized tiles; each program streams BLOCK_N weight rows of
-one expert; the k-slot sum is the down kernel's own loop, so its output is final.
+inner loop needs no layout conversion of weight-sized tiles; each gate_up program streams BLOCK_N weight rows
+of its pair's expert (pairs of a verify batch that share an expert run side by side and the L2 serves the
+repeated lines: GEMV_PER_PAIR); the k-slot sum is the down kernel's own loop, so its output is final.
 ``add`` (the shared experts' output) is added in the final store, rounded as a separate add would be.
 """
 
