@@ -55,6 +55,27 @@ def randomize(model: torch.nn.Module, seed: int, scale: float = 1.0) -> torch.nn
     return model
 
 
+def verify_batch_on_cpu(model, *, T: int, bs: int, dtype: torch.dtype, backend: str, num_pages: int,
+                        page_size: int, max_context: int, min_ctx: int, max_ctx: int, pages_per_req: int,
+                        seed: int):
+    """A CPU ModelRunner (graphs off) around ``model`` with random KV caches, and ``bs`` verify rows of T random
+    tokens over random contexts in [min_ctx, max_ctx) on disjoint pages from 1 up (page 0 stays the dummy
+    page padded rows write to): what tests feed ``runner.build`` to drive one verify forward."""
+    from sglang_eagle3.runtime.model_runner import ModelRunner
+
+    runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=num_pages, page_size=page_size,
+                         max_context=max_context, device=torch.device("cpu"), dtype=dtype, use_cuda_graph=False,
+                         cuda_graph_max_bs=bs, verify_widths=(T,), attention_backend=backend, moe_backend=backend)
+    g = torch.Generator().manual_seed(seed)
+    for kv in runner.target_kv.layers:
+        kv.copy_(torch.randn(kv.shape, generator=g))
+    vocab = model.config.vocab_size
+    rows = [(torch.randint(0, vocab, (T,), generator=g).tolist(),
+             int(torch.randint(min_ctx, max_ctx, (1,), generator=g)),
+             [1 + pages_per_req * b + i for i in range(pages_per_req)]) for b in range(bs)]
+    return runner, rows
+
+
 def random_d2t(draft, seed: int) -> None:
     """A random draft vocabulary (sorted subset of the target's), as d2t offsets and the t2d mask."""
     cfg = draft.config

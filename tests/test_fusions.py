@@ -24,8 +24,7 @@ def test_fusion_knob(monkeypatch):
 
 def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int):
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
-    from sglang_eagle3.runtime.model_runner import ModelRunner
-    from sglang_eagle3.testing import randomize, tiny_config
+    from sglang_eagle3.testing import randomize, tiny_config, verify_batch_on_cpu
 
     monkeypatch.setenv(env.NO_FUSE.name, no_fuse)
     cfg = tiny_config(vocab=256, hidden=64, heads=4, layers=3, q_lora=32, kv_lora=32, nope=16, rope=16, v=16,
@@ -33,15 +32,9 @@ def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int):
                       dense=1)
     model = DeepseekV3ForCausalLM(cfg, dtype=dtype)
     randomize(model, seed)
-    T, bs = 3, 2
-    runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=16, page_size=8, max_context=64,
-                         device=torch.device("cpu"), dtype=dtype, use_cuda_graph=False, cuda_graph_max_bs=bs,
-                         verify_widths=(T,), attention_backend="auto", moe_backend="auto")
-    g = torch.Generator().manual_seed(seed)
-    for kv in runner.target_kv.layers:
-        kv.copy_(torch.randn(kv.shape, generator=g))
-    rows = [(torch.randint(0, 256, (T,), generator=g).tolist(), int(torch.randint(4, 20, (1,), generator=g)),
-             [1 + 3 * b + i for i in range(3)]) for b in range(bs)]
+    T = 3
+    runner, rows = verify_batch_on_cpu(model, T=T, bs=2, dtype=dtype, backend="auto", num_pages=16, page_size=8,
+                                       max_context=64, min_ctx=4, max_ctx=20, pages_per_req=3, seed=seed)
     bt = runner.build(rows)
     with torch.inference_mode():
         logits = runner.target_verify.fn(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,

@@ -392,21 +392,15 @@ def check_padded_batch_rows(layers: int = 2, T: int = 4, bs: int = 3, pad_to: in
     its bucket (padded requests attend to page 0, write slot 0) and the page table is as wide as the graph's,
     through every Triton kernel of the layer. Also no cache row outside slot 0 may differ."""
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
-    from sglang_eagle3.runtime.model_runner import ModelRunner
-    from sglang_eagle3.testing import randomize, tiny_config
+    from sglang_eagle3.testing import randomize, tiny_config, verify_batch_on_cpu
 
     cfg = tiny_config(vocab=256, hidden=64, heads=4, layers=layers, q_lora=32, kv_lora=32, nope=16, rope=16, v=16,
                       experts=8, top_k=2, n_group=2, topk_group=1, moe_inter=32, inter=96, yarn=True, max_pos=512)
     model = DeepseekV3ForCausalLM(cfg, dtype=torch.float32)
     randomize(model, seed)
-    runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=32, page_size=16, max_context=128,
-                         device=torch.device("cpu"), dtype=torch.float32, use_cuda_graph=False, cuda_graph_max_bs=8,
-                         verify_widths=(T,), attention_backend="triton", moe_backend="triton")
-    g = torch.Generator().manual_seed(seed)
-    for kv in runner.target_kv.layers:
-        kv.copy_(torch.randn(kv.shape, generator=g))
-    rows = [(torch.randint(0, 256, (T,), generator=g).tolist(), int(torch.randint(5, 40, (1,), generator=g)),
-             [1 + 4 * b + i for i in range(4)]) for b in range(bs)]
+    runner, rows = verify_batch_on_cpu(model, T=T, bs=bs, dtype=torch.float32, backend="triton", num_pages=32,
+                                       page_size=16, max_context=128, min_ctx=5, max_ctx=40, pages_per_req=4,
+                                       seed=seed)
 
     def run(width, pad):
         saved = [kv.clone() for kv in runner.target_kv.layers]
