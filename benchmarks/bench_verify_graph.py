@@ -28,6 +28,7 @@ from sglang_eagle3.bench.harness import git_commit
 from sglang_eagle3.config import ModelConfig, RopeConfig
 from sglang_eagle3.distributed.parallel_state import init_tp
 from sglang_eagle3.kernels.ref import ref_moe_topk
+from sglang_eagle3.layers.overlap import Overlaps
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.runtime.model_runner import ModelRunner
 
@@ -118,6 +119,12 @@ def main() -> None:
     ap.add_argument("--bf16-experts", action="store_true", help="bf16 experts (use with a reduced --experts)")
     ap.add_argument("--contexts", type=int, nargs="+", default=[1024, 8192])
     ap.add_argument("--max-tokens", type=int, default=8, help="verify widths 2..N")
+    ap.add_argument("--tokens", type=int, nargs="+", default=None,
+                    help="time only these T (default 1..--max-tokens); graphs are captured for all")
+    ap.add_argument("--overlap-variants", nargs="+", default=None,
+                    help="side-stream overlap settings to time one after another in this process, each a "
+                         "SGLANG_EAGLE3_OVERLAP value ('none', 'shared_down,prefetch_attn', ...); default: "
+                         "the knob's own setting only")
     ap.add_argument("--backends", nargs="+", default=["triton", "torch"],
                     help="kernel paths to time: triton (ours) and/or torch (references)")
     ap.add_argument("--eager-iters", type=int, default=5)
@@ -151,9 +158,15 @@ def main() -> None:
                "non_expert_bytes": other_bytes, "bytes_per_expert": one_expert, "cases": []}
     print(f"copy bandwidth {bw:.0f} GB/s; non-expert bytes {other_bytes / 1e9:.2f} GB; "
           f"{one_expert / 1e6:.2f} MB per expert; experts {results['experts_dtype']}", flush=True)
-    for backend in args.backends:
+    env_overlap = str(model.model.overlaps)
+    variants = args.overlap_variants or [None]
+    timed_Ts = args.tokens or Ts
+    for backend, variant in [(b, v) for b in args.backends for v in variants]:
         runner = None
+        label = backend if variant is None else f"{backend} overlap={variant}"
         try:
+            if variant is not None:
+                model.model.set_overlaps(Overlaps.parse(variant))
             torch.cuda.empty_cache()
             runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=max_ctx // page_size + 4,
                                  page_size=page_size, max_context=max_ctx, device=torch.device("cuda"),
@@ -165,10 +178,10 @@ def main() -> None:
             runner.capture_graphs()
             capture_s = time.perf_counter() - t0
             graph_mib = sum(r["capture_mib"] for r in runner.graph_report().values())
-            print(f"[{backend}] captured {len(Ts)} graphs in {capture_s:.1f} s ({graph_mib:.0f} MiB)", flush=True)
+            print(f"[{label}] captured {len(Ts)} graphs in {capture_s:.1f} s ({graph_mib:.0f} MiB)", flush=True)
             pages = list(range(1, max_ctx // page_size + 1))
             for ctx in args.contexts:
-                for T in Ts:
+                for T in timed_Ts:
                     moe_inputs.clear()
                     eager, graph = time_case(runner, ctx, T, pages, args.eager_iters, args.graph_iters)
                     distinct = sum(  # expert loads of this step, from the first (eager) run's routing
@@ -178,18 +191,19 @@ def main() -> None:
                     kv_bytes = (ctx + T) * cfg.kv_cache_dim * 2 * cfg.num_hidden_layers
                     floor_bytes = other_bytes + distinct * one_expert + kv_bytes
                     floor = floor_bytes / (bw * 1e9) * 1e3
-                    case = {"backend": backend, "context": ctx, "T": T, "eager_ms": round(eager, 3),
+                    case = {"backend": backend, "overlaps": variant or env_overlap, "context": ctx, "T": T,
+                            "eager_ms": round(eager, 3),
                             "graph_ms": round(graph, 3), "floor_ms": round(floor, 3),
                             "graph_over_floor": round(graph / floor, 2), "eager_over_graph": round(eager / graph, 1),
                             "distinct_experts": distinct, "floor_gb": round(floor_bytes / 1e9, 3)}
                     results["cases"].append(case)
-                    print(f"[{backend}] ctx {ctx:5d} T={T}: eager {eager:8.2f} ms  graph {graph:7.2f} ms  "
+                    print(f"[{label}] ctx {ctx:5d} T={T}: eager {eager:8.2f} ms  graph {graph:7.2f} ms  "
                           f"floor {floor:5.2f} ms  graph/floor {graph / floor:5.2f}  eager/graph {eager / graph:5.1f}"
                           f"  ({distinct} expert loads)", flush=True)
-            results.setdefault("capture", {})[backend] = {"seconds": round(capture_s, 2), "graph_mib": graph_mib}
+            results.setdefault("capture", {})[label] = {"seconds": round(capture_s, 2), "graph_mib": graph_mib}
         except Exception as e:  # a broken backend is reported, the other still runs
-            results.setdefault("errors", {})[backend] = f"{type(e).__name__}: {e}"
-            print(f"[{backend}] FAILED: {type(e).__name__}: {e}", flush=True)
+            results.setdefault("errors", {})[label] = f"{type(e).__name__}: {e}"
+            print(f"[{label}] FAILED: {type(e).__name__}: {e}", flush=True)
         finally:
             runner = None
     for h in hooks:

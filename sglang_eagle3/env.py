@@ -46,9 +46,17 @@ NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference): "
                "qa_norm (q_a RMSNorm in q_b's GEMV), kv_norm (kv_a RMSNorm in the rotary launch), "
                "router_shared (router + shared expert gate/up in one GEMV)")
+OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
+               "comma list of side-stream overlaps (layers/overlap.py), or 'none': shared_down (shared expert's "
+               "down projection beside the routing), one of prefetch_attn / prefetch_late / prefetch_next (L2 "
+               "prefetch of weights a layer reads later); unset: DEFAULT_OVERLAP")
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE, STRICT_VERIFY,
-       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, NO_FUSE)
+       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, NO_FUSE, OVERLAP)
+
+
+# What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py; chosen by measurement, docs/BENCHMARKS.md).
+DEFAULT_OVERLAP = ""
 
 
 def cache_dir() -> Path:

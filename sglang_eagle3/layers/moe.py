@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from sglang_eagle3 import env, kernels
 from sglang_eagle3.config import ModelConfig
 from sglang_eagle3.distributed.parallel_state import get_tp, tp_all_reduce
-from sglang_eagle3.layers.linear import copy_checked, load_slice, sharded_loader
+from sglang_eagle3.layers.linear import copy_checked, load_slice, matmul_wt, sharded_loader
 from sglang_eagle3.layers.mlp import GatedMLP
 
 logger = logging.getLogger(__name__)
@@ -154,6 +154,9 @@ class DeepseekMoE(nn.Module):
         )
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
         self.fuse_router_shared = env.fusion_on("router_shared")  # see env.NO_FUSE
+        # With a side stream (layers/overlap.py, "shared_down"; set by the model) the shared expert's down
+        # projection runs there while this stream routes.
+        self.side_stream = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., H] -> [..., H]."""
@@ -166,7 +169,13 @@ class DeepseekMoE(nn.Module):
             # Decode/verify: the router and the shared expert's gate/up + SiLU read the same x: one launch.
             logits, act = kernels.gemv_pair(x, self.gate.weight, sh.gate_proj.weight, w2_up=sh.up_proj.weight,
                                             out1_dtype=torch.float32, use_triton=self.use_triton)
-            shared = sh.down_proj(act)
+            if self.side_stream is not None and x.is_cuda:
+                # Allocated here so it belongs to this stream; act stays referenced until the join below.
+                shared = torch.empty_like(x)
+                with self.side_stream.fork(x):
+                    matmul_wt(act, sh.down_proj.weight, sh.down_proj.use_triton, out=shared)
+            else:
+                shared = sh.down_proj(act)
         else:
             logits = self.gate(x, self.use_triton)
             shared = sh(x) if sh is not None else None  # [T, H]
@@ -174,5 +183,7 @@ class DeepseekMoE(nn.Module):
                                         top_k=c.num_experts_per_tok, n_group=c.n_group, topk_group=c.topk_group,
                                         renormalize=c.norm_topk_prob, routed_scaling_factor=c.routed_scaling_factor,
                                         use_triton=self.use_triton)
+        if self.side_stream is not None:
+            self.side_stream.join(x)
         out = self.experts(x, weights, ids, self.use_triton, add=shared)  # routed + shared, one store
         return tp_all_reduce(out).view(shape)

@@ -18,6 +18,7 @@ from sglang_eagle3.layers.mla import MLAAttention
 from sglang_eagle3.layers.mlp import GatedMLP
 from sglang_eagle3.layers.moe import DeepseekMoE
 from sglang_eagle3.layers.norm import RMSNorm
+from sglang_eagle3.layers.overlap import Overlaps, SideStream, WeightPrefetcher
 from sglang_eagle3.layers.rotary import RotaryEmbedding
 
 
@@ -58,6 +59,18 @@ class DeepseekV3Model(nn.Module):
         self.layers = nn.ModuleList(
             DecoderLayer(cfg, i, self.rotary, dtype, int4_experts) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        # One side stream for the whole model: the MoE blocks' shared-expert overlap and the weight prefetch.
+        self.side_stream = SideStream()
+        self.prefetcher = WeightPrefetcher(self.side_stream)
+        self.set_overlaps(Overlaps.from_env())
+
+    def set_overlaps(self, overlaps: Overlaps) -> None:
+        """Which side-stream overlaps the inference forward uses (layers/overlap.py). Graphs captured before
+        keep what they captured."""
+        self.overlaps = overlaps
+        for layer in self.layers:
+            if isinstance(layer.mlp, DeepseekMoE):
+                layer.mlp.side_stream = self.side_stream if overlaps.shared_down else None
 
     def forward(self, input_ids, positions, fb: ForwardBatch | None, aux_layer_ids: tuple[int, ...] = ()):
         """Returns (final normed hidden, aux list). Aux id i is the residual stream entering layer i
@@ -65,10 +78,13 @@ class DeepseekV3Model(nn.Module):
         h = self.embed_tokens(input_ids)
         residual = None  # the stream is h + residual; materialised (one add) only where an aux state wants it
         aux = {}
+        prefetch = self.overlaps.prefetch if fb is not None and not torch.is_grad_enabled() else None
         for i, layer in enumerate(self.layers):
             if i in aux_layer_ids:
                 aux[i] = h if residual is None else h + residual
+            self.prefetcher.before_layer(self.layers, i, prefetch, h)
             h, residual = layer(h, residual, positions, fb)
+        self.prefetcher.finish(h)
         if len(self.layers) in aux_layer_ids:
             aux[len(self.layers)] = h if residual is None else h + residual
         out = self.norm(h) if residual is None else self.norm(h, residual)[0]

@@ -30,6 +30,7 @@ from sglang_eagle3.kernels.mla_attention import MERGE_WARPS, launch_plan, merge_
 from sglang_eagle3.kernels.triton import fused_moe as fm
 from sglang_eagle3.kernels.triton import gemv as gv
 from sglang_eagle3.kernels.triton import mla_attention as ma
+from sglang_eagle3.kernels.triton import prefetch as pf
 from sglang_eagle3.kernels.triton import rms_norm as rn
 from sglang_eagle3.kernels.triton import rotary as ro
 
@@ -309,11 +310,27 @@ def check_mla_dot_precision(arch: int) -> dict:
     return out
 
 
+
+def check_prefetch(arch: int) -> dict:
+    """The bulk L2 prefetch compiles to UBLKPF (cp.async.bulk.prefetch on the uniform datapath: the warp issues
+    its lanes' pieces one after another) and nothing spills."""
+    from sglang_eagle3.kernels import prefetch as launcher
+
+    sass, res = compile_sass(pf.l2_prefetch_kernel, dict(table_ptr="*i64", RANGES="i32", BULK="i32", LANES="i32",
+                                                         PROGRAMS_PER_RANGE="i32"),
+                             dict(RANGES=6, BULK=launcher.BULK, LANES=launcher.LANES,
+                                  PROGRAMS_PER_RANGE=launcher.PROGRAMS_PER_RANGE), ["table_ptr"], arch, 1)
+    _no_spills(res, "l2_prefetch")
+    ops = _sass_ops(sass)
+    assert ops["UBLKPF"] >= 1, f"no bulk prefetch instruction in the SASS: {sorted(ops)}"
+    return {"UBLKPF": ops["UBLKPF"], "res": res}
+
 CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
          for arch in (90, 120)
          for name, fn in (("gemv", check_gemv), ("dense_gemv", check_dense_gemv), ("tile_path", check_tile_path),
                           ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("mla", check_mla),
-                          ("mla_dot_precision", check_mla_dot_precision))}
+                          ("mla_dot_precision", check_mla_dot_precision),
+                          ("prefetch", check_prefetch))}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or list(CASES):

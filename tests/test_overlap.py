@@ -1,0 +1,97 @@
+"""Side-stream overlaps (layers/overlap.py): the knob, and on CUDA that every overlap changes no value, eagerly
+and in replayed CUDA graphs (the same kernels run, only on another stream or beside an L2 prefetch)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sglang_eagle3 import env
+from sglang_eagle3.layers.overlap import OVERLAPS, Overlaps
+
+VARIANTS = ("none", "shared_down", "prefetch_attn", "shared_down,prefetch_late", "prefetch_next")
+
+
+def test_overlap_knob(monkeypatch):
+    assert Overlaps.parse("") == Overlaps() == Overlaps.parse("none")
+    assert Overlaps.parse(" shared_down , prefetch_late") == Overlaps(shared_down=True, prefetch="prefetch_late")
+    with pytest.raises(ValueError, match="prefetch_atn"):
+        Overlaps.parse("shared_down,prefetch_atn")
+    with pytest.raises(ValueError, match="at most one prefetch plan"):
+        Overlaps.parse("prefetch_attn,prefetch_next")
+    with pytest.raises(AssertionError, match="prefetch='x'"):
+        Overlaps(prefetch="x")
+    monkeypatch.setenv(env.OVERLAP.name, "prefetch_next")
+    assert Overlaps.from_env() == Overlaps(prefetch="prefetch_next")
+    monkeypatch.delenv(env.OVERLAP.name)
+    assert Overlaps.from_env() == Overlaps.parse(env.DEFAULT_OVERLAP)
+    assert set(OVERLAPS) >= {n.strip() for n in env.DEFAULT_OVERLAP.split(",") if n.strip()}
+
+
+def test_cpu_forward_unchanged_by_overlaps():
+    """Off CUDA the overlaps do nothing: the verify logits are the same object-for-object computation."""
+    from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
+    from sglang_eagle3.testing import randomize, tiny_config, verify_batch_on_cpu
+
+    cfg = tiny_config(vocab=128, hidden=32, heads=2, layers=3, q_lora=16, kv_lora=16, nope=8, rope=8, v=8,
+                      experts=4, top_k=2, n_group=2, topk_group=1, moe_inter=16, inter=48, max_pos=256, dense=1)
+    model = DeepseekV3ForCausalLM(cfg, dtype=torch.float32)
+    seed = int(torch.randint(0, 1 << 30, (1,)))
+    randomize(model, seed)
+    outs = []
+    for spec in ("none", "shared_down,prefetch_late"):
+        model.model.set_overlaps(Overlaps.parse(spec))
+        runner, rows = verify_batch_on_cpu(model, T=3, bs=2, dtype=torch.float32, backend="auto", num_pages=12,
+                                           page_size=8, max_context=48, min_ctx=2, max_ctx=16, pages_per_req=3,
+                                           seed=seed)
+        bt = runner.build(rows)
+        with torch.inference_mode():
+            outs.append(runner.target_verify.fn(input_ids=bt.input_ids, positions=bt.positions,
+                                                page_table=bt.page_table, seq_lens=bt.seq_lens,
+                                                out_cache_loc=bt.out_cache_loc, tokens_per_req=3)[0])
+    assert torch.equal(outs[0], outs[1])
+
+
+def _cuda_logits(model, spec: str, ctx: int, Ts=(1, 4)) -> dict:
+    """{(T, 'eager'|'graph'): logits} of one request at context ``ctx`` with overlaps ``spec``."""
+    from sglang_eagle3.runtime.model_runner import ModelRunner
+
+    model.model.set_overlaps(Overlaps.parse(spec))
+    page_size = 16
+    runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=ctx // page_size + 4, page_size=page_size,
+                         max_context=ctx + 16, device=torch.device("cuda"), dtype=torch.bfloat16,
+                         use_cuda_graph=True, cuda_graph_max_bs=2, verify_widths=tuple(T for T in Ts if T > 1),
+                         attention_backend="triton", moe_backend="triton")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    for kv in runner.target_kv.layers:
+        kv.copy_(torch.randn(kv.shape, generator=g, device="cuda"))
+    runner.capture_graphs()
+    pages = list(range(1, ctx // page_size + 3))
+    out = {}
+    with torch.inference_mode():
+        for T in Ts:
+            bt = runner.build([(list(range(7, 7 + T)), ctx, pages)])
+            target = runner.target_verify if T > 1 else runner.target_decode
+            out[(T, "eager")] = target.fn(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
+                                          seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc,
+                                          tokens_per_req=T)[0].clone()
+            out[(T, "graph")] = runner.target_uniform(bt, T, verify=T > 1)[0].clone()
+    assert runner.stats.as_dict()["target_verify"]["eager"] == 0
+    return out
+
+
+@pytest.mark.gpu
+def test_gpu_overlaps_change_no_value():
+    """Every overlap variant gives bit-identical logits to none, eager and replayed (decode and verify T=4)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "kernels"))
+    from kernel_checks import kimi_like_model
+
+    model = kimi_like_model("cuda", layers=4, hidden=256, seed=int(torch.randint(0, 1 << 30, (1,))))
+    base = _cuda_logits(model, "none", ctx=200)
+    for spec in VARIANTS[1:]:
+        got = _cuda_logits(model, spec, ctx=200)
+        for key, ref in base.items():
+            assert torch.equal(got[key], ref), (spec, key, (got[key].float() - ref.float()).abs().max().item())
