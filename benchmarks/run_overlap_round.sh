@@ -5,7 +5,7 @@
 # Usage on the GPU machine, from the repo root: OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_overlap_round.sh
 source "$(dirname "$0")/gpu_stages.sh"
 PYTEST=(python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu)
-TAIL=10 stage overlap_tests "${T_TESTS:-120}" "${PYTEST[@]}" tests/test_overlap.py tests/kernels/test_kernels_compile.py
+TAIL=10 stage overlap_tests "${T_TESTS:-120}" "${PYTEST[@]}" tests/test_overlap.py
 TAIL=24 stage overlap_step "${T_STEP:-330}" python benchmarks/bench_verify_graph.py --backends triton \
   --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 \
   --overlap-variants none shared_down prefetch_attn prefetch_late prefetch_next shared_down,prefetch_attn none \
