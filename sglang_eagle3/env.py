@@ -45,7 +45,8 @@ PDL = Knob("SGLANG_EAGLE3_PDL",
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference): "
                "qa_norm (q_a RMSNorm in q_b's GEMV), kv_norm (kv_a RMSNorm in the rotary launch), "
-               "router_shared (router + shared expert gate/up in one GEMV)")
+               "router_shared (router + shared expert gate/up in one GEMV), input_norm (a decoder layer's input "
+               "RMSNorm and residual add in the q_a + kv_a GEMV)")
 OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "comma list of side-stream overlaps (layers/overlap.py), or 'none': shared_down (shared expert's "
                "down projection beside the routing), one of prefetch_attn / prefetch_late / prefetch_next (L2 "
@@ -55,15 +56,18 @@ ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, FAULT_INJECT, OVERLAY_CONFIG,
        NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, NO_FUSE, OVERLAP)
 
 
-# What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py; chosen by measurement, docs/BENCHMARKS.md).
-DEFAULT_OVERLAP = ""
+# What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,
+# benchmarks/results/h200/overlap_step_*.json): the shared expert's down projection beside the routing saved
+# ~0.1 ms a decode step; every L2 prefetch plan cost 0.1-0.5 ms there, so none is on (the RTX PRO 6000's
+# 128 MB L2 may differ: measure with bench_verify_graph.py --overlap-variants).
+DEFAULT_OVERLAP = "shared_down"
 
 
 def cache_dir() -> Path:
     return Path(CACHE_DIR.raw() or Path.home() / ".cache" / "sglang_eagle3")
 
 
-FUSIONS = ("qa_norm", "kv_norm", "router_shared")
+FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm")
 
 
 def fusion_on(name: str) -> bool:
