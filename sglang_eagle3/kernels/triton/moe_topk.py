@@ -6,26 +6,24 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
-def moe_topk_kernel(
-    logits_ptr, bias_ptr, weights_ptr, ids_ptr,
-    stride_lt, stride_wt, stride_it,
-    routed_scaling_factor,
-    E: tl.constexpr, PER_GROUP: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr,
-    TOP_K: tl.constexpr, G_PAD: tl.constexpr, PG_PAD: tl.constexpr, K_PAD: tl.constexpr,
-    HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr, PDL: tl.constexpr = False,
-):
-    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
-        gdc_wait()
-        gdc_launch_dependents()
+def route_row(logits_row, bias_ptr, routed_scaling_factor,
+              PER_GROUP: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
+              G_PAD: tl.constexpr, PG_PAD: tl.constexpr, K_PAD: tl.constexpr, HAS_BIAS: tl.constexpr,
+              RENORMALIZE: tl.constexpr, CG: tl.constexpr = False):
+    """noaux_tc routing of one token: (weights fp32 [K_PAD], ids int32 [K_PAD]) from its E logits at
+    ``logits_row`` (slots >= TOP_K are padding). Shared by moe_topk_kernel and kernels that route in their own
+    tail (the router GEMV); CG loads the logits through L2 only (written by other programs of the launch)."""
     # Experts are laid out as a [group, expert-in-group] tile so the group step needs no reshuffle.
-    t = tl.program_id(0)
     g = tl.arange(0, G_PAD)[:, None]
     j = tl.arange(0, PG_PAD)[None, :]
     e = g * PER_GROUP + j  # [G_PAD, PG_PAD] expert ids
     valid = (g < N_GROUP) & (j < PER_GROUP)
     big: tl.constexpr = 1 << 30
 
-    logit = tl.load(logits_ptr + t * stride_lt + e, mask=valid, other=0.0).to(tl.float32)
+    if CG:
+        logit = tl.load(logits_row + e, mask=valid, other=0.0, cache_modifier=".cg").to(tl.float32)
+    else:
+        logit = tl.load(logits_row + e, mask=valid, other=0.0).to(tl.float32)
     score = tl.sigmoid(logit)
     choice = score
     if HAS_BIAS:
@@ -61,7 +59,25 @@ def moe_topk_kernel(
 
     if RENORMALIZE:
         out_w = out_w / (tl.sum(out_w, axis=0) + 1e-20)
-    out_w = out_w * routed_scaling_factor
+    return out_w * routed_scaling_factor, out_i
+
+
+@triton.jit
+def moe_topk_kernel(
+    logits_ptr, bias_ptr, weights_ptr, ids_ptr,
+    stride_lt, stride_wt, stride_it,
+    routed_scaling_factor,
+    E: tl.constexpr, PER_GROUP: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr,
+    TOP_K: tl.constexpr, G_PAD: tl.constexpr, PG_PAD: tl.constexpr, K_PAD: tl.constexpr,
+    HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr, PDL: tl.constexpr = False,
+):
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
+    t = tl.program_id(0)
+    out_w, out_i = route_row(logits_ptr + t * stride_lt, bias_ptr, routed_scaling_factor, PER_GROUP, N_GROUP,
+                             TOPK_GROUP, TOP_K, G_PAD, PG_PAD, K_PAD, HAS_BIAS, RENORMALIZE)
+    kk = tl.arange(0, K_PAD)
     kmask = kk < TOP_K
     tl.store(weights_ptr + t * stride_wt + kk, out_w, mask=kmask)
     tl.store(ids_ptr + t * stride_it + kk, out_i, mask=kmask)
