@@ -8,8 +8,8 @@
 source "$(dirname "$0")/gpu_stages.sh"
 case "${1:?tests or step}" in
   tests)
-    TAIL=25 stage gpu_tests "${T_TESTS:-240}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
-      tests/kernels/test_kernels_gpu.py tests/test_graph_runner.py
+    TAIL=25 stage gpu_tests "${T_TESTS:-360}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
+      tests/kernels/test_*gpu.py tests/test_graph_runner.py tests/test_overlap.py
     TAIL=40 stage kernels "${T_KERNELS:-150}" python benchmarks/bench_kernels.py --out "$OUT"
     ;;
   step)

@@ -27,6 +27,7 @@ from sglang_eagle3.kernels.ref import (
     ref_fused_moe,
     ref_fused_moe_int4,
     ref_gemv,
+    ref_gemv_pair,
     ref_mla_attention,
     ref_moe_topk,
     ref_rms_norm,
@@ -66,22 +67,39 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
     """x [T, K] @ w [N, K]^T (or per head: x [T, B, K], w [B, N, K]) with an optional residual ``add`` or gated
     ``w_up`` epilogue, and an optional RMSNorm of x first (``norm_weight``, ``eps``); see ref_gemv. The Triton
     skinny GEMM serves T <= GEMV_MAX_ROWS rows of half-precision operands (decode and verify); everything else
-    (prefill, training, float32) takes torch's GEMM."""
+    (prefill, training, float32) takes torch's GEMM, after the rms_norm op where there is a norm."""
     ok = (x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype
           and x.stride(-1) == 1 and (w.stride(-1) == 1 or w.stride(-2) == 1))
-    fn = triton_gemv if ok and _kernel_ok(use_triton, x, w, w_up, add, norm_weight) else ref_gemv
-    return fn(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight, eps=eps)
+    if ok and _kernel_ok(use_triton, x, w, w_up, add, norm_weight):
+        return triton_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight, eps=eps)
+    if norm_weight is not None and _kernel_ok(use_triton, x, norm_weight):
+        # Not a GEMV size or dtype: the norm's own kernel, as the unfused layer runs it, then torch's GEMM.
+        x, norm_weight = rms_norm(x, norm_weight, eps, use_triton=use_triton), None
+    return ref_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight, eps=eps)
 
 
-def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, use_triton: bool | None = None):
+def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0.0, residual=None,
+              use_triton: bool | None = None):
     """(x w1^T, x w2^T) for x [T, K] (with ``w2_up``: the second is SiLU(x w2^T) * (x w2_up^T); ``out1_dtype``:
-    the first's dtype): one launch of the skinny GEMM at decode/verify sizes, torch's GEMMs otherwise."""
+    the first's dtype): one launch of the skinny GEMM at decode/verify sizes, torch's GEMMs otherwise. With
+    ``norm_weight`` (and ``eps``, ``residual``) the products are of the RMSNorm of x + residual, folded into
+    the same launch, and that stream is returned third; elsewhere the norm runs as its own op first, so those
+    paths compute what rms_norm then gemv_pair do. See ref_gemv_pair."""
     ws = [w for w in (w1, w2, w2_up) if w is not None]
     ok = (x.dim() == 2 and x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16)
           and all(w.dtype == x.dtype and w.stride(-1) == 1 for w in ws) and x.stride(-1) == 1)
-    if ok and _kernel_ok(use_triton, x, *ws):
-        return triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype)
-    return ref_gemv(x, w1, out_dtype=out1_dtype), ref_gemv(x, w2, w_up=w2_up)
+    if ok and _kernel_ok(use_triton, x, *ws, norm_weight, residual):
+        return triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
+                                residual=residual)
+    if norm_weight is not None and _kernel_ok(use_triton, x, norm_weight, residual):
+        # Prefill-sized rows on the GPU: the norm kernel (with the residual add), then torch's GEMMs.
+        if residual is None:
+            normed, stream = rms_norm(x, norm_weight, eps, use_triton=use_triton), x
+        else:
+            normed, stream = rms_norm(x, norm_weight, eps, residual, use_triton=use_triton)
+        return (*gemv_pair(normed, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, use_triton=use_triton), stream)
+    return ref_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
+                         residual=residual)
 
 
 def rms_norm(x, weight, eps, residual=None, *, out=None, out_rows=None, use_triton: bool | None = None):
@@ -147,6 +165,7 @@ __all__ = [
     "fused_moe",
     "fused_moe_int4",
     "ref_gemv",
+    "ref_gemv_pair",
     "ref_rms_norm",
     "ref_apply_rotary",
     "ref_rotate",

@@ -7,6 +7,11 @@ MLA's W_UK used as ``q_nope @ W_UK`` is passed as ``w_uk.transpose(1, 2)``); the
 batches heads. Epilogues: none (output in ``out_dtype``, e.g. float32 router logits), ``add`` (a residual:
 rounded as a separate add would be) or ``w_up`` (a gated MLP: SiLU(x W^T) * (x W_up^T), rounded as the
 unfused torch ops are). One launch, grid fixed by shapes (graph-safe); split-K is reduced inside it.
+
+An RMSNorm of x may ride in the launch (``norm_weight``, ``eps``): triton_gemv reads the whole row in every
+program first (short rows: MLA's q_a_layernorm before q_b), triton_gemv_pair scales each row's product by
+its rstd afterwards, from sums of squares taken over the K-slices the programs read anyway (the decoder
+layer's 7168-wide input norm, with its residual add, before q_a and kv_a); see triton/gemv.py.
 """
 
 from __future__ import annotations
@@ -15,9 +20,23 @@ import torch
 import triton
 
 from sglang_eagle3.kernels import tuning
-from sglang_eagle3.kernels.triton.gemv import EPI_ADD, EPI_GATED, EPI_NONE, gemv_kernel
+from sglang_eagle3.kernels.triton.gemv import (
+    EPI_ADD,
+    EPI_GATED,
+    EPI_NONE,
+    NORM_NONE,
+    NORM_POST,
+    NORM_PRE,
+    gemv_kernel,
+)
 
 GEMV_MAX_ROWS = 16  # one tensor-core tile of rows: decode/verify at small batch; above, cuBLAS
+
+# NOTE: NORM_POST's elementwise math runs on the dot's operand layout, where every warp holds the whole
+# [16, BLOCK_K] activation tile: in fp32 at BLOCK_K = 256 that is 128 registers a thread and the kernel spills
+# (tests/kernels/compile_checks.py); at 128 it sits at 255. So K tiles of 64 (~110 registers), with twice the
+# stages to keep about as many weight bytes in flight (a first guess: not yet swept on a GPU).
+NORM_POST_LIMITS = {"max_block_k": 64, "max_stages": 8}
 
 # Split-K arrival counters, one int32 per (head, row block) of a call, zero between calls (the last program of
 # each row block resets its own). Launches on one stream run one after another, so every call shares one
@@ -39,14 +58,16 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
 
 
 def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int, mats: int = 1,
-                smem_bytes: int = 96 << 10) -> dict:
+                smem_bytes: int = 96 << 10, acts: int = 1, max_block_k: int = 256, max_stages: int = 4) -> dict:
     """Launch config from the shape (chosen from the H200 sweep of benchmarks/profile_step.py --sweep).
 
     Tiles of 32 K-contiguous rows x 256 (or 64 N-contiguous columns x 64); no split-K for slabs of <= 64 KB
     (the handshake costs more than it hides); otherwise ~1 program per SM, twice that while a program would
-    still stream > 128 KB. As many pipeline stages (<= 4) as ``smem_bytes`` holds (99 KB a block on sm_120)."""
+    still stream > 128 KB. As many pipeline stages (<= ``max_stages``) as ``smem_bytes`` holds (99 KB a block
+    on sm_120) with ``mats`` weight tiles and ``acts`` [16, BLOCK_K] activation tiles (2: h and the residual)
+    a stage. ``max_block_k`` caps the K-contiguous tile (see triton_gemv_pair's norm)."""
     if k_major:
-        block_n, block_k = 32, max(16, min(256, triton.next_power_of_2(K)))
+        block_n, block_k = 32, max(16, min(max_block_k, triton.next_power_of_2(K)))
     else:
         block_n, block_k = max(16, min(64, triton.next_power_of_2(N))), max(16, min(64, triton.next_power_of_2(K)))
     blocks = triton.cdiv(N, block_n) * B
@@ -57,8 +78,8 @@ def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int, mats: int = 1,
         if blocks < sms and slab // split > 128 << 10:
             split *= 2
     split = max(1, min(split, triton.cdiv(K, block_k)))
-    stage = (block_n * block_k * mats + 16 * block_k) * 2
-    stages = max(1, min(4, smem_bytes // stage))
+    stage = (block_n * block_k * mats + 16 * block_k * acts) * 2
+    stages = max(1, min(max_stages, smem_bytes // stage))
     return {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT": split, "num_warps": 4, "num_stages": stages}
 
 
@@ -67,10 +88,12 @@ def _as3(t: torch.Tensor, name: str) -> torch.Tensor:
     return t[:, None, :] if t.dim() == 2 else t
 
 
-def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, device: torch.device):
+def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, device: torch.device,
+                row_sums: bool = False):
     """(k_per_split, split, m_pad, partials, counters) for a launch: the split count is rounded so every split
-    holds whole BLOCK_K tiles; the fp32 partials [B, split, 2, m_pad, cols] and the counters exist only with
-    split-K (else any tensor stands in: the kernel never touches them)."""
+    holds whole BLOCK_K tiles; the fp32 partials [B, split, 2, m_pad, cols] (with ``row_sums``, followed by
+    the sums of squares [B, blocks, split, m_pad] of NORM_POST) and the counters exist only with split-K (else
+    any tensor stands in: the kernel never touches them)."""
     block_k = cfg["BLOCK_K"]
     assert cfg["BLOCK_N"] >= 16 and block_k >= 16, f"tl.dot needs 16 <= BLOCK_N, BLOCK_K: {cfg}"
     k_per_split = triton.cdiv(triton.cdiv(K, cfg["SPLIT"]), block_k) * block_k
@@ -78,7 +101,8 @@ def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, devic
     m_pad = max(16, triton.next_power_of_2(T))
     if split == 1:
         return k_per_split, split, m_pad, None, None
-    part = torch.empty(B * split * 2 * m_pad * cols, dtype=torch.float32, device=device)
+    sums = B * blocks * split * m_pad if row_sums else 0
+    part = torch.empty(B * split * 2 * m_pad * cols + sums, dtype=torch.float32, device=device)
     return k_per_split, split, m_pad, part, _counters(device, B * blocks)
 
 
@@ -134,7 +158,8 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         T, N, K, k_per_split, 0, blocks,
         x3.stride(0), x3.stride(1), w3.stride(0), w3.stride(1), w3.stride(2),
         a3.stride(0), a3.stride(1), o3.stride(0), o3.stride(1), 0, 0,
-        NORM=norm_weight is not None, nw_ptr=norm_weight if norm_weight is not None else w3, eps=float(eps),
+        NORM=NORM_PRE if norm_weight is not None else NORM_NONE,
+        nw_ptr=norm_weight if norm_weight is not None else w3, eps=float(eps),
         W_KMAJOR=k_major, EPI=EPI_GATED if gated else (EPI_ADD if add is not None else EPI_NONE),
         SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], INTERPRET=interpret, PDL=pdl,
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
@@ -144,12 +169,18 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
 
 
 def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_up: torch.Tensor | None = None,
-                     out1_dtype: torch.dtype | None = None,
-                     config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     out1_dtype: torch.dtype | None = None, norm_weight: torch.Tensor | None = None,
+                     eps: float = 0.0, residual: torch.Tensor | None = None,
+                     config: dict | None = None) -> tuple[torch.Tensor, ...]:
     """(x w1^T, x w2^T) from one launch: x [T, K]; w1 [N1, K], w2 [N2, K] K-contiguous, same dtype as x (MLA's
     q_a and kv_a projections read the same normed hidden state). With ``w2_up`` the second output is the
     gated SiLU(x w2^T) * (x w2_up^T) (a shared expert's activation); ``out1_dtype`` (e.g. float32 router
-    logits) sets the first's dtype. Each output as triton_gemv's would be."""
+    logits) sets the first's dtype. Each output as triton_gemv's would be.
+
+    With ``norm_weight`` [K] the products are of RMSNorm(s) (weight, eps) for the stream s = x + ``residual``
+    (rounded to x's dtype as torch's add is; s = x without a residual), and s is returned third:
+    (y1, y2, s), s a new [T, K] tensor with a residual, else x itself. The rstd scales the fp32 products
+    (module doc), so the outputs differ from ref_rms_norm then the GEMVs by where x is rounded."""
     T, K = x.shape
     assert x.dim() == 2 and x.stride(-1) == 1, f"x must be [T, K] with unit inner stride, got {tuple(x.shape)}"
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
@@ -161,20 +192,37 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         assert w2_up.shape == w2.shape and w2_up.stride() == w2.stride(), (
             f"w2_up {tuple(w2_up.shape)} {w2_up.stride()} must match w2 {tuple(w2.shape)} {w2.stride()}")
     assert x.dtype in (torch.bfloat16, torch.float16), f"{x.dtype=}"
+    norm = norm_weight is not None
+    assert norm or residual is None, "residual is added before the norm: it needs norm_weight"
+    stream = x
+    if norm:
+        assert norm_weight.shape == (K,) and norm_weight.is_contiguous() and norm_weight.is_floating_point(), (
+            f"norm_weight must be a contiguous float [{K}], got {tuple(norm_weight.shape)} {norm_weight.dtype} "
+            f"{norm_weight.stride()}")
+        assert norm_weight.device == x.device, f"{norm_weight.device=} != {x.device=}"
+        if residual is not None:
+            assert residual.shape == x.shape and residual.dtype == x.dtype and residual.stride(-1) == 1, (
+                f"residual must be [{T}, {K}] {x.dtype} with unit inner stride, got {tuple(residual.shape)} "
+                f"{residual.dtype} {residual.stride()}")
+            stream = torch.empty(T, K, dtype=x.dtype, device=x.device)
     N1, N2 = w1.shape[0], w2.shape[0]
+    assert not norm or N1 > 0, f"{N1=}: the first matrix's row block 0 writes the new residual"
     y1 = torch.empty(T, N1, dtype=out1_dtype or x.dtype, device=x.device)
     y2 = torch.empty(T, N2, dtype=x.dtype, device=x.device)
+    outs = (y1, y2, stream) if norm else (y1, y2)
     if T == 0:
-        return y1, y2
+        return outs
     mats2 = 2 if w2_up is not None else 1
+    limits = NORM_POST_LIMITS if norm else {}
     cfg = config or gemv_config(N1 + mats2 * N2, K, 1, True, tuning.sm_count(x.device), mats2,
-                                tuning.smem_per_block(x.device))
+                                tuning.smem_per_block(x.device), acts=2 if residual is not None else 1, **limits)
     bn = cfg["BLOCK_N"]
     nb1 = triton.cdiv(N1, bn)
     blocks = nb1 + triton.cdiv(N2, bn)
-    k_per_split, split, m_pad, part, count = _split_plan(K, T, N1 + N2, 1, blocks, cfg, x.device)
+    k_per_split, split, m_pad, part, count = _split_plan(K, T, N1 + N2, 1, blocks, cfg, x.device, row_sums=norm)
     if part is None:
         part = count = y2
+    res = residual if residual is not None else x
     interpret = tuning.interpreting()
     pdl = tuning.pdl(x.device)
     gemv_kernel[(blocks, split, 1)](
@@ -184,7 +232,9 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         W_KMAJOR=True, EPI=EPI_NONE, SPLIT=split, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], INTERPRET=interpret,
         PDL=pdl, PAIR=True, EPI2=EPI_GATED if w2_up is not None else EPI_NONE,
         w2_up_ptr=w2_up if w2_up is not None else w2,
+        NORM=NORM_POST if norm else NORM_NONE, nw_ptr=norm_weight if norm else w1, eps=float(eps),
+        HAS_RES=residual is not None, res_ptr=res, res_out_ptr=stream, s_rt=res.stride(0), s_rot=stream.stride(0),
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
         **tuning.pdl_launch(pdl),
     )
-    return y1, y2
+    return outs

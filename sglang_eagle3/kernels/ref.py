@@ -47,6 +47,25 @@ def ref_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = No
     return out.copy_(y) if out is not None else y
 
 
+def ref_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_up: torch.Tensor | None = None,
+                  out1_dtype: torch.dtype | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
+                  residual: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """Two products of one x [T, K]: (x w1^T in ``out1_dtype``, x w2^T or with ``w2_up`` SiLU(x w2^T) *
+    (x w2_up^T)), each as ref_gemv. With ``norm_weight`` x is first ref_rms_norm(x, norm_weight, eps,
+    residual) and the stream it normalised (x + residual, or x itself) is returned third: the unfused
+    numbers of a decoder layer's input norm followed by MLA's q_a and kv_a."""
+    stream = x
+    if norm_weight is not None:
+        if residual is None:
+            x = ref_rms_norm(x, norm_weight, eps)
+        else:
+            x, stream = ref_rms_norm(x, norm_weight, eps, residual)
+    else:
+        assert residual is None, "residual is added before the norm: it needs norm_weight"
+    ys = ref_gemv(x, w1, out_dtype=out1_dtype), ref_gemv(x, w2, w_up=w2_up)
+    return ys if norm_weight is None else (*ys, stream)
+
+
 # --------------------------------------------------------------------------------------------------
 # RMSNorm and rotary embedding
 # --------------------------------------------------------------------------------------------------

@@ -3,6 +3,9 @@
 The cache holds per token c = kv_a_layernorm(compressed kv) [kv_lora_rank] and the shared rope key
 [qk_rope_head_dim]. Queries are projected into the latent space through W_UK (absorbed), attention runs over
 the latent values, and W_UV maps the result back to heads: decode and verify read only the cache.
+
+At inference the decoder layer may hand its input RMSNorm to the attention (``folds_input_norm``): the norm
+of h + residual then runs inside the q_a + kv_a launch, one launch fewer per layer.
 """
 
 from __future__ import annotations
@@ -47,6 +50,12 @@ class MLAAttention(nn.Module):
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
         # Launch fusions at inference (SGLANG_EAGLE3_NO_FUSE switches them off to bisect a numerical difference)
         self.fuse_qa_norm, self.fuse_kv_norm = env.fusion_on("qa_norm"), env.fusion_on("kv_norm")
+        self.fuse_input_norm = env.fusion_on("input_norm")
+
+    def folds_input_norm(self) -> bool:
+        """Whether forward takes the un-normed hidden state and the decoder layer's input norm (see forward):
+        at inference with q_lora, where q_a and kv_a are one launch that can take the norm too."""
+        return self.fuse_input_norm and not hasattr(self, "q_proj") and not torch.is_grad_enabled()
 
     # W_UK [h, nope, c] and W_UV [h, v, c] are views of kv_b_proj's weight: nothing is duplicated, and a
     # weight reload is seen at once. The per-head products below are bmm's over these strided views, which
@@ -56,8 +65,12 @@ class MLAAttention(nn.Module):
         return w[:, : self.nope], w[:, self.nope :]
 
     def _project(self, x: torch.Tensor, positions: torch.Tensor, cache: torch.Tensor | None = None,
-                 cache_loc: torch.Tensor | None = None):
-        """x [N, H], positions [N] -> q_latent [N, h, c], q_rope [N, h, r], latent kv [N, c + r].
+                 cache_loc: torch.Tensor | None = None, input_norm: RMSNorm | None = None,
+                 residual: torch.Tensor | None = None):
+        """x [N, H], positions [N] -> q_latent [N, h, c], q_rope [N, h, r], latent kv [N, c + r], stream.
+
+        With ``input_norm`` x is un-normed: q_a and kv_a project input_norm(x + residual), from the same
+        launch, and stream is x + residual [N, H] (x itself without a residual); else stream is None.
 
         For inference (autograd off) the kv_a norm and the rope write in place or straight to the cache: with
         ``cache`` [slots, c + r] and ``cache_loc`` [N] the normed c and the rotated k land in the tokens'
@@ -65,13 +78,20 @@ class MLAAttention(nn.Module):
         then is the latent. q's rope columns rotate in place in the same launch as k, and q_latent lands
         contiguous. With autograd on, the same numbers come from out-of-place ops training can
         differentiate."""
+        stream = None
+        assert input_norm is None or self.folds_input_norm(), "the input norm folds only into gemv_pair's launch"
         if hasattr(self, "q_proj"):
             q, kv_a = self.q_proj(x), self.kv_a_proj_with_mqa(x)
         elif torch.is_grad_enabled():
             q, kv_a = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))), self.kv_a_proj_with_mqa(x)
         else:  # q_a and kv_a read the same x: one launch for both at decode/verify sizes
-            q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
-                                          use_triton=self.q_a_proj.use_triton)
+            if input_norm is not None:  # and the input norm with its residual add, in that launch too
+                q_a, kv_a, stream = kernels.gemv_pair(
+                    x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight, norm_weight=input_norm.weight,
+                    eps=input_norm.eps, residual=residual, use_triton=self.q_a_proj.use_triton)
+            else:
+                q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
+                                              use_triton=self.q_a_proj.use_triton)
             if self.fuse_qa_norm:  # q_a_layernorm folded into q_b's launch (each program normalises the row)
                 q = kernels.gemv(q_a, self.q_b_proj.weight, norm_weight=self.q_a_layernorm.weight,
                                  eps=self.q_a_layernorm.eps, use_triton=self.q_b_proj.use_triton)
@@ -90,7 +110,7 @@ class MLAAttention(nn.Module):
             latent = torch.cat([c, k_rope], dim=-1)
             if cache is not None:
                 cache[cache_loc] = latent.to(cache.dtype)
-            return q_latent, q_rope, latent
+            return q_latent, q_rope, latent, stream
         if cache is None:
             self.kv_a_layernorm(c, out=c)
             self.rotary.rotate_(q_rope, k_rope, positions)
@@ -108,7 +128,7 @@ class MLAAttention(nn.Module):
         # q_nope [N, h, nope] @ W_UK [h, nope, c] per head: the GEMV kernel reads W_UK in place as an
         # N-contiguous [h, c, nope] view (decode/verify), a batched GEMM otherwise.
         q_latent = kernels.gemv(q_nope, w_uk.transpose(1, 2), use_triton=self.use_triton)
-        return q_latent, q_rope, latent
+        return q_latent, q_rope, latent, stream
 
     def _output(self, attn_latent: torch.Tensor) -> torch.Tensor:
         """attn_latent [N, h, c] -> o_proj(attn W_UV) [N, H]."""
@@ -120,10 +140,17 @@ class MLAAttention(nn.Module):
         o = kernels.gemv(attn_latent, w_uv, use_triton=self.use_triton)  # [N, h, v], per head attn W_UV^T
         return self.o_proj(o.reshape(N, -1))
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        """x [N, H] flat over the batch's new tokens."""
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch, *,
+                input_norm: RMSNorm | None = None,
+                residual: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """x [N, H] flat over the batch's new tokens -> [N, H].
+
+        With ``input_norm`` (the decoder layer's, only where folds_input_norm()): x is the un-normed hidden
+        state h, the attention reads input_norm(h + residual) (h without a residual), and returns (out, the
+        stream h + residual [N, H]), as ``input_norm(h, residual)`` returns it (h itself without a residual)."""
         cache = fb.kv.layers[self.layer_id]
-        q_latent, q_rope, _ = self._project(x, positions, cache, fb.out_cache_loc)  # writes the new latents
+        q_latent, q_rope, _, stream = self._project(x, positions, cache, fb.out_cache_loc, input_norm,
+                                                    residual)  # writes the new latents
         if fb.mode.is_uniform:
             out = kernels.mla_attention(
                 q_latent, q_rope, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
@@ -139,12 +166,13 @@ class MLAAttention(nn.Module):
                     kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale))
                 start += n
             out = torch.cat(outs, dim=0)
-        return self._output(out)
+        out = self._output(out)
+        return out if input_norm is None else (out, stream)
 
     def forward_dense(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Full causal attention over x [B, S, H] without a cache (training and references)."""
         B, S, H = x.shape
-        q_latent, q_rope, latent = self._project(x.reshape(B * S, H), positions.reshape(B * S))
+        q_latent, q_rope, latent, _ = self._project(x.reshape(B * S, H), positions.reshape(B * S))
         # The batch itself as a paged cache: request b is page b with page_size S.
         table = torch.arange(B, dtype=torch.int32, device=x.device)[:, None]
         seq_lens = torch.full((B,), S, dtype=torch.int32, device=x.device)

@@ -39,12 +39,18 @@ class DecoderLayer(nn.Module):
         """Residual-fused form (as vLLM/SGLang): the residual stream entering the layer is h + residual
         (just h when residual is None, i.e. the first layer). Returns (mlp out, residual) whose sum is the
         stream leaving the layer. Each residual add rides in the following norm's launch; the sum is rounded
-        to the model dtype before it is normalised, so the numbers equal the unfused h = h + attn path."""
-        if residual is None:
-            x, residual = self.input_layernorm(h), h
+        to the model dtype before it is normalised, so the numbers equal the unfused h = h + attn path.
+        At inference the input norm may ride in the attention's q_a + kv_a launch instead
+        (MLAAttention.folds_input_norm): the stream is the same, the projections equal within rounding (the
+        kernel rounds x * weight before scaling by rstd)."""
+        if fb is not None and self.self_attn.folds_input_norm():
+            attn, residual = self.self_attn(h, positions, fb, input_norm=self.input_layernorm, residual=residual)
         else:
-            x, residual = self.input_layernorm(h, residual)
-        attn = self.self_attn.forward_dense(x, positions) if fb is None else self.self_attn(x, positions, fb)
+            if residual is None:
+                x, residual = self.input_layernorm(h), h
+            else:
+                x, residual = self.input_layernorm(h, residual)
+            attn = self.self_attn.forward_dense(x, positions) if fb is None else self.self_attn(x, positions, fb)
         x, residual = self.post_attention_layernorm(attn, residual)
         return self.mlp(x), residual
 

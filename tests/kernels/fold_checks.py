@@ -1,6 +1,229 @@
-"""Checks of the launch folds into the skinny GEMM (input RMSNorm + residual into q_a/kv_a; MLA
-merge into W_UV), under the interpreter (CASES, run by kernel_checks.py) and on the GPU."""
+"""Checks of the launch folds into the skinny GEMM (a decoder layer's input RMSNorm and residual add into the
+q_a + kv_a launch), under the interpreter (CASES, run by kernel_checks.py) and on the GPU (test_fold_gpu.py).
+
+kernel_checks imports this module at its end, to merge CASES: its helpers are imported inside the functions.
+"""
 
 from __future__ import annotations
 
-CASES: dict = {}
+import contextlib
+import math
+import os
+
+import torch
+
+from sglang_eagle3 import env, kernels
+
+EPS = 1e-6
+
+
+def _interpreting() -> bool:
+    from sglang_eagle3.kernels import tuning
+
+    return tuning.interpreting()
+
+
+def kernel_cast(x32: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float32 x rounded to ``dtype`` as a kernel's cast rounds it: to nearest even on the GPU (as torch does),
+    but the interpreter truncates float32 to bfloat16 (its float16 casts round to nearest)."""
+    if dtype == torch.bfloat16 and not x32.is_cuda and _interpreting():
+        return (x32.contiguous().view(torch.int32) & -65536).view(torch.float32).to(dtype)
+    return x32.to(dtype)
+
+
+def _splits(K: int, config: dict | None) -> int | None:
+    """Split count a launch with ``config`` uses (as gemv._split_plan rounds it); None for the default config."""
+    if config is None:
+        return None
+    k_per_split = math.ceil(math.ceil(K / config["SPLIT"]) / config["BLOCK_K"]) * config["BLOCK_K"]
+    return math.ceil(K / k_per_split)
+
+
+def check_input_norm_fold(T, N1, N2, K, residual=True, dtype=torch.bfloat16, config=None, device="cpu", seed=0,
+                          router=False, strided=False, min_splits=1) -> dict:
+    """triton_gemv_pair with a folded input RMSNorm (norm_weight, eps, residual), for MLA's q_a [N1] and kv_a
+    [N2] (with ``router``: float32 logits and a gated second output, the same launch shape as the router and
+    shared expert): the products within rounding of the float64 unfused math on the new stream (normed
+    without intermediate rounding), the stream h + residual exactly as the kernel's cast rounds it (torch's
+    add on the GPU) and h itself without a residual, row 0 the same at T=1, split-K counters reset.
+    ``strided``: h is a column slice of a wider tensor (row stride != K)."""
+    from kernel_checks import rel_err
+
+    from sglang_eagle3.kernels.gemv import _COUNTERS, triton_gemv_pair
+
+    splits = _splits(K, config)
+    assert splits is None or splits >= min_splits, f"{config=} splits K={K} {splits} ways, the case wants {min_splits}"
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    base = (torch.randn(T, K + 8, generator=g) * 2).to(dtype).to(device)
+    h = base[:, 3:3 + K] if strided else base[:, :K].contiguous()
+    res = (torch.randn(T, K, generator=g) * 2).to(dtype).to(device) if residual else None
+    nw = (1 + 0.3 * torch.randn(K, generator=g)).to(dtype).to(device)
+    w1 = (torch.randn(N1, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
+    w2 = (torch.randn(N2, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
+    w2_up = (torch.randn(N2, K, generator=g) / math.sqrt(K)).to(dtype).to(device) if router else None
+    out1_dtype = torch.float32 if router else None
+    kw = dict(w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=nw, eps=EPS, config=config)
+    y1, y2, stream = triton_gemv_pair(h, w1, w2, residual=res, **kw)
+
+    if residual:
+        want = kernel_cast(h.float() + res.float(), dtype)
+        assert torch.equal(stream, want), (
+            f"new residual differs from h + residual in {(stream != want).sum().item()} of {stream.numel()}")
+        if device != "cpu":
+            assert torch.equal(stream, h + res), "new residual != torch's h + residual"
+    else:
+        assert stream is h, "without a residual the stream is h itself"
+    assert y1.dtype == (out1_dtype or dtype) and y2.dtype == dtype, (y1.dtype, y2.dtype)
+
+    # The kernel rounds x * g to the activation dtype and scales the fp32 product by rstd; the float64
+    # reference rounds nothing before the product: the difference is that rounding and the output's.
+    normed = kernels.ref_rms_norm(stream.double(), nw.double(), EPS)
+    half_tol = 4e-3 if h.is_cuda else 1.2e-2  # the interpreter truncates (see kernel_cast): ~twice the error
+    errs = []
+    for name, y, w, up, tol in (("out1", y1, w1, None, half_tol),
+                                ("out2", y2, w2, w2_up, (2e-2 if h.is_cuda else 3e-2) if router else half_tol)):
+        ref = kernels.ref_gemv(normed, w.double(), w_up=None if up is None else up.double())
+        err = rel_err(y, ref)
+        assert err < tol, f"{name} rel err {err} >= {tol} ({T=} {N1=} {N2=} {K=} {residual=} {router=} {config=})"
+        errs.append(err)
+
+    one = triton_gemv_pair(h[:1], w1, w2, residual=None if res is None else res[:1], **kw)
+    for name, a, b in zip(("out1", "out2", "stream"), one, (y1, y2, stream), strict=True):
+        assert torch.equal(a[0], b[0]), f"{name}: row 0 differs between T=1 and T={T}"
+    left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
+    assert not any(left.values()), f"split-K counters not reset: {left}"
+    return {"rel_err": errs, "splits": splits or "default config"}
+
+
+def check_input_norm_fold_reference_path(seed=0) -> dict:
+    """kernels.gemv_pair with a norm where the fold kernel does not run computes the unfused numbers: the
+    norm (ref_rms_norm for float64, under autograd or with use_triton=False; else the rms_norm kernel, as the
+    unfused layer runs it), then torch's products; without a residual the stream is h itself."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    K, N1, N2 = 48, 20, 11
+    out = {}
+    for dtype, T, use_triton, residual, grad in ((torch.float32, 3, False, True, False),
+                                                 (torch.float32, 3, True, False, False),  # not a GEMV dtype
+                                                 (torch.float64, 5, True, True, False),
+                                                 (torch.bfloat16, 20, True, True, False),  # rows > GEMV_MAX_ROWS
+                                                 (torch.bfloat16, 2, False, False, False),
+                                                 (torch.float32, 4, True, True, True)):
+        h = torch.randn(T, K, generator=g).to(dtype).requires_grad_(grad)
+        res = torch.randn(T, K, generator=g).to(dtype) if residual else None
+        nw = (1 + 0.3 * torch.randn(K, generator=g)).to(dtype)
+        w1, w2 = torch.randn(N1, K, generator=g).to(dtype), torch.randn(N2, K, generator=g).to(dtype)
+        y1, y2, stream = kernels.gemv_pair(h, w1, w2, norm_weight=nw, eps=EPS, residual=res, use_triton=use_triton)
+        norm = (lambda *a: kernels.rms_norm(*a, use_triton=True)) if (
+            use_triton and dtype != torch.float64 and not grad) else kernels.ref_rms_norm
+        normed, want = norm(h, nw, EPS, res) if res is not None else (norm(h, nw, EPS), h)
+        what = f"{dtype=} {T=} {use_triton=} {residual=} {grad=}"
+        assert torch.equal(stream, want) and (res is not None or stream is h), f"stream differs ({what})"
+        for y, w in ((y1, w1), (y2, w2)):
+            assert torch.equal(y, torch.nn.functional.linear(normed, w)), f"products differ ({what})"
+        if grad:
+            (y1.sum() + y2.sum()).backward()
+            assert h.grad is not None and torch.isfinite(h.grad).all(), f"no gradient through the fold ({what})"
+        out[what] = "unfused numbers"
+    return out
+
+
+@contextlib.contextmanager
+def _no_fuse(value: str):
+    """SGLANG_EAGLE3_NO_FUSE while models are built (layers read it in __init__)."""
+    old = os.environ.get(env.NO_FUSE.name)
+    os.environ[env.NO_FUSE.name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[env.NO_FUSE.name]
+        else:
+            os.environ[env.NO_FUSE.name] = old
+
+
+def pin_routing(model: torch.nn.Module) -> None:
+    """Correction biases a whole sigmoid range apart: every token picks the same experts (the weights still
+    follow the scores). Two paths that round differently then cannot route a token to other experts, which
+    would change its logits by O(1) and hide the rounding-sized difference a comparison is after."""
+    from sglang_eagle3.layers.moe import DeepseekMoE
+
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, DeepseekMoE):
+                bias = m.gate.e_score_correction_bias
+                bias.copy_(torch.arange(bias.numel(), dtype=bias.dtype, device=bias.device))
+
+
+def check_input_norm_fold_model(device="cpu", dtype=torch.bfloat16, tol=3e-2, B=2, S=5, hidden=64, seed=0) -> dict:
+    """A small Kimi-shaped model (kimi_like_model, routing pinned) with the input-norm fold on vs off
+    (NO_FUSE=input_norm), every op on its kernel: prefill, one decode step and a verify of 3 per request
+    through the model runner give the same logits within tolerance, and the fold ran in every layer of every
+    decode/verify forward."""
+    from kernel_checks import kimi_like_model, rel_err, set_kernels
+
+    from sglang_eagle3.runtime.model_runner import ModelRunner
+
+    layers = 2
+    page = 4
+    pages_per_req = (S + 8) // page + 1
+    pages = [list(range(1 + b * pages_per_req, 1 + (b + 1) * pages_per_req)) for b in range(B)]
+    logits, folds = {}, {}
+    for no_fuse in ("", "input_norm"):
+        with _no_fuse(no_fuse):
+            model = kimi_like_model(device, dtype, layers=layers, hidden=hidden, seed=seed)
+        pin_routing(model)
+        ids = torch.randint(0, model.config.vocab_size, (B, S), generator=torch.Generator().manual_seed(seed))
+        runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=B * pages_per_req + 2, page_size=page,
+                             max_context=pages_per_req * page, device=torch.device(device), dtype=dtype,
+                             use_cuda_graph=False, cuda_graph_max_bs=B, verify_widths=(3,), attention_backend="auto")
+        set_kernels(model, True)  # after the runner, which sets the backends it is given
+        calls = []
+        gemv_pair = kernels.gemv_pair
+
+        def spy(*args, calls=calls, gemv_pair=gemv_pair, **kwargs):
+            calls.append(kwargs.get("norm_weight") is not None)
+            return gemv_pair(*args, **kwargs)
+
+        kernels.gemv_pair = spy
+        try:
+            prompts = ids.tolist()
+            prefill, _ = runner.target_extend(runner.build([(prompts[b], 0, pages[b]) for b in range(B)]))
+            start = len(calls)
+            decode, _ = runner.target_uniform(runner.build([([prompts[b][-1]], S, pages[b]) for b in range(B)]), 1,
+                                              verify=False)
+            verify, _ = runner.target_uniform(
+                runner.build([((prompts[b] * 3)[:3], S + 1, pages[b]) for b in range(B)]), 3, verify=True)
+        finally:
+            kernels.gemv_pair = gemv_pair
+        logits[no_fuse] = (prefill, decode, verify)
+        folds[no_fuse] = sum(calls[start:])
+    assert folds == {"": 2 * layers, "input_norm": 0}, f"input norm folds per (decode + verify): {folds}"
+    errs = {}
+    for name, a, b in zip(("prefill", "decode", "verify"), logits[""], logits["input_norm"], strict=True):
+        errs[name] = rel_err(a, b)
+        assert errs[name] < tol, f"{name} logits with the fold vs without: rel err {errs[name]} ({dtype=})"
+    return errs
+
+
+# Split-K over 3-4 splits of 64 (the last one short), in small programs (the interpreter stays quick).
+FOLD_SPLIT = {"BLOCK_N": 16, "BLOCK_K": 32, "SPLIT": 4, "num_warps": 4}
+FOLD_ONE = {"BLOCK_N": 16, "BLOCK_K": 32, "SPLIT": 1, "num_warps": 4}  # one program streams all of K
+
+CASES = {
+    "fold_split_residual_t3": lambda: check_input_norm_fold(3, 40, 23, 200, config=FOLD_SPLIT, seed=60, min_splits=4),
+    "fold_split_no_residual_t16": lambda: check_input_norm_fold(16, 37, 17, 136, residual=False, config=FOLD_SPLIT,
+                                                                seed=61, min_splits=3),
+    "fold_no_split_residual_t16_strided": lambda: check_input_norm_fold(16, 21, 35, 168, config=FOLD_ONE, seed=62,
+                                                                        strided=True),
+    "fold_no_split_fp16_no_residual_t1": lambda: check_input_norm_fold(1, 19, 33, 112, residual=False,
+                                                                       dtype=torch.float16, config=FOLD_ONE, seed=63),
+    "fold_split_fp16_residual_t3_strided": lambda: check_input_norm_fold(3, 29, 9, 176, dtype=torch.float16,
+                                                                         config=FOLD_SPLIT, seed=64, strided=True,
+                                                                         min_splits=3),
+    "fold_default_config_residual_t1": lambda: check_input_norm_fold(1, 33, 21, 96, seed=65),
+    "fold_router_gated_split_t3": lambda: check_input_norm_fold(3, 24, 13, 144, config=FOLD_SPLIT, seed=66,
+                                                                router=True, min_splits=3),
+    "fold_reference_path": lambda: check_input_norm_fold_reference_path(seed=67),
+    # float16: the interpreter's bfloat16 truncation, amplified through the random model, would need a loose bound
+    "fold_model_fp16": lambda: check_input_norm_fold_model(dtype=torch.float16, tol=1e-2, seed=68),
+}

@@ -9,6 +9,14 @@ stores its fp32 partial sums, and the last of the SPLIT programs of a row block 
 counter, which it resets for the next call) adds the partials in split order (deterministic) and runs the
 epilogue: a plain cast, a residual add, or SiLU(gate) * up for a gated MLP whose gate and up weights are
 separate tensors read by the same program.
+
+An RMSNorm of x can ride in the same launch, two ways (NORM). NORM_PRE (short rows, MLA's q_a_layernorm
+before q_b): every program first reads the whole row to get its rstd. NORM_POST (the 7168-wide input norm
+of a decoder layer, with its residual add, before q_a and kv_a): rstd is one scalar per row, so
+rstd * sum_k bf16(x g)_k W_nk is the normed product; each program feeds its own K-slice of bf16(x g) to the
+dot and sums the squares of that slice, and the epilogue (after the split reduction, which adds the slices'
+sums of squares in split order too) scales by rstd. The product then differs from the unfused
+norm-then-GEMV only in where x is rounded to bf16 (before the scaling by rstd instead of after).
 """
 
 import triton
@@ -18,6 +26,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from sglang_eagle3.kernels.triton.sync import last_arrival
 
 EPI_NONE, EPI_ADD, EPI_GATED = 0, 1, 2
+NORM_NONE, NORM_PRE, NORM_POST = 0, 1, 2
 PREFETCH_LINES = tl.constexpr(16)  # 128-byte lines per row per prefetch step
 
 
@@ -45,8 +54,14 @@ def _prefetch_slab(w_ptr, b, pid_n, n, n_ok, k_lo, k_hi, s_wb, s_wn, s_wk,
 
 
 @triton.jit
+def _rstd(ss, K, eps):
+    """1 / sqrt(mean of squares + eps) from the sum of squares of K values, as the RMSNorm kernel computes it."""
+    return 1.0 / tl.sqrt(ss / K + eps)
+
+
+@triton.jit
 def _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD: tl.constexpr, BLOCK_K: tl.constexpr):
-    """1 / sqrt(mean(x[t, b, :]^2) + eps) per row, fp32 [M_PAD] (the RMSNorm folded into this GEMV)."""
+    """1 / sqrt(mean(x[t, b, :]^2) + eps) per row, fp32 [M_PAD]: NORM_PRE reads the whole row first."""
     t = tl.arange(0, M_PAD)
     ss = tl.zeros([M_PAD], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -54,28 +69,45 @@ def _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD: tl.constexpr, BLOCK_K: tl.
         xt = tl.load(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], mask=(t[:, None] < T) & (k < K)[None, :],
                      other=0.0).to(tl.float32)
         ss += tl.sum(xt * xt, axis=1)
-    return 1.0 / tl.sqrt(ss / K + eps)
+    return _rstd(ss, K, eps)
 
 
 @triton.jit
 def _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk, rstd, nw_ptr,
+          res_ptr, res_out_ptr, s_rt, s_rot, first_block,
           W_KMAJOR: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-          INTERPRET: tl.constexpr, NORM: tl.constexpr):
-    """fp32 [M_PAD, BLOCK_N]: sum over k in [k_lo, k_hi) of x[t, b, k] * W[b, n, k] (rows t >= T are 0).
+          INTERPRET: tl.constexpr, NORM: tl.constexpr, HAS_RES: tl.constexpr, STORE_RES: tl.constexpr):
+    """(fp32 [M_PAD, BLOCK_N] sum over k in [k_lo, k_hi) of x[t, b, k] * W[b, n, k], fp32 [M_PAD] sum of
+    squares of the slice of x for NORM_POST, else 0); rows t >= T are 0.
 
     A tensor-core dot with the activation rows padded to 16: the arithmetic is free at these sizes, and the
     order of the sums is the same for every row whatever T is, so decode (T=1) and verify (T=k+1) compute
-    bit-identical products for the same token."""
+    bit-identical products for the same token.
+
+    NORM_POST with HAS_RES: x is h + residual rounded to x's dtype (as torch's add rounds it), and with
+    STORE_RES programs with ``first_block`` store it to res_out (the new residual stream: the programs of one
+    row block cover K once between them)."""
     t = tl.arange(0, M_PAD)
     acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
+    ss = tl.zeros([M_PAD], dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         k_ok = k < k_hi
-        xt = tl.load(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], mask=(t[:, None] < T) & k_ok[None, :],
-                     other=0.0)
-        if NORM:  # x * rstd * norm weight in fp32, rounded to x's dtype as the separate RMSNorm kernel stores it
+        rows_ok = (t[:, None] < T) & k_ok[None, :]
+        xt = tl.load(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], mask=rows_ok, other=0.0)
+        if NORM == 1:  # x * rstd * norm weight in fp32, rounded to x's dtype as the separate RMSNorm kernel stores it
             nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
             xt = (xt.to(tl.float32) * rstd[:, None] * nw[None, :]).to(x_ptr.dtype.element_ty)
+        elif NORM == 2:  # x * norm weight rounded to x's dtype; rstd scales the product in the epilogue
+            if HAS_RES:
+                r = tl.load(res_ptr + t[:, None] * s_rt + k[None, :], mask=rows_ok, other=0.0)
+                xt = (xt.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+                if STORE_RES:
+                    tl.store(res_out_ptr + t[:, None] * s_rot + k[None, :], xt, mask=rows_ok & first_block)
+            xf = xt.to(tl.float32)
+            ss += tl.sum(xf * xf, axis=1)
+            nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+            xt = (xf * nw[None, :]).to(x_ptr.dtype.element_ty)
         if W_KMAJOR:  # [BLOCK_K, BLOCK_N] view of a K-contiguous tile
             w = tl.load(w_ptr + b * s_wb + n[None, :] * s_wn + k[:, None], mask=n_ok[None, :] & k_ok[:, None],
                         other=0.0)
@@ -86,7 +118,7 @@ def _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
             acc += tl.dot(xt.to(tl.float32), w.to(tl.float32))
         else:
             acc += tl.dot(xt, w)
-    return acc
+    return acc, ss
 
 
 @triton.jit
@@ -128,14 +160,16 @@ def gemv_kernel(
     s_xt, s_xb, s_wb, s_wn, s_wk, s_at, s_ab, s_ot, s_ob, s_w2n, s_o2t,
     W_KMAJOR: tl.constexpr, EPI: tl.constexpr, SPLIT: tl.constexpr, M_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-    PAIR: tl.constexpr = False, NORM: tl.constexpr = False, nw_ptr=None, eps=0.0,
+    PAIR: tl.constexpr = False, NORM: tl.constexpr = 0, nw_ptr=None, eps=0.0,
     EPI2: tl.constexpr = 0, w2_up_ptr=None,
+    HAS_RES: tl.constexpr = False, res_ptr=None, res_out_ptr=None, s_rt=0, s_rot=0,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
     W[b, n, k] lives at w_ptr + b*s_wb + n*s_wn + k (W_KMAJOR) or + n + k*s_wk (N-contiguous, e.g. MLA's W_UK
-    used as x @ W). part_ptr: fp32 [B, SPLIT, 2 (gate/up), M_PAD, N] scratch; count_ptr: int32 [B, N blocks],
-    zero before the call and zero again after it.
+    used as x @ W). part_ptr: fp32 [B, SPLIT, 2 (gate/up), M_PAD, N] scratch (for NORM_POST followed by the
+    slices' sums of squares, fp32 [B, N blocks, SPLIT, M_PAD]); count_ptr: int32 [B, N blocks], zero before
+    the call and zero again after it.
 
     PAIR: a second K-contiguous matrix W2 [N2, K] read by the same launch from the same x (MLA's q_a and kv_a;
     the router and the shared expert's gate/up): the first NB1 row blocks are W's (epilogue EPI, none or
@@ -143,8 +177,11 @@ def gemv_kernel(
     dtype may differ from out's (router logits float32, the shared expert's activation bf16). The partials
     plane is then N + N2 wide (W2's columns after W's). Only with B = 1.
 
-    NORM: x is first RMS-normalised per row with weight nw_ptr [K] and eps (MLA's q_a_layernorm folded into
-    q_b): every program computes the row's rstd itself (K <= a few thousand: a few KB from L2)."""
+    NORM: x is first RMS-normalised per row with weight nw_ptr [K] and eps (module doc). NORM_PRE (1): every
+    program computes the row's rstd itself (K <= a few thousand: a few KB from L2). NORM_POST (2): rstd from
+    the slices' sums of squares, applied in the epilogue; with HAS_RES x is h (x_ptr) + residual (res_ptr
+    [T, K], row stride s_rt), and the programs of row block 0 store that sum to res_out_ptr [T, K] (row
+    stride s_rot). Only with B = 1."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     b = tl.program_id(2)
@@ -182,18 +219,25 @@ def gemv_kernel(
             _prefetch_slab(w_up_e, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn_e, s_wk, W_KMAJOR, BLOCK_N)
         gdc_wait()
         gdc_launch_dependents()
-    if NORM:
+    if NORM == 1:
         rstd = _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD, BLOCK_K)
     else:
         rstd = tl.zeros([M_PAD], dtype=tl.float32)
-    acc = _slab(x_ptr, w_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
-                W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM)
+    first_block = pid_n == 0
+    acc, ss = _slab(x_ptr, w_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
+                    res_ptr, res_out_ptr, s_rt, s_rot, first_block,
+                    W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM, HAS_RES, True)
     if gated:
-        acc_up = _slab(x_ptr, w_up_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
-                       W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM)
+        acc_up, _ = _slab(x_ptr, w_up_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
+                          res_ptr, res_out_ptr, s_rt, s_rot, first_block,
+                          W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM, HAS_RES, False)
     else:
         acc_up = acc
     if SPLIT == 1:
+        if NORM == 2:  # this program summed the whole row
+            scale = _rstd(ss, K, eps)[:, None]
+            acc = acc * scale
+            acc_up = acc_up * scale
         _store(acc, acc_up, second, add_ptr, out_ptr, out2_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, s_o2t,
                EPI, EPI2, PAIR, M_PAD)
     else:
@@ -204,6 +248,11 @@ def gemv_kernel(
         tl.store(part, acc, mask=n_ok[None, :])
         if gated:
             tl.store(part + plane, acc_up, mask=n_ok[None, :])
+        # NORM_POST: this row block's SPLIT sums of squares, after every partials plane
+        ss_first = (part_ptr + tl.num_programs(2) * SPLIT * 2 * plane
+                    + (b * tl.num_programs(0) + pid_n) * SPLIT * M_PAD + t)
+        if NORM == 2:
+            tl.store(ss_first + pid_k * M_PAD, ss)
         if last_arrival(count_ptr + b * tl.num_programs(0) + pid_n, SPLIT, INTERPRET):  # reduce in split order
             first = part_ptr + b * SPLIT * 2 * plane + t[:, None] * width + cols[None, :]
             acc = tl.load(first, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
@@ -216,5 +265,12 @@ def gemv_kernel(
                                       cache_modifier=".cg")
             else:
                 acc_up = acc
+            if NORM == 2:
+                ss = tl.load(ss_first, cache_modifier=".cg")
+                for s in range(1, SPLIT):
+                    ss += tl.load(ss_first + s * M_PAD, cache_modifier=".cg")
+                scale = _rstd(ss, K, eps)[:, None]
+                acc = acc * scale
+                acc_up = acc_up * scale
             _store(acc, acc_up, second, add_ptr, out_ptr, out2_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, s_o2t,
                    EPI, EPI2, PAIR, M_PAD)

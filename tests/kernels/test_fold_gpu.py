@@ -1,0 +1,94 @@
+"""Launch folds into the skinny GEMM on the GPU at one Kimi-K2.5 TP=8 rank's shapes: the decoder layer's
+input RMSNorm (with its residual add) folded into MLA's q_a [1536] + kv_a [576] launch over K = 7168, for
+decode and verify rows (T = 1..8, 16); a CUDA graph replay of the fold; a small Kimi-shaped model's logits
+with the fold on and off. The checks are shared with the interpreter run (fold_checks.py).
+
+Outputs come from a poisoned allocator (test_kernels_gpu.poison_allocator), so an element the kernel never
+writes is NaN, which no bound accepts.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fold_checks import EPS, check_input_norm_fold, check_input_norm_fold_model  # noqa: E402
+from test_kernels_gpu import poison_allocator  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+HIDDEN, Q_LORA, KV_A = 7168, 1536, 512 + 64
+EXPERTS, SHARED_INTER = 384, 256
+
+
+@pytest.mark.parametrize("residual", [True, False])
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 8, 16])
+def test_input_norm_fold_q_a_kv_a(T, residual):
+    """The launcher's own config (split-K over K = 7168), against float64 products of the normed stream; the
+    new residual bit-identical to torch's h + residual; row 0 as at T=1; counters reset."""
+    poison_allocator()
+    check_input_norm_fold(T, Q_LORA, KV_A, HIDDEN, residual=residual, device="cuda", seed=T + 10 * residual)
+
+
+@pytest.mark.parametrize("config", [
+    {"BLOCK_N": 32, "BLOCK_K": 64, "SPLIT": 1, "num_warps": 4, "num_stages": 8},  # one program streams all of K
+    {"BLOCK_N": 32, "BLOCK_K": 64, "SPLIT": 7, "num_warps": 4, "num_stages": 8},
+    {"BLOCK_N": 16, "BLOCK_K": 128, "SPLIT": 3, "num_warps": 4, "num_stages": 3},
+])
+@pytest.mark.parametrize("T", [1, 4, 8])
+def test_input_norm_fold_configs(T, config):
+    """Other splits and tiles (a strided h: a column slice of a wider tensor)."""
+    poison_allocator()
+    check_input_norm_fold(T, Q_LORA, KV_A, HIDDEN, device="cuda", seed=100 + T, config=config, strided=True)
+
+
+@pytest.mark.parametrize("T", [1, 4])
+def test_input_norm_fold_router_shared_shape(T):
+    """The fold with a float32 first output and a gated second (the router and shared expert's gate/up of
+    the post-attention norm: not wired into the model, but the kernel takes it)."""
+    poison_allocator()
+    check_input_norm_fold(T, EXPERTS, SHARED_INTER, HIDDEN, device="cuda", seed=200 + T, router=True)
+
+
+def test_input_norm_fold_graph_replay_equals_eager():
+    """The fold captured in a CUDA graph (split-K counters reset in the launch, no memset): replays on new
+    h and residual equal eager calls, twice in a row."""
+    from sglang_eagle3 import kernels
+
+    T = 4
+    g = torch.Generator(device="cuda").manual_seed(5)
+    h = torch.randn(T, HIDDEN, device="cuda", generator=g).bfloat16()
+    res = torch.randn(T, HIDDEN, device="cuda", generator=g).bfloat16()
+    nw = torch.rand(HIDDEN, device="cuda", generator=g).bfloat16() + 0.5
+    w1 = torch.randn(Q_LORA, HIDDEN, device="cuda", generator=g).bfloat16() / HIDDEN ** 0.5
+    w2 = torch.randn(KV_A, HIDDEN, device="cuda", generator=g).bfloat16() / HIDDEN ** 0.5
+
+    def step():
+        return kernels.gemv_pair(h, w1, w2, norm_weight=nw, eps=EPS, residual=res)
+
+    step()  # compile outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs_g = step()
+    for _ in range(2):
+        h.copy_(torch.randn_like(h))
+        res.copy_(torch.randn_like(res))
+        graph.replay()
+        torch.cuda.synchronize()
+        outs_e = step()
+        for name, a, b in zip(("q_a", "kv_a", "new residual"), outs_g, outs_e, strict=True):
+            assert torch.equal(a, b), f"{name}: replay differs from eager"
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 8e-2), (torch.float16, 1e-2)])
+def test_input_norm_fold_model_logits(dtype, tol):
+    """A small Kimi-shaped model (hidden 256, routing pinned) with the fold on vs SGLANG_EAGLE3_NO_FUSE=
+    input_norm: prefill, decode and verify logits within rounding, and the fold ran in each layer of the
+    decode and verify steps. The random model amplifies rounding: under the interpreter (hidden 64) bf16
+    differs by 1-5e-2, float16 by <= 4e-3; a wiring slip such as a dropped residual moves them by ~0.6."""
+    check_input_norm_fold_model("cuda", dtype, tol=tol, hidden=256, seed=3)
