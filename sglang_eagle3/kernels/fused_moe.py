@@ -16,15 +16,6 @@ inner loop needs no layout conversion of weight-sized tiles; each gate_up progra
 of its pair's expert (pairs of a verify batch that share an expert run side by side and the L2 serves the
 repeated lines: GEMV_PER_PAIR); the k-slot sum is the down kernel's own loop, so its output is final.
 ``add`` (the shared experts' output) is added in the final store, rounded as a separate add would be.
-
-INT4 mma path (verify batches; path="mma", or path=None with MMA_MIN_TOKENS set): the GEMV path with its
-gate_up replaced, two launches, no memset (the K slices' arrival counters reset themselves):
-  gate_up  over (I-block, K-slice, expert slot): act as above, each weight tile decoded once for all the
-           expert's tokens and multiplied on the tensor cores (fp32 partials per K slice, added in slice order
-           by the slice that finishes last); a slot takes every SLOTS-th distinct expert (chunk of its tokens)
-  down     the GEMV path's down kernel, unchanged
-Per scale group one dot of K = 32 integer-valued weights (q - 8) against x, its fp32 result times the group
-scale: the GEMV path's numbers up to the order of the fp32 sums (see triton/fused_moe.py).
 """
 
 from __future__ import annotations
@@ -33,14 +24,12 @@ import torch
 import triton
 
 from sglang_eagle3.kernels import tuning
-from sglang_eagle3.kernels.gemv import _counters
 from sglang_eagle3.kernels.quant import PACK_FACTOR
 from sglang_eagle3.kernels.triton.fused_moe import (
     moe_down_kernel,
     moe_gate_up_kernel,
     moe_int4_gemv_down_kernel,
     moe_int4_gemv_gate_up_kernel,
-    moe_int4_mma_gate_up_kernel,
     moe_sum_slots_kernel,
 )
 
@@ -50,11 +39,6 @@ GEMV_MAX_TOKENS = 8  # INT4 GEMV path up to this many tokens (decode and verify 
 # gate_up of the GEMV path: one program per (pair, N block), pairs sharing an expert in parallel (True), or the
 # expert's first pair doing all of them in turn (False); a config's "PER_PAIR" overrides it.
 GEMV_PER_PAIR = True
-# INT4 verify batches of MMA_MIN_TOKENS..GEMV_MAX_TOKENS tokens take the "mma" path (tensor-core gate_up that
-# decodes each expert's weights once for all its tokens, then the GEMV path's down kernel) when path=None.
-# None: off, the GEMV path serves every T <= GEMV_MAX_TOKENS. Set it (e.g. 2 or 3) once the H200 numbers
-# (benchmarks/bench_moe_mma.py) show where the mma gate_up beats the GEMV one.
-MMA_MIN_TOKENS: int | None = None
 MAGIC_BITS = 0x4B000000  # float bits of 2^23, passed at run time (see triton/fused_moe.py)
 
 
@@ -115,17 +99,14 @@ def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: b
     return out
 
 
-def _configs(op: str, x: torch.Tensor, config: dict | None, bench_fn, down_op: str | None = None
-             ) -> tuple[dict, dict]:
-    """(gate_up config, down config): explicit, from the table, or autotuned per stage. The down stage's op
-    is ``down_op`` (default ``op``) + "_down"."""
+def _configs(op: str, x: torch.Tensor, config: dict | None, bench_fn) -> tuple[dict, dict]:
+    """(gate_up config, down config): explicit, from the table, or autotuned per stage."""
     if config is not None:
         return config["gate_up"], config["down"]
     T = x.shape[0]
-    down_op = down_op or op
     gate_up = tuning.get_config(f"{op}_gate_up", x.device, "tokens", T,
-                                bench=lambda c: bench_fn({"gate_up": c, "down": tuning.DEFAULTS[f"{down_op}_down"]}))
-    down = tuning.get_config(f"{down_op}_down", x.device, "tokens", T,
+                                bench=lambda c: bench_fn({"gate_up": c, "down": tuning.DEFAULTS[f"{op}_down"]}))
+    down = tuning.get_config(f"{op}_down", x.device, "tokens", T,
                              bench=lambda c: bench_fn({"gate_up": gate_up, "down": c}))
     return gate_up, down
 
@@ -153,92 +134,41 @@ def triton_fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_
 
 
 def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, group: int,
-                      gate_up_cfg: dict, down_cfg: dict, mma: bool = False) -> torch.Tensor:
-    """The GEMV path, or with ``mma`` the mma path (its own gate_up, the same down kernel)."""
+                      gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
     T, H = x.shape
+    k = topk_ids.shape[1]
+    TK = T * k
     out = torch.empty_like(x)
     if T == 0:
         return out
-    act = torch.empty(topk_ids.numel(), PACK_FACTOR, I // PACK_FACTOR, dtype=torch.float32, device=x.device)
-    launch_int4_gate_up(x, w13, s13, topk_ids, act, I=I, group=group, cfg=gate_up_cfg, mma=mma)
-    launch_int4_down(act, w2, s2, topk_ids, topk_weights, add, out, group=group, cfg=down_cfg)
-    return out
-
-
-def launch_int4_gate_up(x, w13, s13, topk_ids, act, *, I: int, group: int, cfg: dict, mma: bool) -> None:
-    """act [T*k, 8, I/8] fp32 (nibble-major, pre-scaled: see triton/fused_moe.py) = silu(x W_gate^T) * x W_up^T
-    of every pair, by the GEMV gate_up (one program per pair and N block) or with ``mma`` by the tensor-core
-    one (per N block, K slice and slot: min(T*k, SLOTS) slots share out the distinct experts). Separate from
-    the down stage so that benchmarks can time it alone."""
-    H = x.shape[1]
-    TK = topk_ids.numel()
-    h_words, group_words = H // PACK_FACTOR, group // PACK_FACTOR
-    interpret = tuning.interpreting()  # also makes the loop over a loaded count work (see tuning)
+    h_words, i_words, group_words = H // PACK_FACTOR, I // PACK_FACTOR, group // PACK_FACTOR
+    act = torch.empty(TK, PACK_FACTOR, i_words, dtype=torch.float32, device=x.device)  # nibble-major act
+    tuning.interpreting()  # under the interpreter, makes the loop over a loaded count work (see tuning)
     pdl = tuning.pdl(x.device)
-    if mma:
-        bn, bt = cfg["BLOCK_N"], cfg["BLOCK_T"]
-        bw, words, split = mma_split_plan(H, cfg)
-        assert bw % group_words == 0, f"BLOCK_W={bw} words must hold whole scale groups of {group_words} words"
-        assert bn >= 16 and bt >= 8, f"tl.dot tiles: BLOCK_N={bn} must be >= 16 and BLOCK_T={bt} >= 8"
-        blocks = triton.cdiv(I, bn)
-        slots = min(TK, cfg["SLOTS"])  # programs per (N block, K slice), each over every slots-th work item
-        if split > 1:
-            part = torch.empty(TK, split, 2, I, dtype=torch.float32, device=x.device)  # fp32 partials by pair
-            count = _counters(x.device, slots * blocks)  # shared with the dense GEMV's split-K (one stream)
-        else:
-            part = count = act  # never touched with one slice
-        moe_int4_mma_gate_up_kernel[(blocks, split, slots)](
-            x, w13, s13, topk_ids, act, part, count,
-            x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-            TK, I, h_words, words, MAGIC_BITS,
-            # TK_PAD: at least 64 (T*k of a verify step of 8 tokens, top-8), so that one compile serves them all
-            TOP_K=topk_ids.shape[1], TK_PAD=max(64, triton.next_power_of_2(TK)), GROUP_WORDS=group_words,
-            BLOCK_N=bn, BLOCK_W=bw, BLOCK_T=bt, SPLIT=split, EVEN=I % bn == 0 and h_words == split * words,
-            INTERPRET=interpret, DOT_PRECISION=tuning.dot_precision(x.dtype),
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-            PDL=pdl, **tuning.pdl_launch(pdl),
-        )
-        return
     # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
-    bn, bw = cfg["BLOCK_N"], min(cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
+    bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
     moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
         x, w13, s13, topk_ids, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
         TK, I, h_words, MAGIC_BITS,
-        TOP_K=topk_ids.shape[1], TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
+        TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
-        PER_PAIR=cfg.get("PER_PAIR", GEMV_PER_PAIR),
-        num_warps=cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
+        PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR),
+        num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
-
-
-def launch_int4_down(act, w2, s2, topk_ids, topk_weights, add, out, *, group: int, cfg: dict) -> None:
-    """out [T, H] = sum over each token's k slots of topk_w * act W_down^T (+ add), from gate_up's act."""
-    T, H = out.shape
-    i_words, group_words = act.shape[2], group // PACK_FACTOR
-    pdl = tuning.pdl(out.device)
-    bn, bw = cfg["BLOCK_N"], min(cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(i_words)))
+    bn, bw = down_cfg["BLOCK_N"], min(down_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(i_words)))
     moe_int4_gemv_down_kernel[(T, triton.cdiv(H, bn))](
         act, w2, s2, topk_ids, topk_weights, add if add is not None else out, out,
         act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1),
         add.stride(0) if add is not None else 0, out.stride(0),
         H, MAGIC_BITS,
-        I_WORDS=i_words, TOP_K=topk_ids.shape[1], GROUP_WORDS=group_words, HAS_ADD=add is not None,
+        I_WORDS=i_words, TOP_K=k, GROUP_WORDS=group_words, HAS_ADD=add is not None,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=H % bn == 0 and i_words % bw == 0,
-        num_warps=cfg["num_warps"], num_stages=1,  # straight-line code: nothing to pipeline
+        num_warps=down_cfg["num_warps"], num_stages=1,  # straight-line code: nothing to pipeline
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
-
-
-def mma_split_plan(H: int, cfg: dict) -> tuple[int, int, int]:
-    """(BLOCK_W, words per K slice, slices) of the mma gate_up for hidden size H: BLOCK_W capped at H's words
-    (a power of two, at least one scale group), slices of whole BLOCK_W chunks, ~cfg["SPLIT"] of them (the last
-    may be shorter; 7 x 128 words at H=7168, BLOCK_W=32)."""
-    h_words = H // PACK_FACTOR
-    bw = min(cfg["BLOCK_W"], triton.next_power_of_2(h_words))
-    words = triton.cdiv(triton.cdiv(h_words, cfg["SPLIT"]), bw) * bw
-    return bw, words, triton.cdiv(h_words, words)
+    return out
 
 
 def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: torch.Tensor,
@@ -248,16 +178,13 @@ def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: 
     """W4A16: w13_packed int32 [E, 2I, H/8] + w13_scale [E, 2I, H/g]; w2_packed [E, H, I/8] + w2_scale
     [E, H, I/g] -> [T, H] in x.dtype (+ add [T, H], with the roundings of a separate add).
 
-    path: "gemv" (no tl.dot; decode/verify sizes), "mma" (verify batches: tensor-core gate_up decoding each
-    expert once, then the GEMV down), "tile" (tl.dot over grouped pairs), or None: mma for MMA_MIN_TOKENS <=
-    T <= GEMV_MAX_TOKENS when MMA_MIN_TOKENS is set, else gemv for T <= GEMV_MAX_TOKENS, tile above.
-    ``config`` ({"gate_up": ..., "down": ...}) is for the chosen path."""
+    path: "gemv" (no tl.dot; decode/verify sizes), "tile" (tl.dot over grouped pairs), or None: gemv for
+    T <= GEMV_MAX_TOKENS. ``config`` ({"gate_up": ..., "down": ...}) is for the chosen path."""
     _check_routing(x, topk_weights, topk_ids)
     _check_add(x, add)
     E, two_i, h_words = w13_packed.shape
     I = two_i // 2
     H = x.shape[1]
-    T = x.shape[0]
     assert group_size % PACK_FACTOR == 0, f"{group_size=} must be a multiple of {PACK_FACTOR}"
     assert H % group_size == 0 and I % group_size == 0, f"{H=} and {I=} must be multiples of {group_size=}"
     assert h_words * PACK_FACTOR == H and two_i == 2 * I, f"w13_packed {tuple(w13_packed.shape)} vs {H=}"
@@ -269,22 +196,17 @@ def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: 
     for name, t in (("w13_scale", w13_scale), ("w2_scale", w2_scale)):
         assert t.stride(-1) == 1, f"{name} must have unit inner stride, got {t.stride()}"
     if path is None:
-        if MMA_MIN_TOKENS is not None and MMA_MIN_TOKENS <= T <= GEMV_MAX_TOKENS:
-            path = "mma"
-        else:
-            path = "gemv" if T <= GEMV_MAX_TOKENS else "tile"
-    assert path in ("gemv", "mma", "tile"), f"{path=} must be 'gemv', 'mma' or 'tile'"
+        path = "gemv" if x.shape[0] <= GEMV_MAX_TOKENS else "tile"
+    assert path in ("gemv", "tile"), f"{path=} must be 'gemv' or 'tile'"
     args = (x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size, add)
 
     def bench_fn(c):
         return tuning.bench_us(lambda: triton_fused_moe_int4(*args, config=c, path=path))
 
-    if path in ("gemv", "mma"):
-        op = "fused_moe_int4_mma" if path == "mma" else "fused_moe_int4_gemv"
-        # the mma path's down stage is the GEMV path's kernel: it shares that op's configs
-        gate_up, down = _configs(op, x, config, bench_fn, down_op="fused_moe_int4_gemv")
+    if path == "gemv":
+        gate_up, down = _configs("fused_moe_int4_gemv", x, config, bench_fn)
         return _launch_int4_gemv(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, add,
-                                 I=I, group=group_size, gate_up_cfg=gate_up, down_cfg=down, mma=path == "mma")
+                                 I=I, group=group_size, gate_up_cfg=gate_up, down_cfg=down)
     gate_up, down = _configs("fused_moe_int4", x, config, bench_fn)
     for stage, cfg in (("gate_up", gate_up), ("down", down)):
         assert cfg["BLOCK_K"] >= 16 * PACK_FACTOR, f"INT4 {stage} BLOCK_K={cfg['BLOCK_K']} must be >= 128"

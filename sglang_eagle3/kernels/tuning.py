@@ -42,13 +42,6 @@ DEFAULTS: dict[str, dict] = {
     # pipeline loads that feed no tl.dot).
     "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4},
     "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4},
-    # INT4 mma gate_up (verify batches; its down stage is fused_moe_int4_gemv_down). A program: BLOCK_N gate +
-    # BLOCK_N up rows (16 per warp: tl.dot's M), one of ~SPLIT slices of H in chunks of BLOCK_W words (8
-    # weights each; num_stages - 1 chunks in flight), BLOCK_T tokens (the dot's N), for every SLOTS-th distinct
-    # expert. At Kimi TP=8 shapes: 8 row blocks x 7 slices of 128 words x min(T*k, 16) slots (~900 programs of
-    # 2 warps at T >= 2; ~11 experts at T=4 keep ~600 busy), 26 KB of shared memory a program (sm_90, sm_120).
-    "fused_moe_int4_mma_gate_up": {"BLOCK_N": 32, "BLOCK_W": 32, "BLOCK_T": 8, "SPLIT": 7, "SLOTS": 16,
-                                   "num_warps": 2, "num_stages": 3},
 }
 
 # Autotune search spaces for GPUs without a table (kept small: each candidate compiles).
@@ -73,13 +66,6 @@ CANDIDATES["fused_moe_int4_gemv_gate_up"] = [  # (BLOCK_N, BLOCK_W, num_warps): 
 ]
 CANDIDATES["fused_moe_int4_gemv_down"] = [
     {"BLOCK_N": bn, "BLOCK_W": 32, "num_warps": w} for bn, w in ((8, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8))
-]
-# (BLOCK_N, num_warps, SPLIT, num_stages). BLOCK_N = 16 x num_warps: one 16-row tile a warp (with more,
-# Triton 3.6 lays the decoded tile out badly: 16-bit shared stores, ~6.7 instructions a weight); one warp
-# spills at sm_90.
-CANDIDATES["fused_moe_int4_mma_gate_up"] = [
-    {**DEFAULTS["fused_moe_int4_mma_gate_up"], "BLOCK_N": bn, "num_warps": w, "SPLIT": sp, "num_stages": st}
-    for bn, w, sp, st in ((32, 2, 7, 3), (32, 2, 4, 3), (32, 2, 7, 2), (32, 2, 7, 4), (64, 4, 7, 3), (64, 4, 4, 3))
 ]
 CANDIDATES["fused_moe_down"] = [dict(c) for c in CANDIDATES["fused_moe_gate_up"]]
 CANDIDATES["fused_moe_int4_down"] = [dict(c) for c in CANDIDATES["fused_moe_gate_up"] if c["BLOCK_K"] >= 128]

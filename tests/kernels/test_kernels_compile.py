@@ -20,15 +20,18 @@ from compile_checks import CASES  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def compile_results() -> dict[str, dict]:
+def compile_results(request) -> dict[str, dict]:
     import triton
 
     if not shutil.which(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")):
         pytest.skip("this Triton wheel ships no ptxas")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-    proc = subprocess.run([sys.executable, str(HERE / "compile_checks.py")], env=env, capture_output=True,
-                          text=True, timeout=540)
+    # Only the cases this session selected (e.g. -k moe): every case compiles several kernels for two GPUs.
+    selected = sorted({item.callspec.params["case"] for item in request.session.items
+                       if item.module is request.module and hasattr(item, "callspec")})
+    proc = subprocess.run([sys.executable, str(HERE / "compile_checks.py"), *selected], env=env,
+                          capture_output=True, text=True, timeout=540)
     results = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):

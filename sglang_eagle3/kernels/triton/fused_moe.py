@@ -1,27 +1,18 @@
 """Fused MoE for decode/verify batch sizes, bf16 or INT4 W4A16 (pack-quantized, group 32) weights.
 
-Three families of kernels, all with grids fixed by shapes (no sort, no host sync: CUDA-graph safe):
+Work is indexed by (pair, N-block), a pair being one (token, slot) of topk_ids flattened to [T*k]. Only
+the first pair of each distinct expert (its "leader") works: it gathers every pair routed to that expert
+and applies the weight tile to all of them, so an expert is read once per step however many tokens chose
+it. The other programs exit after one small load. No sort, no host sync, a grid fixed by shapes.
 
-Tile path (bf16 and INT4, many tokens). Work is indexed by (pair, N-block), a pair being one (token, slot)
-of topk_ids flattened to [T*k]. Only the first pair of each distinct expert (its "leader") works: it gathers
-every pair routed to that expert and applies the weight tile to all of them, so an expert is read once per
-step however many tokens chose it. The other programs exit after one small load. INT4 tiles are never
-interleaved back into K order: nibble j of word w holds input k = 8w + j, and a dot product does not care
-about the order of k, so the kernel does 8 dots of K/8 each against x sampled with stride 8 (x[:, j::8]),
-sharing one scale tile (group 32 = 4 words).
-
-INT4 GEMV path (decode/verify, no tl.dot): gate_up per (pair, N-block), down per (token, H-block); section
-below.
-
-INT4 mma gate_up (verify batches): per (N-block, K-slice, distinct expert), each weight decoded once for all
-the expert's tokens, one tl.dot per scale group; writes the GEMV path's act for its down kernel. Last section.
+INT4 tiles are never interleaved back into K order: nibble j of word w holds input k = 8w + j, and a dot
+product does not care about the order of k, so the kernel does 8 dots of K/8 each against x sampled with
+stride 8 (x[:, j::8]), sharing one scale tile (group 32 = 4 words).
 """
 
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-from sglang_eagle3.kernels.triton.sync import last_arrival
 
 
 @triton.jit
@@ -183,41 +174,14 @@ def moe_sum_slots_kernel(per_pair_ptr, add_ptr, out_ptr, stride_pt, stride_at, s
 
 
 @triton.jit
-def _nibble_bits(src, magic, P: tl.constexpr):
-    """The float 2^23 + n * 16^P, n = the nibble of each int32 word at bits [4P, 4P + 4) (P <= 4)."""
-    return ((src & (0xF << (4 * P))) | magic).to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def _dequant_nibble(packed, hi, magic, J: tl.constexpr):
     """(nibble J - 8) * 16^p of each int32 word, as fp32 (exact); p = J % 5, `hi` = packed >> 20."""
     P: tl.constexpr = J % 5
     if J < 5:
-        bits = _nibble_bits(packed, magic, P)
+        bits = (packed & (0xF << (4 * P))) | magic
     else:
-        bits = _nibble_bits(hi, magic, P)
-    return bits - (8388608.0 + 8.0 * (1 << (4 * P)))
-
-
-@triton.jit
-def _int_nibble(packed, hi12, magic, J: tl.constexpr):
-    """nibble J - 8 of each int32 word, as fp32 (exact); `hi12` = packed >> 12. One LOP3 and one FFMA: the
-    16^-P rides in the FFMA's multiplier (2^23 16^-P + n exactly, minus 2^23 16^-P + 8: exact, fused or not).
-    Nibbles 4..7 come from hi12 at P = 1..4, so that no nibble is taken at bit 0 of a shifted word (which the
-    compiler turns into a bit-field extract, SHF + SGXT, before the LOP3)."""
-    P: tl.constexpr = J if J < 4 else J - 3
-    if J < 4:
-        bits = _nibble_bits(packed, magic, P)
-    else:
-        bits = _nibble_bits(hi12, magic, P)
-    return bits * (1.0 / (1 << (4 * P))) - (8388608.0 / (1 << (4 * P)) + 8.0)
-
-
-@triton.jit
-def _pow16_neg(p):
-    """16^-p for an int tensor p in [0, 5): the pre-scaling of nibble-major activations (exact)."""
-    return tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
-        p == 3, 1.0 / 4096, 1.0 / 65536))))
+        bits = (hi & (0xF << (4 * P))) | magic
+    return bits.to(tl.float32, bitcast=True) - (8388608.0 + 8.0 * (1 << (4 * P)))
 
 
 @triton.jit
@@ -286,7 +250,10 @@ def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr):
     else:
         words = w0 + w_idx
         x = tl.load(x_row + 8 * words[:, None] + j[None, :], mask=(words < N_WORDS)[:, None], other=0.0)
-    return x.to(tl.float32) * _pow16_neg(j % 5)[None, :]
+    p = j % 5
+    scale = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
+        p == 3, 1.0 / 4096, 1.0 / 65536))))  # 16^-p
+    return x.to(tl.float32) * scale[None, :]
 
 
 @triton.jit
@@ -383,8 +350,11 @@ def moe_int4_gemv_gate_up_kernel(
             g = tl.sum(acc_g, axis=1)
             u = tl.sum(acc_u, axis=1)
             j = n_offs % 8
+            p = j % 5
+            act_scale = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
+                p == 3, 1.0 / 4096, 1.0 / 65536))))  # 16^-p
             tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
-                     g * tl.sigmoid(g) * u * _pow16_neg(j % 5), mask=n_ok)
+                     g * tl.sigmoid(g) * u * act_scale, mask=n_ok)
 
 
 @triton.jit
@@ -430,184 +400,3 @@ def moe_int4_gemv_down_kernel(
         add = tl.load(add_ptr + t.to(tl.int64) * stride_addt + n_offs, mask=n_ok, other=0.0).to(tl.float32)
         y = y.to(out_ptr.dtype.element_ty).to(tl.float32) + add
     tl.store(out_ptr + t.to(tl.int64) * stride_ot + n_offs, y.to(out_ptr.dtype.element_ty), mask=n_ok)
-
-
-# --------------------------------------------------------------------------------------------------
-# INT4 tensor-core gate_up for verify batches: each weight decoded once for all of its expert's tokens
-# --------------------------------------------------------------------------------------------------
-# The GEMV gate_up above decodes an expert's nibbles again for every (token, slot) pair routed to it: at T=4
-# a verify step's 32 pairs share ~11 experts, and that path is ALU-bound on the decoding. Here a program per
-# (N block, K slice, distinct expert) decodes a [BLOCK_N, 32] tile of gate rows and one of up rows per scale
-# group and multiplies each with the expert's gathered tokens (up to BLOCK_T columns) on the tensor cores.
-# Exactness: (nibble - 8) is an integer in [-8, 7], exact in bf16/fp16/fp32 (decoded by one LOP3 + one FFMA,
-# _int_nibble); x is used as it is; each dot spans exactly one scale group (K = 32 inputs), so its products
-# are exact in fp32 and the group scale multiplies the fp32 dot result, as the GEMV path multiplies its fp32
-# per-group partial sums. The two paths differ only in the order of the fp32 sums (and in how the tensor
-# cores round their internal additions).
-# K slices (SPLIT > 1): a verify step has too few distinct experts to fill the GPU with programs that each
-# stream a whole [BLOCK_N, H] slab, so the H axis is split; each slice stores fp32 partials and the last to
-# finish adds them in slice order (deterministic; sync.last_arrival) and runs the SiLU * up epilogue.
-# Distinct experts are found in the kernel (no sort, no host sync): the grid has a fixed number of slots
-# (the launcher's min(T*k, SLOTS)), each looping over every slots-th (expert, chunk of tokens) item, so that
-# few programs find nothing to do whatever the routing.
-# Its output is act in the GEMV path's layout (nibble-major, pre-scaled), read by moe_int4_gemv_down_kernel.
-# Measured by compiling for sm_90 (tests/kernels/compile_checks.py): ~5.3 SASS instructions per weight in the
-# main loop, against ~4.4 per weight and per pair in the GEMV gate_up; 26 KB of shared memory at 3 stages.
-
-
-@triton.jit
-def _expert_chunks(ids_ptr, TK, TK_PAD: tl.constexpr, BLOCK_T: tl.constexpr):
-    """The mma gate_up's work items: (distinct expert, chunk of BLOCK_T of its pairs), numbered expert by expert
-    in order of first appearance in topk_ids. Returns (ids [TK_PAD] (-1 past TK), count [TK_PAD]: pairs
-    routed to pair i's expert, items [TK_PAD]: its chunks where pair i is its first pair (else 0), end
-    [TK_PAD]: one past its last item there, the number of items)."""
-    offs = tl.arange(0, TK_PAD)
-    ids = tl.load(ids_ptr + offs, mask=offs < TK, other=-1)
-    same = (ids[:, None] == ids[None, :]) & (offs < TK)[None, :]  # [TK_PAD, TK_PAD]
-    count = tl.sum(same.to(tl.int32), axis=1)
-    first = (tl.sum((same & (offs[None, :] < offs[:, None])).to(tl.int32), axis=1) == 0) & (offs < TK)
-    items = tl.where(first, (count + BLOCK_T - 1) // BLOCK_T, 0)
-    end = tl.cumsum(items, axis=0)
-    return ids, count, items, end, tl.sum(items, axis=0)
-
-
-@triton.jit
-def _work_item(ids, count, items, end, j):
-    """(expert, number of pairs routed to it, chunk) of work item j (see _expert_chunks)."""
-    mine = (items > 0) & (end - items <= j) & (j < end)  # one pair: the expert's first
-    return (tl.sum(tl.where(mine, ids, 0), axis=0), tl.sum(tl.where(mine, count, 0), axis=0),
-            j - tl.sum(tl.where(mine, end - items, 0), axis=0))
-
-
-@triton.jit
-def _decode_k_order(packed, magic, dtype: tl.constexpr):
-    """Packed words [N, W] -> weights (q - 8) [N, 8W] in dtype (exact), in K order (column 8w + j = nibble j
-    of word w). The joins stack the 8 nibble planes inside each thread (j = 4a + 2b + c, joined on a, then b,
-    then c), so the reshape moves no data."""
-    hi12 = packed >> 12
-    q0 = _int_nibble(packed, hi12, magic, 0).to(dtype)
-    q1 = _int_nibble(packed, hi12, magic, 1).to(dtype)
-    q2 = _int_nibble(packed, hi12, magic, 2).to(dtype)
-    q3 = _int_nibble(packed, hi12, magic, 3).to(dtype)
-    q4 = _int_nibble(packed, hi12, magic, 4).to(dtype)
-    q5 = _int_nibble(packed, hi12, magic, 5).to(dtype)
-    q6 = _int_nibble(packed, hi12, magic, 6).to(dtype)
-    q7 = _int_nibble(packed, hi12, magic, 7).to(dtype)
-    q = tl.join(tl.join(tl.join(q0, q4), tl.join(q2, q6)), tl.join(tl.join(q1, q5), tl.join(q3, q7)))
-    N: tl.constexpr = packed.shape[0]
-    W: tl.constexpr = packed.shape[1]
-    return tl.reshape(q, [N, 8 * W])
-
-
-@triton.jit
-def _int4_group_dot(rows, scales, mask, xk, magic, INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """scale[n] * sum over one scale group of (q[n, k] - 8) * xk[k, t]: fp32 [N, T]. rows: [N, GW] pointers to
-    the group's words, scales: [N] pointers to its scales, xk: [8 GW, T] activations (x.dtype), mask: [N, 1]
-    (or None: every row and word exists)."""
-    if mask is None:
-        packed = tl.load(rows)
-        scale = tl.load(scales).to(tl.float32)
-    else:
-        packed = tl.load(rows, mask=mask, other=0)
-        scale = tl.load(scales, mask=tl.reshape(mask, [mask.shape[0]]), other=0.0).to(tl.float32)
-    if INTERPRET:  # the interpreter's bf16 dot is not a bf16 dot; integer-valued fp32 operands are exact
-        w = _decode_k_order(packed, magic, tl.float32)
-        d = tl.dot(w, xk.to(tl.float32), input_precision="ieee")
-    else:
-        w = _decode_k_order(packed, magic, xk.dtype)
-        d = tl.dot(w, xk, input_precision=DOT_PRECISION)
-    return d * scale[:, None]
-
-
-@triton.jit
-def _store_act_tile(act_ptr, pairs, row_ok, n_offs, n_ok, g, u, stride_at, I):
-    """act[pair, j, w] = silu(g) * u * 16^-(j % 5) for rows n = 8w + j (g, u: fp32 [N, T] of pairs [T]): the
-    GEMV gate_up's store, so that moe_int4_gemv_down_kernel reads it as it reads that one."""
-    j = n_offs % 8
-    tl.store(act_ptr + pairs.to(tl.int64)[None, :] * stride_at + (j * (I // 8) + n_offs // 8)[:, None],
-             g * tl.sigmoid(g) * u * _pow16_neg(j % 5)[:, None], mask=n_ok[:, None] & row_ok[None, :])
-
-
-@triton.jit
-def moe_int4_mma_gate_up_kernel(
-    x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr, part_ptr, count_ptr,
-    stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
-    TK, I, H_WORDS, words_per_split, magic,
-    TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_W: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT: tl.constexpr, EVEN: tl.constexpr,
-    INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr = "tf32", PDL: tl.constexpr = False,
-):
-    """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) (fp32, nibble-major and pre-scaled as the GEMV
-    gate_up stores it), over grid (N blocks, SPLIT, slots). Program (nb, s, slot) takes BLOCK_N gate rows and
-    the matching up rows, words [s * words_per_split, +words_per_split) of H, and the work items slot, slot +
-    slots, ... (_expert_chunks: a distinct expert and BLOCK_T of its pairs; one item per expert when each token
-    picks an expert once and T <= BLOCK_T; a slot with none only arrives, with SPLIT > 1). Per scale group the
-    gate and the up tile are each one load, one decode and one dot of K = 32.
-    part_ptr: fp32 [T*k, SPLIT, 2, I] partials (gate, up) by pair; count_ptr: int32 [slots, N blocks] arrival
-    counters, zero before and after. Unused with SPLIT = 1.
-    EVEN: every row block and K slice is full (no masks), as at Kimi's shapes.
-    The loop over a slice's chunks of BLOCK_W words feeds tl.dot, so Triton's pipeliner streams the weights
-    and x into shared memory num_stages - 1 chunks ahead (cp.async); the groups of a chunk are unrolled."""
-    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
-        gdc_wait()
-        gdc_launch_dependents()
-    nb = tl.program_id(0)
-    s = tl.program_id(1)
-    ids, count, items, end, n_items = _expert_chunks(ids_ptr, TK, TK_PAD, BLOCK_T)
-    n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = n_offs < I
-    k_in = tl.arange(0, 8 * GROUP_WORDS)
-    # the slice's scale groups (loop variables count groups: no division by GROUP_WORDS in the loop)
-    g_lo = s * (words_per_split // GROUP_WORDS)
-    g_hi = tl.minimum(g_lo + words_per_split // GROUP_WORDS, H_WORDS // GROUP_WORDS)
-    row_stride = SPLIT * 2 * I  # of the partials
-    # NOTE: one flat loop over (expert, chunk) items, their table computed once (4 registers a thread at T*k
-    # <= 64): a loop over experts around one over chunks around the pipelined one over K, or recomputing the
-    # table per item, made ptxas spill at sm_90.
-    for j in range(tl.program_id(2), n_items, tl.num_programs(2)):
-        expert, pairs_n, chunk = _work_item(ids, count, items, end, j)
-        pairs, row_ok = _group_chunk(ids_ptr, expert, TK, chunk, pairs_n, TK_PAD, BLOCK_T)
-        e = expert.to(tl.int64)
-        gate_rows = (w13_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
-                     + tl.arange(0, GROUP_WORDS)[None, :])
-        up_rows = gate_rows + I * stride_wn
-        gate_scales = s13_ptr + e * stride_se + n_offs.to(tl.int64) * stride_sn
-        up_scales = gate_scales + I * stride_sn
-        x_cols = x_ptr + (pairs // TOP_K).to(tl.int64)[None, :] * stride_xt + k_in[:, None]  # [8 GW, T]
-        acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-        acc_u = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-        for g0 in range(g_lo, g_hi, BLOCK_W // GROUP_WORDS):
-            for grp in tl.static_range(BLOCK_W // GROUP_WORDS):
-                group = g0 + grp
-                word = group * GROUP_WORDS
-                if EVEN:
-                    xk = tl.load(x_cols + 8 * word, mask=row_ok[None, :], other=0.0)
-                    mask = None
-                else:  # a group past the slice: x is 0 there (and the scale), so it adds 0
-                    ok = group < g_hi
-                    xk = tl.load(x_cols + 8 * word, mask=row_ok[None, :] & ok, other=0.0)
-                    mask = n_ok[:, None] & ok
-                acc_g += _int4_group_dot(gate_rows + word, gate_scales + group, mask, xk, magic, INTERPRET,
-                                         DOT_PRECISION)
-                acc_u += _int4_group_dot(up_rows + word, up_scales + group, mask, xk, magic, INTERPRET,
-                                         DOT_PRECISION)
-        if SPLIT == 1:
-            _store_act_tile(act_ptr, pairs, row_ok, n_offs, n_ok, acc_g, acc_u, stride_at, I)
-        else:
-            part = part_ptr + pairs.to(tl.int64)[None, :] * row_stride + s * 2 * I + n_offs[:, None]
-            tl.store(part, acc_g, mask=n_ok[:, None] & row_ok[None, :])
-            tl.store(part + I, acc_u, mask=n_ok[:, None] & row_ok[None, :])
-    # The SPLIT programs of (nb, slot) have the same items: the last to finish adds up all their partials.
-    if SPLIT > 1:
-        if last_arrival(count_ptr + tl.program_id(2) * tl.num_programs(0) + nb, SPLIT, INTERPRET):
-            for j in range(tl.program_id(2), n_items, tl.num_programs(2)):
-                expert, pairs_n, chunk = _work_item(ids, count, items, end, j)
-                pairs, row_ok = _group_chunk(ids_ptr, expert, TK, chunk, pairs_n, TK_PAD, BLOCK_T)
-                first = part_ptr + pairs.to(tl.int64)[None, :] * row_stride + n_offs[:, None]
-                mask = n_ok[:, None] & row_ok[None, :]
-                g = tl.load(first, mask=mask, other=0.0, cache_modifier=".cg")
-                u = tl.load(first + I, mask=mask, other=0.0, cache_modifier=".cg")
-                for sl in tl.range(1, SPLIT, loop_unroll_factor=1):  # in slice order: deterministic
-                    g += tl.load(first + sl * 2 * I, mask=mask, other=0.0, cache_modifier=".cg")
-                    u += tl.load(first + sl * 2 * I + I, mask=mask, other=0.0, cache_modifier=".cg")
-                _store_act_tile(act_ptr, pairs, row_ok, n_offs, n_ok, g, u, stride_at, I)
