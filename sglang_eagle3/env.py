@@ -43,14 +43,18 @@ GIT_COMMIT = Knob("GIT_COMMIT", "commit recorded by benchmarks where the tree ha
 PDL = Knob("SGLANG_EAGLE3_PDL",
            "1: launch the Triton kernels with programmatic dependent launch on sm_90+ (off: no gain measured)")
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
-               "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference): "
+               "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference); unset: "
+               "DEFAULT_NO_FUSE (input_norm), '' turns every one on: "
                "qa_norm (q_a RMSNorm in q_b's GEMV), kv_norm (kv_a RMSNorm in the rotary launch), "
                "router_shared (router + shared expert gate/up in one GEMV), input_norm (a decoder layer's input "
-               "RMSNorm and residual add in the q_a + kv_a GEMV)")
+               "RMSNorm and residual add in the q_a + kv_a GEMV), router_topk (the MoE routing in the tail of "
+               "router_shared's GEMV; off with it), q_rope_attn (q's rope applied by the MLA kernel as it loads "
+               "q, so the rotary launch does only k and the latent)")
 OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "comma list of side-stream overlaps (layers/overlap.py), or 'none': shared_down (shared expert's "
-               "down projection beside the routing), one of prefetch_attn / prefetch_late / prefetch_next (L2 "
-               "prefetch of weights a layer reads later); unset: DEFAULT_OVERLAP")
+               "down projection beside the routing), mla_k_path (MLA's kv_a norm + k rope into the cache beside "
+               "q_b and W_UK, with the q_rope_attn fusion), one of prefetch_attn / prefetch_late / prefetch_next "
+               "(L2 prefetch of weights a layer reads later); unset: DEFAULT_OVERLAP")
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE, STRICT_VERIFY,
        NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, NO_FUSE, OVERLAP)
@@ -67,14 +71,19 @@ def cache_dir() -> Path:
     return Path(CACHE_DIR.raw() or Path.home() / ".cache" / "sglang_eagle3")
 
 
-FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm")
+# Off unless SGLANG_EAGLE3_NO_FUSE is set without it: input_norm measured slower on the H200 (decode 7.28 ms
+# against 5.48 without it, benchmarks/results/h200/step_fold_*_f8980fd.json; its K tile had to shrink to 64 to
+# compile without spills, docs/BENCHMARKS.md).
+DEFAULT_NO_FUSE = "input_norm"
+FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn")
 
 
 def fusion_on(name: str) -> bool:
-    """Whether launch fusion ``name`` (one of FUSIONS) is on: all are, unless SGLANG_EAGLE3_NO_FUSE names it.
-    Layers read this once, when they are built."""
+    """Whether launch fusion ``name`` (one of FUSIONS) is on: all are, unless SGLANG_EAGLE3_NO_FUSE names it
+    (unset: DEFAULT_NO_FUSE; set to "" every fusion is on). Layers read this once, when they are built."""
     assert name in FUSIONS, name
-    raw = (NO_FUSE.raw() or "").strip()
+    raw = NO_FUSE.raw()
+    raw = (DEFAULT_NO_FUSE if raw is None else raw).strip()
     off = {n.strip() for n in raw.split(",") if n.strip()}
     unknown = off - set(FUSIONS) - {"all"}
     if unknown:

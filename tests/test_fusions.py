@@ -15,12 +15,16 @@ from sglang_eagle3 import env
 
 
 def test_fusion_knob(monkeypatch):
-    monkeypatch.delenv(env.NO_FUSE.name, raising=False)
+    monkeypatch.delenv(env.NO_FUSE.name, raising=False)  # the default: all but DEFAULT_NO_FUSE
+    assert [n for n in env.FUSIONS if not env.fusion_on(n)] == [env.DEFAULT_NO_FUSE]
+    monkeypatch.setenv(env.NO_FUSE.name, "")
     assert all(env.fusion_on(n) for n in env.FUSIONS)
     monkeypatch.setenv(env.NO_FUSE.name, " kv_norm, router_shared")
-    assert [env.fusion_on(n) for n in env.FUSIONS] == [True, False, False, True]
+    assert [n for n in env.FUSIONS if not env.fusion_on(n)] == ["kv_norm", "router_shared"]
     monkeypatch.setenv(env.NO_FUSE.name, "input_norm")
-    assert [env.fusion_on(n) for n in env.FUSIONS] == [True, True, True, False]
+    assert [n for n in env.FUSIONS if not env.fusion_on(n)] == ["input_norm"]
+    monkeypatch.setenv(env.NO_FUSE.name, "router_topk")
+    assert [n for n in env.FUSIONS if not env.fusion_on(n)] == ["router_topk"]
     monkeypatch.setenv(env.NO_FUSE.name, "all")
     assert not any(env.fusion_on(n) for n in env.FUSIONS)
     monkeypatch.setenv(env.NO_FUSE.name, "qa_norm,kv_nrom")
@@ -29,8 +33,8 @@ def test_fusion_knob(monkeypatch):
 
 
 def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: bool = False):
-    """(logits, KV caches, calls of kernels.gemv_pair that took a layer's input norm) of one verify step.
-    ``pin_routing``: every token picks the same experts (tests/kernels/fold_checks.pin_routing)."""
+    """(logits, KV caches, calls of kernels.gemv_pair that took a layer's input norm, calls that routed) of
+    one verify step. ``pin_routing``: every token picks the same experts (tests/kernels/fold_checks.pin_routing)."""
     from sglang_eagle3 import kernels
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
     from sglang_eagle3.testing import randomize, tiny_config, verify_batch_on_cpu
@@ -39,11 +43,12 @@ def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: boo
     import fold_checks
 
     monkeypatch.setenv(env.NO_FUSE.name, no_fuse)
-    folds = []
+    folds, routes = [], []
     gemv_pair = kernels.gemv_pair
 
     def spy(*args, **kwargs):
         folds.append(kwargs.get("norm_weight") is not None)
+        routes.append(kwargs.get("route") is not None)
         return gemv_pair(*args, **kwargs)
 
     monkeypatch.setattr(kernels, "gemv_pair", spy)
@@ -62,28 +67,30 @@ def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: boo
         logits = runner.target_verify.fn(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
                                          seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, tokens_per_req=T)[0]
     monkeypatch.undo()
-    return logits.float(), [kv.clone() for kv in runner.target_kv.layers], sum(folds)
+    return logits.float(), [kv.clone() for kv in runner.target_kv.layers], sum(folds), sum(routes)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_fused_path_equals_unfused(monkeypatch, dtype):
-    """The fused kernels round where the separate ops store (normed rows in the activation dtype): the same
-    numbers. All but input_norm's Triton kernel, which scales the bf16 products by rstd instead of rounding the
-    normed rows (kernels/triton/gemv.py): with the references (on CPU by default) it is bit-equal too; under
+    """The fused kernels round where the separate ops store (normed rows in the activation dtype), and the
+    routing tail runs the routing kernel's own function on the stored logits: the same numbers. All but
+    input_norm's Triton kernel, which scales the bf16 products by rstd instead of rounding the normed rows
+    (kernels/triton/gemv.py): with the references (on CPU by default) it is bit-equal too; under
     the interpreter (SGLANG_EAGLE3_TRITON_ON_CPU=1) the others are compared bit for bit without it, and its
     half-precision logits within rounding, with the routing pinned (else a rounding-sized difference can send
     a token to another expert)."""
     seed = int(torch.randint(0, 1 << 30, (1,)))
-    layers = 3
+    layers, moe_layers = 3, 2
     fold_kernel = dtype != torch.float32 and env.TRITON_ON_CPU.flag() and env.TRITON_INTERPRET.flag()
-    fused, cache_f, folds = _verify_logits(monkeypatch, "input_norm" if fold_kernel else "", dtype, seed)
-    plain, cache_p, folds_off = _verify_logits(monkeypatch, "all", dtype, seed)
+    fused, cache_f, folds, routes = _verify_logits(monkeypatch, "input_norm" if fold_kernel else "", dtype, seed)
+    plain, cache_p, folds_off, routes_off = _verify_logits(monkeypatch, "all", dtype, seed)
     assert torch.equal(fused, plain), (seed, (fused - plain).abs().max().item())
     for a, b in zip(cache_f, cache_p, strict=True):
         assert torch.equal(a, b), seed
+    assert routes == moe_layers and routes_off == 0, f"routed in {routes} of {moe_layers} MoE layers ({routes_off=})"
     if fold_kernel:
-        folded, _, folds = _verify_logits(monkeypatch, "", dtype, seed, pin_routing=True)
-        unfolded, _, _ = _verify_logits(monkeypatch, "input_norm", dtype, seed, pin_routing=True)
+        folded, _, folds, _ = _verify_logits(monkeypatch, "", dtype, seed, pin_routing=True)
+        unfolded, _, _, _ = _verify_logits(monkeypatch, "input_norm", dtype, seed, pin_routing=True)
         err = ((folded - unfolded).norm() / unfolded.norm()).item()
         assert err < 5e-2, (seed, err)  # ~2e-2 here (the unfused Triton path and the references: ~3e-2)
     assert folds == layers and folds_off == 0, f"input norm folded in {folds} of {layers} layers ({folds_off} unfused)"

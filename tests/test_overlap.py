@@ -9,7 +9,8 @@ import torch
 from sglang_eagle3 import env
 from sglang_eagle3.layers.overlap import OVERLAPS, Overlaps
 
-VARIANTS = ("none", "shared_down", "prefetch_attn", "shared_down,prefetch_late", "prefetch_next")
+VARIANTS = ("none", "shared_down", "mla_k_path", "prefetch_attn", "shared_down,mla_k_path,prefetch_late",
+            "prefetch_next")
 
 
 def test_overlap_knob(monkeypatch):

@@ -18,7 +18,7 @@ import torch
 # package attribute only when a submodule is first imported.
 from sglang_eagle3 import env
 from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_int4
-from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, triton_gemv, triton_gemv_pair
+from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, Routing, triton_gemv, triton_gemv_pair
 from sglang_eagle3.kernels.mla_attention import triton_mla_attention
 from sglang_eagle3.kernels.moe_topk import triton_moe_topk
 from sglang_eagle3.kernels.quant import pack_int4, quantize_int4, unpack_int4
@@ -79,18 +79,30 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
 
 
 def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0.0, residual=None,
-              use_triton: bool | None = None):
+              route: Routing | None = None, use_triton: bool | None = None):
     """(x w1^T, x w2^T) for x [T, K] (with ``w2_up``: the second is SiLU(x w2^T) * (x w2_up^T); ``out1_dtype``:
     the first's dtype): one launch of the skinny GEMM at decode/verify sizes, torch's GEMMs otherwise. With
     ``norm_weight`` (and ``eps``, ``residual``) the products are of the RMSNorm of x + residual, folded into
     the same launch, and that stream is returned third; elsewhere the norm runs as its own op first, so those
-    paths compute what rms_norm then gemv_pair do. See ref_gemv_pair."""
+    paths compute what rms_norm then gemv_pair do. See ref_gemv_pair.
+
+    ``route`` (a Routing; needs ``out1_dtype=torch.float32``): the first output are a MoE layer's router
+    logits, and (weights float32 [T, top_k], ids int32 [T, top_k]) of the moe_topk op on them come last. The
+    skinny GEMM routes in its launch's tail (bit-identical to moe_topk on its logits); elsewhere the moe_topk
+    op runs after the products, as the unfused layer runs it."""
+    assert route is None or out1_dtype == torch.float32, f"routing reads float32 router logits, got {out1_dtype=}"
     ws = [w for w in (w1, w2, w2_up) if w is not None]
     ok = (x.dim() == 2 and x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16)
           and all(w.dtype == x.dtype and w.stride(-1) == 1 for w in ws) and x.stride(-1) == 1)
-    if ok and _kernel_ok(use_triton, x, *ws, norm_weight, residual):
+    bias = route.bias if route is not None else None
+    if ok and _kernel_ok(use_triton, x, *ws, norm_weight, residual, bias):
         return triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
-                                residual=residual)
+                                residual=residual, route=route)
+    if route is not None:
+        route.check(w1.shape[0], x.device)
+        outs = gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
+                         residual=residual, use_triton=use_triton)
+        return (*outs, *moe_topk(outs[0], bias, **route.topk_kwargs(), use_triton=use_triton))
     if norm_weight is not None and _kernel_ok(use_triton, x, norm_weight, residual):
         # Prefill-sized rows on the GPU: the norm kernel (with the residual add), then torch's GEMMs.
         if residual is None:
@@ -111,7 +123,7 @@ def rms_norm(x, weight, eps, residual=None, *, out=None, out_rows=None, use_trit
 
 def apply_rotary(q, k, positions, cos, sin, *, interleaved: bool, inplace: bool = False, k_out=None,
                  k_out_rows=None, c_norm=None, use_triton: bool | None = None):
-    """Rotary embedding of q [N, Hq, D] (or [N, D]) and k (or None) at positions [N] -> (q', k'); cos/sin
+    """Rotary embedding of q [N, Hq, D] (or [N, D]) and k, either None, at positions [N] -> (q', k'); cos/sin
     [P, D/2]; k may go to rows ``k_out_rows`` of ``k_out`` instead, and ``c_norm`` adds an RMSNorm of MLA's
     latent into those rows of another tensor. The Triton path needs float32 tables; the reference casts
     whatever it is given. See ref_apply_rotary."""
@@ -130,16 +142,25 @@ def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, reno
               renormalize=renormalize, routed_scaling_factor=routed_scaling_factor)
 
 
-def mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, *, tokens_per_req, page_size,
-                  kv_lora_rank, sm_scale, use_triton: bool | None = None):
-    """Absorbed paged MLA attention for decode/verify -> [B*T, H, Dc]; see ref_mla_attention.
+def mla_uses_kernel(rope_dim: int, kv_lora_rank: int, *queries: torch.Tensor, use_triton: bool | None = None) -> bool:
+    """Whether mla_attention runs the Triton kernel for queries like ``queries`` (their dtype, device and
+    autograd state: the queries themselves, or tensors that share those), so a caller can plan around it
+    before the queries exist.
 
     NOTE: the kernel's tl.dot needs rope and latent widths >= 16 (every real DeepSeek/Kimi config: 64 and 512);
     toy configs below that take the reference."""
-    shapes_ok = q_rope.shape[-1] >= 16 and kv_lora_rank >= 16
-    fn = triton_mla_attention if shapes_ok and _kernel_ok(use_triton, q_rope, q_nope_latent) else ref_mla_attention
+    return rope_dim >= 16 and kv_lora_rank >= 16 and _kernel_ok(use_triton, *queries)
+
+
+def mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, *, tokens_per_req, page_size,
+                  kv_lora_rank, sm_scale, rope=None, positions=None, use_triton: bool | None = None):
+    """Absorbed paged MLA attention for decode/verify -> [B*T, H, Dc]; see ref_mla_attention. With ``rope`` =
+    (cos, sin) [P, Dr/2] and ``positions`` [B*T], q_rope is un-rotated and the op rotates it first (the kernel
+    as it loads it, float32 tables only; the reference with ref_rotate)."""
+    use_kernel = mla_uses_kernel(q_rope.shape[-1], kv_lora_rank, q_rope, q_nope_latent, use_triton=use_triton)
+    fn = triton_mla_attention if use_kernel else ref_mla_attention
     return fn(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, tokens_per_req=tokens_per_req,
-              page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale)
+              page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale, rope=rope, positions=positions)
 
 
 def fused_moe(x, w13, w2, topk_weights, topk_ids, add=None, *, use_triton: bool | None = None):
@@ -156,12 +177,14 @@ def fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, 
 
 
 __all__ = [
+    "Routing",
     "gemv",
     "gemv_pair",
     "rms_norm",
     "apply_rotary",
     "moe_topk",
     "mla_attention",
+    "mla_uses_kernel",
     "fused_moe",
     "fused_moe_int4",
     "ref_gemv",

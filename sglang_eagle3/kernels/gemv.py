@@ -12,9 +12,14 @@ An RMSNorm of x may ride in the launch (``norm_weight``, ``eps``): triton_gemv r
 program first (short rows: MLA's q_a_layernorm before q_b), triton_gemv_pair scales each row's product by
 its rstd afterwards, from sums of squares taken over the K-slices the programs read anyway (the decoder
 layer's 7168-wide input norm, with its residual add, before q_a and kv_a); see triton/gemv.py.
+
+triton_gemv_pair can also route a MoE layer's tokens in its launch's tail (``route``: a Routing) from the
+router logits it computes: the numbers of the moe_topk op on those logits, one launch fewer per MoE layer.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -55,6 +60,45 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
         buf = torch.zeros(max(n, 1 << 14), dtype=torch.int32, device=device)
         _COUNTERS[device] = buf
     return buf
+
+
+@dataclass(frozen=True, eq=False)
+class Routing:
+    """DeepSeek-V3 noaux_tc routing of router logits [T, E], as the moe_topk op takes it: sigmoid scores;
+    ``bias`` [E] (e_score_correction_bias, or None) shifts them for the choice only; the ``topk_group`` of
+    ``n_group`` expert groups with the best top-2 sums are kept, and their ``top_k`` best experts chosen;
+    their unbiased scores, divided by their sum with ``renormalize``, times ``routed_scaling_factor``, are the
+    weights (float32 [T, top_k]) beside the ids (int32 [T, top_k])."""
+
+    bias: torch.Tensor | None
+    top_k: int
+    n_group: int = 1
+    topk_group: int = 1
+    renormalize: bool = True
+    routed_scaling_factor: float = 1.0
+
+    def __post_init__(self):
+        assert self.n_group >= 1, f"{self.n_group=} must be >= 1"
+        assert 1 <= self.topk_group <= self.n_group, f"{self.topk_group=} must lie in [1, {self.n_group=}]"
+        assert self.top_k >= 1, f"{self.top_k=} must be >= 1"
+
+    def check(self, E: int, device: torch.device) -> None:
+        """Asserts the routing fits E experts whose logits live on ``device``."""
+        assert E % self.n_group == 0, f"{E=} experts must be divisible by {self.n_group=}"
+        per_group = E // self.n_group
+        assert self.top_k <= self.topk_group * per_group, (
+            f"{self.top_k=} exceeds the {self.topk_group * per_group} experts of {self.topk_group=} groups of "
+            f"{per_group}")
+        b = self.bias
+        if b is not None:
+            assert b.shape == (E,) and b.is_contiguous() and b.is_floating_point() and b.device == device, (
+                f"bias must be a contiguous float [{E}] on {device}, got {tuple(b.shape)} {b.dtype} {b.device} "
+                f"strides {b.stride()}")
+
+    def topk_kwargs(self) -> dict:
+        """Keyword arguments of moe_topk / ref_moe_topk after (logits, bias)."""
+        return dict(top_k=self.top_k, n_group=self.n_group, topk_group=self.topk_group,
+                    renormalize=self.renormalize, routed_scaling_factor=self.routed_scaling_factor)
 
 
 def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int, mats: int = 1,
@@ -170,7 +214,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
 
 def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_up: torch.Tensor | None = None,
                      out1_dtype: torch.dtype | None = None, norm_weight: torch.Tensor | None = None,
-                     eps: float = 0.0, residual: torch.Tensor | None = None,
+                     eps: float = 0.0, residual: torch.Tensor | None = None, route: Routing | None = None,
                      config: dict | None = None) -> tuple[torch.Tensor, ...]:
     """(x w1^T, x w2^T) from one launch: x [T, K]; w1 [N1, K], w2 [N2, K] K-contiguous, same dtype as x (MLA's
     q_a and kv_a projections read the same normed hidden state). With ``w2_up`` the second output is the
@@ -180,7 +224,11 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
     With ``norm_weight`` [K] the products are of RMSNorm(s) (weight, eps) for the stream s = x + ``residual``
     (rounded to x's dtype as torch's add is; s = x without a residual), and s is returned third:
     (y1, y2, s), s a new [T, K] tensor with a residual, else x itself. The rstd scales the fp32 products
-    (module doc), so the outputs differ from ref_rms_norm then the GEMVs by where x is rounded."""
+    (module doc), so the outputs differ from ref_rms_norm then the GEMVs by where x is rounded.
+
+    With ``route`` the first output are router logits (``out1_dtype=torch.float32``) [T, E = N1], and the
+    launch's tail routes them: (weights float32 [T, top_k], ids int32 [T, top_k]) follow the other outputs,
+    bit-identical to triton_moe_topk on the returned logits (the same function computes them)."""
     T, K = x.shape
     assert x.dim() == 2 and x.stride(-1) == 1, f"x must be [T, K] with unit inner stride, got {tuple(x.shape)}"
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
@@ -210,6 +258,12 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
     y1 = torch.empty(T, N1, dtype=out1_dtype or x.dtype, device=x.device)
     y2 = torch.empty(T, N2, dtype=x.dtype, device=x.device)
     outs = (y1, y2, stream) if norm else (y1, y2)
+    if route is not None:
+        assert out1_dtype == torch.float32, f"routing reads float32 router logits, got {out1_dtype=}"
+        route.check(N1, x.device)
+        topk_w = torch.empty(T, route.top_k, dtype=torch.float32, device=x.device)
+        topk_id = torch.empty(T, route.top_k, dtype=torch.int32, device=x.device)
+        outs = (*outs, topk_w, topk_id)
     if T == 0:
         return outs
     mats2 = 2 if w2_up is not None else 1
@@ -220,8 +274,21 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
     nb1 = triton.cdiv(N1, bn)
     blocks = nb1 + triton.cdiv(N2, bn)
     k_per_split, split, m_pad, part, count = _split_plan(K, T, N1 + N2, 1, blocks, cfg, x.device, row_sums=norm)
+    route_args = {}
+    if route is not None:
+        count = _counters(x.device, blocks + 1)  # the tail's arrival counter follows the split-K counters
+        per_group = N1 // route.n_group
+        route_args = dict(
+            ROUTE=True, bias_ptr=route.bias if route.bias is not None else y1, topk_w_ptr=topk_w,
+            topk_id_ptr=topk_id, s_twt=topk_w.stride(0), s_tit=topk_id.stride(0),
+            routed_scaling_factor=float(route.routed_scaling_factor), PER_GROUP=per_group, N_GROUP=route.n_group,
+            TOPK_GROUP=route.topk_group, TOP_K=route.top_k, G_PAD=triton.next_power_of_2(route.n_group),
+            PG_PAD=triton.next_power_of_2(per_group), K_PAD=triton.next_power_of_2(route.top_k),
+            HAS_BIAS=route.bias is not None, RENORMALIZE=bool(route.renormalize))
     if part is None:
-        part = count = y2
+        part = y2
+    if count is None:
+        count = y2
     res = residual if residual is not None else x
     interpret = tuning.interpreting()
     pdl = tuning.pdl(x.device)
@@ -235,6 +302,6 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         NORM=NORM_POST if norm else NORM_NONE, nw_ptr=norm_weight if norm else w1, eps=float(eps),
         HAS_RES=residual is not None, res_ptr=res, res_out_ptr=stream, s_rt=res.stride(0), s_rot=stream.stride(0),
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
-        **tuning.pdl_launch(pdl),
+        **route_args, **tuning.pdl_launch(pdl),
     )
     return outs

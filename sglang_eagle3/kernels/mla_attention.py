@@ -6,6 +6,9 @@ the page table's capacity and the SM count, never from seq_lens values, so nothi
 kernel divides the actual keys of each request evenly among the splits. With one split the split pass writes
 the output and there is no merge launch (launch_plan).
 
+With ``rope`` the queries' rope columns come un-rotated and the split pass rotates them as it loads them (the
+same bits as the rotary kernel would store): MLA's rotary launch then only writes k, off q's critical path.
+
 NOTE: merging in the split launch instead (the last split program of a row block merges, after an arrival
 counter as the GEMV's split-K does) was built and measured slower on the H200 in every case timed, so it was
 removed: docs/KERNELS.md, "MLA split merge".
@@ -64,9 +67,14 @@ def triton_mla_attention(
     page_size: int,
     kv_lora_rank: int,
     sm_scale: float,
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    positions: torch.Tensor | None = None,
     config: dict | None = None,
 ) -> torch.Tensor:
-    """q_nope_latent [B*T, H, Dc], q_rope [B*T, H, Dr], kv_cache [slots, Dc+Dr] -> [B*T, H, Dc]."""
+    """q_nope_latent [B*T, H, Dc], q_rope [B*T, H, Dr], kv_cache [slots, Dc+Dr] -> [B*T, H, Dc].
+
+    ``rope`` = (cos, sin) float32 [P, Dr/2] with ``positions`` [B*T] (the query tokens' positions, in [0, P)):
+    q_rope is un-rotated and is rotated in the kernel, DeepSeek's interleaved pairs; q_rope is not written."""
     B, P = page_table.shape
     T = tokens_per_req
     BT, H, Dc = q_nope_latent.shape
@@ -86,11 +94,28 @@ def triton_mla_attention(
         f"seq_lens must be contiguous int32 [{B}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
 
     assert Dr >= 16 and Dc >= 16, f"MLA kernel needs rope dim {Dr=} and latent dim {Dc=} >= 16 (tl.dot's K)"
+    rope_kw = {}
+    if rope is not None:
+        cos, sin = rope
+        assert cos.dtype == sin.dtype == torch.float32, f"rope tables must be float32, got {cos.dtype} {sin.dtype}"
+        assert cos.shape == sin.shape and cos.dim() == 2 and cos.shape[1] * 2 == Dr, (
+            f"rope tables must be [P, {Dr // 2}], got {tuple(cos.shape)} {tuple(sin.shape)}")
+        assert cos.stride() == sin.stride() and cos.stride(1) == 1, f"{cos.stride()=} {sin.stride()=}"
+        assert positions is not None and positions.shape == (BT,) and positions.is_contiguous(), (
+            f"rope needs the query tokens' positions, contiguous [{BT}], got "
+            f"{None if positions is None else tuple(positions.shape)}")
+        assert positions.dtype in (torch.int32, torch.int64), f"{positions.dtype=}"
+        assert cos.device == sin.device == positions.device == q_rope.device, (
+            f"rope on {cos.device}, positions on {positions.device}, q on {q_rope.device}")
+        rope_kw = dict(ROPE=True, pos_ptr=positions, cos_ptr=cos, sin_ptr=sin, stride_table=cos.stride(0))
+    else:
+        assert positions is None, "positions are for rope"
     device = q_rope.device
     rows = T * H
     if config is None:
         args = (q_nope_latent, q_rope, kv_cache, page_table, seq_lens)
-        kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale)
+        kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale, rope=rope,
+                  positions=positions)
         config = tuning.get_config("mla_attention", device, "rows", rows,
                                    bench=lambda c: tuning.bench_us(lambda: triton_mla_attention(*args, **kw, config=c)))
     cfg = {**tuning.DEFAULTS["mla_attention"], **config}  # a sweep's partial config gets the other defaults
@@ -113,7 +138,7 @@ def triton_mla_attention(
         T=T, H=H, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"],
         SPLIT_KV=splits > 1, DOT_PRECISION=tuning.dot_precision(q_rope.dtype), INTERPRET=tuning.interpreting(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        PDL=pdl, **tuning.pdl_launch(pdl),
+        PDL=pdl, **tuning.pdl_launch(pdl), **rope_kw,
     )
     if merge == "separate":
         tile = merge_tile(splits, Dc)

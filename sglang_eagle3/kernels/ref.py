@@ -6,9 +6,14 @@ available (CPU). They are written to be CUDA-graph safe: no data-dependent shape
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from sglang_eagle3.kernels.quant import unpack_int4
+
+if TYPE_CHECKING:
+    from sglang_eagle3.kernels.gemv import Routing
 
 
 def _acc(x: torch.Tensor) -> torch.Tensor:
@@ -49,11 +54,13 @@ def ref_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = No
 
 def ref_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_up: torch.Tensor | None = None,
                   out1_dtype: torch.dtype | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
-                  residual: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+                  residual: torch.Tensor | None = None, route: Routing | None = None) -> tuple[torch.Tensor, ...]:
     """Two products of one x [T, K]: (x w1^T in ``out1_dtype``, x w2^T or with ``w2_up`` SiLU(x w2^T) *
     (x w2_up^T)), each as ref_gemv. With ``norm_weight`` x is first ref_rms_norm(x, norm_weight, eps,
     residual) and the stream it normalised (x + residual, or x itself) is returned third: the unfused
-    numbers of a decoder layer's input norm followed by MLA's q_a and kv_a."""
+    numbers of a decoder layer's input norm followed by MLA's q_a and kv_a. With ``route`` the first product
+    are router logits, and ref_moe_topk of them (weights, ids) follows last: a MoE layer's router and
+    routing beside its shared expert."""
     stream = x
     if norm_weight is not None:
         if residual is None:
@@ -63,7 +70,10 @@ def ref_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_up:
     else:
         assert residual is None, "residual is added before the norm: it needs norm_weight"
     ys = ref_gemv(x, w1, out_dtype=out1_dtype), ref_gemv(x, w2, w_up=w2_up)
-    return ys if norm_weight is None else (*ys, stream)
+    outs = ys if norm_weight is None else (*ys, stream)
+    if route is not None:
+        outs = (*outs, *ref_moe_topk(ys[0], route.bias, **route.topk_kwargs()))
+    return outs
 
 
 # --------------------------------------------------------------------------------------------------
@@ -108,21 +118,22 @@ def ref_rotate(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin:
     return out.to(x.dtype)
 
 
-def ref_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
+def ref_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
                      sin: torch.Tensor, *, interleaved: bool, inplace: bool = False, k_out: torch.Tensor | None = None,
                      k_out_rows: torch.Tensor | None = None,
-                     c_norm: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Rotates q and k (k may be None) at `positions`; see ref_rotate. In place writes into q and k. With
-    k_out and k_out_rows [N], token i's rotated k goes to k_out[k_out_rows[i]] (cast to k_out's dtype; k is
-    left as it was) and k_out is returned in k's place. ``c_norm`` = (c [N, C], weight [C], eps, c_out [S, C])
-    with k_out_rows: also ref_rms_norm(c) into rows k_out_rows of c_out (MLA's latent, same launch on GPU)."""
+                     c_norm: tuple | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Rotates q and k (either may be None, and is returned as None) at `positions`; see ref_rotate. In place
+    writes into q and k. With k_out and k_out_rows [N], token i's rotated k goes to k_out[k_out_rows[i]] (cast
+    to k_out's dtype; k is left as it was) and k_out is returned in k's place. ``c_norm`` = (c [N, C],
+    weight [C], eps, c_out [S, C]) with k_out_rows: also ref_rms_norm(c) into rows k_out_rows of c_out (MLA's
+    latent, same launch on GPU)."""
     if c_norm is not None:
         c, weight, eps, c_out = c_norm
         assert k_out_rows is not None, "c_norm writes cache rows: it needs k_out_rows"
         ref_rms_norm(c, weight, eps, out=c_out, out_rows=k_out_rows)
-    q2 = ref_rotate(q, positions, cos, sin, interleaved)
+    q2 = None if q is None else ref_rotate(q, positions, cos, sin, interleaved)
     k2 = None if k is None else ref_rotate(k, positions, cos, sin, interleaved)
-    if inplace:
+    if inplace and q is not None:
         q2 = q.copy_(q2)
     if k_out_rows is not None:
         k_out[k_out_rows] = k2.to(k_out.dtype)
@@ -189,11 +200,14 @@ def ref_mla_attention(
     page_size: int,
     kv_lora_rank: int,
     sm_scale: float,
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Absorbed MLA attention for decode (T=1) and verify (T=k+1) requests.
 
     q_nope_latent: [B*T, H, Dc]  queries already multiplied by W_UK (Dc = kv_lora_rank)
-    q_rope:        [B*T, H, Dr]
+    q_rope:        [B*T, H, Dr]  rotated; or un-rotated with rope = (cos, sin) [P, Dr/2] and positions [B*T]:
+                   then rotated here first (ref_rotate, DeepSeek's interleaved pairs), as the kernel does
     kv_cache:      [num_slots, Dc + Dr]  latent kv followed by the shared rope key
     page_table:    [B, P] int32 page ids; seq_lens: [B] total tokens including the T new ones
     Query i of request b sits at position seq_lens[b] - T + i and sees keys 0..that position.
@@ -202,6 +216,8 @@ def ref_mla_attention(
     B = page_table.shape[0]
     T = tokens_per_req
     H = q_rope.shape[1]
+    if rope is not None:
+        q_rope = ref_rotate(q_rope, positions, *rope, interleaved=True)
     kv = _acc(gather_paged(kv_cache, page_table, page_size))  # [B, K, Dc+Dr]
     K = kv.shape[1]
     c, k_rope = kv[..., :kv_lora_rank], kv[..., kv_lora_rank:]

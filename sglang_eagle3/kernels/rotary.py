@@ -1,6 +1,7 @@
 """Launcher for rotary embedding of q and k in one launch; semantics in ref_apply_rotary.
 
-One program per token rotates every head of q and of k (grid fixed by shapes, graph-safe), reading cos/sin
+One program per token rotates every head of q and of k, or of k alone (MLA with q's rope in the attention
+kernel), grid fixed by shapes (graph-safe), reading cos/sin
 from a float32 [max_positions, rot_dim/2] table at the token's position. In place (into strided views such
 as MLA's q_rope inside q and k_rope inside kv_a) or out of place. Floating-point contraction is turned off
 so each output is rounded exactly as the torch reference rounds it (products, then sum/difference).
@@ -24,12 +25,13 @@ def _as_heads(t: torch.Tensor, N: int) -> torch.Tensor:
     return t[:, None, :] if t.dim() == 2 else t
 
 
-def triton_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
+def triton_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
                         sin: torch.Tensor, *, interleaved: bool, inplace: bool = False,
                         k_out: torch.Tensor | None = None, k_out_rows: torch.Tensor | None = None,
-                        c_norm: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """q [N, Hq, D] or [N, D], k likewise (or None), positions [N] int, cos/sin float32 [P, D/2] -> (q', k')
-    in q's/k's dtype; in place returns q and k themselves. With k_out [S, Hk, D] or [S, D] and k_out_rows [N],
+                        c_norm: tuple | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """q [N, Hq, D] or [N, D] (or None), k likewise (or None), positions [N] int, cos/sin float32 [P, D/2] ->
+    (q', k') in q's/k's dtype, None for an operand not given; in place returns q and k themselves. A launch of
+    k alone does not read q at all (nor wait for it). With k_out [S, Hk, D] or [S, D] and k_out_rows [N],
     token i's rotated k goes to k_out[k_out_rows[i]] (any float dtype: MLA's cache slots) and k_out is
     returned for k. Positions must lie in [0, P). ``c_norm`` = (c [N, C], weight [C], eps, c_out [S, C]) with
     k_out_rows: the RMSNorm of c goes to rows k_out_rows of c_out in the same launch (MLA's latent)."""
@@ -40,13 +42,17 @@ def triton_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torc
     assert cos.shape == sin.shape and cos.dim() == 2 and cos.stride() == sin.stride() and cos.stride(1) == 1, (
         f"cos/sin must be [P, D/2] with unit inner stride, got {tuple(cos.shape)} {cos.stride()} {sin.stride()}")
     half = cos.shape[1]
-    q3 = _as_heads(q, N)
-    k3 = _as_heads(k, N) if k is not None else q3
+    assert q is not None or k is not None, "nothing to rotate: q and k are both None"
+    q3 = _as_heads(q, N) if q is not None else None
+    k3 = _as_heads(k, N) if k is not None else None
     for name, t in (("q", q3), ("k", k3)):
+        if t is None:
+            continue
         assert t.shape[-1] == 2 * half, f"{name} last dim {t.shape[-1]} != 2 * table width {half}"
         assert t.dtype in (torch.bfloat16, torch.float16, torch.float32), f"unsupported {name}.dtype={t.dtype}"
         assert t.device == positions.device == cos.device, f"{name} on {t.device}, tables on {cos.device}"
-    q_out = q if inplace else torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    q_out = None if q is None else (q if inplace else torch.empty(q.shape, dtype=q.dtype, device=q.device))
+    any3 = q3 if q3 is not None else k3  # stands in for the operand not given (the kernel never touches it)
     if k_out_rows is not None:
         assert k is not None and k_out is not None, "k_out_rows needs k and k_out"
         assert k_out_rows.shape == (N,) and k_out_rows.is_contiguous() and not k_out_rows.dtype.is_floating_point, (
@@ -57,8 +63,8 @@ def triton_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torc
     else:
         assert k_out is None, "k_out is only for k_out_rows (otherwise use inplace or the returned tensor)"
         k_out = None if k is None else (k if inplace else torch.empty(k.shape, dtype=k.dtype, device=k.device))
-        ko3 = _as_heads(k_out, N) if k_out is not None else q3
-    qo3 = _as_heads(q_out, N)
+        ko3 = _as_heads(k_out, N) if k_out is not None else any3
+    qo3 = _as_heads(q_out, N) if q_out is not None else any3
     if c_norm is not None:
         c, nw, eps, c_out = c_norm
         assert k_out_rows is not None, "c_norm writes cache rows: it needs k_out_rows"
@@ -74,15 +80,17 @@ def triton_apply_rotary(q: torch.Tensor, k: torch.Tensor | None, positions: torc
     if N == 0:
         return q_out, k_out
     half_pad = triton.next_power_of_2(half)
-    block_h = max(1, min(triton.next_power_of_2(max(q3.shape[1], k3.shape[1])), TILE // half_pad))
-    pdl = tuning.pdl(q.device)
+    hq, hk = (0 if t is None else t.shape[1] for t in (q3, k3))
+    q3, k3 = (any3 if t is None else t for t in (q3, k3))
+    block_h = max(1, min(triton.next_power_of_2(max(hq, hk)), TILE // half_pad))
+    pdl = tuning.pdl(any3.device)
     rotary_kernel[(N,)](
         positions, cos, sin, q3, qo3, k3, ko3, k_out_rows if k_out_rows is not None else positions,
         q3.stride(0), q3.stride(1), qo3.stride(0), qo3.stride(1),
         k3.stride(0), k3.stride(1), ko3.stride(0), ko3.stride(1),
-        cos.stride(0), q3.shape[1], k3.shape[1],
-        HAS_K=k is not None, K_OUT_ROWS=k_out_rows is not None, INTERLEAVED=bool(interleaved), HALF=half,
-        HALF_PAD=half_pad, BLOCK_H=block_h,
+        cos.stride(0), hq, hk,
+        HAS_Q=q is not None, HAS_K=k is not None, K_OUT_ROWS=k_out_rows is not None,
+        INTERLEAVED=bool(interleaved), HALF=half, HALF_PAD=half_pad, BLOCK_H=block_h,
         num_warps=1 if tuning.interpreting() else 4, enable_fp_fusion=False, **c_kw,
         PDL=pdl, **tuning.pdl_launch(pdl),
     )

@@ -6,9 +6,15 @@ the latent values, and W_UV maps the result back to heads: decode and verify rea
 
 At inference the decoder layer may hand its input RMSNorm to the attention (``folds_input_norm``): the norm
 of h + residual then runs inside the q_a + kv_a launch, one launch fewer per layer.
+
+At decode/verify (launch fusion ``q_rope_attn``) q's rope rotates inside the MLA kernel, so the launch that
+writes the new latents (kv_a norm + k rope into the cache) needs only kv_a: it runs on the model's side stream
+(overlap ``mla_k_path``) beside q_b and W_UK, or inline without one.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.nn as nn
@@ -51,6 +57,10 @@ class MLAAttention(nn.Module):
         # Launch fusions at inference (SGLANG_EAGLE3_NO_FUSE switches them off to bisect a numerical difference)
         self.fuse_qa_norm, self.fuse_kv_norm = env.fusion_on("qa_norm"), env.fusion_on("kv_norm")
         self.fuse_input_norm = env.fusion_on("input_norm")
+        self.fuse_q_rope = env.fusion_on("q_rope_attn")
+        # With a side stream (layers/overlap.py, "mla_k_path"; set by the model) the k path of a q_rope_attn
+        # forward runs there.
+        self.side_stream = None
 
     def folds_input_norm(self) -> bool:
         """Whether forward takes the un-normed hidden state and the decoder layer's input norm (see forward):
@@ -64,43 +74,77 @@ class MLAAttention(nn.Module):
         w = self.kv_b_proj.weight.view(self.num_heads, self.nope + self.v_dim, self.kv_lora_rank)
         return w[:, : self.nope], w[:, self.nope :]
 
+    def _rope_in_attention(self, x: torch.Tensor, fb: ForwardBatch) -> bool:
+        """Whether this forward leaves q's rope to the MLA kernel (see the module doc): at inference, for a
+        uniform (decode/verify) batch that the Triton kernel serves, with DeepSeek's interleaved rope."""
+        return (self.fuse_q_rope and fb.mode.is_uniform and not torch.is_grad_enabled() and self.rotary.interleaved
+                and kernels.mla_uses_kernel(self.rope_dim, self.kv_lora_rank, x, use_triton=self.use_triton))
+
+    def _write_latents(self, q_rope: torch.Tensor | None, c: torch.Tensor, k_rope: torch.Tensor,
+                       positions: torch.Tensor, cache: torch.Tensor, cache_loc: torch.Tensor) -> None:
+        """kv_a_layernorm(c) [N, c] and rope(k_rope) [N, r] into the tokens' cache rows cache_loc [N] of cache
+        [slots, c + r]; q_rope [N, h, r] rotates in place in the same launch (None: not at all)."""
+        k_out = cache[:, self.kv_lora_rank :]
+        if self.fuse_kv_norm:  # one launch: the norm of c and the rope
+            norm = self.kv_a_layernorm
+            self.rotary.rotate_(q_rope, k_rope, positions, k_out=k_out, k_out_rows=cache_loc,
+                                c_norm=(c, norm.weight, norm.eps, cache[:, : self.kv_lora_rank]))
+        else:
+            self.kv_a_layernorm(c, out=cache[:, : self.kv_lora_rank], out_rows=cache_loc)
+            self.rotary.rotate_(q_rope, k_rope, positions, k_out=k_out, k_out_rows=cache_loc)
+
     def _project(self, x: torch.Tensor, positions: torch.Tensor, cache: torch.Tensor | None = None,
                  cache_loc: torch.Tensor | None = None, input_norm: RMSNorm | None = None,
-                 residual: torch.Tensor | None = None):
-        """x [N, H], positions [N] -> q_latent [N, h, c], q_rope [N, h, r], latent kv [N, c + r], stream.
+                 residual: torch.Tensor | None = None, rope_in_attn: bool = False):
+        """x [N, H], positions [N] -> q_latent [N, h, c], q_rope [N, h, r], latent kv [N, c + r], stream,
+        side_reads.
 
         With ``input_norm`` x is un-normed: q_a and kv_a project input_norm(x + residual), from the same
         launch, and stream is x + residual [N, H] (x itself without a residual); else stream is None.
 
         For inference (autograd off) the kv_a norm and the rope write in place or straight to the cache: with
         ``cache`` [slots, c + r] and ``cache_loc`` [N] the normed c and the rotated k land in the tokens'
-        cache rows (two launches, no index_put) and latent is None; without, into kv_a's own columns, which
-        then is the latent. q's rope columns rotate in place in the same launch as k, and q_latent lands
-        contiguous. With autograd on, the same numbers come from out-of-place ops training can
-        differentiate."""
+        cache rows (no index_put; one launch with the kv_norm fusion) and latent is None; without, into kv_a's
+        own columns, which then is the latent. q's rope columns rotate in place in the same launch as k, and
+        q_latent lands contiguous. With autograd on, the same numbers come from out-of-place ops training can
+        differentiate.
+
+        ``rope_in_attn`` (inference with the cache): q_rope is returned un-rotated, for the attention kernel to
+        rotate, and the cache write (k only) is issued before q is projected, on the side stream if there is
+        one; side_reads is then kv_a [N, c + r], which that stream reads: the caller holds it until it has
+        joined the stream. Otherwise side_reads is None."""
         stream = None
         assert input_norm is None or self.folds_input_norm(), "the input norm folds only into gemv_pair's launch"
+        assert not rope_in_attn or (cache is not None and not torch.is_grad_enabled()), "rope_in_attn: inference"
+        # kv_a first, so that the cache write of a rope_in_attn forward can start before q's projections.
         if hasattr(self, "q_proj"):
-            q, kv_a = self.q_proj(x), self.kv_a_proj_with_mqa(x)
+            q_a, kv_a = None, self.kv_a_proj_with_mqa(x)
         elif torch.is_grad_enabled():
-            q, kv_a = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))), self.kv_a_proj_with_mqa(x)
+            q_a, kv_a = self.q_a_proj(x), self.kv_a_proj_with_mqa(x)
+        elif input_norm is not None:  # q_a and kv_a, with the input norm and its residual add, in one launch
+            q_a, kv_a, stream = kernels.gemv_pair(
+                x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight, norm_weight=input_norm.weight,
+                eps=input_norm.eps, residual=residual, use_triton=self.q_a_proj.use_triton)
         else:  # q_a and kv_a read the same x: one launch for both at decode/verify sizes
-            if input_norm is not None:  # and the input norm with its residual add, in that launch too
-                q_a, kv_a, stream = kernels.gemv_pair(
-                    x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight, norm_weight=input_norm.weight,
-                    eps=input_norm.eps, residual=residual, use_triton=self.q_a_proj.use_triton)
-            else:
-                q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
-                                              use_triton=self.q_a_proj.use_triton)
-            if self.fuse_qa_norm:  # q_a_layernorm folded into q_b's launch (each program normalises the row)
-                q = kernels.gemv(q_a, self.q_b_proj.weight, norm_weight=self.q_a_layernorm.weight,
-                                 eps=self.q_a_layernorm.eps, use_triton=self.q_b_proj.use_triton)
-            else:
-                q = self.q_b_proj(self.q_a_layernorm(q_a))
+            q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
+                                          use_triton=self.q_a_proj.use_triton)
+        c, k_rope = kv_a.split([self.kv_lora_rank, self.rope_dim], dim=-1)  # kv_a: [N, c + r]
+        side_reads = None
+        if rope_in_attn:
+            side = self.side_stream if x.is_cuda else None
+            with side.fork(kv_a) if side is not None else contextlib.nullcontext():
+                self._write_latents(None, c, k_rope, positions, cache, cache_loc)
+            side_reads = kv_a if side is not None else None
+        if q_a is None:
+            q = self.q_proj(x)
+        elif torch.is_grad_enabled() or not self.fuse_qa_norm:
+            q = self.q_b_proj(self.q_a_layernorm(q_a))
+        else:  # q_a_layernorm folded into q_b's launch (each program normalises the row)
+            q = kernels.gemv(q_a, self.q_b_proj.weight, norm_weight=self.q_a_layernorm.weight,
+                             eps=self.q_a_layernorm.eps, use_triton=self.q_b_proj.use_triton)
         N = x.shape[0]
         q = q.view(N, self.num_heads, self.nope + self.rope_dim)
-        q_nope, q_rope = q.split([self.nope, self.rope_dim], dim=-1)  # kv_a: [N, c + r]
-        c, k_rope = kv_a.split([self.kv_lora_rank, self.rope_dim], dim=-1)
+        q_nope, q_rope = q.split([self.nope, self.rope_dim], dim=-1)
         w_uk, _ = self._w_uk_uv()
         if torch.is_grad_enabled():
             c = self.kv_a_layernorm(c)
@@ -110,25 +154,18 @@ class MLAAttention(nn.Module):
             latent = torch.cat([c, k_rope], dim=-1)
             if cache is not None:
                 cache[cache_loc] = latent.to(cache.dtype)
-            return q_latent, q_rope, latent, stream
+            return q_latent, q_rope, latent, stream, None
+        latent = None
         if cache is None:
             self.kv_a_layernorm(c, out=c)
             self.rotary.rotate_(q_rope, k_rope, positions)
             latent = kv_a
-        else:
-            k_out = cache[:, self.kv_lora_rank :]
-            if self.fuse_kv_norm:  # one launch: kv_a norm of c and k's rope into the cache rows, q's rope in place
-                norm = self.kv_a_layernorm
-                self.rotary.rotate_(q_rope, k_rope, positions, k_out=k_out, k_out_rows=cache_loc,
-                                    c_norm=(c, norm.weight, norm.eps, cache[:, : self.kv_lora_rank]))
-            else:
-                self.kv_a_layernorm(c, out=cache[:, : self.kv_lora_rank], out_rows=cache_loc)
-                self.rotary.rotate_(q_rope, k_rope, positions, k_out=k_out, k_out_rows=cache_loc)
-            latent = None
+        elif not rope_in_attn:
+            self._write_latents(q_rope, c, k_rope, positions, cache, cache_loc)
         # q_nope [N, h, nope] @ W_UK [h, nope, c] per head: the GEMV kernel reads W_UK in place as an
         # N-contiguous [h, c, nope] view (decode/verify), a batched GEMM otherwise.
         q_latent = kernels.gemv(q_nope, w_uk.transpose(1, 2), use_triton=self.use_triton)
-        return q_latent, q_rope, latent, stream
+        return q_latent, q_rope, latent, stream, side_reads
 
     def _output(self, attn_latent: torch.Tensor) -> torch.Tensor:
         """attn_latent [N, h, c] -> o_proj(attn W_UV) [N, H]."""
@@ -149,13 +186,17 @@ class MLAAttention(nn.Module):
         state h, the attention reads input_norm(h + residual) (h without a residual), and returns (out, the
         stream h + residual [N, H]), as ``input_norm(h, residual)`` returns it (h itself without a residual)."""
         cache = fb.kv.layers[self.layer_id]
-        q_latent, q_rope, _, stream = self._project(x, positions, cache, fb.out_cache_loc, input_norm,
-                                                    residual)  # writes the new latents
+        rope_in_attn = self._rope_in_attention(x, fb)
+        q_latent, q_rope, _, stream, side_reads = self._project(
+            x, positions, cache, fb.out_cache_loc, input_norm, residual, rope_in_attn)  # writes the new latents
+        if side_reads is not None:  # the cache write on the side stream; side_reads stays referenced until here
+            self.side_stream.join(side_reads)
         if fb.mode.is_uniform:
+            rope = dict(rope=self.rotary.tables(q_rope.dtype), positions=positions) if rope_in_attn else {}
             out = kernels.mla_attention(
                 q_latent, q_rope, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
                 page_size=fb.kv.page_size, kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale,
-                use_triton=self.use_triton)
+                use_triton=self.use_triton, **rope)
         else:
             # Ragged prefill: one uniform call per request (prefill is never graph-captured).
             outs, start = [], 0
@@ -172,7 +213,7 @@ class MLAAttention(nn.Module):
     def forward_dense(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Full causal attention over x [B, S, H] without a cache (training and references)."""
         B, S, H = x.shape
-        q_latent, q_rope, latent, _ = self._project(x.reshape(B * S, H), positions.reshape(B * S))
+        q_latent, q_rope, latent, _, _ = self._project(x.reshape(B * S, H), positions.reshape(B * S))
         # The batch itself as a paged cache: request b is page b with page_size S.
         table = torch.arange(B, dtype=torch.int32, device=x.device)[:, None]
         seq_lens = torch.full((B,), S, dtype=torch.int32, device=x.device)

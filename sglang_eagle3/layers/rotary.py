@@ -57,7 +57,8 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin_f32", self.sin.float(), persistent=False)
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere
 
-    def _tables(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def tables(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) [P, dim/2] for operands of ``dtype``: float64 for float64, else float32 (the kernels')."""
         if dtype == torch.float64:
             return self.cos, self.sin
         # NOTE: model.to(dtype) would cast these buffers too; the kernel needs float32.
@@ -65,18 +66,19 @@ class RotaryEmbedding(nn.Module):
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x [..., N, heads, dim] or [..., N, dim] with positions [..., N] -> rotated copy."""
-        cos, sin = self._tables(x.dtype)
+        cos, sin = self.tables(x.dtype)
         if positions.dim() == 1 and x.dim() in (2, 3):
             return kernels.apply_rotary(x, None, positions, cos, sin, interleaved=self.interleaved,
                                         use_triton=self.use_triton)[0]
         return kernels.ref_rotate(x, positions, cos, sin, self.interleaved)
 
-    def rotate_(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, *, k_out: torch.Tensor | None = None,
-                k_out_rows: torch.Tensor | None = None, c_norm: tuple | None = None) -> None:
-        """Rotates q [N, heads, dim] in place and k [N, dim] or [N, kv_heads, dim] in place, or into rows
-        k_out_rows [N] of k_out (cache slots) when given (strided views allowed), positions [N]: one launch on
-        CUDA, which with ``c_norm`` = (c, norm weight, eps, c_out) also RMS-normalises c into those rows of c_out.
-        Not for tensors autograd must differentiate."""
-        cos, sin = self._tables(q.dtype)
+    def rotate_(self, q: torch.Tensor | None, k: torch.Tensor, positions: torch.Tensor, *,
+                k_out: torch.Tensor | None = None, k_out_rows: torch.Tensor | None = None,
+                c_norm: tuple | None = None) -> None:
+        """Rotates q [N, heads, dim] in place (q None: k alone, a launch that does not wait for q) and k [N, dim]
+        or [N, kv_heads, dim] in place, or into rows k_out_rows [N] of k_out (cache slots) when given (strided
+        views allowed), positions [N]: one launch on CUDA, which with ``c_norm`` = (c, norm weight, eps, c_out)
+        also RMS-normalises c into those rows of c_out. Not for tensors autograd must differentiate."""
+        cos, sin = self.tables(k.dtype)
         kernels.apply_rotary(q, k, positions, cos, sin, interleaved=self.interleaved, inplace=True, k_out=k_out,
                              k_out_rows=k_out_rows, c_norm=c_norm, use_triton=self.use_triton)

@@ -26,6 +26,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from sglang_eagle3.kernels import tuning
+from sglang_eagle3.kernels.gemv import NORM_POST_LIMITS, gemv_config
 from sglang_eagle3.kernels.mla_attention import MERGE_WARPS, launch_plan, merge_tile
 from sglang_eagle3.kernels.triton import fused_moe as fm
 from sglang_eagle3.kernels.triton import gemv as gv
@@ -176,14 +177,16 @@ def check_rotary(arch: int) -> dict:
                stride_qoh="i32", stride_kt="i32", stride_kh="i32", stride_kot="i32", stride_koh="i32",
                stride_table="i32", HQ="i32", HK="i32", HAS_K="i32", K_OUT_ROWS="i32", INTERLEAVED="i32",
                HALF="i32", HALF_PAD="i32", BLOCK_H="i32", PDL="i32", NORM_C="i32", c_ptr="*bf16", nw_ptr="*bf16",
-               c_out_ptr="*bf16", stride_ct="i32", stride_cot="i32", C="i32", eps="fp32", BLOCK_C="i32")
+               c_out_ptr="*bf16", stride_ct="i32", stride_cot="i32", C="i32", eps="fp32", BLOCK_C="i32",
+               HAS_Q="i32")
     out = {}
-    for interleaved, half, block_h, rows in ((True, 32, 8, True), (False, 64, 32, False), (True, 32, 8, "norm")):
-        # "norm": MLA's kv_a RMSNorm of c [512] into the cache rows in the same launch
+    for interleaved, half, block_h, rows in ((True, 32, 8, True), (False, 64, 32, False), (True, 32, 8, "norm"),
+                                             (True, 32, 8, "k_only")):
+        # "norm": MLA's kv_a RMSNorm of c [512] into the cache rows in the same launch; "k_only": that without q
         sass, res = compile_sass(ro.rotary_kernel, sig,
                                  dict(HAS_K=True, K_OUT_ROWS=bool(rows), INTERLEAVED=interleaved, HALF=half,
-                                      HALF_PAD=half, BLOCK_H=block_h, PDL=False, NORM_C=rows == "norm",
-                                      BLOCK_C=512), ["q_ptr", "k_ptr"], arch,
+                                      HALF_PAD=half, BLOCK_H=block_h, PDL=False, NORM_C=rows in ("norm", "k_only"),
+                                      BLOCK_C=512, HAS_Q=rows != "k_only"), ["q_ptr", "k_ptr"], arch,
                                  enable_fp_fusion=False)
         _no_spills(res, "rotary")
         fma = sum(1 for line in sass.splitlines() if re.search(r"\bFFMA\b", line))
@@ -194,39 +197,76 @@ def check_rotary(arch: int) -> dict:
 
 def check_dense_gemv(arch: int) -> dict:
     """The skinny GEMM at Kimi TP=8 decode shapes: no spills, 16-byte weight loads along K, and the split-K
-    handshake (fences + one atomic per program) present exactly when SPLIT > 1."""
+    handshake (fences + one atomic per program) present exactly when SPLIT > 1 (one more with the routing
+    tail); every epilogue, both RMSNorm folds (the q_a norm read first, the input norm + residual scaled in
+    the epilogue), and the router + shared expert launch with the MoE routing in its tail (Kimi's: 384
+    experts, top-8, one group), split as its launcher splits it and unsplit."""
     sig = dict(x_ptr="*bf16", w_ptr="*bf16", w_up_ptr="*bf16", add_ptr="*bf16", out_ptr="*bf16",
                part_ptr="*fp32", count_ptr="*i32", w2_ptr="*bf16", out2_ptr="*bf16", T="i32", N="i32", K="i32",
                k_per_split="i32", N2="i32", NB1="i32", s_xt="i32", s_xb="i32", s_wb="i32", s_wn="i32", s_wk="i32",
                s_at="i32", s_ab="i32", s_ot="i32", s_ob="i32", s_w2n="i32", s_o2t="i32",
                W_KMAJOR="i32", EPI="i32", SPLIT="i32", M_PAD="i32", BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32",
-               PDL="i32", PAIR="i32", NORM="i32", nw_ptr="*bf16", eps="fp32", EPI2="i32", w2_up_ptr="*bf16")
+               PDL="i32", PAIR="i32", NORM="i32", nw_ptr="*bf16", eps="fp32", EPI2="i32", w2_up_ptr="*bf16",
+               HAS_RES="i32", res_ptr="*bf16", res_out_ptr="*bf16", s_rt="i32", s_rot="i32",
+               ROUTE="i32", bias_ptr="*fp32", topk_w_ptr="*fp32", topk_id_ptr="*i32", s_twt="i32", s_tit="i32",
+               routed_scaling_factor="fp32", PER_GROUP="i32", N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32",
+               G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32")
     aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
-               "s_xb", "s_wb", "s_wn", "s_at", "s_ot"]
+               "s_xb", "s_wb", "s_wn", "s_at", "s_ot", "res_ptr", "res_out_ptr", "s_rt", "s_rot", "bias_ptr",
+               "topk_w_ptr", "topk_id_ptr"]
+    no_route = dict(ROUTE=False, PER_GROUP=1, N_GROUP=1, TOPK_GROUP=1, TOP_K=1, G_PAD=1, PG_PAD=1, K_PAD=1,
+                    HAS_BIAS=False, RENORMALIZE=False)
+    kimi_route = dict(ROUTE=True, PER_GROUP=384, N_GROUP=1, TOPK_GROUP=1, TOP_K=8, G_PAD=1, PG_PAD=512, K_PAD=8,
+                      HAS_BIAS=True, RENORMALIZE=True)
+    # "route": the router [384] + shared expert gate/up [2 x 256] launch with the routing tail, as its launcher
+    # plans it on this arch (K = 7168: 10 splits on the H200; with and without PDL), and unsplit. NOTE: this
+    # gated pair sits at 225-255 registers with or without the tail (which needs ~50 of its own, after the main
+    # loop); unsplit with PDL it spills 8 bytes on sm_120, tail or not (no launcher plan for Kimi gives that).
+    route = gemv_config(384 + 2 * 256, 7168, 1, True, 132, 2, {90: 227 << 10, 120: 99 << 10}[arch])
+    # "fold": q_a + kv_a with the layer's input norm and residual add (NORM_POST), split as at T <= 16 on the
+    # H200 (N = 1536 + 576, K = 7168: 4 splits), with the tile and stages its launcher picks on this arch.
+    fold = gemv_config(2112, 7168, 1, True, 132, 1, {90: 227 << 10, 120: 99 << 10}[arch], acts=2,
+                       **NORM_POST_LIMITS)
     out = {}
     for kmajor, epi, split, bn, bk, pdl, pair in ((True, gv.EPI_NONE, 1, 32, 256, True, False),
                                                   (True, gv.EPI_ADD, 4, 16, 256, False, False),
                                                   (True, gv.EPI_GATED, 7, 32, 256, True, False),
                                                   (False, gv.EPI_NONE, 2, 64, 64, True, False),
                                                   (True, gv.EPI_NONE, 6, 32, 256, False, True),
-                                                  (True, gv.EPI_NONE, 11, 32, 256, False, "router")):
+                                                  (True, gv.EPI_NONE, 11, 32, 256, False, "router"),
+                                                  (True, gv.EPI_NONE, fold["SPLIT"], 32, fold["BLOCK_K"], False,
+                                                   "fold"),
+                                                  (True, gv.EPI_NONE, 1, 32, fold["BLOCK_K"], True, "fold"),
+                                                  (True, gv.EPI_NONE, route["SPLIT"], route["BLOCK_N"],
+                                                   route["BLOCK_K"], False, "route"),
+                                                  (True, gv.EPI_NONE, route["SPLIT"], route["BLOCK_N"],
+                                                   route["BLOCK_K"], True, "route"),
+                                                  (True, gv.EPI_NONE, 1, route["BLOCK_N"], route["BLOCK_K"], False,
+                                                   "route")):
         # "router": the first matrix's output is float32, the second is gated (router + shared expert)
-        sig_ = dict(sig, out_ptr="*fp32", add_ptr="*fp32") if pair == "router" else sig
+        router = pair in ("router", "route")
+        sig_ = dict(sig, out_ptr="*fp32", add_ptr="*fp32") if router else sig
+        norm = gv.NORM_POST if pair == "fold" else (gv.NORM_PRE if pair is False and split == 4 else gv.NORM_NONE)
+        stages = fold["num_stages"] if pair == "fold" else route["num_stages"] if pair == "route" else (
+            2 if epi == gv.EPI_GATED or pair == "router" else 4)
         sass, res = compile_sass(gv.gemv_kernel, sig_,
                                  dict(W_KMAJOR=kmajor, EPI=epi, SPLIT=split, M_PAD=16, BLOCK_N=bn, BLOCK_K=bk,
-                                      INTERPRET=False, PDL=pdl, PAIR=bool(pair), NORM=pair is False and split == 4,
-                                      EPI2=gv.EPI_GATED if pair == "router" else gv.EPI_NONE), aligned, arch,
-                                 num_stages=2 if epi == gv.EPI_GATED or pair == "router" else 4)
-        what = f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk} pair={pair}"
+                                      INTERPRET=False, PDL=pdl, PAIR=bool(pair), NORM=norm,
+                                      EPI2=gv.EPI_GATED if router else gv.EPI_NONE,
+                                      HAS_RES=pair == "fold", **(kimi_route if pair == "route" else no_route)),
+                                 aligned, arch, num_stages=stages)
+        what = f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk} pair={pair} {stages=} {pdl=}"
         _no_spills(res, what)
         lines = [ln.split("*/", 1)[1].strip() for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
         ops = _opcodes(lines)
         atoms = ops["ATOM"] + ops["ATOMG"] + ops["RED"]
         fences = ops["MEMBAR"] + ops["FENCE"]
-        if split > 1:
-            assert atoms >= 1 and fences >= 2, f"{what}: split-K handshake missing ({atoms=} {fences=})"
+        handshakes = (split > 1) + (pair == "route")  # split-K's, the routing tail's
+        if handshakes:
+            assert atoms >= handshakes and fences >= 2 * handshakes, (
+                f"{what}: {handshakes} arrival handshake(s) missing ({atoms=} {fences=})")
         else:
-            assert atoms == 0, f"{what}: atomics without split-K"
+            assert atoms == 0, f"{what}: atomics without split-K or routing"
         if kmajor:
             assert re.search(r"(LDG|LDGSTS)\.E\S*\.128", sass), f"{what}: weight loads are not 16 bytes wide"
         # PDL: the weight slab is prefetched into L2 (CCTL.E.PF2) and the grid-dependency wait (ACQBULK) is
@@ -244,6 +284,8 @@ MLA_SIG = dict(qn_ptr="*bf16", qr_ptr="*bf16", kv_ptr="*bf16", page_table_ptr="*
                DOT_PRECISION="constexpr", INTERPRET="i32", PDL="i32")
 MLA_ALIGNED = ["qn_ptr", "qr_ptr", "kv_ptr", "out_ptr", "mid_o_ptr", "mid_lse_ptr", "stride_qn_tok",
                "stride_qr_tok", "stride_kv_slot", "stride_o_tok"]
+# The rope variant (launch fusion q_rope_attn): q's rope rotated as it loads.
+MLA_ROPE_SIG = dict(MLA_SIG, ROPE="i32", pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", stride_table="i32")
 MLA_MERGE_SIG = dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", out_ptr="*bf16", stride_o_tok="i32",
                      stride_o_head="i32", NUM_SPLITS="i32", T="i32", H="i32", DC="i32", BLOCK_M="i32",
                      SPLITS_PAD="i32", BLOCK_D="i32", PDL="i32")
@@ -257,6 +299,8 @@ def check_mla(arch: int) -> dict:
     """MLA decode (T=1) and verify (T=4) at Kimi TP=8 shapes (8 heads, latent 512, rope 64, page 64) with this
     arch's table config and the defaults, unsplit (writes the output) and split (writes fp32 partials): no
     spills, no atomics, and the grid-dependency wait there exactly when compiled with PDL (here: when split).
+    The rope variant (table config) likewise, and with as many FFMA as without the rope: the rotation's products
+    are not contracted (a contracted one adds FFMA), so it rounds as the rotary kernel does.
     The merge kernel at 2..256 splits: no spills, PDL wait."""
     table = json.loads((tuning.CONFIG_DIR / f"sm_{arch}.json").read_text())["ops"]["mla_attention"]
     out = {}
@@ -265,18 +309,22 @@ def check_mla(arch: int) -> dict:
             cfg = {**tuning.DEFAULTS["mla_attention"], **bucket}
             block_m = launch_plan(1, T, 8, 8192, 132, cfg)["BLOCK_M"]
             for split_kv in (False, True):
-                what = f"mla {name} T={T} {split_kv=}"
-                sass, res = compile_sass(ma.mla_split_kv_kernel, MLA_SIG,
-                                         dict(T=T, H=8, DC=512, DR=64, PAGE_SIZE=64, BLOCK_M=block_m,
-                                              BLOCK_N=cfg["BLOCK_N"], SPLIT_KV=split_kv, DOT_PRECISION="tf32",
-                                              INTERPRET=False, PDL=split_kv),
-                                         MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
-                _no_spills(res, what)
-                ops = _sass_ops(sass)
-                atoms = ops["ATOM"] + ops["ATOMG"] + ops["RED"]
-                assert atoms == 0, f"{what}: {atoms=}"
-                assert (ops["ACQBULK"] > 0) == split_kv, f"{what}: grid-dependency wait only with PDL {dict(ops)}"
-                out[what] = res
+                ffma = {}
+                for rope in (False, True) if name == "table" else (False,):
+                    what = f"mla {name} T={T} {split_kv=}" + (" rope" if rope else "")
+                    sass, res = compile_sass(ma.mla_split_kv_kernel, MLA_ROPE_SIG,
+                                             dict(T=T, H=8, DC=512, DR=64, PAGE_SIZE=64, BLOCK_M=block_m,
+                                                  BLOCK_N=cfg["BLOCK_N"], SPLIT_KV=split_kv, DOT_PRECISION="tf32",
+                                                  INTERPRET=False, PDL=split_kv, ROPE=rope),
+                                             MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
+                    _no_spills(res, what)
+                    ops = _sass_ops(sass)
+                    atoms = ops["ATOM"] + ops["ATOMG"] + ops["RED"]
+                    assert atoms == 0, f"{what}: {atoms=}"
+                    assert (ops["ACQBULK"] > 0) == split_kv, f"{what}: grid-dependency wait only with PDL {dict(ops)}"
+                    ffma[rope] = ops["FFMA"]
+                    out[what] = res
+                assert len(set(ffma.values())) == 1, f"mla {name} T={T} {split_kv=}: FFMA {ffma} (False: no rope)"
     for splits in (2, 19, 128, 256):
         tile = merge_tile(splits, 512)
         what = f"mla merge kernel {splits=} {tile}"

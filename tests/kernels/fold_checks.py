@@ -1,5 +1,6 @@
 """Checks of the launch folds into the skinny GEMM (a decoder layer's input RMSNorm and residual add into the
-q_a + kv_a launch), under the interpreter (CASES, run by kernel_checks.py) and on the GPU (test_fold_gpu.py).
+q_a + kv_a launch; a MoE layer's routing into the tail of the router + shared expert launch), under the
+interpreter (CASES, run by kernel_checks.py) and on the GPU (test_fold_gpu.py).
 
 kernel_checks imports this module at its end, to merge CASES: its helpers are imported inside the functions.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 
 import torch
 
@@ -127,6 +129,143 @@ def check_input_norm_fold_reference_path(seed=0) -> dict:
     return out
 
 
+def tied_experts(E: int, n_group: int) -> list[int]:
+    """Experts 1 and 5 (or the last) of every group: check_router_topk_fold's ties."""
+    per = E // n_group
+    return [g * per + j for g in range(n_group) for j in (1, min(5, per - 1))]
+
+
+def check_router_topk_fold(T, E, N2, K, *, top_k=8, n_group=1, topk_group=1, bias=True, renormalize=True,
+                           scale=1.0, config=None, norm=False, ties=False, dtype=torch.bfloat16, device="cpu",
+                           seed=0, min_splits=1) -> dict:
+    """triton_gemv_pair with a routing tail (router [E] float32 logits, shared expert gate/up [N2] gated):
+    weights and ids torch.equal to triton_moe_topk on the launch's own logits, the logits and the shared
+    activation (and with ``norm`` the input-norm fold's stream) torch.equal to the same launch without the
+    tail, the routing the reference's (same experts, weights within float32 rounding; not with ties) and the
+    products within rounding of float64; every split-K and routing counter back at 0.
+
+    ``ties``: the router rows of tied_experts are zero (score 0.5 exactly) and their bias the highest, so every
+    group's best two tie with every other group's: the routing takes the lowest groups and, within the
+    chosen, the lowest ids first."""
+    from kernel_checks import rel_err
+
+    from sglang_eagle3.kernels.gemv import _COUNTERS, Routing, triton_gemv_pair
+    from sglang_eagle3.kernels.moe_topk import triton_moe_topk
+
+    splits = _splits(K, config)
+    assert splits is None or splits >= min_splits, f"{config=} splits K={K} {splits} ways, the case wants {min_splits}"
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = (torch.randn(T, K, generator=g) * 2).to(dtype)
+    w1 = torch.randn(E, K, generator=g) / math.sqrt(K)
+    w2 = (torch.randn(N2, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
+    w2_up = (torch.randn(N2, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
+    corr = torch.rand(E, generator=g) * 0.5 if bias else None
+    if ties:
+        assert bias, "ties need the bias to put the tied experts first"
+        tied = tied_experts(E, n_group)
+        w1[tied] = 0.0
+        corr[tied] = 2.0  # > any other score + bias (< 1.5)
+    w1 = w1.to(dtype).to(device)
+    x = x.to(device)
+    corr = corr.to(device) if bias else None
+    kw = dict(w2_up=w2_up, out1_dtype=torch.float32, config=config)
+    if norm:
+        kw.update(norm_weight=(1 + 0.3 * torch.randn(K, generator=g)).to(dtype).to(device), eps=EPS,
+                  residual=(torch.randn(T, K, generator=g) * 2).to(dtype).to(device))
+    route = Routing(corr, top_k, n_group, topk_group, renormalize, scale)
+    outs = triton_gemv_pair(x, w1, w2, route=route, **kw)
+    plain = triton_gemv_pair(x, w1, w2, **kw)
+    assert len(outs) == len(plain) + 2, (len(outs), len(plain))
+    names = ("logits", "shared act", "stream")[:len(plain)]
+    for name, a, b in zip(names, outs[:len(plain)], plain, strict=True):
+        assert torch.equal(a, b), f"{name} differs with the routing tail in {(a != b).sum().item()} places"
+    logits, weights, ids = outs[0], outs[-2], outs[-1]
+    assert weights.shape == ids.shape == (T, top_k) and weights.dtype == torch.float32 and ids.dtype == torch.int32, (
+        weights.shape, ids.shape, weights.dtype, ids.dtype)
+    want_w, want_ids = triton_moe_topk(logits, corr, **route.topk_kwargs())
+    what = f"({T=} {E=} {n_group=} {topk_group=} {top_k=} {bias=} {renormalize=} {config=} {norm=} {ties=})"
+    assert torch.equal(ids, want_ids), f"ids differ from moe_topk on the same logits {what}:\n{ids}\n{want_ids}"
+    assert torch.equal(weights, want_w), (
+        f"weights differ from moe_topk on the same logits {what}: max |diff| {(weights - want_w).abs().max()}")
+
+    if ties:
+        chosen = sorted(tied_experts(E, n_group))[:2 * topk_group][:top_k]
+        assert ids[:, :len(chosen)].tolist() == [chosen] * T, f"tie-break: {ids.tolist()} should start {chosen}"
+    else:  # the routing itself, against the torch reference (order within a row is free)
+        ref_w, ref_ids = kernels.ref_moe_topk(logits, corr, **route.topk_kwargs())
+        ids_s, order = ids.long().sort(dim=1)
+        ref_s, ref_order = ref_ids.long().sort(dim=1)
+        assert torch.equal(ids_s, ref_s), f"routing differs from ref_moe_topk {what}"
+        err = rel_err(weights.gather(1, order), ref_w.gather(1, ref_order))
+        assert err < 1e-6, f"weights rel err {err} against ref_moe_topk {what}"
+    x_ref = x.double()
+    if norm:
+        x_ref = kernels.ref_rms_norm(outs[2].double(), kw["norm_weight"].double(), EPS)
+    tol = (1e-2 if x.is_cuda else 2e-2) if norm else 1e-3
+    err_logits = rel_err(logits, kernels.ref_gemv(x_ref, w1.double()))
+    err_act = rel_err(outs[1], kernels.ref_gemv(x_ref, w2.double(), w_up=w2_up.double()))
+    assert err_logits < tol and err_act < 3e-2, f"products: logits rel err {err_logits}, act {err_act} {what}"
+    left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
+    assert not any(left.values()), f"split-K / routing counters not reset: {left}"
+    return {"splits": splits or "default config", "logits_rel_err": err_logits, "ids_row0": ids[0].tolist()}
+
+
+def check_router_topk_reference_path(seed=0) -> dict:
+    """kernels.gemv_pair with ``route`` where the skinny GEMM does not run (float32, > GEMV_MAX_ROWS rows,
+    use_triton=False, autograd) returns the unfused numbers: its products, then the moe_topk op on the logits
+    (same use_triton); where it runs (bf16 rows under the interpreter) the routing equals moe_topk's on its
+    logits. The Routing spec's and the launcher's asserts name the values."""
+    from sglang_eagle3.kernels.gemv import Routing
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    K, E, N2 = 48, 24, 11
+    bias = torch.rand(E, generator=g)
+    route = Routing(bias, top_k=4, n_group=4, topk_group=2, renormalize=True, routed_scaling_factor=2.5)
+    out = {}
+    for dtype, T, use_triton, norm, grad in ((torch.float32, 3, True, False, False),  # not a GEMV dtype
+                                             (torch.bfloat16, 20, True, True, False),  # rows > GEMV_MAX_ROWS
+                                             (torch.bfloat16, 2, False, False, False),
+                                             (torch.float32, 4, None, True, True),
+                                             (torch.bfloat16, 3, True, True, False)):  # the kernel
+        x = torch.randn(T, K, generator=g).to(dtype).requires_grad_(grad)
+        w1, w2, w2_up = (torch.randn(n, K, generator=g).to(dtype) for n in (E, N2, N2))
+        kw = dict(w2_up=w2_up, out1_dtype=torch.float32, use_triton=use_triton)
+        if norm:
+            kw.update(norm_weight=(1 + 0.3 * torch.randn(K, generator=g)).to(dtype), eps=EPS,
+                      residual=torch.randn(T, K, generator=g).to(dtype))
+        outs = kernels.gemv_pair(x, w1, w2, route=route, **kw)
+        plain = kernels.gemv_pair(x, w1, w2, **kw)
+        what = f"{dtype=} {T=} {use_triton=} {norm=} {grad=}"
+        assert len(outs) == len(plain) + 2, what
+        for a, b in zip(outs[:len(plain)], plain, strict=True):
+            assert torch.equal(a, b), f"products differ with route ({what})"
+        want = kernels.moe_topk(outs[0].detach(), bias, **route.topk_kwargs(), use_triton=use_triton)
+        assert torch.equal(outs[-1], want[1]) and torch.equal(outs[-2], want[0]), f"routing differs ({what})"
+        out[what] = "moe_topk's numbers"
+    x = torch.randn(2, K, generator=g).bfloat16()
+    w1, w2 = torch.randn(E, K, generator=g).bfloat16(), torch.randn(N2, K, generator=g).bfloat16()
+    for bad, pattern in ((dict(route=route), "out1_dtype"),
+                         (dict(route=Routing(bias, top_k=4, n_group=5, topk_group=2), out1_dtype=torch.float32),
+                          "E=24 experts must be divisible by self.n_group=5"),
+                         (dict(route=Routing(bias, top_k=13, n_group=4, topk_group=2), out1_dtype=torch.float32),
+                          "self.top_k=13 exceeds the 12"),
+                         (dict(route=Routing(bias[:20], top_k=4), out1_dtype=torch.float32), r"bias must be .*\[24\]")):
+        for use_triton in (True, False):
+            try:
+                kernels.gemv_pair(x, w1, w2, use_triton=use_triton, **bad)
+            except AssertionError as exc:
+                assert re.search(pattern, str(exc)), f"{use_triton=}: {exc!s} does not match {pattern!r}"
+            else:
+                raise AssertionError(f"no assertion for {pattern!r} ({use_triton=})")
+    try:
+        Routing(None, top_k=2, n_group=2, topk_group=3)
+    except AssertionError as exc:
+        assert "topk_group=3" in str(exc), exc
+    else:
+        raise AssertionError("Routing accepted topk_group > n_group")
+    return out
+
+
 @contextlib.contextmanager
 def _no_fuse(value: str):
     """SGLANG_EAGLE3_NO_FUSE while models are built (layers read it in __init__)."""
@@ -226,4 +365,21 @@ CASES = {
     "fold_reference_path": lambda: check_input_norm_fold_reference_path(seed=67),
     # float16: the interpreter's bfloat16 truncation, amplified through the random model, would need a loose bound
     "fold_model_fp16": lambda: check_input_norm_fold_model(dtype=torch.float16, tol=1e-2, seed=68),
+    # The routing tail: 3 router row blocks of 16 (E = 48, or 40: the last one short) and 1-2 shared ones.
+    "route_split_grouped_t3": lambda: check_router_topk_fold(3, 48, 20, 128, top_k=6, n_group=4, topk_group=2,
+                                                             scale=2.5, config=FOLD_SPLIT, seed=70, min_splits=4),
+    "route_no_split_kimi_like_t16": lambda: check_router_topk_fold(16, 40, 16, 96, top_k=8, scale=2.827,
+                                                                   config=FOLD_ONE, seed=71),
+    "route_split_fp16_no_bias_no_renorm_t1": lambda: check_router_topk_fold(
+        1, 40, 24, 136, top_k=4, n_group=5, topk_group=3, bias=False, renormalize=False, scale=1.5,
+        dtype=torch.float16, config=FOLD_SPLIT, seed=72, min_splits=3),
+    "route_no_split_ties_t3": lambda: check_router_topk_fold(3, 48, 16, 64, top_k=6, n_group=4, topk_group=2,
+                                                             config=FOLD_ONE, ties=True, seed=73),
+    "route_split_ties_t16": lambda: check_router_topk_fold(16, 40, 16, 128, top_k=3, n_group=4, topk_group=1,
+                                                           config=FOLD_SPLIT, ties=True, seed=74, min_splits=4),
+    "route_with_input_norm_split_t3": lambda: check_router_topk_fold(3, 40, 20, 128, top_k=8, scale=2.5, norm=True,
+                                                                     config=FOLD_SPLIT, seed=75, min_splits=4),
+    "route_default_config_t1": lambda: check_router_topk_fold(1, 48, 24, 96, top_k=8, n_group=2, topk_group=1,
+                                                              seed=76),
+    "route_reference_path": lambda: check_router_topk_reference_path(seed=77),
 }

@@ -641,7 +641,7 @@ CASES = {
 
 # Cases of newer kernels live in modules of their own (one per area), merged here so that the interpreter run and
 # the GPU suite see one table.
-for _module in ("fold_checks",):
+for _module in ("fold_checks", "mla_rope_checks"):
     CASES.update(__import__(_module).CASES)
 
 if __name__ == "__main__":

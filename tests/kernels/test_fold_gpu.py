@@ -1,7 +1,9 @@
 """Launch folds into the skinny GEMM on the GPU at one Kimi-K2.5 TP=8 rank's shapes: the decoder layer's
 input RMSNorm (with its residual add) folded into MLA's q_a [1536] + kv_a [576] launch over K = 7168, for
 decode and verify rows (T = 1..8, 16); a CUDA graph replay of the fold; a small Kimi-shaped model's logits
-with the fold on and off. The checks are shared with the interpreter run (fold_checks.py).
+with the fold on and off. The MoE routing in the tail of the router [384] + shared expert [256] launch:
+bit-identical to the routing kernel on the launch's logits, eager and in a graph replay, and its cost. The
+checks are shared with the interpreter run (fold_checks.py).
 
 Outputs come from a poisoned allocator (test_kernels_gpu.poison_allocator), so an element the kernel never
 writes is NaN, which no bound accepts.
@@ -16,13 +18,14 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fold_checks import EPS, check_input_norm_fold, check_input_norm_fold_model  # noqa: E402
+from fold_checks import EPS, check_input_norm_fold, check_input_norm_fold_model, check_router_topk_fold  # noqa: E402
 from test_kernels_gpu import poison_allocator  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 HIDDEN, Q_LORA, KV_A = 7168, 1536, 512 + 64
 EXPERTS, SHARED_INTER = 384, 256
+TOP_K, ROUTED_SCALE = 8, 2.827
 
 
 @pytest.mark.parametrize("residual", [True, False])
@@ -92,3 +95,120 @@ def test_input_norm_fold_model_logits(dtype, tol):
     decode and verify steps. The random model amplifies rounding: under the interpreter (hidden 64) bf16
     differs by 1-5e-2, float16 by <= 4e-3; a wiring slip such as a dropped residual moves them by ~0.6."""
     check_input_norm_fold_model("cuda", dtype, tol=tol, hidden=256, seed=3)
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 6, 7, 8, 16])
+def test_router_topk_fold_kimi(T):
+    """The launcher's own config (split-K over K = 7168): weights and ids torch.equal to moe_topk on the
+    launch's logits (and the reference's experts), logits and shared activation as without the tail,
+    counters reset."""
+    poison_allocator()
+    check_router_topk_fold(T, EXPERTS, SHARED_INTER, HIDDEN, top_k=TOP_K, scale=ROUTED_SCALE, device="cuda",
+                           seed=300 + T)
+
+
+@pytest.mark.parametrize("config", [
+    {"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT": 1, "num_warps": 4, "num_stages": 2},  # one program streams all of K
+    {"BLOCK_N": 32, "BLOCK_K": 128, "SPLIT": 7, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT": 14, "num_warps": 4, "num_stages": 2},  # 24 router row blocks
+])
+@pytest.mark.parametrize("T", [1, 4, 8])
+def test_router_topk_fold_configs(T, config):
+    poison_allocator()
+    check_router_topk_fold(T, EXPERTS, SHARED_INTER, HIDDEN, top_k=TOP_K, scale=ROUTED_SCALE, device="cuda",
+                           config=config, seed=400 + T)
+
+
+@pytest.mark.parametrize("T,norm,ties", [(1, False, False), (4, False, True), (16, False, False), (3, True, False)])
+def test_router_topk_fold_grouped(T, norm, ties):
+    """DeepSeek-V3's grouped routing (256 experts, 8 groups, the best 4 kept, top-8); ties across the groups;
+    with the input-norm fold in the same launch."""
+    poison_allocator()
+    check_router_topk_fold(T, 256, SHARED_INTER, HIDDEN, top_k=8, n_group=8, topk_group=4, scale=2.5, norm=norm,
+                           ties=ties, device="cuda", seed=500 + T)
+
+
+def _router_inputs(T: int, seed: int):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(T, HIDDEN, device="cuda", generator=g).bfloat16()
+    w1, w2, w2_up = (torch.randn(n, HIDDEN, device="cuda", generator=g).bfloat16() / HIDDEN ** 0.5
+                     for n in (EXPERTS, SHARED_INTER, SHARED_INTER))
+    bias = torch.rand(EXPERTS, device="cuda", generator=g) * 0.1
+    return x, w1, w2, w2_up, bias
+
+
+def test_router_topk_fold_graph_replay_equals_eager():
+    """The launch with its routing tail captured in a CUDA graph (both arrival counters reset in the launch):
+    replays on new x and bias equal eager calls, and their routing equals moe_topk's on the replay's logits,
+    three times in a row."""
+    from sglang_eagle3 import kernels
+    from sglang_eagle3.kernels.gemv import _COUNTERS
+
+    T = 5
+    x, w1, w2, w2_up, bias = _router_inputs(T, 6)
+    route = kernels.Routing(bias, TOP_K, routed_scaling_factor=ROUTED_SCALE)
+
+    def step():
+        return kernels.gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=torch.float32, route=route)
+
+    step()  # compile outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs_g = step()
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        bias.copy_(torch.rand_like(bias) * 0.1)
+        graph.replay()
+        torch.cuda.synchronize()
+        outs_e = step()
+        for name, a, b in zip(("logits", "shared act", "weights", "ids"), outs_g, outs_e, strict=True):
+            assert torch.equal(a, b), f"{name}: replay differs from eager"
+        want_w, want_ids = kernels.moe_topk(outs_g[0], bias, top_k=TOP_K, n_group=1, topk_group=1,
+                                            routed_scaling_factor=ROUTED_SCALE)
+        assert torch.equal(outs_g[3], want_ids) and torch.equal(outs_g[2], want_w), "replay routing != moe_topk"
+    left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
+    assert not any(left.values()), f"counters not reset after replays: {left}"
+
+
+@pytest.mark.parametrize("T", [1, 4, 8])
+def test_router_topk_fold_timing(T):
+    """What the fold is for: the router + shared launch with the routing in its tail, replayed in a CUDA graph,
+    takes no longer than that launch followed by the moe_topk launch (+0.5 us of noise). NOTE: one program
+    routes the T rows one after another in the tail, where moe_topk routes them in parallel programs; this
+    fails where that serial work outweighs the launch it saves."""
+    from sglang_eagle3 import kernels
+
+    x, w1, w2, w2_up, bias = _router_inputs(T, 7)
+    route = kernels.Routing(bias, TOP_K, routed_scaling_factor=ROUTED_SCALE)
+    kw = dict(w2_up=w2_up, out1_dtype=torch.float32)
+
+    def fused():
+        kernels.gemv_pair(x, w1, w2, route=route, **kw)
+
+    def unfused():
+        logits, _ = kernels.gemv_pair(x, w1, w2, **kw)
+        kernels.moe_topk(logits, bias, top_k=TOP_K, n_group=1, topk_group=1, routed_scaling_factor=ROUTED_SCALE)
+
+    reps = 50
+    us = {}
+    for name, fn in (("fused", fused), ("unfused", unfused)):
+        fn()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(reps):
+                fn()
+        runs = []
+        for _ in range(7):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            runs.append(start.elapsed_time(end) * 1e3 / reps)
+        us[name] = sorted(runs)[len(runs) // 2]
+    print(f"T={T}: router + shared + routing per MoE layer: fused {us['fused']:.2f} us, "
+          f"unfused {us['unfused']:.2f} us")
+    assert us["fused"] <= us["unfused"] + 0.5, us
+

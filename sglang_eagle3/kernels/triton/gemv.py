@@ -17,12 +17,20 @@ rstd * sum_k bf16(x g)_k W_nk is the normed product; each program feeds its own 
 dot and sums the squares of that slice, and the epilogue (after the split reduction, which adds the slices'
 sums of squares in split order too) scales by rstd. The product then differs from the unfused
 norm-then-GEMV only in where x is rounded to bf16 (before the scaling by rstd instead of after).
+
+A MoE layer's routing can ride in the tail of the router + shared expert launch (ROUTE): each router row
+block, once its logits are stored (by the split-K reduction, or by the program itself without split), arrives
+on one more counter, and the last of the router row blocks routes every token from the stored logits with the
+routing kernel's own function (moe_topk.route_row), so the results are bit-identical to that launch's.
+NOTE: that one program routes the T rows one after another, where the routing launch has a program per row:
+the tail saves a launch at decode, but its serial work grows with T (tests/kernels/test_fold_gpu.py times it).
 """
 
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from sglang_eagle3.kernels.triton.moe_topk import route_row
 from sglang_eagle3.kernels.triton.sync import last_arrival
 
 EPI_NONE, EPI_ADD, EPI_GATED = 0, 1, 2
@@ -154,6 +162,24 @@ def _store(acc, acc_up, second, add_ptr, out_ptr, out2_ptr, b, n, n_ok, T, s_at,
 
 
 @triton.jit
+def _route_tail(out_ptr, s_ot, T, count_ptr, NB1, bias_ptr, topk_w_ptr, topk_id_ptr, s_twt, s_tit,
+                routed_scaling_factor, INTERPRET: tl.constexpr,
+                PER_GROUP: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
+                G_PAD: tl.constexpr, PG_PAD: tl.constexpr, K_PAD: tl.constexpr, HAS_BIAS: tl.constexpr,
+                RENORMALIZE: tl.constexpr):
+    """Run by a router row block after its logits are stored: the last of the NB1 to arrive at ``count_ptr``
+    routes rows t < T of the logits out[t, :] (read through L2: other programs wrote them) into
+    topk_w [t, :TOP_K] (fp32) and topk_id [t, :TOP_K] (int32), as moe_topk_kernel stores them."""
+    if last_arrival(count_ptr, NB1, INTERPRET):
+        kk = tl.arange(0, K_PAD)
+        for t in range(0, T):
+            out_w, out_i = route_row(out_ptr + t * s_ot, bias_ptr, routed_scaling_factor, PER_GROUP, N_GROUP,
+                                     TOPK_GROUP, TOP_K, G_PAD, PG_PAD, K_PAD, HAS_BIAS, RENORMALIZE, CG=True)
+            tl.store(topk_w_ptr + t * s_twt + kk, out_w, mask=kk < TOP_K)
+            tl.store(topk_id_ptr + t * s_tit + kk, out_i, mask=kk < TOP_K)
+
+
+@triton.jit
 def gemv_kernel(
     x_ptr, w_ptr, w_up_ptr, add_ptr, out_ptr, part_ptr, count_ptr, w2_ptr, out2_ptr,
     T, N, K, k_per_split, N2, NB1,
@@ -163,6 +189,10 @@ def gemv_kernel(
     PAIR: tl.constexpr = False, NORM: tl.constexpr = 0, nw_ptr=None, eps=0.0,
     EPI2: tl.constexpr = 0, w2_up_ptr=None,
     HAS_RES: tl.constexpr = False, res_ptr=None, res_out_ptr=None, s_rt=0, s_rot=0,
+    ROUTE: tl.constexpr = False, bias_ptr=None, topk_w_ptr=None, topk_id_ptr=None, s_twt=0, s_tit=0,
+    routed_scaling_factor=1.0, PER_GROUP: tl.constexpr = 1, N_GROUP: tl.constexpr = 1,
+    TOPK_GROUP: tl.constexpr = 1, TOP_K: tl.constexpr = 1, G_PAD: tl.constexpr = 1, PG_PAD: tl.constexpr = 1,
+    K_PAD: tl.constexpr = 1, HAS_BIAS: tl.constexpr = False, RENORMALIZE: tl.constexpr = False,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
@@ -181,7 +211,12 @@ def gemv_kernel(
     program computes the row's rstd itself (K <= a few thousand: a few KB from L2). NORM_POST (2): rstd from
     the slices' sums of squares, applied in the epilogue; with HAS_RES x is h (x_ptr) + residual (res_ptr
     [T, K], row stride s_rt), and the programs of row block 0 store that sum to res_out_ptr [T, K] (row
-    stride s_rot). Only with B = 1."""
+    stride s_rot). Only with B = 1.
+
+    ROUTE (with PAIR): out are router logits [T, N = E]; the NB1 row blocks of W arrive at one more counter,
+    count_ptr[N blocks] (zero before and after, like the others), and the last routes every row as
+    moe_topk_kernel does (same arguments: bias_ptr [E] with HAS_BIAS, routed_scaling_factor, the constexprs
+    from PER_GROUP on) into topk_w_ptr fp32 [T, TOP_K] (row stride s_twt) and topk_id_ptr int32 (s_tit)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     b = tl.program_id(2)
@@ -240,6 +275,7 @@ def gemv_kernel(
             acc_up = acc_up * scale
         _store(acc, acc_up, second, add_ptr, out_ptr, out2_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, s_o2t,
                EPI, EPI2, PAIR, M_PAD)
+        stored = True
     else:
         t = tl.arange(0, M_PAD)
         plane = M_PAD * width
@@ -253,7 +289,8 @@ def gemv_kernel(
                     + (b * tl.num_programs(0) + pid_n) * SPLIT * M_PAD + t)
         if NORM == 2:
             tl.store(ss_first + pid_k * M_PAD, ss)
-        if last_arrival(count_ptr + b * tl.num_programs(0) + pid_n, SPLIT, INTERPRET):  # reduce in split order
+        stored = last_arrival(count_ptr + b * tl.num_programs(0) + pid_n, SPLIT, INTERPRET)
+        if stored:  # the last of the row block's splits reduces them, in split order
             first = part_ptr + b * SPLIT * 2 * plane + t[:, None] * width + cols[None, :]
             acc = tl.load(first, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
             for s in range(1, SPLIT):
@@ -274,3 +311,9 @@ def gemv_kernel(
                 acc_up = acc_up * scale
             _store(acc, acc_up, second, add_ptr, out_ptr, out2_ptr, b, n, n_ok, T, s_at, s_ab, s_ot, s_ob, s_o2t,
                    EPI, EPI2, PAIR, M_PAD)
+    if ROUTE:  # this row block's output is stored (by this program): the routing tail
+        if stored:
+            if pid_n < NB1:
+                _route_tail(out_ptr, s_ot, T, count_ptr + tl.num_programs(0), NB1, bias_ptr, topk_w_ptr,
+                            topk_id_ptr, s_twt, s_tit, routed_scaling_factor, INTERPRET, PER_GROUP, N_GROUP,
+                            TOPK_GROUP, TOP_K, G_PAD, PG_PAD, K_PAD, HAS_BIAS, RENORMALIZE)

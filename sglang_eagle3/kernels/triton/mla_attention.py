@@ -4,11 +4,46 @@ Program (request b, query-row block mb, split s) of mla_split_kv_kernel runs onl
 of the keys. With one split it writes the output. With more it stores a normalised fp32 partial output and
 its log-sum-exp (base 2), and mla_merge_splits_kernel, launched after it, merges the splits.
 A query row is one (new token t, head h) pair of request b: row r -> t = r // H, h = r % H.
+With ROPE the queries' rope columns arrive un-rotated and each program rotates its rows as it loads them
+(_rope_rows), bit for bit as the rotary kernel would have: the rotary launch then needs only k, and no
+longer waits for q. The rotated tile has the plain load's shape and layout, so the key loop is the same code
+with or without ROPE and the outputs are bit-identical to rotating first. (Splitting the rope score into
+even and odd half-width dots instead would sum in another order than the one DR-wide dot: not bit-identical.)
 """
 
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+
+@triton.jit
+def _mul_rn(a, b, INTERPRET: tl.constexpr):
+    """a * b rounded on its own (fp32): PTX mul.rn is never contracted into an fma with the add that follows,
+    whatever the kernel's fp-fusion setting. The interpreter computes in NumPy, which never contracts."""
+    if INTERPRET:
+        return a * b
+    return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _rope_rows(qr_ptr, q_offs, row_ok, pos_ptr, q_tok, cos_ptr, sin_ptr, stride_table, dr,
+               INTERPRET: tl.constexpr):
+    """The [M, DR] rope tile of q rotated at each row's position, in q's dtype, equal to what rotary_kernel
+    stores (DeepSeek's interleaved pairs (2i, 2i+1): o_2i = x_2i cos_i - x_2i+1 sin_i, o_2i+1 = x_2i sin_i +
+    x_2i+1 cos_i, each product rounded to fp32, then the sum). Column d reads its pair partner d ^ 1: no
+    reshapes, and the tile comes out in the layout the plain load has."""
+    pos = tl.load(pos_ptr + q_tok, mask=row_ok, other=0).to(tl.int64)  # [M]
+    table = pos[:, None] * stride_table + (dr // 2)[None, :]  # [M, DR]: column d uses pair d // 2
+    cos = tl.load(cos_ptr + table, mask=row_ok[:, None], other=0.0)
+    sin = tl.load(sin_ptr + table, mask=row_ok[:, None], other=0.0)
+    x = tl.load(qr_ptr + q_offs + dr[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
+    partner = tl.load(qr_ptr + q_offs + (dr ^ 1)[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
+    # Even d: x cos - partner sin; odd d: partner sin + x cos (= x cos + partner sin: the same rounding).
+    xc = _mul_rn(x, cos, INTERPRET)
+    ps = _mul_rn(partner, sin, INTERPRET)
+    rot = tl.where((dr % 2 == 0)[None, :], xc - ps, xc + ps)
+    return rot.to(qr_ptr.dtype.element_ty)
 
 
 @triton.jit
@@ -19,11 +54,14 @@ def mla_split_kv_kernel(
     T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, DR: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_KV: tl.constexpr, DOT_PRECISION: tl.constexpr,
     INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
+    ROPE: tl.constexpr = False, pos_ptr=None, cos_ptr=None, sin_ptr=None, stride_table=0,
 ):
     """out [B*T, H, DC] over grid (B, row blocks, NUM_SPLITS). SPLIT_KV (NUM_SPLITS > 1): mid_o fp32
     [B, row blocks, NUM_SPLITS, BLOCK_M, DC] and mid_lse fp32 [B, row blocks, NUM_SPLITS, BLOCK_M] scratch (rows
     past T*H are never written); out is left to mla_merge_splits_kernel.
-    DOT_PRECISION: tl.dot's input_precision (tuning.dot_precision)."""
+    DOT_PRECISION: tl.dot's input_precision (tuning.dot_precision).
+    ROPE: q's rope columns are un-rotated; rotate them at positions pos [B*T] with fp32 tables cos/sin
+    [P, DR/2] (row stride stride_table) as they load. The cached k rope is already rotated."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
@@ -50,8 +88,12 @@ def mla_split_kv_kernel(
     q_tok = b * T + tok
     qn = tl.load(qn_ptr + q_tok[:, None] * stride_qn_tok + head[:, None] * stride_qn_head + dc[None, :],
                  mask=row_ok[:, None], other=0.0)  # [M, DC]
-    qr = tl.load(qr_ptr + q_tok[:, None] * stride_qr_tok + head[:, None] * stride_qr_head + dr[None, :],
-                 mask=row_ok[:, None], other=0.0)  # [M, DR]
+    qr_offs = q_tok[:, None] * stride_qr_tok + head[:, None] * stride_qr_head
+    if ROPE:
+        qr = _rope_rows(qr_ptr, qr_offs, row_ok, pos_ptr, q_tok, cos_ptr, sin_ptr, stride_table, dr,
+                        INTERPRET)  # [M, DR]
+    else:
+        qr = tl.load(qr_ptr + qr_offs + dr[None, :], mask=row_ok[:, None], other=0.0)  # [M, DR]
     if INTERPRET:
         qn = qn.to(tl.float32)
         qr = qr.to(tl.float32)

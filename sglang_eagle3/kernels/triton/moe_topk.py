@@ -48,6 +48,11 @@ def route_row(logits_row, bias_ptr, routed_scaling_factor,
     kk = tl.arange(0, K_PAD)
     out_w = tl.zeros([K_PAD], dtype=tl.float32)
     out_i = tl.zeros([K_PAD], dtype=tl.int32)
+    # NOTE: the weights' sum is taken in pick order, one scalar add at a time, not by tl.sum: a reduction's
+    # order follows the layout the compiler gives out_w, which may differ between the kernels that call this
+    # (their results must be bit-identical). Every other reduction here is exact in any order (max, min, and
+    # sums of one nonzero term).
+    total = 0.0
     for i in tl.static_range(TOP_K):
         best = tl.max(tl.max(choice, axis=1), axis=0)
         pick = tl.min(tl.min(tl.where(choice == best, e, big), axis=1), axis=0)
@@ -56,9 +61,10 @@ def route_row(logits_row, bias_ptr, routed_scaling_factor,
         out_w = tl.where(kk == i, w, out_w)
         out_i = tl.where(kk == i, pick, out_i)
         choice = tl.where(hit, float("-inf"), choice)
+        total = total + w
 
     if RENORMALIZE:
-        out_w = out_w / (tl.sum(out_w, axis=0) + 1e-20)
+        out_w = out_w / (total + 1e-20)
     return out_w * routed_scaling_factor, out_i
 
 

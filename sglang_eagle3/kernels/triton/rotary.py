@@ -1,4 +1,4 @@
-"""Rotary position embedding of q and k in one launch: one program per token, all heads of both."""
+"""Rotary position embedding of q and k in one launch: one program per token, all heads of both (or of k only)."""
 
 import triton
 import triton.language as tl
@@ -41,9 +41,10 @@ def rotary_kernel(
     HAS_K: tl.constexpr, K_OUT_ROWS: tl.constexpr, INTERLEAVED: tl.constexpr, HALF: tl.constexpr,
     HALF_PAD: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr = False,
     NORM_C: tl.constexpr = False, c_ptr=None, nw_ptr=None, c_out_ptr=None, stride_ct=0, stride_cot=0, C=0,
-    eps=0.0, BLOCK_C: tl.constexpr = 16,
+    eps=0.0, BLOCK_C: tl.constexpr = 16, HAS_Q: tl.constexpr = True,
 ):
-    """Token t's q heads -> q_out row t; its k heads -> k_out row t, or row k_out_rows[t] (cache slots).
+    """Token t's q heads -> q_out row t (unless not HAS_Q); its k heads -> k_out row t, or row k_out_rows[t]
+    (cache slots).
     NORM_C (with K_OUT_ROWS): also RMSNorm of the token's latent c [C] (fp32 math, the RMSNorm kernel's
     formula) into row k_out_rows[t] of c_out: MLA's kv_a norm and k rope in one launch."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
@@ -55,8 +56,9 @@ def rotary_kernel(
     i_ok = i_idx < HALF
     cos = tl.load(cos_ptr + pos * stride_table + i_idx, mask=i_ok, other=0.0)
     sin = tl.load(sin_ptr + pos * stride_table + i_idx, mask=i_ok, other=0.0)
-    _rotate_heads(q_ptr + t * stride_qt, q_out_ptr + t * stride_qot, stride_qh, stride_qoh, HQ, cos, sin,
-                  i_idx, i_ok, INTERLEAVED, HALF, BLOCK_H)
+    if HAS_Q:
+        _rotate_heads(q_ptr + t * stride_qt, q_out_ptr + t * stride_qot, stride_qh, stride_qoh, HQ, cos, sin,
+                      i_idx, i_ok, INTERLEAVED, HALF, BLOCK_H)
     if NORM_C:
         c_row = tl.load(k_out_rows_ptr + t).to(tl.int64)
         offs = tl.arange(0, BLOCK_C)
