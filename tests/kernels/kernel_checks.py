@@ -439,6 +439,18 @@ def check_padded_batch_rows(layers: int = 2, T: int = 4, bs: int = 3, pad_to: in
     return err
 
 
+def make_latent_inputs(N, H, C, R, slots, P, dtype, cache_dtype, device, g):
+    """MLA's latent write inputs: q [N, H, 16 + R], kv_a [N, C + R], the kv_a norm weight [C], N distinct cache
+    slots of `slots`, positions in [0, P), and a random cache [slots, C + R] in cache_dtype."""
+    q = torch.randn(N, H, 16 + R, generator=g).to(dtype).to(device)
+    kv_a = torch.randn(N, C + R, generator=g).to(dtype).to(device)
+    w = (torch.rand(C, generator=g) + 0.5).to(dtype).to(device)
+    loc = torch.randperm(slots, generator=g)[:N].to(device)
+    pos = torch.randint(0, P, (N,), generator=g).to(device)
+    cache0 = torch.randn(slots, C + R, generator=g).to(cache_dtype).to(device)
+    return q, kv_a, w, loc, pos, cache0
+
+
 def check_latent_to_cache(N, H, C, R, dtype=torch.bfloat16, cache_dtype=None, device="cpu", seed=0,
                           one_launch=False) -> float:
     """MLA's cache write: the kv_a norm scatters c into cache rows out_rows and the rope scatters k into the
@@ -450,12 +462,7 @@ def check_latent_to_cache(N, H, C, R, dtype=torch.bfloat16, cache_dtype=None, de
     P = 64
     freqs = torch.outer(torch.arange(P, dtype=torch.float64), 1.0 / 1000 ** (torch.arange(0, R, 2) / R))
     cos, sin = freqs.cos().float().to(device), freqs.sin().float().to(device)
-    q = torch.randn(N, H, 16 + R, generator=g).to(dtype).to(device)
-    kv_a = torch.randn(N, C + R, generator=g).to(dtype).to(device)
-    w = (torch.rand(C, generator=g) + 0.5).to(dtype).to(device)
-    loc = torch.randperm(slots, generator=g)[:N].to(device)
-    pos = torch.randint(0, P, (N,), generator=g).to(device)
-    cache0 = torch.randn(slots, C + R, generator=g).to(cache_dtype).to(device)
+    q, kv_a, w, loc, pos, cache0 = make_latent_inputs(N, H, C, R, slots, P, dtype, cache_dtype, device, g)
     outs = []
     for use_triton in (True, False):
         cache, qq, kv = cache0.clone(), q.clone(), kv_a.clone()

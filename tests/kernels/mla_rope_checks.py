@@ -92,18 +92,13 @@ def check_rotary_k_only(N, H, C, R, device="cpu", seed=0, dtype=torch.bfloat16, 
     rows writes exactly what the q + k launch writes for k and c, nothing else; k and c are only read. The
     reference with q=None equals its own q + k call. Also k alone without cache rows (``heads_k`` heads, out of
     place and in place) equals the k of a q + k launch."""
-    from kernel_checks import ulp_err
+    from kernel_checks import make_latent_inputs, ulp_err
 
     cache_dtype = cache_dtype or dtype
     g = torch.Generator(device="cpu").manual_seed(seed)
     slots, P = 3 * N + 11, 5 * N + 17
     cos, sin = rope_tables(P, R, device)
-    q = torch.randn(N, H, 16 + R, generator=g).to(dtype).to(device)
-    kv_a = torch.randn(N, C + R, generator=g).to(dtype).to(device)
-    w = (torch.rand(C, generator=g) + 0.5).to(dtype).to(device)
-    loc = torch.randperm(slots, generator=g)[:N].to(device)
-    pos = torch.randint(0, P, (N,), generator=g).to(device)
-    cache0 = torch.randn(slots, C + R, generator=g).to(cache_dtype).to(device)
+    q, kv_a, w, loc, pos, cache0 = make_latent_inputs(N, H, C, R, slots, P, dtype, cache_dtype, device, g)
 
     def write(with_q: bool, use_triton: bool) -> tuple[torch.Tensor, torch.Tensor]:
         cache, qq, kv = cache0.clone(), q.clone(), kv_a.clone()
