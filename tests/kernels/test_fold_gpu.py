@@ -57,6 +57,24 @@ def test_input_norm_fold_router_shared_shape(T):
     check_input_norm_fold(T, EXPERTS, SHARED_INTER, HIDDEN, device="cuda", seed=200 + T, router=True)
 
 
+def _capture(step):
+    """(CUDA graph of step(), its outputs): step runs once eagerly first (compiles outside the capture)."""
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = step()
+    return graph, outs
+
+
+def _replay_equals_eager(graph, outs_g, step, names) -> None:
+    """Replays the graph on the inputs as they are now and checks each output against an eager step()."""
+    graph.replay()
+    torch.cuda.synchronize()
+    for name, a, b in zip(names, outs_g, step(), strict=True):
+        assert torch.equal(a, b), f"{name}: replay differs from eager"
+
+
 def test_input_norm_fold_graph_replay_equals_eager():
     """The fold captured in a CUDA graph (split-K counters reset in the launch, no memset): replays on new
     h and residual equal eager calls, twice in a row."""
@@ -73,19 +91,11 @@ def test_input_norm_fold_graph_replay_equals_eager():
     def step():
         return kernels.gemv_pair(h, w1, w2, norm_weight=nw, eps=EPS, residual=res)
 
-    step()  # compile outside capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs_g = step()
+    graph, outs_g = _capture(step)
     for _ in range(2):
         h.copy_(torch.randn_like(h))
         res.copy_(torch.randn_like(res))
-        graph.replay()
-        torch.cuda.synchronize()
-        outs_e = step()
-        for name, a, b in zip(("q_a", "kv_a", "new residual"), outs_g, outs_e, strict=True):
-            assert torch.equal(a, b), f"{name}: replay differs from eager"
+        _replay_equals_eager(graph, outs_g, step, ("q_a", "kv_a", "new residual"))
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 8e-2), (torch.float16, 1e-2)])
@@ -151,19 +161,11 @@ def test_router_topk_fold_graph_replay_equals_eager():
     def step():
         return kernels.gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=torch.float32, route=route)
 
-    step()  # compile outside capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs_g = step()
+    graph, outs_g = _capture(step)
     for _ in range(3):
         x.copy_(torch.randn_like(x))
         bias.copy_(torch.rand_like(bias) * 0.1)
-        graph.replay()
-        torch.cuda.synchronize()
-        outs_e = step()
-        for name, a, b in zip(("logits", "shared act", "weights", "ids"), outs_g, outs_e, strict=True):
-            assert torch.equal(a, b), f"{name}: replay differs from eager"
+        _replay_equals_eager(graph, outs_g, step, ("logits", "shared act", "weights", "ids"))
         want_w, want_ids = kernels.moe_topk(outs_g[0], bias, top_k=TOP_K, n_group=1, topk_group=1,
                                             routed_scaling_factor=ROUTED_SCALE)
         assert torch.equal(outs_g[3], want_ids) and torch.equal(outs_g[2], want_w), "replay routing != moe_topk"
