@@ -18,9 +18,9 @@ import torch
 # package attribute only when a submodule is first imported.
 from sglang_eagle3 import env
 from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_int4
-from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, Routing, triton_gemv, triton_gemv_pair
+from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, triton_gemv, triton_gemv_pair
 from sglang_eagle3.kernels.mla_attention import triton_mla_attention
-from sglang_eagle3.kernels.moe_topk import triton_moe_topk
+from sglang_eagle3.kernels.moe_topk import Routing, triton_moe_topk
 from sglang_eagle3.kernels.quant import pack_int4, quantize_int4, unpack_int4
 from sglang_eagle3.kernels.ref import (
     ref_apply_rotary,

@@ -19,12 +19,11 @@ router logits it computes: the numbers of the moe_topk op on those logits, one l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 
 from sglang_eagle3.kernels import tuning
+from sglang_eagle3.kernels.moe_topk import Routing
 from sglang_eagle3.kernels.triton.gemv import (
     EPI_ADD,
     EPI_GATED,
@@ -60,45 +59,6 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
         buf = torch.zeros(max(n, 1 << 14), dtype=torch.int32, device=device)
         _COUNTERS[device] = buf
     return buf
-
-
-@dataclass(frozen=True, eq=False)
-class Routing:
-    """DeepSeek-V3 noaux_tc routing of router logits [T, E], as the moe_topk op takes it: sigmoid scores;
-    ``bias`` [E] (e_score_correction_bias, or None) shifts them for the choice only; the ``topk_group`` of
-    ``n_group`` expert groups with the best top-2 sums are kept, and their ``top_k`` best experts chosen;
-    their unbiased scores, divided by their sum with ``renormalize``, times ``routed_scaling_factor``, are the
-    weights (float32 [T, top_k]) beside the ids (int32 [T, top_k])."""
-
-    bias: torch.Tensor | None
-    top_k: int
-    n_group: int = 1
-    topk_group: int = 1
-    renormalize: bool = True
-    routed_scaling_factor: float = 1.0
-
-    def __post_init__(self):
-        assert self.n_group >= 1, f"{self.n_group=} must be >= 1"
-        assert 1 <= self.topk_group <= self.n_group, f"{self.topk_group=} must lie in [1, {self.n_group=}]"
-        assert self.top_k >= 1, f"{self.top_k=} must be >= 1"
-
-    def check(self, E: int, device: torch.device) -> None:
-        """Asserts the routing fits E experts whose logits live on ``device``."""
-        assert E % self.n_group == 0, f"{E=} experts must be divisible by {self.n_group=}"
-        per_group = E // self.n_group
-        assert self.top_k <= self.topk_group * per_group, (
-            f"{self.top_k=} exceeds the {self.topk_group * per_group} experts of {self.topk_group=} groups of "
-            f"{per_group}")
-        b = self.bias
-        if b is not None:
-            assert b.shape == (E,) and b.is_contiguous() and b.is_floating_point() and b.device == device, (
-                f"bias must be a contiguous float [{E}] on {device}, got {tuple(b.shape)} {b.dtype} {b.device} "
-                f"strides {b.stride()}")
-
-    def topk_kwargs(self) -> dict:
-        """Keyword arguments of moe_topk / ref_moe_topk after (logits, bias)."""
-        return dict(top_k=self.top_k, n_group=self.n_group, topk_group=self.topk_group,
-                    renormalize=self.renormalize, routed_scaling_factor=self.routed_scaling_factor)
 
 
 def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int, mats: int = 1,
@@ -277,14 +237,10 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
     route_args = {}
     if route is not None:
         count = _counters(x.device, blocks + 1)  # the tail's arrival counter follows the split-K counters
-        per_group = N1 // route.n_group
         route_args = dict(
             ROUTE=True, bias_ptr=route.bias if route.bias is not None else y1, topk_w_ptr=topk_w,
             topk_id_ptr=topk_id, s_twt=topk_w.stride(0), s_tit=topk_id.stride(0),
-            routed_scaling_factor=float(route.routed_scaling_factor), PER_GROUP=per_group, N_GROUP=route.n_group,
-            TOPK_GROUP=route.topk_group, TOP_K=route.top_k, G_PAD=triton.next_power_of_2(route.n_group),
-            PG_PAD=triton.next_power_of_2(per_group), K_PAD=triton.next_power_of_2(route.top_k),
-            HAS_BIAS=route.bias is not None, RENORMALIZE=bool(route.renormalize))
+            routed_scaling_factor=float(route.routed_scaling_factor), **route.constexprs(N1))
     if part is None:
         part = y2
     if count is None:

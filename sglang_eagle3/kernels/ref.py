@@ -13,7 +13,7 @@ import torch
 from sglang_eagle3.kernels.quant import unpack_int4
 
 if TYPE_CHECKING:
-    from sglang_eagle3.kernels.gemv import Routing
+    from sglang_eagle3.kernels.moe_topk import Routing
 
 
 def _acc(x: torch.Tensor) -> torch.Tensor:
