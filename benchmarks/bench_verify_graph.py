@@ -98,6 +98,17 @@ def expert_bytes(model) -> tuple[int, int]:
     return other, per_expert
 
 
+def parse_env_variant(text: str) -> dict[str, str]:
+    """'A=1 B=x' -> {'A': '1', 'B': 'x'} (--env-variants)."""
+    pairs = {}
+    for item in text.split():
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--env-variants: {item!r} is not NAME=VALUE (in {text!r})")
+        pairs[name] = value
+    return pairs
+
+
 @torch.inference_mode()
 def time_case(runner: ModelRunner, ctx: int, T: int, pages: list[int], eager_iters: int, graph_iters: int):
     """(eager ms, graph ms) of one request with `ctx` cached tokens and T new ones."""
@@ -125,6 +136,10 @@ def main() -> None:
                     help="side-stream overlap settings to time one after another in this process, each a "
                          "SGLANG_EAGLE3_OVERLAP value ('none', 'shared_down,prefetch_attn', ...); default: "
                          "the knob's own setting only")
+    ap.add_argument("--env-variants", nargs="+", default=None,
+                    help="environment settings to time one after another in this process (each crossed with the "
+                         "overlap variants), each a space-separated list of NAME=VALUE, '' for the environment "
+                         "as it is: e.g. '' 'SGLANG_EAGLE3_PDL=1' 'SGLANG_EAGLE3_PDL=1 SGLANG_EAGLE3_PDL_PRELOAD=2'")
     ap.add_argument("--backends", nargs="+", default=["triton", "torch"],
                     help="kernel paths to time: triton (ours) and/or torch (references)")
     ap.add_argument("--eager-iters", type=int, default=5)
@@ -161,10 +176,15 @@ def main() -> None:
     env_overlap = str(model.model.overlaps)
     variants = args.overlap_variants or [None]
     timed_Ts = args.tokens or Ts
-    for backend, variant in [(b, v) for b in args.backends for v in variants]:
+    env_variants = args.env_variants or [""]
+    for backend, variant, env_set in [(b, v, e) for b in args.backends for v in variants for e in env_variants]:
         runner = None
         label = backend if variant is None else f"{backend} overlap={variant}"
+        label += f" {env_set}" if env_set else ""
+        env_new = parse_env_variant(env_set)
+        env_old = {name: os.environ.get(name) for name in env_new}
         try:
+            os.environ.update(env_new)
             if variant is not None:
                 model.model.set_overlaps(Overlaps.parse(variant))
             torch.cuda.empty_cache()
@@ -191,7 +211,8 @@ def main() -> None:
                     kv_bytes = (ctx + T) * cfg.kv_cache_dim * 2 * cfg.num_hidden_layers
                     floor_bytes = other_bytes + distinct * one_expert + kv_bytes
                     floor = floor_bytes / (bw * 1e9) * 1e3
-                    case = {"backend": backend, "overlaps": variant or env_overlap, "context": ctx, "T": T,
+                    case = {"backend": backend, "overlaps": variant or env_overlap, "env": env_set,
+                            "context": ctx, "T": T,
                             "eager_ms": round(eager, 3),
                             "graph_ms": round(graph, 3), "floor_ms": round(floor, 3),
                             "graph_over_floor": round(graph / floor, 2), "eager_over_graph": round(eager / graph, 1),
@@ -206,6 +227,11 @@ def main() -> None:
             print(f"[{label}] FAILED: {type(e).__name__}: {e}", flush=True)
         finally:
             runner = None
+            for name, value in env_old.items():  # the next variant starts from the environment as it was
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     for h in hooks:
         h.remove()
     if args.out:

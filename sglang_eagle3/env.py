@@ -42,6 +42,9 @@ KEEP_GRAPH_BS = Knob("SGLANG_EAGLE3_KEEP_GRAPH_BS",
 GIT_COMMIT = Knob("GIT_COMMIT", "commit recorded by benchmarks where the tree has no git history")
 PDL = Knob("SGLANG_EAGLE3_PDL",
            "1: launch the Triton kernels with programmatic dependent launch on sm_90+ (off: no gain measured)")
+PDL_PRELOAD = Knob("SGLANG_EAGLE3_PDL_PRELOAD",
+                   "with SGLANG_EAGLE3_PDL=1: K tiles of its weights (1, 2 or 4) a GEMV loads into registers before "
+                   "it waits for the previous kernel; 0 or unset: it asks the L2 for its whole weight slab instead")
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference); unset: "
                "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn), '' turns every one on: "
@@ -57,7 +60,7 @@ OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "(L2 prefetch of weights a layer reads later); unset: DEFAULT_OVERLAP")
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE, STRICT_VERIFY,
-       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, NO_FUSE, OVERLAP)
+       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_PRELOAD, NO_FUSE, OVERLAP)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

@@ -128,6 +128,18 @@ def pdl(device: torch.device) -> bool:
     return _capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9
 
 
+def pdl_preload() -> int:
+    """K tiles of weights a PDL GEMV loads into registers before ``gdc_wait`` (SGLANG_EAGLE3_PDL_PRELOAD: 1, 2
+    or 4), so that its first DRAM round trips overlap the previous kernel's tail; 0 (unset): it asks the L2 for
+    its whole slab instead, with prefetch instructions that return at once."""
+    raw = env.PDL_PRELOAD.raw()
+    if raw in (None, "", "0"):
+        return 0
+    if raw not in ("1", "2", "4"):
+        raise ValueError(f"{env.PDL_PRELOAD.name}={raw!r}: expected 0, 1, 2 or 4 (K tiles held in registers)")
+    return int(raw)
+
+
 def pdl_launch(enabled: bool) -> dict:
     """Launch options for a kernel whose PDL constexpr is ``enabled`` (none under the interpreter)."""
     return {"launch_pdl": True} if enabled else {}

@@ -195,12 +195,8 @@ def check_rotary(arch: int) -> dict:
     return out
 
 
-def check_dense_gemv(arch: int) -> dict:
-    """The skinny GEMM at Kimi TP=8 decode shapes: no spills, 16-byte weight loads along K, and the split-K
-    handshake (fences + one atomic per program) present exactly when SPLIT > 1 (one more with the routing
-    tail); every epilogue, both RMSNorm folds (the q_a norm read first, the input norm + residual scaled in
-    the epilogue), and the router + shared expert launch with the MoE routing in its tail (Kimi's: 384
-    experts, top-8, one group), split as its launcher splits it and unsplit."""
+def _gemv_signature() -> tuple[dict, list[str]]:
+    """gemv_kernel's argument types and the arguments the JIT sees as 16-byte aligned."""
     sig = dict(x_ptr="*bf16", w_ptr="*bf16", w_up_ptr="*bf16", add_ptr="*bf16", out_ptr="*bf16",
                part_ptr="*fp32", count_ptr="*i32", w2_ptr="*bf16", out2_ptr="*bf16", T="i32", N="i32", K="i32",
                k_per_split="i32", N2="i32", NB1="i32", s_xt="i32", s_xb="i32", s_wb="i32", s_wn="i32", s_wk="i32",
@@ -210,12 +206,25 @@ def check_dense_gemv(arch: int) -> dict:
                HAS_RES="i32", res_ptr="*bf16", res_out_ptr="*bf16", s_rt="i32", s_rot="i32",
                ROUTE="i32", bias_ptr="*fp32", topk_w_ptr="*fp32", topk_id_ptr="*i32", s_twt="i32", s_tit="i32",
                routed_scaling_factor="fp32", PER_GROUP="i32", N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32",
-               G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32")
+               G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32",
+               PRELOAD="i32")
     aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
                "s_xb", "s_wb", "s_wn", "s_at", "s_ot", "res_ptr", "res_out_ptr", "s_rt", "s_rot", "bias_ptr",
                "topk_w_ptr", "topk_id_ptr"]
-    no_route = dict(ROUTE=False, PER_GROUP=1, N_GROUP=1, TOPK_GROUP=1, TOP_K=1, G_PAD=1, PG_PAD=1, K_PAD=1,
-                    HAS_BIAS=False, RENORMALIZE=False)
+    return sig, aligned
+
+
+_NO_ROUTE = dict(ROUTE=False, PER_GROUP=1, N_GROUP=1, TOPK_GROUP=1, TOP_K=1, G_PAD=1, PG_PAD=1, K_PAD=1,
+                 HAS_BIAS=False, RENORMALIZE=False)
+
+
+def check_dense_gemv(arch: int) -> dict:
+    """The skinny GEMM at Kimi TP=8 decode shapes: no spills, 16-byte weight loads along K, and the split-K
+    handshake (fences + one atomic per program) present exactly when SPLIT > 1 (one more with the routing
+    tail); every epilogue, both RMSNorm folds (the q_a norm read first, the input norm + residual scaled in
+    the epilogue), and the router + shared expert launch with the MoE routing in its tail (Kimi's: 384
+    experts, top-8, one group), split as its launcher splits it and unsplit."""
+    sig, aligned = _gemv_signature()
     kimi_route = dict(ROUTE=True, PER_GROUP=384, N_GROUP=1, TOPK_GROUP=1, TOP_K=8, G_PAD=1, PG_PAD=512, K_PAD=8,
                       HAS_BIAS=True, RENORMALIZE=True)
     # "route": the router [384] + shared expert gate/up [2 x 256] launch with the routing tail, as its launcher
@@ -253,7 +262,7 @@ def check_dense_gemv(arch: int) -> dict:
                                  dict(W_KMAJOR=kmajor, EPI=epi, SPLIT=split, M_PAD=16, BLOCK_N=bn, BLOCK_K=bk,
                                       INTERPRET=False, PDL=pdl, PAIR=bool(pair), NORM=norm,
                                       EPI2=gv.EPI_GATED if router else gv.EPI_NONE,
-                                      HAS_RES=pair == "fold", **(kimi_route if pair == "route" else no_route)),
+                                      HAS_RES=pair == "fold", PRELOAD=0, **(kimi_route if pair == "route" else _NO_ROUTE)),
                                  aligned, arch, num_stages=stages)
         what = f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk} pair={pair} {stages=} {pdl=}"
         _no_spills(res, what)
@@ -289,6 +298,34 @@ MLA_ROPE_SIG = dict(MLA_SIG, ROPE="i32", pos_ptr="*i64", cos_ptr="*fp32", sin_pt
 MLA_MERGE_SIG = dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", out_ptr="*bf16", stride_o_tok="i32",
                      stride_o_head="i32", NUM_SPLITS="i32", T="i32", H="i32", DC="i32", BLOCK_M="i32",
                      SPLITS_PAD="i32", BLOCK_D="i32", PDL="i32")
+
+
+def check_gemv_preload(arch: int) -> dict:
+    """PDL launches that load their first K tiles into registers before the grid-dependency wait (PRELOAD):
+    the Kimi rank's q_a + kv_a pair, the gated shared expert and an unsplit o_proj-like GEMV as their launchers
+    plan them on this arch, with 1 and 2 tiles: no spills, the wait present, and no L2 prefetch (the registers
+    replace it). The router + shared expert pair is left out: it spills with a preloaded tile on sm_90 (236-255
+    registers without), so its launcher never preloads."""
+    sig, aligned = _gemv_signature()
+    out = {}
+    smem = {90: 227 << 10, 120: 99 << 10}[arch]
+    plans = {"q_a+kv_a": (gemv_config(2112, 7168, 1, True, 132, 1, smem), gv.EPI_NONE, True),
+             "shared gate_up": (gemv_config(256, 7168, 1, True, 132, 2, smem), gv.EPI_GATED, False),
+             "o_proj": (gemv_config(7168, 1024, 1, True, 132, 1, smem), gv.EPI_ADD, False)}
+    for name, (cfg, epi, pair) in plans.items():
+        for preload in (1, 2):
+            sass, res = compile_sass(gv.gemv_kernel, sig,
+                                     dict(W_KMAJOR=True, EPI=epi, SPLIT=cfg["SPLIT"], M_PAD=16,
+                                          BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], INTERPRET=False,
+                                          PDL=True, PAIR=pair, NORM=gv.NORM_NONE, EPI2=gv.EPI_NONE, HAS_RES=False,
+                                          PRELOAD=preload, **_NO_ROUTE),
+                                     aligned, arch, num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 2))
+            what = f"gemv preload={preload} {name} {cfg}"
+            _no_spills(res, what)
+            ops = _sass_ops(sass)
+            assert ops["ACQBULK"] > 0 and "CCTL.E.PF2" not in sass, f"{what}: {dict(ops)}"
+            out[what] = res
+    return out
 
 
 def _sass_ops(sass: str) -> collections.Counter:
@@ -378,7 +415,7 @@ CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
          for name, fn in (("gemv", check_gemv), ("dense_gemv", check_dense_gemv), ("tile_path", check_tile_path),
                           ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("mla", check_mla),
                           ("mla_dot_precision", check_mla_dot_precision),
-                          ("prefetch", check_prefetch))}
+                          ("prefetch", check_prefetch), ("gemv_preload", check_gemv_preload))}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or list(CASES):

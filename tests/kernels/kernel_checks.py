@@ -640,6 +640,17 @@ CASES = {
     "gemv_pair_router_shared_split": lambda: check_gemv_pair(4, 48, 20, 100, config=GEMV_SPLIT, seed=37,
                                                              router=True),
     "gemv_pair_router_shared_default": lambda: check_gemv_pair(2, 30, 24, 80, seed=38, router=True),
+    # The first K tiles loaded ahead of the loop (what a PDL launch does before its wait): a partial slab after
+    # them (2 tiles of a 3-tile split), none (4 tiles cover the split: masked), gated, heads, a pair, a norm.
+    "gemv_preload_split": lambda: check_gemv(3, 37, 300, config=dict(GEMV_SPLIT, PRELOAD=2), seed=50),
+    "gemv_preload_covers_split_gated": lambda: check_gemv(5, 24, 200, epi="gated", config=dict(GEMV_SPLIT, PRELOAD=4),
+                                                          seed=51),
+    "gemv_preload_heads_n_contiguous": lambda: check_gemv(2, 48, 40, heads=3, layout="kn",
+                                                          config=dict(GEMV_SPLIT, PRELOAD=1), seed=52),
+    "gemv_preload_rmsnorm_prologue": lambda: check_gemv(3, 40, 96, config=dict(GEMV_SPLIT, PRELOAD=1), seed=53,
+                                                        norm=True),
+    "gemv_preload_pair_router_shared": lambda: check_gemv_pair(4, 48, 20, 100, config=dict(GEMV_SPLIT, PRELOAD=2),
+                                                               seed=54, router=True),
     # What graph replays rely on: padding a batch to its bucket leaves the real rows alone, every kernel.
     "padded_batch_rows_unchanged": lambda: check_padded_batch_rows(seed=40),
     # The layers' wiring: norms in place in kv_a, q+k rope in one launch, MoE kernels, all vs references.

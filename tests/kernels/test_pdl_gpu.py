@@ -1,0 +1,79 @@
+"""Programmatic dependent launch on the GPU: a chain of skinny GEMMs at one Kimi-K2.5 TP=8 rank's shapes,
+each launch consuming its predecessor's output, gives the same numbers with PDL on (the L2 prefetch of the
+weight slab, or 1 / 2 K tiles of it in registers before the grid-dependency wait) as with PDL off, eagerly
+and replayed from a CUDA graph. A launch that read its input before the wait would read stale values (NaN
+from the poisoned allocator, or the ones the test writes over a replay's outputs) and fail here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_kernels_gpu import poison_allocator  # noqa: E402
+
+from sglang_eagle3.kernels.gemv import triton_gemv, triton_gemv_pair  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+HIDDEN, Q_LORA, KV_A, EXPERTS, SHARED = 7168, 1536, 576, 384, 256
+
+
+def _chain(weights: dict, x: torch.Tensor) -> list[torch.Tensor]:
+    """q_a + kv_a -> q_b (with the q_a norm) -> o_proj-like [HIDDEN, Q_LORA] + residual -> router + shared
+    expert -> shared down + residual: every launch reads what the one before wrote."""
+    q_a, kv_a = triton_gemv_pair(x, weights["q_a"], weights["kv_a"])
+    q = triton_gemv(q_a, weights["q_b"], norm_weight=weights["norm"], eps=1e-6)
+    h = triton_gemv(q, weights["o"], add=x)
+    logits, act = triton_gemv_pair(h, weights["router"], weights["gate"], w2_up=weights["up"],
+                                   out1_dtype=torch.float32)
+    out = triton_gemv(act, weights["down"], add=h)
+    return [q_a, kv_a, q, h, logits, act, out]
+
+
+def _weights(seed: int) -> dict:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def w(*shape, scale=0.02):
+        return (torch.randn(*shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
+
+    return {"q_a": w(Q_LORA, HIDDEN), "kv_a": w(KV_A, HIDDEN), "q_b": w(Q_LORA, Q_LORA), "o": w(HIDDEN, Q_LORA),
+            "norm": (1 + w(Q_LORA, scale=0.1)).contiguous(), "router": w(EXPERTS, HIDDEN), "gate": w(SHARED, HIDDEN),
+            "up": w(SHARED, HIDDEN), "down": w(HIDDEN, SHARED)}
+
+
+@pytest.mark.parametrize("preload", ["0", "1", "2"])
+@pytest.mark.parametrize("T", [1, 4, 7])
+def test_pdl_chain_equals_no_pdl(T, preload, monkeypatch):
+    poison_allocator()
+    weights = _weights(T)
+    x = (torch.randn(T, HIDDEN, device="cuda") * 0.5).to(torch.bfloat16)
+    monkeypatch.setenv("SGLANG_EAGLE3_PDL", "0")
+    ref = [t.clone() for t in _chain(weights, x)]
+    monkeypatch.setenv("SGLANG_EAGLE3_PDL", "1")
+    monkeypatch.setenv("SGLANG_EAGLE3_PDL_PRELOAD", preload)
+    eager = _chain(weights, x)
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    x_static = x.clone()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        replayed = _chain(weights, x_static)
+    torch.cuda.current_stream().wait_stream(stream)
+    for t in replayed:  # nothing left over from the capture's own run can pass for a replay's output
+        t.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    names = ["q_a", "kv_a", "q_b", "o_proj", "router", "shared act", "shared down"]
+    for name, r, e, g in zip(names, ref, eager, replayed, strict=True):
+        assert not torch.isnan(e).any() and not torch.isnan(g).any(), f"{name}: NaN ({T=} {preload=})"
+        assert torch.equal(g, e), f"{name}: replay differs from eager: {(g.float() - e.float()).abs().max()}"
+        if preload == "0":  # the L2 prefetch changes no arithmetic
+            assert torch.equal(e, r), f"{name}: PDL differs from no PDL: {(e.float() - r.float()).abs().max()}"
+        else:  # the first tiles as one dot: the same products, summed in a possibly different order
+            torch.testing.assert_close(e, r, rtol=2 ** -7, atol=1e-3, msg=f"{name}: {T=} {preload=}")
