@@ -7,7 +7,7 @@
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session5_round.sh pdl
 source "$(dirname "$0")/gpu_stages.sh"
-case "${1:?pdl}" in
+case "${1:?pdl or pdl2}" in
   pdl)
     TAIL=30 stage pdl "${T_PDL:-120}" python benchmarks/bench_pdl.py --out "$OUT/pdl.json"
     TAIL=8 stage pdl_tests "${T_PDL_TESTS:-90}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
@@ -16,5 +16,17 @@ case "${1:?pdl}" in
       --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants "SGLANG_EAGLE3_PDL=0" \
       "SGLANG_EAGLE3_PDL=1" "SGLANG_EAGLE3_PDL=1 SGLANG_EAGLE3_PDL_PRELOAD=1" \
       "SGLANG_EAGLE3_PDL=1 SGLANG_EAGLE3_PDL_PRELOAD=2" "SGLANG_EAGLE3_PDL=0" --out "$OUT/step_pdl.json"
+    ;;
+  pdl2)  # the PDL variants after the first round: what runs before the wait, where the next launch is let go
+    TAIL=30 stage pdl "${T_PDL:-120}" python benchmarks/bench_pdl.py --out "$OUT/pdl.json"
+    TAIL=20 stage step_pdl "${T_STEP:-300}" python benchmarks/bench_verify_graph.py --backends triton \
+      --contexts 1024 8192 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants \
+      "SGLANG_EAGLE3_PDL=0" "SGLANG_EAGLE3_PDL=1" "SGLANG_EAGLE3_PDL=1 SGLANG_EAGLE3_PDL_NO_PRELOAD=mla" \
+      "SGLANG_EAGLE3_PDL=1 SGLANG_EAGLE3_PDL_PRELOAD=0" "SGLANG_EAGLE3_PDL=1 SGLANG_EAGLE3_PDL_TRIGGER=late" \
+      "SGLANG_EAGLE3_PDL=1 SGLANG_EAGLE3_PDL_PRELOAD=2 SGLANG_EAGLE3_PDL_TRIGGER=late" "SGLANG_EAGLE3_PDL=0" \
+      "SGLANG_EAGLE3_PDL=1" --out "$OUT/step_pdl.json"
+    # the GPU tests that run whole models (graphs vs eager, speculative vs plain, overlaps) with PDL on
+    SGLANG_EAGLE3_PDL=1 TAIL=12 stage pdl_tests "${T_PDL_TESTS:-150}" python -m pytest -q -p no:cacheprovider \
+      -o addopts="" -m gpu tests/kernels/test_pdl_gpu.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
     ;;
 esac

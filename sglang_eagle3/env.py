@@ -43,8 +43,14 @@ GIT_COMMIT = Knob("GIT_COMMIT", "commit recorded by benchmarks where the tree ha
 PDL = Knob("SGLANG_EAGLE3_PDL",
            "1: launch the Triton kernels with programmatic dependent launch on sm_90+ (off: no gain measured)")
 PDL_PRELOAD = Knob("SGLANG_EAGLE3_PDL_PRELOAD",
-                   "with SGLANG_EAGLE3_PDL=1: K tiles of its weights (1, 2 or 4) a GEMV loads into registers before "
-                   "it waits for the previous kernel; 0 or unset: it asks the L2 for its whole weight slab instead")
+                   "with PDL: what a GEMV does before it waits for the previous kernel: 1, 2 or 4 (K tiles of its "
+                   "weights into registers), l2 (an L2 prefetch of its whole weight slab) or 0 (nothing); unset: "
+                   "kernels.tuning.DEFAULT_PDL_PRELOAD")
+PDL_NO_PRELOAD = Knob("SGLANG_EAGLE3_PDL_NO_PRELOAD",
+                      "with PDL: comma list of kernels that do not load their first tile before they wait (mla)")
+PDL_TRIGGER = Knob("SGLANG_EAGLE3_PDL_TRIGGER",
+                   "with PDL: where a GEMV lets the next kernel launch: early (right after its wait, the default) "
+                   "or late (after its main loop)")
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference); unset: "
                "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn), '' turns every one on: "
@@ -60,7 +66,9 @@ OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "(L2 prefetch of weights a layer reads later); unset: DEFAULT_OVERLAP")
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE, STRICT_VERIFY,
-       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_PRELOAD, NO_FUSE, OVERLAP)
+       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_PRELOAD, PDL_NO_PRELOAD,
+       PDL_TRIGGER, NO_FUSE,
+       OVERLAP)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

@@ -110,6 +110,15 @@ def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, devic
     return k_per_split, split, m_pad, part, _counters(device, B * blocks)
 
 
+def _pdl_args(pdl: bool, cfg: dict, preload_ok: bool = True) -> dict:
+    """The kernel's PDL constexprs (tuning.pdl_gemv); a config's own PRELOAD (tests: the first tiles loaded
+    ahead of the loop, which the interpreter runs without PDL) wins."""
+    args = tuning.pdl_gemv(pdl, preload_ok)
+    if "PRELOAD" in cfg:
+        args["PRELOAD"] = cfg["PRELOAD"]
+    return args
+
+
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
                 add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                 out: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
@@ -166,9 +175,8 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         nw_ptr=norm_weight if norm_weight is not None else w3, eps=float(eps),
         W_KMAJOR=k_major, EPI=EPI_GATED if gated else (EPI_ADD if add is not None else EPI_NONE),
         SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], INTERPRET=interpret, PDL=pdl,
-        PRELOAD=cfg.get("PRELOAD", tuning.pdl_preload() if pdl else 0),
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
-        **tuning.pdl_launch(pdl),
+        **_pdl_args(pdl, cfg), **tuning.pdl_launch(pdl),
     )
     return out
 
@@ -258,10 +266,9 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         w2_up_ptr=w2_up if w2_up is not None else w2,
         NORM=NORM_POST if norm else NORM_NONE, nw_ptr=norm_weight if norm else w1, eps=float(eps),
         HAS_RES=residual is not None, res_ptr=res, res_out_ptr=stream, s_rt=res.stride(0), s_rot=stream.stride(0),
-        # NOTE: the gated pair (router + shared expert) sits at 236-255 registers; a preloaded tile spills it on
-        # sm_90 (tests/kernels/compile_checks.py), so it keeps the L2 prefetch.
-        PRELOAD=cfg.get("PRELOAD", tuning.pdl_preload() if pdl and w2_up is None else 0),
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
-        **route_args, **tuning.pdl_launch(pdl),
+        # NOTE: the gated pair (router + shared expert) sits at 236-255 registers; a preloaded tile spills it on
+        # sm_90 (tests/kernels/compile_checks.py), so it preloads nothing.
+        **_pdl_args(pdl, cfg, preload_ok=w2_up is None), **route_args, **tuning.pdl_launch(pdl),
     )
     return outs

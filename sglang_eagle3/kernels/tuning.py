@@ -22,6 +22,10 @@ from sglang_eagle3 import env
 logger = logging.getLogger(__name__)
 
 CONFIG_DIR = Path(__file__).parent / "configs"
+# What a PDL GEMV does before its wait when SGLANG_EAGLE3_PDL_PRELOAD is unset: one K tile of its weights into
+# registers. On the H200 the 61-layer step took 5.05 ms with it against 5.22 with two tiles, 5.76 with the
+# L2 prefetch of the whole slab and 5.39-5.42 without PDL (benchmarks/results/h200/step_pdl_aae7240.json).
+DEFAULT_PDL_PRELOAD = "1"
 CACHE_DIR = env.cache_dir()
 
 # Defaults: safe on any CUDA GPU with >= 99 KB shared memory per block, and the only configs the
@@ -128,16 +132,32 @@ def pdl(device: torch.device) -> bool:
     return _capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9
 
 
-def pdl_preload() -> int:
-    """K tiles of weights a PDL GEMV loads into registers before ``gdc_wait`` (SGLANG_EAGLE3_PDL_PRELOAD: 1, 2
-    or 4), so that its first DRAM round trips overlap the previous kernel's tail; 0 (unset): it asks the L2 for
-    its whole slab instead, with prefetch instructions that return at once."""
-    raw = env.PDL_PRELOAD.raw()
-    if raw in (None, "", "0"):
-        return 0
-    if raw not in ("1", "2", "4"):
-        raise ValueError(f"{env.PDL_PRELOAD.name}={raw!r}: expected 0, 1, 2 or 4 (K tiles held in registers)")
-    return int(raw)
+def pdl_gemv(enabled: bool, preload_ok: bool = True) -> dict:
+    """The GEMV kernel's PDL constexprs for a launch whose PDL constexpr is ``enabled``: what its programs do
+    before the grid-dependency wait (SGLANG_EAGLE3_PDL_PRELOAD: ``1``/``2``/``4`` K tiles of the weight slab
+    into registers, ``l2`` an L2 prefetch of the whole slab, ``0`` nothing) and where they let the next kernel
+    launch (SGLANG_EAGLE3_PDL_TRIGGER: ``early``, right after the wait, or ``late``, after the main loop).
+    ``preload_ok=False`` (a launch that would spill with the tiles held) turns a register preload into
+    nothing."""
+    if not enabled:
+        return {"PRELOAD": 0, "PREFETCH_L2": False, "LATE_TRIGGER": False}
+    raw = env.PDL_PRELOAD.raw() or DEFAULT_PDL_PRELOAD
+    if raw not in ("0", "1", "2", "4", "l2"):
+        raise ValueError(f"{env.PDL_PRELOAD.name}={raw!r}: expected 0, 1, 2, 4 (K tiles held in registers) or l2")
+    trigger = env.PDL_TRIGGER.raw() or "early"
+    if trigger not in ("early", "late"):
+        raise ValueError(f"{env.PDL_TRIGGER.name}={trigger!r}: expected early or late")
+    tiles = int(raw) if raw != "l2" and preload_ok else 0
+    return {"PRELOAD": tiles, "PREFETCH_L2": raw == "l2", "LATE_TRIGGER": trigger == "late"}
+
+
+def pdl_preloads(kernel: str) -> bool:
+    """Whether a PDL launch of ``kernel`` (``mla``: a split's first key tile when it is all history) loads
+    its first tile before its wait: unless SGLANG_EAGLE3_PDL_PRELOAD is 0 or l2, or SGLANG_EAGLE3_PDL_NO_PRELOAD
+    names it (measuring one kernel's preload against the others')."""
+    if (env.PDL_PRELOAD.raw() or DEFAULT_PDL_PRELOAD) in ("0", "l2"):
+        return False
+    return kernel not in {k.strip() for k in (env.PDL_NO_PRELOAD.raw() or "").split(",")}
 
 
 def pdl_launch(enabled: bool) -> dict:

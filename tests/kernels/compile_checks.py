@@ -207,7 +207,7 @@ def _gemv_signature() -> tuple[dict, list[str]]:
                ROUTE="i32", bias_ptr="*fp32", topk_w_ptr="*fp32", topk_id_ptr="*i32", s_twt="i32", s_tit="i32",
                routed_scaling_factor="fp32", PER_GROUP="i32", N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32",
                G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32",
-               PRELOAD="i32")
+               PRELOAD="i32", PREFETCH_L2="i32", LATE_TRIGGER="i32")
     aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
                "s_xb", "s_wb", "s_wn", "s_at", "s_ot", "res_ptr", "res_out_ptr", "s_rt", "s_rot", "bias_ptr",
                "topk_w_ptr", "topk_id_ptr"]
@@ -262,7 +262,8 @@ def check_dense_gemv(arch: int) -> dict:
                                  dict(W_KMAJOR=kmajor, EPI=epi, SPLIT=split, M_PAD=16, BLOCK_N=bn, BLOCK_K=bk,
                                       INTERPRET=False, PDL=pdl, PAIR=bool(pair), NORM=norm,
                                       EPI2=gv.EPI_GATED if router else gv.EPI_NONE,
-                                      HAS_RES=pair == "fold", PRELOAD=0, **(kimi_route if pair == "route" else _NO_ROUTE)),
+                                      HAS_RES=pair == "fold", PRELOAD=0, PREFETCH_L2=pdl, LATE_TRIGGER=False,
+                                      **(kimi_route if pair == "route" else _NO_ROUTE)),
                                  aligned, arch, num_stages=stages)
         what = f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk} pair={pair} {stages=} {pdl=}"
         _no_spills(res, what)
@@ -278,8 +279,8 @@ def check_dense_gemv(arch: int) -> dict:
             assert atoms == 0, f"{what}: atomics without split-K or routing"
         if kmajor:
             assert re.search(r"(LDG|LDGSTS)\.E\S*\.128", sass), f"{what}: weight loads are not 16 bytes wide"
-        # PDL: the weight slab is prefetched into L2 (CCTL.E.PF2) and the grid-dependency wait (ACQBULK) is
-        # there, only with PDL.
+        # PDL (here with SGLANG_EAGLE3_PDL_PRELOAD=l2): the weight slab is prefetched into L2 (CCTL.E.PF2) and
+        # the grid-dependency wait (ACQBULK) is there, only with PDL.
         assert ("CCTL.E.PF2" in sass) == pdl and (ops["ACQBULK"] > 0) == pdl, f"{what} {pdl=}: {dict(ops)}"
         out[what] = res
     return out
@@ -303,9 +304,9 @@ MLA_MERGE_SIG = dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", out_ptr="*bf16", st
 def check_gemv_preload(arch: int) -> dict:
     """PDL launches that load their first K tiles into registers before the grid-dependency wait (PRELOAD):
     the Kimi rank's q_a + kv_a pair, the gated shared expert and an unsplit o_proj-like GEMV as their launchers
-    plan them on this arch, with 1 and 2 tiles: no spills, the wait present, and no L2 prefetch (the registers
-    replace it). The router + shared expert pair is left out: it spills with a preloaded tile on sm_90 (236-255
-    registers without), so its launcher never preloads."""
+    plan them on this arch, with 1 and 2 tiles (and 1 with the late trigger): no spills, the wait present, and
+    no L2 prefetch (the registers replace it). The router + shared expert pair is left out: it spills with a
+    preloaded tile on sm_90 (236-255 registers without), so its launcher never preloads."""
     sig, aligned = _gemv_signature()
     out = {}
     smem = {90: 227 << 10, 120: 99 << 10}[arch]
@@ -313,14 +314,14 @@ def check_gemv_preload(arch: int) -> dict:
              "shared gate_up": (gemv_config(256, 7168, 1, True, 132, 2, smem), gv.EPI_GATED, False),
              "o_proj": (gemv_config(7168, 1024, 1, True, 132, 1, smem), gv.EPI_ADD, False)}
     for name, (cfg, epi, pair) in plans.items():
-        for preload in (1, 2):
+        for preload, late in ((1, False), (2, False), (1, True)):
             sass, res = compile_sass(gv.gemv_kernel, sig,
                                      dict(W_KMAJOR=True, EPI=epi, SPLIT=cfg["SPLIT"], M_PAD=16,
                                           BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], INTERPRET=False,
                                           PDL=True, PAIR=pair, NORM=gv.NORM_NONE, EPI2=gv.EPI_NONE, HAS_RES=False,
-                                          PRELOAD=preload, **_NO_ROUTE),
+                                          PRELOAD=preload, PREFETCH_L2=False, LATE_TRIGGER=late, **_NO_ROUTE),
                                      aligned, arch, num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 2))
-            what = f"gemv preload={preload} {name} {cfg}"
+            what = f"gemv preload={preload} late_trigger={late} {name} {cfg}"
             _no_spills(res, what)
             ops = _sass_ops(sass)
             assert ops["ACQBULK"] > 0 and "CCTL.E.PF2" not in sass, f"{what}: {dict(ops)}"

@@ -77,3 +77,49 @@ def test_pdl_chain_equals_no_pdl(T, preload, monkeypatch):
             assert torch.equal(e, r), f"{name}: PDL differs from no PDL: {(e.float() - r.float()).abs().max()}"
         else:  # the first tiles as one dot: the same products, summed in a possibly different order
             torch.testing.assert_close(e, r, rtol=2 ** -7, atol=1e-3, msg=f"{name}: {T=} {preload=}")
+
+
+@pytest.mark.parametrize("T,ctx", [(1, 1024), (4, 1024), (4, 8192)])
+def test_pdl_mla_reads_this_steps_keys_after_the_wait(T, ctx, monkeypatch):
+    """The MLA launch right after the launch that writes this step's latents into the cache (the RMSNorm
+    kernel scattering into the cache rows), both PDL, in a graph: the split kernel preloads only tiles of
+    earlier steps' keys before its wait, so the new rows, NaN before every replay, are read as written.
+    (A sanity check of the rule, not a proof: the race it guards against needs the timing to line up.)"""
+    import math
+
+    from kernel_checks import make_mla_inputs
+
+    from sglang_eagle3 import kernels
+
+    monkeypatch.setenv("SGLANG_EAGLE3_PDL", "1")
+    monkeypatch.delenv("SGLANG_EAGLE3_PDL_PRELOAD", raising=False)
+    monkeypatch.delenv("SGLANG_EAGLE3_PDL_NO_PRELOAD", raising=False)
+    H, Dc, Dr, page = 8, 512, 64, 64
+    qn, qr, kv, pt, seq = make_mla_inputs(1, T, H, Dc, Dr, page, [ctx], "cuda", seed=T)
+    pos = torch.arange(ctx - T, ctx, device="cuda")
+    rows = (pt[0, pos // page].long() * page + pos % page)
+    src = torch.randn(T, Dc, device="cuda").to(torch.bfloat16)
+    norm_w = torch.ones(Dc, dtype=torch.bfloat16, device="cuda")
+    kw = dict(tokens_per_req=T, page_size=page, kv_lora_rank=Dc, sm_scale=1.0 / math.sqrt(192))
+
+    def step():
+        kernels.rms_norm(src, norm_w, 1e-6, out=kv[:, :Dc], out_rows=rows, use_triton=True)
+        return kernels.triton_mla_attention(qn, qr, kv, pt, seq, **kw)
+
+    step()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        out = step()
+    torch.cuda.current_stream().wait_stream(stream)
+    stale = 0
+    for _ in range(20):
+        kv[rows, :Dc] = float("nan")
+        out.fill_(float("nan"))
+        graph.replay()
+        stale += int(torch.isnan(out).any())  # a NaN: this step's keys were read before they were written
+    ref = kernels.ref_mla_attention(qn, qr, kv, pt, seq, **kw)
+    assert stale == 0, f"{stale} of 20 replays read this step's keys before the write"
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2)

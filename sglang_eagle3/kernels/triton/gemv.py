@@ -209,7 +209,7 @@ def gemv_kernel(
     routed_scaling_factor=1.0, PER_GROUP: tl.constexpr = 1, N_GROUP: tl.constexpr = 1,
     TOPK_GROUP: tl.constexpr = 1, TOP_K: tl.constexpr = 1, G_PAD: tl.constexpr = 1, PG_PAD: tl.constexpr = 1,
     K_PAD: tl.constexpr = 1, HAS_BIAS: tl.constexpr = False, RENORMALIZE: tl.constexpr = False,
-    PRELOAD: tl.constexpr = 0,
+    PRELOAD: tl.constexpr = 0, PREFETCH_L2: tl.constexpr = False, LATE_TRIGGER: tl.constexpr = False,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
@@ -233,7 +233,12 @@ def gemv_kernel(
     ROUTE (with PAIR): out are router logits [T, N = E]; the NB1 row blocks of W arrive at one more counter,
     count_ptr[N blocks] (zero before and after, like the others), and the last routes every row as
     moe_topk_kernel does (same arguments: bias_ptr [E] with HAS_BIAS, routed_scaling_factor, the constexprs
-    from PER_GROUP on) into topk_w_ptr fp32 [T, TOP_K] (row stride s_twt) and topk_id_ptr int32 (s_tit)."""
+    from PER_GROUP on) into topk_w_ptr fp32 [T, TOP_K] (row stride s_twt) and topk_id_ptr int32 (s_tit).
+
+    PRELOAD: the first PRELOAD K tiles of the slab are loaded before anything else (into registers), the loop
+    does the rest. With PDL that happens before the grid-dependency wait, while the previous kernel finishes
+    (weights are never written by a kernel); PREFETCH_L2 instead asks the L2 for the whole slab there.
+    LATE_TRIGGER lets the next kernel launch after this program's main loop instead of right after its wait."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     b = tl.program_id(2)
@@ -278,12 +283,13 @@ def gemv_kernel(
         if gated:
             w_up_pre = _w_tile(w_up_e, b, n, n_ok, kp, kp_ok, s_wb, s_wn_e, s_wk, W_KMAJOR)
     if PDL:  # start on the weights while the previous kernel finishes, then wait for its outputs
-        if PRELOAD == 0:  # ask the L2 for the whole slab
+        if PREFETCH_L2:  # ask the L2 for the whole slab
             _prefetch_slab(w_e, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn_e, s_wk, W_KMAJOR, BLOCK_N)
             if gated:
                 _prefetch_slab(w_up_e, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn_e, s_wk, W_KMAJOR, BLOCK_N)
         gdc_wait()
-        gdc_launch_dependents()
+        if not LATE_TRIGGER:
+            gdc_launch_dependents()
     if NORM == 1:
         rstd = _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD, BLOCK_K)
     else:
@@ -304,6 +310,9 @@ def gemv_kernel(
                           W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM, HAS_RES, False)
     else:
         acc_up = acc
+    if PDL:
+        if LATE_TRIGGER:  # the next kernel's programs start now, beside this one's split-K reduction and stores
+            gdc_launch_dependents()
     if SPLIT == 1:
         if NORM == 2:  # this program summed the whole row
             scale = _rstd(ss, K, eps)[:, None]
