@@ -295,7 +295,8 @@ MLA_SIG = dict(qn_ptr="*bf16", qr_ptr="*bf16", kv_ptr="*bf16", page_table_ptr="*
 MLA_ALIGNED = ["qn_ptr", "qr_ptr", "kv_ptr", "out_ptr", "mid_o_ptr", "mid_lse_ptr", "stride_qn_tok",
                "stride_qr_tok", "stride_kv_slot", "stride_o_tok"]
 # The rope variant (launch fusion q_rope_attn): q's rope rotated as it loads.
-MLA_ROPE_SIG = dict(MLA_SIG, ROPE="i32", pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", stride_table="i32")
+MLA_ROPE_SIG = dict(MLA_SIG, ROPE="i32", pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", stride_table="i32",
+                    PRELOAD_KV="i32")
 MLA_MERGE_SIG = dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", out_ptr="*bf16", stride_o_tok="i32",
                      stride_o_head="i32", NUM_SPLITS="i32", T="i32", H="i32", DC="i32", BLOCK_M="i32",
                      SPLITS_PAD="i32", BLOCK_D="i32", PDL="i32")
@@ -336,7 +337,8 @@ def _sass_ops(sass: str) -> collections.Counter:
 def check_mla(arch: int) -> dict:
     """MLA decode (T=1) and verify (T=4) at Kimi TP=8 shapes (8 heads, latent 512, rope 64, page 64) with this
     arch's table config and the defaults, unsplit (writes the output) and split (writes fp32 partials): no
-    spills, no atomics, and the grid-dependency wait there exactly when compiled with PDL (here: when split).
+    spills, no atomics, and the grid-dependency wait there exactly when compiled with PDL (here: when split, and
+    then with the first key tile loaded before the wait, as PDL launches it).
     The rope variant (table config) likewise, and with as many FFMA as without the rope: the rotation's products
     are not contracted (a contracted one adds FFMA), so it rounds as the rotary kernel does.
     The merge kernel at 2..256 splits: no spills, PDL wait."""
@@ -353,7 +355,8 @@ def check_mla(arch: int) -> dict:
                     sass, res = compile_sass(ma.mla_split_kv_kernel, MLA_ROPE_SIG,
                                              dict(T=T, H=8, DC=512, DR=64, PAGE_SIZE=64, BLOCK_M=block_m,
                                                   BLOCK_N=cfg["BLOCK_N"], SPLIT_KV=split_kv, DOT_PRECISION="tf32",
-                                                  INTERPRET=False, PDL=split_kv, ROPE=rope),
+                                                  INTERPRET=False, PDL=split_kv, ROPE=rope,
+                                                  PRELOAD_KV=split_kv),
                                              MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
                     _no_spills(res, what)
                     ops = _sass_ops(sass)
