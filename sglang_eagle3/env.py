@@ -41,7 +41,7 @@ KEEP_GRAPH_BS = Knob("SGLANG_EAGLE3_KEEP_GRAPH_BS",
                      "1: launch_server --backend sglang does not raise --cuda-graph-max-bs")
 GIT_COMMIT = Knob("GIT_COMMIT", "commit recorded by benchmarks where the tree has no git history")
 PDL = Knob("SGLANG_EAGLE3_PDL",
-           "1: launch the Triton kernels with programmatic dependent launch on sm_90+ (off: no gain measured)")
+           "0: launch the Triton kernels without programmatic dependent launch (unset or 1: with it, on sm_90+)")
 PDL_PRELOAD = Knob("SGLANG_EAGLE3_PDL_PRELOAD",
                    "with PDL: what a GEMV does before it waits for the previous kernel: 1, 2 or 4 (K tiles of its "
                    "weights into registers), l2 (an L2 prefetch of its whole weight slab) or 0 (nothing); unset: "

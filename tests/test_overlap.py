@@ -81,18 +81,26 @@ def _cuda_logits(model, spec: str, ctx: int, Ts=(1, 4)) -> dict:
     return out
 
 
-@pytest.mark.gpu
-def test_gpu_overlaps_change_no_value():
-    """Every overlap variant gives bit-identical logits to none, eager and replayed (decode and verify T=4)."""
+@pytest.fixture(scope="module")
+def overlap_model_and_base():
+    """A small Kimi-like model on the GPU and its logits with no overlap (eager and replayed)."""
     import sys
     from pathlib import Path
 
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
     sys.path.insert(0, str(Path(__file__).parent / "kernels"))
     from kernel_checks import kimi_like_model
 
     model = kimi_like_model("cuda", layers=4, hidden=256, seed=int(torch.randint(0, 1 << 30, (1,))))
-    base = _cuda_logits(model, "none", ctx=200)
-    for spec in VARIANTS[1:]:
-        got = _cuda_logits(model, spec, ctx=200)
-        for key, ref in base.items():
-            assert torch.equal(got[key], ref), (spec, key, (got[key].float() - ref.float()).abs().max().item())
+    return model, _cuda_logits(model, "none", ctx=200)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", VARIANTS[1:])
+def test_gpu_overlaps_change_no_value(overlap_model_and_base, spec):
+    """Every overlap variant gives bit-identical logits to none, eager and replayed (decode and verify T=4)."""
+    model, base = overlap_model_and_base
+    got = _cuda_logits(model, spec, ctx=200)
+    for key, ref in base.items():
+        assert torch.equal(got[key], ref), (spec, key, (got[key].float() - ref.float()).abs().max().item())

@@ -22,10 +22,12 @@ from sglang_eagle3 import env
 logger = logging.getLogger(__name__)
 
 CONFIG_DIR = Path(__file__).parent / "configs"
-# What a PDL GEMV does before its wait when SGLANG_EAGLE3_PDL_PRELOAD is unset: one K tile of its weights into
-# registers. On the H200 the 61-layer step took 5.05 ms with it against 5.22 with two tiles, 5.76 with the
-# L2 prefetch of the whole slab and 5.39-5.42 without PDL (benchmarks/results/h200/step_pdl_aae7240.json).
-DEFAULT_PDL_PRELOAD = "1"
+# What a PDL GEMV (and the MLA split kernel) does before its wait when SGLANG_EAGLE3_PDL_PRELOAD is unset:
+# nothing. On the H200 the 61-layer step took the same time within noise with nothing (5.06 / 6.74 ms, decode /
+# verify T=4 at 1k), one K tile of the weights in registers (5.03 / 6.83) and the MLA split's first key tile
+# too or not; worse with two tiles (5.22 / 6.90) and with the L2 prefetch of the slab (5.76 / 7.41)
+# (benchmarks/results/h200/step_pdl_aae7240.json, step_pdl_3fa1d10.json). The options stay for other GPUs.
+DEFAULT_PDL_PRELOAD = "0"
 CACHE_DIR = env.cache_dir()
 
 # Defaults: safe on any CUDA GPU with >= 99 KB shared memory per block, and the only configs the
@@ -118,16 +120,26 @@ def dot_precision(dtype: torch.dtype) -> str:
 
 
 def pdl(device: torch.device) -> bool:
-    """Whether kernels on ``device`` launch with programmatic dependent launch (PDL): only when asked for
-    (SGLANG_EAGLE3_PDL=1), on sm_90 and newer, not under the interpreter.
+    """Whether kernels on ``device`` launch with programmatic dependent launch (PDL): on sm_90 and newer unless
+    SGLANG_EAGLE3_PDL=0, never under the interpreter.
 
     A PDL kernel may start while the kernel before it in the stream is still running: it waits
-    (``gdc_wait``) before touching anything an earlier kernel writes or reads, and lets its own successor
-    start early (``gdc_launch_dependents``). What it does before the wait only reads memory no kernel writes
-    (the GEMV streams its weight slab into L2 there). Off by default: on the H200 a graphed 6-layer Kimi
-    rank slice took 0.829 ms per decode step with PDL and 0.810 ms without (benchmarks/run_step_round.sh,
-    profile vs profile_nopdl), so the overlap it buys does not pay for the early CTAs' waiting yet."""
-    if device.type != "cuda" or not env.PDL.flag() or interpreting():
+    (``gdc_wait``) before touching anything the previous kernel writes or reads, and lets its own successor
+    start right after that wait (``gdc_launch_dependents``). So when a kernel starts, the kernel two before it
+    in the stream has finished: every kernel here triggers only after its own wait, and code added before a
+    wait must keep to memory no kernel of the step writes (weights, the inputs staged before the replay,
+    earlier steps' cache rows). What runs there is set by pdl_gemv / pdl_preloads.
+
+    On by default, measured on the H200 (benchmarks/bench_pdl.py, results/h200/*_aae7240*, *_3fa1d10*): inside
+    a CUDA graph a PDL kernel starts while its predecessor runs and leaves its wait ~0.45 us after the
+    predecessor's end, against ~0.85 us from end to start without PDL; the 61-layer Kimi rank step went from
+    5.45-5.47 to 5.03 ms (decode, 1k) and 7.13-7.18 to 6.82 ms (verify T=4). An earlier measurement found no
+    gain (0.829 vs 0.810 ms on 6 layers) because the GEMV then prefetched its whole weight slab into L2 before
+    its wait, which alone made the step 0.7 ms slower (SGLANG_EAGLE3_PDL_PRELOAD=l2 keeps that option)."""
+    raw = env.PDL.raw()
+    if raw not in (None, "", "0", "1"):
+        raise ValueError(f"{env.PDL.name}={raw!r}: expected 0 (off) or 1 (on, the default on sm_90+)")
+    if device.type != "cuda" or raw == "0" or interpreting():
         return False
     return _capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9
 

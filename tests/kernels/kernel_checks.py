@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import traceback
+from pathlib import Path
 
 if __name__ == "__main__":
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -683,6 +684,8 @@ CASES = {
 
 # Cases of newer kernels live in modules of their own (one per area), merged here so that the interpreter run and
 # the GPU suite see one table.
+# (imported by path from here, so that `tests.kernels.kernel_checks` imported as a package module finds them too)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 for _module in ("fold_checks", "mla_rope_checks"):
     CASES.update(__import__(_module).CASES)
 
