@@ -7,9 +7,9 @@ that buy a chain of decode GEMVs? Two measurements on one GPU, in one process:
    PDL works, the second kernel's start is *before* the spinner's end (negative lead below).
 2. The GEMV chain of a Kimi-K2.5 TP=8 rank's layer at decode/verify sizes (q_a + kv_a, q_b with its norm,
    o_proj + residual, router + shared expert, shared down), ``--layers`` distinct layers (more bytes than the
-   L2) captured in one graph, timed per setting of SGLANG_EAGLE3_PDL / _PDL_PRELOAD / _PDL_TRIGGER (SETTINGS):
-   no PDL; PDL with nothing, an L2 prefetch of each slab, or 1 / 2 K tiles in registers before the wait; the
-   next kernel let go right after the wait or after the main loop.
+   L2) captured in one graph, timed per setting (SETTINGS): no PDL; PDL; PDL with the L2 prefetch of each
+   weight slab before the wait. (At 3fa1d10 it also timed 1 / 2 K tiles of the weights loaded into registers
+   before the wait and a late trigger, knobs removed since: benchmarks/results/h200/pdl_3fa1d10.json.)
 
     python benchmarks/bench_pdl.py --out benchmarks/results/h200/pdl.json
 """
@@ -39,13 +39,8 @@ HIDDEN, Q_LORA, KV_A, Q_B, O_IN, EXPERTS, SHARED = 7168, 1536, 576, 1536, 1024, 
 
 # (label, environment) of the chain settings, timed in this order; the first is timed again at the end.
 SETTINGS = [("no PDL", {"SGLANG_EAGLE3_PDL": "0"}),
-            ("PDL, nothing before the wait", {"SGLANG_EAGLE3_PDL": "1", "SGLANG_EAGLE3_PDL_PRELOAD": "0"}),
-            ("PDL, L2 prefetch", {"SGLANG_EAGLE3_PDL": "1", "SGLANG_EAGLE3_PDL_PRELOAD": "l2"}),
-            ("PDL, 1 tile in registers", {"SGLANG_EAGLE3_PDL": "1", "SGLANG_EAGLE3_PDL_PRELOAD": "1"}),
-            ("PDL, 1 tile, late trigger", {"SGLANG_EAGLE3_PDL": "1", "SGLANG_EAGLE3_PDL_PRELOAD": "1",
-                                           "SGLANG_EAGLE3_PDL_TRIGGER": "late"}),
-            ("PDL, 2 tiles, late trigger", {"SGLANG_EAGLE3_PDL": "1", "SGLANG_EAGLE3_PDL_PRELOAD": "2",
-                                            "SGLANG_EAGLE3_PDL_TRIGGER": "late"})]
+            ("PDL", {"SGLANG_EAGLE3_PDL": "1", "SGLANG_EAGLE3_PDL_L2_PREFETCH": "0"}),
+            ("PDL, L2 prefetch", {"SGLANG_EAGLE3_PDL": "1", "SGLANG_EAGLE3_PDL_L2_PREFETCH": "1"})]
 
 
 @triton.jit

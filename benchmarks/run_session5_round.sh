@@ -8,10 +8,10 @@
 # MLA against ours (its wheels carried in .whl: benchmarks/peer/fetch_wheels.sh), the kernel benchmark, the
 # side-stream overlap under PDL, and the Kimi-slice end-to-end run.
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session5_round.sh pdl|pdl2|final|peer
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session5_round.sh pdl|pdl2|skip|final|peer
 source "$(dirname "$0")/gpu_stages.sh"
-case "${1:?pdl, pdl2, final or peer}" in
-  pdl)
+case "${1:?pdl, pdl2, skip, final or peer}" in
+  pdl)  # (knobs of aae7240: the preload ones are gone since)
     TAIL=30 stage pdl "${T_PDL:-120}" python benchmarks/bench_pdl.py --out "$OUT/pdl.json"
     TAIL=8 stage pdl_tests "${T_PDL_TESTS:-90}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_pdl_gpu.py
@@ -20,7 +20,7 @@ case "${1:?pdl, pdl2, final or peer}" in
       "SGLANG_EAGLE3_PDL=1" "SGLANG_EAGLE3_PDL=1 SGLANG_EAGLE3_PDL_PRELOAD=1" \
       "SGLANG_EAGLE3_PDL=1 SGLANG_EAGLE3_PDL_PRELOAD=2" "SGLANG_EAGLE3_PDL=0" --out "$OUT/step_pdl.json"
     ;;
-  pdl2)  # the PDL variants after the first round: what runs before the wait, where the next launch is let go
+  pdl2)  # the PDL variants after the first round (knobs of 3fa1d10: the preload and trigger ones are gone since)
     TAIL=30 stage pdl "${T_PDL:-120}" python benchmarks/bench_pdl.py --out "$OUT/pdl.json"
     TAIL=20 stage step_pdl "${T_STEP:-300}" python benchmarks/bench_verify_graph.py --backends triton \
       --contexts 1024 8192 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants \
@@ -31,6 +31,15 @@ case "${1:?pdl, pdl2, final or peer}" in
     # the GPU tests that run whole models (graphs vs eager, speculative vs plain, overlaps) with PDL on
     SGLANG_EAGLE3_PDL=1 TAIL=12 stage pdl_tests "${T_PDL_TESTS:-150}" python -m pytest -q -p no:cacheprovider \
       -o addopts="" -m gpu tests/kernels/test_pdl_gpu.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
+    ;;
+  skip)  # PDL per kernel family: the step with each family launched without it
+    TAIL=8 stage pdl_tests "${T_PDL_TESTS:-90}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_pdl_gpu.py tests/test_overlap.py
+    TAIL=20 stage step_skip "${T_STEP:-240}" python benchmarks/bench_verify_graph.py --backends triton \
+      --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants "" \
+      "SGLANG_EAGLE3_PDL=0" "SGLANG_EAGLE3_PDL_SKIP=moe" "SGLANG_EAGLE3_PDL_SKIP=gemv" \
+      "SGLANG_EAGLE3_PDL_SKIP=moe,gemv" "SGLANG_EAGLE3_PDL_SKIP=mla,norm,rotary,topk" "" \
+      --out "$OUT/step_skip.json"
     ;;
   final)
     TAIL=25 stage gpu_tests "${T_TESTS:-330}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \

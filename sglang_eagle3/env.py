@@ -42,15 +42,10 @@ KEEP_GRAPH_BS = Knob("SGLANG_EAGLE3_KEEP_GRAPH_BS",
 GIT_COMMIT = Knob("GIT_COMMIT", "commit recorded by benchmarks where the tree has no git history")
 PDL = Knob("SGLANG_EAGLE3_PDL",
            "0: launch the Triton kernels without programmatic dependent launch (unset or 1: with it, on sm_90+)")
-PDL_PRELOAD = Knob("SGLANG_EAGLE3_PDL_PRELOAD",
-                   "with PDL: what a GEMV does before it waits for the previous kernel: 1, 2 or 4 (K tiles of its "
-                   "weights into registers), l2 (an L2 prefetch of its whole weight slab) or 0 (nothing); unset: "
-                   "kernels.tuning.DEFAULT_PDL_PRELOAD")
-PDL_NO_PRELOAD = Knob("SGLANG_EAGLE3_PDL_NO_PRELOAD",
-                      "with PDL: comma list of kernels that do not load their first tile before they wait (mla)")
-PDL_TRIGGER = Knob("SGLANG_EAGLE3_PDL_TRIGGER",
-                   "with PDL: where a GEMV lets the next kernel launch: early (right after its wait, the default) "
-                   "or late (after its main loop)")
+PDL_SKIP = Knob("SGLANG_EAGLE3_PDL_SKIP",
+                "with PDL: comma list of kernel families launched without it (gemv, mla, moe, norm, rotary, topk)")
+PDL_L2_PREFETCH = Knob("SGLANG_EAGLE3_PDL_L2_PREFETCH",
+                       "1: with PDL a GEMV asks the L2 for its weight slab before it waits (off: slower on the H200)")
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference); unset: "
                "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn), '' turns every one on: "
@@ -66,8 +61,8 @@ OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "(L2 prefetch of weights a layer reads later); unset: DEFAULT_OVERLAP")
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE, STRICT_VERIFY,
-       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_PRELOAD, PDL_NO_PRELOAD,
-       PDL_TRIGGER, NO_FUSE,
+       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH,
+       NO_FUSE,
        OVERLAP)
 
 

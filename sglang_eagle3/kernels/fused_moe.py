@@ -144,7 +144,7 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     h_words, i_words, group_words = H // PACK_FACTOR, I // PACK_FACTOR, group // PACK_FACTOR
     act = torch.empty(TK, PACK_FACTOR, i_words, dtype=torch.float32, device=x.device)  # nibble-major act
     tuning.interpreting()  # under the interpreter, makes the loop over a loaded count work (see tuning)
-    pdl = tuning.pdl(x.device)
+    pdl = tuning.pdl(x.device, "moe")
     # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
     bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
     moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](

@@ -110,15 +110,6 @@ def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, devic
     return k_per_split, split, m_pad, part, _counters(device, B * blocks)
 
 
-def _pdl_args(pdl: bool, cfg: dict, preload_ok: bool = True) -> dict:
-    """The kernel's PDL constexprs (tuning.pdl_gemv); a config's own PRELOAD (tests: the first tiles loaded
-    ahead of the loop, which the interpreter runs without PDL) wins."""
-    args = tuning.pdl_gemv(pdl, preload_ok)
-    if "PRELOAD" in cfg:
-        args["PRELOAD"] = cfg["PRELOAD"]
-    return args
-
-
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
                 add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                 out: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
@@ -165,7 +156,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
     if part is None:
         part = count = o3
     interpret = tuning.interpreting()
-    pdl = tuning.pdl(x.device)
+    pdl = tuning.pdl(x.device, "gemv")
     gemv_kernel[(blocks, split, B)](
         x3, w3, w_up if gated else w3, a3, o3, part, count, w3, o3,
         T, N, K, k_per_split, 0, blocks,
@@ -176,7 +167,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         W_KMAJOR=k_major, EPI=EPI_GATED if gated else (EPI_ADD if add is not None else EPI_NONE),
         SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], INTERPRET=interpret, PDL=pdl,
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
-        **_pdl_args(pdl, cfg), **tuning.pdl_launch(pdl),
+        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), **tuning.pdl_launch(pdl),
     )
     return out
 
@@ -256,7 +247,7 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         count = y2
     res = residual if residual is not None else x
     interpret = tuning.interpreting()
-    pdl = tuning.pdl(x.device)
+    pdl = tuning.pdl(x.device, "gemv")
     gemv_kernel[(blocks, split, 1)](
         x, w1, w1, y1, y1, part, count, w2, y2,
         T, N1, K, k_per_split, N2, nb1,
@@ -267,8 +258,6 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         NORM=NORM_POST if norm else NORM_NONE, nw_ptr=norm_weight if norm else w1, eps=float(eps),
         HAS_RES=residual is not None, res_ptr=res, res_out_ptr=stream, s_rt=res.stride(0), s_rot=stream.stride(0),
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
-        # NOTE: the gated pair (router + shared expert) sits at 236-255 registers; a preloaded tile spills it on
-        # sm_90 (tests/kernels/compile_checks.py), so it preloads nothing.
-        **_pdl_args(pdl, cfg, preload_ok=w2_up is None), **route_args, **tuning.pdl_launch(pdl),
+        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), **route_args, **tuning.pdl_launch(pdl),
     )
     return outs

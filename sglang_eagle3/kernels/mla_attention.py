@@ -129,7 +129,7 @@ def triton_mla_attention(
         mid_lse = torch.empty(B * row_blocks * splits * block_m, dtype=torch.float32, device=device)
     else:  # the kernel never touches them
         mid_o = mid_lse = out
-    pdl = tuning.pdl(device)
+    pdl = tuning.pdl(device, "mla")
     mla_split_kv_kernel[(B, row_blocks, splits)](
         q_nope_latent, q_rope, kv_cache, page_table, seq_lens, out, mid_o, mid_lse,
         q_nope_latent.stride(0), q_nope_latent.stride(1), q_rope.stride(0), q_rope.stride(1),
@@ -138,7 +138,6 @@ def triton_mla_attention(
         T=T, H=H, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"],
         SPLIT_KV=splits > 1, DOT_PRECISION=tuning.dot_precision(q_rope.dtype), INTERPRET=tuning.interpreting(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        PRELOAD_KV=cfg.get("PRELOAD_KV", pdl and tuning.pdl_preloads("mla")),
         PDL=pdl, **tuning.pdl_launch(pdl), **rope_kw,
     )
     if merge == "separate":

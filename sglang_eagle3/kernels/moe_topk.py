@@ -80,7 +80,7 @@ def triton_moe_topk(
     if T == 0:
         return weights, ids
     cfg = tuning.get_config("moe_topk", router_logits.device, "tokens", T)
-    pdl = tuning.pdl(router_logits.device)
+    pdl = tuning.pdl(router_logits.device, "topk")
     moe_topk_kernel[(T,)](
         router_logits, correction_bias if correction_bias is not None else router_logits, weights, ids,
         router_logits.stride(0), weights.stride(0), ids.stride(0),

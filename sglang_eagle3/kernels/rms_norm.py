@@ -70,7 +70,7 @@ def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual:
         new_residual = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         ro2 = new_residual.view(-1, D)
     if M:
-        pdl = tuning.pdl(x.device)
+        pdl = tuning.pdl(x.device, "norm")
         rms_norm_kernel[(M,)](
             x2, r2, weight, o2, ro2, out_rows if out_rows is not None else x2,
             x2.stride(0), r2.stride(0), o2.stride(0), ro2.stride(0),

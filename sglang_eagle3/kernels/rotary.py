@@ -83,7 +83,7 @@ def triton_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | None, position
     hq, hk = (0 if t is None else t.shape[1] for t in (q3, k3))
     q3, k3 = (any3 if t is None else t for t in (q3, k3))
     block_h = max(1, min(triton.next_power_of_2(max(hq, hk)), TILE // half_pad))
-    pdl = tuning.pdl(any3.device)
+    pdl = tuning.pdl(any3.device, "rotary")
     rotary_kernel[(N,)](
         positions, cos, sin, q3, qo3, k3, ko3, k_out_rows if k_out_rows is not None else positions,
         q3.stride(0), q3.stride(1), qo3.stride(0), qo3.stride(1),

@@ -22,12 +22,8 @@ from sglang_eagle3 import env
 logger = logging.getLogger(__name__)
 
 CONFIG_DIR = Path(__file__).parent / "configs"
-# What a PDL GEMV (and the MLA split kernel) does before its wait when SGLANG_EAGLE3_PDL_PRELOAD is unset:
-# nothing. On the H200 the 61-layer step took the same time within noise with nothing (5.06 / 6.74 ms, decode /
-# verify T=4 at 1k), one K tile of the weights in registers (5.03 / 6.83) and the MLA split's first key tile
-# too or not; worse with two tiles (5.22 / 6.90) and with the L2 prefetch of the slab (5.76 / 7.41)
-# (benchmarks/results/h200/step_pdl_aae7240.json, step_pdl_3fa1d10.json). The options stay for other GPUs.
-DEFAULT_PDL_PRELOAD = "0"
+# Kernel families whose launches take the PDL attribute (SGLANG_EAGLE3_PDL_SKIP removes some), per launcher.
+PDL_KERNELS = ("gemv", "mla", "moe", "norm", "rotary", "topk")
 CACHE_DIR = env.cache_dir()
 
 # Defaults: safe on any CUDA GPU with >= 99 KB shared memory per block, and the only configs the
@@ -119,57 +115,43 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "tf32"
 
 
-def pdl(device: torch.device) -> bool:
-    """Whether kernels on ``device`` launch with programmatic dependent launch (PDL): on sm_90 and newer unless
-    SGLANG_EAGLE3_PDL=0, never under the interpreter.
+def pdl(device: torch.device, kernel: str) -> bool:
+    """Whether ``kernel`` (a family of PDL_KERNELS) launches on ``device`` with programmatic dependent launch
+    (PDL): on sm_90 and newer unless SGLANG_EAGLE3_PDL=0 or SGLANG_EAGLE3_PDL_SKIP names the family, never
+    under the interpreter.
 
     A PDL kernel may start while the kernel before it in the stream is still running: it waits
     (``gdc_wait``) before touching anything the previous kernel writes or reads, and lets its own successor
     start right after that wait (``gdc_launch_dependents``). So when a kernel starts, the kernel two before it
-    in the stream has finished: every kernel here triggers only after its own wait, and code added before a
-    wait must keep to memory no kernel of the step writes (weights, the inputs staged before the replay,
-    earlier steps' cache rows). What runs there is set by pdl_gemv / pdl_preloads.
+    in the stream has finished. Before its wait a kernel may only touch memory no kernel of the step writes
+    (the GEMV's optional L2 prefetch of its weights, SGLANG_EAGLE3_PDL_L2_PREFETCH=1, is the only such code).
 
-    On by default, measured on the H200 (benchmarks/bench_pdl.py, results/h200/*_aae7240*, *_3fa1d10*): inside
-    a CUDA graph a PDL kernel starts while its predecessor runs and leaves its wait ~0.45 us after the
-    predecessor's end, against ~0.85 us from end to start without PDL; the 61-layer Kimi rank step went from
-    5.45-5.47 to 5.03 ms (decode, 1k) and 7.13-7.18 to 6.82 ms (verify T=4). An earlier measurement found no
-    gain (0.829 vs 0.810 ms on 6 layers) because the GEMV then prefetched its whole weight slab into L2 before
-    its wait, which alone made the step 0.7 ms slower (SGLANG_EAGLE3_PDL_PRELOAD=l2 keeps that option)."""
+    On by default, measured on the H200 (benchmarks/bench_pdl.py; benchmarks/results/h200/*_aae7240*,
+    *_3fa1d10*): inside a CUDA graph a PDL kernel starts while its predecessor runs and leaves its wait
+    ~0.45 us after the predecessor's end, against ~0.85 us from end to start without PDL; the 61-layer Kimi
+    rank step went from 5.45-5.47 to 5.03 ms (decode, 1k) and from 7.13-7.18 to 6.82 ms (verify T=4). An
+    earlier measurement found no gain (0.829 vs 0.810 ms on 6 layers) because the GEMV then prefetched its
+    whole weight slab into L2 before its wait, which alone cost the step ~0.7 ms (5.76 ms with it). Loading
+    the first weight tiles into registers before the wait instead, or the MLA split's first key tile, changed
+    nothing measurable (5.03-5.06 ms either way): built and measured in 3fa1d10, removed since."""
     raw = env.PDL.raw()
     if raw not in (None, "", "0", "1"):
         raise ValueError(f"{env.PDL.name}={raw!r}: expected 0 (off) or 1 (on, the default on sm_90+)")
-    if device.type != "cuda" or raw == "0" or interpreting():
+    assert kernel in PDL_KERNELS, f"unknown PDL kernel family {kernel!r} (one of {PDL_KERNELS})"
+    skip = {k.strip() for k in (env.PDL_SKIP.raw() or "").split(",") if k.strip()}
+    unknown = skip - set(PDL_KERNELS)
+    if unknown:
+        raise ValueError(f"{env.PDL_SKIP.name}={env.PDL_SKIP.raw()!r}: unknown {sorted(unknown)}, "
+                         f"expected a comma list of {', '.join(PDL_KERNELS)}")
+    if device.type != "cuda" or raw == "0" or kernel in skip or interpreting():
         return False
     return _capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9
 
 
-def pdl_gemv(enabled: bool, preload_ok: bool = True) -> dict:
-    """The GEMV kernel's PDL constexprs for a launch whose PDL constexpr is ``enabled``: what its programs do
-    before the grid-dependency wait (SGLANG_EAGLE3_PDL_PRELOAD: ``1``/``2``/``4`` K tiles of the weight slab
-    into registers, ``l2`` an L2 prefetch of the whole slab, ``0`` nothing) and where they let the next kernel
-    launch (SGLANG_EAGLE3_PDL_TRIGGER: ``early``, right after the wait, or ``late``, after the main loop).
-    ``preload_ok=False`` (a launch that would spill with the tiles held) turns a register preload into
-    nothing."""
-    if not enabled:
-        return {"PRELOAD": 0, "PREFETCH_L2": False, "LATE_TRIGGER": False}
-    raw = env.PDL_PRELOAD.raw() or DEFAULT_PDL_PRELOAD
-    if raw not in ("0", "1", "2", "4", "l2"):
-        raise ValueError(f"{env.PDL_PRELOAD.name}={raw!r}: expected 0, 1, 2, 4 (K tiles held in registers) or l2")
-    trigger = env.PDL_TRIGGER.raw() or "early"
-    if trigger not in ("early", "late"):
-        raise ValueError(f"{env.PDL_TRIGGER.name}={trigger!r}: expected early or late")
-    tiles = int(raw) if raw != "l2" and preload_ok else 0
-    return {"PRELOAD": tiles, "PREFETCH_L2": raw == "l2", "LATE_TRIGGER": trigger == "late"}
-
-
-def pdl_preloads(kernel: str) -> bool:
-    """Whether a PDL launch of ``kernel`` (``mla``: a split's first key tile when it is all history) loads
-    its first tile before its wait: unless SGLANG_EAGLE3_PDL_PRELOAD is 0 or l2, or SGLANG_EAGLE3_PDL_NO_PRELOAD
-    names it (measuring one kernel's preload against the others')."""
-    if (env.PDL_PRELOAD.raw() or DEFAULT_PDL_PRELOAD) in ("0", "l2"):
-        return False
-    return kernel not in {k.strip() for k in (env.PDL_NO_PRELOAD.raw() or "").split(",")}
+def pdl_l2_prefetch() -> bool:
+    """Whether a PDL GEMV asks the L2 for its weight slab before its wait (SGLANG_EAGLE3_PDL_L2_PREFETCH=1;
+    off: 0.7 ms slower a step on the H200, see pdl)."""
+    return env.PDL_L2_PREFETCH.flag()
 
 
 def pdl_launch(enabled: bool) -> dict:

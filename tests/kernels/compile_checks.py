@@ -207,7 +207,7 @@ def _gemv_signature() -> tuple[dict, list[str]]:
                ROUTE="i32", bias_ptr="*fp32", topk_w_ptr="*fp32", topk_id_ptr="*i32", s_twt="i32", s_tit="i32",
                routed_scaling_factor="fp32", PER_GROUP="i32", N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32",
                G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32",
-               PRELOAD="i32", PREFETCH_L2="i32", LATE_TRIGGER="i32")
+               PREFETCH_L2="i32")
     aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
                "s_xb", "s_wb", "s_wn", "s_at", "s_ot", "res_ptr", "res_out_ptr", "s_rt", "s_rot", "bias_ptr",
                "topk_w_ptr", "topk_id_ptr"]
@@ -262,7 +262,7 @@ def check_dense_gemv(arch: int) -> dict:
                                  dict(W_KMAJOR=kmajor, EPI=epi, SPLIT=split, M_PAD=16, BLOCK_N=bn, BLOCK_K=bk,
                                       INTERPRET=False, PDL=pdl, PAIR=bool(pair), NORM=norm,
                                       EPI2=gv.EPI_GATED if router else gv.EPI_NONE,
-                                      HAS_RES=pair == "fold", PRELOAD=0, PREFETCH_L2=pdl, LATE_TRIGGER=False,
+                                      HAS_RES=pair == "fold", PREFETCH_L2=pdl,
                                       **(kimi_route if pair == "route" else _NO_ROUTE)),
                                  aligned, arch, num_stages=stages)
         what = f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk} pair={pair} {stages=} {pdl=}"
@@ -279,7 +279,7 @@ def check_dense_gemv(arch: int) -> dict:
             assert atoms == 0, f"{what}: atomics without split-K or routing"
         if kmajor:
             assert re.search(r"(LDG|LDGSTS)\.E\S*\.128", sass), f"{what}: weight loads are not 16 bytes wide"
-        # PDL (here with SGLANG_EAGLE3_PDL_PRELOAD=l2): the weight slab is prefetched into L2 (CCTL.E.PF2) and
+        # PDL (here with SGLANG_EAGLE3_PDL_L2_PREFETCH=1): the weight slab is prefetched into L2 (CCTL.E.PF2) and
         # the grid-dependency wait (ACQBULK) is there, only with PDL.
         assert ("CCTL.E.PF2" in sass) == pdl and (ops["ACQBULK"] > 0) == pdl, f"{what} {pdl=}: {dict(ops)}"
         out[what] = res
@@ -295,39 +295,10 @@ MLA_SIG = dict(qn_ptr="*bf16", qr_ptr="*bf16", kv_ptr="*bf16", page_table_ptr="*
 MLA_ALIGNED = ["qn_ptr", "qr_ptr", "kv_ptr", "out_ptr", "mid_o_ptr", "mid_lse_ptr", "stride_qn_tok",
                "stride_qr_tok", "stride_kv_slot", "stride_o_tok"]
 # The rope variant (launch fusion q_rope_attn): q's rope rotated as it loads.
-MLA_ROPE_SIG = dict(MLA_SIG, ROPE="i32", pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", stride_table="i32",
-                    PRELOAD_KV="i32")
+MLA_ROPE_SIG = dict(MLA_SIG, ROPE="i32", pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", stride_table="i32")
 MLA_MERGE_SIG = dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", out_ptr="*bf16", stride_o_tok="i32",
                      stride_o_head="i32", NUM_SPLITS="i32", T="i32", H="i32", DC="i32", BLOCK_M="i32",
                      SPLITS_PAD="i32", BLOCK_D="i32", PDL="i32")
-
-
-def check_gemv_preload(arch: int) -> dict:
-    """PDL launches that load their first K tiles into registers before the grid-dependency wait (PRELOAD):
-    the Kimi rank's q_a + kv_a pair, the gated shared expert and an unsplit o_proj-like GEMV as their launchers
-    plan them on this arch, with 1 and 2 tiles (and 1 with the late trigger): no spills, the wait present, and
-    no L2 prefetch (the registers replace it). The router + shared expert pair is left out: it spills with a
-    preloaded tile on sm_90 (236-255 registers without), so its launcher never preloads."""
-    sig, aligned = _gemv_signature()
-    out = {}
-    smem = {90: 227 << 10, 120: 99 << 10}[arch]
-    plans = {"q_a+kv_a": (gemv_config(2112, 7168, 1, True, 132, 1, smem), gv.EPI_NONE, True),
-             "shared gate_up": (gemv_config(256, 7168, 1, True, 132, 2, smem), gv.EPI_GATED, False),
-             "o_proj": (gemv_config(7168, 1024, 1, True, 132, 1, smem), gv.EPI_ADD, False)}
-    for name, (cfg, epi, pair) in plans.items():
-        for preload, late in ((1, False), (2, False), (1, True)):
-            sass, res = compile_sass(gv.gemv_kernel, sig,
-                                     dict(W_KMAJOR=True, EPI=epi, SPLIT=cfg["SPLIT"], M_PAD=16,
-                                          BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], INTERPRET=False,
-                                          PDL=True, PAIR=pair, NORM=gv.NORM_NONE, EPI2=gv.EPI_NONE, HAS_RES=False,
-                                          PRELOAD=preload, PREFETCH_L2=False, LATE_TRIGGER=late, **_NO_ROUTE),
-                                     aligned, arch, num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 2))
-            what = f"gemv preload={preload} late_trigger={late} {name} {cfg}"
-            _no_spills(res, what)
-            ops = _sass_ops(sass)
-            assert ops["ACQBULK"] > 0 and "CCTL.E.PF2" not in sass, f"{what}: {dict(ops)}"
-            out[what] = res
-    return out
 
 
 def _sass_ops(sass: str) -> collections.Counter:
@@ -337,8 +308,7 @@ def _sass_ops(sass: str) -> collections.Counter:
 def check_mla(arch: int) -> dict:
     """MLA decode (T=1) and verify (T=4) at Kimi TP=8 shapes (8 heads, latent 512, rope 64, page 64) with this
     arch's table config and the defaults, unsplit (writes the output) and split (writes fp32 partials): no
-    spills, no atomics, and the grid-dependency wait there exactly when compiled with PDL (here: when split, and
-    then with the first key tile loaded before the wait, as PDL launches it).
+    spills, no atomics, and the grid-dependency wait there exactly when compiled with PDL (here: when split).
     The rope variant (table config) likewise, and with as many FFMA as without the rope: the rotation's products
     are not contracted (a contracted one adds FFMA), so it rounds as the rotary kernel does.
     The merge kernel at 2..256 splits: no spills, PDL wait."""
@@ -355,8 +325,7 @@ def check_mla(arch: int) -> dict:
                     sass, res = compile_sass(ma.mla_split_kv_kernel, MLA_ROPE_SIG,
                                              dict(T=T, H=8, DC=512, DR=64, PAGE_SIZE=64, BLOCK_M=block_m,
                                                   BLOCK_N=cfg["BLOCK_N"], SPLIT_KV=split_kv, DOT_PRECISION="tf32",
-                                                  INTERPRET=False, PDL=split_kv, ROPE=rope,
-                                                  PRELOAD_KV=split_kv),
+                                                  INTERPRET=False, PDL=split_kv, ROPE=rope),
                                              MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
                     _no_spills(res, what)
                     ops = _sass_ops(sass)
@@ -419,7 +388,7 @@ CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
          for name, fn in (("gemv", check_gemv), ("dense_gemv", check_dense_gemv), ("tile_path", check_tile_path),
                           ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("mla", check_mla),
                           ("mla_dot_precision", check_mla_dot_precision),
-                          ("prefetch", check_prefetch), ("gemv_preload", check_gemv_preload))}
+                          ("prefetch", check_prefetch))}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or list(CASES):

@@ -93,22 +93,6 @@ def check_mla(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0, dtype=
     return {"rel_err": errs, "plan": plan}
 
 
-def check_mla_preload_same(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0, config=None) -> dict:
-    """The split's first key tile loaded ahead (PRELOAD_KV: what a PDL launch does before its wait, taken only
-    where the whole tile precedes the step's T tokens) gives bit-identical output to the plain loop: same tiles,
-    same order. seq_lens should put some splits' first tiles across the history boundary."""
-    sm_scale = 1.0 / math.sqrt(128 + Dr)
-    kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=Dc, sm_scale=sm_scale)
-    qn, qr, kv, pt, seq = make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, torch.bfloat16, seed)
-    plain = kernels.triton_mla_attention(qn, qr, kv, pt, seq, **kw, config=dict(config, PRELOAD_KV=False))
-    pre = kernels.triton_mla_attention(qn, qr, kv, pt, seq, **kw, config=dict(config, PRELOAD_KV=True))
-    ref = kernels.ref_mla_attention(qn, qr, kv, pt, seq, **kw)
-    assert torch.equal(pre, plain), f"preloaded first tile changed the output: {(pre - plain).abs().max()}"
-    err = rel_err(pre, ref)
-    assert err < 1e-2, f"MLA rel err {err}"
-    return {"rel_err": err}
-
-
 def check_mla_launch_plan() -> dict:
     """The launch launch_plan picks at Kimi TP=8 shapes (8 heads, 132 SMs, a page table the size of the
     context): with one split the split pass writes the output (no merge launch), with more a merge launch."""
@@ -591,14 +575,6 @@ CASES = {
         2, 5, 5, 32, 16, 1, [7, 200], seed=43, dtype=torch.float32, tol=1e-6, config=MLA_FP32_SPLIT,
         min_splits=6, calls=2),
     "mla_launch_plan": check_mla_launch_plan,
-    # The first key tile of each split loaded ahead of the loop (PDL's preload): decode, and verify where the
-    # last split's first tile holds some of the step's own tokens (not preloaded there).
-    "mla_preload_decode_split": lambda: check_mla(3, 1, 3, 64, 16, 2, [1, 150, 333], seed=60, min_splits=5,
-                                                  config=dict(MLA_SPLIT, PRELOAD_KV=True)),
-    "mla_preload_verify_fp32_exact": lambda: check_mla(2, 3, 4, 64, 16, 4, [3, 45], seed=61, dtype=torch.float32,
-                                                       tol=1e-6, config=dict(MLA_SPLIT, PRELOAD_KV=True)),
-    "mla_preload_bit_identical_verify": lambda: check_mla_preload_same(2, 4, 3, 64, 16, 4, [19, 100], seed=62,
-                                                                       config=MLA_SPLIT),
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,
                                                            with_add=True),
@@ -665,17 +641,6 @@ CASES = {
     "gemv_pair_router_shared_split": lambda: check_gemv_pair(4, 48, 20, 100, config=GEMV_SPLIT, seed=37,
                                                              router=True),
     "gemv_pair_router_shared_default": lambda: check_gemv_pair(2, 30, 24, 80, seed=38, router=True),
-    # The first K tiles loaded ahead of the loop (what a PDL launch does before its wait): a partial slab after
-    # them (2 tiles of a 3-tile split), none (4 tiles cover the split: masked), gated, heads, a pair, a norm.
-    "gemv_preload_split": lambda: check_gemv(3, 37, 300, config=dict(GEMV_SPLIT, PRELOAD=2), seed=50),
-    "gemv_preload_covers_split_gated": lambda: check_gemv(5, 24, 200, epi="gated", config=dict(GEMV_SPLIT, PRELOAD=4),
-                                                          seed=51),
-    "gemv_preload_heads_n_contiguous": lambda: check_gemv(2, 48, 40, heads=3, layout="kn",
-                                                          config=dict(GEMV_SPLIT, PRELOAD=1), seed=52),
-    "gemv_preload_rmsnorm_prologue": lambda: check_gemv(3, 40, 96, config=dict(GEMV_SPLIT, PRELOAD=1), seed=53,
-                                                        norm=True),
-    "gemv_preload_pair_router_shared": lambda: check_gemv_pair(4, 48, 20, 100, config=dict(GEMV_SPLIT, PRELOAD=2),
-                                                               seed=54, router=True),
     # What graph replays rely on: padding a batch to its bucket leaves the real rows alone, every kernel.
     "padded_batch_rows_unchanged": lambda: check_padded_batch_rows(seed=40),
     # The layers' wiring: norms in place in kv_a, q+k rope in one launch, MoE kernels, all vs references.

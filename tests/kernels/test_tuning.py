@@ -69,33 +69,26 @@ def test_gemv_config_fits(N, K, B, k_major, mats, sms, smem):
 
 
 def test_pdl_knobs(monkeypatch):
-    """What a PDL GEMV does before its wait and where it lets the next launch go, per knob value; PDL never
-    off CUDA; every bad value named in its error."""
+    """PDL never off CUDA; the skip list and the L2 prefetch flag; every bad value named in its error."""
     import torch
 
     from sglang_eagle3.kernels import tuning
 
-    for name in ("SGLANG_EAGLE3_PDL", "SGLANG_EAGLE3_PDL_PRELOAD", "SGLANG_EAGLE3_PDL_NO_PRELOAD",
-                 "SGLANG_EAGLE3_PDL_TRIGGER"):
+    for name in ("SGLANG_EAGLE3_PDL", "SGLANG_EAGLE3_PDL_SKIP", "SGLANG_EAGLE3_PDL_L2_PREFETCH"):
         monkeypatch.delenv(name, raising=False)
-    assert not tuning.pdl(torch.device("cpu"))
-    assert tuning.pdl_gemv(False) == {"PRELOAD": 0, "PREFETCH_L2": False, "LATE_TRIGGER": False}
-    default = tuning.pdl_gemv(True)
-    assert default["PRELOAD"] == (0 if tuning.DEFAULT_PDL_PRELOAD in ("0", "l2") else int(tuning.DEFAULT_PDL_PRELOAD))
-    monkeypatch.setenv("SGLANG_EAGLE3_PDL_PRELOAD", "2")
-    monkeypatch.setenv("SGLANG_EAGLE3_PDL_TRIGGER", "late")
-    assert tuning.pdl_gemv(True) == {"PRELOAD": 2, "PREFETCH_L2": False, "LATE_TRIGGER": True}
-    assert tuning.pdl_gemv(True, preload_ok=False)["PRELOAD"] == 0  # a launch that would spill
-    assert tuning.pdl_preloads("mla")
-    monkeypatch.setenv("SGLANG_EAGLE3_PDL_NO_PRELOAD", "moe_down, mla")
-    assert not tuning.pdl_preloads("mla")
-    monkeypatch.setenv("SGLANG_EAGLE3_PDL_PRELOAD", "l2")
-    assert tuning.pdl_gemv(True)["PREFETCH_L2"] and tuning.pdl_gemv(True)["PRELOAD"] == 0
-    for name, bad in (("SGLANG_EAGLE3_PDL_PRELOAD", "3"), ("SGLANG_EAGLE3_PDL_TRIGGER", "soon")):
-        monkeypatch.setenv(name, bad)
-        with pytest.raises(ValueError, match=f"{name}='{bad}'"):
-            tuning.pdl_gemv(True)
-        monkeypatch.delenv(name)
+    cpu = torch.device("cpu")
+    assert not any(tuning.pdl(cpu, k) for k in tuning.PDL_KERNELS)
+    assert not tuning.pdl_l2_prefetch()
+    monkeypatch.setenv("SGLANG_EAGLE3_PDL_L2_PREFETCH", "1")
+    assert tuning.pdl_l2_prefetch()
+    monkeypatch.setenv("SGLANG_EAGLE3_PDL_SKIP", "moe, gemv")
+    assert not tuning.pdl(cpu, "moe")
+    with pytest.raises(AssertionError, match="'attention'"):
+        tuning.pdl(cpu, "attention")
+    monkeypatch.setenv("SGLANG_EAGLE3_PDL_SKIP", "moe,mlp")
+    with pytest.raises(ValueError, match=r"SGLANG_EAGLE3_PDL_SKIP='moe,mlp': unknown \['mlp'\]"):
+        tuning.pdl(cpu, "moe")
+    monkeypatch.delenv("SGLANG_EAGLE3_PDL_SKIP")
     monkeypatch.setenv("SGLANG_EAGLE3_PDL", "yes")
     with pytest.raises(ValueError, match="SGLANG_EAGLE3_PDL='yes'"):
-        tuning.pdl(torch.device("cpu"))
+        tuning.pdl(cpu, "gemv")

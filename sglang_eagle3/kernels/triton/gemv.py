@@ -81,52 +81,12 @@ def _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD: tl.constexpr, BLOCK_K: tl.
 
 
 @triton.jit
-def _w_tile(w_ptr, b, n, n_ok, k, k_ok, s_wb, s_wn, s_wk, W_KMAJOR: tl.constexpr):
-    """[len(k), BLOCK_N] tile of W (rows k, columns n), zero outside n_ok x k_ok."""
-    if W_KMAJOR:  # a [BLOCK_K, BLOCK_N] view of a K-contiguous tile
-        return tl.load(w_ptr + b * s_wb + n[None, :] * s_wn + k[:, None], mask=n_ok[None, :] & k_ok[:, None],
-                       other=0.0)
-    return tl.load(w_ptr + b * s_wb + n[None, :] + k[:, None] * s_wk, mask=n_ok[None, :] & k_ok[:, None], other=0.0)
-
-
-@triton.jit
-def _x_tile(x_ptr, b, k, k_ok, T, s_xt, s_xb, rstd, nw_ptr, res_ptr, res_out_ptr, s_rt, s_rot, first_block,
-            M_PAD: tl.constexpr, NORM: tl.constexpr, HAS_RES: tl.constexpr, STORE_RES: tl.constexpr):
-    """(the [M_PAD, len(k)] activation tile the dot reads, fp32 [M_PAD] sum of its squares for NORM_POST)."""
-    t = tl.arange(0, M_PAD)
-    rows_ok = (t[:, None] < T) & k_ok[None, :]
-    xt = tl.load(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], mask=rows_ok, other=0.0)
-    ss = tl.zeros([M_PAD], dtype=tl.float32)
-    if NORM == 1:  # x * rstd * norm weight in fp32, rounded to x's dtype as the separate RMSNorm kernel stores it
-        nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-        xt = (xt.to(tl.float32) * rstd[:, None] * nw[None, :]).to(x_ptr.dtype.element_ty)
-    elif NORM == 2:  # x * norm weight rounded to x's dtype; rstd scales the product in the epilogue
-        if HAS_RES:
-            r = tl.load(res_ptr + t[:, None] * s_rt + k[None, :], mask=rows_ok, other=0.0)
-            xt = (xt.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
-            if STORE_RES:
-                tl.store(res_out_ptr + t[:, None] * s_rot + k[None, :], xt, mask=rows_ok & first_block)
-        xf = xt.to(tl.float32)
-        ss = tl.sum(xf * xf, axis=1)
-        nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-        xt = (xf * nw[None, :]).to(x_ptr.dtype.element_ty)
-    return xt, ss
-
-
-@triton.jit
-def _dot(acc, xt, w, INTERPRET: tl.constexpr):
-    if INTERPRET:  # the interpreter's half-precision dot is wrong: do it in fp32 there
-        return acc + tl.dot(xt.to(tl.float32), w.to(tl.float32))
-    return acc + tl.dot(xt, w)
-
-
-@triton.jit
-def _slab(acc, ss, x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk, rstd, nw_ptr,
+def _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk, rstd, nw_ptr,
           res_ptr, res_out_ptr, s_rt, s_rot, first_block,
           W_KMAJOR: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
           INTERPRET: tl.constexpr, NORM: tl.constexpr, HAS_RES: tl.constexpr, STORE_RES: tl.constexpr):
-    """(acc + fp32 [M_PAD, BLOCK_N] sum over k in [k_lo, k_hi) of x[t, b, k] * W[b, n, k], ss + the fp32
-    [M_PAD] sum of squares of that slice of x for NORM_POST); rows t >= T are 0.
+    """(fp32 [M_PAD, BLOCK_N] sum over k in [k_lo, k_hi) of x[t, b, k] * W[b, n, k], fp32 [M_PAD] sum of
+    squares of the slice of x for NORM_POST, else 0); rows t >= T are 0.
 
     A tensor-core dot with the activation rows padded to 16: the arithmetic is free at these sizes, and the
     order of the sums is the same for every row whatever T is, so decode (T=1) and verify (T=k+1) compute
@@ -135,13 +95,37 @@ def _slab(acc, ss, x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_
     NORM_POST with HAS_RES: x is h + residual rounded to x's dtype (as torch's add rounds it), and with
     STORE_RES programs with ``first_block`` store it to res_out (the new residual stream: the programs of one
     row block cover K once between them)."""
+    t = tl.arange(0, M_PAD)
+    acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
+    ss = tl.zeros([M_PAD], dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         k_ok = k < k_hi
-        xt, ss_k = _x_tile(x_ptr, b, k, k_ok, T, s_xt, s_xb, rstd, nw_ptr, res_ptr, res_out_ptr, s_rt, s_rot,
-                           first_block, M_PAD, NORM, HAS_RES, STORE_RES)
-        ss += ss_k
-        acc = _dot(acc, xt, _w_tile(w_ptr, b, n, n_ok, k, k_ok, s_wb, s_wn, s_wk, W_KMAJOR), INTERPRET)
+        rows_ok = (t[:, None] < T) & k_ok[None, :]
+        xt = tl.load(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], mask=rows_ok, other=0.0)
+        if NORM == 1:  # x * rstd * norm weight in fp32, rounded to x's dtype as the separate RMSNorm kernel stores it
+            nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+            xt = (xt.to(tl.float32) * rstd[:, None] * nw[None, :]).to(x_ptr.dtype.element_ty)
+        elif NORM == 2:  # x * norm weight rounded to x's dtype; rstd scales the product in the epilogue
+            if HAS_RES:
+                r = tl.load(res_ptr + t[:, None] * s_rt + k[None, :], mask=rows_ok, other=0.0)
+                xt = (xt.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+                if STORE_RES:
+                    tl.store(res_out_ptr + t[:, None] * s_rot + k[None, :], xt, mask=rows_ok & first_block)
+            xf = xt.to(tl.float32)
+            ss += tl.sum(xf * xf, axis=1)
+            nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+            xt = (xf * nw[None, :]).to(x_ptr.dtype.element_ty)
+        if W_KMAJOR:  # [BLOCK_K, BLOCK_N] view of a K-contiguous tile
+            w = tl.load(w_ptr + b * s_wb + n[None, :] * s_wn + k[:, None], mask=n_ok[None, :] & k_ok[:, None],
+                        other=0.0)
+        else:
+            w = tl.load(w_ptr + b * s_wb + n[None, :] + k[:, None] * s_wk, mask=n_ok[None, :] & k_ok[:, None],
+                        other=0.0)
+        if INTERPRET:  # the interpreter's half-precision dot is wrong: do it in fp32 there
+            acc += tl.dot(xt.to(tl.float32), w.to(tl.float32))
+        else:
+            acc += tl.dot(xt, w)
     return acc, ss
 
 
@@ -209,7 +193,7 @@ def gemv_kernel(
     routed_scaling_factor=1.0, PER_GROUP: tl.constexpr = 1, N_GROUP: tl.constexpr = 1,
     TOPK_GROUP: tl.constexpr = 1, TOP_K: tl.constexpr = 1, G_PAD: tl.constexpr = 1, PG_PAD: tl.constexpr = 1,
     K_PAD: tl.constexpr = 1, HAS_BIAS: tl.constexpr = False, RENORMALIZE: tl.constexpr = False,
-    PRELOAD: tl.constexpr = 0, PREFETCH_L2: tl.constexpr = False, LATE_TRIGGER: tl.constexpr = False,
+    PREFETCH_L2: tl.constexpr = False,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
@@ -235,10 +219,7 @@ def gemv_kernel(
     moe_topk_kernel does (same arguments: bias_ptr [E] with HAS_BIAS, routed_scaling_factor, the constexprs
     from PER_GROUP on) into topk_w_ptr fp32 [T, TOP_K] (row stride s_twt) and topk_id_ptr int32 (s_tit).
 
-    PRELOAD: the first PRELOAD K tiles of the slab are loaded before anything else (into registers), the loop
-    does the rest. With PDL that happens before the grid-dependency wait, while the previous kernel finishes
-    (weights are never written by a kernel); PREFETCH_L2 instead asks the L2 for the whole slab there.
-    LATE_TRIGGER lets the next kernel launch after this program's main loop instead of right after its wait."""
+    PREFETCH_L2 (with PDL): before the grid-dependency wait, ask the L2 for the program's whole weight slab."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     b = tl.program_id(2)
@@ -270,49 +251,27 @@ def gemv_kernel(
     n_ok = n < n_lim
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
-    acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
-    acc_up = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
-    ss = tl.zeros([M_PAD], dtype=tl.float32)
-    k_rest = k_lo
-    first_block = pid_n == 0
-    if PRELOAD > 0:  # the slab's first PRELOAD K tiles into registers (weights: no kernel writes them)
-        kp = k_lo + tl.arange(0, PRELOAD * BLOCK_K)
-        kp_ok = kp < k_hi
-        w_pre = _w_tile(w_e, b, n, n_ok, kp, kp_ok, s_wb, s_wn_e, s_wk, W_KMAJOR)
-        w_up_pre = w_pre
-        if gated:
-            w_up_pre = _w_tile(w_up_e, b, n, n_ok, kp, kp_ok, s_wb, s_wn_e, s_wk, W_KMAJOR)
-    if PDL:  # start on the weights while the previous kernel finishes, then wait for its outputs
-        if PREFETCH_L2:  # ask the L2 for the whole slab
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        if PREFETCH_L2:  # first ask the L2 for the whole weight slab (weights: no kernel writes them)
             _prefetch_slab(w_e, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn_e, s_wk, W_KMAJOR, BLOCK_N)
             if gated:
                 _prefetch_slab(w_up_e, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn_e, s_wk, W_KMAJOR, BLOCK_N)
         gdc_wait()
-        if not LATE_TRIGGER:
-            gdc_launch_dependents()
+        gdc_launch_dependents()
     if NORM == 1:
         rstd = _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD, BLOCK_K)
     else:
         rstd = tl.zeros([M_PAD], dtype=tl.float32)
-    if PRELOAD > 0:
-        xt, ss = _x_tile(x_ptr, b, kp, kp_ok, T, s_xt, s_xb, rstd, nw_ptr, res_ptr, res_out_ptr, s_rt, s_rot,
-                         first_block, M_PAD, NORM, HAS_RES, True)
-        acc = _dot(acc, xt, w_pre, INTERPRET)
-        if gated:
-            acc_up = _dot(acc_up, xt, w_up_pre, INTERPRET)
-        k_rest = k_lo + PRELOAD * BLOCK_K
-    acc, ss = _slab(acc, ss, x_ptr, w_e, b, n, n_ok, k_rest, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
+    first_block = pid_n == 0
+    acc, ss = _slab(x_ptr, w_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
                     res_ptr, res_out_ptr, s_rt, s_rot, first_block,
                     W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM, HAS_RES, True)
     if gated:
-        acc_up, _ = _slab(acc_up, ss, x_ptr, w_up_e, b, n, n_ok, k_rest, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk,
-                          rstd, nw_ptr, res_ptr, res_out_ptr, s_rt, s_rot, first_block,
+        acc_up, _ = _slab(x_ptr, w_up_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
+                          res_ptr, res_out_ptr, s_rt, s_rot, first_block,
                           W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM, HAS_RES, False)
     else:
         acc_up = acc
-    if PDL:
-        if LATE_TRIGGER:  # the next kernel's programs start now, beside this one's split-K reduction and stores
-            gdc_launch_dependents()
     if SPLIT == 1:
         if NORM == 2:  # this program summed the whole row
             scale = _rstd(ss, K, eps)[:, None]

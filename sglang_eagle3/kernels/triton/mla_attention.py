@@ -47,40 +47,6 @@ def _rope_rows(qr_ptr, q_offs, row_ok, pos_ptr, q_tok, cos_ptr, sin_ptr, stride_
 
 
 @triton.jit
-def _key_tile(kv_ptr, page_table_ptr, b, stride_pt_req, stride_kv_slot, pos, key_ok, load_ok, dc, dr,
-              DC: tl.constexpr, PAGE_SIZE: tl.constexpr):
-    """(latent [N, DC], rope key [N, DR]) of key positions pos of request b; zeros where not key_ok & load_ok."""
-    ok = key_ok & load_ok
-    page = tl.load(page_table_ptr + b * stride_pt_req + pos // PAGE_SIZE, mask=ok, other=0)
-    slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
-    c = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + dc[None, :], mask=ok[:, None], other=0.0)
-    kr = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + DC + dr[None, :], mask=ok[:, None], other=0.0)
-    return c, kr
-
-
-@triton.jit
-def _attend(qn, qr, c, kr, pos, key_ok, q_pos, m_i, l_i, acc, sm_scale_log2, DOT_PRECISION: tl.constexpr,
-            INTERPRET: tl.constexpr):
-    """One key tile of the online softmax: (m, l, acc) updated with keys pos (visible up to q_pos per row)."""
-    if INTERPRET:
-        c = c.to(tl.float32)
-        kr = kr.to(tl.float32)
-    s = (tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
-         + tl.dot(qr, tl.trans(kr), input_precision=DOT_PRECISION))  # [M, N]
-    s = s * sm_scale_log2
-    visible = key_ok[None, :] & (pos[None, :] <= q_pos[:, None])
-    s = tl.where(visible, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    # NOTE: a row with no visible key yet keeps m = -inf; shift by 0 there to avoid inf - inf.
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(c.dtype), c, input_precision=DOT_PRECISION)
-    return m_new, l_i, acc
-
-
-@triton.jit
 def mla_split_kv_kernel(
     qn_ptr, qr_ptr, kv_ptr, page_table_ptr, seq_lens_ptr, out_ptr, mid_o_ptr, mid_lse_ptr,
     stride_qn_tok, stride_qn_head, stride_qr_tok, stride_qr_head, stride_kv_slot, stride_pt_req,
@@ -89,17 +55,16 @@ def mla_split_kv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_KV: tl.constexpr, DOT_PRECISION: tl.constexpr,
     INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
     ROPE: tl.constexpr = False, pos_ptr=None, cos_ptr=None, sin_ptr=None, stride_table=0,
-    PRELOAD_KV: tl.constexpr = False,
 ):
     """out [B*T, H, DC] over grid (B, row blocks, NUM_SPLITS). SPLIT_KV (NUM_SPLITS > 1): mid_o fp32
     [B, row blocks, NUM_SPLITS, BLOCK_M, DC] and mid_lse fp32 [B, row blocks, NUM_SPLITS, BLOCK_M] scratch (rows
     past T*H are never written); out is left to mla_merge_splits_kernel.
     DOT_PRECISION: tl.dot's input_precision (tuning.dot_precision).
     ROPE: q's rope columns are un-rotated; rotate them at positions pos [B*T] with fp32 tables cos/sin
-    [P, DR/2] (row stride stride_table) as they load. The cached k rope is already rotated.
-    PRELOAD_KV: a split's first key tile is loaded first (with PDL before the grid-dependency wait, while the
-    previous kernel finishes) when every key in it precedes this step's T tokens: those were written by
-    earlier steps, never by a kernel this one may overlap. The order of the sums is unchanged."""
+    [P, DR/2] (row stride stride_table) as they load. The cached k rope is already rotated."""
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     b = tl.program_id(0)
     mb = tl.program_id(1)
     split = tl.program_id(2)
@@ -112,21 +77,13 @@ def mla_split_kv_kernel(
     dc = tl.arange(0, DC)
     dr = tl.arange(0, DR)
 
-    seq_len = tl.load(seq_lens_ptr + b)  # seq_lens and the page table are inputs no kernel of the step writes
+    seq_len = tl.load(seq_lens_ptr + b)
     q_pos = seq_len - T + tok  # [M] last visible key of each row
     # Split the keys this request actually has (not the page table's capacity): a graph captured at a
     # large page table stays balanced for short contexts.
     per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
     start = split * per_split
     end = tl.minimum(start + per_split, seq_len)
-    if PRELOAD_KV:  # the split's first key tile, when it is all history: earlier steps wrote it, not this one
-        pre_ok = start + BLOCK_N <= seq_len - T
-        pos0 = start + tl.arange(0, BLOCK_N)
-        c0, kr0 = _key_tile(kv_ptr, page_table_ptr, b, stride_pt_req, stride_kv_slot, pos0, pos0 < end,
-                            pre_ok, dc, dr, DC, PAGE_SIZE)
-    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
-        gdc_wait()
-        gdc_launch_dependents()
 
     q_tok = b * T + tok
     qn = tl.load(qn_ptr + q_tok[:, None] * stride_qn_tok + head[:, None] * stride_qn_head + dc[None, :],
@@ -144,19 +101,30 @@ def mla_split_kv_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, DC], dtype=tl.float32)
-    first = start
-    if PRELOAD_KV:
-        if pre_ok:
-            m_i, l_i, acc = _attend(qn, qr, c0, kr0, pos0, pos0 < end, q_pos, m_i, l_i, acc, sm_scale_log2,
-                                    DOT_PRECISION, INTERPRET)
-            first = start + BLOCK_N
-    for n0 in range(first, end, BLOCK_N):
+    for n0 in range(start, end, BLOCK_N):
         pos = n0 + tl.arange(0, BLOCK_N)  # [N] key positions
         key_ok = pos < end
-        c, kr = _key_tile(kv_ptr, page_table_ptr, b, stride_pt_req, stride_kv_slot, pos, key_ok, True, dc, dr, DC,
-                          PAGE_SIZE)
-        m_i, l_i, acc = _attend(qn, qr, c, kr, pos, key_ok, q_pos, m_i, l_i, acc, sm_scale_log2, DOT_PRECISION,
-                                INTERPRET)
+        page = tl.load(page_table_ptr + b * stride_pt_req + pos // PAGE_SIZE, mask=key_ok, other=0)
+        slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
+        c = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
+        kr = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + DC + dr[None, :], mask=key_ok[:, None],
+                     other=0.0)
+        if INTERPRET:
+            c = c.to(tl.float32)
+            kr = kr.to(tl.float32)
+        s = (tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
+             + tl.dot(qr, tl.trans(kr), input_precision=DOT_PRECISION))  # [M, N]
+        s = s * sm_scale_log2
+        visible = key_ok[None, :] & (pos[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # NOTE: a row with no visible key yet keeps m = -inf; shift by 0 there to avoid inf - inf.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(c.dtype), c, input_precision=DOT_PRECISION)
+        m_i = m_new
 
     has_keys = l_i > 0.0
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]  # [M, DC]; 0 for a row with no visible key
