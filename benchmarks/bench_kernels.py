@@ -363,6 +363,7 @@ def main() -> None:
                       "/ calls; bytes = fewest bytes the op must move (KV read once; distinct active experts "
                       "read once; inputs and outputs)",
             "configs": table["ops"] if table else "checked-in table (sglang_eagle3/kernels/configs)",
+            "kernel_report": kernels.kernel_report(),  # PDL, fusions, overlaps as this run had them
             "cases": cases,
             "kernels_per_moe_layer": launch_counts,
         }

@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from sglang_eagle3 import kernels
 from sglang_eagle3.bench.harness import git_commit
 from sglang_eagle3.config import ModelConfig, RopeConfig
 from sglang_eagle3.distributed.parallel_state import init_tp
@@ -222,6 +223,7 @@ def main() -> None:
                           f"floor {floor:5.2f} ms  graph/floor {graph / floor:5.2f}  eager/graph {eager / graph:5.1f}"
                           f"  ({distinct} expert loads)", flush=True)
             results.setdefault("capture", {})[label] = {"seconds": round(capture_s, 2), "graph_mib": graph_mib}
+            results.setdefault("kernel_reports", {})[label] = kernels.kernel_report()  # what this setting ran
         except Exception as e:  # a broken backend is reported, the other still runs
             results.setdefault("errors", {})[label] = f"{type(e).__name__}: {e}"
             print(f"[{label}] FAILED: {type(e).__name__}: {e}", flush=True)

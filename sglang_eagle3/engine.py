@@ -318,7 +318,7 @@ class Engine:
             "device": str(self.device),
             "tp_size": self.args.tp_size,
             "worker_env": self.worker_env_reports,
-            "kernels": _kernel_report(),
+            "kernels": _kernel_report(self.device),
         }
         info.update(self.backend.info())
         return info
@@ -348,11 +348,10 @@ def _configure_logging(level: str) -> None:
         pkg.addHandler(handler)
 
 
-def _kernel_report() -> dict:
+def _kernel_report(device: torch.device) -> dict:
     from sglang_eagle3 import kernels
 
-    report = getattr(kernels, "kernel_report", None)
-    return report() if report is not None else {}
+    return kernels.kernel_report(device)
 
 
 def _select_backends(args: EngineArgs, device: torch.device) -> None:

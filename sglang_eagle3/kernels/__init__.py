@@ -176,7 +176,42 @@ def fused_moe_int4(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, 
     return fn(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size, add)
 
 
+def kernel_report(device: torch.device | str | None = None) -> dict:
+    """What the kernel layer runs with on ``device`` (default: the current CUDA device, else the CPU), for
+    provenance: two step times are comparable only under the same report. Triton's version, the GPU's arch and
+    SM count and whether its config table was measured there, the kernel families launched with PDL, the
+    launch fusions and side-stream overlaps on. Read from this process's environment, which TP workers inherit
+    (the engine's worker_env reports show theirs). A bad knob value is reported, not raised."""
+    import dataclasses
+
+    import triton
+
+    from sglang_eagle3.kernels import tuning
+    from sglang_eagle3.layers.overlap import Overlaps
+
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(device)
+    report: dict = {"triton": triton.__version__, "device": str(device), "interpreter": tuning.interpreting()}
+    if device.type == "cuda":
+        arch, sms, name = tuning.device_key(device.index if device.index is not None else torch.cuda.current_device())
+        table = tuning._table(arch, sms)
+        report.update(gpu=name, arch=arch, sm_count=sms,
+                      config_table=None if table is None else {"arch": table.get("arch"),
+                                                               "measured": table.get("measured")})
+    for key, read in (("pdl", lambda: sorted(k for k in tuning.PDL_KERNELS if tuning.pdl(device, k))),
+                      ("pdl_l2_prefetch", tuning.pdl_l2_prefetch),
+                      ("fusions", lambda: sorted(f for f in env.FUSIONS if env.fusion_on(f))),
+                      ("overlaps", lambda: dataclasses.asdict(Overlaps.from_env()))):
+        try:
+            report[key] = read()
+        except ValueError as e:  # a knob with a bad value: say so here, the launch that reads it raises
+            report[key] = f"error: {e}"
+    return report
+
+
 __all__ = [
+    "kernel_report",
     "Routing",
     "gemv",
     "gemv_pair",

@@ -92,3 +92,20 @@ def test_pdl_knobs(monkeypatch):
     monkeypatch.setenv("SGLANG_EAGLE3_PDL", "yes")
     with pytest.raises(ValueError, match="SGLANG_EAGLE3_PDL='yes'"):
         tuning.pdl(cpu, "gemv")
+
+
+def test_kernel_report(monkeypatch):
+    """The provenance the server and benchmarks record: what the knobs resolve to, a bad one reported."""
+    import torch
+
+    from sglang_eagle3 import env, kernels
+
+    monkeypatch.setenv("SGLANG_EAGLE3_NO_FUSE", "qa_norm")
+    monkeypatch.setenv("SGLANG_EAGLE3_OVERLAP", "none")
+    report = kernels.kernel_report(torch.device("cpu"))
+    assert report["device"] == "cpu" and report["pdl"] == []  # never off CUDA
+    assert report["fusions"] == sorted(f for f in env.FUSIONS if f != "qa_norm")
+    assert report["overlaps"] == {"shared_down": False, "prefetch": None, "mla_k_path": False}
+    monkeypatch.setenv("SGLANG_EAGLE3_OVERLAP", "shared_down,prefetch_atn")
+    report = kernels.kernel_report("cpu")
+    assert report["overlaps"].startswith("error:") and "prefetch_atn" in report["overlaps"]
