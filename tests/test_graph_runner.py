@@ -325,3 +325,26 @@ def test_gpu_capture_runs_with_autograd_off():
     assert torch.is_grad_enabled()
     runner.capture(lambda bs, T: {k: v.cuda() for k, v in example(bs, T).items()})
     assert seen and not any(seen), seen
+
+
+def test_model_runner_refuses_a_pool_past_the_rotary_table():
+    """A pool whose contexts run past max_position_embeddings would index the rotary tables out of bounds
+    inside the kernels (NaN logits or an illegal address on a GPU): refused up front, naming both numbers,
+    for the target and for the draft."""
+    import dataclasses
+
+    from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
+    from sglang_eagle3.models.eagle3 import Eagle3Draft
+    from sglang_eagle3.runtime.model_runner import ModelRunner
+    from sglang_eagle3.testing import tiny_config, tiny_draft_config
+
+    cfg = tiny_config(max_pos=96)
+    target = DeepseekV3ForCausalLM(cfg, dtype=torch.float32)
+    kw = dict(aux_layer_ids=(0, 1, 2), num_pages=16, page_size=8, device=torch.device("cpu"), dtype=torch.float32,
+              use_cuda_graph=False, cuda_graph_max_bs=1, verify_widths=(2,), attention_backend="torch")
+    ModelRunner(target, None, max_context=96, **kw)  # exactly the table: fine
+    with pytest.raises(ValueError, match="max_context=104 exceeds the target's max_position_embeddings=96"):
+        ModelRunner(target, None, max_context=104, **kw)
+    draft = Eagle3Draft(dataclasses.replace(tiny_draft_config(cfg), max_position_embeddings=64), dtype=torch.float32)
+    with pytest.raises(ValueError, match="max_context=96 exceeds the draft's max_position_embeddings=64"):
+        ModelRunner(target, draft, max_context=96, **kw)

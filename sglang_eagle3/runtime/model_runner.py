@@ -45,6 +45,13 @@ class ModelRunner:
                  num_pages: int, page_size: int, max_context: int, device: torch.device, dtype: torch.dtype,
                  use_cuda_graph: bool, cuda_graph_max_bs: int, verify_widths: tuple[int, ...],
                  attention_backend: str, moe_backend: str = "auto", graph_disabled_reason: str = ""):
+        for name, model in (("target", target), ("draft", draft)):
+            # Positions index the rotary cos/sin tables, which the kernels read unchecked: past the table a
+            # position reads other memory (NaN logits, or an illegal address), so refuse the pool up front.
+            limit = None if model is None else model.config.max_position_embeddings
+            if limit is not None and max_context > limit:
+                raise ValueError(f"max_context={max_context} exceeds the {name}'s max_position_embeddings={limit} "
+                                 "(its rotary table); positions past it cannot be embedded")
         self.target, self.draft = target, draft
         self.aux_layer_ids = aux_layer_ids if draft is not None else ()
         self.device, self.dtype = device, dtype

@@ -484,9 +484,10 @@ def check_latent_to_cache(N, H, C, R, dtype=torch.bfloat16, cache_dtype=None, de
     return err
 
 
-def kimi_like_model(device, dtype=torch.bfloat16, layers=2, hidden=256, seed=0):
+def kimi_like_model(device, dtype=torch.bfloat16, layers=2, hidden=256, seed=0, max_positions=256):
     """A small Kimi-shaped model (q_lora, YaRN, first layer dense, then MoE + shared expert, INT4 experts)
-    with random weights, for wiring checks and launch counts."""
+    with random weights, for wiring checks and launch counts; ``max_positions`` rows of rotary table (a pool
+    longer than that is refused by ModelRunner)."""
     from sglang_eagle3.config import ModelConfig, RopeConfig
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
     from sglang_eagle3.testing import randomize
@@ -498,7 +499,7 @@ def kimi_like_model(device, dtype=torch.bfloat16, layers=2, hidden=256, seed=0):
                       qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, n_routed_experts=6,
                       num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
                       norm_topk_prob=True, routed_scaling_factor=2.5, scoring_func="sigmoid", topk_method="noaux_tc",
-                      rms_norm_eps=1e-6, max_position_embeddings=256, rope=rope)
+                      rms_norm_eps=1e-6, max_position_embeddings=max_positions, rope=rope)
     torch.manual_seed(seed)
     with torch.device(device):
         model = DeepseekV3ForCausalLM(cfg, dtype=dtype, int4_experts=True)

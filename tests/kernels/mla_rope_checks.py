@@ -180,8 +180,9 @@ def model_step_logits(no_fuse: str, device="cpu", dtype=torch.float32, seed=0, h
     from sglang_eagle3.layers.overlap import Overlaps
     from sglang_eagle3.runtime.model_runner import ModelRunner
 
-    with _env(env.NO_FUSE.name, no_fuse):
-        model = kimi_like_model(device, dtype, layers=layers, hidden=hidden, seed=seed)
+    with _env(env.NO_FUSE.name, no_fuse):  # a rotary table that holds every position the steps reach
+        model = kimi_like_model(device, dtype, layers=layers, hidden=hidden, seed=seed,
+                                max_positions=max(256, max(ctxs) + T + 32))
     model.model.set_overlaps(Overlaps.parse(overlap))
     page = 16
     pages_per_req = (max(ctxs) + T) // page + 2
