@@ -31,7 +31,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait, globalti
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_kernels import copy_bandwidth  # noqa: E402
+from benchmarks.bench_kernels import copy_bandwidth, time_graph  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels.gemv import triton_gemv, triton_gemv_pair  # noqa: E402
 
@@ -124,28 +124,8 @@ def make_layer(T: int, gen: torch.Generator) -> list:
 
 
 def time_chain(calls: list, replays: int) -> float:
-    """Median ms of one replay of `calls` captured in one graph."""
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s), torch.cuda.graph(g, stream=s):
-        for c in calls:
-            c()
-    torch.cuda.current_stream().wait_stream(s)
-    for _ in range(3):
-        g.replay()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    """Median ms of one replay of `calls` captured in one graph (bench_kernels.time_graph's timing)."""
+    return time_graph(calls, replays) * len(calls) / 1e3
 
 
 def main() -> None:
