@@ -195,8 +195,12 @@ def check_rotary(arch: int) -> dict:
     return out
 
 
-def _gemv_signature() -> tuple[dict, list[str]]:
-    """gemv_kernel's argument types and the arguments the JIT sees as 16-byte aligned."""
+def check_dense_gemv(arch: int) -> dict:
+    """The skinny GEMM at Kimi TP=8 decode shapes: no spills, 16-byte weight loads along K, and the split-K
+    handshake (fences + one atomic per program) present exactly when SPLIT > 1 (one more with the routing
+    tail); every epilogue, both RMSNorm folds (the q_a norm read first, the input norm + residual scaled in
+    the epilogue), and the router + shared expert launch with the MoE routing in its tail (Kimi's: 384
+    experts, top-8, one group), split as its launcher splits it and unsplit."""
     sig = dict(x_ptr="*bf16", w_ptr="*bf16", w_up_ptr="*bf16", add_ptr="*bf16", out_ptr="*bf16",
                part_ptr="*fp32", count_ptr="*i32", w2_ptr="*bf16", out2_ptr="*bf16", T="i32", N="i32", K="i32",
                k_per_split="i32", N2="i32", NB1="i32", s_xt="i32", s_xb="i32", s_wb="i32", s_wn="i32", s_wk="i32",
@@ -206,25 +210,12 @@ def _gemv_signature() -> tuple[dict, list[str]]:
                HAS_RES="i32", res_ptr="*bf16", res_out_ptr="*bf16", s_rt="i32", s_rot="i32",
                ROUTE="i32", bias_ptr="*fp32", topk_w_ptr="*fp32", topk_id_ptr="*i32", s_twt="i32", s_tit="i32",
                routed_scaling_factor="fp32", PER_GROUP="i32", N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32",
-               G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32",
-               PREFETCH_L2="i32")
+               G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32", PREFETCH_L2="i32")
     aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
                "s_xb", "s_wb", "s_wn", "s_at", "s_ot", "res_ptr", "res_out_ptr", "s_rt", "s_rot", "bias_ptr",
                "topk_w_ptr", "topk_id_ptr"]
-    return sig, aligned
-
-
-_NO_ROUTE = dict(ROUTE=False, PER_GROUP=1, N_GROUP=1, TOPK_GROUP=1, TOP_K=1, G_PAD=1, PG_PAD=1, K_PAD=1,
-                 HAS_BIAS=False, RENORMALIZE=False)
-
-
-def check_dense_gemv(arch: int) -> dict:
-    """The skinny GEMM at Kimi TP=8 decode shapes: no spills, 16-byte weight loads along K, and the split-K
-    handshake (fences + one atomic per program) present exactly when SPLIT > 1 (one more with the routing
-    tail); every epilogue, both RMSNorm folds (the q_a norm read first, the input norm + residual scaled in
-    the epilogue), and the router + shared expert launch with the MoE routing in its tail (Kimi's: 384
-    experts, top-8, one group), split as its launcher splits it and unsplit."""
-    sig, aligned = _gemv_signature()
+    no_route = dict(ROUTE=False, PER_GROUP=1, N_GROUP=1, TOPK_GROUP=1, TOP_K=1, G_PAD=1, PG_PAD=1, K_PAD=1,
+                    HAS_BIAS=False, RENORMALIZE=False)
     kimi_route = dict(ROUTE=True, PER_GROUP=384, N_GROUP=1, TOPK_GROUP=1, TOP_K=8, G_PAD=1, PG_PAD=512, K_PAD=8,
                       HAS_BIAS=True, RENORMALIZE=True)
     # "route": the router [384] + shared expert gate/up [2 x 256] launch with the routing tail, as its launcher
@@ -237,7 +228,7 @@ def check_dense_gemv(arch: int) -> dict:
     fold = gemv_config(2112, 7168, 1, True, 132, 1, {90: 227 << 10, 120: 99 << 10}[arch], acts=2,
                        **NORM_POST_LIMITS)
     out = {}
-    for kmajor, epi, split, bn, bk, pdl, pair in ((True, gv.EPI_NONE, 1, 32, 256, True, False),
+    for i, (kmajor, epi, split, bn, bk, pdl, pair) in enumerate(((True, gv.EPI_NONE, 1, 32, 256, True, False),
                                                   (True, gv.EPI_ADD, 4, 16, 256, False, False),
                                                   (True, gv.EPI_GATED, 7, 32, 256, True, False),
                                                   (False, gv.EPI_NONE, 2, 64, 64, True, False),
@@ -251,7 +242,8 @@ def check_dense_gemv(arch: int) -> dict:
                                                   (True, gv.EPI_NONE, route["SPLIT"], route["BLOCK_N"],
                                                    route["BLOCK_K"], True, "route"),
                                                   (True, gv.EPI_NONE, 1, route["BLOCK_N"], route["BLOCK_K"], False,
-                                                   "route")):
+                                                   "route"))):
+        prefetch = i == 0  # the first (a PDL case) with the L2 prefetch before its wait; the others as shipped
         # "router": the first matrix's output is float32, the second is gated (router + shared expert)
         router = pair in ("router", "route")
         sig_ = dict(sig, out_ptr="*fp32", add_ptr="*fp32") if router else sig
@@ -262,10 +254,11 @@ def check_dense_gemv(arch: int) -> dict:
                                  dict(W_KMAJOR=kmajor, EPI=epi, SPLIT=split, M_PAD=16, BLOCK_N=bn, BLOCK_K=bk,
                                       INTERPRET=False, PDL=pdl, PAIR=bool(pair), NORM=norm,
                                       EPI2=gv.EPI_GATED if router else gv.EPI_NONE,
-                                      HAS_RES=pair == "fold", PREFETCH_L2=pdl,
-                                      **(kimi_route if pair == "route" else _NO_ROUTE)),
+                                      HAS_RES=pair == "fold", PREFETCH_L2=prefetch,
+                                      **(kimi_route if pair == "route" else no_route)),
                                  aligned, arch, num_stages=stages)
-        what = f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk} pair={pair} {stages=} {pdl=}"
+        what = (f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk} pair={pair} {stages=} {pdl=}"
+                f" {prefetch=}")
         _no_spills(res, what)
         lines = [ln.split("*/", 1)[1].strip() for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
         ops = _opcodes(lines)
@@ -279,9 +272,9 @@ def check_dense_gemv(arch: int) -> dict:
             assert atoms == 0, f"{what}: atomics without split-K or routing"
         if kmajor:
             assert re.search(r"(LDG|LDGSTS)\.E\S*\.128", sass), f"{what}: weight loads are not 16 bytes wide"
-        # PDL (here with SGLANG_EAGLE3_PDL_L2_PREFETCH=1): the weight slab is prefetched into L2 (CCTL.E.PF2) and
-        # the grid-dependency wait (ACQBULK) is there, only with PDL.
-        assert ("CCTL.E.PF2" in sass) == pdl and (ops["ACQBULK"] > 0) == pdl, f"{what} {pdl=}: {dict(ops)}"
+        # PDL: the grid-dependency wait (ACQBULK) is there, only with PDL; the weight slab is prefetched into L2
+        # (CCTL.E.PF2) only where asked for (SGLANG_EAGLE3_PDL_L2_PREFETCH=1, off by default).
+        assert ("CCTL.E.PF2" in sass) == prefetch and (ops["ACQBULK"] > 0) == pdl, f"{what} {pdl=}: {dict(ops)}"
         out[what] = res
     return out
 
