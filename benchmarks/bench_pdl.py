@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_kernels import copy_bandwidth, time_graph  # noqa: E402
+from sglang_eagle3 import env  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels.gemv import triton_gemv, triton_gemv_pair  # noqa: E402
 
@@ -150,17 +150,13 @@ def main() -> None:
         layers = [make_layer(T, gen) for _ in range(args.layers)]
         calls = [c for layer in layers for c in layer]
         for label, env_set in SETTINGS + SETTINGS[:1]:
-            old = {k: os.environ.get(k) for k in env_set}
-            os.environ.update(env_set)
             try:
-                ms = time_chain(calls, args.replays)
+                with env.overrides(env_set):
+                    ms = time_chain(calls, args.replays)
                 row = {"T": T, "setting": label, "env": env_set, "ms": round(ms, 4),
                        "us_per_layer": round(ms * 1e3 / args.layers, 2)}
             except Exception as e:  # a setting that fails to compile or run is reported, the rest still run
                 row = {"T": T, "setting": label, "env": env_set, "error": f"{type(e).__name__}: {e}"}
-            finally:
-                for k, v in old.items():
-                    os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
             result["chain"].append(row)
             print(f"  T={T} {label:28s}: " + (f"{row['ms']:.3f} ms, {row['us_per_layer']:.2f} us a layer"
                                               if "ms" in row else row["error"]), flush=True)

@@ -15,6 +15,7 @@ the KV cache of the context, the lm_head slice) over the copy bandwidth measured
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -24,7 +25,7 @@ import time
 
 import torch
 
-from sglang_eagle3 import kernels
+from sglang_eagle3 import env, kernels
 from sglang_eagle3.bench.harness import git_commit
 from sglang_eagle3.config import ModelConfig, RopeConfig
 from sglang_eagle3.distributed.parallel_state import init_tp
@@ -140,7 +141,7 @@ def main() -> None:
     ap.add_argument("--env-variants", nargs="+", default=None,
                     help="environment settings to time one after another in this process (each crossed with the "
                          "overlap variants), each a space-separated list of NAME=VALUE, '' for the environment "
-                         "as it is: e.g. '' 'SGLANG_EAGLE3_PDL=1' 'SGLANG_EAGLE3_PDL=1 SGLANG_EAGLE3_PDL_PRELOAD=2'")
+                         "as it is: e.g. '' 'SGLANG_EAGLE3_PDL=0' 'SGLANG_EAGLE3_PDL_SKIP=moe,gemv'")
     ap.add_argument("--backends", nargs="+", default=["triton", "torch"],
                     help="kernel paths to time: triton (ours) and/or torch (references)")
     ap.add_argument("--eager-iters", type=int, default=5)
@@ -182,10 +183,9 @@ def main() -> None:
         runner = None
         label = backend if variant is None else f"{backend} overlap={variant}"
         label += f" {env_set}" if env_set else ""
-        env_new = parse_env_variant(env_set)
-        env_old = {name: os.environ.get(name) for name in env_new}
+        overrides = contextlib.ExitStack()
         try:
-            os.environ.update(env_new)
+            overrides.enter_context(env.overrides(parse_env_variant(env_set)))  # left in `finally`
             if variant is not None:
                 model.model.set_overlaps(Overlaps.parse(variant))
             torch.cuda.empty_cache()
@@ -229,11 +229,7 @@ def main() -> None:
             print(f"[{label}] FAILED: {type(e).__name__}: {e}", flush=True)
         finally:
             runner = None
-            for name, value in env_old.items():  # the next variant starts from the environment as it was
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            overrides.close()  # the next variant starts from the environment as it was
     for h in hooks:
         h.remove()
     if args.out:

@@ -6,7 +6,9 @@ Variables we only *report* (NCCL_*, CUDA_*: the worker environment) are in env_r
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +71,26 @@ ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, FAULT_INJECT, OVERLAY_CONFIG,
 # ~0.1 ms a decode step; every L2 prefetch plan cost 0.1-0.5 ms there, so none is on (the RTX PRO 6000's
 # 128 MB L2 may differ: measure with bench_verify_graph.py --overlap-variants).
 DEFAULT_OVERLAP = "shared_down"
+
+
+@contextlib.contextmanager
+def overrides(values: dict[str, str | None]) -> Iterator[None]:
+    """Sets (a None value: unsets) these variables for the block, then puts each back as it was (benchmarks
+    timing one setting after another in one process; tests building models under a knob)."""
+    old = {name: os.environ.get(name) for name in values}
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def cache_dir() -> Path:

@@ -233,3 +233,23 @@ def test_aux_layer_ids_out_of_range(ids, layers, override):
     bad = [i for i in (override or ids) if not 0 <= i <= layers]
     msg = str(e.value)
     assert (str(bad[0]) in msg and str(layers) in msg) if bad else "3 ids" in msg, msg
+
+
+def test_env_overrides_restore(monkeypatch):
+    """env.overrides sets and unsets for its block and puts every variable back, also when the block raises."""
+    import os
+
+    import pytest
+
+    from sglang_eagle3 import env
+
+    monkeypatch.setenv("SGLANG_EAGLE3_PDL", "0")
+    monkeypatch.delenv("SGLANG_EAGLE3_PDL_SKIP", raising=False)
+    monkeypatch.setenv("SGLANG_EAGLE3_OVERLAP", "none")
+    with pytest.raises(RuntimeError):
+        with env.overrides({"SGLANG_EAGLE3_PDL": "1", "SGLANG_EAGLE3_PDL_SKIP": "moe", "SGLANG_EAGLE3_OVERLAP": None}):
+            assert os.environ["SGLANG_EAGLE3_PDL"] == "1" and os.environ["SGLANG_EAGLE3_PDL_SKIP"] == "moe"
+            assert "SGLANG_EAGLE3_OVERLAP" not in os.environ
+            raise RuntimeError("inside the block")
+    assert os.environ["SGLANG_EAGLE3_PDL"] == "0" and os.environ["SGLANG_EAGLE3_OVERLAP"] == "none"
+    assert "SGLANG_EAGLE3_PDL_SKIP" not in os.environ

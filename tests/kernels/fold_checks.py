@@ -7,9 +7,7 @@ kernel_checks imports this module at its end, to merge CASES: its helpers are im
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import re
 
 import torch
@@ -266,20 +264,6 @@ def check_router_topk_reference_path(seed=0) -> dict:
     return out
 
 
-@contextlib.contextmanager
-def _no_fuse(value: str):
-    """SGLANG_EAGLE3_NO_FUSE while models are built (layers read it in __init__)."""
-    old = os.environ.get(env.NO_FUSE.name)
-    os.environ[env.NO_FUSE.name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[env.NO_FUSE.name]
-        else:
-            os.environ[env.NO_FUSE.name] = old
-
-
 def pin_routing(model: torch.nn.Module) -> None:
     """Correction biases a whole sigmoid range apart: every token picks the same experts (the weights still
     follow the scores). Two paths that round differently then cannot route a token to other experts, which
@@ -308,7 +292,7 @@ def check_input_norm_fold_model(device="cpu", dtype=torch.bfloat16, tol=3e-2, B=
     pages = [list(range(1 + b * pages_per_req, 1 + (b + 1) * pages_per_req)) for b in range(B)]
     logits, folds = {}, {}
     for no_fuse in ("", "input_norm"):
-        with _no_fuse(no_fuse):
+        with env.overrides({env.NO_FUSE.name: no_fuse}):  # layers read it while they are built
             model = kimi_like_model(device, dtype, layers=layers, hidden=hidden, seed=seed)
         pin_routing(model)
         ids = torch.randint(0, model.config.vocab_size, (B, S), generator=torch.Generator().manual_seed(seed))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 
 import torch
 
@@ -134,22 +133,6 @@ def check_rotary_k_only(N, H, C, R, device="cpu", seed=0, dtype=torch.bfloat16, 
 
 
 @contextlib.contextmanager
-def _env(name: str, value: str | None):
-    old = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
-@contextlib.contextmanager
 def count_rope_in_attention():
     """Counts kernels.mla_attention calls that leave q's rope to the attention: yields a list that grows by one
     per such call."""
@@ -180,12 +163,12 @@ def model_step_logits(no_fuse: str, device="cpu", dtype=torch.float32, seed=0, h
     from sglang_eagle3.layers.overlap import Overlaps
     from sglang_eagle3.runtime.model_runner import ModelRunner
 
-    with _env(env.NO_FUSE.name, no_fuse):  # a rotary table that holds every position the steps reach
-        model = kimi_like_model(device, dtype, layers=layers, hidden=hidden, seed=seed,
-                                max_positions=max(256, max(ctxs) + T + 32))
-    model.model.set_overlaps(Overlaps.parse(overlap))
     page = 16
     pages_per_req = (max(ctxs) + T) // page + 2
+    with env.overrides({env.NO_FUSE.name: no_fuse}):  # a rotary table that holds every position of the pool
+        model = kimi_like_model(device, dtype, layers=layers, hidden=hidden, seed=seed,
+                                max_positions=max(256, pages_per_req * page))
+    model.model.set_overlaps(Overlaps.parse(overlap))
     runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=B * pages_per_req + 2, page_size=page,
                          max_context=pages_per_req * page, device=torch.device(device), dtype=dtype,
                          use_cuda_graph=use_cuda_graph, cuda_graph_max_bs=B, verify_widths=(T,),
