@@ -432,7 +432,23 @@ def main() -> None:
             record(label, {"T": T, "E": EXPERTS, "pool": pool, "per_pair": per_pair}, time_graph(calls(c)),
                    nbytes, distinct_experts=distinct)
 
+    def moe_down_preload(T: int, weights) -> None:
+        """The INT4 GEMV MoE (gate_up + down, back to back as in the step) with the down kernel's weights
+        loaded slot by slot after its PDL wait, or all before it (PRELOAD), at the table's down config and at
+        8 warps."""
+        calls, nbytes, distinct = moe_case(T, True, weights, path="gemv")
+        dev = torch.device("cuda")
+        gate_up = tuning.get_config("fused_moe_int4_gemv_gate_up", dev, "tokens", T)
+        down = tuning.get_config("fused_moe_int4_gemv_down", dev, "tokens", T)
+        for preload, warps in ((False, down["num_warps"]), (True, down["num_warps"]), (True, 8), (False, 8)):
+            c = {"gate_up": gate_up, "down": {**down, "PRELOAD": preload, "num_warps": warps}}
+            record(f"fused_moe_int4 (gemv, down {'preload' if preload else 'slot loop'}, {warps} warps) T={T}",
+                   {"T": T, "E": EXPERTS, "preload": preload, "down_warps": warps}, time_graph(calls(c)), nbytes,
+                   distinct_experts=distinct)
+
     int4_weights = make_moe_weights(True)
+    for T in (1, 2, 4, 8):
+        guarded(lambda T=T, w=int4_weights: moe_down_preload(T, w), f"moe down preload T={T}")
     for T in (2, 4, 8):
         for pool in (EXPERTS, 12):
             guarded(lambda T=T, pool=pool, w=int4_weights: moe_per_pair(T, w, pool), f"moe per pair T={T} pool={pool}")

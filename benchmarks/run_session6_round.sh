@@ -3,15 +3,26 @@
 # Part "x2" (nvidia-h200-x2): TP=2 with PDL on (greedy tokens of TP=2 equal TP=1, graphs on, NCCL beside our
 # PDL kernels in one graph), then the quarantined q_rope_attn model test alone and the step with q_rope_attn +
 # mla_k_path against the defaults (run_session5_round.sh q_rope, prepared last session).
+# Part "moe": the INT4 MoE down kernel loading its weights before its PDL wait (PRELOAD): its GPU tests, the
+# kernel benchmark (preload vs slot loop per T, in one run), and the 61-layer step with and without it.
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session6_round.sh x2
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session6_round.sh x2|moe
 source "$(dirname "$0")/gpu_stages.sh"
-case "${1:?x2}" in
+case "${1:?x2 or moe}" in
   x2)
     nvidia-smi -L
     TAIL=10 stage tp2_pdl "${T_TP:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/gpu/test_tp_cuda.py
     bash "$(dirname "$0")/run_session5_round.sh" q_rope
+    for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
+    ;;
+  moe)
+    TAIL=12 stage moe_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_pdl_gpu.py tests/kernels/test_kernels_gpu.py -k "moe or pdl"
+    TAIL=60 stage kernels "${T_KERNELS:-170}" python benchmarks/bench_kernels.py --out "$OUT"
+    TAIL=16 stage step_preload "${T_STEP:-220}" python benchmarks/bench_verify_graph.py --backends triton \
+      --contexts 1024 8192 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants "" \
+      "SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0" "" "SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0" --out "$OUT/step_preload.json"
     for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
     ;;
 esac

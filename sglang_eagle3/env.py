@@ -48,6 +48,9 @@ PDL_SKIP = Knob("SGLANG_EAGLE3_PDL_SKIP",
                 "with PDL: comma list of kernel families launched without it (gemv, mla, moe, norm, rotary, topk)")
 PDL_L2_PREFETCH = Knob("SGLANG_EAGLE3_PDL_L2_PREFETCH",
                        "1: with PDL a GEMV asks the L2 for its weight slab before it waits (off: slower on the H200)")
+MOE_DOWN_PRELOAD = Knob("SGLANG_EAGLE3_MOE_DOWN_PRELOAD",
+                        "0: the INT4 MoE down kernel loads its weights after its PDL wait, slot by slot (unset or 1: "
+                        "all k slots' weights before the wait, while gate_up runs; kernels/fused_moe.py)")
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference); unset: "
                "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn), '' turns every one on: "
@@ -63,7 +66,8 @@ OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "(L2 prefetch of weights a layer reads later); unset: DEFAULT_OVERLAP")
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE, STRICT_VERIFY,
-       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, NO_FUSE, OVERLAP)
+       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
+       NO_FUSE, OVERLAP)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

@@ -201,6 +201,7 @@ def kernel_report(device: torch.device | str | None = None) -> dict:
                                                                "measured": table.get("measured")})
     for key, read in (("pdl", lambda: sorted(k for k in tuning.PDL_KERNELS if tuning.pdl(device, k))),
                       ("pdl_l2_prefetch", tuning.pdl_l2_prefetch),
+                      ("moe_down_preload", tuning.moe_down_preload),
                       ("fusions", lambda: sorted(f for f in env.FUSIONS if env.fusion_on(f))),
                       ("overlaps", lambda: dataclasses.asdict(Overlaps.from_env()))):
         try:

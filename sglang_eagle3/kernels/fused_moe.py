@@ -14,7 +14,8 @@ Nibbles become floats by bit tricks (no int->float converts, see triton/fused_mo
 taken nibble-major and pre-scaled (x by gate_up itself as it streams it, act by gate_up's store) so that the
 inner loop needs no layout conversion of weight-sized tiles; each gate_up program streams BLOCK_N weight rows
 of its pair's expert (pairs of a verify batch that share an expert run side by side and the L2 serves the
-repeated lines: GEMV_PER_PAIR); the k-slot sum is the down kernel's own loop, so its output is final.
+repeated lines: GEMV_PER_PAIR); the k-slot sum is the down kernel's own loop, so its output is final. With
+PDL the down kernel starts while gate_up runs and loads its weights before its wait (PRELOAD).
 ``add`` (the shared experts' output) is added in the final store, rounded as a separate add would be.
 """
 
@@ -39,6 +40,9 @@ GEMV_MAX_TOKENS = 8  # INT4 GEMV path up to this many tokens (decode and verify 
 # gate_up of the GEMV path: one program per (pair, N block), pairs sharing an expert in parallel (True), or the
 # expert's first pair doing all of them in turn (False); a config's "PER_PAIR" overrides it.
 GEMV_PER_PAIR = True
+# down of the GEMV path: every slot's weights loaded before the PDL wait (True), or slot by slot after it; a
+# config's "PRELOAD" overrides it (see the launcher for when it applies).
+GEMV_DOWN_PRELOAD = True
 MAGIC_BITS = 0x4B000000  # float bits of 2^23, passed at run time (see triton/fused_moe.py)
 
 
@@ -158,13 +162,18 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
     bn, bw = down_cfg["BLOCK_N"], min(down_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(i_words)))
+    # All k slots' weights as one tile loaded before the PDL wait (a config's "PRELOAD", default on): needs the
+    # slots to tile as a power of two and the intermediate slice in one chunk (I/8 <= BLOCK_W: Kimi and
+    # DeepSeek-V3 at TP=8, 32 words); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off everywhere.
+    preload = (down_cfg.get("PRELOAD", GEMV_DOWN_PRELOAD) and tuning.moe_down_preload() and k & (k - 1) == 0
+               and i_words <= bw)
     moe_int4_gemv_down_kernel[(T, triton.cdiv(H, bn))](
         act, w2, s2, topk_ids, topk_weights, add if add is not None else out, out,
         act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1),
         add.stride(0) if add is not None else 0, out.stride(0),
         H, MAGIC_BITS,
         I_WORDS=i_words, TOP_K=k, GROUP_WORDS=group_words, HAS_ADD=add is not None,
-        BLOCK_N=bn, BLOCK_W=bw, EVEN=H % bn == 0 and i_words % bw == 0,
+        BLOCK_N=bn, BLOCK_W=bw, EVEN=H % bn == 0 and i_words % bw == 0, PRELOAD=preload,
         num_warps=down_cfg["num_warps"], num_stages=1,  # straight-line code: nothing to pipeline
         PDL=pdl, **tuning.pdl_launch(pdl),
     )

@@ -154,6 +154,15 @@ def pdl_l2_prefetch() -> bool:
     return env.PDL_L2_PREFETCH.flag()
 
 
+def moe_down_preload() -> bool:
+    """Whether the INT4 GEMV MoE's down kernel loads all its weights before its PDL wait (PRELOAD, see
+    triton/fused_moe.py); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off."""
+    raw = env.MOE_DOWN_PRELOAD.raw()
+    if raw not in (None, "", "0", "1"):
+        raise ValueError(f"{env.MOE_DOWN_PRELOAD.name}={raw!r}: expected 0 (off) or 1 (on, the default)")
+    return raw != "0"
+
+
 def pdl_launch(enabled: bool) -> dict:
     """Launch options for a kernel whose PDL constexpr is ``enabled`` (none under the interpreter)."""
     return {"launch_pdl": True} if enabled else {}

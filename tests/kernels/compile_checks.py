@@ -91,7 +91,7 @@ DOWN_SIG = dict(act_ptr="*fp32", w2_ptr="*i32", s2_ptr="*bf16", ids_ptr="*i32", 
                 add_ptr="*bf16", out_ptr="*bf16", stride_at="i32", stride_we="i32", stride_wn="i32",
                 stride_se="i32", stride_sn="i32", stride_addt="i32", stride_ot="i32", H="i32", magic="i32",
                 I_WORDS="i32", TOP_K="i32", GROUP_WORDS="i32", HAS_ADD="i32", BLOCK_N="i32", BLOCK_W="i32",
-                EVEN="i32")
+                EVEN="i32", PDL="i32", PRELOAD="i32")
 DOWN_ALIGNED = ["act_ptr", "w2_ptr", "s2_ptr", "ids_ptr", "topk_w_ptr", "add_ptr", "out_ptr", "stride_at",
                 "stride_we", "stride_wn", "stride_se", "stride_sn", "stride_addt", "stride_ot", "H"]
 
@@ -121,12 +121,22 @@ def check_gemv(arch: int) -> dict:
                 # ([BLOCK_W] fp32 each, see _x_columns); a conversion of a weight-sized tile would add more
                 # (the first version of this kernel had 26).
                 assert ops["BAR"] <= 20, f"barriers in the gate_up inner loop (layout conversions): {dict(ops)}"
-    for bn, warps in ((32, 4), (16, 2)):
+    # down: the slot loop (PRELOAD off) and every slot's weights before the PDL wait (PRELOAD, the default at
+    # these shapes) at the table's configs (BLOCK_N 32 at 8 warps for T=1, 4 warps above) and a small one.
+    for bn, warps, preload, even in ((32, 4, False, True), (16, 2, False, True), (32, 8, True, True),
+                                     (32, 4, True, True), (16, 2, True, False)):
         sass, res = compile_sass(fm.moe_int4_gemv_down_kernel, DOWN_SIG,
                                  dict(I_WORDS=32, TOP_K=8, GROUP_WORDS=4, HAS_ADD=True, BLOCK_N=bn, BLOCK_W=32,
-                                      EVEN=True), DOWN_ALIGNED, arch, warps)
-        _no_spills(res, f"down {bn=}")
-        out[f"down_bn{bn}"] = res
+                                      EVEN=even, PDL=preload, PRELOAD=preload), DOWN_ALIGNED, arch, warps)
+        _no_spills(res, f"down {bn=} {warps=} {preload=} {even=}")
+        if preload:  # every weight load (.cg: LDG.*.STRONG.GPU) is issued before the wait (griddepcontrol.wait
+            # is ACQBULK in SASS); after it only act's loads (L1-cached) and add's
+            lines = sass.splitlines()
+            wait = next(i for i, line in enumerate(lines) if "ACQBULK" in line)
+            assert any(re.search(r"LDG\.E\.128\.STRONG\.GPU", line) for line in lines[:wait]), "no weight loads?"
+            late = [line for line in lines[wait:] if re.search(r"LDG\.E\.\w+\.STRONG\.GPU", line)]
+            assert not late, f"down {bn=} PRELOAD: wide weight loads after the wait: {late[:3]}"
+        out[f"down_bn{bn}_w{warps}_preload{int(preload)}_even{int(even)}"] = res
     return out
 
 

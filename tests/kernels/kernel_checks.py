@@ -153,6 +153,23 @@ def check_fused_moe(T, E, H, I, top_k, int4: bool, device="cpu", seed=0, skew=Fa
     return err
 
 
+def check_moe_down_preload(T, E, H, I, top_k, seed=0) -> float:
+    """The INT4 GEMV MoE with the down kernel's PRELOAD tile against its slot loop on random bf16 inputs:
+    the same products summed in another order, so at most one bf16 ulp apart (and both near the reference)."""
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
+    args = make_moe_inputs(T, E, H, I, top_k, "cpu", True, torch.bfloat16, seed, False)
+    outs = [triton_fused_moe_int4(*args, 32, None, path="gemv",
+                                  config={"gate_up": GEMV_MID["gate_up"], "down": {**GEMV_DOWN_MASKED, "PRELOAD": pre}})
+            for pre in (True, False)]
+    ref = kernels.ref_fused_moe_int4(*args, 32, None)
+    for out in outs:
+        assert rel_err(out, ref) < 1e-2, f"{rel_err(out, ref)=}"
+    err = ulp_err(outs[0], outs[1])
+    assert err <= 1, f"PRELOAD vs slot loop: {err} bf16 ulps apart"
+    return err
+
+
 def check_fused_moe_int4_gemv_exact(T, E, H, I, top_k, device="cpu", seed=0, skew=False, dtype=torch.float32,
                                     config=None) -> float:
     """The INT4 GEMV path bit for bit against a float64 re-implementation, on inputs whose sums are exact in
@@ -549,6 +566,7 @@ GEMV_SMALL = {"gate_up": {"BLOCK_N": 4, "BLOCK_W": 8, "num_warps": 1},
               "down": {"BLOCK_N": 16, "BLOCK_W": 4, "num_warps": 1}}
 # gate_up chunks of 16 words (H=160: one full chunk, then a partial one), in fewer programs than GEMV_SMALL.
 GEMV_MID = {"gate_up": {"BLOCK_N": 16, "BLOCK_W": 16, "num_warps": 1}, "down": GEMV_SMALL["down"]}
+GEMV_DOWN_MASKED = {"BLOCK_N": 64, "BLOCK_W": 4, "num_warps": 2, "PRELOAD": True}
 
 # Small irregular shapes for the interpreter: name -> thunk.
 GEMV_SPLIT = {"BLOCK_N": 16, "BLOCK_K": 32, "SPLIT": 4, "num_warps": 4}
@@ -624,6 +642,14 @@ CASES = {
     "moe_int4_gemv_exact_t6_first_pair_works": lambda: check_fused_moe_int4_gemv_exact(
         6, 8, 160, 32, 3, seed=50, skew=True,
         config={"gate_up": {**GEMV_MID["gate_up"], "PER_PAIR": False}, "down": GEMV_MID["down"]}),
+    # down with every slot's weights loaded as one tile (PRELOAD, the default where top_k is a power of two and
+    # I/8 fits one chunk) against the slot loop, on rows past H (BLOCK_N 64 over H=96: the masked path).
+    "moe_int4_gemv_exact_t4_top8_down_preload_masked": lambda: check_fused_moe_int4_gemv_exact(
+        4, 20, 96, 32, 8, seed=51, skew=True, config={"gate_up": GEMV_MID["gate_up"], "down": GEMV_DOWN_MASKED}),
+    "moe_int4_gemv_exact_t4_top8_down_slot_loop": lambda: check_fused_moe_int4_gemv_exact(
+        4, 20, 96, 32, 8, seed=51, skew=True,
+        config={"gate_up": GEMV_MID["gate_up"], "down": {**GEMV_DOWN_MASKED, "PRELOAD": False}}),
+    "moe_int4_gemv_t2_bf16_top4_down_preload_vs_slot_loop": lambda: check_moe_down_preload(2, 9, 224, 32, 4, seed=52),
     "latent_to_cache_bf16": lambda: check_latent_to_cache(5, 3, 64, 16, seed=26),
     "latent_to_cache_one_launch_bf16": lambda: check_latent_to_cache(4, 3, 48, 16, seed=39, one_launch=True),
     "latent_to_cache_fp32_into_bf16_cache": lambda: check_latent_to_cache(3, 2, 32, 8, torch.float32,

@@ -1,7 +1,8 @@
 """Programmatic dependent launch on the GPU: a chain of skinny GEMMs at one Kimi-K2.5 TP=8 rank's shapes,
 each launch consuming its predecessor's output, gives the same numbers with PDL on (with nothing before the
 grid-dependency wait, or the L2 prefetch of the weight slab there) as with PDL off, eagerly and replayed from
-a CUDA graph; MLA attention launched right after the kernel that writes this step's latents reads them. A
+a CUDA graph; MLA attention launched right after the kernel that writes this step's latents reads them; the
+INT4 MoE's down kernel, which loads its routing and weights before its wait, reads this step's routing. A
 launch that read its input before the wait would read stale values (NaN from the poisoned allocator, or the
 ones the test writes over a replay's outputs) and fail here.
 """
@@ -119,3 +120,54 @@ def test_pdl_mla_reads_this_steps_keys_after_the_wait(T, ctx, monkeypatch):
     ref = kernels.ref_mla_attention(qn, qr, kv, pt, seq, **kw)
     assert stale == 0, f"{stale} of 20 replays read this step's keys before the write"
     torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("T", [1, 4, 8])
+def test_pdl_moe_down_preload_reads_this_steps_routing(T, monkeypatch):
+    """Router logits -> top-k -> INT4 gate_up -> down, all PDL, in a graph, the down kernel loading its routing
+    and every slot's weights before its wait (PRELOAD): new logits and x before every replay, so a down kernel
+    that read the routing of the step before, or act before gate_up wrote it, would be off. Outputs match the
+    same kernels run eagerly with PDL off and the slot loop (another summation order: within a bf16 ulp)."""
+    from kernel_checks import make_moe_inputs, ulp_err
+
+    from sglang_eagle3 import kernels
+    from sglang_eagle3.kernels import tuning
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
+    E, H, I, top_k = 64, HIDDEN, 256, 8  # a TP=8 rank's expert slice (I/8 = 32 words: one chunk)
+    x, p13, s13, p2, s2, _, _ = make_moe_inputs(T, E, H, I, top_k, "cuda", True, seed=T)
+    bias = torch.randn(E, device="cuda") * 0.1
+    logits = torch.randn(T, E, device="cuda")
+
+    def step(preload: bool):
+        w, ids = kernels.moe_topk(logits, bias, top_k=top_k, n_group=1, topk_group=1, routed_scaling_factor=2.5,
+                                  use_triton=True)
+        down = {**tuning.get_config("fused_moe_int4_gemv_down", x.device, "tokens", T), "PRELOAD": preload}
+        gate_up = tuning.get_config("fused_moe_int4_gemv_gate_up", x.device, "tokens", T)
+        return triton_fused_moe_int4(x, p13, s13, p2, s2, w, ids, 32, path="gemv",
+                                     config={"gate_up": gate_up, "down": down})
+
+    monkeypatch.setenv("SGLANG_EAGLE3_PDL", "1")
+    monkeypatch.delenv("SGLANG_EAGLE3_PDL_SKIP", raising=False)
+    monkeypatch.delenv("SGLANG_EAGLE3_MOE_DOWN_PRELOAD", raising=False)
+    step(True)
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        out = step(True)
+    torch.cuda.current_stream().wait_stream(stream)
+    worst = 0.0
+    for i in range(8):
+        logits.copy_(torch.randn(T, E, device="cuda") * (1 + i))
+        x.copy_(torch.randn(T, H, device="cuda").to(x.dtype))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        monkeypatch.setenv("SGLANG_EAGLE3_PDL", "0")
+        ref = step(False)
+        monkeypatch.setenv("SGLANG_EAGLE3_PDL", "1")
+        assert not torch.isnan(out).any(), f"replay {i}: NaN"
+        worst = max(worst, ulp_err(out, ref))
+    assert worst <= 1, f"PRELOAD under PDL vs slot loop without PDL: {worst} bf16 ulps apart ({T=})"

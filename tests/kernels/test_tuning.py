@@ -92,6 +92,13 @@ def test_pdl_knobs(monkeypatch):
     monkeypatch.setenv("SGLANG_EAGLE3_PDL", "yes")
     with pytest.raises(ValueError, match="SGLANG_EAGLE3_PDL='yes'"):
         tuning.pdl(cpu, "gemv")
+    monkeypatch.delenv("SGLANG_EAGLE3_MOE_DOWN_PRELOAD", raising=False)
+    assert tuning.moe_down_preload()
+    monkeypatch.setenv("SGLANG_EAGLE3_MOE_DOWN_PRELOAD", "0")
+    assert not tuning.moe_down_preload()
+    monkeypatch.setenv("SGLANG_EAGLE3_MOE_DOWN_PRELOAD", "off")
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_MOE_DOWN_PRELOAD='off'"):
+        tuning.moe_down_preload()
 
 
 def test_kernel_report(monkeypatch):

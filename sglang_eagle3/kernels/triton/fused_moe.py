@@ -364,18 +364,33 @@ def moe_int4_gemv_down_kernel(
     H, magic,
     I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
+    PRELOAD: tl.constexpr = False,
 ):
     """out[t, n] = sum over the k slots of token t of topk_w * (act[slot] W_down[n]^T), fp32 accumulation,
     stored in out's dtype (+ add[t, n], the shared experts' output, as a separate add would): the weighted
     sum over the experts is done here, no third launch, no atomics. act is nibble-major (gate_up's store).
     An expert chosen by several tokens is read by each of them (from L2 after the first). The slot and
     word loops are unrolled (I and top_k are compile-time), so every slot's weight loads are independent
-    straight-line code that the compiler can issue together."""
+    straight-line code that the compiler can issue together.
+
+    PRELOAD (TOP_K a power of two, I in one chunk of BLOCK_W words; it pays with PDL): the k slots' rows are one
+    [TOP_K * BLOCK_N, BLOCK_W] tile whose routing, route weights, packed words and scales are all loaded
+    BEFORE the wait for gate_up. Under PDL this kernel's programs start while gate_up still streams (at
+    decode sizes gate_up leaves the SMs room for them), so the down weights come in alongside gate_up's and
+    only act, the arithmetic and the store are left after it. The routing was written by the kernel two
+    launches back (top-k, or the router's launch with router_topk), which has finished when this kernel
+    starts (tuning.pdl); it is read through L2 (.cg), never a stale L1 line. Slots are summed after the
+    groups (not before, as below): the same products, another fp32 rounding order."""
+    t = tl.program_id(0)
+    nb = tl.program_id(1)
+    if PRELOAD:
+        _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_ptr, t, nb,
+                        stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_addt, stride_ot, H, magic,
+                        I_WORDS, TOP_K, GROUP_WORDS, HAS_ADD, BLOCK_N, BLOCK_W, EVEN, PDL)
+        return
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
-    t = tl.program_id(0)
-    nb = tl.program_id(1)
     n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = n_offs < H
     w_idx = tl.arange(0, BLOCK_W)
@@ -395,8 +410,44 @@ def moe_int4_gemv_down_kernel(
             xs_mask = (zero_rows == 0) & (words < I_WORDS)
             acc += _group_dots(p, a_row + zero_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS,
                                EVEN) * (sc * route_w)
-    y = tl.sum(acc, axis=1)
+    _store_down(tl.sum(acc, axis=1), add_ptr, out_ptr, t, n_offs, n_ok, stride_addt, stride_ot, HAS_ADD)
+
+
+@triton.jit
+def _store_down(y, add_ptr, out_ptr, t, n_offs, n_ok, stride_addt, stride_ot, HAS_ADD: tl.constexpr):
+    """out[t, n_offs] = y in out's dtype (+ add[t, n_offs])."""
     if HAS_ADD:  # rounded first, then added and rounded again: the numbers of `moe(x) + add` in torch
         add = tl.load(add_ptr + t.to(tl.int64) * stride_addt + n_offs, mask=n_ok, other=0.0).to(tl.float32)
         y = y.to(out_ptr.dtype.element_ty).to(tl.float32) + add
     tl.store(out_ptr + t.to(tl.int64) * stride_ot + n_offs, y.to(out_ptr.dtype.element_ty), mask=n_ok)
+
+
+@triton.jit
+def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_ptr, t, nb,
+                    stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_addt, stride_ot, H, magic,
+                    I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr):
+    """moe_int4_gemv_down_kernel's PRELOAD body: row r of the [TOP_K * BLOCK_N] tile is output row
+    nb * BLOCK_N + r % BLOCK_N of slot r // BLOCK_N."""
+    R: tl.constexpr = TOP_K * BLOCK_N
+    r = tl.arange(0, R)
+    n_r = nb * BLOCK_N + r % BLOCK_N
+    n_ok_r = n_r < H
+    pair_r = t * TOP_K + r // BLOCK_N
+    e_r = tl.load(ids_ptr + pair_r, cache_modifier=".cg").to(tl.int64)
+    route_w = tl.load(topk_w_ptr + pair_r, cache_modifier=".cg")
+    rows = w2_ptr + e_r[:, None] * stride_we + n_r.to(tl.int64)[:, None] * stride_wn
+    scales = s2_ptr + e_r[:, None] * stride_se + n_r.to(tl.int64)[:, None] * stride_sn
+    w_idx = tl.arange(0, BLOCK_W)
+    p, sc = _load_int4_chunk(rows, scales, n_ok_r, 0, w_idx, tl.arange(0, BLOCK_W // GROUP_WORDS), I_WORDS,
+                             GROUP_WORDS, EVEN)
+    if PDL:  # everything above is weights or finished routing; act (gate_up's output) only after the wait
+        gdc_wait()
+        gdc_launch_dependents()
+    words = w_idx[None, :]
+    a_rows = act_ptr + pair_r.to(tl.int64)[:, None] * stride_at
+    xs_mask = (n_r >= 0)[:, None] & (words < I_WORDS)
+    part = tl.sum(_group_dots(p, a_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS, EVEN) * sc, axis=1)
+    y = tl.sum(tl.reshape(part * route_w, [TOP_K, BLOCK_N]), axis=0)
+    n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+    _store_down(y, add_ptr, out_ptr, t, n_offs, n_offs < H, stride_addt, stride_ot, HAS_ADD)
