@@ -24,6 +24,8 @@ import traceback
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 
 from sglang_eagle3.bench.harness import git_commit
 
@@ -75,6 +77,36 @@ def time_graph(calls: list, replays: int = 30) -> float:
         times.append(start.elapsed_time(end) * 1000.0)
     del graph
     return statistics.median(times) / len(calls)
+
+
+@triton.jit
+def stream_read_kernel(x_ptr, out_ptr, n, per_prog, BLOCK: tl.constexpr):
+    """Reads x[pid * per_prog : (pid + 1) * per_prog] (bf16, 16-byte loads) and stores one fp32 sum: how fast a
+    kernel in a graph can stream this many bytes at all (the ceiling a GEMV of the same bytes can reach)."""
+    pid = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    lo = pid * per_prog
+    for i in range(lo, lo + per_prog, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+def read_ceiling_us(ws: list[torch.Tensor], sms: int) -> float:
+    """Best graph-replay time of stream_read_kernel over ws (flattened), over a few grid shapes."""
+    out = torch.empty(sms * 16, device="cuda", dtype=torch.float32)
+    best = float("inf")
+    for per_sm in (1, 2, 4, 8, 16):
+        for block in (1024, 4096):
+            progs = sms * per_sm
+            def call(w, progs=progs, block=block):
+                flat = torch.as_strided(w, (w.numel(),), (1,))  # a dense view in any order: the same bytes
+                n = flat.numel()
+                per = triton.cdiv(triton.cdiv(n, progs), block) * block
+                stream_read_kernel[(triton.cdiv(n, per),)](flat, out, n, per, BLOCK=block,
+                                                           num_warps=8 if block > 1024 else 4)
+            best = min(best, time_graph([lambda w=w: call(w) for w in ws]))
+    return best
 
 
 def copy_bandwidth() -> dict[str, float]:
@@ -463,6 +495,18 @@ def main() -> None:
                 guarded(lambda T=T, weights=weights: moe(True, T, weights, path="tile"), f"moe tile T={T}")
         del weights
         torch.cuda.empty_cache()
+
+    def read_ceiling(of: str) -> None:
+        """How fast any kernel in a graph can stream the bytes of case `of` (stream_read_kernel, best grid,
+        contiguous): the ceiling for a kernel that reads those bytes once, against the copy bandwidth."""
+        nbytes = next(c["bytes"] for c in cases if c["name"] == of)
+        ws = [torch.empty(nbytes // 2, device="cuda", dtype=torch.bfloat16).normal_()
+              for _ in range(sets_for(nbytes))]
+        record(f"read ceiling of {of}", {"of": of}, read_ceiling_us(ws, tuning.sm_count(ws[0].device)), nbytes,
+               peer="read-only kernel")
+
+    for of in ("mla B=1 T=1 ctx=8192", "mla B=1 T=4 ctx=8192", *(f"fused_moe_int4 (gemv) T={T}" for T in (1, 2, 4, 8))):
+        guarded(lambda of=of: read_ceiling(of), f"read ceiling of {of}")
 
     # Per-layer small ops (latency-bound: the bytes are a few KB; what counts is one launch instead of ~7-12).
     for T, D, strided, residual, what in ((1, HIDDEN, False, False, "input/post-attention norm"),

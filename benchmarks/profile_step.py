@@ -22,11 +22,10 @@ from pathlib import Path
 
 import torch
 import triton
-import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_kernels import time_graph  # noqa: E402
+from benchmarks.bench_kernels import read_ceiling_us, time_graph  # noqa: E402
 from benchmarks.bench_verify_graph import TP, copy_bandwidth, kimi_config, median_ms, randomize_cuda  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
@@ -70,36 +69,6 @@ def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int) 
     launches = sum(r["calls_per_step"] for r in rows)
     return {"T": T, "context": ctx, "graph_ms": round(graph_ms, 3), "kernel_busy_ms": round(busy / 1e3, 3),
             "launches_per_step": launches, "launches_per_layer": round(launches / layers, 1), "kernels": rows}
-
-
-@triton.jit
-def stream_read_kernel(x_ptr, out_ptr, n, per_prog, BLOCK: tl.constexpr):
-    """Reads x[pid * per_prog : (pid + 1) * per_prog] (bf16, 16-byte loads) and stores one fp32 sum: how fast a
-    kernel in a graph can stream this many bytes at all (the ceiling a GEMV of the same bytes can reach)."""
-    pid = tl.program_id(0)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    lo = pid * per_prog
-    for i in range(lo, lo + per_prog, BLOCK):
-        offs = i + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
-    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
-
-
-def read_ceiling_us(ws: list[torch.Tensor], sms: int) -> float:
-    """Best graph-replay time of stream_read_kernel over ws (flattened), over a few grid shapes."""
-    out = torch.empty(sms * 16, device="cuda", dtype=torch.float32)
-    best = float("inf")
-    for per_sm in (1, 2, 4, 8, 16):
-        for block in (1024, 4096):
-            progs = sms * per_sm
-            def call(w, progs=progs, block=block):
-                flat = torch.as_strided(w, (w.numel(),), (1,))  # a dense view in any order: the same bytes
-                n = flat.numel()
-                per = triton.cdiv(triton.cdiv(n, progs), block) * block
-                stream_read_kernel[(triton.cdiv(n, per),)](flat, out, n, per, BLOCK=block,
-                                                           num_warps=8 if block > 1024 else 4)
-            best = min(best, time_graph([lambda w=w: call(w) for w in ws]))
-    return best
 
 
 def wide_configs(base: dict, n: int, k: int, heads: int, mats: int, sms: int) -> list[dict]:

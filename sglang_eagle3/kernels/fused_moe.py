@@ -15,7 +15,7 @@ taken nibble-major and pre-scaled (x by gate_up itself as it streams it, act by 
 inner loop needs no layout conversion of weight-sized tiles; each gate_up program streams BLOCK_N weight rows
 of its pair's expert (pairs of a verify batch that share an expert run side by side and the L2 serves the
 repeated lines: GEMV_PER_PAIR); the k-slot sum is the down kernel's own loop, so its output is final. With
-PDL the down kernel starts while gate_up runs and loads its weights before its wait (PRELOAD).
+PDL the down kernel can start while gate_up runs; with PRELOAD it loads its weights before its wait.
 ``add`` (the shared experts' output) is added in the final store, rounded as a separate add would be.
 """
 
@@ -40,9 +40,6 @@ GEMV_MAX_TOKENS = 8  # INT4 GEMV path up to this many tokens (decode and verify 
 # gate_up of the GEMV path: one program per (pair, N block), pairs sharing an expert in parallel (True), or the
 # expert's first pair doing all of them in turn (False); a config's "PER_PAIR" overrides it.
 GEMV_PER_PAIR = True
-# down of the GEMV path: every slot's weights loaded before the PDL wait (True), or slot by slot after it; a
-# config's "PRELOAD" overrides it (see the launcher for when it applies).
-GEMV_DOWN_PRELOAD = True
 MAGIC_BITS = 0x4B000000  # float bits of 2^23, passed at run time (see triton/fused_moe.py)
 
 
@@ -162,10 +159,10 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
     bn, bw = down_cfg["BLOCK_N"], min(down_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(i_words)))
-    # All k slots' weights as one tile loaded before the PDL wait (a config's "PRELOAD", default on): needs the
-    # slots to tile as a power of two and the intermediate slice in one chunk (I/8 <= BLOCK_W: Kimi and
-    # DeepSeek-V3 at TP=8, 32 words); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off everywhere.
-    preload = (down_cfg.get("PRELOAD", GEMV_DOWN_PRELOAD) and tuning.moe_down_preload() and k & (k - 1) == 0
+    # All k slots' weights as one tile loaded before the PDL wait (the config's "PRELOAD"; the H200 table turns
+    # it on at T <= 2): needs the slots to tile as a power of two and the intermediate slice in one chunk
+    # (I/8 <= BLOCK_W: Kimi and DeepSeek-V3 at TP=8, 32 words); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off.
+    preload = (down_cfg.get("PRELOAD", False) and tuning.moe_down_preload() and k & (k - 1) == 0
                and i_words <= bw)
     moe_int4_gemv_down_kernel[(T, triton.cdiv(H, bn))](
         act, w2, s2, topk_ids, topk_weights, add if add is not None else out, out,

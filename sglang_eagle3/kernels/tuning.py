@@ -41,9 +41,10 @@ DEFAULTS: dict[str, dict] = {
     # Kimi TP=8 shapes (I=256, H=7168) and T=1 the defaults give 8 experts x 32 = 256 gate_up programs
     # streaming 64 KB each (two 8 KB chunks in flight, 128 registers a thread at sm_90), and 224 down programs
     # of 8 slots x 4 KB, unrolled. No num_stages: the kernels prefetch/unroll themselves (Triton does not
-    # pipeline loads that feed no tl.dot).
+    # pipeline loads that feed no tl.dot). PRELOAD: down loads every slot's weights before its PDL wait (one
+    # [8 x BLOCK_N, 32-word] tile; on the H200 it pays at T <= 2 only, see configs/sm_90.json).
     "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4},
-    "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4},
+    "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False},
 }
 
 # Autotune search spaces for GPUs without a table (kept small: each candidate compiles).

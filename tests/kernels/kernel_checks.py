@@ -155,7 +155,8 @@ def check_fused_moe(T, E, H, I, top_k, int4: bool, device="cpu", seed=0, skew=Fa
 
 def check_moe_down_preload(T, E, H, I, top_k, seed=0) -> float:
     """The INT4 GEMV MoE with the down kernel's PRELOAD tile against its slot loop on random bf16 inputs:
-    the same products summed in another order, so at most one bf16 ulp apart (and both near the reference)."""
+    the same products summed in another order (in float32, then one bf16 rounding), so within 0.1% of the
+    outputs' scale (an ulp where a sum cancels can be many of its own ulps), and both near the reference."""
     from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
 
     args = make_moe_inputs(T, E, H, I, top_k, "cpu", True, torch.bfloat16, seed, False)
@@ -165,8 +166,9 @@ def check_moe_down_preload(T, E, H, I, top_k, seed=0) -> float:
     ref = kernels.ref_fused_moe_int4(*args, 32, None)
     for out in outs:
         assert rel_err(out, ref) < 1e-2, f"{rel_err(out, ref)=}"
-    err = ulp_err(outs[0], outs[1])
-    assert err <= 1, f"PRELOAD vs slot loop: {err} bf16 ulps apart"
+    scale = outs[1].float().abs().max()
+    err = ((outs[0].float() - outs[1].float()).abs().max() / scale).item()
+    assert err <= 1e-3, f"PRELOAD vs slot loop: {err} of the outputs' scale apart"
     return err
 
 
