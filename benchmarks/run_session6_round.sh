@@ -5,10 +5,13 @@
 # mla_k_path against the defaults (run_session5_round.sh q_rope, prepared last session).
 # Part "moe": the INT4 MoE down kernel loading its weights before its PDL wait (PRELOAD): its GPU tests, the
 # kernel benchmark (preload vs slot loop per T, in one run), and the 61-layer step with and without it.
+# Part "suite": the whole GPU suite at this commit, then the step with and without the down PRELOAD at T=1, 2 (the
+# table turns it on at T <= 2). Part "tables": the kernel benchmark (with the read-only ceilings), the full
+# 61-layer verify table, and the Kimi-slice end-to-end run.
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session6_round.sh x2|moe
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session6_round.sh x2|moe|suite|tables
 source "$(dirname "$0")/gpu_stages.sh"
-case "${1:?x2 or moe}" in
+case "${1:?x2, moe, suite or tables}" in
   x2)
     nvidia-smi -L
     TAIL=10 stage tp2_pdl "${T_TP:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
@@ -23,6 +26,22 @@ case "${1:?x2 or moe}" in
     TAIL=16 stage step_preload "${T_STEP:-220}" python benchmarks/bench_verify_graph.py --backends triton \
       --contexts 1024 8192 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants "" \
       "SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0" "" "SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0" --out "$OUT/step_preload.json"
+    for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
+    ;;
+  suite)
+    TAIL=25 stage gpu_tests "${T_TESTS:-400}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
+      tests/kernels/test_*gpu.py tests/test_graph_runner.py tests/test_overlap.py
+    TAIL=12 stage step_preload "${T_STEP:-170}" python benchmarks/bench_verify_graph.py --backends triton \
+      --contexts 1024 --max-tokens 2 --tokens 1 2 --eager-iters 1 --graph-iters 30 --env-variants "" \
+      "SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0" "" "SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0" --out "$OUT/step_preload_t2.json"
+    for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
+    ;;
+  tables)
+    TAIL=40 stage kernels "${T_KERNELS:-180}" python benchmarks/bench_kernels.py --out "$OUT"
+    TAIL=20 stage verify_graph "${T_VERIFY:-230}" python benchmarks/bench_verify_graph.py --backends triton \
+      --eager-iters 1 --graph-iters 20 --out "$OUT/verify_graph.json"
+    stage e2e_kimi "${T_KIMI:-130}" python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 48 \
+      --out "$OUT/e2e_kimi_slice.json"
     for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
     ;;
 esac
