@@ -298,21 +298,30 @@ def sweep_moe(record: dict, op: str, T: int, path: str, gate_up_cands: list, dow
 
 
 def run_gemv_sweep(out: Path) -> dict:
-    """``--sweep gemv``: only the INT4 GEMV MoE path, at T=1 (decode) and T=4 (verify, k=3), each winner its own
-    table bucket (max_tokens 1, then the rest of T <= 8); written as ``sweep_table.json`` holding just those two
-    ops (merge them into configs/sm_90.json)."""
-    log("== sweep (INT4 GEMV MoE path, T=1 and T=4)")
+    """``--sweep gemv``: the INT4 GEMV MoE path at T=1 (decode) and T=2 (verify, k=1), gate_up and down swept
+    jointly (with PRELOAD the down kernel overlaps gate_up, so the best pair need not pair the best of each),
+    each winner its own bucket (max_tokens 1, max_tokens 2); the bucket above (T=3..8) is kept as the table in
+    use has it. Written as ``sweep_table.json`` holding just those two ops (merge_sweep.py merges it)."""
+    log("== sweep (INT4 GEMV MoE path, T=1 and T=2, gate_up x down)")
+    dev = torch.device("cuda")
     record: dict[str, list] = {}
     table_ops: dict[str, list] = {"fused_moe_int4_gemv_gate_up": [], "fused_moe_int4_gemv_down": []}
-    for T in (1, 4):
-        gate_up, down = sweep_moe(record, "fused_moe_int4_gemv", T, "gemv", GEMV_GATE_UP_SWEEP, GEMV_DOWN_SWEEP)
-        bound = {"max_tokens": 1} if T == 1 else {}
-        table_ops["fused_moe_int4_gemv_gate_up"].append({**bound, **gate_up})
-        table_ops["fused_moe_int4_gemv_down"].append({**bound, **down})
-        log(f"gemv T={T}: gate_up {gate_up} down {down}")
+    weights = make_moe_weights(True)
+    for T in (1, 2):
+        calls, _, _ = moe_case(T, True, weights, path="gemv")
+        pairs = [{"gate_up": g, "down": d} for g in GEMV_GATE_UP_SWEEP for d in GEMV_DOWN_SWEEP]
+        best = sweep(record.setdefault(f"fused_moe_int4_gemv_t{T}", []), calls, pairs)
+        for stage in ("gate_up", "down"):
+            table_ops[f"fused_moe_int4_gemv_{stage}"].append({"max_tokens": T, **best[stage]})
+        log(f"gemv T={T}: {best}")
+    del weights
+    torch.cuda.empty_cache()
+    for op, buckets in table_ops.items():  # T > 2: as the table in use has it
+        buckets.append(tuning.get_config(op, dev, "tokens", GEMV_MAX_TOKENS))
     arch, sms, name = tuning.device_key(torch.cuda.current_device())
     table = {"arch": arch, "sm_counts": [sms], "measured": True,
-             "source": f"benchmarks/bench_kernels.py --sweep gemv on {name} (384 experts, T=1 and T=4)",
+             "source": f"benchmarks/bench_kernels.py --sweep gemv on {name} (384 experts, T=1 and T=2, gate_up x "
+                       f"down jointly)",
              "ops": table_ops}
     (out / "sweep_table.json").write_text(json.dumps(table, indent=1))
     (out / "sweep.json").write_text(json.dumps(record, indent=1))

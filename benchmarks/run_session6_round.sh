@@ -6,8 +6,9 @@
 # Part "moe": the INT4 MoE down kernel loading its weights before its PDL wait (PRELOAD): its GPU tests, the
 # kernel benchmark (preload vs slot loop per T, in one run), and the 61-layer step with and without it.
 # Part "suite": the whole GPU suite at this commit, then the step with and without the down PRELOAD at T=1, 2 (the
-# table turns it on at T <= 2). Part "tables": the kernel benchmark (with the read-only ceilings), the full
-# 61-layer verify table, and the Kimi-slice end-to-end run.
+# table turns it on at T <= 2). Part "tables": the INT4 GEMV MoE swept at T=1 and T=2 (gate_up x down, PRELOAD
+# on and off) and merged into the table, the kernel benchmark (with the read-only ceilings), the full 61-layer
+# verify table.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session6_round.sh x2|moe|suite|tables
 source "$(dirname "$0")/gpu_stages.sh"
@@ -37,11 +38,12 @@ case "${1:?x2, moe, suite or tables}" in
     for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
     ;;
   tables)
-    TAIL=40 stage kernels "${T_KERNELS:-180}" python benchmarks/bench_kernels.py --out "$OUT"
+    # the INT4 GEMV MoE at T=1 and T=2 swept jointly (gate_up x down with PRELOAD), the winners used by the
+    # kernel benchmark in-process and merged into the table the verify benchmark then reads
+    TAIL=40 stage kernels "${T_KERNELS:-300}" python benchmarks/bench_kernels.py --out "$OUT" --sweep gemv
+    python benchmarks/merge_sweep.py "$OUT/sweep_table.json" sglang_eagle3/kernels/configs/sm_90.json
     TAIL=20 stage verify_graph "${T_VERIFY:-230}" python benchmarks/bench_verify_graph.py --backends triton \
       --eager-iters 1 --graph-iters 20 --out "$OUT/verify_graph.json"
-    stage e2e_kimi "${T_KIMI:-130}" python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 48 \
-      --out "$OUT/e2e_kimi_slice.json"
     for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
     ;;
 esac

@@ -68,7 +68,9 @@ CANDIDATES["fused_moe_int4_gemv_gate_up"] = [  # (BLOCK_N, BLOCK_W, num_warps): 
                       (16, 64, 8), (16, 128, 8))
 ]
 CANDIDATES["fused_moe_int4_gemv_down"] = [
-    {"BLOCK_N": bn, "BLOCK_W": 32, "num_warps": w} for bn, w in ((8, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8))
+    {"BLOCK_N": bn, "BLOCK_W": 32, "num_warps": w, "PRELOAD": pre}
+    for bn, w in ((8, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)) for pre in (False, True)
+    if not pre or bn // w <= 8  # PRELOAD holds 8 slots x BLOCK_N rows x 32 words: <= 64 words a thread
 ]
 CANDIDATES["fused_moe_down"] = [dict(c) for c in CANDIDATES["fused_moe_gate_up"]]
 CANDIDATES["fused_moe_int4_down"] = [dict(c) for c in CANDIDATES["fused_moe_gate_up"] if c["BLOCK_K"] >= 128]
