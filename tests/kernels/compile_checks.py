@@ -99,9 +99,9 @@ DOWN_ALIGNED = ["act_ptr", "w2_ptr", "s2_ptr", "ids_ptr", "topk_w_ptr", "add_ptr
 def check_gemv(arch: int) -> dict:
     """INT4 GEMV kernels at Kimi TP=8 shapes (the sm_90 defaults and a sweep candidate), both mask modes."""
     out = {}
-    # gate_up with one program per pair (the default) at both table configs and mask modes, and with the
-    # expert's first pair working for all (PER_PAIR=False) at the T>1 config.
-    for bn, bw, warps, per_pair in ((8, 128, 4, True), (4, 128, 2, True), (4, 128, 2, False)):
+    # gate_up with one program per pair (the default) at the table's configs (T=1, then T >= 2) in both mask
+    # modes, and with the expert's first pair working for all (PER_PAIR=False).
+    for bn, bw, warps, per_pair in ((16, 128, 8, True), (8, 128, 4, True), (4, 128, 2, False)):
         for even in (True, False):
             sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel, GATE_UP_SIG,
                                      dict(TOP_K=8, TK_PAD=8, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=bw, EVEN=even,
@@ -121,10 +121,10 @@ def check_gemv(arch: int) -> dict:
                 # ([BLOCK_W] fp32 each, see _x_columns); a conversion of a weight-sized tile would add more
                 # (the first version of this kernel had 26).
                 assert ops["BAR"] <= 20, f"barriers in the gate_up inner loop (layout conversions): {dict(ops)}"
-    # down: the slot loop (PRELOAD off) and every slot's weights before the PDL wait (PRELOAD, the default at
-    # these shapes) at the table's configs (BLOCK_N 32 at 8 warps for T=1, 4 warps above) and a small one.
-    for bn, warps, preload, even in ((32, 4, False, True), (16, 2, False, True), (32, 8, True, True),
-                                     (32, 4, True, True), (16, 2, True, False)):
+    # down: the slot loop (PRELOAD off, the table's T > 2 config first) and every slot's weights before the PDL
+    # wait (PRELOAD: the table's T <= 2 config first).
+    for bn, warps, preload, even in ((32, 4, False, True), (16, 2, False, True), (8, 2, True, True),
+                                     (32, 8, True, True), (16, 2, True, False)):
         sass, res = compile_sass(fm.moe_int4_gemv_down_kernel, DOWN_SIG,
                                  dict(I_WORDS=32, TOP_K=8, GROUP_WORDS=4, HAS_ADD=True, BLOCK_N=bn, BLOCK_W=32,
                                       EVEN=even, PDL=preload, PRELOAD=preload), DOWN_ALIGNED, arch, warps)
