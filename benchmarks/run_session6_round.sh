@@ -5,8 +5,8 @@
 # mla_k_path against the defaults (run_session5_round.sh q_rope, prepared last session).
 # Part "moe": the INT4 MoE down kernel loading its weights before its PDL wait (PRELOAD): its GPU tests, the
 # kernel benchmark (preload vs slot loop per T, in one run), and the 61-layer step with and without it.
-# Part "suite": the whole GPU suite at this commit, then the step with and without the down PRELOAD at T=1, 2 (the
-# table turns it on at T <= 2). Part "tables": the INT4 GEMV MoE swept at T=1 and T=2 (gate_up x down, PRELOAD
+# Part "suite": the whole GPU suite at this commit, then the step at T=1, 2 as shipped, without the down PRELOAD
+# (the table turns it on at T <= 2), and without the shared expert's side stream (its join precedes gate_up). Part "tables": the INT4 GEMV MoE swept at T=1 and T=2 (gate_up x down, PRELOAD
 # on and off) and merged into the table, the kernel benchmark (with the read-only ceilings), the full 61-layer
 # verify table.
 # Usage on the GPU machine, from the repo root:
@@ -34,7 +34,7 @@ case "${1:?x2, moe, suite or tables}" in
       tests/kernels/test_*gpu.py tests/test_graph_runner.py tests/test_overlap.py
     TAIL=12 stage step_preload "${T_STEP:-170}" python benchmarks/bench_verify_graph.py --backends triton \
       --contexts 1024 --max-tokens 2 --tokens 1 2 --eager-iters 1 --graph-iters 30 --env-variants "" \
-      "SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0" "" "SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0" --out "$OUT/step_preload_t2.json"
+      "SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0" "SGLANG_EAGLE3_OVERLAP=none" "" --out "$OUT/step_preload_t2.json"
     for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
     ;;
   tables)
