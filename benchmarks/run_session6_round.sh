@@ -8,11 +8,12 @@
 # Part "suite": the whole GPU suite at this commit, then the step at T=1, 2 as shipped, without the down PRELOAD
 # (the table turns it on at T <= 2), and without the shared expert's side stream (its join precedes gate_up). Part "tables": the INT4 GEMV MoE swept at T=1 and T=2 (gate_up x down, PRELOAD
 # on and off) and merged into the table, the kernel benchmark (with the read-only ceilings), the full 61-layer
-# verify table.
+# verify table. Part "rest": the suite's files that part "suite" did not reach in its 400 s (it ran 236 tests, all
+# passing), the PDL tests again, and the Kimi-slice end-to-end run.
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session6_round.sh x2|moe|suite|tables
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session6_round.sh x2|moe|suite|tables|rest
 source "$(dirname "$0")/gpu_stages.sh"
-case "${1:?x2, moe, suite or tables}" in
+case "${1:?x2, moe, suite, tables or rest}" in
   x2)
     nvidia-smi -L
     TAIL=10 stage tp2_pdl "${T_TP:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
@@ -44,6 +45,13 @@ case "${1:?x2, moe, suite or tables}" in
     python benchmarks/merge_sweep.py "$OUT/sweep_table.json" sglang_eagle3/kernels/configs/sm_90.json
     TAIL=20 stage verify_graph "${T_VERIFY:-230}" python benchmarks/bench_verify_graph.py --backends triton \
       --eager-iters 1 --graph-iters 20 --out "$OUT/verify_graph.json"
+    for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
+    ;;
+  rest)
+    TAIL=12 stage gpu_tests_rest "${T_TESTS:-270}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/test_graph_runner.py tests/test_overlap.py tests/kernels/test_pdl_gpu.py
+    stage e2e_kimi "${T_KIMI:-150}" python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 48 \
+      --out "$OUT/e2e_kimi_slice.json"
     for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
     ;;
 esac
