@@ -297,31 +297,47 @@ def sweep_moe(record: dict, op: str, T: int, path: str, gate_up_cands: list, dow
     return gate_up, down
 
 
-def run_gemv_sweep(out: Path) -> dict:
-    """``--sweep gemv``: the INT4 GEMV MoE path at T=1 (decode) and T=2 (verify, k=1), gate_up and down swept
-    jointly (with PRELOAD the down kernel overlaps gate_up, so the best pair need not pair the best of each),
-    each winner its own bucket (max_tokens 1, max_tokens 2); the bucket above (T=3..8) is kept as the table in
-    use has it. Written as ``sweep_table.json`` holding just those two ops (merge_sweep.py merges it)."""
-    log("== sweep (INT4 GEMV MoE path, T=1 and T=2, gate_up x down)")
+def buckets_of(per_key: dict[int, dict], key_name: str) -> list[dict]:
+    """Table buckets for configs given per key 1..n: each run of equal configs one bucket bounded by
+    ``max_<key_name>`` (its last key), the last bucket unbounded."""
+    keys = sorted(per_key)
+    assert keys == list(range(1, len(keys) + 1)), f"need every key from 1, got {keys}"
+    buckets: list[dict] = []
+    for k in keys:
+        if buckets and buckets[-1][1] == per_key[k]:
+            buckets[-1][0] = k
+        else:
+            buckets.append([k, per_key[k]])
+    return [{**({f"max_{key_name}": last} if i < len(buckets) - 1 else {}), **cfg}
+            for i, (last, cfg) in enumerate(buckets)]
+
+
+def run_gemv_sweep(out: Path, tokens: tuple[int, ...] = (1, 2)) -> dict:
+    """``--sweep gemv``: the INT4 GEMV MoE path at each T of ``tokens`` (``--sweep-tokens``, default 1 and 2),
+    gate_up and down swept jointly (with PRELOAD the down kernel overlaps gate_up, so the best pair need not
+    pair the best of each). Every T from 1 to GEMV_MAX_TOKENS keeps the config the table in use gives it
+    unless swept; runs of equal configs become one bucket each. Written as ``sweep_table.json`` holding just
+    those two ops (merge_sweep.py merges it; SGLANG_EAGLE3_CONFIG_TABLE reads it as is)."""
+    log(f"== sweep (INT4 GEMV MoE path, T in {tokens}, gate_up x down)")
     dev = torch.device("cuda")
     record: dict[str, list] = {}
-    table_ops: dict[str, list] = {"fused_moe_int4_gemv_gate_up": [], "fused_moe_int4_gemv_down": []}
+    stages = ("gate_up", "down")
+    per_t = {T: {st: tuning.get_config(f"fused_moe_int4_gemv_{st}", dev, "tokens", T) for st in stages}
+             for T in range(1, GEMV_MAX_TOKENS + 1)}
     weights = make_moe_weights(True)
-    for T in (1, 2):
+    for T in tokens:
         calls, _, _ = moe_case(T, True, weights, path="gemv")
         pairs = [{"gate_up": g, "down": d} for g in GEMV_GATE_UP_SWEEP for d in GEMV_DOWN_SWEEP]
-        best = sweep(record.setdefault(f"fused_moe_int4_gemv_t{T}", []), calls, pairs)
-        for stage in ("gate_up", "down"):
-            table_ops[f"fused_moe_int4_gemv_{stage}"].append({"max_tokens": T, **best[stage]})
-        log(f"gemv T={T}: {best}")
+        per_t[T] = sweep(record.setdefault(f"fused_moe_int4_gemv_t{T}", []), calls, pairs)
+        log(f"gemv T={T}: {per_t[T]}")
     del weights
     torch.cuda.empty_cache()
-    for op, buckets in table_ops.items():  # T > 2: as the table in use has it
-        buckets.append(tuning.get_config(op, dev, "tokens", GEMV_MAX_TOKENS))
+    table_ops = {f"fused_moe_int4_gemv_{st}": buckets_of({T: c[st] for T, c in per_t.items()}, "tokens")
+                 for st in stages}
     arch, sms, name = tuning.device_key(torch.cuda.current_device())
     table = {"arch": arch, "sm_counts": [sms], "measured": True,
-             "source": f"benchmarks/bench_kernels.py --sweep gemv on {name} (384 experts, T=1 and T=2, gate_up x "
-                       f"down jointly)",
+             "source": f"benchmarks/bench_kernels.py --sweep gemv --sweep-tokens {' '.join(map(str, tokens))} on "
+                       f"{name} (384 experts, gate_up x down jointly; other T as the table in use had them)",
              "ops": table_ops}
     (out / "sweep_table.json").write_text(json.dumps(table, indent=1))
     (out / "sweep.json").write_text(json.dumps(record, indent=1))
@@ -369,6 +385,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--sweep", nargs="?", const="all", choices=["all", "gemv"], default=None,
                     help="sweep configs first (all ops, or only the INT4 GEMV MoE path) and use the winners")
+    ap.add_argument("--sweep-tokens", type=int, nargs="+", default=[1, 2],
+                    help=f"with --sweep gemv: the T (1..{GEMV_MAX_TOKENS}) to sweep")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -380,7 +398,8 @@ def main() -> None:
     table = None
     if args.sweep:
         try:
-            table = run_sweep(args.out) if args.sweep == "all" else run_gemv_sweep(args.out)
+            table = (run_sweep(args.out) if args.sweep == "all"
+                     else run_gemv_sweep(args.out, tuple(sorted(set(args.sweep_tokens)))))
         except Exception:
             log("sweep failed:\n" + traceback.format_exc())
 

@@ -9,11 +9,13 @@
 # (the table turns it on at T <= 2), and without the shared expert's side stream (its join precedes gate_up). Part "tables": the INT4 GEMV MoE swept at T=1 and T=2 (gate_up x down, PRELOAD
 # on and off) and merged into the table, the kernel benchmark (with the read-only ceilings), the full 61-layer
 # verify table. Part "rest": the suite's files that part "suite" did not reach in its 400 s (it ran 236 tests, all
-# passing), the PDL tests again, and the Kimi-slice end-to-end run.
+# passing), the PDL tests again, and the Kimi-slice end-to-end run. Part "last": the INT4 GEMV MoE swept at
+# T=4 and T=8 (not merged), then the step at T=1, 2, 4 in one process with the table shipped now, the table of
+# the fifth session (sm_90_table_2c0d587.json) and the shipped one plus the new sweep (SGLANG_EAGLE3_CONFIG_TABLE).
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session6_round.sh x2|moe|suite|tables|rest
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session6_round.sh x2|moe|suite|tables|rest|last
 source "$(dirname "$0")/gpu_stages.sh"
-case "${1:?x2, moe, suite, tables or rest}" in
+case "${1:?x2, moe, suite, tables, rest or last}" in
   x2)
     nvidia-smi -L
     TAIL=10 stage tp2_pdl "${T_TP:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
@@ -52,6 +54,15 @@ case "${1:?x2, moe, suite, tables or rest}" in
       tests/test_graph_runner.py tests/test_overlap.py tests/kernels/test_pdl_gpu.py
     stage e2e_kimi "${T_KIMI:-150}" python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 48 \
       --out "$OUT/e2e_kimi_slice.json"
+    for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
+    ;;
+  last)
+    TAIL=30 stage kernels "${T_KERNELS:-200}" python benchmarks/bench_kernels.py --out "$OUT" --sweep gemv \
+      --sweep-tokens 4 8
+    TAIL=16 stage step_tables "${T_STEP:-200}" python benchmarks/bench_verify_graph.py --backends triton \
+      --contexts 1024 --max-tokens 4 --tokens 1 2 4 --eager-iters 1 --graph-iters 30 --env-variants "" \
+      "SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/results/h200/sm_90_table_2c0d587.json" \
+      "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/sweep_table.json" "" --out "$OUT/step_tables.json"
     for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
     ;;
 esac

@@ -33,6 +33,9 @@ TRITON_INTERPRET = Knob("TRITON_INTERPRET", "Triton's own: run kernels in its CP
 TRITON_ON_CPU = Knob("SGLANG_EAGLE3_TRITON_ON_CPU",
                      "with TRITON_INTERPRET=1, route the kernel entry points to Triton on CPU tensors (tests)")
 CACHE_DIR = Knob("SGLANG_EAGLE3_CACHE_DIR", "autotuning cache (default ~/.cache/sglang_eagle3)")
+CONFIG_TABLE = Knob("SGLANG_EAGLE3_CONFIG_TABLE",
+                    "path of a kernel config table (kernels/configs/sm_*.json format, e.g. a --sweep's "
+                    "sweep_table.json) used in place of the checked-in one for its GPU")
 FAULT_INJECT = Knob("SGLANG_EAGLE3_FAULT_INJECT",
                     "test hook: 'rank=R,at=start' or 'rank=R,at=step:N' makes that TP worker fail")
 OVERLAY_CONFIG = Knob("SGLANG_EAGLE3_OVERLAY", "set by apply(): the overlay config SGLang's workers re-apply")
@@ -65,8 +68,8 @@ OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "q_b and W_UK, with the q_rope_attn fusion), one of prefetch_attn / prefetch_late / prefetch_next "
                "(L2 prefetch of weights a layer reads later); unset: DEFAULT_OVERLAP")
 
-ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE, STRICT_VERIFY,
-       NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
+ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
+       STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
        NO_FUSE, OVERLAP)
 
 

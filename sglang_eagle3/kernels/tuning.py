@@ -1,6 +1,7 @@
 """Launch configs per GPU: a checked-in table keyed by compute capability and SM count, else autotune once.
 
-Tables live in ``configs/sm_<major><minor>.json``; each file lists the SM counts it was made for, whether it
+Tables live in ``configs/sm_<major><minor>.json`` (SGLANG_EAGLE3_CONFIG_TABLE names another file, e.g. one a
+``bench_kernels.py --sweep`` wrote on your GPU); each file lists the SM counts it was made for, whether it
 was measured, and per op a list of buckets ``{"max_<key>": n, ...config}`` (first bucket whose bound covers
 the key wins; the last bucket has no bound). A GPU with no matching table gets each op tuned on first use
 (eagerly, outside graph capture) over that op's candidates, the winner cached on disk under
@@ -195,14 +196,38 @@ def sm_count(device: torch.device) -> int:
     return device_key(device.index if device.index is not None else torch.cuda.current_device())[1]
 
 
-@functools.cache
 def _table(arch: str, sms: int) -> dict | None:
+    """The config table for this GPU: the checked-in configs/<arch>.json if it lists this SM count, with the
+    ops of SGLANG_EAGLE3_CONFIG_TABLE's file (if set) in place of its own; None: autotune."""
+    return _merged_table(arch, sms, env.CONFIG_TABLE.raw() or None)
+
+
+@functools.cache
+def _merged_table(arch: str, sms: int, override: str | None) -> dict | None:
     path = CONFIG_DIR / f"{arch}.json"
-    if not path.exists():
-        return None
-    table = json.loads(path.read_text())
-    if sms not in table["sm_counts"]:
-        return None
+    base = _load_table(str(path)) if path.exists() else None
+    if base is not None and sms not in base["sm_counts"]:
+        base = None
+    if override is None:
+        return base
+    table = _load_table(override)
+    if table.get("arch") != arch or sms not in table.get("sm_counts", []):  # say so, rather than tune blind
+        raise ValueError(f"{env.CONFIG_TABLE.name}={override!r} is for {table.get('arch')} with SM counts "
+                         f"{table.get('sm_counts')}, this GPU is {arch} with {sms} SMs")
+    if base is None:
+        return table
+    return {**base, "source": f"{base.get('source')}; ops {sorted(table['ops'])} from {override}",
+            "ops": {**base["ops"], **table["ops"]}}
+
+
+@functools.cache
+def _load_table(path: str) -> dict:
+    try:
+        table = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"kernel config table {path!r} cannot be read: {e}") from e
+    if not isinstance(table, dict) or not isinstance(table.get("ops"), dict):
+        raise ValueError(f"kernel config table {path!r} has no 'ops' mapping (see kernels/configs/sm_90.json)")
     return table
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -116,3 +117,35 @@ def test_kernel_report(monkeypatch):
     monkeypatch.setenv("SGLANG_EAGLE3_OVERLAP", "shared_down,prefetch_atn")
     report = kernels.kernel_report("cpu")
     assert report["overlaps"].startswith("error:") and "prefetch_atn" in report["overlaps"]
+
+
+def test_config_table_override(tmp_path, monkeypatch):
+    """SGLANG_EAGLE3_CONFIG_TABLE: its ops replace the checked-in table's, the rest stay; a file for another GPU,
+    an unreadable one, or one without ops is refused with the path in the message."""
+    from sglang_eagle3.kernels import tuning
+
+    base = json.loads((tuning.CONFIG_DIR / "sm_90.json").read_text())
+    sms = base["sm_counts"][0]
+    bucket = {"BLOCK_N": 16, "BLOCK_W": 64, "num_warps": 4}
+    override = tmp_path / "sweep_table.json"
+    override.write_text(json.dumps({"arch": "sm_90", "sm_counts": [sms], "ops": {
+        "fused_moe_int4_gemv_gate_up": [{"max_tokens": 3, **bucket}, {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4}]}}))
+    monkeypatch.delenv("SGLANG_EAGLE3_CONFIG_TABLE", raising=False)
+    assert tuning._table("sm_90", sms)["ops"] == base["ops"]
+    monkeypatch.setenv("SGLANG_EAGLE3_CONFIG_TABLE", str(override))
+    merged = tuning._table("sm_90", sms)
+    assert tuning._pick_bucket(merged["ops"]["fused_moe_int4_gemv_gate_up"], "tokens", 2) == bucket
+    assert merged["ops"]["mla_attention"] == base["ops"]["mla_attention"]
+    assert str(override) in merged["source"]
+    with pytest.raises(ValueError, match=re.escape(f"is for sm_90 with SM counts {base['sm_counts']}, this GPU is "
+                                                   "sm_120 with 188 SMs")):
+        tuning._table("sm_120", 188)
+    for name, text in (("broken.json", "{"), ("no_ops.json", json.dumps({"arch": "sm_90", "sm_counts": [sms]}))):
+        bad = tmp_path / name
+        bad.write_text(text)
+        monkeypatch.setenv("SGLANG_EAGLE3_CONFIG_TABLE", str(bad))
+        with pytest.raises(ValueError, match=name):
+            tuning._table("sm_90", sms)
+    monkeypatch.setenv("SGLANG_EAGLE3_CONFIG_TABLE", str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="missing.json.*cannot be read"):
+        tuning._table("sm_90", sms)
