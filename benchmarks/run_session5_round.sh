@@ -8,8 +8,8 @@
 # MLA against ours (its wheels carried in .whl: benchmarks/peer/fetch_wheels.sh), the kernel benchmark, the
 # side-stream overlap under PDL, and the Kimi-slice end-to-end run.
 # Usage on the GPU machine, from the repo root:
-# Part "q_rope" (prepared for the next session, not run yet): the quarantined q_rope_attn model test alone, then
-# the step with q_rope_attn + mla_k_path against the defaults, PDL on.
+# Part "q_rope" (run in the sixth session, via run_session6_round.sh x2): the then quarantined q_rope_attn model
+# test alone, then the step with q_rope_attn + mla_k_path against the defaults, PDL on.
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session5_round.sh pdl|pdl2|skip|final|peer|q_rope
 source "$(dirname "$0")/gpu_stages.sh"
 case "${1:?pdl, pdl2, skip, final, peer or q_rope}" in

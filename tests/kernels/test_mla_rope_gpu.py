@@ -12,7 +12,6 @@ writes is NaN, which no bound accepts.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from pathlib import Path
 
@@ -97,16 +96,12 @@ def test_rotary_k_only_kimi(N):
     check_rotary_k_only(N, HEADS, KV_LORA, ROPE, device="cuda", seed=N + 1, norm=False)
 
 
-# Quarantined: run it alone first (SGLANG_EAGLE3_TEST_Q_ROPE_MODEL=1 ... -k q_rope_attn), as
-# benchmarks/run_session5_round.sh q_rope does, so that a fault cannot take the rest of the GPU suite with it.
-@pytest.mark.skipif(os.environ.get("SGLANG_EAGLE3_TEST_Q_ROPE_MODEL") != "1",
-                    reason="q_rope_attn is off by default: on the H200 this model-level check failed at a17a6fd "
-                    "(NaN logits with the fusion on and off alike; a 2.6 difference with the k path on the side "
-                    "stream) and at ddb3f3b ended in an illegal memory access. Found since (fifth session, on "
-                    "CPU): its contexts (200, 1100) ran past the test model's 256-row rotary table, so both the "
-                    "rotary and the MLA kernel read cos/sin outside it. Fixed (the table now covers every "
-                    "position, and ModelRunner refuses a pool longer than the table) but not yet re-run on a GPU: "
-                    "SGLANG_EAGLE3_TEST_Q_ROPE_MODEL=1 runs it.")
+# History: on the H200 this model-level check failed at a17a6fd (NaN logits with the fusion on and off alike; a
+# 2.6 difference with the k path on the side stream) and at ddb3f3b ended in an illegal memory access. Cause
+# (found in the fifth session, on CPU): its contexts (200, 1100) ran past the test model's 256-row rotary table,
+# so the rotary and MLA kernels read cos/sin outside it. Fixed (the table covers every position; ModelRunner
+# refuses a pool longer than the table); quarantined until it passed alone on an H200 in the sixth session
+# (3 passed at 2045e34, benchmarks/results/h200x2/session6_x2_2045e34.txt), back in the suite since.
 @pytest.mark.parametrize("overlap", ["none", "mla_k_path", "shared_down,mla_k_path,prefetch_attn"])
 def test_model_logits_q_rope_attn_equal_unfused(overlap):
     """A small Kimi-shaped model (bf16, INT4 experts): decode and verify (T=4) logits and the KV caches with
