@@ -12,10 +12,12 @@
 # passing), the PDL tests again, and the Kimi-slice end-to-end run. Part "last": the INT4 GEMV MoE swept at
 # T=4 and T=8 (not merged), then the step at T=1, 2, 4 in one process with the table shipped now, the table of
 # the fifth session (sm_90_table_2c0d587.json) and the shipped one plus the new sweep (SGLANG_EAGLE3_CONFIG_TABLE).
+# Part "e2e": the Kimi-slice end-to-end run three times, shipped / fifth session's table / shipped, to tell the
+# table change from the run-to-run spread.
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session6_round.sh x2|moe|suite|tables|rest|last
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session6_round.sh x2|moe|suite|tables|rest|last|e2e
 source "$(dirname "$0")/gpu_stages.sh"
-case "${1:?x2, moe, suite, tables, rest or last}" in
+case "${1:?x2, moe, suite, tables, rest, last or e2e}" in
   x2)
     nvidia-smi -L
     TAIL=10 stage tp2_pdl "${T_TP:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
@@ -63,6 +65,14 @@ case "${1:?x2, moe, suite, tables, rest or last}" in
       --contexts 1024 --max-tokens 4 --tokens 1 2 4 --eager-iters 1 --graph-iters 30 --env-variants "" \
       "SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/results/h200/sm_90_table_2c0d587.json" \
       "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/sweep_table.json" "" --out "$OUT/step_tables.json"
+    for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
+    ;;
+  e2e)
+    E2E=(python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 48)
+    stage e2e_shipped "${T_KIMI:-90}" "${E2E[@]}" --out "$OUT/e2e_shipped.json"
+    SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/results/h200/sm_90_table_2c0d587.json stage e2e_table5 "${T_KIMI:-90}" \
+      "${E2E[@]}" --out "$OUT/e2e_table5.json"
+    stage e2e_shipped_again "${T_KIMI:-90}" "${E2E[@]}" --out "$OUT/e2e_shipped_again.json"
     for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
     ;;
 esac
