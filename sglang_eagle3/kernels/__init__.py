@@ -195,10 +195,13 @@ def kernel_report(device: torch.device | str | None = None) -> dict:
     report: dict = {"triton": triton.__version__, "device": str(device), "interpreter": tuning.interpreting()}
     if device.type == "cuda":
         arch, sms, name = tuning.device_key(device.index if device.index is not None else torch.cuda.current_device())
-        table = tuning._table(arch, sms)
-        report.update(gpu=name, arch=arch, sm_count=sms,
-                      config_table=None if table is None else {"arch": table.get("arch"),
-                                                               "measured": table.get("measured")})
+        try:
+            table = tuning._table(arch, sms)
+            config_table = None if table is None else {"arch": table.get("arch"), "measured": table.get("measured"),
+                                                       "override": env.CONFIG_TABLE.raw() or None}
+        except ValueError as e:  # SGLANG_EAGLE3_CONFIG_TABLE names a bad file: the launches will raise it
+            config_table = f"error: {e}"
+        report.update(gpu=name, arch=arch, sm_count=sms, config_table=config_table)
     for key, read in (("pdl", lambda: sorted(k for k in tuning.PDL_KERNELS if tuning.pdl(device, k))),
                       ("pdl_l2_prefetch", tuning.pdl_l2_prefetch),
                       ("moe_down_preload", tuning.moe_down_preload),
