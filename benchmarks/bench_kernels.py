@@ -7,9 +7,12 @@ fraction of copy bandwidth. Timing: each case's calls are captured in one CUDA g
 input sets (different caches, different routed experts) so that the 60 MB L2 holds none of them between
 uses; the graph is replayed with events around each replay and the median replay is divided by the calls.
 ``--sweep`` first times candidate configs per op, uses the winners, and writes them as a table
-(``sweep_table.json``, the format of ``sglang_eagle3/kernels/configs/sm_90.json``).
+(``sweep_table.json``, the format of ``sglang_eagle3/kernels/configs/sm_90.json``); ``--sweep gemv`` only the
+INT4 GEMV MoE (``--sweep-tokens``). Read-only rows ("read ceiling of ...") time a kernel that only reads as
+many bytes as a case must: what any kernel of those bytes can reach in a graph on this GPU.
 
-    python benchmarks/bench_kernels.py --out benchmarks/results/h200 [--sweep]
+    python benchmarks/bench_kernels.py --out benchmarks/results/h200 [--sweep [gemv] [--sweep-tokens 1 2]]
+    SGLANG_EAGLE3_CONFIG_TABLE=OUT/sweep_table.json ...   # use a sweep's table without merging it
 """
 
 from __future__ import annotations
@@ -493,7 +496,7 @@ def main() -> None:
                    nbytes, distinct_experts=distinct)
 
     def moe_down_preload(T: int, weights) -> None:
-        """The INT4 GEMV MoE (gate_up + down, back to back as in the step) with the down kernel's weights
+        """The INT4 GEMV MoE (gate_up + down; calls back to back like every case here) with the down kernel's weights
         loaded slot by slot after its PDL wait, or all before it (PRELOAD), at the table's down config and at
         8 warps."""
         calls, nbytes, distinct = moe_case(T, True, weights, path="gemv")

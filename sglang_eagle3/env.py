@@ -52,8 +52,9 @@ PDL_SKIP = Knob("SGLANG_EAGLE3_PDL_SKIP",
 PDL_L2_PREFETCH = Knob("SGLANG_EAGLE3_PDL_L2_PREFETCH",
                        "1: with PDL a GEMV asks the L2 for its weight slab before it waits (off: slower on the H200)")
 MOE_DOWN_PRELOAD = Knob("SGLANG_EAGLE3_MOE_DOWN_PRELOAD",
-                        "0: the INT4 MoE down kernel loads its weights after its PDL wait, slot by slot (unset or 1: "
-                        "all k slots' weights before the wait, while gate_up runs; kernels/fused_moe.py)")
+                        "0: the INT4 MoE down kernel always loads its weights after its PDL wait, slot by slot "
+                        "(unset or 1: as the config table says; the H200's loads all k slots' weights before the "
+                        "wait at T <= 2, while gate_up runs; kernels/fused_moe.py)")
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference); unset: "
                "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn), '' turns every one on: "

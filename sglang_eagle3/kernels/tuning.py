@@ -159,11 +159,12 @@ def pdl_l2_prefetch() -> bool:
 
 
 def moe_down_preload() -> bool:
-    """Whether the INT4 GEMV MoE's down kernel loads all its weights before its PDL wait (PRELOAD, see
-    triton/fused_moe.py); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off."""
+    """Whether the INT4 GEMV MoE's down kernel may load all its weights before its PDL wait where its config
+    asks for it (PRELOAD, see triton/fused_moe.py); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off everywhere."""
     raw = env.MOE_DOWN_PRELOAD.raw()
     if raw not in (None, "", "0", "1"):
-        raise ValueError(f"{env.MOE_DOWN_PRELOAD.name}={raw!r}: expected 0 (off) or 1 (on, the default)")
+        raise ValueError(f"{env.MOE_DOWN_PRELOAD.name}={raw!r}: expected 0 (off) or 1 (as the config says, the "
+                         f"default)")
     return raw != "0"
 
 
