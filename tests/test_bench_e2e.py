@@ -1,0 +1,41 @@
+"""benchmarks/bench_e2e.py on CPU with the embedded pair: several timed passes per configuration, the median
+reported and every pass kept, speculative output identical to the baseline's, bad --repeat refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EMBEDDED = REPO / "sglang_eagle3" / "assets" / "embedded"
+
+
+@pytest.mark.skipif(not (EMBEDDED / "target" / "config.json").exists(), reason="embedded pair not installed")
+def test_e2e_repeat_keeps_every_pass(tmp_path):
+    out = tmp_path / "e2e.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_e2e.py"), "--device", "cpu",
+                           "--num-prompts", "2", "--max-new-tokens", "8", "--ks", "2", "--repeat", "3",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(out.read_text())
+    base, spec = res["runs"]
+    for r in (base, spec):
+        assert len(r["tok_per_s_runs"]) == 3 and r["tok_per_s"] == pytest.approx(
+            statistics.median(r["tok_per_s_runs"]), rel=1e-2)
+        assert r["tokens"] == 3 * 2 * 8  # three passes of two prompts, 8 tokens each (greedy, no EOS this early)
+    assert spec["lossless_first4"] is True
+    assert "median of 3:" in proc.stdout
+
+
+def test_e2e_repeat_must_be_positive():
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_e2e.py"), "--device", "cpu",
+                           "--repeat", "0"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2 and "--repeat must be >= 1, got 0" in proc.stderr
