@@ -35,7 +35,7 @@ case "${1:?x2, moe, suite, tables, rest, last or e2e}" in
     for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log
     ;;
   suite)
-    TAIL=25 stage gpu_tests "${T_TESTS:-500}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
+    TAIL=25 stage gpu_tests "${T_TESTS:-400}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
       tests/kernels/test_*gpu.py tests/test_graph_runner.py tests/test_overlap.py
     TAIL=12 stage step_preload "${T_STEP:-170}" python benchmarks/bench_verify_graph.py --backends triton \
       --contexts 1024 --max-tokens 2 --tokens 1 2 --eager-iters 1 --graph-iters 30 --env-variants "" \
