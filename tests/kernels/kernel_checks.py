@@ -644,8 +644,8 @@ CASES = {
     "moe_int4_gemv_exact_t6_first_pair_works": lambda: check_fused_moe_int4_gemv_exact(
         6, 8, 160, 32, 3, seed=50, skew=True,
         config={"gate_up": {**GEMV_MID["gate_up"], "PER_PAIR": False}, "down": GEMV_MID["down"]}),
-    # down with every slot's weights loaded as one tile (PRELOAD, the default where top_k is a power of two and
-    # I/8 fits one chunk) against the slot loop, on rows past H (BLOCK_N 64 over H=96: the masked path).
+    # down with every slot's weights loaded as one tile (PRELOAD, a config key: top_k a power of two and I/8 in
+    # one chunk) against the slot loop, on rows past H (BLOCK_N 64 over H=96: the masked path).
     "moe_int4_gemv_exact_t4_top8_down_preload_masked": lambda: check_fused_moe_int4_gemv_exact(
         4, 20, 96, 32, 8, seed=51, skew=True, config={"gate_up": GEMV_MID["gate_up"], "down": GEMV_DOWN_MASKED}),
     "moe_int4_gemv_exact_t4_top8_down_slot_loop": lambda: check_fused_moe_int4_gemv_exact(
