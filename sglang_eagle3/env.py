@@ -28,6 +28,14 @@ class Knob:
     def flag(self) -> bool:
         return _flag(self.name)
 
+    def switch(self, default: bool) -> bool:
+        """A 0/1 knob: unset or empty gives ``default``; any value but 0 or 1 is an error naming it."""
+        raw = self.raw()
+        if raw not in (None, "", "0", "1"):
+            raise ValueError(f"{self.name}={raw!r}: expected 0 (off) or 1 (on), or unset "
+                             f"({'on' if default else 'off'})")
+        return default if raw in (None, "") else raw == "1"
+
 
 TRITON_INTERPRET = Knob("TRITON_INTERPRET", "Triton's own: run kernels in its CPU interpreter (tests)")
 TRITON_ON_CPU = Knob("SGLANG_EAGLE3_TRITON_ON_CPU",

@@ -138,16 +138,14 @@ def pdl(device: torch.device, kernel: str) -> bool:
     whole weight slab into L2 before its wait, which alone cost the step ~0.7 ms (5.76 ms with it). Loading
     the first weight tiles into registers before the wait instead, or the MLA split's first key tile, changed
     nothing measurable (5.03-5.06 ms either way): built and measured in 3fa1d10, removed since."""
-    raw = env.PDL.raw()
-    if raw not in (None, "", "0", "1"):
-        raise ValueError(f"{env.PDL.name}={raw!r}: expected 0 (off) or 1 (on, the default on sm_90+)")
+    on = env.PDL.switch(default=True)
     assert kernel in PDL_KERNELS, f"unknown PDL kernel family {kernel!r} (one of {PDL_KERNELS})"
     skip = {k.strip() for k in (env.PDL_SKIP.raw() or "").split(",") if k.strip()}
     unknown = skip - set(PDL_KERNELS)
     if unknown:
         raise ValueError(f"{env.PDL_SKIP.name}={env.PDL_SKIP.raw()!r}: unknown {sorted(unknown)}, "
                          f"expected a comma list of {', '.join(PDL_KERNELS)}")
-    if device.type != "cuda" or raw == "0" or kernel in skip or interpreting():
+    if device.type != "cuda" or not on or kernel in skip or interpreting():
         return False
     return _capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9
 
@@ -161,11 +159,7 @@ def pdl_l2_prefetch() -> bool:
 def moe_down_preload() -> bool:
     """Whether the INT4 GEMV MoE's down kernel may load all its weights before its PDL wait where its config
     asks for it (PRELOAD, see triton/fused_moe.py); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off everywhere."""
-    raw = env.MOE_DOWN_PRELOAD.raw()
-    if raw not in (None, "", "0", "1"):
-        raise ValueError(f"{env.MOE_DOWN_PRELOAD.name}={raw!r}: expected 0 (off) or 1 (as the config says, the "
-                         f"default)")
-    return raw != "0"
+    return env.MOE_DOWN_PRELOAD.switch(default=True)
 
 
 def pdl_launch(enabled: bool) -> dict:
