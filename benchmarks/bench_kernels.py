@@ -256,10 +256,8 @@ SPLIT_VARIANTS = ((4, 32), (1, 64), (1, 128), (1, 256))
 MLA_SWEEP = [{"BLOCK_M": 16, "BLOCK_N": bn, "num_warps": w, "num_stages": s, "ctas_per_sm": c,
               "min_keys_per_split": mk}
              for bn in (32, 64) for w in (4, 8) for s in (2, 3) for c, mk in SPLIT_VARIANTS]
-GATE_UP_SWEEP = ([{"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 3}
-                  for bn in (16, 32) for bk in (256, 512, 1024)]
-                 + [{"BLOCK_N": bn, "BLOCK_K": 512, "num_warps": 8, "num_stages": 3} for bn in (16, 32)])
-DOWN_SWEEP = [{"BLOCK_N": bn, "BLOCK_K": 256, "num_warps": 4, "num_stages": s} for bn in (16, 32, 64) for s in (2, 3)]
+GATE_UP_SWEEP = tuning.CANDIDATES["fused_moe_int4_gate_up"]  # INT4 tile path (see bench_moe_tile.py)
+DOWN_SWEEP = tuning.CANDIDATES["fused_moe_int4_down"]
 GEMV_GATE_UP_SWEEP = tuning.CANDIDATES["fused_moe_int4_gemv_gate_up"]
 GEMV_DOWN_SWEEP = tuning.CANDIDATES["fused_moe_int4_gemv_down"]
 

@@ -1,11 +1,12 @@
 """Launchers for the fused MoE kernels (bf16 and INT4 W4A16); semantics in ref_fused_moe(_int4).
 
-Tile path (bf16, and INT4 above GEMV_MAX_TOKENS tokens): three launches, grids fixed by shapes (graph-safe):
-  gate_up  over (pair, I-block):  act[pair] = silu(x W_gate^T) * (x W_up^T)      [T*k, I]  x.dtype
-  down     over (pair, H-block):  y[pair]   = topk_w[pair] * act[pair] W_down^T  [T*k, H]  float32
+Tile path (bf16 at any T, INT4 above GEMV_MAX_TOKENS tokens): four launches, grids fixed by shapes (graph-safe):
+  align    one program:           pairs sorted by expert into blocks of BLOCK_M rows (moe_align)
+  gate_up  over (block, I-block): act[pair] = silu(x W_gate^T) * (x W_up^T)      [T*k, I]  x.dtype
+  down     over (block, H-block): y[pair]   = topk_w[pair] * act[pair] W_down^T  [T*k, H]  float32
   sum      over (token, H-block): out[t]    = sum over the k slots of y (+ add)  [T, H]    x.dtype
-Each distinct expert's weights are read once per step: only the first pair routed to an expert works and
-it applies the tile to every pair routed there (see triton/fused_moe.py).
+Each distinct expert's weights are read once per step, by its blocks (one block unless more than BLOCK_M pairs
+chose it), as tl.dot tiles (INT4 decoded in registers).
 
 INT4 GEMV path (decode/verify, T <= GEMV_MAX_TOKENS): two launches, no tl.dot, no atomics, no memset:
   gate_up  over (pair, I-block):  act[pair] = silu(x W_gate^T) * (x W_up^T)      [T*k, 8, I/8] float32
@@ -27,6 +28,7 @@ import triton
 from sglang_eagle3.kernels import tuning
 from sglang_eagle3.kernels.quant import PACK_FACTOR
 from sglang_eagle3.kernels.triton.fused_moe import (
+    moe_align_kernel,
     moe_down_kernel,
     moe_gate_up_kernel,
     moe_int4_gemv_down_kernel,
@@ -34,7 +36,8 @@ from sglang_eagle3.kernels.triton.fused_moe import (
     moe_sum_slots_kernel,
 )
 
-BLOCK_T = 16  # pairs per tile of one expert (the dot's M); more pairs on one expert loop over chunks
+BLOCK_M = 16  # tile path: pairs per block of one expert (the dot's M), unless the gate_up config's "BLOCK_M" says
+ALIGN_CHUNK = 1024  # pairs (and blocks) moe_align_kernel's one program handles per step
 SUM_BLOCK = 1024
 GEMV_MAX_TOKENS = 8  # INT4 GEMV path up to this many tokens (decode and verify of up to 7 draft tokens)
 # gate_up of the GEMV path: one program per (pair, N block), pairs sharing an expert in parallel (True), or the
@@ -61,35 +64,63 @@ def _check_add(x: torch.Tensor, add: torch.Tensor | None) -> None:
             f"{tuple(add.shape)} {add.dtype} {add.stride()}")
 
 
+def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
+    """The tile path's routing plan (moe_align_kernel): (sorted pairs [NB * block_m] int32, block expert [NB]
+    int32, block rows [NB] int32). NB bounds the blocks any routing needs (each expert's last block is the only
+    part-filled one), so the grid over blocks is fixed by shapes."""
+    TK = topk_ids.numel()
+    num_blocks = TK // block_m + min(TK, num_experts)
+    dev = topk_ids.device
+    sorted_pairs = torch.empty(num_blocks * block_m, dtype=torch.int32, device=dev)
+    block_expert = torch.empty(num_blocks, dtype=torch.int32, device=dev)
+    block_rows = torch.empty(num_blocks, dtype=torch.int32, device=dev)
+    if TK == 0:
+        return sorted_pairs, block_expert, block_rows
+    e_pad = triton.next_power_of_2(num_experts)
+    counts = torch.empty(e_pad, dtype=torch.int32, device=dev)
+    starts = torch.empty(e_pad, dtype=torch.int32, device=dev)
+    ranks = torch.empty(TK, dtype=torch.int32, device=dev)
+    tuning.interpreting()  # its loop over the largest expert's blocks has a loaded bound (see tuning)
+    moe_align_kernel[(1,)](
+        topk_ids, counts, ranks, starts, sorted_pairs, block_expert, block_rows, TK, num_experts, num_blocks,
+        E_PAD=e_pad, BLOCK_M=block_m, CHUNK=min(ALIGN_CHUNK, triton.next_power_of_2(max(TK, num_blocks))),
+        num_warps=4,
+    )
+    return sorted_pairs, block_expert, block_rows
+
+
 def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: bool, group: int,
             gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
     T, H = x.shape
-    k = topk_ids.shape[1]
-    TK = T * k
+    E, k = w13.shape[0], topk_ids.shape[1]
     out = torch.empty_like(x)
     if T == 0:
         return out
-    act = torch.empty(TK, I, dtype=x.dtype, device=x.device)
-    per_pair = torch.empty(TK, H, dtype=torch.float32, device=x.device)
-    tk_pad = triton.next_power_of_2(TK)
+    block_m = gate_up_cfg.get("BLOCK_M", BLOCK_M)  # the plan both kernels share: the gate_up config says
+    sorted_pairs, block_expert, block_rows = moe_align(topk_ids, E, block_m)
+    num_blocks = block_rows.shape[0]
+    act = torch.empty(T * k, I, dtype=x.dtype, device=x.device)
+    per_pair = torch.empty(T * k, H, dtype=torch.float32, device=x.device)
     interpret = tuning.interpreting()
     prec = tuning.dot_precision(x.dtype)
     if s13 is None:  # bf16: the scale pointers are never read (INT4=False), any tensor will do
         s13, s2 = w13, w2
-    moe_gate_up_kernel[(TK, triton.cdiv(I, gate_up_cfg["BLOCK_N"]))](
-        x, w13, s13, topk_ids, act,
+    moe_gate_up_kernel[(num_blocks, triton.cdiv(I, gate_up_cfg["BLOCK_N"]))](
+        x, w13, s13, sorted_pairs, block_expert, block_rows, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-        TK, H, I,
-        TOP_K=k, TK_PAD=tk_pad, INT4=int4, GROUP=group, BLOCK_T=BLOCK_T,
-        BLOCK_N=gate_up_cfg["BLOCK_N"], BLOCK_K=gate_up_cfg["BLOCK_K"], INTERPRET=interpret, DOT_PRECISION=prec,
+        H, I, MAGIC_BITS,
+        TOP_K=k, INT4=int4, GROUP=group, BLOCK_M=block_m,
+        BLOCK_N=gate_up_cfg["BLOCK_N"], BLOCK_K=group if int4 else gate_up_cfg["BLOCK_K"], INTERPRET=interpret,
+        DOT_PRECISION=prec,
         num_warps=gate_up_cfg["num_warps"], num_stages=gate_up_cfg["num_stages"],
     )
-    moe_down_kernel[(TK, triton.cdiv(H, down_cfg["BLOCK_N"]))](
-        act, w2, s2, topk_ids, topk_weights, per_pair,
+    moe_down_kernel[(num_blocks, triton.cdiv(H, down_cfg["BLOCK_N"]))](
+        act, w2, s2, sorted_pairs, block_expert, block_rows, topk_weights, per_pair,
         act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), per_pair.stride(0),
-        TK, H, I,
-        TK_PAD=tk_pad, INT4=int4, GROUP=group, BLOCK_T=BLOCK_T,
-        BLOCK_N=down_cfg["BLOCK_N"], BLOCK_K=down_cfg["BLOCK_K"], INTERPRET=interpret, DOT_PRECISION=prec,
+        H, I, MAGIC_BITS,
+        INT4=int4, GROUP=group, BLOCK_M=block_m,
+        BLOCK_N=down_cfg["BLOCK_N"], BLOCK_K=group if int4 else down_cfg["BLOCK_K"], INTERPRET=interpret,
+        DOT_PRECISION=prec,
         num_warps=down_cfg["num_warps"], num_stages=down_cfg["num_stages"],
     )
     moe_sum_slots_kernel[(T, triton.cdiv(H, SUM_BLOCK))](
@@ -213,8 +244,6 @@ def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: 
         gate_up, down = _configs("fused_moe_int4_gemv", x, config, bench_fn)
         return _launch_int4_gemv(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, add,
                                  I=I, group=group_size, gate_up_cfg=gate_up, down_cfg=down)
-    gate_up, down = _configs("fused_moe_int4", x, config, bench_fn)
-    for stage, cfg in (("gate_up", gate_up), ("down", down)):
-        assert cfg["BLOCK_K"] >= 16 * PACK_FACTOR, f"INT4 {stage} BLOCK_K={cfg['BLOCK_K']} must be >= 128"
+    gate_up, down = _configs("fused_moe_int4", x, config, bench_fn)  # (INT4 steps K one scale group at a time)
     return _launch(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, add, I=I, int4=True,
                    group=group_size, gate_up_cfg=gate_up, down_cfg=down)

@@ -33,10 +33,12 @@ DEFAULTS: dict[str, dict] = {
     "moe_topk": {"num_warps": 4},
     "mla_attention": {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
                       "min_keys_per_split": 64},
-    "fused_moe_gate_up": {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
-    "fused_moe_down": {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
-    "fused_moe_int4_gate_up": {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4, "num_stages": 3},
-    "fused_moe_int4_down": {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
+    # MoE tile path: BLOCK_M pairs of one expert a block (the routing plan both kernels share, so gate_up's
+    # config carries it), BLOCK_N output rows, BLOCK_K the bf16 path's K step (INT4 steps one scale group).
+    "fused_moe_gate_up": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
+    "fused_moe_down": {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
+    "fused_moe_int4_gate_up": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
+    "fused_moe_int4_down": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
     # INT4 GEMV path (T <= 8). BLOCK_N weight rows per program (gate_up: BLOCK_N gate + BLOCK_N up rows),
     # BLOCK_W int32 words (8 weights each, a multiple of the 4 words of a scale group) per row per step. At
     # Kimi TP=8 shapes (I=256, H=7168) and T=1 the defaults give 8 experts x 32 = 256 gate_up programs
@@ -55,12 +57,13 @@ CANDIDATES: dict[str, list[dict]] = {
         for bn in (16, 32, 64) for w in (4, 8) for s in (1, 2) for c in (1, 2, 4)
     ],
     "fused_moe_gate_up": [
-        {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s}
-        for bn in (16, 32) for bk in (128, 256, 512) for w in (4, 8) for s in (2, 3)
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": 3}
+        for bm in (16, 64) for bn in (32, 64) for bk in (64, 128) for w in (4, 8)
     ],
     "fused_moe_int4_gate_up": [
-        {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s}
-        for bn in (16, 32) for bk in (256, 512, 1024) for w in (4, 8) for s in (2, 3)
+        {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
+        for bm, bn, w, s in ((16, 32, 4, 4), (16, 64, 4, 4), (16, 64, 4, 6), (16, 128, 8, 4), (32, 64, 4, 4),
+                             (32, 128, 8, 4), (64, 64, 4, 4), (64, 128, 8, 3))
     ],
 }
 CANDIDATES["fused_moe_int4_gemv_gate_up"] = [  # (BLOCK_N, BLOCK_W, num_warps): ~4-16 words a thread
@@ -73,8 +76,11 @@ CANDIDATES["fused_moe_int4_gemv_down"] = [
     for bn, w in ((8, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)) for pre in (False, True)
     if not pre or bn // w <= 8  # PRELOAD holds 8 slots x BLOCK_N rows x 32 words: <= 64 words a thread
 ]
-CANDIDATES["fused_moe_down"] = [dict(c) for c in CANDIDATES["fused_moe_gate_up"]]
-CANDIDATES["fused_moe_int4_down"] = [dict(c) for c in CANDIDATES["fused_moe_gate_up"] if c["BLOCK_K"] >= 128]
+CANDIDATES["fused_moe_down"] = [{k: v for k, v in c.items() if k != "BLOCK_M"} for c in CANDIDATES["fused_moe_gate_up"]
+                                 if c["BLOCK_M"] == 16]
+CANDIDATES["fused_moe_int4_down"] = [{"BLOCK_N": bn, "num_warps": w, "num_stages": s}
+                                     for bn, w, s in ((32, 4, 4), (64, 4, 4), (64, 4, 6), (128, 4, 4), (128, 8, 4),
+                                                      (256, 8, 3))]
 
 
 def interpreting() -> bool:

@@ -173,9 +173,10 @@ def check_moe_down_preload(T, E, H, I, top_k, seed=0) -> float:
 
 
 def check_fused_moe_int4_gemv_exact(T, E, H, I, top_k, device="cpu", seed=0, skew=False, dtype=torch.float32,
-                                    config=None) -> float:
-    """The INT4 GEMV path bit for bit against a float64 re-implementation, on inputs whose sums are exact in
-    float32 in any order: x in {1, 2}; gate nibbles q - 8 in {1, 2} at group scales 1/2 or 1, so every gate
+                                    config=None, path="gemv") -> float:
+    """An INT4 MoE path (the GEMV path unless ``path`` says) bit for bit against a float64 re-implementation,
+    on inputs whose sums are exact in float32 in any order: x in {1, 2}; gate nibbles q - 8 in {1, 2} at group
+    scales 1/2 or 1, so every gate
     pre-activation is >= H/2 >= 17 and silu(g) = g * sigmoid(g) = g in float32; up and down nibbles in
     {-1, 0, 1} at scale 1; routing weights 1/2 or 1. Every value is then a multiple of 1/4, and the check
     asserts that the sums stay below 2^22. So any slip in the nibble order, in the 16^-(j % 5) pre-scaling of
@@ -208,7 +209,7 @@ def check_fused_moe_int4_gemv_exact(T, E, H, I, top_k, device="cpu", seed=0, ske
     assert max(bound.max(), act.abs().max()) < 2**22, f"{bound.max()=}: float32 sums of multiples of 1/4 could round"
 
     args = [t.to(device) for t in (x, p13, s13, p2, s2, w, ids)]
-    out = triton_fused_moe_int4(*args, 32, None, path="gemv", config=config)
+    out = triton_fused_moe_int4(*args, 32, None, path=path, config=config)
     expected = ref.to(dtype)  # one rounding of the exact value, as the kernel's final store
     assert torch.isfinite(expected).all(), f"outputs overflow {dtype}"
     bad = (out.cpu() != expected).sum().item()
@@ -680,7 +681,7 @@ CASES = {
 # the GPU suite see one table.
 # (imported by path from here, so that `tests.kernels.kernel_checks` imported as a package module finds them too)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-for _module in ("fold_checks", "mla_rope_checks"):
+for _module in ("fold_checks", "mla_rope_checks", "moe_tile_checks"):
     CASES.update(__import__(_module).CASES)
 
 if __name__ == "__main__":

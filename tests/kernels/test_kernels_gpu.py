@@ -331,3 +331,77 @@ def test_graph_replay_equals_eager(int4_weights):
     outs_e = step()
     for name, g, e in zip(("MoE", "MLA", "rms_norm", "residual", "q rope", "k rope"), outs_g, outs_e, strict=True):
         assert torch.equal(g, e), f"{name} replay differs from eager"
+
+
+# --- the MoE tile path (T > 8: batched decode/verify, prefill) -----------------------------------------------
+@pytest.mark.parametrize("T,block_m,pool", [(16, 16, None), (256, 16, None), (2048, 64, None), (300, 16, 12)])
+def test_moe_align_real_shapes(T, block_m, pool):
+    """The routing plan at 384 experts with the GPU's atomics ranking the pairs (the interpreter runs them in
+    order): every pair once, in a block of its expert, blocks packed."""
+    from moe_tile_checks import check_moe_align
+
+    check_moe_align(T, EXPERTS, TOP_K, block_m, device="cuda", seed=T, pool=pool, invalid=3)
+
+
+def _ref_int4_chunked(x, p13, s13, p2, s2, topk_w, ids, add=None, chunk=32):
+    """ref_fused_moe_int4 a few tokens at a time (a token's reference output depends on nothing else; the
+    reference gathers every pair's expert, too much memory at prefill sizes)."""
+    outs = [kernels.ref_fused_moe_int4(x[i:i + chunk], p13, s13, p2, s2, topk_w[i:i + chunk], ids[i:i + chunk], 32,
+                                       None if add is None else add[i:i + chunk])
+            for i in range(0, x.shape[0], chunk)]
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize("T,skew", [(9, False), (24, True), (100, False), (256, False), (1000, True)])
+def test_fused_moe_int4_tile_vs_reference(int4_weights, T, skew):
+    """The tile path (the launcher's choice above 8 tokens) at batched-verify and prefill sizes, the shared
+    experts' output added in its final store."""
+    p13, s13, p2, s2 = int4_weights
+    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    shared = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.1
+    topk_w, ids = routing(T, skew, 3000 + T)
+    poison_allocator()
+    out = kernels.fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, add=shared)
+    err = rel_err(out, _ref_int4_chunked(x, p13, s13, p2, s2, topk_w, ids, shared))
+    assert err < 1e-2, f"INT4 tile MoE rel err {err} ({T=} {skew=})"
+
+
+@pytest.mark.parametrize("T", [12, 40])
+def test_fused_moe_int4_tile_token_independent_of_batch(int4_weights, T):
+    """A token's tile-path output is bit-identical alone and in a batch whose tokens share its experts (blocks
+    of several rows, pairs ranked by atomics in a varying order), at the table's config for the batch."""
+    from sglang_eagle3.kernels import tuning
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
+    p13, s13, p2, s2 = int4_weights
+    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    topk_w, ids = routing(T, True, 4000 + T)
+    cfg = {stage: tuning.get_config(f"fused_moe_int4_{stage}", x.device, "tokens", T) for stage in ("gate_up", "down")}
+    batch = triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, config=cfg, path="tile")
+    again = triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, config=cfg, path="tile")
+    assert torch.equal(batch, again), "two calls on the same batch differ"
+    for t in range(0, T, 5):
+        one = triton_fused_moe_int4(x[t:t + 1], p13, s13, p2, s2, topk_w[t:t + 1], ids[t:t + 1], 32, config=cfg,
+                                    path="tile")
+        assert torch.equal(one[0], batch[t]), (t, (one[0].float() - batch[t].float()).abs().max().item())
+
+
+def test_fused_moe_int4_tile_graph_replay(int4_weights):
+    """The tile path captured in a CUDA graph (its routing plan built inside the graph) replays new routing
+    and inputs as eager computes them."""
+    p13, s13, p2, s2 = int4_weights
+    T = 24
+    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    topk_w, ids = routing(T, False, 5000)
+    out = kernels.fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids)  # compile outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = kernels.fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids)
+    new_w, new_ids = routing(T, True, 5001)
+    x.copy_(torch.randn_like(x))
+    topk_w.copy_(new_w)
+    ids.copy_(new_ids)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, kernels.fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids))

@@ -1,13 +1,16 @@
-"""Fused MoE for decode/verify batch sizes, bf16 or INT4 W4A16 (pack-quantized, group 32) weights.
+"""Fused MoE for decode/verify/prefill batch sizes, bf16 or INT4 W4A16 (pack-quantized, group 32) weights.
 
-Work is indexed by (pair, N-block), a pair being one (token, slot) of topk_ids flattened to [T*k]. Only
-the first pair of each distinct expert (its "leader") works: it gathers every pair routed to that expert
-and applies the weight tile to all of them, so an expert is read once per step however many tokens chose
-it. The other programs exit after one small load. No sort, no host sync, a grid fixed by shapes.
+A pair is one (token, slot) of topk_ids flattened to [T*k]. Two paths (launchers in kernels/fused_moe.py):
 
-INT4 tiles are never interleaved back into K order: nibble j of word w holds input k = 8w + j, and a dot
-product does not care about the order of k, so the kernel does 8 dots of K/8 each against x sampled with
-stride 8 (x[:, j::8]), sharing one scale tile (group 32 = 4 words).
+Tile path (bf16 at any T; INT4 above the GEMV path's T): moe_align_kernel sorts the pairs by expert into
+blocks of BLOCK_M rows (one program, no host sync, a grid fixed by shapes: graph-safe), then every (block,
+N block) program multiplies its block's rows by one weight tile with tl.dot: an expert's weights are read
+once per step by its blocks, however many tokens chose it. INT4 tiles are decoded in registers and
+interleaved back into K order (_weight_tile).
+
+GEMV path (INT4, decode/verify): no tl.dot. INT4 words are never interleaved back into K order there: nibble j
+of word w holds input k = 8w + j, and a dot product does not care about the order of k, so the kernels take
+the activations nibble-major (see the section's comment below).
 """
 
 import triton
@@ -26,119 +29,197 @@ def _expert_group(ids_ptr, pair, TK, TK_PAD: tl.constexpr):
     return leader, tl.sum(member.to(tl.int32), axis=0), expert
 
 
+# --------------------------------------------------------------------------------------------------
+# Tile path: pairs sorted by expert into blocks of BLOCK_M rows, one tl.dot tile per (block, N block)
+# --------------------------------------------------------------------------------------------------
 @triton.jit
-def _group_chunk(ids_ptr, expert, TK, chunk, count, TK_PAD: tl.constexpr, BLOCK_T: tl.constexpr):
-    """Pair ids [BLOCK_T] of members chunk*BLOCK_T.. of `expert`'s group (in pair order), and a row mask."""
-    offs = tl.arange(0, TK_PAD)
-    ids = tl.load(ids_ptr + offs, mask=offs < TK, other=-1)
-    member = (ids == expert) & (offs < TK)
-    rank = tl.cumsum(member.to(tl.int32), axis=0) - 1  # [TK_PAD] rank among members
-    rows = chunk * BLOCK_T + tl.arange(0, BLOCK_T)
-    sel = member[None, :] & (rank[None, :] == rows[:, None])  # [BLOCK_T, TK_PAD]
-    return tl.sum(tl.where(sel, offs[None, :], 0), axis=1), rows < count
+def moe_align_kernel(ids_ptr, counts_ptr, ranks_ptr, starts_ptr, sorted_ptr, block_expert_ptr, block_rows_ptr,
+                     TK, E, NUM_BLOCKS,
+                     E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
+    """One program sorts the TK pairs of topk_ids (flattened [T*k]) by expert into blocks of BLOCK_M rows, every
+    block of one expert: row r of block b is pair sorted[b * BLOCK_M + r] for r < block_rows[b], of expert
+    block_expert[b]; an expert's last block is part-filled and block_rows is 0 past the last block.
+    counts/ranks/starts are scratch (counts is zeroed here). Within an expert, pairs are ranked by atomics, so
+    their order varies from call to call; no output depends on it (each row of a tile's dot is computed the
+    same way whichever row it is). Pairs whose id is outside [0, E) are left out.
+
+    NOTE: one CTA, so tl.debug_barrier (bar.sync) orders its phases; values other threads wrote are read
+    through L2 (.cg), never a stale L1 line."""
+    e_offs = tl.arange(0, E_PAD)
+    offs = tl.arange(0, CHUNK)
+    tl.store(counts_ptr + e_offs, tl.zeros([E_PAD], dtype=tl.int32))
+    for b0 in range(0, NUM_BLOCKS, CHUNK):
+        tl.store(block_rows_ptr + b0 + offs, tl.zeros([CHUNK], dtype=tl.int32), mask=b0 + offs < NUM_BLOCKS)
+    tl.debug_barrier()
+    for p0 in range(0, TK, CHUNK):  # rank of each pair among its expert's pairs
+        p = p0 + offs
+        e = tl.load(ids_ptr + p, mask=p < TK, other=-1)
+        ok = (e >= 0) & (e < E)
+        rank = tl.atomic_add(counts_ptr + e, 1, mask=ok)
+        tl.store(ranks_ptr + p, rank, mask=ok)
+    tl.debug_barrier()
+    count = tl.load(counts_ptr + e_offs, cache_modifier=".cg")  # [E_PAD], 0 past E
+    blocks = (count + BLOCK_M - 1) // BLOCK_M
+    first = tl.cumsum(blocks, axis=0) - blocks  # each expert's first block
+    tl.store(starts_ptr + e_offs, first * BLOCK_M)
+    for j in range(0, tl.max(blocks, axis=0)):
+        has = j < blocks
+        tl.store(block_expert_ptr + first + j, e_offs, mask=has)
+        tl.store(block_rows_ptr + first + j, tl.minimum(count - j * BLOCK_M, BLOCK_M), mask=has)
+    tl.debug_barrier()
+    for p0 in range(0, TK, CHUNK):  # each pair to its slot
+        p = p0 + offs
+        e = tl.load(ids_ptr + p, mask=p < TK, other=-1)
+        ok = (e >= 0) & (e < E)
+        rank = tl.load(ranks_ptr + p, mask=ok, other=0, cache_modifier=".cg")
+        start = tl.load(starts_ptr + e, mask=ok, other=0, cache_modifier=".cg")
+        tl.store(sorted_ptr + start + rank, p, mask=ok)
 
 
 @triton.jit
-def _expert_tile_dot(acc, x_ptr, x_row_off, row_ok, w_ptr, s_ptr, n_offs, n_ok, stride_wn, stride_sn, K,
-                     INT4: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
-                     INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr = "tf32"):
-    """acc[BLOCK_T, BLOCK_N] += x[rows, :K] @ W[n_offs, :K]^T, W bf16 or packed INT4 rows of K/8 words.
-    DOT_PRECISION (tuning.dot_precision): float32 operands sum in IEEE float32 unless torch allows TF32."""
+def _nibble_plane(packed, hi, magic, J: tl.constexpr, TRICK: tl.constexpr):
+    """(nibble J - 8) of each word as fp32, exactly: times 16^(J % 5) with TRICK (_dequant_nibble: one LOP3
+    and one FADD a weight; the activations then carry 16^-(J % 5), see _a_group), plain otherwise (a shift
+    more; for fp16, whose range 16^4 * 8 exceeds and whose activations would underflow when scaled)."""
+    if TRICK:
+        return _dequant_nibble(packed, hi, magic, J)
+    bits = ((packed >> (4 * J)) & 0xF) | magic
+    return bits.to(tl.float32, bitcast=True) - (8388608.0 + 8.0)
+
+
+@triton.jit
+def _int4_group(rows, n_ok, k0, magic, DTYPE: tl.constexpr, GROUP: tl.constexpr, TRICK: tl.constexpr):
+    """The [BLOCK_N, GROUP] tile of (q - 8) (times 16^(k % 8 % 5) with TRICK) of the packed rows `rows`
+    [BLOCK_N, 1] at columns k0 .. k0 + GROUP, in K order and in DTYPE, exactly (small integers times powers of
+    two). The 8 nibble planes of the group's words are interleaved back into K order by joins, in registers:
+    a thread's 8 nibbles of a word become its 8 consecutive k. The group's scale is applied to the dot's
+    result (one multiply per output, not per weight), so no weight is rounded."""
+    GW: tl.constexpr = GROUP // 8
+    BN: tl.constexpr = rows.shape[0]
+    packed = tl.load(rows + (k0 // 8 + tl.arange(0, GW))[None, :], mask=n_ok[:, None], other=0)
+    hi = packed >> 20
+    w0 = _nibble_plane(packed, hi, magic, 0, TRICK)
+    w1 = _nibble_plane(packed, hi, magic, 1, TRICK)
+    w2 = _nibble_plane(packed, hi, magic, 2, TRICK)
+    w3 = _nibble_plane(packed, hi, magic, 3, TRICK)
+    w4 = _nibble_plane(packed, hi, magic, 4, TRICK)
+    w5 = _nibble_plane(packed, hi, magic, 5, TRICK)
+    w6 = _nibble_plane(packed, hi, magic, 6, TRICK)
+    w7 = _nibble_plane(packed, hi, magic, 7, TRICK)
+    # [BN, GW, 2, 2, 2] with nibble j = 4a + 2b + c at [.., a, b, c]: join appends the innermost axis
+    w = tl.join(tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7)))
+    return tl.reshape(w, [BN, GROUP]).to(DTYPE)
+
+
+@triton.jit
+def _a_group(a_rows, row_ok, k0, K, BLOCK_K: tl.constexpr, TRICK: tl.constexpr):
+    """Activation columns k0 .. k0 + BLOCK_K of the block's rows [BLOCK_M, BLOCK_K]; with TRICK each column k
+    times 16^-(k % 8 % 5) (exact: a power of two), to meet _int4_group's planes."""
+    k = k0 + tl.arange(0, BLOCK_K)
+    a = tl.load(a_rows + k[None, :], mask=row_ok[:, None] & (k < K)[None, :], other=0.0)
+    if TRICK:
+        p = k % 8 % 5
+        f = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
+            p == 3, 1.0 / 4096, 1.0 / 65536))))  # 16^-p
+        a = (a.to(tl.float32) * f[None, :]).to(a.dtype)
+    return a
+
+
+@triton.jit
+def _dot_nt(a, w, INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """a [M, K] @ w [N, K]^T in fp32. The interpreter computes half-precision dots wrongly: fp32 there (the
+    operands are exact either way). DOT_PRECISION (tuning.dot_precision): float32 operands sum in IEEE
+    float32 unless torch allows TF32."""
+    if INTERPRET:
+        return tl.dot(a.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision=DOT_PRECISION)
+    return tl.dot(a, tl.trans(w), input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def _rows_times_weights(acc, a_rows, row_ok, w_rows, s_rows, n_ok, K, magic, INT4: tl.constexpr,
+                        GROUP: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
+                        DOT_PRECISION: tl.constexpr):
+    """acc [BLOCK_M, BLOCK_N] += a[rows, :K] @ W[n, :K]^T: W bf16 rows (w_rows [BLOCK_N, 1] pointers), or
+    packed INT4 rows of K/8 words with group scales (s_rows), one scale group per step."""
     if INT4:
-        WORDS: tl.constexpr = BLOCK_K // 8
-        w_idx = tl.arange(0, WORDS)
-        for k0 in range(0, K, BLOCK_K):
-            word = k0 // 8 + w_idx  # [WORDS]
-            word_ok = word < K // 8
-            wmask = n_ok[:, None] & word_ok[None, :]
-            packed = tl.load(w_ptr + n_offs[:, None] * stride_wn + word[None, :], mask=wmask, other=0)
-            scale = tl.load(s_ptr + n_offs[:, None] * stride_sn + word[None, :] // (GROUP // 8), mask=wmask,
-                            other=0.0).to(tl.float32)  # [BLOCK_N, WORDS]
-            bias = scale * 8.0
-            for j in tl.static_range(8):
-                q = ((packed >> (4 * j)) & 0xF).to(tl.float32)
-                w = q * scale - bias  # (q - 8) * scale
-                xj = tl.load(x_ptr + x_row_off[:, None] + (k0 + 8 * w_idx[None, :] + j),
-                             mask=row_ok[:, None] & word_ok[None, :], other=0.0)  # [BLOCK_T, WORDS]
-                if INTERPRET:
-                    acc += tl.dot(xj.to(tl.float32), tl.trans(w), input_precision=DOT_PRECISION)
-                else:
-                    acc += tl.dot(xj, tl.trans(w.to(xj.dtype)), input_precision=DOT_PRECISION)
+        TRICK: tl.constexpr = a_rows.dtype.element_ty != tl.float16
+        for k0 in range(0, K, GROUP):
+            a = _a_group(a_rows, row_ok, k0, K, GROUP, TRICK)
+            w = _int4_group(w_rows, n_ok, k0, magic, a.dtype, GROUP, TRICK)
+            scale = tl.load(s_rows + k0 // GROUP, mask=n_ok[:, None], other=0.0).to(tl.float32)  # [BLOCK_N, 1]
+            acc += _dot_nt(a, w, INTERPRET, DOT_PRECISION) * tl.trans(scale)
     else:
-        k_idx = tl.arange(0, BLOCK_K)
         for k0 in range(0, K, BLOCK_K):
-            k = k0 + k_idx
-            k_ok = k < K
-            w = tl.load(w_ptr + n_offs[:, None] * stride_wn + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                        other=0.0)  # [BLOCK_N, BLOCK_K]
-            xk = tl.load(x_ptr + x_row_off[:, None] + k[None, :], mask=row_ok[:, None] & k_ok[None, :],
-                         other=0.0)  # [BLOCK_T, BLOCK_K]
-            if INTERPRET:
-                acc += tl.dot(xk.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision=DOT_PRECISION)
-            else:
-                acc += tl.dot(xk, tl.trans(w), input_precision=DOT_PRECISION)
+            a = _a_group(a_rows, row_ok, k0, K, BLOCK_K, False)
+            k = k0 + tl.arange(0, BLOCK_K)
+            w = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & (k < K)[None, :], other=0.0)
+            acc += _dot_nt(a, w, INTERPRET, DOT_PRECISION)
     return acc
 
 
 @triton.jit
+def _block_rows(sorted_ptr, block_rows_ptr, BLOCK_M: tl.constexpr):
+    """(pairs [BLOCK_M] of this program's block, row mask, number of rows): rows past the block's count are
+    masked (their pair reads as 0 and is never stored)."""
+    b = tl.program_id(0)
+    count = tl.load(block_rows_ptr + b)
+    m = tl.arange(0, BLOCK_M)
+    ok = m < count
+    return tl.load(sorted_ptr + b * BLOCK_M + m, mask=ok, other=0), ok, count
+
+
+@triton.jit
 def moe_gate_up_kernel(
-    x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
+    x_ptr, w13_ptr, s13_ptr, sorted_ptr, block_expert_ptr, block_rows_ptr, act_ptr,
     stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
-    TK, H, I,
-    TOP_K: tl.constexpr, TK_PAD: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
+    H, I, magic,
+    TOP_K: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
     DOT_PRECISION: tl.constexpr = "tf32",
 ):
-    """act[pair, n] = silu(x W_gate^T) * (x W_up^T) for the pairs of one expert, N-block of I."""
-    pair = tl.program_id(0)
-    nb = tl.program_id(1)
-    leader, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
-    if leader:
-        n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+    """act[pair, n] = silu(x W_gate^T) * (x W_up^T) for the pairs of one block (one expert) and an N block of
+    I, stored in act's dtype. The blocks of one expert are neighbours in the grid's fastest axis, so they read
+    its weight tiles at about the same time and the L2 serves the repeats."""
+    pairs, row_ok, count = _block_rows(sorted_ptr, block_rows_ptr, BLOCK_M)
+    if count > 0:
+        e = tl.load(block_expert_ptr + tl.program_id(0)).to(tl.int64)
+        n_offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = n_offs < I
-        w_e = w13_ptr + expert.to(tl.int64) * stride_we
-        s_e = s13_ptr + expert.to(tl.int64) * stride_se
-        for chunk in range(0, tl.cdiv(count, BLOCK_T)):
-            pairs, row_ok = _group_chunk(ids_ptr, expert, TK, chunk, count, TK_PAD, BLOCK_T)
-            x_row_off = (pairs // TOP_K).to(tl.int64) * stride_xt
-            gate = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
-            up = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
-            gate = _expert_tile_dot(gate, x_ptr, x_row_off, row_ok, w_e, s_e, n_offs, n_ok, stride_wn,
-                                    stride_sn, H, INT4, BLOCK_K, GROUP, INTERPRET, DOT_PRECISION)
-            up = _expert_tile_dot(up, x_ptr, x_row_off, row_ok, w_e + I * stride_wn, s_e + I * stride_sn,
-                                  n_offs, n_ok, stride_wn, stride_sn, H, INT4, BLOCK_K, GROUP, INTERPRET,
-                                  DOT_PRECISION)
-            act = gate * tl.sigmoid(gate) * up
-            tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + n_offs[None, :],
-                     act.to(act_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
+        x_rows = x_ptr + (pairs // TOP_K).to(tl.int64)[:, None] * stride_xt
+        gate_rows = w13_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
+        gate_scales = s13_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
+        zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        g = _rows_times_weights(zero, x_rows, row_ok, gate_rows, gate_scales, n_ok, H, magic, INT4, GROUP,
+                                BLOCK_K, INTERPRET, DOT_PRECISION)
+        u = _rows_times_weights(zero, x_rows, row_ok, gate_rows + I * stride_wn, gate_scales + I * stride_sn,
+                                n_ok, H, magic, INT4, GROUP, BLOCK_K, INTERPRET, DOT_PRECISION)
+        tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + n_offs[None, :],
+                 (g * tl.sigmoid(g) * u).to(act_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit
 def moe_down_kernel(
-    act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, out_ptr,
+    act_ptr, w2_ptr, s2_ptr, sorted_ptr, block_expert_ptr, block_rows_ptr, topk_w_ptr, out_ptr,
     stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_ot,
-    TK, H, I,
-    TK_PAD: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
+    H, I, magic,
+    INT4: tl.constexpr, GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
     DOT_PRECISION: tl.constexpr = "tf32",
 ):
-    """out[pair, n] = topk_w[pair] * act[pair, :] W_down[n, :]^T for the pairs of one expert."""
-    pair = tl.program_id(0)
-    nb = tl.program_id(1)
-    leader, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
-    if leader:
-        n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+    """out[pair, n] = topk_w[pair] * act[pair, :] W_down[n, :]^T (float32) for the pairs of one block."""
+    pairs, row_ok, count = _block_rows(sorted_ptr, block_rows_ptr, BLOCK_M)
+    if count > 0:
+        e = tl.load(block_expert_ptr + tl.program_id(0)).to(tl.int64)
+        n_offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = n_offs < H
-        w_e = w2_ptr + expert.to(tl.int64) * stride_we
-        s_e = s2_ptr + expert.to(tl.int64) * stride_se
-        for chunk in range(0, tl.cdiv(count, BLOCK_T)):
-            pairs, row_ok = _group_chunk(ids_ptr, expert, TK, chunk, count, TK_PAD, BLOCK_T)
-            acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
-            acc = _expert_tile_dot(acc, act_ptr, pairs.to(tl.int64) * stride_at, row_ok, w_e, s_e, n_offs,
-                                   n_ok, stride_wn, stride_sn, I, INT4, BLOCK_K, GROUP, INTERPRET, DOT_PRECISION)
-            route_w = tl.load(topk_w_ptr + pairs, mask=row_ok, other=0.0)
-            tl.store(out_ptr + pairs.to(tl.int64)[:, None] * stride_ot + n_offs[None, :],
-                     acc * route_w[:, None], mask=row_ok[:, None] & n_ok[None, :])
+        acc = _rows_times_weights(
+            tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), act_ptr + pairs.to(tl.int64)[:, None] * stride_at,
+            row_ok, w2_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn,
+            s2_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn, n_ok, I, magic, INT4, GROUP,
+            BLOCK_K, INTERPRET, DOT_PRECISION)
+        route_w = tl.load(topk_w_ptr + pairs, mask=row_ok, other=0.0)
+        tl.store(out_ptr + pairs.to(tl.int64)[:, None] * stride_ot + n_offs[None, :],
+                 acc * route_w[:, None], mask=row_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit

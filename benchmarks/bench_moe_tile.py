@@ -1,0 +1,218 @@
+"""The MoE tile path (T > 8 tokens: batched decode/verify and prefill) and the prefill it serves, on one GPU.
+
+Three parts, each optional:
+  moe      the INT4 fused MoE at Kimi-K2.5 TP=8 rank shapes (384 experts, H=7168, I=256, top-8) for T tokens,
+           the launcher's choice of path and, for T <= --gemv-max, the GEMV path too (where the two cross);
+           time per call (CUDA graph of 16 calls over rotated routings), bytes of the distinct experts, share of
+           the copy bandwidth measured in the same run.
+  sweep    (--sweep) tile configs (BLOCK_M, BLOCK_N, warps, stages) for gate_up, then down with the winner's
+           BLOCK_M, at --sweep-tokens; writes sweep_tile_table.json (table buckets by token count).
+  prefill  (--prefill N ...) eager prefill of one N-token prompt through the Kimi rank slice (--layers, random
+           INT4 experts): median ms, and the profiler's kernel time by family.
+
+Run the same script against another checkout (copy it into that tree's benchmarks/) to compare two versions
+on one machine in one call:
+
+    python benchmarks/bench_moe_tile.py --out OUT --label new --prefill 256 2048
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_kernels import (  # noqa: E402
+    EXPERTS,
+    copy_bandwidth,
+    make_moe_weights,
+    moe_case,
+    sweep,
+    time_graph,
+)
+from sglang_eagle3 import kernels  # noqa: E402
+from sglang_eagle3.bench.harness import git_commit  # noqa: E402
+from sglang_eagle3.kernels import tuning  # noqa: E402
+from sglang_eagle3.kernels.fused_moe import GEMV_MAX_TOKENS  # noqa: E402
+
+# Candidates: the autotuner's (BLOCK_M, the plan both kernels share, rides on gate_up's).
+TILE_GATE_UP = tuning.CANDIDATES["fused_moe_int4_gate_up"]
+TILE_DOWN = tuning.CANDIDATES["fused_moe_int4_down"]
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def family(name: str) -> str:
+    n = name.lower()
+    for key, fam in (("moe_align", "moe tile (align)"), ("moe_gate_up", "moe tile"), ("moe_down", "moe tile"),
+                     ("moe_sum", "moe tile"), ("moe_int4_gemv", "moe gemv"), ("topk", "routing"),
+                     ("gemv", "gemv (ours)"), ("gemm", "cuBLAS"), ("cutlass", "cuBLAS"), ("sm90_xmma", "cuBLAS"),
+                     ("nvjet", "cuBLAS"), ("mla", "attention"), ("softmax", "attention (torch)"),
+                     ("rms", "norm"), ("rotary", "rotary")):
+        if key in n:
+            return fam
+    return "other (torch)"
+
+
+def moe_part(record, copy_gbps: float, tokens: list[int], gemv_max: int, table: dict | None) -> None:
+    weights = make_moe_weights(True)
+    for T in tokens:
+        paths = [None] + (["gemv"] if T <= gemv_max and T > GEMV_MAX_TOKENS else [])
+        for path in paths:
+            try:
+                calls, nbytes, distinct = moe_case(T, True, weights, path=path)
+                cfg = None
+                if table and path is None and T > GEMV_MAX_TOKENS:
+                    pick = {op: {**tuning.DEFAULTS[f"fused_moe_int4_{op}"],
+                                 **tuning._pick_bucket(table["ops"][f"fused_moe_int4_{op}"], "tokens", T)}
+                            for op in ("gate_up", "down")}
+                    cfg = pick
+                us = time_graph(calls(cfg), replays=10)
+            except Exception:
+                log(f"T={T} path={path} failed:\n" + traceback.format_exc())
+                continue
+            used = path or ("gemv" if T <= GEMV_MAX_TOKENS else "tile")
+            gbps = nbytes / us / 1e3
+            record("moe", {"T": T, "path": used, "us": round(us, 2), "bytes": nbytes,
+                           "distinct_experts": round(distinct, 1), "gbps": round(gbps, 1),
+                           "frac_of_copy_bw": round(gbps / copy_gbps, 3)})
+            log(f"moe int4 T={T:5d} {used:5s} {us:10.1f} us  {distinct:6.1f} experts  {gbps:7.0f} GB/s "
+                f"{gbps / copy_gbps:6.1%}")
+    del weights
+    torch.cuda.empty_cache()
+
+
+def sweep_part(out: Path, tokens: list[int]) -> dict:
+    weights = make_moe_weights(True)
+    rows: dict[str, list] = {}
+    buckets_gu, buckets_dn = [], []
+    for T in tokens:
+        calls, _, _ = moe_case(T, True, weights, path="tile")
+        base = {"gate_up": tuning.DEFAULTS["fused_moe_int4_gate_up"], "down": tuning.DEFAULTS["fused_moe_int4_down"]}
+        gu = sweep(rows.setdefault(f"t{T}_gate_up", []), calls, TILE_GATE_UP, base, "gate_up")
+        dn = sweep(rows.setdefault(f"t{T}_down", []), calls, TILE_DOWN, {**base, "gate_up": gu}, "down")
+        log(f"sweep T={T}: gate_up {gu} down {dn}")
+        buckets_gu.append({"max_tokens": T, **gu})
+        buckets_dn.append({"max_tokens": T, **dn})
+    buckets_gu[-1].pop("max_tokens")
+    buckets_dn[-1].pop("max_tokens")
+    arch, sms, name = tuning.device_key(torch.cuda.current_device())
+    table = {"arch": arch, "sm_counts": [sms], "measured": True,
+             "source": f"benchmarks/bench_moe_tile.py --sweep on {name} (INT4 tile path, 384 experts, T={tokens})",
+             "ops": {"fused_moe_int4_gate_up": buckets_gu, "fused_moe_int4_down": buckets_dn}}
+    (out / "sweep_tile_table.json").write_text(json.dumps(table, indent=1))
+    (out / "sweep_tile.json").write_text(json.dumps(rows, indent=1))
+    del weights
+    torch.cuda.empty_cache()
+    return table
+
+
+@torch.inference_mode()
+def prefill_part(record, lengths: list[int], layers: int, iters: int) -> None:
+    import importlib.util
+
+    from sglang_eagle3.distributed.parallel_state import init_tp
+    from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
+    from sglang_eagle3.runtime.model_runner import ModelRunner
+
+    here = Path(__file__).resolve().parent
+    spec = importlib.util.spec_from_file_location("bvg", here / "bench_verify_graph.py")
+    bvg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bvg)
+    init_tp(0, 8, simulated=True)
+    with torch.device("cuda"):
+        model = DeepseekV3ForCausalLM(bvg.kimi_config(layers, EXPERTS), dtype=torch.bfloat16, int4_experts=True)
+    bvg.randomize_cuda(model, 0)
+    page = 64
+    max_ctx = max(lengths) + page
+    runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=max_ctx // page + 4, page_size=page,
+                         max_context=max_ctx, device=torch.device("cuda"), dtype=torch.bfloat16, use_cuda_graph=False,
+                         cuda_graph_max_bs=1, verify_widths=(2,), attention_backend="triton", moe_backend="triton")
+    for n in lengths:
+        ids = [(7 * i + 3) % 20000 for i in range(n)]
+        bt = runner.build([(ids, 0, list(range(1, n // page + 2)))])
+        runner.target_extend(bt)  # compile / tune
+        torch.cuda.synchronize()
+        ms = bvg.median_ms(lambda bt=bt: runner.target_extend(bt), iters)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            runner.target_extend(bt)
+            torch.cuda.synchronize()
+        fams: dict[str, float] = collections.defaultdict(float)
+        for ev in prof.events():
+            if ev.device_type == torch.autograd.DeviceType.CUDA:
+                fams[family(ev.name)] += ev.device_time / 1e3  # ms
+        fams = {k: round(v, 2) for k, v in sorted(fams.items(), key=lambda kv: -kv[1])}
+        record("prefill", {"tokens": n, "layers": layers, "ms": round(ms, 2), "tok_per_s": round(n / ms * 1e3, 1),
+                           "kernel_ms_by_family": fams})
+        log(f"prefill {n:5d} tokens, {layers} layers: {ms:8.1f} ms ({n / ms * 1e3:8.0f} tok/s); kernels {fams}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--label", default="", help="names this run in the output file (e.g. the checkout)")
+    ap.add_argument("--tokens", type=int, nargs="*", default=[8, 16, 32, 64, 128, 256, 512, 2048])
+    ap.add_argument("--gemv-max", type=int, default=32, help="also time the GEMV path up to this T")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep-tokens", type=int, nargs="+", default=[16, 64, 256, 2048])
+    ap.add_argument("--prefill", type=int, nargs="*", default=[])
+    ap.add_argument("--layers", type=int, default=61)
+    ap.add_argument("--prefill-iters", type=int, default=5)
+    args = ap.parse_args()
+    assert torch.cuda.is_available(), "needs a CUDA GPU"
+    args.out.mkdir(parents=True, exist_ok=True)
+    ways = copy_bandwidth()
+    copy_gbps = max(ways.values())
+    arch, sms, name = tuning.device_key(torch.cuda.current_device())
+    result = {"command": "python " + " ".join(sys.argv), "git_commit": git_commit(), "label": args.label,
+              "gpu": name, "arch": arch, "torch": torch.__version__, "triton": __import__("triton").__version__,
+              "copy_gbps": round(copy_gbps, 1),
+              "method": "MoE: CUDA graph of 16 calls over rotated routings (weights 1.2 GB, past the L2), median of "
+                        "10 replays / 16; bytes = distinct experts' packed weights + scales + x + out. Prefill: "
+                        "eager target_extend of one prompt, CUDA events, median",
+              "kernel_report": kernels.kernel_report(),
+              "moe": [], "prefill": []}
+    out_file = args.out / f"moe_tile{('_' + args.label) if args.label else ''}.json"
+
+    def record(part: str, row: dict) -> None:
+        result[part].append(row)
+        out_file.write_text(json.dumps(result, indent=1))
+
+    log(f"{name} ({arch}), copy bandwidth {copy_gbps:.0f} GB/s, commit {result['git_commit']} {args.label}")
+    t0 = time.time()
+    table = None
+    if args.sweep:
+        try:
+            table = sweep_part(args.out, args.sweep_tokens)
+            result["swept_table"] = table["ops"]
+        except Exception:
+            log("sweep failed:\n" + traceback.format_exc())
+        log(f"sweep done at {time.time() - t0:.0f}s")
+    if args.tokens:
+        moe_part(record, copy_gbps, args.tokens, args.gemv_max, table)
+        log(f"moe done at {time.time() - t0:.0f}s")
+    if args.prefill:
+        try:
+            prefill_part(record, args.prefill, args.layers, args.prefill_iters)
+        except Exception:
+            log("prefill failed:\n" + traceback.format_exc())
+        log(f"prefill done at {time.time() - t0:.0f}s")
+    out_file.write_text(json.dumps(result, indent=1))
+    if result["moe"]:
+        med = statistics.median(r["frac_of_copy_bw"] for r in result["moe"])
+        log(f"median share of copy bandwidth over the MoE cases: {med:.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The seventh session's device calls (each <= 10 min).
+# Part "tile": the MoE tile path rebuilt (pairs sorted by expert into blocks by one align program, tl.dot per
+# block, INT4 decoded exactly with the scale after the dot): its GPU tests, then bench_moe_tile.py for this
+# checkout (tile configs swept at T = 16, 64, 256, 2048; the MoE at T = 8..2048; eager prefill of 256 and 2048
+# tokens through the 61-layer Kimi rank slice) and for the previous one (.old: `git archive 8c225e5` of the
+# package, carried; prefill of 256 only, the old tile path takes minutes at 2048).
+# Usage on the GPU machine, from the repo root:
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session7_round.sh tile
+source "$(dirname "$0")/gpu_stages.sh"
+collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
+case "${1:?tile}" in
+  tile)
+    TAIL=12 stage moe_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "moe or align"
+    TAIL=40 stage bench_new "${T_NEW:-260}" python benchmarks/bench_moe_tile.py --out "$OUT" --label new --sweep \
+      --prefill 256 2048
+    cp benchmarks/bench_moe_tile.py .old/benchmarks/
+    TAIL=20 stage bench_old "${T_OLD:-150}" env GIT_COMMIT=8c225e5 python .old/benchmarks/bench_moe_tile.py \
+      --out "$OUT" --label old --tokens 8 16 32 64 128 256 --gemv-max 0 --prefill 256 --prefill-iters 3
+    collect
+    ;;
+esac
