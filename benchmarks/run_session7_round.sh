@@ -5,11 +5,15 @@
 # checkout (tile configs swept at T = 16, 64, 256, 2048; the MoE at T = 8..2048; eager prefill of 256 and 2048
 # tokens through the 61-layer Kimi rank slice) and for the previous one (.old: `git archive 8c225e5` of the
 # package, carried; prefill of 256 only, the old tile path takes minutes at 2048).
+# Part "tile2": the tile path with its weight words prefetched by hand one scale group ahead (the first run
+# showed them loaded unpipelined, ~15% of copy bandwidth): tests, the sweep (merged into this machine's copy
+# of the sm_90 table, so the runs after it use it), the MoE at T = 8..2048 both paths (where they cross), the
+# prefill, then the Kimi-slice end-to-end run (prefill included) for this checkout and the previous one.
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session7_round.sh tile
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session7_round.sh tile|tile2
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
-case "${1:?tile}" in
+case "${1:?tile or tile2}" in
   tile)
     TAIL=12 stage moe_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe or align"
@@ -18,6 +22,18 @@ case "${1:?tile}" in
     cp benchmarks/bench_moe_tile.py .old/benchmarks/
     TAIL=20 stage bench_old "${T_OLD:-150}" env GIT_COMMIT=8c225e5 python .old/benchmarks/bench_moe_tile.py \
       --out "$OUT" --label old --tokens 8 16 32 64 128 256 --gemv-max 0 --prefill 256 --prefill-iters 3
+    collect
+    ;;
+  tile2)
+    TAIL=8 stage moe_tests "${T_TESTS:-120}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "moe or align"
+    TAIL=40 stage bench_new "${T_NEW:-220}" python benchmarks/bench_moe_tile.py --out "$OUT" --label new --sweep \
+      --gemv-max 256 --prefill 256 2048
+    python benchmarks/merge_sweep.py "$OUT/sweep_tile_table.json" sglang_eagle3/kernels/configs/sm_90.json
+    E2E=(benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 48 --repeat 3)
+    TAIL=8 stage e2e_new "${T_KIMI:-110}" python "${E2E[@]}" --out "$OUT/e2e_new.json"
+    TAIL=8 stage e2e_old "${T_KIMI:-110}" env GIT_COMMIT=8c225e5 python ".old/${E2E[0]}" "${E2E[@]:1}" \
+      --out "$OUT/e2e_old.json"
     collect
     ;;
 esac

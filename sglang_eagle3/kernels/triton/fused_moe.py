@@ -88,15 +88,14 @@ def _nibble_plane(packed, hi, magic, J: tl.constexpr, TRICK: tl.constexpr):
 
 
 @triton.jit
-def _int4_group(rows, n_ok, k0, magic, DTYPE: tl.constexpr, GROUP: tl.constexpr, TRICK: tl.constexpr):
-    """The [BLOCK_N, GROUP] tile of (q - 8) (times 16^(k % 8 % 5) with TRICK) of the packed rows `rows`
-    [BLOCK_N, 1] at columns k0 .. k0 + GROUP, in K order and in DTYPE, exactly (small integers times powers of
-    two). The 8 nibble planes of the group's words are interleaved back into K order by joins, in registers:
-    a thread's 8 nibbles of a word become its 8 consecutive k. The group's scale is applied to the dot's
-    result (one multiply per output, not per weight), so no weight is rounded."""
-    GW: tl.constexpr = GROUP // 8
-    BN: tl.constexpr = rows.shape[0]
-    packed = tl.load(rows + (k0 // 8 + tl.arange(0, GW))[None, :], mask=n_ok[:, None], other=0)
+def _int4_group(packed, magic, DTYPE: tl.constexpr, TRICK: tl.constexpr):
+    """The [BLOCK_N, 8 * GW] tile of (q - 8) (times 16^(k % 8 % 5) with TRICK) of one scale group's packed words
+    [BLOCK_N, GW], in K order and in DTYPE, exactly (small integers times powers of two). The 8 nibble planes
+    are interleaved back into K order by joins, in registers: a thread's 8 nibbles of a word become its 8
+    consecutive k. The group's scale is applied to the dot's result (one multiply per output, not per weight),
+    so no weight is rounded."""
+    BN: tl.constexpr = packed.shape[0]
+    GW: tl.constexpr = packed.shape[1]
     hi = packed >> 20
     w0 = _nibble_plane(packed, hi, magic, 0, TRICK)
     w1 = _nibble_plane(packed, hi, magic, 1, TRICK)
@@ -108,21 +107,7 @@ def _int4_group(rows, n_ok, k0, magic, DTYPE: tl.constexpr, GROUP: tl.constexpr,
     w7 = _nibble_plane(packed, hi, magic, 7, TRICK)
     # [BN, GW, 2, 2, 2] with nibble j = 4a + 2b + c at [.., a, b, c]: join appends the innermost axis
     w = tl.join(tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7)))
-    return tl.reshape(w, [BN, GROUP]).to(DTYPE)
-
-
-@triton.jit
-def _a_group(a_rows, row_ok, k0, K, BLOCK_K: tl.constexpr, TRICK: tl.constexpr):
-    """Activation columns k0 .. k0 + BLOCK_K of the block's rows [BLOCK_M, BLOCK_K]; with TRICK each column k
-    times 16^-(k % 8 % 5) (exact: a power of two), to meet _int4_group's planes."""
-    k = k0 + tl.arange(0, BLOCK_K)
-    a = tl.load(a_rows + k[None, :], mask=row_ok[:, None] & (k < K)[None, :], other=0.0)
-    if TRICK:
-        p = k % 8 % 5
-        f = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
-            p == 3, 1.0 / 4096, 1.0 / 65536))))  # 16^-p
-        a = (a.to(tl.float32) * f[None, :]).to(a.dtype)
-    return a
+    return tl.reshape(w, [BN, 8 * GW]).to(DTYPE)
 
 
 @triton.jit
@@ -136,24 +121,67 @@ def _dot_nt(a, w, INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _rows_times_weights(acc, a_rows, row_ok, w_rows, s_rows, n_ok, K, magic, INT4: tl.constexpr,
-                        GROUP: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
-                        DOT_PRECISION: tl.constexpr):
-    """acc [BLOCK_M, BLOCK_N] += a[rows, :K] @ W[n, :K]^T: W bf16 rows (w_rows [BLOCK_N, 1] pointers), or
-    packed INT4 rows of K/8 words with group scales (s_rows), one scale group per step."""
-    if INT4:
-        TRICK: tl.constexpr = a_rows.dtype.element_ty != tl.float16
-        for k0 in range(0, K, GROUP):
-            a = _a_group(a_rows, row_ok, k0, K, GROUP, TRICK)
-            w = _int4_group(w_rows, n_ok, k0, magic, a.dtype, GROUP, TRICK)
-            scale = tl.load(s_rows + k0 // GROUP, mask=n_ok[:, None], other=0.0).to(tl.float32)  # [BLOCK_N, 1]
-            acc += _dot_nt(a, w, INTERPRET, DOT_PRECISION) * tl.trans(scale)
-    else:
-        for k0 in range(0, K, BLOCK_K):
-            a = _a_group(a_rows, row_ok, k0, K, BLOCK_K, False)
-            k = k0 + tl.arange(0, BLOCK_K)
-            w = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & (k < K)[None, :], other=0.0)
-            acc += _dot_nt(a, w, INTERPRET, DOT_PRECISION)
+def _int4_rows_times_weights(a_rows, row_ok, w_rows, s_rows, w2_rows, s2_rows, n_ok, K, magic,
+                             BLOCK_M: tl.constexpr, GROUP: tl.constexpr, TWO: tl.constexpr,
+                             INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """(a[rows, :K] @ W^T, a[rows, :K] @ W2^T if TWO else zeros), [BLOCK_M, BLOCK_N] fp32 each, over packed
+    INT4 rows (w_rows, w2_rows [BLOCK_N, 1] pointers to K/8 words) and their group scales (s_rows, s2_rows),
+    one scale group a step (K a multiple of GROUP). The next group's words, scales and activations are loaded
+    before this group's arithmetic (Triton's pipeliner leaves loads that do not feed a tl.dot directly alone),
+    so every program keeps two groups in flight. With TRICK (not for fp16: see _nibble_plane) the
+    activations are scaled by 16^-(k % 8 % 5) (exact) to meet the weights' nibble planes."""
+    TRICK: tl.constexpr = a_rows.dtype.element_ty != tl.float16
+    GW: tl.constexpr = GROUP // 8
+    BN: tl.constexpr = w_rows.shape[0]
+    kk = tl.arange(0, GROUP)
+    if TRICK:
+        p = kk % 8 % 5
+        f = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
+            p == 3, 1.0 / 4096, 1.0 / 65536))))[None, :]  # 16^-p
+    a_ptrs = a_rows + kk[None, :]
+    words = tl.arange(0, GW)[None, :]
+    w_ptrs = w_rows + words
+    w_mask = n_ok[:, None]
+    a_mask = row_ok[:, None]
+    a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+    pk = tl.load(w_ptrs, mask=w_mask, other=0)
+    sc = tl.load(s_rows, mask=w_mask, other=0.0)
+    if TWO:
+        w2_ptrs = w2_rows + words
+        pk2 = tl.load(w2_ptrs, mask=w_mask, other=0)
+        sc2 = tl.load(s2_rows, mask=w_mask, other=0.0)
+    acc = tl.zeros([BLOCK_M, BN], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_M, BN], dtype=tl.float32)
+    for k0 in range(0, K, GROUP):
+        g_next = tl.minimum(k0 // GROUP + 1, K // GROUP - 1)  # past the end: the last group again (no effect)
+        a_next = tl.load(a_ptrs + g_next * GROUP, mask=a_mask, other=0.0)
+        pk_next = tl.load(w_ptrs + g_next * GW, mask=w_mask, other=0)
+        sc_next = tl.load(s_rows + g_next, mask=w_mask, other=0.0)
+        if TRICK:
+            a = (a.to(tl.float32) * f).to(a.dtype)
+        acc += _dot_nt(a, _int4_group(pk, magic, a.dtype, TRICK), INTERPRET, DOT_PRECISION) * tl.trans(
+            sc.to(tl.float32))
+        if TWO:
+            pk2_next = tl.load(w2_ptrs + g_next * GW, mask=w_mask, other=0)
+            sc2_next = tl.load(s2_rows + g_next, mask=w_mask, other=0.0)
+            acc2 += _dot_nt(a, _int4_group(pk2, magic, a.dtype, TRICK), INTERPRET, DOT_PRECISION) * tl.trans(
+                sc2.to(tl.float32))
+            pk2, sc2 = pk2_next, sc2_next
+        a, pk, sc = a_next, pk_next, sc_next
+    return acc, acc2
+
+
+@triton.jit
+def _bf16_rows_times_weights(a_rows, row_ok, w_rows, n_ok, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                             INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """a[rows, :K] @ W^T [BLOCK_M, BLOCK_N] fp32 over bf16 (or x.dtype) weight rows; Triton pipelines these
+    loads (they feed the dot)."""
+    acc = tl.zeros([BLOCK_M, w_rows.shape[0]], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_rows + k[None, :], mask=row_ok[:, None] & (k < K)[None, :], other=0.0)
+        w = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & (k < K)[None, :], other=0.0)
+        acc += _dot_nt(a, w, INTERPRET, DOT_PRECISION)
     return acc
 
 
@@ -188,11 +216,15 @@ def moe_gate_up_kernel(
         x_rows = x_ptr + (pairs // TOP_K).to(tl.int64)[:, None] * stride_xt
         gate_rows = w13_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
         gate_scales = s13_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
-        zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        g = _rows_times_weights(zero, x_rows, row_ok, gate_rows, gate_scales, n_ok, H, magic, INT4, GROUP,
-                                BLOCK_K, INTERPRET, DOT_PRECISION)
-        u = _rows_times_weights(zero, x_rows, row_ok, gate_rows + I * stride_wn, gate_scales + I * stride_sn,
-                                n_ok, H, magic, INT4, GROUP, BLOCK_K, INTERPRET, DOT_PRECISION)
+        up_rows = gate_rows + I * stride_wn
+        if INT4:
+            g, u = _int4_rows_times_weights(x_rows, row_ok, gate_rows, gate_scales, up_rows, gate_scales + I * stride_sn,
+                                            n_ok, H, magic, BLOCK_M, GROUP, True, INTERPRET, DOT_PRECISION)
+        else:
+            g = _bf16_rows_times_weights(x_rows, row_ok, gate_rows, n_ok, H, BLOCK_M, BLOCK_K, INTERPRET,
+                                         DOT_PRECISION)
+            u = _bf16_rows_times_weights(x_rows, row_ok, up_rows, n_ok, H, BLOCK_M, BLOCK_K, INTERPRET,
+                                         DOT_PRECISION)
         tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + n_offs[None, :],
                  (g * tl.sigmoid(g) * u).to(act_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
 
@@ -212,11 +244,15 @@ def moe_down_kernel(
         e = tl.load(block_expert_ptr + tl.program_id(0)).to(tl.int64)
         n_offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = n_offs < H
-        acc = _rows_times_weights(
-            tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), act_ptr + pairs.to(tl.int64)[:, None] * stride_at,
-            row_ok, w2_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn,
-            s2_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn, n_ok, I, magic, INT4, GROUP,
-            BLOCK_K, INTERPRET, DOT_PRECISION)
+        a_rows = act_ptr + pairs.to(tl.int64)[:, None] * stride_at
+        w_rows = w2_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
+        if INT4:
+            s_rows = s2_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
+            acc, _ = _int4_rows_times_weights(a_rows, row_ok, w_rows, s_rows, w_rows, s_rows, n_ok, I, magic,
+                                              BLOCK_M, GROUP, False, INTERPRET, DOT_PRECISION)
+        else:
+            acc = _bf16_rows_times_weights(a_rows, row_ok, w_rows, n_ok, I, BLOCK_M, BLOCK_K, INTERPRET,
+                                           DOT_PRECISION)
         route_w = tl.load(topk_w_ptr + pairs, mask=row_ok, other=0.0)
         tl.store(out_ptr + pairs.to(tl.int64)[:, None] * stride_ot + n_offs[None, :],
                  acc * route_w[:, None], mask=row_ok[:, None] & n_ok[None, :])
