@@ -9,11 +9,12 @@
 # showed them loaded unpipelined, ~15% of copy bandwidth): tests, the sweep (merged into this machine's copy
 # of the sm_90 table, so the runs after it use it), the MoE at T = 8..2048 both paths (where they cross), the
 # prefill, then the Kimi-slice end-to-end run (prefill included) for this checkout and the previous one.
+# Part "suite": the whole single-GPU suite in one call (the MoE GEMV path now serves up to 128 tokens).
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session7_round.sh tile|tile2
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session7_round.sh tile|tile2|suite
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
-case "${1:?tile or tile2}" in
+case "${1:?tile, tile2 or suite}" in
   tile)
     TAIL=12 stage moe_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe or align"
@@ -34,6 +35,12 @@ case "${1:?tile or tile2}" in
     TAIL=8 stage e2e_new "${T_KIMI:-110}" python "${E2E[@]}" --out "$OUT/e2e_new.json"
     TAIL=8 stage e2e_old "${T_KIMI:-110}" env GIT_COMMIT=8c225e5 python ".old/${E2E[0]}" "${E2E[@]:1}" \
       --out "$OUT/e2e_old.json"
+    collect
+    ;;
+  suite)
+    TAIL=40 stage gpu_tests "${T_TESTS:-540}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      --durations=12 tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py \
+      tests/gpu
     collect
     ;;
 esac

@@ -39,7 +39,12 @@ from sglang_eagle3.kernels.triton.fused_moe import (
 BLOCK_M = 16  # tile path: pairs per block of one expert (the dot's M), unless the gate_up config's "BLOCK_M" says
 ALIGN_CHUNK = 1024  # pairs (and blocks) moe_align_kernel's one program handles per step
 SUM_BLOCK = 1024
-GEMV_MAX_TOKENS = 8  # INT4 GEMV path up to this many tokens (decode and verify of up to 7 draft tokens)
+# INT4 GEMV path up to this many tokens (decode, verify, and batches of them), the tile path above. Measured on
+# the H200 at Kimi TP=8 rank shapes (bench_moe_tile.py, benchmarks/results/h200/moe_tile_new_d7c1b3d.json): GEMV
+# / tile 135 / 366 us at T=16, 506 / 900 at 64, 1001 / 1129 at 128, 1987 / 1232 at 256. The GEMV decodes a weight
+# once per pair, the tile path once per expert, so the crossover moves up with the ALU:bandwidth ratio
+# (the RTX PRO 6000's is higher than the H200's).
+GEMV_MAX_TOKENS = 128
 # gate_up of the GEMV path: one program per (pair, N block), pairs sharing an expert in parallel (True), or the
 # expert's first pair doing all of them in turn (False); a config's "PER_PAIR" overrides it.
 GEMV_PER_PAIR = True

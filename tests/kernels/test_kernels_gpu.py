@@ -9,6 +9,7 @@ element the kernel never writes shows up as NaN, which no bound accepts.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from pathlib import Path
@@ -352,18 +353,22 @@ def _ref_int4_chunked(x, p13, s13, p2, s2, topk_w, ids, add=None, chunk=32):
     return torch.cat(outs)
 
 
-@pytest.mark.parametrize("T,skew", [(9, False), (24, True), (100, False), (256, False), (1000, True)])
-def test_fused_moe_int4_tile_vs_reference(int4_weights, T, skew):
-    """The tile path (the launcher's choice above 8 tokens) at batched-verify and prefill sizes, the shared
-    experts' output added in its final store."""
+@pytest.mark.parametrize("T,skew,path", [(9, False, "tile"), (24, True, "tile"), (100, False, "gemv"),
+                                         (100, False, "tile"), (128, True, "gemv"), (256, False, None),
+                                         (1000, True, None)])
+def test_fused_moe_int4_large_batch_vs_reference(int4_weights, T, skew, path):
+    """Both INT4 paths at batched-verify and prefill sizes (None: the launcher's choice, the tile path above
+    GEMV_MAX_TOKENS), the shared experts' output added in the final store."""
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
     p13, s13, p2, s2 = int4_weights
     x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
     shared = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.1
     topk_w, ids = routing(T, skew, 3000 + T)
     poison_allocator()
-    out = kernels.fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, add=shared)
+    out = triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared, path=path)
     err = rel_err(out, _ref_int4_chunked(x, p13, s13, p2, s2, topk_w, ids, shared))
-    assert err < 1e-2, f"INT4 tile MoE rel err {err} ({T=} {skew=})"
+    assert err < 1e-2, f"INT4 MoE rel err {err} ({T=} {skew=} {path=})"
 
 
 @pytest.mark.parametrize("T", [12, 40])
@@ -389,19 +394,23 @@ def test_fused_moe_int4_tile_token_independent_of_batch(int4_weights, T):
 def test_fused_moe_int4_tile_graph_replay(int4_weights):
     """The tile path captured in a CUDA graph (its routing plan built inside the graph) replays new routing
     and inputs as eager computes them."""
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
     p13, s13, p2, s2 = int4_weights
     T = 24
     x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
     topk_w, ids = routing(T, False, 5000)
-    out = kernels.fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids)  # compile outside capture
+    moe = functools.partial(triton_fused_moe_int4, w13_packed=p13, w13_scale=s13, w2_packed=p2, w2_scale=s2,
+                            path="tile")
+    out = moe(x, topk_weights=topk_w, topk_ids=ids)  # compile outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = kernels.fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids)
+        out = moe(x, topk_weights=topk_w, topk_ids=ids)
     new_w, new_ids = routing(T, True, 5001)
     x.copy_(torch.randn_like(x))
     topk_w.copy_(new_w)
     ids.copy_(new_ids)
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, kernels.fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids))
+    assert torch.equal(out, moe(x, topk_weights=topk_w, topk_ids=ids))
