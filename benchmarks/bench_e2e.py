@@ -136,6 +136,7 @@ def kimi_slice(a) -> dict:
     class _Engine:  # the few Engine methods _timed_generate uses, over one ModelWorker
         def __init__(self, worker):
             self.w = worker
+            self.first_steps: list[float] = []  # seconds of each request's first step: its prefill
 
         def generate(self, input_ids, sampling_params):
             from sglang_eagle3.runtime.request import Request
@@ -146,8 +147,12 @@ def kimi_slice(a) -> dict:
                     for i, p in enumerate(input_ids if batch else [input_ids])]
             for r in reqs:
                 self.w.add(r)
+            t0, first = time.perf_counter(), True
             while self.w.has_work():
                 self.w.step()
+                if first:  # one request at a time: the first step is its prefill (and draft extend)
+                    self.first_steps.append(time.perf_counter() - t0)
+                    first = False
             res = [{"output_ids": r.output_ids, "meta_info": {"completion_tokens": len(r.output_ids),
                                                               "spec_verify_ct": r.verify_ct}} for r in reqs]
             return res if batch else res[0]
@@ -165,13 +170,16 @@ def kimi_slice(a) -> dict:
                 "num_pages": ctx // 16 + 4, "eos": ()}
         worker = ModelWorker(dataclasses.replace(args, page_size=16), plan, torch.device("cuda"),
                              models=(target, draft if k else None))
-        r = _timed_generate(_Engine(worker), prompts, params, input_ids=True, repeat=a.repeat)
+        engine = _Engine(worker)
+        r = _timed_generate(engine, prompts, params, input_ids=True, repeat=a.repeat)
+        r["prefill_ms"] = round(statistics.median(engine.first_steps[1:]) * 1e3, 2)  # [0]: the warm-up's
         base_tps = base_tps or r["tok_per_s"]
         r.update(name=name, speedup=r["tok_per_s"] / base_tps, pinned_accept_length=acc,
                  forward_counts=worker.runner.stats.as_dict())
         out["runs"].append(r)
         print(f"{name}: {_rate(r)} ({r['speedup']:.2f}x)"
-              + (f", accept length {r['accept_length']:.2f}" if r["accept_length"] else ""), flush=True)
+              + (f", accept length {r['accept_length']:.2f}" if r["accept_length"] else "")
+              + f", prefill (first step) {r['prefill_ms']} ms", flush=True)
         del worker
         torch.cuda.empty_cache()
     return out

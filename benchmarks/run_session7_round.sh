@@ -10,11 +10,13 @@
 # of the sm_90 table, so the runs after it use it), the MoE at T = 8..2048 both paths (where they cross), the
 # prefill, then the Kimi-slice end-to-end run (prefill included) for this checkout and the previous one.
 # Part "suite": the whole single-GPU suite in one call (the MoE GEMV path now serves up to 128 tokens).
+# Part "e2e": the Kimi-slice end-to-end run (bench_e2e.py of this checkout, now also timing each request's first
+# step, its prefill) for the previous checkout and this one, alternating, twice each, the GPU's clocks logged.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session7_round.sh tile|tile2|suite
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
-case "${1:?tile, tile2 or suite}" in
+case "${1:?tile, tile2, suite or e2e}" in
   tile)
     TAIL=12 stage moe_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe or align"
@@ -35,6 +37,19 @@ case "${1:?tile, tile2 or suite}" in
     TAIL=8 stage e2e_new "${T_KIMI:-110}" python "${E2E[@]}" --out "$OUT/e2e_new.json"
     TAIL=8 stage e2e_old "${T_KIMI:-110}" env GIT_COMMIT=8c225e5 python ".old/${E2E[0]}" "${E2E[@]:1}" \
       --out "$OUT/e2e_old.json"
+    collect
+    ;;
+  e2e)
+    cp benchmarks/bench_e2e.py .old/benchmarks/
+    E2E=(--kimi-slice --num-prompts 2 --max-new-tokens 48 --repeat 3)
+    clocks() { nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader; }
+    for i in 1 2; do
+      clocks
+      TAIL=5 stage "e2e_old_$i" "${T_KIMI:-110}" env GIT_COMMIT=8c225e5 python .old/benchmarks/bench_e2e.py \
+        "${E2E[@]}" --out "$OUT/e2e_old_$i.json"
+      clocks
+      TAIL=5 stage "e2e_new_$i" "${T_KIMI:-110}" python benchmarks/bench_e2e.py "${E2E[@]}" --out "$OUT/e2e_new_$i.json"
+    done
     collect
     ;;
   suite)
