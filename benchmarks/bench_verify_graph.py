@@ -112,9 +112,10 @@ def parse_env_variant(text: str) -> dict[str, str]:
 
 
 @torch.inference_mode()
-def time_case(runner: ModelRunner, ctx: int, T: int, pages: list[int], eager_iters: int, graph_iters: int):
-    """(eager ms, graph ms) of one request with `ctx` cached tokens and T new ones."""
-    bt = runner.build([(list(range(100, 100 + T)), ctx, pages)])
+def time_case(runner: ModelRunner, ctx: int, T: int, pages: list[list[int]], eager_iters: int, graph_iters: int):
+    """(eager ms, graph ms) of len(pages) requests (each its own page list), each with `ctx` cached tokens and T
+    new ones."""
+    bt = runner.build([(list(range(100 + b, 100 + b + T)), ctx, p) for b, p in enumerate(pages)])
     graph_runner = runner.target_verify if T > 1 else runner.target_decode
     inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
                   seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
@@ -144,6 +145,8 @@ def main() -> None:
                          "as it is: e.g. '' 'SGLANG_EAGLE3_PDL=0' 'SGLANG_EAGLE3_PDL_SKIP=moe,gemv'")
     ap.add_argument("--backends", nargs="+", default=["triton", "torch"],
                     help="kernel paths to time: triton (ours) and/or torch (references)")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="requests a step (each with the context and T new tokens): MoE batches of batch x T tokens")
     ap.add_argument("--eager-iters", type=int, default=5)
     ap.add_argument("--graph-iters", type=int, default=30)
     ap.add_argument("--out", default=None)
@@ -189,9 +192,9 @@ def main() -> None:
             if variant is not None:
                 model.model.set_overlaps(Overlaps.parse(variant))
             torch.cuda.empty_cache()
-            runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=max_ctx // page_size + 4,
+            runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=args.batch * (max_ctx // page_size) + 4,
                                  page_size=page_size, max_context=max_ctx, device=torch.device("cuda"),
-                                 dtype=torch.bfloat16, use_cuda_graph=True, cuda_graph_max_bs=1,
+                                 dtype=torch.bfloat16, use_cuda_graph=True, cuda_graph_max_bs=args.batch,
                                  verify_widths=tuple(Ts[1:]), attention_backend=backend, moe_backend=backend)
             for kv in runner.target_kv.layers:
                 kv.normal_()
@@ -200,7 +203,8 @@ def main() -> None:
             capture_s = time.perf_counter() - t0
             graph_mib = sum(r["capture_mib"] for r in runner.graph_report().values())
             print(f"[{label}] captured {len(Ts)} graphs in {capture_s:.1f} s ({graph_mib:.0f} MiB)", flush=True)
-            pages = list(range(1, max_ctx // page_size + 1))
+            per_req = max_ctx // page_size
+            pages = [list(range(1 + b * per_req, 1 + (b + 1) * per_req)) for b in range(args.batch)]
             for ctx in args.contexts:
                 for T in timed_Ts:
                     moe_inputs.clear()
@@ -209,17 +213,17 @@ def main() -> None:
                         len(set(ref_moe_topk(lg, None, top_k=8, n_group=1, topk_group=1)[1].flatten().tolist()))
                         for lg in (x.reshape(-1, x.shape[-1]).float() @ m.gate.weight.float().t()
                                    for m, x in moe_inputs[: len(hooks)]))
-                    kv_bytes = (ctx + T) * cfg.kv_cache_dim * 2 * cfg.num_hidden_layers
+                    kv_bytes = args.batch * (ctx + T) * cfg.kv_cache_dim * 2 * cfg.num_hidden_layers
                     floor_bytes = other_bytes + distinct * one_expert + kv_bytes
                     floor = floor_bytes / (bw * 1e9) * 1e3
                     case = {"backend": backend, "overlaps": variant or env_overlap, "env": env_set,
-                            "context": ctx, "T": T,
+                            "context": ctx, "T": T, "batch": args.batch,
                             "eager_ms": round(eager, 3),
                             "graph_ms": round(graph, 3), "floor_ms": round(floor, 3),
                             "graph_over_floor": round(graph / floor, 2), "eager_over_graph": round(eager / graph, 1),
                             "distinct_experts": distinct, "floor_gb": round(floor_bytes / 1e9, 3)}
                     results["cases"].append(case)
-                    print(f"[{label}] ctx {ctx:5d} T={T}: eager {eager:8.2f} ms  graph {graph:7.2f} ms  "
+                    print(f"[{label}] B={args.batch} ctx {ctx:5d} T={T}: eager {eager:8.2f} ms  graph {graph:7.2f} ms  "
                           f"floor {floor:5.2f} ms  graph/floor {graph / floor:5.2f}  eager/graph {eager / graph:5.1f}"
                           f"  ({distinct} expert loads)", flush=True)
             results.setdefault("capture", {})[label] = {"seconds": round(capture_s, 2), "graph_mib": graph_mib}

@@ -10,13 +10,16 @@
 # of the sm_90 table, so the runs after it use it), the MoE at T = 8..2048 both paths (where they cross), the
 # prefill, then the Kimi-slice end-to-end run (prefill included) for this checkout and the previous one.
 # Part "suite": the whole single-GPU suite in one call (the MoE GEMV path now serves up to 128 tokens).
+# Part "batch": the 61-layer step at 4 requests a step (bench_verify_graph.py --batch 4, T = 1, 2, 4: MoE batches
+# of 4, 8 and 16 tokens), the previous checkout then this one (the INT4 MoE at 16 tokens: tile path before, GEMV
+# path now; at 4 and 8 tokens both run the GEMV path: the control).
 # Part "e2e": the Kimi-slice end-to-end run (bench_e2e.py of this checkout, now also timing each request's first
 # step, its prefill) for the previous checkout and this one, alternating, twice each, the GPU's clocks logged.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session7_round.sh tile|tile2|suite
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
-case "${1:?tile, tile2, suite or e2e}" in
+case "${1:?tile, tile2, suite, e2e or batch}" in
   tile)
     TAIL=12 stage moe_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe or align"
@@ -50,6 +53,15 @@ case "${1:?tile, tile2, suite or e2e}" in
       clocks
       TAIL=5 stage "e2e_new_$i" "${T_KIMI:-110}" python benchmarks/bench_e2e.py "${E2E[@]}" --out "$OUT/e2e_new_$i.json"
     done
+    collect
+    ;;
+  batch)
+    cp benchmarks/bench_verify_graph.py .old/benchmarks/
+    STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 2 4 --batch 4 --eager-iters 1 --graph-iters 20)
+    TAIL=6 stage step_b4_old "${T_STEP:-170}" env GIT_COMMIT=8c225e5 python .old/benchmarks/bench_verify_graph.py \
+      "${STEP[@]}" --out "$OUT/step_b4_old.json"
+    TAIL=6 stage step_b4_new "${T_STEP:-170}" python benchmarks/bench_verify_graph.py "${STEP[@]}" \
+      --out "$OUT/step_b4_new.json"
     collect
     ;;
   suite)
