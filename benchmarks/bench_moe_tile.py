@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import statistics
 import sys
@@ -119,7 +120,7 @@ def sweep_part(out: Path, tokens: list[int]) -> dict:
 
 
 @torch.inference_mode()
-def prefill_part(record, lengths: list[int], layers: int, iters: int) -> None:
+def prefill_part(record, lengths: list[int], layers: int, iters: int, uniform: bool) -> None:
     import importlib.util
 
     from sglang_eagle3.distributed.parallel_state import init_tp
@@ -139,23 +140,31 @@ def prefill_part(record, lengths: list[int], layers: int, iters: int) -> None:
     runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=max_ctx // page + 4, page_size=page,
                          max_context=max_ctx, device=torch.device("cuda"), dtype=torch.bfloat16, use_cuda_graph=False,
                          cuda_graph_max_bs=1, verify_widths=(2,), attention_backend="triton", moe_backend="triton")
-    for n in lengths:
-        ids = [(7 * i + 3) % 20000 for i in range(n)]
-        bt = runner.build([(ids, 0, list(range(1, n // page + 2)))])
-        runner.target_extend(bt)  # compile / tune
+    routing = bvg.UniformRouting(EXPERTS) if uniform else contextlib.nullcontext()
+    with routing:
+        for n in lengths:
+            _prefill_one(record, runner, bvg, n, layers, iters, page, uniform)
+
+
+def _prefill_one(record, runner, bvg, n: int, layers: int, iters: int, page: int, uniform: bool) -> None:
+    """One prompt of n tokens: median ms of eager prefills, and the profiler's kernel ms by family."""
+    ids = [(7 * i + 3) % 20000 for i in range(n)]
+    bt = runner.build([(ids, 0, list(range(1, n // page + 2)))])
+    runner.target_extend(bt)  # compile / tune
+    torch.cuda.synchronize()
+    ms = bvg.median_ms(lambda bt=bt: runner.target_extend(bt), iters)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        runner.target_extend(bt)
         torch.cuda.synchronize()
-        ms = bvg.median_ms(lambda bt=bt: runner.target_extend(bt), iters)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            runner.target_extend(bt)
-            torch.cuda.synchronize()
-        fams: dict[str, float] = collections.defaultdict(float)
-        for ev in prof.events():
-            if ev.device_type == torch.autograd.DeviceType.CUDA:
-                fams[family(ev.name)] += ev.device_time / 1e3  # ms
-        fams = {k: round(v, 2) for k, v in sorted(fams.items(), key=lambda kv: -kv[1])}
-        record("prefill", {"tokens": n, "layers": layers, "ms": round(ms, 2), "tok_per_s": round(n / ms * 1e3, 1),
-                           "kernel_ms_by_family": fams})
-        log(f"prefill {n:5d} tokens, {layers} layers: {ms:8.1f} ms ({n / ms * 1e3:8.0f} tok/s); kernels {fams}")
+    fams: dict[str, float] = collections.defaultdict(float)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            fams[family(ev.name)] += ev.device_time / 1e3  # ms
+    fams = {k: round(v, 2) for k, v in sorted(fams.items(), key=lambda kv: -kv[1])}
+    record("prefill", {"tokens": n, "layers": layers, "ms": round(ms, 2), "tok_per_s": round(n / ms * 1e3, 1),
+                       "routing": "uniform" if uniform else "the random router's own",
+                       "kernel_ms_by_family": fams})
+    log(f"prefill {n:5d} tokens, {layers} layers: {ms:8.1f} ms ({n / ms * 1e3:8.0f} tok/s); kernels {fams}")
 
 
 def main() -> None:
@@ -167,6 +176,8 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-tokens", type=int, nargs="+", default=[16, 64, 256, 2048])
     ap.add_argument("--prefill", type=int, nargs="*", default=[])
+    ap.add_argument("--uniform-routing", action="store_true",
+                    help="prefill with experts drawn uniformly (bench_verify_graph.UniformRouting)")
     ap.add_argument("--layers", type=int, default=61)
     ap.add_argument("--prefill-iters", type=int, default=5)
     args = ap.parse_args()
@@ -204,7 +215,7 @@ def main() -> None:
         log(f"moe done at {time.time() - t0:.0f}s")
     if args.prefill:
         try:
-            prefill_part(record, args.prefill, args.layers, args.prefill_iters)
+            prefill_part(record, args.prefill, args.layers, args.prefill_iters, args.uniform_routing)
         except Exception:
             log("prefill failed:\n" + traceback.format_exc())
         log(f"prefill done at {time.time() - t0:.0f}s")

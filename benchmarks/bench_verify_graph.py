@@ -100,6 +100,36 @@ def expert_bytes(model) -> tuple[int, int]:
     return other, per_expert
 
 
+class UniformRouting:
+    """Replaces the routing of every MoE layer (kernels.moe_topk, looked up at call time) by experts drawn
+    uniformly without replacement, new ones each call and each graph replay (torch's CUDA RNG is graph-safe);
+    the routing weights stay the real ones. Random weights route a batch's tokens to nearly the same experts
+    (the slice's T=4 verify: ~10 distinct experts a layer), a trained model spreads them (load balancing): this
+    measures a batch's MoE at that spread. ``ids`` keeps the ids of eager calls (not captured ones), for the
+    floor."""
+
+    def __init__(self, num_experts: int):
+        import sglang_eagle3.kernels as kernels_mod
+
+        self.module, self.original, self.E = kernels_mod, kernels_mod.moe_topk, num_experts
+        self.ids: list[torch.Tensor] = []
+
+    def __enter__(self):
+        def routed(router_logits, *args, top_k, **kw):
+            weights, _ = self.original(router_logits, *args, top_k=top_k, **kw)
+            ids = torch.rand(router_logits.shape[0], self.E, device=router_logits.device).topk(top_k).indices
+            ids = ids.to(torch.int32)
+            if not (ids.is_cuda and torch.cuda.is_current_stream_capturing()):
+                self.ids.append(ids)
+            return weights, ids
+
+        self.module.moe_topk = routed
+        return self
+
+    def __exit__(self, *exc):
+        self.module.moe_topk = self.original
+
+
 def parse_env_variant(text: str) -> dict[str, str]:
     """'A=1 B=x' -> {'A': '1', 'B': 'x'} (--env-variants)."""
     pairs = {}
@@ -147,6 +177,9 @@ def main() -> None:
                     help="kernel paths to time: triton (ours) and/or torch (references)")
     ap.add_argument("--batch", type=int, default=1,
                     help="requests a step (each with the context and T new tokens): MoE batches of batch x T tokens")
+    ap.add_argument("--uniform-routing", action="store_true",
+                    help="experts drawn uniformly at random each step (a trained model's load-balanced spread; "
+                         "random weights route a batch to nearly the same few experts)")
     ap.add_argument("--eager-iters", type=int, default=5)
     ap.add_argument("--graph-iters", type=int, default=30)
     ap.add_argument("--out", default=None)
@@ -182,6 +215,8 @@ def main() -> None:
     variants = args.overlap_variants or [None]
     timed_Ts = args.tokens or Ts
     env_variants = args.env_variants or [""]
+    uniform = UniformRouting(args.experts).__enter__() if args.uniform_routing else None
+    results["routing"] = "uniform (drawn each step)" if uniform else "the random router's own"
     for backend, variant, env_set in [(b, v, e) for b in args.backends for v in variants for e in env_variants]:
         runner = None
         label = backend if variant is None else f"{backend} overlap={variant}"
@@ -208,11 +243,16 @@ def main() -> None:
             for ctx in args.contexts:
                 for T in timed_Ts:
                     moe_inputs.clear()
+                    if uniform:
+                        uniform.ids.clear()
                     eager, graph = time_case(runner, ctx, T, pages, args.eager_iters, args.graph_iters)
-                    distinct = sum(  # expert loads of this step, from the first (eager) run's routing
-                        len(set(ref_moe_topk(lg, None, top_k=8, n_group=1, topk_group=1)[1].flatten().tolist()))
-                        for lg in (x.reshape(-1, x.shape[-1]).float() @ m.gate.weight.float().t()
-                                   for m, x in moe_inputs[: len(hooks)]))
+                    if uniform:  # expert loads of the first (eager) run's drawn routing
+                        distinct = sum(len(set(ids.flatten().tolist())) for ids in uniform.ids[: len(hooks)])
+                    else:  # expert loads of this step, from the first (eager) run's routing
+                        distinct = sum(
+                            len(set(ref_moe_topk(lg, None, top_k=8, n_group=1, topk_group=1)[1].flatten().tolist()))
+                            for lg in (x.reshape(-1, x.shape[-1]).float() @ m.gate.weight.float().t()
+                                       for m, x in moe_inputs[: len(hooks)]))
                     kv_bytes = args.batch * (ctx + T) * cfg.kv_cache_dim * 2 * cfg.num_hidden_layers
                     floor_bytes = other_bytes + distinct * one_expert + kv_bytes
                     floor = floor_bytes / (bw * 1e9) * 1e3

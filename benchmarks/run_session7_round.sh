@@ -13,13 +13,16 @@
 # Part "batch": the 61-layer step at 4 requests a step (bench_verify_graph.py --batch 4, T = 1, 2, 4: MoE batches
 # of 4, 8 and 16 tokens), the previous checkout then this one (the INT4 MoE at 16 tokens: tile path before, GEMV
 # path now; at 4 and 8 tokens both run the GEMV path: the control).
+# Part "uniform": the same with experts drawn uniformly each step (--uniform-routing: the random router sends a
+# batch to ~10-16 experts a layer, a trained model spreads it), then the eager prefill likewise (256 and 2048
+# tokens this checkout, 256 the previous one).
 # Part "e2e": the Kimi-slice end-to-end run (bench_e2e.py of this checkout, now also timing each request's first
 # step, its prefill) for the previous checkout and this one, alternating, twice each, the GPU's clocks logged.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session7_round.sh tile|tile2|suite
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
-case "${1:?tile, tile2, suite, e2e or batch}" in
+case "${1:?tile, tile2, suite, e2e, batch or uniform}" in
   tile)
     TAIL=12 stage moe_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe or align"
@@ -62,6 +65,20 @@ case "${1:?tile, tile2, suite, e2e or batch}" in
       "${STEP[@]}" --out "$OUT/step_b4_old.json"
     TAIL=6 stage step_b4_new "${T_STEP:-170}" python benchmarks/bench_verify_graph.py "${STEP[@]}" \
       --out "$OUT/step_b4_new.json"
+    collect
+    ;;
+  uniform)
+    cp benchmarks/bench_verify_graph.py benchmarks/bench_moe_tile.py .old/benchmarks/
+    STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 2 4 --batch 4 --eager-iters 1 --graph-iters 20
+          --uniform-routing)
+    TAIL=6 stage step_b4u_old "${T_STEP:-150}" env GIT_COMMIT=8c225e5 python .old/benchmarks/bench_verify_graph.py \
+      "${STEP[@]}" --out "$OUT/step_b4u_old.json"
+    TAIL=6 stage step_b4u_new "${T_STEP:-150}" python benchmarks/bench_verify_graph.py "${STEP[@]}" \
+      --out "$OUT/step_b4u_new.json"
+    TAIL=4 stage prefill_u_new "${T_PRE:-120}" python benchmarks/bench_moe_tile.py --out "$OUT" --label new_uniform \
+      --tokens --prefill 256 2048 --uniform-routing
+    TAIL=4 stage prefill_u_old "${T_PRE:-120}" env GIT_COMMIT=8c225e5 python .old/benchmarks/bench_moe_tile.py \
+      --out "$OUT" --label old_uniform --tokens --prefill 256 --prefill-iters 3 --uniform-routing
     collect
     ;;
   suite)
