@@ -30,13 +30,16 @@ import time
 
 import torch
 
-from sglang_eagle3.bench.harness import git_commit
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # this checkout's package, also when run from another tree's copy
+
+import sglang_eagle3  # noqa: E402
+from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 
 
 def _provenance(device: str) -> dict:
     return {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
+            "package": os.path.dirname(sglang_eagle3.__file__),  # what ran (GIT_COMMIT: what was sent)
             "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
             "cpu_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -32,6 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import sglang_eagle3  # noqa: E402
 from benchmarks.bench_kernels import (  # noqa: E402
     EXPERTS,
     copy_bandwidth,
@@ -186,7 +187,9 @@ def main() -> None:
     ways = copy_bandwidth()
     copy_gbps = max(ways.values())
     arch, sms, name = tuning.device_key(torch.cuda.current_device())
-    result = {"command": "python " + " ".join(sys.argv), "git_commit": git_commit(), "label": args.label,
+    result = {"command": "python " + " ".join(sys.argv), "git_commit": git_commit(),
+              "package": str(Path(sglang_eagle3.__file__).parent),
+              "label": args.label,
               "gpu": name, "arch": arch, "torch": torch.__version__, "triton": __import__("triton").__version__,
               "copy_gbps": round(copy_gbps, 1),
               "method": "MoE: CUDA graph of 16 calls over rotated routings (weights 1.2 GB, past the L2), median of "

@@ -25,14 +25,17 @@ import time
 
 import torch
 
-from sglang_eagle3 import env, kernels
-from sglang_eagle3.bench.harness import git_commit
-from sglang_eagle3.config import ModelConfig, RopeConfig
-from sglang_eagle3.distributed.parallel_state import init_tp
-from sglang_eagle3.kernels.ref import ref_moe_topk
-from sglang_eagle3.layers.overlap import Overlaps
-from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
-from sglang_eagle3.runtime.model_runner import ModelRunner
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
+
+import sglang_eagle3  # noqa: E402
+from sglang_eagle3 import env, kernels  # noqa: E402
+from sglang_eagle3.bench.harness import git_commit  # noqa: E402
+from sglang_eagle3.config import ModelConfig, RopeConfig  # noqa: E402
+from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
+from sglang_eagle3.kernels.ref import ref_moe_topk  # noqa: E402
+from sglang_eagle3.layers.overlap import Overlaps  # noqa: E402
+from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM  # noqa: E402
+from sglang_eagle3.runtime.model_runner import ModelRunner  # noqa: E402
 
 TP = 8
 
@@ -203,6 +206,7 @@ def main() -> None:
     max_ctx = max(args.contexts) + args.max_tokens + page_size
     Ts = list(range(1, args.max_tokens + 1))
     results = {"command": " ".join([sys.executable.split("/")[-1]] + sys.argv), "git_commit": git_commit(),
+               "package": os.path.dirname(sglang_eagle3.__file__),  # what ran (GIT_COMMIT: what was sent)
                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                "triton": __import__("triton").__version__, "python": platform.python_version(),
                "copy_bw_gbps": round(bw, 1), "layers": args.layers, "experts": args.experts,

@@ -16,13 +16,17 @@
 # Part "uniform": the same with experts drawn uniformly each step (--uniform-routing: the random router sends a
 # batch to ~10-16 experts a layer, a trained model spreads it), then the eager prefill likewise (256 and 2048
 # tokens this checkout, 256 the previous one).
+# Part "final": parts "e2e" and "batch" again with the runs of the previous checkout really running it (the
+# scripts copied into .old/benchmarks had imported this checkout's package through PYTHONPATH; they now import
+# the tree they live in and record its directory as "package"): e2e alternating twice each, then the B=4 step
+# with uniform routing, previous then this checkout.
 # Part "e2e": the Kimi-slice end-to-end run (bench_e2e.py of this checkout, now also timing each request's first
 # step, its prefill) for the previous checkout and this one, alternating, twice each, the GPU's clocks logged.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session7_round.sh tile|tile2|suite
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
-case "${1:?tile, tile2, suite, e2e, batch or uniform}" in
+case "${1:?tile, tile2, suite, e2e, batch, uniform or final}" in
   tile)
     TAIL=12 stage moe_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe or align"
@@ -79,6 +83,23 @@ case "${1:?tile, tile2, suite, e2e, batch or uniform}" in
       --tokens --prefill 256 2048 --uniform-routing
     TAIL=4 stage prefill_u_old "${T_PRE:-120}" env GIT_COMMIT=8c225e5 python .old/benchmarks/bench_moe_tile.py \
       --out "$OUT" --label old_uniform --tokens --prefill 256 --prefill-iters 3 --uniform-routing
+    collect
+    ;;
+  final)
+    cp benchmarks/bench_e2e.py benchmarks/bench_verify_graph.py benchmarks/bench_moe_tile.py .old/benchmarks/
+    E2E=(--kimi-slice --num-prompts 2 --max-new-tokens 48 --repeat 3)
+    for i in 1 2; do
+      TAIL=5 stage "e2e_old_$i" "${T_KIMI:-100}" env GIT_COMMIT=8c225e5 python .old/benchmarks/bench_e2e.py \
+        "${E2E[@]}" --out "$OUT/e2e_old_$i.json"
+      TAIL=5 stage "e2e_new_$i" "${T_KIMI:-100}" python benchmarks/bench_e2e.py "${E2E[@]}" --out "$OUT/e2e_new_$i.json"
+    done
+    STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --batch 4 --eager-iters 1 --graph-iters 20
+          --uniform-routing)
+    TAIL=4 stage step_b4u_old "${T_STEP:-120}" env GIT_COMMIT=8c225e5 python .old/benchmarks/bench_verify_graph.py \
+      "${STEP[@]}" --out "$OUT/step_b4u_old.json"
+    TAIL=4 stage step_b4u_new "${T_STEP:-120}" python benchmarks/bench_verify_graph.py "${STEP[@]}" \
+      --out "$OUT/step_b4u_new.json"
+    grep -o '"package": "[^"]*"' "$OUT"/*.json
     collect
     ;;
   suite)
