@@ -64,6 +64,11 @@ def _no_spills(res: str, what: str) -> None:
     assert local == 0 and stack == 0, f"{what} spills to local memory: {res}"
 
 
+def _no_local(res: str, what: str) -> None:
+    """No spills to local memory (a stack frame of a few bytes without local traffic is allowed)."""
+    assert int(re.search(r"LOCAL:(\d+)", res).group(1)) == 0, f"{what} spills to local memory: {res}"
+
+
 def _opcodes(lines: list[str]) -> collections.Counter:
     return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", x).split()[0].split(".")[0] for x in lines)
 
@@ -140,25 +145,57 @@ def check_gemv(arch: int) -> dict:
     return out
 
 
+MAX_TILE_INSTR_PER_WEIGHT = 12.0  # INT4 tile gate_up inner loop, SASS per weight and thread (7.6-9.5 as built)
+
+
 def check_tile_path(arch: int) -> dict:
-    """The tile (tl.dot) kernels of fused_moe, bf16 and INT4, and the slot sum with the shared-expert add."""
+    """The tile (tl.dot) kernels of fused_moe at the sm_90 table's INT4 configs and the bf16 defaults, the
+    routing plan's one-program kernel and the slot sum with the shared-expert add: none spills to local memory
+    (a few bytes of stack frame are reported, not failed), and the INT4 gate_up's loop over scale groups stays
+    near its design (exact nibble decode, one dot per group, the scale on the result)."""
+    table = json.load(open(os.path.join(os.path.dirname(tuning.__file__), "configs", "sm_90.json")))["ops"]
     out = {}
+    common = dict(GROUP=32, BLOCK_K=32, INTERPRET=False, DOT_PRECISION="tf32")
+
+    def sig_of(fn, floats):
+        sig = {n: ("*i32" if n.endswith("_ptr") else "i32") for n in fn.arg_names}
+        sig.update(floats)
+        return sig, [n for n in fn.arg_names if n.endswith("_ptr") or n.startswith("stride") or n in ("H", "I")]
+
     for int4 in (True, False):
-        wt = "*i32" if int4 else "*bf16"
-        sig = dict(x_ptr="*bf16", w13_ptr=wt, s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*bf16", stride_xt="i32",
-                   stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32", stride_at="i32", TK="i32",
-                   H="i32", I="i32", TOP_K="i32", TK_PAD="i32", INT4="i32", GROUP="i32", BLOCK_T="i32",
-                   BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32")
-        consts = dict(TOP_K=8, TK_PAD=128, INT4=int4, GROUP=32, BLOCK_T=16, BLOCK_N=32, BLOCK_K=256, INTERPRET=False)
-        _, out[f"gate_up_int4{int(int4)}"] = compile_sass(fm.moe_gate_up_kernel, sig, consts, ["x_ptr", "w13_ptr"],
-                                                           arch, num_stages=3)
-        sig = dict(act_ptr="*bf16", w2_ptr=wt, s2_ptr="*bf16", ids_ptr="*i32", topk_w_ptr="*fp32",
-                   out_ptr="*fp32", stride_at="i32", stride_we="i32", stride_wn="i32", stride_se="i32",
-                   stride_sn="i32", stride_ot="i32", TK="i32", H="i32", I="i32", TK_PAD="i32", INT4="i32",
-                   GROUP="i32", BLOCK_T="i32", BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32")
-        consts = dict(TK_PAD=128, INT4=int4, GROUP=32, BLOCK_T=16, BLOCK_N=64, BLOCK_K=256, INTERPRET=False)
-        _, out[f"down_int4{int(int4)}"] = compile_sass(fm.moe_down_kernel, sig, consts, ["act_ptr", "w2_ptr"], arch,
-                                                        num_stages=2)
+        wt = {} if int4 else {"w13_ptr": "*bf16", "w2_ptr": "*bf16"}
+        gu_cfgs = table["fused_moe_int4_gate_up"] if int4 else [tuning.DEFAULTS["fused_moe_gate_up"]]
+        dn_cfgs = table["fused_moe_int4_down"] if int4 else [tuning.DEFAULTS["fused_moe_down"]]
+        for i, cfg in enumerate(gu_cfgs):
+            sig, aligned = sig_of(fm.moe_gate_up_kernel, {"x_ptr": "*bf16", "s13_ptr": "*bf16", "act_ptr": "*bf16",
+                                                          **{k: v for k, v in wt.items() if k == "w13_ptr"}})
+            consts = dict(common, TOP_K=8, INT4=int4, BLOCK_M=cfg.get("BLOCK_M", 16), BLOCK_N=cfg["BLOCK_N"])
+            if not int4:
+                consts["BLOCK_K"] = cfg["BLOCK_K"]
+            sass, res = compile_sass(fm.moe_gate_up_kernel, sig, consts, aligned, arch, num_warps=cfg["num_warps"],
+                                     num_stages=cfg["num_stages"])
+            _no_local(res, f"gate_up int4={int4} {cfg}")
+            row = {"res": res}
+            if int4:
+                per_weight = len(_innermost_loop(sass)) * cfg["num_warps"] * 32 / (2 * cfg["BLOCK_N"] * 32)
+                assert per_weight <= MAX_TILE_INSTR_PER_WEIGHT, f"gate_up {cfg}: {per_weight:.1f} SASS a weight"
+                row["instr_per_weight"] = round(per_weight, 2)
+            out[f"gate_up_int4{int(int4)}_{i}"] = row
+        for i, cfg in enumerate(dn_cfgs):
+            sig, aligned = sig_of(fm.moe_down_kernel, {"act_ptr": "*bf16", "s2_ptr": "*bf16", "topk_w_ptr": "*fp32",
+                                                       "out_ptr": "*fp32",
+                                                       **{k: v for k, v in wt.items() if k == "w2_ptr"}})
+            consts = dict(common, INT4=int4, BLOCK_M=16, BLOCK_N=cfg["BLOCK_N"])
+            if not int4:
+                consts["BLOCK_K"] = cfg["BLOCK_K"]
+            _, res = compile_sass(fm.moe_down_kernel, sig, consts, aligned, arch, num_warps=cfg["num_warps"],
+                                  num_stages=cfg["num_stages"])
+            _no_local(res, f"down int4={int4} {cfg}")
+            out[f"down_int4{int(int4)}_{i}"] = res
+    sig, aligned = sig_of(fm.moe_align_kernel, {})
+    _, res = compile_sass(fm.moe_align_kernel, sig, dict(E_PAD=512, BLOCK_M=16, CHUNK=1024), aligned, arch)
+    _no_local(res, "align")
+    out["align"] = res
     _, res = compile_sass(fm.moe_sum_slots_kernel,
                           dict(per_pair_ptr="*fp32", add_ptr="*bf16", out_ptr="*bf16", stride_pt="i32",
                                stride_at="i32", stride_ot="i32", H="i32", TOP_K="i32", HAS_ADD="i32", BLOCK="i32"),
