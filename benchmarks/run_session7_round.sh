@@ -20,13 +20,16 @@
 # scripts copied into .old/benchmarks had imported this checkout's package through PYTHONPATH; they now import
 # the tree they live in and record its directory as "package"): e2e alternating twice each, then the B=4 step
 # with uniform routing, previous then this checkout.
+# Part "unroll": the INT4 tile loop unrolled twice over two named register sets (no loop-carried copies): the
+# MoE GPU tests, then bench_moe_tile.py at T = 256, 512, 2048 and a 2048-token uniform prefill, the checkout
+# before the change (.prev: `git archive bbba7d8`, carried) and this one, alternating.
 # Part "e2e": the Kimi-slice end-to-end run (bench_e2e.py of this checkout, now also timing each request's first
 # step, its prefill) for the previous checkout and this one, alternating, twice each, the GPU's clocks logged.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session7_round.sh tile|tile2|suite
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
-case "${1:?tile, tile2, suite, e2e, batch, uniform or final}" in
+case "${1:?tile, tile2, suite, e2e, batch, uniform, final or unroll}" in
   tile)
     TAIL=12 stage moe_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe or align"
@@ -100,6 +103,19 @@ case "${1:?tile, tile2, suite, e2e, batch, uniform or final}" in
     TAIL=4 stage step_b4u_new "${T_STEP:-120}" python benchmarks/bench_verify_graph.py "${STEP[@]}" \
       --out "$OUT/step_b4u_new.json"
     grep -o '"package": "[^"]*"' "$OUT"/*.json
+    collect
+    ;;
+  unroll)
+    TAIL=6 stage moe_tests "${T_TESTS:-100}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "moe or align"
+    cp benchmarks/bench_moe_tile.py .prev/benchmarks/
+    TILE=(--tokens 256 512 2048 --gemv-max 0 --prefill 2048 --uniform-routing --prefill-iters 3)
+    for i in 1 2; do
+      TAIL=6 stage "prev_$i" "${T_B:-60}" env GIT_COMMIT=bbba7d8 python .prev/benchmarks/bench_moe_tile.py \
+        --out "$OUT" --label "prev_$i" "${TILE[@]}"
+      TAIL=6 stage "unroll_$i" "${T_B:-60}" python benchmarks/bench_moe_tile.py --out "$OUT" --label "unroll_$i" \
+        "${TILE[@]}"
+    done
     collect
     ;;
   suite)
