@@ -21,7 +21,7 @@
 # the tree they live in and record its directory as "package"): e2e alternating twice each, then the B=4 step
 # with uniform routing, previous then this checkout.
 # Part "unroll": the INT4 tile loop unrolled twice over two named register sets (no loop-carried copies): the
-# MoE GPU tests, then bench_moe_tile.py at T = 256, 512, 2048 and a 2048-token uniform prefill, the checkout
+# MoE GPU tests, then bench_moe_tile.py at T = 256, 512, 2048 (the MoE alone), the checkout
 # before the change (.prev: `git archive bbba7d8`, carried) and this one, alternating.
 # Part "e2e": the Kimi-slice end-to-end run (bench_e2e.py of this checkout, now also timing each request's first
 # step, its prefill) for the previous checkout and this one, alternating, twice each, the GPU's clocks logged.
@@ -109,7 +109,7 @@ case "${1:?tile, tile2, suite, e2e, batch, uniform, final or unroll}" in
     TAIL=6 stage moe_tests "${T_TESTS:-100}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe or align"
     cp benchmarks/bench_moe_tile.py .prev/benchmarks/
-    TILE=(--tokens 256 512 2048 --gemv-max 0 --prefill 2048 --uniform-routing --prefill-iters 3)
+    TILE=(--tokens 256 512 2048 --gemv-max 0)
     for i in 1 2; do
       TAIL=6 stage "prev_$i" "${T_B:-60}" env GIT_COMMIT=bbba7d8 python .prev/benchmarks/bench_moe_tile.py \
         --out "$OUT" --label "prev_$i" "${TILE[@]}"
