@@ -22,7 +22,8 @@
 # with uniform routing, previous then this checkout.
 # Part "unroll": the INT4 tile loop unrolled twice over two named register sets (no loop-carried copies): the
 # MoE GPU tests, then bench_moe_tile.py at T = 256, 512, 2048 (the MoE alone), the checkout
-# before the change (.prev: `git archive bbba7d8`, carried) and this one, alternating.
+# before the change (.prev: `git archive bbba7d8`, carried) and this one, alternating. Result: -3% at T=256,
+# +2-3% at 512 and 2048, twice each; not kept (reverted in the next commit).
 # Part "e2e": the Kimi-slice end-to-end run (bench_e2e.py of this checkout, now also timing each request's first
 # step, its prefill) for the previous checkout and this one, alternating, twice each, the GPU's clocks logged.
 # Usage on the GPU machine, from the repo root:

@@ -177,8 +177,7 @@ def check_tile_path(arch: int) -> dict:
             _no_local(res, f"gate_up int4={int4} {cfg}")
             row = {"res": res}
             if int4:
-                # the loop does two scale groups (unrolled twice) of BLOCK_N rows x 32 k for gate and for up
-                per_weight = len(_innermost_loop(sass)) * cfg["num_warps"] * 32 / (2 * 2 * cfg["BLOCK_N"] * 32)
+                per_weight = len(_innermost_loop(sass)) * cfg["num_warps"] * 32 / (2 * cfg["BLOCK_N"] * 32)
                 assert per_weight <= MAX_TILE_INSTR_PER_WEIGHT, f"gate_up {cfg}: {per_weight:.1f} SASS a weight"
                 row["instr_per_weight"] = round(per_weight, 2)
             out[f"gate_up_int4{int(int4)}_{i}"] = row

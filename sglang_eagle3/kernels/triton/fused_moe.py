@@ -121,19 +121,6 @@ def _dot_nt(a, w, INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _int4_group_step(acc, acc2, a, pk, sc, pk2, sc2, f, magic, TWO: tl.constexpr, TRICK: tl.constexpr,
-                     INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One scale group: acc (+ acc2 with TWO) += (a @ (q - 8)^T) * scale, a [M, GROUP], words pk [N, GW]."""
-    if TRICK:
-        a = (a.to(tl.float32) * f).to(a.dtype)
-    acc += _dot_nt(a, _int4_group(pk, magic, a.dtype, TRICK), INTERPRET, DOT_PRECISION) * tl.trans(sc.to(tl.float32))
-    if TWO:
-        acc2 += _dot_nt(a, _int4_group(pk2, magic, a.dtype, TRICK), INTERPRET, DOT_PRECISION) * tl.trans(
-            sc2.to(tl.float32))
-    return acc, acc2
-
-
-@triton.jit
 def _int4_rows_times_weights(a_rows, row_ok, w_rows, s_rows, w2_rows, s2_rows, n_ok, K, magic,
                              BLOCK_M: tl.constexpr, GROUP: tl.constexpr, TWO: tl.constexpr,
                              INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr):
@@ -141,14 +128,12 @@ def _int4_rows_times_weights(a_rows, row_ok, w_rows, s_rows, w2_rows, s2_rows, n
     INT4 rows (w_rows, w2_rows [BLOCK_N, 1] pointers to K/8 words) and their group scales (s_rows, s2_rows),
     one scale group a step (K a multiple of GROUP). The next group's words, scales and activations are loaded
     before this group's arithmetic (Triton's pipeliner leaves loads that do not feed a tl.dot directly alone),
-    so every program keeps two groups in flight; the loop is unrolled twice over two named sets of registers,
-    so that no loop-carried value is copied from one to the other. With TRICK (not for fp16: see
-    _nibble_plane) the activations are scaled by 16^-(k % 8 % 5) (exact) to meet the weights' nibble planes."""
+    so every program keeps two groups in flight. With TRICK (not for fp16: see _nibble_plane) the
+    activations are scaled by 16^-(k % 8 % 5) (exact) to meet the weights' nibble planes."""
     TRICK: tl.constexpr = a_rows.dtype.element_ty != tl.float16
     GW: tl.constexpr = GROUP // 8
     BN: tl.constexpr = w_rows.shape[0]
     kk = tl.arange(0, GROUP)
-    f = 1.0
     if TRICK:
         p = kk % 8 % 5
         f = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
@@ -156,45 +141,33 @@ def _int4_rows_times_weights(a_rows, row_ok, w_rows, s_rows, w2_rows, s2_rows, n
     a_ptrs = a_rows + kk[None, :]
     words = tl.arange(0, GW)[None, :]
     w_ptrs = w_rows + words
-    w2_ptrs = w2_rows + words
     w_mask = n_ok[:, None]
     a_mask = row_ok[:, None]
-    last = K // GROUP - 1
-    # set A holds the even groups, set B the odd ones; past the end a load re-reads the last group (unused)
-    a_A = tl.load(a_ptrs, mask=a_mask, other=0.0)
-    pk_A = tl.load(w_ptrs, mask=w_mask, other=0)
-    sc_A = tl.load(s_rows, mask=w_mask, other=0.0)
-    pk2_A = pk_A
-    sc2_A = sc_A
+    a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+    pk = tl.load(w_ptrs, mask=w_mask, other=0)
+    sc = tl.load(s_rows, mask=w_mask, other=0.0)
     if TWO:
-        pk2_A = tl.load(w2_ptrs, mask=w_mask, other=0)
-        sc2_A = tl.load(s2_rows, mask=w_mask, other=0.0)
+        w2_ptrs = w2_rows + words
+        pk2 = tl.load(w2_ptrs, mask=w_mask, other=0)
+        sc2 = tl.load(s2_rows, mask=w_mask, other=0.0)
     acc = tl.zeros([BLOCK_M, BN], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_M, BN], dtype=tl.float32)
-    for k0 in range(0, K, 2 * GROUP):
-        g = tl.minimum(k0 // GROUP + 1, last)
-        a_B = tl.load(a_ptrs + g * GROUP, mask=a_mask, other=0.0)
-        pk_B = tl.load(w_ptrs + g * GW, mask=w_mask, other=0)
-        sc_B = tl.load(s_rows + g, mask=w_mask, other=0.0)
-        pk2_B = pk_B
-        sc2_B = sc_B
+    for k0 in range(0, K, GROUP):
+        g_next = tl.minimum(k0 // GROUP + 1, K // GROUP - 1)  # past the end: the last group again (no effect)
+        a_next = tl.load(a_ptrs + g_next * GROUP, mask=a_mask, other=0.0)
+        pk_next = tl.load(w_ptrs + g_next * GW, mask=w_mask, other=0)
+        sc_next = tl.load(s_rows + g_next, mask=w_mask, other=0.0)
+        if TRICK:
+            a = (a.to(tl.float32) * f).to(a.dtype)
+        acc += _dot_nt(a, _int4_group(pk, magic, a.dtype, TRICK), INTERPRET, DOT_PRECISION) * tl.trans(
+            sc.to(tl.float32))
         if TWO:
-            pk2_B = tl.load(w2_ptrs + g * GW, mask=w_mask, other=0)
-            sc2_B = tl.load(s2_rows + g, mask=w_mask, other=0.0)
-        acc, acc2 = _int4_group_step(acc, acc2, a_A, pk_A, sc_A, pk2_A, sc2_A, f, magic, TWO, TRICK, INTERPRET,
-                                     DOT_PRECISION)
-        g = tl.minimum(k0 // GROUP + 2, last)
-        a_A = tl.load(a_ptrs + g * GROUP, mask=a_mask, other=0.0)
-        pk_A = tl.load(w_ptrs + g * GW, mask=w_mask, other=0)
-        sc_A = tl.load(s_rows + g, mask=w_mask, other=0.0)
-        pk2_A = pk_A
-        sc2_A = sc_A
-        if TWO:
-            pk2_A = tl.load(w2_ptrs + g * GW, mask=w_mask, other=0)
-            sc2_A = tl.load(s2_rows + g, mask=w_mask, other=0.0)
-        if k0 + GROUP < K:  # an odd number of groups ends on set A
-            acc, acc2 = _int4_group_step(acc, acc2, a_B, pk_B, sc_B, pk2_B, sc2_B, f, magic, TWO, TRICK, INTERPRET,
-                                         DOT_PRECISION)
+            pk2_next = tl.load(w2_ptrs + g_next * GW, mask=w_mask, other=0)
+            sc2_next = tl.load(s2_rows + g_next, mask=w_mask, other=0.0)
+            acc2 += _dot_nt(a, _int4_group(pk2, magic, a.dtype, TRICK), INTERPRET, DOT_PRECISION) * tl.trans(
+                sc2.to(tl.float32))
+            pk2, sc2 = pk2_next, sc2_next
+        a, pk, sc = a_next, pk_next, sc_next
     return acc, acc2
 
 
