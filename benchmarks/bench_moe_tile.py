@@ -1,8 +1,10 @@
-"""The MoE tile path (T > 8 tokens: batched decode/verify and prefill) and the prefill it serves, on one GPU.
+"""The MoE above decode sizes (batched decode/verify, prefill: the GEMV path up to GEMV_MAX_TOKENS, the tile
+path above) and the prefill it serves, on one GPU.
 
 Three parts, each optional:
   moe      the INT4 fused MoE at Kimi-K2.5 TP=8 rank shapes (384 experts, H=7168, I=256, top-8) for T tokens,
-           the launcher's choice of path and, for T <= --gemv-max, the GEMV path too (where the two cross);
+           the launcher's choice of path and, for GEMV_MAX_TOKENS < T <= --gemv-max, the GEMV path too (where
+           the two cross);
            time per call (CUDA graph of 16 calls over rotated routings), bytes of the distinct experts, share of
            the copy bandwidth measured in the same run.
   sweep    (--sweep) tile configs (BLOCK_M, BLOCK_N, warps, stages) for gate_up, then down with the winner's
@@ -35,10 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sglang_eagle3  # noqa: E402
 from benchmarks.bench_kernels import (  # noqa: E402
     EXPERTS,
+    buckets_of,
     copy_bandwidth,
     make_moe_weights,
     moe_case,
-    sweep,
+    sweep_moe,
     time_graph,
 )
 from sglang_eagle3 import kernels  # noqa: E402
@@ -74,12 +77,11 @@ def moe_part(record, copy_gbps: float, tokens: list[int], gemv_max: int, table: 
         for path in paths:
             try:
                 calls, nbytes, distinct = moe_case(T, True, weights, path=path)
-                cfg = None
+                cfg = None  # the checked-in table, unless this run swept the tile path
                 if table and path is None and T > GEMV_MAX_TOKENS:
-                    pick = {op: {**tuning.DEFAULTS[f"fused_moe_int4_{op}"],
-                                 **tuning._pick_bucket(table["ops"][f"fused_moe_int4_{op}"], "tokens", T)}
-                            for op in ("gate_up", "down")}
-                    cfg = pick
+                    cfg = {op: {**tuning.DEFAULTS[f"fused_moe_int4_{op}"],
+                                **tuning._pick_bucket(table["ops"][f"fused_moe_int4_{op}"], "tokens", T)}
+                           for op in ("gate_up", "down")}
                 us = time_graph(calls(cfg), replays=10)
             except Exception:
                 log(f"T={T} path={path} failed:\n" + traceback.format_exc())
@@ -95,28 +97,29 @@ def moe_part(record, copy_gbps: float, tokens: list[int], gemv_max: int, table: 
     torch.cuda.empty_cache()
 
 
+def tile_table_ops(winners: dict[int, tuple[dict, dict]]) -> dict[str, list[dict]]:
+    """Table ops from (gate_up, down) winners per swept T: a T takes the winner of the smallest swept T at or
+    above it (the largest one's above it too); runs of equal configs become one bucket (buckets_of)."""
+    swept = sorted(winners)
+    per_t = {t: winners[next(T for T in swept if T >= t)] for t in range(1, swept[-1] + 1)}
+    return {f"fused_moe_int4_{stage}": buckets_of({t: w[i] for t, w in per_t.items()}, "tokens")
+            for i, stage in enumerate(("gate_up", "down"))}
+
+
 def sweep_part(out: Path, tokens: list[int]) -> dict:
-    weights = make_moe_weights(True)
+    """The tile path's gate_up then down (bench_kernels.sweep_moe) at each T; runs of equal winners become one
+    table bucket each (bench_kernels.buckets_of)."""
     rows: dict[str, list] = {}
-    buckets_gu, buckets_dn = [], []
+    winners = {}
     for T in tokens:
-        calls, _, _ = moe_case(T, True, weights, path="tile")
-        base = {"gate_up": tuning.DEFAULTS["fused_moe_int4_gate_up"], "down": tuning.DEFAULTS["fused_moe_int4_down"]}
-        gu = sweep(rows.setdefault(f"t{T}_gate_up", []), calls, TILE_GATE_UP, base, "gate_up")
-        dn = sweep(rows.setdefault(f"t{T}_down", []), calls, TILE_DOWN, {**base, "gate_up": gu}, "down")
-        log(f"sweep T={T}: gate_up {gu} down {dn}")
-        buckets_gu.append({"max_tokens": T, **gu})
-        buckets_dn.append({"max_tokens": T, **dn})
-    buckets_gu[-1].pop("max_tokens")
-    buckets_dn[-1].pop("max_tokens")
+        winners[T] = sweep_moe(rows, "fused_moe_int4", T, "tile", TILE_GATE_UP, TILE_DOWN)
+        log(f"sweep T={T}: gate_up {winners[T][0]} down {winners[T][1]}")
     arch, sms, name = tuning.device_key(torch.cuda.current_device())
     table = {"arch": arch, "sm_counts": [sms], "measured": True,
              "source": f"benchmarks/bench_moe_tile.py --sweep on {name} (INT4 tile path, 384 experts, T={tokens})",
-             "ops": {"fused_moe_int4_gate_up": buckets_gu, "fused_moe_int4_down": buckets_dn}}
+             "ops": tile_table_ops(winners)}
     (out / "sweep_tile_table.json").write_text(json.dumps(table, indent=1))
     (out / "sweep_tile.json").write_text(json.dumps(rows, indent=1))
-    del weights
-    torch.cuda.empty_cache()
     return table
 
 

@@ -35,3 +35,15 @@ def test_buckets_round_trip(seed):
 def test_buckets_need_every_key():
     with pytest.raises(AssertionError, match="every key from 1"):
         buckets_of({1: {"a": 1}, 3: {"a": 2}}, "tokens")
+
+
+def test_tile_table_ops_buckets_by_next_swept_t():
+    """bench_moe_tile's table from per-T winners: a T takes the next swept T's winner, equal runs merge, the
+    largest swept T's bucket is unbounded."""
+    from benchmarks.bench_moe_tile import tile_table_ops
+
+    gu = [{"BLOCK_M": 16, "BLOCK_N": n} for n in (32, 64)]
+    dn = [{"BLOCK_N": n} for n in (64, 128)]
+    ops = tile_table_ops({64: (gu[0], dn[0]), 16: (gu[0], dn[0]), 2048: (gu[1], dn[0]), 256: (gu[0], dn[1])})
+    assert ops["fused_moe_int4_gate_up"] == [{"max_tokens": 256, **gu[0]}, gu[1]]
+    assert ops["fused_moe_int4_down"] == [{"max_tokens": 64, **dn[0]}, {"max_tokens": 256, **dn[1]}, dn[0]]
