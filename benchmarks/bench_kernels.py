@@ -1,5 +1,5 @@
 """Kernel benchmark: MLA decode/verify attention, noaux_tc routing, fused MoE (bf16, INT4 W4A16: the GEMV
-path for T <= 8 and the tile path), RMSNorm and rotary embedding at the layer's shapes.
+path for T <= GEMV_MAX_TOKENS and the tile path), RMSNorm and rotary embedding at the layer's shapes.
 
 Writes ``<out>/kernels.json`` with the command, git commit, GPU, the copy bandwidth measured in the same run,
 and per case the shape, microseconds per call, achieved GB/s over the bytes the op must move, and that as a
@@ -162,7 +162,7 @@ def mla_case(B: int, T: int, ctx: int, page_size: int = 64):
 
 def moe_case(T: int, int4: bool, weights, path: str | None = None, pool: int = EXPERTS):
     """Fused MoE over the full 384-expert pool; bytes = distinct active experts' weights + x + out.
-    path (INT4 only): "gemv", "tile", or None (the launcher's choice: gemv for T <= 8). pool: each token's
+    path (INT4 only): "gemv", "tile", or None (the launcher's choice: gemv for T <= GEMV_MAX_TOKENS). pool: each token's
     experts are drawn from the first ``pool`` (fewer: tokens share experts, as a verify batch's draft tokens
     do: the Kimi slice's routing gave ~10 distinct experts a layer at T=4)."""
     n_sets = 16
@@ -362,7 +362,8 @@ def run_sweep(out: Path) -> dict:
                  "mla_attention": [{"max_rows": 16, **mla_decode}, mla_verify],
                  "fused_moe_gate_up": [tuning.DEFAULTS["fused_moe_gate_up"]],
                  "fused_moe_down": [tuning.DEFAULTS["fused_moe_down"]]}
-    # bf16 experts are no target: their table keeps the defaults. The tile path serves T > 8 (swept at 16);
+    # bf16 experts are no target: their table keeps the defaults. The tile path serves T > GEMV_MAX_TOKENS
+    # (swept here at 16; bench_moe_tile.py --sweep sweeps it at 16..2048);
     # the GEMV path is swept at T=1 (decode) and its table bucket covers every T <= GEMV_MAX_TOKENS.
     for op, T, path, gate_up_cands, down_cands in (
             ("fused_moe_int4", 16, "tile", GATE_UP_SWEEP, DOWN_SWEEP),

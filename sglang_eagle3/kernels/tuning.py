@@ -39,7 +39,7 @@ DEFAULTS: dict[str, dict] = {
     "fused_moe_down": {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
     "fused_moe_int4_gate_up": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
     "fused_moe_int4_down": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
-    # INT4 GEMV path (T <= 8). BLOCK_N weight rows per program (gate_up: BLOCK_N gate + BLOCK_N up rows),
+    # INT4 GEMV path (T <= GEMV_MAX_TOKENS). BLOCK_N weight rows per program (gate_up: BLOCK_N gate + BLOCK_N up rows),
     # BLOCK_W int32 words (8 weights each, a multiple of the 4 words of a scale group) per row per step. At
     # Kimi TP=8 shapes (I=256, H=7168) and T=1 the defaults give 8 experts x 32 = 256 gate_up programs
     # streaming 64 KB each (two 8 KB chunks in flight, 128 registers a thread at sm_90), and 224 down programs

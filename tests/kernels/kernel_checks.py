@@ -617,7 +617,7 @@ CASES = {
     "rotary_neox_fp32_exact_inplace": lambda: check_rotary(4, 6, 2, 32, False, torch.float32, inplace=True,
                                                            seed=20),
     "rotary_neox_fp16": lambda: check_rotary(3, 2, 2, 12, False, torch.float16, seed=21),
-    # INT4 GEMV path (T <= 8): the default for decode/verify; fp32 checks the arithmetic tightly.
+    # INT4 GEMV path (T <= GEMV_MAX_TOKENS): the default for decode/verify; fp32 checks the arithmetic tightly.
     "moe_int4_gemv_fp32_exact": lambda: check_fused_moe(3, 7, 96, 64, 3, int4=True, seed=22, dtype=torch.float32,
                                                         tol=1e-5, path="gemv", config=GEMV_SMALL),
     "moe_int4_gemv_bf16_shared_experts_add": lambda: check_fused_moe(6, 5, 64, 96, 2, int4=True, seed=23,
