@@ -363,10 +363,10 @@ def run_sweep(out: Path) -> dict:
                  "fused_moe_gate_up": [tuning.DEFAULTS["fused_moe_gate_up"]],
                  "fused_moe_down": [tuning.DEFAULTS["fused_moe_down"]]}
     # bf16 experts are no target: their table keeps the defaults. The tile path serves T > GEMV_MAX_TOKENS
-    # (swept here at 16; bench_moe_tile.py --sweep sweeps it at 16..2048);
+    # (swept here at 256, one bucket; bench_moe_tile.py --sweep sweeps it per size class, 16..2048);
     # the GEMV path is swept at T=1 (decode) and its table bucket covers every T <= GEMV_MAX_TOKENS.
     for op, T, path, gate_up_cands, down_cands in (
-            ("fused_moe_int4", 16, "tile", GATE_UP_SWEEP, DOWN_SWEEP),
+            ("fused_moe_int4", 256, "tile", GATE_UP_SWEEP, DOWN_SWEEP),
             ("fused_moe_int4_gemv", 1, "gemv", GEMV_GATE_UP_SWEEP, GEMV_DOWN_SWEEP)):
         gate_up, down = sweep_moe(record, op, T, path, gate_up_cands, down_cands)
         table_ops[f"{op}_gate_up"] = [gate_up]
@@ -375,7 +375,7 @@ def run_sweep(out: Path) -> dict:
     arch, sms, name = tuning.device_key(torch.cuda.current_device())
     table = {"arch": arch, "sm_counts": [sms], "measured": True,
              "source": f"benchmarks/bench_kernels.py --sweep on {name}, decode shapes (MLA B=1 T=1 8k and "
-                       "B=4 T=4 8k; MoE tile path T=16, GEMV path T=1, over 384 experts)", "ops": table_ops}
+                       "B=4 T=4 8k; MoE tile path T=256, GEMV path T=1, over 384 experts)", "ops": table_ops}
     (out / "sweep_table.json").write_text(json.dumps(table, indent=1))
     (out / "sweep.json").write_text(json.dumps(record, indent=1))
     return table
