@@ -135,9 +135,7 @@ def _int4_rows_times_weights(a_rows, row_ok, w_rows, s_rows, w2_rows, s2_rows, n
     BN: tl.constexpr = w_rows.shape[0]
     kk = tl.arange(0, GROUP)
     if TRICK:
-        p = kk % 8 % 5
-        f = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
-            p == 3, 1.0 / 4096, 1.0 / 65536))))[None, :]  # 16^-p
+        f = _nibble_scale(kk % 8)[None, :]
     a_ptrs = a_rows + kk[None, :]
     words = tl.arange(0, GW)[None, :]
     w_ptrs = w_rows + words
@@ -291,6 +289,15 @@ def moe_sum_slots_kernel(per_pair_ptr, add_ptr, out_ptr, stride_pt, stride_at, s
 
 
 @triton.jit
+def _nibble_scale(j):
+    """16^-(j % 5) for nibble indices j (0..7), in fp32: the power of two that meets _dequant_nibble's plane j
+    (exact, a power of two), by which the activations of nibble j are pre-scaled."""
+    p = j % 5
+    return tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
+        p == 3, 1.0 / 4096, 1.0 / 65536))))
+
+
+@triton.jit
 def _dequant_nibble(packed, hi, magic, J: tl.constexpr):
     """(nibble J - 8) * 16^p of each int32 word, as fp32 (exact); p = J % 5, `hi` = packed >> 20."""
     P: tl.constexpr = J % 5
@@ -367,10 +374,7 @@ def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr):
     else:
         words = w0 + w_idx
         x = tl.load(x_row + 8 * words[:, None] + j[None, :], mask=(words < N_WORDS)[:, None], other=0.0)
-    p = j % 5
-    scale = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
-        p == 3, 1.0 / 4096, 1.0 / 65536))))  # 16^-p
-    return x.to(tl.float32) * scale[None, :]
+    return x.to(tl.float32) * _nibble_scale(j)[None, :]
 
 
 @triton.jit
@@ -467,11 +471,8 @@ def moe_int4_gemv_gate_up_kernel(
             g = tl.sum(acc_g, axis=1)
             u = tl.sum(acc_u, axis=1)
             j = n_offs % 8
-            p = j % 5
-            act_scale = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
-                p == 3, 1.0 / 4096, 1.0 / 65536))))  # 16^-p
             tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
-                     g * tl.sigmoid(g) * u * act_scale, mask=n_ok)
+                     g * tl.sigmoid(g) * u * _nibble_scale(j), mask=n_ok)
 
 
 @triton.jit
