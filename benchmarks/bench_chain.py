@@ -10,6 +10,8 @@ shared down on the shared expert's columns), each stage reading the previous one
 - ``chain/<pre>``: one gemv_chain_kernel launch a layer (kernels/chain.py), a program per SM, stages separated
   by counters; before waiting for the previous stage a program does nothing (none), asks the L2 for its
   weight slabs (l2), or loads its first weight tile into registers (regs);
+- ``.../w8/s4/g2``: with 8 warps, 4 pipeline stages, 2 programs a SM (the launcher refuses a grid that
+  cannot be resident at once);
 - ``chain/free``: the same launch with no stage waiting (every stage reads a tensor): the persistent grid's
   own streaming ceiling for these bytes, not a result anyone could use;
 - ``read``: the bytes over the copy bandwidth measured in the same run.
@@ -69,6 +71,19 @@ def separate_calls(stages: list[ChainStage], st: dict, key: int) -> list:
     return [call(i, s) for i, s in enumerate(stages)]
 
 
+def parse_chain(variant: str) -> dict:
+    """"chain/<pre>[/w<warps>][/s<stages>][/g<programs a SM>]" -> triton_gemv_chain options (pre "free": the
+    independent layer, timed with pre none)."""
+    parts = variant.split("/")
+    assert parts[0] == "chain" and len(parts) >= 2, f"bad variant {variant!r}"
+    opts = {"pre": parts[1], "num_warps": 4, "num_stages": 3, "programs_per_sm": 1}
+    names = {"w": "num_warps", "s": "num_stages", "g": "programs_per_sm"}
+    for p in parts[2:]:
+        assert p[:1] in names and p[1:].isdigit(), f"bad option {p!r} in {variant!r}"
+        opts[names[p[0]]] = int(p[1:])
+    return opts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 4])
@@ -76,7 +91,6 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=50)
     ap.add_argument("--variants", nargs="+", default=["separate", "chain/none", "chain/l2", "chain/regs",
                                                        "chain/free", "separate"])
-    ap.add_argument("--num-stages", type=int, default=3)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
@@ -110,19 +124,20 @@ def main() -> None:
             row = {"T": T, "variant": variant}
             try:
                 if variant == "separate":
-                    calls = ref_calls
+                    calls, per_layer = ref_calls, len(layers[0])
                 else:
-                    pre = variant.split("/")[1]
-                    src = free if pre == "free" else layers
+                    opts = parse_chain(variant)
+                    row["options"] = opts
+                    src = free if opts["pre"] == "free" else layers
                     chain_out: dict = {}
 
-                    def make(i, lay, pre=pre, sink=chain_out, T=T):
+                    def make(i, lay, opts=opts, sink=chain_out, T=T):
                         def run():
-                            sink[i] = triton_gemv_chain(lay, T, pre="none" if pre == "free" else pre,
-                                                        num_stages=args.num_stages)
+                            sink[i] = triton_gemv_chain(lay, T, **{**opts, "pre": "none" if opts["pre"] == "free"
+                                                                   else opts["pre"]})
                         return run
-                    calls = [make(i, lay) for i, lay in enumerate(src)]
-                    if pre != "free":  # check before timing
+                    calls, per_layer = [make(i, lay) for i, lay in enumerate(src)], 1
+                    if opts["pre"] != "free":  # check before timing
                         for c in calls:
                             c()
                         torch.cuda.synchronize()
@@ -134,7 +149,7 @@ def main() -> None:
                                 err = max(err, float((got - want).abs().max() / want.abs().max().clamp_min(1e-6)))
                         row["max_rel_err"] = err
                         assert err < 2e-2, f"{variant}: outputs differ from the separate launches ({err:.3g})"
-                us = time_graph(calls, args.replays)
+                us = time_graph(calls, args.replays) * per_layer  # time_graph: per call
                 row["us_per_layer"] = round(us, 2)
                 row["x_read"] = round(us / read_us, 2)
             except Exception as e:  # report, keep going

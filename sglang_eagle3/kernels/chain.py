@@ -56,7 +56,7 @@ def _check(stages: list[ChainStage], T: int) -> None:
                 f"stage {i} reads stage {st.src}: it and every stage between must wait")
 
 
-def triton_gemv_chain(stages: list[ChainStage], T: int, *, pre: str = "none", grid: int | None = None,
+def triton_gemv_chain(stages: list[ChainStage], T: int, *, pre: str = "none", programs_per_sm: int = 1,
                       num_stages: int = 3, num_warps: int = 4) -> list[torch.Tensor]:
     """Runs the chain in one launch; returns each stage's output: [T, N] in w's dtype (split 1) or fp32
     partials [split, m_pad, N] (rows >= T unwritten), which ``chain_output`` reduces."""
@@ -90,18 +90,44 @@ def triton_gemv_chain(stages: list[ChainStage], T: int, *, pre: str = "none", gr
             planes.append(m_pad * src_n if split > 1 else 0)
             parts.append(split if split > 1 else 0)
     count = _counters(dev, len(stages) + 1)  # zero between calls: the kernel resets what it used (no memset)
-    G = 1 if interpret else (grid or sms)
+    G = 1 if interpret else programs_per_sm * sms
     pdl = tuning.pdl(dev, "gemv")
-    gemv_chain_kernel[(G,)](
-        tuple(xs), tuple(st.w for st in stages), tuple(outs), tuple(s_xts), tuple(planes),
-        tuple(st.w.stride(0) for st in stages), tuple(st.w.shape[0] for st in stages),
-        tuple(st.w.shape[1] for st in stages), tuple(p[1] for p in plans), count, T,
-        S=len(stages), X_PARTS=tuple(parts), SPLIT=tuple(p[0] for p in plans),
-        BLOCK_N=tuple(st.block_n for st in stages), BLOCK_K=tuple(st.block_k for st in stages),
-        WAIT=tuple(st.wait for st in stages), M_PAD=m_pad, PRE=PRE_MODES[pre], INTERPRET=interpret, PDL=pdl,
-        num_warps=1 if interpret else num_warps, num_stages=num_stages, **tuning.pdl_launch(pdl),
-    )
+    args = (tuple(xs), tuple(st.w for st in stages), tuple(outs), tuple(s_xts), tuple(planes),
+            tuple(st.w.stride(0) for st in stages), tuple(st.w.shape[0] for st in stages),
+            tuple(st.w.shape[1] for st in stages), tuple(p[1] for p in plans), count, T)
+    kw = dict(S=len(stages), X_PARTS=tuple(parts), SPLIT=tuple(p[0] for p in plans),
+              BLOCK_N=tuple(st.block_n for st in stages), BLOCK_K=tuple(st.block_k for st in stages),
+              WAIT=tuple(st.wait for st in stages), M_PAD=m_pad, PRE=PRE_MODES[pre], INTERPRET=interpret, PDL=pdl,
+              num_warps=1 if interpret else num_warps, num_stages=num_stages, **tuning.pdl_launch(pdl))
+    if not interpret:
+        _assert_resident(args, kw, G, dev)
+    gemv_chain_kernel[(G,)](*args, **kw)
     return outs
+
+
+_RESIDENT: dict = {}
+
+
+def _assert_resident(args: tuple, kw: dict, G: int, dev: torch.device) -> None:
+    """Every program waits for others: a grid that cannot be resident at once would hang. Compiles first
+    (warmup, no launch) and checks registers, shared memory and threads against the SMs'."""
+    dtypes = tuple(t.dtype for group in args[:3] for t in group)  # xs, ws, outs
+    key = (dtypes, G, tuple(sorted((name, str(v)) for name, v in kw.items())))
+    if key in _RESIDENT:
+        return
+    k = gemv_chain_kernel.warmup(*args, grid=(G,), **kw)
+    k._init_handles()
+    props = torch.cuda.get_device_properties(dev)
+    threads = 32 * kw["num_warps"]
+    regs = max(k.n_regs, 1) * threads
+    smem = getattr(props, "shared_memory_per_multiprocessor", 228 << 10)
+    per_sm = min(getattr(props, "regs_per_multiprocessor", 65536) // regs,
+                 getattr(props, "max_threads_per_multi_processor", 2048) // threads,
+                 smem // max(k.metadata.shared + 1024, 1))
+    if G > per_sm * props.multi_processor_count:
+        raise ValueError(f"gemv_chain: {G} programs cannot all be resident ({per_sm} a SM: {k.n_regs} registers x "
+                         f"{threads} threads, {k.metadata.shared} B shared memory) and would wait for each other")
+    _RESIDENT[key] = per_sm
 
 
 def chain_output(out: torch.Tensor, T: int, dtype: torch.dtype) -> torch.Tensor:

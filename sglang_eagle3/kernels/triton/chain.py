@@ -43,14 +43,23 @@ def _arrive(count_ptr, n, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def _load_acquire(ptr):
+    return tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
 def _wait_for(count_ptr, target, INTERPRET: tl.constexpr):
-    """Spins until the counter reaches target, then fences (acquire) so the producers' stores are seen."""
-    seen = tl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
-    while seen < target:
-        seen = tl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
-    if not INTERPRET:
-        fence_acq_rel(seen)
+    """Spins until the counter reaches target (acquire loads: ~a program per SM polls one word, and atomics
+    there would queue behind each other at the L2 and delay the arrivals they wait for)."""
+    if INTERPRET:  # programs run one after another: the counter is final already
+        seen = tl.atomic_add(count_ptr, 0)
+    else:
+        seen = _load_acquire(count_ptr)
+        while seen < target:
+            seen = _load_acquire(count_ptr)
     tl.debug_barrier()
+    return seen
 
 
 @triton.jit
@@ -105,38 +114,40 @@ def _stage(x_ptr, w_ptr, out_ptr, s_xt, x_plane, s_w, N, K, kps, count_ptr, prev
             gdc_launch_dependents()
         elif pid < items:
             _wait_for(count_ptr - 1, prev_items, INTERPRET)
-    done = pid * 0
-    for it in range(pid, items, G):
+    # One flat loop over this program's (item, K tile) pairs, so the software pipeline runs across its items
+    # instead of draining and refilling at each (a stage gives a program only a few short items). Every item
+    # takes TILES = kps / BK tiles; the tiles of the last split past K are masked (zeros).
+    TILES = tl.cdiv(kps, BK)
+    mine = tl.cdiv(tl.maximum(items - pid, 0), G)
+    acc = tl.zeros([M_PAD, BN], dtype=tl.float32)
+    for j in range(0, mine * TILES):
+        it = pid + (j // TILES) * G
+        kt = j % TILES
         pn = it % blocks
         pk = it // blocks
         n = pn * BN + tl.arange(0, BN)
         n_ok = n < N
-        k_lo = pk * kps
-        k_hi = tl.minimum(k_lo + kps, K)
-        acc = tl.zeros([M_PAD, BN], dtype=tl.float32)
-        k_start = k_lo
-        if PRE == 2 and WAIT > 0:
-            if it == pid:  # the tile loaded before the wait
-                k = k_lo + tl.arange(0, BK)
-                xt = _x_tile(x_ptr, t, k, T, s_xt, x_plane, X_PARTS, DT)
-                xt = tl.where((k < k_hi)[None, :], xt, 0.0).to(DT)
-                acc += _dot(xt, w_first, INTERPRET)
-                k_start = k_lo + BK
-        for kb in range(k_start, k_hi, BK):
-            k = kb + tl.arange(0, BK)
-            k_ok = k < k_hi
-            xt = _x_tile(x_ptr, t, k, T, s_xt, x_plane, X_PARTS, DT)
-            xt = tl.where(k_ok[None, :], xt, 0.0).to(DT)
-            w = tl.load(w_ptr + n[None, :] * s_w + k[:, None], mask=n_ok[None, :] & k_ok[:, None], other=0.0)
-            acc += _dot(xt, w, INTERPRET)
-        ok = (t[:, None] < T) & n_ok[None, :]
-        if SPLIT == 1:
-            tl.store(out_ptr + t[:, None] * N + n[None, :], acc.to(DT), mask=ok)
+        k_hi = tl.minimum(pk * kps + kps, K)
+        k = pk * kps + kt * BK + tl.arange(0, BK)
+        k_ok = k < k_hi
+        xt = _x_tile(x_ptr, t, k, T, s_xt, x_plane, X_PARTS, DT)
+        xt = tl.where(k_ok[None, :], xt, 0.0).to(DT)
+        if PRE == 2 and WAIT > 0:  # the first tile was loaded before the wait
+            w = tl.load(w_ptr + n[None, :] * s_w + k[:, None], mask=n_ok[None, :] & k_ok[:, None] & (j > 0),
+                        other=0.0)
+            w = tl.where(j == 0, w_first, w)
         else:
-            tl.store(out_ptr + (pk * M_PAD + t[:, None]) * N + n[None, :], acc, mask=ok)
-        done += 1
-    if done > 0:
-        _arrive(count_ptr, done, INTERPRET)
+            w = tl.load(w_ptr + n[None, :] * s_w + k[:, None], mask=n_ok[None, :] & k_ok[:, None], other=0.0)
+        acc += _dot(xt, w, INTERPRET)
+        if kt == TILES - 1:
+            ok = (t[:, None] < T) & n_ok[None, :]
+            if SPLIT == 1:
+                tl.store(out_ptr + t[:, None] * N + n[None, :], acc.to(DT), mask=ok)
+            else:
+                tl.store(out_ptr + (pk * M_PAD + t[:, None]) * N + n[None, :], acc, mask=ok)
+            acc = tl.zeros([M_PAD, BN], dtype=tl.float32)
+    if mine > 0:
+        _arrive(count_ptr, mine, INTERPRET)
 
 
 @triton.jit
