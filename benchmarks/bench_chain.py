@@ -10,8 +10,9 @@ shared down on the shared expert's columns), each stage reading the previous one
 - ``chain/<pre>``: one gemv_chain_kernel launch a layer (kernels/chain.py), a program per SM, stages separated
   by counters; before waiting for the previous stage a program does nothing (none), asks the L2 for its
   weight slabs (l2), or loads its first weight tile into registers (regs);
-- ``.../w8/s4/g2``: with 8 warps, 4 pipeline stages, 2 programs a SM (the launcher refuses a grid that
-  cannot be resident at once);
+- ``.../w8/s4/g2/p/b``: with 8 warps, 4 pipeline stages, 2 programs a SM (the launcher refuses a grid that
+  cannot be resident at once), split stages reducing their own partials (p), splits chosen to balance the
+  programs' work (b);
 - ``chain/free``: the same launch with no stage waiting (every stage reads a tensor): the persistent grid's
   own streaming ceiling for these bytes, not a result anyone could use;
 - ``read``: the bytes over the copy bandwidth measured in the same run.
@@ -72,15 +73,20 @@ def separate_calls(stages: list[ChainStage], st: dict, key: int) -> list:
 
 
 def parse_chain(variant: str) -> dict:
-    """"chain/<pre>[/w<warps>][/s<stages>][/g<programs a SM>]" -> triton_gemv_chain options (pre "free": the
-    independent layer, timed with pre none)."""
+    """"chain/<pre>[/w<warps>][/s<stages>][/g<programs a SM>][/p][/b]" -> triton_gemv_chain options (p: the
+    producer reduces its splits, b: balanced splits; pre "free": the independent layer, timed with pre none)."""
     parts = variant.split("/")
     assert parts[0] == "chain" and len(parts) >= 2, f"bad variant {variant!r}"
     opts = {"pre": parts[1], "num_warps": 4, "num_stages": 3, "programs_per_sm": 1}
     names = {"w": "num_warps", "s": "num_stages", "g": "programs_per_sm"}
     for p in parts[2:]:
-        assert p[:1] in names and p[1:].isdigit(), f"bad option {p!r} in {variant!r}"
-        opts[names[p[0]]] = int(p[1:])
+        if p == "p":
+            opts["reduce"] = "producer"
+        elif p == "b":
+            opts["balance"] = True
+        else:
+            assert p[:1] in names and p[1:].isdigit(), f"bad option {p!r} in {variant!r}"
+            opts[names[p[0]]] = int(p[1:])
     return opts
 
 

@@ -56,49 +56,83 @@ def _check(stages: list[ChainStage], T: int) -> None:
                 f"stage {i} reads stage {st.src}: it and every stage between must wait")
 
 
+def balanced_split(blocks: int, K: int, block_k: int, programs: int, max_split: int = 16) -> int:
+    """The K split that spreads blocks x split items most evenly over the programs (a stage lasts as long as
+    its busiest program, and every program waits for it): the fewest splits within 5% of the best balance."""
+    best = []
+    for split in range(1, min(max_split, triton.cdiv(K, block_k)) + 1):
+        kps = triton.cdiv(triton.cdiv(K, split), block_k) * block_k
+        real = triton.cdiv(K, kps)
+        items = blocks * real
+        waves = triton.cdiv(items, programs)
+        # time ~ the busiest program's tiles: waves x tiles an item
+        best.append((waves * kps, real))
+    lo = min(t for t, _ in best)
+    return min(sp for t, sp in best if t <= 1.05 * lo)
+
+
 def triton_gemv_chain(stages: list[ChainStage], T: int, *, pre: str = "none", programs_per_sm: int = 1,
-                      num_stages: int = 3, num_warps: int = 4) -> list[torch.Tensor]:
-    """Runs the chain in one launch; returns each stage's output: [T, N] in w's dtype (split 1) or fp32
-    partials [split, m_pad, N] (rows >= T unwritten), which ``chain_output`` reduces."""
+                      num_stages: int = 3, num_warps: int = 4, reduce: str = "consumer",
+                      balance: bool = False) -> list[torch.Tensor]:
+    """Runs the chain in one launch; returns each stage's output: [T, N] in w's dtype (split 1, or with
+    ``reduce="producer"``: a split stage reduces its own partials) or fp32 partials [split, m_pad, N] (rows >= T
+    unwritten; ``reduce="consumer"``: the stages that read them add them), which ``chain_output`` reduces.
+    ``balance``: each stage's split from balanced_split (else gemv_config's, the separate launch's)."""
     _check(stages, T)
     assert pre in PRE_MODES, f"pre={pre!r}: one of {sorted(PRE_MODES)}"
+    assert reduce in ("consumer", "producer"), f"reduce={reduce!r}: 'consumer' or 'producer'"
     dev = stages[0].w.device
     interpret = tuning.interpreting()
     sms = tuning.sm_count(dev)
+    G = 1 if interpret else programs_per_sm * sms
+    producer = reduce == "producer"
     m_pad = max(16, triton.next_power_of_2(T))
-    outs, plans = [], []
+    outs, parts, plans, rb_offs = [], [], [], []
+    n_counters = len(stages) + 1
     for st in stages:
         N, K = st.w.shape
-        split = st.split or gemv_config(N, K, 1, True, sms)["SPLIT"]
+        blocks = triton.cdiv(N, st.block_n)
+        if st.split:
+            split = st.split
+        elif balance:
+            split = balanced_split(blocks, K, st.block_k, programs_per_sm * sms)
+        else:
+            split = gemv_config(N, K, 1, True, sms)["SPLIT"]
         kps = triton.cdiv(triton.cdiv(K, split), st.block_k) * st.block_k
         split = triton.cdiv(K, kps)
         plans.append((split, kps))
-        outs.append(torch.empty(T, N, dtype=st.w.dtype, device=dev) if split == 1 else
-                    torch.empty(split, m_pad, N, dtype=torch.float32, device=dev))
-    xs, s_xts, planes, parts = [], [], [], []
+        partials = torch.empty(split, m_pad, N, dtype=torch.float32, device=dev) if split > 1 else None
+        if split == 1 or producer:
+            outs.append(torch.empty(T, N, dtype=st.w.dtype, device=dev))
+        else:
+            outs.append(partials)
+        parts.append(partials if partials is not None and producer else outs[-1])
+        rb_offs.append(n_counters)
+        n_counters += blocks if split > 1 and producer else 0
+    xs, s_xts, planes, x_parts = [], [], [], []
     for st in stages:
         if st.x is not None:
             xs.append(st.x)
             s_xts.append(st.x.stride(0))
             planes.append(0)
-            parts.append(0)
+            x_parts.append(0)
         else:
             src_out, src_n = outs[st.src], stages[st.src].w.shape[0]
-            split = plans[st.src][0]
+            split = plans[st.src][0] if src_out.dim() == 3 else 1
             xs.append(src_out[..., st.col0:])
             s_xts.append(src_n)
             planes.append(m_pad * src_n if split > 1 else 0)
-            parts.append(split if split > 1 else 0)
-    count = _counters(dev, len(stages) + 1)  # zero between calls: the kernel resets what it used (no memset)
-    G = 1 if interpret else programs_per_sm * sms
+            x_parts.append(split if split > 1 else 0)
+    count = _counters(dev, n_counters)  # zero between calls: the kernel resets what it used (no memset)
     pdl = tuning.pdl(dev, "gemv")
-    args = (tuple(xs), tuple(st.w for st in stages), tuple(outs), tuple(s_xts), tuple(planes),
+    args = (tuple(xs), tuple(st.w for st in stages), tuple(outs), tuple(parts), tuple(s_xts), tuple(planes),
             tuple(st.w.stride(0) for st in stages), tuple(st.w.shape[0] for st in stages),
-            tuple(st.w.shape[1] for st in stages), tuple(p[1] for p in plans), count, T)
-    kw = dict(S=len(stages), X_PARTS=tuple(parts), SPLIT=tuple(p[0] for p in plans),
+            tuple(st.w.shape[1] for st in stages), tuple(p[1] for p in plans), tuple(rb_offs), count, T)
+    kw = dict(S=len(stages), X_PARTS=tuple(x_parts), SPLIT=tuple(p[0] for p in plans),
               BLOCK_N=tuple(st.block_n for st in stages), BLOCK_K=tuple(st.block_k for st in stages),
               WAIT=tuple(st.wait for st in stages), M_PAD=m_pad, PRE=PRE_MODES[pre], INTERPRET=interpret, PDL=pdl,
-              num_warps=1 if interpret else num_warps, num_stages=num_stages, **tuning.pdl_launch(pdl))
+              REDUCE=producer, num_warps=1 if interpret else num_warps, num_stages=num_stages,
+              **tuning.pdl_launch(pdl))
     if not interpret:
         _assert_resident(args, kw, G, dev)
     gemv_chain_kernel[(G,)](*args, **kw)
@@ -111,7 +145,7 @@ _RESIDENT: dict = {}
 def _assert_resident(args: tuple, kw: dict, G: int, dev: torch.device) -> None:
     """Every program waits for others: a grid that cannot be resident at once would hang. Compiles first
     (warmup, no launch) and checks registers, shared memory and threads against the SMs'."""
-    dtypes = tuple(t.dtype for group in args[:3] for t in group)  # xs, ws, outs
+    dtypes = tuple(t.dtype for group in args[:4] for t in group)  # xs, ws, outs, parts
     key = (dtypes, G, tuple(sorted((name, str(v)) for name, v in kw.items())))
     if key in _RESIDENT:
         return

@@ -30,7 +30,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from sglang_eagle3.kernels.triton.gemv import _prefetch_slab
-from sglang_eagle3.kernels.triton.sync import fence_acq_rel
+from sglang_eagle3.kernels.triton.sync import fence_acq_rel, last_arrival
 
 
 @triton.jit
@@ -85,9 +85,10 @@ def _dot(xt, w, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _stage(x_ptr, w_ptr, out_ptr, s_xt, x_plane, s_w, N, K, kps, count_ptr, prev_items, pid, G, T,
-           X_PARTS: tl.constexpr, SPLIT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, WAIT: tl.constexpr,
-           M_PAD: tl.constexpr, PRE: tl.constexpr, INTERPRET: tl.constexpr):
+def _stage(x_ptr, w_ptr, out_ptr, part_ptr, rb_count_ptr, s_xt, x_plane, s_w, N, K, kps, count_ptr, prev_items,
+           pid, G, T, X_PARTS: tl.constexpr, SPLIT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+           WAIT: tl.constexpr, M_PAD: tl.constexpr, PRE: tl.constexpr, REDUCE: tl.constexpr,
+           INTERPRET: tl.constexpr):
     """This program's items of one stage (see gemv_chain_kernel), then its arrival at the stage's counter.
     WAIT: 0 start at once, 1 wait for the previous stage's counter, 2 wait for the previous kernel (PDL)."""
     DT = w_ptr.dtype.element_ty
@@ -143,7 +144,15 @@ def _stage(x_ptr, w_ptr, out_ptr, s_xt, x_plane, s_w, N, K, kps, count_ptr, prev
             ok = (t[:, None] < T) & n_ok[None, :]
             if SPLIT == 1:
                 tl.store(out_ptr + t[:, None] * N + n[None, :], acc.to(DT), mask=ok)
-            else:
+            elif REDUCE:  # the row block's last split adds the partials in split order and stores the output
+                tl.store(part_ptr + (pk * M_PAD + t[:, None]) * N + n[None, :], acc, mask=ok)
+                if last_arrival(rb_count_ptr + pn, SPLIT, INTERPRET):
+                    red = tl.load(part_ptr + t[:, None] * N + n[None, :], mask=ok, other=0.0, cache_modifier=".cg")
+                    for p in tl.static_range(1, SPLIT):
+                        red += tl.load(part_ptr + (p * M_PAD + t[:, None]) * N + n[None, :], mask=ok, other=0.0,
+                                       cache_modifier=".cg")
+                    tl.store(out_ptr + t[:, None] * N + n[None, :], red.to(DT), mask=ok)
+            else:  # the partials are the output: the stages that read it add them
                 tl.store(out_ptr + (pk * M_PAD + t[:, None]) * N + n[None, :], acc, mask=ok)
             acc = tl.zeros([M_PAD, BN], dtype=tl.float32)
     if mine > 0:
@@ -151,13 +160,15 @@ def _stage(x_ptr, w_ptr, out_ptr, s_xt, x_plane, s_w, N, K, kps, count_ptr, prev
 
 
 @triton.jit
-def gemv_chain_kernel(xs, ws, outs, s_xts, x_planes, s_ws, Ns, Ks, KPSs, count_ptr, T,
+def gemv_chain_kernel(xs, ws, outs, parts, s_xts, x_planes, s_ws, Ns, Ks, KPSs, rb_offs, count_ptr, T,
                       S: tl.constexpr, X_PARTS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_K: tl.constexpr, WAIT: tl.constexpr, M_PAD: tl.constexpr, PRE: tl.constexpr,
-                      INTERPRET: tl.constexpr, PDL: tl.constexpr = False):
+                      INTERPRET: tl.constexpr, PDL: tl.constexpr = False, REDUCE: tl.constexpr = False):
     """Stage s (tuples indexed by s): x xs[s] ([T, K] rows of stride s_xts[s], or X_PARTS[s] fp32 planes
     x_planes[s] apart), W ws[s] [N, K] K-contiguous with row stride s_ws[s], out outs[s] ([T, N] in W's dtype
-    with SPLIT[s] == 1, else fp32 partials [SPLIT, M_PAD, N]); K split in KPSs[s]-wide ranges. With PDL the
+    with SPLIT[s] == 1 or REDUCE, else fp32 partials [SPLIT, M_PAD, N]); K split in KPSs[s]-wide ranges. REDUCE:
+    a split stage stores its partials in parts[s] and the last split of each row block (its counter at
+    count_ptr + rb_offs[s] + row block, after the S + 1 stage counters) reduces them into outs[s]. With PDL the
     launch may start while the previous kernel runs: stage 0 waits for it (its weights may be touched first)."""
     pid = tl.program_id(0)
     G = tl.num_programs(0)
@@ -166,9 +177,9 @@ def gemv_chain_kernel(xs, ws, outs, s_xts, x_planes, s_ws, Ns, Ks, KPSs, count_p
             prev_items = 0
         else:
             prev_items = tl.cdiv(Ns[s - 1], BLOCK_N[s - 1]) * SPLIT[s - 1]
-        _stage(xs[s], ws[s], outs[s], s_xts[s], x_planes[s], s_ws[s], Ns[s], Ks[s], KPSs[s], count_ptr + s,
-               prev_items, pid, G, T, X_PARTS[s], SPLIT[s], BLOCK_N[s], BLOCK_K[s],
-               (2 if PDL else 0) if s == 0 else (1 if WAIT[s] else 0), M_PAD, PRE, INTERPRET)
+        _stage(xs[s], ws[s], outs[s], parts[s], count_ptr + rb_offs[s], s_xts[s], x_planes[s], s_ws[s], Ns[s],
+               Ks[s], KPSs[s], count_ptr + s, prev_items, pid, G, T, X_PARTS[s], SPLIT[s], BLOCK_N[s], BLOCK_K[s],
+               (2 if PDL else 0) if s == 0 else (1 if WAIT[s] else 0), M_PAD, PRE, REDUCE, INTERPRET)
     # Every program is past all of its waits: the last one to get here resets the counters for the next call.
     last = _arrive(count_ptr + S, 1, INTERPRET) == G - 1
     if last:
