@@ -13,6 +13,9 @@ shared down on the shared expert's columns), each stage reading the previous one
 - ``.../w8/s4/g2/p/b``: with 8 warps, 4 pipeline stages, 2 programs a SM (the launcher refuses a grid that
   cannot be resident at once), split stages reducing their own partials (p), splits chosen to balance the
   programs' work (b);
+- ``separate/notail``, ``single<i>[/notail]``: timing only, the separate launches (all, or stage i alone) with
+  split launches leaving their partials unreduced: what the split-K tail (the last split's handshake and
+  reduction) costs;
 - ``chain/free``: the same launch with no stage waiting (every stage reads a tensor): the persistent grid's
   own streaming ceiling for these bytes, not a result anyone could use;
 - ``read``: the bytes over the copy bandwidth measured in the same run.
@@ -62,14 +65,15 @@ def make_layer(T: int, gen: torch.Generator, independent: bool = False) -> list[
             ChainStage(rs, x=x), ChainStage(down, src=3, col0=EXPERTS)]
 
 
-def separate_calls(stages: list[ChainStage], st: dict, key: int) -> list:
-    """The layer as triton_gemv launches, outputs into st[(key, i)]."""
+def separate_calls(stages: list[ChainStage], st: dict, key: int, no_tail: bool = False,
+                   only: int | None = None) -> list:
+    """The layer as triton_gemv launches, outputs into st[(key, i)] (``only``: stage ``only`` alone)."""
     def call(i: int, s: ChainStage):
         def run():
             x = s.x if s.x is not None else st[(key, s.src)][:, s.col0:s.col0 + s.w.shape[1]]
-            st[(key, i)] = triton_gemv(x, s.w)
+            st[(key, i)] = triton_gemv(x, s.w, _no_tail=no_tail)
         return run
-    return [call(i, s) for i, s in enumerate(stages)]
+    return [call(i, s) for i, s in enumerate(stages) if only is None or i == only]
 
 
 def parse_chain(variant: str) -> dict:
@@ -131,6 +135,12 @@ def main() -> None:
             try:
                 if variant == "separate":
                     calls, per_layer = ref_calls, len(layers[0])
+                elif variant.startswith(("separate/", "single")):  # timing only: no_tail leaves outputs unwritten
+                    head, _, tail = variant.partition("/")
+                    only = int(head[len("single"):]) if head.startswith("single") else None
+                    calls = [c for i, lay in enumerate(layers)
+                             for c in separate_calls(lay, dict(ref), i, no_tail=tail == "notail", only=only)]
+                    per_layer = len(layers[0]) if only is None else 1
                 else:
                     opts = parse_chain(variant)
                     row["options"] = opts
