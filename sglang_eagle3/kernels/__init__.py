@@ -35,7 +35,6 @@ from sglang_eagle3.kernels.ref import (
 )
 from sglang_eagle3.kernels.rms_norm import triton_rms_norm
 from sglang_eagle3.kernels.rotary import triton_apply_rotary
-from sglang_eagle3.kernels.split_sum import SplitSum
 
 TRITON_ON_CPU_ENV = env.TRITON_ON_CPU.name
 
@@ -68,13 +67,7 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
     """x [T, K] @ w [N, K]^T (or per head: x [T, B, K], w [B, N, K]) with an optional residual ``add`` or gated
     ``w_up`` epilogue, and an optional RMSNorm of x first (``norm_weight``, ``eps``); see ref_gemv. The Triton
     skinny GEMM serves T <= GEMV_MAX_ROWS rows of half-precision operands (decode and verify); everything else
-    (prefill, training, float32) takes torch's GEMM, after the rms_norm op where there is a norm. x may be a
-    SplitSum (a deferred split GEMV's output): the kernel reads its partials, other paths its materialize()."""
-    if isinstance(x, SplitSum):
-        if w.dim() == 2 and _kernel_ok(use_triton, x.part, w, w_up, add, norm_weight):
-            return triton_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight,
-                               eps=eps)
-        x = x.materialize()
+    (prefill, training, float32) takes torch's GEMM, after the rms_norm op where there is a norm."""
     ok = (x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype
           and x.stride(-1) == 1 and (w.stride(-1) == 1 or w.stride(-2) == 1))
     if ok and _kernel_ok(use_triton, x, w, w_up, add, norm_weight):
@@ -86,7 +79,7 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
 
 
 def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0.0, residual=None,
-              route: Routing | None = None, defer: bool = False, use_triton: bool | None = None):
+              route: Routing | None = None, use_triton: bool | None = None):
     """(x w1^T, x w2^T) for x [T, K] (with ``w2_up``: the second is SiLU(x w2^T) * (x w2_up^T); ``out1_dtype``:
     the first's dtype): one launch of the skinny GEMM at decode/verify sizes, torch's GEMMs otherwise. With
     ``norm_weight`` (and ``eps``, ``residual``) the products are of the RMSNorm of x + residual, folded into
@@ -96,10 +89,7 @@ def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0
     ``route`` (a Routing; needs ``out1_dtype=torch.float32``): the first output are a MoE layer's router
     logits, and (weights float32 [T, top_k], ids int32 [T, top_k]) of the moe_topk op on them come last. The
     skinny GEMM routes in its launch's tail (bit-identical to moe_topk on its logits); elsewhere the moe_topk
-    op runs after the products, as the unfused layer runs it.
-
-    ``defer`` (no norm, no route): where the skinny GEMM splits K, both outputs come back as SplitSums (module
-    kernels/split_sum.py) for their readers (gemv, moe_topk, apply_rotary) to reduce; elsewhere tensors."""
+    op runs after the products, as the unfused layer runs it."""
     assert route is None or out1_dtype == torch.float32, f"routing reads float32 router logits, got {out1_dtype=}"
     ws = [w for w in (w1, w2, w2_up) if w is not None]
     ok = (x.dim() == 2 and x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16)
@@ -107,7 +97,7 @@ def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0
     bias = route.bias if route is not None else None
     if ok and _kernel_ok(use_triton, x, *ws, norm_weight, residual, bias):
         return triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
-                                residual=residual, route=route, defer=defer)
+                                residual=residual, route=route)
     if route is not None:
         route.check(w1.shape[0], x.device)
         outs = gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
@@ -138,12 +128,7 @@ def apply_rotary(q, k, positions, cos, sin, *, interleaved: bool, inplace: bool 
     latent into those rows of another tensor. The Triton path needs float32 tables; the reference casts
     whatever it is given. See ref_apply_rotary."""
     c_args = c_norm[:2] if c_norm is not None else ()
-    ok = _kernel_ok(use_triton, q, *(t.part if isinstance(t, SplitSum) else t for t in (k, *c_args)), k_out)
-    ok = ok and positions.dim() == 1
-    if not ok:  # deferred split outputs (kernels/split_sum.py) become tensors for the reference
-        k = k.materialize() if isinstance(k, SplitSum) else k
-        if c_norm is not None and isinstance(c_norm[0], SplitSum):
-            c_norm = (c_norm[0].materialize(), *c_norm[1:])
+    ok = _kernel_ok(use_triton, q, k, k_out, *c_args) and positions.dim() == 1
     fn = triton_apply_rotary if ok else ref_apply_rotary
     return fn(q, k, positions, cos, sin, interleaved=interleaved, inplace=inplace, k_out=k_out,
               k_out_rows=k_out_rows, c_norm=c_norm)
@@ -151,13 +136,8 @@ def apply_rotary(q, k, positions, cos, sin, *, interleaved: bool, inplace: bool 
 
 def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, renormalize=True,
              routed_scaling_factor=1.0, use_triton: bool | None = None):
-    """noaux_tc routing: (weights float32 [T, top_k], ids int32 [T, top_k]); see ref_moe_topk. The logits may
-    be a SplitSum (the router GEMV's, deferred)."""
-    split = isinstance(router_logits, SplitSum)
-    use = _use_triton(router_logits.part if split else router_logits, use_triton)
-    if split and not use:
-        router_logits = router_logits.materialize()
-    fn = triton_moe_topk if use else ref_moe_topk
+    """noaux_tc routing: (weights float32 [T, top_k], ids int32 [T, top_k]); see ref_moe_topk."""
+    fn = triton_moe_topk if _use_triton(router_logits, use_triton) else ref_moe_topk
     return fn(router_logits, correction_bias, top_k=top_k, n_group=n_group, topk_group=topk_group,
               renormalize=renormalize, routed_scaling_factor=routed_scaling_factor)
 
@@ -237,7 +217,6 @@ def kernel_report(device: torch.device | str | None = None) -> dict:
 __all__ = [
     "kernel_report",
     "Routing",
-    "SplitSum",
     "gemv",
     "gemv_pair",
     "rms_norm",

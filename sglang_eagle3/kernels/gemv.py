@@ -24,7 +24,6 @@ import triton
 
 from sglang_eagle3.kernels import tuning
 from sglang_eagle3.kernels.moe_topk import Routing
-from sglang_eagle3.kernels.split_sum import SplitSum, split_sum_args
 from sglang_eagle3.kernels.triton.gemv import (
     EPI_ADD,
     EPI_GATED,
@@ -111,18 +110,13 @@ def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, devic
     return k_per_split, split, m_pad, part, _counters(device, B * blocks)
 
 
-def triton_gemv(x: torch.Tensor | SplitSum, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
+def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
                 add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                 out: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
                 config: dict | None = None, _no_tail: bool = False) -> torch.Tensor:
     """x [T, K] with w [N, K] -> [T, N]; or x [T, B, K] with w [B, N, K] -> [T, B, N]. See module doc.
-    ``norm_weight`` [K]: x is RMS-normalised first (weight, eps), inside the same launch. x may be a SplitSum
-    (2-D): the launch adds the partials as it loads them. ``_no_tail`` (an experiment of
-    benchmarks/bench_chain.py): a split launch leaves its partials unreduced, out unwritten."""
-    xs = x if isinstance(x, SplitSum) else None
-    if xs is not None:  # the partials' first row and column, rows ``width`` apart
-        assert w.dim() == 2, f"a SplitSum x needs a 2-D w, got {tuple(w.shape)}"
-        x = xs.rows()
+    ``norm_weight`` [K]: x is RMS-normalised first (weight, eps), inside the same launch. ``_no_tail`` (an
+    experiment of benchmarks/bench_chain.py): a split launch leaves its partials unreduced, out unwritten."""
     batched = w.dim() == 3
     assert w.dim() in (2, 3) and x.dim() == w.dim(), f"x {tuple(x.shape)} and w {tuple(w.shape)}: 2-D/2-D or 3-D/3-D"
     T, K = x.shape[0], x.shape[-1]
@@ -131,8 +125,7 @@ def triton_gemv(x: torch.Tensor | SplitSum, w: torch.Tensor, *, w_up: torch.Tens
     assert w3.shape[2] == K, f"w {tuple(w.shape)} does not match x {tuple(x.shape)} (K={K})"
     assert not batched or x.shape[1] == B, f"x heads {x.shape[1]} != w heads {B}"
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
-    x_dtype = xs.dtype if xs is not None else x.dtype
-    assert x_dtype in (torch.bfloat16, torch.float16) and w.dtype == x_dtype, f"{x_dtype=} {w.dtype=}"
+    assert x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype, f"{x.dtype=} {w.dtype=}"
     assert x.stride(-1) == 1, f"x must have unit inner stride, got {x.stride()}"
     k_major = w3.stride(2) == 1
     assert k_major or w3.stride(1) == 1, f"w needs a unit stride along K or N, got strides {w.stride()}"
@@ -146,7 +139,7 @@ def triton_gemv(x: torch.Tensor | SplitSum, w: torch.Tensor, *, w_up: torch.Tens
             f"norm_weight must be contiguous [{K}] for a 2-D x, got {tuple(norm_weight.shape)}")
     out_shape = (T, B, N) if batched else (T, N)
     if out is None:
-        out = torch.empty(out_shape, dtype=out_dtype or x_dtype, device=x.device)
+        out = torch.empty(out_shape, dtype=out_dtype or x.dtype, device=x.device)
     assert tuple(out.shape) == out_shape and out.stride(-1) == 1, (
         f"out must be {out_shape} with unit inner stride, got {tuple(out.shape)} {out.stride()}")
     assert out_dtype is None or out.dtype == out_dtype, f"{out.dtype=} != {out_dtype=}"
@@ -175,8 +168,7 @@ def triton_gemv(x: torch.Tensor | SplitSum, w: torch.Tensor, *, w_up: torch.Tens
         W_KMAJOR=k_major, EPI=EPI_GATED if gated else (EPI_ADD if add is not None else EPI_NONE),
         SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], INTERPRET=interpret, PDL=pdl,
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
-        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), DEFER=_no_tail, **split_sum_args(xs),
-        **tuning.pdl_launch(pdl),
+        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), NO_TAIL=_no_tail, **tuning.pdl_launch(pdl),
     )
     return out
 
@@ -184,7 +176,7 @@ def triton_gemv(x: torch.Tensor | SplitSum, w: torch.Tensor, *, w_up: torch.Tens
 def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_up: torch.Tensor | None = None,
                      out1_dtype: torch.dtype | None = None, norm_weight: torch.Tensor | None = None,
                      eps: float = 0.0, residual: torch.Tensor | None = None, route: Routing | None = None,
-                     config: dict | None = None, defer: bool = False) -> tuple[torch.Tensor | SplitSum, ...]:
+                     config: dict | None = None) -> tuple[torch.Tensor, ...]:
     """(x w1^T, x w2^T) from one launch: x [T, K]; w1 [N1, K], w2 [N2, K] K-contiguous, same dtype as x (MLA's
     q_a and kv_a projections read the same normed hidden state). With ``w2_up`` the second output is the
     gated SiLU(x w2^T) * (x w2_up^T) (a shared expert's activation); ``out1_dtype`` (e.g. float32 router
@@ -197,11 +189,7 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
 
     With ``route`` the first output are router logits (``out1_dtype=torch.float32``) [T, E = N1], and the
     launch's tail routes them: (weights float32 [T, top_k], ids int32 [T, top_k]) follow the other outputs,
-    bit-identical to triton_moe_topk on the returned logits (the same function computes them).
-
-    ``defer`` (not with a norm or route): if the launch splits K, the two outputs come back as SplitSums, its
-    readers to reduce them (no tail in this launch); without a split, as tensors all the same."""
-    assert not defer or (norm_weight is None and route is None), "defer: not with a norm or a route"
+    bit-identical to triton_moe_topk on the returned logits (the same function computes them)."""
     T, K = x.shape
     assert x.dim() == 2 and x.stride(-1) == 1, f"x must be [T, K] with unit inner stride, got {tuple(x.shape)}"
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
@@ -254,11 +242,6 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
             ROUTE=True, bias_ptr=route.bias if route.bias is not None else y1, topk_w_ptr=topk_w,
             topk_id_ptr=topk_id, s_twt=topk_w.stride(0), s_tit=topk_id.stride(0),
             routed_scaling_factor=float(route.routed_scaling_factor), **route.constexprs(N1))
-    deferred = defer and split > 1
-    if deferred:
-        width = N1 + N2
-        outs = (SplitSum(part, split, m_pad, width, 0, T, N1, y1.dtype),
-                SplitSum(part, split, m_pad, width, N1, T, N2, y2.dtype, gated=w2_up is not None))
     if part is None:
         part = y2
     if count is None:
@@ -276,6 +259,6 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         NORM=NORM_POST if norm else NORM_NONE, nw_ptr=norm_weight if norm else w1, eps=float(eps),
         HAS_RES=residual is not None, res_ptr=res, res_out_ptr=stream, s_rt=res.stride(0), s_rot=stream.stride(0),
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
-        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), DEFER=deferred, **route_args, **tuning.pdl_launch(pdl),
+        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), **route_args, **tuning.pdl_launch(pdl),
     )
     return outs

@@ -9,7 +9,6 @@ import torch
 import triton
 
 from sglang_eagle3.kernels import tuning
-from sglang_eagle3.kernels.split_sum import SplitSum, split_sum_args
 from sglang_eagle3.kernels.triton.moe_topk import moe_topk_kernel
 
 
@@ -70,12 +69,7 @@ def triton_moe_topk(
     renormalize: bool = True,
     routed_scaling_factor: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """router_logits [T, E] (any float dtype, or the float32 SplitSum of a split router GEMV) -> (weights float32
-    [T, top_k], ids int32 [T, top_k])."""
-    xs = router_logits if isinstance(router_logits, SplitSum) else None
-    if xs is not None:
-        assert xs.dtype == torch.float32 and not xs.gated, f"router logits: a float32 SplitSum, got {xs.dtype}"
-        router_logits = xs.rows()
+    """router_logits [T, E] (any float dtype) -> (weights float32 [T, top_k], ids int32 [T, top_k])."""
     assert router_logits.dim() == 2, f"router_logits must be [T, E], got {tuple(router_logits.shape)}"
     T, E = router_logits.shape
     assert router_logits.stride(1) == 1, f"router_logits must be contiguous in E, {router_logits.stride()=}"
@@ -91,7 +85,6 @@ def triton_moe_topk(
         router_logits, correction_bias if correction_bias is not None else router_logits, weights, ids,
         router_logits.stride(0), weights.stride(0), ids.stride(0),
         float(routed_scaling_factor),
-        E=E, **route.constexprs(E), num_warps=cfg["num_warps"], PDL=pdl, **split_sum_args(xs),
-        **tuning.pdl_launch(pdl),
+        E=E, **route.constexprs(E), num_warps=cfg["num_warps"], PDL=pdl, **tuning.pdl_launch(pdl),
     )
     return weights, ids

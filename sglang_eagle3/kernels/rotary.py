@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl
 
 from sglang_eagle3.kernels import tuning
-from sglang_eagle3.kernels.split_sum import SplitSum
 from sglang_eagle3.kernels.triton.rotary import rotary_kernel
 
 TILE = 2048  # elements of one head block: BLOCK_H * HALF_PAD
-TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
 def _as_heads(t: torch.Tensor, N: int) -> torch.Tensor:
@@ -28,8 +25,7 @@ def _as_heads(t: torch.Tensor, N: int) -> torch.Tensor:
     return t[:, None, :] if t.dim() == 2 else t
 
 
-def triton_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | SplitSum | None, positions: torch.Tensor,
-                        cos: torch.Tensor,
+def triton_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
                         sin: torch.Tensor, *, interleaved: bool, inplace: bool = False,
                         k_out: torch.Tensor | None = None, k_out_rows: torch.Tensor | None = None,
                         c_norm: tuple | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -38,19 +34,7 @@ def triton_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | SplitSum | Non
     k alone does not read q at all (nor wait for it). With k_out [S, Hk, D] or [S, D] and k_out_rows [N],
     token i's rotated k goes to k_out[k_out_rows[i]] (any float dtype: MLA's cache slots) and k_out is
     returned for k. Positions must lie in [0, P). ``c_norm`` = (c [N, C], weight [C], eps, c_out [S, C]) with
-    k_out_rows: the RMSNorm of c goes to rows k_out_rows of c_out in the same launch (MLA's latent).
-
-    k (with k_out_rows) and c may be SplitSums of one split GEMV (MLA's kv_a, deferred): both, or neither.
-    The launch adds their partials as it reads them."""
-    ks = k if isinstance(k, SplitSum) else None
-    cs = c_norm[0] if c_norm is not None and isinstance(c_norm[0], SplitSum) else None
-    split_kw = {}
-    if ks is not None or cs is not None:
-        assert ks is not None and cs is not None and ks.part is cs.part, "k and c: SplitSums of one launch, or tensors"
-        assert k_out_rows is not None, "a SplitSum k is read into cache rows (k_out_rows)"
-        split_kw = dict(KC_SPLIT=ks.split, kc_split_stride=ks.split_stride, KC_DT=TL_DTYPES[ks.dtype])
-        k = ks.rows()
-        c_norm = (cs.rows(), *c_norm[1:])
+    k_out_rows: the RMSNorm of c goes to rows k_out_rows of c_out in the same launch (MLA's latent)."""
     N = positions.shape[0]
     assert positions.dim() == 1 and positions.is_contiguous(), f"positions must be contiguous [N], {positions.shape}"
     assert positions.dtype in (torch.int32, torch.int64), f"{positions.dtype=}"
@@ -107,7 +91,7 @@ def triton_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | SplitSum | Non
         cos.stride(0), hq, hk,
         HAS_Q=q is not None, HAS_K=k is not None, K_OUT_ROWS=k_out_rows is not None,
         INTERLEAVED=bool(interleaved), HALF=half, HALF_PAD=half_pad, BLOCK_H=block_h,
-        num_warps=1 if tuning.interpreting() else 4, enable_fp_fusion=False, **c_kw, **split_kw,
+        num_warps=1 if tuning.interpreting() else 4, enable_fp_fusion=False, **c_kw,
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
     return q_out, k_out

@@ -48,9 +48,7 @@ def sharded_loader(dim: int | None):
 def matmul_wt(x: torch.Tensor, weight: torch.Tensor, use_triton: bool | None = None, **epilogue) -> torch.Tensor:
     """x [..., in] W^T -> [..., out]: the skinny-GEMM kernel for decode/verify row counts on CUDA (one launch
     with its split-K reduction, and ``epilogue`` = w_up / add / out_dtype fused, see kernels.gemv), torch's
-    GEMM otherwise. x may be a SplitSum [T, in] (a deferred split GEMV's output, kernels/split_sum.py)."""
-    if isinstance(x, kernels.SplitSum):
-        return kernels.gemv(x, weight, use_triton=use_triton, **epilogue)
+    GEMM otherwise."""
     x2 = x.reshape(-1, x.shape[-1])
     y = kernels.gemv(x2, weight, use_triton=use_triton, **epilogue)
     return y.view(*x.shape[:-1], y.shape[-1])

@@ -58,9 +58,6 @@ class MLAAttention(nn.Module):
         self.fuse_qa_norm, self.fuse_kv_norm = env.fusion_on("qa_norm"), env.fusion_on("kv_norm")
         self.fuse_input_norm = env.fusion_on("input_norm")
         self.fuse_q_rope = env.fusion_on("q_rope_attn")
-        # q_a + kv_a leave their split-K partials to their two readers (q_b's GEMV with the q_a norm, the rotary
-        # launch with the kv_a norm), which add them as they load: one launch tail fewer a layer.
-        self.defer_split = env.fusion_on("qkv_split_sum") and self.fuse_qa_norm and self.fuse_kv_norm
         # With a side stream (layers/overlap.py, "mla_k_path"; set by the model) the k path of a q_rope_attn
         # forward runs there.
         self.side_stream = None
@@ -129,15 +126,9 @@ class MLAAttention(nn.Module):
                 x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight, norm_weight=input_norm.weight,
                 eps=input_norm.eps, residual=residual, use_triton=self.q_a_proj.use_triton)
         else:  # q_a and kv_a read the same x: one launch for both at decode/verify sizes
-            # Deferred (SplitSums) only where both readers take partials: the fused q_b and the fused rotary
-            # launch writing the cache, on this stream.
-            defer = self.defer_split and cache is not None and not rope_in_attn
-            q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight, defer=defer,
+            q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
                                           use_triton=self.q_a_proj.use_triton)
-        if isinstance(kv_a, kernels.SplitSum):
-            c, k_rope = kv_a.columns(0, self.kv_lora_rank), kv_a.columns(self.kv_lora_rank, self.rope_dim)
-        else:
-            c, k_rope = kv_a.split([self.kv_lora_rank, self.rope_dim], dim=-1)  # kv_a: [N, c + r]
+        c, k_rope = kv_a.split([self.kv_lora_rank, self.rope_dim], dim=-1)  # kv_a: [N, c + r]
         side_reads = None
         if rope_in_attn:
             side = self.side_stream if x.is_cuda else None

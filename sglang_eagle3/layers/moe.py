@@ -155,8 +155,6 @@ class DeepseekMoE(nn.Module):
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
         self.fuse_router_shared = env.fusion_on("router_shared")  # see env.NO_FUSE
         self.fuse_router_topk = env.fusion_on("router_topk")  # the routing too (in router_shared's launch)
-        # router_shared's launch leaves its split-K partials for the routing and the shared down GEMV to add
-        self.defer_split = env.fusion_on("moe_split_sum")
         # With a side stream (layers/overlap.py, "shared_down"; set by the model) the shared expert's down
         # projection runs there while this stream routes.
         self.side_stream = None
@@ -170,19 +168,16 @@ class DeepseekMoE(nn.Module):
         if (self.fuse_router_shared and sh is not None and x.shape[0] <= kernels.GEMV_MAX_ROWS
                 and self.use_triton is not False):
             # Decode/verify: the router and the shared expert's gate/up + SiLU read the same x: one launch,
-            # which with router_topk also routes the tokens in its tail; with moe_split_sum its outputs may be
-            # SplitSums, whose partials the routing and the shared down projection add as they read them.
+            # which with router_topk also routes the tokens in its tail.
             route = None
             if self.fuse_router_topk:
                 route = kernels.Routing(self.gate.e_score_correction_bias, c.num_experts_per_tok, c.n_group,
                                         c.topk_group, c.norm_topk_prob, c.routed_scaling_factor)
             logits, act, *routed = kernels.gemv_pair(x, self.gate.weight, sh.gate_proj.weight,
                                                      w2_up=sh.up_proj.weight, out1_dtype=torch.float32,
-                                                     route=route, defer=self.defer_split and route is None,
-                                                     use_triton=self.use_triton)
+                                                     route=route, use_triton=self.use_triton)
             if self.side_stream is not None and x.is_cuda:
-                # Allocated here so it belongs to this stream; act (or the SplitSum's partials it holds)
-                # stays referenced until the join below.
+                # Allocated here so it belongs to this stream; act stays referenced until the join below.
                 shared = torch.empty_like(x)
                 with self.side_stream.fork(x):
                     matmul_wt(act, sh.down_proj.weight, sh.down_proj.use_triton, out=shared)

@@ -22,7 +22,6 @@ import tempfile
 import traceback
 
 import triton
-import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -226,7 +225,7 @@ def check_rotary(arch: int) -> dict:
                stride_table="i32", HQ="i32", HK="i32", HAS_K="i32", K_OUT_ROWS="i32", INTERLEAVED="i32",
                HALF="i32", HALF_PAD="i32", BLOCK_H="i32", PDL="i32", NORM_C="i32", c_ptr="*bf16", nw_ptr="*bf16",
                c_out_ptr="*bf16", stride_ct="i32", stride_cot="i32", C="i32", eps="fp32", BLOCK_C="i32",
-               HAS_Q="i32", KC_SPLIT="i32", kc_split_stride="i32", KC_DT="constexpr")
+               HAS_Q="i32")
     out = {}
     for interleaved, half, block_h, rows in ((True, 32, 8, True), (False, 64, 32, False), (True, 32, 8, "norm"),
                                              (True, 32, 8, "k_only")):
@@ -234,8 +233,7 @@ def check_rotary(arch: int) -> dict:
         sass, res = compile_sass(ro.rotary_kernel, sig,
                                  dict(HAS_K=True, K_OUT_ROWS=bool(rows), INTERLEAVED=interleaved, HALF=half,
                                       HALF_PAD=half, BLOCK_H=block_h, PDL=False, NORM_C=rows in ("norm", "k_only"),
-                                      BLOCK_C=512, HAS_Q=rows != "k_only", KC_SPLIT=0, KC_DT=tl.float32),
-                                 ["q_ptr", "k_ptr"], arch,
+                                      BLOCK_C=512, HAS_Q=rows != "k_only"), ["q_ptr", "k_ptr"], arch,
                                  enable_fp_fusion=False)
         _no_spills(res, "rotary")
         fma = sum(1 for line in sass.splitlines() if re.search(r"\bFFMA\b", line))
@@ -244,29 +242,22 @@ def check_rotary(arch: int) -> dict:
     return out
 
 
-_GEMV_SIG = dict(x_ptr="*bf16", w_ptr="*bf16", w_up_ptr="*bf16", add_ptr="*bf16", out_ptr="*bf16",
-                 part_ptr="*fp32", count_ptr="*i32", w2_ptr="*bf16", out2_ptr="*bf16", T="i32", N="i32", K="i32",
-                 k_per_split="i32", N2="i32", NB1="i32", s_xt="i32", s_xb="i32", s_wb="i32", s_wn="i32", s_wk="i32",
-                 s_at="i32", s_ab="i32", s_ot="i32", s_ob="i32", s_w2n="i32", s_o2t="i32",
-                 W_KMAJOR="i32", EPI="i32", SPLIT="i32", M_PAD="i32", BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32",
-                 PDL="i32", PAIR="i32", NORM="i32", nw_ptr="*bf16", eps="fp32", EPI2="i32", w2_up_ptr="*bf16",
-                 HAS_RES="i32", res_ptr="*bf16", res_out_ptr="*bf16", s_rt="i32", s_rot="i32",
-                 ROUTE="i32", bias_ptr="*fp32", topk_w_ptr="*fp32", topk_id_ptr="*i32", s_twt="i32", s_tit="i32",
-                 routed_scaling_factor="fp32", PER_GROUP="i32", N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32",
-                 G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32", PREFETCH_L2="i32",
-                 DEFER="i32", X_SPLIT="i32", x_split_stride="i32", X_GATED="i32", x_up_stride="i32")
-
-
-NO_SPLIT_SUM = dict(DEFER=False, X_SPLIT=0, X_GATED=False)  # gemv_kernel's split-sum constexprs, off
-
-
 def check_dense_gemv(arch: int) -> dict:
     """The skinny GEMM at Kimi TP=8 decode shapes: no spills, 16-byte weight loads along K, and the split-K
     handshake (fences + one atomic per program) present exactly when SPLIT > 1 (one more with the routing
     tail); every epilogue, both RMSNorm folds (the q_a norm read first, the input norm + residual scaled in
     the epilogue), and the router + shared expert launch with the MoE routing in its tail (Kimi's: 384
     experts, top-8, one group), split as its launcher splits it and unsplit."""
-    sig = dict(_GEMV_SIG)
+    sig = dict(x_ptr="*bf16", w_ptr="*bf16", w_up_ptr="*bf16", add_ptr="*bf16", out_ptr="*bf16",
+               part_ptr="*fp32", count_ptr="*i32", w2_ptr="*bf16", out2_ptr="*bf16", T="i32", N="i32", K="i32",
+               k_per_split="i32", N2="i32", NB1="i32", s_xt="i32", s_xb="i32", s_wb="i32", s_wn="i32", s_wk="i32",
+               s_at="i32", s_ab="i32", s_ot="i32", s_ob="i32", s_w2n="i32", s_o2t="i32",
+               W_KMAJOR="i32", EPI="i32", SPLIT="i32", M_PAD="i32", BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32",
+               PDL="i32", PAIR="i32", NORM="i32", nw_ptr="*bf16", eps="fp32", EPI2="i32", w2_up_ptr="*bf16",
+               HAS_RES="i32", res_ptr="*bf16", res_out_ptr="*bf16", s_rt="i32", s_rot="i32",
+               ROUTE="i32", bias_ptr="*fp32", topk_w_ptr="*fp32", topk_id_ptr="*i32", s_twt="i32", s_tit="i32",
+               routed_scaling_factor="fp32", PER_GROUP="i32", N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32",
+               G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32", PREFETCH_L2="i32")
     aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
                "s_xb", "s_wb", "s_wn", "s_at", "s_ot", "res_ptr", "res_out_ptr", "s_rt", "s_rot", "bias_ptr",
                "topk_w_ptr", "topk_id_ptr"]
@@ -310,7 +301,7 @@ def check_dense_gemv(arch: int) -> dict:
                                  dict(W_KMAJOR=kmajor, EPI=epi, SPLIT=split, M_PAD=16, BLOCK_N=bn, BLOCK_K=bk,
                                       INTERPRET=False, PDL=pdl, PAIR=bool(pair), NORM=norm,
                                       EPI2=gv.EPI_GATED if router else gv.EPI_NONE,
-                                      HAS_RES=pair == "fold", PREFETCH_L2=prefetch, **NO_SPLIT_SUM,
+                                      HAS_RES=pair == "fold", PREFETCH_L2=prefetch,
                                       **(kimi_route if pair == "route" else no_route)),
                                  aligned, arch, num_stages=stages)
         what = (f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk} pair={pair} {stages=} {pdl=}"
@@ -432,86 +423,12 @@ def check_prefetch(arch: int) -> dict:
     assert ops["UBLKPF"] >= 1, f"no bulk prefetch instruction in the SASS: {sorted(ops)}"
     return {"UBLKPF": ops["UBLKPF"], "res": res}
 
-def check_split_sum(arch: int) -> dict:
-    """Deferred split-K reductions (kernels/split_sum.py) at Kimi TP=8 shapes, as their launchers plan them: the
-    producers (q_a + kv_a, router + shared expert with DEFER) carry no arrival handshake (no atomics); the
-    readers (q_b with the q_a norm and the shared down GEMV on their x's partials, the routing kernel on the
-    router's, the rotary launch on kv_a's) compile without spills."""
-    from sglang_eagle3.kernels.triton import moe_topk as mt
-
-    smem = {90: 227 << 10, 120: 99 << 10}[arch]
-    out = {}
-    sig = dict(_GEMV_SIG)
-    aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
-               "s_wn", "s_at", "s_ot"]
-    base = dict(W_KMAJOR=True, M_PAD=16, INTERPRET=False, PDL=True, NORM=gv.NORM_NONE, HAS_RES=False,
-                PREFETCH_L2=False, ROUTE=False, PER_GROUP=1, N_GROUP=1, TOPK_GROUP=1, TOP_K=1, G_PAD=1, PG_PAD=1,
-                K_PAD=1, HAS_BIAS=False, RENORMALIZE=False, X_GATED=False)
-    qkv = gemv_config(2112, 7168, 1, True, 132, 1, smem)
-    rs = gemv_config(384 + 2 * 256, 7168, 1, True, 132, 2, smem)
-    cases = {
-        "producer q_a + kv_a": (dict(sig), dict(base, EPI=gv.EPI_NONE, EPI2=gv.EPI_NONE, PAIR=True, DEFER=True,
-                                                SPLIT=qkv["SPLIT"], BLOCK_N=qkv["BLOCK_N"], BLOCK_K=qkv["BLOCK_K"],
-                                                X_SPLIT=0), qkv["num_stages"]),
-        "producer router + shared": (dict(sig, out_ptr="*fp32", add_ptr="*fp32"),
-                                     dict(base, EPI=gv.EPI_NONE, EPI2=gv.EPI_GATED, PAIR=True, DEFER=True,
-                                          SPLIT=rs["SPLIT"], BLOCK_N=rs["BLOCK_N"], BLOCK_K=rs["BLOCK_K"],
-                                          X_SPLIT=0), rs["num_stages"]),
-    }
-    qb = gemv_config(1536, 1536, 1, True, 132, 1, smem)
-    cases["reader q_b (q_a norm)"] = (dict(sig, x_ptr="*fp32"),
-                                      dict(base, EPI=gv.EPI_NONE, EPI2=gv.EPI_NONE, PAIR=False, DEFER=False,
-                                           NORM=gv.NORM_PRE, SPLIT=qb["SPLIT"], BLOCK_N=qb["BLOCK_N"],
-                                           BLOCK_K=qb["BLOCK_K"], X_SPLIT=qkv["SPLIT"]), qb["num_stages"])
-    sd = gemv_config(7168, 256, 1, True, 132, 1, smem)
-    cases["reader shared down"] = (dict(sig, x_ptr="*fp32"),
-                                   dict(base, EPI=gv.EPI_ADD, EPI2=gv.EPI_NONE, PAIR=False, DEFER=False,
-                                        SPLIT=sd["SPLIT"], BLOCK_N=sd["BLOCK_N"], BLOCK_K=sd["BLOCK_K"],
-                                        X_SPLIT=rs["SPLIT"], X_GATED=True), sd["num_stages"])
-    for what, (sig_, consts, stages) in cases.items():
-        sass, res = compile_sass(gv.gemv_kernel, sig_, consts, aligned, arch, num_stages=stages)
-        _no_spills(res, what)
-        ops = _sass_ops(sass)
-        atoms = ops["ATOM"] + ops["ATOMG"] + ops["RED"]
-        if consts["DEFER"] or consts["SPLIT"] == 1:
-            assert atoms == 0, f"{what}: {atoms} atomics (a deferred or unsplit launch has no handshake)"
-        out[what] = res
-    topk_sig = dict(logits_ptr="*fp32", bias_ptr="*fp32", weights_ptr="*fp32", ids_ptr="*i32", stride_lt="i32",
-                    stride_wt="i32", stride_it="i32", routed_scaling_factor="fp32", E="i32", PER_GROUP="i32",
-                    N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32", G_PAD="i32", PG_PAD="i32", K_PAD="i32",
-                    HAS_BIAS="i32", RENORMALIZE="i32", PDL="i32", X_SPLIT="i32", x_split_stride="i32",
-                    X_GATED="i32", x_up_stride="i32")
-    _, res = compile_sass(mt.moe_topk_kernel, topk_sig,
-                          dict(E=384, PER_GROUP=384, N_GROUP=1, TOPK_GROUP=1, TOP_K=8, G_PAD=1, PG_PAD=512, K_PAD=8,
-                               HAS_BIAS=True, RENORMALIZE=True, PDL=True, X_SPLIT=rs["SPLIT"], X_GATED=False),
-                          ["logits_ptr"], arch, 4)
-    _no_spills(res, "routing on split partials")
-    out["reader routing"] = res
-    rot_sig = dict(pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", q_ptr="*bf16", q_out_ptr="*bf16",
-                   k_ptr="*fp32", k_out_ptr="*bf16", k_out_rows_ptr="*i64", stride_qt="i32", stride_qh="i32",
-                   stride_qot="i32", stride_qoh="i32", stride_kt="i32", stride_kh="i32", stride_kot="i32",
-                   stride_koh="i32", stride_table="i32", HQ="i32", HK="i32", HAS_K="i32", K_OUT_ROWS="i32",
-                   INTERLEAVED="i32", HALF="i32", HALF_PAD="i32", BLOCK_H="i32", PDL="i32", NORM_C="i32",
-                   c_ptr="*fp32", nw_ptr="*bf16", c_out_ptr="*bf16", stride_ct="i32", stride_cot="i32", C="i32",
-                   eps="fp32", BLOCK_C="i32", HAS_Q="i32", KC_SPLIT="i32", kc_split_stride="i32",
-                   KC_DT="constexpr")
-    sass, res = compile_sass(ro.rotary_kernel, rot_sig,
-                             dict(HAS_K=True, K_OUT_ROWS=True, INTERLEAVED=True, HALF=32, HALF_PAD=32, BLOCK_H=8,
-                                  PDL=True, NORM_C=True, BLOCK_C=512, HAS_Q=True, KC_SPLIT=qkv["SPLIT"],
-                                  KC_DT=tl.bfloat16), ["q_ptr"], arch, enable_fp_fusion=False)
-    _no_spills(res, "rotary on split partials")
-    fma = sum(1 for line in sass.splitlines() if re.search(r"\bFFMA\b", line))
-    assert fma == 0, f"rotary on split partials has {fma} FFMA: its results would differ from torch's"
-    out["reader rotary"] = res
-    return out
-
-
 CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
          for arch in (90, 120)
          for name, fn in (("gemv", check_gemv), ("dense_gemv", check_dense_gemv), ("tile_path", check_tile_path),
                           ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("mla", check_mla),
                           ("mla_dot_precision", check_mla_dot_precision),
-                          ("prefetch", check_prefetch), ("split_sum", check_split_sum))}
+                          ("prefetch", check_prefetch))}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or list(CASES):

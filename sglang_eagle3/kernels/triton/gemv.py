@@ -31,7 +31,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from sglang_eagle3.kernels.triton.moe_topk import route_row
-from sglang_eagle3.kernels.triton.sync import last_arrival, load_split_sum
+from sglang_eagle3.kernels.triton.sync import last_arrival
 
 EPI_NONE, EPI_ADD, EPI_GATED = 0, 1, 2
 NORM_NONE, NORM_PRE, NORM_POST = 0, 1, 2
@@ -68,27 +68,14 @@ def _rstd(ss, K, eps):
 
 
 @triton.jit
-def _load_x(ptrs, mask, X_SPLIT: tl.constexpr, x_split_stride, X_GATED: tl.constexpr, x_up_stride,
-            DT: tl.constexpr):
-    """Activations at ptrs: of x itself, or (X_SPLIT > 0) from the unreduced partials of the split GEMV that
-    produced them (kernels/split_sum.py SplitSum), as that GEMV would have stored them (DT)."""
-    if X_SPLIT > 0:
-        xt = load_split_sum(ptrs, mask, X_SPLIT, x_split_stride, X_GATED, x_up_stride, DT)
-    else:
-        xt = tl.load(ptrs, mask=mask, other=0.0)
-    return xt
-
-
-@triton.jit
-def _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD: tl.constexpr, BLOCK_K: tl.constexpr,
-              X_SPLIT: tl.constexpr, x_split_stride, X_GATED: tl.constexpr, x_up_stride, DT: tl.constexpr):
+def _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD: tl.constexpr, BLOCK_K: tl.constexpr):
     """1 / sqrt(mean(x[t, b, :]^2) + eps) per row, fp32 [M_PAD]: NORM_PRE reads the whole row first."""
     t = tl.arange(0, M_PAD)
     ss = tl.zeros([M_PAD], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
-        xt = _load_x(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], (t[:, None] < T) & (k < K)[None, :],
-                     X_SPLIT, x_split_stride, X_GATED, x_up_stride, DT).to(tl.float32)
+        xt = tl.load(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], mask=(t[:, None] < T) & (k < K)[None, :],
+                     other=0.0).to(tl.float32)
         ss += tl.sum(xt * xt, axis=1)
     return _rstd(ss, K, eps)
 
@@ -97,8 +84,7 @@ def _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD: tl.constexpr, BLOCK_K: tl.
 def _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk, rstd, nw_ptr,
           res_ptr, res_out_ptr, s_rt, s_rot, first_block,
           W_KMAJOR: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-          INTERPRET: tl.constexpr, NORM: tl.constexpr, HAS_RES: tl.constexpr, STORE_RES: tl.constexpr,
-          X_SPLIT: tl.constexpr = 0, x_split_stride=0, X_GATED: tl.constexpr = False, x_up_stride=0):
+          INTERPRET: tl.constexpr, NORM: tl.constexpr, HAS_RES: tl.constexpr, STORE_RES: tl.constexpr):
     """(fp32 [M_PAD, BLOCK_N] sum over k in [k_lo, k_hi) of x[t, b, k] * W[b, n, k], fp32 [M_PAD] sum of
     squares of the slice of x for NORM_POST, else 0); rows t >= T are 0.
 
@@ -108,8 +94,7 @@ def _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
 
     NORM_POST with HAS_RES: x is h + residual rounded to x's dtype (as torch's add rounds it), and with
     STORE_RES programs with ``first_block`` store it to res_out (the new residual stream: the programs of one
-    row block cover K once between them). X_SPLIT: x is a split GEMV's unreduced partials (_load_x)."""
-    DT = w_ptr.dtype.element_ty
+    row block cover K once between them)."""
     t = tl.arange(0, M_PAD)
     acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
     ss = tl.zeros([M_PAD], dtype=tl.float32)
@@ -117,11 +102,10 @@ def _slab(x_ptr, w_ptr, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn, s_wk,
         k = k0 + tl.arange(0, BLOCK_K)
         k_ok = k < k_hi
         rows_ok = (t[:, None] < T) & k_ok[None, :]
-        xt = _load_x(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], rows_ok, X_SPLIT, x_split_stride, X_GATED,
-                     x_up_stride, DT)
+        xt = tl.load(x_ptr + t[:, None] * s_xt + b * s_xb + k[None, :], mask=rows_ok, other=0.0)
         if NORM == 1:  # x * rstd * norm weight in fp32, rounded to x's dtype as the separate RMSNorm kernel stores it
             nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-            xt = (xt.to(tl.float32) * rstd[:, None] * nw[None, :]).to(DT)
+            xt = (xt.to(tl.float32) * rstd[:, None] * nw[None, :]).to(x_ptr.dtype.element_ty)
         elif NORM == 2:  # x * norm weight rounded to x's dtype; rstd scales the product in the epilogue
             if HAS_RES:
                 r = tl.load(res_ptr + t[:, None] * s_rt + k[None, :], mask=rows_ok, other=0.0)
@@ -209,8 +193,7 @@ def gemv_kernel(
     routed_scaling_factor=1.0, PER_GROUP: tl.constexpr = 1, N_GROUP: tl.constexpr = 1,
     TOPK_GROUP: tl.constexpr = 1, TOP_K: tl.constexpr = 1, G_PAD: tl.constexpr = 1, PG_PAD: tl.constexpr = 1,
     K_PAD: tl.constexpr = 1, HAS_BIAS: tl.constexpr = False, RENORMALIZE: tl.constexpr = False,
-    PREFETCH_L2: tl.constexpr = False, DEFER: tl.constexpr = False,
-    X_SPLIT: tl.constexpr = 0, x_split_stride=0, X_GATED: tl.constexpr = False, x_up_stride=0,
+    PREFETCH_L2: tl.constexpr = False, NO_TAIL: tl.constexpr = False,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
@@ -236,11 +219,7 @@ def gemv_kernel(
     moe_topk_kernel does (same arguments: bias_ptr [E] with HAS_BIAS, routed_scaling_factor, the constexprs
     from PER_GROUP on) into topk_w_ptr fp32 [T, TOP_K] (row stride s_twt) and topk_id_ptr int32 (s_tit).
 
-    PREFETCH_L2 (with PDL): before the grid-dependency wait, ask the L2 for the program's whole weight slab.
-
-    DEFER (with SPLIT > 1): no reduction in this launch; the partials are the result, and the kernels that read
-    it add them (load_split_sum). X_SPLIT > 0: x itself is such a result, x_ptr its partials at the first row's
-    first column, planes x_split_stride apart (the up half of a gated one x_up_stride further: X_GATED)."""
+    PREFETCH_L2 (with PDL): before the grid-dependency wait, ask the L2 for the program's whole weight slab."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     b = tl.program_id(2)
@@ -280,20 +259,17 @@ def gemv_kernel(
         gdc_wait()
         gdc_launch_dependents()
     if NORM == 1:
-        rstd = _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD, BLOCK_K, X_SPLIT, x_split_stride, X_GATED,
-                         x_up_stride, w_e.dtype.element_ty)
+        rstd = _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD, BLOCK_K)
     else:
         rstd = tl.zeros([M_PAD], dtype=tl.float32)
     first_block = pid_n == 0
     acc, ss = _slab(x_ptr, w_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
                     res_ptr, res_out_ptr, s_rt, s_rot, first_block,
-                    W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM, HAS_RES, True,
-                    X_SPLIT, x_split_stride, X_GATED, x_up_stride)
+                    W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM, HAS_RES, True)
     if gated:
         acc_up, _ = _slab(x_ptr, w_up_e, b, n, n_ok, k_lo, k_hi, T, s_xt, s_xb, s_wb, s_wn_e, s_wk, rstd, nw_ptr,
                           res_ptr, res_out_ptr, s_rt, s_rot, first_block,
-                          W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM, HAS_RES, False,
-                          X_SPLIT, x_split_stride, X_GATED, x_up_stride)
+                          W_KMAJOR, M_PAD, BLOCK_N, BLOCK_K, INTERPRET, NORM, HAS_RES, False)
     else:
         acc_up = acc
     if SPLIT == 1:
@@ -317,7 +293,7 @@ def gemv_kernel(
                     + (b * tl.num_programs(0) + pid_n) * SPLIT * M_PAD + t)
         if NORM == 2:
             tl.store(ss_first + pid_k * M_PAD, ss)
-        if DEFER:  # the partials are the result: its readers reduce them
+        if NO_TAIL:  # experiment (bench_chain.py): leave the partials unreduced, to time the tail's cost
             stored = False
         else:
             stored = last_arrival(count_ptr + b * tl.num_programs(0) + pid_n, SPLIT, INTERPRET)

@@ -4,18 +4,15 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from sglang_eagle3.kernels.triton.sync import load_split_sum
-
 
 @triton.jit
 def route_row(logits_row, bias_ptr, routed_scaling_factor,
               PER_GROUP: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
               G_PAD: tl.constexpr, PG_PAD: tl.constexpr, K_PAD: tl.constexpr, HAS_BIAS: tl.constexpr,
-              RENORMALIZE: tl.constexpr, CG: tl.constexpr = False, X_SPLIT: tl.constexpr = 0, x_split_stride=0):
+              RENORMALIZE: tl.constexpr, CG: tl.constexpr = False):
     """noaux_tc routing of one token: (weights fp32 [K_PAD], ids int32 [K_PAD]) from its E logits at
     ``logits_row`` (slots >= TOP_K are padding). Shared by moe_topk_kernel and kernels that route in their own
-    tail (the router GEMV); CG loads the logits through L2 only (written by other programs of the launch).
-    X_SPLIT > 0: logits_row points into the router GEMV's unreduced fp32 partials (load_split_sum)."""
+    tail (the router GEMV); CG loads the logits through L2 only (written by other programs of the launch)."""
     # Experts are laid out as a [group, expert-in-group] tile so the group step needs no reshuffle.
     g = tl.arange(0, G_PAD)[:, None]
     j = tl.arange(0, PG_PAD)[None, :]
@@ -23,9 +20,7 @@ def route_row(logits_row, bias_ptr, routed_scaling_factor,
     valid = (g < N_GROUP) & (j < PER_GROUP)
     big: tl.constexpr = 1 << 30
 
-    if X_SPLIT > 0:
-        logit = load_split_sum(logits_row + e, valid, X_SPLIT, x_split_stride, False, 0, tl.float32)
-    elif CG:
+    if CG:
         logit = tl.load(logits_row + e, mask=valid, other=0.0, cache_modifier=".cg").to(tl.float32)
     else:
         logit = tl.load(logits_row + e, mask=valid, other=0.0).to(tl.float32)
@@ -81,17 +76,13 @@ def moe_topk_kernel(
     E: tl.constexpr, PER_GROUP: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr,
     TOP_K: tl.constexpr, G_PAD: tl.constexpr, PG_PAD: tl.constexpr, K_PAD: tl.constexpr,
     HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr, PDL: tl.constexpr = False,
-    X_SPLIT: tl.constexpr = 0, x_split_stride=0, X_GATED: tl.constexpr = False, x_up_stride=0,
 ):
-    """Routes row t = program id of the logits (X_SPLIT > 0: of a split router GEMV's partials, rows
-    stride_lt apart)."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
     t = tl.program_id(0)
     out_w, out_i = route_row(logits_ptr + t * stride_lt, bias_ptr, routed_scaling_factor, PER_GROUP, N_GROUP,
-                             TOPK_GROUP, TOP_K, G_PAD, PG_PAD, K_PAD, HAS_BIAS, RENORMALIZE,
-                             X_SPLIT=X_SPLIT, x_split_stride=x_split_stride)
+                             TOPK_GROUP, TOP_K, G_PAD, PG_PAD, K_PAD, HAS_BIAS, RENORMALIZE)
     kk = tl.arange(0, K_PAD)
     kmask = kk < TOP_K
     tl.store(weights_ptr + t * stride_wt + kk, out_w, mask=kmask)

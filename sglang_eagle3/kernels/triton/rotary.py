@@ -4,27 +4,12 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from sglang_eagle3.kernels.triton.sync import load_split_sum
-
-
-@triton.jit
-def _load_src(ptrs, mask, SPLIT: tl.constexpr, split_stride, DT: tl.constexpr):
-    """fp32 values at ptrs: of the tensor itself, or (SPLIT > 0) of a split GEMV's unreduced partials, rounded
-    to DT first as that GEMV would have stored them."""
-    if SPLIT > 0:
-        v = load_split_sum(ptrs, mask, SPLIT, split_stride, False, 0, DT).to(tl.float32)
-    else:
-        v = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    return v
-
 
 @triton.jit
 def _rotate_heads(src_ptr, dst_ptr, stride_sh, stride_dh, n_heads, cos, sin, i_idx, i_ok,
-                  INTERLEAVED: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
-                  SPLIT: tl.constexpr = 0, split_stride=0, DT: tl.constexpr = tl.float32):
+                  INTERLEAVED: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr):
     """Rotates n_heads rows of one token: pairs (2i, 2i+1) when INTERLEAVED (DeepSeek), else (i, i + HALF)
-    (neox/Llama). cos/sin [HALF_PAD] fp32. Loads of a head block happen before its stores: src may be dst.
-    SPLIT > 0: src is a split GEMV's partials (_load_src)."""
+    (neox/Llama). cos/sin [HALF_PAD] fp32. Loads of a head block happen before its stores: src may be dst."""
     if INTERLEAVED:
         off1 = 2 * i_idx
         off2 = 2 * i_idx + 1
@@ -35,8 +20,8 @@ def _rotate_heads(src_ptr, dst_ptr, stride_sh, stride_dh, n_heads, cos, sin, i_i
         h = h0 + tl.arange(0, BLOCK_H)
         m = (h < n_heads)[:, None] & i_ok[None, :]
         src = src_ptr + h[:, None] * stride_sh
-        x1 = _load_src(src + off1[None, :], m, SPLIT, split_stride, DT)
-        x2 = _load_src(src + off2[None, :], m, SPLIT, split_stride, DT)
+        x1 = tl.load(src + off1[None, :], mask=m, other=0.0).to(tl.float32)
+        x2 = tl.load(src + off2[None, :], mask=m, other=0.0).to(tl.float32)
         # NOTE: the launcher turns off fp fusion, so these are the reference's roundings exactly
         # (two products, then the difference), never an fma.
         o1 = x1 * cos[None, :] - x2 * sin[None, :]
@@ -57,14 +42,11 @@ def rotary_kernel(
     HALF_PAD: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr = False,
     NORM_C: tl.constexpr = False, c_ptr=None, nw_ptr=None, c_out_ptr=None, stride_ct=0, stride_cot=0, C=0,
     eps=0.0, BLOCK_C: tl.constexpr = 16, HAS_Q: tl.constexpr = True,
-    KC_SPLIT: tl.constexpr = 0, kc_split_stride=0, KC_DT: tl.constexpr = tl.float32,
 ):
     """Token t's q heads -> q_out row t (unless not HAS_Q); its k heads -> k_out row t, or row k_out_rows[t]
     (cache slots).
     NORM_C (with K_OUT_ROWS): also RMSNorm of the token's latent c [C] (fp32 math, the RMSNorm kernel's
-    formula) into row k_out_rows[t] of c_out: MLA's kv_a norm and k rope in one launch.
-    KC_SPLIT > 0: k and c are columns of a split GEMV's unreduced partials (MLA's kv_a), planes
-    kc_split_stride apart, read as that GEMV would have stored them in KC_DT."""
+    formula) into row k_out_rows[t] of c_out: MLA's kv_a norm and k rope in one launch."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
@@ -81,11 +63,11 @@ def rotary_kernel(
         c_row = tl.load(k_out_rows_ptr + t).to(tl.int64)
         offs = tl.arange(0, BLOCK_C)
         ok = offs < C
-        xf = _load_src(c_ptr + t * stride_ct + offs, ok, KC_SPLIT, kc_split_stride, KC_DT)
+        xf = tl.load(c_ptr + t * stride_ct + offs, mask=ok, other=0.0).to(tl.float32)
         rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / C + eps)
         w = tl.load(nw_ptr + offs, mask=ok, other=0.0).to(tl.float32)
         tl.store(c_out_ptr + c_row * stride_cot + offs, (xf * rstd * w).to(c_out_ptr.dtype.element_ty), mask=ok)
     if HAS_K:
         k_row = tl.load(k_out_rows_ptr + t).to(tl.int64) if K_OUT_ROWS else t
         _rotate_heads(k_ptr + t * stride_kt, k_out_ptr + k_row * stride_kot, stride_kh, stride_koh, HK, cos, sin,
-                      i_idx, i_ok, INTERLEAVED, HALF, BLOCK_H, KC_SPLIT, kc_split_stride, KC_DT)
+                      i_idx, i_ok, INTERLEAVED, HALF, BLOCK_H)

@@ -1,5 +1,4 @@
-"""A split reduction inside one launch (the last of a group's programs to finish reduces the group), or left
-to the kernel that reads the result (load_split_sum).
+"""A split reduction inside one launch: the last of a group's programs to finish reduces the group.
 
 Each of the SPLITS programs of a group stores its partial result, then arrives on the group's int32 counter
 (``last_arrival``). The program that arrives last has seen every other program's stores; it sets the counter
@@ -34,26 +33,3 @@ def last_arrival(count_ptr, SPLITS, INTERPRET: tl.constexpr):
             fence_acq_rel(arrived)
         tl.store(count_ptr, 0)
     return last
-
-
-@triton.jit
-def load_split_sum(ptrs, mask, SPLITS: tl.constexpr, split_stride, GATED: tl.constexpr, up_stride,
-                   DT: tl.constexpr):
-    """What a split GEMV's reduction would have stored at ``ptrs`` (pointers into split 0's plane), read from
-    its unreduced partials instead (kernels/split_sum.py SplitSum): fp32 planes ``split_stride`` apart added in
-    split order (s = 0, 1, ...), then rounded to DT as the GEMV's epilogue rounds; GATED: SiLU of the gate sum
-    times the up sum (planes ``up_stride`` further), rounded as that epilogue does. So the reader computes the
-    very numbers it would have loaded, one launch tail (the last split's handshake, ~1.6 us on the H200)
-    earlier. Read through L2 (another launch wrote them). Masked-off elements are 0."""
-    acc = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
-    for s in tl.static_range(1, SPLITS):
-        acc += tl.load(ptrs + s * split_stride, mask=mask, other=0.0, cache_modifier=".cg")
-    y = acc.to(DT)
-    if GATED:
-        up = tl.load(ptrs + up_stride, mask=mask, other=0.0, cache_modifier=".cg")
-        for s in tl.static_range(1, SPLITS):
-            up += tl.load(ptrs + s * split_stride + up_stride, mask=mask, other=0.0, cache_modifier=".cg")
-        g = y.to(tl.float32)
-        sg = (g / (1.0 + tl.exp(-g))).to(DT).to(tl.float32)
-        y = (sg * up.to(DT).to(tl.float32)).to(DT)
-    return y
