@@ -113,10 +113,9 @@ def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, devic
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
                 add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                 out: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
-                config: dict | None = None, _no_tail: bool = False) -> torch.Tensor:
+                config: dict | None = None) -> torch.Tensor:
     """x [T, K] with w [N, K] -> [T, N]; or x [T, B, K] with w [B, N, K] -> [T, B, N]. See module doc.
-    ``norm_weight`` [K]: x is RMS-normalised first (weight, eps), inside the same launch. ``_no_tail`` (an
-    experiment of benchmarks/bench_chain.py): a split launch leaves its partials unreduced, out unwritten."""
+    ``norm_weight`` [K]: x is RMS-normalised first (weight, eps), inside the same launch."""
     batched = w.dim() == 3
     assert w.dim() in (2, 3) and x.dim() == w.dim(), f"x {tuple(x.shape)} and w {tuple(w.shape)}: 2-D/2-D or 3-D/3-D"
     T, K = x.shape[0], x.shape[-1]
@@ -168,7 +167,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         W_KMAJOR=k_major, EPI=EPI_GATED if gated else (EPI_ADD if add is not None else EPI_NONE),
         SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], INTERPRET=interpret, PDL=pdl,
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
-        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), NO_TAIL=_no_tail, **tuning.pdl_launch(pdl),
+        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), **tuning.pdl_launch(pdl),
     )
     return out
 

@@ -193,7 +193,7 @@ def gemv_kernel(
     routed_scaling_factor=1.0, PER_GROUP: tl.constexpr = 1, N_GROUP: tl.constexpr = 1,
     TOPK_GROUP: tl.constexpr = 1, TOP_K: tl.constexpr = 1, G_PAD: tl.constexpr = 1, PG_PAD: tl.constexpr = 1,
     K_PAD: tl.constexpr = 1, HAS_BIAS: tl.constexpr = False, RENORMALIZE: tl.constexpr = False,
-    PREFETCH_L2: tl.constexpr = False, NO_TAIL: tl.constexpr = False,
+    PREFETCH_L2: tl.constexpr = False,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
@@ -293,10 +293,7 @@ def gemv_kernel(
                     + (b * tl.num_programs(0) + pid_n) * SPLIT * M_PAD + t)
         if NORM == 2:
             tl.store(ss_first + pid_k * M_PAD, ss)
-        if NO_TAIL:  # experiment (bench_chain.py): leave the partials unreduced, to time the tail's cost
-            stored = False
-        else:
-            stored = last_arrival(count_ptr + b * tl.num_programs(0) + pid_n, SPLIT, INTERPRET)
+        stored = last_arrival(count_ptr + b * tl.num_programs(0) + pid_n, SPLIT, INTERPRET)
         if stored:  # the last of the row block's splits reduces them, in split order
             first = part_ptr + b * SPLIT * 2 * plane + t[:, None] * width + cols[None, :]
             acc = tl.load(first, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
