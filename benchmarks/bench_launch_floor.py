@@ -1,0 +1,192 @@
+"""What can a decode step with our launch structure reach at best? The step of a Kimi-K2.5 TP=8 rank's slice with
+every kernel replaced by one that only reads that kernel's bytes.
+
+Issue 4 asks the decode graph to come within 2x of its bandwidth floor (bytes / copy bandwidth); it sits at
+3.3-3.5x (docs/BENCHMARKS.md section 1). This measures the ceiling of the launch structure itself: the same
+launches a layer as the shipped decode path, in the same order, on the same streams (the shared expert's down
+projection on the side stream, as the model forks and joins it), with PDL as configured, in one CUDA graph of
+``--layers`` layers plus the final norm and lm_head, each launch a read-only kernel
+(``bench_kernels.stream_read_kernel``'s loop, a grid-dependency wait first) over exactly as many bytes as the
+real kernel must read, in buffers of their own (nothing stays in the L2 between uses). No kernel can read its
+bytes faster in a graph; so no set of kernels with this launch structure can make a faster step, whatever
+they compute. Grids: the best of a few shapes per size, each size timed alone first.
+
+Printed and written: the launch-structure step (ms), the bandwidth floor (bytes / copy bandwidth, the issue's
+definition, T=1 routing 8 experts a layer), their ratio, and the sum of the launches timed alone.
+
+    python benchmarks/bench_launch_floor.py --out benchmarks/results/h200/launch_floor.json [--context 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import sglang_eagle3  # noqa: E402
+from benchmarks.bench_kernels import copy_bandwidth  # noqa: E402
+from sglang_eagle3.bench.harness import git_commit  # noqa: E402
+from sglang_eagle3.kernels import tuning  # noqa: E402
+
+# One Kimi-K2.5 TP=8 rank (bench_verify_graph.kimi_config / TP): bf16 dense weights, INT4 experts (g32 scales).
+H, Q_LORA, KV_LORA, ROPE, HEADS, NOPE, V = 7168, 1536, 512, 64, 8, 128, 128
+EXPERTS, TOP_K, MOE_I, DENSE_I, VOCAB = 384, 8, 2048 // 8, 18432 // 8, 163840 // 8
+BF16, TINY = 2, 32 << 10  # a norm's, the rotary's or the routing's bytes: a few rows, ~KB
+
+
+def layer_launches(dense: bool, context: int) -> list[tuple[str, int, str]]:
+    """(name, bytes read, stream) of one layer's decode launches (T=1), in the order the shipped path issues
+    them (default fusions: q_a norm in q_b, kv_a norm in the rotary launch, router + shared gate/up in one
+    launch; the shared down on the side stream)."""
+    expert = (2 * MOE_I * H // 2 + 2 * MOE_I * H // 32 * BF16) + (H * MOE_I // 2 + H * MOE_I // 32 * BF16)
+    gate_up = TOP_K * (2 * MOE_I * H // 2 + 2 * MOE_I * H // 32 * BF16)
+    attn = [("input norm", TINY, "main"), ("q_a + kv_a", (Q_LORA + KV_LORA + ROPE) * H * BF16, "main"),
+            ("q_b (q_a norm)", HEADS * (NOPE + ROPE) * Q_LORA * BF16, "main"), ("rotary + kv_a norm", TINY, "main"),
+            ("W_UK", HEADS * NOPE * KV_LORA * BF16, "main"),
+            ("MLA split", context * (KV_LORA + ROPE) * BF16, "main"), ("MLA merge", TINY, "main"),
+            ("W_UV", HEADS * V * KV_LORA * BF16, "main"), ("o_proj", H * HEADS * V * BF16, "main"),
+            ("post-attention norm", TINY, "main")]
+    if dense:
+        return attn + [("dense gate/up", 2 * DENSE_I * H * BF16, "main"), ("dense down", H * DENSE_I * BF16, "main")]
+    return attn + [("router + shared gate/up", (EXPERTS + 2 * MOE_I) * H * BF16, "main"),
+                   ("shared down", H * MOE_I * BF16, "side"), ("routing", TINY, "main"),
+                   ("experts gate/up", gate_up, "main"), ("experts down", TOP_K * expert - gate_up, "main")]
+
+
+@triton.jit
+def read_kernel(x_ptr, out_ptr, n, per_prog, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """Reads x[pid * per_prog : (pid + 1) * per_prog] (bf16, 16-byte loads), stores one fp32 sum; with PDL it
+    waits for the previous kernel first and lets the next one start, as our kernels do (tuning.pdl)."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    lo = pid * per_prog
+    for i in range(lo, lo + per_prog, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+def launch(buf: torch.Tensor, out: torch.Tensor, grid: tuple[int, int], pdl: bool) -> None:
+    per_sm_programs, block = grid
+    n = buf.numel()
+    per = triton.cdiv(triton.cdiv(n, per_sm_programs), block) * block
+    read_kernel[(triton.cdiv(n, per),)](buf, out, n, per, BLOCK=block, PDL=pdl,
+                                        num_warps=8 if block > 1024 else 4, **tuning.pdl_launch(pdl))
+
+
+def graph_ms(fn, replays: int) -> float:
+    """Median ms of one replay of what fn issues, captured in one CUDA graph (warmed up first)."""
+    fn()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=61)
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--replays", type=int, default=30)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    assert torch.cuda.is_available(), "needs a CUDA GPU"
+    dev = torch.device("cuda")
+    bw = copy_bandwidth()
+    copy = max(bw.values())
+    sms = tuning.sm_count(dev)
+    pdl = tuning.pdl(dev, "gemv")
+    layers = [layer_launches(i == 0, args.context) for i in range(args.layers)]
+    tail = [("final norm", TINY, "main"), ("lm_head", VOCAB * H * BF16, "main")]
+    plan = [item for lay in layers for item in lay] + tail
+    total = sum(b for _, b, _ in plan)
+    out = torch.empty(1 << 16, device=dev, dtype=torch.float32)
+    # The grid for each size: the best of a few shapes, timed alone (12 distinct buffers a graph).
+    grids, alone = {}, {}
+    for size in sorted({b for _, b, _ in plan}):
+        bufs = [torch.empty(size // 2, device=dev, dtype=torch.bfloat16).normal_() for _ in range(12)]
+        best = None
+        for per_sm in (1, 2, 4, 8, 16):
+            for block in (1024, 4096):
+                grid = (sms * per_sm, block)
+                ms = graph_ms(lambda g=grid, bs=bufs: [launch(b, out, g, pdl) for b in bs], args.replays) / len(bufs)
+                if best is None or ms < best[0]:
+                    best = (ms, grid)
+        alone[size], grids[size] = best
+        print(f"{size / 1e6:9.3f} MB alone: {best[0] * 1e3:7.2f} us (grid {best[1][0]} programs x {best[1][1]})",
+              flush=True)
+        del bufs
+    bufs = [torch.empty(b // 2, device=dev, dtype=torch.bfloat16) for _, b, _ in plan]
+    for b in bufs:
+        b.normal_()
+    side = torch.cuda.Stream()
+
+    def step():
+        main = torch.cuda.current_stream()
+        forked = False
+        for (name, size, stream), buf in zip(plan, bufs, strict=True):
+            if stream == "side":
+                side.wait_stream(main)
+                with torch.cuda.stream(side):
+                    launch(buf, out, grids[size], pdl)
+                forked = True
+            else:
+                if forked and name == "experts down":  # the model joins the side stream before the down kernel
+                    main.wait_stream(side)
+                    forked = False
+                launch(buf, out, grids[size], pdl)
+
+    step_ms = graph_ms(step, args.replays)
+    floor_ms = total / (copy * 1e9) * 1e3
+    alone_ms = sum(alone[b] for _, b, s in plan if s == "main")
+    per_layer = [sum(b for _, b, _ in lay) for lay in layers[1:2]]
+    result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
+              "package": str(Path(sglang_eagle3.__file__).parent), "gpu": torch.cuda.get_device_name(),
+              "torch": torch.__version__, "triton": triton.__version__, "copy_bw_gbps": bw, "pdl": pdl,
+              "layers": args.layers, "context": args.context, "launches": len(plan),
+              "launches_per_moe_layer": len(layers[-1]), "bytes": total, "moe_layer_bytes": per_layer[0],
+              "floor_ms": round(floor_ms, 3), "launch_structure_step_ms": round(step_ms, 3),
+              "step_over_floor": round(step_ms / floor_ms, 2), "sum_of_launches_alone_ms": round(alone_ms, 3),
+              "sizes": [{"mb": round(s / 1e6, 4), "alone_us": round(alone[s] * 1e3, 2),
+                         "grid": {"programs": grids[s][0], "block": grids[s][1]}} for s in sorted(alone)],
+              "plan_of_a_moe_layer": [{"launch": n, "bytes": b, "stream": s} for n, b, s in layers[-1]]}
+    print(f"{len(plan)} launches ({len(layers[-1])} a MoE layer), {total / 1e9:.3f} GB; bandwidth floor "
+          f"{floor_ms:.3f} ms at {copy:.0f} GB/s; launch-structure step {step_ms:.3f} ms = {step_ms / floor_ms:.2f}x "
+          f"the floor; the main stream's launches timed alone add up to {alone_ms:.3f} ms", flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
