@@ -423,12 +423,36 @@ def check_prefetch(arch: int) -> dict:
     assert ops["UBLKPF"] >= 1, f"no bulk prefetch instruction in the SASS: {sorted(ops)}"
     return {"UBLKPF": ops["UBLKPF"], "res": res}
 
+def check_moe_topk(arch: int) -> dict:
+    """The routing kernel at Kimi's shape (384 experts, top-8, one group) and DeepSeek-V3's (256 in 8 groups,
+    4 kept), at the table's 4 warps: no spills, and one cross-warp reduction round a pick (the packed
+    choice-and-slot key: at most 4 barriers a pick, where max + argmin + a masked sum took ~9)."""
+    from sglang_eagle3.kernels.triton import moe_topk as mt
+
+    sig = dict(logits_ptr="*fp32", bias_ptr="*fp32", weights_ptr="*fp32", ids_ptr="*i32", stride_lt="i32",
+               stride_wt="i32", stride_it="i32", routed_scaling_factor="fp32", E="i32", PER_GROUP="i32",
+               N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32", G_PAD="i32", PG_PAD="i32", K_PAD="i32",
+               HAS_BIAS="i32", RENORMALIZE="i32", PDL="i32")
+    out = {}
+    for E, groups, kept in ((384, 1, 1), (256, 8, 4)):
+        consts = dict(E=E, PER_GROUP=E // groups, N_GROUP=groups, TOPK_GROUP=kept, TOP_K=8,
+                      G_PAD=triton.next_power_of_2(groups), PG_PAD=triton.next_power_of_2(E // groups), K_PAD=8,
+                      HAS_BIAS=True, RENORMALIZE=True, PDL=True)
+        sass, res = compile_sass(mt.moe_topk_kernel, sig, consts, ["logits_ptr"], arch, 4)
+        _no_spills(res, f"moe_topk E={E}")
+        bars = _sass_ops(sass)["BAR"]
+        group_step = 3 * (kept + 2) if groups > 1 else 0  # the group scores' own reductions
+        assert bars <= 4 * 8 + group_step, f"moe_topk E={E}: {bars} barriers (a second reduction per pick?)"
+        out[f"E{E}_groups{groups}"] = {"res": res, "BAR": bars}
+    return out
+
+
 CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
          for arch in (90, 120)
          for name, fn in (("gemv", check_gemv), ("dense_gemv", check_dense_gemv), ("tile_path", check_tile_path),
                           ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("mla", check_mla),
                           ("mla_dot_precision", check_mla_dot_precision),
-                          ("prefetch", check_prefetch))}
+                          ("prefetch", check_prefetch), ("moe_topk", check_moe_topk))}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or list(CASES):
