@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The eighth session's device calls (each <= 10 min). The first five ran inline (no part here), exactly:
+#   python benchmarks/bench_chain.py --out $OUT/chain_<c>.json --tokens 1 4 --layers 12 [--variants ...]
+#       at b942d6c (default variants), 0273b2d and edeb252 (variants in the JSON's command): a persistent
+#       GEMV chain against separate launches; code removed in 81ae722 (it lost).
+#   python benchmarks/bench_chain.py --out $OUT/chain_tail_068d6db.json --variants separate separate/notail
+#       single0 single0/notail ... : the split-K tail's cost, 1.5-1.7 us a split launch.
+#   python benchmarks/bench_split_sum.py --out $OUT/split_sum_7242d72.json --tokens 1 4 --reader-block-k 0 128 64:
+#       the split-K reduction left to the readers; slower, reverted (ab51539).
+#   python benchmarks/bench_launch_floor.py --out $OUT/launch_floor_498f9bf.json (and with SGLANG_EAGLE3_PDL=0),
+#       then bench_verify_graph.py --backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1
+#       --graph-iters 30: the launch structure's own floor beside the real step.
+# Part "topk": the routing kernel with one reduction a pick. Its GPU tests, then bench_small_ops.py for this
+# checkout and the previous one (.old: `git archive 498f9bf` of the package and the scripts it needs, carried),
+# alternating twice, then the 61-layer step (decode and verify of 4 at 1k) previous / this / previous / this.
+# Usage on the GPU machine, from the repo root:
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session8_round.sh topk
+source "$(dirname "$0")/gpu_stages.sh"
+collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
+PREV=${PREV:-498f9bf}
+case "${1:?topk}" in
+  topk)
+    TAIL=6 stage topk_tests "${T_TESTS:-120}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py -k "topk or route"
+    for i in 1 2; do
+      TAIL=7 stage "small_new_$i" 60 python benchmarks/bench_small_ops.py --out "$OUT/small_new_$i.json" --label new
+      TAIL=7 stage "small_old_$i" 60 env GIT_COMMIT="$PREV" python .old/benchmarks/bench_small_ops.py \
+        --out "$OUT/small_old_$i.json" --label old
+    done
+    STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30)
+    for i in 1 2; do
+      TAIL=3 stage "step_old_$i" 120 env GIT_COMMIT="$PREV" python .old/benchmarks/bench_verify_graph.py "${STEP[@]}" \
+        --out "$OUT/step_old_$i.json"
+      TAIL=3 stage "step_new_$i" 120 python benchmarks/bench_verify_graph.py "${STEP[@]}" --out "$OUT/step_new_$i.json"
+    done
+    collect
+    ;;
+esac
