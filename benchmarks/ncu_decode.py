@@ -1,0 +1,72 @@
+"""Driver for Nsight Compute (ncu) on the decode kernels of one Kimi-K2.5 TP=8 rank at T=1: the GEMVs q_a + kv_a
+(split-K over K = 7168), q_b (with the q_a norm) and o_proj, a read-only kernel of q_a + kv_a's bytes, MLA at
+1k and 8k context (split + merge), the INT4 MoE (gate_up, down), the routing, each launched a few times on
+fresh data (past the L2). ncu serialises kernels, so PDL overlap is absent here: this is for the hardware
+counters of one launch (DRAM throughput, stall reasons, occupancy), not for timing the chain.
+
+    ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
+        --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats -s 8 \
+        python benchmarks/ncu_decode.py [gemv mla moe topk]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.bench_kernels import (  # noqa: E402
+    make_moe_weights,
+    mla_case,
+    moe_case,
+    stream_read_kernel,
+    topk_case,
+)
+from sglang_eagle3.kernels.gemv import triton_gemv, triton_gemv_pair  # noqa: E402
+
+
+def gemvs() -> None:
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g, device="cuda") * 0.02).to(torch.bfloat16)
+
+    x, attn = w(1, 7168), w(1, 1024)
+    nw = torch.ones(1536, dtype=torch.bfloat16, device="cuda")
+    for _ in range(3):
+        q_a, _ = triton_gemv_pair(x, w(1536, 7168), w(576, 7168))
+        triton_gemv(q_a, w(1536, 1536), norm_weight=nw, eps=1e-6)
+        triton_gemv(attn, w(7168, 1024))
+        flat = w(2112 * 7168)
+        out = torch.empty(4096, device="cuda")
+        n = flat.numel()
+        per = -(-n // (132 * 16) // 1024) * 1024
+        stream_read_kernel[(-(-n // per),)](flat, out, n, per, BLOCK=1024, num_warps=4)
+
+
+def main() -> None:
+    parts = sys.argv[1:] or ["gemv", "mla", "moe", "topk"]
+    if "gemv" in parts:
+        gemvs()
+    if "mla" in parts:
+        for ctx in (1024, 8192):
+            calls, _ = mla_case(1, 1, ctx)
+            for c in calls()[:3]:
+                c()
+    if "moe" in parts:
+        calls, _ = moe_case(1, True, make_moe_weights(True))
+        for c in calls()[:3]:
+            c()
+    if "topk" in parts:
+        calls, _ = topk_case(1)
+        for c in calls()[:3]:
+            c()
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
