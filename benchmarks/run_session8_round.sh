@@ -13,12 +13,14 @@
 # Part "topk": the routing kernel with one reduction a pick. Its GPU tests, then bench_small_ops.py for this
 # checkout and the previous one (.old: `git archive 498f9bf` of the package and the scripts it needs, carried),
 # alternating twice, then the 61-layer step (decode and verify of 4 at 1k) previous / this / previous / this.
+# Part "suite": the whole single-GPU suite in one call (the routing kernel changed), then Nsight Compute on the
+# decode kernels at T=1 (benchmarks/ncu_decode.py: the counters of one launch each, ncu serialises them).
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session8_round.sh topk
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session8_round.sh topk|suite
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 PREV=${PREV:-498f9bf}
-case "${1:?topk}" in
+case "${1:?topk or suite}" in
   topk)
     TAIL=6 stage topk_tests "${T_TESTS:-120}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py -k "topk or route"
@@ -33,6 +35,15 @@ case "${1:?topk}" in
         --out "$OUT/step_old_$i.json"
       TAIL=3 stage "step_new_$i" 120 python benchmarks/bench_verify_graph.py "${STEP[@]}" --out "$OUT/step_new_$i.json"
     done
+    collect
+    ;;
+  suite)
+    TAIL=15 stage gpu_suite "${T_SUITE:-420}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    TAIL=4 stage ncu "${T_NCU:-120}" "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+      -k regex:"gemv_kernel|stream_read|mla|moe|topk" -c 40 python benchmarks/ncu_decode.py
     collect
     ;;
 esac
