@@ -54,15 +54,15 @@ def main() -> None:
         gemvs()
     if "mla" in parts:
         for ctx in (1024, 8192):
-            calls, _ = mla_case(1, 1, ctx)
+            calls, *_ = mla_case(1, 1, ctx)
             for c in calls()[:3]:
                 c()
     if "moe" in parts:
-        calls, _ = moe_case(1, True, make_moe_weights(True))
+        calls, *_ = moe_case(1, True, make_moe_weights(True))
         for c in calls()[:3]:
             c()
     if "topk" in parts:
-        calls, _ = topk_case(1)
+        calls, *_ = topk_case(1)
         for c in calls()[:3]:
             c()
     torch.cuda.synchronize()
