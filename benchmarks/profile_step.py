@@ -92,6 +92,24 @@ def wide_configs(base: dict, n: int, k: int, heads: int, mats: int, sms: int) ->
     return cfgs
 
 
+def deep_configs(base: dict, n: int, k: int, heads: int, mats: int, sms: int) -> list[dict]:
+    """--deep-sweep: narrower K tiles with deeper pipelines (more blocks a SM: ncu showed the q_a + kv_a launch
+    at 2 blocks of 4 warps a SM, limited by shared memory, DRAM 50% busy), at the heuristic's split and twice it."""
+    cfgs = []
+    for bn in (16, 32):
+        for bk in (64, 128, 256):
+            for stages in (3, 4, 6, 8):
+                stage = (bn * bk * mats + 16 * bk) * 2
+                if stages * stage > 160 << 10 or bk > k:
+                    continue
+                for mult in (1, 2):
+                    sp = max(1, min(triton.cdiv(k, bk), round(base["SPLIT"] * mult * base["BLOCK_N"] / bn)))
+                    c = dict(base, BLOCK_N=bn, BLOCK_K=bk, num_warps=4, num_stages=stages, SPLIT=sp)
+                    if c not in cfgs:
+                        cfgs.append(c)
+    return cfgs
+
+
 # The dense projections of one Kimi TP=8 rank layer: (name, N, K, heads, epilogue). Heads > 1: per-head
 # products of MLA's absorbed form (W_UK read N-contiguous, W_UV K-contiguous).
 PROJECTIONS = [("q_a_proj", 1536, 7168, 1, None), ("kv_a_proj", 576, 7168, 1, None),
@@ -107,7 +125,8 @@ WIDE = ("q_a+kv_a as one matrix", "o_proj", "q_b_proj", "shared gate_up (gated)"
 
 
 @torch.inference_mode()
-def gemm_ceiling(bw_gbps: float, Ts: list[int], sweep: bool, wide: bool = False) -> list[dict]:
+def gemm_ceiling(bw_gbps: float, Ts: list[int], sweep: bool, wide: bool = False, deep: bool = False,
+                 only: tuple[str, ...] = ()) -> list[dict]:
     """cuBLAS (what torch runs) vs our GEMV kernel at M = T for each dense projection of the rank slice,
     weights rotated past the L2, both timed in the same graph-replay way; with ``sweep``, a few configs of
     the GEMV around the heuristic's."""
@@ -117,6 +136,8 @@ def gemm_ceiling(bw_gbps: float, Ts: list[int], sweep: bool, wide: bool = False)
     sms = sm_count(torch.device("cuda"))
     out = []
     for name, n, k, heads, epi in PROJECTIONS:
+        if only and name not in only:
+            continue
         mats = 2 if epi == "gated" else 1
         nbytes = heads * n * k * 2 * mats
         copies = max(2, min(32, (256 << 20) // nbytes))
@@ -151,6 +172,8 @@ def gemm_ceiling(bw_gbps: float, Ts: list[int], sweep: bool, wide: bool = False)
             cfgs = [base]
             if wide and name in WIDE and T == Ts[0]:
                 cfgs += [c for c in wide_configs(base, n, k, heads, mats, sms) if c not in cfgs]
+            if deep and name in WIDE and T == Ts[0]:
+                cfgs += [c for c in deep_configs(base, n, k, heads, mats, sms) if c not in cfgs]
             if sweep and T == Ts[0]:  # configs are per shape, not per T: sweep at the first T only
                 for bn in (16, 32):
                     for mult in (0.5, 1, 2):
@@ -197,13 +220,17 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="also time GEMV configs around the heuristic's")
     ap.add_argument("--wide-sweep", action="store_true",
                     help="with --sweep: a wider config grid on the launches that carry most bytes")
+    ap.add_argument("--deep-sweep", action="store_true",
+                    help="with --sweep: narrower K tiles, deeper pipelines on the launches that carry most bytes")
+    ap.add_argument("--only", nargs="+", default=[], help="only these projections (names as printed)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     bw = copy_bandwidth()
     if args.gemm_only:
         res = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
                "gpu": torch.cuda.get_device_name(), "copy_bw_gbps": round(bw, 1),
-               "gemm": gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep, args.wide_sweep)}
+               "gemm": gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep, args.wide_sweep, args.deep_sweep,
+                                    tuple(args.only))}
         if args.out:
             os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
             with open(args.out, "w") as f:
@@ -237,7 +264,8 @@ def main() -> None:
                   f"{k['us_per_call']:7.2f} us/call  {k['kernel']}", flush=True)
     if not args.no_gemm:
         print("\nprojections at M=T, torch (cuBLAS) vs our GEMV (weights rotated past L2):", flush=True)
-        res["gemm"] = gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep, args.wide_sweep)
+        res["gemm"] = gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep, args.wide_sweep, args.deep_sweep,
+                                   tuple(args.only))
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
