@@ -63,6 +63,10 @@ MOE_DOWN_PRELOAD = Knob("SGLANG_EAGLE3_MOE_DOWN_PRELOAD",
                         "0: the INT4 MoE down kernel always loads its weights after its PDL wait, slot by slot "
                         "(unset or 1: as the config table says; the H200's loads all k slots' weights before the "
                         "wait at T <= 2, while gate_up runs; kernels/fused_moe.py)")
+GEMV_LEAN = Knob("SGLANG_EAGLE3_GEMV_LEAN",
+                 "0: the skinny GEMM's pipelines as deep as shared memory allows (up to 4 stages of 256-wide K "
+                 "tiles, the third session's heuristic); unset or 1: split-K launches at 3 stages, unsplit "
+                 "short-K ones at 64-wide tiles 8 deep (kernels/gemv.py gemv_config)")
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference); unset: "
                "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn), '' turns every one on: "
@@ -79,7 +83,7 @@ OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
-       NO_FUSE, OVERLAP)
+       GEMV_LEAN, NO_FUSE, OVERLAP)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from sglang_eagle3 import env
 from sglang_eagle3.kernels import tuning
 from sglang_eagle3.kernels.moe_topk import Routing
 from sglang_eagle3.kernels.triton.gemv import (
@@ -62,14 +63,24 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
 
 
 def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int, mats: int = 1,
-                smem_bytes: int = 96 << 10, acts: int = 1, max_block_k: int = 256, max_stages: int = 4) -> dict:
-    """Launch config from the shape (chosen from the H200 sweep of benchmarks/profile_step.py --sweep).
+                smem_bytes: int = 96 << 10, acts: int = 1, max_block_k: int = 256, max_stages: int = 4,
+                lean: bool | None = None) -> dict:
+    """Launch config from the shape (chosen from the H200 sweeps of benchmarks/profile_step.py --sweep).
 
     Tiles of 32 K-contiguous rows x 256 (or 64 N-contiguous columns x 64); no split-K for slabs of <= 64 KB
     (the handshake costs more than it hides); otherwise ~1 program per SM, twice that while a program would
     still stream > 128 KB. As many pipeline stages (<= ``max_stages``) as ``smem_bytes`` holds (99 KB a block
     on sm_120) with ``mats`` weight tiles and ``acts`` [16, BLOCK_K] activation tiles (2: h and the residual)
-    a stage. ``max_block_k`` caps the K-contiguous tile (see triton_gemv_pair's norm)."""
+    a stage. ``max_block_k`` caps the K-contiguous tile (see triton_gemv_pair's norm).
+
+    ``lean`` (default: env GEMV_LEAN, on): a split-K launch of K tiles >= 128 keeps 3 stages, not 4, and an
+    unsplit K-contiguous one with K <= 2048 takes 64-wide K tiles 8 deep. The eighth session's sweep under PDL
+    (--deep-sweep, T=1, back-to-back launches; benchmarks/results/h200/deep_sweep_8973344.json): q_a + kv_a as
+    one matrix 13.68 -> 11.47 us at 3 stages (less shared memory a block: ncu had it at 2 blocks of 4 warps a
+    SM, DRAM half busy), o_proj 7.18 -> 5.82 us at 64 x 8 (its read-only ceiling: 5.81)."""
+    if lean is None:
+        lean = env.GEMV_LEAN.switch(default=True)
+    short = lean and k_major and K <= 2048
     if k_major:
         block_n, block_k = 32, max(16, min(max_block_k, triton.next_power_of_2(K)))
     else:
@@ -81,7 +92,11 @@ def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int, mats: int = 1,
         split = triton.cdiv(sms, blocks)
         if blocks < sms and slab // split > 128 << 10:
             split *= 2
+    if short and split == 1:
+        block_k, max_stages = min(block_k, 64), max(max_stages, 8)
     split = max(1, min(split, triton.cdiv(K, block_k)))
+    if lean and split > 1 and block_k >= 128:
+        max_stages = min(max_stages, 3)
     stage = (block_n * block_k * mats + 16 * block_k * acts) * 2
     stages = max(1, min(max_stages, smem_bytes // stage))
     return {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT": split, "num_warps": 4, "num_stages": stages}

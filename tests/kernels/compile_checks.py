@@ -274,6 +274,8 @@ def check_dense_gemv(arch: int) -> dict:
     # H200 (N = 1536 + 576, K = 7168: 4 splits), with the tile and stages its launcher picks on this arch.
     fold = gemv_config(2112, 7168, 1, True, 132, 1, {90: 227 << 10, 120: 99 << 10}[arch], acts=2,
                        **NORM_POST_LIMITS)
+    # "lean": o_proj as gemv_config plans it now (64-wide K tiles, 8 stages: unsplit, K <= 2048)
+    lean = gemv_config(7168, 1024, 1, True, 132, 1, {90: 227 << 10, 120: 99 << 10}[arch], lean=True)
     out = {}
     for i, (kmajor, epi, split, bn, bk, pdl, pair) in enumerate(((True, gv.EPI_NONE, 1, 32, 256, True, False),
                                                   (True, gv.EPI_ADD, 4, 16, 256, False, False),
@@ -289,17 +291,19 @@ def check_dense_gemv(arch: int) -> dict:
                                                   (True, gv.EPI_NONE, route["SPLIT"], route["BLOCK_N"],
                                                    route["BLOCK_K"], True, "route"),
                                                   (True, gv.EPI_NONE, 1, route["BLOCK_N"], route["BLOCK_K"], False,
-                                                   "route"))):
+                                                   "route"),
+                                                  (True, gv.EPI_NONE, 1, lean["BLOCK_N"], lean["BLOCK_K"], True,
+                                                   "lean"))):
         prefetch = i == 0  # the first (a PDL case) with the L2 prefetch before its wait; the others as shipped
         # "router": the first matrix's output is float32, the second is gated (router + shared expert)
         router = pair in ("router", "route")
         sig_ = dict(sig, out_ptr="*fp32", add_ptr="*fp32") if router else sig
         norm = gv.NORM_POST if pair == "fold" else (gv.NORM_PRE if pair is False and split == 4 else gv.NORM_NONE)
         stages = fold["num_stages"] if pair == "fold" else route["num_stages"] if pair == "route" else (
-            2 if epi == gv.EPI_GATED or pair == "router" else 4)
+            lean["num_stages"] if pair == "lean" else 2 if epi == gv.EPI_GATED or pair == "router" else 4)
         sass, res = compile_sass(gv.gemv_kernel, sig_,
                                  dict(W_KMAJOR=kmajor, EPI=epi, SPLIT=split, M_PAD=16, BLOCK_N=bn, BLOCK_K=bk,
-                                      INTERPRET=False, PDL=pdl, PAIR=bool(pair), NORM=norm,
+                                      INTERPRET=False, PDL=pdl, PAIR=pair not in (False, "lean"), NORM=norm,
                                       EPI2=gv.EPI_GATED if router else gv.EPI_NONE,
                                       HAS_RES=pair == "fold", PREFETCH_L2=prefetch,
                                       **(kimi_route if pair == "route" else no_route)),
