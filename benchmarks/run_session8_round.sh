@@ -15,12 +15,15 @@
 # alternating twice, then the 61-layer step (decode and verify of 4 at 1k) previous / this / previous / this.
 # Part "suite": the whole single-GPU suite in one call (the routing kernel changed), then Nsight Compute on the
 # decode kernels at T=1 (benchmarks/ncu_decode.py: the counters of one launch each, ncu serialises them).
+# Part "lean" (after `profile_step.py --gemm-only --tokens 1 --sweep --deep-sweep --only "q_a+kv_a as one
+# matrix" o_proj`, run inline at 8973344): the GEMV GPU tests with the lean configs, then the 61-layer step with
+# them and without (SGLANG_EAGLE3_GEMV_LEAN=0), alternating twice in one process.
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session8_round.sh topk|suite
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session8_round.sh topk|suite|lean
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 PREV=${PREV:-498f9bf}
-case "${1:?topk or suite}" in
+case "${1:?topk, suite or lean}" in
   topk)
     TAIL=6 stage topk_tests "${T_TESTS:-120}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py -k "topk or route"
@@ -44,6 +47,14 @@ case "${1:?topk or suite}" in
     TAIL=4 stage ncu "${T_NCU:-120}" "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
       --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats \
       -k regex:"gemv_kernel|stream_read|mla|moe|topk" -c 40 python benchmarks/ncu_decode.py
+    collect
+    ;;
+  lean)
+    TAIL=4 stage gemv_tests "${T_TESTS:-90}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "gemv and not moe"
+    TAIL=12 stage step_lean "${T_STEP:-260}" python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --out "$OUT/step_lean.json" \
+      --env-variants "" "SGLANG_EAGLE3_GEMV_LEAN=0" "" "SGLANG_EAGLE3_GEMV_LEAN=0"
     collect
     ;;
 esac
