@@ -49,24 +49,47 @@ GEMV_SHAPES = [(1536, 7168, 1, True, 1), (576, 7168, 1, True, 1), (2112, 7168, 1
                (7168, 256, 1, True, 1), (2304, 7168, 1, True, 2), (7168, 2304, 1, True, 1), (1000, 333, 1, True, 1)]
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "full"])
 @pytest.mark.parametrize("sms,smem", [(132, 227 << 10), (188, 99 << 10), (84, 99 << 10)],
                          ids=["sm90_h200", "sm120_rtx_pro_6000", "small_gpu"])
 @pytest.mark.parametrize("N,K,B,k_major,mats", GEMV_SHAPES)
-def test_gemv_config_fits(N, K, B, k_major, mats, sms, smem):
+def test_gemv_config_fits(N, K, B, k_major, mats, sms, smem, lean):
     """The GEMV's shape heuristic on any GPU: tiles the dot accepts, a split count no larger than the K
     tiles, and pipeline stages that fit the block's shared memory (the sm_120 table is derived from this,
-    never measured: it must at least launch)."""
+    never measured: it must at least launch). ``lean``: split launches of wide K tiles at most 3 stages deep,
+    unsplit K-contiguous ones with K <= 2048 in 64-wide tiles up to 8 deep; the full pipelines at most 4."""
     from sglang_eagle3.kernels.gemv import gemv_config
 
-    cfg = gemv_config(N, K, B, k_major, sms, mats, smem)
+    cfg = gemv_config(N, K, B, k_major, sms, mats, smem, lean=lean)
     assert cfg["BLOCK_N"] >= 16 and cfg["BLOCK_K"] >= 16, cfg
     assert 1 <= cfg["SPLIT"] <= -(-K // cfg["BLOCK_K"]), cfg
     stage_bytes = (cfg["BLOCK_N"] * cfg["BLOCK_K"] * mats + 16 * cfg["BLOCK_K"]) * 2
-    assert 1 <= cfg["num_stages"] <= 4 and cfg["num_stages"] * stage_bytes <= smem, (cfg, stage_bytes, smem)
+    assert 1 <= cfg["num_stages"] <= (8 if lean else 4) and cfg["num_stages"] * stage_bytes <= smem, (
+        cfg, stage_bytes, smem)
+    if lean and cfg["SPLIT"] > 1 and cfg["BLOCK_K"] >= 128:
+        assert cfg["num_stages"] <= 3, cfg
+    if lean and k_major and K <= 2048 and cfg["SPLIT"] == 1:
+        assert cfg["BLOCK_K"] == min(64, max(16, 1 << (K - 1).bit_length())), cfg
+    if not lean:
+        assert cfg["BLOCK_K"] == (min(256, max(16, 1 << (K - 1).bit_length())) if k_major else
+                                  max(16, min(64, 1 << (K - 1).bit_length()))), cfg
     # ~1 program per SM at least whenever the slab is split (else the split would be pointless)
     blocks = -(-N // cfg["BLOCK_N"]) * B
     if cfg["SPLIT"] > 1:
         assert blocks * cfg["SPLIT"] >= min(sms, blocks * -(-K // cfg["BLOCK_K"])), cfg
+
+
+def test_gemv_lean_knob(monkeypatch):
+    """SGLANG_EAGLE3_GEMV_LEAN: unset or 1 the lean configs, 0 the full pipelines (o_proj's shape differs)."""
+    from sglang_eagle3.kernels.gemv import gemv_config
+
+    shape = (7168, 1024, 1, True, 132, 1, 227 << 10)  # o_proj of a Kimi TP=8 rank on the H200
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_LEAN", raising=False)
+    assert gemv_config(*shape) == gemv_config(*shape, lean=True) != gemv_config(*shape, lean=False)
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_LEAN", "0")
+    assert gemv_config(*shape) == gemv_config(*shape, lean=False)
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_LEAN", "1")
+    assert gemv_config(*shape) == gemv_config(*shape, lean=True)
 
 
 def test_pdl_knobs(monkeypatch):
