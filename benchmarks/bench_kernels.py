@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from sglang_eagle3.bench.harness import git_commit
 
@@ -83,9 +84,13 @@ def time_graph(calls: list, replays: int = 30) -> float:
 
 
 @triton.jit
-def stream_read_kernel(x_ptr, out_ptr, n, per_prog, BLOCK: tl.constexpr):
+def stream_read_kernel(x_ptr, out_ptr, n, per_prog, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """Reads x[pid * per_prog : (pid + 1) * per_prog] (bf16, 16-byte loads) and stores one fp32 sum: how fast a
-    kernel in a graph can stream this many bytes at all (the ceiling a GEMV of the same bytes can reach)."""
+    kernel in a graph can stream this many bytes at all (the ceiling a GEMV of the same bytes can reach). With
+    PDL it first waits for the previous kernel and lets the next one start, as our kernels do (tuning.pdl)."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     lo = pid * per_prog

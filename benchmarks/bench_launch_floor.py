@@ -6,7 +6,7 @@ Issue 4 asks the decode graph to come within 2x of its bandwidth floor (bytes / 
 launches a layer as the shipped decode path, in the same order, on the same streams (the shared expert's down
 projection on the side stream, as the model forks and joins it), with PDL as configured, in one CUDA graph of
 ``--layers`` layers plus the final norm and lm_head, each launch a read-only kernel
-(``bench_kernels.stream_read_kernel``'s loop, a grid-dependency wait first) over exactly as many bytes as the
+(``bench_kernels.stream_read_kernel`` with its PDL wait) over exactly as many bytes as the
 real kernel must read, in buffers of their own (nothing stays in the L2 between uses). No kernel can read its
 bytes faster in a graph; so no set of kernels with this launch structure can make a faster step, whatever
 they compute. Grids: the best of a few shapes per size, each size timed alone first.
@@ -21,20 +21,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 import triton
-import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import sglang_eagle3  # noqa: E402
-from benchmarks.bench_kernels import copy_bandwidth  # noqa: E402
+from benchmarks.bench_kernels import copy_bandwidth, stream_read_kernel, time_graph  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels import tuning  # noqa: E402
 
@@ -63,54 +60,17 @@ def layer_launches(dense: bool, context: int) -> list[tuple[str, int, str]]:
                    ("experts gate/up", gate_up, "main"), ("experts down", TOP_K * expert - gate_up, "main")]
 
 
-@triton.jit
-def read_kernel(x_ptr, out_ptr, n, per_prog, BLOCK: tl.constexpr, PDL: tl.constexpr):
-    """Reads x[pid * per_prog : (pid + 1) * per_prog] (bf16, 16-byte loads), stores one fp32 sum; with PDL it
-    waits for the previous kernel first and lets the next one start, as our kernels do (tuning.pdl)."""
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
-    pid = tl.program_id(0)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    lo = pid * per_prog
-    for i in range(lo, lo + per_prog, BLOCK):
-        offs = i + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
-    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
-
-
 def launch(buf: torch.Tensor, out: torch.Tensor, grid: tuple[int, int], pdl: bool) -> None:
     per_sm_programs, block = grid
     n = buf.numel()
     per = triton.cdiv(triton.cdiv(n, per_sm_programs), block) * block
-    read_kernel[(triton.cdiv(n, per),)](buf, out, n, per, BLOCK=block, PDL=pdl,
-                                        num_warps=8 if block > 1024 else 4, **tuning.pdl_launch(pdl))
+    stream_read_kernel[(triton.cdiv(n, per),)](buf, out, n, per, BLOCK=block, PDL=pdl,
+                                               num_warps=8 if block > 1024 else 4, **tuning.pdl_launch(pdl))
 
 
 def graph_ms(fn, replays: int) -> float:
-    """Median ms of one replay of what fn issues, captured in one CUDA graph (warmed up first)."""
-    fn()
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    """Median ms of one replay of what fn issues, captured in one CUDA graph (bench_kernels.time_graph)."""
+    return time_graph([fn], replays) / 1e3
 
 
 def main() -> None:
