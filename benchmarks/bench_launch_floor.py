@@ -129,12 +129,12 @@ def main() -> None:
     step_ms = graph_ms(step, args.replays)
     floor_ms = total / (copy * 1e9) * 1e3
     alone_ms = sum(alone[b] for _, b, s in plan if s == "main")
-    per_layer = [sum(b for _, b, _ in lay) for lay in layers[1:2]]
     result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
               "package": str(Path(sglang_eagle3.__file__).parent), "gpu": torch.cuda.get_device_name(),
               "torch": torch.__version__, "triton": triton.__version__, "copy_bw_gbps": bw, "pdl": pdl,
               "layers": args.layers, "context": args.context, "launches": len(plan),
-              "launches_per_moe_layer": len(layers[-1]), "bytes": total, "moe_layer_bytes": per_layer[0],
+              "launches_per_moe_layer": len(layers[-1]), "bytes": total,
+              "moe_layer_bytes": sum(b for _, b, _ in layers[-1]),
               "floor_ms": round(floor_ms, 3), "launch_structure_step_ms": round(step_ms, 3),
               "step_over_floor": round(step_ms / floor_ms, 2), "sum_of_launches_alone_ms": round(alone_ms, 3),
               "sizes": [{"mb": round(s / 1e6, 4), "alone_us": round(alone[s] * 1e3, 2),

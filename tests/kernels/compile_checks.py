@@ -427,6 +427,7 @@ def check_prefetch(arch: int) -> dict:
     assert ops["UBLKPF"] >= 1, f"no bulk prefetch instruction in the SASS: {sorted(ops)}"
     return {"UBLKPF": ops["UBLKPF"], "res": res}
 
+
 def check_moe_topk(arch: int) -> dict:
     """The routing kernel at Kimi's shape (384 experts, top-8, one group) and DeepSeek-V3's (256 in 8 groups,
     4 kept), at the table's 4 warps: no spills, and one cross-warp reduction round a pick (the packed

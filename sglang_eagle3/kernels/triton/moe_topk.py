@@ -50,6 +50,7 @@ def route_row(logits_row, bias_ptr, routed_scaling_factor,
     # third reduction (4.1 us for the launch at Kimi's 384 experts with max + argmin + a sum per pick, H200).
     # Key: the choice's float bits made order-preserving as a signed int (negatives flipped), in the high
     # word; the slot g * PG_PAD + j inverted in the low word (slots are unique, padded ones never alias).
+    tl.static_assert(G_PAD * PG_PAD <= 0x10000, "the slot must fit the key's low 16 bits")
     bits = tl.where(choice == 0.0, 0.0, choice).to(tl.int32, bitcast=True)  # -0.0 ties +0.0, as compared
     ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
     slot = g * PG_PAD + j
