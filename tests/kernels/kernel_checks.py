@@ -48,6 +48,32 @@ def check_moe_topk(T: int, E: int, top_k: int, n_group: int, topk_group: int, bi
     assert err < 1e-6, f"weights rel err {err}"
 
 
+def check_moe_topk_order(T: int, E: int, top_k: int, bias: bool, classes: int, device: str = "cpu",
+                         seed: int = 0) -> dict:
+    """The routing kernel's picks in order, ties included: experts fall into ``classes`` groups sharing the same
+    logit (and bias: exact ties, whatever the sigmoid's last bit), the classes' choices far apart (the bias, <
+    0.002, never reorders them); the kernel must return the top_k by descending choice, the lowest expert id
+    first among equals (its documented order), and each pick's weight as the reference computes it."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    cls = torch.randint(0, classes, (T, E), generator=g)
+    levels = torch.randperm(classes, generator=g).float() * 0.25 - classes * 0.125
+    logits = levels[cls].to(device)
+    corr = None
+    if bias:  # a bias per expert that keeps each class's members tied holds for one row's classes: T = 1
+        assert T == 1, "a per-expert bias ties a class's members in one row only"
+        corr = (torch.rand(classes, generator=g) * 0.002)[cls[0]].to(device)
+    kw = dict(top_k=top_k, n_group=1, topk_group=1, renormalize=True, routed_scaling_factor=2.5)
+    w, ids = kernels.moe_topk(logits, corr, **kw, use_triton=True)
+    choice = logits.float().sigmoid() + (corr.float() if corr is not None else 0.0)
+    for t in range(T):
+        expect = sorted(range(E), key=lambda i, t=t: (-choice[t, i].item(), i))[:top_k]
+        assert ids[t].tolist() == expect, f"row {t}: picks {ids[t].tolist()} != {expect} (ties: lowest id first)"
+    picked = logits.float().sigmoid().gather(1, ids.long())
+    err = rel_err(w, picked / (picked.sum(-1, keepdim=True) + 1e-20) * 2.5)
+    assert err < 1e-6, f"weights rel err {err}"
+    return {"tied_experts_per_row": E - classes}
+
+
 def make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype=torch.bfloat16, seed=0):
     """Random q/cache, a shuffled page table with spare (never used) pages, partially filled last pages."""
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -579,6 +605,8 @@ MLA_FP32_SPLIT = {**MLA_SPLIT, "min_keys_per_split": 32}
 
 CASES = {
     "topk_kimi_like": lambda: check_moe_topk(5, 48, 8, 1, 1, True, True, 2.5, seed=1),
+    "topk_order_ties": lambda: check_moe_topk_order(4, 40, 8, False, 9, seed=5),
+    "topk_order_ties_bias_kimi": lambda: check_moe_topk_order(1, 384, 8, True, 23, seed=6),
     "topk_grouped": lambda: check_moe_topk(7, 64, 6, 8, 3, True, True, 1.0, seed=2),
     "topk_no_bias_no_renorm_bf16": lambda: check_moe_topk(3, 40, 4, 4, 2, False, False, 1.5,
                                                           dtype=torch.bfloat16, seed=3),

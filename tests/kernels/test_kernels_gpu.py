@@ -25,6 +25,7 @@ from kernel_checks import (  # noqa: E402
     check_mla,
     check_model_forward,
     check_moe_topk,
+    check_moe_topk_order,
     check_rms_norm,
     check_rotary,
     cuda_kernels_per_moe_layer,
@@ -50,6 +51,12 @@ def poison_allocator(nbytes: int = 1 << 30) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_moe_topk_kimi(T, dtype):
     check_moe_topk(T, EXPERTS, TOP_K, 1, 1, True, True, 2.827, device="cuda", dtype=dtype, seed=T)
+
+
+@pytest.mark.parametrize("T,bias,classes", [(1, True, 23), (5, False, 40), (64, False, 9)])
+def test_moe_topk_kimi_order_with_ties(T, bias, classes):
+    """Kimi's 384 experts in tied classes: picks by descending choice, lowest id first among equals."""
+    check_moe_topk_order(T, EXPERTS, TOP_K, bias, classes, device="cuda", seed=200 + T)
 
 
 @pytest.mark.parametrize("T", [1, 33])
