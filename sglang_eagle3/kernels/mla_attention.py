@@ -143,8 +143,8 @@ def triton_mla_attention(
     if merge == "separate":
         tile = merge_tile(splits, Dc)
         mla_merge_splits_kernel[(BT, H, Dc // tile["BLOCK_D"])](
-            mid_o, mid_lse, out, out.stride(0), out.stride(1), splits,
-            T=T, H=H, DC=Dc, BLOCK_M=block_m, **tile,
+            mid_o, mid_lse, out, seq_lens, out.stride(0), out.stride(1), splits,
+            T=T, H=H, DC=Dc, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], **tile,
             num_warps=MERGE_WARPS, PDL=pdl, **tuning.pdl_launch(pdl),
         )
     return out

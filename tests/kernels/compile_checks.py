@@ -340,9 +340,9 @@ MLA_ALIGNED = ["qn_ptr", "qr_ptr", "kv_ptr", "out_ptr", "mid_o_ptr", "mid_lse_pt
                "stride_qr_tok", "stride_kv_slot", "stride_o_tok"]
 # The rope variant (launch fusion q_rope_attn): q's rope rotated as it loads.
 MLA_ROPE_SIG = dict(MLA_SIG, ROPE="i32", pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", stride_table="i32")
-MLA_MERGE_SIG = dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", out_ptr="*bf16", stride_o_tok="i32",
-                     stride_o_head="i32", NUM_SPLITS="i32", T="i32", H="i32", DC="i32", BLOCK_M="i32",
-                     SPLITS_PAD="i32", BLOCK_D="i32", PDL="i32")
+MLA_MERGE_SIG = dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", out_ptr="*bf16", seq_lens_ptr="*i32",
+                     stride_o_tok="i32", stride_o_head="i32", NUM_SPLITS="i32", T="i32", H="i32", DC="i32",
+                     BLOCK_M="i32", BLOCK_N="i32", SPLITS_PAD="i32", BLOCK_D="i32", PDL="i32")
 
 
 def _sass_ops(sass: str) -> collections.Counter:
@@ -383,7 +383,7 @@ def check_mla(arch: int) -> dict:
         tile = merge_tile(splits, 512)
         what = f"mla merge kernel {splits=} {tile}"
         sass, res = compile_sass(ma.mla_merge_splits_kernel, MLA_MERGE_SIG,
-                                 dict(T=4, H=8, DC=512, BLOCK_M=16, PDL=True, **tile),
+                                 dict(T=4, H=8, DC=512, BLOCK_M=16, BLOCK_N=64, PDL=True, **tile),
                                  ["mid_o_ptr", "mid_lse_ptr", "out_ptr", "stride_o_tok"], arch, MERGE_WARPS)
         _no_spills(res, what)
         assert _sass_ops(sass)["ACQBULK"] > 0, f"{what}: no grid-dependency wait with PDL"

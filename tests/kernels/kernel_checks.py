@@ -74,11 +74,12 @@ def check_moe_topk_order(T: int, E: int, top_k: int, bias: bool, classes: int, d
     return {"tied_experts_per_row": E - classes}
 
 
-def make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype=torch.bfloat16, seed=0):
-    """Random q/cache, a shuffled page table with spare (never used) pages, partially filled last pages."""
+def make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype=torch.bfloat16, seed=0, spare=1):
+    """Random q/cache, a shuffled page table with ``spare`` (never used) page columns, partially filled last
+    pages."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     seq = torch.tensor(seq_lens, dtype=torch.int32)
-    P = max(1, math.ceil(max(seq_lens) / page_size)) + 1  # one spare column: capacity > contents
+    P = max(1, math.ceil(max(seq_lens) / page_size)) + spare  # capacity > contents
     num_pages = B * P + 3
     perm = torch.randperm(num_pages, generator=g)[: B * P].view(B, P).to(torch.int32)
     kv = torch.randn(num_pages * page_size, Dc + Dr, generator=g).to(dtype)
@@ -88,11 +89,13 @@ def make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype=torch.bf
 
 
 def check_mla(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0, dtype=torch.bfloat16,
-              tol=1e-2, config=None, min_splits=1, calls=1) -> dict:
+              tol=1e-2, config=None, min_splits=1, calls=1, spare=1) -> dict:
     """Kernel vs ref_mla_attention. ``config``: launch config overrides (else the op's tuned config).
     ``min_splits``: the launch must split the keys at least this many ways (so the merge launch runs).
     ``calls``: calls in a row, each on new inputs and seq_lens 3 shorter than the call before (same page
-    table shape, so the same grid, as a graph replay has it); every one must match."""
+    table shape, so the same grid, as a graph replay has it); every one must match. ``spare``: page table
+    columns past the longest request (a server's graphs hold the page table of the longest context they
+    serve: most splits then hold no key)."""
     from sglang_eagle3.kernels import tuning
     from sglang_eagle3.kernels.mla_attention import launch_plan
 
@@ -103,7 +106,8 @@ def check_mla(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0, dtype=
         "mla_attention", dev, "rows", T * H)
     errs, plan = [], {}
     for call in range(calls):
-        qn, qr, kv, pt, seq = make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype, seed + call)
+        qn, qr, kv, pt, seq = make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype, seed + call,
+                                              spare)
         seq = (seq - 3 * call).clamp_min(T)
         plan = launch_plan(B, T, H, pt.shape[1] * page_size, tuning.sm_count(dev), cfg)
         if config:
@@ -624,6 +628,10 @@ CASES = {
     "mla_verify_split_kv_rows_span_blocks_fp32_exact": lambda: check_mla(
         2, 5, 5, 32, 16, 1, [7, 200], seed=43, dtype=torch.float32, tol=1e-6, config=MLA_FP32_SPLIT,
         min_splits=6, calls=2),
+    # A page table far larger than the contexts (as a server's captured graphs have it): most of the splits
+    # hold no key, store nothing, and the merge reads only the active ones (seq_lens shrinking between calls).
+    "mla_split_kv_capacity_far_above_context": lambda: check_mla(
+        3, 2, 3, 64, 16, 4, [2, 9, 41], seed=44, config=MLA_SPLIT, min_splits=8, calls=3, spare=40),
     "mla_launch_plan": check_mla_launch_plan,
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,

@@ -47,6 +47,18 @@ def _rope_rows(qr_ptr, q_offs, row_ok, pos_ptr, q_tok, cos_ptr, sin_ptr, stride_
 
 
 @triton.jit
+def _split_keys(seq_len, NUM_SPLITS, BLOCK_N: tl.constexpr):
+    """(keys a split, splits holding any key) for a request of seq_len keys over NUM_SPLITS programs.
+
+    The keys the request actually has are divided, not the page table's capacity: a graph captured at a large
+    page table stays balanced for short contexts. The splits past the last key (most of them when the
+    capacity is far above the context, as a server's graphs have it) store no partials, and the merge reads
+    only the active ones."""
+    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N), 1) * BLOCK_N
+    return per_split, tl.cdiv(seq_len, per_split)
+
+
+@triton.jit
 def mla_split_kv_kernel(
     qn_ptr, qr_ptr, kv_ptr, page_table_ptr, seq_lens_ptr, out_ptr, mid_o_ptr, mid_lse_ptr,
     stride_qn_tok, stride_qn_head, stride_qr_tok, stride_qr_head, stride_kv_slot, stride_pt_req,
@@ -79,9 +91,7 @@ def mla_split_kv_kernel(
 
     seq_len = tl.load(seq_lens_ptr + b)
     q_pos = seq_len - T + tok  # [M] last visible key of each row
-    # Split the keys this request actually has (not the page table's capacity): a graph captured at a
-    # large page table stays balanced for short contexts.
-    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    per_split, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)
     start = split * per_split
     end = tl.minimum(start + per_split, seq_len)
 
@@ -131,8 +141,10 @@ def mla_split_kv_kernel(
     if SPLIT_KV:
         lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
         part = (b * tl.num_programs(1) + mb) * NUM_SPLITS + split
-        tl.store(mid_o_ptr + part * BLOCK_M * DC + m_idx[:, None] * DC + dc[None, :], out, mask=row_ok[:, None])
-        tl.store(mid_lse_ptr + part * BLOCK_M + m_idx, lse, mask=row_ok)
+        # A split past the request's keys stores nothing: the merge reads only the `active` splits.
+        live = row_ok & (split < active)
+        tl.store(mid_o_ptr + part * BLOCK_M * DC + m_idx[:, None] * DC + dc[None, :], out, mask=live[:, None])
+        tl.store(mid_lse_ptr + part * BLOCK_M + m_idx, lse, mask=live)
     else:
         tl.store(out_ptr + q_tok[:, None] * stride_o_tok + head[:, None] * stride_o_head + dc[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -140,13 +152,14 @@ def mla_split_kv_kernel(
 
 @triton.jit
 def mla_merge_splits_kernel(
-    mid_o_ptr, mid_lse_ptr, out_ptr, stride_o_tok, stride_o_head, NUM_SPLITS,
-    T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, BLOCK_M: tl.constexpr,
+    mid_o_ptr, mid_lse_ptr, out_ptr, seq_lens_ptr, stride_o_tok, stride_o_head, NUM_SPLITS,
+    T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """The split merge over grid (B*T, H, DC / BLOCK_D): program (query token, head, column block) loads the
-    BLOCK_D columns of all NUM_SPLITS partials of its row at once ([SPLITS_PAD, BLOCK_D] fp32, in
-    mla_split_kv_kernel's mid_o / mid_lse layout) and weights them by exp2(lse - max). Empty splits have
+    BLOCK_D columns of the active splits' partials of its row at once ([SPLITS_PAD, BLOCK_D] fp32, in
+    mla_split_kv_kernel's mid_o / mid_lse layout; BLOCK_N is the split kernel's, which sets the active
+    count) and weights them by exp2(lse - max). A split whose keys are all invisible to the row has
     lse = -inf (weight 0) and zero partials, so no branch is needed; a row with no visible key in any split
     gets total weight 0 and output 0."""
     if PDL:  # see tuning.pdl: wait for the split kernel, let the next one start
@@ -158,8 +171,9 @@ def mla_merge_splits_kernel(
     row = (q_tok % T) * H + head  # the request's query row
     group = b * tl.cdiv(T * H, BLOCK_M) + row // BLOCK_M  # its (request, row block)
     m = row % BLOCK_M
+    _, active = _split_keys(tl.load(seq_lens_ptr + b), NUM_SPLITS, BLOCK_N)
     sp = tl.arange(0, SPLITS_PAD)
-    sp_ok = sp < NUM_SPLITS
+    sp_ok = sp < active
     part = group * NUM_SPLITS + sp  # [SP]
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     lse = tl.load(mid_lse_ptr + part * BLOCK_M + m, mask=sp_ok, other=float("-inf"))  # [SP]
