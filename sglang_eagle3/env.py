@@ -74,7 +74,9 @@ NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "router_shared (router + shared expert gate/up in one GEMV), input_norm (a decoder layer's input "
                "RMSNorm and residual add in the q_a + kv_a GEMV), router_topk (the MoE routing in the tail of "
                "router_shared's GEMV; off with it), q_rope_attn (q's rope applied by the MLA kernel as it loads "
-               "q, so the rotary launch does only k and the latent)")
+               "q, so the rotary launch does only k and the latent), route_shared_down (the MoE routing in "
+               "programs beside the shared expert's down projection, one launch on the main stream; with "
+               "router_shared, without router_topk)")
 OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "comma list of side-stream overlaps (layers/overlap.py), or 'none': shared_down (shared expert's "
                "down projection beside the routing), mla_k_path (MLA's kv_a norm + k rope into the cache beside "
@@ -123,7 +125,7 @@ def cache_dir() -> Path:
 # at T = 4-8 (one program routes the rows one after another; step_*_a17a6fd.json); q_rope_attn's model-level
 # GPU test fails on the H200 (mismatched logits, then an illegal memory access; tests/kernels/test_mla_rope_gpu.py).
 DEFAULT_NO_FUSE = "input_norm,router_topk,q_rope_attn"
-FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn")
+FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn", "route_shared_down")
 
 
 def fusion_on(name: str) -> bool:

@@ -34,8 +34,9 @@ def test_fusion_knob(monkeypatch):
 
 
 def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: bool = False):
-    """(logits, KV caches, calls of kernels.gemv_pair that took a layer's input norm, calls that routed) of
-    one verify step. ``pin_routing``: every token picks the same experts (tests/kernels/fold_checks.pin_routing)."""
+    """(logits, KV caches, calls of kernels.gemv_pair that took a layer's input norm, calls of gemv_pair or gemv
+    that routed) of one verify step. ``pin_routing``: every token picks the same experts
+    (tests/kernels/fold_checks.pin_routing)."""
     from sglang_eagle3 import kernels
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
     from sglang_eagle3.testing import randomize, tiny_config, verify_batch_on_cpu
@@ -45,14 +46,19 @@ def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: boo
 
     monkeypatch.setenv(env.NO_FUSE.name, no_fuse)
     folds, routes = [], []
-    gemv_pair = kernels.gemv_pair
+    gemv_pair, gemv = kernels.gemv_pair, kernels.gemv
 
     def spy(*args, **kwargs):
         folds.append(kwargs.get("norm_weight") is not None)
         routes.append(kwargs.get("route") is not None)
         return gemv_pair(*args, **kwargs)
 
+    def spy_gemv(*args, **kwargs):  # routing beside a GEMV (the shared expert's down projection)
+        routes.append(kwargs.get("route") is not None)
+        return gemv(*args, **kwargs)
+
     monkeypatch.setattr(kernels, "gemv_pair", spy)
+    monkeypatch.setattr(kernels, "gemv", spy_gemv)
     cfg = tiny_config(vocab=256, hidden=64, heads=4, layers=3, q_lora=32, kv_lora=32, nope=16, rope=16, v=16,
                       experts=8, top_k=2, n_group=2, topk_group=1, moe_inter=32, inter=96, yarn=True, max_pos=512,
                       dense=1)
@@ -95,3 +101,18 @@ def test_fused_path_equals_unfused(monkeypatch, dtype):
         err = ((folded - unfolded).norm() / unfolded.norm()).item()
         assert err < 5e-2, (seed, err)  # ~2e-2 here (the unfused Triton path and the references: ~3e-2)
     assert folds == layers and folds_off == 0, f"input norm folded in {folds} of {layers} layers ({folds_off} unfused)"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_route_beside_shared_down_equals_unfused(monkeypatch, dtype):
+    """route_shared_down (router_topk off, as by default): the routing runs in programs beside the shared
+    expert's down projection, the routing kernel's own function on the same stored logits and the GEMV's
+    own programs: the same numbers as every fusion off, bit for bit (references on CPU; the Triton kernels
+    under the interpreter with SGLANG_EAGLE3_TRITON_ON_CPU=1)."""
+    seed = int(torch.randint(0, 1 << 30, (1,)))
+    fused, cache_f, _, routes = _verify_logits(monkeypatch, "input_norm,router_topk,q_rope_attn", dtype, seed)
+    plain, cache_p, _, routes_off = _verify_logits(monkeypatch, "all", dtype, seed)
+    assert torch.equal(fused, plain), (seed, (fused - plain).abs().max().item())
+    for a, b in zip(cache_f, cache_p, strict=True):
+        assert torch.equal(a, b), seed
+    assert routes == 2 and routes_off == 0, f"routed beside the shared down in {routes} of 2 MoE layers ({routes_off=})"

@@ -63,13 +63,28 @@ def _kernel_ok(use_triton: bool | None, *tensors: torch.Tensor | None) -> bool:
 
 
 def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=None, eps=0.0,
-         use_triton: bool | None = None):
+         route: Routing | None = None, route_logits=None, use_triton: bool | None = None):
     """x [T, K] @ w [N, K]^T (or per head: x [T, B, K], w [B, N, K]) with an optional residual ``add`` or gated
     ``w_up`` epilogue, and an optional RMSNorm of x first (``norm_weight``, ``eps``); see ref_gemv. The Triton
     skinny GEMM serves T <= GEMV_MAX_ROWS rows of half-precision operands (decode and verify); everything else
-    (prefill, training, float32) takes torch's GEMM, after the rms_norm op where there is a norm."""
+    (prefill, training, float32) takes torch's GEMM, after the rms_norm op where there is a norm.
+
+    ``route`` (a Routing) with ``route_logits`` float32 [T, E]: also routes those logits, returning (out,
+    weights float32 [T, top_k], ids int32 [T, top_k]); the skinny GEMM does it in the same launch (a MoE
+    layer's routing beside its shared expert's down projection), elsewhere the moe_topk op runs after."""
     ok = (x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype
           and x.stride(-1) == 1 and (w.stride(-1) == 1 or w.stride(-2) == 1))
+    if route is not None:
+        assert route_logits is not None, "route needs route_logits"
+        ok = ok and x.dim() == 2 and route_logits.dtype == torch.float32 and route_logits.stride(-1) == 1
+        bias = route.bias
+        if ok and _kernel_ok(use_triton, x, w, w_up, add, norm_weight, bias):
+            return triton_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight,
+                               eps=eps, route=route, route_logits=route_logits)
+        y = gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight, eps=eps,
+                 use_triton=use_triton)
+        return (y, *moe_topk(route_logits, bias, **route.topk_kwargs(), use_triton=use_triton))
+    assert route_logits is None, "route_logits without route"
     if ok and _kernel_ok(use_triton, x, w, w_up, add, norm_weight):
         return triton_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight, eps=eps)
     if norm_weight is not None and _kernel_ok(use_triton, x, norm_weight):

@@ -128,9 +128,15 @@ def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, devic
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
                 add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                 out: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
-                config: dict | None = None) -> torch.Tensor:
+                route: Routing | None = None, route_logits: torch.Tensor | None = None,
+                config: dict | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [T, K] with w [N, K] -> [T, N]; or x [T, B, K] with w [B, N, K] -> [T, B, N]. See module doc.
-    ``norm_weight`` [K]: x is RMS-normalised first (weight, eps), inside the same launch."""
+    ``norm_weight`` [K]: x is RMS-normalised first (weight, eps), inside the same launch.
+
+    ``route`` with ``route_logits`` float32 [T, E] (2-D x only): the same launch also routes those logits
+    (programs beside the GEMV's: the shared expert's down projection and the MoE routing, which read only
+    what the launch before wrote), and (out, weights float32 [T, top_k], ids int32 [T, top_k]) is returned,
+    the routing bit-identical to triton_moe_topk's."""
     batched = w.dim() == 3
     assert w.dim() in (2, 3) and x.dim() == w.dim(), f"x {tuple(x.shape)} and w {tuple(w.shape)}: 2-D/2-D or 3-D/3-D"
     T, K = x.shape[0], x.shape[-1]
@@ -160,8 +166,27 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
     if add is not None:
         assert tuple(add.shape) == out_shape and add.stride(-1) == 1 and add.dtype == out.dtype, (
             f"add must be {out_shape} {out.dtype} with unit inner stride, got {tuple(add.shape)} {add.dtype}")
-    if T == 0 or N == 0:
-        return out
+    route_kw, extra, routed = {}, 0, ()
+    if route is not None:
+        assert not batched, "routing beside a GEMV: 2-D x only"
+        assert route_logits is not None and route_logits.dtype == torch.float32 and route_logits.dim() == 2, (
+            f"route needs float32 router logits [T, E], got {None if route_logits is None else route_logits.dtype}")
+        assert route_logits.shape[0] == T and route_logits.stride(1) == 1, (
+            f"route_logits must be [{T}, E] with unit inner stride, got {tuple(route_logits.shape)} "
+            f"{route_logits.stride()}")
+        E = route_logits.shape[1]
+        route.check(E, x.device)
+        routed = (torch.empty(T, route.top_k, dtype=torch.float32, device=x.device),
+                  torch.empty(T, route.top_k, dtype=torch.int32, device=x.device))
+        extra = T
+        route_kw = dict(ROUTE_SIDE=True, logits_ptr=route_logits, s_lt=route_logits.stride(0),
+                        bias_ptr=route.bias if route.bias is not None else route_logits, topk_w_ptr=routed[0],
+                        topk_id_ptr=routed[1], s_twt=routed[0].stride(0), s_tit=routed[1].stride(0),
+                        routed_scaling_factor=float(route.routed_scaling_factor), **route.constexprs(E))
+    else:
+        assert route_logits is None, "route_logits without route"
+    if T == 0 or (N == 0 and not extra):
+        return (out, *routed) if routed else out
     x3, o3 = _as3(x, "x"), _as3(out, "out")
     a3 = _as3(add, "add") if add is not None else o3
     cfg = config or gemv_config(N, K, B, k_major, tuning.sm_count(x.device), 2 if gated else 1,
@@ -172,7 +197,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         part = count = o3
     interpret = tuning.interpreting()
     pdl = tuning.pdl(x.device, "gemv")
-    gemv_kernel[(blocks, split, B)](
+    gemv_kernel[(blocks + extra, split, B)](
         x3, w3, w_up if gated else w3, a3, o3, part, count, w3, o3,
         T, N, K, k_per_split, 0, blocks,
         x3.stride(0), x3.stride(1), w3.stride(0), w3.stride(1), w3.stride(2),
@@ -182,9 +207,9 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         W_KMAJOR=k_major, EPI=EPI_GATED if gated else (EPI_ADD if add is not None else EPI_NONE),
         SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], INTERPRET=interpret, PDL=pdl,
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
-        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), **tuning.pdl_launch(pdl),
+        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), **route_kw, **tuning.pdl_launch(pdl),
     )
-    return out
+    return (out, *routed) if routed else out
 
 
 def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_up: torch.Tensor | None = None,

@@ -155,32 +155,41 @@ class DeepseekMoE(nn.Module):
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
         self.fuse_router_shared = env.fusion_on("router_shared")  # see env.NO_FUSE
         self.fuse_router_topk = env.fusion_on("router_topk")  # the routing too (in router_shared's launch)
-        # With a side stream (layers/overlap.py, "shared_down"; set by the model) the shared expert's down
-        # projection runs there while this stream routes.
+        # Or the routing in programs beside the shared expert's down projection (one launch: both read only
+        # what router_shared's launch wrote).
+        self.fuse_route_down = env.fusion_on("route_shared_down")
+        # Otherwise, with a side stream (layers/overlap.py, "shared_down"; set by the model) the shared expert's
+        # down projection runs there while this stream routes.
         self.side_stream = None
+
+    def routing(self) -> kernels.Routing:
+        c = self.cfg
+        return kernels.Routing(self.gate.e_score_correction_bias, c.num_experts_per_tok, c.n_group, c.topk_group,
+                               c.norm_topk_prob, c.routed_scaling_factor)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., H] -> [..., H]."""
         shape = x.shape
         x = x.reshape(-1, shape[-1])  # [T, H]
-        c = self.cfg
         sh = self.shared_experts
+        forked = False
         if (self.fuse_router_shared and sh is not None and x.shape[0] <= kernels.GEMV_MAX_ROWS
                 and self.use_triton is not False):
             # Decode/verify: the router and the shared expert's gate/up + SiLU read the same x: one launch,
             # which with router_topk also routes the tokens in its tail.
-            route = None
-            if self.fuse_router_topk:
-                route = kernels.Routing(self.gate.e_score_correction_bias, c.num_experts_per_tok, c.n_group,
-                                        c.topk_group, c.norm_topk_prob, c.routed_scaling_factor)
+            route = self.routing() if self.fuse_router_topk else None
             logits, act, *routed = kernels.gemv_pair(x, self.gate.weight, sh.gate_proj.weight,
                                                      w2_up=sh.up_proj.weight, out1_dtype=torch.float32,
                                                      route=route, use_triton=self.use_triton)
-            if self.side_stream is not None and x.is_cuda:
+            if not routed and self.fuse_route_down:  # the routing beside the shared down, one launch
+                shared, *routed = kernels.gemv(act, sh.down_proj.weight, route=self.routing(), route_logits=logits,
+                                               use_triton=self.use_triton)
+            elif self.side_stream is not None and x.is_cuda:
                 # Allocated here so it belongs to this stream; act stays referenced until the join below.
                 shared = torch.empty_like(x)
                 with self.side_stream.fork(x):
                     matmul_wt(act, sh.down_proj.weight, sh.down_proj.use_triton, out=shared)
+                forked = True
             else:
                 shared = sh.down_proj(act)
         else:
@@ -190,11 +199,9 @@ class DeepseekMoE(nn.Module):
         if routed:
             weights, ids = routed  # [T, k] each
         else:
-            weights, ids = kernels.moe_topk(logits, self.gate.e_score_correction_bias,
-                                            top_k=c.num_experts_per_tok, n_group=c.n_group,
-                                            topk_group=c.topk_group, renormalize=c.norm_topk_prob,
-                                            routed_scaling_factor=c.routed_scaling_factor, use_triton=self.use_triton)
-        if self.side_stream is not None:
+            route = self.routing()
+            weights, ids = kernels.moe_topk(logits, route.bias, **route.topk_kwargs(), use_triton=self.use_triton)
+        if forked:
             self.side_stream.join(x)
         out = self.experts(x, weights, ids, self.use_triton, add=shared)  # routed + shared, one store
         return tp_all_reduce(out).view(shape)

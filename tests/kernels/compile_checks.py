@@ -257,7 +257,8 @@ def check_dense_gemv(arch: int) -> dict:
                HAS_RES="i32", res_ptr="*bf16", res_out_ptr="*bf16", s_rt="i32", s_rot="i32",
                ROUTE="i32", bias_ptr="*fp32", topk_w_ptr="*fp32", topk_id_ptr="*i32", s_twt="i32", s_tit="i32",
                routed_scaling_factor="fp32", PER_GROUP="i32", N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32",
-               G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32", PREFETCH_L2="i32")
+               G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32", PREFETCH_L2="i32",
+               ROUTE_SIDE="i32", logits_ptr="*fp32", s_lt="i32")
     aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
                "s_xb", "s_wb", "s_wn", "s_at", "s_ot", "res_ptr", "res_out_ptr", "s_rt", "s_rot", "bias_ptr",
                "topk_w_ptr", "topk_id_ptr"]
@@ -276,6 +277,8 @@ def check_dense_gemv(arch: int) -> dict:
                        **NORM_POST_LIMITS)
     # "lean": o_proj as gemv_config plans it now (64-wide K tiles, 8 stages: unsplit, K <= 2048)
     lean = gemv_config(7168, 1024, 1, True, 132, 1, {90: 227 << 10, 120: 99 << 10}[arch], lean=True)
+    # "side": the shared expert's down projection [7168, 256] with Kimi's routing programs beside it
+    side = gemv_config(7168, 256, 1, True, 132, 1, {90: 227 << 10, 120: 99 << 10}[arch])
     out = {}
     for i, (kmajor, epi, split, bn, bk, pdl, pair) in enumerate(((True, gv.EPI_NONE, 1, 32, 256, True, False),
                                                   (True, gv.EPI_ADD, 4, 16, 256, False, False),
@@ -293,20 +296,24 @@ def check_dense_gemv(arch: int) -> dict:
                                                   (True, gv.EPI_NONE, 1, route["BLOCK_N"], route["BLOCK_K"], False,
                                                    "route"),
                                                   (True, gv.EPI_NONE, 1, lean["BLOCK_N"], lean["BLOCK_K"], True,
-                                                   "lean"))):
+                                                   "lean"),
+                                                  (True, gv.EPI_NONE, side["SPLIT"], side["BLOCK_N"], side["BLOCK_K"],
+                                                   True, "side"))):
         prefetch = i == 0  # the first (a PDL case) with the L2 prefetch before its wait; the others as shipped
         # "router": the first matrix's output is float32, the second is gated (router + shared expert)
         router = pair in ("router", "route")
         sig_ = dict(sig, out_ptr="*fp32", add_ptr="*fp32") if router else sig
         norm = gv.NORM_POST if pair == "fold" else (gv.NORM_PRE if pair is False and split == 4 else gv.NORM_NONE)
         stages = fold["num_stages"] if pair == "fold" else route["num_stages"] if pair == "route" else (
-            lean["num_stages"] if pair == "lean" else 2 if epi == gv.EPI_GATED or pair == "router" else 4)
+            lean["num_stages"] if pair == "lean" else side["num_stages"] if pair == "side" else
+            2 if epi == gv.EPI_GATED or pair == "router" else 4)
+        routing = kimi_route if pair == "route" else (dict(kimi_route, ROUTE=False, ROUTE_SIDE=True)
+                                                      if pair == "side" else no_route)
         sass, res = compile_sass(gv.gemv_kernel, sig_,
                                  dict(W_KMAJOR=kmajor, EPI=epi, SPLIT=split, M_PAD=16, BLOCK_N=bn, BLOCK_K=bk,
-                                      INTERPRET=False, PDL=pdl, PAIR=pair not in (False, "lean"), NORM=norm,
-                                      EPI2=gv.EPI_GATED if router else gv.EPI_NONE,
-                                      HAS_RES=pair == "fold", PREFETCH_L2=prefetch,
-                                      **(kimi_route if pair == "route" else no_route)),
+                                      INTERPRET=False, PDL=pdl, PAIR=pair not in (False, "lean", "side"),
+                                      NORM=norm, EPI2=gv.EPI_GATED if router else gv.EPI_NONE,
+                                      HAS_RES=pair == "fold", PREFETCH_L2=prefetch, **routing),
                                  aligned, arch, num_stages=stages)
         what = (f"gemv kmajor={kmajor} epi={epi} split={split} BLOCK_N={bn} BLOCK_K={bk} pair={pair} {stages=} {pdl=}"
                 f" {prefetch=}")

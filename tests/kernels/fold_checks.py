@@ -264,6 +264,88 @@ def check_router_topk_reference_path(seed=0) -> dict:
     return out
 
 
+def check_route_beside_gemv(T, E, N, K, *, top_k=8, n_group=1, topk_group=1, bias=True, renormalize=True,
+                            scale=1.0, config=None, ties=False, dtype=torch.bfloat16, device="cpu", seed=0,
+                            min_splits=1) -> dict:
+    """triton_gemv with routing programs beside it (a MoE layer's shared expert down projection [N, K] and the
+    routing of router logits [T, E] written by an earlier launch): the product torch.equal to the same launch
+    without them, weights and ids torch.equal to triton_moe_topk on the same logits (and with ``ties`` the
+    lowest ids first), the product within rounding of float64; split-K counters back at 0."""
+    from kernel_checks import rel_err
+
+    from sglang_eagle3.kernels.gemv import _COUNTERS, Routing, triton_gemv
+    from sglang_eagle3.kernels.moe_topk import triton_moe_topk
+
+    splits = _splits(K, config)
+    assert splits is None or splits >= min_splits, f"{config=} splits K={K} {splits} ways, the case wants {min_splits}"
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(T, K, generator=g).to(dtype).to(device)
+    w = (torch.randn(N, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
+    logits = torch.randn(T, E + 3, generator=g)[:, :E]  # a strided view: rows E + 3 apart
+    corr = torch.rand(E, generator=g) * 0.5 if bias else None
+    if ties:
+        assert bias, "ties need the bias to put the tied experts first"
+        tied = tied_experts(E, n_group)
+        logits[:, tied] = 0.0
+        corr[tied] = 2.0
+    logits = logits.to(device)
+    corr = corr.to(device) if bias else None
+    route = Routing(corr, top_k, n_group, topk_group, renormalize, scale)
+    out, weights, ids = triton_gemv(x, w, route=route, route_logits=logits, config=config)
+    plain = triton_gemv(x, w, config=config)
+    assert torch.equal(out, plain), f"product differs with routing beside it in {(out != plain).sum().item()} places"
+    want_w, want_ids = triton_moe_topk(logits, corr, **route.topk_kwargs())
+    what = f"({T=} {E=} {N=} {K=} {n_group=} {topk_group=} {top_k=} {bias=} {renormalize=} {config=} {ties=})"
+    assert torch.equal(ids, want_ids), f"ids differ from moe_topk on the same logits {what}:\n{ids}\n{want_ids}"
+    assert torch.equal(weights, want_w), (
+        f"weights differ from moe_topk on the same logits {what}: max |diff| {(weights - want_w).abs().max()}")
+    if ties:
+        chosen = sorted(tied_experts(E, n_group))[:2 * topk_group][:top_k]
+        assert ids[:, :len(chosen)].tolist() == [chosen] * T, f"tie-break: {ids.tolist()} should start {chosen}"
+    err = rel_err(out, kernels.ref_gemv(x.double(), w.double()))
+    assert err < 1e-2, f"product rel err {err} {what}"
+    left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
+    assert not any(left.values()), f"split-K counters not reset: {left}"
+    return {"splits": splits or "default config", "rel_err": err, "ids_row0": ids[0].tolist()}
+
+
+def check_route_beside_reference_path(seed=0) -> dict:
+    """kernels.gemv with ``route`` where the skinny GEMM does not run (float32, > GEMV_MAX_ROWS rows,
+    use_triton=False) returns gemv's product and the moe_topk op's routing of the logits; where it runs the
+    same numbers; bad arguments name the value."""
+    from sglang_eagle3.kernels.gemv import Routing
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    K, E, N = 40, 32, 19
+    bias = torch.rand(E, generator=g)
+    route = Routing(bias, top_k=4, n_group=4, topk_group=2, renormalize=True, routed_scaling_factor=2.5)
+    out = {}
+    for dtype, T, use_triton in ((torch.float32, 3, True), (torch.bfloat16, 20, True), (torch.bfloat16, 2, False),
+                                 (torch.bfloat16, 3, True)):
+        x = torch.randn(T, K, generator=g).to(dtype)
+        w = torch.randn(N, K, generator=g).to(dtype)
+        logits = torch.randn(T, E, generator=g)
+        y, weights, ids = kernels.gemv(x, w, route=route, route_logits=logits, use_triton=use_triton)
+        what = f"{dtype=} {T=} {use_triton=}"
+        assert torch.equal(y, kernels.gemv(x, w, use_triton=use_triton)), f"product differs with route ({what})"
+        want = kernels.moe_topk(logits, bias, **route.topk_kwargs(), use_triton=use_triton)
+        assert torch.equal(weights, want[0]) and torch.equal(ids, want[1]), f"routing differs ({what})"
+        out[what] = "gemv's and moe_topk's numbers"
+    x, w = torch.randn(2, K, generator=g).bfloat16(), torch.randn(N, K, generator=g).bfloat16()
+    for bad, pattern in ((dict(route=route, route_logits=torch.randn(2, E).bfloat16()), "float32 router logits"),
+                         (dict(route=route, route_logits=torch.randn(3, E)), r"route_logits must be \[2, E\]"),
+                         (dict(route=Routing(bias, top_k=4, n_group=5, topk_group=2), route_logits=torch.randn(2, E)),
+                          "E=32 experts must be divisible by self.n_group=5"),
+                         (dict(route_logits=torch.randn(2, E)), "route_logits without route")):
+        try:
+            kernels.triton_gemv(x, w, **bad)
+        except AssertionError as exc:
+            assert re.search(pattern, str(exc)), f"{exc!s} does not match {pattern!r}"
+        else:
+            raise AssertionError(f"no assertion for {pattern!r}")
+    return out
+
+
 def pin_routing(model: torch.nn.Module) -> None:
     """Correction biases a whole sigmoid range apart: every token picks the same experts (the weights still
     follow the scores). Two paths that round differently then cannot route a token to other experts, which
@@ -366,4 +448,17 @@ CASES = {
     "route_default_config_t1": lambda: check_router_topk_fold(1, 48, 24, 96, top_k=8, n_group=2, topk_group=1,
                                                               seed=76),
     "route_reference_path": lambda: check_router_topk_reference_path(seed=77),
+    # Routing programs beside a GEMV (the shared expert's down projection), split-K or not.
+    "route_beside_split_grouped_t3": lambda: check_route_beside_gemv(3, 48, 40, 200, top_k=6, n_group=4,
+                                                                     topk_group=2, scale=2.5, config=FOLD_SPLIT,
+                                                                     seed=80, min_splits=4),
+    "route_beside_no_split_kimi_like_t16": lambda: check_route_beside_gemv(16, 40, 37, 96, top_k=8, scale=2.827,
+                                                                           config=FOLD_ONE, seed=81),
+    "route_beside_fp16_no_bias_no_renorm_t1": lambda: check_route_beside_gemv(
+        1, 40, 24, 136, top_k=4, n_group=5, topk_group=3, bias=False, renormalize=False, scale=1.5,
+        dtype=torch.float16, config=FOLD_SPLIT, seed=82, min_splits=3),
+    "route_beside_ties_t5": lambda: check_route_beside_gemv(5, 48, 16, 64, top_k=6, n_group=4, topk_group=2,
+                                                            config=FOLD_ONE, ties=True, seed=83),
+    "route_beside_default_config_t2": lambda: check_route_beside_gemv(2, 64, 48, 96, top_k=8, seed=84),
+    "route_beside_reference_path": lambda: check_route_beside_reference_path(seed=85),
 }

@@ -18,7 +18,13 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fold_checks import EPS, check_input_norm_fold, check_input_norm_fold_model, check_router_topk_fold  # noqa: E402
+from fold_checks import (  # noqa: E402
+    EPS,
+    check_input_norm_fold,
+    check_input_norm_fold_model,
+    check_route_beside_gemv,
+    check_router_topk_fold,
+)
 from test_kernels_gpu import poison_allocator  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -136,6 +142,43 @@ def test_router_topk_fold_grouped(T, norm, ties):
     poison_allocator()
     check_router_topk_fold(T, 256, SHARED_INTER, HIDDEN, top_k=8, n_group=8, topk_group=4, scale=2.5, norm=norm,
                            ties=ties, device="cuda", seed=500 + T)
+
+
+@pytest.mark.parametrize("T", [1, 2, 4, 5, 8, 16])
+def test_route_beside_shared_down_kimi(T):
+    """The routing programs beside the shared expert's down projection [7168, 256] (the launcher's own
+    config): the product torch.equal to the launch without them, weights and ids to moe_topk's on the same
+    logits, at Kimi's routing (384 experts, top-8) and, at T=4, DeepSeek-V3's grouped one."""
+    poison_allocator()
+    check_route_beside_gemv(T, EXPERTS, HIDDEN, SHARED_INTER, top_k=TOP_K, scale=ROUTED_SCALE, device="cuda",
+                            seed=600 + T)
+    if T == 4:
+        check_route_beside_gemv(T, 256, HIDDEN, SHARED_INTER, top_k=8, n_group=8, topk_group=4, scale=2.5,
+                                ties=True, device="cuda", seed=650)
+
+
+def test_route_beside_shared_down_graph_replay_equals_eager():
+    """The shared down with the routing beside it captured in a CUDA graph: replays on new activations and
+    logits equal eager calls, three times in a row."""
+    from sglang_eagle3 import kernels
+
+    T = 3
+    g = torch.Generator(device="cuda").manual_seed(7)
+    act = torch.randn(T, SHARED_INTER, device="cuda", generator=g).bfloat16()
+    w = torch.randn(HIDDEN, SHARED_INTER, device="cuda", generator=g).bfloat16() / SHARED_INTER ** 0.5
+    logits = torch.randn(T, EXPERTS, device="cuda", generator=g)
+    bias = torch.rand(EXPERTS, device="cuda", generator=g) * 0.1
+    route = kernels.Routing(bias, TOP_K, routed_scaling_factor=ROUTED_SCALE)
+
+    def step():
+        return kernels.gemv(act, w, route=route, route_logits=logits)
+
+    graph, outs_g = _capture(step)
+    for _ in range(3):
+        act.copy_(torch.randn_like(act))
+        logits.copy_(torch.randn_like(logits))
+        bias.copy_(torch.rand_like(bias) * 0.1)
+        _replay_equals_eager(graph, outs_g, step, ("shared", "weights", "ids"))
 
 
 def _router_inputs(T: int, seed: int):

@@ -193,7 +193,7 @@ def gemv_kernel(
     routed_scaling_factor=1.0, PER_GROUP: tl.constexpr = 1, N_GROUP: tl.constexpr = 1,
     TOPK_GROUP: tl.constexpr = 1, TOP_K: tl.constexpr = 1, G_PAD: tl.constexpr = 1, PG_PAD: tl.constexpr = 1,
     K_PAD: tl.constexpr = 1, HAS_BIAS: tl.constexpr = False, RENORMALIZE: tl.constexpr = False,
-    PREFETCH_L2: tl.constexpr = False,
+    PREFETCH_L2: tl.constexpr = False, ROUTE_SIDE: tl.constexpr = False, logits_ptr=None, s_lt=0,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
@@ -218,6 +218,12 @@ def gemv_kernel(
     count_ptr[N blocks] (zero before and after, like the others), and the last routes every row as
     moe_topk_kernel does (same arguments: bias_ptr [E] with HAS_BIAS, routed_scaling_factor, the constexprs
     from PER_GROUP on) into topk_w_ptr fp32 [T, TOP_K] (row stride s_twt) and topk_id_ptr int32 (s_tit).
+
+    ROUTE_SIDE (without PAIR; takes ROUTE's routing arguments): the grid has T more programs along its first
+    axis, past the NB1 row blocks of W; program NB1 + t (of split 0, head 0) routes the router logits row t of
+    logits_ptr fp32 [T, E] (row stride s_lt; written by an earlier launch) as moe_topk_kernel does. Independent
+    work side by side in one launch: the shared expert's down projection and the routing both read only
+    what the router + shared launch wrote.
 
     PREFETCH_L2 (with PDL): before the grid-dependency wait, ask the L2 for the program's whole weight slab."""
     pid_n = tl.program_id(0)
@@ -258,6 +264,16 @@ def gemv_kernel(
                 _prefetch_slab(w_up_e, b, pid_loc, n, n_ok, k_lo, k_hi, s_wb, s_wn_e, s_wk, W_KMAJOR, BLOCK_N)
         gdc_wait()
         gdc_launch_dependents()
+    if ROUTE_SIDE:
+        if pid_n >= NB1:  # a routing program, not a row block of W
+            if (pid_k == 0) & (b == 0):
+                t = pid_n - NB1
+                kk = tl.arange(0, K_PAD)
+                out_w, out_i = route_row(logits_ptr + t * s_lt, bias_ptr, routed_scaling_factor, PER_GROUP,
+                                         N_GROUP, TOPK_GROUP, TOP_K, G_PAD, PG_PAD, K_PAD, HAS_BIAS, RENORMALIZE)
+                tl.store(topk_w_ptr + t * s_twt + kk, out_w, mask=kk < TOP_K)
+                tl.store(topk_id_ptr + t * s_tit + kk, out_i, mask=kk < TOP_K)
+            return
     if NORM == 1:
         rstd = _row_rstd(x_ptr, b, T, K, s_xt, s_xb, eps, M_PAD, BLOCK_K)
     else:
