@@ -145,11 +145,12 @@ def sets_for(bytes_per_set: int, cap: int = 32) -> int:
 
 
 # ------------------------------------------------------------------------------------------------- cases
-def mla_case(B: int, T: int, ctx: int, page_size: int = 64):
-    """Thunk builder and bytes for MLA with B requests of `ctx` tokens each (T new), rotated over sets."""
+def mla_case(B: int, T: int, ctx: int, page_size: int = 64, capacity: int | None = None):
+    """Thunk builder and bytes for MLA with B requests of `ctx` tokens each (T new), rotated over sets.
+    ``capacity``: page table slots a request (default: ctx), as a graph captured for longer contexts has it."""
     kv_bytes = B * ctx * (KV_LORA + ROPE) * 2
     n_sets = sets_for(kv_bytes)
-    P = math.ceil(ctx / page_size)
+    P = math.ceil(max(ctx, capacity or 0) / page_size)
     pages = torch.randperm(n_sets * B * P, device="cuda").int().view(n_sets, B, P)
     kv = torch.randn(n_sets * B * P * page_size, KV_LORA + ROPE, device="cuda", dtype=torch.bfloat16)
     seq = torch.full((B,), ctx, dtype=torch.int32, device="cuda")

@@ -4,6 +4,11 @@ latency in a graph, against a read-only kernel of the same size (~1.2 us on the 
 bench_launch_floor.py). Quick to run, so a change can be timed against the previous checkout in one call:
 the script imports the package of the tree it lives in (``package`` in the output says which ran).
 
+Also two launches of a MoE layer's tail and MLA at the step's shapes: the shared expert's down projection
+[7168, 256] then the routing, as two launches and (where the package has it) as one with the routing
+programs beside the GEMV; MLA at 1k and 8k context with a page table sized for 8.4k keys (as the
+verify-graph benchmark's graphs) and for 32k.
+
     python benchmarks/bench_small_ops.py --out benchmarks/results/h200/small_ops.json [--label new]
 """
 
@@ -21,8 +26,42 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import sglang_eagle3  # noqa: E402
-from benchmarks.bench_kernels import rms_norm_case, rotary_case, time_graph, topk_case  # noqa: E402
+from benchmarks.bench_kernels import (  # noqa: E402
+    EXPERTS,
+    HIDDEN,
+    INTER,
+    TOP_K,
+    mla_case,
+    rms_norm_case,
+    rotary_case,
+    time_graph,
+    topk_case,
+)
+from sglang_eagle3 import kernels  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
+
+
+def shared_down_route_case(T: int, beside: bool):
+    """The shared expert's down projection [HIDDEN, INTER] and the routing of T rows of router logits: two
+    launches, or one with the routing programs beside the GEMV (None where the package lacks it)."""
+    n_sets = 8
+    act = torch.randn(n_sets, T, INTER, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n_sets, HIDDEN, INTER, device="cuda", dtype=torch.bfloat16) / INTER ** 0.5  # 3.7 MB each
+    logits = torch.randn(n_sets, T, EXPERTS, device="cuda")
+    bias = torch.rand(EXPERTS, device="cuda") * 0.1
+    kw = dict(top_k=TOP_K, n_group=1, topk_group=1, routed_scaling_factor=2.827)
+    if beside:
+        if not hasattr(kernels, "Routing") or "route_logits" not in kernels.gemv.__code__.co_varnames:
+            return None
+        route = kernels.Routing(bias, TOP_K, routed_scaling_factor=2.827)
+        return lambda: [lambda i=i: kernels.gemv(act[i], w[i], route=route, route_logits=logits[i])
+                        for i in range(n_sets)]
+
+    def both(i):
+        kernels.gemv(act[i], w[i])
+        kernels.moe_topk(logits[i], bias, **kw)
+
+    return lambda: [lambda i=i: both(i) for i in range(n_sets)]
 
 
 def main() -> None:
@@ -37,6 +76,13 @@ def main() -> None:
         cases[f"moe_topk T={T}"] = topk_case(T)[0]
     cases["rms_norm T=1 D=7168 +res"] = rms_norm_case(1, 7168, False, True)[0]
     cases["rotary T=1"] = rotary_case(1)[0]
+    for T in (1, 4):
+        for beside in (False, True):
+            case = shared_down_route_case(T, beside)
+            if case is not None:
+                cases[f"shared down + routing T={T} {'one launch' if beside else 'two launches'}"] = case
+    for T, ctx, cap in ((1, 1024, 8448), (1, 1024, 32768), (4, 1024, 8448), (1, 8192, 8448)):
+        cases[f"mla T={T} ctx={ctx} table={cap}"] = mla_case(1, T, ctx, capacity=cap)[0]
     rows = []
     for name, calls in cases.items():
         us = [round(time_graph(calls()), 3) for _ in range(args.repeat)]

@@ -228,6 +228,9 @@ def main() -> None:
         overrides = contextlib.ExitStack()
         try:
             overrides.enter_context(env.overrides(parse_env_variant(env_set)))  # left in `finally`
+            for module in model.modules():  # launch fusions (env.NO_FUSE) are read when a layer is built
+                if hasattr(module, "read_fusions"):
+                    module.read_fusions()
             if variant is not None:
                 model.model.set_overlaps(Overlaps.parse(variant))
             torch.cuda.empty_cache()

@@ -116,3 +116,25 @@ def test_route_beside_shared_down_equals_unfused(monkeypatch, dtype):
     for a, b in zip(cache_f, cache_p, strict=True):
         assert torch.equal(a, b), seed
     assert routes == 2 and routes_off == 0, f"routed beside the shared down in {routes} of 2 MoE layers ({routes_off=})"
+
+
+def test_read_fusions_after_build(monkeypatch):
+    """Layers read the fusions when built; read_fusions() reads them again (a benchmark timing one setting
+    after another on one model)."""
+    from sglang_eagle3.layers.mla import MLAAttention
+    from sglang_eagle3.layers.moe import DeepseekMoE
+    from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
+    from sglang_eagle3.testing import tiny_config
+
+    monkeypatch.delenv(env.NO_FUSE.name, raising=False)
+    model = DeepseekV3ForCausalLM(tiny_config(vocab=64, hidden=32, heads=2, layers=2, q_lora=16, kv_lora=16, nope=8,
+                                              rope=8, v=8, experts=4, top_k=2, moe_inter=16, inter=32, dense=1))
+    moe = [m for m in model.modules() if isinstance(m, DeepseekMoE)]
+    mla = [m for m in model.modules() if isinstance(m, MLAAttention)]
+    assert moe and mla and all(m.fuse_route_down and m.fuse_router_shared for m in moe)
+    monkeypatch.setenv(env.NO_FUSE.name, "route_shared_down,qa_norm")
+    for m in model.modules():
+        if hasattr(m, "read_fusions"):
+            m.read_fusions()
+    assert all(not m.fuse_route_down and m.fuse_router_shared for m in moe)
+    assert all(not m.fuse_qa_norm and m.fuse_kv_norm for m in mla)

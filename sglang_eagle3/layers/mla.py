@@ -54,13 +54,18 @@ class MLAAttention(nn.Module):
                                               dtype=dtype)
         self.o_proj = RowParallelLinear(nh * cfg.v_head_dim, H, dtype=dtype)
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
-        # Launch fusions at inference (SGLANG_EAGLE3_NO_FUSE switches them off to bisect a numerical difference)
-        self.fuse_qa_norm, self.fuse_kv_norm = env.fusion_on("qa_norm"), env.fusion_on("kv_norm")
-        self.fuse_input_norm = env.fusion_on("input_norm")
-        self.fuse_q_rope = env.fusion_on("q_rope_attn")
+        self.read_fusions()
         # With a side stream (layers/overlap.py, "mla_k_path"; set by the model) the k path of a q_rope_attn
         # forward runs there.
         self.side_stream = None
+
+    def read_fusions(self) -> None:
+        """Launch fusions at inference, from env.NO_FUSE (which switches them off to bisect a numerical
+        difference); read when the layer is built, or again by a benchmark timing one setting after another
+        (graphs captured before keep what they captured)."""
+        self.fuse_qa_norm, self.fuse_kv_norm = env.fusion_on("qa_norm"), env.fusion_on("kv_norm")
+        self.fuse_input_norm = env.fusion_on("input_norm")
+        self.fuse_q_rope = env.fusion_on("q_rope_attn")
 
     def folds_input_norm(self) -> bool:
         """Whether forward takes the un-normed hidden state and the decoder layer's input norm (see forward):

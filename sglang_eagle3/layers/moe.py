@@ -153,14 +153,18 @@ class DeepseekMoE(nn.Module):
             if cfg.n_shared_experts else None
         )
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
-        self.fuse_router_shared = env.fusion_on("router_shared")  # see env.NO_FUSE
+        self.read_fusions()
+        # Otherwise, with a side stream (layers/overlap.py, "shared_down"; set by the model) the shared expert's
+        # down projection runs there while this stream routes.
+        self.side_stream = None
+
+    def read_fusions(self) -> None:
+        """Launch fusions at inference, from env.NO_FUSE (as MLAAttention.read_fusions)."""
+        self.fuse_router_shared = env.fusion_on("router_shared")
         self.fuse_router_topk = env.fusion_on("router_topk")  # the routing too (in router_shared's launch)
         # Or the routing in programs beside the shared expert's down projection (one launch: both read only
         # what router_shared's launch wrote).
         self.fuse_route_down = env.fusion_on("route_shared_down")
-        # Otherwise, with a side stream (layers/overlap.py, "shared_down"; set by the model) the shared expert's
-        # down projection runs there while this stream routes.
-        self.side_stream = None
 
     def routing(self) -> kernels.Routing:
         c = self.cfg

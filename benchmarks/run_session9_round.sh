@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The ninth session's device calls (each <= 10 min).
+# Part "r1": MLA's inactive splits store nothing (the merge reads the active ones) and the MoE routing beside the
+# shared expert's down projection (route_shared_down). Their GPU tests; bench_small_ops.py for this checkout and
+# the previous one (.old: `git archive $PREV` of the package and the scripts it needs, this checkout's
+# bench_small_ops.py and bench_kernels.py copied over it), alternating twice; the 61-layer step at 1k (decode and
+# verify of 4) of the previous checkout, then of this one with route_shared_down on and off, alternating three
+# times in one process.
+# Usage on the GPU machine, from the repo root:
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1
+source "$(dirname "$0")/gpu_stages.sh"
+collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
+PREV=${PREV:-80d04e9}
+OLD_FUSE=input_norm,router_topk,q_rope_attn  # the defaults before route_shared_down
+STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 50)
+case "${1:?r1}" in
+  r1)
+    TAIL=8 stage r1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py tests/test_fusions.py \
+      -k "mla or topk or route_beside or fused or fusion"
+    for i in 1 2; do
+      TAIL=14 stage "small_new_$i" 90 python benchmarks/bench_small_ops.py --out "$OUT/small_new_$i.json" --label new
+      TAIL=14 stage "small_old_$i" 90 env GIT_COMMIT="$PREV" python .old/benchmarks/bench_small_ops.py \
+        --out "$OUT/small_old_$i.json" --label old
+    done
+    TAIL=3 stage step_old "${T_STEP:-150}" env GIT_COMMIT="$PREV" python .old/benchmarks/bench_verify_graph.py \
+      "${STEP[@]}" --out "$OUT/step_old.json"
+    TAIL=14 stage step_new "${T_STEP2:-260}" python benchmarks/bench_verify_graph.py "${STEP[@]}" --out "$OUT/step_new.json" \
+      --env-variants "" "SGLANG_EAGLE3_NO_FUSE=$OLD_FUSE,route_shared_down" "" \
+      "SGLANG_EAGLE3_NO_FUSE=$OLD_FUSE,route_shared_down" "" "SGLANG_EAGLE3_NO_FUSE=$OLD_FUSE,route_shared_down"
+    collect
+    ;;
+esac
