@@ -73,7 +73,7 @@ GEMV_LEAN = Knob("SGLANG_EAGLE3_GEMV_LEAN",
                  "short-K ones at 64-wide tiles 8 deep (kernels/gemv.py gemv_config)")
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference); unset: "
-               "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn), '' turns every one on: "
+               "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn,route_shared_down), '' turns every one on: "
                "qa_norm (q_a RMSNorm in q_b's GEMV), kv_norm (kv_a RMSNorm in the rotary launch), "
                "router_shared (router + shared expert gate/up in one GEMV), input_norm (a decoder layer's input "
                "RMSNorm and residual add in the q_a + kv_a GEMV), router_topk (the MoE routing in the tail of "
@@ -128,7 +128,10 @@ def cache_dir() -> Path:
 # had to shrink to 64 to compile without spills); router_topk gains nothing at decode and costs 9-23 us a layer
 # at T = 4-8 (one program routes the rows one after another; step_*_a17a6fd.json); q_rope_attn's model-level
 # GPU test fails on the H200 (mismatched logits, then an illegal memory access; tests/kernels/test_mla_rope_gpu.py).
-DEFAULT_NO_FUSE = "input_norm,router_topk,q_rope_attn"
+# route_shared_down: one launch for the shared down and the routing is 1.2-1.5 us faster than the two in a row
+# (bench_small_ops.py), but the step with the shared down on the side stream beside the routing (the
+# shared_down overlap) was 0.04-0.1 ms faster than with it (step_new_ab1ca21.json, ninth session).
+DEFAULT_NO_FUSE = "input_norm,router_topk,q_rope_attn,route_shared_down"
 FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn", "route_shared_down")
 
 

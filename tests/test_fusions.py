@@ -126,7 +126,7 @@ def test_read_fusions_after_build(monkeypatch):
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
     from sglang_eagle3.testing import tiny_config
 
-    monkeypatch.delenv(env.NO_FUSE.name, raising=False)
+    monkeypatch.setenv(env.NO_FUSE.name, "")  # every fusion on
     model = DeepseekV3ForCausalLM(tiny_config(vocab=64, hidden=32, heads=2, layers=2, q_lora=16, kv_lora=16, nope=8,
                                               rope=8, v=8, experts=4, top_k=2, moe_inter=16, inter=32, dense=1))
     moe = [m for m in model.modules() if isinstance(m, DeepseekMoE)]
