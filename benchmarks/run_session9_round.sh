@@ -6,14 +6,18 @@
 # bench_small_ops.py and bench_kernels.py copied over it), alternating twice; the 61-layer step at 1k (decode and
 # verify of 4) of the previous checkout, then of this one with route_shared_down on and off, alternating three
 # times in one process.
+# Part "r2": the INT4 GEMV MoE's gate_up decoding each weight once for up to 4 pairs of an expert (ROWS). The MoE
+# GPU tests; bench_moe_rows.py (one pair a program vs ROWS configs, T = 1..8, tokens drawing from 12, 24 or 384
+# experts); the 61-layer step at 1k (decode, verify of 2, 4, 8) with ROWS and without
+# (SGLANG_EAGLE3_MOE_ROWS=0), alternating twice in one process.
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1|r2
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 PREV=${PREV:-80d04e9}
 OLD_FUSE=input_norm,router_topk,q_rope_attn  # the defaults before route_shared_down
 STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 50)
-case "${1:?r1}" in
+case "${1:?r1 or r2}" in
   r1)
     TAIL=8 stage r1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py tests/test_fusions.py \
@@ -28,6 +32,15 @@ case "${1:?r1}" in
     TAIL=14 stage step_new "${T_STEP2:-260}" python benchmarks/bench_verify_graph.py "${STEP[@]}" --out "$OUT/step_new.json" \
       --env-variants "" "SGLANG_EAGLE3_NO_FUSE=$OLD_FUSE,route_shared_down" "" \
       "SGLANG_EAGLE3_NO_FUSE=$OLD_FUSE,route_shared_down" "" "SGLANG_EAGLE3_NO_FUSE=$OLD_FUSE,route_shared_down"
+    collect
+    ;;
+  r2)
+    TAIL=6 stage r2_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "moe"
+    TAIL=100 stage moe_rows "${T_ROWS:-200}" python benchmarks/bench_moe_rows.py --out "$OUT/moe_rows.json"
+    TAIL=20 stage step_rows "${T_STEP:-280}" python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --max-tokens 8 --tokens 1 2 4 8 --eager-iters 1 --graph-iters 50 --out "$OUT/step_rows.json" \
+      --env-variants "" "SGLANG_EAGLE3_MOE_ROWS=0" "" "SGLANG_EAGLE3_MOE_ROWS=0"
     collect
     ;;
 esac
