@@ -63,10 +63,6 @@ MOE_DOWN_PRELOAD = Knob("SGLANG_EAGLE3_MOE_DOWN_PRELOAD",
                         "0: the INT4 MoE down kernel always loads its weights after its PDL wait, slot by slot "
                         "(unset or 1: as the config table says; the H200's loads all k slots' weights before the "
                         "wait at T <= 2, while gate_up runs; kernels/fused_moe.py)")
-MOE_ROWS = Knob("SGLANG_EAGLE3_MOE_ROWS",
-                "0: the INT4 GEMV MoE's gate_up computes one pair a program at every T (unset or 1: from 2 tokens "
-                "up an expert's pairs share its programs, each weight decoded once for up to 4 of them; "
-                "kernels/fused_moe.py gemv_rows)")
 GEMV_LEAN = Knob("SGLANG_EAGLE3_GEMV_LEAN",
                  "0: the skinny GEMM's pipelines as deep as shared memory allows (up to 4 stages of 256-wide K "
                  "tiles, the third session's heuristic); unset or 1: split-K launches at 3 stages, unsplit "
@@ -89,7 +85,7 @@ OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
-       MOE_ROWS, GEMV_LEAN, NO_FUSE, OVERLAP)
+       GEMV_LEAN, NO_FUSE, OVERLAP)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

@@ -25,7 +25,6 @@ from __future__ import annotations
 import torch
 import triton
 
-from sglang_eagle3 import env
 from sglang_eagle3.kernels import tuning
 from sglang_eagle3.kernels.quant import PACK_FACTOR
 from sglang_eagle3.kernels.triton.fused_moe import (
@@ -49,12 +48,6 @@ GEMV_MAX_TOKENS = 128
 # gate_up of the GEMV path: one program per (pair, N block), pairs sharing an expert in parallel (True), or the
 # expert's first pair doing all of them in turn (False); a config's "PER_PAIR" overrides it.
 GEMV_PER_PAIR = True
-# gate_up of the GEMV path from 2 tokens up: the programs of an expert's first pair compute all of its pairs,
-# up to this many at a time, each weight decoded once for them (a verify batch's tokens share experts); 1 turns
-# it off. A config's "ROWS" overrides it; SGLANG_EAGLE3_MOE_ROWS=0 turns it off everywhere.
-GEMV_ROWS = 4
-# Four rows' sums in registers: chunks wider than this many words spill (tests/kernels/compile_checks.py).
-ROWS4_MAX_BLOCK_W = 64
 MAGIC_BITS = 0x4B000000  # float bits of 2^23, passed at run time (see triton/fused_moe.py)
 
 
@@ -177,16 +170,6 @@ def triton_fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_
                    gate_up_cfg=gate_up, down_cfg=down)
 
 
-def gemv_rows(T: int, gate_up_cfg: dict) -> int:
-    """Pairs of one expert a gate_up program computes at once for T tokens (a power of two, <= 4; 1: one
-    pair a program). An expert has at most T pairs (a token picks it once)."""
-    if not env.MOE_ROWS.switch(default=True):
-        return 1
-    rows = gate_up_cfg.get("ROWS", GEMV_ROWS)
-    assert rows in (1, 2, 4), f"gate_up ROWS must be 1, 2 or 4, got {rows} ({gate_up_cfg})"
-    return min(rows, triton.next_power_of_2(T))
-
-
 def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, group: int,
                       gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
     T, H = x.shape
@@ -200,16 +183,14 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     tuning.interpreting()  # under the interpreter, makes the loop over a loaded count work (see tuning)
     pdl = tuning.pdl(x.device, "moe")
     # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
-    rows = gemv_rows(T, gate_up_cfg)
-    bw = gate_up_cfg["BLOCK_W"] if rows < 4 else min(gate_up_cfg["BLOCK_W"], ROWS4_MAX_BLOCK_W)
-    bn, bw = gate_up_cfg["BLOCK_N"], min(bw, max(group_words, triton.next_power_of_2(h_words)))
+    bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
     moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
         x, w13, s13, topk_ids, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
         TK, I, h_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
-        PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR), ROWS=rows,
+        PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR),
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )

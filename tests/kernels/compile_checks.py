@@ -73,28 +73,23 @@ def _opcodes(lines: list[str]) -> collections.Counter:
     return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", x).split()[0].split(".")[0] for x in lines)
 
 
-def _innermost_loops(sass: str) -> list[list[str]]:
-    """Instructions of every backward-branch span that holds no other (the innermost loops)."""
+def _innermost_loop(sass: str) -> list[str]:
+    """Instructions of the shortest backward-branch span (the innermost loop)."""
     ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)]
-    spans = []
+    loops = []
     for addr, txt in ins:
         target = re.search(r"BRA(?:\.\w+)* .*?0x([0-9a-f]+)", txt)  # BRA, BRA.U, BRA.DIV ...
         if target and int(target.group(1), 16) < addr:
-            spans.append((int(target.group(1), 16), addr))
-    assert spans, "no loop found"
-    inner = [(a, b) for a, b in spans if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in spans)]
-    return [[x for addr, x in ins if a <= addr <= b] for a, b in inner]
-
-
-def _innermost_loop(sass: str) -> list[str]:
-    """Instructions of the shortest backward-branch span (the innermost loop)."""
-    return min(_innermost_loops(sass), key=len)
+            start = int(target.group(1), 16)
+            loops.append([x for a, x in ins if start <= a <= addr])
+    assert loops, "no loop found"
+    return min(loops, key=len)
 
 
 GATE_UP_SIG = dict(x_ptr="*bf16", w13_ptr="*i32", s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*fp32",
                    stride_xt="i32", stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32",
                    stride_at="i32", TK="i32", I="i32", H_WORDS="i32", magic="i32", TOP_K="i32", TK_PAD="i32",
-                   GROUP_WORDS="i32", BLOCK_N="i32", BLOCK_W="i32", EVEN="i32", PER_PAIR="i32", ROWS="i32")
+                   GROUP_WORDS="i32", BLOCK_N="i32", BLOCK_W="i32", EVEN="i32", PER_PAIR="i32")
 GATE_UP_ALIGNED = ["x_ptr", "w13_ptr", "s13_ptr", "ids_ptr", "act_ptr", "stride_xt", "stride_we", "stride_wn",
                    "stride_se", "stride_sn", "stride_at", "I", "H_WORDS"]
 DOWN_SIG = dict(act_ptr="*fp32", w2_ptr="*i32", s2_ptr="*bf16", ids_ptr="*i32", topk_w_ptr="*fp32",
@@ -115,7 +110,7 @@ def check_gemv(arch: int) -> dict:
         for even in (True, False):
             sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel, GATE_UP_SIG,
                                      dict(TOP_K=8, TK_PAD=8, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=bw, EVEN=even,
-                                          PER_PAIR=per_pair, ROWS=1),
+                                          PER_PAIR=per_pair),
                                      GATE_UP_ALIGNED, arch, warps)
             _no_spills(res, f"gate_up {bn=} {bw=} {even=} {per_pair=}")
             loop = _innermost_loop(sass)
@@ -131,20 +126,6 @@ def check_gemv(arch: int) -> dict:
                 # ([BLOCK_W] fp32 each, see _x_columns); a conversion of a weight-sized tile would add more
                 # (the first version of this kernel had 26).
                 assert ops["BAR"] <= 20, f"barriers in the gate_up inner loop (layout conversions): {dict(ops)}"
-    # gate_up computing an expert's pairs ROWS at a time (from 2 tokens up; 64-word chunks, as the launcher caps
-    # them at ROWS=4): no spills, and the rows loop (the longest innermost loop: the one-pair loop is there too)
-    # spends well under a one-pair program's instructions per weight and row.
-    for rows, bound in ((2, 3.5), (4, 2.7)):
-        for even in (True, False):
-            sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel, GATE_UP_SIG,
-                                     dict(TOP_K=8, TK_PAD=32, GROUP_WORDS=4, BLOCK_N=8, BLOCK_W=64, EVEN=even,
-                                          PER_PAIR=True, ROWS=rows), GATE_UP_ALIGNED, arch, 4)
-            _no_spills(res, f"gate_up ROWS={rows} {even=}")
-            loop = max(_innermost_loops(sass), key=len)
-            per_row = len(loop) / (2 * 8 * 64 * 8 / (32 * 4)) / rows
-            out[f"gate_up_rows{rows}_bn8_bw64_even{int(even)}"] = f"{res} {per_row:.2f} a weight and row"
-            if even:
-                assert per_row <= bound, f"gate_up ROWS={rows}: {per_row:.2f} SASS a weight and row (> {bound})"
     # down: the slot loop (PRELOAD off, the table's T > 2 config first) and every slot's weights before the PDL
     # wait (PRELOAD: the table's T <= 2 config first).
     for bn, warps, preload, even in ((32, 4, False, True), (16, 2, False, True), (8, 2, True, True),

@@ -183,30 +183,6 @@ def check_fused_moe(T, E, H, I, top_k, int4: bool, device="cpu", seed=0, skew=Fa
     return err
 
 
-def check_moe_gemv_rows(T, E, H, I, top_k, seed=0, skew=True, dtype=torch.bfloat16, config=None) -> dict:
-    """The GEMV path's gate_up computing an expert's pairs ROWS (2, 4) at a time, each weight decoded once for
-    them, against one pair a program (ROWS=1): the MoE outputs torch.equal (a pair's products, their order and
-    group sums are the same code). ``skew``: experts shared by more pairs than ROWS (several rounds, the last
-    one partial)."""
-    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
-
-    x, p13, s13, p2, s2, w, ids = make_moe_inputs(T, E, H, I, top_k, "cpu", int4=True, dtype=dtype, seed=seed,
-                                                  skew=skew)
-    base = config or GEMV_MID
-    outs = {}
-    for rows in (1, 2, 4):
-        cfg = {"gate_up": {**base["gate_up"], "ROWS": rows}, "down": base["down"]}
-        outs[rows] = triton_fused_moe_int4(x, p13, s13, p2, s2, w, ids, 32, config=cfg, path="gemv")
-    for rows in (2, 4):
-        assert torch.equal(outs[rows], outs[1]), (
-            f"ROWS={rows} differs from one pair a program in {(outs[rows] != outs[1]).sum().item()} places")
-    ref = kernels.ref_fused_moe_int4(x, p13, s13, p2, s2, w, ids, 32)
-    err = rel_err(outs[1], ref)
-    assert err < 2e-2, f"rel err {err} against ref_fused_moe_int4"
-    counts = torch.bincount(ids.flatten().long()).max().item()
-    return {"max_pairs_per_expert": counts, "rel_err": err}
-
-
 def check_moe_down_preload(T, E, H, I, top_k, seed=0) -> float:
     """The INT4 GEMV MoE with the down kernel's PRELOAD tile against its slot loop on random bf16 inputs:
     the same products summed in another order (in float32, then one bf16 rounding), so within 0.1% of the
@@ -712,11 +688,6 @@ CASES = {
     "moe_int4_gemv_exact_t4_top8_down_slot_loop": lambda: check_fused_moe_int4_gemv_exact(
         4, 20, 96, 32, 8, seed=51, skew=True,
         config={"gate_up": GEMV_MID["gate_up"], "down": {**GEMV_DOWN_MASKED, "PRELOAD": False}}),
-    # gate_up decoding each weight once for ROWS pairs of an expert: bit-identical to one pair a program, with
-    # experts shared by more pairs than ROWS (two rounds, the last partial) and by a few (T=3: one round).
-    "moe_int4_gemv_rows_t6_skew": lambda: check_moe_gemv_rows(6, 10, 128, 32, 3, seed=53, config=GEMV_SMALL),
-    "moe_int4_gemv_rows_t3_fp16_top4": lambda: check_moe_gemv_rows(3, 12, 64, 32, 4, seed=54, skew=False,
-                                                                   dtype=torch.float16, config=GEMV_SMALL),
     "moe_int4_gemv_t2_bf16_top4_down_preload_vs_slot_loop": lambda: check_moe_down_preload(2, 9, 224, 32, 4, seed=52),
     "latent_to_cache_bf16": lambda: check_latent_to_cache(5, 3, 64, 16, seed=26),
     "latent_to_cache_one_launch_bf16": lambda: check_latent_to_cache(4, 3, 48, 16, seed=39, one_launch=True),

@@ -335,7 +335,9 @@ def _group_dots_cols(packed, x_cols, magic, GROUP_WORDS: tl.constexpr):
     t = _dequant_nibble(packed, hi, magic, 0) * x_cols[0]
     for j in tl.static_range(1, 8):
         t += _dequant_nibble(packed, hi, magic, j) * x_cols[j]
-    return _group_sums(t, GROUP_WORDS)
+    N: tl.constexpr = packed.shape[0]
+    W: tl.constexpr = packed.shape[1]
+    return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
 
 
 @triton.jit
@@ -405,151 +407,13 @@ def _group_member(ids_ptr, expert, TK, r, TK_PAD: tl.constexpr):
 
 
 @triton.jit
-def _group_sums(t, GROUP_WORDS: tl.constexpr):
-    """[N, W] products -> [N, W/GW] per-group sums (before the group scales)."""
-    N: tl.constexpr = t.shape[0]
-    W: tl.constexpr = t.shape[1]
-    return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
-
-
-@triton.jit
-def _store_act(act_ptr, member, stride_at, acc_g, acc_u, n_offs, ok, I):
-    """act[member] = silu(g) * u for gate/up group partials acc_g/acc_u [N, W/GW], nibble-major and pre-scaled
-    for the down kernel (see moe_int4_gemv_gate_up_kernel)."""
-    g = tl.sum(acc_g, axis=1)
-    u = tl.sum(acc_u, axis=1)
-    j = n_offs % 8
-    tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
-             g * tl.sigmoid(g) * u * _nibble_scale(j), mask=ok)
-
-
-@triton.jit
-def _gate_up_one(x_ptr, act_ptr, member, gate_rows, up_rows, gate_scales, up_scales, n_offs, n_ok, stride_xt,
-                 stride_at, I, H_WORDS, magic, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr):
-    """act of one pair (`member`) for BLOCK_N gate rows and the matching up rows (moe_int4_gemv_gate_up_kernel)."""
-    w_idx = tl.arange(0, BLOCK_W)
-    g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
-    x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
-    acc_g = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
-    pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-    pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-    xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN)  # [BLOCK_W, 8]
-    for w0 in range(0, H_WORDS, BLOCK_W):
-        pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                            H_WORDS, GROUP_WORDS, EVEN)
-        pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                            H_WORDS, GROUP_WORDS, EVEN)
-        xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN)
-        x_cols = _x_columns(xs)
-        acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS) * sg
-        acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS) * su
-        pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
-    _store_act(act_ptr, member, stride_at, acc_g, acc_u, n_offs, n_ok, I)
-
-
-@triton.jit
-def _gate_up_rows(x_ptr, ids_ptr, act_ptr, expert, count, gate_rows, up_rows, gate_scales, up_scales,
-                  n_offs, n_ok, stride_xt, stride_at, TK, I, H_WORDS, magic,
-                  TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_W: tl.constexpr, EVEN: tl.constexpr, ROWS: tl.constexpr):
-    """The `count` pairs routed to `expert`, ROWS (2 or 4) at a time: each nibble plane of a chunk is decoded
-    once and multiplied into every row's sums. Per row the products, their order and the group sums are
-    those of the one-pair path (moe_int4_gemv_gate_up_kernel with ROWS=1), so a pair's act is bit-identical
-    either way; rows past `count` in the last round compute on pair 0's token and store nothing."""
-    w_idx = tl.arange(0, BLOCK_W)
-    g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
-    AW: tl.constexpr = BLOCK_W // GROUP_WORDS
-    for r0 in range(0, count, ROWS):
-        m0 = _group_member(ids_ptr, expert, TK, r0, TK_PAD)
-        m1 = _group_member(ids_ptr, expert, TK, r0 + 1, TK_PAD)
-        x0 = x_ptr + (m0 // TOP_K).to(tl.int64) * stride_xt
-        x1 = x_ptr + (m1 // TOP_K).to(tl.int64) * stride_xt
-        ag0 = tl.zeros([BLOCK_N, AW], dtype=tl.float32)
-        au0 = tl.zeros([BLOCK_N, AW], dtype=tl.float32)
-        ag1 = tl.zeros([BLOCK_N, AW], dtype=tl.float32)
-        au1 = tl.zeros([BLOCK_N, AW], dtype=tl.float32)
-        xs0 = _load_x_chunk(x0, 0, w_idx, H_WORDS, EVEN)
-        xs1 = _load_x_chunk(x1, 0, w_idx, H_WORDS, EVEN)
-        if ROWS == 4:
-            m2 = _group_member(ids_ptr, expert, TK, r0 + 2, TK_PAD)
-            m3 = _group_member(ids_ptr, expert, TK, r0 + 3, TK_PAD)
-            x2 = x_ptr + (m2 // TOP_K).to(tl.int64) * stride_xt
-            x3 = x_ptr + (m3 // TOP_K).to(tl.int64) * stride_xt
-            ag2 = tl.zeros([BLOCK_N, AW], dtype=tl.float32)
-            au2 = tl.zeros([BLOCK_N, AW], dtype=tl.float32)
-            ag3 = tl.zeros([BLOCK_N, AW], dtype=tl.float32)
-            au3 = tl.zeros([BLOCK_N, AW], dtype=tl.float32)
-            xs2 = _load_x_chunk(x2, 0, w_idx, H_WORDS, EVEN)
-            xs3 = _load_x_chunk(x3, 0, w_idx, H_WORDS, EVEN)
-        pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-        pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-        for w0 in range(0, H_WORDS, BLOCK_W):
-            nxt = w0 + BLOCK_W
-            pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, nxt, w_idx, g_idx, H_WORDS,
-                                                GROUP_WORDS, EVEN)
-            pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, nxt, w_idx, g_idx, H_WORDS,
-                                                GROUP_WORDS, EVEN)
-            xs0_next = _load_x_chunk(x0, nxt, w_idx, H_WORDS, EVEN)
-            xs1_next = _load_x_chunk(x1, nxt, w_idx, H_WORDS, EVEN)
-            c0 = _x_columns(xs0)
-            c1 = _x_columns(xs1)
-            hg = pg >> 20
-            hu = pu >> 20
-            dg = _dequant_nibble(pg, hg, magic, 0)
-            du = _dequant_nibble(pu, hu, magic, 0)
-            tg0 = dg * c0[0]
-            tu0 = du * c0[0]
-            tg1 = dg * c1[0]
-            tu1 = du * c1[0]
-            if ROWS == 4:
-                xs2_next = _load_x_chunk(x2, nxt, w_idx, H_WORDS, EVEN)
-                xs3_next = _load_x_chunk(x3, nxt, w_idx, H_WORDS, EVEN)
-                c2 = _x_columns(xs2)
-                c3 = _x_columns(xs3)
-                tg2 = dg * c2[0]
-                tu2 = du * c2[0]
-                tg3 = dg * c3[0]
-                tu3 = du * c3[0]
-            for j in tl.static_range(1, 8):
-                dg = _dequant_nibble(pg, hg, magic, j)
-                du = _dequant_nibble(pu, hu, magic, j)
-                tg0 += dg * c0[j]
-                tu0 += du * c0[j]
-                tg1 += dg * c1[j]
-                tu1 += du * c1[j]
-                if ROWS == 4:
-                    tg2 += dg * c2[j]
-                    tu2 += du * c2[j]
-                    tg3 += dg * c3[j]
-                    tu3 += du * c3[j]
-            ag0 += _group_sums(tg0, GROUP_WORDS) * sg
-            au0 += _group_sums(tu0, GROUP_WORDS) * su
-            ag1 += _group_sums(tg1, GROUP_WORDS) * sg
-            au1 += _group_sums(tu1, GROUP_WORDS) * su
-            if ROWS == 4:
-                ag2 += _group_sums(tg2, GROUP_WORDS) * sg
-                au2 += _group_sums(tu2, GROUP_WORDS) * su
-                ag3 += _group_sums(tg3, GROUP_WORDS) * sg
-                au3 += _group_sums(tu3, GROUP_WORDS) * su
-                xs2, xs3 = xs2_next, xs3_next
-            pg, sg, pu, su, xs0, xs1 = pg_next, sg_next, pu_next, su_next, xs0_next, xs1_next
-        _store_act(act_ptr, m0, stride_at, ag0, au0, n_offs, n_ok, I)
-        _store_act(act_ptr, m1, stride_at, ag1, au1, n_offs, n_ok & (r0 + 1 < count), I)
-        if ROWS == 4:
-            _store_act(act_ptr, m2, stride_at, ag2, au2, n_offs, n_ok & (r0 + 2 < count), I)
-            _store_act(act_ptr, m3, stride_at, ag3, au3, n_offs, n_ok & (r0 + 3 < count), I)
-
-
-@triton.jit
 def moe_int4_gemv_gate_up_kernel(
     x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
     stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
     TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
-    PER_PAIR: tl.constexpr = True, ROWS: tl.constexpr = 1,
+    PER_PAIR: tl.constexpr = True,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -560,9 +424,6 @@ def moe_int4_gemv_gate_up_kernel(
     flight. Else the expert's first pair computes all of the expert's pairs one after another (re-reading
     the weights from L2) and the others exit: fewer programs, but the shared experts' work is serial.
     Either way a pair's arithmetic is the same code whatever the batch holds.
-    ROWS (2 or 4; PER_PAIR is then ignored): the expert's first pair's programs compute all of the expert's
-    pairs, ROWS at a time, decoding each nibble once for all of them (_gate_up_rows): a verify batch's
-    tokens share experts, and per pair the decode is most of the work. Bit-identical acts.
 
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
     next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
@@ -572,47 +433,46 @@ def moe_int4_gemv_gate_up_kernel(
         gdc_launch_dependents()
     pair = tl.program_id(0)
     nb = tl.program_id(1)
-    if ROWS > 1:
-        work, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
-        if work:
-            n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
-            n_ok = n_offs < I
-            e = expert.to(tl.int64)
-            gate_rows = w13_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
-            gate_scales = s13_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
-            up_rows = gate_rows + I * stride_wn
-            up_scales = gate_scales + I * stride_sn
-            # As many rows as the expert has pairs (a round of 4 costs ~2.2x a single pair's instructions, of 2
-            # ~1.4x: tests/kernels/compile_checks.py), so an expert one token chose costs what it did alone.
-            if count == 1:
-                _gate_up_one(x_ptr, act_ptr, pair, gate_rows, up_rows, gate_scales, up_scales, n_offs, n_ok,
-                             stride_xt, stride_at, I, H_WORDS, magic, TOP_K, GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN)
-            elif (ROWS == 2) | (count == 2):
-                _gate_up_rows(x_ptr, ids_ptr, act_ptr, expert, count, gate_rows, up_rows, gate_scales, up_scales,
-                              n_offs, n_ok, stride_xt, stride_at, TK, I, H_WORDS, magic, TOP_K, TK_PAD,
-                              GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN, 2)
-            else:
-                _gate_up_rows(x_ptr, ids_ptr, act_ptr, expert, count, gate_rows, up_rows, gate_scales, up_scales,
-                              n_offs, n_ok, stride_xt, stride_at, TK, I, H_WORDS, magic, TOP_K, TK_PAD,
-                              GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN, ROWS)
-        return
     if PER_PAIR:
         work, count, expert = True, 1, tl.load(ids_ptr + pair)
     else:
         work, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
     if work:
         n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = n_offs < I
+        w_idx = tl.arange(0, BLOCK_W)
+        g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
         e = expert.to(tl.int64)
         gate_rows = w13_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
+        up_rows = gate_rows + I * stride_wn
         gate_scales = s13_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
+        up_scales = gate_scales + I * stride_sn
         for r in range(0, count):
             if PER_PAIR:
                 member = pair
             else:
                 member = _group_member(ids_ptr, expert, TK, r, TK_PAD)
-            _gate_up_one(x_ptr, act_ptr, member, gate_rows, gate_rows + I * stride_wn, gate_scales,
-                         gate_scales + I * stride_sn, n_offs, n_offs < I, stride_xt, stride_at, I, H_WORDS, magic,
-                         TOP_K, GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN)
+            x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
+            acc_g = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
+            acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
+            pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN)  # [BLOCK_W, 8]
+            for w0 in range(0, H_WORDS, BLOCK_W):
+                pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN)
+                x_cols = _x_columns(xs)
+                acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS) * sg
+                acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS) * su
+                pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
+            g = tl.sum(acc_g, axis=1)
+            u = tl.sum(acc_u, axis=1)
+            j = n_offs % 8
+            tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
+                     g * tl.sigmoid(g) * u * _nibble_scale(j), mask=n_ok)
 
 
 @triton.jit
