@@ -10,14 +10,18 @@
 # GPU tests; bench_moe_rows.py (one pair a program vs ROWS configs, T = 1..8, tokens drawing from 12, 24 or 384
 # experts); the 61-layer step at 1k (decode, verify of 2, 4, 8) with ROWS and without
 # (SGLANG_EAGLE3_MOE_ROWS=0), alternating twice in one process.
+# (ROWS was slower everywhere and was removed in 5809a2e; its code and bench_moe_rows.py are in e5743a2.)
+# Part "r3": the whole single-GPU suite at HEAD (the lean GEMV configs, the routing kernel's order test, this
+# session's MLA and routing changes), then profile_step.py's GEMV sweeps (alone, back to back, T=1) of the
+# projections not deep-swept before: q_b, the shared expert's gate/up and down, W_UK, W_UV.
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1|r2
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1|r2|r3
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 PREV=${PREV:-80d04e9}
 OLD_FUSE=input_norm,router_topk,q_rope_attn  # the defaults before route_shared_down
 STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 50)
-case "${1:?r1 or r2}" in
+case "${1:?r1, r2 or r3}" in
   r1)
     TAIL=8 stage r1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py tests/test_fusions.py \
@@ -41,6 +45,14 @@ case "${1:?r1 or r2}" in
     TAIL=20 stage step_rows "${T_STEP:-280}" python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
       --max-tokens 8 --tokens 1 2 4 8 --eager-iters 1 --graph-iters 50 --out "$OUT/step_rows.json" \
       --env-variants "" "SGLANG_EAGLE3_MOE_ROWS=0" "" "SGLANG_EAGLE3_MOE_ROWS=0"
+    collect
+    ;;
+  r3)
+    TAIL=15 stage gpu_suite "${T_SUITE:-420}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
+    TAIL=40 stage sweep "${T_SWEEP:-150}" python benchmarks/profile_step.py --gemm-only --tokens 1 --sweep \
+      --deep-sweep --only q_b_proj "shared gate_up (gated)" "shared down" "w_uk (8 heads)" "w_uv (8 heads)" \
+      --out "$OUT/sweep_r3.json"
     collect
     ;;
 esac
