@@ -14,14 +14,16 @@
 # Part "r3": the whole single-GPU suite at HEAD (the lean GEMV configs, the routing kernel's order test, this
 # session's MLA and routing changes), then profile_step.py's GEMV sweeps (alone, back to back, T=1) of the
 # projections not deep-swept before: q_b, the shared expert's gate/up and down, W_UK, W_UV.
+# Part "r4": the tables at HEAD: issue 4's (bench_verify_graph.py, decode and verify T = 2..8 at 1k and 8k,
+# ours only) and issue 5's (bench_kernels.py, no sweep).
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1|r2|r3
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1|r2|r3|r4
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 PREV=${PREV:-80d04e9}
 OLD_FUSE=input_norm,router_topk,q_rope_attn  # the defaults before route_shared_down
 STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 50)
-case "${1:?r1, r2 or r3}" in
+case "${1:?r1, r2, r3 or r4}" in
   r1)
     TAIL=8 stage r1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py tests/test_fusions.py \
@@ -53,6 +55,12 @@ case "${1:?r1, r2 or r3}" in
     TAIL=40 stage sweep "${T_SWEEP:-150}" python benchmarks/profile_step.py --gemm-only --tokens 1 --sweep \
       --deep-sweep --only q_b_proj "shared gate_up (gated)" "shared down" "w_uk (8 heads)" "w_uv (8 heads)" \
       --out "$OUT/sweep_r3.json"
+    collect
+    ;;
+  r4)
+    TAIL=20 stage verify_graph "${T_STEP:-300}" python benchmarks/bench_verify_graph.py --backends triton \
+      --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
+    TAIL=45 stage kernels "${T_KERNELS:-240}" python benchmarks/bench_kernels.py --out "$OUT"
     collect
     ;;
 esac
