@@ -16,14 +16,17 @@
 # projections not deep-swept before: q_b, the shared expert's gate/up and down, W_UK, W_UV.
 # Part "r4": the tables at HEAD: issue 4's (bench_verify_graph.py, decode and verify T = 2..8 at 1k and 8k,
 # ours only) and issue 5's (bench_kernels.py, no sweep).
+# Part "r5": the MLA merge loading its partials beside seq_len (not after it), against the r1 version (.old2:
+# `git archive 2e04b1a`) and the previous session's (.old, 80d04e9): the MLA GPU tests, then bench_small_ops.py
+# of the three trees alternating twice.
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1|r2|r3|r4
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1|r2|r3|r4|r5
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 PREV=${PREV:-80d04e9}
 OLD_FUSE=input_norm,router_topk,q_rope_attn  # the defaults before route_shared_down
 STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 50)
-case "${1:?r1, r2, r3 or r4}" in
+case "${1:?r1, r2, r3, r4 or r5}" in
   r1)
     TAIL=8 stage r1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py tests/test_fusions.py \
@@ -61,6 +64,18 @@ case "${1:?r1, r2, r3 or r4}" in
     TAIL=20 stage verify_graph "${T_STEP:-300}" python benchmarks/bench_verify_graph.py --backends triton \
       --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
     TAIL=45 stage kernels "${T_KERNELS:-240}" python benchmarks/bench_kernels.py --out "$OUT"
+    collect
+    ;;
+  r5)
+    TAIL=6 stage r5_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py tests/kernels/test_mla_rope_gpu.py -k "mla"
+    for i in 1 2; do
+      TAIL=5 stage "mla_new_$i" 90 python benchmarks/bench_small_ops.py --out "$OUT/mla_new_$i.json" --label new
+      TAIL=5 stage "mla_r1_$i" 90 env GIT_COMMIT=2e04b1a python .old2/benchmarks/bench_small_ops.py \
+        --out "$OUT/mla_r1_$i.json" --label r1
+      TAIL=5 stage "mla_old_$i" 90 env GIT_COMMIT="$PREV" python .old/benchmarks/bench_small_ops.py \
+        --out "$OUT/mla_old_$i.json" --label old
+    done
     collect
     ;;
 esac

@@ -171,16 +171,20 @@ def mla_merge_splits_kernel(
     row = (q_tok % T) * H + head  # the request's query row
     group = b * tl.cdiv(T * H, BLOCK_M) + row // BLOCK_M  # its (request, row block)
     m = row % BLOCK_M
-    _, active = _split_keys(tl.load(seq_lens_ptr + b), NUM_SPLITS, BLOCK_N)
     sp = tl.arange(0, SPLITS_PAD)
-    sp_ok = sp < active
     part = group * NUM_SPLITS + sp  # [SP]
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
-    lse = tl.load(mid_lse_ptr + part * BLOCK_M + m, mask=sp_ok, other=float("-inf"))  # [SP]
+    # The partials are loaded beside seq_len, not after it (a dependent load would add its latency); the
+    # inactive splits' slots, never written, are then selected away (not multiplied: they may hold NaN).
+    seq_len = tl.load(seq_lens_ptr + b)
+    lse = tl.load(mid_lse_ptr + part * BLOCK_M + m, mask=sp < NUM_SPLITS, other=float("-inf"))  # [SP]
+    o = tl.load(mid_o_ptr + (part[:, None] * BLOCK_M + m) * DC + d[None, :], mask=(sp < NUM_SPLITS)[:, None],
+                other=0.0)  # [SP, BLOCK_D]
+    _, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)
+    lse = tl.where(sp < active, lse, float("-inf"))
+    o = tl.where((sp < active)[:, None], o, 0.0)
     mx = tl.max(lse, axis=0)
     w = tl.exp2(lse - tl.where(mx == float("-inf"), 0.0, mx))  # [SP]
     total = tl.sum(w, axis=0)
-    o = tl.load(mid_o_ptr + (part[:, None] * BLOCK_M + m) * DC + d[None, :], mask=sp_ok[:, None],
-                other=0.0)  # [SP, BLOCK_D]
     out = tl.sum(o * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
     tl.store(out_ptr + q_tok * stride_o_tok + head * stride_o_head + d, out.to(out_ptr.dtype.element_ty))
