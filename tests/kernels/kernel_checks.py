@@ -629,7 +629,7 @@ CASES = {
         2, 5, 5, 32, 16, 1, [7, 200], seed=43, dtype=torch.float32, tol=1e-6, config=MLA_FP32_SPLIT,
         min_splits=6, calls=2),
     # A page table far larger than the contexts (as a server's captured graphs have it): most of the splits
-    # hold no key, store nothing, and the merge reads only the active ones (seq_lens shrinking between calls).
+    # hold no key, store nothing, and the merge counts only the active ones (seq_lens shrinking between calls).
     "mla_split_kv_capacity_far_above_context": lambda: check_mla(
         3, 2, 3, 64, 16, 4, [2, 9, 41], seed=44, config=MLA_SPLIT, min_splits=8, calls=3, spare=40),
     "mla_launch_plan": check_mla_launch_plan,

@@ -52,8 +52,8 @@ def _split_keys(seq_len, NUM_SPLITS, BLOCK_N: tl.constexpr):
 
     The keys the request actually has are divided, not the page table's capacity: a graph captured at a large
     page table stays balanced for short contexts. The splits past the last key (most of them when the
-    capacity is far above the context, as a server's graphs have it) store no partials, and the merge reads
-    only the active ones."""
+    capacity is far above the context, as a server's graphs have it) store no partials, and the merge
+    counts only the active ones."""
     per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N), 1) * BLOCK_N
     return per_split, tl.cdiv(seq_len, per_split)
 
@@ -141,7 +141,7 @@ def mla_split_kv_kernel(
     if SPLIT_KV:
         lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
         part = (b * tl.num_programs(1) + mb) * NUM_SPLITS + split
-        # A split past the request's keys stores nothing: the merge reads only the `active` splits.
+        # A split past the request's keys stores nothing: the merge counts only the `active` splits.
         live = row_ok & (split < active)
         tl.store(mid_o_ptr + part * BLOCK_M * DC + m_idx[:, None] * DC + dc[None, :], out, mask=live[:, None])
         tl.store(mid_lse_ptr + part * BLOCK_M + m_idx, lse, mask=live)
@@ -157,9 +157,9 @@ def mla_merge_splits_kernel(
     SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """The split merge over grid (B*T, H, DC / BLOCK_D): program (query token, head, column block) loads the
-    BLOCK_D columns of the active splits' partials of its row at once ([SPLITS_PAD, BLOCK_D] fp32, in
-    mla_split_kv_kernel's mid_o / mid_lse layout; BLOCK_N is the split kernel's, which sets the active
-    count) and weights them by exp2(lse - max). A split whose keys are all invisible to the row has
+    BLOCK_D columns of all NUM_SPLITS partials of its row at once ([SPLITS_PAD, BLOCK_D] fp32, in
+    mla_split_kv_kernel's mid_o / mid_lse layout), keeps the active splits' (BLOCK_N is the split kernel's,
+    which sets the active count) and weights them by exp2(lse - max). A split whose keys are all invisible to the row has
     lse = -inf (weight 0) and zero partials, so no branch is needed; a row with no visible key in any split
     gets total weight 0 and output 0."""
     if PDL:  # see tuning.pdl: wait for the split kernel, let the next one start
@@ -174,8 +174,10 @@ def mla_merge_splits_kernel(
     sp = tl.arange(0, SPLITS_PAD)
     part = group * NUM_SPLITS + sp  # [SP]
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
-    # The partials are loaded beside seq_len, not after it (a dependent load would add its latency); the
-    # inactive splits' slots, never written, are then selected away (not multiplied: they may hold NaN).
+    # The partials are loaded beside seq_len, not after it: masking the loads by the active count measured
+    # 0.3-0.5 us slower at T=1 (one dependent load more) though 1.1 us faster at T=4, 1k (fewer bytes;
+    # benchmarks/results/h200/session9_r5_round_103ea5a.txt). The inactive splits' slots, never written,
+    # are selected away (not multiplied: they may hold NaN).
     seq_len = tl.load(seq_lens_ptr + b)
     lse = tl.load(mid_lse_ptr + part * BLOCK_M + m, mask=sp < NUM_SPLITS, other=float("-inf"))  # [SP]
     o = tl.load(mid_o_ptr + (part[:, None] * BLOCK_M + m) * DC + d[None, :], mask=(sp < NUM_SPLITS)[:, None],
