@@ -100,7 +100,7 @@ def test_mla_split_merge_repeated(T, page_size, seq_lens):
 def test_mla_split_kv_capacity_far_above_context(T, seq_lens):
     """A page table sized for 16k+ keys (as a server's captured graphs hold it) over short contexts: most
     splits hold no key and store nothing; the merge must count only the active ones (the partials come from a
-    NaN-poisoned allocator, so reading one it should not shows), three calls in a row on one grid."""
+    NaN-poisoned allocator, so counting one it should not shows), three calls in a row on one grid."""
     poison_allocator()
     check_mla(len(seq_lens), T, HEADS, KV_LORA, ROPE, 64, seq_lens, device="cuda", seed=60 + T, min_splits=32,
               calls=3, spare=256)
