@@ -133,6 +133,31 @@ def tied_experts(E: int, n_group: int) -> list[int]:
     return [g * per + j for g in range(n_group) for j in (1, min(5, per - 1))]
 
 
+def _check_routed(weights, ids, logits, route, ties: bool, what: str) -> None:
+    """Weights and ids torch.equal to triton_moe_topk's on the same logits; with ``ties`` (tied_experts' rows
+    set up to tie, as the checks below do) the lowest tied ids come first in every row."""
+    from sglang_eagle3.kernels.moe_topk import triton_moe_topk
+
+    T, E = logits.shape
+    assert weights.shape == ids.shape == (T, route.top_k) and weights.dtype == torch.float32 and (
+        ids.dtype == torch.int32), (weights.shape, ids.shape, weights.dtype, ids.dtype)
+    want_w, want_ids = triton_moe_topk(logits, route.bias, **route.topk_kwargs())
+    assert torch.equal(ids, want_ids), f"ids differ from moe_topk on the same logits {what}:\n{ids}\n{want_ids}"
+    assert torch.equal(weights, want_w), (
+        f"weights differ from moe_topk on the same logits {what}: max |diff| {(weights - want_w).abs().max()}")
+    if ties:
+        chosen = sorted(tied_experts(E, route.n_group))[:2 * route.topk_group][:route.top_k]
+        assert ids[:, :len(chosen)].tolist() == [chosen] * T, f"tie-break: {ids.tolist()} should start {chosen}"
+
+
+def _check_counters_reset() -> None:
+    """Every split-K / routing arrival counter is back at 0 (the next call and graph replays rely on it)."""
+    from sglang_eagle3.kernels.gemv import _COUNTERS
+
+    left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
+    assert not any(left.values()), f"split-K / routing counters not reset: {left}"
+
+
 def check_router_topk_fold(T, E, N2, K, *, top_k=8, n_group=1, topk_group=1, bias=True, renormalize=True,
                            scale=1.0, config=None, norm=False, ties=False, dtype=torch.bfloat16, device="cpu",
                            seed=0, min_splits=1) -> dict:
@@ -147,8 +172,7 @@ def check_router_topk_fold(T, E, N2, K, *, top_k=8, n_group=1, topk_group=1, bia
     chosen, the lowest ids first."""
     from kernel_checks import rel_err
 
-    from sglang_eagle3.kernels.gemv import _COUNTERS, Routing, triton_gemv_pair
-    from sglang_eagle3.kernels.moe_topk import triton_moe_topk
+    from sglang_eagle3.kernels.gemv import Routing, triton_gemv_pair
 
     splits = _splits(K, config)
     assert splits is None or splits >= min_splits, f"{config=} splits K={K} {splits} ways, the case wants {min_splits}"
@@ -178,18 +202,9 @@ def check_router_topk_fold(T, E, N2, K, *, top_k=8, n_group=1, topk_group=1, bia
     for name, a, b in zip(names, outs[:len(plain)], plain, strict=True):
         assert torch.equal(a, b), f"{name} differs with the routing tail in {(a != b).sum().item()} places"
     logits, weights, ids = outs[0], outs[-2], outs[-1]
-    assert weights.shape == ids.shape == (T, top_k) and weights.dtype == torch.float32 and ids.dtype == torch.int32, (
-        weights.shape, ids.shape, weights.dtype, ids.dtype)
-    want_w, want_ids = triton_moe_topk(logits, corr, **route.topk_kwargs())
     what = f"({T=} {E=} {n_group=} {topk_group=} {top_k=} {bias=} {renormalize=} {config=} {norm=} {ties=})"
-    assert torch.equal(ids, want_ids), f"ids differ from moe_topk on the same logits {what}:\n{ids}\n{want_ids}"
-    assert torch.equal(weights, want_w), (
-        f"weights differ from moe_topk on the same logits {what}: max |diff| {(weights - want_w).abs().max()}")
-
-    if ties:
-        chosen = sorted(tied_experts(E, n_group))[:2 * topk_group][:top_k]
-        assert ids[:, :len(chosen)].tolist() == [chosen] * T, f"tie-break: {ids.tolist()} should start {chosen}"
-    else:  # the routing itself, against the torch reference (order within a row is free)
+    _check_routed(weights, ids, logits, route, ties, what)
+    if not ties:  # the routing itself, against the torch reference (order within a row is free)
         ref_w, ref_ids = kernels.ref_moe_topk(logits, corr, **route.topk_kwargs())
         ids_s, order = ids.long().sort(dim=1)
         ref_s, ref_order = ref_ids.long().sort(dim=1)
@@ -203,8 +218,7 @@ def check_router_topk_fold(T, E, N2, K, *, top_k=8, n_group=1, topk_group=1, bia
     err_logits = rel_err(logits, kernels.ref_gemv(x_ref, w1.double()))
     err_act = rel_err(outs[1], kernels.ref_gemv(x_ref, w2.double(), w_up=w2_up.double()))
     assert err_logits < tol and err_act < 3e-2, f"products: logits rel err {err_logits}, act {err_act} {what}"
-    left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
-    assert not any(left.values()), f"split-K / routing counters not reset: {left}"
+    _check_counters_reset()
     return {"splits": splits or "default config", "logits_rel_err": err_logits, "ids_row0": ids[0].tolist()}
 
 
@@ -273,8 +287,7 @@ def check_route_beside_gemv(T, E, N, K, *, top_k=8, n_group=1, topk_group=1, bia
     lowest ids first), the product within rounding of float64; split-K counters back at 0."""
     from kernel_checks import rel_err
 
-    from sglang_eagle3.kernels.gemv import _COUNTERS, Routing, triton_gemv
-    from sglang_eagle3.kernels.moe_topk import triton_moe_topk
+    from sglang_eagle3.kernels.gemv import Routing, triton_gemv
 
     splits = _splits(K, config)
     assert splits is None or splits >= min_splits, f"{config=} splits K={K} {splits} ways, the case wants {min_splits}"
@@ -294,18 +307,11 @@ def check_route_beside_gemv(T, E, N, K, *, top_k=8, n_group=1, topk_group=1, bia
     out, weights, ids = triton_gemv(x, w, route=route, route_logits=logits, config=config)
     plain = triton_gemv(x, w, config=config)
     assert torch.equal(out, plain), f"product differs with routing beside it in {(out != plain).sum().item()} places"
-    want_w, want_ids = triton_moe_topk(logits, corr, **route.topk_kwargs())
     what = f"({T=} {E=} {N=} {K=} {n_group=} {topk_group=} {top_k=} {bias=} {renormalize=} {config=} {ties=})"
-    assert torch.equal(ids, want_ids), f"ids differ from moe_topk on the same logits {what}:\n{ids}\n{want_ids}"
-    assert torch.equal(weights, want_w), (
-        f"weights differ from moe_topk on the same logits {what}: max |diff| {(weights - want_w).abs().max()}")
-    if ties:
-        chosen = sorted(tied_experts(E, n_group))[:2 * topk_group][:top_k]
-        assert ids[:, :len(chosen)].tolist() == [chosen] * T, f"tie-break: {ids.tolist()} should start {chosen}"
+    _check_routed(weights, ids, logits, route, ties, what)
     err = rel_err(out, kernels.ref_gemv(x.double(), w.double()))
     assert err < 1e-2, f"product rel err {err} {what}"
-    left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
-    assert not any(left.values()), f"split-K counters not reset: {left}"
+    _check_counters_reset()
     return {"splits": splits or "default config", "rel_err": err, "ids_row0": ids[0].tolist()}
 
 
