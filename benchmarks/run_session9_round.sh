@@ -19,14 +19,15 @@
 # Part "r5": the MLA merge loading its partials beside seq_len (not after it), against the r1 version (.old2:
 # `git archive 2e04b1a`) and the previous session's (.old, 80d04e9): the MLA GPU tests, then bench_small_ops.py
 # of the three trees alternating twice.
+# Part "r6": the GPU tests of what changed after r3's suite (the merge's loads, the routing checks' helpers).
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1|r2|r3|r4|r5
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1|r2|r3|r4|r5|r6
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 PREV=${PREV:-80d04e9}
 OLD_FUSE=input_norm,router_topk,q_rope_attn  # the defaults before route_shared_down
 STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 50)
-case "${1:?r1, r2, r3, r4 or r5}" in
+case "${1:?r1 .. r6}" in
   r1)
     TAIL=8 stage r1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py tests/test_fusions.py \
@@ -76,6 +77,12 @@ case "${1:?r1, r2, r3, r4 or r5}" in
       TAIL=5 stage "mla_old_$i" 90 env GIT_COMMIT="$PREV" python .old/benchmarks/bench_small_ops.py \
         --out "$OUT/mla_old_$i.json" --label old
     done
+    collect
+    ;;
+  r6)
+    TAIL=8 stage r6_tests "${T_TESTS:-300}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_fold_gpu.py tests/kernels/test_mla_rope_gpu.py tests/kernels/test_kernels_gpu.py \
+      tests/test_fusions.py tests/test_graph_runner.py -k "not moe or topk"
     collect
     ;;
 esac
