@@ -167,6 +167,7 @@ class DeepseekMoE(nn.Module):
         self.fuse_route_down = env.fusion_on("route_shared_down")
 
     def routing(self) -> kernels.Routing:
+        """This layer's noaux_tc routing (bias, top-k, groups, scaling) as the routing kernels take it."""
         c = self.cfg
         return kernels.Routing(self.gate.e_score_correction_bias, c.num_experts_per_tok, c.n_group, c.topk_group,
                                c.norm_topk_prob, c.routed_scaling_factor)

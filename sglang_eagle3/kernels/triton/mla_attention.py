@@ -159,9 +159,9 @@ def mla_merge_splits_kernel(
     """The split merge over grid (B*T, H, DC / BLOCK_D): program (query token, head, column block) loads the
     BLOCK_D columns of all NUM_SPLITS partials of its row at once ([SPLITS_PAD, BLOCK_D] fp32, in
     mla_split_kv_kernel's mid_o / mid_lse layout), keeps the active splits' (BLOCK_N is the split kernel's,
-    which sets the active count) and weights them by exp2(lse - max). A split whose keys are all invisible to the row has
-    lse = -inf (weight 0) and zero partials, so no branch is needed; a row with no visible key in any split
-    gets total weight 0 and output 0."""
+    which sets the active count) and weights them by exp2(lse - max). A split whose keys are all invisible
+    to the row has lse = -inf (weight 0) and zero partials, so no branch is needed; a row with no visible key
+    in any split gets total weight 0 and output 0."""
     if PDL:  # see tuning.pdl: wait for the split kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
