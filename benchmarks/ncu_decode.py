@@ -1,12 +1,13 @@
 """Driver for Nsight Compute (ncu) on the decode kernels of one Kimi-K2.5 TP=8 rank at T=1: the GEMVs q_a + kv_a
 (split-K over K = 7168), q_b (with the q_a norm) and o_proj, a read-only kernel of q_a + kv_a's bytes, MLA at
-1k and 8k context (split + merge), the INT4 MoE (gate_up, down), the routing, each launched a few times on
+1k and 8k context (split + merge), the INT4 MoE (gate_up, down; moe_verify: T=4 and 8 with tokens sharing
+experts), the routing, each launched a few times on
 fresh data (past the L2). ncu serialises kernels, so PDL overlap is absent here: this is for the hardware
 counters of one launch (DRAM throughput, stall reasons, occupancy), not for timing the chain.
 
     ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
         --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats -s 8 \
-        python benchmarks/ncu_decode.py [gemv mla moe topk]
+        python benchmarks/ncu_decode.py [gemv mla moe moe_verify topk]
 """
 
 from __future__ import annotations
@@ -62,6 +63,12 @@ def main() -> None:
         calls, *_ = moe_case(1, True, make_moe_weights(True))
         for c in calls()[:3]:
             c()
+    if "moe_verify" in parts:  # verify batches whose tokens share experts (top-8 of the first 12)
+        weights = make_moe_weights(True)
+        for T in (4, 8):
+            calls, *_ = moe_case(T, True, weights, path="gemv", pool=12)
+            for c in calls()[:2]:
+                c()
     if "topk" in parts:
         calls, *_ = topk_case(1)
         for c in calls()[:3]:

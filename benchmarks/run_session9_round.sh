@@ -20,14 +20,16 @@
 # `git archive 2e04b1a`) and the previous session's (.old, 80d04e9): the MLA GPU tests, then bench_small_ops.py
 # of the three trees alternating twice.
 # Part "r6": the GPU tests of what changed after r3's suite (the merge's loads, the routing checks' helpers).
+# Part "r7": Nsight Compute on the INT4 GEMV MoE (T=1, and verify T=4 and 8 with tokens sharing 12 experts):
+# where one pair a program spends its time (the counters of one launch; ncu serialises kernels).
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1|r2|r3|r4|r5|r6
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1 .. r7
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 PREV=${PREV:-80d04e9}
 OLD_FUSE=input_norm,router_topk,q_rope_attn  # the defaults before route_shared_down
 STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 50)
-case "${1:?r1 .. r6}" in
+case "${1:?r1 .. r7}" in
   r1)
     TAIL=8 stage r1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py tests/test_fusions.py \
@@ -83,6 +85,13 @@ case "${1:?r1 .. r6}" in
     TAIL=8 stage r6_tests "${T_TESTS:-300}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_fold_gpu.py tests/kernels/test_mla_rope_gpu.py tests/kernels/test_kernels_gpu.py \
       tests/test_fusions.py tests/test_graph_runner.py -k "not moe or topk"
+    collect
+    ;;
+  r7)
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    TAIL=4 stage ncu_moe "${T_NCU:-200}" "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      -k regex:"moe_int4_gemv" -c 12 python benchmarks/ncu_decode.py moe moe_verify
     collect
     ;;
 esac
