@@ -91,7 +91,7 @@ case "${1:?r1 .. r7}" in
     NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     TAIL=4 stage ncu_moe "${T_NCU:-200}" "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
       --section Occupancy --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-      -k regex:"moe_int4_gemv" -c 12 python benchmarks/ncu_decode.py moe moe_verify
+      -k regex:"moe_int4_gemv" -c 14 python benchmarks/ncu_decode.py moe moe_verify
     collect
     ;;
 esac
