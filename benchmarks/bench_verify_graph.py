@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -131,6 +132,37 @@ class UniformRouting:
 
     def __exit__(self, *exc):
         self.module.moe_topk = self.original
+
+
+def summarize_settings(cases: list[dict]) -> list[dict]:
+    """One row per setting (backend, overlaps, env) and shape (context, T, batch), in the order first timed:
+    the graph ms of every time it ran (--env-variants / --overlap-variants may repeat a setting, alternating,
+    to see the noise), their median, and that median over the first setting's for the same shape (a ratio
+    measured in one process)."""
+    groups: dict[tuple, list[float]] = {}
+    for c in cases:
+        key = (c["backend"], c["overlaps"], c["env"], c["context"], c["T"], c["batch"])
+        groups.setdefault(key, []).append(c["graph_ms"])
+    rows, first = [], {}
+    for (backend, overlaps, env_set, ctx, T, batch), runs in groups.items():
+        med = statistics.median(runs)
+        base = first.setdefault((ctx, T, batch), med)
+        rows.append({"backend": backend, "overlaps": overlaps, "env": env_set, "context": ctx, "T": T,
+                     "batch": batch, "graph_ms_runs": runs, "graph_ms_median": round(med, 3),
+                     "vs_first_setting": round(med / base, 3)})
+    return rows
+
+
+def print_summary(rows: list[dict]) -> None:
+    """summarize_settings' rows, where there is more than one setting or a setting ran more than once."""
+    if not any(len(r["graph_ms_runs"]) > 1 for r in rows) and len(
+            {(r["backend"], r["overlaps"], r["env"]) for r in rows}) < 2:
+        return
+    print("summary (graph ms: each run, median, median over the first setting's at the same shape):")
+    for r in rows:
+        setting = " ".join(x for x in (r["backend"], r["overlaps"], r["env"]) if x)
+        print(f"  ctx {r['context']:5d} T={r['T']} {setting}: " + " / ".join(f"{x:.2f}" for x in r["graph_ms_runs"])
+              + f"  median {r['graph_ms_median']:.2f}  x{r['vs_first_setting']:.3f}", flush=True)
 
 
 def parse_env_variant(text: str) -> dict[str, str]:
@@ -283,6 +315,8 @@ def main() -> None:
             overrides.close()  # the next variant starts from the environment as it was
     for h in hooks:
         h.remove()
+    results["summary"] = summarize_settings(results["cases"])
+    print_summary(results["summary"])
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
