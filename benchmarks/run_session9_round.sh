@@ -22,14 +22,16 @@
 # Part "r6": the GPU tests of what changed after r3's suite (the merge's loads, the routing checks' helpers).
 # Part "r7": Nsight Compute on the INT4 GEMV MoE (T=1, and verify T=4 and 8 with tokens sharing 12 experts):
 # where one pair a program spends its time (the counters of one launch; ncu serialises kernels).
+# Part "r8": the step at HEAD (decode and verify of 4, 1k and 8k) three times in one process: its noise, and
+# bench_verify_graph's new summary on the GPU.
 # Usage on the GPU machine, from the repo root:
-#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1 .. r7
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1 .. r8
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 PREV=${PREV:-80d04e9}
 OLD_FUSE=input_norm,router_topk,q_rope_attn  # the defaults before route_shared_down
 STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 50)
-case "${1:?r1 .. r7}" in
+case "${1:?r1 .. r8}" in
   r1)
     TAIL=8 stage r1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py tests/test_fusions.py \
@@ -92,6 +94,12 @@ case "${1:?r1 .. r7}" in
     TAIL=4 stage ncu_moe "${T_NCU:-200}" "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
       --section Occupancy --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis \
       -k regex:"moe_int4_gemv" -c 14 python benchmarks/ncu_decode.py moe moe_verify
+    collect
+    ;;
+  r8)
+    TAIL=16 stage step_head "${T_STEP:-280}" python benchmarks/bench_verify_graph.py --backends triton \
+      --contexts 1024 8192 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 \
+      --env-variants "" "" "" --out "$OUT/step_head.json"
     collect
     ;;
 esac
