@@ -125,6 +125,18 @@ def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, devic
     return k_per_split, split, m_pad, part, _counters(device, B * blocks)
 
 
+def _routing_outputs(route: Routing, T: int, E: int, logits: torch.Tensor) -> tuple[tuple, dict]:
+    """((weights float32 [T, top_k], ids int32 [T, top_k]), gemv_kernel's routing arguments for them) for
+    routing ``E`` experts' logits (``logits`` stands in for an absent bias: the kernel never reads it then)."""
+    route.check(E, logits.device)
+    weights = torch.empty(T, route.top_k, dtype=torch.float32, device=logits.device)
+    ids = torch.empty(T, route.top_k, dtype=torch.int32, device=logits.device)
+    return (weights, ids), dict(
+        bias_ptr=route.bias if route.bias is not None else logits, topk_w_ptr=weights, topk_id_ptr=ids,
+        s_twt=weights.stride(0), s_tit=ids.stride(0), routed_scaling_factor=float(route.routed_scaling_factor),
+        **route.constexprs(E))
+
+
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = None,
                 add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                 out: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
@@ -174,15 +186,9 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         assert route_logits.shape[0] == T and route_logits.stride(1) == 1, (
             f"route_logits must be [{T}, E] with unit inner stride, got {tuple(route_logits.shape)} "
             f"{route_logits.stride()}")
-        E = route_logits.shape[1]
-        route.check(E, x.device)
-        routed = (torch.empty(T, route.top_k, dtype=torch.float32, device=x.device),
-                  torch.empty(T, route.top_k, dtype=torch.int32, device=x.device))
+        routed, route_kw = _routing_outputs(route, T, route_logits.shape[1], route_logits)
+        route_kw.update(ROUTE_SIDE=True, logits_ptr=route_logits, s_lt=route_logits.stride(0))
         extra = T
-        route_kw = dict(ROUTE_SIDE=True, logits_ptr=route_logits, s_lt=route_logits.stride(0),
-                        bias_ptr=route.bias if route.bias is not None else route_logits, topk_w_ptr=routed[0],
-                        topk_id_ptr=routed[1], s_twt=routed[0].stride(0), s_tit=routed[1].stride(0),
-                        routed_scaling_factor=float(route.routed_scaling_factor), **route.constexprs(E))
     else:
         assert route_logits is None, "route_logits without route"
     if T == 0 or (N == 0 and not extra):
@@ -258,12 +264,12 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
     y1 = torch.empty(T, N1, dtype=out1_dtype or x.dtype, device=x.device)
     y2 = torch.empty(T, N2, dtype=x.dtype, device=x.device)
     outs = (y1, y2, stream) if norm else (y1, y2)
+    route_args = {}
     if route is not None:
         assert out1_dtype == torch.float32, f"routing reads float32 router logits, got {out1_dtype=}"
-        route.check(N1, x.device)
-        topk_w = torch.empty(T, route.top_k, dtype=torch.float32, device=x.device)
-        topk_id = torch.empty(T, route.top_k, dtype=torch.int32, device=x.device)
-        outs = (*outs, topk_w, topk_id)
+        routed, route_args = _routing_outputs(route, T, N1, y1)
+        route_args["ROUTE"] = True
+        outs = (*outs, *routed)
     if T == 0:
         return outs
     mats2 = 2 if w2_up is not None else 1
@@ -274,13 +280,8 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
     nb1 = triton.cdiv(N1, bn)
     blocks = nb1 + triton.cdiv(N2, bn)
     k_per_split, split, m_pad, part, count = _split_plan(K, T, N1 + N2, 1, blocks, cfg, x.device, row_sums=norm)
-    route_args = {}
     if route is not None:
         count = _counters(x.device, blocks + 1)  # the tail's arrival counter follows the split-K counters
-        route_args = dict(
-            ROUTE=True, bias_ptr=route.bias if route.bias is not None else y1, topk_w_ptr=topk_w,
-            topk_id_ptr=topk_id, s_twt=topk_w.stride(0), s_tit=topk_id.stride(0),
-            routed_scaling_factor=float(route.routed_scaling_factor), **route.constexprs(N1))
     if part is None:
         part = y2
     if count is None:
