@@ -24,6 +24,9 @@
 # where one pair a program spends its time (the counters of one launch; ncu serialises kernels).
 # Part "r8": the step at HEAD (decode and verify of 4, 1k and 8k) three times in one process: its noise, and
 # bench_verify_graph's new summary on the GPU.
+# After r8, inline at 36a3239 (the gemv launchers' shared routing-output helper): `python -m pytest -q -p
+# no:cacheprovider -o addopts="" -m gpu tests/kernels/test_fold_gpu.py tests/kernels/test_kernels_gpu.py -k
+# "route or router or gemv_pair"`: 38 passed.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1 .. r8
 source "$(dirname "$0")/gpu_stages.sh"
