@@ -67,6 +67,9 @@ GEMV_LEAN = Knob("SGLANG_EAGLE3_GEMV_LEAN",
                  "0: the skinny GEMM's pipelines as deep as shared memory allows (up to 4 stages of 256-wide K "
                  "tiles, the third session's heuristic); unset or 1: split-K launches at 3 stages, unsplit "
                  "short-K ones at 64-wide tiles 8 deep (kernels/gemv.py gemv_config)")
+MOE_DOT_MAX = Knob("SGLANG_EAGLE3_MOE_DOT_MAX",
+                   "largest token count (from 2) whose INT4 MoE takes the dot path (gate_up as tensor-core dots "
+                   "over each expert's pairs); 0: never (the GEMV path); unset: kernels/fused_moe.py DOT_MAX_TOKENS")
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference); unset: "
                "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn,route_shared_down), '' turns every one on: "
@@ -85,7 +88,7 @@ OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
-       GEMV_LEAN, NO_FUSE, OVERLAP)
+       GEMV_LEAN, MOE_DOT_MAX, NO_FUSE, OVERLAP)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

@@ -31,6 +31,7 @@ from sglang_eagle3.kernels.triton.fused_moe import (
     moe_align_kernel,
     moe_down_kernel,
     moe_gate_up_kernel,
+    moe_int4_dot_gate_up_kernel,
     moe_int4_gemv_down_kernel,
     moe_int4_gemv_gate_up_kernel,
     moe_sum_slots_kernel,
@@ -45,6 +46,9 @@ SUM_BLOCK = 1024
 # once per pair, the tile path once per expert, so the crossover moves up with the ALU:bandwidth ratio
 # (the RTX PRO 6000's is higher than the H200's).
 GEMV_MAX_TOKENS = 128
+# The dot path (gate_up as tl.dot over each expert's pairs) serves 2..DOT_MAX_TOKENS tokens: verify batches, whose
+# tokens share experts (SGLANG_EAGLE3_MOE_DOT_MAX overrides; 0 turns it off). Off until measured.
+DOT_MAX_TOKENS = 0
 # gate_up of the GEMV path: one program per (pair, N block), pairs sharing an expert in parallel (True), or the
 # expert's first pair doing all of them in turn (False); a config's "PER_PAIR" overrides it.
 GEMV_PER_PAIR = True
@@ -194,6 +198,17 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
+    _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl)
+    return out
+
+
+def _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, *, group: int, down_cfg: dict,
+                      pdl: bool) -> None:
+    """The GEMV path's down kernel: out = sum over each token's k slots of topk_w * act W_down^T (+ add), from
+    act [T*k, 8, I/8] fp32 as either gate_up kernel stores it (nibble-major, pre-scaled)."""
+    T, H = out.shape
+    k = topk_ids.shape[1]
+    i_words, group_words = act.shape[2], group // PACK_FACTOR
     bn, bw = down_cfg["BLOCK_N"], min(down_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(i_words)))
     # All k slots' weights as one tile loaded before the PDL wait (the config's "PRELOAD"; the H200 table turns
     # it on at T <= 2): needs the slots to tile as a power of two and the intermediate slice in one chunk
@@ -210,6 +225,37 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
         num_warps=down_cfg["num_warps"], num_stages=1,  # straight-line code: nothing to pipeline
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
+
+
+def _launch_int4_dot(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, group: int,
+                     gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
+    """The dot path: gate_up as tensor-core dots over each expert's pairs (moe_int4_dot_gate_up_kernel), then
+    the GEMV path's down kernel on the act it stores."""
+    T, H = x.shape
+    k = topk_ids.shape[1]
+    TK = T * k
+    out = torch.empty_like(x)
+    if T == 0:
+        return out
+    h_words, i_words, group_words = H // PACK_FACTOR, I // PACK_FACTOR, group // PACK_FACTOR
+    act = torch.empty(TK, PACK_FACTOR, i_words, dtype=torch.float32, device=x.device)  # nibble-major act
+    interpret = tuning.interpreting()
+    pdl = tuning.pdl(x.device, "moe")
+    bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
+    # tl.dot wants every dimension >= 16; a block of rows covers the tokens that can share an expert (a token
+    # takes an expert at most once), more rows than that loop.
+    block_m = gate_up_cfg.get("BLOCK_M", max(16, min(64, triton.next_power_of_2(T))))
+    moe_int4_dot_gate_up_kernel[(TK, triton.cdiv(I, bn))](
+        x, w13, s13, topk_ids, act,
+        x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+        TK, I, h_words, MAGIC_BITS,
+        TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words, BLOCK_M=block_m,
+        BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0, EXACT=gate_up_cfg.get("EXACT", True),
+        INTERPRET=interpret,
+        num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
+        PDL=pdl, **tuning.pdl_launch(pdl),
+    )
+    _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl)
     return out
 
 
@@ -220,8 +266,9 @@ def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: 
     """W4A16: w13_packed int32 [E, 2I, H/8] + w13_scale [E, 2I, H/g]; w2_packed [E, H, I/8] + w2_scale
     [E, H, I/g] -> [T, H] in x.dtype (+ add [T, H], with the roundings of a separate add).
 
-    path: "gemv" (no tl.dot; decode/verify sizes), "tile" (tl.dot over grouped pairs), or None: gemv for
-    T <= GEMV_MAX_TOKENS. ``config`` ({"gate_up": ..., "down": ...}) is for the chosen path."""
+    path: "gemv" (no tl.dot; decode/verify sizes), "dot" (gate_up as tl.dot over each expert's pairs, down as
+    the GEMV's; verify sizes), "tile" (tl.dot over grouped pairs), or None: dot for 2..DOT_MAX_TOKENS, gemv up to
+    GEMV_MAX_TOKENS, tile above. ``config`` ({"gate_up": ..., "down": ...}) is for the chosen path."""
     _check_routing(x, topk_weights, topk_ids)
     _check_add(x, add)
     E, two_i, h_words = w13_packed.shape
@@ -238,8 +285,9 @@ def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: 
     for name, t in (("w13_scale", w13_scale), ("w2_scale", w2_scale)):
         assert t.stride(-1) == 1, f"{name} must have unit inner stride, got {t.stride()}"
     if path is None:
-        path = "gemv" if x.shape[0] <= GEMV_MAX_TOKENS else "tile"
-    assert path in ("gemv", "tile"), f"{path=} must be 'gemv' or 'tile'"
+        T = x.shape[0]
+        path = "dot" if 2 <= T <= tuning.moe_dot_max(DOT_MAX_TOKENS) else "gemv" if T <= GEMV_MAX_TOKENS else "tile"
+    assert path in ("gemv", "dot", "tile"), f"{path=} must be 'gemv', 'dot' or 'tile'"
     args = (x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, group_size, add)
 
     def bench_fn(c):
@@ -249,6 +297,14 @@ def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: 
         gate_up, down = _configs("fused_moe_int4_gemv", x, config, bench_fn)
         return _launch_int4_gemv(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, add,
                                  I=I, group=group_size, gate_up_cfg=gate_up, down_cfg=down)
+    if path == "dot":  # the down kernel is the GEMV path's, at its config for T
+        down = config["down"] if config is not None else tuning.get_config(
+            "fused_moe_int4_gemv_down", x.device, "tokens", x.shape[0])
+        gate_up = config["gate_up"] if config is not None else tuning.get_config(
+            "fused_moe_int4_dot_gate_up", x.device, "tokens", x.shape[0],
+            bench=lambda c: bench_fn({"gate_up": c, "down": down}))
+        return _launch_int4_dot(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, add,
+                                I=I, group=group_size, gate_up_cfg=gate_up, down_cfg=down)
     gate_up, down = _configs("fused_moe_int4", x, config, bench_fn)  # (INT4 steps K one scale group at a time)
     return _launch(x, w13_packed, w13_scale, w2_packed, w2_scale, topk_weights, topk_ids, add, I=I, int4=True,
                    group=group_size, gate_up_cfg=gate_up, down_cfg=down)

@@ -48,6 +48,9 @@ DEFAULTS: dict[str, dict] = {
     # [8 x BLOCK_N, 32-word] tile; on the H200 it pays at T <= 2 only, see configs/sm_90.json).
     "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4},
     "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False},
+    # INT4 dot path (verify batches): gate_up as tl.dot over an expert's pairs, BLOCK_N gate + BLOCK_N up rows a
+    # program, BLOCK_W words a row a step; EXACT: fp32 weights and TF32 dots (exact products), else bf16.
+    "fused_moe_int4_dot_gate_up": {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": True},
 }
 
 # Autotune search spaces for GPUs without a table (kept small: each candidate compiles).
@@ -75,6 +78,10 @@ CANDIDATES["fused_moe_int4_gemv_down"] = [
     {"BLOCK_N": bn, "BLOCK_W": 32, "num_warps": w, "PRELOAD": pre}
     for bn, w in ((8, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)) for pre in (False, True)
     if not pre or bn // w <= 8  # PRELOAD holds 8 slots x BLOCK_N rows x 32 words: <= 64 words a thread
+]
+CANDIDATES["fused_moe_int4_dot_gate_up"] = [
+    {"BLOCK_N": bn, "BLOCK_W": bw, "num_warps": w, "EXACT": True}
+    for bn, bw, w in ((8, 32, 4), (16, 16, 4), (16, 32, 4), (16, 32, 8), (32, 16, 4), (32, 32, 8))
 ]
 CANDIDATES["fused_moe_down"] = [{k: v for k, v in c.items() if k != "BLOCK_M"} for c in CANDIDATES["fused_moe_gate_up"]
                                  if c["BLOCK_M"] == 16]
@@ -166,6 +173,16 @@ def moe_down_preload() -> bool:
     """Whether the INT4 GEMV MoE's down kernel may load all its weights before its PDL wait where its config
     asks for it (PRELOAD, see triton/fused_moe.py); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off everywhere."""
     return env.MOE_DOWN_PRELOAD.switch(default=True)
+
+
+def moe_dot_max(default: int) -> int:
+    """Largest T whose INT4 MoE takes the dot path (from T=2): SGLANG_EAGLE3_MOE_DOT_MAX, else ``default``."""
+    raw = env.MOE_DOT_MAX.raw()
+    if raw in (None, ""):
+        return default
+    if not raw.isdigit():
+        raise ValueError(f"{env.MOE_DOT_MAX.name}={raw!r}: expected a token count (0: off)")
+    return int(raw)
 
 
 def pdl_launch(enabled: bool) -> dict:

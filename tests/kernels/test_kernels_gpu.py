@@ -211,6 +211,73 @@ def test_fused_moe_int4_gemv_vs_tile(int4_weights, T, skew):
     assert rel_err(gemv, tile) < 1e-2, f"GEMV vs tile rel err {rel_err(gemv, tile)} ({T=} {skew=})"
 
 
+DOT_CONFIGS = [None, {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": True},
+               {"BLOCK_N": 16, "BLOCK_W": 32, "num_warps": 4, "EXACT": False},
+               {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 8, "EXACT": True}]
+
+
+@pytest.mark.parametrize("cfg", range(len(DOT_CONFIGS)))
+@pytest.mark.parametrize("T,skew", [(2, False), (4, True), (8, False), (16, True), (24, True)])
+def test_fused_moe_int4_dot_path(int4_weights, T, skew, cfg):
+    """The dot path (gate_up as tensor-core dots over each expert's pairs) against the reference and the GEMV
+    path, the shared experts' output added in the final store; skewed routings put up to T pairs on one expert
+    (more than a 16-row block at T=24 with BLOCK_M 16: the block loop). EXACT configs form the products the
+    GEMV path forms (exact fp32 weights, TF32 dots), so they differ from it only in fp32 summation order."""
+    from sglang_eagle3.kernels import tuning
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
+    p13, s13, p2, s2 = int4_weights
+    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    shared = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.1
+    topk_w, ids = routing(T, skew, 6000 + T)
+    gate_up = DOT_CONFIGS[cfg] or tuning.get_config("fused_moe_int4_dot_gate_up", x.device, "tokens", T)
+    config = {"gate_up": gate_up, "down": tuning.get_config("fused_moe_int4_gemv_down", x.device, "tokens", T)}
+    poison_allocator()
+    dot = triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared, path="dot", config=config)
+    gemv = triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared, path="gemv")
+    ref = _ref_int4_chunked(x, p13, s13, p2, s2, topk_w, ids, shared)
+    assert rel_err(dot, ref) < 1e-2, f"dot rel err {rel_err(dot, ref)} ({T=} {skew=} {gate_up=})"
+    apart = ((dot.float() - gemv.float()).abs().max() / gemv.float().abs().max()).item()
+    bound = 2e-3 if gate_up.get("EXACT", True) else 2e-2
+    assert apart <= bound, f"dot vs GEMV {apart} of the outputs' scale apart ({T=} {skew=} {gate_up=})"
+
+
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize("T", [3, 8, 20])
+def test_fused_moe_int4_dot_path_exact(T, exact):
+    """The dot path bit for bit against a float64 re-implementation on inputs whose sums are exact in any order
+    (kernel_checks.check_fused_moe_int4_gemv_exact): a slip in nibble order, scales or row gathering shows."""
+    from kernel_checks import check_fused_moe_int4_gemv_exact
+
+    cfg = {"gate_up": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": exact},
+           "down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False}}
+    check_fused_moe_int4_gemv_exact(T, 24, 512, 256, 8, device="cuda", seed=70 + T, skew=True,
+                                    dtype=torch.bfloat16, config=cfg, path="dot")
+
+
+def test_fused_moe_int4_dot_path_graph_replay(int4_weights):
+    """The dot path captured in a CUDA graph replays new routing and inputs as eager computes them."""
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
+    p13, s13, p2, s2 = int4_weights
+    T = 4
+    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    topk_w, ids = routing(T, True, 7000)
+    moe = functools.partial(triton_fused_moe_int4, w13_packed=p13, w13_scale=s13, w2_packed=p2, w2_scale=s2,
+                            path="dot")
+    out = moe(x, topk_weights=topk_w, topk_ids=ids)  # compile outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = moe(x, topk_weights=topk_w, topk_ids=ids)
+    for seed in (7001, 7002):
+        new_w, new_ids = routing(T, seed == 7001, seed)
+        x.copy_(torch.randn_like(x))
+        topk_w.copy_(new_w)
+        ids.copy_(new_ids)
+        graph.replay()
+        assert torch.equal(out, moe(x, topk_weights=topk_w, topk_ids=ids)), seed
+
+
 @pytest.mark.parametrize("shape,residual,strided,inplace", [
     ((1, HIDDEN), False, False, False),  # input / post-attention norm at decode
     ((8, HIDDEN), True, False, False),  # fused with the residual add, verify T=8

@@ -569,3 +569,123 @@ def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_p
     y = tl.sum(tl.reshape(part * route_w, [TOP_K, BLOCK_N]), axis=0)
     n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     _store_down(y, add_ptr, out_ptr, t, n_offs, n_offs < H, stride_addt, stride_ot, HAS_ADD)
+
+
+# --------------------------------------------------------------------------------------------------
+# INT4 dot path for verify (a few tokens sharing experts): gate_up as tensor-core dots over an expert's pairs
+# --------------------------------------------------------------------------------------------------
+# The GEMV gate_up decodes an expert's nibbles once per (token, expert) pair: ~4 instructions a weight and pair,
+# which a verify batch pays once for every token that chose the expert. Here the expert's first pair gathers all
+# of its pairs (up to BLOCK_M at a time) as the rows of a tl.dot, so a weight is decoded once per expert and the
+# tensor cores do the per-pair work. The decoded weights are (q - 8) * scale exactly in float32 (a bf16 scale has
+# 8 significant bits and |q - 8| <= 8 three, so the product has at most 11: exact in TF32 as well), and the dot
+# runs in TF32 on float32 operands: every product is the exact one the float32 reference forms, only the
+# order of the float32 sums differs (EXACT=False instead rounds the weights to bf16 and dots in bf16: half the
+# registers, SGLang's dequantised numbers). The loop streams BLOCK_W words of the 2 * BLOCK_N rows (gate rows then
+# the matching up rows: one tile, one dot) a step, the next step's words, scales and x prefetched by hand as in
+# the GEMV gate_up. act is stored as the GEMV gate_up stores it, so the GEMV down kernel reads it unchanged.
+
+
+@triton.jit
+def _expert_rows(ids_ptr, expert, TK, r0, BLOCK_M: tl.constexpr, TK_PAD: tl.constexpr):
+    """(pair ids [BLOCK_M], row mask) of the r0-th .. (r0 + BLOCK_M - 1)-th pairs (in pair order) routed to
+    `expert`; rows past the expert's count are masked (their pair reads as 0)."""
+    offs = tl.arange(0, TK_PAD)
+    ids = tl.load(ids_ptr + offs, mask=offs < TK, other=-1)
+    member = (ids == expert) & (offs < TK)
+    rank = tl.cumsum(member.to(tl.int32), axis=0) - 1
+    m = r0 + tl.arange(0, BLOCK_M)
+    sel = member[None, :] & (rank[None, :] == m[:, None])  # [BLOCK_M, TK_PAD]
+    return tl.sum(tl.where(sel, offs[None, :], 0), axis=1), tl.max(sel.to(tl.int32), axis=1) > 0
+
+
+@triton.jit
+def _load_x_rows(x_rows, row_ok, w0, k_idx, N_WORDS, EVEN: tl.constexpr):
+    """x of words w0 .. w0 + BLOCK_W of the gathered rows, [BLOCK_M, 8 * BLOCK_W] in K order (masked rows read
+    0). EVEN: past the end re-reads the last chunk, as _load_int4_chunk does."""
+    W8: tl.constexpr = k_idx.shape[0]
+    if EVEN:
+        k = tl.minimum(w0, N_WORDS - W8 // 8) * 8 + k_idx
+        return tl.load(x_rows + k[None, :], mask=row_ok[:, None], other=0.0)
+    k = w0 * 8 + k_idx
+    return tl.load(x_rows + k[None, :], mask=row_ok[:, None] & (k < N_WORDS * 8)[None, :], other=0.0)
+
+
+@triton.jit
+def _scaled_int4_tile(packed, scale, magic, GROUP_WORDS: tl.constexpr, EXACT: tl.constexpr):
+    """[R, 8 * W] weights (q - 8) * scale * 16^(k % 8 % 5) in K order from packed [R, W] words and their group
+    scales [R, W / GROUP_WORDS] (fp32); the 16^-(k % 8 % 5) is the activations' (exact powers of two). fp32 with
+    EXACT (exact, see above), else rounded to bf16."""
+    R: tl.constexpr = packed.shape[0]
+    W: tl.constexpr = packed.shape[1]
+    s = tl.reshape(tl.broadcast_to(scale[:, :, None], [R, W // GROUP_WORDS, GROUP_WORDS]), [R, W])
+    hi = packed >> 20
+    w0 = _dequant_nibble(packed, hi, magic, 0) * s
+    w1 = _dequant_nibble(packed, hi, magic, 1) * s
+    w2 = _dequant_nibble(packed, hi, magic, 2) * s
+    w3 = _dequant_nibble(packed, hi, magic, 3) * s
+    w4 = _dequant_nibble(packed, hi, magic, 4) * s
+    w5 = _dequant_nibble(packed, hi, magic, 5) * s
+    w6 = _dequant_nibble(packed, hi, magic, 6) * s
+    w7 = _dequant_nibble(packed, hi, magic, 7) * s
+    if not EXACT:
+        w0, w1, w2, w3 = w0.to(tl.bfloat16), w1.to(tl.bfloat16), w2.to(tl.bfloat16), w3.to(tl.bfloat16)
+        w4, w5, w6, w7 = w4.to(tl.bfloat16), w5.to(tl.bfloat16), w6.to(tl.bfloat16), w7.to(tl.bfloat16)
+    # [R, W, 2, 2, 2]: nibble j = 4a + 2b + c at [.., a, b, c] (as in _int4_group)
+    w = tl.join(tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7)))
+    return tl.reshape(w, [R, 8 * W])
+
+
+@triton.jit
+def moe_int4_dot_gate_up_kernel(
+    x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
+    stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
+    TK, I, H_WORDS, magic,
+    TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, EXACT: tl.constexpr,
+    INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
+):
+    """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows (and the matching up rows)
+    of one expert and every pair routed to it, computed by the program of the expert's first pair (the others
+    exit), BLOCK_M pairs a dot. act layout as moe_int4_gemv_gate_up_kernel stores it (nibble-major, pre-scaled).
+    A pair's numbers depend on which rows share its dot only through the tensor cores' fp32 sums."""
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
+    pair = tl.program_id(0)
+    nb = tl.program_id(1)
+    leader, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
+    if leader:
+        r = tl.arange(0, 2 * BLOCK_N)  # tile row r: gate row n (r < BLOCK_N) or up row n, n = nb * BLOCK_N + r % BLOCK_N
+        n_r = nb * BLOCK_N + r % BLOCK_N
+        n_ok_r = n_r < I
+        w_row = (n_r + (r // BLOCK_N) * I).to(tl.int64)
+        e = expert.to(tl.int64)
+        rows = w13_ptr + e * stride_we + w_row[:, None] * stride_wn
+        scales = s13_ptr + e * stride_se + w_row[:, None] * stride_sn
+        w_idx = tl.arange(0, BLOCK_W)
+        g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
+        k_idx = tl.arange(0, 8 * BLOCK_W)
+        x_scale = _nibble_scale(k_idx % 8)[None, :]  # meets _dequant_nibble's 16^p (exact)
+        n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+        j = n_offs % 8
+        for r0 in range(0, count, BLOCK_M):
+            pairs, row_ok = _expert_rows(ids_ptr, expert, TK, r0, BLOCK_M, TK_PAD)
+            x_rows = x_ptr + (pairs // TOP_K).to(tl.int64)[:, None] * stride_xt
+            acc = tl.zeros([2 * BLOCK_N, BLOCK_M], dtype=tl.float32)  # weights as the dot's M (A in registers)
+            pk, sc = _load_int4_chunk(rows, scales, n_ok_r, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            xs = _load_x_rows(x_rows, row_ok, 0, k_idx, H_WORDS, EVEN)
+            for w0 in range(0, H_WORDS, BLOCK_W):
+                pk_next, sc_next = _load_int4_chunk(rows, scales, n_ok_r, w0 + BLOCK_W, w_idx, g_idx, H_WORDS,
+                                                    GROUP_WORDS, EVEN)
+                xs_next = _load_x_rows(x_rows, row_ok, w0 + BLOCK_W, k_idx, H_WORDS, EVEN)
+                wt = _scaled_int4_tile(pk, sc, magic, GROUP_WORDS, EXACT)
+                a = xs.to(tl.float32) * x_scale
+                if not EXACT:
+                    a = a.to(tl.bfloat16)
+                acc += _dot_nt(wt, a, INTERPRET, "tf32")
+                pk, sc, xs = pk_next, sc_next, xs_next
+            g, u = tl.split(tl.permute(tl.reshape(acc, [2, BLOCK_N, BLOCK_M]), [2, 1, 0]))  # [BLOCK_M, BLOCK_N]
+            tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + (j * (I // 8) + n_offs // 8)[None, :],
+                     g * tl.sigmoid(g) * u * _nibble_scale(j)[None, :],
+                     mask=row_ok[:, None] & (n_offs < I)[None, :])

@@ -1,0 +1,96 @@
+"""The INT4 MoE at verify sizes: the GEMV path (gate_up one pair a program) against the dot path (gate_up as
+tensor-core dots over each expert's pairs, kernels/fused_moe.py path="dot"; the down kernel is the same), on
+routings whose tokens share experts as a verify batch's draft tokens do (each token's top-8 drawn from the
+first ``pool`` experts of 384) and on uniform ones. Kimi-K2.5 TP=8 rank shapes (H 7168, I 256 a rank), 16
+routings rotated in one graph, us a call (median of replays), every variant timed twice, alternating. Imports
+the package of its own tree.
+
+    python benchmarks/bench_moe_dot.py --out benchmarks/results/h200/moe_dot.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import triton
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import sglang_eagle3  # noqa: E402
+from benchmarks.bench_kernels import copy_bandwidth, make_moe_weights, moe_case, time_graph  # noqa: E402
+from sglang_eagle3.bench.harness import git_commit  # noqa: E402
+from sglang_eagle3.kernels import tuning  # noqa: E402
+
+# name -> (path, gate_up config or None for the table's)
+VARIANTS = {
+    "gemv (table)": ("gemv", None),
+    "dot (table)": ("dot", None),
+    "dot 32x16 w4 exact": ("dot", {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": True}),
+    "dot 32x16 w4 bf16": ("dot", {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": False}),
+    "dot 32x32 w8 bf16": ("dot", {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 8, "EXACT": False}),
+    "dot 16x16 w4 exact": ("dot", {"BLOCK_N": 16, "BLOCK_W": 16, "num_warps": 4, "EXACT": True}),
+    "dot 16x32 w4 bf16": ("dot", {"BLOCK_N": 16, "BLOCK_W": 32, "num_warps": 4, "EXACT": False}),
+}
+
+
+def parse_config(text: str) -> dict:
+    """'BLOCK_N=32,BLOCK_W=16,num_warps=4,EXACT=1' -> a gate_up config."""
+    cfg = {}
+    for item in text.split(","):
+        key, value = item.split("=")
+        cfg[key] = bool(int(value)) if key == "EXACT" else int(value)
+    return cfg
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--pools", type=int, nargs="+", default=[12, 384])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    ap.add_argument("--config", action="append", default=[],
+                    help="an extra dot variant, e.g. BLOCK_N=32,BLOCK_W=16,num_warps=4,EXACT=1 (repeatable)")
+    args = ap.parse_args()
+    assert torch.cuda.is_available(), "needs a CUDA GPU"
+    variants = {name: VARIANTS[name] for name in args.variants}
+    for text in args.config:
+        variants[f"dot {text}"] = ("dot", parse_config(text))
+    dev = torch.device("cuda")
+    bw = max(copy_bandwidth().values())
+    weights = make_moe_weights(True)
+    rows = []
+    for T in args.tokens:
+        for pool in args.pools:
+            down = tuning.get_config("fused_moe_int4_gemv_down", dev, "tokens", T)
+            cases = {p: moe_case(T, True, weights, path=p, pool=pool) for p in ("gemv", "dot")}
+            _, nbytes, distinct = cases["gemv"]
+            times: dict[str, list[float]] = {v: [] for v in variants}
+            for _ in range(2):
+                for name, (path, gate_up) in variants.items():
+                    config = None if gate_up is None else {"gate_up": gate_up, "down": down}
+                    try:
+                        times[name].append(round(time_graph(cases[path][0](config=config)), 2))
+                    except Exception as exc:  # a config that does not compile or fit is reported, not fatal
+                        print(f"T={T} pool={pool} {name}: {type(exc).__name__}: {exc}"[:300], flush=True)
+                        times[name].append(float("nan"))
+            for name, us in times.items():
+                best = min(us)
+                rows.append({"T": T, "pool": pool, "distinct_experts": round(distinct, 1), "variant": name,
+                             "config": variants[name][1], "us": us,
+                             "frac_of_copy_bw": round(nbytes / (best * 1e-6) / (bw * 1e9), 3)})
+                print(f"T={T:2d} pool={pool:3d} ({distinct:5.1f} experts) {name:40s} "
+                      + " / ".join(f"{u:7.2f}" for u in us) + f" us  {rows[-1]['frac_of_copy_bw']:.1%}", flush=True)
+    result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
+              "package": str(Path(sglang_eagle3.__file__).parent), "gpu": torch.cuda.get_device_name(),
+              "torch": torch.__version__, "triton": triton.__version__, "copy_bw_gbps": round(bw, 1), "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

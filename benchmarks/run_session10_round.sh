@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The tenth session's device calls (each <= 10 min).
+# Part "d1": the INT4 MoE's dot path (gate_up as tensor-core dots over each expert's pairs, kernels/fused_moe.py
+# path="dot"): its GPU tests and the MoE ones; bench_moe_dot.py (GEMV vs dot configs, T = 1..16, tokens drawing
+# their top-8 from 12 or 384 experts); the 61-layer step at 1k (decode, verify of 2, 4, 8) with the dot path for
+# T = 2..16 (SGLANG_EAGLE3_MOE_DOT_MAX=16, the default dot config) and without, alternating twice in one process.
+# Usage on the GPU machine, from the repo root:
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session10_round.sh d1
+source "$(dirname "$0")/gpu_stages.sh"
+collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
+case "${1:?d1}" in
+  d1)
+    TAIL=8 stage d1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "moe"
+    TAIL=100 stage moe_dot "${T_DOT:-200}" python benchmarks/bench_moe_dot.py --out "$OUT/moe_dot.json"
+    TAIL=20 stage step_dot "${T_STEP:-280}" python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --max-tokens 8 --tokens 1 2 4 8 --eager-iters 1 --graph-iters 50 --out "$OUT/step_dot.json" \
+      --env-variants "" "SGLANG_EAGLE3_MOE_DOT_MAX=16" "" "SGLANG_EAGLE3_MOE_DOT_MAX=16"
+    collect
+    ;;
+esac
