@@ -27,15 +27,12 @@ from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels import tuning  # noqa: E402
 
 # name -> (path, gate_up config or None for the table's)
-VARIANTS = {
-    "gemv (table)": ("gemv", None),
-    "dot (table)": ("dot", None),
-    "dot 32x16 w4 exact": ("dot", {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": True}),
-    "dot 32x16 w4 bf16": ("dot", {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": False}),
-    "dot 32x32 w8 bf16": ("dot", {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 8, "EXACT": False}),
-    "dot 16x16 w4 exact": ("dot", {"BLOCK_N": 16, "BLOCK_W": 16, "num_warps": 4, "EXACT": True}),
-    "dot 16x32 w4 bf16": ("dot", {"BLOCK_N": 16, "BLOCK_W": 32, "num_warps": 4, "EXACT": False}),
-}
+VARIANTS = {"gemv (table)": ("gemv", None), "dot (table)": ("dot", None)}
+for _bn, _bw, _w, _exact, _split in ((32, 16, 4, False, 1), (32, 16, 4, True, 4), (32, 16, 4, True, 8),
+                                     (32, 16, 4, False, 4), (32, 16, 4, False, 8), (32, 32, 8, False, 4),
+                                     (16, 32, 4, False, 4), (16, 16, 4, True, 8)):
+    VARIANTS[f"dot {_bn}x{_bw} w{_w} {'exact' if _exact else 'bf16'} split {_split}"] = (
+        "dot", {"BLOCK_N": _bn, "BLOCK_W": _bw, "num_warps": _w, "EXACT": _exact, "SPLIT": _split})
 
 
 def parse_config(text: str) -> dict:
@@ -53,6 +50,10 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--pools", type=int, nargs="+", default=[12, 384])
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    ap.add_argument("--table-out", default=None,
+                    help="write a config table (SGLANG_EAGLE3_CONFIG_TABLE format) whose dot gate_up buckets are the "
+                         "fastest dot variant at each T >= 2 on --table-pool's routing")
+    ap.add_argument("--table-pool", type=int, default=12)
     ap.add_argument("--config", action="append", default=[],
                     help="an extra dot variant, e.g. BLOCK_N=32,BLOCK_W=16,num_warps=4,EXACT=1 (repeatable)")
     args = ap.parse_args()
@@ -90,6 +91,29 @@ def main() -> None:
               "torch": torch.__version__, "triton": triton.__version__, "copy_bw_gbps": round(bw, 1), "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
+    if args.table_out:
+        write_table(Path(args.table_out), rows, variants, args.table_pool, dev)
+
+
+def write_table(path: Path, rows: list[dict], variants: dict, pool: int, dev: torch.device) -> None:
+    """A config table with only the dot gate_up op: per measured T >= 2 (ascending) the dot variant with the
+    lowest best time at ``pool``, the largest T's bucket unbounded."""
+    best: dict[int, tuple[float, dict]] = {}
+    for row in rows:
+        path_, gate_up = variants[row["variant"]]
+        if row["T"] < 2 or row["pool"] != pool or path_ != "dot":
+            continue
+        us = min(row["us"])
+        cfg = gate_up or tuning.get_config("fused_moe_int4_dot_gate_up", dev, "tokens", row["T"])
+        if us == us and (row["T"] not in best or us < best[row["T"]][0]):  # (NaN: the variant failed)
+            best[row["T"]] = (us, cfg)
+    Ts = sorted(best)
+    buckets = [({"max_tokens": T} if T != Ts[-1] else {}) | best[T][1] for T in Ts]
+    arch, sms, _ = tuning.device_key(dev.index or 0)
+    table = {"arch": arch, "sm_counts": [sms], "measured": True,
+             "source": f"bench_moe_dot.py --table-out (pool {pool})", "ops": {"fused_moe_int4_dot_gate_up": buckets}}
+    path.write_text(json.dumps(table, indent=1))
+    print(f"wrote {path}: {json.dumps(buckets)}", flush=True)
 
 
 if __name__ == "__main__":

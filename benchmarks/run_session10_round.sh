@@ -4,11 +4,16 @@
 # path="dot"): its GPU tests and the MoE ones; bench_moe_dot.py (GEMV vs dot configs, T = 1..16, tokens drawing
 # their top-8 from 12 or 384 experts); the 61-layer step at 1k (decode, verify of 2, 4, 8) with the dot path for
 # T = 2..16 (SGLANG_EAGLE3_MOE_DOT_MAX=16, the default dot config) and without, alternating twice in one process.
+# (d1 at e468f72: the dot path 2-6x slower than the GEMV at every T: 64-128 programs a call, each latency-bound.)
+# Part "d2": the dot path split over H (SPLIT programs a (pair, I block), the last to arrive adds the partials):
+# the dot path's GPU tests (fixed bounds); bench_moe_dot.py with split variants, writing a table of the fastest
+# dot config per T (pool 12); the step at 1k (verify of 2, 4, 8) with the dot path at that table's configs and
+# without, alternating twice.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session10_round.sh d1
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
-case "${1:?d1}" in
+case "${1:?d1 | d2}" in
   d1)
     TAIL=8 stage d1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe"
@@ -16,6 +21,17 @@ case "${1:?d1}" in
     TAIL=20 stage step_dot "${T_STEP:-280}" python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
       --max-tokens 8 --tokens 1 2 4 8 --eager-iters 1 --graph-iters 50 --out "$OUT/step_dot.json" \
       --env-variants "" "SGLANG_EAGLE3_MOE_DOT_MAX=16" "" "SGLANG_EAGLE3_MOE_DOT_MAX=16"
+    collect
+    ;;
+  d2)
+    TAIL=8 stage d2_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "dot_path"
+    TAIL=110 stage moe_dot "${T_DOT:-240}" python benchmarks/bench_moe_dot.py --out "$OUT/moe_dot_split.json" \
+      --table-out "$OUT/dot_table.json"
+    TAIL=20 stage step_dot "${T_STEP:-250}" python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --max-tokens 8 --tokens 2 4 8 --eager-iters 1 --graph-iters 50 --out "$OUT/step_dot_split.json" \
+      --env-variants "" "SGLANG_EAGLE3_MOE_DOT_MAX=16 SGLANG_EAGLE3_CONFIG_TABLE=$OUT/dot_table.json" "" \
+      "SGLANG_EAGLE3_MOE_DOT_MAX=16 SGLANG_EAGLE3_CONFIG_TABLE=$OUT/dot_table.json"
     collect
     ;;
 esac

@@ -26,6 +26,7 @@ import torch
 import triton
 
 from sglang_eagle3.kernels import tuning
+from sglang_eagle3.kernels.gemv import split_counters
 from sglang_eagle3.kernels.quant import PACK_FACTOR
 from sglang_eagle3.kernels.triton.fused_moe import (
     moe_align_kernel,
@@ -245,13 +246,23 @@ def _launch_int4_dot(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int
     # tl.dot wants every dimension >= 16; a block of rows covers the tokens that can share an expert (a token
     # takes an expert at most once), more rows than that loop.
     block_m = gate_up_cfg.get("BLOCK_M", max(16, min(64, triton.next_power_of_2(T))))
-    moe_int4_dot_gate_up_kernel[(TK, triton.cdiv(I, bn))](
-        x, w13, s13, topk_ids, act,
+    # Split-K over H: each split a whole number of BLOCK_W chunks; partials and counters only when split.
+    split = max(1, min(gate_up_cfg.get("SPLIT", 1), triton.cdiv(h_words, bw)))
+    split_words = triton.cdiv(triton.cdiv(h_words, split), bw) * bw
+    split = triton.cdiv(h_words, split_words)
+    nb = triton.cdiv(I, bn)
+    if split > 1:
+        part = torch.empty(split, TK, 2 * I, dtype=torch.float32, device=x.device)
+        count = split_counters(x.device, TK * nb, owner="moe")
+    else:
+        part = count = act  # never read
+    moe_int4_dot_gate_up_kernel[(TK, nb, split)](
+        x, w13, s13, topk_ids, act, part, count,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-        TK, I, h_words, MAGIC_BITS,
+        TK, I, h_words, split_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words, BLOCK_M=block_m,
-        BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0, EXACT=gate_up_cfg.get("EXACT", True),
-        INTERPRET=interpret,
+        BLOCK_N=bn, BLOCK_W=bw, SPLIT=split, EVEN=I % bn == 0 and h_words % split_words == 0,
+        EXACT=gate_up_cfg.get("EXACT", True), INTERPRET=interpret,
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )

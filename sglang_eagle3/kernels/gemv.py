@@ -48,17 +48,18 @@ NORM_POST_LIMITS = {"max_block_k": 64, "max_stages": 8}
 # zeroed buffer per device; it is scratch, not state, and is allocated outside graph capture by the eager
 # warm-up that precedes every capture. A buffer is never freed: captured graphs keep its address, so one
 # outgrown by a larger call stays alive (16K counters cover every Kimi/DeepSeek shape: it does not grow there).
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
+# Each family of kernels (``owner``) has a buffer of its own: kernels on the side stream may run beside others.
+_COUNTERS: dict[tuple[torch.device, str], torch.Tensor] = {}
 _OUTGROWN: list[torch.Tensor] = []
 
 
-def _counters(device: torch.device, n: int) -> torch.Tensor:
-    buf = _COUNTERS.get(device)
+def split_counters(device: torch.device, n: int, owner: str = "gemv") -> torch.Tensor:
+    buf = _COUNTERS.get((device, owner))
     if buf is None or buf.numel() < n:
         if buf is not None:
             _OUTGROWN.append(buf)
         buf = torch.zeros(max(n, 1 << 14), dtype=torch.int32, device=device)
-        _COUNTERS[device] = buf
+        _COUNTERS[(device, owner)] = buf
     return buf
 
 
@@ -122,7 +123,7 @@ def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, devic
         return k_per_split, split, m_pad, None, None
     sums = B * blocks * split * m_pad if row_sums else 0
     part = torch.empty(B * split * 2 * m_pad * cols + sums, dtype=torch.float32, device=device)
-    return k_per_split, split, m_pad, part, _counters(device, B * blocks)
+    return k_per_split, split, m_pad, part, split_counters(device, B * blocks)
 
 
 def _routing_outputs(route: Routing, T: int, E: int, logits: torch.Tensor) -> tuple[tuple, dict]:
@@ -281,7 +282,7 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
     blocks = nb1 + triton.cdiv(N2, bn)
     k_per_split, split, m_pad, part, count = _split_plan(K, T, N1 + N2, 1, blocks, cfg, x.device, row_sums=norm)
     if route is not None:
-        count = _counters(x.device, blocks + 1)  # the tail's arrival counter follows the split-K counters
+        count = split_counters(x.device, blocks + 1)  # the tail's arrival counter follows the split-K counters
     if part is None:
         part = y2
     if count is None:

@@ -212,8 +212,8 @@ def test_fused_moe_int4_gemv_vs_tile(int4_weights, T, skew):
 
 
 DOT_CONFIGS = [None, {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": True},
-               {"BLOCK_N": 16, "BLOCK_W": 32, "num_warps": 4, "EXACT": False},
-               {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 8, "EXACT": True}]
+               {"BLOCK_N": 16, "BLOCK_W": 32, "num_warps": 4, "EXACT": False, "SPLIT": 3},
+               {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 8, "EXACT": True, "SPLIT": 8}]
 
 
 @pytest.mark.parametrize("cfg", range(len(DOT_CONFIGS)))
@@ -221,8 +221,9 @@ DOT_CONFIGS = [None, {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": Tru
 def test_fused_moe_int4_dot_path(int4_weights, T, skew, cfg):
     """The dot path (gate_up as tensor-core dots over each expert's pairs) against the reference and the GEMV
     path, the shared experts' output added in the final store; skewed routings put up to T pairs on one expert
-    (more than a 16-row block at T=24 with BLOCK_M 16: the block loop). EXACT configs form the products the
-    GEMV path forms (exact fp32 weights, TF32 dots), so they differ from it only in fp32 summation order."""
+    (more than a 16-row block at T=24 with BLOCK_M 16: the block loop), split-K over H (3: a short last split).
+    EXACT configs form the products the GEMV path forms (exact fp32 weights, TF32 dots), so they differ from
+    it only in fp32 summation order: at most a bf16 rounding apart (2^-8 of the largest output, twice)."""
     from sglang_eagle3.kernels import tuning
     from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
 
@@ -238,20 +239,23 @@ def test_fused_moe_int4_dot_path(int4_weights, T, skew, cfg):
     ref = _ref_int4_chunked(x, p13, s13, p2, s2, topk_w, ids, shared)
     assert rel_err(dot, ref) < 1e-2, f"dot rel err {rel_err(dot, ref)} ({T=} {skew=} {gate_up=})"
     apart = ((dot.float() - gemv.float()).abs().max() / gemv.float().abs().max()).item()
-    bound = 2e-3 if gate_up.get("EXACT", True) else 2e-2
+    bound = 8e-3 if gate_up.get("EXACT", True) else 2e-2
     assert apart <= bound, f"dot vs GEMV {apart} of the outputs' scale apart ({T=} {skew=} {gate_up=})"
 
 
+@pytest.mark.parametrize("split", [1, 2])
 @pytest.mark.parametrize("exact", [True, False])
 @pytest.mark.parametrize("T", [3, 8, 20])
-def test_fused_moe_int4_dot_path_exact(T, exact):
+def test_fused_moe_int4_dot_path_exact(T, exact, split):
     """The dot path bit for bit against a float64 re-implementation on inputs whose sums are exact in any order
-    (kernel_checks.check_fused_moe_int4_gemv_exact): a slip in nibble order, scales or row gathering shows."""
+    (kernel_checks.check_fused_moe_int4_gemv_exact): a slip in nibble order, scales, row gathering or the
+    split-K reduction shows."""
     from kernel_checks import check_fused_moe_int4_gemv_exact
 
-    cfg = {"gate_up": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": exact},
+    cfg = {"gate_up": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": exact,
+                       "SPLIT": split},
            "down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False}}
-    check_fused_moe_int4_gemv_exact(T, 24, 512, 256, 8, device="cuda", seed=70 + T, skew=True,
+    check_fused_moe_int4_gemv_exact(T, 24, 256, 32, 4, device="cuda", seed=70 + T, skew=True,
                                     dtype=torch.bfloat16, config=cfg, path="dot")
 
 

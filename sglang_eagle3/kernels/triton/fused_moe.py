@@ -17,6 +17,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from sglang_eagle3.kernels.triton.sync import last_arrival
+
 
 @triton.jit
 def _expert_group(ids_ptr, pair, TK, TK_PAD: tl.constexpr):
@@ -637,55 +639,81 @@ def _scaled_int4_tile(packed, scale, magic, GROUP_WORDS: tl.constexpr, EXACT: tl
 
 
 @triton.jit
+def _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """act[pair, n] = silu(gate) * up from acc [2 * BLOCK_N, BLOCK_M] (gate rows, then up rows; a column a pair),
+    nibble-major and pre-scaled as moe_int4_gemv_gate_up_kernel stores it."""
+    g, u = tl.split(tl.permute(tl.reshape(acc, [2, BLOCK_N, BLOCK_M]), [2, 1, 0]))  # [BLOCK_M, BLOCK_N] each
+    j = n_offs % 8
+    tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + (j * (I // 8) + n_offs // 8)[None, :],
+             g * tl.sigmoid(g) * u * _nibble_scale(j)[None, :], mask=row_ok[:, None] & (n_offs < I)[None, :])
+
+
+@triton.jit
 def moe_int4_dot_gate_up_kernel(
-    x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
+    x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr, part_ptr, count_ptr,
     stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
-    TK, I, H_WORDS, magic,
+    TK, I, H_WORDS, SPLIT_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, EXACT: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, SPLIT: tl.constexpr, EVEN: tl.constexpr, EXACT: tl.constexpr,
     INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows (and the matching up rows)
-    of one expert and every pair routed to it, computed by the program of the expert's first pair (the others
+    of one expert and every pair routed to it, computed by the programs of the expert's first pair (the others
     exit), BLOCK_M pairs a dot. act layout as moe_int4_gemv_gate_up_kernel stores it (nibble-major, pre-scaled).
-    A pair's numbers depend on which rows share its dot only through the tensor cores' fp32 sums."""
+    Grid (pairs, I blocks, SPLIT): with SPLIT > 1 each program takes SPLIT_WORDS words of H (a multiple of
+    BLOCK_W) and stores its fp32 partial dots to part [SPLIT, TK, 2I]; the last to arrive at the (pair, I block)
+    counter (count_ptr, zero between calls, see sync.py) adds them in split order and stores act. A pair's
+    numbers depend on which rows share its dot only through the tensor cores' fp32 sums."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
     pair = tl.program_id(0)
     nb = tl.program_id(1)
+    split = tl.program_id(2)
     leader, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
     if leader:
         r = tl.arange(0, 2 * BLOCK_N)  # tile row r: gate row n (r < BLOCK_N) or up row n, n = nb * BLOCK_N + r % BLOCK_N
         n_r = nb * BLOCK_N + r % BLOCK_N
         n_ok_r = n_r < I
-        w_row = (n_r + (r // BLOCK_N) * I).to(tl.int64)
+        w_row = n_r + (r // BLOCK_N) * I  # the row of w13, and the column of part
         e = expert.to(tl.int64)
-        rows = w13_ptr + e * stride_we + w_row[:, None] * stride_wn
-        scales = s13_ptr + e * stride_se + w_row[:, None] * stride_sn
+        rows = w13_ptr + e * stride_we + w_row.to(tl.int64)[:, None] * stride_wn
+        scales = s13_ptr + e * stride_se + w_row.to(tl.int64)[:, None] * stride_sn
         w_idx = tl.arange(0, BLOCK_W)
         g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
         k_idx = tl.arange(0, 8 * BLOCK_W)
         x_scale = _nibble_scale(k_idx % 8)[None, :]  # meets _dequant_nibble's 16^p (exact)
         n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
-        j = n_offs % 8
+        lo = split * SPLIT_WORDS
+        hi = tl.minimum(lo + SPLIT_WORDS, H_WORDS)  # loads clamp (EVEN) or mask (else) at the split's end
         for r0 in range(0, count, BLOCK_M):
             pairs, row_ok = _expert_rows(ids_ptr, expert, TK, r0, BLOCK_M, TK_PAD)
             x_rows = x_ptr + (pairs // TOP_K).to(tl.int64)[:, None] * stride_xt
-            acc = tl.zeros([2 * BLOCK_N, BLOCK_M], dtype=tl.float32)  # weights as the dot's M (A in registers)
-            pk, sc = _load_int4_chunk(rows, scales, n_ok_r, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-            xs = _load_x_rows(x_rows, row_ok, 0, k_idx, H_WORDS, EVEN)
-            for w0 in range(0, H_WORDS, BLOCK_W):
-                pk_next, sc_next = _load_int4_chunk(rows, scales, n_ok_r, w0 + BLOCK_W, w_idx, g_idx, H_WORDS,
+            acc = tl.zeros([2 * BLOCK_N, BLOCK_M], dtype=tl.float32)  # weights as the dot's M
+            pk, sc = _load_int4_chunk(rows, scales, n_ok_r, lo, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
+            xs = _load_x_rows(x_rows, row_ok, lo, k_idx, hi, EVEN)
+            for w0 in range(lo, hi, BLOCK_W):
+                pk_next, sc_next = _load_int4_chunk(rows, scales, n_ok_r, w0 + BLOCK_W, w_idx, g_idx, hi,
                                                     GROUP_WORDS, EVEN)
-                xs_next = _load_x_rows(x_rows, row_ok, w0 + BLOCK_W, k_idx, H_WORDS, EVEN)
+                xs_next = _load_x_rows(x_rows, row_ok, w0 + BLOCK_W, k_idx, hi, EVEN)
                 wt = _scaled_int4_tile(pk, sc, magic, GROUP_WORDS, EXACT)
                 a = xs.to(tl.float32) * x_scale
                 if not EXACT:
                     a = a.to(tl.bfloat16)
                 acc += _dot_nt(wt, a, INTERPRET, "tf32")
                 pk, sc, xs = pk_next, sc_next, xs_next
-            g, u = tl.split(tl.permute(tl.reshape(acc, [2, BLOCK_N, BLOCK_M]), [2, 1, 0]))  # [BLOCK_M, BLOCK_N]
-            tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + (j * (I // 8) + n_offs // 8)[None, :],
-                     g * tl.sigmoid(g) * u * _nibble_scale(j)[None, :],
-                     mask=row_ok[:, None] & (n_offs < I)[None, :])
+            if SPLIT == 1:
+                _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M)
+            else:
+                tl.store(part_ptr + (split * TK + pairs).to(tl.int64)[None, :] * (2 * I) + w_row[:, None], acc,
+                         mask=n_ok_r[:, None] & row_ok[None, :])
+        if SPLIT > 1:
+            if last_arrival(count_ptr + pair * tl.num_programs(1) + nb, SPLIT, INTERPRET):
+                for r0 in range(0, count, BLOCK_M):
+                    pairs, row_ok = _expert_rows(ids_ptr, expert, TK, r0, BLOCK_M, TK_PAD)
+                    offs = pairs.to(tl.int64)[None, :] * (2 * I) + w_row[:, None]
+                    ok = n_ok_r[:, None] & row_ok[None, :]
+                    acc = tl.load(part_ptr + offs, mask=ok, other=0.0, cache_modifier=".cg")
+                    for s in range(1, SPLIT):  # in split order: the same sums whichever program arrives last
+                        acc += tl.load(part_ptr + s * TK * 2 * I + offs, mask=ok, other=0.0, cache_modifier=".cg")
+                    _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M)
