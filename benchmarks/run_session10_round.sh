@@ -9,11 +9,15 @@
 # the dot path's GPU tests (fixed bounds); bench_moe_dot.py with split variants, writing a table of the fastest
 # dot config per T (pool 12); the step at 1k (verify of 2, 4, 8) with the dot path at that table's configs and
 # without, alternating twice.
+# (d2 at a6edb4c: split 4-8 brings the bf16 dot path to 33 / 43 / 61 / 85 us at T = 2 / 4 / 8 / 16 on 12 experts,
+# against the GEMV's 22 / 39 / 68 / 132; on uniform routing it loses at every T.)
+# Part "d3": the dot path with 2 or 3 chunks in flight a program (PREFETCH): the dot path's tests, then
+# bench_moe_dot.py (T = 2..16) and the step at 1k with the best table, as d2.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session10_round.sh d1
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
-case "${1:?d1 | d2}" in
+case "${1:?d1 | d2 | d3}" in
   d1)
     TAIL=8 stage d1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe"
@@ -23,13 +27,13 @@ case "${1:?d1 | d2}" in
       --env-variants "" "SGLANG_EAGLE3_MOE_DOT_MAX=16" "" "SGLANG_EAGLE3_MOE_DOT_MAX=16"
     collect
     ;;
-  d2)
-    TAIL=8 stage d2_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+  d2|d3)
+    TAIL=8 stage "$1_tests" "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "dot_path"
-    TAIL=110 stage moe_dot "${T_DOT:-240}" python benchmarks/bench_moe_dot.py --out "$OUT/moe_dot_split.json" \
+    TAIL=110 stage moe_dot "${T_DOT:-240}" python benchmarks/bench_moe_dot.py --out "$OUT/moe_dot_$1.json" --tokens 2 4 8 16 \
       --table-out "$OUT/dot_table.json"
     TAIL=20 stage step_dot "${T_STEP:-250}" python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
-      --max-tokens 8 --tokens 2 4 8 --eager-iters 1 --graph-iters 50 --out "$OUT/step_dot_split.json" \
+      --max-tokens 8 --tokens 2 4 8 --eager-iters 1 --graph-iters 50 --out "$OUT/step_dot_$1.json" \
       --env-variants "" "SGLANG_EAGLE3_MOE_DOT_MAX=16 SGLANG_EAGLE3_CONFIG_TABLE=$OUT/dot_table.json" "" \
       "SGLANG_EAGLE3_MOE_DOT_MAX=16 SGLANG_EAGLE3_CONFIG_TABLE=$OUT/dot_table.json"
     collect

@@ -655,7 +655,7 @@ def moe_int4_dot_gate_up_kernel(
     TK, I, H_WORDS, SPLIT_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, SPLIT: tl.constexpr, EVEN: tl.constexpr, EXACT: tl.constexpr,
-    INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
+    INTERPRET: tl.constexpr, PDL: tl.constexpr = False, PREFETCH: tl.constexpr = 1,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows (and the matching up rows)
     of one expert and every pair routed to it, computed by the programs of the expert's first pair (the others
@@ -690,18 +690,37 @@ def moe_int4_dot_gate_up_kernel(
             pairs, row_ok = _expert_rows(ids_ptr, expert, TK, r0, BLOCK_M, TK_PAD)
             x_rows = x_ptr + (pairs // TOP_K).to(tl.int64)[:, None] * stride_xt
             acc = tl.zeros([2 * BLOCK_N, BLOCK_M], dtype=tl.float32)  # weights as the dot's M
-            pk, sc = _load_int4_chunk(rows, scales, n_ok_r, lo, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
-            xs = _load_x_rows(x_rows, row_ok, lo, k_idx, hi, EVEN)
+            # PREFETCH chunks in flight: chunk i is used while chunks i+1 .. i+PREFETCH-1 and the one loaded at the
+            # top of the iteration are on their way (unused slots are loop-invariant and folded away).
+            pk0, sc0 = _load_int4_chunk(rows, scales, n_ok_r, lo, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
+            xs0 = _load_x_rows(x_rows, row_ok, lo, k_idx, hi, EVEN)
+            pk1, sc1, xs1 = pk0, sc0, xs0
+            pk2, sc2, xs2 = pk0, sc0, xs0
+            if PREFETCH >= 2:
+                pk1, sc1 = _load_int4_chunk(rows, scales, n_ok_r, lo + BLOCK_W, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
+                xs1 = _load_x_rows(x_rows, row_ok, lo + BLOCK_W, k_idx, hi, EVEN)
+            if PREFETCH >= 3:
+                pk2, sc2 = _load_int4_chunk(rows, scales, n_ok_r, lo + 2 * BLOCK_W, w_idx, g_idx, hi, GROUP_WORDS,
+                                            EVEN)
+                xs2 = _load_x_rows(x_rows, row_ok, lo + 2 * BLOCK_W, k_idx, hi, EVEN)
             for w0 in range(lo, hi, BLOCK_W):
-                pk_next, sc_next = _load_int4_chunk(rows, scales, n_ok_r, w0 + BLOCK_W, w_idx, g_idx, hi,
-                                                    GROUP_WORDS, EVEN)
-                xs_next = _load_x_rows(x_rows, row_ok, w0 + BLOCK_W, k_idx, hi, EVEN)
-                wt = _scaled_int4_tile(pk, sc, magic, GROUP_WORDS, EXACT)
-                a = xs.to(tl.float32) * x_scale
+                nxt = w0 + PREFETCH * BLOCK_W
+                pkn, scn = _load_int4_chunk(rows, scales, n_ok_r, nxt, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
+                xsn = _load_x_rows(x_rows, row_ok, nxt, k_idx, hi, EVEN)
+                wt = _scaled_int4_tile(pk0, sc0, magic, GROUP_WORDS, EXACT)
+                a = xs0.to(tl.float32) * x_scale
                 if not EXACT:
                     a = a.to(tl.bfloat16)
                 acc += _dot_nt(wt, a, INTERPRET, "tf32")
-                pk, sc, xs = pk_next, sc_next, xs_next
+                if PREFETCH == 1:
+                    pk0, sc0, xs0 = pkn, scn, xsn
+                elif PREFETCH == 2:
+                    pk0, sc0, xs0 = pk1, sc1, xs1
+                    pk1, sc1, xs1 = pkn, scn, xsn
+                else:
+                    pk0, sc0, xs0 = pk1, sc1, xs1
+                    pk1, sc1, xs1 = pk2, sc2, xs2
+                    pk2, sc2, xs2 = pkn, scn, xsn
             if SPLIT == 1:
                 _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M)
             else:
