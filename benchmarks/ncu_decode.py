@@ -1,13 +1,13 @@
 """Driver for Nsight Compute (ncu) on the decode kernels of one Kimi-K2.5 TP=8 rank at T=1: the GEMVs q_a + kv_a
 (split-K over K = 7168), q_b (with the q_a norm) and o_proj, a read-only kernel of q_a + kv_a's bytes, MLA at
 1k and 8k context (split + merge), the INT4 MoE (gate_up, down; moe_verify: T=4 and 8 with tokens sharing
-experts), the routing, each launched a few times on
+experts; moe_dot: the dot path's gate_up), the routing, each launched a few times on
 fresh data (past the L2). ncu serialises kernels, so PDL overlap is absent here: this is for the hardware
 counters of one launch (DRAM throughput, stall reasons, occupancy), not for timing the chain.
 
     ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
         --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats -s 8 \
-        python benchmarks/ncu_decode.py [gemv mla moe moe_verify topk]
+        python benchmarks/ncu_decode.py [gemv mla moe moe_verify moe_dot topk]
 """
 
 from __future__ import annotations
@@ -68,6 +68,14 @@ def main() -> None:
         for T in (4, 8):
             calls, *_ = moe_case(T, True, weights, path="gemv", pool=12)
             for c in calls()[:2]:
+                c()
+    if "moe_dot" in parts:  # the dot path (bf16 weights, split 4) at T=1 and at T=4 on 12 shared experts
+        weights = make_moe_weights(True)
+        config = {"gate_up": {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": False, "SPLIT": 4},
+                  "down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False}}
+        for T, pool in ((1, 384), (4, 12)):
+            calls, *_ = moe_case(T, True, weights, path="dot", pool=pool)
+            for c in calls(config=config)[:2]:
                 c()
     if "topk" in parts:
         calls, *_ = topk_case(1)

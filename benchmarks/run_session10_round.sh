@@ -13,11 +13,15 @@
 # against the GEMV's 22 / 39 / 68 / 132; on uniform routing it loses at every T.)
 # Part "d3": the dot path with 2 or 3 chunks in flight a program (PREFETCH): the dot path's tests, then
 # bench_moe_dot.py (T = 2..16) and the step at 1k with the best table, as d2.
+# (d3 at b70f15e: 2-3 chunks in flight do not help; in the step the dot path is 15% / 9% slower at T=2 / 4 and
+# 4% faster at T=8, one request's tokens sharing ~12 experts.)
+# Part "d4": Nsight Compute on the dot path's gate_up (T=1, and T=4 on 12 shared experts: stall reasons), then the
+# whole single-GPU suite.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session10_round.sh d1
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
-case "${1:?d1 | d2 | d3}" in
+case "${1:?d1 | d2 | d3 | d4}" in
   d1)
     TAIL=8 stage d1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe"
@@ -36,6 +40,16 @@ case "${1:?d1 | d2 | d3}" in
       --max-tokens 8 --tokens 2 4 8 --eager-iters 1 --graph-iters 50 --out "$OUT/step_dot_$1.json" \
       --env-variants "" "SGLANG_EAGLE3_MOE_DOT_MAX=16 SGLANG_EAGLE3_CONFIG_TABLE=$OUT/dot_table.json" "" \
       "SGLANG_EAGLE3_MOE_DOT_MAX=16 SGLANG_EAGLE3_CONFIG_TABLE=$OUT/dot_table.json"
+    collect
+    ;;
+  d4)
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    STALLS=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio
+    TAIL=4 stage ncu_dot "${T_NCU:-200}" "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section SchedulerStats --metrics "$STALLS" \
+      -k regex:"moe_int4_(dot|gemv)" -c 6 python benchmarks/ncu_decode.py moe_dot moe_verify
+    TAIL=15 stage gpu_suite "${T_SUITE:-420}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
     collect
     ;;
 esac
