@@ -28,11 +28,10 @@ from sglang_eagle3.kernels import tuning  # noqa: E402
 
 # name -> (path, gate_up config or None for the table's)
 VARIANTS = {"gemv (table)": ("gemv", None), "dot (table)": ("dot", None)}
-for _bn, _bw, _w, _exact, _split, _pf in ((32, 16, 4, False, 4, 1), (32, 16, 4, False, 4, 2), (32, 16, 4, False, 4, 3),
-                                          (32, 16, 4, False, 8, 2), (32, 16, 4, False, 2, 2), (32, 16, 4, False, 2, 3),
-                                          (32, 16, 4, True, 4, 2)):
-    VARIANTS[f"dot {_bn}x{_bw} w{_w} {'exact' if _exact else 'bf16'} split {_split} prefetch {_pf}"] = (
-        "dot", {"BLOCK_N": _bn, "BLOCK_W": _bw, "num_warps": _w, "EXACT": _exact, "SPLIT": _split, "PREFETCH": _pf})
+for _bn, _bw, _w, _exact, _split in ((32, 16, 4, False, 1), (32, 16, 4, False, 2), (32, 16, 4, False, 4),
+                                     (32, 16, 4, False, 8), (32, 16, 4, True, 4), (16, 32, 4, False, 4)):
+    VARIANTS[f"dot {_bn}x{_bw} w{_w} {'exact' if _exact else 'bf16'} split {_split}"] = (
+        "dot", {"BLOCK_N": _bn, "BLOCK_W": _bw, "num_warps": _w, "EXACT": _exact, "SPLIT": _split})
 
 
 def parse_config(text: str) -> dict:

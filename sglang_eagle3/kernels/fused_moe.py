@@ -262,7 +262,7 @@ def _launch_int4_dot(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int
         TK, I, h_words, split_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words, BLOCK_M=block_m,
         BLOCK_N=bn, BLOCK_W=bw, SPLIT=split, EVEN=I % bn == 0 and h_words % split_words == 0,
-        EXACT=gate_up_cfg.get("EXACT", True), INTERPRET=interpret, PREFETCH=gate_up_cfg.get("PREFETCH", 1),
+        EXACT=gate_up_cfg.get("EXACT", True), INTERPRET=interpret,
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )

@@ -48,9 +48,10 @@ DEFAULTS: dict[str, dict] = {
     # [8 x BLOCK_N, 32-word] tile; on the H200 it pays at T <= 2 only, see configs/sm_90.json).
     "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4},
     "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False},
-    # INT4 dot path (verify batches): gate_up as tl.dot over an expert's pairs, BLOCK_N gate + BLOCK_N up rows a
-    # program, BLOCK_W words a row a step; EXACT: fp32 weights and TF32 dots (exact products), else bf16.
-    "fused_moe_int4_dot_gate_up": {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": True},
+    # INT4 dot path (verify batches, off unless SGLANG_EAGLE3_MOE_DOT_MAX): gate_up as tl.dot over an expert's
+    # pairs, BLOCK_N gate + BLOCK_N up rows a program, BLOCK_W words a row a step, H split over SPLIT programs;
+    # EXACT: fp32 weights and TF32 dots (exact products; 1.5-1.8x slower on the H200), else bf16 weights.
+    "fused_moe_int4_dot_gate_up": {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": False, "SPLIT": 4},
 }
 
 # Autotune search spaces for GPUs without a table (kept small: each candidate compiles).
@@ -80,8 +81,8 @@ CANDIDATES["fused_moe_int4_gemv_down"] = [
     if not pre or bn // w <= 8  # PRELOAD holds 8 slots x BLOCK_N rows x 32 words: <= 64 words a thread
 ]
 CANDIDATES["fused_moe_int4_dot_gate_up"] = [
-    {"BLOCK_N": bn, "BLOCK_W": bw, "num_warps": w, "EXACT": True}
-    for bn, bw, w in ((8, 32, 4), (16, 16, 4), (16, 32, 4), (16, 32, 8), (32, 16, 4), (32, 32, 8))
+    {"BLOCK_N": bn, "BLOCK_W": bw, "num_warps": w, "EXACT": False, "SPLIT": split}
+    for bn, bw, w, split in ((32, 16, 4, 2), (32, 16, 4, 4), (32, 16, 4, 8), (16, 32, 4, 4), (32, 32, 8, 4))
 ]
 CANDIDATES["fused_moe_down"] = [{k: v for k, v in c.items() if k != "BLOCK_M"} for c in CANDIDATES["fused_moe_gate_up"]
                                  if c["BLOCK_M"] == 16]

@@ -145,6 +145,27 @@ def check_gemv(arch: int) -> dict:
     return out
 
 
+def check_dot_gate_up(arch: int) -> dict:
+    """The INT4 dot path's gate_up (tl.dot over an expert's pairs) at the tuning candidates (the table's first),
+    split and not, both mask modes: no spills to local memory."""
+    sig = {k: v for k, v in GATE_UP_SIG.items() if k != "PER_PAIR"}
+    sig.update(part_ptr="*fp32", count_ptr="*i32", SPLIT_WORDS="i32", BLOCK_M="i32", SPLIT="i32", EXACT="i32",
+               INTERPRET="i32", PDL="i32")
+    out = {}
+    cands = [tuning.DEFAULTS["fused_moe_int4_dot_gate_up"]] + tuning.CANDIDATES["fused_moe_int4_dot_gate_up"]
+    for cfg in cands + [{**cands[0], "EXACT": True}, {**cands[0], "SPLIT": 1}]:
+        for even in (True, False):
+            consts = dict(TOP_K=8, TK_PAD=32, GROUP_WORDS=4, BLOCK_M=16, BLOCK_N=cfg["BLOCK_N"],
+                          BLOCK_W=cfg["BLOCK_W"], SPLIT=cfg["SPLIT"], EVEN=even, EXACT=cfg["EXACT"],
+                          INTERPRET=False, PDL=True)
+            _, res = compile_sass(fm.moe_int4_dot_gate_up_kernel, sig, consts,
+                                  GATE_UP_ALIGNED + ["part_ptr", "count_ptr"], arch, cfg["num_warps"])
+            _no_local(res, f"dot gate_up {cfg} {even=}")
+            out[f"{cfg['BLOCK_N']}x{cfg['BLOCK_W']}_w{cfg['num_warps']}_s{cfg['SPLIT']}_exact{int(cfg['EXACT'])}"
+                f"_even{int(even)}"] = res
+    return out
+
+
 MAX_TILE_INSTR_PER_WEIGHT = 12.0  # INT4 tile gate_up inner loop, SASS per weight and thread (7.6-9.5 as built)
 
 
@@ -461,7 +482,8 @@ def check_moe_topk(arch: int) -> dict:
 
 CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
          for arch in (90, 120)
-         for name, fn in (("gemv", check_gemv), ("dense_gemv", check_dense_gemv), ("tile_path", check_tile_path),
+         for name, fn in (("gemv", check_gemv), ("dot_gate_up", check_dot_gate_up), ("dense_gemv", check_dense_gemv),
+                          ("tile_path", check_tile_path),
                           ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("mla", check_mla),
                           ("mla_dot_precision", check_mla_dot_precision),
                           ("prefetch", check_prefetch), ("moe_topk", check_moe_topk))}

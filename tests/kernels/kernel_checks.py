@@ -600,6 +600,9 @@ GEMV_SMALL = {"gate_up": {"BLOCK_N": 4, "BLOCK_W": 8, "num_warps": 1},
 # gate_up chunks of 16 words (H=160: one full chunk, then a partial one), in fewer programs than GEMV_SMALL.
 GEMV_MID = {"gate_up": {"BLOCK_N": 16, "BLOCK_W": 16, "num_warps": 1}, "down": GEMV_SMALL["down"]}
 GEMV_DOWN_MASKED = {"BLOCK_N": 64, "BLOCK_W": 4, "num_warps": 2, "PRELOAD": True}
+# The dot path's gate_up at small tiles (16 rows of gate and of up, 8-word chunks), exact weights, 3 splits.
+DOT_SMALL = {"gate_up": {"BLOCK_N": 16, "BLOCK_W": 8, "num_warps": 4, "EXACT": True, "SPLIT": 3},
+             "down": GEMV_SMALL["down"]}
 
 # Small irregular shapes for the interpreter: name -> thunk.
 GEMV_SPLIT = {"BLOCK_N": 16, "BLOCK_K": 32, "SPLIT": 4, "num_warps": 4}
@@ -689,6 +692,17 @@ CASES = {
         4, 20, 96, 32, 8, seed=51, skew=True,
         config={"gate_up": GEMV_MID["gate_up"], "down": {**GEMV_DOWN_MASKED, "PRELOAD": False}}),
     "moe_int4_gemv_t2_bf16_top4_down_preload_vs_slot_loop": lambda: check_moe_down_preload(2, 9, 224, 32, 4, seed=52),
+    # The dot path (gate_up as tl.dot over each expert's pairs, the GEMV down): bit for bit on exact sums, with
+    # tokens sharing experts (more pairs on an expert than a 16-row block at T=20: the block loop), H split
+    # over programs (3 splits of 8, 8 and 4 words: masked; 2 of 16: unmasked), the weights exact (fp32) or bf16.
+    "moe_int4_dot_exact_t6_split3_masked": lambda: check_fused_moe_int4_gemv_exact(
+        6, 8, 160, 32, 3, seed=60, skew=True, path="dot", config=DOT_SMALL),
+    "moe_int4_dot_exact_t20_row_blocks_split2_bf16": lambda: check_fused_moe_int4_gemv_exact(
+        20, 8, 256, 32, 3, seed=61, skew=True, path="dot",
+        config={"gate_up": {**DOT_SMALL["gate_up"], "SPLIT": 2, "BLOCK_M": 16, "EXACT": False},
+                "down": DOT_SMALL["down"]}),
+    "moe_int4_dot_bf16_vs_reference_add": lambda: check_fused_moe(5, 9, 160, 64, 4, int4=True, seed=62, path="dot",
+                                                                  config=DOT_SMALL, with_add=True),
     "latent_to_cache_bf16": lambda: check_latent_to_cache(5, 3, 64, 16, seed=26),
     "latent_to_cache_one_launch_bf16": lambda: check_latent_to_cache(4, 3, 48, 16, seed=39, one_launch=True),
     "latent_to_cache_fp32_into_bf16_cache": lambda: check_latent_to_cache(3, 2, 32, 8, torch.float32,

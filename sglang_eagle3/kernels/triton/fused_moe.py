@@ -578,14 +578,18 @@ def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_p
 # --------------------------------------------------------------------------------------------------
 # The GEMV gate_up decodes an expert's nibbles once per (token, expert) pair: ~4 instructions a weight and pair,
 # which a verify batch pays once for every token that chose the expert. Here the expert's first pair gathers all
-# of its pairs (up to BLOCK_M at a time) as the rows of a tl.dot, so a weight is decoded once per expert and the
-# tensor cores do the per-pair work. The decoded weights are (q - 8) * scale exactly in float32 (a bf16 scale has
-# 8 significant bits and |q - 8| <= 8 three, so the product has at most 11: exact in TF32 as well), and the dot
-# runs in TF32 on float32 operands: every product is the exact one the float32 reference forms, only the
-# order of the float32 sums differs (EXACT=False instead rounds the weights to bf16 and dots in bf16: half the
-# registers, SGLang's dequantised numbers). The loop streams BLOCK_W words of the 2 * BLOCK_N rows (gate rows then
-# the matching up rows: one tile, one dot) a step, the next step's words, scales and x prefetched by hand as in
-# the GEMV gate_up. act is stored as the GEMV gate_up stores it, so the GEMV down kernel reads it unchanged.
+# of its pairs (up to BLOCK_M at a time) as the columns of a tl.dot whose rows are the weights (2 * BLOCK_N of
+# them: BLOCK_N = 32 makes the M = 64 of one Hopper warpgroup MMA), so a weight is decoded once per expert and
+# the tensor cores do the per-pair work. EXACT: the decoded weights are (q - 8) * scale exactly in float32 (a
+# bf16 scale has 8 significant bits and |q - 8| <= 8 three, so the product has at most 11: exact in TF32 as
+# well) and the dot runs in TF32, so every product is the one the float32 reference forms and only the order of
+# the float32 sums differs; else the weights are rounded to bf16 (SGLang's dequantised numbers) and the dot runs
+# in bf16. The loop streams BLOCK_W words of the rows a step, the next step's words, scales and x prefetched by
+# hand as in the GEMV gate_up; SPLIT programs share H (sync.py's last arrival adds their partials). act is
+# stored as the GEMV gate_up stores it, so the GEMV down kernel reads it unchanged.
+# On the H200 (docs/BENCHMARKS.md, tenth session) it pays only where many pairs share each expert: a program
+# decodes to shared memory and waits on the MMA every step, and per expert it runs about half as fast as the
+# GEMV runs per pair; so it is off by default (SGLANG_EAGLE3_MOE_DOT_MAX turns it on).
 
 
 @triton.jit
@@ -655,7 +659,7 @@ def moe_int4_dot_gate_up_kernel(
     TK, I, H_WORDS, SPLIT_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, SPLIT: tl.constexpr, EVEN: tl.constexpr, EXACT: tl.constexpr,
-    INTERPRET: tl.constexpr, PDL: tl.constexpr = False, PREFETCH: tl.constexpr = 1,
+    INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows (and the matching up rows)
     of one expert and every pair routed to it, computed by the programs of the expert's first pair (the others
@@ -690,37 +694,18 @@ def moe_int4_dot_gate_up_kernel(
             pairs, row_ok = _expert_rows(ids_ptr, expert, TK, r0, BLOCK_M, TK_PAD)
             x_rows = x_ptr + (pairs // TOP_K).to(tl.int64)[:, None] * stride_xt
             acc = tl.zeros([2 * BLOCK_N, BLOCK_M], dtype=tl.float32)  # weights as the dot's M
-            # PREFETCH chunks in flight: chunk i is used while chunks i+1 .. i+PREFETCH-1 and the one loaded at the
-            # top of the iteration are on their way (unused slots are loop-invariant and folded away).
-            pk0, sc0 = _load_int4_chunk(rows, scales, n_ok_r, lo, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
-            xs0 = _load_x_rows(x_rows, row_ok, lo, k_idx, hi, EVEN)
-            pk1, sc1, xs1 = pk0, sc0, xs0
-            pk2, sc2, xs2 = pk0, sc0, xs0
-            if PREFETCH >= 2:
-                pk1, sc1 = _load_int4_chunk(rows, scales, n_ok_r, lo + BLOCK_W, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
-                xs1 = _load_x_rows(x_rows, row_ok, lo + BLOCK_W, k_idx, hi, EVEN)
-            if PREFETCH >= 3:
-                pk2, sc2 = _load_int4_chunk(rows, scales, n_ok_r, lo + 2 * BLOCK_W, w_idx, g_idx, hi, GROUP_WORDS,
-                                            EVEN)
-                xs2 = _load_x_rows(x_rows, row_ok, lo + 2 * BLOCK_W, k_idx, hi, EVEN)
-            for w0 in range(lo, hi, BLOCK_W):
-                nxt = w0 + PREFETCH * BLOCK_W
-                pkn, scn = _load_int4_chunk(rows, scales, n_ok_r, nxt, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
-                xsn = _load_x_rows(x_rows, row_ok, nxt, k_idx, hi, EVEN)
-                wt = _scaled_int4_tile(pk0, sc0, magic, GROUP_WORDS, EXACT)
-                a = xs0.to(tl.float32) * x_scale
+            pk, sc = _load_int4_chunk(rows, scales, n_ok_r, lo, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
+            xs = _load_x_rows(x_rows, row_ok, lo, k_idx, hi, EVEN)
+            for w0 in range(lo, hi, BLOCK_W):  # (two or three chunks in flight measured no faster on the H200)
+                pk_next, sc_next = _load_int4_chunk(rows, scales, n_ok_r, w0 + BLOCK_W, w_idx, g_idx, hi,
+                                                    GROUP_WORDS, EVEN)
+                xs_next = _load_x_rows(x_rows, row_ok, w0 + BLOCK_W, k_idx, hi, EVEN)
+                wt = _scaled_int4_tile(pk, sc, magic, GROUP_WORDS, EXACT)
+                a = xs.to(tl.float32) * x_scale
                 if not EXACT:
                     a = a.to(tl.bfloat16)
                 acc += _dot_nt(wt, a, INTERPRET, "tf32")
-                if PREFETCH == 1:
-                    pk0, sc0, xs0 = pkn, scn, xsn
-                elif PREFETCH == 2:
-                    pk0, sc0, xs0 = pk1, sc1, xs1
-                    pk1, sc1, xs1 = pkn, scn, xsn
-                else:
-                    pk0, sc0, xs0 = pk1, sc1, xs1
-                    pk1, sc1, xs1 = pk2, sc2, xs2
-                    pk2, sc2, xs2 = pkn, scn, xsn
+                pk, sc, xs = pk_next, sc_next, xs_next
             if SPLIT == 1:
                 _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M)
             else:
