@@ -17,11 +17,18 @@
 # 4% faster at T=8, one request's tokens sharing ~12 experts.)
 # Part "d4": Nsight Compute on the dot path's gate_up (T=1, and T=4 on 12 shared experts: stall reasons), then the
 # whole single-GPU suite.
+# (d4 at 3853731: the whole GPU suite 305 passed, 1 skipped; its ncu stage matched the GEMV kernels first and
+# profiled only those: -c counts launches in the order the driver runs its parts.)
+# Part "d5": the dot path's GPU tests at HEAD (PREFETCH removed, the table's config), then Nsight Compute on the
+# dot gate_up alone (T=1, and T=4 on 12 shared experts).
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session10_round.sh d1
 source "$(dirname "$0")/gpu_stages.sh"
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
-case "${1:?d1 | d2 | d3 | d4}" in
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+# Stall reasons, cycles a warp spends per issued instruction in each (Nsight Compute metric names).
+STALLS=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio
+case "${1:?d1 | d2 | d3 | d4 | d5}" in
   d1)
     TAIL=8 stage d1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe"
@@ -43,13 +50,19 @@ case "${1:?d1 | d2 | d3 | d4}" in
     collect
     ;;
   d4)
-    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    STALLS=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio
     TAIL=4 stage ncu_dot "${T_NCU:-200}" "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
       --section Occupancy --section LaunchStats --section SchedulerStats --metrics "$STALLS" \
       -k regex:"moe_int4_(dot|gemv)" -c 6 python benchmarks/ncu_decode.py moe_dot moe_verify
     TAIL=15 stage gpu_suite "${T_SUITE:-420}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
+    collect
+    ;;
+  d5)
+    TAIL=4 stage d5_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "dot_path or fused_moe_int4"
+    TAIL=4 stage ncu_dot "${T_NCU:-200}" "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section SchedulerStats --metrics "$STALLS" \
+      -k regex:"moe_int4_dot" -c 4 python benchmarks/ncu_decode.py moe_dot
     collect
     ;;
 esac
