@@ -80,8 +80,8 @@ def moe_align_kernel(ids_ptr, counts_ptr, ranks_ptr, starts_ptr, sorted_ptr, blo
 
 @triton.jit
 def _nibble_plane(packed, hi, magic, J: tl.constexpr, TRICK: tl.constexpr):
-    """(nibble J - 8) of each word as fp32, exactly: times 16^(J % 5) with TRICK (_dequant_nibble: one LOP3
-    and one FADD a weight; the activations then carry 16^-(J % 5), see _a_group), plain otherwise (a shift
+    """(nibble J - 8) of each word as fp32, exactly: times 16^p(J) with TRICK (_dequant_nibble: one LOP3
+    and one FADD a weight; the activations then carry 16^-p(J), see _nibble_scale), plain otherwise (a shift
     more; for fp16, whose range 16^4 * 8 exceeds and whose activations would underflow when scaled)."""
     if TRICK:
         return _dequant_nibble(packed, hi, magic, J)
@@ -91,14 +91,14 @@ def _nibble_plane(packed, hi, magic, J: tl.constexpr, TRICK: tl.constexpr):
 
 @triton.jit
 def _int4_group(packed, magic, DTYPE: tl.constexpr, TRICK: tl.constexpr):
-    """The [BLOCK_N, 8 * GW] tile of (q - 8) (times 16^(k % 8 % 5) with TRICK) of one scale group's packed words
+    """The [BLOCK_N, 8 * GW] tile of (q - 8) (times 16^p(k % 8) with TRICK) of one scale group's packed words
     [BLOCK_N, GW], in K order and in DTYPE, exactly (small integers times powers of two). The 8 nibble planes
     are interleaved back into K order by joins, in registers: a thread's 8 nibbles of a word become its 8
     consecutive k. The group's scale is applied to the dot's result (one multiply per output, not per weight),
     so no weight is rounded."""
     BN: tl.constexpr = packed.shape[0]
     GW: tl.constexpr = packed.shape[1]
-    hi = packed >> 20
+    hi = _high_word_bits(packed)
     w0 = _nibble_plane(packed, hi, magic, 0, TRICK)
     w1 = _nibble_plane(packed, hi, magic, 1, TRICK)
     w2 = _nibble_plane(packed, hi, magic, 2, TRICK)
@@ -131,7 +131,7 @@ def _int4_rows_times_weights(a_rows, row_ok, w_rows, s_rows, w2_rows, s2_rows, n
     one scale group a step (K a multiple of GROUP). The next group's words, scales and activations are loaded
     before this group's arithmetic (Triton's pipeliner leaves loads that do not feed a tl.dot directly alone),
     so every program keeps two groups in flight. With TRICK (not for fp16: see _nibble_plane) the
-    activations are scaled by 16^-(k % 8 % 5) (exact) to meet the weights' nibble planes."""
+    activations are scaled by 16^-p(k % 8) (exact, _nibble_scale) to meet the weights' nibble planes."""
     TRICK: tl.constexpr = a_rows.dtype.element_ty != tl.float16
     GW: tl.constexpr = GROUP // 8
     BN: tl.constexpr = w_rows.shape[0]
@@ -280,7 +280,9 @@ def moe_sum_slots_kernel(per_pair_ptr, add_ptr, out_ptr, stride_pt, stride_at, s
 # A nibble becomes a float without a convert: OR-ed into the mantissa of 2^23 (bits 0x4B000000) at the bit
 # position 4p where it already sits, the word reads as the float 2^23 + n * 16^p, and subtracting the
 # constant 2^23 + 8 * 16^p leaves (n - 8) * 16^p exactly. Nibbles 0..4 are used in place (p = j), nibbles
-# 5..7 after one shift of the word by 20 (p = j - 5). The 16^-p is folded into the activations, taken
+# 5..7 after one logical shift of the word by 16 (p = j - 4; a shift by 20 put nibble 5 at bit 0, and ptxas
+# then extracted it as a bit field: two shifts and a sign extension more a word, and 179 registers instead of
+# 128 in the T=1 gate_up). The 16^-p is folded into the activations, taken
 # "nibble-major" and pre-scaled: column j of word w is x[8w + j] * 16^-p (exact: a power of two). gate_up
 # builds these columns from x itself, chunk by chunk (_load_x_chunk, _x_columns); the down kernel loads act
 # as gate_up stored it, as tiles of the weights' shape with row stride 0. Either way they meet the weights
@@ -292,17 +294,25 @@ def moe_sum_slots_kernel(per_pair_ptr, add_ptr, out_ptr, stride_pt, stride_at, s
 
 @triton.jit
 def _nibble_scale(j):
-    """16^-(j % 5) for nibble indices j (0..7), in fp32: the power of two that meets _dequant_nibble's plane j
-    (exact, a power of two), by which the activations of nibble j are pre-scaled."""
-    p = j % 5
+    """16^-p(j) for nibble indices j (0..7), p(j) = j below 5 and j - 4 above, in fp32: the power of two that
+    meets _dequant_nibble's plane j (exact), by which the activations of nibble j are pre-scaled."""
+    p = tl.where(j < 5, j, j - 4)
     return tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
         p == 3, 1.0 / 4096, 1.0 / 65536))))
 
 
 @triton.jit
+def _high_word_bits(packed):
+    """The word's high half as a logical shift (nibbles 4..7 at bits 0..15), from which _dequant_nibble takes
+    nibbles 5..7 in place (at bits 4..15: p = 1..3)."""
+    return (packed.to(tl.uint32, bitcast=True) >> 16).to(tl.int32, bitcast=True)
+
+
+@triton.jit
 def _dequant_nibble(packed, hi, magic, J: tl.constexpr):
-    """(nibble J - 8) * 16^p of each int32 word, as fp32 (exact); p = J % 5, `hi` = packed >> 20."""
-    P: tl.constexpr = J % 5
+    """(nibble J - 8) * 16^p of each int32 word, as fp32 (exact); p = J below 5 and J - 4 above (see
+    _nibble_scale), `hi` = _high_word_bits(packed)."""
+    P: tl.constexpr = J if J < 5 else J - 4
     if J < 5:
         bits = (packed & (0xF << (4 * P))) | magic
     else:
@@ -321,7 +331,7 @@ def _load_xs(ptrs, mask, EVEN: tl.constexpr):
 def _group_dots(packed, xs_ptrs, xs_mask, stride_j, magic, GROUP_WORDS: tl.constexpr, EVEN: tl.constexpr):
     """packed [N, W] words and xs_ptrs [N, W] (row stride 0) into nibble-major activations in memory (column
     j at xs_ptrs + j * stride_j) -> [N, W/GW] per-group sums of (q - 8) * x, before the group scales."""
-    hi = packed >> 20
+    hi = _high_word_bits(packed)
     t = _dequant_nibble(packed, hi, magic, 0) * _load_xs(xs_ptrs, xs_mask, EVEN)
     for j in tl.static_range(1, 8):
         t += _dequant_nibble(packed, hi, magic, j) * _load_xs(xs_ptrs + j * stride_j, xs_mask, EVEN)
@@ -333,7 +343,7 @@ def _group_dots(packed, xs_ptrs, xs_mask, stride_j, magic, GROUP_WORDS: tl.const
 @triton.jit
 def _group_dots_cols(packed, x_cols, magic, GROUP_WORDS: tl.constexpr):
     """_group_dots with the 8 activation columns already in registers (x_cols[j] [1, W], see _x_columns)."""
-    hi = packed >> 20
+    hi = _high_word_bits(packed)
     t = _dequant_nibble(packed, hi, magic, 0) * x_cols[0]
     for j in tl.static_range(1, 8):
         t += _dequant_nibble(packed, hi, magic, j) * x_cols[j]
@@ -366,7 +376,8 @@ def _load_int4_chunk(rows, scales, n_ok, w0, w_idx, g_idx, N_WORDS, GROUP_WORDS:
 @triton.jit
 def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr):
     """x of words w0 + w_idx as a [W, 8] fp32 tile pre-scaled for the nibble trick: [w, j] = x[8w + j] *
-    16^-(j % 5). One row is the 8 contiguous values of a packed word (16 bytes of bf16: one vector load).
+    16^-p(j) (_nibble_scale). One row is the 8 contiguous values of a packed word (16 bytes of bf16: one vector
+    load).
     EVEN: no mask; past the end, re-reads the last chunk (as _load_int4_chunk does)."""
     j = tl.arange(0, 8)
     if EVEN:
@@ -420,7 +431,7 @@ def moe_int4_gemv_gate_up_kernel(
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
     columns here, see _load_x_chunk). act is stored nibble-major and pre-scaled for the down kernel:
-    act[pair, j, w] holds the value of row 8w + j times 16^-(j % 5).
+    act[pair, j, w] holds the value of row 8w + j times 16^-p(j) (_nibble_scale).
     PER_PAIR: every (pair, N block) program computes its own pair; pairs of a verify batch that share an
     expert run side by side and read the same weight lines, which the L2 serves once while they are in
     flight. Else the expert's first pair computes all of the expert's pairs one after another (re-reading
@@ -619,13 +630,13 @@ def _load_x_rows(x_rows, row_ok, w0, k_idx, N_WORDS, EVEN: tl.constexpr):
 
 @triton.jit
 def _scaled_int4_tile(packed, scale, magic, GROUP_WORDS: tl.constexpr, EXACT: tl.constexpr):
-    """[R, 8 * W] weights (q - 8) * scale * 16^(k % 8 % 5) in K order from packed [R, W] words and their group
-    scales [R, W / GROUP_WORDS] (fp32); the 16^-(k % 8 % 5) is the activations' (exact powers of two). fp32 with
+    """[R, 8 * W] weights (q - 8) * scale * 16^p(k % 8) in K order from packed [R, W] words and their group
+    scales [R, W / GROUP_WORDS] (fp32); the 16^-p(k % 8) is the activations' (exact powers of two). fp32 with
     EXACT (exact, see above), else rounded to bf16."""
     R: tl.constexpr = packed.shape[0]
     W: tl.constexpr = packed.shape[1]
     s = tl.reshape(tl.broadcast_to(scale[:, :, None], [R, W // GROUP_WORDS, GROUP_WORDS]), [R, W])
-    hi = packed >> 20
+    hi = _high_word_bits(packed)
     w0 = _dequant_nibble(packed, hi, magic, 0) * s
     w1 = _dequant_nibble(packed, hi, magic, 1) * s
     w2 = _dequant_nibble(packed, hi, magic, 2) * s
