@@ -21,6 +21,11 @@
 # profiled only those: -c counts launches in the order the driver runs its parts.)
 # Part "d5": the dot path's GPU tests at HEAD (PREFETCH removed, the table's config), then Nsight Compute on the
 # dot gate_up alone (T=1, and T=4 on 12 shared experts).
+# (d5 at 59be66d: the dot path and INT4 MoE GPU tests 56 passed; ncu of the dot gate_up in BENCHMARKS.md.)
+# Part "d6": the nibble trick's high nibbles from a shift by 16 (5f9a568): the INT4 MoE GPU tests; the GEMV MoE
+# (bench_moe_dot.py, T = 1, 2, 4, 8 on 12 and 384 experts) of this checkout and of the previous one (.old:
+# `git archive 495025a sglang_eagle3 benchmarks`), alternating twice; the step at 1k (decode, verify of 4 and 8)
+# of the previous and this checkout, alternating twice, one process each.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session10_round.sh d1
 source "$(dirname "$0")/gpu_stages.sh"
@@ -28,7 +33,7 @@ collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; d
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 # Stall reasons, cycles a warp spends per issued instruction in each (Nsight Compute metric names).
 STALLS=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio
-case "${1:?d1 | d2 | d3 | d4 | d5}" in
+case "${1:?d1 | d2 | d3 | d4 | d5 | d6}" in
   d1)
     TAIL=8 stage d1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe"
@@ -63,6 +68,24 @@ case "${1:?d1 | d2 | d3 | d4 | d5}" in
     TAIL=4 stage ncu_dot "${T_NCU:-200}" "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
       --section Occupancy --section LaunchStats --section SchedulerStats --metrics "$STALLS" \
       -k regex:"moe_int4_dot" -c 4 python benchmarks/ncu_decode.py moe_dot
+    collect
+    ;;
+  d6)
+    TAIL=4 stage d6_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "fused_moe_int4 or dot_path or graph_replay"
+    for i in 1 2; do
+      TAIL=9 stage "moe_new_$i" 60 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 1 2 4 8 \
+        --out "$OUT/moe_new_$i.json"
+      TAIL=9 stage "moe_old_$i" 60 env GIT_COMMIT=495025a python .old/benchmarks/bench_moe_dot.py \
+        --variants "gemv (table)" --tokens 1 2 4 8 --out "$OUT/moe_old_$i.json"
+    done
+    for i in 1 2; do
+      TAIL=4 stage "step_old_$i" 80 env GIT_COMMIT=495025a python .old/benchmarks/bench_verify_graph.py \
+        --backends triton --contexts 1024 --max-tokens 8 --tokens 1 4 8 --eager-iters 1 --graph-iters 30 \
+        --out "$OUT/step_old_$i.json"
+      TAIL=4 stage "step_new_$i" 80 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+        --max-tokens 8 --tokens 1 4 8 --eager-iters 1 --graph-iters 30 --out "$OUT/step_new_$i.json"
+    done
     collect
     ;;
 esac
