@@ -26,6 +26,10 @@
 # (bench_moe_dot.py, T = 1, 2, 4, 8 on 12 and 384 experts) of this checkout and of the previous one (.old:
 # `git archive 495025a sglang_eagle3 benchmarks`), alternating twice; the step at 1k (decode, verify of 4 and 8)
 # of the previous and this checkout, alternating twice, one process each.
+# (d6 at 243f40a: T >= 2 ~5% faster, T=1 ~30% slower back to back (13.0 -> 17.0 us), the step's T=1 not;
+# SHIFT16 became a per-launch constexpr, the GEMV launcher's from 2 tokens up.)
+# Part "d7": that split (T=1 the previous code, T >= 2 the shift by 16): the INT4 MoE GPU tests and the GEMV MoE
+# against the previous checkout (.old at 495025a) once each, then the step at HEAD once (decode, verify 4 and 8).
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session10_round.sh d1
 source "$(dirname "$0")/gpu_stages.sh"
@@ -33,7 +37,7 @@ collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; d
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 # Stall reasons, cycles a warp spends per issued instruction in each (Nsight Compute metric names).
 STALLS=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio
-case "${1:?d1 | d2 | d3 | d4 | d5 | d6}" in
+case "${1:?d1 | d2 | d3 | d4 | d5 | d6 | d7}" in
   d1)
     TAIL=8 stage d1_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "moe"
@@ -86,6 +90,17 @@ case "${1:?d1 | d2 | d3 | d4 | d5 | d6}" in
       TAIL=4 stage "step_new_$i" 80 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
         --max-tokens 8 --tokens 1 4 8 --eager-iters 1 --graph-iters 30 --out "$OUT/step_new_$i.json"
     done
+    collect
+    ;;
+  d7)
+    TAIL=4 stage d7_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "fused_moe_int4 or dot_path or graph_replay"
+    TAIL=9 stage moe_new 60 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 1 2 4 8 \
+      --out "$OUT/moe_new.json"
+    TAIL=9 stage moe_old 60 env GIT_COMMIT=495025a python .old/benchmarks/bench_moe_dot.py \
+      --variants "gemv (table)" --tokens 1 2 4 8 --out "$OUT/moe_old.json"
+    TAIL=4 stage step_new 80 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --max-tokens 8 --tokens 1 4 8 --eager-iters 1 --graph-iters 30 --out "$OUT/step_new.json"
     collect
     ;;
 esac

@@ -53,6 +53,9 @@ DOT_MAX_TOKENS = 0
 # gate_up of the GEMV path: one program per (pair, N block), pairs sharing an expert in parallel (True), or the
 # expert's first pair doing all of them in turn (False); a config's "PER_PAIR" overrides it.
 GEMV_PER_PAIR = True
+# The GEMV path takes nibbles 5..7 from the word's high half (the kernels' SHIFT16: ~5% fewer instructions) from
+# this many tokens up; at T=1 the H200 ran it ~30% slower back to back (triton/fused_moe.py, the trick's notes).
+GEMV_SHIFT16_MIN_TOKENS = 2
 MAGIC_BITS = 0x4B000000  # float bits of 2^23, passed at run time (see triton/fused_moe.py)
 
 
@@ -187,6 +190,7 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     act = torch.empty(TK, PACK_FACTOR, i_words, dtype=torch.float32, device=x.device)  # nibble-major act
     tuning.interpreting()  # under the interpreter, makes the loop over a loaded count work (see tuning)
     pdl = tuning.pdl(x.device, "moe")
+    shift16 = T >= GEMV_SHIFT16_MIN_TOKENS  # act's pre-scaling follows it: down gets the same
     # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
     bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
     moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
@@ -195,18 +199,20 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
         TK, I, h_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
-        PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR),
+        PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR), SHIFT16=shift16,
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
-    _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl)
+    _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl,
+                      shift16=shift16)
     return out
 
 
 def _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, *, group: int, down_cfg: dict,
-                      pdl: bool) -> None:
+                      pdl: bool, shift16: bool) -> None:
     """The GEMV path's down kernel: out = sum over each token's k slots of topk_w * act W_down^T (+ add), from
-    act [T*k, 8, I/8] fp32 as either gate_up kernel stores it (nibble-major, pre-scaled)."""
+    act [T*k, 8, I/8] fp32 as either gate_up kernel stores it (nibble-major, pre-scaled with ``shift16``'s
+    powers of two)."""
     T, H = out.shape
     k = topk_ids.shape[1]
     i_words, group_words = act.shape[2], group // PACK_FACTOR
@@ -222,7 +228,7 @@ def _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, *, group: i
         add.stride(0) if add is not None else 0, out.stride(0),
         H, MAGIC_BITS,
         I_WORDS=i_words, TOP_K=k, GROUP_WORDS=group_words, HAS_ADD=add is not None,
-        BLOCK_N=bn, BLOCK_W=bw, EVEN=H % bn == 0 and i_words % bw == 0, PRELOAD=preload,
+        BLOCK_N=bn, BLOCK_W=bw, EVEN=H % bn == 0 and i_words % bw == 0, PRELOAD=preload, SHIFT16=shift16,
         num_warps=down_cfg["num_warps"], num_stages=1,  # straight-line code: nothing to pipeline
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
@@ -262,11 +268,12 @@ def _launch_int4_dot(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int
         TK, I, h_words, split_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words, BLOCK_M=block_m,
         BLOCK_N=bn, BLOCK_W=bw, SPLIT=split, EVEN=I % bn == 0 and h_words % split_words == 0,
-        EXACT=gate_up_cfg.get("EXACT", True), INTERPRET=interpret,
+        EXACT=gate_up_cfg.get("EXACT", True), INTERPRET=interpret, SHIFT16=False,  # (as measured)
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
-    _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl)
+    _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl,
+                      shift16=False)
     return out
 
 

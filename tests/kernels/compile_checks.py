@@ -89,14 +89,14 @@ def _innermost_loop(sass: str) -> list[str]:
 GATE_UP_SIG = dict(x_ptr="*bf16", w13_ptr="*i32", s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*fp32",
                    stride_xt="i32", stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32",
                    stride_at="i32", TK="i32", I="i32", H_WORDS="i32", magic="i32", TOP_K="i32", TK_PAD="i32",
-                   GROUP_WORDS="i32", BLOCK_N="i32", BLOCK_W="i32", EVEN="i32", PER_PAIR="i32")
+                   GROUP_WORDS="i32", BLOCK_N="i32", BLOCK_W="i32", EVEN="i32", PER_PAIR="i32", SHIFT16="i32")
 GATE_UP_ALIGNED = ["x_ptr", "w13_ptr", "s13_ptr", "ids_ptr", "act_ptr", "stride_xt", "stride_we", "stride_wn",
                    "stride_se", "stride_sn", "stride_at", "I", "H_WORDS"]
 DOWN_SIG = dict(act_ptr="*fp32", w2_ptr="*i32", s2_ptr="*bf16", ids_ptr="*i32", topk_w_ptr="*fp32",
                 add_ptr="*bf16", out_ptr="*bf16", stride_at="i32", stride_we="i32", stride_wn="i32",
                 stride_se="i32", stride_sn="i32", stride_addt="i32", stride_ot="i32", H="i32", magic="i32",
                 I_WORDS="i32", TOP_K="i32", GROUP_WORDS="i32", HAS_ADD="i32", BLOCK_N="i32", BLOCK_W="i32",
-                EVEN="i32", PDL="i32", PRELOAD="i32")
+                EVEN="i32", PDL="i32", PRELOAD="i32", SHIFT16="i32")
 DOWN_ALIGNED = ["act_ptr", "w2_ptr", "s2_ptr", "ids_ptr", "topk_w_ptr", "add_ptr", "out_ptr", "stride_at",
                 "stride_we", "stride_wn", "stride_se", "stride_sn", "stride_addt", "stride_ot", "H"]
 
@@ -104,19 +104,20 @@ DOWN_ALIGNED = ["act_ptr", "w2_ptr", "s2_ptr", "ids_ptr", "topk_w_ptr", "add_ptr
 def check_gemv(arch: int) -> dict:
     """INT4 GEMV kernels at Kimi TP=8 shapes (the sm_90 defaults and a sweep candidate), both mask modes."""
     out = {}
-    # gate_up with one program per pair (the default) at the table's configs (T=1, then T >= 2) in both mask
-    # modes, and with the expert's first pair working for all (PER_PAIR=False).
-    for bn, bw, warps, per_pair in ((16, 128, 8, True), (8, 128, 4, True), (4, 128, 2, False)):
+    # gate_up with one program per pair (the default) at the table's configs (T=1, then T >= 2, with SHIFT16 as the
+    # launcher gives it) in both mask modes, and with the expert's first pair working for all (PER_PAIR=False).
+    for bn, bw, warps, per_pair, shift16 in ((16, 128, 8, True, False), (8, 128, 4, True, True),
+                                             (4, 128, 2, False, True)):
         for even in (True, False):
             sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel, GATE_UP_SIG,
                                      dict(TOP_K=8, TK_PAD=8, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=bw, EVEN=even,
-                                          PER_PAIR=per_pair),
+                                          PER_PAIR=per_pair, SHIFT16=shift16),
                                      GATE_UP_ALIGNED, arch, warps)
             _no_spills(res, f"gate_up {bn=} {bw=} {even=} {per_pair=}")
             loop = _innermost_loop(sass)
             per_weight = len(loop) / (2 * bn * bw * 8 / (32 * warps))  # gate + up rows, 8 weights a word
             ops = _opcodes(loop)
-            out[f"gate_up_bn{bn}_bw{bw}_even{int(even)}_pp{int(per_pair)}"] = round(per_weight, 2)
+            out[f"gate_up_bn{bn}_bw{bw}_even{int(even)}_pp{int(per_pair)}_s16{int(shift16)}"] = round(per_weight, 2)
             if even:
                 assert per_weight <= MAX_GEMV_INSTR_PER_WEIGHT, (
                     f"gate_up inner loop {per_weight:.2f} SASS instructions per weight (> "
@@ -132,7 +133,8 @@ def check_gemv(arch: int) -> dict:
                                      (32, 8, True, True), (16, 2, True, False)):
         sass, res = compile_sass(fm.moe_int4_gemv_down_kernel, DOWN_SIG,
                                  dict(I_WORDS=32, TOP_K=8, GROUP_WORDS=4, HAS_ADD=True, BLOCK_N=bn, BLOCK_W=32,
-                                      EVEN=even, PDL=preload, PRELOAD=preload), DOWN_ALIGNED, arch, warps)
+                                      EVEN=even, PDL=preload, PRELOAD=preload, SHIFT16=bn != 8),
+                                 DOWN_ALIGNED, arch, warps)
         _no_spills(res, f"down {bn=} {warps=} {preload=} {even=}")
         if preload:  # every weight load (.cg: LDG.*.STRONG.GPU) is issued before the wait (griddepcontrol.wait
             # is ACQBULK in SASS); after it only act's loads (L1-cached) and add's
@@ -150,14 +152,14 @@ def check_dot_gate_up(arch: int) -> dict:
     split and not, both mask modes: no spills to local memory."""
     sig = {k: v for k, v in GATE_UP_SIG.items() if k != "PER_PAIR"}
     sig.update(part_ptr="*fp32", count_ptr="*i32", SPLIT_WORDS="i32", BLOCK_M="i32", SPLIT="i32", EXACT="i32",
-               INTERPRET="i32", PDL="i32")
+               INTERPRET="i32", PDL="i32", SHIFT16="i32")
     out = {}
     cands = [tuning.DEFAULTS["fused_moe_int4_dot_gate_up"]] + tuning.CANDIDATES["fused_moe_int4_dot_gate_up"]
     for cfg in cands + [{**cands[0], "EXACT": True}, {**cands[0], "SPLIT": 1}]:
         for even in (True, False):
             consts = dict(TOP_K=8, TK_PAD=32, GROUP_WORDS=4, BLOCK_M=16, BLOCK_N=cfg["BLOCK_N"],
                           BLOCK_W=cfg["BLOCK_W"], SPLIT=cfg["SPLIT"], EVEN=even, EXACT=cfg["EXACT"],
-                          INTERPRET=False, PDL=True)
+                          INTERPRET=False, PDL=True, SHIFT16=False)
             _, res = compile_sass(fm.moe_int4_dot_gate_up_kernel, sig, consts,
                                   GATE_UP_ALIGNED + ["part_ptr", "count_ptr"], arch, cfg["num_warps"])
             _no_local(res, f"dot gate_up {cfg} {even=}")

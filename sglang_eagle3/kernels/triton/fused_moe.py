@@ -84,7 +84,7 @@ def _nibble_plane(packed, hi, magic, J: tl.constexpr, TRICK: tl.constexpr):
     and one FADD a weight; the activations then carry 16^-p(J), see _nibble_scale), plain otherwise (a shift
     more; for fp16, whose range 16^4 * 8 exceeds and whose activations would underflow when scaled)."""
     if TRICK:
-        return _dequant_nibble(packed, hi, magic, J)
+        return _dequant_nibble(packed, hi, magic, J, False)
     bits = ((packed >> (4 * J)) & 0xF) | magic
     return bits.to(tl.float32, bitcast=True) - (8388608.0 + 8.0)
 
@@ -98,7 +98,7 @@ def _int4_group(packed, magic, DTYPE: tl.constexpr, TRICK: tl.constexpr):
     so no weight is rounded."""
     BN: tl.constexpr = packed.shape[0]
     GW: tl.constexpr = packed.shape[1]
-    hi = _high_word_bits(packed)
+    hi = _high_word_bits(packed, False)
     w0 = _nibble_plane(packed, hi, magic, 0, TRICK)
     w1 = _nibble_plane(packed, hi, magic, 1, TRICK)
     w2 = _nibble_plane(packed, hi, magic, 2, TRICK)
@@ -137,7 +137,7 @@ def _int4_rows_times_weights(a_rows, row_ok, w_rows, s_rows, w2_rows, s2_rows, n
     BN: tl.constexpr = w_rows.shape[0]
     kk = tl.arange(0, GROUP)
     if TRICK:
-        f = _nibble_scale(kk % 8)[None, :]
+        f = _nibble_scale(kk % 8, False)[None, :]
     a_ptrs = a_rows + kk[None, :]
     words = tl.arange(0, GW)[None, :]
     w_ptrs = w_rows + words
@@ -280,9 +280,12 @@ def moe_sum_slots_kernel(per_pair_ptr, add_ptr, out_ptr, stride_pt, stride_at, s
 # A nibble becomes a float without a convert: OR-ed into the mantissa of 2^23 (bits 0x4B000000) at the bit
 # position 4p where it already sits, the word reads as the float 2^23 + n * 16^p, and subtracting the
 # constant 2^23 + 8 * 16^p leaves (n - 8) * 16^p exactly. Nibbles 0..4 are used in place (p = j), nibbles
-# 5..7 after one logical shift of the word by 16 (p = j - 4; a shift by 20 put nibble 5 at bit 0, and ptxas
-# then extracted it as a bit field: two shifts and a sign extension more a word, and 179 registers instead of
-# 128 in the T=1 gate_up). The 16^-p is folded into the activations, taken
+# 5..7 after one shift of the word: by 20 (p = j - 5), or with SHIFT16 a logical shift by 16 (p = j - 4). By 20
+# puts nibble 5 at bit 0 and ptxas extracts it as a bit field: two shifts and a sign extension more a word
+# (GEMV gate_up loop 562 -> 531 SASS with SHIFT16). The GEMV launcher takes SHIFT16 from 2 tokens up: measured
+# on the H200 it made the MoE ~5% faster at T = 2..8 and ~30% slower at T = 1 back to back (its gate_up then
+# compiles to 128 registers instead of 179, and is scheduled differently). The 16^-p is folded into the
+# activations, taken
 # "nibble-major" and pre-scaled: column j of word w is x[8w + j] * 16^-p (exact: a power of two). gate_up
 # builds these columns from x itself, chunk by chunk (_load_x_chunk, _x_columns); the down kernel loads act
 # as gate_up stored it, as tiles of the weights' shape with row stride 0. Either way they meet the weights
@@ -293,26 +296,32 @@ def moe_sum_slots_kernel(per_pair_ptr, add_ptr, out_ptr, stride_pt, stride_at, s
 
 
 @triton.jit
-def _nibble_scale(j):
-    """16^-p(j) for nibble indices j (0..7), p(j) = j below 5 and j - 4 above, in fp32: the power of two that
-    meets _dequant_nibble's plane j (exact), by which the activations of nibble j are pre-scaled."""
-    p = tl.where(j < 5, j, j - 4)
+def _nibble_scale(j, SHIFT16: tl.constexpr):
+    """16^-p(j) for nibble indices j (0..7), p(j) = j below 5 and j - 5 above (j - 4 with SHIFT16), in fp32: the
+    power of two that meets _dequant_nibble's plane j (exact), by which the activations of nibble j are
+    pre-scaled. Every kernel that meets a plane j must use the one SHIFT16 its producer used."""
+    if SHIFT16:
+        p = tl.where(j < 5, j, j - 4)
+    else:
+        p = j % 5
     return tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 16, tl.where(p == 2, 1.0 / 256, tl.where(
         p == 3, 1.0 / 4096, 1.0 / 65536))))
 
 
 @triton.jit
-def _high_word_bits(packed):
-    """The word's high half as a logical shift (nibbles 4..7 at bits 0..15), from which _dequant_nibble takes
-    nibbles 5..7 in place (at bits 4..15: p = 1..3)."""
-    return (packed.to(tl.uint32, bitcast=True) >> 16).to(tl.int32, bitcast=True)
+def _high_word_bits(packed, SHIFT16: tl.constexpr):
+    """The word shifted for nibbles 5..7: by 20 (at bits 0..11: p = 0..2), or with SHIFT16 its high half as a
+    logical shift (at bits 4..15: p = 1..3)."""
+    if SHIFT16:
+        return (packed.to(tl.uint32, bitcast=True) >> 16).to(tl.int32, bitcast=True)
+    return packed >> 20
 
 
 @triton.jit
-def _dequant_nibble(packed, hi, magic, J: tl.constexpr):
-    """(nibble J - 8) * 16^p of each int32 word, as fp32 (exact); p = J below 5 and J - 4 above (see
-    _nibble_scale), `hi` = _high_word_bits(packed)."""
-    P: tl.constexpr = J if J < 5 else J - 4
+def _dequant_nibble(packed, hi, magic, J: tl.constexpr, SHIFT16: tl.constexpr):
+    """(nibble J - 8) * 16^p of each int32 word, as fp32 (exact); p as _nibble_scale's, `hi` =
+    _high_word_bits(packed, SHIFT16)."""
+    P: tl.constexpr = J if J < 5 else J - 4 if SHIFT16 else J - 5
     if J < 5:
         bits = (packed & (0xF << (4 * P))) | magic
     else:
@@ -328,25 +337,26 @@ def _load_xs(ptrs, mask, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _group_dots(packed, xs_ptrs, xs_mask, stride_j, magic, GROUP_WORDS: tl.constexpr, EVEN: tl.constexpr):
+def _group_dots(packed, xs_ptrs, xs_mask, stride_j, magic, GROUP_WORDS: tl.constexpr, EVEN: tl.constexpr,
+                SHIFT16: tl.constexpr):
     """packed [N, W] words and xs_ptrs [N, W] (row stride 0) into nibble-major activations in memory (column
     j at xs_ptrs + j * stride_j) -> [N, W/GW] per-group sums of (q - 8) * x, before the group scales."""
-    hi = _high_word_bits(packed)
-    t = _dequant_nibble(packed, hi, magic, 0) * _load_xs(xs_ptrs, xs_mask, EVEN)
+    hi = _high_word_bits(packed, SHIFT16)
+    t = _dequant_nibble(packed, hi, magic, 0, SHIFT16) * _load_xs(xs_ptrs, xs_mask, EVEN)
     for j in tl.static_range(1, 8):
-        t += _dequant_nibble(packed, hi, magic, j) * _load_xs(xs_ptrs + j * stride_j, xs_mask, EVEN)
+        t += _dequant_nibble(packed, hi, magic, j, SHIFT16) * _load_xs(xs_ptrs + j * stride_j, xs_mask, EVEN)
     N: tl.constexpr = packed.shape[0]
     W: tl.constexpr = packed.shape[1]
     return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
 
 
 @triton.jit
-def _group_dots_cols(packed, x_cols, magic, GROUP_WORDS: tl.constexpr):
+def _group_dots_cols(packed, x_cols, magic, GROUP_WORDS: tl.constexpr, SHIFT16: tl.constexpr):
     """_group_dots with the 8 activation columns already in registers (x_cols[j] [1, W], see _x_columns)."""
-    hi = _high_word_bits(packed)
-    t = _dequant_nibble(packed, hi, magic, 0) * x_cols[0]
+    hi = _high_word_bits(packed, SHIFT16)
+    t = _dequant_nibble(packed, hi, magic, 0, SHIFT16) * x_cols[0]
     for j in tl.static_range(1, 8):
-        t += _dequant_nibble(packed, hi, magic, j) * x_cols[j]
+        t += _dequant_nibble(packed, hi, magic, j, SHIFT16) * x_cols[j]
     N: tl.constexpr = packed.shape[0]
     W: tl.constexpr = packed.shape[1]
     return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
@@ -374,7 +384,7 @@ def _load_int4_chunk(rows, scales, n_ok, w0, w_idx, g_idx, N_WORDS, GROUP_WORDS:
 
 
 @triton.jit
-def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr):
+def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr, SHIFT16: tl.constexpr):
     """x of words w0 + w_idx as a [W, 8] fp32 tile pre-scaled for the nibble trick: [w, j] = x[8w + j] *
     16^-p(j) (_nibble_scale). One row is the 8 contiguous values of a packed word (16 bytes of bf16: one vector
     load).
@@ -387,7 +397,7 @@ def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr):
     else:
         words = w0 + w_idx
         x = tl.load(x_row + 8 * words[:, None] + j[None, :], mask=(words < N_WORDS)[:, None], other=0.0)
-    return x.to(tl.float32) * _nibble_scale(j)[None, :]
+    return x.to(tl.float32) * _nibble_scale(j, SHIFT16)[None, :]
 
 
 @triton.jit
@@ -426,7 +436,7 @@ def moe_int4_gemv_gate_up_kernel(
     TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
-    PER_PAIR: tl.constexpr = True,
+    PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -470,22 +480,22 @@ def moe_int4_gemv_gate_up_kernel(
             acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
             pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
             pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-            xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN)  # [BLOCK_W, 8]
+            xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN, SHIFT16)  # [BLOCK_W, 8]
             for w0 in range(0, H_WORDS, BLOCK_W):
                 pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
                                                     H_WORDS, GROUP_WORDS, EVEN)
                 pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
                                                     H_WORDS, GROUP_WORDS, EVEN)
-                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN)
+                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16)
                 x_cols = _x_columns(xs)
-                acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS) * sg
-                acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS) * su
+                acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16) * sg
+                acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16) * su
                 pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
             g = tl.sum(acc_g, axis=1)
             u = tl.sum(acc_u, axis=1)
             j = n_offs % 8
             tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
-                     g * tl.sigmoid(g) * u * _nibble_scale(j), mask=n_ok)
+                     g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16), mask=n_ok)
 
 
 @triton.jit
@@ -495,7 +505,7 @@ def moe_int4_gemv_down_kernel(
     H, magic,
     I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
-    PRELOAD: tl.constexpr = False,
+    PRELOAD: tl.constexpr = False, SHIFT16: tl.constexpr = False,
 ):
     """out[t, n] = sum over the k slots of token t of topk_w * (act[slot] W_down[n]^T), fp32 accumulation,
     stored in out's dtype (+ add[t, n], the shared experts' output, as a separate add would): the weighted
@@ -517,7 +527,7 @@ def moe_int4_gemv_down_kernel(
     if PRELOAD:
         _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_ptr, t, nb,
                         stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_addt, stride_ot, H, magic,
-                        I_WORDS, TOP_K, GROUP_WORDS, HAS_ADD, BLOCK_N, BLOCK_W, EVEN, PDL)
+                        I_WORDS, TOP_K, GROUP_WORDS, HAS_ADD, BLOCK_N, BLOCK_W, EVEN, PDL, SHIFT16)
         return
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
@@ -540,7 +550,7 @@ def moe_int4_gemv_down_kernel(
             words = (w0 + w_idx)[None, :]
             xs_mask = (zero_rows == 0) & (words < I_WORDS)
             acc += _group_dots(p, a_row + zero_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS,
-                               EVEN) * (sc * route_w)
+                               EVEN, SHIFT16) * (sc * route_w)
     _store_down(tl.sum(acc, axis=1), add_ptr, out_ptr, t, n_offs, n_ok, stride_addt, stride_ot, HAS_ADD)
 
 
@@ -557,7 +567,8 @@ def _store_down(y, add_ptr, out_ptr, t, n_offs, n_ok, stride_addt, stride_ot, HA
 def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_ptr, t, nb,
                     stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_addt, stride_ot, H, magic,
                     I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr):
+                    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr,
+                    SHIFT16: tl.constexpr):
     """moe_int4_gemv_down_kernel's PRELOAD body: row r of the [TOP_K * BLOCK_N] tile is output row
     nb * BLOCK_N + r % BLOCK_N of slot r // BLOCK_N."""
     R: tl.constexpr = TOP_K * BLOCK_N
@@ -578,7 +589,7 @@ def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_p
     words = w_idx[None, :]
     a_rows = act_ptr + pair_r.to(tl.int64)[:, None] * stride_at
     xs_mask = (n_r >= 0)[:, None] & (words < I_WORDS)
-    part = tl.sum(_group_dots(p, a_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS, EVEN) * sc, axis=1)
+    part = tl.sum(_group_dots(p, a_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS, EVEN, SHIFT16) * sc, axis=1)
     y = tl.sum(tl.reshape(part * route_w, [TOP_K, BLOCK_N]), axis=0)
     n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     _store_down(y, add_ptr, out_ptr, t, n_offs, n_offs < H, stride_addt, stride_ot, HAS_ADD)
@@ -629,22 +640,22 @@ def _load_x_rows(x_rows, row_ok, w0, k_idx, N_WORDS, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _scaled_int4_tile(packed, scale, magic, GROUP_WORDS: tl.constexpr, EXACT: tl.constexpr):
+def _scaled_int4_tile(packed, scale, magic, GROUP_WORDS: tl.constexpr, EXACT: tl.constexpr, SHIFT16: tl.constexpr):
     """[R, 8 * W] weights (q - 8) * scale * 16^p(k % 8) in K order from packed [R, W] words and their group
     scales [R, W / GROUP_WORDS] (fp32); the 16^-p(k % 8) is the activations' (exact powers of two). fp32 with
     EXACT (exact, see above), else rounded to bf16."""
     R: tl.constexpr = packed.shape[0]
     W: tl.constexpr = packed.shape[1]
     s = tl.reshape(tl.broadcast_to(scale[:, :, None], [R, W // GROUP_WORDS, GROUP_WORDS]), [R, W])
-    hi = _high_word_bits(packed)
-    w0 = _dequant_nibble(packed, hi, magic, 0) * s
-    w1 = _dequant_nibble(packed, hi, magic, 1) * s
-    w2 = _dequant_nibble(packed, hi, magic, 2) * s
-    w3 = _dequant_nibble(packed, hi, magic, 3) * s
-    w4 = _dequant_nibble(packed, hi, magic, 4) * s
-    w5 = _dequant_nibble(packed, hi, magic, 5) * s
-    w6 = _dequant_nibble(packed, hi, magic, 6) * s
-    w7 = _dequant_nibble(packed, hi, magic, 7) * s
+    hi = _high_word_bits(packed, SHIFT16)
+    w0 = _dequant_nibble(packed, hi, magic, 0, SHIFT16) * s
+    w1 = _dequant_nibble(packed, hi, magic, 1, SHIFT16) * s
+    w2 = _dequant_nibble(packed, hi, magic, 2, SHIFT16) * s
+    w3 = _dequant_nibble(packed, hi, magic, 3, SHIFT16) * s
+    w4 = _dequant_nibble(packed, hi, magic, 4, SHIFT16) * s
+    w5 = _dequant_nibble(packed, hi, magic, 5, SHIFT16) * s
+    w6 = _dequant_nibble(packed, hi, magic, 6, SHIFT16) * s
+    w7 = _dequant_nibble(packed, hi, magic, 7, SHIFT16) * s
     if not EXACT:
         w0, w1, w2, w3 = w0.to(tl.bfloat16), w1.to(tl.bfloat16), w2.to(tl.bfloat16), w3.to(tl.bfloat16)
         w4, w5, w6, w7 = w4.to(tl.bfloat16), w5.to(tl.bfloat16), w6.to(tl.bfloat16), w7.to(tl.bfloat16)
@@ -654,13 +665,14 @@ def _scaled_int4_tile(packed, scale, magic, GROUP_WORDS: tl.constexpr, EXACT: tl
 
 
 @triton.jit
-def _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+def _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
+               SHIFT16: tl.constexpr):
     """act[pair, n] = silu(gate) * up from acc [2 * BLOCK_N, BLOCK_M] (gate rows, then up rows; a column a pair),
     nibble-major and pre-scaled as moe_int4_gemv_gate_up_kernel stores it."""
     g, u = tl.split(tl.permute(tl.reshape(acc, [2, BLOCK_N, BLOCK_M]), [2, 1, 0]))  # [BLOCK_M, BLOCK_N] each
     j = n_offs % 8
     tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + (j * (I // 8) + n_offs // 8)[None, :],
-             g * tl.sigmoid(g) * u * _nibble_scale(j)[None, :], mask=row_ok[:, None] & (n_offs < I)[None, :])
+             g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16)[None, :], mask=row_ok[:, None] & (n_offs < I)[None, :])
 
 
 @triton.jit
@@ -670,7 +682,7 @@ def moe_int4_dot_gate_up_kernel(
     TK, I, H_WORDS, SPLIT_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, SPLIT: tl.constexpr, EVEN: tl.constexpr, EXACT: tl.constexpr,
-    INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
+    INTERPRET: tl.constexpr, PDL: tl.constexpr = False, SHIFT16: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows (and the matching up rows)
     of one expert and every pair routed to it, computed by the programs of the expert's first pair (the others
@@ -697,7 +709,7 @@ def moe_int4_dot_gate_up_kernel(
         w_idx = tl.arange(0, BLOCK_W)
         g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
         k_idx = tl.arange(0, 8 * BLOCK_W)
-        x_scale = _nibble_scale(k_idx % 8)[None, :]  # meets _dequant_nibble's 16^p (exact)
+        x_scale = _nibble_scale(k_idx % 8, SHIFT16)[None, :]  # meets _dequant_nibble's 16^p (exact)
         n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
         lo = split * SPLIT_WORDS
         hi = tl.minimum(lo + SPLIT_WORDS, H_WORDS)  # loads clamp (EVEN) or mask (else) at the split's end
@@ -711,14 +723,14 @@ def moe_int4_dot_gate_up_kernel(
                 pk_next, sc_next = _load_int4_chunk(rows, scales, n_ok_r, w0 + BLOCK_W, w_idx, g_idx, hi,
                                                     GROUP_WORDS, EVEN)
                 xs_next = _load_x_rows(x_rows, row_ok, w0 + BLOCK_W, k_idx, hi, EVEN)
-                wt = _scaled_int4_tile(pk, sc, magic, GROUP_WORDS, EXACT)
+                wt = _scaled_int4_tile(pk, sc, magic, GROUP_WORDS, EXACT, SHIFT16)
                 a = xs.to(tl.float32) * x_scale
                 if not EXACT:
                     a = a.to(tl.bfloat16)
                 acc += _dot_nt(wt, a, INTERPRET, "tf32")
                 pk, sc, xs = pk_next, sc_next, xs_next
             if SPLIT == 1:
-                _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M)
+                _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M, SHIFT16)
             else:
                 tl.store(part_ptr + (split * TK + pairs).to(tl.int64)[None, :] * (2 * I) + w_row[:, None], acc,
                          mask=n_ok_r[:, None] & row_ok[None, :])
@@ -731,4 +743,4 @@ def moe_int4_dot_gate_up_kernel(
                     acc = tl.load(part_ptr + offs, mask=ok, other=0.0, cache_modifier=".cg")
                     for s in range(1, SPLIT):  # in split order: the same sums whichever program arrives last
                         acc += tl.load(part_ptr + s * TK * 2 * I + offs, mask=ok, other=0.0, cache_modifier=".cg")
-                    _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M)
+                    _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M, SHIFT16)
