@@ -18,6 +18,11 @@ of its pair's expert (pairs of a verify batch that share an expert run side by s
 repeated lines: GEMV_PER_PAIR); the k-slot sum is the down kernel's own loop, so its output is final. With
 PDL the down kernel can start while gate_up runs; with PRELOAD it loads its weights before its wait.
 ``add`` (the shared experts' output) is added in the final store, rounded as a separate add would be.
+
+INT4 dot path (verify batches whose tokens share experts; off unless SGLANG_EAGLE3_MOE_DOT_MAX, see
+DOT_MAX_TOKENS): gate_up over (pair, I-block, H split) as tl.dot over each expert's pairs, run by the expert's
+first pair (a weight decoded once per expert, not per pair; the last split to finish adds the partials), then
+the GEMV path's down kernel on the act it stores.
 """
 
 from __future__ import annotations
@@ -268,7 +273,7 @@ def _launch_int4_dot(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int
         TK, I, h_words, split_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words, BLOCK_M=block_m,
         BLOCK_N=bn, BLOCK_W=bw, SPLIT=split, EVEN=I % bn == 0 and h_words % split_words == 0,
-        EXACT=gate_up_cfg.get("EXACT", True), INTERPRET=interpret, SHIFT16=False,  # (as measured)
+        EXACT=gate_up_cfg.get("EXACT", False), INTERPRET=interpret, SHIFT16=False,  # (as measured)
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )

@@ -422,11 +422,8 @@ def _x_columns(xs):
 @triton.jit
 def _group_member(ids_ptr, expert, TK, r, TK_PAD: tl.constexpr):
     """Pair id of the r-th (in pair order) pair routed to `expert`."""
-    offs = tl.arange(0, TK_PAD)
-    ids = tl.load(ids_ptr + offs, mask=offs < TK, other=-1)
-    member = (ids == expert) & (offs < TK)
-    rank = tl.cumsum(member.to(tl.int32), axis=0) - 1
-    return tl.sum(tl.where(member & (rank == r), offs, 0), axis=0)
+    pairs, _ = _expert_rows(ids_ptr, expert, TK, r, 1, TK_PAD)
+    return tl.sum(pairs, axis=0)
 
 
 @triton.jit
