@@ -183,16 +183,21 @@ def triton_fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_
                    gate_up_cfg=gate_up, down_cfg=down)
 
 
+def _int4_outputs(x: torch.Tensor, topk_ids: torch.Tensor, I: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [T, H] like x, act [T*k, 8, I/8] float32): what the INT4 gate_up kernels (GEMV and dot path) store
+    nibble-major and pre-scaled, and the GEMV down kernel reads."""
+    return torch.empty_like(x), torch.empty(topk_ids.numel(), PACK_FACTOR, I // PACK_FACTOR, dtype=torch.float32,
+                                            device=x.device)
+
+
 def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, group: int,
                       gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
     T, H = x.shape
     k = topk_ids.shape[1]
-    TK = T * k
-    out = torch.empty_like(x)
+    out, act = _int4_outputs(x, topk_ids, I)
     if T == 0:
         return out
-    h_words, i_words, group_words = H // PACK_FACTOR, I // PACK_FACTOR, group // PACK_FACTOR
-    act = torch.empty(TK, PACK_FACTOR, i_words, dtype=torch.float32, device=x.device)  # nibble-major act
+    TK, h_words, group_words = T * k, H // PACK_FACTOR, group // PACK_FACTOR
     tuning.interpreting()  # under the interpreter, makes the loop over a loaded count work (see tuning)
     pdl = tuning.pdl(x.device, "moe")
     shift16 = T >= GEMV_SHIFT16_MIN_TOKENS  # act's pre-scaling follows it: down gets the same
@@ -245,12 +250,10 @@ def _launch_int4_dot(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int
     the GEMV path's down kernel on the act it stores."""
     T, H = x.shape
     k = topk_ids.shape[1]
-    TK = T * k
-    out = torch.empty_like(x)
+    out, act = _int4_outputs(x, topk_ids, I)
     if T == 0:
         return out
-    h_words, i_words, group_words = H // PACK_FACTOR, I // PACK_FACTOR, group // PACK_FACTOR
-    act = torch.empty(TK, PACK_FACTOR, i_words, dtype=torch.float32, device=x.device)  # nibble-major act
+    TK, h_words, group_words = T * k, H // PACK_FACTOR, group // PACK_FACTOR
     interpret = tuning.interpreting()
     pdl = tuning.pdl(x.device, "moe")
     bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))

@@ -259,29 +259,6 @@ def test_fused_moe_int4_dot_path_exact(T, exact, split):
                                     dtype=torch.bfloat16, config=cfg, path="dot")
 
 
-def test_fused_moe_int4_dot_path_graph_replay(int4_weights):
-    """The dot path captured in a CUDA graph replays new routing and inputs as eager computes them."""
-    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
-
-    p13, s13, p2, s2 = int4_weights
-    T = 4
-    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
-    topk_w, ids = routing(T, True, 7000)
-    moe = functools.partial(triton_fused_moe_int4, w13_packed=p13, w13_scale=s13, w2_packed=p2, w2_scale=s2,
-                            path="dot")
-    out = moe(x, topk_weights=topk_w, topk_ids=ids)  # compile outside capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = moe(x, topk_weights=topk_w, topk_ids=ids)
-    for seed in (7001, 7002):
-        new_w, new_ids = routing(T, seed == 7001, seed)
-        x.copy_(torch.randn_like(x))
-        topk_w.copy_(new_w)
-        ids.copy_(new_ids)
-        graph.replay()
-        assert torch.equal(out, moe(x, topk_weights=topk_w, topk_ids=ids)), seed
-
-
 @pytest.mark.parametrize("shape,residual,strided,inplace", [
     ((1, HIDDEN), False, False, False),  # input / post-attention norm at decode
     ((8, HIDDEN), True, False, False),  # fused with the residual add, verify T=8
@@ -479,26 +456,28 @@ def test_fused_moe_int4_tile_token_independent_of_batch(int4_weights, T):
         assert torch.equal(one[0], batch[t]), (t, (one[0].float() - batch[t].float()).abs().max().item())
 
 
-def test_fused_moe_int4_tile_graph_replay(int4_weights):
-    """The tile path captured in a CUDA graph (its routing plan built inside the graph) replays new routing
-    and inputs as eager computes them."""
+@pytest.mark.parametrize("path,T", [("tile", 24), ("dot", 4)])
+def test_fused_moe_int4_graph_replay(int4_weights, path, T):
+    """The tile path (its routing plan built inside the graph) and the dot path (its split counters reset by
+    the last arrival) captured in a CUDA graph replay new routing and inputs as eager computes them, routings
+    with shared experts and without."""
     from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
 
     p13, s13, p2, s2 = int4_weights
-    T = 24
     x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
-    topk_w, ids = routing(T, False, 5000)
+    topk_w, ids = routing(T, path == "dot", 5000)
     moe = functools.partial(triton_fused_moe_int4, w13_packed=p13, w13_scale=s13, w2_packed=p2, w2_scale=s2,
-                            path="tile")
+                            path=path)
     out = moe(x, topk_weights=topk_w, topk_ids=ids)  # compile outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = moe(x, topk_weights=topk_w, topk_ids=ids)
-    new_w, new_ids = routing(T, True, 5001)
-    x.copy_(torch.randn_like(x))
-    topk_w.copy_(new_w)
-    ids.copy_(new_ids)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, moe(x, topk_weights=topk_w, topk_ids=ids))
+    for seed in (5001, 5002):
+        new_w, new_ids = routing(T, seed == 5001, seed)
+        x.copy_(torch.randn_like(x))
+        topk_w.copy_(new_w)
+        ids.copy_(new_ids)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, moe(x, topk_weights=topk_w, topk_ids=ids)), (path, seed)
