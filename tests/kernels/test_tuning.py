@@ -172,3 +172,39 @@ def test_config_table_override(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_EAGLE3_CONFIG_TABLE", str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match="missing.json.*cannot be read"):
         tuning._table("sm_90", sms)
+
+
+def test_moe_dot_knob_and_path_choice(monkeypatch):
+    """SGLANG_EAGLE3_MOE_DOT_MAX: unset keeps DOT_MAX_TOKENS (the dot path off), N sends 2..N tokens to the dot
+    path (never one token), a bad value is named in its error; the launcher's path follows it."""
+    import importlib
+
+    import torch
+
+    from sglang_eagle3.kernels import quant
+
+    fused_moe = importlib.import_module("sglang_eagle3.kernels.fused_moe")  # (kernels.fused_moe is a function)
+    monkeypatch.delenv("SGLANG_EAGLE3_MOE_DOT_MAX", raising=False)
+    assert tuning.moe_dot_max(fused_moe.DOT_MAX_TOKENS) == fused_moe.DOT_MAX_TOKENS == 0
+    for bad in ("on", "-1", "4.0"):
+        monkeypatch.setenv("SGLANG_EAGLE3_MOE_DOT_MAX", bad)
+        with pytest.raises(ValueError, match=f"SGLANG_EAGLE3_MOE_DOT_MAX='{re.escape(bad)}'"):
+            tuning.moe_dot_max(0)
+
+    taken = []
+    for name in ("_launch_int4_gemv", "_launch_int4_dot", "_launch"):
+        monkeypatch.setattr(fused_moe, name, lambda *a, name=name, **k: taken.append(name))
+    E, H, I, k = 4, 64, 32, 2
+    p13, s13 = quant.quantize_int4(torch.randn(E, 2 * I, H))
+    p2, s2 = quant.quantize_int4(torch.randn(E, H, I))
+
+    def path_at(T: int) -> str:
+        ids = torch.randint(0, E, (T, k), dtype=torch.int32)
+        fused_moe.triton_fused_moe_int4(torch.randn(T, H), p13, s13, p2, s2, torch.rand(T, k), ids)
+        return taken.pop()
+
+    monkeypatch.setenv("SGLANG_EAGLE3_MOE_DOT_MAX", "8")
+    assert [path_at(T) for T in (1, 2, 8, 9, 129)] == [
+        "_launch_int4_gemv", "_launch_int4_dot", "_launch_int4_dot", "_launch_int4_gemv", "_launch"]
+    monkeypatch.setenv("SGLANG_EAGLE3_MOE_DOT_MAX", "0")
+    assert path_at(4) == "_launch_int4_gemv"
