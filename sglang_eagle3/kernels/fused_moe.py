@@ -276,12 +276,12 @@ def _launch_int4_dot(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int
         TK, I, h_words, split_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words, BLOCK_M=block_m,
         BLOCK_N=bn, BLOCK_W=bw, SPLIT=split, EVEN=I % bn == 0 and h_words % split_words == 0,
-        EXACT=gate_up_cfg.get("EXACT", False), INTERPRET=interpret, SHIFT16=False,  # (as measured)
+        EXACT=gate_up_cfg.get("EXACT", False), INTERPRET=interpret,
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
     _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl,
-                      shift16=False)
+                      shift16=False)  # the dot gate_up decodes with the shift by 20 (_int4_group)
     return out
 
 

@@ -150,16 +150,16 @@ def check_gemv(arch: int) -> dict:
 def check_dot_gate_up(arch: int) -> dict:
     """The INT4 dot path's gate_up (tl.dot over an expert's pairs) at the tuning candidates (the table's first),
     split and not, both mask modes: no spills to local memory."""
-    sig = {k: v for k, v in GATE_UP_SIG.items() if k != "PER_PAIR"}
+    sig = {k: v for k, v in GATE_UP_SIG.items() if k not in ("PER_PAIR", "SHIFT16")}
     sig.update(part_ptr="*fp32", count_ptr="*i32", SPLIT_WORDS="i32", BLOCK_M="i32", SPLIT="i32", EXACT="i32",
-               INTERPRET="i32", PDL="i32", SHIFT16="i32")
+               INTERPRET="i32", PDL="i32")
     out = {}
     cands = [tuning.DEFAULTS["fused_moe_int4_dot_gate_up"]] + tuning.CANDIDATES["fused_moe_int4_dot_gate_up"]
     for cfg in cands + [{**cands[0], "EXACT": True}, {**cands[0], "SPLIT": 1}]:
         for even in (True, False):
             consts = dict(TOP_K=8, TK_PAD=32, GROUP_WORDS=4, BLOCK_M=16, BLOCK_N=cfg["BLOCK_N"],
                           BLOCK_W=cfg["BLOCK_W"], SPLIT=cfg["SPLIT"], EVEN=even, EXACT=cfg["EXACT"],
-                          INTERPRET=False, PDL=True, SHIFT16=False)
+                          INTERPRET=False, PDL=True)
             _, res = compile_sass(fm.moe_int4_dot_gate_up_kernel, sig, consts,
                                   GATE_UP_ALIGNED + ["part_ptr", "count_ptr"], arch, cfg["num_warps"])
             _no_local(res, f"dot gate_up {cfg} {even=}")

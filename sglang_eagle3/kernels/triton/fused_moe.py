@@ -94,8 +94,8 @@ def _int4_group(packed, magic, DTYPE: tl.constexpr, TRICK: tl.constexpr):
     """The [BLOCK_N, 8 * GW] tile of (q - 8) (times 16^p(k % 8) with TRICK) of one scale group's packed words
     [BLOCK_N, GW], in K order and in DTYPE, exactly (small integers times powers of two). The 8 nibble planes
     are interleaved back into K order by joins, in registers: a thread's 8 nibbles of a word become its 8
-    consecutive k. The group's scale is applied to the dot's result (one multiply per output, not per weight),
-    so no weight is rounded."""
+    consecutive k. The tile path applies the group's scale to the dot's result (one multiply per output, not per
+    weight), so no weight is rounded; the dot path's _scaled_int4_tile takes several groups and scales them."""
     BN: tl.constexpr = packed.shape[0]
     GW: tl.constexpr = packed.shape[1]
     hi = _high_word_bits(packed, False)
@@ -637,39 +637,26 @@ def _load_x_rows(x_rows, row_ok, w0, k_idx, N_WORDS, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _scaled_int4_tile(packed, scale, magic, GROUP_WORDS: tl.constexpr, EXACT: tl.constexpr, SHIFT16: tl.constexpr):
+def _scaled_int4_tile(packed, scale, magic, GROUP_WORDS: tl.constexpr, EXACT: tl.constexpr):
     """[R, 8 * W] weights (q - 8) * scale * 16^p(k % 8) in K order from packed [R, W] words and their group
-    scales [R, W / GROUP_WORDS] (fp32); the 16^-p(k % 8) is the activations' (exact powers of two). fp32 with
-    EXACT (exact, see above), else rounded to bf16."""
+    scales [R, W / GROUP_WORDS] (fp32): _int4_group's planes (the shift by 20) times the scales; the
+    16^-p(k % 8) is the activations' (exact powers of two). fp32 with EXACT (exact, see above), else rounded
+    to bf16."""
     R: tl.constexpr = packed.shape[0]
     W: tl.constexpr = packed.shape[1]
-    s = tl.reshape(tl.broadcast_to(scale[:, :, None], [R, W // GROUP_WORDS, GROUP_WORDS]), [R, W])
-    hi = _high_word_bits(packed, SHIFT16)
-    w0 = _dequant_nibble(packed, hi, magic, 0, SHIFT16) * s
-    w1 = _dequant_nibble(packed, hi, magic, 1, SHIFT16) * s
-    w2 = _dequant_nibble(packed, hi, magic, 2, SHIFT16) * s
-    w3 = _dequant_nibble(packed, hi, magic, 3, SHIFT16) * s
-    w4 = _dequant_nibble(packed, hi, magic, 4, SHIFT16) * s
-    w5 = _dequant_nibble(packed, hi, magic, 5, SHIFT16) * s
-    w6 = _dequant_nibble(packed, hi, magic, 6, SHIFT16) * s
-    w7 = _dequant_nibble(packed, hi, magic, 7, SHIFT16) * s
-    if not EXACT:
-        w0, w1, w2, w3 = w0.to(tl.bfloat16), w1.to(tl.bfloat16), w2.to(tl.bfloat16), w3.to(tl.bfloat16)
-        w4, w5, w6, w7 = w4.to(tl.bfloat16), w5.to(tl.bfloat16), w6.to(tl.bfloat16), w7.to(tl.bfloat16)
-    # [R, W, 2, 2, 2]: nibble j = 4a + 2b + c at [.., a, b, c] (as in _int4_group)
-    w = tl.join(tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7)))
-    return tl.reshape(w, [R, 8 * W])
+    s = tl.reshape(tl.broadcast_to(scale[:, :, None], [R, W // GROUP_WORDS, 8 * GROUP_WORDS]), [R, 8 * W])
+    w = _int4_group(packed, magic, tl.float32, True) * s
+    return w if EXACT else w.to(tl.bfloat16)
 
 
 @triton.jit
-def _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
-               SHIFT16: tl.constexpr):
+def _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
     """act[pair, n] = silu(gate) * up from acc [2 * BLOCK_N, BLOCK_M] (gate rows, then up rows; a column a pair),
-    nibble-major and pre-scaled as moe_int4_gemv_gate_up_kernel stores it."""
+    nibble-major and pre-scaled as moe_int4_gemv_gate_up_kernel stores it without SHIFT16."""
     g, u = tl.split(tl.permute(tl.reshape(acc, [2, BLOCK_N, BLOCK_M]), [2, 1, 0]))  # [BLOCK_M, BLOCK_N] each
     j = n_offs % 8
     tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + (j * (I // 8) + n_offs // 8)[None, :],
-             g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16)[None, :], mask=row_ok[:, None] & (n_offs < I)[None, :])
+             g * tl.sigmoid(g) * u * _nibble_scale(j, False)[None, :], mask=row_ok[:, None] & (n_offs < I)[None, :])
 
 
 @triton.jit
@@ -679,7 +666,7 @@ def moe_int4_dot_gate_up_kernel(
     TK, I, H_WORDS, SPLIT_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, SPLIT: tl.constexpr, EVEN: tl.constexpr, EXACT: tl.constexpr,
-    INTERPRET: tl.constexpr, PDL: tl.constexpr = False, SHIFT16: tl.constexpr = False,
+    INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows (and the matching up rows)
     of one expert and every pair routed to it, computed by the programs of the expert's first pair (the others
@@ -706,7 +693,7 @@ def moe_int4_dot_gate_up_kernel(
         w_idx = tl.arange(0, BLOCK_W)
         g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
         k_idx = tl.arange(0, 8 * BLOCK_W)
-        x_scale = _nibble_scale(k_idx % 8, SHIFT16)[None, :]  # meets _dequant_nibble's 16^p (exact)
+        x_scale = _nibble_scale(k_idx % 8, False)[None, :]  # meets _int4_group's 16^p (exact)
         n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
         lo = split * SPLIT_WORDS
         hi = tl.minimum(lo + SPLIT_WORDS, H_WORDS)  # loads clamp (EVEN) or mask (else) at the split's end
@@ -720,14 +707,14 @@ def moe_int4_dot_gate_up_kernel(
                 pk_next, sc_next = _load_int4_chunk(rows, scales, n_ok_r, w0 + BLOCK_W, w_idx, g_idx, hi,
                                                     GROUP_WORDS, EVEN)
                 xs_next = _load_x_rows(x_rows, row_ok, w0 + BLOCK_W, k_idx, hi, EVEN)
-                wt = _scaled_int4_tile(pk, sc, magic, GROUP_WORDS, EXACT, SHIFT16)
+                wt = _scaled_int4_tile(pk, sc, magic, GROUP_WORDS, EXACT)
                 a = xs.to(tl.float32) * x_scale
                 if not EXACT:
                     a = a.to(tl.bfloat16)
                 acc += _dot_nt(wt, a, INTERPRET, "tf32")
                 pk, sc, xs = pk_next, sc_next, xs_next
             if SPLIT == 1:
-                _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M, SHIFT16)
+                _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M)
             else:
                 tl.store(part_ptr + (split * TK + pairs).to(tl.int64)[None, :] * (2 * I) + w_row[:, None], acc,
                          mask=n_ok_r[:, None] & row_ok[None, :])
@@ -740,4 +727,4 @@ def moe_int4_dot_gate_up_kernel(
                     acc = tl.load(part_ptr + offs, mask=ok, other=0.0, cache_modifier=".cg")
                     for s in range(1, SPLIT):  # in split order: the same sums whichever program arrives last
                         acc += tl.load(part_ptr + s * TK * 2 * I + offs, mask=ok, other=0.0, cache_modifier=".cg")
-                    _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M, SHIFT16)
+                    _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M)
