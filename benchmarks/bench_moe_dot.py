@@ -35,7 +35,7 @@ for _bn, _bw, _w, _exact, _split in ((32, 16, 4, False, 1), (32, 16, 4, False, 2
 
 
 def parse_config(text: str) -> dict:
-    """'BLOCK_N=32,BLOCK_W=16,num_warps=4,EXACT=1' -> a gate_up config."""
+    """'BLOCK_N=32,BLOCK_W=16,num_warps=4,EXACT=1' -> a gate_up config (dot or GEMV)."""
     cfg = {}
     for item in text.split(","):
         key, value = item.split("=")
@@ -55,11 +55,16 @@ def main() -> None:
     ap.add_argument("--table-pool", type=int, default=12)
     ap.add_argument("--config", action="append", default=[],
                     help="an extra dot variant, e.g. BLOCK_N=32,BLOCK_W=16,num_warps=4,EXACT=1 (repeatable)")
+    ap.add_argument("--gemv-config", action="append", default=[],
+                    help="an extra GEMV variant's gate_up config, e.g. BLOCK_N=16,BLOCK_W=64,num_warps=8,SPLIT=2 "
+                         "(repeatable)")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     variants = {name: VARIANTS[name] for name in args.variants}
     for text in args.config:
         variants[f"dot {text}"] = ("dot", parse_config(text))
+    for text in args.gemv_config:
+        variants[f"gemv {text}"] = ("gemv", parse_config(text))
     dev = torch.device("cuda")
     bw = max(copy_bandwidth().values())
     weights = make_moe_weights(True)

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The eleventh session's device calls (each <= 10 min).
+# Part "e1": two ways to put more programs on a short decode: MLA's split_grain (a request's keys divided among
+# the splits in multiples of split_grain keys, not of the 64-key tile: at 1k context in the step's 8448-slot
+# table, 16 programs worked) and the INT4 GEMV gate_up split over H (SPLIT; at T=1 only 128 programs of 8 warps).
+# Their GPU tests (MLA and INT4 MoE), the MLA grain sweep (bench_small_ops.py --mla-grains, contexts 256..8k,
+# T = 1 and 4) and the GEMV gate_up split variants (bench_moe_dot.py, T = 1 and 2, 12 and 384 experts).
+# Usage on the GPU machine, from the repo root:
+#   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session11_round.sh e1
+source "$(dirname "$0")/gpu_stages.sh"
+collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
+GEMV_SPLITS=(BLOCK_N=16,BLOCK_W=64,num_warps=8,SPLIT=2 BLOCK_N=16,BLOCK_W=128,num_warps=8,SPLIT=7
+             BLOCK_N=16,BLOCK_W=64,num_warps=8,SPLIT=7 BLOCK_N=16,BLOCK_W=32,num_warps=4,SPLIT=4
+             BLOCK_N=8,BLOCK_W=128,num_warps=4,SPLIT=7 BLOCK_N=8,BLOCK_W=64,num_warps=4,SPLIT=2
+             BLOCK_N=8,BLOCK_W=64,num_warps=4,SPLIT=7 BLOCK_N=16,BLOCK_W=64,num_warps=4,SPLIT=14)
+case "${1:?e1}" in
+  e1)
+    TAIL=6 stage e1_tests "${T_TESTS:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "mla or fused_moe_int4"
+    TAIL=45 stage mla_grain "${T_MLA:-150}" python benchmarks/bench_small_ops.py --out "$OUT/mla_grain.json" \
+      --mla-grains 8 16 32 64 --repeat 2
+    args=(); for c in "${GEMV_SPLITS[@]}"; do args+=(--gemv-config "$c"); done
+    TAIL=40 stage moe_split "${T_MOE:-150}" python benchmarks/bench_moe_dot.py --out "$OUT/moe_split.json" \
+      --variants "gemv (table)" --tokens 1 2 --pools 12 384 "${args[@]}"
+    collect
+    ;;
+esac
