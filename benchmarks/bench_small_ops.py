@@ -10,7 +10,6 @@ programs beside the GEMV; MLA at 1k and 8k context with a page table sized for 8
 verify-graph benchmark's graphs) and for 32k.
 
     python benchmarks/bench_small_ops.py --out benchmarks/results/h200/small_ops.json [--label new]
-    python benchmarks/bench_small_ops.py --out OUT.json --mla-grains 8 16 32 64   # MLA split_grain sweep
 """
 
 from __future__ import annotations
@@ -70,13 +69,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--label", default="")
     ap.add_argument("--repeat", type=int, default=3, help="times each case is timed (median of replays each)")
-    ap.add_argument("--mla-grains", type=int, nargs="+", default=None,
-                    help="only MLA, at the table's config with each of these split_grain values (keys a split is "
-                         "rounded to), contexts 256..8k in a table of 8448 slots, the grains alternating")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
-    if args.mla_grains:
-        return mla_grain_sweep(args)
     cases = {}
     for T in (1, 4, 8, 64):
         cases[f"moe_topk T={T}"] = topk_case(T)[0]
@@ -94,38 +88,12 @@ def main() -> None:
         us = [round(time_graph(calls()), 3) for _ in range(args.repeat)]
         rows.append({"case": name, "us": us})
         print(f"{args.label:>6s} {name:28s} " + " / ".join(f"{u:.2f}" for u in us) + " us", flush=True)
-    write_result(args, rows)
-
-
-def write_result(args, rows: list[dict]) -> None:
     result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
               "package": str(Path(sglang_eagle3.__file__).parent), "label": args.label,
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-
-
-def mla_grain_sweep(args) -> None:
-    """MLA (split + merge) at the step benchmark's table of 8448 slots a request, contexts 256..8k, T = 1 and 4,
-    the table's config with split_grain = each of args.mla_grains, the grains alternating args.repeat times."""
-    from sglang_eagle3.kernels import tuning
-
-    dev = torch.device("cuda")
-    rows = []
-    for T in (1, 4):
-        base = tuning.get_config("mla_attention", dev, "rows", T * 8)
-        for ctx in (256, 1024, 2048, 4096, 8192):
-            calls = mla_case(1, T, ctx, capacity=8448)[0]
-            times = {g: [] for g in args.mla_grains}
-            for _ in range(args.repeat):
-                for g in args.mla_grains:
-                    times[g].append(round(time_graph(calls(config={**base, "split_grain": g})), 3))
-            for g, us in times.items():
-                rows.append({"case": f"mla T={T} ctx={ctx} table=8448", "split_grain": g, "config": base, "us": us})
-                print(f"mla T={T} ctx={ctx:5d} grain={g:3d} " + " / ".join(f"{u:.2f}" for u in us) + " us",
-                      flush=True)
-    write_result(args, rows)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@
 # table, 16 programs worked) and the INT4 GEMV gate_up split over H (SPLIT; at T=1 only 128 programs of 8 warps).
 # Their GPU tests (MLA and INT4 MoE), the MLA grain sweep (bench_small_ops.py --mla-grains, contexts 256..8k,
 # T = 1 and 4) and the GEMV gate_up split variants (bench_moe_dot.py, T = 1 and 2, 12 and 384 experts).
+# (e1 at eb7797e: the tests 85 passed; MLA within 0.1-0.2 us whatever the grain at T=1 (1k: 7.8-8.0 us, 16 or
+# 128 programs alike), mixed at T=4; every GEMV split variant slower (T=1: 13.0 us table, 14.1 the best split).
+# Neither is parallelism-bound: both reverted in the next commit, the code stays in eb7797e.)
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session11_round.sh e1
 source "$(dirname "$0")/gpu_stages.sh"

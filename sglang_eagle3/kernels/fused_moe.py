@@ -190,19 +190,6 @@ def _int4_outputs(x: torch.Tensor, topk_ids: torch.Tensor, I: int) -> tuple[torc
                                             device=x.device)
 
 
-def _h_splits(gate_up_cfg: dict, h_words: int, bw: int, TK: int, nb: int, I: int, act: torch.Tensor):
-    """(split, split_words, part, count) of an INT4 gate_up kernel's split-K over H (the config's SPLIT): each
-    split a whole number of BLOCK_W chunks; fp32 partials [split, TK, 2I] and a zeroed arrival counter per
-    (pair, I block) only when split (else act stands in: never read)."""
-    split = max(1, min(gate_up_cfg.get("SPLIT", 1), triton.cdiv(h_words, bw)))
-    split_words = triton.cdiv(triton.cdiv(h_words, split), bw) * bw
-    split = triton.cdiv(h_words, split_words)
-    if split == 1:
-        return 1, split_words, act, act
-    return (split, split_words, torch.empty(split, TK, 2 * I, dtype=torch.float32, device=act.device),
-            split_counters(act.device, TK * nb, owner="moe"))
-
-
 def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, group: int,
                       gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
     T, H = x.shape
@@ -216,17 +203,13 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     shift16 = T >= GEMV_SHIFT16_MIN_TOKENS  # act's pre-scaling follows it: down gets the same
     # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
     bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
-    per_pair = gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR)
-    assert per_pair or gate_up_cfg.get("SPLIT", 1) == 1, f"SPLIT needs PER_PAIR programs: {gate_up_cfg}"
-    nb = triton.cdiv(I, bn)
-    split, split_words, part, count = _h_splits(gate_up_cfg, h_words, bw, TK, nb, I, act)
-    moe_int4_gemv_gate_up_kernel[(TK, nb, split)](
-        x, w13, s13, topk_ids, act, part, count,
+    moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
+        x, w13, s13, topk_ids, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-        TK, I, h_words, split_words, MAGIC_BITS,
+        TK, I, h_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
-        BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % split_words == 0,
-        PER_PAIR=per_pair, SHIFT16=shift16, SPLIT=split, INTERPRET=tuning.interpreting(),
+        BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
+        PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR), SHIFT16=shift16,
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
@@ -277,8 +260,16 @@ def _launch_int4_dot(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int
     # tl.dot wants every dimension >= 16; a block of rows covers the tokens that can share an expert (a token
     # takes an expert at most once), more rows than that loop.
     block_m = gate_up_cfg.get("BLOCK_M", max(16, min(64, triton.next_power_of_2(T))))
+    # Split-K over H: each split a whole number of BLOCK_W chunks; partials and counters only when split.
+    split = max(1, min(gate_up_cfg.get("SPLIT", 1), triton.cdiv(h_words, bw)))
+    split_words = triton.cdiv(triton.cdiv(h_words, split), bw) * bw
+    split = triton.cdiv(h_words, split_words)
     nb = triton.cdiv(I, bn)
-    split, split_words, part, count = _h_splits(gate_up_cfg, h_words, bw, TK, nb, I, act)
+    if split > 1:
+        part = torch.empty(split, TK, 2 * I, dtype=torch.float32, device=x.device)
+        count = split_counters(x.device, TK * nb, owner="moe")
+    else:
+        part = count = act  # never read
     moe_int4_dot_gate_up_kernel[(TK, nb, split)](
         x, w13, s13, topk_ids, act, part, count,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),

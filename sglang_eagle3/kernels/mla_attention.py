@@ -129,15 +129,13 @@ def triton_mla_attention(
         mid_lse = torch.empty(B * row_blocks * splits * block_m, dtype=torch.float32, device=device)
     else:  # the kernel never touches them
         mid_o = mid_lse = out
-    grain = cfg["split_grain"] or cfg["BLOCK_N"]
-    assert grain >= 1, f"MLA split_grain must be a positive number of keys, got {grain!r}"
     pdl = tuning.pdl(device, "mla")
     mla_split_kv_kernel[(B, row_blocks, splits)](
         q_nope_latent, q_rope, kv_cache, page_table, seq_lens, out, mid_o, mid_lse,
         q_nope_latent.stride(0), q_nope_latent.stride(1), q_rope.stride(0), q_rope.stride(1),
         kv_cache.stride(0), page_table.stride(0), out.stride(0), out.stride(1),
         sm_scale * LOG2E, splits,
-        T=T, H=H, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], SPLIT_GRAIN=grain,
+        T=T, H=H, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"],
         SPLIT_KV=splits > 1, DOT_PRECISION=tuning.dot_precision(q_rope.dtype), INTERPRET=tuning.interpreting(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         PDL=pdl, **tuning.pdl_launch(pdl), **rope_kw,
@@ -146,7 +144,7 @@ def triton_mla_attention(
         tile = merge_tile(splits, Dc)
         mla_merge_splits_kernel[(BT, H, Dc // tile["BLOCK_D"])](
             mid_o, mid_lse, out, seq_lens, out.stride(0), out.stride(1), splits,
-            T=T, H=H, DC=Dc, BLOCK_M=block_m, SPLIT_GRAIN=grain, **tile,
+            T=T, H=H, DC=Dc, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], **tile,
             num_warps=MERGE_WARPS, PDL=pdl, **tuning.pdl_launch(pdl),
         )
     return out

@@ -31,12 +31,8 @@ CACHE_DIR = env.cache_dir()
 # interpreter sees (it cannot autotune).
 DEFAULTS: dict[str, dict] = {
     "moe_topk": {"num_warps": 4},
-    # MLA: BLOCK_N keys a step; the split count follows the page table's capacity (ctas_per_sm programs a SM,
-    # none shorter than min_keys_per_split keys of it); a request's actual keys are then divided among the
-    # splits in multiples of split_grain keys (None: BLOCK_N), so a short context in a long table's graph
-    # still spreads over seq_len / split_grain programs.
     "mla_attention": {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
-                      "min_keys_per_split": 64, "split_grain": None},
+                      "min_keys_per_split": 64},
     # MoE tile path: BLOCK_M pairs of one expert a block (the routing plan both kernels share, so gate_up's
     # config carries it), BLOCK_N output rows, BLOCK_K the bf16 path's K step (INT4 steps one scale group).
     "fused_moe_gate_up": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},

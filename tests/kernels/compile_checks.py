@@ -87,12 +87,11 @@ def _innermost_loop(sass: str) -> list[str]:
 
 
 GATE_UP_SIG = dict(x_ptr="*bf16", w13_ptr="*i32", s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*fp32",
-                   part_ptr="*fp32", count_ptr="*i32", stride_xt="i32", stride_we="i32", stride_wn="i32",
-                   stride_se="i32", stride_sn="i32", stride_at="i32", TK="i32", I="i32", H_WORDS="i32",
-                   SPLIT_WORDS="i32", magic="i32", TOP_K="i32", TK_PAD="i32", GROUP_WORDS="i32", BLOCK_N="i32",
-                   BLOCK_W="i32", EVEN="i32", PER_PAIR="i32", SHIFT16="i32", SPLIT="i32", INTERPRET="i32")
-GATE_UP_ALIGNED = ["x_ptr", "w13_ptr", "s13_ptr", "ids_ptr", "act_ptr", "part_ptr", "count_ptr", "stride_xt",
-                   "stride_we", "stride_wn", "stride_se", "stride_sn", "stride_at", "I", "H_WORDS", "SPLIT_WORDS"]
+                   stride_xt="i32", stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32",
+                   stride_at="i32", TK="i32", I="i32", H_WORDS="i32", magic="i32", TOP_K="i32", TK_PAD="i32",
+                   GROUP_WORDS="i32", BLOCK_N="i32", BLOCK_W="i32", EVEN="i32", PER_PAIR="i32", SHIFT16="i32")
+GATE_UP_ALIGNED = ["x_ptr", "w13_ptr", "s13_ptr", "ids_ptr", "act_ptr", "stride_xt", "stride_we", "stride_wn",
+                   "stride_se", "stride_sn", "stride_at", "I", "H_WORDS"]
 DOWN_SIG = dict(act_ptr="*fp32", w2_ptr="*i32", s2_ptr="*bf16", ids_ptr="*i32", topk_w_ptr="*fp32",
                 add_ptr="*bf16", out_ptr="*bf16", stride_at="i32", stride_we="i32", stride_wn="i32",
                 stride_se="i32", stride_sn="i32", stride_addt="i32", stride_ot="i32", H="i32", magic="i32",
@@ -106,21 +105,19 @@ def check_gemv(arch: int) -> dict:
     """INT4 GEMV kernels at Kimi TP=8 shapes (the sm_90 defaults and a sweep candidate), both mask modes."""
     out = {}
     # gate_up with one program per pair (the default) at the table's configs (T=1, then T >= 2, with SHIFT16 as the
-    # launcher gives it) in both mask modes, split over H, and with the expert's first pair working for all
-    # (PER_PAIR=False).
-    for bn, bw, warps, per_pair, shift16, split in ((16, 128, 8, True, False, 1), (8, 128, 4, True, True, 1),
-                                                    (8, 64, 4, True, False, 4), (4, 128, 2, False, True, 1)):
+    # launcher gives it) in both mask modes, and with the expert's first pair working for all (PER_PAIR=False).
+    for bn, bw, warps, per_pair, shift16 in ((16, 128, 8, True, False), (8, 128, 4, True, True),
+                                             (4, 128, 2, False, True)):
         for even in (True, False):
             sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel, GATE_UP_SIG,
                                      dict(TOP_K=8, TK_PAD=8, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=bw, EVEN=even,
-                                          PER_PAIR=per_pair, SHIFT16=shift16, SPLIT=split, INTERPRET=False),
+                                          PER_PAIR=per_pair, SHIFT16=shift16),
                                      GATE_UP_ALIGNED, arch, warps)
-            _no_spills(res, f"gate_up {bn=} {bw=} {even=} {per_pair=} {split=}")
+            _no_spills(res, f"gate_up {bn=} {bw=} {even=} {per_pair=}")
             loop = _innermost_loop(sass)
             per_weight = len(loop) / (2 * bn * bw * 8 / (32 * warps))  # gate + up rows, 8 weights a word
             ops = _opcodes(loop)
-            out[f"gate_up_bn{bn}_bw{bw}_even{int(even)}_pp{int(per_pair)}_s16{int(shift16)}_split{split}"] = (
-                round(per_weight, 2))
+            out[f"gate_up_bn{bn}_bw{bw}_even{int(even)}_pp{int(per_pair)}_s16{int(shift16)}"] = round(per_weight, 2)
             if even:
                 assert per_weight <= MAX_GEMV_INSTR_PER_WEIGHT, (
                     f"gate_up inner loop {per_weight:.2f} SASS instructions per weight (> "
@@ -154,7 +151,8 @@ def check_dot_gate_up(arch: int) -> dict:
     """The INT4 dot path's gate_up (tl.dot over an expert's pairs) at the tuning candidates (the table's first),
     split and not, both mask modes: no spills to local memory."""
     sig = {k: v for k, v in GATE_UP_SIG.items() if k not in ("PER_PAIR", "SHIFT16")}
-    sig.update(BLOCK_M="i32", EXACT="i32", PDL="i32")
+    sig.update(part_ptr="*fp32", count_ptr="*i32", SPLIT_WORDS="i32", BLOCK_M="i32", SPLIT="i32", EXACT="i32",
+               INTERPRET="i32", PDL="i32")
     out = {}
     cands = [tuning.DEFAULTS["fused_moe_int4_dot_gate_up"]] + tuning.CANDIDATES["fused_moe_int4_dot_gate_up"]
     for cfg in cands + [{**cands[0], "EXACT": True}, {**cands[0], "SPLIT": 1}]:
@@ -162,8 +160,8 @@ def check_dot_gate_up(arch: int) -> dict:
             consts = dict(TOP_K=8, TK_PAD=32, GROUP_WORDS=4, BLOCK_M=16, BLOCK_N=cfg["BLOCK_N"],
                           BLOCK_W=cfg["BLOCK_W"], SPLIT=cfg["SPLIT"], EVEN=even, EXACT=cfg["EXACT"],
                           INTERPRET=False, PDL=True)
-            _, res = compile_sass(fm.moe_int4_dot_gate_up_kernel, sig, consts, GATE_UP_ALIGNED, arch,
-                                  cfg["num_warps"])
+            _, res = compile_sass(fm.moe_int4_dot_gate_up_kernel, sig, consts,
+                                  GATE_UP_ALIGNED + ["part_ptr", "count_ptr"], arch, cfg["num_warps"])
             _no_local(res, f"dot gate_up {cfg} {even=}")
             out[f"{cfg['BLOCK_N']}x{cfg['BLOCK_W']}_w{cfg['num_warps']}_s{cfg['SPLIT']}_exact{int(cfg['EXACT'])}"
                 f"_even{int(even)}"] = res
@@ -366,15 +364,15 @@ MLA_SIG = dict(qn_ptr="*bf16", qr_ptr="*bf16", kv_ptr="*bf16", page_table_ptr="*
                out_ptr="*bf16", mid_o_ptr="*fp32", mid_lse_ptr="*fp32", stride_qn_tok="i32", stride_qn_head="i32",
                stride_qr_tok="i32", stride_qr_head="i32", stride_kv_slot="i32", stride_pt_req="i32",
                stride_o_tok="i32", stride_o_head="i32", sm_scale_log2="fp32", NUM_SPLITS="i32", T="i32", H="i32",
-               DC="i32", DR="i32", PAGE_SIZE="i32", BLOCK_M="i32", BLOCK_N="i32", SPLIT_GRAIN="i32",
-               SPLIT_KV="i32", DOT_PRECISION="constexpr", INTERPRET="i32", PDL="i32")
+               DC="i32", DR="i32", PAGE_SIZE="i32", BLOCK_M="i32", BLOCK_N="i32", SPLIT_KV="i32",
+               DOT_PRECISION="constexpr", INTERPRET="i32", PDL="i32")
 MLA_ALIGNED = ["qn_ptr", "qr_ptr", "kv_ptr", "out_ptr", "mid_o_ptr", "mid_lse_ptr", "stride_qn_tok",
                "stride_qr_tok", "stride_kv_slot", "stride_o_tok"]
 # The rope variant (launch fusion q_rope_attn): q's rope rotated as it loads.
 MLA_ROPE_SIG = dict(MLA_SIG, ROPE="i32", pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", stride_table="i32")
 MLA_MERGE_SIG = dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", out_ptr="*bf16", seq_lens_ptr="*i32",
                      stride_o_tok="i32", stride_o_head="i32", NUM_SPLITS="i32", T="i32", H="i32", DC="i32",
-                     BLOCK_M="i32", SPLIT_GRAIN="i32", SPLITS_PAD="i32", BLOCK_D="i32", PDL="i32")
+                     BLOCK_M="i32", BLOCK_N="i32", SPLITS_PAD="i32", BLOCK_D="i32", PDL="i32")
 
 
 def _sass_ops(sass: str) -> collections.Counter:
@@ -400,9 +398,7 @@ def check_mla(arch: int) -> dict:
                     what = f"mla {name} T={T} {split_kv=}" + (" rope" if rope else "")
                     sass, res = compile_sass(ma.mla_split_kv_kernel, MLA_ROPE_SIG,
                                              dict(T=T, H=8, DC=512, DR=64, PAGE_SIZE=64, BLOCK_M=block_m,
-                                                  BLOCK_N=cfg["BLOCK_N"],
-                                                  SPLIT_GRAIN=cfg["split_grain"] or cfg["BLOCK_N"],
-                                                  SPLIT_KV=split_kv, DOT_PRECISION="tf32",
+                                                  BLOCK_N=cfg["BLOCK_N"], SPLIT_KV=split_kv, DOT_PRECISION="tf32",
                                                   INTERPRET=False, PDL=split_kv, ROPE=rope),
                                              MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
                     _no_spills(res, what)
@@ -417,7 +413,7 @@ def check_mla(arch: int) -> dict:
         tile = merge_tile(splits, 512)
         what = f"mla merge kernel {splits=} {tile}"
         sass, res = compile_sass(ma.mla_merge_splits_kernel, MLA_MERGE_SIG,
-                                 dict(T=4, H=8, DC=512, BLOCK_M=16, SPLIT_GRAIN=16, PDL=True, **tile),
+                                 dict(T=4, H=8, DC=512, BLOCK_M=16, BLOCK_N=64, PDL=True, **tile),
                                  ["mid_o_ptr", "mid_lse_ptr", "out_ptr", "stride_o_tok"], arch, MERGE_WARPS)
         _no_spills(res, what)
         assert _sass_ops(sass)["ACQBULK"] > 0, f"{what}: no grid-dependency wait with PDL"
@@ -435,8 +431,7 @@ def check_mla_dot_precision(arch: int) -> dict:
         cfg = tuning.DEFAULTS["mla_attention"]
         sass, res = compile_sass(ma.mla_split_kv_kernel, sig if dtype == "fp32" else MLA_SIG,
                                  dict(T=4, H=2, DC=32, DR=16, PAGE_SIZE=16, BLOCK_M=16, BLOCK_N=cfg["BLOCK_N"],
-                                      SPLIT_GRAIN=cfg["BLOCK_N"], SPLIT_KV=True, DOT_PRECISION=precision,
-                                      INTERPRET=False, PDL=False),
+                                      SPLIT_KV=True, DOT_PRECISION=precision, INTERPRET=False, PDL=False),
                                  MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
         what = f"mla {dtype} DOT_PRECISION={precision}"
         _no_spills(res, what)

@@ -635,11 +635,6 @@ CASES = {
     # hold no key, store nothing, and the merge counts only the active ones (seq_lens shrinking between calls).
     "mla_split_kv_capacity_far_above_context": lambda: check_mla(
         3, 2, 3, 64, 16, 4, [2, 9, 41], seed=44, config=MLA_SPLIT, min_splits=8, calls=3, spare=40),
-    # Splits rounded to 3 keys (split_grain) inside a 32-key tile: a short context spreads over many programs,
-    # each reading its few keys; the merge must count the active splits with the same grain.
-    "mla_split_grain_below_key_tile": lambda: check_mla(
-        3, 2, 3, 64, 16, 4, [2, 9, 41], seed=45, config={"BLOCK_N": 32, "min_keys_per_split": 16, "split_grain": 3},
-        min_splits=8, calls=3, spare=40),
     "mla_launch_plan": check_mla_launch_plan,
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,
@@ -696,18 +691,6 @@ CASES = {
     "moe_int4_gemv_exact_t4_top8_down_slot_loop": lambda: check_fused_moe_int4_gemv_exact(
         4, 20, 96, 32, 8, seed=51, skew=True,
         config={"gate_up": GEMV_MID["gate_up"], "down": {**GEMV_DOWN_MASKED, "PRELOAD": False}}),
-    # gate_up split over H (SPLIT: the last program of a (pair, row block) to arrive adds the partials): 3 splits
-    # of 8, 8 and 4 words (masked) at T=1; 2 of 16 words (unmasked) with the shift by 16 at T=3 on shared
-    # experts; bf16 against the reference with the shared experts' add.
-    "moe_int4_gemv_exact_t1_top8_split3_masked": lambda: check_fused_moe_int4_gemv_exact(
-        1, 20, 160, 32, 8, seed=53, config={"gate_up": {**GEMV_SMALL["gate_up"], "SPLIT": 3},
-                                            "down": GEMV_SMALL["down"]}),
-    "moe_int4_gemv_exact_t3_split2_unmasked": lambda: check_fused_moe_int4_gemv_exact(
-        3, 9, 256, 32, 3, seed=54, skew=True, config={"gate_up": {**GEMV_SMALL["gate_up"], "SPLIT": 2},
-                                                      "down": GEMV_SMALL["down"]}),
-    "moe_int4_gemv_bf16_split2_vs_reference_add": lambda: check_fused_moe(
-        2, 9, 160, 64, 4, int4=True, seed=55, path="gemv", with_add=True,
-        config={"gate_up": {**GEMV_MID["gate_up"], "BLOCK_W": 8, "SPLIT": 2}, "down": GEMV_MID["down"]}),
     "moe_int4_gemv_t2_bf16_top4_down_preload_vs_slot_loop": lambda: check_moe_down_preload(2, 9, 224, 32, 4, seed=52),
     # The dot path (gate_up as tl.dot over each expert's pairs, the GEMV down): bit for bit on exact sums, with
     # tokens sharing experts (more pairs on an expert than a 16-row block at T=20: the block loop), H split

@@ -96,20 +96,14 @@ def test_mla_split_merge_repeated(T, page_size, seq_lens):
               calls=3)
 
 
-@pytest.mark.parametrize("grain", [None, 24])
 @pytest.mark.parametrize("T,seq_lens", [(1, [1024]), (4, [64, 2000, 5])])
-def test_mla_split_kv_capacity_far_above_context(T, seq_lens, grain):
+def test_mla_split_kv_capacity_far_above_context(T, seq_lens):
     """A page table sized for 16k+ keys (as a server's captured graphs hold it) over short contexts: most
     splits hold no key and store nothing; the merge must count only the active ones (the partials come from a
-    NaN-poisoned allocator, so counting one it should not shows), three calls in a row on one grid. The tuned
-    config, and with the keys split in multiples of 24 (split_grain, not a divisor of the 64-key tile)."""
-    from sglang_eagle3.kernels import tuning
-
+    NaN-poisoned allocator, so counting one it should not shows), three calls in a row on one grid."""
     poison_allocator()
-    config = None if grain is None else {
-        **tuning.get_config("mla_attention", torch.device("cuda"), "rows", T * HEADS), "split_grain": grain}
     check_mla(len(seq_lens), T, HEADS, KV_LORA, ROPE, 64, seq_lens, device="cuda", seed=60 + T, min_splits=32,
-              calls=3, spare=256, config=config)
+              calls=3, spare=256)
 
 
 def test_mla_float32_is_ieee():
@@ -263,51 +257,6 @@ def test_fused_moe_int4_dot_path_exact(T, exact, split):
            "down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False}}
     check_fused_moe_int4_gemv_exact(T, 24, 256, 32, 4, device="cuda", seed=70 + T, skew=True,
                                     dtype=torch.bfloat16, config=cfg, path="dot")
-
-
-GEMV_SPLITS = [{"BLOCK_N": 16, "BLOCK_W": 64, "num_warps": 8, "SPLIT": 2},  # 7 chunks a split
-               {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 8, "SPLIT": 7},  # one chunk a split
-               {"BLOCK_N": 8, "BLOCK_W": 64, "num_warps": 4, "SPLIT": 3}]  # 320, 320, 256 words: masked
-
-
-@pytest.mark.parametrize("cfg", range(len(GEMV_SPLITS)))
-@pytest.mark.parametrize("T,skew", [(1, False), (2, True), (4, False)])
-def test_fused_moe_int4_gemv_split(int4_weights, T, skew, cfg):
-    """The GEMV gate_up split over H (the last program of a pair's row block to arrive adds the partials, in
-    split order) at Kimi's shapes: against the reference and the unsplit GEMV (the same products summed in
-    another order: well within a bf16 rounding), twice on one set of counters (they must be back at zero)."""
-    from sglang_eagle3.kernels import tuning
-    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
-
-    p13, s13, p2, s2 = int4_weights
-    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
-    shared = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.1
-    topk_w, ids = routing(T, skew, 7000 + T)
-    down = tuning.get_config("fused_moe_int4_gemv_down", x.device, "tokens", T)
-    poison_allocator()
-    split = [triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared, path="gemv",
-                                   config={"gate_up": GEMV_SPLITS[cfg], "down": down}) for _ in range(2)]
-    whole = triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared, path="gemv",
-                                  config={"gate_up": {**GEMV_SPLITS[cfg], "SPLIT": 1}, "down": down})
-    ref = _ref_int4_chunked(x, p13, s13, p2, s2, topk_w, ids, shared)
-    assert torch.equal(split[0], split[1]), "a second call on the same counters differs"
-    assert rel_err(split[0], ref) < 1e-2, f"split rel err {rel_err(split[0], ref)} ({T=} {skew=} {cfg=})"
-    apart = ((split[0].float() - whole.float()).abs().max() / whole.float().abs().max()).item()
-    assert apart <= 8e-3, f"split vs unsplit {apart} of the outputs' scale apart ({T=} {skew=} {cfg=})"
-
-
-@pytest.mark.parametrize("split", [3, 8])
-@pytest.mark.parametrize("T", [1, 3])
-def test_fused_moe_int4_gemv_split_exact(T, split):
-    """The split GEMV gate_up bit for bit against a float64 re-implementation on exact-sum inputs
-    (kernel_checks.check_fused_moe_int4_gemv_exact; H = 512, where its sums stay exact): 3 splits of 24, 24 and
-    16 words (masked) or 8 of 8, a dropped or doubled split shows."""
-    from kernel_checks import check_fused_moe_int4_gemv_exact
-
-    cfg = {"gate_up": {"BLOCK_N": 16, "BLOCK_W": 8, "num_warps": 4, "SPLIT": split},
-           "down": {"BLOCK_N": 8, "BLOCK_W": 32, "num_warps": 2, "PRELOAD": True}}
-    check_fused_moe_int4_gemv_exact(T, 12, 512, 32, 8, device="cuda", seed=80 + T, skew=T > 1,
-                                    dtype=torch.bfloat16, config=cfg)
 
 
 @pytest.mark.parametrize("shape,residual,strided,inplace", [

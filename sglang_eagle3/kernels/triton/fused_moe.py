@@ -428,13 +428,12 @@ def _group_member(ids_ptr, expert, TK, r, TK_PAD: tl.constexpr):
 
 @triton.jit
 def moe_int4_gemv_gate_up_kernel(
-    x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr, part_ptr, count_ptr,
+    x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
     stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
-    TK, I, H_WORDS, SPLIT_WORDS, magic,
+    TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
-    PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, SPLIT: tl.constexpr = 1,
-    INTERPRET: tl.constexpr = False,
+    PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -445,10 +444,6 @@ def moe_int4_gemv_gate_up_kernel(
     flight. Else the expert's first pair computes all of the expert's pairs one after another (re-reading
     the weights from L2) and the others exit: fewer programs, but the shared experts' work is serial.
     Either way a pair's arithmetic is the same code whatever the batch holds.
-    SPLIT > 1 (PER_PAIR only; grid (pairs, I blocks, SPLIT)): each program takes SPLIT_WORDS words of H (a
-    multiple of BLOCK_W) and stores its fp32 gate and up sums to part [SPLIT, TK, 2I]; the last to arrive at the
-    (pair, I block) counter (count_ptr, zero between calls, see sync.py) adds them in split order and stores
-    act: more programs, so more weight bytes in flight, where a decode step has only 8 pairs.
 
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
     next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
@@ -478,52 +473,26 @@ def moe_int4_gemv_gate_up_kernel(
             else:
                 member = _group_member(ids_ptr, expert, TK, r, TK_PAD)
             x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
-            if SPLIT > 1:
-                lo = tl.program_id(2) * SPLIT_WORDS
-                hi = tl.minimum(lo + SPLIT_WORDS, H_WORDS)  # loads clamp (EVEN) or mask (else) at the split's end
-            else:
-                lo = 0
-                hi = H_WORDS
             acc_g = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
             acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
-            pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, lo, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
-            pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, lo, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
-            xs = _load_x_chunk(x_row, lo, w_idx, hi, EVEN, SHIFT16)  # [BLOCK_W, 8]
-            for w0 in range(lo, hi, BLOCK_W):
+            pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN, SHIFT16)  # [BLOCK_W, 8]
+            for w0 in range(0, H_WORDS, BLOCK_W):
                 pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                    hi, GROUP_WORDS, EVEN)
+                                                    H_WORDS, GROUP_WORDS, EVEN)
                 pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                    hi, GROUP_WORDS, EVEN)
-                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, hi, EVEN, SHIFT16)
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16)
                 x_cols = _x_columns(xs)
                 acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16) * sg
                 acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16) * su
                 pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
             g = tl.sum(acc_g, axis=1)
             u = tl.sum(acc_u, axis=1)
-            if SPLIT > 1:
-                part = part_ptr + (tl.program_id(2) * TK + member).to(tl.int64) * (2 * I) + n_offs
-                tl.store(part, g, mask=n_ok)
-                tl.store(part + I, u, mask=n_ok)
-                if last_arrival(count_ptr + member * tl.num_programs(1) + nb, SPLIT, INTERPRET):
-                    first = part_ptr + member.to(tl.int64) * (2 * I) + n_offs
-                    g = tl.load(first, mask=n_ok, other=0.0, cache_modifier=".cg")
-                    u = tl.load(first + I, mask=n_ok, other=0.0, cache_modifier=".cg")
-                    for s in range(1, SPLIT):  # in split order: the same sums whichever program arrives last
-                        g += tl.load(first + s * TK * 2 * I, mask=n_ok, other=0.0, cache_modifier=".cg")
-                        u += tl.load(first + s * TK * 2 * I + I, mask=n_ok, other=0.0, cache_modifier=".cg")
-                    _store_gemv_act(g, u, act_ptr, member, n_offs, n_ok, stride_at, I, SHIFT16)
-            else:
-                _store_gemv_act(g, u, act_ptr, member, n_offs, n_ok, stride_at, I, SHIFT16)
-
-
-@triton.jit
-def _store_gemv_act(g, u, act_ptr, pair, n_offs, n_ok, stride_at, I, SHIFT16: tl.constexpr):
-    """act[pair, n] = silu(g) * u for rows n_offs (any broadcastable shapes), nibble-major and pre-scaled as
-    moe_int4_gemv_gate_up_kernel stores it."""
-    j = n_offs % 8
-    tl.store(act_ptr + pair.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
-             g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16), mask=n_ok)
+            j = n_offs % 8
+            tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
+                     g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16), mask=n_ok)
 
 
 @triton.jit
@@ -685,8 +654,9 @@ def _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N: tl.co
     """act[pair, n] = silu(gate) * up from acc [2 * BLOCK_N, BLOCK_M] (gate rows, then up rows; a column a pair),
     nibble-major and pre-scaled as moe_int4_gemv_gate_up_kernel stores it without SHIFT16."""
     g, u = tl.split(tl.permute(tl.reshape(acc, [2, BLOCK_N, BLOCK_M]), [2, 1, 0]))  # [BLOCK_M, BLOCK_N] each
-    _store_gemv_act(g, u, act_ptr, pairs[:, None], n_offs[None, :], row_ok[:, None] & (n_offs < I)[None, :],
-                    stride_at, I, False)
+    j = n_offs % 8
+    tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + (j * (I // 8) + n_offs // 8)[None, :],
+             g * tl.sigmoid(g) * u * _nibble_scale(j, False)[None, :], mask=row_ok[:, None] & (n_offs < I)[None, :])
 
 
 @triton.jit

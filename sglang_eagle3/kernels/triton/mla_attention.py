@@ -47,16 +47,14 @@ def _rope_rows(qr_ptr, q_offs, row_ok, pos_ptr, q_tok, cos_ptr, sin_ptr, stride_
 
 
 @triton.jit
-def _split_keys(seq_len, NUM_SPLITS, GRAIN: tl.constexpr):
-    """(keys a split, splits holding any key) for a request of seq_len keys over NUM_SPLITS programs, each
-    split a multiple of GRAIN keys.
+def _split_keys(seq_len, NUM_SPLITS, BLOCK_N: tl.constexpr):
+    """(keys a split, splits holding any key) for a request of seq_len keys over NUM_SPLITS programs.
 
     The keys the request actually has are divided, not the page table's capacity: a graph captured at a large
     page table stays balanced for short contexts. The splits past the last key (most of them when the
     capacity is far above the context, as a server's graphs have it) store no partials, and the merge
-    counts only the active ones. A GRAIN below the key tile (BLOCK_N) spreads a short context over more
-    programs: each reads only its own keys (the tile's other rows are masked)."""
-    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), GRAIN), 1) * GRAIN
+    counts only the active ones."""
+    per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N), 1) * BLOCK_N
     return per_split, tl.cdiv(seq_len, per_split)
 
 
@@ -66,8 +64,8 @@ def mla_split_kv_kernel(
     stride_qn_tok, stride_qn_head, stride_qr_tok, stride_qr_head, stride_kv_slot, stride_pt_req,
     stride_o_tok, stride_o_head, sm_scale_log2, NUM_SPLITS,
     T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, DR: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_GRAIN: tl.constexpr, SPLIT_KV: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_KV: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
     ROPE: tl.constexpr = False, pos_ptr=None, cos_ptr=None, sin_ptr=None, stride_table=0,
 ):
     """out [B*T, H, DC] over grid (B, row blocks, NUM_SPLITS). SPLIT_KV (NUM_SPLITS > 1): mid_o fp32
@@ -93,7 +91,7 @@ def mla_split_kv_kernel(
 
     seq_len = tl.load(seq_lens_ptr + b)
     q_pos = seq_len - T + tok  # [M] last visible key of each row
-    per_split, active = _split_keys(seq_len, NUM_SPLITS, SPLIT_GRAIN)
+    per_split, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)
     start = split * per_split
     end = tl.minimum(start + per_split, seq_len)
 
@@ -155,12 +153,12 @@ def mla_split_kv_kernel(
 @triton.jit
 def mla_merge_splits_kernel(
     mid_o_ptr, mid_lse_ptr, out_ptr, seq_lens_ptr, stride_o_tok, stride_o_head, NUM_SPLITS,
-    T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, BLOCK_M: tl.constexpr, SPLIT_GRAIN: tl.constexpr,
+    T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """The split merge over grid (B*T, H, DC / BLOCK_D): program (query token, head, column block) loads the
     BLOCK_D columns of all NUM_SPLITS partials of its row at once ([SPLITS_PAD, BLOCK_D] fp32, in
-    mla_split_kv_kernel's mid_o / mid_lse layout), keeps the active splits' (SPLIT_GRAIN is the split kernel's,
+    mla_split_kv_kernel's mid_o / mid_lse layout), keeps the active splits' (BLOCK_N is the split kernel's,
     which sets the active count) and weights them by exp2(lse - max). A split whose keys are all invisible
     to the row has lse = -inf (weight 0) and zero partials, so no branch is needed; a row with no visible key
     in any split gets total weight 0 and output 0."""
@@ -184,7 +182,7 @@ def mla_merge_splits_kernel(
     lse = tl.load(mid_lse_ptr + part * BLOCK_M + m, mask=sp < NUM_SPLITS, other=float("-inf"))  # [SP]
     o = tl.load(mid_o_ptr + (part[:, None] * BLOCK_M + m) * DC + d[None, :], mask=(sp < NUM_SPLITS)[:, None],
                 other=0.0)  # [SP, BLOCK_D]
-    _, active = _split_keys(seq_len, NUM_SPLITS, SPLIT_GRAIN)
+    _, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)
     lse = tl.where(sp < active, lse, float("-inf"))
     o = tl.where((sp < active)[:, None], o, 0.0)
     mx = tl.max(lse, axis=0)
