@@ -10,6 +10,7 @@ programs beside the GEMV; MLA at 1k and 8k context with a page table sized for 8
 verify-graph benchmark's graphs) and for 32k.
 
     python benchmarks/bench_small_ops.py --out benchmarks/results/h200/small_ops.json [--label new]
+    python benchmarks/bench_small_ops.py --out OUT.json --mla-variants prewait=0 prewait=1 prewait=2
 """
 
 from __future__ import annotations
@@ -69,8 +70,13 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--label", default="")
     ap.add_argument("--repeat", type=int, default=3, help="times each case is timed (median of replays each)")
+    ap.add_argument("--mla-variants", nargs="+", default=None,
+                    help="only the MLA cases, each at the table's config with these overrides, alternating: e.g. "
+                         "prewait=0 prewait=2 ('' for the table's config as it is)")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
+    if args.mla_variants is not None:
+        return mla_variants(args)
     cases = {}
     for T in (1, 4, 8, 64):
         cases[f"moe_topk T={T}"] = topk_case(T)[0]
@@ -81,19 +87,49 @@ def main() -> None:
             case = shared_down_route_case(T, beside)
             if case is not None:
                 cases[f"shared down + routing T={T} {'one launch' if beside else 'two launches'}"] = case
-    for T, ctx, cap in ((1, 1024, 8448), (1, 1024, 32768), (4, 1024, 8448), (1, 8192, 8448)):
+    for T, ctx, cap in MLA_CASES:
         cases[f"mla T={T} ctx={ctx} table={cap}"] = mla_case(1, T, ctx, capacity=cap)[0]
     rows = []
     for name, calls in cases.items():
         us = [round(time_graph(calls()), 3) for _ in range(args.repeat)]
         rows.append({"case": name, "us": us})
         print(f"{args.label:>6s} {name:28s} " + " / ".join(f"{u:.2f}" for u in us) + " us", flush=True)
+    write_result(args, rows)
+
+
+# (T, context, page table slots a request): the step benchmark's graphs hold 8448 slots.
+MLA_CASES = ((1, 1024, 8448), (1, 1024, 32768), (4, 1024, 8448), (1, 8192, 8448))
+
+
+def write_result(args, rows: list[dict]) -> None:
     result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
               "package": str(Path(sglang_eagle3.__file__).parent), "label": args.label,
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+def mla_variants(args) -> None:
+    """The MLA cases (and T=4 at 8k) at the table's config with each of args.mla_variants' overrides
+    ('key=value,key=value'), the variants alternating args.repeat times."""
+    from sglang_eagle3.kernels import tuning
+
+    rows = []
+    for T, ctx, cap in MLA_CASES + ((4, 8192, 8448),):
+        base = tuning.get_config("mla_attention", torch.device("cuda"), "rows", T * 8)
+        variants = {v: {**base, **{k: int(x) for k, x in (item.split("=") for item in v.split(",") if item)}}
+                    for v in args.mla_variants}
+        calls = mla_case(1, T, ctx, capacity=cap)[0]
+        times = {v: [] for v in variants}
+        for _ in range(args.repeat):
+            for v, cfg in variants.items():
+                times[v].append(round(time_graph(calls(config=cfg)), 3))
+        for v, us in times.items():
+            rows.append({"case": f"mla T={T} ctx={ctx} table={cap}", "variant": v, "config": variants[v], "us": us})
+            print(f"{args.label:>6s} mla T={T} ctx={ctx:5d} table={cap:5d} {v or '(table)':12s} "
+                  + " / ".join(f"{u:.2f}" for u in us) + " us", flush=True)
+    write_result(args, rows)
 
 
 if __name__ == "__main__":

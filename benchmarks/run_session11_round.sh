@@ -8,6 +8,12 @@
 # (e1 at eb7797e: the tests 85 passed; MLA within 0.1-0.2 us whatever the grain at T=1 (1k: 7.8-8.0 us, 16 or
 # 128 programs alike), mixed at T=4; every GEMV split variant slower (T=1: 13.0 us table, 14.1 the best split).
 # Neither is parallelism-bound: both reverted in the next commit, the code stays in eb7797e.)
+# Part "e2": MLA's reads before its PDL wait: the merge reads seq_len before it (then only the active splits'
+# partials), the split launch with "prewait" 1 (seq_len and its first key tile's page table entries) or 2 (also
+# an L2 prefetch of that tile's cache rows). MLA and PDL GPU tests; bench_small_ops.py --mla-variants prewait=0/1/2
+# and the previous checkout's MLA cases (.old: `git archive a7bc549 sglang_eagle3 benchmarks`), alternating twice;
+# the 61-layer step at 1k and 8k (decode, verify of 4) with the table's MLA config at prewait 0 and 2, alternating
+# twice in one process.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session11_round.sh e1
 source "$(dirname "$0")/gpu_stages.sh"
@@ -16,7 +22,16 @@ GEMV_SPLITS=(BLOCK_N=16,BLOCK_W=64,num_warps=8,SPLIT=2 BLOCK_N=16,BLOCK_W=128,nu
              BLOCK_N=16,BLOCK_W=64,num_warps=8,SPLIT=7 BLOCK_N=16,BLOCK_W=32,num_warps=4,SPLIT=4
              BLOCK_N=8,BLOCK_W=128,num_warps=4,SPLIT=7 BLOCK_N=8,BLOCK_W=64,num_warps=4,SPLIT=2
              BLOCK_N=8,BLOCK_W=64,num_warps=4,SPLIT=7 BLOCK_N=16,BLOCK_W=64,num_warps=4,SPLIT=14)
-case "${1:?e1}" in
+mla_table() {  # mla_table PREWAIT: a config table whose MLA buckets are sm_90.json's with that prewait
+  python - "$1" > "$OUT/mla_prewait_$1.json" <<'PY'
+import json, sys
+base = json.load(open("sglang_eagle3/kernels/configs/sm_90.json"))
+ops = {"mla_attention": [{**b, "prewait": int(sys.argv[1])} for b in base["ops"]["mla_attention"]]}
+print(json.dumps({"arch": base["arch"], "sm_counts": base["sm_counts"], "measured": True,
+                  "source": f"sm_90.json with prewait {sys.argv[1]}", "ops": ops}))
+PY
+}
+case "${1:?e1 | e2}" in
   e1)
     TAIL=6 stage e1_tests "${T_TESTS:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "mla or fused_moe_int4"
@@ -25,6 +40,22 @@ case "${1:?e1}" in
     args=(); for c in "${GEMV_SPLITS[@]}"; do args+=(--gemv-config "$c"); done
     TAIL=40 stage moe_split "${T_MOE:-150}" python benchmarks/bench_moe_dot.py --out "$OUT/moe_split.json" \
       --variants "gemv (table)" --tokens 1 2 --pools 12 384 "${args[@]}"
+    collect
+    ;;
+  e2)
+    TAIL=6 stage e2_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py tests/kernels/test_mla_rope_gpu.py tests/kernels/test_pdl_gpu.py -k "mla"
+    for i in 1 2; do
+      TAIL=16 stage "mla_new_$i" 100 python benchmarks/bench_small_ops.py --out "$OUT/mla_new_$i.json" \
+        --mla-variants prewait=0 prewait=1 prewait=2 --repeat 2 --label new
+      TAIL=5 stage "mla_old_$i" 100 env GIT_COMMIT=a7bc549 python .old/benchmarks/bench_small_ops.py \
+        --out "$OUT/mla_old_$i.json" --repeat 2 --label old
+    done
+    mla_table 2
+    TAIL=20 stage step_prewait "${T_STEP:-280}" python benchmarks/bench_verify_graph.py --backends triton \
+      --contexts 1024 8192 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --out "$OUT/step_prewait.json" \
+      --env-variants "" "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/mla_prewait_2.json" "" \
+      "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/mla_prewait_2.json"
     collect
     ;;
 esac
