@@ -10,7 +10,7 @@ programs beside the GEMV; MLA at 1k and 8k context with a page table sized for 8
 verify-graph benchmark's graphs) and for 32k.
 
     python benchmarks/bench_small_ops.py --out benchmarks/results/h200/small_ops.json [--label new]
-    python benchmarks/bench_small_ops.py --out OUT.json --mla-variants prewait=0 prewait=1 prewait=2
+    python benchmarks/bench_small_ops.py --out OUT.json --mla-variants '' num_warps=4 BLOCK_N=32,num_stages=3
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="times each case is timed (median of replays each)")
     ap.add_argument("--mla-variants", nargs="+", default=None,
                     help="only the MLA cases, each at the table's config with these overrides, alternating: e.g. "
-                         "prewait=0 prewait=2 ('' for the table's config as it is)")
+                         "'' num_warps=4 BLOCK_N=32,num_stages=3 ('' for the table's config as it is)")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     if args.mla_variants is not None:

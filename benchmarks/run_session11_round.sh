@@ -14,6 +14,10 @@
 # and the previous checkout's MLA cases (.old: `git archive a7bc549 sglang_eagle3 benchmarks`), alternating twice;
 # the 61-layer step at 1k and 8k (decode, verify of 4) with the table's MLA config at prewait 0 and 2, alternating
 # twice in one process.
+# (e2 at dd341d4: tests 58 passed; the merge reading only the active partials: T=4 1k 13.3-13.5 -> 11.8 us, T=1 1k
+# 7.8-7.9 -> 7.4, 8k unchanged; prewait 1 no change, prewait 2 +5-6 us and the step 5-6% slower: prewait removed.)
+# Part "e3": Nsight Compute on MLA (split + merge, T = 1 and 4 at 1k in an 8448-slot table), then the whole
+# single-GPU suite.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session11_round.sh e1
 source "$(dirname "$0")/gpu_stages.sh"
@@ -31,7 +35,9 @@ print(json.dumps({"arch": base["arch"], "sm_counts": base["sm_counts"], "measure
                   "source": f"sm_90.json with prewait {sys.argv[1]}", "ops": ops}))
 PY
 }
-case "${1:?e1 | e2}" in
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+STALLS=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio
+case "${1:?e1 | e2 | e3}" in
   e1)
     TAIL=6 stage e1_tests "${T_TESTS:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "mla or fused_moe_int4"
@@ -56,6 +62,14 @@ case "${1:?e1 | e2}" in
       --contexts 1024 8192 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --out "$OUT/step_prewait.json" \
       --env-variants "" "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/mla_prewait_2.json" "" \
       "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/mla_prewait_2.json"
+    collect
+    ;;
+  e3)
+    TAIL=4 stage ncu_mla "${T_NCU:-150}" "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --metrics "$STALLS" -k regex:"mla" -c 8 python benchmarks/ncu_decode.py mla_table
+    TAIL=15 stage gpu_suite "${T_SUITE:-420}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
     collect
     ;;
 esac

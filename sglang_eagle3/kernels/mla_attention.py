@@ -138,7 +138,7 @@ def triton_mla_attention(
         T=T, H=H, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"],
         SPLIT_KV=splits > 1, DOT_PRECISION=tuning.dot_precision(q_rope.dtype), INTERPRET=tuning.interpreting(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        PDL=pdl, PREWAIT=cfg["prewait"], **tuning.pdl_launch(pdl), **rope_kw,
+        PDL=pdl, **tuning.pdl_launch(pdl), **rope_kw,
     )
     if merge == "separate":
         tile = merge_tile(splits, Dc)

@@ -31,9 +31,8 @@ CACHE_DIR = env.cache_dir()
 # interpreter sees (it cannot autotune).
 DEFAULTS: dict[str, dict] = {
     "moe_topk": {"num_warps": 4},
-    # MLA: "prewait", what a PDL split launch reads before its wait (triton/mla_attention.py, PREWAIT).
     "mla_attention": {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
-                      "min_keys_per_split": 64, "prewait": 0},
+                      "min_keys_per_split": 64},
     # MoE tile path: BLOCK_M pairs of one expert a block (the routing plan both kernels share, so gate_up's
     # config carries it), BLOCK_N output rows, BLOCK_K the bf16 path's K step (INT4 steps one scale group).
     "fused_moe_gate_up": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
@@ -142,8 +141,10 @@ def pdl(device: torch.device, kernel: str) -> bool:
     A PDL kernel may start while the kernel before it in the stream is still running: it waits
     (``gdc_wait``) before touching anything the previous kernel writes or reads, and lets its own successor
     start right after that wait (``gdc_launch_dependents``). So when a kernel starts, the kernel two before it
-    in the stream has finished. Before its wait a kernel may only touch memory no kernel of the step writes
-    (the GEMV's optional L2 prefetch of its weights, SGLANG_EAGLE3_PDL_L2_PREFETCH=1, is the only such code).
+    in the stream has finished. Before its wait a kernel may only touch memory no kernel of the step writes,
+    or that the kernel two before it wrote: the GEMV's optional L2 prefetch of its weights
+    (SGLANG_EAGLE3_PDL_L2_PREFETCH=1), the INT4 MoE down kernel's routing and weights (PRELOAD), the MLA
+    merge's seq_lens (a graph input).
 
     On by default, measured on the H200 (benchmarks/bench_pdl.py; benchmarks/results/h200/*_aae7240*,
     *_3fa1d10*): inside a CUDA graph a PDL kernel starts while its predecessor runs and leaves its wait

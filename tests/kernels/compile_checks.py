@@ -365,7 +365,7 @@ MLA_SIG = dict(qn_ptr="*bf16", qr_ptr="*bf16", kv_ptr="*bf16", page_table_ptr="*
                stride_qr_tok="i32", stride_qr_head="i32", stride_kv_slot="i32", stride_pt_req="i32",
                stride_o_tok="i32", stride_o_head="i32", sm_scale_log2="fp32", NUM_SPLITS="i32", T="i32", H="i32",
                DC="i32", DR="i32", PAGE_SIZE="i32", BLOCK_M="i32", BLOCK_N="i32", SPLIT_KV="i32",
-               DOT_PRECISION="constexpr", INTERPRET="i32", PDL="i32", PREWAIT="i32")
+               DOT_PRECISION="constexpr", INTERPRET="i32", PDL="i32")
 MLA_ALIGNED = ["qn_ptr", "qr_ptr", "kv_ptr", "out_ptr", "mid_o_ptr", "mid_lse_ptr", "stride_qn_tok",
                "stride_qr_tok", "stride_kv_slot", "stride_o_tok"]
 # The rope variant (launch fusion q_rope_attn): q's rope rotated as it loads.
@@ -399,19 +399,13 @@ def check_mla(arch: int) -> dict:
                     sass, res = compile_sass(ma.mla_split_kv_kernel, MLA_ROPE_SIG,
                                              dict(T=T, H=8, DC=512, DR=64, PAGE_SIZE=64, BLOCK_M=block_m,
                                                   BLOCK_N=cfg["BLOCK_N"], SPLIT_KV=split_kv, DOT_PRECISION="tf32",
-                                                  INTERPRET=False, PDL=split_kv, PREWAIT=2 * split_kv,
-                                                  ROPE=rope),
+                                                  INTERPRET=False, PDL=split_kv, ROPE=rope),
                                              MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
                     _no_spills(res, what)
                     ops = _sass_ops(sass)
                     atoms = ops["ATOM"] + ops["ATOMG"] + ops["RED"]
                     assert atoms == 0, f"{what}: {atoms=}"
                     assert (ops["ACQBULK"] > 0) == split_kv, f"{what}: grid-dependency wait only with PDL {dict(ops)}"
-                    if split_kv:  # PREWAIT 2: the first key tile's L2 prefetches all come before the wait
-                        lines = sass.splitlines()
-                        wait = next(i for i, line in enumerate(lines) if "ACQBULK" in line)
-                        pf = [i for i, line in enumerate(lines) if "CCTL" in line and "PF2" in line]
-                        assert pf and max(pf) < wait, f"{what}: L2 prefetches {pf} vs the wait at {wait}"
                     ffma[rope] = ops["FFMA"]
                     out[what] = res
                 assert len(set(ffma.values())) == 1, f"mla {name} T={T} {split_kv=}: FFMA {ffma} (False: no rope)"

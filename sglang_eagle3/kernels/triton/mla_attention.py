@@ -15,8 +15,6 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from sglang_eagle3.kernels.triton.gemv import _prefetch_l2
-
 
 @triton.jit
 def _mul_rn(a, b, INTERPRET: tl.constexpr):
@@ -61,32 +59,13 @@ def _split_keys(seq_len, NUM_SPLITS, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _warm_first_tile(kv_ptr, page_row, seq_len_ptr, split, NUM_SPLITS, stride_kv_slot, ROW: tl.constexpr,
-                     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, L2_ROWS: tl.constexpr):
-    """Before the PDL wait: seq_len and the page table entries of this split's first key tile into L1 (the key
-    loop's loads of them then hit), and with L2_ROWS each of the tile's cache rows (ROW bf16 values: every
-    128-byte line) into L2."""
-    seq_len = tl.load(seq_len_ptr)
-    per_split, _ = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)
-    pos = split * per_split + tl.arange(0, BLOCK_N)
-    ok = pos < tl.minimum(split * per_split + per_split, seq_len)
-    page = tl.load(page_row + pos // PAGE_SIZE, mask=ok, other=0)
-    if L2_ROWS:
-        LINES: tl.constexpr = triton.cdiv(ROW * 2, 128)
-        slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
-        line = tl.arange(0, triton.next_power_of_2(LINES))
-        _prefetch_l2(kv_ptr + slot[:, None] * stride_kv_slot + 64 * line[None, :],
-                     ok[:, None] & (line < LINES)[None, :], kv_ptr)
-
-
-@triton.jit
 def mla_split_kv_kernel(
     qn_ptr, qr_ptr, kv_ptr, page_table_ptr, seq_lens_ptr, out_ptr, mid_o_ptr, mid_lse_ptr,
     stride_qn_tok, stride_qn_head, stride_qr_tok, stride_qr_head, stride_kv_slot, stride_pt_req,
     stride_o_tok, stride_o_head, sm_scale_log2, NUM_SPLITS,
     T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, DR: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_KV: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    INTERPRET: tl.constexpr, PDL: tl.constexpr = False, PREWAIT: tl.constexpr = 0,
+    INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
     ROPE: tl.constexpr = False, pos_ptr=None, cos_ptr=None, sin_ptr=None, stride_table=0,
 ):
     """out [B*T, H, DC] over grid (B, row blocks, NUM_SPLITS). SPLIT_KV (NUM_SPLITS > 1): mid_o fp32
@@ -95,20 +74,16 @@ def mla_split_kv_kernel(
     DOT_PRECISION: tl.dot's input_precision (tuning.dot_precision).
     ROPE: q's rope columns are un-rotated; rotate them at positions pos [B*T] with fp32 tables cos/sin
     [P, DR/2] (row stride stride_table) as they load. The cached k rope is already rotated.
-    PREWAIT (with PDL): what the program does before its wait, from memory no kernel of the step writes (the
-    graph's seq_lens and page table): 0 nothing; 1 loads seq_len and the page table entries of its first key
-    tile (so the chain seq_len -> page -> cache row starts with two L1 hits after the wait); 2 also asks the
-    L2 for that tile's cache rows (a prefetch brings nothing into registers: rows this step writes are still
-    read after the wait, from L2, where the write lands)."""
+    NOTE: reading the graph's seq_lens and page table before the PDL wait (the first key tile's entries),
+    and with them an L2 prefetch of that tile's cache rows, was measured on the H200 (eleventh session,
+    benchmarks/results/h200/session11_e2_round_dd341d4.txt): no faster, and 5-6 us slower with the prefetch.
+    Removed; the split kernel does nothing before its wait."""
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     b = tl.program_id(0)
     mb = tl.program_id(1)
     split = tl.program_id(2)
-    if PDL:
-        if PREWAIT > 0:
-            _warm_first_tile(kv_ptr, page_table_ptr + b * stride_pt_req, seq_lens_ptr + b, split, NUM_SPLITS,
-                             stride_kv_slot, DC + DR, PAGE_SIZE, BLOCK_N, PREWAIT > 1)
-        gdc_wait()  # see tuning.pdl: wait for the previous kernel, let the next one start
-        gdc_launch_dependents()
 
     m_idx = tl.arange(0, BLOCK_M)
     rows = mb * BLOCK_M + m_idx  # [M] query rows
@@ -191,9 +166,10 @@ def mla_merge_splits_kernel(
     which sets the active count) and weights them by exp2(lse - max). A split whose keys are all invisible
     to the row has lse = -inf (weight 0) and zero partials, so no branch is needed; a row with no visible key
     in any split gets total weight 0 and output 0.
-    The active count comes from seq_lens, a graph input, read before the PDL wait: only the active splits'
-    partials are then loaded after it (reading them all, beside seq_len, was the faster of the two while
-    seq_len was read after the wait: benchmarks/results/h200/session9_r5_round_103ea5a.txt)."""
+    The active count comes from seq_lens, a graph input (no kernel of the step writes it), read before the PDL
+    wait: only the active splits' partials are loaded after it. On the H200 against loading every slot beside
+    seq_len after the wait (bench_small_ops.py, session11_e2_round_dd341d4.txt): T=4 at 1k of an 8448-slot
+    table 13.3-13.5 -> 11.8 us, T=1 7.8-7.9 -> 7.4, the same at 8k (every split active)."""
     q_tok = tl.program_id(0)
     head = tl.program_id(1)
     b = q_tok // T
