@@ -18,6 +18,11 @@
 # 7.8-7.9 -> 7.4, 8k unchanged; prewait 1 no change, prewait 2 +5-6 us and the step 5-6% slower: prewait removed.)
 # Part "e3": Nsight Compute on MLA (split + merge, T = 1 and 4 at 1k in an 8448-slot table), then the whole
 # single-GPU suite.
+# (e3 at 0be45f5: the GPU suite 305 passed, 1 skipped; ncu: MLA's split launch at T=1, 1k: 8.3 us, 3% of DRAM
+# bandwidth, 0.29 issued warps a scheduler, stalls long-scoreboard 1.5, no-instruction 1.1, wait 0.9 (16 of its
+# 132 programs hold keys); the merge 3.9-4.0 us, 0.2 issued, barrier / short-scoreboard / wait stalls.)
+# Part "e4": MLA launch configs at decode contexts (bench_small_ops.py --mla-variants: warps, stages, key tile),
+# then the 61-layer step at HEAD (1k and 8k; decode, verify of 4 and 8) for the record.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session11_round.sh e1
 source "$(dirname "$0")/gpu_stages.sh"
@@ -37,7 +42,7 @@ PY
 }
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 STALLS=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio
-case "${1:?e1 | e2 | e3}" in
+case "${1:?e1 | e2 | e3 | e4}" in
   e1)
     TAIL=6 stage e1_tests "${T_TESTS:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "mla or fused_moe_int4"
@@ -70,6 +75,13 @@ case "${1:?e1 | e2 | e3}" in
       --metrics "$STALLS" -k regex:"mla" -c 8 python benchmarks/ncu_decode.py mla_table
     TAIL=15 stage gpu_suite "${T_SUITE:-420}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
+    collect
+    ;;
+  e4)
+    TAIL=32 stage mla_configs 200 python benchmarks/bench_small_ops.py --out "$OUT/mla_configs.json" --repeat 2 \
+      --mla-variants "" num_warps=4 num_stages=1 BLOCK_N=32 BLOCK_N=32,num_warps=4 num_stages=1,num_warps=4
+    TAIL=12 stage step_head "${T_STEP:-300}" python benchmarks/bench_verify_graph.py --backends triton \
+      --contexts 1024 8192 --max-tokens 8 --tokens 1 4 8 --eager-iters 1 --graph-iters 30 --out "$OUT/step_head.json"
     collect
     ;;
 esac
