@@ -23,6 +23,10 @@
 # 132 programs hold keys); the merge 3.9-4.0 us, 0.2 issued, barrier / short-scoreboard / wait stalls.)
 # Part "e4": MLA launch configs at decode contexts (bench_small_ops.py --mla-variants: warps, stages, key tile),
 # then the 61-layer step at HEAD (1k and 8k; decode, verify of 4 and 8) for the record.
+# (e4 at 16260c0: no MLA config faster at both 1k and 8k (BLOCK_N 32: T=4 1k 11.9 -> 11.0 us, 8k 16.4 -> 18.7); the
+# step at HEAD: decode 4.81 / 4.95 ms at 1k / 8k, verify T=4 6.42 / 6.76, T=8 8.16 / 8.60.)
+# Part "e5": the INT4 GEMV gate_up with three chunks in flight (DEPTH 3) against two, bench_moe_dot.py at
+# T = 1, 2, 4, 8 on 12 and 384 experts.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session11_round.sh e1
 source "$(dirname "$0")/gpu_stages.sh"
@@ -42,7 +46,7 @@ PY
 }
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 STALLS=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio
-case "${1:?e1 | e2 | e3 | e4}" in
+case "${1:?e1 | e2 | e3 | e4 | e5}" in
   e1)
     TAIL=6 stage e1_tests "${T_TESTS:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "mla or fused_moe_int4"
@@ -82,6 +86,15 @@ case "${1:?e1 | e2 | e3 | e4}" in
       --mla-variants "" num_warps=4 num_stages=1 BLOCK_N=32 BLOCK_N=32,num_warps=4 num_stages=1,num_warps=4
     TAIL=12 stage step_head "${T_STEP:-300}" python benchmarks/bench_verify_graph.py --backends triton \
       --contexts 1024 8192 --max-tokens 8 --tokens 1 4 8 --eager-iters 1 --graph-iters 30 --out "$OUT/step_head.json"
+    collect
+    ;;
+  e5)
+    args=(); for c in BLOCK_N=16,BLOCK_W=128,num_warps=8,DEPTH=3 BLOCK_N=16,BLOCK_W=64,num_warps=8,DEPTH=2 \
+      BLOCK_N=16,BLOCK_W=64,num_warps=8,DEPTH=3 BLOCK_N=8,BLOCK_W=128,num_warps=4,DEPTH=3 \
+      BLOCK_N=8,BLOCK_W=64,num_warps=4,DEPTH=3 BLOCK_N=32,BLOCK_W=64,num_warps=8,DEPTH=2 \
+      BLOCK_N=32,BLOCK_W=64,num_warps=8,DEPTH=3; do args+=(--gemv-config "$c"); done
+    TAIL=70 stage moe_depth 250 python benchmarks/bench_moe_dot.py --out "$OUT/moe_depth.json" \
+      --variants "gemv (table)" --tokens 1 2 4 8 --pools 12 384 "${args[@]}"
     collect
     ;;
 esac
