@@ -27,6 +27,10 @@
 # step at HEAD: decode 4.81 / 4.95 ms at 1k / 8k, verify T=4 6.42 / 6.76, T=8 8.16 / 8.60.)
 # Part "e5": the INT4 GEMV gate_up with three chunks in flight (DEPTH 3) against two, bench_moe_dot.py at
 # T = 1, 2, 4, 8 on 12 and 384 experts.
+# (e5 at e8ba712: DEPTH 3 slower than the table at every T (T=1 12.9 -> 13.6 us); removed. BLOCK_N 32 x 64 words,
+# 8 warps, two chunks: 1-2% faster than the table at T=4 and T=8 on 12 experts, equal at T=8 uniform, much
+# slower at T=2: left as it is.)
+# Part "e6": the tables at HEAD: the 61-layer verify table (1k and 8k, T = 1..8) and the kernels' benchmark.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session11_round.sh e1
 source "$(dirname "$0")/gpu_stages.sh"
@@ -46,7 +50,7 @@ PY
 }
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 STALLS=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio
-case "${1:?e1 | e2 | e3 | e4 | e5}" in
+case "${1:?e1 | e2 | e3 | e4 | e5 | e6}" in
   e1)
     TAIL=6 stage e1_tests "${T_TESTS:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "mla or fused_moe_int4"
@@ -95,6 +99,12 @@ case "${1:?e1 | e2 | e3 | e4 | e5}" in
       BLOCK_N=32,BLOCK_W=64,num_warps=8,DEPTH=3; do args+=(--gemv-config "$c"); done
     TAIL=70 stage moe_depth 250 python benchmarks/bench_moe_dot.py --out "$OUT/moe_depth.json" \
       --variants "gemv (table)" --tokens 1 2 4 8 --pools 12 384 "${args[@]}"
+    collect
+    ;;
+  e6)
+    TAIL=20 stage verify_graph "${T_STEP:-300}" python benchmarks/bench_verify_graph.py --backends triton \
+      --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
+    TAIL=45 stage kernels "${T_KERNELS:-240}" python benchmarks/bench_kernels.py --out "$OUT"
     collect
     ;;
 esac

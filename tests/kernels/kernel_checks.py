@@ -691,14 +691,6 @@ CASES = {
     "moe_int4_gemv_exact_t4_top8_down_slot_loop": lambda: check_fused_moe_int4_gemv_exact(
         4, 20, 96, 32, 8, seed=51, skew=True,
         config={"gate_up": GEMV_MID["gate_up"], "down": {**GEMV_DOWN_MASKED, "PRELOAD": False}}),
-    # gate_up with three chunks in flight (DEPTH 3): masked (20 words in chunks of 8, 8, 4) at T=1, unmasked with
-    # the shift by 16 at T=3 on shared experts.
-    "moe_int4_gemv_exact_t1_depth3_masked": lambda: check_fused_moe_int4_gemv_exact(
-        1, 20, 160, 32, 8, seed=53, config={"gate_up": {**GEMV_SMALL["gate_up"], "DEPTH": 3},
-                                            "down": GEMV_SMALL["down"]}),
-    "moe_int4_gemv_exact_t3_depth3_unmasked": lambda: check_fused_moe_int4_gemv_exact(
-        3, 9, 256, 32, 3, seed=54, skew=True, config={"gate_up": {**GEMV_SMALL["gate_up"], "DEPTH": 3},
-                                                      "down": GEMV_SMALL["down"]}),
     "moe_int4_gemv_t2_bf16_top4_down_preload_vs_slot_loop": lambda: check_moe_down_preload(2, 9, 224, 32, 4, seed=52),
     # The dot path (gate_up as tl.dot over each expert's pairs, the GEMV down): bit for bit on exact sums, with
     # tokens sharing experts (more pairs on an expert than a 16-row block at T=20: the block loop), H split

@@ -433,7 +433,7 @@ def moe_int4_gemv_gate_up_kernel(
     TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
-    PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, DEPTH: tl.constexpr = 2,
+    PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -447,7 +447,7 @@ def moe_int4_gemv_gate_up_kernel(
 
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
     next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
-    chunk's arithmetic, DEPTH chunks in flight per program (2, or 3: the next two)."""
+    chunk's arithmetic, two chunks in flight per program."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
@@ -478,34 +478,16 @@ def moe_int4_gemv_gate_up_kernel(
             pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
             pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
             xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN, SHIFT16)  # [BLOCK_W, 8]
-            if DEPTH == 3:
-                pg1, sg1 = _load_int4_chunk(gate_rows, gate_scales, n_ok, BLOCK_W, w_idx, g_idx, H_WORDS,
-                                            GROUP_WORDS, EVEN)
-                pu1, su1 = _load_int4_chunk(up_rows, up_scales, n_ok, BLOCK_W, w_idx, g_idx, H_WORDS, GROUP_WORDS,
-                                            EVEN)
-                xs1 = _load_x_chunk(x_row, BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16)
-                for w0 in range(0, H_WORDS, BLOCK_W):
-                    pg2, sg2 = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + 2 * BLOCK_W, w_idx, g_idx,
-                                                H_WORDS, GROUP_WORDS, EVEN)
-                    pu2, su2 = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + 2 * BLOCK_W, w_idx, g_idx,
-                                                H_WORDS, GROUP_WORDS, EVEN)
-                    xs2 = _load_x_chunk(x_row, w0 + 2 * BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16)
-                    x_cols = _x_columns(xs)
-                    acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16) * sg
-                    acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16) * su
-                    pg, sg, pu, su, xs = pg1, sg1, pu1, su1, xs1
-                    pg1, sg1, pu1, su1, xs1 = pg2, sg2, pu2, su2, xs2
-            else:
-                for w0 in range(0, H_WORDS, BLOCK_W):
-                    pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                        H_WORDS, GROUP_WORDS, EVEN)
-                    pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                        H_WORDS, GROUP_WORDS, EVEN)
-                    xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16)
-                    x_cols = _x_columns(xs)
-                    acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16) * sg
-                    acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16) * su
-                    pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
+            for w0 in range(0, H_WORDS, BLOCK_W):
+                pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16)
+                x_cols = _x_columns(xs)
+                acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16) * sg
+                acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16) * su
+                pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
             g = tl.sum(acc_g, axis=1)
             u = tl.sum(acc_u, axis=1)
             j = n_offs % 8
