@@ -31,6 +31,8 @@
 # 8 warps, two chunks: 1-2% faster than the table at T=4 and T=8 on 12 experts, equal at T=8 uniform, much
 # slower at T=2: left as it is.)
 # Part "e6": the tables at HEAD: the 61-layer verify table (1k and 8k, T = 1..8) and the kernels' benchmark.
+# (e6 at ee099e0: decode 4.83 / 5.02 ms at 1k / 8k (3.35 / 3.21x the floor), verify T=4 6.47 / 6.85, T=8 8.26 /
+# 8.63; INT4 GEMV MoE 40.2 / 47.3 / 56.2 / 63.6% of copy bandwidth at T = 1 / 2 / 4 / 8; docs/BENCHMARKS.md.)
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session11_round.sh e1
 source "$(dirname "$0")/gpu_stages.sh"
