@@ -33,10 +33,11 @@
 # Part "e6": the tables at HEAD: the 61-layer verify table (1k and 8k, T = 1..8) and the kernels' benchmark.
 # (e6 at ee099e0: decode 4.83 / 5.02 ms at 1k / 8k (3.35 / 3.21x the floor), verify T=4 6.47 / 6.85, T=8 8.26 /
 # 8.63; INT4 GEMV MoE 40.2 / 47.3 / 56.2 / 63.6% of copy bandwidth at T = 1 / 2 / 4 / 8; docs/BENCHMARKS.md.)
+# Parts e1 and e2 ran at eb7797e and dd341d4: the options they pass (bench_small_ops.py --mla-grains, the MLA
+# config key "prewait") left with the code they measured; check out that commit to run them again.
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session11_round.sh e1
 source "$(dirname "$0")/gpu_stages.sh"
-collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 GEMV_SPLITS=(BLOCK_N=16,BLOCK_W=64,num_warps=8,SPLIT=2 BLOCK_N=16,BLOCK_W=128,num_warps=8,SPLIT=7
              BLOCK_N=16,BLOCK_W=64,num_warps=8,SPLIT=7 BLOCK_N=16,BLOCK_W=32,num_warps=4,SPLIT=4
              BLOCK_N=8,BLOCK_W=128,num_warps=4,SPLIT=7 BLOCK_N=8,BLOCK_W=64,num_warps=4,SPLIT=2
@@ -50,8 +51,6 @@ print(json.dumps({"arch": base["arch"], "sm_counts": base["sm_counts"], "measure
                   "source": f"sm_90.json with prewait {sys.argv[1]}", "ops": ops}))
 PY
 }
-NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-STALLS=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio
 case "${1:?e1 | e2 | e3 | e4 | e5 | e6}" in
   e1)
     TAIL=6 stage e1_tests "${T_TESTS:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
@@ -104,9 +103,7 @@ case "${1:?e1 | e2 | e3 | e4 | e5 | e6}" in
     collect
     ;;
   e6)
-    TAIL=20 stage verify_graph "${T_STEP:-300}" python benchmarks/bench_verify_graph.py --backends triton \
-      --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
-    TAIL=45 stage kernels "${T_KERNELS:-240}" python benchmarks/bench_kernels.py --out "$OUT"
+    head_tables
     collect
     ;;
 esac
