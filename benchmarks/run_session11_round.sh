@@ -33,6 +33,9 @@
 # Part "e6": the tables at HEAD: the 61-layer verify table (1k and 8k, T = 1..8) and the kernels' benchmark.
 # (e6 at ee099e0: decode 4.83 / 5.02 ms at 1k / 8k (3.35 / 3.21x the floor), verify T=4 6.47 / 6.85, T=8 8.26 /
 # 8.63; INT4 GEMV MoE 40.2 / 47.3 / 56.2 / 63.6% of copy bandwidth at T = 1 / 2 / 4 / 8; docs/BENCHMARKS.md.)
+# Part "e7": MLA's split programs past a request's keys return right after computing the active count (they
+# loaded q and ran an empty loop): the MLA and PDL GPU tests; bench_small_ops.py --mla-variants '' of this
+# checkout and of the previous (.old: `git archive ab7445b sglang_eagle3 benchmarks`), alternating twice.
 # Parts e1 and e2 ran at eb7797e and dd341d4: the options they pass (bench_small_ops.py --mla-grains, the MLA
 # config key "prewait") left with the code they measured; check out that commit to run them again.
 # Usage on the GPU machine, from the repo root:
@@ -51,7 +54,7 @@ print(json.dumps({"arch": base["arch"], "sm_counts": base["sm_counts"], "measure
                   "source": f"sm_90.json with prewait {sys.argv[1]}", "ops": ops}))
 PY
 }
-case "${1:?e1 | e2 | e3 | e4 | e5 | e6}" in
+case "${1:?e1 | e2 | e3 | e4 | e5 | e6 | e7}" in
   e1)
     TAIL=6 stage e1_tests "${T_TESTS:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "mla or fused_moe_int4"
@@ -104,6 +107,17 @@ case "${1:?e1 | e2 | e3 | e4 | e5 | e6}" in
     ;;
   e6)
     head_tables
+    collect
+    ;;
+  e7)
+    TAIL=6 stage e7_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py tests/kernels/test_mla_rope_gpu.py tests/kernels/test_pdl_gpu.py -k "mla"
+    for i in 1 2; do
+      TAIL=6 stage "mla_new_$i" 100 python benchmarks/bench_small_ops.py --out "$OUT/mla_new_$i.json" \
+        --mla-variants '' --repeat 2 --label new
+      TAIL=6 stage "mla_old_$i" 100 env GIT_COMMIT=ab7445b python .old/benchmarks/bench_small_ops.py \
+        --out "$OUT/mla_old_$i.json" --mla-variants '' --repeat 2 --label old
+    done
     collect
     ;;
 esac

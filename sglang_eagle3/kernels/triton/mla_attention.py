@@ -96,6 +96,9 @@ def mla_split_kv_kernel(
     seq_len = tl.load(seq_lens_ptr + b)
     q_pos = seq_len - T + tok  # [M] last visible key of each row
     per_split, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)
+    if SPLIT_KV:
+        if split >= active:  # past the request's keys: nothing to compute or store (the merge counts `active`)
+            return
     start = split * per_split
     end = tl.minimum(start + per_split, seq_len)
 
