@@ -36,6 +36,8 @@
 # Part "e7": MLA's split programs past a request's keys return right after computing the active count (they
 # loaded q and ran an empty loop): the MLA and PDL GPU tests; bench_small_ops.py --mla-variants '' of this
 # checkout and of the previous (.old: `git archive ab7445b sglang_eagle3 benchmarks`), alternating twice.
+# (e7 at e355194: tests 52 passed; slower: T=1 1k 7.5-7.6 -> 8.1 us, T=1 8k (every split active) 9.7-9.9 -> 11.3;
+# the q loads no longer issue beside seq_len's. Reverted.)
 # Parts e1 and e2 ran at eb7797e and dd341d4: the options they pass (bench_small_ops.py --mla-grains, the MLA
 # config key "prewait") left with the code they measured; check out that commit to run them again.
 # Usage on the GPU machine, from the repo root:

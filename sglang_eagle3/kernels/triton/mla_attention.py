@@ -77,7 +77,10 @@ def mla_split_kv_kernel(
     NOTE: reading the graph's seq_lens and page table before the PDL wait (the first key tile's entries),
     and with them an L2 prefetch of that tile's cache rows, was measured on the H200 (eleventh session,
     benchmarks/results/h200/session11_e2_round_dd341d4.txt): no faster, and 5-6 us slower with the prefetch.
-    Removed; the split kernel does nothing before its wait."""
+    Removed; the split kernel does nothing before its wait. Nor does a split past the request's keys return
+    early (after the active count): measured slower, +0.6 us at 1k and +1.5 us at 8k where every split is
+    active, since q's loads then wait for seq_len (session11_e7_round_e355194.txt); such a split runs an
+    empty key loop and stores nothing."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
@@ -96,9 +99,6 @@ def mla_split_kv_kernel(
     seq_len = tl.load(seq_lens_ptr + b)
     q_pos = seq_len - T + tok  # [M] last visible key of each row
     per_split, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)
-    if SPLIT_KV:
-        if split >= active:  # past the request's keys: nothing to compute or store (the merge counts `active`)
-            return
     start = split * per_split
     end = tl.minimum(start + per_split, seq_len)
 
