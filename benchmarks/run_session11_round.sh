@@ -38,6 +38,8 @@
 # checkout and of the previous (.old: `git archive ab7445b sglang_eagle3 benchmarks`), alternating twice.
 # (e7 at e355194: tests 52 passed; slower: T=1 1k 7.5-7.6 -> 8.1 us, T=1 8k (every split active) 9.7-9.9 -> 11.3;
 # the q loads no longer issue beside seq_len's. Reverted.)
+# Part "e8": the MLA merge launch's tile (merge_tile fp32 values a program) and warps (merge_warps), now config
+# keys: bench_small_ops.py --mla-variants, T = 1 and 4 at 1k and 8k.
 # Parts e1 and e2 ran at eb7797e and dd341d4: the options they pass (bench_small_ops.py --mla-grains, the MLA
 # config key "prewait") left with the code they measured; check out that commit to run them again.
 # Usage on the GPU machine, from the repo root:
@@ -56,7 +58,7 @@ print(json.dumps({"arch": base["arch"], "sm_counts": base["sm_counts"], "measure
                   "source": f"sm_90.json with prewait {sys.argv[1]}", "ops": ops}))
 PY
 }
-case "${1:?e1 | e2 | e3 | e4 | e5 | e6 | e7}" in
+case "${1:?e1 | e2 | e3 | e4 | e5 | e6 | e7 | e8}" in
   e1)
     TAIL=6 stage e1_tests "${T_TESTS:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "mla or fused_moe_int4"
@@ -120,6 +122,12 @@ case "${1:?e1 | e2 | e3 | e4 | e5 | e6 | e7}" in
       TAIL=6 stage "mla_old_$i" 100 env GIT_COMMIT=ab7445b python .old/benchmarks/bench_small_ops.py \
         --out "$OUT/mla_old_$i.json" --mla-variants '' --repeat 2 --label old
     done
+    collect
+    ;;
+  e8)
+    TAIL=45 stage mla_merge 200 python benchmarks/bench_small_ops.py --out "$OUT/mla_merge.json" --repeat 2 \
+      --mla-variants "" merge_warps=1,merge_tile=1024 merge_warps=2,merge_tile=2048 merge_warps=2 merge_tile=2048 \
+      merge_tile=8192 merge_warps=8,merge_tile=8192
     collect
     ;;
 esac

@@ -26,8 +26,6 @@ from sglang_eagle3.kernels.triton.mla_attention import mla_merge_splits_kernel, 
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 256
-MERGE_TILE = 4096  # fp32 partials per merge program: 32 registers a thread at MERGE_WARPS warps
-MERGE_WARPS = 4
 
 
 def num_kv_splits(batch: int, row_blocks: int, max_keys: int, sms: int, cfg: dict) -> int:
@@ -49,11 +47,11 @@ def launch_plan(batch: int, tokens_per_req: int, heads: int, max_keys: int, sms:
             "merge": "none" if splits == 1 else "separate"}
 
 
-def merge_tile(splits: int, Dc: int) -> dict:
-    """mla_merge_splits_kernel's tile: all splits (padded to a power of two) x BLOCK_D columns, MERGE_TILE
-    fp32 values at most (BLOCK_D >= 16; Dc a power of two, so BLOCK_D divides it)."""
+def merge_tile(splits: int, Dc: int, values: int) -> dict:
+    """mla_merge_splits_kernel's tile: all splits (padded to a power of two) x BLOCK_D columns, ``values`` fp32
+    values at most (the config's merge_tile; BLOCK_D >= 16; Dc a power of two, so BLOCK_D divides it)."""
     splits_pad = triton.next_power_of_2(splits)
-    return {"SPLITS_PAD": splits_pad, "BLOCK_D": max(16, min(Dc, MERGE_TILE // splits_pad))}
+    return {"SPLITS_PAD": splits_pad, "BLOCK_D": max(16, min(Dc, values // splits_pad))}
 
 
 def triton_mla_attention(
@@ -141,10 +139,10 @@ def triton_mla_attention(
         PDL=pdl, **tuning.pdl_launch(pdl), **rope_kw,
     )
     if merge == "separate":
-        tile = merge_tile(splits, Dc)
+        tile = merge_tile(splits, Dc, cfg["merge_tile"])
         mla_merge_splits_kernel[(BT, H, Dc // tile["BLOCK_D"])](
             mid_o, mid_lse, out, seq_lens, out.stride(0), out.stride(1), splits,
             T=T, H=H, DC=Dc, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], **tile,
-            num_warps=MERGE_WARPS, PDL=pdl, **tuning.pdl_launch(pdl),
+            num_warps=cfg["merge_warps"], PDL=pdl, **tuning.pdl_launch(pdl),
         )
     return out

@@ -31,8 +31,10 @@ CACHE_DIR = env.cache_dir()
 # interpreter sees (it cannot autotune).
 DEFAULTS: dict[str, dict] = {
     "moe_topk": {"num_warps": 4},
+    # MLA: the split launch's tiles and split heuristic; merge_tile fp32 partials (splits x columns) a merge
+    # program at merge_warps warps (4096 at 4: 32 registers a thread).
     "mla_attention": {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
-                      "min_keys_per_split": 64},
+                      "min_keys_per_split": 64, "merge_tile": 4096, "merge_warps": 4},
     # MoE tile path: BLOCK_M pairs of one expert a block (the routing plan both kernels share, so gate_up's
     # config carries it), BLOCK_N output rows, BLOCK_K the bf16 path's K step (INT4 steps one scale group).
     "fused_moe_gate_up": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},

@@ -27,7 +27,7 @@ from triton.compiler import ASTSource
 
 from sglang_eagle3.kernels import tuning
 from sglang_eagle3.kernels.gemv import NORM_POST_LIMITS, gemv_config
-from sglang_eagle3.kernels.mla_attention import MERGE_WARPS, launch_plan, merge_tile
+from sglang_eagle3.kernels.mla_attention import launch_plan, merge_tile
 from sglang_eagle3.kernels.triton import fused_moe as fm
 from sglang_eagle3.kernels.triton import gemv as gv
 from sglang_eagle3.kernels.triton import mla_attention as ma
@@ -385,7 +385,8 @@ def check_mla(arch: int) -> dict:
     spills, no atomics, and the grid-dependency wait there exactly when compiled with PDL (here: when split).
     The rope variant (table config) likewise, and with as many FFMA as without the rope: the rotation's products
     are not contracted (a contracted one adds FFMA), so it rounds as the rotary kernel does.
-    The merge kernel at 2..256 splits: no spills, PDL wait."""
+    The merge kernel at 2..256 splits, at the table's and the defaults' merge tile and warps and a few more: no
+    spills, PDL wait."""
     table = json.loads((tuning.CONFIG_DIR / f"sm_{arch}.json").read_text())["ops"]["mla_attention"]
     out = {}
     for T in (1, 4):
@@ -409,15 +410,18 @@ def check_mla(arch: int) -> dict:
                     ffma[rope] = ops["FFMA"]
                     out[what] = res
                 assert len(set(ffma.values())) == 1, f"mla {name} T={T} {split_kv=}: FFMA {ffma} (False: no rope)"
-    for splits in (2, 19, 128, 256):
-        tile = merge_tile(splits, 512)
-        what = f"mla merge kernel {splits=} {tile}"
-        sass, res = compile_sass(ma.mla_merge_splits_kernel, MLA_MERGE_SIG,
-                                 dict(T=4, H=8, DC=512, BLOCK_M=16, BLOCK_N=64, PDL=True, **tile),
-                                 ["mid_o_ptr", "mid_lse_ptr", "out_ptr", "stride_o_tok"], arch, MERGE_WARPS)
-        _no_spills(res, what)
-        assert _sass_ops(sass)["ACQBULK"] > 0, f"{what}: no grid-dependency wait with PDL"
-        out[what] = res
+    merge_cfgs = {(c.get("merge_tile", 4096), c.get("merge_warps", 4))
+                  for c in [tuning.DEFAULTS["mla_attention"]] + table}
+    for values, warps in sorted(merge_cfgs | {(1024, 1), (2048, 2), (8192, 8)}):
+        for splits in (2, 19, 128, 256):
+            tile = merge_tile(splits, 512, values)
+            what = f"mla merge kernel {splits=} {tile} {warps=}"
+            sass, res = compile_sass(ma.mla_merge_splits_kernel, MLA_MERGE_SIG,
+                                     dict(T=4, H=8, DC=512, BLOCK_M=16, BLOCK_N=64, PDL=True, **tile),
+                                     ["mid_o_ptr", "mid_lse_ptr", "out_ptr", "stride_o_tok"], arch, warps)
+            _no_spills(res, what)
+            assert _sass_ops(sass)["ACQBULK"] > 0, f"{what}: no grid-dependency wait with PDL"
+            out[what] = res
     return out
 
 
