@@ -40,6 +40,11 @@
 # the q loads no longer issue beside seq_len's. Reverted.)
 # Part "e8": the MLA merge launch's tile (merge_tile fp32 values a program) and warps (merge_warps), now config
 # keys: bench_small_ops.py --mla-variants, T = 1 and 4 at 1k and 8k.
+# (e8 at 18a02f1: merge_tile 8192 at 4 warps: T=4 1k 11.8 -> 11.3 us, 8k 16.6 -> 15.4, T=1 within 0.1 us; 1 warp
+# and 8 warps slower. The sm_90 table's MLA buckets take merge_tile 8192.)
+# Part "e9": that table: the MLA and PDL GPU tests; MLA alone with the table against merge_tile=4096,
+# alternating; the step at 1k and 8k (decode, verify of 4) with the table and with merge_tile 4096, alternating
+# twice in one process.
 # Parts e1 and e2 ran at eb7797e and dd341d4: the options they pass (bench_small_ops.py --mla-grains, the MLA
 # config key "prewait") left with the code they measured; check out that commit to run them again.
 # Usage on the GPU machine, from the repo root:
@@ -58,7 +63,16 @@ print(json.dumps({"arch": base["arch"], "sm_counts": base["sm_counts"], "measure
                   "source": f"sm_90.json with prewait {sys.argv[1]}", "ops": ops}))
 PY
 }
-case "${1:?e1 | e2 | e3 | e4 | e5 | e6 | e7 | e8}" in
+mla_merge_table() {  # mla_merge_table VALUES: a config table whose MLA buckets are sm_90.json's with that merge_tile
+  python - "$1" > "$OUT/mla_merge_$1.json" <<'PY'
+import json, sys
+base = json.load(open("sglang_eagle3/kernels/configs/sm_90.json"))
+ops = {"mla_attention": [{**b, "merge_tile": int(sys.argv[1])} for b in base["ops"]["mla_attention"]]}
+print(json.dumps({"arch": base["arch"], "sm_counts": base["sm_counts"], "measured": True,
+                  "source": f"sm_90.json with merge_tile {sys.argv[1]}", "ops": ops}))
+PY
+}
+case "${1:?e1 | e2 | e3 | e4 | e5 | e6 | e7 | e8 | e9}" in
   e1)
     TAIL=6 stage e1_tests "${T_TESTS:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       tests/kernels/test_kernels_gpu.py -k "mla or fused_moe_int4"
@@ -128,6 +142,18 @@ case "${1:?e1 | e2 | e3 | e4 | e5 | e6 | e7 | e8}" in
     TAIL=45 stage mla_merge 200 python benchmarks/bench_small_ops.py --out "$OUT/mla_merge.json" --repeat 2 \
       --mla-variants "" merge_warps=1,merge_tile=1024 merge_warps=2,merge_tile=2048 merge_warps=2 merge_tile=2048 \
       merge_tile=8192 merge_warps=8,merge_tile=8192
+    collect
+    ;;
+  e9)
+    TAIL=6 stage e9_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py tests/kernels/test_mla_rope_gpu.py tests/kernels/test_pdl_gpu.py -k "mla"
+    TAIL=12 stage mla_table 100 python benchmarks/bench_small_ops.py --out "$OUT/mla_table.json" --repeat 3 \
+      --mla-variants "" merge_tile=4096
+    mla_merge_table 4096
+    TAIL=12 stage step_merge "${T_STEP:-200}" python benchmarks/bench_verify_graph.py --backends triton \
+      --contexts 1024 8192 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --out "$OUT/step_merge.json" \
+      --env-variants "" "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/mla_merge_4096.json" "" \
+      "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/mla_merge_4096.json"
     collect
     ;;
 esac
