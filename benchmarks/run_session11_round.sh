@@ -47,6 +47,9 @@
 # twice in one process.
 # (e9 at 34b6939: tests 52 passed; MLA T=4 1k / 8k 11.37 / 15.41 us with the table against 11.83 / 16.57 with 4096;
 # the step's verify T=4 at 8k 6.64 against 6.76 ms, the rest within 0.04 ms.)
+# After e9, inline at 1746dee: `python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/test_graph_runner.py
+# tests/gpu tests/test_overlap.py` (graph runner, CUDA engine, overlap tests with the new merge tile): 25 passed,
+# 1 skipped.
 # Parts e1 and e2 ran at eb7797e and dd341d4: the options they pass (bench_small_ops.py --mla-grains, the MLA
 # config key "prewait") left with the code they measured; check out that commit to run them again.
 # Usage on the GPU machine, from the repo root:
