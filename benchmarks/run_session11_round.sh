@@ -59,23 +59,27 @@ GEMV_SPLITS=(BLOCK_N=16,BLOCK_W=64,num_warps=8,SPLIT=2 BLOCK_N=16,BLOCK_W=128,nu
              BLOCK_N=16,BLOCK_W=64,num_warps=8,SPLIT=7 BLOCK_N=16,BLOCK_W=32,num_warps=4,SPLIT=4
              BLOCK_N=8,BLOCK_W=128,num_warps=4,SPLIT=7 BLOCK_N=8,BLOCK_W=64,num_warps=4,SPLIT=2
              BLOCK_N=8,BLOCK_W=64,num_warps=4,SPLIT=7 BLOCK_N=16,BLOCK_W=64,num_warps=4,SPLIT=14)
-mla_table() {  # mla_table PREWAIT: a config table whose MLA buckets are sm_90.json's with that prewait
-  python - "$1" > "$OUT/mla_prewait_$1.json" <<'PY'
+mla_gpu_tests() {  # mla_gpu_tests PART: the MLA kernel, MLA-rope and PDL GPU tests that touch MLA
+  TAIL=6 stage "$1_tests" "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+    tests/kernels/test_kernels_gpu.py tests/kernels/test_mla_rope_gpu.py tests/kernels/test_pdl_gpu.py -k "mla"
+}
+mla_table() {  # mla_table KEY VALUE: sm_90.json's MLA buckets with KEY=VALUE, as $OUT/mla_<KEY up to _>_<VALUE>.json
+  python - "$1" "$2" > "$OUT/mla_${1%%_*}_$2.json" <<'PY'
 import json, sys
+key, value = sys.argv[1], int(sys.argv[2])
 base = json.load(open("sglang_eagle3/kernels/configs/sm_90.json"))
-ops = {"mla_attention": [{**b, "prewait": int(sys.argv[1])} for b in base["ops"]["mla_attention"]]}
+ops = {"mla_attention": [{**b, key: value} for b in base["ops"]["mla_attention"]]}
 print(json.dumps({"arch": base["arch"], "sm_counts": base["sm_counts"], "measured": True,
-                  "source": f"sm_90.json with prewait {sys.argv[1]}", "ops": ops}))
+                  "source": f"sm_90.json with {key} {value}", "ops": ops}))
 PY
 }
-mla_merge_table() {  # mla_merge_table VALUES: a config table whose MLA buckets are sm_90.json's with that merge_tile
-  python - "$1" > "$OUT/mla_merge_$1.json" <<'PY'
-import json, sys
-base = json.load(open("sglang_eagle3/kernels/configs/sm_90.json"))
-ops = {"mla_attention": [{**b, "merge_tile": int(sys.argv[1])} for b in base["ops"]["mla_attention"]]}
-print(json.dumps({"arch": base["arch"], "sm_counts": base["sm_counts"], "measured": True,
-                  "source": f"sm_90.json with merge_tile {sys.argv[1]}", "ops": ops}))
-PY
+mla_step_ab() {  # mla_step_ab KEY VALUE: the step at 1k and 8k (decode, verify of 4), the table as it is and with
+  # its MLA buckets' KEY=VALUE (mla_table), alternating twice in one process -> $OUT/step_<KEY up to _>.json
+  mla_table "$1" "$2"
+  local table="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/mla_${1%%_*}_$2.json"
+  TAIL=20 stage "step_${1%%_*}" "${T_STEP:-280}" python benchmarks/bench_verify_graph.py --backends triton \
+    --contexts 1024 8192 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 \
+    --out "$OUT/step_${1%%_*}.json" --env-variants "" "$table" "" "$table"
 }
 case "${1:?e1 | e2 | e3 | e4 | e5 | e6 | e7 | e8 | e9}" in
   e1)
@@ -89,19 +93,14 @@ case "${1:?e1 | e2 | e3 | e4 | e5 | e6 | e7 | e8 | e9}" in
     collect
     ;;
   e2)
-    TAIL=6 stage e2_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
-      tests/kernels/test_kernels_gpu.py tests/kernels/test_mla_rope_gpu.py tests/kernels/test_pdl_gpu.py -k "mla"
+    mla_gpu_tests e2
     for i in 1 2; do
       TAIL=16 stage "mla_new_$i" 100 python benchmarks/bench_small_ops.py --out "$OUT/mla_new_$i.json" \
         --mla-variants prewait=0 prewait=1 prewait=2 --repeat 2 --label new
       TAIL=5 stage "mla_old_$i" 100 env GIT_COMMIT=a7bc549 python .old/benchmarks/bench_small_ops.py \
         --out "$OUT/mla_old_$i.json" --repeat 2 --label old
     done
-    mla_table 2
-    TAIL=20 stage step_prewait "${T_STEP:-280}" python benchmarks/bench_verify_graph.py --backends triton \
-      --contexts 1024 8192 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --out "$OUT/step_prewait.json" \
-      --env-variants "" "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/mla_prewait_2.json" "" \
-      "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/mla_prewait_2.json"
+    mla_step_ab prewait 2
     collect
     ;;
   e3)
@@ -133,8 +132,7 @@ case "${1:?e1 | e2 | e3 | e4 | e5 | e6 | e7 | e8 | e9}" in
     collect
     ;;
   e7)
-    TAIL=6 stage e7_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
-      tests/kernels/test_kernels_gpu.py tests/kernels/test_mla_rope_gpu.py tests/kernels/test_pdl_gpu.py -k "mla"
+    mla_gpu_tests e7
     for i in 1 2; do
       TAIL=6 stage "mla_new_$i" 100 python benchmarks/bench_small_ops.py --out "$OUT/mla_new_$i.json" \
         --mla-variants '' --repeat 2 --label new
@@ -150,15 +148,10 @@ case "${1:?e1 | e2 | e3 | e4 | e5 | e6 | e7 | e8 | e9}" in
     collect
     ;;
   e9)
-    TAIL=6 stage e9_tests "${T_TESTS:-200}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
-      tests/kernels/test_kernels_gpu.py tests/kernels/test_mla_rope_gpu.py tests/kernels/test_pdl_gpu.py -k "mla"
+    mla_gpu_tests e9
     TAIL=12 stage mla_table 100 python benchmarks/bench_small_ops.py --out "$OUT/mla_table.json" --repeat 3 \
       --mla-variants "" merge_tile=4096
-    mla_merge_table 4096
-    TAIL=12 stage step_merge "${T_STEP:-200}" python benchmarks/bench_verify_graph.py --backends triton \
-      --contexts 1024 8192 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 30 --out "$OUT/step_merge.json" \
-      --env-variants "" "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/mla_merge_4096.json" "" \
-      "SGLANG_EAGLE3_CONFIG_TABLE=$OUT/mla_merge_4096.json"
+    mla_step_ab merge_tile 4096
     collect
     ;;
 esac
