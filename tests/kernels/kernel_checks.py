@@ -635,6 +635,11 @@ CASES = {
     # hold no key, store nothing, and the merge counts only the active ones (seq_lens shrinking between calls).
     "mla_split_kv_capacity_far_above_context": lambda: check_mla(
         3, 2, 3, 64, 16, 4, [2, 9, 41], seed=44, config=MLA_SPLIT, min_splits=8, calls=3, spare=40),
+    # The merge's tile from the config (merge_tile values a program, merge_warps): 64 values over 16 padded splits
+    # give 16-column blocks, four merge programs a row where the default tile has one.
+    "mla_split_kv_merge_tile_config": lambda: check_mla(
+        3, 2, 3, 64, 16, 4, [2, 9, 41], seed=46, config={**MLA_SPLIT, "merge_tile": 64, "merge_warps": 1},
+        min_splits=8, calls=2, spare=40),
     "mla_launch_plan": check_mla_launch_plan,
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,
