@@ -29,7 +29,6 @@
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session7_round.sh tile|tile2|suite
 source "$(dirname "$0")/gpu_stages.sh"
-collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 case "${1:?tile, tile2, suite, e2e, batch, uniform, final or unroll}" in
   tile)
     TAIL=12 stage moe_tests "${T_TESTS:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \

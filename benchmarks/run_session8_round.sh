@@ -21,7 +21,6 @@
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session8_round.sh topk|suite|lean
 source "$(dirname "$0")/gpu_stages.sh"
-collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 PREV=${PREV:-498f9bf}
 case "${1:?topk, suite or lean}" in
   topk)

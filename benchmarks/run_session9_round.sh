@@ -30,7 +30,6 @@
 # Usage on the GPU machine, from the repo root:
 #   OUT=/some/dir GIT_COMMIT=<sha> bash benchmarks/run_session9_round.sh r1 .. r8
 source "$(dirname "$0")/gpu_stages.sh"
-collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 PREV=${PREV:-80d04e9}
 OLD_FUSE=input_norm,router_topk,q_rope_attn  # the defaults before route_shared_down
 STEP=(--backends triton --contexts 1024 --max-tokens 4 --tokens 1 4 --eager-iters 1 --graph-iters 50)
