@@ -7,7 +7,10 @@ Two workloads:
   --kimi-slice   a Kimi-K2.5-shaped TP=8 rank slice (61 layers, INT4 experts, random weights; collectives
                  skipped) with a Kimi-shaped random EAGLE-3 draft, on one GPU; random drafts never agree, so
                  the accept length is pinned (--simulate-accept 2.5 3.0 3.5, as SGLang's SGLANG_SIMULATE_ACC_LEN)
-                 and the output is NOT lossless in that mode. Reports one rank's compute, no all-reduce cost.
+                 and the output is NOT lossless in that mode. Reports one rank's compute, no all-reduce cost,
+                 unless --comm-gpus N: then each of N GPUs holds the same slice and the all-reduces run over
+                 the N with NCCL (TP=8's message sizes, an N-GPU all-reduce; the lm_head all-gather skipped).
+The embedded workload runs tensor-parallel with --tp-size N (real sharding, N GPUs).
 
 Tokens/s here = completion tokens / wall time of Engine.generate (prefill included), single stream; with
 --repeat N the median of N timed passes per configuration (every pass is in the JSON: between runs of the same
@@ -83,12 +86,13 @@ def embedded(a) -> dict:
     with open(a.prompts) as f:
         prompts = [ln.strip() for ln in f if ln.strip()][: a.num_prompts]
     params = {"max_new_tokens": a.max_new_tokens, "temperature": 0}
-    common = dict(device=a.device, log_level="warning", disable_cuda_graph=a.disable_cuda_graph)
+    common = dict(device=a.device, log_level="warning", disable_cuda_graph=a.disable_cuda_graph, tp_size=a.tp_size)
     out = {"workload": {"model": target, "draft": draft, "prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
-                        "greedy": True, "single_stream": True}, "runs": []}
+                        "greedy": True, "single_stream": True, "tp_size": a.tp_size}, "runs": []}
     base_engine = Engine(model_path=target, **common)
     base = _timed_generate(base_engine, prompts, params, repeat=a.repeat)
     base_ids = [base_engine.generate(p, params)["output_ids"] for p in prompts[:4]]
+    base_engine.shutdown()  # TP workers hold the GPUs until then
     out["runs"].append({"name": "baseline", **base})
     print(f"baseline: {_rate(base)}", flush=True)
     for k in a.ks:
@@ -98,14 +102,21 @@ def embedded(a) -> dict:
         lossless = [eng.generate(p, params)["output_ids"] for p in prompts[:4]] == base_ids
         r.update(name=f"eagle3_k{k}", speedup=r["tok_per_s"] / base["tok_per_s"], lossless_first4=lossless,
                  verify_graph_eager=eng.get_server_info()["forward_counts"].get("target_verify"))
+        eng.shutdown()
         out["runs"].append(r)
         print(f"eagle3 k={k}: {_rate(r)} ({r['speedup']:.2f}x), accept length "
               f"{r['accept_length']:.2f}, identical output {lossless}", flush=True)
     return out
 
 
-def kimi_slice(a) -> dict:
-    """Random Kimi-shaped rank slice + draft, built in memory (no checkpoint), driven by a ModelWorker."""
+def _kimi_slice_rank(rank: int, world: int, a) -> dict:
+    return kimi_slice(a, rank, world)
+
+
+def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
+    """Random Kimi-shaped rank slice + draft, built in memory (no checkpoint), driven by a ModelWorker. With
+    world > 1 (run_ranks, --comm-gpus) every rank runs the same and the all-reduces go over the real group."""
+    import builtins
     import importlib.util
 
     from sglang_eagle3.config import DraftConfig
@@ -118,7 +129,8 @@ def kimi_slice(a) -> dict:
     spec = importlib.util.spec_from_file_location("bvg", os.path.join(HERE, "bench_verify_graph.py"))
     bvg = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bvg)
-    init_tp(0, 8, simulated=True)
+    print = builtins.print if rank == 0 else (lambda *x, **kw: None)  # noqa: A001 - one rank speaks
+    init_tp(0, 8, simulated=True, simulated_all_reduce=world > 1)
     cfg = bvg.kimi_config(a.layers, 384)
     dcfg = DraftConfig(hidden_size=7168, intermediate_size=18432, num_attention_heads=64, num_key_value_heads=8,
                        head_dim=128, vocab_size=163840, draft_vocab_size=32000, rms_norm_eps=1e-6,
@@ -133,7 +145,11 @@ def kimi_slice(a) -> dict:
     params = {"max_new_tokens": a.max_new_tokens, "temperature": 0, "ignore_eos": True}
     out = {"workload": {"model": "Kimi-K2.5 TP=8 rank slice, random INT4 experts", "layers": a.layers,
                         "prompt_len": a.prompt_len, "max_new_tokens": a.max_new_tokens,
-                        "note": "collectives skipped; accept length pinned (outputs not lossless in that mode)"},
+                        "comm_gpus": world,
+                        "note": ("collectives skipped" if world == 1 else
+                                 f"the same rank slice on each of {world} GPUs, all-reduces over the {world} (NCCL), "
+                                 "lm_head all-gather skipped")
+                                + "; accept length pinned (outputs not lossless in that mode)"},
            "runs": []}
 
     class _Engine:  # the few Engine methods _timed_generate uses, over one ModelWorker
@@ -204,13 +220,23 @@ def main() -> None:
     ap.add_argument("--simulate-accept", type=float, nargs="+", default=[2.5, 3.0, 3.5])
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--backend", default="triton")
+    ap.add_argument("--tp-size", type=int, default=1, help="the embedded workload's tensor-parallel size")
+    ap.add_argument("--comm-gpus", type=int, default=1,
+                    help="--kimi-slice on N GPUs: the same rank slice on each, all-reduces over the N (NCCL)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="timed passes over the prompts per configuration; tok/s is their median, all are kept")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.repeat < 1:
         ap.error(f"--repeat must be >= 1, got {a.repeat}")
-    res = kimi_slice(a) if a.kimi_slice else embedded(a)
+    if a.comm_gpus > 1 and not a.kimi_slice:
+        ap.error("--comm-gpus is for --kimi-slice (the embedded workload takes --tp-size)")
+    if a.kimi_slice and a.comm_gpus > 1:
+        from sglang_eagle3.bench.ranks import run_ranks
+
+        res = run_ranks(a.comm_gpus, _kimi_slice_rank, a)[0]
+    else:
+        res = kimi_slice(a) if a.kimi_slice else embedded(a)
     res["provenance"] = _provenance("cuda" if a.kimi_slice else a.device)
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)

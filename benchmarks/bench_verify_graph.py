@@ -3,18 +3,23 @@
 TP=8 shapes (8 of 64 heads, experts split 8 ways along the intermediate dim, vocab/8), 61 layers, random
 weights, INT4 routed experts (the full 384-expert pool) unless --bf16-experts (then a reduced pool, said so
 in the output). Collectives are skipped (one process stands in for rank 0), so the numbers are one rank's
-compute + memory time without all-reduce cost.
+compute + memory time without all-reduce cost. With --comm-gpus N (N GPUs) every GPU holds the same rank slice
+and the all-reduces run over the N with NCCL: the step then carries real all-reduce traffic at TP=8's message
+sizes, but an N-GPU all-reduce, not an 8-GPU one (the lm_head's all-gather stays skipped); each case adds the
+all-reduce count and one all-reduce's in-graph time, so the floor can be read with and without them.
 
 For decode (T=1) and verify (T=2..8) at each context it prints eager ms, graph ms and the bandwidth floor:
 bytes that must be read (every non-expert weight, the distinct routed experts this step actually selects,
 the KV cache of the context, the lm_head slice) over the copy bandwidth measured in the same run.
 
     python benchmarks/bench_verify_graph.py --out benchmarks/results/h200/verify_graph.json
+    python benchmarks/bench_verify_graph.py --comm-gpus 2 --backends triton --out benchmarks/results/2xh200/...
 """
 
 from __future__ import annotations
 
 import argparse
+import builtins
 import contextlib
 import json
 import math
@@ -31,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import sglang_eagle3  # noqa: E402
 from sglang_eagle3 import env, kernels  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
+from sglang_eagle3.bench.ranks import graph_all_reduce_us  # noqa: E402
 from sglang_eagle3.config import ModelConfig, RopeConfig  # noqa: E402
 from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
 from sglang_eagle3.kernels.ref import ref_moe_topk  # noqa: E402
@@ -217,12 +223,58 @@ def main() -> None:
                          "random weights route a batch to nearly the same few experts)")
     ap.add_argument("--eager-iters", type=int, default=5)
     ap.add_argument("--graph-iters", type=int, default=30)
+    ap.add_argument("--comm-gpus", type=int, default=1,
+                    help="N > 1: the same rank slice on each of N GPUs, all-reduces run over the N (NCCL), so the "
+                         "step carries real all-reduce traffic of TP=8's message sizes (N GPUs' all-reduce, not 8's)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
+    if args.comm_gpus > 1:
+        from sglang_eagle3.bench.ranks import run_ranks
 
+        results = run_ranks(args.comm_gpus, run, args)[0]
+    else:
+        results = run(0, 1, args)
+    results["summary"] = summarize_settings(results["cases"])
+    print_summary(results["summary"])
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"wrote {args.out}")
+
+
+class CountAllReduces:
+    """Counts torch.distributed.all_reduce calls (and their element counts) while active: what the layers'
+    tp_all_reduce issues in one forward."""
+
+    def __init__(self):
+        self.numels: list[int] = []
+
+    def __enter__(self):
+        import torch.distributed as dist
+
+        self._orig = dist.all_reduce
+
+        def counted(t, *a, **kw):
+            self.numels.append(t.numel())
+            return self._orig(t, *a, **kw)
+
+        dist.all_reduce = counted
+        return self
+
+    def __exit__(self, *exc):
+        import torch.distributed as dist
+
+        dist.all_reduce = self._orig
+
+
+def run(rank: int, world: int, args) -> dict:
+    """The whole benchmark in one process; with world > 1 every rank runs it in lockstep (they meet in each
+    all-reduce) and rank 0's results are kept."""
+    print = builtins.print if rank == 0 else (lambda *a, **kw: None)  # noqa: A001 - one rank speaks
     bw = copy_bandwidth()
-    init_tp(0, TP, simulated=True)
+    init_tp(0, TP, simulated=True, simulated_all_reduce=world > 1)
     cfg = kimi_config(args.layers, args.experts)
     with torch.device("cuda"):
         model = DeepseekV3ForCausalLM(cfg, dtype=torch.bfloat16, int4_experts=not args.bf16_experts)
@@ -243,7 +295,10 @@ def main() -> None:
                "triton": __import__("triton").__version__, "python": platform.python_version(),
                "copy_bw_gbps": round(bw, 1), "layers": args.layers, "experts": args.experts,
                "experts_dtype": "bf16" if args.bf16_experts else "int4 (compressed-tensors pack-quantized, g32)",
-               "note": "one TP=8 rank's slice, collectives skipped; floor = bytes that must be read / copy bw",
+               "note": ("one TP=8 rank's slice, collectives skipped" if world == 1 else
+                        f"one TP=8 rank's slice on each of {world} GPUs, all-reduces over the {world} (NCCL), the "
+                        "lm_head all-gather skipped") + "; floor = bytes that must be read / copy bw",
+               "comm_gpus": world,
                "non_expert_bytes": other_bytes, "bytes_per_expert": one_expert, "cases": []}
     print(f"copy bandwidth {bw:.0f} GB/s; non-expert bytes {other_bytes / 1e9:.2f} GB; "
           f"{one_expert / 1e6:.2f} MB per expert; experts {results['experts_dtype']}", flush=True)
@@ -252,6 +307,7 @@ def main() -> None:
     timed_Ts = args.tokens or Ts
     env_variants = args.env_variants or [""]
     uniform = UniformRouting(args.experts).__enter__() if args.uniform_routing else None
+    ar_us: dict[int, float] = {}  # tokens -> in-graph all-reduce us (world > 1)
     results["routing"] = "uniform (drawn each step)" if uniform else "the random router's own"
     for backend, variant, env_set in [(b, v, e) for b in args.backends for v in variants for e in env_variants]:
         runner = None
@@ -284,7 +340,8 @@ def main() -> None:
                     moe_inputs.clear()
                     if uniform:
                         uniform.ids.clear()
-                    eager, graph = time_case(runner, ctx, T, pages, args.eager_iters, args.graph_iters)
+                    with CountAllReduces() if world > 1 else contextlib.nullcontext() as counted:
+                        eager, graph = time_case(runner, ctx, T, pages, args.eager_iters, args.graph_iters)
                     if uniform:  # expert loads of the first (eager) run's drawn routing
                         distinct = sum(len(set(ids.flatten().tolist())) for ids in uniform.ids[: len(hooks)])
                     else:  # expert loads of this step, from the first (eager) run's routing
@@ -301,10 +358,18 @@ def main() -> None:
                             "graph_ms": round(graph, 3), "floor_ms": round(floor, 3),
                             "graph_over_floor": round(graph / floor, 2), "eager_over_graph": round(eager / graph, 1),
                             "distinct_experts": distinct, "floor_gb": round(floor_bytes / 1e9, 3)}
+                    if world > 1:  # the floor plus what this step's all-reduces cost on their own, in a graph
+                        n_ar = len(counted.numels) // (1 + args.eager_iters)  # warm-up + timed eager forwards
+                        if (args.batch * T) not in ar_us:
+                            ar_us[args.batch * T] = graph_all_reduce_us(args.batch * T, cfg.hidden_size)[1]
+                        case.update(all_reduces=n_ar, all_reduce_graph_us=round(ar_us[args.batch * T], 2),
+                                    floor_plus_ar_ms=round(floor + n_ar * ar_us[args.batch * T] / 1e3, 3))
                     results["cases"].append(case)
                     print(f"[{label}] B={args.batch} ctx {ctx:5d} T={T}: eager {eager:8.2f} ms  graph {graph:7.2f} ms  "
                           f"floor {floor:5.2f} ms  graph/floor {graph / floor:5.2f}  eager/graph {eager / graph:5.1f}"
-                          f"  ({distinct} expert loads)", flush=True)
+                          f"  ({distinct} expert loads)" + (
+                              f"  + {case['all_reduces']} all-reduces x {case['all_reduce_graph_us']:.1f} us: "
+                              f"floor+ar {case['floor_plus_ar_ms']:.2f} ms" if world > 1 else ""), flush=True)
             results.setdefault("capture", {})[label] = {"seconds": round(capture_s, 2), "graph_mib": graph_mib}
             results.setdefault("kernel_reports", {})[label] = kernels.kernel_report()  # what this setting ran
         except Exception as e:  # a broken backend is reported, the other still runs
@@ -315,13 +380,7 @@ def main() -> None:
             overrides.close()  # the next variant starts from the environment as it was
     for h in hooks:
         h.remove()
-    results["summary"] = summarize_settings(results["cases"])
-    print_summary(results["summary"])
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-        print(f"wrote {args.out}")
+    return results
 
 
 if __name__ == "__main__":

@@ -16,22 +16,29 @@ import torch.distributed as dist
 class TPInfo:
     rank: int = 0
     size: int = 1
-    # Benchmarks of ONE rank's slice on one GPU: shapes as for `size` ranks, collectives skipped.
+    # Benchmarks of ONE rank's slice on one GPU: shapes as for `size` ranks, collectives skipped ...
     simulated: bool = False
+    # ... except all-reduces when this is set: they then run over the initialised process group (of fewer
+    # GPUs than `size`), so a benchmark times the step with real all-reduce traffic of the right sizes. The
+    # lm_head's all-gather stays skipped (its shape needs all `size` ranks; once a step, small).
+    simulated_all_reduce: bool = False
 
 
 _TP = TPInfo()
 
 
-def init_tp(rank: int, size: int, simulated: bool = False) -> None:
+def init_tp(rank: int, size: int, simulated: bool = False, simulated_all_reduce: bool = False) -> None:
     """Records this process's TP coordinates. torch.distributed must already be initialised if size > 1,
-    unless ``simulated`` (a single process standing in for one rank: shapes sharded, no communication)."""
+    unless ``simulated`` (a single process standing in for one rank: shapes sharded, no communication)
+    without ``simulated_all_reduce`` (all-reduces over the real group, see TPInfo)."""
     global _TP
-    if size > 1 and not simulated and not dist.is_initialized():
+    if simulated_all_reduce and not simulated:
+        raise ValueError("simulated_all_reduce applies to simulated rank slices only")
+    if (size > 1 and not simulated or simulated_all_reduce) and not dist.is_initialized():
         raise RuntimeError(f"tp_size={size} needs torch.distributed initialised before init_tp")
     if not 0 <= rank < size:
         raise ValueError(f"tp rank {rank} outside [0, {size})")
-    _TP = TPInfo(rank, size, simulated)
+    _TP = TPInfo(rank, size, simulated, simulated_all_reduce)
 
 
 def get_tp() -> TPInfo:
@@ -39,7 +46,7 @@ def get_tp() -> TPInfo:
 
 
 def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
-    if _TP.size == 1 or _TP.simulated:
+    if _TP.size == 1 or (_TP.simulated and not _TP.simulated_all_reduce):
         return x
     dist.all_reduce(x)
     return x

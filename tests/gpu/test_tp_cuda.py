@@ -58,3 +58,54 @@ def test_tp2_equals_tp1_with_graphs(pair, spec):
     assert len(info["worker_env"]) == 2
     name = "target_verify" if spec else "target_decode"
     assert info["forward_counts"][name]["eager"] == 0 and info["forward_counts"][name]["graph"] > 0
+
+
+@pytest.fixture(scope="module")
+def kimi_int4_pair(tmp_path_factory):
+    """Kimi-K2.5's on-disk layout (wrapper config, language_model. prefix, pack-quantized INT4 experts) at toy
+    size, with an EAGLE-3 draft beside it; expert intermediate 64 so that each of 2 ranks holds one INT4 group."""
+    from sglang_eagle3.models.eagle3 import Eagle3Draft
+    from sglang_eagle3.models.loader import save_hf
+    from sglang_eagle3.testing import random_d2t, randomize
+    from tests.loaders.ckpt import write_kimi_int4
+
+    root = str(tmp_path_factory.mktemp("tpint4"))
+    cfg = tiny_config(vocab=512, hidden=128, heads=8, layers=4, q_lora=64, kv_lora=64, nope=32, rope=32, v=32,
+                      experts=16, top_k=4, n_group=1, topk_group=1, moe_inter=64, inter=256, yarn=True, max_pos=1024,
+                      scaling=2.827)
+    target, _ = write_kimi_int4(root, cfg, seed=13)
+    dcfg = tiny_draft_config(cfg, draft_vocab=256, heads=8, kv_heads=4, inter=256, aux_ids=[0, 1, 3])
+    draft = randomize(Eagle3Draft(dcfg, dtype=torch.float32), 14, 3.0)
+    random_d2t(draft, 15)
+    save_hf(draft, os.path.join(root, "draft"))
+    return target, os.path.join(root, "draft")
+
+
+def kernel_outputs(pair, tp, spec):
+    """The default CUDA path: bf16, Triton kernels (MLA, routing, INT4 MoE), graphs on."""
+    extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=pair[1], speculative_num_steps=3) \
+        if spec else {}
+    eng = Engine(model_path=pair[0], device="cuda", dtype="bfloat16", tp_size=tp, attention_backend="triton",
+                 moe_runner_backend="triton", skip_tokenizer_init=True, **extra)
+    try:
+        outs = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY, return_logprob=True)
+        return outs, eng.get_server_info()
+    finally:
+        eng.shutdown()
+
+
+def test_tp2_int4_kernels_lossless_and_close_to_tp1(kimi_int4_pair):
+    """At TP=2 on the kernels: speculation is lossless (exact tokens), and the first token's logprob is within
+    bf16 rounding of TP=1's (a split reduced in another order; a wrong shard would be O(1))."""
+    base2, _ = kernel_outputs(kimi_int4_pair, 2, spec=False)
+    spec2, info = kernel_outputs(kimi_int4_pair, 2, spec=True)
+    base1, _ = kernel_outputs(kimi_int4_pair, 1, spec=False)
+    assert [o["output_ids"] for o in spec2] == [o["output_ids"] for o in base2]
+    for a, b in zip(base2, base1, strict=True):
+        assert a["output_ids"][0] == b["output_ids"][0]
+        lp2, lp1 = a["meta_info"]["output_token_logprobs"][0][0], b["meta_info"]["output_token_logprobs"][0][0]
+        assert abs(lp2 - lp1) < 0.05, (lp2, lp1)
+    counts = info["forward_counts"]
+    assert counts["target_verify"]["eager"] == 0 and counts["target_verify"]["graph"] > 0
+    assert [r["rank"] for r in info["worker_env"]] == [0, 1]
+    assert all(r["device"]["index"] == r["rank"] for r in info["worker_env"])
