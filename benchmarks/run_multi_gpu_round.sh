@@ -16,13 +16,13 @@ STEP=(python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 
 
 case $part in
 m1)
-  stage machine 60 bash -c 'nvidia-smi; nvidia-smi topo -m; python -c "import torch; print(torch.cuda.device_count(),
+  stage machine 40 bash -c 'nvidia-smi; nvidia-smi topo -m; python -c "import torch; print(torch.cuda.device_count(),
     torch.__version__, torch.cuda.nccl.version())"'
-  TAIL=20 stage tp_tests 240 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+  TAIL=20 stage tp_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
     tests/gpu/test_tp_cuda.py tests/distributed/test_ranks.py
-  TAIL=60 stage allreduce 150 python benchmarks/bench_allreduce.py --gpus 2 --out "$OUT/allreduce.json"
-  TAIL=8 stage step_1gpu 200 env CUDA_VISIBLE_DEVICES=0 "${STEP[@]}" --out "$OUT/step_1gpu.json"
-  TAIL=8 stage step_2gpu 200 "${STEP[@]}" --comm-gpus 2 --out "$OUT/step_2gpu.json"
+  TAIL=60 stage allreduce 110 python benchmarks/bench_allreduce.py --gpus 2 --out "$OUT/allreduce.json"
+  TAIL=8 stage step_1gpu 120 env CUDA_VISIBLE_DEVICES=0 "${STEP[@]}" --out "$OUT/step_1gpu.json"
+  TAIL=8 stage step_2gpu 140 "${STEP[@]}" --comm-gpus 2 --out "$OUT/step_2gpu.json"
   ;;
 m2)
   TAIL=8 stage step_2gpu_p2poff 200 env NCCL_P2P_DISABLE=1 "${STEP[@]}" --comm-gpus 2 --out "$OUT/step_2gpu_p2poff.json"
