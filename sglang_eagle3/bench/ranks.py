@@ -20,6 +20,9 @@ from datetime import timedelta
 # NVLink multicast off: the lending machines require it (a program using it can take a shared host's GPUs out
 # of service), and the users' PCIe-only servers have no NVSwitch for it anyway.
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# PyTorch's NCCL heartbeat thread polls rank 0's store; when rank 0 exits first, the others print pages of
+# "TCPStore ... Broken pipe" at exit. run_ranks has its own deadline, so the monitor is off in its ranks.
+QUIET_ENV = {"TORCH_NCCL_ENABLE_MONITORING": "0"}
 
 
 def _free_port() -> int:
@@ -66,7 +69,7 @@ def run_ranks(world: int, fn, args, *, env: dict | None = None, device: str = "c
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world, port, device, {**SAFE_ENV, **(env or {})}, fn, args, results))
+    procs = [ctx.Process(target=_entry, args=(r, world, port, device, {**QUIET_ENV, **SAFE_ENV, **(env or {})}, fn, args, results))
              for r in range(world)]
     for p in procs:
         p.start()

@@ -73,7 +73,9 @@ def kimi_int4_pair(tmp_path_factory):
     cfg = tiny_config(vocab=512, hidden=128, heads=8, layers=4, q_lora=64, kv_lora=64, nope=32, rope=32, v=32,
                       experts=16, top_k=4, n_group=1, topk_group=1, moe_inter=64, inter=256, yarn=True, max_pos=1024,
                       scaling=2.827)
-    target, _ = write_kimi_int4(root, cfg, seed=13)
+    # Weights at scale 1: at the usual 3 this toy model is so peaky that bf16 rounding alone (torch references,
+    # TP=1, on CPU) moves a first-token logprob by 0.6 and flips the argmax; at 1, by <= 0.03.
+    target, _ = write_kimi_int4(root, cfg, seed=13, scale=1.0)
     dcfg = tiny_draft_config(cfg, draft_vocab=256, heads=8, kv_heads=4, inter=256, aux_ids=[0, 1, 3])
     draft = randomize(Eagle3Draft(dcfg, dtype=torch.float32), 14, 3.0)
     random_d2t(draft, 15)
@@ -81,12 +83,12 @@ def kimi_int4_pair(tmp_path_factory):
     return target, os.path.join(root, "draft")
 
 
-def kernel_outputs(pair, tp, spec):
-    """The default CUDA path: bf16, Triton kernels (MLA, routing, INT4 MoE), graphs on."""
+def kernel_outputs(pair, tp, spec, dtype="bfloat16", backend="triton"):
+    """By default the default CUDA path: bf16, Triton kernels (MLA, routing, INT4 MoE), graphs on."""
     extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=pair[1], speculative_num_steps=3) \
         if spec else {}
-    eng = Engine(model_path=pair[0], device="cuda", dtype="bfloat16", tp_size=tp, attention_backend="triton",
-                 moe_runner_backend="triton", skip_tokenizer_init=True, **extra)
+    eng = Engine(model_path=pair[0], device="cuda", dtype=dtype, tp_size=tp, attention_backend=backend,
+                 moe_runner_backend=backend, skip_tokenizer_init=True, **extra)
     try:
         outs = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY, return_logprob=True)
         return outs, eng.get_server_info()
@@ -95,16 +97,17 @@ def kernel_outputs(pair, tp, spec):
 
 
 def test_tp2_int4_kernels_lossless_and_close_to_tp1(kimi_int4_pair):
-    """At TP=2 on the kernels: speculation is lossless (exact tokens), and the first token's logprob is within
-    bf16 rounding of TP=1's (a split reduced in another order; a wrong shard would be O(1))."""
+    """At TP=2 on the kernels: speculation is lossless (exact tokens), and each prompt's first token and its
+    logprob agree with TP=1 in float32 on the torch references within bf16 rounding (0.03 on CPU; a wrong
+    shard would be O(1))."""
     base2, _ = kernel_outputs(kimi_int4_pair, 2, spec=False)
     spec2, info = kernel_outputs(kimi_int4_pair, 2, spec=True)
-    base1, _ = kernel_outputs(kimi_int4_pair, 1, spec=False)
+    truth, _ = kernel_outputs(kimi_int4_pair, 1, spec=False, dtype="float32", backend="torch")
     assert [o["output_ids"] for o in spec2] == [o["output_ids"] for o in base2]
-    for a, b in zip(base2, base1, strict=True):
+    for a, b in zip(base2, truth, strict=True):
         assert a["output_ids"][0] == b["output_ids"][0]
         lp2, lp1 = a["meta_info"]["output_token_logprobs"][0][0], b["meta_info"]["output_token_logprobs"][0][0]
-        assert abs(lp2 - lp1) < 0.05, (lp2, lp1)
+        assert abs(lp2 - lp1) < 0.1, (lp2, lp1)
     counts = info["forward_counts"]
     assert counts["target_verify"]["eager"] == 0 and counts["target_verify"]["graph"] > 0
     assert [r["rank"] for r in info["worker_env"]] == [0, 1]

@@ -54,10 +54,10 @@ def fp8_config(**overrides) -> ModelConfig:
     return tiny_config(**{**base, **overrides})
 
 
-def plain_model(cfg: ModelConfig, seed: int, bf16_exact: bool = True) -> DeepseekV3ForCausalLM:
+def plain_model(cfg: ModelConfig, seed: int, bf16_exact: bool = True, scale: float = 3.0) -> DeepseekV3ForCausalLM:
     """A float32 random model; with bf16_exact every value is representable in bf16 (checkpoints in bf16 are
     then lossless, as Kimi's and DeepSeek's are for their unquantised tensors)."""
-    m = randomize(DeepseekV3ForCausalLM(cfg, dtype=torch.float32), seed, scale=3.0)
+    m = randomize(DeepseekV3ForCausalLM(cfg, dtype=torch.float32), seed, scale=scale)
     if bf16_exact:
         with torch.no_grad():
             for p in m.parameters():
@@ -81,11 +81,11 @@ VISION_TENSORS = {"vision_tower.patch_embed.proj.weight": (16, 3, 2, 2), "vision
 
 @torch.no_grad()
 def write_kimi_int4(root: str, cfg: ModelConfig, *, seed: int = 0, n_shards: int = 3, quant: dict | None = None,
-                    inner_model_prefix: bool = True) -> tuple[str, DeepseekV3ForCausalLM]:
+                    inner_model_prefix: bool = True, scale: float = 3.0) -> tuple[str, DeepseekV3ForCausalLM]:
     """Kimi-K2.5 layout: wrapper config with text_config, tensors under language_model. (or language_model.
     without the inner model. when inner_model_prefix=False), routed experts pack-quantized INT4 with bf16 scales
     and weight_shape, vision tensors beside them, n_shards shards + index. Returns (path, float32 reference)."""
-    ref = plain_model(cfg, seed)
+    ref = plain_model(cfg, seed, scale=scale)
     packed = DeepseekV3ForCausalLM(cfg, dtype=torch.float32, int4_experts=True)
     ref_params = dict(ref.named_parameters())
     for name, p in packed.named_parameters():
