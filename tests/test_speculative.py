@@ -277,3 +277,18 @@ def test_greedy_requests_stay_exact_next_to_sampled_ones(small_pair):
     outs = _engine(small_pair, k=3).generate(input_ids=prompts, sampling_params=params)
     assert [outs[0]["output_ids"], outs[2]["output_ids"]] == [b["output_ids"] for b in base]
     assert len(outs[1]["output_ids"]) == 20
+
+
+@pytest.mark.parametrize("accept", [1.0, 2.5, 4.0])
+def test_simulated_accept_length_is_pinned(small_pair, accept):
+    """Benchmarking mode (SGLang's SGLANG_SIMULATE_ACC_LEN): rounds accept floor/ceil of the pinned mean, whatever
+    the draft proposes, and each request still gets exactly max_new_tokens."""
+    k, max_new = 3, 60
+    prompts = _prompts(random.Random(5), 3, small_pair.config.vocab_size)
+    engine = _engine(small_pair, k=k, speculative_simulate_accept_length=accept)
+    outs = engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": max_new, "temperature": 0,
+                                                               "ignore_eos": True})
+    assert [len(o["output_ids"]) for o in outs] == [max_new] * 3
+    stats = scheduler_of(engine).stats
+    assert set(stats.accept_length_hist) <= {math.floor(accept), math.ceil(accept)}, stats.accept_length_hist
+    assert abs(stats.avg_accept_length - accept) < 0.35, stats.avg_accept_length
