@@ -7,14 +7,28 @@
 # to end, the previous checkout (.old: `git archive 3d28beb sglang_eagle3 benchmarks`) against this one,
 # alternating twice: the embedded pair (baseline and EAGLE-3 k=3) and the Kimi rank slice (baseline and EAGLE-3
 # k=3 at accept length 3.0).
+# (s1 at 902ea9a: the 25 GPU engine / graph / overlap tests passed; end to end no change beyond the noise: the
+# embedded pair's EAGLE-3 1157 / 1684 tok/s (this) vs 1359 / 1378 (before), baseline 1750 / 1754 vs 1826 / 1261;
+# the Kimi slice at accept 3.0 256.5 / 256.3 vs 261.9 / 237.5, baseline 165.0 / 155.6 vs 165.1 / 166.0. The Kimi
+# round is GPU-bound (32 rounds of ~7.9 ms plus a 115-135 ms prefill); the embedded one is host-bound, four graph
+# calls a round against decode's one.)
+# Part "s2": the greedy round as ONE graph (draft steps, verify, acceptance on the device, draft extend): the GPU
+# tests of the graph runner (a new one: the round's replay equals its eager form, padded batches, acceptance
+# computed or pinned), the CUDA engine and overlap; end to end as in s1 against the same previous checkout, with
+# longer outputs for the Kimi slice (256 tokens) and five passes for the embedded pair.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: s1}
+part=${1:?part: s1 or s2}
 EMB=(--model-path sglang_eagle3/assets/embedded/target --draft-path sglang_eagle3/assets/embedded/draft --ks 3
      --num-prompts 8 --repeat 3)
 KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2 --simulate-accept 3.0)
+if [ "$part" = s2 ]; then
+  EMB=(--model-path sglang_eagle3/assets/embedded/target --draft-path sglang_eagle3/assets/embedded/draft --ks 3
+       --num-prompts 8 --repeat 5)
+  KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 256 --repeat 2 --simulate-accept 3.0)
+fi
 
 case $part in
-s1)
+s1|s2)
   TAIL=6 stage engine_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
     tests/gpu/test_cuda_engine.py tests/test_graph_runner.py tests/test_overlap.py
   for i in 1 2; do

@@ -274,6 +274,54 @@ def test_gpu_replay_equals_eager(gpu_engine):
 
 
 @pytest.mark.gpu
+def test_gpu_round_replay_equals_eager(gpu_engine):
+    """The whole speculative round as one graph (draft steps, verify, acceptance on the device, draft extend)
+    equals the same function run eagerly, padded batches included, with acceptance computed or pinned; a replay
+    counts itself and the parts it ran."""
+    engine, tol = gpu_engine
+    runner, sched = engine.runner, scheduler_of(engine)
+    g = torch.Generator().manual_seed(4)
+    reqs = [engine.make_request(input_ids=torch.randint(0, 512, (n,), generator=g).tolist(),
+                                sampling_params={"max_new_tokens": 64, "temperature": 0}) for n in (5, 21, 3, 33, 8)]
+    for r in reqs:
+        sched.add(r)
+    try:
+        sched.step()
+        Hd, dev = runner.draft.config.hidden_size, runner.device
+        for bs in (1, 3, 5):  # 3 and 5 run padded (buckets 4 and 8)
+            rs = reqs[:bs]
+            for r in rs:
+                sched._ensure_pages(r, r.seq_len + 8)
+            for T in (2, 4, 8):
+                rows = [([r.tokens[-1], int(torch.randint(0, 512, (), generator=g))] + [0] * (T - 2), r.seq_len - 1,
+                         r.pages) for r in rs]
+                bt = runner.build(rows)
+                inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
+                              seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc,
+                              hidden=torch.randn(bs, Hd, generator=g).to(dev, runner.dtype))
+                for sim in (torch.full((bs,), -1), torch.randint(0, T, (bs,), generator=g)):
+                    inputs["sim_accept"] = sim.to(dev)
+                    before = runner.stats.as_dict()
+                    with torch.inference_mode():
+                        gl, gp, gh = [o.clone() for o in runner.spec_round(bs, T, **inputs)]
+                        el, ep, eh = runner.spec_round.fn(**inputs, tokens_per_req=T)
+                    after = runner.stats.as_dict()
+                    grew = {n: after[n]["graph"] - before.get(n, {}).get("graph", 0) for n in after}
+                    want = {"spec_round": 1, "target_verify": 1, "draft_extend": 1, "draft_decode": T - 2}
+                    assert {n: v for n, v in grew.items() if v} == {n: v for n, v in want.items() if v}, grew
+                    assert _rel(gl, el) < tol, (bs, T, _rel(gl, el))
+                    assert _rel(gh[:bs], eh) < tol, (bs, T, _rel(gh[:bs], eh))
+                    gp, ep = gp[:bs], ep
+                    if (sim >= 0).all():
+                        assert gp[:, 0].tolist() == sim.tolist()
+                    exact = (gp == ep).float().mean().item()
+                    assert exact >= (1.0 if tol < 1e-4 else 0.9), (bs, T, gp, ep)
+    finally:
+        for r in reqs:
+            sched.abort(r.rid)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_gpu_graphs_equal_eager_end_to_end(gpu_engine, seed):
     """Greedy output and logprobs through the graphed engine equal the same engine with graphs off (prompts

@@ -67,8 +67,16 @@ class ForwardStats:
 class GraphRunner:
     def __init__(self, name: str, fn: Callable[..., tuple[torch.Tensor, ...]], specs: dict[str, InputSpec],
                  stats: ForwardStats, *, enabled: bool, disabled_reason: str = "", max_bs: int = 1,
-                 tokens_per_req: tuple[int, ...] = (1,), pool=None):
+                 tokens_per_req: tuple[int, ...] = (1,), pool=None,
+                 eager_fn: Callable[..., tuple[torch.Tensor, ...]] | None = None,
+                 replay_counts: Callable[[int], tuple[str, ...]] | None = None):
+        """``eager_fn`` (default ``fn``) runs a call that cannot replay: a forward composed of other runners
+        passes them there, so that each part still replays its own graph or is counted as eager. A replay at T
+        tokens a request also counts once for each name in ``replay_counts(T)`` (the parts a composed graph
+        replays within it)."""
         self.name, self.fn, self.specs, self.stats = name, fn, specs, stats
+        self.eager_fn = eager_fn or fn
+        self.replay_counts = replay_counts
         self.enabled = enabled
         self.disabled_reason = disabled_reason or "CUDA graphs disabled"
         self.buckets = batch_buckets(max_bs) if enabled else []
@@ -132,7 +140,7 @@ class GraphRunner:
         reason = self.why_not(bs, T)
         if reason is not None:
             self.stats.record(self.name, graph=False, reason=reason)
-            return self.fn(**inputs, tokens_per_req=T)
+            return self.eager_fn(**inputs, tokens_per_req=T)
         pb = self._bucket(bs)
         graph, static, out = self.graphs[(pb, T)]
         for name, spec in self.specs.items():
@@ -148,4 +156,6 @@ class GraphRunner:
                 dst[rows:].fill_(T if spec.pad_with_tokens_per_req else spec.pad_value)
         graph.replay()
         self.stats.record(self.name, graph=True)
+        for name in self.replay_counts(T) if self.replay_counts else ():
+            self.stats.record(name, graph=True)
         return tuple(o[: bs * T] for o in out)

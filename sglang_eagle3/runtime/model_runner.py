@@ -40,6 +40,21 @@ class BatchTensors:
     extend_lens: list[int]
 
 
+def _as_part(runner: GraphRunner):
+    """A runner called as the raw forwards are (keyword inputs and tokens_per_req), batch size from seq_lens."""
+    def part(tokens_per_req: int, **inputs):
+        return runner(inputs["seq_lens"].shape[0], tokens_per_req, **inputs)
+
+    return part
+
+
+def _pack_round(a: torch.Tensor, nxt: torch.Tensor, next_draft: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """[B, 3 + k] int64: accepted count, the target's token after them, next round's d_1, d_1..d_k (one copy
+    brings a round's results to the host)."""
+    B = ids.shape[0]
+    return torch.cat([a.view(B, 1), nxt.view(B, 1), next_draft.view(B, 1).to(ids.dtype), ids[:, 1:]], dim=1)
+
+
 class ModelRunner:
     def __init__(self, target: DeepseekV3ForCausalLM, draft: Eagle3Draft | None, *, aux_layer_ids: tuple[int, ...],
                  num_pages: int, page_size: int, max_context: int, device: torch.device, dtype: torch.dtype,
@@ -80,6 +95,19 @@ class ModelRunner:
                                         tokens_per_req=(1,), **common)
         self.draft_extend = GraphRunner("draft_extend", self._draft_fn(ForwardMode.DRAFT_EXTEND), draft_specs,
                                         tokens_per_req=verify_widths, **common)
+        # A greedy (or simulated-acceptance) speculative round as ONE graph: draft steps, verify, acceptance and
+        # draft extend replay together, so the host queues one replay a round instead of k+1. Its eager form
+        # (bs past the buckets, graphs off, CPU) runs the same steps through the part runners above.
+        raw = {"draft_decode": self.draft_decode.fn, "target_verify": self.target_verify.fn,
+               "draft_extend": self.draft_extend.fn}
+        parts = {r.name: _as_part(r) for r in (self.draft_decode, self.target_verify, self.draft_extend)}
+        self.round_parts = parts  # a sampled round's halves run through them (sampled_round)
+        round_specs = dict(_UNIFORM_SPECS, hidden=InputSpec(per_token=False), sim_accept=InputSpec(per_token=False,
+                                                                                                    pad_value=-1))
+        self.spec_round = GraphRunner(
+            "spec_round", self._round_fn(raw), round_specs, tokens_per_req=verify_widths,
+            eager_fn=self._round_fn(parts), **common,
+            replay_counts=lambda T: ("draft_decode",) * (T - 2) + ("target_verify", "draft_extend"))
         # The draft embeds with the target's table; under TP that is the vocab-parallel module (all-reduced).
         emb = target.model.embed_tokens
         self.embed_weight = emb.weight if emb.part == emb.vocab_size else emb
@@ -101,6 +129,59 @@ class ModelRunner:
         def fn(input_ids, hidden, positions, page_table, seq_lens, out_cache_loc, tokens_per_req):
             fb = self._fb(self.draft_kv, mode, page_table, seq_lens, out_cache_loc, tokens_per_req)
             return self._draft_propose(input_ids, hidden, positions, fb)
+
+        return fn
+
+    @staticmethod
+    def propose_verify(parts: dict, input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, T: int):
+        """Draft steps d_2..d_k, then the target verify of [last, d_1..d_k]: the first half of a round.
+
+        Inputs are the verify batch (B requests x T = k+1 tokens, ids [last, d_1, anything]) and the draft
+        hidden [B, Hd] of each request's last committed position. Draft step j feeds d_j at position
+        seq_len-2+j (the draft pairs the target's hidden at p with token p+1): column j-1 of the verify batch's
+        positions and cache slots, seq_len - (T - j) keys. ``parts`` maps draft_decode / target_verify to
+        forwards called with keyword inputs and tokens_per_req. Returns (ids [B, T], logits [B*T, V], aux)."""
+        B = seq_lens.shape[0]
+        ids = input_ids.view(B, T).clone()
+        pos, loc = positions.view(B, T), out_cache_loc.view(B, T)
+        cur = ids[:, 1].contiguous()
+        for j in range(1, T - 1):
+            cur, hidden = parts["draft_decode"](
+                input_ids=cur, hidden=hidden, positions=pos[:, j - 1].contiguous(), page_table=page_table,
+                seq_lens=seq_lens - (T - j), out_cache_loc=loc[:, j - 1].contiguous(), tokens_per_req=1)
+            ids[:, j + 1] = cur  # copied out: a replayed part's outputs are rewritten by its next replay
+        logits, aux = parts["target_verify"](input_ids=ids.view(-1), positions=positions, page_table=page_table,
+                                             seq_lens=seq_lens, out_cache_loc=out_cache_loc, tokens_per_req=T)
+        return ids, logits, aux
+
+    @staticmethod
+    def extend_next(parts: dict, ids, a, nxt, aux, positions, page_table, seq_lens, out_cache_loc, T: int):
+        """The second half of a round: the draft extend over the accepted tokens d_1..d_a, nxt (padded to T with
+        nxt) with the target's aux hidden states. Returns (next round's d_1 [B], its draft hidden [B, Hd])."""
+        B = seq_lens.shape[0]
+        drafts = ids[:, 1:]
+        col = torch.arange(T, device=ids.device).view(1, T)
+        ext = torch.where(col < a.view(B, 1), torch.cat([drafts, drafts[:, -1:]], dim=1), nxt.view(B, 1))
+        proposals, hidden = parts["draft_extend"](
+            input_ids=ext.reshape(-1), hidden=aux, positions=positions, page_table=page_table, seq_lens=seq_lens,
+            out_cache_loc=out_cache_loc, tokens_per_req=T)
+        last = torch.arange(B, device=ids.device) * T + a
+        return proposals[last], hidden[last]
+
+    def _round_fn(self, parts: dict):
+        """A round with acceptance on the device: a = the longest prefix where the drafts equal the target's
+        argmax, or sim_accept where >= 0 (benchmarking). Returns (logits [B*T, V], packed [B, 3+k] int64 of
+        a, the target's token after them, the next round's d_1, then d_1..d_k; the next draft hidden [B, Hd])."""
+        def fn(input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, sim_accept, tokens_per_req):
+            T, B = tokens_per_req, seq_lens.shape[0]
+            batch = dict(positions=positions, page_table=page_table, seq_lens=seq_lens, out_cache_loc=out_cache_loc)
+            ids, logits, aux = self.propose_verify(parts, input_ids, hidden=hidden, T=T, **batch)
+            target = logits.view(B, T, -1).argmax(-1)
+            matched = (ids[:, 1:] == target[:, :-1]).to(torch.int64).cumprod(1).sum(1)
+            a = torch.where(sim_accept >= 0, sim_accept, matched)
+            nxt = target.gather(1, a.view(B, 1)).view(B)
+            next_draft, next_hidden = self.extend_next(parts, ids, a, nxt, aux, T=T, **batch)
+            return logits, _pack_round(a, nxt, next_draft, ids), next_hidden
 
         return fn
 
@@ -136,9 +217,13 @@ class ModelRunner:
         if self.draft is not None:
             self.draft_extend.capture(lambda bs, T: example(bs, T, "aux"))
             self.draft_decode.capture(lambda bs, T: example(bs, T, "h"))
+            self.spec_round.capture(lambda bs, T: dict(
+                example(bs, T, False), hidden=torch.zeros(bs, self.draft.config.hidden_size, dtype=self.dtype,
+                                                          device=self.device),
+                sim_accept=torch.full((bs,), -1, dtype=torch.int64, device=self.device)))
 
     def graph_report(self) -> dict:
-        runners = [self.target_decode, self.target_verify, self.draft_decode, self.draft_extend]
+        runners = [self.target_decode, self.target_verify, self.draft_decode, self.draft_extend, self.spec_round]
         return {r.name: {"graphs": len(r.graphs), "buckets": r.buckets, "tokens_per_req": list(r.tokens_per_req),
                          "capture_seconds": round(r.capture_seconds, 3),
                          "capture_mib": round(r.capture_bytes / 2**20, 1)} for r in runners}
@@ -206,6 +291,37 @@ class ModelRunner:
         fb = self._fb(self.draft_kv, ForwardMode.EXTEND, bt.page_table, bt.seq_lens, bt.out_cache_loc, 1,
                       bt.extend_lens)
         return self._draft_propose(bt.input_ids, hidden, bt.positions, fb)
+
+    @torch.inference_mode()
+    def greedy_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int):
+        """A whole speculative round with acceptance on the device (_round_fn), one graph replay where captured.
+        bt: the verify batch; hidden [B, Hd]; sim_accept [B] (-1: computed). Returns (logits [B*T, V], packed
+        [B, 3+k], next draft hidden [B, Hd])."""
+        B = len(bt.extend_lens)
+        logits, packed, next_hidden = self.spec_round(
+            B, T, input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
+            out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept)
+        return logits, packed[:B], next_hidden[:B]  # a replay's per-request outputs hold the bucket's rows
+
+    @torch.inference_mode()
+    def sampled_round(self, bt: BatchTensors, hidden: torch.Tensor, T: int, accept):
+        """A round whose acceptance runs on the host between its halves (the part runners' graphs):
+        accept(drafts [B][k] host lists, logits [B, T, V]) -> (accepted counts, next tokens), lists of B.
+        Returns what greedy_round returns."""
+        B = len(bt.extend_lens)
+        batch = dict(positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
+                     out_cache_loc=bt.out_cache_loc)
+        ids, logits, aux = self.propose_verify(self.round_parts, bt.input_ids, hidden=hidden, T=T, **batch)
+        a, nxt = (self.to_device(x) for x in accept(ids[:, 1:].tolist(), logits.view(B, T, -1)))
+        next_draft, next_hidden = self.extend_next(self.round_parts, ids, a, nxt, aux, T=T, **batch)
+        return logits, _pack_round(a, nxt, next_draft, ids), next_hidden
+
+    def to_device(self, values: list[int]) -> torch.Tensor:
+        """A small int64 tensor on the device without waiting for the stream (from pinned memory on CUDA)."""
+        t = torch.tensor(values, dtype=torch.int64)
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t
 
     @torch.inference_mode()
     def draft_uniform(self, bt: BatchTensors, hidden: torch.Tensor, T: int):

@@ -14,7 +14,6 @@ stale cache entries past a request's length are never read before they are rewri
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections import deque
@@ -241,53 +240,28 @@ class Scheduler:
         return reqs
 
     def _spec_round(self, reqs: list[Request]) -> list[Request]:
-        """One round on the device with one host synchronisation at its end (greedy or simulated acceptance;
-        sampled acceptance adds one after the verify): the drafts' tokens stay device tensors from the draft
-        steps into the verify and the draft extend, so the host queues the whole round and then waits once."""
+        """One round; greedy (or simulated) acceptance runs on the device inside the round's one graph, sampled
+        acceptance on the host between its halves. Either way the host waits once for the round's results."""
         runner, k = self.runner, self.num_steps
         T, B = k + 1, len(reqs)  # pages for positions up to seq_len - 1 + k were reserved by _make_room
-        # Every batch of the round in one copy. Verify (and draft extend): positions seq_len-1 .. seq_len-1+k,
-        # ids [last, d_1, placeholders]; draft step j: d_j at position seq_len-2+j (the draft pairs the target's
-        # hidden at p with token p+1), its id a placeholder too.
-        verify_rows = [([r.tokens[-1], r.next_draft_token] + [0] * (k - 1), r.seq_len - 1, r.pages) for r in reqs]
-        step_rows = [[([0], r.seq_len - 2 + j, r.pages) for r in reqs] for j in range(1, k)]
-        vb, *steps = runner.build_many([verify_rows] + step_rows)
-        ids = vb.input_ids.view(B, T)
-        # 1. draft decode steps: d_2..d_k, each fed the previous step's proposals
+        # The verify batch: positions seq_len-1 .. seq_len-1+k, ids [last, d_1, placeholders for d_2..d_k].
+        bt = runner.build([([r.tokens[-1], r.next_draft_token] + [0] * (k - 1), r.seq_len - 1, r.pages)
+                           for r in reqs])
         hidden = torch.stack([self._draft_hidden[r.rid] for r in reqs])
-        verify_ids, cur = ids.clone(), ids[:, 1]
-        for j, bt in enumerate(steps, start=2):
-            # A replayed graph's outputs are its static buffers, rewritten by its next replay: copied out here.
-            cur, hidden = runner.draft_uniform(dataclasses.replace(bt, input_ids=cur), hidden, 1)
-            verify_ids[:, j].copy_(cur)
-        # 2. verify [last, d_1..d_k] in one target forward
-        logits, aux = runner.target_uniform(dataclasses.replace(vb, input_ids=verify_ids.reshape(-1)), T, verify=True)
-        logits = logits.view(B, T, -1)
-        drafts = verify_ids[:, 1:]
-        # 3. accept: a[b] draft tokens, then the target's token nxt[b]
-        sampled = self.simulate_accept_length is None and not all(r.params.greedy for r in reqs)
-        if sampled:  # exact rejection sampling on the host (sampling.py), per request
-            host_drafts = drafts.tolist()
-            a_nxt = [accept_draft(logits[i], host_drafts[i], r.params, r.generator) for i, r in enumerate(reqs)]
-            a, nxt = (self._to_device([x[j] for x in a_nxt]) for j in (0, 1))
+        if self.simulate_accept_length is None and not all(r.params.greedy for r in reqs):
+            def accept(drafts, logits):  # exact rejection sampling (sampling.py), per request
+                a_nxt = [accept_draft(logits[i], drafts[i], r.params, r.generator) for i, r in enumerate(reqs)]
+                return [x[0] for x in a_nxt], [x[1] for x in a_nxt]
+
+            logits, packed, next_hidden = runner.sampled_round(bt, hidden, T, accept)
         else:
-            target = logits.argmax(-1)  # [B, T]
-            if self.simulate_accept_length is None:  # longest prefix where the draft equals the target's argmax
-                a = (drafts == target[:, :k]).int().cumprod(1).sum(1)
-            else:
-                a = self._to_device([self._simulated_accept(k) for _ in reqs])
-            nxt = target.gather(1, a.view(B, 1)).view(B)
-        # 4. draft extend over the accepted tokens (d_1..d_a, nxt, padded to T with nxt), target aux hidden as input
-        col = torch.arange(T, device=a.device).view(1, T)
-        ext_ids = torch.where(col < a.view(B, 1), torch.cat([drafts, drafts[:, -1:]], dim=1), nxt.view(B, 1))
-        proposals, hidden = runner.draft_uniform(dataclasses.replace(vb, input_ids=ext_ids.reshape(-1)), aux, T)
-        last = torch.arange(B, device=a.device) * T + a
-        next_hidden = hidden[last]
-        # The round's one wait: accepted counts, target tokens, next draft tokens and the drafts, in one copy.
-        rows = torch.cat([a.view(B, 1), nxt.view(B, 1), proposals[last].view(B, 1), drafts], dim=1).tolist()
-        for i, r in enumerate(reqs):
-            n_acc, tok, nd, ds = rows[i][0], rows[i][1], rows[i][2], rows[i][3:]
-            acc = ds[:n_acc] + [tok]
+            sim = [self._simulated_accept(k) if self.simulate_accept_length is not None else -1 for _ in reqs]
+            logits, packed, next_hidden = runner.greedy_round(bt, hidden, runner.to_device(sim), T)
+        logits = logits.view(B, T, -1)
+        next_hidden = next_hidden.clone()  # a replay's outputs are rewritten by the next replay: kept apart
+        for i, (n_acc, tok, nd, *drafts) in enumerate(packed.tolist()):  # the round's one wait
+            r = reqs[i]
+            acc = drafts[:n_acc] + [tok]
             r.verify_ct += 1
             self.stats.verify_forwards += 1
             self.stats.accepted_tokens += n_acc + 1
@@ -297,13 +271,6 @@ class Scheduler:
             self._emit(r, acc, logits[i, : len(acc)])
             self._trim_pages(r, r.seq_len - 1)
         return reqs
-
-    def _to_device(self, values: list[int]) -> torch.Tensor:
-        """A small int64 tensor on the runner's device without waiting for the stream (pinned on CUDA)."""
-        t = torch.tensor(values, dtype=torch.int64)
-        if self.runner.device.type == "cuda":
-            return t.pin_memory().to(self.runner.device, non_blocking=True)
-        return t
 
     def _simulated_accept(self, k: int) -> int:
         """Accepted draft tokens with mean simulate_accept_length - 1 (floor/ceil mix), clipped to [0, k]."""
