@@ -231,45 +231,35 @@ class ModelRunner:
     # -- batch building ------------------------------------------------------------------------------
     def build(self, rows: list[tuple[list[int], int, list[int]]], width: int | None = None) -> BatchTensors:
         """rows: per request (new token ids, first position, page list). New tokens occupy positions
-        first .. first+n-1 and seq_len = first + n. ``width`` pads page tables (graphs want max_pages)."""
-        return self.build_many([rows], width)[0]
+        first .. first+n-1 and seq_len = first + n. ``width`` pads page tables (graphs want max_pages).
 
-    def build_many(self, batches: list[list[tuple[list[int], int, list[int]]]],
-                   width: int | None = None) -> list[BatchTensors]:
-        """build() for several batches in two host-to-device copies (int64 and int32) in all, from pinned
-        memory without waiting: a speculative round builds its draft steps', verify's and draft extend's
-        batches at once, and the host runs ahead of the GPU instead of stalling on each small copy (a pageable
-        copy waits for the stream: five of them per batch cost a synchronisation each)."""
-        longs, ints, layout = [], [], []
-        for rows in batches:
-            ids, pos, loc, lens, ext, pages_flat = [], [], [], [], [], []
-            P = width or max(len(r[2]) for r in rows)
-            for toks, first, pages in rows:
-                n = len(toks)
-                ids += toks
-                p = range(first, first + n)
-                pos += p
-                loc += [pages[q // self.page_size] * self.page_size + q % self.page_size for q in p]
-                lens.append(first + n)
-                ext.append(n)
-                pages_flat += list(pages) + [0] * (P - len(pages))
-            layout.append((len(ids), len(rows), P, ext))
-            longs += ids + pos + loc
-            ints += lens + pages_flat
-        pin = self.device.type == "cuda"
-        host64 = torch.tensor(longs, dtype=torch.int64)
-        host32 = torch.tensor(ints, dtype=torch.int32)
-        dev64 = (host64.pin_memory() if pin else host64).to(self.device, non_blocking=pin)
-        dev32 = (host32.pin_memory() if pin else host32).to(self.device, non_blocking=pin)
-        out, o64, o32 = [], 0, 0
-        for N, B, P, ext in layout:
-            ids, pos, loc = dev64[o64:o64 + 3 * N].view(3, N)
-            o64 += 3 * N
-            lens = dev32[o32:o32 + B]
-            table = dev32[o32 + B:o32 + B + B * P].view(B, P)
-            o32 += B + B * P
-            out.append(BatchTensors(ids, pos, table, lens, loc, ext))
-        return out
+        Two host-to-device copies (int64 and int32 parts), from pinned memory without waiting: the host runs
+        ahead of the GPU (a pageable copy waits for the stream, so five of them cost a synchronisation each)."""
+        ids, pos, loc, lens, ext, pages_flat = [], [], [], [], [], []
+        P = width or max(len(r[2]) for r in rows)
+        for toks, first, pages in rows:
+            n = len(toks)
+            ids += toks
+            p = range(first, first + n)
+            pos += p
+            loc += [pages[q // self.page_size] * self.page_size + q % self.page_size for q in p]
+            lens.append(first + n)
+            ext.append(n)
+            pages_flat += list(pages) + [0] * (P - len(pages))
+        N, B = len(ids), len(rows)
+        dev64 = self._upload(torch.tensor(ids + pos + loc, dtype=torch.int64))
+        dev32 = self._upload(torch.tensor(lens + pages_flat, dtype=torch.int32))
+        ids_d, pos_d, loc_d = dev64.view(3, N)
+        return BatchTensors(ids_d, pos_d, dev32[B:].view(B, P), dev32[:B], loc_d, ext)
+
+    def _upload(self, host: torch.Tensor) -> torch.Tensor:
+        if self.device.type != "cuda":
+            return host.to(self.device)
+        return host.pin_memory().to(self.device, non_blocking=True)
+
+    def to_device(self, values: list[int]) -> torch.Tensor:
+        """A small int64 tensor on the device without waiting for the stream (from pinned memory on CUDA)."""
+        return self._upload(torch.tensor(values, dtype=torch.int64))
 
     # -- forwards ------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -315,16 +305,3 @@ class ModelRunner:
         a, nxt = (self.to_device(x) for x in accept(ids[:, 1:].tolist(), logits.view(B, T, -1)))
         next_draft, next_hidden = self.extend_next(self.round_parts, ids, a, nxt, aux, T=T, **batch)
         return logits, _pack_round(a, nxt, next_draft, ids), next_hidden
-
-    def to_device(self, values: list[int]) -> torch.Tensor:
-        """A small int64 tensor on the device without waiting for the stream (from pinned memory on CUDA)."""
-        t = torch.tensor(values, dtype=torch.int64)
-        if self.device.type == "cuda":
-            return t.pin_memory().to(self.device, non_blocking=True)
-        return t
-
-    @torch.inference_mode()
-    def draft_uniform(self, bt: BatchTensors, hidden: torch.Tensor, T: int):
-        runner = self.draft_extend if T > 1 else self.draft_decode
-        return runner(len(bt.extend_lens), T, input_ids=bt.input_ids, hidden=hidden, positions=bt.positions,
-                      page_table=bt.page_table, seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
