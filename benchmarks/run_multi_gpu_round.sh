@@ -13,8 +13,11 @@
 # (m1 at 1737818: 4 TP tests passed, the INT4 one failed as said; all-reduce in a graph 10.3-10.8 us for 1-8
 # tokens by default over NVLink (NV18), 17-27 us with peer access off; the step: 122 all-reduces, decode 4.92 ->
 # 6.48 ms at 1k, verify of 4 6.50 -> 8.13 (1.56-1.69 ms more, about 13 us an all-reduce).)
+# (m2 at 3d28beb: the INT4 test passed; the step with peer access off 7.14-12.27 ms; end to end, the Kimi slice
+# baseline 155.8 -> 118.7 tok/s from one GPU to two, EAGLE-3 at accept 3.0 261.5 -> 198.0; docs/BENCHMARKS.md 5.)
+# Part "m3": the TP GPU tests again once the greedy speculative round became one CUDA graph (NCCL inside it).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: m1 or m2}
+part=${1:?part: m1, m2 or m3}
 STEP=(python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 --tokens 1 4 8 --eager-iters 2
       --graph-iters 30)
 
@@ -38,6 +41,10 @@ m2)
   TAIL=10 stage e2e_embedded_tp 120 bash -c "python benchmarks/bench_e2e.py --ks 3 --num-prompts 4 --repeat 2 \
     --out $OUT/e2e_embedded_tp1.json && python benchmarks/bench_e2e.py --ks 3 --num-prompts 4 --repeat 2 \
     --tp-size 2 --out $OUT/e2e_embedded_tp2.json"
+  ;;
+m3)
+  TAIL=12 stage tp_tests 280 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/gpu/test_tp_cuda.py tests/distributed/test_ranks.py
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
