@@ -16,6 +16,7 @@
 # (m2 at 3d28beb: the INT4 test passed; the step with peer access off 7.14-12.27 ms; end to end, the Kimi slice
 # baseline 155.8 -> 118.7 tok/s from one GPU to two, EAGLE-3 at accept 3.0 261.5 -> 198.0; docs/BENCHMARKS.md 5.)
 # Part "m3": the TP GPU tests again once the greedy speculative round became one CUDA graph (NCCL inside it).
+# (m3 at 095d3b5: 5 passed.)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: m1, m2 or m3}
 STEP=(python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 --tokens 1 4 8 --eager-iters 2
