@@ -124,6 +124,41 @@ def test_replay_pads_and_matches_eager():
     assert runner.stats.as_dict() == {"fake_verify": {"graph": 8, "eager": 0, "eager_reasons": {}}}
 
 
+def test_composed_runner_counts_its_parts_and_falls_back_through_them():
+    """A runner composed of others (as the speculative round is of the draft / verify runners): a replay counts
+    itself and replay_counts(T); a call past its buckets runs eager_fn, where the parts replay or fall back and
+    count themselves; the results equal the composed function run eagerly either way."""
+    part = fake_captured(max_bs=8, widths=(1, 4))  # buckets 1, 2, 4, 8
+    stats = part.stats
+
+    def composed_fn(part_call):
+        def fn(tokens_per_req, **inputs):  # two part forwards, the second on the first's output
+            (a,) = part_call(tokens_per_req, **inputs)
+            a = a.clone()  # a replayed part's output buffer is rewritten by its next replay (as in propose_verify)
+            (b,) = part_call(tokens_per_req, **dict(inputs, input_ids=a[:, 0].long() + 1))
+            return (a + b,)
+        return fn
+
+    raw = composed_fn(lambda T, **kw: fake_forward(**kw, tokens_per_req=T))
+    through_parts = composed_fn(lambda T, **kw: part(kw["seq_lens"].shape[0], T, **kw))
+    runner = GraphRunner("fake_round", raw, SPECS, stats, enabled=True, max_bs=4, tokens_per_req=(4,),
+                         eager_fn=through_parts, replay_counts=lambda T: ("fake_verify",) * (T - 2))
+    for bs in runner.buckets:
+        static = example(bs, 4)
+        g = FakeGraph(raw, static, 4)
+        runner.graphs[(bs, 4)] = (g, static, g.out)
+    gen = torch.Generator().manual_seed(2)
+    for bs in (3, 6):  # 3 replays (bucket 4); 6 is past the round's buckets but within the part's (8)
+        inputs = random_inputs(gen, bs, 4, 3)
+        (got,) = runner(bs, 4, **inputs)
+        assert torch.equal(got, raw(4, **inputs)[0]), bs
+    d = stats.as_dict()
+    assert (d["fake_round"]["graph"], d["fake_round"]["eager"]) == (1, 1)
+    assert any("batch size 6" in r for r in d["fake_round"]["eager_reasons"])
+    # The replay counted its parts (T - 2 = 2); the fallback's two part calls replayed the parts' own graphs.
+    assert (d["fake_verify"]["graph"], d["fake_verify"]["eager"]) == (2 + 2, 0)
+
+
 def test_fallbacks_are_counted_with_reasons(caplog):
     runner = fake_captured(max_bs=4, widths=(1, 4))
     g = torch.Generator().manual_seed(1)
