@@ -31,16 +31,13 @@ case $part in
 s1|s2)
   TAIL=6 stage engine_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
     tests/gpu/test_cuda_engine.py tests/test_graph_runner.py tests/test_overlap.py
-  for i in 1 2; do
-    for tree in old new; do
-      dir=$([ $tree = old ] && echo .old/ || echo "")
-      TAIL=4 stage "emb_${tree}_$i" 60 python ${dir}benchmarks/bench_e2e.py "${EMB[@]}" --out "$OUT/emb_${tree}_$i.json"
-    done
-  done
-  for i in 1 2; do
-    for tree in old new; do
-      dir=$([ $tree = old ] && echo .old/ || echo "")
-      TAIL=4 stage "kimi_${tree}_$i" 100 python ${dir}benchmarks/bench_e2e.py "${KIMI[@]}" --out "$OUT/kimi_${tree}_$i.json"
+  for w in emb kimi; do  # the embedded pair's four runs, then the Kimi slice's: old, new, old, new
+    if [ $w = emb ]; then args=("${EMB[@]}") limit=60; else args=("${KIMI[@]}") limit=100; fi
+    for i in 1 2; do
+      for tree in old new; do
+        dir=$([ $tree = old ] && echo .old/ || echo "")
+        TAIL=4 stage "${w}_${tree}_$i" $limit python ${dir}benchmarks/bench_e2e.py "${args[@]}" --out "$OUT/${w}_${tree}_$i.json"
+      done
     done
   done
   # One file for the eight runs (the device tool brings back at most 8 files).
