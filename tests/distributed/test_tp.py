@@ -60,6 +60,43 @@ def test_tp_matches_single_process(pair, reference, tp, spec):
         assert info["verify_forwards"] == sum(o["meta_info"]["spec_verify_ct"] for o in outs) > 0
 
 
+@pytest.fixture(scope="module")
+def kimi_int4_pair(tmp_path_factory):
+    """Kimi-K2.5's on-disk layout (wrapper config, language_model. prefix, pack-quantized INT4 experts, vision
+    tensors beside) with an EAGLE-3 draft; expert intermediate 64: one INT4 group of 32 per rank at TP=2."""
+    import torch
+
+    from sglang_eagle3.models.eagle3 import Eagle3Draft
+    from sglang_eagle3.models.loader import save_hf
+    from sglang_eagle3.testing import random_d2t, randomize
+    from tests.loaders.ckpt import write_kimi_int4
+
+    root = str(tmp_path_factory.mktemp("tpint4"))
+    cfg = tiny_config(vocab=256, hidden=64, heads=4, layers=3, q_lora=32, kv_lora=32, nope=16, rope=16, v=16,
+                      experts=8, top_k=4, n_group=1, topk_group=1, moe_inter=64, inter=128, yarn=True, max_pos=512,
+                      scaling=2.827)
+    target, _ = write_kimi_int4(root, cfg, seed=21)
+    draft = randomize(Eagle3Draft(tiny_draft_config(cfg, draft_vocab=128, heads=4, kv_heads=2, inter=128,
+                                                    aux_ids=[0, 1, 2]), dtype=torch.float32), 22, 3.0)
+    random_d2t(draft, 23)
+    save_hf(draft, os.path.join(root, "draft"))
+    return target, os.path.join(root, "draft")
+
+
+def test_tp2_kimi_int4_layout_matches_single_process(kimi_int4_pair):
+    """The checkpoint users have (INT4 experts kept packed, sliced per rank at load) at TP=2, with and without
+    EAGLE-3: the tokens and logprobs of TP=1 without speculation."""
+    ref, _ = _run(kimi_int4_pair, 1, False)
+    for spec in (False, True):
+        outs, info = _run(kimi_int4_pair, 2, spec)
+        assert [o["output_ids"] for o in outs] == [o["output_ids"] for o in ref], spec
+        for o, r in zip(outs, ref, strict=True):
+            got = [x[0] for x in o["meta_info"]["output_token_logprobs"]]
+            want = [x[0] for x in r["meta_info"]["output_token_logprobs"]]
+            assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < LOGPROB_ATOL
+        assert len(info["worker_env"]) == 2
+
+
 def test_worker_environment_reaches_every_rank(pair, monkeypatch):
     monkeypatch.setenv("NCCL_ALGO", "Ring")  # set in the launcher's environment
     eng = Engine(model_path=pair[0], device="cpu", tp_size=2, worker_env={"NCCL_PROTO": "Simple"})
