@@ -39,3 +39,23 @@ def test_e2e_repeat_must_be_positive():
                            "--repeat", "0"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 2 and "--repeat must be >= 1, got 0" in proc.stderr
+
+
+@pytest.mark.skipif(not (EMBEDDED / "target" / "config.json").exists(), reason="embedded pair not installed")
+def test_e2e_embedded_tensor_parallel(tmp_path):
+    """--tp-size 2 runs the embedded pair in two worker processes (gloo on CPU), output still lossless."""
+    out = tmp_path / "e2e_tp2.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_e2e.py"), "--device", "cpu",
+                           "--num-prompts", "2", "--max-new-tokens", "6", "--ks", "2", "--tp-size", "2",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["workload"]["tp_size"] == 2 and res["runs"][1]["lossless_first4"] is True
+
+
+def test_e2e_comm_gpus_is_for_the_kimi_slice():
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_e2e.py"), "--device", "cpu",
+                           "--comm-gpus", "2"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2 and "--comm-gpus is for --kimi-slice" in proc.stderr, proc.stderr[-500:]
