@@ -16,8 +16,13 @@
 # tests of the graph runner (a new one: the round's replay equals its eager form, padded batches, acceptance
 # computed or pinned), the CUDA engine and overlap; end to end as in s1 against the same previous checkout, with
 # longer outputs for the Kimi slice (256 tokens) and five passes for the embedded pair.
+# (s2 at 118896c: 27 GPU tests passed; the embedded pair's EAGLE-3 1948 / 1981 tok/s against 1393 / 1443 before,
+# 1.00-1.08x its baseline (0.74-0.80x before); the Kimi slice unchanged within the spread.)
+# Part "s3": where the embedded pair's decode step and speculative round spend their time, host or GPU
+# (benchmarks/profile_round.py: the scheduler's wall time a step, the GPU kernel time in it, the Python
+# functions by own time).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: s1 or s2}
+part=${1:?part: s1, s2 or s3}
 EMB=(--model-path sglang_eagle3/assets/embedded/target --draft-path sglang_eagle3/assets/embedded/draft --ks 3
      --num-prompts 8 --repeat 3)
 KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2 --simulate-accept 3.0)
@@ -48,6 +53,9 @@ json.dump(runs, open(os.path.join(sys.argv[1], "e2e_ab.json"), "w"), indent=1)
 for f in runs:
     os.remove(os.path.join(sys.argv[1], f + ".json"))
 PY
+  ;;
+s3)
+  TAIL=40 stage profile_round 200 python benchmarks/profile_round.py --out "$OUT/profile_round.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
