@@ -96,7 +96,10 @@ def run_ranks(world: int, fn, args, *, env: dict | None = None, device: str = "c
             if p.is_alive():
                 p.kill()
                 p.join(5)
-    if errors:
+    if errors:  # a rank that died silently is usually the cause of the others' errors: name it too
+        for r, p in enumerate(procs):
+            if r not in errors and r not in out and p.exitcode not in (None, 0, -9):
+                errors[r] = f"exited with code {p.exitcode} without a result"
         raise RuntimeError("; ".join(f"rank {r}: {msg}" for r, msg in sorted(errors.items())))
     if len(out) < world:
         raise RuntimeError(f"ranks {sorted(set(range(world)) - set(out))} gave no result within {timeout:.0f} s")

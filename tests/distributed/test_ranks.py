@@ -32,6 +32,21 @@ def _fail_on_rank_one(rank, world, _):
     return rank
 
 
+def _die_on_rank_one(rank, world, _):
+    if rank == 1:
+        os._exit(3)  # no result, no traceback: as a segfault or an OOM kill would leave it
+    import torch.distributed as dist
+
+    dist.barrier()  # rank 0 waits for the dead rank: the launcher must not wait with it
+    return rank
+
+
+def _hang(rank, world, _):
+    import time
+
+    time.sleep(60)
+
+
 def test_simulated_slices_all_reduce_over_the_real_group():
     seed = int(torch.randint(0, 10_000, ()).item())
     res = run_ranks(3, _slice_collectives, seed, device="cpu", timeout=120)
@@ -47,6 +62,24 @@ def test_simulated_slices_all_reduce_over_the_real_group():
 def test_failing_rank_is_named():
     with pytest.raises(RuntimeError, match=r"rank 1: ValueError: planted failure"):
         run_ranks(2, _fail_on_rank_one, None, device="cpu", timeout=120)
+
+
+def test_dead_rank_is_named_and_nothing_is_left():
+    import multiprocessing
+
+    with pytest.raises(RuntimeError, match=r"rank 1: exited with code 3 without a result"):
+        run_ranks(2, _die_on_rank_one, None, device="cpu", timeout=120)
+    assert not multiprocessing.active_children()
+
+
+def test_ranks_past_the_deadline_are_stopped():
+    import multiprocessing
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"ranks \[0, 1\] gave no result within 8 s"):
+        run_ranks(2, _hang, None, device="cpu", timeout=8)
+    assert time.monotonic() - t0 < 40 and not multiprocessing.active_children()
 
 
 def test_bad_arguments():
