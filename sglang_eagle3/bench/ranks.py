@@ -20,9 +20,6 @@ from datetime import timedelta
 # NVLink multicast off: the lending machines require it (a program using it can take a shared host's GPUs out
 # of service), and the users' PCIe-only servers have no NVSwitch for it anyway.
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-# PyTorch's NCCL heartbeat thread polls rank 0's store; when rank 0 exits first, the others print pages of
-# "TCPStore ... Broken pipe" at exit. run_ranks has its own deadline, so the monitor is off in its ranks.
-QUIET_ENV = {"TORCH_NCCL_ENABLE_MONITORING": "0"}
 
 
 def _free_port() -> int:
@@ -69,7 +66,9 @@ def run_ranks(world: int, fn, args, *, env: dict | None = None, device: str = "c
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world, port, device, {**QUIET_ENV, **SAFE_ENV, **(env or {})}, fn, args, results))
+    # (At exit, ranks other than 0 may print "TCPStore ... Broken pipe" from NCCL's heartbeat thread when rank 0,
+    # which holds the store, exits first: noise. TORCH_NCCL_ENABLE_MONITORING=0 did not silence it on the H200s.)
+    procs = [ctx.Process(target=_entry, args=(r, world, port, device, {**SAFE_ENV, **(env or {})}, fn, args, results))
              for r in range(world)]
     for p in procs:
         p.start()
