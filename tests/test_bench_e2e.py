@@ -16,13 +16,17 @@ REPO = Path(__file__).resolve().parents[1]
 EMBEDDED = REPO / "sglang_eagle3" / "assets" / "embedded"
 
 
+def bench_e2e(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """benchmarks/bench_e2e.py on CPU in a fresh process (this checkout's package), output captured."""
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_e2e.py"), "--device", "cpu", *args],
+                          capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
 @pytest.mark.skipif(not (EMBEDDED / "target" / "config.json").exists(), reason="embedded pair not installed")
 def test_e2e_repeat_keeps_every_pass(tmp_path):
     out = tmp_path / "e2e.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_e2e.py"), "--device", "cpu",
-                           "--num-prompts", "2", "--max-new-tokens", "8", "--ks", "2", "--repeat", "3",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = bench_e2e("--num-prompts", "2", "--max-new-tokens", "8", "--ks", "2", "--repeat", "3", "--out", str(out),
+                     timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(out.read_text())
     base, spec = res["runs"]
@@ -35,9 +39,7 @@ def test_e2e_repeat_keeps_every_pass(tmp_path):
 
 
 def test_e2e_repeat_must_be_positive():
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_e2e.py"), "--device", "cpu",
-                           "--repeat", "0"], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = bench_e2e("--repeat", "0", timeout=120)
     assert proc.returncode == 2 and "--repeat must be >= 1, got 0" in proc.stderr
 
 
@@ -45,17 +47,13 @@ def test_e2e_repeat_must_be_positive():
 def test_e2e_embedded_tensor_parallel(tmp_path):
     """--tp-size 2 runs the embedded pair in two worker processes (gloo on CPU), output still lossless."""
     out = tmp_path / "e2e_tp2.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_e2e.py"), "--device", "cpu",
-                           "--num-prompts", "2", "--max-new-tokens", "6", "--ks", "2", "--tp-size", "2",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = bench_e2e("--num-prompts", "2", "--max-new-tokens", "6", "--ks", "2", "--tp-size", "2", "--out", str(out),
+                     timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(out.read_text())
     assert res["workload"]["tp_size"] == 2 and res["runs"][1]["lossless_first4"] is True
 
 
 def test_e2e_comm_gpus_is_for_the_kimi_slice():
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_e2e.py"), "--device", "cpu",
-                           "--comm-gpus", "2"], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = bench_e2e("--comm-gpus", "2", timeout=120)
     assert proc.returncode == 2 and "--comm-gpus is for --kimi-slice" in proc.stderr, proc.stderr[-500:]
