@@ -16,19 +16,27 @@ REPO = Path(__file__).resolve().parents[1]
 EMBEDDED = REPO / "sglang_eagle3" / "assets" / "embedded"
 
 
+needs_embedded = pytest.mark.skipif(not (EMBEDDED / "target" / "config.json").exists(),
+                                    reason="embedded pair not installed")
+
+
 def bench_e2e(*args: str, timeout: float) -> subprocess.CompletedProcess:
     """benchmarks/bench_e2e.py on CPU in a fresh process (this checkout's package), output captured."""
     return subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_e2e.py"), "--device", "cpu", *args],
                           capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-@pytest.mark.skipif(not (EMBEDDED / "target" / "config.json").exists(), reason="embedded pair not installed")
-def test_e2e_repeat_keeps_every_pass(tmp_path):
+def bench_e2e_json(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """A run that must succeed, and the JSON it wrote."""
     out = tmp_path / "e2e.json"
-    proc = bench_e2e("--num-prompts", "2", "--max-new-tokens", "8", "--ks", "2", "--repeat", "3", "--out", str(out),
-                     timeout=600)
+    proc = bench_e2e(*args, "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    res = json.loads(out.read_text())
+    return proc, json.loads(out.read_text())
+
+
+@needs_embedded
+def test_e2e_repeat_keeps_every_pass(tmp_path):
+    proc, res = bench_e2e_json(tmp_path, "--num-prompts", "2", "--max-new-tokens", "8", "--ks", "2", "--repeat", "3")
     base, spec = res["runs"]
     for r in (base, spec):
         assert len(r["tok_per_s_runs"]) == 3 and r["tok_per_s"] == pytest.approx(
@@ -43,14 +51,10 @@ def test_e2e_repeat_must_be_positive():
     assert proc.returncode == 2 and "--repeat must be >= 1, got 0" in proc.stderr
 
 
-@pytest.mark.skipif(not (EMBEDDED / "target" / "config.json").exists(), reason="embedded pair not installed")
+@needs_embedded
 def test_e2e_embedded_tensor_parallel(tmp_path):
     """--tp-size 2 runs the embedded pair in two worker processes (gloo on CPU), output still lossless."""
-    out = tmp_path / "e2e_tp2.json"
-    proc = bench_e2e("--num-prompts", "2", "--max-new-tokens", "6", "--ks", "2", "--tp-size", "2", "--out", str(out),
-                     timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    res = json.loads(out.read_text())
+    _, res = bench_e2e_json(tmp_path, "--num-prompts", "2", "--max-new-tokens", "6", "--ks", "2", "--tp-size", "2")
     assert res["workload"]["tp_size"] == 2 and res["runs"][1]["lossless_first4"] is True
 
 
