@@ -255,8 +255,11 @@ class Scheduler:
 
             logits, packed, next_hidden = runner.sampled_round(bt, hidden, T, accept)
         else:
-            sim = [self._simulated_accept(k) if self.simulate_accept_length is not None else -1 for _ in reqs]
-            logits, packed, next_hidden = runner.greedy_round(bt, hidden, runner.to_device(sim), T)
+            if self.simulate_accept_length is not None:
+                sim = runner.to_device([self._simulated_accept(k) for _ in reqs])
+            else:  # -1: acceptance computed on the device (a fill, no host copy)
+                sim = torch.full((B,), -1, dtype=torch.int64, device=runner.device)
+            logits, packed, next_hidden = runner.greedy_round(bt, hidden, sim, T)
         logits = logits.view(B, T, -1)
         next_hidden = next_hidden.clone()  # a replay's outputs are rewritten by the next replay: kept apart
         for i, (n_acc, tok, nd, *drafts) in enumerate(packed.tolist()):  # the round's one wait
