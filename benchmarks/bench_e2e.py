@@ -11,6 +11,8 @@ Two workloads:
                  unless --comm-gpus N: then each of N GPUs holds the same slice and the all-reduces run over
                  the N with NCCL (TP=8's message sizes, an N-GPU all-reduce; the lm_head all-gather skipped).
 The embedded workload runs tensor-parallel with --tp-size N (real sharding, N GPUs).
+Prefill runs as CUDA graphs by default (the engine's cuda_graph_prefill_tokens); --prefill-graphs none default
+--repeat-variants 2 times the Kimi slice with and without them, alternating in one process.
 
 Tokens/s here = completion tokens / wall time of Engine.generate (prefill included), single stream; with
 --repeat N the median of N timed passes per configuration (every pass is in the JSON: between runs of the same
@@ -87,6 +89,10 @@ def embedded(a) -> dict:
         prompts = [ln.strip() for ln in f if ln.strip()][: a.num_prompts]
     params = {"max_new_tokens": a.max_new_tokens, "temperature": 0}
     common = dict(device=a.device, log_level="warning", disable_cuda_graph=a.disable_cuda_graph, tp_size=a.tp_size)
+    if len(a.prefill_graphs) != 1:
+        raise SystemExit("--prefill-graphs takes one variant for the embedded workload (several: --kimi-slice)")
+    if prefill_tokens(a.prefill_graphs[0]) is not None:
+        common["cuda_graph_prefill_tokens"] = prefill_tokens(a.prefill_graphs[0])
     out = {"workload": {"model": target, "draft": draft, "prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
                         "greedy": True, "single_stream": True, "tp_size": a.tp_size}, "runs": []}
     base_engine = Engine(model_path=target, **common)
@@ -177,13 +183,18 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
             return res if batch else res[0]
 
     configs = [("baseline", None, None)] + [(f"eagle3_k{a.k}_acc{x}", a.k, x) for x in a.simulate_accept]
-    base_tps = None
-    for name, k, acc in configs:
+    variants = [(v, prefill_tokens(v)) for v in a.prefill_graphs]
+    # Each prefill-graph variant runs every configuration in turn, the variants alternating (--repeat-variants).
+    plan = [(v, c) for _ in range(a.repeat_variants) for v in variants for c in configs]
+    base_tps = {}
+    for (variant, buckets), (cname, k, acc) in plan:
+        name = cname if len(variants) == 1 else f"{cname}[prefill graphs {variant}]"
+        extra = {} if buckets is None else {"cuda_graph_prefill_tokens": buckets}
         args = EngineArgs(model_path="<in-memory>", device="cuda", dtype="bfloat16", max_running_requests=1,
                           cuda_graph_max_bs=1, speculative_algorithm="EAGLE3" if k else None,
                           speculative_draft_model_path="<in-memory>" if k else None, speculative_num_steps=k,
                           speculative_simulate_accept_length=acc, attention_backend=a.backend,
-                          moe_runner_backend=a.backend)
+                          moe_runner_backend=a.backend, **extra)
         ctx = a.prompt_len + a.max_new_tokens + 64
         plan = {"context_length": ctx, "num_steps": k, "verify_widths": (k + 1,) if k else (1,),
                 "num_pages": ctx // 16 + 4, "eos": ()}
@@ -192,9 +203,9 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         engine = _Engine(worker)
         r = _timed_generate(engine, prompts, params, input_ids=True, repeat=a.repeat)
         r["prefill_ms"] = round(statistics.median(engine.first_steps[1:]) * 1e3, 2)  # [0]: the warm-up's
-        base_tps = base_tps or r["tok_per_s"]
-        r.update(name=name, speedup=r["tok_per_s"] / base_tps, pinned_accept_length=acc,
-                 forward_counts=worker.runner.stats.as_dict())
+        base_tps.setdefault(variant, r["tok_per_s"])
+        r.update(name=name, speedup=r["tok_per_s"] / base_tps[variant], pinned_accept_length=acc,
+                 prefill_graphs=variant, forward_counts=worker.runner.stats.as_dict())
         out["runs"].append(r)
         print(f"{name}: {_rate(r)} ({r['speedup']:.2f}x)"
               + (f", accept length {r['accept_length']:.2f}" if r["accept_length"] else "")
@@ -202,6 +213,19 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         del worker
         torch.cuda.empty_cache()
     return out
+
+
+def prefill_tokens(variant: str) -> tuple[int, ...] | None:
+    """--prefill-graphs value -> cuda_graph_prefill_tokens: "default" (None: the engine's), "none" (()), or
+    comma-separated buckets."""
+    if variant == "default":
+        return None
+    if variant == "none":
+        return ()
+    try:
+        return tuple(int(x) for x in variant.split(","))
+    except ValueError:
+        raise SystemExit(f"--prefill-graphs: {variant!r} is not default, none or comma-separated integers") from None
 
 
 def main() -> None:
@@ -225,6 +249,11 @@ def main() -> None:
                     help="--kimi-slice on N GPUs: the same rank slice on each, all-reduces over the N (NCCL)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="timed passes over the prompts per configuration; tok/s is their median, all are kept")
+    ap.add_argument("--prefill-graphs", nargs="+", default=["default"], metavar="VARIANT",
+                    help="--kimi-slice: prefill CUDA graph buckets per variant: default (the engine's), none (eager "
+                    "prefill), or comma-separated token counts; several variants run in one process")
+    ap.add_argument("--repeat-variants", type=int, default=1,
+                    help="--kimi-slice: alternate the --prefill-graphs variants this many times")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.repeat < 1:

@@ -9,8 +9,9 @@ Three parts, each optional:
            the copy bandwidth measured in the same run.
   sweep    (--sweep) tile configs (BLOCK_M, BLOCK_N, warps, stages) for gate_up, then down with the winner's
            BLOCK_M, at --sweep-tokens; writes sweep_tile_table.json (table buckets by token count).
-  prefill  (--prefill N ...) eager prefill of one N-token prompt through the Kimi rank slice (--layers, random
-           INT4 experts): median ms, and the profiler's kernel time by family.
+  prefill  (--prefill N ...) prefill of one N-token prompt through the Kimi rank slice (--layers, random
+           INT4 experts): median ms eager and as a prefill CUDA graph (ModelRunner.prefill, captured at the
+           --prefill lengths; --no-prefill-graphs skips it), and the eager kernel time by family.
 
 Run the same script against another checkout (copy it into that tree's benchmarks/) to compare two versions
 on one machine in one call:
@@ -124,7 +125,7 @@ def sweep_part(out: Path, tokens: list[int]) -> dict:
 
 
 @torch.inference_mode()
-def prefill_part(record, lengths: list[int], layers: int, iters: int, uniform: bool) -> None:
+def prefill_part(record, lengths: list[int], layers: int, iters: int, uniform: bool, graphs: bool) -> None:
     import importlib.util
 
     from sglang_eagle3.distributed.parallel_state import init_tp
@@ -141,22 +142,36 @@ def prefill_part(record, lengths: list[int], layers: int, iters: int, uniform: b
     bvg.randomize_cuda(model, 0)
     page = 64
     max_ctx = max(lengths) + page
-    runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=max_ctx // page + 4, page_size=page,
-                         max_context=max_ctx, device=torch.device("cuda"), dtype=torch.bfloat16, use_cuda_graph=False,
-                         cuda_graph_max_bs=1, verify_widths=(2,), attention_backend="triton", moe_backend="triton")
     routing = bvg.UniformRouting(EXPERTS) if uniform else contextlib.nullcontext()
     with routing:
+        # Prefill graphs at exactly these lengths (ModelRunner.prefill: a replay per prompt, padded to its bucket).
+        runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=max_ctx // page + 4, page_size=page,
+                             max_context=max_ctx, device=torch.device("cuda"), dtype=torch.bfloat16,
+                             use_cuda_graph=graphs, cuda_graph_max_bs=1, verify_widths=(2,), attention_backend="triton",
+                             moe_backend="triton", prefill_tokens=tuple(lengths) if graphs else ())
+        if graphs:
+            runner.capture_graphs()
+            log(f"prefill graphs: {runner.graph_report()['target_prefill']}")
         for n in lengths:
-            _prefill_one(record, runner, bvg, n, layers, iters, page, uniform)
+            _prefill_one(record, runner, bvg, n, layers, iters, page, uniform, graphs)
 
 
-def _prefill_one(record, runner, bvg, n: int, layers: int, iters: int, page: int, uniform: bool) -> None:
-    """One prompt of n tokens: median ms of eager prefills, and the profiler's kernel ms by family."""
+def _prefill_one(record, runner, bvg, n: int, layers: int, iters: int, page: int, uniform: bool,
+                 graphs: bool) -> None:
+    """One prompt of n tokens: median ms of eager prefills (and, with graphs, of prefill graph replays as the
+    scheduler makes them: inputs built, replayed, real rows copied out; eager and graph alternating twice), and
+    the profiler's kernel ms of an eager prefill by family."""
     ids = [(7 * i + 3) % 20000 for i in range(n)]
-    bt = runner.build([(ids, 0, list(range(1, n // page + 2)))])
+    row = (ids, 0, list(range(1, n // page + 2)))
+    bt = runner.build([row])
     runner.target_extend(bt)  # compile / tune
     torch.cuda.synchronize()
-    ms = bvg.median_ms(lambda bt=bt: runner.target_extend(bt), iters)
+    eager, graph = [], []
+    for _ in range(2 if graphs else 1):
+        eager.append(round(bvg.median_ms(lambda bt=bt: runner.target_extend(bt), iters), 2))
+        if graphs:
+            graph.append(round(bvg.median_ms(lambda: runner.prefill([row]), iters), 2))
+    ms = min(eager)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         runner.target_extend(bt)
         torch.cuda.synchronize()
@@ -165,10 +180,14 @@ def _prefill_one(record, runner, bvg, n: int, layers: int, iters: int, page: int
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             fams[family(ev.name)] += ev.device_time / 1e3  # ms
     fams = {k: round(v, 2) for k, v in sorted(fams.items(), key=lambda kv: -kv[1])}
-    record("prefill", {"tokens": n, "layers": layers, "ms": round(ms, 2), "tok_per_s": round(n / ms * 1e3, 1),
-                       "routing": "uniform" if uniform else "the random router's own",
-                       "kernel_ms_by_family": fams})
-    log(f"prefill {n:5d} tokens, {layers} layers: {ms:8.1f} ms ({n / ms * 1e3:8.0f} tok/s); kernels {fams}")
+    row_out = {"tokens": n, "layers": layers, "ms": round(ms, 2), "tok_per_s": round(n / ms * 1e3, 1),
+               "routing": "uniform" if uniform else "the random router's own", "kernel_ms_by_family": fams}
+    if graphs:
+        row_out.update(eager_ms_runs=eager, graph_ms_runs=graph, graph_ms=min(graph))
+        counts = runner.stats.as_dict().get("target_prefill", {})
+        assert counts.get("eager", 0) == 0, counts  # every graph timing above was a replay
+    record("prefill", row_out)
+    log(f"prefill {n:5d} tokens, {layers} layers: eager {eager} ms, graph {graph} ms; eager kernels {fams}")
 
 
 def main() -> None:
@@ -184,6 +203,8 @@ def main() -> None:
                     help="prefill with experts drawn uniformly (bench_verify_graph.UniformRouting)")
     ap.add_argument("--layers", type=int, default=61)
     ap.add_argument("--prefill-iters", type=int, default=5)
+    ap.add_argument("--no-prefill-graphs", action="store_true",
+                    help="time only the eager prefill (by default prefill graphs of the --prefill lengths too)")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     args.out.mkdir(parents=True, exist_ok=True)
@@ -197,7 +218,8 @@ def main() -> None:
               "copy_gbps": round(copy_gbps, 1),
               "method": "MoE: CUDA graph of 16 calls over rotated routings (weights 1.2 GB, past the L2), median of "
                         "10 replays / 16; bytes = distinct experts' packed weights + scales + x + out. Prefill: "
-                        "eager target_extend of one prompt, CUDA events, median",
+                        "eager target_extend of one prompt and its prefill graph replay (ModelRunner.prefill), CUDA "
+                        "events around each call (host work included), median",
               "kernel_report": kernels.kernel_report(),
               "moe": [], "prefill": []}
     out_file = args.out / f"moe_tile{('_' + args.label) if args.label else ''}.json"
@@ -221,7 +243,8 @@ def main() -> None:
         log(f"moe done at {time.time() - t0:.0f}s")
     if args.prefill:
         try:
-            prefill_part(record, args.prefill, args.layers, args.prefill_iters, args.uniform_routing)
+            prefill_part(record, args.prefill, args.layers, args.prefill_iters, args.uniform_routing,
+                         not args.no_prefill_graphs)
         except Exception:
             log("prefill failed:\n" + traceback.format_exc())
         log(f"prefill done at {time.time() - t0:.0f}s")

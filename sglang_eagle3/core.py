@@ -11,10 +11,11 @@ import torch
 
 
 class ForwardMode(enum.Enum):
-    EXTEND = "extend"  # prefill: ragged new tokens per request (never graphed)
+    EXTEND = "extend"  # prefill of a batch: ragged new tokens per request (never graphed)
     DECODE = "decode"  # one new token per request
     TARGET_VERIFY = "target_verify"  # k+1 new tokens per request, causal among themselves
     DRAFT_EXTEND = "draft_extend"  # draft over accepted tokens, padded to k+1 per request
+    PREFILL = "prefill"  # one request's prompt padded to a graph's token bucket, causal (uniform, graphed)
 
     @property
     def is_uniform(self) -> bool:

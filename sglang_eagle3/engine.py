@@ -55,6 +55,10 @@ class EngineArgs:
     tp_size: int = 1
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int = 16
+    # (sglang_eagle3) Prompt lengths captured as prefill CUDA graphs (batch 1): a prompt replays the smallest
+    # bucket that holds it, padded; a longer prompt prefills its batch eagerly (counted, with the reason).
+    # () turns prefill graphs off. Buckets past the context length are not captured.
+    cuda_graph_prefill_tokens: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     max_running_requests: int = 32
     context_length: int | None = None
     page_size: int = 16
@@ -84,6 +88,10 @@ class EngineArgs:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name}={v!r} must be a positive integer")
+        bad = [t for t in self.cuda_graph_prefill_tokens if not isinstance(t, int) or isinstance(t, bool) or t < 1]
+        if not isinstance(self.cuda_graph_prefill_tokens, tuple) or bad:
+            raise ConfigError(f"cuda_graph_prefill_tokens={self.cuda_graph_prefill_tokens!r} must be a tuple of "
+                              f"positive integers (bad: {bad})")
         if self.attention_backend not in ("auto", "triton", "torch"):
             raise ConfigError(f"attention_backend={self.attention_backend!r} must be auto, triton or torch")
         if self.moe_runner_backend not in ("auto", "triton", "torch"):
@@ -113,7 +121,7 @@ class Engine:
         unknown = sorted(set(kwargs) - known)
         if unknown:
             raise ConfigError(f"unknown Engine argument(s): {unknown}")
-        for key in ("speculative_num_steps_candidates", "speculative_aux_layer_ids"):
+        for key in ("speculative_num_steps_candidates", "speculative_aux_layer_ids", "cuda_graph_prefill_tokens"):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
         if isinstance(kwargs.get("worker_env"), dict):

@@ -27,6 +27,7 @@ _ENGINE_FLAGS = (
     "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size", "device",
     "dtype", "cuda_graph_max_bs", "max_running_requests", "context_length", "attention_backend",
     "moe_runner_backend", "random_seed", "page_size", "max_total_tokens", "log_level", "worker_timeout",
+    "cuda_graph_prefill_tokens",
 )
 
 
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, help="tensor-parallel GPUs")
     g.add_argument("--disable-cuda-graph", action="store_true", help="run verify/draft forwards eagerly")
     g.add_argument("--cuda-graph-max-bs", type=int, help="largest batch captured as a CUDA graph")
+    g.add_argument("--cuda-graph-prefill-tokens", type=_int_list, metavar="N,N,...",
+                   help="(sglang_eagle3) prompt lengths captured as prefill graphs, e.g. 32,64,128,256,512,1024 "
+                   "(the default); '' turns them off")
     g.add_argument("--max-running-requests", type=int, help="requests in the running batch (default 32)")
     g.add_argument("--max-total-tokens", type=int, help="KV-cache size in tokens")
     g.add_argument("--page-size", type=int, help="tokens per KV page (default 16)")

@@ -357,6 +357,51 @@ def test_gpu_round_replay_equals_eager(gpu_engine):
 
 
 @pytest.mark.gpu
+def test_gpu_prefill_replay_equals_eager(gpu_engine):
+    """Prompts of irregular lengths (one request, and a batch of three) through the prefill graphs (the next
+    token bucket, padded) against the ragged eager prefill on the same cache slots: target logits and aux
+    hidden states, then the draft's proposals and hidden states; and each replay against its own function
+    run eagerly on the same padded inputs. One graph replay counted per request, nothing eager."""
+    engine, tol = gpu_engine
+    runner = engine.runner
+    assert runner.prefill_tokens and runner.target_prefill.graphs and runner.draft_prefill.graphs
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    lengths = [3, 32, 33, 100, 7, 250]
+    pages = [runner.allocator.alloc((n + 15) // runner.page_size + 1) for n in lengths]
+    try:
+        rows = [(torch.randint(0, 512, (n,), generator=g).tolist(), 0, p) for n, p in zip(lengths, pages, strict=True)]
+        for batch in ([rows[0]], [rows[1]], [rows[2]], [rows[3]], rows[3:]):
+            before = runner.stats.as_dict()
+            with torch.inference_mode():
+                logits, aux = runner.prefill(batch)
+                ref_logits, ref_aux = runner.target_extend(runner.build(batch))
+            assert logits.shape == ref_logits.shape and _rel(logits, ref_logits) < tol, _rel(logits, ref_logits)
+            assert _rel(aux, ref_aux) < tol, _rel(aux, ref_aux)
+            drows = [(toks[1:] + [int(torch.randint(0, 512, (), generator=g))], 0, p) for toks, _, p in batch]
+            with torch.inference_mode():
+                props, hidden = runner.prefill_draft(drows, ref_aux)
+                ref_props, ref_hidden = runner.draft_extend_ragged(runner.build(drows), ref_aux)
+            assert _rel(hidden, ref_hidden) < tol, _rel(hidden, ref_hidden)
+            assert (props == ref_props).float().mean().item() >= (1.0 if tol < 1e-4 else 0.9)
+            after = runner.stats.as_dict()
+            for name in ("target_prefill", "draft_prefill"):
+                assert after[name]["graph"] - before.get(name, {}).get("graph", 0) == len(batch), (name, after)
+                assert after[name]["eager"] == before.get(name, {}).get("eager", 0), (name, after)
+        # Replay == the captured function run eagerly on the same padded inputs (what a graph must reproduce).
+        toks = rows[4][0]
+        bucket = runner.prefill_bucket(0, len(toks))
+        inputs = runner._padded(rows[4], bucket)
+        with torch.inference_mode():
+            replayed = [o.clone() for o in runner.target_prefill(1, bucket, **inputs)]
+            eager = runner.target_prefill.fn(**inputs, tokens_per_req=bucket)
+        for a, b in zip(replayed, eager, strict=True):
+            assert _rel(a[:len(toks)], b[:len(toks)]) < (1e-5 if tol < 1e-4 else 1e-3)
+    finally:
+        for p in pages:
+            runner.allocator.free(p)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_gpu_graphs_equal_eager_end_to_end(gpu_engine, seed):
     """Greedy output and logprobs through the graphed engine equal the same engine with graphs off (prompts

@@ -59,7 +59,8 @@ class ModelRunner:
     def __init__(self, target: DeepseekV3ForCausalLM, draft: Eagle3Draft | None, *, aux_layer_ids: tuple[int, ...],
                  num_pages: int, page_size: int, max_context: int, device: torch.device, dtype: torch.dtype,
                  use_cuda_graph: bool, cuda_graph_max_bs: int, verify_widths: tuple[int, ...],
-                 attention_backend: str, moe_backend: str = "auto", graph_disabled_reason: str = ""):
+                 attention_backend: str, moe_backend: str = "auto", graph_disabled_reason: str = "",
+                 prefill_tokens: tuple[int, ...] = ()):
         for name, model in (("target", target), ("draft", draft)):
             # Positions index the rotary cos/sin tables, which the kernels read unchecked: past the table a
             # position reads other memory (NaN logits, or an illegal address), so refuse the pool up front.
@@ -108,6 +109,16 @@ class ModelRunner:
             "spec_round", self._round_fn(raw), round_specs, tokens_per_req=verify_widths,
             eager_fn=self._round_fn(parts), **common,
             replay_counts=lambda T: ("draft_decode",) * (T - 2) + ("target_verify", "draft_extend"))
+        # Prefill as graphs: one request's prompt padded to the next token bucket (batch 1, causal), the target
+        # and the draft's extend over it. Buckets past the page table's reach (the context) are dropped: padded
+        # positions must index the table and the rotary cache like real ones.
+        reach = self.max_pages * page_size
+        self.prefill_tokens = tuple(t for t in sorted(set(prefill_tokens)) if t <= reach)
+        prefill_common = dict(common, max_bs=1, tokens_per_req=self.prefill_tokens)
+        self.target_prefill = GraphRunner("target_prefill", self._target_fn(ForwardMode.PREFILL), _UNIFORM_SPECS,
+                                          **prefill_common)
+        self.draft_prefill = GraphRunner("draft_prefill", self._draft_fn(ForwardMode.PREFILL), draft_specs,
+                                         **prefill_common)
         # The draft embeds with the target's table; under TP that is the vocab-parallel module (all-reduced).
         emb = target.model.embed_tokens
         self.embed_weight = emb.weight if emb.part == emb.vocab_size else emb
@@ -212,6 +223,10 @@ class ModelRunner:
                                           dtype=self.dtype, device=self.device)
             return d
 
+        if self.prefill_tokens:  # the largest graphs first: the shared pool then serves the smaller ones
+            self.target_prefill.capture(lambda bs, T: example(bs, T, False))
+            if self.draft is not None:
+                self.draft_prefill.capture(lambda bs, T: example(bs, T, "aux"))
         self.target_verify.capture(lambda bs, T: example(bs, T, False))
         self.target_decode.capture(lambda bs, T: example(bs, T, False))
         if self.draft is not None:
@@ -223,7 +238,8 @@ class ModelRunner:
                 sim_accept=torch.full((bs,), -1, dtype=torch.int64, device=self.device)))
 
     def graph_report(self) -> dict:
-        runners = [self.target_decode, self.target_verify, self.draft_decode, self.draft_extend, self.spec_round]
+        runners = [self.target_decode, self.target_verify, self.draft_decode, self.draft_extend, self.spec_round,
+                   self.target_prefill, self.draft_prefill]
         return {r.name: {"graphs": len(r.graphs), "buckets": r.buckets, "tokens_per_req": list(r.tokens_per_req),
                          "capture_seconds": round(r.capture_seconds, 3),
                          "capture_mib": round(r.capture_bytes / 2**20, 1)} for r in runners}
@@ -281,6 +297,77 @@ class ModelRunner:
         fb = self._fb(self.draft_kv, ForwardMode.EXTEND, bt.page_table, bt.seq_lens, bt.out_cache_loc, 1,
                       bt.extend_lens)
         return self._draft_propose(bt.input_ids, hidden, bt.positions, fb)
+
+    # -- prefill -------------------------------------------------------------------------------------
+    def prefill_bucket(self, first: int, n: int) -> int | None:
+        """The token bucket a prefill of n tokens at positions first.. replays in, or None. Padded tokens sit
+        at positions first+n .. first+bucket-1, which must stay within the page table's reach."""
+        reach = self.max_pages * self.page_size
+        return next((t for t in self.prefill_tokens if t >= n and first + t <= reach), None)
+
+    def _prefill_plan(self, runner: GraphRunner, rows: list) -> tuple[list[int] | None, str | None]:
+        """(bucket per request, None) when every request can replay alone, else (None, why not)."""
+        buckets = [self.prefill_bucket(first, len(toks)) for toks, first, _ in rows]
+        if None not in buckets:
+            reason = runner.why_not(1, buckets[0])
+            return (buckets, None) if reason is None else (None, reason)
+        if not runner.enabled:
+            return None, runner.disabled_reason
+        if not self.prefill_tokens:
+            return None, "no prefill graphs (cuda_graph_prefill_tokens empty or all above the context length)"
+        return None, f"a prompt runs past the largest prefill graph ({self.prefill_tokens[-1]} tokens)"
+
+    def _padded(self, row: tuple[list[int], int, list[int]], bucket: int) -> dict[str, torch.Tensor]:
+        """One request's inputs padded to ``bucket`` tokens: padded tokens follow the real ones (positions
+        continue, so the causal mask keeps every real token from seeing them) and write their cache rows to
+        the scratch page 0; seq_len = first + bucket."""
+        toks, first, pages = row
+        n = len(toks)
+        # Page ids past the request's own are 0 (the scratch page), so padded positions map into it; the
+        # request's own pages may reach a few positions past n (room for decoding): those slots are sent to
+        # scratch too, so a padded token never writes a page a request owns.
+        bt = self.build([(list(toks) + [0] * (bucket - n), first, list(pages) + [0] * (self.max_pages - len(pages)))])
+        bt.out_cache_loc[n:] = 0
+        return dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
+                    out_cache_loc=bt.out_cache_loc)
+
+    @torch.inference_mode()
+    def prefill(self, rows: list[tuple[list[int], int, list[int]]]):
+        """The target over each request's new tokens (rows as build() takes them). Each request whose prompt
+        fits a captured bucket replays the target_prefill graph alone, padded; otherwise the whole batch runs
+        the ragged eager extend, counted as target_prefill EAGER with the reason. Returns (logits [N, V], aux
+        [N, 3H] or None) over the real tokens, grouped by request (copies: later replays cannot touch them)."""
+        buckets, reason = self._prefill_plan(self.target_prefill, rows)
+        if buckets is None:
+            self.stats.record("target_prefill", graph=False, reason=reason)
+            return self.target_extend(self.build(rows))
+        logits, aux = [], []
+        for row, bucket in zip(rows, buckets, strict=True):
+            out = self.target_prefill(1, bucket, **self._padded(row, bucket))
+            n = len(row[0])
+            logits.append(out[0][:n])
+            aux.append(out[1][:n] if len(out) > 1 else None)
+        return torch.cat(logits), (torch.cat(aux) if aux[0] is not None else None)
+
+    @torch.inference_mode()
+    def prefill_draft(self, rows: list[tuple[list[int], int, list[int]]], aux: torch.Tensor):
+        """The draft's extend over each request's tokens shifted by one, with the target's aux hidden states
+        [N, 3H] (as prefill returned them): graph replays per request where buckets fit, else ragged eager,
+        counted as draft_prefill. Returns (proposed target ids [N], draft hidden [N, Hd])."""
+        buckets, reason = self._prefill_plan(self.draft_prefill, rows)
+        if buckets is None:
+            self.stats.record("draft_prefill", graph=False, reason=reason)
+            return self.draft_extend_ragged(self.build(rows), aux)
+        props, hidden, start = [], [], 0
+        for row, bucket in zip(rows, buckets, strict=True):
+            n = len(row[0])
+            h = torch.zeros(bucket, aux.shape[1], dtype=aux.dtype, device=aux.device)
+            h[:n] = aux[start:start + n]
+            p, hd = self.draft_prefill(1, bucket, hidden=h, **self._padded(row, bucket))
+            props.append(p[:n])
+            hidden.append(hd[:n])
+            start += n
+        return torch.cat(props), torch.cat(hidden)
 
     @torch.inference_mode()
     def greedy_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int):

@@ -174,11 +174,11 @@ class Scheduler:
         it already has) and emits nothing."""
         runner = self.runner
         resumed = [bool(r.output_ids) for r in reqs]
-        bt = runner.build([(r.tokens[:-1] if res else r.input_ids, 0, r.pages)
-                           for r, res in zip(reqs, resumed, strict=True)])
-        logits, aux = runner.target_extend(bt)
+        rows = [(r.tokens[:-1] if res else r.input_ids, 0, r.pages) for r, res in zip(reqs, resumed, strict=True)]
+        lens = [len(row[0]) for row in rows]
+        logits, aux = runner.prefill(rows)  # a graph replay per request where a token bucket fits
         first_tokens, start = [], 0
-        for r, n, res in zip(reqs, bt.extend_lens, resumed, strict=True):
+        for r, n, res in zip(reqs, lens, resumed, strict=True):
             rows = logits[start:start + n]
             if res:
                 first_tokens.append(r.tokens[-1])
@@ -190,16 +190,16 @@ class Scheduler:
             start += n
         if self.num_steps:
             # Draft extend over the prompt: position p pairs target hidden p with token p+1.
-            dbt = runner.build([(r.tokens[1:] if res else r.input_ids[1:] + [t], 0, r.pages)
-                                for r, t, res in zip(reqs, first_tokens, resumed, strict=True)])
-            proposals, hidden = runner.draft_extend_ragged(dbt, aux)
-            ends = torch.tensor(bt.extend_lens).cumsum(0) - 1
+            proposals, hidden = runner.prefill_draft([(r.tokens[1:] if res else r.input_ids[1:] + [t], 0, r.pages)
+                                                      for r, t, res in zip(reqs, first_tokens, resumed, strict=True)],
+                                                     aux)
+            ends = torch.tensor(lens).cumsum(0) - 1
             proposals = proposals[ends.to(proposals.device)].tolist()
             for i, r in enumerate(reqs):
                 r.next_draft_token = proposals[i]
                 self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()
         start = 0
-        for r, n, tok, res in zip(reqs, bt.extend_lens, first_tokens, resumed, strict=True):
+        for r, n, tok, res in zip(reqs, lens, first_tokens, resumed, strict=True):
             if not res:
                 self._emit(r, [tok], logits[start + n - 1:start + n])
             start += n

@@ -64,7 +64,7 @@ class ModelWorker:
             max_context=plan["context_length"], device=device, dtype=dtype, use_cuda_graph=use_graph,
             cuda_graph_max_bs=min(args.cuda_graph_max_bs, args.max_running_requests),
             verify_widths=plan["verify_widths"], attention_backend=args.attention_backend,
-            moe_backend=args.moe_runner_backend,
+            moe_backend=args.moe_runner_backend, prefill_tokens=args.cuda_graph_prefill_tokens,
             graph_disabled_reason=reason)
         if use_graph:
             self.runner.capture_graphs()

@@ -1,0 +1,135 @@
+"""Prefill as CUDA graphs: a prompt replays the smallest token bucket that holds it, padded (ModelRunner.prefill).
+
+CUDA graphs cannot exist here, so the padded path is checked through a stand-in for the two prefill runners that
+runs the very function a graph would capture (the uniform PREFILL forward over the padded inputs) eagerly: the
+padding (positions, scratch slots, the causal mask keeping real tokens from padded ones) must give what the
+ragged eager prefill gives. The GPU tests (tests/test_graph_runner.py) replay the real graphs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sglang_eagle3 import Engine
+from sglang_eagle3.config import ConfigError
+from sglang_eagle3.runtime.graph_runner import GraphRunner
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+class EagerReplay:
+    """Takes a prefill GraphRunner's place: every (1, T) with T a bucket 'replays' by running the captured
+    function on the padded inputs, counted as a graph replay, as GraphRunner.__call__ would."""
+
+    def __init__(self, runner: GraphRunner):
+        self.runner, self.name = runner, runner.name
+        self.enabled, self.disabled_reason = True, runner.disabled_reason
+        self.calls: list[int] = []
+
+    def __getattr__(self, name):  # buckets, graphs, ... for the engine's reports
+        return getattr(self.runner, name)
+
+    def why_not(self, bs: int, T: int):
+        return None if bs == 1 and T in self.runner.tokens_per_req else f"not a bucket: {bs}, {T}"
+
+    def __call__(self, bs: int, T: int, **inputs):
+        assert self.why_not(bs, T) is None
+        for name, x in inputs.items():
+            want = bs * T if self.runner.specs[name].per_token else bs
+            assert x.shape[0] == want, (name, tuple(x.shape), want)
+        self.calls.append(T)
+        self.runner.stats.record(self.name, graph=True)
+        return self.runner.fn(**inputs, tokens_per_req=T)
+
+
+def _engine(pair, **kw):
+    return Engine(model_path=pair.target, speculative_algorithm="EAGLE3", speculative_draft_model_path=pair.draft,
+                  speculative_num_steps=3, device="cpu", dtype="float64", skip_tokenizer_init=True,
+                  attention_backend="torch", moe_runner_backend="torch", **kw)
+
+
+def test_padded_prefill_equals_ragged_prefill(small_pair):
+    """Prompts of irregular lengths through the padded bucket path (one 'replay' per request, batched admission
+    included) give the ragged eager prefill's tokens and log-probabilities (float64), with input logprobs and
+    the speculative rounds after them; the counts say graph for every request."""
+    buckets = (8, 16, 64)
+    padded = _engine(small_pair, cuda_graph_prefill_tokens=buckets)
+    runner = padded.runner
+    assert runner.prefill_tokens == buckets
+    runner.target_prefill = target = EagerReplay(runner.target_prefill)
+    runner.draft_prefill = draft = EagerReplay(runner.draft_prefill)
+    ragged = _engine(small_pair, cuda_graph_prefill_tokens=())
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    V = small_pair.config.vocab_size
+    prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in (3, 16, 9, 41, 1)]
+    sp = {"max_new_tokens": 12, "temperature": 0}
+    a = padded.generate(input_ids=prompts, sampling_params=sp, return_logprob=True, logprob_start_len=0)
+    b = ragged.generate(input_ids=prompts, sampling_params=sp, return_logprob=True, logprob_start_len=0)
+    for x, y in zip(a, b, strict=True):
+        assert x["output_ids"] == y["output_ids"]
+        for key in ("input_token_logprobs", "output_token_logprobs"):
+            lx = [r[0] for r in x["meta_info"][key] if r[0] is not None]
+            ly = [r[0] for r in y["meta_info"][key] if r[0] is not None]
+            assert len(lx) == len(ly), key
+            assert max((abs(p - q) for p, q in zip(lx, ly, strict=True)), default=0.0) < 1e-9, key
+    assert sorted(target.calls) == sorted([8, 16, 16, 64, 8]) and sorted(draft.calls) == sorted(target.calls)
+    counts = padded.get_server_info()["forward_counts"]
+    assert counts["target_prefill"] == {"graph": 5, "eager": 0, "eager_reasons": {}}
+    assert counts["draft_prefill"]["graph"] == 5
+    theirs = ragged.get_server_info()["forward_counts"]["target_prefill"]
+    assert theirs["graph"] == 0 and theirs["eager"] >= 1
+
+
+def test_prefill_past_the_largest_bucket_runs_the_batch_eager(small_pair):
+    """One prompt past the largest bucket sends the whole admitted batch down the ragged eager path, counted
+    with a reason that names the bucket (not the prompt's length: one warning, not one per length)."""
+    e = _engine(small_pair, cuda_graph_prefill_tokens=(4, 8))
+    runner = e.runner
+    runner.target_prefill = EagerReplay(runner.target_prefill)
+    runner.draft_prefill = EagerReplay(runner.draft_prefill)
+    e.generate(input_ids=[[1, 2, 3], list(range(1, 12))], sampling_params={"max_new_tokens": 2, "temperature": 0})
+    counts = e.get_server_info()["forward_counts"]
+    want = "a prompt runs past the largest prefill graph (8 tokens)"
+    assert counts["target_prefill"] == {"graph": 0, "eager": 1, "eager_reasons": {want: 1}}
+    assert counts["draft_prefill"]["eager_reasons"] == {want: 1}
+    e.generate(input_ids=[5, 6, 7, 8, 9], sampling_params={"max_new_tokens": 2, "temperature": 0})
+    assert e.get_server_info()["forward_counts"]["target_prefill"]["graph"] == 1
+
+
+def test_prefill_buckets_follow_the_context(small_pair):
+    """Buckets past the page table's reach are dropped; a bucket fits a prompt only if its padded positions
+    stay within that reach; on CPU every prefill is eager with the CPU reason."""
+    e = _engine(small_pair, cuda_graph_prefill_tokens=(16, 32, 128, 100000), context_length=100)
+    runner = e.runner
+    reach = runner.max_pages * runner.page_size
+    assert reach >= 100 and runner.prefill_tokens == tuple(t for t in (16, 32, 128) if t <= reach)
+    assert runner.prefill_bucket(0, 1) == 16 and runner.prefill_bucket(0, 17) == 32
+    assert runner.prefill_bucket(0, 33) == (128 if 128 <= reach else None)
+    assert runner.prefill_bucket(reach - 12, 10) is None  # 16 padded tokens would run past the table
+    assert runner.prefill_bucket(reach - 16, 10) == 16
+    e.generate(input_ids=[3, 4, 5], sampling_params={"max_new_tokens": 1})
+    reasons = e.get_server_info()["forward_counts"]["target_prefill"]["eager_reasons"]
+    assert reasons == {"CUDA graphs need a CUDA device (running on CPU)": 1}
+
+
+@pytest.mark.parametrize("bad", [(0,), (16, -1), (True,), (8.0,), [16]])
+def test_bad_prefill_buckets_are_refused(small_pair, bad):
+    from sglang_eagle3.engine import EngineArgs
+
+    if isinstance(bad, list):  # the Engine turns a list into a tuple; EngineArgs itself wants a tuple
+        with pytest.raises(ConfigError, match="cuda_graph_prefill_tokens"):
+            EngineArgs(cuda_graph_prefill_tokens=bad)
+        return
+    with pytest.raises(ConfigError, match="cuda_graph_prefill_tokens"):
+        Engine(model_path=small_pair.target, device="cpu", skip_tokenizer_init=True, cuda_graph_prefill_tokens=bad)
+
+
+def test_launch_server_flag():
+    from sglang_eagle3.launch_server import build_parser, engine_kwargs
+
+    args = build_parser().parse_args(["--cuda-graph-prefill-tokens", "64,128 256"])
+    assert engine_kwargs(args)["cuda_graph_prefill_tokens"] == (64, 128, 256)
+    args = build_parser().parse_args(["--cuda-graph-prefill-tokens", ""])
+    assert engine_kwargs(args)["cuda_graph_prefill_tokens"] == ()
+    assert "cuda_graph_prefill_tokens" not in engine_kwargs(build_parser().parse_args([]))
