@@ -20,12 +20,15 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 class EagerReplay:
     """Takes a prefill GraphRunner's place: every (1, T) with T a bucket 'replays' by running the captured
-    function on the padded inputs, counted as a graph replay, as GraphRunner.__call__ would."""
+    function on the padded inputs, counted as a graph replay, as GraphRunner.__call__ would. Like real replays,
+    whose outputs live in the one memory pool all graphs share, each call returns its outputs in the same
+    storage, so a caller that keeps them past the next call reads the next call's numbers."""
 
     def __init__(self, runner: GraphRunner):
         self.runner, self.name = runner, runner.name
         self.enabled, self.disabled_reason = True, runner.disabled_reason
         self.calls: list[int] = []
+        self.pool = torch.empty(0, dtype=torch.uint8)
 
     def __getattr__(self, name):  # buckets, graphs, ... for the engine's reports
         return getattr(self.runner, name)
@@ -40,7 +43,17 @@ class EagerReplay:
             assert x.shape[0] == want, (name, tuple(x.shape), want)
         self.calls.append(T)
         self.runner.stats.record(self.name, graph=True)
-        return self.runner.fn(**inputs, tokens_per_req=T)
+        outs = self.runner.fn(**inputs, tokens_per_req=T)
+        sizes = [-(-o.numel() * o.element_size() // 8) * 8 for o in outs]  # 8-byte aligned slots
+        if self.pool.numel() < sum(sizes):
+            self.pool = torch.empty(sum(sizes), dtype=torch.uint8)
+        static, at = [], 0
+        for o, size in zip(outs, sizes, strict=True):
+            v = self.pool[at:at + o.numel() * o.element_size()].view(o.dtype).view(o.shape)
+            v.copy_(o)
+            static.append(v)
+            at += size
+        return tuple(static)
 
 
 def _engine(pair, **kw):
@@ -79,6 +92,16 @@ def test_padded_prefill_equals_ragged_prefill(small_pair):
     assert counts["draft_prefill"]["graph"] == 5
     theirs = ragged.get_server_info()["forward_counts"]["target_prefill"]
     assert theirs["graph"] == 0 and theirs["eager"] >= 1
+    # The batch's prefill outputs themselves (the draft's inputs: a wrong aux row costs acceptance, not output).
+    pages = [runner.allocator.alloc(len(p) // runner.page_size + 1) for p in prompts]
+    rows = [(p, 0, pg) for p, pg in zip(prompts, pages, strict=True)]
+    logits, aux = runner.prefill(rows)
+    ref_logits, ref_aux = runner.target_extend(runner.build(rows))
+    assert torch.allclose(logits, ref_logits, rtol=0, atol=1e-9) and torch.allclose(aux, ref_aux, rtol=0, atol=1e-9)
+    drows = [(p[1:] + [7], 0, pg) for p, pg in zip(prompts, pages, strict=True)]
+    props, hidden = runner.prefill_draft(drows, aux)
+    ref_props, ref_hidden = runner.draft_extend_ragged(runner.build(drows), ref_aux)
+    assert torch.equal(props, ref_props) and torch.allclose(hidden, ref_hidden, rtol=0, atol=1e-9)
 
 
 def test_prefill_past_the_largest_bucket_runs_the_batch_eager(small_pair):

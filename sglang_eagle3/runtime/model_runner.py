@@ -344,9 +344,13 @@ class ModelRunner:
         logits, aux = [], []
         for row, bucket in zip(rows, buckets, strict=True):
             out = self.target_prefill(1, bucket, **self._padded(row, bucket))
+            # Copied out before the next replay: every graph's outputs live in the one shared pool, where any
+            # later replay (of any bucket) may reuse their memory.
             n = len(row[0])
-            logits.append(out[0][:n])
-            aux.append(out[1][:n] if len(out) > 1 else None)
+            logits.append(out[0][:n].clone())
+            aux.append(out[1][:n].clone() if len(out) > 1 else None)
+        if len(rows) == 1:
+            return logits[0], aux[0]
         return torch.cat(logits), (torch.cat(aux) if aux[0] is not None else None)
 
     @torch.inference_mode()
@@ -364,10 +368,10 @@ class ModelRunner:
             h = torch.zeros(bucket, aux.shape[1], dtype=aux.dtype, device=aux.device)
             h[:n] = aux[start:start + n]
             p, hd = self.draft_prefill(1, bucket, hidden=h, **self._padded(row, bucket))
-            props.append(p[:n])
-            hidden.append(hd[:n])
+            props.append(p[:n].clone())  # before the next replay, as in prefill
+            hidden.append(hd[:n].clone())
             start += n
-        return torch.cat(props), torch.cat(hidden)
+        return (props[0], hidden[0]) if len(rows) == 1 else (torch.cat(props), torch.cat(hidden))
 
     @torch.inference_mode()
     def greedy_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int):
