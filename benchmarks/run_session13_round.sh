@@ -7,8 +7,12 @@
 # prefill eager and as a graph at 256 / 1024 / 2048 tokens (bench_moe_tile.py --prefill, alternating twice in one
 # process); end to end on the Kimi slice with prefill graphs off and on, alternating twice in one process.
 # Part "p2": the whole single-GPU suite (prefill graphs are on by default in every GPU engine test now).
+# Part "p3": the INT4 MoE tile path (batches above 128 tokens: prefill) loading 2 or 4 scale groups a step instead
+# of 1 (config key groups_per_step, tables written here from sm_90.json): its GPU tests with 4 a step, then
+# bench_moe_tile.py (the MoE at 256 / 512 / 2048 tokens, uniform routing, and the 61-layer prefill as a graph at
+# 256 / 2048) with 1, 2 and 4 a step, alternating twice.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: p1 or p2}
+part=${1:?part: p1, p2 or p3}
 
 case $part in
 p1)
@@ -22,6 +26,38 @@ p1)
 p2)
   TAIL=12 stage gpu_suite 540 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \
     tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
+  ;;
+p3)
+  for d in 2 4; do
+    python - "$d" > "/tmp/step$d.json" <<'PY'
+import json, sys
+t = json.load(open("sglang_eagle3/kernels/configs/sm_90.json"))
+for op in ("fused_moe_int4_gate_up", "fused_moe_int4_down"):
+    t["ops"][op] = [dict(c, groups_per_step=int(sys.argv[1])) for c in t["ops"][op]]
+print(json.dumps(t))
+PY
+  done
+  SGLANG_EAGLE3_CONFIG_TABLE=/tmp/step4.json TAIL=6 stage tile_tests_step4 150 python -m pytest -q -p no:cacheprovider \
+    -o addopts="" -m gpu --timeout 120 tests/kernels/test_kernels_gpu.py -k "fused_moe_int4 or moe_align"
+  for i in 1 2; do
+    for d in 1 2 4; do
+      table=$([ $d = 1 ] && echo "" || echo "/tmp/step$d.json")
+      SGLANG_EAGLE3_CONFIG_TABLE=$table TAIL=6 stage "tile_step${d}_$i" 150 python benchmarks/bench_moe_tile.py \
+        --out "$OUT/step${d}_$i" --label "step${d}_$i" --tokens 256 512 2048 --gemv-max 0 --prefill 256 2048
+    done
+  done
+  python - "$OUT" <<'PY'
+import glob, json, os, shutil, sys
+runs = {os.path.basename(os.path.dirname(f)): json.load(open(f)) for f in sorted(glob.glob(sys.argv[1] + "/step*/*.json"))
+        if os.path.basename(f).startswith("moe_tile")}
+json.dump(runs, open(os.path.join(sys.argv[1], "tile_steps.json"), "w"), indent=1)
+for d in glob.glob(sys.argv[1] + "/step*"):
+    shutil.rmtree(d)
+for name, r in runs.items():
+    moe = " ".join(f"T={m['T']}:{m['us']:.0f}us" for m in r["moe"])
+    pre = " ".join(f"{p['tokens']}:{p.get('graph_ms')}ms" for p in r["prefill"])
+    print(f"{name}: moe {moe} | prefill graph {pre}")
+PY
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
