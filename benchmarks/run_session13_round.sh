@@ -6,11 +6,23 @@
 # ragged eager prefill and against their own function), CUDA engine and overlap GPU tests; the Kimi rank slice's
 # prefill eager and as a graph at 256 / 1024 / 2048 tokens (bench_moe_tile.py --prefill, alternating twice in one
 # process); end to end on the Kimi slice with prefill graphs off and on, alternating twice in one process.
+# (p1 at c25b58b: 16 of the 29 engine / graph / overlap tests FAILED: a batch of prompts prefilled as one replay
+# per request kept each replay's output rows as views into the graphs' shared memory pool, which the next replay
+# overwrote; fixed in 411cdaa (rows copied out per replay). The benchmarks run one request at a time, whose path
+# copied its rows (torch.cat of one), so their numbers stand: the slice's 256-token prefill 126-148 ms eager ->
+# 50.7-50.8 ms as a graph (1024: 157 -> 117.6, 2048: 335 -> 220.5); end to end at 96 new tokens, prefill graphs
+# off / on alternating twice: baseline 161.0 / 148.0 -> 185.6 / 188.7 tok/s, EAGLE-3 k=3 accept 3.0 269.9 / 275.7
+# -> 334.3 / 337.2, first step 117-166 ms -> 46.6-48.2 ms.)
 # Part "p2": the whole single-GPU suite (prefill graphs are on by default in every GPU engine test now).
+# (p2 at 411cdaa: 309 passed, 1 skipped.)
 # Part "p3": the INT4 MoE tile path (batches above 128 tokens: prefill) loading 2 or 4 scale groups a step instead
 # of 1 (config key groups_per_step, tables written here from sm_90.json): its GPU tests with 4 a step, then
 # bench_moe_tile.py (the MoE at 256 / 512 / 2048 tokens, uniform routing, and the 61-layer prefill as a graph at
 # 256 / 2048) with 1, 2 and 4 a step, alternating twice.
+# (p3 at 34c9cf3: the tile tests passed at 4 a step (60), but both wider steps were SLOWER: MoE at T=256 / 512 /
+# 2048 1230 / 1573 / 3175 us at 1 a step, 1283 / 1825 / 3696 at 2, 1366 / 1809 / 3602-3625 at 4; the prefill
+# graph at 256 / 2048 tokens 50.0-50.2 / 216.0-216.4 ms at 1, 52.0 / 241.0 at 2, 54.4-54.6 / 237.2-237.3 at 4.
+# Removed (code in 34c9cf3): the tile kernels are not short of bytes in flight.)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: p1, p2 or p3}
 

@@ -107,14 +107,6 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
     return sorted_pairs, block_expert, block_rows
 
 
-def groups_per_step(K: int, group: int, want: int) -> int:
-    """Scale groups the INT4 tile kernels load a step: the largest of 4, 2, 1 that is <= want and divides the
-    K / group groups of a row (1 for bf16 weights: group 0)."""
-    if group == 0:
-        return 1
-    return next(d for d in (4, 2, 1) if d <= want and (K // group) % d == 0)
-
-
 def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: bool, group: int,
             gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
     T, H = x.shape
@@ -137,7 +129,7 @@ def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: b
         H, I, MAGIC_BITS,
         TOP_K=k, INT4=int4, GROUP=group, BLOCK_M=block_m,
         BLOCK_N=gate_up_cfg["BLOCK_N"], BLOCK_K=group if int4 else gate_up_cfg["BLOCK_K"], INTERPRET=interpret,
-        DOT_PRECISION=prec, GROUPS_PER_STEP=groups_per_step(H, group, gate_up_cfg.get("groups_per_step", 1)),
+        DOT_PRECISION=prec,
         num_warps=gate_up_cfg["num_warps"], num_stages=gate_up_cfg["num_stages"],
     )
     moe_down_kernel[(num_blocks, triton.cdiv(H, down_cfg["BLOCK_N"]))](
@@ -146,7 +138,7 @@ def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: b
         H, I, MAGIC_BITS,
         INT4=int4, GROUP=group, BLOCK_M=block_m,
         BLOCK_N=down_cfg["BLOCK_N"], BLOCK_K=group if int4 else down_cfg["BLOCK_K"], INTERPRET=interpret,
-        DOT_PRECISION=prec, GROUPS_PER_STEP=groups_per_step(I, group, down_cfg.get("groups_per_step", 1)),
+        DOT_PRECISION=prec,
         num_warps=down_cfg["num_warps"], num_stages=down_cfg["num_stages"],
     )
     moe_sum_slots_kernel[(T, triton.cdiv(H, SUM_BLOCK))](

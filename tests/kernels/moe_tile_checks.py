@@ -13,8 +13,6 @@ TILE_SMALL = {"gate_up": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "num_warp
               "down": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}}
 TILE_M32 = {"gate_up": {**TILE_SMALL["gate_up"], "BLOCK_M": 32, "BLOCK_N": 32},
             "down": {**TILE_SMALL["down"], "BLOCK_M": 32, "BLOCK_N": 16}}
-# INT4 loads several scale groups a step (fused_moe.groups_per_step: as many of 4 as divide a row's groups).
-TILE_STEP4 = {part: {**cfg, "groups_per_step": 4} for part, cfg in TILE_SMALL.items()}
 
 
 def check_moe_align(T: int, E: int, top_k: int, block_m: int, device: str = "cpu", seed: int = 0,
@@ -109,15 +107,6 @@ CASES = {
                                                     path="tile", config=TILE_SMALL),
     "moe_int4_tile_token_independent": lambda: check_moe_tile_token_independent(10, 6, 96, 64, 3, True, seed=67,
                                                                                 config=TILE_SMALL),
-    # Four groups a step (H = 256: 8 groups, I = 128: 4) and two (H = 192: 6 groups, I = 64: 2), exact sums.
-    "moe_int4_tile_exact_four_groups_a_step": lambda: _exact(13, 7, 256, 128, 3, seed=69, skew=True, path="tile",
-                                                             config=TILE_STEP4),
-    "moe_int4_tile_exact_two_groups_a_step": lambda: _exact(9, 5, 192, 64, 2, seed=70, skew=True, path="tile",
-                                                            config=TILE_STEP4),
-    "moe_int4_tile_fp16_four_groups_a_step": lambda: _moe(11, 7, 128, 128, 3, int4=True, seed=71,
-                                                          dtype=torch.float16, path="tile", config=TILE_STEP4),
-    "moe_int4_tile_token_independent_four_groups": lambda: check_moe_tile_token_independent(
-        10, 6, 256, 128, 3, True, seed=72, config=TILE_STEP4),
     "moe_bf16_tile_token_independent": lambda: check_moe_tile_token_independent(9, 5, 64, 48, 2, False, seed=68,
                                                                                 config=TILE_M32),
 }

@@ -123,104 +123,51 @@ def _dot_nt(a, w, INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _groups(t, D: tl.constexpr):
-    """t [R, D * C]: D scale groups of C along axis 1, group-major -> the D groups [R, C] as a 4-tuple (D in 1, 2,
-    4; entries past D repeat the last). Reshapes and splits: register renaming, no data moves through memory."""
-    R: tl.constexpr = t.shape[0]
-    C: tl.constexpr = t.shape[1] // D
-    if D == 1:
-        g0 = t
-        g1 = t
-        g2 = t
-        g3 = t
-    elif D == 2:
-        g0, g1 = tl.split(tl.permute(tl.reshape(t, [R, 2, C]), [0, 2, 1]))
-        g2 = g1
-        g3 = g1
-    else:
-        # [R, C, b, c] holding group 2b + c: split c, then b
-        c0, c1 = tl.split(tl.permute(tl.reshape(t, [R, 2, 2, C]), [0, 3, 1, 2]))
-        g0, g2 = tl.split(c0)
-        g1, g3 = tl.split(c1)
-    return g0, g1, g2, g3
-
-
-@triton.jit
-def _int4_group_step(acc, acc2, a, pk, sc, pk2, sc2, f, magic, TWO: tl.constexpr, TRICK: tl.constexpr,
-                     INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One scale group: acc += (a @ (q - 8)^T) * scale, the same for W2 into acc2 when TWO."""
-    if TRICK:
-        a = (a.to(tl.float32) * f).to(a.dtype)
-    acc += _dot_nt(a, _int4_group(pk, magic, a.dtype, TRICK), INTERPRET, DOT_PRECISION) * tl.trans(sc.to(tl.float32))
-    if TWO:
-        acc2 += _dot_nt(a, _int4_group(pk2, magic, a.dtype, TRICK), INTERPRET, DOT_PRECISION) * tl.trans(
-            sc2.to(tl.float32))
-    return acc, acc2
-
-
-@triton.jit
 def _int4_rows_times_weights(a_rows, row_ok, w_rows, s_rows, w2_rows, s2_rows, n_ok, K, magic,
                              BLOCK_M: tl.constexpr, GROUP: tl.constexpr, TWO: tl.constexpr,
-                             INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr, D: tl.constexpr = 1):
+                             INTERPRET: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """(a[rows, :K] @ W^T, a[rows, :K] @ W2^T if TWO else zeros), [BLOCK_M, BLOCK_N] fp32 each, over packed
     INT4 rows (w_rows, w2_rows [BLOCK_N, 1] pointers to K/8 words) and their group scales (s_rows, s2_rows),
-    one scale group at a time in K order (K a multiple of D * GROUP). Loads come D groups at a time, the next D
-    groups' words, scales and activations before this step's arithmetic (Triton's pipeliner leaves loads that do
-    not feed a tl.dot directly alone), so a program keeps 2 D groups in flight: at one group a step (D = 1) a
-    program's ~2 KB in flight left the prefill's MoE far from the bandwidth. With TRICK (not for fp16: see
-    _nibble_plane) the activations are scaled by 16^-p(k % 8) (exact, _nibble_scale) to meet the weights'
-    nibble planes."""
+    one scale group a step (K a multiple of GROUP). The next group's words, scales and activations are loaded
+    before this group's arithmetic (Triton's pipeliner leaves loads that do not feed a tl.dot directly alone),
+    so every program keeps two groups in flight. With TRICK (not for fp16: see _nibble_plane) the
+    activations are scaled by 16^-p(k % 8) (exact, _nibble_scale) to meet the weights' nibble planes."""
     TRICK: tl.constexpr = a_rows.dtype.element_ty != tl.float16
     GW: tl.constexpr = GROUP // 8
     BN: tl.constexpr = w_rows.shape[0]
-    f = _nibble_scale(tl.arange(0, GROUP) % 8, False)[None, :]
-    a_ptrs = a_rows + tl.arange(0, D * GROUP)[None, :]
-    words = tl.arange(0, D * GW)[None, :]
-    groups = tl.arange(0, D)[None, :]
+    kk = tl.arange(0, GROUP)
+    if TRICK:
+        f = _nibble_scale(kk % 8, False)[None, :]
+    a_ptrs = a_rows + kk[None, :]
+    words = tl.arange(0, GW)[None, :]
     w_ptrs = w_rows + words
-    s_ptrs = s_rows + groups
     w_mask = n_ok[:, None]
     a_mask = row_ok[:, None]
     a = tl.load(a_ptrs, mask=a_mask, other=0.0)
     pk = tl.load(w_ptrs, mask=w_mask, other=0)
-    sc = tl.load(s_ptrs, mask=w_mask, other=0.0)
+    sc = tl.load(s_rows, mask=w_mask, other=0.0)
     if TWO:
         w2_ptrs = w2_rows + words
-        s2_ptrs = s2_rows + groups
         pk2 = tl.load(w2_ptrs, mask=w_mask, other=0)
-        sc2 = tl.load(s2_ptrs, mask=w_mask, other=0.0)
-    else:
-        pk2 = pk
-        sc2 = sc
+        sc2 = tl.load(s2_rows, mask=w_mask, other=0.0)
     acc = tl.zeros([BLOCK_M, BN], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_M, BN], dtype=tl.float32)
-    steps = K // (D * GROUP)
-    for step in range(0, steps):
-        s_next = tl.minimum(step + 1, steps - 1)  # past the end: the last step again (no effect)
-        a_next = tl.load(a_ptrs + s_next * (D * GROUP), mask=a_mask, other=0.0)
-        pk_next = tl.load(w_ptrs + s_next * (D * GW), mask=w_mask, other=0)
-        sc_next = tl.load(s_ptrs + s_next * D, mask=w_mask, other=0.0)
+    for k0 in range(0, K, GROUP):
+        g_next = tl.minimum(k0 // GROUP + 1, K // GROUP - 1)  # past the end: the last group again (no effect)
+        a_next = tl.load(a_ptrs + g_next * GROUP, mask=a_mask, other=0.0)
+        pk_next = tl.load(w_ptrs + g_next * GW, mask=w_mask, other=0)
+        sc_next = tl.load(s_rows + g_next, mask=w_mask, other=0.0)
+        if TRICK:
+            a = (a.to(tl.float32) * f).to(a.dtype)
+        acc += _dot_nt(a, _int4_group(pk, magic, a.dtype, TRICK), INTERPRET, DOT_PRECISION) * tl.trans(
+            sc.to(tl.float32))
         if TWO:
-            pk2_next = tl.load(w2_ptrs + s_next * (D * GW), mask=w_mask, other=0)
-            sc2_next = tl.load(s2_ptrs + s_next * D, mask=w_mask, other=0.0)
-        else:
-            pk2_next = pk_next
-            sc2_next = sc_next
-        a0, a1, a2, a3 = _groups(a, D)
-        p0, p1, p2, p3 = _groups(pk, D)
-        s0, s1, s2, s3 = _groups(sc, D)
-        q0, q1, q2, q3 = _groups(pk2, D)
-        t0, t1, t2, t3 = _groups(sc2, D)
-        acc, acc2 = _int4_group_step(acc, acc2, a0, p0, s0, q0, t0, f, magic, TWO, TRICK, INTERPRET, DOT_PRECISION)
-        if D > 1:
-            acc, acc2 = _int4_group_step(acc, acc2, a1, p1, s1, q1, t1, f, magic, TWO, TRICK, INTERPRET,
-                                         DOT_PRECISION)
-        if D > 2:
-            acc, acc2 = _int4_group_step(acc, acc2, a2, p2, s2, q2, t2, f, magic, TWO, TRICK, INTERPRET,
-                                         DOT_PRECISION)
-            acc, acc2 = _int4_group_step(acc, acc2, a3, p3, s3, q3, t3, f, magic, TWO, TRICK, INTERPRET,
-                                         DOT_PRECISION)
-        a, pk, sc, pk2, sc2 = a_next, pk_next, sc_next, pk2_next, sc2_next
+            pk2_next = tl.load(w2_ptrs + g_next * GW, mask=w_mask, other=0)
+            sc2_next = tl.load(s2_rows + g_next, mask=w_mask, other=0.0)
+            acc2 += _dot_nt(a, _int4_group(pk2, magic, a.dtype, TRICK), INTERPRET, DOT_PRECISION) * tl.trans(
+                sc2.to(tl.float32))
+            pk2, sc2 = pk2_next, sc2_next
+        a, pk, sc = a_next, pk_next, sc_next
     return acc, acc2
 
 
@@ -256,10 +203,10 @@ def moe_gate_up_kernel(
     H, I, magic,
     TOP_K: tl.constexpr, INT4: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
-    DOT_PRECISION: tl.constexpr = "tf32", GROUPS_PER_STEP: tl.constexpr = 1,
+    DOT_PRECISION: tl.constexpr = "tf32",
 ):
     """act[pair, n] = silu(x W_gate^T) * (x W_up^T) for the pairs of one block (one expert) and an N block of
-    I, stored in act's dtype. INT4 loads GROUPS_PER_STEP scale groups a step (_int4_rows_times_weights). The blocks of one expert are neighbours in the grid's fastest axis, so they read
+    I, stored in act's dtype. The blocks of one expert are neighbours in the grid's fastest axis, so they read
     its weight tiles at about the same time and the L2 serves the repeats."""
     pairs, row_ok, count = _block_rows(sorted_ptr, block_rows_ptr, BLOCK_M)
     if count > 0:
@@ -272,8 +219,7 @@ def moe_gate_up_kernel(
         up_rows = gate_rows + I * stride_wn
         if INT4:
             g, u = _int4_rows_times_weights(x_rows, row_ok, gate_rows, gate_scales, up_rows, gate_scales + I * stride_sn,
-                                            n_ok, H, magic, BLOCK_M, GROUP, True, INTERPRET, DOT_PRECISION,
-                                            GROUPS_PER_STEP)
+                                            n_ok, H, magic, BLOCK_M, GROUP, True, INTERPRET, DOT_PRECISION)
         else:
             g = _bf16_rows_times_weights(x_rows, row_ok, gate_rows, n_ok, H, BLOCK_M, BLOCK_K, INTERPRET,
                                          DOT_PRECISION)
@@ -290,7 +236,7 @@ def moe_down_kernel(
     H, I, magic,
     INT4: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
-    DOT_PRECISION: tl.constexpr = "tf32", GROUPS_PER_STEP: tl.constexpr = 1,
+    DOT_PRECISION: tl.constexpr = "tf32",
 ):
     """out[pair, n] = topk_w[pair] * act[pair, :] W_down[n, :]^T (float32) for the pairs of one block."""
     pairs, row_ok, count = _block_rows(sorted_ptr, block_rows_ptr, BLOCK_M)
@@ -303,7 +249,7 @@ def moe_down_kernel(
         if INT4:
             s_rows = s2_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
             acc, _ = _int4_rows_times_weights(a_rows, row_ok, w_rows, s_rows, w_rows, s_rows, n_ok, I, magic,
-                                              BLOCK_M, GROUP, False, INTERPRET, DOT_PRECISION, GROUPS_PER_STEP)
+                                              BLOCK_M, GROUP, False, INTERPRET, DOT_PRECISION)
         else:
             acc = _bf16_rows_times_weights(a_rows, row_ok, w_rows, n_ok, I, BLOCK_M, BLOCK_K, INTERPRET,
                                            DOT_PRECISION)
