@@ -125,7 +125,8 @@ def sweep_part(out: Path, tokens: list[int]) -> dict:
 
 
 @torch.inference_mode()
-def prefill_part(record, lengths: list[int], layers: int, iters: int, uniform: bool, graphs: bool) -> None:
+def prefill_part(record, lengths: list[int], layers: int, iters: int, uniform: bool, graphs: bool,
+                 buckets: list[int] | None = None) -> None:
     import importlib.util
 
     from sglang_eagle3.distributed.parallel_state import init_tp
@@ -144,11 +145,12 @@ def prefill_part(record, lengths: list[int], layers: int, iters: int, uniform: b
     max_ctx = max(lengths) + page
     routing = bvg.UniformRouting(EXPERTS) if uniform else contextlib.nullcontext()
     with routing:
-        # Prefill graphs at exactly these lengths (ModelRunner.prefill: a replay per prompt, padded to its bucket).
+        # Prefill graphs at these buckets (default: exactly the lengths; ModelRunner.prefill: a replay per prompt,
+        # padded to its bucket, a prompt past the largest bucket in chunks of it).
         runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=max_ctx // page + 4, page_size=page,
                              max_context=max_ctx, device=torch.device("cuda"), dtype=torch.bfloat16,
                              use_cuda_graph=graphs, cuda_graph_max_bs=1, verify_widths=(2,), attention_backend="triton",
-                             moe_backend="triton", prefill_tokens=tuple(lengths) if graphs else ())
+                             moe_backend="triton", prefill_tokens=tuple(buckets or lengths) if graphs else ())
         if graphs:
             runner.capture_graphs()
             log(f"prefill graphs: {runner.graph_report()['target_prefill']}")
@@ -203,6 +205,8 @@ def main() -> None:
                     help="prefill with experts drawn uniformly (bench_verify_graph.UniformRouting)")
     ap.add_argument("--layers", type=int, default=61)
     ap.add_argument("--prefill-iters", type=int, default=5)
+    ap.add_argument("--prefill-buckets", type=int, nargs="+",
+                    help="prefill graph token buckets (default: the --prefill lengths); longer prompts go in chunks")
     ap.add_argument("--no-prefill-graphs", action="store_true",
                     help="time only the eager prefill (by default prefill graphs of the --prefill lengths too)")
     args = ap.parse_args()
@@ -244,7 +248,7 @@ def main() -> None:
     if args.prefill:
         try:
             prefill_part(record, args.prefill, args.layers, args.prefill_iters, args.uniform_routing,
-                         not args.no_prefill_graphs)
+                         not args.no_prefill_graphs, args.prefill_buckets)
         except Exception:
             log("prefill failed:\n" + traceback.format_exc())
         log(f"prefill done at {time.time() - t0:.0f}s")

@@ -23,8 +23,11 @@
 # 2048 1230 / 1573 / 3175 us at 1 a step, 1283 / 1825 / 3696 at 2, 1366 / 1809 / 3602-3625 at 4; the prefill
 # graph at 256 / 2048 tokens 50.0-50.2 / 216.0-216.4 ms at 1, 52.0 / 241.0 at 2, 54.4-54.6 / 237.2-237.3 at 4.
 # Removed (code in 34c9cf3): the tile kernels are not short of bytes in flight.)
+# Part "p4": long prompts prefill in chunks of the largest bucket: the graph runner (the prefill test now also
+# chunks a 250-token prompt at a 128-token largest bucket) and CUDA engine GPU tests; the slice's prefill at 1024 /
+# 2048 / 4096 tokens eager and as graphs with buckets 256 and 1024 (so 2048 and 4096 go in 1024-token chunks).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: p1, p2 or p3}
+part=${1:?part: p1, p2, p3 or p4}
 
 case $part in
 p1)
@@ -70,6 +73,12 @@ for name, r in runs.items():
     pre = " ".join(f"{p['tokens']}:{p.get('graph_ms')}ms" for p in r["prefill"])
     print(f"{name}: moe {moe} | prefill graph {pre}")
 PY
+  ;;
+p4)
+  TAIL=6 stage engine_tests 240 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/gpu/test_cuda_engine.py tests/test_graph_runner.py
+  TAIL=8 stage prefill_chunks 200 python benchmarks/bench_moe_tile.py --out "$OUT" --label chunks --tokens \
+    --prefill 1024 2048 4096 --prefill-buckets 256 1024
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -387,6 +387,19 @@ def test_gpu_prefill_replay_equals_eager(gpu_engine):
             for name in ("target_prefill", "draft_prefill"):
                 assert after[name]["graph"] - before.get(name, {}).get("graph", 0) == len(batch), (name, after)
                 assert after[name]["eager"] == before.get(name, {}).get("eager", 0), (name, after)
+        # Chunked: with 128 tokens the largest bucket, 250 tokens go as 128 + 122 (padded to 128), the second
+        # chunk reading the first's keys from the cache.
+        buckets, runner.prefill_tokens = runner.prefill_tokens, (32, 64, 128)
+        try:
+            before = runner.stats.as_dict()["target_prefill"]["graph"]
+            with torch.inference_mode():
+                logits, aux = runner.prefill([rows[5]])
+                ref_logits, ref_aux = runner.target_extend(runner.build([rows[5]]))
+            assert _rel(logits, ref_logits) < tol and _rel(aux, ref_aux) < tol, (_rel(logits, ref_logits),
+                                                                                 _rel(aux, ref_aux))
+            assert runner.stats.as_dict()["target_prefill"]["graph"] == before + 2
+        finally:
+            runner.prefill_tokens = buckets
         # Replay == the captured function run eagerly on the same padded inputs (what a graph must reproduce).
         toks = rows[4][0]
         bucket = runner.prefill_bucket(0, len(toks))

@@ -104,20 +104,46 @@ def test_padded_prefill_equals_ragged_prefill(small_pair):
     assert torch.equal(props, ref_props) and torch.allclose(hidden, ref_hidden, rtol=0, atol=1e-9)
 
 
-def test_prefill_past_the_largest_bucket_runs_the_batch_eager(small_pair):
-    """One prompt past the largest bucket sends the whole admitted batch down the ragged eager path, counted
-    with a reason that names the bucket (not the prompt's length: one warning, not one per length)."""
-    e = _engine(small_pair, cuda_graph_prefill_tokens=(4, 8))
+def test_long_prompts_prefill_in_chunks(small_pair):
+    """A prompt past the largest bucket prefills in chunks of that size (each chunk's queries reading the earlier
+    chunks' keys from the cache), the last chunk padded to its own bucket: the ragged prefill's tokens and
+    log-probabilities (float64), one replay per chunk."""
+    chunked = _engine(small_pair, cuda_graph_prefill_tokens=(4, 8))
+    runner = chunked.runner
+    runner.target_prefill = target = EagerReplay(runner.target_prefill)
+    runner.draft_prefill = EagerReplay(runner.draft_prefill)
+    ragged = _engine(small_pair, cuda_graph_prefill_tokens=())
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    prompts = [torch.randint(0, small_pair.config.vocab_size, (n,), generator=g).tolist() for n in (3, 19, 8, 33)]
+    sp = {"max_new_tokens": 6, "temperature": 0}
+    a = chunked.generate(input_ids=prompts, sampling_params=sp, return_logprob=True, logprob_start_len=0)
+    b = ragged.generate(input_ids=prompts, sampling_params=sp, return_logprob=True, logprob_start_len=0)
+    for x, y in zip(a, b, strict=True):
+        assert x["output_ids"] == y["output_ids"]
+        lx, ly = ([r[0] for r in z["meta_info"]["input_token_logprobs"][1:]] for z in (x, y))
+        assert max((abs(p - q) for p, q in zip(lx, ly, strict=True)), default=0.0) < 1e-9
+    # 3 -> 4; 19 -> 8, 8, 4 (3 left); 8 -> 8; 33 -> 8, 8, 8, 8, 4 (1 left)
+    assert target.calls == [4, 8, 8, 4, 8, 8, 8, 8, 8, 4]
+    assert chunked.get_server_info()["forward_counts"]["target_prefill"] == {
+        "graph": 10, "eager": 0, "eager_reasons": {}}
+
+
+def test_prefill_that_cannot_pad_runs_the_batch_eager(small_pair):
+    """Where a prompt's last chunk, padded to a bucket, would run past the page table (the context's end), the
+    whole admitted batch prefills ragged and eager, counted with a reason that names no length (one warning,
+    not one per prompt)."""
+    e = _engine(small_pair, cuda_graph_prefill_tokens=(8, 64), context_length=100)
     runner = e.runner
+    assert runner.max_pages * runner.page_size == 112
     runner.target_prefill = EagerReplay(runner.target_prefill)
     runner.draft_prefill = EagerReplay(runner.draft_prefill)
-    e.generate(input_ids=[[1, 2, 3], list(range(1, 12))], sampling_params={"max_new_tokens": 2, "temperature": 0})
+    e.generate(input_ids=[[1, 2, 3], list(range(1, 91))], sampling_params={"max_new_tokens": 2, "temperature": 0})
     counts = e.get_server_info()["forward_counts"]
-    want = "a prompt runs past the largest prefill graph (8 tokens)"
-    assert counts["target_prefill"] == {"graph": 0, "eager": 1, "eager_reasons": {want: 1}}
+    want = "a prompt's last chunk, padded to a bucket, would run past the context's page table"
+    assert counts["target_prefill"] == {"graph": 0, "eager": 1, "eager_reasons": {want: 1}}  # 26 at 64: 128 > 112
     assert counts["draft_prefill"]["eager_reasons"] == {want: 1}
-    e.generate(input_ids=[5, 6, 7, 8, 9], sampling_params={"max_new_tokens": 2, "temperature": 0})
-    assert e.get_server_info()["forward_counts"]["target_prefill"]["graph"] == 1
+    e.generate(input_ids=list(range(1, 70)), sampling_params={"max_new_tokens": 2, "temperature": 0})
+    assert e.get_server_info()["forward_counts"]["target_prefill"]["graph"] == 2  # 64 at 0, then 5 at 64 -> 8
 
 
 def test_prefill_buckets_follow_the_context(small_pair):

@@ -305,17 +305,24 @@ class ModelRunner:
         reach = self.max_pages * self.page_size
         return next((t for t in self.prefill_tokens if t >= n and first + t <= reach), None)
 
-    def _prefill_plan(self, runner: GraphRunner, rows: list) -> tuple[list[int] | None, str | None]:
-        """(bucket per request, None) when every request can replay alone, else (None, why not)."""
-        buckets = [self.prefill_bucket(first, len(toks)) for toks, first, _ in rows]
-        if None not in buckets:
-            reason = runner.why_not(1, buckets[0])
-            return (buckets, None) if reason is None else (None, reason)
+    def _prefill_plan(self, runner: GraphRunner, rows: list) -> tuple[list | None, str | None]:
+        """([(chunk row, bucket)] in order, None) when every request can replay, else (None, why not). A prompt
+        longer than the largest bucket goes in chunks of that size (chunked prefill: a chunk's queries see the
+        earlier chunks' keys in the cache), the last one padded to its own bucket."""
         if not runner.enabled:
             return None, runner.disabled_reason
         if not self.prefill_tokens:
             return None, "no prefill graphs (cuda_graph_prefill_tokens empty or all above the context length)"
-        return None, f"a prompt runs past the largest prefill graph ({self.prefill_tokens[-1]} tokens)"
+        size, pieces = self.prefill_tokens[-1], []
+        for toks, first, pages in rows:
+            for i in range(0, len(toks), size):
+                chunk = toks[i:i + size]
+                bucket = self.prefill_bucket(first + i, len(chunk))
+                if bucket is None:
+                    return None, "a prompt's last chunk, padded to a bucket, would run past the context's page table"
+                pieces.append(((chunk, first + i, pages), bucket))
+        reason = runner.why_not(1, pieces[0][1])
+        return (pieces, None) if reason is None else (None, reason)
 
     def _padded(self, row: tuple[list[int], int, list[int]], bucket: int) -> dict[str, torch.Tensor]:
         """One request's inputs padded to ``bucket`` tokens: padded tokens follow the real ones (positions
@@ -331,47 +338,45 @@ class ModelRunner:
         return dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
                     out_cache_loc=bt.out_cache_loc)
 
-    @torch.inference_mode()
-    def prefill(self, rows: list[tuple[list[int], int, list[int]]]):
-        """The target over each request's new tokens (rows as build() takes them). Each request whose prompt
-        fits a captured bucket replays the target_prefill graph alone, padded; otherwise the whole batch runs
-        the ragged eager extend, counted as target_prefill EAGER with the reason. Returns (logits [N, V], aux
-        [N, 3H] or None) over the real tokens, grouped by request (copies: later replays cannot touch them)."""
-        buckets, reason = self._prefill_plan(self.target_prefill, rows)
-        if buckets is None:
-            self.stats.record("target_prefill", graph=False, reason=reason)
-            return self.target_extend(self.build(rows))
-        logits, aux = [], []
-        for row, bucket in zip(rows, buckets, strict=True):
-            out = self.target_prefill(1, bucket, **self._padded(row, bucket))
+    def _replay_prefill(self, runner: GraphRunner, pieces: list, hidden: torch.Tensor | None = None) -> tuple:
+        """Replays each (chunk row, bucket) in order (hidden: the draft's per-token input rows, in the same
+        order); returns each output's real rows, concatenated in that order."""
+        outs, start = [], 0
+        for row, bucket in pieces:
+            n = len(row[0])
+            inputs = self._padded(row, bucket)
+            if hidden is not None:
+                inputs["hidden"] = hidden.new_zeros(bucket, hidden.shape[1])
+                inputs["hidden"][:n] = hidden[start:start + n]
             # Copied out before the next replay: every graph's outputs live in the one shared pool, where any
             # later replay (of any bucket) may reuse their memory.
-            n = len(row[0])
-            logits.append(out[0][:n].clone())
-            aux.append(out[1][:n].clone() if len(out) > 1 else None)
-        if len(rows) == 1:
-            return logits[0], aux[0]
-        return torch.cat(logits), (torch.cat(aux) if aux[0] is not None else None)
+            outs.append([o[:n].clone() for o in runner(1, bucket, **inputs)])
+            start += n
+        return tuple(col[0] if len(col) == 1 else torch.cat(col) for col in zip(*outs, strict=True))
+
+    @torch.inference_mode()
+    def prefill(self, rows: list[tuple[list[int], int, list[int]]]):
+        """The target over each request's new tokens (rows as build() takes them): graph replays, a request at
+        a time and a long prompt in chunks (_prefill_plan), each padded to its token bucket; where that cannot
+        be, the whole batch runs the ragged eager extend, counted as target_prefill EAGER with the reason.
+        Returns (logits [N, V], aux [N, 3H] or None) over the real tokens, grouped by request."""
+        pieces, reason = self._prefill_plan(self.target_prefill, rows)
+        if pieces is None:
+            self.stats.record("target_prefill", graph=False, reason=reason)
+            return self.target_extend(self.build(rows))
+        logits, *aux = self._replay_prefill(self.target_prefill, pieces)
+        return logits, (aux[0] if aux else None)
 
     @torch.inference_mode()
     def prefill_draft(self, rows: list[tuple[list[int], int, list[int]]], aux: torch.Tensor):
         """The draft's extend over each request's tokens shifted by one, with the target's aux hidden states
-        [N, 3H] (as prefill returned them): graph replays per request where buckets fit, else ragged eager,
-        counted as draft_prefill. Returns (proposed target ids [N], draft hidden [N, Hd])."""
-        buckets, reason = self._prefill_plan(self.draft_prefill, rows)
-        if buckets is None:
+        [N, 3H] (as prefill returned them): graph replays as in prefill, else ragged eager, counted as
+        draft_prefill. Returns (proposed target ids [N], draft hidden [N, Hd])."""
+        pieces, reason = self._prefill_plan(self.draft_prefill, rows)
+        if pieces is None:
             self.stats.record("draft_prefill", graph=False, reason=reason)
             return self.draft_extend_ragged(self.build(rows), aux)
-        props, hidden, start = [], [], 0
-        for row, bucket in zip(rows, buckets, strict=True):
-            n = len(row[0])
-            h = torch.zeros(bucket, aux.shape[1], dtype=aux.dtype, device=aux.device)
-            h[:n] = aux[start:start + n]
-            p, hd = self.draft_prefill(1, bucket, hidden=h, **self._padded(row, bucket))
-            props.append(p[:n].clone())  # before the next replay, as in prefill
-            hidden.append(hd[:n].clone())
-            start += n
-        return (props[0], hidden[0]) if len(rows) == 1 else (torch.cat(props), torch.cat(hidden))
+        return self._replay_prefill(self.draft_prefill, pieces, hidden=aux)
 
     @torch.inference_mode()
     def greedy_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int):
