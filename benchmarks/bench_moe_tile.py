@@ -126,7 +126,7 @@ def sweep_part(out: Path, tokens: list[int]) -> dict:
 
 @torch.inference_mode()
 def prefill_part(record, lengths: list[int], layers: int, iters: int, uniform: bool, graphs: bool,
-                 buckets: list[int] | None = None) -> None:
+                 buckets: list[int] | None = None, batch: int = 1) -> None:
     import importlib.util
 
     from sglang_eagle3.distributed.parallel_state import init_tp
@@ -147,32 +147,37 @@ def prefill_part(record, lengths: list[int], layers: int, iters: int, uniform: b
     with routing:
         # Prefill graphs at these buckets (default: exactly the lengths; ModelRunner.prefill: a replay per prompt,
         # padded to its bucket, a prompt past the largest bucket in chunks of it).
-        runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=max_ctx // page + 4, page_size=page,
-                             max_context=max_ctx, device=torch.device("cuda"), dtype=torch.bfloat16,
-                             use_cuda_graph=graphs, cuda_graph_max_bs=1, verify_widths=(2,), attention_backend="triton",
-                             moe_backend="triton", prefill_tokens=tuple(buckets or lengths) if graphs else ())
+        runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=batch * (max_ctx // page + 2) + 4,
+                             page_size=page, max_context=max_ctx, device=torch.device("cuda"), dtype=torch.bfloat16,
+                             use_cuda_graph=graphs, cuda_graph_max_bs=batch, verify_widths=(2,),
+                             attention_backend="triton", moe_backend="triton",
+                             prefill_tokens=tuple(buckets or lengths) if graphs else ())
         if graphs:
             runner.capture_graphs()
             log(f"prefill graphs: {runner.graph_report()['target_prefill']}")
         for n in lengths:
-            _prefill_one(record, runner, bvg, n, layers, iters, page, uniform, graphs)
+            _prefill_one(record, runner, bvg, n, layers, iters, page, uniform, graphs, batch)
 
 
 def _prefill_one(record, runner, bvg, n: int, layers: int, iters: int, page: int, uniform: bool,
-                 graphs: bool) -> None:
-    """One prompt of n tokens: median ms of eager prefills (and, with graphs, of prefill graph replays as the
-    scheduler makes them: inputs built, replayed, real rows copied out; eager and graph alternating twice), and
-    the profiler's kernel ms of an eager prefill by family."""
-    ids = [(7 * i + 3) % 20000 for i in range(n)]
-    row = (ids, 0, list(range(1, n // page + 2)))
-    bt = runner.build([row])
+                 graphs: bool, batch: int) -> None:
+    """``batch`` prompts of n tokens admitted together: median ms of eager prefills (one ragged extend; and, with
+    graphs, of prefill graph replays as the scheduler makes them: inputs built, replayed, real rows copied out;
+    with batch > 1 also a replay a prompt; eager and graph alternating twice), and the profiler's kernel ms of
+    an eager prefill by family."""
+    per = n // page + 2
+    rows = [([(7 * i + 3 + 11 * b) % 20000 for i in range(n)], 0, list(range(1 + b * per, 1 + (b + 1) * per)))
+            for b in range(batch)]
+    bt = runner.build(rows)
     runner.target_extend(bt)  # compile / tune
     torch.cuda.synchronize()
-    eager, graph = [], []
+    eager, graph, one_by_one = [], [], []
     for _ in range(2 if graphs else 1):
         eager.append(round(bvg.median_ms(lambda bt=bt: runner.target_extend(bt), iters), 2))
         if graphs:
-            graph.append(round(bvg.median_ms(lambda: runner.prefill([row]), iters), 2))
+            graph.append(round(bvg.median_ms(lambda: runner.prefill(rows), iters), 2))
+            if batch > 1:
+                one_by_one.append(round(bvg.median_ms(lambda: [runner.prefill([r]) for r in rows], iters), 2))
     ms = min(eager)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         runner.target_extend(bt)
@@ -182,14 +187,20 @@ def _prefill_one(record, runner, bvg, n: int, layers: int, iters: int, page: int
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             fams[family(ev.name)] += ev.device_time / 1e3  # ms
     fams = {k: round(v, 2) for k, v in sorted(fams.items(), key=lambda kv: -kv[1])}
-    row_out = {"tokens": n, "layers": layers, "ms": round(ms, 2), "tok_per_s": round(n / ms * 1e3, 1),
+    row_out = {"tokens": n, "batch": batch, "layers": layers, "ms": round(ms, 2),
+               "tok_per_s": round(batch * n / ms * 1e3, 1),
                "routing": "uniform" if uniform else "the random router's own", "kernel_ms_by_family": fams}
     if graphs:
-        row_out.update(eager_ms_runs=eager, graph_ms_runs=graph, graph_ms=min(graph))
+        row_out.update(eager_ms_runs=eager, graph_ms_runs=graph, graph_ms=min(graph),
+                       replays=len(runner._prefill_plan(runner.target_prefill, rows)[0]))
+        if batch > 1:
+            row_out["graph_one_request_at_a_time_ms_runs"] = one_by_one
         counts = runner.stats.as_dict().get("target_prefill", {})
         assert counts.get("eager", 0) == 0, counts  # every graph timing above was a replay
     record("prefill", row_out)
-    log(f"prefill {n:5d} tokens, {layers} layers: eager {eager} ms, graph {graph} ms; eager kernels {fams}")
+    log(f"prefill {batch} x {n:5d} tokens, {layers} layers: eager {eager} ms, graph {graph} ms"
+        + (f" ({row_out['replays']} replays), a request at a time {one_by_one} ms" if batch > 1 else "")
+        + f"; eager kernels {fams}")
 
 
 def main() -> None:
@@ -207,6 +218,7 @@ def main() -> None:
     ap.add_argument("--prefill-iters", type=int, default=5)
     ap.add_argument("--prefill-buckets", type=int, nargs="+",
                     help="prefill graph token buckets (default: the --prefill lengths); longer prompts go in chunks")
+    ap.add_argument("--prefill-batch", type=int, default=1, help="prompts admitted together (each --prefill long)")
     ap.add_argument("--no-prefill-graphs", action="store_true",
                     help="time only the eager prefill (by default prefill graphs of the --prefill lengths too)")
     args = ap.parse_args()
@@ -248,7 +260,7 @@ def main() -> None:
     if args.prefill:
         try:
             prefill_part(record, args.prefill, args.layers, args.prefill_iters, args.uniform_routing,
-                         not args.no_prefill_graphs, args.prefill_buckets)
+                         not args.no_prefill_graphs, args.prefill_buckets, args.prefill_batch)
         except Exception:
             log("prefill failed:\n" + traceback.format_exc())
         log(f"prefill done at {time.time() - t0:.0f}s")

@@ -28,8 +28,12 @@
 # 2048 / 4096 tokens eager and as graphs with buckets 256 and 1024 (so 2048 and 4096 go in 1024-token chunks).
 # (p4 at 1454f2a: 24 GPU tests passed; prefill 1024 / 2048 / 4096 tokens eager 156-158 / 334-335 / 862 ms, as
 # graphs 116.4-117.0 / 237.0-237.7 (two chunks; one 2048-token graph was 216.0-220.6 in p1 and p3) / 498.1 ms.)
+# Part "p5": prompts admitted together replay ONE prefill graph (batch bucket x token bucket, at most the largest
+# bucket's tokens); the engine / graph runner GPU tests (the prefill test's batch of three is one replay of
+# bucket 4 x 256 now), then the slice's prefill of 4 x 200 and 8 x 100 tokens: eager (one ragged extend), one
+# batched replay, and a replay a prompt.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: p1, p2, p3 or p4}
+part=${1:?part: p1, p2, p3, p4 or p5}
 
 case $part in
 p1)
@@ -81,6 +85,14 @@ p4)
     tests/gpu/test_cuda_engine.py tests/test_graph_runner.py
   TAIL=8 stage prefill_chunks 200 python benchmarks/bench_moe_tile.py --out "$OUT" --label chunks --tokens \
     --prefill 1024 2048 4096 --prefill-buckets 256 1024
+  ;;
+p5)
+  TAIL=6 stage engine_tests 240 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/gpu/test_cuda_engine.py tests/test_graph_runner.py
+  TAIL=4 stage prefill_batch4 120 python benchmarks/bench_moe_tile.py --out "$OUT" --label batch4 --tokens \
+    --prefill 200 --prefill-buckets 256 1024 --prefill-batch 4
+  TAIL=4 stage prefill_batch8 120 python benchmarks/bench_moe_tile.py --out "$OUT" --label batch8 --tokens \
+    --prefill 100 --prefill-buckets 128 1024 --prefill-batch 8
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

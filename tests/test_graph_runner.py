@@ -358,10 +358,11 @@ def test_gpu_round_replay_equals_eager(gpu_engine):
 
 @pytest.mark.gpu
 def test_gpu_prefill_replay_equals_eager(gpu_engine):
-    """Prompts of irregular lengths (one request, and a batch of three) through the prefill graphs (the next
-    token bucket, padded) against the ragged eager prefill on the same cache slots: target logits and aux
-    hidden states, then the draft's proposals and hidden states; and each replay against its own function
-    run eagerly on the same padded inputs. One graph replay counted per request, nothing eager."""
+    """Prompts of irregular lengths (one request, and a batch of three: one replay of batch bucket 4 at 256
+    tokens) through the prefill graphs (the next token bucket, padded) against the ragged eager prefill on the
+    same cache slots: target logits and aux hidden states, then the draft's proposals and hidden states; a
+    prompt in two chunks; and a replay against its own function run eagerly on the same padded inputs. One
+    graph replay counted per replay, nothing eager."""
     engine, tol = gpu_engine
     runner = engine.runner
     assert runner.prefill_tokens and runner.target_prefill.graphs and runner.draft_prefill.graphs
@@ -371,6 +372,8 @@ def test_gpu_prefill_replay_equals_eager(gpu_engine):
     try:
         rows = [(torch.randint(0, 512, (n,), generator=g).tolist(), 0, p) for n, p in zip(lengths, pages, strict=True)]
         for batch in ([rows[0]], [rows[1]], [rows[2]], [rows[3]], rows[3:]):
+            pieces, reason = runner._prefill_plan(runner.target_prefill, batch)
+            assert reason is None and len(pieces) == 1, (reason, pieces)  # rows[3:]: bucket 4 x 256 tokens
             before = runner.stats.as_dict()
             with torch.inference_mode():
                 logits, aux = runner.prefill(batch)
@@ -385,7 +388,7 @@ def test_gpu_prefill_replay_equals_eager(gpu_engine):
             assert (props == ref_props).float().mean().item() >= (1.0 if tol < 1e-4 else 0.9)
             after = runner.stats.as_dict()
             for name in ("target_prefill", "draft_prefill"):
-                assert after[name]["graph"] - before.get(name, {}).get("graph", 0) == len(batch), (name, after)
+                assert after[name]["graph"] - before.get(name, {}).get("graph", 0) == 1, (name, after)
                 assert after[name]["eager"] == before.get(name, {}).get("eager", 0), (name, after)
         # Chunked: with 128 tokens the largest bucket, 250 tokens go as 128 + 122 (padded to 128), the second
         # chunk reading the first's keys from the cache.
@@ -402,8 +405,10 @@ def test_gpu_prefill_replay_equals_eager(gpu_engine):
             runner.prefill_tokens = buckets
         # Replay == the captured function run eagerly on the same padded inputs (what a graph must reproduce).
         toks = rows[4][0]
-        bucket = runner.prefill_bucket(0, len(toks))
-        inputs = runner._padded(rows[4], bucket)
+        bucket = runner.prefill_bucket([rows[4]])
+        bt = runner.build([rows[4]], width=runner.max_pages, pad_to=bucket)
+        inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
+                      out_cache_loc=bt.out_cache_loc)
         with torch.inference_mode():
             replayed = [o.clone() for o in runner.target_prefill(1, bucket, **inputs)]
             eager = runner.target_prefill.fn(**inputs, tokens_per_req=bucket)

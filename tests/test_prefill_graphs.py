@@ -13,7 +13,7 @@ import torch
 
 from sglang_eagle3 import Engine
 from sglang_eagle3.config import ConfigError
-from sglang_eagle3.runtime.graph_runner import GraphRunner
+from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -27,21 +27,25 @@ class EagerReplay:
     def __init__(self, runner: GraphRunner):
         self.runner, self.name = runner, runner.name
         self.enabled, self.disabled_reason = True, runner.disabled_reason
-        self.calls: list[int] = []
+        # What a CUDA machine would have captured: the same runner enabled (shapes only, nothing captured).
+        self.captured = GraphRunner(runner.name, runner.fn, runner.specs, ForwardStats(warn=False), enabled=True,
+                                    max_bs=runner.max_bs, tokens_per_req=runner.tokens_per_req,
+                                    max_tokens=runner.max_tokens)
+        self.calls: list[tuple[int, int]] = []
         self.pool = torch.empty(0, dtype=torch.uint8)
 
     def __getattr__(self, name):  # buckets, graphs, ... for the engine's reports
         return getattr(self.runner, name)
 
     def why_not(self, bs: int, T: int):
-        return None if bs == 1 and T in self.runner.tokens_per_req else f"not a bucket: {bs}, {T}"
+        return self.captured.why_not(bs, T)
 
     def __call__(self, bs: int, T: int, **inputs):
         assert self.why_not(bs, T) is None
         for name, x in inputs.items():
             want = bs * T if self.runner.specs[name].per_token else bs
             assert x.shape[0] == want, (name, tuple(x.shape), want)
-        self.calls.append(T)
+        self.calls.append((bs, T))
         self.runner.stats.record(self.name, graph=True)
         outs = self.runner.fn(**inputs, tokens_per_req=T)
         sizes = [-(-o.numel() * o.element_size() // 8) * 8 for o in outs]  # 8-byte aligned slots
@@ -86,7 +90,8 @@ def test_padded_prefill_equals_ragged_prefill(small_pair):
             ly = [r[0] for r in y["meta_info"][key] if r[0] is not None]
             assert len(lx) == len(ly), key
             assert max((abs(p - q) for p, q in zip(lx, ly, strict=True)), default=0.0) < 1e-9, key
-    assert sorted(target.calls) == sorted([8, 16, 16, 64, 8]) and sorted(draft.calls) == sorted(target.calls)
+    # Five prompts up to 41 tokens: 8 x 64 tokens were not captured (64 at most), so a request at a time.
+    assert sorted(target.calls) == sorted([(1, 8), (1, 16), (1, 16), (1, 64), (1, 8)]) and draft.calls == target.calls
     counts = padded.get_server_info()["forward_counts"]
     assert counts["target_prefill"] == {"graph": 5, "eager": 0, "eager_reasons": {}}
     assert counts["draft_prefill"]["graph"] == 5
@@ -102,6 +107,30 @@ def test_padded_prefill_equals_ragged_prefill(small_pair):
     props, hidden = runner.prefill_draft(drows, aux)
     ref_props, ref_hidden = runner.draft_extend_ragged(runner.build(drows), ref_aux)
     assert torch.equal(props, ref_props) and torch.allclose(hidden, ref_hidden, rtol=0, atol=1e-9)
+
+
+def test_short_prompts_admitted_together_replay_one_graph(small_pair):
+    """Prompts that fit one bucket, admitted together, replay ONE graph of the batch's bucket (3 of 4 rows
+    used) at the longest prompt's bucket, each request padded to it: the ragged prefill's outputs; a batch whose
+    bucket times tokens was not captured goes a request at a time."""
+    e = _engine(small_pair, cuda_graph_prefill_tokens=(4, 8, 16))
+    runner = e.runner
+    runner.target_prefill = target = EagerReplay(runner.target_prefill)
+    runner.draft_prefill = EagerReplay(runner.draft_prefill)
+    ragged = _engine(small_pair, cuda_graph_prefill_tokens=())
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    V = small_pair.config.vocab_size
+    sp = {"max_new_tokens": 5, "temperature": 0}
+    for lengths, calls in (((3, 2, 4), [(3, 4)]), ((7, 1), [(2, 8)]), ((9, 2), [(1, 16), (1, 4)])):
+        target.calls.clear()
+        prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in lengths]
+        a = e.generate(input_ids=prompts, sampling_params=sp, return_logprob=True, logprob_start_len=0)
+        b = ragged.generate(input_ids=prompts, sampling_params=sp, return_logprob=True, logprob_start_len=0)
+        assert target.calls == calls, (lengths, target.calls)  # (2, 16): 32 tokens, above the 16 captured
+        for x, y in zip(a, b, strict=True):
+            assert x["output_ids"] == y["output_ids"]
+            lx, ly = ([r[0] for r in z["meta_info"]["input_token_logprobs"][1:]] for z in (x, y))
+            assert max((abs(p - q) for p, q in zip(lx, ly, strict=True)), default=0.0) < 1e-9
 
 
 def test_long_prompts_prefill_in_chunks(small_pair):
@@ -123,7 +152,7 @@ def test_long_prompts_prefill_in_chunks(small_pair):
         lx, ly = ([r[0] for r in z["meta_info"]["input_token_logprobs"][1:]] for z in (x, y))
         assert max((abs(p - q) for p, q in zip(lx, ly, strict=True)), default=0.0) < 1e-9
     # 3 -> 4; 19 -> 8, 8, 4 (3 left); 8 -> 8; 33 -> 8, 8, 8, 8, 4 (1 left)
-    assert target.calls == [4, 8, 8, 4, 8, 8, 8, 8, 8, 4]
+    assert target.calls == [(1, t) for t in (4, 8, 8, 4, 8, 8, 8, 8, 8, 4)]
     assert chunked.get_server_info()["forward_counts"]["target_prefill"] == {
         "graph": 10, "eager": 0, "eager_reasons": {}}
 
@@ -153,10 +182,14 @@ def test_prefill_buckets_follow_the_context(small_pair):
     runner = e.runner
     reach = runner.max_pages * runner.page_size
     assert reach >= 100 and runner.prefill_tokens == tuple(t for t in (16, 32, 128) if t <= reach)
-    assert runner.prefill_bucket(0, 1) == 16 and runner.prefill_bucket(0, 17) == 32
-    assert runner.prefill_bucket(0, 33) == (128 if 128 <= reach else None)
-    assert runner.prefill_bucket(reach - 12, 10) is None  # 16 padded tokens would run past the table
-    assert runner.prefill_bucket(reach - 16, 10) == 16
+
+    def bucket(*rows):  # rows of (tokens, first position)
+        return runner.prefill_bucket([([7] * n, first, []) for n, first in rows])
+
+    assert bucket((1, 0)) == 16 and bucket((17, 0)) == 32 and bucket((3, 0), (17, 0)) == 32
+    assert bucket((33, 0)) == (128 if 128 <= reach else None)
+    assert bucket((10, reach - 12)) is None  # 16 padded tokens would run past the table
+    assert bucket((10, reach - 16)) == 16 and bucket((10, reach - 16), (3, 0)) == 16
     e.generate(input_ids=[3, 4, 5], sampling_params={"max_new_tokens": 1})
     reasons = e.get_server_info()["forward_counts"]["target_prefill"]["eager_reasons"]
     assert reasons == {"CUDA graphs need a CUDA device (running on CPU)": 1}

@@ -69,18 +69,21 @@ class GraphRunner:
                  stats: ForwardStats, *, enabled: bool, disabled_reason: str = "", max_bs: int = 1,
                  tokens_per_req: tuple[int, ...] = (1,), pool=None,
                  eager_fn: Callable[..., tuple[torch.Tensor, ...]] | None = None,
-                 replay_counts: Callable[[int], tuple[str, ...]] | None = None):
+                 replay_counts: Callable[[int], tuple[str, ...]] | None = None, max_tokens: int | None = None):
         """``eager_fn`` (default ``fn``) runs a call that cannot replay: a forward composed of other runners
         passes them there, so that each part still replays its own graph or is counted as eager. A replay at T
         tokens a request also counts once for each name in ``replay_counts(T)`` (the parts a composed graph
-        replays within it)."""
+        replays within it). ``max_tokens``: (batch bucket, T) pairs with more tokens are not captured (prefill:
+        long prompts one at a time, short ones batched)."""
         self.name, self.fn, self.specs, self.stats = name, fn, specs, stats
         self.eager_fn = eager_fn or fn
         self.replay_counts = replay_counts
         self.enabled = enabled
         self.disabled_reason = disabled_reason or "CUDA graphs disabled"
+        self.max_bs = max_bs
         self.buckets = batch_buckets(max_bs) if enabled else []
         self.tokens_per_req = tuple(sorted(set(tokens_per_req)))
+        self.max_tokens = max_tokens
         self.pool = pool
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, dict, tuple]] = {}
         self.capture_seconds = 0.0
@@ -103,6 +106,8 @@ class GraphRunner:
         with torch.no_grad():
             for T in sorted(self.tokens_per_req, reverse=True):
                 for bs in sorted(self.buckets, reverse=True):
+                    if self.max_tokens is not None and bs * T > self.max_tokens:
+                        continue
                     static = make_inputs(bs, T)
                     stream.wait_stream(torch.cuda.current_stream())
                     with torch.cuda.stream(stream):
@@ -134,6 +139,8 @@ class GraphRunner:
             return f"tokens per request {T} not captured (captured {list(self.tokens_per_req)})"
         if self._bucket(bs) is None:
             return f"batch size {bs} above the largest captured bucket {self.buckets[-1]}"
+        if self.max_tokens is not None and self._bucket(bs) * T > self.max_tokens:
+            return f"batch bucket x tokens per request above the {self.max_tokens} tokens captured"
         return None
 
     def __call__(self, bs: int, T: int, **inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -109,12 +109,16 @@ class ModelRunner:
             "spec_round", self._round_fn(raw), round_specs, tokens_per_req=verify_widths,
             eager_fn=self._round_fn(parts), **common,
             replay_counts=lambda T: ("draft_decode",) * (T - 2) + ("target_verify", "draft_extend"))
-        # Prefill as graphs: one request's prompt padded to the next token bucket (batch 1, causal), the target
-        # and the draft's extend over it. Buckets past the page table's reach (the context) are dropped: padded
-        # positions must index the table and the rotary cache like real ones.
+        # Prefill as graphs: prompts padded to the next token bucket (causal, so padded tokens after the real
+        # ones change nothing), the target and the draft's extend over them. Buckets past the page table's
+        # reach (the context) are dropped: padded positions must index the table and the rotary cache like
+        # real ones.
         reach = self.max_pages * page_size
         self.prefill_tokens = tuple(t for t in sorted(set(prefill_tokens)) if t <= reach)
-        prefill_common = dict(common, max_bs=1, tokens_per_req=self.prefill_tokens)
+        # A few short prompts admitted together replay one graph (batch buckets up to 8, at most the largest
+        # bucket's tokens in all); longer ones go a request at a time.
+        prefill_common = dict(common, max_bs=min(cuda_graph_max_bs, 8), tokens_per_req=self.prefill_tokens,
+                              max_tokens=self.prefill_tokens[-1] if self.prefill_tokens else None)
         self.target_prefill = GraphRunner("target_prefill", self._target_fn(ForwardMode.PREFILL), _UNIFORM_SPECS,
                                           **prefill_common)
         self.draft_prefill = GraphRunner("draft_prefill", self._draft_fn(ForwardMode.PREFILL), draft_specs,
@@ -245,9 +249,13 @@ class ModelRunner:
                          "capture_mib": round(r.capture_bytes / 2**20, 1)} for r in runners}
 
     # -- batch building ------------------------------------------------------------------------------
-    def build(self, rows: list[tuple[list[int], int, list[int]]], width: int | None = None) -> BatchTensors:
+    def build(self, rows: list[tuple[list[int], int, list[int]]], width: int | None = None,
+              pad_to: int | None = None) -> BatchTensors:
         """rows: per request (new token ids, first position, page list). New tokens occupy positions
         first .. first+n-1 and seq_len = first + n. ``width`` pads page tables (graphs want max_pages).
+        ``pad_to``: every request padded to that many tokens (a prefill graph's bucket): token 0 at the
+        positions after the real ones, cache slot 0 (the scratch page), seq_len = first + pad_to; extend_lens
+        stay the real counts.
 
         Two host-to-device copies (int64 and int32 parts), from pinned memory without waiting: the host runs
         ahead of the GPU (a pageable copy waits for the stream, so five of them cost a synchronisation each)."""
@@ -255,11 +263,12 @@ class ModelRunner:
         P = width or max(len(r[2]) for r in rows)
         for toks, first, pages in rows:
             n = len(toks)
-            ids += toks
+            pad = 0 if pad_to is None else pad_to - n
+            ids += list(toks) + [0] * pad
             p = range(first, first + n)
-            pos += p
-            loc += [pages[q // self.page_size] * self.page_size + q % self.page_size for q in p]
-            lens.append(first + n)
+            pos += list(p) + list(range(first + n, first + n + pad))
+            loc += [pages[q // self.page_size] * self.page_size + q % self.page_size for q in p] + [0] * pad
+            lens.append(first + n + pad)
             ext.append(n)
             pages_flat += list(pages) + [0] * (P - len(pages))
         N, B = len(ids), len(rows)
@@ -299,67 +308,64 @@ class ModelRunner:
         return self._draft_propose(bt.input_ids, hidden, bt.positions, fb)
 
     # -- prefill -------------------------------------------------------------------------------------
-    def prefill_bucket(self, first: int, n: int) -> int | None:
-        """The token bucket a prefill of n tokens at positions first.. replays in, or None. Padded tokens sit
-        at positions first+n .. first+bucket-1, which must stay within the page table's reach."""
+    def prefill_bucket(self, rows: list) -> int | None:
+        """The smallest token bucket that holds every row's tokens with each row's padded positions
+        first .. first+bucket-1 within the page table's reach; None if none does."""
         reach = self.max_pages * self.page_size
-        return next((t for t in self.prefill_tokens if t >= n and first + t <= reach), None)
+        n = max(len(toks) for toks, _, _ in rows)
+        last = max(first for _, first, _ in rows)
+        return next((t for t in self.prefill_tokens if t >= n and last + t <= reach), None)
 
     def _prefill_plan(self, runner: GraphRunner, rows: list) -> tuple[list | None, str | None]:
-        """([(chunk row, bucket)] in order, None) when every request can replay, else (None, why not). A prompt
-        longer than the largest bucket goes in chunks of that size (chunked prefill: a chunk's queries see the
-        earlier chunks' keys in the cache), the last one padded to its own bucket."""
+        """([(rows, bucket)] to replay in order, None), else (None, why not). The whole admitted batch in one
+        replay where its longest prompt's bucket times the batch's bucket was captured (short prompts arrive
+        together: one replay reads the experts once); else a request at a time, a prompt longer than the
+        largest bucket in chunks of it (each chunk's queries read the earlier chunks' keys from the cache), the
+        last chunk padded to its own bucket."""
         if not runner.enabled:
             return None, runner.disabled_reason
         if not self.prefill_tokens:
             return None, "no prefill graphs (cuda_graph_prefill_tokens empty or all above the context length)"
+        bucket = self.prefill_bucket(rows)
+        if len(rows) > 1 and bucket is not None and runner.why_not(len(rows), bucket) is None:
+            return [(rows, bucket)], None
         size, pieces = self.prefill_tokens[-1], []
         for toks, first, pages in rows:
             for i in range(0, len(toks), size):
-                chunk = toks[i:i + size]
-                bucket = self.prefill_bucket(first + i, len(chunk))
+                chunk = [(toks[i:i + size], first + i, pages)]
+                bucket = self.prefill_bucket(chunk)
                 if bucket is None:
                     return None, "a prompt's last chunk, padded to a bucket, would run past the context's page table"
-                pieces.append(((chunk, first + i, pages), bucket))
+                pieces.append((chunk, bucket))
         reason = runner.why_not(1, pieces[0][1])
         return (pieces, None) if reason is None else (None, reason)
 
-    def _padded(self, row: tuple[list[int], int, list[int]], bucket: int) -> dict[str, torch.Tensor]:
-        """One request's inputs padded to ``bucket`` tokens: padded tokens follow the real ones (positions
-        continue, so the causal mask keeps every real token from seeing them) and write their cache rows to
-        the scratch page 0; seq_len = first + bucket."""
-        toks, first, pages = row
-        n = len(toks)
-        # Page ids past the request's own are 0 (the scratch page), so padded positions map into it; the
-        # request's own pages may reach a few positions past n (room for decoding): those slots are sent to
-        # scratch too, so a padded token never writes a page a request owns.
-        bt = self.build([(list(toks) + [0] * (bucket - n), first, list(pages) + [0] * (self.max_pages - len(pages)))])
-        bt.out_cache_loc[n:] = 0
-        return dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
-                    out_cache_loc=bt.out_cache_loc)
-
     def _replay_prefill(self, runner: GraphRunner, pieces: list, hidden: torch.Tensor | None = None) -> tuple:
-        """Replays each (chunk row, bucket) in order (hidden: the draft's per-token input rows, in the same
-        order); returns each output's real rows, concatenated in that order."""
+        """Replays each (rows, bucket) in order (hidden: the draft's per-token input rows, in the same order);
+        returns each output's real rows, concatenated in that order."""
         outs, start = [], 0
-        for row, bucket in pieces:
-            n = len(row[0])
-            inputs = self._padded(row, bucket)
+        for rows, bucket in pieces:
+            bt = self.build(rows, width=self.max_pages, pad_to=bucket)
+            inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
+                          seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
             if hidden is not None:
-                inputs["hidden"] = hidden.new_zeros(bucket, hidden.shape[1])
-                inputs["hidden"][:n] = hidden[start:start + n]
+                inputs["hidden"] = hidden.new_zeros(len(rows) * bucket, hidden.shape[1])
+                for b, n in enumerate(bt.extend_lens):
+                    inputs["hidden"][b * bucket:b * bucket + n] = hidden[start:start + n]
+                    start += n
+            out = runner(len(rows), bucket, **inputs)
             # Copied out before the next replay: every graph's outputs live in the one shared pool, where any
             # later replay (of any bucket) may reuse their memory.
-            outs.append([o[:n].clone() for o in runner(1, bucket, **inputs)])
-            start += n
+            outs.append([torch.cat([o[b * bucket:b * bucket + n] for b, n in enumerate(bt.extend_lens)])
+                         for o in out])
         return tuple(col[0] if len(col) == 1 else torch.cat(col) for col in zip(*outs, strict=True))
 
     @torch.inference_mode()
     def prefill(self, rows: list[tuple[list[int], int, list[int]]]):
-        """The target over each request's new tokens (rows as build() takes them): graph replays, a request at
-        a time and a long prompt in chunks (_prefill_plan), each padded to its token bucket; where that cannot
-        be, the whole batch runs the ragged eager extend, counted as target_prefill EAGER with the reason.
-        Returns (logits [N, V], aux [N, 3H] or None) over the real tokens, grouped by request."""
+        """The target over each request's new tokens (rows as build() takes them): graph replays of the token
+        buckets (_prefill_plan), every prompt padded to its bucket; where that cannot be, the whole batch runs
+        the ragged eager extend, counted as target_prefill EAGER with the reason. Returns (logits [N, V], aux
+        [N, 3H] or None) over the real tokens, grouped by request."""
         pieces, reason = self._prefill_plan(self.target_prefill, rows)
         if pieces is None:
             self.stats.record("target_prefill", graph=False, reason=reason)
