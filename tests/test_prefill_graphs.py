@@ -182,6 +182,8 @@ def test_prefill_buckets_follow_the_context(small_pair):
     runner = e.runner
     reach = runner.max_pages * runner.page_size
     assert reach >= 100 and runner.prefill_tokens == tuple(t for t in (16, 32, 128) if t <= reach)
+    # Batches of short prompts up to the largest configured bucket's tokens, whatever the context.
+    assert runner.target_prefill.max_tokens == 100000
 
     def bucket(*rows):  # rows of (tokens, first position)
         return runner.prefill_bucket([([7] * n, first, []) for n, first in rows])

@@ -116,9 +116,10 @@ class ModelRunner:
         reach = self.max_pages * page_size
         self.prefill_tokens = tuple(t for t in sorted(set(prefill_tokens)) if t <= reach)
         # A few short prompts admitted together replay one graph (batch buckets up to 8, at most the largest
-        # bucket's tokens in all); longer ones go a request at a time.
+        # configured bucket's tokens in all, a memory bound that the context length does not change); longer
+        # ones go a request at a time.
         prefill_common = dict(common, max_bs=min(cuda_graph_max_bs, 8), tokens_per_req=self.prefill_tokens,
-                              max_tokens=self.prefill_tokens[-1] if self.prefill_tokens else None)
+                              max_tokens=max(prefill_tokens) if prefill_tokens else None)
         self.target_prefill = GraphRunner("target_prefill", self._target_fn(ForwardMode.PREFILL), _UNIFORM_SPECS,
                                           **prefill_common)
         self.draft_prefill = GraphRunner("draft_prefill", self._draft_fn(ForwardMode.PREFILL), draft_specs,
