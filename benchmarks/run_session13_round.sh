@@ -38,6 +38,8 @@
 # against 313.7-314.1 eager: a replay a prompt reads the experts once a prompt. The cap is the largest
 # configured bucket since.)
 # Part "p6": p5's two benchmarks again.
+# (p6 at cbcb10c: one replay for the batch: 4 x 200 tokens 121.8 ms (a prompt at a time 199.5-199.6, eager
+# 207.6 / 251.4), 8 x 100 tokens 121.1-121.3 ms (a prompt at a time 510.2-510.3, eager 292.7 / 446.7).)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: p1, p2, p3, p4, p5 or p6}
 
