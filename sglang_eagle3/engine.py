@@ -55,9 +55,10 @@ class EngineArgs:
     tp_size: int = 1
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int = 16
-    # (sglang_eagle3) Prompt lengths captured as prefill CUDA graphs (batch 1): a prompt replays the smallest
-    # bucket that holds it, padded; a longer one goes in chunks of the largest bucket. () turns prefill graphs
-    # off (eager prefill, counted with the reason). Buckets past the context length are not captured.
+    # (sglang_eagle3) Prompt lengths captured as prefill CUDA graphs: a prompt replays the smallest bucket that
+    # holds it, padded, together with the prompts admitted with it (batch buckets up to 8, at most the largest
+    # bucket's tokens in all); a longer one goes in chunks of the largest bucket. () turns prefill graphs off
+    # (eager prefill, counted with the reason). Buckets past the context length are not captured.
     cuda_graph_prefill_tokens: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     max_running_requests: int = 32
     context_length: int | None = None

@@ -90,11 +90,12 @@ def test_padded_prefill_equals_ragged_prefill(small_pair):
             ly = [r[0] for r in y["meta_info"][key] if r[0] is not None]
             assert len(lx) == len(ly), key
             assert max((abs(p - q) for p, q in zip(lx, ly, strict=True)), default=0.0) < 1e-9, key
-    # Five prompts up to 41 tokens: 8 x 64 tokens were not captured (64 at most), so a request at a time.
-    assert sorted(target.calls) == sorted([(1, 8), (1, 16), (1, 16), (1, 64), (1, 8)]) and draft.calls == target.calls
+    # Consecutive prompts together while the batch bucket x token bucket was captured (64 tokens at most):
+    # 3, 16, 9 as bucket 4 x 16; then 41 alone (4 x 64 was not captured), then 1 (2 x 64 neither).
+    assert target.calls == [(3, 16), (1, 64), (1, 8)] and draft.calls == target.calls
     counts = padded.get_server_info()["forward_counts"]
-    assert counts["target_prefill"] == {"graph": 5, "eager": 0, "eager_reasons": {}}
-    assert counts["draft_prefill"]["graph"] == 5
+    assert counts["target_prefill"] == {"graph": 3, "eager": 0, "eager_reasons": {}}
+    assert counts["draft_prefill"]["graph"] == 3
     theirs = ragged.get_server_info()["forward_counts"]["target_prefill"]
     assert theirs["graph"] == 0 and theirs["eager"] >= 1
     # The batch's prefill outputs themselves (the draft's inputs: a wrong aux row costs acceptance, not output).
@@ -110,9 +111,9 @@ def test_padded_prefill_equals_ragged_prefill(small_pair):
 
 
 def test_short_prompts_admitted_together_replay_one_graph(small_pair):
-    """Prompts that fit one bucket, admitted together, replay ONE graph of the batch's bucket (3 of 4 rows
-    used) at the longest prompt's bucket, each request padded to it: the ragged prefill's outputs; a batch whose
-    bucket times tokens was not captured goes a request at a time."""
+    """Prompts admitted together replay one graph of their batch bucket (3 of 4 rows used) at the longest
+    prompt's bucket, each request padded to it, while that pair was captured (16 tokens at most here), else
+    consecutive groups: the ragged prefill's outputs."""
     e = _engine(small_pair, cuda_graph_prefill_tokens=(4, 8, 16))
     runner = e.runner
     runner.target_prefill = target = EagerReplay(runner.target_prefill)
@@ -121,7 +122,8 @@ def test_short_prompts_admitted_together_replay_one_graph(small_pair):
     g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
     V = small_pair.config.vocab_size
     sp = {"max_new_tokens": 5, "temperature": 0}
-    for lengths, calls in (((3, 2, 4), [(3, 4)]), ((7, 1), [(2, 8)]), ((9, 2), [(1, 16), (1, 4)])):
+    for lengths, calls in (((3, 2, 4), [(3, 4)]), ((7, 1), [(2, 8)]), ((9, 2), [(1, 16), (1, 4)]),
+                           ((2, 9, 3, 1, 2), [(1, 4), (1, 16), (3, 4)])):
         target.calls.clear()
         prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in lengths]
         a = e.generate(input_ids=prompts, sampling_params=sp, return_logprob=True, logprob_start_len=0)

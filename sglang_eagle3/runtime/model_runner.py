@@ -318,27 +318,34 @@ class ModelRunner:
         return next((t for t in self.prefill_tokens if t >= n and last + t <= reach), None)
 
     def _prefill_plan(self, runner: GraphRunner, rows: list) -> tuple[list | None, str | None]:
-        """([(rows, bucket)] to replay in order, None), else (None, why not). The whole admitted batch in one
-        replay where its longest prompt's bucket times the batch's bucket was captured (short prompts arrive
-        together: one replay reads the experts once); else a request at a time, a prompt longer than the
-        largest bucket in chunks of it (each chunk's queries read the earlier chunks' keys from the cache), the
-        last chunk padded to its own bucket."""
+        """([(rows, bucket)] to replay in order, None), else (None, why not). Consecutive prompts go together
+        while their batch bucket times their longest prompt's bucket was captured (one replay reads the experts
+        once for all of them); a prompt longer than the largest bucket goes alone, in chunks of that bucket
+        (each chunk's queries read the earlier chunks' keys from the cache), the last padded to its own."""
         if not runner.enabled:
             return None, runner.disabled_reason
         if not self.prefill_tokens:
             return None, "no prefill graphs (cuda_graph_prefill_tokens empty or all above the context length)"
-        bucket = self.prefill_bucket(rows)
-        if len(rows) > 1 and bucket is not None and runner.why_not(len(rows), bucket) is None:
-            return [(rows, bucket)], None
-        size, pieces = self.prefill_tokens[-1], []
+        cannot_pad = "a prompt's last chunk, padded to a bucket, would run past the context's page table"
+        size, pieces, group = self.prefill_tokens[-1], [], []
         for toks, first, pages in rows:
-            for i in range(0, len(toks), size):
-                chunk = [(toks[i:i + size], first + i, pages)]
-                bucket = self.prefill_bucket(chunk)
-                if bucket is None:
-                    return None, "a prompt's last chunk, padded to a bucket, would run past the context's page table"
-                pieces.append((chunk, bucket))
-        reason = runner.why_not(1, pieces[0][1])
+            chunks = [[(toks[i:i + size], first + i, pages)] for i in range(0, len(toks), size)]
+            if len(chunks) == 1 and group:
+                together = group + chunks[0]
+                bucket = self.prefill_bucket(together)
+                if bucket is not None and runner.why_not(len(together), bucket) is None:
+                    group = together
+                    continue
+            if group:
+                pieces.append((group, self.prefill_bucket(group)))
+            group = []
+            for chunk in chunks:
+                if self.prefill_bucket(chunk) is None:
+                    return None, cannot_pad
+            pieces += [(chunk, self.prefill_bucket(chunk)) for chunk in chunks[:-1]]
+            group = chunks[-1]
+        pieces.append((group, self.prefill_bucket(group)))
+        reason = next((r for r in (runner.why_not(len(g), b) for g, b in pieces) if r is not None), None)
         return (pieces, None) if reason is None else (None, reason)
 
     def _replay_prefill(self, runner: GraphRunner, pieces: list, hidden: torch.Tensor | None = None) -> tuple:
