@@ -40,8 +40,10 @@
 # Part "p6": p5's two benchmarks again.
 # (p6 at cbcb10c: one replay for the batch: 4 x 200 tokens 121.8 ms (a prompt at a time 199.5-199.6, eager
 # 207.6 / 251.4), 8 x 100 tokens 121.1-121.3 ms (a prompt at a time 510.2-510.3, eager 292.7 / 446.7).)
+# Part "p7": consecutive prompts of an admitted batch grouped into replays (ef96a97): the engine and graph runner
+# GPU tests again.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: p1, p2, p3, p4, p5 or p6}
+part=${1:?part: p1 .. p7}
 
 case $part in
 p1)
@@ -103,6 +105,10 @@ p6)
     --prefill 200 --prefill-buckets 256 1024 --prefill-batch 4
   TAIL=4 stage prefill_batch8 120 python benchmarks/bench_moe_tile.py --out "$OUT" --label batch8 --tokens \
     --prefill 100 --prefill-buckets 128 1024 --prefill-batch 8
+  ;;
+p7)
+  TAIL=6 stage engine_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/gpu/test_cuda_engine.py tests/test_graph_runner.py
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
