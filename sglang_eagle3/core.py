@@ -15,7 +15,7 @@ class ForwardMode(enum.Enum):
     DECODE = "decode"  # one new token per request
     TARGET_VERIFY = "target_verify"  # k+1 new tokens per request, causal among themselves
     DRAFT_EXTEND = "draft_extend"  # draft over accepted tokens, padded to k+1 per request
-    PREFILL = "prefill"  # one request's prompt padded to a graph's token bucket, causal (uniform, graphed)
+    PREFILL = "prefill"  # prompts padded to a graph's token bucket (as many tokens each), causal (graphed)
 
     @property
     def is_uniform(self) -> bool:

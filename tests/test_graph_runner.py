@@ -100,6 +100,20 @@ def test_bucket_choice_is_the_smallest_that_fits(max_bs):
     assert runner._bucket(max_bs + 1) is None
 
 
+def test_max_tokens_caps_batch_bucket_times_tokens():
+    """A runner with max_tokens (prefill) replays (bs, T) only where bs's bucket times T is within it; the reason
+    names the cap, not the batch."""
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    cap = int(torch.randint(16, 80, (), generator=g))
+    runner = GraphRunner("fake_prefill", fake_forward, SPECS, ForwardStats(warn=False), enabled=True, max_bs=8,
+                         tokens_per_req=(4, 8, 16), max_tokens=cap)
+    for bs in range(1, 9):
+        for T in (4, 8, 16):
+            reason = runner.why_not(bs, T)
+            assert (reason is None) == (runner._bucket(bs) * T <= cap), (bs, T, cap, reason)
+            assert reason is None or str(cap) in reason
+
+
 def test_replay_pads_and_matches_eager():
     """Every (bs, T): the replayed rows equal the eager rows; padded rows of every static buffer hold the pad
     values, never leftovers of an earlier, larger batch or a wider page table."""

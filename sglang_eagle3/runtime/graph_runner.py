@@ -1,4 +1,4 @@
-"""CUDA-graph capture and replay for the fixed-shape forwards (decode, target verify, draft steps).
+"""CUDA-graph capture and replay for the fixed-shape forwards (decode, target verify, draft steps, prefill).
 
 A ``GraphRunner`` owns one forward function and captures it once per (batch bucket, tokens per request):
 static input buffers are filled with ``copy_`` before each replay, batches are padded to the next bucket,

@@ -176,7 +176,7 @@ class Scheduler:
         resumed = [bool(r.output_ids) for r in reqs]
         rows = [(r.tokens[:-1] if res else r.input_ids, 0, r.pages) for r, res in zip(reqs, resumed, strict=True)]
         lens = [len(row[0]) for row in rows]
-        logits, aux = runner.prefill(rows)  # a graph replay per request where a token bucket fits
+        logits, aux = runner.prefill(rows)  # graph replays of token buckets where they fit (ModelRunner.prefill)
         first_tokens, start = [], 0
         for r, n, res in zip(reqs, lens, resumed, strict=True):
             rows = logits[start:start + n]
