@@ -203,7 +203,8 @@ class MLAAttention(nn.Module):
                 page_size=fb.kv.page_size, kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale,
                 use_triton=self.use_triton, **rope)
         else:
-            # Ragged prefill: one uniform call per request (prefill is never graph-captured).
+            # Ragged prefill (the eager fallback; prefill graphs run the uniform PREFILL mode above): one
+            # uniform call per request.
             outs, start = [], 0
             for b, n in enumerate(fb.extend_lens):
                 outs.append(kernels.ref_mla_attention(
