@@ -219,3 +219,29 @@ def test_launch_server_flag():
     args = build_parser().parse_args(["--cuda-graph-prefill-tokens", ""])
     assert engine_kwargs(args)["cuda_graph_prefill_tokens"] == ()
     assert "cuda_graph_prefill_tokens" not in engine_kwargs(build_parser().parse_args([]))
+
+
+def test_prefill_capture_out_of_memory_leaves_eager_prefill(small_pair, monkeypatch, caplog):
+    """Prefill graphs that do not fit beside the KV cache do not stop the engine: a warning, the prefill runners
+    disabled with that reason (counted on every prefill), the other graphs captured as before."""
+    import logging
+
+    e = _engine(small_pair, cuda_graph_prefill_tokens=(8, 16))
+    runner = e.runner
+    captured = []
+
+    def capture(self, make_inputs):
+        if self.name == "target_prefill":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        captured.append(self.name)
+
+    monkeypatch.setattr(GraphRunner, "capture", capture)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    with caplog.at_level(logging.WARNING, logger="sglang_eagle3.runtime.model_runner"):
+        runner.capture_graphs()
+    assert "target_verify" in captured and "draft_prefill" not in captured
+    assert any("prefill graphs not captured: CUDA out of memory" in r.getMessage() for r in caplog.records)
+    monkeypatch.undo()
+    e.generate(input_ids=[4, 5, 6], sampling_params={"max_new_tokens": 2})
+    reasons = e.get_server_info()["forward_counts"]["target_prefill"]["eager_reasons"]
+    assert len(reasons) == 1 and next(iter(reasons)).startswith("prefill graphs not captured: CUDA out of memory")

@@ -229,9 +229,20 @@ class ModelRunner:
             return d
 
         if self.prefill_tokens:  # the largest graphs first: the shared pool then serves the smaller ones
-            self.target_prefill.capture(lambda bs, T: example(bs, T, False))
-            if self.draft is not None:
-                self.draft_prefill.capture(lambda bs, T: example(bs, T, "aux"))
+            try:
+                self.target_prefill.capture(lambda bs, T: example(bs, T, False))
+                if self.draft is not None:
+                    self.draft_prefill.capture(lambda bs, T: example(bs, T, "aux"))
+            except torch.cuda.OutOfMemoryError as e:
+                # The prefill graphs are an optimisation the engine can serve without (their activations for
+                # the largest bucket can exceed what the KV cache left free): eager prefill, counted, and said.
+                reason = (f"prefill graphs not captured: CUDA out of memory ({str(e).splitlines()[0]}); lower "
+                          "cuda_graph_prefill_tokens or max_total_tokens to have them")
+                logger.warning("%s", reason)
+                for runner in (self.target_prefill, self.draft_prefill):
+                    runner.graphs.clear()
+                    runner.enabled, runner.disabled_reason = False, reason
+                torch.cuda.empty_cache()
         self.target_verify.capture(lambda bs, T: example(bs, T, False))
         self.target_decode.capture(lambda bs, T: example(bs, T, False))
         if self.draft is not None:
