@@ -58,7 +58,8 @@ class EngineArgs:
     # (sglang_eagle3) Prompt lengths captured as prefill CUDA graphs: a prompt replays the smallest bucket that
     # holds it, padded, together with the prompts admitted with it (batch buckets up to 8, at most the largest
     # bucket's tokens in all); a longer one goes in chunks of the largest bucket. () turns prefill graphs off
-    # (eager prefill, counted with the reason). Buckets past the context length are not captured.
+    # (eager prefill, counted with the reason), as does running out of memory capturing them (with a warning).
+    # Buckets past the context length are not captured.
     cuda_graph_prefill_tokens: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     max_running_requests: int = 32
     context_length: int | None = None
