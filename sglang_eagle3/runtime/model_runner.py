@@ -349,11 +349,10 @@ class ModelRunner:
                     continue
             if group:
                 pieces.append((group, self.prefill_bucket(group)))
-            group = []
-            for chunk in chunks:
-                if self.prefill_bucket(chunk) is None:
-                    return None, cannot_pad
-            pieces += [(chunk, self.prefill_bucket(chunk)) for chunk in chunks[:-1]]
+            buckets = [self.prefill_bucket(chunk) for chunk in chunks]
+            if None in buckets:
+                return None, cannot_pad
+            pieces += list(zip(chunks[:-1], buckets[:-1], strict=True))
             group = chunks[-1]
         pieces.append((group, self.prefill_bucket(group)))
         reason = next((r for r in (runner.why_not(len(g), b) for g, b in pieces) if r is not None), None)
