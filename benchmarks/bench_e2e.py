@@ -91,8 +91,9 @@ def embedded(a) -> dict:
     common = dict(device=a.device, log_level="warning", disable_cuda_graph=a.disable_cuda_graph, tp_size=a.tp_size)
     if len(a.prefill_graphs) != 1:
         raise SystemExit("--prefill-graphs takes one variant for the embedded workload (several: --kimi-slice)")
-    if prefill_tokens(a.prefill_graphs[0]) is not None:
-        common["cuda_graph_prefill_tokens"] = prefill_tokens(a.prefill_graphs[0])
+    buckets = prefill_tokens(a.prefill_graphs[0])
+    if buckets is not None:
+        common["cuda_graph_prefill_tokens"] = buckets
     out = {"workload": {"model": target, "draft": draft, "prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
                         "greedy": True, "single_stream": True, "tp_size": a.tp_size}, "runs": []}
     base_engine = Engine(model_path=target, **common)
@@ -185,9 +186,9 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
     configs = [("baseline", None, None)] + [(f"eagle3_k{a.k}_acc{x}", a.k, x) for x in a.simulate_accept]
     variants = [(v, prefill_tokens(v)) for v in a.prefill_graphs]
     # Each prefill-graph variant runs every configuration in turn, the variants alternating (--repeat-variants).
-    plan = [(v, c) for _ in range(a.repeat_variants) for v in variants for c in configs]
+    schedule = [(v, c) for _ in range(a.repeat_variants) for v in variants for c in configs]
     base_tps = {}
-    for (variant, buckets), (cname, k, acc) in plan:
+    for (variant, buckets), (cname, k, acc) in schedule:
         name = cname if len(variants) == 1 else f"{cname}[prefill graphs {variant}]"
         extra = {} if buckets is None else {"cuda_graph_prefill_tokens": buckets}
         args = EngineArgs(model_path="<in-memory>", device="cuda", dtype="bfloat16", max_running_requests=1,
