@@ -370,6 +370,16 @@ def test_gpu_round_replay_equals_eager(gpu_engine):
             sched.abort(r.rid)
 
 
+def _check_prefill(runner, rows, tol):
+    """runner.prefill's (logits at each request's last token, hidden, aux) against the ragged eager extend's
+    logits of every row (through logits_of(hidden)) and aux."""
+    last, hidden, aux = runner.prefill(rows)
+    ref_logits, ref_aux = runner.target_extend(runner.build(rows))
+    ends = (torch.tensor([len(toks) for toks, _, _ in rows]).cumsum(0) - 1).to(ref_logits.device)
+    assert last.shape == (len(rows), ref_logits.shape[1]) and _rel(last, ref_logits[ends]) < tol
+    assert _rel(runner.logits_of(hidden), ref_logits) < tol and _rel(aux, ref_aux) < tol
+
+
 @pytest.mark.gpu
 def test_gpu_prefill_replay_equals_eager(gpu_engine):
     """Prompts of irregular lengths (one request, and a batch of three: one replay of batch bucket 4 at 256
@@ -390,10 +400,8 @@ def test_gpu_prefill_replay_equals_eager(gpu_engine):
             assert reason is None and len(pieces) == 1, (reason, pieces)  # rows[3:]: bucket 4 x 256 tokens
             before = runner.stats.as_dict()
             with torch.inference_mode():
-                logits, aux = runner.prefill(batch)
+                _check_prefill(runner, batch, tol)
                 ref_logits, ref_aux = runner.target_extend(runner.build(batch))
-            assert logits.shape == ref_logits.shape and _rel(logits, ref_logits) < tol, _rel(logits, ref_logits)
-            assert _rel(aux, ref_aux) < tol, _rel(aux, ref_aux)
             drows = [(toks[1:] + [int(torch.randint(0, 512, (), generator=g))], 0, p) for toks, _, p in batch]
             with torch.inference_mode():
                 props, hidden = runner.prefill_draft(drows, ref_aux)
@@ -410,10 +418,7 @@ def test_gpu_prefill_replay_equals_eager(gpu_engine):
         try:
             before = runner.stats.as_dict()["target_prefill"]["graph"]
             with torch.inference_mode():
-                logits, aux = runner.prefill([rows[5]])
-                ref_logits, ref_aux = runner.target_extend(runner.build([rows[5]]))
-            assert _rel(logits, ref_logits) < tol and _rel(aux, ref_aux) < tol, (_rel(logits, ref_logits),
-                                                                                 _rel(aux, ref_aux))
+                _check_prefill(runner, [rows[5]], tol)
             assert runner.stats.as_dict()["target_prefill"]["graph"] == before + 2
         finally:
             runner.prefill_tokens = buckets

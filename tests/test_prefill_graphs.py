@@ -60,6 +60,18 @@ class EagerReplay:
         return tuple(static)
 
 
+def _check_prefill_outputs(runner, rows):
+    """runner.prefill's (logits at each request's last token, hidden, aux) against the ragged eager extend's
+    logits of every row and aux, float64: the hidden rows give every row's logits through logits_of."""
+    last, hidden, aux = runner.prefill(rows)
+    ref_logits, ref_aux = runner.target_extend(runner.build(rows))
+    ends = torch.tensor([len(toks) for toks, _, _ in rows]).cumsum(0) - 1
+    assert last.shape == (len(rows), ref_logits.shape[1])
+    assert torch.allclose(last, ref_logits[ends], rtol=0, atol=1e-9)
+    assert torch.allclose(runner.logits_of(hidden), ref_logits, rtol=0, atol=1e-9)
+    assert torch.allclose(aux, ref_aux, rtol=0, atol=1e-9)
+
+
 def _engine(pair, **kw):
     return Engine(model_path=pair.target, speculative_algorithm="EAGLE3", speculative_draft_model_path=pair.draft,
                   speculative_num_steps=3, device="cpu", dtype="float64", skip_tokenizer_init=True,
@@ -101,9 +113,9 @@ def test_padded_prefill_equals_ragged_prefill(small_pair):
     # The batch's prefill outputs themselves (the draft's inputs: a wrong aux row costs acceptance, not output).
     pages = [runner.allocator.alloc(len(p) // runner.page_size + 1) for p in prompts]
     rows = [(p, 0, pg) for p, pg in zip(prompts, pages, strict=True)]
-    logits, aux = runner.prefill(rows)
-    ref_logits, ref_aux = runner.target_extend(runner.build(rows))
-    assert torch.allclose(logits, ref_logits, rtol=0, atol=1e-9) and torch.allclose(aux, ref_aux, rtol=0, atol=1e-9)
+    _check_prefill_outputs(runner, rows)
+    _, _, aux = runner.prefill(rows)
+    _, ref_aux = runner.target_extend(runner.build(rows))
     drows = [(p[1:] + [7], 0, pg) for p, pg in zip(prompts, pages, strict=True)]
     props, hidden = runner.prefill_draft(drows, aux)
     ref_props, ref_hidden = runner.draft_extend_ragged(runner.build(drows), ref_aux)
@@ -157,6 +169,9 @@ def test_long_prompts_prefill_in_chunks(small_pair):
     assert target.calls == [(1, t) for t in (4, 8, 8, 4, 8, 8, 8, 8, 8, 4)]
     assert chunked.get_server_info()["forward_counts"]["target_prefill"] == {
         "graph": 10, "eager": 0, "eager_reasons": {}}
+    # The outputs themselves: one logits row a prompt (not one a chunk), every row's from the hidden states.
+    pages = [runner.allocator.alloc(len(p) // runner.page_size + 1) for p in prompts]
+    _check_prefill_outputs(runner, [(p, 0, pg) for p, pg in zip(prompts, pages, strict=True)])
 
 
 def test_prefill_that_cannot_pad_runs_the_batch_eager(small_pair):
@@ -197,6 +212,11 @@ def test_prefill_buckets_follow_the_context(small_pair):
     e.generate(input_ids=[3, 4, 5], sampling_params={"max_new_tokens": 1})
     reasons = e.get_server_info()["forward_counts"]["target_prefill"]["eager_reasons"]
     assert reasons == {"CUDA graphs need a CUDA device (running on CPU)": 1}
+    # The eager prefill gives what the graphs give: logits at the last tokens, every row's from the hidden states.
+    pages = [runner.allocator.alloc(4) for _ in range(3)]
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    _check_prefill_outputs(runner, [(torch.randint(0, small_pair.config.vocab_size, (n,), generator=g).tolist(), 0, p)
+                                    for n, p in zip((5, 1, 40), pages, strict=True)])
 
 
 @pytest.mark.parametrize("bad", [(0,), (16, -1), (True,), (8.0,), [16]])

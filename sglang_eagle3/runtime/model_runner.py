@@ -26,6 +26,8 @@ _UNIFORM_SPECS = {
     "seq_lens": InputSpec(per_token=False, pad_with_tokens_per_req=True),
     "out_cache_loc": InputSpec(per_token=True),
 }
+# A prefill batch's logits are taken at one row a request (its last real token): last_rows [B].
+_PREFILL_SPECS = dict(_UNIFORM_SPECS, last_rows=InputSpec(per_token=False))
 
 
 @dataclass
@@ -120,8 +122,9 @@ class ModelRunner:
         # ones go a request at a time.
         prefill_common = dict(common, max_bs=min(cuda_graph_max_bs, 8), tokens_per_req=self.prefill_tokens,
                               max_tokens=max(prefill_tokens) if prefill_tokens else None)
-        self.target_prefill = GraphRunner("target_prefill", self._target_fn(ForwardMode.PREFILL), _UNIFORM_SPECS,
+        self.target_prefill = GraphRunner("target_prefill", self._prefill_fn(ForwardMode.PREFILL), _PREFILL_SPECS,
                                           **prefill_common)
+        self._prefill_ragged = self._prefill_fn(ForwardMode.EXTEND)  # the eager fallback: the same outputs
         self.draft_prefill = GraphRunner("draft_prefill", self._draft_fn(ForwardMode.PREFILL), draft_specs,
                                          **prefill_common)
         # The draft embeds with the target's table; under TP that is the vocab-parallel module (all-reduced).
@@ -138,6 +141,20 @@ class ModelRunner:
             fb = self._fb(self.target_kv, mode, page_table, seq_lens, out_cache_loc, tokens_per_req)
             logits, _, aux = self.target(input_ids, positions, fb, self.aux_layer_ids)
             return (logits, torch.cat(aux, dim=-1)) if aux else (logits,)
+
+        return fn
+
+    def _prefill_fn(self, mode: ForwardMode):
+        """The target over a prefill batch with logits at ``last_rows`` only (a request's last real token): the
+        other rows' logits are needed only for input logprobs, which logits_of computes from the returned hidden
+        states when asked. Under TP the lm_head all-gathers B rows of float32 logits instead of every prompt
+        token's (671 MB for 1024 tokens at Kimi's vocabulary), and the graphs' pool does not hold them.
+        Returns (logits [B, V], hidden [N, H], aux [N, 3H] if the draft is wired)."""
+        def fn(input_ids, positions, page_table, seq_lens, out_cache_loc, last_rows, tokens_per_req, extend_lens=None):
+            fb = self._fb(self.target_kv, mode, page_table, seq_lens, out_cache_loc, tokens_per_req, extend_lens)
+            h, aux = self.target.model(input_ids, positions, fb, self.aux_layer_ids)
+            logits = self.target.lm_head(h.index_select(0, last_rows))
+            return (logits, h, torch.cat(aux, dim=-1)) if aux else (logits, h)
 
         return fn
 
@@ -230,7 +247,8 @@ class ModelRunner:
 
         if self.prefill_tokens:  # the largest graphs first: the shared pool then serves the smaller ones
             try:
-                self.target_prefill.capture(lambda bs, T: example(bs, T, False))
+                self.target_prefill.capture(lambda bs, T: dict(
+                    example(bs, T, False), last_rows=torch.arange(T - 1, bs * T, T, device=self.device)))
                 if self.draft is not None:
                     self.draft_prefill.capture(lambda bs, T: example(bs, T, "aux"))
             except torch.cuda.OutOfMemoryError as e:
@@ -329,10 +347,11 @@ class ModelRunner:
         return next((t for t in self.prefill_tokens if t >= n and last + t <= reach), None)
 
     def _prefill_plan(self, runner: GraphRunner, rows: list) -> tuple[list | None, str | None]:
-        """([(rows, bucket)] to replay in order, None), else (None, why not). Consecutive prompts go together
-        while their batch bucket times their longest prompt's bucket was captured (one replay reads the experts
-        once for all of them); a prompt longer than the largest bucket goes alone, in chunks of that bucket
-        (each chunk's queries read the earlier chunks' keys from the cache), the last padded to its own."""
+        """([(rows, bucket, ends)] to replay in order, None), else (None, why not). Consecutive prompts go
+        together while their batch bucket times their longest prompt's bucket was captured (one replay reads the
+        experts once for all of them); a prompt longer than the largest bucket goes alone, in chunks of that
+        bucket (each chunk's queries read the earlier chunks' keys from the cache), the last padded to its own.
+        ``ends``: whether the piece's rows end their requests (False only for a chunk before a prompt's last)."""
         if not runner.enabled:
             return None, runner.disabled_reason
         if not self.prefill_tokens:
@@ -348,24 +367,29 @@ class ModelRunner:
                     group = together
                     continue
             if group:
-                pieces.append((group, self.prefill_bucket(group)))
+                pieces.append((group, self.prefill_bucket(group), True))
             buckets = [self.prefill_bucket(chunk) for chunk in chunks]
             if None in buckets:
                 return None, cannot_pad
-            pieces += list(zip(chunks[:-1], buckets[:-1], strict=True))
+            pieces += [(chunk, bucket, False) for chunk, bucket in zip(chunks[:-1], buckets[:-1], strict=True)]
             group = chunks[-1]
-        pieces.append((group, self.prefill_bucket(group)))
-        reason = next((r for r in (runner.why_not(len(g), b) for g, b in pieces) if r is not None), None)
+        pieces.append((group, self.prefill_bucket(group), True))
+        reason = next((r for r in (runner.why_not(len(g), b) for g, b, _ in pieces) if r is not None), None)
         return (pieces, None) if reason is None else (None, reason)
 
     def _replay_prefill(self, runner: GraphRunner, pieces: list, hidden: torch.Tensor | None = None) -> tuple:
-        """Replays each (rows, bucket) in order (hidden: the draft's per-token input rows, in the same order);
-        returns each output's real rows, concatenated in that order."""
+        """Replays each (rows, bucket, ends) in order (hidden: the draft's per-token input rows, in the same
+        order); returns each output's real rows, concatenated in that order: one row a request for the target's
+        logits (its first output, taken at last_rows; none from a chunk that does not end its prompt), the real
+        tokens' rows for every other output."""
+        target = runner is self.target_prefill
         outs, start = [], 0
-        for rows, bucket in pieces:
+        for rows, bucket, ends in pieces:
             bt = self.build(rows, width=self.max_pages, pad_to=bucket)
             inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
                           seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
+            if target:
+                inputs["last_rows"] = self.to_device([b * bucket + n - 1 for b, n in enumerate(bt.extend_lens)])
             if hidden is not None:
                 inputs["hidden"] = hidden.new_zeros(len(rows) * bucket, hidden.shape[1])
                 for b, n in enumerate(bt.extend_lens):
@@ -374,22 +398,34 @@ class ModelRunner:
             out = runner(len(rows), bucket, **inputs)
             # Copied out before the next replay: every graph's outputs live in the one shared pool, where any
             # later replay (of any bucket) may reuse their memory.
-            outs.append([torch.cat([o[b * bucket:b * bucket + n] for b, n in enumerate(bt.extend_lens)])
-                         for o in out])
+            outs.append([o[:len(rows) if ends else 0].clone() if target and i == 0 else
+                         torch.cat([o[b * bucket:b * bucket + n] for b, n in enumerate(bt.extend_lens)])
+                         for i, o in enumerate(out)])
         return tuple(col[0] if len(col) == 1 else torch.cat(col) for col in zip(*outs, strict=True))
 
     @torch.inference_mode()
     def prefill(self, rows: list[tuple[list[int], int, list[int]]]):
         """The target over each request's new tokens (rows as build() takes them): graph replays of the token
         buckets (_prefill_plan), every prompt padded to its bucket; where that cannot be, the whole batch runs
-        the ragged eager extend, counted as target_prefill EAGER with the reason. Returns (logits [N, V], aux
-        [N, 3H] or None) over the real tokens, grouped by request."""
+        ragged and eager, counted as target_prefill EAGER with the reason. Returns (logits [B, V] at each
+        request's last token, hidden [N, H] and aux [N, 3H] or None over the real tokens, grouped by request);
+        logits_of(hidden rows) gives the other rows' logits."""
         pieces, reason = self._prefill_plan(self.target_prefill, rows)
         if pieces is None:
             self.stats.record("target_prefill", graph=False, reason=reason)
-            return self.target_extend(self.build(rows))
-        logits, *aux = self._replay_prefill(self.target_prefill, pieces)
-        return logits, (aux[0] if aux else None)
+            bt = self.build(rows)
+            ends = torch.tensor(bt.extend_lens).cumsum(0) - 1
+            out = self._prefill_ragged(bt.input_ids, bt.positions, bt.page_table, bt.seq_lens, bt.out_cache_loc,
+                                       self.to_device(ends.tolist()), 1, bt.extend_lens)
+        else:
+            out = self._replay_prefill(self.target_prefill, pieces)
+        return out[0], out[1], (out[2] if len(out) > 2 else None)
+
+    @torch.inference_mode()
+    def logits_of(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits [n, V] of the target's final hidden states [n, H] (prefill's; eager, and under TP a
+        collective: every rank calls it with the same rows)."""
+        return self.target.lm_head(hidden)
 
     @torch.inference_mode()
     def prefill_draft(self, rows: list[tuple[list[int], int, list[int]]], aux: torch.Tensor):

@@ -176,16 +176,16 @@ class Scheduler:
         resumed = [bool(r.output_ids) for r in reqs]
         rows = [(r.tokens[:-1] if res else r.input_ids, 0, r.pages) for r, res in zip(reqs, resumed, strict=True)]
         lens = [len(row[0]) for row in rows]
-        logits, aux = runner.prefill(rows)  # graph replays of token buckets where they fit (ModelRunner.prefill)
+        # Graph replays of token buckets where they fit (ModelRunner.prefill); logits at each prompt's last token.
+        last, hidden_states, aux = runner.prefill(rows)
         first_tokens, start = [], 0
-        for r, n, res in zip(reqs, lens, resumed, strict=True):
-            rows = logits[start:start + n]
+        for i, (r, n, res) in enumerate(zip(reqs, lens, resumed, strict=True)):
             if res:
                 first_tokens.append(r.tokens[-1])
             else:
-                if r.return_logprob:
-                    self._input_logprobs(r, rows)
-                first_tokens.append(sample_token(rows[-1], r.params, r.generator))
+                if r.return_logprob:  # every prompt row's logits, from its hidden state (only when asked)
+                    self._input_logprobs(r, runner.logits_of(hidden_states[start:start + n]))
+                first_tokens.append(sample_token(last[i], r.params, r.generator))
                 self.stats.prompt_tokens += n
             start += n
         if self.num_steps:
@@ -198,11 +198,9 @@ class Scheduler:
             for i, r in enumerate(reqs):
                 r.next_draft_token = proposals[i]
                 self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()
-        start = 0
-        for r, n, tok, res in zip(reqs, lens, first_tokens, resumed, strict=True):
+        for i, (r, tok, res) in enumerate(zip(reqs, first_tokens, resumed, strict=True)):
             if not res:
-                self._emit(r, [tok], logits[start + n - 1:start + n])
-            start += n
+                self._emit(r, [tok], last[i:i + 1])
         return reqs
 
     def _input_logprobs(self, r: Request, rows: torch.Tensor) -> None:
