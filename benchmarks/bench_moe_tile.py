@@ -8,7 +8,10 @@ Three parts, each optional:
            time per call (CUDA graph of 16 calls over rotated routings), bytes of the distinct experts, share of
            the copy bandwidth measured in the same run.
   sweep    (--sweep) tile configs (BLOCK_M, BLOCK_N, warps, stages) for gate_up, then down with the winner's
-           BLOCK_M, at --sweep-tokens; writes sweep_tile_table.json (table buckets by token count).
+           BLOCK_M, at --sweep-tokens; writes sweep_tile_table.json (table buckets by token count). With --swap
+           the candidates are the swap kernels' (weights as the dot's M, "SWAP"), and at each T the winner and
+           the checked-in table's config are timed alternately twice; writes sweep_swap_table.json (for
+           SGLANG_EAGLE3_CONFIG_TABLE).
   prefill  (--prefill N ...) prefill of one N-token prompt through the Kimi rank slice (--layers, random
            INT4 experts): median ms eager and as a prefill CUDA graph (ModelRunner.prefill, captured at the
            --prefill lengths; --no-prefill-graphs skips it), and the eager kernel time by family.
@@ -53,6 +56,12 @@ from sglang_eagle3.kernels.fused_moe import GEMV_MAX_TOKENS  # noqa: E402
 # Candidates: the autotuner's (BLOCK_M, the plan both kernels share, rides on gate_up's).
 TILE_GATE_UP = tuning.CANDIDATES["fused_moe_int4_gate_up"]
 TILE_DOWN = tuning.CANDIDATES["fused_moe_int4_down"]
+# The swap kernels' (none spills at sm_90 in an offline compile; BLOCK_M is the plan's, from gate_up).
+SWAP_GATE_UP = [{"SWAP": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_W": bw, "num_warps": w, "num_stages": 1}
+                for bm, bn, bw, w in ((16, 32, 16, 4), (16, 64, 16, 4), (32, 32, 16, 4), (32, 64, 16, 8),
+                                      (64, 32, 16, 4), (64, 64, 16, 8), (64, 64, 8, 4), (128, 64, 8, 8))]
+SWAP_DOWN = [{"BLOCK_N": bn, "BLOCK_W": bw, "num_warps": w, "num_stages": 1}
+             for bn, bw, w in ((64, 16, 4), (128, 16, 8), (32, 32, 4), (128, 8, 8), (64, 8, 4))]
 
 
 def log(msg: str) -> None:
@@ -80,9 +89,7 @@ def moe_part(record, copy_gbps: float, tokens: list[int], gemv_max: int, table: 
                 calls, nbytes, distinct = moe_case(T, True, weights, path=path)
                 cfg = None  # the checked-in table, unless this run swept the tile path
                 if table and path is None and T > GEMV_MAX_TOKENS:
-                    cfg = {op: {**tuning.DEFAULTS[f"fused_moe_int4_{op}"],
-                                **tuning._pick_bucket(table["ops"][f"fused_moe_int4_{op}"], "tokens", T)}
-                           for op in ("gate_up", "down")}
+                    cfg = table_config(table, T)
                 us = time_graph(calls(cfg), replays=10)
             except Exception:
                 log(f"T={T} path={path} failed:\n" + traceback.format_exc())
@@ -107,20 +114,53 @@ def tile_table_ops(winners: dict[int, tuple[dict, dict]]) -> dict[str, list[dict
             for i, stage in enumerate(("gate_up", "down"))}
 
 
-def sweep_part(out: Path, tokens: list[int]) -> dict:
+def table_config(table: dict, T: int) -> dict:
+    """The tile path's {"gate_up", "down"} configs at T in a table's ops (tuning's merge of the defaults)."""
+    return {op: {**tuning.DEFAULTS[f"fused_moe_int4_{op}"],
+                 **tuning._pick_bucket(table["ops"][f"fused_moe_int4_{op}"], "tokens", T)}
+            for op in ("gate_up", "down")}
+
+
+def swap_ab(rows: list, T: int, table: dict, winner: tuple[dict, dict]) -> None:
+    """The checked-in table's config and the swept winner at T, alternating twice in one process, us a call."""
+    weights = make_moe_weights(True)
+    calls, nbytes, distinct = moe_case(T, True, weights, path="tile")
+    configs = {"table": table_config(table, T), "swap": {"gate_up": winner[0], "down": winner[1]}}
+    runs: dict[str, list] = {k: [] for k in configs}
+    for _ in range(2):
+        for label, cfg in configs.items():
+            runs[label].append(round(time_graph(calls(cfg), replays=10), 1))
+    rows.append({"T": T, "distinct_experts": round(distinct, 1), "bytes": nbytes, "us_runs": runs,
+                 "configs": configs})
+    log(f"T={T}: table {runs['table']} us, swap {runs['swap']} us")
+    del weights, calls
+    torch.cuda.empty_cache()
+
+
+def sweep_part(out: Path, tokens: list[int], swap: bool = False) -> dict:
     """The tile path's gate_up then down (bench_kernels.sweep_moe) at each T; runs of equal winners become one
-    table bucket each (bench_kernels.buckets_of)."""
+    table bucket each (bench_kernels.buckets_of). ``swap``: the swap kernels' candidates, each T's winner then
+    timed against the checked-in table's config (swap_ab)."""
     rows: dict[str, list] = {}
     winners = {}
-    for T in tokens:
-        winners[T] = sweep_moe(rows, "fused_moe_int4", T, "tile", TILE_GATE_UP, TILE_DOWN)
-        log(f"sweep T={T}: gate_up {winners[T][0]} down {winners[T][1]}")
     arch, sms, name = tuning.device_key(torch.cuda.current_device())
+    checked_in = tuning._table(arch, sms)
+    for T in tokens:
+        winners[T] = sweep_moe(rows, "fused_moe_int4", T, "tile", SWAP_GATE_UP if swap else TILE_GATE_UP,
+                               SWAP_DOWN if swap else TILE_DOWN)
+        log(f"sweep T={T}: gate_up {winners[T][0]} down {winners[T][1]}")
+        if swap and checked_in is not None:
+            try:
+                swap_ab(rows.setdefault("ab", []), T, checked_in, winners[T])
+            except Exception:
+                log(f"T={T} table vs swap failed:\n" + traceback.format_exc())
+    kind = "swap" if swap else "tile"
     table = {"arch": arch, "sm_counts": [sms], "measured": True,
-             "source": f"benchmarks/bench_moe_tile.py --sweep on {name} (INT4 tile path, 384 experts, T={tokens})",
+             "source": f"benchmarks/bench_moe_tile.py --sweep{' --swap' if swap else ''} on {name} (INT4 tile "
+                       f"path, 384 experts, T={tokens})",
              "ops": tile_table_ops(winners)}
-    (out / "sweep_tile_table.json").write_text(json.dumps(table, indent=1))
-    (out / "sweep_tile.json").write_text(json.dumps(rows, indent=1))
+    (out / f"sweep_{kind}_table.json").write_text(json.dumps(table, indent=1))
+    (out / f"sweep_{kind}.json").write_text(json.dumps(rows, indent=1))
     return table
 
 
@@ -211,6 +251,7 @@ def main() -> None:
     ap.add_argument("--gemv-max", type=int, default=32, help="also time the GEMV path up to this T")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-tokens", type=int, nargs="+", default=[16, 64, 256, 2048])
+    ap.add_argument("--swap", action="store_true", help="--sweep the swap kernels' configs (see the doc above)")
     ap.add_argument("--prefill", type=int, nargs="*", default=[])
     ap.add_argument("--uniform-routing", action="store_true",
                     help="prefill with experts drawn uniformly (bench_verify_graph.UniformRouting)")
@@ -249,7 +290,7 @@ def main() -> None:
     table = None
     if args.sweep:
         try:
-            table = sweep_part(args.out, args.sweep_tokens)
+            table = sweep_part(args.out, args.sweep_tokens, args.swap)
             result["swept_table"] = table["ops"]
         except Exception:
             log("sweep failed:\n" + traceback.format_exc())

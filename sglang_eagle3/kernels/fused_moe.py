@@ -40,6 +40,8 @@ from sglang_eagle3.kernels.triton.fused_moe import (
     moe_int4_dot_gate_up_kernel,
     moe_int4_gemv_down_kernel,
     moe_int4_gemv_gate_up_kernel,
+    moe_int4_swap_down_kernel,
+    moe_int4_swap_gate_up_kernel,
     moe_sum_slots_kernel,
 )
 
@@ -52,6 +54,9 @@ SUM_BLOCK = 1024
 # once per pair, the tile path once per expert, so the crossover moves up with the ALU:bandwidth ratio
 # (the RTX PRO 6000's is higher than the H200's).
 GEMV_MAX_TOKENS = 128
+# The tile path with the weights as the dot's M (a tile config's "SWAP"): words of K a step unless the config's
+# "BLOCK_W" says (four scale groups: one K = 128 dot).
+SWAP_BLOCK_W = 16
 # The dot path (gate_up as tl.dot over each expert's pairs) serves 2..DOT_MAX_TOKENS tokens: verify batches, whose
 # tokens share experts (SGLANG_EAGLE3_MOE_DOT_MAX overrides; 0 turns it off). Off until measured.
 DOT_MAX_TOKENS = 0
@@ -115,10 +120,29 @@ def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: b
     if T == 0:
         return out
     block_m = gate_up_cfg.get("BLOCK_M", BLOCK_M)  # the plan both kernels share: the gate_up config says
-    sorted_pairs, block_expert, block_rows = moe_align(topk_ids, E, block_m)
-    num_blocks = block_rows.shape[0]
+    plan = moe_align(topk_ids, E, block_m)
     act = torch.empty(T * k, I, dtype=x.dtype, device=x.device)
     per_pair = torch.empty(T * k, H, dtype=torch.float32, device=x.device)
+    if int4 and gate_up_cfg.get("SWAP") and x.dtype == torch.bfloat16:
+        _launch_int4_swap(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, group=group, block_m=block_m,
+                          gate_up_cfg=gate_up_cfg, down_cfg=down_cfg)
+    else:
+        _launch_tile(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, int4=int4, group=group,
+                     block_m=block_m, gate_up_cfg=gate_up_cfg, down_cfg=down_cfg)
+    moe_sum_slots_kernel[(T, triton.cdiv(H, SUM_BLOCK))](
+        per_pair, add if add is not None else out, out, per_pair.stride(0),
+        add.stride(0) if add is not None else 0, out.stride(0), H,
+        TOP_K=k, HAS_ADD=add is not None, BLOCK=SUM_BLOCK, num_warps=4,
+    )
+    return out
+
+
+def _launch_tile(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, *, int4: bool, group: int, block_m: int,
+                 gate_up_cfg: dict, down_cfg: dict) -> None:
+    """The tile path's gate_up and down: pairs as the dot's M, INT4 one scale group a K step."""
+    H, I, k = x.shape[1], act.shape[1], act.shape[0] // x.shape[0]
+    sorted_pairs, block_expert, block_rows = plan
+    num_blocks = block_rows.shape[0]
     interpret = tuning.interpreting()
     prec = tuning.dot_precision(x.dtype)
     if s13 is None:  # bf16: the scale pointers are never read (INT4=False), any tensor will do
@@ -141,12 +165,35 @@ def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: b
         DOT_PRECISION=prec,
         num_warps=down_cfg["num_warps"], num_stages=down_cfg["num_stages"],
     )
-    moe_sum_slots_kernel[(T, triton.cdiv(H, SUM_BLOCK))](
-        per_pair, add if add is not None else out, out, per_pair.stride(0),
-        add.stride(0) if add is not None else 0, out.stride(0), H,
-        TOP_K=k, HAS_ADD=add is not None, BLOCK=SUM_BLOCK, num_warps=4,
+
+
+def _launch_int4_swap(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, *, group: int, block_m: int,
+                      gate_up_cfg: dict, down_cfg: dict) -> None:
+    """The tile path with the weights as the dot's M (the config's "SWAP"; bf16 activations): BLOCK_W words of
+    K a step, scales applied to the weights before the dot (rounded to bf16, see triton/fused_moe.py)."""
+    H, I, k = x.shape[1], act.shape[1], act.shape[0] // x.shape[0]
+    sorted_pairs, block_expert, block_rows = plan
+    num_blocks = block_rows.shape[0]
+    interpret = tuning.interpreting()
+    h_words, i_words, group_words = H // PACK_FACTOR, I // PACK_FACTOR, group // PACK_FACTOR
+    bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg.get("BLOCK_W", SWAP_BLOCK_W), h_words)
+    moe_int4_swap_gate_up_kernel[(num_blocks, triton.cdiv(I, bn))](
+        x, w13, s13, sorted_pairs, block_expert, block_rows, act,
+        x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+        I, h_words, MAGIC_BITS,
+        TOP_K=k, GROUP_WORDS=group_words, BLOCK_M=block_m, BLOCK_N=bn, BLOCK_W=bw,
+        EVEN=I % bn == 0 and h_words % bw == 0, INTERPRET=interpret,
+        num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
     )
-    return out
+    bn, bw = down_cfg["BLOCK_N"], min(down_cfg.get("BLOCK_W", SWAP_BLOCK_W), i_words)
+    moe_int4_swap_down_kernel[(num_blocks, triton.cdiv(H, bn))](
+        act, w2, s2, sorted_pairs, block_expert, block_rows, topk_weights, per_pair,
+        act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), per_pair.stride(0),
+        H, i_words, MAGIC_BITS,
+        GROUP_WORDS=group_words, BLOCK_M=block_m, BLOCK_N=bn, BLOCK_W=bw,
+        EVEN=H % bn == 0 and i_words % bw == 0, INTERPRET=interpret,
+        num_warps=down_cfg["num_warps"], num_stages=1,
+    )
 
 
 def _configs(op: str, x: torch.Tensor, config: dict | None, bench_fn) -> tuple[dict, dict]:

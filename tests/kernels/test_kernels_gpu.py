@@ -436,6 +436,45 @@ def test_fused_moe_int4_large_batch_vs_reference(int4_weights, T, skew, path):
     assert err < 1e-2, f"INT4 MoE rel err {err} ({T=} {skew=} {path=})"
 
 
+SWAP_CONFIGS = [  # the swap kernels (weights as the dot's M) at plan blocks of 16, 64 and 128 pairs
+    {"gate_up": {"SWAP": True, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "num_stages": 1},
+     "down": {"BLOCK_N": 64, "BLOCK_W": 16, "num_warps": 4, "num_stages": 1}},
+    {"gate_up": {"SWAP": True, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_W": 16, "num_warps": 8, "num_stages": 1},
+     "down": {"BLOCK_N": 128, "BLOCK_W": 16, "num_warps": 8, "num_stages": 1}},
+    {"gate_up": {"SWAP": True, "BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_W": 8, "num_warps": 8, "num_stages": 1},
+     "down": {"BLOCK_N": 64, "BLOCK_W": 8, "num_warps": 4, "num_stages": 1}},
+]
+
+
+@pytest.mark.parametrize("cfg", range(len(SWAP_CONFIGS)))
+@pytest.mark.parametrize("T,skew", [(40, True), (200, False), (1000, True)])
+def test_fused_moe_int4_swap_vs_reference(int4_weights, T, skew, cfg):
+    """The tile path's swap kernels (scaled weights rounded to bf16 before the dot) against the float
+    reference and against the group path (exact weights), with the shared experts' add; and a token's output
+    alone equals its row in the batch, bit for bit."""
+    from sglang_eagle3.kernels import tuning
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
+    p13, s13, p2, s2 = int4_weights
+    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    shared = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.1
+    topk_w, ids = routing(T, skew, 6000 + T)
+    poison_allocator()
+    config = SWAP_CONFIGS[cfg]
+    out = triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared, path="tile", config=config)
+    err = rel_err(out, _ref_int4_chunked(x, p13, s13, p2, s2, topk_w, ids, shared))
+    assert err < 1e-2, f"swap rel err {err} ({T=} {skew=} {config=})"
+    group = {stage: tuning.get_config(f"fused_moe_int4_{stage}", x.device, "tokens", T)
+             for stage in ("gate_up", "down")}
+    group["gate_up"].pop("SWAP", None)
+    exact = triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared, path="tile", config=group)
+    assert rel_err(out, exact) < 1e-2, f"swap vs group path rel err {rel_err(out, exact)}"
+    for t in (0, T // 2, T - 1):
+        one = triton_fused_moe_int4(x[t:t + 1], p13, s13, p2, s2, topk_w[t:t + 1], ids[t:t + 1], 32,
+                                    shared[t:t + 1], path="tile", config=config)
+        assert torch.equal(one[0], out[t]), (t, (one[0].float() - out[t].float()).abs().max().item())
+
+
 @pytest.mark.parametrize("T", [12, 40])
 def test_fused_moe_int4_tile_token_independent_of_batch(int4_weights, T):
     """A token's tile-path output is bit-identical alone and in a batch whose tokens share its experts (blocks

@@ -728,3 +728,90 @@ def moe_int4_dot_gate_up_kernel(
                     for s in range(1, SPLIT):  # in split order: the same sums whichever program arrives last
                         acc += tl.load(part_ptr + s * TK * 2 * I + offs, mask=ok, other=0.0, cache_modifier=".cg")
                     _store_act(acc, act_ptr, pairs, row_ok, n_offs, stride_at, I, BLOCK_N, BLOCK_M)
+
+
+# --------------------------------------------------------------------------------------------------
+# INT4 tile path, weights as the dot's M ("swap"): prefill-sized batches in bf16
+# --------------------------------------------------------------------------------------------------
+# The plan is the tile path's (moe_align: blocks of one expert's pairs). Each program multiplies 2 x BLOCK_N
+# gate/up rows (or BLOCK_N down rows) of its block's expert by the block's BLOCK_M pairs, BLOCK_W words of K a
+# step: the weights are the dot's M operand and the pairs its N (a block is often part-filled at prefill
+# sizes: N pads to 16, M is always full), several scale groups feed one tl.dot (K = 8 * BLOCK_W), and the group
+# scales are applied to the decoded weights, which are then rounded to bf16 (_scaled_int4_tile), as SGLang's
+# and vLLM's W4A16 kernels do. The group path above applies each scale to an exact per-group dot instead (no
+# weight rounded) and pays a K = 32 dot and a result rescale per group for it.
+@triton.jit
+def _swap_rows_times_pairs(rows, scales, n_ok, a_rows, row_ok, K_WORDS, magic, GROUP_WORDS: tl.constexpr,
+                           BLOCK_W: tl.constexpr, EVEN: tl.constexpr, INTERPRET: tl.constexpr):
+    """[R, BLOCK_M] fp32: packed INT4 weight rows (rows [R, 1] pointers to K_WORDS words, scales [R, 1] to
+    their group scales) times the pairs' activation rows (a_rows [BLOCK_M, 1], K order), transposed. The
+    next chunk's words, scales and activations load before this chunk's arithmetic (Triton's pipeliner leaves
+    loads that do not feed a tl.dot directly alone)."""
+    R: tl.constexpr = rows.shape[0]
+    BM: tl.constexpr = a_rows.shape[0]
+    w_idx = tl.arange(0, BLOCK_W)
+    g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
+    k_idx = tl.arange(0, 8 * BLOCK_W)
+    x_scale = _nibble_scale(k_idx % 8, False)[None, :]  # meets _int4_group's 16^p (exact)
+    acc = tl.zeros([R, BM], dtype=tl.float32)
+    pk, sc = _load_int4_chunk(rows, scales, n_ok, 0, w_idx, g_idx, K_WORDS, GROUP_WORDS, EVEN)
+    xs = _load_x_rows(a_rows, row_ok, 0, k_idx, K_WORDS, EVEN)
+    for w0 in range(0, K_WORDS, BLOCK_W):
+        pk_next, sc_next = _load_int4_chunk(rows, scales, n_ok, w0 + BLOCK_W, w_idx, g_idx, K_WORDS, GROUP_WORDS,
+                                            EVEN)
+        xs_next = _load_x_rows(a_rows, row_ok, w0 + BLOCK_W, k_idx, K_WORDS, EVEN)
+        wt = _scaled_int4_tile(pk, sc, magic, GROUP_WORDS, False)
+        a = (xs.to(tl.float32) * x_scale).to(tl.bfloat16)
+        acc += _dot_nt(wt, a, INTERPRET, "tf32")
+        pk, sc, xs = pk_next, sc_next, xs_next
+    return acc
+
+
+@triton.jit
+def moe_int4_swap_gate_up_kernel(
+    x_ptr, w13_ptr, s13_ptr, sorted_ptr, block_expert_ptr, block_rows_ptr, act_ptr,
+    stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
+    I, H_WORDS, magic,
+    TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_W: tl.constexpr, EVEN: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) (x's dtype, K order, as moe_gate_up_kernel stores it)
+    for the pairs of one block and BLOCK_N gate rows with the matching up rows (one dot of 2 * BLOCK_N rows)."""
+    pairs, row_ok, count = _block_rows(sorted_ptr, block_rows_ptr, BLOCK_M)
+    if count > 0:
+        e = tl.load(block_expert_ptr + tl.program_id(0)).to(tl.int64)
+        r = tl.arange(0, 2 * BLOCK_N)  # tile row r: gate row n (r < BLOCK_N) or up row n
+        n_r = tl.program_id(1) * BLOCK_N + r % BLOCK_N
+        w_row = (n_r + (r // BLOCK_N) * I).to(tl.int64)
+        acc = _swap_rows_times_pairs(w13_ptr + e * stride_we + w_row[:, None] * stride_wn,
+                                     s13_ptr + e * stride_se + w_row[:, None] * stride_sn, n_r < I,
+                                     x_ptr + (pairs // TOP_K).to(tl.int64)[:, None] * stride_xt, row_ok, H_WORDS,
+                                     magic, GROUP_WORDS, BLOCK_W, EVEN, INTERPRET)
+        g, u = tl.split(tl.permute(tl.reshape(acc, [2, BLOCK_N, BLOCK_M]), [2, 1, 0]))  # [BLOCK_M, BLOCK_N] each
+        n_offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        tl.store(act_ptr + pairs.to(tl.int64)[:, None] * stride_at + n_offs[None, :],
+                 (g * tl.sigmoid(g) * u).to(act_ptr.dtype.element_ty), mask=row_ok[:, None] & (n_offs < I)[None, :])
+
+
+@triton.jit
+def moe_int4_swap_down_kernel(
+    act_ptr, w2_ptr, s2_ptr, sorted_ptr, block_expert_ptr, block_rows_ptr, topk_w_ptr, out_ptr,
+    stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_ot,
+    H, I_WORDS, magic,
+    GROUP_WORDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
+    EVEN: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """out[pair, n] = topk_w[pair] * act[pair, :] W_down[n, :]^T (float32) for the pairs of one block and
+    BLOCK_N rows of W_down, as moe_down_kernel stores it."""
+    pairs, row_ok, count = _block_rows(sorted_ptr, block_rows_ptr, BLOCK_M)
+    if count > 0:
+        e = tl.load(block_expert_ptr + tl.program_id(0)).to(tl.int64)
+        n_offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = n_offs < H
+        acc = _swap_rows_times_pairs(w2_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn,
+                                     s2_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn, n_ok,
+                                     act_ptr + pairs.to(tl.int64)[:, None] * stride_at, row_ok, I_WORDS, magic,
+                                     GROUP_WORDS, BLOCK_W, EVEN, INTERPRET)
+        route_w = tl.load(topk_w_ptr + pairs, mask=row_ok, other=0.0)
+        tl.store(out_ptr + pairs.to(tl.int64)[None, :] * stride_ot + n_offs[:, None],
+                 acc * route_w[None, :], mask=n_ok[:, None] & row_ok[None, :])

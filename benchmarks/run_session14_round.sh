@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The fourteenth session's single-GPU calls (nvidia-h200, each <= 10 min):
+#   GIT_COMMIT=$(git rev-parse --short HEAD) bash benchmarks/run_session14_round.sh q1
+# Part "q1": the CUDA engine and graph runner GPU tests at the prefill's last-token logits (23d6ba8, CPU-tested
+# only until now); the INT4 MoE tile path's new swap kernels (weights as the dot's M, several scale groups a
+# dot, scaled weights rounded to bf16): their GPU tests, then bench_moe_tile.py --sweep --swap at 256 / 1024 /
+# 2048 tokens (each T's winner against the checked-in group-path config, alternating twice; writes
+# sweep_swap_table.json).
+# Part "q2": the 61-layer slice's prefill as graphs at 256 / 1024 tokens with the checked-in table and with q1's
+# swap table (SGLANG_EAGLE3_CONFIG_TABLE), one process each, twice alternating. Needs q1's table in
+# benchmarks/results/h200/sweep_swap_table_q1.json (committed between the calls).
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: q1 | q2}
+
+case $part in
+q1)
+  TAIL=8 stage engine_tests 220 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/gpu/test_cuda_engine.py tests/test_graph_runner.py
+  TAIL=8 stage tile_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/kernels/test_kernels_gpu.py -k "tile or swap or large_batch"
+  TAIL=40 stage swap_sweep 220 python benchmarks/bench_moe_tile.py --out "$OUT" --label swap --tokens \
+    --sweep --swap --sweep-tokens 256 1024 2048
+  ;;
+q2)
+  table=benchmarks/results/h200/sweep_swap_table_q1.json
+  for round in 1 2; do
+    TAIL=4 stage prefill_group_$round 150 python benchmarks/bench_moe_tile.py --out "$OUT" --label group_$round \
+      --tokens --prefill 256 1024
+    SGLANG_EAGLE3_CONFIG_TABLE=$table TAIL=4 stage prefill_swap_$round 150 python benchmarks/bench_moe_tile.py \
+      --out "$OUT" --label swap_$round --tokens --prefill 256 1024
+  done
+  ;;
+esac
+collect
