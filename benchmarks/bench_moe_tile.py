@@ -58,10 +58,11 @@ TILE_GATE_UP = tuning.CANDIDATES["fused_moe_int4_gate_up"]
 TILE_DOWN = tuning.CANDIDATES["fused_moe_int4_down"]
 # The swap kernels' (none spills at sm_90 in an offline compile; BLOCK_M is the plan's, from gate_up).
 SWAP_GATE_UP = [{"SWAP": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_W": bw, "num_warps": w, "num_stages": 1}
-                for bm, bn, bw, w in ((16, 32, 16, 4), (16, 64, 16, 4), (32, 32, 16, 4), (32, 64, 16, 8),
-                                      (64, 32, 16, 4), (64, 64, 16, 8), (64, 64, 8, 4), (128, 64, 8, 8))]
+                for bm, bn, bw, w in ((16, 32, 16, 4), (16, 32, 8, 4), (16, 64, 8, 4), (16, 32, 4, 4), (32, 32, 8, 4),
+                                      (32, 64, 8, 4), (32, 64, 8, 8), (32, 64, 16, 8), (64, 32, 8, 4), (64, 64, 8, 4),
+                                      (64, 64, 4, 4))]
 SWAP_DOWN = [{"BLOCK_N": bn, "BLOCK_W": bw, "num_warps": w, "num_stages": 1}
-             for bn, bw, w in ((64, 16, 4), (128, 16, 8), (32, 32, 4), (128, 8, 8), (64, 8, 4))]
+             for bn, bw, w in ((64, 8, 4), (64, 4, 4), (128, 8, 8), (128, 4, 8), (32, 8, 4))]
 
 
 def log(msg: str) -> None:

@@ -427,7 +427,7 @@ def test_gpu_prefill_replay_equals_eager(gpu_engine):
         bucket = runner.prefill_bucket([rows[4]])
         bt = runner.build([rows[4]], width=runner.max_pages, pad_to=bucket)
         inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
-                      out_cache_loc=bt.out_cache_loc)
+                      out_cache_loc=bt.out_cache_loc, last_rows=runner.to_device([len(toks) - 1]))
         with torch.inference_mode():
             replayed = [o.clone() for o in runner.target_prefill(1, bucket, **inputs)]
             eager = runner.target_prefill.fn(**inputs, tokens_per_req=bucket)

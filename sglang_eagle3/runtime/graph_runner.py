@@ -9,6 +9,8 @@ its reason; the first fallback per reason logs a warning.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import time
 from collections import Counter
@@ -64,6 +66,23 @@ class ForwardStats:
                 for n in names}
 
 
+@contextlib.contextmanager
+def _gc_paused():
+    """Python's garbage collector off for the block (after one collection now). A collection inside a capture
+    can destroy an earlier engine's CUDA graphs (engines hold reference cycles: their runners' closures), and
+    freeing their memory is not permitted while a stream captures: the capture is invalidated ("operation not
+    permitted when stream is capturing", then "operation failed due to a previous error during capture"). Seen
+    on the H200 creating the fourth engine of a test module. SGLang freezes the collector around its capture too."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class GraphRunner:
     def __init__(self, name: str, fn: Callable[..., tuple[torch.Tensor, ...]], specs: dict[str, InputSpec],
                  stats: ForwardStats, *, enabled: bool, disabled_reason: str = "", max_bs: int = 1,
@@ -103,7 +122,7 @@ class GraphRunner:
         # layers take their inference paths (fused kernels writing straight into the KV cache) only when no
         # gradient graph is being recorded, so capturing with grad mode on would freeze the slower
         # training-path ops into every replay.
-        with torch.no_grad():
+        with torch.no_grad(), _gc_paused():
             for T in sorted(self.tokens_per_req, reverse=True):
                 for bs in sorted(self.buckets, reverse=True):
                     if self.max_tokens is not None and bs * T > self.max_tokens:
