@@ -72,7 +72,8 @@ def log(msg: str) -> None:
 def family(name: str) -> str:
     n = name.lower()
     for key, fam in (("moe_align", "moe tile (align)"), ("moe_gate_up", "moe tile"), ("moe_down", "moe tile"),
-                     ("moe_sum", "moe tile"), ("moe_int4_gemv", "moe gemv"), ("topk", "routing"),
+                     ("moe_sum", "moe tile"), ("moe_int4_swap", "moe tile"), ("moe_int4_gemv", "moe gemv"),
+                     ("topk", "routing"),
                      ("gemv", "gemv (ours)"), ("gemm", "cuBLAS"), ("cutlass", "cuBLAS"), ("sm90_xmma", "cuBLAS"),
                      ("nvjet", "cuBLAS"), ("mla", "attention"), ("softmax", "attention (torch)"),
                      ("rms", "norm"), ("rotary", "rotary")):
@@ -81,15 +82,18 @@ def family(name: str) -> str:
     return "other (torch)"
 
 
-def moe_part(record, copy_gbps: float, tokens: list[int], gemv_max: int, table: dict | None) -> None:
+def moe_part(record, copy_gbps: float, tokens: list[int], gemv_max: int, table: dict | None,
+             both: bool = False) -> None:
     weights = make_moe_weights(True)
     for T in tokens:
         paths = [None] + (["gemv"] if T <= gemv_max and T > GEMV_MAX_TOKENS else [])
+        if both:  # where the two paths cross (GEMV_MAX_TOKENS)
+            paths = ["gemv", "tile"]
         for path in paths:
             try:
                 calls, nbytes, distinct = moe_case(T, True, weights, path=path)
                 cfg = None  # the checked-in table, unless this run swept the tile path
-                if table and path is None and T > GEMV_MAX_TOKENS:
+                if table and (path == "tile" or path is None and T > GEMV_MAX_TOKENS):
                     cfg = table_config(table, T)
                 us = time_graph(calls(cfg), replays=10)
             except Exception:
@@ -206,7 +210,7 @@ def _prefill_one(record, runner, bvg, n: int, layers: int, iters: int, page: int
     graphs, of prefill graph replays as the scheduler makes them: inputs built, replayed, real rows copied out;
     with batch > 1 also a replay a prompt; eager and graph alternating twice), and the profiler's kernel ms of
     an eager prefill by family."""
-    per = n // page + 2
+    per = -(-n // page) + 1  # the prompt's pages and one more, within the context's page table
     rows = [([(7 * i + 3 + 11 * b) % 20000 for i in range(n)], 0, list(range(1 + b * per, 1 + (b + 1) * per)))
             for b in range(batch)]
     bt = runner.build(rows)
@@ -250,6 +254,7 @@ def main() -> None:
     ap.add_argument("--label", default="", help="names this run in the output file (e.g. the checkout)")
     ap.add_argument("--tokens", type=int, nargs="*", default=[8, 16, 32, 64, 128, 256, 512, 2048])
     ap.add_argument("--gemv-max", type=int, default=32, help="also time the GEMV path up to this T")
+    ap.add_argument("--both-paths", action="store_true", help="time the GEMV and the tile path at every --tokens T")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-tokens", type=int, nargs="+", default=[16, 64, 256, 2048])
     ap.add_argument("--swap", action="store_true", help="--sweep the swap kernels' configs (see the doc above)")
@@ -297,7 +302,7 @@ def main() -> None:
             log("sweep failed:\n" + traceback.format_exc())
         log(f"sweep done at {time.time() - t0:.0f}s")
     if args.tokens:
-        moe_part(record, copy_gbps, args.tokens, args.gemv_max, table)
+        moe_part(record, copy_gbps, args.tokens, args.gemv_max, table, args.both_paths)
         log(f"moe done at {time.time() - t0:.0f}s")
     if args.prefill:
         try:

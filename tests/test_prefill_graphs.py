@@ -219,6 +219,16 @@ def test_prefill_buckets_follow_the_context(small_pair):
                                     for n, p in zip((5, 1, 40), pages, strict=True)])
 
 
+def test_batch_with_more_pages_than_the_table_is_refused(small_pair):
+    """A request whose page list is longer than the page table's width (the context limit) is refused with the
+    counts, before anything is uploaded (it once surfaced as a reshape error)."""
+    runner = _engine(small_pair, context_length=100).runner
+    width = runner.max_pages
+    with pytest.raises(ValueError, match=rf"holds {width + 1} pages, more than the page table's width {width}"):
+        runner.build([([1, 2, 3], 0, list(range(1, width + 2)))], width=width)
+    runner.build([([1, 2, 3], 0, list(range(1, width + 1)))], width=width)  # exactly the width: fine
+
+
 @pytest.mark.parametrize("bad", [(0,), (16, -1), (True,), (8.0,), [16]])
 def test_bad_prefill_buckets_are_refused(small_pair, bad):
     from sglang_eagle3.engine import EngineArgs

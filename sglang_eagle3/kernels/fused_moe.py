@@ -54,9 +54,6 @@ SUM_BLOCK = 1024
 # once per pair, the tile path once per expert, so the crossover moves up with the ALU:bandwidth ratio
 # (the RTX PRO 6000's is higher than the H200's).
 GEMV_MAX_TOKENS = 128
-# The tile path with the weights as the dot's M (a tile config's "SWAP"): words of K a step unless the config's
-# "BLOCK_W" says (four scale groups: one K = 128 dot).
-SWAP_BLOCK_W = 16
 # The dot path (gate_up as tl.dot over each expert's pairs) serves 2..DOT_MAX_TOKENS tokens: verify batches, whose
 # tokens share experts (SGLANG_EAGLE3_MOE_DOT_MAX overrides; 0 turns it off). Off until measured.
 DOT_MAX_TOKENS = 0
@@ -176,7 +173,14 @@ def _launch_int4_swap(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, *,
     num_blocks = block_rows.shape[0]
     interpret = tuning.interpreting()
     h_words, i_words, group_words = H // PACK_FACTOR, I // PACK_FACTOR, group // PACK_FACTOR
-    bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg.get("BLOCK_W", SWAP_BLOCK_W), h_words)
+    default = tuning.DEFAULTS["fused_moe_int4_gate_up"]["BLOCK_W"]  # (an explicit config may leave it out)
+
+    def words_a_step(cfg: dict, words: int) -> int:  # a power of two, whole scale groups, at most K's (padded)
+        bw = min(cfg.get("BLOCK_W", default), max(group_words, triton.next_power_of_2(words)))
+        assert bw % group_words == 0 and bw & (bw - 1) == 0, f"BLOCK_W={bw} must be a power of two of whole groups"
+        return bw
+
+    bn, bw = gate_up_cfg["BLOCK_N"], words_a_step(gate_up_cfg, h_words)
     moe_int4_swap_gate_up_kernel[(num_blocks, triton.cdiv(I, bn))](
         x, w13, s13, sorted_pairs, block_expert, block_rows, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
@@ -185,7 +189,7 @@ def _launch_int4_swap(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, *,
         EVEN=I % bn == 0 and h_words % bw == 0, INTERPRET=interpret,
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
     )
-    bn, bw = down_cfg["BLOCK_N"], min(down_cfg.get("BLOCK_W", SWAP_BLOCK_W), i_words)
+    bn, bw = down_cfg["BLOCK_N"], words_a_step(down_cfg, i_words)
     moe_int4_swap_down_kernel[(num_blocks, triton.cdiv(H, bn))](
         act, w2, s2, sorted_pairs, block_expert, block_rows, topk_weights, per_pair,
         act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), per_pair.stride(0),

@@ -39,8 +39,12 @@ DEFAULTS: dict[str, dict] = {
     # config carries it), BLOCK_N output rows, BLOCK_K the bf16 path's K step (INT4 steps one scale group).
     "fused_moe_gate_up": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
     "fused_moe_down": {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
-    "fused_moe_int4_gate_up": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
-    "fused_moe_int4_down": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
+    # SWAP (INT4, bf16 activations): the swap kernels (weights as the dot's M, BLOCK_W words of K a step, scaled
+    # weights rounded to bf16; the tables turn them on) instead of the group path (exact weights, one scale
+    # group a step); BLOCK_N is then gate_up's gate rows (with as many up rows) or down's rows.
+    "fused_moe_int4_gate_up": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 4, "SWAP": False,
+                               "BLOCK_W": 16},
+    "fused_moe_int4_down": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 4, "BLOCK_W": 16},
     # INT4 GEMV path (T <= GEMV_MAX_TOKENS). BLOCK_N weight rows per program (gate_up: BLOCK_N gate + BLOCK_N up rows),
     # BLOCK_W int32 words (8 weights each, a multiple of the 4 words of a scale group) per row per step. At
     # Kimi TP=8 shapes (I=256, H=7168) and T=1 the defaults give 8 experts x 32 = 256 gate_up programs

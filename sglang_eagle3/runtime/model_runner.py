@@ -293,6 +293,9 @@ class ModelRunner:
         P = width or max(len(r[2]) for r in rows)
         for toks, first, pages in rows:
             n = len(toks)
+            if len(pages) > P:
+                raise ValueError(f"a request's page list holds {len(pages)} pages, more than the page table's "
+                                 f"width {P} ({self.max_pages} pages of {self.page_size} tokens: the context limit)")
             pad = 0 if pad_to is None else pad_to - n
             ids += list(toks) + [0] * pad
             p = range(first, first + n)

@@ -171,6 +171,36 @@ def check_dot_gate_up(arch: int) -> dict:
 MAX_TILE_INSTR_PER_WEIGHT = 12.0  # INT4 tile gate_up inner loop, SASS per weight and thread (7.6-9.5 as built)
 
 
+# The swap gate_up's loop, SASS per weight and thread: 5.2-6.0 at sm_90 as built (HGMMA), ~9.3 at sm_120 (HMMA,
+# mma.sync's fragments).
+MAX_SWAP_INSTR_PER_WEIGHT = {90: 8.0, 120: 12.0}
+
+
+def _swap_gate_up(arch: int, cfg: dict, sig_of) -> dict:
+    """The swap gate_up at a table config: no spills, HGMMA/HMMA with the decoded weights from registers (no
+    shared-memory trip for them: the loop's STS are the activations'), and its loop near its design (a LOP3, an
+    FADD and an FMUL a weight, half a convert)."""
+    sig, aligned = sig_of(fm.moe_int4_swap_gate_up_kernel, {"x_ptr": "*bf16", "s13_ptr": "*bf16", "act_ptr": "*bf16"})
+    consts = dict(TOP_K=8, GROUP_WORDS=4, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_W=cfg["BLOCK_W"],
+                  EVEN=True, INTERPRET=False)
+    sass, res = compile_sass(fm.moe_int4_swap_gate_up_kernel, sig, consts, aligned, arch, num_warps=cfg["num_warps"])
+    _no_local(res, f"swap gate_up {cfg}")
+    assert ("HGMMA" if arch == 90 else "HMMA") in sass, f"swap gate_up {cfg}: no tensor-core MMA at sm_{arch}"
+    per_weight = len(_innermost_loop(sass)) * cfg["num_warps"] * 32 / (2 * cfg["BLOCK_N"] * 8 * cfg["BLOCK_W"])
+    assert per_weight <= MAX_SWAP_INSTR_PER_WEIGHT[arch], f"swap gate_up {cfg}: {per_weight:.1f} SASS a weight"
+    return {"res": res, "instr_per_weight": round(per_weight, 2)}
+
+
+def _swap_down(arch: int, cfg: dict, block_m: int, sig_of) -> str:
+    sig, aligned = sig_of(fm.moe_int4_swap_down_kernel, {"act_ptr": "*bf16", "s2_ptr": "*bf16", "topk_w_ptr": "*fp32",
+                                                          "out_ptr": "*fp32"})
+    consts = dict(GROUP_WORDS=4, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_W=cfg["BLOCK_W"], EVEN=True,
+                  INTERPRET=False)
+    _, res = compile_sass(fm.moe_int4_swap_down_kernel, sig, consts, aligned, arch, num_warps=cfg["num_warps"])
+    _no_local(res, f"swap down {cfg} BLOCK_M={block_m}")
+    return res
+
+
 def check_tile_path(arch: int) -> dict:
     """The tile (tl.dot) kernels of fused_moe at the sm_90 table's INT4 configs and the bf16 defaults, the
     routing plan's one-program kernel and the slot sum with the shared-expert add: none spills to local memory
@@ -190,6 +220,9 @@ def check_tile_path(arch: int) -> dict:
         gu_cfgs = table["fused_moe_int4_gate_up"] if int4 else [tuning.DEFAULTS["fused_moe_gate_up"]]
         dn_cfgs = table["fused_moe_int4_down"] if int4 else [tuning.DEFAULTS["fused_moe_down"]]
         for i, cfg in enumerate(gu_cfgs):
+            if cfg.get("SWAP"):
+                out[f"gate_up_int4{int(int4)}_{i}"] = _swap_gate_up(arch, cfg, sig_of)
+                continue
             sig, aligned = sig_of(fm.moe_gate_up_kernel, {"x_ptr": "*bf16", "s13_ptr": "*bf16", "act_ptr": "*bf16",
                                                           **{k: v for k, v in wt.items() if k == "w13_ptr"}})
             consts = dict(common, TOP_K=8, INT4=int4, BLOCK_M=cfg.get("BLOCK_M", 16), BLOCK_N=cfg["BLOCK_N"])
@@ -205,6 +238,10 @@ def check_tile_path(arch: int) -> dict:
                 row["instr_per_weight"] = round(per_weight, 2)
             out[f"gate_up_int4{int(int4)}_{i}"] = row
         for i, cfg in enumerate(dn_cfgs):
+            if int4 and any(c.get("SWAP") for c in gu_cfgs):  # the plan's BLOCK_M: every gate_up bucket's
+                for bm in sorted({c["BLOCK_M"] for c in gu_cfgs}):
+                    out[f"down_int4_swap_{i}_m{bm}"] = _swap_down(arch, cfg, bm, sig_of)
+                continue
             sig, aligned = sig_of(fm.moe_down_kernel, {"act_ptr": "*bf16", "s2_ptr": "*bf16", "topk_w_ptr": "*fp32",
                                                        "out_ptr": "*fp32",
                                                        **{k: v for k, v in wt.items() if k == "w2_ptr"}})

@@ -124,6 +124,10 @@ CASES = {
                                                    config=SWAP_M32, tol=SWAP_TOL_CPU),
     "moe_int4_swap_token_independent": lambda: check_moe_tile_token_independent(10, 6, 96, 64, 3, True, seed=71,
                                                                                 config=SWAP_SMALL, tol=SWAP_TOL_CPU),
+    "moe_int4_swap_k_below_a_step": lambda: _moe(9, 5, 96, 32, 2, int4=True, seed=73, path="tile",
+                                                 config={"gate_up": {**SWAP_SMALL["gate_up"], "BLOCK_W": 16},
+                                                         "down": {**SWAP_SMALL["down"], "BLOCK_W": 16}},
+                                                 tol=SWAP_TOL_CPU),
     # float16 activations take the group path whatever the config says (the swap kernels are bf16-only)
     "moe_int4_swap_config_fp16": lambda: _moe(11, 7, 128, 64, 3, int4=True, seed=72, dtype=torch.float16,
                                               path="tile", config={**SWAP_SMALL, "gate_up": {
