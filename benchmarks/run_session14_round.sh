@@ -12,8 +12,13 @@
 # a wider swap sweep (BLOCK_W 4 / 8 / 16) at 256 / 512 / 1024 / 2048 tokens, then the 61-layer slice's prefill as
 # graphs at 256 / 1024 tokens with the checked-in table and with this sweep's table
 # (SGLANG_EAGLE3_CONFIG_TABLE), one process each, twice alternating.
+# Part "q3": with the swap kernels in the sm_90 table: the INT4 MoE on both paths at 16..256 tokens (where the
+# GEMV path and the tile path cross: GEMV_MAX_TOKENS); the slice's prefill as graphs at 256 / 1024 / 2048 tokens;
+# end to end on the Kimi slice (baseline and EAGLE-3 at accept 3.0, prefill graphs on) with the group path's
+# configs (benchmarks/data/sm_90_group_tile_table.json) and with the table's, one process each.
+# Part "q4": the whole single-GPU suite.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: q1 | q2}
+part=${1:?part: q1 .. q4}
 
 case $part in
 q1)
@@ -35,6 +40,20 @@ q2)
     SGLANG_EAGLE3_CONFIG_TABLE=$OUT/sweep_swap_table.json TAIL=3 stage prefill_swap_$round 120 \
       python benchmarks/bench_moe_tile.py --out "$OUT" --label swap_$round --tokens --prefill 256 1024
   done
+  ;;
+q3)
+  TAIL=20 stage crossover 150 python benchmarks/bench_moe_tile.py --out "$OUT" --label crossover --both-paths \
+    --tokens 16 32 48 64 96 128 192 256 --prefill 256 1024 2048
+  for table in group swap; do
+    if [ $table = group ]; then export SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_group_tile_table.json
+    else unset SGLANG_EAGLE3_CONFIG_TABLE; fi
+    TAIL=6 stage e2e_$table 170 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+      --repeat 2 --simulate-accept 3.0 --prefill-graphs default --out "$OUT/e2e_$table.json"
+  done
+  ;;
+q4)
+  TAIL=12 stage gpu_suite 560 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \
+    tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
   ;;
 esac
 collect
