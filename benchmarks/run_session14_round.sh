@@ -16,9 +16,12 @@
 # GEMV path and the tile path cross: GEMV_MAX_TOKENS); the slice's prefill as graphs at 256 / 1024 / 2048 tokens;
 # end to end on the Kimi slice (baseline and EAGLE-3 at accept 3.0, prefill graphs on) with the group path's
 # configs (benchmarks/data/sm_90_group_tile_table.json) and with the table's, one process each.
-# Part "q4": the whole single-GPU suite.
+# Part "q4": the swap kernels decoding with bf16x2 PTX (two weights an instruction; the gate_up loop 6.0 -> 4.4
+# SASS a weight at sm_90): the tile GPU tests, the swap sweep again (each winner against the group path's table),
+# the prefill graphs at 256 / 1024 / 2048 tokens.
+# Part "q5": the whole single-GPU suite.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: q1 .. q4}
+part=${1:?part: q1 .. q5}
 
 case $part in
 q1)
@@ -52,6 +55,14 @@ q3)
   done
   ;;
 q4)
+  TAIL=8 stage tile_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/kernels/test_kernels_gpu.py -k "tile or swap or large_batch"
+  TAIL=60 stage swap_sweep 200 python benchmarks/bench_moe_tile.py --out "$OUT" --label swap3 --tokens \
+    --sweep --swap --sweep-tokens 256 512 1024 2048
+  TAIL=8 stage prefill 150 python benchmarks/bench_moe_tile.py --out "$OUT" --label prefill --tokens \
+    --prefill 256 1024 2048
+  ;;
+q5)
   TAIL=12 stage gpu_suite 560 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \
     tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
   ;;

@@ -171,15 +171,15 @@ def check_dot_gate_up(arch: int) -> dict:
 MAX_TILE_INSTR_PER_WEIGHT = 12.0  # INT4 tile gate_up inner loop, SASS per weight and thread (7.6-9.5 as built)
 
 
-# The swap gate_up's loop, SASS per weight and thread: 5.2-6.0 at sm_90 as built (HGMMA), ~9.3 at sm_120 (HMMA,
-# mma.sync's fragments).
-MAX_SWAP_INSTR_PER_WEIGHT = {90: 8.0, 120: 12.0}
+# The swap gate_up's loop, SASS per weight and thread: 4.3-4.5 at sm_90 as built (HGMMA; 5.2-6.0 with float32
+# decode arithmetic instead of the bf16x2 PTX), 6.0-10.2 at sm_120 (HMMA, mma.sync's fragments).
+MAX_SWAP_INSTR_PER_WEIGHT = {90: 6.0, 120: 12.0}
 
 
 def _swap_gate_up(arch: int, cfg: dict, sig_of) -> dict:
     """The swap gate_up at a table config: no spills, HGMMA/HMMA with the decoded weights from registers (no
-    shared-memory trip for them: the loop's STS are the activations'), and its loop near its design (a LOP3, an
-    FADD and an FMUL a weight, half a convert)."""
+    shared-memory trip for them: the loop's STS are the activations'), and its loop near its design (a shift, a
+    LOP3 and two bf16x2 FMAs for two weights)."""
     sig, aligned = sig_of(fm.moe_int4_swap_gate_up_kernel, {"x_ptr": "*bf16", "s13_ptr": "*bf16", "act_ptr": "*bf16"})
     consts = dict(TOP_K=8, GROUP_WORDS=4, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_W=cfg["BLOCK_W"],
                   EVEN=True, INTERPRET=False)

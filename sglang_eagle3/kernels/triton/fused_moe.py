@@ -740,6 +740,52 @@ def moe_int4_dot_gate_up_kernel(
 # scales are applied to the decoded weights, which are then rounded to bf16 (_scaled_int4_tile), as SGLang's
 # and vLLM's W4A16 kernels do. The group path above applies each scale to an exact per-group dot instead (no
 # weight rounded) and pays a K = 32 dot and a result rescale per group for it.
+# On the GPU the swap kernels decode with bf16x2 arithmetic, two weights an instruction: nibbles j and j + 4 of
+# a word sit 16 bits apart, so (word >> 4j) & 0x000F000F | 0x43004300 (one LOP3 after the shift) is the bf16 pair
+# (128 + q_j, 128 + q_j+4); an FMA subtracts 136 (exact: small integers) and a second multiplies by the group
+# scale, rounding once: the same bf16 as rounding the exact float32 (q - 8) * scale (_scaled_int4_tile's).
+_DEQUANT_BF16X8 = tl.constexpr("""{
+    .reg .b32 s, t, u, one, c, z;
+    mov.b32 s, {$9, $9};
+    mov.b32 one, 0x3F803F80;
+    mov.b32 c, 0xC308C308;
+    mov.b32 z, 0x80008000;
+    lop3.b32 t, $8, 0x000F000F, 0x43004300, 0xea;
+    fma.rn.bf16x2 t, t, one, c;
+    fma.rn.bf16x2 t, t, s, z;
+    mov.b32 {$0, $4}, t;
+    shr.u32 u, $8, 4;
+    lop3.b32 t, u, 0x000F000F, 0x43004300, 0xea;
+    fma.rn.bf16x2 t, t, one, c;
+    fma.rn.bf16x2 t, t, s, z;
+    mov.b32 {$1, $5}, t;
+    shr.u32 u, $8, 8;
+    lop3.b32 t, u, 0x000F000F, 0x43004300, 0xea;
+    fma.rn.bf16x2 t, t, one, c;
+    fma.rn.bf16x2 t, t, s, z;
+    mov.b32 {$2, $6}, t;
+    shr.u32 u, $8, 12;
+    lop3.b32 t, u, 0x000F000F, 0x43004300, 0xea;
+    fma.rn.bf16x2 t, t, one, c;
+    fma.rn.bf16x2 t, t, s, z;
+    mov.b32 {$3, $7}, t;
+}""")
+
+
+@triton.jit
+def _scaled_int4_tile_bf16x2(packed, scale, GROUP_WORDS: tl.constexpr):
+    """_scaled_int4_tile's bf16 weights (q - 8) * scale in K order, without the 16^p factors (the activations
+    are used as they are), decoded by _DEQUANT_BF16X8 (GPU only: inline PTX)."""
+    R: tl.constexpr = packed.shape[0]
+    W: tl.constexpr = packed.shape[1]
+    s = tl.reshape(tl.broadcast_to(scale.to(tl.bfloat16)[:, :, None], [R, W // GROUP_WORDS, GROUP_WORDS]), [R, W])
+    w0, w1, w2, w3, w4, w5, w6, w7 = tl.inline_asm_elementwise(
+        _DEQUANT_BF16X8, "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [packed, s], dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)
+    # [R, W, 2, 2, 2] with nibble j = 4a + 2b + c at [.., a, b, c], as _int4_group
+    w = tl.join(tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7)))
+    return tl.reshape(w, [R, 8 * W])
+
+
 @triton.jit
 def _swap_rows_times_pairs(rows, scales, n_ok, a_rows, row_ok, K_WORDS, magic, GROUP_WORDS: tl.constexpr,
                            BLOCK_W: tl.constexpr, EVEN: tl.constexpr, INTERPRET: tl.constexpr):
@@ -760,8 +806,12 @@ def _swap_rows_times_pairs(rows, scales, n_ok, a_rows, row_ok, K_WORDS, magic, G
         pk_next, sc_next = _load_int4_chunk(rows, scales, n_ok, w0 + BLOCK_W, w_idx, g_idx, K_WORDS, GROUP_WORDS,
                                             EVEN)
         xs_next = _load_x_rows(a_rows, row_ok, w0 + BLOCK_W, k_idx, K_WORDS, EVEN)
-        wt = _scaled_int4_tile(pk, sc, magic, GROUP_WORDS, False)
-        a = (xs.to(tl.float32) * x_scale).to(tl.bfloat16)
+        if INTERPRET:  # the same bf16 weights by float32 arithmetic (the interpreter runs no PTX)
+            wt = _scaled_int4_tile(pk, sc, magic, GROUP_WORDS, False)
+            a = (xs.to(tl.float32) * x_scale).to(tl.bfloat16)
+        else:
+            wt = _scaled_int4_tile_bf16x2(pk, sc, GROUP_WORDS)
+            a = xs
         acc += _dot_nt(wt, a, INTERPRET, "tf32")
         pk, sc, xs = pk_next, sc_next, xs_next
     return acc
