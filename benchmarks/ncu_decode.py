@@ -1,14 +1,15 @@
 """Driver for Nsight Compute (ncu) on the decode kernels of one Kimi-K2.5 TP=8 rank at T=1: the GEMVs q_a + kv_a
 (split-K over K = 7168), q_b (with the q_a norm) and o_proj, a read-only kernel of q_a + kv_a's bytes, MLA at
 1k and 8k context (split + merge; mla_table: T = 1 and 4 at 1k in an 8448-slot table), the INT4 MoE (gate_up,
-down; moe_verify: T=4 and 8 with tokens sharing experts; moe_dot: the dot path's gate_up), the routing, each
+down; moe_verify: T=4 and 8 with tokens sharing experts; moe_dot: the dot path's gate_up; moe_tile: the tile
+path at 256 and 1024 tokens), the routing, each
 launched a few times on fresh data (past the L2). ncu serialises kernels, so PDL overlap is absent here: this
 is for the hardware counters of one launch (DRAM throughput, stall reasons, occupancy), not for timing the
 chain.
 
     ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
         --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats -s 8 \
-        python benchmarks/ncu_decode.py [gemv mla mla_table moe moe_verify moe_dot topk]
+        python benchmarks/ncu_decode.py [gemv mla mla_table moe moe_verify moe_dot moe_tile topk]
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ def main() -> None:
         for T, pool in ((1, 384), (4, 12)):
             calls, *_ = moe_case(T, True, weights, path="dot", pool=pool)
             for c in calls(config=config)[:2]:
+                c()
+    if "moe_tile" in parts:  # the tile path (prefill sizes; the swap kernels at the sm_90 table) at 256 and 1024
+        weights = make_moe_weights(True)
+        for T in (256, 1024):
+            calls, *_ = moe_case(T, True, weights, path="tile")
+            for c in calls()[:2]:
                 c()
     if "topk" in parts:
         calls, *_ = topk_case(1)

@@ -19,7 +19,7 @@
 # Part "q4": the swap kernels decoding with bf16x2 PTX (two weights an instruction; the gate_up loop 6.0 -> 4.4
 # SASS a weight at sm_90): the tile GPU tests, the swap sweep again (each winner against the group path's table),
 # the prefill graphs at 256 / 1024 / 2048 tokens.
-# Part "q5": the whole single-GPU suite.
+# Part "q5": Nsight Compute on the swap kernels at 256 and 1024 tokens, then the whole single-GPU suite.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: q1 .. q5}
 
@@ -63,7 +63,10 @@ q4)
     --prefill 256 1024 2048
   ;;
 q5)
-  TAIL=12 stage gpu_suite 560 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \
+  TAIL=4 stage ncu_tile 80 "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
+    --section Occupancy --section LaunchStats --section SchedulerStats --metrics "$STALLS" \
+    -k regex:"moe_int4_swap" -c 4 python benchmarks/ncu_decode.py moe_tile
+  TAIL=12 stage gpu_suite 500 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \
     tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
   ;;
 esac
