@@ -52,7 +52,10 @@ SUM_BLOCK = 1024
 # the H200 at Kimi TP=8 rank shapes (bench_moe_tile.py, benchmarks/results/h200/moe_tile_new_d7c1b3d.json): GEMV
 # / tile 135 / 366 us at T=16, 506 / 900 at 64, 1001 / 1129 at 128, 1987 / 1232 at 256. The GEMV decodes a weight
 # once per pair, the tile path once per expert, so the crossover moves up with the ALU:bandwidth ratio
-# (the RTX PRO 6000's is higher than the H200's).
+# (the RTX PRO 6000's is higher than the H200's). With the swap kernels (moe_tile_crossover_1e7c374.json) the
+# tile path wins from ~88 tokens (GEMV / tile 474 / 580 us at 64, 708 / 671 at 96, 944 / 717 at 128); the bound
+# stays at 128 all the same: the tile path rounds each scaled weight to bf16, the GEMV path does not, and a
+# verify batch (up to 128 tokens: 32 requests at k = 3) should compute what the decode it replaces computes.
 GEMV_MAX_TOKENS = 128
 # The dot path (gate_up as tl.dot over each expert's pairs) serves 2..DOT_MAX_TOKENS tokens: verify batches, whose
 # tokens share experts (SGLANG_EAGLE3_MOE_DOT_MAX overrides; 0 turns it off). Off until measured.
