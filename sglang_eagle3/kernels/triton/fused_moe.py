@@ -744,32 +744,21 @@ def moe_int4_dot_gate_up_kernel(
 # a word sit 16 bits apart, so (word >> 4j) & 0x000F000F | 0x43004300 (one LOP3 after the shift) is the bf16 pair
 # (128 + q_j, 128 + q_j+4); an FMA subtracts 136 (exact: small integers) and a second multiplies by the group
 # scale, rounding once: the same bf16 as rounding the exact float32 (q - 8) * scale (_scaled_int4_tile's).
-_DEQUANT_BF16X8 = tl.constexpr("""{
-    .reg .b32 s, t, u, one, c, z;
-    mov.b32 s, {$9, $9};
-    mov.b32 one, 0x3F803F80;
-    mov.b32 c, 0xC308C308;
-    mov.b32 z, 0x80008000;
-    lop3.b32 t, $8, 0x000F000F, 0x43004300, 0xea;
-    fma.rn.bf16x2 t, t, one, c;
-    fma.rn.bf16x2 t, t, s, z;
-    mov.b32 {$0, $4}, t;
-    shr.u32 u, $8, 4;
-    lop3.b32 t, u, 0x000F000F, 0x43004300, 0xea;
-    fma.rn.bf16x2 t, t, one, c;
-    fma.rn.bf16x2 t, t, s, z;
-    mov.b32 {$1, $5}, t;
-    shr.u32 u, $8, 8;
-    lop3.b32 t, u, 0x000F000F, 0x43004300, 0xea;
-    fma.rn.bf16x2 t, t, one, c;
-    fma.rn.bf16x2 t, t, s, z;
-    mov.b32 {$2, $6}, t;
-    shr.u32 u, $8, 12;
-    lop3.b32 t, u, 0x000F000F, 0x43004300, 0xea;
-    fma.rn.bf16x2 t, t, one, c;
-    fma.rn.bf16x2 t, t, s, z;
-    mov.b32 {$3, $7}, t;
-}""")
+def _dequant_bf16x8_ptx() -> str:
+    """PTX for one int32 word and its scale (bf16, $9) -> the 8 weights as bf16 ($0..$7 = nibbles 0..7)."""
+    steps = []
+    for j in range(4):  # the pair (j, j + 4): its nibbles shifted to bits 0 and 16
+        src = "$8" if j == 0 else "u"
+        steps.append(("" if j == 0 else f"shr.u32 u, $8, {4 * j};\n")
+                     + f"lop3.b32 t, {src}, 0x000F000F, 0x43004300, 0xea;\n"  # (src & mask) | magic
+                     + "fma.rn.bf16x2 t, t, one, c;\n"  # - 136
+                     + "fma.rn.bf16x2 t, t, s, z;\n"  # * scale (+ -0)
+                     + f"mov.b32 {{${j}, ${j + 4}}}, t;\n")
+    return ("{\n.reg .b32 s, t, u, one, c, z;\nmov.b32 s, {$9, $9};\nmov.b32 one, 0x3F803F80;\n"
+            "mov.b32 c, 0xC308C308;\nmov.b32 z, 0x80008000;\n" + "".join(steps) + "}")
+
+
+_DEQUANT_BF16X8 = tl.constexpr(_dequant_bf16x8_ptx())
 
 
 @triton.jit
