@@ -20,8 +20,12 @@
 # SASS a weight at sm_90): the tile GPU tests, the swap sweep again (each winner against the group path's table),
 # the prefill graphs at 256 / 1024 / 2048 tokens.
 # Part "q5": Nsight Compute on the swap kernels at 256 and 1024 tokens, then the whole single-GPU suite.
+# (q5 at df94e10: 318 passed, 1 skipped; ncu in section 2 of docs/BENCHMARKS.md.)
+# Part "q6": start-up's graph memory from the pool's own segments (it read 0.0 MiB for the prefill graphs: every
+# capture begins with torch's empty_cache()): the graph runner and CUDA engine GPU tests (which now check it), and
+# the slice's prefill benchmark, whose log prints the prefill runners' capture_mib.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: q1 .. q5}
+part=${1:?part: q1 .. q6}
 
 case $part in
 q1)
@@ -61,6 +65,12 @@ q4)
     --sweep --swap --sweep-tokens 256 512 1024 2048
   TAIL=8 stage prefill 150 python benchmarks/bench_moe_tile.py --out "$OUT" --label prefill --tokens \
     --prefill 256 1024 2048
+  ;;
+q6)
+  TAIL=8 stage engine_tests 220 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/gpu/test_cuda_engine.py tests/test_graph_runner.py
+  TAIL=8 stage prefill 150 python benchmarks/bench_moe_tile.py --out "$OUT" --label prefill --tokens \
+    --prefill 256 1024
   ;;
 q5)
   TAIL=4 stage ncu_tile 80 "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \

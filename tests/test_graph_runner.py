@@ -15,7 +15,7 @@ import torch
 from conftest import scheduler_of
 
 from sglang_eagle3 import Engine
-from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputSpec, batch_buckets
+from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputSpec, batch_buckets, pool_bytes
 from sglang_eagle3.testing import tiny_config, tiny_draft_config, write_tiny_pair
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -390,6 +390,14 @@ def test_gpu_prefill_replay_equals_eager(gpu_engine):
     engine, tol = gpu_engine
     runner = engine.runner
     assert runner.prefill_tokens and runner.target_prefill.graphs and runner.draft_prefill.graphs
+    # Start-up's graph memory: the prefill graphs, captured first, grew the shared pool; the runners' shares add
+    # up to what the pool holds.
+    report = runner.graph_report()
+    assert report["target_prefill"]["capture_mib"] > 0, report
+    total = sum(r.capture_bytes for r in (runner.target_decode, runner.target_verify, runner.draft_decode,
+                                           runner.draft_extend, runner.spec_round, runner.target_prefill,
+                                           runner.draft_prefill))
+    assert total == pool_bytes(runner.target_prefill.pool), (total, report)
     g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
     lengths = [3, 32, 33, 100, 7, 250]
     pages = [runner.allocator.alloc((n + 15) // runner.page_size + 1) for n in lengths]
@@ -490,6 +498,17 @@ def test_gpu_capture_runs_with_autograd_off():
     assert torch.is_grad_enabled()
     runner.capture(lambda bs, T: {k: v.cuda() for k, v in example(bs, T).items()})
     assert seen and not any(seen), seen
+    # Its graph memory is what its pool holds (the free-memory drop read 0 once torch's empty_cache() ran).
+    assert runner.capture_bytes == pool_bytes(runner.pool) > 0, (runner.capture_bytes, pool_bytes(runner.pool))
+
+
+def test_pool_bytes_sums_the_pools_segments(monkeypatch):
+    """pool_bytes counts the caching allocator's segments of the one pool asked for (snapshot stand-in)."""
+    segments = [{"total_size": 2 << 20, "segment_pool_id": (0, 0)}, {"total_size": 3 << 20, "segment_pool_id": (1, 4)},
+                {"total_size": 5 << 20, "segment_pool_id": (1, 4)}, {"total_size": 7 << 20, "segment_pool_id": (1, 5)},
+                {"total_size": 11 << 20}]
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: segments)
+    assert pool_bytes((1, 4)) == 8 << 20 and pool_bytes((1, 5)) == 7 << 20 and pool_bytes((9, 9)) == 0
 
 
 def test_model_runner_refuses_a_pool_past_the_rotary_table():

@@ -66,6 +66,14 @@ class ForwardStats:
                 for n in names}
 
 
+def pool_bytes(pool) -> int:
+    """Bytes of device memory the caching allocator holds for the graph memory pool ``pool`` (a
+    torch.cuda.graph_pool_handle()): the sizes of its segments."""
+    want = tuple(pool)
+    return sum(seg["total_size"] for seg in torch.cuda.memory_snapshot()
+               if tuple(seg.get("segment_pool_id", ())) == want)
+
+
 @contextlib.contextmanager
 def _gc_paused():
     """Python's garbage collector off for the block (after one collection now). A collection inside a capture
@@ -114,9 +122,9 @@ class GraphRunner:
         if not self.enabled:
             return
         t0 = time.perf_counter()
-        free0 = torch.cuda.mem_get_info()[0]
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
+        held0 = pool_bytes(self.pool)
         stream = torch.cuda.Stream()
         # Autograd off, as for every replay's eager twin (the runner's forwards run under inference mode): the
         # layers take their inference paths (fused kernels writing straight into the KV cache) only when no
@@ -139,7 +147,10 @@ class GraphRunner:
                     self.graphs[(bs, T)] = (graph, static, out)
         torch.cuda.synchronize()
         self.capture_seconds = time.perf_counter() - t0
-        self.capture_bytes = max(0, free0 - torch.cuda.mem_get_info()[0])
+        # What the shared pool grew by (a later runner whose graphs fit in memory the pool already holds adds 0).
+        # Not the drop in free device memory: every capture starts with torch's empty_cache(), which hands the
+        # allocator's cached blocks back and so hid the pool's growth (0.0 MiB reported for the prefill graphs).
+        self.capture_bytes = pool_bytes(self.pool) - held0
         logger.info("%s: captured %d CUDA graphs (batch buckets %s x tokens/request %s) in %.2f s, %.1f MiB",
                     self.name, len(self.graphs), self.buckets, list(self.tokens_per_req), self.capture_seconds,
                     self.capture_bytes / 2**20)
