@@ -60,9 +60,9 @@ TILE_DOWN = tuning.CANDIDATES["fused_moe_int4_down"]
 SWAP_GATE_UP = [{"SWAP": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_W": bw, "num_warps": w, "num_stages": 1}
                 for bm, bn, bw, w in ((16, 32, 16, 4), (16, 32, 8, 4), (16, 64, 8, 4), (16, 32, 4, 4), (32, 32, 8, 4),
                                       (32, 64, 8, 4), (32, 64, 8, 8), (32, 64, 16, 8), (64, 32, 8, 4), (64, 64, 8, 4),
-                                      (64, 64, 4, 4))]
+                                      (64, 64, 4, 4), (16, 64, 8, 8), (16, 128, 8, 8), (32, 128, 8, 8))]
 SWAP_DOWN = [{"BLOCK_N": bn, "BLOCK_W": bw, "num_warps": w, "num_stages": 1}
-             for bn, bw, w in ((64, 8, 4), (64, 4, 4), (128, 8, 8), (128, 4, 8), (32, 8, 4))]
+             for bn, bw, w in ((64, 8, 4), (64, 4, 4), (128, 8, 8), (128, 4, 8), (32, 8, 4), (128, 8, 4), (256, 8, 8))]
 
 
 def log(msg: str) -> None:

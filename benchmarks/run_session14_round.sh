@@ -24,8 +24,10 @@
 # Part "q6": start-up's graph memory from the pool's own segments (it read 0.0 MiB for the prefill graphs: every
 # capture begins with torch's empty_cache()): the graph runner and CUDA engine GPU tests (which now check it), and
 # the slice's prefill benchmark, whose log prints the prefill runners' capture_mib.
+# Part "q7": wider swap tiles (BLOCK_N 64-128 gate rows at 8 warps, down 128-256 rows: fewer re-reads of the
+# block's activations, 3.4-3.7 SASS a weight in the gate_up loop offline) in the sweep at 256 and 1024 tokens.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: q1 .. q6}
+part=${1:?part: q1 .. q7}
 
 case $part in
 q1)
@@ -71,6 +73,10 @@ q6)
     tests/gpu/test_cuda_engine.py tests/test_graph_runner.py
   TAIL=8 stage prefill 150 python benchmarks/bench_moe_tile.py --out "$OUT" --label prefill --tokens \
     --prefill 256 1024
+  ;;
+q7)
+  TAIL=60 stage swap_sweep 150 python benchmarks/bench_moe_tile.py --out "$OUT" --label swap4 --tokens \
+    --sweep --swap --sweep-tokens 256 1024
   ;;
 q5)
   TAIL=4 stage ncu_tile 80 "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
