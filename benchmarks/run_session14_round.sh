@@ -26,6 +26,7 @@
 # the slice's prefill benchmark, whose log prints the prefill runners' capture_mib.
 # Part "q7": wider swap tiles (BLOCK_N 64-128 gate rows at 8 warps, down 128-256 rows: fewer re-reads of the
 # block's activations, 3.4-3.7 SASS a weight in the gate_up loop offline) in the sweep at 256 and 1024 tokens.
+# (q7 at ee85df6: none faster; the table's configs won again within 1-2 us: not the activations' re-reads.)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: q1 .. q7}
 
