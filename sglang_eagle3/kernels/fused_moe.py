@@ -123,7 +123,9 @@ def _launch(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, int4: b
     plan = moe_align(topk_ids, E, block_m)
     act = torch.empty(T * k, I, dtype=x.dtype, device=x.device)
     per_pair = torch.empty(T * k, H, dtype=torch.float32, device=x.device)
-    if int4 and gate_up_cfg.get("SWAP") and x.dtype == torch.bfloat16:
+    # The swap kernels' decode rounds (q - 8) * scale to bf16 once: bf16 activations and scales only (a model's
+    # scales are stored in its dtype); any other dtype takes the group path, whatever the config says.
+    if int4 and gate_up_cfg.get("SWAP") and x.dtype == s13.dtype == s2.dtype == torch.bfloat16:
         _launch_int4_swap(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, group=group, block_m=block_m,
                           gate_up_cfg=gate_up_cfg, down_cfg=down_cfg)
     else:
