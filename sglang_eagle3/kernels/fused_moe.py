@@ -169,6 +169,14 @@ def _launch_tile(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, *, int4
     )
 
 
+def _words_a_step(block_w: int, words: int, group_words: int) -> int:
+    """An INT4 kernel's words of K a step: the config's BLOCK_W, or less where K (padded to a power of two)
+    is shorter, and never under one scale group."""
+    bw = min(block_w, max(group_words, triton.next_power_of_2(words)))
+    assert bw % group_words == 0 and bw & (bw - 1) == 0, f"BLOCK_W={bw} must be a power of two of whole groups"
+    return bw
+
+
 def _launch_int4_swap(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, *, group: int, block_m: int,
                       gate_up_cfg: dict, down_cfg: dict) -> None:
     """The tile path with the weights as the dot's M (the config's "SWAP"; bf16 activations): BLOCK_W words of
@@ -179,13 +187,7 @@ def _launch_int4_swap(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, *,
     interpret = tuning.interpreting()
     h_words, i_words, group_words = H // PACK_FACTOR, I // PACK_FACTOR, group // PACK_FACTOR
     default = tuning.DEFAULTS["fused_moe_int4_gate_up"]["BLOCK_W"]  # (an explicit config may leave it out)
-
-    def words_a_step(cfg: dict, words: int) -> int:  # a power of two, whole scale groups, at most K's (padded)
-        bw = min(cfg.get("BLOCK_W", default), max(group_words, triton.next_power_of_2(words)))
-        assert bw % group_words == 0 and bw & (bw - 1) == 0, f"BLOCK_W={bw} must be a power of two of whole groups"
-        return bw
-
-    bn, bw = gate_up_cfg["BLOCK_N"], words_a_step(gate_up_cfg, h_words)
+    bn, bw = gate_up_cfg["BLOCK_N"], _words_a_step(gate_up_cfg.get("BLOCK_W", default), h_words, group_words)
     moe_int4_swap_gate_up_kernel[(num_blocks, triton.cdiv(I, bn))](
         x, w13, s13, sorted_pairs, block_expert, block_rows, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
@@ -194,7 +196,7 @@ def _launch_int4_swap(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, *,
         EVEN=I % bn == 0 and h_words % bw == 0, INTERPRET=interpret,
         num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
     )
-    bn, bw = down_cfg["BLOCK_N"], words_a_step(down_cfg, i_words)
+    bn, bw = down_cfg["BLOCK_N"], _words_a_step(down_cfg.get("BLOCK_W", default), i_words, group_words)
     moe_int4_swap_down_kernel[(num_blocks, triton.cdiv(H, bn))](
         act, w2, s2, sorted_pairs, block_expert, block_rows, topk_weights, per_pair,
         act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), per_pair.stride(0),
@@ -258,7 +260,7 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     pdl = tuning.pdl(x.device, "moe")
     shift16 = T >= GEMV_SHIFT16_MIN_TOKENS  # act's pre-scaling follows it: down gets the same
     # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
-    bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
+    bn, bw = gate_up_cfg["BLOCK_N"], _words_a_step(gate_up_cfg["BLOCK_W"], h_words, group_words)
     moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
         x, w13, s13, topk_ids, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
@@ -282,7 +284,7 @@ def _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, *, group: i
     T, H = out.shape
     k = topk_ids.shape[1]
     i_words, group_words = act.shape[2], group // PACK_FACTOR
-    bn, bw = down_cfg["BLOCK_N"], min(down_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(i_words)))
+    bn, bw = down_cfg["BLOCK_N"], _words_a_step(down_cfg["BLOCK_W"], i_words, group_words)
     # All k slots' weights as one tile loaded before the PDL wait (the config's "PRELOAD"; the H200 table turns
     # it on at T <= 2): needs the slots to tile as a power of two and the intermediate slice in one chunk
     # (I/8 <= BLOCK_W: Kimi and DeepSeek-V3 at TP=8, 32 words); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off.
@@ -312,7 +314,7 @@ def _launch_int4_dot(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int
     TK, h_words, group_words = T * k, H // PACK_FACTOR, group // PACK_FACTOR
     interpret = tuning.interpreting()
     pdl = tuning.pdl(x.device, "moe")
-    bn, bw = gate_up_cfg["BLOCK_N"], min(gate_up_cfg["BLOCK_W"], max(group_words, triton.next_power_of_2(h_words)))
+    bn, bw = gate_up_cfg["BLOCK_N"], _words_a_step(gate_up_cfg["BLOCK_W"], h_words, group_words)
     # tl.dot wants every dimension >= 16; a block of rows covers the tokens that can share an expert (a token
     # takes an expert at most once), more rows than that loop.
     block_m = gate_up_cfg.get("BLOCK_M", max(16, min(64, triton.next_power_of_2(T))))
