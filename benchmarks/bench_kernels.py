@@ -414,7 +414,7 @@ def main() -> None:
     def cfg(op: str, key_name: str, key: int):
         if table is None or op not in table["ops"]:  # not swept in this run: the checked-in table
             return None
-        return {**tuning.DEFAULTS[op], **tuning._pick_bucket(table["ops"][op], key_name, key)}
+        return tuning.table_config(table, op, key_name, key)
 
     cases = []
     launch_counts: dict[str, dict] = {}

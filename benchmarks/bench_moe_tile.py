@@ -120,10 +120,8 @@ def tile_table_ops(winners: dict[int, tuple[dict, dict]]) -> dict[str, list[dict
 
 
 def table_config(table: dict, T: int) -> dict:
-    """The tile path's {"gate_up", "down"} configs at T in a table's ops (tuning's merge of the defaults)."""
-    return {op: {**tuning.DEFAULTS[f"fused_moe_int4_{op}"],
-                 **tuning._pick_bucket(table["ops"][f"fused_moe_int4_{op}"], "tokens", T)}
-            for op in ("gate_up", "down")}
+    """The tile path's {"gate_up", "down"} configs at T in a table."""
+    return {op: tuning.table_config(table, f"fused_moe_int4_{op}", "tokens", T) for op in ("gate_up", "down")}
 
 
 def swap_ab(rows: list, T: int, table: dict, winner: tuple[dict, dict]) -> None:

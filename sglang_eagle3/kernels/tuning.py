@@ -274,6 +274,11 @@ def _cache_file(arch: str, sms: int, name: str) -> Path:
     return CACHE_DIR / f"tuning-{arch}-{sms}sm-{safe}.json"
 
 
+def table_config(table: dict, op: str, key_name: str, key: int) -> dict:
+    """`op`'s config at `key_name=key` in a config table (its bucket over the defaults), as get_config reads it."""
+    return {**DEFAULTS[op], **_pick_bucket(table["ops"][op], key_name, key)}
+
+
 def get_config(op: str, device: torch.device, key_name: str, key: int,
                bench: Callable[[dict], float] | None = None) -> dict:
     """Config for `op` at `key_name=key` on `device`.
@@ -285,7 +290,7 @@ def get_config(op: str, device: torch.device, key_name: str, key: int,
     arch, sms, name = device_key(device.index if device.index is not None else torch.cuda.current_device())
     table = _table(arch, sms)
     if table is not None and op in table["ops"]:
-        return {**DEFAULTS[op], **_pick_bucket(table["ops"][op], key_name, key)}
+        return table_config(table, op, key_name, key)
     if bench is None or op not in CANDIDATES or torch.cuda.is_current_stream_capturing():
         return dict(DEFAULTS[op])
     return _autotune(op, arch, sms, name, f"{key_name}={_bucket_of(key)}", bench)
