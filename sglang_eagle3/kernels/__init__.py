@@ -19,7 +19,7 @@ import torch
 from sglang_eagle3 import env
 from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_int4
 from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, triton_gemv, triton_gemv_pair
-from sglang_eagle3.kernels.mla_attention import triton_mla_attention
+from sglang_eagle3.kernels.mla_attention import gqa_uses_kernel, triton_gqa_attention, triton_mla_attention
 from sglang_eagle3.kernels.moe_topk import Routing, triton_moe_topk
 from sglang_eagle3.kernels.quant import pack_int4, quantize_int4, unpack_int4
 from sglang_eagle3.kernels.ref import (
@@ -28,6 +28,7 @@ from sglang_eagle3.kernels.ref import (
     ref_fused_moe_int4,
     ref_gemv,
     ref_gemv_pair,
+    ref_gqa_attention,
     ref_mla_attention,
     ref_moe_topk,
     ref_rms_norm,
@@ -176,6 +177,17 @@ def mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, *, toke
     fn = triton_mla_attention if use_kernel else ref_mla_attention
     return fn(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, tokens_per_req=tokens_per_req,
               page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale, rope=rope, positions=positions)
+
+
+def gqa_attention(q, kv_cache, page_table, seq_lens, *, tokens_per_req, page_size, sm_scale,
+                  use_triton: bool | None = None):
+    """Paged grouped-query attention (the EAGLE-3 draft's) -> [B*T, Hq, D]; see ref_gqa_attention. The Triton
+    kernel reads only each request's keys; the reference gathers the whole page table (fine for tests, not for
+    a server's graphs, whose page tables are as wide as the context limit)."""
+    use_kernel = gqa_uses_kernel(q.shape[-1]) and _kernel_ok(use_triton, q, kv_cache)
+    fn = triton_gqa_attention if use_kernel else ref_gqa_attention
+    return fn(q, kv_cache, page_table, seq_lens, tokens_per_req=tokens_per_req, page_size=page_size,
+              sm_scale=sm_scale)
 
 
 def fused_moe(x, w13, w2, topk_weights, topk_ids, add=None, *, use_triton: bool | None = None):

@@ -35,14 +35,16 @@ def num_kv_splits(batch: int, row_blocks: int, max_keys: int, sms: int, cfg: dic
     return max(1, min(want, by_len, MAX_SPLITS))
 
 
-def launch_plan(batch: int, tokens_per_req: int, heads: int, max_keys: int, sms: int, cfg: dict) -> dict:
+def launch_plan(batch: int, tokens_per_req: int, heads: int, max_keys: int, sms: int, cfg: dict,
+                groups: int = 1) -> dict:
     """How a call launches, from shapes only, for ``batch`` requests of ``tokens_per_req`` x ``heads`` query
-    rows and a page table of ``max_keys`` slots a request: ``BLOCK_M``, ``row_blocks`` a request, ``splits``
-    and ``merge``: "none" (one split: the split pass writes the output) or "separate" (a merge launch)."""
+    rows per kv head (``groups`` kv heads; MLA has one) and a page table of ``max_keys`` slots a request:
+    ``BLOCK_M``, ``row_blocks`` a kv head, ``splits`` and ``merge``: "none" (one split: the split pass writes
+    the output) or "separate" (a merge launch)."""
     rows = tokens_per_req * heads
     block_m = max(16, min(cfg["BLOCK_M"], triton.next_power_of_2(rows)))
     row_blocks = triton.cdiv(rows, block_m)
-    splits = num_kv_splits(batch, row_blocks, max_keys, sms, cfg)
+    splits = num_kv_splits(batch, groups * row_blocks, max_keys, sms, cfg)
     return {"BLOCK_M": block_m, "row_blocks": row_blocks, "splits": splits,
             "merge": "none" if splits == 1 else "separate"}
 
@@ -108,41 +110,106 @@ def triton_mla_attention(
         rope_kw = dict(ROPE=True, pos_ptr=positions, cos_ptr=cos, sin_ptr=sin, stride_table=cos.stride(0))
     else:
         assert positions is None, "positions are for rope"
-    device = q_rope.device
-    rows = T * H
     if config is None:
         args = (q_nope_latent, q_rope, kv_cache, page_table, seq_lens)
         kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale, rope=rope,
                   positions=positions)
-        config = tuning.get_config("mla_attention", device, "rows", rows,
+        config = tuning.get_config("mla_attention", q_rope.device, "rows", T * H,
                                    bench=lambda c: tuning.bench_us(lambda: triton_mla_attention(*args, **kw, config=c)))
     cfg = {**tuning.DEFAULTS["mla_attention"], **config}  # a sweep's partial config gets the other defaults
-    out = torch.empty(BT, H, Dc, dtype=q_rope.dtype, device=device)
-    if BT == 0:
+    return _launch_split_attention(q_nope_latent, q_rope, kv_cache, kv_cache.stride(0), None, page_table, seq_lens,
+                                   T=T, groups=1, heads=H, Dc=Dc, Dr=Dr, page_size=page_size, sm_scale=sm_scale,
+                                   cfg=cfg, kernel_family="mla", **rope_kw)
+
+
+def _launch_split_attention(qn, qr, k, stride_k_slot, v, page_table, seq_lens, *, T, groups, heads, Dc, Dr,
+                            page_size, sm_scale, cfg, kernel_family, stride_k_group=0, stride_v_slot=0,
+                            stride_v_group=0, **rope_kw) -> torch.Tensor:
+    """The split pass (and merge) for query rows qn [B*T, groups*heads, Dc] (+ qr [.., Dr] when Dr > 0) over keys
+    at k (slot / kv-head strides given) and values at v (None: the keys' first Dc columns) -> [B*T, groups*heads,
+    Dc]. Callers have checked the shapes."""
+    B, P = page_table.shape
+    device = qn.device
+    out = torch.empty(B * T, groups * heads, Dc, dtype=qn.dtype, device=device)
+    if B * T == 0:
         return out
-    plan = launch_plan(B, T, H, P * page_size, tuning.sm_count(device), cfg)
+    plan = launch_plan(B, T, heads, P * page_size, tuning.sm_count(device), cfg, groups)
     block_m, row_blocks, splits, merge = plan["BLOCK_M"], plan["row_blocks"], plan["splits"], plan["merge"]
-    if splits > 1:  # fp32 partials and log-sum-exps of every (request, row block, split)
-        mid_o = torch.empty(B * row_blocks * splits * block_m * Dc, dtype=torch.float32, device=device)
-        mid_lse = torch.empty(B * row_blocks * splits * block_m, dtype=torch.float32, device=device)
+    blocks = groups * row_blocks  # a request's (kv head, row block) pairs
+    if splits > 1:  # fp32 partials and log-sum-exps of every (request, kv head, row block, split)
+        mid_o = torch.empty(B * blocks * splits * block_m * Dc, dtype=torch.float32, device=device)
+        mid_lse = torch.empty(B * blocks * splits * block_m, dtype=torch.float32, device=device)
     else:  # the kernel never touches them
         mid_o = mid_lse = out
-    pdl = tuning.pdl(device, "mla")
-    mla_split_kv_kernel[(B, row_blocks, splits)](
-        q_nope_latent, q_rope, kv_cache, page_table, seq_lens, out, mid_o, mid_lse,
-        q_nope_latent.stride(0), q_nope_latent.stride(1), q_rope.stride(0), q_rope.stride(1),
-        kv_cache.stride(0), page_table.stride(0), out.stride(0), out.stride(1),
+    v_kw = {} if v is None else dict(SEPARATE_V=True, v_ptr=v, stride_v_slot=stride_v_slot,
+                                     stride_v_group=stride_v_group)
+    pdl = tuning.pdl(device, kernel_family)
+    mla_split_kv_kernel[(B, blocks, splits)](
+        qn, qr, k, page_table, seq_lens, out, mid_o, mid_lse,
+        qn.stride(0), qn.stride(1), qr.stride(0), qr.stride(1),
+        stride_k_slot, page_table.stride(0), out.stride(0), out.stride(1),
         sm_scale * LOG2E, splits,
-        T=T, H=H, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"],
-        SPLIT_KV=splits > 1, DOT_PRECISION=tuning.dot_precision(q_rope.dtype), INTERPRET=tuning.interpreting(),
+        T=T, H=heads, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"],
+        SPLIT_KV=splits > 1, DOT_PRECISION=tuning.dot_precision(qn.dtype), INTERPRET=tuning.interpreting(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         PDL=pdl, **tuning.pdl_launch(pdl), **rope_kw,
+        **({} if groups == 1 else dict(GROUPS=groups, stride_kv_group=stride_k_group)), **v_kw,
     )
     if merge == "separate":
         tile = merge_tile(splits, Dc, cfg["merge_tile"])
-        mla_merge_splits_kernel[(BT, H, Dc // tile["BLOCK_D"])](
+        mla_merge_splits_kernel[(B * T, groups * heads, Dc // tile["BLOCK_D"])](
             mid_o, mid_lse, out, seq_lens, out.stride(0), out.stride(1), splits,
-            T=T, H=H, DC=Dc, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], **tile,
+            T=T, H=heads, DC=Dc, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], **tile,
             num_warps=cfg["merge_warps"], PDL=pdl, **tuning.pdl_launch(pdl),
+            **({} if groups == 1 else dict(GROUPS=groups)),
         )
     return out
+
+
+def gqa_uses_kernel(head_dim: int) -> bool:
+    """Whether triton_gqa_attention takes heads this wide: tl.dot needs a power of two of at least 16."""
+    return head_dim >= 16 and head_dim & (head_dim - 1) == 0
+
+
+def triton_gqa_attention(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    tokens_per_req: int,
+    page_size: int,
+    sm_scale: float,
+    config: dict | None = None,
+) -> torch.Tensor:
+    """Paged grouped-query attention for decode/verify/padded prefill: q [B*T, Hq, D], kv_cache [slots, 2, Hkv, D]
+    (keys then values, the draft's KV pool layout) -> [B*T, Hq, D]; semantics in ref_gqa_attention (query i of
+    request b sits at seq_lens[b] - T + i and sees the keys up to it). The MLA kernels with separate value rows
+    and one score dot: only a request's own keys are read, whatever the page table's width."""
+    B, P = page_table.shape
+    T = tokens_per_req
+    BT, Hq, D = q.shape
+    assert BT == B * T, f"q rows {BT} != batch {B} x tokens_per_req {T}"
+    assert kv_cache.dim() == 4 and kv_cache.shape[1] == 2 and kv_cache.shape[3] == D, (
+        f"kv_cache must be [slots, 2, kv_heads, {D}], got {tuple(kv_cache.shape)}")
+    Hkv = kv_cache.shape[2]
+    assert Hq % Hkv == 0, f"{Hq} query heads are not a multiple of {Hkv} kv heads"
+    assert gqa_uses_kernel(D), f"head dim {D} must be a power of two >= 16 (tl.dot's K)"
+    assert q.stride(-1) == 1 and kv_cache.stride(-1) == 1, f"{q.stride()=} {kv_cache.stride()=}: inner dims contiguous"
+    assert q.dtype == kv_cache.dtype, f"q dtype {q.dtype} != kv_cache dtype {kv_cache.dtype}"
+    assert page_table.dtype == torch.int32 and page_table.stride(1) == 1, (
+        f"page_table must be int32 with unit inner stride, got {page_table.dtype} {page_table.stride()}")
+    assert seq_lens.dtype == torch.int32 and seq_lens.shape == (B,) and seq_lens.is_contiguous(), (
+        f"seq_lens must be contiguous int32 [{B}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
+    heads = Hq // Hkv
+    if config is None:
+        args = (q, kv_cache, page_table, seq_lens)
+        kw = dict(tokens_per_req=T, page_size=page_size, sm_scale=sm_scale)
+        config = tuning.get_config("gqa_attention", q.device, "rows", T * heads,
+                                   bench=lambda c: tuning.bench_us(lambda: triton_gqa_attention(*args, **kw, config=c)))
+    cfg = {**tuning.DEFAULTS["gqa_attention"], **config}
+    k, v = kv_cache[:, 0], kv_cache[:, 1]  # [slots, Hkv, D] views
+    return _launch_split_attention(q, q, k, k.stride(0), v, page_table, seq_lens, T=T, groups=Hkv, heads=heads,
+                                   Dc=D, Dr=0, page_size=page_size, sm_scale=sm_scale, cfg=cfg,
+                                   kernel_family="mla", stride_k_group=k.stride(1), stride_v_slot=v.stride(0),
+                                   stride_v_group=v.stride(1))

@@ -35,6 +35,10 @@ DEFAULTS: dict[str, dict] = {
     # program at merge_warps warps (4096 at 4: 32 registers a thread).
     "mla_attention": {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
                       "min_keys_per_split": 64, "merge_tile": 4096, "merge_warps": 4},
+    # The draft's grouped-query attention on the same split kernel (head_dim 128 a row instead of MLA's 576:
+    # wider key tiles fit). Not yet measured on any GPU: the defaults, or autotuned where no table has it.
+    "gqa_attention": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
+                      "min_keys_per_split": 128, "merge_tile": 4096, "merge_warps": 4},
     # MoE tile path: BLOCK_M pairs of one expert a block (the routing plan both kernels share, so gate_up's
     # config carries it), BLOCK_N output rows, BLOCK_K the bf16 path's K step (INT4 steps one scale group).
     "fused_moe_gate_up": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
@@ -65,6 +69,10 @@ CANDIDATES: dict[str, list[dict]] = {
     "mla_attention": [
         {**DEFAULTS["mla_attention"], "BLOCK_N": bn, "num_warps": w, "num_stages": s, "ctas_per_sm": c}
         for bn in (16, 32, 64) for w in (4, 8) for s in (1, 2) for c in (1, 2, 4)
+    ],
+    "gqa_attention": [
+        {**DEFAULTS["gqa_attention"], "BLOCK_N": bn, "num_warps": w, "num_stages": s, "ctas_per_sm": c}
+        for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3) for c in (1, 2, 4)
     ],
     "fused_moe_gate_up": [
         {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": 3}

@@ -11,13 +11,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from sglang_eagle3 import kernels
 from sglang_eagle3.config import DraftConfig, RopeConfig
 from sglang_eagle3.core import ForwardBatch
 from sglang_eagle3.distributed.parallel_state import get_tp
-from sglang_eagle3.kernels.ref import ref_gqa_attention
 from sglang_eagle3.layers.embedding import ParallelLMHead
 from sglang_eagle3.layers.linear import (
     ColumnParallelLinear,
+    LinearBase,
     ReplicatedLinear,
     RowParallelLinear,
     sharded_loader,
@@ -44,6 +45,7 @@ class DraftAttention(nn.Module):
         self.o_proj = RowParallelLinear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size, dtype=dtype)
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, RopeConfig(theta=cfg.rope_theta),
                                       interleaved=False)
+        self.use_triton: bool | None = None  # None: the Triton kernel on CUDA, the reference elsewhere
 
     def _qkv(self, x: torch.Tensor, positions: torch.Tensor):
         q = self.q_proj(x).unflatten(-1, (self.num_heads, self.head_dim))
@@ -56,15 +58,15 @@ class DraftAttention(nn.Module):
         q, k, v = self._qkv(x, positions)
         cache = fb.kv.layers[0]
         cache[fb.out_cache_loc] = torch.stack([k, v], dim=1).to(cache.dtype)
+        attend = dict(page_size=fb.kv.page_size, sm_scale=self.scale, use_triton=self.use_triton)
         if fb.mode.is_uniform:
-            o = ref_gqa_attention(q, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
-                                          page_size=fb.kv.page_size, sm_scale=self.scale)
-        else:
+            o = kernels.gqa_attention(q, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
+                                      **attend)
+        else:  # ragged prefill (the eager fallback): one uniform call per request
             outs, start = [], 0
             for b, n in enumerate(fb.extend_lens):
-                outs.append(ref_gqa_attention(
-                    q[start:start + n], cache, fb.page_table[b:b + 1], fb.seq_lens[b:b + 1], tokens_per_req=n,
-                    page_size=fb.kv.page_size, sm_scale=self.scale))
+                outs.append(kernels.gqa_attention(q[start:start + n], cache, fb.page_table[b:b + 1],
+                                                  fb.seq_lens[b:b + 1], tokens_per_req=n, **attend))
                 start += n
             o = torch.cat(outs, dim=0)
         return self.o_proj(o.flatten(-2))
@@ -112,6 +114,14 @@ class Eagle3Draft(nn.Module):
         self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool))
         self.d2t.weight_loader = sharded_loader(None)
         self.t2d.weight_loader = sharded_loader(None)
+
+    def set_kernel_backends(self, attention: str = "auto") -> None:
+        """'triton' | 'torch' | 'auto' (Triton on CUDA tensors, the torch reference elsewhere) for the draft's
+        attention, norms, rotary and decode-size GEMVs, as the target's attention choice covers its layers."""
+        choice = {"auto": None, "triton": True, "torch": False}[attention]
+        for module in self.modules():
+            if isinstance(module, (RMSNorm, RotaryEmbedding, LinearBase, DraftAttention)):
+                module.use_triton = choice
 
     def _layer(self, input_ids, hidden, embed_weight, attend):
         # embed_weight: the target's full [V, H] table, or its (vocab-parallel) embedding module under TP.

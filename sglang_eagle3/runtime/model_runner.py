@@ -76,6 +76,8 @@ class ModelRunner:
         self.page_size = page_size
         self.max_pages = (max_context + page_size - 1) // page_size
         target.set_kernel_backends(attention_backend, moe_backend)
+        if draft is not None:
+            draft.set_kernel_backends(attention_backend)
         cfg = target.config
         self.allocator = PageAllocator(num_pages)
         self.target_kv: KVPool = make_pool(cfg.num_hidden_layers, num_pages, page_size, (cfg.kv_cache_dim,), dtype,

@@ -13,6 +13,7 @@ Run as ``python compile_checks.py [NAME ...]``: one JSON line per check (as kern
 from __future__ import annotations
 
 import collections
+import inspect
 import json
 import os
 import re
@@ -43,6 +44,10 @@ def compile_sass(fn, sig: dict, consts: dict, aligned: list[str], arch: int, num
                  num_stages: int = 1, **options) -> tuple[str, str]:
     """(SASS text, resource usage line) of `fn` compiled for sm_<arch>. `aligned` args get the 16-byte
     divisibility the JIT infers for aligned tensors and strides."""
+    # A constexpr parameter the caller leaves out takes its default, as a launch that omits it does.
+    consts = {**{p.name: p.default for p in fn.params
+                 if p.is_constexpr and p.name not in sig and p.default is not inspect.Parameter.empty}, **consts}
+    sig = {**sig, **{k: "constexpr" for k in consts if k not in sig}}
     signature = {k: ("constexpr" if k in consts else v) for k, v in sig.items()}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     kernel = triton.compile(ASTSource(fn, signature, constexprs=consts, attrs=attrs),
@@ -462,6 +467,46 @@ def check_mla(arch: int) -> dict:
     return out
 
 
+def check_gqa(arch: int) -> dict:
+    """The split kernel as the EAGLE-3 draft's grouped-query attention (Kimi-shaped draft at TP=8: 8 query heads on
+    one kv head, head_dim 128, page 64; and two kv heads a rank) at the defaults and the table's config: value
+    rows of their own, one score dot, decode and verify, unsplit and split: no spills, no atomics, the PDL wait
+    when compiled with it, the merge kernel with kv-head groups likewise."""
+    ops_table = json.loads((tuning.CONFIG_DIR / f"sm_{arch}.json").read_text())["ops"]
+    buckets = ops_table.get("gqa_attention", [{}])
+    sig = dict(MLA_SIG, GROUPS="i32", stride_kv_group="i32", SEPARATE_V="i32", v_ptr="*bf16",
+               stride_v_slot="i32", stride_v_group="i32")
+    aligned = MLA_ALIGNED + ["v_ptr", "stride_v_slot", "stride_kv_group", "stride_v_group"]
+    out = {}
+    for T in (1, 4):
+        for name, bucket in (("table", tuning._pick_bucket(buckets, "rows", T * 8)), ("defaults", {})):
+            cfg = {**tuning.DEFAULTS["gqa_attention"], **bucket}
+            block_m = launch_plan(1, T, 8, 8192, 132, cfg)["BLOCK_M"]
+            for groups in (1, 2):
+                for split_kv in (False, True):
+                    what = f"gqa {name} T={T} {groups=} {split_kv=}"
+                    sass, res = compile_sass(ma.mla_split_kv_kernel, sig,
+                                             dict(T=T, H=8, DC=128, DR=0, PAGE_SIZE=64, BLOCK_M=block_m,
+                                                  BLOCK_N=cfg["BLOCK_N"], SPLIT_KV=split_kv, DOT_PRECISION="tf32",
+                                                  INTERPRET=False, PDL=split_kv, GROUPS=groups, SEPARATE_V=True),
+                                             aligned, arch, cfg["num_warps"], cfg["num_stages"])
+                    _no_spills(res, what)
+                    ops = _sass_ops(sass)
+                    assert ops["ATOM"] + ops["ATOMG"] + ops["RED"] == 0, f"{what}: atomics {dict(ops)}"
+                    assert (ops["ACQBULK"] > 0) == split_kv, f"{what}: grid-dependency wait only with PDL {dict(ops)}"
+                    out[what] = res
+    for groups in (1, 2):
+        tile = merge_tile(64, 128, tuning.DEFAULTS["gqa_attention"]["merge_tile"])
+        what = f"gqa merge kernel {groups=} {tile}"
+        sass, res = compile_sass(ma.mla_merge_splits_kernel, dict(MLA_MERGE_SIG, GROUPS="i32"),
+                                 dict(T=4, H=8, DC=128, BLOCK_M=16, BLOCK_N=64, PDL=True, GROUPS=groups, **tile),
+                                 ["mid_o_ptr", "mid_lse_ptr", "out_ptr", "stride_o_tok"], arch, 4)
+        _no_spills(res, what)
+        assert _sass_ops(sass)["ACQBULK"] > 0, f"{what}: no grid-dependency wait with PDL"
+        out[what] = res
+    return out
+
+
 def check_mla_dot_precision(arch: int) -> dict:
     """float32 MLA (the float32 engine's tiny shapes: latent 32, rope 16) with DOT_PRECISION="ieee", as
     tuning.dot_precision gives it, multiplies on the FMA units: no tensor-core (TF32) instruction; "tf32" and
@@ -528,6 +573,7 @@ CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
          for name, fn in (("gemv", check_gemv), ("dot_gate_up", check_dot_gate_up), ("dense_gemv", check_dense_gemv),
                           ("tile_path", check_tile_path),
                           ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("mla", check_mla),
+                          ("gqa", check_gqa),
                           ("mla_dot_precision", check_mla_dot_precision),
                           ("prefetch", check_prefetch), ("moe_topk", check_moe_topk))}
 

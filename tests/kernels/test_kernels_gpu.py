@@ -18,6 +18,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from gqa_checks import check_draft_forward, check_gqa  # noqa: E402
 from kernel_checks import (  # noqa: E402
     check_gemv,
     check_gemv_pair,
@@ -110,6 +111,34 @@ def test_mla_float32_is_ieee():
     """float32 MLA sums in IEEE float32 (tuning.dot_precision), as torch's float32 reference does: TF32 would
     miss this bound by ~100x."""
     check_mla(2, 4, HEADS, KV_LORA, ROPE, 16, [300, 4100], device="cuda", seed=5, dtype=torch.float32, tol=1e-5)
+
+
+# The Kimi-shaped EAGLE-3 draft at TP=8: 64 query heads and 8 kv heads, head_dim 128 -> 8 on 1 a rank; and two
+# kv heads a rank (a Llama-style draft with 16 kv heads at TP=8).
+@pytest.mark.parametrize("T,Hq,Hkv,page_size,seq_lens", [
+    (1, 8, 1, 64, [1]), (1, 8, 1, 64, [1024, 37]), (1, 8, 1, 64, [8192]), (1, 8, 1, 16, [32768]),
+    (4, 8, 1, 64, [4, 8200]), (4, 16, 2, 64, [333, 4100, 65]), (19, 8, 1, 64, [19, 3000]),
+])
+def test_gqa_attention_draft_shapes(T, Hq, Hkv, page_size, seq_lens):
+    """The draft's paged attention at real shapes vs ref_gqa_attention (NaN-poisoned scratch), three calls in a
+    row on one grid with shorter contexts, as graph replays run them."""
+    poison_allocator()
+    check_gqa(len(seq_lens), T, Hq, Hkv, 128, page_size, seq_lens, device="cuda", seed=70 + T, calls=3)
+
+
+@pytest.mark.parametrize("T,seq_lens", [(1, [1024]), (4, [64, 2000, 5])])
+def test_gqa_capacity_far_above_context(T, seq_lens):
+    """A page table for 16k+ keys over short contexts (a server's graphs): most splits hold no key; the pool's
+    pages no request owns hold 1e4, so reading one shows."""
+    poison_allocator()
+    check_gqa(len(seq_lens), T, 8, 1, 128, 64, seq_lens, device="cuda", seed=80 + T, min_splits=16, calls=3,
+              spare=256)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
+def test_draft_forward_kernels(dtype, tol):
+    """The draft's paged forwards (ragged extend, decode, extend of 3) on kernels vs on references."""
+    check_draft_forward(device="cuda", dtype=dtype, tol=tol, seed=7)
 
 
 def moe_weights(int4: bool, seed: int):

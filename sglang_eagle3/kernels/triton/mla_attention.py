@@ -1,4 +1,8 @@
 """Absorbed MLA attention over a paged latent cache, split over the KV axis; a second launch merges the splits.
+The same kernels serve grouped-query attention (the EAGLE-3 draft's Llama layer): there a kv head's keys and
+values are separate rows (SEPARATE_V), the score is one dot (DR = 0) and each of GROUPS kv heads has H query
+heads (the row-block axis runs over kv heads, then row blocks); MLA is the case of one kv head whose value is
+the key's first DC columns.
 
 Program (request b, query-row block mb, split s) of mla_split_kv_kernel runs online softmax over its slice
 of the keys. With one split it writes the output. With more it stores a normalised fp32 partial output and
@@ -67,10 +71,15 @@ def mla_split_kv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_KV: tl.constexpr, DOT_PRECISION: tl.constexpr,
     INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
     ROPE: tl.constexpr = False, pos_ptr=None, cos_ptr=None, sin_ptr=None, stride_table=0,
+    GROUPS: tl.constexpr = 1, stride_kv_group=0, SEPARATE_V: tl.constexpr = False, v_ptr=None, stride_v_slot=0,
+    stride_v_group=0,
 ):
-    """out [B*T, H, DC] over grid (B, row blocks, NUM_SPLITS). SPLIT_KV (NUM_SPLITS > 1): mid_o fp32
-    [B, row blocks, NUM_SPLITS, BLOCK_M, DC] and mid_lse fp32 [B, row blocks, NUM_SPLITS, BLOCK_M] scratch (rows
-    past T*H are never written); out is left to mla_merge_splits_kernel.
+    """out [B*T, GROUPS*H, DC] over grid (B, GROUPS x row blocks, NUM_SPLITS). SPLIT_KV (NUM_SPLITS > 1): mid_o
+    fp32 [B, GROUPS x row blocks, NUM_SPLITS, BLOCK_M, DC] and mid_lse fp32 [B, GROUPS x row blocks, NUM_SPLITS,
+    BLOCK_M] scratch (rows past T*H are never written); out is left to mla_merge_splits_kernel.
+    GROUPS kv heads (grouped-query attention): kv head g's keys at kv_ptr + g * stride_kv_group serve query heads
+    g*H .. g*H + H-1. SEPARATE_V: values are rows of v_ptr (slot and group strides of their own), DC wide; else
+    the value is the key's first DC columns (MLA's latent). DR = 0: no rope part in the score (q_rope unused).
     DOT_PRECISION: tl.dot's input_precision (tuning.dot_precision).
     ROPE: q's rope columns are un-rotated; rotate them at positions pos [B*T] with fp32 tables cos/sin
     [P, DR/2] (row stride stride_table) as they load. The cached k rope is already rotated.
@@ -85,16 +94,26 @@ def mla_split_kv_kernel(
         gdc_wait()
         gdc_launch_dependents()
     b = tl.program_id(0)
-    mb = tl.program_id(1)
+    mb_all = tl.program_id(1)  # (kv head, row block of its query rows)
     split = tl.program_id(2)
+    if GROUPS > 1:
+        group = mb_all // tl.cdiv(T * H, BLOCK_M)
+        mb = mb_all % tl.cdiv(T * H, BLOCK_M)
+        kv_ptr += group * stride_kv_group
+        if SEPARATE_V:
+            v_ptr += group * stride_v_group
+    else:  # MLA's one latent head: the code it was measured with
+        group = 0
+        mb = mb_all
 
     m_idx = tl.arange(0, BLOCK_M)
     rows = mb * BLOCK_M + m_idx  # [M] query rows
     row_ok = rows < T * H
     tok = rows // H
-    head = rows % H
+    head = group * H + rows % H  # the query head
     dc = tl.arange(0, DC)
-    dr = tl.arange(0, DR)
+    if DR > 0:
+        dr = tl.arange(0, DR)
 
     seq_len = tl.load(seq_lens_ptr + b)
     q_pos = seq_len - T + tok  # [M] last visible key of each row
@@ -105,15 +124,17 @@ def mla_split_kv_kernel(
     q_tok = b * T + tok
     qn = tl.load(qn_ptr + q_tok[:, None] * stride_qn_tok + head[:, None] * stride_qn_head + dc[None, :],
                  mask=row_ok[:, None], other=0.0)  # [M, DC]
-    qr_offs = q_tok[:, None] * stride_qr_tok + head[:, None] * stride_qr_head
-    if ROPE:
-        qr = _rope_rows(qr_ptr, qr_offs, row_ok, pos_ptr, q_tok, cos_ptr, sin_ptr, stride_table, dr,
-                        INTERPRET)  # [M, DR]
-    else:
-        qr = tl.load(qr_ptr + qr_offs + dr[None, :], mask=row_ok[:, None], other=0.0)  # [M, DR]
+    if DR > 0:
+        qr_offs = q_tok[:, None] * stride_qr_tok + head[:, None] * stride_qr_head
+        if ROPE:
+            qr = _rope_rows(qr_ptr, qr_offs, row_ok, pos_ptr, q_tok, cos_ptr, sin_ptr, stride_table, dr,
+                            INTERPRET)  # [M, DR]
+        else:
+            qr = tl.load(qr_ptr + qr_offs + dr[None, :], mask=row_ok[:, None], other=0.0)  # [M, DR]
     if INTERPRET:
         qn = qn.to(tl.float32)
-        qr = qr.to(tl.float32)
+        if DR > 0:
+            qr = qr.to(tl.float32)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -124,13 +145,18 @@ def mla_split_kv_kernel(
         page = tl.load(page_table_ptr + b * stride_pt_req + pos // PAGE_SIZE, mask=key_ok, other=0)
         slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
         c = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
-        kr = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + DC + dr[None, :], mask=key_ok[:, None],
-                     other=0.0)
+        if DR > 0:
+            kr = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + DC + dr[None, :], mask=key_ok[:, None],
+                         other=0.0)
         if INTERPRET:
             c = c.to(tl.float32)
-            kr = kr.to(tl.float32)
-        s = (tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
-             + tl.dot(qr, tl.trans(kr), input_precision=DOT_PRECISION))  # [M, N]
+            if DR > 0:
+                kr = kr.to(tl.float32)
+        if DR > 0:
+            s = (tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
+                 + tl.dot(qr, tl.trans(kr), input_precision=DOT_PRECISION))  # [M, N]
+        else:
+            s = tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
         s = s * sm_scale_log2
         visible = key_ok[None, :] & (pos[None, :] <= q_pos[:, None])
         s = tl.where(visible, s, float("-inf"))
@@ -140,14 +166,20 @@ def mla_split_kv_kernel(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(c.dtype), c, input_precision=DOT_PRECISION)
+        if SEPARATE_V:
+            v = tl.load(v_ptr + slot[:, None] * stride_v_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
+            if INTERPRET:
+                v = v.to(tl.float32)
+        else:
+            v = c
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
     has_keys = l_i > 0.0
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]  # [M, DC]; 0 for a row with no visible key
     if SPLIT_KV:
         lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
-        part = (b * tl.num_programs(1) + mb) * NUM_SPLITS + split
+        part = (b * tl.num_programs(1) + mb_all) * NUM_SPLITS + split
         # A split past the request's keys stores nothing: the merge counts only the `active` splits.
         live = row_ok & (split < active)
         tl.store(mid_o_ptr + part * BLOCK_M * DC + m_idx[:, None] * DC + dc[None, :], out, mask=live[:, None])
@@ -161,9 +193,9 @@ def mla_split_kv_kernel(
 def mla_merge_splits_kernel(
     mid_o_ptr, mid_lse_ptr, out_ptr, seq_lens_ptr, stride_o_tok, stride_o_head, NUM_SPLITS,
     T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
+    SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False, GROUPS: tl.constexpr = 1,
 ):
-    """The split merge over grid (B*T, H, DC / BLOCK_D): program (query token, head, column block) loads the
+    """The split merge over grid (B*T, GROUPS*H, DC / BLOCK_D): program (query token, head, column block) loads the
     BLOCK_D columns of all NUM_SPLITS partials of its row at once ([SPLITS_PAD, BLOCK_D] fp32, in
     mla_split_kv_kernel's mid_o / mid_lse layout), keeps the active splits' (BLOCK_N is the split kernel's,
     which sets the active count) and weights them by exp2(lse - max). A split whose keys are all invisible
@@ -174,10 +206,14 @@ def mla_merge_splits_kernel(
     seq_len after the wait (bench_small_ops.py, session11_e2_round_dd341d4.txt): T=4 at 1k of an 8448-slot
     table 13.3-13.5 -> 11.8 us, T=1 7.8-7.9 -> 7.4, the same at 8k (every split active)."""
     q_tok = tl.program_id(0)
-    head = tl.program_id(1)
+    head = tl.program_id(1)  # the query head: kv head head // H
     b = q_tok // T
-    row = (q_tok % T) * H + head  # the request's query row
-    group = b * tl.cdiv(T * H, BLOCK_M) + row // BLOCK_M  # its (request, row block)
+    if GROUPS > 1:
+        row = (q_tok % T) * H + head % H  # the query row among its kv head's
+        group = (b * GROUPS + head // H) * tl.cdiv(T * H, BLOCK_M) + row // BLOCK_M  # (request, kv head, row block)
+    else:
+        row = (q_tok % T) * H + head  # the request's query row
+        group = b * tl.cdiv(T * H, BLOCK_M) + row // BLOCK_M  # its (request, row block)
     m = row % BLOCK_M
     sp = tl.arange(0, SPLITS_PAD)
     part = group * NUM_SPLITS + sp  # [SP]
