@@ -126,7 +126,6 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
     import builtins
     import importlib.util
 
-    from sglang_eagle3.config import DraftConfig
     from sglang_eagle3.distributed.parallel_state import init_tp
     from sglang_eagle3.engine import EngineArgs
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
@@ -139,19 +138,29 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
     print = builtins.print if rank == 0 else (lambda *x, **kw: None)  # noqa: A001 - one rank speaks
     init_tp(0, 8, simulated=True, simulated_all_reduce=world > 1)
     cfg = bvg.kimi_config(a.layers, 384)
-    dcfg = DraftConfig(hidden_size=7168, intermediate_size=18432, num_attention_heads=64, num_key_value_heads=8,
-                       head_dim=128, vocab_size=163840, draft_vocab_size=32000, rms_norm_eps=1e-6,
-                       rope_theta=50000.0, max_position_embeddings=8192, aux_layer_ids=(2, 30, 58))
+    from benchmarks.bench_draft_step import kimi_draft_config
+
+    dcfg = kimi_draft_config()
     with torch.device("cuda"):
         target = DeepseekV3ForCausalLM(cfg, dtype=torch.bfloat16, int4_experts=True)
         draft = Eagle3Draft(dcfg, dtype=torch.bfloat16)
     bvg.randomize_cuda(target, 0)
     bvg.randomize_cuda(draft, 1)
     draft.d2t.zero_()
+    if a.draft_attention != "auto":  # pinned whatever backend the runner gives the draft's other kernels
+        set_backends = type(draft).set_kernel_backends
+
+        def pinned(attention: str = "auto") -> None:
+            set_backends(draft, attention)
+            draft.midlayer.self_attn.use_triton = a.draft_attention == "triton"
+
+        draft.set_kernel_backends = pinned
     prompts = [[(17 * i + 3 * j) % 20480 for j in range(a.prompt_len)] for i in range(a.num_prompts)]
     params = {"max_new_tokens": a.max_new_tokens, "temperature": 0, "ignore_eos": True}
     out = {"workload": {"model": "Kimi-K2.5 TP=8 rank slice, random INT4 experts", "layers": a.layers,
                         "prompt_len": a.prompt_len, "max_new_tokens": a.max_new_tokens,
+                        "context_length": a.context_length or "prompt + new tokens + 64",
+                        "draft_attention": a.draft_attention,
                         "comm_gpus": world,
                         "note": ("collectives skipped" if world == 1 else
                                  f"the same rank slice on each of {world} GPUs, all-reduces over the {world} (NCCL), "
@@ -196,7 +205,7 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
                           speculative_draft_model_path="<in-memory>" if k else None, speculative_num_steps=k,
                           speculative_simulate_accept_length=acc, attention_backend=a.backend,
                           moe_runner_backend=a.backend, **extra)
-        ctx = a.prompt_len + a.max_new_tokens + 64
+        ctx = a.context_length or a.prompt_len + a.max_new_tokens + 64  # the graphs' page table width
         plan = {"context_length": ctx, "num_steps": k, "verify_widths": (k + 1,) if k else (1,),
                 "num_pages": ctx // 16 + 4, "eos": ()}
         worker = ModelWorker(dataclasses.replace(args, page_size=16), plan, torch.device("cuda"),
@@ -255,6 +264,12 @@ def main() -> None:
                     "prefill), or comma-separated token counts; several variants run in one process")
     ap.add_argument("--repeat-variants", type=int, default=1,
                     help="--kimi-slice: alternate the --prefill-graphs variants this many times")
+    ap.add_argument("--context-length", type=int, default=0,
+                    help="--kimi-slice: the context limit (page table width of every graph), as a server sets it; "
+                    "default: prompt + new tokens + 64")
+    ap.add_argument("--draft-attention", choices=["auto", "triton", "torch"], default="auto",
+                    help="--kimi-slice: the draft's attention on this backend (the torch reference gathers the "
+                    "whole page table; auto: as --backend)")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.repeat < 1:

@@ -479,8 +479,11 @@ def check_gqa(arch: int) -> dict:
     aligned = MLA_ALIGNED + ["v_ptr", "stride_v_slot", "stride_kv_group", "stride_v_group"]
     out = {}
     for T in (1, 4):
-        for name, bucket in (("table", tuning._pick_bucket(buckets, "rows", T * 8)), ("defaults", {})):
-            cfg = {**tuning.DEFAULTS["gqa_attention"], **bucket}
+        table_cfg = {**tuning.DEFAULTS["gqa_attention"], **tuning._pick_bucket(buckets, "rows", T * 8)}
+        configs = {"table": table_cfg}
+        if table_cfg != tuning.DEFAULTS["gqa_attention"]:
+            configs["defaults"] = tuning.DEFAULTS["gqa_attention"]
+        for name, cfg in configs.items():
             block_m = launch_plan(1, T, 8, 8192, 132, cfg)["BLOCK_M"]
             for groups in (1, 2):
                 for split_kv in (False, True):

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The fifteenth session's single-GPU calls (nvidia-h200, each <= 10 min):
+#   GIT_COMMIT=$(git rev-parse --short HEAD) bash benchmarks/run_session15_round.sh s1
+# Part "s1": the EAGLE-3 draft's attention on a Triton kernel (the MLA split kernel serving grouped-query
+# attention; until now the draft ran the torch reference, which gathers the whole page table every step): its GPU
+# tests and the MLA ones on the same kernel, the CUDA engine and graph runner tests (every engine test drafts
+# through it now), then bench_draft_step.py: the op alone and one draft forward as a graph, torch reference vs
+# kernel, at 1k / 8k / 32k contexts with the page table as wide as the context and as a 128k server's, and the
+# kernel's tuning candidates (--sweep).
+# Part "s2": end to end on the Kimi slice (baseline, EAGLE-3 k=3 at accept 3.0) with a 128k context limit (every
+# graph's page table 131072 slots wide, as a server's), the draft's attention on the torch reference and on the
+# kernel, one process each; then the same at the benchmark's usual limit (prompt + new tokens + 64).
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: s1 .. s2}
+
+case $part in
+s1)
+  TAIL=8 stage attn_tests 120 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 110 \
+    tests/kernels/test_kernels_gpu.py -k "gqa or draft or mla"
+  TAIL=8 stage engine_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/gpu/test_cuda_engine.py tests/test_graph_runner.py
+  TAIL=70 stage draft_step 240 python benchmarks/bench_draft_step.py --sweep --out "$OUT/draft_step.json"
+  ;;
+s2)
+  for attn in torch triton; do
+    TAIL=6 stage e2e_128k_$attn 170 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 \
+      --max-new-tokens 96 --repeat 2 --simulate-accept 3.0 --context-length 131072 --draft-attention $attn \
+      --out "$OUT/e2e_128k_$attn.json"
+  done
+  TAIL=6 stage e2e_short 150 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_short.json"
+  ;;
+*)
+  echo "unknown part $part"; exit 2 ;;
+esac
+collect
