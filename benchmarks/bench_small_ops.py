@@ -73,6 +73,9 @@ def main() -> None:
     ap.add_argument("--mla-variants", nargs="+", default=None,
                     help="only the MLA cases, each at the table's config with these overrides, alternating: e.g. "
                          "'' num_warps=4 BLOCK_N=32,num_stages=3 ('' for the table's config as it is)")
+    ap.add_argument("--mla-cases", nargs="+", default=None, metavar="T:CTX:SLOTS",
+                    help="with --mla-variants: these MLA cases (new tokens, context, page table slots) instead of "
+                         "the defaults, e.g. 1:32768:131072 for a long context in a 128k server's table")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     if args.mla_variants is not None:
@@ -116,7 +119,9 @@ def mla_variants(args) -> None:
     from sglang_eagle3.kernels import tuning
 
     rows = []
-    for T, ctx, cap in MLA_CASES + ((4, 8192, 8448),):
+    cases = (MLA_CASES + ((4, 8192, 8448),) if args.mla_cases is None
+             else [tuple(int(x) for x in c.split(":")) for c in args.mla_cases])
+    for T, ctx, cap in cases:
         base = tuning.get_config("mla_attention", torch.device("cuda"), "rows", T * 8)
         variants = {v: {**base, **{k: int(x) for k, x in (item.split("=") for item in v.split(",") if item)}}
                     for v in args.mla_variants}
@@ -127,7 +132,7 @@ def mla_variants(args) -> None:
                 times[v].append(round(time_graph(calls(config=cfg)), 3))
         for v, us in times.items():
             rows.append({"case": f"mla T={T} ctx={ctx} table={cap}", "variant": v, "config": variants[v], "us": us})
-            print(f"{args.label:>6s} mla T={T} ctx={ctx:5d} table={cap:5d} {v or '(table)':12s} "
+            print(f"{args.label:>6s} mla T={T} ctx={ctx:6d} table={cap:6d} {v or '(table)':28s} "
                   + " / ".join(f"{u:.2f}" for u in us) + " us", flush=True)
     write_result(args, rows)
 

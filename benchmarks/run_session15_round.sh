@@ -10,8 +10,10 @@
 # Part "s2": end to end on the Kimi slice (baseline, EAGLE-3 k=3 at accept 3.0) with a 128k context limit (every
 # graph's page table 131072 slots wide, as a server's), the draft's attention on the torch reference and on the
 # kernel, one process each; then the same at the benchmark's usual limit (prompt + new tokens + 64).
+# Part "s3": MLA (the target's attention) at 1k..128k contexts in a 131072-slot page table, split-plan and tile
+# variants (bench_small_ops.py --mla-variants --mla-cases).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: s1 .. s2}
+part=${1:?part: s1 .. s3}
 
 case $part in
 s1)
@@ -29,6 +31,15 @@ s2)
   done
   TAIL=6 stage e2e_short 150 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_short.json"
+  ;;
+s3)
+  # MLA at long contexts in a 128k server's page table (the tables were swept at 1k and 8k): split-plan and tile
+  # variants over the sm_90 table's config, alternating twice.
+  TAIL=80 stage mla_long 300 python benchmarks/bench_small_ops.py --out "$OUT/mla_long.json" --repeat 2 \
+    --mla-cases 1:1024:131072 1:8192:131072 1:32768:131072 1:131000:131072 4:8192:131072 4:32768:131072 \
+      1:32768:32768 \
+    --mla-variants '' ctas_per_sm=2 ctas_per_sm=4 num_stages=3 num_stages=3,ctas_per_sm=2 \
+      BLOCK_N=32,ctas_per_sm=2 num_warps=4,ctas_per_sm=2 min_keys_per_split=256
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;
