@@ -13,7 +13,7 @@
 # Part "s3": MLA (the target's attention) at 1k..128k contexts in a 131072-slot page table, split-plan and tile
 # variants (bench_small_ops.py --mla-variants --mla-cases).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: s1 .. s3}
+part=${1:?part: s1 .. s4}
 
 case $part in
 s1)
@@ -40,6 +40,14 @@ s3)
       1:32768:32768 \
     --mla-variants '' ctas_per_sm=2 ctas_per_sm=4 num_stages=3 num_stages=3,ctas_per_sm=2 \
       BLOCK_N=32,ctas_per_sm=2 num_warps=4,ctas_per_sm=2 min_keys_per_split=256
+  ;;
+s4)
+  # s3 at dff4f49: the table's config is the best of those variants from 1k to 32k; at 128k 3 stages and 2
+  # programs a SM gain 14% but lose 35% at 1k. Here: narrower key tiles, deeper pipelines.
+  TAIL=80 stage mla_long2 300 python benchmarks/bench_small_ops.py --out "$OUT/mla_long2.json" --repeat 2 \
+    --mla-cases 1:1024:131072 1:8192:131072 1:32768:131072 1:131000:131072 4:8192:131072 4:32768:131072 \
+    --mla-variants '' BLOCK_N=32,num_stages=3 BLOCK_N=32,num_stages=4 BLOCK_N=32,num_stages=4,ctas_per_sm=2 \
+      BLOCK_N=16,num_stages=6 BLOCK_N=32,num_stages=4,num_warps=4 num_stages=3,ctas_per_sm=2,min_keys_per_split=512
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;
