@@ -13,7 +13,7 @@
 # Part "s3": MLA (the target's attention) at 1k..128k contexts in a 131072-slot page table, split-plan and tile
 # variants (bench_small_ops.py --mla-variants --mla-cases).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: s1 .. s4}
+part=${1:?part: s1 .. s5}
 
 case $part in
 s1)
@@ -48,6 +48,17 @@ s4)
     --mla-cases 1:1024:131072 1:8192:131072 1:32768:131072 1:131000:131072 4:8192:131072 4:32768:131072 \
     --mla-variants '' BLOCK_N=32,num_stages=3 BLOCK_N=32,num_stages=4 BLOCK_N=32,num_stages=4,ctas_per_sm=2 \
       BLOCK_N=16,num_stages=6 BLOCK_N=32,num_stages=4,num_warps=4 num_stages=3,ctas_per_sm=2,min_keys_per_split=512
+  ;;
+s5)
+  # s4 at 082e8b5: narrower key tiles and deeper pipelines lose at every long context (the table's 64-key tiles
+  # at 2 stages stay best to 32k): the split loop is bound per iteration, not by bytes in flight. Here the rows
+  # padded to 64 (min_block_m=64), so Triton takes Hopper's warpgroup MMA with both operands in shared memory
+  # (offline: no spills at 8 warps, 221 KB of shared memory) instead of mma.sync reloading q and p every key tile.
+  TAIL=80 stage mla_wgmma 300 python benchmarks/bench_small_ops.py --out "$OUT/mla_wgmma.json" --repeat 2 \
+    --mla-cases 1:1024:131072 1:8192:131072 1:32768:131072 1:131000:131072 4:1024:8448 4:8192:131072 \
+      4:32768:131072 1:1024:8448 \
+    --mla-variants '' min_block_m=64,BLOCK_M=64 min_block_m=64,BLOCK_M=64,BLOCK_N=32,num_stages=3 \
+      min_block_m=64,BLOCK_M=64,ctas_per_sm=2 min_block_m=64,BLOCK_M=64,min_keys_per_split=256
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;
