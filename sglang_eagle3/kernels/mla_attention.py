@@ -42,9 +42,7 @@ def launch_plan(batch: int, tokens_per_req: int, heads: int, max_keys: int, sms:
     ``BLOCK_M``, ``row_blocks`` a kv head, ``splits`` and ``merge``: "none" (one split: the split pass writes
     the output) or "separate" (a merge launch)."""
     rows = tokens_per_req * heads
-    # A block holds at most BLOCK_M query rows and at least min_block_m (padding: tl.dot's M is 16 at least, and
-    # Hopper's warpgroup MMA, which reads both operands from shared memory, needs 64).
-    block_m = max(cfg.get("min_block_m", 16), min(cfg["BLOCK_M"], triton.next_power_of_2(rows)))
+    block_m = max(16, min(cfg["BLOCK_M"], triton.next_power_of_2(rows)))
     row_blocks = triton.cdiv(rows, block_m)
     splits = num_kv_splits(batch, groups * row_blocks, max_keys, sms, cfg)
     return {"BLOCK_M": block_m, "row_blocks": row_blocks, "splits": splits,
