@@ -64,7 +64,12 @@ class EngineArgs:
     max_running_requests: int = 32
     context_length: int | None = None
     page_size: int = 16
-    max_total_tokens: int | None = None  # KV cache size in tokens (default: room for every running request)
+    max_total_tokens: int | None = None  # KV cache size in tokens (default: room for every running request,
+    # as far as mem_fraction_static allows on CUDA)
+    # Weights + KV cache stay within this fraction of each GPU's memory; the rest is for activations and CUDA
+    # graphs (SGLang's flag). A default-sized pool (max_running_requests x context_length) that would not fit is
+    # cut to what does, with a warning; an explicit max_total_tokens that does not fit is refused.
+    mem_fraction_static: float = 0.85
     attention_backend: str = "auto"  # "triton" | "torch" | "auto" (triton on CUDA)
     moe_runner_backend: str = "auto"  # "triton" | "torch" | "auto"
     random_seed: int = 0
@@ -94,6 +99,12 @@ class EngineArgs:
         if not isinstance(self.cuda_graph_prefill_tokens, tuple) or bad:
             raise ConfigError(f"cuda_graph_prefill_tokens={self.cuda_graph_prefill_tokens!r} must be a tuple of "
                               f"positive integers (bad: {bad})")
+        if not isinstance(self.mem_fraction_static, (int, float)) or not 0.0 < self.mem_fraction_static < 1.0:
+            raise ConfigError(f"mem_fraction_static={self.mem_fraction_static!r} must lie in (0, 1)")
+        if self.max_total_tokens is not None and (not isinstance(self.max_total_tokens, int)
+                                                  or self.max_total_tokens < self.page_size):
+            raise ConfigError(f"max_total_tokens={self.max_total_tokens!r} must be an integer >= page_size="
+                              f"{self.page_size}")
         if self.attention_backend not in ("auto", "triton", "torch"):
             raise ConfigError(f"attention_backend={self.attention_backend!r} must be auto, triton or torch")
         if self.moe_runner_backend not in ("auto", "triton", "torch"):
@@ -187,7 +198,6 @@ class Engine:
             "num_pages": max_tokens // args.page_size + 2,
             "eos": tuple(eos),
         }
-        self._pool_tokens = (plan["num_pages"] - 2) * args.page_size  # page 0 is scratch; one page of slack
         t0 = time.perf_counter()
         self.worker_env_reports: list[dict] = []
         if args.tp_size > 1 or args.use_worker_processes:
@@ -204,6 +214,9 @@ class Engine:
             self.runner = self.backend.runner
         # The scheduler interface (add / abort / step / has_work) the server drives, local or remote.
         self.scheduler = self.backend
+        # The pool as the workers sized it (on a GPU, cut to what fits: fit_kv_pages); page 0 is scratch and one
+        # page is slack.
+        self._pool_tokens = (self.backend.kv_pages - 2) * args.page_size
         self.load_seconds = time.perf_counter() - t0
 
     # -- requests ----------------------------------------------------------------------------------------
@@ -238,7 +251,8 @@ class Engine:
             params = dataclasses.replace(params, max_new_tokens=room + 1)
         if len(input_ids) + params.max_new_tokens + lookahead > self._pool_tokens:
             raise RequestError(f"prompt of {len(input_ids)} tokens + max_new_tokens={params.max_new_tokens} does not "
-                               f"fit the KV cache ({self._pool_tokens} tokens; raise max_total_tokens)")
+                               f"fit the KV cache ({self._pool_tokens} tokens; raise max_total_tokens, or "
+                               f"mem_fraction_static={self.args.mem_fraction_static} where memory cut it)")
         if logprob_start_len is not None and (not isinstance(logprob_start_len, int) or logprob_start_len < -1):
             raise RequestError(f"logprob_start_len={logprob_start_len!r} must be an integer >= -1")
         if top_logprobs_num is not None and (not isinstance(top_logprobs_num, int) or not 0 <= top_logprobs_num <= V):

@@ -26,7 +26,8 @@ _ENGINE_FLAGS = (
     "model_path", "tokenizer_path", "speculative_algorithm", "speculative_draft_model_path",
     "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size", "device",
     "dtype", "cuda_graph_max_bs", "max_running_requests", "context_length", "attention_backend",
-    "moe_runner_backend", "random_seed", "page_size", "max_total_tokens", "log_level", "worker_timeout",
+    "moe_runner_backend", "random_seed", "page_size", "max_total_tokens", "mem_fraction_static", "log_level",
+    "worker_timeout",
     "cuda_graph_prefill_tokens",
 )
 
@@ -78,7 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="(sglang_eagle3) prompt lengths captured as prefill graphs, e.g. 32,64,128,256,512,1024 "
                    "(the default); '' turns them off")
     g.add_argument("--max-running-requests", type=int, help="requests in the running batch (default 32)")
-    g.add_argument("--max-total-tokens", type=int, help="KV-cache size in tokens")
+    g.add_argument("--max-total-tokens", type=int, help="KV-cache size in tokens (default: max-running-requests x "
+                   "context-length, cut to what fits under --mem-fraction-static)")
+    g.add_argument("--mem-fraction-static", type=float, help="fraction of each GPU's memory for weights + KV cache; "
+                   "the rest is for activations and CUDA graphs (default 0.85)")
     g.add_argument("--page-size", type=int, help="tokens per KV page (default 16)")
     g.add_argument("--attention-backend", help="auto | triton | torch")
     g.add_argument("--moe-runner-backend", help="auto | triton | torch")

@@ -64,3 +64,13 @@ def tp_all_gather_last_dim(x: torch.Tensor) -> torch.Tensor:
     parts = [torch.empty_like(x) for _ in range(_TP.size)]
     dist.all_gather(parts, x)
     return torch.cat(parts, dim=-1)
+
+
+def tp_min_int(value: int, device: torch.device) -> int:
+    """The smallest of every rank's ``value`` (start-up agreements, e.g. the KV pool's size: ranks allocate pages
+    in lockstep, so they must hold the same number)."""
+    if _TP.size == 1 or _TP.simulated:
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())

@@ -77,6 +77,7 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
         worker = ModelWorker(args, plan, device)
         report = collect_env_report()
         report["rank"] = rank
+        report["kv_pages"] = worker.kv_pages  # the same on every rank (fit_kv_pages takes the smallest)
         conn.send(("ready", report))
         fail_step = int(fault.split(":")[1]) if fault and fault.startswith("step:") else None
         steps = 0
@@ -142,6 +143,7 @@ class TPWorkerGroup:
             self.close()
             raise
         self.env_reports = replies
+        self.kv_pages = replies[0]["kv_pages"]
         from sglang_eagle3.env_report import PER_RANK_KEYS, compare_reports
 
         self.env_disagreements = compare_reports(replies, ignore=PER_RANK_KEYS | {"rank"})

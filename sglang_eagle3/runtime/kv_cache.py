@@ -44,3 +44,20 @@ def make_pool(num_layers: int, num_pages: int, page_size: int, width: tuple[int,
 
 def pages_for(tokens: int, page_size: int) -> int:
     return (tokens + page_size - 1) // page_size
+
+
+def kv_bytes_per_token(target_config, draft, dtype: torch.dtype) -> int:
+    """KV cache bytes one token takes on this rank: the target's latent row in every layer (MLA's cache is not
+    split across TP ranks) plus the draft's key and value rows for its kv heads on this rank."""
+    elems = target_config.num_hidden_layers * target_config.kv_cache_dim
+    if draft is not None:
+        elems += 2 * draft.midlayer.self_attn.num_kv_heads * draft.config.head_dim
+    return elems * torch.empty((), dtype=dtype).element_size()
+
+
+def pages_that_fit(free_bytes: int, total_bytes: int, mem_fraction_static: float, bytes_per_page: int) -> int:
+    """Pages the KV pools may take once the weights are loaded: the free memory beyond a reserve of
+    (1 - mem_fraction_static) of the device for activations and CUDA graphs (SGLang's rule: weights and KV
+    cache together stay within that fraction)."""
+    budget = free_bytes - (1.0 - mem_fraction_static) * total_bytes
+    return max(0, int(budget // bytes_per_page))

@@ -33,6 +33,38 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def fit_kv_pages(plan: dict, target, draft, args, device: torch.device, dtype: torch.dtype) -> int:
+    """The KV pools' pages on a GPU, measured once the weights are loaded: the plan's (max_total_tokens, or room
+    for max_running_requests requests of context_length) if that fits under mem_fraction_static, else as many as
+    fit, agreed on by every TP rank (the smallest). An explicit max_total_tokens that does not fit, or a device
+    with room for no page, is a ConfigError naming the numbers: the alternative is an out-of-memory error deep in
+    the pool's allocation, or later in a graph capture."""
+    from sglang_eagle3.config import ConfigError
+    from sglang_eagle3.distributed.parallel_state import tp_min_int
+    from sglang_eagle3.runtime.kv_cache import kv_bytes_per_token, pages_that_fit
+
+    wanted = plan["num_pages"]
+    per_page = kv_bytes_per_token(target.config, draft, dtype) * args.page_size
+    free, total = torch.cuda.mem_get_info(device)
+    fit = tp_min_int(pages_that_fit(free, total, args.mem_fraction_static, per_page), device)
+    gib = 1 << 30
+    numbers = (f"{free / gib:.1f} of {total / gib:.1f} GiB free after the weights, mem_fraction_static="
+               f"{args.mem_fraction_static} keeps {(1 - args.mem_fraction_static) * total / gib:.1f} GiB for "
+               f"activations and graphs, {per_page * 1024 / args.page_size / (1 << 20):.2f} MiB of KV cache per 1k "
+               "tokens")
+    if fit < 3:
+        raise ConfigError(f"no room for a KV cache: {numbers}; raise mem_fraction_static or use more GPUs")
+    if wanted <= fit:
+        return wanted
+    fit_tokens = (fit - 2) * args.page_size
+    if args.max_total_tokens is not None:
+        raise ConfigError(f"max_total_tokens={args.max_total_tokens} does not fit: {fit_tokens} tokens do ({numbers})")
+    logger.warning("KV cache cut to %d tokens (max_running_requests=%d x context_length=%d would need %d): %s; "
+                   "requests beyond it wait or are retracted", fit_tokens, args.max_running_requests,
+                   plan["context_length"], (wanted - 2) * args.page_size, numbers)
+    return fit
+
+
 class ModelWorker:
     """Owns this process's models, KV pools, graphs and scheduler. ``args`` is an EngineArgs; ``plan`` holds
     what the engine resolved once (context length, draft widths, eos ids)."""
@@ -56,11 +88,14 @@ class ModelWorker:
         if draft is not None:
             aux_ids = resolve_aux_layer_ids(draft.config, target.config.num_hidden_layers,
                                             args.speculative_aux_layer_ids)
+        self.kv_pages = plan["num_pages"]
+        if device.type == "cuda":
+            self.kv_pages = fit_kv_pages(plan, target, draft, args, device, dtype)
         use_graph = device.type == "cuda" and not args.disable_cuda_graph
         reason = ("disable_cuda_graph=True" if args.disable_cuda_graph
                   else "CUDA graphs need a CUDA device (running on CPU)")
         self.runner = ModelRunner(
-            target, draft, aux_layer_ids=aux_ids, num_pages=plan["num_pages"], page_size=args.page_size,
+            target, draft, aux_layer_ids=aux_ids, num_pages=self.kv_pages, page_size=args.page_size,
             max_context=plan["context_length"], device=device, dtype=dtype, use_cuda_graph=use_graph,
             cuda_graph_max_bs=min(args.cuda_graph_max_bs, args.max_running_requests),
             verify_widths=plan["verify_widths"], attention_backend=args.attention_backend,

@@ -132,3 +132,22 @@ def test_adaptive_num_steps_replays_graphs_for_every_candidate(pair, reference):
     assert [done[r.rid].output_ids for r in reqs] == reference
     counts = eng.get_server_info()["forward_counts"]
     assert counts["target_verify"]["eager"] == 0 and counts["draft_extend"]["eager"] == 0
+
+
+def test_kv_pool_sized_to_memory(pair, reference):
+    """The default pool (max_running_requests x context_length) cut to what mem_fraction_static leaves (here
+    ~24 MB past the reserve), outputs unchanged; an explicit max_total_tokens that cannot fit is refused before
+    anything is allocated (ConfigError naming it), not an out-of-memory error."""
+    from sglang_eagle3.config import ConfigError
+
+    free, total = torch.cuda.mem_get_info()
+    frac = 1 - (free - (24 << 20)) / total
+    eng = make(pair, spec=False, max_running_requests=64, cuda_graph_max_bs=4, mem_fraction_static=frac)
+    wanted = 64 * (1024 + 16)
+    assert 0 < eng._pool_tokens < wanted, (eng._pool_tokens, wanted)
+    assert eng.get_server_info()["kv_pages_total"] == eng._pool_tokens // 16 + 1
+    outs = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+    assert [o["output_ids"] for o in outs] == reference
+    del eng
+    with pytest.raises(ConfigError, match=r"max_total_tokens=1099511627776 does not fit"):
+        make(pair, spec=False, max_total_tokens=1 << 40)

@@ -58,9 +58,9 @@ def test_sglang_backend_without_launcher_is_a_clear_error():
 
 
 def test_unknown_flag_on_native_backend_is_a_clear_error(tiny_model):
-    r = _run(["--backend", "native", "--model-path", tiny_model.target, "--mem-fraction-static", "0.8"])
+    r = _run(["--backend", "native", "--model-path", tiny_model.target, "--chunked-prefill-size", "4096"])
     assert r.returncode == 2
-    assert "--mem-fraction-static" in r.stderr and "--backend sglang" in r.stderr
+    assert "--chunked-prefill-size" in r.stderr and "--backend sglang" in r.stderr
 
 
 def test_first_log_line_names_the_embedded_default():
