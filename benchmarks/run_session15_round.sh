@@ -12,8 +12,10 @@
 # kernel, one process each; then the same at the benchmark's usual limit (prompt + new tokens + 64).
 # Part "s3": MLA (the target's attention) at 1k..128k contexts in a 131072-slot page table, split-plan and tile
 # variants (bench_small_ops.py --mla-variants --mla-cases).
+# Parts "s4", "s5": narrower key tiles, deeper pipelines, rows padded for warpgroup MMA (each header below).
+# Part "s6": the whole single-GPU suite.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: s1 .. s5}
+part=${1:?part: s1 .. s6}
 
 case $part in
 s1)
@@ -60,6 +62,11 @@ s5)
     --mla-variants '' min_block_m=64,BLOCK_M=64 min_block_m=64,BLOCK_M=64,BLOCK_N=32,num_stages=3 \
       min_block_m=64,BLOCK_M=64,ctas_per_sm=2 min_block_m=64,BLOCK_M=64,min_keys_per_split=256
   # (s5 at 8a75292: slower everywhere, 128k 70 -> 93 us, 1k 7.6 -> 10.8; the min_block_m knob was removed after it.)
+  ;;
+s6)
+  # The whole single-GPU suite at the session's end (the draft kernel, the KV pool sized to memory).
+  TAIL=12 stage gpu_suite 560 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \
+    tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;
