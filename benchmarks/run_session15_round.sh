@@ -14,8 +14,9 @@
 # variants (bench_small_ops.py --mla-variants --mla-cases).
 # Parts "s4", "s5": narrower key tiles, deeper pipelines, rows padded for warpgroup MMA (each header below).
 # Part "s6": the whole single-GPU suite.
+# Part "s7": the 61-layer step (decode, verify of 4) at 32k and 128k contexts.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: s1 .. s6}
+part=${1:?part: s1 .. s7}
 
 case $part in
 s1)
@@ -67,6 +68,12 @@ s6)
   # The whole single-GPU suite at the session's end (the draft kernel, the KV pool sized to memory).
   TAIL=12 stage gpu_suite 560 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \
     tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
+  ;;
+s7)
+  # The 61-layer step at long contexts (decode and verify of 4 at 32k and 128k): MLA's share, against the floor
+  # (which counts the context's latent cache).
+  TAIL=12 stage step_long 280 python benchmarks/bench_verify_graph.py --backends triton --contexts 32768 131072 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph_long.json"
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;
