@@ -10,7 +10,7 @@ import torch
 
 from sglang_eagle3.bench.ranks import SAFE_ENV, run_ranks
 from sglang_eagle3.distributed import parallel_state
-from sglang_eagle3.distributed.parallel_state import init_tp, tp_all_gather_last_dim, tp_all_reduce
+from sglang_eagle3.distributed.parallel_state import init_tp, tp_all_gather_last_dim, tp_all_reduce, tp_min_int
 
 
 def _slice_collectives(rank, world, seed):
@@ -24,6 +24,15 @@ def _slice_collectives(rank, world, seed):
     out["gathered_shape"] = tuple(tp_all_gather_last_dim(x.clone()).shape)  # stays this rank's slice
     out["tp"] = parallel_state.get_tp()
     return out
+
+
+def _min_of_ranks(rank, world, values):
+    """Real TP ranks agreeing on the smallest of their values (the KV pool's pages at start-up); a simulated slice
+    keeps its own."""
+    init_tp(rank, world)
+    agreed = tp_min_int(values[rank], torch.device("cpu"))
+    init_tp(0, 8, simulated=True)
+    return agreed, tp_min_int(values[rank], torch.device("cpu"))
 
 
 def _fail_on_rank_one(rank, world, _):
@@ -57,6 +66,12 @@ def test_simulated_slices_all_reduce_over_the_real_group():
         assert res[r]["gathered_shape"] == (3, 5)
         assert res[r]["tp"].size == 8 and res[r]["tp"].simulated_all_reduce
         assert res[r]["env"] == SAFE_ENV
+
+
+def test_ranks_agree_on_the_smallest_value():
+    values = [int(v) for v in torch.randint(1, 1 << 40, (3,))]
+    res = run_ranks(3, _min_of_ranks, values, device="cpu", timeout=120)
+    assert [res[r] for r in range(3)] == [(min(values), values[r]) for r in range(3)]
 
 
 def test_failing_rank_is_named():
