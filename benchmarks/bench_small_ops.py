@@ -29,8 +29,11 @@ sys.path.insert(0, str(REPO))
 import sglang_eagle3  # noqa: E402
 from benchmarks.bench_kernels import (  # noqa: E402
     EXPERTS,
+    HEADS,
     HIDDEN,
     INTER,
+    KV_LORA,
+    ROPE,
     TOP_K,
     mla_case,
     rms_norm_case,
@@ -76,10 +79,16 @@ def main() -> None:
     ap.add_argument("--mla-cases", nargs="+", default=None, metavar="T:CTX:SLOTS",
                     help="with --mla-variants: these MLA cases (new tokens, context, page table slots) instead of "
                          "the defaults, e.g. 1:32768:131072 for a long context in a 128k server's table")
+    ap.add_argument("--mla-prefill", type=int, nargs="+", default=None, metavar="TOKENS",
+                    help="only: MLA as the eager (ragged) prefill runs it, one prompt of TOKENS tokens in a page table "
+                         "of --mla-prefill-slots, the torch reference against the kernel (eager, peak memory too)")
+    ap.add_argument("--mla-prefill-slots", type=int, default=131072)
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     if args.mla_variants is not None:
         return mla_variants(args)
+    if args.mla_prefill is not None:
+        return mla_prefill(args)
     cases = {}
     for T in (1, 4, 8, 64):
         cases[f"moe_topk T={T}"] = topk_case(T)[0]
@@ -134,6 +143,48 @@ def mla_variants(args) -> None:
             rows.append({"case": f"mla T={T} ctx={ctx} table={cap}", "variant": v, "config": variants[v], "us": us})
             print(f"{args.label:>6s} mla T={T} ctx={ctx:6d} table={cap:6d} {v or '(table)':28s} "
                   + " / ".join(f"{u:.2f}" for u in us) + " us", flush=True)
+    write_result(args, rows)
+
+
+def mla_prefill(args) -> None:
+    """Eager MLA over one fresh prompt (T = context) in a wide page table: ms (median of 5 after 2 warm-ups) and
+    the peak memory the call allocates, reference and kernel."""
+    from sglang_eagle3 import kernels
+
+    rows = []
+    page = 64
+    for T in args.mla_prefill:
+        pages = args.mla_prefill_slots // page
+        table = (torch.randperm(pages, device="cuda") + 1).int()[None]
+        kv = torch.randn((pages + 1) * page, KV_LORA + ROPE, device="cuda", dtype=torch.bfloat16)
+        qn = torch.randn(T, HEADS, KV_LORA, device="cuda", dtype=torch.bfloat16) * 0.05
+        qr = torch.randn(T, HEADS, ROPE, device="cuda", dtype=torch.bfloat16) * 0.05
+        seq = torch.tensor([T], dtype=torch.int32, device="cuda")
+        kw = dict(tokens_per_req=T, page_size=page, kv_lora_rank=KV_LORA, sm_scale=0.1352)
+        row = {"tokens": T, "slots": args.mla_prefill_slots}
+        for name, fn in (("torch", kernels.ref_mla_attention), ("triton", kernels.triton_mla_attention)):
+            try:
+                for _ in range(2):
+                    fn(qn, qr, kv, table, seq, **kw)
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                times = []
+                for _ in range(5):
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fn(qn, qr, kv, table, seq, **kw)
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end))
+                row[name] = {"ms": round(sorted(times)[2], 3),
+                             "peak_gib": round((torch.cuda.max_memory_allocated() - base) / (1 << 30), 3)}
+            except torch.OutOfMemoryError as exc:
+                row[name] = {"error": f"out of memory: {str(exc)[:160]}"}
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(f"{args.label:>6s} mla prefill T={T:5d} in {args.mla_prefill_slots} slots: torch {row['torch']}  "
+              f"triton {row['triton']}", flush=True)
     write_result(args, rows)
 
 

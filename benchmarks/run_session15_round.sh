@@ -15,8 +15,9 @@
 # Parts "s4", "s5": narrower key tiles, deeper pipelines, rows padded for warpgroup MMA (each header below).
 # Part "s6": the whole single-GPU suite.
 # Part "s7": the 61-layer step (decode, verify of 4) at 32k and 128k contexts.
+# Part "s8": the MLA layer's eager prefill on the kernel: engine / graph runner GPU tests, reference vs kernel.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: s1 .. s7}
+part=${1:?part: s1 .. s8}
 
 case $part in
 s1)
@@ -74,6 +75,15 @@ s7)
   # (which counts the context's latent cache).
   TAIL=12 stage step_long 280 python benchmarks/bench_verify_graph.py --backends triton --contexts 32768 131072 \
     --tokens 1 4 --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph_long.json"
+  ;;
+s8)
+  # The MLA layer's ragged (eager) prefill now runs the kernel per request (it ran the reference, which scores every
+  # slot of the page table): the graph runner and engine GPU tests, then one prompt's MLA, reference vs kernel,
+  # in a 131072-slot table.
+  TAIL=8 stage engine_tests 220 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/gpu/test_cuda_engine.py tests/test_graph_runner.py
+  TAIL=8 stage mla_prefill 150 python benchmarks/bench_small_ops.py --out "$OUT/mla_prefill.json" \
+    --mla-prefill 256 1024 4096
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;

@@ -204,13 +204,15 @@ class MLAAttention(nn.Module):
                 use_triton=self.use_triton, **rope)
         else:
             # Ragged prefill (the eager fallback; prefill graphs run the uniform PREFILL mode above): one
-            # uniform call per request.
+            # uniform call per request, on the kernel where it serves (the reference gathers the whole page
+            # table and scores every slot of it: [n, heads, capacity] float32, 17 GB for a 4k-token prompt in a
+            # 128k server's table).
             outs, start = [], 0
             for b, n in enumerate(fb.extend_lens):
-                outs.append(kernels.ref_mla_attention(
+                outs.append(kernels.mla_attention(
                     q_latent[start:start + n], q_rope[start:start + n], cache, fb.page_table[b:b + 1],
                     fb.seq_lens[b:b + 1], tokens_per_req=n, page_size=fb.kv.page_size,
-                    kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale))
+                    kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale, use_triton=self.use_triton))
                 start += n
             out = torch.cat(outs, dim=0)
         out = self._output(out)
