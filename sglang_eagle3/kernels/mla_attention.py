@@ -75,7 +75,7 @@ def triton_mla_attention(
 
     ``rope`` = (cos, sin) float32 [P, Dr/2] with ``positions`` [B*T] (the query tokens' positions, in [0, P)):
     q_rope is un-rotated and is rotated in the kernel, DeepSeek's interleaved pairs; q_rope is not written."""
-    B, P = page_table.shape
+    B = page_table.shape[0]
     T = tokens_per_req
     BT, H, Dc = q_nope_latent.shape
     Dr = q_rope.shape[-1]
@@ -119,15 +119,15 @@ def triton_mla_attention(
     cfg = {**tuning.DEFAULTS["mla_attention"], **config}  # a sweep's partial config gets the other defaults
     return _launch_split_attention(q_nope_latent, q_rope, kv_cache, kv_cache.stride(0), None, page_table, seq_lens,
                                    T=T, groups=1, heads=H, Dc=Dc, Dr=Dr, page_size=page_size, sm_scale=sm_scale,
-                                   cfg=cfg, kernel_family="mla", **rope_kw)
+                                   cfg=cfg, **rope_kw)
 
 
 def _launch_split_attention(qn, qr, k, stride_k_slot, v, page_table, seq_lens, *, T, groups, heads, Dc, Dr,
-                            page_size, sm_scale, cfg, kernel_family, stride_k_group=0, stride_v_slot=0,
-                            stride_v_group=0, **rope_kw) -> torch.Tensor:
+                            page_size, sm_scale, cfg, stride_k_group=0, stride_v_slot=0, stride_v_group=0,
+                            **rope_kw) -> torch.Tensor:
     """The split pass (and merge) for query rows qn [B*T, groups*heads, Dc] (+ qr [.., Dr] when Dr > 0) over keys
     at k (slot / kv-head strides given) and values at v (None: the keys' first Dc columns) -> [B*T, groups*heads,
-    Dc]. Callers have checked the shapes."""
+    Dc]. Callers have checked the shapes. Both forms are PDL family "mla" (SGLANG_EAGLE3_PDL_SKIP=mla: both)."""
     B, P = page_table.shape
     device = qn.device
     out = torch.empty(B * T, groups * heads, Dc, dtype=qn.dtype, device=device)
@@ -143,7 +143,7 @@ def _launch_split_attention(qn, qr, k, stride_k_slot, v, page_table, seq_lens, *
         mid_o = mid_lse = out
     v_kw = {} if v is None else dict(SEPARATE_V=True, v_ptr=v, stride_v_slot=stride_v_slot,
                                      stride_v_group=stride_v_group)
-    pdl = tuning.pdl(device, kernel_family)
+    pdl = tuning.pdl(device, "mla")
     mla_split_kv_kernel[(B, blocks, splits)](
         qn, qr, k, page_table, seq_lens, out, mid_o, mid_lse,
         qn.stride(0), qn.stride(1), qr.stride(0), qr.stride(1),
@@ -186,7 +186,7 @@ def triton_gqa_attention(
     (keys then values, the draft's KV pool layout) -> [B*T, Hq, D]; semantics in ref_gqa_attention (query i of
     request b sits at seq_lens[b] - T + i and sees the keys up to it). The MLA kernels with separate value rows
     and one score dot: only a request's own keys are read, whatever the page table's width."""
-    B, P = page_table.shape
+    B = page_table.shape[0]
     T = tokens_per_req
     BT, Hq, D = q.shape
     assert BT == B * T, f"q rows {BT} != batch {B} x tokens_per_req {T}"
@@ -211,5 +211,4 @@ def triton_gqa_attention(
     k, v = kv_cache[:, 0], kv_cache[:, 1]  # [slots, Hkv, D] views
     return _launch_split_attention(q, q, k, k.stride(0), v, page_table, seq_lens, T=T, groups=Hkv, heads=heads,
                                    Dc=D, Dr=0, page_size=page_size, sm_scale=sm_scale, cfg=cfg,
-                                   kernel_family="mla", stride_k_group=k.stride(1), stride_v_slot=v.stride(0),
-                                   stride_v_group=v.stride(1))
+                                   stride_k_group=k.stride(1), stride_v_slot=v.stride(0), stride_v_group=v.stride(1))
