@@ -341,6 +341,8 @@ class Engine:
                 "draft_vocab_size": self.draft_config.draft_vocab_size, "num_steps": self.num_steps},
             "device": str(self.device),
             "tp_size": self.args.tp_size,
+            # SGLang's name: the KV pool's tokens as the workers sized it (cut to memory on a GPU: fit_kv_pages).
+            "max_total_num_tokens": self._pool_tokens,
             "worker_env": self.worker_env_reports,
             "kernels": _kernel_report(self.device),
         }

@@ -34,6 +34,7 @@ def test_retraction_under_kv_pressure_keeps_outputs(pair, spec):
     assert [o["output_ids"] for o in outs] == [o["output_ids"] for o in ref]
     info = eng.get_server_info()
     assert info["kv_pages_free"] == info["kv_pages_total"]  # everything returned
+    assert info["max_total_num_tokens"] == 64  # max_total_tokens as asked (CPU: not cut to memory)
     assert eng.scheduler.scheduler.stats.retracted_requests > 0
 
 

@@ -145,7 +145,8 @@ def test_kv_pool_sized_to_memory(pair, reference):
     eng = make(pair, spec=False, max_running_requests=64, cuda_graph_max_bs=4, mem_fraction_static=frac)
     wanted = 64 * (1024 + 16)
     assert 0 < eng._pool_tokens < wanted, (eng._pool_tokens, wanted)
-    assert eng.get_server_info()["kv_pages_total"] == eng._pool_tokens // 16 + 1
+    info = eng.get_server_info()
+    assert info["kv_pages_total"] == eng._pool_tokens // 16 + 1 and info["max_total_num_tokens"] == eng._pool_tokens
     outs = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)
     assert [o["output_ids"] for o in outs] == reference
     del eng
