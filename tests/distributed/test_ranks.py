@@ -14,25 +14,22 @@ from sglang_eagle3.distributed.parallel_state import init_tp, tp_all_gather_last
 
 
 def _slice_collectives(rank, world, seed):
-    """A simulated TP=8 slice on each rank: what the two collectives do with and without simulated_all_reduce."""
+    """A simulated TP=8 slice on each rank: what the two collectives do with and without simulated_all_reduce;
+    before that, the real ranks agreeing on the smallest of their values (tp_min_int: the KV pool's pages at
+    start-up), which a simulated slice keeps as its own."""
     x = torch.randn(3, 5, generator=torch.Generator().manual_seed(seed + rank))
-    out = {"x": x.clone(), "env": {k: os.environ.get(k) for k in SAFE_ENV}}
+    value = (seed * 7919 + rank * 104729) % 1000003
+    out = {"x": x.clone(), "env": {k: os.environ.get(k) for k in SAFE_ENV}, "value": value}
+    init_tp(rank, world)
+    out["min"] = tp_min_int(value, torch.device("cpu"))
     init_tp(0, 8, simulated=True)
+    out["min_simulated"] = tp_min_int(value, torch.device("cpu"))
     out["skipped"] = tp_all_reduce(x.clone())
     init_tp(0, 8, simulated=True, simulated_all_reduce=True)
     out["reduced"] = tp_all_reduce(x.clone())
     out["gathered_shape"] = tuple(tp_all_gather_last_dim(x.clone()).shape)  # stays this rank's slice
     out["tp"] = parallel_state.get_tp()
     return out
-
-
-def _min_of_ranks(rank, world, values):
-    """Real TP ranks agreeing on the smallest of their values (the KV pool's pages at start-up); a simulated slice
-    keeps its own."""
-    init_tp(rank, world)
-    agreed = tp_min_int(values[rank], torch.device("cpu"))
-    init_tp(0, 8, simulated=True)
-    return agreed, tp_min_int(values[rank], torch.device("cpu"))
 
 
 def _fail_on_rank_one(rank, world, _):
@@ -60,18 +57,14 @@ def test_simulated_slices_all_reduce_over_the_real_group():
     seed = int(torch.randint(0, 10_000, ()).item())
     res = run_ranks(3, _slice_collectives, seed, device="cpu", timeout=120)
     total = sum(res[r]["x"] for r in range(3))
+    smallest = min(res[r]["value"] for r in range(3))
     for r in range(3):
+        assert res[r]["min"] == smallest and res[r]["min_simulated"] == res[r]["value"]
         assert torch.equal(res[r]["skipped"], res[r]["x"])
         torch.testing.assert_close(res[r]["reduced"], total)
         assert res[r]["gathered_shape"] == (3, 5)
         assert res[r]["tp"].size == 8 and res[r]["tp"].simulated_all_reduce
         assert res[r]["env"] == SAFE_ENV
-
-
-def test_ranks_agree_on_the_smallest_value():
-    values = [int(v) for v in torch.randint(1, 1 << 40, (3,))]
-    res = run_ranks(3, _min_of_ranks, values, device="cpu", timeout=120)
-    assert [res[r] for r in range(3)] == [(min(values), values[r]) for r in range(3)]
 
 
 def test_failing_rank_is_named():
