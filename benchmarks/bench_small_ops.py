@@ -16,6 +16,7 @@ verify-graph benchmark's graphs) and for 32k.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -149,6 +150,7 @@ def mla_variants(args) -> None:
 def mla_prefill(args) -> None:
     """Eager MLA over one fresh prompt (T = context) in a wide page table: ms (median of 5 after 2 warm-ups) and
     the peak memory the call allocates, reference and kernel."""
+    from benchmarks.bench_verify_graph import median_ms
     from sglang_eagle3 import kernels
 
     rows = []
@@ -169,15 +171,8 @@ def mla_prefill(args) -> None:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
-                times = []
-                for _ in range(5):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    fn(qn, qr, kv, table, seq, **kw)
-                    end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end))
-                row[name] = {"ms": round(sorted(times)[2], 3),
+                ms = median_ms(functools.partial(fn, qn, qr, kv, table, seq, **kw), 5)
+                row[name] = {"ms": round(ms, 3),
                              "peak_gib": round((torch.cuda.max_memory_allocated() - base) / (1 << 30), 3)}
             except torch.OutOfMemoryError as exc:
                 row[name] = {"error": f"out of memory: {str(exc)[:160]}"}
