@@ -12,10 +12,6 @@ import torch
 from sglang_eagle3 import kernels
 
 
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
-
-
 def make_gqa_inputs(B, T, Hq, Hkv, D, page_size, seq_lens, device, dtype=torch.bfloat16, seed=0, spare=1):
     """Random q and draft KV pool [slots, 2, Hkv, D], a shuffled page table with ``spare`` unused page columns
     (capacity above the contents, as a server's graphs have it), partially filled last pages. The pool holds
@@ -39,6 +35,8 @@ def check_gqa(B, T, Hq, Hkv, D, page_size, seq_lens, device="cpu", seed=0, dtype
     """Kernel vs ref_gqa_attention. ``config``: launch overrides (else the op's config); ``min_splits``: the launch
     must split the keys at least this many ways (so the merge runs); ``calls``: calls in a row on one grid, each on
     new inputs with seq_lens 3 shorter (as graph replays have it); every one must match."""
+    from kernel_checks import rel_err
+
     from sglang_eagle3.kernels import tuning
     from sglang_eagle3.kernels.mla_attention import launch_plan
 
@@ -83,7 +81,7 @@ def check_draft_forward(device="cpu", dtype=torch.float32, tol=1e-5, B=2, S=5, s
     model runner's paged draft forwards (graphs off): the ragged extend over the prompts, a decode step, an extend
     of 3 a request; its kernels (attention, norms, rotary, GEMVs: draft.set_kernel_backends("triton")) against
     its references ("torch"), from the same cache contents."""
-    from kernel_checks import kimi_like_model
+    from kernel_checks import kimi_like_model, rel_err
 
     from sglang_eagle3.models.eagle3 import Eagle3Draft
     from sglang_eagle3.runtime.model_runner import ModelRunner
