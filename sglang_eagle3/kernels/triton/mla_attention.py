@@ -139,10 +139,20 @@ def mla_split_kv_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, DC], dtype=tl.float32)
+    # The page table entries of each key tile are loaded one iteration ahead and carried. Loaded in the
+    # iteration that uses them, they make the cache load depend on a load of the same iteration, and Triton's
+    # pipeliner spends a stage on that chain: at num_stages 2-4 it then keeps ONE buffer of key tiles and
+    # waits for each tile's load before the dots (the split loop ran at the load's latency a tile: 4.4 us a
+    # 64-key tile at 128k context on the H200). Carried, num_stages = s gives s - 1 buffers (checked offline
+    # by tests/kernels/compile_checks.py).
+    pt_row = page_table_ptr + b * stride_pt_req
+    pos = start + tl.arange(0, BLOCK_N)
+    next_page = tl.load(pt_row + pos // PAGE_SIZE, mask=pos < end, other=0)
     for n0 in range(start, end, BLOCK_N):
         pos = n0 + tl.arange(0, BLOCK_N)  # [N] key positions
         key_ok = pos < end
-        page = tl.load(page_table_ptr + b * stride_pt_req + pos // PAGE_SIZE, mask=key_ok, other=0)
+        page = next_page
+        next_page = tl.load(pt_row + (pos + BLOCK_N) // PAGE_SIZE, mask=pos + BLOCK_N < end, other=0)
         slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
         c = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
         if DR > 0:
