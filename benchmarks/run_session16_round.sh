@@ -7,8 +7,17 @@
 # the split kernel at 1k..128k contexts, T = 1 and 4, at the table's config (2 stages: still one buffer) and at
 # configs that now double- or triple-buffer; the previous checkout's kernel at its table config beside it
 # (.old: `git archive b22bb47 sglang_eagle3 benchmarks`).
+# Part "t2" (after t1 at 9dab869: 3 stages at 64-key tiles, now two buffers, took T=1 at 32k / 128k from 24.2 / 72
+# to 19.8 / 54 us and T=4 from 33.2 / 90.6 to 27.9 / 74.0, 1k +0.3 us, 8k equal; the sm_90 table now has 3 stages
+# and the launcher lowers the depth to what fits a block's shared memory): the MLA / GQA / draft GPU tests at the
+# new table, the op at the new table against the previous table's 2 stages, then the 61-layer step at 32k and 128k
+# contexts (decode, verify of 4) with the new table and with the previous one
+# (SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_mla_2stage_table.json), alternating twice in one process.
+# Part "t3": the same A/B of the step at 1k and 8k (where MLA's splits hold one key tile each), and the draft's
+# attention (grouped-query form of the same kernel) swept now that its deeper stages buffer (bench_draft_step.py).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: t1}
+part=${1:?part: t1 .. t3}
+OLD_TABLE="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_mla_2stage_table.json"
 MLA_CASES="1:1024:8448 4:1024:8448 1:8192:8448 4:8192:8448 1:32768:131072 4:32768:131072 1:131000:131072 4:131000:131072"
 
 case $part in
@@ -21,6 +30,21 @@ t1)
       BLOCK_N=32,num_stages=3,ctas_per_sm=2 num_stages=3,num_warps=4
   TAIL=10 stage mla_old 100 env GIT_COMMIT=b22bb47 python .old/benchmarks/bench_small_ops.py \
     --out "$OUT/mla_old.json" --repeat 2 --mla-cases $MLA_CASES --mla-variants ''
+  ;;
+t2)
+  TAIL=8 stage mla_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/kernels/test_kernels_gpu.py -k "mla or gqa or draft"
+  TAIL=20 stage mla_table 120 python benchmarks/bench_small_ops.py --out "$OUT/mla_table.json" --repeat 2 \
+    --mla-cases $MLA_CASES --mla-variants '' num_stages=2
+  TAIL=30 stage step_long 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 32768 131072 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants '' "$OLD_TABLE" '' "$OLD_TABLE" \
+    --out "$OUT/step_long.json"
+  ;;
+t3)
+  TAIL=30 stage step_short 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants '' "$OLD_TABLE" '' "$OLD_TABLE" \
+    --out "$OUT/step_short.json"
+  TAIL=70 stage draft_step 240 python benchmarks/bench_draft_step.py --sweep --out "$OUT/draft_step.json"
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;

@@ -49,6 +49,26 @@ def launch_plan(batch: int, tokens_per_req: int, heads: int, max_keys: int, sms:
             "merge": "none" if splits == 1 else "separate"}
 
 
+def split_pass_smem(stages: int, block_m: int, block_n: int, Dc: int, Dr: int, elem: int,
+                    separate_v: bool = False) -> int:
+    """Shared memory (bytes) the split pass takes at ``num_stages=stages``: max(1, stages - 1) buffers of key tiles
+    [block_n, Dc + Dr] (and value tiles [block_n, Dc] with separate values), the q tiles [block_m, Dc + Dr] and the
+    probabilities [block_m, block_n], ``elem`` bytes an element, and 256 bytes for the pipeline's barriers. Triton
+    3.6 allocates at most this and less than 256 bytes under it (tests/kernels/compile_checks.py checks it for
+    bf16 and float32 with IEEE dots)."""
+    row = Dc + Dr + (Dc if separate_v else 0)
+    return (max(1, stages - 1) * block_n * row + block_m * (Dc + Dr) + block_m * block_n) * elem + 256
+
+
+def split_pass_stages(stages: int, block_m: int, block_n: int, Dc: int, Dr: int, elem: int, smem: int,
+                      separate_v: bool = False) -> int:
+    """The config's pipeline depth, lowered until the split pass fits ``smem`` bytes a block: float32 caches (the
+    exact test paths) have twice the tiles a table's bf16 depth was chosen for, and sm_120 has 99 KB a block."""
+    while stages > 2 and split_pass_smem(stages, block_m, block_n, Dc, Dr, elem, separate_v) > smem:
+        stages -= 1
+    return stages
+
+
 def merge_tile(splits: int, Dc: int, values: int) -> dict:
     """mla_merge_splits_kernel's tile: all splits (padded to a power of two) x BLOCK_D columns, ``values`` fp32
     values at most (the config's merge_tile; BLOCK_D >= 16; Dc a power of two, so BLOCK_D divides it)."""
@@ -151,7 +171,9 @@ def _launch_split_attention(qn, qr, k, stride_k_slot, v, page_table, seq_lens, *
         sm_scale * LOG2E, splits,
         T=T, H=heads, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"],
         SPLIT_KV=splits > 1, DOT_PRECISION=tuning.dot_precision(qn.dtype), INTERPRET=tuning.interpreting(),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        num_warps=cfg["num_warps"],
+        num_stages=split_pass_stages(cfg["num_stages"], block_m, cfg["BLOCK_N"], Dc, Dr, k.element_size(),
+                                     tuning.smem_per_block(device), v is not None),
         PDL=pdl, **tuning.pdl_launch(pdl), **rope_kw,
         **({} if groups == 1 else dict(GROUPS=groups, stride_kv_group=stride_k_group)), **v_kw,
     )

@@ -28,7 +28,7 @@ from triton.compiler import ASTSource
 
 from sglang_eagle3.kernels import tuning
 from sglang_eagle3.kernels.gemv import NORM_POST_LIMITS, gemv_config
-from sglang_eagle3.kernels.mla_attention import launch_plan, merge_tile
+from sglang_eagle3.kernels.mla_attention import launch_plan, merge_tile, split_pass_smem, split_pass_stages
 from sglang_eagle3.kernels.triton import fused_moe as fm
 from sglang_eagle3.kernels.triton import gemv as gv
 from sglang_eagle3.kernels.triton import mla_attention as ma
@@ -40,19 +40,26 @@ BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
 MAX_GEMV_INSTR_PER_WEIGHT = 5.0
 
 
-def compile_sass(fn, sig: dict, consts: dict, aligned: list[str], arch: int, num_warps: int = 4,
-                 num_stages: int = 1, **options) -> tuple[str, str]:
-    """(SASS text, resource usage line) of `fn` compiled for sm_<arch>. `aligned` args get the 16-byte
-    divisibility the JIT infers for aligned tensors and strides."""
+def compile_kernel(fn, sig: dict, consts: dict, aligned: list[str], arch: int, num_warps: int = 4,
+                   num_stages: int = 1, **options):
+    """`fn` compiled for sm_<arch> (Triton's CompiledKernel: .asm holds every stage's IR, .metadata.shared the
+    shared memory a block takes). `aligned` args get the 16-byte divisibility the JIT infers for aligned tensors
+    and strides."""
     # A constexpr parameter the caller leaves out takes its default, as a launch that omits it does.
     consts = {**{p.name: p.default for p in fn.params
                  if p.is_constexpr and p.name not in sig and p.default is not inspect.Parameter.empty}, **consts}
     sig = {**sig, **{k: "constexpr" for k in consts if k not in sig}}
     signature = {k: ("constexpr" if k in consts else v) for k, v in sig.items()}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
-    kernel = triton.compile(ASTSource(fn, signature, constexprs=consts, attrs=attrs),
-                            target=GPUTarget("cuda", arch, 32),
-                            options=dict(num_warps=num_warps, num_stages=num_stages, **options))
+    return triton.compile(ASTSource(fn, signature, constexprs=consts, attrs=attrs),
+                          target=GPUTarget("cuda", arch, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages, **options))
+
+
+def compile_sass(fn, sig: dict, consts: dict, aligned: list[str], arch: int, num_warps: int = 4,
+                 num_stages: int = 1, **options) -> tuple[str, str]:
+    """(SASS text, resource usage line) of `fn` compiled for sm_<arch> (compile_kernel's arguments)."""
+    kernel = compile_kernel(fn, sig, consts, aligned, arch, num_warps, num_stages, **options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
@@ -510,6 +517,50 @@ def check_gqa(arch: int) -> dict:
     return out
 
 
+# Shared memory a block may opt into: sm_90 (H100/H200) 227 KB, sm_120 (RTX PRO 6000 Blackwell) 99 KB.
+SMEM_PER_BLOCK = {90: 227 << 10, 120: 99 << 10}
+
+
+def check_mla_pipeline(arch: int) -> dict:
+    """The split pass's key tiles are really pipelined: compiled at this arch's table config (decode and verify
+    rows, bf16 and float32 caches, MLA and the draft's grouped-query form), the loop's TTGIR keeps num_stages - 1
+    buffers of key tiles (until the page table entries were loaded a tile ahead, Triton kept ONE at num_stages
+    2-4: each tile waited for its own load), and the block's shared memory is within split_pass_smem's figure
+    (and 256 bytes of it) and, for bf16, within the arch's limit at the depth split_pass_stages fits (float32,
+    twice the bytes, only where one buffer fits at all: Kimi-sized float32 verify on sm_120 does not)."""
+    ops_table = json.loads((tuning.CONFIG_DIR / f"sm_{arch}.json").read_text())["ops"]
+    out = {}
+    for op, Dc, Dr, separate_v in (("mla_attention", 512, 64, False), ("gqa_attention", 128, 0, True)):
+        for T in (1, 4):
+            cfg = {**tuning.DEFAULTS[op], **tuning._pick_bucket(ops_table.get(op, [{}]), "rows", T * 8)}
+            block_m, block_n = launch_plan(1, T, 8, 8192, 132, cfg)["BLOCK_M"], cfg["BLOCK_N"]
+            for dtype, elem in (("bf16", 2), ("fp32", 4)):
+                stages = split_pass_stages(cfg["num_stages"], block_m, block_n, Dc, Dr, elem, SMEM_PER_BLOCK[arch],
+                                           separate_v)
+                sig = dict(MLA_SIG, GROUPS="i32", stride_kv_group="i32", SEPARATE_V="i32", v_ptr="*bf16",
+                           stride_v_slot="i32", stride_v_group="i32")
+                if dtype == "fp32":
+                    sig = {k: ("*fp32" if v == "*bf16" else v) for k, v in sig.items()}
+                kernel = compile_kernel(ma.mla_split_kv_kernel, sig,
+                                        dict(T=T, H=8, DC=Dc, DR=Dr, PAGE_SIZE=64, BLOCK_M=block_m, BLOCK_N=block_n,
+                                             SPLIT_KV=True, DOT_PRECISION="ieee" if dtype == "fp32" else "tf32",
+                                             INTERPRET=False, PDL=True,
+                                             GROUPS=1, SEPARATE_V=separate_v),
+                                        MLA_ALIGNED + ["v_ptr", "stride_v_slot"], arch, cfg["num_warps"], stages)
+                what = f"{op} T={T} {dtype} BLOCK_N={block_n} num_stages={stages}"
+                want = split_pass_smem(stages, block_m, block_n, Dc, Dr, elem, separate_v)
+                shared = kernel.metadata.shared
+                fits = split_pass_smem(2, block_m, block_n, Dc, Dr, elem, separate_v) <= SMEM_PER_BLOCK[arch]
+                assert want - 256 <= shared <= want and (shared <= SMEM_PER_BLOCK[arch] or not fits), (
+                    f"{what}: {shared} bytes of shared memory, split_pass_smem says {want}, limit "
+                    f"{SMEM_PER_BLOCK[arch]}")
+                assert fits or dtype == "fp32", f"{what}: the table's bf16 config does not fit one key-tile buffer"
+                tile = f"memdesc<{max(1, stages - 1)}x{block_n}x{Dc}x{dtype.replace('fp', 'f')}"
+                assert tile in kernel.asm["ttgir"], f"{what}: no {tile} key-tile buffers in the TTGIR"
+                out[what] = f"{shared} bytes, {max(1, stages - 1)} key-tile buffer(s)"
+    return out
+
+
 def check_mla_dot_precision(arch: int) -> dict:
     """float32 MLA (the float32 engine's tiny shapes: latent 32, rope 16) with DOT_PRECISION="ieee", as
     tuning.dot_precision gives it, multiplies on the FMA units: no tensor-core (TF32) instruction; "tf32" and
@@ -576,7 +627,7 @@ CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
          for name, fn in (("gemv", check_gemv), ("dot_gate_up", check_dot_gate_up), ("dense_gemv", check_dense_gemv),
                           ("tile_path", check_tile_path),
                           ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("mla", check_mla),
-                          ("gqa", check_gqa),
+                          ("gqa", check_gqa), ("mla_pipeline", check_mla_pipeline),
                           ("mla_dot_precision", check_mla_dot_precision),
                           ("prefetch", check_prefetch), ("moe_topk", check_moe_topk))}
 
