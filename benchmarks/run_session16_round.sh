@@ -15,8 +15,11 @@
 # (SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_mla_2stage_table.json), alternating twice in one process.
 # Part "t3": the same A/B of the step at 1k and 8k (where MLA's splits hold one key tile each), and the draft's
 # attention (grouped-query form of the same kernel) swept now that its deeper stages buffer (bench_draft_step.py).
+# Part "t4": with two buffers a split of several key tiles now overlaps its loads, so fewer, longer splits may pay
+# where each split held one tile (8k: 128 splits of 64 keys, and a merge of 128 partials): min_keys_per_split
+# 128 / 256 / 512 over the new table, 1k..128k.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: t1 .. t3}
+part=${1:?part: t1 .. t4}
 OLD_TABLE="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_mla_2stage_table.json"
 MLA_CASES="1:1024:8448 4:1024:8448 1:8192:8448 4:8192:8448 1:32768:131072 4:32768:131072 1:131000:131072 4:131000:131072"
 
@@ -45,6 +48,11 @@ t3)
     --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants '' "$OLD_TABLE" '' "$OLD_TABLE" \
     --out "$OUT/step_short.json"
   TAIL=70 stage draft_step 240 python benchmarks/bench_draft_step.py --sweep --out "$OUT/draft_step.json"
+  ;;
+t4)
+  TAIL=30 stage mla_splits 200 python benchmarks/bench_small_ops.py --out "$OUT/mla_splits.json" --repeat 2 \
+    --mla-cases $MLA_CASES 1:4096:8448 4:4096:8448 \
+    --mla-variants '' min_keys_per_split=128 min_keys_per_split=256 min_keys_per_split=512
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;
