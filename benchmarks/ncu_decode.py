@@ -1,6 +1,7 @@
 """Driver for Nsight Compute (ncu) on the decode kernels of one Kimi-K2.5 TP=8 rank at T=1: the GEMVs q_a + kv_a
 (split-K over K = 7168), q_b (with the q_a norm) and o_proj, a read-only kernel of q_a + kv_a's bytes, MLA at
-1k and 8k context (split + merge; mla_table: T = 1 and 4 at 1k in an 8448-slot table), the INT4 MoE (gate_up,
+1k and 8k context (split + merge; mla_table: T = 1 and 4 at 1k in an 8448-slot table; mla_long: T = 1 and 4 at
+32k in a 131072-slot table), the INT4 MoE (gate_up,
 down; moe_verify: T=4 and 8 with tokens sharing experts; moe_dot: the dot path's gate_up; moe_tile: the tile
 path at 256 and 1024 tokens), the routing, each
 launched a few times on fresh data (past the L2). ncu serialises kernels, so PDL overlap is absent here: this
@@ -9,7 +10,7 @@ chain.
 
     ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
         --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats -s 8 \
-        python benchmarks/ncu_decode.py [gemv mla mla_table moe moe_verify moe_dot moe_tile topk]
+        python benchmarks/ncu_decode.py [gemv mla mla_table mla_long moe moe_verify moe_dot moe_tile topk]
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ def main() -> None:
     if "mla_table" in parts:  # 1k context in the step benchmark's 8448-slot table (most splits hold no key)
         for T in (1, 4):
             calls, *_ = mla_case(1, T, 1024, capacity=8448)
+            for c in calls()[:2]:
+                c()
+    if "mla_long" in parts:  # 32k context in a 128k server's 131072-slot table, T = 1 and 4 (every split active)
+        for T in (1, 4):
+            calls, *_ = mla_case(1, T, 32768, capacity=131072)
             for c in calls()[:2]:
                 c()
     if "moe" in parts:

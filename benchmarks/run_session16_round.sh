@@ -18,8 +18,11 @@
 # Part "t4": with two buffers a split of several key tiles now overlaps its loads, so fewer, longer splits may pay
 # where each split held one tile (8k: 128 splits of 64 keys, and a merge of 128 partials): min_keys_per_split
 # 128 / 256 / 512 over the new table, 1k..128k.
+# Part "t5" (t4 at 5e1ccd8: fewer, longer splits lose wherever they bind, 8k 9.8 -> 27.6 us at 512-key splits: one SM
+# streams a 64-key tile in ~3.4 us whether it has 1 or 8 of them, so the loop is bound inside the SM): Nsight
+# Compute on the split kernel at 32k (T = 1 and 4), stall reasons and the source lines the warps wait at.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: t1 .. t4}
+part=${1:?part: t1 .. t5}
 OLD_TABLE="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_mla_2stage_table.json"
 MLA_CASES="1:1024:8448 4:1024:8448 1:8192:8448 4:8192:8448 1:32768:131072 4:32768:131072 1:131000:131072 4:131000:131072"
 
@@ -53,6 +56,11 @@ t4)
   TAIL=30 stage mla_splits 200 python benchmarks/bench_small_ops.py --out "$OUT/mla_splits.json" --repeat 2 \
     --mla-cases $MLA_CASES 1:4096:8448 4:4096:8448 \
     --mla-variants '' min_keys_per_split=128 min_keys_per_split=256 min_keys_per_split=512
+  ;;
+t5)
+  TAIL=400 stage ncu_mla_long 200 "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
+    --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    --section SourceCounters --metrics "$STALLS" -k regex:"mla_split" -c 4 python benchmarks/ncu_decode.py mla_long
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;
