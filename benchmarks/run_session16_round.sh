@@ -21,8 +21,14 @@
 # Part "t5" (t4 at 5e1ccd8: fewer, longer splits lose wherever they bind, 8k 9.8 -> 27.6 us at 512-key splits: one SM
 # streams a 64-key tile in ~3.4 us whether it has 1 or 8 of them, so the loop is bound inside the SM): Nsight
 # Compute on the split kernel at 32k (T = 1 and 4), stall reasons and the source lines the warps wait at.
+# Part "t6" (t5 at 8936770: at 32k the split kernel issues an instruction every 3.5 cycles a scheduler, 2 warps a
+# scheduler, its stalls short-scoreboard (shared memory) 1.4-1.9 and fixed-latency waits 1.3 cycles an
+# instruction, 2.66M shared-memory wavefronts: ~5000 a 64-key tile, every warp reloading q for its slice of the
+# score): the transposed form (config keys_m: keys as the dots' M = 64, query rows as N), which Triton compiles to
+# Hopper's warpgroup MMA reading both operands from shared memory once a warpgroup; offline it fits two buffers
+# only at num_stages 2 (the asynchronous MMA holds a third at 3 stages: 236 KB), so its loads do not overlap.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: t1 .. t5}
+part=${1:?part: t1 .. t6}
 OLD_TABLE="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_mla_2stage_table.json"
 MLA_CASES="1:1024:8448 4:1024:8448 1:8192:8448 4:8192:8448 1:32768:131072 4:32768:131072 1:131000:131072 4:131000:131072"
 
@@ -61,6 +67,14 @@ t5)
   TAIL=400 stage ncu_mla_long 200 "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
     --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
     --section SourceCounters --metrics "$STALLS" -k regex:"mla_split" -c 4 python benchmarks/ncu_decode.py mla_long
+  ;;
+t6)
+  TAIL=8 stage keys_m_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 120 \
+    tests/kernels/test_kernels_gpu.py -k "mla"
+  TAIL=60 stage mla_keys_m 240 python benchmarks/bench_small_ops.py --out "$OUT/mla_keys_m.json" --repeat 2 \
+    --mla-cases $MLA_CASES 1:4096:8448 \
+    --mla-variants '' keys_m=1,num_warps=4,num_stages=2 keys_m=1,num_warps=8,num_stages=2 \
+      keys_m=1,num_warps=4,num_stages=1 keys_m=1,num_warps=8,num_stages=2,ctas_per_sm=2
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;
