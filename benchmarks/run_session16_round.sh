@@ -27,6 +27,9 @@
 # score): the transposed form (config keys_m: keys as the dots' M = 64, query rows as N), which Triton compiles to
 # Hopper's warpgroup MMA reading both operands from shared memory once a warpgroup; offline it fits two buffers
 # only at num_stages 2 (the asynchronous MMA holds a third at 3 stages: 236 KB), so its loads do not overlap.
+# (t6 at 4c52f34: the keys_m GPU tests passed (4 and 8 warps, 2 stages), but it was slower at every shape timed
+# before a variant (1 stage or 2 programs a SM) hit an illegal memory access at T=4, 8k: 1k 7.95 -> 8.2-9.0 us,
+# 8k 9.8 -> 10.3-10.8, T=4 1k 11.9 -> 11.9-15.9. Removed after it; the code is in 4c52f34.)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: t1 .. t6}
 OLD_TABLE="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_mla_2stage_table.json"

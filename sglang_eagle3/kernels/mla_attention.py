@@ -171,7 +171,6 @@ def _launch_split_attention(qn, qr, k, stride_k_slot, v, page_table, seq_lens, *
         sm_scale * LOG2E, splits,
         T=T, H=heads, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"],
         SPLIT_KV=splits > 1, DOT_PRECISION=tuning.dot_precision(qn.dtype), INTERPRET=tuning.interpreting(),
-        KEYS_M=bool(cfg.get("keys_m", False)),
         num_warps=cfg["num_warps"],
         num_stages=split_pass_stages(cfg["num_stages"], block_m, cfg["BLOCK_N"], Dc, Dr, k.element_size(),
                                      tuning.smem_per_block(device), v is not None),

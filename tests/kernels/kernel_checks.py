@@ -640,16 +640,6 @@ CASES = {
     "mla_split_kv_merge_tile_config": lambda: check_mla(
         3, 2, 3, 64, 16, 4, [2, 9, 41], seed=46, config={**MLA_SPLIT, "merge_tile": 64, "merge_warps": 1},
         min_splits=8, calls=2, spare=40),
-    # The transposed form (config keys_m: keys as the dots' M, query rows as their N; Hopper's warpgroup MMA
-    # takes it): decode and verify, split and not, float32 within float32 rounding, a far larger page table.
-    "mla_keys_m_decode": lambda: check_mla(3, 1, 3, 64, 16, 16, [1, 37, 70], seed=61,
-                                           config={"BLOCK_N": 16, "keys_m": True}),
-    "mla_keys_m_verify_split_fp32_exact": lambda: check_mla(
-        2, 5, 5, 32, 16, 1, [7, 200], seed=62, dtype=torch.float32, tol=1e-6, config={**MLA_FP32_SPLIT, "keys_m": True},
-        min_splits=6, calls=2),
-    "mla_keys_m_split_capacity_far_above_context": lambda: check_mla(
-        3, 2, 3, 64, 16, 4, [2, 9, 41], seed=63, config={**MLA_SPLIT, "keys_m": True}, min_splits=8, calls=3,
-        spare=40),
     "mla_launch_plan": check_mla_launch_plan,
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,

@@ -107,16 +107,6 @@ def test_mla_split_kv_capacity_far_above_context(T, seq_lens):
               calls=3, spare=256)
 
 
-@pytest.mark.parametrize("warps", [4, 8])
-@pytest.mark.parametrize("T,seq_lens", [(1, [1024, 37]), (4, [333, 8200]), (1, [32768])])
-def test_mla_keys_m(T, seq_lens, warps):
-    """The transposed form (keys as the dots' M: Hopper's warpgroup MMA) at real shapes, split and merged,
-    three calls in a row on one grid, NaN-poisoned scratch."""
-    poison_allocator()
-    check_mla(len(seq_lens), T, HEADS, KV_LORA, ROPE, 64, seq_lens, device="cuda", seed=90 + T, calls=3,
-              config={"BLOCK_N": 64, "num_warps": warps, "num_stages": 2, "keys_m": True, "ctas_per_sm": 1})
-
-
 def test_mla_float32_is_ieee():
     """float32 MLA sums in IEEE float32 (tuning.dot_precision), as torch's float32 reference does: TF32 would
     miss this bound by ~100x."""

@@ -72,7 +72,7 @@ def mla_split_kv_kernel(
     INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
     ROPE: tl.constexpr = False, pos_ptr=None, cos_ptr=None, sin_ptr=None, stride_table=0,
     GROUPS: tl.constexpr = 1, stride_kv_group=0, SEPARATE_V: tl.constexpr = False, v_ptr=None, stride_v_slot=0,
-    stride_v_group=0, KEYS_M: tl.constexpr = False,
+    stride_v_group=0,
 ):
     """out [B*T, GROUPS*H, DC] over grid (B, GROUPS x row blocks, NUM_SPLITS). SPLIT_KV (NUM_SPLITS > 1): mid_o
     fp32 [B, GROUPS x row blocks, NUM_SPLITS, BLOCK_M, DC] and mid_lse fp32 [B, GROUPS x row blocks, NUM_SPLITS,
@@ -138,13 +138,7 @@ def mla_split_kv_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if KEYS_M:  # the transposed form: keys are the dots' M, query rows their N (see the module docstring)
-        acc = tl.zeros([DC, BLOCK_M], dtype=tl.float32)
-        qn = tl.trans(qn)  # [DC, M]
-        if DR > 0:
-            qr = tl.trans(qr)  # [DR, M]
-    else:
-        acc = tl.zeros([BLOCK_M, DC], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, DC], dtype=tl.float32)
     # The page table entries of each key tile are loaded one iteration ahead and carried. Loaded in the
     # iteration that uses them, they make the cache load depend on a load of the same iteration, and Triton's
     # pipeliner spends a stage on that chain: at num_stages 2-4 it then keeps ONE buffer of key tiles and
@@ -164,49 +158,33 @@ def mla_split_kv_kernel(
         if DR > 0:
             kr = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + DC + dr[None, :], mask=key_ok[:, None],
                          other=0.0)
-        if SEPARATE_V:
-            v = tl.load(v_ptr + slot[:, None] * stride_v_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
-        else:
-            v = c
         if INTERPRET:
             c = c.to(tl.float32)
-            v = v.to(tl.float32)
             if DR > 0:
                 kr = kr.to(tl.float32)
-        if KEYS_M:
-            s = tl.dot(c, qn, input_precision=DOT_PRECISION)  # [N, M]
-            if DR > 0:
-                s += tl.dot(kr, qr, input_precision=DOT_PRECISION)
-            s = s * sm_scale_log2
-            visible = key_ok[:, None] & (pos[:, None] <= q_pos[None, :])
-            s = tl.where(visible, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=0))
-            # NOTE: a row with no visible key yet keeps m = -inf; shift by 0 there to avoid inf - inf.
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_safe)
-            p = tl.exp2(s - m_safe[None, :])
-            l_i = l_i * alpha + tl.sum(p, axis=0)
-            acc = acc * alpha[None, :] + tl.dot(tl.trans(v), p.to(v.dtype), input_precision=DOT_PRECISION)
+        if DR > 0:
+            s = (tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
+                 + tl.dot(qr, tl.trans(kr), input_precision=DOT_PRECISION))  # [M, N]
         else:
-            if DR > 0:
-                s = (tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
-                     + tl.dot(qr, tl.trans(kr), input_precision=DOT_PRECISION))  # [M, N]
-            else:
-                s = tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
-            s = s * sm_scale_log2
-            visible = key_ok[None, :] & (pos[None, :] <= q_pos[:, None])
-            s = tl.where(visible, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            # NOTE: a row with no visible key yet keeps m = -inf; shift by 0 there to avoid inf - inf.
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_safe)
-            p = tl.exp2(s - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+            s = tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
+        s = s * sm_scale_log2
+        visible = key_ok[None, :] & (pos[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # NOTE: a row with no visible key yet keeps m = -inf; shift by 0 there to avoid inf - inf.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if SEPARATE_V:
+            v = tl.load(v_ptr + slot[:, None] * stride_v_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
+            if INTERPRET:
+                v = v.to(tl.float32)
+        else:
+            v = c
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
-    if KEYS_M:
-        acc = tl.trans(acc)  # [M, DC]
     has_keys = l_i > 0.0
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]  # [M, DC]; 0 for a row with no visible key
     if SPLIT_KV:
