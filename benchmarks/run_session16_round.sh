@@ -30,8 +30,9 @@
 # (t6 at 4c52f34: the keys_m GPU tests passed (4 and 8 warps, 2 stages), but it was slower at every shape timed
 # before a variant (1 stage or 2 programs a SM) hit an illegal memory access at T=4, 8k: 1k 7.95 -> 8.2-9.0 us,
 # 8k 9.8 -> 10.3-10.8, T=4 1k 11.9 -> 11.9-15.9. Removed after it; the code is in 4c52f34.)
+# Part "t7": the whole single-GPU suite at the double-buffered MLA table (every engine test attends through it).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: t1 .. t6}
+part=${1:?part: t1 .. t7}
 OLD_TABLE="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_mla_2stage_table.json"
 MLA_CASES="1:1024:8448 4:1024:8448 1:8192:8448 4:8192:8448 1:32768:131072 4:32768:131072 1:131000:131072 4:131000:131072"
 
@@ -78,6 +79,10 @@ t6)
     --mla-cases $MLA_CASES 1:4096:8448 \
     --mla-variants '' keys_m=1,num_warps=4,num_stages=2 keys_m=1,num_warps=8,num_stages=2 \
       keys_m=1,num_warps=4,num_stages=1 keys_m=1,num_warps=8,num_stages=2,ctas_per_sm=2
+  ;;
+t7)
+  TAIL=12 stage gpu_suite 570 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \
+    tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;
