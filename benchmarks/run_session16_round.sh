@@ -31,8 +31,9 @@
 # before a variant (1 stage or 2 programs a SM) hit an illegal memory access at T=4, 8k: 1k 7.95 -> 8.2-9.0 us,
 # 8k 9.8 -> 10.3-10.8, T=4 1k 11.9 -> 11.9-15.9. Removed after it; the code is in 4c52f34.)
 # Part "t7": the whole single-GPU suite at the double-buffered MLA table (every engine test attends through it).
+# Part "t8": the kernels table (issue 5's kernels.json) at the session's end: MLA's 32k case with two buffers.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: t1 .. t7}
+part=${1:?part: t1 .. t8}
 OLD_TABLE="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_mla_2stage_table.json"
 MLA_CASES="1:1024:8448 4:1024:8448 1:8192:8448 4:8192:8448 1:32768:131072 4:32768:131072 1:131000:131072 4:131000:131072"
 
@@ -83,6 +84,9 @@ t6)
 t7)
   TAIL=12 stage gpu_suite 570 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \
     tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
+  ;;
+t8)
+  TAIL=45 stage kernels 280 python benchmarks/bench_kernels.py --out "$OUT"
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;
