@@ -24,15 +24,37 @@ def test_table_well_formed(path):
             assert not unknown, f"{path.name}: {op} has unknown keys {unknown}"
 
 
-def test_sm120_unmeasured_and_fits_99kb():
+@pytest.mark.parametrize("arch,smem", [("sm_90", 227 << 10), ("sm_120", 99 << 10)])
+def test_mla_tables_fit_shared_memory(arch, smem):
+    """Each MLA bucket's depth, as the table gives it, fits a block at Kimi's bf16 shapes (the launcher would
+    lower a depth that does not: split_pass_stages), by split_pass_smem, whose figure compile_checks.py checks
+    against Triton's own allocation (mla_pipeline_sm90 / _sm120)."""
+    from sglang_eagle3.kernels.mla_attention import split_pass_smem, split_pass_stages
+
+    table = json.loads((tuning.CONFIG_DIR / f"{arch}.json").read_text())
+    for bucket in table["ops"]["mla_attention"]:
+        cfg = {**tuning.DEFAULTS["mla_attention"], **bucket}
+        need = split_pass_smem(cfg["num_stages"], cfg["BLOCK_M"], cfg["BLOCK_N"], 512, 64, 2)
+        assert need <= smem, f"{arch} {cfg}: {need} bytes of shared memory, {smem} a block"
+        assert split_pass_stages(cfg["num_stages"], cfg["BLOCK_M"], cfg["BLOCK_N"], 512, 64, 2, smem) == \
+            cfg["num_stages"], cfg
+
+
+def test_mla_stages_lowered_to_fit():
+    """float32 at the sm_90 table's depth needs two buffers of 147 KB: lowered to one (2 stages) to fit 227 KB;
+    a depth that fits is left alone."""
+    from sglang_eagle3.kernels.mla_attention import split_pass_smem, split_pass_stages
+
+    assert split_pass_smem(3, 16, 64, 512, 64, 4) > 227 << 10
+    assert split_pass_stages(3, 16, 64, 512, 64, 4, 227 << 10) == 2
+    assert split_pass_stages(3, 16, 64, 512, 64, 2, 227 << 10) == 3
+    assert split_pass_stages(5, 16, 16, 512, 64, 2, 99 << 10) == 5
+
+
+def test_sm120_unmeasured():
     table = json.loads((tuning.CONFIG_DIR / "sm_120.json").read_text())
     assert table["measured"] is False and "unmeasured" in table["source"]
     assert table["sm_counts"] == [188]
-    for bucket in table["ops"]["mla_attention"]:
-        cfg = {**tuning.DEFAULTS["mla_attention"], **bucket}
-        key_tile = cfg["BLOCK_N"] * (512 + 64) * 2  # bf16 latent + rope rows per pipeline stage
-        q_tile = cfg["BLOCK_M"] * (512 + 64) * 2
-        assert cfg["num_stages"] * key_tile + q_tile <= 99 * 1024, cfg
 
 
 def test_pick_bucket_first_covering():
