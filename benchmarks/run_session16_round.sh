@@ -32,8 +32,12 @@
 # 8k 9.8 -> 10.3-10.8, T=4 1k 11.9 -> 11.9-15.9. Removed after it; the code is in 4c52f34.)
 # Part "t7": the whole single-GPU suite at the double-buffered MLA table (every engine test attends through it).
 # Part "t8": the kernels table (issue 5's kernels.json) at the session's end: MLA's 32k case with two buffers.
+# Part "t9": each row block's key loop stops at its last row's position (causal: a prefill chunk's first rows see
+# half the keys its last ones do; decode and verify lose at most T - 1 keys). The MLA / GQA / draft GPU tests,
+# MLA at decode and verify shapes and the eager (ragged) prefill, this checkout and the previous one
+# (.old: `git archive 5761af2 sglang_eagle3 benchmarks`) alternating twice.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: t1 .. t8}
+part=${1:?part: t1 .. t9}
 OLD_TABLE="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_mla_2stage_table.json"
 MLA_CASES="1:1024:8448 4:1024:8448 1:8192:8448 4:8192:8448 1:32768:131072 4:32768:131072 1:131000:131072 4:131000:131072"
 
@@ -87,6 +91,21 @@ t7)
   ;;
 t8)
   TAIL=45 stage kernels 280 python benchmarks/bench_kernels.py --out "$OUT"
+  ;;
+t9)
+  TAIL=8 stage mla_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 120 \
+    tests/kernels/test_kernels_gpu.py -k "mla or gqa or draft"
+  for i in 1 2; do
+    TAIL=6 stage "mla_new_$i" 60 python benchmarks/bench_small_ops.py --out "$OUT/mla_new_$i.json" --repeat 2 \
+      --mla-cases 1:1024:8448 4:1024:8448 1:8192:8448 4:8192:8448 1:32768:131072 4:32768:131072 --mla-variants ''
+    TAIL=6 stage "mla_old_$i" 60 env GIT_COMMIT=5761af2 python .old/benchmarks/bench_small_ops.py \
+      --out "$OUT/mla_old_$i.json" --repeat 2 \
+      --mla-cases 1:1024:8448 4:1024:8448 1:8192:8448 4:8192:8448 1:32768:131072 4:32768:131072 --mla-variants ''
+  done
+  TAIL=6 stage prefill_new 90 python benchmarks/bench_small_ops.py --out "$OUT/prefill_new.json" \
+    --mla-prefill 1024 4096 16384
+  TAIL=6 stage prefill_old 90 env GIT_COMMIT=5761af2 python .old/benchmarks/bench_small_ops.py \
+    --out "$OUT/prefill_old.json" --mla-prefill 1024 4096
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;

@@ -640,6 +640,11 @@ CASES = {
     "mla_split_kv_merge_tile_config": lambda: check_mla(
         3, 2, 3, 64, 16, 4, [2, 9, 41], seed=46, config={**MLA_SPLIT, "merge_tile": 64, "merge_warps": 1},
         min_splits=8, calls=2, spare=40),
+    # A prefill chunk (40 new tokens after 30 cached, 5 row blocks): each block's loop stops at its last row's
+    # position, so the early blocks' later splits hold no visible key and store lse = -inf (fp32, exact).
+    "mla_prefill_chunk_causal_fp32_exact": lambda: check_mla(
+        2, 40, 2, 32, 16, 4, [70, 45], seed=47, dtype=torch.float32, tol=1e-6, config=MLA_FP32_SPLIT,
+        min_splits=2, calls=2),
     "mla_launch_plan": check_mla_launch_plan,
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,

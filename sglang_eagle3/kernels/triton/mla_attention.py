@@ -119,7 +119,10 @@ def mla_split_kv_kernel(
     q_pos = seq_len - T + tok  # [M] last visible key of each row
     per_split, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)
     start = split * per_split
-    end = tl.minimum(start + per_split, seq_len)
+    # Causal: no row of this block sees past its last row's position, so the loop stops there (a prefill
+    # chunk's first rows need half the keys its last rows do; decode and verify blocks lose at most T - 1).
+    # A tile no row sees would add exactly nothing (p = 0, alpha = 1).
+    end = tl.minimum(tl.minimum(start + per_split, seq_len), tl.max(tl.where(row_ok, q_pos, -1), axis=0) + 1)
 
     q_tok = b * T + tok
     qn = tl.load(qn_ptr + q_tok[:, None] * stride_qn_tok + head[:, None] * stride_qn_head + dc[None, :],
