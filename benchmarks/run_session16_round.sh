@@ -36,8 +36,10 @@
 # half the keys its last ones do; decode and verify lose at most T - 1 keys). The MLA / GQA / draft GPU tests,
 # MLA at decode and verify shapes and the eager (ragged) prefill, this checkout and the previous one
 # (.old: `git archive 5761af2 sglang_eagle3 benchmarks`) alternating twice.
+# Part "t10": after the causal key loops, the CUDA engine and graph runner tests (prefill graphs, the eager ragged
+# prefill, speculation equal to no speculation), as far as the session's last device minutes allow.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: t1 .. t9}
+part=${1:?part: t1 .. t10}
 OLD_TABLE="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_mla_2stage_table.json"
 MLA_CASES="1:1024:8448 4:1024:8448 1:8192:8448 4:8192:8448 1:32768:131072 4:32768:131072 1:131000:131072 4:131000:131072"
 
@@ -106,6 +108,10 @@ t9)
     --mla-prefill 1024 4096 16384
   TAIL=6 stage prefill_old 90 env GIT_COMMIT=5761af2 python .old/benchmarks/bench_small_ops.py \
     --out "$OUT/prefill_old.json" --mla-prefill 1024 4096
+  ;;
+t10)
+  TAIL=8 stage engine_tests 230 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/gpu/test_cuda_engine.py tests/test_graph_runner.py
   ;;
 *)
   echo "unknown part $part"; exit 2 ;;
