@@ -424,6 +424,12 @@ MLA_MERGE_SIG = dict(mid_o_ptr="*fp32", mid_lse_ptr="*fp32", out_ptr="*bf16", se
                      BLOCK_M="i32", BLOCK_N="i32", SPLITS_PAD="i32", BLOCK_D="i32", PDL="i32")
 
 
+# The split kernel's grouped-query arguments too (kv-head groups, value rows of their own).
+GQA_SIG = dict(MLA_SIG, GROUPS="i32", stride_kv_group="i32", SEPARATE_V="i32", v_ptr="*bf16", stride_v_slot="i32",
+               stride_v_group="i32")
+GQA_ALIGNED = MLA_ALIGNED + ["v_ptr", "stride_v_slot", "stride_kv_group", "stride_v_group"]
+
+
 def _sass_ops(sass: str) -> collections.Counter:
     return _opcodes([ln.split("*/", 1)[1].strip() for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)])
 
@@ -481,9 +487,7 @@ def check_gqa(arch: int) -> dict:
     when compiled with it, the merge kernel with kv-head groups likewise."""
     ops_table = json.loads((tuning.CONFIG_DIR / f"sm_{arch}.json").read_text())["ops"]
     buckets = ops_table.get("gqa_attention", [{}])
-    sig = dict(MLA_SIG, GROUPS="i32", stride_kv_group="i32", SEPARATE_V="i32", v_ptr="*bf16",
-               stride_v_slot="i32", stride_v_group="i32")
-    aligned = MLA_ALIGNED + ["v_ptr", "stride_v_slot", "stride_kv_group", "stride_v_group"]
+    sig, aligned = GQA_SIG, GQA_ALIGNED
     out = {}
     for T in (1, 4):
         table_cfg = {**tuning.DEFAULTS["gqa_attention"], **tuning._pick_bucket(buckets, "rows", T * 8)}
@@ -537,8 +541,7 @@ def check_mla_pipeline(arch: int) -> dict:
             for dtype, elem in (("bf16", 2), ("fp32", 4)):
                 stages = split_pass_stages(cfg["num_stages"], block_m, block_n, Dc, Dr, elem, SMEM_PER_BLOCK[arch],
                                            separate_v)
-                sig = dict(MLA_SIG, GROUPS="i32", stride_kv_group="i32", SEPARATE_V="i32", v_ptr="*bf16",
-                           stride_v_slot="i32", stride_v_group="i32")
+                sig = GQA_SIG  # the split kernel's full signature (kv-head groups, value rows of their own)
                 if dtype == "fp32":
                     sig = {k: ("*fp32" if v == "*bf16" else v) for k, v in sig.items()}
                 kernel = compile_kernel(ma.mla_split_kv_kernel, sig,
@@ -546,7 +549,7 @@ def check_mla_pipeline(arch: int) -> dict:
                                              SPLIT_KV=True, DOT_PRECISION="ieee" if dtype == "fp32" else "tf32",
                                              INTERPRET=False, PDL=True,
                                              GROUPS=1, SEPARATE_V=separate_v),
-                                        MLA_ALIGNED + ["v_ptr", "stride_v_slot"], arch, cfg["num_warps"], stages)
+                                        GQA_ALIGNED, arch, cfg["num_warps"], stages)
                 what = f"{op} T={T} {dtype} BLOCK_N={block_n} num_stages={stages}"
                 want = split_pass_smem(stages, block_m, block_n, Dc, Dr, elem, separate_v)
                 shared = kernel.metadata.shared
