@@ -29,10 +29,15 @@ class KVPool:
 
     Page 0 is never handed to requests: padded batch rows in CUDA graphs point at it, so their writes
     land somewhere harmless.
+
+    mha_scratch: an MLA target's [num_slots, heads x (nope + rope + v)] buffer for prefill in the non-absorbed
+    form (layers/mla.py), shared by the layers one after another: each overwrites the slots of its batch's keys.
+    None: prefill stays absorbed.
     """
 
     layers: list[torch.Tensor]
     page_size: int
+    mha_scratch: torch.Tensor | None = None
 
     @property
     def num_slots(self) -> int:

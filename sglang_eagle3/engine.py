@@ -61,6 +61,11 @@ class EngineArgs:
     # (eager prefill, counted with the reason), as does running out of memory capturing them (with a warning).
     # Buckets past the context length are not captured.
     cuda_graph_prefill_tokens: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
+    # (sglang_eagle3) Prefill forwards of at least this many new tokens a request compute MLA in its non-absorbed
+    # (MHA) form: the context's latents decompressed once into per-head keys and values, which the chunk's tokens
+    # share (docs/KERNELS.md, "MLA prefill"). It costs a scratch of heads x (nope + rope + v) elements a KV cache
+    # slot (+7% of a Kimi-K2.5 TP=8 rank's cache). 0: prefill stays absorbed (no scratch).
+    mha_prefill_tokens: int = 64
     max_running_requests: int = 32
     context_length: int | None = None
     page_size: int = 16
@@ -95,6 +100,9 @@ class EngineArgs:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name}={v!r} must be a positive integer")
+        if not isinstance(self.mha_prefill_tokens, int) or isinstance(self.mha_prefill_tokens, bool) \
+                or self.mha_prefill_tokens < 0:
+            raise ConfigError(f"mha_prefill_tokens={self.mha_prefill_tokens!r} must be an integer >= 0 (0: off)")
         bad = [t for t in self.cuda_graph_prefill_tokens if not isinstance(t, int) or isinstance(t, bool) or t < 1]
         if not isinstance(self.cuda_graph_prefill_tokens, tuple) or bad:
             raise ConfigError(f"cuda_graph_prefill_tokens={self.cuda_graph_prefill_tokens!r} must be a tuple of "

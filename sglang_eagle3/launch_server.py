@@ -28,7 +28,7 @@ _ENGINE_FLAGS = (
     "dtype", "cuda_graph_max_bs", "max_running_requests", "context_length", "attention_backend",
     "moe_runner_backend", "random_seed", "page_size", "max_total_tokens", "mem_fraction_static", "log_level",
     "worker_timeout",
-    "cuda_graph_prefill_tokens",
+    "cuda_graph_prefill_tokens", "mha_prefill_tokens",
 )
 
 
@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cuda-graph-prefill-tokens", type=_int_list, metavar="N,N,...",
                    help="(sglang_eagle3) prompt lengths captured as prefill graphs, e.g. 32,64,128,256,512,1024 "
                    "(the default); '' turns them off")
+    g.add_argument("--mha-prefill-tokens", type=int, metavar="N",
+                   help="(sglang_eagle3) prefill forwards of >= N new tokens a request run MLA non-absorbed (keys "
+                   "and values decompressed once; a scratch of ~7%% of the KV cache); 0: always absorbed (default 64)")
     g.add_argument("--max-running-requests", type=int, help="requests in the running batch (default 32)")
     g.add_argument("--max-total-tokens", type=int, help="KV-cache size in tokens (default: max-running-requests x "
                    "context-length, cut to what fits under --mem-fraction-static)")

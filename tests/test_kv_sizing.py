@@ -28,19 +28,33 @@ def models():
     return DeepseekV3ForCausalLM(cfg, dtype=torch.bfloat16), Eagle3Draft(small_draft_config(cfg), dtype=torch.bfloat16)
 
 
+def _scratch_width(target) -> int:
+    """The MLA prefill scratch's elements a slot, counted from the heads on this rank (not from the layer's own
+    helper): heads x (nope + rope + v)."""
+    cfg, attn = target.config, target.model.layers[0].self_attn
+    return attn.num_heads * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim + cfg.v_head_dim)
+
+
 @pytest.mark.parametrize("with_draft", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_bytes_per_token_is_what_the_pools_hold(models, with_draft, dtype):
-    """Independent count: the pools ModelRunner allocates, bytes over slots."""
+@pytest.mark.parametrize("mha", [0, 64])
+def test_bytes_per_token_is_what_the_pools_hold(models, with_draft, dtype, mha):
+    """Independent count: the pools ModelRunner allocates (the MLA prefill scratch with mha_prefill_tokens),
+    bytes over slots."""
     target, draft = models
     draft = draft if with_draft else None
     pages, page = 7, 4
     runner = ModelRunner(target, draft, aux_layer_ids=(0, 1, 1) if draft else (), num_pages=pages, page_size=page,
                          max_context=16, device=torch.device("cpu"), dtype=dtype, use_cuda_graph=False,
-                         cuda_graph_max_bs=1, verify_widths=(4,), attention_backend="torch")
+                         cuda_graph_max_bs=1, verify_widths=(4,), attention_backend="torch", mha_prefill_tokens=mha)
     pools = list(runner.target_kv.layers) + (list(runner.draft_kv.layers) if draft else [])
+    assert (runner.target_kv.mha_scratch is not None) == bool(mha)
+    if mha:
+        pools.append(runner.target_kv.mha_scratch)
     held = sum(t.numel() * t.element_size() for t in pools)
-    assert kv_bytes_per_token(target.config, draft, dtype) * pages * page == held
+    scratch = _scratch_width(target) if mha else 0
+    assert kv_bytes_per_token(target.config, draft, dtype, scratch) * pages * page == held
+    target.set_mha_prefill(0)  # the module-scoped model as the other tests expect it
 
 
 def test_pages_that_fit_keeps_the_reserve():
@@ -85,7 +99,7 @@ def test_default_pool_too_big_is_cut_with_a_warning(models, monkeypatch, caplog)
     target, draft = models
     args = _args(max_running_requests=32)
     plan = _plan(args, context=262144)
-    per_page = kv_bytes_per_token(target.config, draft, torch.bfloat16) * args.page_size
+    per_page = kv_bytes_per_token(target.config, draft, torch.bfloat16, _scratch_width(target)) * args.page_size
     total = 96 * GIB
     free = int((1 - args.mem_fraction_static) * total) + 1000 * per_page + 5  # room for 1000 pages beyond the reserve
     _fake_memory(monkeypatch, free, total)
@@ -98,7 +112,7 @@ def test_default_pool_too_big_is_cut_with_a_warning(models, monkeypatch, caplog)
 def test_explicit_max_total_tokens_that_does_not_fit_is_refused(models, monkeypatch):
     target, draft = models
     args = _args(max_total_tokens=1 << 24)
-    per_page = kv_bytes_per_token(target.config, draft, torch.bfloat16) * args.page_size
+    per_page = kv_bytes_per_token(target.config, draft, torch.bfloat16, _scratch_width(target)) * args.page_size
     total = 80 * GIB
     _fake_memory(monkeypatch, int((1 - args.mem_fraction_static) * total) + 50 * per_page + 5, total)
     with pytest.raises(ConfigError, match=r"max_total_tokens=16777216 does not fit: 768 tokens do"):
@@ -118,6 +132,8 @@ def test_no_room_at_all_is_a_clear_error(models, monkeypatch):
     ({"mem_fraction_static": 1.2}, "mem_fraction_static=1.2 must lie in"),
     ({"mem_fraction_static": "0.8"}, "mem_fraction_static='0.8' must lie in"),
     ({"max_total_tokens": 8}, "max_total_tokens=8 must be an integer >= page_size=16"),
+    ({"mha_prefill_tokens": -1}, "mha_prefill_tokens=-1 must be an integer >= 0"),
+    ({"mha_prefill_tokens": True}, "mha_prefill_tokens=True must be an integer >= 0"),
 ])
 def test_bad_sizing_args_are_refused(kw, match):
     with pytest.raises(ConfigError, match=match):

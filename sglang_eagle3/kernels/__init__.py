@@ -19,7 +19,14 @@ import torch
 from sglang_eagle3 import env
 from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_int4
 from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, triton_gemv, triton_gemv_pair
-from sglang_eagle3.kernels.mla_attention import gqa_uses_kernel, triton_gqa_attention, triton_mla_attention
+from sglang_eagle3.kernels.mla_attention import (
+    gqa_uses_kernel,
+    mha_prefill_uses_kernel,
+    mha_scratch_width,
+    triton_gqa_attention,
+    triton_mla_attention,
+    triton_mla_mha_prefill,
+)
 from sglang_eagle3.kernels.moe_topk import Routing, triton_moe_topk
 from sglang_eagle3.kernels.quant import pack_int4, quantize_int4, unpack_int4
 from sglang_eagle3.kernels.ref import (
@@ -30,6 +37,7 @@ from sglang_eagle3.kernels.ref import (
     ref_gemv_pair,
     ref_gqa_attention,
     ref_mla_attention,
+    ref_mla_mha_prefill,
     ref_moe_topk,
     ref_rms_norm,
     ref_rotate,
@@ -177,6 +185,21 @@ def mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, *, toke
     fn = triton_mla_attention if use_kernel else ref_mla_attention
     return fn(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, tokens_per_req=tokens_per_req,
               page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale, rope=rope, positions=positions)
+
+
+def mla_mha_prefill(q_nope, q_rope, kv_cache, kv_b_weight, scratch, page_table, seq_lens, *, tokens_per_req,
+                    page_size, kv_lora_rank, sm_scale, rope=None, positions=None, use_triton: bool | None = None):
+    """Paged MLA for prefill in the non-absorbed form -> [B*T, H, Dv] (the heads' outputs before o_proj); see
+    ref_mla_mha_prefill. The kernel decompresses the requests' keys and values into ``scratch`` [slots,
+    mha_scratch_width(...)] (the reference ignores it). Head widths the kernel cannot take (mha_prefill_uses_kernel)
+    go to the reference."""
+    D, Dr, Dv = q_nope.shape[-1], q_rope.shape[-1], kv_b_weight.shape[0] // q_nope.shape[1] - q_nope.shape[-1]
+    use_kernel = mha_prefill_uses_kernel(D, Dr, Dv) and _kernel_ok(use_triton, q_nope, q_rope)
+    kw = dict(tokens_per_req=tokens_per_req, page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale,
+              rope=rope, positions=positions)
+    if use_kernel:
+        return triton_mla_mha_prefill(q_nope, q_rope, kv_cache, kv_b_weight, scratch, page_table, seq_lens, **kw)
+    return ref_mla_mha_prefill(q_nope, q_rope, kv_cache, kv_b_weight, page_table, seq_lens, **kw)
 
 
 def gqa_attention(q, kv_cache, page_table, seq_lens, *, tokens_per_req, page_size, sm_scale,

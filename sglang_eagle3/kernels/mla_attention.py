@@ -23,6 +23,7 @@ import triton
 
 from sglang_eagle3.kernels import tuning
 from sglang_eagle3.kernels.triton.mla_attention import mla_merge_splits_kernel, mla_split_kv_kernel
+from sglang_eagle3.kernels.triton.mla_prefill import mla_decompress_kernel
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 256
@@ -234,3 +235,93 @@ def triton_gqa_attention(
     return _launch_split_attention(q, q, k, k.stride(0), v, page_table, seq_lens, T=T, groups=Hkv, heads=heads,
                                    Dc=D, Dr=0, page_size=page_size, sm_scale=sm_scale, cfg=cfg,
                                    stride_k_group=k.stride(1), stride_v_slot=v.stride(0), stride_v_group=v.stride(1))
+
+
+def mha_prefill_uses_kernel(nope: int, rope: int, v: int) -> bool:
+    """Whether triton_mla_mha_prefill takes these head widths: keys and values as wide (the split kernel's DC
+    serves both), powers of two of at least 16 (tl.dot's K). DeepSeek-V3 and Kimi-K2.5: 128, 64, 128."""
+    return nope == v and all(d >= 16 and d & (d - 1) == 0 for d in (nope, rope))
+
+
+def mha_scratch_width(heads: int, nope: int, rope: int, v: int) -> int:
+    """Elements a cache slot takes in mla_mha_prefill's scratch: per head [k_nope | k_rope | v] (the kernel's
+    layout; the reference does not use it)."""
+    return heads * (nope + rope + v)
+
+
+def triton_mla_mha_prefill(
+    q_nope: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    kv_b_weight: torch.Tensor,
+    scratch: torch.Tensor,
+    page_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    tokens_per_req: int,
+    page_size: int,
+    kv_lora_rank: int,
+    sm_scale: float,
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    positions: torch.Tensor | None = None,
+    config: dict | None = None,
+) -> torch.Tensor:
+    """MLA for prefill in the non-absorbed form (see triton/mla_prefill.py): q_nope [B*T, H, D], q_rope [B*T, H,
+    Dr], kv_cache [slots, Dc + Dr], kv_b_weight [H * 2D, Dc] (kv_b_proj's rows on this rank: per head D key rows
+    then D value rows), scratch [slots, H * (2D + Dr)] (overwritten at every slot of the requests' keys) ->
+    [B*T, H, D], the heads' attention outputs before o_proj. Semantics in ref_mla_mha_prefill; ``rope`` /
+    ``positions`` as for triton_mla_attention (q_rope un-rotated, rotated as the kernel loads it)."""
+    B = page_table.shape[0]
+    T = tokens_per_req
+    BT, H, D = q_nope.shape
+    Dr = q_rope.shape[-1]
+    Dc = kv_lora_rank
+    width = D + Dr + D
+    assert BT == B * T, f"q rows {BT} != batch {B} x tokens_per_req {T}"
+    assert q_rope.shape[:2] == (BT, H), f"{tuple(q_rope.shape)=} does not match {tuple(q_nope.shape)=}"
+    assert mha_prefill_uses_kernel(D, Dr, D), f"head widths nope={D}, rope={Dr}: powers of two >= 16"
+    assert kv_cache.dim() == 2 and kv_cache.shape[1] == Dc + Dr, (
+        f"kv_cache must be [slots, {Dc}+{Dr}], got {tuple(kv_cache.shape)}")
+    assert kv_b_weight.shape == (H * 2 * D, Dc) and kv_b_weight.stride(1) == 1, (
+        f"kv_b_weight must be [{H} heads x {2 * D}, {Dc}] with unit inner stride, got {tuple(kv_b_weight.shape)} "
+        f"{kv_b_weight.stride()}")
+    assert scratch.shape == (kv_cache.shape[0], H * width) and scratch.is_contiguous(), (
+        f"scratch must be contiguous [{kv_cache.shape[0]} slots, {H * width}], got {tuple(scratch.shape)}")
+    for name, t in (("q_nope", q_nope), ("q_rope", q_rope), ("kv_cache", kv_cache), ("kv_b_weight", kv_b_weight),
+                    ("scratch", scratch)):
+        assert t.dtype == kv_cache.dtype, f"{name} dtype {t.dtype} != kv_cache dtype {kv_cache.dtype}"
+        assert t.stride(-1) == 1, f"{name} must be contiguous in its last dim, strides {t.stride()}"
+    assert page_table.dtype == torch.int32 and page_table.stride(1) == 1, (
+        f"page_table must be int32 with unit inner stride, got {page_table.dtype} {page_table.stride()}")
+    assert seq_lens.dtype == torch.int32 and seq_lens.shape == (B,) and seq_lens.is_contiguous(), (
+        f"seq_lens must be contiguous int32 [{B}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
+    rope_kw = {}
+    if rope is not None:
+        cos, sin = rope
+        assert positions is not None and positions.shape == (BT,), "rope needs the query tokens' positions"
+        rope_kw = dict(ROPE=True, pos_ptr=positions, cos_ptr=cos, sin_ptr=sin, stride_table=cos.stride(0))
+    if config is None:
+        config = tuning.get_config("mla_mha_prefill", q_nope.device, "tokens", T)
+    cfg = {**tuning.DEFAULTS["mla_mha_prefill"], **config}
+    P = page_table.shape[1]
+    if BT == 0:
+        return q_nope.new_empty(0, H, D)
+    block_k = min(cfg["decompress_block_k"], Dc)
+    assert Dc % block_k == 0 and block_k >= 16, f"latent width {Dc} must be a multiple of a K step >= 16"
+    device = q_nope.device
+    pdl = tuning.pdl(device, "mla")
+    per_head = scratch.view(-1, H, width)
+    mla_decompress_kernel[(B, triton.cdiv(P * page_size, cfg["decompress_block_n"]), 2 * H)](
+        kv_cache, page_table, seq_lens, kv_b_weight, per_head,
+        kv_cache.stride(0), page_table.stride(0), kv_b_weight.stride(0), per_head.stride(0), per_head.stride(1),
+        DC=Dc, DR=Dr, D=D, PAGE_SIZE=page_size, BLOCK_N=cfg["decompress_block_n"],
+        BLOCK_K=block_k, DOT_PRECISION=tuning.dot_precision(kv_cache.dtype),
+        INTERPRET=tuning.interpreting(), num_warps=cfg["decompress_warps"], num_stages=cfg["decompress_stages"],
+        PDL=pdl, **tuning.pdl_launch(pdl),
+    )
+    # Each head a kv head of its own (GROUPS = H, one query head each), keys [k_nope | k_rope] at the head's
+    # offset, values D + Dr further on.
+    return _launch_split_attention(q_nope, q_rope, per_head, per_head.stride(0), per_head[:, :, D + Dr:],
+                                   page_table, seq_lens, T=T, groups=H, heads=1, Dc=D, Dr=Dr, page_size=page_size,
+                                   sm_scale=sm_scale, cfg=cfg, stride_k_group=per_head.stride(1),
+                                   stride_v_slot=per_head.stride(0), stride_v_group=per_head.stride(1), **rope_kw)

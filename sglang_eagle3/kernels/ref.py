@@ -234,6 +234,51 @@ def ref_mla_attention(
     return out.view(B * T, H, kv_lora_rank).to(q_rope.dtype)
 
 
+def ref_mla_mha_prefill(
+    q_nope: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    kv_b_weight: torch.Tensor,
+    page_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    tokens_per_req: int,
+    page_size: int,
+    kv_lora_rank: int,
+    sm_scale: float,
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    positions: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """MLA in the non-absorbed (MHA) form, as prefill computes it: every cached latent c is decompressed through
+    kv_b_proj into per-head keys k_nope = W_UK[h] c and values v = W_UV[h] c (rounded to the cache's dtype, as a
+    kernel storing them would), and each head attends over [k_nope | k_rope] with its own values.
+
+    q_nope:      [B*T, H, D]   the heads' nope queries (not multiplied by W_UK)
+    q_rope:      [B*T, H, Dr]  rotated, or un-rotated with rope / positions (see ref_mla_attention)
+    kv_b_weight: [H * (D + Dv), Dc]  kv_b_proj's weight on this rank: per head D key rows, then Dv value rows
+    Causality and positions as ref_mla_attention's. Returns [B*T, H, Dv]. Mathematically the absorbed form's
+    output times W_UV[h]^T; the two differ by the rounding of k_nope and v (and the order of the sums)."""
+    B = page_table.shape[0]
+    T = tokens_per_req
+    H, D = q_nope.shape[1], q_nope.shape[2]
+    if rope is not None:
+        q_rope = ref_rotate(q_rope, positions, *rope, interleaved=True)
+    kv = gather_paged(kv_cache, page_table, page_size)  # [B, K, Dc+Dr]
+    K = kv.shape[1]
+    c, k_rope = _acc(kv[..., :kv_lora_rank]), _acc(kv[..., kv_lora_rank:])
+    w = _acc(kv_b_weight).view(H, -1, kv_lora_rank)
+    k_nope = torch.einsum("bkc,hdc->bhkd", c, w[:, :D]).to(kv.dtype).to(c.dtype)  # [B, H, K, D]
+    v = torch.einsum("bkc,hdc->bhkd", c, w[:, D:]).to(kv.dtype).to(c.dtype)  # [B, H, K, Dv]
+    qn = _acc(q_nope).reshape(B, T, H, D).transpose(1, 2).to(c.dtype)  # [B, H, T, D]
+    qr = _acc(q_rope).reshape(B, T, H, -1).transpose(1, 2).to(c.dtype)
+    scores = (qn @ k_nope.transpose(-1, -2) + qr @ k_rope[:, None].transpose(-1, -2)) * sm_scale  # [B, H, T, K]
+    q_pos = seq_lens.long()[:, None] - T + torch.arange(T, device=seq_lens.device)[None, :]  # [B, T]
+    visible = torch.arange(K, device=seq_lens.device)[None, None, :] <= q_pos[:, :, None]  # [B, T, K]
+    scores = scores.masked_fill(~visible[:, None], float("-inf"))
+    out = scores.softmax(-1) @ v  # [B, H, T, Dv]
+    return out.transpose(1, 2).reshape(B * T, H, -1).to(q_rope.dtype)
+
+
 # --------------------------------------------------------------------------------------------------
 # Fused MoE (routed experts) for small batches
 # --------------------------------------------------------------------------------------------------

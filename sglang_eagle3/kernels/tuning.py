@@ -39,6 +39,12 @@ DEFAULTS: dict[str, dict] = {
     # wider key tiles fit). Not yet measured on any GPU: the defaults, or autotuned where no table has it.
     "gqa_attention": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
                       "min_keys_per_split": 128, "merge_tile": 4096, "merge_warps": 4},
+    # MLA prefill in the non-absorbed form (mla_attention.triton_mla_mha_prefill): the split kernel's keys as for
+    # mla_attention (BLOCK_M query tokens of one head a program), then the decompression GEMM's key tile, K step,
+    # warps and stages.
+    "mla_mha_prefill": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 1,
+                        "min_keys_per_split": 256, "merge_tile": 4096, "merge_warps": 4, "decompress_block_n": 64,
+                        "decompress_block_k": 64, "decompress_warps": 4, "decompress_stages": 2},
     # MoE tile path: BLOCK_M pairs of one expert a block (the routing plan both kernels share, so gate_up's
     # config carries it), BLOCK_N output rows, BLOCK_K the bf16 path's K step (INT4 steps one scale group).
     "fused_moe_gate_up": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},

@@ -7,6 +7,11 @@ the latent values, and W_UV maps the result back to heads: decode and verify rea
 At inference the decoder layer may hand its input RMSNorm to the attention (``folds_input_norm``): the norm
 of h + residual then runs inside the q_a + kv_a launch, one launch fewer per layer.
 
+Prefill forwards of at least ``mha_prefill_tokens`` new tokens a request (and a KV pool with the scratch for it)
+compute the non-absorbed form instead: the requests' cached latents are decompressed into per-head keys and values
+once, and each query head attends with 192-wide keys and 128-wide values instead of the 576-wide latent
+(kernels.mla_mha_prefill): the cheaper form once a chunk's tokens share the decompression (SGLang's choice too).
+
 At decode/verify (launch fusion ``q_rope_attn``) q's rope rotates inside the MLA kernel, so the launch that
 writes the new latents (kv_a norm + k rope into the cache) needs only kv_a: it runs on the model's side stream
 (overlap ``mla_k_path``) beside q_b and W_UK, or inline without one.
@@ -21,7 +26,7 @@ import torch.nn as nn
 
 from sglang_eagle3 import env, kernels
 from sglang_eagle3.config import ModelConfig
-from sglang_eagle3.core import ForwardBatch
+from sglang_eagle3.core import ForwardBatch, ForwardMode
 from sglang_eagle3.distributed.parallel_state import get_tp
 from sglang_eagle3.layers.linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
 from sglang_eagle3.layers.norm import RMSNorm
@@ -54,6 +59,9 @@ class MLAAttention(nn.Module):
                                               dtype=dtype)
         self.o_proj = RowParallelLinear(nh * cfg.v_head_dim, H, dtype=dtype)
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
+        # Prefill of at least this many new tokens a request runs the non-absorbed form where the pool has its
+        # scratch (KVPool.mha_scratch); 0: never. Set by the runner (DeepseekV3ForCausalLM.set_mha_prefill).
+        self.mha_prefill_tokens = 0
         self.read_fusions()
         # With a side stream (layers/overlap.py, "mla_k_path"; set by the model) the k path of a q_rope_attn
         # forward runs there.
@@ -79,6 +87,15 @@ class MLAAttention(nn.Module):
         w = self.kv_b_proj.weight.view(self.num_heads, self.nope + self.v_dim, self.kv_lora_rank)
         return w[:, : self.nope], w[:, self.nope :]
 
+    def mha_scratch_width(self) -> int:
+        """Elements a cache slot takes in the non-absorbed prefill's scratch on this rank."""
+        return kernels.mha_scratch_width(self.num_heads, self.nope, self.rope_dim, self.v_dim)
+
+    def _uses_mha(self, fb: ForwardBatch, tokens: int) -> bool:
+        """Whether a request's ``tokens`` new tokens of this forward take the non-absorbed form (module doc)."""
+        return (fb.mode in (ForwardMode.PREFILL, ForwardMode.EXTEND) and fb.kv.mha_scratch is not None
+                and 0 < self.mha_prefill_tokens <= tokens and not torch.is_grad_enabled())
+
     def _rope_in_attention(self, x: torch.Tensor, fb: ForwardBatch) -> bool:
         """Whether this forward leaves q's rope to the MLA kernel (see the module doc): at inference, for a
         uniform (decode/verify) batch that the Triton kernel serves, with DeepSeek's interleaved rope."""
@@ -100,9 +117,10 @@ class MLAAttention(nn.Module):
 
     def _project(self, x: torch.Tensor, positions: torch.Tensor, cache: torch.Tensor | None = None,
                  cache_loc: torch.Tensor | None = None, input_norm: RMSNorm | None = None,
-                 residual: torch.Tensor | None = None, rope_in_attn: bool = False):
+                 residual: torch.Tensor | None = None, rope_in_attn: bool = False, absorb: bool = True):
         """x [N, H], positions [N] -> q_latent [N, h, c], q_rope [N, h, r], latent kv [N, c + r], stream,
-        side_reads.
+        side_reads. Not ``absorb`` (inference with the cache): q_nope [N, h, nope] in q_latent's place, W_UK not
+        applied.
 
         With ``input_norm`` x is un-normed: q_a and kv_a project input_norm(x + residual), from the same
         launch, and stream is x + residual [N, H] (x itself without a residual); else stream is None.
@@ -167,20 +185,31 @@ class MLAAttention(nn.Module):
             latent = kv_a
         elif not rope_in_attn:
             self._write_latents(q_rope, c, k_rope, positions, cache, cache_loc)
+        if not absorb:
+            return q_nope, q_rope, latent, stream, side_reads
         # q_nope [N, h, nope] @ W_UK [h, nope, c] per head: the GEMV kernel reads W_UK in place as an
         # N-contiguous [h, c, nope] view (decode/verify), a batched GEMM otherwise.
         q_latent = kernels.gemv(q_nope, w_uk.transpose(1, 2), use_triton=self.use_triton)
         return q_latent, q_rope, latent, stream, side_reads
 
+    def _heads_out(self, attn_latent: torch.Tensor) -> torch.Tensor:
+        """attn_latent [N, h, c] -> the heads' outputs attn W_UV^T [N, h, v]."""
+        _, w_uv = self._w_uk_uv()
+        if torch.is_grad_enabled():
+            return torch.bmm(attn_latent.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)
+        return kernels.gemv(attn_latent, w_uv, use_triton=self.use_triton)  # per head attn W_UV^T
+
     def _output(self, attn_latent: torch.Tensor) -> torch.Tensor:
         """attn_latent [N, h, c] -> o_proj(attn W_UV) [N, H]."""
-        _, w_uv = self._w_uk_uv()
-        N = attn_latent.shape[0]
-        if torch.is_grad_enabled():
-            o = torch.bmm(attn_latent.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)  # [N, h, v]
-            return self.o_proj(o.reshape(N, -1))
-        o = kernels.gemv(attn_latent, w_uv, use_triton=self.use_triton)  # [N, h, v], per head attn W_UV^T
-        return self.o_proj(o.reshape(N, -1))
+        return self.o_proj(self._heads_out(attn_latent).reshape(attn_latent.shape[0], -1))
+
+    def _mha(self, q_nope: torch.Tensor, q_rope: torch.Tensor, cache: torch.Tensor, fb: ForwardBatch,
+             page_table: torch.Tensor, seq_lens: torch.Tensor, tokens: int, rope: dict) -> torch.Tensor:
+        """The non-absorbed form for ``tokens`` new tokens a request -> the heads' outputs [N, h, v]."""
+        return kernels.mla_mha_prefill(
+            q_nope, q_rope, cache, self.kv_b_proj.weight, fb.kv.mha_scratch, page_table, seq_lens,
+            tokens_per_req=tokens, page_size=fb.kv.page_size, kv_lora_rank=self.kv_lora_rank,
+            sm_scale=self.softmax_scale, use_triton=self.use_triton, **rope)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch, *,
                 input_norm: RMSNorm | None = None,
@@ -192,30 +221,44 @@ class MLAAttention(nn.Module):
         stream h + residual [N, H]), as ``input_norm(h, residual)`` returns it (h itself without a residual)."""
         cache = fb.kv.layers[self.layer_id]
         rope_in_attn = self._rope_in_attention(x, fb)
-        q_latent, q_rope, _, stream, side_reads = self._project(
-            x, positions, cache, fb.out_cache_loc, input_norm, residual, rope_in_attn)  # writes the new latents
+        lens = [fb.tokens_per_req] if fb.mode.is_uniform else fb.extend_lens
+        mha = [self._uses_mha(fb, n) for n in lens]
+        q, q_rope, _, stream, side_reads = self._project(
+            x, positions, cache, fb.out_cache_loc, input_norm, residual, rope_in_attn,
+            absorb=not any(mha))  # writes the new latents; q is q_latent, or q_nope where any request takes MHA
         if side_reads is not None:  # the cache write on the side stream; side_reads stays referenced until here
             self.side_stream.join(side_reads)
-        if fb.mode.is_uniform:
-            rope = dict(rope=self.rotary.tables(q_rope.dtype), positions=positions) if rope_in_attn else {}
-            out = kernels.mla_attention(
-                q_latent, q_rope, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
+        rope = dict(rope=self.rotary.tables(q_rope.dtype), positions=positions) if rope_in_attn else {}
+        if fb.mode.is_uniform and mha[0]:
+            heads = self._mha(q, q_rope, cache, fb, fb.page_table, fb.seq_lens, fb.tokens_per_req, rope)
+        elif fb.mode.is_uniform:
+            heads = self._heads_out(kernels.mla_attention(
+                q, q_rope, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
                 page_size=fb.kv.page_size, kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale,
-                use_triton=self.use_triton, **rope)
+                use_triton=self.use_triton, **rope))
         else:
             # Ragged prefill (the eager fallback; prefill graphs run the uniform PREFILL mode above): one
             # uniform call per request, on the kernel where it serves (the reference gathers the whole page
             # table and scores every slot of it: [n, heads, capacity] float32, 17 GB for a 4k-token prompt in a
             # 128k server's table).
+            w_uk = self._w_uk_uv()[0]
             outs, start = [], 0
             for b, n in enumerate(fb.extend_lens):
-                outs.append(kernels.mla_attention(
-                    q_latent[start:start + n], q_rope[start:start + n], cache, fb.page_table[b:b + 1],
-                    fb.seq_lens[b:b + 1], tokens_per_req=n, page_size=fb.kv.page_size,
-                    kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale, use_triton=self.use_triton))
+                rows, table, seq_len = slice(start, start + n), fb.page_table[b:b + 1], fb.seq_lens[b:b + 1]
                 start += n
-            out = torch.cat(outs, dim=0)
-        out = self._output(out)
+                if mha[b]:
+                    outs.append(self._mha(q[rows], q_rope[rows], cache, fb, table, seq_len, n, {}))
+                    continue
+                # q holds q_nope where another request takes MHA: this request's absorbed queries
+                q_latent = kernels.gemv(q[rows], w_uk.transpose(1, 2), use_triton=self.use_triton) if any(mha) \
+                    else q[rows]
+                outs.append(kernels.mla_attention(
+                    q_latent, q_rope[rows], cache, table, seq_len, tokens_per_req=n, page_size=fb.kv.page_size,
+                    kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale, use_triton=self.use_triton))
+            # Without MHA every out is a latent: W_UV over the whole batch at once, as one launch
+            heads = self._heads_out(torch.cat(outs, dim=0)) if not any(mha) else torch.cat(
+                [o if m else self._heads_out(o) for o, m in zip(outs, mha)], dim=0)
+        out = self.o_proj(heads.reshape(x.shape[0], -1))
         return out if input_norm is None else (out, stream)
 
     def forward_dense(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

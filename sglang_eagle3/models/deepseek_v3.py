@@ -119,6 +119,14 @@ class DeepseekV3ForCausalLM(nn.Module):
             if isinstance(layer.mlp, DeepseekMoE):
                 layer.mlp.use_triton = choice[moe]
 
+    def set_mha_prefill(self, tokens: int) -> int:
+        """Prefill forwards of at least ``tokens`` new tokens a request compute attention in the non-absorbed form
+        (layers/mla.py; 0: never). Returns the scratch width (elements a cache slot) the KV pool must then hold
+        (0 for tokens 0)."""
+        for layer in self.model.layers:
+            layer.self_attn.mha_prefill_tokens = tokens
+        return self.model.layers[0].self_attn.mha_scratch_width() if tokens > 0 else 0
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch,
                 aux_layer_ids: tuple[int, ...] = ()):
         """Flat batch: input_ids/positions [N] -> (logits float32 [N, V], hidden [N, H], aux list [N, H])."""

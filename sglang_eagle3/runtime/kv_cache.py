@@ -37,19 +37,24 @@ class PageAllocator:
         self._free.extend(reversed(pages))
 
 
-def make_pool(num_layers: int, num_pages: int, page_size: int, width: tuple[int, ...], dtype, device) -> KVPool:
+def make_pool(num_layers: int, num_pages: int, page_size: int, width: tuple[int, ...], dtype, device,
+              mha_scratch_width: int = 0) -> KVPool:
+    """The layers' cache tensors (zeros), and with ``mha_scratch_width`` the MLA prefill scratch (KVPool)."""
     slots = num_pages * page_size
-    return KVPool([torch.zeros(slots, *width, dtype=dtype, device=device) for _ in range(num_layers)], page_size)
+    scratch = torch.empty(slots, mha_scratch_width, dtype=dtype, device=device) if mha_scratch_width else None
+    return KVPool([torch.zeros(slots, *width, dtype=dtype, device=device) for _ in range(num_layers)], page_size,
+                  scratch)
 
 
 def pages_for(tokens: int, page_size: int) -> int:
     return (tokens + page_size - 1) // page_size
 
 
-def kv_bytes_per_token(target_config, draft, dtype: torch.dtype) -> int:
+def kv_bytes_per_token(target_config, draft, dtype: torch.dtype, mha_scratch_width: int = 0) -> int:
     """KV cache bytes one token takes on this rank: the target's latent row in every layer (MLA's cache is not
-    split across TP ranks) plus the draft's key and value rows for its kv heads on this rank."""
-    elems = target_config.num_hidden_layers * target_config.kv_cache_dim
+    split across TP ranks), the MLA prefill scratch's row (``mha_scratch_width`` elements; KVPool) and the draft's
+    key and value rows for its kv heads on this rank."""
+    elems = target_config.num_hidden_layers * target_config.kv_cache_dim + mha_scratch_width
     if draft is not None:
         elems += 2 * draft.midlayer.self_attn.num_kv_heads * draft.config.head_dim
     return elems * torch.empty((), dtype=dtype).element_size()

@@ -62,7 +62,7 @@ class ModelRunner:
                  num_pages: int, page_size: int, max_context: int, device: torch.device, dtype: torch.dtype,
                  use_cuda_graph: bool, cuda_graph_max_bs: int, verify_widths: tuple[int, ...],
                  attention_backend: str, moe_backend: str = "auto", graph_disabled_reason: str = "",
-                 prefill_tokens: tuple[int, ...] = ()):
+                 prefill_tokens: tuple[int, ...] = (), mha_prefill_tokens: int = 0):
         for name, model in (("target", target), ("draft", draft)):
             # Positions index the rotary cos/sin tables, which the kernels read unchecked: past the table a
             # position reads other memory (NaN logits, or an illegal address), so refuse the pool up front.
@@ -80,8 +80,10 @@ class ModelRunner:
             draft.set_kernel_backends(attention_backend)
         cfg = target.config
         self.allocator = PageAllocator(num_pages)
+        # Prefill of >= mha_prefill_tokens new tokens a request in MLA's non-absorbed form, over a scratch the pool
+        # holds (EngineArgs.mha_prefill_tokens).
         self.target_kv: KVPool = make_pool(cfg.num_hidden_layers, num_pages, page_size, (cfg.kv_cache_dim,), dtype,
-                                           device)
+                                           device, target.set_mha_prefill(mha_prefill_tokens))
         self.draft_kv: KVPool | None = None
         if draft is not None:
             dc = draft.config

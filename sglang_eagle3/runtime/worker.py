@@ -44,7 +44,8 @@ def fit_kv_pages(plan: dict, target, draft, args, device: torch.device, dtype: t
     from sglang_eagle3.runtime.kv_cache import kv_bytes_per_token, pages_that_fit
 
     wanted = plan["num_pages"]
-    per_page = kv_bytes_per_token(target.config, draft, dtype) * args.page_size
+    scratch = target.model.layers[0].self_attn.mha_scratch_width() if args.mha_prefill_tokens else 0
+    per_page = kv_bytes_per_token(target.config, draft, dtype, scratch) * args.page_size
     free, total = torch.cuda.mem_get_info(device)
     fit = tp_min_int(pages_that_fit(free, total, args.mem_fraction_static, per_page), device)
     gib = 1 << 30
@@ -100,6 +101,7 @@ class ModelWorker:
             cuda_graph_max_bs=min(args.cuda_graph_max_bs, args.max_running_requests),
             verify_widths=plan["verify_widths"], attention_backend=args.attention_backend,
             moe_backend=args.moe_runner_backend, prefill_tokens=args.cuda_graph_prefill_tokens,
+            mha_prefill_tokens=args.mha_prefill_tokens,
             graph_disabled_reason=reason)
         if use_graph:
             self.runner.capture_graphs()

@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gqa_checks import check_draft_forward, check_gqa  # noqa: E402
+from mla_prefill_checks import check_mha_prefill  # noqa: E402
 from kernel_checks import (  # noqa: E402
     check_gemv,
     check_gemv_pair,
@@ -133,6 +134,29 @@ def test_gqa_capacity_far_above_context(T, seq_lens):
     poison_allocator()
     check_gqa(len(seq_lens), T, 8, 1, 128, 64, seq_lens, device="cuda", seed=80 + T, min_splits=16, calls=3,
               spare=256)
+
+
+# MLA prefill in the non-absorbed form at a Kimi TP=8 rank's shapes: 8 heads, nope / v 128, rope 64, latent 512;
+# prefill chunks over prefixes, padded batches, page sizes 64 and 16.
+@pytest.mark.parametrize("T,page_size,seq_lens", [
+    (64, 64, [64]), (64, 16, [64, 3000]), (256, 64, [256, 8448]), (1024, 64, [1024]), (1024, 64, [9216]),
+    (32, 64, [32, 32, 100, 5000]),
+])
+def test_mha_prefill_kimi_shapes(T, page_size, seq_lens):
+    """Decompression + attention vs ref_mla_mha_prefill (NaN scratch: a key not decompressed shows), three calls
+    on one grid with shorter contexts, as graph replays run them; the op's tuned config."""
+    poison_allocator()
+    check_mha_prefill(len(seq_lens), T, HEADS, 128, ROPE, KV_LORA, page_size, seq_lens, device="cuda", seed=90 + T,
+                      calls=3)
+
+
+@pytest.mark.parametrize("T,seq_lens", [(64, [64, 200]), (256, [4100])])
+def test_mha_prefill_capacity_far_above_context(T, seq_lens):
+    """A page table for 16k+ keys (a server's prefill graphs) over short contexts: the decompression's tiles past a
+    request's keys exit, the attention reads none of them; float32 inputs sum in IEEE float32."""
+    poison_allocator()
+    check_mha_prefill(len(seq_lens), T, HEADS, 128, ROPE, KV_LORA, 64, seq_lens, device="cuda", seed=95 + T,
+                      calls=2, spare=256, dtype=torch.float32, tol=1e-5)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
