@@ -193,13 +193,16 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
             return res if batch else res[0]
 
     configs = [("baseline", None, None)] + [(f"eagle3_k{a.k}_acc{x}", a.k, x) for x in a.simulate_accept]
-    variants = [(v, prefill_tokens(v)) for v in a.prefill_graphs]
-    # Each prefill-graph variant runs every configuration in turn, the variants alternating (--repeat-variants).
+    variants = [(v, prefill_tokens(v), m) for v in a.prefill_graphs for m in a.mha_prefill_tokens]
+    # Each variant (prefill graphs x MHA prefill) runs every configuration in turn, the variants alternating
+    # (--repeat-variants).
     schedule = [(v, c) for _ in range(a.repeat_variants) for v in variants for c in configs]
     base_tps = {}
-    for (variant, buckets), (cname, k, acc) in schedule:
+    for (graphs, buckets, mha), (cname, k, acc) in schedule:
+        variant = graphs if mha is None else f"{graphs}, mha_prefill_tokens {mha}"
         name = cname if len(variants) == 1 else f"{cname}[prefill graphs {variant}]"
-        extra = {} if buckets is None else {"cuda_graph_prefill_tokens": buckets}
+        extra = ({} if buckets is None else {"cuda_graph_prefill_tokens": buckets}) | (
+            {} if mha is None else {"mha_prefill_tokens": mha})
         args = EngineArgs(model_path="<in-memory>", device="cuda", dtype="bfloat16", max_running_requests=1,
                           cuda_graph_max_bs=1, speculative_algorithm="EAGLE3" if k else None,
                           speculative_draft_model_path="<in-memory>" if k else None, speculative_num_steps=k,
@@ -251,7 +254,8 @@ def main() -> None:
     ap.add_argument("--kimi-slice", action="store_true")
     ap.add_argument("--layers", type=int, default=61)
     ap.add_argument("--k", type=int, default=3)
-    ap.add_argument("--simulate-accept", type=float, nargs="+", default=[2.5, 3.0, 3.5])
+    ap.add_argument("--simulate-accept", type=float, nargs="*", default=[2.5, 3.0, 3.5],
+                    help="pinned accept lengths of the EAGLE-3 configurations (none: the baseline only)")
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--backend", default="triton")
     ap.add_argument("--tp-size", type=int, default=1, help="the embedded workload's tensor-parallel size")
@@ -262,6 +266,9 @@ def main() -> None:
     ap.add_argument("--prefill-graphs", nargs="+", default=["default"], metavar="VARIANT",
                     help="--kimi-slice: prefill CUDA graph buckets per variant: default (the engine's), none (eager "
                     "prefill), or comma-separated token counts; several variants run in one process")
+    ap.add_argument("--mha-prefill-tokens", type=int, nargs="+", default=[None], metavar="N",
+                    help="--kimi-slice: EngineArgs.mha_prefill_tokens per variant (0: absorbed prefill; default: the "
+                    "engine's), crossed with --prefill-graphs, alternating")
     ap.add_argument("--repeat-variants", type=int, default=1,
                     help="--kimi-slice: alternate the --prefill-graphs variants this many times")
     ap.add_argument("--context-length", type=int, default=0,

@@ -59,7 +59,11 @@ def compile_kernel(fn, sig: dict, consts: dict, aligned: list[str], arch: int, n
 def compile_sass(fn, sig: dict, consts: dict, aligned: list[str], arch: int, num_warps: int = 4,
                  num_stages: int = 1, **options) -> tuple[str, str]:
     """(SASS text, resource usage line) of `fn` compiled for sm_<arch> (compile_kernel's arguments)."""
-    kernel = compile_kernel(fn, sig, consts, aligned, arch, num_warps, num_stages, **options)
+    return sass_of(compile_kernel(fn, sig, consts, aligned, arch, num_warps, num_stages, **options))
+
+
+def sass_of(kernel) -> tuple[str, str]:
+    """(SASS text, resource usage line) of a compiled kernel."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
@@ -601,6 +605,56 @@ def check_prefetch(arch: int) -> dict:
     return {"UBLKPF": ops["UBLKPF"], "res": res}
 
 
+def check_mha_prefill(arch: int) -> dict:
+    """MLA prefill in the non-absorbed form at Kimi TP=8 shapes (8 heads, latent 512, rope 64, nope / v 128, page
+    64), the op's config on this arch for chunks of 64 and 1024 tokens: the decompression kernel and the split
+    kernel with one kv head a query head (values of their own, rope in the score), unsplit and split: no spills,
+    shared memory within a block's, the PDL wait when compiled with it."""
+    from sglang_eagle3.kernels.triton import mla_prefill as mp
+
+    smem = {90: 227 << 10, 120: 99 << 10}[arch]
+    out = {}
+    dsig = dict(kv_ptr="*bf16", page_table_ptr="*i32", seq_lens_ptr="*i32", w_ptr="*bf16", out_ptr="*bf16",
+                stride_kv_slot="i32", stride_pt_req="i32", stride_w_row="i32", stride_out_slot="i32",
+                stride_out_head="i32", DC="i32", DR="i32", D="i32", PAGE_SIZE="i32", BLOCK_N="i32", BLOCK_K="i32",
+                DOT_PRECISION="constexpr", INTERPRET="i32", PDL="i32")
+    for T in (64, 1024):
+        dev_cfg = _table_or_default(arch, "mla_mha_prefill", "tokens", T)
+        what = f"decompress T={T}"
+        kernel = compile_kernel(mp.mla_decompress_kernel, dsig,
+                                dict(DC=512, DR=64, D=128, PAGE_SIZE=64, BLOCK_N=dev_cfg["decompress_block_n"],
+                                     BLOCK_K=dev_cfg["decompress_block_k"], DOT_PRECISION="tf32", INTERPRET=False,
+                                     PDL=True),
+                                ["kv_ptr", "w_ptr", "out_ptr", "stride_kv_slot", "stride_w_row", "stride_out_slot",
+                                 "stride_out_head"], arch, dev_cfg["decompress_warps"], dev_cfg["decompress_stages"])
+        assert kernel.metadata.shared <= smem, f"{what}: {kernel.metadata.shared} B of shared memory > {smem}"
+        sass, res = sass_of(kernel)
+        _no_spills(res, what)
+        assert _sass_ops(sass)["ACQBULK"] > 0, f"{what}: no grid-dependency wait with PDL"
+        out[what] = {"shared": kernel.metadata.shared, "res": res}
+        plan = launch_plan(1, T, 1, 131072, 132, dev_cfg, 8)
+        stages = split_pass_stages(dev_cfg["num_stages"], plan["BLOCK_M"], dev_cfg["BLOCK_N"], 128, 64, 2, smem, True)
+        for split_kv in (False, True):
+            what = f"attention T={T} {split_kv=}"
+            kernel = compile_kernel(ma.mla_split_kv_kernel, GQA_SIG,
+                                    dict(T=T, H=1, DC=128, DR=64, PAGE_SIZE=64, BLOCK_M=plan["BLOCK_M"],
+                                         BLOCK_N=dev_cfg["BLOCK_N"], SPLIT_KV=split_kv, DOT_PRECISION="tf32",
+                                         INTERPRET=False, PDL=True, GROUPS=8, SEPARATE_V=True),
+                                    GQA_ALIGNED, arch, dev_cfg["num_warps"], stages)
+            assert kernel.metadata.shared <= smem, f"{what}: {kernel.metadata.shared} B of shared memory > {smem}"
+            sass, res = sass_of(kernel)
+            _no_spills(res, what)
+            assert _sass_ops(sass)["ACQBULK"] > 0, f"{what}: no grid-dependency wait with PDL"
+            out[what] = {"shared": kernel.metadata.shared, "res": res, "stages": stages}
+    return out
+
+
+def _table_or_default(arch: int, op: str, key_name: str, key: int) -> dict:
+    """``op``'s config for sm_<arch> at ``key_name`` = key: its table bucket over the defaults, or the defaults."""
+    buckets = json.loads((tuning.CONFIG_DIR / f"sm_{arch}.json").read_text())["ops"].get(op)
+    return {**tuning.DEFAULTS[op], **(tuning._pick_bucket(buckets, key_name, key) if buckets else {})}
+
+
 def check_moe_topk(arch: int) -> dict:
     """The routing kernel at Kimi's shape (384 experts, top-8, one group) and DeepSeek-V3's (256 in 8 groups,
     4 kept), at the table's 4 warps: no spills, and one cross-warp reduction round a pick (the packed
@@ -632,7 +686,8 @@ CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
                           ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("mla", check_mla),
                           ("gqa", check_gqa), ("mla_pipeline", check_mla_pipeline),
                           ("mla_dot_precision", check_mla_dot_precision),
-                          ("prefetch", check_prefetch), ("moe_topk", check_moe_topk))}
+                          ("prefetch", check_prefetch), ("moe_topk", check_moe_topk),
+                          ("mha_prefill", check_mha_prefill))}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or list(CASES):
