@@ -76,8 +76,8 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=131072, help="page table slots (a 128k server's graphs)")
     ap.add_argument("--cases", nargs="+", default=None, metavar="T:CTX",
                     help="chunks to time (default: T in 16..1024 over fresh prompts and 4k/16k/32k contexts)")
-    ap.add_argument("--prompts", type=int, nargs="+", default=[4096, 16384, 32768],
-                    help="whole prompts summed over their 1024-token chunks")
+    ap.add_argument("--prompts", type=int, nargs="*", default=[4096, 16384, 32768],
+                    help="whole prompts summed over their 1024-token chunks (none: no prompts)")
     ap.add_argument("--variants", nargs="+", default=[""],
                     help="MHA config overrides 'k=v,k=v' ('' = the op's config), alternating")
     ap.add_argument("--only-mha", action="store_true", help="skip the absorbed form (config sweeps)")

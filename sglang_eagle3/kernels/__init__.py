@@ -22,7 +22,7 @@ from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, triton_gemv, triton_gemv_p
 from sglang_eagle3.kernels.mla_attention import (
     gqa_uses_kernel,
     mha_prefill_uses_kernel,
-    mha_scratch_width,
+    mha_scratch_width,  # noqa: F401 - the scratch width callers allocate (layers/mla.py)
     triton_gqa_attention,
     triton_mla_attention,
     triton_mla_mha_prefill,

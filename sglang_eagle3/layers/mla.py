@@ -257,7 +257,7 @@ class MLAAttention(nn.Module):
                     kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale, use_triton=self.use_triton))
             # Without MHA every out is a latent: W_UV over the whole batch at once, as one launch
             heads = self._heads_out(torch.cat(outs, dim=0)) if not any(mha) else torch.cat(
-                [o if m else self._heads_out(o) for o, m in zip(outs, mha)], dim=0)
+                [o if m else self._heads_out(o) for o, m in zip(outs, mha, strict=True)], dim=0)
         out = self.o_proj(heads.reshape(x.shape[0], -1))
         return out if input_norm is None else (out, stream)
 

@@ -19,7 +19,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gqa_checks import check_draft_forward, check_gqa  # noqa: E402
-from mla_prefill_checks import check_mha_prefill  # noqa: E402
 from kernel_checks import (  # noqa: E402
     check_gemv,
     check_gemv_pair,
@@ -34,6 +33,7 @@ from kernel_checks import (  # noqa: E402
     make_mla_inputs,
     rel_err,
 )
+from mla_prefill_checks import check_mha_prefill, check_mha_prefill_model  # noqa: E402
 
 from sglang_eagle3 import kernels  # noqa: E402
 
@@ -157,6 +157,13 @@ def test_mha_prefill_capacity_far_above_context(T, seq_lens):
     poison_allocator()
     check_mha_prefill(len(seq_lens), T, HEADS, 128, ROPE, KV_LORA, 64, seq_lens, device="cuda", seed=95 + T,
                       calls=2, spare=256, dtype=torch.float32, tol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
+def test_mha_prefill_model(dtype, tol):
+    """A tiny Kimi-shaped model's ragged prefill (over a prefix) with the MHA form on kernels vs the absorbed form
+    on references, and a decode step over the caches it wrote."""
+    check_mha_prefill_model("cuda", dtype, tol, seed=9)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The seventeenth session's single-GPU calls (nvidia-h200, each <= 10 min):
+#   GIT_COMMIT=$(git rev-parse --short HEAD) bash benchmarks/run_session17_round.sh u1
+# Part "u1": MLA prefill in the non-absorbed form (kernels.mla_mha_prefill: the context's latents decompressed once
+# into per-head keys and values, then the split kernel with one kv head a query head). Its GPU tests (Kimi TP=8
+# shapes, a tiny model's ragged prefill over a prefix), the absorbed and the MHA form at prefill chunks of 16..1024
+# tokens over fresh prompts and 4k / 16k / 32k contexts and whole 4k / 16k / 32k prompts in 1024-token chunks
+# (bench_mla_prefill.py), then the MHA form's configs on three chunks.
+# Part "u2": the CUDA engine and graph-runner tests with the MHA prefill on by default (every prompt of >= 64
+# tokens), then the Kimi-shaped slice end to end: a 16k-token prompt's prefill (time to first token) and the usual
+# 256-token workload, mha_prefill_tokens 0 (absorbed) and 64 alternating.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: u1 .. u2}
+
+case $part in
+u1)
+  TAIL=8 stage mha_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/kernels/test_kernels_gpu.py -k "mha or mla_split or gqa_capacity"
+  TAIL=60 stage mla_prefill 240 python benchmarks/bench_mla_prefill.py --out "$OUT/mla_prefill_mha.json"
+  TAIL=40 stage mha_configs 150 python benchmarks/bench_mla_prefill.py --out "$OUT/mha_configs.json" --only-mha \
+    --prompts --cases 1024:16384 256:4096 64:32768 1024:1024 \
+    --variants '' BLOCK_M=128 BLOCK_N=32 num_stages=3 BLOCK_M=128,BLOCK_N=32,num_stages=3 num_warps=4,num_stages=3 \
+      BLOCK_N=32,num_warps=4,num_stages=3 ctas_per_sm=2 min_keys_per_split=2048 decompress_block_n=128 \
+      decompress_warps=8,decompress_block_n=128 decompress_stages=3
+  ;;
+u2)
+  TAIL=15 stage engine_tests 330 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \
+    tests/test_graph_runner.py tests/gpu/test_cuda_engine.py
+  TAIL=12 stage e2e_long 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 4 \
+    --prompt-len 16384 --simulate-accept --mha-prefill-tokens 0 64 --out "$OUT/e2e_prefill_16k.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
