@@ -6,11 +6,17 @@
 # shapes, a tiny model's ragged prefill over a prefix), the absorbed and the MHA form at prefill chunks of 16..1024
 # tokens over fresh prompts and 4k / 16k / 32k contexts and whole 4k / 16k / 32k prompts in 1024-token chunks
 # (bench_mla_prefill.py), then the MHA form's configs on three chunks.
+# Part "u1b" (u1 at 336f641: MHA 2.1-2.5x faster from 4k contexts at 1024-token chunks, 32k prompt's MLA 60.5 ->
+# 24.9 ms a layer, and BLOCK_N 32 / 4 warps / 3 stages 0.75 -> 0.43 ms at 16k; but 2x slower on fresh prompts,
+# ~55 us whatever the size: the decompression's grid covered the 131072-slot table's 2048 tiles x 16 columns, all
+# but a few exiting at once): the decompression's programs now stride over the request's tiles (4 a SM), 8 warps and
+# 3 stages by default (4 warps spill on sm_120). Its GPU tests again, then both forms at 16..1024-token chunks over
+# fresh prompts and 4k..32k contexts, the MHA form at the defaults and at sm_90 table candidates.
 # Part "u2": the CUDA engine and graph-runner tests with the MHA prefill on by default (every prompt of >= 64
 # tokens), then the Kimi-shaped slice end to end: a 16k-token prompt's prefill (time to first token) and the usual
 # 256-token workload, mha_prefill_tokens 0 (absorbed) and 64 alternating.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: u1 .. u2}
+part=${1:?part: u1, u1b, u2}
 
 case $part in
 u1)
@@ -22,6 +28,16 @@ u1)
     --variants '' BLOCK_M=128 BLOCK_N=32 num_stages=3 BLOCK_M=128,BLOCK_N=32,num_stages=3 num_warps=4,num_stages=3 \
       BLOCK_N=32,num_warps=4,num_stages=3 ctas_per_sm=2 min_keys_per_split=2048 decompress_block_n=128 \
       decompress_warps=8,decompress_block_n=128 decompress_stages=3
+  ;;
+u1b)
+  TAIL=8 stage mha_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/kernels/test_kernels_gpu.py -k "mha"
+  A=BLOCK_N=32,num_warps=4,num_stages=3
+  TAIL=40 stage mha_table 300 python benchmarks/bench_mla_prefill.py --out "$OUT/mha_table.json" --prompts \
+    --cases 16:16 64:64 128:128 256:256 1024:1024 16:4096 64:4096 128:4096 256:4096 512:4096 1024:4096 \
+      16:32768 64:32768 128:32768 256:32768 512:32768 1024:32768 128:16384 1024:16384 \
+    --variants '' $A BLOCK_M=128 num_warps=4,num_stages=3 BLOCK_M=128,$A $A,decompress_warps=4,decompress_stages=2 \
+      $A,decompress_block_n=128 $A,decompress_ctas_per_sm=8
   ;;
 u2)
   TAIL=15 stage engine_tests 330 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \

@@ -311,7 +311,11 @@ def triton_mla_mha_prefill(
     device = q_nope.device
     pdl = tuning.pdl(device, "mla")
     per_head = scratch.view(-1, H, width)
-    mla_decompress_kernel[(B, triton.cdiv(P * page_size, cfg["decompress_block_n"]), 2 * H)](
+    # Programs striding over a request's key tiles: decompress_ctas_per_sm a SM over the (head, part) columns,
+    # never more than the capacity's tiles.
+    tiles = min(triton.cdiv(P * page_size, cfg["decompress_block_n"]),
+                max(1, cfg["decompress_ctas_per_sm"] * tuning.sm_count(q_nope.device) // (2 * H)))
+    mla_decompress_kernel[(B, tiles, 2 * H)](
         kv_cache, page_table, seq_lens, kv_b_weight, per_head,
         kv_cache.stride(0), page_table.stride(0), kv_b_weight.stride(0), per_head.stride(0), per_head.stride(1),
         DC=Dc, DR=Dr, D=D, PAGE_SIZE=page_size, BLOCK_N=cfg["decompress_block_n"],

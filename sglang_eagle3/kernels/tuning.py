@@ -41,11 +41,12 @@ DEFAULTS: dict[str, dict] = {
                       "min_keys_per_split": 128, "merge_tile": 4096, "merge_warps": 4},
     # MLA prefill in the non-absorbed form (mla_attention.triton_mla_mha_prefill): the split kernel's keys as for
     # mla_attention (BLOCK_M query tokens of one head a program), then the decompression GEMM's key tile, K step,
-    # warps and stages. 8 warps: at 4 the sm_120 build (mma.sync, q in registers) spills; 74 KB of shared memory
-    # there, 106 KB on sm_90 (tests/kernels/compile_checks.py, mha_prefill).
+    # warps, stages and programs a SM. 8 warps for both: at 4 the sm_120 builds (mma.sync, operands in registers)
+    # spill; 74 / 49 KB of shared memory there, 106 / 74 KB on sm_90 (tests/kernels/compile_checks.py, mha_prefill).
     "mla_mha_prefill": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "ctas_per_sm": 1,
                         "min_keys_per_split": 256, "merge_tile": 4096, "merge_warps": 4, "decompress_block_n": 64,
-                        "decompress_block_k": 64, "decompress_warps": 4, "decompress_stages": 2},
+                        "decompress_block_k": 64, "decompress_warps": 8, "decompress_stages": 3,
+                        "decompress_ctas_per_sm": 4},
     # MoE tile path: BLOCK_M pairs of one expert a block (the routing plan both kernels share, so gate_up's
     # config carries it), BLOCK_N output rows, BLOCK_K the bf16 path's K step (INT4 steps one scale group).
     "fused_moe_gate_up": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},

@@ -10,7 +10,9 @@ on, that is the cheaper form (SGLang runs DeepSeek's prefill the same way).
 mla_decompress_kernel writes, for every key of every request (the page table's slots up to seq_len), per head
 [k_nope (D) | k_rope (DR) | v (D)] into a scratch indexed by cache slot, so the split attention kernel reads it
 through the same page table as the cache: GROUPS = heads kv heads of one query head each, separate values.
-The grid covers the page table's capacity (graph-safe); a tile past its request's keys exits at once.
+The grid is sized from the page table's capacity and the SM count (graph-safe), and its programs stride over the
+key tiles the request has: a grid of one program a capacity tile (2048 tiles at a 128k table) cost ~35 us of
+programs exiting at once, which a fresh short prompt's whole MLA (~25 us absorbed) cannot carry.
 """
 
 import triton
@@ -26,21 +28,20 @@ def mla_decompress_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
-    """Grid (request b, key tile, head x 2): program (b, tile, 2h + part) computes the [BLOCK_N, D] product of
-    the tile's latents c [BLOCK_N, DC] with W_UK[h] (part 0) or W_UV[h] (part 1), w_ptr being kv_b_proj's weight
-    [heads * 2D, DC] (per head D key rows, then D value rows), and stores it in the cache's dtype (fp32
-    accumulation) at out[slot, h, 0:D] (keys) or out[slot, h, D + DR:] (values); part 0 also copies the cached
-    rope key to out[slot, h, D:D + DR]."""
+    """Grid (request b, G, head x 2): program (b, g, 2h + part) computes, for key tiles g, g + G, ... of the
+    request's keys, the [BLOCK_N, D] product of the tile's latents c [BLOCK_N, DC] with W_UK[h] (part 0) or W_UV[h]
+    (part 1), w_ptr being kv_b_proj's weight [heads * 2D, DC] (per head D key rows, then D value rows), and stores
+    it in the cache's dtype (fp32 accumulation) at out[slot, h, 0:D] (keys) or out[slot, h, D + DR:] (values);
+    part 0 also copies the cached rope key to out[slot, h, D:D + DR]."""
     if PDL:  # see tuning.pdl: wait for the previous kernel (the latents' write), let the next one start
         gdc_wait()
         gdc_launch_dependents()
     b = tl.program_id(0)
-    tile = tl.program_id(1)
     head = tl.program_id(2) // 2
     part = tl.program_id(2) % 2
     seq_len = tl.load(seq_lens_ptr + b)
-    n0 = tile * BLOCK_N
-    if n0 < seq_len:  # tiles past the request's keys (most of a graph's grid at short contexts) do nothing
+    for tile in range(tl.program_id(1), tl.cdiv(seq_len, BLOCK_N), tl.num_programs(1)):
+        n0 = tile * BLOCK_N
         pos = n0 + tl.arange(0, BLOCK_N)
         key_ok = pos < seq_len
         page = tl.load(page_table_ptr + b * stride_pt_req + pos // PAGE_SIZE, mask=key_ok, other=0)
