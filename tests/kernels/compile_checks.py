@@ -607,7 +607,8 @@ def check_prefetch(arch: int) -> dict:
 
 def check_mha_prefill(arch: int) -> dict:
     """MLA prefill in the non-absorbed form at Kimi TP=8 shapes (8 heads, latent 512, rope 64, nope / v 128, page
-    64), the op's config on this arch for chunks of 64 and 1024 tokens: the decompression kernel and the split
+    64), the op's config on this arch for chunks of 64, 128, 256 and 1024 tokens (every bucket of the sm_90 table): the
+    decompression kernel and the split
     kernel with one kv head a query head (values of their own, rope in the score), unsplit and split: no spills,
     shared memory within a block's, the PDL wait when compiled with it."""
     from sglang_eagle3.kernels.triton import mla_prefill as mp
@@ -618,7 +619,7 @@ def check_mha_prefill(arch: int) -> dict:
                 stride_kv_slot="i32", stride_pt_req="i32", stride_w_row="i32", stride_out_slot="i32",
                 stride_out_head="i32", DC="i32", DR="i32", D="i32", PAGE_SIZE="i32", BLOCK_N="i32", BLOCK_K="i32",
                 DOT_PRECISION="constexpr", INTERPRET="i32", PDL="i32")
-    for T in (64, 1024):
+    for T in (64, 128, 256, 1024):
         dev_cfg = _table_or_default(arch, "mla_mha_prefill", "tokens", T)
         what = f"decompress T={T}"
         kernel = compile_kernel(mp.mla_decompress_kernel, dsig,
