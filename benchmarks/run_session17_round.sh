@@ -16,10 +16,11 @@
 # MHA wins from 64-token chunks, 1.02x at 4k and 1.44x at 32k, 2.3-2.6x at 1024-token chunks with 32-key tiles, 4
 # warps, 3 stages; the sm_90 table takes them, 128-row blocks at 65..128 tokens): the CUDA engine and graph-runner
 # tests with the MHA prefill on by default (every prompt of >= 64 tokens), both forms at the table over whole
-# 4k / 16k / 32k prompts, then the Kimi-shaped slice end to end: a 16k-token prompt's prefill (time to first token),
-# mha_prefill_tokens 0 (absorbed) and 64.
+# 4k / 16k / 32k prompts.
+# Part "u3": the Kimi-shaped slice end to end: a 16k-token prompt's prefill (time to first token) with
+# mha_prefill_tokens 0 (absorbed) and 64 (the default).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: u1, u1b, u2}
+part=${1:?part: u1, u1b, u2, u3}
 
 case $part in
 u1)
@@ -47,7 +48,9 @@ u2)
     tests/test_graph_runner.py tests/gpu/test_cuda_engine.py
   TAIL=8 stage mha_prompts 150 python benchmarks/bench_mla_prefill.py --out "$OUT/mha_prompts.json" \
     --cases 64:64 64:4096 256:4096 1024:16384
-  TAIL=12 stage e2e_long 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 4 \
+  ;;
+u3)
+  TAIL=12 stage e2e_long 420 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 4 \
     --prompt-len 16384 --simulate-accept --mha-prefill-tokens 0 64 --out "$OUT/e2e_prefill_16k.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
