@@ -21,7 +21,7 @@
 # mha_prefill_tokens 0 (absorbed) and 64 (the default).
 # Part "u4": the whole single-GPU suite at the session's code (the MHA prefill on in every engine test).
 # Part "u5": end to end again, a 32k-token prompt's prefill and the usual 256-token workload (baseline and EAGLE-3 at
-# accept 3.0, 96 new tokens), mha_prefill_tokens 0 and 64 alternating.
+# accept 3.0, 96 new tokens), mha_prefill_tokens 0 and 64.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: u1, u1b, u2, u3, u4, u5}
 
@@ -61,10 +61,10 @@ u4)
     tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
   ;;
 u5)
-  TAIL=6 stage e2e_32k 300 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 4 \
+  TAIL=6 stage e2e_32k 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 4 \
     --prompt-len 32768 --simulate-accept --mha-prefill-tokens 0 64 --out "$OUT/e2e_prefill_32k.json"
-  TAIL=10 stage e2e_256 280 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
-    --repeat 2 --simulate-accept 3.0 --mha-prefill-tokens 0 64 --repeat-variants 2 --out "$OUT/e2e_256.json"
+  TAIL=10 stage e2e_256 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --mha-prefill-tokens 0 64 --out "$OUT/e2e_256.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
