@@ -77,6 +77,36 @@ def merge_tile(splits: int, Dc: int, values: int) -> dict:
     return {"SPLITS_PAD": splits_pad, "BLOCK_D": max(16, min(Dc, values // splits_pad))}
 
 
+def _check_table(page_table: torch.Tensor, seq_lens: torch.Tensor, B: int) -> None:
+    """The launchers' page table and seq_lens contract (the kernels index them unchecked)."""
+    assert page_table.dtype == torch.int32 and page_table.stride(1) == 1, (
+        f"page_table must be int32 with unit inner stride, got {page_table.dtype} {page_table.stride()}")
+    assert seq_lens.dtype == torch.int32 and seq_lens.shape == (B,) and seq_lens.is_contiguous(), (
+        f"seq_lens must be contiguous int32 [{B}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
+
+
+def _rope_kwargs(rope: tuple[torch.Tensor, torch.Tensor] | None, positions: torch.Tensor | None,
+                 q_rope: torch.Tensor) -> dict:
+    """The split kernel's arguments for rotating q's rope columns as it loads them (rope = (cos, sin) float32 [P,
+    Dr/2], positions [B*T]), checked; {} without rope."""
+    if rope is None:
+        assert positions is None, "positions are for rope"
+        return {}
+    BT, Dr = q_rope.shape[0], q_rope.shape[-1]
+    cos, sin = rope
+    assert cos.dtype == sin.dtype == torch.float32, f"rope tables must be float32, got {cos.dtype} {sin.dtype}"
+    assert cos.shape == sin.shape and cos.dim() == 2 and cos.shape[1] * 2 == Dr, (
+        f"rope tables must be [P, {Dr // 2}], got {tuple(cos.shape)} {tuple(sin.shape)}")
+    assert cos.stride() == sin.stride() and cos.stride(1) == 1, f"{cos.stride()=} {sin.stride()=}"
+    assert positions is not None and positions.shape == (BT,) and positions.is_contiguous(), (
+        f"rope needs the query tokens' positions, contiguous [{BT}], got "
+        f"{None if positions is None else tuple(positions.shape)}")
+    assert positions.dtype in (torch.int32, torch.int64), f"{positions.dtype=}"
+    assert cos.device == sin.device == positions.device == q_rope.device, (
+        f"rope on {cos.device}, positions on {positions.device}, q on {q_rope.device}")
+    return dict(ROPE=True, pos_ptr=positions, cos_ptr=cos, sin_ptr=sin, stride_table=cos.stride(0))
+
+
 def triton_mla_attention(
     q_nope_latent: torch.Tensor,
     q_rope: torch.Tensor,
@@ -109,28 +139,9 @@ def triton_mla_attention(
     for name, t in (("q_nope_latent", q_nope_latent), ("q_rope", q_rope), ("kv_cache", kv_cache)):
         assert t.stride(-1) == 1, f"{name} must be contiguous in its last dim, strides {t.stride()}"
         assert t.dtype == q_rope.dtype, f"{name} dtype {t.dtype} != q_rope dtype {q_rope.dtype}"
-    assert page_table.dtype == torch.int32 and page_table.stride(1) == 1, (
-        f"page_table must be int32 with unit inner stride, got {page_table.dtype} {page_table.stride()}")
-    assert seq_lens.dtype == torch.int32 and seq_lens.shape == (B,) and seq_lens.is_contiguous(), (
-        f"seq_lens must be contiguous int32 [{B}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
-
+    _check_table(page_table, seq_lens, B)
     assert Dr >= 16 and Dc >= 16, f"MLA kernel needs rope dim {Dr=} and latent dim {Dc=} >= 16 (tl.dot's K)"
-    rope_kw = {}
-    if rope is not None:
-        cos, sin = rope
-        assert cos.dtype == sin.dtype == torch.float32, f"rope tables must be float32, got {cos.dtype} {sin.dtype}"
-        assert cos.shape == sin.shape and cos.dim() == 2 and cos.shape[1] * 2 == Dr, (
-            f"rope tables must be [P, {Dr // 2}], got {tuple(cos.shape)} {tuple(sin.shape)}")
-        assert cos.stride() == sin.stride() and cos.stride(1) == 1, f"{cos.stride()=} {sin.stride()=}"
-        assert positions is not None and positions.shape == (BT,) and positions.is_contiguous(), (
-            f"rope needs the query tokens' positions, contiguous [{BT}], got "
-            f"{None if positions is None else tuple(positions.shape)}")
-        assert positions.dtype in (torch.int32, torch.int64), f"{positions.dtype=}"
-        assert cos.device == sin.device == positions.device == q_rope.device, (
-            f"rope on {cos.device}, positions on {positions.device}, q on {q_rope.device}")
-        rope_kw = dict(ROPE=True, pos_ptr=positions, cos_ptr=cos, sin_ptr=sin, stride_table=cos.stride(0))
-    else:
-        assert positions is None, "positions are for rope"
+    rope_kw = _rope_kwargs(rope, positions, q_rope)
     if config is None:
         args = (q_nope_latent, q_rope, kv_cache, page_table, seq_lens)
         kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale, rope=rope,
@@ -220,10 +231,7 @@ def triton_gqa_attention(
     assert gqa_uses_kernel(D), f"head dim {D} must be a power of two >= 16 (tl.dot's K)"
     assert q.stride(-1) == 1 and kv_cache.stride(-1) == 1, f"{q.stride()=} {kv_cache.stride()=}: inner dims contiguous"
     assert q.dtype == kv_cache.dtype, f"q dtype {q.dtype} != kv_cache dtype {kv_cache.dtype}"
-    assert page_table.dtype == torch.int32 and page_table.stride(1) == 1, (
-        f"page_table must be int32 with unit inner stride, got {page_table.dtype} {page_table.stride()}")
-    assert seq_lens.dtype == torch.int32 and seq_lens.shape == (B,) and seq_lens.is_contiguous(), (
-        f"seq_lens must be contiguous int32 [{B}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
+    _check_table(page_table, seq_lens, B)
     heads = Hq // Hkv
     if config is None:
         args = (q, kv_cache, page_table, seq_lens)
@@ -291,15 +299,8 @@ def triton_mla_mha_prefill(
                     ("scratch", scratch)):
         assert t.dtype == kv_cache.dtype, f"{name} dtype {t.dtype} != kv_cache dtype {kv_cache.dtype}"
         assert t.stride(-1) == 1, f"{name} must be contiguous in its last dim, strides {t.stride()}"
-    assert page_table.dtype == torch.int32 and page_table.stride(1) == 1, (
-        f"page_table must be int32 with unit inner stride, got {page_table.dtype} {page_table.stride()}")
-    assert seq_lens.dtype == torch.int32 and seq_lens.shape == (B,) and seq_lens.is_contiguous(), (
-        f"seq_lens must be contiguous int32 [{B}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
-    rope_kw = {}
-    if rope is not None:
-        cos, sin = rope
-        assert positions is not None and positions.shape == (BT,), "rope needs the query tokens' positions"
-        rope_kw = dict(ROPE=True, pos_ptr=positions, cos_ptr=cos, sin_ptr=sin, stride_table=cos.stride(0))
+    _check_table(page_table, seq_lens, B)
+    rope_kw = _rope_kwargs(rope, positions, q_rope)
     if config is None:
         config = tuning.get_config("mla_mha_prefill", q_nope.device, "tokens", T)
     cfg = {**tuning.DEFAULTS["mla_mha_prefill"], **config}
