@@ -22,8 +22,10 @@
 # Part "u4": the whole single-GPU suite at the session's code (the MHA prefill on in every engine test).
 # Part "u5": end to end again, a 32k-token prompt's prefill and the usual 256-token workload (baseline and EAGLE-3 at
 # accept 3.0, 96 new tokens), mha_prefill_tokens 0 and 64.
+# Part "u6": the decompression's configs (K step, key tile, warps, stages, programs a SM) where it dominates (16-token
+# chunks over 32k keys) and at 1024 / 256-token chunks.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: u1, u1b, u2, u3, u4, u5}
+part=${1:?part: u1, u1b, u2, u3, u4, u5, u6}
 
 case $part in
 u1)
@@ -65,6 +67,13 @@ u5)
     --prompt-len 32768 --simulate-accept --mha-prefill-tokens 0 64 --out "$OUT/e2e_prefill_32k.json"
   TAIL=10 stage e2e_256 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --mha-prefill-tokens 0 64 --out "$OUT/e2e_256.json"
+  ;;
+u6)
+  TAIL=12 stage decompress_configs 200 python benchmarks/bench_mla_prefill.py --out "$OUT/decompress_configs.json" \
+    --only-mha --prompts --cases 16:32768 1024:32768 256:4096 \
+    --variants '' decompress_block_k=128 decompress_block_n=32 decompress_block_n=32,decompress_warps=4 \
+      decompress_block_n=128 decompress_block_n=128,decompress_stages=2 decompress_ctas_per_sm=2 \
+      decompress_ctas_per_sm=8 decompress_warps=4
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
