@@ -60,6 +60,19 @@ def test_tp_matches_single_process(pair, reference, tp, spec):
         assert info["verify_forwards"] == sum(o["meta_info"]["spec_verify_ct"] for o in outs) > 0
 
 
+def test_tp2_mha_prefill_matches_single_process(pair, reference):
+    """The non-absorbed prefill from 4 tokens a request (the 7- and 10-token prompts; the 3-token one stays
+    absorbed) at TP=2 with EAGLE-3, each rank decompressing its own heads through its slice of kv_b_proj: the tokens
+    and logprobs of TP=1 with the absorbed prefill."""
+    outs, info = _run(pair, 2, True, mha_prefill_tokens=4)
+    assert info["args"]["mha_prefill_tokens"] == 4
+    assert [o["output_ids"] for o in outs] == [o["output_ids"] for o in reference]
+    for o, r in zip(outs, reference, strict=True):
+        got = [x[0] for x in o["meta_info"]["output_token_logprobs"]]
+        want = [x[0] for x in r["meta_info"]["output_token_logprobs"]]
+        assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < LOGPROB_ATOL
+
+
 @pytest.fixture(scope="module")
 def kimi_int4_pair(tmp_path_factory):
     """Kimi-K2.5's on-disk layout (wrapper config, language_model. prefix, pack-quantized INT4 experts, vision
