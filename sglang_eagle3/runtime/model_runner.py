@@ -84,6 +84,12 @@ class ModelRunner:
         # holds (EngineArgs.mha_prefill_tokens).
         self.target_kv: KVPool = make_pool(cfg.num_hidden_layers, num_pages, page_size, (cfg.kv_cache_dim,), dtype,
                                            device, target.set_mha_prefill(mha_prefill_tokens))
+        if self.target_kv.mha_scratch is not None:
+            scratch = self.target_kv.mha_scratch
+            cache = sum(t.numel() for t in self.target_kv.layers)
+            logger.info("MLA prefill from %d tokens a request in the non-absorbed form: a scratch of %.1f MiB (%.0f%% "
+                        "of the target's KV cache; mha_prefill_tokens=0 turns it off)", mha_prefill_tokens,
+                        scratch.numel() * scratch.element_size() / 2**20, 100.0 * scratch.numel() / cache)
         self.draft_kv: KVPool | None = None
         if draft is not None:
             dc = draft.config
