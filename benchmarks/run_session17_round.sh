@@ -24,8 +24,9 @@
 # accept 3.0, 96 new tokens), mha_prefill_tokens 0 and 64.
 # Part "u6": the decompression's configs (K step, key tile, warps, stages, programs a SM) where it dominates (16-token
 # chunks over 32k keys) and at 1024 / 256-token chunks.
+# Part "u7": after the launchers' shared page-table and rope checks (b9c6019), the MLA / MHA / GQA / rope GPU tests.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: u1, u1b, u2, u3, u4, u5, u6}
+part=${1:?part: u1, u1b, u2, u3, u4, u5, u6, u7}
 
 case $part in
 u1)
@@ -74,6 +75,10 @@ u6)
     --variants '' decompress_block_k=128 decompress_block_n=32 decompress_block_n=32,decompress_warps=4 \
       decompress_block_n=128 decompress_block_n=128,decompress_stages=2 decompress_ctas_per_sm=2 \
       decompress_ctas_per_sm=8 decompress_warps=4
+  ;;
+u7)
+  TAIL=8 stage mla_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/kernels/test_kernels_gpu.py tests/kernels/test_mla_rope_gpu.py -k "mla or mha or gqa or rope"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
