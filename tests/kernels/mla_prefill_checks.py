@@ -134,6 +134,65 @@ def check_mha_prefill_model(device="cpu", dtype=torch.float32, tol=1e-5, seed=0)
     return err
 
 
+def check_mha_prefill_padded_rope_in_kernel(device="cpu", dtype=torch.float32, tol=1e-5, seed=0) -> dict:
+    """The prefill graphs' uniform PREFILL forward (prompts padded to a 16-token bucket, one over a prefix) with
+    every launch fusion on, q_rope_attn included: the MHA form receives q's rope un-rotated and the kernel rotates
+    it (the rotary launch writes only k). Its real rows' hidden states against the ragged prefill of the same
+    prompts with the default fusions, every op on its reference, the absorbed form."""
+    from kernel_checks import kimi_like_model, rel_err, set_kernels
+
+    from sglang_eagle3 import env
+    from sglang_eagle3.core import ForwardMode
+    from sglang_eagle3.runtime.model_runner import ModelRunner
+
+    page, per_req, bucket = 4, 8, 16
+    g = torch.Generator(device="cpu").manual_seed(seed + 1)
+    hidden, calls = {}, []
+    for fused in (False, True):
+        with env.overrides({env.NO_FUSE.name: "" if fused else None}):  # the layers read it while built
+            model = kimi_like_model(device, dtype, layers=2, hidden=64, seed=seed)
+        V = model.config.vocab_size
+        if not fused:
+            prefix = torch.randint(0, V, (7,), generator=g).tolist()
+            prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in (11, 9)]
+        runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=2 * per_req + 2, page_size=page,
+                             max_context=per_req * page, device=torch.device(device), dtype=dtype,
+                             use_cuda_graph=False, cuda_graph_max_bs=2, verify_widths=(2,), attention_backend="auto",
+                             mha_prefill_tokens=8 if fused else 0)
+        set_kernels(model, fused)
+        pages = [list(range(1 + b * per_req, 1 + (b + 1) * per_req)) for b in range(2)]
+        runner.target_extend(runner.build([(prefix, 0, pages[1])]))  # request 1's prefix, absorbed (7 tokens)
+        rows = [(prompts[0], 0, pages[0]), (prompts[1], len(prefix), pages[1])]
+        with torch.inference_mode():
+            if fused:
+                bt = runner.build(rows, width=runner.max_pages, pad_to=bucket)
+                original = kernels.mla_mha_prefill
+
+                def recording(*args, original=original, **kw):
+                    calls.append(kw.get("rope") is not None)
+                    return original(*args, **kw)
+
+                kernels.mla_mha_prefill = recording
+                try:
+                    out = runner._prefill_fn(ForwardMode.PREFILL)(
+                        bt.input_ids, bt.positions, bt.page_table, bt.seq_lens, bt.out_cache_loc,
+                        runner.to_device([bucket - 1, 2 * bucket - 1]), bucket)
+                finally:
+                    kernels.mla_mha_prefill = original
+                h = out[1].view(2, bucket, -1)
+                hidden[fused] = torch.cat([h[0, :len(prompts[0])], h[1, :len(prompts[1])]])
+            else:
+                bt = runner.build(rows)
+                fb = runner._fb(runner.target_kv, ForwardMode.EXTEND, bt.page_table, bt.seq_lens, bt.out_cache_loc, 1,
+                                bt.extend_lens)
+                hidden[fused] = model.model(bt.input_ids, bt.positions, fb, ())[0]
+        model.set_mha_prefill(0)
+    assert calls and all(calls), f"the MHA form ran {len(calls)} times, with q's rope left to it: {calls}"
+    err = rel_err(hidden[True], hidden[False])
+    assert err < tol, f"padded PREFILL, MHA with rope in the kernel vs ragged absorbed references: rel err {err}"
+    return {"rel_err": err, "mha_calls": len(calls)}
+
+
 SMALL = dict(H=2, D=16, Dr=16, Dc=32)
 CASES = {
     "mha_prefill_equals_absorbed_float64": check_mha_equals_absorbed,
@@ -146,6 +205,7 @@ CASES = {
         config=dict(BLOCK_M=16, BLOCK_N=16, min_keys_per_split=16, ctas_per_sm=4, decompress_block_n=32), min_splits=3),
     "mha_prefill_default_config_rope_in_kernel": lambda: check_mha_prefill_rope(seed=7),
     "mha_prefill_model_kernels_fp32": lambda: check_mha_prefill_model(seed=9),
+    "mha_prefill_padded_rope_in_kernel_fp32": lambda: check_mha_prefill_padded_rope_in_kernel(seed=11),
 }
 
 
