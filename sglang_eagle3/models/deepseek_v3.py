@@ -119,13 +119,17 @@ class DeepseekV3ForCausalLM(nn.Module):
             if isinstance(layer.mlp, DeepseekMoE):
                 layer.mlp.use_triton = choice[moe]
 
+    def mha_scratch_width(self, tokens: int) -> int:
+        """Elements a KV cache slot takes in the non-absorbed prefill's scratch with set_mha_prefill(tokens) (0 for
+        tokens 0: no scratch)."""
+        return self.model.layers[0].self_attn.mha_scratch_width() if tokens > 0 else 0
+
     def set_mha_prefill(self, tokens: int) -> int:
         """Prefill forwards of at least ``tokens`` new tokens a request compute attention in the non-absorbed form
-        (layers/mla.py; 0: never). Returns the scratch width (elements a cache slot) the KV pool must then hold
-        (0 for tokens 0)."""
+        (layers/mla.py; 0: never). Returns the scratch width the KV pool must then hold (mha_scratch_width)."""
         for layer in self.model.layers:
             layer.self_attn.mha_prefill_tokens = tokens
-        return self.model.layers[0].self_attn.mha_scratch_width() if tokens > 0 else 0
+        return self.mha_scratch_width(tokens)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch,
                 aux_layer_ids: tuple[int, ...] = ()):

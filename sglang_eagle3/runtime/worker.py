@@ -44,7 +44,7 @@ def fit_kv_pages(plan: dict, target, draft, args, device: torch.device, dtype: t
     from sglang_eagle3.runtime.kv_cache import kv_bytes_per_token, pages_that_fit
 
     wanted = plan["num_pages"]
-    scratch = target.model.layers[0].self_attn.mha_scratch_width() if args.mha_prefill_tokens else 0
+    scratch = target.mha_scratch_width(args.mha_prefill_tokens)
     per_page = kv_bytes_per_token(target.config, draft, dtype, scratch) * args.page_size
     free, total = torch.cuda.mem_get_info(device)
     fit = tp_min_int(pages_that_fit(free, total, args.mem_fraction_static, per_page), device)
