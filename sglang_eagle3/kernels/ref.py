@@ -189,6 +189,13 @@ def gather_paged(cache: torch.Tensor, page_table: torch.Tensor, page_size: int) 
     return cache[slots.view(B, P * page_size)]
 
 
+def causal_visible(seq_lens: torch.Tensor, T: int, K: int) -> torch.Tensor:
+    """[B, T, K] bool: key k is visible to new token t of request b, which sits at position seq_lens[b] - T + t
+    (the paged references' position rule: a request's T new tokens are its last ones)."""
+    q_pos = seq_lens.long()[:, None] - T + torch.arange(T, device=seq_lens.device)[None, :]  # [B, T]
+    return torch.arange(K, device=seq_lens.device)[None, None, :] <= q_pos[:, :, None]
+
+
 def ref_mla_attention(
     q_nope_latent: torch.Tensor,
     q_rope: torch.Tensor,
@@ -225,10 +232,7 @@ def ref_mla_attention(
     qr = _acc(q_rope).reshape(B, T * H, -1).to(kv.dtype)
     scores = (torch.bmm(qn, c.transpose(1, 2)) + torch.bmm(qr, k_rope.transpose(1, 2))) * sm_scale
     scores = scores.view(B, T, H, K)
-    q_pos = seq_lens.long()[:, None] - T + torch.arange(T, device=seq_lens.device)[None, :]  # [B, T]
-    k_pos = torch.arange(K, device=seq_lens.device)
-    visible = k_pos[None, None, :] <= q_pos[:, :, None]  # [B, T, K]
-    scores = scores.masked_fill(~visible[:, :, None, :], float("-inf"))
+    scores = scores.masked_fill(~causal_visible(seq_lens, T, K)[:, :, None, :], float("-inf"))
     probs = scores.softmax(-1).view(B, T * H, K)
     out = torch.bmm(probs, c)  # [B, T*H, Dc]
     return out.view(B * T, H, kv_lora_rank).to(q_rope.dtype)
@@ -272,9 +276,7 @@ def ref_mla_mha_prefill(
     qn = _acc(q_nope).reshape(B, T, H, D).transpose(1, 2).to(c.dtype)  # [B, H, T, D]
     qr = _acc(q_rope).reshape(B, T, H, -1).transpose(1, 2).to(c.dtype)
     scores = (qn @ k_nope.transpose(-1, -2) + qr @ k_rope[:, None].transpose(-1, -2)) * sm_scale  # [B, H, T, K]
-    q_pos = seq_lens.long()[:, None] - T + torch.arange(T, device=seq_lens.device)[None, :]  # [B, T]
-    visible = torch.arange(K, device=seq_lens.device)[None, None, :] <= q_pos[:, :, None]  # [B, T, K]
-    scores = scores.masked_fill(~visible[:, None], float("-inf"))
+    scores = scores.masked_fill(~causal_visible(seq_lens, T, K)[:, None], float("-inf"))
     out = scores.softmax(-1) @ v  # [B, H, T, Dv]
     return out.transpose(1, 2).reshape(B * T, H, -1).to(q_rope.dtype)
 
@@ -365,8 +367,6 @@ def ref_gqa_attention(
     v = kv[:, :, 1].repeat_interleave(Hq // Hkv, dim=2)
     qf = _acc(q).reshape(B, T, Hq, D).to(kv.dtype)
     scores = torch.einsum("bthd,bkhd->bthk", qf, k) * sm_scale  # [B, T, Hq, K]
-    q_pos = seq_lens.long()[:, None] - T + torch.arange(T, device=seq_lens.device)[None, :]
-    visible = torch.arange(K, device=seq_lens.device)[None, None, :] <= q_pos[:, :, None]  # [B, T, K]
-    scores = scores.masked_fill(~visible[:, :, None, :], float("-inf"))
+    scores = scores.masked_fill(~causal_visible(seq_lens, T, K)[:, :, None, :], float("-inf"))
     out = torch.einsum("bthk,bkhd->bthd", scores.softmax(-1), v)
     return out.reshape(B * T, Hq, D).to(q.dtype)
