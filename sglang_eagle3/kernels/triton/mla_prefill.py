@@ -40,15 +40,16 @@ def mla_decompress_kernel(
     head = tl.program_id(2) // 2
     part = tl.program_id(2) % 2
     seq_len = tl.load(seq_lens_ptr + b)
+    d = tl.arange(0, D)
+    k_idx = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + ((2 * head + part) * D + d).to(tl.int64)[:, None] * stride_w_row  # [D, 1]: this program's
+    col = tl.where(part == 0, 0, D + DR)  # where its product goes in a head's [k_nope | k_rope | v]
     for tile in range(tl.program_id(1), tl.cdiv(seq_len, BLOCK_N), tl.num_programs(1)):
         n0 = tile * BLOCK_N
         pos = n0 + tl.arange(0, BLOCK_N)
         key_ok = pos < seq_len
         page = tl.load(page_table_ptr + b * stride_pt_req + pos // PAGE_SIZE, mask=key_ok, other=0)
         slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE  # [N]
-        d = tl.arange(0, D)
-        k_idx = tl.arange(0, BLOCK_K)
-        w_rows = w_ptr + ((2 * head + part) * D + d).to(tl.int64)[:, None] * stride_w_row  # [D, 1]
         c_rows = kv_ptr + slot[:, None] * stride_kv_slot  # [N, 1]
         acc = tl.zeros([BLOCK_N, D], dtype=tl.float32)
         for k0 in range(0, DC, BLOCK_K):
@@ -59,7 +60,6 @@ def mla_decompress_kernel(
                 w = w.to(tl.float32)
             acc += tl.dot(c, tl.trans(w), input_precision=DOT_PRECISION)
         out_rows = out_ptr + slot[:, None] * stride_out_slot + head * stride_out_head  # [N, 1]
-        col = tl.where(part == 0, 0, D + DR)
         tl.store(out_rows + col + d[None, :], acc.to(out_ptr.dtype.element_ty), mask=key_ok[:, None])
         if part == 0:
             dr = tl.arange(0, DR)
