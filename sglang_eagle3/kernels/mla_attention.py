@@ -85,6 +85,21 @@ def _check_table(page_table: torch.Tensor, seq_lens: torch.Tensor, B: int) -> No
         f"seq_lens must be contiguous int32 [{B}], got {seq_lens.dtype} {tuple(seq_lens.shape)}")
 
 
+def _check_queries(q: torch.Tensor, q_name: str, q_rope: torch.Tensor, kv_cache: torch.Tensor, B: int, T: int,
+                   Dc: int, *others: tuple[str, torch.Tensor]) -> None:
+    """The MLA launchers' query and cache contract: q [B*T, H, ...] and q_rope [B*T, H, Dr] rows, kv_cache [slots, Dc
+    + Dr]; these and ``others`` (name, tensor) of q_rope's dtype, each contiguous in its last dim."""
+    BT, H = q.shape[:2]
+    Dr = q_rope.shape[-1]
+    assert BT == B * T, f"q rows {BT} != batch {B} x tokens_per_req {T}"
+    assert q_rope.shape[:2] == (BT, H), f"{tuple(q_rope.shape)=} does not match {q_name} {tuple(q.shape)}"
+    assert kv_cache.dim() == 2 and kv_cache.shape[1] == Dc + Dr, (
+        f"kv_cache must be [slots, {Dc}+{Dr}], got {tuple(kv_cache.shape)}")
+    for name, t in ((q_name, q), ("q_rope", q_rope), ("kv_cache", kv_cache), *others):
+        assert t.stride(-1) == 1, f"{name} must be contiguous in its last dim, strides {t.stride()}"
+        assert t.dtype == q_rope.dtype, f"{name} dtype {t.dtype} != q_rope dtype {q_rope.dtype}"
+
+
 def _rope_kwargs(rope: tuple[torch.Tensor, torch.Tensor] | None, positions: torch.Tensor | None,
                  q_rope: torch.Tensor) -> dict:
     """The split kernel's arguments for rotating q's rope columns as it loads them (rope = (cos, sin) float32 [P,
@@ -130,15 +145,9 @@ def triton_mla_attention(
     T = tokens_per_req
     BT, H, Dc = q_nope_latent.shape
     Dr = q_rope.shape[-1]
-    assert BT == B * T, f"q rows {BT} != batch {B} x tokens_per_req {T}"
-    assert q_rope.shape[:2] == (BT, H), f"{tuple(q_rope.shape)=} does not match {tuple(q_nope_latent.shape)=}"
     assert Dc == kv_lora_rank, f"q_nope_latent last dim {Dc} != {kv_lora_rank=}"
-    assert kv_cache.dim() == 2 and kv_cache.shape[1] == Dc + Dr, (
-        f"kv_cache must be [slots, {Dc}+{Dr}], got {tuple(kv_cache.shape)}")
+    _check_queries(q_nope_latent, "q_nope_latent", q_rope, kv_cache, B, T, Dc)
     assert Dc & (Dc - 1) == 0 and Dr & (Dr - 1) == 0, f"{Dc=} and {Dr=} must be powers of two"
-    for name, t in (("q_nope_latent", q_nope_latent), ("q_rope", q_rope), ("kv_cache", kv_cache)):
-        assert t.stride(-1) == 1, f"{name} must be contiguous in its last dim, strides {t.stride()}"
-        assert t.dtype == q_rope.dtype, f"{name} dtype {t.dtype} != q_rope dtype {q_rope.dtype}"
     _check_table(page_table, seq_lens, B)
     assert Dr >= 16 and Dc >= 16, f"MLA kernel needs rope dim {Dr=} and latent dim {Dc=} >= 16 (tl.dot's K)"
     rope_kw = _rope_kwargs(rope, positions, q_rope)
@@ -285,20 +294,13 @@ def triton_mla_mha_prefill(
     Dr = q_rope.shape[-1]
     Dc = kv_lora_rank
     width = D + Dr + D
-    assert BT == B * T, f"q rows {BT} != batch {B} x tokens_per_req {T}"
-    assert q_rope.shape[:2] == (BT, H), f"{tuple(q_rope.shape)=} does not match {tuple(q_nope.shape)=}"
+    _check_queries(q_nope, "q_nope", q_rope, kv_cache, B, T, Dc, ("kv_b_weight", kv_b_weight), ("scratch", scratch))
     assert mha_prefill_uses_kernel(D, Dr, D), f"head widths nope={D}, rope={Dr}: powers of two >= 16"
-    assert kv_cache.dim() == 2 and kv_cache.shape[1] == Dc + Dr, (
-        f"kv_cache must be [slots, {Dc}+{Dr}], got {tuple(kv_cache.shape)}")
     assert kv_b_weight.shape == (H * 2 * D, Dc) and kv_b_weight.stride(1) == 1, (
         f"kv_b_weight must be [{H} heads x {2 * D}, {Dc}] with unit inner stride, got {tuple(kv_b_weight.shape)} "
         f"{kv_b_weight.stride()}")
     assert scratch.shape == (kv_cache.shape[0], H * width) and scratch.is_contiguous(), (
         f"scratch must be contiguous [{kv_cache.shape[0]} slots, {H * width}], got {tuple(scratch.shape)}")
-    for name, t in (("q_nope", q_nope), ("q_rope", q_rope), ("kv_cache", kv_cache), ("kv_b_weight", kv_b_weight),
-                    ("scratch", scratch)):
-        assert t.dtype == kv_cache.dtype, f"{name} dtype {t.dtype} != kv_cache dtype {kv_cache.dtype}"
-        assert t.stride(-1) == 1, f"{name} must be contiguous in its last dim, strides {t.stride()}"
     _check_table(page_table, seq_lens, B)
     rope_kw = _rope_kwargs(rope, positions, q_rope)
     if config is None:
