@@ -6,6 +6,11 @@ routings rotated in one graph, us a call (median of replays), every variant time
 the package of its own tree.
 
     python benchmarks/bench_moe_dot.py --out benchmarks/results/h200/moe_dot.json
+
+GEMV gate_up configs (num_stages > 1: the chunk loop pipelined through shared memory) and a table of the best:
+
+    python benchmarks/bench_moe_dot.py --out OUT.json --variants "gemv (table)" --table-path gemv --table-pool 0 \
+        --table-out table.json --gemv-config BLOCK_N=8,BLOCK_W=128,num_warps=4,num_stages=3 ...
 """
 
 from __future__ import annotations
@@ -50,9 +55,11 @@ def main() -> None:
     ap.add_argument("--pools", type=int, nargs="+", default=[12, 384])
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS))
     ap.add_argument("--table-out", default=None,
-                    help="write a config table (SGLANG_EAGLE3_CONFIG_TABLE format) whose dot gate_up buckets are the "
-                         "fastest dot variant at each T >= 2 on --table-pool's routing")
+                    help="write a config table (SGLANG_EAGLE3_CONFIG_TABLE format) whose --table-path gate_up buckets "
+                         "are that path's fastest variant at each T (the dot path from T=2) on --table-pool's "
+                         "routing (summed over every pool measured if --table-pool is 0)")
     ap.add_argument("--table-pool", type=int, default=12)
+    ap.add_argument("--table-path", choices=["dot", "gemv"], default="dot")
     ap.add_argument("--config", action="append", default=[],
                     help="an extra dot variant, e.g. BLOCK_N=32,BLOCK_W=16,num_warps=4,EXACT=1 (repeatable)")
     ap.add_argument("--gemv-config", action="append", default=[],
@@ -96,26 +103,30 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     if args.table_out:
-        write_table(Path(args.table_out), rows, variants, args.table_pool, dev)
+        write_table(Path(args.table_out), rows, variants, args.table_pool, dev, args.table_path)
 
 
-def write_table(path: Path, rows: list[dict], variants: dict, pool: int, dev: torch.device) -> None:
-    """A config table with only the dot gate_up op: per measured T >= 2 (ascending) the dot variant with the
-    lowest best time at ``pool``, the largest T's bucket unbounded."""
-    best: dict[int, tuple[float, dict]] = {}
+def write_table(path: Path, rows: list[dict], variants: dict, pool: int, dev: torch.device, kind: str) -> None:
+    """A config table with only ``kind``'s gate_up op: per measured T (ascending; the dot path from T=2) the
+    variant of that path with the lowest best time at ``pool`` (0: the lowest sum over the pools measured, a
+    variant that failed at any of them left out), the largest T's bucket unbounded."""
+    op = f"fused_moe_int4_{kind}_gate_up"
+    totals: dict[tuple[int, str], float] = {}
     for row in rows:
-        path_, gate_up = variants[row["variant"]]
-        if row["T"] < 2 or row["pool"] != pool or path_ != "dot":
+        if variants[row["variant"]][0] != kind or (kind == "dot" and row["T"] < 2) or pool not in (0, row["pool"]):
             continue
-        us = min(row["us"])
-        cfg = gate_up or tuning.get_config("fused_moe_int4_dot_gate_up", dev, "tokens", row["T"])
-        if us == us and (row["T"] not in best or us < best[row["T"]][0]):  # (NaN: the variant failed)
-            best[row["T"]] = (us, cfg)
+        key = (row["T"], row["variant"])
+        totals[key] = totals.get(key, 0.0) + min(row["us"])  # NaN (a failed variant) stays NaN
+    best: dict[int, tuple[float, dict]] = {}
+    for (T, name), us in totals.items():
+        cfg = variants[name][1] or tuning.get_config(op, dev, "tokens", T)
+        if us == us and (T not in best or us < best[T][0]):
+            best[T] = (us, cfg)
     Ts = sorted(best)
     buckets = [({"max_tokens": T} if T != Ts[-1] else {}) | best[T][1] for T in Ts]
     arch, sms, _ = tuning.device_key(dev.index or 0)
     table = {"arch": arch, "sm_counts": [sms], "measured": True,
-             "source": f"bench_moe_dot.py --table-out (pool {pool})", "ops": {"fused_moe_int4_dot_gate_up": buckets}}
+             "source": f"bench_moe_dot.py --table-out (pool {pool or 'sum'})", "ops": {op: buckets}}
     path.write_text(json.dumps(table, indent=1))
     print(f"wrote {path}: {json.dumps(buckets)}", flush=True)
 

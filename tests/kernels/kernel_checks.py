@@ -694,6 +694,18 @@ CASES = {
     "moe_int4_gemv_exact_t6_first_pair_works": lambda: check_fused_moe_int4_gemv_exact(
         6, 8, 160, 32, 3, seed=50, skew=True,
         config={"gate_up": {**GEMV_MID["gate_up"], "PER_PAIR": False}, "down": GEMV_MID["down"]}),
+    # gate_up's chunk loop pipelined through shared memory (num_stages > 1, the loop's num_stages; the interpreter
+    # runs it as a plain loop, the compile checks look at the pipelining): masked over a partial chunk, unmasked
+    # over several chunks, and with the expert's first pair working for all its pairs.
+    "moe_int4_gemv_exact_t3_staged_partial_chunk": lambda: check_fused_moe_int4_gemv_exact(
+        3, 9, 160, 32, 4, seed=53, config={"gate_up": {**GEMV_MID["gate_up"], "num_stages": 3},
+                                           "down": GEMV_MID["down"]}),
+    "moe_int4_gemv_exact_t7_staged_unmasked": lambda: check_fused_moe_int4_gemv_exact(
+        7, 10, 256, 32, 3, seed=54, skew=True, config={"gate_up": {**GEMV_SMALL["gate_up"], "num_stages": 4},
+                                                       "down": GEMV_SMALL["down"]}),
+    "moe_int4_gemv_exact_t5_staged_first_pair_works": lambda: check_fused_moe_int4_gemv_exact(
+        5, 8, 160, 32, 3, seed=55, skew=True,
+        config={"gate_up": {**GEMV_MID["gate_up"], "PER_PAIR": False, "num_stages": 2}, "down": GEMV_MID["down"]}),
     # down with every slot's weights loaded as one tile (PRELOAD, a config key: top_k a power of two and I/8 in
     # one chunk) against the slot loop, on rows past H (BLOCK_N 64 over H=96: the masked path).
     "moe_int4_gemv_exact_t4_top8_down_preload_masked": lambda: check_fused_moe_int4_gemv_exact(

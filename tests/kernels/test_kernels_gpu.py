@@ -271,6 +271,36 @@ def test_fused_moe_int4_gemv_vs_tile(int4_weights, T, skew):
     assert rel_err(gemv, tile) < 1e-2, f"GEMV vs tile rel err {rel_err(gemv, tile)} ({T=} {skew=})"
 
 
+GEMV_STAGED = [(1, False, {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 8}),
+               (3, True, {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4}),
+               (8, False, {"BLOCK_N": 8, "BLOCK_W": 64, "num_warps": 2}),
+               (16, True, {"BLOCK_N": 16, "BLOCK_W": 64, "num_warps": 4})]
+
+
+@pytest.mark.parametrize("stages", [2, 3, 5])
+@pytest.mark.parametrize("case", range(len(GEMV_STAGED)))
+def test_fused_moe_int4_gemv_staged_equals_prefetched(int4_weights, case, stages):
+    """The GEMV gate_up's chunk loop pipelined through shared memory (num_stages > 1) computes the chunks the
+    hand-prefetched loop (num_stages 1) computes, in the same order: bit-identical outputs, and the reference's
+    within bf16 rounding; the shared experts' output added in the final store."""
+    from sglang_eagle3.kernels import tuning
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
+    T, skew, gate_up = GEMV_STAGED[case]
+    p13, s13, p2, s2 = int4_weights
+    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    shared = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.1
+    topk_w, ids = routing(T, skew, 7000 + T)
+    down = tuning.get_config("fused_moe_int4_gemv_down", x.device, "tokens", T)
+    poison_allocator()
+    outs = [triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared, path="gemv",
+                                  config={"gate_up": {**gate_up, "num_stages": s}, "down": down})
+            for s in (1, stages)]
+    assert torch.equal(outs[0], outs[1]), (outs[0].float() - outs[1].float()).abs().max().item()
+    ref = kernels.ref_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, shared)
+    assert rel_err(outs[1], ref) < 1e-2, f"staged GEMV rel err {rel_err(outs[1], ref)} ({T=} {gate_up=} {stages=})"
+
+
 DOT_CONFIGS = [None, {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": True},
                {"BLOCK_N": 16, "BLOCK_W": 32, "num_warps": 4, "EXACT": False, "SPLIT": 3},
                {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 8, "EXACT": True, "SPLIT": 8}]

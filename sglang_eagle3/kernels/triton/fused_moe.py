@@ -427,13 +427,23 @@ def _group_member(ids_ptr, expert, TK, r, TK_PAD: tl.constexpr):
 
 
 @triton.jit
+def _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS: tl.constexpr, SHIFT16: tl.constexpr):
+    """One chunk of gate_up: the gate and up rows' per-group sums of (q - 8) * x, scaled, added to the
+    accumulators (xs [BLOCK_W, 8] from _load_x_chunk)."""
+    x_cols = _x_columns(xs)
+    acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16) * sg
+    acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16) * su
+    return acc_g, acc_u
+
+
+@triton.jit
 def moe_int4_gemv_gate_up_kernel(
     x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
     stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
     TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
-    PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False,
+    PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, STAGES: tl.constexpr = 1,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -445,9 +455,12 @@ def moe_int4_gemv_gate_up_kernel(
     the weights from L2) and the others exit: fewer programs, but the shared experts' work is serial.
     Either way a pair's arithmetic is the same code whatever the batch holds.
 
-    NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
-    next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
-    chunk's arithmetic, two chunks in flight per program."""
+    Bytes in flight: Triton's pipeliner only pipelines loads that feed a tl.dot unless the loop carries
+    num_stages. STAGES = 1: the next chunk is prefetched by hand into registers (its loads issued before the
+    current chunk's arithmetic: two chunks in flight, both in registers, 179 at the T=1 config). STAGES > 1:
+    the loop carries num_stages=STAGES, and the pipeliner copies the chunks asynchronously into STAGES - 1
+    shared-memory buffers (cp.async), so the chunks in flight cost shared memory instead of registers (80-94
+    at the same configs)."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
@@ -475,19 +488,27 @@ def moe_int4_gemv_gate_up_kernel(
             x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
             acc_g = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
             acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
-            pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-            pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-            xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN, SHIFT16)  # [BLOCK_W, 8]
-            for w0 in range(0, H_WORDS, BLOCK_W):
-                pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                    H_WORDS, GROUP_WORDS, EVEN)
-                pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                    H_WORDS, GROUP_WORDS, EVEN)
-                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16)
-                x_cols = _x_columns(xs)
-                acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16) * sg
-                acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16) * su
-                pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
+            if STAGES > 1:
+                for w0 in tl.range(0, H_WORDS, BLOCK_W, num_stages=STAGES):
+                    pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0, w_idx, g_idx, H_WORDS, GROUP_WORDS,
+                                              EVEN)
+                    pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, w0, w_idx, g_idx, H_WORDS, GROUP_WORDS,
+                                              EVEN)
+                    xs = _load_x_chunk(x_row, w0, w_idx, H_WORDS, EVEN, SHIFT16)  # [BLOCK_W, 8]
+                    acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16)
+            else:
+                pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS,
+                                          EVEN)
+                pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+                xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN, SHIFT16)
+                for w0 in range(0, H_WORDS, BLOCK_W):
+                    pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                        H_WORDS, GROUP_WORDS, EVEN)
+                    pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                        H_WORDS, GROUP_WORDS, EVEN)
+                    xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16)
+                    acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16)
+                    pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
             g = tl.sum(acc_g, axis=1)
             u = tl.sum(acc_u, axis=1)
             j = n_offs % 8

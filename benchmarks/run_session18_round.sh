@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The eighteenth session's single-GPU calls (nvidia-h200, each <= 10 min):
+#   GIT_COMMIT=$(git rev-parse --short HEAD) bash benchmarks/run_session18_round.sh w1
+# Part "w1": the INT4 GEMV MoE's gate_up with its chunk loop pipelined through shared memory (config num_stages > 1:
+# the loop carries num_stages, so Triton's pipeliner copies the weight chunks asynchronously, cp.async, instead of
+# the two chunks the kernel prefetches by hand into registers; 80-96 registers instead of 179 at the T=1 config).
+# Its GPU tests, a sweep of staged configs against the table's at T = 1..16 (bench_moe_dot.py, uniform routing and
+# tokens sharing 12 experts) writing the best per T as a table, then the 61-layer step with that table against the
+# checked-in one, alternating twice in one process.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: w1}
+
+case $part in
+w1)
+  TAIL=8 stage moe_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/kernels/test_kernels_gpu.py -k "int4"
+  V=()
+  for c in 16,128,8,3 16,128,8,4 8,128,4,3 8,128,4,4 8,128,8,4 16,64,4,4 8,64,2,4 4,128,2,4 16,64,8,6 8,64,4,6; do
+    IFS=, read -r bn bw w s <<< "$c"
+    V+=(--gemv-config "BLOCK_N=$bn,BLOCK_W=$bw,num_warps=$w,num_stages=$s")
+  done
+  TAIL=120 stage moe_staged 240 python benchmarks/bench_moe_dot.py --out "$OUT/moe_staged.json" \
+    --variants "gemv (table)" --tokens 1 2 4 8 16 --pools 12 384 "${V[@]}" \
+    --table-path gemv --table-pool 0 --table-out "$OUT/gemv_staged_table.json"
+  cat "$OUT/gemv_staged_table.json"
+  NEW="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/gemv_staged_table.json"
+  TAIL=40 stage step_staged 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$NEW" '' "$NEW" \
+    --out "$OUT/step_staged.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
