@@ -40,11 +40,11 @@ for _bn, _bw, _w, _exact, _split in ((32, 16, 4, False, 1), (32, 16, 4, False, 2
 
 
 def parse_config(text: str) -> dict:
-    """'BLOCK_N=32,BLOCK_W=16,num_warps=4,EXACT=1' -> a gate_up config (dot or GEMV)."""
+    """'BLOCK_N=32,BLOCK_W=16,num_warps=4,EXACT=1' -> a gate_up config (dot or GEMV; flags 0/1)."""
     cfg = {}
     for item in text.split(","):
         key, value = item.split("=")
-        cfg[key] = bool(int(value)) if key == "EXACT" else int(value)
+        cfg[key] = bool(int(value)) if key in ("EXACT", "F16", "PER_PAIR", "PRELOAD") else int(value)
     return cfg
 
 

@@ -256,21 +256,20 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     if T == 0:
         return out
     TK, h_words, group_words = T * k, H // PACK_FACTOR, group // PACK_FACTOR
-    tuning.interpreting()  # under the interpreter, makes the loop over a loaded count work (see tuning)
+    interpret = tuning.interpreting()  # (also makes the loop over a loaded count work there, see tuning)
     pdl = tuning.pdl(x.device, "moe")
     shift16 = T >= GEMV_SHIFT16_MIN_TOKENS  # act's pre-scaling follows it: down gets the same
     # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
     bn, bw = gate_up_cfg["BLOCK_N"], _words_a_step(gate_up_cfg["BLOCK_W"], h_words, group_words)
-    # num_stages 1: chunks prefetched by hand into registers; more: pipelined through shared memory (the kernel).
-    stages = gate_up_cfg.get("num_stages", 1)
     moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
         x, w13, s13, topk_ids, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
         TK, I, h_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
-        PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR), SHIFT16=shift16, STAGES=stages,
-        num_warps=gate_up_cfg["num_warps"], num_stages=stages,
+        PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR), SHIFT16=shift16, F16=gate_up_cfg.get("F16", False),
+        INTERPRET=interpret,
+        num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
     _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl,

@@ -64,7 +64,7 @@ DEFAULTS: dict[str, dict] = {
     # of 8 slots x 4 KB, unrolled. No num_stages: the kernels prefetch/unroll themselves (Triton does not
     # pipeline loads that feed no tl.dot). PRELOAD: down loads every slot's weights before its PDL wait (one
     # [8 x BLOCK_N, 32-word] tile; on the H200 it pays at T <= 2 only, see configs/sm_90.json).
-    "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "num_stages": 1},
+    "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "F16": False},
     "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False},
     # INT4 dot path (verify batches, off unless SGLANG_EAGLE3_MOE_DOT_MAX): gate_up as tl.dot over an expert's
     # pairs, BLOCK_N gate + BLOCK_N up rows a program, BLOCK_W words a row a step, H split over SPLIT programs;

@@ -202,6 +202,35 @@ def check_moe_down_preload(T, E, H, I, top_k, seed=0) -> float:
     return err
 
 
+def check_moe_gemv_f16(T, E, H, I, top_k, seed=0, device="cpu") -> dict:
+    """The GEMV path with gate_up in packed fp16 (F16) against the fp32 form (same tiles) and a float64
+    reference, tokens sharing experts. float32 inputs (x then rounds to fp16: 2^-11 relative): within 1e-3 of
+    the outputs' scale (the fp32 form within 1e-5). bf16 inputs (exact in fp16; only the 4-product sums round):
+    no further from the reference than the fp32 form plus half a bf16 ulp of the scale. A token computed alone
+    is bit-identical to the same token in the batch (decode vs verify)."""
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
+    def run(args, f16):
+        return triton_fused_moe_int4(*args, 32, None, path="gemv",
+                                     config={"gate_up": {**GEMV_MID["gate_up"], "F16": f16}, "down": GEMV_MID["down"]})
+
+    errs = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        args = make_moe_inputs(T, E, H, I, top_k, device, True, dtype, seed, True)
+        x, p13, s13, p2, s2, topk_w, ids = args
+        ref = kernels.ref_fused_moe_int4(x.double(), p13, s13, p2, s2, topk_w.double(), ids, 32, None)
+        f16, f32 = run(args, True), run(args, False)
+        e16, e32 = (((out.double() - ref).abs().max() / ref.abs().max()).item() for out in (f16, f32))
+        errs[str(dtype)] = (e16, e32)
+        if dtype == torch.float32:
+            assert e16 <= 1e-3 and e32 <= 1e-5, f"float32: F16 {e16}, fp32 form {e32} of the outputs' scale off"
+        else:
+            assert e16 <= e32 + 2**-9, f"bf16: F16 {e16} vs fp32 form {e32} of the outputs' scale off"
+        one = run((x[1:2], p13, s13, p2, s2, topk_w[1:2], ids[1:2]), True)
+        assert torch.equal(one[0], f16[1]), f"{dtype}: a token alone differs from the same token in the batch"
+    return errs
+
+
 def check_fused_moe_int4_gemv_exact(T, E, H, I, top_k, device="cpu", seed=0, skew=False, dtype=torch.float32,
                                     config=None, path="gemv") -> float:
     """An INT4 MoE path (the GEMV path unless ``path`` says) bit for bit against a float64 re-implementation,
@@ -694,18 +723,18 @@ CASES = {
     "moe_int4_gemv_exact_t6_first_pair_works": lambda: check_fused_moe_int4_gemv_exact(
         6, 8, 160, 32, 3, seed=50, skew=True,
         config={"gate_up": {**GEMV_MID["gate_up"], "PER_PAIR": False}, "down": GEMV_MID["down"]}),
-    # gate_up's chunk loop pipelined through shared memory (num_stages > 1, the loop's num_stages; the interpreter
-    # runs it as a plain loop, the compile checks look at the pipelining): masked over a partial chunk, unmasked
-    # over several chunks, and with the expert's first pair working for all its pairs.
-    "moe_int4_gemv_exact_t3_staged_partial_chunk": lambda: check_fused_moe_int4_gemv_exact(
-        3, 9, 160, 32, 4, seed=53, config={"gate_up": {**GEMV_MID["gate_up"], "num_stages": 3},
-                                           "down": GEMV_MID["down"]}),
-    "moe_int4_gemv_exact_t7_staged_unmasked": lambda: check_fused_moe_int4_gemv_exact(
-        7, 10, 256, 32, 3, seed=54, skew=True, config={"gate_up": {**GEMV_SMALL["gate_up"], "num_stages": 4},
+    # gate_up in packed fp16 (F16, a config key; under the interpreter its emulation in plain ops): bit for bit on
+    # exact inputs (a partial chunk, several unmasked chunks, the expert's first pair working for all), and on
+    # random bf16 inputs near the reference and within a few fp16 roundings of the fp32 form.
+    "moe_int4_gemv_exact_t3_f16_partial_chunk": lambda: check_fused_moe_int4_gemv_exact(
+        3, 9, 160, 32, 4, seed=53, config={"gate_up": {**GEMV_MID["gate_up"], "F16": True}, "down": GEMV_MID["down"]}),
+    "moe_int4_gemv_exact_t7_f16_unmasked": lambda: check_fused_moe_int4_gemv_exact(
+        7, 10, 256, 32, 3, seed=54, skew=True, config={"gate_up": {**GEMV_SMALL["gate_up"], "F16": True},
                                                        "down": GEMV_SMALL["down"]}),
-    "moe_int4_gemv_exact_t5_staged_first_pair_works": lambda: check_fused_moe_int4_gemv_exact(
+    "moe_int4_gemv_exact_t5_f16_first_pair_works": lambda: check_fused_moe_int4_gemv_exact(
         5, 8, 160, 32, 3, seed=55, skew=True,
-        config={"gate_up": {**GEMV_MID["gate_up"], "PER_PAIR": False, "num_stages": 2}, "down": GEMV_MID["down"]}),
+        config={"gate_up": {**GEMV_MID["gate_up"], "PER_PAIR": False, "F16": True}, "down": GEMV_MID["down"]}),
+    "moe_int4_gemv_f16_vs_fp32_form": lambda: check_moe_gemv_f16(4, 12, 256, 64, 4, seed=56),
     # down with every slot's weights loaded as one tile (PRELOAD, a config key: top_k a power of two and I/8 in
     # one chunk) against the slot loop, on rows past H (BLOCK_N 64 over H=96: the masked path).
     "moe_int4_gemv_exact_t4_top8_down_preload_masked": lambda: check_fused_moe_int4_gemv_exact(

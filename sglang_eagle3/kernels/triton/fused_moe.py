@@ -384,10 +384,10 @@ def _load_int4_chunk(rows, scales, n_ok, w0, w_idx, g_idx, N_WORDS, GROUP_WORDS:
 
 
 @triton.jit
-def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr, SHIFT16: tl.constexpr):
+def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr, SHIFT16: tl.constexpr, F16: tl.constexpr = False):
     """x of words w0 + w_idx as a [W, 8] fp32 tile pre-scaled for the nibble trick: [w, j] = x[8w + j] *
-    16^-p(j) (_nibble_scale). One row is the 8 contiguous values of a packed word (16 bytes of bf16: one vector
-    load).
+    16^-p(j) (_nibble_scale); with F16, for the packed fp16 form: x[8w + j] * F16_X_SCALE, over 16 more for odd
+    j. One row is the 8 contiguous values of a packed word (16 bytes of bf16: one vector load).
     EVEN: no mask; past the end, re-reads the last chunk (as _load_int4_chunk does)."""
     j = tl.arange(0, 8)
     if EVEN:
@@ -397,6 +397,8 @@ def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr, SHIFT16: tl.con
     else:
         words = w0 + w_idx
         x = tl.load(x_row + 8 * words[:, None] + j[None, :], mask=(words < N_WORDS)[:, None], other=0.0)
+    if F16:
+        return x.to(tl.float32) * tl.where(j % 2 == 1, F16_X_SCALE / 16, F16_X_SCALE)[None, :]
     return x.to(tl.float32) * _nibble_scale(j, SHIFT16)[None, :]
 
 
@@ -419,21 +421,132 @@ def _x_columns(xs):
             x7[None, :])
 
 
+# gate_up's packed half-precision form (F16, a config key): two nibbles a 32-bit op. A word's nibbles j and j + 4
+# sit at bits 4j and 16 + 4j, i.e. at the same place in its two 16-bit halves, so one LOP3 with the mask
+# 0x000F000F (j = 0) or 0x00F000F0 (j = 1) OR-ed into 0x64006400 (1024.0 twice in fp16) makes two fp16 values
+# 1024 + q (j = 0) or 1024 + 16 q (j = 1); one HSUB2 of 1032 / 1152 leaves q - 8 and 16 (q - 8) exactly. Nibbles
+# 2, 3 (6, 7) the same after one shift of the word by 8. One HFMA2 then multiplies two weights by their x,
+# so a word of 8 weights costs a shift, 4 LOP3, 4 HSUB2, 4 HFMA2, two conversions of the two lanes' sums to
+# fp32 and their FADD: ~2.1 SASS instructions a weight against the fp32 form's ~4.2 (compile checks).
+# Numerics: x is rounded to fp16 after scaling by 2^-6 (2^-10 for the nibbles the decode leaves 16x larger),
+# which keeps a bf16 x exact (8 significant bits) from |x| ~ 4e-3 up to 2^22, far above what an RMSNorm output
+# reaches (|x_i| <= sqrt(H) * |w_i|); products (q - 8) x are then exact in fp16 (<= 11 significant bits), and
+# only the 4-term sum of each lane rounds, to fp16 (2^-11 relative), before the fp32 sums take over: ~5x below
+# the bf16 rounding of the output. The same code for every pair whatever T is, so decode and verify stay
+# bit-identical. Under the interpreter, _word_dots_f16_emulated computes the same roundings with plain ops.
+F16_X_SCALE = tl.constexpr(1.0 / 64)  # 2^-6; 2^-10 for odd nibbles (undone on the fp32 sums: exact)
+
+
+@triton.jit
+def _x_pairs_f16(xs):
+    """x chunk [W, 8] (from _load_x_chunk with F16: columns pre-scaled by F16_X_SCALE, odd ones by another 1/16)
+    -> the fp16x2 pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7) as [1, W] int32 (x_j in the low half), as
+    _word_dots_f16 takes them. Rounded and packed in the tile's own layout, where each value is held once;
+    only the 4 packed vectors then move to the weights' layout (see _x_columns)."""
+    W: tl.constexpr = xs.shape[0]
+    bits = xs.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    lo, hi = tl.split(tl.permute(tl.reshape(bits, [W, 2, 4]), (0, 2, 1)))  # j = 4a + i: [W, 4] for a = 0, 1
+    pairs = tl.reshape(lo | (hi << 16), [W, 2, 2])  # i = 2b + c
+    p02, p13 = tl.split(pairs)  # c = 0, 1: [W, 2] over b
+    p0, p2 = tl.split(p02)
+    p1, p3 = tl.split(p13)
+    return p0[None, :], p1[None, :], p2[None, :], p3[None, :]
+
+
+@triton.jit
+def _word_dots_f16(packed, p0, p1, p2, p3):
+    """Per int32 word: the sum over its 8 nibbles of (q - 8) * x, in packed fp16 (see the section's comment),
+    as fp32. p0..p3 are _x_pairs_f16's pairs (broadcast over the rows of packed)."""
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 s, a, b, c, d, acc, m0, m1;
+        .reg .f16 lo, hi;
+        .reg .f32 flo, fhi;
+        mov.b32 m0, 0x64086408;
+        mov.b32 m1, 0x64806480;
+        shr.u32 s, $1, 8;
+        lop3.b32 a, $1, 0x000F000F, 0x64006400, 0xEA;
+        lop3.b32 b, $1, 0x00F000F0, 0x64006400, 0xEA;
+        lop3.b32 c, s, 0x000F000F, 0x64006400, 0xEA;
+        lop3.b32 d, s, 0x00F000F0, 0x64006400, 0xEA;
+        sub.rn.f16x2 a, a, m0;
+        sub.rn.f16x2 b, b, m1;
+        sub.rn.f16x2 c, c, m0;
+        sub.rn.f16x2 d, d, m1;
+        mul.rn.f16x2 acc, a, $2;
+        fma.rn.f16x2 acc, b, $3, acc;
+        fma.rn.f16x2 acc, c, $4, acc;
+        fma.rn.f16x2 acc, d, $5, acc;
+        mov.b32 {lo, hi}, acc;
+        cvt.f32.f16 flo, lo;
+        cvt.f32.f16 fhi, hi;
+        add.rn.f32 $0, flo, fhi;
+        }
+        """,
+        constraints="=r,r,r,r,r,r", args=[packed, p0, p1, p2, p3], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _round_f16(v):
+    return v.to(tl.float16).to(tl.float32)
+
+
+@triton.jit
+def _lane_f16(packed, p0, p1, p2, p3, HI: tl.constexpr):
+    """One lane of _word_dots_f16 (nibbles 0..3, or 4..7 with HI) with the same roundings, in plain ops: each
+    product is exact in fp32 and each fp32 sum of two fp16-exact terms rounds to fp16 as the fused op would."""
+    B: tl.constexpr = 16 if HI else 0
+    ps = (p0, p1, p2, p3)
+    acc = tl.zeros(packed.shape, dtype=tl.float32)
+    for i in tl.static_range(4):
+        bits = (ps[i] >> 16) if HI else ps[i]
+        x = (bits & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        q = (((packed >> (B + 4 * i)) & 0xF) - 8).to(tl.float32) * (16.0 if i % 2 == 1 else 1.0)
+        acc = _round_f16(q * x + acc)
+    return acc
+
+
+@triton.jit
+def _word_dots_f16_emulated(packed, p0, p1, p2, p3):
+    """_word_dots_f16 for the interpreter (which cannot run PTX)."""
+    return _lane_f16(packed, p0, p1, p2, p3, False) + _lane_f16(packed, p0, p1, p2, p3, True)
+
+
+@triton.jit
+def _group_dots_f16(packed, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.constexpr):
+    """_group_dots_cols in the packed fp16 form: [N, W] words, _x_pairs_f16's pairs -> [N, W/GW] group sums
+    (in units of F16_X_SCALE)."""
+    if INTERPRET:
+        t = _word_dots_f16_emulated(packed, pairs[0], pairs[1], pairs[2], pairs[3])
+    else:
+        t = _word_dots_f16(packed, pairs[0], pairs[1], pairs[2], pairs[3])
+    N: tl.constexpr = packed.shape[0]
+    W: tl.constexpr = packed.shape[1]
+    return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
+
+
+@triton.jit
+def _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS: tl.constexpr, SHIFT16: tl.constexpr,
+                   F16: tl.constexpr, INTERPRET: tl.constexpr):
+    """One chunk of gate_up: the gate and up rows' per-group sums of (q - 8) * x, times the group scales, added
+    to the accumulators (xs [BLOCK_W, 8] from _load_x_chunk with the same SHIFT16 and F16)."""
+    if F16:
+        pairs = _x_pairs_f16(xs)
+        acc_g += _group_dots_f16(pg, pairs, GROUP_WORDS, INTERPRET) * sg
+        acc_u += _group_dots_f16(pu, pairs, GROUP_WORDS, INTERPRET) * su
+    else:
+        x_cols = _x_columns(xs)
+        acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16) * sg
+        acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16) * su
+    return acc_g, acc_u
+
+
 @triton.jit
 def _group_member(ids_ptr, expert, TK, r, TK_PAD: tl.constexpr):
     """Pair id of the r-th (in pair order) pair routed to `expert`."""
     pairs, _ = _expert_rows(ids_ptr, expert, TK, r, 1, TK_PAD)
     return tl.sum(pairs, axis=0)
-
-
-@triton.jit
-def _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS: tl.constexpr, SHIFT16: tl.constexpr):
-    """One chunk of gate_up: the gate and up rows' per-group sums of (q - 8) * x, scaled, added to the
-    accumulators (xs [BLOCK_W, 8] from _load_x_chunk)."""
-    x_cols = _x_columns(xs)
-    acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16) * sg
-    acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16) * su
-    return acc_g, acc_u
 
 
 @triton.jit
@@ -443,7 +556,8 @@ def moe_int4_gemv_gate_up_kernel(
     TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
-    PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, STAGES: tl.constexpr = 1,
+    PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, F16: tl.constexpr = False,
+    INTERPRET: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -454,13 +568,11 @@ def moe_int4_gemv_gate_up_kernel(
     flight. Else the expert's first pair computes all of the expert's pairs one after another (re-reading
     the weights from L2) and the others exit: fewer programs, but the shared experts' work is serial.
     Either way a pair's arithmetic is the same code whatever the batch holds.
+    F16: the dots in packed half precision, two weights an op (see the comment above F16_X_SCALE).
 
-    Bytes in flight: Triton's pipeliner only pipelines loads that feed a tl.dot unless the loop carries
-    num_stages. STAGES = 1: the next chunk is prefetched by hand into registers (its loads issued before the
-    current chunk's arithmetic: two chunks in flight, both in registers, 179 at the T=1 config). STAGES > 1:
-    the loop carries num_stages=STAGES, and the pipeliner copies the chunks asynchronously into STAGES - 1
-    shared-memory buffers (cp.async), so the chunks in flight cost shared memory instead of registers (80-94
-    at the same configs)."""
+    NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
+    next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
+    chunk's arithmetic, two chunks in flight per program."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
@@ -488,29 +600,23 @@ def moe_int4_gemv_gate_up_kernel(
             x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
             acc_g = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
             acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
-            if STAGES > 1:
-                for w0 in tl.range(0, H_WORDS, BLOCK_W, num_stages=STAGES):
-                    pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0, w_idx, g_idx, H_WORDS, GROUP_WORDS,
-                                              EVEN)
-                    pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, w0, w_idx, g_idx, H_WORDS, GROUP_WORDS,
-                                              EVEN)
-                    xs = _load_x_chunk(x_row, w0, w_idx, H_WORDS, EVEN, SHIFT16)  # [BLOCK_W, 8]
-                    acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16)
-            else:
-                pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS,
-                                          EVEN)
-                pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-                xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN, SHIFT16)
-                for w0 in range(0, H_WORDS, BLOCK_W):
-                    pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                        H_WORDS, GROUP_WORDS, EVEN)
-                    pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                        H_WORDS, GROUP_WORDS, EVEN)
-                    xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16)
-                    acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16)
-                    pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
+            pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN, SHIFT16, F16)  # [BLOCK_W, 8]
+            for w0 in range(0, H_WORDS, BLOCK_W):
+                pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, F16)
+                acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16, F16,
+                                              INTERPRET)
+                pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
             g = tl.sum(acc_g, axis=1)
             u = tl.sum(acc_u, axis=1)
+            if F16:  # undo F16_X_SCALE (a power of two: exact)
+                g = g * (1.0 / F16_X_SCALE)
+                u = u * (1.0 / F16_X_SCALE)
             j = n_offs % 8
             tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
                      g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16), mask=n_ok)
