@@ -143,7 +143,7 @@ def check_gemv(arch: int) -> dict:
                 per_weight, 2)
             if f16:
                 assert per_weight <= MAX_GEMV_F16_INSTR_PER_WEIGHT and ops["HFMA2"] > 0, (
-                    f"F16 gate_up inner loop {per_weight:.2f} SASS instructions per weight: {dict(ops.most_common(10))}")
+                    f"F16 gate_up inner loop {per_weight:.2f} SASS instructions a weight: {dict(ops.most_common(10))}")
             elif even:
                 assert per_weight <= MAX_GEMV_INSTR_PER_WEIGHT, (
                     f"gate_up inner loop {per_weight:.2f} SASS instructions per weight (> "
