@@ -13,8 +13,14 @@
 # 2.55-2.7 at 16-32 rows a program). Its GPU tests (the inline PTX bit-identical to its plain-op emulation), a sweep
 # of F16 configs against the table's fp32 ones at T = 1..16 writing the best per T as a table, then the 61-layer
 # step with that table against the checked-in one, alternating twice in one process.
+# Part "w3" (w2 at 7f57fae: F16 faster from T=2, T = 2 / 4 / 8 / 16 over 12 shared experts 21.5 / 36.5 / 64.7 /
+# 124.3 -> 19.2 / 31.3 / 52.0 / 96.2 us, uniform 23.9 / 39.3 / 67.7 / 126.9 -> 22.0 / 35.0 / 59.5 / 105.0; slower
+# at T=1, 12.9 -> 14.6; the step's verify T = 2 / 4 / 8 2-8% faster; its 4 new GPU tests failed on an import):
+# the sm_90 table now takes F16 at every T (T=1 too, so that decode and verify run one arithmetic) with 128-word
+# chunks in every bucket. The MoE GPU tests, the CUDA engine and graph-runner tests, then the step with the table
+# against the previous one (benchmarks/data/sm_90_gemv_fp32_table.json), alternating twice.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: w1, w2}
+part=${1:?part: w1, w2, w3}
 
 case $part in
 w1)
@@ -49,6 +55,16 @@ w2)
   TAIL=40 stage step_f16 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$NEW" '' "$NEW" \
     --out "$OUT/step_f16.json"
+  ;;
+w3)
+  TAIL=8 stage moe_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/kernels/test_kernels_gpu.py -k "int4"
+  TAIL=15 stage engine_tests 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 280 \
+    tests/test_graph_runner.py tests/gpu/test_cuda_engine.py
+  OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gemv_fp32_table.json"
+  TAIL=40 stage step_table 240 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$OLD" '' "$OLD" \
+    --out "$OUT/step_table.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -283,9 +283,11 @@ def test_fused_moe_int4_gemv_f16(int4_weights, case, monkeypatch):
     (what the interpreter runs), near the reference and within a few fp16 roundings of the fp32 form (same
     tiles), and a token alone bit-identical to the same token in the batch; the shared experts' output added in
     the final store."""
-    from sglang_eagle3.kernels import fused_moe as fm
+    import importlib
+
     from sglang_eagle3.kernels import tuning
 
+    fm = importlib.import_module("sglang_eagle3.kernels.fused_moe")  # (kernels.fused_moe is also a function)
     T, skew, gate_up = GEMV_F16[case]
     p13, s13, p2, s2 = int4_weights
     x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
