@@ -126,6 +126,7 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
     import builtins
     import importlib.util
 
+    from sglang_eagle3 import env
     from sglang_eagle3.distributed.parallel_state import init_tp
     from sglang_eagle3.engine import EngineArgs
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
@@ -193,13 +194,15 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
             return res if batch else res[0]
 
     configs = [("baseline", None, None)] + [(f"eagle3_k{a.k}_acc{x}", a.k, x) for x in a.simulate_accept]
-    variants = [(v, prefill_tokens(v), m) for v in a.prefill_graphs for m in a.mha_prefill_tokens]
-    # Each variant (prefill graphs x MHA prefill) runs every configuration in turn, the variants alternating
-    # (--repeat-variants).
+    variants = [(v, prefill_tokens(v), m, e) for v in a.prefill_graphs for m in a.mha_prefill_tokens
+                for e in a.env_variants]
+    # Each variant (prefill graphs x MHA prefill x environment) runs every configuration in turn, the variants
+    # alternating (--repeat-variants).
     schedule = [(v, c) for _ in range(a.repeat_variants) for v in variants for c in configs]
     base_tps = {}
-    for (graphs, buckets, mha), (cname, k, acc) in schedule:
+    for (graphs, buckets, mha, env_set), (cname, k, acc) in schedule:
         variant = graphs if mha is None else f"{graphs}, mha_prefill_tokens {mha}"
+        variant += f", {env_set}" if env_set else ""
         name = cname if len(variants) == 1 else f"{cname}[prefill graphs {variant}]"
         extra = ({} if buckets is None else {"cuda_graph_prefill_tokens": buckets}) | (
             {} if mha is None else {"mha_prefill_tokens": mha})
@@ -211,10 +214,11 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         ctx = a.context_length or a.prompt_len + a.max_new_tokens + 64  # the graphs' page table width
         plan = {"context_length": ctx, "num_steps": k, "verify_widths": (k + 1,) if k else (1,),
                 "num_pages": ctx // 16 + 4, "eos": ()}
-        worker = ModelWorker(dataclasses.replace(args, page_size=16), plan, torch.device("cuda"),
-                             models=(target, draft if k else None))
-        engine = _Engine(worker)
-        r = _timed_generate(engine, prompts, params, input_ids=True, repeat=a.repeat)
+        with env.overrides(bvg.parse_env_variant(env_set)):  # (kernel configs are read as graphs are captured)
+            worker = ModelWorker(dataclasses.replace(args, page_size=16), plan, torch.device("cuda"),
+                                 models=(target, draft if k else None))
+            engine = _Engine(worker)
+            r = _timed_generate(engine, prompts, params, input_ids=True, repeat=a.repeat)
         r["prefill_ms"] = round(statistics.median(engine.first_steps[1:]) * 1e3, 2)  # [0]: the warm-up's
         base_tps.setdefault(variant, r["tok_per_s"])
         r.update(name=name, speedup=r["tok_per_s"] / base_tps[variant], pinned_accept_length=acc,
@@ -269,6 +273,10 @@ def main() -> None:
     ap.add_argument("--mha-prefill-tokens", type=int, nargs="+", default=[None], metavar="N",
                     help="--kimi-slice: EngineArgs.mha_prefill_tokens per variant (0: absorbed prefill; default: the "
                     "engine's), crossed with --prefill-graphs, alternating")
+    ap.add_argument("--env-variants", nargs="+", default=[""], metavar="SETTINGS",
+                    help="--kimi-slice: environment settings per variant (space-separated NAME=VALUE, '' for the "
+                    "environment as it is), crossed with the others, e.g. a config table "
+                    "'SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gemv_fp32_table.json'")
     ap.add_argument("--repeat-variants", type=int, default=1,
                     help="--kimi-slice: alternate the --prefill-graphs variants this many times")
     ap.add_argument("--context-length", type=int, default=0,

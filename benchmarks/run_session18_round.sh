@@ -19,8 +19,13 @@
 # the sm_90 table now takes F16 at every T (T=1 too, so that decode and verify run one arithmetic) with 128-word
 # chunks in every bucket. The MoE GPU tests, the CUDA engine and graph-runner tests, then the step with the table
 # against the previous one (benchmarks/data/sm_90_gemv_fp32_table.json), alternating twice.
+# Part "w4" (w3 at f40776f: MoE tests 69 passed, engine and graph-runner tests 25 passed; the step with the F16 table
+# against the previous, medians of two alternations: 1k decode 4.82 vs 4.89 ms, verify T = 2 / 4 / 8 5.35 / 6.19 /
+# 7.50 vs 5.43 / 6.50 / 8.28; 8k 4.90 vs 5.02, 5.44 / 6.50 / 7.94 vs 5.59 / 6.71 / 8.51): the other GPU tests that
+# run the INT4 MoE (PDL, overlaps, the Kimi layouts), then end to end, the Kimi slice baseline and EAGLE-3 at a pinned
+# accept length 3.0 with the F16 table and the previous one.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: w1, w2, w3}
+part=${1:?part: w1, w2, w3, w4}
 
 case $part in
 w1)
@@ -65,6 +70,13 @@ w3)
   TAIL=40 stage step_table 240 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$OLD" '' "$OLD" \
     --out "$OUT/step_table.json"
+  ;;
+w4)
+  TAIL=8 stage other_tests 180 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 170 \
+    tests/kernels/test_pdl_gpu.py tests/test_overlap.py tests/loaders/test_layouts.py
+  OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gemv_fp32_table.json"
+  TAIL=12 stage e2e_table 260 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --env-variants '' "$OLD" --out "$OUT/e2e_table.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -25,7 +25,7 @@ def interpreter_results() -> dict[str, dict]:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     proc = subprocess.run([sys.executable, str(HERE / "kernel_checks.py")], env=env, capture_output=True, text=True,
-                          timeout=540)
+                          timeout=720)
     results = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
