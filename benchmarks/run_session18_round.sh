@@ -24,8 +24,11 @@
 # 7.50 vs 5.43 / 6.50 / 8.28; 8k 4.90 vs 5.02, 5.44 / 6.50 / 7.94 vs 5.59 / 6.71 / 8.51): the other GPU tests that
 # run the INT4 MoE (PDL, overlaps, the Kimi layouts), then end to end, the Kimi slice baseline and EAGLE-3 at a pinned
 # accept length 3.0 with the F16 table and the previous one.
+# Part "w5" (w4 at da1264d: 20 passed; end to end F16 table / previous, one pass each: baseline 190.5 / 183.9 tok/s,
+# EAGLE-3 at accept 3.0 365.1 / 363.3, both inside their repeats' spread): the remaining kernel GPU tests, then end
+# to end again, the two tables alternating twice.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: w1, w2, w3, w4}
+part=${1:?part: w1, w2, w3, w4, w5}
 
 case $part in
 w1)
@@ -77,6 +80,13 @@ w4)
   OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gemv_fp32_table.json"
   TAIL=12 stage e2e_table 260 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --env-variants '' "$OLD" --out "$OUT/e2e_table.json"
+  ;;
+w5)
+  TAIL=8 stage kernel_tests 250 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py tests/kernels/test_mla_rope_gpu.py -k "not int4"
+  OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gemv_fp32_table.json"
+  TAIL=12 stage e2e_table2 300 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --env-variants '' "$OLD" --repeat-variants 2 --out "$OUT/e2e_table2.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
