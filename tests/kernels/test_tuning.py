@@ -51,6 +51,19 @@ def test_mla_stages_lowered_to_fit():
     assert split_pass_stages(5, 16, 16, 512, 64, 2, 99 << 10) == 5
 
 
+@pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
+def test_gemv_gate_up_one_arithmetic_at_every_T(path):
+    """The INT4 GEMV gate_up's buckets agree on F16 (the packed fp16 dots or the fp32 ones) and on BLOCK_W (which
+    fixes the order of the fp32 sums): a token's gate_up is then the same arithmetic in decode (T=1) and in verify
+    (T=k+1), whatever bucket each falls in, and speculation's output equals plain decoding's. A table swept per T
+    that mixed the forms would break that by ~1e-3 relative, not 1e-9."""
+    table = json.loads(path.read_text())
+    buckets = table["ops"].get("fused_moe_int4_gemv_gate_up", [])
+    default = tuning.DEFAULTS["fused_moe_int4_gemv_gate_up"]
+    forms = {(b.get("F16", default["F16"]), b.get("BLOCK_W", default["BLOCK_W"])) for b in buckets}
+    assert len(forms) <= 1, f"{path.name}: gate_up buckets mix (F16, BLOCK_W) forms {sorted(forms)}"
+
+
 def test_sm120_unmeasured():
     table = json.loads((tuning.CONFIG_DIR / "sm_120.json").read_text())
     assert table["measured"] is False and "unmeasured" in table["source"]
