@@ -27,8 +27,13 @@
 # Part "w5" (w4 at da1264d: 20 passed; end to end F16 table / previous, one pass each: baseline 190.5 / 183.9 tok/s,
 # EAGLE-3 at accept 3.0 365.1 / 363.3, both inside their repeats' spread): the remaining kernel GPU tests, then end
 # to end again, the two tables alternating twice.
+# Part "w6" (w5 at bd6ab22: 230 kernel tests passed; end to end, two alternations, EAGLE-3 at accept 3.0 376.0 / 375.0
+# tok/s with the F16 table against 361.9 / 367.7, baseline 190.3 / 191.3 against 190.8 / 193.3): the F16 decode
+# now turns the odd nibbles' 1024 + 16q into q - 8 with one HFMA2 by 1/16 and -72 (was: an HSUB2 of 1152, with x
+# scaled by another 1/16, which made x below 2^-4 subnormal in fp16): the MoE GPU tests (the PTX against its
+# emulation), the table against explicit fp32 configs at T = 1..8, and the step at 1k against the previous table.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: w1, w2, w3, w4, w5}
+part=${1:?part: w1, w2, w3, w4, w5, w6}
 
 case $part in
 w1)
@@ -87,6 +92,16 @@ w5)
   OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gemv_fp32_table.json"
   TAIL=12 stage e2e_table2 300 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --env-variants '' "$OLD" --repeat-variants 2 --out "$OUT/e2e_table2.json"
+  ;;
+w6)
+  TAIL=8 stage moe_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/kernels/test_kernels_gpu.py -k "int4"
+  TAIL=40 stage moe_table 90 python benchmarks/bench_moe_dot.py --out "$OUT/moe_table.json" \
+    --variants "gemv (table)" --tokens 1 2 4 8 --pools 12 384 \
+    --gemv-config BLOCK_N=16,BLOCK_W=128,num_warps=8,F16=0 --gemv-config BLOCK_N=8,BLOCK_W=128,num_warps=4,F16=0
+  OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gemv_fp32_table.json"
+  TAIL=12 stage step_table2 120 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants '' "$OLD" --out "$OUT/step_table2.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -215,13 +215,15 @@ def check_moe_gemv_f16(T, E, H, I, top_k, seed=0, device="cpu") -> dict:
                                      config={"gate_up": {**GEMV_MID["gate_up"], "F16": f16}, "down": GEMV_MID["down"]})
 
     errs = {}
-    for dtype in (torch.bfloat16, torch.float32):
-        args = make_moe_inputs(T, E, H, I, top_k, device, True, dtype, seed, True)
-        x, p13, s13, p2, s2, topk_w, ids = args
+    for dtype, x_scale in ((torch.bfloat16, 1.0), (torch.bfloat16, 1 / 64), (torch.float32, 1.0)):
+        # (x / 64: |x| mostly 2^-8..2^-5, where an fp16 x scaled by much more than F16_X_SCALE would be subnormal)
+        x, p13, s13, p2, s2, topk_w, ids = make_moe_inputs(T, E, H, I, top_k, device, True, dtype, seed, True)
+        x = (x * x_scale).to(dtype)
+        args = (x, p13, s13, p2, s2, topk_w, ids)
         ref = kernels.ref_fused_moe_int4(x.double(), p13, s13, p2, s2, topk_w.double(), ids, 32, None)
         f16, f32 = run(args, True), run(args, False)
         e16, e32 = (((out.double() - ref).abs().max() / ref.abs().max()).item() for out in (f16, f32))
-        errs[str(dtype)] = (e16, e32)
+        errs[f"{dtype} x{x_scale:g}"] = (e16, e32)
         if dtype == torch.float32:
             assert torch.equal(f16, f32), "float32 activations must keep the fp32 form"
             continue

@@ -386,8 +386,8 @@ def _load_int4_chunk(rows, scales, n_ok, w0, w_idx, g_idx, N_WORDS, GROUP_WORDS:
 @triton.jit
 def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr, SHIFT16: tl.constexpr, F16: tl.constexpr = False):
     """x of words w0 + w_idx as a [W, 8] fp32 tile pre-scaled for the nibble trick: [w, j] = x[8w + j] *
-    16^-p(j) (_nibble_scale); with F16, for the packed fp16 form: x[8w + j] * F16_X_SCALE, over 16 more for odd
-    j. One row is the 8 contiguous values of a packed word (16 bytes of bf16: one vector load).
+    16^-p(j) (_nibble_scale); with F16, for the packed fp16 form: x[8w + j] * F16_X_SCALE. One row is the 8
+    contiguous values of a packed word (16 bytes of bf16: one vector load).
     EVEN: no mask; past the end, re-reads the last chunk (as _load_int4_chunk does)."""
     j = tl.arange(0, 8)
     if EVEN:
@@ -398,7 +398,7 @@ def _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN: tl.constexpr, SHIFT16: tl.con
         words = w0 + w_idx
         x = tl.load(x_row + 8 * words[:, None] + j[None, :], mask=(words < N_WORDS)[:, None], other=0.0)
     if F16:
-        return x.to(tl.float32) * tl.where(j % 2 == 1, F16_X_SCALE / 16, F16_X_SCALE)[None, :]
+        return x.to(tl.float32) * F16_X_SCALE
     return x.to(tl.float32) * _nibble_scale(j, SHIFT16)[None, :]
 
 
@@ -424,23 +424,24 @@ def _x_columns(xs):
 # gate_up's packed half-precision form (F16, a config key): two nibbles a 32-bit op. A word's nibbles j and j + 4
 # sit at bits 4j and 16 + 4j, i.e. at the same place in its two 16-bit halves, so one LOP3 with the mask
 # 0x000F000F (j = 0) or 0x00F000F0 (j = 1) OR-ed into 0x64006400 (1024.0 twice in fp16) makes two fp16 values
-# 1024 + q (j = 0) or 1024 + 16 q (j = 1); one HSUB2 of 1032 / 1152 leaves q - 8 and 16 (q - 8) exactly. Nibbles
-# 2, 3 (6, 7) the same after one shift of the word by 8. One HFMA2 then multiplies two weights by their x,
-# so a word of 8 weights costs a shift, 4 LOP3, 4 HSUB2, 4 HFMA2, two conversions of the two lanes' sums to
-# fp32 and their FADD: ~2.1 SASS instructions a weight against the fp32 form's ~4.2 (compile checks).
-# Numerics: x is rounded to fp16 after scaling by 2^-6 (2^-10 for the nibbles the decode leaves 16x larger),
-# which keeps a bf16 x exact (8 significant bits) from |x| ~ 4e-3 up to 2^22, far above what an RMSNorm output
-# reaches (|x_i| <= sqrt(H) * |w_i|); products (q - 8) x are then exact in fp16 (<= 11 significant bits), and
-# only the 4-term sum of each lane rounds, to fp16 (2^-11 relative), before the fp32 sums take over: ~5x below
-# the bf16 rounding of the output. The same code for every pair whatever T is, so decode and verify stay
-# bit-identical. Under the interpreter, _word_dots_f16_emulated computes the same roundings with plain ops.
-F16_X_SCALE = tl.constexpr(1.0 / 64)  # 2^-6; 2^-10 for odd nibbles (undone on the fp32 sums: exact)
+# 1024 + q (j = 0) or 1024 + 16 q (j = 1); one HSUB2 of 1032 (j = 0), or one HFMA2 by 1/16 and -72 (j = 1),
+# leaves q - 8 exactly. Nibbles 2, 3 (6, 7) the same after one shift of the word by 8. One HFMA2 then
+# multiplies two weights by their x, so a word of 8 weights costs a shift, 4 LOP3, 4 HSUB2/HFMA2, 4 HFMA2, two
+# conversions of the two lanes' sums to fp32 and their FADD: ~2.1 SASS instructions a weight against the fp32
+# form's ~4.2 (compile checks).
+# Numerics: x is rounded to fp16 after scaling by 2^-6, which keeps a bf16 x exact (8 significant bits) from
+# |x| = 2^-8 up to ~2^17 (a 4-product sum stays under fp16's 65504), far above what an RMSNorm output reaches
+# (|x_i| <= sqrt(H) * |w_i|, 84.7 |w_i| at H = 7168); below 2^-8 x becomes subnormal, ~1e-5 absolute. Products
+# (q - 8) x are then exact in fp16 (<= 11 significant bits), and only the 4-term sum of each lane rounds, to fp16
+# (2^-11 relative), before the fp32 sums take over: ~5x below the bf16 rounding of the output. The same code for
+# every pair whatever T is, so decode and verify run one arithmetic (the tables keep F16 and BLOCK_W the same in
+# every bucket). Under the interpreter, _word_dots_f16_emulated computes the same roundings with plain ops.
+F16_X_SCALE = tl.constexpr(1.0 / 64)  # 2^-6 (undone on the fp32 sums: exact)
 
 
 @triton.jit
 def _x_pairs_f16(xs):
-    """x chunk [W, 8] (from _load_x_chunk with F16: columns pre-scaled by F16_X_SCALE, odd ones by another 1/16)
-    -> the fp16x2 pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7) as [1, W] int32 (x_j in the low half), as
+    """x chunk [W, 8] (from _load_x_chunk with F16: pre-scaled by F16_X_SCALE) -> the fp16x2 pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7) as [1, W] int32 (x_j in the low half), as
     _word_dots_f16 takes them. Rounded and packed in the tile's own layout, where each value is held once;
     only the 4 packed vectors then move to the weights' layout (see _x_columns)."""
     W: tl.constexpr = xs.shape[0]
@@ -456,24 +457,26 @@ def _x_pairs_f16(xs):
 @triton.jit
 def _word_dots_f16(packed, p0, p1, p2, p3):
     """Per int32 word: the sum over its 8 nibbles of (q - 8) * x, in packed fp16 (see the section's comment),
-    as fp32. p0..p3 are _x_pairs_f16's pairs (broadcast over the rows of packed)."""
+    as fp32. p0..p3 are _x_pairs_f16's pairs (broadcast over the rows of packed). Constants: 1032 = 0x6408,
+    1/16 = 0x2C00, -72 = 0xD480 in fp16 ((1024 + 16 q) / 16 - 72 = q - 8)."""
     return tl.inline_asm_elementwise(
         asm="""
         {
-        .reg .b32 s, a, b, c, d, acc, m0, m1;
+        .reg .b32 s, a, b, c, d, acc, m0, k16, m72;
         .reg .f16 lo, hi;
         .reg .f32 flo, fhi;
         mov.b32 m0, 0x64086408;
-        mov.b32 m1, 0x64806480;
+        mov.b32 k16, 0x2C002C00;
+        mov.b32 m72, 0xD480D480;
         shr.u32 s, $1, 8;
         lop3.b32 a, $1, 0x000F000F, 0x64006400, 0xEA;
         lop3.b32 b, $1, 0x00F000F0, 0x64006400, 0xEA;
         lop3.b32 c, s, 0x000F000F, 0x64006400, 0xEA;
         lop3.b32 d, s, 0x00F000F0, 0x64006400, 0xEA;
         sub.rn.f16x2 a, a, m0;
-        sub.rn.f16x2 b, b, m1;
+        fma.rn.f16x2 b, b, k16, m72;
         sub.rn.f16x2 c, c, m0;
-        sub.rn.f16x2 d, d, m1;
+        fma.rn.f16x2 d, d, k16, m72;
         mul.rn.f16x2 acc, a, $2;
         fma.rn.f16x2 acc, b, $3, acc;
         fma.rn.f16x2 acc, c, $4, acc;
@@ -502,7 +505,7 @@ def _lane_f16(packed, p0, p1, p2, p3, HI: tl.constexpr):
     for i in tl.static_range(4):
         bits = (ps[i] >> 16) if HI else ps[i]
         x = (bits & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-        q = (((packed >> (B + 4 * i)) & 0xF) - 8).to(tl.float32) * (16.0 if i % 2 == 1 else 1.0)
+        q = (((packed >> (B + 4 * i)) & 0xF) - 8).to(tl.float32)
         acc = _round_f16(q * x + acc)
     return acc
 
