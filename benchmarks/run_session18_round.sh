@@ -7,7 +7,7 @@
 # Its GPU tests, a sweep of staged configs against the table's at T = 1..16 (bench_moe_dot.py, uniform routing and
 # tokens sharing 12 experts) writing the best per T as a table, then the 61-layer step with that table against the
 # checked-in one, alternating twice in one process.
-# Part "w2" (w1 at 851bdc6: every staged config slower at every T, e.g. T=1 14.2-36.8 us against 12.9-14.4 for the
+# Part "w2" (w1 at 851bdc6, whose num_stages key is no longer read: every staged config slower at every T, e.g. T=1 14.2-36.8 us against 12.9-14.4 for the
 # table's, T=2 23.4 against 21.5, T=8 65.7 against 64.8; the step unchanged, so the staged loop was removed): the
 # gate_up's dots in packed fp16 (config F16: HFMA2, two weights an op; ~3.0 SASS instructions a weight against ~4.2,
 # 2.55-2.7 at 16-32 rows a program). Its GPU tests (the inline PTX bit-identical to its plain-op emulation), a sweep
@@ -35,39 +35,34 @@
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: w1, w2, w3, w4, w5, w6}
 
+# The MoE tests, then a sweep of gate_up configs (each "BLOCK_N,BLOCK_W,num_warps[,num_stages]" plus SUFFIX) against
+# the table's at T = 1..16 writing the best per T as a table, then the 61-layer step with that table against the
+# checked-in one, alternating twice: moe_sweep_step NAME "CONFIGS" SUFFIX.
+moe_sweep_step() {
+  local name=$1 configs=$2 suffix=$3 V=() bn bw w s
+  TAIL=8 stage moe_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/kernels/test_kernels_gpu.py -k "int4"
+  for c in $configs; do
+    IFS=, read -r bn bw w s <<< "$c"
+    V+=(--gemv-config "BLOCK_N=$bn,BLOCK_W=$bw,num_warps=$w${s:+,num_stages=$s}$suffix")
+  done
+  TAIL=120 stage "moe_$name" 240 python benchmarks/bench_moe_dot.py --out "$OUT/moe_$name.json" \
+    --variants "gemv (table)" --tokens 1 2 4 8 16 --pools 12 384 "${V[@]}" \
+    --table-path gemv --table-pool 0 --table-out "$OUT/gemv_${name}_table.json"
+  cat "$OUT/gemv_${name}_table.json"
+  local NEW="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/gemv_${name}_table.json"
+  TAIL=40 stage "step_$name" 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$NEW" '' "$NEW" \
+    --out "$OUT/step_$name.json"
+}
+
 case $part in
 w1)
-  TAIL=8 stage moe_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
-    tests/kernels/test_kernels_gpu.py -k "int4"
-  V=()
-  for c in 16,128,8,3 16,128,8,4 8,128,4,3 8,128,4,4 8,128,8,4 16,64,4,4 8,64,2,4 4,128,2,4 16,64,8,6 8,64,4,6; do
-    IFS=, read -r bn bw w s <<< "$c"
-    V+=(--gemv-config "BLOCK_N=$bn,BLOCK_W=$bw,num_warps=$w,num_stages=$s")
-  done
-  TAIL=120 stage moe_staged 240 python benchmarks/bench_moe_dot.py --out "$OUT/moe_staged.json" \
-    --variants "gemv (table)" --tokens 1 2 4 8 16 --pools 12 384 "${V[@]}" \
-    --table-path gemv --table-pool 0 --table-out "$OUT/gemv_staged_table.json"
-  cat "$OUT/gemv_staged_table.json"
-  NEW="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/gemv_staged_table.json"
-  TAIL=40 stage step_staged 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
-    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$NEW" '' "$NEW" \
-    --out "$OUT/step_staged.json"
+  moe_sweep_step staged "16,128,8,3 16,128,8,4 8,128,4,3 8,128,4,4 8,128,8,4 16,64,4,4 8,64,2,4 4,128,2,4 16,64,8,6
+    8,64,4,6" ""
   ;;
 w2)
-  TAIL=8 stage moe_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
-    tests/kernels/test_kernels_gpu.py -k "int4"
-  V=()
-  for c in 16,128,8 8,128,4 16,128,4 32,128,8 32,64,4 16,64,4 8,64,2 16,64,2 4,128,2 32,128,4; do
-    IFS=, read -r bn bw w <<< "$c"
-    V+=(--gemv-config "BLOCK_N=$bn,BLOCK_W=$bw,num_warps=$w,F16=1")
-  done
-  TAIL=120 stage moe_f16 240 python benchmarks/bench_moe_dot.py --out "$OUT/moe_f16.json" \
-    --variants "gemv (table)" --tokens 1 2 4 8 16 --pools 12 384 "${V[@]}" \
-    --table-path gemv --table-pool 0 --table-out "$OUT/gemv_f16_table.json"
-  NEW="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/gemv_f16_table.json"
-  TAIL=40 stage step_f16 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
-    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$NEW" '' "$NEW" \
-    --out "$OUT/step_f16.json"
+  moe_sweep_step f16 "16,128,8 8,128,4 16,128,4 32,128,8 32,64,4 16,64,4 8,64,2 16,64,2 4,128,2 32,128,4" ",F16=1"
   ;;
 w3)
   TAIL=8 stage moe_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
