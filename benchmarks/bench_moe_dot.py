@@ -7,10 +7,11 @@ the package of its own tree.
 
     python benchmarks/bench_moe_dot.py --out benchmarks/results/h200/moe_dot.json
 
-GEMV gate_up configs (num_stages > 1: the chunk loop pipelined through shared memory) and a table of the best:
+GEMV gate_up configs (F16=1: the packed fp16 dots) and a table of the best per T, e.g. for a GPU whose table is
+unmeasured (then try it with SGLANG_EAGLE3_CONFIG_TABLE; keep F16 and BLOCK_W the same in every bucket):
 
     python benchmarks/bench_moe_dot.py --out OUT.json --variants "gemv (table)" --table-path gemv --table-pool 0 \
-        --table-out table.json --gemv-config BLOCK_N=8,BLOCK_W=128,num_warps=4,num_stages=3 ...
+        --table-out table.json --gemv-config BLOCK_N=16,BLOCK_W=128,num_warps=8,F16=1 ...
 """
 
 from __future__ import annotations

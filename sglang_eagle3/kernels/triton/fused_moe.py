@@ -441,9 +441,10 @@ F16_X_SCALE = tl.constexpr(1.0 / 64)  # 2^-6 (undone on the fp32 sums: exact)
 
 @triton.jit
 def _x_pairs_f16(xs):
-    """x chunk [W, 8] (from _load_x_chunk with F16: pre-scaled by F16_X_SCALE) -> the fp16x2 pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7) as [1, W] int32 (x_j in the low half), as
-    _word_dots_f16 takes them. Rounded and packed in the tile's own layout, where each value is held once;
-    only the 4 packed vectors then move to the weights' layout (see _x_columns)."""
+    """x chunk [W, 8] (from _load_x_chunk with F16: pre-scaled by F16_X_SCALE) -> the fp16x2 pairs (x0, x4),
+    (x1, x5), (x2, x6), (x3, x7) as [1, W] int32 (x_j in the low half), as _word_dots_f16 takes them. Rounded
+    and packed in the tile's own layout, where each value is held once; only the 4 packed vectors then move to
+    the weights' layout (see _x_columns)."""
     W: tl.constexpr = xs.shape[0]
     bits = xs.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
     lo, hi = tl.split(tl.permute(tl.reshape(bits, [W, 2, 4]), (0, 2, 1)))  # j = 4a + i: [W, 4] for a = 0, 1
