@@ -4,10 +4,8 @@ interpreter, triton.jit builds interpreted functions that cannot be compiled).""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
+from case_runner import run_cases, selected_cases  # noqa: E402
 from compile_checks import CASES  # noqa: E402
 
 
@@ -28,17 +27,7 @@ def compile_results(request) -> dict[str, dict]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     # Only the cases this session selected (e.g. -k moe): every case compiles several kernels for two GPUs.
-    selected = sorted({item.callspec.params["case"] for item in request.session.items
-                       if item.module is request.module and hasattr(item, "callspec")})
-    proc = subprocess.run([sys.executable, str(HERE / "compile_checks.py"), *selected], env=env,
-                          capture_output=True, text=True, timeout=540)
-    results = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
-            results[row["case"]] = row
-    assert results, f"compile checks produced no results (rc={proc.returncode}):\n{proc.stderr[-4000:]}"
-    return results
+    return run_cases(HERE / "compile_checks.py", selected_cases(request, CASES), env, timeout=540)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
