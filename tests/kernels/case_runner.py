@@ -10,12 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+MAX_SHARDS = 8  # each shard imports torch and triton (~0.4 GB): bounded on a many-core machine
+
 
 def run_cases(script: Path, cases: list[str], env: dict[str, str], timeout: float) -> dict[str, dict]:
     """{case: {"case", "ok", "detail"}} for ``cases`` (in order), run by ``script`` in up to one subprocess a core
-    (cases dealt round-robin, so the slow ones of an area spread out). A shard that crashes or outlives
-    ``timeout`` reports the cases it printed; the others are missing and their tests say so."""
-    shards = max(1, min(len(cases), os.cpu_count() or 1))
+    this process may use, MAX_SHARDS at most (cases dealt round-robin, so the slow ones of an area spread out).
+    A shard that crashes or outlives ``timeout`` reports the cases it printed; the others are missing and their
+    tests say so."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    shards = max(1, min(len(cases), cores, MAX_SHARDS))
     procs = [subprocess.Popen([sys.executable, str(script), *cases[i::shards]], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(shards)]
     results, errors = {}, []
