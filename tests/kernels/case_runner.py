@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 MAX_SHARDS = 8  # each shard imports torch and triton (~0.4 GB): bounded on a many-core machine
@@ -16,16 +17,17 @@ MAX_SHARDS = 8  # each shard imports torch and triton (~0.4 GB): bounded on a ma
 def run_cases(script: Path, cases: list[str], env: dict[str, str], timeout: float) -> dict[str, dict]:
     """{case: {"case", "ok", "detail"}} for ``cases`` (in order), run by ``script`` in up to one subprocess a core
     this process may use, MAX_SHARDS at most (cases dealt round-robin, so the slow ones of an area spread out).
-    A shard that crashes or outlives ``timeout`` reports the cases it printed; the others are missing and their
-    tests say so."""
+    A shard that crashes or is still running ``timeout`` seconds after the start reports the cases it printed; the
+    others are missing and their tests say so."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     shards = max(1, min(len(cases), cores, MAX_SHARDS))
     procs = [subprocess.Popen([sys.executable, str(script), *cases[i::shards]], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(shards)]
+    deadline = time.monotonic() + timeout  # one limit for the shards together: they run side by side
     results, errors = {}, []
     for proc in procs:
         try:
-            out, err = proc.communicate(timeout=timeout)
+            out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()

@@ -1,7 +1,8 @@
 """Triton kernels vs their torch references on CPU, under the Triton interpreter.
 
 The interpreter must be switched on before triton is imported, and other tests in this pytest process import
-triton without it, so all cases run in one fresh subprocess (kernel_checks.py) and are reported one by one.
+triton without it, so the cases run in fresh subprocesses (kernel_checks.py, one a core: case_runner.py) and are
+reported one by one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from kernel_checks import CASES  # noqa: E402
 def interpreter_results(request) -> dict[str, dict]:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    # ~7 minutes on one core of the CI machine (2026-11-30), about half that on its two
+    # ~7 minutes on one core of a 2-core CI-like machine (2026-11-30), about half that on both
     return run_cases(HERE / "kernel_checks.py", selected_cases(request, CASES), env, timeout=720)
 
 
