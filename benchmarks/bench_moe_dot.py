@@ -12,6 +12,9 @@ unmeasured (then try it with SGLANG_EAGLE3_CONFIG_TABLE; keep F16 and BLOCK_W th
 
     python benchmarks/bench_moe_dot.py --out OUT.json --variants "gemv (table)" --table-path gemv --table-pool 0 \
         --table-out table.json --gemv-config BLOCK_N=16,BLOCK_W=128,num_warps=8,F16=1 ...
+
+The same for the GEMV down kernel (the table's gate_up; F16=1: act in packed fp16, PRELOAD=1: every slot's
+weights as one tile): --down-config BLOCK_N=32,BLOCK_W=32,num_warps=4,F16=1 ... --table-path gemv_down.
 """
 
 from __future__ import annotations
@@ -32,12 +35,12 @@ from benchmarks.bench_kernels import copy_bandwidth, make_moe_weights, moe_case,
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels import tuning  # noqa: E402
 
-# name -> (path, gate_up config or None for the table's)
-VARIANTS = {"gemv (table)": ("gemv", None), "dot (table)": ("dot", None)}
+# name -> (path, gate_up config, down config; None: the table's)
+VARIANTS = {"gemv (table)": ("gemv", None, None), "dot (table)": ("dot", None, None)}
 for _bn, _bw, _w, _exact, _split in ((32, 16, 4, False, 1), (32, 16, 4, False, 2), (32, 16, 4, False, 4),
                                      (32, 16, 4, False, 8), (32, 16, 4, True, 4), (16, 32, 4, False, 4)):
     VARIANTS[f"dot {_bn}x{_bw} w{_w} {'exact' if _exact else 'bf16'} split {_split}"] = (
-        "dot", {"BLOCK_N": _bn, "BLOCK_W": _bw, "num_warps": _w, "EXACT": _exact, "SPLIT": _split})
+        "dot", {"BLOCK_N": _bn, "BLOCK_W": _bw, "num_warps": _w, "EXACT": _exact, "SPLIT": _split}, None)
 
 
 def parse_config(text: str) -> dict:
@@ -60,32 +63,43 @@ def main() -> None:
                          "are that path's fastest variant at each T (the dot path from T=2) on --table-pool's "
                          "routing (summed over every pool measured if --table-pool is 0)")
     ap.add_argument("--table-pool", type=int, default=12)
-    ap.add_argument("--table-path", choices=["dot", "gemv"], default="dot")
+    ap.add_argument("--table-path", choices=["dot", "gemv", "gemv_down"], default="dot",
+                    help="the op the table holds: the dot or GEMV path's gate_up, or the GEMV down kernel")
     ap.add_argument("--config", action="append", default=[],
                     help="an extra dot variant, e.g. BLOCK_N=32,BLOCK_W=16,num_warps=4,EXACT=1 (repeatable)")
     ap.add_argument("--gemv-config", action="append", default=[],
                     help="an extra GEMV variant's gate_up config, e.g. BLOCK_N=16,BLOCK_W=64,num_warps=8,SPLIT=2 "
                          "(repeatable)")
+    ap.add_argument("--down-config", action="append", default=[],
+                    help="an extra GEMV variant's down config (the table's gate_up), e.g. "
+                         "BLOCK_N=32,BLOCK_W=32,num_warps=4,PRELOAD=0,F16=1 (repeatable)")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     variants = {name: VARIANTS[name] for name in args.variants}
     for text in args.config:
-        variants[f"dot {text}"] = ("dot", parse_config(text))
+        variants[f"dot {text}"] = ("dot", parse_config(text), None)
     for text in args.gemv_config:
-        variants[f"gemv {text}"] = ("gemv", parse_config(text))
+        variants[f"gemv {text}"] = ("gemv", parse_config(text), None)
+    for text in args.down_config:
+        variants[f"gemv down {text}"] = ("gemv", None, parse_config(text))
     dev = torch.device("cuda")
     bw = max(copy_bandwidth().values())
     weights = make_moe_weights(True)
     rows = []
     for T in args.tokens:
         for pool in args.pools:
-            down = tuning.get_config("fused_moe_int4_gemv_down", dev, "tokens", T)
+            table_down = tuning.get_config("fused_moe_int4_gemv_down", dev, "tokens", T)
             cases = {p: moe_case(T, True, weights, path=p, pool=pool) for p in ("gemv", "dot")}
             _, nbytes, distinct = cases["gemv"]
             times: dict[str, list[float]] = {v: [] for v in variants}
             for _ in range(2):
-                for name, (path, gate_up) in variants.items():
-                    config = None if gate_up is None else {"gate_up": gate_up, "down": down}
+                for name, (path, gate_up, down) in variants.items():
+                    if gate_up is None and down is None:
+                        config = None
+                    else:
+                        config = {"gate_up": gate_up or tuning.get_config(f"fused_moe_int4_{path}_gate_up", dev,
+                                                                          "tokens", T),
+                                  "down": down or table_down}
                     try:
                         times[name].append(round(time_graph(cases[path][0](config=config)), 2))
                     except Exception as exc:  # a config that does not compile or fit is reported, not fatal
@@ -94,7 +108,7 @@ def main() -> None:
             for name, us in times.items():
                 best = min(us)
                 rows.append({"T": T, "pool": pool, "distinct_experts": round(distinct, 1), "variant": name,
-                             "config": variants[name][1], "us": us,
+                             "config": variants[name][1], "down": variants[name][2], "us": us,
                              "frac_of_copy_bw": round(nbytes / (best * 1e-6) / (bw * 1e9), 3)})
                 print(f"T={T:2d} pool={pool:3d} ({distinct:5.1f} experts) {name:40s} "
                       + " / ".join(f"{u:7.2f}" for u in us) + f" us  {rows[-1]['frac_of_copy_bw']:.1%}", flush=True)
@@ -108,19 +122,23 @@ def main() -> None:
 
 
 def write_table(path: Path, rows: list[dict], variants: dict, pool: int, dev: torch.device, kind: str) -> None:
-    """A config table with only ``kind``'s gate_up op: per measured T (ascending; the dot path from T=2) the
-    variant of that path with the lowest best time at ``pool`` (0: the lowest sum over the pools measured, a
-    variant that failed at any of them left out), the largest T's bucket unbounded."""
-    op = f"fused_moe_int4_{kind}_gate_up"
+    """A config table with only ``kind``'s op (a path's gate_up, or the GEMV down kernel): per measured T (ascending;
+    the dot path from T=2) the variant of that path with the lowest best time at ``pool`` (0: the lowest sum over
+    the pools measured, a variant that failed at any of them left out), the largest T's bucket unbounded. A down
+    table compares the variants that keep the table's gate_up."""
+    down = kind == "gemv_down"
+    op = "fused_moe_int4_gemv_down" if down else f"fused_moe_int4_{kind}_gate_up"
     totals: dict[tuple[int, str], float] = {}
     for row in rows:
-        if variants[row["variant"]][0] != kind or (kind == "dot" and row["T"] < 2) or pool not in (0, row["pool"]):
+        path, gate_up, _ = variants[row["variant"]]
+        if (path != kind.removesuffix("_down") or (down and gate_up is not None) or (kind == "dot" and row["T"] < 2)
+                or pool not in (0, row["pool"])):
             continue
         key = (row["T"], row["variant"])
         totals[key] = totals.get(key, 0.0) + min(row["us"])  # NaN (a failed variant) stays NaN
     best: dict[int, tuple[float, dict]] = {}
     for (T, name), us in totals.items():
-        cfg = variants[name][1] or tuning.get_config(op, dev, "tokens", T)
+        cfg = variants[name][2 if down else 1] or tuning.get_config(op, dev, "tokens", T)
         if us == us and (T not in best or us < best[T][0]):
             best[T] = (us, cfg)
     Ts = sorted(best)

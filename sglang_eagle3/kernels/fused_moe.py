@@ -241,18 +241,25 @@ def triton_fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_
                    gate_up_cfg=gate_up, down_cfg=down)
 
 
-def _int4_outputs(x: torch.Tensor, topk_ids: torch.Tensor, I: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out [T, H] like x, act [T*k, 8, I/8] float32): what the INT4 gate_up kernels (GEMV and dot path) store
-    nibble-major and pre-scaled, and the GEMV down kernel reads."""
-    return torch.empty_like(x), torch.empty(topk_ids.numel(), PACK_FACTOR, I // PACK_FACTOR, dtype=torch.float32,
-                                            device=x.device)
+def _int4_outputs(x: torch.Tensor, topk_ids: torch.Tensor, I: int,
+                  act_f16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [T, H] like x, act): what the INT4 gate_up kernels (GEMV and dot path) store and the GEMV down kernel
+    reads. act is [T*k, 8, I/8] float32, nibble-major and pre-scaled, or with ``act_f16`` [T*k, 5, I/8] int32 in
+    the down kernel's packed fp16 form (4 rows of fp16 pairs, one of per-word factors: the kernel's
+    _store_act_f16); the down launcher tells the two apart by dtype."""
+    rows, dtype = (5, torch.int32) if act_f16 else (PACK_FACTOR, torch.float32)
+    return torch.empty_like(x), torch.empty(topk_ids.numel(), rows, I // PACK_FACTOR, dtype=dtype, device=x.device)
 
 
 def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, group: int,
                       gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
     T, H = x.shape
     k = topk_ids.shape[1]
-    out, act = _int4_outputs(x, topk_ids, I)
+    bn = gate_up_cfg["BLOCK_N"]
+    # down in packed fp16 (its config's "F16"): for 16-bit activations, as gate_up's F16, and gate_up blocks of
+    # whole words (each word of act gets its own scale where it is computed: _store_act_f16).
+    act_f16 = down_cfg.get("F16", False) and x.dtype in (torch.bfloat16, torch.float16) and bn % PACK_FACTOR == 0
+    out, act = _int4_outputs(x, topk_ids, I, act_f16)
     if T == 0:
         return out
     TK, h_words, group_words = T * k, H // PACK_FACTOR, group // PACK_FACTOR
@@ -260,7 +267,7 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     pdl = tuning.pdl(x.device, "moe")
     shift16 = T >= GEMV_SHIFT16_MIN_TOKENS  # act's pre-scaling follows it: down gets the same
     # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
-    bn, bw = gate_up_cfg["BLOCK_N"], _words_a_step(gate_up_cfg["BLOCK_W"], h_words, group_words)
+    bw = _words_a_step(gate_up_cfg["BLOCK_W"], h_words, group_words)
     # The packed fp16 dots (the config's "F16") for 16-bit activations, exact in fp16 once scaled; float32 ones
     # keep the fp32 form, which rounds nothing (the kernel's comment above F16_X_SCALE has the numerics).
     f16 = gate_up_cfg.get("F16", False) and x.dtype in (torch.bfloat16, torch.float16)
@@ -271,7 +278,7 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
         PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR), SHIFT16=shift16, F16=f16, INTERPRET=interpret,
-        num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
+        ACT_F16=act_f16, num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
     _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl,
@@ -283,10 +290,12 @@ def _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, *, group: i
                       pdl: bool, shift16: bool) -> None:
     """The GEMV path's down kernel: out = sum over each token's k slots of topk_w * act W_down^T (+ add), from
     act [T*k, 8, I/8] fp32 as either gate_up kernel stores it (nibble-major, pre-scaled with ``shift16``'s
-    powers of two)."""
+    powers of two), or from act [T*k, 5, I/8] int32 in the packed fp16 form (the dots then in packed fp16;
+    _int4_outputs)."""
     T, H = out.shape
     k = topk_ids.shape[1]
     i_words, group_words = act.shape[2], group // PACK_FACTOR
+    f16 = act.dtype == torch.int32
     bn, bw = down_cfg["BLOCK_N"], _words_a_step(down_cfg["BLOCK_W"], i_words, group_words)
     # All k slots' weights as one tile loaded before the PDL wait (the config's "PRELOAD"; the H200 table turns
     # it on at T <= 2): needs the slots to tile as a power of two and the intermediate slice in one chunk
@@ -300,6 +309,7 @@ def _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, *, group: i
         H, MAGIC_BITS,
         I_WORDS=i_words, TOP_K=k, GROUP_WORDS=group_words, HAS_ADD=add is not None,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=H % bn == 0 and i_words % bw == 0, PRELOAD=preload, SHIFT16=shift16,
+        F16=f16, INTERPRET=tuning.interpreting(),
         num_warps=down_cfg["num_warps"], num_stages=1,  # straight-line code: nothing to pipeline
         PDL=pdl, **tuning.pdl_launch(pdl),
     )

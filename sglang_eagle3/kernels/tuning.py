@@ -66,7 +66,7 @@ DEFAULTS: dict[str, dict] = {
     # [8 x BLOCK_N, 32-word] tile; on the H200 it pays at T <= 2 only, see configs/sm_90.json). F16: gate_up's
     # dots in packed fp16 (16-bit activations only; a table keeps it, and BLOCK_W, the same in every bucket).
     "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "F16": False},
-    "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False},
+    "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False, "F16": False},
     # INT4 dot path (verify batches, off unless SGLANG_EAGLE3_MOE_DOT_MAX): gate_up as tl.dot over an expert's
     # pairs, BLOCK_N gate + BLOCK_N up rows a program, BLOCK_W words a row a step, H split over SPLIT programs;
     # EXACT: fp32 weights and TF32 dots (exact products; 1.5-1.8x slower on the H200), else bf16 weights.

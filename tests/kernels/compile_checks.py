@@ -39,6 +39,7 @@ from sglang_eagle3.kernels.triton import rotary as ro
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 MAX_GEMV_INSTR_PER_WEIGHT = 5.0
 MAX_GEMV_F16_INSTR_PER_WEIGHT = 3.3
+MAX_DOWN_F16_INSTR_PER_WEIGHT = 4.0  # the whole (straight-line) down kernel; ~4.3 (slot loop) / 5.1 (PRELOAD) in fp32
 
 
 def compile_kernel(fn, sig: dict, consts: dict, aligned: list[str], arch: int, num_warps: int = 4,
@@ -114,7 +115,7 @@ DOWN_SIG = dict(act_ptr="*fp32", w2_ptr="*i32", s2_ptr="*bf16", ids_ptr="*i32", 
                 add_ptr="*bf16", out_ptr="*bf16", stride_at="i32", stride_we="i32", stride_wn="i32",
                 stride_se="i32", stride_sn="i32", stride_addt="i32", stride_ot="i32", H="i32", magic="i32",
                 I_WORDS="i32", TOP_K="i32", GROUP_WORDS="i32", HAS_ADD="i32", BLOCK_N="i32", BLOCK_W="i32",
-                EVEN="i32", PDL="i32", PRELOAD="i32", SHIFT16="i32")
+                EVEN="i32", PDL="i32", PRELOAD="i32", SHIFT16="i32", F16="i32")
 DOWN_ALIGNED = ["act_ptr", "w2_ptr", "s2_ptr", "ids_ptr", "topk_w_ptr", "add_ptr", "out_ptr", "stride_at",
                 "stride_we", "stride_wn", "stride_se", "stride_sn", "stride_addt", "stride_ot", "H"]
 
@@ -127,20 +128,25 @@ def check_gemv(arch: int) -> dict:
     # The packed fp16 form (F16) at the same tiles: the dots as HFMA2 (two weights an op), ~2.1 instructions a
     # weight, plus the per-chunk work on x (rounding, packing, the move to the weights' layout) that a thread's
     # 8-16 words share: ~3.0 at the T=1 and T >= 2 configs, against the fp32 form's ~4.2.
-    for bn, bw, warps, per_pair, shift16, f16 in ((16, 128, 8, True, False, False), (8, 128, 4, True, True, False),
-                                                  (4, 128, 2, False, True, False), (16, 128, 8, True, False, True),
-                                                  (8, 128, 4, True, True, True)):
+    # ACT_F16: act stored for down's packed fp16 form (a scale per word of 8: outside the loop).
+    for bn, bw, warps, per_pair, shift16, f16, act_f16 in ((16, 128, 8, True, False, False, False),
+                                                           (8, 128, 4, True, True, False, False),
+                                                           (4, 128, 2, False, True, False, False),
+                                                           (16, 128, 8, True, False, True, True),
+                                                           (8, 128, 4, True, True, True, False),
+                                                           (32, 128, 4, True, True, True, True)):
         for even in (True, False):
-            sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel, GATE_UP_SIG,
+            sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel,
+                                     {**GATE_UP_SIG, "act_ptr": "*i32" if act_f16 else "*fp32", "ACT_F16": "i32"},
                                      dict(TOP_K=8, TK_PAD=8, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=bw, EVEN=even,
-                                          PER_PAIR=per_pair, SHIFT16=shift16, F16=f16),
+                                          PER_PAIR=per_pair, SHIFT16=shift16, F16=f16, ACT_F16=act_f16),
                                      GATE_UP_ALIGNED, arch, warps)
             _no_spills(res, f"gate_up {bn=} {bw=} {even=} {per_pair=} {f16=}")
             loop = _innermost_loop(sass)
             per_weight = len(loop) / (2 * bn * bw * 8 / (32 * warps))  # gate + up rows, 8 weights a word
             ops = _opcodes(loop)
-            out[f"gate_up_bn{bn}_bw{bw}_even{int(even)}_pp{int(per_pair)}_s16{int(shift16)}_f16{int(f16)}"] = round(
-                per_weight, 2)
+            out[f"gate_up_bn{bn}_bw{bw}_even{int(even)}_pp{int(per_pair)}_s16{int(shift16)}_f16{int(f16)}"
+                f"_act{int(act_f16)}"] = round(per_weight, 2)
             if f16:
                 assert per_weight <= MAX_GEMV_F16_INSTR_PER_WEIGHT and ops["HFMA2"] > 0, (
                     f"F16 gate_up inner loop {per_weight:.2f} SASS instructions a weight: {dict(ops.most_common(10))}")
@@ -155,13 +161,24 @@ def check_gemv(arch: int) -> dict:
                 assert ops["BAR"] <= 20, f"barriers in the gate_up inner loop (layout conversions): {dict(ops)}"
     # down: the slot loop (PRELOAD off, the table's T > 2 config first) and every slot's weights before the PDL
     # wait (PRELOAD: the table's T <= 2 config first).
-    for bn, warps, preload, even in ((32, 4, False, True), (16, 2, False, True), (8, 2, True, True),
-                                     (32, 8, True, True), (16, 2, True, False)):
-        sass, res = compile_sass(fm.moe_int4_gemv_down_kernel, DOWN_SIG,
+    # F16: act in the packed fp16 form (int32) and the dots as HFMA2, each word's sum times its factor: ~3.3 / 3.7
+    # SASS instructions a weight over the whole kernel (slot loop / PRELOAD) against ~4.3 / 5.1.
+    for bn, warps, preload, even, f16 in ((32, 4, False, True, False), (16, 2, False, True, False),
+                                          (8, 2, True, True, False), (32, 8, True, True, False),
+                                          (16, 2, True, False, False), (32, 4, False, True, True),
+                                          (8, 2, True, True, True), (16, 2, True, False, True)):
+        sass, res = compile_sass(fm.moe_int4_gemv_down_kernel, {**DOWN_SIG, "act_ptr": "*i32" if f16 else "*fp32"},
                                  dict(I_WORDS=32, TOP_K=8, GROUP_WORDS=4, HAS_ADD=True, BLOCK_N=bn, BLOCK_W=32,
-                                      EVEN=even, PDL=preload, PRELOAD=preload, SHIFT16=bn != 8),
+                                      EVEN=even, PDL=preload, PRELOAD=preload, SHIFT16=bn != 8, F16=f16),
                                  DOWN_ALIGNED, arch, warps)
-        _no_spills(res, f"down {bn=} {warps=} {preload=} {even=}")
+        _no_spills(res, f"down {bn=} {warps=} {preload=} {even=} {f16=}")
+        if f16 and even:
+            ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", sass)
+            per_weight = len(ins) / (8 * bn * 32 * 8 / (32 * warps))  # 8 slots x BLOCK_N rows x 32 words x 8
+            ops = _opcodes(ins)
+            assert per_weight <= MAX_DOWN_F16_INSTR_PER_WEIGHT and ops["HFMA2"] > 0, (
+                f"F16 down {bn=} {preload=}: {per_weight:.2f} SASS instructions a weight: {dict(ops.most_common(10))}")
+            res += f" per_weight:{per_weight:.2f}"
         if preload:  # every weight load (.cg: LDG.*.STRONG.GPU) is issued before the wait (griddepcontrol.wait
             # is ACQBULK in SASS); after it only act's loads (L1-cached) and add's
             lines = sass.splitlines()
@@ -169,7 +186,7 @@ def check_gemv(arch: int) -> dict:
             assert any(re.search(r"LDG\.E\.128\.STRONG\.GPU", line) for line in lines[:wait]), "no weight loads?"
             late = [line for line in lines[wait:] if re.search(r"LDG\.E\.\w+\.STRONG\.GPU", line)]
             assert not late, f"down {bn=} PRELOAD: wide weight loads after the wait: {late[:3]}"
-        out[f"down_bn{bn}_w{warps}_preload{int(preload)}_even{int(even)}"] = res
+        out[f"down_bn{bn}_w{warps}_preload{int(preload)}_even{int(even)}_f16{int(f16)}"] = res
     return out
 
 

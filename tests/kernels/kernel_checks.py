@@ -233,8 +233,46 @@ def check_moe_gemv_f16(T, E, H, I, top_k, seed=0, device="cpu") -> dict:
     return errs
 
 
+def check_moe_down_f16(T, E, H, I, top_k, seed=0, device="cpu") -> dict:
+    """The GEMV path with down in packed fp16 (down's F16: act rounded to fp16 after a power-of-two scale per
+    word, the dots two weights an op) against the fp32 form (same tiles, gate_up's fp32 form in both) and a
+    float64 reference, tokens sharing experts, on random bf16 inputs at three scales of x: 1, 1/64 and 256 (act
+    then ~2^16 times larger, past fp16's range unless each word is scaled). No further from the reference than
+    the fp32 form plus half a bf16 ulp of the outputs' scale; PRELOAD (every slot's weights as one tile) within
+    0.1% of the slot loop; a token computed alone bit-identical to the same token in the batch (decode vs
+    verify). float32 inputs keep the fp32 form (bit-identical to F16 off)."""
+    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
+
+    def run(args, f16, preload=False):
+        down = {**GEMV_MID["down"], "BLOCK_W": 8, "PRELOAD": preload, "F16": f16}  # (I/8 = 8 words: one chunk)
+        return triton_fused_moe_int4(*args, 32, None, path="gemv",
+                                     config={"gate_up": GEMV_MID["gate_up"], "down": down})
+
+    errs = {}
+    for dtype, x_scale in ((torch.bfloat16, 1.0), (torch.bfloat16, 1 / 64), (torch.bfloat16, 256.0),
+                           (torch.float32, 1.0)):
+        x, p13, s13, p2, s2, topk_w, ids = make_moe_inputs(T, E, H, I, top_k, device, True, dtype, seed, True)
+        x = (x * x_scale).to(dtype)
+        args = (x, p13, s13, p2, s2, topk_w, ids)
+        ref = kernels.ref_fused_moe_int4(x.double(), p13, s13, p2, s2, topk_w.double(), ids, 32, None)
+        f16, f32 = run(args, True), run(args, False)
+        e16, e32 = (((out.double() - ref).abs().max() / ref.abs().max()).item() for out in (f16, f32))
+        errs[f"{dtype} x{x_scale:g}"] = (e16, e32)
+        if dtype == torch.float32:
+            assert torch.equal(f16, f32), "float32 activations must keep the fp32 form"
+            continue
+        assert torch.isfinite(f16).all(), f"{dtype} x{x_scale:g}: F16 down overflowed"
+        assert e16 <= e32 + 2**-9, f"{dtype} x{x_scale:g}: F16 {e16} vs fp32 form {e32} of the outputs' scale off"
+        pre = run(args, True, preload=True)
+        apart = ((pre.float() - f16.float()).abs().max() / f16.float().abs().max()).item()
+        assert apart <= 1e-3, f"{dtype} x{x_scale:g}: F16 PRELOAD vs slot loop {apart} of the outputs' scale apart"
+        one = run((x[1:2], p13, s13, p2, s2, topk_w[1:2], ids[1:2]), True)
+        assert torch.equal(one[0], f16[1]), f"{dtype} x{x_scale:g}: a token alone differs from it in the batch"
+    return errs
+
+
 def check_fused_moe_int4_gemv_exact(T, E, H, I, top_k, device="cpu", seed=0, skew=False, dtype=torch.float32,
-                                    config=None, path="gemv") -> float:
+                                    config=None, path="gemv", small_act=False) -> float:
     """An INT4 MoE path (the GEMV path unless ``path`` says) bit for bit against a float64 re-implementation,
     on inputs whose sums are exact in float32 in any order: x in {1, 2}; gate nibbles q - 8 in {1, 2} at group
     scales 1/2 or 1, so every gate
@@ -242,7 +280,12 @@ def check_fused_moe_int4_gemv_exact(T, E, H, I, top_k, device="cpu", seed=0, ske
     {-1, 0, 1} at scale 1; routing weights 1/2 or 1. Every value is then a multiple of 1/4, and the check
     asserts that the sums stay below 2^22. So any slip in the nibble order, in the 16^-(j % 5) pre-scaling of
     x or act, or in how x is split into nibble columns, changes the output.
-    dtype: float32 under the interpreter (it truncates float32 -> bfloat16 instead of rounding)."""
+    dtype: float32 under the interpreter (it truncates float32 -> bfloat16 instead of rounding).
+    small_act (for down's packed fp16 form, which rounds act to fp16 after a power-of-two scale per word of 8):
+    gate nibbles q - 8 = 1 at scale 1 (gate = sum of x, H..2H) and one nonzero up nibble (+-1) a row (up = +-1
+    or +-2), so act is an integer of at most 4H < 512. A word whose largest |act| is in [2^a, 2^(a+1)) is
+    scaled by 2^(9 - a) (a <= 8): its values become multiples of 2^(9 - a) under 2^10, and a lane's sum of 4 of
+    them, under 2^12, keeps at most a + 3 <= 11 significant bits: exact in fp16, every step."""
     from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
     from sglang_eagle3.kernels.quant import pack_int4, unpack_int4
 
@@ -252,8 +295,14 @@ def check_fused_moe_int4_gemv_exact(T, E, H, I, top_k, device="cpu", seed=0, ske
         return torch.randint(lo, hi + 1, shape, generator=g)
 
     x = ints(1, 2, T, H).to(dtype)
-    p13 = pack_int4(torch.cat([ints(1, 2, E, I, H), ints(-1, 1, E, I, H)], dim=1))  # [E, 2I, H/8]: gate, up
-    s13 = torch.cat([ints(1, 2, E, I, H // 32) / 2, torch.ones(E, I, H // 32)], dim=1).to(torch.bfloat16)
+    if small_act:
+        assert 17 <= H < 128, f"{H=}: gate = sum of x must saturate the sigmoid and keep act < 512"
+        up_q = torch.zeros(E, I, H, dtype=torch.int64).scatter_(2, ints(0, H - 1, E, I, 1), ints(0, 1, E, I, 1) * 2 - 1)
+        p13 = pack_int4(torch.cat([torch.ones(E, I, H, dtype=torch.int64), up_q], dim=1))
+        s13 = torch.ones(E, 2 * I, H // 32, dtype=torch.bfloat16)
+    else:
+        p13 = pack_int4(torch.cat([ints(1, 2, E, I, H), ints(-1, 1, E, I, H)], dim=1))  # [E, 2I, H/8]: gate, up
+        s13 = torch.cat([ints(1, 2, E, I, H // 32) / 2, torch.ones(E, I, H // 32)], dim=1).to(torch.bfloat16)
     p2, s2 = pack_int4(ints(-1, 1, E, H, I)), torch.ones(E, H, I // 32, dtype=torch.bfloat16)
     pool = min(E, top_k + 1) if skew else E  # skew: tokens share experts
     ids = torch.stack([torch.randperm(pool, generator=g)[:top_k] for _ in range(T)]).to(torch.int32)
@@ -268,6 +317,7 @@ def check_fused_moe_int4_gemv_exact(T, E, H, I, top_k, device="cpu", seed=0, ske
     ref = ((w2 @ act[..., None]).squeeze(-1) * w.double()[..., None]).sum(1)  # [T, H]
     bound = ((w2.abs() @ act.abs()[..., None]).squeeze(-1) * w.double()[..., None]).sum(1)
     assert max(bound.max(), act.abs().max()) < 2**22, f"{bound.max()=}: float32 sums of multiples of 1/4 could round"
+    assert not small_act or act.abs().max() < 512, f"{act.abs().max()=}"
 
     args = [t.to(device) for t in (x, p13, s13, p2, s2, w, ids)]
     out = triton_fused_moe_int4(*args, 32, None, path=path, config=config)
@@ -739,6 +789,16 @@ CASES = {
         5, 8, 96, 32, 3, seed=55, skew=True, dtype=torch.float16,
         config={"gate_up": {**GEMV_MID["gate_up"], "PER_PAIR": False, "F16": True}, "down": GEMV_MID["down"]}),
     "moe_int4_gemv_f16_vs_fp32_form": lambda: check_moe_gemv_f16(3, 8, 192, 32, 3, seed=56),
+    # down in packed fp16 (F16 in the down config; gate_up stores act for it, a power-of-two scale per word):
+    # bit for bit on act values exact in that form (the slot loop and PRELOAD, with gate_up's F16 too), and on
+    # random inputs near the reference at three scales of x, and within a few fp16 roundings of the fp32 form.
+    "moe_int4_gemv_exact_t4_f16_down_slot_loop": lambda: check_fused_moe_int4_gemv_exact(
+        4, 9, 96, 64, 4, seed=57, skew=True, dtype=torch.float16, small_act=True,
+        config={"gate_up": GEMV_MID["gate_up"], "down": {**GEMV_SMALL["down"], "F16": True}}),
+    "moe_int4_gemv_exact_t3_f16_gate_up_and_down_preload": lambda: check_fused_moe_int4_gemv_exact(
+        3, 20, 96, 32, 8, seed=58, skew=True, dtype=torch.float16, small_act=True,
+        config={"gate_up": {**GEMV_MID["gate_up"], "F16": True}, "down": {**GEMV_DOWN_MASKED, "F16": True}}),
+    "moe_int4_gemv_f16_down_vs_fp32_form": lambda: check_moe_down_f16(3, 8, 96, 64, 4, seed=59),
     # down with every slot's weights loaded as one tile (PRELOAD, a config key: top_k a power of two and I/8 in
     # one chunk) against the slot loop, on rows past H (BLOCK_N 64 over H=96: the masked path).
     "moe_int4_gemv_exact_t4_top8_down_preload_masked": lambda: check_fused_moe_int4_gemv_exact(

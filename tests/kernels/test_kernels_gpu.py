@@ -271,33 +271,38 @@ def test_fused_moe_int4_gemv_vs_tile(int4_weights, T, skew):
     assert rel_err(gemv, tile) < 1e-2, f"GEMV vs tile rel err {rel_err(gemv, tile)} ({T=} {skew=})"
 
 
-GEMV_F16 = [(1, False, {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 8}),
-            (3, True, {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4}),
-            (8, False, {"BLOCK_N": 32, "BLOCK_W": 64, "num_warps": 4}),
-            (16, True, {"BLOCK_N": 16, "BLOCK_W": 64, "num_warps": 4})]
+# (T, skew, gate_up, down or None for the table's); F16 on in both where the test turns it on (down's: act in packed
+# fp16 too), PRELOAD (every slot's weights as one tile) or the slot loop.
+GEMV_F16 = [(1, False, {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 8},
+             {"BLOCK_N": 8, "BLOCK_W": 32, "num_warps": 2, "PRELOAD": True}),
+            (3, True, {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4},
+             {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False}),
+            (8, False, {"BLOCK_N": 32, "BLOCK_W": 64, "num_warps": 4}, None),
+            (16, True, {"BLOCK_N": 16, "BLOCK_W": 64, "num_warps": 4},
+             {"BLOCK_N": 16, "BLOCK_W": 32, "num_warps": 2, "PRELOAD": True})]
 
 
 @pytest.mark.parametrize("case", range(len(GEMV_F16)))
 def test_fused_moe_int4_gemv_f16(int4_weights, case, monkeypatch):
-    """gate_up in packed fp16 (F16) at Kimi TP=8 shapes: the inline PTX bit-identical to its plain-op emulation
-    (what the interpreter runs), near the reference and within a few fp16 roundings of the fp32 form (same
-    tiles), and a token alone bit-identical to the same token in the batch; the shared experts' output added in
-    the final store."""
+    """gate_up and down in packed fp16 (F16) at Kimi TP=8 shapes: the inline PTX bit-identical to its plain-op
+    emulation (what the interpreter runs), near the reference and within a few fp16 roundings of the fp32 form
+    (same tiles), and a token alone bit-identical to the same token in the batch; the shared experts' output added
+    in the final store."""
     import importlib
 
     from sglang_eagle3.kernels import tuning
 
     fm = importlib.import_module("sglang_eagle3.kernels.fused_moe")  # (kernels.fused_moe is also a function)
-    T, skew, gate_up = GEMV_F16[case]
+    T, skew, gate_up, down = GEMV_F16[case]
     p13, s13, p2, s2 = int4_weights
     x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
     shared = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.1
     topk_w, ids = routing(T, skew, 7000 + T)
-    down = tuning.get_config("fused_moe_int4_gemv_down", x.device, "tokens", T)
+    down = down or tuning.get_config("fused_moe_int4_gemv_down", x.device, "tokens", T)
 
     def run(f16, n=T):
         return fm.triton_fused_moe_int4(x[:n], p13, s13, p2, s2, topk_w[:n], ids[:n], 32, shared[:n], path="gemv",
-                                        config={"gate_up": {**gate_up, "F16": f16}, "down": down})
+                                        config={"gate_up": {**gate_up, "F16": f16}, "down": {**down, "F16": f16}})
 
     poison_allocator()
     f16, f32 = run(True), run(False)

@@ -52,16 +52,26 @@ def test_mla_stages_lowered_to_fit():
 
 
 @pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
-def test_gemv_gate_up_one_arithmetic_at_every_T(path):
+def test_gemv_moe_one_arithmetic_at_every_T(path):
     """The INT4 GEMV gate_up's buckets agree on F16 (the packed fp16 dots or the fp32 ones) and on BLOCK_W (which
-    fixes the order of the fp32 sums): a token's gate_up is then the same arithmetic in decode (T=1) and in verify
-    (T=k+1), whatever bucket each falls in, and speculation's output equals plain decoding's. A table swept per T
-    that mixed the forms would break that by ~1e-3 relative, not 1e-9."""
+    fixes the order of the fp32 sums), and so do the down kernel's (F16 there also fixes how act is rounded): a
+    token's MoE is then the same arithmetic in decode (T=1) and in verify (T=k+1), whatever bucket each falls in,
+    and speculation's output equals plain decoding's. A table swept per T that mixed the forms would break that
+    by ~1e-3 relative, not 1e-9."""
     table = json.loads(path.read_text())
-    buckets = table["ops"].get("fused_moe_int4_gemv_gate_up", [])
-    default = tuning.DEFAULTS["fused_moe_int4_gemv_gate_up"]
-    forms = {(b.get("F16", default["F16"]), b.get("BLOCK_W", default["BLOCK_W"])) for b in buckets}
-    assert len(forms) <= 1, f"{path.name}: gate_up buckets mix (F16, BLOCK_W) forms {sorted(forms)}"
+    forms = {}
+    for op in ("fused_moe_int4_gemv_gate_up", "fused_moe_int4_gemv_down"):
+        default = tuning.DEFAULTS[op]
+        forms[op] = {(b.get("F16", default["F16"]), b.get("BLOCK_W", default["BLOCK_W"]))
+                     for b in table["ops"].get(op, [default])}
+        assert len(forms[op]) == 1, f"{path.name}: {op} buckets mix (F16, BLOCK_W) forms {sorted(forms[op])}"
+    # down's packed fp16 form needs act stored by whole words (BLOCK_N % 8 == 0 in gate_up); a bucket without
+    # would quietly run the fp32 form at its T.
+    if next(iter(forms["fused_moe_int4_gemv_down"]))[0]:
+        default = tuning.DEFAULTS["fused_moe_int4_gemv_gate_up"]
+        buckets = table["ops"].get("fused_moe_int4_gemv_gate_up", [default])
+        rows = [b.get("BLOCK_N", default["BLOCK_N"]) for b in buckets]
+        assert all(bn % 8 == 0 for bn in rows), f"{path.name}: down F16 with gate_up BLOCK_N {rows}"
 
 
 def test_sm120_unmeasured():

@@ -455,17 +455,14 @@ def _x_pairs_f16(xs):
     return p0[None, :], p1[None, :], p2[None, :], p3[None, :]
 
 
-@triton.jit
-def _word_dots_f16(packed, p0, p1, p2, p3):
-    """Per int32 word: the sum over its 8 nibbles of (q - 8) * x, in packed fp16 (see the section's comment),
-    as fp32. p0..p3 are _x_pairs_f16's pairs (broadcast over the rows of packed). Constants: 1032 = 0x6408,
-    1/16 = 0x2C00, -72 = 0xD480 in fp16 ((1024 + 16 q) / 16 - 72 = q - 8)."""
-    return tl.inline_asm_elementwise(
-        asm="""
+def _word_dots_f16_ptx(scaled: bool) -> str:
+    """PTX for _word_dots_f16: $1 the word, $2..$5 the x pairs, $6 (scaled) a per-word fp32 factor for the sum.
+    Constants: 1032 = 0x6408, 1/16 = 0x2C00, -72 = 0xD480 in fp16 ((1024 + 16 q) / 16 - 72 = q - 8)."""
+    return ("""
         {
         .reg .b32 s, a, b, c, d, acc, m0, k16, m72;
         .reg .f16 lo, hi;
-        .reg .f32 flo, fhi;
+        .reg .f32 flo, fhi, sum;
         mov.b32 m0, 0x64086408;
         mov.b32 k16, 0x2C002C00;
         mov.b32 m72, 0xD480D480;
@@ -485,46 +482,60 @@ def _word_dots_f16(packed, p0, p1, p2, p3):
         mov.b32 {lo, hi}, acc;
         cvt.f32.f16 flo, lo;
         cvt.f32.f16 fhi, hi;
-        add.rn.f32 $0, flo, fhi;
-        }
-        """,
-        constraints="=r,r,r,r,r,r", args=[packed, p0, p1, p2, p3], dtype=tl.float32, is_pure=True, pack=1)
+        """ + ("add.rn.f32 sum, flo, fhi;\nmul.rn.f32 $0, sum, $6;" if scaled else "add.rn.f32 $0, flo, fhi;")
+            + "\n}")
+
+
+_WORD_DOTS_F16 = tl.constexpr(_word_dots_f16_ptx(False))
+_WORD_DOTS_F16_SCALED = tl.constexpr(_word_dots_f16_ptx(True))
 
 
 @triton.jit
-def _round_f16(v):
-    return v.to(tl.float16).to(tl.float32)
+def _word_dots_f16(packed, p0, p1, p2, p3, inv=None):
+    """Per int32 word: the sum over its 8 nibbles of (q - 8) * x, in packed fp16 (see the section's comment),
+    as fp32 (times inv, a per-word fp32 factor, when given). p0..p3 are _x_pairs_f16's pairs (broadcast over
+    the rows of packed)."""
+    if inv is None:  # (if/else: code after a return in a constexpr branch would still be compiled)
+        t = tl.inline_asm_elementwise(asm=_WORD_DOTS_F16, constraints="=r,r,r,r,r,r",
+                                      args=[packed, p0, p1, p2, p3], dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        t = tl.inline_asm_elementwise(asm=_WORD_DOTS_F16_SCALED, constraints="=r,r,r,r,r,r,r",
+                                      args=[packed, p0, p1, p2, p3, inv], dtype=tl.float32, is_pure=True, pack=1)
+    return t
 
 
 @triton.jit
 def _lane_f16(packed, p0, p1, p2, p3, HI: tl.constexpr):
     """One lane of _word_dots_f16 (nibbles 0..3, or 4..7 with HI) with the same roundings, in plain ops: each
-    product is exact in fp32 and each fp32 sum of two fp16-exact terms rounds to fp16 as the fused op would."""
+    q * x + acc is exact in float64 (fp16 operands and a 4-bit q) and rounds once to fp16, as the fused op."""
     B: tl.constexpr = 16 if HI else 0
     ps = (p0, p1, p2, p3)
-    acc = tl.zeros(packed.shape, dtype=tl.float32)
+    acc = tl.zeros(packed.shape, dtype=tl.float64)
     for i in tl.static_range(4):
         bits = (ps[i] >> 16) if HI else ps[i]
-        x = (bits & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-        q = (((packed >> (B + 4 * i)) & 0xF) - 8).to(tl.float32)
-        acc = _round_f16(q * x + acc)
-    return acc
+        x = (bits & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float64)
+        q = (((packed >> (B + 4 * i)) & 0xF) - 8).to(tl.float64)
+        acc = (q * x + acc).to(tl.float16).to(tl.float64)
+    return acc.to(tl.float32)
 
 
 @triton.jit
-def _word_dots_f16_emulated(packed, p0, p1, p2, p3):
+def _word_dots_f16_emulated(packed, p0, p1, p2, p3, inv=None):
     """_word_dots_f16 for the interpreter (which cannot run PTX)."""
-    return _lane_f16(packed, p0, p1, p2, p3, False) + _lane_f16(packed, p0, p1, p2, p3, True)
+    t = _lane_f16(packed, p0, p1, p2, p3, False) + _lane_f16(packed, p0, p1, p2, p3, True)
+    if inv is not None:
+        t = t * inv
+    return t
 
 
 @triton.jit
-def _group_dots_f16(packed, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.constexpr):
+def _group_dots_f16(packed, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.constexpr, inv=None):
     """_group_dots_cols in the packed fp16 form: [N, W] words, _x_pairs_f16's pairs -> [N, W/GW] group sums
-    (in units of F16_X_SCALE)."""
+    (in units of F16_X_SCALE; or each word's sum times its factor in inv, [N, W] or [1, W], when given)."""
     if INTERPRET:
-        t = _word_dots_f16_emulated(packed, pairs[0], pairs[1], pairs[2], pairs[3])
+        t = _word_dots_f16_emulated(packed, pairs[0], pairs[1], pairs[2], pairs[3], inv)
     else:
-        t = _word_dots_f16(packed, pairs[0], pairs[1], pairs[2], pairs[3])
+        t = _word_dots_f16(packed, pairs[0], pairs[1], pairs[2], pairs[3], inv)
     N: tl.constexpr = packed.shape[0]
     W: tl.constexpr = packed.shape[1]
     return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
@@ -561,7 +572,7 @@ def moe_int4_gemv_gate_up_kernel(
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
     PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, F16: tl.constexpr = False,
-    INTERPRET: tl.constexpr = False,
+    INTERPRET: tl.constexpr = False, ACT_F16: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -573,6 +584,7 @@ def moe_int4_gemv_gate_up_kernel(
     the weights from L2) and the others exit: fewer programs, but the shared experts' work is serial.
     Either way a pair's arithmetic is the same code whatever the batch holds.
     F16: the dots in packed half precision, two weights an op (see the comment above F16_X_SCALE).
+    ACT_F16: act is stored for the down kernel's packed fp16 form instead (_store_act_f16).
 
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
     next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
@@ -621,9 +633,49 @@ def moe_int4_gemv_gate_up_kernel(
             if F16:  # undo F16_X_SCALE (a power of two: exact)
                 g = g * (1.0 / F16_X_SCALE)
                 u = u * (1.0 / F16_X_SCALE)
-            j = n_offs % 8
-            tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
-                     g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16), mask=n_ok)
+            if ACT_F16:
+                _store_act_f16(act_ptr + member.to(tl.int64) * stride_at, nb, g * tl.sigmoid(g) * u, I, BLOCK_N)
+            else:
+                j = n_offs % 8
+                tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
+                         g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16), mask=n_ok)
+
+
+# act in the down kernel's packed fp16 form (ACT_F16, when the down config says F16): per pair an int32 row
+# [5, I/8] whose rows 0..3 hold the fp16x2 pairs (act[8w + i], act[8w + i + 4]) of word w (what _word_dots_f16
+# takes as x pairs) and whose row 4 holds each word's fp32 factor (bits) that undoes its scaling. act is not
+# bounded as x is (no RMSNorm before it), so each word of 8 values gets its own power of two, which puts its
+# largest |value| in [2^9, 2^10): a lane's 4-product sum then stays under 8 * 4 * 2^10 = 2^15 (fp16 tops out at
+# 65504), and a value 2^24 times smaller than its word's largest still keeps fp16's 11 bits. The value is
+# rounded to fp16 (2^-12 relative, below the bf16 act SGLang rounds to); its products with q - 8 are no longer
+# exact (up to 14 bits), so every HFMA2 rounds once. gate_up's programs cover BLOCK_N rows = BLOCK_N / 8 whole
+# words (the launcher asks BLOCK_N % 8 == 0), so a word's scale is known where it is computed.
+@triton.jit
+def _store_act_f16(row, nb, v, I, BLOCK_N: tl.constexpr):
+    """Store rows nb * BLOCK_N .. + BLOCK_N of one pair's act (v [BLOCK_N] fp32) at `row` in the packed form."""
+    WB: tl.constexpr = BLOCK_N // 8
+    v8 = tl.reshape(v, [WB, 8])
+    e = (tl.max(tl.abs(v8), axis=1).to(tl.int32, bitcast=True) >> 23) & 0xFF  # biased exponent of the max
+    e = tl.maximum(e, 10)  # (an all-zero or tiny word: a factor still normal in fp32)
+    scale = ((263 - e) << 23).to(tl.float32, bitcast=True)  # 2^(136 - e): the max to [2^9, 2^10)
+    inv = ((e - 9) << 23).to(tl.float32, bitcast=True)  # 2^(e - 136): exact
+    bits = (v8 * scale[:, None]).to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    lo, hi = tl.split(tl.permute(tl.reshape(bits, [WB, 2, 4]), (0, 2, 1)))  # j = 4a + i: [WB, 4] for a = 0, 1
+    w = nb * WB + tl.arange(0, WB)
+    ok = w < I // 8
+    tl.store(row + tl.arange(0, 4)[None, :] * (I // 8) + w[:, None], lo | (hi << 16), mask=ok[:, None])
+    tl.store(row + 4 * (I // 8) + w, inv.to(tl.int32, bitcast=True), mask=ok)
+
+
+@triton.jit
+def _load_act_f16(a, mask, I_WORDS, EVEN: tl.constexpr):
+    """The x pairs and per-word factors of _store_act_f16's form at pointers `a` (word w of row 0; any shape)."""
+    if EVEN:
+        return (tl.load(a), tl.load(a + I_WORDS), tl.load(a + 2 * I_WORDS), tl.load(a + 3 * I_WORDS)), tl.load(
+            a + 4 * I_WORDS).to(tl.float32, bitcast=True)
+    return (tl.load(a, mask=mask, other=0), tl.load(a + I_WORDS, mask=mask, other=0),
+            tl.load(a + 2 * I_WORDS, mask=mask, other=0), tl.load(a + 3 * I_WORDS, mask=mask, other=0)), tl.load(
+        a + 4 * I_WORDS, mask=mask, other=0).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -633,7 +685,8 @@ def moe_int4_gemv_down_kernel(
     H, magic,
     I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
-    PRELOAD: tl.constexpr = False, SHIFT16: tl.constexpr = False,
+    PRELOAD: tl.constexpr = False, SHIFT16: tl.constexpr = False, F16: tl.constexpr = False,
+    INTERPRET: tl.constexpr = False,
 ):
     """out[t, n] = sum over the k slots of token t of topk_w * (act[slot] W_down[n]^T), fp32 accumulation,
     stored in out's dtype (+ add[t, n], the shared experts' output, as a separate add would): the weighted
@@ -649,13 +702,16 @@ def moe_int4_gemv_down_kernel(
     only act, the arithmetic and the store are left after it. The routing was written by the kernel two
     launches back (top-k, or the router's launch with router_topk), which has finished when this kernel
     starts (tuning.pdl); it is read through L2 (.cg), never a stale L1 line. Slots are summed after the
-    groups (not before, as below): the same products, another fp32 rounding order."""
+    groups (not before, as below): the same products, another fp32 rounding order.
+
+    F16: act is in _store_act_f16's packed form (int32) and the dots run in packed fp16 as gate_up's F16 does,
+    each word's sum times its factor (the same code in both bodies, so PRELOAD changes only the fp32 order)."""
     t = tl.program_id(0)
     nb = tl.program_id(1)
     if PRELOAD:
         _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_ptr, t, nb,
                         stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_addt, stride_ot, H, magic,
-                        I_WORDS, TOP_K, GROUP_WORDS, HAS_ADD, BLOCK_N, BLOCK_W, EVEN, PDL, SHIFT16)
+                        I_WORDS, TOP_K, GROUP_WORDS, HAS_ADD, BLOCK_N, BLOCK_W, EVEN, PDL, SHIFT16, F16, INTERPRET)
         return
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
@@ -677,8 +733,12 @@ def moe_int4_gemv_down_kernel(
             p, sc = _load_int4_chunk(rows, scales, n_ok, w0, w_idx, g_idx, I_WORDS, GROUP_WORDS, EVEN)
             words = (w0 + w_idx)[None, :]
             xs_mask = (zero_rows == 0) & (words < I_WORDS)
-            acc += _group_dots(p, a_row + zero_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS,
-                               EVEN, SHIFT16) * (sc * route_w)
+            if F16:
+                pairs, inv = _load_act_f16(a_row + zero_rows + words, xs_mask, I_WORDS, EVEN)
+                acc += _group_dots_f16(p, pairs, GROUP_WORDS, INTERPRET, inv) * (sc * route_w)
+            else:
+                acc += _group_dots(p, a_row + zero_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS,
+                                   EVEN, SHIFT16) * (sc * route_w)
     _store_down(tl.sum(acc, axis=1), add_ptr, out_ptr, t, n_offs, n_ok, stride_addt, stride_ot, HAS_ADD)
 
 
@@ -696,7 +756,7 @@ def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_p
                     stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_addt, stride_ot, H, magic,
                     I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr,
-                    SHIFT16: tl.constexpr):
+                    SHIFT16: tl.constexpr, F16: tl.constexpr, INTERPRET: tl.constexpr):
     """moe_int4_gemv_down_kernel's PRELOAD body: row r of the [TOP_K * BLOCK_N] tile is output row
     nb * BLOCK_N + r % BLOCK_N of slot r // BLOCK_N."""
     R: tl.constexpr = TOP_K * BLOCK_N
@@ -717,7 +777,12 @@ def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_p
     words = w_idx[None, :]
     a_rows = act_ptr + pair_r.to(tl.int64)[:, None] * stride_at
     xs_mask = (n_r >= 0)[:, None] & (words < I_WORDS)
-    part = tl.sum(_group_dots(p, a_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS, EVEN, SHIFT16) * sc, axis=1)
+    if F16:
+        pairs, inv = _load_act_f16(a_rows + words, xs_mask, I_WORDS, EVEN)
+        dots = _group_dots_f16(p, pairs, GROUP_WORDS, INTERPRET, inv)
+    else:
+        dots = _group_dots(p, a_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS, EVEN, SHIFT16)
+    part = tl.sum(dots * sc, axis=1)
     y = tl.sum(tl.reshape(part * route_w, [TOP_K, BLOCK_N]), axis=0)
     n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     _store_down(y, add_ptr, out_ptr, t, n_offs, n_offs < H, stride_addt, stride_ot, HAS_ADD)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The nineteenth session's single-GPU calls (nvidia-h200, each <= 10 min):
+#   GIT_COMMIT=$(git rev-parse --short HEAD) bash benchmarks/run_session19_round.sh x1
+# Part "x1": the INT4 GEMV down kernel in packed fp16 (down config F16: gate_up stores act as fp16 pairs with a
+# power-of-two scale per word of 8, the down dots as HFMA2, two weights an op; ~3.3 SASS instructions a weight
+# against ~4.3 over the slot loop, 3.7 against 5.1 with PRELOAD). Its GPU tests (the inline PTX bit-identical to
+# its plain-op emulation), a sweep of down configs, F16 and the fp32 form, at T = 1..16 (bench_moe_dot.py, uniform
+# routing and tokens sharing 12 experts) writing the best per T as a table, then the 61-layer step at 1k with the
+# checked-in table (down F16 at its previous tiles) against the previous one and the sweep's, alternating twice.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: x1}
+OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_down_fp32_table.json"
+
+case $part in
+x1)
+  TAIL=8 stage f16_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/kernels/test_kernels_gpu.py -k "gemv_f16"
+  V=()
+  for c in 8,2,1,0 32,4,0,0 8,2,1,1 32,4,0,1 16,2,1,1 16,4,1,1 8,2,0,1 16,4,0,1 32,8,0,1 64,4,0,1 64,8,0,1 32,8,1,1; do
+    IFS=, read -r bn w pre f16 <<< "$c"
+    V+=(--down-config "BLOCK_N=$bn,BLOCK_W=32,num_warps=$w,PRELOAD=$pre,F16=$f16")
+  done
+  TAIL=130 stage moe_down 240 python benchmarks/bench_moe_dot.py --out "$OUT/moe_down.json" \
+    --variants "gemv (table)" --tokens 1 2 4 8 16 --pools 12 384 "${V[@]}" \
+    --table-path gemv_down --table-pool 0 --table-out "$OUT/down_table.json"
+  cat "$OUT/down_table.json"
+  NEW="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/down_table.json"
+  TAIL=40 stage step_down 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$OLD" "$NEW" '' "$OLD" "$NEW" \
+    --out "$OUT/step_down.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
