@@ -130,8 +130,8 @@ def write_table(path: Path, rows: list[dict], variants: dict, pool: int, dev: to
     op = "fused_moe_int4_gemv_down" if down else f"fused_moe_int4_{kind}_gate_up"
     totals: dict[tuple[int, str], float] = {}
     for row in rows:
-        path, gate_up, _ = variants[row["variant"]]
-        if (path != kind.removesuffix("_down") or (down and gate_up is not None) or (kind == "dot" and row["T"] < 2)
+        row_path, gate_up, _ = variants[row["variant"]]
+        if (row_path != kind.removesuffix("_down") or (down and gate_up is not None) or (kind == "dot" and row["T"] < 2)
                 or pool not in (0, row["pool"])):
             continue
         key = (row["T"], row["variant"])

@@ -7,8 +7,16 @@
 # its plain-op emulation), a sweep of down configs, F16 and the fp32 form, at T = 1..16 (bench_moe_dot.py, uniform
 # routing and tokens sharing 12 experts) writing the best per T as a table, then the 61-layer step at 1k with the
 # checked-in table (down F16 at its previous tiles) against the previous one and the sweep's, alternating twice.
+# Part "x2" (x1 at ed40548: 4 F16 GPU tests passed; MoE with F16 down at the table's tiles, T = 1 / 2 / 4 / 8 / 16
+# over 12 shared experts 14.6 / 19.1 / 31.6 / 54.4 / 102.5 -> 13.7 / 17.6 / 30.5 / 51.0 / 96.2 us, and 29.6 at T=4
+# with PRELOAD's tile; the step at 1k T = 1 / 2 / 4 / 8 4.71 / 5.19 / 6.07 / 7.41 ms against 4.75 / 5.23 / 6.19 /
+# 7.56; the sweep's table was not written, a variable clash in bench_moe_dot's write_table): the table now takes
+# F16 down at every T, PRELOAD's tile up to T=4. The INT4 MoE GPU tests, the PDL, overlap and Kimi-layout tests,
+# then the step at 1k and 8k against the previous table, alternating twice.
+# Part "x3": the CUDA engine and graph-runner tests (speculative output equals plain decoding with graphs on), then
+# end to end, the Kimi slice baseline and EAGLE-3 at a pinned accept length 3.0, the two tables alternating twice.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1}
+part=${1:?part: x1, x2, x3}
 OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_down_fp32_table.json"
 
 case $part in
@@ -28,6 +36,21 @@ x1)
   TAIL=40 stage step_down 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$OLD" "$NEW" '' "$OLD" "$NEW" \
     --out "$OUT/step_down.json"
+  ;;
+x2)
+  TAIL=8 stage moe_tests 170 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/kernels/test_kernels_gpu.py -k "int4"
+  TAIL=8 stage other_tests 170 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 160 \
+    tests/kernels/test_pdl_gpu.py tests/test_overlap.py tests/loaders/test_layouts.py
+  TAIL=20 stage step_table 230 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$OLD" '' "$OLD" \
+    --out "$OUT/step_table.json"
+  ;;
+x3)
+  TAIL=15 stage engine_tests 290 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 280 \
+    tests/test_graph_runner.py tests/gpu/test_cuda_engine.py
+  TAIL=12 stage e2e_table 290 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --env-variants '' "$OLD" --repeat-variants 2 --out "$OUT/e2e_table.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
