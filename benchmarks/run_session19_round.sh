@@ -13,10 +13,16 @@
 # 7.56; the sweep's table was not written, a variable clash in bench_moe_dot's write_table): the table now takes
 # F16 down at every T, PRELOAD's tile up to T=4. The INT4 MoE GPU tests, the PDL, overlap and Kimi-layout tests,
 # then the step at 1k and 8k against the previous table, alternating twice.
-# Part "x3": the CUDA engine and graph-runner tests (speculative output equals plain decoding with graphs on), then
-# end to end, the Kimi slice baseline and EAGLE-3 at a pinned accept length 3.0, the two tables alternating twice.
+# Part "x3" (x2 at 7021347: MoE tests 69 passed, PDL/overlap/layout tests 20 passed; the step with the table against
+# the previous, medians of two alternations, ms: 1k decode 4.78 vs 4.82, verify T = 2 / 4 / 8 5.20 / 6.06 / 7.37 vs
+# 5.31 / 6.19 / 7.65; 8k 4.91 vs 4.94, 5.32 / 6.33 / 7.72 vs 5.46 / 6.44 / 8.04): the CUDA engine and graph-runner
+# tests (speculative output equals plain decoding with graphs on), then end to end, the Kimi slice baseline and
+# EAGLE-3 at a pinned accept length 3.0, the two tables alternating twice.
+# Part "x4" (x3 at 7021347: 25 passed; end to end, table / previous, tok/s: EAGLE-3 at accept 3.0 378.4 / 366.4 vs
+# 355.6 / 353.4, baseline 194.0 / 193.3 vs 182.3 / 183.0): every other kernel GPU test (the fold and MLA-rope
+# model tests run the INT4 MoE at the table's configs).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1, x2, x3}
+part=${1:?part: x1, x2, x3, x4}
 OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_down_fp32_table.json"
 
 case $part in
@@ -51,6 +57,10 @@ x3)
     tests/test_graph_runner.py tests/gpu/test_cuda_engine.py
   TAIL=12 stage e2e_table 290 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --env-variants '' "$OLD" --repeat-variants 2 --out "$OUT/e2e_table.json"
+  ;;
+x4)
+  TAIL=8 stage kernel_tests 280 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py tests/kernels/test_mla_rope_gpu.py -k "not int4"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
