@@ -16,7 +16,10 @@ taken nibble-major and pre-scaled (x by gate_up itself as it streams it, act by 
 inner loop needs no layout conversion of weight-sized tiles; each gate_up program streams BLOCK_N weight rows
 of its pair's expert (pairs of a verify batch that share an expert run side by side and the L2 serves the
 repeated lines: GEMV_PER_PAIR); the k-slot sum is the down kernel's own loop, so its output is final. With
-PDL the down kernel can start while gate_up runs; with PRELOAD it loads its weights before its wait.
+PDL the down kernel can start while gate_up runs; with PRELOAD it loads its weights before its wait. With F16
+(gate_up's config) x meets the weights in packed fp16, two weights an instruction; with F16 in down's config,
+gate_up stores act as [T*k, 5, I/8] int32 instead (fp16 pairs and a power-of-two factor per word of 8) and the
+down kernel's dots run in packed fp16 as well.
 ``add`` (the shared experts' output) is added in the final store, rounded as a separate add would be.
 
 INT4 dot path (verify batches whose tokens share experts; off unless SGLANG_EAGLE3_MOE_DOT_MAX, see
@@ -298,7 +301,7 @@ def _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, *, group: i
     f16 = act.dtype == torch.int32
     bn, bw = down_cfg["BLOCK_N"], _words_a_step(down_cfg["BLOCK_W"], i_words, group_words)
     # All k slots' weights as one tile loaded before the PDL wait (the config's "PRELOAD"; the H200 table turns
-    # it on at T <= 2): needs the slots to tile as a power of two and the intermediate slice in one chunk
+    # it on up to T = 4): needs the slots to tile as a power of two and the intermediate slice in one chunk
     # (I/8 <= BLOCK_W: Kimi and DeepSeek-V3 at TP=8, 32 words); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off.
     preload = (down_cfg.get("PRELOAD", False) and tuning.moe_down_preload() and k & (k - 1) == 0
                and i_words <= bw)
@@ -321,7 +324,7 @@ def _launch_int4_dot(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int
     the GEMV path's down kernel on the act it stores."""
     T, H = x.shape
     k = topk_ids.shape[1]
-    out, act = _int4_outputs(x, topk_ids, I)
+    out, act = _int4_outputs(x, topk_ids, I)  # (fp32 act: the down kernel keeps its fp32 form here, F16 or not)
     if T == 0:
         return out
     TK, h_words, group_words = T * k, H // PACK_FACTOR, group // PACK_FACTOR
