@@ -21,8 +21,13 @@
 # Part "x4" (x3 at 7021347: 25 passed; end to end, table / previous, tok/s: EAGLE-3 at accept 3.0 378.4 / 366.4 vs
 # 355.6 / 353.4, baseline 194.0 / 193.3 vs 182.3 / 183.0): every other kernel GPU test (the fold and MLA-rope
 # model tests run the INT4 MoE at the table's configs).
+# Part "x5" (x4 at 30b4b10: 230 passed): gate_up's GROUP (an expert's first pair computes its pairs 4 or 2 at a time,
+# each weight decoded once for them; ~0.65-1.3 SASS instructions a weight and pair in the 4- and 2-pair loops
+# against ~2.7): the INT4 MoE GPU tests with the new ones (grouped bit-identical to one program a pair), a sweep of
+# GROUP configs at T = 1..16 writing the best per T as a table, then the 61-layer step at 1k with that table
+# against the checked-in one, alternating twice.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1, x2, x3, x4}
+part=${1:?part: x1, x2, x3, x4, x5}
 OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_down_fp32_table.json"
 
 case $part in
@@ -61,6 +66,23 @@ x3)
 x4)
   TAIL=8 stage kernel_tests 280 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
     tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py tests/kernels/test_mla_rope_gpu.py -k "not int4"
+  ;;
+x5)
+  TAIL=8 stage moe_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/kernels/test_kernels_gpu.py -k "int4"
+  V=()
+  for c in 16,8,4 8,4,4 32,8,4 16,4,2 16,8,2 32,4,2; do
+    IFS=, read -r bn w g <<< "$c"
+    V+=(--gemv-config "BLOCK_N=$bn,BLOCK_W=128,num_warps=$w,F16=1,GROUP=$g")
+  done
+  TAIL=75 stage moe_group 170 python benchmarks/bench_moe_dot.py --out "$OUT/moe_group.json" \
+    --variants "gemv (table)" --tokens 1 2 4 8 16 --pools 12 384 "${V[@]}" \
+    --table-path gemv --table-pool 0 --table-out "$OUT/group_table.json"
+  cat "$OUT/group_table.json"
+  NEW="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/group_table.json"
+  TAIL=20 stage step_group 170 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$NEW" '' "$NEW" \
+    --out "$OUT/step_group.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
