@@ -26,8 +26,14 @@
 # against ~2.7): the INT4 MoE GPU tests with the new ones (grouped bit-identical to one program a pair), a sweep of
 # GROUP configs at T = 1..16 writing the best per T as a table, then the 61-layer step at 1k with that table
 # against the checked-in one, alternating twice.
+# Part "x6" (x5 at 85e736a: MoE tests 73 passed, the grouped path bit-identical to one program a pair; GROUP slower at
+# every T >= 2, also on 12 shared experts (T=4 35.97-40.06 us against 29.29: the expert's pairs in series in its
+# first pair's program, at 217-255 registers), faster at T=1 alone (8 rows, 4 warps, GROUP 4: 10.93 / 12.79 us
+# against 13.72 / 14.66), where every expert has one pair; the step with the sweep's table (that T=1 bucket, the
+# rest as checked in) 4.90 against 4.73 ms at T=1, T = 2..8 within 1%): the T=1 bucket alone, 8 rows and 4 warps
+# with GROUP 4 and without, against the checked-in one: the MoE at T=1, then the step at T=1, alternating twice.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1, x2, x3, x4, x5}
+part=${1:?part: x1, x2, x3, x4, x5, x6}
 OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_down_fp32_table.json"
 
 case $part in
@@ -83,6 +89,15 @@ x5)
   TAIL=20 stage step_group 170 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$NEW" '' "$NEW" \
     --out "$OUT/step_group.json"
+  ;;
+x6)
+  TAIL=12 stage moe_t1 60 python benchmarks/bench_moe_dot.py --out "$OUT/moe_t1.json" --variants "gemv (table)" \
+    --tokens 1 --pools 12 384 --gemv-config BLOCK_N=8,BLOCK_W=128,num_warps=4,F16=1,GROUP=4 \
+    --gemv-config BLOCK_N=8,BLOCK_W=128,num_warps=4,F16=1
+  G="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gate_up_t1_group_table.json"
+  B="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gate_up_t1_bn8_table.json"
+  TAIL=12 stage step_t1 150 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 --eager-iters 1 --graph-iters 30 --env-variants '' "$G" "$B" '' "$G" "$B" --out "$OUT/step_t1.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
