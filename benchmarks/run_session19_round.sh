@@ -32,6 +32,9 @@
 # against 13.72 / 14.66), where every expert has one pair; the step with the sweep's table (that T=1 bucket, the
 # rest as checked in) 4.90 against 4.73 ms at T=1, T = 2..8 within 1%): the T=1 bucket alone, 8 rows and 4 warps
 # with GROUP 4 and without, against the checked-in one: the MoE at T=1, then the step at T=1, alternating twice.
+# (x6 at 8e33e80: the MoE at T=1 again 10.9 / 13.0 us with GROUP 4 against 13.6-13.9 / 14.8 (table) and 15.4 /
+# 16.1 (the same tiles without GROUP), yet the step at T=1 4.77 / 4.89 ms with it against 4.66 / 4.67 (table) and
+# 4.68 / 4.70. GROUP was removed after this part; 85e736a has it. Parts x5 and x6 no longer run as written.)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: x1, x2, x3, x4, x5, x6}
 OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_down_fp32_table.json"

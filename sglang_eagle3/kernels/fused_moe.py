@@ -274,10 +274,6 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     # The packed fp16 dots (the config's "F16") for 16-bit activations, exact in fp16 once scaled; float32 ones
     # keep the fp32 form, which rounds nothing (the kernel's comment above F16_X_SCALE has the numerics).
     f16 = gate_up_cfg.get("F16", False) and x.dtype in (torch.bfloat16, torch.float16)
-    # GROUP (2 or 4, F16 only): an expert's pairs GROUP at a time in its first pair's program, each weight decoded
-    # once for them (a pair's arithmetic unchanged: the same numbers as one program a pair).
-    group_of = gate_up_cfg.get("GROUP", 1) if f16 else 1
-    assert group_of in (1, 2, 4), f"gate_up GROUP must be 1, 2 or 4, got {group_of}"
     moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
         x, w13, s13, topk_ids, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
@@ -285,8 +281,7 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
         PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR), SHIFT16=shift16, F16=f16, INTERPRET=interpret,
-        ACT_F16=act_f16, GROUP=group_of,
-        num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
+        ACT_F16=act_f16, num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
     _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl,

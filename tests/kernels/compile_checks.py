@@ -159,17 +159,6 @@ def check_gemv(arch: int) -> dict:
                 # ([BLOCK_W] fp32 each, see _x_columns); a conversion of a weight-sized tile would add more
                 # (the first version of this kernel had 26).
                 assert ops["BAR"] <= 20, f"barriers in the gate_up inner loop (layout conversions): {dict(ops)}"
-    # gate_up's GROUP (F16): three paths (4, 2 and 1 pairs a step) in one kernel, without spills (at 32 rows and 4
-    # warps GROUP 4 spills: 4 pairs' x and accumulators do not fit next to the prefetched chunk).
-    for bn, warps, group in ((16, 8, 4), (8, 4, 4), (16, 4, 2), (32, 8, 4)):
-        sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel, {**GATE_UP_SIG, "act_ptr": "*i32", "ACT_F16": "i32",
-                                                                   "GROUP": "i32"},
-                                 dict(TOP_K=8, TK_PAD=32, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=128, EVEN=True,
-                                      PER_PAIR=True, SHIFT16=True, F16=True, ACT_F16=True, GROUP=group),
-                                 GATE_UP_ALIGNED, arch, warps)
-        _no_spills(res, f"gate_up GROUP={group} {bn=} {warps=}")
-        assert _opcodes(re.findall(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", sass))["HFMA2"] > 0, "GROUP without HFMA2?"
-        out[f"gate_up_group{group}_bn{bn}_w{warps}"] = res
     # down: the slot loop (PRELOAD off, the table's T > 2 config first) and every slot's weights before the PDL
     # wait (PRELOAD: the table's T <= 2 config first).
     # F16: act in the packed fp16 form (int32) and the dots as HFMA2, each word's sum times its factor: ~3.3 / 3.7

@@ -799,16 +799,6 @@ CASES = {
         3, 20, 96, 32, 8, seed=58, skew=True, dtype=torch.float16, small_act=True,
         config={"gate_up": {**GEMV_MID["gate_up"], "F16": True}, "down": {**GEMV_DOWN_MASKED, "F16": True}}),
     "moe_int4_gemv_f16_down_vs_fp32_form": lambda: check_moe_down_f16(3, 8, 96, 64, 4, seed=59),
-    # gate_up's GROUP (with F16): an expert's first pair computes its pairs 4 (or 2) at a time, then 2, then one,
-    # each weight decoded once for the pairs of a step: bit for bit on exact inputs, with experts of 1-7 pairs (every
-    # step size and remainder), in the masked and unmasked modes (the second with down's F16 too).
-    "moe_int4_gemv_exact_t7_f16_group4": lambda: check_fused_moe_int4_gemv_exact(
-        7, 9, 96, 32, 3, seed=63, skew=True, dtype=torch.float16,
-        config={"gate_up": {**GEMV_MID["gate_up"], "F16": True, "GROUP": 4}, "down": GEMV_MID["down"]}),
-    "moe_int4_gemv_exact_t5_f16_group2_unmasked_f16_down": lambda: check_fused_moe_int4_gemv_exact(
-        5, 8, 96, 32, 2, seed=64, skew=True, dtype=torch.float16, small_act=True,
-        config={"gate_up": {"BLOCK_N": 8, "BLOCK_W": 4, "num_warps": 1, "F16": True, "GROUP": 2},
-                "down": {**GEMV_SMALL["down"], "F16": True}}),
     # down with every slot's weights loaded as one tile (PRELOAD, a config key: top_k a power of two and I/8 in
     # one chunk) against the slot loop, on rows past H (BLOCK_N 64 over H=96: the masked path).
     "moe_int4_gemv_exact_t4_top8_down_preload_masked": lambda: check_fused_moe_int4_gemv_exact(

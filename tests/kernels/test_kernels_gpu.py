@@ -316,31 +316,6 @@ def test_fused_moe_int4_gemv_f16(int4_weights, case, monkeypatch):
     assert torch.equal(emulated, f16), (emulated.float() - f16.float()).abs().max().item()
 
 
-@pytest.mark.parametrize("T,group", [(3, 4), (8, 2), (8, 4), (16, 4)])
-def test_fused_moe_int4_gemv_group(int4_weights, T, group):
-    """gate_up's GROUP (an expert's first pair computing its pairs 4 or 2 at a time, each weight decoded once for
-    them, in one inline PTX block) at Kimi TP=8 shapes with tokens sharing experts: bit-identical to one program a
-    pair (the same F16 tiles), and near the reference."""
-    from sglang_eagle3.kernels import tuning
-    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
-
-    p13, s13, p2, s2 = int4_weights
-    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
-    topk_w, ids = routing(T, True, 7500 + T)
-    gate_up = tuning.get_config("fused_moe_int4_gemv_gate_up", x.device, "tokens", T)
-    down = tuning.get_config("fused_moe_int4_gemv_down", x.device, "tokens", T)
-
-    def run(g):
-        return triton_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, None, path="gemv",
-                                     config={"gate_up": {**gate_up, "F16": True, "GROUP": g}, "down": down})
-
-    poison_allocator()
-    grouped, one = run(group), run(1)
-    assert torch.equal(grouped, one), (grouped.float() - one.float()).abs().max().item()
-    ref = kernels.ref_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32, None)
-    assert rel_err(grouped, ref) < 1e-2
-
-
 DOT_CONFIGS = [None, {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": True},
                {"BLOCK_N": 16, "BLOCK_W": 32, "num_warps": 4, "EXACT": False, "SPLIT": 3},
                {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 8, "EXACT": True, "SPLIT": 8}]

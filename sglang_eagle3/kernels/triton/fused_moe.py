@@ -455,35 +455,39 @@ def _x_pairs_f16(xs):
     return p0[None, :], p1[None, :], p2[None, :], p3[None, :]
 
 
-def _word_dots_f16_ptx(members: int = 1, scaled: bool = False) -> str:
-    """PTX for _word_dots_f16 over `members` x's at once (G): $0..$G-1 the outputs, $G the word, then 4 x pairs a
-    member ($G+1+4g..), then (scaled, one member) a per-word fp32 factor for the sum. The word is decoded once;
-    each member's dots are the one-member code's, op for op, so a pair's sums do not depend on G.
+def _word_dots_f16_ptx(scaled: bool) -> str:
+    """PTX for _word_dots_f16: $1 the word, $2..$5 the x pairs, $6 (scaled) a per-word fp32 factor for the sum.
     Constants: 1032 = 0x6408, 1/16 = 0x2C00, -72 = 0xD480 in fp16 ((1024 + 16 q) / 16 - 72 = q - 8)."""
-    assert members == 1 or not scaled
-    w = f"${members}"
-    lines = [
-        "{", ".reg .b32 s, a, b, c, d, acc, m0, k16, m72;", ".reg .f16 lo, hi;", ".reg .f32 flo, fhi, sum;",
-        "mov.b32 m0, 0x64086408;", "mov.b32 k16, 0x2C002C00;", "mov.b32 m72, 0xD480D480;",
-        f"shr.u32 s, {w}, 8;",
-        f"lop3.b32 a, {w}, 0x000F000F, 0x64006400, 0xEA;", f"lop3.b32 b, {w}, 0x00F000F0, 0x64006400, 0xEA;",
-        "lop3.b32 c, s, 0x000F000F, 0x64006400, 0xEA;", "lop3.b32 d, s, 0x00F000F0, 0x64006400, 0xEA;",
-        "sub.rn.f16x2 a, a, m0;", "fma.rn.f16x2 b, b, k16, m72;", "sub.rn.f16x2 c, c, m0;",
-        "fma.rn.f16x2 d, d, k16, m72;"]
-    for g in range(members):
-        x = [f"${members + 1 + 4 * g + i}" for i in range(4)]
-        lines += [f"mul.rn.f16x2 acc, a, {x[0]};", f"fma.rn.f16x2 acc, b, {x[1]}, acc;",
-                  f"fma.rn.f16x2 acc, c, {x[2]}, acc;", f"fma.rn.f16x2 acc, d, {x[3]}, acc;",
-                  "mov.b32 {lo, hi}, acc;", "cvt.f32.f16 flo, lo;", "cvt.f32.f16 fhi, hi;"]
-        lines += (["add.rn.f32 sum, flo, fhi;", f"mul.rn.f32 $0, sum, ${members + 1 + 4 * members};"] if scaled
-                  else [f"add.rn.f32 ${g}, flo, fhi;"])
-    return "\n".join(lines + ["}"])
+    return ("""
+        {
+        .reg .b32 s, a, b, c, d, acc, m0, k16, m72;
+        .reg .f16 lo, hi;
+        .reg .f32 flo, fhi, sum;
+        mov.b32 m0, 0x64086408;
+        mov.b32 k16, 0x2C002C00;
+        mov.b32 m72, 0xD480D480;
+        shr.u32 s, $1, 8;
+        lop3.b32 a, $1, 0x000F000F, 0x64006400, 0xEA;
+        lop3.b32 b, $1, 0x00F000F0, 0x64006400, 0xEA;
+        lop3.b32 c, s, 0x000F000F, 0x64006400, 0xEA;
+        lop3.b32 d, s, 0x00F000F0, 0x64006400, 0xEA;
+        sub.rn.f16x2 a, a, m0;
+        fma.rn.f16x2 b, b, k16, m72;
+        sub.rn.f16x2 c, c, m0;
+        fma.rn.f16x2 d, d, k16, m72;
+        mul.rn.f16x2 acc, a, $2;
+        fma.rn.f16x2 acc, b, $3, acc;
+        fma.rn.f16x2 acc, c, $4, acc;
+        fma.rn.f16x2 acc, d, $5, acc;
+        mov.b32 {lo, hi}, acc;
+        cvt.f32.f16 flo, lo;
+        cvt.f32.f16 fhi, hi;
+        """ + ("add.rn.f32 sum, flo, fhi;\nmul.rn.f32 $0, sum, $6;" if scaled else "add.rn.f32 $0, flo, fhi;")
+            + "\n}")
 
 
-_WORD_DOTS_F16 = tl.constexpr(_word_dots_f16_ptx())
-_WORD_DOTS_F16_SCALED = tl.constexpr(_word_dots_f16_ptx(scaled=True))
-_WORD_DOTS_F16_X2 = tl.constexpr(_word_dots_f16_ptx(2))
-_WORD_DOTS_F16_X4 = tl.constexpr(_word_dots_f16_ptx(4))
+_WORD_DOTS_F16 = tl.constexpr(_word_dots_f16_ptx(False))
+_WORD_DOTS_F16_SCALED = tl.constexpr(_word_dots_f16_ptx(True))
 
 
 @triton.jit
@@ -538,39 +542,6 @@ def _group_dots_f16(packed, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.cons
 
 
 @triton.jit
-def _group_dots_f16_members(packed, pairs, G: tl.constexpr, GROUP_WORDS: tl.constexpr, INTERPRET: tl.constexpr):
-    """_group_dots_f16 for G members at once (pairs: a tuple of G _x_pairs_f16 4-tuples), each word decoded once
-    -> a tuple of G [N, W/GW] group sums, each bit-identical to _group_dots_f16 of its member alone."""
-    N: tl.constexpr = packed.shape[0]
-    W: tl.constexpr = packed.shape[1]
-    if INTERPRET:
-        ts = ()
-        for g in tl.static_range(G):
-            ts = ts + (_word_dots_f16_emulated(packed, pairs[g][0], pairs[g][1], pairs[g][2], pairs[g][3]),)
-    elif G == 1:
-        ts = (_word_dots_f16(packed, pairs[0][0], pairs[0][1], pairs[0][2], pairs[0][3]),)
-    elif G == 2:
-        ts = tl.inline_asm_elementwise(
-            asm=_WORD_DOTS_F16_X2, constraints="=r,=r,r,r,r,r,r,r,r,r,r",
-            args=[packed, pairs[0][0], pairs[0][1], pairs[0][2], pairs[0][3],
-                  pairs[1][0], pairs[1][1], pairs[1][2], pairs[1][3]],
-            dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
-    else:
-        tl.static_assert(G == 4, "GROUP must be 1, 2 or 4")
-        ts = tl.inline_asm_elementwise(
-            asm=_WORD_DOTS_F16_X4, constraints="=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r,r,r,r,r,r",
-            args=[packed, pairs[0][0], pairs[0][1], pairs[0][2], pairs[0][3],
-                  pairs[1][0], pairs[1][1], pairs[1][2], pairs[1][3],
-                  pairs[2][0], pairs[2][1], pairs[2][2], pairs[2][3],
-                  pairs[3][0], pairs[3][1], pairs[3][2], pairs[3][3]],
-            dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
-    out = ()
-    for g in tl.static_range(G):
-        out = out + (tl.sum(tl.reshape(ts[g], [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2),)
-    return out
-
-
-@triton.jit
 def _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS: tl.constexpr, SHIFT16: tl.constexpr,
                    F16: tl.constexpr, INTERPRET: tl.constexpr):
     """One chunk of gate_up: the gate and up rows' per-group sums of (q - 8) * x, times the group scales, added
@@ -594,73 +565,6 @@ def _group_member(ids_ptr, expert, TK, r, TK_PAD: tl.constexpr):
 
 
 @triton.jit
-def _store_gate_up(act_ptr, member, stride_at, nb, n_offs, n_ok, acc_g, acc_u, I, BLOCK_N: tl.constexpr,
-                   SHIFT16: tl.constexpr, F16: tl.constexpr, ACT_F16: tl.constexpr):
-    """act[member] for gate_up's BLOCK_N rows nb from its accumulators (see moe_int4_gemv_gate_up_kernel)."""
-    g = tl.sum(acc_g, axis=1)
-    u = tl.sum(acc_u, axis=1)
-    if F16:  # undo F16_X_SCALE (a power of two: exact)
-        g = g * (1.0 / F16_X_SCALE)
-        u = u * (1.0 / F16_X_SCALE)
-    row = act_ptr + member.to(tl.int64) * stride_at
-    if ACT_F16:
-        _store_act_f16(row, nb, g * tl.sigmoid(g) * u, I, BLOCK_N)
-    else:
-        j = n_offs % 8
-        tl.store(row + j * (I // 8) + n_offs // 8, g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16),
-                 mask=n_ok)
-
-
-@triton.jit
-def _gate_up_members(x_ptr, stride_xt, ids_ptr, act_ptr, stride_at, expert, r0, gate_rows, up_rows,
-                     gate_scales, up_scales, n_offs, n_ok, nb, TK, I, H_WORDS, TOP_K: tl.constexpr,
-                     TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
-                     EVEN: tl.constexpr, SHIFT16: tl.constexpr, G: tl.constexpr, INTERPRET: tl.constexpr,
-                     ACT_F16: tl.constexpr):
-    """The r0-th .. (r0 + G - 1)-th pairs routed to `expert` (all exist; packed fp16 only), each chunk of weights
-    decoded once for all G: the per-pair gate_up of the kernel (same loads, same ops and sums per pair), G x's
-    at a time."""
-    w_idx = tl.arange(0, BLOCK_W)
-    g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
-    members = ()
-    x_rows = ()
-    acc_g = ()
-    acc_u = ()
-    xs = ()
-    for g in tl.static_range(G):
-        m = _group_member(ids_ptr, expert, TK, r0 + g, TK_PAD)
-        members = members + (m,)
-        x_rows = x_rows + (x_ptr + (m // TOP_K).to(tl.int64) * stride_xt,)
-        acc_g = acc_g + (tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32),)
-        acc_u = acc_u + (tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32),)
-        xs = xs + (_load_x_chunk(x_rows[g], 0, w_idx, H_WORDS, EVEN, SHIFT16, True),)
-    pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-    pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-    for w0 in range(0, H_WORDS, BLOCK_W):
-        pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx, H_WORDS,
-                                            GROUP_WORDS, EVEN)
-        pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx, H_WORDS,
-                                            GROUP_WORDS, EVEN)
-        xs_next = ()
-        pairs = ()
-        for g in tl.static_range(G):
-            xs_next = xs_next + (_load_x_chunk(x_rows[g], w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, True),)
-            pairs = pairs + (_x_pairs_f16(xs[g]),)
-        dg = _group_dots_f16_members(pg, pairs, G, GROUP_WORDS, INTERPRET)
-        du = _group_dots_f16_members(pu, pairs, G, GROUP_WORDS, INTERPRET)
-        new_g = ()
-        new_u = ()
-        for g in tl.static_range(G):
-            new_g = new_g + (acc_g[g] + dg[g] * sg,)
-            new_u = new_u + (acc_u[g] + du[g] * su,)
-        acc_g, acc_u = new_g, new_u
-        pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
-    for g in tl.static_range(G):
-        _store_gate_up(act_ptr, members[g], stride_at, nb, n_offs, n_ok, acc_g[g], acc_u[g], I, BLOCK_N, SHIFT16,
-                       True, ACT_F16)
-
-
-@triton.jit
 def moe_int4_gemv_gate_up_kernel(
     x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
     stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
@@ -668,7 +572,7 @@ def moe_int4_gemv_gate_up_kernel(
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
     PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, F16: tl.constexpr = False,
-    INTERPRET: tl.constexpr = False, ACT_F16: tl.constexpr = False, GROUP: tl.constexpr = 1,
+    INTERPRET: tl.constexpr = False, ACT_F16: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -681,9 +585,6 @@ def moe_int4_gemv_gate_up_kernel(
     Either way a pair's arithmetic is the same code whatever the batch holds.
     F16: the dots in packed half precision, two weights an op (see the comment above F16_X_SCALE).
     ACT_F16: act is stored for the down kernel's packed fp16 form instead (_store_act_f16).
-    GROUP (2 or 4, with F16): the expert's first pair computes all its pairs, GROUP (then 2, then 1) at a time,
-    each chunk of weights decoded once for the pairs of a step (_gate_up_members); a pair's arithmetic is still
-    the per-pair code's, so the numbers do not change, and an expert with one pair costs what it did.
 
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
     next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
@@ -693,7 +594,7 @@ def moe_int4_gemv_gate_up_kernel(
         gdc_launch_dependents()
     pair = tl.program_id(0)
     nb = tl.program_id(1)
-    if PER_PAIR and GROUP == 1:
+    if PER_PAIR:
         work, count, expert = True, 1, tl.load(ids_ptr + pair)
     else:
         work, count, expert = _expert_group(ids_ptr, pair, TK, TK_PAD)
@@ -707,46 +608,37 @@ def moe_int4_gemv_gate_up_kernel(
         up_rows = gate_rows + I * stride_wn
         gate_scales = s13_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
         up_scales = gate_scales + I * stride_sn
-        if GROUP > 1:  # the expert's pairs 4 at a time (GROUP 4), then 2 at a time, then one by one
-            done = count * 0
-            if GROUP == 4:
-                for r0 in range(0, count - 3, 4):
-                    _gate_up_members(x_ptr, stride_xt, ids_ptr, act_ptr, stride_at, expert, r0, gate_rows, up_rows,
-                                     gate_scales, up_scales, n_offs, n_ok, nb, TK, I, H_WORDS, TOP_K, TK_PAD,
-                                     GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN, SHIFT16, 4, INTERPRET, ACT_F16)
-                done = count // 4 * 4
-            for r0 in range(done, count - 1, 2):
-                _gate_up_members(x_ptr, stride_xt, ids_ptr, act_ptr, stride_at, expert, r0, gate_rows, up_rows,
-                                 gate_scales, up_scales, n_offs, n_ok, nb, TK, I, H_WORDS, TOP_K, TK_PAD,
-                                 GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN, SHIFT16, 2, INTERPRET, ACT_F16)
-            for r0 in range(done + (count - done) // 2 * 2, count):
-                _gate_up_members(x_ptr, stride_xt, ids_ptr, act_ptr, stride_at, expert, r0, gate_rows, up_rows,
-                                 gate_scales, up_scales, n_offs, n_ok, nb, TK, I, H_WORDS, TOP_K, TK_PAD,
-                                 GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN, SHIFT16, 1, INTERPRET, ACT_F16)
-        else:
-            for r in range(0, count):
-                if PER_PAIR:
-                    member = pair
-                else:
-                    member = _group_member(ids_ptr, expert, TK, r, TK_PAD)
-                x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
-                acc_g = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
-                acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
-                pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS,
-                                          EVEN)
-                pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-                xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN, SHIFT16, F16)  # [BLOCK_W, 8]
-                for w0 in range(0, H_WORDS, BLOCK_W):
-                    pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                        H_WORDS, GROUP_WORDS, EVEN)
-                    pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                        H_WORDS, GROUP_WORDS, EVEN)
-                    xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, F16)
-                    acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16,
-                                                  F16, INTERPRET)
-                    pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
-                _store_gate_up(act_ptr, member, stride_at, nb, n_offs, n_ok, acc_g, acc_u, I, BLOCK_N, SHIFT16,
-                               F16, ACT_F16)
+        for r in range(0, count):
+            if PER_PAIR:
+                member = pair
+            else:
+                member = _group_member(ids_ptr, expert, TK, r, TK_PAD)
+            x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
+            acc_g = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
+            acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
+            pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN, SHIFT16, F16)  # [BLOCK_W, 8]
+            for w0 in range(0, H_WORDS, BLOCK_W):
+                pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, F16)
+                acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16, F16,
+                                              INTERPRET)
+                pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
+            g = tl.sum(acc_g, axis=1)
+            u = tl.sum(acc_u, axis=1)
+            if F16:  # undo F16_X_SCALE (a power of two: exact)
+                g = g * (1.0 / F16_X_SCALE)
+                u = u * (1.0 / F16_X_SCALE)
+            if ACT_F16:
+                _store_act_f16(act_ptr + member.to(tl.int64) * stride_at, nb, g * tl.sigmoid(g) * u, I, BLOCK_N)
+            else:
+                j = n_offs % 8
+                tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
+                         g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16), mask=n_ok)
 
 
 # act in the down kernel's packed fp16 form (ACT_F16, when the down config says F16): per pair an int32 row
