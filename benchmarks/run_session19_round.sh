@@ -39,6 +39,22 @@ source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: x1, x2, x3, x4, x5, x6}
 OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_down_fp32_table.json"
 
+# The MoE alone at T = 1..16 over the table's configs and the variants in V (bench_moe_dot.py arguments), the best
+# per T written as a table of KIND's op (gemv: gate_up, gemv_down: down), then the 61-layer step at 1k with the
+# checked-in table, the settings given (--env-variants) and the sweep's table, alternating twice:
+# sweep_step NAME KIND SWEEP_LIMIT STEP_LIMIT [SETTING ...].
+sweep_step() {
+  local name=$1 kind=$2 limit=$3 step_limit=$4; shift 4
+  TAIL=130 stage "moe_$name" "$limit" python benchmarks/bench_moe_dot.py --out "$OUT/moe_$name.json" \
+    --variants "gemv (table)" --tokens 1 2 4 8 16 --pools 12 384 "${V[@]}" \
+    --table-path "$kind" --table-pool 0 --table-out "$OUT/${name}_table.json"
+  cat "$OUT/${name}_table.json"
+  local NEW="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/${name}_table.json"
+  TAIL=40 stage "step_$name" "$step_limit" python benchmarks/bench_verify_graph.py --backends triton \
+    --contexts 1024 --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$@" "$NEW" '' "$@" "$NEW" \
+    --out "$OUT/step_$name.json"
+}
+
 case $part in
 x1)
   TAIL=8 stage f16_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
@@ -48,14 +64,7 @@ x1)
     IFS=, read -r bn w pre f16 <<< "$c"
     V+=(--down-config "BLOCK_N=$bn,BLOCK_W=32,num_warps=$w,PRELOAD=$pre,F16=$f16")
   done
-  TAIL=130 stage moe_down 240 python benchmarks/bench_moe_dot.py --out "$OUT/moe_down.json" \
-    --variants "gemv (table)" --tokens 1 2 4 8 16 --pools 12 384 "${V[@]}" \
-    --table-path gemv_down --table-pool 0 --table-out "$OUT/down_table.json"
-  cat "$OUT/down_table.json"
-  NEW="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/down_table.json"
-  TAIL=40 stage step_down 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
-    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$OLD" "$NEW" '' "$OLD" "$NEW" \
-    --out "$OUT/step_down.json"
+  sweep_step down gemv_down 240 200 "$OLD"
   ;;
 x2)
   TAIL=8 stage moe_tests 170 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
@@ -84,14 +93,7 @@ x5)
     IFS=, read -r bn w g <<< "$c"
     V+=(--gemv-config "BLOCK_N=$bn,BLOCK_W=128,num_warps=$w,F16=1,GROUP=$g")
   done
-  TAIL=75 stage moe_group 170 python benchmarks/bench_moe_dot.py --out "$OUT/moe_group.json" \
-    --variants "gemv (table)" --tokens 1 2 4 8 16 --pools 12 384 "${V[@]}" \
-    --table-path gemv --table-pool 0 --table-out "$OUT/group_table.json"
-  cat "$OUT/group_table.json"
-  NEW="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/group_table.json"
-  TAIL=20 stage step_group 170 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
-    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$NEW" '' "$NEW" \
-    --out "$OUT/step_group.json"
+  sweep_step group gemv 170 170
   ;;
 x6)
   TAIL=12 stage moe_t1 60 python benchmarks/bench_moe_dot.py --out "$OUT/moe_t1.json" --variants "gemv (table)" \

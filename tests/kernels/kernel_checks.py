@@ -202,72 +202,48 @@ def check_moe_down_preload(T, E, H, I, top_k, seed=0) -> float:
     return err
 
 
-def check_moe_gemv_f16(T, E, H, I, top_k, seed=0, device="cpu") -> dict:
-    """The GEMV path with gate_up in packed fp16 (F16) against the fp32 form (same tiles) and a float64
-    reference, tokens sharing experts. bf16 inputs (exact in fp16 once scaled; only the 4-product sums round):
-    no further from the reference than the fp32 form plus half a bf16 ulp of the outputs' scale, and a token
-    computed alone bit-identical to the same token in the batch (decode vs verify). float32 inputs: the launcher
-    keeps the fp32 form (bit-identical to F16 off). (fp16 inputs: the exact cases.)"""
-    from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
-
-    def run(args, f16):
-        return triton_fused_moe_int4(*args, 32, None, path="gemv",
-                                     config={"gate_up": {**GEMV_MID["gate_up"], "F16": f16}, "down": GEMV_MID["down"]})
-
-    errs = {}
-    for dtype, x_scale in ((torch.bfloat16, 1.0), (torch.bfloat16, 1 / 64), (torch.float32, 1.0)):
-        # (x / 64: |x| mostly 2^-8..2^-5, where an fp16 x scaled by much more than F16_X_SCALE would be subnormal)
-        x, p13, s13, p2, s2, topk_w, ids = make_moe_inputs(T, E, H, I, top_k, device, True, dtype, seed, True)
-        x = (x * x_scale).to(dtype)
-        args = (x, p13, s13, p2, s2, topk_w, ids)
-        ref = kernels.ref_fused_moe_int4(x.double(), p13, s13, p2, s2, topk_w.double(), ids, 32, None)
-        f16, f32 = run(args, True), run(args, False)
-        e16, e32 = (((out.double() - ref).abs().max() / ref.abs().max()).item() for out in (f16, f32))
-        errs[f"{dtype} x{x_scale:g}"] = (e16, e32)
-        if dtype == torch.float32:
-            assert torch.equal(f16, f32), "float32 activations must keep the fp32 form"
-            continue
-        assert e16 <= e32 + 2**-9, f"{dtype}: F16 {e16} vs fp32 form {e32} of the outputs' scale off"
-        one = run((x[1:2], p13, s13, p2, s2, topk_w[1:2], ids[1:2]), True)
-        assert torch.equal(one[0], f16[1]), f"{dtype}: a token alone differs from the same token in the batch"
-    return errs
-
-
-def check_moe_down_f16(T, E, H, I, top_k, seed=0, device="cpu") -> dict:
-    """The GEMV path with down in packed fp16 (down's F16: act rounded to fp16 after a power-of-two scale per
-    word, the dots two weights an op) against the fp32 form (same tiles, gate_up's fp32 form in both) and a
-    float64 reference, tokens sharing experts, on random bf16 inputs at three scales of x: 1, 1/64 and 256 (act
-    then ~2^16 times larger, past fp16's range unless each word is scaled). No further from the reference than
-    the fp32 form plus half a bf16 ulp of the outputs' scale; PRELOAD (every slot's weights as one tile) within
-    0.1% of the slot loop; a token computed alone bit-identical to the same token in the batch (decode vs
-    verify). float32 inputs keep the fp32 form (bit-identical to F16 off)."""
+def check_moe_gemv_f16(T, E, H, I, top_k, seed=0, device="cpu", kernel="gate_up") -> dict:
+    """The GEMV path with one kernel in packed fp16 (its config's F16; `kernel` "gate_up" or "down", the other in
+    the fp32 form) against the fp32 form (same tiles) and a float64 reference, tokens sharing experts, bf16 inputs
+    at scales 1 and 1/64 of x (|x| mostly 2^-8..2^-5, where an x scaled by much more than F16_X_SCALE would be
+    subnormal) and, for down, 256 (act then ~2^16 times larger: past fp16's range unless each word of act is
+    scaled). gate_up's products are exact (only the 4-product sums round), down rounds act to fp16 after a
+    power-of-two scale per word: either way no further from the reference than the fp32 form plus half a bf16 ulp
+    of the outputs' scale, and a token computed alone bit-identical to the same token in the batch (decode vs
+    verify); for down also PRELOAD (every slot's weights as one tile) within 0.1% of the slot loop. float32
+    inputs: the launcher keeps the fp32 form (bit-identical to F16 off). (fp16 inputs: the exact cases.)"""
     from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
 
     def run(args, f16, preload=False):
-        down = {**GEMV_MID["down"], "BLOCK_W": 8, "PRELOAD": preload, "F16": f16}  # (I/8 = 8 words: one chunk)
-        return triton_fused_moe_int4(*args, 32, None, path="gemv",
-                                     config={"gate_up": GEMV_MID["gate_up"], "down": down})
+        if kernel == "gate_up":
+            config = {"gate_up": {**GEMV_MID["gate_up"], "F16": f16}, "down": GEMV_MID["down"]}
+        else:  # (I/8 words in one chunk, as PRELOAD needs)
+            config = {"gate_up": GEMV_MID["gate_up"],
+                      "down": {**GEMV_MID["down"], "BLOCK_W": I // 8, "PRELOAD": preload, "F16": f16}}
+        return triton_fused_moe_int4(*args, 32, None, path="gemv", config=config)
 
     errs = {}
-    for dtype, x_scale in ((torch.bfloat16, 1.0), (torch.bfloat16, 1 / 64), (torch.bfloat16, 256.0),
-                           (torch.float32, 1.0)):
+    scales = (1.0, 1 / 64) + ((256.0,) if kernel == "down" else ())
+    for dtype, x_scale in [(torch.bfloat16, sc) for sc in scales] + [(torch.float32, 1.0)]:
+        what = f"{kernel} {dtype} x{x_scale:g}"
         x, p13, s13, p2, s2, topk_w, ids = make_moe_inputs(T, E, H, I, top_k, device, True, dtype, seed, True)
         x = (x * x_scale).to(dtype)
         args = (x, p13, s13, p2, s2, topk_w, ids)
         ref = kernels.ref_fused_moe_int4(x.double(), p13, s13, p2, s2, topk_w.double(), ids, 32, None)
         f16, f32 = run(args, True), run(args, False)
         e16, e32 = (((out.double() - ref).abs().max() / ref.abs().max()).item() for out in (f16, f32))
-        errs[f"{dtype} x{x_scale:g}"] = (e16, e32)
+        errs[what] = (e16, e32)
         if dtype == torch.float32:
             assert torch.equal(f16, f32), "float32 activations must keep the fp32 form"
             continue
-        assert torch.isfinite(f16).all(), f"{dtype} x{x_scale:g}: F16 down overflowed"
-        assert e16 <= e32 + 2**-9, f"{dtype} x{x_scale:g}: F16 {e16} vs fp32 form {e32} of the outputs' scale off"
-        pre = run(args, True, preload=True)
-        apart = ((pre.float() - f16.float()).abs().max() / f16.float().abs().max()).item()
-        assert apart <= 1e-3, f"{dtype} x{x_scale:g}: F16 PRELOAD vs slot loop {apart} of the outputs' scale apart"
+        assert torch.isfinite(f16).all(), f"{what}: F16 overflowed"
+        assert e16 <= e32 + 2**-9, f"{what}: F16 {e16} vs fp32 form {e32} of the outputs' scale off"
+        if kernel == "down":
+            pre = run(args, True, preload=True)
+            apart = ((pre.float() - f16.float()).abs().max() / f16.float().abs().max()).item()
+            assert apart <= 1e-3, f"{what}: F16 PRELOAD vs slot loop {apart} of the outputs' scale apart"
         one = run((x[1:2], p13, s13, p2, s2, topk_w[1:2], ids[1:2]), True)
-        assert torch.equal(one[0], f16[1]), f"{dtype} x{x_scale:g}: a token alone differs from it in the batch"
+        assert torch.equal(one[0], f16[1]), f"{what}: a token alone differs from the same token in the batch"
     return errs
 
 
@@ -798,7 +774,7 @@ CASES = {
     "moe_int4_gemv_exact_t3_f16_gate_up_and_down_preload": lambda: check_fused_moe_int4_gemv_exact(
         3, 20, 96, 32, 8, seed=58, skew=True, dtype=torch.float16, small_act=True,
         config={"gate_up": {**GEMV_MID["gate_up"], "F16": True}, "down": {**GEMV_DOWN_MASKED, "F16": True}}),
-    "moe_int4_gemv_f16_down_vs_fp32_form": lambda: check_moe_down_f16(3, 8, 96, 64, 4, seed=59),
+    "moe_int4_gemv_f16_down_vs_fp32_form": lambda: check_moe_gemv_f16(3, 8, 96, 64, 4, seed=59, kernel="down"),
     # down with every slot's weights loaded as one tile (PRELOAD, a config key: top_k a power of two and I/8 in
     # one chunk) against the slot loop, on rows past H (BLOCK_N 64 over H=96: the masked path).
     "moe_int4_gemv_exact_t4_top8_down_preload_masked": lambda: check_fused_moe_int4_gemv_exact(
