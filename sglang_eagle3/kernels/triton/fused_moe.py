@@ -669,13 +669,18 @@ def _store_act_f16(row, nb, v, I, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _load_act_f16(a, mask, I_WORDS, EVEN: tl.constexpr):
-    """The x pairs and per-word factors of _store_act_f16's form at pointers `a` (word w of row 0; any shape)."""
+    """((p0, p1, p2, p3), factors): the x pairs and per-word factors of _store_act_f16's form at pointers `a`
+    (word w of row 0, any shape), as _group_dots_f16 takes them."""
     if EVEN:
-        return (tl.load(a), tl.load(a + I_WORDS), tl.load(a + 2 * I_WORDS), tl.load(a + 3 * I_WORDS)), tl.load(
-            a + 4 * I_WORDS).to(tl.float32, bitcast=True)
-    return (tl.load(a, mask=mask, other=0), tl.load(a + I_WORDS, mask=mask, other=0),
-            tl.load(a + 2 * I_WORDS, mask=mask, other=0), tl.load(a + 3 * I_WORDS, mask=mask, other=0)), tl.load(
-        a + 4 * I_WORDS, mask=mask, other=0).to(tl.float32, bitcast=True)
+        p0, p1, p2, p3 = tl.load(a), tl.load(a + I_WORDS), tl.load(a + 2 * I_WORDS), tl.load(a + 3 * I_WORDS)
+        f = tl.load(a + 4 * I_WORDS)
+    else:
+        p0 = tl.load(a, mask=mask, other=0)
+        p1 = tl.load(a + I_WORDS, mask=mask, other=0)
+        p2 = tl.load(a + 2 * I_WORDS, mask=mask, other=0)
+        p3 = tl.load(a + 3 * I_WORDS, mask=mask, other=0)
+        f = tl.load(a + 4 * I_WORDS, mask=mask, other=0)
+    return (p0, p1, p2, p3), f.to(tl.float32, bitcast=True)
 
 
 @triton.jit
