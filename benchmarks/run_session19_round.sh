@@ -35,8 +35,12 @@
 # (x6 at 8e33e80: the MoE at T=1 again 10.9 / 13.0 us with GROUP 4 against 13.6-13.9 / 14.8 (table) and 15.4 /
 # 16.1 (the same tiles without GROUP), yet the step at T=1 4.77 / 4.89 ms with it against 4.66 / 4.67 (table) and
 # 4.68 / 4.70. GROUP was removed after this part; 85e736a has it. Parts x5 and x6 no longer run as written.)
+# Part "x7", run from a checkout of 8e33e80 (GROUP still in; its command line was this part's loop, with GIT_COMMIT
+# left unset): 6 layers under the profiler at T=1, the table and the T=1 GROUP table alternating twice. In the step
+# the GROUP gate_up was itself faster, 10.3 us a call against 11.6-11.7, the kernels' busy time 0.928-0.930 ms
+# against 0.933-0.934, yet the graph took 0.625 / 0.667 ms against 0.615 / 0.619: the time went into the gaps.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1, x2, x3, x4, x5, x6}
+part=${1:?part: x1, x2, x3, x4, x5, x6, x7}
 OLD="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_down_fp32_table.json"
 
 # The MoE alone at T = 1..16 over the table's configs and the variants in V (bench_moe_dot.py arguments), the best
@@ -103,6 +107,16 @@ x6)
   B="SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gate_up_t1_bn8_table.json"
   TAIL=12 stage step_t1 150 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 1 --eager-iters 1 --graph-iters 30 --env-variants '' "$G" "$B" '' "$G" "$B" --out "$OUT/step_t1.json"
+  ;;
+x7)
+  G=benchmarks/data/sm_90_gate_up_t1_group_table.json
+  for v in table group table group; do
+    if [ $v = group ]; then E="SGLANG_EAGLE3_CONFIG_TABLE=$G"; else E=; fi
+    env $E timeout 70 python benchmarks/profile_step.py --layers 6 --tokens 1 --no-gemm --replays 20 \
+      --out "$OUT/prof_${v}_$RANDOM.json" > "$OUT/prof_$v.log" 2>&1
+    echo "== $v rc $?"
+    grep -iE "graph|moe_int4|topk|gemv_kernel|rms|mla" "$OUT/prof_$v.log" | grep -v -i warn | head -14
+  done
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
