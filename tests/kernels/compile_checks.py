@@ -160,7 +160,7 @@ def check_gemv(arch: int) -> dict:
                 # (the first version of this kernel had 26).
                 assert ops["BAR"] <= 20, f"barriers in the gate_up inner loop (layout conversions): {dict(ops)}"
     # down: the slot loop (PRELOAD off, the table's T > 2 config first) and every slot's weights before the PDL
-    # wait (PRELOAD: the table's T <= 2 config first).
+    # wait (PRELOAD: the table's T <= 4 config first).
     # F16: act in the packed fp16 form (int32) and the dots as HFMA2, each word's sum times its factor: ~3.3 / 3.7
     # SASS instructions a weight over the whole kernel (slot loop / PRELOAD) against ~4.3 / 5.1.
     for bn, warps, preload, even, f16 in ((32, 4, False, True, False), (16, 2, False, True, False),
