@@ -136,6 +136,8 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
     spec = importlib.util.spec_from_file_location("bvg", os.path.join(HERE, "bench_verify_graph.py"))
     bvg = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bvg)
+    if a.profile:
+        from benchmarks import profile_round as profile
     print = builtins.print if rank == 0 else (lambda *x, **kw: None)  # noqa: A001 - one rank speaks
     init_tp(0, 8, simulated=True, simulated_all_reduce=world > 1)
     cfg = bvg.kimi_config(a.layers, 384)
@@ -219,6 +221,11 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
                                  models=(target, draft if k else None))
             engine = _Engine(worker)
             r = _timed_generate(engine, prompts, params, input_ids=True, repeat=a.repeat)
+            if a.profile:  # where a step's time goes: host or GPU (profile_round.py's passes, one prompt)
+                stats = engine.w.scheduler.stats
+                r["profile"] = profile.profile_config(lambda e=engine: e.generate(prompts[0], params), stats, 25,
+                                                      lambda s=stats: s.avg_accept_length)
+                profile.print_profile(name, r["profile"])
         r["prefill_ms"] = round(statistics.median(engine.first_steps[1:]) * 1e3, 2)  # [0]: the warm-up's
         base_tps.setdefault(variant, r["tok_per_s"])
         r.update(name=name, speedup=r["tok_per_s"] / base_tps[variant], pinned_accept_length=acc,
@@ -285,6 +292,9 @@ def main() -> None:
     ap.add_argument("--draft-attention", choices=["auto", "triton", "torch"], default="auto",
                     help="--kimi-slice: the draft's attention on this backend (the torch reference gathers the "
                     "whole page table; auto: as --backend)")
+    ap.add_argument("--profile", action="store_true",
+                    help="--kimi-slice: after timing, profile each configuration's steps over one prompt: wall, GPU "
+                    "kernel time and the host's Python functions (benchmarks/profile_round.py's passes)")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.repeat < 1:

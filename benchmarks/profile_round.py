@@ -28,25 +28,26 @@ from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.engine import EMBEDDED_DIR  # noqa: E402
 
 
-def profile_config(engine: Engine, prompt: str, max_new: int, top: int) -> dict:
-    params = {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}
-    engine.generate(prompt, {**params, "max_new_tokens": 8})  # warm-up
-    stats = engine.backend.scheduler.stats
+def profile_config(generate, stats, top: int, accept_length=None) -> dict:
+    """Per step of ``generate()`` (one request, run to completion; already warmed up): the scheduler's wall time
+    (a pass without any profiler attached), the GPU kernel time inside it (a pass under torch.profiler) and the
+    host's Python functions by own time (a pass under cProfile). ``stats``: the scheduler's SchedulerStats,
+    whose step_seconds each pass reads; ``accept_length()`` reads the accept length when given."""
     stats.step_seconds.clear()
-    engine.generate(prompt, params)  # timed without any profiler attached
+    generate()  # timed without any profiler attached
     wall = list(stats.step_seconds)
     stats.step_seconds.clear()
     acts = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         acts.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=acts) as prof:
-        engine.generate(prompt, params)
+        generate()
     steps_profiled = len(stats.step_seconds)
     kernel_us = sum(e.device_time for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
     stats.step_seconds.clear()
     cp = cProfile.Profile()
     cp.enable()
-    engine.generate(prompt, params)
+    generate()
     cp.disable()
     steps_cprofiled = len(stats.step_seconds)
     buf = io.StringIO()
@@ -54,16 +55,23 @@ def profile_config(engine: Engine, prompt: str, max_new: int, top: int) -> dict:
     st = pstats.Stats(cp)
     funcs = sorted(((v[2], v[3], f"{os.path.basename(k[0])}:{k[1]}({k[2]})", v[1]) for k, v in st.stats.items()),
                    reverse=True)[:top]
-    info = engine.get_server_info()
     return {"steps": len(wall), "step_ms_median": round(statistics.median(wall) * 1e3, 3),
             "step_ms_all": [round(x * 1e3, 3) for x in wall],
             # Prefill's kernels are in the profiled pass too; with a short prompt they are a small share.
             "gpu_kernel_ms_per_step": round(kernel_us / 1e3 / max(steps_profiled, 1), 3),
-            "accept_length": info.get("avg_spec_accept_length"),
+            "accept_length": accept_length() if accept_length is not None else None,
             "host_top_by_own_time": [{"function": name, "own_ms_per_step": round(own * 1e3 / steps_cprofiled, 4),
                                       "cum_ms_per_step": round(cum * 1e3 / steps_cprofiled, 4), "calls": calls}
                                      for own, cum, name, calls in funcs],
             "pstats": buf.getvalue()}
+
+
+def print_profile(name: str, r: dict, lines: int = 12) -> None:
+    print(f"{name}: {r['steps']} steps, {r['step_ms_median']:.3f} ms a step (median wall), GPU kernels "
+          f"{r['gpu_kernel_ms_per_step']:.3f} ms a step, accept length {r['accept_length']}", flush=True)
+    for f in r["host_top_by_own_time"][:lines]:
+        print(f"    {f['own_ms_per_step']:8.4f} ms own  {f['cum_ms_per_step']:8.4f} cum  {f['calls']:6d}x  "
+              f"{f['function']}", flush=True)
 
 
 def main() -> None:
@@ -84,13 +92,12 @@ def main() -> None:
     for name, spec in (("baseline", {}), (f"eagle3_k{a.k}", dict(
             speculative_algorithm="EAGLE3", speculative_draft_model_path=a.draft_path, speculative_num_steps=a.k))):
         engine = Engine(model_path=a.model_path, device=a.device, log_level="warning", **spec)
-        r = profile_config(engine, a.prompt, a.max_new_tokens, a.top)
+        params = {"max_new_tokens": a.max_new_tokens, "temperature": 0, "ignore_eos": True}
+        engine.generate(a.prompt, {**params, "max_new_tokens": 8})  # warm-up
+        r = profile_config(lambda e=engine, p=params: e.generate(a.prompt, p), engine.backend.scheduler.stats,
+                           a.top, lambda e=engine: e.get_server_info().get("avg_spec_accept_length"))
         res["configs"][name] = r
-        print(f"{name}: {r['steps']} steps, {r['step_ms_median']:.3f} ms a step (median wall), GPU kernels "
-              f"{r['gpu_kernel_ms_per_step']:.3f} ms a step, accept length {r['accept_length']}", flush=True)
-        for f in r["host_top_by_own_time"][:12]:
-            print(f"    {f['own_ms_per_step']:8.4f} ms own  {f['cum_ms_per_step']:8.4f} cum  {f['calls']:6d}x  "
-                  f"{f['function']}", flush=True)
+        print_profile(name, r)
         engine.shutdown()
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Twentieth session's device round (H200): bash benchmarks/run_session20_round.sh PART, results under $OUT.
+# Part "y1": where a round's wall time goes on the Kimi slice (host or GPU): bench_e2e.py --profile (the scheduler's
+# wall time a step, the GPU kernel time in it, the host's Python functions), baseline and EAGLE-3 k=3 at a pinned
+# accept length of 3.0; and which launch the "Memcpy DtoD" of every MoE layer in the 6-layer profile is (the
+# profile with the shared expert's side stream, the default, and without it).
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: y1}
+
+case $part in
+y1)
+  TAIL=60 stage e2e_profile 330 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --profile --out "$OUT/e2e_profile.json"
+  for ov in default none; do
+    if [ "$ov" = default ]; then unset SGLANG_EAGLE3_OVERLAP; else export SGLANG_EAGLE3_OVERLAP=none; fi
+    TAIL=30 stage "prof_$ov" 120 python benchmarks/profile_step.py --layers 6 --tokens 1 --no-gemm \
+      --out "$OUT/prof_overlap_$ov.json"
+  done
+  unset SGLANG_EAGLE3_OVERLAP
+  ;;
+esac
+collect
