@@ -196,15 +196,16 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
             return res if batch else res[0]
 
     configs = [("baseline", None, None)] + [(f"eagle3_k{a.k}_acc{x}", a.k, x) for x in a.simulate_accept]
-    variants = [(v, prefill_tokens(v), m, e) for v in a.prefill_graphs for m in a.mha_prefill_tokens
-                for e in a.env_variants]
-    # Each variant (prefill graphs x MHA prefill x environment) runs every configuration in turn, the variants
-    # alternating (--repeat-variants).
+    variants = [(v, prefill_tokens(v), m, e, o) for v in a.prefill_graphs for m in a.mha_prefill_tokens
+                for e in a.env_variants for o in a.overlap_schedule]
+    # Each variant (prefill graphs x MHA prefill x environment x overlap schedule) runs every configuration in
+    # turn, the variants alternating (--repeat-variants).
     schedule = [(v, c) for _ in range(a.repeat_variants) for v in variants for c in configs]
     base_tps = {}
-    for (graphs, buckets, mha, env_set), (cname, k, acc) in schedule:
+    for (graphs, buckets, mha, env_set, overlap), (cname, k, acc) in schedule:
         variant = graphs if mha is None else f"{graphs}, mha_prefill_tokens {mha}"
         variant += f", {env_set}" if env_set else ""
+        variant += f", overlap schedule {overlap}" if len(a.overlap_schedule) > 1 else ""
         name = cname if len(variants) == 1 else f"{cname}[prefill graphs {variant}]"
         extra = ({} if buckets is None else {"cuda_graph_prefill_tokens": buckets}) | (
             {} if mha is None else {"mha_prefill_tokens": mha})
@@ -212,7 +213,7 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
                           cuda_graph_max_bs=1, speculative_algorithm="EAGLE3" if k else None,
                           speculative_draft_model_path="<in-memory>" if k else None, speculative_num_steps=k,
                           speculative_simulate_accept_length=acc, attention_backend=a.backend,
-                          moe_runner_backend=a.backend, **extra)
+                          moe_runner_backend=a.backend, disable_overlap_schedule=overlap == "off", **extra)
         ctx = a.context_length or a.prompt_len + a.max_new_tokens + 64  # the graphs' page table width
         plan = {"context_length": ctx, "num_steps": k, "verify_widths": (k + 1,) if k else (1,),
                 "num_pages": ctx // 16 + 4, "eos": ()}
@@ -284,6 +285,9 @@ def main() -> None:
                     help="--kimi-slice: environment settings per variant (space-separated NAME=VALUE, '' for the "
                     "environment as it is), crossed with the others, e.g. a config table "
                     "'SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gemv_fp32_table.json'")
+    ap.add_argument("--overlap-schedule", nargs="+", choices=["on", "off"], default=["on"],
+                    help="--kimi-slice: the engine's overlap schedule per variant (off: disable_overlap_schedule), "
+                    "crossed with the others")
     ap.add_argument("--repeat-variants", type=int, default=1,
                     help="--kimi-slice: alternate the --prefill-graphs variants this many times")
     ap.add_argument("--context-length", type=int, default=0,

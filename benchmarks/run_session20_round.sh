@@ -5,7 +5,10 @@
 # accept length of 3.0; and which launch the "Memcpy DtoD" of every MoE layer in the 6-layer profile is (the
 # profile with the shared expert's side stream, the default, and without it).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: y1}
+# Part "y2": the overlap schedule (the next greedy round queued before the host reads the one in flight): the CUDA
+# engine and graph runner GPU tests (with it on by default, and on against off), then end to end on the Kimi slice
+# with it on and off, alternating twice in one process, then the profile with it on.
+part=${1:?part: y1, y2}
 
 case $part in
 y1)
@@ -17,6 +20,14 @@ y1)
       --out "$OUT/prof_overlap_$ov.json"
   done
   unset SGLANG_EAGLE3_OVERLAP
+  ;;
+y2)
+  TAIL=15 stage engine_tests 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 280 \
+    tests/test_graph_runner.py tests/gpu/test_cuda_engine.py
+  TAIL=20 stage e2e_overlap 420 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --overlap-schedule on off --repeat-variants 2 --out "$OUT/e2e_overlap.json"
+  TAIL=30 stage e2e_profile_on 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --simulate-accept 3.0 --profile --out "$OUT/e2e_profile_on.json"
   ;;
 esac
 collect

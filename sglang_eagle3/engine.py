@@ -54,6 +54,9 @@ class EngineArgs:
     dtype: str = "auto"  # float32, bfloat16, float16, float64 (tests), auto (bf16 on CUDA, fp32 on CPU)
     tp_size: int = 1
     disable_cuda_graph: bool = False
+    # Greedy decode and speculative rounds queue the next round on the GPU before the host reads this one
+    # (runtime/scheduler.py, "Overlap"); True reads each round before the next is built (SGLang's flag).
+    disable_overlap_schedule: bool = False
     cuda_graph_max_bs: int = 16
     # (sglang_eagle3) Prompt lengths captured as prefill CUDA graphs: a prompt replays the smallest bucket that
     # holds it, padded, together with the prompts admitted with it (batch buckets up to 8, at most the largest

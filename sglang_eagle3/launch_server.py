@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
     g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, help="tensor-parallel GPUs")
     g.add_argument("--disable-cuda-graph", action="store_true", help="run verify/draft forwards eagerly")
+    g.add_argument("--disable-overlap-schedule", action="store_true",
+                   help="read each decode/speculative round before the next is queued (default: the next greedy "
+                   "round is queued on the GPU first)")
     g.add_argument("--cuda-graph-max-bs", type=int, help="largest batch captured as a CUDA graph")
     g.add_argument("--cuda-graph-prefill-tokens", type=_int_list, metavar="N,N,...",
                    help="(sglang_eagle3) prompt lengths captured as prefill graphs, e.g. 32,64,128,256,512,1024 "
@@ -164,6 +167,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     kw = {name: getattr(args, name) for name in _ENGINE_FLAGS if getattr(args, name) is not None}
     if args.disable_cuda_graph:
         kw["disable_cuda_graph"] = True
+    if args.disable_overlap_schedule:
+        kw["disable_overlap_schedule"] = True
     if args.skip_tokenizer_init:
         kw["skip_tokenizer_init"] = True
     if args.speculative_aux_layer_ids:

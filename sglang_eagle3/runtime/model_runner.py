@@ -320,6 +320,31 @@ class ModelRunner:
         ids_d, pos_d, loc_d = dev64.view(3, N)
         return BatchTensors(ids_d, pos_d, dev32[B:].view(B, P), dev32[:B], loc_d, ext)
 
+    def advance(self, bt: BatchTensors, T: int, steps: torch.Tensor, ids: torch.Tensor,
+                pages: list[list[int]]) -> BatchTensors:
+        """The batch of the round after ``bt`` (B requests x T tokens), built on the device without waiting for
+        it: request b moves ``steps[b]`` positions on (int64 [B], on the device: its accepted tokens + 1) with new
+        ids [B, T]; its cache slots are looked up in the page table of ``pages`` (the host's page lists, which
+        must already cover the new positions), the only part uploaded. The same tensors build() makes from the
+        host's state once it has read the round, so a graph replay of either computes the same."""
+        B, P = len(pages), max(len(p) for p in pages)
+        page_table = self._upload(torch.tensor([p + [0] * (P - len(p)) for p in pages], dtype=torch.int32))
+        pos = bt.positions.view(B, T) + steps.view(B, 1)
+        loc = page_table.gather(1, pos // self.page_size).to(torch.int64) * self.page_size + pos % self.page_size
+        return BatchTensors(ids.reshape(-1), pos.view(-1), page_table, bt.seq_lens + steps.to(bt.seq_lens.dtype),
+                            loc.view(-1), bt.extend_lens)
+
+    def to_host(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+        """(a host copy of t, an event that has passed once it is complete): on CUDA a pinned copy queued
+        without waiting (read it after event.synchronize()); elsewhere a copy made now (event None)."""
+        if self.device.type != "cuda":
+            return t.clone(), None  # (a forward's outputs may be rewritten by the next, as replays' are)
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        host.copy_(t, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return host, ready
+
     def _upload(self, host: torch.Tensor) -> torch.Tensor:
         if self.device.type != "cuda":
             return host.to(self.device)

@@ -10,6 +10,17 @@ One ``step()`` either prefills newly admitted requests or advances every running
                                     a gives the next round's d_1 and draft hidden
 Rejected positions are rolled back by truncating each request's length and returning pages beyond it;
 stale cache entries past a request's length are never read before they are rewritten.
+
+Overlap (SGLang's overlap schedule; off with ``overlap=False``, EngineArgs.disable_overlap_schedule): a greedy
+round's successor depends on it only through its accepted count and tokens, which are on the device, so the
+scheduler queues round n+1 (its inputs derived there: ModelRunner.advance) BEFORE it waits for round n's results.
+The host's work between rounds (reading the results, emitting tokens, building and launching the next replay:
+~0.5-0.7 ms a round on the Kimi slice, where a replay's launch alone takes ~0.35-0.5 ms of host time) then runs
+while the GPU computes instead of in front of it. Round n+1 computes exactly what it would have computed had it
+been built after round n's results were read (same ids, positions, cache slots, draft hidden), so outputs do not
+change. When round n finishes a request, round n+1 is read at once and the finished request's part of it dropped;
+admissions and aborts wait until the round in flight is read. Rounds whose host needs their logits (sampling,
+logprobs) run one at a time as before.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from sglang_eagle3.runtime.kv_cache import pages_for
-from sglang_eagle3.runtime.model_runner import ModelRunner
+from sglang_eagle3.runtime.model_runner import BatchTensors, ModelRunner
 from sglang_eagle3.runtime.request import Request
 from sglang_eagle3.runtime.sampling import accept_draft, sample_token
 
@@ -46,6 +57,20 @@ class SchedulerStats:
         return self.accepted_tokens / self.verify_forwards if self.verify_forwards else 0.0
 
 
+@dataclass
+class _Round:
+    """A greedy decode or speculative round launched on the device whose results the host has not read yet."""
+
+    reqs: list[Request]
+    T: int  # tokens a request (1: decode)
+    bt: BatchTensors  # its inputs: the next round's are derived from them (ModelRunner.advance)
+    out: torch.Tensor  # device results: decode tokens [B]; speculative: packed [B, 3 + k] (ModelRunner)
+    host: torch.Tensor  # their copy on the host (pinned on CUDA), complete once `ready` has passed
+    ready: torch.cuda.Event | None
+    hidden: torch.Tensor | None = None  # speculative: the next draft hidden [B, Hd], a copy (replays rewrite theirs)
+    logits: torch.Tensor | None = None  # [B, T, V], views of the replay's outputs: valid until the next replay
+
+
 class Scheduler:
     def __init__(self, runner: ModelRunner, *, num_steps: int | None, max_running: int, max_context: int,
                  eos_token_ids: tuple[int, ...], detokenize: Callable[[list[int]], str] | None = None):
@@ -64,6 +89,9 @@ class Scheduler:
         self.stats = SchedulerStats()
         # Per-request draft state between rounds: draft hidden [H] of the last committed position.
         self._draft_hidden: dict[str, torch.Tensor] = {}
+        # Overlap (module doc): the round in flight whose results are read in the next step, queued behind it.
+        self.overlap = True
+        self._ahead: _Round | None = None
 
     # -- queue ------------------------------------------------------------------------------------
     @property
@@ -110,21 +138,33 @@ class Scheduler:
         """Runs one prefill or one decode round; returns the requests that changed (finished ones included,
         already removed from the running set)."""
         t0 = time.perf_counter()
+        if self._ahead is not None and not self._ahead_continues():
+            changed = self._finish(self._ahead)  # an admission or an abort waits for the round in flight
+            self._ahead = None
+            return self._retire(changed)
         admitted = self._admit()
         if admitted:
             changed = self._prefill(admitted)
         elif self.running:
-            batch = self._make_room()
-            changed = self._spec_round(batch) if self.num_steps else self._decode_round(batch)
+            if self._ahead is not None:
+                changed = self._advance()
+            else:
+                batch = self._make_room()
+                changed = self._round(batch)
             self.stats.step_seconds.append(time.perf_counter() - t0)
             if len(self.stats.step_seconds) > 4096:
                 del self.stats.step_seconds[:2048]
         else:
             return []
-        done = [r for r in changed if r.finished]
-        for r in done:
-            self._release(r)
-            self.stats.finished_requests += 1
+        return self._retire(changed)
+
+    def _retire(self, changed: list[Request]) -> list[Request]:
+        """Releases the finished requests among ``changed`` (no round in flight holds any of them)."""
+        running = {id(r) for r in self.running}
+        for r in changed:
+            if r.finished and id(r) in running:
+                self._release(r)
+                self.stats.finished_requests += 1
         self.running = [r for r in self.running if not r.finished]
         return changed
 
@@ -225,53 +265,139 @@ class Scheduler:
         return [[a, b, None] for a, b in zip(v.tolist(), i.tolist(), strict=True)]
 
     # -- decode rounds -------------------------------------------------------------------------------
-    def _decode_round(self, reqs: list[Request]) -> list[Request]:
-        runner = self.runner  # pages for this round were reserved by _make_room
-        bt = runner.build([([r.tokens[-1]], r.seq_len - 1, r.pages) for r in reqs])
-        logits, _ = runner.target_uniform(bt, 1, verify=False)
-        if all(r.params.greedy for r in reqs):  # one argmax and one wait for the whole batch
-            tokens = logits.argmax(-1).tolist()
-        else:
-            tokens = [sample_token(logits[i], r.params, r.generator) for i, r in enumerate(reqs)]
-        for i, r in enumerate(reqs):
-            self._emit(r, [tokens[i]], logits[i:i + 1])
-        return reqs
+    def _round(self, batch: list[Request]) -> list[Request]:
+        """One round of every running request (pages for it reserved by _make_room); with overlap, the round
+        after it is queued before this one is read (module doc)."""
+        rnd = self._launch(batch, *self._first_batch(batch))
+        if self._overlap_ok(batch) and self._reserve_ahead(batch):
+            self._ahead = rnd
+            return self._advance()
+        return self._finish(rnd)
 
-    def _spec_round(self, reqs: list[Request]) -> list[Request]:
-        """One round; greedy (or simulated) acceptance runs on the device inside the round's one graph, sampled
-        acceptance on the host between its halves. Either way the host waits once for the round's results."""
-        runner, k = self.runner, self.num_steps
-        T, B = k + 1, len(reqs)  # pages for positions up to seq_len - 1 + k were reserved by _make_room
+    def _advance(self) -> list[Request]:
+        """Queues the round after the one in flight, then reads the one in flight."""
+        prev = self._ahead
+        if not self._reserve_ahead(prev.reqs):  # the pool is short: read it without a round behind it
+            self._ahead = None
+            return self._finish(prev)
+        nxt = self._launch(prev.reqs, *self._batch_after(prev))
+        changed = self._finish(prev, in_flight=True)
+        if any(r.finished for r in prev.reqs):  # the batch ends here: the round behind it is read now
+            seen = {id(r) for r in changed}
+            changed += [r for r in self._finish(nxt) if id(r) not in seen]
+            self._ahead = None
+        else:
+            self._ahead = nxt
+        return changed
+
+    def _ahead_continues(self) -> bool:
+        """Whether the next step may queue a round behind the one in flight: nothing to admit, nothing aborted,
+        the same draft length (an adaptive k may have changed it)."""
+        if self.waiting and len(self.running) < self.max_running or self._ahead.T != self.lookahead + 1:
+            return False
+        reqs = self._ahead.reqs
+        return len(reqs) == len(self.running) and all(a is b for a, b in zip(reqs, self.running, strict=True))
+
+    def _device_accepts(self, reqs: list[Request]) -> bool:
+        """Whether a round's results are made on the device (argmax, greedy or simulated acceptance), so the
+        host needs nothing from it before the next round can be built there."""
+        return all(r.params.greedy for r in reqs) or bool(self.num_steps and self.simulate_accept_length is not None)
+
+    def _overlap_ok(self, reqs: list[Request]) -> bool:
+        return self.overlap and self._device_accepts(reqs) and not any(r.return_logprob for r in reqs)
+
+    def _reserve_ahead(self, reqs: list[Request]) -> bool:
+        """Pages for the round after the one about to be read (up to 2k + 1 positions past each request's length,
+        as its accepted count is not known yet); False, reserving nothing, when the pool is short."""
+        tokens = [r.seq_len + 2 * self.lookahead + 1 for r in reqs]
+        ps = self.runner.page_size
+        if sum(max(0, pages_for(t, ps) - len(r.pages)) for r, t in zip(reqs, tokens, strict=True)) > \
+                self.runner.allocator.num_free:
+            return False
+        for r, t in zip(reqs, tokens, strict=True):
+            self._ensure_pages(r, t)
+        return True
+
+    def _first_batch(self, reqs: list[Request]) -> tuple[BatchTensors, torch.Tensor | None]:
+        """A round's inputs built on the host: (batch, draft hidden [B, Hd] or None)."""
+        if not self.num_steps:
+            return self.runner.build([([r.tokens[-1]], r.seq_len - 1, r.pages) for r in reqs]), None
         # The verify batch: positions seq_len-1 .. seq_len-1+k, ids [last, d_1, placeholders for d_2..d_k].
-        bt = runner.build([([r.tokens[-1], r.next_draft_token] + [0] * (k - 1), r.seq_len - 1, r.pages)
-                           for r in reqs])
-        hidden = torch.stack([self._draft_hidden[r.rid] for r in reqs])
-        if self.simulate_accept_length is None and not all(r.params.greedy for r in reqs):
-            def accept(drafts, logits):  # exact rejection sampling (sampling.py), per request
-                a_nxt = [accept_draft(logits[i], drafts[i], r.params, r.generator) for i, r in enumerate(reqs)]
-                return [x[0] for x in a_nxt], [x[1] for x in a_nxt]
+        bt = self.runner.build([([r.tokens[-1], r.next_draft_token] + [0] * (self.num_steps - 1), r.seq_len - 1,
+                                 r.pages) for r in reqs])
+        return bt, torch.stack([self._draft_hidden[r.rid] for r in reqs])
 
-            logits, packed, next_hidden = runner.sampled_round(bt, hidden, T, accept)
+    def _batch_after(self, prev: _Round) -> tuple[BatchTensors, torch.Tensor | None]:
+        """The inputs of the round after ``prev`` built on the device from its results, before the host has
+        read them: each request moves on by its accepted count + 1 (decode: 1) and starts from the target's
+        token after them and (speculative) the draft extend's d_1 and hidden."""
+        B, T = len(prev.reqs), prev.T
+        if self.num_steps:
+            ids = torch.zeros(B, T, dtype=torch.int64, device=prev.out.device)
+            ids[:, :2] = prev.out[:, 1:3]  # the target's token after the accepted ones, the next d_1
+            steps = prev.out[:, 0] + 1
         else:
-            if self.simulate_accept_length is not None:
-                sim = runner.to_device([self._simulated_accept(k) for _ in reqs])
-            else:  # -1: acceptance computed on the device (a fill, no host copy)
-                sim = torch.full((B,), -1, dtype=torch.int64, device=runner.device)
-            logits, packed, next_hidden = runner.greedy_round(bt, hidden, sim, T)
-        logits = logits.view(B, T, -1)
-        next_hidden = next_hidden.clone()  # a replay's outputs are rewritten by the next replay: kept apart
-        for i, (n_acc, tok, nd, *drafts) in enumerate(packed.tolist()):  # the round's one wait
-            r = reqs[i]
-            acc = drafts[:n_acc] + [tok]
-            r.verify_ct += 1
-            self.stats.verify_forwards += 1
-            self.stats.accepted_tokens += n_acc + 1
-            self.stats.accept_length_hist[n_acc + 1] = self.stats.accept_length_hist.get(n_acc + 1, 0) + 1
-            r.next_draft_token = nd
-            self._draft_hidden[r.rid] = next_hidden[i]
-            self._emit(r, acc, logits[i, : len(acc)])
-            self._trim_pages(r, r.seq_len - 1)
-        return reqs
+            ids, steps = prev.out.view(B, 1), torch.ones(B, dtype=torch.int64, device=prev.out.device)
+        return self.runner.advance(prev.bt, T, steps, ids, [r.pages for r in prev.reqs]), prev.hidden
+
+    def _launch(self, reqs: list[Request], bt: BatchTensors, hidden: torch.Tensor | None) -> _Round:
+        """Queues one round on the device. Greedy (or simulated) acceptance runs inside the round's one graph;
+        sampled acceptance and sampled decode tokens on the host, which then waits for the logits."""
+        runner, B = self.runner, len(reqs)
+        logits_read = not self._device_accepts(reqs) or any(r.return_logprob for r in reqs)
+        if self.num_steps:
+            T = self.num_steps + 1
+            if not self._device_accepts(reqs):
+                def accept(drafts, logits):  # exact rejection sampling (sampling.py), per request
+                    a_nxt = [accept_draft(logits[i], drafts[i], r.params, r.generator) for i, r in enumerate(reqs)]
+                    return [x[0] for x in a_nxt], [x[1] for x in a_nxt]
+
+                logits, out, next_hidden = runner.sampled_round(bt, hidden, T, accept)
+            else:
+                if self.simulate_accept_length is not None:
+                    sim = runner.to_device([self._simulated_accept(self.num_steps) for _ in reqs])
+                else:  # -1: acceptance computed on the device (a fill, no host copy)
+                    sim = torch.full((B,), -1, dtype=torch.int64, device=runner.device)
+                logits, out, next_hidden = runner.greedy_round(bt, hidden, sim, T)
+            hidden = next_hidden.clone()  # a replay's outputs are rewritten by the next replay: kept apart
+        else:
+            T = 1
+            logits, _ = runner.target_uniform(bt, 1, verify=False)
+            if self._device_accepts(reqs):
+                out = logits.argmax(-1)
+            else:
+                out = torch.tensor([sample_token(logits[i], r.params, r.generator) for i, r in enumerate(reqs)])
+            hidden = None
+        host, ready = runner.to_host(out)
+        return _Round(reqs, T, bt, out, host, ready, hidden, logits.view(B, T, -1) if logits_read else None)
+
+    def _finish(self, rnd: _Round, in_flight: bool = False) -> list[Request]:
+        """Reads a round's results (the host's one wait a round) and emits its tokens. A request finished or
+        aborted before it was read is skipped. ``in_flight``: a round behind this one still writes past the
+        accepted tokens, so their pages stay."""
+        if rnd.ready is not None:
+            rnd.ready.synchronize()
+        rows = rnd.host.tolist()
+        changed = []
+        for i, r in enumerate(rnd.reqs):
+            if r.finished:
+                continue
+            logit_rows = rnd.logits[i] if rnd.logits is not None else None
+            if not self.num_steps:
+                self._emit(r, [rows[i]], logit_rows)
+            else:
+                n_acc, tok, nd, *drafts = rows[i]
+                acc = drafts[:n_acc] + [tok]
+                r.verify_ct += 1
+                self.stats.verify_forwards += 1
+                self.stats.accepted_tokens += n_acc + 1
+                self.stats.accept_length_hist[n_acc + 1] = self.stats.accept_length_hist.get(n_acc + 1, 0) + 1
+                r.next_draft_token = nd
+                self._draft_hidden[r.rid] = rnd.hidden[i]
+                self._emit(r, acc, logit_rows)
+                self._trim_pages(r, r.seq_len + self.lookahead if in_flight else r.seq_len - 1)
+            changed.append(r)
+        return changed
 
     def _simulated_accept(self, k: int) -> int:
         """Accepted draft tokens with mean simulate_accept_length - 1 (floor/ceil mix), clipped to [0, k]."""

@@ -109,6 +109,7 @@ class ModelWorker:
                                    max_context=plan["context_length"], eos_token_ids=tuple(plan["eos"]),
                                    detokenize=detokenize)
         self.scheduler.simulate_accept_length = args.speculative_simulate_accept_length
+        self.scheduler.overlap = not args.disable_overlap_schedule
         if args.speculative_simulate_accept_length is not None:
             logger.warning("speculative_simulate_accept_length=%s: benchmarking mode, outputs are NOT the target's",
                            args.speculative_simulate_accept_length)

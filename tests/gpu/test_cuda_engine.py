@@ -89,6 +89,24 @@ def test_spec_with_kernels_equals_target_only_with_kernels(pair):
     assert outs[True] == outs[False]
 
 
+@pytest.mark.parametrize("spec", [False, True])
+def test_overlap_schedule_changes_nothing(pair, spec):
+    """The next greedy round queued before the host reads the one in flight (pinned copies, events, the next
+    batch built on the device) gives what reading each round first gives, on the default CUDA path."""
+    outs, free = {}, {}
+    for overlap in (True, False):
+        eng = make(pair, spec=spec, dtype="bfloat16", attention_backend="triton", moe_runner_backend="triton",
+                   disable_overlap_schedule=not overlap, max_running_requests=3)
+        sched = eng.scheduler.scheduler
+        free0 = sched.runner.allocator.num_free
+        outs[overlap] = [(o["output_ids"], o["meta_info"]["finish_reason"])
+                         for o in eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)]
+        free[overlap] = (sched.runner.allocator.num_free, free0)
+        assert sched._ahead is None
+    assert outs[True] == outs[False]
+    assert free[True][0] == free[True][1] and free[False][0] == free[False][1]
+
+
 def test_kernel_logits_match_references(pair):
     """The same verify batch through the Triton kernels and through the torch references (bf16)."""
     logits = {}
