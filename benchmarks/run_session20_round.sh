@@ -8,7 +8,11 @@ source "$(dirname "$0")/gpu_stages.sh"
 # Part "y2": the overlap schedule (the next greedy round queued before the host reads the one in flight): the CUDA
 # engine and graph runner GPU tests (with it on by default, and on against off), then end to end on the Kimi slice
 # with it on and off, alternating twice in one process, then the profile with it on.
-part=${1:?part: y1, y2}
+# Part "y3" (y2 at f6be864: GPU tests 27 passed; on / off alternating twice: baseline 200.6 / 200.9 against 190.3 /
+# 195.4 tok/s, EAGLE-3 388.9 / 389.5 against 377.2 / 377.8; a round's wall 7.165 -> 6.38 ms, but the round queued
+# behind each request's last one was wasted, 12.8 ms steps at the end): no round is queued behind one that may end
+# every request at its token limit; the overlap GPU test, then the same A/B and profile.
+part=${1:?part: y1, y2, y3}
 
 case $part in
 y1)
@@ -24,6 +28,14 @@ y1)
 y2)
   TAIL=15 stage engine_tests 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 280 \
     tests/test_graph_runner.py tests/gpu/test_cuda_engine.py
+  TAIL=20 stage e2e_overlap 420 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --overlap-schedule on off --repeat-variants 2 --out "$OUT/e2e_overlap.json"
+  TAIL=30 stage e2e_profile_on 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --simulate-accept 3.0 --profile --out "$OUT/e2e_profile_on.json"
+  ;;
+y3)
+  TAIL=6 stage overlap_test 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 180 \
+    tests/gpu/test_cuda_engine.py -k overlap
   TAIL=20 stage e2e_overlap 420 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --overlap-schedule on off --repeat-variants 2 --out "$OUT/e2e_overlap.json"
   TAIL=30 stage e2e_profile_on 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
