@@ -24,7 +24,7 @@ def test_sglang_flags_map_onto_engine_args():
     argv = ["--model-path", "/m", "--tokenizer-path", "/t", "--speculative-algorithm", "EAGLE3",
             "--speculative-draft-model-path", "/d", "--speculative-num-steps", "4", "--speculative-eagle-topk", "1",
             "--speculative-num-draft-tokens", "5", "--tp-size", "2", "--device", "cpu", "--dtype", "float32",
-            "--disable-cuda-graph", "--cuda-graph-max-bs", "8", "--max-running-requests", "7", "--context-length",
+            "--disable-cuda-graph", "--disable-overlap-schedule", "--cuda-graph-max-bs", "8", "--max-running-requests", "7", "--context-length",
             "128", "--attention-backend", "torch", "--moe-runner-backend", "torch", "--random-seed", "3",
             "--page-size", "32", "--max-total-tokens", "4096", "--log-level", "debug",
             "--speculative-aux-layer-ids", "2,3,5", "--skip-tokenizer-init"]
@@ -33,6 +33,7 @@ def test_sglang_flags_map_onto_engine_args():
     fields = {f.name for f in dataclasses.fields(EngineArgs)}
     assert set(kw) <= fields, set(kw) - fields
     assert kw["speculative_num_steps"] == 4 and kw["tp_size"] == 2 and kw["disable_cuda_graph"] is True
+    assert kw["disable_overlap_schedule"] is True
     assert kw["speculative_aux_layer_ids"] == (2, 3, 5) and kw["max_total_tokens"] == 4096
     assert build_parser().parse_args(["--tp", "4"]).tp_size == 4  # SGLang's short alias
     assert engine_kwargs(build_parser().parse_args([])) == {"log_level": "info"}  # nothing else forced
