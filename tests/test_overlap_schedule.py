@@ -47,12 +47,13 @@ def _order(monkeypatch) -> list[str]:
     return log
 
 
-def _run(pair, overlap: bool, prompts, params, *, k=None, max_running=32, simulate=None, abort_after=None):
+def _run(pair, overlap: bool, prompts, params, *, k=None, max_running=32, simulate=None, abort_after=None,
+         context=None):
     tpath, dpath = pair
     spec = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath, speculative_num_steps=k,
                 speculative_simulate_accept_length=simulate) if k else {}
     eng = Engine(model_path=tpath, device="cpu", max_running_requests=max_running,
-                 disable_overlap_schedule=not overlap, **spec)
+                 disable_overlap_schedule=not overlap, context_length=context, **spec)
     sched = eng.scheduler.scheduler
     free0 = sched.runner.allocator.num_free
     reqs = [eng.make_request(input_ids=p, sampling_params=sp) for p, sp in zip(prompts, params, strict=True)]
@@ -133,3 +134,16 @@ def test_overlap_simulated_accept_and_sampling(monkeypatch, pair):
     for k in (None, 2):
         seq, _ = _compare(monkeypatch, pair, prompts, sampled, k=k)
         assert "LL" not in seq, f"a batch with a sampled request ran ahead: {seq}"
+
+
+@pytest.mark.parametrize("k", [None, 3])
+def test_overlap_at_the_context_limit(monkeypatch, pair, k):
+    """Requests that run up to the context limit (max_new_tokens cut to what the context leaves), in a batch with
+    a short one: no round is queued whose positions could pass the page table's width."""
+    rng = random.Random(random.randrange(1 << 30))
+    prompts = [[rng.randrange(128) for _ in range(n)] for n in (21, 9, 3)]
+    params = [{"max_new_tokens": 1000, "temperature": 0}, {"max_new_tokens": 1000, "temperature": 0},
+              {"max_new_tokens": 5, "temperature": 0}]
+    seq, (outs, _) = _compare(monkeypatch, pair, prompts, params, k=k, context=48)
+    assert "LL" in seq
+    assert all(o[1]["type"] == "length" for o in outs)

@@ -328,6 +328,9 @@ class ModelRunner:
         must already cover the new positions), the only part uploaded. The same tensors build() makes from the
         host's state once it has read the round, so a graph replay of either computes the same."""
         B, P = len(pages), max(len(p) for p in pages)
+        if P > self.max_pages:  # (the scheduler queues no round that could pass the context limit)
+            raise ValueError(f"a request's page list holds {P} pages, more than the page table's width "
+                             f"{self.max_pages} ({self.page_size}-token pages: the context limit)")
         page_table = self._upload(torch.tensor([p + [0] * (P - len(p)) for p in pages], dtype=torch.int32))
         pos = bt.positions.view(B, T) + steps.view(B, 1)
         loc = page_table.gather(1, pos // self.page_size).to(torch.int64) * self.page_size + pos % self.page_size

@@ -314,9 +314,13 @@ class Scheduler:
 
     def _reserve_ahead(self, reqs: list[Request]) -> bool:
         """Pages for the round after the one about to be read (up to 2k + 1 positions past each request's length,
-        as its accepted count is not known yet); False, reserving nothing, when the pool is short."""
+        as its accepted count is not known yet); False, reserving nothing, when the pool is short or a request's
+        positions could pass the context limit (the page table's width: near its end a request reads each round
+        before the next, as requests that end there would otherwise have a round queued past it)."""
         tokens = [r.seq_len + 2 * self.lookahead + 1 for r in reqs]
         ps = self.runner.page_size
+        if max(tokens) > self.runner.max_pages * ps:
+            return False
         if sum(max(0, pages_for(t, ps) - len(r.pages)) for r, t in zip(reqs, tokens, strict=True)) > \
                 self.runner.allocator.num_free:
             return False
