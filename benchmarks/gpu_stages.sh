@@ -25,3 +25,19 @@ head_tables() {
     --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
   TAIL=45 stage kernels "${T_KERNELS:-240}" python benchmarks/bench_kernels.py --out "$OUT"
 }
+
+# The MoE alone at T = 1..16 over the table's configs and the variants in V (bench_moe_dot.py arguments), the best
+# per T written as a table of KIND's op (gemv: gate_up, gemv_down: down), then the 61-layer step at 1k with the
+# checked-in table, the settings given (--env-variants) and the sweep's table, alternating twice:
+# sweep_step NAME KIND SWEEP_LIMIT STEP_LIMIT [SETTING ...].
+sweep_step() {
+  local name=$1 kind=$2 limit=$3 step_limit=$4; shift 4
+  TAIL=130 stage "moe_$name" "$limit" python benchmarks/bench_moe_dot.py --out "$OUT/moe_$name.json" \
+    --variants "gemv (table)" --tokens 1 2 4 8 16 --pools 12 384 "${V[@]}" \
+    --table-path "$kind" --table-pool 0 --table-out "$OUT/${name}_table.json"
+  cat "$OUT/${name}_table.json"
+  local NEW="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/${name}_table.json"
+  TAIL=40 stage "step_$name" "$step_limit" python benchmarks/bench_verify_graph.py --backends triton \
+    --contexts 1024 --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$@" "$NEW" '' "$@" "$NEW" \
+    --out "$OUT/step_$name.json"
+}

@@ -12,7 +12,13 @@ source "$(dirname "$0")/gpu_stages.sh"
 # 195.4 tok/s, EAGLE-3 388.9 / 389.5 against 377.2 / 377.8; a round's wall 7.165 -> 6.38 ms, but the round queued
 # behind each request's last one was wasted, 12.8 ms steps at the end): no round is queued behind one that may end
 # every request at its token limit; the overlap GPU test, then the same A/B and profile.
-part=${1:?part: y1, y2, y3}
+# Part "y4" (y3 at 9516bec: overlap GPU test 2 passed; on / off alternating twice: baseline 202.7 / 203.0 against
+# 193.6 / 196.0 tok/s, EAGLE-3 400.0 / 399.3 against 385.0 / 377.1; a round 6.347 ms): gate_up's LATE (its PDL
+# trigger after its weights are streamed, so the down kernel's programs do not sit beside it): the MoE alone at
+# T = 1..16 with LATE at the table's tiles, the best per T as a table, then the 61-layer step against the checked-in
+# table, alternating twice (sweep_step, gpu_stages.sh).
+# Part "y5": the whole single-GPU test suite at HEAD.
+part=${1:?part: y1, y2, y3, y4, y5}
 
 case $part in
 y1)
@@ -40,6 +46,17 @@ y3)
     --repeat 2 --simulate-accept 3.0 --overlap-schedule on off --repeat-variants 2 --out "$OUT/e2e_overlap.json"
   TAIL=30 stage e2e_profile_on 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --simulate-accept 3.0 --profile --out "$OUT/e2e_profile_on.json"
+  ;;
+y4)
+  V=()
+  for c in 16,8 32,4 16,4; do
+    IFS=, read -r bn w <<< "$c"
+    V+=(--gemv-config "BLOCK_N=$bn,BLOCK_W=128,num_warps=$w,F16=1,LATE=1")
+  done
+  sweep_step late gemv 260 230
+  ;;
+y5)
+  TAIL=15 stage gpu_suite 570 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 tests
   ;;
 esac
 collect

@@ -24,8 +24,9 @@ def test_sglang_flags_map_onto_engine_args():
     argv = ["--model-path", "/m", "--tokenizer-path", "/t", "--speculative-algorithm", "EAGLE3",
             "--speculative-draft-model-path", "/d", "--speculative-num-steps", "4", "--speculative-eagle-topk", "1",
             "--speculative-num-draft-tokens", "5", "--tp-size", "2", "--device", "cpu", "--dtype", "float32",
-            "--disable-cuda-graph", "--disable-overlap-schedule", "--cuda-graph-max-bs", "8", "--max-running-requests", "7", "--context-length",
-            "128", "--attention-backend", "torch", "--moe-runner-backend", "torch", "--random-seed", "3",
+            "--disable-cuda-graph", "--disable-overlap-schedule", "--cuda-graph-max-bs", "8",
+            "--max-running-requests", "7", "--context-length", "128", "--attention-backend", "torch",
+            "--moe-runner-backend", "torch", "--random-seed", "3",
             "--page-size", "32", "--max-total-tokens", "4096", "--log-level", "debug",
             "--speculative-aux-layer-ids", "2,3,5", "--skip-tokenizer-init"]
     args = build_parser().parse_args(argv)
