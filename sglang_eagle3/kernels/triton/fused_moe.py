@@ -572,7 +572,7 @@ def moe_int4_gemv_gate_up_kernel(
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
     PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, F16: tl.constexpr = False,
-    INTERPRET: tl.constexpr = False, ACT_F16: tl.constexpr = False, LATE: tl.constexpr = False,
+    INTERPRET: tl.constexpr = False, ACT_F16: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -585,16 +585,13 @@ def moe_int4_gemv_gate_up_kernel(
     Either way a pair's arithmetic is the same code whatever the batch holds.
     F16: the dots in packed half precision, two weights an op (see the comment above F16_X_SCALE).
     ACT_F16: act is stored for the down kernel's packed fp16 form instead (_store_act_f16).
-    LATE (with PDL): the next kernel (down) may start only once this program's weights are streamed, not as soon
-    as it starts: its programs then do not sit on the SMs (and, with PRELOAD, stream their weights) beside it.
 
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
     next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
     chunk's arithmetic, two chunks in flight per program."""
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
-        if not LATE:
-            gdc_launch_dependents()
+        gdc_launch_dependents()
     pair = tl.program_id(0)
     nb = tl.program_id(1)
     if PER_PAIR:
@@ -631,8 +628,6 @@ def moe_int4_gemv_gate_up_kernel(
                 acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16, F16,
                                               INTERPRET)
                 pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
-            if PDL and LATE:
-                gdc_launch_dependents()
             g = tl.sum(acc_g, axis=1)
             u = tl.sum(acc_u, axis=1)
             if F16:  # undo F16_X_SCALE (a power of two: exact)
