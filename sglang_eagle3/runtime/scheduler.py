@@ -15,12 +15,12 @@ Overlap (SGLang's overlap schedule; off with ``overlap=False``, EngineArgs.disab
 round's successor depends on it only through its accepted count and tokens, which are on the device, so the
 scheduler queues round n+1 (its inputs derived there: ModelRunner.advance) BEFORE it waits for round n's results.
 The host's work between rounds (reading the results, emitting tokens, building and launching the next replay:
-~0.5-0.7 ms a round on the Kimi slice, where a replay's launch alone takes ~0.35-0.5 ms of host time) then runs
-while the GPU computes instead of in front of it. Round n+1 computes exactly what it would have computed had it
-been built after round n's results were read (same ids, positions, cache slots, draft hidden), so outputs do not
-change. When round n finishes a request, round n+1 is read at once and the finished request's part of it dropped;
-admissions and aborts wait until the round in flight is read. Rounds whose host needs their logits (sampling,
-logprobs) run one at a time as before.
+~0.8 ms a round on the Kimi slice, where a replay's launch alone takes ~0.35-0.5 ms of host time; docs/BENCHMARKS.md,
+twentieth session) then runs while the GPU computes instead of in front of it. Round n+1 computes exactly what it
+would have computed had it been built after round n's results were read (same ids, positions, cache slots, draft
+hidden), so outputs do not change. When round n finishes a request, round n+1 is read at once and the finished
+request's part of it dropped; admissions and aborts wait until the round in flight is read. Rounds whose host needs
+their logits (sampling, logprobs) run one at a time as before.
 """
 
 from __future__ import annotations
