@@ -147,3 +147,26 @@ def test_overlap_at_the_context_limit(monkeypatch, pair, k):
     seq, (outs, _) = _compare(monkeypatch, pair, prompts, params, k=k, context=48)
     assert "LL" in seq
     assert all(o[1]["type"] == "length" for o in outs)
+
+
+def test_advance_builds_what_build_builds(pair):
+    """ModelRunner.advance (the next round's batch, on the device) against build() of the same rows from host state:
+    random batches, widths, page sizes and steps, every field equal."""
+    import torch
+
+    rng = random.Random(random.randrange(1 << 30))
+    for page_size in (1, 4, 16):
+        tpath, _ = pair
+        runner = Engine(model_path=tpath, device="cpu", page_size=page_size, context_length=96).scheduler.runner
+        for _ in range(10):
+            B, T = rng.randint(1, 5), rng.randint(1, 6)
+            firsts = [rng.randint(0, 40) for _ in range(B)]
+            steps = [rng.randint(1, T + 1) for _ in range(B)]
+            pages = [rng.sample(range(1, runner.allocator.num_pages), -(-(f + steps[i] + T) // page_size))
+                     for i, f in enumerate(firsts)]
+            ids = [[rng.randrange(128) for _ in range(T)] for _ in range(B)]
+            bt = runner.build([([0] * T, f, p) for f, p in zip(firsts, pages, strict=True)])
+            got = runner.advance(bt, T, torch.tensor(steps), torch.tensor(ids), pages)
+            want = runner.build([(i, f + s, p) for i, f, s, p in zip(ids, firsts, steps, pages, strict=True)])
+            for name in ("input_ids", "positions", "page_table", "seq_lens", "out_cache_loc"):
+                assert torch.equal(getattr(got, name), getattr(want, name)), (name, page_size, B, T)
