@@ -304,6 +304,10 @@ class Scheduler:
         return all(r.params.greedy for r in reqs) or bool(self.num_steps and self.simulate_accept_length is not None)
 
     def _overlap_ok(self, reqs: list[Request]) -> bool:
+        """Whether a round of ``reqs`` may have the next queued behind it: its next tokens are made on the device.
+        NOTE: not with logprobs. _emit reads them with device ops and .item(), which would wait for the round queued
+        behind as well (same stream): no overlap left, and the logits would need a copy first (replays rewrite
+        them). Overlapping those needs the logprobs gathered on the device and copied with the results."""
         return self.overlap and self._device_accepts(reqs) and not any(r.return_logprob for r in reqs)
 
     def _may_all_finish(self, reqs: list[Request]) -> bool:
