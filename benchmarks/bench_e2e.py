@@ -96,23 +96,31 @@ def embedded(a) -> dict:
         common["cuda_graph_prefill_tokens"] = buckets
     out = {"workload": {"model": target, "draft": draft, "prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
                         "greedy": True, "single_stream": True, "tp_size": a.tp_size}, "runs": []}
-    base_engine = Engine(model_path=target, **common)
-    base = _timed_generate(base_engine, prompts, params, repeat=a.repeat)
-    base_ids = [base_engine.generate(p, params)["output_ids"] for p in prompts[:4]]
-    base_engine.shutdown()  # TP workers hold the GPUs until then
-    out["runs"].append({"name": "baseline", **base})
-    print(f"baseline: {_rate(base)}", flush=True)
-    for k in a.ks:
-        eng = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
-                     speculative_num_steps=k, **common)
-        r = _timed_generate(eng, prompts, params, repeat=a.repeat)
-        lossless = [eng.generate(p, params)["output_ids"] for p in prompts[:4]] == base_ids
-        r.update(name=f"eagle3_k{k}", speedup=r["tok_per_s"] / base["tok_per_s"], lossless_first4=lossless,
-                 verify_graph_eager=eng.get_server_info()["forward_counts"].get("target_verify"))
-        eng.shutdown()
-        out["runs"].append(r)
-        print(f"eagle3 k={k}: {_rate(r)} ({r['speedup']:.2f}x), accept length "
-              f"{r['accept_length']:.2f}, identical output {lossless}", flush=True)
+    # Each --overlap-schedule variant runs the baseline and every k in turn, the variants alternating
+    # (--repeat-variants); the names carry the variant when there are several.
+    variants = [o for _ in range(a.repeat_variants) for o in a.overlap_schedule]
+    first_ids = None
+    for overlap in variants:
+        tag = f"[overlap schedule {overlap}]" if len(a.overlap_schedule) > 1 else ""
+        kw = dict(common, disable_overlap_schedule=overlap == "off")
+        base_engine = Engine(model_path=target, **kw)
+        base = _timed_generate(base_engine, prompts, params, repeat=a.repeat)
+        base_ids = [base_engine.generate(p, params)["output_ids"] for p in prompts[:4]]
+        base_engine.shutdown()  # TP workers hold the GPUs until then
+        first_ids = first_ids or base_ids
+        out["runs"].append({"name": "baseline" + tag, "identical_across_variants": base_ids == first_ids, **base})
+        print(f"baseline{tag}: {_rate(base)}", flush=True)
+        for k in a.ks:
+            eng = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
+                         speculative_num_steps=k, **kw)
+            r = _timed_generate(eng, prompts, params, repeat=a.repeat)
+            lossless = [eng.generate(p, params)["output_ids"] for p in prompts[:4]] == base_ids
+            r.update(name=f"eagle3_k{k}{tag}", speedup=r["tok_per_s"] / base["tok_per_s"], lossless_first4=lossless,
+                     verify_graph_eager=eng.get_server_info()["forward_counts"].get("target_verify"))
+            eng.shutdown()
+            out["runs"].append(r)
+            print(f"eagle3 k={k}{tag}: {_rate(r)} ({r['speedup']:.2f}x), accept length "
+                  f"{r['accept_length']:.2f}, identical output {lossless}", flush=True)
     return out
 
 
@@ -286,10 +294,11 @@ def main() -> None:
                     "environment as it is), crossed with the others, e.g. a config table "
                     "'SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gemv_fp32_table.json'")
     ap.add_argument("--overlap-schedule", nargs="+", choices=["on", "off"], default=["on"],
-                    help="--kimi-slice: the engine's overlap schedule per variant (off: disable_overlap_schedule), "
-                    "crossed with the others")
+                    help="the engine's overlap schedule per variant (off: disable_overlap_schedule), crossed with the "
+                    "others (--kimi-slice)")
     ap.add_argument("--repeat-variants", type=int, default=1,
-                    help="--kimi-slice: alternate the --prefill-graphs variants this many times")
+                    help="alternate the variants this many times (the embedded workload: --overlap-schedule; "
+                    "--kimi-slice: every variant option)")
     ap.add_argument("--context-length", type=int, default=0,
                     help="--kimi-slice: the context limit (page table width of every graph), as a server sets it; "
                     "default: prompt + new tokens + 64")

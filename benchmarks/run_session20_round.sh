@@ -24,7 +24,9 @@ source "$(dirname "$0")/gpu_stages.sh"
 # Part "y5": the whole single-GPU test suite at HEAD (tests/server needs the openai client, absent there).
 # (y5 at c01309b: 341 passed, none failed, when the 575 s limit cut it in tests/gpu; then inline at c01309b:
 # python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 tests/gpu: 14 passed, 1 skipped.)
-part=${1:?part: y1, y2, y3, y4, y5}
+# Part "y6": the embedded pair (small, host-bound: ~0.5 ms of host work a round against ~0.7 ms of kernels, twelfth
+# session) end to end with the overlap schedule on and off, alternating twice.
+part=${1:?part: y1, y2, y3, y4, y5, y6}
 
 case $part in
 y1)
@@ -64,6 +66,10 @@ y4)
 y5)
   TAIL=15 stage gpu_suite 575 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 300 \
     tests/kernels tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
+  ;;
+y6)
+  TAIL=12 stage e2e_embedded 170 python benchmarks/bench_e2e.py --ks 3 --num-prompts 8 --max-new-tokens 64 \
+    --repeat 3 --overlap-schedule on off --repeat-variants 2 --out "$OUT/e2e_embedded_overlap.json"
   ;;
 esac
 collect

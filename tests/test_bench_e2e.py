@@ -46,6 +46,18 @@ def test_e2e_repeat_keeps_every_pass(tmp_path):
     assert "median of 3:" in proc.stdout
 
 
+@needs_embedded
+def test_e2e_overlap_variants(tmp_path):
+    """--overlap-schedule on off: the embedded pair with the engine's overlap schedule and without, every
+    configuration under both, output identical across them and to the baseline."""
+    _, res = bench_e2e_json(tmp_path, "--num-prompts", "2", "--max-new-tokens", "6", "--ks", "2",
+                            "--overlap-schedule", "on", "off")
+    names = [r["name"] for r in res["runs"]]
+    assert names == ["baseline[overlap schedule on]", "eagle3_k2[overlap schedule on]",
+                     "baseline[overlap schedule off]", "eagle3_k2[overlap schedule off]"]
+    assert all(r.get("lossless_first4", True) and r.get("identical_across_variants", True) for r in res["runs"])
+
+
 def test_e2e_repeat_must_be_positive():
     proc = bench_e2e("--repeat", "0", timeout=120)
     assert proc.returncode == 2 and "--repeat must be >= 1, got 0" in proc.stderr
