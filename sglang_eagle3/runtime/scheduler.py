@@ -135,8 +135,9 @@ class Scheduler:
 
     # -- one step -----------------------------------------------------------------------------------
     def step(self) -> list[Request]:
-        """Runs one prefill or one decode round; returns the requests that changed (finished ones included,
-        already removed from the running set)."""
+        """Runs one prefill or one decode round (with the overlap: queues the next round, then reads the one in
+        flight, and reads the one queued too when a request ended); returns the requests that changed (finished
+        ones included, already removed from the running set)."""
         t0 = time.perf_counter()
         if self._ahead is not None and not self._ahead_continues():
             changed = self._finish(self._ahead)  # an admission or an abort waits for the round in flight
