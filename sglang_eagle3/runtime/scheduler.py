@@ -127,6 +127,12 @@ class Scheduler:
         if need > 0:
             r.pages += self.runner.allocator.alloc(need)
 
+    def _pages_short(self, reqs: list[Request], tokens: list[int]) -> bool:
+        """Whether the pool lacks the pages that would bring each request to its ``tokens`` cache positions."""
+        ps = self.runner.page_size
+        need = sum(max(0, pages_for(t, ps) - len(r.pages)) for r, t in zip(reqs, tokens, strict=True))
+        return need > self.runner.allocator.num_free
+
     def _trim_pages(self, r: Request, tokens: int) -> None:
         keep = pages_for(tokens, self.runner.page_size)
         if len(r.pages) > keep:
@@ -178,8 +184,7 @@ class Scheduler:
         retracted to the front of the waiting queue (their pages returned; they re-prefill prompt + output so
         far when readmitted), as SGLang does, instead of failing the batch."""
         batch = list(self.running)
-        alloc, ps = self.runner.allocator, self.runner.page_size
-        while sum(max(0, pages_for(self._round_tokens(r), ps) - len(r.pages)) for r in batch) > alloc.num_free:
+        while self._pages_short(batch, [self._round_tokens(r) for r in batch]):
             if len(batch) == 1:  # cannot happen for requests validated against the pool size
                 raise RuntimeError(f"request {batch[0].rid} alone needs more KV pages than the pool holds")
             victim = batch.pop()
@@ -323,11 +328,7 @@ class Scheduler:
         positions could pass the context limit (the page table's width: near its end a request reads each round
         before the next, as requests that end there would otherwise have a round queued past it)."""
         tokens = [r.seq_len + 2 * self.lookahead + 1 for r in reqs]
-        ps = self.runner.page_size
-        if max(tokens) > self.runner.max_pages * ps:
-            return False
-        if sum(max(0, pages_for(t, ps) - len(r.pages)) for r, t in zip(reqs, tokens, strict=True)) > \
-                self.runner.allocator.num_free:
+        if max(tokens) > self.runner.max_pages * self.runner.page_size or self._pages_short(reqs, tokens):
             return False
         for r, t in zip(reqs, tokens, strict=True):
             self._ensure_pages(r, t)
@@ -359,10 +360,11 @@ class Scheduler:
         """Queues one round on the device. Greedy (or simulated) acceptance runs inside the round's one graph;
         sampled acceptance and sampled decode tokens on the host, which then waits for the logits."""
         runner, B = self.runner, len(reqs)
-        logits_read = not self._device_accepts(reqs) or any(r.return_logprob for r in reqs)
+        on_device = self._device_accepts(reqs)
+        logits_read = not on_device or any(r.return_logprob for r in reqs)
         if self.num_steps:
             T = self.num_steps + 1
-            if not self._device_accepts(reqs):
+            if not on_device:
                 def accept(drafts, logits):  # exact rejection sampling (sampling.py), per request
                     a_nxt = [accept_draft(logits[i], drafts[i], r.params, r.generator) for i, r in enumerate(reqs)]
                     return [x[0] for x in a_nxt], [x[1] for x in a_nxt]
@@ -378,7 +380,7 @@ class Scheduler:
         else:
             T = 1
             logits, _ = runner.target_uniform(bt, 1, verify=False)
-            if self._device_accepts(reqs):
+            if on_device:
                 out = logits.argmax(-1)
             else:
                 out = torch.tensor([sample_token(logits[i], r.params, r.generator) for i, r in enumerate(reqs)])
