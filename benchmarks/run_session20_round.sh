@@ -28,6 +28,14 @@ source "$(dirname "$0")/gpu_stages.sh"
 # session) end to end with the overlap schedule on and off, alternating twice.
 part=${1:?part: y1, y2, y3, y4, y5, y6}
 
+# The Kimi slice end to end with the overlap schedule on and off, alternating twice, then profiled with it on.
+overlap_e2e() {
+  TAIL=20 stage e2e_overlap 420 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --overlap-schedule on off --repeat-variants 2 --out "$OUT/e2e_overlap.json"
+  TAIL=30 stage e2e_profile_on 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --simulate-accept 3.0 --profile --out "$OUT/e2e_profile_on.json"
+}
+
 case $part in
 y1)
   TAIL=60 stage e2e_profile 330 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
@@ -42,18 +50,12 @@ y1)
 y2)
   TAIL=15 stage engine_tests 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 280 \
     tests/test_graph_runner.py tests/gpu/test_cuda_engine.py
-  TAIL=20 stage e2e_overlap 420 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
-    --repeat 2 --simulate-accept 3.0 --overlap-schedule on off --repeat-variants 2 --out "$OUT/e2e_overlap.json"
-  TAIL=30 stage e2e_profile_on 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
-    --simulate-accept 3.0 --profile --out "$OUT/e2e_profile_on.json"
+  overlap_e2e
   ;;
 y3)
   TAIL=6 stage overlap_test 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 180 \
     tests/gpu/test_cuda_engine.py -k overlap
-  TAIL=20 stage e2e_overlap 420 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
-    --repeat 2 --simulate-accept 3.0 --overlap-schedule on off --repeat-variants 2 --out "$OUT/e2e_overlap.json"
-  TAIL=30 stage e2e_profile_on 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
-    --simulate-accept 3.0 --profile --out "$OUT/e2e_profile_on.json"
+  overlap_e2e
   ;;
 y4)
   V=()
