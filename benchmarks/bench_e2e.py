@@ -3,7 +3,7 @@
 Two workloads:
   default        the embedded trained pair (or --model-path/--draft-path) on held-out prompts from a text the
                  models were not trained on (World English Bible, benchmarks/data/heldout_prompts.txt):
-                 single-stream, greedy; accept length measured, for each k in --ks.
+                 single-stream, greedy (or --sampling); accept length measured, for each k in --ks.
   --kimi-slice   a Kimi-K2.5-shaped TP=8 rank slice (61 layers, INT4 experts, random weights; collectives
                  skipped) with a Kimi-shaped random EAGLE-3 draft, on one GPU; random drafts never agree, so
                  the accept length is pinned (--simulate-accept 2.5 3.0 3.5, as SGLang's SGLANG_SIMULATE_ACC_LEN)
@@ -13,6 +13,7 @@ Two workloads:
 The embedded workload runs tensor-parallel with --tp-size N (real sharding, N GPUs).
 Prefill runs as CUDA graphs by default (the engine's cuda_graph_prefill_tokens); --prefill-graphs none default
 --repeat-variants 2 times the Kimi slice with and without them, alternating in one process.
+--sampling greedy temperature=0.7,top_p=0.95 runs each configuration greedy and sampled (variants, alternating).
 
 Tokens/s here = completion tokens / wall time of Engine.generate (prefill included), single stream; with
 --repeat N the median of N timed passes per configuration (every pass is in the JSON: between runs of the same
@@ -79,6 +80,21 @@ def _rate(r: dict) -> str:
     return f"{r['tok_per_s']:.1f} tok/s{spread}"
 
 
+def sampling_params(spec: str) -> dict:
+    """--sampling value -> sampling params: "greedy", or comma-separated NAME=VALUE (temperature, top_p, top_k,
+    min_p, seed)."""
+    if spec == "greedy":
+        return {"temperature": 0}
+    kinds = {"temperature": float, "top_p": float, "min_p": float, "top_k": int, "seed": int}
+    out = {}
+    for item in spec.split(","):
+        name, _, value = item.partition("=")
+        if name not in kinds or not value:
+            raise SystemExit(f"--sampling: {item!r} is not NAME=VALUE with NAME one of {sorted(kinds)} (or: greedy)")
+        out[name] = kinds[name](value)
+    return out
+
+
 def embedded(a) -> dict:
     from sglang_eagle3 import Engine
     from sglang_eagle3.engine import EMBEDDED_DIR
@@ -87,7 +103,6 @@ def embedded(a) -> dict:
     draft = a.draft_path or os.path.join(EMBEDDED_DIR, "draft")
     with open(a.prompts) as f:
         prompts = [ln.strip() for ln in f if ln.strip()][: a.num_prompts]
-    params = {"max_new_tokens": a.max_new_tokens, "temperature": 0}
     common = dict(device=a.device, log_level="warning", disable_cuda_graph=a.disable_cuda_graph, tp_size=a.tp_size)
     if len(a.prefill_graphs) != 1:
         raise SystemExit("--prefill-graphs takes one variant for the embedded workload (several: --kimi-slice)")
@@ -95,20 +110,24 @@ def embedded(a) -> dict:
     if buckets is not None:
         common["cuda_graph_prefill_tokens"] = buckets
     out = {"workload": {"model": target, "draft": draft, "prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
-                        "greedy": True, "single_stream": True, "tp_size": a.tp_size}, "runs": []}
-    # Each --overlap-schedule variant runs the baseline and every k in turn, the variants alternating
+                        "sampling": a.sampling, "single_stream": True, "tp_size": a.tp_size}, "runs": []}
+    # Each variant (--overlap-schedule x --sampling) runs the baseline and every k in turn, the variants alternating
     # (--repeat-variants); the names carry the variant when there are several.
-    variants = [o for _ in range(a.repeat_variants) for o in a.overlap_schedule]
-    first_ids = None
-    for overlap in variants:
-        tag = f"[overlap schedule {overlap}]" if len(a.overlap_schedule) > 1 else ""
+    variants = [(o, smp) for _ in range(a.repeat_variants) for o in a.overlap_schedule for smp in a.sampling]
+    first_ids = {}
+    for overlap, smp in variants:
+        tag = ", ".join(([f"overlap schedule {overlap}"] if len(a.overlap_schedule) > 1 else [])
+                        + ([f"sampling {smp}"] if len(a.sampling) > 1 else []))
+        tag = f"[{tag}]" if tag else ""
+        params = {"max_new_tokens": a.max_new_tokens, **sampling_params(smp)}
         kw = dict(common, disable_overlap_schedule=overlap == "off")
         base_engine = Engine(model_path=target, **kw)
         base = _timed_generate(base_engine, prompts, params, repeat=a.repeat)
         base_ids = [base_engine.generate(p, params)["output_ids"] for p in prompts[:4]]
         base_engine.shutdown()  # TP workers hold the GPUs until then
-        first_ids = first_ids or base_ids
-        out["runs"].append({"name": "baseline" + tag, "identical_across_variants": base_ids == first_ids, **base})
+        first_ids.setdefault(smp, base_ids)
+        out["runs"].append({"name": "baseline" + tag, "identical_across_variants": base_ids == first_ids[smp],
+                            **base})
         print(f"baseline{tag}: {_rate(base)}", flush=True)
         for k in a.ks:
             eng = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
@@ -167,11 +186,10 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
 
         draft.set_kernel_backends = pinned
     prompts = [[(17 * i + 3 * j) % 20480 for j in range(a.prompt_len)] for i in range(a.num_prompts)]
-    params = {"max_new_tokens": a.max_new_tokens, "temperature": 0, "ignore_eos": True}
     out = {"workload": {"model": "Kimi-K2.5 TP=8 rank slice, random INT4 experts", "layers": a.layers,
                         "prompt_len": a.prompt_len, "max_new_tokens": a.max_new_tokens,
                         "context_length": a.context_length or "prompt + new tokens + 64",
-                        "draft_attention": a.draft_attention,
+                        "draft_attention": a.draft_attention, "sampling": a.sampling,
                         "comm_gpus": world,
                         "note": ("collectives skipped" if world == 1 else
                                  f"the same rank slice on each of {world} GPUs, all-reduces over the {world} (NCCL), "
@@ -203,17 +221,21 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
                                                               "spec_verify_ct": r.verify_ct}} for r in reqs]
             return res if batch else res[0]
 
-    configs = [("baseline", None, None)] + [(f"eagle3_k{a.k}_acc{x}", a.k, x) for x in a.simulate_accept]
-    variants = [(v, prefill_tokens(v), m, e, o) for v in a.prefill_graphs for m in a.mha_prefill_tokens
-                for e in a.env_variants for o in a.overlap_schedule]
-    # Each variant (prefill graphs x MHA prefill x environment x overlap schedule) runs every configuration in
-    # turn, the variants alternating (--repeat-variants).
+    # An accept length of 0: not pinned (the random draft's real acceptance, ~1 token a round).
+    configs = [("baseline", None, None)] + [(f"eagle3_k{a.k}_acc{x}" if x else f"eagle3_k{a.k}", a.k, x or None)
+                                            for x in a.simulate_accept]
+    variants = [(v, prefill_tokens(v), m, e, o, smp) for v in a.prefill_graphs for m in a.mha_prefill_tokens
+                for e in a.env_variants for o in a.overlap_schedule for smp in a.sampling]
+    # Each variant (prefill graphs x MHA prefill x environment x overlap schedule x sampling) runs every
+    # configuration in turn, the variants alternating (--repeat-variants).
     schedule = [(v, c) for _ in range(a.repeat_variants) for v in variants for c in configs]
     base_tps = {}
-    for (graphs, buckets, mha, env_set, overlap), (cname, k, acc) in schedule:
+    for (graphs, buckets, mha, env_set, overlap, smp), (cname, k, acc) in schedule:
+        params = {"max_new_tokens": a.max_new_tokens, "ignore_eos": True, **sampling_params(smp)}
         variant = graphs if mha is None else f"{graphs}, mha_prefill_tokens {mha}"
         variant += f", {env_set}" if env_set else ""
         variant += f", overlap schedule {overlap}" if len(a.overlap_schedule) > 1 else ""
+        variant += f", sampling {smp}" if len(a.sampling) > 1 else ""
         name = cname if len(variants) == 1 else f"{cname}[prefill graphs {variant}]"
         extra = ({} if buckets is None else {"cuda_graph_prefill_tokens": buckets}) | (
             {} if mha is None else {"mha_prefill_tokens": mha})
@@ -232,7 +254,7 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
             r = _timed_generate(engine, prompts, params, input_ids=True, repeat=a.repeat)
             if a.profile:  # where a step's time goes: host or GPU (profile_round.py's passes, one prompt)
                 stats = engine.w.scheduler.stats
-                r["profile"] = profile.profile_config(lambda e=engine: e.generate(prompts[0], params), stats, 25,
+                r["profile"] = profile.profile_config(lambda e=engine, p=params: e.generate(prompts[0], p), stats, 25,
                                                       lambda s=stats: s.avg_accept_length)
                 profile.print_profile(name, r["profile"])
         r["prefill_ms"] = round(statistics.median(engine.first_steps[1:]) * 1e3, 2)  # [0]: the warm-up's
@@ -275,7 +297,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=61)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--simulate-accept", type=float, nargs="*", default=[2.5, 3.0, 3.5],
-                    help="pinned accept lengths of the EAGLE-3 configurations (none: the baseline only)")
+                    help="pinned accept lengths of the EAGLE-3 configurations (0: not pinned; none: the baseline "
+                    "only)")
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--backend", default="triton")
     ap.add_argument("--tp-size", type=int, default=1, help="the embedded workload's tensor-parallel size")
@@ -296,6 +319,9 @@ def main() -> None:
     ap.add_argument("--overlap-schedule", nargs="+", choices=["on", "off"], default=["on"],
                     help="the engine's overlap schedule per variant (off: disable_overlap_schedule), crossed with the "
                     "others (--kimi-slice)")
+    ap.add_argument("--sampling", nargs="+", default=["greedy"], metavar="SPEC",
+                    help="sampling per variant: greedy, or comma-separated NAME=VALUE (temperature, top_p, top_k, "
+                    "min_p, seed), crossed with the others")
     ap.add_argument("--repeat-variants", type=int, default=1,
                     help="alternate the variants this many times (the embedded workload: --overlap-schedule; "
                     "--kimi-slice: every variant option)")

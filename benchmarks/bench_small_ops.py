@@ -9,7 +9,12 @@ Also two launches of a MoE layer's tail and MLA at the step's shapes: the shared
 programs beside the GEMV; MLA at 1k and 8k context with a page table sized for 8.4k keys (as the
 verify-graph benchmark's graphs) and for 32k.
 
+The sampler (--sampler): a round's token choice at Kimi's vocabulary (163840) for R rows (decode 1, verify of
+4, batches): the argmax that greedy rounds take, the sampler's filters + Gumbel kernel (runtime/sampling.py), and
+the Gumbel kernel alone.
+
     python benchmarks/bench_small_ops.py --out benchmarks/results/h200/small_ops.json [--label new]
+    python benchmarks/bench_small_ops.py --out OUT.json --sampler
     python benchmarks/bench_small_ops.py --out OUT.json --mla-variants '' num_warps=4 BLOCK_N=32,num_stages=3
 """
 
@@ -87,8 +92,11 @@ def main() -> None:
                     help="--mla-prefill: time the torch reference only up to this many tokens (its scratch is the "
                          "whole page table x the prompt: 48 GiB at 4096 tokens in 131072 slots)")
     ap.add_argument("--mla-prefill-slots", type=int, default=131072)
+    ap.add_argument("--sampler", action="store_true", help="only: the sampler's cases (module doc)")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
+    if args.sampler:
+        return sampler(args)
     if args.mla_variants is not None:
         return mla_variants(args)
     if args.mla_prefill is not None:
@@ -110,6 +118,28 @@ def main() -> None:
         us = [round(time_graph(calls()), 3) for _ in range(args.repeat)]
         rows.append({"case": name, "us": us})
         print(f"{args.label:>6s} {name:28s} " + " / ".join(f"{u:.2f}" for u in us) + " us", flush=True)
+    write_result(args, rows)
+
+
+def sampler(args, vocab: int = 163840) -> None:
+    """The sampler's cost at Kimi's vocabulary, graph-timed: argmax, the whole sampler (every filter on), the
+    Gumbel kernel alone; rows of float32 logits (the lm_head's output)."""
+    from sglang_eagle3.runtime.sampling import sample_tokens
+
+    rows = []
+    for R in (1, 4, 16, 64):
+        logits = torch.randn(R, vocab, device="cuda") * 3
+        samp_f = torch.tensor([[0.7, 0.95, 0.01]] * R, device="cuda")
+        samp_i = torch.tensor([[40, 12345 + r] for r in range(R)], device="cuda")
+        pos = torch.arange(R, device="cuda") + 1000
+        x = (logits, samp_f, samp_i, pos)
+        cases = {"argmax": lambda x=x: x[0].argmax(-1),
+                 "sampler (top_k, min_p, top_p, Gumbel)": lambda x=x: sample_tokens(*x),
+                 "gumbel kernel alone": lambda x=x: kernels.gumbel_argmax(x[0], x[2][:, 1], x[3])}
+        for name, fn in cases.items():
+            us = [round(time_graph([fn]), 2) for _ in range(args.repeat)]
+            rows.append({"case": f"{name} R={R}", "rows": R, "vocab": vocab, "us": us})
+            print(f"{name:40s} R={R:3d} " + " / ".join(f"{u:.2f}" for u in us) + " us", flush=True)
     write_result(args, rows)
 
 

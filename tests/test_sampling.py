@@ -1,4 +1,4 @@
-"""Sampling under speculation has exactly the target's distribution.
+"""Sampling under speculation has exactly the target's distribution, and is the same with speculation off.
 
 Statistic: Pearson chi-square of observed counts against exact expected probabilities, with cells whose
 expected count is below 5 merged into one; a test passes when its p-value is above ``P_MIN`` = 1e-4 (seeds are
@@ -10,6 +10,10 @@ The exact target distribution is computed here, independently of runtime/samplin
 ``forward_dense`` logits for every prefix, then temperature / top_k / top_p / min_p applied by ``ref_probs``
 below (top_k, then min_p, then top_p over the remaining renormalised mass; top_p keeps the smallest set of
 most likely tokens whose mass reaches top_p).
+
+The sampler (runtime/sampling.py) draws a token as the Gumbel-max of its row with noise hashed from the request's
+key and the position, so with a seed the output is a function of the seed: the tests also check that speculation
+(any k, any batch) returns exactly what plain decoding returns for the same seeds.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import torch
 from conftest import PatchedDraft, scheduler_of, small_config, small_draft_config
 
 from sglang_eagle3 import Engine
-from sglang_eagle3.runtime.sampling import SamplingParams, accept_draft, processed_probs
+from sglang_eagle3.runtime.sampling import SamplingParams, filtered_scores, sample_tokens, sampling_key, sampling_rows
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -89,70 +93,84 @@ PARAM_SETS = [
 ]
 
 
-@pytest.mark.parametrize("params", PARAM_SETS, ids=lambda d: "-".join(f"{k}{v}" for k, v in d.items()))
-def test_processed_probs_matches_reference(params):
+def sampler_inputs(param_rows: list[dict], keys: list[int]):
+    f, i = sampling_rows([SamplingParams(**p) for p in param_rows], keys)
+    return torch.tensor(f, dtype=torch.float32), torch.tensor(i, dtype=torch.int64)
+
+
+def test_filtered_scores_match_reference():
+    """Every parameter set of PARAM_SETS on rows of one batch (each row its own parameters): the softmax of the
+    filtered scores is the reference's processed distribution."""
     g = torch.Generator().manual_seed(1)
-    logits = torch.randn(64, 33, generator=g) * 2.5
-    got = processed_probs(logits, SamplingParams(**params)).double()
-    want = torch.stack([ref_probs(row, **params) for row in logits])
-    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    rows = [PARAM_SETS[i % len(PARAM_SETS)] for i in range(40)] + [dict(temperature=0.9, top_k=5, top_p=0.8,
+                                                                        min_p=0.05)] * 8
+    logits = torch.randn(len(rows), 33, generator=g) * 2.5
+    samp_f, samp_i = sampler_inputs(rows, [0] * len(rows))
+    z = filtered_scores(logits, samp_f[:, 0], samp_f[:, 1], samp_i[:, 0], samp_f[:, 2])
+    want = torch.stack([ref_probs(row, **p) for row, p in zip(logits, rows, strict=True)])
+    torch.testing.assert_close(torch.softmax(z.double(), -1), want, atol=1e-6, rtol=0)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# accept_draft on its own
-# ------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("params,draft_rank", [
-    (dict(temperature=1.0), 0),  # draft = the most likely token
-    (dict(temperature=1.0), 4),
-    (dict(temperature=0.7, top_p=0.9), 1),
-    (dict(temperature=0.7, top_k=3), 6),  # draft outside the top-k: p(d) = 0, always rejected
-], ids=["t1-argmax", "t1-rank4", "t0.7-topp0.9", "topk3-outside"])
-def test_accept_draft_emits_the_target_distribution(params, draft_rank):
-    """k=1: the first emitted token ~ p0 whatever the draft; after an accepted draft the bonus token ~ p1."""
-    V, M = 8, 6000
-    g = torch.Generator().manual_seed(draft_rank * 7 + len(params))
-    logits = torch.randn(2, V, generator=g) * 1.5
-    p0, p1 = ref_probs(logits[0], **params), ref_probs(logits[1], **params)
-    d = int(torch.softmax(logits[0], -1).argsort(descending=True)[draft_rank])
-    sp = SamplingParams(**params)
-    first, bonus = Counter(), Counter()
-    for _ in range(M):
-        a, nxt = accept_draft(logits, [d], sp, g)
-        assert a in (0, 1)
-        first[d if a == 1 else nxt] += 1
-        if a == 1:
-            bonus[nxt] += 1
-        else:
-            assert nxt != d, "a rejected draft token was emitted as the correction"
-    dist0 = {i: p0[i].item() for i in range(V)}
-    pv, stat, dof = chi_square_pvalue(first, dist0, M)
-    assert pv > P_MIN, (f"first token: chi2={stat:.1f} dof={dof} p={pv:.2e}", first, dist0)
-    n_acc = sum(bonus.values())
-    if p0[d] == 0:
-        assert n_acc == 0
-    else:
-        pv, stat, dof = chi_square_pvalue(bonus, {i: p1[i].item() for i in range(V)}, n_acc)
-        assert pv > P_MIN, f"bonus token after acceptance: chi2={stat:.1f} dof={dof} p={pv:.2e}"
+def draws(logits: torch.Tensor, params: dict, keys: list[int], positions: list[int]) -> Counter:
+    """The sampler's tokens for one row of logits [V], once per (key, position)."""
+    n = len(keys)
+    samp_f, samp_i = sampler_inputs([params] * n, keys)
+    toks = sample_tokens(logits.expand(n, -1), samp_f, samp_i, torch.tensor(positions))
+    return Counter(toks.tolist())
 
 
-def test_accept_draft_chain_positions():
-    """k=3 under a target that is one-hot on the draft at rows 0-1, near 50/50 between 3 and the draft's 4 at
-    row 2, and uniform at row 3: a is 2 (correction 3, never the rejected 4) or 3 (bonus uniform over V)."""
-    V = 6
-    logits = torch.full((4, V), -30.0)
-    logits[0, 1] = logits[1, 2] = 30.0
-    logits[2, 3], logits[2, 4] = 0.1, 0.0
-    logits[3] = 0.0
-    g = torch.Generator().manual_seed(0)
-    seen = Counter(accept_draft(logits, [1, 2, 4], SamplingParams(temperature=1.0), g) for _ in range(600))
-    assert {a for a, _ in seen} == {2, 3}, seen
-    assert all(nxt == 3 for a, nxt in seen if a == 2), seen
-    assert 220 < seen[(2, 3)] < 410, seen
-    assert {nxt for a, nxt in seen if a == 3} == set(range(V)), seen
-    # Greedy: the longest agreeing prefix of the argmax chain, then the target's token.
-    assert accept_draft(logits, [1, 2, 4], SamplingParams(temperature=0), None) == (2, 3)
-    assert accept_draft(logits, [5, 2, 4], SamplingParams(temperature=0), None) == (0, 1)
-    assert accept_draft(logits, [1, 2, 3], SamplingParams(top_k=1), None) == (3, 0)
+@pytest.mark.parametrize("params", PARAM_SETS + [dict(temperature=0.5, top_k=6, top_p=0.7)],
+                         ids=lambda d: "-".join(f"{k}{v}" for k, v in d.items()))
+def test_sampler_draws_the_processed_distribution(params):
+    """Over many seeds at one position, and over many positions of one seed, the tokens follow the reference's
+    processed distribution; the same draws reject the distribution without the filters (or at temperature 1)."""
+    V, M = 24, 6000
+    g = torch.Generator().manual_seed(len(params) + int(params["temperature"] * 10))
+    logits = torch.randn(V, generator=g)
+    exact = ref_probs(logits, **params)
+    assert (exact > 0.02).sum() >= 3, exact  # a spread to test (no one token taking it all)
+    wrong = ref_probs(logits, temperature=1.0 if params["temperature"] != 1.0 else 0.7)
+    for keys, pos in (([sampling_key(s) for s in range(M)], [77] * M), ([sampling_key(3)] * M, list(range(M)))):
+        c = draws(logits, params, keys, pos)
+        pv, stat, dof = chi_square_pvalue(c, {i: exact[i].item() for i in range(V)}, M)
+        assert pv > P_MIN, (f"chi2={stat:.1f} dof={dof} p={pv:.2e}", c)
+        assert chi_square_pvalue(c, {i: wrong[i].item() for i in range(V)}, M)[0] < 1e-8
+
+
+def test_sampler_tokens_depend_on_key_and_position_only():
+    """A row's token is a function of its logits, parameters, key and position: the same in any batch, at any
+    row; another key or position draws anew; greedy rows (temperature 0, top_k 1) take the argmax."""
+    g = torch.Generator().manual_seed(5)
+    V = 50
+    logits = torch.randn(12, V, generator=g)
+    rows = [dict(temperature=1.0)] * 6 + [dict(temperature=0.8, top_p=0.9)] * 4 + [dict(temperature=0.0),
+                                                                                    dict(temperature=1.0, top_k=1)]
+    keys = [sampling_key(s) for s in range(12)]
+    pos = torch.arange(12) * 7 + 100
+    samp_f, samp_i = sampler_inputs(rows, keys)
+    toks = sample_tokens(logits, samp_f, samp_i, pos)
+    perm = torch.randperm(12, generator=g)
+    again = sample_tokens(logits[perm], samp_f[perm], samp_i[perm], pos[perm])
+    assert torch.equal(again, toks[perm])
+    for r in range(12):  # alone, in a batch of one
+        assert sample_tokens(logits[r:r + 1], samp_f[r:r + 1], samp_i[r:r + 1], pos[r:r + 1]).item() == toks[r].item()
+    assert toks[10].item() == logits[10].argmax().item() and toks[11].item() == logits[11].argmax().item()
+    # flat rows: another key or position almost always draws another token, the same one never does
+    flat = torch.zeros(64, 1000)
+    samp_f, samp_i = sampler_inputs([dict(temperature=1.0)] * 64, [sampling_key(9)] * 64)
+    base = sample_tokens(flat, samp_f, samp_i, torch.full((64,), 5))
+    assert len(set(base.tolist())) == 1
+    by_pos = sample_tokens(flat, samp_f, samp_i, torch.arange(64) + 5)
+    samp_f, samp_i = sampler_inputs([dict(temperature=1.0)] * 64, [sampling_key(s) for s in range(64)])
+    by_key = sample_tokens(flat, samp_f, samp_i, torch.full((64,), 5))
+    assert len(set(by_pos.tolist())) > 55 and len(set(by_key.tolist())) > 55
+
+
+def test_sampling_key_is_32_bits_and_spreads():
+    keys = [sampling_key(s) for s in (0, 1, 2, -1, 2**63 - 1, 2**64 + 5, 123456789)]
+    assert all(0 <= k < 2**32 for k in keys)
+    assert len(set(keys)) == len(keys)
+    assert sampling_key(5) == sampling_key(2**64 + 5)  # the low 64 bits of the seed
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -247,3 +265,38 @@ def test_engine_joint_distribution_of_three_tokens(vocab16_pair, exact_logits, p
     if draft == "argmax":
         # Both branches ran many times: rounds with 0, 1 and 2 accepted drafts.
         assert min(hist.get(a, 0) for a in (1, 2, 3)) > 300, hist
+
+
+@pytest.mark.parametrize("k,batch", [(1, 1), (3, 4), (5, 3)])
+def test_speculative_sampled_output_equals_plain(make_pair, k, batch):
+    """With the same seeds, EAGLE-3 returns token for token what plain decoding returns: the sampler's noise is
+    fixed by each request's key and the positions (runtime/sampling.py), whatever round a token is verified in.
+    Mixed batches (greedy beside sampled, seeded and not: unseeded requests draw keys from the engine's
+    random_seed in arrival order); the draft proposes the target's argmax (PatchedDraft), so that rounds accept
+    tokens and reject others."""
+    cfg = small_config()
+    pair = make_pair(cfg, small_draft_config(cfg), seed=3, scale=2.0)
+    params = [dict(temperature=0.8, top_p=0.95, seed=11), dict(temperature=1.2, top_k=20, seed=2**40 + 7),
+              dict(temperature=0.0), dict(temperature=0.6, min_p=0.05), dict(temperature=1.0, seed=11)][:batch + 1]
+    params = [dict(p, max_new_tokens=18 + 3 * i) for i, p in enumerate(params)]
+    prompts = [[3, 7, 1, 12, 5], [9, 9, 2], [40, 41, 42, 43], [1], [3, 7, 1, 12, 5]][:batch + 1]
+
+    def run(spec: bool):
+        extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=pair.draft,
+                     speculative_num_steps=k) if spec else {}
+        engine = Engine(model_path=pair.target, device="cpu", dtype="float32", skip_tokenizer_init=True,
+                        max_running_requests=batch, **extra)
+        if spec:
+            def oracle(r, prefix):
+                with torch.inference_mode():
+                    return int(engine.runner.target.forward_dense(torch.tensor([prefix]))[0][0, -1].argmax())
+
+            PatchedDraft(engine, oracle)
+        outs = [o["output_ids"] for o in engine.generate(input_ids=prompts, sampling_params=params)]
+        return outs, scheduler_of(engine).stats
+
+    plain, _ = run(False)
+    spec, stats = run(True)
+    assert spec == plain
+    assert stats.accepted_tokens > stats.verify_forwards, "no round accepted a draft token: nothing was tested"
+    assert len({tuple(o) for o in plain}) == len(plain)  # the two requests on one prompt and seed 11 differ

@@ -36,6 +36,7 @@ from sglang_eagle3.kernels.ref import (
     ref_gemv,
     ref_gemv_pair,
     ref_gqa_attention,
+    ref_gumbel_argmax,
     ref_mla_attention,
     ref_mla_mha_prefill,
     ref_moe_topk,
@@ -44,6 +45,7 @@ from sglang_eagle3.kernels.ref import (
 )
 from sglang_eagle3.kernels.rms_norm import triton_rms_norm
 from sglang_eagle3.kernels.rotary import triton_apply_rotary
+from sglang_eagle3.kernels.sampling import triton_gumbel_argmax
 
 TRITON_ON_CPU_ENV = env.TRITON_ON_CPU.name
 
@@ -166,6 +168,13 @@ def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, reno
               renormalize=renormalize, routed_scaling_factor=routed_scaling_factor)
 
 
+def gumbel_argmax(scores, keys, positions, *, use_triton: bool | None = None):
+    """A Gumbel-max sample of softmax(scores[r]) per row with noise hashed from (keys[r], positions[r], token)
+    -> int64 [R]; see ref_gumbel_argmax."""
+    fn = triton_gumbel_argmax if _use_triton(scores, use_triton) else ref_gumbel_argmax
+    return fn(scores, keys, positions)
+
+
 def mla_uses_kernel(rope_dim: int, kv_lora_rank: int, *queries: torch.Tensor, use_triton: bool | None = None) -> bool:
     """Whether mla_attention runs the Triton kernel for queries like ``queries`` (their dtype, device and
     autograd state: the queries themselves, or tensors that share those), so a caller can plan around it
@@ -272,6 +281,7 @@ __all__ = [
     "rms_norm",
     "apply_rotary",
     "moe_topk",
+    "gumbel_argmax",
     "mla_attention",
     "mla_uses_kernel",
     "fused_moe",
@@ -282,6 +292,7 @@ __all__ = [
     "ref_apply_rotary",
     "ref_rotate",
     "ref_moe_topk",
+    "ref_gumbel_argmax",
     "ref_mla_attention",
     "ref_fused_moe",
     "ref_fused_moe_int4",

@@ -370,3 +370,49 @@ def ref_gqa_attention(
     scores = scores.masked_fill(~causal_visible(seq_lens, T, K)[:, :, None, :], float("-inf"))
     out = torch.einsum("bthk,bkhd->bthd", scores.softmax(-1), v)
     return out.reshape(B * T, Hq, D).to(q.dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sampling: Gumbel-max over noise that is a hash of (request key, position, token id)
+# --------------------------------------------------------------------------------------------------
+_M32 = 0xFFFFFFFF
+# lowbias32 (C. Wellons' hash prospector): an invertible 32-bit mix with low avalanche bias.
+MIX32_MUL1, MIX32_MUL2 = 0x7FEB352D, 0x846CA68B
+TOKEN_MUL = 0x9E3779B9  # token ids spread over the 32 bits before the mix (odd: a bijection mod 2^32)
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for int64 x in [0, 2^32) and a constant c < 2^32, with no int64 product past 2^48."""
+    hi, lo = c >> 16, c & 0xFFFF
+    return (x * lo + ((x * hi) & 0xFFFF) * 65536) & _M32
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32 of int64 x in [0, 2^32) -> int64 in [0, 2^32) (the kernel computes it in uint32)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, MIX32_MUL1)
+    x = x ^ (x >> 15)
+    x = _mul32(x, MIX32_MUL2)
+    return x ^ (x >> 16)
+
+
+def row_keys(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """A row's noise key from its request key (int64 in [0, 2^32)) and the position of the token it samples."""
+    return mix32(keys ^ mix32(positions.to(torch.int64) & _M32))
+
+
+def ref_gumbel_noise(keys: torch.Tensor, positions: torch.Tensor, V: int) -> torch.Tensor:
+    """Standard Gumbel noise float32 [R, V]: g[r, v] = -log(-log(u)), u = (h >> 9 + 1/2) / 2^23 in (0, 1) from
+    h = mix32(mix32(row key ^ v * TOKEN_MUL) ^ row key) (two rounds, so neighbouring tokens and rows share no
+    structure). A function of (key, position, token) alone: the same whatever the batch or the step."""
+    rk = row_keys(keys, positions)[:, None]
+    v = _mul32(torch.arange(V, dtype=torch.int64, device=keys.device), TOKEN_MUL)[None, :]
+    h = mix32(mix32(rk ^ v) ^ rk)
+    u = ((h >> 9).to(torch.float32) + 0.5) * (1.0 / 8388608.0)
+    return -torch.log(-torch.log(u))
+
+
+def ref_gumbel_argmax(scores: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """argmax_v (scores[r, v] + g[r, v]) -> int64 [R]: a sample of softmax(scores[r]) (Gumbel-max; -inf scores
+    are never chosen unless the whole row is -inf, then 0). scores float32 [R, V]; keys, positions int64 [R]."""
+    return (scores.float() + ref_gumbel_noise(keys, positions, scores.shape[-1])).argmax(-1)

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
 from sglang_eagle3.runtime.sampling import SamplingParams
 
 
@@ -26,7 +24,7 @@ class Request:
     finished_reason: dict | None = None
     verify_ct: int = 0
     accepted_draft_tokens: int = 0
-    generator: torch.Generator | None = None
+    sampling_key: int | None = None  # the sampler's noise key (sampling.py), set by the scheduler from the seed
     # Prefill-time outputs, kept only when logprobs are asked for.
     input_token_logprobs: list = field(default_factory=list)
     input_top_logprobs: list = field(default_factory=list)
@@ -37,14 +35,10 @@ class Request:
     text_offset: int = 0
 
     def snapshot(self) -> Request:
-        """A copy safe to send to another process (no generator, copied lists)."""
+        """A copy safe to send to another process (copied lists)."""
         import copy
 
-        gen, self.generator = self.generator, None
-        try:
-            return copy.deepcopy(self)
-        finally:
-            self.generator = gen
+        return copy.deepcopy(self)
 
     @property
     def tokens(self) -> list[int]:

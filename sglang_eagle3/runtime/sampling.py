@@ -1,10 +1,18 @@
-"""Sampling parameters, the target's processed distribution, and lossless acceptance of draft tokens.
+"""Sampling parameters, the target's processed distribution, and the sampler that makes speculation lossless.
 
 Speculation must not change what the user gets: for greedy, the output is the target's argmax chain; for
-sampling, every emitted token is distributed exactly as the target's processed distribution p
-(temperature, top_k, top_p, min_p applied). Draft tokens are proposed deterministically (the draft's argmax,
-i.e. a one-hot proposal q), so the acceptance rule reduces to: accept d with probability p(d); on rejection
-sample from p with d removed (renormalised). Emitted token ~ p(d)·δ_d + (1 - p(d))·p(·|≠d) = p.
+sampling, every emitted token is distributed exactly as the target's processed distribution p (temperature,
+top_k, min_p, top_p applied, in that order).
+
+The sampler is Gumbel-max over noise fixed in advance: the token at position n of a request is
+argmax_v (log p_n(v) + g(key, n, v)), where g is standard Gumbel noise hashed from the request's key (its seed),
+the position and the token id (kernels.gumbel_argmax), independent across positions and tokens. Given the tokens
+before n, that is an exact sample of p_n. A speculative round then accepts a draft token exactly when it equals
+the target's sample at its position, as greedy acceptance compares it with the argmax: the draft is deterministic
+(its argmax), so it is accepted with probability p_n(d), as by rejection sampling of a one-hot proposal, and
+every emitted token is the one plain decoding would have sampled there. So for a given seed the output is the
+same with speculation on or off, whatever the draft length, the batch or the step a token was verified in; and
+the whole round stays on the device (one graph, the overlap schedule).
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+
+from sglang_eagle3 import kernels
 
 
 class SamplingParamsError(ValueError):
@@ -86,55 +96,63 @@ class SamplingParams:
         return self.temperature == 0 or self.top_k == 1
 
 
-def processed_probs(logits: torch.Tensor, p: SamplingParams) -> torch.Tensor:
-    """logits float32 [..., V] -> the target's processed distribution [..., V] (sampling params applied)."""
-    probs = torch.softmax(logits.float() / max(p.temperature, 1e-6), dim=-1)
-    if p.top_k > 0 and p.top_k < probs.shape[-1]:
-        kth = probs.topk(p.top_k, dim=-1).values[..., -1:]
-        probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
-    if p.min_p > 0:
-        probs = torch.where(probs >= p.min_p * probs.amax(-1, keepdim=True), probs, torch.zeros_like(probs))
-    if p.top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        cum = sorted_p.cumsum(-1)
-        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
-        keep_sorted = (cum - sorted_p) < p.top_p * cum[..., -1:]
-        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-        probs = torch.where(keep, probs, torch.zeros_like(probs))
-    return probs / probs.sum(-1, keepdim=True)
+KEY_MASK = 0xFFFFFFFF
 
 
-def sample_token(logits: torch.Tensor, p: SamplingParams, gen: torch.Generator | None) -> int:
-    """One token from logits [V]."""
-    if p.greedy:
-        return int(logits.argmax())
-    probs = processed_probs(logits, p)
-    return int(torch.multinomial(probs.cpu(), 1, generator=gen))
+def sampling_key(seed: int) -> int:
+    """A request's 32-bit noise key from its seed (any Python int): both halves of its low 64 bits, mixed."""
+    s = seed & 0xFFFFFFFFFFFFFFFF
+
+    def mix(x: int) -> int:  # lowbias32, as kernels/ref.py's mix32
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & KEY_MASK
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & KEY_MASK
+        return x ^ (x >> 16)
+
+    return mix(mix(s & KEY_MASK) ^ (s >> 32))
 
 
-def accept_draft(target_logits: torch.Tensor, draft_ids: list[int], p: SamplingParams,
-                 gen: torch.Generator | None) -> tuple[int, int]:
-    """Chain verification for one request.
+def sampling_rows(params: list[SamplingParams], keys: list[int]) -> tuple[list[list[float]], list[list[int]]]:
+    """Per request: [temperature, top_p, min_p] and [top_k, key], the rows of the sampler's two parameter
+    tensors (float32 [B, 3], int64 [B, 2]). A greedy request has temperature 0 (top_k 1 is greedy too)."""
+    f = [[0.0 if p.greedy else float(p.temperature), float(p.top_p), float(p.min_p)] for p in params]
+    i = [[p.top_k, k & KEY_MASK] for p, k in zip(params, keys, strict=True)]
+    return f, i
 
-    target_logits [k+1, V]: row i is the target's distribution for the token after draft i-1
-    (row 0 follows the last committed token). Returns (number of draft tokens accepted a, next token):
-    the emitted tokens are draft_ids[:a] followed by the returned token.
-    """
-    k = len(draft_ids)
-    if p.greedy:
-        target = target_logits.argmax(-1).tolist()
-        a = 0
-        while a < k and draft_ids[a] == target[a]:
-            a += 1
-        return a, target[a]
-    probs = processed_probs(target_logits, p).cpu()  # [k+1, V]
-    for i, d in enumerate(draft_ids):
-        u = torch.rand((), generator=gen)
-        if u < probs[i, d]:
-            continue
-        residual = probs[i].clone()
-        residual[d] = 0
-        if residual.sum() <= 0:  # p was one-hot on d (cannot reject); keep d
-            continue
-        return i, int(torch.multinomial(residual / residual.sum(), 1, generator=gen))
-    return k, int(torch.multinomial(probs[k], 1, generator=gen))
+
+def filtered_scores(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor,
+                    min_p: torch.Tensor) -> torch.Tensor:
+    """logits [R, V] -> float32 [R, V]: logits / temperature where the row's processed distribution keeps the
+    token, -inf elsewhere, so softmax of a row is that distribution. Per-row parameters [R] (temperature > 0;
+    top_k <= 0 or >= V: off). Graph-safe (one sort a row, no host sync).
+
+    top_k keeps the tokens at least as likely as the k-th; min_p those at least min_p times the most likely;
+    top_p, over what those leave, the most likely tokens up to the first whose cumulative mass reaches top_p of
+    it. Each is a probability threshold, so the kept tokens are a prefix of the sorted row and the three compose
+    into one: a token tied with the last kept one is kept too."""
+    z = logits.float() / temperature.view(-1, 1)
+    probs = torch.softmax(z, dim=-1)
+    srt = probs.sort(dim=-1, descending=True).values
+    V = z.shape[-1]
+    kth = torch.where((top_k > 0) & (top_k < V), top_k, V) - 1
+    thr = torch.maximum(srt.gather(1, kth.view(-1, 1)), min_p.view(-1, 1) * srt[:, :1])
+    kept = torch.where(srt >= thr, srt, 0.0)
+    cum = kept.cumsum(dim=-1)
+    in_p = (cum - kept) < top_p.view(-1, 1) * cum[:, -1:]  # a prefix of the kept tokens, never empty
+    last = (in_p & (kept > 0)).sum(-1).clamp_min(1) - 1
+    thr = torch.maximum(thr, srt.gather(1, last.view(-1, 1)))
+    return torch.where(probs >= thr, z, float("-inf"))
+
+
+def sample_tokens(logits: torch.Tensor, samp_f: torch.Tensor, samp_i: torch.Tensor, positions: torch.Tensor,
+                  use_triton: bool | None = None) -> torch.Tensor:
+    """The tokens at ``positions`` [R] (the positions being sampled: a logits row's own position + 1) from
+    logits [R, V] -> int64 [R]: the argmax for greedy rows (temperature 0), else the Gumbel-max sample of the
+    row's processed distribution with its request's key (module doc). samp_f float32 [R, 3] (temperature, top_p,
+    min_p), samp_i int64 [R, 2] (top_k, key): sampling_rows' rows, a request's repeated for each of its rows."""
+    greedy = samp_f[:, 0] <= 0
+    temperature = torch.where(greedy, 1.0, samp_f[:, 0])
+    scores = filtered_scores(logits, temperature, samp_f[:, 1], samp_i[:, 0], samp_f[:, 2])
+    sampled = kernels.gumbel_argmax(scores, samp_i[:, 1], positions, use_triton=use_triton)
+    return torch.where(greedy, logits.argmax(-1), sampled)

@@ -19,13 +19,16 @@ The host's work between rounds (reading the results, emitting tokens, building a
 twentieth session) then runs while the GPU computes instead of in front of it. Round n+1 computes exactly what it
 would have computed had it been built after round n's results were read (same ids, positions, cache slots, draft
 hidden), so outputs do not change. When round n finishes a request, round n+1 is read at once and the finished
-request's part of it dropped; admissions and aborts wait until the round in flight is read. Rounds whose host needs
-their logits (sampling, logprobs) run one at a time as before.
+request's part of it dropped; admissions and aborts wait until the round in flight is read. Sampled requests
+overlap too: their tokens are drawn on the device (sampling.py: the noise is fixed by each request's key and the
+positions, so a round computes the same tokens whenever it runs). Rounds whose host needs their logits (logprobs)
+run one at a time as before.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import Callable
@@ -36,7 +39,7 @@ import torch
 from sglang_eagle3.runtime.kv_cache import pages_for
 from sglang_eagle3.runtime.model_runner import BatchTensors, ModelRunner
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import accept_draft, sample_token
+from sglang_eagle3.runtime.sampling import sampling_key
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +72,13 @@ class _Round:
     ready: torch.cuda.Event | None
     hidden: torch.Tensor | None = None  # speculative: the next draft hidden [B, Hd], a copy (replays rewrite theirs)
     logits: torch.Tensor | None = None  # [B, T, V], views of the replay's outputs: valid until the next replay
+    samp: tuple[torch.Tensor, torch.Tensor] | None = None  # sampled requests: the sampler's parameters (device)
 
 
 class Scheduler:
     def __init__(self, runner: ModelRunner, *, num_steps: int | None, max_running: int, max_context: int,
-                 eos_token_ids: tuple[int, ...], detokenize: Callable[[list[int]], str] | None = None):
+                 eos_token_ids: tuple[int, ...], detokenize: Callable[[list[int]], str] | None = None,
+                 seed: int = 0):
         self.runner = runner
         self.num_steps = num_steps  # None: no speculation
         self.max_running = max_running
@@ -84,6 +89,10 @@ class Scheduler:
         # step times can be measured with random-weight models; the output is then NOT the target's.
         self.simulate_accept_length: float | None = None
         self._sim_rng = torch.Generator().manual_seed(0)
+        # Seeds of requests that bring none (their sampling keys, sampling.py). Drawn in admission order from one
+        # seeded stream, so under TP every rank's scheduler (fed the same requests in the same order) draws the
+        # same, and an engine started with the same random_seed samples the same outputs.
+        self._seeds = random.Random(seed)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.stats = SchedulerStats()
@@ -99,9 +108,9 @@ class Scheduler:
         return self.num_steps or 0
 
     def add(self, req: Request) -> None:
-        if req.params.seed is not None and req.generator is None:
-            # Created here, not by the engine: under TP every rank builds the same generator.
-            req.generator = torch.Generator().manual_seed(req.params.seed)
+        if req.sampling_key is None:
+            seed = req.params.seed if req.params.seed is not None else self._seeds.getrandbits(64)
+            req.sampling_key = sampling_key(seed)
         self.waiting.append(req)
 
     def abort(self, rid: str) -> bool:
@@ -224,6 +233,8 @@ class Scheduler:
         lens = [len(row[0]) for row in rows]
         # Graph replays of token buckets where they fit (ModelRunner.prefill); logits at each prompt's last token.
         last, hidden_states, aux = runner.prefill(rows)
+        # Each prompt's next token, at position len(prompt) (a resumed request keeps the one it has).
+        sampled = runner.sample(last, self._sampler(reqs), runner.to_device([r.seq_len for r in reqs])).tolist()
         first_tokens, start = [], 0
         for i, (r, n, res) in enumerate(zip(reqs, lens, resumed, strict=True)):
             if res:
@@ -231,7 +242,7 @@ class Scheduler:
             else:
                 if r.return_logprob:  # every prompt row's logits, from its hidden state (only when asked)
                     self._input_logprobs(r, runner.logits_of(hidden_states[start:start + n]))
-                first_tokens.append(sample_token(last[i], r.params, r.generator))
+                first_tokens.append(sampled[i])
                 self.stats.prompt_tokens += n
             start += n
         if self.num_steps:
@@ -286,7 +297,7 @@ class Scheduler:
         if self._may_all_finish(prev.reqs) or not self._reserve_ahead(prev.reqs):
             self._ahead = None  # read it without a round behind it (one that would be wasted, or no pages)
             return self._finish(prev)
-        nxt = self._launch(prev.reqs, *self._batch_after(prev))
+        nxt = self._launch(prev.reqs, *self._batch_after(prev), samp=prev.samp)
         changed = self._finish(prev, in_flight=True)
         if any(r.finished for r in prev.reqs):  # the batch ends here: the round behind it is read now
             seen = {id(r) for r in changed}
@@ -304,17 +315,13 @@ class Scheduler:
         reqs = self._ahead.reqs
         return len(reqs) == len(self.running) and all(a is b for a, b in zip(reqs, self.running, strict=True))
 
-    def _device_accepts(self, reqs: list[Request]) -> bool:
-        """Whether a round's results are made on the device (argmax, greedy or simulated acceptance), so the
-        host needs nothing from it before the next round can be built there."""
-        return all(r.params.greedy for r in reqs) or bool(self.num_steps and self.simulate_accept_length is not None)
-
     def _overlap_ok(self, reqs: list[Request]) -> bool:
-        """Whether a round of ``reqs`` may have the next queued behind it: its next tokens are made on the device.
-        NOTE: not with logprobs. _emit reads them with device ops and .item(), which would wait for the round queued
-        behind as well (same stream): no overlap left, and the logits would need a copy first (replays rewrite
-        them). Overlapping those needs the logprobs gathered on the device and copied with the results."""
-        return self.overlap and self._device_accepts(reqs) and not any(r.return_logprob for r in reqs)
+        """Whether a round of ``reqs`` may have the next queued behind it (its next tokens are made on the device,
+        greedy or sampled alike). NOTE: not with logprobs. _emit reads them with device ops and .item(), which
+        would wait for the round queued behind as well (same stream): no overlap left, and the logits would need
+        a copy first (replays rewrite them). Overlapping those needs the logprobs gathered on the device and
+        copied with the results."""
+        return self.overlap and not any(r.return_logprob for r in reqs)
 
     def _may_all_finish(self, reqs: list[Request]) -> bool:
         """Whether the round about to be read may end every request of its batch at its token limit: a round
@@ -356,37 +363,39 @@ class Scheduler:
             ids, steps = prev.out.view(B, 1), torch.ones(B, dtype=torch.int64, device=prev.out.device)
         return self.runner.advance(prev.bt, T, steps, ids, [r.pages for r in prev.reqs]), prev.hidden
 
-    def _launch(self, reqs: list[Request], bt: BatchTensors, hidden: torch.Tensor | None) -> _Round:
-        """Queues one round on the device. Greedy (or simulated) acceptance runs inside the round's one graph;
-        sampled acceptance and sampled decode tokens on the host, which then waits for the logits."""
+    def _sampler(self, reqs: list[Request]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The sampler's parameters for a batch (ModelRunner.sampling_tensors), None when every request is greedy
+        (its tokens are then the argmax, with none of the sampler's work)."""
+        if all(r.params.greedy for r in reqs):
+            return None
+        return self.runner.sampling_tensors([r.params for r in reqs], [r.sampling_key for r in reqs])
+
+    def _launch(self, reqs: list[Request], bt: BatchTensors, hidden: torch.Tensor | None,
+                samp: tuple[torch.Tensor, torch.Tensor] | None = None) -> _Round:
+        """Queues one round on the device: its tokens (argmax, or the sampler where a request samples) and a
+        speculative round's acceptance are computed there, in the round's one graph. ``samp``: the sampler's
+        parameters when a previous round of the same requests made them."""
         runner, B = self.runner, len(reqs)
-        on_device = self._device_accepts(reqs)
-        logits_read = not on_device or any(r.return_logprob for r in reqs)
+        samp = samp or self._sampler(reqs)
         if self.num_steps:
             T = self.num_steps + 1
-            if not on_device:
-                def accept(drafts, logits):  # exact rejection sampling (sampling.py), per request
-                    a_nxt = [accept_draft(logits[i], drafts[i], r.params, r.generator) for i, r in enumerate(reqs)]
-                    return [x[0] for x in a_nxt], [x[1] for x in a_nxt]
-
-                logits, out, next_hidden = runner.sampled_round(bt, hidden, T, accept)
-            else:
-                if self.simulate_accept_length is not None:
-                    sim = runner.to_device([self._simulated_accept(self.num_steps) for _ in reqs])
-                else:  # -1: acceptance computed on the device (a fill, no host copy)
-                    sim = torch.full((B,), -1, dtype=torch.int64, device=runner.device)
+            if self.simulate_accept_length is not None:
+                sim = runner.to_device([self._simulated_accept(self.num_steps) for _ in reqs])
+            else:  # -1: acceptance computed on the device (a fill, no host copy)
+                sim = torch.full((B,), -1, dtype=torch.int64, device=runner.device)
+            if samp is None:
                 logits, out, next_hidden = runner.greedy_round(bt, hidden, sim, T)
+            else:
+                logits, out, next_hidden = runner.sampled_round(bt, hidden, sim, T, samp)
             hidden = next_hidden.clone()  # a replay's outputs are rewritten by the next replay: kept apart
         else:
             T = 1
             logits, _ = runner.target_uniform(bt, 1, verify=False)
-            if on_device:
-                out = logits.argmax(-1)
-            else:
-                out = torch.tensor([sample_token(logits[i], r.params, r.generator) for i, r in enumerate(reqs)])
+            out = runner.sample(logits, samp, bt.positions + 1)
             hidden = None
         host, ready = runner.to_host(out)
-        return _Round(reqs, T, bt, out, host, ready, hidden, logits.view(B, T, -1) if logits_read else None)
+        logits_read = any(r.return_logprob for r in reqs)
+        return _Round(reqs, T, bt, out, host, ready, hidden, logits.view(B, T, -1) if logits_read else None, samp)
 
     def _finish(self, rnd: _Round, in_flight: bool = False) -> list[Request]:
         """Reads a round's results (the host's one wait a round) and emits its tokens. A request finished or

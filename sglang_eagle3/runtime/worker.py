@@ -107,7 +107,7 @@ class ModelWorker:
             self.runner.capture_graphs()
         self.scheduler = Scheduler(self.runner, num_steps=plan["num_steps"], max_running=args.max_running_requests,
                                    max_context=plan["context_length"], eos_token_ids=tuple(plan["eos"]),
-                                   detokenize=detokenize)
+                                   detokenize=detokenize, seed=args.random_seed)
         self.scheduler.simulate_accept_length = args.speculative_simulate_accept_length
         self.scheduler.overlap = not args.disable_overlap_schedule
         if args.speculative_simulate_accept_length is not None:

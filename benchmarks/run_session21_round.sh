@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Twenty-first session's device round (H200): bash benchmarks/run_session21_round.sh PART, results under $OUT.
+# Sampled requests on the device: the sampler (runtime/sampling.py: Gumbel-max with noise fixed by each request's
+# key and the positions; kernels.gumbel_argmax) inside the speculative round's graph and the overlap schedule,
+# where before a sampled round ran in two halves with rejection sampling on the host between them.
+source "$(dirname "$0")/gpu_stages.sh"
+# Part "z1": the GPU tests (tests/gpu, with the new sampled test: sampled spec == plain with graphs, the Gumbel
+# kernel and the overlap; the Gumbel kernel against its reference at Kimi's vocabulary), the sampler's cost in a
+# graph (bench_small_ops.py --sampler), then the Kimi slice end to end greedy against sampled (temperature 0.7,
+# top_p 0.95) at a pinned accept length of 3.0, alternating twice in one process.
+# Part "z2": the previous checkout (.carry/old: git archive of 367a9d6's sglang_eagle3 and benchmarks, with this
+# checkout's bench_e2e.py) against this one, sampled at temperature 0.7, in separate processes alternating (new,
+# old, new, old): the embedded pair (real acceptance), then the Kimi slice with the draft's real acceptance (random
+# weights: ~1 token a round; a pinned accept length would send the old code's sampled rounds through its greedy
+# graph).
+part=${1:?part: z1, z2}
+E2E_KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2)
+case $part in
+z1)
+  TAIL=15 stage gpu_tests 280 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/gpu/test_cuda_engine.py tests/kernels/test_kernels_gpu.py -k "gumbel or cuda_engine"
+  TAIL=14 stage sampler 90 python benchmarks/bench_small_ops.py --sampler --out "$OUT/sampler.json"
+  TAIL=10 stage e2e_sampled 300 python benchmarks/bench_e2e.py "${E2E_KIMI[@]}" --simulate-accept 3.0 \
+    --sampling greedy temperature=0.7,top_p=0.95 --repeat-variants 2 --out "$OUT/e2e_sampled.json"
+  ;;
+z2)
+  EMB=(--ks 3 --num-prompts 8 --max-new-tokens 64 --repeat 3 --sampling temperature=0.7,seed=1)
+  for i in 1 2; do
+    TAIL=4 stage "emb_new_$i" 120 python benchmarks/bench_e2e.py "${EMB[@]}" --out "$OUT/emb_new_$i.json"
+    TAIL=4 stage "emb_old_$i" 120 python .carry/old/benchmarks/bench_e2e.py "${EMB[@]}" --out "$OUT/emb_old_$i.json"
+  done
+  KIMI=("${E2E_KIMI[@]}" --simulate-accept 0 --sampling temperature=0.7,top_p=0.95,seed=1)
+  TAIL=4 stage kimi_new 170 python benchmarks/bench_e2e.py "${KIMI[@]}" --out "$OUT/kimi_new.json"
+  TAIL=4 stage kimi_old 170 python .carry/old/benchmarks/bench_e2e.py "${KIMI[@]}" --out "$OUT/kimi_old.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
