@@ -13,7 +13,12 @@ source "$(dirname "$0")/gpu_stages.sh"
 # old, new, old): the embedded pair (real acceptance), then the Kimi slice with the draft's real acceptance (random
 # weights: ~1 token a round; a pinned accept length would send the old code's sampled rounds through its greedy
 # graph).
-part=${1:?part: z1, z2}
+# (z1 at 43a9d79: 19 GPU tests passed; the sampler 274 / 550 / 738 / 1580 us for 1 / 4 / 16 / 64 rows, its Gumbel
+# kernel alone 106 us at one program a row; end to end sampled against greedy alternating twice: baseline 195.8 /
+# 195.9 against 202.1 / 202.8 tok/s, EAGLE-3 at 3.0 389.9 / 389.2 against 397.8 / 399.3.)
+# Part "z3": the Gumbel kernel over chunks of 4096 tokens a program (40 programs a row) with its GPU test, and where
+# the sampler's filters spend their time (bench_sampler_parts.py: each step alone, graph-timed).
+part=${1:?part: z1, z2, z3}
 E2E_KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2)
 case $part in
 z1)
@@ -32,6 +37,12 @@ z2)
   KIMI=("${E2E_KIMI[@]}" --simulate-accept 0 --sampling temperature=0.7,top_p=0.95,seed=1)
   TAIL=4 stage kimi_new 170 python benchmarks/bench_e2e.py "${KIMI[@]}" --out "$OUT/kimi_new.json"
   TAIL=4 stage kimi_old 170 python .carry/old/benchmarks/bench_e2e.py "${KIMI[@]}" --out "$OUT/kimi_old.json"
+  ;;
+z3)
+  TAIL=6 stage gumbel_tests 120 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 100 \
+    tests/kernels/test_kernels_gpu.py -k gumbel
+  TAIL=30 stage sampler_parts 120 python benchmarks/bench_sampler_parts.py --out "$OUT/sampler_parts.json"
+  TAIL=14 stage sampler 90 python benchmarks/bench_small_ops.py --sampler --out "$OUT/sampler.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

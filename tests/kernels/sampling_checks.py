@@ -68,5 +68,6 @@ def check_gumbel_noise_distribution(R: int = 64, V: int = 4096, seed: int = 0) -
 CASES = {
     "gumbel_argmax_irregular": lambda: check_gumbel_argmax(13, 1000, seed=1),
     "gumbel_argmax_one_row_small_v": lambda: check_gumbel_argmax(2, 37, seed=2),
+    "gumbel_argmax_chunks": lambda: check_gumbel_argmax(5, 9000, seed=3),  # 3 chunks a row (split maxima)
     "gumbel_noise_distribution": lambda: check_gumbel_noise_distribution(),
 }

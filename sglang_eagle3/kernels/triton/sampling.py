@@ -20,17 +20,19 @@ def _mix32(x):
 
 
 @triton.jit
-def gumbel_argmax_kernel(scores_ptr, keys_ptr, pos_ptr, out_ptr, V, stride_s, BLOCK_V: tl.constexpr):
-    """out[r] = argmax_v (scores[r, v] + g[r, v]) with ref_gumbel_noise's g, the first index among equal
-    maxima (as torch.argmax). Blocks of BLOCK_V tokens, a running best value and index."""
+def gumbel_argmax_kernel(scores_ptr, keys_ptr, pos_ptr, part_ptr, V, stride_s, CHUNK: tl.constexpr,
+                         BLOCK_V: tl.constexpr):
+    """Over grid (R, splits): program (r, s) takes tokens [s * CHUNK, (s + 1) * CHUNK) of row r and stores to
+    part[r, s] (int64) its best token as one key, (order-preserving bits of scores + g) * 2^32 + (2^31 - 1 -
+    token): the largest key of a row is its maximum with the first index among equal maxima (as torch.argmax)."""
     r = tl.program_id(0)
+    sp = tl.program_id(1)
     key = tl.load(keys_ptr + r).to(tl.uint32)
     pos = tl.load(pos_ptr + r).to(tl.uint32)
     rk = _mix32(key ^ _mix32(tl.full([1], 0, tl.uint32) + pos))  # [1]
-    best = tl.full([1], float("-inf"), tl.float32)
-    best_i = tl.zeros([1], dtype=tl.int32)
+    best = tl.full([1], -(2**63), tl.int64)
     row = scores_ptr + r.to(tl.int64) * stride_s
-    for v0 in range(0, V, BLOCK_V):
+    for v0 in range(sp * CHUNK, sp * CHUNK + CHUNK, BLOCK_V):
         v = v0 + tl.arange(0, BLOCK_V)
         ok = v < V
         s = tl.load(row + v, mask=ok, other=float("-inf")).to(tl.float32)
@@ -38,11 +40,9 @@ def gumbel_argmax_kernel(scores_ptr, keys_ptr, pos_ptr, out_ptr, V, stride_s, BL
         h = _mix32(_mix32(rk ^ h) ^ rk)
         u = ((h >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
         y = s - tl.log(-tl.log(u))
-        y = tl.where(ok, y, float("-inf"))
-        m = tl.max(y, axis=0)
-        # the first index of the block's maximum (a NaN-free row: -inf scores stay -inf)
-        i = tl.min(tl.where(y == m, v, V), axis=0)
-        better = m > best
-        best_i = tl.where(better, i, best_i)
-        best = tl.where(better, m, best)
-    tl.store(out_ptr + r + tl.arange(0, 1), best_i.to(tl.int64))
+        b = y.to(tl.int32, bitcast=True).to(tl.int64)
+        ordered = tl.where(b < 0, -1 - b, b + 2**31)  # float order as [0, 2^32)
+        k = (ordered - 2**31) * 2**32 + (2**31 - 1 - v.to(tl.int64))
+        k = tl.where(ok, k, -(2**63))
+        best = tl.maximum(best, tl.max(k, axis=0))
+    tl.store(part_ptr + r * tl.num_programs(1) + sp + tl.arange(0, 1), best)
