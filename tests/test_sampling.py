@@ -26,7 +26,16 @@ import torch
 from conftest import PatchedDraft, scheduler_of, small_config, small_draft_config
 
 from sglang_eagle3 import Engine
-from sglang_eagle3.runtime.sampling import SamplingParams, filtered_scores, sample_tokens, sampling_key, sampling_rows
+from sglang_eagle3.runtime.sampling import (
+    ALL_FILTERS,
+    NO_SORT,
+    Filters,
+    SamplingParams,
+    filtered_scores,
+    sample_tokens,
+    sampling_key,
+    sampling_rows,
+)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -164,6 +173,34 @@ def test_sampler_tokens_depend_on_key_and_position_only():
     samp_f, samp_i = sampler_inputs([dict(temperature=1.0)] * 64, [sampling_key(s) for s in range(64)])
     by_key = sample_tokens(flat, samp_f, samp_i, torch.full((64,), 5))
     assert len(set(by_pos.tolist())) > 55 and len(set(by_key.tolist())) > 55
+
+
+def test_prefix_sums_over_chunks():
+    from sglang_eagle3.runtime.sampling import SCAN_CHUNK, _prefix_sums
+
+    g = torch.Generator().manual_seed(3)
+    for V in (1, 33, SCAN_CHUNK, 2 * SCAN_CHUNK + 517):
+        x = torch.rand(3, V, generator=g)
+        torch.testing.assert_close(_prefix_sums(x).double(), x.double().cumsum(-1), rtol=1e-5, atol=1e-4)
+
+
+def test_rows_sample_the_same_under_any_filter_set():
+    """The round graphs apply a fixed filter set (all, or no sort) to whatever rows they get: a row whose parameters
+    leave a filter off samples the same whichever set runs, so a request's tokens never depend on its batch."""
+    g = torch.Generator().manual_seed(8)
+    rows = [dict(temperature=1.0), dict(temperature=0.7, min_p=0.1), dict(temperature=1.1, top_p=0.8),
+            dict(temperature=0.9, top_k=7), dict(temperature=0.0)] * 6
+    logits = torch.randn(len(rows), 300, generator=g) * 3
+    samp_f, samp_i = sampler_inputs(rows, [sampling_key(s) for s in range(len(rows))])
+    pos = torch.arange(len(rows)) * 3
+    full = sample_tokens(logits, samp_f, samp_i, pos, ALL_FILTERS)
+    for r in range(len(rows)):
+        own = Filters.of([SamplingParams(**rows[r])])
+        assert sample_tokens(logits[r:r + 1], samp_f[r:r + 1], samp_i[r:r + 1], pos[r:r + 1], own).item() \
+            == full[r].item(), (rows[r], own)
+    no_sort = [r for r, p in enumerate(rows) if "top_p" not in p and "top_k" not in p]
+    assert torch.equal(sample_tokens(logits[no_sort], samp_f[no_sort], samp_i[no_sort], pos[no_sort], NO_SORT),
+                       full[no_sort])
 
 
 def test_sampling_key_is_32_bits_and_spreads():

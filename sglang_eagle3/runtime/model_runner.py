@@ -16,7 +16,7 @@ from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
 from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputSpec
 from sglang_eagle3.runtime.kv_cache import PageAllocator, make_pool
-from sglang_eagle3.runtime.sampling import sample_tokens, sampling_rows
+from sglang_eagle3.runtime.sampling import ALL_FILTERS, NO_SORT, Filters, SamplerBatch, sample_tokens, sampling_rows
 
 logger = logging.getLogger(__name__)
 
@@ -122,12 +122,14 @@ class ModelRunner:
                                       eager_fn=self._round_fn(parts), replay_counts=counts, **common)
         # The same round for batches with sampled requests: the target's tokens from the sampler (sampling.py:
         # Gumbel-max with noise fixed by each request's key and the positions) instead of the argmax, its
-        # parameters per request as two more inputs (padded rows: temperature 0, greedy). Separate graphs, so
-        # greedy rounds do not pay for the sampler's sort.
+        # parameters per request as two more inputs (padded rows: temperature 0, greedy). Graphs of their own, so
+        # greedy rounds pay nothing for it: one set for temperature and min_p, one with top_k and top_p too (their
+        # sort of each row: ~0.1-0.25 ms at Kimi's vocabulary on the H200).
         sampled_specs = dict(round_specs, samp_f=InputSpec(per_token=False), samp_i=InputSpec(per_token=False))
-        self.spec_round_sampled = GraphRunner(
-            "spec_round_sampled", self._round_fn(raw, sampled=True), sampled_specs, tokens_per_req=verify_widths,
-            eager_fn=self._round_fn(parts, sampled=True), replay_counts=counts, **common)
+        self.sampled_rounds = {
+            filters: GraphRunner(name, self._round_fn(raw, filters), sampled_specs, tokens_per_req=verify_widths,
+                                 eager_fn=self._round_fn(parts, filters), replay_counts=counts, **common)
+            for name, filters in (("spec_round_sampled", NO_SORT), ("spec_round_filtered", ALL_FILTERS))}
         # Prefill as graphs: prompts padded to the next token bucket (causal, so padded tokens after the real
         # ones change nothing), the target and the draft's extend over them. Buckets past the page table's
         # reach (the context) are dropped: padded positions must index the table and the rotary cache like
@@ -218,9 +220,9 @@ class ModelRunner:
         last = torch.arange(B, device=ids.device) * T + a
         return proposals[last], hidden[last]
 
-    def _round_fn(self, parts: dict, sampled: bool = False):
+    def _round_fn(self, parts: dict, filters: Filters | None = None):
         """A round with acceptance on the device: a = the longest prefix where the drafts equal the target's
-        tokens (its argmax; ``sampled``: sampling.sample_tokens with the per-request samp_f / samp_i), or
+        tokens (its argmax; with ``filters``: sampling.sample_tokens with the per-request samp_f / samp_i), or
         sim_accept where >= 0 (benchmarking). Returns (logits [B*T, V], packed [B, 3+k] int64 of a, the target's
         token after them, the next round's d_1, then d_1..d_k; the next draft hidden [B, Hd])."""
         def fn(input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, sim_accept, tokens_per_req,
@@ -228,9 +230,9 @@ class ModelRunner:
             T, B = tokens_per_req, seq_lens.shape[0]
             batch = dict(positions=positions, page_table=page_table, seq_lens=seq_lens, out_cache_loc=out_cache_loc)
             ids, logits, aux = self.propose_verify(parts, input_ids, hidden=hidden, T=T, **batch)
-            if sampled:  # row j of a request samples the token at its position + 1
+            if filters is not None:  # row j of a request samples the token at its position + 1
                 target = sample_tokens(logits, samp_f.repeat_interleave(T, 0), samp_i.repeat_interleave(T, 0),
-                                       positions + 1).view(B, T)
+                                       positions + 1, filters).view(B, T)
             else:
                 target = logits.view(B, T, -1).argmax(-1)
             matched = (ids[:, 1:] == target[:, :-1]).to(torch.int64).cumprod(1).sum(1)
@@ -295,13 +297,14 @@ class ModelRunner:
                             sim_accept=torch.full((bs,), -1, dtype=torch.int64, device=self.device))
 
             self.spec_round.capture(round_inputs)
-            self.spec_round_sampled.capture(lambda bs, T: dict(
-                round_inputs(bs, T), samp_f=torch.ones(bs, 3, dtype=torch.float32, device=self.device),
-                samp_i=torch.zeros(bs, 2, dtype=torch.int64, device=self.device)))
+            for runner in self.sampled_rounds.values():
+                runner.capture(lambda bs, T: dict(
+                    round_inputs(bs, T), samp_f=torch.ones(bs, 3, dtype=torch.float32, device=self.device),
+                    samp_i=torch.zeros(bs, 2, dtype=torch.int64, device=self.device)))
 
     def graph_report(self) -> dict:
         runners = [self.target_decode, self.target_verify, self.draft_decode, self.draft_extend, self.spec_round,
-                   self.spec_round_sampled, self.target_prefill, self.draft_prefill]
+                   *self.sampled_rounds.values(), self.target_prefill, self.draft_prefill]
         return {r.name: {"graphs": len(r.graphs), "buckets": r.buckets, "tokens_per_req": list(r.tokens_per_req),
                          "capture_seconds": round(r.capture_seconds, 3),
                          "capture_mib": round(r.capture_bytes / 2**20, 1)} for r in runners}
@@ -509,23 +512,24 @@ class ModelRunner:
         return logits, packed[:B], next_hidden[:B]  # a replay's per-request outputs hold the bucket's rows
 
     def sampled_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int,
-                      samp: tuple[torch.Tensor, torch.Tensor]):
-        """greedy_round for a batch with sampled requests: the target's tokens from the sampler, with ``samp`` =
-        (samp_f [B, 3], samp_i [B, 2]) from sampling_tensors. Returns what greedy_round returns."""
+                      samp: SamplerBatch):
+        """greedy_round for a batch with sampled requests: the target's tokens from the sampler (the graphs whose
+        filters cover the batch's). Returns what greedy_round returns."""
         B = len(bt.extend_lens)
-        logits, packed, next_hidden = self.spec_round_sampled(
+        runner = self.sampled_rounds[ALL_FILTERS if samp.filters.sort else NO_SORT]
+        logits, packed, next_hidden = runner(
             B, T, input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
-            out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept, samp_f=samp[0], samp_i=samp[1])
+            out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept, samp_f=samp.f, samp_i=samp.i)
         return logits, packed[:B], next_hidden[:B]
 
-    def sampling_tensors(self, params: list, keys: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(samp_f float32 [B, 3], samp_i int64 [B, 2]) on the device (sampling.sampling_rows), without waiting."""
+    def sampler_batch(self, params: list, keys: list[int]) -> SamplerBatch:
+        """The sampler's inputs for requests with ``params`` and sampling ``keys``, uploaded without waiting."""
         f, i = sampling_rows(params, keys)
-        return self._upload(torch.tensor(f, dtype=torch.float32)), self._upload(torch.tensor(i, dtype=torch.int64))
+        return SamplerBatch(self._upload(torch.tensor(f, dtype=torch.float32)),
+                            self._upload(torch.tensor(i, dtype=torch.int64)), Filters.of(params))
 
     @staticmethod
-    def sample(logits: torch.Tensor, samp: tuple[torch.Tensor, torch.Tensor] | None,
-               positions: torch.Tensor) -> torch.Tensor:
+    def sample(logits: torch.Tensor, samp: SamplerBatch | None, positions: torch.Tensor) -> torch.Tensor:
         """One token a request (decode, prefill) from logits [B, V] at ``positions`` [B], the positions being
         sampled -> int64 [B] on the device; the argmax when ``samp`` is None (every request greedy)."""
-        return logits.argmax(-1) if samp is None else sample_tokens(logits, samp[0], samp[1], positions)
+        return logits.argmax(-1) if samp is None else sample_tokens(logits, samp.f, samp.i, positions, samp.filters)

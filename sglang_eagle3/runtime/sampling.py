@@ -121,38 +121,98 @@ def sampling_rows(params: list[SamplingParams], keys: list[int]) -> tuple[list[l
     return f, i
 
 
+@dataclass(frozen=True)
+class Filters:
+    """Which filters a sampler applies (each one skipped costs nothing). top_k and top_p need the row sorted,
+    min_p only its maximum; a row whose parameters leave a filter off (top_k <= 0, min_p 0, top_p 1) passes it
+    unchanged, so a batch may take a wider set than its requests use: every row computes what it would alone."""
+
+    top_k: bool = True
+    min_p: bool = True
+    top_p: bool = True
+
+    @staticmethod
+    def of(params: list[SamplingParams]) -> Filters:
+        """The filters a batch's sampled requests use."""
+        sampled = [p for p in params if not p.greedy]
+        return Filters(top_k=any(p.top_k > 0 for p in sampled), min_p=any(p.min_p > 0 for p in sampled),
+                       top_p=any(p.top_p < 1 for p in sampled))
+
+    @property
+    def sort(self) -> bool:
+        return self.top_k or self.top_p
+
+
+@dataclass(frozen=True, eq=False)
+class SamplerBatch:
+    """A batch's sampler inputs on the device: f float32 [B, 3] (temperature, top_p, min_p) and i int64 [B, 2]
+    (top_k, key), sampling_rows' rows, and the filters its requests use."""
+
+    f: torch.Tensor
+    i: torch.Tensor
+    filters: Filters
+
+
+ALL_FILTERS = Filters()
+NO_SORT = Filters(top_k=False, top_p=False)  # temperature and min_p: the speculative round's unsorted graphs
+SCAN_CHUNK = 1024  # top_p's prefix sums: chunks of a row, scanned side by side (see _prefix_sums)
+
+
+def _prefix_sums(x: torch.Tensor) -> torch.Tensor:
+    """Inclusive prefix sums along the rows of x [R, V] in two levels: chunks of SCAN_CHUNK scanned as rows of
+    their own, plus the exclusive sums of the chunk totals. On the H200 torch's cumsum over 4 rows of 163840
+    took 209 us (one block a row), over one row 11 us: [R * V / 1024, 1024] keeps every row's cost that of the
+    short rows. The order of the additions depends only on V, not on R: a row's sums are the same in any batch."""
+    R, V = x.shape
+    C = -(-V // SCAN_CHUNK)
+    chunks = torch.nn.functional.pad(x, (0, C * SCAN_CHUNK - V)).view(R, C, SCAN_CHUNK)
+    totals = chunks.sum(-1)
+    offsets = totals.cumsum(-1) - totals
+    return (chunks.cumsum(-1) + offsets.unsqueeze(-1)).view(R, C * SCAN_CHUNK)[:, :V]
+
+
 def filtered_scores(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor,
-                    min_p: torch.Tensor) -> torch.Tensor:
-    """logits [R, V] -> float32 [R, V]: logits / temperature where the row's processed distribution keeps the
+                    min_p: torch.Tensor, filters: Filters = ALL_FILTERS) -> torch.Tensor:
+    """logits [R, V] -> float32 [R, V]: z = logits / temperature where the row's processed distribution keeps the
     token, -inf elsewhere, so softmax of a row is that distribution. Per-row parameters [R] (temperature > 0;
-    top_k <= 0 or >= V: off). Graph-safe (one sort a row, no host sync).
+    top_k <= 0 or >= V: off); ``filters``: which to apply at all. Graph-safe (no host sync).
 
     top_k keeps the tokens at least as likely as the k-th; min_p those at least min_p times the most likely;
     top_p, over what those leave, the most likely tokens up to the first whose cumulative mass reaches top_p of
-    it. Each is a probability threshold, so the kept tokens are a prefix of the sorted row and the three compose
-    into one: a token tied with the last kept one is kept too."""
+    it. Each is a threshold on z (the probability's order), so the kept tokens are a prefix of the sorted row and
+    the three compose into one: a token tied with the last kept one is kept too. The thresholds are computed in
+    z whatever the filter set (min_p: z >= max + log(min_p)), so a row keeps the same tokens in any batch."""
     z = logits.float() / temperature.view(-1, 1)
-    probs = torch.softmax(z, dim=-1)
-    srt = probs.sort(dim=-1, descending=True).values
-    V = z.shape[-1]
-    kth = torch.where((top_k > 0) & (top_k < V), top_k, V) - 1
-    thr = torch.maximum(srt.gather(1, kth.view(-1, 1)), min_p.view(-1, 1) * srt[:, :1])
-    kept = torch.where(srt >= thr, srt, 0.0)
-    cum = kept.cumsum(dim=-1)
-    in_p = (cum - kept) < top_p.view(-1, 1) * cum[:, -1:]  # a prefix of the kept tokens, never empty
-    last = (in_p & (kept > 0)).sum(-1).clamp_min(1) - 1
-    thr = torch.maximum(thr, srt.gather(1, last.view(-1, 1)))
-    return torch.where(probs >= thr, z, float("-inf"))
+    if not (filters.min_p or filters.sort):
+        return z
+    thr = torch.full_like(z[:, :1], float("-inf"))
+    zmax = z.amax(-1, keepdim=True)
+    if filters.min_p:
+        thr = torch.maximum(thr, zmax + torch.log(min_p).view(-1, 1))  # log(0) = -inf: off
+    if filters.sort:
+        srt = z.sort(dim=-1, descending=True).values
+        V = z.shape[-1]
+        if filters.top_k:
+            kth = torch.where((top_k > 0) & (top_k < V), top_k, V) - 1
+            thr = torch.maximum(thr, srt.gather(1, kth.view(-1, 1)))
+        if filters.top_p:
+            kept = torch.where(srt >= thr, torch.exp(srt - zmax), 0.0)  # mass relative to the most likely token
+            cum = _prefix_sums(kept)
+            in_p = (cum - kept) < top_p.view(-1, 1) * cum[:, -1:]  # a prefix of the kept tokens, never empty
+            last = (in_p & (kept > 0)).sum(-1).clamp_min(1) - 1
+            thr = torch.maximum(thr, srt.gather(1, last.view(-1, 1)))
+    return torch.where(z >= thr, z, float("-inf"))
 
 
 def sample_tokens(logits: torch.Tensor, samp_f: torch.Tensor, samp_i: torch.Tensor, positions: torch.Tensor,
-                  use_triton: bool | None = None) -> torch.Tensor:
+                  filters: Filters = ALL_FILTERS, use_triton: bool | None = None) -> torch.Tensor:
     """The tokens at ``positions`` [R] (the positions being sampled: a logits row's own position + 1) from
     logits [R, V] -> int64 [R]: the argmax for greedy rows (temperature 0), else the Gumbel-max sample of the
     row's processed distribution with its request's key (module doc). samp_f float32 [R, 3] (temperature, top_p,
-    min_p), samp_i int64 [R, 2] (top_k, key): sampling_rows' rows, a request's repeated for each of its rows."""
+    min_p), samp_i int64 [R, 2] (top_k, key): sampling_rows' rows, a request's repeated for each of its rows;
+    ``filters``: at least those the rows use (Filters.of)."""
     greedy = samp_f[:, 0] <= 0
     temperature = torch.where(greedy, 1.0, samp_f[:, 0])
-    scores = filtered_scores(logits, temperature, samp_f[:, 1], samp_i[:, 0], samp_f[:, 2])
+    scores = filtered_scores(logits, temperature, samp_f[:, 1], samp_i[:, 0], samp_f[:, 2], filters)
     sampled = kernels.gumbel_argmax(scores, samp_i[:, 1], positions, use_triton=use_triton)
     return torch.where(greedy, logits.argmax(-1), sampled)

@@ -39,7 +39,7 @@ import torch
 from sglang_eagle3.runtime.kv_cache import pages_for
 from sglang_eagle3.runtime.model_runner import BatchTensors, ModelRunner
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import sampling_key
+from sglang_eagle3.runtime.sampling import SamplerBatch, sampling_key
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class _Round:
     ready: torch.cuda.Event | None
     hidden: torch.Tensor | None = None  # speculative: the next draft hidden [B, Hd], a copy (replays rewrite theirs)
     logits: torch.Tensor | None = None  # [B, T, V], views of the replay's outputs: valid until the next replay
-    samp: tuple[torch.Tensor, torch.Tensor] | None = None  # sampled requests: the sampler's parameters (device)
+    samp: SamplerBatch | None = None  # with sampled requests: the sampler's inputs
 
 
 class Scheduler:
@@ -363,15 +363,15 @@ class Scheduler:
             ids, steps = prev.out.view(B, 1), torch.ones(B, dtype=torch.int64, device=prev.out.device)
         return self.runner.advance(prev.bt, T, steps, ids, [r.pages for r in prev.reqs]), prev.hidden
 
-    def _sampler(self, reqs: list[Request]) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The sampler's parameters for a batch (ModelRunner.sampling_tensors), None when every request is greedy
-        (its tokens are then the argmax, with none of the sampler's work)."""
+    def _sampler(self, reqs: list[Request]) -> SamplerBatch | None:
+        """The sampler's inputs for a batch (ModelRunner.sampler_batch), None when every request is greedy (its
+        tokens are then the argmax, with none of the sampler's work)."""
         if all(r.params.greedy for r in reqs):
             return None
-        return self.runner.sampling_tensors([r.params for r in reqs], [r.sampling_key for r in reqs])
+        return self.runner.sampler_batch([r.params for r in reqs], [r.sampling_key for r in reqs])
 
     def _launch(self, reqs: list[Request], bt: BatchTensors, hidden: torch.Tensor | None,
-                samp: tuple[torch.Tensor, torch.Tensor] | None = None) -> _Round:
+                samp: SamplerBatch | None = None) -> _Round:
         """Queues one round on the device: its tokens (argmax, or the sampler where a request samples) and a
         speculative round's acceptance are computed there, in the round's one graph. ``samp``: the sampler's
         parameters when a previous round of the same requests made them."""

@@ -107,19 +107,26 @@ def test_overlap_schedule_changes_nothing(pair, spec):
     assert free[True][0] == free[True][1] and free[False][0] == free[False][1]
 
 
-SAMPLED = [{"max_new_tokens": 24, "temperature": 0.8, "top_p": 0.95, "seed": 1},
-           {"max_new_tokens": 20, "temperature": 1.3, "top_k": 50, "seed": 2}, GREEDY,
-           {"max_new_tokens": 24, "temperature": 0.6, "min_p": 0.02}, {"max_new_tokens": 17, "temperature": 1.0}]
+SAMPLED = {  # graphs with the sort (top_k, top_p), and without it (temperature, min_p)
+    "spec_round_filtered": [{"max_new_tokens": 24, "temperature": 0.8, "top_p": 0.95, "seed": 1},
+                            {"max_new_tokens": 20, "temperature": 1.3, "top_k": 50, "seed": 2}, GREEDY,
+                            {"max_new_tokens": 24, "temperature": 0.6, "min_p": 0.02},
+                            {"max_new_tokens": 17, "temperature": 1.0}],
+    "spec_round_sampled": [{"max_new_tokens": 24, "temperature": 0.8, "seed": 1}, GREEDY,
+                           {"max_new_tokens": 20, "temperature": 1.3, "min_p": 0.05, "seed": 2},
+                           {"max_new_tokens": 24, "temperature": 0.6}, {"max_new_tokens": 17, "temperature": 1.0}],
+}
 
 
-@pytest.mark.parametrize("k", [1, 3])
-def test_sampled_spec_with_graphs_equals_plain(pair, k):
+@pytest.mark.parametrize("k,graphs", [(1, "spec_round_filtered"), (3, "spec_round_filtered"),
+                                      (3, "spec_round_sampled")])
+def test_sampled_spec_with_graphs_equals_plain(pair, k, graphs):
     """Sampled requests (mixed with greedy ones, seeded and not) through the sampled round's graphs, the Gumbel
     kernel and the overlap schedule give token for token what plain decoding (graphs, and eager) gives for the
     same seeds; and the same with the overlap off."""
     def run(**kw):
         eng = make(pair, max_running_requests=3, cuda_graph_max_bs=4, **kw)
-        outs = [o["output_ids"] for o in eng.generate(input_ids=PROMPTS, sampling_params=SAMPLED)]
+        outs = [o["output_ids"] for o in eng.generate(input_ids=PROMPTS, sampling_params=SAMPLED[graphs])]
         return outs, eng.get_server_info()["forward_counts"]
 
     plain, _ = run(spec=False)
@@ -129,7 +136,7 @@ def test_sampled_spec_with_graphs_equals_plain(pair, k):
     assert plain == eager
     assert spec == plain
     assert spec_off == plain
-    assert counts["spec_round_sampled"]["graph"] > 0 and counts["spec_round_sampled"]["eager"] == 0, counts
+    assert counts[graphs]["graph"] > 0 and counts[graphs]["eager"] == 0, counts
     assert counts["target_verify"]["eager"] == 0
     assert len({tuple(o) for o in plain}) == len(plain)
 
