@@ -124,7 +124,7 @@ def main() -> None:
 def sampler(args, vocab: int = 163840) -> None:
     """The sampler's cost at Kimi's vocabulary, graph-timed: argmax, the whole sampler (every filter on), the
     Gumbel kernel alone; rows of float32 logits (the lm_head's output)."""
-    from sglang_eagle3.runtime.sampling import sample_tokens
+    from sglang_eagle3.runtime.sampling import ALL_FILTERS, NO_SORT, Filters, sample_tokens
 
     rows = []
     for R in (1, 4, 16, 64):
@@ -134,12 +134,15 @@ def sampler(args, vocab: int = 163840) -> None:
         pos = torch.arange(R, device="cuda") + 1000
         x = (logits, samp_f, samp_i, pos)
         cases = {"argmax": lambda x=x: x[0].argmax(-1),
-                 "sampler (top_k, min_p, top_p, Gumbel)": lambda x=x: sample_tokens(*x),
+                 "sampler, temperature only": lambda x=x: sample_tokens(*x, Filters(False, False, False)),
+                 "sampler, min_p (round graphs without sort)": lambda x=x: sample_tokens(*x, NO_SORT),
+                 "sampler, top_p": lambda x=x: sample_tokens(*x, Filters(top_k=False, min_p=False)),
+                 "sampler, top_k + min_p + top_p": lambda x=x: sample_tokens(*x, ALL_FILTERS),
                  "gumbel kernel alone": lambda x=x: kernels.gumbel_argmax(x[0], x[2][:, 1], x[3])}
         for name, fn in cases.items():
             us = [round(time_graph([fn]), 2) for _ in range(args.repeat)]
             rows.append({"case": f"{name} R={R}", "rows": R, "vocab": vocab, "us": us})
-            print(f"{name:40s} R={R:3d} " + " / ".join(f"{u:.2f}" for u in us) + " us", flush=True)
+            print(f"{name:44s} R={R:3d} " + " / ".join(f"{u:.2f}" for u in us) + " us", flush=True)
     write_result(args, rows)
 
 

@@ -18,7 +18,16 @@ source "$(dirname "$0")/gpu_stages.sh"
 # 195.9 against 202.1 / 202.8 tok/s, EAGLE-3 at 3.0 389.9 / 389.2 against 397.8 / 399.3.)
 # Part "z3": the Gumbel kernel over chunks of 4096 tokens a program (40 programs a row) with its GPU test, and where
 # the sampler's filters spend their time (bench_sampler_parts.py: each step alone, graph-timed).
-part=${1:?part: z1, z2, z3}
+# (z3 at a3f5118: the Gumbel kernel 106 -> 13 us at one row, 15 at 4, 47 at 64; the filters' steps at 4 rows:
+# sort 108 us, cumsum 209, softmax 44; the sampler at 4 rows 450 us. z2, same call: the embedded pair sampled at
+# temperature 0.7, previous checkout against this one, alternating: EAGLE-3 k=3 1373 / 1370 tok/s old against 2946
+# new (identical to plain decoding: new only), but the baseline 1775 / 1656 old against 964 new (the sampler's ~15
+# eager launches a decode step on a host-bound model); the Kimi slice with real acceptance (1.01), one process each:
+# baseline 163.3 old against 195.9 new, EAGLE-3 115.5 against 145.0.)
+# Part "z4": filters only where a batch uses them, top_p's prefix sums in chunks, two sets of sampled round graphs:
+# the GPU tests again, the sampler per filter set, the Kimi slice greedy / temperature 0.7 / with top_p 0.95 at a
+# pinned 3.0 alternating twice, and the embedded pair sampled at 0.7, old against new again.
+part=${1:?part: z1, z2, z3, z4}
 E2E_KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2)
 case $part in
 z1)
@@ -43,6 +52,17 @@ z3)
     tests/kernels/test_kernels_gpu.py -k gumbel
   TAIL=30 stage sampler_parts 120 python benchmarks/bench_sampler_parts.py --out "$OUT/sampler_parts.json"
   TAIL=14 stage sampler 90 python benchmarks/bench_small_ops.py --sampler --out "$OUT/sampler.json"
+  ;;
+z4)
+  TAIL=15 stage gpu_tests 280 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/gpu/test_cuda_engine.py tests/kernels/test_kernels_gpu.py -k "gumbel or cuda_engine"
+  TAIL=20 stage sampler 120 python benchmarks/bench_small_ops.py --sampler --repeat 2 --out "$OUT/sampler.json"
+  TAIL=14 stage e2e_sampled 330 python benchmarks/bench_e2e.py "${E2E_KIMI[@]}" --simulate-accept 3.0 \
+    --sampling greedy temperature=0.7 temperature=0.7,top_p=0.95 --repeat-variants 2 --out "$OUT/e2e_sampled.json"
+  EMB=(--ks 3 --num-prompts 8 --max-new-tokens 64 --repeat 3 --sampling temperature=0.7,seed=1)
+  TAIL=4 stage emb_new_1 120 python benchmarks/bench_e2e.py "${EMB[@]}" --out "$OUT/emb_new_1.json"
+  TAIL=4 stage emb_old_1 120 python .carry/old/benchmarks/bench_e2e.py "${EMB[@]}" --out "$OUT/emb_old_1.json"
+  TAIL=4 stage emb_new_2 120 python benchmarks/bench_e2e.py "${EMB[@]}" --out "$OUT/emb_new_2.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
