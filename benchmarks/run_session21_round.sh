@@ -27,7 +27,13 @@ source "$(dirname "$0")/gpu_stages.sh"
 # Part "z4": filters only where a batch uses them, top_p's prefix sums in chunks, two sets of sampled round graphs:
 # the GPU tests again, the sampler per filter set, the Kimi slice greedy / temperature 0.7 / with top_p 0.95 at a
 # pinned 3.0 alternating twice, and the embedded pair sampled at 0.7, old against new again.
-part=${1:?part: z1, z2, z3, z4}
+# (z4 at c0546db: 20 GPU tests passed; the sampler at 4 rows: temperature only 33 us, with min_p 53, top_p 247, all
+# 262; the Kimi slice alternating twice, tok/s: baseline greedy 202.7 / 202.2, temperature 0.7 201.1 / 201.2, with
+# top_p 0.95 195.9 / 195.3; EAGLE-3 at 3.0 399.0 / 399.4, 398.5 / 399.2, 392.0 / 391.1; the embedded pair sampled,
+# new / old / new: baseline 1653 / 1727 / 1847, EAGLE-3 3364 / 1360 / 3376.)
+# Part "z5": the GPU tests of the graph runner and the side-stream overlaps, and tests/gpu whole; then the Kimi slice
+# sampled (temperature 0.7, top_p 0.95) with real acceptance, new and old alternating twice (separate processes).
+part=${1:?part: z1, z2, z3, z4, z5}
 E2E_KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2)
 case $part in
 z1)
@@ -63,6 +69,15 @@ z4)
   TAIL=4 stage emb_new_1 120 python benchmarks/bench_e2e.py "${EMB[@]}" --out "$OUT/emb_new_1.json"
   TAIL=4 stage emb_old_1 120 python .carry/old/benchmarks/bench_e2e.py "${EMB[@]}" --out "$OUT/emb_old_1.json"
   TAIL=4 stage emb_new_2 120 python benchmarks/bench_e2e.py "${EMB[@]}" --out "$OUT/emb_new_2.json"
+  ;;
+z5)
+  TAIL=8 stage gpu_tests 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/test_graph_runner.py tests/test_overlap.py tests/gpu
+  KIMI=("${E2E_KIMI[@]}" --simulate-accept 0 --sampling temperature=0.7,top_p=0.95,seed=1)
+  for i in 1 2; do
+    TAIL=4 stage "kimi_new_$i" 120 python benchmarks/bench_e2e.py "${KIMI[@]}" --out "$OUT/kimi_new_$i.json"
+    TAIL=4 stage "kimi_old_$i" 120 python .carry/old/benchmarks/bench_e2e.py "${KIMI[@]}" --out "$OUT/kimi_old_$i.json"
+  done
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
