@@ -326,7 +326,8 @@ def test_gpu_replay_equals_eager(gpu_engine):
 def test_gpu_round_replay_equals_eager(gpu_engine):
     """The whole speculative round as one graph (draft steps, verify, acceptance on the device, draft extend)
     equals the same function run eagerly, padded batches included, with acceptance computed or pinned; a replay
-    counts itself and the parts it ran."""
+    counts itself and the parts it ran. The same for the sampled rounds' two graph sets (rows sampled at random
+    parameters, a greedy one among them)."""
     engine, tol = gpu_engine
     runner, sched = engine.runner, scheduler_of(engine)
     g = torch.Generator().manual_seed(4)
@@ -348,15 +349,22 @@ def test_gpu_round_replay_equals_eager(gpu_engine):
                 inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
                               seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc,
                               hidden=torch.randn(bs, Hd, generator=g).to(dev, runner.dtype))
-                for sim in (torch.full((bs,), -1), torch.randint(0, T, (bs,), generator=g)):
+                u = torch.rand(3, bs, generator=g)  # temperature, top_p, min_p
+                samp = dict(samp_f=torch.stack([u[0] * 1.5, 0.5 + u[1] / 2, u[2] / 10], 1).to(dev),
+                            samp_i=torch.stack([torch.randint(-1, 40, (bs,), generator=g),
+                                                torch.randint(0, 2**32, (bs,), generator=g)], 1).to(dev))
+                samp["samp_f"][0, 0] = 0.0  # a greedy row
+                rounds = [(runner.spec_round, {})] + [(r, samp) for r in runner.sampled_rounds.values()]
+                sims = (torch.full((bs,), -1), torch.randint(0, T, (bs,), generator=g))
+                for (rnd, extra), sim in ((x, s) for x in rounds for s in sims):
                     inputs["sim_accept"] = sim.to(dev)
                     before = runner.stats.as_dict()
                     with torch.inference_mode():
-                        gl, gp, gh = [o.clone() for o in runner.spec_round(bs, T, **inputs)]
-                        el, ep, eh = runner.spec_round.fn(**inputs, tokens_per_req=T)
+                        gl, gp, gh = [o.clone() for o in rnd(bs, T, **inputs, **extra)]
+                        el, ep, eh = rnd.fn(**inputs, **extra, tokens_per_req=T)
                     after = runner.stats.as_dict()
                     grew = {n: after[n]["graph"] - before.get(n, {}).get("graph", 0) for n in after}
-                    want = {"spec_round": 1, "target_verify": 1, "draft_extend": 1, "draft_decode": T - 2}
+                    want = {rnd.name: 1, "target_verify": 1, "draft_extend": 1, "draft_decode": T - 2}
                     assert {n: v for n, v in grew.items() if v} == {n: v for n, v in want.items() if v}, grew
                     assert _rel(gl, el) < tol, (bs, T, _rel(gl, el))
                     assert _rel(gh[:bs], eh) < tol, (bs, T, _rel(gh[:bs], eh))
@@ -394,9 +402,7 @@ def test_gpu_prefill_replay_equals_eager(gpu_engine):
     # up to what the pool holds.
     report = runner.graph_report()
     assert report["target_prefill"]["capture_mib"] > 0, report
-    total = sum(r.capture_bytes for r in (runner.target_decode, runner.target_verify, runner.draft_decode,
-                                           runner.draft_extend, runner.spec_round, runner.target_prefill,
-                                           runner.draft_prefill))
+    total = sum(r.capture_bytes for r in runner.graph_runners)
     assert total == pool_bytes(runner.target_prefill.pool), (total, report)
     g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
     lengths = [3, 32, 33, 100, 7, 250]

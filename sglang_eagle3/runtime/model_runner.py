@@ -302,12 +302,16 @@ class ModelRunner:
                     round_inputs(bs, T), samp_f=torch.ones(bs, 3, dtype=torch.float32, device=self.device),
                     samp_i=torch.zeros(bs, 2, dtype=torch.int64, device=self.device)))
 
+    @property
+    def graph_runners(self) -> list[GraphRunner]:
+        """Every graph runner, all of whose graphs share one memory pool."""
+        return [self.target_decode, self.target_verify, self.draft_decode, self.draft_extend, self.spec_round,
+                *self.sampled_rounds.values(), self.target_prefill, self.draft_prefill]
+
     def graph_report(self) -> dict:
-        runners = [self.target_decode, self.target_verify, self.draft_decode, self.draft_extend, self.spec_round,
-                   *self.sampled_rounds.values(), self.target_prefill, self.draft_prefill]
         return {r.name: {"graphs": len(r.graphs), "buckets": r.buckets, "tokens_per_req": list(r.tokens_per_req),
                          "capture_seconds": round(r.capture_seconds, 3),
-                         "capture_mib": round(r.capture_bytes / 2**20, 1)} for r in runners}
+                         "capture_mib": round(r.capture_bytes / 2**20, 1)} for r in self.graph_runners}
 
     # -- batch building ------------------------------------------------------------------------------
     def build(self, rows: list[tuple[list[int], int, list[int]]], width: int | None = None,
