@@ -31,7 +31,7 @@ def oracle_proposals(engine: Engine, refs: dict[tuple[int, ...], list[int]]):
     real = engine.runner._draft_propose
     sched = engine.backend.scheduler
 
-    def propose(input_ids, hidden, positions, fb):
+    def propose(input_ids, hidden, positions, fb, samp_f=None, samp_i=None):  # (greedy here: no sampler inputs)
         _, h = real(input_ids, hidden, positions, fb)
         owner = {r.pages[0]: refs[tuple(r.input_ids)] for r in sched.running}
         counts = fb.extend_lens if fb.extend_lens is not None else [fb.tokens_per_req] * fb.batch_size

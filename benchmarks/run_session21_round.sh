@@ -33,7 +33,16 @@ source "$(dirname "$0")/gpu_stages.sh"
 # new / old / new: baseline 1653 / 1727 / 1847, EAGLE-3 3364 / 1360 / 3376.)
 # Part "z5": the GPU tests of the graph runner and the side-stream overlaps, and tests/gpu whole; then the Kimi slice
 # sampled (temperature 0.7, top_p 0.95) with real acceptance, new and old alternating twice (separate processes).
-part=${1:?part: z1, z2, z3, z4, z5}
+# (z5 at bbd94bf: 33 GPU tests passed, 2 failed: the prefill test's fixed list of graph runners missed the sampled
+# rounds' graphs in the pool's sum; fixed at bc281d8, where the graph runner's GPU tests, 13, passed (inline:
+# python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 250 tests/test_graph_runner.py). The Kimi
+# slice sampled with real acceptance, new / old alternating twice: baseline 195.7 / 164.9 / 195.8 / 168.3 tok/s,
+# EAGLE-3 146.1 / 119.8 / 146.2 / 119.6.)
+# Part "z6": the draft's proposals for sampled requests drawn with the target's noise (its own sample, not its
+# argmax; ModelRunner._draft_propose): the sampled GPU tests (engine, round graphs), then the embedded pair sampled
+# at 0.7 (real acceptance: 1.82 with the argmax draft, 2.29 on CPU with the shared noise), and the Kimi slice
+# sampled at temperature 0.7 against greedy at a pinned 3.0 (what the draft's sampler costs in the round graph).
+part=${1:?part: z1, z2, z3, z4, z5, z6}
 E2E_KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2)
 case $part in
 z1)
@@ -78,6 +87,14 @@ z5)
     TAIL=4 stage "kimi_new_$i" 120 python benchmarks/bench_e2e.py "${KIMI[@]}" --out "$OUT/kimi_new_$i.json"
     TAIL=4 stage "kimi_old_$i" 120 python .carry/old/benchmarks/bench_e2e.py "${KIMI[@]}" --out "$OUT/kimi_old_$i.json"
   done
+  ;;
+z6)
+  TAIL=8 stage gpu_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/gpu/test_cuda_engine.py tests/test_graph_runner.py -k "sampled or round_replay"
+  TAIL=4 stage emb_new 100 python benchmarks/bench_e2e.py --ks 3 --num-prompts 8 --max-new-tokens 64 --repeat 3 \
+    --sampling temperature=0.7,seed=1 --out "$OUT/emb_new.json"
+  TAIL=8 stage e2e_sampled 200 python benchmarks/bench_e2e.py "${E2E_KIMI[@]}" --simulate-accept 3.0 \
+    --sampling greedy temperature=0.7 --repeat-variants 2 --out "$OUT/e2e_sampled.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -104,10 +104,17 @@ class PatchedDraft:
         self.engine, self.propose = engine, propose
         self.real = engine.runner._draft_propose
         self.seen: dict[str, dict[int, int]] = {}  # per request: token index -> token fed to the draft
+        self.prefill_last: list[int] = []  # the last ragged (prefill) call's scripted last-row proposals
         engine.runner._draft_propose = self
+        # A batch with sampled requests takes its prefill proposals from the draft's last hidden rows
+        # (ModelRunner.draft_proposals): scripted too, as the prefill call just made them.
+        engine.runner.draft_proposals = lambda hidden, samp, positions: torch.tensor(
+            self.prefill_last, dtype=torch.int64, device=hidden.device)
 
-    def __call__(self, input_ids, hidden, positions, fb):
-        _, h = self.real(input_ids, hidden, positions, fb)
+    def __call__(self, input_ids, hidden, positions, fb, samp_f=None, samp_i=None):
+        _, h = self.real(input_ids, hidden, positions, fb, samp_f, samp_i)
+        if fb.extend_lens is not None:
+            self.prefill_last = []
         owner = {r.pages[0]: r for r in scheduler_of(self.engine).running}
         ragged = fb.extend_lens is not None
         counts = fb.extend_lens if ragged else [fb.tokens_per_req] * fb.batch_size
@@ -128,6 +135,8 @@ class PatchedDraft:
                                      f"that were never fed to the draft ({len(toks)} tokens committed)")
                 prefix = tuple(toks[i] if i < len(toks) else known[i] for i in range(p + 2))
                 out.append(int(self.propose(r, prefix)))
+                if ragged:
+                    self.prefill_last.append(out[-1])
             row += n
         return torch.tensor(out, dtype=torch.int64, device=h.device), h
 

@@ -31,6 +31,7 @@ from sglang_eagle3.runtime.sampling import (
     NO_SORT,
     Filters,
     SamplingParams,
+    draft_tokens,
     filtered_scores,
     sample_tokens,
     sampling_key,
@@ -201,6 +202,26 @@ def test_rows_sample_the_same_under_any_filter_set():
     no_sort = [r for r, p in enumerate(rows) if "top_p" not in p and "top_k" not in p]
     assert torch.equal(sample_tokens(logits[no_sort], samp_f[no_sort], samp_i[no_sort], pos[no_sort], NO_SORT),
                        full[no_sort])
+
+
+def test_draft_samples_with_the_targets_noise():
+    """A draft whose logits equal the target's proposes exactly the target's sample (shared noise: every
+    proposal accepted), at any temperature, through a draft vocabulary mapped to target ids too; greedy rows
+    propose the argmax."""
+    g = torch.Generator().manual_seed(12)
+    V = 400
+    logits = torch.randn(20, V, generator=g) * 2
+    rows = [dict(temperature=t) for t in (0.5, 0.8, 1.0, 1.3)] * 4 + [dict(temperature=0.0)] * 4
+    samp_f, samp_i = sampler_inputs(rows, [sampling_key(s) for s in range(20)])
+    pos = torch.arange(20) + 50
+    target = sample_tokens(logits, samp_f, samp_i, pos, Filters(False, False, False))
+    assert torch.equal(draft_tokens(logits, samp_f, samp_i, pos, torch.arange(V)), target)
+    # a draft vocabulary of every third target token: its columns carry those tokens' noise
+    sub = torch.arange(0, V, 3)
+    masked = torch.full_like(logits, float("-inf"))
+    masked[:, sub] = logits[:, sub]
+    want = sample_tokens(masked, samp_f, samp_i, pos, Filters(False, False, False))
+    assert torch.equal(sub[draft_tokens(logits[:, sub], samp_f, samp_i, pos, sub)], want)
 
 
 def test_sampling_key_is_32_bits_and_spreads():

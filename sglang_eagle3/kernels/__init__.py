@@ -168,11 +168,12 @@ def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, reno
               renormalize=renormalize, routed_scaling_factor=routed_scaling_factor)
 
 
-def gumbel_argmax(scores, keys, positions, *, use_triton: bool | None = None):
+def gumbel_argmax(scores, keys, positions, *, token_ids=None, use_triton: bool | None = None):
     """A Gumbel-max sample of softmax(scores[r]) per row with noise hashed from (keys[r], positions[r], token)
-    -> int64 [R]; see ref_gumbel_argmax."""
+    -> int64 [R] (column indices; ``token_ids`` [V]: the token each column's noise belongs to); see
+    ref_gumbel_argmax."""
     fn = triton_gumbel_argmax if _use_triton(scores, use_triton) else ref_gumbel_argmax
-    return fn(scores, keys, positions)
+    return fn(scores, keys, positions, token_ids)
 
 
 def mla_uses_kernel(rope_dim: int, kv_lora_rank: int, *queries: torch.Tensor, use_triton: bool | None = None) -> bool:

@@ -401,18 +401,23 @@ def row_keys(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return mix32(keys ^ mix32(positions.to(torch.int64) & _M32))
 
 
-def ref_gumbel_noise(keys: torch.Tensor, positions: torch.Tensor, V: int) -> torch.Tensor:
+def ref_gumbel_noise(keys: torch.Tensor, positions: torch.Tensor, V: int,
+                     token_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Standard Gumbel noise float32 [R, V]: g[r, v] = -log(-log(u)), u = (h >> 9 + 1/2) / 2^23 in (0, 1) from
     h = mix32(mix32(row key ^ v * TOKEN_MUL) ^ row key) (two rounds, so neighbouring tokens and rows share no
-    structure). A function of (key, position, token) alone: the same whatever the batch or the step."""
+    structure). A function of (key, position, token) alone: the same whatever the batch or the step. With
+    ``token_ids`` [V] column v takes token token_ids[v]'s noise (a draft vocabulary's columns, its target ids)."""
     rk = row_keys(keys, positions)[:, None]
-    v = _mul32(torch.arange(V, dtype=torch.int64, device=keys.device), TOKEN_MUL)[None, :]
+    tok = torch.arange(V, dtype=torch.int64, device=keys.device) if token_ids is None else token_ids.to(torch.int64)
+    v = _mul32(tok & _M32, TOKEN_MUL)[None, :]
     h = mix32(mix32(rk ^ v) ^ rk)
     u = ((h >> 9).to(torch.float32) + 0.5) * (1.0 / 8388608.0)
     return -torch.log(-torch.log(u))
 
 
-def ref_gumbel_argmax(scores: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+def ref_gumbel_argmax(scores: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor,
+                      token_ids: torch.Tensor | None = None) -> torch.Tensor:
     """argmax_v (scores[r, v] + g[r, v]) -> int64 [R]: a sample of softmax(scores[r]) (Gumbel-max; -inf scores
-    are never chosen unless the whole row is -inf, then 0). scores float32 [R, V]; keys, positions int64 [R]."""
-    return (scores.float() + ref_gumbel_noise(keys, positions, scores.shape[-1])).argmax(-1)
+    are never chosen unless the whole row is -inf, then 0). scores float32 [R, V]; keys, positions int64 [R];
+    token_ids [V] as ref_gumbel_noise takes them."""
+    return (scores.float() + ref_gumbel_noise(keys, positions, scores.shape[-1], token_ids)).argmax(-1)

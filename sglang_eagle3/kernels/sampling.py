@@ -17,8 +17,10 @@ from sglang_eagle3.kernels.triton.sampling import gumbel_argmax_kernel
 CHUNK = 4096  # tokens a program: 40 programs a row at Kimi's vocabulary
 
 
-def triton_gumbel_argmax(scores: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """scores float [R, V] (unit inner stride), keys int64 [R] in [0, 2^32), positions int [R] -> int64 [R]."""
+def triton_gumbel_argmax(scores: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor,
+                         token_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """scores float [R, V] (unit inner stride), keys int64 [R] in [0, 2^32), positions int [R] -> int64 [R] (column
+    indices); token_ids int [V]: the token whose noise column v takes (default: v)."""
     assert scores.dim() == 2 and scores.stride(-1) == 1, (
         f"scores must be [R, V] with unit inner stride, got {tuple(scores.shape)} strides {scores.stride()}")
     R, V = scores.shape
@@ -27,12 +29,16 @@ def triton_gumbel_argmax(scores: torch.Tensor, keys: torch.Tensor, positions: to
     assert not keys.dtype.is_floating_point and not positions.dtype.is_floating_point, (
         f"keys and positions must be integers, got {keys.dtype} and {positions.dtype}")
     assert 0 < V < 2**31, f"{V=} must lie in (0, 2^31)"
+    assert token_ids is None or (token_ids.shape == (V,) and not token_ids.dtype.is_floating_point), (
+        f"token_ids must be integers [{V}], got {None if token_ids is None else (token_ids.dtype, token_ids.shape)}")
     if R == 0:
         return torch.empty(0, dtype=torch.int64, device=scores.device)
     interp = tuning.interpreting()
     block = 256 if interp else 1024
     chunk = min(CHUNK, triton.cdiv(V, block) * block)
     part = torch.empty(R, triton.cdiv(V, chunk), dtype=torch.int64, device=scores.device)
+    token_map = scores if token_ids is None else token_ids.contiguous()  # (never read without a map)
     gumbel_argmax_kernel[part.shape](scores, keys.contiguous(), positions.contiguous(), part, V, scores.stride(0),
-                                     CHUNK=chunk, BLOCK_V=block, num_warps=1 if interp else 4)
+                                     token_map, CHUNK=chunk, BLOCK_V=block, HAS_MAP=token_ids is not None,
+                                     num_warps=1 if interp else 4)
     return (2**31 - 1) - (part.amax(1) & 0xFFFFFFFF)  # the token in the best key's low bits

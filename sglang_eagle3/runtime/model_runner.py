@@ -16,7 +16,15 @@ from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
 from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputSpec
 from sglang_eagle3.runtime.kv_cache import PageAllocator, make_pool
-from sglang_eagle3.runtime.sampling import ALL_FILTERS, NO_SORT, Filters, SamplerBatch, sample_tokens, sampling_rows
+from sglang_eagle3.runtime.sampling import (
+    ALL_FILTERS,
+    NO_SORT,
+    Filters,
+    SamplerBatch,
+    draft_tokens,
+    sample_tokens,
+    sampling_rows,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -178,45 +186,52 @@ class ModelRunner:
         return fn
 
     def _draft_fn(self, mode: ForwardMode):
-        def fn(input_ids, hidden, positions, page_table, seq_lens, out_cache_loc, tokens_per_req):
+        def fn(input_ids, hidden, positions, page_table, seq_lens, out_cache_loc, tokens_per_req, samp_f=None,
+               samp_i=None):
             fb = self._fb(self.draft_kv, mode, page_table, seq_lens, out_cache_loc, tokens_per_req)
-            return self._draft_propose(input_ids, hidden, positions, fb)
+            return self._draft_propose(input_ids, hidden, positions, fb, samp_f, samp_i)
 
         return fn
 
     @staticmethod
-    def propose_verify(parts: dict, input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, T: int):
+    def propose_verify(parts: dict, input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, T: int,
+                       samp: tuple[torch.Tensor, torch.Tensor] | None = None):
         """Draft steps d_2..d_k, then the target verify of [last, d_1..d_k]: the first half of a round.
 
         Inputs are the verify batch (B requests x T = k+1 tokens, ids [last, d_1, anything]) and the draft
         hidden [B, Hd] of each request's last committed position. Draft step j feeds d_j at position
         seq_len-2+j (the draft pairs the target's hidden at p with token p+1): column j-1 of the verify batch's
         positions and cache slots, seq_len - (T - j) keys. ``parts`` maps draft_decode / target_verify to
-        forwards called with keyword inputs and tokens_per_req. Returns (ids [B, T], logits [B*T, V], aux)."""
+        forwards called with keyword inputs and tokens_per_req. ``samp``: the requests' (samp_f, samp_i), for
+        sampled draft proposals (_draft_propose). Returns (ids [B, T], logits [B*T, V], aux)."""
         B = seq_lens.shape[0]
         ids = input_ids.view(B, T).clone()
         pos, loc = positions.view(B, T), out_cache_loc.view(B, T)
         cur = ids[:, 1].contiguous()
+        extra = {} if samp is None else dict(samp_f=samp[0], samp_i=samp[1])
         for j in range(1, T - 1):
             cur, hidden = parts["draft_decode"](
                 input_ids=cur, hidden=hidden, positions=pos[:, j - 1].contiguous(), page_table=page_table,
-                seq_lens=seq_lens - (T - j), out_cache_loc=loc[:, j - 1].contiguous(), tokens_per_req=1)
+                seq_lens=seq_lens - (T - j), out_cache_loc=loc[:, j - 1].contiguous(), tokens_per_req=1, **extra)
             ids[:, j + 1] = cur  # copied out: a replayed part's outputs are rewritten by its next replay
         logits, aux = parts["target_verify"](input_ids=ids.view(-1), positions=positions, page_table=page_table,
                                              seq_lens=seq_lens, out_cache_loc=out_cache_loc, tokens_per_req=T)
         return ids, logits, aux
 
     @staticmethod
-    def extend_next(parts: dict, ids, a, nxt, aux, positions, page_table, seq_lens, out_cache_loc, T: int):
+    def extend_next(parts: dict, ids, a, nxt, aux, positions, page_table, seq_lens, out_cache_loc, T: int,
+                    samp: tuple[torch.Tensor, torch.Tensor] | None = None):
         """The second half of a round: the draft extend over the accepted tokens d_1..d_a, nxt (padded to T with
         nxt) with the target's aux hidden states. Returns (next round's d_1 [B], its draft hidden [B, Hd])."""
         B = seq_lens.shape[0]
         drafts = ids[:, 1:]
         col = torch.arange(T, device=ids.device).view(1, T)
         ext = torch.where(col < a.view(B, 1), torch.cat([drafts, drafts[:, -1:]], dim=1), nxt.view(B, 1))
+        extra = {} if samp is None else dict(samp_f=samp[0].repeat_interleave(T, 0),
+                                            samp_i=samp[1].repeat_interleave(T, 0))
         proposals, hidden = parts["draft_extend"](
             input_ids=ext.reshape(-1), hidden=aux, positions=positions, page_table=page_table, seq_lens=seq_lens,
-            out_cache_loc=out_cache_loc, tokens_per_req=T)
+            out_cache_loc=out_cache_loc, tokens_per_req=T, **extra)
         last = torch.arange(B, device=ids.device) * T + a
         return proposals[last], hidden[last]
 
@@ -228,7 +243,8 @@ class ModelRunner:
         def fn(input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, sim_accept, tokens_per_req,
                samp_f=None, samp_i=None):
             T, B = tokens_per_req, seq_lens.shape[0]
-            batch = dict(positions=positions, page_table=page_table, seq_lens=seq_lens, out_cache_loc=out_cache_loc)
+            batch = dict(positions=positions, page_table=page_table, seq_lens=seq_lens, out_cache_loc=out_cache_loc,
+                         samp=None if filters is None else (samp_f, samp_i))
             ids, logits, aux = self.propose_verify(parts, input_ids, hidden=hidden, T=T, **batch)
             if filters is not None:  # row j of a request samples the token at its position + 1
                 target = sample_tokens(logits, samp_f.repeat_interleave(T, 0), samp_i.repeat_interleave(T, 0),
@@ -243,11 +259,26 @@ class ModelRunner:
 
         return fn
 
-    def _draft_propose(self, input_ids, hidden, positions, fb):
-        """Draft forward -> (proposed target token ids [N], next hidden [N, H]). Greedy proposal: the
-        acceptance rule in sampling.py is exact for a deterministic draft."""
+    def _draft_propose(self, input_ids, hidden, positions, fb, samp_f=None, samp_i=None):
+        """Draft forward -> (proposed target token ids [N], next hidden [N, H]): the draft's argmax, or with
+        per-row sampler inputs samp_f / samp_i [N, ...] its sample with the target's noise (sampling.draft_tokens:
+        a row at position p proposes the token at p + 2, the draft pairing the target's hidden at p with token
+        p + 1). Any proposal keeps the output exact (a draft token is accepted only where it equals the target's
+        own sample); sharing the noise makes the two samples agree as often as the distributions allow."""
         logits, h = self.draft(input_ids, hidden, positions, fb, self.embed_weight, self.draft_head)
-        return self.draft.to_target_ids(logits.argmax(-1)), h
+        return self._draft_choice(logits, samp_f, samp_i, positions + 2), h
+
+    def _draft_choice(self, logits, samp_f, samp_i, positions):
+        if samp_f is None:
+            return self.draft.to_target_ids(logits.argmax(-1))
+        token_ids = self.draft.to_target_ids(torch.arange(logits.shape[-1], device=logits.device))
+        return self.draft.to_target_ids(draft_tokens(logits, samp_f, samp_i, positions, token_ids))
+
+    def draft_proposals(self, hidden: torch.Tensor, samp: SamplerBatch, positions: torch.Tensor) -> torch.Tensor:
+        """The draft's proposals [B] from its hidden states [B, Hd] at ``positions`` (the rows' own: a prefill's
+        last rows, whose graphs proposed the argmax), with the requests' sampler inputs."""
+        logits = self.draft_head(self.draft.norm(hidden))
+        return self._draft_choice(logits, samp.f, samp.i, positions + 2)
 
     @property
     def draft_head(self):

@@ -13,6 +13,12 @@ the target's sample at its position, as greedy acceptance compares it with the a
 every emitted token is the one plain decoding would have sampled there. So for a given seed the output is the
 same with speculation on or off, whatever the draft length, the batch or the step a token was verified in; and
 the whole round stays on the device (one graph, the overlap schedule).
+
+Whatever the draft proposes, the output stays the target's. So for sampled requests the draft proposes its own
+sample with the same noise (draft_tokens; the noise of position n and target token v, whichever model scores v):
+where its distribution is close to the target's the two argmaxes of noisy scores coincide with probability near
+1 - their total variation distance, above the target's probability of the draft's argmax that an argmax proposal
+is accepted with (the embedded pair at temperature 0.7, k = 3: accept length 1.82 -> 2.29).
 """
 
 from __future__ import annotations
@@ -215,4 +221,17 @@ def sample_tokens(logits: torch.Tensor, samp_f: torch.Tensor, samp_i: torch.Tens
     temperature = torch.where(greedy, 1.0, samp_f[:, 0])
     scores = filtered_scores(logits, temperature, samp_f[:, 1], samp_i[:, 0], samp_f[:, 2], filters)
     sampled = kernels.gumbel_argmax(scores, samp_i[:, 1], positions, use_triton=use_triton)
+    return torch.where(greedy, logits.argmax(-1), sampled)
+
+
+def draft_tokens(logits: torch.Tensor, samp_f: torch.Tensor, samp_i: torch.Tensor, positions: torch.Tensor,
+                 token_ids: torch.Tensor, use_triton: bool | None = None) -> torch.Tensor:
+    """A draft's proposals from its logits [R, Vd] (columns: draft ids; ``token_ids`` [Vd] their target ids) ->
+    draft ids int64 [R]: the argmax for greedy rows; for sampled rows the Gumbel-max of logits / temperature with the
+    noise the target's sampler draws for the same request, position and target token (no filters: a proposal
+    needs no exactness). Where the draft's distribution is near the target's, the two samples agree with
+    probability near 1 - their total variation distance (the argmax proposal: the target's probability of it)."""
+    greedy = samp_f[:, 0] <= 0
+    scores = logits.float() / torch.where(greedy, 1.0, samp_f[:, 0]).view(-1, 1)
+    sampled = kernels.gumbel_argmax(scores, samp_i[:, 1], positions, token_ids=token_ids, use_triton=use_triton)
     return torch.where(greedy, logits.argmax(-1), sampled)

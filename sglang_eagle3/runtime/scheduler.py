@@ -234,7 +234,8 @@ class Scheduler:
         # Graph replays of token buckets where they fit (ModelRunner.prefill); logits at each prompt's last token.
         last, hidden_states, aux = runner.prefill(rows)
         # Each prompt's next token, at position len(prompt) (a resumed request keeps the one it has).
-        sampled = runner.sample(last, self._sampler(reqs), runner.to_device([r.seq_len for r in reqs])).tolist()
+        samp = self._sampler(reqs)
+        sampled = runner.sample(last, samp, runner.to_device([r.seq_len for r in reqs])).tolist()
         first_tokens, start = [], 0
         for i, (r, n, res) in enumerate(zip(reqs, lens, resumed, strict=True)):
             if res:
@@ -251,7 +252,11 @@ class Scheduler:
                                                       for r, t, res in zip(reqs, first_tokens, resumed, strict=True)],
                                                      aux)
             ends = torch.tensor(lens).cumsum(0) - 1
-            proposals = proposals[ends.to(proposals.device)].tolist()
+            proposals = proposals[ends.to(proposals.device)]
+            if samp is not None:  # the last row (position len - 1) proposes the token at len + 1, sampled
+                rows = hidden[ends.to(hidden.device)]
+                proposals = runner.draft_proposals(rows, samp, runner.to_device([n - 1 for n in lens]))
+            proposals = proposals.tolist()
             for i, r in enumerate(reqs):
                 r.next_draft_token = proposals[i]
                 self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()

@@ -20,11 +20,12 @@ def _mix32(x):
 
 
 @triton.jit
-def gumbel_argmax_kernel(scores_ptr, keys_ptr, pos_ptr, part_ptr, V, stride_s, CHUNK: tl.constexpr,
-                         BLOCK_V: tl.constexpr):
+def gumbel_argmax_kernel(scores_ptr, keys_ptr, pos_ptr, part_ptr, V, stride_s, map_ptr, CHUNK: tl.constexpr,
+                         BLOCK_V: tl.constexpr, HAS_MAP: tl.constexpr):
     """Over grid (R, splits): program (r, s) takes tokens [s * CHUNK, (s + 1) * CHUNK) of row r and stores to
     part[r, s] (int64) its best token as one key, (order-preserving bits of scores + g) * 2^32 + (2^31 - 1 -
-    token): the largest key of a row is its maximum with the first index among equal maxima (as torch.argmax)."""
+    token): the largest key of a row is its maximum with the first index among equal maxima (as torch.argmax).
+    HAS_MAP: column v's noise is the noise of token map[v] (a draft vocabulary's target ids)."""
     r = tl.program_id(0)
     sp = tl.program_id(1)
     key = tl.load(keys_ptr + r).to(tl.uint32)
@@ -36,7 +37,8 @@ def gumbel_argmax_kernel(scores_ptr, keys_ptr, pos_ptr, part_ptr, V, stride_s, C
         v = v0 + tl.arange(0, BLOCK_V)
         ok = v < V
         s = tl.load(row + v, mask=ok, other=float("-inf")).to(tl.float32)
-        h = v.to(tl.uint32) * tl.full([BLOCK_V], TOKEN_MUL, tl.uint32)
+        t = tl.load(map_ptr + v, mask=ok, other=0) if HAS_MAP else v
+        h = t.to(tl.uint32) * tl.full([BLOCK_V], TOKEN_MUL, tl.uint32)
         h = _mix32(_mix32(rk ^ h) ^ rk)
         u = ((h >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
         y = s - tl.log(-tl.log(u))
