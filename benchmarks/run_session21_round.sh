@@ -42,6 +42,9 @@ source "$(dirname "$0")/gpu_stages.sh"
 # argmax; ModelRunner._draft_propose): the sampled GPU tests (engine, round graphs), then the embedded pair sampled
 # at 0.7 (real acceptance: 1.82 with the argmax draft, 2.29 on CPU with the shared noise), and the Kimi slice
 # sampled at temperature 0.7 against greedy at a pinned 3.0 (what the draft's sampler costs in the round graph).
+# (z6 at 4c4e2dd: 5 GPU tests passed; the embedded pair sampled at 0.7: EAGLE-3 k=3 3725.4 tok/s, accept length
+# 2.32, 1.94x its baseline, output identical to plain decoding; the Kimi slice at a pinned 3.0, greedy / sampled
+# alternating twice: baseline 202.7 / 201.0 / 202.8 / 201.3, EAGLE-3 398.0 / 390.6 / 388.6 / 390.0.)
 part=${1:?part: z1, z2, z3, z4, z5, z6}
 E2E_KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2)
 case $part in
