@@ -45,7 +45,9 @@ source "$(dirname "$0")/gpu_stages.sh"
 # (z6 at 4c4e2dd: 5 GPU tests passed; the embedded pair sampled at 0.7: EAGLE-3 k=3 3725.4 tok/s, accept length
 # 2.32, 1.94x its baseline, output identical to plain decoding; the Kimi slice at a pinned 3.0, greedy / sampled
 # alternating twice: baseline 202.7 / 201.0 / 202.8 / 201.3, EAGLE-3 398.0 / 390.6 / 388.6 / 390.0.)
-part=${1:?part: z1, z2, z3, z4, z5, z6}
+# Part "z7": requests that return logprobs in the overlap schedule (gathered on the device after each round): the
+# graphed-against-eager end-to-end GPU test (greedy with logprobs, the overlap on) and the CUDA engine tests.
+part=${1:?part: z1, z2, z3, z4, z5, z6, z7}
 E2E_KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2)
 case $part in
 z1)
@@ -98,6 +100,10 @@ z6)
     --sampling temperature=0.7,seed=1 --out "$OUT/emb_new.json"
   TAIL=8 stage e2e_sampled 200 python benchmarks/bench_e2e.py "${E2E_KIMI[@]}" --simulate-accept 3.0 \
     --sampling greedy temperature=0.7 --repeat-variants 2 --out "$OUT/e2e_sampled.json"
+  ;;
+z7)
+  TAIL=8 stage gpu_tests 330 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/test_graph_runner.py tests/gpu/test_cuda_engine.py -k "end_to_end or cuda_engine"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

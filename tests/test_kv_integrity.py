@@ -64,9 +64,11 @@ def check_pages(engine: Engine) -> None:
     sched = scheduler_of(engine)
     owned = []
     for r in sched.running:
-        # Between rounds the caches hold seq_len - 1 positions (the last sampled token is not yet in them).
+        # Between rounds the caches hold seq_len - 1 positions (the last sampled token is not yet in them); with a
+        # round in flight (the overlap schedule) pages are held for it too, up to 2k + 1 positions on.
         need = pages_for(r.seq_len - 1, engine.runner.page_size)
-        assert need <= len(r.pages) <= need + 1, (r.seq_len, len(r.pages), engine.runner.page_size)
+        ahead = pages_for(r.seq_len + 2 * sched.lookahead + 1, engine.runner.page_size) if sched._ahead else need
+        assert need <= len(r.pages) <= ahead + 1, (r.seq_len, len(r.pages), engine.runner.page_size)
         owned += r.pages
     assert 0 not in owned, "scratch page 0 handed to a request"
     assert len(owned) == len(set(owned)), "a page is owned by two requests"

@@ -21,8 +21,9 @@ would have computed had it been built after round n's results were read (same id
 hidden), so outputs do not change. When round n finishes a request, round n+1 is read at once and the finished
 request's part of it dropped; admissions and aborts wait until the round in flight is read. Sampled requests
 overlap too: their tokens are drawn on the device (sampling.py: the noise is fixed by each request's key and the
-positions, so a round computes the same tokens whenever it runs). Rounds whose host needs their logits (logprobs)
-run one at a time as before.
+positions, so a round computes the same tokens whenever it runs), and so do requests that return logprobs: a
+round's logprobs are gathered on the device right after it (_token_logprobs), before the round behind it rewrites
+the graph's logits, and copied with its results.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class _Round:
     host: torch.Tensor  # their copy on the host (pinned on CUDA), complete once `ready` has passed
     ready: torch.cuda.Event | None
     hidden: torch.Tensor | None = None  # speculative: the next draft hidden [B, Hd], a copy (replays rewrite theirs)
-    logits: torch.Tensor | None = None  # [B, T, V], views of the replay's outputs: valid until the next replay
+    logprobs: tuple[torch.Tensor, ...] | None = None  # with logprob requests: _token_logprobs' tensors, on the host
     samp: SamplerBatch | None = None  # with sampled requests: the sampler's inputs
 
 
@@ -260,9 +261,11 @@ class Scheduler:
             for i, r in enumerate(reqs):
                 r.next_draft_token = proposals[i]
                 self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()
+        lps = self._logprob_lists(reqs, last.view(len(reqs), 1, -1),
+                                  torch.tensor(first_tokens, device=last.device).view(-1, 1))
         for i, (r, tok, res) in enumerate(zip(reqs, first_tokens, resumed, strict=True)):
             if not res:
-                self._emit(r, [tok], last[i:i + 1])
+                self._emit(r, [tok], lps[i] if lps else None)
         return reqs
 
     def _input_logprobs(self, r: Request, rows: torch.Tensor) -> None:
@@ -285,6 +288,33 @@ class Scheduler:
     def _top(lp_row: torch.Tensor, n: int) -> list:
         v, i = lp_row.topk(n)
         return [[a, b, None] for a, b in zip(v.tolist(), i.tolist(), strict=True)]
+
+    @staticmethod
+    def _token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, top: int) -> tuple[torch.Tensor, ...]:
+        """On the device: log_softmax of logits [B, T, V] at tokens [B, T] -> (float32 [B, T]), and with ``top``
+        > 0 the top values [B, T, top] and ids [B, T, top]."""
+        lp = torch.log_softmax(logits.float(), -1)
+        out = (lp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1),)
+        return out + tuple(lp.topk(top, dim=-1)) if top else out
+
+    def _logprob_lists(self, reqs: list[Request], logits: torch.Tensor, tokens: torch.Tensor) -> list | None:
+        """Per request, per row: (logprob of the row's token, its top list or None), read now (prefill)."""
+        if not any(r.return_logprob for r in reqs):
+            return None
+        return self._read_logprobs(reqs, [t.cpu() for t in self._token_logprobs(
+            logits, tokens, max(r.top_logprobs_num for r in reqs))])
+
+    @staticmethod
+    def _read_logprobs(reqs: list[Request], host: list[torch.Tensor]) -> list:
+        """_token_logprobs' tensors on the host -> per request, per row: (logprob, [[value, id, None]] or None)."""
+        vals = host[0].tolist()
+        tops = (host[1].tolist(), host[2].tolist()) if len(host) > 1 else None
+        out = []
+        for b, r in enumerate(reqs):
+            n = r.top_logprobs_num
+            out.append([(v, [[a, i, None] for a, i in zip(tops[0][b][j][:n], tops[1][b][j][:n], strict=True)]
+                         if tops and n else None) for j, v in enumerate(vals[b])])
+        return out
 
     # -- decode rounds -------------------------------------------------------------------------------
     def _round(self, batch: list[Request]) -> list[Request]:
@@ -322,11 +352,8 @@ class Scheduler:
 
     def _overlap_ok(self, reqs: list[Request]) -> bool:
         """Whether a round of ``reqs`` may have the next queued behind it (its next tokens are made on the device,
-        greedy or sampled alike). NOTE: not with logprobs. _emit reads them with device ops and .item(), which
-        would wait for the round queued behind as well (same stream): no overlap left, and the logits would need
-        a copy first (replays rewrite them). Overlapping those needs the logprobs gathered on the device and
-        copied with the results."""
-        return self.overlap and not any(r.return_logprob for r in reqs)
+        greedy or sampled alike, with logprobs or without: they are gathered on the device, _launch)."""
+        return self.overlap
 
     def _may_all_finish(self, reqs: list[Request]) -> bool:
         """Whether the round about to be read may end every request of its batch at its token limit: a round
@@ -398,9 +425,18 @@ class Scheduler:
             logits, _ = runner.target_uniform(bt, 1, verify=False)
             out = runner.sample(logits, samp, bt.positions + 1)
             hidden = None
+        logprobs = None
+        if any(r.return_logprob for r in reqs):  # now, before a round queued behind rewrites the logits
+            if self.num_steps:  # row j emits d_(j+1) where j < a, then (j = a) the target's token after them
+                col = torch.arange(T, device=out.device).view(1, T)
+                toks = torch.where(col < out[:, :1], torch.cat([out[:, 3:], out[:, 1:2]], 1), out[:, 1:2])
+            else:
+                toks = out.view(B, 1)
+            top = max(r.top_logprobs_num for r in reqs)
+            # copied ahead of the results, whose event covers them (one stream)
+            logprobs = tuple(runner.to_host(t)[0] for t in self._token_logprobs(logits.view(B, T, -1), toks, top))
         host, ready = runner.to_host(out)
-        logits_read = any(r.return_logprob for r in reqs)
-        return _Round(reqs, T, bt, out, host, ready, hidden, logits.view(B, T, -1) if logits_read else None, samp)
+        return _Round(reqs, T, bt, out, host, ready, hidden, logprobs, samp)
 
     def _finish(self, rnd: _Round, in_flight: bool = False) -> list[Request]:
         """Reads a round's results (the host's one wait a round) and emits its tokens. A request finished or
@@ -409,13 +445,14 @@ class Scheduler:
         if rnd.ready is not None:
             rnd.ready.synchronize()
         rows = rnd.host.tolist()
+        lp_rows = self._read_logprobs(rnd.reqs, list(rnd.logprobs)) if rnd.logprobs is not None else None
         changed = []
         for i, r in enumerate(rnd.reqs):
             if r.finished:
                 continue
-            logit_rows = rnd.logits[i] if rnd.logits is not None else None
+            lps = lp_rows[i] if lp_rows else None
             if not self.num_steps:
-                self._emit(r, [rows[i]], logit_rows)
+                self._emit(r, [rows[i]], lps)
             else:
                 n_acc, tok, nd, *drafts = rows[i]
                 acc = drafts[:n_acc] + [tok]
@@ -425,7 +462,7 @@ class Scheduler:
                 self.stats.accept_length_hist[n_acc + 1] = self.stats.accept_length_hist.get(n_acc + 1, 0) + 1
                 r.next_draft_token = nd
                 self._draft_hidden[r.rid] = rnd.hidden[i]
-                self._emit(r, acc, logit_rows)
+                self._emit(r, acc, lps)
                 self._trim_pages(r, r.seq_len + self.lookahead if in_flight else r.seq_len - 1)
             changed.append(r)
         return changed
@@ -437,8 +474,9 @@ class Scheduler:
         return min(k, lo + int(torch.rand((), generator=self._sim_rng) < target - lo))
 
     # -- emission and stopping ------------------------------------------------------------------------
-    def _emit(self, r: Request, toks: list[int], logit_rows: torch.Tensor) -> None:
-        """Appends tokens (stopping at max_new_tokens / eos / stop ids / stop strings)."""
+    def _emit(self, r: Request, toks: list[int], logprobs: list | None) -> None:
+        """Appends tokens (stopping at max_new_tokens / eos / stop ids / stop strings); ``logprobs``: per token,
+        (its logprob, its top list or None) where the request returns logprobs (_read_logprobs)."""
         p = r.params
         for j, t in enumerate(toks):
             if len(r.output_ids) >= p.max_new_tokens:  # max_new_tokens=0: prefill only
@@ -447,10 +485,10 @@ class Scheduler:
             r.output_ids.append(t)
             self.stats.generated_tokens += 1
             if r.return_logprob:
-                lp = torch.log_softmax(logit_rows[j].float(), -1)
-                r.output_token_logprobs.append([float(lp[t]), t, None])
+                value, top = logprobs[j]
+                r.output_token_logprobs.append([value, t, None])
                 if r.top_logprobs_num:
-                    r.output_top_logprobs.append(self._top(lp, r.top_logprobs_num))
+                    r.output_top_logprobs.append(top)
             if not p.ignore_eos and t in self.eos:
                 r.finished_reason = {"type": "stop", "matched": t}
             elif t in p.stop_token_ids:
