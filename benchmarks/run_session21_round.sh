@@ -47,6 +47,8 @@ source "$(dirname "$0")/gpu_stages.sh"
 # alternating twice: baseline 202.7 / 201.0 / 202.8 / 201.3, EAGLE-3 398.0 / 390.6 / 388.6 / 390.0.)
 # Part "z7": requests that return logprobs in the overlap schedule (gathered on the device after each round): the
 # graphed-against-eager end-to-end GPU test (greedy with logprobs, the overlap on) and the CUDA engine tests.
+# (z7 at 87f2043: 23 passed: the graphed-against-eager end-to-end test with logprobs, 6 cases, and the CUDA engine
+# tests, 17.)
 part=${1:?part: z1, z2, z3, z4, z5, z6, z7}
 E2E_KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2)
 case $part in
