@@ -1,6 +1,6 @@
 """Kernel ops for decode/verify shapes. Each op has a torch reference (``ref_*`` in ref.py) and a Triton
 kernel (``triton/``) behind a launcher (``moe_topk.py``, ``mla_attention.py``, ``fused_moe.py``,
-``rms_norm.py``, ``rotary.py``, ``gemv.py``).
+``rms_norm.py``, ``rotary.py``, ``gemv.py``, ``sampling.py``).
 
 The public entry points below dispatch: Triton for CUDA tensors, the reference elsewhere. On CPU the Triton
 path runs only under the interpreter (``TRITON_INTERPRET=1``) and only when asked for, by ``use_triton=True``

@@ -269,11 +269,14 @@ class ModelRunner:
         return self._draft_choice(logits, samp_f, samp_i, positions + 2), h
 
     def _draft_choice(self, logits, samp_f, samp_i, positions):
+        """Target token ids [N] from draft logits [N, Vd]: the argmax, or with sampler inputs the draft's sample at
+        ``positions`` (sampling.draft_tokens; the noise of each column's target token)."""
         if samp_f is None:
             return self.draft.to_target_ids(logits.argmax(-1))
         token_ids = self.draft.to_target_ids(torch.arange(logits.shape[-1], device=logits.device))
         return self.draft.to_target_ids(draft_tokens(logits, samp_f, samp_i, positions, token_ids))
 
+    @torch.inference_mode()
     def draft_proposals(self, hidden: torch.Tensor, samp: SamplerBatch, positions: torch.Tensor) -> torch.Tensor:
         """The draft's proposals [B] from its hidden states [B, Hd] at ``positions`` (the rows' own: a prefill's
         last rows, whose graphs proposed the argmax), with the requests' sampler inputs."""
@@ -546,6 +549,7 @@ class ModelRunner:
             out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept)
         return logits, packed[:B], next_hidden[:B]  # a replay's per-request outputs hold the bucket's rows
 
+    @torch.inference_mode()
     def sampled_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int,
                       samp: SamplerBatch):
         """greedy_round for a batch with sampled requests: the target's tokens from the sampler (the graphs whose

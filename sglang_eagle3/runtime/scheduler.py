@@ -321,7 +321,7 @@ class Scheduler:
         """One round of every running request (pages for it reserved by _make_room); with overlap, the round
         after it is queued before this one is read (module doc)."""
         rnd = self._launch(batch, *self._first_batch(batch))
-        if self._overlap_ok(batch):
+        if self.overlap:  # every round: tokens, acceptance and logprobs are all made on the device
             self._ahead = rnd
             return self._advance()
         return self._finish(rnd)
@@ -349,11 +349,6 @@ class Scheduler:
             return False
         reqs = self._ahead.reqs
         return len(reqs) == len(self.running) and all(a is b for a, b in zip(reqs, self.running, strict=True))
-
-    def _overlap_ok(self, reqs: list[Request]) -> bool:
-        """Whether a round of ``reqs`` may have the next queued behind it (its next tokens are made on the device,
-        greedy or sampled alike, with logprobs or without: they are gathered on the device, _launch)."""
-        return self.overlap
 
     def _may_all_finish(self, reqs: list[Request]) -> bool:
         """Whether the round about to be read may end every request of its batch at its token limit: a round
