@@ -60,6 +60,25 @@ def test_tp_matches_single_process(pair, reference, tp, spec):
         assert info["verify_forwards"] == sum(o["meta_info"]["spec_verify_ct"] for o in outs) > 0
 
 
+def test_tp2_sampled_speculation_matches_single_process_plain(pair):
+    """Sampled requests (seeded, and one drawing its seed from the engine's random_seed) at TP=2 with EAGLE-3 give
+    the tokens TP=1 gives without speculation: every rank's scheduler derives the same keys, and the sampler's
+    noise fixes each token whatever the rank count or the draft."""
+    tpath, dpath = pair
+    params = [{"max_new_tokens": 12, "temperature": 0.9, "seed": 5}, {"max_new_tokens": 10, "temperature": 1.2},
+              {"max_new_tokens": 12, "temperature": 0.7, "top_p": 0.9, "seed": 2**50}]
+    outs = {}
+    for tp, spec in ((1, False), (2, True)):
+        extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath, speculative_num_steps=2) \
+            if spec else {}
+        eng = Engine(model_path=tpath, device="cpu", tp_size=tp, use_worker_processes=tp > 1, **extra)
+        try:
+            outs[tp] = [o["output_ids"] for o in eng.generate(input_ids=PROMPTS, sampling_params=params)]
+        finally:
+            eng.shutdown()
+    assert outs[2] == outs[1]
+
+
 def test_tp2_mha_prefill_matches_single_process(pair, reference):
     """The non-absorbed prefill from 4 tokens a request (the 7- and 10-token prompts; the 3-token one stays
     absorbed) at TP=2 with EAGLE-3, each rank decompressing its own heads through its slice of kv_b_proj: the tokens
