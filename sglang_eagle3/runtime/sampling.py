@@ -8,9 +8,9 @@ The sampler is Gumbel-max over noise fixed in advance: the token at position n o
 argmax_v (log p_n(v) + g(key, n, v)), where g is standard Gumbel noise hashed from the request's key (its seed),
 the position and the token id (kernels.gumbel_argmax), independent across positions and tokens. Given the tokens
 before n, that is an exact sample of p_n. A speculative round then accepts a draft token exactly when it equals
-the target's sample at its position, as greedy acceptance compares it with the argmax: the draft is deterministic
-(its argmax), so it is accepted with probability p_n(d), as by rejection sampling of a one-hot proposal, and
-every emitted token is the one plain decoding would have sampled there. So for a given seed the output is the
+the target's sample at its position, as greedy acceptance compares it with the argmax (an argmax proposal d is
+so accepted with probability p_n(d), as by rejection sampling of a one-hot proposal), and every emitted token is
+the one plain decoding would have sampled there. So for a given seed the output is the
 same with speculation on or off, whatever the draft length, the batch or the step a token was verified in; and
 the whole round stays on the device (one graph, the overlap schedule).
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from sglang_eagle3 import kernels
+from sglang_eagle3.kernels.ref import MIX32_MUL1, MIX32_MUL2
 
 
 class SamplingParamsError(ValueError):
@@ -109,11 +110,11 @@ def sampling_key(seed: int) -> int:
     """A request's 32-bit noise key from its seed (any Python int): both halves of its low 64 bits, mixed."""
     s = seed & 0xFFFFFFFFFFFFFFFF
 
-    def mix(x: int) -> int:  # lowbias32, as kernels/ref.py's mix32
+    def mix(x: int) -> int:  # lowbias32, as kernels/ref.py's mix32 computes it on tensors
         x ^= x >> 16
-        x = (x * 0x7FEB352D) & KEY_MASK
+        x = (x * MIX32_MUL1) & KEY_MASK
         x ^= x >> 15
-        x = (x * 0x846CA68B) & KEY_MASK
+        x = (x * MIX32_MUL2) & KEY_MASK
         return x ^ (x >> 16)
 
     return mix(mix(s & KEY_MASK) ^ (s >> 32))

@@ -1,4 +1,4 @@
-"""Gumbel-max sampling over noise hashed from (request key, position, token id): one program a row."""
+"""Gumbel-max sampling over noise hashed from (request key, position, token id): programs over (row, chunk)."""
 
 import triton
 import triton.language as tl
