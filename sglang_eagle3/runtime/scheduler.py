@@ -269,25 +269,19 @@ class Scheduler:
         return reqs
 
     def _input_logprobs(self, r: Request, rows: torch.Tensor) -> None:
-        lp = torch.log_softmax(rows.float(), -1)  # row i predicts token i+1
+        """The prompt's logprobs from its rows' logits [n, V] (row i predicts token i + 1), from logprob_start_len."""
         start = max(r.logprob_start_len, 0)
         ids = r.input_ids
-        out = [[None, ids[0], None]] if start == 0 else []
-        idx = torch.tensor(ids[max(start, 1):], dtype=torch.long, device=lp.device)
-        if len(idx):
-            vals = lp[torch.arange(max(start, 1) - 1, len(ids) - 1, device=lp.device), idx].tolist()
-            out += [[v, t, None] for v, t in zip(vals, ids[max(start, 1):], strict=True)]
-        r.input_token_logprobs = out
+        first = max(start, 1)  # the first token with a row before it
+        per_row = []
+        if first < len(ids):
+            tokens = torch.tensor(ids[first:], dtype=torch.long, device=rows.device)
+            per_row = self._logprob_lists([r], rows[first - 1:len(ids) - 1].unsqueeze(0), tokens.unsqueeze(0))[0]
+        lead = start == 0  # the first token has no logprob: [None, id, None] (and no top list)
+        r.input_token_logprobs = ([[None, ids[0], None]] if lead else []) + [
+            [v, t, None] for (v, _), t in zip(per_row, ids[first:], strict=True)]
         if r.top_logprobs_num:
-            tops = [None] if start == 0 else []
-            for i in range(max(start, 1) - 1, len(ids) - 1):
-                tops.append(self._top(lp[i], r.top_logprobs_num))
-            r.input_top_logprobs = tops
-
-    @staticmethod
-    def _top(lp_row: torch.Tensor, n: int) -> list:
-        v, i = lp_row.topk(n)
-        return [[a, b, None] for a, b in zip(v.tolist(), i.tolist(), strict=True)]
+            r.input_top_logprobs = ([None] if lead else []) + [top for _, top in per_row]
 
     @staticmethod
     def _token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, top: int) -> tuple[torch.Tensor, ...]:
