@@ -157,12 +157,14 @@ def test_overlap_with_logprobs(monkeypatch, pair, k):
     assert "LL" in "".join(log_on), log_on
     assert stats_on == stats_off
     # Tokens equal; the values to float32 rounding: a round queued behind one that ended a request still holds its
-    # row (dropped when read), so the batch's shape, and the CPU matmuls' last bits, differ from the overlap off.
+    # row (dropped when read), so the batch's shape, and the CPU matmuls' last bits, differ from the overlap off
+    # (1.2e-5 seen with k=2 on this peaky model; the bound is test_kv_integrity's for logprobs computed over other
+    # shapes).
     for (ids, fin, vct, lps, tops), (ids2, fin2, vct2, lps2, tops2), n in zip(on, off, (0, 3, 2), strict=True):
         assert (ids, fin, vct) == (ids2, fin2, vct2)
         assert [row[1] for row in lps] == ids == [row[1] for row in lps2] and all(row[0] <= 0 for row in lps)
         assert torch.allclose(torch.tensor([row[0] for row in lps]), torch.tensor([row[0] for row in lps2]),
-                              atol=1e-5, rtol=0)
+                              atol=1e-4, rtol=0)
         assert len(tops) == len(tops2) == (len(ids) if n else 0) and all(len(t) == n for t in tops)
         assert [[x[1] for x in t] for t in tops] == [[x[1] for x in t] for t in tops2]
 
