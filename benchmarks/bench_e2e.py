@@ -239,8 +239,9 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         name = cname if len(variants) == 1 else f"{cname}[prefill graphs {variant}]"
         extra = ({} if buckets is None else {"cuda_graph_prefill_tokens": buckets}) | (
             {} if mha is None else {"mha_prefill_tokens": mha})
-        args = EngineArgs(model_path="<in-memory>", device="cuda", dtype="bfloat16", max_running_requests=1,
-                          cuda_graph_max_bs=1, speculative_algorithm="EAGLE3" if k else None,
+        args = EngineArgs(model_path="<in-memory>", device="cuda", dtype="bfloat16",
+                          max_running_requests=a.cuda_graph_max_bs, cuda_graph_max_bs=a.cuda_graph_max_bs,
+                          speculative_algorithm="EAGLE3" if k else None,
                           speculative_draft_model_path="<in-memory>" if k else None, speculative_num_steps=k,
                           speculative_simulate_accept_length=acc, attention_backend=a.backend,
                           moe_runner_backend=a.backend, disable_overlap_schedule=overlap == "off", **extra)
@@ -260,11 +261,15 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         r["prefill_ms"] = round(statistics.median(engine.first_steps[1:]) * 1e3, 2)  # [0]: the warm-up's
         base_tps.setdefault(variant, r["tok_per_s"])
         r.update(name=name, speedup=r["tok_per_s"] / base_tps[variant], pinned_accept_length=acc,
-                 prefill_graphs=variant, forward_counts=worker.runner.stats.as_dict())
+                 prefill_graphs=variant, forward_counts=worker.runner.stats.as_dict(),
+                 graphs=worker.runner.graph_report())
         out["runs"].append(r)
+        captured = {n: g for n, g in r["graphs"].items() if g["graphs"]}
         print(f"{name}: {_rate(r)} ({r['speedup']:.2f}x)"
               + (f", accept length {r['accept_length']:.2f}" if r["accept_length"] else "")
-              + f", prefill (first step) {r['prefill_ms']} ms", flush=True)
+              + f", prefill (first step) {r['prefill_ms']} ms; graphs captured: "
+              + ", ".join(f"{n} {g['graphs']} in {g['capture_seconds']:.1f} s, {g['capture_mib']:.0f} MiB"
+                          for n, g in captured.items()), flush=True)
         del worker
         torch.cuda.empty_cache()
     return out
@@ -334,6 +339,9 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true",
                     help="--kimi-slice: after timing, profile each configuration's steps over one prompt: wall, GPU "
                     "kernel time and the host's Python functions (benchmarks/profile_round.py's passes)")
+    ap.add_argument("--cuda-graph-max-bs", type=int, default=1,
+                    help="--kimi-slice: the largest batch bucket captured (and running requests); requests still "
+                         "run one at a time: for the capture time and graph memory a server's setting costs")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.repeat < 1:

@@ -123,11 +123,18 @@ def main() -> None:
 
 def sampler(args, vocab: int = 163840) -> None:
     """The sampler's cost at Kimi's vocabulary, graph-timed: argmax, the whole sampler (every filter on), the
-    Gumbel kernel alone; rows of float32 logits (the lm_head's output)."""
-    from sglang_eagle3.runtime.sampling import ALL_FILTERS, NO_SORT, Filters, sample_tokens
+    Gumbel kernel alone; rows of float32 logits (the lm_head's output). top_k / top_p both ways: the radix select
+    (kernels.top_threshold, what CUDA runs) and the sort the sampler ran before (filtered_scores' torch path)."""
+    from sglang_eagle3.runtime.sampling import ALL_FILTERS, UNRANKED, Filters, filtered_scores, sample_tokens
 
+    def sorting(x, filters):
+        logits, f, i, pos = x
+        z = filtered_scores(logits, f[:, 0], f[:, 1], i[:, 0], f[:, 2], filters, use_triton=False)
+        return kernels.gumbel_argmax(z, i[:, 1], pos)
+
+    top_p_only = Filters(top_k=False, min_p=False)
     rows = []
-    for R in (1, 4, 16, 64):
+    for R in (1, 4, 16, 64, 256):
         logits = torch.randn(R, vocab, device="cuda") * 3
         samp_f = torch.tensor([[0.7, 0.95, 0.01]] * R, device="cuda")
         samp_i = torch.tensor([[40, 12345 + r] for r in range(R)], device="cuda")
@@ -135,9 +142,13 @@ def sampler(args, vocab: int = 163840) -> None:
         x = (logits, samp_f, samp_i, pos)
         cases = {"argmax": lambda x=x: x[0].argmax(-1),
                  "sampler, temperature only": lambda x=x: sample_tokens(*x, Filters(False, False, False)),
-                 "sampler, min_p (round graphs without sort)": lambda x=x: sample_tokens(*x, NO_SORT),
-                 "sampler, top_p": lambda x=x: sample_tokens(*x, Filters(top_k=False, min_p=False)),
+                 "sampler, min_p (unranked round graphs)": lambda x=x: sample_tokens(*x, UNRANKED),
+                 "sampler, top_p": lambda x=x: sample_tokens(*x, top_p_only),
+                 "sampler, top_p (sort)": lambda x=x: sorting(x, top_p_only),
                  "sampler, top_k + min_p + top_p": lambda x=x: sample_tokens(*x, ALL_FILTERS),
+                 "sampler, top_k + min_p + top_p (sort)": lambda x=x: sorting(x, ALL_FILTERS),
+                 "top_p threshold alone (radix select)": lambda x=x: kernels.top_threshold(
+                     x[0], torch.full_like(x[1][:, 0], float("-inf")), x[1][:, 1], x[0].amax(-1)),
                  "gumbel kernel alone": lambda x=x: kernels.gumbel_argmax(x[0], x[2][:, 1], x[3])}
         for name, fn in cases.items():
             us = [round(time_graph([fn]), 2) for _ in range(args.repeat)]

@@ -28,7 +28,7 @@ from conftest import PatchedDraft, scheduler_of, small_config, small_draft_confi
 from sglang_eagle3 import Engine
 from sglang_eagle3.runtime.sampling import (
     ALL_FILTERS,
-    NO_SORT,
+    UNRANKED,
     Filters,
     SamplingParams,
     draft_tokens,
@@ -199,9 +199,22 @@ def test_rows_sample_the_same_under_any_filter_set():
         own = Filters.of([SamplingParams(**rows[r])])
         assert sample_tokens(logits[r:r + 1], samp_f[r:r + 1], samp_i[r:r + 1], pos[r:r + 1], own).item() \
             == full[r].item(), (rows[r], own)
-    no_sort = [r for r, p in enumerate(rows) if "top_p" not in p and "top_k" not in p]
-    assert torch.equal(sample_tokens(logits[no_sort], samp_f[no_sort], samp_i[no_sort], pos[no_sort], NO_SORT),
-                       full[no_sort])
+    unranked = [r for r, p in enumerate(rows) if "top_p" not in p and "top_k" not in p]
+    assert torch.equal(sample_tokens(logits[unranked], samp_f[unranked], samp_i[unranked], pos[unranked], UNRANKED),
+                       full[unranked])
+
+
+def test_top_p_one_keeps_the_tail_behind_a_peak():
+    """A row with top_p 1 keeps every token when its batch applies top_p for others, as a batch without top_p does,
+    even where a token far ahead puts the tail's mass below the float rounding of the total (the prefix sums
+    alone would drop it)."""
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(2, 500, generator=g)
+    logits[:, 7] += 30.0
+    samp_f, samp_i = sampler_inputs([dict(temperature=1.0), dict(temperature=1.0, top_p=0.5)], [0, 1])
+    z = filtered_scores(logits, samp_f[:, 0], samp_f[:, 1], samp_i[:, 0], samp_f[:, 2], ALL_FILTERS)
+    assert torch.equal(z[0], logits[0])
+    assert int((z[1] > float("-inf")).sum()) == 1
 
 
 def test_draft_samples_with_the_targets_noise():

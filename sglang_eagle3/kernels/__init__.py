@@ -42,10 +42,11 @@ from sglang_eagle3.kernels.ref import (
     ref_moe_topk,
     ref_rms_norm,
     ref_rotate,
+    ref_top_threshold,
 )
 from sglang_eagle3.kernels.rms_norm import triton_rms_norm
 from sglang_eagle3.kernels.rotary import triton_apply_rotary
-from sglang_eagle3.kernels.sampling import triton_gumbel_argmax
+from sglang_eagle3.kernels.sampling import triton_gumbel_argmax, triton_top_threshold
 
 TRITON_ON_CPU_ENV = env.TRITON_ON_CPU.name
 
@@ -61,6 +62,12 @@ def _use_triton(t: torch.Tensor, use_triton: bool | None) -> bool:
         raise RuntimeError(f"Triton on CPU needs TRITON_INTERPRET=1 set before triton is imported "
                            f"({use_triton=}, {TRITON_ON_CPU_ENV}={env.TRITON_ON_CPU.raw()})")
     return asked
+
+
+def triton_runs(t: torch.Tensor, use_triton: bool | None = None) -> bool:
+    """Whether an op given tensors like ``t`` runs its Triton kernel (CUDA; on CPU when asked, under the
+    interpreter), for callers whose torch path differs from the kernel's reference (the sampler's filters)."""
+    return _use_triton(t, use_triton)
 
 
 def _kernel_ok(use_triton: bool | None, *tensors: torch.Tensor | None) -> bool:
@@ -176,6 +183,14 @@ def gumbel_argmax(scores, keys, positions, *, token_ids=None, use_triton: bool |
     return fn(scores, keys, positions, token_ids)
 
 
+def top_threshold(z, lo, target, zmax=None, *, use_triton: bool | None = None):
+    """The top_p (with ``zmax``, each row's maximum) or top_k (``target`` = k as float32) threshold of each row of
+    z float32 [R, V] over its candidates z >= lo -> float32 [R]; see ref_top_threshold. The kernel selects by
+    radix passes instead of sorting the rows."""
+    fn = triton_top_threshold if _use_triton(z, use_triton) else ref_top_threshold
+    return fn(z, lo, target, zmax)
+
+
 def mla_uses_kernel(rope_dim: int, kv_lora_rank: int, *queries: torch.Tensor, use_triton: bool | None = None) -> bool:
     """Whether mla_attention runs the Triton kernel for queries like ``queries`` (their dtype, device and
     autograd state: the queries themselves, or tensors that share those), so a caller can plan around it
@@ -283,6 +298,7 @@ __all__ = [
     "apply_rotary",
     "moe_topk",
     "gumbel_argmax",
+    "top_threshold",
     "mla_attention",
     "mla_uses_kernel",
     "fused_moe",
@@ -294,6 +310,7 @@ __all__ = [
     "ref_rotate",
     "ref_moe_topk",
     "ref_gumbel_argmax",
+    "ref_top_threshold",
     "ref_mla_attention",
     "ref_fused_moe",
     "ref_fused_moe_int4",

@@ -421,3 +421,39 @@ def ref_gumbel_argmax(scores: torch.Tensor, keys: torch.Tensor, positions: torch
     are never chosen unless the whole row is -inf, then 0). scores float32 [R, V]; keys, positions int64 [R];
     token_ids [V] as ref_gumbel_noise takes them."""
     return (scores.float() + ref_gumbel_noise(keys, positions, scores.shape[-1], token_ids)).argmax(-1)
+
+
+def ref_top_threshold(z: torch.Tensor, lo: torch.Tensor, target: torch.Tensor,
+                      zmax: torch.Tensor | None = None) -> torch.Tensor:
+    """The threshold a top_k or top_p filter puts on a row of scores: float32 [R] for z float32 [R, V].
+
+    Candidates of row r: z >= lo[r] (the thresholds of the filters before), with ``zmax`` also a weight exp(z -
+    zmax[r]) > 0 in float32 (a token whose weight underflows is dropped), else weight 1. The threshold is the
+    least candidate value v such that the candidates strictly above v weigh less than P: P = target[r] times the
+    candidates' total weight with ``zmax`` (top_p: the most likely tokens up to the first whose cumulative mass
+    reaches top_p; tokens tied with it kept too), P = target[r] = k without (top_k: the k-th largest value).
+    max(lo, v) for rows whose target turns the filter on (top_p < 1; 1 <= k < V), lo for the others. Sums in
+    float64, one row at a time (a reference, not fast)."""
+    R, V = z.shape
+    out = lo.float().clone()
+    for r in range(R):
+        zr = z[r].float()
+        cand = zr >= lo[r]
+        if zmax is not None:
+            active = bool(target[r] < 1)
+            w32 = torch.exp(zr - zmax[r].float())
+            cand &= w32 > 0
+            w = torch.exp(zr.double() - float(zmax[r]))
+        else:
+            active = bool(1 <= target[r] < V)
+            w = torch.ones(V, dtype=torch.float64, device=z.device)
+        if not active or not bool(cand.any()):
+            continue
+        vals, inv = torch.unique(zr[cand], return_inverse=True)  # ascending distinct candidate values
+        weight = torch.zeros(len(vals), dtype=torch.float64, device=z.device).index_add_(0, inv, w[cand])
+        above = weight.sum() - weight.cumsum(0)  # weight strictly above each value
+        total = float(weight.sum())
+        p = float(target[r]) * total if zmax is not None else float(target[r])
+        i = int((above < p).nonzero()[0])
+        out[r] = torch.maximum(vals[i], lo[r].float())
+    return out

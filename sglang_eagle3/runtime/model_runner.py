@@ -18,7 +18,7 @@ from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputS
 from sglang_eagle3.runtime.kv_cache import PageAllocator, make_pool
 from sglang_eagle3.runtime.sampling import (
     ALL_FILTERS,
-    NO_SORT,
+    UNRANKED,
     Filters,
     SamplerBatch,
     draft_tokens,
@@ -137,7 +137,7 @@ class ModelRunner:
         self.sampled_rounds = {
             filters: GraphRunner(name, self._round_fn(raw, filters), sampled_specs, tokens_per_req=verify_widths,
                                  eager_fn=self._round_fn(parts, filters), replay_counts=counts, **common)
-            for name, filters in (("spec_round_sampled", NO_SORT), ("spec_round_filtered", ALL_FILTERS))}
+            for name, filters in (("spec_round_sampled", UNRANKED), ("spec_round_filtered", ALL_FILTERS))}
         # Prefill as graphs: prompts padded to the next token bucket (causal, so padded tokens after the real
         # ones change nothing), the target and the draft's extend over them. Buckets past the page table's
         # reach (the context) are dropped: padded positions must index the table and the rotary cache like
@@ -555,7 +555,7 @@ class ModelRunner:
         """greedy_round for a batch with sampled requests: the target's tokens from the sampler (the graphs whose
         filters cover the batch's). Returns what greedy_round returns."""
         B = len(bt.extend_lens)
-        runner = self.sampled_rounds[ALL_FILTERS if samp.filters.sort else NO_SORT]
+        runner = self.sampled_rounds[ALL_FILTERS if samp.filters.ranked else UNRANKED]
         logits, packed, next_hidden = runner(
             B, T, input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
             out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept, samp_f=samp.f, samp_i=samp.i)

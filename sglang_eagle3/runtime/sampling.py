@@ -130,9 +130,10 @@ def sampling_rows(params: list[SamplingParams], keys: list[int]) -> tuple[list[l
 
 @dataclass(frozen=True)
 class Filters:
-    """Which filters a sampler applies (each one skipped costs nothing). top_k and top_p need the row sorted,
-    min_p only its maximum; a row whose parameters leave a filter off (top_k <= 0, min_p 0, top_p 1) passes it
-    unchanged, so a batch may take a wider set than its requests use: every row computes what it would alone."""
+    """Which filters a sampler applies (each one skipped costs nothing). top_k and top_p rank the row (a radix
+    select on the GPU, a sort elsewhere: filtered_scores), min_p needs only its maximum; a row whose parameters
+    leave a filter off (top_k <= 0, min_p 0, top_p 1) passes it unchanged, so a batch may take a wider set than
+    its requests use: every row computes what it would alone."""
 
     top_k: bool = True
     min_p: bool = True
@@ -146,7 +147,8 @@ class Filters:
                        top_p=any(p.top_p < 1 for p in sampled))
 
     @property
-    def sort(self) -> bool:
+    def ranked(self) -> bool:
+        """Whether a filter ranks the row's tokens (top_k, top_p), beyond its maximum (min_p)."""
         return self.top_k or self.top_p
 
 
@@ -161,7 +163,7 @@ class SamplerBatch:
 
 
 ALL_FILTERS = Filters()
-NO_SORT = Filters(top_k=False, top_p=False)  # temperature and min_p: the speculative round's unsorted graphs
+UNRANKED = Filters(top_k=False, top_p=False)  # temperature and min_p: one of the speculative round's graph sets
 SCAN_CHUNK = 1024  # top_p's prefix sums: chunks of a row, scanned side by side (see _prefix_sums)
 
 
@@ -179,35 +181,50 @@ def _prefix_sums(x: torch.Tensor) -> torch.Tensor:
 
 
 def filtered_scores(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor,
-                    min_p: torch.Tensor, filters: Filters = ALL_FILTERS) -> torch.Tensor:
+                    min_p: torch.Tensor, filters: Filters = ALL_FILTERS,
+                    use_triton: bool | None = None) -> torch.Tensor:
     """logits [R, V] -> float32 [R, V]: z = logits / temperature where the row's processed distribution keeps the
     token, -inf elsewhere, so softmax of a row is that distribution. Per-row parameters [R] (temperature > 0;
     top_k <= 0 or >= V: off); ``filters``: which to apply at all. Graph-safe (no host sync).
 
     top_k keeps the tokens at least as likely as the k-th; min_p those at least min_p times the most likely;
     top_p, over what those leave, the most likely tokens up to the first whose cumulative mass reaches top_p of
-    it. Each is a threshold on z (the probability's order), so the kept tokens are a prefix of the sorted row and
-    the three compose into one: a token tied with the last kept one is kept too. The thresholds are computed in
-    z whatever the filter set (min_p: z >= max + log(min_p)), so a row keeps the same tokens in any batch."""
+    it. Each is a threshold on z (the probability's order), so the three compose into one and a token tied with
+    the last kept one is kept too. The thresholds are computed in z whatever the filter set (min_p: z >= max +
+    log(min_p)), so a row keeps the same tokens in any batch.
+
+    top_k and top_p: with Triton (CUDA) a radix select over the row (kernels.top_threshold: 9 launches of
+    streaming passes, no sort); elsewhere a sort of the row and prefix sums. Both compute the definition above;
+    they may differ only for a row whose mass sits within float rounding of top_p's boundary, and each is
+    deterministic and independent of the batch."""
     z = logits.float() / temperature.view(-1, 1)
-    if not (filters.min_p or filters.sort):
+    if not (filters.min_p or filters.ranked):
         return z
-    thr = torch.full_like(z[:, :1], float("-inf"))
-    zmax = z.amax(-1, keepdim=True)
+    thr = torch.full_like(z[:, 0], float("-inf"))
+    zmax = z.amax(-1)
     if filters.min_p:
-        thr = torch.maximum(thr, zmax + torch.log(min_p).view(-1, 1))  # log(0) = -inf: off
-    if filters.sort:
+        thr = torch.maximum(thr, zmax + torch.log(min_p))  # log(0) = -inf: off
+    if kernels.triton_runs(z, use_triton):
+        if filters.top_k:  # k as float32 (the kernel's counts); k <= 0 or >= V leaves the threshold as it is
+            thr = kernels.top_threshold(z, thr, top_k.clamp(0, z.shape[-1]).float(), use_triton=use_triton)
+        if filters.top_p:
+            thr = kernels.top_threshold(z, thr, top_p.float(), zmax, use_triton=use_triton)
+        return torch.where(z >= thr.view(-1, 1), z, float("-inf"))
+    thr = thr.view(-1, 1)
+    if filters.ranked:
         srt = z.sort(dim=-1, descending=True).values
         V = z.shape[-1]
         if filters.top_k:
             kth = torch.where((top_k > 0) & (top_k < V), top_k, V) - 1
             thr = torch.maximum(thr, srt.gather(1, kth.view(-1, 1)))
         if filters.top_p:
-            kept = torch.where(srt >= thr, torch.exp(srt - zmax), 0.0)  # mass relative to the most likely token
+            kept = torch.where(srt >= thr, torch.exp(srt - zmax.view(-1, 1)), 0.0)  # mass relative to the maximum
             cum = _prefix_sums(kept)
             in_p = (cum - kept) < top_p.view(-1, 1) * cum[:, -1:]  # a prefix of the kept tokens, never empty
             last = (in_p & (kept > 0)).sum(-1).clamp_min(1) - 1
-            thr = torch.maximum(thr, srt.gather(1, last.view(-1, 1)))
+            # top_p 1 leaves the row as it is: the sums above would drop tokens whose mass is below the total's
+            # float rounding (a row's tail behind a far more likely token), unlike a batch without top_p.
+            thr = torch.where(top_p.view(-1, 1) < 1, torch.maximum(thr, srt.gather(1, last.view(-1, 1))), thr)
     return torch.where(z >= thr, z, float("-inf"))
 
 
@@ -220,7 +237,7 @@ def sample_tokens(logits: torch.Tensor, samp_f: torch.Tensor, samp_i: torch.Tens
     ``filters``: at least those the rows use (Filters.of)."""
     greedy = samp_f[:, 0] <= 0
     temperature = torch.where(greedy, 1.0, samp_f[:, 0])
-    scores = filtered_scores(logits, temperature, samp_f[:, 1], samp_i[:, 0], samp_f[:, 2], filters)
+    scores = filtered_scores(logits, temperature, samp_f[:, 1], samp_i[:, 0], samp_f[:, 2], filters, use_triton)
     sampled = kernels.gumbel_argmax(scores, samp_i[:, 1], positions, use_triton=use_triton)
     return torch.where(greedy, logits.argmax(-1), sampled)
 

@@ -34,7 +34,7 @@ from kernel_checks import (  # noqa: E402
     rel_err,
 )
 from mla_prefill_checks import check_mha_prefill, check_mha_prefill_model  # noqa: E402
-from sampling_checks import check_gumbel_argmax  # noqa: E402
+from sampling_checks import check_filters_kernel_vs_sort, check_gumbel_argmax, check_top_threshold  # noqa: E402
 
 from sglang_eagle3 import kernels  # noqa: E402
 
@@ -633,3 +633,20 @@ def test_gumbel_argmax_kimi_vocab(R, V):
     """The sampling kernel's tokens equal the reference's (up to near ties from a last-place log difference)."""
     res = check_gumbel_argmax(R, V, device="cuda", seed=R)
     assert res["near_tie_differences"] <= 1, res
+
+
+@pytest.mark.parametrize("mass", [True, False], ids=["top_p", "top_k"])
+@pytest.mark.parametrize("R,V", [(1, 163840), (6, 163840), (64, 163840), (29, 1000)])
+def test_top_threshold_kimi_vocab(R, V, mass):
+    """The radix select's top_p / top_k thresholds equal the reference's (top_p: but at a float-rounding
+    boundary), one row to a batch of 64 (16 requests verifying 4 tokens) at Kimi's vocabulary."""
+    res = check_top_threshold(R, V, device="cuda", seed=R + 100 * mass, mass=mass)
+    assert res["boundary_differences"] <= 1, res
+
+
+@pytest.mark.parametrize("R,V", [(12, 163840), (30, 7001)])
+def test_filters_kernel_vs_sort_kimi_vocab(R, V):
+    """The sampler's filters through the radix selects keep what the sort path keeps, and a row alone keeps what it
+    keeps in a batch with every filter on."""
+    res = check_filters_kernel_vs_sort(R, V, device="cuda", seed=R)
+    assert res["boundary_differences"] <= 1, res

@@ -48,3 +48,90 @@ def gumbel_argmax_kernel(scores_ptr, keys_ptr, pos_ptr, part_ptr, V, stride_s, m
         k = tl.where(ok, k, -(2**63))
         best = tl.maximum(best, tl.max(k, axis=0))
     tl.store(part_ptr + r * tl.num_programs(1) + sp + tl.arange(0, 1), best)
+
+
+@triton.jit
+def _ordered_key(s):
+    """float32 -> int64 in [0, 2^32) in the floats' order (-inf lowest; -0.0 just below +0.0)."""
+    b = s.to(tl.int32, bitcast=True).to(tl.int64)
+    return tl.where(b < 0, -1 - b, b + 2**31)
+
+
+@triton.jit
+def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr, part_ptr, state_ptr, thr_ptr,
+                      MASS: tl.constexpr, PASSES: tl.constexpr, CHUNK: tl.constexpr, BLOCK_V: tl.constexpr,
+                      C_PAD: tl.constexpr):
+    """One pass of a radix select over the 32-bit ordered keys of z's rows, 4 bits (16 bins) a pass: pass j
+    first picks digit j-1 from pass j-1's bins (every program of the row does, from the same partial sums in the
+    same order), then program (r, c) sums the weights of its chunk's candidates per value of digit j under the
+    picked prefix into part[j, r, c, :]. The pass after the last (PASS == PASSES) only picks, and stores the
+    threshold. State a row, after j digits (slot j of state, float64: exact for all three): the prefix, A = the
+    weight of the candidates above the prefix's range, P = the target weight.
+
+    Candidates: z >= lo[r] (and, with MASS, a weight exp(z - zmax[r]) > 0); weight 1 without MASS. The threshold
+    is the least candidate value v whose candidates strictly above weigh less than P (P = target * their total
+    with MASS: top_p; P = target without: top_k). Digit d of a pass holds it iff its bin is not empty and
+    A + (the bins above d) < P; the lowest such digit is taken, since every value in a lower bin has at least
+    that much above it."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    R = tl.num_programs(0)
+    dd = tl.arange(0, 16)
+    lo = tl.load(lo_ptr + r)
+    st = state_ptr + r * (PASSES + 1) * 4
+    prefix = tl.zeros([], tl.int64)
+    a = tl.zeros([], tl.float32)
+    p = tl.zeros([], tl.float32)
+    if PASS > 0:
+        cc = tl.arange(0, C_PAD)
+        prev = part_ptr + ((PASS - 1) * R + r).to(tl.int64) * C * 16
+        bins = tl.sum(tl.load(prev + cc[:, None] * 16 + dd[None, :], mask=cc[:, None] < C, other=0.0), axis=0)
+        if PASS == 1:
+            target = tl.load(target_ptr + r)
+            if MASS:
+                p = target * tl.sum(bins, axis=0)
+            else:
+                p = target
+        else:
+            prefix = tl.load(st + (PASS - 1) * 4).to(tl.int64)
+            a = tl.load(st + (PASS - 1) * 4 + 1).to(tl.float32)
+            p = tl.load(st + (PASS - 1) * 4 + 2).to(tl.float32)
+        above = tl.sum(tl.where(dd[None, :] > dd[:, None], bins[None, :], 0.0), axis=1)  # [16]: the bins above d
+        ok = (bins > 0) & (a + above < p)
+        top = tl.max(tl.where(bins > 0, dd, 0), axis=0)  # (the highest non-empty bin is always ok: A < P)
+        d = tl.min(tl.where(ok, dd, 16), axis=0)
+        d = tl.where(d < 16, d, top)
+        a = a + tl.sum(tl.where(dd == d, above, 0.0), axis=0)
+        prefix = prefix * 16 + d
+        if c == 0:
+            tl.store(st + PASS * 4, prefix.to(tl.float64))
+            tl.store(st + PASS * 4 + 1, a.to(tl.float64))
+            tl.store(st + PASS * 4 + 2, p.to(tl.float64))
+    if PASS == PASSES:  # the prefix is the whole key: back to the float it orders
+        b = tl.where(prefix >= 2**31, prefix - 2**31, -1 - prefix).to(tl.int32).to(tl.float32, bitcast=True)
+        target = tl.load(target_ptr + r)
+        if MASS:
+            active = target < 1.0
+        else:
+            active = (target >= 1.0) & (target < V)
+        tl.store(thr_ptr + r, tl.where(active, tl.maximum(lo, b), lo))
+    else:
+        shift = 28 - 4 * PASS
+        if MASS:
+            zmax = tl.load(zmax_ptr + r)
+        row = z_ptr + r.to(tl.int64) * stride_z
+        acc = tl.zeros([16, BLOCK_V], tl.float32)
+        for v0 in range(c * CHUNK, c * CHUNK + CHUNK, BLOCK_V):
+            v = v0 + tl.arange(0, BLOCK_V)
+            ok = v < V
+            s = tl.load(row + v, mask=ok, other=float("-inf"))
+            key = _ordered_key(s)
+            cand = ok & (s >= lo) & ((key >> (shift + 4)) == prefix)
+            if MASS:
+                w = tl.exp(s - zmax)
+                cand = cand & (w > 0)
+            else:
+                w = tl.full([BLOCK_V], 1.0, tl.float32)
+            dig = (key >> shift) & 15
+            acc += tl.where(cand[None, :] & (dig[None, :] == dd[:, None]), w[None, :], 0.0)
+        tl.store(part_ptr + ((PASS * R + r).to(tl.int64) * C + c) * 16 + dd, tl.sum(acc, axis=1))
