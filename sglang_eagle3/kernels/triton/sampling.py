@@ -97,9 +97,9 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
             a = tl.load(st + (PASS - 1) * 4 + 1).to(tl.float32)
             p = tl.load(st + (PASS - 1) * 4 + 2).to(tl.float32)
         above = tl.sum(tl.where(dd[None, :] > dd[:, None], bins[None, :], 0.0), axis=1)  # [16]: the bins above d
-        ok = (bins > 0) & (a + above < p)
-        top = tl.max(tl.where(bins > 0, dd, 0), axis=0)  # (the highest non-empty bin is always ok: A < P)
-        d = tl.min(tl.where(ok, dd, 16), axis=0)
+        holds = (bins > 0) & (a + above < p)
+        top = tl.max(tl.where(bins > 0, dd, 0), axis=0)  # (the highest non-empty bin always holds it: A < P)
+        d = tl.min(tl.where(holds, dd, 16), axis=0)
         d = tl.where(d < 16, d, top)
         a = a + tl.sum(tl.where(dd == d, above, 0.0), axis=0)
         prefix = prefix * 16 + d
@@ -123,10 +123,10 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
         acc = tl.zeros([16, BLOCK_V], tl.float32)
         for v0 in range(c * CHUNK, c * CHUNK + CHUNK, BLOCK_V):
             v = v0 + tl.arange(0, BLOCK_V)
-            ok = v < V
-            s = tl.load(row + v, mask=ok, other=float("-inf"))
+            inside = v < V
+            s = tl.load(row + v, mask=inside, other=float("-inf"))
             key = _ordered_key(s)
-            cand = ok & (s >= lo) & ((key >> (shift + 4)) == prefix)
+            cand = inside & (s >= lo) & ((key >> (shift + 4)) == prefix)
             if MASS:
                 w = tl.exp(s - zmax)
                 cand = cand & (w > 0)
