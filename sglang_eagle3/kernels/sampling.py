@@ -17,6 +17,7 @@ from sglang_eagle3.kernels.triton.sampling import gumbel_argmax_kernel, top_sele
 
 CHUNK = 4096  # tokens a program: 40 programs a row at Kimi's vocabulary
 SELECT_PASSES = 8  # 4-bit digits of the 32-bit ordered key
+SELECT_CHUNK = 2048
 
 
 def triton_gumbel_argmax(scores: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor,
@@ -52,7 +53,7 @@ def triton_top_threshold(z: torch.Tensor, lo: torch.Tensor, target: torch.Tensor
     maximum) the top_p threshold at ``target`` [R] over the candidates z >= lo [R], without it the top_k one at
     target = k (float32); lo where the target leaves the filter off. See ref_top_threshold.
 
-    A radix select in SELECT_PASSES + 1 launches, programs over (row, chunk of CHUNK tokens) summing each chunk's
+    A radix select in SELECT_PASSES + 1 launches, programs over (row, chunk of SELECT_CHUNK tokens) summing each chunk's
     weights per 4-bit digit; every pick reads the partial sums in one fixed order, so a row's threshold depends on
     the row alone (not on the batch) and is the same on every run. Replaces a sort of each row: at Kimi's
     163840 tokens torch's sort of 4 rows took ~0.2 ms on the H200, of 64 rows ~1.3 ms."""
@@ -67,8 +68,11 @@ def triton_top_threshold(z: torch.Tensor, lo: torch.Tensor, target: torch.Tensor
     if R == 0:
         return thr
     interp = tuning.interpreting()
-    block = 256  # [16, block] fp32 bins a program: 32 registers a thread at 4 warps
-    chunk = min(CHUNK, triton.cdiv(V, block) * block)
+    # [16, block] fp32 bins a program (32 registers a thread at 8 warps: 4 columns each, one 16-byte load). Chunks
+    # of 2048: two loads a thread, 80 programs a row at Kimi's vocabulary (at 4096 a pass took ~8 us at one row on
+    # the H200, a chain of 16 dependent loads). A function of V alone: a row's sums do not depend on the batch.
+    block = 256 if interp else 1024
+    chunk = min(SELECT_CHUNK, triton.cdiv(V, block) * block)
     C = triton.cdiv(V, chunk)
     part = torch.empty(SELECT_PASSES, R, C, 16, dtype=torch.float32, device=z.device)
     state = torch.empty(R, SELECT_PASSES + 1, 4, dtype=torch.float64, device=z.device)
@@ -78,5 +82,5 @@ def triton_top_threshold(z: torch.Tensor, lo: torch.Tensor, target: torch.Tensor
         top_select_kernel[(R, C if p < SELECT_PASSES else 1)](
             z, z.stride(0), V, C, p, lo, zm, target, part, state, thr, MASS=zmax is not None,
             PASSES=SELECT_PASSES, CHUNK=chunk, BLOCK_V=block, C_PAD=triton.next_power_of_2(C),
-            num_warps=1 if interp else 4)
+            num_warps=1 if interp else 8)
     return thr

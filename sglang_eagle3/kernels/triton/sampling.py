@@ -68,7 +68,8 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
     threshold. State a row, after j digits (slot j of state, float64: exact for all three): the prefix, A = the
     weight of the candidates above the prefix's range, P = the target weight.
 
-    Candidates: z >= lo[r] (and, with MASS, a weight exp(z - zmax[r]) > 0); weight 1 without MASS. The threshold
+    Candidates: z >= lo[r] (and, with MASS, a weight exp(z - zmax[r]) > 0); weight 1 without MASS. Keys: the
+    floats' bits as _ordered_key maps them (in uint32 in the streaming loop). The threshold
     is the least candidate value v whose candidates strictly above weigh less than P (P = target * their total
     with MASS: top_p; P = target without: top_k). Digit d of a pass holds it iff its bin is not empty and
     A + (the bins above d) < P; the lowest such digit is taken, since every value in a lower bin has at least
@@ -119,19 +120,24 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
         shift = 28 - 4 * PASS
         if MASS:
             zmax = tl.load(zmax_ptr + r)
+        want = prefix.to(tl.uint32)
         row = z_ptr + r.to(tl.int64) * stride_z
+        # Every tensor of the loop is [1, BLOCK_V] in the bins' layout ([16, BLOCK_V]: a thread holds all 16 bins of
+        # its columns), so the one-hot sum needs no layout conversion.
         acc = tl.zeros([16, BLOCK_V], tl.float32)
         for v0 in range(c * CHUNK, c * CHUNK + CHUNK, BLOCK_V):
-            v = v0 + tl.arange(0, BLOCK_V)
+            v = v0 + tl.arange(0, BLOCK_V)[None, :]
             inside = v < V
             s = tl.load(row + v, mask=inside, other=float("-inf"))
-            key = _ordered_key(s)
-            cand = inside & (s >= lo) & ((key >> (shift + 4)) == prefix)
+            b = s.to(tl.int32, bitcast=True)
+            u = b.to(tl.uint32, bitcast=True)
+            ones = tl.full([1, BLOCK_V], 0xFFFFFFFF, tl.uint32)  # (~u: the interpreter takes it as u ^ -1, refused)
+            key = tl.where(b < 0, u ^ ones, u | tl.full([1, BLOCK_V], 0x80000000, tl.uint32))  # _ordered_key, 32 bits
+            cand = inside & (s >= lo) & (((key >> (shift + 3)) >> 1) == want)  # (no shift by 32: pass 0)
             if MASS:
-                w = tl.exp(s - zmax)
-                cand = cand & (w > 0)
+                w = tl.where(cand, tl.exp(s - zmax), 0.0)  # (an underflowed weight adds nothing: not a candidate)
             else:
-                w = tl.full([BLOCK_V], 1.0, tl.float32)
-            dig = (key >> shift) & 15
-            acc += tl.where(cand[None, :] & (dig[None, :] == dd[:, None]), w[None, :], 0.0)
+                w = tl.where(cand, 1.0, 0.0)
+            dig = ((key >> shift) & 15).to(tl.int32)
+            acc += tl.where(dig == dd[:, None], w, 0.0)
         tl.store(part_ptr + ((PASS * R + r).to(tl.int64) * C + c) * 16 + dd, tl.sum(acc, axis=1))
