@@ -18,6 +18,7 @@ from sglang_eagle3.kernels.triton.sampling import gumbel_argmax_kernel, top_sele
 CHUNK = 4096  # tokens a program: 40 programs a row at Kimi's vocabulary
 SELECT_PASSES = 8  # 4-bit digits of the 32-bit ordered key
 SELECT_CHUNK = 2048
+SELECT_COMPACT = 2  # from the third pass on, only the chunk's candidates of the pass before (top_select_kernel)
 
 
 def triton_gumbel_argmax(scores: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor,
@@ -53,10 +54,10 @@ def triton_top_threshold(z: torch.Tensor, lo: torch.Tensor, target: torch.Tensor
     maximum) the top_p threshold at ``target`` [R] over the candidates z >= lo [R], without it the top_k one at
     target = k (float32); lo where the target leaves the filter off. See ref_top_threshold.
 
-    A radix select in SELECT_PASSES + 1 launches, programs over (row, chunk of SELECT_CHUNK tokens) summing each chunk's
-    weights per 4-bit digit; every pick reads the partial sums in one fixed order, so a row's threshold depends on
-    the row alone (not on the batch) and is the same on every run. Replaces a sort of each row: at Kimi's
-    163840 tokens torch's sort of 4 rows took ~0.2 ms on the H200, of 64 rows ~1.3 ms."""
+    A radix select in SELECT_PASSES + 1 launches, programs over (row, chunk of SELECT_CHUNK tokens) summing each
+    chunk's weights per 4-bit digit (as integers: a row's threshold depends on the row alone, not on the batch or the
+    order programs run in), the later passes over the candidates left. Replaces a sort of each row: at Kimi's 163840
+    tokens torch's sort of 4 rows took ~0.2 ms on the H200, of 64 rows ~1.3 ms."""
     assert z.dim() == 2 and z.dtype == torch.float32 and z.stride(-1) == 1, (
         f"z must be float32 [R, V] with unit inner stride, got {z.dtype} {tuple(z.shape)} {z.stride()}")
     R, V = z.shape
@@ -70,17 +71,18 @@ def triton_top_threshold(z: torch.Tensor, lo: torch.Tensor, target: torch.Tensor
     interp = tuning.interpreting()
     # [16, block] fp32 bins a program (32 registers a thread at 8 warps: 4 columns each, one 16-byte load). Chunks
     # of 2048: two loads a thread, 80 programs a row at Kimi's vocabulary (at 4096 a pass took ~8 us at one row on
-    # the H200, a chain of 16 dependent loads). A function of V alone: a row's sums do not depend on the batch.
+    # the H200, a chain of 16 dependent loads).
     block = 256 if interp else 1024
     chunk = min(SELECT_CHUNK, triton.cdiv(V, block) * block)
     C = triton.cdiv(V, chunk)
-    part = torch.empty(SELECT_PASSES, R, C, 16, dtype=torch.float32, device=z.device)
+    hist = torch.zeros(SELECT_PASSES, R, 16, dtype=torch.int64, device=z.device)
     state = torch.empty(R, SELECT_PASSES + 1, 4, dtype=torch.float64, device=z.device)
+    cand = torch.empty(R, C * chunk, dtype=torch.float32, device=z.device)
+    count = torch.empty(R, C, dtype=torch.int32, device=z.device)
     lo, target = lo.contiguous(), target.contiguous()
     zm = lo if zmax is None else zmax.contiguous()  # (never read without MASS)
     for p in range(SELECT_PASSES + 1):
         top_select_kernel[(R, C if p < SELECT_PASSES else 1)](
-            z, z.stride(0), V, C, p, lo, zm, target, part, state, thr, MASS=zmax is not None,
-            PASSES=SELECT_PASSES, CHUNK=chunk, BLOCK_V=block, C_PAD=triton.next_power_of_2(C),
-            num_warps=1 if interp else 8)
+            z, z.stride(0), V, C, p, lo, zm, target, hist, state, thr, cand, count, MASS=zmax is not None,
+            PASSES=SELECT_PASSES, COMPACT=SELECT_COMPACT, CHUNK=chunk, BLOCK_V=block, num_warps=1 if interp else 8)
     return thr

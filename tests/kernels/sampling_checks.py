@@ -87,7 +87,8 @@ def top_threshold_rows(R: int, V: int, g: torch.Generator, scale: float = 3.0) -
 def check_top_threshold(R: int, V: int, device: str = "cpu", seed: int = 0, mass: bool = True) -> dict:
     """The kernel's thresholds against the reference's (float64 sums over the sorted distinct values), for top_p
     (``mass``) or top_k, on top_threshold_rows with a lower threshold lo on some rows (a min_p's or top_k's before)
-    and the filter off on some (top_p 1, k 0 or k >= V). top_k counts are exact: equal thresholds. top_p sums
+    and the filter off on some (top_p 1, k 0 or k >= V); twice (the same thresholds) and rows alone (the same as
+    in the batch). top_k counts are exact: equal thresholds. top_p sums
     float32 weights in another order than the reference: a different threshold is allowed only where the reference
     has the mass above one of the two within 1e-5 of the target (the boundary itself), and nowhere else."""
     g = torch.Generator().manual_seed(seed)
@@ -105,8 +106,15 @@ def check_top_threshold(R: int, V: int, device: str = "cpu", seed: int = 0, mass
         target[1::4] = torch.randint(1, 6, (len(target[1::4]),), generator=g).float()
     zm = zmax if mass else None
     args = [t.to(device) for t in (z, lo, target)]
-    got = kernels.top_threshold(*args, zm.to(device) if mass else None, use_triton=True).cpu()
+    zm_dev = zm.to(device) if mass else None
+    got = kernels.top_threshold(*args, zm_dev, use_triton=True).cpu()
     want = ref_top_threshold(z, lo, target, zm)
+    again = kernels.top_threshold(*args, zm_dev, use_triton=True).cpu()
+    assert torch.equal(got, again), "two runs on the same rows differ"
+    for r in (0, R - 1):  # a row alone: the same threshold as in the batch
+        alone = kernels.top_threshold(*(t[r:r + 1] for t in args), None if zm_dev is None else zm_dev[r:r + 1],
+                                      use_triton=True).cpu()
+        assert torch.equal(alone[0], got[r]), f"row {r}: alone {float(alone[0])}, in the batch {float(got[r])}"
     assert got.dtype == torch.float32 and got.shape == (R,), (got.dtype, got.shape)
     differ = (got != want).nonzero().flatten().tolist()
     for r in differ:

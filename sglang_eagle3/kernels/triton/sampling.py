@@ -57,23 +57,34 @@ def _ordered_key(s):
     return tl.where(b < 0, -1 - b, b + 2**31)
 
 
+FIXED = tl.constexpr(4294967296.0)  # 2^32: weights summed across programs as integers in units of 2^-32
+
+
 @triton.jit
-def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr, part_ptr, state_ptr, thr_ptr,
-                      MASS: tl.constexpr, PASSES: tl.constexpr, CHUNK: tl.constexpr, BLOCK_V: tl.constexpr,
-                      C_PAD: tl.constexpr):
+def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr, hist_ptr, state_ptr, thr_ptr,
+                      cand_ptr, count_ptr, MASS: tl.constexpr, PASSES: tl.constexpr, COMPACT: tl.constexpr,
+                      CHUNK: tl.constexpr, BLOCK_V: tl.constexpr):
     """One pass of a radix select over the 32-bit ordered keys of z's rows, 4 bits (16 bins) a pass: pass j
-    first picks digit j-1 from pass j-1's bins (every program of the row does, from the same partial sums in the
-    same order), then program (r, c) sums the weights of its chunk's candidates per value of digit j under the
-    picked prefix into part[j, r, c, :]. The pass after the last (PASS == PASSES) only picks, and stores the
-    threshold. State a row, after j digits (slot j of state, float64: exact for all three): the prefix, A = the
-    weight of the candidates above the prefix's range, P = the target weight.
+    first picks digit j-1 from the row's 16 bin totals of pass j-1 (every program of the row does the same pick),
+    then program (r, c) sums the weights of its chunk's candidates per value of digit j under the picked prefix
+    and adds them to the row's totals hist[j, r, :]. The pass after the last (PASS == PASSES) only picks, and
+    stores the threshold. State a row, after j digits (slot j of state, float64: exact for all three): the
+    prefix, A = the weight of the candidates above the prefix's range, P = the target weight.
 
     Candidates: z >= lo[r] (and, with MASS, a weight exp(z - zmax[r]) > 0); weight 1 without MASS. Keys: the
-    floats' bits as _ordered_key maps them (in uint32 in the streaming loop). The threshold
-    is the least candidate value v whose candidates strictly above weigh less than P (P = target * their total
-    with MASS: top_p; P = target without: top_k). Digit d of a pass holds it iff its bin is not empty and
-    A + (the bins above d) < P; the lowest such digit is taken, since every value in a lower bin has at least
-    that much above it."""
+    floats' bits as _ordered_key maps them (in uint32 in the streaming loop). The threshold is the least candidate
+    value v whose candidates strictly above weigh less than P (P = target * their total with MASS: top_p; P =
+    target without: top_k). Digit d of a pass holds it iff its bin is not empty and A + (the bins above d) < P;
+    the lowest such digit is taken, since every value in a lower bin has at least that much above it.
+
+    Sums: each program's in float32 (its chunk's elements in one order), rounded to integers of 2^-32 and added
+    atomically: integer sums do not depend on the order the programs arrive in, so a row's threshold is the same on
+    every run and in any batch. (A bin whose weight rounds to 0 counts as empty: tokens below ~1e-10 of the most
+    likely one's probability, which no top_p short of 1 reaches.)
+
+    From pass COMPACT on a program reads only its chunk's candidates of the pass before, which pass COMPACT
+    copies out of z (in their order) into cand[r, c * CHUNK:] and each later pass compacts in place (count[r, c]
+    of them): after 8 bits of the key they are the tokens within a factor of 4 of the threshold's magnitude."""
     r = tl.program_id(0)
     c = tl.program_id(1)
     R = tl.num_programs(0)
@@ -81,22 +92,20 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
     lo = tl.load(lo_ptr + r)
     st = state_ptr + r * (PASSES + 1) * 4
     prefix = tl.zeros([], tl.int64)
-    a = tl.zeros([], tl.float32)
-    p = tl.zeros([], tl.float32)
+    a = tl.zeros([], tl.float64)
+    p = tl.zeros([], tl.float64)
     if PASS > 0:
-        cc = tl.arange(0, C_PAD)
-        prev = part_ptr + ((PASS - 1) * R + r).to(tl.int64) * C * 16
-        bins = tl.sum(tl.load(prev + cc[:, None] * 16 + dd[None, :], mask=cc[:, None] < C, other=0.0), axis=0)
+        bins = tl.load(hist_ptr + ((PASS - 1) * R + r) * 16 + dd).to(tl.float64)  # (integers < 2^50: exact)
         if PASS == 1:
-            target = tl.load(target_ptr + r)
+            target = tl.load(target_ptr + r).to(tl.float64)
             if MASS:
                 p = target * tl.sum(bins, axis=0)
             else:
-                p = target
+                p = target * FIXED
         else:
             prefix = tl.load(st + (PASS - 1) * 4).to(tl.int64)
-            a = tl.load(st + (PASS - 1) * 4 + 1).to(tl.float32)
-            p = tl.load(st + (PASS - 1) * 4 + 2).to(tl.float32)
+            a = tl.load(st + (PASS - 1) * 4 + 1)
+            p = tl.load(st + (PASS - 1) * 4 + 2)
         above = tl.sum(tl.where(dd[None, :] > dd[:, None], bins[None, :], 0.0), axis=1)  # [16]: the bins above d
         holds = (bins > 0) & (a + above < p)
         top = tl.max(tl.where(bins > 0, dd, 0), axis=0)  # (the highest non-empty bin always holds it: A < P)
@@ -106,8 +115,8 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
         prefix = prefix * 16 + d
         if c == 0:
             tl.store(st + PASS * 4, prefix.to(tl.float64))
-            tl.store(st + PASS * 4 + 1, a.to(tl.float64))
-            tl.store(st + PASS * 4 + 2, p.to(tl.float64))
+            tl.store(st + PASS * 4 + 1, a)
+            tl.store(st + PASS * 4 + 2, p)
     if PASS == PASSES:  # the prefix is the whole key: back to the float it orders
         b = tl.where(prefix >= 2**31, prefix - 2**31, -1 - prefix).to(tl.int32).to(tl.float32, bitcast=True)
         target = tl.load(target_ptr + r)
@@ -121,14 +130,21 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
         if MASS:
             zmax = tl.load(zmax_ptr + r)
         want = prefix.to(tl.uint32)
-        row = z_ptr + r.to(tl.int64) * stride_z
+        cands = cand_ptr + (r.to(tl.int64) * C + c) * CHUNK
+        if PASS > COMPACT:  # the candidates of the pass before
+            src = cands
+            n = tl.load(count_ptr + r * C + c)
+        else:
+            src = z_ptr + r.to(tl.int64) * stride_z + c * CHUNK
+            n = tl.minimum(V - c * CHUNK, CHUNK)
+        kept = tl.zeros([], tl.int32)
         # Every tensor of the loop is [1, BLOCK_V] in the bins' layout ([16, BLOCK_V]: a thread holds all 16 bins of
         # its columns), so the one-hot sum needs no layout conversion.
         acc = tl.zeros([16, BLOCK_V], tl.float32)
-        for v0 in range(c * CHUNK, c * CHUNK + CHUNK, BLOCK_V):
+        for v0 in range(0, n, BLOCK_V):
             v = v0 + tl.arange(0, BLOCK_V)[None, :]
-            inside = v < V
-            s = tl.load(row + v, mask=inside, other=float("-inf"))
+            inside = v < n
+            s = tl.load(src + v, mask=inside, other=float("-inf"))
             b = s.to(tl.int32, bitcast=True)
             u = b.to(tl.uint32, bitcast=True)
             ones = tl.full([1, BLOCK_V], 0xFFFFFFFF, tl.uint32)  # (~u: the interpreter takes it as u ^ -1, refused)
@@ -136,8 +152,17 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
             cand = inside & (s >= lo) & (((key >> (shift + 3)) >> 1) == want)  # (no shift by 32: pass 0)
             if MASS:
                 w = tl.where(cand, tl.exp(s - zmax), 0.0)  # (an underflowed weight adds nothing: not a candidate)
+                cand = cand & (w > 0)
             else:
                 w = tl.where(cand, 1.0, 0.0)
             dig = ((key >> shift) & 15).to(tl.int32)
             acc += tl.where(dig == dd[:, None], w, 0.0)
-        tl.store(part_ptr + ((PASS * R + r).to(tl.int64) * C + c) * 16 + dd, tl.sum(acc, axis=1))
+            if PASS >= COMPACT and PASS < PASSES - 1:  # keep this pass's candidates for the next, in their order
+                at = kept + tl.cumsum(cand.to(tl.int32), axis=1) - 1
+                tl.debug_barrier()  # (in place: every thread has read this block before any slot of it is written)
+                tl.store(cands + at, s, mask=cand)
+                kept += tl.sum(cand.to(tl.int32), axis=1).sum(axis=0)
+        if PASS >= COMPACT and PASS < PASSES - 1:
+            tl.store(count_ptr + r * C + c, kept)
+        q = (tl.sum(acc, axis=1).to(tl.float64) * FIXED + 0.5).to(tl.int64)
+        tl.atomic_add(hist_ptr + (PASS * R + r) * 16 + dd, q)
