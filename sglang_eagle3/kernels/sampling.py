@@ -75,7 +75,7 @@ def triton_top_threshold(z: torch.Tensor, lo: torch.Tensor, target: torch.Tensor
     block = 256 if interp else 1024
     chunk = min(SELECT_CHUNK, triton.cdiv(V, block) * block)
     C = triton.cdiv(V, chunk)
-    hist = torch.zeros(SELECT_PASSES, R, 16, dtype=torch.int64, device=z.device)
+    hist = torch.zeros(SELECT_PASSES, R, 16, 16, dtype=torch.int64, device=z.device)  # (a bin a 128-byte line)
     state = torch.empty(R, SELECT_PASSES + 1, 4, dtype=torch.float64, device=z.device)
     cand = torch.empty(R, C * chunk, dtype=torch.float32, device=z.device)
     count = torch.empty(R, C, dtype=torch.int32, device=z.device)
