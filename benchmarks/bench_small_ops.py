@@ -93,10 +93,14 @@ def main() -> None:
                          "whole page table x the prompt: 48 GiB at 4096 tokens in 131072 slots)")
     ap.add_argument("--mla-prefill-slots", type=int, default=131072)
     ap.add_argument("--sampler", action="store_true", help="only: the sampler's cases (module doc)")
+    ap.add_argument("--select-passes", action="store_true",
+                    help="only: the top_p radix select's launches one by one (torch profiler), 4 and 64 rows")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     if args.sampler:
         return sampler(args)
+    if args.select_passes:
+        return select_passes(args)
     if args.mla_variants is not None:
         return mla_variants(args)
     if args.mla_prefill is not None:
@@ -154,6 +158,27 @@ def sampler(args, vocab: int = 163840) -> None:
             us = [round(time_graph([fn]), 2) for _ in range(args.repeat)]
             rows.append({"case": f"{name} R={R}", "rows": R, "vocab": vocab, "us": us})
             print(f"{name:44s} R={R:3d} " + " / ".join(f"{u:.2f}" for u in us) + " us", flush=True)
+    write_result(args, rows)
+
+
+def select_passes(args, vocab: int = 163840) -> None:
+    """Each launch of kernels.top_threshold (top_p 0.95 at temperature 0.7 over randn * 3 logits, as --sampler),
+    its device time from the torch profiler (eager: the launches' own durations, not a graph's)."""
+    rows = []
+    for R in (4, 64):
+        z = torch.randn(R, vocab, device="cuda") * 3 / 0.7
+        lo = torch.full((R,), float("-inf"), device="cuda")
+        p = torch.full((R,), 0.95, device="cuda")
+        zmax = z.amax(-1)
+        for _ in range(3):
+            kernels.top_threshold(z, lo, p, zmax)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            kernels.top_threshold(z, lo, p, zmax)
+            torch.cuda.synchronize()
+        us = [round(e.device_time, 2) for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        rows.append({"rows": R, "vocab": vocab, "launch_us": us})
+        print(f"top_p select R={R:3d}: " + " ".join(f"{u:.1f}" for u in us) + f" us (sum {sum(us):.1f})", flush=True)
     write_result(args, rows)
 
 

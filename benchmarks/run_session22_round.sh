@@ -16,6 +16,7 @@ w1)
   TAIL=15 stage gpu_tests 240 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
     tests/kernels/test_kernels_gpu.py tests/gpu/test_cuda_engine.py -k "gumbel or top_threshold or filters_kernel or sampled"
   TAIL=40 stage sampler 150 python benchmarks/bench_small_ops.py --sampler --repeat 2 --out "$OUT/sampler.json"
+  TAIL=4 stage select_passes 60 python benchmarks/bench_small_ops.py --select-passes --out "$OUT/select_passes.json"
   ;;
 w2)
   TAIL=14 stage e2e_top_p 330 python benchmarks/bench_e2e.py "${E2E_KIMI[@]}" --simulate-accept 3.0 \

@@ -18,7 +18,7 @@ from sglang_eagle3.kernels.triton.sampling import gumbel_argmax_kernel, top_sele
 CHUNK = 4096  # tokens a program: 40 programs a row at Kimi's vocabulary
 SELECT_PASSES = 8  # 4-bit digits of the 32-bit ordered key
 SELECT_CHUNK = 2048
-SELECT_COMPACT = 2  # from the third pass on, only the chunk's candidates of the pass before (top_select_kernel)
+SELECT_COMPACT = 2  # passes after the third read only their chunk's candidates of the pass before
 
 
 def triton_gumbel_argmax(scores: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor,
@@ -84,5 +84,6 @@ def triton_top_threshold(z: torch.Tensor, lo: torch.Tensor, target: torch.Tensor
     for p in range(SELECT_PASSES + 1):
         top_select_kernel[(R, C if p < SELECT_PASSES else 1)](
             z, z.stride(0), V, C, p, lo, zm, target, hist, state, thr, cand, count, MASS=zmax is not None,
-            PASSES=SELECT_PASSES, COMPACT=SELECT_COMPACT, CHUNK=chunk, BLOCK_V=block, num_warps=1 if interp else 8)
+            PASSES=SELECT_PASSES, FROM_CANDS=p > SELECT_COMPACT, KEEP=SELECT_COMPACT <= p < SELECT_PASSES - 1,
+            CHUNK=chunk, BLOCK_V=block, num_warps=1 if interp else 8)
     return thr

@@ -63,8 +63,8 @@ HIST_STRIDE = tl.constexpr(16)  # int64 slots between two bins' counters: one 12
 
 @triton.jit
 def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr, hist_ptr, state_ptr, thr_ptr,
-                      cand_ptr, count_ptr, MASS: tl.constexpr, PASSES: tl.constexpr, COMPACT: tl.constexpr,
-                      CHUNK: tl.constexpr, BLOCK_V: tl.constexpr):
+                      cand_ptr, count_ptr, MASS: tl.constexpr, PASSES: tl.constexpr, FROM_CANDS: tl.constexpr,
+                      KEEP: tl.constexpr, CHUNK: tl.constexpr, BLOCK_V: tl.constexpr):
     """One pass of a radix select over the 32-bit ordered keys of z's rows, 4 bits (16 bins) a pass: pass j
     first picks digit j-1 from the row's 16 bin totals of pass j-1 (every program of the row does the same pick),
     then program (r, c) sums the weights of its chunk's candidates per value of digit j under the picked prefix
@@ -83,9 +83,10 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
     every run and in any batch. (A bin whose weight rounds to 0 counts as empty: tokens below ~1e-10 of the most
     likely one's probability, which no top_p short of 1 reaches.)
 
-    From pass COMPACT on a program reads only its chunk's candidates of the pass before, which pass COMPACT
-    copies out of z (in their order) into cand[r, c * CHUNK:] and each later pass compacts in place (count[r, c]
-    of them): after 8 bits of the key they are the tokens within a factor of 4 of the threshold's magnitude."""
+    KEEP: the pass stores its chunk's candidates (in their order) in cand[r, c * CHUNK:], count[r, c] of them;
+    FROM_CANDS: it reads those of the pass before instead of z (in place, if it KEEPs too). The launcher keeps
+    them from the third pass on: after 8 bits of the key they are the tokens within a factor of 4 of the
+    threshold's magnitude. (Compile-time flags: the scan the copy needs stays out of the passes over z.)"""
     r = tl.program_id(0)
     c = tl.program_id(1)
     R = tl.num_programs(0)
@@ -132,7 +133,7 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
             zmax = tl.load(zmax_ptr + r)
         want = prefix.to(tl.uint32)
         cands = cand_ptr + (r.to(tl.int64) * C + c) * CHUNK
-        if PASS > COMPACT:  # the candidates of the pass before
+        if FROM_CANDS:  # the candidates of the pass before
             src = cands
             n = tl.load(count_ptr + r * C + c)
         else:
@@ -158,12 +159,12 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
                 w = tl.where(cand, 1.0, 0.0)
             dig = ((key >> shift) & 15).to(tl.int32)
             acc += tl.where(dig == dd[:, None], w, 0.0)
-            if PASS >= COMPACT and PASS < PASSES - 1:  # keep this pass's candidates for the next, in their order
+            if KEEP:  # this pass's candidates for the next, in their order
                 at = kept + tl.cumsum(cand.to(tl.int32), axis=1) - 1
                 tl.debug_barrier()  # (in place: every thread has read this block before any slot of it is written)
                 tl.store(cands + at, s, mask=cand)
                 kept += tl.sum(cand.to(tl.int32), axis=1).sum(axis=0)
-        if PASS >= COMPACT and PASS < PASSES - 1:
+        if KEEP:
             tl.store(count_ptr + r * C + c, kept)
         q = (tl.sum(acc, axis=1).to(tl.float64) * FIXED + 0.5).to(tl.int64)
         # Relaxed (the next launch reads them), and each bin on a 128-byte line of its own (the row's 80 programs
