@@ -17,7 +17,7 @@ from sglang_eagle3.kernels.triton.sampling import gumbel_argmax_kernel, top_sele
 
 CHUNK = 4096  # tokens a program: 40 programs a row at Kimi's vocabulary
 SELECT_PASSES = 8  # 4-bit digits of the 32-bit ordered key
-SELECT_CHUNK = 2048
+SELECT_CHUNK = 8192
 SELECT_COMPACT = 2  # passes after the third read only their chunk's candidates of the pass before
 
 
@@ -69,10 +69,10 @@ def triton_top_threshold(z: torch.Tensor, lo: torch.Tensor, target: torch.Tensor
     if R == 0:
         return thr
     interp = tuning.interpreting()
-    # [16, block] fp32 bins a program (32 registers a thread at 8 warps: 4 columns each, one 16-byte load). Chunks
-    # of 2048: two loads a thread, 80 programs a row at Kimi's vocabulary (at 4096 a pass took ~8 us at one row on
-    # the H200, a chain of 16 dependent loads).
-    block = 256 if interp else 1024
+    # Blocks of 2048 (8 columns a thread at 8 warps: two 16-byte loads), chunks of 8192: 20 programs a row at Kimi's
+    # vocabulary. On the H200 a pass cost what its programs' chain of dependent loads does, whatever they read:
+    # chunks of 2048 took ~50-80 us a pass at 64 rows (5120 programs, ~20 waves), even over ~3% of the tokens.
+    block = 256 if interp else 2048
     chunk = min(SELECT_CHUNK, triton.cdiv(V, block) * block)
     C = triton.cdiv(V, chunk)
     hist = torch.zeros(SELECT_PASSES, R, 16, 16, dtype=torch.int64, device=z.device)  # (a bin a 128-byte line)

@@ -140,9 +140,10 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
             src = z_ptr + r.to(tl.int64) * stride_z + c * CHUNK
             n = tl.minimum(V - c * CHUNK, CHUNK)
         kept = tl.zeros([], tl.int32)
-        # Every tensor of the loop is [1, BLOCK_V] in the bins' layout ([16, BLOCK_V]: a thread holds all 16 bins of
-        # its columns), so the one-hot sum needs no layout conversion.
-        acc = tl.zeros([16, BLOCK_V], tl.float32)
+        # Every tensor of the loop is [1, BLOCK_V] in the one-hot's layout ([16, BLOCK_V]: a thread holds all 16 bins
+        # of its columns), so it needs no layout conversion; each block's bins are reduced at once (no [16, BLOCK_V]
+        # accumulator held across the loop: registers, for more programs a SM).
+        acc = tl.zeros([16], tl.float32)
         for v0 in range(0, n, BLOCK_V):
             v = v0 + tl.arange(0, BLOCK_V)[None, :]
             inside = v < n
@@ -158,7 +159,7 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
             else:
                 w = tl.where(cand, 1.0, 0.0)
             dig = ((key >> shift) & 15).to(tl.int32)
-            acc += tl.where(dig == dd[:, None], w, 0.0)
+            acc += tl.sum(tl.where(dig == dd[:, None], w, 0.0), axis=1)
             if KEEP:  # this pass's candidates for the next, in their order
                 at = kept + tl.cumsum(cand.to(tl.int32), axis=1) - 1
                 tl.debug_barrier()  # (in place: every thread has read this block before any slot of it is written)
@@ -166,7 +167,7 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
                 kept += tl.sum(cand.to(tl.int32), axis=1).sum(axis=0)
         if KEEP:
             tl.store(count_ptr + r * C + c, kept)
-        q = (tl.sum(acc, axis=1).to(tl.float64) * FIXED + 0.5).to(tl.int64)
+        q = (acc.to(tl.float64) * FIXED + 0.5).to(tl.int64)
         # Relaxed (the next launch reads them), and each bin on a 128-byte line of its own (the row's 80 programs
         # add to the same 16 counters: one line would take every row's adds in series).
         tl.atomic_add(hist_ptr + ((PASS * R + r) * 16 + dd) * HIST_STRIDE, q, sem="relaxed")
