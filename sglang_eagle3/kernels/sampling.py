@@ -17,7 +17,7 @@ from sglang_eagle3.kernels.triton.sampling import gumbel_argmax_kernel, top_sele
 
 CHUNK = 4096  # tokens a program: 40 programs a row at Kimi's vocabulary
 SELECT_PASSES = 8  # 4-bit digits of the 32-bit ordered key
-SELECT_CHUNK = 8192
+SELECT_CHUNK = 2048
 SELECT_COMPACT = 2  # passes after the third read only their chunk's candidates of the pass before
 
 
@@ -69,11 +69,10 @@ def triton_top_threshold(z: torch.Tensor, lo: torch.Tensor, target: torch.Tensor
     if R == 0:
         return thr
     interp = tuning.interpreting()
-    # Blocks of 2048 (8 columns a thread at 8 warps: two 16-byte loads), chunks of 8192: 20 programs a row at Kimi's
-    # vocabulary. On the H200 a pass cost what its programs' chain of dependent loads does, whatever they read:
-    # chunks of 2048 took ~50-80 us a pass at 64 rows (5120 programs, ~20 waves), even over ~3% of the tokens.
-    block = 256 if interp else 2048
-    chunk = min(SELECT_CHUNK, triton.cdiv(V, block) * block)
+    # One block of 2048 tokens a program (8 a thread at 8 warps: two 16-byte loads), 80 programs a row at Kimi's
+    # vocabulary. A function of V alone. (H200: loops of blocks in longer chunks ran slower at few rows, and the
+    # passes cost their programs' latency more than the tokens read: BENCHMARKS.md, twenty-second session.)
+    chunk = min(SELECT_CHUNK, triton.next_power_of_2(V))
     C = triton.cdiv(V, chunk)
     hist = torch.zeros(SELECT_PASSES, R, 16, 16, dtype=torch.int64, device=z.device)  # (a bin a 128-byte line)
     state = torch.empty(R, SELECT_PASSES + 1, 4, dtype=torch.float64, device=z.device)
@@ -85,5 +84,5 @@ def triton_top_threshold(z: torch.Tensor, lo: torch.Tensor, target: torch.Tensor
         top_select_kernel[(R, C if p < SELECT_PASSES else 1)](
             z, z.stride(0), V, C, p, lo, zm, target, hist, state, thr, cand, count, MASS=zmax is not None,
             PASSES=SELECT_PASSES, FROM_CANDS=p > SELECT_COMPACT, KEEP=SELECT_COMPACT <= p < SELECT_PASSES - 1,
-            CHUNK=chunk, BLOCK_V=block, num_warps=1 if interp else 8)
+            FINISH=p == SELECT_PASSES, CHUNK=chunk, num_warps=1 if interp else 8)
     return thr

@@ -64,19 +64,19 @@ HIST_STRIDE = tl.constexpr(16)  # int64 slots between two bins' counters: one 12
 @triton.jit
 def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr, hist_ptr, state_ptr, thr_ptr,
                       cand_ptr, count_ptr, MASS: tl.constexpr, PASSES: tl.constexpr, FROM_CANDS: tl.constexpr,
-                      KEEP: tl.constexpr, CHUNK: tl.constexpr, BLOCK_V: tl.constexpr):
+                      KEEP: tl.constexpr, FINISH: tl.constexpr, CHUNK: tl.constexpr):
     """One pass of a radix select over the 32-bit ordered keys of z's rows, 4 bits (16 bins) a pass: pass j
     first picks digit j-1 from the row's 16 bin totals of pass j-1 (every program of the row does the same pick),
-    then program (r, c) sums the weights of its chunk's candidates per value of digit j under the picked prefix
-    and adds them to the row's totals hist[j, r, :]. The pass after the last (PASS == PASSES) only picks, and
-    stores the threshold. State a row, after j digits (slot j of state, float64: exact for all three): the
-    prefix, A = the weight of the candidates above the prefix's range, P = the target weight.
+    then program (r, c) sums the weights of its CHUNK tokens' candidates per value of digit j under the picked
+    prefix and adds them to the row's totals hist[j, r, :]. The pass after the last (FINISH, PASS == PASSES) only
+    picks, and stores the threshold. State a row, after j digits (slot j of state, float64: exact for all three):
+    the prefix, A = the weight of the candidates above the prefix's range, P = the target weight.
 
     Candidates: z >= lo[r] (and, with MASS, a weight exp(z - zmax[r]) > 0); weight 1 without MASS. Keys: the
-    floats' bits as _ordered_key maps them (in uint32 in the streaming loop). The threshold is the least candidate
-    value v whose candidates strictly above weigh less than P (P = target * their total with MASS: top_p; P =
-    target without: top_k). Digit d of a pass holds it iff its bin is not empty and A + (the bins above d) < P;
-    the lowest such digit is taken, since every value in a lower bin has at least that much above it.
+    floats' bits as _ordered_key maps them (in uint32 here). The threshold is the least candidate value v whose
+    candidates strictly above weigh less than P (P = target * their total with MASS: top_p; P = target without:
+    top_k). Digit d of a pass holds it iff its bin is not empty and A + (the bins above d) < P; the lowest such
+    digit is taken, since every value in a lower bin has at least that much above it.
 
     Sums: each program's in float32 (its chunk's elements in one order), rounded to integers of 2^-32 and added
     atomically: integer sums do not depend on the order the programs arrive in, so a row's threshold is the same on
@@ -86,11 +86,21 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
     KEEP: the pass stores its chunk's candidates (in their order) in cand[r, c * CHUNK:], count[r, c] of them;
     FROM_CANDS: it reads those of the pass before instead of z (in place, if it KEEPs too). The launcher keeps
     them from the third pass on: after 8 bits of the key they are the tokens within a factor of 4 of the
-    threshold's magnitude. (Compile-time flags: the scan the copy needs stays out of the passes over z.)"""
+    threshold's magnitude. One block a program, loaded before the pick (which it does not depend on): on the H200
+    a pass cost its programs' chain of dependent loads more than the elements it read."""
     r = tl.program_id(0)
     c = tl.program_id(1)
     R = tl.num_programs(0)
     dd = tl.arange(0, 16)
+    v = tl.arange(0, CHUNK)[None, :]  # [1, CHUNK], the one-hot's layout: [16, CHUNK] needs no conversion
+    cands = cand_ptr + (r.to(tl.int64) * C + c) * CHUNK
+    if not FINISH:
+        if FROM_CANDS:  # the candidates of the pass before: every slot (those past the count are masked below)
+            s = tl.load(cands + v)
+            n = tl.load(count_ptr + r * C + c)
+        else:
+            n = tl.minimum(V - c * CHUNK, CHUNK)
+            s = tl.load(z_ptr + r.to(tl.int64) * stride_z + c * CHUNK + v, mask=v < n, other=float("-inf"))
     lo = tl.load(lo_ptr + r)
     st = state_ptr + r * (PASSES + 1) * 4
     prefix = tl.zeros([], tl.int64)
@@ -119,7 +129,7 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
             tl.store(st + PASS * 4, prefix.to(tl.float64))
             tl.store(st + PASS * 4 + 1, a)
             tl.store(st + PASS * 4 + 2, p)
-    if PASS == PASSES:  # the prefix is the whole key: back to the float it orders
+    if FINISH:  # the prefix is the whole key: back to the float it orders
         b = tl.where(prefix >= 2**31, prefix - 2**31, -1 - prefix).to(tl.int32).to(tl.float32, bitcast=True)
         target = tl.load(target_ptr + r)
         if MASS:
@@ -129,45 +139,25 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
         tl.store(thr_ptr + r, tl.where(active, tl.maximum(lo, b), lo))
     else:
         shift = 28 - 4 * PASS
+        inside = v < n
+        b = s.to(tl.int32, bitcast=True)
+        u = b.to(tl.uint32, bitcast=True)
+        ones = tl.full([1, CHUNK], 0xFFFFFFFF, tl.uint32)  # (~u: the interpreter takes it as u ^ -1, refused)
+        key = tl.where(b < 0, u ^ ones, u | tl.full([1, CHUNK], 0x80000000, tl.uint32))  # _ordered_key, 32 bits
+        cand = inside & (s >= lo) & (((key >> (shift + 3)) >> 1) == prefix.to(tl.uint32))  # (no shift by 32)
         if MASS:
-            zmax = tl.load(zmax_ptr + r)
-        want = prefix.to(tl.uint32)
-        cands = cand_ptr + (r.to(tl.int64) * C + c) * CHUNK
-        if FROM_CANDS:  # the candidates of the pass before
-            src = cands
-            n = tl.load(count_ptr + r * C + c)
+            w = tl.where(cand, tl.exp(s - tl.load(zmax_ptr + r)), 0.0)  # (an underflowed weight adds nothing)
+            cand = cand & (w > 0)
         else:
-            src = z_ptr + r.to(tl.int64) * stride_z + c * CHUNK
-            n = tl.minimum(V - c * CHUNK, CHUNK)
-        kept = tl.zeros([], tl.int32)
-        # Every tensor of the loop is [1, BLOCK_V] in the one-hot's layout ([16, BLOCK_V]: a thread holds all 16 bins
-        # of its columns), so it needs no layout conversion; each block's bins are reduced at once (no [16, BLOCK_V]
-        # accumulator held across the loop: registers, for more programs a SM).
-        acc = tl.zeros([16], tl.float32)
-        for v0 in range(0, n, BLOCK_V):
-            v = v0 + tl.arange(0, BLOCK_V)[None, :]
-            inside = v < n
-            s = tl.load(src + v, mask=inside, other=float("-inf"))
-            b = s.to(tl.int32, bitcast=True)
-            u = b.to(tl.uint32, bitcast=True)
-            ones = tl.full([1, BLOCK_V], 0xFFFFFFFF, tl.uint32)  # (~u: the interpreter takes it as u ^ -1, refused)
-            key = tl.where(b < 0, u ^ ones, u | tl.full([1, BLOCK_V], 0x80000000, tl.uint32))  # _ordered_key, 32 bits
-            cand = inside & (s >= lo) & (((key >> (shift + 3)) >> 1) == want)  # (no shift by 32: pass 0)
-            if MASS:
-                w = tl.where(cand, tl.exp(s - zmax), 0.0)  # (an underflowed weight adds nothing: not a candidate)
-                cand = cand & (w > 0)
-            else:
-                w = tl.where(cand, 1.0, 0.0)
-            dig = ((key >> shift) & 15).to(tl.int32)
-            acc += tl.sum(tl.where(dig == dd[:, None], w, 0.0), axis=1)
-            if KEEP:  # this pass's candidates for the next, in their order
-                at = kept + tl.cumsum(cand.to(tl.int32), axis=1) - 1
-                tl.debug_barrier()  # (in place: every thread has read this block before any slot of it is written)
-                tl.store(cands + at, s, mask=cand)
-                kept += tl.sum(cand.to(tl.int32), axis=1).sum(axis=0)
-        if KEEP:
-            tl.store(count_ptr + r * C + c, kept)
+            w = tl.where(cand, 1.0, 0.0)
+        dig = ((key >> shift) & 15).to(tl.int32)
+        acc = tl.sum(tl.where(dig == dd[:, None], w, 0.0), axis=1)
+        if KEEP:  # this pass's candidates for the next, in their order
+            at = tl.cumsum(cand.to(tl.int32), axis=1) - 1
+            tl.debug_barrier()  # (in place: every thread has read the block before any slot of it is written)
+            tl.store(cands + at, s, mask=cand)
+            tl.store(count_ptr + r * C + c, tl.sum(tl.sum(cand.to(tl.int32), axis=1), axis=0))
         q = (acc.to(tl.float64) * FIXED + 0.5).to(tl.int64)
-        # Relaxed (the next launch reads them), and each bin on a 128-byte line of its own (the row's 80 programs
-        # add to the same 16 counters: one line would take every row's adds in series).
+        # Relaxed (the next launch reads them), and each bin on a 128-byte line of its own (the row's programs add
+        # to the same 16 counters: one line would take every row's adds in series).
         tl.atomic_add(hist_ptr + ((PASS * R + r) * 16 + dd) * HIST_STRIDE, q, sem="relaxed")
