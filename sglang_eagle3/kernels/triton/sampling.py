@@ -64,7 +64,8 @@ HIST_STRIDE = tl.constexpr(16)  # int64 slots between two bins' counters: one 12
 @triton.jit
 def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr, hist_ptr, state_ptr, thr_ptr,
                       cand_ptr, count_ptr, MASS: tl.constexpr, PASSES: tl.constexpr, FROM_CANDS: tl.constexpr,
-                      KEEP: tl.constexpr, FINISH: tl.constexpr, CHUNK: tl.constexpr):
+                      KEEP: tl.constexpr, FINISH: tl.constexpr, CHUNK: tl.constexpr, GROUP: tl.constexpr,
+                      BLOCK_C: tl.constexpr):
     """One pass of a radix select over the 32-bit ordered keys of z's rows, 4 bits (16 bins) a pass: pass j
     first picks digit j-1 from the row's 16 bin totals of pass j-1 (every program of the row does the same pick),
     then program (r, c) sums the weights of its CHUNK tokens' candidates per value of digit j under the picked
@@ -83,24 +84,21 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
     every run and in any batch. (A bin whose weight rounds to 0 counts as empty: tokens below ~1e-10 of the most
     likely one's probability, which no top_p short of 1 reaches.)
 
-    KEEP: the pass stores its chunk's candidates (in their order) in cand[r, c * CHUNK:], count[r, c] of them;
-    FROM_CANDS: it reads those of the pass before instead of z (in place, if it KEEPs too). The launcher keeps
-    them from the third pass on: after 8 bits of the key they are the tokens within a factor of 4 of the
-    threshold's magnitude. One block a program, loaded before the pick (which it does not depend on): on the H200
-    a pass cost its programs' chain of dependent loads more than the elements it read."""
+    KEEP (the third pass): program (r, c) stores its chunk's candidates (in their order) in cand[r, c * CHUNK:],
+    count[r, c] of them: after 8 bits of the key they are the tokens within a factor of 4 of the threshold's
+    magnitude. FROM_CANDS (the passes after it): program (r, g) reads those of GROUP chunks (blocks of GROUP x
+    BLOCK_C slots, a chunk's list a row of it) instead of z. Over z, one block of CHUNK tokens a program, loaded
+    before the pick (which it does not depend on): on the H200 a pass cost its programs' chain of dependent loads
+    more than the tokens it read."""
     r = tl.program_id(0)
     c = tl.program_id(1)
     R = tl.num_programs(0)
     dd = tl.arange(0, 16)
     v = tl.arange(0, CHUNK)[None, :]  # [1, CHUNK], the one-hot's layout: [16, CHUNK] needs no conversion
     cands = cand_ptr + (r.to(tl.int64) * C + c) * CHUNK
-    if not FINISH:
-        if FROM_CANDS:  # the candidates of the pass before: every slot (those past the count are masked below)
-            s = tl.load(cands + v)
-            n = tl.load(count_ptr + r * C + c)
-        else:
-            n = tl.minimum(V - c * CHUNK, CHUNK)
-            s = tl.load(z_ptr + r.to(tl.int64) * stride_z + c * CHUNK + v, mask=v < n, other=float("-inf"))
+    if not FINISH and not FROM_CANDS:
+        n = tl.minimum(V - c * CHUNK, CHUNK)
+        s = tl.load(z_ptr + r.to(tl.int64) * stride_z + c * CHUNK + v, mask=v < n, other=float("-inf"))
     lo = tl.load(lo_ptr + r)
     st = state_ptr + r * (PASSES + 1) * 4
     prefix = tl.zeros([], tl.int64)
@@ -137,27 +135,49 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
         else:
             active = (target >= 1.0) & (target < V)
         tl.store(thr_ptr + r, tl.where(active, tl.maximum(lo, b), lo))
+    elif FROM_CANDS:
+        gc = c * GROUP + tl.arange(0, GROUP)
+        longest = tl.max(tl.load(count_ptr + r * C + gc, mask=gc < C, other=0), axis=0)
+        e = tl.arange(0, GROUP * BLOCK_C)[None, :]  # [1, GROUP * BLOCK_C]: row e // BLOCK_C of the group's lists
+        ec = c * GROUP + e // BLOCK_C
+        n = tl.load(count_ptr + r * C + ec, mask=ec < C, other=0)
+        acc = tl.zeros([16], tl.float32)
+        for j0 in range(0, longest, BLOCK_C):
+            col = j0 + e % BLOCK_C
+            inside = col < n
+            s = tl.load(cand_ptr + (r.to(tl.int64) * C + ec) * CHUNK + col, mask=inside, other=float("-inf"))
+            acc += _select_bins(s, inside, lo, prefix, zmax_ptr + r, 28 - 4 * PASS, dd, MASS)[0]
+        _add_bins(hist_ptr, PASS, R, r, dd, acc)
     else:
-        shift = 28 - 4 * PASS
-        inside = v < n
-        b = s.to(tl.int32, bitcast=True)
-        u = b.to(tl.uint32, bitcast=True)
-        ones = tl.full([1, CHUNK], 0xFFFFFFFF, tl.uint32)  # (~u: the interpreter takes it as u ^ -1, refused)
-        key = tl.where(b < 0, u ^ ones, u | tl.full([1, CHUNK], 0x80000000, tl.uint32))  # _ordered_key, 32 bits
-        cand = inside & (s >= lo) & (((key >> (shift + 3)) >> 1) == prefix.to(tl.uint32))  # (no shift by 32)
-        if MASS:
-            w = tl.where(cand, tl.exp(s - tl.load(zmax_ptr + r)), 0.0)  # (an underflowed weight adds nothing)
-            cand = cand & (w > 0)
-        else:
-            w = tl.where(cand, 1.0, 0.0)
-        dig = ((key >> shift) & 15).to(tl.int32)
-        acc = tl.sum(tl.where(dig == dd[:, None], w, 0.0), axis=1)
-        if KEEP:  # this pass's candidates for the next, in their order
-            at = tl.cumsum(cand.to(tl.int32), axis=1) - 1
-            tl.debug_barrier()  # (in place: every thread has read the block before any slot of it is written)
-            tl.store(cands + at, s, mask=cand)
+        acc, cand = _select_bins(s, v < n, lo, prefix, zmax_ptr + r, 28 - 4 * PASS, dd, MASS)
+        if KEEP:  # this pass's candidates for the ones after, in their order
+            tl.store(cands + tl.cumsum(cand.to(tl.int32), axis=1) - 1, s, mask=cand)
             tl.store(count_ptr + r * C + c, tl.sum(tl.sum(cand.to(tl.int32), axis=1), axis=0))
-        q = (acc.to(tl.float64) * FIXED + 0.5).to(tl.int64)
-        # Relaxed (the next launch reads them), and each bin on a 128-byte line of its own (the row's programs add
-        # to the same 16 counters: one line would take every row's adds in series).
-        tl.atomic_add(hist_ptr + ((PASS * R + r) * 16 + dd) * HIST_STRIDE, q, sem="relaxed")
+        _add_bins(hist_ptr, PASS, R, r, dd, acc)
+
+
+@triton.jit
+def _select_bins(s, inside, lo, prefix, zmax_ptr, shift, dd, MASS: tl.constexpr):
+    """(float32 [16] the candidates' weights per value of the key's digit at ``shift``, the candidates [1, N]) for
+    scores s [1, N] (the one-hot [16, N] in s's layout: no conversion)."""
+    b = s.to(tl.int32, bitcast=True)
+    u = b.to(tl.uint32, bitcast=True)
+    ones = tl.full(s.shape, 0xFFFFFFFF, tl.uint32)  # (~u: the interpreter takes it as u ^ -1, refused)
+    key = tl.where(b < 0, u ^ ones, u | tl.full(s.shape, 0x80000000, tl.uint32))  # _ordered_key, 32 bits
+    cand = inside & (s >= lo) & (((key >> (shift + 3)) >> 1) == prefix.to(tl.uint32))  # (no shift by 32)
+    if MASS:
+        w = tl.where(cand, tl.exp(s - tl.load(zmax_ptr)), 0.0)  # (an underflowed weight adds nothing)
+        cand = cand & (w > 0)
+    else:
+        w = tl.where(cand, 1.0, 0.0)
+    dig = ((key >> shift) & 15).to(tl.int32)
+    return tl.sum(tl.where(dig == dd[:, None], w, 0.0), axis=1), cand
+
+
+@triton.jit
+def _add_bins(hist_ptr, PASS, R, r, dd, acc):
+    """A program's bin sums, rounded to integers of 2^-32, added to the row's totals of the pass: relaxed atomics
+    (the next launch reads them), each bin on a 128-byte line of its own (the row's programs add to the same 16
+    counters: one line would take every row's adds in series)."""
+    q = (acc.to(tl.float64) * FIXED + 0.5).to(tl.int64)
+    tl.atomic_add(hist_ptr + ((PASS * R + r) * 16 + dd) * HIST_STRIDE, q, sem="relaxed")
