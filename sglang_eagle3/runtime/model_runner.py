@@ -132,7 +132,7 @@ class ModelRunner:
         # Gumbel-max with noise fixed by each request's key and the positions) instead of the argmax, its
         # parameters per request as two more inputs (padded rows: temperature 0, greedy). Graphs of their own, so
         # greedy rounds pay nothing for it: one set for temperature and min_p, one with top_k and top_p too (their
-        # sort of each row: ~0.1-0.25 ms at Kimi's vocabulary on the H200).
+        # radix selects: ~0.06-0.1 ms more at Kimi's vocabulary and 4 rows on the H200; kernels.top_threshold).
         sampled_specs = dict(round_specs, samp_f=InputSpec(per_token=False), samp_i=InputSpec(per_token=False))
         self.sampled_rounds = {
             filters: GraphRunner(name, self._round_fn(raw, filters), sampled_specs, tokens_per_req=verify_widths,
