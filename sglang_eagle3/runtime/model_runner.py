@@ -80,6 +80,7 @@ class ModelRunner:
                 raise ValueError(f"max_context={max_context} exceeds the {name}'s max_position_embeddings={limit} "
                                  "(its rotary table); positions past it cannot be embedded")
         self.target, self.draft = target, draft
+        self._draft_token_ids: torch.Tensor | None = None  # the target id of each draft column (_draft_choice)
         self.aux_layer_ids = aux_layer_ids if draft is not None else ()
         self.device, self.dtype = device, dtype
         self.page_size = page_size
@@ -273,7 +274,10 @@ class ModelRunner:
         ``positions`` (sampling.draft_tokens; the noise of each column's target token)."""
         if samp_f is None:
             return self.draft.to_target_ids(logits.argmax(-1))
-        token_ids = self.draft.to_target_ids(torch.arange(logits.shape[-1], device=logits.device))
+        token_ids = self._draft_token_ids
+        if token_ids is None or token_ids.shape[0] != logits.shape[-1]:  # (built once, by the eager warm-up)
+            token_ids = self._draft_token_ids = self.draft.to_target_ids(
+                torch.arange(logits.shape[-1], device=logits.device))
         return self.draft.to_target_ids(draft_tokens(logits, samp_f, samp_i, positions, token_ids))
 
     @torch.inference_mode()
