@@ -31,7 +31,9 @@ source "$(dirname "$0")/gpu_stages.sh"
 # 201.7 / 201.1 against 199.5 / 199.6 (the twenty-first session's sort: 399 / 392 and 201 / 196). At 16-request
 # buckets (5 a graph set): spec_round, spec_round_sampled, spec_round_filtered 1.8 s each, the pool grew 32 / 52 /
 # 52 MiB; all graphs ~18 s and ~960 MiB, the prefill graphs 568 + 154 MiB of it.)
-part=${1:?part: w1, w2}
+# Part "w3": after the draft columns' target ids were cached (ModelRunner._draft_choice), the GPU tests of sampled
+# speculation and the round graphs' replays (CUDA engine, graph runner).
+part=${1:?part: w1, w2, w3}
 E2E_KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2)
 case $part in
 w1)
@@ -45,6 +47,10 @@ w2)
     --sampling temperature=0.7 temperature=0.7,top_p=0.95 --repeat-variants 2 --out "$OUT/e2e_top_p.json"
   TAIL=6 stage capture_bs16 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 1 --max-new-tokens 32 \
     --simulate-accept 3.0 --cuda-graph-max-bs 16 --out "$OUT/capture_bs16.json"
+  ;;
+w3)
+  TAIL=8 stage gpu_tests 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/gpu/test_cuda_engine.py tests/test_graph_runner.py -k "sampled or round_replay or cuda_engine"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
