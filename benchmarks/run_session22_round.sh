@@ -34,7 +34,9 @@ source "$(dirname "$0")/gpu_stages.sh"
 # Part "w3": after the draft columns' target ids were cached (ModelRunner._draft_choice), the GPU tests of sampled
 # speculation and the round graphs' replays (CUDA engine, graph runner).
 # (w3 at 59a83b3: 19 passed.)
-part=${1:?part: w1, w2, w3}
+# Part "w4": the decode projections as a CUDA-core GEMV (benchmarks/bench_gemv_fma.py, a prototype for issues 4 and
+# 5), against the shipped GEMV and the read ceiling of the same bytes, T = 1 and 4.
+part=${1:?part: w1, w2, w3, w4}
 E2E_KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2)
 case $part in
 w1)
@@ -52,6 +54,9 @@ w2)
 w3)
   TAIL=8 stage gpu_tests 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
     tests/gpu/test_cuda_engine.py tests/test_graph_runner.py -k "sampled or round_replay or cuda_engine"
+  ;;
+w4)
+  TAIL=16 stage gemv_fma 150 python benchmarks/bench_gemv_fma.py --out "$OUT/gemv_fma.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
