@@ -50,13 +50,6 @@ def gumbel_argmax_kernel(scores_ptr, keys_ptr, pos_ptr, part_ptr, V, stride_s, m
     tl.store(part_ptr + r * tl.num_programs(1) + sp + tl.arange(0, 1), best)
 
 
-@triton.jit
-def _ordered_key(s):
-    """float32 -> int64 in [0, 2^32) in the floats' order (-inf lowest; -0.0 just below +0.0)."""
-    b = s.to(tl.int32, bitcast=True).to(tl.int64)
-    return tl.where(b < 0, -1 - b, b + 2**31)
-
-
 FIXED = tl.constexpr(4294967296.0)  # 2^32: weights summed across programs as integers in units of 2^-32
 HIST_STRIDE = tl.constexpr(16)  # int64 slots between two bins' counters: one 128-byte line each
 
@@ -73,11 +66,11 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
     picks, and stores the threshold. State a row, after j digits (slot j of state, float64: exact for all three):
     the prefix, A = the weight of the candidates above the prefix's range, P = the target weight.
 
-    Candidates: z >= lo[r] (and, with MASS, a weight exp(z - zmax[r]) > 0); weight 1 without MASS. Keys: the
-    floats' bits as _ordered_key maps them (in uint32 here). The threshold is the least candidate value v whose
-    candidates strictly above weigh less than P (P = target * their total with MASS: top_p; P = target without:
-    top_k). Digit d of a pass holds it iff its bin is not empty and A + (the bins above d) < P; the lowest such
-    digit is taken, since every value in a lower bin has at least that much above it.
+    Candidates: z >= lo[r] (and, with MASS, a weight exp(z - zmax[r]) > 0); weight 1 without MASS. Keys: uint32 in
+    the floats' order (_select_bins; -inf lowest, -0.0 just below +0.0). The threshold is the least candidate
+    value v whose candidates strictly above weigh less than P (P = target * their total with MASS: top_p; P =
+    target without: top_k). Digit d of a pass holds it iff its bin is not empty and A + (the bins above d) < P;
+    the lowest such digit is taken, since every value in a lower bin has at least that much above it.
 
     Sums: each program's in float32 (its chunk's elements in one order), rounded to integers of 2^-32 and added
     atomically: integer sums do not depend on the order the programs arrive in, so a row's threshold is the same on
@@ -127,7 +120,7 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
             tl.store(st + PASS * 4, prefix.to(tl.float64))
             tl.store(st + PASS * 4 + 1, a)
             tl.store(st + PASS * 4 + 2, p)
-    if FINISH:  # the prefix is the whole key: back to the float it orders
+    if FINISH:  # the prefix is the whole key: back to the float it orders (the key's map inverted, in int64)
         b = tl.where(prefix >= 2**31, prefix - 2**31, -1 - prefix).to(tl.int32).to(tl.float32, bitcast=True)
         target = tl.load(target_ptr + r)
         if MASS:
@@ -163,7 +156,8 @@ def _select_bins(s, inside, lo, prefix, zmax_ptr, shift, dd, MASS: tl.constexpr)
     b = s.to(tl.int32, bitcast=True)
     u = b.to(tl.uint32, bitcast=True)
     ones = tl.full(s.shape, 0xFFFFFFFF, tl.uint32)  # (~u: the interpreter takes it as u ^ -1, refused)
-    key = tl.where(b < 0, u ^ ones, u | tl.full(s.shape, 0x80000000, tl.uint32))  # _ordered_key, 32 bits
+    # The floats' order: a negative float's bits all flipped, a positive one's with the sign bit set.
+    key = tl.where(b < 0, u ^ ones, u | tl.full(s.shape, 0x80000000, tl.uint32))
     cand = inside & (s >= lo) & (((key >> (shift + 3)) >> 1) == prefix.to(tl.uint32))  # (no shift by 32)
     if MASS:
         w = tl.where(cand, tl.exp(s - tl.load(zmax_ptr)), 0.0)  # (an underflowed weight adds nothing)
