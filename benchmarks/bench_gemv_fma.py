@@ -18,6 +18,9 @@ CUDA-core GEMV gets at these shapes, T = 1 and 4.
 
     python benchmarks/bench_gemv_fma.py --out OUT.json [--tokens 1 4]
     TRITON_INTERPRET=1 python benchmarks/bench_gemv_fma.py --check   # the kernel against torch on CPU
+
+Also prints (first, on CUDA) whether a token's products are bit-identical alone and in a batch of 2 or 4, for this
+kernel and the shipped GEMV (prepared in the twenty-second session after its device time was spent: not yet run).
 """
 
 from __future__ import annotations
@@ -114,6 +117,30 @@ def check() -> None:
         print(f"check T={T} N={N} K={K} BN={bn}: rel err {err:.2e}", flush=True)
 
 
+def identity(device: str) -> list[dict]:
+    """Whether a token's products are bit-identical alone (M=1), in a pair (M=2) and in a verify of 4 (M=4), for this
+    kernel and (on CUDA) the shipped GEMV: what decode and verify computing the same token needs."""
+    from sglang_eagle3.kernels.gemv import triton_gemv
+
+    g = torch.Generator().manual_seed(1)
+    rows = []
+    shapes = SHAPES if device == "cuda" else [("small", 40, 700)]
+    for name, N, K in shapes:
+        x = torch.randn(4, K, generator=g).to(torch.bfloat16).to(device)
+        w = (torch.randn(N, K, generator=g) / K ** 0.5).to(torch.bfloat16).to(device)
+        kinds = {"fma": lambda a, w=w: fma_gemv(a, w, bn=4)}
+        if device == "cuda":
+            kinds["shipped"] = lambda a, w=w: triton_gemv(a, w)
+        for kind, fn in kinds.items():
+            four = fn(x)
+            same2 = torch.equal(fn(x[:2]), four[:2])
+            same1 = all(torch.equal(fn(x[t:t + 1])[0], four[t]) for t in range(4))
+            rows.append({"op": name, "kind": kind, "alone_eq_in_4": same1, "pair_eq_in_4": same2})
+            print(f"identity {name:22s} {kind:8s}: alone == in a verify of 4: {same1}; pair == in 4: {same2}",
+                  flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out")
@@ -121,7 +148,9 @@ def main() -> None:
     ap.add_argument("--check", action="store_true", help="only the correctness check (CPU, interpreter)")
     args = ap.parse_args()
     if args.check:
-        return check()
+        check()
+        identity("cpu")
+        return
     assert torch.cuda.is_available(), "needs a CUDA GPU (or --check under TRITON_INTERPRET=1)"
     from benchmarks.bench_kernels import read_ceiling_us, time_graph
     from sglang_eagle3.bench.harness import git_commit
@@ -130,7 +159,7 @@ def main() -> None:
 
     sms = tuning.sm_count(torch.device("cuda"))
     pdl = tuning.pdl(torch.device("cuda"), "gemv")
-    rows = []
+    rows = identity("cuda")
     for name, N, K in SHAPES:
         nbytes = N * K * 2
         copies = max(2, min(32, (256 << 20) // nbytes))  # rotate past the L2
