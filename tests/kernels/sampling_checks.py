@@ -129,6 +129,30 @@ def check_top_threshold(R: int, V: int, device: str = "cpu", seed: int = 0, mass
     return {"rows": R, "V": V, "mass": mass, "filtered_rows": on, "boundary_differences": len(differ)}
 
 
+def check_top_threshold_edges(V: int = 3000, device: str = "cpu", seed: int = 3) -> dict:
+    """Rows at the edges of the select: one finite token, a scale at which every weight but the maximum's
+    underflows, every token tied, a masked third, integer-valued scores (runs of ties); top_p at 1e-6, 0.3 and
+    0.999999, top_k at 1, 2 and V - 1: equal to the reference everywhere (no boundary within rounding here)."""
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(6, V, generator=g) * 3
+    z[1] = float("-inf")
+    z[1, 17] = 2.0
+    z[2] *= 1000.0
+    z[3] = 1.0
+    z[4, : V // 3] = float("-inf")
+    z[5] = torch.round(z[5])
+    lo = torch.full((6,), float("-inf"))
+    zmax = z.amax(-1)
+    cases = [(p, zmax) for p in (1e-6, 0.3, 0.999999)] + [(k, None) for k in (1.0, 2.0, float(V - 1))]
+    for target, zm in cases:
+        t = torch.full((6,), target)
+        got = kernels.top_threshold(z.to(device), lo.to(device), t.to(device),
+                                    None if zm is None else zm.to(device), use_triton=True).cpu()
+        want = ref_top_threshold(z, lo, t, zm)
+        assert torch.equal(got, want), (("top_p" if zm is not None else "top_k"), target, got.tolist(), want.tolist())
+    return {"cases": len(cases), "rows": 6, "V": V}
+
+
 def check_filters_kernel_vs_sort(R: int, V: int, device: str = "cpu", seed: int = 0) -> dict:
     """runtime/sampling.py's filters through the radix selects (the CUDA path) against its sort path, rows of
     top_threshold_rows with mixed parameters (top_k, min_p, top_p, all three, none): the same kept tokens except
@@ -176,4 +200,5 @@ CASES = {
     "top_k_threshold_irregular": lambda: check_top_threshold(23, 1000, seed=3, mass=False),
     "top_k_threshold_chunks": lambda: check_top_threshold(7, 9000, seed=4, mass=False),
     "filters_kernel_vs_sort": lambda: check_filters_kernel_vs_sort(12, 2500, seed=5),
+    "top_threshold_edges": lambda: check_top_threshold_edges(),
 }

@@ -34,7 +34,12 @@ from kernel_checks import (  # noqa: E402
     rel_err,
 )
 from mla_prefill_checks import check_mha_prefill, check_mha_prefill_model  # noqa: E402
-from sampling_checks import check_filters_kernel_vs_sort, check_gumbel_argmax, check_top_threshold  # noqa: E402
+from sampling_checks import (  # noqa: E402
+    check_filters_kernel_vs_sort,
+    check_gumbel_argmax,
+    check_top_threshold,
+    check_top_threshold_edges,
+)
 
 from sglang_eagle3 import kernels  # noqa: E402
 
@@ -642,6 +647,12 @@ def test_top_threshold_kimi_vocab(R, V, mass):
     boundary), one row to a batch of 64 (16 requests verifying 4 tokens) at Kimi's vocabulary."""
     res = check_top_threshold(R, V, device="cuda", seed=R + 100 * mass, mass=mass)
     assert res["boundary_differences"] <= 1, res
+
+
+@pytest.mark.parametrize("V", [3000, 163840])
+def test_top_threshold_edges(V):
+    """One finite token, underflowed weights, ties, masked thirds: the select equals the reference exactly."""
+    check_top_threshold_edges(V, device="cuda")
 
 
 @pytest.mark.parametrize("R,V", [(12, 163840), (30, 7001)])
