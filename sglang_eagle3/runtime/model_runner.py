@@ -572,7 +572,8 @@ class ModelRunner:
                             self._upload(torch.tensor(i, dtype=torch.int64)), Filters.of(params))
 
     @staticmethod
-    def sample(logits: torch.Tensor, samp: SamplerBatch | None, positions: torch.Tensor) -> torch.Tensor:
+    def sample(logits: torch.Tensor, samp: SamplerBatch | None, positions: torch.Tensor | None) -> torch.Tensor:
         """One token a request (decode, prefill) from logits [B, V] at ``positions`` [B], the positions being
-        sampled -> int64 [B] on the device; the argmax when ``samp`` is None (every request greedy)."""
+        sampled -> int64 [B] on the device; the argmax when ``samp`` is None (every request greedy: no positions
+        needed)."""
         return logits.argmax(-1) if samp is None else sample_tokens(logits, samp.f, samp.i, positions, samp.filters)

@@ -236,7 +236,8 @@ class Scheduler:
         last, hidden_states, aux = runner.prefill(rows)
         # Each prompt's next token, at position len(prompt) (a resumed request keeps the one it has).
         samp = self._sampler(reqs)
-        sampled = runner.sample(last, samp, runner.to_device([r.seq_len for r in reqs])).tolist()
+        positions = None if samp is None else runner.to_device([r.seq_len for r in reqs])  # (greedy: the argmax)
+        sampled = runner.sample(last, samp, positions).tolist()
         first_tokens, start = [], 0
         for i, (r, n, res) in enumerate(zip(reqs, lens, resumed, strict=True)):
             if res:
