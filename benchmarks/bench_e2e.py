@@ -51,24 +51,30 @@ def _provenance(device: str) -> dict:
             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def _timed_generate(engine, prompts, params, input_ids=False, repeat=1) -> dict:
-    """Warm up, then time the prompts one request at a time, ``repeat`` times over: tok_per_s is the median
-    pass, and every pass is kept (``tok_per_s_runs``) so one run is never read as a level."""
+def _timed_generate(engine, prompts, params, input_ids=False, repeat=1, concurrency=1) -> dict:
+    """Warm up, then time the prompts one request at a time (or ``concurrency`` at a time, each group one batch
+    that runs to its end), ``repeat`` times over: tok_per_s is the median pass, and every pass is kept
+    (``tok_per_s_runs``) so one run is never read as a level."""
     kw = {"input_ids": prompts} if input_ids else {"prompt": prompts}
     engine.generate(**{k: v[:1] for k, v in kw.items()}, sampling_params={**params, "max_new_tokens": 8})  # warm
     passes = []
     for _ in range(repeat):
         tokens = verify = 0
+        sizes = []  # requests each generate call returned
         t0 = time.perf_counter()
-        for i in range(len(prompts)):  # single stream: one request at a time
-            one = {k: v[i] for k, v in kw.items()}
-            o = engine.generate(**one, sampling_params=params)
-            tokens += o["meta_info"]["completion_tokens"]
-            verify += o["meta_info"]["spec_verify_ct"]
+        for i in range(0, len(prompts), concurrency):
+            if concurrency == 1:  # single stream: one request at a time
+                outs = [engine.generate(**{k: v[i] for k, v in kw.items()}, sampling_params=params)]
+            else:
+                outs = engine.generate(**{k: v[i:i + concurrency] for k, v in kw.items()}, sampling_params=params)
+            sizes.append(len(outs))
+            tokens += sum(o["meta_info"]["completion_tokens"] for o in outs)
+            verify += sum(o["meta_info"]["spec_verify_ct"] for o in outs)
         passes.append((tokens, verify, time.perf_counter() - t0))
     tps = [t / w for t, _, w in passes]
     tokens, verify = sum(t for t, _, _ in passes), sum(v for _, v, _ in passes)
     return {"tok_per_s": statistics.median(tps), "tok_per_s_runs": [round(x, 2) for x in tps],
+            "requests_per_call": sizes,
             "tokens": tokens, "wall_s": sum(w for _, _, w in passes), "verify_forwards": verify,
             "accept_length": tokens / verify if verify else None}
 
@@ -104,13 +110,16 @@ def embedded(a) -> dict:
     with open(a.prompts) as f:
         prompts = [ln.strip() for ln in f if ln.strip()][: a.num_prompts]
     common = dict(device=a.device, log_level="warning", disable_cuda_graph=a.disable_cuda_graph, tp_size=a.tp_size)
+    if a.concurrency > 1:
+        common["max_running_requests"] = max(a.concurrency, 32)
     if len(a.prefill_graphs) != 1:
         raise SystemExit("--prefill-graphs takes one variant for the embedded workload (several: --kimi-slice)")
     buckets = prefill_tokens(a.prefill_graphs[0])
     if buckets is not None:
         common["cuda_graph_prefill_tokens"] = buckets
     out = {"workload": {"model": target, "draft": draft, "prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
-                        "sampling": a.sampling, "single_stream": True, "tp_size": a.tp_size}, "runs": []}
+                        "sampling": a.sampling, "single_stream": a.concurrency == 1, "concurrency": a.concurrency,
+                        "tp_size": a.tp_size}, "runs": []}
     # Each variant (--overlap-schedule x --sampling) runs the baseline and every k in turn, the variants alternating
     # (--repeat-variants); the names carry the variant when there are several.
     variants = [(o, smp) for _ in range(a.repeat_variants) for o in a.overlap_schedule for smp in a.sampling]
@@ -122,7 +131,7 @@ def embedded(a) -> dict:
         params = {"max_new_tokens": a.max_new_tokens, **sampling_params(smp)}
         kw = dict(common, disable_overlap_schedule=overlap == "off")
         base_engine = Engine(model_path=target, **kw)
-        base = _timed_generate(base_engine, prompts, params, repeat=a.repeat)
+        base = _timed_generate(base_engine, prompts, params, repeat=a.repeat, concurrency=a.concurrency)
         base_ids = [base_engine.generate(p, params)["output_ids"] for p in prompts[:4]]
         base_engine.shutdown()  # TP workers hold the GPUs until then
         first_ids.setdefault(smp, base_ids)
@@ -132,7 +141,7 @@ def embedded(a) -> dict:
         for k in a.ks:
             eng = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
                          speculative_num_steps=k, **kw)
-            r = _timed_generate(eng, prompts, params, repeat=a.repeat)
+            r = _timed_generate(eng, prompts, params, repeat=a.repeat, concurrency=a.concurrency)
             lossless = [eng.generate(p, params)["output_ids"] for p in prompts[:4]] == base_ids
             r.update(name=f"eagle3_k{k}{tag}", speedup=r["tok_per_s"] / base["tok_per_s"], lossless_first4=lossless,
                      verify_graph_eager=eng.get_server_info()["forward_counts"].get("target_verify"))
@@ -190,6 +199,7 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
                         "prompt_len": a.prompt_len, "max_new_tokens": a.max_new_tokens,
                         "context_length": a.context_length or "prompt + new tokens + 64",
                         "draft_attention": a.draft_attention, "sampling": a.sampling,
+                        "concurrency": a.concurrency,
                         "comm_gpus": world,
                         "note": ("collectives skipped" if world == 1 else
                                  f"the same rank slice on each of {world} GPUs, all-reduces over the {world} (NCCL), "
@@ -240,19 +250,21 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         extra = ({} if buckets is None else {"cuda_graph_prefill_tokens": buckets}) | (
             {} if mha is None else {"mha_prefill_tokens": mha})
         args = EngineArgs(model_path="<in-memory>", device="cuda", dtype="bfloat16",
-                          max_running_requests=a.cuda_graph_max_bs, cuda_graph_max_bs=a.cuda_graph_max_bs,
+                          max_running_requests=max(a.cuda_graph_max_bs, a.concurrency),
+                          cuda_graph_max_bs=a.cuda_graph_max_bs,
                           speculative_algorithm="EAGLE3" if k else None,
                           speculative_draft_model_path="<in-memory>" if k else None, speculative_num_steps=k,
                           speculative_simulate_accept_length=acc, attention_backend=a.backend,
                           moe_runner_backend=a.backend, disable_overlap_schedule=overlap == "off", **extra)
         ctx = a.context_length or a.prompt_len + a.max_new_tokens + 64  # the graphs' page table width
         plan = {"context_length": ctx, "num_steps": k, "verify_widths": (k + 1,) if k else (1,),
-                "num_pages": ctx // 16 + 4, "eos": ()}
+                "num_pages": a.concurrency * (ctx // 16 + 4), "eos": ()}
         with env.overrides(bvg.parse_env_variant(env_set)):  # (kernel configs are read as graphs are captured)
             worker = ModelWorker(dataclasses.replace(args, page_size=16), plan, torch.device("cuda"),
                                  models=(target, draft if k else None))
             engine = _Engine(worker)
-            r = _timed_generate(engine, prompts, params, input_ids=True, repeat=a.repeat)
+            r = _timed_generate(engine, prompts, params, input_ids=True, repeat=a.repeat,
+                                concurrency=a.concurrency)
             if a.profile:  # where a step's time goes: host or GPU (profile_round.py's passes, one prompt)
                 stats = engine.w.scheduler.stats
                 r["profile"] = profile.profile_config(lambda e=engine, p=params: e.generate(prompts[0], p), stats, 25,
@@ -340,12 +352,17 @@ def main() -> None:
                     help="--kimi-slice: after timing, profile each configuration's steps over one prompt: wall, GPU "
                     "kernel time and the host's Python functions (benchmarks/profile_round.py's passes)")
     ap.add_argument("--cuda-graph-max-bs", type=int, default=1,
-                    help="--kimi-slice: the largest batch bucket captured (and running requests); requests still "
-                         "run one at a time: for the capture time and graph memory a server's setting costs")
+                    help="--kimi-slice: the largest batch bucket captured (and running requests): for the capture "
+                         "time and graph memory a server's setting costs; with --concurrency, the batches' graphs")
+    ap.add_argument("--concurrency", type=int, default=1,
+                    help="prompts submitted together, each group one batch run to its end (default 1: a single "
+                         "stream); tok/s is then the batches' throughput")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.repeat < 1:
         ap.error(f"--repeat must be >= 1, got {a.repeat}")
+    if a.concurrency < 1:
+        ap.error(f"--concurrency must be >= 1, got {a.concurrency}")
     if a.comm_gpus > 1 and not a.kimi_slice:
         ap.error("--comm-gpus is for --kimi-slice (the embedded workload takes --tp-size)")
     if a.kimi_slice and a.comm_gpus > 1:

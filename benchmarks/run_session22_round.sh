@@ -40,7 +40,10 @@ source "$(dirname "$0")/gpu_stages.sh"
 # q_b 2.42 / 5.74 / 3.22, o_proj 6.55 / 5.83 / 5.82, router + shared gate/up 6.59 / 7.96 / 5.26, shared down 2.90 /
 # 3.16 / 2.97; at T=4 the CUDA cores lose on all but q_b (3.90 against 5.70).) Since 240171b the script also checks
 # bit-identity across T and times q_b with its q_a norm folded in: not yet run (the next GPU session's first call).
-part=${1:?part: w1, w2, w3, w4}
+# Part "w5" (prepared after the device time was spent; not yet run): the Kimi slice at 16 concurrent requests
+# (bench_e2e.py --concurrency, new) sampled with top_p 0.95, the radix select against the sort it replaced
+# (SGLANG_EAGLE3_SAMPLER_RADIX=0) alternating twice: the select's gain end to end where a round samples 64 rows.
+part=${1:?part: w1, w2, w3, w4, w5}
 E2E_KIMI=(--kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2)
 case $part in
 w1)
@@ -61,6 +64,11 @@ w3)
   ;;
 w4)
   TAIL=16 stage gemv_fma 150 python benchmarks/bench_gemv_fma.py --out "$OUT/gemv_fma.json"
+  ;;
+w5)
+  TAIL=10 stage e2e_batch_top_p 500 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --max-new-tokens 64 \
+    --repeat 2 --simulate-accept 3.0 --concurrency 16 --cuda-graph-max-bs 16 --sampling temperature=0.7,top_p=0.95 \
+    --env-variants '' SGLANG_EAGLE3_SAMPLER_RADIX=0 --repeat-variants 2 --out "$OUT/e2e_batch_top_p.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

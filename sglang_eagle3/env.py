@@ -85,10 +85,14 @@ OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "down projection beside the routing), mla_k_path (MLA's kv_a norm + k rope into the cache beside "
                "q_b and W_UK, with the q_rope_attn fusion), one of prefetch_attn / prefetch_late / prefetch_next "
                "(L2 prefetch of weights a layer reads later); unset: DEFAULT_OVERLAP")
+SAMPLER_RADIX = Knob("SGLANG_EAGLE3_SAMPLER_RADIX",
+                     "0: the sampler's top_k / top_p thresholds by sorting each row on CUDA too (the path before the "
+                     "radix select, for A/B runs; read as graphs are captured: set it before the engine starts); "
+                     "unset or 1: kernels.top_threshold (runtime/sampling.py filtered_scores)")
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
-       GEMV_LEAN, MOE_DOT_MAX, NO_FUSE, OVERLAP)
+       GEMV_LEAN, MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

@@ -58,6 +58,22 @@ def test_e2e_overlap_variants(tmp_path):
     assert all(r.get("lossless_first4", True) and r.get("identical_across_variants", True) for r in res["runs"])
 
 
+@needs_embedded
+def test_e2e_concurrency_batches_the_prompts(tmp_path):
+    """--concurrency 2: three prompts as a batch of two then one; every token counted, output still lossless."""
+    _, res = bench_e2e_json(tmp_path, "--num-prompts", "3", "--max-new-tokens", "6", "--ks", "2", "--concurrency", "2")
+    assert res["workload"]["concurrency"] == 2 and res["workload"]["single_stream"] is False
+    base, spec = res["runs"]
+    assert base["requests_per_call"] == spec["requests_per_call"] == [2, 1]
+    assert base["tokens"] == spec["tokens"] == 3 * 6  # (greedy, no EOS this early)
+    assert spec["lossless_first4"] is True
+
+
+def test_e2e_concurrency_must_be_positive():
+    proc = bench_e2e("--concurrency", "0", timeout=120)
+    assert proc.returncode == 2 and "--concurrency must be >= 1, got 0" in proc.stderr
+
+
 def test_e2e_repeat_must_be_positive():
     proc = bench_e2e("--repeat", "0", timeout=120)
     assert proc.returncode == 2 and "--repeat must be >= 1, got 0" in proc.stderr

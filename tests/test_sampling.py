@@ -217,6 +217,25 @@ def test_top_p_one_keeps_the_tail_behind_a_peak():
     assert int((z[1] > float("-inf")).sum()) == 1
 
 
+def test_sampler_radix_knob_selects_the_sort(monkeypatch):
+    """SGLANG_EAGLE3_SAMPLER_RADIX=0 sends the filters to the sort path even where Triton is asked for (as on CUDA),
+    for A/B runs; unset, Triton is taken (on this CPU without the interpreter: refused, naming it)."""
+    g = torch.Generator().manual_seed(12)
+    logits = torch.randn(3, 200, generator=g) * 2
+    samp_f, samp_i = sampler_inputs([dict(temperature=0.8, top_p=0.7), dict(temperature=1.0, top_k=5),
+                                     dict(temperature=0.9)], [0, 1, 2])
+    args = (logits, samp_f[:, 0], samp_f[:, 1], samp_i[:, 0], samp_f[:, 2], ALL_FILTERS)
+    monkeypatch.setenv("SGLANG_EAGLE3_SAMPLER_RADIX", "0")
+    assert torch.equal(filtered_scores(*args, use_triton=True), filtered_scores(*args, use_triton=False))
+    monkeypatch.delenv("SGLANG_EAGLE3_SAMPLER_RADIX")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        filtered_scores(*args, use_triton=True)
+    monkeypatch.setenv("SGLANG_EAGLE3_SAMPLER_RADIX", "2")
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_SAMPLER_RADIX"):
+        filtered_scores(*args, use_triton=True)
+
+
 def test_draft_samples_with_the_targets_noise():
     """A draft whose logits equal the target's proposes exactly the target's sample (shared noise: every
     proposal accepted), at any temperature, through a draft vocabulary mapped to target ids too; greedy rows

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sglang_eagle3 import kernels
+from sglang_eagle3 import env, kernels
 from sglang_eagle3.kernels.ref import MIX32_MUL1, MIX32_MUL2
 
 
@@ -194,7 +194,8 @@ def filtered_scores(logits: torch.Tensor, temperature: torch.Tensor, top_p: torc
     log(min_p)), so a row keeps the same tokens in any batch.
 
     top_k and top_p: with Triton (CUDA) a radix select over the row (kernels.top_threshold: 9 launches of
-    streaming passes, no sort); elsewhere a sort of the row and prefix sums. Both compute the definition above;
+    streaming passes, no sort); elsewhere, or with SGLANG_EAGLE3_SAMPLER_RADIX=0, a sort of the row and prefix
+    sums. Both compute the definition above;
     they may differ only for a row whose mass sits within float rounding of top_p's boundary, and each is
     deterministic and independent of the batch."""
     z = logits.float() / temperature.view(-1, 1)
@@ -204,7 +205,7 @@ def filtered_scores(logits: torch.Tensor, temperature: torch.Tensor, top_p: torc
     zmax = z.amax(-1)
     if filters.min_p:
         thr = torch.maximum(thr, zmax + torch.log(min_p))  # log(0) = -inf: off
-    if kernels.triton_runs(z, use_triton):
+    if env.SAMPLER_RADIX.switch(default=True) and kernels.triton_runs(z, use_triton):
         if filters.top_k:  # k as float32 (the kernel's counts); k <= 0 or >= V leaves the threshold as it is
             thr = kernels.top_threshold(z, thr, top_k.clamp(0, z.shape[-1]).float(), use_triton=use_triton)
         if filters.top_p:
