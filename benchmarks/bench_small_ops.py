@@ -10,11 +10,12 @@ programs beside the GEMV; MLA at 1k and 8k context with a page table sized for 8
 verify-graph benchmark's graphs) and for 32k.
 
 The sampler (--sampler): a round's token choice at Kimi's vocabulary (163840) for R rows (decode 1, verify of
-4, batches): the argmax that greedy rounds take, the sampler's filters + Gumbel kernel (runtime/sampling.py), and
-the Gumbel kernel alone.
+4, batches): the argmax that greedy rounds take, the sampler's filters + Gumbel kernel (runtime/sampling.py), top_k /
+top_p by the radix select and by the sort it replaced, and the Gumbel kernel alone.
 
     python benchmarks/bench_small_ops.py --out benchmarks/results/h200/small_ops.json [--label new]
     python benchmarks/bench_small_ops.py --out OUT.json --sampler
+    python benchmarks/bench_small_ops.py --out OUT.json --select-passes   # the radix select's launches, profiled
     python benchmarks/bench_small_ops.py --out OUT.json --mla-variants '' num_warps=4 BLOCK_N=32,num_stages=3
 """
 
