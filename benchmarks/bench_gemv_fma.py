@@ -39,6 +39,8 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from sglang_eagle3.kernels.triton.gemv import _rstd  # noqa: E402
+
 # (name, N, K): a Kimi-K2.5 TP=8 rank's decode projections (the pair launches as one matrix of their bytes).
 SHAPES = [("q_a+kv_a", 2112, 7168), ("q_b", 1536, 1536), ("o_proj", 7168, 1024), ("router+shared gate/up", 896, 7168),
           ("shared down", 7168, 256)]
@@ -47,13 +49,14 @@ NORMED = ("q_b", 1536, 1536)  # also timed with its q_a RMSNorm folded in, as th
 
 @triton.jit
 def _row_rstd(x_ptr, t: tl.constexpr, s_xt, K, eps, kk, STEP: tl.constexpr, NSTEPS: tl.constexpr):
-    """1 / sqrt(mean(x[t]^2) + eps), as the shipped GEMV's NORM_PRE (every program reads the whole row first)."""
+    """1 / sqrt(mean(x[t]^2) + eps) by the shipped GEMV's _rstd (its NORM_PRE: every program reads the whole row
+    first), the sum of squares in this kernel's [L, VEC] layout."""
     ss = tl.zeros(kk.shape, tl.float32)
     for i in range(NSTEPS):
         k = i * STEP + kk
         x = tl.load(x_ptr + t * s_xt + k, mask=k < K, other=0.0).to(tl.float32)
         ss += x * x
-    return 1.0 / tl.sqrt(tl.sum(tl.sum(ss, axis=1), axis=0) / K + eps)
+    return _rstd(tl.sum(tl.sum(ss, axis=1), axis=0), K, eps)
 
 
 @triton.jit
