@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Twenty-third session's device round (H200): bash benchmarks/run_session23_round.sh PART, results under $OUT.
+source "$(dirname "$0")/gpu_stages.sh"
+# Part "v1": what the twenty-second session prepared after its device time was spent: the radix select's edge cases
+# on the GPU; the CUDA-core GEMV prototype's bit-identity across T and q_b with its q_a norm folded
+# (bench_gemv_fma.py); the Kimi slice at 16 concurrent top_p requests, the radix select against the sort
+# (SGLANG_EAGLE3_SAMPLER_RADIX=0) alternating twice.
+part=${1:?part: v1}
+case $part in
+v1)
+  TAIL=6 stage edges_test 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/kernels/test_kernels_gpu.py -k "top_threshold_edges"
+  TAIL=24 stage gemv_fma 150 python benchmarks/bench_gemv_fma.py --out "$OUT/gemv_fma.json"
+  TAIL=10 stage e2e_batch_top_p 330 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --max-new-tokens 64 \
+    --repeat 2 --simulate-accept 3.0 --concurrency 16 --cuda-graph-max-bs 16 --sampling temperature=0.7,top_p=0.95 \
+    --env-variants '' SGLANG_EAGLE3_SAMPLER_RADIX=0 --repeat-variants 2 --out "$OUT/e2e_batch_top_p.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
