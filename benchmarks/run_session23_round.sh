@@ -11,7 +11,7 @@ v1)
   TAIL=6 stage edges_test 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
     tests/kernels/test_kernels_gpu.py -k "top_threshold_edges"
   TAIL=24 stage gemv_fma 150 python benchmarks/bench_gemv_fma.py --out "$OUT/gemv_fma.json"
-  TAIL=10 stage e2e_batch_top_p 330 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --max-new-tokens 64 \
+  TAIL=10 stage e2e_batch_top_p 360 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --max-new-tokens 64 \
     --repeat 2 --simulate-accept 3.0 --concurrency 16 --cuda-graph-max-bs 16 --sampling temperature=0.7,top_p=0.95 \
     --env-variants '' SGLANG_EAGLE3_SAMPLER_RADIX=0 --repeat-variants 2 --out "$OUT/e2e_batch_top_p.json"
   ;;
