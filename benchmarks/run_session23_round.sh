@@ -5,7 +5,12 @@ source "$(dirname "$0")/gpu_stages.sh"
 # on the GPU; the CUDA-core GEMV prototype's bit-identity across T and q_b with its q_a norm folded
 # (bench_gemv_fma.py); the Kimi slice at 16 concurrent top_p requests, the radix select against the sort
 # (SGLANG_EAGLE3_SAMPLER_RADIX=0) alternating twice.
-part=${1:?part: v1}
+# Part "v2": the CUDA-core GEMV in the package (kernels/gemv.py triton_gemv_fma; fma_form sends it q_b, with its q_a
+# norm): its GPU tests (q_b shapes, T = 1..16, rows bit-identical alone / in pairs / in fours as in the batch) and
+# the GEMV tests it now serves; bench_gemv_fma.py (the package's kernel over five configs against the tensor-core
+# GEMV, T = 1..16); the 61-layer step at 1k and 8k, T = 1..16, with it and without (SGLANG_EAGLE3_GEMV_FMA=0),
+# alternating twice.
+part=${1:?part: v1, v2}
 case $part in
 v1)
   TAIL=6 stage edges_test 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
@@ -14,6 +19,14 @@ v1)
   TAIL=10 stage e2e_batch_top_p 360 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --max-new-tokens 64 \
     --repeat 2 --simulate-accept 3.0 --concurrency 16 --cuda-graph-max-bs 16 --sampling temperature=0.7,top_p=0.95 \
     --env-variants '' SGLANG_EAGLE3_SAMPLER_RADIX=0 --repeat-variants 2 --out "$OUT/e2e_batch_top_p.json"
+  ;;
+v2)
+  TAIL=8 stage gemv_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/kernels/test_kernels_gpu.py -k "gemv"
+  TAIL=40 stage gemv_fma 120 python benchmarks/bench_gemv_fma.py --out "$OUT/gemv_fma.json"
+  NO=SGLANG_EAGLE3_GEMV_FMA=0
+  TAIL=30 stage step_fma 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 2 4 8 16 --eager-iters 1 --graph-iters 30 --env-variants '' "$NO" '' "$NO" --out "$OUT/step_fma.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -67,6 +67,10 @@ GEMV_LEAN = Knob("SGLANG_EAGLE3_GEMV_LEAN",
                  "0: the skinny GEMM's pipelines as deep as shared memory allows (up to 4 stages of 256-wide K "
                  "tiles, the third session's heuristic); unset or 1: split-K launches at 3 stages, unsplit "
                  "short-K ones at 64-wide tiles 8 deep (kernels/gemv.py gemv_config)")
+GEMV_FMA = Knob("SGLANG_EAGLE3_GEMV_FMA",
+                "0: every skinny GEMM on the tensor-core kernel; unset or 1: small K-contiguous projections "
+                "without an epilogue (MLA's q_b, with its q_a norm) on the CUDA-core kernel (kernels/gemv.py "
+                "fma_form; read as graphs are captured)")
 MOE_DOT_MAX = Knob("SGLANG_EAGLE3_MOE_DOT_MAX",
                    "largest token count (from 2) whose INT4 MoE takes the dot path (gate_up as tensor-core dots "
                    "over each expert's pairs); 0: never (the GEMV path); unset: kernels/fused_moe.py DOT_MAX_TOKENS")
@@ -92,7 +96,7 @@ SAMPLER_RADIX = Knob("SGLANG_EAGLE3_SAMPLER_RADIX",
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
-       GEMV_LEAN, MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX)
+       GEMV_LEAN, GEMV_FMA, MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

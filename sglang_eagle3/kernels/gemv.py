@@ -32,10 +32,19 @@ from sglang_eagle3.kernels.triton.gemv import (
     NORM_NONE,
     NORM_POST,
     NORM_PRE,
+    gemv_fma_kernel,
     gemv_kernel,
 )
 
 GEMV_MAX_ROWS = 16  # one tensor-core tile of rows: decode/verify at small batch; above, cuBLAS
+
+# Which matrices take the CUDA-core form (fma_form): K-contiguous, no epilogue, at most FMA_MAX_WEIGHTS weights
+# and K >= FMA_MIN_K. On the H200 (benchmarks/bench_gemv_fma.py) it won on q_b (1536 x 1536: 2.4M) at T = 1 and
+# 4 and lost at T = 4 on every wider Kimi projection (o_proj 7168 x 1024, 7.3M; q_a + kv_a 2112 x 7168); short K
+# (the shared expert's down, K = 256) leaves most lanes idle. DeepSeek-V3's TP=8 q_b (3072 x 1536, 4.7M) falls
+# inside the bound: not measured.
+FMA_MAX_WEIGHTS = 5 << 20
+FMA_MIN_K = 1024
 
 # NOTE: NORM_POST's elementwise math runs on the dot's operand layout, where every warp holds the whole
 # [16, BLOCK_K] activation tile: in fp32 at BLOCK_K = 256 that is 128 registers a thread and the kernel spills
@@ -103,6 +112,55 @@ def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int, mats: int = 1,
     return {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT": split, "num_warps": 4, "num_stages": stages}
 
 
+def fma_form(N: int, K: int, x: torch.Tensor, w: torch.Tensor, epilogue: bool) -> bool:
+    """Whether triton_gemv runs x [T, K] @ w [N, K]^T in the CUDA-core form (see FMA_MAX_WEIGHTS); off with
+    SGLANG_EAGLE3_GEMV_FMA=0. One answer for every T of a matrix, so decode and verify compute alike."""
+    return (not epilogue and x.dim() == 2 and w.dim() == 2 and w.stride(1) == 1 and K >= FMA_MIN_K
+            and N * K <= FMA_MAX_WEIGHTS and env.GEMV_FMA.switch(default=True))
+
+
+def fma_config(N: int, K: int) -> dict:
+    """The CUDA-core form's launch config: 4 weight rows a program and as many warps (up to 8) as K has lanes of
+    8 weights (the H200's best for q_b: 4 rows, 8 warps; bench_gemv_fma.py)."""
+    return {"BLOCK_N": 4, "num_warps": max(1, min(8, triton.next_power_of_2(triton.cdiv(K, 8 * 32))))}
+
+
+def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | None = None,
+                    norm_weight: torch.Tensor | None = None, eps: float = 0.0, config: dict | None = None
+                    ) -> torch.Tensor:
+    """x [T, K] (T <= GEMV_MAX_ROWS) @ w [N, K]^T -> [T, N] in x's dtype on the CUDA cores (triton/gemv.py,
+    gemv_fma_kernel), optionally of RMSNorm(x) (``norm_weight`` [K], ``eps``: x normed and rounded to its dtype
+    first, as ref_gemv). ``config``: BLOCK_N and num_warps (default fma_config). Rows of x go 1, 2 or 4 to a
+    program by T; each row's sums are the same code whatever T is."""
+    assert x.dim() == 2 and w.dim() == 2, f"x {tuple(x.shape)} and w {tuple(w.shape)} must be 2-D"
+    T, K = x.shape
+    N = w.shape[0]
+    assert w.shape[1] == K, f"w {tuple(w.shape)} does not match x {tuple(x.shape)} (K={K})"
+    assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
+    assert x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype, f"{x.dtype=} {w.dtype=}"
+    assert x.stride(1) == 1 and w.stride(1) == 1, f"x {x.stride()} and w {w.stride()} need a unit stride along K"
+    if norm_weight is not None:
+        assert norm_weight.shape == (K,) and norm_weight.is_contiguous(), (
+            f"norm_weight must be contiguous [{K}], got {tuple(norm_weight.shape)}")
+    if out is None:
+        out = torch.empty(T, N, dtype=x.dtype, device=x.device)
+    assert tuple(out.shape) == (T, N) and out.stride(1) == 1 and out.dtype == x.dtype, (
+        f"out must be [{T}, {N}] {x.dtype} with unit inner stride, got {tuple(out.shape)} {out.dtype} {out.stride()}")
+    if T == 0 or N == 0:
+        return out
+    cfg = config or fma_config(N, K)
+    interpret = tuning.interpreting()
+    lanes = 32 * (1 if interpret else cfg["num_warps"])
+    rows = 1 if T == 1 else (2 if T == 2 else 4)
+    pdl = tuning.pdl(x.device, "gemv")
+    gemv_fma_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), triton.cdiv(T, rows))](
+        x, w, out, norm_weight if norm_weight is not None else w, T, N, K, x.stride(0), w.stride(0), out.stride(0),
+        float(eps), ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=lanes, VEC=8, NSTEPS=triton.cdiv(K, lanes * 8),
+        NORM=norm_weight is not None, PDL=pdl, num_warps=1 if interpret else cfg["num_warps"],
+        **tuning.pdl_launch(pdl))
+    return out
+
+
 def _as3(t: torch.Tensor, name: str) -> torch.Tensor:
     assert t.dim() in (2, 3), f"{name} must be 2-D or 3-D, got {tuple(t.shape)}"
     return t[:, None, :] if t.dim() == 2 else t
@@ -142,14 +200,18 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
                 add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                 out: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
                 route: Routing | None = None, route_logits: torch.Tensor | None = None,
-                config: dict | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                config: dict | None = None, fma: bool | None = None
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [T, K] with w [N, K] -> [T, N]; or x [T, B, K] with w [B, N, K] -> [T, B, N]. See module doc.
     ``norm_weight`` [K]: x is RMS-normalised first (weight, eps), inside the same launch.
 
     ``route`` with ``route_logits`` float32 [T, E] (2-D x only): the same launch also routes those logits
     (programs beside the GEMV's: the shared expert's down projection and the MoE routing, which read only
     what the launch before wrote), and (out, weights float32 [T, top_k], ids int32 [T, top_k]) is returned,
-    the routing bit-identical to triton_moe_topk's."""
+    the routing bit-identical to triton_moe_topk's.
+
+    ``fma``: run in the CUDA-core form (triton_gemv_fma), or not; unset: fma_form decides (small K-contiguous
+    matrices without an epilogue, unless ``config`` is given)."""
     batched = w.dim() == 3
     assert w.dim() in (2, 3) and x.dim() == w.dim(), f"x {tuple(x.shape)} and w {tuple(w.shape)}: 2-D/2-D or 3-D/3-D"
     T, K = x.shape[0], x.shape[-1]
@@ -194,6 +256,12 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         assert route_logits is None, "route_logits without route"
     if T == 0 or (N == 0 and not extra):
         return (out, *routed) if routed else out
+    epilogue = gated or add is not None or route is not None or out.dtype != x.dtype
+    if fma is None:
+        fma = config is None and fma_form(N, K, x, w, epilogue)
+    if fma:
+        assert not epilogue and not batched, "the CUDA-core form has no epilogue and no heads"
+        return triton_gemv_fma(x, w, out=out, norm_weight=norm_weight, eps=eps, config=config)
     x3, o3 = _as3(x, "x"), _as3(out, "out")
     a3 = _as3(add, "add") if add is not None else o3
     cfg = config or gemv_config(N, K, B, k_major, tuning.sm_count(x.device), 2 if gated else 1,

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from gemv_fma_checks import check_gemv_fma  # noqa: E402
 from gqa_checks import check_draft_forward, check_gqa  # noqa: E402
 from kernel_checks import (  # noqa: E402
     check_gemv,
@@ -420,6 +421,18 @@ def test_gemv_projections(T, N, K, heads, layout, epi):
     reset."""
     poison_allocator()
     check_gemv(T, N, K, heads, layout, epi, device="cuda", seed=T * 7 + N)
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 8, 13, 16])
+@pytest.mark.parametrize("N,K,norm", [(1536, 1536, True), (1536, 1536, False), (3072, 1536, True),
+                                      (1000, 1100, False)], ids=["kimi_q_b_norm", "kimi_q_b", "dsv3_q_b_norm",
+                                                                 "irregular"])
+def test_gemv_fma(T, N, K, norm):
+    """The CUDA-core GEMV at q_b's shapes (Kimi, DeepSeek-V3 TP=8 ranks) and an irregular one: against a float64
+    product, every row bit-identical alone, in pairs and fours as in the batch (its 1-, 2- and 4-row programs),
+    triton_gemv's dispatch equal to it, the tensor-core kernel within the rounding."""
+    poison_allocator()
+    check_gemv_fma(T, N, K, norm, device="cuda", seed=T * 11 + N + K)
 
 
 @pytest.mark.parametrize("T", [1, 4, 16])

@@ -137,6 +137,35 @@ def test_gemv_lean_knob(monkeypatch):
     assert gemv_config(*shape) == gemv_config(*shape, lean=True)
 
 
+def test_gemv_fma_form_and_knob(monkeypatch):
+    """Which matrices the skinny GEMM runs on the CUDA cores: a Kimi TP=8 rank's q_b (and DeepSeek-V3's), not the
+    wide projections, short K, 3-D (per-head) weights, N-contiguous views or epilogues; SGLANG_EAGLE3_GEMV_FMA=0
+    turns it off, a bad value is named."""
+    import torch
+
+    from sglang_eagle3.kernels.gemv import fma_config, fma_form
+
+    def takes(N, K, epilogue=False, heads=0, n_major=False):
+        shape = (heads, N, K) if heads else (N, K)
+        w = torch.empty(shape[::-1] if n_major else shape, dtype=torch.bfloat16)
+        w = w.permute(*range(w.dim() - 1, -1, -1)) if n_major else w
+        x = torch.empty((1, heads, K) if heads else (1, K), dtype=torch.bfloat16)
+        return fma_form(N, K, x, w, epilogue)
+
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_FMA", raising=False)
+    assert takes(1536, 1536) and takes(3072, 1536)  # q_b: Kimi, DeepSeek-V3 (TP=8)
+    assert not takes(7168, 1024) and not takes(2112, 7168) and not takes(7168, 256)  # o_proj, q_a + kv_a, down
+    assert not takes(1536, 1536, epilogue=True) and not takes(512, 1536, heads=8)
+    assert not takes(1536, 1536, n_major=True)
+    assert fma_config(1536, 1536) == {"BLOCK_N": 4, "num_warps": 8}
+    assert fma_config(1100, 1024)["num_warps"] == 4
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA", "0")
+    assert not takes(1536, 1536)
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA", "yes")
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_GEMV_FMA='yes'"):
+        takes(1536, 1536)
+
+
 def test_pdl_knobs(monkeypatch):
     """PDL never off CUDA; the skip list and the L2 prefetch flag; every bad value named in its error."""
     import torch

@@ -337,3 +337,97 @@ def gemv_kernel(
                 _route_tail(out_ptr, s_ot, T, count_ptr + tl.num_programs(0), NB1, bias_ptr, topk_w_ptr,
                             topk_id_ptr, s_twt, s_tit, routed_scaling_factor, INTERPRET, PER_GROUP, N_GROUP,
                             TOPK_GROUP, TOP_K, G_PAD, PG_PAD, K_PAD, HAS_BIAS, RENORMALIZE)
+
+
+# The CUDA-core form (gemv_fma_kernel). gemv_kernel pads the activation rows to a 16-row tensor-core tile and
+# streams W through a shared-memory pipeline with split-K for wide K: right for the wide projections, but for a
+# small matrix such as MLA's q_b (1536 x 1536 on a Kimi TP=8 rank) its split-K handshake and the pipeline's fill
+# are most of the launch, and NORM_PRE reads the whole x row in every program before its first dot. Here each
+# program holds BLOCK_N rows of W in registers, its lanes along K with VEC contiguous weights a lane (16-byte
+# loads), and keeps per-lane partial sums for each of its ROWS activation rows, reduced across the lanes once at
+# the end: no shared-memory staging, no split. A program serves ROWS <= 4 rows of x (a grid axis covers the
+# rest), each row with its own accumulators and the same code, so a token's products are bit-identical whatever
+# T is (decode == verify; tests/kernels check it on the GPU for T = 1..16).
+# twenty-second/twenty-third sessions, H200 (benchmarks/bench_gemv_fma.py): q_b with its q_a norm 7.49 -> 2.83 us
+# at T=1 and 8.31 -> 5.70 at T=4; the wide projections lose at T=4 (o_proj 5.81 -> 11.18), so kernels/gemv.py
+# sends only small K-contiguous matrices here.
+
+
+@triton.jit
+def _lanes_rstd(x_ptr, row, T, K, s_xt, eps, kk, STEP: tl.constexpr, NSTEPS: tl.constexpr):
+    """NORM_PRE's 1 / sqrt(mean(x[row]^2) + eps), the squares summed in the lanes' [LANES, VEC] layout."""
+    ss = tl.zeros(kk.shape, tl.float32)
+    for i in range(NSTEPS):
+        k = i * STEP + kk
+        x = tl.load(x_ptr + row * s_xt + k, mask=(k < K) & (row < T), other=0.0).to(tl.float32)
+        ss += x * x
+    return _rstd(tl.sum(tl.sum(ss, axis=1), axis=0), K, eps)
+
+
+@triton.jit
+def _lanes_dot(w, x_ptr, row, T, k, k_ok, s_xt, rstd, nw, NORM: tl.constexpr):
+    """[BLOCK_N, LANES] per-lane sums of W's tile [BLOCK_N, LANES, VEC] with row ``row`` of x over this K step;
+    with NORM, x * rstd * the norm weight rounded to x's dtype first (as the RMSNorm kernel stores it)."""
+    xr = tl.load(x_ptr + row * s_xt + k, mask=k_ok & (row < T), other=0.0)  # [LANES, VEC]
+    if NORM:
+        xr = (xr.to(tl.float32) * rstd * nw).to(x_ptr.dtype.element_ty)
+    return tl.sum(w * xr.to(tl.float32)[None, :, :], axis=2)
+
+
+@triton.jit
+def _lanes_store(out_ptr, row, T, s_ot, n, N, acc):
+    tl.store(out_ptr + row * s_ot + n, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=(n < N) & (row < T))
+
+
+@triton.jit
+def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, eps,
+                    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr, VEC: tl.constexpr,
+                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False):
+    """out[t, n] = sum_k x'[t, k] W[n, k] on the CUDA cores (x' = x, or with NORM its RMSNorm by nw and eps) for
+    BLOCK_N rows n and rows t0 .. t0 + ROWS - 1 of x a program (t0 = ROWS * program_id(1)); W [N, K]
+    K-contiguous, NSTEPS = cdiv(K, LANES * VEC) steps of LANES x VEC weights a row."""
+    STEP: tl.constexpr = LANES * VEC
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    t0 = tl.program_id(1) * ROWS
+    kk = tl.arange(0, LANES)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [LANES, VEC]: lane l's weights
+    n_ok = (n < N)[:, None, None]
+    w_rows = w_ptr + n[:, None, None].to(tl.int64) * s_wn
+    w = tl.load(w_rows + kk[None, :, :], mask=n_ok & (kk < K)[None, :, :], other=0.0).to(tl.float32)
+    if PDL:  # the first tile above needs no wait: weights are never written
+        gdc_wait()
+        gdc_launch_dependents()
+    r0 = 1.0
+    r1 = 1.0
+    r2 = 1.0
+    r3 = 1.0
+    if NORM:
+        r0 = _lanes_rstd(x_ptr, t0, T, K, s_xt, eps, kk, STEP, NSTEPS)
+        if ROWS > 1:
+            r1 = _lanes_rstd(x_ptr, t0 + 1, T, K, s_xt, eps, kk, STEP, NSTEPS)
+        if ROWS > 2:
+            r2 = _lanes_rstd(x_ptr, t0 + 2, T, K, s_xt, eps, kk, STEP, NSTEPS)
+            r3 = _lanes_rstd(x_ptr, t0 + 3, T, K, s_xt, eps, kk, STEP, NSTEPS)
+    acc0 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    acc1 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    acc2 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    acc3 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    for i in range(NSTEPS):  # (a compile-time count: the interpreter refuses range() up to a K argument)
+        k = i * STEP + kk
+        k_ok = k < K
+        if i > 0:
+            w = tl.load(w_rows + k[None, :, :], mask=n_ok & k_ok[None, :, :], other=0.0).to(tl.float32)
+        nw = 1.0
+        if NORM:
+            nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+        acc0 += _lanes_dot(w, x_ptr, t0, T, k, k_ok, s_xt, r0, nw, NORM)
+        if ROWS > 1:
+            acc1 += _lanes_dot(w, x_ptr, t0 + 1, T, k, k_ok, s_xt, r1, nw, NORM)
+        if ROWS > 2:
+            acc2 += _lanes_dot(w, x_ptr, t0 + 2, T, k, k_ok, s_xt, r2, nw, NORM)
+            acc3 += _lanes_dot(w, x_ptr, t0 + 3, T, k, k_ok, s_xt, r3, nw, NORM)
+    _lanes_store(out_ptr, t0, T, s_ot, n, N, acc0)
+    if ROWS > 1:
+        _lanes_store(out_ptr, t0 + 1, T, s_ot, n, N, acc1)
+    if ROWS > 2:
+        _lanes_store(out_ptr, t0 + 2, T, s_ot, n, N, acc2)
+        _lanes_store(out_ptr, t0 + 3, T, s_ot, n, N, acc3)

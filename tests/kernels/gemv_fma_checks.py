@@ -1,0 +1,67 @@
+"""Cases for the skinny GEMM's CUDA-core form (kernels/gemv.py triton_gemv_fma, triton/gemv.py gemv_fma_kernel)
+against ref_gemv. Merged into kernel_checks.CASES: the interpreter runs them on CPU, the GPU suite at the Kimi /
+DeepSeek-V3 q_b shapes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from sglang_eagle3 import kernels
+from sglang_eagle3.kernels.gemv import fma_form, triton_gemv, triton_gemv_fma
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if not torch.isfinite(out).all():
+        return math.inf
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed: int = 0,
+                   dtype=torch.bfloat16, config: dict | None = None) -> dict:
+    """The CUDA-core GEMV (optionally with the RMSNorm of x folded in) against a float64 product of the same
+    rounded inputs, every element written (output poisoned first); each row alone, each pair and each group of
+    four rows (the kernel's 1-, 2- and 4-row programs) bit-identical to the same rows in the whole batch (decode
+    == verify for one token); and, where fma_form takes the shape, triton_gemv's dispatch equal to it bit for
+    bit, while fma=False (the tensor-core kernel) agrees within the rounding."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = (torch.randn(T, K, generator=g) * 2).to(dtype).to(device)
+    w = (torch.randn(N, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
+    nw = (1 + 0.3 * torch.randn(K, generator=g)).to(dtype).to(device) if norm else None
+    kw = dict(norm_weight=nw, eps=1e-6) if norm else {}
+    out = torch.full((T, N), float("nan"), dtype=dtype, device=device)
+    triton_gemv_fma(x, w, out=out, config=config, **kw)
+    xr = kernels.ref_rms_norm(x, nw, 1e-6) if norm else x  # the normed x rounded to x's dtype, as the kernel
+    ref = kernels.ref_gemv(xr.double(), w.double())
+    # (Triton's interpreter casts float32 to bfloat16 by truncation, not to nearest: twice the error on CPU.)
+    tol = 3e-3 if x.is_cuda else (1e-2 if norm else 6e-3)
+    err = _rel_err(out, ref)
+    assert err < tol, f"gemv_fma rel err {err} >= {tol} ({T=} {N=} {K=} {norm=})"
+    for size in (1, 2, 4):
+        for t0 in range(0, T - size + 1, size):
+            part = triton_gemv_fma(x[t0:t0 + size], w, config=config, **kw)
+            assert torch.equal(part, out[t0:t0 + size]), (
+                f"rows {t0}..{t0 + size - 1} computed as a batch of {size} differ from the same rows in a batch of "
+                f"{T} ({N=} {K=} {norm=})")
+    routed = fma_form(N, K, x, w, epilogue=False)
+    if routed and config is None:
+        via = triton_gemv(x, w, **kw)
+        assert torch.equal(via, out), "triton_gemv's CUDA-core dispatch differs from triton_gemv_fma"
+    tc = triton_gemv(x, w, fma=False, **kw)
+    apart = _rel_err(tc, out)
+    assert apart < 2 * tol, f"tensor-core and CUDA-core GEMV apart by {apart} ({T=} {N=} {K=} {norm=})"
+    return {"rel_err": err, "dispatched": routed}
+
+
+CASES = {
+    # Under the interpreter one warp: 32 lanes of 8 weights, 256 a step. Irregular N (a partial 4-row block) and
+    # K (a masked last step); T = 7 and 16: groups of 4 rows, the last one partial at 7.
+    "gemv_fma_irregular_t7": lambda: check_gemv_fma(7, 37, 300, norm=False, seed=1),
+    "gemv_fma_norm_t16": lambda: check_gemv_fma(16, 21, 600, norm=True, seed=2),
+    "gemv_fma_norm_t2_fp16": lambda: check_gemv_fma(2, 10, 520, norm=True, seed=3, dtype=torch.float16),
+    # K >= FMA_MIN_K: triton_gemv sends it here (checked bit for bit against the direct call).
+    "gemv_fma_dispatch_t3": lambda: check_gemv_fma(3, 9, 1030, norm=True, seed=4),
+}
