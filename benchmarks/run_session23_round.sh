@@ -26,7 +26,7 @@ v2)
   TAIL=40 stage gemv_fma 120 python benchmarks/bench_gemv_fma.py --out "$OUT/gemv_fma.json"
   NO=SGLANG_EAGLE3_GEMV_FMA=0
   TAIL=30 stage step_fma 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
-    --tokens 1 2 4 8 16 --eager-iters 1 --graph-iters 30 --env-variants '' "$NO" '' "$NO" --out "$OUT/step_fma.json"
+    --max-tokens 16 --tokens 1 2 4 8 16 --eager-iters 1 --graph-iters 30 --env-variants '' "$NO" '' "$NO" --out "$OUT/step_fma.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
