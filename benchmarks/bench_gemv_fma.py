@@ -32,29 +32,39 @@ from sglang_eagle3.kernels.gemv import fma_config, triton_gemv, triton_gemv_fma 
 SHAPES = [("q_a+kv_a", 2112, 7168), ("q_b", 1536, 1536), ("o_proj", 7168, 1024), ("router+shared gate/up", 896, 7168),
           ("shared down", 7168, 256)]
 NORMED = ("q_b", 1536, 1536)  # also timed with its q_a RMSNorm folded in, as the step launches it (NORM_PRE)
-CONFIGS = ((4, 8), (8, 8), (4, 4), (8, 4), (2, 8))  # (BLOCK_N, num_warps)
+# Launch configs (BLOCK_N, LANES, num_warps, MAX_ROWS): q_b's (the matrix fma_form sends here) swept, the others'
+# the first two (256 lanes: all threads along K; 128).
+CONFIGS = ((4, 256, 8, 4), (4, 128, 4, 4), (4, 256, 8, 8), (8, 256, 8, 8), (4, 128, 4, 8), (8, 128, 4, 8),
+           (8, 32, 8, 8), (16, 32, 8, 8), (16, 64, 8, 8), (2, 256, 8, 8))
+SWEPT = ("q_b",)
 
 
-def fma_gemv(x, w, bn=None, warps=None, norm_weight=None, eps=0.0):
-    cfg = None if bn is None else {"BLOCK_N": bn, "num_warps": warps}
+def fma_gemv(x, w, cfg=None, norm_weight=None, eps=0.0):
+    if cfg is not None:
+        cfg = dict(zip(("BLOCK_N", "LANES", "num_warps", "MAX_ROWS"), cfg, strict=True))
     return triton_gemv_fma(x, w, config=cfg, norm_weight=norm_weight, eps=eps)
 
 
+def _key(cfg) -> str:
+    return "fma_bn{}_l{}_w{}_r{}_us".format(*cfg)
+
+
 def identity(device: str) -> list[dict]:
-    """Whether each token's products are bit-identical computed alone, in pairs and in fours (the kernel's 1-, 2- and
-    4-row programs) and in a batch of T = 1..16, for the CUDA-core form (its default config) and the tensor-core
-    GEMV: what decode and verify computing the same token needs."""
+    """Whether each token's products are bit-identical computed alone, in groups of 2, 4 and 8 (the kernel's 1-, 2-,
+    4- and 8-row programs) and in a batch of T = 1..16, for the CUDA-core form (its default config and an 8-row
+    one) and the tensor-core GEMV: what decode and verify computing the same token needs."""
     g = torch.Generator().manual_seed(1)
     rows = []
     for name, N, K in SHAPES:
         x = torch.randn(16, K, generator=g).to(torch.bfloat16).to(device)
         w = (torch.randn(N, K, generator=g) / K ** 0.5).to(torch.bfloat16).to(device)
-        kinds = {"fma": lambda a, w=w: fma_gemv(a, w), "tensor cores": lambda a, w=w: triton_gemv(a, w, fma=False)}
+        kinds = {"fma": lambda a, w=w: fma_gemv(a, w), "fma 8 rows": lambda a, w=w: fma_gemv(a, w, (8, 32, 8, 8)),
+                 "tensor cores": lambda a, w=w: triton_gemv(a, w, fma=False)}
         for kind, fn in kinds.items():
-            parts = {s: torch.cat([fn(x[t:t + s]) for t in range(0, 16, s)]) for s in (1, 2, 4)}
-            same = all(torch.equal(fn(x[:T]), parts[s][:T]) for T in range(1, 17) for s in (1, 2, 4))
+            parts = {s: torch.cat([fn(x[t:t + s]) for t in range(0, 16, s)]) for s in (1, 2, 4, 8)}
+            same = all(torch.equal(fn(x[:T]), parts[s][:T]) for T in range(1, 17) for s in (1, 2, 4, 8))
             rows.append({"op": name, "kind": kind, "identical_t1_to_16": same})
-            print(f"identity {name:22s} {kind:13s}: alone / pairs / fours == in a batch of T = 1..16: {same}",
+            print(f"identity {name:22s} {kind:13s}: alone / in 2s / 4s / 8s == in a batch of T = 1..16: {same}",
                   flush=True)
     return rows
 
@@ -89,13 +99,12 @@ def main() -> None:
                    "tensor_core_us": round(time_graph([lambda w=w, x=x, kw=kw: triton_gemv(x, w, fma=False, **kw)
                                                        for w in ws]), 2),
                    "default_config": fma_config(N, K)}
-            for bn, warps in CONFIGS:
-                got = fma_gemv(x, ws[0], bn, warps, **kw).float()
+            for cfg in CONFIGS if name in SWEPT else CONFIGS[:2]:
+                got = fma_gemv(x, ws[0], cfg, **kw).float()
                 err = ((got - ref).norm() / ref.norm()).item()
-                assert err < 1e-2, (label, T, bn, warps, err)
-                us = time_graph([lambda w=w, x=x, bn=bn, warps=warps, kw=kw: fma_gemv(x, w, bn, warps, **kw)
-                                 for w in ws])
-                row[f"fma_bn{bn}_w{warps}_us"] = round(us, 2)
+                assert err < 1e-2, (label, T, cfg, err)
+                us = time_graph([lambda w=w, x=x, cfg=cfg, kw=kw: fma_gemv(x, w, cfg, **kw) for w in ws])
+                row[_key(cfg)] = round(us, 2)
             best = min((v, k) for k, v in row.items() if k.startswith("fma_"))
             row["fma_best"] = best[1]
             rows.append(row)

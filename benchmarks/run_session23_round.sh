@@ -10,7 +10,11 @@ source "$(dirname "$0")/gpu_stages.sh"
 # the GEMV tests it now serves; bench_gemv_fma.py (the package's kernel over five configs against the tensor-core
 # GEMV, T = 1..16); the 61-layer step at 1k and 8k, T = 1..16, with it and without (SGLANG_EAGLE3_GEMV_FMA=0),
 # alternating twice.
-part=${1:?part: v1, v2}
+# Part "v3": the CUDA-core GEMV with a free lane count and 8-row programs (config keys LANES, MAX_ROWS; the knob
+# SGLANG_EAGLE3_GEMV_FMA_CONFIG): its GPU tests; bench_gemv_fma.py sweeping ten configs on q_b (with and without its
+# norm) at T = 1..16; the step at 1k, T = 1..16: the default config, two 8-row configs and the tensor-core kernel,
+# alternating twice.
+part=${1:?part: v1, v2, v3}
 case $part in
 v1)
   TAIL=6 stage edges_test 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
@@ -27,6 +31,17 @@ v2)
   NO=SGLANG_EAGLE3_GEMV_FMA=0
   TAIL=30 stage step_fma 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --max-tokens 16 --tokens 1 2 4 8 16 --eager-iters 1 --graph-iters 30 --env-variants '' "$NO" '' "$NO" --out "$OUT/step_fma.json"
+  ;;
+v3)
+  TAIL=8 stage gemv_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/kernels/test_kernels_gpu.py -k "gemv_fma or q_b"
+  TAIL=48 stage gemv_fma 150 python benchmarks/bench_gemv_fma.py --out "$OUT/gemv_fma.json"
+  NO=SGLANG_EAGLE3_GEMV_FMA=0
+  A=SGLANG_EAGLE3_GEMV_FMA_CONFIG=BLOCK_N=4,LANES=256,num_warps=8,MAX_ROWS=8
+  B=SGLANG_EAGLE3_GEMV_FMA_CONFIG=BLOCK_N=8,LANES=128,num_warps=4,MAX_ROWS=8
+  TAIL=24 stage step_fma 280 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --max-tokens 16 --tokens 1 2 4 8 16 --eager-iters 1 --graph-iters 30 --env-variants '' "$A" "$B" "$NO" '' "$A" \
+    "$B" "$NO" --out "$OUT/step_fma.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

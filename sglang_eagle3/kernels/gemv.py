@@ -120,9 +120,32 @@ def fma_form(N: int, K: int, x: torch.Tensor, w: torch.Tensor, epilogue: bool) -
 
 
 def fma_config(N: int, K: int) -> dict:
-    """The CUDA-core form's launch config: 4 weight rows a program and as many warps (up to 8) as K has lanes of
-    8 weights (the H200's best for q_b: 4 rows, 8 warps; bench_gemv_fma.py)."""
-    return {"BLOCK_N": 4, "num_warps": max(1, min(8, triton.next_power_of_2(triton.cdiv(K, 8 * 32))))}
+    """The CUDA-core form's launch config, from the matrix's shape only (never T: a token's products must not
+    depend on how many rows a launch has): BLOCK_N weight rows a program, LANES lanes of 8 weights along K over
+    num_warps warps, up to MAX_ROWS rows of x a program (the H200's best for q_b: 4 rows of W, 256 lanes, 8 warps;
+    bench_gemv_fma.py)."""
+    raw = env.GEMV_FMA_CONFIG.raw()
+    if raw:
+        return _parse_fma_config(raw)
+    warps = max(1, min(8, triton.next_power_of_2(triton.cdiv(K, 8 * 32))))
+    return {"BLOCK_N": 4, "LANES": 32 * warps, "num_warps": warps, "MAX_ROWS": 4}
+
+
+def _parse_fma_config(raw: str) -> dict:
+    """SGLANG_EAGLE3_GEMV_FMA_CONFIG's 'KEY=VALUE,...' (every key of fma_config, powers of two) as a config."""
+    keys = ("BLOCK_N", "LANES", "num_warps", "MAX_ROWS")
+    where = f"{env.GEMV_FMA_CONFIG.name}={raw!r}"
+    cfg = {}
+    for item in raw.split(","):
+        name, eq, value = item.strip().partition("=")
+        if not eq or name not in keys or not value.strip().isdigit():
+            raise ValueError(f"{where}: expected KEY=INTEGER items, KEY one of {', '.join(keys)}; got {item!r}")
+        cfg[name] = int(value)
+    bad = [f"{k}={v}" for k, v in cfg.items() if v < 1 or v & (v - 1)]
+    if set(cfg) != set(keys) or bad or cfg["MAX_ROWS"] > 8 or cfg["num_warps"] > 8:
+        raise ValueError(f"{where}: needs each of {', '.join(keys)} once, powers of two (num_warps, MAX_ROWS "
+                         f"<= 8){'; not: ' + ', '.join(bad) if bad else ''}")
+    return cfg
 
 
 def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -130,8 +153,8 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
                     ) -> torch.Tensor:
     """x [T, K] (T <= GEMV_MAX_ROWS) @ w [N, K]^T -> [T, N] in x's dtype on the CUDA cores (triton/gemv.py,
     gemv_fma_kernel), optionally of RMSNorm(x) (``norm_weight`` [K], ``eps``: x normed and rounded to its dtype
-    first, as ref_gemv). ``config``: BLOCK_N and num_warps (default fma_config). Rows of x go 1, 2 or 4 to a
-    program by T; each row's sums are the same code whatever T is."""
+    first, as ref_gemv). ``config``: as fma_config's (its default). Rows of x go 1, 2, 4 or 8 (up to MAX_ROWS)
+    to a program by T; each row's sums are the same code whatever T is."""
     assert x.dim() == 2 and w.dim() == 2, f"x {tuple(x.shape)} and w {tuple(w.shape)} must be 2-D"
     T, K = x.shape
     N = w.shape[0]
@@ -148,10 +171,13 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
         f"out must be [{T}, {N}] {x.dtype} with unit inner stride, got {tuple(out.shape)} {out.dtype} {out.stride()}")
     if T == 0 or N == 0:
         return out
-    cfg = config or fma_config(N, K)
     interpret = tuning.interpreting()
-    lanes = 32 * (1 if interpret else cfg["num_warps"])
-    rows = 1 if T == 1 else (2 if T == 2 else 4)
+    cfg = config or fma_config(N, K)
+    if interpret and config is None:
+        cfg = {**cfg, "LANES": 32}  # (one warp under the interpreter: keep its steps few)
+    assert cfg["MAX_ROWS"] in (1, 2, 4, 8), f"MAX_ROWS must be 1, 2, 4 or 8, got {cfg}"
+    rows = min(cfg["MAX_ROWS"], triton.next_power_of_2(T))
+    lanes = cfg["LANES"]
     pdl = tuning.pdl(x.device, "gemv")
     gemv_fma_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), triton.cdiv(T, rows))](
         x, w, out, norm_weight if norm_weight is not None else w, T, N, K, x.stride(0), w.stride(0), out.stride(0),

@@ -23,8 +23,8 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed: int = 0,
                    dtype=torch.bfloat16, config: dict | None = None) -> dict:
     """The CUDA-core GEMV (optionally with the RMSNorm of x folded in) against a float64 product of the same
-    rounded inputs, every element written (output poisoned first); each row alone, each pair and each group of
-    four rows (the kernel's 1-, 2- and 4-row programs) bit-identical to the same rows in the whole batch (decode
+    rounded inputs, every element written (output poisoned first); each row alone and each group of 2, 4 and 8
+    rows (the kernel's 1-, 2-, 4- and 8-row programs) bit-identical to the same rows in the whole batch (decode
     == verify for one token); and, where fma_form takes the shape, triton_gemv's dispatch equal to it bit for
     bit, while fma=False (the tensor-core kernel) agrees within the rounding."""
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -40,7 +40,7 @@ def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed
     tol = 3e-3 if x.is_cuda else (1e-2 if norm else 6e-3)
     err = _rel_err(out, ref)
     assert err < tol, f"gemv_fma rel err {err} >= {tol} ({T=} {N=} {K=} {norm=})"
-    for size in (1, 2, 4):
+    for size in (1, 2, 4, 8):
         for t0 in range(0, T - size + 1, size):
             part = triton_gemv_fma(x[t0:t0 + size], w, config=config, **kw)
             assert torch.equal(part, out[t0:t0 + size]), (
@@ -56,12 +56,16 @@ def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed
     return {"rel_err": err, "dispatched": routed}
 
 
+FMA_8 = {"BLOCK_N": 8, "LANES": 16, "num_warps": 1, "MAX_ROWS": 8}
+
 CASES = {
     # Under the interpreter one warp: 32 lanes of 8 weights, 256 a step. Irregular N (a partial 4-row block) and
     # K (a masked last step); T = 7 and 16: groups of 4 rows, the last one partial at 7.
     "gemv_fma_irregular_t7": lambda: check_gemv_fma(7, 37, 300, norm=False, seed=1),
     "gemv_fma_norm_t16": lambda: check_gemv_fma(16, 21, 600, norm=True, seed=2),
     "gemv_fma_norm_t2_fp16": lambda: check_gemv_fma(2, 10, 520, norm=True, seed=3, dtype=torch.float16),
+    # 8-row programs (T = 13: one of 8, one of 5), 16 lanes, 8 weight rows a program.
+    "gemv_fma_norm_t13_rows8": lambda: check_gemv_fma(13, 19, 400, norm=True, seed=5, config=FMA_8),
     # K >= FMA_MIN_K: triton_gemv sends it here (checked bit for bit against the direct call).
     "gemv_fma_dispatch_t3": lambda: check_gemv_fma(3, 9, 1030, norm=True, seed=4),
 }

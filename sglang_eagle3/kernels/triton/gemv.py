@@ -343,25 +343,38 @@ def gemv_kernel(
 # streams W through a shared-memory pipeline with split-K for wide K: right for the wide projections, but for a
 # small matrix such as MLA's q_b (1536 x 1536 on a Kimi TP=8 rank) its split-K handshake and the pipeline's fill
 # are most of the launch, and NORM_PRE reads the whole x row in every program before its first dot. Here each
-# program holds BLOCK_N rows of W in registers, its lanes along K with VEC contiguous weights a lane (16-byte
-# loads), and keeps per-lane partial sums for each of its ROWS activation rows, reduced across the lanes once at
-# the end: no shared-memory staging, no split. A program serves ROWS <= 4 rows of x (a grid axis covers the
-# rest), each row with its own accumulators and the same code, so a token's products are bit-identical whatever
-# T is (decode == verify; tests/kernels check it on the GPU for T = 1..16).
-# twenty-second/twenty-third sessions, H200 (benchmarks/bench_gemv_fma.py): q_b with its q_a norm 7.49 -> 2.83 us
-# at T=1 and 8.31 -> 5.70 at T=4; the wide projections lose at T=4 (o_proj 5.81 -> 11.18), so kernels/gemv.py
-# sends only small K-contiguous matrices here.
+# program holds a [BLOCK_N, LANES, VEC] tile of W in registers (BLOCK_N rows, LANES lanes along K with VEC
+# contiguous weights a lane: 16-byte loads), keeps per-lane partial sums for each of its ROWS activation rows and
+# reduces them across the lanes once at the end: no shared-memory staging, no split. A program serves ROWS <= 8
+# rows of x (a grid axis covers the rest), each row with its own accumulators and the same code, so a token's
+# products are bit-identical whatever T is (decode == verify; tests/kernels check it on the GPU for T = 1..16).
+# The launch config must therefore not depend on T (kernels/gemv.py fma_config takes the matrix's shape only).
 
 
 @triton.jit
 def _lanes_rstd(x_ptr, row, T, K, s_xt, eps, kk, STEP: tl.constexpr, NSTEPS: tl.constexpr):
     """NORM_PRE's 1 / sqrt(mean(x[row]^2) + eps), the squares summed in the lanes' [LANES, VEC] layout."""
     ss = tl.zeros(kk.shape, tl.float32)
-    for i in range(NSTEPS):
+    for i in tl.static_range(NSTEPS):
         k = i * STEP + kk
         x = tl.load(x_ptr + row * s_xt + k, mask=(k < K) & (row < T), other=0.0).to(tl.float32)
         ss += x * x
     return _rstd(tl.sum(tl.sum(ss, axis=1), axis=0), K, eps)
+
+
+@triton.jit
+def _lanes_rstd4(x_ptr, t, T, K, s_xt, eps, kk, STEP: tl.constexpr, NSTEPS: tl.constexpr, R: tl.constexpr):
+    """_lanes_rstd of rows t .. t + R - 1 (R = 1, 2 or 4; 1.0 for the rest)."""
+    r0 = _lanes_rstd(x_ptr, t, T, K, s_xt, eps, kk, STEP, NSTEPS)
+    r1 = 1.0
+    r2 = 1.0
+    r3 = 1.0
+    if R > 1:
+        r1 = _lanes_rstd(x_ptr, t + 1, T, K, s_xt, eps, kk, STEP, NSTEPS)
+    if R > 2:
+        r2 = _lanes_rstd(x_ptr, t + 2, T, K, s_xt, eps, kk, STEP, NSTEPS)
+        r3 = _lanes_rstd(x_ptr, t + 3, T, K, s_xt, eps, kk, STEP, NSTEPS)
+    return r0, r1, r2, r3
 
 
 @triton.jit
@@ -375,8 +388,28 @@ def _lanes_dot(w, x_ptr, row, T, k, k_ok, s_xt, rstd, nw, NORM: tl.constexpr):
 
 
 @triton.jit
-def _lanes_store(out_ptr, row, T, s_ot, n, N, acc):
-    tl.store(out_ptr + row * s_ot + n, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=(n < N) & (row < T))
+def _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, NORM: tl.constexpr,
+                R: tl.constexpr):
+    """_lanes_dot added to the accumulators of rows t .. t + R - 1 (R = 1, 2 or 4)."""
+    a0 += _lanes_dot(w, x_ptr, t, T, k, k_ok, s_xt, r0, nw, NORM)
+    if R > 1:
+        a1 += _lanes_dot(w, x_ptr, t + 1, T, k, k_ok, s_xt, r1, nw, NORM)
+    if R > 2:
+        a2 += _lanes_dot(w, x_ptr, t + 2, T, k, k_ok, s_xt, r2, nw, NORM)
+        a3 += _lanes_dot(w, x_ptr, t + 3, T, k, k_ok, s_xt, r3, nw, NORM)
+    return a0, a1, a2, a3
+
+
+@triton.jit
+def _lanes_store4(out_ptr, t, T, s_ot, n, N, a0, a1, a2, a3, R: tl.constexpr):
+    """Each row's per-lane sums reduced across the lanes and stored (rows t .. t + R - 1, those below T)."""
+    ty = out_ptr.dtype.element_ty
+    tl.store(out_ptr + t * s_ot + n, tl.sum(a0, axis=1).to(ty), mask=(n < N) & (t < T))
+    if R > 1:
+        tl.store(out_ptr + (t + 1) * s_ot + n, tl.sum(a1, axis=1).to(ty), mask=(n < N) & (t + 1 < T))
+    if R > 2:
+        tl.store(out_ptr + (t + 2) * s_ot + n, tl.sum(a2, axis=1).to(ty), mask=(n < N) & (t + 2 < T))
+        tl.store(out_ptr + (t + 3) * s_ot + n, tl.sum(a3, axis=1).to(ty), mask=(n < N) & (t + 3 < T))
 
 
 @triton.jit
@@ -384,9 +417,10 @@ def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, ep
                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr, VEC: tl.constexpr,
                     NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False):
     """out[t, n] = sum_k x'[t, k] W[n, k] on the CUDA cores (x' = x, or with NORM its RMSNorm by nw and eps) for
-    BLOCK_N rows n and rows t0 .. t0 + ROWS - 1 of x a program (t0 = ROWS * program_id(1)); W [N, K]
-    K-contiguous, NSTEPS = cdiv(K, LANES * VEC) steps of LANES x VEC weights a row."""
+    BLOCK_N rows n and rows t0 .. t0 + ROWS - 1 of x a program (t0 = ROWS * program_id(1); ROWS = 1, 2, 4 or
+    8); W [N, K] K-contiguous, NSTEPS = cdiv(K, LANES * VEC) steps (unrolled) of LANES x VEC weights a row."""
     STEP: tl.constexpr = LANES * VEC
+    R0: tl.constexpr = ROWS if ROWS < 4 else 4  # rows of the first four accumulators
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     t0 = tl.program_id(1) * ROWS
     kk = tl.arange(0, LANES)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [LANES, VEC]: lane l's weights
@@ -396,22 +430,21 @@ def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, ep
     if PDL:  # the first tile above needs no wait: weights are never written
         gdc_wait()
         gdc_launch_dependents()
-    r0 = 1.0
-    r1 = 1.0
-    r2 = 1.0
-    r3 = 1.0
+    r0, r1, r2, r3 = 1.0, 1.0, 1.0, 1.0
+    r4, r5, r6, r7 = 1.0, 1.0, 1.0, 1.0
     if NORM:
-        r0 = _lanes_rstd(x_ptr, t0, T, K, s_xt, eps, kk, STEP, NSTEPS)
-        if ROWS > 1:
-            r1 = _lanes_rstd(x_ptr, t0 + 1, T, K, s_xt, eps, kk, STEP, NSTEPS)
-        if ROWS > 2:
-            r2 = _lanes_rstd(x_ptr, t0 + 2, T, K, s_xt, eps, kk, STEP, NSTEPS)
-            r3 = _lanes_rstd(x_ptr, t0 + 3, T, K, s_xt, eps, kk, STEP, NSTEPS)
-    acc0 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    acc1 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    acc2 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    acc3 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    for i in range(NSTEPS):  # (a compile-time count: the interpreter refuses range() up to a K argument)
+        r0, r1, r2, r3 = _lanes_rstd4(x_ptr, t0, T, K, s_xt, eps, kk, STEP, NSTEPS, R0)
+        if ROWS > 4:
+            r4, r5, r6, r7 = _lanes_rstd4(x_ptr, t0 + 4, T, K, s_xt, eps, kk, STEP, NSTEPS, 4)
+    a0 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a1 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a2 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a3 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a4 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a5 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a6 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a7 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    for i in tl.static_range(NSTEPS):
         k = i * STEP + kk
         k_ok = k < K
         if i > 0:
@@ -419,15 +452,10 @@ def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, ep
         nw = 1.0
         if NORM:
             nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-        acc0 += _lanes_dot(w, x_ptr, t0, T, k, k_ok, s_xt, r0, nw, NORM)
-        if ROWS > 1:
-            acc1 += _lanes_dot(w, x_ptr, t0 + 1, T, k, k_ok, s_xt, r1, nw, NORM)
-        if ROWS > 2:
-            acc2 += _lanes_dot(w, x_ptr, t0 + 2, T, k, k_ok, s_xt, r2, nw, NORM)
-            acc3 += _lanes_dot(w, x_ptr, t0 + 3, T, k, k_ok, s_xt, r3, nw, NORM)
-    _lanes_store(out_ptr, t0, T, s_ot, n, N, acc0)
-    if ROWS > 1:
-        _lanes_store(out_ptr, t0 + 1, T, s_ot, n, N, acc1)
-    if ROWS > 2:
-        _lanes_store(out_ptr, t0 + 2, T, s_ot, n, N, acc2)
-        _lanes_store(out_ptr, t0 + 3, T, s_ot, n, N, acc3)
+        a0, a1, a2, a3 = _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t0, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, NORM, R0)
+        if ROWS > 4:
+            a4, a5, a6, a7 = _lanes_dot4(a4, a5, a6, a7, w, x_ptr, t0 + 4, T, k, k_ok, s_xt, r4, r5, r6, r7, nw,
+                                         NORM, 4)
+    _lanes_store4(out_ptr, t0, T, s_ot, n, N, a0, a1, a2, a3, R0)
+    if ROWS > 4:
+        _lanes_store4(out_ptr, t0 + 4, T, s_ot, n, N, a4, a5, a6, a7, 4)
