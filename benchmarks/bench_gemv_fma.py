@@ -37,6 +37,11 @@ NORMED = ("q_b", 1536, 1536)  # also timed with its q_a RMSNorm folded in, as th
 CONFIGS = ((4, 256, 8, 4), (4, 128, 4, 4), (4, 256, 8, 8), (8, 256, 8, 8), (4, 128, 4, 8), (8, 128, 4, 8),
            (8, 32, 8, 8), (16, 32, 8, 8), (16, 64, 8, 8), (2, 256, 8, 8))
 SWEPT = ("q_b",)
+# --tc-sweep: the tensor-core GEMV's launch configs on q_b (BLOCK_N, BLOCK_K, SPLIT, num_warps, num_stages); the
+# first is what gemv_config picks (split-K 3, 144 programs). A config is one arithmetic for every T (rows padded to
+# 16), so any of them keeps decode == verify.
+TC_CONFIGS = ((32, 256, 3, 4, 3), (16, 256, 1, 4, 4), (16, 512, 1, 4, 3), (16, 512, 1, 8, 3), (16, 256, 2, 4, 3),
+              (32, 512, 1, 4, 3), (16, 1024, 1, 8, 2), (16, 128, 1, 4, 8), (16, 64, 1, 4, 8), (16, 2048, 1, 8, 1))
 
 
 def fma_gemv(x, w, cfg=None, norm_weight=None, eps=0.0):
@@ -69,18 +74,51 @@ def identity(device: str) -> list[dict]:
     return rows
 
 
+def tc_sweep(tokens: list[int]) -> list[dict]:
+    """q_b on the tensor-core GEMV over TC_CONFIGS (and the CUDA-core form's default), with and without its norm:
+    us per T, and whether each config's rows are bit-identical across T (alone == in the batch)."""
+    from benchmarks.bench_kernels import time_graph
+
+    name, N, K = NORMED
+    rows = []
+    ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5 for _ in range(32)]
+    nw = torch.rand(K, device="cuda", dtype=torch.bfloat16) + 0.5
+    x16 = torch.randn(16, K, device="cuda", dtype=torch.bfloat16)
+    for norm in (True, False):
+        kw = {"norm_weight": nw, "eps": 1e-6} if norm else {}
+        variants = {"fma default": lambda x, w, kw=kw: triton_gemv_fma(x, w, **kw)}
+        for bn, bk, split, warps, stages in TC_CONFIGS:
+            cfg = {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT": split, "num_warps": warps, "num_stages": stages}
+            variants[f"tc bn{bn}_bk{bk}_s{split}_w{warps}_st{stages}"] = (
+                lambda x, w, kw=kw, cfg=cfg: triton_gemv(x, w, config=cfg, fma=False, **kw))
+        for label, fn in variants.items():
+            full = fn(x16, ws[0])
+            same = all(torch.equal(fn(x16[:T], ws[0]), full[:T]) for T in (1, 2, 4, 8))
+            row = {"op": name + (" + q_a norm" if norm else ""), "variant": label, "identical_across_T": same}
+            for T in tokens:
+                x = x16[:T].contiguous()
+                row[f"T{T}_us"] = round(time_graph([lambda w=w, x=x, fn=fn: fn(x, w) for w in ws]), 2)
+            rows.append(row)
+            print(f"{row['op']:16s} {label:28s} identical {same}: " + "  ".join(
+                f"T={T} {row[f'T{T}_us']:6.2f}" for T in tokens), flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out")
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--tc-sweep", action="store_true",
+                    help="only: the tensor-core GEMV over TC_CONFIGS on q_b (with and without its norm)")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU (the kernels' correctness on CPU: tests/kernels)"
     from benchmarks.bench_kernels import read_ceiling_us, time_graph
-    from sglang_eagle3.bench.harness import git_commit
     from sglang_eagle3.kernels import tuning
 
     sms = tuning.sm_count(torch.device("cuda"))
     pdl = tuning.pdl(torch.device("cuda"), "gemv")
+    if args.tc_sweep:
+        return write_out(args.out, tc_sweep(args.tokens), pdl)
     rows = identity("cuda")
     cases = [(name, N, K, False) for name, N, K in SHAPES] + [(NORMED[0], *NORMED[1:], True)]
     for name, N, K, norm in cases:
@@ -113,10 +151,16 @@ def main() -> None:
                       f"{k[4:-3]} {v}" for k, v in row.items() if k.startswith("fma_") and k != "fma_best"),
                   flush=True)
         del ws
-    if args.out:
-        Path(args.out).write_text(json.dumps({"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
-                                              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                              "triton": triton.__version__, "pdl": pdl, "rows": rows}, indent=1))
+    write_out(args.out, rows, pdl)
+
+
+def write_out(path: str | None, rows: list[dict], pdl: bool) -> None:
+    from sglang_eagle3.bench.harness import git_commit
+
+    if path:
+        Path(path).write_text(json.dumps({"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
+                                          "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                          "triton": triton.__version__, "pdl": pdl, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ source "$(dirname "$0")/gpu_stages.sh"
 # SGLANG_EAGLE3_GEMV_FMA_CONFIG): its GPU tests; bench_gemv_fma.py sweeping ten configs on q_b (with and without its
 # norm) at T = 1..16; the step at 1k, T = 1..16: the default config, two 8-row configs and the tensor-core kernel,
 # alternating twice.
-part=${1:?part: v1, v2, v3}
+# Part "v4": q_b on the tensor-core GEMV over ten launch configs (bench_gemv_fma.py --tc-sweep: no split-K, narrower
+# row blocks, wider K tiles), with and without its norm, T = 1..16, against the CUDA-core form's default.
+part=${1:?part: v1, v2, v3, v4}
 case $part in
 v1)
   TAIL=6 stage edges_test 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
@@ -42,6 +44,9 @@ v3)
   TAIL=24 stage step_fma 280 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --max-tokens 16 --tokens 1 2 4 8 16 --eager-iters 1 --graph-iters 30 --env-variants '' "$A" "$B" "$NO" '' "$A" \
     "$B" "$NO" --out "$OUT/step_fma.json"
+  ;;
+v4)
+  TAIL=30 stage tc_sweep 200 python benchmarks/bench_gemv_fma.py --tc-sweep --out "$OUT/tc_sweep.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
