@@ -68,9 +68,11 @@ GEMV_LEAN = Knob("SGLANG_EAGLE3_GEMV_LEAN",
                  "tiles, the third session's heuristic); unset or 1: split-K launches at 3 stages, unsplit "
                  "short-K ones at 64-wide tiles 8 deep (kernels/gemv.py gemv_config)")
 GEMV_FMA = Knob("SGLANG_EAGLE3_GEMV_FMA",
-                "0: every skinny GEMM on the tensor-core kernel; unset or 1: small K-contiguous projections "
-                "without an epilogue (MLA's q_b, with its q_a norm) on the CUDA-core kernel (kernels/gemv.py "
-                "fma_form; read as graphs are captured)")
+                "0: every skinny GEMM on the tensor-core kernel; 1: small K-contiguous projections without an "
+                "epilogue (MLA's q_b, with its q_a norm) on the CUDA-core kernel wherever kernels/gemv.py fma_form "
+                "takes them; unset: as 1 for direct kernel calls, and in an engine only when its CUDA graphs serve "
+                "one request a step (cuda_graph_max_bs 1: kernels/gemv.py fma_for_engine); read as layers are set up "
+                "and graphs captured")
 GEMV_FMA_CONFIG = Knob("SGLANG_EAGLE3_GEMV_FMA_CONFIG",
                        "the CUDA-core GEMV's launch config for every matrix it serves, e.g. "
                        "'BLOCK_N=8,LANES=32,num_warps=8,MAX_ROWS=8' (keys of kernels/gemv.py fma_config; tuning "

@@ -538,3 +538,38 @@ def test_model_runner_refuses_a_pool_past_the_rotary_table():
     draft = Eagle3Draft(dataclasses.replace(tiny_draft_config(cfg), max_position_embeddings=64), dtype=torch.float32)
     with pytest.raises(ValueError, match="max_context=96 exceeds the draft's max_position_embeddings=64"):
         ModelRunner(target, draft, max_context=96, **kw)
+
+
+def test_model_runner_sets_one_gemv_form_for_the_engine(monkeypatch):
+    """The runner lets the target's projections take the CUDA-core GEMV only when its graphs serve one request a
+    step (a token's products then never change with the row count: kernels/gemv.py fma_for_engine), unless
+    SGLANG_EAGLE3_GEMV_FMA says otherwise; the q_b layer then passes fma=False to the GEMV (tensor cores)."""
+    from sglang_eagle3.layers.linear import LinearBase
+    from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
+    from sglang_eagle3.runtime.model_runner import ModelRunner
+    from sglang_eagle3.testing import tiny_config
+
+    target = DeepseekV3ForCausalLM(tiny_config(), dtype=torch.float32)
+    kw = dict(aux_layer_ids=(), num_pages=16, page_size=8, max_context=64, device=torch.device("cpu"),
+              dtype=torch.float32, use_cuda_graph=False, verify_widths=(4,), attention_backend="torch")
+
+    def forms(max_bs):
+        ModelRunner(target, None, cuda_graph_max_bs=max_bs, **kw)
+        return {(m.gemv_fma, m.fma) for m in target.modules() if isinstance(m, LinearBase)}
+
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_FMA", raising=False)
+    assert forms(1) == {(True, None)} and forms(4) == {(False, False)}
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA", "1")
+    assert forms(4) == {(True, None)}
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA", "0")
+    assert forms(1) == {(False, False)}
+    from sglang_eagle3 import kernels
+
+    seen, real = [], kernels.gemv
+    monkeypatch.setattr(kernels, "gemv", lambda *a, **k: (seen.append(k.get("fma")), real(*a, **k))[1])
+    q_b = target.model.layers[0].self_attn.q_b_proj
+    q_b(torch.randn(2, q_b.in_features))
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_FMA")
+    forms(1)
+    q_b(torch.randn(2, q_b.in_features))
+    assert seen == [False, None]

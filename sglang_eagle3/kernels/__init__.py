@@ -81,7 +81,7 @@ def _kernel_ok(use_triton: bool | None, *tensors: torch.Tensor | None) -> bool:
 
 
 def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=None, eps=0.0,
-         route: Routing | None = None, route_logits=None, use_triton: bool | None = None):
+         route: Routing | None = None, route_logits=None, use_triton: bool | None = None, fma: bool | None = None):
     """x [T, K] @ w [N, K]^T (or per head: x [T, B, K], w [B, N, K]) with an optional residual ``add`` or gated
     ``w_up`` epilogue, and an optional RMSNorm of x first (``norm_weight``, ``eps``); see ref_gemv. The Triton
     skinny GEMM serves T <= GEMV_MAX_ROWS rows of half-precision operands (decode and verify); everything else
@@ -89,7 +89,10 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
 
     ``route`` (a Routing) with ``route_logits`` float32 [T, E]: also routes those logits, returning (out,
     weights float32 [T, top_k], ids int32 [T, top_k]); the skinny GEMM does it in the same launch (a MoE
-    layer's routing beside its shared expert's down projection), elsewhere the moe_topk op runs after."""
+    layer's routing beside its shared expert's down projection), elsewhere the moe_topk op runs after.
+
+    ``fma`` (the Triton path only): False keeps the skinny GEMM on its tensor-core kernel; None lets
+    kernels/gemv.py fma_form send small matrices to the CUDA-core one (see triton_gemv)."""
     ok = (x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype
           and x.stride(-1) == 1 and (w.stride(-1) == 1 or w.stride(-2) == 1))
     if route is not None:
@@ -104,7 +107,8 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
         return (y, *moe_topk(route_logits, bias, **route.topk_kwargs(), use_triton=use_triton))
     assert route_logits is None, "route_logits without route"
     if ok and _kernel_ok(use_triton, x, w, w_up, add, norm_weight):
-        return triton_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight, eps=eps)
+        return triton_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight, eps=eps,
+                           fma=fma)
     if norm_weight is not None and _kernel_ok(use_triton, x, norm_weight):
         # Not a GEMV size or dtype: the norm's own kernel, as the unfused layer runs it, then torch's GEMM.
         x, norm_weight = rms_norm(x, norm_weight, eps, use_triton=use_triton), None

@@ -119,6 +119,23 @@ def fma_form(N: int, K: int, x: torch.Tensor, w: torch.Tensor, epilogue: bool) -
             and N * K <= FMA_MAX_WEIGHTS and env.GEMV_FMA.switch(default=True))
 
 
+def fma_for_engine(max_requests: int) -> bool:
+    """Whether an engine whose forwards hold up to ``max_requests`` requests (its CUDA graphs' cuda_graph_max_bs)
+    lets its layers take the CUDA-core form (the shape rule, fma_form, still decides which matrices).
+
+    A token's products must not depend on how many rows its launch has (lossless greedy speculation: verify
+    computes what decode computed), so an engine picks one form per matrix for every T. The CUDA-core form wins
+    at few rows and loses at many (H200, the 61-layer step with it against without: -7% at T = 1, -3% at
+    T = 4, +3% at T = 8, +9% at T = 16; docs/BENCHMARKS.md, twenty-third session), so by default an engine
+    takes it only when it serves one request at a time (rows = 1 to decode, k + 1 to verify); a speculative
+    engine and a plain one with the same arguments then choose alike. SGLANG_EAGLE3_GEMV_FMA=1 / 0 forces it
+    on (wherever fma_form takes a matrix) / off."""
+    raw = env.GEMV_FMA.raw()
+    if raw in (None, ""):
+        return max_requests <= 1
+    return env.GEMV_FMA.switch(default=True)
+
+
 def fma_config(N: int, K: int) -> dict:
     """The CUDA-core form's launch config, from the matrix's shape only (never T: a token's products must not
     depend on how many rows a launch has): BLOCK_N weight rows a program, LANES lanes of 8 weights along K over
@@ -236,8 +253,8 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
     what the launch before wrote), and (out, weights float32 [T, top_k], ids int32 [T, top_k]) is returned,
     the routing bit-identical to triton_moe_topk's.
 
-    ``fma``: run in the CUDA-core form (triton_gemv_fma), or not; unset: fma_form decides (small K-contiguous
-    matrices without an epilogue, unless ``config`` is given)."""
+    ``fma``: True runs the CUDA-core form (triton_gemv_fma: 2-D, no epilogue), False the tensor-core kernel;
+    None lets fma_form decide (small K-contiguous matrices without an epilogue, unless ``config`` is given)."""
     batched = w.dim() == 3
     assert w.dim() in (2, 3) and x.dim() == w.dim(), f"x {tuple(x.shape)} and w {tuple(w.shape)}: 2-D/2-D or 3-D/3-D"
     T, K = x.shape[0], x.shape[-1]

@@ -45,12 +45,13 @@ def sharded_loader(dim: int | None):
     return loader
 
 
-def matmul_wt(x: torch.Tensor, weight: torch.Tensor, use_triton: bool | None = None, **epilogue) -> torch.Tensor:
+def matmul_wt(x: torch.Tensor, weight: torch.Tensor, use_triton: bool | None = None, fma: bool | None = None,
+              **epilogue) -> torch.Tensor:
     """x [..., in] W^T -> [..., out]: the skinny-GEMM kernel for decode/verify row counts on CUDA (one launch
-    with its split-K reduction, and ``epilogue`` = w_up / add / out_dtype fused, see kernels.gemv), torch's
-    GEMM otherwise."""
+    with its split-K reduction, and ``epilogue`` = w_up / add / out_dtype fused, see kernels.gemv; ``fma``
+    False keeps it off the CUDA-core form), torch's GEMM otherwise."""
     x2 = x.reshape(-1, x.shape[-1])
-    y = kernels.gemv(x2, weight, use_triton=use_triton, **epilogue)
+    y = kernels.gemv(x2, weight, use_triton=use_triton, fma=fma, **epilogue)
     return y.view(*x.shape[:-1], y.shape[-1])
 
 
@@ -70,11 +71,19 @@ class LinearBase(nn.Module):
         else:
             self.register_parameter("bias", None)
         self.use_triton: bool | None = None  # None: the GEMV kernel on CUDA, torch elsewhere (set by the runner)
+        # Whether the GEMV may take its CUDA-core form where kernels/gemv.py fma_form takes this matrix (set by the
+        # runner for the whole engine, kernels/gemv.py fma_for_engine: one form for every row count).
+        self.gemv_fma = True
+
+    @property
+    def fma(self) -> bool | None:
+        """kernels.gemv's ``fma`` argument for this layer's products."""
+        return None if self.gemv_fma else False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.bias is not None:
             return F.linear(x, self.weight, self.bias)
-        return matmul_wt(x, self.weight, self.use_triton)
+        return matmul_wt(x, self.weight, self.use_triton, self.fma)
 
 
 class ReplicatedLinear(LinearBase):
@@ -107,7 +116,7 @@ class RowParallelLinear(LinearBase):
         self.reduce = reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = matmul_wt(x, self.weight, self.use_triton)
+        y = matmul_wt(x, self.weight, self.use_triton, self.fma)
         if self.reduce:
             y = tp_all_reduce(y)
         return y if self.bias is None else y + self.bias

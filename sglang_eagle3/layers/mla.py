@@ -164,7 +164,7 @@ class MLAAttention(nn.Module):
             q = self.q_b_proj(self.q_a_layernorm(q_a))
         else:  # q_a_layernorm folded into q_b's launch (each program normalises the row)
             q = kernels.gemv(q_a, self.q_b_proj.weight, norm_weight=self.q_a_layernorm.weight,
-                             eps=self.q_a_layernorm.eps, use_triton=self.q_b_proj.use_triton)
+                             eps=self.q_a_layernorm.eps, use_triton=self.q_b_proj.use_triton, fma=self.q_b_proj.fma)
         N = x.shape[0]
         q = q.view(N, self.num_heads, self.nope + self.rope_dim)
         q_nope, q_rope = q.split([self.nope, self.rope_dim], dim=-1)

@@ -119,6 +119,14 @@ class DeepseekV3ForCausalLM(nn.Module):
             if isinstance(layer.mlp, DeepseekMoE):
                 layer.mlp.use_triton = choice[moe]
 
+    def set_gemv_fma(self, allowed: bool) -> None:
+        """Whether the dense projections' GEMV may take its CUDA-core form (kernels/gemv.py fma_for_engine says
+        when an engine allows it; fma_form which matrices take it: MLA's q_b). Graphs captured before keep what
+        they captured."""
+        for module in self.modules():
+            if isinstance(module, LinearBase):
+                module.gemv_fma = allowed
+
     def mha_scratch_width(self, tokens: int) -> int:
         """Elements a KV cache slot takes in the non-absorbed prefill's scratch with set_mha_prefill(tokens) (0 for
         tokens 0: no scratch)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from sglang_eagle3.core import ForwardBatch, ForwardMode, KVPool
+from sglang_eagle3.kernels.gemv import fma_for_engine
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
 from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputSpec
@@ -86,6 +87,9 @@ class ModelRunner:
         self.page_size = page_size
         self.max_pages = (max_context + page_size - 1) // page_size
         target.set_kernel_backends(attention_backend, moe_backend)
+        # One GEMV form per matrix for every row count, the same for a speculative engine and a plain one
+        # with these arguments (kernels/gemv.py fma_for_engine).
+        target.set_gemv_fma(fma_for_engine(cuda_graph_max_bs))
         if draft is not None:
             draft.set_kernel_backends(attention_backend)
         cfg = target.config

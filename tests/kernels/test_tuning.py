@@ -174,6 +174,21 @@ def test_gemv_fma_form_and_knob(monkeypatch):
         takes(1536, 1536)
 
 
+def test_gemv_fma_for_engine(monkeypatch):
+    """An engine allows the CUDA-core form when its graphs serve one request a step, or when the knob forces it."""
+    from sglang_eagle3.kernels.gemv import fma_for_engine
+
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_FMA", raising=False)
+    assert fma_for_engine(1) and not fma_for_engine(2) and not fma_for_engine(16)
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA", "1")
+    assert fma_for_engine(16)
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA", "0")
+    assert not fma_for_engine(1)
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA", "on")
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_GEMV_FMA='on'"):
+        fma_for_engine(1)
+
+
 def test_pdl_knobs(monkeypatch):
     """PDL never off CUDA; the skip list and the L2 prefetch flag; every bad value named in its error."""
     import torch
