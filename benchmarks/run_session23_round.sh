@@ -16,7 +16,11 @@ source "$(dirname "$0")/gpu_stages.sh"
 # alternating twice.
 # Part "v4": q_b on the tensor-core GEMV over ten launch configs (bench_gemv_fma.py --tc-sweep: no split-K, narrower
 # row blocks, wider K tiles), with and without its norm, T = 1..16, against the CUDA-core form's default.
-part=${1:?part: v1, v2, v3, v4}
+# Part "v5": with the form chosen per engine (kernels/gemv.py fma_for_engine: the CUDA-core q_b only when an engine's
+# graphs serve one request a step; layers' gemv_fma): the GEMV GPU tests, the graph runner and CUDA engine tests
+# (speculative == plain with graphs), then the step at 1k and 8k, T = 1..8 (batch 1: the CUDA-core q_b) against
+# SGLANG_EAGLE3_GEMV_FMA=0, alternating twice.
+part=${1:?part: v1, v2, v3, v4, v5}
 case $part in
 v1)
   TAIL=6 stage edges_test 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
@@ -47,6 +51,15 @@ v3)
   ;;
 v4)
   TAIL=30 stage tc_sweep 200 python benchmarks/bench_gemv_fma.py --tc-sweep --out "$OUT/tc_sweep.json"
+  ;;
+v5)
+  TAIL=8 stage gemv_tests 120 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 110 \
+    tests/kernels/test_kernels_gpu.py -k "gemv"
+  TAIL=10 stage engine_tests 230 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 220 \
+    tests/test_graph_runner.py tests/gpu/test_cuda_engine.py
+  TAIL=24 stage step_head 220 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' SGLANG_EAGLE3_GEMV_FMA=0 '' \
+    SGLANG_EAGLE3_GEMV_FMA=0 --out "$OUT/step_head.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
