@@ -20,7 +20,9 @@ source "$(dirname "$0")/gpu_stages.sh"
 # graphs serve one request a step; layers' gemv_fma): the GEMV GPU tests, the graph runner and CUDA engine tests
 # (speculative == plain with graphs), then the step at 1k and 8k, T = 1..8 (batch 1: the CUDA-core q_b) against
 # SGLANG_EAGLE3_GEMV_FMA=0, alternating twice.
-part=${1:?part: v1, v2, v3, v4, v5}
+# Part "v6": the CUDA engine tests alone (v5's limit cut them after 27 passed), then the Kimi slice end to end with
+# the CUDA-core q_b (the default at --cuda-graph-max-bs 1) and without (SGLANG_EAGLE3_GEMV_FMA=0).
+part=${1:?part: v1, v2, v3, v4, v5, v6}
 case $part in
 v1)
   TAIL=6 stage edges_test 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
@@ -60,6 +62,12 @@ v5)
   TAIL=24 stage step_head 220 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' SGLANG_EAGLE3_GEMV_FMA=0 '' \
     SGLANG_EAGLE3_GEMV_FMA=0 --out "$OUT/step_head.json"
+  ;;
+v6)
+  TAIL=10 stage engine_tests 220 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 210 \
+    tests/gpu/test_cuda_engine.py
+  TAIL=12 stage e2e_fma 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --env-variants '' SGLANG_EAGLE3_GEMV_FMA=0 --out "$OUT/e2e_fma.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
