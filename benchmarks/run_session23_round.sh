@@ -22,7 +22,9 @@ source "$(dirname "$0")/gpu_stages.sh"
 # SGLANG_EAGLE3_GEMV_FMA=0, alternating twice.
 # Part "v6": the CUDA engine tests alone (v5's limit cut them after 27 passed), then the Kimi slice end to end with
 # the CUDA-core q_b (the default at --cuda-graph-max-bs 1) and without (SGLANG_EAGLE3_GEMV_FMA=0).
-part=${1:?part: v1, v2, v3, v4, v5, v6}
+# Part "v7": the step at 1k, T = 1..8, the default config (4 rows of W, 256 lanes, 8 warps) against 128 lanes at 4
+# warps (the sweep's best for q_b with its norm at T = 4) and the tensor cores, alternating twice.
+part=${1:?part: v1, v2, v3, v4, v5, v6, v7}
 case $part in
 v1)
   TAIL=6 stage edges_test 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
@@ -68,6 +70,12 @@ v6)
     tests/gpu/test_cuda_engine.py
   TAIL=12 stage e2e_fma 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --env-variants '' SGLANG_EAGLE3_GEMV_FMA=0 --out "$OUT/e2e_fma.json"
+  ;;
+v7)
+  C=SGLANG_EAGLE3_GEMV_FMA_CONFIG=BLOCK_N=4,LANES=128,num_warps=4,MAX_ROWS=4
+  TAIL=16 stage step_l128 240 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$C" SGLANG_EAGLE3_GEMV_FMA=0 '' "$C" \
+    SGLANG_EAGLE3_GEMV_FMA=0 --out "$OUT/step_l128.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
