@@ -24,7 +24,8 @@ source "$(dirname "$0")/gpu_stages.sh"
 # the CUDA-core q_b (the default at --cuda-graph-max-bs 1) and without (SGLANG_EAGLE3_GEMV_FMA=0).
 # Part "v7": the step at 1k, T = 1..8, the default config (4 rows of W, 256 lanes, 8 warps) against 128 lanes at 4
 # warps (the sweep's best for q_b with its norm at T = 4) and the tensor cores, alternating twice.
-part=${1:?part: v1, v2, v3, v4, v5, v6, v7}
+# Part "v8": after fma_config took 128 lanes over 4 warps (v7's choice): the CUDA-core GEMV's GPU tests again.
+part=${1:?part: v1, v2, v3, v4, v5, v6, v7, v8}
 case $part in
 v1)
   TAIL=6 stage edges_test 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
@@ -76,6 +77,10 @@ v7)
   TAIL=16 stage step_l128 240 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$C" SGLANG_EAGLE3_GEMV_FMA=0 '' "$C" \
     SGLANG_EAGLE3_GEMV_FMA=0 --out "$OUT/step_l128.json"
+  ;;
+v8)
+  TAIL=8 stage gemv_tests 120 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 110 \
+    tests/kernels/test_kernels_gpu.py -k "gemv_fma or q_b"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

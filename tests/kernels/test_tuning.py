@@ -157,8 +157,8 @@ def test_gemv_fma_form_and_knob(monkeypatch):
     assert not takes(7168, 1024) and not takes(2112, 7168) and not takes(7168, 256)  # o_proj, q_a + kv_a, down
     assert not takes(1536, 1536, epilogue=True) and not takes(512, 1536, heads=8)
     assert not takes(1536, 1536, n_major=True)
-    assert fma_config(1536, 1536) == {"BLOCK_N": 4, "LANES": 256, "num_warps": 8, "MAX_ROWS": 4}
-    assert fma_config(1100, 1024)["num_warps"] == 4
+    assert fma_config(1536, 1536) == {"BLOCK_N": 4, "LANES": 128, "num_warps": 4, "MAX_ROWS": 4}
+    assert fma_config(1100, 512)["num_warps"] == 2
     monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_CONFIG", "BLOCK_N=8, LANES=32,num_warps=8,MAX_ROWS=8")
     assert fma_config(1536, 1536) == {"BLOCK_N": 8, "LANES": 32, "num_warps": 8, "MAX_ROWS": 8}
     for bad in ("BLOCK_N=8", "BLOCK_N=8,LANES=32,num_warps=8,MAX_ROWS=16", "BLOCK_N=6,LANES=32,num_warps=8,MAX_ROWS=8",
