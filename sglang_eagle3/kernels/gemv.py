@@ -125,8 +125,9 @@ def fma_for_engine(max_requests: int) -> bool:
 
     A token's products must not depend on how many rows its launch has (lossless greedy speculation: verify
     computes what decode computed), so an engine picks one form per matrix for every T. The CUDA-core form wins
-    at few rows and loses at many (H200, the 61-layer step with it against without: -7% at T = 1, -3% at
-    T = 4, +3% at T = 8, +9% at T = 16; docs/BENCHMARKS.md, twenty-third session), so by default an engine
+    at few rows and loses at many (H200, the 61-layer step at 1k with it against without, fma_config's 128 lanes:
+    -6% at T = 1, -2% at T = 4, +2% at T = 8; 256 lanes: +9% at T = 16; docs/BENCHMARKS.md, twenty-third
+    session), so by default an engine
     takes it only when it serves one request at a time (rows = 1 to decode, k + 1 to verify); a speculative
     engine and a plain one with the same arguments then choose alike. SGLANG_EAGLE3_GEMV_FMA=1 / 0 forces it
     on (wherever fma_form takes a matrix) / off."""
