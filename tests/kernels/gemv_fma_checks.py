@@ -13,13 +13,6 @@ from sglang_eagle3 import kernels
 from sglang_eagle3.kernels.gemv import fma_form, triton_gemv, triton_gemv_fma
 
 
-def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out, ref = out.double(), ref.double()
-    if not torch.isfinite(out).all():
-        return math.inf
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
 def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed: int = 0,
                    dtype=torch.bfloat16, config: dict | None = None) -> dict:
     """The CUDA-core GEMV (optionally with the RMSNorm of x folded in) against a float64 product of the same
@@ -27,6 +20,8 @@ def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed
     rows (the kernel's 1-, 2-, 4- and 8-row programs) bit-identical to the same rows in the whole batch (decode
     == verify for one token); and, where fma_form takes the shape, triton_gemv's dispatch equal to it bit for
     bit, while fma=False (the tensor-core kernel) agrees within the rounding."""
+    from kernel_checks import rel_err
+
     g = torch.Generator(device="cpu").manual_seed(seed)
     x = (torch.randn(T, K, generator=g) * 2).to(dtype).to(device)
     w = (torch.randn(N, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
@@ -38,7 +33,7 @@ def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed
     ref = kernels.ref_gemv(xr.double(), w.double())
     # (Triton's interpreter casts float32 to bfloat16 by truncation, not to nearest: twice the error on CPU.)
     tol = 3e-3 if x.is_cuda else (1e-2 if norm else 6e-3)
-    err = _rel_err(out, ref)
+    err = rel_err(out, ref)
     assert err < tol, f"gemv_fma rel err {err} >= {tol} ({T=} {N=} {K=} {norm=})"
     for size in (1, 2, 4, 8):
         for t0 in range(0, T - size + 1, size):
@@ -51,7 +46,7 @@ def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed
         via = triton_gemv(x, w, **kw)
         assert torch.equal(via, out), "triton_gemv's CUDA-core dispatch differs from triton_gemv_fma"
     tc = triton_gemv(x, w, fma=False, **kw)
-    apart = _rel_err(tc, out)
+    apart = rel_err(tc, out)
     assert apart < 2 * tol, f"tensor-core and CUDA-core GEMV apart by {apart} ({T=} {N=} {K=} {norm=})"
     return {"rel_err": err, "dispatched": routed}
 
