@@ -39,12 +39,14 @@ from sglang_eagle3.kernels.triton.gemv import (
 GEMV_MAX_ROWS = 16  # one tensor-core tile of rows: decode/verify at small batch; above, cuBLAS
 
 # Which matrices take the CUDA-core form (fma_form): K-contiguous, no epilogue, at most FMA_MAX_WEIGHTS weights
-# and K >= FMA_MIN_K. On the H200 (benchmarks/bench_gemv_fma.py) it won on q_b (1536 x 1536: 2.4M) at T = 1 and
-# 4 and lost at T = 4 on every wider Kimi projection (o_proj 7168 x 1024, 7.3M; q_a + kv_a 2112 x 7168); short K
-# (the shared expert's down, K = 256) leaves most lanes idle. DeepSeek-V3's TP=8 q_b (3072 x 1536, 4.7M) falls
-# inside the bound: not measured.
+# and FMA_MIN_K <= K <= FMA_MAX_K. On the H200 (benchmarks/bench_gemv_fma.py) it won on q_b (1536 x 1536: 2.4M)
+# at T = 1 and 4 and lost at T = 4 on every wider Kimi projection (o_proj 7168 x 1024, 7.3M; q_a + kv_a 2112 x
+# 7168); short K (the shared expert's down, K = 256) leaves most lanes idle. DeepSeek-V3's TP=8 q_b (3072 x 1536,
+# 4.7M) falls inside the bound: not measured. K is capped because the kernel unrolls its K steps (K / 1024 of
+# them with fma_config's 128 lanes).
 FMA_MAX_WEIGHTS = 5 << 20
 FMA_MIN_K = 1024
+FMA_MAX_K = 8192
 
 # NOTE: NORM_POST's elementwise math runs on the dot's operand layout, where every warp holds the whole
 # [16, BLOCK_K] activation tile: in fp32 at BLOCK_K = 256 that is 128 registers a thread and the kernel spills
@@ -115,7 +117,7 @@ def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int, mats: int = 1,
 def fma_form(N: int, K: int, x: torch.Tensor, w: torch.Tensor, epilogue: bool) -> bool:
     """Whether triton_gemv runs x [T, K] @ w [N, K]^T in the CUDA-core form (see FMA_MAX_WEIGHTS); off with
     SGLANG_EAGLE3_GEMV_FMA=0. One answer for every T of a matrix, so decode and verify compute alike."""
-    return (not epilogue and x.dim() == 2 and w.dim() == 2 and w.stride(1) == 1 and K >= FMA_MIN_K
+    return (not epilogue and x.dim() == 2 and w.dim() == 2 and w.stride(1) == 1 and FMA_MIN_K <= K <= FMA_MAX_K
             and N * K <= FMA_MAX_WEIGHTS and env.GEMV_FMA.switch(default=True))
 
 

@@ -155,6 +155,7 @@ def test_gemv_fma_form_and_knob(monkeypatch):
     monkeypatch.delenv("SGLANG_EAGLE3_GEMV_FMA", raising=False)
     assert takes(1536, 1536) and takes(3072, 1536)  # q_b: Kimi, DeepSeek-V3 (TP=8)
     assert not takes(7168, 1024) and not takes(2112, 7168) and not takes(7168, 256)  # o_proj, q_a + kv_a, down
+    assert not takes(64, 65536)  # few rows of a very long K (its steps are unrolled)
     assert not takes(1536, 1536, epilogue=True) and not takes(512, 1536, heads=8)
     assert not takes(1536, 1536, n_major=True)
     assert fma_config(1536, 1536) == {"BLOCK_N": 4, "LANES": 128, "num_warps": 4, "MAX_ROWS": 4}
