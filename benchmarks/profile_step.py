@@ -26,7 +26,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_kernels import read_ceiling_us, time_graph  # noqa: E402
-from benchmarks.bench_verify_graph import TP, copy_bandwidth, kimi_config, median_ms, randomize_cuda  # noqa: E402
+from benchmarks.bench_verify_graph import TP, UniformRouting, copy_bandwidth, kimi_config, median_ms, randomize_cuda  # noqa: E402, E501
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM  # noqa: E402
@@ -40,9 +40,10 @@ def short(name: str) -> str:
 
 
 @torch.inference_mode()
-def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int) -> dict:
-    pages = list(range(1, (ctx + T) // 64 + 2))
-    bt = runner.build([(list(range(100, 100 + T)), ctx, pages)])
+def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int, batch: int = 1) -> dict:
+    per_req = (ctx + T) // 64 + 2  # pages a request needs (page 0 stays unused, as the runner expects)
+    bt = runner.build([(list(range(100 + b, 100 + b + T)), ctx, list(range(1 + b * per_req, (b + 1) * per_req)))
+                       for b in range(batch)])
     step = lambda: runner.target_uniform(bt, T, verify=T > 1)  # noqa: E731
     for _ in range(5):
         step()
@@ -67,7 +68,8 @@ def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int) 
                      "us_per_call": round(sum(ts) / len(ts), 2)})
     rows.sort(key=lambda r: -r["per_step_us"])
     launches = sum(r["calls_per_step"] for r in rows)
-    return {"T": T, "context": ctx, "graph_ms": round(graph_ms, 3), "kernel_busy_ms": round(busy / 1e3, 3),
+    return {"T": T, "batch": batch, "context": ctx, "graph_ms": round(graph_ms, 3),
+            "kernel_busy_ms": round(busy / 1e3, 3),
             "launches_per_step": launches, "launches_per_layer": round(launches / layers, 1), "kernels": rows}
 
 
@@ -214,6 +216,11 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=1,
+                    help="requests a step, each with --context cached tokens and T new ones (graphs captured up to it)")
+    ap.add_argument("--uniform-routing", action="store_true",
+                    help="experts drawn uniformly each step (bench_verify_graph.py's UniformRouting: a trained "
+                         "router's spread over a batch, where the random weights' router concentrates it)")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--no-gemm", action="store_true")
     ap.add_argument("--gemm-only", action="store_true", help="only the projection table (no model)")
@@ -243,20 +250,23 @@ def main() -> None:
     randomize_cuda(model, 0)
     max_ctx = args.context + max(args.tokens) + 128
     verify = tuple(t for t in args.tokens if t > 1)
-    runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=max_ctx // 64 + 4, page_size=64,
+    uniform = UniformRouting(cfg.n_routed_experts).__enter__() if args.uniform_routing else None
+    runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=args.batch * (max_ctx // 64 + 4), page_size=64,
                          max_context=max_ctx, device=torch.device("cuda"), dtype=torch.bfloat16,
-                         use_cuda_graph=True, cuda_graph_max_bs=1, verify_widths=verify or (2,),
+                         use_cuda_graph=True, cuda_graph_max_bs=args.batch, verify_widths=verify or (2,),
                          attention_backend="triton", moe_backend="triton")
     for kv in runner.target_kv.layers:
         kv.normal_()
     runner.capture_graphs()
     res = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_bw_gbps": round(bw, 1),
-           "layers": args.layers, "steps": []}
+           "layers": args.layers, "batch": args.batch,
+           "routing": "uniform (drawn each step)" if uniform else "the random router's own", "steps": []}
     for T in args.tokens:
-        r = profile_T(runner, T, args.context, args.layers, args.replays)
+        r = profile_T(runner, T, args.context, args.layers, args.replays, args.batch)
         res["steps"].append(r)
-        print(f"\nT={T} ctx={args.context}: graph {r['graph_ms']:.3f} ms for {args.layers} layers "
+        print(f"\nbatch={args.batch} T={T} ctx={args.context} ({res['routing']} routing): "
+              f"graph {r['graph_ms']:.3f} ms for {args.layers} layers "
               f"({r['graph_ms'] / args.layers * 1e3:.1f} us/layer), kernels busy {r['kernel_busy_ms']:.3f} ms, "
               f"{r['launches_per_layer']} launches/layer", flush=True)
         for k in r["kernels"][:30]:

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Twenty-fourth session's device round (H200): bash benchmarks/run_session24_round.sh PART, results under $OUT.
+source "$(dirname "$0")/gpu_stages.sh"
+# Part "w1": where a batched step's time goes (16 requests: the regime where EAGLE-3 gained only 1.005x end to end
+# in the twenty-third session): profile_step.py at batch 16, T = 1 and 4 (16 and 64 rows), the random router's own
+# routing and uniform routing, and at batch 1 (the current per-kernel breakdown); then the Kimi slice end to end,
+# single stream, with the shipped 128-lane CUDA-core q_b against SGLANG_EAGLE3_GEMV_FMA=0 (not yet run end to end).
+part=${1:?part: w1}
+case $part in
+w1)
+  TAIL=40 stage prof_b16 200 python benchmarks/profile_step.py --layers 6 --tokens 1 4 --batch 16 --no-gemm \
+    --out "$OUT/prof_b16.json"
+  TAIL=40 stage prof_b16u 200 python benchmarks/profile_step.py --layers 6 --tokens 1 4 --batch 16 --no-gemm \
+    --uniform-routing --out "$OUT/prof_b16u.json"
+  TAIL=40 stage prof_b1 150 python benchmarks/profile_step.py --layers 6 --tokens 1 4 --no-gemm --out "$OUT/prof_b1.json"
+  TAIL=12 stage e2e_l128 220 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --env-variants '' SGLANG_EAGLE3_GEMV_FMA=0 --out "$OUT/e2e_l128.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
