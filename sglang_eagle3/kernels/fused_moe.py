@@ -15,11 +15,12 @@ Nibbles become floats by bit tricks (no int->float converts, see triton/fused_mo
 taken nibble-major and pre-scaled (x by gate_up itself as it streams it, act by gate_up's store) so that the
 inner loop needs no layout conversion of weight-sized tiles; each gate_up program streams BLOCK_N weight rows
 of its pair's expert (pairs of a verify batch that share an expert run side by side and the L2 serves the
-repeated lines: GEMV_PER_PAIR); the k-slot sum is the down kernel's own loop, so its output is final. With
-PDL the down kernel can start while gate_up runs; with PRELOAD it loads its weights before its wait. With F16
-(gate_up's config) x meets the weights in packed fp16, two weights an instruction; with F16 in down's config,
-gate_up stores act as [T*k, 5, I/8] int32 instead (fp16 pairs and a power-of-two factor per word of 8) and the
-down kernel's dots run in packed fp16 as well.
+repeated lines: GEMV_PER_PAIR; or, with the config's ROWS, the program of every ROWS-th pair of an expert
+decodes each weight word once for up to ROWS of its pairs); the k-slot sum is the down kernel's own loop, so its
+output is final. With PDL the down kernel can start while gate_up runs; with PRELOAD it loads its weights before
+its wait. With F16 (gate_up's config) x meets the weights in packed fp16, two weights an instruction; with F16 in
+down's config, gate_up stores act as [T*k, 5, I/8] int32 instead (fp16 pairs and a power-of-two factor per word of
+8) and the down kernel's dots run in packed fp16 as well.
 ``add`` (the shared experts' output) is added in the final store, rounded as a separate add would be.
 
 INT4 dot path (verify batches whose tokens share experts; off unless SGLANG_EAGLE3_MOE_DOT_MAX, see
@@ -274,6 +275,9 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     # The packed fp16 dots (the config's "F16") for 16-bit activations, exact in fp16 once scaled; float32 ones
     # keep the fp32 form, which rounds nothing (the kernel's comment above F16_X_SCALE has the numerics).
     f16 = gate_up_cfg.get("F16", False) and x.dtype in (torch.bfloat16, torch.float16)
+    # Pairs of one expert a program (the config's "ROWS", F16 only): each weight word decoded once for them all.
+    rows = gate_up_cfg.get("ROWS", 1) if f16 else 1
+    assert rows in (1, 2, 4), f"gate_up config ROWS={rows} must be 1, 2 or 4"
     moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
         x, w13, s13, topk_ids, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
@@ -281,7 +285,8 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
         PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR), SHIFT16=shift16, F16=f16, INTERPRET=interpret,
-        ACT_F16=act_f16, num_warps=gate_up_cfg["num_warps"], num_stages=1,  # prefetches by hand (see the kernel)
+        ACT_F16=act_f16, ROWS=rows, num_warps=gate_up_cfg["num_warps"],
+        num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )
     _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl,

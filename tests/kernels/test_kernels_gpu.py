@@ -323,6 +323,47 @@ def test_fused_moe_int4_gemv_f16(int4_weights, case, monkeypatch):
     assert torch.equal(emulated, f16), (emulated.float() - f16.float()).abs().max().item()
 
 
+# gate_up's ROWS form (a weight word decoded once for up to ROWS pairs of its expert): (T, skew, gate_up config).
+GEMV_ROWS = [(4, True, {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "ROWS": 4}),
+             (16, False, {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "ROWS": 2}),
+             (64, False, {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 8, "ROWS": 4}),
+             (64, True, {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "ROWS": 4}),
+             (37, True, {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 4, "ROWS": 2})]
+
+
+@pytest.mark.parametrize("case", range(len(GEMV_ROWS)))
+def test_fused_moe_int4_gemv_rows(int4_weights, case, monkeypatch):
+    """The ROWS form at Kimi TP=8 shapes: bit-identical to the one-pair form at the table's config for T (other
+    tiles: a token's sums run in the same order whatever BLOCK_N, warps or ROWS), to its plain-op emulation, and a
+    token alone to the same token in the batch; near the reference."""
+    import importlib
+
+    from sglang_eagle3.kernels import tuning
+
+    fm = importlib.import_module("sglang_eagle3.kernels.fused_moe")
+    T, skew, gate_up = GEMV_ROWS[case]
+    p13, s13, p2, s2 = int4_weights
+    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    topk_w, ids = routing(T, skew, 9000 + T)
+    table = {stage: tuning.get_config(f"fused_moe_int4_gemv_{stage}", x.device, "tokens", T)
+             for stage in ("gate_up", "down")}
+    rows_cfg = {"gate_up": {**gate_up, "F16": True}, "down": table["down"]}
+
+    def run(config, n=T, t0=0):
+        return fm.triton_fused_moe_int4(x[t0:t0 + n], p13, s13, p2, s2, topk_w[t0:t0 + n], ids[t0:t0 + n], 32,
+                                        path="gemv", config=config)
+
+    poison_allocator()
+    out, one_pair = run(rows_cfg), run(table)
+    assert torch.equal(out, one_pair), (out.float() - one_pair.float()).abs().max().item()
+    err = rel_err(out, kernels.ref_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32))
+    assert err < 1e-2, f"ROWS rel err {err} ({T=} {gate_up=})"
+    assert torch.equal(run(rows_cfg, 1, T // 2)[0], out[T // 2])
+    monkeypatch.setattr(fm.tuning, "interpreting", lambda: True)  # the emulation, compiled for the GPU
+    emulated = run(rows_cfg)
+    assert torch.equal(emulated, out), (emulated.float() - out.float()).abs().max().item()
+
+
 DOT_CONFIGS = [None, {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": True},
                {"BLOCK_N": 16, "BLOCK_W": 32, "num_warps": 4, "EXACT": False, "SPLIT": 3},
                {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 8, "EXACT": True, "SPLIT": 8}]

@@ -455,37 +455,59 @@ def _x_pairs_f16(xs):
     return p0[None, :], p1[None, :], p2[None, :], p3[None, :]
 
 
+def _dequant_f16_ptx(word: str, a: str, b: str, c: str, d: str) -> str:
+    """PTX turning the int32 `word` into the fp16x2 weights (q - 8) of nibbles (0, 4), (1, 5), (2, 6), (3, 7) in
+    registers a..d, exactly (the comment above F16_X_SCALE). Needs .b32 s, m0, k16, m72 declared. Constants:
+    1032 = 0x6408, 1/16 = 0x2C00, -72 = 0xD480 in fp16 ((1024 + 16 q) / 16 - 72 = q - 8)."""
+    return f"""
+        mov.b32 m0, 0x64086408;
+        mov.b32 k16, 0x2C002C00;
+        mov.b32 m72, 0xD480D480;
+        shr.u32 s, {word}, 8;
+        lop3.b32 {a}, {word}, 0x000F000F, 0x64006400, 0xEA;
+        lop3.b32 {b}, {word}, 0x00F000F0, 0x64006400, 0xEA;
+        lop3.b32 {c}, s, 0x000F000F, 0x64006400, 0xEA;
+        lop3.b32 {d}, s, 0x00F000F0, 0x64006400, 0xEA;
+        sub.rn.f16x2 {a}, {a}, m0;
+        fma.rn.f16x2 {b}, {b}, k16, m72;
+        sub.rn.f16x2 {c}, {c}, m0;
+        fma.rn.f16x2 {d}, {d}, k16, m72;
+        """
+
+
+def _dot_f16_ptx(a: str, b: str, c: str, d: str, p: tuple[str, str, str, str], out: str) -> str:
+    """PTX of one word's dot: the fp16x2 weights a..d times the x pairs p, a 4-term sum per half in fp16, the two
+    halves added in fp32 into `out` (into `sum` first if `out` is "sum"). Needs .b32 acc, .f16 lo, hi and .f32 flo,
+    fhi declared."""
+    return f"""
+        mul.rn.f16x2 acc, {a}, {p[0]};
+        fma.rn.f16x2 acc, {b}, {p[1]}, acc;
+        fma.rn.f16x2 acc, {c}, {p[2]}, acc;
+        fma.rn.f16x2 acc, {d}, {p[3]}, acc;
+        mov.b32 {{lo, hi}}, acc;
+        cvt.f32.f16 flo, lo;
+        cvt.f32.f16 fhi, hi;
+        add.rn.f32 {out}, flo, fhi;
+        """
+
+
 def _word_dots_f16_ptx(scaled: bool) -> str:
-    """PTX for _word_dots_f16: $1 the word, $2..$5 the x pairs, $6 (scaled) a per-word fp32 factor for the sum.
-    Constants: 1032 = 0x6408, 1/16 = 0x2C00, -72 = 0xD480 in fp16 ((1024 + 16 q) / 16 - 72 = q - 8)."""
+    """PTX for _word_dots_f16: $1 the word, $2..$5 the x pairs, $6 (scaled) a per-word fp32 factor for the sum."""
     return ("""
         {
         .reg .b32 s, a, b, c, d, acc, m0, k16, m72;
         .reg .f16 lo, hi;
-        .reg .f32 flo, fhi, sum;
-        mov.b32 m0, 0x64086408;
-        mov.b32 k16, 0x2C002C00;
-        mov.b32 m72, 0xD480D480;
-        shr.u32 s, $1, 8;
-        lop3.b32 a, $1, 0x000F000F, 0x64006400, 0xEA;
-        lop3.b32 b, $1, 0x00F000F0, 0x64006400, 0xEA;
-        lop3.b32 c, s, 0x000F000F, 0x64006400, 0xEA;
-        lop3.b32 d, s, 0x00F000F0, 0x64006400, 0xEA;
-        sub.rn.f16x2 a, a, m0;
-        fma.rn.f16x2 b, b, k16, m72;
-        sub.rn.f16x2 c, c, m0;
-        fma.rn.f16x2 d, d, k16, m72;
-        mul.rn.f16x2 acc, a, $2;
-        fma.rn.f16x2 acc, b, $3, acc;
-        fma.rn.f16x2 acc, c, $4, acc;
-        fma.rn.f16x2 acc, d, $5, acc;
-        mov.b32 {lo, hi}, acc;
-        cvt.f32.f16 flo, lo;
-        cvt.f32.f16 fhi, hi;
-        """ + ("add.rn.f32 sum, flo, fhi;\nmul.rn.f32 $0, sum, $6;" if scaled else "add.rn.f32 $0, flo, fhi;")
-            + "\n}")
+        .reg .f32 flo, fhi, sum;"""
+            + _dequant_f16_ptx("$1", "a", "b", "c", "d")
+            + _dot_f16_ptx("a", "b", "c", "d", ("$2", "$3", "$4", "$5"), "sum" if scaled else "$0")
+            + ("mul.rn.f32 $0, sum, $6;" if scaled else "") + "\n}")
 
 
+# The two halves of _word_dots_f16 apart, for programs that apply one weight tile to several rows of x (gate_up's
+# ROWS): the decoded weights are kept in registers and each row costs only the dot.
+_DEQUANT_F16 = tl.constexpr("{\n.reg .b32 s, m0, k16, m72;" + _dequant_f16_ptx("$4", "$0", "$1", "$2", "$3") + "}")
+_DOT_F16 = tl.constexpr("{\n.reg .b32 acc;\n.reg .f16 lo, hi;\n.reg .f32 flo, fhi;"
+                        + _dot_f16_ptx("$1", "$2", "$3", "$4", ("$5", "$6", "$7", "$8"), "$0") + "}")
 _WORD_DOTS_F16 = tl.constexpr(_word_dots_f16_ptx(False))
 _WORD_DOTS_F16_SCALED = tl.constexpr(_word_dots_f16_ptx(True))
 
@@ -542,6 +564,138 @@ def _group_dots_f16(packed, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.cons
 
 
 @triton.jit
+def _dequant_f16(packed, INTERPRET: tl.constexpr):
+    """The fp16x2 weights (a, b, c, d) of _word_dots_f16 from [N, W] words, for _dots_dequantized_f16 to apply to
+    several rows of x. Under the interpreter (no PTX) the words themselves, four times: its dot decodes them."""
+    if INTERPRET:
+        return packed, packed, packed, packed
+    return tl.inline_asm_elementwise(asm=_DEQUANT_F16, constraints="=r,=r,=r,=r,r", args=[packed],
+                                     dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _dots_dequantized_f16(dq, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.constexpr):
+    """_group_dots_f16 on weights already decoded by _dequant_f16: the same operations in the same order, so the
+    same bits."""
+    if INTERPRET:
+        t = _word_dots_f16_emulated(dq[0], pairs[0], pairs[1], pairs[2], pairs[3])
+    else:
+        t = tl.inline_asm_elementwise(asm=_DOT_F16, constraints="=r,r,r,r,r,r,r,r,r",
+                                      args=[dq[0], dq[1], dq[2], dq[3], pairs[0], pairs[1], pairs[2], pairs[3]],
+                                      dtype=tl.float32, is_pure=True, pack=1)
+    N: tl.constexpr = t.shape[0]
+    W: tl.constexpr = t.shape[1]
+    return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
+
+
+@triton.jit
+def _gate_up_row(acc_g, acc_u, dg, sg, du, su, xs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.constexpr):
+    """One row's share of a chunk in gate_up's ROWS form: _gate_up_chunk (F16) with the weights decoded once."""
+    pairs = _x_pairs_f16(xs)
+    acc_g += _dots_dequantized_f16(dg, pairs, GROUP_WORDS, INTERPRET) * sg
+    acc_u += _dots_dequantized_f16(du, pairs, GROUP_WORDS, INTERPRET) * su
+    return acc_g, acc_u
+
+
+@triton.jit
+def _member(ids_ptr, offs, member, rank, r, pair, TK):
+    """(pair id of the expert's r-th pair, whether it exists): the program's own pair stands in for a missing one,
+    so every load stays in bounds."""
+    sel = member & (rank == r)
+    return tl.where(tl.sum(sel.to(tl.int32), axis=0) > 0, tl.sum(tl.where(sel, offs, 0), axis=0), pair), \
+        tl.sum(sel.to(tl.int32), axis=0) > 0
+
+
+@triton.jit
+def _store_gate_up(act_ptr, member, stride_at, nb, n_offs, n_ok, acc_g, acc_u, I, BLOCK_N: tl.constexpr,
+                   SHIFT16: tl.constexpr, F16: tl.constexpr, ACT_F16: tl.constexpr):
+    """act[member] of rows n_offs = silu(g) * u from the per-group accumulators, in the down kernel's form."""
+    g = tl.sum(acc_g, axis=1)
+    u = tl.sum(acc_u, axis=1)
+    if F16:  # undo F16_X_SCALE (a power of two: exact)
+        g = g * (1.0 / F16_X_SCALE)
+        u = u * (1.0 / F16_X_SCALE)
+    if ACT_F16:
+        _store_act_f16(act_ptr + member.to(tl.int64) * stride_at, nb, g * tl.sigmoid(g) * u, I, BLOCK_N)
+    else:
+        j = n_offs % 8
+        tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
+                 g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16), mask=n_ok)
+
+
+@triton.jit
+def _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, up_rows, up_scales, stride_xt, stride_at,
+                  pair, nb, n_offs, n_ok, w_idx, g_idx, TK, I, H_WORDS,
+                  TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_W: tl.constexpr, EVEN: tl.constexpr, SHIFT16: tl.constexpr, INTERPRET: tl.constexpr,
+                  ACT_F16: tl.constexpr, ROWS: tl.constexpr):
+    """gate_up's ROWS form (F16 only): the program of the expert's pair of rank r (in pair order) with r % ROWS == 0
+    computes that pair and the next ROWS - 1 of the same expert, decoding each weight word once for all of them
+    (a row then costs the dot alone: ~8 of the ~17 instructions a word); the other pairs' programs exit. Each row
+    runs _gate_up_chunk's F16 operations in the same order, so a pair's act is the same bits as in the one-pair
+    form, whatever the batch holds. ROWS <= 4."""
+    offs = tl.arange(0, TK_PAD)
+    ids = tl.load(ids_ptr + offs, mask=offs < TK, other=-1)
+    expert = tl.load(ids_ptr + pair)
+    member = (ids == expert) & (offs < TK)
+    rank = tl.cumsum(member.to(tl.int32), axis=0) - 1
+    r0 = tl.sum(tl.where(offs == pair, rank, 0), axis=0)
+    if r0 % ROWS == 0:
+        m1, ok1 = _member(ids_ptr, offs, member, rank, r0 + 1, pair, TK)
+        x0 = x_ptr + (pair // TOP_K).to(tl.int64) * stride_xt
+        x1 = x_ptr + (m1 // TOP_K).to(tl.int64) * stride_xt
+        if ROWS > 2:
+            m2, ok2 = _member(ids_ptr, offs, member, rank, r0 + 2, pair, TK)
+            m3, ok3 = _member(ids_ptr, offs, member, rank, r0 + 3, pair, TK)
+            x2 = x_ptr + (m2 // TOP_K).to(tl.int64) * stride_xt
+            x3 = x_ptr + (m3 // TOP_K).to(tl.int64) * stride_xt
+        zero = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
+        acc_g0, acc_u0, acc_g1, acc_u1 = zero, zero, zero, zero
+        acc_g2, acc_u2, acc_g3, acc_u3 = zero, zero, zero, zero
+        pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+        pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+        xs0 = _load_x_chunk(x0, 0, w_idx, H_WORDS, EVEN, SHIFT16, True)
+        xs1 = _load_x_chunk(x1, 0, w_idx, H_WORDS, EVEN, SHIFT16, True)
+        if ROWS > 2:
+            xs2 = _load_x_chunk(x2, 0, w_idx, H_WORDS, EVEN, SHIFT16, True)
+            xs3 = _load_x_chunk(x3, 0, w_idx, H_WORDS, EVEN, SHIFT16, True)
+        for w0 in range(0, H_WORDS, BLOCK_W):  # the next chunk's loads first, as the one-pair form
+            pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                H_WORDS, GROUP_WORDS, EVEN)
+            pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                H_WORDS, GROUP_WORDS, EVEN)
+            xs0_next = _load_x_chunk(x0, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, True)
+            xs1_next = _load_x_chunk(x1, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, True)
+            if ROWS > 2:
+                xs2_next = _load_x_chunk(x2, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, True)
+                xs3_next = _load_x_chunk(x3, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, True)
+            dg = _dequant_f16(pg, INTERPRET)
+            du = _dequant_f16(pu, INTERPRET)
+            acc_g0, acc_u0 = _gate_up_row(acc_g0, acc_u0, dg, sg, du, su, xs0, GROUP_WORDS, INTERPRET)
+            if ok1:
+                acc_g1, acc_u1 = _gate_up_row(acc_g1, acc_u1, dg, sg, du, su, xs1, GROUP_WORDS, INTERPRET)
+            if ROWS > 2:
+                if ok2:
+                    acc_g2, acc_u2 = _gate_up_row(acc_g2, acc_u2, dg, sg, du, su, xs2, GROUP_WORDS, INTERPRET)
+                if ok3:
+                    acc_g3, acc_u3 = _gate_up_row(acc_g3, acc_u3, dg, sg, du, su, xs3, GROUP_WORDS, INTERPRET)
+                xs2, xs3 = xs2_next, xs3_next
+            pg, sg, pu, su, xs0, xs1 = pg_next, sg_next, pu_next, su_next, xs0_next, xs1_next
+        _store_gate_up(act_ptr, pair, stride_at, nb, n_offs, n_ok, acc_g0, acc_u0, I, BLOCK_N, SHIFT16, True,
+                       ACT_F16)
+        if ok1:
+            _store_gate_up(act_ptr, m1, stride_at, nb, n_offs, n_ok, acc_g1, acc_u1, I, BLOCK_N, SHIFT16, True,
+                           ACT_F16)
+        if ROWS > 2:
+            if ok2:
+                _store_gate_up(act_ptr, m2, stride_at, nb, n_offs, n_ok, acc_g2, acc_u2, I, BLOCK_N, SHIFT16, True,
+                               ACT_F16)
+            if ok3:
+                _store_gate_up(act_ptr, m3, stride_at, nb, n_offs, n_ok, acc_g3, acc_u3, I, BLOCK_N, SHIFT16, True,
+                               ACT_F16)
+
+
+@triton.jit
 def _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS: tl.constexpr, SHIFT16: tl.constexpr,
                    F16: tl.constexpr, INTERPRET: tl.constexpr):
     """One chunk of gate_up: the gate and up rows' per-group sums of (q - 8) * x, times the group scales, added
@@ -572,7 +726,7 @@ def moe_int4_gemv_gate_up_kernel(
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
     PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, F16: tl.constexpr = False,
-    INTERPRET: tl.constexpr = False, ACT_F16: tl.constexpr = False,
+    INTERPRET: tl.constexpr = False, ACT_F16: tl.constexpr = False, ROWS: tl.constexpr = 1,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -585,6 +739,7 @@ def moe_int4_gemv_gate_up_kernel(
     Either way a pair's arithmetic is the same code whatever the batch holds.
     F16: the dots in packed half precision, two weights an op (see the comment above F16_X_SCALE).
     ACT_F16: act is stored for the down kernel's packed fp16 form instead (_store_act_f16).
+    ROWS (2 or 4, with F16): each weight word decoded once for up to ROWS pairs of its expert (_gate_up_rows).
 
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
     next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
@@ -594,6 +749,16 @@ def moe_int4_gemv_gate_up_kernel(
         gdc_launch_dependents()
     pair = tl.program_id(0)
     nb = tl.program_id(1)
+    if ROWS > 1:
+        n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+        e = tl.load(ids_ptr + pair).to(tl.int64)
+        gate_rows = w13_ptr + e * stride_we + n_offs.to(tl.int64)[:, None] * stride_wn
+        gate_scales = s13_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
+        _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, gate_rows + I * stride_wn,
+                      gate_scales + I * stride_sn, stride_xt, stride_at, pair, nb, n_offs, n_offs < I,
+                      tl.arange(0, BLOCK_W), tl.arange(0, BLOCK_W // GROUP_WORDS), TK, I, H_WORDS, TOP_K, TK_PAD,
+                      GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN, SHIFT16, INTERPRET, ACT_F16, ROWS)
+        return
     if PER_PAIR:
         work, count, expert = True, 1, tl.load(ids_ptr + pair)
     else:
@@ -628,17 +793,8 @@ def moe_int4_gemv_gate_up_kernel(
                 acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16, F16,
                                               INTERPRET)
                 pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
-            g = tl.sum(acc_g, axis=1)
-            u = tl.sum(acc_u, axis=1)
-            if F16:  # undo F16_X_SCALE (a power of two: exact)
-                g = g * (1.0 / F16_X_SCALE)
-                u = u * (1.0 / F16_X_SCALE)
-            if ACT_F16:
-                _store_act_f16(act_ptr + member.to(tl.int64) * stride_at, nb, g * tl.sigmoid(g) * u, I, BLOCK_N)
-            else:
-                j = n_offs % 8
-                tl.store(act_ptr + member.to(tl.int64) * stride_at + j * (I // 8) + n_offs // 8,
-                         g * tl.sigmoid(g) * u * _nibble_scale(j, SHIFT16), mask=n_ok)
+            _store_gate_up(act_ptr, member, stride_at, nb, n_offs, n_ok, acc_g, acc_u, I, BLOCK_N, SHIFT16, F16,
+                           ACT_F16)
 
 
 # act in the down kernel's packed fp16 form (ACT_F16, when the down config says F16): per pair an int32 row
