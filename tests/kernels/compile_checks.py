@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from pathlib import Path
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -159,6 +160,23 @@ def check_gemv(arch: int) -> dict:
                 # ([BLOCK_W] fp32 each, see _x_columns); a conversion of a weight-sized tile would add more
                 # (the first version of this kernel had 26).
                 assert ops["BAR"] <= 20, f"barriers in the gate_up inner loop (layout conversions): {dict(ops)}"
+    # gate_up's ROWS form (a word decoded once for up to ROWS pairs of an expert) at the sm_90 table's buckets that
+    # take it, both mask modes, with and without SHIFT16: no local memory (a few bytes of stack at 255 registers
+    # are allowed), and the weights decoded once: one decode's 4 LOP3 a word in the program, not one per row.
+    sm90 = json.loads((Path(tuning.__file__).parent / "configs" / "sm_90.json").read_text())
+    for cfg in (b for b in sm90["ops"]["fused_moe_int4_gemv_gate_up"] if b.get("ROWS", 1) > 1):
+        for even, shift16 in ((True, False), (True, True), (False, True)):
+            bn, warps, rows = cfg["BLOCK_N"], cfg["num_warps"], cfg["ROWS"]
+            sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel,
+                                     {**GATE_UP_SIG, "act_ptr": "*i32", "ACT_F16": "i32", "ROWS": "i32"},
+                                     dict(TOP_K=8, TK_PAD=64, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=cfg["BLOCK_W"],
+                                          EVEN=even, PER_PAIR=True, SHIFT16=shift16, F16=True, ACT_F16=True,
+                                          ROWS=rows), GATE_UP_ALIGNED, arch, warps)
+            _no_local(res, f"gate_up ROWS={rows} {bn=} {warps=} {even=} {shift16=}")
+            words = 2 * bn * cfg["BLOCK_W"] // (32 * warps)  # gate + up words a thread decodes per chunk
+            lop3 = _opcodes(re.findall(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", sass))["LOP3"]
+            assert words * 4 <= lop3 < words * 4 * rows, f"ROWS={rows}: {lop3} LOP3 for {words} words a chunk"
+            out[f"gate_up_rows{rows}_bn{bn}_w{warps}_even{int(even)}_s16{int(shift16)}"] = res
     # down: the slot loop (PRELOAD off, the table's T > 2 config first) and every slot's weights before the PDL
     # wait (PRELOAD: the table's T <= 4 config first).
     # F16: act in the packed fp16 form (int32) and the dots as HFMA2, each word's sum times its factor: ~3.3 / 3.7
