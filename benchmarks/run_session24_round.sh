@@ -9,7 +9,16 @@ source "$(dirname "$0")/gpu_stages.sh"
 # identical to the one-pair form, to its emulation, alone vs batch) and the INT4 tests around it; bench_moe_dot.py at
 # T = 1..64 over pools of 12 and 384 experts, the table's configs against five ROWS configs, the best per T written
 # as a gate_up table (rows_table.json, for w3).
-part=${1:?part: w1, w2}
+# (w2 at 4f3f49c: the ROWS form bit-identical to the one-pair form only at the same tiles (1 of 5 cases; 1-2 bf16
+# ulps apart against the table's other tiles: the test now compares at the same tiles); MoE us, pool 12 / 384:
+# T=1 table 13.9 / 14.9, ROWS 2 at 16 x 8 warps 11.0 / 13.0; T = 2..8 ROWS slower; T=16 ROWS 2 at 16 x 4 warps
+# 89 / 112 against 96 / 106; T=64 323 / 376-384 against 359-360 / 397-401.)
+# Part "w3": with the sm_90 table taking ROWS 2 at T=1 and above 16 tokens: the ROWS and table-bucket GPU tests, then
+# the 61-layer step at batch 1 (1k, T = 1..8) and at batch 16 (1k, T = 1 and 4, uniform routing) against the previous
+# gate_up buckets (a table file written here), alternating twice.
+# Part "w4": the CUDA engine tests (speculative == plain with graphs), then the Kimi slice end to end, single stream
+# and at 16 concurrent requests, against the previous gate_up buckets.
+part=${1:?part: w1, w2, w3, w4}
 case $part in
 w1)
   TAIL=40 stage prof_b16 200 python benchmarks/profile_step.py --layers 6 --tokens 1 4 --batch 16 --no-gemm \
@@ -30,6 +39,35 @@ w2)
     --gemv-config "BLOCK_N=16,num_warps=8,ROWS=4,$R" --gemv-config "BLOCK_N=16,num_warps=4,ROWS=2,$R" \
     --gemv-config "BLOCK_N=16,num_warps=8,ROWS=2,$R"
   cat "$OUT/rows_table.json"
+  ;;
+w3|w4)
+  OLD_TABLE="$OUT/gate_up_before_rows.json"
+  python - "$OLD_TABLE" <<'PY'
+import json, sys
+old = [{"max_tokens": 2, "BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 8, "F16": True},
+       {"max_tokens": 4, "BLOCK_N": 32, "BLOCK_W": 128, "num_warps": 4, "F16": True},
+       {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 4, "F16": True}]
+json.dump({"arch": "sm_90", "sm_counts": [132], "measured": True, "source": "sm_90 gate_up buckets before 88044a7",
+           "ops": {"fused_moe_int4_gemv_gate_up": old}}, open(sys.argv[1], "w"), indent=1)
+PY
+  OLD="SGLANG_EAGLE3_CONFIG_TABLE=$OLD_TABLE"
+  if [ "$part" = w3 ]; then
+    TAIL=8 stage rows_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+      tests/kernels/test_kernels_gpu.py -k "gemv_rows or buckets_agree or token_independent"
+    TAIL=24 stage step_b1 230 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$OLD" '' "$OLD" --out "$OUT/step_b1.json"
+    TAIL=16 stage step_b16 230 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --batch 16 --max-tokens 4 --tokens 1 4 --uniform-routing --eager-iters 1 --graph-iters 20 \
+      --env-variants '' "$OLD" '' "$OLD" --out "$OUT/step_b16.json"
+  else
+    TAIL=8 stage engine_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+      tests/gpu/test_cuda_engine.py
+    TAIL=10 stage e2e_b1 180 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+      --repeat 2 --simulate-accept 3.0 --env-variants '' "$OLD" --out "$OUT/e2e_b1.json"
+    TAIL=10 stage e2e_b16 220 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --max-new-tokens 64 \
+      --repeat 2 --simulate-accept 3.0 --concurrency 16 --cuda-graph-max-bs 16 --env-variants '' "$OLD" \
+      --out "$OUT/e2e_b16.json"
+  fi
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
