@@ -18,7 +18,15 @@ source "$(dirname "$0")/gpu_stages.sh"
 # gate_up buckets (a table file written here), alternating twice.
 # Part "w4": the CUDA engine tests (speculative == plain with graphs), then the Kimi slice end to end, single stream
 # and at 16 concurrent requests, against the previous gate_up buckets.
-part=${1:?part: w1, w2, w3, w4}
+# (w3 at 8ba8a49: 13 GPU tests passed; the step, new / previous gate_up buckets, ms: batch 1 at 1k T = 1 / 2 / 4 / 8
+# 4.38 / 4.87 / 5.75 / 7.34 against 4.37 / 4.83 / 5.74 / 7.33 (equal); batch 16 uniform T=1 12.17 / 12.10, T=4
+# 30.64 / 31.02 (-1.2%).)
+# (w4 at 8ba8a49: engine tests 17 passed; end to end, new / previous buckets, tok/s: single stream baseline 213.8 /
+# 213.9, EAGLE-3 k=3 pinned 3.0 409.6 / 411.7; 16 concurrent baseline 1112.0 / 1109.0, EAGLE-3 1169.7 / 1119.6.)
+# Part "w5": gate_up's XP form (x rounded and paired for the F16 dots once a token by a launch of its own, loaded in
+# the weights' layout: no move through shared memory a chunk): its GPU tests, then bench_moe_dot.py at T = 1..64
+# over pools of 12 and 384, the table against XP at the table's tiles and at 16 x 8 warps, with ROWS 2 and without.
+part=${1:?part: w1, w2, w3, w4, w5}
 case $part in
 w1)
   TAIL=40 stage prof_b16 200 python benchmarks/profile_step.py --layers 6 --tokens 1 4 --batch 16 --no-gemm \
@@ -39,6 +47,16 @@ w2)
     --gemv-config "BLOCK_N=16,num_warps=8,ROWS=4,$R" --gemv-config "BLOCK_N=16,num_warps=4,ROWS=2,$R" \
     --gemv-config "BLOCK_N=16,num_warps=8,ROWS=2,$R"
   cat "$OUT/rows_table.json"
+  ;;
+w5)
+  TAIL=8 stage xp_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/kernels/test_kernels_gpu.py -k "gemv_rows or buckets_agree"
+  R="BLOCK_W=128,F16=1"
+  TAIL=100 stage moe_xp 330 python benchmarks/bench_moe_dot.py --out "$OUT/moe_xp.json" --variants "gemv (table)" \
+    --tokens 1 2 4 8 16 64 --pools 12 384 --table-path gemv --table-pool 0 --table-out "$OUT/xp_table.json" \
+    --gemv-config "BLOCK_N=16,num_warps=8,XP=1,$R" --gemv-config "BLOCK_N=16,num_warps=4,XP=1,$R" \
+    --gemv-config "BLOCK_N=16,num_warps=8,ROWS=2,XP=1,$R" --gemv-config "BLOCK_N=8,num_warps=4,XP=1,$R" \
+    --gemv-config "BLOCK_N=32,num_warps=8,XP=1,$R"
   ;;
 w3|w4)
   OLD_TABLE="$OUT/gate_up_before_rows.json"
