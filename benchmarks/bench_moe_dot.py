@@ -48,7 +48,7 @@ def parse_config(text: str) -> dict:
     cfg = {}
     for item in text.split(","):
         key, value = item.split("=")
-        cfg[key] = bool(int(value)) if key in ("EXACT", "F16", "PER_PAIR", "PRELOAD", "XP") else int(value)
+        cfg[key] = bool(int(value)) if key in ("EXACT", "F16", "PER_PAIR", "PRELOAD") else int(value)
     return cfg
 
 

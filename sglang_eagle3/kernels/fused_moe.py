@@ -47,7 +47,6 @@ from sglang_eagle3.kernels.triton.fused_moe import (
     moe_int4_swap_down_kernel,
     moe_int4_swap_gate_up_kernel,
     moe_sum_slots_kernel,
-    moe_x_pairs_kernel,
 )
 
 BLOCK_M = 16  # tile path: pairs per block of one expert (the dot's M), unless the gate_up config's "BLOCK_M" says
@@ -71,7 +70,6 @@ GEMV_PER_PAIR = True
 # The GEMV path takes nibbles 5..7 from the word's high half (the kernels' SHIFT16: ~5% fewer instructions) from
 # this many tokens up; at T=1 the H200 ran it ~30% slower back to back (triton/fused_moe.py, the trick's notes).
 GEMV_SHIFT16_MIN_TOKENS = 2
-X_PAIRS_BLOCK = 128  # words of x a moe_x_pairs_kernel program pairs
 MAGIC_BITS = 0x4B000000  # float bits of 2^23, passed at run time (see triton/fused_moe.py)
 
 
@@ -280,23 +278,14 @@ def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: in
     # Pairs of one expert a program (the config's "ROWS", F16 only): each weight word decoded once for them all.
     rows = gate_up_cfg.get("ROWS", 1) if f16 else 1
     assert rows in (1, 2, 4), f"gate_up config ROWS={rows} must be 1, 2 or 4"
-    # x rounded and paired for the F16 dots once a token by a launch of its own (the config's "XP"), so that gate_up
-    # loads it in its weights' layout instead of moving each chunk through shared memory.
-    xp = bool(gate_up_cfg.get("XP", False)) and f16
-    gate_x = x
-    if xp:
-        gate_x = torch.empty(T, 4, h_words, dtype=torch.int32, device=x.device)
-        moe_x_pairs_kernel[(T, triton.cdiv(h_words, X_PAIRS_BLOCK))](
-            x, gate_x, x.stride(0), gate_x.stride(0), h_words, BLOCK_W=X_PAIRS_BLOCK, PDL=pdl, num_warps=4,
-            **tuning.pdl_launch(pdl))
     moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
-        gate_x, w13, s13, topk_ids, act,
-        gate_x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+        x, w13, s13, topk_ids, act,
+        x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
         TK, I, h_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
         PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR), SHIFT16=shift16, F16=f16, INTERPRET=interpret,
-        ACT_F16=act_f16, ROWS=rows, XP=xp, num_warps=gate_up_cfg["num_warps"],
+        ACT_F16=act_f16, ROWS=rows, num_warps=gate_up_cfg["num_warps"],
         num_stages=1,  # prefetches by hand (see the kernel)
         PDL=pdl, **tuning.pdl_launch(pdl),
     )

@@ -10,15 +10,14 @@ import torch
 from sglang_eagle3 import kernels
 
 
-def _rows_config(base: dict, rows: int, xp: bool = False) -> dict:
-    return {"gate_up": {**base["gate_up"], "F16": True, "ROWS": rows, "XP": xp}, "down": base["down"]}
+def _rows_config(base: dict, rows: int) -> dict:
+    return {"gate_up": {**base["gate_up"], "F16": True, "ROWS": rows}, "down": base["down"]}
 
 
 def check_moe_gemv_rows(T: int, E: int, H: int, I: int, top_k: int, rows: int, device: str = "cpu", seed: int = 0,
-                        pool: int | None = None, base: dict | None = None, xp: bool = False) -> dict:
-    """ROWS = 1 / 2 / 4 (with ``xp``: x paired by moe_x_pairs_kernel first) against the one-pair form (ROWS 1, same
-    tiles, F16 both, x as it is): every output bit-identical (each row runs the same operations in the same order;
-    only the decoding of the weights, or the pairing of x, is shared), on bf16 inputs whose
+                        pool: int | None = None, base: dict | None = None) -> dict:
+    """ROWS = 2 / 4 against the one-pair form (ROWS 1, same tiles, F16 both): every output bit-identical (each row
+    runs the same operations in the same order; only the decoding of the weights is shared), on bf16 inputs whose
     tokens draw their experts from the first ``pool`` (so experts hold 1 to T pairs: programs with one, some and
     ROWS pairs, and experts needing several programs), near the float64 reference; and a token computed alone equal
     to the same token in the batch (decode vs verify)."""
@@ -36,20 +35,19 @@ def check_moe_gemv_rows(T: int, E: int, H: int, I: int, top_k: int, rows: int, d
     w = torch.rand(T, top_k, generator=g)
     args = [t.to(device) for t in (x, p13, s13, p2, s2, w / w.sum(-1, keepdim=True), ids)]
 
-    def run(a, r, pre=False):
-        return triton_fused_moe_int4(*a, 32, None, path="gemv", config=_rows_config(base, r, pre))
+    def run(a, r):
+        return triton_fused_moe_int4(*a, 32, None, path="gemv", config=_rows_config(base, r))
 
-    one_pair, out = run(args, 1), run(args, rows, xp)
+    one_pair, out = run(args, 1), run(args, rows)
     counts = torch.bincount(ids.flatten().long(), minlength=E)
     assert torch.equal(out, one_pair), (
-        f"ROWS={rows} {xp=} differs from the one-pair form ({T=} {pool=}, pairs an expert "
-        f"{counts[counts > 0].tolist()}): "
+        f"ROWS={rows} differs from the one-pair form ({T=} {pool=}, pairs an expert {counts[counts > 0].tolist()}): "
         f"{(out.float() - one_pair.float()).abs().max().item()}")
     x_, p13_, s13_, p2_, s2_, w_, ids_ = args
     err = rel_err(out, kernels.ref_fused_moe_int4(x_.double(), p13_, s13_, p2_, s2_, w_.double(), ids_, 32, None))
     assert err < 1e-2, f"ROWS={rows} rel err {err}"
     t = T // 2
-    alone = run([a[t:t + 1] if i in (0, 5, 6) else a for i, a in enumerate(args)], rows, xp)
+    alone = run([a[t:t + 1] if i in (0, 5, 6) else a for i, a in enumerate(args)], rows)
     assert torch.equal(alone[0], out[t]), f"ROWS={rows}: token {t} alone differs from the batch"
     return {"rel_err": err, "max_pairs_an_expert": int(counts.max())}
 
@@ -61,7 +59,4 @@ CASES = {
     "moe_int4_gemv_rows2_shared_experts": lambda: check_moe_gemv_rows(5, 8, 128, 32, 2, 2, seed=62, pool=3),
     # uniform routing over 16 experts: mostly one or two pairs an expert (the batched-decode shape).
     "moe_int4_gemv_rows4_uniform": lambda: check_moe_gemv_rows(6, 16, 128, 32, 3, 4, seed=63),
-    # x paired once a token (XP): one pair a program over a partial chunk, and with 4-row programs.
-    "moe_int4_gemv_xp_partial_chunk": lambda: check_moe_gemv_rows(4, 8, 160, 32, 3, 1, seed=64, pool=5, xp=True),
-    "moe_int4_gemv_xp_rows4": lambda: check_moe_gemv_rows(6, 8, 128, 32, 3, 4, seed=65, pool=4, xp=True),
 }

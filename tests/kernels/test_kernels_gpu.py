@@ -323,16 +323,12 @@ def test_fused_moe_int4_gemv_f16(int4_weights, case, monkeypatch):
     assert torch.equal(emulated, f16), (emulated.float() - f16.float()).abs().max().item()
 
 
-# gate_up's ROWS form (a weight word decoded once for up to ROWS pairs of its expert) and its XP form (x paired for the
-# dots once a token, by a launch of its own): (T, skew, gate_up config).
+# gate_up's ROWS form (a weight word decoded once for up to ROWS pairs of its expert): (T, skew, gate_up config).
 GEMV_ROWS = [(4, True, {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "ROWS": 4}),
              (16, False, {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "ROWS": 2}),
              (64, False, {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 8, "ROWS": 4}),
              (64, True, {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "ROWS": 4}),
-             (37, True, {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 4, "ROWS": 2}),
-             # x paired once a token (XP), one pair and two a program
-             (8, True, {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 8, "XP": True}),
-             (64, False, {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 8, "ROWS": 2, "XP": True})]
+             (37, True, {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 4, "ROWS": 2})]
 
 
 @pytest.mark.parametrize("case", range(len(GEMV_ROWS)))
@@ -359,7 +355,7 @@ def test_fused_moe_int4_gemv_rows(int4_weights, case, monkeypatch):
 
     poison_allocator()
     out = run(rows_cfg)
-    one_pair = run({"gate_up": {**rows_cfg["gate_up"], "ROWS": 1, "XP": False}, "down": down})
+    one_pair = run({"gate_up": {**rows_cfg["gate_up"], "ROWS": 1}, "down": down})
     assert torch.equal(out, one_pair), (out.float() - one_pair.float()).abs().max().item()
     err = rel_err(out, kernels.ref_fused_moe_int4(x, p13, s13, p2, s2, topk_w, ids, 32))
     assert err < 1e-2, f"ROWS rel err {err} ({T=} {gate_up=})"

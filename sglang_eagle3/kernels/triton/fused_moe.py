@@ -564,56 +564,6 @@ def _group_dots_f16(packed, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.cons
 
 
 @triton.jit
-def _load_x_pairs(xp_row, w0, w_idx, zero_rows, N_WORDS, EVEN: tl.constexpr):
-    """The x pairs of words w0 + w_idx from moe_x_pairs_kernel's [4, N_WORDS] rows, loaded as [BLOCK_N, W] tiles
-    with a row stride of 0: contiguous along the words as the weights are, so they come in the weights' layout and
-    need no move through shared memory (the rows' repeats are L1 hits). EVEN as _load_int4_chunk."""
-    if EVEN:
-        W: tl.constexpr = w_idx.shape[0]
-        ptrs = xp_row + zero_rows + (tl.minimum(w0, N_WORDS - W) + w_idx)[None, :]
-        return (tl.load(ptrs), tl.load(ptrs + N_WORDS), tl.load(ptrs + 2 * N_WORDS), tl.load(ptrs + 3 * N_WORDS))
-    words = (w0 + w_idx)[None, :]
-    ptrs = xp_row + zero_rows + words
-    mask = (zero_rows == 0) & (words < N_WORDS)
-    return (tl.load(ptrs, mask=mask, other=0), tl.load(ptrs + N_WORDS, mask=mask, other=0),
-            tl.load(ptrs + 2 * N_WORDS, mask=mask, other=0), tl.load(ptrs + 3 * N_WORDS, mask=mask, other=0))
-
-
-@triton.jit
-def _gate_up_x(x_row, w0, w_idx, zero_rows, N_WORDS, EVEN: tl.constexpr, SHIFT16: tl.constexpr, F16: tl.constexpr,
-               XP: tl.constexpr):
-    """gate_up's x for a chunk: x's row as it is (_load_x_chunk), or with XP the row of moe_x_pairs_kernel's pairs
-    (_load_x_pairs)."""
-    if XP:  # (if/else: code after a return in a constexpr branch would still be compiled)
-        xs = _load_x_pairs(x_row, w0, w_idx, zero_rows, N_WORDS, EVEN)
-    else:
-        xs = _load_x_chunk(x_row, w0, w_idx, N_WORDS, EVEN, SHIFT16, F16)
-    return xs
-
-
-@triton.jit
-def moe_x_pairs_kernel(x_ptr, xp_ptr, stride_xt, stride_pt, H_WORDS, BLOCK_W: tl.constexpr,
-                       PDL: tl.constexpr = False):
-    """xp[t, i, w] = the fp16x2 pair (x[8w + i], x[8w + i + 4]) * F16_X_SCALE of _x_pairs_f16, for gate_up's XP
-    form: the per-chunk rounding, packing and move of x to the weights' layout done once a token, not once a
-    program and chunk."""
-    if PDL:  # see tuning.pdl
-        gdc_wait()
-        gdc_launch_dependents()
-    t = tl.program_id(0)
-    w_idx = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
-    xs = _load_x_chunk(x_ptr + t.to(tl.int64) * stride_xt, tl.program_id(1) * BLOCK_W, tl.arange(0, BLOCK_W),
-                       H_WORDS, False, False, True)
-    p0, p1, p2, p3 = _x_pairs_f16(xs)
-    row = xp_ptr + t.to(tl.int64) * stride_pt + w_idx[None, :]
-    ok = (w_idx < H_WORDS)[None, :]
-    tl.store(row, p0, mask=ok)
-    tl.store(row + H_WORDS, p1, mask=ok)
-    tl.store(row + 2 * H_WORDS, p2, mask=ok)
-    tl.store(row + 3 * H_WORDS, p3, mask=ok)
-
-
-@triton.jit
 def _dequant_f16(packed, INTERPRET: tl.constexpr):
     """The fp16x2 weights (a, b, c, d) of _word_dots_f16 from [N, W] words, for _dots_dequantized_f16 to apply to
     several rows of x. Under the interpreter (no PTX) the words themselves, four times: its dot decodes them."""
@@ -639,10 +589,9 @@ def _dots_dequantized_f16(dq, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.co
 
 
 @triton.jit
-def _gate_up_row(acc_g, acc_u, dg, sg, du, su, xs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.constexpr,
-                 XP: tl.constexpr):
+def _gate_up_row(acc_g, acc_u, dg, sg, du, su, xs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.constexpr):
     """One row's share of a chunk in gate_up's ROWS form: _gate_up_chunk (F16) with the weights decoded once."""
-    pairs = xs if XP else _x_pairs_f16(xs)
+    pairs = _x_pairs_f16(xs)
     acc_g += _dots_dequantized_f16(dg, pairs, GROUP_WORDS, INTERPRET) * sg
     acc_u += _dots_dequantized_f16(du, pairs, GROUP_WORDS, INTERPRET) * su
     return acc_g, acc_u
@@ -679,7 +628,7 @@ def _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, up_rows, up_s
                   pair, nb, n_offs, n_ok, w_idx, g_idx, TK, I, H_WORDS,
                   TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_W: tl.constexpr, EVEN: tl.constexpr, SHIFT16: tl.constexpr, INTERPRET: tl.constexpr,
-                  ACT_F16: tl.constexpr, ROWS: tl.constexpr, XP: tl.constexpr):
+                  ACT_F16: tl.constexpr, ROWS: tl.constexpr):
     """gate_up's ROWS form (F16 only): the program of the expert's pair of rank r (in pair order) with r % ROWS == 0
     computes that pair and the next ROWS - 1 of the same expert, decoding each weight word once for all of them
     (a row then costs the dot alone: ~8 of the ~17 instructions a word); the other pairs' programs exit. Each row
@@ -692,7 +641,6 @@ def _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, up_rows, up_s
     rank = tl.cumsum(member.to(tl.int32), axis=0) - 1
     r0 = tl.sum(tl.where(offs == pair, rank, 0), axis=0)
     if r0 % ROWS == 0:
-        zero_rows = (n_offs * 0)[:, None]
         m1, ok1 = _member(ids_ptr, offs, member, rank, r0 + 1, pair, TK)
         x0 = x_ptr + (pair // TOP_K).to(tl.int64) * stride_xt
         x1 = x_ptr + (m1 // TOP_K).to(tl.int64) * stride_xt
@@ -706,31 +654,31 @@ def _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, up_rows, up_s
         acc_g2, acc_u2, acc_g3, acc_u3 = zero, zero, zero, zero
         pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
         pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-        xs0 = _gate_up_x(x0, 0, w_idx, zero_rows, H_WORDS, EVEN, SHIFT16, True, XP)
-        xs1 = _gate_up_x(x1, 0, w_idx, zero_rows, H_WORDS, EVEN, SHIFT16, True, XP)
+        xs0 = _load_x_chunk(x0, 0, w_idx, H_WORDS, EVEN, SHIFT16, True)
+        xs1 = _load_x_chunk(x1, 0, w_idx, H_WORDS, EVEN, SHIFT16, True)
         if ROWS > 2:
-            xs2 = _gate_up_x(x2, 0, w_idx, zero_rows, H_WORDS, EVEN, SHIFT16, True, XP)
-            xs3 = _gate_up_x(x3, 0, w_idx, zero_rows, H_WORDS, EVEN, SHIFT16, True, XP)
+            xs2 = _load_x_chunk(x2, 0, w_idx, H_WORDS, EVEN, SHIFT16, True)
+            xs3 = _load_x_chunk(x3, 0, w_idx, H_WORDS, EVEN, SHIFT16, True)
         for w0 in range(0, H_WORDS, BLOCK_W):  # the next chunk's loads first, as the one-pair form
             pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
                                                 H_WORDS, GROUP_WORDS, EVEN)
             pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
                                                 H_WORDS, GROUP_WORDS, EVEN)
-            xs0_next = _gate_up_x(x0, w0 + BLOCK_W, w_idx, zero_rows, H_WORDS, EVEN, SHIFT16, True, XP)
-            xs1_next = _gate_up_x(x1, w0 + BLOCK_W, w_idx, zero_rows, H_WORDS, EVEN, SHIFT16, True, XP)
+            xs0_next = _load_x_chunk(x0, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, True)
+            xs1_next = _load_x_chunk(x1, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, True)
             if ROWS > 2:
-                xs2_next = _gate_up_x(x2, w0 + BLOCK_W, w_idx, zero_rows, H_WORDS, EVEN, SHIFT16, True, XP)
-                xs3_next = _gate_up_x(x3, w0 + BLOCK_W, w_idx, zero_rows, H_WORDS, EVEN, SHIFT16, True, XP)
+                xs2_next = _load_x_chunk(x2, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, True)
+                xs3_next = _load_x_chunk(x3, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, True)
             dg = _dequant_f16(pg, INTERPRET)
             du = _dequant_f16(pu, INTERPRET)
-            acc_g0, acc_u0 = _gate_up_row(acc_g0, acc_u0, dg, sg, du, su, xs0, GROUP_WORDS, INTERPRET, XP)
+            acc_g0, acc_u0 = _gate_up_row(acc_g0, acc_u0, dg, sg, du, su, xs0, GROUP_WORDS, INTERPRET)
             if ok1:
-                acc_g1, acc_u1 = _gate_up_row(acc_g1, acc_u1, dg, sg, du, su, xs1, GROUP_WORDS, INTERPRET, XP)
+                acc_g1, acc_u1 = _gate_up_row(acc_g1, acc_u1, dg, sg, du, su, xs1, GROUP_WORDS, INTERPRET)
             if ROWS > 2:
                 if ok2:
-                    acc_g2, acc_u2 = _gate_up_row(acc_g2, acc_u2, dg, sg, du, su, xs2, GROUP_WORDS, INTERPRET, XP)
+                    acc_g2, acc_u2 = _gate_up_row(acc_g2, acc_u2, dg, sg, du, su, xs2, GROUP_WORDS, INTERPRET)
                 if ok3:
-                    acc_g3, acc_u3 = _gate_up_row(acc_g3, acc_u3, dg, sg, du, su, xs3, GROUP_WORDS, INTERPRET, XP)
+                    acc_g3, acc_u3 = _gate_up_row(acc_g3, acc_u3, dg, sg, du, su, xs3, GROUP_WORDS, INTERPRET)
                 xs2, xs3 = xs2_next, xs3_next
             pg, sg, pu, su, xs0, xs1 = pg_next, sg_next, pu_next, su_next, xs0_next, xs1_next
         _store_gate_up(act_ptr, pair, stride_at, nb, n_offs, n_ok, acc_g0, acc_u0, I, BLOCK_N, SHIFT16, True,
@@ -749,11 +697,11 @@ def _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, up_rows, up_s
 
 @triton.jit
 def _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS: tl.constexpr, SHIFT16: tl.constexpr,
-                   F16: tl.constexpr, INTERPRET: tl.constexpr, XP: tl.constexpr = False):
+                   F16: tl.constexpr, INTERPRET: tl.constexpr):
     """One chunk of gate_up: the gate and up rows' per-group sums of (q - 8) * x, times the group scales, added
     to the accumulators (xs [BLOCK_W, 8] from _load_x_chunk with the same SHIFT16 and F16)."""
     if F16:
-        pairs = xs if XP else _x_pairs_f16(xs)  # (XP: already the pairs, see _load_x_pairs)
+        pairs = _x_pairs_f16(xs)
         acc_g += _group_dots_f16(pg, pairs, GROUP_WORDS, INTERPRET) * sg
         acc_u += _group_dots_f16(pu, pairs, GROUP_WORDS, INTERPRET) * su
     else:
@@ -779,7 +727,6 @@ def moe_int4_gemv_gate_up_kernel(
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
     PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, F16: tl.constexpr = False,
     INTERPRET: tl.constexpr = False, ACT_F16: tl.constexpr = False, ROWS: tl.constexpr = 1,
-    XP: tl.constexpr = False,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -793,8 +740,6 @@ def moe_int4_gemv_gate_up_kernel(
     F16: the dots in packed half precision, two weights an op (see the comment above F16_X_SCALE).
     ACT_F16: act is stored for the down kernel's packed fp16 form instead (_store_act_f16).
     ROWS (2 or 4, with F16): each weight word decoded once for up to ROWS pairs of its expert (_gate_up_rows).
-    XP (with F16): x_ptr / stride_xt are moe_x_pairs_kernel's output, x already rounded and paired for the dots
-    (int32 [T, 4, H/8]), loaded in the weights' layout (_load_x_pairs).
 
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
     next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
@@ -812,7 +757,7 @@ def moe_int4_gemv_gate_up_kernel(
         _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, gate_rows + I * stride_wn,
                       gate_scales + I * stride_sn, stride_xt, stride_at, pair, nb, n_offs, n_offs < I,
                       tl.arange(0, BLOCK_W), tl.arange(0, BLOCK_W // GROUP_WORDS), TK, I, H_WORDS, TOP_K, TK_PAD,
-                      GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN, SHIFT16, INTERPRET, ACT_F16, ROWS, XP)
+                      GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN, SHIFT16, INTERPRET, ACT_F16, ROWS)
         return
     if PER_PAIR:
         work, count, expert = True, 1, tl.load(ids_ptr + pair)
@@ -828,7 +773,6 @@ def moe_int4_gemv_gate_up_kernel(
         up_rows = gate_rows + I * stride_wn
         gate_scales = s13_ptr + e * stride_se + n_offs.to(tl.int64)[:, None] * stride_sn
         up_scales = gate_scales + I * stride_sn
-        zero_rows = (n_offs * 0)[:, None]
         for r in range(0, count):
             if PER_PAIR:
                 member = pair
@@ -839,15 +783,15 @@ def moe_int4_gemv_gate_up_kernel(
             acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
             pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
             pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
-            xs = _gate_up_x(x_row, 0, w_idx, zero_rows, H_WORDS, EVEN, SHIFT16, F16, XP)  # [BLOCK_W, 8] or pairs
+            xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN, SHIFT16, F16)  # [BLOCK_W, 8]
             for w0 in range(0, H_WORDS, BLOCK_W):
                 pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
                                                     H_WORDS, GROUP_WORDS, EVEN)
                 pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
                                                     H_WORDS, GROUP_WORDS, EVEN)
-                xs_next = _gate_up_x(x_row, w0 + BLOCK_W, w_idx, zero_rows, H_WORDS, EVEN, SHIFT16, F16, XP)
+                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, F16)
                 acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16, F16,
-                                              INTERPRET, XP)
+                                              INTERPRET)
                 pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
             _store_gate_up(act_ptr, member, stride_at, nb, n_offs, n_ok, acc_g, acc_u, I, BLOCK_N, SHIFT16, F16,
                            ACT_F16)
