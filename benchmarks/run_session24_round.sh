@@ -26,7 +26,9 @@ source "$(dirname "$0")/gpu_stages.sh"
 # Part "w5": gate_up's XP form (x rounded and paired for the F16 dots once a token by a launch of its own, loaded in
 # the weights' layout: no move through shared memory a chunk): its GPU tests, then bench_moe_dot.py at T = 1..64
 # over pools of 12 and 384, the table against XP at the table's tiles and at 16 x 8 warps, with ROWS 2 and without.
-part=${1:?part: w1, w2, w3, w4, w5}
+# Part "w6": the GPU MoE and PDL tests at the new table, then the 16-request end to end of w4 again, the two gate_up
+# tables alternating twice in one run (w4 ran each once).
+part=${1:?part: w1, w2, w3, w4, w5, w6}
 case $part in
 w1)
   TAIL=40 stage prof_b16 200 python benchmarks/profile_step.py --layers 6 --tokens 1 4 --batch 16 --no-gemm \
@@ -58,7 +60,7 @@ w5)
     --gemv-config "BLOCK_N=16,num_warps=8,ROWS=2,XP=1,$R" --gemv-config "BLOCK_N=8,num_warps=4,XP=1,$R" \
     --gemv-config "BLOCK_N=32,num_warps=8,XP=1,$R"
   ;;
-w3|w4)
+w3|w4|w6)
   OLD_TABLE="$OUT/gate_up_before_rows.json"
   python - "$OLD_TABLE" <<'PY'
 import json, sys
@@ -69,7 +71,13 @@ json.dump({"arch": "sm_90", "sm_counts": [132], "measured": True, "source": "sm_
            "ops": {"fused_moe_int4_gemv_gate_up": old}}, open(sys.argv[1], "w"), indent=1)
 PY
   OLD="SGLANG_EAGLE3_CONFIG_TABLE=$OLD_TABLE"
-  if [ "$part" = w3 ]; then
+  if [ "$part" = w6 ]; then
+    TAIL=8 stage moe_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+      tests/kernels/test_kernels_gpu.py tests/kernels/test_pdl_gpu.py -k "moe"
+    TAIL=12 stage e2e_b16_alt 360 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --max-new-tokens 64 \
+      --repeat 2 --simulate-accept 3.0 --concurrency 16 --cuda-graph-max-bs 16 --env-variants '' "$OLD" \
+      --repeat-variants 2 --out "$OUT/e2e_b16_alt.json"
+  elif [ "$part" = w3 ]; then
     TAIL=8 stage rows_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
       tests/kernels/test_kernels_gpu.py -k "gemv_rows or buckets_agree or token_independent"
     TAIL=24 stage step_b1 230 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
