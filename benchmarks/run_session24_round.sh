@@ -30,7 +30,8 @@ source "$(dirname "$0")/gpu_stages.sh"
 # tables alternating twice in one run (w4 ran each once).
 # (w6 at 7e50e20: 105 passed; 16 concurrent, new / previous tables, tok/s: baseline 1111.8, 1109.5 / 1108.7, 1109.2,
 # EAGLE-3 k=3 pinned 3.0 1175.0, 1175.5 / 1119.5, 1122.2: +4.9%, 1.06x the baseline instead of 1.01x.)
-# Part "w7": the rest of the GPU suite at the new table (tests/gpu, then tests/kernels without the MoE tests w6 ran).
+# Part "w7": the rest of the GPU suite at the new table (graph runner, overlap and fold tests, then the kernel tests
+# without the MoE ones w6 ran; the CUDA engine tests ran in w4).
 part=${1:?part: w1, w2, w3, w4, w5, w6, w7}
 case $part in
 w1)
@@ -64,9 +65,10 @@ w5)
     --gemv-config "BLOCK_N=32,num_warps=8,XP=1,$R"
   ;;
 w7)
-  TAIL=12 stage gpu_tests 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 290 tests/gpu
-  TAIL=12 stage kernel_tests 190 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 180 \
-    tests/kernels -k "not moe"
+  TAIL=12 stage graph_tests 280 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 270 \
+    tests/test_graph_runner.py tests/test_overlap.py tests/kernels/test_fold_gpu.py tests/loaders/test_layouts.py
+  TAIL=12 stage kernel_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/kernels/test_kernels_gpu.py tests/kernels/test_mla_rope_gpu.py -k "not moe"
   ;;
 w3|w4|w6)
   OLD_TABLE="$OUT/gate_up_before_rows.json"
