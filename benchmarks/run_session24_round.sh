@@ -32,6 +32,7 @@ source "$(dirname "$0")/gpu_stages.sh"
 # EAGLE-3 k=3 pinned 3.0 1175.0, 1175.5 / 1119.5, 1122.2: +4.9%, 1.06x the baseline instead of 1.01x.)
 # Part "w7": the rest of the GPU suite at the new table (graph runner, overlap and fold tests, then the kernel tests
 # without the MoE ones w6 ran; the CUDA engine tests ran in w4).
+# (w7 at f713448: graph runner / overlap / fold / layouts 78 passed, kernels without MoE 195 passed.)
 part=${1:?part: w1, w2, w3, w4, w5, w6, w7}
 case $part in
 w1)
