@@ -66,8 +66,9 @@ DEFAULTS: dict[str, dict] = {
     # [8 x BLOCK_N, 32-word] tile; on the H200 it pays at T <= 2, with F16 up to T = 4: configs/sm_90.json).
     # F16: gate_up's dots in packed fp16 (16-bit activations only; a table keeps it, and BLOCK_W, the same in every
     # bucket); in down's config, act stored in packed fp16 and down's dots so too (the same rules, and gate_up
-    # BLOCK_N % 8 == 0).
-    "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "F16": False},
+    # BLOCK_N % 8 == 0). ROWS (2 or 4, with F16): a gate_up program decodes each weight word once for up to ROWS pairs
+    # of its expert (the sm_90 table: at T=1 and above 16 tokens; triton/fused_moe.py _gate_up_rows).
+    "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "F16": False, "ROWS": 1},
     "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False, "F16": False},
     # INT4 dot path (verify batches, off unless SGLANG_EAGLE3_MOE_DOT_MAX): gate_up as tl.dot over an expert's
     # pairs, BLOCK_N gate + BLOCK_N up rows a program, BLOCK_W words a row a step, H split over SPLIT programs;
