@@ -598,12 +598,12 @@ def _gate_up_row(acc_g, acc_u, dg, sg, du, su, xs, GROUP_WORDS: tl.constexpr, IN
 
 
 @triton.jit
-def _member(ids_ptr, offs, member, rank, r, pair, TK):
-    """(pair id of the expert's r-th pair, whether it exists): the program's own pair stands in for a missing one,
-    so every load stays in bounds."""
+def _member(offs, member, rank, r, pair):
+    """(pair id of the expert's r-th pair, whether it exists), from _gate_up_rows' member mask and ranks over the pair
+    ids `offs`: the program's own pair stands in for a missing one, so every load stays in bounds."""
     sel = member & (rank == r)
-    return tl.where(tl.sum(sel.to(tl.int32), axis=0) > 0, tl.sum(tl.where(sel, offs, 0), axis=0), pair), \
-        tl.sum(sel.to(tl.int32), axis=0) > 0
+    found = tl.sum(sel.to(tl.int32), axis=0) > 0
+    return tl.where(found, tl.sum(tl.where(sel, offs, 0), axis=0), pair), found
 
 
 @triton.jit
@@ -631,9 +631,9 @@ def _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, up_rows, up_s
                   ACT_F16: tl.constexpr, ROWS: tl.constexpr):
     """gate_up's ROWS form (F16 only): the program of the expert's pair of rank r (in pair order) with r % ROWS == 0
     computes that pair and the next ROWS - 1 of the same expert, decoding each weight word once for all of them
-    (a row then costs the dot alone: ~8 of the ~17 instructions a word); the other pairs' programs exit. Each row
-    runs _gate_up_chunk's F16 operations in the same order, so a pair's act is the same bits as in the one-pair
-    form, whatever the batch holds. ROWS <= 4."""
+    (a row then costs the dot alone: about half of a word's ~21 SASS instructions, the decode the other half); the
+    other pairs' programs exit. Each row runs _gate_up_chunk's F16 operations in the same order, so a pair's act is
+    the same bits as in the one-pair form at the same tiles (BLOCK_N, warps), whatever the batch holds. ROWS <= 4."""
     offs = tl.arange(0, TK_PAD)
     ids = tl.load(ids_ptr + offs, mask=offs < TK, other=-1)
     expert = tl.load(ids_ptr + pair)
@@ -641,12 +641,12 @@ def _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, up_rows, up_s
     rank = tl.cumsum(member.to(tl.int32), axis=0) - 1
     r0 = tl.sum(tl.where(offs == pair, rank, 0), axis=0)
     if r0 % ROWS == 0:
-        m1, ok1 = _member(ids_ptr, offs, member, rank, r0 + 1, pair, TK)
+        m1, ok1 = _member(offs, member, rank, r0 + 1, pair)
         x0 = x_ptr + (pair // TOP_K).to(tl.int64) * stride_xt
         x1 = x_ptr + (m1 // TOP_K).to(tl.int64) * stride_xt
         if ROWS > 2:
-            m2, ok2 = _member(ids_ptr, offs, member, rank, r0 + 2, pair, TK)
-            m3, ok3 = _member(ids_ptr, offs, member, rank, r0 + 3, pair, TK)
+            m2, ok2 = _member(offs, member, rank, r0 + 2, pair)
+            m3, ok3 = _member(offs, member, rank, r0 + 3, pair)
             x2 = x_ptr + (m2 // TOP_K).to(tl.int64) * stride_xt
             x3 = x_ptr + (m3 // TOP_K).to(tl.int64) * stride_xt
         zero = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
