@@ -9,6 +9,10 @@ holds none) as fractions of copy bandwidth, torch (cuBLAS) against our GEMV kern
 GEMV configs around the heuristic's).
 
     python benchmarks/profile_step.py --layers 6 --tokens 1 4 --out /tmp/out/profile.json
+    python benchmarks/profile_step.py --layers 6 --tokens 1 4 --batch 16 --uniform-routing --no-gemm  # 16 requests
+
+(CUPTI serialises a replay's kernels, so each kernel's time includes what PDL would overlap: read the shares, not a
+timeline.)
 """
 
 from __future__ import annotations
