@@ -1,6 +1,7 @@
 """Cases for the INT4 GEMV MoE's gate_up in its ROWS form (a program decodes each weight word once for up to ROWS
 pairs of its expert; kernels/triton/fused_moe.py _gate_up_rows). Merged into kernel_checks.CASES: the interpreter
-runs them on CPU (PTX emulated in plain ops), the GPU suite at Kimi TP=8 shapes (tests/kernels/test_kernels_gpu.py).
+runs them on CPU (PTX emulated in plain ops); at Kimi TP=8 shapes the GPU suite has its own test
+(tests/kernels/test_kernels_gpu.py test_fused_moe_int4_gemv_rows, which also checks the PTX against its emulation).
 """
 
 from __future__ import annotations
