@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue as queue_mod
 import socket
 import time
@@ -42,7 +43,10 @@ def _entry(rank: int, world: int, port: int, device: str, env: dict, fn, args, r
                                 rank=rank, world_size=world, timeout=timedelta(seconds=300))
         dist.all_reduce(torch.zeros(1, device=device))  # the communicator is built here, never inside a capture
         out = fn(rank, world, args)
-        results.put((rank, out, None))
+        # As bytes (a plain pickle copies tensors' data): put() of a tensor itself would share its storage through a
+        # file descriptor that the launcher fetches from this process when it unpickles, and this process may have
+        # exited by then (EOFError in the launcher, seen in CI).
+        results.put((rank, pickle.dumps(out), None))
         dist.barrier()
         dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - every failure reaches the launcher with its rank
@@ -88,7 +92,7 @@ def run_ranks(world: int, fn, args, *, env: dict | None = None, device: str = "c
             if err:
                 errors[rank] = err
                 break  # the other ranks now wait in a collective for the failed one: stop at once
-            out[rank] = value
+            out[rank] = pickle.loads(value)
     finally:
         for p in procs:
             p.join(30 if not errors and len(out) == world else 1)
