@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from sglang_eagle3.kernels.triton.exact import mul_rn, pairwise_sum
 from sglang_eagle3.kernels.triton.sync import last_arrival
 
 
@@ -295,6 +296,7 @@ def moe_sum_slots_kernel(per_pair_ptr, add_ptr, out_ptr, stride_pt, stride_at, s
 # Group scales multiply per-group partial sums (the [N, W] partials reshaped to [N, W/GW, GW]).
 
 
+
 @triton.jit
 def _nibble_scale(j, SHIFT16: tl.constexpr):
     """16^-p(j) for nibble indices j (0..7), p(j) = j below 5 and j - 5 above (j - 4 with SHIFT16), in fp32: the
@@ -345,9 +347,8 @@ def _group_dots(packed, xs_ptrs, xs_mask, stride_j, magic, GROUP_WORDS: tl.const
     t = _dequant_nibble(packed, hi, magic, 0, SHIFT16) * _load_xs(xs_ptrs, xs_mask, EVEN)
     for j in tl.static_range(1, 8):
         t += _dequant_nibble(packed, hi, magic, j, SHIFT16) * _load_xs(xs_ptrs + j * stride_j, xs_mask, EVEN)
-    N: tl.constexpr = packed.shape[0]
     W: tl.constexpr = packed.shape[1]
-    return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
+    return pairwise_sum(t, 1, W // GROUP_WORDS)
 
 
 @triton.jit
@@ -357,9 +358,8 @@ def _group_dots_cols(packed, x_cols, magic, GROUP_WORDS: tl.constexpr, SHIFT16: 
     t = _dequant_nibble(packed, hi, magic, 0, SHIFT16) * x_cols[0]
     for j in tl.static_range(1, 8):
         t += _dequant_nibble(packed, hi, magic, j, SHIFT16) * x_cols[j]
-    N: tl.constexpr = packed.shape[0]
     W: tl.constexpr = packed.shape[1]
-    return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
+    return pairwise_sum(t, 1, W // GROUP_WORDS)
 
 
 @triton.jit
@@ -558,9 +558,8 @@ def _group_dots_f16(packed, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.cons
         t = _word_dots_f16_emulated(packed, pairs[0], pairs[1], pairs[2], pairs[3], inv)
     else:
         t = _word_dots_f16(packed, pairs[0], pairs[1], pairs[2], pairs[3], inv)
-    N: tl.constexpr = packed.shape[0]
     W: tl.constexpr = packed.shape[1]
-    return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
+    return pairwise_sum(t, 1, W // GROUP_WORDS)
 
 
 @triton.jit
@@ -583,9 +582,8 @@ def _dots_dequantized_f16(dq, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.co
         t = tl.inline_asm_elementwise(asm=_DOT_F16, constraints="=r,r,r,r,r,r,r,r,r",
                                       args=[dq[0], dq[1], dq[2], dq[3], pairs[0], pairs[1], pairs[2], pairs[3]],
                                       dtype=tl.float32, is_pure=True, pack=1)
-    N: tl.constexpr = t.shape[0]
     W: tl.constexpr = t.shape[1]
-    return tl.sum(tl.reshape(t, [N, W // GROUP_WORDS, GROUP_WORDS]), axis=2)
+    return pairwise_sum(t, 1, W // GROUP_WORDS)
 
 
 @triton.jit
@@ -610,8 +608,8 @@ def _member(offs, member, rank, r, pair):
 def _store_gate_up(act_ptr, member, stride_at, nb, n_offs, n_ok, acc_g, acc_u, I, BLOCK_N: tl.constexpr,
                    SHIFT16: tl.constexpr, F16: tl.constexpr, ACT_F16: tl.constexpr):
     """act[member] of rows n_offs = silu(g) * u from the per-group accumulators, in the down kernel's form."""
-    g = tl.sum(acc_g, axis=1)
-    u = tl.sum(acc_u, axis=1)
+    g = tl.reshape(pairwise_sum(acc_g, 1, 1), [BLOCK_N])
+    u = tl.reshape(pairwise_sum(acc_u, 1, 1), [BLOCK_N])
     if F16:  # undo F16_X_SCALE (a power of two: exact)
         g = g * (1.0 / F16_X_SCALE)
         u = u * (1.0 / F16_X_SCALE)
@@ -862,11 +860,15 @@ def moe_int4_gemv_down_kernel(
     decode sizes gate_up leaves the SMs room for them), so the down weights come in alongside gate_up's and
     only act, the arithmetic and the store are left after it. The routing was written by the kernel two
     launches back (top-k, or the router's launch with router_topk), which has finished when this kernel
-    starts (tuning.pdl); it is read through L2 (.cg), never a stale L1 line. Slots are summed after the
-    groups (not before, as below): the same products, another fp32 rounding order.
+    starts (tuning.pdl); it is read through L2 (.cg), never a stale L1 line.
+
+    Both bodies sum in one order (exact.py): each slot's group dots times scale x route weight, rounded alone
+    (mul_rn); the slots pairwise (((s0 + s1) + (s2 + s3)) + ..., zeros padding TOP_K to a power of two), then the
+    groups pairwise. So a token's output is the same bits with or without PRELOAD and at any tiles (BLOCK_N, warps)
+    of the same BLOCK_W: decode and verify agree whatever the table gives each T.
 
     F16: act is in _store_act_f16's packed form (int32) and the dots run in packed fp16 as gate_up's F16 does,
-    each word's sum times its factor (the same code in both bodies, so PRELOAD changes only the fp32 order)."""
+    each word's sum times its factor."""
     t = tl.program_id(0)
     nb = tl.program_id(1)
     if PRELOAD:
@@ -882,7 +884,7 @@ def moe_int4_gemv_down_kernel(
     w_idx = tl.arange(0, BLOCK_W)
     g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
     zero_rows = (n_offs * 0)[:, None]
-    acc = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
+    level0, level1, level2, level3 = [tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)] * 4
     for s in tl.static_range(TOP_K):
         pair = t * TOP_K + s
         e = tl.load(ids_ptr + pair).to(tl.int64)
@@ -896,11 +898,49 @@ def moe_int4_gemv_down_kernel(
             xs_mask = (zero_rows == 0) & (words < I_WORDS)
             if F16:
                 pairs, inv = _load_act_f16(a_row + zero_rows + words, xs_mask, I_WORDS, EVEN)
-                acc += _group_dots_f16(p, pairs, GROUP_WORDS, INTERPRET, inv) * (sc * route_w)
+                dots = _group_dots_f16(p, pairs, GROUP_WORDS, INTERPRET, inv)
             else:
-                acc += _group_dots(p, a_row + zero_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS,
-                                   EVEN, SHIFT16) * (sc * route_w)
-    _store_down(tl.sum(acc, axis=1), add_ptr, out_ptr, t, n_offs, n_ok, stride_addt, stride_ot, HAS_ADD)
+                dots = _group_dots(p, a_row + zero_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS, EVEN, SHIFT16)
+            if w0 == 0:
+                slot = mul_rn(dots, sc * route_w, INTERPRET)
+            else:  # (several chunks: PRELOAD never has them, so this order need not match its)
+                slot += mul_rn(dots, sc * route_w, INTERPRET)
+        level0, level1, level2, level3, acc = _slot_tree(level0, level1, level2, level3, slot, s)
+    for s in tl.static_range(TOP_K, _next_power_of_2(TOP_K)):  # zeros up to a power of two: no sum changes
+        level0, level1, level2, level3, acc = _slot_tree(level0, level1, level2, level3, level0 * 0.0, s)
+    y = tl.reshape(pairwise_sum(acc, 1, 1), [BLOCK_N])
+    _store_down(y, add_ptr, out_ptr, t, n_offs, n_ok, stride_addt, stride_ot, HAS_ADD)
+
+
+@triton.constexpr_function
+def _next_power_of_2(n):
+    return 1 << (int(n) - 1).bit_length()
+
+
+@triton.jit
+def _slot_tree(level0, level1, level2, level3, v, S: tl.constexpr):
+    """Slot S's tile v (S = 0, 1, ... in turn) into the down kernel's sum over the slots, in pairwise_sum's order
+    over them (((v0 + v1) + (v2 + v3)) + ..., as PRELOAD's tile sums them): level i holds the sum of the 2^i slots
+    waiting for their partner (a binary counter). -> (levels, the last sum formed: the whole sum once S + 1 is a
+    power of two). At most 16 slots."""
+    tl.static_assert(S < 16, "the down kernel sums at most 16 slots")
+    if S % 2 == 0:
+        level0 = v
+    else:
+        v = level0 + v
+        if S // 2 % 2 == 0:
+            level1 = v
+        else:
+            v = level1 + v
+            if S // 4 % 2 == 0:
+                level2 = v
+            else:
+                v = level2 + v
+                if S // 8 % 2 == 0:
+                    level3 = v
+                else:
+                    v = level3 + v
+    return level0, level1, level2, level3, v
 
 
 @triton.jit
@@ -943,8 +983,9 @@ def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_p
         dots = _group_dots_f16(p, pairs, GROUP_WORDS, INTERPRET, inv)
     else:
         dots = _group_dots(p, a_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS, EVEN, SHIFT16)
-    part = tl.sum(dots * sc, axis=1)
-    y = tl.sum(tl.reshape(part * route_w, [TOP_K, BLOCK_N]), axis=0)
+    G: tl.constexpr = BLOCK_W // GROUP_WORDS
+    slots = tl.reshape(mul_rn(dots, sc * route_w[:, None], INTERPRET), [TOP_K, BLOCK_N * G])
+    y = tl.reshape(pairwise_sum(tl.reshape(pairwise_sum(slots, 0, 1), [BLOCK_N, G]), 1, 1), [BLOCK_N])
     n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     _store_down(y, add_ptr, out_ptr, t, n_offs, n_offs < H, stride_addt, stride_ot, HAS_ADD)
 

@@ -19,15 +19,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-
-@triton.jit
-def _mul_rn(a, b, INTERPRET: tl.constexpr):
-    """a * b rounded on its own (fp32): PTX mul.rn is never contracted into an fma with the add that follows,
-    whatever the kernel's fp-fusion setting. The interpreter computes in NumPy, which never contracts."""
-    if INTERPRET:
-        return a * b
-    return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32,
-                                     is_pure=True, pack=1)
+from sglang_eagle3.kernels.triton.exact import mul_rn
 
 
 @triton.jit
@@ -44,8 +36,8 @@ def _rope_rows(qr_ptr, q_offs, row_ok, pos_ptr, q_tok, cos_ptr, sin_ptr, stride_
     x = tl.load(qr_ptr + q_offs + dr[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     partner = tl.load(qr_ptr + q_offs + (dr ^ 1)[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     # Even d: x cos - partner sin; odd d: partner sin + x cos (= x cos + partner sin: the same rounding).
-    xc = _mul_rn(x, cos, INTERPRET)
-    ps = _mul_rn(partner, sin, INTERPRET)
+    xc = mul_rn(x, cos, INTERPRET)
+    ps = mul_rn(partner, sin, INTERPRET)
     rot = tl.where((dr % 2 == 0)[None, :], xc - ps, xc + ps)
     return rot.to(qr_ptr.dtype.element_ty)
 
