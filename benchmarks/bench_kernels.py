@@ -18,6 +18,9 @@ many bytes as a case must: what any kernel of those bytes can reach in a graph o
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
+import importlib.util
 import json
 import math
 import statistics
@@ -51,6 +54,30 @@ SM_SCALE = 0.1352
 
 def log(msg: str) -> None:
     print(msg, flush=True)
+
+
+GEMV_KERNELS = ("moe_int4_gemv_gate_up_kernel", "moe_int4_gemv_down_kernel")
+
+
+def kernels_from(path: str):
+    """A context manager factory: the launcher (kernels/fused_moe.py) runs the GEMV kernels of the module file at
+    ``path`` while it is entered (graphs captured inside keep them)."""
+    spec = importlib.util.spec_from_file_location(f"moe_kernels_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    launcher = importlib.import_module("sglang_eagle3.kernels.fused_moe")
+
+    @contextlib.contextmanager
+    def swapped():
+        saved = {name: getattr(launcher, name) for name in GEMV_KERNELS}
+        try:
+            for name in GEMV_KERNELS:
+                setattr(launcher, name, getattr(module, name))
+            yield
+        finally:
+            for name, kernel in saved.items():
+                setattr(launcher, name, kernel)
+    return swapped
 
 
 def time_graph(calls: list, replays: int = 30) -> float:

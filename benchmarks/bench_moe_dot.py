@@ -15,11 +15,16 @@ unmeasured (then try it with SGLANG_EAGLE3_CONFIG_TABLE; keep F16 and BLOCK_W th
 
 The same for the GEMV down kernel (the table's gate_up; F16=1: act in packed fp16, PRELOAD=1: every slot's
 weights as one tile): --down-config BLOCK_N=32,BLOCK_W=32,num_warps=4,F16=1 ... --table-path gemv_down.
+
+Old code against new in one process: --kernels-from FILE (a copy of kernels/triton/fused_moe.py from another
+commit, e.g. `git show REV:sglang_eagle3/kernels/triton/fused_moe.py > FILE`) times every variant a second time
+with that file's GEMV kernels in the launcher, alternating with this tree's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -31,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import sglang_eagle3  # noqa: E402
-from benchmarks.bench_kernels import copy_bandwidth, make_moe_weights, moe_case, time_graph  # noqa: E402
+from benchmarks.bench_kernels import copy_bandwidth, kernels_from, make_moe_weights, moe_case, time_graph  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels import tuning  # noqa: E402
 
@@ -54,6 +59,9 @@ def parse_config(text: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernels-from", default=None,
+                    help="a kernels/triton/fused_moe.py of another commit: every variant is timed with its GEMV "
+                         "kernels too (name suffix ' [old]'), alternating with this tree's")
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--pools", type=int, nargs="+", default=[12, 384])
@@ -82,6 +90,9 @@ def main() -> None:
         variants[f"gemv {text}"] = ("gemv", parse_config(text), None)
     for text in args.down_config:
         variants[f"gemv down {text}"] = ("gemv", None, parse_config(text))
+    swapped = kernels_from(args.kernels_from) if args.kernels_from else None
+    if swapped:
+        variants.update({f"{name} [old]": v for name, v in variants.items()})
     dev = torch.device("cuda")
     bw = max(copy_bandwidth().values())
     weights = make_moe_weights(True)
@@ -101,7 +112,8 @@ def main() -> None:
                                                                           "tokens", T),
                                   "down": down or table_down}
                     try:
-                        times[name].append(round(time_graph(cases[path][0](config=config)), 2))
+                        with swapped() if name.endswith(" [old]") else contextlib.nullcontext():
+                            times[name].append(round(time_graph(cases[path][0](config=config)), 2))
                     except Exception as exc:  # a config that does not compile or fit is reported, not fatal
                         print(f"T={T} pool={pool} {name}: {type(exc).__name__}: {exc}"[:300], flush=True)
                         times[name].append(float("nan"))

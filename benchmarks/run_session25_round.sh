@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Twenty-fifth session's device rounds (H200): decode and verify computing a token alike.
+#   bash benchmarks/run_session25_round.sh x1 | x2
+# The A/B parts time the kernels of 10b889d (before the fixed-order sums) against this tree's in one process:
+#   mkdir -p .carry && git show 10b889d:sglang_eagle3/kernels/triton/fused_moe.py > .carry/fused_moe_10b889d.py
+# (the device tool's `carry: [".carry"]` takes the ignored folder along).
+#
+# x1: the GPU tests of the fixed-order MoE sums (every tile and every table bucket round a token alike), the
+#     invariance probe (which modules make a verify row differ from the decode of the same token, Kimi TP=8 rank
+#     slice, 3 layers), and the MoE alone old vs new (bench_moe_dot --kernels-from).
+# x2: the 61-layer step old vs new at 1k (bench_verify_graph --kernels-from, alternating twice), and the MoE + PDL
+#     GPU tests.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: x1, x2}
+OLD_MOE=.carry/fused_moe_10b889d.py
+case $part in
+x1)
+  TAIL=12 stage moe_alike_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/kernels/test_kernels_gpu.py -k "round_alike or gemv_rows or int4_gemv_f16 or token_independent"
+  TAIL=40 stage probe 240 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 \
+    --widths 2 4 8 --out "$OUT/invariance.json"
+  TAIL=30 stage moe_ab 150 python benchmarks/bench_moe_dot.py --out "$OUT/moe_ab.json" --variants "gemv (table)" \
+    --tokens 1 2 4 8 16 64 --pools 12 384 --kernels-from "$OLD_MOE"
+  ;;
+x2)
+  TAIL=30 stage step_ab 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' '' --kernels-from "$OLD_MOE" \
+    --out "$OUT/step_ab.json"
+  TAIL=8 stage moe_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/kernels/test_kernels_gpu.py tests/kernels/test_pdl_gpu.py -k "moe"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
