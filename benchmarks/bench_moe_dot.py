@@ -16,9 +16,9 @@ unmeasured (then try it with SGLANG_EAGLE3_CONFIG_TABLE; keep F16 and BLOCK_W th
 The same for the GEMV down kernel (the table's gate_up; F16=1: act in packed fp16, PRELOAD=1: every slot's
 weights as one tile): --down-config BLOCK_N=32,BLOCK_W=32,num_warps=4,F16=1 ... --table-path gemv_down.
 
-Old code against new in one process: --kernels-from FILE (a copy of kernels/triton/fused_moe.py from another
-commit, e.g. `git show REV:sglang_eagle3/kernels/triton/fused_moe.py > FILE`) times every variant a second time
-with that file's GEMV kernels in the launcher, alternating with this tree's.
+Old code against new in one process: --kernels-from FILE ... (copies of kernels/triton/fused_moe.py from other
+commits, e.g. `git show REV:sglang_eagle3/kernels/triton/fused_moe.py > FILE`) times every variant again with each
+file's GEMV kernels in the launcher (name suffix " [FILE's stem]"), alternating with this tree's.
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ def parse_config(text: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernels-from", default=None,
-                    help="a kernels/triton/fused_moe.py of another commit: every variant is timed with its GEMV "
-                         "kernels too (name suffix ' [old]'), alternating with this tree's")
+    ap.add_argument("--kernels-from", nargs="+", default=[],
+                    help="kernels/triton/fused_moe.py files of other commits: every variant is timed with each one's "
+                         "GEMV kernels too (name suffix ' [stem]'), alternating with this tree's")
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--pools", type=int, nargs="+", default=[12, 384])
@@ -90,9 +90,8 @@ def main() -> None:
         variants[f"gemv {text}"] = ("gemv", parse_config(text), None)
     for text in args.down_config:
         variants[f"gemv down {text}"] = ("gemv", None, parse_config(text))
-    swapped = kernels_from(args.kernels_from) if args.kernels_from else None
-    if swapped:
-        variants.update({f"{name} [old]": v for name, v in variants.items()})
+    swaps = {f" [{Path(path).stem}]": kernels_from(path) for path in args.kernels_from}
+    variants.update({name + tag: v for tag in swaps for name, v in list(variants.items())})
     dev = torch.device("cuda")
     bw = max(copy_bandwidth().values())
     weights = make_moe_weights(True)
@@ -112,7 +111,8 @@ def main() -> None:
                                                                           "tokens", T),
                                   "down": down or table_down}
                     try:
-                        with swapped() if name.endswith(" [old]") else contextlib.nullcontext():
+                        tag = next((t for t in swaps if name.endswith(t)), None)
+                        with swaps[tag]() if tag else contextlib.nullcontext():
                             times[name].append(round(time_graph(cases[path][0](config=config)), 2))
                     except Exception as exc:  # a config that does not compile or fit is reported, not fatal
                         print(f"T={T} pool={pool} {name}: {type(exc).__name__}: {exc}"[:300], flush=True)

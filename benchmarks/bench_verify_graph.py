@@ -227,9 +227,9 @@ def main() -> None:
     ap.add_argument("--comm-gpus", type=int, default=1,
                     help="N > 1: the same rank slice on each of N GPUs, all-reduces run over the N (NCCL), so the "
                          "step carries real all-reduce traffic of TP=8's message sizes (N GPUs' all-reduce, not 8's)")
-    ap.add_argument("--kernels-from", default=None,
-                    help="a kernels/triton/fused_moe.py of another commit: every setting is timed a second time with "
-                         "its INT4 GEMV MoE kernels (label suffix ' [old]'), in the same process")
+    ap.add_argument("--kernels-from", nargs="+", default=[],
+                    help="kernels/triton/fused_moe.py files of other commits: every setting is timed again with each "
+                         "one's INT4 GEMV MoE kernels (label suffix ' [stem]'), in the same process")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
@@ -313,18 +313,19 @@ def run(rank: int, world: int, args) -> dict:
     uniform = UniformRouting(args.experts).__enter__() if args.uniform_routing else None
     ar_us: dict[int, float] = {}  # tokens -> in-graph all-reduce us (world > 1)
     results["routing"] = "uniform (drawn each step)" if uniform else "the random router's own"
-    swapped = kernels_from(args.kernels_from) if args.kernels_from else None
-    for backend, variant, env_set, old in [(b, v, e, o) for b in args.backends for v in variants for e in env_variants
-                                           for o in ((False, True) if swapped else (False,))]:
+    swaps = {"": None} | {f" [{os.path.splitext(os.path.basename(path))[0]}]": kernels_from(path)
+                          for path in args.kernels_from}
+    for backend, variant, env_set, tag in [(b, v, e, t) for b in args.backends for v in variants for e in env_variants
+                                           for t in swaps]:
         runner = None
         label = backend if variant is None else f"{backend} overlap={variant}"
         label += f" {env_set}" if env_set else ""
-        label += " [old]" if old else ""
+        label += tag
         overrides = contextlib.ExitStack()
         try:
             overrides.enter_context(env.overrides(parse_env_variant(env_set)))  # left in `finally`
-            if old:  # graphs captured inside keep the other file's kernels
-                overrides.enter_context(swapped())
+            if swaps[tag]:  # graphs captured inside keep the other file's kernels
+                overrides.enter_context(swaps[tag]())
             for module in model.modules():  # launch fusions (env.NO_FUSE) are read when a layer is built
                 if hasattr(module, "read_fusions"):
                     module.read_fusions()
@@ -362,7 +363,7 @@ def run(rank: int, world: int, args) -> dict:
                     floor_bytes = other_bytes + distinct * one_expert + kv_bytes
                     floor = floor_bytes / (bw * 1e9) * 1e3
                     case = {"backend": backend, "overlaps": variant or env_overlap,
-                            "env": env_set + (" [old]" if old else ""),
+                            "env": env_set + tag,
                             "context": ctx, "T": T, "batch": args.batch,
                             "eager_ms": round(eager, 3),
                             "graph_ms": round(graph, 3), "floor_ms": round(floor, 3),

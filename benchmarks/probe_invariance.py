@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 
+from benchmarks.bench_kernels import kernels_from  # noqa: E402
 from benchmarks.bench_verify_graph import kimi_config, randomize_cuda  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
@@ -124,11 +125,12 @@ def probe(runner: ModelRunner, rec: Recorder, contexts: list[int], widths: list[
             kinds = {}
             for kind in ("eager", "graph") if graphs else ("eager",):
                 def forward(bt, n, kind=kind):
+                    # (a copy: a replay's outputs are the graph pool's memory, which the next replay may reuse)
                     if kind == "graph":
-                        return runner.target_uniform(bt, n, verify=n > 1)[0].float()
+                        return runner.target_uniform(bt, n, verify=n > 1)[0].float().clone()
                     fn = (runner.target_verify if n > 1 else runner.target_decode).fn
                     return fn(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
-                              seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, tokens_per_req=n)[0].float()
+                              seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, tokens_per_req=n)[0].float().clone()
 
                 rec.on = kind == "eager"
                 verify = forward(runner.build([(toks, ctx, pages)]), T)
@@ -160,6 +162,9 @@ def main() -> None:
     ap.add_argument("--hook-layers", type=int, default=2, help="layers whose modules are hooked")
     ap.add_argument("--contexts", type=int, nargs="+", default=[1024, 8192])
     ap.add_argument("--widths", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--kernels-from", nargs="+", default=[],
+                    help="kernels/triton/fused_moe.py files of other commits: the eager probe again with each one's "
+                         "INT4 GEMV MoE kernels (results under cases [stem])")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
@@ -184,8 +189,13 @@ def main() -> None:
                "lm_head_gemm": lm_head_probe(cfg.vocab_size // 8, cfg.hidden_size, max_T)}
     print("lm_head F.linear, rows differing from one-row calls:",
           {r["T"]: r["rows_differing"] for r in results["lm_head_gemm"]}, flush=True)
-    results["cases"] = probe(runner, Recorder(model, args.hook_layers), args.contexts, args.widths,
-                             list(range(1, 1 + max_ctx // page_size)))
+    rec, pages = Recorder(model, args.hook_layers), list(range(1, 1 + max_ctx // page_size))
+    results["cases"] = probe(runner, rec, args.contexts, args.widths, pages)
+    for path in args.kernels_from:
+        stem = os.path.splitext(os.path.basename(path))[0]
+        print(f"--- eager, the MoE kernels of {path}", flush=True)
+        with kernels_from(path)():
+            results[f"cases [{stem}]"] = probe(runner, rec, args.contexts, args.widths, pages, graphs=False)
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:

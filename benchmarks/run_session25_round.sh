@@ -8,10 +8,20 @@
 # x1: the GPU tests of the fixed-order MoE sums (every tile and every table bucket round a token alike), the
 #     invariance probe (which modules make a verify row differ from the decode of the same token, Kimi TP=8 rank
 #     slice, 3 layers), and the MoE alone old vs new (bench_moe_dot --kernels-from).
-# x2: the 61-layer step old vs new at 1k (bench_verify_graph --kernels-from, alternating twice), and the MoE + PDL
+#     Found: the new round_alike tests pass (every tile, every table bucket); the plain-op emulation of the F16
+#     kernels compiled for the GPU no longer matched the PTX (mul_rn's no-PTX branch was a plain product, which the
+#     compiler contracted into the next add); the probe's graph rows were read after the next replay had reused
+#     the pool (a probe bug: now copied); eager, the new MoE leaves rows bit-identical at T <= 4 and the MLA
+#     kernel (its split plan: BLOCK_M and the split count follow T) breaks T=8; the MoE alone was 1.0-1.5 us
+#     slower at T = 1..4 (PRELOAD's route-weight product had sunk past the PDL wait: now before it).
+# x2: the F16 / ROWS / round-alike GPU tests again; the MoE alone, this tree against 10b889d, the tree with
+#     gate_up's sums by tl.sum (sums_tlsum: the cost of the fixed order) and with PRELOAD's product contractible
+#     (down_plainmul: the cost of mul_rn); the probe again (graphs copied) and eager with 10b889d's MoE.
+#   for f in sums_tlsum down_plainmul: made from this tree's kernels/triton/fused_moe.py by the edits named above.
+# x3: the 61-layer step old vs new at 1k (bench_verify_graph --kernels-from, alternating twice), and the MoE + PDL
 #     GPU tests.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1, x2}
+part=${1:?part: x1, x2, x3}
 OLD_MOE=.carry/fused_moe_10b889d.py
 case $part in
 x1)
@@ -23,6 +33,14 @@ x1)
     --tokens 1 2 4 8 16 64 --pools 12 384 --kernels-from "$OLD_MOE"
   ;;
 x2)
+  TAIL=8 stage moe_alike_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/kernels/test_kernels_gpu.py -k "round_alike or gemv_rows or int4_gemv_f16"
+  TAIL=50 stage moe_ab 200 python benchmarks/bench_moe_dot.py --out "$OUT/moe_ab.json" --variants "gemv (table)" \
+    --tokens 1 2 4 8 64 --pools 12 384 --kernels-from "$OLD_MOE" .carry/sums_tlsum.py .carry/down_plainmul.py
+  TAIL=40 stage probe 200 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 \
+    --widths 2 4 8 --kernels-from "$OLD_MOE" --out "$OUT/invariance.json"
+  ;;
+x3)
   TAIL=30 stage step_ab 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' '' --kernels-from "$OLD_MOE" \
     --out "$OUT/step_ab.json"

@@ -21,9 +21,11 @@ import triton.language as tl
 @triton.jit
 def mul_rn(a, b, INTERPRET: tl.constexpr):
     """a * b rounded on its own (fp32): PTX mul.rn is never contracted into an fma with the add that follows,
-    whatever the kernel's fp-fusion setting. The interpreter computes in NumPy, which never contracts."""
+    whatever the kernel's fp-fusion setting. Without PTX (INTERPRET: the interpreter, or its emulation compiled for
+    a GPU by a test) the product is formed in float64, where it is exact, and rounded to fp32 once: the same bits,
+    and a rounding no compiler folds into the next fp32 add."""
     if INTERPRET:
-        return a * b
+        return (a.to(tl.float64) * b.to(tl.float64)).to(tl.float32)
     return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32,
                                      is_pure=True, pack=1)
 

@@ -972,6 +972,7 @@ def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_p
     w_idx = tl.arange(0, BLOCK_W)
     p, sc = _load_int4_chunk(rows, scales, n_ok_r, 0, w_idx, tl.arange(0, BLOCK_W // GROUP_WORDS), I_WORDS,
                              GROUP_WORDS, EVEN)
+    scr = sc * route_w[:, None]  # (here, before the wait: the compiler would sink it to its use, after)
     if PDL:  # everything above is weights or finished routing; act (gate_up's output) only after the wait
         gdc_wait()
         gdc_launch_dependents()
@@ -984,7 +985,7 @@ def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_p
     else:
         dots = _group_dots(p, a_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS, EVEN, SHIFT16)
     G: tl.constexpr = BLOCK_W // GROUP_WORDS
-    slots = tl.reshape(mul_rn(dots, sc * route_w[:, None], INTERPRET), [TOP_K, BLOCK_N * G])
+    slots = tl.reshape(mul_rn(dots, scr, INTERPRET), [TOP_K, BLOCK_N * G])
     y = tl.reshape(pairwise_sum(tl.reshape(pairwise_sum(slots, 0, 1), [BLOCK_N, G]), 1, 1), [BLOCK_N])
     n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     _store_down(y, add_ptr, out_ptr, t, n_offs, n_offs < H, stride_addt, stride_ot, HAS_ADD)
