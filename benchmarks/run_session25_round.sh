@@ -18,10 +18,19 @@
 #     gate_up's sums by tl.sum (sums_tlsum: the cost of the fixed order) and with PRELOAD's product contractible
 #     (down_plainmul: the cost of mul_rn); the probe again (graphs copied) and eager with 10b889d's MoE.
 #   for f in sums_tlsum down_plainmul: made from this tree's kernels/triton/fused_moe.py by the edits named above.
-# x3: the 61-layer step old vs new at 1k (bench_verify_graph --kernels-from, alternating twice), and the MoE + PDL
+#     Found: the emulation tests still failed (the emulated down's t * inv was contracted into the group sums'
+#     adds); the probe's graph rows now match eager (T <= 4 bit-identical at 1k and 8k; T=8 broken by MLA); with
+#     10b889d's MoE the probe names model.layers.1.mlp.experts at T=4 and 8 (the old sums); the MoE alone: the cost
+#     is all in down's PRELOAD (sums_tlsum, gate_up as at 10b889d, is as slow as this tree): +1.2 us at T=1.
+#   Offline SASS then showed why: the PRELOAD tail's inline-asm mul_rn, or summing the slots before the groups,
+#   leaves ptxas issuing act's loads in two waves after the PDL wait (last LDG at ~410 of ~740 instructions after
+#   the wait, against 275 of 750 at 10b889d). Now: the groups first per slot, plain products, and the down kernel
+#   compiled without fp fusion (every product rounded alone): last LDG at 284 of 758.
+# x3: the F16 / ROWS / round-alike GPU tests again; the MoE alone this tree against 10b889d; the probe.
+# x4: the 61-layer step old vs new at 1k (bench_verify_graph --kernels-from, alternating twice), and the MoE + PDL
 #     GPU tests.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1, x2, x3}
+part=${1:?part: x1, x2, x3, x4}
 OLD_MOE=.carry/fused_moe_10b889d.py
 case $part in
 x1)
@@ -41,6 +50,14 @@ x2)
     --widths 2 4 8 --kernels-from "$OLD_MOE" --out "$OUT/invariance.json"
   ;;
 x3)
+  TAIL=8 stage moe_alike_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/kernels/test_kernels_gpu.py -k "round_alike or gemv_rows or int4_gemv_f16"
+  TAIL=30 stage moe_ab 150 python benchmarks/bench_moe_dot.py --out "$OUT/moe_ab.json" --variants "gemv (table)" \
+    --tokens 1 2 4 8 16 64 --pools 12 384 --kernels-from "$OLD_MOE"
+  TAIL=30 stage probe 200 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 \
+    --widths 2 4 8 --out "$OUT/invariance.json"
+  ;;
+x4)
   TAIL=30 stage step_ab 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' '' --kernels-from "$OLD_MOE" \
     --out "$OUT/step_ab.json"

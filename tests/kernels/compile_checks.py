@@ -188,7 +188,7 @@ def check_gemv(arch: int) -> dict:
         sass, res = compile_sass(fm.moe_int4_gemv_down_kernel, {**DOWN_SIG, "act_ptr": "*i32" if f16 else "*fp32"},
                                  dict(I_WORDS=32, TOP_K=8, GROUP_WORDS=4, HAS_ADD=True, BLOCK_N=bn, BLOCK_W=32,
                                       EVEN=even, PDL=preload, PRELOAD=preload, SHIFT16=bn != 8, F16=f16),
-                                 DOWN_ALIGNED, arch, warps)
+                                 DOWN_ALIGNED, arch, warps, enable_fp_fusion=False)  # as the launcher compiles it
         _no_spills(res, f"down {bn=} {warps=} {preload=} {even=} {f16=}")
         if f16 and even:
             ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", sass)

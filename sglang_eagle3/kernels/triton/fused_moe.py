@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from sglang_eagle3.kernels.triton.exact import mul_rn, pairwise_sum
+from sglang_eagle3.kernels.triton.exact import pairwise_sum
 from sglang_eagle3.kernels.triton.sync import last_arrival
 
 
@@ -545,7 +545,7 @@ def _lane_f16(packed, p0, p1, p2, p3, HI: tl.constexpr):
 def _word_dots_f16_emulated(packed, p0, p1, p2, p3, inv=None):
     """_word_dots_f16 for the interpreter (which cannot run PTX)."""
     t = _lane_f16(packed, p0, p1, p2, p3, False) + _lane_f16(packed, p0, p1, p2, p3, True)
-    if inv is not None:
+    if inv is not None:  # (the down kernel, its only user with inv, is compiled without fp fusion: no contraction)
         t = t * inv
     return t
 
@@ -862,10 +862,12 @@ def moe_int4_gemv_down_kernel(
     launches back (top-k, or the router's launch with router_topk), which has finished when this kernel
     starts (tuning.pdl); it is read through L2 (.cg), never a stale L1 line.
 
-    Both bodies sum in one order (exact.py): each slot's group dots times scale x route weight, rounded alone
-    (mul_rn); the slots pairwise (((s0 + s1) + (s2 + s3)) + ..., zeros padding TOP_K to a power of two), then the
-    groups pairwise. So a token's output is the same bits with or without PRELOAD and at any tiles (BLOCK_N, warps)
-    of the same BLOCK_W: decode and verify agree whatever the table gives each T.
+    Both bodies sum in one order (exact.py): a slot's group dots times their scales, summed pairwise over the
+    groups, times the route weight; then the slots pairwise (((s0 + s1) + (s2 + s3)) + ..., zeros padding TOP_K to
+    a power of two). The launcher compiles this kernel without fp fusion, so each product is rounded alone (no
+    compiler contracts it into the add after it, which could differ between the two bodies, or between lanes). So
+    a token's output is the same bits with or without PRELOAD and at any tiles (BLOCK_N, warps) of one BLOCK_W:
+    decode and verify agree whatever the table gives each T.
 
     F16: act is in _store_act_f16's packed form (int32) and the dots run in packed fp16 as gate_up's F16 does,
     each word's sum times its factor."""
@@ -884,7 +886,7 @@ def moe_int4_gemv_down_kernel(
     w_idx = tl.arange(0, BLOCK_W)
     g_idx = tl.arange(0, BLOCK_W // GROUP_WORDS)
     zero_rows = (n_offs * 0)[:, None]
-    level0, level1, level2, level3 = [tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)] * 4
+    level0, level1, level2, level3 = [tl.zeros([BLOCK_N], dtype=tl.float32)] * 4
     for s in tl.static_range(TOP_K):
         pair = t * TOP_K + s
         e = tl.load(ids_ptr + pair).to(tl.int64)
@@ -902,13 +904,13 @@ def moe_int4_gemv_down_kernel(
             else:
                 dots = _group_dots(p, a_row + zero_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS, EVEN, SHIFT16)
             if w0 == 0:
-                slot = mul_rn(dots, sc * route_w, INTERPRET)
+                acc = dots * sc
             else:  # (several chunks: PRELOAD never has them, so this order need not match its)
-                slot += mul_rn(dots, sc * route_w, INTERPRET)
-        level0, level1, level2, level3, acc = _slot_tree(level0, level1, level2, level3, slot, s)
+                acc += dots * sc
+        slot = tl.reshape(pairwise_sum(acc, 1, 1), [BLOCK_N]) * route_w
+        level0, level1, level2, level3, y = _slot_tree(level0, level1, level2, level3, slot, s)
     for s in tl.static_range(TOP_K, _next_power_of_2(TOP_K)):  # zeros up to a power of two: no sum changes
-        level0, level1, level2, level3, acc = _slot_tree(level0, level1, level2, level3, level0 * 0.0, s)
-    y = tl.reshape(pairwise_sum(acc, 1, 1), [BLOCK_N])
+        level0, level1, level2, level3, y = _slot_tree(level0, level1, level2, level3, level0 * 0.0, s)
     _store_down(y, add_ptr, out_ptr, t, n_offs, n_ok, stride_addt, stride_ot, HAS_ADD)
 
 
@@ -972,7 +974,6 @@ def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_p
     w_idx = tl.arange(0, BLOCK_W)
     p, sc = _load_int4_chunk(rows, scales, n_ok_r, 0, w_idx, tl.arange(0, BLOCK_W // GROUP_WORDS), I_WORDS,
                              GROUP_WORDS, EVEN)
-    scr = sc * route_w[:, None]  # (here, before the wait: the compiler would sink it to its use, after)
     if PDL:  # everything above is weights or finished routing; act (gate_up's output) only after the wait
         gdc_wait()
         gdc_launch_dependents()
@@ -984,9 +985,8 @@ def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_p
         dots = _group_dots_f16(p, pairs, GROUP_WORDS, INTERPRET, inv)
     else:
         dots = _group_dots(p, a_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS, EVEN, SHIFT16)
-    G: tl.constexpr = BLOCK_W // GROUP_WORDS
-    slots = tl.reshape(mul_rn(dots, scr, INTERPRET), [TOP_K, BLOCK_N * G])
-    y = tl.reshape(pairwise_sum(tl.reshape(pairwise_sum(slots, 0, 1), [BLOCK_N, G]), 1, 1), [BLOCK_N])
+    part = tl.reshape(pairwise_sum(dots * sc, 1, 1), [R]) * route_w
+    y = tl.reshape(pairwise_sum(tl.reshape(part, [TOP_K, BLOCK_N]), 0, 1), [BLOCK_N])
     n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     _store_down(y, add_ptr, out_ptr, t, n_offs, n_offs < H, stride_addt, stride_ot, HAS_ADD)
 
