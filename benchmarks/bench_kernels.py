@@ -56,27 +56,48 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-GEMV_KERNELS = ("moe_int4_gemv_gate_up_kernel", "moe_int4_gemv_down_kernel")
+# What an A/B file may replace, launcher module -> names it calls through its globals: a kernels/triton/fused_moe.py
+# of another commit gives the GEMV MoE kernels, a kernels/triton/mla_attention.py the MLA kernels, a
+# kernels/mla_attention.py (the launcher itself) its launch plan.
+SWAPPABLE = {"sglang_eagle3.kernels.fused_moe": ("moe_int4_gemv_gate_up_kernel", "moe_int4_gemv_down_kernel"),
+             "sglang_eagle3.kernels.mla_attention": ("mla_split_kv_kernel", "mla_merge_splits_kernel", "launch_plan")}
 
 
-def kernels_from(path: str):
-    """A context manager factory: the launcher (kernels/fused_moe.py) runs the GEMV kernels of the module file at
-    ``path`` while it is entered (graphs captured inside keep them)."""
-    spec = importlib.util.spec_from_file_location(f"moe_kernels_{Path(path).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    launcher = importlib.import_module("sglang_eagle3.kernels.fused_moe")
+def ab_tag(paths: str) -> str:
+    """" [a+b]" for kernels_from's "dir/a.py+dir/b.py": the suffix a benchmark gives that variant's name."""
+    return " [" + "+".join(Path(p).stem for p in paths.split("+")) + "]"
+
+
+def _defines(module, name: str) -> bool:
+    """Whether ``module`` defines ``name`` itself (a function or a @triton.jit kernel), not by an import."""
+    obj = getattr(module, name, None)
+    return obj is not None and getattr(getattr(obj, "fn", obj), "__module__", None) == module.__name__
+
+
+def kernels_from(paths: str):
+    """A context manager factory: while it is entered the launchers call what the module files in ``paths``
+    ("a.py" or "a.py+b.py") define (not import) of SWAPPABLE's names instead of their own (graphs captured inside
+    keep it)."""
+    swaps = []  # (launcher module, name, replacement)
+    for path in paths.split("+"):
+        spec = importlib.util.spec_from_file_location(f"ab_{Path(path).stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        found = [(importlib.import_module(launcher), name, getattr(module, name))
+                 for launcher, names in SWAPPABLE.items() for name in names if _defines(module, name)]
+        assert found, f"{path} defines none of {SWAPPABLE}"
+        swaps += found
 
     @contextlib.contextmanager
     def swapped():
-        saved = {name: getattr(launcher, name) for name in GEMV_KERNELS}
+        saved = [(launcher, name, getattr(launcher, name)) for launcher, name, _ in swaps]
         try:
-            for name in GEMV_KERNELS:
-                setattr(launcher, name, getattr(module, name))
+            for launcher, name, replacement in swaps:
+                setattr(launcher, name, replacement)
             yield
         finally:
-            for name, kernel in saved.items():
-                setattr(launcher, name, kernel)
+            for launcher, name, original in saved:
+                setattr(launcher, name, original)
     return swapped
 
 

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import sglang_eagle3  # noqa: E402
-from benchmarks.bench_kernels import copy_bandwidth, kernels_from, make_moe_weights, moe_case, time_graph  # noqa: E402
+from benchmarks.bench_kernels import ab_tag, copy_bandwidth, kernels_from, make_moe_weights, moe_case, time_graph  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels import tuning  # noqa: E402
 
@@ -60,8 +60,9 @@ def parse_config(text: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels-from", nargs="+", default=[],
-                    help="kernels/triton/fused_moe.py files of other commits: every variant is timed with each one's "
-                         "GEMV kernels too (name suffix ' [stem]'), alternating with this tree's")
+                    help="kernel files of other commits (bench_kernels.kernels_from: a.py or a.py+b.py): every "
+                         "variant is "
+                         "timed with each too (name suffix ' [a+b]'), alternating with this tree's")
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--pools", type=int, nargs="+", default=[12, 384])
@@ -90,7 +91,7 @@ def main() -> None:
         variants[f"gemv {text}"] = ("gemv", parse_config(text), None)
     for text in args.down_config:
         variants[f"gemv down {text}"] = ("gemv", None, parse_config(text))
-    swaps = {f" [{Path(path).stem}]": kernels_from(path) for path in args.kernels_from}
+    swaps = {ab_tag(paths): kernels_from(paths) for paths in args.kernels_from}
     variants.update({name + tag: v for tag in swaps for name, v in list(variants.items())})
     dev = torch.device("cuda")
     bw = max(copy_bandwidth().values())

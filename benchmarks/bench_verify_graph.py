@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 
 import sglang_eagle3  # noqa: E402
-from benchmarks.bench_kernels import kernels_from  # noqa: E402
+from benchmarks.bench_kernels import ab_tag, kernels_from  # noqa: E402
 from sglang_eagle3 import env, kernels  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.bench.ranks import graph_all_reduce_us  # noqa: E402
@@ -228,8 +228,9 @@ def main() -> None:
                     help="N > 1: the same rank slice on each of N GPUs, all-reduces run over the N (NCCL), so the "
                          "step carries real all-reduce traffic of TP=8's message sizes (N GPUs' all-reduce, not 8's)")
     ap.add_argument("--kernels-from", nargs="+", default=[],
-                    help="kernels/triton/fused_moe.py files of other commits: every setting is timed again with each "
-                         "one's INT4 GEMV MoE kernels (label suffix ' [stem]'), in the same process")
+                    help="kernel files of other commits (bench_kernels.kernels_from: a.py or a.py+b.py): every "
+                         "setting is "
+                         "timed again with each (label suffix ' [a+b]'), in the same process")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
@@ -313,8 +314,7 @@ def run(rank: int, world: int, args) -> dict:
     uniform = UniformRouting(args.experts).__enter__() if args.uniform_routing else None
     ar_us: dict[int, float] = {}  # tokens -> in-graph all-reduce us (world > 1)
     results["routing"] = "uniform (drawn each step)" if uniform else "the random router's own"
-    swaps = {"": None} | {f" [{os.path.splitext(os.path.basename(path))[0]}]": kernels_from(path)
-                          for path in args.kernels_from}
+    swaps = {"": None} | {ab_tag(paths): kernels_from(paths) for paths in args.kernels_from}
     for backend, variant, env_set, tag in [(b, v, e, t) for b in args.backends for v in variants for e in env_variants
                                            for t in swaps]:
         runner = None

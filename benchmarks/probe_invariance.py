@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 
-from benchmarks.bench_kernels import kernels_from  # noqa: E402
+from benchmarks.bench_kernels import ab_tag, kernels_from  # noqa: E402
 from benchmarks.bench_verify_graph import kimi_config, randomize_cuda  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
@@ -163,8 +163,9 @@ def main() -> None:
     ap.add_argument("--contexts", type=int, nargs="+", default=[1024, 8192])
     ap.add_argument("--widths", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--kernels-from", nargs="+", default=[],
-                    help="kernels/triton/fused_moe.py files of other commits: the eager probe again with each one's "
-                         "INT4 GEMV MoE kernels (results under cases [stem])")
+                    help="kernel files of other commits (bench_kernels.kernels_from: a.py or a.py+b.py): the "
+                         "eager probe "
+                         "again with each (results under 'cases [a+b]')")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
@@ -191,11 +192,10 @@ def main() -> None:
           {r["T"]: r["rows_differing"] for r in results["lm_head_gemm"]}, flush=True)
     rec, pages = Recorder(model, args.hook_layers), list(range(1, 1 + max_ctx // page_size))
     results["cases"] = probe(runner, rec, args.contexts, args.widths, pages)
-    for path in args.kernels_from:
-        stem = os.path.splitext(os.path.basename(path))[0]
-        print(f"--- eager, the MoE kernels of {path}", flush=True)
-        with kernels_from(path)():
-            results[f"cases [{stem}]"] = probe(runner, rec, args.contexts, args.widths, pages, graphs=False)
+    for paths in args.kernels_from:
+        print(f"--- eager, with the kernels of {paths}", flush=True)
+        with kernels_from(paths)():
+            results["cases" + ab_tag(paths)] = probe(runner, rec, args.contexts, args.widths, pages, graphs=False)
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:

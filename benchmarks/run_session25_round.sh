@@ -27,10 +27,20 @@
 #   the wait, against 275 of 750 at 10b889d). Now: the groups first per slot, plain products, and the down kernel
 #   compiled without fp fusion (every product rounded alone): last LDG at 284 of 758.
 # x3: the F16 / ROWS / round-alike GPU tests again; the MoE alone this tree against 10b889d; the probe.
-# x4: the 61-layer step old vs new at 1k (bench_verify_graph --kernels-from, alternating twice), and the MoE + PDL
-#     GPU tests.
+#     Found: 20 passed; the MoE alone within 0.2 us of 10b889d at T = 1, 2, 16, +0.3-0.4 us at T = 4, 8, +2% at 64;
+#     the probe bit-identical at T <= 4 (1k, 8k), T=8 still broken by MLA (its split count followed T's row blocks).
+#   Then MLA: the split count no longer follows the row blocks up to 16 tokens a request, the split kernel's row
+#   sums kept per key column and added once after the loop (no BLOCK_M- or warp-dependent tl.sum; 23-31 fewer
+#   SASS instructions in the key loop, 3 barriers fewer), the merge unchanged (one tile for decode and verify).
+#   The A/B's old side is all three of 10b889d's files (MoE kernels, MLA kernels, MLA launcher):
+#     git show 10b889d:sglang_eagle3/kernels/triton/mla_attention.py > .carry/mla_kernels_10b889d.py
+#     git show 10b889d:sglang_eagle3/kernels/mla_attention.py > .carry/mla_launcher_10b889d.py
+# x4: the MLA GPU tests (decode vs verify bit for bit at 1k / 8k / 20k, bf16 and fp32); the probe; the 61-layer
+#     step at 1k and 8k, this tree against 10b889d's MoE + MLA, alternating twice.
+# x5: the engine tests (speculative == plain with graphs) and the MoE + PDL GPU tests.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1, x2, x3, x4}
+part=${1:?part: x1, x2, x3, x4, x5}
+OLD_ALL=.carry/fused_moe_10b889d.py+.carry/mla_kernels_10b889d.py+.carry/mla_launcher_10b889d.py
 OLD_MOE=.carry/fused_moe_10b889d.py
 case $part in
 x1)
@@ -58,9 +68,17 @@ x3)
     --widths 2 4 8 --out "$OUT/invariance.json"
   ;;
 x4)
-  TAIL=30 stage step_ab 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
-    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' '' --kernels-from "$OLD_MOE" \
+  TAIL=8 stage mla_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/kernels/test_kernels_gpu.py tests/kernels/test_mla_rope_gpu.py -k "mla"
+  TAIL=30 stage probe 160 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 \
+    --widths 2 4 8 --out "$OUT/invariance.json"
+  TAIL=40 stage step_ab 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' '' --kernels-from "$OLD_ALL" \
     --out "$OUT/step_ab.json"
+  ;;
+x5)
+  TAIL=8 stage engine_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/gpu/test_cuda_engine.py
   TAIL=8 stage moe_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
     tests/kernels/test_kernels_gpu.py tests/kernels/test_pdl_gpu.py -k "moe"
   ;;

@@ -36,6 +36,15 @@ def num_kv_splits(batch: int, row_blocks: int, max_keys: int, sms: int, cfg: dic
     return max(1, min(want, by_len, MAX_SPLITS))
 
 
+# Up to this many new tokens a request (decode and verify widths) the split count does not follow the row blocks:
+# a verify then divides a request's keys as the decode of its tokens does, and with the split kernel's row sums
+# (independent of BLOCK_M and warps) and one merge tile a token's attention is the same bits in both (greedy
+# speculation exactly lossless). It stays so while the split size does not move between the two, which it does only
+# once the keys pass 64 x splits (8448 at batch 1 on 132 SMs) and then for a verify straddling a multiple of it.
+# Above it (prefill chunks) the row blocks share the SMs, as before.
+SPLITS_BY_REQUEST_MAX_TOKENS = 16
+
+
 def launch_plan(batch: int, tokens_per_req: int, heads: int, max_keys: int, sms: int, cfg: dict,
                 groups: int = 1) -> dict:
     """How a call launches, from shapes only, for ``batch`` requests of ``tokens_per_req`` x ``heads`` query
@@ -45,7 +54,8 @@ def launch_plan(batch: int, tokens_per_req: int, heads: int, max_keys: int, sms:
     rows = tokens_per_req * heads
     block_m = max(16, min(cfg["BLOCK_M"], triton.next_power_of_2(rows)))
     row_blocks = triton.cdiv(rows, block_m)
-    splits = num_kv_splits(batch, groups * row_blocks, max_keys, sms, cfg)
+    sharing = groups if tokens_per_req <= SPLITS_BY_REQUEST_MAX_TOKENS else groups * row_blocks
+    splits = num_kv_splits(batch, sharing, max_keys, sms, cfg)
     return {"BLOCK_M": block_m, "row_blocks": row_blocks, "splits": splits,
             "merge": "none" if splits == 1 else "separate"}
 

@@ -123,6 +123,39 @@ def check_mla(B, T, H, Dc, Dr, page_size, seq_lens, device="cpu", seed=0, dtype=
     return {"rel_err": errs, "plan": plan}
 
 
+def check_mla_decode_verify_alike(T, H, Dc, Dr, page_size, ctx, device="cpu", dtype=torch.float32, config=None,
+                                  spare=1, seed=0) -> dict:
+    """A verify of T tokens at positions ctx .. ctx+T-1 (one request) against each token decoded alone at its
+    position, over the same cache and page table: every row bit for bit (the launch plan's split count does not
+    follow T, and the split kernel's row sums do not follow BLOCK_M or the warps). ``config``: launch config
+    overrides (else the op's tuned config, per T as the engine picks it)."""
+    from sglang_eagle3.kernels import tuning
+    from sglang_eagle3.kernels.mla_attention import launch_plan
+
+    qn, qr, kv, pt, _ = make_mla_inputs(1, T, H, Dc, Dr, page_size, [ctx + T], device, dtype, seed, spare)
+    kw = dict(page_size=page_size, kv_lora_rank=Dc, sm_scale=1.0 / math.sqrt(128 + Dr))
+    dev = torch.device(device)
+
+    def run(q, r, n, seq_len):
+        cfg = {**tuning.DEFAULTS["mla_attention"], **config} if config else tuning.get_config(
+            "mla_attention", dev, "rows", n * H)
+        plan = launch_plan(1, n, H, pt.shape[1] * page_size, tuning.sm_count(dev), cfg)
+        seq = torch.tensor([seq_len], dtype=torch.int32, device=dev)
+        return kernels.triton_mla_attention(q, r, kv, pt, seq, tokens_per_req=n, **kw, config=cfg), plan
+
+    verify, vplan = run(qn, qr, T, ctx + T)
+    ref = kernels.ref_mla_attention(qn, qr, kv, pt, torch.tensor([ctx + T], dtype=torch.int32, device=dev),
+                                    tokens_per_req=T, **kw)
+    assert rel_err(verify, ref) < (1e-5 if dtype == torch.float32 else 1e-2), rel_err(verify, ref)
+    plans = {"verify": vplan}
+    for t in range(T):
+        alone, plans[f"decode {t}"] = run(qn[t:t + 1], qr[t:t + 1], 1, ctx + t + 1)
+        assert torch.equal(alone[0], verify[t]), (
+            f"token {t} of a verify of {T} at {ctx=} differs from its decode by "
+            f"{(alone[0].float() - verify[t].float()).abs().max().item()} ({plans})")
+    return {name: (plan["splits"], plan["BLOCK_M"]) for name, plan in plans.items()}
+
+
 def check_mla_launch_plan() -> dict:
     """The launch launch_plan picks at Kimi TP=8 shapes (8 heads, 132 SMs, a page table the size of the
     context): with one split the split pass writes the output (no merge launch), with more a merge launch."""
@@ -139,6 +172,9 @@ def check_mla_launch_plan() -> dict:
     assert plans["B=1 T=1 ctx=1024"]["splits"] == 16, plans  # 1024 / 64 keys, under 2 x 132 programs
     assert plans["B=1 T=1 ctx=8192"]["splits"] == 128 and plans["B=1 T=4 ctx=8192"]["splits"] == 128, plans
     assert plans["B=64 T=1 ctx=8192"]["splits"] == 5, plans  # ceil(2 x 132 / 64)
+    for B, ctx in ((1, 8192), (1, 32768), (16, 8192)):  # decode and verify widths split alike; a prefill chunk not
+        counts = {T: launch_plan(B, T, 8, ctx, 132, cfg)["splits"] for T in (1, 2, 4, 8, 16, 64)}
+        assert len({counts[T] for T in (1, 2, 4, 8, 16)}) == 1 and counts[64] < counts[1], (B, ctx, counts)
     return {name: f"{p['splits']} splits: merge {p['merge']}" for name, p in plans.items()}
 
 
@@ -700,6 +736,12 @@ CASES = {
         2, 40, 2, 32, 16, 4, [70, 45], seed=47, dtype=torch.float32, tol=1e-6, config=MLA_FP32_SPLIT,
         min_splits=2, calls=2),
     "mla_launch_plan": check_mla_launch_plan,
+    # A verify of 8 tokens (two 16-row blocks of 4 heads) splits a 1.2k context as the decode of each token does
+    # (132 splits of 16 keys, with a 2240-key page table; when the split count followed the row blocks: 66 of 32).
+    "mla_decode_verify_alike_fp32": lambda: check_mla_decode_verify_alike(
+        8, 4, 32, 16, 16, 1150, dtype=torch.float32, spare=67, seed=61,
+        config={"BLOCK_M": 16, "BLOCK_N": 16, "min_keys_per_split": 16, "ctas_per_sm": 1, "num_warps": 4,
+                "num_stages": 2}),
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,
                                                            with_add=True),

@@ -115,6 +115,18 @@ def test_mla_split_kv_capacity_far_above_context(T, seq_lens):
               calls=3, spare=256)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("T,ctx", [(2, 1000), (4, 1000), (8, 1000), (4, 8100), (8, 8100), (4, 20000), (8, 20000)])
+def test_mla_decode_verify_alike(T, ctx, dtype):
+    """Kimi TP=8 shapes, the table's configs (BLOCK_M 16 for a decode, 32 for a verify of 4 or 8) and a page table
+    of 33k keys as a server's graphs hold it: each token of a verify is the same bits as its decode alone. (At
+    20000 keys the split size is 192 keys for both; a verify straddling a multiple of 64 x 132 keys would not be.)"""
+    from kernel_checks import check_mla_decode_verify_alike
+
+    check_mla_decode_verify_alike(T, HEADS, KV_LORA, ROPE, 64, ctx, device="cuda", dtype=dtype,
+                                  spare=(33000 - ctx) // 64, seed=ctx + T)
+
+
 def test_mla_float32_is_ieee():
     """float32 MLA sums in IEEE float32 (tuning.dot_precision), as torch's float32 reference does: TF32 would
     miss this bound by ~100x."""

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from sglang_eagle3.kernels.triton.exact import mul_rn
+from sglang_eagle3.kernels.triton.exact import mul_rn, pairwise_sum
 
 
 @triton.jit
@@ -132,7 +132,7 @@ def mla_split_kv_kernel(
             qr = qr.to(tl.float32)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    l_cols = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, DC], dtype=tl.float32)
     # The page table entries of each key tile are loaded one iteration ahead and carried. Loaded in the
     # iteration that uses them, they make the cache load depend on a load of the same iteration, and Triton's
@@ -170,7 +170,9 @@ def mla_split_kv_kernel(
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+        # The row sums of p kept per key column, rescaled as acc is, and added up once after the loop: tl.sum's
+        # order follows the register layout, which BLOCK_M and warps change (exact.py); this order does not.
+        l_cols = l_cols * alpha[:, None] + p
         if SEPARATE_V:
             v = tl.load(v_ptr + slot[:, None] * stride_v_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
             if INTERPRET:
@@ -180,6 +182,7 @@ def mla_split_kv_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
+    l_i = tl.reshape(pairwise_sum(l_cols, 1, 1), [BLOCK_M])
     has_keys = l_i > 0.0
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]  # [M, DC]; 0 for a row with no visible key
     if SPLIT_KV:
