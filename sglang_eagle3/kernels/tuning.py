@@ -76,11 +76,15 @@ DEFAULTS: dict[str, dict] = {
     "fused_moe_int4_dot_gate_up": {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": False, "SPLIT": 4},
 }
 
-# Autotune search spaces for GPUs without a table (kept small: each candidate compiles).
+# Autotune search spaces for GPUs without a table (kept small: each candidate compiles). The autotuner picks per
+# key bucket, so a decode and a verify may get different candidates: those of an op that serves both vary only what
+# leaves a token's numbers alone (warps, stages, MLA's BLOCK_M and the INT4 down kernel's PRELOAD), never what orders
+# its sums (MLA's key tile and split size, the INT4 GEMV's BLOCK_W): docs/KERNELS.md, "Decode and verify compute a
+# token alike".
 CANDIDATES: dict[str, list[dict]] = {
     "mla_attention": [
-        {**DEFAULTS["mla_attention"], "BLOCK_N": bn, "num_warps": w, "num_stages": s, "ctas_per_sm": c}
-        for bn in (16, 32, 64) for w in (4, 8) for s in (1, 2) for c in (1, 2, 4)
+        {**DEFAULTS["mla_attention"], "BLOCK_N": 32, "num_warps": w, "num_stages": s}
+        for w in (4, 8) for s in (1, 2, 3)
     ],
     "gqa_attention": [
         {**DEFAULTS["gqa_attention"], "BLOCK_N": bn, "num_warps": w, "num_stages": s, "ctas_per_sm": c}
@@ -96,10 +100,9 @@ CANDIDATES: dict[str, list[dict]] = {
                              (32, 128, 8, 4), (64, 64, 4, 4), (64, 128, 8, 3))
     ],
 }
-CANDIDATES["fused_moe_int4_gemv_gate_up"] = [  # (BLOCK_N, BLOCK_W, num_warps): ~4-16 words a thread
-    {"BLOCK_N": bn, "BLOCK_W": bw, "num_warps": w}
-    for bn, bw, w in ((4, 64, 2), (4, 128, 2), (4, 128, 4), (8, 64, 4), (8, 128, 4), (8, 128, 8), (16, 64, 4),
-                      (16, 64, 8), (16, 128, 8))
+CANDIDATES["fused_moe_int4_gemv_gate_up"] = [  # (BLOCK_N, num_warps) at 128-word chunks: ~4-16 words a thread
+    {"BLOCK_N": bn, "BLOCK_W": 128, "num_warps": w}
+    for bn, w in ((4, 2), (4, 4), (8, 4), (8, 8), (16, 4), (16, 8))
 ]
 CANDIDATES["fused_moe_int4_gemv_down"] = [
     {"BLOCK_N": bn, "BLOCK_W": 32, "num_warps": w, "PRELOAD": pre}

@@ -74,6 +74,27 @@ def test_gemv_moe_one_arithmetic_at_every_T(path):
         assert all(bn % 8 == 0 for bn in rows), f"{path.name}: down F16 with gate_up BLOCK_N {rows}"
 
 
+@pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
+def test_mla_one_merge_and_split_size_at_every_T(path):
+    """MLA's buckets give decode and verify rows one merge tile (its tl.sum order follows the tile), one
+    min_keys_per_split and ctas_per_sm (the split count and so the key partition): with the launch plan's split
+    count independent of T up to SPLITS_BY_REQUEST_MAX_TOKENS (checked here at Kimi TP=8's 8 heads), a token's
+    attention is the same bits in both (docs/KERNELS.md, "Decode and verify compute a token alike")."""
+    from sglang_eagle3.kernels.mla_attention import SPLITS_BY_REQUEST_MAX_TOKENS, launch_plan
+
+    table = json.loads(path.read_text())
+    default = tuning.DEFAULTS["mla_attention"]
+    keys = ("merge_tile", "merge_warps", "min_keys_per_split", "ctas_per_sm", "BLOCK_N")
+    shared = {tuple(b.get(k, default.get(k)) for k in keys) for b in table["ops"].get("mla_attention", [default])}
+    assert len(shared) == 1, f"{path.name}: MLA buckets differ in {keys}: {sorted(shared)}"
+    sms = table["sm_counts"][0]
+    for ctx in (1024, 8192, 131072):
+        plans = {T: launch_plan(1, T, 8, ctx, sms, {**default, **tuning._pick_bucket(table["ops"]["mla_attention"],
+                                                                                      "rows", 8 * T)})
+                 for T in range(1, SPLITS_BY_REQUEST_MAX_TOKENS + 1)}
+        assert len({p["splits"] for p in plans.values()}) == 1, f"{path.name} {ctx=}: {plans}"
+
+
 def test_sm120_unmeasured():
     table = json.loads((tuning.CONFIG_DIR / "sm_120.json").read_text())
     assert table["measured"] is False and "unmeasured" in table["source"]
