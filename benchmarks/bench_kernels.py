@@ -63,6 +63,14 @@ SWAPPABLE = {"sglang_eagle3.kernels.fused_moe": ("moe_int4_gemv_gate_up_kernel",
              "sglang_eagle3.kernels.mla_attention": ("mla_split_kv_kernel", "mla_merge_splits_kernel", "launch_plan")}
 
 
+def add_kernels_from_arg(ap, effect: str) -> None:
+    """--kernels-from FILES ...: kernel files of other commits for kernels_from; ``effect`` says what the script
+    does with each (e.g. "every variant is timed with each too")."""
+    ap.add_argument("--kernels-from", nargs="+", default=[],
+                    help=f"kernel files of other commits (bench_kernels.kernels_from: a.py or a.py+b.py): {effect} "
+                         "(name suffix ' [a+b]')")
+
+
 def ab_tag(paths: str) -> str:
     """" [a+b]" for kernels_from's "dir/a.py+dir/b.py": the suffix a benchmark gives that variant's name."""
     return " [" + "+".join(Path(p).stem for p in paths.split("+")) + "]"

@@ -36,7 +36,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import sglang_eagle3  # noqa: E402
-from benchmarks.bench_kernels import ab_tag, copy_bandwidth, kernels_from, make_moe_weights, moe_case, time_graph  # noqa: E402
+from benchmarks.bench_kernels import (  # noqa: E402
+    ab_tag,
+    add_kernels_from_arg,
+    copy_bandwidth,
+    kernels_from,
+    make_moe_weights,
+    moe_case,
+    time_graph,
+)
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels import tuning  # noqa: E402
 
@@ -59,10 +67,7 @@ def parse_config(text: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernels-from", nargs="+", default=[],
-                    help="kernel files of other commits (bench_kernels.kernels_from: a.py or a.py+b.py): every "
-                         "variant is "
-                         "timed with each too (name suffix ' [a+b]'), alternating with this tree's")
+    add_kernels_from_arg(ap, "every variant is timed with each too, alternating with this tree's")
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--pools", type=int, nargs="+", default=[12, 384])

@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 
 import sglang_eagle3  # noqa: E402
-from benchmarks.bench_kernels import ab_tag, kernels_from  # noqa: E402
+from benchmarks.bench_kernels import ab_tag, add_kernels_from_arg, kernels_from  # noqa: E402
 from sglang_eagle3 import env, kernels  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.bench.ranks import graph_all_reduce_us  # noqa: E402
@@ -227,10 +227,7 @@ def main() -> None:
     ap.add_argument("--comm-gpus", type=int, default=1,
                     help="N > 1: the same rank slice on each of N GPUs, all-reduces run over the N (NCCL), so the "
                          "step carries real all-reduce traffic of TP=8's message sizes (N GPUs' all-reduce, not 8's)")
-    ap.add_argument("--kernels-from", nargs="+", default=[],
-                    help="kernel files of other commits (bench_kernels.kernels_from: a.py or a.py+b.py): every "
-                         "setting is "
-                         "timed again with each (label suffix ' [a+b]'), in the same process")
+    add_kernels_from_arg(ap, "every setting is timed again with each, in the same process")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 
-from benchmarks.bench_kernels import ab_tag, kernels_from  # noqa: E402
+from benchmarks.bench_kernels import ab_tag, add_kernels_from_arg, kernels_from  # noqa: E402
 from benchmarks.bench_verify_graph import kimi_config, randomize_cuda  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
@@ -162,10 +162,7 @@ def main() -> None:
     ap.add_argument("--hook-layers", type=int, default=2, help="layers whose modules are hooked")
     ap.add_argument("--contexts", type=int, nargs="+", default=[1024, 8192])
     ap.add_argument("--widths", type=int, nargs="+", default=[2, 4, 8])
-    ap.add_argument("--kernels-from", nargs="+", default=[],
-                    help="kernel files of other commits (bench_kernels.kernels_from: a.py or a.py+b.py): the "
-                         "eager probe "
-                         "again with each (results under 'cases [a+b]')")
+    add_kernels_from_arg(ap, "the eager probe again with each (results under 'cases [a+b]')")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
