@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Twenty-fifth session's device rounds (H200): decode and verify computing a token alike.
-#   bash benchmarks/run_session25_round.sh x1 | x2
+#   bash benchmarks/run_session25_round.sh x1 | x2 | x3 | x4 | x5
 # The A/B parts time the kernels of 10b889d (before the fixed-order sums) against this tree's in one process:
 #   mkdir -p .carry && git show 10b889d:sglang_eagle3/kernels/triton/fused_moe.py > .carry/fused_moe_10b889d.py
-# (the device tool's `carry: [".carry"]` takes the ignored folder along).
+# (the device tool's `carry` takes these ignored files along). Each part ran at the commit its results are named
+# after (bd47baa, c820bb0, dc77087, 17a756b, 17a756b); the code has moved on since x1-x3 (their Found lines say how).
 #
 # x1: the GPU tests of the fixed-order MoE sums (every tile and every table bucket round a token alike), the
 #     invariance probe (which modules make a verify row differ from the decode of the same token, Kimi TP=8 rank
