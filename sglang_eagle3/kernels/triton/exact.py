@@ -11,7 +11,9 @@ although the code is the same:
   same adds (and shuffles) as tl.sum.
 - With fp fusion on (Triton's default) the compiler may contract a product into the add that follows it, and
   where that add's other operand comes from another lane, lanes holding the same sum contract different
-  products. ``mul_rn`` rounds a product on its own.
+  products. ``mul_rn`` rounds a product on its own; a kernel whose products all feed such sums can instead be
+  launched with ``enable_fp_fusion=False`` (the INT4 GEMV down kernel: inline-asm products there changed how
+  ptxas scheduled its loads, docs/KERNELS.md).
 """
 
 import triton

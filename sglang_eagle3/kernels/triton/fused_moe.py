@@ -296,7 +296,6 @@ def moe_sum_slots_kernel(per_pair_ptr, add_ptr, out_ptr, stride_pt, stride_at, s
 # Group scales multiply per-group partial sums (the [N, W] partials reshaped to [N, W/GW, GW]).
 
 
-
 @triton.jit
 def _nibble_scale(j, SHIFT16: tl.constexpr):
     """16^-p(j) for nibble indices j (0..7), p(j) = j below 5 and j - 5 above (j - 4 with SHIFT16), in fp32: the
