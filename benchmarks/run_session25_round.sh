@@ -44,8 +44,10 @@
 # x5: the engine tests (speculative == plain with graphs) and the MoE + PDL GPU tests.
 #     Found: engine 17 passed; the MoE + PDL stage ran out of its 200 s compiling (98 passed, none failed) and
 #     passed whole on the warm machine (113 passed, 50 s: `stage moe_tests 330 ... -k moe -x`, round_x5b).
+# x6: the other users of the MLA split kernel (its row sums changed): the draft's grouped-query attention, the
+#     draft forward on the kernels, the absorbed prefill chunks; and the graph runner's GPU tests.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1, x2, x3, x4, x5}
+part=${1:?part: x1, x2, x3, x4, x5, x6}
 OLD_ALL=.carry/fused_moe_10b889d.py+.carry/mla_kernels_10b889d.py+.carry/mla_launcher_10b889d.py
 OLD_MOE=.carry/fused_moe_10b889d.py
 case $part in
@@ -87,6 +89,12 @@ x5)
     tests/gpu/test_cuda_engine.py
   TAIL=8 stage moe_tests 330 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 320 \
     tests/kernels/test_kernels_gpu.py tests/kernels/test_pdl_gpu.py -k "moe"
+  ;;
+x6)
+  TAIL=8 stage split_kernel_users 250 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 240 \
+    tests/kernels/test_kernels_gpu.py -k "gqa or draft or prefill or chunk"
+  TAIL=8 stage graph_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/test_graph_runner.py
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
