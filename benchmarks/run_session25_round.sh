@@ -46,6 +46,7 @@
 #     passed whole on the warm machine (113 passed, 50 s: `stage moe_tests 330 ... -k moe -x`, round_x5b).
 # x6: the other users of the MLA split kernel (its row sums changed): the draft's grouped-query attention, the
 #     draft forward on the kernels, the absorbed prefill chunks; and the graph runner's GPU tests.
+#     Found: 21 passed; graph runner 13 passed (24 deselected: its CPU cases).
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: x1, x2, x3, x4, x5, x6}
 OLD_ALL=.carry/fused_moe_10b889d.py+.carry/mla_kernels_10b889d.py+.carry/mla_launcher_10b889d.py
