@@ -29,9 +29,11 @@ LOG2E = 1.4426950408889634
 MAX_SPLITS = 256
 
 
-def num_kv_splits(batch: int, row_blocks: int, max_keys: int, sms: int, cfg: dict) -> int:
-    """Enough splits to give ctas_per_sm programs per SM, none shorter than min_keys_per_split keys."""
-    want = math.ceil(cfg["ctas_per_sm"] * sms / (batch * row_blocks))
+def num_kv_splits(batch: int, sharing: int, max_keys: int, sms: int, cfg: dict) -> int:
+    """Enough splits to give ctas_per_sm programs per SM, none shorter than min_keys_per_split keys; ``sharing``
+    programs of a request share the SMs besides its splits (launch_plan: its kv heads, times its row blocks above
+    SPLITS_BY_REQUEST_MAX_TOKENS)."""
+    want = math.ceil(cfg["ctas_per_sm"] * sms / (batch * sharing))
     by_len = max(1, max_keys // cfg["min_keys_per_split"])
     return max(1, min(want, by_len, MAX_SPLITS))
 
