@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Twenty-sixth session's device rounds (H200): the issue tables again at one commit, end to end at that commit.
+#   bash benchmarks/run_session26_round.sh z1 | z2
+# Run with GIT_COMMIT=<HEAD> so the JSON files name the commit they ran at.
+#
+# z1: the tables docs/BENCHMARKS.md calls current (gpu_stages.sh head_tables): the 61-layer Kimi TP=8 rank slice,
+#     decode and verify T = 2..8 at 1k and 8k, eager and graph (verify_graph.json), and bench_kernels.py
+#     (kernels.json). The last full runs were the eleventh (verify_graph) and sixteenth (kernels) sessions'.
+# z2: end to end on the Kimi slice at the same commit: single stream (3 prompts x 96 new tokens, and again with a
+#     server's 131072-slot context limit) and 16 concurrent requests (64 new tokens each), baseline against EAGLE-3
+#     k=3 with the accept length pinned at 3.0; then the CUDA engine tests (speculative == plain, graphs == eager).
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: z1, z2}
+case $part in
+z1)
+  T_STEP=330 T_KERNELS=240 head_tables
+  ;;
+z2)
+  TAIL=25 stage e2e_single 170 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_single.json"
+  TAIL=25 stage e2e_single_128k 170 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --context-length 131072 --out "$OUT/e2e_single_128k.json"
+  TAIL=25 stage e2e_b16 150 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --max-new-tokens 64 \
+    --repeat 2 --simulate-accept 3.0 --concurrency 16 --cuda-graph-max-bs 16 --out "$OUT/e2e_b16.json"
+  TAIL=12 stage engine_tests 100 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 95 \
+    tests/gpu/test_cuda_engine.py
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
