@@ -9,8 +9,11 @@
 # z2: end to end on the Kimi slice at the same commit: single stream (3 prompts x 96 new tokens, and again with a
 #     server's 131072-slot context limit) and 16 concurrent requests (64 new tokens each), baseline against EAGLE-3
 #     k=3 with the accept length pinned at 3.0; then the CUDA engine tests (speculative == plain, graphs == eager).
+# z3: MLA's W_UV folded into the merge launch (fusion merge_uv, new): its checks at Kimi shapes on the GPU
+#     (benchmarks/uv_gpu_checks.py), then the 61-layer step at 1k and 8k with it on ('' = off, the default) and
+#     off, alternating twice.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: z1, z2}
+part=${1:?part: z1, z2, z3}
 case $part in
 z1)
   T_STEP=330 T_KERNELS=240 head_tables
@@ -24,6 +27,12 @@ z2)
     --repeat 2 --simulate-accept 3.0 --concurrency 16 --cuda-graph-max-bs 16 --out "$OUT/e2e_b16.json"
   TAIL=12 stage engine_tests 100 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 95 \
     tests/gpu/test_cuda_engine.py
+  ;;
+z3)
+  TAIL=20 stage uv_checks 200 python benchmarks/uv_gpu_checks.py
+  ON="SGLANG_EAGLE3_NO_FUSE=input_norm,router_topk,q_rope_attn,route_shared_down"
+  TAIL=40 stage step_uv 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$ON" '' "$ON" --out "$OUT/step_uv.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -22,6 +22,36 @@ import torch  # noqa: E402
 from sglang_eagle3 import kernels  # noqa: E402
 
 
+def rowwise_interpreter_dot() -> None:
+    """Under TRITON_INTERPRET=1, make tl.dot compute each row of its output alone.
+
+    The interpreter's tl.dot is numpy's matmul, i.e. the CPU's BLAS, whose float32 sums for a row can follow the
+    row's position in the block (OpenBLAS's micro-kernels: on an AMD EPYC without AVX-512 a verify's token 1 came
+    out 2e-8 off its decode, at rows 4-7 instead of 0-3, while another CI machine had them equal). On the GPU an
+    MMA's row does not depend on its position (the decode-vs-verify GPU tests check it there); the checks here are
+    about the kernels' own order of sums, so the emulated dot must not add an order of its own."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.create_dot, "rowwise", False):
+        return
+    plain = builder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if a.data.ndim != 2 or a.data.dtype.kind != "f" or b.data.dtype.kind != "f":
+            return plain(self, a, b, d, input_precision, max_num_imprecise_acc)
+        rows = [np.matmul(a.data[i:i + 1], b.data, dtype=d.data.dtype) for i in range(a.data.shape[0])]
+        return interpreter.TensorHandle(np.concatenate(rows, axis=0) + d.data, d.dtype.scalar)
+
+    create_dot.rowwise = True
+    builder.create_dot = create_dot
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    rowwise_interpreter_dot()
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64; NaN anywhere counts as infinite error."""
     out, ref = out.double(), ref.double()
@@ -864,7 +894,7 @@ CASES = {
 # (imported by path from here, so that `tests.kernels.kernel_checks` imported as a package module finds them too)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 for _module in ("fold_checks", "gemv_fma_checks", "gqa_checks", "mla_prefill_checks", "mla_rope_checks",
-                "moe_rows_checks", "moe_tile_checks", "sampling_checks"):
+                "mla_uv_checks", "moe_rows_checks", "moe_tile_checks", "sampling_checks"):
     CASES.update(__import__(_module).CASES)
 
 if __name__ == "__main__":
