@@ -82,16 +82,14 @@ MOE_DOT_MAX = Knob("SGLANG_EAGLE3_MOE_DOT_MAX",
                    "over each expert's pairs); 0: never (the GEMV path); unset: kernels/fused_moe.py DOT_MAX_TOKENS")
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference); unset: "
-               "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn,route_shared_down,merge_uv), '' turns every one "
-               "on: "
+               "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn,route_shared_down), '' turns every one on: "
                "qa_norm (q_a RMSNorm in q_b's GEMV), kv_norm (kv_a RMSNorm in the rotary launch), "
                "router_shared (router + shared expert gate/up in one GEMV), input_norm (a decoder layer's input "
                "RMSNorm and residual add in the q_a + kv_a GEMV), router_topk (the MoE routing in the tail of "
                "router_shared's GEMV; off with it), q_rope_attn (q's rope applied by the MLA kernel as it loads "
                "q, so the rotary launch does only k and the latent), route_shared_down (the MoE routing in "
                "programs beside the shared expert's down projection, one launch on the main stream; with "
-               "router_shared, without router_topk), merge_uv (MLA's W_UV folded into the launch that merges the "
-               "attention's KV splits)")
+               "router_shared, without router_topk)")
 OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "comma list of side-stream overlaps (layers/overlap.py), or 'none': shared_down (shared expert's "
                "down projection beside the routing), mla_k_path (MLA's kv_a norm + k rope into the cache beside "
@@ -146,10 +144,8 @@ def cache_dir() -> Path:
 # route_shared_down: one launch for the shared down and the routing is 1.2-1.5 us faster than the two in a row
 # (bench_small_ops.py), but the step with the shared down on the side stream beside the routing (the
 # shared_down overlap) was 0.04-0.1 ms faster than with it (step_new_ab1ca21.json, ninth session).
-# merge_uv: new in the twenty-sixth session, off until the step is measured with it.
-DEFAULT_NO_FUSE = "input_norm,router_topk,q_rope_attn,route_shared_down,merge_uv"
-FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn", "route_shared_down",
-           "merge_uv")
+DEFAULT_NO_FUSE = "input_norm,router_topk,q_rope_attn,route_shared_down"
+FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn", "route_shared_down")
 
 
 def fusion_on(name: str) -> bool:

@@ -206,18 +206,14 @@ def mla_uses_kernel(rope_dim: int, kv_lora_rank: int, *queries: torch.Tensor, us
 
 
 def mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, *, tokens_per_req, page_size,
-                  kv_lora_rank, sm_scale, rope=None, positions=None, w_uv=None, use_triton: bool | None = None):
+                  kv_lora_rank, sm_scale, rope=None, positions=None, use_triton: bool | None = None):
     """Absorbed paged MLA attention for decode/verify -> [B*T, H, Dc]; see ref_mla_attention. With ``rope`` =
     (cos, sin) [P, Dr/2] and ``positions`` [B*T], q_rope is un-rotated and the op rotates it first (the kernel
-    as it loads it, float32 tables only; the reference with ref_rotate). With ``w_uv`` [H, Dv, Dc] the heads'
-    value projection too -> [B*T, H, Dv] (the kernel in its merge launch; the reference with the gemv op)."""
+    as it loads it, float32 tables only; the reference with ref_rotate)."""
     use_kernel = mla_uses_kernel(q_rope.shape[-1], kv_lora_rank, q_rope, q_nope_latent, use_triton=use_triton)
-    kw = dict(tokens_per_req=tokens_per_req, page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale,
-              rope=rope, positions=positions)
-    if use_kernel:
-        return triton_mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, w_uv=w_uv, **kw)
-    out = ref_mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, **kw)
-    return out if w_uv is None else gemv(out, w_uv, use_triton=use_triton)
+    fn = triton_mla_attention if use_kernel else ref_mla_attention
+    return fn(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, tokens_per_req=tokens_per_req,
+              page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale, rope=rope, positions=positions)
 
 
 def mla_mha_prefill(q_nope, q_rope, kv_cache, kv_b_weight, scratch, page_table, seq_lens, *, tokens_per_req,

@@ -22,7 +22,7 @@ import torch
 import triton
 
 from sglang_eagle3.kernels import tuning
-from sglang_eagle3.kernels.triton.mla_attention import mla_merge_splits_kernel, mla_merge_uv_kernel, mla_split_kv_kernel
+from sglang_eagle3.kernels.triton.mla_attention import mla_merge_splits_kernel, mla_split_kv_kernel
 from sglang_eagle3.kernels.triton.mla_prefill import mla_decompress_kernel
 
 LOG2E = 1.4426950408889634
@@ -80,17 +80,6 @@ def split_pass_stages(stages: int, block_m: int, block_n: int, Dc: int, Dr: int,
     while stages > 2 and split_pass_smem(stages, block_m, block_n, Dc, Dr, elem, separate_v) > smem:
         stages -= 1
     return stages
-
-
-def merge_uv_tile(splits: int, Dc: int, Dv: int, values: int, block_v: int) -> dict:
-    """mla_merge_uv_kernel's tiles: all splits (padded to a power of two) and ``block_v`` value rows (0: all Dv) a
-    program, BLOCK_D latent columns a chunk, so that neither the partials [SPLITS_PAD, BLOCK_D] nor the weights
-    [BLOCK_V, BLOCK_D] exceed ``values`` fp32 values (BLOCK_D >= 16)."""
-    splits_pad = triton.next_power_of_2(splits)
-    block_v = block_v or Dv
-    assert Dv % block_v == 0 and block_v & (block_v - 1) == 0, f"{block_v=} must be a power of two dividing {Dv=}"
-    return {"SPLITS_PAD": splits_pad, "BLOCK_V": block_v,
-            "BLOCK_D": max(16, min(Dc, values // max(splits_pad, block_v)))}
 
 
 def merge_tile(splits: int, Dc: int, values: int) -> dict:
@@ -158,16 +147,12 @@ def triton_mla_attention(
     sm_scale: float,
     rope: tuple[torch.Tensor, torch.Tensor] | None = None,
     positions: torch.Tensor | None = None,
-    w_uv: torch.Tensor | None = None,
     config: dict | None = None,
 ) -> torch.Tensor:
     """q_nope_latent [B*T, H, Dc], q_rope [B*T, H, Dr], kv_cache [slots, Dc+Dr] -> [B*T, H, Dc].
 
     ``rope`` = (cos, sin) float32 [P, Dr/2] with ``positions`` [B*T] (the query tokens' positions, in [0, P)):
-    q_rope is un-rotated and is rotated in the kernel, DeepSeek's interleaved pairs; q_rope is not written.
-
-    ``w_uv`` [H, Dv, Dc] (Dc contiguous): the heads' value projection is applied too, -> [B*T, H, Dv]: folded into
-    the merge launch where the call has one (mla_merge_uv_kernel), else the skinny GEMM after the split pass."""
+    q_rope is un-rotated and is rotated in the kernel, DeepSeek's interleaved pairs; q_rope is not written."""
     B = page_table.shape[0]
     T = tokens_per_req
     BT, H, Dc = q_nope_latent.shape
@@ -181,32 +166,26 @@ def triton_mla_attention(
     if config is None:
         args = (q_nope_latent, q_rope, kv_cache, page_table, seq_lens)
         kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=kv_lora_rank, sm_scale=sm_scale, rope=rope,
-                  positions=positions, w_uv=w_uv)
+                  positions=positions)
         config = tuning.get_config("mla_attention", q_rope.device, "rows", T * H,
                                    bench=lambda c: tuning.bench_us(lambda: triton_mla_attention(*args, **kw, config=c)))
     cfg = {**tuning.DEFAULTS["mla_attention"], **config}  # a sweep's partial config gets the other defaults
-    if w_uv is not None:
-        assert w_uv.dim() == 3 and w_uv.shape[0] == H and w_uv.shape[2] == Dc and w_uv.stride(2) == 1, (
-            f"w_uv must be [{H}, Dv, {Dc}] with unit inner stride, got {tuple(w_uv.shape)} strides {w_uv.stride()}")
-        assert w_uv.dtype == q_rope.dtype and w_uv.device == q_rope.device, f"{w_uv.dtype=} {w_uv.device=}"
     return _launch_split_attention(q_nope_latent, q_rope, kv_cache, kv_cache.stride(0), None, page_table, seq_lens,
                                    T=T, groups=1, heads=H, Dc=Dc, Dr=Dr, page_size=page_size, sm_scale=sm_scale,
-                                   cfg=cfg, w_uv=w_uv, **rope_kw)
+                                   cfg=cfg, **rope_kw)
 
 
 def _launch_split_attention(qn, qr, k, stride_k_slot, v, page_table, seq_lens, *, T, groups, heads, Dc, Dr,
                             page_size, sm_scale, cfg, stride_k_group=0, stride_v_slot=0, stride_v_group=0,
-                            w_uv=None, **rope_kw) -> torch.Tensor:
+                            **rope_kw) -> torch.Tensor:
     """The split pass (and merge) for query rows qn [B*T, groups*heads, Dc] (+ qr [.., Dr] when Dr > 0) over keys
     at k (slot / kv-head strides given) and values at v (None: the keys' first Dc columns) -> [B*T, groups*heads,
-    Dc]; with w_uv [heads, Dv, Dc] (MLA: groups 1) -> [B*T, heads, Dv], the latents times W_UV^T per head.
-    Callers have checked the shapes. Both forms are PDL family "mla" (SGLANG_EAGLE3_PDL_SKIP=mla: both)."""
+    Dc]. Callers have checked the shapes. Both forms are PDL family "mla" (SGLANG_EAGLE3_PDL_SKIP=mla: both)."""
     B, P = page_table.shape
     device = qn.device
-    assert w_uv is None or groups == 1, "w_uv: MLA only"
     out = torch.empty(B * T, groups * heads, Dc, dtype=qn.dtype, device=device)
     if B * T == 0:
-        return out if w_uv is None else out.new_empty(B * T, heads, w_uv.shape[1])
+        return out
     plan = launch_plan(B, T, heads, P * page_size, tuning.sm_count(device), cfg, groups)
     block_m, row_blocks, splits, merge = plan["BLOCK_M"], plan["row_blocks"], plan["splits"], plan["merge"]
     blocks = groups * row_blocks  # a request's (kv head, row block) pairs
@@ -231,16 +210,6 @@ def _launch_split_attention(qn, qr, k, stride_k_slot, v, page_table, seq_lens, *
         PDL=pdl, **tuning.pdl_launch(pdl), **rope_kw,
         **({} if groups == 1 else dict(GROUPS=groups, stride_kv_group=stride_k_group)), **v_kw,
     )
-    if merge == "separate" and w_uv is not None:
-        Dv = w_uv.shape[1]
-        heads_out = torch.empty(B * T, heads, Dv, dtype=qn.dtype, device=device)
-        tile = merge_uv_tile(splits, Dc, Dv, cfg["merge_uv_tile"], cfg["merge_uv_block_v"])
-        mla_merge_uv_kernel[(B * T, heads, Dv // tile["BLOCK_V"])](
-            mid_o, mid_lse, w_uv, heads_out, seq_lens, w_uv.stride(0), w_uv.stride(1), heads_out.stride(0),
-            heads_out.stride(1), splits, T=T, H=heads, DC=Dc, DV=Dv, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], **tile,
-            num_warps=cfg["merge_warps"], PDL=pdl, **tuning.pdl_launch(pdl),
-        )
-        return heads_out
     if merge == "separate":
         tile = merge_tile(splits, Dc, cfg["merge_tile"])
         mla_merge_splits_kernel[(B * T, groups * heads, Dc // tile["BLOCK_D"])](
@@ -249,10 +218,6 @@ def _launch_split_attention(qn, qr, k, stride_k_slot, v, page_table, seq_lens, *
             num_warps=cfg["merge_warps"], PDL=pdl, **tuning.pdl_launch(pdl),
             **({} if groups == 1 else dict(GROUPS=groups)),
         )
-    if w_uv is not None:  # one split: the split pass wrote the latents; W_UV by the op the layer would apply
-        from sglang_eagle3 import kernels  # the package's ops import this module
-
-        return kernels.gemv(out, w_uv, use_triton=True)
     return out
 
 

@@ -34,10 +34,7 @@ DEFAULTS: dict[str, dict] = {
     # MLA: the split launch's tiles and split heuristic; merge_tile fp32 partials (splits x columns) a merge
     # program at merge_warps warps (4096 at 4: 32 registers a thread).
     "mla_attention": {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
-                      "min_keys_per_split": 64, "merge_tile": 4096, "merge_warps": 4,
-                      # the merge with W_UV folded in (mla_merge_uv_kernel): values of each fp32 tile (partials
-                      # [splits, BLOCK_D], weights [BLOCK_V, BLOCK_D]) and value rows a program (0: all of them)
-                      "merge_uv_tile": 8192, "merge_uv_block_v": 0},
+                      "min_keys_per_split": 64, "merge_tile": 4096, "merge_warps": 4},
     # The draft's grouped-query attention on the same split kernel (head_dim 128 a row instead of MLA's 576:
     # wider key tiles fit). Not yet measured on any GPU: the defaults, or autotuned where no table has it.
     "gqa_attention": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,

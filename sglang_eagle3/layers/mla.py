@@ -74,7 +74,6 @@ class MLAAttention(nn.Module):
         self.fuse_qa_norm, self.fuse_kv_norm = env.fusion_on("qa_norm"), env.fusion_on("kv_norm")
         self.fuse_input_norm = env.fusion_on("input_norm")
         self.fuse_q_rope = env.fusion_on("q_rope_attn")
-        self.fuse_merge_uv = env.fusion_on("merge_uv")
 
     def folds_input_norm(self) -> bool:
         """Whether forward takes the un-normed hidden state and the decoder layer's input norm (see forward):
@@ -232,12 +231,6 @@ class MLAAttention(nn.Module):
         rope = dict(rope=self.rotary.tables(q_rope.dtype), positions=positions) if rope_in_attn else {}
         if fb.mode.is_uniform and mha[0]:
             heads = self._mha(q, q_rope, cache, fb, fb.page_table, fb.seq_lens, fb.tokens_per_req, rope)
-        elif fb.mode.is_uniform and self.fuse_merge_uv and not torch.is_grad_enabled():
-            # W_UV in the attention op (the kernel's merge launch): the heads' outputs
-            heads = kernels.mla_attention(
-                q, q_rope, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,
-                page_size=fb.kv.page_size, kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale,
-                w_uv=self._w_uk_uv()[1], use_triton=self.use_triton, **rope)
         elif fb.mode.is_uniform:
             heads = self._heads_out(kernels.mla_attention(
                 q, q_rope, cache, fb.page_table, fb.seq_lens, tokens_per_req=fb.tokens_per_req,

@@ -198,44 +198,6 @@ def mla_split_kv_kernel(
 
 
 @triton.jit
-def _merge_slots(q_tok, head, NUM_SPLITS, T: tl.constexpr, H: tl.constexpr, BLOCK_M: tl.constexpr,
-                 SPLITS_PAD: tl.constexpr, GROUPS: tl.constexpr):
-    """(the partial slots [SPLITS_PAD] of query row (q_tok, head) in mla_split_kv_kernel's mid layout, the row's
-    index in its row block, its request)."""
-    b = q_tok // T
-    if GROUPS > 1:
-        row = (q_tok % T) * H + head % H  # the query row among its kv head's
-        group = (b * GROUPS + head // H) * tl.cdiv(T * H, BLOCK_M) + row // BLOCK_M  # (request, kv head, row block)
-    else:
-        row = (q_tok % T) * H + head  # the request's query row
-        group = b * tl.cdiv(T * H, BLOCK_M) + row // BLOCK_M  # its (request, row block)
-    return group * NUM_SPLITS + tl.arange(0, SPLITS_PAD), row % BLOCK_M, b
-
-
-@triton.jit
-def _merge_loads(mid_o_ptr, mid_lse_ptr, part, m, live, d, DC: tl.constexpr, BLOCK_M: tl.constexpr):
-    """A row's log-sum-exps [SPLITS_PAD] and partials of columns d [SPLITS_PAD, BLOCK_D] (slots not ``live``:
-    -inf and 0)."""
-    lse = tl.load(mid_lse_ptr + part * BLOCK_M + m, mask=live, other=float("-inf"))
-    o = tl.load(mid_o_ptr + (part[:, None] * BLOCK_M + m) * DC + d[None, :], mask=live[:, None], other=0.0)
-    return lse, o
-
-
-@triton.jit
-def _merge_weights(lse):
-    """The splits' weights exp2(lse - max) and their sum."""
-    mx = tl.max(lse, axis=0)
-    w = tl.exp2(lse - tl.where(mx == float("-inf"), 0.0, mx))
-    return w, tl.sum(w, axis=0)
-
-
-@triton.jit
-def _merge_apply(o, w, total):
-    """The merged columns, fp32: the partials o [SPLITS_PAD, BLOCK_D] weighted by w over total."""
-    return tl.sum(o * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
-
-
-@triton.jit
 def mla_merge_splits_kernel(
     mid_o_ptr, mid_lse_ptr, out_ptr, seq_lens_ptr, stride_o_tok, stride_o_head, NUM_SPLITS,
     T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -253,49 +215,27 @@ def mla_merge_splits_kernel(
     table 13.3-13.5 -> 11.8 us, T=1 7.8-7.9 -> 7.4, the same at 8k (every split active)."""
     q_tok = tl.program_id(0)
     head = tl.program_id(1)  # the query head: kv head head // H
-    part, m, b = _merge_slots(q_tok, head, NUM_SPLITS, T, H, BLOCK_M, SPLITS_PAD, GROUPS)
+    b = q_tok // T
+    if GROUPS > 1:
+        row = (q_tok % T) * H + head % H  # the query row among its kv head's
+        group = (b * GROUPS + head // H) * tl.cdiv(T * H, BLOCK_M) + row // BLOCK_M  # (request, kv head, row block)
+    else:
+        row = (q_tok % T) * H + head  # the request's query row
+        group = b * tl.cdiv(T * H, BLOCK_M) + row // BLOCK_M  # its (request, row block)
+    m = row % BLOCK_M
+    sp = tl.arange(0, SPLITS_PAD)
+    part = group * NUM_SPLITS + sp  # [SP]
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
-    _, active = _split_keys(tl.load(seq_lens_ptr + b), NUM_SPLITS, BLOCK_N)
-    live = tl.arange(0, SPLITS_PAD) < active  # (<= NUM_SPLITS); the other slots were not written this call
+    seq_len = tl.load(seq_lens_ptr + b)
+    _, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)
+    live = sp < active  # (<= NUM_SPLITS); the other slots were not written this call
     if PDL:  # see tuning.pdl: wait for the split kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
-    lse, o = _merge_loads(mid_o_ptr, mid_lse_ptr, part, m, live, d, DC, BLOCK_M)
-    w, total = _merge_weights(lse)
-    out = _merge_apply(o, w, total)
+    lse = tl.load(mid_lse_ptr + part * BLOCK_M + m, mask=live, other=float("-inf"))  # [SP]
+    o = tl.load(mid_o_ptr + (part[:, None] * BLOCK_M + m) * DC + d[None, :], mask=live[:, None], other=0.0)
+    mx = tl.max(lse, axis=0)
+    w = tl.exp2(lse - tl.where(mx == float("-inf"), 0.0, mx))  # [SP]
+    total = tl.sum(w, axis=0)
+    out = tl.sum(o * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
     tl.store(out_ptr + q_tok * stride_o_tok + head * stride_o_head + d, out.to(out_ptr.dtype.element_ty))
-
-
-@triton.jit
-def mla_merge_uv_kernel(
-    mid_o_ptr, mid_lse_ptr, w_uv_ptr, out_ptr, seq_lens_ptr, stride_w_head, stride_w_v, stride_o_tok,
-    stride_o_head, NUM_SPLITS,
-    T: tl.constexpr, H: tl.constexpr, DC: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_V: tl.constexpr,
-    PDL: tl.constexpr = False,
-):
-    """The split merge and the head's value projection in one launch, over grid (B*T, H, DV / BLOCK_V): program
-    (query token, head, value block) merges its row's DC latent columns, BLOCK_D at a time, as
-    mla_merge_splits_kernel does, rounds each to the output dtype (as that kernel stores the latent) and
-    multiplies it into W_UV[head] [DV, DC] (DC contiguous): out [B*T, H, DV] = latent W_UV[head]^T, fp32
-    sums, each BLOCK_D chunk's products summed along it, then the chunks in order (a row's sums never depend on
-    T or on the other rows: decode and verify compute a token alike). Saves the W_UV launch after the merge;
-    every value block of a row merges the row again (from the L2)."""
-    q_tok = tl.program_id(0)
-    head = tl.program_id(1)
-    part, m, b = _merge_slots(q_tok, head, NUM_SPLITS, T, H, BLOCK_M, SPLITS_PAD, 1)
-    v = tl.program_id(2) * BLOCK_V + tl.arange(0, BLOCK_V)
-    _, active = _split_keys(tl.load(seq_lens_ptr + b), NUM_SPLITS, BLOCK_N)
-    live = tl.arange(0, SPLITS_PAD) < active
-    if PDL:  # the weights are not written by any kernel, but a load before the wait measured no gain (tuning.pdl)
-        gdc_wait()
-        gdc_launch_dependents()
-    acc = tl.zeros([BLOCK_V], dtype=tl.float32)
-    for c in tl.static_range(DC // BLOCK_D):  # unrolled: every chunk's loads can issue at once
-        d = c * BLOCK_D + tl.arange(0, BLOCK_D)
-        lse, o = _merge_loads(mid_o_ptr, mid_lse_ptr, part, m, live, d, DC, BLOCK_M)  # lse: the same load each time
-        w, total = _merge_weights(lse)
-        lat = _merge_apply(o, w, total).to(out_ptr.dtype.element_ty).to(tl.float32)  # rounded as the merge stores it
-        wt = tl.load(w_uv_ptr + head * stride_w_head + v[:, None] * stride_w_v + d[None, :]).to(tl.float32)
-        acc += tl.sum(wt * lat[None, :], axis=1)
-    tl.store(out_ptr + q_tok * stride_o_tok + head * stride_o_head + v, acc.to(out_ptr.dtype.element_ty))
