@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Twenty-sixth session's device rounds (H200): the issue tables again at one commit, end to end at that commit.
-#   bash benchmarks/run_session26_round.sh z1 | z2
+#   bash benchmarks/run_session26_round.sh z1 | z2 | z3   (z3 only at 9525980: its checks script was removed with the fold)
 # Run with GIT_COMMIT=<HEAD> so the JSON files name the commit they ran at.
 #
 # z1: the tables docs/BENCHMARKS.md calls current (gpu_stages.sh head_tables): the 61-layer Kimi TP=8 rank slice,
