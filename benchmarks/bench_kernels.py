@@ -58,9 +58,13 @@ def log(msg: str) -> None:
 
 # What an A/B file may replace, launcher module -> names it calls through its globals: a kernels/triton/fused_moe.py
 # of another commit gives the GEMV MoE kernels, a kernels/triton/mla_attention.py the MLA kernels, a
-# kernels/mla_attention.py (the launcher itself) its launch plan.
+# kernels/mla_attention.py (the launcher itself) its launch plan, a kernels/triton/rotary.py, rms_norm.py or
+# moe_topk.py the rotary, RMSNorm or routing kernel (each with the launcher's arguments of this checkout).
 SWAPPABLE = {"sglang_eagle3.kernels.fused_moe": ("moe_int4_gemv_gate_up_kernel", "moe_int4_gemv_down_kernel"),
-             "sglang_eagle3.kernels.mla_attention": ("mla_split_kv_kernel", "mla_merge_splits_kernel", "launch_plan")}
+             "sglang_eagle3.kernels.mla_attention": ("mla_split_kv_kernel", "mla_merge_splits_kernel", "launch_plan"),
+             "sglang_eagle3.kernels.rotary": ("rotary_kernel",),
+             "sglang_eagle3.kernels.rms_norm": ("rms_norm_kernel",),
+             "sglang_eagle3.kernels.moe_topk": ("moe_topk_kernel",)}
 
 
 def add_kernels_from_arg(ap, effect: str) -> None:

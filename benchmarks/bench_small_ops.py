@@ -22,6 +22,7 @@ top_p by the radix select and by the sort it replaced, and the Gumbel kernel alo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import sys
@@ -42,6 +43,9 @@ from benchmarks.bench_kernels import (  # noqa: E402
     KV_LORA,
     ROPE,
     TOP_K,
+    ab_tag,
+    add_kernels_from_arg,
+    kernels_from,
     mla_case,
     rms_norm_case,
     rotary_case,
@@ -75,6 +79,29 @@ def shared_down_route_case(T: int, beside: bool):
     return lambda: [lambda i=i: both(i) for i in range(n_sets)]
 
 
+def mla_rotary_case(T: int, slots: int = 8448):
+    """The rotary launch as MLA's layer makes it (kv_norm fusion): q_rope [T, 8, 64] rotated in place inside q
+    [T, 8, 192], the latent c [T, 512] RMS-normed and k_rope [T, 64] rotated into the tokens' rows of a paged cache
+    [slots, 576] (kv_a's output [T, 576] holds c and k_rope)."""
+    n_sets = 8
+    P = 32768
+    q = torch.randn(n_sets, T, HEADS, 128 + ROPE, device="cuda", dtype=torch.bfloat16)
+    kv = torch.randn(n_sets, T, KV_LORA + ROPE, device="cuda", dtype=torch.bfloat16)
+    cache = torch.randn(n_sets, slots, KV_LORA + ROPE, device="cuda", dtype=torch.bfloat16)
+    loc = torch.stack([torch.randperm(slots, device="cuda")[:T] for _ in range(n_sets)])
+    pos = torch.randint(0, P, (n_sets, T), device="cuda")
+    cos, sin = torch.rand(P, ROPE // 2, device="cuda"), torch.rand(P, ROPE // 2, device="cuda")
+    nw = torch.rand(KV_LORA, device="cuda", dtype=torch.bfloat16) + 0.5
+
+    def calls():
+        return [lambda i=i: kernels.apply_rotary(
+            q[i][..., 128:], kv[i][:, KV_LORA:], pos[i], cos, sin, interleaved=True, inplace=True,
+            k_out=cache[i][:, KV_LORA:], k_out_rows=loc[i],
+            c_norm=(kv[i][:, :KV_LORA], nw, 1e-6, cache[i][:, :KV_LORA])) for i in range(n_sets)]
+
+    return calls
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -96,6 +123,7 @@ def main() -> None:
     ap.add_argument("--sampler", action="store_true", help="only: the sampler's cases (module doc)")
     ap.add_argument("--select-passes", action="store_true",
                     help="only: the top_p radix select's launches one by one (torch profiler), 4 and 64 rows")
+    add_kernels_from_arg(ap, "the routing, norm, rotary and MLA cases are timed with each too, alternating")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     if args.sampler:
@@ -112,17 +140,26 @@ def main() -> None:
     cases["rms_norm T=1 D=7168 +res"] = rms_norm_case(1, 7168, False, True)[0]
     cases["rotary T=1"] = rotary_case(1)[0]
     for T in (1, 4):
+        cases[f"rotary MLA T={T} (kv norm, cache rows)"] = mla_rotary_case(T)
+    for T in (1, 4):
         for beside in (False, True):
             case = shared_down_route_case(T, beside)
             if case is not None:
                 cases[f"shared down + routing T={T} {'one launch' if beside else 'two launches'}"] = case
     for T, ctx, cap in MLA_CASES:
         cases[f"mla T={T} ctx={ctx} table={cap}"] = mla_case(1, T, ctx, capacity=cap)[0]
+    # The other files' kernels (--kernels-from) time every case beside this checkout's, alternating each repeat.
+    swaps = {"": None} | {ab_tag(paths): kernels_from(paths) for paths in args.kernels_from}
     rows = []
     for name, calls in cases.items():
-        us = [round(time_graph(calls()), 3) for _ in range(args.repeat)]
-        rows.append({"case": name, "us": us})
-        print(f"{args.label:>6s} {name:28s} " + " / ".join(f"{u:.2f}" for u in us) + " us", flush=True)
+        us = {tag: [] for tag in swaps}
+        for _ in range(args.repeat):
+            for tag, swapped in swaps.items():
+                with swapped() if swapped else contextlib.nullcontext():
+                    us[tag].append(round(time_graph(calls()), 3))
+        for tag, times in us.items():
+            rows.append({"case": name + tag, "us": times})
+            print(f"{args.label:>6s} {name + tag:44s} " + " / ".join(f"{u:.2f}" for u in times) + " us", flush=True)
     write_result(args, rows)
 
 

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from sglang_eagle3.kernels.triton.moe_topk import route_row
+from sglang_eagle3.kernels.triton.moe_topk import route_bias, route_row
 from sglang_eagle3.kernels.triton.sync import last_arrival
 
 EPI_NONE, EPI_ADD, EPI_GATED = 0, 1, 2
@@ -172,8 +172,9 @@ def _route_tail(out_ptr, s_ot, T, count_ptr, NB1, bias_ptr, topk_w_ptr, topk_id_
     topk_w [t, :TOP_K] (fp32) and topk_id [t, :TOP_K] (int32), as moe_topk_kernel stores them."""
     if last_arrival(count_ptr, NB1, INTERPRET):
         kk = tl.arange(0, K_PAD)
+        bias = route_bias(bias_ptr, PER_GROUP, N_GROUP, G_PAD, PG_PAD, HAS_BIAS)
         for t in range(0, T):
-            out_w, out_i = route_row(out_ptr + t * s_ot, bias_ptr, routed_scaling_factor, PER_GROUP, N_GROUP,
+            out_w, out_i = route_row(out_ptr + t * s_ot, bias, routed_scaling_factor, PER_GROUP, N_GROUP,
                                      TOPK_GROUP, TOP_K, G_PAD, PG_PAD, K_PAD, HAS_BIAS, RENORMALIZE, CG=True)
             tl.store(topk_w_ptr + t * s_twt + kk, out_w, mask=kk < TOP_K)
             tl.store(topk_id_ptr + t * s_tit + kk, out_i, mask=kk < TOP_K)
@@ -269,7 +270,8 @@ def gemv_kernel(
             if (pid_k == 0) & (b == 0):
                 t = pid_n - NB1
                 kk = tl.arange(0, K_PAD)
-                out_w, out_i = route_row(logits_ptr + t * s_lt, bias_ptr, routed_scaling_factor, PER_GROUP,
+                bias = route_bias(bias_ptr, PER_GROUP, N_GROUP, G_PAD, PG_PAD, HAS_BIAS)
+                out_w, out_i = route_row(logits_ptr + t * s_lt, bias, routed_scaling_factor, PER_GROUP,
                                          N_GROUP, TOPK_GROUP, TOP_K, G_PAD, PG_PAD, K_PAD, HAS_BIAS, RENORMALIZE)
                 tl.store(topk_w_ptr + t * s_twt + kk, out_w, mask=kk < TOP_K)
                 tl.store(topk_id_ptr + t * s_tit + kk, out_i, mask=kk < TOP_K)

@@ -6,18 +6,38 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
-def route_row(logits_row, bias_ptr, routed_scaling_factor,
+def _expert_tile(PER_GROUP: tl.constexpr, N_GROUP: tl.constexpr, G_PAD: tl.constexpr, PG_PAD: tl.constexpr):
+    """(expert ids, valid) [G_PAD, PG_PAD]: experts laid out as a [group, expert-in-group] tile so the group
+    step needs no reshuffle."""
+    g = tl.arange(0, G_PAD)[:, None]
+    j = tl.arange(0, PG_PAD)[None, :]
+    return g * PER_GROUP + j, (g < N_GROUP) & (j < PER_GROUP)
+
+
+@triton.jit
+def route_bias(bias_ptr, PER_GROUP: tl.constexpr, N_GROUP: tl.constexpr, G_PAD: tl.constexpr,
+               PG_PAD: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The correction bias as route_row takes it (fp32 [G_PAD, PG_PAD], 0 without HAS_BIAS). A weight: kernels
+    load it before their PDL wait, so the routing's only load after the wait is the logits'."""
+    e, valid = _expert_tile(PER_GROUP, N_GROUP, G_PAD, PG_PAD)
+    if HAS_BIAS:
+        return tl.load(bias_ptr + e, mask=valid, other=0.0).to(tl.float32)
+    else:
+        return tl.zeros([G_PAD, PG_PAD], dtype=tl.float32)
+
+
+@triton.jit
+def route_row(logits_row, bias, routed_scaling_factor,
               PER_GROUP: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
               G_PAD: tl.constexpr, PG_PAD: tl.constexpr, K_PAD: tl.constexpr, HAS_BIAS: tl.constexpr,
               RENORMALIZE: tl.constexpr, CG: tl.constexpr = False):
     """noaux_tc routing of one token: (weights fp32 [K_PAD], ids int32 [K_PAD]) from its E logits at
-    ``logits_row`` (slots >= TOP_K are padding). Shared by moe_topk_kernel and kernels that route in their own
-    tail (the router GEMV); CG loads the logits through L2 only (written by other programs of the launch)."""
-    # Experts are laid out as a [group, expert-in-group] tile so the group step needs no reshuffle.
+    ``logits_row`` and the correction bias as route_bias loads it (slots >= TOP_K are padding). Shared by
+    moe_topk_kernel and kernels that route in their own tail (the router GEMV); CG loads the logits through L2
+    only (written by other programs of the launch)."""
+    e, valid = _expert_tile(PER_GROUP, N_GROUP, G_PAD, PG_PAD)
     g = tl.arange(0, G_PAD)[:, None]
     j = tl.arange(0, PG_PAD)[None, :]
-    e = g * PER_GROUP + j  # [G_PAD, PG_PAD] expert ids
-    valid = (g < N_GROUP) & (j < PER_GROUP)
     big: tl.constexpr = 1 << 30  # the group step's argmin sentinel
 
     if CG:
@@ -27,7 +47,7 @@ def route_row(logits_row, bias_ptr, routed_scaling_factor,
     score = tl.sigmoid(logit)
     choice = score
     if HAS_BIAS:
-        choice = choice + tl.load(bias_ptr + e, mask=valid, other=0.0).to(tl.float32)
+        choice = choice + bias
     choice = tl.where(valid, choice, float("-inf"))
 
     if N_GROUP > 1:
@@ -89,11 +109,12 @@ def moe_topk_kernel(
     TOP_K: tl.constexpr, G_PAD: tl.constexpr, PG_PAD: tl.constexpr, K_PAD: tl.constexpr,
     HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    bias = route_bias(bias_ptr, PER_GROUP, N_GROUP, G_PAD, PG_PAD, HAS_BIAS)  # a weight: before the wait
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
         gdc_launch_dependents()
     t = tl.program_id(0)
-    out_w, out_i = route_row(logits_ptr + t * stride_lt, bias_ptr, routed_scaling_factor, PER_GROUP, N_GROUP,
+    out_w, out_i = route_row(logits_ptr + t * stride_lt, bias, routed_scaling_factor, PER_GROUP, N_GROUP,
                              TOPK_GROUP, TOP_K, G_PAD, PG_PAD, K_PAD, HAS_BIAS, RENORMALIZE)
     kk = tl.arange(0, K_PAD)
     kmask = kk < TOP_K

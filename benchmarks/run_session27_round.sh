@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Twenty-seventh session's device rounds (H200).
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session27_round.sh a1
+# The A/B files (the kernels of b35c259, before this session) travel in .carry/ab (device tool: carry .carry):
+#   mkdir -p .carry/ab; for f in rotary rms_norm moe_topk; do
+#     git show b35c259:sglang_eagle3/kernels/triton/$f.py > .carry/ab/${f}_b35c259.py; done
+#
+# a1: the small launches' memory chains. The rotary kernel loaded, stored and loaded again seven times in a row
+#     (the compiler keeps a load below a store it may alias); now every load is issued before the first store. The
+#     RMSNorm kernel loads its weight before the PDL wait, the routing kernel its bias. GPU tests of the three
+#     (and of what calls them: the latent-to-cache launch, the model forward, the fold tests, the CUDA engine),
+#     the launches alone against b35c259's (bench_small_ops.py --kernels-from, alternating), then the 61-layer step
+#     at 1k and 8k, T = 1 and 4, with this checkout's kernels and b35c259's, alternating twice in one process.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: a1}
+AB=.carry/ab
+OLD_SMALL="$AB/rotary_b35c259.py+$AB/rms_norm_b35c259.py+$AB/moe_topk_b35c259.py"
+case $part in
+a1)
+  TAIL=15 stage small_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/kernels/test_kernels_gpu.py -k "topk or rms_norm or rotary or latent or model_forward or kernels_per_moe or graph_replay_equals" \
+    tests/kernels/test_fold_gpu.py
+  TAIL=30 stage small_ops 120 python benchmarks/bench_small_ops.py --out "$OUT/small_ops.json" --kernels-from "$OLD_SMALL"
+  TAIL=40 stage step_small 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants '' '' --kernels-from "$OLD_SMALL" \
+    --out "$OUT/step_small.json"
+  TAIL=12 stage engine_tests 120 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 115 \
+    tests/gpu/test_cuda_engine.py
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
