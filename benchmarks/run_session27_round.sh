@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Twenty-seventh session's device rounds (H200).
-#   GIT_COMMIT=<HEAD> bash benchmarks/run_session27_round.sh a1
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session27_round.sh a1 | a2
 # The A/B files (the kernels of b35c259, before this session) travel in .carry/ab (device tool: carry .carry):
 #   mkdir -p .carry/ab; for f in rotary rms_norm moe_topk; do
 #     git show b35c259:sglang_eagle3/kernels/triton/$f.py > .carry/ab/${f}_b35c259.py; done
@@ -11,8 +11,12 @@
 #     (and of what calls them: the latent-to-cache launch, the model forward, the fold tests, the CUDA engine),
 #     the launches alone against b35c259's (bench_small_ops.py --kernels-from, alternating), then the 61-layer step
 #     at 1k and 8k, T = 1 and 4, with this checkout's kernels and b35c259's, alternating twice in one process.
+# a2: overlap rope_side (new: MLA's rotary launch on the side stream beside W_UK): its GPU test (every overlap
+#     bit-identical to none, eager and replayed), then the 61-layer step with it and without, alternating twice; and
+#     the routing kernel at 1 and 2 warps instead of the table's 4 (tables .carry/topk_w1.json, topk_w2.json: sm_90.json
+#     with only moe_topk's num_warps changed), the step at 1k, alternating twice.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: a1}
+part=${1:?part: a1, a2}
 AB=.carry/ab
 OLD_SMALL="$AB/rotary_b35c259.py+$AB/rms_norm_b35c259.py+$AB/moe_topk_b35c259.py"
 case $part in
@@ -26,6 +30,17 @@ a1)
     --out "$OUT/step_small.json"
   TAIL=12 stage engine_tests 120 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 115 \
     tests/gpu/test_cuda_engine.py
+  ;;
+a2)
+  TAIL=12 stage overlap_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/test_overlap.py
+  TAIL=30 stage step_rope_side 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 30 \
+    --overlap-variants shared_down shared_down,rope_side shared_down shared_down,rope_side --out "$OUT/step_rope_side.json"
+  W1="SGLANG_EAGLE3_CONFIG_TABLE=.carry/topk_w1.json" W2="SGLANG_EAGLE3_CONFIG_TABLE=.carry/topk_w2.json"
+  TAIL=30 stage step_topk_warps 170 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants '' "$W1" "$W2" '' "$W1" "$W2" \
+    --out "$OUT/step_topk_warps.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

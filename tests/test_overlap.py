@@ -9,13 +9,14 @@ import torch
 from sglang_eagle3 import env
 from sglang_eagle3.layers.overlap import OVERLAPS, Overlaps
 
-VARIANTS = ("none", "shared_down", "mla_k_path", "prefetch_attn", "shared_down,mla_k_path,prefetch_late",
-            "prefetch_next")
+VARIANTS = ("none", "shared_down", "mla_k_path", "rope_side", "prefetch_attn", "shared_down,mla_k_path,prefetch_late",
+            "shared_down,rope_side", "prefetch_next")
 
 
 def test_overlap_knob(monkeypatch):
     assert Overlaps.parse("") == Overlaps() == Overlaps.parse("none")
     assert Overlaps.parse(" shared_down , prefetch_late") == Overlaps(shared_down=True, prefetch="prefetch_late")
+    assert Overlaps.parse("rope_side,shared_down") == Overlaps(shared_down=True, rope_side=True)
     with pytest.raises(ValueError, match="prefetch_atn"):
         Overlaps.parse("shared_down,prefetch_atn")
     with pytest.raises(ValueError, match="at most one prefetch plan"):

@@ -14,7 +14,8 @@ once, and each query head attends with 192-wide keys and 128-wide values instead
 
 At decode/verify (launch fusion ``q_rope_attn``) q's rope rotates inside the MLA kernel, so the launch that
 writes the new latents (kv_a norm + k rope into the cache) needs only kv_a: it runs on the model's side stream
-(overlap ``mla_k_path``) beside q_b and W_UK, or inline without one.
+(overlap ``mla_k_path``) beside q_b and W_UK, or inline without one. Without that fusion the rotary launch (q's
+and k's rope, the latent) may run on the side stream beside W_UK (overlap ``rope_side``).
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ class MLAAttention(nn.Module):
         self.mha_prefill_tokens = 0
         self.read_fusions()
         # With a side stream (layers/overlap.py, "mla_k_path"; set by the model) the k path of a q_rope_attn
-        # forward runs there.
+        # forward runs there; with "rope_side" (rope_stream) the rotary launch of any other inference forward.
         self.side_stream = None
+        self.rope_stream = None
 
     def read_fusions(self) -> None:
         """Launch fusions at inference, from env.NO_FUSE (which switches them off to bisect a numerical
@@ -135,7 +137,8 @@ class MLAAttention(nn.Module):
         ``rope_in_attn`` (inference with the cache): q_rope is returned un-rotated, for the attention kernel to
         rotate, and the cache write (k only) is issued before q is projected, on the side stream if there is
         one; side_reads is then kv_a [N, c + r], which that stream reads: the caller holds it until it has
-        joined the stream. Otherwise side_reads is None."""
+        joined the stream. So with ``rope_stream`` (overlap rope_side): the whole rotary launch there, beside
+        W_UK. Otherwise side_reads is None."""
         stream = None
         assert input_norm is None or self.folds_input_norm(), "the input norm folds only into gemv_pair's launch"
         assert not rope_in_attn or (cache is not None and not torch.is_grad_enabled()), "rope_in_attn: inference"
@@ -183,8 +186,11 @@ class MLAAttention(nn.Module):
             self.kv_a_layernorm(c, out=c)
             self.rotary.rotate_(q_rope, k_rope, positions)
             latent = kv_a
-        elif not rope_in_attn:
-            self._write_latents(q_rope, c, k_rope, positions, cache, cache_loc)
+        elif not rope_in_attn:  # with rope_side on the side stream, beside W_UK (q_rope and q_nope: other columns)
+            side = self.rope_stream if x.is_cuda else None
+            with side.fork(q) if side is not None else contextlib.nullcontext():
+                self._write_latents(q_rope, c, k_rope, positions, cache, cache_loc)
+            side_reads = kv_a if side is not None else None
         if not absorb:
             return q_nope, q_rope, latent, stream, side_reads
         # q_nope [N, h, nope] @ W_UK [h, nope, c] per head: the GEMV kernel reads W_UK in place as an
@@ -227,7 +233,7 @@ class MLAAttention(nn.Module):
             x, positions, cache, fb.out_cache_loc, input_norm, residual, rope_in_attn,
             absorb=not any(mha))  # writes the new latents; q is q_latent, or q_nope where any request takes MHA
         if side_reads is not None:  # the cache write on the side stream; side_reads stays referenced until here
-            self.side_stream.join(side_reads)
+            (self.side_stream or self.rope_stream).join(side_reads)
         rope = dict(rope=self.rotary.tables(q_rope.dtype), positions=positions) if rope_in_attn else {}
         if fb.mode.is_uniform and mha[0]:
             heads = self._mha(q, q_rope, cache, fb, fb.page_table, fb.seq_lens, fb.tokens_per_req, rope)

@@ -10,6 +10,9 @@ idle memory system, each one switch of ``Overlaps`` (env.OVERLAP picks them at s
 - ``mla_k_path``: with q's rope in the MLA kernel (launch fusion ``q_rope_attn``), MLA's k path (the kv_a
   norm of the latent and k's rope, into the cache) depends only on kv_a: it runs on the side stream beside
   q_b and W_UK, and joins before the attention kernel.
+- ``rope_side``: MLA's rotary launch (q's and k's rope, the kv_a norm of the latent, the cache write) runs on the
+  side stream beside W_UK (both read only q_b's and kv_a's outputs, different columns of q), and joins before the
+  attention kernel: one launch fewer on the main stream's chain of a layer.
 - ``prefetch_attn`` / ``prefetch_late``: when layer i starts, the side stream asks the L2 for the weights
   layer i reads after its first projection (q_b, kv_b (W_UK/W_UV) and o_proj; ``late`` adds the router and
   the shared expert), so they arrive while q_a/kv_a and attention run. ``prefetch_next`` instead fetches
@@ -33,7 +36,7 @@ import torch
 from sglang_eagle3 import env
 from sglang_eagle3.kernels.prefetch import l2_prefetch, prefetch_table
 
-OVERLAPS = ("shared_down", "mla_k_path", "prefetch_attn", "prefetch_late", "prefetch_next")
+OVERLAPS = ("shared_down", "mla_k_path", "rope_side", "prefetch_attn", "prefetch_late", "prefetch_next")
 PREFETCH_PLANS = ("prefetch_attn", "prefetch_late", "prefetch_next")
 
 
@@ -44,6 +47,7 @@ class Overlaps:
     shared_down: bool = False
     prefetch: str | None = None
     mla_k_path: bool = False
+    rope_side: bool = False
 
     def __post_init__(self):
         assert self.prefetch is None or self.prefetch in PREFETCH_PLANS, (
@@ -61,7 +65,7 @@ class Overlaps:
         if len(plans) > 1:
             raise ValueError(f"{env.OVERLAP.name}={spec!r}: at most one prefetch plan, got {plans}")
         return cls(shared_down="shared_down" in names, prefetch=plans[0] if plans else None,
-                   mla_k_path="mla_k_path" in names)
+                   mla_k_path="mla_k_path" in names, rope_side="rope_side" in names)
 
     @classmethod
     def from_env(cls) -> Overlaps:

@@ -65,8 +65,8 @@ class DeepseekV3Model(nn.Module):
         self.layers = nn.ModuleList(
             DecoderLayer(cfg, i, self.rotary, dtype, int4_experts) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        # One side stream for the whole model: the MoE blocks' shared-expert overlap, MLA's k path and the
-        # weight prefetch.
+        # One side stream for the whole model: the MoE blocks' shared-expert overlap, MLA's k path or its rotary
+        # launch, and the weight prefetch.
         self.side_stream = SideStream()
         self.prefetcher = WeightPrefetcher(self.side_stream)
         self.set_overlaps(Overlaps.from_env())
@@ -77,6 +77,7 @@ class DeepseekV3Model(nn.Module):
         self.overlaps = overlaps
         for layer in self.layers:
             layer.self_attn.side_stream = self.side_stream if overlaps.mla_k_path else None
+            layer.self_attn.rope_stream = self.side_stream if overlaps.rope_side else None
             if isinstance(layer.mlp, DeepseekMoE):
                 layer.mlp.side_stream = self.side_stream if overlaps.shared_down else None
 
