@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Twenty-seventh session's device rounds (H200).
-#   GIT_COMMIT=<HEAD> bash benchmarks/run_session27_round.sh a1 | a2
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session27_round.sh a1 | a2 | a3
 # The A/B files (the kernels of b35c259, before this session) travel in .carry/ab (device tool: carry .carry):
 #   mkdir -p .carry/ab; for f in rotary rms_norm moe_topk; do
 #     git show b35c259:sglang_eagle3/kernels/triton/$f.py > .carry/ab/${f}_b35c259.py; done
@@ -15,8 +15,11 @@
 #     bit-identical to none, eager and replayed), then the 61-layer step with it and without, alternating twice; and
 #     the routing kernel at 1 and 2 warps instead of the table's 4 (tables .carry/topk_w1.json, topk_w2.json: sm_90.json
 #     with only moe_topk's num_warps changed), the step at 1k, alternating twice.
+# a3: the issue table at the session's last commit (the 61-layer slice, decode and verify T = 2..8 at 1k and 8k, eager
+#     and graph: verify_graph.json) and end to end on the slice: single stream and 16 concurrent requests, baseline
+#     against EAGLE-3 k=3 with the accept length pinned at 3.0 (as the twenty-sixth session's z1 / z2).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: a1, a2}
+part=${1:?part: a1, a2, a3}
 AB=.carry/ab
 OLD_SMALL="$AB/rotary_b35c259.py+$AB/rms_norm_b35c259.py+$AB/moe_topk_b35c259.py"
 case $part in
@@ -41,6 +44,14 @@ a2)
   TAIL=30 stage step_topk_warps 170 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 1 4 --eager-iters 1 --graph-iters 30 --env-variants '' "$W1" "$W2" '' "$W1" "$W2" \
     --out "$OUT/step_topk_warps.json"
+  ;;
+a3)
+  TAIL=20 stage verify_graph 240 python benchmarks/bench_verify_graph.py --backends triton \
+    --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
+  TAIL=25 stage e2e_single 170 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_single.json"
+  TAIL=25 stage e2e_b16 150 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --max-new-tokens 64 \
+    --repeat 2 --simulate-accept 3.0 --concurrency 16 --cuda-graph-max-bs 16 --out "$OUT/e2e_b16.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
