@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Twenty-seventh session's device rounds (H200).
-#   GIT_COMMIT=<HEAD> bash benchmarks/run_session27_round.sh a1 | a2 | a3
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session27_round.sh a1 | a2 | a3 | a4
 # The A/B files (the kernels of b35c259, before this session) travel in .carry/ab (device tool: carry .carry):
 #   mkdir -p .carry/ab; for f in rotary rms_norm moe_topk; do
 #     git show b35c259:sglang_eagle3/kernels/triton/$f.py > .carry/ab/${f}_b35c259.py; done
@@ -18,8 +18,10 @@
 # a3: the issue table at the session's last commit (the 61-layer slice, decode and verify T = 2..8 at 1k and 8k, eager
 #     and graph: verify_graph.json) and end to end on the slice: single stream and 16 concurrent requests, baseline
 #     against EAGLE-3 k=3 with the accept length pinned at 3.0 (as the twenty-sixth session's z1 / z2).
+# a4: correctness at the same commit: decode vs verify bit for bit on the Kimi slice (probe_invariance.py) and the CUDA
+#     engine tests (speculative == plain with graphs; a1's 120 s ran out after 14 passed).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: a1, a2, a3}
+part=${1:?part: a1, a2, a3, a4}
 AB=.carry/ab
 OLD_SMALL="$AB/rotary_b35c259.py+$AB/rms_norm_b35c259.py+$AB/moe_topk_b35c259.py"
 case $part in
@@ -52,6 +54,12 @@ a3)
     --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_single.json"
   TAIL=25 stage e2e_b16 150 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --max-new-tokens 64 \
     --repeat 2 --simulate-accept 3.0 --concurrency 16 --cuda-graph-max-bs 16 --out "$OUT/e2e_b16.json"
+  ;;
+a4)
+  TAIL=30 stage probe 200 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 \
+    --widths 2 4 8 --out "$OUT/probe.json"
+  TAIL=12 stage engine_tests 330 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 320 \
+    tests/gpu/test_cuda_engine.py
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
