@@ -109,7 +109,7 @@ ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, O
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,
 # benchmarks/results/h200/overlap_step_*.json): the shared expert's down projection beside the routing saved
 # ~0.1 ms a decode step; every L2 prefetch plan cost 0.1-0.5 ms there, so none is on (the RTX PRO 6000's
-# 128 MB L2 may differ: measure with bench_verify_graph.py --overlap-variants).
+# 128 MB L2 may differ: measure with bench_verify_graph.py --overlap-variants); rope_side cost 1.6-3.2%.
 DEFAULT_OVERLAP = "shared_down"
 
 

@@ -12,7 +12,9 @@ idle memory system, each one switch of ``Overlaps`` (env.OVERLAP picks them at s
   q_b and W_UK, and joins before the attention kernel.
 - ``rope_side``: MLA's rotary launch (q's and k's rope, the kv_a norm of the latent, the cache write) runs on the
   side stream beside W_UK (both read only q_b's and kv_a's outputs, different columns of q), and joins before the
-  attention kernel: one launch fewer on the main stream's chain of a layer.
+  attention kernel: one launch fewer on the main stream's chain of a layer. Measured 1.6-3.2% slower on the H200
+  (the fork and the join are full dependencies, which PDL does not overlap; docs/BENCHMARKS.md, twenty-seventh
+  session), so off by default.
 - ``prefetch_attn`` / ``prefetch_late``: when layer i starts, the side stream asks the L2 for the weights
   layer i reads after its first projection (q_b, kv_b (W_UK/W_UV) and o_proj; ``late`` adds the router and
   the shared expert), so they arrive while q_a/kv_a and attention run. ``prefetch_next`` instead fetches
