@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Twenty-seventh session's device rounds (H200).
-#   GIT_COMMIT=<HEAD> bash benchmarks/run_session27_round.sh a1 | a2 | a3 | a4
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session27_round.sh a1 | a2 | a3 | a4 | a5
 # The A/B files (the kernels of b35c259, before this session) travel in .carry/ab (device tool: carry .carry):
 #   mkdir -p .carry/ab; for f in rotary rms_norm moe_topk; do
 #     git show b35c259:sglang_eagle3/kernels/triton/$f.py > .carry/ab/${f}_b35c259.py; done
@@ -20,8 +20,9 @@
 #     against EAGLE-3 k=3 with the accept length pinned at 3.0 (as the twenty-sixth session's z1 / z2).
 # a4: correctness at the same commit: decode vs verify bit for bit on the Kimi slice (probe_invariance.py) and the CUDA
 #     engine tests (speculative == plain with graphs; a1's 120 s ran out after 14 passed).
+# a5: issue 5's kernel table at the same code (bench_kernels.py: kernels.json), last made at d368333.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: a1, a2, a3, a4}
+part=${1:?part: a1, a2, a3, a4, a5}
 AB=.carry/ab
 OLD_SMALL="$AB/rotary_b35c259.py+$AB/rms_norm_b35c259.py+$AB/moe_topk_b35c259.py"
 case $part in
@@ -60,6 +61,9 @@ a4)
     --widths 2 4 8 --out "$OUT/probe.json"
   TAIL=12 stage engine_tests 330 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 320 \
     tests/gpu/test_cuda_engine.py
+  ;;
+a5)
+  TAIL=45 stage kernels 250 python benchmarks/bench_kernels.py --out "$OUT"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
