@@ -11,6 +11,8 @@
 #     (and of what calls them: the latent-to-cache launch, the model forward, the fold tests, the CUDA engine),
 #     the launches alone against b35c259's (bench_small_ops.py --kernels-from, alternating), then the 61-layer step
 #     at 1k and 8k, T = 1 and 4, with this checkout's kernels and b35c259's, alternating twice in one process.
+#     Ran at d51c641 only: since then the rotary launcher passes ONE_BLOCK, which b35c259's rotary kernel does not
+#     take (swap rms_norm and moe_topk alone, or take the rotary file of d51c641).
 # a2: overlap rope_side (new: MLA's rotary launch on the side stream beside W_UK): its GPU test (every overlap
 #     bit-identical to none, eager and replayed), then the 61-layer step with it and without, alternating twice; and
 #     the routing kernel at 1 and 2 warps instead of the table's 4 (tables .carry/topk_w1.json, topk_w2.json: sm_90.json

@@ -90,7 +90,7 @@ def triton_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | None, position
         k3.stride(0), k3.stride(1), ko3.stride(0), ko3.stride(1),
         cos.stride(0), hq, hk,
         HAS_Q=q is not None, HAS_K=k is not None, K_OUT_ROWS=k_out_rows is not None,
-        INTERLEAVED=bool(interleaved), HALF=half, HALF_PAD=half_pad, BLOCK_H=block_h,
+        INTERLEAVED=bool(interleaved), HALF=half, HALF_PAD=half_pad, BLOCK_H=block_h, ONE_BLOCK=max(hq, hk) <= block_h,
         num_warps=1 if tuning.interpreting() else 4, enable_fp_fusion=False, **c_kw,
         PDL=pdl, **tuning.pdl_launch(pdl),
     )

@@ -325,17 +325,30 @@ def check_tile_path(arch: int) -> dict:
     return out
 
 
+def _memory_order(sass: str) -> dict:
+    """Where the global loads fall against the PDL wait (ACQBULK) and the first global store: a load the compiler
+    keeps below a store is one more memory round trip after the wait (kernels/triton/rotary.py's module doc)."""
+    ops = [m.group(1) for m in re.finditer(r"\b(LDG|STG|ACQBULK)\b", sass)]
+    wait = ops.index("ACQBULK") if "ACQBULK" in ops else 0
+    first_store = ops.index("STG") if "STG" in ops else len(ops)
+    return {"loads_before_wait": ops[:wait].count("LDG"), "loads_after_first_store": ops[first_store:].count("LDG")}
+
+
 def check_rms_norm(arch: int) -> dict:
     sig = dict(x_ptr="*bf16", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", res_out_ptr="*bf16",
                out_rows_ptr="*i64", stride_x="i32", stride_r="i32", stride_o="i32", stride_ro="i32", D="i32",
-               eps="fp32", HAS_RESIDUAL="i32", HAS_OUT_ROWS="i32", BLOCK_D="i32")
+               eps="fp32", HAS_RESIDUAL="i32", HAS_OUT_ROWS="i32", BLOCK_D="i32", PDL="i32")
     out = {}
-    for D, warps, residual, rows in ((7168, 16, False, False), (7168, 16, True, False), (512, 4, False, True)):
-        _, res = compile_sass(rn.rms_norm_kernel, sig,
-                              dict(HAS_RESIDUAL=residual, HAS_OUT_ROWS=rows, BLOCK_D=triton.next_power_of_2(D)),
-                              ["x_ptr", "w_ptr", "out_ptr"], arch, warps)
+    for D, warps, residual, rows in ((7168, 16, False, False), (7168, 16, True, False), (512, 4, False, True),
+                                     (512, 4, True, True)):
+        sass, res = compile_sass(rn.rms_norm_kernel, sig,
+                                 dict(HAS_RESIDUAL=residual, HAS_OUT_ROWS=rows, BLOCK_D=triton.next_power_of_2(D),
+                                      PDL=True), ["x_ptr", "w_ptr", "out_ptr"], arch, warps)
         _no_spills(res, f"rms_norm {D=}")
-        out[f"D{D}_res{int(residual)}_rows{int(rows)}"] = res
+        order = _memory_order(sass)
+        # The weight before the wait; nothing loaded after the residual's store (the output row index before it).
+        assert order["loads_before_wait"] > 0 and order["loads_after_first_store"] == 0, f"rms_norm {D=}: {order}"
+        out[f"D{D}_res{int(residual)}_rows{int(rows)}"] = {"res": res, **order}
     return out
 
 
@@ -360,6 +373,14 @@ def check_rotary(arch: int) -> dict:
         fma = sum(1 for line in sass.splitlines() if re.search(r"\bFFMA\b", line))
         assert fma == 0, f"rotary kernel has {fma} FFMA: its results would differ from torch's (mul, mul, sub)"
         out[f"interleaved{int(interleaved)}_rows{rows}"] = res
+    # MLA's launch (8 q heads, one k head: one head block), with PDL: every load before the first store, the norm
+    # weight before the wait (seven round trips in a row after the wait before the twenty-seventh session).
+    consts = dict(HAS_K=True, K_OUT_ROWS=True, INTERLEAVED=True, HALF=32, HALF_PAD=32, BLOCK_H=8, PDL=True,
+                  NORM_C=True, BLOCK_C=512, HAS_Q=True, ONE_BLOCK=True)
+    sass, res = compile_sass(ro.rotary_kernel, sig, consts, ["q_ptr", "k_ptr"], arch, enable_fp_fusion=False)
+    order = _memory_order(sass)
+    assert order["loads_before_wait"] > 0 and order["loads_after_first_store"] == 0, f"rotary (MLA): {order}"
+    out["mla_pdl"] = {"res": res, **order}
     return out
 
 
@@ -703,8 +724,9 @@ def _table_or_default(arch: int, op: str, key_name: str, key: int) -> dict:
 
 def check_moe_topk(arch: int) -> dict:
     """The routing kernel at Kimi's shape (384 experts, top-8, one group) and DeepSeek-V3's (256 in 8 groups,
-    4 kept), at the table's 4 warps: no spills, and one cross-warp reduction round a pick (the packed
-    choice-and-slot key: at most 4 barriers a pick, where max + argmin + a masked sum took ~9)."""
+    4 kept), at sm_120's 4 warps and sm_90's 1: no spills, one cross-warp reduction round a pick (the packed
+    choice-and-slot key: at most 4 barriers a pick, where max + argmin + a masked sum took ~9), and the bias loaded
+    before the PDL wait (route_bias)."""
     from sglang_eagle3.kernels.triton import moe_topk as mt
 
     sig = dict(logits_ptr="*fp32", bias_ptr="*fp32", weights_ptr="*fp32", ids_ptr="*i32", stride_lt="i32",
@@ -716,12 +738,15 @@ def check_moe_topk(arch: int) -> dict:
         consts = dict(E=E, PER_GROUP=E // groups, N_GROUP=groups, TOPK_GROUP=kept, TOP_K=8,
                       G_PAD=triton.next_power_of_2(groups), PG_PAD=triton.next_power_of_2(E // groups), K_PAD=8,
                       HAS_BIAS=True, RENORMALIZE=True, PDL=True)
-        sass, res = compile_sass(mt.moe_topk_kernel, sig, consts, ["logits_ptr"], arch, 4)
-        _no_spills(res, f"moe_topk E={E}")
-        bars = _sass_ops(sass)["BAR"]
-        group_step = 3 * (kept + 2) if groups > 1 else 0  # the group scores' own reductions
-        assert bars <= 4 * 8 + group_step, f"moe_topk E={E}: {bars} barriers (a second reduction per pick?)"
-        out[f"E{E}_groups{groups}"] = {"res": res, "BAR": bars}
+        for warps in (1, 4):
+            sass, res = compile_sass(mt.moe_topk_kernel, sig, consts, ["logits_ptr"], arch, warps)
+            _no_spills(res, f"moe_topk E={E}")
+            bars = _sass_ops(sass)["BAR"]
+            group_step = 3 * (kept + 2) if groups > 1 else 0  # the group scores' own reductions
+            assert bars <= 4 * 8 + group_step, f"moe_topk E={E}: {bars} barriers (a second reduction per pick?)"
+            order = _memory_order(sass)
+            assert order["loads_before_wait"] > 0, f"moe_topk E={E}: the bias is loaded after the wait ({order})"
+            out[f"E{E}_groups{groups}_warps{warps}"] = {"res": res, "BAR": bars, **order}
     return out
 
 

@@ -792,6 +792,9 @@ CASES = {
     "rotary_neox_fp32_exact_inplace": lambda: check_rotary(4, 6, 2, 32, False, torch.float32, inplace=True,
                                                            seed=20),
     "rotary_neox_fp16": lambda: check_rotary(3, 2, 2, 12, False, torch.float16, seed=21),
+    # 20 q heads of 256 (16 a block of the launcher's 2048 elements): the head loop past the first block, in place.
+    "rotary_neox_fp32_two_head_blocks": lambda: check_rotary(3, 20, 17, 256, False, torch.float32, inplace=True,
+                                                             seed=42),
     # INT4 GEMV path (T <= GEMV_MAX_TOKENS): the default for decode/verify; fp32 checks the arithmetic tightly.
     "moe_int4_gemv_fp32_exact": lambda: check_fused_moe(3, 7, 96, 64, 3, int4=True, seed=22, dtype=torch.float32,
                                                         tol=1e-5, path="gemv", config=GEMV_SMALL),

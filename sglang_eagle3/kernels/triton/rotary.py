@@ -69,14 +69,15 @@ def rotary_kernel(
     HAS_K: tl.constexpr, K_OUT_ROWS: tl.constexpr, INTERLEAVED: tl.constexpr, HALF: tl.constexpr,
     HALF_PAD: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr = False,
     NORM_C: tl.constexpr = False, c_ptr=None, nw_ptr=None, c_out_ptr=None, stride_ct=0, stride_cot=0, C=0,
-    eps=0.0, BLOCK_C: tl.constexpr = 16, HAS_Q: tl.constexpr = True,
+    eps=0.0, BLOCK_C: tl.constexpr = 16, HAS_Q: tl.constexpr = True, ONE_BLOCK: tl.constexpr = False,
 ):
     """Token t's q heads -> q_out row t (unless not HAS_Q); its k heads -> k_out row t, or row k_out_rows[t]
     (cache slots).
     NORM_C (with K_OUT_ROWS): also RMSNorm of the token's latent c [C] (fp32 math, the RMSNorm kernel's
     formula) into row k_out_rows[t] of c_out: MLA's kv_a norm and k rope in one launch.
     The outputs must not overlap another operand (q_out may be q itself, k_out k itself): the first head
-    blocks of q and k and the latent are all loaded before anything is stored (module doc)."""
+    blocks of q and k and the latent are all loaded before anything is stored (module doc). ONE_BLOCK: BLOCK_H
+    covers HQ and HK, so no head loop follows (and no load follows a store: compile_checks.py asserts it)."""
     t = tl.program_id(0).to(tl.int64)
     i_idx = tl.arange(0, HALF_PAD)
     i_ok = i_idx < HALF
@@ -101,13 +102,15 @@ def rotary_kernel(
     if HAS_Q:
         _store_rotated(q_out_ptr + t * stride_qot, stride_qoh, h, HQ, q1, q2, cos, sin, i_idx, i_ok,
                        INTERLEAVED, HALF)
-        _rotate_rest(q_ptr + t * stride_qt, q_out_ptr + t * stride_qot, stride_qh, stride_qoh, HQ, cos, sin,
-                     i_idx, i_ok, INTERLEAVED, BLOCK_H, HALF)
+        if not ONE_BLOCK:
+            _rotate_rest(q_ptr + t * stride_qt, q_out_ptr + t * stride_qot, stride_qh, stride_qoh, HQ, cos, sin,
+                         i_idx, i_ok, INTERLEAVED, BLOCK_H, HALF)
     if NORM_C:
         rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / C + eps)
         tl.store(c_out_ptr + k_row * stride_cot + offs, (xf * rstd * nw).to(c_out_ptr.dtype.element_ty), mask=c_ok)
     if HAS_K:
         _store_rotated(k_out_ptr + k_row * stride_kot, stride_koh, h, HK, k1, k2, cos, sin, i_idx, i_ok,
                        INTERLEAVED, HALF)
-        _rotate_rest(k_ptr + t * stride_kt, k_out_ptr + k_row * stride_kot, stride_kh, stride_koh, HK, cos, sin,
-                     i_idx, i_ok, INTERLEAVED, BLOCK_H, HALF)
+        if not ONE_BLOCK:
+            _rotate_rest(k_ptr + t * stride_kt, k_out_ptr + k_row * stride_kot, stride_kh, stride_koh, HK, cos,
+                         sin, i_idx, i_ok, INTERLEAVED, BLOCK_H, HALF)
