@@ -3,8 +3,9 @@
 Every load of a token's first head block (q's, k's, MLA's latent and the cache row) is issued before any store:
 the compiler keeps loads below a store they might alias, so a kernel that loads, stores and loads again pays
 one memory round trip per step of that chain. The first version did (position -> cos/sin -> q -> store ->
-latent -> norm weight -> store -> cache row -> k -> store: seven round trips, 4.7 us a launch at T=1 on the
-H200 where an RMSNorm launch takes 2.0); now it is two (position -> cos/sin) before the stores."""
+latent -> norm weight -> store -> cache row -> k -> store: seven round trips, read off its sm_90 SASS); now it is
+two (position -> cos/sin) before the stores. With the RMSNorm's and the routing's loads moved the same way, the
+61-layer Kimi step on the H200 got ~3.3 us a layer faster (docs/BENCHMARKS.md, twenty-seventh session)."""
 
 import triton
 import triton.language as tl
