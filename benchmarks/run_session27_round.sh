@@ -23,6 +23,10 @@
 # a4: correctness at the same commit: decode vs verify bit for bit on the Kimi slice (probe_invariance.py) and the CUDA
 #     engine tests (speculative == plain with graphs; a1's 120 s ran out after 14 passed).
 # a5: issue 5's kernel table at the same code (bench_kernels.py: kernels.json), last made at d368333.
+# Then one inline call at 5f407c3 (the rotary kernel's ONE_BLOCK, no head loop when one block holds every head;
+#     compile checks that loads stay before stores): `source benchmarks/gpu_stages.sh; python -m pytest -q -m gpu
+#     tests/kernels/test_kernels_gpu.py -k "rotary or latent or model_forward or graph_replay_equals or rms_norm"`:
+#     36 passed. Not timed (the device time was spent).
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: a1, a2, a3, a4, a5}
 AB=.carry/ab
