@@ -6,6 +6,8 @@
 #     expert's down projection in one launch (route_shared_down, instead of the down on the side stream), the
 #     layer's input norm folded into the q_a + kv_a launch (input_norm), q's rope applied by the MLA kernel
 #     (q_rope_attn). The 61-layer step at 1k and 8k, T = 1 and 4, one process alternating the four settings twice.
+#     Ran at 82ef67a (step_fusions_82ef67a.json): none pays (route_shared_down -1% at decode, +4% at verify T=4;
+#     input_norm +50-67%; q_rope_attn +2-4%); the defaults stand. docs/BENCHMARKS.md, twenty-eighth session.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: b1}
 NF=SGLANG_EAGLE3_NO_FUSE
