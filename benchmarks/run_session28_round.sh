@@ -2,7 +2,7 @@
 # Twenty-eighth session's device round (H200).
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session28_round.sh b1
 # b1: the launch fusions that are off by default, re-measured against the current kernels (each was last timed
-#     sessions ago, before PDL's small-launch fixes of the twenty-seventh session): the routing beside the shared
+#     sessions ago, before PDL and the twenty-seventh session's small-launch fixes): the routing beside the shared
 #     expert's down projection in one launch (route_shared_down, instead of the down on the side stream), the
 #     layer's input norm folded into the q_a + kv_a launch (input_norm), q's rope applied by the MLA kernel
 #     (q_rope_attn). The 61-layer step at 1k and 8k, T = 1 and 4, one process alternating the four settings twice.

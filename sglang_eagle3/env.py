@@ -145,9 +145,9 @@ def cache_dir() -> Path:
 # route_shared_down: one launch for the shared down and the routing is 1.2-1.5 us faster than the two in a row
 # (bench_small_ops.py), but the step with the shared down on the side stream beside the routing (the
 # shared_down overlap) was 0.04-0.1 ms faster than with it (step_new_ab1ca21.json, ninth session).
-# Re-measured against the twenty-eighth session's kernels (step_fusions_82ef67a.json, the 61-layer step alternating
-# twice in one process): route_shared_down -1% at decode, +4% at verify T=4; input_norm +50-67%; q_rope_attn +2-4%
-# (medians, decode and verify). All stay off.
+# Re-measured in the twenty-eighth session, against the twenty-seventh's kernels (step_fusions_82ef67a.json,
+# the step alternating twice in one process): route_shared_down -1% at decode, +4% at verify T=4; input_norm
+# +50-67%; q_rope_attn +2-4% (medians, decode and verify). All stay off.
 DEFAULT_NO_FUSE = "input_norm,router_topk,q_rope_attn,route_shared_down"
 FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn", "route_shared_down")
 
