@@ -82,14 +82,16 @@ MOE_DOT_MAX = Knob("SGLANG_EAGLE3_MOE_DOT_MAX",
                    "over each expert's pairs); 0: never (the GEMV path); unset: kernels/fused_moe.py DOT_MAX_TOKENS")
 NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "comma list of launch fusions to switch off, or 'all' (bisecting a numerical difference); unset: "
-               "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn,route_shared_down), '' turns every one on: "
+               "DEFAULT_NO_FUSE (input_norm,router_topk,q_rope_attn,route_shared_down,rope_wuk), '' turns every "
+               "one on: "
                "qa_norm (q_a RMSNorm in q_b's GEMV), kv_norm (kv_a RMSNorm in the rotary launch), "
                "router_shared (router + shared expert gate/up in one GEMV), input_norm (a decoder layer's input "
                "RMSNorm and residual add in the q_a + kv_a GEMV), router_topk (the MoE routing in the tail of "
                "router_shared's GEMV; off with it), q_rope_attn (q's rope applied by the MLA kernel as it loads "
                "q, so the rotary launch does only k and the latent), route_shared_down (the MoE routing in "
                "programs beside the shared expert's down projection, one launch on the main stream; with "
-               "router_shared, without router_topk)")
+               "router_shared, without router_topk), rope_wuk (MLA's rotary launch, q rope + kv_a norm + k rope "
+               "into the cache, as programs of W_UK's GEMV launch; without q_rope_attn and the rope_side overlap)")
 OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "comma list of side-stream overlaps (layers/overlap.py), or 'none': shared_down (shared expert's "
                "down projection beside the routing), mla_k_path (MLA's kv_a norm + k rope into the cache beside "
@@ -148,8 +150,10 @@ def cache_dir() -> Path:
 # Re-measured in the twenty-eighth session, against the twenty-seventh's kernels (step_fusions_82ef67a.json,
 # the step alternating twice in one process): route_shared_down -1% at decode, +4% at verify T=4; input_norm
 # +50-67%; q_rope_attn +2-4% (medians, decode and verify). All stay off.
-DEFAULT_NO_FUSE = "input_norm,router_topk,q_rope_attn,route_shared_down"
-FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn", "route_shared_down")
+# rope_wuk (twenty-ninth session): new, off until the step measures it.
+DEFAULT_NO_FUSE = "input_norm,router_topk,q_rope_attn,route_shared_down,rope_wuk"
+FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn", "route_shared_down",
+           "rope_wuk")
 
 
 def fusion_on(name: str) -> bool:

@@ -33,10 +33,10 @@ def test_fusion_knob(monkeypatch):
         env.fusion_on("qa_norm")
 
 
-def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: bool = False):
+def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: bool = False, with_ropes: bool = False):
     """(logits, KV caches, calls of kernels.gemv_pair that took a layer's input norm, calls of gemv_pair or gemv
-    that routed) of one verify step. ``pin_routing``: every token picks the same experts
-    (tests/kernels/fold_checks.pin_routing)."""
+    that routed) of one verify step; ``with_ropes``: (logits, KV caches, calls of gemv with a rotary beside
+    it) instead. ``pin_routing``: every token picks the same experts (tests/kernels/fold_checks.pin_routing)."""
     from sglang_eagle3 import kernels
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
     from sglang_eagle3.testing import randomize, tiny_config, verify_batch_on_cpu
@@ -45,7 +45,7 @@ def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: boo
     import fold_checks
 
     monkeypatch.setenv(env.NO_FUSE.name, no_fuse)
-    folds, routes = [], []
+    folds, routes, ropes = [], [], []
     gemv_pair, gemv = kernels.gemv_pair, kernels.gemv
 
     def spy(*args, **kwargs):
@@ -55,6 +55,7 @@ def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: boo
 
     def spy_gemv(*args, **kwargs):  # routing beside a GEMV (the shared expert's down projection)
         routes.append(kwargs.get("route") is not None)
+        ropes.append(kwargs.get("rotary") is not None)
         return gemv(*args, **kwargs)
 
     monkeypatch.setattr(kernels, "gemv_pair", spy)
@@ -74,6 +75,8 @@ def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: boo
         logits = runner.target_verify.fn(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
                                          seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, tokens_per_req=T)[0]
     monkeypatch.undo()
+    if with_ropes:
+        return logits.float(), [kv.clone() for kv in runner.target_kv.layers], sum(ropes)
     return logits.float(), [kv.clone() for kv in runner.target_kv.layers], sum(folds), sum(routes)
 
 
@@ -118,6 +121,22 @@ def test_route_beside_shared_down_equals_unfused(monkeypatch, dtype):
     assert routes == 2 and routes_off == 0, f"routed beside the shared down in {routes} of 2 MoE layers ({routes_off=})"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rope_beside_w_uk_equals_unfused(monkeypatch, dtype):
+    """rope_wuk (q_rope_attn off, as by default): MLA's rotary launch handed to W_UK's GEMV, which runs it in
+    programs of its own launch (Triton) or first (the references): the same numbers as every fusion off, bit
+    for bit, in each of the 3 layers (references on CPU; the Triton kernels under the interpreter with
+    SGLANG_EAGLE3_TRITON_ON_CPU=1)."""
+    seed = int(torch.randint(0, 1 << 30, (1,)))
+    fused, cache_f, ropes = _verify_logits(monkeypatch, "input_norm,router_topk,q_rope_attn,route_shared_down",
+                                           dtype, seed, with_ropes=True)
+    plain, cache_p, ropes_off = _verify_logits(monkeypatch, "all", dtype, seed, with_ropes=True)
+    assert torch.equal(fused, plain), (seed, (fused - plain).abs().max().item())
+    for a, b in zip(cache_f, cache_p, strict=True):
+        assert torch.equal(a, b), seed
+    assert ropes == 3 and ropes_off == 0, f"rotary beside W_UK in {ropes} of 3 layers ({ropes_off=})"
+
+
 def test_read_fusions_after_build(monkeypatch):
     """Layers read the fusions when built; read_fusions() reads them again (a benchmark timing one setting
     after another on one model)."""
@@ -137,4 +156,4 @@ def test_read_fusions_after_build(monkeypatch):
         if hasattr(m, "read_fusions"):
             m.read_fusions()
     assert all(not m.fuse_route_down and m.fuse_router_shared for m in moe)
-    assert all(not m.fuse_qa_norm and m.fuse_kv_norm for m in mla)
+    assert all(not m.fuse_qa_norm and m.fuse_kv_norm and m.fuse_rope_wuk for m in mla)

@@ -81,7 +81,8 @@ def _kernel_ok(use_triton: bool | None, *tensors: torch.Tensor | None) -> bool:
 
 
 def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=None, eps=0.0,
-         route: Routing | None = None, route_logits=None, use_triton: bool | None = None, fma: bool | None = None):
+         route: Routing | None = None, route_logits=None, use_triton: bool | None = None, fma: bool | None = None,
+         rotary: dict | None = None):
     """x [T, K] @ w [N, K]^T (or per head: x [T, B, K], w [B, N, K]) with an optional residual ``add`` or gated
     ``w_up`` epilogue, and an optional RMSNorm of x first (``norm_weight``, ``eps``); see ref_gemv. The Triton
     skinny GEMM serves T <= GEMV_MAX_ROWS rows of half-precision operands (decode and verify); everything else
@@ -91,10 +92,22 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
     weights float32 [T, top_k], ids int32 [T, top_k]); the skinny GEMM does it in the same launch (a MoE
     layer's routing beside its shared expert's down projection), elsewhere the moe_topk op runs after.
 
+    ``rotary`` (apply_rotary's keyword arguments, in place, for as many tokens as x has rows): that rotary's
+    work too, which must write nothing this product reads; the skinny GEMM does it in the same launch (MLA's
+    rotary beside W_UK, the fusion ``rope_wuk``), elsewhere apply_rotary runs first. Bit-identical either way.
+
     ``fma`` (the Triton path only): False keeps the skinny GEMM on its tensor-core kernel; None lets
     kernels/gemv.py fma_form send small matrices to the CUDA-core one (see triton_gemv)."""
     ok = (x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype
           and x.stride(-1) == 1 and (w.stride(-1) == 1 or w.stride(-2) == 1))
+    if rotary is not None:
+        assert route is None, "rotary and route beside one GEMV"
+        assert rotary.get("inplace"), f"rotary beside a GEMV works in place: inplace=True, got {rotary.get('inplace')}"
+        if ok and fma is not True and _kernel_ok(use_triton, x, w, w_up, add, norm_weight) and _rotary_kernel_ok(
+                use_triton, **rotary):
+            return triton_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight,
+                               eps=eps, fma=fma, rotary=rotary)
+        apply_rotary(**rotary, use_triton=use_triton)
     if route is not None:
         assert route_logits is not None, "route needs route_logits"
         ok = ok and x.dim() == 2 and route_logits.dtype == torch.float32 and route_logits.stride(-1) == 1
@@ -158,14 +171,19 @@ def rms_norm(x, weight, eps, residual=None, *, out=None, out_rows=None, use_trit
     return fn(x, weight, eps, residual, out=out, out_rows=out_rows)
 
 
+def _rotary_kernel_ok(use_triton, q, k, positions, *, k_out=None, c_norm=None, **_) -> bool:
+    """Whether apply_rotary with these arguments runs the Triton kernel."""
+    c_args = c_norm[:2] if c_norm is not None else ()
+    return _kernel_ok(use_triton, q, k, k_out, *c_args) and positions.dim() == 1
+
+
 def apply_rotary(q, k, positions, cos, sin, *, interleaved: bool, inplace: bool = False, k_out=None,
                  k_out_rows=None, c_norm=None, use_triton: bool | None = None):
     """Rotary embedding of q [N, Hq, D] (or [N, D]) and k, either None, at positions [N] -> (q', k'); cos/sin
     [P, D/2]; k may go to rows ``k_out_rows`` of ``k_out`` instead, and ``c_norm`` adds an RMSNorm of MLA's
     latent into those rows of another tensor. The Triton path needs float32 tables; the reference casts
     whatever it is given. See ref_apply_rotary."""
-    c_args = c_norm[:2] if c_norm is not None else ()
-    ok = _kernel_ok(use_triton, q, k, k_out, *c_args) and positions.dim() == 1
+    ok = _rotary_kernel_ok(use_triton, q, k, positions, k_out=k_out, c_norm=c_norm)
     fn = triton_apply_rotary if ok else ref_apply_rotary
     return fn(q, k, positions, cos, sin, interleaved=interleaved, inplace=inplace, k_out=k_out,
               k_out_rows=k_out_rows, c_norm=c_norm)

@@ -25,6 +25,7 @@ import triton
 from sglang_eagle3 import env
 from sglang_eagle3.kernels import tuning
 from sglang_eagle3.kernels.moe_topk import Routing
+from sglang_eagle3.kernels.rotary import rotary_args
 from sglang_eagle3.kernels.triton.gemv import (
     EPI_ADD,
     EPI_GATED,
@@ -247,7 +248,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
                 add: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                 out: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
                 route: Routing | None = None, route_logits: torch.Tensor | None = None,
-                config: dict | None = None, fma: bool | None = None
+                config: dict | None = None, fma: bool | None = None, rotary: dict | None = None
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [T, K] with w [N, K] -> [T, N]; or x [T, B, K] with w [B, N, K] -> [T, B, N]. See module doc.
     ``norm_weight`` [K]: x is RMS-normalised first (weight, eps), inside the same launch.
@@ -256,6 +257,13 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
     (programs beside the GEMV's: the shared expert's down projection and the MoE routing, which read only
     what the launch before wrote), and (out, weights float32 [T, top_k], ids int32 [T, top_k]) is returned,
     the routing bit-identical to triton_moe_topk's.
+
+    ``rotary``: triton_apply_rotary's keyword arguments (q, k, positions, cos, sin, interleaved, inplace=True,
+    ...), whose work programs of this launch do beside the GEMV's (ROPE_SIDE; not with ``route``): MLA's
+    rotary of q's rope columns and of k into the cache beside W_UK, which reads q's other columns. In place
+    only (nothing more is returned), and it must write nothing the GEMV reads (the caller's promise: the two
+    run concurrently); its results are bit-identical to the rotary launch's (the same code, also compiled
+    without fp fusion).
 
     ``fma``: True runs the CUDA-core form (triton_gemv_fma: 2-D, no epilogue), False the tensor-core kernel;
     None lets fma_form decide (small K-contiguous matrices without an epilogue, unless ``config`` is given)."""
@@ -301,6 +309,16 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         extra = T
     else:
         assert route_logits is None, "route_logits without route"
+    rope_kw = {}
+    if rotary is not None:
+        assert route is None, "rotary and route beside one GEMV: one kind of side programs a launch"
+        assert rotary.get("inplace"), f"rotary beside a GEMV works in place: inplace=True, got {rotary.get('inplace')}"
+        assert fma is not True, "the CUDA-core form has no side programs: rotary needs fma=False or None"
+        assert rotary["positions"].shape[0] == T, (
+            f"one rotary program a GEMV row: {rotary['positions'].shape[0]} positions for {T=} rows")
+        _, _, rargs = rotary_args(**rotary)
+        rope_kw = {"ROPE_SIDE": True, **{f"rp_{name}": value for name, value in rargs.items()}}
+        extra, fma = rotary["positions"].shape[0], False
     if T == 0 or (N == 0 and not extra):
         return (out, *routed) if routed else out
     epilogue = gated or add is not None or route is not None or out.dtype != x.dtype
@@ -329,7 +347,8 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         W_KMAJOR=k_major, EPI=EPI_GATED if gated else (EPI_ADD if add is not None else EPI_NONE),
         SPLIT=split, M_PAD=m_pad, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], INTERPRET=interpret, PDL=pdl,
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
-        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), **route_kw, **tuning.pdl_launch(pdl),
+        PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), **route_kw, **rope_kw, **tuning.pdl_launch(pdl),
+        **({"enable_fp_fusion": False} if rope_kw else {}),
     )
     return (out, *routed) if routed else out
 

@@ -25,16 +25,13 @@ def _as_heads(t: torch.Tensor, N: int) -> torch.Tensor:
     return t[:, None, :] if t.dim() == 2 else t
 
 
-def triton_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
-                        sin: torch.Tensor, *, interleaved: bool, inplace: bool = False,
-                        k_out: torch.Tensor | None = None, k_out_rows: torch.Tensor | None = None,
-                        c_norm: tuple | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """q [N, Hq, D] or [N, D] (or None), k likewise (or None), positions [N] int, cos/sin float32 [P, D/2] ->
-    (q', k') in q's/k's dtype, None for an operand not given; in place returns q and k themselves. A launch of
-    k alone does not read q at all (nor wait for it). With k_out [S, Hk, D] or [S, D] and k_out_rows [N],
-    token i's rotated k goes to k_out[k_out_rows[i]] (any float dtype: MLA's cache slots) and k_out is
-    returned for k. Positions must lie in [0, P). ``c_norm`` = (c [N, C], weight [C], eps, c_out [S, C]) with
-    k_out_rows: the RMSNorm of c goes to rows k_out_rows of c_out in the same launch (MLA's latent)."""
+def rotary_args(q: torch.Tensor | None, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor, *, interleaved: bool, inplace: bool = False, k_out: torch.Tensor | None = None,
+                k_out_rows: torch.Tensor | None = None, c_norm: tuple | None = None) -> tuple:
+    """(q', k', rotary_kernel's arguments but PDL) for triton_apply_rotary with these arguments, which it checks
+    first; q' and k' are the tensors the launch writes (new ones unless in place or k_out). One program a token
+    (positions.shape[0]) runs them. Shared by the rotary launch and by gemv_kernel's ROPE_SIDE programs
+    (triton_gemv's ``rotary``: MLA's rotary beside W_UK), which run the same code."""
     N = positions.shape[0]
     assert positions.dim() == 1 and positions.is_contiguous(), f"positions must be contiguous [N], {positions.shape}"
     assert positions.dtype in (torch.int32, torch.int64), f"{positions.dtype=}"
@@ -77,21 +74,36 @@ def triton_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | None, position
                     stride_cot=c_out.stride(0), C=C, eps=float(eps), BLOCK_C=triton.next_power_of_2(C))
     else:
         c_kw = {}
-    if N == 0:
-        return q_out, k_out
     half_pad = triton.next_power_of_2(half)
     hq, hk = (0 if t is None else t.shape[1] for t in (q3, k3))
     q3, k3 = (any3 if t is None else t for t in (q3, k3))
     block_h = max(1, min(triton.next_power_of_2(max(hq, hk)), TILE // half_pad))
-    pdl = tuning.pdl(any3.device, "rotary")
-    rotary_kernel[(N,)](
-        positions, cos, sin, q3, qo3, k3, ko3, k_out_rows if k_out_rows is not None else positions,
-        q3.stride(0), q3.stride(1), qo3.stride(0), qo3.stride(1),
-        k3.stride(0), k3.stride(1), ko3.stride(0), ko3.stride(1),
-        cos.stride(0), hq, hk,
-        HAS_Q=q is not None, HAS_K=k is not None, K_OUT_ROWS=k_out_rows is not None,
-        INTERLEAVED=bool(interleaved), HALF=half, HALF_PAD=half_pad, BLOCK_H=block_h, ONE_BLOCK=max(hq, hk) <= block_h,
-        num_warps=1 if tuning.interpreting() else 4, enable_fp_fusion=False, **c_kw,
-        PDL=pdl, **tuning.pdl_launch(pdl),
-    )
+    args = dict(
+        pos_ptr=positions, cos_ptr=cos, sin_ptr=sin, q_ptr=q3, q_out_ptr=qo3, k_ptr=k3, k_out_ptr=ko3,
+        k_out_rows_ptr=k_out_rows if k_out_rows is not None else positions,
+        stride_qt=q3.stride(0), stride_qh=q3.stride(1), stride_qot=qo3.stride(0), stride_qoh=qo3.stride(1),
+        stride_kt=k3.stride(0), stride_kh=k3.stride(1), stride_kot=ko3.stride(0), stride_koh=ko3.stride(1),
+        stride_table=cos.stride(0), HQ=hq, HK=hk, HAS_Q=q is not None, HAS_K=k is not None,
+        K_OUT_ROWS=k_out_rows is not None, INTERLEAVED=bool(interleaved), HALF=half, HALF_PAD=half_pad,
+        BLOCK_H=block_h, ONE_BLOCK=max(hq, hk) <= block_h, **c_kw)
+    return q_out, k_out, args
+
+
+def triton_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | None, positions: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, *, interleaved: bool, inplace: bool = False,
+                        k_out: torch.Tensor | None = None, k_out_rows: torch.Tensor | None = None,
+                        c_norm: tuple | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """q [N, Hq, D] or [N, D] (or None), k likewise (or None), positions [N] int, cos/sin float32 [P, D/2] ->
+    (q', k') in q's/k's dtype, None for an operand not given; in place returns q and k themselves. A launch of
+    k alone does not read q at all (nor wait for it). With k_out [S, Hk, D] or [S, D] and k_out_rows [N],
+    token i's rotated k goes to k_out[k_out_rows[i]] (any float dtype: MLA's cache slots) and k_out is
+    returned for k. Positions must lie in [0, P). ``c_norm`` = (c [N, C], weight [C], eps, c_out [S, C]) with
+    k_out_rows: the RMSNorm of c goes to rows k_out_rows of c_out in the same launch (MLA's latent)."""
+    q_out, k_out, args = rotary_args(q, k, positions, cos, sin, interleaved=interleaved, inplace=inplace,
+                                     k_out=k_out, k_out_rows=k_out_rows, c_norm=c_norm)
+    if positions.shape[0] == 0:
+        return q_out, k_out
+    pdl = tuning.pdl(positions.device, "rotary")
+    rotary_kernel[(positions.shape[0],)](**args, num_warps=1 if tuning.interpreting() else 4,
+                                         enable_fp_fusion=False, PDL=pdl, **tuning.pdl_launch(pdl))
     return q_out, k_out

@@ -15,7 +15,8 @@ once, and each query head attends with 192-wide keys and 128-wide values instead
 At decode/verify (launch fusion ``q_rope_attn``) q's rope rotates inside the MLA kernel, so the launch that
 writes the new latents (kv_a norm + k rope into the cache) needs only kv_a: it runs on the model's side stream
 (overlap ``mla_k_path``) beside q_b and W_UK, or inline without one. Without that fusion the rotary launch (q's
-and k's rope, the latent) may run on the side stream beside W_UK (overlap ``rope_side``).
+and k's rope, the latent) may run on the side stream beside W_UK (overlap ``rope_side``), or in programs of
+W_UK's own launch (fusion ``rope_wuk``: one launch fewer on the stream, no fork and join).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class MLAAttention(nn.Module):
         self.fuse_qa_norm, self.fuse_kv_norm = env.fusion_on("qa_norm"), env.fusion_on("kv_norm")
         self.fuse_input_norm = env.fusion_on("input_norm")
         self.fuse_q_rope = env.fusion_on("q_rope_attn")
+        self.fuse_rope_wuk = env.fusion_on("rope_wuk")
 
     def folds_input_norm(self) -> bool:
         """Whether forward takes the un-normed hidden state and the decoder layer's input norm (see forward):
@@ -108,14 +110,21 @@ class MLAAttention(nn.Module):
                        positions: torch.Tensor, cache: torch.Tensor, cache_loc: torch.Tensor) -> None:
         """kv_a_layernorm(c) [N, c] and rope(k_rope) [N, r] into the tokens' cache rows cache_loc [N] of cache
         [slots, c + r]; q_rope [N, h, r] rotates in place in the same launch (None: not at all)."""
+        rotary = self._latent_rotary(q_rope, c, k_rope, positions, cache, cache_loc)
+        kernels.apply_rotary(**rotary, use_triton=self.rotary.use_triton)
+
+    def _latent_rotary(self, q_rope: torch.Tensor | None, c: torch.Tensor, k_rope: torch.Tensor,
+                       positions: torch.Tensor, cache: torch.Tensor, cache_loc: torch.Tensor) -> dict:
+        """_write_latents's rotary launch as kernels.apply_rotary's arguments, for the caller to run (or to give
+        to a launch that runs it beside its own work: W_UK's with the rope_wuk fusion). Without the kv_norm
+        fusion the norm of c runs here, first, as its own launch."""
         k_out = cache[:, self.kv_lora_rank :]
         if self.fuse_kv_norm:  # one launch: the norm of c and the rope
             norm = self.kv_a_layernorm
-            self.rotary.rotate_(q_rope, k_rope, positions, k_out=k_out, k_out_rows=cache_loc,
-                                c_norm=(c, norm.weight, norm.eps, cache[:, : self.kv_lora_rank]))
-        else:
-            self.kv_a_layernorm(c, out=cache[:, : self.kv_lora_rank], out_rows=cache_loc)
-            self.rotary.rotate_(q_rope, k_rope, positions, k_out=k_out, k_out_rows=cache_loc)
+            return self.rotary.rotate_args(q_rope, k_rope, positions, k_out=k_out, k_out_rows=cache_loc,
+                                           c_norm=(c, norm.weight, norm.eps, cache[:, : self.kv_lora_rank]))
+        self.kv_a_layernorm(c, out=cache[:, : self.kv_lora_rank], out_rows=cache_loc)
+        return self.rotary.rotate_args(q_rope, k_rope, positions, k_out=k_out, k_out_rows=cache_loc)
 
     def _project(self, x: torch.Tensor, positions: torch.Tensor, cache: torch.Tensor | None = None,
                  cache_loc: torch.Tensor | None = None, input_norm: RMSNorm | None = None,
@@ -186,16 +195,20 @@ class MLAAttention(nn.Module):
             self.kv_a_layernorm(c, out=c)
             self.rotary.rotate_(q_rope, k_rope, positions)
             latent = kv_a
-        elif not rope_in_attn:  # with rope_side on the side stream, beside W_UK (q_rope and q_nope: other columns)
+        rotary = None
+        if cache is not None and not rope_in_attn:
             side = self.rope_stream if x.is_cuda else None
-            with side.fork(q) if side is not None else contextlib.nullcontext():
-                self._write_latents(q_rope, c, k_rope, positions, cache, cache_loc)
-            side_reads = kv_a if side is not None else None
+            if side is None and absorb and self.fuse_rope_wuk:  # run by W_UK's launch (q_nope: other columns)
+                rotary = self._latent_rotary(q_rope, c, k_rope, positions, cache, cache_loc)
+            else:  # with rope_side on the side stream, beside W_UK
+                with side.fork(q) if side is not None else contextlib.nullcontext():
+                    self._write_latents(q_rope, c, k_rope, positions, cache, cache_loc)
+                side_reads = kv_a if side is not None else None
         if not absorb:
             return q_nope, q_rope, latent, stream, side_reads
         # q_nope [N, h, nope] @ W_UK [h, nope, c] per head: the GEMV kernel reads W_UK in place as an
         # N-contiguous [h, c, nope] view (decode/verify), a batched GEMM otherwise.
-        q_latent = kernels.gemv(q_nope, w_uk.transpose(1, 2), use_triton=self.use_triton)
+        q_latent = kernels.gemv(q_nope, w_uk.transpose(1, 2), rotary=rotary, use_triton=self.use_triton)
         return q_latent, q_rope, latent, stream, side_reads
 
     def _heads_out(self, attn_latent: torch.Tensor) -> torch.Tensor:

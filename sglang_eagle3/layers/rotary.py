@@ -79,6 +79,14 @@ class RotaryEmbedding(nn.Module):
         or [N, kv_heads, dim] in place, or into rows k_out_rows [N] of k_out (cache slots) when given (strided
         views allowed), positions [N]: one launch on CUDA, which with ``c_norm`` = (c, norm weight, eps, c_out)
         also RMS-normalises c into those rows of c_out. Not for tensors autograd must differentiate."""
+        kernels.apply_rotary(**self.rotate_args(q, k, positions, k_out=k_out, k_out_rows=k_out_rows, c_norm=c_norm),
+                             use_triton=self.use_triton)
+
+    def rotate_args(self, q: torch.Tensor | None, k: torch.Tensor, positions: torch.Tensor, *,
+                    k_out: torch.Tensor | None = None, k_out_rows: torch.Tensor | None = None,
+                    c_norm: tuple | None = None) -> dict:
+        """rotate_'s work as kernels.apply_rotary's keyword arguments, for a launch that does it beside its own
+        (kernels.gemv's ``rotary``)."""
         cos, sin = self.tables(k.dtype)
-        kernels.apply_rotary(q, k, positions, cos, sin, interleaved=self.interleaved, inplace=True, k_out=k_out,
-                             k_out_rows=k_out_rows, c_norm=c_norm, use_triton=self.use_triton)
+        return dict(q=q, k=k, positions=positions, cos=cos, sin=sin, interleaved=self.interleaved, inplace=True,
+                    k_out=k_out, k_out_rows=k_out_rows, c_norm=c_norm)

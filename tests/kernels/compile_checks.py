@@ -50,7 +50,7 @@ def compile_kernel(fn, sig: dict, consts: dict, aligned: list[str], arch: int, n
     and strides."""
     # A constexpr parameter the caller leaves out takes its default, as a launch that omits it does.
     consts = {**{p.name: p.default for p in fn.params
-                 if p.is_constexpr and p.name not in sig and p.default is not inspect.Parameter.empty}, **consts}
+                 if p.is_constexpr and p.name not in consts and p.default is not inspect.Parameter.empty}, **consts}
     sig = {**sig, **{k: "constexpr" for k in consts if k not in sig}}
     signature = {k: ("constexpr" if k in consts else v) for k, v in sig.items()}
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
@@ -352,14 +352,20 @@ def check_rms_norm(arch: int) -> dict:
     return out
 
 
+ROTARY_SIG = dict(pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", q_ptr="*bf16", q_out_ptr="*bf16", k_ptr="*bf16",
+           k_out_ptr="*bf16", k_out_rows_ptr="*i64", stride_qt="i32", stride_qh="i32", stride_qot="i32",
+           stride_qoh="i32", stride_kt="i32", stride_kh="i32", stride_kot="i32", stride_koh="i32",
+           stride_table="i32", HQ="i32", HK="i32", HAS_K="i32", K_OUT_ROWS="i32", INTERLEAVED="i32",
+           HALF="i32", HALF_PAD="i32", BLOCK_H="i32", PDL="i32", NORM_C="i32", c_ptr="*bf16", nw_ptr="*bf16",
+           c_out_ptr="*bf16", stride_ct="i32", stride_cot="i32", C="i32", eps="fp32", BLOCK_C="i32",
+           HAS_Q="i32", ONE_BLOCK="i32")
+# MLA's rotary launch (8 q heads, one k head: one head block; the kv_a norm of c [512] into the cache rows).
+MLA_ROTARY_CONSTS = dict(HAS_K=True, K_OUT_ROWS=True, INTERLEAVED=True, HALF=32, HALF_PAD=32, BLOCK_H=8, PDL=True,
+                         NORM_C=True, BLOCK_C=512, HAS_Q=True, ONE_BLOCK=True)
+
+
 def check_rotary(arch: int) -> dict:
-    sig = dict(pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", q_ptr="*bf16", q_out_ptr="*bf16", k_ptr="*bf16",
-               k_out_ptr="*bf16", k_out_rows_ptr="*i64", stride_qt="i32", stride_qh="i32", stride_qot="i32",
-               stride_qoh="i32", stride_kt="i32", stride_kh="i32", stride_kot="i32", stride_koh="i32",
-               stride_table="i32", HQ="i32", HK="i32", HAS_K="i32", K_OUT_ROWS="i32", INTERLEAVED="i32",
-               HALF="i32", HALF_PAD="i32", BLOCK_H="i32", PDL="i32", NORM_C="i32", c_ptr="*bf16", nw_ptr="*bf16",
-               c_out_ptr="*bf16", stride_ct="i32", stride_cot="i32", C="i32", eps="fp32", BLOCK_C="i32",
-               HAS_Q="i32")
+    sig = ROTARY_SIG
     out = {}
     for interleaved, half, block_h, rows in ((True, 32, 8, True), (False, 64, 32, False), (True, 32, 8, "norm"),
                                              (True, 32, 8, "k_only")):
@@ -375,13 +381,27 @@ def check_rotary(arch: int) -> dict:
         out[f"interleaved{int(interleaved)}_rows{rows}"] = res
     # MLA's launch (8 q heads, one k head: one head block), with PDL: every load before the first store, the norm
     # weight before the wait (seven round trips in a row after the wait before the twenty-seventh session).
-    consts = dict(HAS_K=True, K_OUT_ROWS=True, INTERLEAVED=True, HALF=32, HALF_PAD=32, BLOCK_H=8, PDL=True,
-                  NORM_C=True, BLOCK_C=512, HAS_Q=True, ONE_BLOCK=True)
-    sass, res = compile_sass(ro.rotary_kernel, sig, consts, ["q_ptr", "k_ptr"], arch, enable_fp_fusion=False)
+    sass, res = compile_sass(ro.rotary_kernel, sig, MLA_ROTARY_CONSTS, ["q_ptr", "k_ptr"], arch, enable_fp_fusion=False)
     order = _memory_order(sass)
     assert order["loads_before_wait"] > 0 and order["loads_after_first_store"] == 0, f"rotary (MLA): {order}"
     out["mla_pdl"] = {"res": res, **order}
     return out
+
+
+DENSE_GEMV_SIG = dict(x_ptr="*bf16", w_ptr="*bf16", w_up_ptr="*bf16", add_ptr="*bf16", out_ptr="*bf16",
+           part_ptr="*fp32", count_ptr="*i32", w2_ptr="*bf16", out2_ptr="*bf16", T="i32", N="i32", K="i32",
+           k_per_split="i32", N2="i32", NB1="i32", s_xt="i32", s_xb="i32", s_wb="i32", s_wn="i32", s_wk="i32",
+           s_at="i32", s_ab="i32", s_ot="i32", s_ob="i32", s_w2n="i32", s_o2t="i32",
+           W_KMAJOR="i32", EPI="i32", SPLIT="i32", M_PAD="i32", BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32",
+           PDL="i32", PAIR="i32", NORM="i32", nw_ptr="*bf16", eps="fp32", EPI2="i32", w2_up_ptr="*bf16",
+           HAS_RES="i32", res_ptr="*bf16", res_out_ptr="*bf16", s_rt="i32", s_rot="i32",
+           ROUTE="i32", bias_ptr="*fp32", topk_w_ptr="*fp32", topk_id_ptr="*i32", s_twt="i32", s_tit="i32",
+           routed_scaling_factor="fp32", PER_GROUP="i32", N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32",
+           G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32", PREFETCH_L2="i32",
+           ROUTE_SIDE="i32", logits_ptr="*fp32", s_lt="i32")
+DENSE_GEMV_ALIGNED = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
+           "s_xb", "s_wb", "s_wn", "s_at", "s_ot", "res_ptr", "res_out_ptr", "s_rt", "s_rot", "bias_ptr",
+           "topk_w_ptr", "topk_id_ptr"]
 
 
 def check_dense_gemv(arch: int) -> dict:
@@ -390,20 +410,7 @@ def check_dense_gemv(arch: int) -> dict:
     tail); every epilogue, both RMSNorm folds (the q_a norm read first, the input norm + residual scaled in
     the epilogue), and the router + shared expert launch with the MoE routing in its tail (Kimi's: 384
     experts, top-8, one group), split as its launcher splits it and unsplit."""
-    sig = dict(x_ptr="*bf16", w_ptr="*bf16", w_up_ptr="*bf16", add_ptr="*bf16", out_ptr="*bf16",
-               part_ptr="*fp32", count_ptr="*i32", w2_ptr="*bf16", out2_ptr="*bf16", T="i32", N="i32", K="i32",
-               k_per_split="i32", N2="i32", NB1="i32", s_xt="i32", s_xb="i32", s_wb="i32", s_wn="i32", s_wk="i32",
-               s_at="i32", s_ab="i32", s_ot="i32", s_ob="i32", s_w2n="i32", s_o2t="i32",
-               W_KMAJOR="i32", EPI="i32", SPLIT="i32", M_PAD="i32", BLOCK_N="i32", BLOCK_K="i32", INTERPRET="i32",
-               PDL="i32", PAIR="i32", NORM="i32", nw_ptr="*bf16", eps="fp32", EPI2="i32", w2_up_ptr="*bf16",
-               HAS_RES="i32", res_ptr="*bf16", res_out_ptr="*bf16", s_rt="i32", s_rot="i32",
-               ROUTE="i32", bias_ptr="*fp32", topk_w_ptr="*fp32", topk_id_ptr="*i32", s_twt="i32", s_tit="i32",
-               routed_scaling_factor="fp32", PER_GROUP="i32", N_GROUP="i32", TOPK_GROUP="i32", TOP_K="i32",
-               G_PAD="i32", PG_PAD="i32", K_PAD="i32", HAS_BIAS="i32", RENORMALIZE="i32", PREFETCH_L2="i32",
-               ROUTE_SIDE="i32", logits_ptr="*fp32", s_lt="i32")
-    aligned = ["x_ptr", "w_ptr", "w_up_ptr", "add_ptr", "out_ptr", "part_ptr", "N", "K", "k_per_split", "s_xt",
-               "s_xb", "s_wb", "s_wn", "s_at", "s_ot", "res_ptr", "res_out_ptr", "s_rt", "s_rot", "bias_ptr",
-               "topk_w_ptr", "topk_id_ptr"]
+    sig, aligned = DENSE_GEMV_SIG, DENSE_GEMV_ALIGNED
     no_route = dict(ROUTE=False, PER_GROUP=1, N_GROUP=1, TOPK_GROUP=1, TOP_K=1, G_PAD=1, PG_PAD=1, K_PAD=1,
                     HAS_BIAS=False, RENORMALIZE=False)
     kimi_route = dict(ROUTE=True, PER_GROUP=384, N_GROUP=1, TOPK_GROUP=1, TOP_K=8, G_PAD=1, PG_PAD=512, K_PAD=8,
@@ -477,6 +484,29 @@ def check_dense_gemv(arch: int) -> dict:
         assert ("CCTL.E.PF2" in sass) == prefetch and (ops["ACQBULK"] > 0) == pdl, f"{what} {pdl=}: {dict(ops)}"
         out[what] = res
     return out
+
+
+def check_rope_wuk(arch: int) -> dict:
+    """W_UK's launch (Kimi TP=8: q_nope [T, 8, 128] @ an N-contiguous [8, 512, 128] view, unsplit, as
+    gemv_config plans it) with MLA's rotary programs beside it (ROPE_SIDE; the rope_wuk fusion), compiled as
+    its launcher compiles it (no fp fusion) with PDL: no spills, no FFMA (the rotation rounds as the reference
+    and the rotary launch do; W_UK's products are tensor-core dots), the norm weight loaded before a wait."""
+    rot_sig = {f"rp_{k}": v for k, v in ROTARY_SIG.items() if k != "PDL"}
+    cfg = gemv_config(512, 128, 8, False, 132, 1, {90: 227 << 10, 120: 99 << 10}[arch])
+    assert cfg["SPLIT"] == 1, cfg
+    consts = dict(W_KMAJOR=False, EPI=gv.EPI_NONE, SPLIT=1, M_PAD=16, BLOCK_N=cfg["BLOCK_N"],
+                  BLOCK_K=cfg["BLOCK_K"], INTERPRET=False, PDL=True, PAIR=False, NORM=gv.NORM_NONE, ROPE_SIDE=True,
+                  **{f"rp_{k}": v for k, v in MLA_ROTARY_CONSTS.items() if k != "PDL"})
+    sass, res = compile_sass(gv.gemv_kernel, {**DENSE_GEMV_SIG, "ROPE_SIDE": "i32", **rot_sig}, consts,
+                             DENSE_GEMV_ALIGNED + ["rp_q_ptr", "rp_k_ptr"], arch, num_stages=cfg["num_stages"],
+                             enable_fp_fusion=False)
+    _no_spills(res, "W_UK + rotary")
+    ops = _sass_ops(sass)
+    assert ops["FFMA"] == 0, f"W_UK + rotary has {ops['FFMA']} FFMA: the rotation would not round as torch's"
+    assert ops["HMMA"] > 0, f"W_UK's dots are not on the tensor cores: {dict(ops.most_common(12))}"
+    order = _memory_order(sass)
+    assert order["loads_before_wait"] > 0, f"W_UK + rotary: the norm weight is loaded after the wait ({order})"
+    return {"res": res, "config": cfg, **order}
 
 
 MLA_SIG = dict(qn_ptr="*bf16", qr_ptr="*bf16", kv_ptr="*bf16", page_table_ptr="*i32", seq_lens_ptr="*i32",
@@ -754,7 +784,8 @@ CASES = {f"{name}_sm{arch}": (lambda fn=fn, arch=arch: fn(arch))
          for arch in (90, 120)
          for name, fn in (("gemv", check_gemv), ("dot_gate_up", check_dot_gate_up), ("dense_gemv", check_dense_gemv),
                           ("tile_path", check_tile_path),
-                          ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("mla", check_mla),
+                          ("rms_norm", check_rms_norm), ("rotary", check_rotary), ("rope_wuk", check_rope_wuk),
+                          ("mla", check_mla),
                           ("gqa", check_gqa), ("mla_pipeline", check_mla_pipeline),
                           ("mla_dot_precision", check_mla_dot_precision),
                           ("prefetch", check_prefetch), ("moe_topk", check_moe_topk),

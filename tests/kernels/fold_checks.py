@@ -352,6 +352,116 @@ def check_route_beside_reference_path(seed=0) -> dict:
     return out
 
 
+def rope_wuk_inputs(T, H, nope, C, R, dtype, device, seed, slots=None, P=64):
+    """MLA's rotary + W_UK operands of T tokens: q [T, H, nope + R], kv_a [T, C + R], the kv_a norm weight [C],
+    positions in [0, P), T distinct cache slots of ``slots``, a random cache [slots, C + R], fp32 cos/sin
+    [P, R/2], and W_UK [H, nope, C] (row stride C: an N-contiguous [H, C, nope] view as the layer passes it)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    slots = slots or 3 * T + 5
+    q = torch.randn(T, H, nope + R, generator=g).to(dtype).to(device)
+    kv_a = torch.randn(T, C + R, generator=g).to(dtype).to(device)
+    nw = (torch.rand(C, generator=g) + 0.5).to(dtype).to(device)
+    pos = torch.randint(0, P, (T,), generator=g).to(device)
+    loc = torch.randperm(slots, generator=g)[:T].to(device)
+    cache = torch.randn(slots, C + R, generator=g).to(dtype).to(device)
+    freqs = torch.outer(torch.arange(P, dtype=torch.float64), 1.0 / 1000 ** (torch.arange(0, R, 2) / R))
+    cos, sin = freqs.cos().float().to(device), freqs.sin().float().to(device)
+    w_uk = (torch.randn(H, nope, C, generator=g) / math.sqrt(nope)).to(dtype).to(device)
+    return q, kv_a, nw, pos, loc, cache, cos, sin, w_uk
+
+
+def _rope_wuk_rotary(q, kv_a, nw, pos, loc, cache, cos, sin, nope, C, norm=True) -> dict:
+    """apply_rotary's arguments of MLA's rotary launch (as layers/mla.py _latent_rotary builds them)."""
+    c_norm = (kv_a[:, :C], nw, EPS, cache[:, :C]) if norm else None
+    return dict(q=q[..., nope:], k=kv_a[:, C:], positions=pos, cos=cos, sin=sin, interleaved=True, inplace=True,
+                k_out=cache[:, C:], k_out_rows=loc, c_norm=c_norm)
+
+
+def check_rope_beside_gemv(T, H, nope, C, R, *, dtype=torch.bfloat16, config=None, norm=True, device="cpu",
+                           seed=0) -> dict:
+    """triton_gemv of q_nope @ W_UK with MLA's rotary launch in programs beside it (``rotary``, ROPE_SIDE): q
+    (its rope columns rotated in place, the rest untouched), the cache (normed latent and rotated k in the
+    tokens' slots, every other slot untouched) and the product torch.equal to the two launches one after
+    the other; kv_a untouched; the product within rounding of float64 and the rotary within an ulp of the
+    reference; split-K counters back at 0."""
+    from kernel_checks import rel_err, ulp_err
+
+    from sglang_eagle3.kernels.gemv import triton_gemv
+
+    q0, kv_a, nw, pos, loc, cache0, cos, sin, w_uk = rope_wuk_inputs(T, H, nope, C, R, dtype, device, seed)
+    w = w_uk.transpose(1, 2)  # [H, C, nope], N-contiguous
+    outs = []
+    for fused in (True, False):
+        q, cache, kv = q0.clone(), cache0.clone(), kv_a.clone()
+        rotary = _rope_wuk_rotary(q, kv, nw, pos, loc, cache, cos, sin, nope, C, norm)
+        if fused:
+            y = triton_gemv(q[..., :nope], w, rotary=rotary, config=config)
+        else:
+            kernels.triton_apply_rotary(**rotary)
+            y = triton_gemv(q[..., :nope], w, config=config)
+        assert torch.equal(kv, kv_a), "kv_a must stay as it was"
+        outs.append((y, q, cache))
+    what = f"({T=} {H=} {nope=} {C=} {R=} {dtype=} {config=} {norm=})"
+    for name, a, b in zip(("W_UK product", "q", "cache"), outs[0], outs[1], strict=True):
+        assert torch.equal(a, b), f"{name} differs with the rotary beside W_UK in {(a != b).sum().item()} places {what}"
+    y, q, cache = outs[0]
+    assert torch.equal(q[..., :nope], q0[..., :nope]), f"q_nope written {what}"
+    err = rel_err(y, torch.einsum("thn,hnc->thc", q0[..., :nope].double(), w_uk.double()))
+    assert err < 1e-2, f"product rel err {err} {what}"
+    q_ref, k_ref = kernels.ref_apply_rotary(q0[..., nope:], kv_a[:, C:], pos, cos, sin, interleaved=True)
+    ulps = max(ulp_err(q[..., nope:].contiguous(), q_ref.contiguous()), ulp_err(cache[loc, C:], k_ref))
+    assert ulps <= 2.0, f"rotary off the reference by {ulps} ulp {what}"
+    others = torch.ones(cache.shape[0], dtype=torch.bool, device=cache.device)
+    others[loc] = False
+    assert torch.equal(cache[others], cache0[others]), f"wrote cache slots outside the tokens' {what}"
+    if not norm:
+        assert torch.equal(cache[loc, :C], cache0[loc, :C]), f"latent written without c_norm {what}"
+    _check_counters_reset()
+    return {"rel_err": err, "rotary_ulps": ulps}
+
+
+def check_rope_beside_reference_path(seed=0) -> dict:
+    """kernels.gemv with ``rotary`` where the Triton path does not run (float32, use_triton=False) runs
+    apply_rotary and then the product: the same numbers as the two ops; where it runs, the same as the
+    kernels one after the other; bad arguments name the value."""
+    from sglang_eagle3.kernels.gemv import Routing
+
+    T, H, nope, C, R = 3, 2, 16, 32, 16
+    out = {}
+    for dtype, use_triton in ((torch.float32, True), (torch.bfloat16, False), (torch.bfloat16, True)):
+        q0, kv_a, nw, pos, loc, cache0, cos, sin, w_uk = rope_wuk_inputs(T, H, nope, C, R, dtype, "cpu", seed)
+        res = []
+        for fused in (True, False):
+            q, cache = q0.clone(), cache0.clone()
+            rotary = _rope_wuk_rotary(q, kv_a, nw, pos, loc, cache, cos, sin, nope, C)
+            if fused:
+                y = kernels.gemv(q[..., :nope], w_uk.transpose(1, 2), rotary=rotary, use_triton=use_triton)
+            else:
+                kernels.apply_rotary(**rotary, use_triton=use_triton)
+                y = kernels.gemv(q[..., :nope], w_uk.transpose(1, 2), use_triton=use_triton)
+            res.append((y, q, cache))
+        what = f"{dtype=} {use_triton=}"
+        for name, a, b in zip(("product", "q", "cache"), *res, strict=True):
+            assert torch.equal(a, b), f"{name} differs with rotary= ({what})"
+        out[what] = "apply_rotary's and gemv's numbers"
+    q0, kv_a, nw, pos, loc, cache0, cos, sin, w_uk = rope_wuk_inputs(T, H, nope, C, R, torch.bfloat16, "cpu", seed)
+    rotary = _rope_wuk_rotary(q0, kv_a, nw, pos, loc, cache0, cos, sin, nope, C)
+    route = Routing(None, top_k=2)
+    for fn, bad, pattern in (
+            (kernels.triton_gemv, dict(rotary={**rotary, "inplace": False}), "works in place: inplace=True, got False"),
+            (kernels.gemv, dict(rotary={**rotary, "inplace": False}), "works in place: inplace=True, got False"),
+            (kernels.triton_gemv, dict(rotary={**rotary, "positions": pos[:2]}), r"2 positions for T=3 rows"),
+            (kernels.gemv, dict(rotary=rotary, route=route, route_logits=torch.randn(T, 8)), "rotary and route"),
+            (kernels.triton_gemv, dict(rotary=rotary, fma=True), "CUDA-core form has no side programs")):
+        try:
+            fn(q0[..., :nope], w_uk.transpose(1, 2), **bad)
+        except AssertionError as exc:
+            assert re.search(pattern, str(exc)), f"{exc!s} does not match {pattern!r}"
+        else:
+            raise AssertionError(f"no assertion for {pattern!r}")
+    return out
+
+
 def pin_routing(model: torch.nn.Module) -> None:
     """Correction biases a whole sigmoid range apart: every token picks the same experts (the weights still
     follow the scores). Two paths that round differently then cannot route a token to other experts, which
@@ -419,6 +529,7 @@ def check_input_norm_fold_model(device="cpu", dtype=torch.bfloat16, tol=3e-2, B=
 # Split-K over 3-4 splits of 64 (the last one short), in small programs (the interpreter stays quick).
 FOLD_SPLIT = {"BLOCK_N": 16, "BLOCK_K": 32, "SPLIT": 4, "num_warps": 4}
 FOLD_ONE = {"BLOCK_N": 16, "BLOCK_K": 32, "SPLIT": 1, "num_warps": 4}  # one program streams all of K
+FOLD_SPLIT_NMAJOR = {"BLOCK_N": 16, "BLOCK_K": 16, "SPLIT": 3, "num_warps": 4}  # K = 48 in 3 splits of 16
 
 CASES = {
     "fold_split_residual_t3": lambda: check_input_norm_fold(3, 40, 23, 200, config=FOLD_SPLIT, seed=60, min_splits=4),
@@ -467,4 +578,10 @@ CASES = {
                                                             config=FOLD_ONE, ties=True, seed=83),
     "route_beside_default_config_t2": lambda: check_route_beside_gemv(2, 64, 48, 96, top_k=8, seed=84),
     "route_beside_reference_path": lambda: check_route_beside_reference_path(seed=85),
+    # MLA's rotary launch beside W_UK (q_nope [T, H, nope] @ an N-contiguous [H, C, nope] view), split or not.
+    "rope_beside_wuk_t1": lambda: check_rope_beside_gemv(1, 2, 16, 32, 16, seed=90),
+    "rope_beside_wuk_split_t5": lambda: check_rope_beside_gemv(5, 3, 48, 32, 16, config=FOLD_SPLIT_NMAJOR, seed=91),
+    "rope_beside_wuk_fp16_no_norm_t3": lambda: check_rope_beside_gemv(3, 2, 16, 48, 32, dtype=torch.float16,
+                                                                      norm=False, seed=92),
+    "rope_beside_reference_path": lambda: check_rope_beside_reference_path(seed=93),
 }

@@ -2,8 +2,9 @@
 input RMSNorm (with its residual add) folded into MLA's q_a [1536] + kv_a [576] launch over K = 7168, for
 decode and verify rows (T = 1..8, 16); a CUDA graph replay of the fold; a small Kimi-shaped model's logits
 with the fold on and off. The MoE routing in the tail of the router [384] + shared expert [256] launch:
-bit-identical to the routing kernel on the launch's logits, eager and in a graph replay, and its cost. The
-checks are shared with the interpreter run (fold_checks.py).
+bit-identical to the routing kernel on the launch's logits, eager and in a graph replay, and its cost. MLA's
+rotary launch in programs of W_UK's (rope_wuk): bit-identical to the two launches, at the kernels and in the
+model. The checks are shared with the interpreter run (fold_checks.py).
 
 Outputs come from a poisoned allocator (test_kernels_gpu.poison_allocator), so an element the kernel never
 writes is NaN, which no bound accepts.
@@ -22,8 +23,10 @@ from fold_checks import (  # noqa: E402
     EPS,
     check_input_norm_fold,
     check_input_norm_fold_model,
+    check_rope_beside_gemv,
     check_route_beside_gemv,
     check_router_topk_fold,
+    rope_wuk_inputs,
 )
 from test_kernels_gpu import poison_allocator  # noqa: E402
 
@@ -214,3 +217,74 @@ def test_router_topk_fold_graph_replay_equals_eager():
         assert torch.equal(outs_g[3], want_ids) and torch.equal(outs_g[2], want_w), "replay routing != moe_topk"
     left = {str(d): int(c.abs().sum()) for d, c in _COUNTERS.items()}
     assert not any(left.values()), f"counters not reset after replays: {left}"
+
+
+# --- MLA's rotary beside W_UK (the rope_wuk fusion) ---------------------------------------------------------
+HEADS, NOPE, KV_LORA, ROPE = 8, 128, 512, 64
+
+
+@pytest.mark.parametrize("T", [1, 2, 4, 5, 8, 16])
+def test_rope_beside_w_uk_kimi(T):
+    """W_UK (q_nope [T, 8, 128] @ the N-contiguous [8, 512, 128] view, the launcher's own config) with the rotary
+    programs beside it: q, the cache and the product torch.equal to the rotary launch then W_UK's (the
+    launch compiled without fp fusion must not move W_UK's bits), and within rounding of the references."""
+    poison_allocator()
+    check_rope_beside_gemv(T, HEADS, NOPE, KV_LORA, ROPE, device="cuda", seed=700 + T)
+
+
+def test_rope_beside_w_uk_graph_replay_equals_eager():
+    """The fused launch captured in a CUDA graph: replays on new q, kv_a, positions and cache slots equal eager
+    calls (q, the cache and the product), three times in a row."""
+    from sglang_eagle3 import kernels
+
+    T = 4
+    q, kv_a, nw, pos, loc, cache, cos, sin, w_uk = rope_wuk_inputs(T, HEADS, NOPE, KV_LORA, ROPE, torch.bfloat16,
+                                                                   "cuda", 11, slots=64)
+    q0 = q.clone()
+    w = w_uk.transpose(1, 2)
+    rotary = dict(q=q[..., NOPE:], k=kv_a[:, KV_LORA:], positions=pos, cos=cos, sin=sin, interleaved=True,
+                  inplace=True, k_out=cache[:, KV_LORA:], k_out_rows=loc,
+                  c_norm=(kv_a[:, :KV_LORA], nw, EPS, cache[:, :KV_LORA]))
+
+    def step():
+        q.copy_(q0)  # the rotary works in place: every call starts from the same q
+        return kernels.gemv(q[..., :NOPE], w, rotary=rotary), q.clone(), cache.clone()
+
+    graph, outs_g = _capture(step)
+    for _ in range(3):
+        q0.copy_(torch.randn_like(q0))
+        kv_a.copy_(torch.randn_like(kv_a))
+        pos.copy_(torch.randint(0, cos.shape[0], pos.shape, device="cuda"))
+        loc.copy_(torch.randperm(cache.shape[0], device="cuda")[:T])
+        _replay_equals_eager(graph, outs_g, step, ("W_UK product", "q", "cache"))
+
+
+def test_rope_beside_w_uk_model_logits():
+    """A small Kimi-shaped model (bf16, INT4 experts): decode and verify (T=4) logits and the KV caches with
+    rope_wuk on equal those with it off (the other fusions as by default), eagerly and in replayed CUDA graphs."""
+    from mla_rope_checks import model_step_logits
+
+    from sglang_eagle3 import env
+
+    seed = int(torch.randint(0, 1 << 30, (1,)))
+    kw = dict(device="cuda", dtype=torch.bfloat16, seed=seed, hidden=256, layers=4, T=4, B=2, ctxs=(200, 1100),
+              use_cuda_graph=True)
+    on, cache_on, _ = model_step_logits(",".join(n for n in env.DEFAULT_NO_FUSE.split(",") if n != "rope_wuk"), **kw)
+    off, cache_off, _ = model_step_logits(env.DEFAULT_NO_FUSE, **kw)
+    for key, ref in off.items():
+        assert torch.equal(on[key], ref), (seed, key, (on[key] - ref).abs().max().item())
+    for a, b in zip(cache_on, cache_off, strict=True):
+        assert torch.equal(a, b), (seed, "KV caches differ")
+
+
+@pytest.mark.parametrize("T", [1, 4])
+def test_kernels_per_moe_layer_rope_wuk(T, monkeypatch):
+    """With rope_wuk on, one launch fewer a MoE layer than the default budget (test_kernels_gpu's 14): 13."""
+    from kernel_checks import cuda_kernels_per_moe_layer
+
+    from sglang_eagle3 import env
+
+    monkeypatch.setenv(env.NO_FUSE.name, ",".join(n for n in env.DEFAULT_NO_FUSE.split(",") if n != "rope_wuk"))
+    counts = cuda_kernels_per_moe_layer(T)
+    print(f"T={T}: {counts}")
+    assert counts["per_moe_layer"] <= 13, counts

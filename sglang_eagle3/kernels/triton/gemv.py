@@ -31,6 +31,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from sglang_eagle3.kernels.triton.moe_topk import route_bias, route_row
+from sglang_eagle3.kernels.triton.rotary import rotary_token
 from sglang_eagle3.kernels.triton.sync import last_arrival
 
 EPI_NONE, EPI_ADD, EPI_GATED = 0, 1, 2
@@ -195,6 +196,14 @@ def gemv_kernel(
     TOPK_GROUP: tl.constexpr = 1, TOP_K: tl.constexpr = 1, G_PAD: tl.constexpr = 1, PG_PAD: tl.constexpr = 1,
     K_PAD: tl.constexpr = 1, HAS_BIAS: tl.constexpr = False, RENORMALIZE: tl.constexpr = False,
     PREFETCH_L2: tl.constexpr = False, ROUTE_SIDE: tl.constexpr = False, logits_ptr=None, s_lt=0,
+    ROPE_SIDE: tl.constexpr = False, rp_pos_ptr=None, rp_cos_ptr=None, rp_sin_ptr=None, rp_q_ptr=None,
+    rp_q_out_ptr=None, rp_k_ptr=None, rp_k_out_ptr=None, rp_k_out_rows_ptr=None, rp_stride_qt=0, rp_stride_qh=0,
+    rp_stride_qot=0, rp_stride_qoh=0, rp_stride_kt=0, rp_stride_kh=0, rp_stride_kot=0, rp_stride_koh=0,
+    rp_stride_table=0, rp_HQ=0, rp_HK=0, rp_HAS_K: tl.constexpr = False, rp_K_OUT_ROWS: tl.constexpr = False,
+    rp_INTERLEAVED: tl.constexpr = False, rp_HALF: tl.constexpr = 1, rp_HALF_PAD: tl.constexpr = 1,
+    rp_BLOCK_H: tl.constexpr = 1, rp_NORM_C: tl.constexpr = False, rp_c_ptr=None, rp_nw_ptr=None,
+    rp_c_out_ptr=None, rp_stride_ct=0, rp_stride_cot=0, rp_C=0, rp_eps=0.0, rp_BLOCK_C: tl.constexpr = 16,
+    rp_HAS_Q: tl.constexpr = True, rp_ONE_BLOCK: tl.constexpr = False,
 ):
     """out[t, b, n] = epilogue(sum_k x[t, b, k] W[b, n, k]) over grid (N blocks, SPLIT, B).
 
@@ -226,10 +235,28 @@ def gemv_kernel(
     work side by side in one launch: the shared expert's down projection and the routing both read only
     what the router + shared launch wrote.
 
+    ROPE_SIDE (without PAIR and ROUTE_SIDE): likewise T more programs past the NB1 row blocks, program NB1 + t
+    (of split 0, head 0) running the rotary launch's work for token t (rotary_kernel's arguments, each prefixed
+    rp_; kernels/rotary.py rotary_args builds them): MLA's q rope in place, kv_a norm and k rope into the
+    cache, beside W_UK, which reads other columns of q (q_nope). The launch must then be compiled without fp
+    fusion, as the rotary launch is: the rotation's products are rounded as the reference rounds them (this
+    kernel's own epilogues have no product-add to contract without a norm or a gated epilogue).
+
     PREFETCH_L2 (with PDL): before the grid-dependency wait, ask the L2 for the program's whole weight slab."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     b = tl.program_id(2)
+    if ROPE_SIDE:
+        if pid_n >= NB1:  # a rotary program, not a row block of W (it waits for the previous kernel itself)
+            if (pid_k == 0) & (b == 0):
+                rotary_token((pid_n - NB1).to(tl.int64), rp_pos_ptr, rp_cos_ptr, rp_sin_ptr, rp_q_ptr,
+                             rp_q_out_ptr, rp_k_ptr, rp_k_out_ptr, rp_k_out_rows_ptr, rp_stride_qt, rp_stride_qh,
+                             rp_stride_qot, rp_stride_qoh, rp_stride_kt, rp_stride_kh, rp_stride_kot,
+                             rp_stride_koh, rp_stride_table, rp_HQ, rp_HK, rp_HAS_K, rp_K_OUT_ROWS,
+                             rp_INTERLEAVED, rp_HALF, rp_HALF_PAD, rp_BLOCK_H, PDL, rp_NORM_C, rp_c_ptr, rp_nw_ptr,
+                             rp_c_out_ptr, rp_stride_ct, rp_stride_cot, rp_C, rp_eps, rp_BLOCK_C, rp_HAS_Q,
+                             rp_ONE_BLOCK)
+            return
     if PAIR:
         second = pid_n >= NB1
         pid_loc = tl.where(second, pid_n - NB1, pid_n)

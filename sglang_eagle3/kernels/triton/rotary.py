@@ -61,25 +61,26 @@ def _rotate_rest(src_ptr, dst_ptr, stride_sh, stride_dh, n_heads, cos, sin, i_id
 
 
 @triton.jit
-def rotary_kernel(
-    pos_ptr, cos_ptr, sin_ptr,
+def rotary_token(
+    t, pos_ptr, cos_ptr, sin_ptr,
     q_ptr, q_out_ptr, k_ptr, k_out_ptr, k_out_rows_ptr,
     stride_qt, stride_qh, stride_qot, stride_qoh,
     stride_kt, stride_kh, stride_kot, stride_koh,
     stride_table, HQ, HK,
     HAS_K: tl.constexpr, K_OUT_ROWS: tl.constexpr, INTERLEAVED: tl.constexpr, HALF: tl.constexpr,
-    HALF_PAD: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr = False,
-    NORM_C: tl.constexpr = False, c_ptr=None, nw_ptr=None, c_out_ptr=None, stride_ct=0, stride_cot=0, C=0,
-    eps=0.0, BLOCK_C: tl.constexpr = 16, HAS_Q: tl.constexpr = True, ONE_BLOCK: tl.constexpr = False,
+    HALF_PAD: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr,
+    NORM_C: tl.constexpr, c_ptr, nw_ptr, c_out_ptr, stride_ct, stride_cot, C,
+    eps, BLOCK_C: tl.constexpr, HAS_Q: tl.constexpr, ONE_BLOCK: tl.constexpr,
 ):
-    """Token t's q heads -> q_out row t (unless not HAS_Q); its k heads -> k_out row t, or row k_out_rows[t]
-    (cache slots).
+    """Token t (int64) of rotary_kernel: its q heads -> q_out row t (unless not HAS_Q); its k heads -> k_out
+    row t, or row k_out_rows[t] (cache slots). A function of its own so that another launch can run it in
+    programs beside its own work (gemv_kernel's ROPE_SIDE: MLA's rotary beside W_UK) with the same code, hence
+    the same bits, as the rotary launch.
     NORM_C (with K_OUT_ROWS): also RMSNorm of the token's latent c [C] (fp32 math, the RMSNorm kernel's
     formula) into row k_out_rows[t] of c_out: MLA's kv_a norm and k rope in one launch.
     The outputs must not overlap another operand (q_out may be q itself, k_out k itself): the first head
     blocks of q and k and the latent are all loaded before anything is stored (module doc). ONE_BLOCK: BLOCK_H
     covers HQ and HK, so no head loop follows (and no load follows a store: compile_checks.py asserts it)."""
-    t = tl.program_id(0).to(tl.int64)
     i_idx = tl.arange(0, HALF_PAD)
     i_ok = i_idx < HALF
     h = tl.arange(0, BLOCK_H)
@@ -115,3 +116,22 @@ def rotary_kernel(
         if not ONE_BLOCK:
             _rotate_rest(k_ptr + t * stride_kt, k_out_ptr + k_row * stride_kot, stride_kh, stride_koh, HK, cos,
                          sin, i_idx, i_ok, INTERLEAVED, BLOCK_H, HALF)
+
+
+@triton.jit
+def rotary_kernel(
+    pos_ptr, cos_ptr, sin_ptr,
+    q_ptr, q_out_ptr, k_ptr, k_out_ptr, k_out_rows_ptr,
+    stride_qt, stride_qh, stride_qot, stride_qoh,
+    stride_kt, stride_kh, stride_kot, stride_koh,
+    stride_table, HQ, HK,
+    HAS_K: tl.constexpr, K_OUT_ROWS: tl.constexpr, INTERLEAVED: tl.constexpr, HALF: tl.constexpr,
+    HALF_PAD: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr = False,
+    NORM_C: tl.constexpr = False, c_ptr=None, nw_ptr=None, c_out_ptr=None, stride_ct=0, stride_cot=0, C=0,
+    eps=0.0, BLOCK_C: tl.constexpr = 16, HAS_Q: tl.constexpr = True, ONE_BLOCK: tl.constexpr = False,
+):
+    """One program per token: rotary_token(program_id(0), ...)."""
+    rotary_token(tl.program_id(0).to(tl.int64), pos_ptr, cos_ptr, sin_ptr, q_ptr, q_out_ptr, k_ptr, k_out_ptr,
+                 k_out_rows_ptr, stride_qt, stride_qh, stride_qot, stride_qoh, stride_kt, stride_kh, stride_kot,
+                 stride_koh, stride_table, HQ, HK, HAS_K, K_OUT_ROWS, INTERLEAVED, HALF, HALF_PAD, BLOCK_H, PDL,
+                 NORM_C, c_ptr, nw_ptr, c_out_ptr, stride_ct, stride_cot, C, eps, BLOCK_C, HAS_Q, ONE_BLOCK)
