@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # Twenty-ninth session's device round (H200).
-#   GIT_COMMIT=<HEAD> bash benchmarks/run_session29_round.sh c1
-# c1: the rope_wuk fusion (MLA's rotary launch as programs of W_UK's GEMV launch, one launch fewer a layer on
-#     the main chain, no stream fork/join). First its GPU tests (kernel bit-equality against the two launches at
-#     Kimi shapes T = 1..16, a graph replay, the small Kimi-shaped model's logits and caches with it on and off,
-#     the launch count) and the rotary / latent / PDL tests the refactored rotary kernel touches; then the
-#     61-layer step at 1k and 8k, T = 1, 4, 8, one process alternating the defaults and rope_wuk on twice.
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session29_round.sh c1   (then c2)
+# The rope_wuk fusion (MLA's rotary launch as programs of W_UK's GEMV launch, one launch fewer a layer on the
+# main chain, no stream fork/join).
+# c1: its GPU tests (kernel bit-equality against the two launches at Kimi shapes T = 1..16, a graph replay, the
+#     small Kimi-shaped model's logits and caches with it on and off, the launch count) and the rotary / latent /
+#     PDL tests the refactored rotary kernel touches.
+# c2: the 61-layer step at 1k and 8k, T = 1, 4, 8, one process alternating the defaults and rope_wuk on twice.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: c1}
+part=${1:?part: c1 or c2}
 NF=SGLANG_EAGLE3_NO_FUSE
 RWK="$NF=input_norm,router_topk,q_rope_attn,route_shared_down"  # rope_wuk on, the other defaults as they are
 case $part in
 c1)
-  TAIL=30 stage gpu_rope_wuk 300 python -m pytest -q -p no:cacheprovider tests/kernels/test_fold_gpu.py -k rope -rA
-  TAIL=30 stage gpu_rotary 300 python -m pytest -q -p no:cacheprovider tests/kernels/test_pdl_gpu.py \
+  TAIL=30 stage gpu_rope_wuk 270 python -m pytest -q -p no:cacheprovider tests/kernels/test_fold_gpu.py -k rope -rA
+  TAIL=30 stage gpu_rotary 270 python -m pytest -q -p no:cacheprovider tests/kernels/test_pdl_gpu.py \
     tests/kernels/test_kernels_gpu.py::test_rotary_bit_identical tests/kernels/test_kernels_gpu.py::test_latent_to_cache \
     tests/kernels/test_kernels_gpu.py::test_kernels_per_moe_layer \
     tests/kernels/test_kernels_gpu.py::test_graph_replay_equals_eager tests/kernels/test_mla_rope_gpu.py::test_rotary_k_only_kimi
+  ;;
+c2)
   TAIL=60 stage step_rope_wuk 560 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$RWK" '' "$RWK" \
     --out "$OUT/step_rope_wuk.json"
