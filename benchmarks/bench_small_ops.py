@@ -6,7 +6,8 @@ the script imports the package of the tree it lives in (``package`` in the outpu
 
 Also two launches of a MoE layer's tail and MLA at the step's shapes: the shared expert's down projection
 [7168, 256] then the routing, as two launches and (where the package has it) as one with the routing
-programs beside the GEMV; MLA at 1k and 8k context with a page table sized for 8.4k keys (as the
+programs beside the GEMV; MLA's W_UK alone, after the rotary launch, and with the rotary programs in its own
+launch (the rope_wuk fusion); MLA at 1k and 8k context with a page table sized for 8.4k keys (as the
 verify-graph benchmark's graphs) and for 32k.
 
 The sampler (--sampler): a round's token choice at Kimi's vocabulary (163840) for R rows (decode 1, verify of
@@ -102,6 +103,38 @@ def mla_rotary_case(T: int, slots: int = 8448):
     return calls
 
 
+def rope_wuk_case(T: int, mode: str, slots: int = 8448):
+    """MLA's W_UK launch (q_nope [T, 8, 128] of q [T, 8, 192] @ the N-contiguous [8, 512, 128] view of kv_b) with
+    the layer's rotary launch (mla_rotary_case's): ``mode`` "wuk" W_UK alone, "two" the rotary launch then
+    W_UK's, "one" W_UK's launch with the rotary programs beside it (the rope_wuk fusion; None where the package
+    lacks it)."""
+    if mode == "one" and "rotary" not in kernels.gemv.__code__.co_varnames:
+        return None
+    n_sets = 8
+    P = 32768
+    q = torch.randn(n_sets, T, HEADS, 128 + ROPE, device="cuda", dtype=torch.bfloat16)
+    kv = torch.randn(n_sets, T, KV_LORA + ROPE, device="cuda", dtype=torch.bfloat16)
+    cache = torch.randn(n_sets, slots, KV_LORA + ROPE, device="cuda", dtype=torch.bfloat16)
+    loc = torch.stack([torch.randperm(slots, device="cuda")[:T] for _ in range(n_sets)])
+    pos = torch.randint(0, P, (n_sets, T), device="cuda")
+    cos, sin = torch.rand(P, ROPE // 2, device="cuda"), torch.rand(P, ROPE // 2, device="cuda")
+    nw = torch.rand(KV_LORA, device="cuda", dtype=torch.bfloat16) + 0.5
+    w_uk = torch.randn(n_sets, HEADS, 128, KV_LORA, device="cuda", dtype=torch.bfloat16) / 128 ** 0.5  # 1 MB each
+
+    def rotary(i):
+        return dict(q=q[i][..., 128:], k=kv[i][:, KV_LORA:], positions=pos[i], cos=cos, sin=sin, interleaved=True,
+                    inplace=True, k_out=cache[i][:, KV_LORA:], k_out_rows=loc[i],
+                    c_norm=(kv[i][:, :KV_LORA], nw, 1e-6, cache[i][:, :KV_LORA]))
+
+    def call(i):
+        if mode == "two":
+            kernels.apply_rotary(**rotary(i))
+        extra = {"rotary": rotary(i)} if mode == "one" else {}
+        kernels.gemv(q[i][..., :128], w_uk[i].transpose(1, 2), **extra)
+
+    return lambda: [lambda i=i: call(i) for i in range(n_sets)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -146,6 +179,11 @@ def main() -> None:
             case = shared_down_route_case(T, beside)
             if case is not None:
                 cases[f"shared down + routing T={T} {'one launch' if beside else 'two launches'}"] = case
+    for T in (1, 4):
+        for mode, what in (("wuk", "W_UK alone"), ("two", "rotary then W_UK"), ("one", "W_UK + rotary one launch")):
+            case = rope_wuk_case(T, mode)
+            if case is not None:
+                cases[f"{what} T={T}"] = case
     for T, ctx, cap in MLA_CASES:
         cases[f"mla T={T} ctx={ctx} table={cap}"] = mla_case(1, T, ctx, capacity=cap)[0]
     # The other files' kernels (--kernels-from) time every case beside this checkout's, alternating each repeat.

@@ -7,8 +7,10 @@
 #     small Kimi-shaped model's logits and caches with it on and off, the launch count) and the rotary / latent /
 #     PDL tests the refactored rotary kernel touches.
 # c2: the 61-layer step at 1k and 8k, T = 1, 4, 8, one process alternating the defaults and rope_wuk on twice.
+# c3: the launches alone (bench_small_ops.py): W_UK alone, the rotary launch then W_UK, W_UK with the rotary
+#     programs in its launch, T = 1 and 4 (with the other small launches the script times).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: c1 or c2}
+part=${1:?part: c1, c2 or c3}
 NF=SGLANG_EAGLE3_NO_FUSE
 RWK="$NF=input_norm,router_topk,q_rope_attn,route_shared_down"  # rope_wuk on, the other defaults as they are
 case $part in
@@ -23,6 +25,9 @@ c2)
   TAIL=60 stage step_rope_wuk 560 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 4 8 --eager-iters 1 --graph-iters 30 --env-variants '' "$RWK" '' "$RWK" \
     --out "$OUT/step_rope_wuk.json"
+  ;;
+c3)
+  TAIL=40 stage small_ops 300 python benchmarks/bench_small_ops.py --repeat 5 --out "$OUT/small_ops.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
