@@ -9,8 +9,10 @@
 # c2: the 61-layer step at 1k and 8k, T = 1, 4, 8, one process alternating the defaults and rope_wuk on twice.
 # c3: the launches alone (bench_small_ops.py): W_UK alone, the rotary launch then W_UK, W_UK with the rotary
 #     programs in its launch, T = 1 and 4 (with the other small launches the script times).
+# c4: the step again at 1k, T = 1 and 4 only, the two settings alternating six times with 50 replays each (c2's
+#     spread, ~1%, was as large as the ~1.4% that c3's 1 us a layer would make).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: c1, c2 or c3}
+part=${1:?part: c1 .. c4}
 NF=SGLANG_EAGLE3_NO_FUSE
 RWK="$NF=input_norm,router_topk,q_rope_attn,route_shared_down"  # rope_wuk on, the other defaults as they are
 case $part in
@@ -28,6 +30,11 @@ c2)
   ;;
 c3)
   TAIL=40 stage small_ops 300 python benchmarks/bench_small_ops.py --repeat 5 --out "$OUT/small_ops.json"
+  ;;
+c4)
+  TAIL=40 stage step_rope_wuk_x6 560 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 50 \
+    --env-variants '' "$RWK" '' "$RWK" '' "$RWK" '' "$RWK" '' "$RWK" '' "$RWK" --out "$OUT/step_rope_wuk_x6.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
