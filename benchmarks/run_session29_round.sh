@@ -11,8 +11,11 @@
 #     programs in its launch, T = 1 and 4 (with the other small launches the script times).
 # c4: the step again at 1k, T = 1 and 4 only, the two settings alternating six times with 50 replays each (c2's
 #     spread, ~1%, was as large as the ~1.4% that c3's 1 us a layer would make).
+# c5: leave-one-out: the step as it is, with a rotary kernel that does no work (benchmarks/ablations/
+#     rotary_noop.py: the launch kept, its work gone; numbers wrong, timing only) and with rope_wuk, at 1k,
+#     T = 1 and 4, alternating three times: what the rotary's work costs on the chain.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: c1 .. c4}
+part=${1:?part: c1 .. c5}
 NF=SGLANG_EAGLE3_NO_FUSE
 RWK="$NF=input_norm,router_topk,q_rope_attn,route_shared_down"  # rope_wuk on, the other defaults as they are
 case $part in
@@ -35,6 +38,11 @@ c4)
   TAIL=40 stage step_rope_wuk_x6 560 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 1 4 --eager-iters 1 --graph-iters 50 \
     --env-variants '' "$RWK" '' "$RWK" '' "$RWK" '' "$RWK" '' "$RWK" '' "$RWK" --out "$OUT/step_rope_wuk_x6.json"
+  ;;
+c5)
+  TAIL=40 stage step_rotary_ablation 560 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 50 --env-variants '' "$RWK" '' "$RWK" '' "$RWK" \
+    --kernels-from benchmarks/ablations/rotary_noop.py --out "$OUT/step_rotary_ablation.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
