@@ -14,8 +14,11 @@
 # c5: leave-one-out: the step as it is, with a rotary kernel that does no work (benchmarks/ablations/
 #     rotary_noop.py: the launch kept, its work gone; numbers wrong, timing only) and with rope_wuk, at 1k,
 #     T = 1 and 4, alternating three times: what the rotary's work costs on the chain.
+# c6: the same leave-one-out for three more small launches, each alone against the step as it is, at 1k, T = 1
+#     and 4, alternating twice: the norms storing zeros (rms_norm_zero.py), MLA's merge storing zeros
+#     (mla_merge_zero.py), the routing storing fixed experts (moe_topk_const.py); timing only.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: c1 .. c5}
+part=${1:?part: c1 .. c6}
 NF=SGLANG_EAGLE3_NO_FUSE
 RWK="$NF=input_norm,router_topk,q_rope_attn,route_shared_down"  # rope_wuk on, the other defaults as they are
 case $part in
@@ -43,6 +46,13 @@ c5)
   TAIL=40 stage step_rotary_ablation 560 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 1 4 --eager-iters 1 --graph-iters 50 --env-variants '' "$RWK" '' "$RWK" '' "$RWK" \
     --kernels-from benchmarks/ablations/rotary_noop.py --out "$OUT/step_rotary_ablation.json"
+  ;;
+c6)
+  A=benchmarks/ablations
+  TAIL=40 stage step_small_ablation 580 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 50 --env-variants '' '' \
+    --kernels-from $A/rms_norm_zero.py $A/mla_merge_zero.py $A/moe_topk_const.py \
+    --out "$OUT/step_small_ablation.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
