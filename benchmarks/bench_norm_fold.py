@@ -39,6 +39,25 @@ def parse_config(text: str) -> dict:
     return {"BLOCK_N": 32, "BLOCK_K": bk, "SPLIT": split, "num_warps": 4, "num_stages": stages}
 
 
+def fold_cases(h, res, w1, w2, nw, configs: dict) -> dict:
+    """{name: () -> thunks over the weight sets} for activations h and residuals res [sets, T, HIDDEN]."""
+    sets = range(h.shape[0])
+
+    def unfused(i):
+        normed, _ = kernels.rms_norm(h[i], nw, 1e-6, res[i])
+        kernels.gemv_pair(normed, w1[i], w2[i])
+
+    def fold(i, cfg=None):
+        triton_gemv_pair(h[i], w1[i], w2[i], norm_weight=nw, eps=1e-6, residual=res[i], config=cfg)
+
+    cases = {"norm, then q_a + kv_a (two launches)": lambda: [lambda i=i: unfused(i) for i in sets],
+             "q_a + kv_a alone (no norm)": lambda: [lambda i=i: kernels.gemv_pair(h[i], w1[i], w2[i]) for i in sets],
+             "fold, launcher's config": lambda: [lambda i=i: fold(i) for i in sets]}
+    for name, cfg in configs.items():
+        cases[f"fold BLOCK_K:SPLIT:STAGES={name}"] = lambda cfg=cfg: [lambda i=i: fold(i, cfg) for i in sets]
+    return cases
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -57,19 +76,7 @@ def main() -> None:
     for T in args.tokens:
         h = torch.randn(n_sets, T, HIDDEN, device="cuda", generator=g).bfloat16()
         res = torch.randn(n_sets, T, HIDDEN, device="cuda", generator=g).bfloat16()
-
-        def unfused(i):
-            normed, _ = kernels.rms_norm(h[i], nw, 1e-6, res[i])
-            kernels.gemv_pair(normed, w1[i], w2[i])
-
-        cases = {"norm, then q_a + kv_a (two launches)": lambda: [lambda i=i: unfused(i) for i in range(n_sets)],
-                 "q_a + kv_a alone (no norm)": lambda: [lambda i=i: kernels.gemv_pair(h[i], w1[i], w2[i])
-                                                        for i in range(n_sets)],
-                 "fold, launcher's config": lambda: [lambda i=i: triton_gemv_pair(
-                     h[i], w1[i], w2[i], norm_weight=nw, eps=1e-6, residual=res[i]) for i in range(n_sets)]}
-        for name, cfg in configs.items():
-            cases[f"fold BLOCK_K:SPLIT:STAGES={name}"] = lambda cfg=cfg: [lambda i=i: triton_gemv_pair(
-                h[i], w1[i], w2[i], norm_weight=nw, eps=1e-6, residual=res[i], config=cfg) for i in range(n_sets)]
+        cases = fold_cases(h, res, w1, w2, nw, configs)
         for name, calls in cases.items():
             try:
                 us = [round(time_graph(calls()), 2) for _ in range(args.repeat)]

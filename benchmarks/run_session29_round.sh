@@ -17,8 +17,10 @@
 # c6: the same leave-one-out for three more small launches, each alone against the step as it is, at 1k, T = 1
 #     and 4, alternating twice: the norms storing zeros (rms_norm_zero.py), MLA's merge storing zeros
 #     (mla_merge_zero.py), the routing storing fixed experts (moe_topk_const.py); timing only.
+# c7: the input-norm fold alone (bench_norm_fold.py): q_a + kv_a with the norm and residual add in its launch,
+#     at the launcher's config and eight others, against the norm then the plain launch, T = 1 and 4.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: c1 .. c6}
+part=${1:?part: c1 .. c7}
 NF=SGLANG_EAGLE3_NO_FUSE
 RWK="$NF=input_norm,router_topk,q_rope_attn,route_shared_down"  # rope_wuk on, the other defaults as they are
 case $part in
@@ -53,6 +55,9 @@ c6)
     --tokens 1 4 --eager-iters 1 --graph-iters 50 --env-variants '' '' \
     --kernels-from $A/rms_norm_zero.py $A/mla_merge_zero.py $A/moe_topk_const.py \
     --out "$OUT/step_small_ablation.json"
+  ;;
+c7)
+  TAIL=60 stage norm_fold 400 python benchmarks/bench_norm_fold.py --out "$OUT/norm_fold.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
