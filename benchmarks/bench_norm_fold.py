@@ -6,7 +6,7 @@ alone, at the launcher's config and at the configs given: what the fold costs th
 Each case's calls run over 4 weight sets (30 MB each: the L2 holds none between uses), captured in one CUDA
 graph (bench_kernels.time_graph: median replay / calls).
 
-    python benchmarks/bench_norm_fold.py --out OUT.json [--configs 64:4:8 128:4:4 ...]   # BLOCK_K:SPLIT:STAGES
+    python benchmarks/bench_norm_fold.py --out OUT.json [--configs 64:4:8 128:4:4:2 ...]  # BLOCK_K:SPLIT:STAGES[:WARPS]
 """
 
 from __future__ import annotations
@@ -31,12 +31,14 @@ DEFAULT_CONFIGS = ["64:4:8", "64:4:4", "64:2:8", "64:8:4", "128:4:4", "128:4:2",
 
 
 def parse_config(text: str) -> dict:
-    """'BLOCK_K:SPLIT:STAGES' -> a gemv_pair config (BLOCK_N 32, 4 warps)."""
+    """'BLOCK_K:SPLIT:STAGES[:WARPS]' -> a gemv_pair config (BLOCK_N 32; 4 warps unless given)."""
     try:
-        bk, split, stages = (int(v) for v in text.split(":"))
-    except ValueError:
-        raise SystemExit(f"--configs: {text!r} is not BLOCK_K:SPLIT:STAGES") from None
-    return {"BLOCK_N": 32, "BLOCK_K": bk, "SPLIT": split, "num_warps": 4, "num_stages": stages}
+        bk, split, stages, *warps = (int(v) for v in text.split(":"))
+        assert len(warps) <= 1
+    except (ValueError, AssertionError):
+        raise SystemExit(f"--configs: {text!r} is not BLOCK_K:SPLIT:STAGES[:WARPS]") from None
+    return {"BLOCK_N": 32, "BLOCK_K": bk, "SPLIT": split, "num_warps": warps[0] if warps else 4,
+            "num_stages": stages}
 
 
 def fold_cases(h, res, w1, w2, nw, configs: dict) -> dict:
@@ -54,7 +56,7 @@ def fold_cases(h, res, w1, w2, nw, configs: dict) -> dict:
              "q_a + kv_a alone (no norm)": lambda: [lambda i=i: kernels.gemv_pair(h[i], w1[i], w2[i]) for i in sets],
              "fold, launcher's config": lambda: [lambda i=i: fold(i) for i in sets]}
     for name, cfg in configs.items():
-        cases[f"fold BLOCK_K:SPLIT:STAGES={name}"] = lambda cfg=cfg: [lambda i=i: fold(i, cfg) for i in sets]
+        cases[f"fold BLOCK_K:SPLIT:STAGES[:WARPS]={name}"] = lambda cfg=cfg: [lambda i=i: fold(i, cfg) for i in sets]
     return cases
 
 

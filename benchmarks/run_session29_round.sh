@@ -19,8 +19,12 @@
 #     (mla_merge_zero.py), the routing storing fixed experts (moe_topk_const.py); timing only.
 # c7: the input-norm fold alone (bench_norm_fold.py): q_a + kv_a with the norm and residual add in its launch,
 #     at the launcher's config and eight others, against the norm then the plain launch, T = 1 and 4.
+#     Found: the fold 59.7 us against 12.2 for the plain launch and 14.7 for the norm then it (T=1; T=4 alike);
+#     smaller K tiles faster (32: 34.4 us). In its sm_90 SASS every warp works the whole [16, BLOCK_K] x tile
+#     (the dot operand's layout): the NORM_POST loop is 334 instructions a tile against 134.
+# c8: the same at fewer warps a program (less of that redundant work) and 16-wide K tiles.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: c1 .. c7}
+part=${1:?part: c1 .. c8}
 NF=SGLANG_EAGLE3_NO_FUSE
 RWK="$NF=input_norm,router_topk,q_rope_attn,route_shared_down"  # rope_wuk on, the other defaults as they are
 case $part in
@@ -58,6 +62,10 @@ c6)
   ;;
 c7)
   TAIL=60 stage norm_fold 400 python benchmarks/bench_norm_fold.py --out "$OUT/norm_fold.json"
+  ;;
+c8)
+  TAIL=60 stage norm_fold_warps 400 python benchmarks/bench_norm_fold.py --out "$OUT/norm_fold_warps.json" \
+    --configs 32:4:8 32:4:8:1 32:4:8:2 16:4:8 16:4:8:1 64:4:4:1 64:4:4:2 32:8:8:1 32:2:8:1 128:4:4:1
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
