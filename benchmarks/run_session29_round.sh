@@ -22,9 +22,12 @@
 #     Found: the fold 59.7 us against 12.2 for the plain launch and 14.7 for the norm then it (T=1; T=4 alike);
 #     smaller K tiles faster (32: 34.4 us). In its sm_90 SASS every warp works the whole [16, BLOCK_K] x tile
 #     (the dot operand's layout): the NORM_POST loop is 334 instructions a tile against 134.
-# c8: the same at fewer warps a program (less of that redundant work) and 16-wide K tiles.
+# c8: the same at fewer warps a program (less of that redundant work) and 16-wide K tiles. Found: best 23-26 us
+#     (16:4:8:1, 32:4:8:2, 64:4:4:1, 128:4:4:1), still twice the plain launch: no config rescues NORM_POST.
+# c9: the single-GPU tests of the runtime and kernels at the session's code (tests/gpu, test_kernels_gpu.py,
+#     test_graph_runner.py, test_fold_gpu.py, test_mla_rope_gpu.py).
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: c1 .. c8}
+part=${1:?part: c1 .. c9}
 NF=SGLANG_EAGLE3_NO_FUSE
 RWK="$NF=input_norm,router_topk,q_rope_attn,route_shared_down"  # rope_wuk on, the other defaults as they are
 case $part in
@@ -66,6 +69,11 @@ c7)
 c8)
   TAIL=60 stage norm_fold_warps 400 python benchmarks/bench_norm_fold.py --out "$OUT/norm_fold_warps.json" \
     --configs 32:4:8 32:4:8:1 32:4:8:2 16:4:8 16:4:8:1 64:4:4:1 64:4:4:2 32:8:8:1 32:2:8:1 128:4:4:1
+  ;;
+c9)
+  TAIL=40 stage gpu_suite 560 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
+    tests/kernels/test_kernels_gpu.py tests/test_graph_runner.py tests/kernels/test_fold_gpu.py \
+    tests/kernels/test_mla_rope_gpu.py
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
