@@ -150,7 +150,9 @@ def cache_dir() -> Path:
 # Re-measured in the twenty-eighth session, against the twenty-seventh's kernels (step_fusions_82ef67a.json,
 # the step alternating twice in one process): route_shared_down -1% at decode, +4% at verify T=4; input_norm
 # +50-67%; q_rope_attn +2-4% (medians, decode and verify). All stay off.
-# rope_wuk (twenty-ninth session): new, off until the step measures it.
+# rope_wuk (twenty-ninth session): 0.7-1.05 us a layer faster alone (bench_small_ops.py), no faster in the step
+# (4.36 / 4.39 ms at decode 1k, 5.81 / 5.80 at T=4, medians of six alternations, step_rope_wuk_x6_16aacf9.json):
+# off, the same time with more code on the default path.
 DEFAULT_NO_FUSE = "input_norm,router_topk,q_rope_attn,route_shared_down,rope_wuk"
 FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn", "route_shared_down",
            "rope_wuk")
