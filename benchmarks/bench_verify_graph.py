@@ -14,6 +14,16 @@ the KV cache of the context, the lm_head slice) over the copy bandwidth measured
 
     python benchmarks/bench_verify_graph.py --out benchmarks/results/h200/verify_graph.json
     python benchmarks/bench_verify_graph.py --comm-gpus 2 --backends triton --out benchmarks/results/2xh200/...
+
+With several settings (--env-variants, --overlap-variants, --kernels-from), --paired N also keeps every
+setting's captured graphs and then replays them interleaved, N rounds at each shape (the settings in a rotated
+order each round): each setting's median ms and, against the first setting, the median of the rounds' ratios
+with a bootstrap 95% interval. A round's replays run back to back, so clock and thermal drift cancel in its
+ratio; the runs of separately captured settings one after another differ by ~1-1.6% on the H200 (docs/
+BENCHMARKS.md, twenty-ninth session), the size of the effects a launch or two a layer make.
+
+    python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 --tokens 1 4 --graph-iters 5 \
+        --env-variants '' SGLANG_EAGLE3_NO_FUSE= --paired 200 --out OUT.json
 """
 
 from __future__ import annotations
@@ -183,6 +193,58 @@ def parse_env_variant(text: str) -> dict[str, str]:
     return pairs
 
 
+def paired_summary(times: dict[str, list[float]], resamples: int = 2000, seed: int = 0) -> dict:
+    """{setting: {median_ms, vs_first: median of per-round ratios, ci95: bootstrap interval of that median}}
+    for ``times`` {setting: ms of each round}, every list one entry a round (the first setting is the base)."""
+    import random
+
+    names = list(times)
+    rounds = {len(v) for v in times.values()}
+    assert len(rounds) == 1 and rounds != {0}, (
+        f"every setting needs the same rounds, got {[len(v) for v in times.values()]}")
+    base = times[names[0]]
+    rng = random.Random(seed)
+    out = {}
+    for name in names:
+        ratios = [t / b for t, b in zip(times[name], base, strict=True)]
+        meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+        out[name] = {"median_ms": round(statistics.median(times[name]), 4),
+                     "vs_first": round(statistics.median(ratios), 4),
+                     "ci95": [round(meds[int(0.025 * (resamples - 1))], 4),
+                              round(meds[int(0.975 * (resamples - 1))], 4)]}
+    return out
+
+
+@torch.inference_mode()
+def paired_times(kept: list[tuple[str, ModelRunner]], ctx: int, T: int, pages: list[list[int]], rounds: int,
+                 warmup: int = 3) -> dict[str, list[float]]:
+    """{setting: graph ms of each round} at one shape: every kept runner's graph replayed once a round, the
+    settings in an order rotated by one each round (none always first), each replay timed with events."""
+    steps = {}
+    for label, runner in kept:
+        bt = runner.build([(list(range(100 + b, 100 + b + T)), ctx, p) for b, p in enumerate(pages)])
+        steps[label] = (lambda runner=runner, bt=bt: runner.target_uniform(bt, T, verify=T > 1))
+        for _ in range(warmup):
+            steps[label]()
+    torch.cuda.synchronize()
+    labels = list(steps)
+    times = {label: [] for label in labels}
+    eager_before = {label: _eager_forwards(runner) for label, runner in kept}
+    for i in range(rounds):
+        for label in labels[i % len(labels):] + labels[: i % len(labels)]:
+            times[label].append(median_ms(steps[label], 1))
+    for label, runner in kept:  # an eager forward would run the layers as the last setting left them
+        if _eager_forwards(runner) != eager_before[label]:
+            raise RuntimeError(f"--paired: setting {label!r} ran eager at ctx {ctx} T={T} instead of replaying its "
+                               "graph; its times would be of another setting")
+    return times
+
+
+def _eager_forwards(runner: ModelRunner) -> int:
+    """Target decode/verify forwards the runner has run eagerly (not as a graph replay) so far."""
+    return sum(sum(r.stats.eager.values()) for r in (runner.target_decode, runner.target_verify))
+
+
 @torch.inference_mode()
 def time_case(runner: ModelRunner, ctx: int, T: int, pages: list[list[int]], eager_iters: int, graph_iters: int):
     """(eager ms, graph ms) of len(pages) requests (each its own page list), each with `ctx` cached tokens and T
@@ -228,8 +290,12 @@ def main() -> None:
                     help="N > 1: the same rank slice on each of N GPUs, all-reduces run over the N (NCCL), so the "
                          "step carries real all-reduce traffic of TP=8's message sizes (N GPUs' all-reduce, not 8's)")
     add_kernels_from_arg(ap, "every setting is timed again with each, in the same process")
+    ap.add_argument("--paired", type=int, default=0, metavar="ROUNDS",
+                    help="keep every setting's graphs and replay them interleaved ROUNDS times a shape (module doc)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.paired and args.comm_gpus > 1:
+        raise SystemExit("--paired runs on one GPU (--comm-gpus 1)")
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     if args.comm_gpus > 1:
         from sglang_eagle3.bench.ranks import run_ranks
@@ -312,6 +378,7 @@ def run(rank: int, world: int, args) -> dict:
     ar_us: dict[int, float] = {}  # tokens -> in-graph all-reduce us (world > 1)
     results["routing"] = "uniform (drawn each step)" if uniform else "the random router's own"
     swaps = {"": None} | {ab_tag(paths): kernels_from(paths) for paths in args.kernels_from}
+    kept: list[tuple[str, ModelRunner]] = []  # --paired: (setting, its runner), the first of each setting
     for backend, variant, env_set, tag in [(b, v, e, t) for b in args.backends for v in variants for e in env_variants
                                            for t in swaps]:
         runner = None
@@ -380,6 +447,8 @@ def run(rank: int, world: int, args) -> dict:
                               f"floor+ar {case['floor_plus_ar_ms']:.2f} ms" if world > 1 else ""), flush=True)
             results.setdefault("capture", {})[label] = {"seconds": round(capture_s, 2), "graph_mib": graph_mib}
             results.setdefault("kernel_reports", {})[label] = kernels.kernel_report()  # what this setting ran
+            if args.paired and label not in dict(kept):  # its graphs hold what it captured: replayed later
+                kept.append((label, runner))
         except Exception as e:  # a broken backend is reported, the other still runs
             results.setdefault("errors", {})[label] = f"{type(e).__name__}: {e}"
             print(f"[{label}] FAILED: {type(e).__name__}: {e}", flush=True)
@@ -388,6 +457,21 @@ def run(rank: int, world: int, args) -> dict:
             overrides.close()  # the next variant starts from the environment as it was
     for h in hooks:
         h.remove()
+    if len(kept) > 1:
+        per_req = max_ctx // page_size
+        pages = [list(range(1 + b * per_req, 1 + (b + 1) * per_req)) for b in range(args.batch)]
+        print(f"paired: {len(kept)} settings replayed interleaved, {args.paired} rounds a shape", flush=True)
+        for ctx in args.contexts:
+            for T in timed_Ts:
+                summary = paired_summary(paired_times(kept, ctx, T, pages, args.paired))
+                results.setdefault("paired", []).append({"context": ctx, "T": T, "rounds": args.paired,
+                                                         "settings": summary})
+                for label, row in summary.items():
+                    print(f"  paired ctx {ctx:5d} T={T} {label}: median {row['median_ms']:.3f} ms  "
+                          f"x{row['vs_first']:.4f} [{row['ci95'][0]:.4f}, {row['ci95'][1]:.4f}]", flush=True)
+    elif args.paired:
+        print("--paired: fewer than two settings captured, nothing to pair", flush=True)
+    kept.clear()
     return results
 
 

@@ -1,0 +1,59 @@
+"""bench_verify_graph.paired_summary, the statistics of --paired (settings replayed interleaved, round by round),
+on CPU: a setting's ratio to the first is the median of the rounds' ratios with a bootstrap interval, so a slow
+drift shared by every setting of a round cancels where the medians of separately timed runs would carry it."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_verify_graph import paired_summary  # noqa: E402
+
+
+def _rounds(n: int, effect: float, seed: int) -> dict[str, list[float]]:
+    """Round times of three settings under a shared drift of several percent: 'base', 'slower' (x effect) and
+    'same' (x 1), each with its own 0.3% noise."""
+    g = torch.Generator().manual_seed(seed)
+    drift = 4.3 * (1 + 0.04 * torch.cumsum(torch.randn(n, generator=g), 0) / n ** 0.5)  # a random walk, ~4%
+
+    def noisy(scale: float) -> list[float]:
+        return (drift * scale * (1 + 0.003 * torch.randn(n, generator=g))).tolist()
+
+    return {"base": noisy(1.0), "slower": noisy(effect), "same": noisy(1.0)}
+
+
+def test_paired_summary_finds_a_small_effect_under_drift():
+    seed = int(torch.randint(0, 1 << 30, (1,)))
+    effect = 1.0 + float(torch.empty(1).uniform_(0.006, 0.02))  # 0.6-2%: below the drift
+    times = _rounds(201, effect, seed)
+    out = paired_summary(times, seed=seed)
+    assert set(out) == set(times)
+    for name, row in out.items():
+        assert row["median_ms"] == pytest.approx(statistics.median(times[name]), abs=1e-4), (seed, name)
+    assert out["base"]["vs_first"] == 1.0 and out["base"]["ci95"] == [1.0, 1.0], seed
+    lo, hi = out["slower"]["ci95"]
+    ratios = torch.tensor(times["slower"]) / torch.tensor(times["base"])
+    assert out["slower"]["vs_first"] == pytest.approx(ratios.median().item(), abs=5e-5), seed  # odd rounds: one median
+    # A 95% interval misses the truth one time in twenty by design: allow its own width on each side (~4 standard
+    # errors of the median), still far tighter than the effect, which must lie outside "no effect".
+    width = hi - lo
+    assert lo - width <= effect <= hi + width and lo > 1.0, (seed, effect, lo, hi)
+    assert width < 0.004, (seed, lo, hi)  # ~0.3% noise a round: a tight interval
+    lo, hi = out["same"]["ci95"]
+    assert lo - (hi - lo) <= 1.0 <= hi + (hi - lo), (seed, lo, hi)
+    # The drift itself is larger than the effect: separate medians of halves of the run would not see it reliably.
+    spread = max(times["base"]) / min(times["base"])
+    assert spread - 1 > effect - 1, (seed, spread, effect)
+
+
+def test_paired_summary_needs_equal_rounds():
+    with pytest.raises(AssertionError, match="same rounds"):
+        paired_summary({"a": [1.0, 2.0], "b": [1.0]})
+    with pytest.raises(AssertionError, match="same rounds"):
+        paired_summary({"a": [], "b": []})
