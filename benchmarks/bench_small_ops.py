@@ -80,11 +80,11 @@ def shared_down_route_case(T: int, beside: bool):
     return lambda: [lambda i=i: both(i) for i in range(n_sets)]
 
 
-def mla_rotary_case(T: int, slots: int = 8448):
-    """The rotary launch as MLA's layer makes it (kv_norm fusion): q_rope [T, 8, 64] rotated in place inside q
-    [T, 8, 192], the latent c [T, 512] RMS-normed and k_rope [T, 64] rotated into the tokens' rows of a paged cache
-    [slots, 576] (kv_a's output [T, 576] holds c and k_rope)."""
-    n_sets = 8
+def mla_rotary_sets(T: int, n_sets: int = 8, slots: int = 8448) -> tuple[torch.Tensor, list[dict]]:
+    """(q [n_sets, T, 8, 192], the rotary launch of each set as MLA's layer makes it with the kv_norm fusion, as
+    kernels.apply_rotary's arguments): q_rope [T, 8, 64] rotated in place inside q, the latent c [T, 512]
+    RMS-normed and k_rope [T, 64] rotated into the tokens' rows of a paged cache [slots, 576] (kv_a's output
+    [T, 576] holds c and k_rope)."""
     P = 32768
     q = torch.randn(n_sets, T, HEADS, 128 + ROPE, device="cuda", dtype=torch.bfloat16)
     kv = torch.randn(n_sets, T, KV_LORA + ROPE, device="cuda", dtype=torch.bfloat16)
@@ -93,46 +93,34 @@ def mla_rotary_case(T: int, slots: int = 8448):
     pos = torch.randint(0, P, (n_sets, T), device="cuda")
     cos, sin = torch.rand(P, ROPE // 2, device="cuda"), torch.rand(P, ROPE // 2, device="cuda")
     nw = torch.rand(KV_LORA, device="cuda", dtype=torch.bfloat16) + 0.5
-
-    def calls():
-        return [lambda i=i: kernels.apply_rotary(
-            q[i][..., 128:], kv[i][:, KV_LORA:], pos[i], cos, sin, interleaved=True, inplace=True,
-            k_out=cache[i][:, KV_LORA:], k_out_rows=loc[i],
-            c_norm=(kv[i][:, :KV_LORA], nw, 1e-6, cache[i][:, :KV_LORA])) for i in range(n_sets)]
-
-    return calls
+    return q, [dict(q=q[i][..., 128:], k=kv[i][:, KV_LORA:], positions=pos[i], cos=cos, sin=sin, interleaved=True,
+                    inplace=True, k_out=cache[i][:, KV_LORA:], k_out_rows=loc[i],
+                    c_norm=(kv[i][:, :KV_LORA], nw, 1e-6, cache[i][:, :KV_LORA])) for i in range(n_sets)]
 
 
-def rope_wuk_case(T: int, mode: str, slots: int = 8448):
+def mla_rotary_case(T: int):
+    """The rotary launch as MLA's layer makes it (mla_rotary_sets)."""
+    _, rotary = mla_rotary_sets(T)
+    return lambda: [lambda r=r: kernels.apply_rotary(**r) for r in rotary]
+
+
+def rope_wuk_case(T: int, mode: str):
     """MLA's W_UK launch (q_nope [T, 8, 128] of q [T, 8, 192] @ the N-contiguous [8, 512, 128] view of kv_b) with
-    the layer's rotary launch (mla_rotary_case's): ``mode`` "wuk" W_UK alone, "two" the rotary launch then
+    the layer's rotary launch (mla_rotary_sets'): ``mode`` "wuk" W_UK alone, "two" the rotary launch then
     W_UK's, "one" W_UK's launch with the rotary programs beside it (the rope_wuk fusion; None where the package
     lacks it)."""
     if mode == "one" and "rotary" not in kernels.gemv.__code__.co_varnames:
         return None
-    n_sets = 8
-    P = 32768
-    q = torch.randn(n_sets, T, HEADS, 128 + ROPE, device="cuda", dtype=torch.bfloat16)
-    kv = torch.randn(n_sets, T, KV_LORA + ROPE, device="cuda", dtype=torch.bfloat16)
-    cache = torch.randn(n_sets, slots, KV_LORA + ROPE, device="cuda", dtype=torch.bfloat16)
-    loc = torch.stack([torch.randperm(slots, device="cuda")[:T] for _ in range(n_sets)])
-    pos = torch.randint(0, P, (n_sets, T), device="cuda")
-    cos, sin = torch.rand(P, ROPE // 2, device="cuda"), torch.rand(P, ROPE // 2, device="cuda")
-    nw = torch.rand(KV_LORA, device="cuda", dtype=torch.bfloat16) + 0.5
-    w_uk = torch.randn(n_sets, HEADS, 128, KV_LORA, device="cuda", dtype=torch.bfloat16) / 128 ** 0.5  # 1 MB each
-
-    def rotary(i):
-        return dict(q=q[i][..., 128:], k=kv[i][:, KV_LORA:], positions=pos[i], cos=cos, sin=sin, interleaved=True,
-                    inplace=True, k_out=cache[i][:, KV_LORA:], k_out_rows=loc[i],
-                    c_norm=(kv[i][:, :KV_LORA], nw, 1e-6, cache[i][:, :KV_LORA]))
+    q, rotary = mla_rotary_sets(T)
+    w_uk = torch.randn(len(rotary), HEADS, 128, KV_LORA, device="cuda", dtype=torch.bfloat16) / 128 ** 0.5  # 1 MB
 
     def call(i):
         if mode == "two":
-            kernels.apply_rotary(**rotary(i))
-        extra = {"rotary": rotary(i)} if mode == "one" else {}
+            kernels.apply_rotary(**rotary[i])
+        extra = {"rotary": rotary[i]} if mode == "one" else {}
         kernels.gemv(q[i][..., :128], w_uk[i].transpose(1, 2), **extra)
 
-    return lambda: [lambda i=i: call(i) for i in range(n_sets)]
+    return lambda: [lambda i=i: call(i) for i in range(len(rotary))]
 
 
 def main() -> None:

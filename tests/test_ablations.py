@@ -1,0 +1,49 @@
+"""The leave-one-out kernels of benchmarks/ablations/ (timing only) must keep the signatures of the kernels they
+stand in for: bench_kernels.kernels_from swaps one in by name where the launcher calls the real one with the
+real one's arguments, so a parameter added to the real kernel and not to its stand-in breaks the swap (or,
+worse, a constexpr default hides it). Checked by each parameter's name, constexpr-ness and default."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.bench_kernels import SWAPPABLE, _defines  # noqa: E402
+
+ABLATIONS = sorted((REPO / "benchmarks" / "ablations").glob("*.py"))
+
+
+def _signature(kernel) -> list[tuple]:
+    return [(p.name, p.is_constexpr, p.default) for p in kernel.params]
+
+
+def _real_kernel(name: str):
+    """The package kernel a launcher in SWAPPABLE calls by ``name`` (the launcher module's global)."""
+    for launcher, names in SWAPPABLE.items():
+        if name in names:
+            return getattr(importlib.import_module(launcher), name)
+    raise AssertionError(f"{name} is not one of bench_kernels.SWAPPABLE's names: nothing would swap it in")
+
+
+@pytest.mark.parametrize("path", ABLATIONS, ids=lambda p: p.stem)
+def test_ablation_kernel_keeps_the_real_signature(path):
+    spec = importlib.util.spec_from_file_location(f"ablation_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    names = [n for n, obj in vars(module).items() if hasattr(obj, "params") and _defines(module, n)]
+    assert names, f"{path.name} defines no Triton kernel"
+    for name in names:
+        real = _real_kernel(name)
+        assert _signature(getattr(module, name)) == _signature(real), (
+            f"{path.name}: {name}'s parameters differ from {inspect.getmodule(real.fn).__name__}.{name}'s")
+
+
+def test_there_are_ablations():
+    assert {p.stem for p in ABLATIONS} >= {"rotary_noop", "rms_norm_zero", "mla_merge_zero", "moe_topk_const"}
