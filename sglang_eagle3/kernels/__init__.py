@@ -103,8 +103,7 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
     if rotary is not None:
         assert route is None, "rotary and route beside one GEMV"
         assert rotary.get("inplace"), f"rotary beside a GEMV works in place: inplace=True, got {rotary.get('inplace')}"
-        if ok and fma is not True and _kernel_ok(use_triton, x, w, w_up, add, norm_weight) and _rotary_kernel_ok(
-                use_triton, **rotary):
+        if ok and _kernel_ok(use_triton, x, w, w_up, add, norm_weight) and _rotary_kernel_ok(use_triton, **rotary):
             return triton_gemv(x, w, w_up=w_up, add=add, out_dtype=out_dtype, out=out, norm_weight=norm_weight,
                                eps=eps, fma=fma, rotary=rotary)
         apply_rotary(**rotary, use_triton=use_triton)

@@ -25,7 +25,7 @@ import triton
 from sglang_eagle3 import env
 from sglang_eagle3.kernels import tuning
 from sglang_eagle3.kernels.moe_topk import Routing
-from sglang_eagle3.kernels.rotary import rotary_args
+from sglang_eagle3.kernels.rotary import rotary_args, triton_apply_rotary
 from sglang_eagle3.kernels.triton.gemv import (
     EPI_ADD,
     EPI_GATED,
@@ -263,7 +263,8 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
     rotary of q's rope columns and of k into the cache beside W_UK, which reads q's other columns. In place
     only (nothing more is returned), and it must write nothing the GEMV reads (the caller's promise: the two
     run concurrently); its results are bit-identical to the rotary launch's (the same code, also compiled
-    without fp fusion).
+    without fp fusion). Where the product takes the CUDA-core form (which has no side programs) the rotary
+    launch runs first instead: the product's bits never depend on ``rotary``.
 
     ``fma``: True runs the CUDA-core form (triton_gemv_fma: 2-D, no epilogue), False the tensor-core kernel;
     None lets fma_form decide (small K-contiguous matrices without an epilogue, unless ``config`` is given)."""
@@ -309,21 +310,23 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         extra = T
     else:
         assert route_logits is None, "route_logits without route"
+    epilogue = gated or add is not None or route is not None or out.dtype != x.dtype
+    if fma is None:
+        fma = config is None and fma_form(N, K, x, w, epilogue)
     rope_kw = {}
     if rotary is not None:
         assert route is None, "rotary and route beside one GEMV: one kind of side programs a launch"
         assert rotary.get("inplace"), f"rotary beside a GEMV works in place: inplace=True, got {rotary.get('inplace')}"
-        assert fma is not True, "the CUDA-core form has no side programs: rotary needs fma=False or None"
         assert rotary["positions"].shape[0] == T, (
             f"one rotary program a GEMV row: {rotary['positions'].shape[0]} positions for {T=} rows")
-        _, _, rargs = rotary_args(**rotary)
-        rope_kw = {"ROPE_SIDE": True, **{f"rp_{name}": value for name, value in rargs.items()}}
-        extra, fma = rotary["positions"].shape[0], False
+        if fma:  # the CUDA-core form has no side programs: the rotary launch first, the product as without it
+            triton_apply_rotary(**rotary)
+        else:
+            _, _, rargs = rotary_args(**rotary)
+            rope_kw = {"ROPE_SIDE": True, **{f"rp_{name}": value for name, value in rargs.items()}}
+            extra = rotary["positions"].shape[0]
     if T == 0 or (N == 0 and not extra):
         return (out, *routed) if routed else out
-    epilogue = gated or add is not None or route is not None or out.dtype != x.dtype
-    if fma is None:
-        fma = config is None and fma_form(N, K, x, w, epilogue)
     if fma:
         assert not epilogue and not batched, "the CUDA-core form has no epilogue and no heads"
         return triton_gemv_fma(x, w, out=out, norm_weight=norm_weight, eps=eps, config=config)

@@ -444,6 +444,24 @@ def check_rope_beside_reference_path(seed=0) -> dict:
         for name, a, b in zip(("product", "q", "cache"), *res, strict=True):
             assert torch.equal(a, b), f"{name} differs with rotary= ({what})"
         out[what] = "apply_rotary's and gemv's numbers"
+    # A 2-D product in the CUDA-core form's shape range (fma_form: K >= 1024): no side programs there, so the rotary
+    # launch runs first and the product is the one without it, bit for bit.
+    g = torch.Generator(device="cpu").manual_seed(seed + 1)
+    x2, w2 = torch.randn(T, 1024, generator=g).bfloat16(), (torch.randn(24, 1024, generator=g) / 32).bfloat16()
+    q0, kv_a, nw, pos, loc, cache0, cos, sin, _ = rope_wuk_inputs(T, H, nope, C, R, torch.bfloat16, "cpu", seed)
+    res = []
+    for fused in (True, False):
+        q, cache = q0.clone(), cache0.clone()
+        rotary = _rope_wuk_rotary(q, kv_a, nw, pos, loc, cache, cos, sin, nope, C)
+        if fused:
+            y = kernels.gemv(x2, w2, rotary=rotary, use_triton=True)
+        else:
+            kernels.apply_rotary(**rotary, use_triton=True)
+            y = kernels.gemv(x2, w2, use_triton=True)
+        res.append((y, q, cache))
+    for name, a, b in zip(("product", "q", "cache"), *res, strict=True):
+        assert torch.equal(a, b), f"{name} differs with rotary= beside a CUDA-core-form product"
+    out["2-D, the CUDA-core form's shape"] = "the rotary launch first, the same numbers"
     q0, kv_a, nw, pos, loc, cache0, cos, sin, w_uk = rope_wuk_inputs(T, H, nope, C, R, torch.bfloat16, "cpu", seed)
     rotary = _rope_wuk_rotary(q0, kv_a, nw, pos, loc, cache0, cos, sin, nope, C)
     route = Routing(None, top_k=2)
@@ -451,8 +469,7 @@ def check_rope_beside_reference_path(seed=0) -> dict:
             (kernels.triton_gemv, dict(rotary={**rotary, "inplace": False}), "works in place: inplace=True, got False"),
             (kernels.gemv, dict(rotary={**rotary, "inplace": False}), "works in place: inplace=True, got False"),
             (kernels.triton_gemv, dict(rotary={**rotary, "positions": pos[:2]}), r"2 positions for T=3 rows"),
-            (kernels.gemv, dict(rotary=rotary, route=route, route_logits=torch.randn(T, 8)), "rotary and route"),
-            (kernels.triton_gemv, dict(rotary=rotary, fma=True), "CUDA-core form has no side programs")):
+            (kernels.gemv, dict(rotary=rotary, route=route, route_logits=torch.randn(T, 8)), "rotary and route")):
         try:
             fn(q0[..., :nope], w_uk.transpose(1, 2), **bad)
         except AssertionError as exc:
