@@ -222,7 +222,7 @@ def paired_times(kept: list[tuple[str, ModelRunner]], ctx: int, T: int, pages: l
     settings in an order rotated by one each round (none always first), each replay timed with events."""
     steps = {}
     for label, runner in kept:
-        bt = runner.build([(list(range(100 + b, 100 + b + T)), ctx, p) for b, p in enumerate(pages)])
+        bt = uniform_batch(runner, ctx, T, pages)
         steps[label] = (lambda runner=runner, bt=bt: runner.target_uniform(bt, T, verify=T > 1))
         for _ in range(warmup):
             steps[label]()
@@ -245,11 +245,22 @@ def _eager_forwards(runner: ModelRunner) -> int:
     return sum(sum(r.stats.eager.values()) for r in (runner.target_decode, runner.target_verify))
 
 
+def uniform_batch(runner: ModelRunner, ctx: int, T: int, pages: list[list[int]]):
+    """The batch of len(pages) requests (each its own page list), each with `ctx` cached tokens and T new ones."""
+    return runner.build([(list(range(100 + b, 100 + b + T)), ctx, p) for b, p in enumerate(pages)])
+
+
+def request_pages(batch: int, max_ctx: int, page_size: int) -> list[list[int]]:
+    """Each of ``batch`` requests' own pages, enough for ``max_ctx`` tokens (page 0 is the pool's scratch)."""
+    per_req = max_ctx // page_size
+    return [list(range(1 + b * per_req, 1 + (b + 1) * per_req)) for b in range(batch)]
+
+
 @torch.inference_mode()
 def time_case(runner: ModelRunner, ctx: int, T: int, pages: list[list[int]], eager_iters: int, graph_iters: int):
     """(eager ms, graph ms) of len(pages) requests (each its own page list), each with `ctx` cached tokens and T
     new ones."""
-    bt = runner.build([(list(range(100 + b, 100 + b + T)), ctx, p) for b, p in enumerate(pages)])
+    bt = uniform_batch(runner, ctx, T, pages)
     graph_runner = runner.target_verify if T > 1 else runner.target_decode
     inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
                   seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
@@ -407,8 +418,7 @@ def run(rank: int, world: int, args) -> dict:
             capture_s = time.perf_counter() - t0
             graph_mib = sum(r["capture_mib"] for r in runner.graph_report().values())
             print(f"[{label}] captured {len(Ts)} graphs in {capture_s:.1f} s ({graph_mib:.0f} MiB)", flush=True)
-            per_req = max_ctx // page_size
-            pages = [list(range(1 + b * per_req, 1 + (b + 1) * per_req)) for b in range(args.batch)]
+            pages = request_pages(args.batch, max_ctx, page_size)
             for ctx in args.contexts:
                 for T in timed_Ts:
                     moe_inputs.clear()
@@ -458,8 +468,7 @@ def run(rank: int, world: int, args) -> dict:
     for h in hooks:
         h.remove()
     if len(kept) > 1:
-        per_req = max_ctx // page_size
-        pages = [list(range(1 + b * per_req, 1 + (b + 1) * per_req)) for b in range(args.batch)]
+        pages = request_pages(args.batch, max_ctx, page_size)
         print(f"paired: {len(kept)} settings replayed interleaved, {args.paired} rounds a shape", flush=True)
         for ctx in args.contexts:
             for T in timed_Ts:

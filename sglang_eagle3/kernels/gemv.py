@@ -324,7 +324,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
         else:
             _, _, rargs = rotary_args(**rotary)
             rope_kw = {"ROPE_SIDE": True, **{f"rp_{name}": value for name, value in rargs.items()}}
-            extra = rotary["positions"].shape[0]
+            extra = T  # a rotary program a row
     if T == 0 or (N == 0 and not extra):
         return (out, *routed) if routed else out
     if fma:

@@ -427,40 +427,31 @@ def check_rope_beside_reference_path(seed=0) -> dict:
     from sglang_eagle3.kernels.gemv import Routing
 
     T, H, nope, C, R = 3, 2, 16, 32, 16
-    out = {}
-    for dtype, use_triton in ((torch.float32, True), (torch.bfloat16, False), (torch.bfloat16, True)):
-        q0, kv_a, nw, pos, loc, cache0, cos, sin, w_uk = rope_wuk_inputs(T, H, nope, C, R, dtype, "cpu", seed)
+
+    def with_and_without(dtype, use_triton, product, what):
+        """The rotary given to gemv against apply_rotary then gemv (``product(q)``: gemv's x and w), bit for bit."""
+        q0, kv_a, nw, pos, loc, cache0, cos, sin, _ = rope_wuk_inputs(T, H, nope, C, R, dtype, "cpu", seed)
         res = []
         for fused in (True, False):
             q, cache = q0.clone(), cache0.clone()
             rotary = _rope_wuk_rotary(q, kv_a, nw, pos, loc, cache, cos, sin, nope, C)
-            if fused:
-                y = kernels.gemv(q[..., :nope], w_uk.transpose(1, 2), rotary=rotary, use_triton=use_triton)
-            else:
+            if not fused:
                 kernels.apply_rotary(**rotary, use_triton=use_triton)
-                y = kernels.gemv(q[..., :nope], w_uk.transpose(1, 2), use_triton=use_triton)
-            res.append((y, q, cache))
-        what = f"{dtype=} {use_triton=}"
+            res.append((kernels.gemv(*product(q), rotary=rotary if fused else None, use_triton=use_triton), q, cache))
         for name, a, b in zip(("product", "q", "cache"), *res, strict=True):
             assert torch.equal(a, b), f"{name} differs with rotary= ({what})"
+
+    out = {}
+    for dtype, use_triton in ((torch.float32, True), (torch.bfloat16, False), (torch.bfloat16, True)):
+        w_uk = rope_wuk_inputs(T, H, nope, C, R, dtype, "cpu", seed)[-1]
+        what = f"{dtype=} {use_triton=}"
+        with_and_without(dtype, use_triton, lambda q, w_uk=w_uk: (q[..., :nope], w_uk.transpose(1, 2)), what)
         out[what] = "apply_rotary's and gemv's numbers"
     # A 2-D product in the CUDA-core form's shape range (fma_form: K >= 1024): no side programs there, so the rotary
     # launch runs first and the product is the one without it, bit for bit.
     g = torch.Generator(device="cpu").manual_seed(seed + 1)
     x2, w2 = torch.randn(T, 1024, generator=g).bfloat16(), (torch.randn(24, 1024, generator=g) / 32).bfloat16()
-    q0, kv_a, nw, pos, loc, cache0, cos, sin, _ = rope_wuk_inputs(T, H, nope, C, R, torch.bfloat16, "cpu", seed)
-    res = []
-    for fused in (True, False):
-        q, cache = q0.clone(), cache0.clone()
-        rotary = _rope_wuk_rotary(q, kv_a, nw, pos, loc, cache, cos, sin, nope, C)
-        if fused:
-            y = kernels.gemv(x2, w2, rotary=rotary, use_triton=True)
-        else:
-            kernels.apply_rotary(**rotary, use_triton=True)
-            y = kernels.gemv(x2, w2, use_triton=True)
-        res.append((y, q, cache))
-    for name, a, b in zip(("product", "q", "cache"), *res, strict=True):
-        assert torch.equal(a, b), f"{name} differs with rotary= beside a CUDA-core-form product"
+    with_and_without(torch.bfloat16, True, lambda q: (x2, w2), "beside a CUDA-core-form product")
     out["2-D, the CUDA-core form's shape"] = "the rotary launch first, the same numbers"
     q0, kv_a, nw, pos, loc, cache0, cos, sin, w_uk = rope_wuk_inputs(T, H, nope, C, R, torch.bfloat16, "cpu", seed)
     rotary = _rope_wuk_rotary(q0, kv_a, nw, pos, loc, cache0, cos, sin, nope, C)

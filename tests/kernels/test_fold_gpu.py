@@ -21,6 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from fold_checks import (  # noqa: E402
     EPS,
+    _rope_wuk_rotary,
     check_input_norm_fold,
     check_input_norm_fold_model,
     check_rope_beside_gemv,
@@ -242,9 +243,7 @@ def test_rope_beside_w_uk_graph_replay_equals_eager():
                                                                    "cuda", 11, slots=64)
     q0 = q.clone()
     w = w_uk.transpose(1, 2)
-    rotary = dict(q=q[..., NOPE:], k=kv_a[:, KV_LORA:], positions=pos, cos=cos, sin=sin, interleaved=True,
-                  inplace=True, k_out=cache[:, KV_LORA:], k_out_rows=loc,
-                  c_norm=(kv_a[:, :KV_LORA], nw, EPS, cache[:, :KV_LORA]))
+    rotary = _rope_wuk_rotary(q, kv_a, nw, pos, loc, cache, cos, sin, NOPE, KV_LORA)
 
     def step():
         q.copy_(q0)  # the rotary works in place: every call starts from the same q
