@@ -57,3 +57,43 @@ def test_paired_summary_needs_equal_rounds():
         paired_summary({"a": [1.0, 2.0], "b": [1.0]})
     with pytest.raises(AssertionError, match="same rounds"):
         paired_summary({"a": [], "b": []})
+
+
+class _FakeStats:
+    def __init__(self):
+        self.eager = {"target_verify": 0}
+
+
+class _FakeRunner:
+    """What paired_times uses of a ModelRunner: build, target_uniform, and the graph runners' eager counts."""
+
+    def __init__(self, log: list, name: str, eager_from: int | None = None):
+        self.log, self.name, self.eager_from, self.calls = log, name, eager_from, 0
+        stats = _FakeStats()
+        self.target_decode = self.target_verify = type("G", (), {"stats": stats})()
+
+    def build(self, rows):
+        return rows
+
+    def target_uniform(self, bt, T, verify):
+        self.calls += 1
+        self.log.append(self.name)
+        if self.eager_from is not None and self.calls > self.eager_from:
+            self.target_verify.stats.eager["target_verify"] += 1
+
+
+def test_paired_times_rotates_the_order_and_refuses_eager(monkeypatch):
+    import benchmarks.bench_verify_graph as bvg
+
+    monkeypatch.setattr(bvg, "median_ms", lambda fn, iters: (fn(), 1.0)[1])
+    monkeypatch.setattr(bvg.torch.cuda, "synchronize", lambda: None)
+    log: list[str] = []
+    kept = [(n, _FakeRunner(log, n)) for n in ("a", "b", "c")]
+    times = bvg.paired_times(kept, 1024, 4, [[1, 2]], rounds=6, warmup=2)
+    assert {k: len(v) for k, v in times.items()} == {"a": 6, "b": 6, "c": 6}
+    rounds = log[6:]  # after 2 warm-up calls each
+    assert [rounds[i * 3:(i + 1) * 3] for i in range(3)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    log.clear()
+    kept = [("a", _FakeRunner(log, "a")), ("b", _FakeRunner(log, "b", eager_from=4))]  # b falls back to eager
+    with pytest.raises(RuntimeError, match="'b' ran eager at ctx 1024 T=4"):
+        bvg.paired_times(kept, 1024, 4, [[1, 2]], rounds=4, warmup=2)
