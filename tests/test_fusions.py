@@ -33,10 +33,11 @@ def test_fusion_knob(monkeypatch):
         env.fusion_on("qa_norm")
 
 
-def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: bool = False, with_ropes: bool = False):
-    """(logits, KV caches, calls of kernels.gemv_pair that took a layer's input norm, calls of gemv_pair or gemv
-    that routed) of one verify step; ``with_ropes``: (logits, KV caches, calls of gemv with a rotary beside
-    it) instead. ``pin_routing``: every token picks the same experts (tests/kernels/fold_checks.pin_routing)."""
+def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: bool = False):
+    """(logits, KV caches, calls) of one verify step, calls counting the kernels.gemv_pair calls that took a
+    layer's input norm ("folds"), the gemv_pair or gemv calls that routed ("routes") and the gemv calls with a
+    rotary beside them ("ropes"). ``pin_routing``: every token picks the same experts
+    (tests/kernels/fold_checks.pin_routing)."""
     from sglang_eagle3 import kernels
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
     from sglang_eagle3.testing import randomize, tiny_config, verify_batch_on_cpu
@@ -75,9 +76,8 @@ def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: boo
         logits = runner.target_verify.fn(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
                                          seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, tokens_per_req=T)[0]
     monkeypatch.undo()
-    if with_ropes:
-        return logits.float(), [kv.clone() for kv in runner.target_kv.layers], sum(ropes)
-    return logits.float(), [kv.clone() for kv in runner.target_kv.layers], sum(folds), sum(routes)
+    calls = {"folds": sum(folds), "routes": sum(routes), "ropes": sum(ropes)}
+    return logits.float(), [kv.clone() for kv in runner.target_kv.layers], calls
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -92,15 +92,17 @@ def test_fused_path_equals_unfused(monkeypatch, dtype):
     seed = int(torch.randint(0, 1 << 30, (1,)))
     layers, moe_layers = 3, 2
     fold_kernel = dtype != torch.float32 and env.TRITON_ON_CPU.flag() and env.TRITON_INTERPRET.flag()
-    fused, cache_f, folds, routes = _verify_logits(monkeypatch, "input_norm" if fold_kernel else "", dtype, seed)
-    plain, cache_p, folds_off, routes_off = _verify_logits(monkeypatch, "all", dtype, seed)
+    fused, cache_f, calls = _verify_logits(monkeypatch, "input_norm" if fold_kernel else "", dtype, seed)
+    plain, cache_p, calls_off = _verify_logits(monkeypatch, "all", dtype, seed)
+    folds, routes, folds_off, routes_off = calls["folds"], calls["routes"], calls_off["folds"], calls_off["routes"]
     assert torch.equal(fused, plain), (seed, (fused - plain).abs().max().item())
     for a, b in zip(cache_f, cache_p, strict=True):
         assert torch.equal(a, b), seed
     assert routes == moe_layers and routes_off == 0, f"routed in {routes} of {moe_layers} MoE layers ({routes_off=})"
     if fold_kernel:
-        folded, _, folds, _ = _verify_logits(monkeypatch, "", dtype, seed, pin_routing=True)
-        unfolded, _, _, _ = _verify_logits(monkeypatch, "input_norm", dtype, seed, pin_routing=True)
+        folded, _, calls = _verify_logits(monkeypatch, "", dtype, seed, pin_routing=True)
+        folds = calls["folds"]
+        unfolded, _, _ = _verify_logits(monkeypatch, "input_norm", dtype, seed, pin_routing=True)
         err = ((folded - unfolded).norm() / unfolded.norm()).item()
         assert err < 5e-2, (seed, err)  # ~2e-2 here (the unfused Triton path and the references: ~3e-2)
     assert folds == layers and folds_off == 0, f"input norm folded in {folds} of {layers} layers ({folds_off} unfused)"
@@ -113,8 +115,9 @@ def test_route_beside_shared_down_equals_unfused(monkeypatch, dtype):
     own programs: the same numbers as every fusion off, bit for bit (references on CPU; the Triton kernels
     under the interpreter with SGLANG_EAGLE3_TRITON_ON_CPU=1)."""
     seed = int(torch.randint(0, 1 << 30, (1,)))
-    fused, cache_f, _, routes = _verify_logits(monkeypatch, "input_norm,router_topk,q_rope_attn", dtype, seed)
-    plain, cache_p, _, routes_off = _verify_logits(monkeypatch, "all", dtype, seed)
+    fused, cache_f, calls = _verify_logits(monkeypatch, "input_norm,router_topk,q_rope_attn", dtype, seed)
+    plain, cache_p, calls_off = _verify_logits(monkeypatch, "all", dtype, seed)
+    routes, routes_off = calls["routes"], calls_off["routes"]
     assert torch.equal(fused, plain), (seed, (fused - plain).abs().max().item())
     for a, b in zip(cache_f, cache_p, strict=True):
         assert torch.equal(a, b), seed
@@ -128,9 +131,10 @@ def test_rope_beside_w_uk_equals_unfused(monkeypatch, dtype):
     for bit, in each of the 3 layers (references on CPU; the Triton kernels under the interpreter with
     SGLANG_EAGLE3_TRITON_ON_CPU=1)."""
     seed = int(torch.randint(0, 1 << 30, (1,)))
-    fused, cache_f, ropes = _verify_logits(monkeypatch, "input_norm,router_topk,q_rope_attn,route_shared_down",
-                                           dtype, seed, with_ropes=True)
-    plain, cache_p, ropes_off = _verify_logits(monkeypatch, "all", dtype, seed, with_ropes=True)
+    fused, cache_f, calls = _verify_logits(monkeypatch, "input_norm,router_topk,q_rope_attn,route_shared_down",
+                                           dtype, seed)
+    plain, cache_p, calls_off = _verify_logits(monkeypatch, "all", dtype, seed)
+    ropes, ropes_off = calls["ropes"], calls_off["ropes"]
     assert torch.equal(fused, plain), (seed, (fused - plain).abs().max().item())
     for a, b in zip(cache_f, cache_p, strict=True):
         assert torch.equal(a, b), seed
