@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Thirtieth session's device round (H200).
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session30_round.sh d1   (then d2 ...; one device call each)
+# (The session first ran benchmarks/run_paired_round.sh p1 and p2 at 59d360f: paired_rope_wuk_59d360f.json,
+# paired_ablations_59d360f.json.)
+# early_keys: MLA's split launch loads its first key tile before its PDL wait (all but this call's new rows,
+# which the kernels just before write and which it loads after the wait): at batch 1 and up to 8448 keys every
+# split holds one tile, so after the wait only q, the new rows and the arithmetic are left. Offline the sm_90
+# build spills (decode 112 bytes, verify 592) at the table's tiles; measured here whether it pays anyway.
+# d1: GPU tests of the change (early keys against the plain split pass bit for bit at Kimi shapes, the PDL test
+#     where the kernel before MLA writes the new rows, the MLA / GQA / MHA-prefill tests of the refactored key
+#     loop), then MLA alone (bench_small_ops.py --mla-variants '' early_keys=1).
+# d2: the 61-layer step, --paired 200 at 1k and 8k, T = 1 and 4: the defaults against early_keys in the decode
+#     bucket only and in both buckets, and two leave-one-out stand-ins that price the big launches' work in the
+#     step (benchmarks/ablations/mla_split_zero.py, moe_int4_gemv_zero.py; timing only).
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: d1 or d2}
+# Config tables with early_keys on: the decode bucket only (EK1), both buckets (EK2).
+python - "$OUT" <<'PY'
+import json, sys
+base = json.load(open("sglang_eagle3/kernels/configs/sm_90.json"))["ops"]["mla_attention"]
+for name, buckets in (("ek1", [0]), ("ek2", [0, 1])):
+    ops = [dict(b, **({"early_keys": True} if i in buckets else {})) for i, b in enumerate(base)]
+    json.dump({"source": f"run_session30_round.sh {name}", "ops": {"mla_attention": ops}},
+              open(f"{sys.argv[1]}/table_{name}.json", "w"), indent=1)
+PY
+EK1="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/table_ek1.json"
+EK2="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/table_ek2.json"
+A=benchmarks/ablations
+case $part in
+d1)
+  TAIL=25 stage tests_early 300 python -m pytest -q -x -p no:cacheprovider \
+    tests/kernels/test_kernels_gpu.py -k "mla or gqa or mha or draft_forward" \
+    tests/kernels/test_pdl_gpu.py -k "mla"
+  TAIL=30 stage mla_alone 200 python benchmarks/bench_small_ops.py --out "$OUT/mla_early_alone.json" \
+    --mla-variants '' early_keys=1 --repeat 3
+  ;;
+d2)
+  TAIL=60 stage paired_early 560 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --env-variants '' "$EK1" "$EK2" --paired 200 \
+    --kernels-from $A/mla_split_zero.py $A/moe_int4_gemv_zero.py \
+    --out "$OUT/paired_early.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+rm -f "$OUT"/table_ek*.json
+collect
