@@ -37,7 +37,7 @@ d1)
   ;;
 d2)
   TAIL=60 stage paired_early 560 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
-    --tokens 1 4 --eager-iters 1 --graph-iters 5 --env-variants '' "$EK1" "$EK2" --paired 200 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --env-variants "" "$EK1" --paired 200 \
     --kernels-from $A/mla_split_zero.py $A/moe_int4_gemv_zero.py \
     --out "$OUT/paired_early.json"
   ;;
