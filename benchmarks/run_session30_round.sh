@@ -10,22 +10,33 @@
 # d1: GPU tests of the change (early keys against the plain split pass bit for bit at Kimi shapes, the PDL test
 #     where the kernel before MLA writes the new rows, the MLA / GQA / MHA-prefill tests of the refactored key
 #     loop), then MLA alone (bench_small_ops.py --mla-variants '' early_keys=1).
+#     Ran at 8cd6696: 46 passed (early keys the same bits everywhere); alone early_keys was SLOWER: T=1 1k 8.2 ->
+#     11.9 us, 8k 10.2 -> 14.0, T=4 1k 12.0 -> 19.1, 8k 15.9 -> 23.7.
 # d2: the 61-layer step, --paired 200 at 1k and 8k, T = 1 and 4: the defaults against early_keys in the decode
-#     bucket only and in both buckets, and two leave-one-out stand-ins that price the big launches' work in the
-#     step (benchmarks/ablations/mla_split_zero.py, moe_int4_gemv_zero.py; timing only).
+#     bucket, and two leave-one-out stand-ins that price the big launches' work in the step
+#     (benchmarks/ablations/mla_split_zero.py, moe_int4_gemv_zero.py; timing only).
+#     Ran at 97f86cf (its override table lacked arch / sm_counts: the early_keys settings did not run, fixed
+#     since): MLA's split work x0.923 / 0.932 of the step at 1k T=1 / T=4, x0.908 / 0.921 at 8k; the INT4 MoE's
+#     work x0.864 / 0.752 at 1k, x0.865 / 0.763 at 8k (base 4.50 / 5.89 ms at 1k).
+# d3: 32-key tiles, with early_keys too (no spills at decode with 8 warps offline): MLA alone, then the step
+#     paired (defaults, early_keys at 64-key tiles, 32-key tiles, 32-key tiles with early_keys at decode).
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: d1 or d2}
-# Config tables with early_keys on: the decode bucket only (EK1), both buckets (EK2).
+# Config tables (SGLANG_EAGLE3_CONFIG_TABLE files: only mla_attention replaced): ek1 early_keys in the decode
+# bucket; bn32 32-key tiles in both buckets (a verify must tile a token's keys as its decode does); bn32_ek1 both.
 python - "$OUT" <<'PY'
 import json, sys
-base = json.load(open("sglang_eagle3/kernels/configs/sm_90.json"))["ops"]["mla_attention"]
-for name, buckets in (("ek1", [0]), ("ek2", [0, 1])):
-    ops = [dict(b, **({"early_keys": True} if i in buckets else {})) for i, b in enumerate(base)]
-    json.dump({"source": f"run_session30_round.sh {name}", "ops": {"mla_attention": ops}},
-              open(f"{sys.argv[1]}/table_{name}.json", "w"), indent=1)
+table = json.load(open("sglang_eagle3/kernels/configs/sm_90.json"))
+base = table["ops"]["mla_attention"]
+for name, decode, both in (("ek1", {"early_keys": True}, {}), ("bn32", {}, {"BLOCK_N": 32}),
+                           ("bn32_ek1", {"early_keys": True}, {"BLOCK_N": 32})):
+    ops = [dict(b, **both, **(decode if i == 0 else {})) for i, b in enumerate(base)]
+    json.dump({"arch": table["arch"], "sm_counts": table["sm_counts"], "source": f"run_session30_round.sh {name}",
+               "ops": {"mla_attention": ops}}, open(f"{sys.argv[1]}/table_{name}.json", "w"), indent=1)
 PY
 EK1="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/table_ek1.json"
-EK2="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/table_ek2.json"
+BN32="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/table_bn32.json"
+BN32_EK1="SGLANG_EAGLE3_CONFIG_TABLE=$OUT/table_bn32_ek1.json"
 A=benchmarks/ablations
 case $part in
 d1)
@@ -40,6 +51,13 @@ d2)
     --tokens 1 4 --eager-iters 1 --graph-iters 5 --env-variants "" "$EK1" --paired 200 \
     --kernels-from $A/mla_split_zero.py $A/moe_int4_gemv_zero.py \
     --out "$OUT/paired_early.json"
+  ;;
+d3)
+  TAIL=30 stage mla_alone_bn32 200 python benchmarks/bench_small_ops.py --out "$OUT/mla_bn32_alone.json" \
+    --mla-variants '' early_keys=1 BLOCK_N=32 BLOCK_N=32,early_keys=1 --repeat 3
+  TAIL=40 stage paired_bn32 400 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --env-variants "" "$EK1" "$BN32" "$BN32_EK1" --paired 200 \
+    --out "$OUT/paired_bn32.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
