@@ -20,6 +20,12 @@
 #     work x0.864 / 0.752 at 1k, x0.865 / 0.763 at 8k (base 4.50 / 5.89 ms at 1k).
 # d3: 32-key tiles, with early_keys too (no spills at decode with 8 warps offline): MLA alone, then the step
 #     paired (defaults, early_keys at 64-key tiles, 32-key tiles, 32-key tiles with early_keys at decode).
+#     Ran at 30a2255. Alone (us, T=1 1k / 8k; T=4 1k / 8k): table 8.1 / 10.4; 12.0 / 15.9; early_keys 11.7 / 14.2;
+#     19.0 / 23.8; BLOCK_N=32 7.2 / 11.2; 11.4 / 17.2; both 8.1 / 12.1; 14.8 / 20.8. In the step (paired, 200
+#     rounds, against the table): early_keys x1.056 / x1.056 at T=1 1k / 8k, x1.003 / x1.009 at T=4; 32-key
+#     tiles x0.990 / x1.041, x0.994 / x1.016; both x0.991 / x1.024, x0.996 / x1.018. Nothing pays at both
+#     contexts: early_keys was removed again (its code is in 8cd6696), the table stays.
+# The early_keys parts (d1 .. d3) need a checkout of 8cd6696 .. 30a2255 to re-run.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: d1 or d2}
 # Config tables (SGLANG_EAGLE3_CONFIG_TABLE files: only mla_attention replaced): ek1 early_keys in the decode
@@ -61,5 +67,5 @@ d3)
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
-rm -f "$OUT"/table_ek*.json
+rm -f "$OUT"/table_*.json
 collect

@@ -170,20 +170,17 @@ def triton_mla_attention(
         config = tuning.get_config("mla_attention", q_rope.device, "rows", T * H,
                                    bench=lambda c: tuning.bench_us(lambda: triton_mla_attention(*args, **kw, config=c)))
     cfg = {**tuning.DEFAULTS["mla_attention"], **config}  # a sweep's partial config gets the other defaults
-    # early_keys: the split pass loads its first key tile before its PDL wait (mla_split_kv_kernel's EARLY_KEYS):
-    # only here, where the kernels just before write no key but the new tokens' (not in the MHA prefill's scratch).
     return _launch_split_attention(q_nope_latent, q_rope, kv_cache, kv_cache.stride(0), None, page_table, seq_lens,
                                    T=T, groups=1, heads=H, Dc=Dc, Dr=Dr, page_size=page_size, sm_scale=sm_scale,
-                                   cfg=cfg, **rope_kw, **({"EARLY_KEYS": True} if cfg["early_keys"] else {}))
+                                   cfg=cfg, **rope_kw)
 
 
 def _launch_split_attention(qn, qr, k, stride_k_slot, v, page_table, seq_lens, *, T, groups, heads, Dc, Dr,
                             page_size, sm_scale, cfg, stride_k_group=0, stride_v_slot=0, stride_v_group=0,
-                            **split_kw) -> torch.Tensor:
+                            **rope_kw) -> torch.Tensor:
     """The split pass (and merge) for query rows qn [B*T, groups*heads, Dc] (+ qr [.., Dr] when Dr > 0) over keys
     at k (slot / kv-head strides given) and values at v (None: the keys' first Dc columns) -> [B*T, groups*heads,
-    Dc]; ``split_kw``: more of the split kernel's arguments (the rope's, EARLY_KEYS). Callers have checked the
-    shapes. Both forms are PDL family "mla" (SGLANG_EAGLE3_PDL_SKIP=mla: both)."""
+    Dc]. Callers have checked the shapes. Both forms are PDL family "mla" (SGLANG_EAGLE3_PDL_SKIP=mla: both)."""
     B, P = page_table.shape
     device = qn.device
     out = torch.empty(B * T, groups * heads, Dc, dtype=qn.dtype, device=device)
@@ -210,7 +207,7 @@ def _launch_split_attention(qn, qr, k, stride_k_slot, v, page_table, seq_lens, *
         num_warps=cfg["num_warps"],
         num_stages=split_pass_stages(cfg["num_stages"], block_m, cfg["BLOCK_N"], Dc, Dr, k.element_size(),
                                      tuning.smem_per_block(device), v is not None),
-        PDL=pdl, **tuning.pdl_launch(pdl), **split_kw,
+        PDL=pdl, **tuning.pdl_launch(pdl), **rope_kw,
         **({} if groups == 1 else dict(GROUPS=groups, stride_kv_group=stride_k_group)), **v_kw,
     )
     if merge == "separate":

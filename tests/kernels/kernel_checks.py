@@ -186,30 +186,6 @@ def check_mla_decode_verify_alike(T, H, Dc, Dr, page_size, ctx, device="cpu", dt
     return {name: (plan["splits"], plan["BLOCK_M"]) for name, plan in plans.items()}
 
 
-def check_mla_early_keys(B, T, H, Dc, Dr, page_size, seq_lens, config, seed=0, dtype=torch.float32, spare=1,
-                         min_splits=1, device="cpu") -> dict:
-    """The split pass with its first key tile loaded before the PDL wait (early_keys: the new tokens' rows after
-    it) against the same launch without: the same bits, on inputs where the new rows fall in a split's first tile
-    and beyond it; and both against ref_mla_attention."""
-    from sglang_eagle3.kernels import tuning
-    from sglang_eagle3.kernels.mla_attention import launch_plan
-
-    qn, qr, kv, pt, seq = make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype, seed, spare)
-    kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=Dc, sm_scale=1.0 / math.sqrt(128 + Dr))
-    cfg = {**tuning.DEFAULTS["mla_attention"], **config}
-    plan = launch_plan(B, T, H, pt.shape[1] * page_size, tuning.sm_count(torch.device(device)), cfg)
-    assert plan["splits"] >= min_splits, f"{plan=}: fewer than {min_splits=} splits"
-    late = kernels.triton_mla_attention(qn, qr, kv, pt, seq, **kw, config={**cfg, "early_keys": False})
-    early = kernels.triton_mla_attention(qn, qr, kv, pt, seq, **kw, config={**cfg, "early_keys": True})
-    ref = kernels.ref_mla_attention(qn, qr, kv, pt, seq, **kw)
-    err = rel_err(early, ref)
-    assert err < (1e-6 if dtype == torch.float32 else 1e-2), f"early keys: rel err {err} ({plan=})"
-    assert torch.equal(early, late), (
-        f"early keys differ from the plain split pass by {(early.float() - late.float()).abs().max().item()} "
-        f"({plan=} {seq_lens=})")
-    return {"rel_err": err, "plan": plan}
-
-
 def check_mla_launch_plan() -> dict:
     """The launch launch_plan picks at Kimi TP=8 shapes (8 heads, 132 SMs, a page table the size of the
     context): with one split the split pass writes the output (no merge launch), with more a merge launch."""
@@ -796,19 +772,6 @@ CASES = {
         5, 4, 32, 16, 16, 1150, dtype=torch.float32, spare=67, seed=61,
         config={"BLOCK_M": 16, "BLOCK_N": 16, "min_keys_per_split": 16, "ctas_per_sm": 1, "num_warps": 4,
                 "num_stages": 2}),
-    # early_keys (a split's first tile before the PDL wait, the new tokens' rows after it): 16-key tiles of
-    # 16-key splits, so a verify's 4 new tokens straddle two splits' first tiles (context 53 + 4: keys 48..63 and
-    # 32..47 of request 1), request 0's only tile holds old and new rows; 32-key splits of 16-key tiles run the
-    # loop after the peeled tile; a prefill chunk's 40 new rows span several tiles; a page table far above
-    # the contexts leaves most splits empty.
-    "mla_early_keys_verify_straddles_fp32": lambda: check_mla_early_keys(
-        2, 4, 3, 64, 16, 4, [6, 57], MLA_SPLIT, seed=71, min_splits=4),
-    "mla_early_keys_loop_after_first_tile_fp32": lambda: check_mla_early_keys(
-        2, 1, 4, 32, 16, 8, [95, 200], MLA_FP32_SPLIT, seed=72, min_splits=4),
-    "mla_early_keys_prefill_chunk_bf16": lambda: check_mla_early_keys(
-        1, 40, 2, 32, 16, 4, [70], MLA_FP32_SPLIT, seed=73, dtype=torch.bfloat16, min_splits=2),
-    "mla_early_keys_capacity_far_above_context_fp32": lambda: check_mla_early_keys(
-        3, 2, 3, 64, 16, 4, [2, 9, 41], MLA_SPLIT, seed=74, spare=40, min_splits=8),
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,
                                                            with_add=True),

@@ -127,23 +127,6 @@ def test_mla_decode_verify_alike(T, ctx, dtype):
                                   spare=(33000 - ctx) // 64, seed=ctx + T)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("T,seq_lens", [(1, [1, 63, 64, 65, 1000, 8192]), (1, [8300, 32768]), (2, [2, 65, 5000]),
-                                        (4, [4, 66, 1000, 8192]), (8, [9, 8448, 20000])])
-def test_mla_early_keys_same_bits(T, seq_lens, dtype):
-    """Kimi TP=8 shapes at the table's config for T, with its first key tile loaded before the PDL wait
-    (early_keys) and without: the same bits (the new tokens' rows, loaded after the wait, at the start, middle
-    and end of a split's first tile), and both near the reference; a page table of 33k keys."""
-    from kernel_checks import check_mla_early_keys
-
-    from sglang_eagle3.kernels import tuning
-
-    poison_allocator()
-    cfg = tuning.get_config("mla_attention", torch.device("cuda"), "rows", T * HEADS)
-    check_mla_early_keys(len(seq_lens), T, HEADS, KV_LORA, ROPE, 64, seq_lens, cfg, seed=T, dtype=dtype,
-                         spare=(33000 - max(seq_lens)) // 64 + 1, device="cuda")
-
-
 def test_mla_float32_is_ieee():
     """float32 MLA sums in IEEE float32 (tuning.dot_precision), as torch's float32 reference does: TF32 would
     miss this bound by ~100x."""

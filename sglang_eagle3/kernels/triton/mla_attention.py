@@ -55,57 +55,6 @@ def _split_keys(seq_len, NUM_SPLITS, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _split_range(seq_lens_ptr, b, split, tok, row_ok, T: tl.constexpr, NUM_SPLITS, BLOCK_N: tl.constexpr):
-    """(seq_len, each row's last visible key q_pos [M], active splits, first key, end) of split `split` of
-    request b."""
-    seq_len = tl.load(seq_lens_ptr + b)
-    q_pos = seq_len - T + tok  # [M] last visible key of each row
-    per_split, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)
-    start = split * per_split
-    # Causal: no row of this block sees past its last row's position, so the loop stops there (a prefill
-    # chunk's first rows need half the keys its last rows do; decode and verify blocks lose at most T - 1).
-    # A tile no row sees would add exactly nothing (p = 0, alpha = 1).
-    end = tl.minimum(tl.minimum(start + per_split, seq_len), tl.max(tl.where(row_ok, q_pos, -1), axis=0) + 1)
-    return seq_len, q_pos, active, start, end
-
-
-@triton.jit
-def _key_slots(pt_row, pos, ok, PAGE_SIZE: tl.constexpr):
-    """Cache slots (int64) of key positions pos through the request's page table row (0 where not ok)."""
-    page = tl.load(pt_row + pos // PAGE_SIZE, mask=ok, other=0)
-    return page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
-
-
-@triton.jit
-def _key_tile(qn, qr, c, kr, v, pos, key_ok, q_pos, m_i, l_cols, acc, sm_scale_log2, DR: tl.constexpr,
-              DOT_PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
-    """One key tile's online-softmax step: (m, l_cols, acc) after keys c [N, DC] (rope part kr [N, DR]; unused at
-    DR = 0) with values v [N, DC] at positions pos."""
-    if INTERPRET:
-        c = c.to(tl.float32)
-        kr = kr.to(tl.float32)
-        v = v.to(tl.float32)
-    if DR > 0:
-        s = (tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
-             + tl.dot(qr, tl.trans(kr), input_precision=DOT_PRECISION))  # [M, N]
-    else:
-        s = tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
-    s = s * sm_scale_log2
-    visible = key_ok[None, :] & (pos[None, :] <= q_pos[:, None])
-    s = tl.where(visible, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    # NOTE: a row with no visible key yet keeps m = -inf; shift by 0 there to avoid inf - inf.
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    # The row sums of p kept per key column, rescaled as acc is, and added up once after the loop: tl.sum's
-    # order follows the register layout, which BLOCK_M and warps change (exact.py); this order does not.
-    l_cols = l_cols * alpha[:, None] + p
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-    return m_new, l_cols, acc
-
-
-@triton.jit
 def mla_split_kv_kernel(
     qn_ptr, qr_ptr, kv_ptr, page_table_ptr, seq_lens_ptr, out_ptr, mid_o_ptr, mid_lse_ptr,
     stride_qn_tok, stride_qn_head, stride_qr_tok, stride_qr_head, stride_kv_slot, stride_pt_req,
@@ -115,7 +64,7 @@ def mla_split_kv_kernel(
     INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
     ROPE: tl.constexpr = False, pos_ptr=None, cos_ptr=None, sin_ptr=None, stride_table=0,
     GROUPS: tl.constexpr = 1, stride_kv_group=0, SEPARATE_V: tl.constexpr = False, v_ptr=None, stride_v_slot=0,
-    stride_v_group=0, EARLY_KEYS: tl.constexpr = False,
+    stride_v_group=0,
 ):
     """out [B*T, GROUPS*H, DC] over grid (B, GROUPS x row blocks, NUM_SPLITS). SPLIT_KV (NUM_SPLITS > 1): mid_o
     fp32 [B, GROUPS x row blocks, NUM_SPLITS, BLOCK_M, DC] and mid_lse fp32 [B, GROUPS x row blocks, NUM_SPLITS,
@@ -132,16 +81,10 @@ def mla_split_kv_kernel(
     Removed; the split kernel does nothing before its wait. Nor does a split past the request's keys return
     early (after the active count): measured slower, +0.6 us at 1k and +1.5 us at 8k where every split is
     active, since q's loads then wait for seq_len (session11_e7_round_e355194.txt); such a split runs an
-    empty key loop and stores nothing.
-    EARLY_KEYS (MLA's cache, not SEPARATE_V): the split's first key tile is loaded BEFORE the PDL wait, all of it
-    but the rows of this call's T new tokens (positions seq_len - T ..), which the kernels just before this one
-    write and which are loaded after the wait. The older rows were written by kernels that had finished before
-    the previous kernel passed its own wait (an earlier step, layer or chunk), as were seq_lens and the page
-    table (graph inputs, or computed a pass earlier: the merge reads seq_lens before its wait too). So at
-    decode and verify contexts up to 64 keys x splits (8448 at batch 1 on 132 SMs) every split's one tile is in
-    flight while W_UK still runs, and after the wait only q, the new rows and the arithmetic are left. Not for
-    keys that the previous kernel writes (the prefill's decompressed scratch). Same tiles, same dots, same
-    order: the same bits as without it."""
+    empty key loop and stores nothing."""
+    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     b = tl.program_id(0)
     mb_all = tl.program_id(1)  # (kv head, row block of its query rows)
     split = tl.program_id(2)
@@ -164,27 +107,14 @@ def mla_split_kv_kernel(
     if DR > 0:
         dr = tl.arange(0, DR)
 
-    pt_row = page_table_ptr + b * stride_pt_req
-    if EARLY_KEYS:
-        tl.static_assert(not SEPARATE_V, "EARLY_KEYS is for MLA's latent cache (values are the keys' columns)")
-        seq_len, q_pos, active, start, end = _split_range(seq_lens_ptr, b, split, tok, row_ok, T, NUM_SPLITS,
-                                                           BLOCK_N)
-        pos0 = start + tl.arange(0, BLOCK_N)
-        slot0 = _key_slots(pt_row, pos0, pos0 < end, PAGE_SIZE)
-        new0 = pos0 >= seq_len - T  # this call's tokens: written by the kernels just before, so after the wait
-        old0 = (pos0 < end) & ~new0
-        c0 = tl.load(kv_ptr + slot0[:, None] * stride_kv_slot + dc[None, :], mask=old0[:, None], other=0.0)
-        if DR > 0:
-            kr0 = tl.load(kv_ptr + slot0[:, None] * stride_kv_slot + DC + dr[None, :], mask=old0[:, None],
-                          other=0.0)
-        pos = pos0 + BLOCK_N
-        next_page = tl.load(pt_row + pos // PAGE_SIZE, mask=pos < end, other=0)
-    if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
-        gdc_wait()
-        gdc_launch_dependents()
-    if not EARLY_KEYS:
-        seq_len, q_pos, active, start, end = _split_range(seq_lens_ptr, b, split, tok, row_ok, T, NUM_SPLITS,
-                                                           BLOCK_N)
+    seq_len = tl.load(seq_lens_ptr + b)
+    q_pos = seq_len - T + tok  # [M] last visible key of each row
+    per_split, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)
+    start = split * per_split
+    # Causal: no row of this block sees past its last row's position, so the loop stops there (a prefill
+    # chunk's first rows need half the keys its last rows do; decode and verify blocks lose at most T - 1).
+    # A tile no row sees would add exactly nothing (p = 0, alpha = 1).
+    end = tl.minimum(tl.minimum(start + per_split, seq_len), tl.max(tl.where(row_ok, q_pos, -1), axis=0) + 1)
 
     q_tok = b * T + tok
     qn = tl.load(qn_ptr + q_tok[:, None] * stride_qn_tok + head[:, None] * stride_qn_head + dc[None, :],
@@ -200,37 +130,20 @@ def mla_split_kv_kernel(
         qn = qn.to(tl.float32)
         if DR > 0:
             qr = qr.to(tl.float32)
-    if DR == 0:
-        qr = qn  # (no rope part: _key_tile takes it and leaves it unused)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_cols = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, DC], dtype=tl.float32)
-    if EARLY_KEYS:  # the first tile's new rows, then the tile as the loop does one
-        fresh = (pos0 < end) & new0
-        # Into the same registers (other=: a masked-off row keeps its early value); .cg: written by another SM
-        # moments ago, read through L2 (never a stale L1 line).
-        c0 = tl.load(kv_ptr + slot0[:, None] * stride_kv_slot + dc[None, :], mask=fresh[:, None], other=c0,
-                     cache_modifier=".cg")
-        if DR > 0:
-            kr0 = tl.load(kv_ptr + slot0[:, None] * stride_kv_slot + DC + dr[None, :], mask=fresh[:, None],
-                          other=kr0, cache_modifier=".cg")
-        else:
-            kr0 = c0
-        m_i, l_cols, acc = _key_tile(qn, qr, c0, kr0, c0, pos0, pos0 < end, q_pos, m_i, l_cols, acc,
-                                     sm_scale_log2, DR, DOT_PRECISION, INTERPRET)
-        first = start + BLOCK_N
-    else:
-        # The page table entries of each key tile are loaded one iteration ahead and carried. Loaded in the
-        # iteration that uses them, they make the cache load depend on a load of the same iteration, and
-        # Triton's pipeliner spends a stage on that chain: at num_stages 2-4 it then keeps ONE buffer of key
-        # tiles and waits for each tile's load before the dots (the split loop ran at the load's latency a
-        # tile: 4.4 us a 64-key tile at 128k context on the H200). Carried, num_stages = s gives s - 1 buffers
-        # (checked offline by tests/kernels/compile_checks.py).
-        pos = start + tl.arange(0, BLOCK_N)
-        next_page = tl.load(pt_row + pos // PAGE_SIZE, mask=pos < end, other=0)
-        first = start
-    for n0 in range(first, end, BLOCK_N):
+    # The page table entries of each key tile are loaded one iteration ahead and carried. Loaded in the
+    # iteration that uses them, they make the cache load depend on a load of the same iteration, and Triton's
+    # pipeliner spends a stage on that chain: at num_stages 2-4 it then keeps ONE buffer of key tiles and
+    # waits for each tile's load before the dots (the split loop ran at the load's latency a tile: 4.4 us a
+    # 64-key tile at 128k context on the H200). Carried, num_stages = s gives s - 1 buffers (checked offline
+    # by tests/kernels/compile_checks.py).
+    pt_row = page_table_ptr + b * stride_pt_req
+    pos = start + tl.arange(0, BLOCK_N)
+    next_page = tl.load(pt_row + pos // PAGE_SIZE, mask=pos < end, other=0)
+    for n0 in range(start, end, BLOCK_N):
         pos = n0 + tl.arange(0, BLOCK_N)  # [N] key positions
         key_ok = pos < end
         page = next_page
@@ -240,14 +153,34 @@ def mla_split_kv_kernel(
         if DR > 0:
             kr = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + DC + dr[None, :], mask=key_ok[:, None],
                          other=0.0)
+        if INTERPRET:
+            c = c.to(tl.float32)
+            if DR > 0:
+                kr = kr.to(tl.float32)
+        if DR > 0:
+            s = (tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
+                 + tl.dot(qr, tl.trans(kr), input_precision=DOT_PRECISION))  # [M, N]
         else:
-            kr = c
+            s = tl.dot(qn, tl.trans(c), input_precision=DOT_PRECISION)
+        s = s * sm_scale_log2
+        visible = key_ok[None, :] & (pos[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # NOTE: a row with no visible key yet keeps m = -inf; shift by 0 there to avoid inf - inf.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        # The row sums of p kept per key column, rescaled as acc is, and added up once after the loop: tl.sum's
+        # order follows the register layout, which BLOCK_M and warps change (exact.py); this order does not.
+        l_cols = l_cols * alpha[:, None] + p
         if SEPARATE_V:
             v = tl.load(v_ptr + slot[:, None] * stride_v_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
+            if INTERPRET:
+                v = v.to(tl.float32)
         else:
             v = c
-        m_i, l_cols, acc = _key_tile(qn, qr, c, kr, v, pos, key_ok, q_pos, m_i, l_cols, acc, sm_scale_log2, DR,
-                                     DOT_PRECISION, INTERPRET)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
 
     l_i = tl.reshape(pairwise_sum(l_cols, 1, 1), [BLOCK_M])
     has_keys = l_i > 0.0
