@@ -20,7 +20,7 @@ def mla_split_kv_kernel(
     INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
     ROPE: tl.constexpr = False, pos_ptr=None, cos_ptr=None, sin_ptr=None, stride_table=0,
     GROUPS: tl.constexpr = 1, stride_kv_group=0, SEPARATE_V: tl.constexpr = False, v_ptr=None, stride_v_slot=0,
-    stride_v_group=0, EARLY_KEYS: tl.constexpr = False,
+    stride_v_group=0,
 ):
     if PDL:
         gdc_wait()
