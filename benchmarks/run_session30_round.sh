@@ -25,6 +25,7 @@
 #     rounds, against the table): early_keys x1.056 / x1.056 at T=1 1k / 8k, x1.003 / x1.009 at T=4; 32-key
 #     tiles x0.990 / x1.041, x0.994 / x1.016; both x0.991 / x1.024, x0.996 / x1.018. Nothing pays at both
 #     contexts: early_keys was removed again (its code is in 8cd6696), the table stays.
+# d4: the runtime's knobs, each against the defaults in one paired run (1k and 8k, T = 1 and 4, 200 rounds).
 # The early_keys parts (d1 .. d3) need a checkout of 8cd6696 .. 30a2255 to re-run.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: d1 or d2}
@@ -64,6 +65,17 @@ d3)
   TAIL=40 stage paired_bn32 400 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 4 --eager-iters 1 --graph-iters 5 --env-variants "" "$EK1" "$BN32" "$BN32_EK1" --paired 200 \
     --out "$OUT/paired_bn32.json"
+  ;;
+d4)  # the runtime's knobs re-timed paired against the defaults (each measured before with separate captures, 1-1.6%
+     # apart between runs of the same code): PDL off for one kernel family at a time, the down kernel's preload
+     # off, route_shared_down on, the pre-lean GEMV pipelines
+  NF=SGLANG_EAGLE3_NO_FUSE
+  TAIL=60 stage paired_knobs 560 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 --env-variants "" \
+    SGLANG_EAGLE3_PDL_SKIP=norm SGLANG_EAGLE3_PDL_SKIP=rotary SGLANG_EAGLE3_PDL_SKIP=topk \
+    SGLANG_EAGLE3_PDL_SKIP=mla SGLANG_EAGLE3_PDL_SKIP=moe SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 \
+    "$NF=input_norm,router_topk,q_rope_attn,rope_wuk" SGLANG_EAGLE3_GEMV_LEAN=0 \
+    --out "$OUT/paired_knobs.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
