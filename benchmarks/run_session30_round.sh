@@ -26,6 +26,10 @@
 #     tiles x0.990 / x1.041, x0.994 / x1.016; both x0.991 / x1.024, x0.996 / x1.018. Nothing pays at both
 #     contexts: early_keys was removed again (its code is in 8cd6696), the table stays.
 # d4: the runtime's knobs, each against the defaults in one paired run (1k and 8k, T = 1 and 4, 200 rounds).
+# d5, d6: the split pass's in-page key tiles (a tile inside one page: one page id and one base address a tile
+#     instead of a page id and a 64-bit address a key; offline sm_90 decode 2320 -> 1632 SASS instructions,
+#     184 -> 128 registers): GPU tests and MLA alone (d5), the step paired at 1k / 8k / 32k (d6), each against
+#     the previous kernel file.
 # The early_keys parts (d1 .. d3) need a checkout of 8cd6696 .. 30a2255 to re-run.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: d1 or d2}
@@ -76,6 +80,19 @@ d4)  # the runtime's knobs re-timed paired against the defaults (each measured b
     SGLANG_EAGLE3_PDL_SKIP=mla SGLANG_EAGLE3_PDL_SKIP=moe SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 \
     "$NF=input_norm,router_topk,q_rope_attn,rope_wuk" SGLANG_EAGLE3_GEMV_LEAN=0 \
     --out "$OUT/paired_knobs.json"
+  ;;
+d5)  # in-page key tiles (the split pass addresses a tile from one page): GPU tests, then MLA alone against the
+     # previous kernel file (carried: .carry/mla_attention_59d360f.py, run with carry=[".carry"])
+  TAIL=25 stage tests_in_page 330 python -m pytest -q -x -p no:cacheprovider \
+    tests/kernels/test_kernels_gpu.py -k "mla or gqa or mha or draft_forward or model_forward or graph_replay" \
+    tests/kernels/test_pdl_gpu.py -k "mla"
+  TAIL=30 stage mla_in_page_alone 200 python benchmarks/bench_small_ops.py --out "$OUT/mla_in_page_alone.json" \
+    --kernels-from .carry/mla_attention_59d360f.py --repeat 3
+  ;;
+d6)  # the step, paired, this checkout's MLA kernels against the previous file's (carried as in d5)
+  TAIL=40 stage paired_in_page 560 python benchmarks/bench_verify_graph.py --backends triton \
+    --contexts 1024 8192 32768 --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 \
+    --kernels-from .carry/mla_attention_59d360f.py --out "$OUT/paired_in_page.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -145,6 +145,10 @@ CASES = {
                                                  tol=1e-6, config=GQA_SPLIT, min_splits=4, calls=2),
     # A padded prefill chunk: many query tokens a request, causal among them.
     "gqa_prefill_chunk": lambda: check_gqa(2, 19, 4, 1, 32, 8, [19, 40], seed=56, config=GQA_SPLIT),
+    # 16-key tiles in pages of 32: each tile in one page (the split kernel's in-page addressing), values too.
+    "gqa_in_page_tiles_split_fp32_exact": lambda: check_gqa(2, 3, 4, 2, 16, 32, [5, 150], seed=58,
+                                                            dtype=torch.float32, tol=1e-6, config=GQA_SPLIT,
+                                                            min_splits=3, calls=2),
     "gqa_dispatch": check_gqa_dispatch,
     # The draft model's paged forwards on kernels vs on references (float32: the products are exact enough).
     "draft_forward_kernels_fp32": lambda: check_draft_forward(seed=57),

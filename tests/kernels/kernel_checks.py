@@ -186,6 +186,46 @@ def check_mla_decode_verify_alike(T, H, Dc, Dr, page_size, ctx, device="cpu", dt
     return {name: (plan["splits"], plan["BLOCK_M"]) for name, plan in plans.items()}
 
 
+def check_mla_page_layouts(B, T, H, Dc, Dr, seq_lens, pages, config, device="cpu", dtype=torch.float32, seed=0,
+                           capacity=None) -> dict:
+    """The same keys stored in pages of each size in ``pages`` (random page tables of the same capacity in keys,
+    so the same splits and key tiles): the same bits from every layout, and near ref_mla_attention. With the
+    config's BLOCK_N dividing a page size the split pass addresses each tile from one page (its in-page form),
+    below it a page id per key: the two forms must agree bit for bit."""
+    from sglang_eagle3.kernels import tuning
+    from sglang_eagle3.kernels.mla_attention import launch_plan
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    cap = capacity or max(pages) * math.ceil(max(seq_lens) / max(pages))
+    assert all(cap % ps == 0 for ps in pages), f"capacity {cap} must be whole pages of each size {pages}"
+    keys = torch.randn(B, cap, Dc + Dr, generator=g).to(dtype)  # request b's key at position i
+    qn = (torch.randn(B * T, H, Dc, generator=g) * 0.05).to(dtype).to(device)
+    qr = (torch.randn(B * T, H, Dr, generator=g) * 0.05).to(dtype).to(device)
+    seq = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    kw = dict(tokens_per_req=T, kv_lora_rank=Dc, sm_scale=1.0 / math.sqrt(128 + Dr))
+    cfg = {**tuning.DEFAULTS["mla_attention"], **config}
+    outs, plans = {}, {}
+    for ps in pages:
+        P = cap // ps
+        table = torch.randperm(B * P + 2, generator=g)[: B * P].view(B, P).to(torch.int32)
+        kv = torch.randn((B * P + 2) * ps, Dc + Dr, generator=g).to(dtype)  # pages no request uses: noise
+        slots = (table.long()[:, :, None] * ps + torch.arange(ps)).view(B, cap)
+        kv[slots.view(-1)] = keys.view(B * cap, -1)
+        kv, table = kv.to(device), table.to(device)
+        plans[ps] = launch_plan(B, T, H, cap, tuning.sm_count(torch.device(device)), cfg)
+        outs[ps] = kernels.triton_mla_attention(qn, qr, kv, table, seq, page_size=ps, **kw, config=cfg)
+        ref = kernels.ref_mla_attention(qn, qr, kv, table, seq, page_size=ps, **kw)
+        err = rel_err(outs[ps], ref)
+        tol = (1e-6 if device == "cpu" else 1e-5) if dtype == torch.float32 else 1e-2
+        assert err < tol, f"pages of {ps}: rel err {err} ({plans[ps]})"
+    first = pages[0]
+    for ps in pages[1:]:
+        assert torch.equal(outs[ps], outs[first]), (
+            f"pages of {ps} and of {first} differ by {(outs[ps].float() - outs[first].float()).abs().max().item()} "
+            f"({plans})")
+    return {"plans": {str(k): v for k, v in plans.items()}}
+
+
 def check_mla_launch_plan() -> dict:
     """The launch launch_plan picks at Kimi TP=8 shapes (8 heads, 132 SMs, a page table the size of the
     context): with one split the split pass writes the output (no merge launch), with more a merge launch."""
@@ -772,6 +812,17 @@ CASES = {
         5, 4, 32, 16, 16, 1150, dtype=torch.float32, spare=67, seed=61,
         config={"BLOCK_M": 16, "BLOCK_N": 16, "min_keys_per_split": 16, "ctas_per_sm": 1, "num_warps": 4,
                 "num_stages": 2}),
+    # 16-key tiles over pages of 4 (a page id per key), of 16 and of 64 (the in-page form: a tile in one page), the
+    # same keys: the same bits. Decode and a verify of 4 with splits (the verify's new rows straddle two tiles),
+    # a prefill chunk, and a capacity far above the contexts.
+    "mla_page_layouts_decode_split_fp32": lambda: check_mla_page_layouts(
+        2, 1, 4, 64, 16, [77, 200], [4, 16, 64], MLA_SPLIT, seed=81),
+    "mla_page_layouts_verify_split_bf16": lambda: check_mla_page_layouts(
+        2, 4, 3, 32, 16, [57, 130], [4, 16, 64], MLA_SPLIT, dtype=torch.bfloat16, seed=82),
+    "mla_page_layouts_prefill_chunk_fp32": lambda: check_mla_page_layouts(
+        1, 40, 2, 32, 16, [70], [4, 16, 32], MLA_FP32_SPLIT, seed=83),
+    "mla_page_layouts_capacity_far_above_context_fp32": lambda: check_mla_page_layouts(
+        3, 2, 3, 32, 16, [2, 9, 41], [8, 16, 64], MLA_SPLIT, seed=84, capacity=1024),
     "moe_bf16": lambda: check_fused_moe(3, 7, 96, 48, 3, int4=False, seed=7),
     "moe_bf16_shared_experts_add": lambda: check_fused_moe(9, 6, 64, 32, 2, int4=False, seed=8, skew=True,
                                                            with_add=True),

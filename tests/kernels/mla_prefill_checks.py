@@ -204,6 +204,10 @@ CASES = {
         1, 6, **SMALL, page_size=4, seq_lens=[90], seed=5, dtype=torch.float32, tol=1e-5, calls=2,
         config=dict(BLOCK_M=16, BLOCK_N=16, min_keys_per_split=16, ctas_per_sm=4, decompress_block_n=32), min_splits=3),
     "mha_prefill_default_config_rope_in_kernel": lambda: check_mha_prefill_rope(seed=7),
+    # 16-key tiles in pages of 16: the split kernel's in-page addressing over the decompressed scratch.
+    "mha_prefill_in_page_tiles_fp32": lambda: check_mha_prefill(
+        1, 6, **SMALL, page_size=16, seq_lens=[90], seed=13, dtype=torch.float32, tol=1e-5, calls=2,
+        config=dict(BLOCK_M=16, BLOCK_N=16, min_keys_per_split=16, ctas_per_sm=4, decompress_block_n=32), min_splits=3),
     "mha_prefill_model_kernels_fp32": lambda: check_mha_prefill_model(seed=9),
     "mha_prefill_padded_rope_in_kernel_fp32": lambda: check_mha_prefill_padded_rope_in_kernel(seed=11),
 }

@@ -127,6 +127,23 @@ def test_mla_decode_verify_alike(T, ctx, dtype):
                                   spare=(33000 - ctx) // 64, seed=ctx + T)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("T,seq_lens", [(1, [1, 65, 1000, 8192]), (1, [8300, 32768]), (4, [4, 1000, 8200]),
+                                        (8, [9, 20000])])
+def test_mla_page_layouts_same_bits(T, seq_lens, dtype):
+    """Kimi TP=8 shapes at the table's config for T: the same keys in pages of 16 (a page id a key: the table's
+    64-key tiles span pages) and of 64 and 128 (each tile in one page: the split pass's in-page addressing), a
+    page table of 33k keys: the same bits from every layout, each near the reference."""
+    from kernel_checks import check_mla_page_layouts
+
+    from sglang_eagle3.kernels import tuning
+
+    poison_allocator()
+    cfg = tuning.get_config("mla_attention", torch.device("cuda"), "rows", T * HEADS)
+    check_mla_page_layouts(len(seq_lens), T, HEADS, KV_LORA, ROPE, seq_lens, [16, 64, 128], cfg, device="cuda",
+                           dtype=dtype, seed=T, capacity=33024)
+
+
 def test_mla_float32_is_ieee():
     """float32 MLA sums in IEEE float32 (tuning.dot_precision), as torch's float32 reference does: TF32 would
     miss this bound by ~100x."""

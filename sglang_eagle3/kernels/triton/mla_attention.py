@@ -141,18 +141,39 @@ def mla_split_kv_kernel(
     # 64-key tile at 128k context on the H200). Carried, num_stages = s gives s - 1 buffers (checked offline
     # by tests/kernels/compile_checks.py).
     pt_row = page_table_ptr + b * stride_pt_req
-    pos = start + tl.arange(0, BLOCK_N)
-    next_page = tl.load(pt_row + pos // PAGE_SIZE, mask=pos < end, other=0)
+    # A key tile starts at a multiple of BLOCK_N (splits hold whole tiles), so where BLOCK_N divides the page size
+    # it lies in one page: one page id a tile (a scalar), its rows contiguous from the page's first slot, and
+    # the tile's addresses are one scalar base plus offsets computed once, instead of a page id and a 64-bit
+    # address per row (IN_PAGE; the same rows, so the same bits).
+    IN_PAGE: tl.constexpr = PAGE_SIZE % BLOCK_N == 0
+    n_idx = tl.arange(0, BLOCK_N)
+    if IN_PAGE:
+        next_page = tl.load(pt_row + start // PAGE_SIZE, mask=start < end, other=0)
+        c_offs = n_idx[:, None] * stride_kv_slot + dc[None, :]  # [N, DC] from the tile's first slot
+        if DR > 0:
+            kr_offs = n_idx[:, None] * stride_kv_slot + DC + dr[None, :]
+        if SEPARATE_V:
+            v_offs = n_idx[:, None] * stride_v_slot + dc[None, :]
+    else:
+        pos = start + n_idx
+        next_page = tl.load(pt_row + pos // PAGE_SIZE, mask=pos < end, other=0)
     for n0 in range(start, end, BLOCK_N):
-        pos = n0 + tl.arange(0, BLOCK_N)  # [N] key positions
+        pos = n0 + n_idx  # [N] key positions
         key_ok = pos < end
         page = next_page
-        next_page = tl.load(pt_row + (pos + BLOCK_N) // PAGE_SIZE, mask=pos + BLOCK_N < end, other=0)
-        slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
-        c = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
-        if DR > 0:
-            kr = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + DC + dr[None, :], mask=key_ok[:, None],
-                         other=0.0)
+        if IN_PAGE:
+            next_page = tl.load(pt_row + (n0 + BLOCK_N) // PAGE_SIZE, mask=n0 + BLOCK_N < end, other=0)
+            first_slot = page.to(tl.int64) * PAGE_SIZE + n0 % PAGE_SIZE
+            c = tl.load(kv_ptr + first_slot * stride_kv_slot + c_offs, mask=key_ok[:, None], other=0.0)
+            if DR > 0:
+                kr = tl.load(kv_ptr + first_slot * stride_kv_slot + kr_offs, mask=key_ok[:, None], other=0.0)
+        else:
+            next_page = tl.load(pt_row + (pos + BLOCK_N) // PAGE_SIZE, mask=pos + BLOCK_N < end, other=0)
+            slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
+            c = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
+            if DR > 0:
+                kr = tl.load(kv_ptr + slot[:, None] * stride_kv_slot + DC + dr[None, :], mask=key_ok[:, None],
+                             other=0.0)
         if INTERPRET:
             c = c.to(tl.float32)
             if DR > 0:
@@ -174,7 +195,10 @@ def mla_split_kv_kernel(
         # order follows the register layout, which BLOCK_M and warps change (exact.py); this order does not.
         l_cols = l_cols * alpha[:, None] + p
         if SEPARATE_V:
-            v = tl.load(v_ptr + slot[:, None] * stride_v_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
+            if IN_PAGE:
+                v = tl.load(v_ptr + first_slot * stride_v_slot + v_offs, mask=key_ok[:, None], other=0.0)
+            else:
+                v = tl.load(v_ptr + slot[:, None] * stride_v_slot + dc[None, :], mask=key_ok[:, None], other=0.0)
             if INTERPRET:
                 v = v.to(tl.float32)
         else:
