@@ -26,7 +26,6 @@ code the Kimi slice moved 3-7%, so a single run is no level to compare against).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -258,9 +257,9 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
                           moe_runner_backend=a.backend, disable_overlap_schedule=overlap == "off", **extra)
         ctx = a.context_length or a.prompt_len + a.max_new_tokens + 64  # the graphs' page table width
         plan = {"context_length": ctx, "num_steps": k, "verify_widths": (k + 1,) if k else (1,),
-                "num_pages": a.concurrency * (ctx // 16 + 4), "eos": ()}
+                "num_pages": a.concurrency * (ctx // args.page_size + 4), "eos": ()}
         with env.overrides(bvg.parse_env_variant(env_set)):  # (kernel configs are read as graphs are captured)
-            worker = ModelWorker(dataclasses.replace(args, page_size=16), plan, torch.device("cuda"),
+            worker = ModelWorker(args, plan, torch.device("cuda"),
                                  models=(target, draft if k else None))
             engine = _Engine(worker)
             r = _timed_generate(engine, prompts, params, input_ids=True, repeat=a.repeat,
