@@ -195,10 +195,11 @@ def test_kv_pool_sized_to_memory(pair, reference):
     free, total = torch.cuda.mem_get_info()
     frac = 1 - (free - (24 << 20)) / total
     eng = make(pair, spec=False, max_running_requests=64, cuda_graph_max_bs=4, mem_fraction_static=frac)
-    wanted = 64 * (1024 + 16)
+    page = eng.args.page_size
+    wanted = 64 * (1024 + page)
     assert 0 < eng._pool_tokens < wanted, (eng._pool_tokens, wanted)
     info = eng.get_server_info()
-    assert info["kv_pages_total"] == eng._pool_tokens // 16 + 1 and info["max_total_num_tokens"] == eng._pool_tokens
+    assert info["kv_pages_total"] == eng._pool_tokens // page + 1 and info["max_total_num_tokens"] == eng._pool_tokens
     outs = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)
     assert [o["output_ids"] for o in outs] == reference
     del eng
