@@ -152,7 +152,9 @@ def cache_dir() -> Path:
 # +50-67%; q_rope_attn +2-4% (medians, decode and verify). All stay off.
 # rope_wuk (twenty-ninth session): 0.7-1.05 us a layer faster alone (bench_small_ops.py), no faster in the step
 # (4.36 / 4.39 ms at decode 1k, 5.81 / 5.80 at T=4, medians of six alternations, step_rope_wuk_x6_16aacf9.json):
-# off, the same time with more code on the default path.
+# off, the same time with more code on the default path. Paired (thirtieth session, bench_verify_graph.py --paired,
+# 95% intervals of +-0.1%): rope_wuk x1.004-1.009 and route_shared_down x1.005-1.051 of the defaults
+# (paired_rope_wuk_59d360f.json, paired_knobs_9e110b6.json): slower, both.
 DEFAULT_NO_FUSE = "input_norm,router_topk,q_rope_attn,route_shared_down,rope_wuk"
 FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn", "route_shared_down",
            "rope_wuk")
