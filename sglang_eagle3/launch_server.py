@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "context-length, cut to what fits under --mem-fraction-static)")
     g.add_argument("--mem-fraction-static", type=float, help="fraction of each GPU's memory for weights + KV cache; "
                    "the rest is for activations and CUDA graphs (default 0.85)")
-    g.add_argument("--page-size", type=int, help="tokens per KV page (default 16)")
+    g.add_argument("--page-size", type=int,
+                   help="tokens per KV page (default 64: a multiple of the MLA kernel's key tile)")
     g.add_argument("--attention-backend", help="auto | triton | torch")
     g.add_argument("--moe-runner-backend", help="auto | triton | torch")
     g.add_argument("--random-seed", type=int, help="seed for weight-free randomness (sampling without a seed)")

@@ -182,8 +182,8 @@ def test_long_prompts_prefill_in_chunks(small_pair):
 def test_prefill_that_cannot_pad_runs_the_batch_eager(small_pair):
     """Where a prompt's last chunk, padded to a bucket, would run past the page table (the context's end), the
     whole admitted batch prefills ragged and eager, counted with a reason that names no length (one warning,
-    not one per prompt)."""
-    e = _engine(small_pair, cuda_graph_prefill_tokens=(8, 64), context_length=100)
+    not one per prompt). Pages of 16 tokens: a page table of 7 pages reaches 112 positions."""
+    e = _engine(small_pair, cuda_graph_prefill_tokens=(8, 64), context_length=100, page_size=16)
     runner = e.runner
     assert runner.max_pages * runner.page_size == 112
     runner.target_prefill = EagerReplay(runner.target_prefill)
