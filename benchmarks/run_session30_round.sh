@@ -26,10 +26,20 @@
 #     tiles x0.990 / x1.041, x0.994 / x1.016; both x0.991 / x1.024, x0.996 / x1.018. Nothing pays at both
 #     contexts: early_keys was removed again (its code is in 8cd6696), the table stays.
 # d4: the runtime's knobs, each against the defaults in one paired run (1k and 8k, T = 1 and 4, 200 rounds).
+#     Ran at 9e110b6 (paired_knobs_9e110b6.json): every one slower: PDL off for norm / rotary / topk / mla
+#     x1.012-1.025, for the MoE x1.054-1.065; the down preload off x1.011-1.048; route_shared_down on
+#     x1.005-1.051; the pre-lean GEMV pipelines x1.020-1.028.
 # d5, d6: the split pass's in-page key tiles (a tile inside one page: one page id and one base address a tile
 #     instead of a page id and a 64-bit address a key; offline sm_90 decode 2320 -> 1632 SASS instructions,
 #     184 -> 128 registers): GPU tests and MLA alone (d5), the step paired at 1k / 8k / 32k (d6), each against
 #     the previous kernel file.
+#     Ran at 9e110b6. d5: 39 passed (the same bits in pages of 16, 64, 128 at Kimi shapes); MLA alone T=1 1k 8.17
+#     -> 7.34 us, T=4 1k 11.95 -> 11.19, T=1 8k 10.0 -> 9.6. d6 (paired_in_page_9e110b6.json): the previous
+#     kernel x1.009 / x1.011 at 1k T=1 / 4, x1.007 / x1.006 at 8k, x1.024 / x1.012 at 32k: shipped.
+# Then, inline (gpu_stages.sh's stage): the section-0 tables at 9e110b6 (bench_verify_graph.py --eager-iters 1
+# --graph-iters 30; bench_kernels.py --out $OUT) and, with the engine's page size 64 at ff306c3,
+# `python -m pytest -q -m gpu tests/gpu/test_cuda_engine.py`: 16 passed, the pool-sizing test failed on its
+# hard-coded 16-token pages (fixed after, not re-run).
 # The early_keys parts (d1 .. d3) need a checkout of 8cd6696 .. 30a2255 to re-run.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: d1 or d2}
