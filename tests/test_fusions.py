@@ -80,6 +80,18 @@ def _verify_logits(monkeypatch, no_fuse: str, dtype, seed: int, pin_routing: boo
     return logits.float(), [kv.clone() for kv in runner.target_kv.layers], calls
 
 
+def _same_as_unfused(monkeypatch, no_fuse: str, dtype) -> tuple[dict, dict, int]:
+    """The verify logits and KV caches with SGLANG_EAGLE3_NO_FUSE=no_fuse equal those with every fusion off, bit for
+    bit, on one fresh seed; -> (call counts with it, with every fusion off, the seed) for the caller's checks."""
+    seed = int(torch.randint(0, 1 << 30, (1,)))
+    fused, cache_f, calls = _verify_logits(monkeypatch, no_fuse, dtype, seed)
+    plain, cache_p, calls_off = _verify_logits(monkeypatch, "all", dtype, seed)
+    assert torch.equal(fused, plain), (seed, (fused - plain).abs().max().item())
+    for a, b in zip(cache_f, cache_p, strict=True):
+        assert torch.equal(a, b), seed
+    return calls, calls_off, seed
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_fused_path_equals_unfused(monkeypatch, dtype):
     """The fused kernels round where the separate ops store (normed rows in the activation dtype), and the
@@ -89,15 +101,10 @@ def test_fused_path_equals_unfused(monkeypatch, dtype):
     the interpreter (SGLANG_EAGLE3_TRITON_ON_CPU=1) the others are compared bit for bit without it, and its
     half-precision logits within rounding, with the routing pinned (else a rounding-sized difference can send
     a token to another expert)."""
-    seed = int(torch.randint(0, 1 << 30, (1,)))
     layers, moe_layers = 3, 2
     fold_kernel = dtype != torch.float32 and env.TRITON_ON_CPU.flag() and env.TRITON_INTERPRET.flag()
-    fused, cache_f, calls = _verify_logits(monkeypatch, "input_norm" if fold_kernel else "", dtype, seed)
-    plain, cache_p, calls_off = _verify_logits(monkeypatch, "all", dtype, seed)
+    calls, calls_off, seed = _same_as_unfused(monkeypatch, "input_norm" if fold_kernel else "", dtype)
     folds, routes, folds_off, routes_off = calls["folds"], calls["routes"], calls_off["folds"], calls_off["routes"]
-    assert torch.equal(fused, plain), (seed, (fused - plain).abs().max().item())
-    for a, b in zip(cache_f, cache_p, strict=True):
-        assert torch.equal(a, b), seed
     assert routes == moe_layers and routes_off == 0, f"routed in {routes} of {moe_layers} MoE layers ({routes_off=})"
     if fold_kernel:
         folded, _, calls = _verify_logits(monkeypatch, "", dtype, seed, pin_routing=True)
@@ -108,25 +115,13 @@ def test_fused_path_equals_unfused(monkeypatch, dtype):
     assert folds == layers and folds_off == 0, f"input norm folded in {folds} of {layers} layers ({folds_off} unfused)"
 
 
-def _same_as_unfused(monkeypatch, no_fuse: str, dtype) -> tuple[dict, dict]:
-    """The verify logits and KV caches with SGLANG_EAGLE3_NO_FUSE=no_fuse equal those with every fusion off, bit for
-    bit, on one fresh seed; -> (call counts with it, with every fusion off) for the caller's checks."""
-    seed = int(torch.randint(0, 1 << 30, (1,)))
-    fused, cache_f, calls = _verify_logits(monkeypatch, no_fuse, dtype, seed)
-    plain, cache_p, calls_off = _verify_logits(monkeypatch, "all", dtype, seed)
-    assert torch.equal(fused, plain), (seed, (fused - plain).abs().max().item())
-    for a, b in zip(cache_f, cache_p, strict=True):
-        assert torch.equal(a, b), seed
-    return calls, calls_off
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_route_beside_shared_down_equals_unfused(monkeypatch, dtype):
     """route_shared_down (router_topk off, as by default): the routing runs in programs beside the shared
     expert's down projection, the routing kernel's own function on the same stored logits and the GEMV's
     own programs: the same numbers as every fusion off, bit for bit (references on CPU; the Triton kernels
     under the interpreter with SGLANG_EAGLE3_TRITON_ON_CPU=1)."""
-    calls, calls_off = _same_as_unfused(monkeypatch, "input_norm,router_topk,q_rope_attn", dtype)
+    calls, calls_off, _ = _same_as_unfused(monkeypatch, "input_norm,router_topk,q_rope_attn", dtype)
     routes, routes_off = calls["routes"], calls_off["routes"]
     assert routes == 2 and routes_off == 0, f"routed beside the shared down in {routes} of 2 MoE layers ({routes_off=})"
 
@@ -137,7 +132,8 @@ def test_rope_beside_w_uk_equals_unfused(monkeypatch, dtype):
     programs of its own launch (Triton) or first (the references): the same numbers as every fusion off, bit
     for bit, in each of the 3 layers (references on CPU; the Triton kernels under the interpreter with
     SGLANG_EAGLE3_TRITON_ON_CPU=1)."""
-    calls, calls_off = _same_as_unfused(monkeypatch, "input_norm,router_topk,q_rope_attn,route_shared_down", dtype)
+    calls, calls_off, _ = _same_as_unfused(monkeypatch, "input_norm,router_topk,q_rope_attn,route_shared_down",
+                                           dtype)
     ropes, ropes_off = calls["ropes"], calls_off["ropes"]
     assert ropes == 3 and ropes_off == 0, f"rotary beside W_UK in {ropes} of 3 layers ({ropes_off=})"
 
