@@ -9,6 +9,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from sglang_eagle3.kernels.triton.mla_attention import _split_keys
+
 
 @triton.jit
 def mla_split_kv_kernel(
@@ -35,8 +37,8 @@ def mla_split_kv_kernel(
     zero = tl.zeros([BLOCK_M, DC], dtype=tl.float32)
     if SPLIT_KV:
         seq_len = tl.load(seq_lens_ptr + b)
-        per_split = tl.maximum(tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N), 1) * BLOCK_N
-        live = row_ok & (split < tl.cdiv(seq_len, per_split))
+        _, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)  # the active splits, as the real kernel counts them
+        live = row_ok & (split < active)
         part = (b * tl.num_programs(1) + mb_all) * NUM_SPLITS + split
         tl.store(mid_o_ptr + part * BLOCK_M * DC + m_idx[:, None] * DC + dc[None, :], zero, mask=live[:, None])
         tl.store(mid_lse_ptr + part * BLOCK_M + m_idx, tl.zeros([BLOCK_M], dtype=tl.float32), mask=live)
