@@ -59,8 +59,11 @@ def log(msg: str) -> None:
 # What an A/B file may replace, launcher module -> names it calls through its globals: a kernels/triton/fused_moe.py
 # of another commit gives the GEMV MoE kernels, a kernels/triton/mla_attention.py the MLA kernels, a
 # kernels/mla_attention.py (the launcher itself) its launch plan, a kernels/triton/rotary.py, rms_norm.py or
-# moe_topk.py the rotary, RMSNorm or routing kernel (each with the launcher's arguments of this checkout).
-SWAPPABLE = {"sglang_eagle3.kernels.fused_moe": ("moe_int4_gemv_gate_up_kernel", "moe_int4_gemv_down_kernel"),
+# moe_topk.py the rotary, RMSNorm or routing kernel (each with the launcher's arguments of this checkout); a file
+# defining the package's own rms_norm, apply_rotary or moe_topk replaces that dispatcher (benchmarks/ablations/
+# *_skip.py: the launch itself left out).
+SWAPPABLE = {"sglang_eagle3.kernels": ("rms_norm", "apply_rotary", "moe_topk"),
+             "sglang_eagle3.kernels.fused_moe": ("moe_int4_gemv_gate_up_kernel", "moe_int4_gemv_down_kernel"),
              "sglang_eagle3.kernels.mla_attention": ("mla_split_kv_kernel", "mla_merge_splits_kernel", "launch_plan"),
              "sglang_eagle3.kernels.rotary": ("rotary_kernel",),
              "sglang_eagle3.kernels.rms_norm": ("rms_norm_kernel",),

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Thirty-first session's device round (H200).
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session31_round.sh e1   (then e2 ...; one device call each)
+# e1: what the thirtieth session left unrun at the engine's page size 64 (the CUDA engine tests, whose pool-sizing
+#     test read 16-token pages), then what each small launch costs in the step by itself: the paired step at 1k,
+#     T = 1 and 4, the defaults against each launch left out whole (benchmarks/ablations/*_skip.py: the dispatcher
+#     returns without launching) and against its work left out with the launch kept (the thirtieth session's
+#     stand-ins), in one run.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: e1 ...}
+A=benchmarks/ablations
+case $part in
+e1)
+  TAIL=12 stage engine_tests 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 290 \
+    tests/gpu/test_cuda_engine.py
+  TAIL=60 stage paired_launches 290 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 \
+    --kernels-from $A/rms_norm_skip.py $A/rms_norm_zero.py $A/rotary_skip.py $A/rotary_noop.py \
+    $A/moe_topk_skip.py $A/moe_topk_const.py $A/rms_norm_skip.py+$A/rotary_skip.py+$A/moe_topk_skip.py \
+    --out "$OUT/paired_launches.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
