@@ -19,6 +19,16 @@ e1)
     $A/moe_topk_skip.py $A/moe_topk_const.py $A/rms_norm_skip.py+$A/rotary_skip.py+$A/moe_topk_skip.py \
     --out "$OUT/paired_launches.json"
   ;;
+e2)  # e1 found the all-zero stream of rms_norm_zero.py 3% faster while leaving the norm launches out whole saved
+     # 0.1%: the same stand-ins storing a pseudo-random pattern (ablations/*_noise.py) beside the zero ones, and
+     # the Kimi slice end to end at the engine's page size 64 (the section-0 rows were at 16)
+  TAIL=40 stage paired_fill 260 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 \
+    --kernels-from $A/rms_norm_zero.py $A/rms_norm_noise.py $A/mla_split_zero.py $A/mla_split_noise.py \
+    $A/moe_int4_gemv_zero.py --out "$OUT/paired_fill.json"
+  TAIL=25 stage e2e_single 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_single.json"
+  ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect

@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_kernels import SWAPPABLE, _defines  # noqa: E402
 
-ABLATIONS = sorted((REPO / "benchmarks" / "ablations").glob("*.py"))
+ABLATIONS = sorted(p for p in (REPO / "benchmarks" / "ablations").glob("*.py") if not p.name.startswith("_"))
 
 
 def _signature(fn) -> list[tuple]:

@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from benchmarks.ablations._fill import zeros as fill  # mla_split_noise.py compiles this kernel with another fill
 from sglang_eagle3.kernels.triton.mla_attention import _split_keys
 
 
@@ -34,16 +35,17 @@ def mla_split_kv_kernel(
     rows = (mb_all % tl.cdiv(T * H, BLOCK_M)) * BLOCK_M + m_idx
     row_ok = rows < T * H
     dc = tl.arange(0, DC)
-    zero = tl.zeros([BLOCK_M, DC], dtype=tl.float32)
+    cell = m_idx[:, None] * DC + dc[None, :]
     if SPLIT_KV:
         seq_len = tl.load(seq_lens_ptr + b)
         _, active = _split_keys(seq_len, NUM_SPLITS, BLOCK_N)  # the active splits, as the real kernel counts them
         live = row_ok & (split < active)
         part = (b * tl.num_programs(1) + mb_all) * NUM_SPLITS + split
-        tl.store(mid_o_ptr + part * BLOCK_M * DC + m_idx[:, None] * DC + dc[None, :], zero, mask=live[:, None])
+        tl.store(mid_o_ptr + part * BLOCK_M * DC + cell, fill(part * BLOCK_M * DC + cell), mask=live[:, None])
         tl.store(mid_lse_ptr + part * BLOCK_M + m_idx, tl.zeros([BLOCK_M], dtype=tl.float32), mask=live)
     else:
         q_tok = b * T + rows // H
         head = (mb_all // tl.cdiv(T * H, BLOCK_M)) * H + rows % H
         tl.store(out_ptr + q_tok[:, None] * stride_o_tok + head[:, None] * stride_o_head + dc[None, :],
-                 zero.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+                 fill(q_tok[:, None] * stride_o_tok + head[:, None] * stride_o_head + dc[None, :]).to(
+                     out_ptr.dtype.element_ty), mask=row_ok[:, None])

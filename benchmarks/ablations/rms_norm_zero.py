@@ -9,6 +9,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from benchmarks.ablations._fill import zeros as fill  # rms_norm_noise.py compiles this kernel with another fill
+
 
 @triton.jit
 def rms_norm_kernel(
@@ -24,7 +26,7 @@ def rms_norm_kernel(
         gdc_wait()
         gdc_launch_dependents()
     out_row = tl.load(out_rows_ptr + row).to(tl.int64) if HAS_OUT_ROWS else row
-    zero = tl.zeros([BLOCK_D], dtype=tl.float32)
     if HAS_RESIDUAL:
-        tl.store(res_out_ptr + row * stride_ro + offs, zero.to(res_out_ptr.dtype.element_ty), mask=ok)
-    tl.store(out_ptr + out_row * stride_o + offs, zero.to(out_ptr.dtype.element_ty), mask=ok)
+        tl.store(res_out_ptr + row * stride_ro + offs, fill(row * BLOCK_D + offs + 1).to(res_out_ptr.dtype.element_ty),
+                 mask=ok)
+    tl.store(out_ptr + out_row * stride_o + offs, fill(row * BLOCK_D + offs).to(out_ptr.dtype.element_ty), mask=ok)
