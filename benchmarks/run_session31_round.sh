@@ -29,6 +29,16 @@ e2)  # e1 found the all-zero stream of rms_norm_zero.py 3% faster while leaving 
   TAIL=25 stage e2e_single 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_single.json"
   ;;
+e3)  # the skinny GEMM's one-wave rule (kernels/gemv.py one_wave: the router + shared pair at 2 stages, two blocks
+     # a SM, instead of 3 and a second wave): GPU tests, the launches alone with and without it and other
+     # configs (bench_gemv_wave.py), the step paired against SGLANG_EAGLE3_GEMV_WAVE=0
+  TAIL=8 stage tests_gemv 200 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_kernels_gpu.py \
+    -k "gemv_pair or one_wave or gemv_projections"
+  TAIL=40 stage gemv_wave 200 python benchmarks/bench_gemv_wave.py --tokens 1 2 4 8 --out "$OUT/gemv_wave.json"
+  TAIL=30 stage paired_wave 240 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 --env-variants "" SGLANG_EAGLE3_GEMV_WAVE=0 \
+    --out "$OUT/paired_wave.json"
+  ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect

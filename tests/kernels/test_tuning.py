@@ -327,3 +327,46 @@ def test_moe_dot_knob_and_path_choice(monkeypatch):
         "_launch_int4_gemv", "_launch_int4_dot", "_launch_int4_dot", "_launch_int4_gemv", "_launch"]
     monkeypatch.setenv("SGLANG_EAGLE3_MOE_DOT_MAX", "0")
     assert path_at(4) == "_launch_int4_gemv"
+
+
+def _waves(programs: int, sms: int, smem_sm: int, stages: int, stage: int, margin: int) -> int:
+    """Waves of blocks a launch needs when shared memory alone limits the blocks a SM (the test's own count)."""
+    per_sm = max(1, smem_sm // (stages * stage + margin))
+    return -(-programs // (sms * per_sm))
+
+
+# (launch, N as gemv_config takes it, real row blocks at 32 rows, mats, sms, smem a block, smem a SM): a Kimi TP=8
+# rank's router + shared pair and q_a + kv_a pair, and its lm_head slice, on the H200 and the RTX PRO 6000.
+WAVE_CASES = [("router+shared h200", 384 + 2 * 256, 20, 2, 132, 227 << 10, 228 << 10),
+              ("q_a+kv_a h200", 2112, 66, 1, 132, 227 << 10, 228 << 10),
+              ("lm_head h200", 20480, 640, 1, 132, 227 << 10, 228 << 10),
+              ("router+shared sm120", 384 + 2 * 256, 20, 2, 188, 99 << 10, 100 << 10),
+              ("q_a+kv_a sm120", 2112, 66, 1, 188, 99 << 10, 100 << 10)]
+
+
+@pytest.mark.parametrize("name,N,blocks,mats,sms,smem,smem_sm", WAVE_CASES, ids=[c[0] for c in WAVE_CASES])
+def test_one_wave(monkeypatch, name, N, blocks, mats, sms, smem, smem_sm):
+    """kernels/gemv.py one_wave: only the stage count moves, never up and never below 2; it moves only when that
+    takes fewer waves (counted here independently, with the rule's margin), and then to the deepest count that
+    does; SGLANG_EAGLE3_GEMV_WAVE=0 leaves every config alone."""
+    from sglang_eagle3.kernels.gemv import BLOCK_SMEM_MARGIN, gemv_config, one_wave
+
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_WAVE", raising=False)
+    cfg = gemv_config(N, 7168, 1, True, sms, mats, smem)
+    stage = (cfg["BLOCK_N"] * cfg["BLOCK_K"] * mats + 16 * cfg["BLOCK_K"]) * 2
+    cdiv = lambda a, b: -(-a // b)  # noqa: E731
+    split = cdiv(7168, cdiv(cdiv(7168, cfg["SPLIT"]), cfg["BLOCK_K"]) * cfg["BLOCK_K"])  # whole K tiles a split
+    programs = blocks * split
+    got = one_wave(cfg, programs, sms, smem_sm, stage)
+    assert {k: v for k, v in got.items() if k != "num_stages"} == {k: v for k, v in cfg.items() if k != "num_stages"}
+    s0, s1 = cfg["num_stages"], got["num_stages"]
+    w = lambda s: _waves(programs, sms, smem_sm, s, stage, BLOCK_SMEM_MARGIN)  # noqa: E731
+    fewest = min(w(s) for s in range(2, s0 + 1)) if s0 >= 2 else w(s0)
+    if w(s0) == fewest:
+        assert s1 == s0, (cfg, got)
+    else:
+        assert 2 <= s1 < s0 and w(s1) == fewest and all(w(s) > fewest for s in range(s1 + 1, s0 + 1)), (cfg, got)
+    if name == "router+shared h200":  # the launch the rule is for: two waves at 3 stages, one at 2
+        assert (s0, w(s0), s1, w(s1)) == (3, 2, 2, 1), (cfg, got)
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_WAVE", "0")
+    assert one_wave(cfg, programs, sms, smem_sm, stage) == cfg
