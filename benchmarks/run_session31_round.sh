@@ -39,6 +39,13 @@ e3)  # the skinny GEMM's one-wave rule (kernels/gemv.py one_wave: the router + s
     --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 --env-variants "" SGLANG_EAGLE3_GEMV_WAVE=0 \
     --out "$OUT/paired_wave.json"
   ;;
+e4)  # e3 refuted the one-wave rule (removed). The rest of the step priced with noise stand-ins: the dense projections'
+     # work (ablations/gemv_noise.py: both GEMV kernels), MLA's merge (noise against zero); at 1k and 8k, T = 1, 4
+  TAIL=40 stage paired_gemv 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 \
+    --kernels-from $A/gemv_noise.py $A/mla_merge_zero.py $A/mla_merge_noise.py $A/mla_split_noise.py \
+    $A/gemv_noise.py+$A/mla_split_noise.py+$A/moe_int4_gemv_zero.py --out "$OUT/paired_gemv.json"
+  ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect

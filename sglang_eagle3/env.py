@@ -67,10 +67,6 @@ GEMV_LEAN = Knob("SGLANG_EAGLE3_GEMV_LEAN",
                  "0: the skinny GEMM's pipelines as deep as shared memory allows (up to 4 stages of 256-wide K "
                  "tiles, the third session's heuristic); unset or 1: split-K launches at 3 stages, unsplit "
                  "short-K ones at 64-wide tiles 8 deep (kernels/gemv.py gemv_config)")
-GEMV_WAVE = Knob("SGLANG_EAGLE3_GEMV_WAVE",
-                 "0: the skinny GEMM keeps its config's pipeline depth even where its programs then need two waves "
-                 "of blocks a SM; unset or 1: fewer stages (down to 2) where that puts them all on the SMs at "
-                 "once (kernels/gemv.py one_wave)")
 GEMV_FMA = Knob("SGLANG_EAGLE3_GEMV_FMA",
                 "0: every skinny GEMM on the tensor-core kernel; 1: small K-contiguous projections without an "
                 "epilogue (MLA's q_b, with its q_a norm) on the CUDA-core kernel wherever kernels/gemv.py fma_form "
@@ -109,7 +105,7 @@ SAMPLER_RADIX = Knob("SGLANG_EAGLE3_SAMPLER_RADIX",
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
-       GEMV_LEAN, GEMV_WAVE, GEMV_FMA, GEMV_FMA_CONFIG, MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX)
+       GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

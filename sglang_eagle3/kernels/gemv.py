@@ -110,46 +110,9 @@ def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int, mats: int = 1,
     split = max(1, min(split, triton.cdiv(K, block_k)))
     if lean and split > 1 and block_k >= 128:
         max_stages = min(max_stages, 3)
-    stage = stage_bytes(block_n, block_k, mats, acts)
+    stage = (block_n * block_k * mats + 16 * block_k * acts) * 2
     stages = max(1, min(max_stages, smem_bytes // stage))
     return {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT": split, "num_warps": 4, "num_stages": stages}
-
-
-def stage_bytes(block_n: int, block_k: int, mats: int = 1, acts: int = 1) -> int:
-    """Shared memory a pipeline stage of gemv_kernel takes: ``mats`` bf16 weight tiles [BLOCK_N, BLOCK_K] and
-    ``acts`` activation tiles [16, BLOCK_K] (rows padded to the dot's 16)."""
-    return (block_n * block_k * mats + 16 * block_k * acts) * 2
-
-
-# Shared memory the GPU keeps back for each resident block (sm_80 and later: 1 KB), and what Triton adds to a
-# gemv_kernel block beyond stage_bytes (the pipeline's barriers, the split handshake; ~1.7 KB in the compiled
-# q_a + kv_a launch on the H200 by Nsight Compute): the one-wave rule's margin.
-BLOCK_SMEM_MARGIN = 3 << 10
-
-
-def one_wave(cfg: dict, programs: int, sms: int, smem_sm: int, stage: int) -> dict:
-    """``cfg`` with fewer pipeline stages (never below 2) where that makes its ``programs`` fit on the ``sms`` SMs
-    in one wave of blocks, by shared memory (``smem_sm`` an SM, ``stage`` bytes a stage); else ``cfg`` itself.
-
-    Why: the router + shared gate/up launch (Kimi TP=8 rank: 20 row blocks x split 10 = 200 programs) takes two
-    weight tiles a stage, 120 KB a block at 3 stages, so one block a SM fits and 68 programs wait for a second
-    wave behind the 132 of the first; at 2 stages (80 KB) two fit and all 200 run at once. Deep pipelines pay
-    only where they keep a resident program streaming; a program that cannot start pays its whole latency again.
-    (Registers are not modelled: 4 warps of up to 255 registers fit twice in an SM's 64K.) Off with
-    SGLANG_EAGLE3_GEMV_WAVE=0. The stages do not enter the arithmetic: the bits are the config's either way."""
-    if not env.GEMV_WAVE.switch(default=True):
-        return cfg
-
-    def waves(stages: int) -> int:
-        per_sm = max(1, smem_sm // (stages * stage + BLOCK_SMEM_MARGIN))
-        return triton.cdiv(programs, sms * per_sm)
-
-    stages = cfg["num_stages"]
-    best = stages
-    for s in range(stages - 1, 1, -1):
-        if waves(s) < waves(best):
-            best = s
-    return cfg if best == stages else dict(cfg, num_stages=best)
 
 
 def fma_form(N: int, K: int, x: torch.Tensor, w: torch.Tensor, epilogue: bool) -> bool:
@@ -251,20 +214,16 @@ def _as3(t: torch.Tensor, name: str) -> torch.Tensor:
     return t[:, None, :] if t.dim() == 2 else t
 
 
-def _splits(K: int, cfg: dict) -> tuple[int, int]:
-    """(K a split, splits): the config's SPLIT rounded so that every split holds whole BLOCK_K tiles."""
-    k_per_split = triton.cdiv(triton.cdiv(K, cfg["SPLIT"]), cfg["BLOCK_K"]) * cfg["BLOCK_K"]
-    return k_per_split, triton.cdiv(K, k_per_split)
-
-
 def _split_plan(K: int, T: int, cols: int, B: int, blocks: int, cfg: dict, device: torch.device,
                 row_sums: bool = False):
     """(k_per_split, split, m_pad, partials, counters) for a launch: the split count is rounded so every split
     holds whole BLOCK_K tiles; the fp32 partials [B, split, 2, m_pad, cols] (with ``row_sums``, followed by
     the sums of squares [B, blocks, split, m_pad] of NORM_POST) and the counters exist only with split-K (else
     any tensor stands in: the kernel never touches them)."""
-    assert cfg["BLOCK_N"] >= 16 and cfg["BLOCK_K"] >= 16, f"tl.dot needs 16 <= BLOCK_N, BLOCK_K: {cfg}"
-    k_per_split, split = _splits(K, cfg)
+    block_k = cfg["BLOCK_K"]
+    assert cfg["BLOCK_N"] >= 16 and block_k >= 16, f"tl.dot needs 16 <= BLOCK_N, BLOCK_K: {cfg}"
+    k_per_split = triton.cdiv(triton.cdiv(K, cfg["SPLIT"]), block_k) * block_k
+    split = triton.cdiv(K, k_per_split)
     m_pad = max(16, triton.next_power_of_2(T))
     if split == 1:
         return k_per_split, split, m_pad, None, None
@@ -376,9 +335,6 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
     cfg = config or gemv_config(N, K, B, k_major, tuning.sm_count(x.device), 2 if gated else 1,
                                 tuning.smem_per_block(x.device))
     blocks = triton.cdiv(N, cfg["BLOCK_N"])
-    if config is None:
-        cfg = one_wave(cfg, blocks * B * _splits(K, cfg)[1], tuning.sm_count(x.device), tuning.smem_per_sm(x.device),
-                       stage_bytes(cfg["BLOCK_N"], cfg["BLOCK_K"], 2 if gated else 1))
     k_per_split, split, m_pad, part, count = _split_plan(K, T, N, B, blocks, cfg, x.device)
     if part is None:
         part = count = o3
@@ -461,9 +417,6 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
     bn = cfg["BLOCK_N"]
     nb1 = triton.cdiv(N1, bn)
     blocks = nb1 + triton.cdiv(N2, bn)
-    if config is None:
-        cfg = one_wave(cfg, blocks * _splits(K, cfg)[1], tuning.sm_count(x.device), tuning.smem_per_sm(x.device),
-                       stage_bytes(bn, cfg["BLOCK_K"], mats2, 2 if residual is not None else 1))
     k_per_split, split, m_pad, part, count = _split_plan(K, T, N1 + N2, 1, blocks, cfg, x.device, row_sums=norm)
     if route is not None:
         count = split_counters(x.device, blocks + 1)  # the tail's arrival counter follows the split-K counters

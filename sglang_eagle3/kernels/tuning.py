@@ -240,19 +240,6 @@ def _smem(device_index: int) -> int:
     return int(getattr(props, "shared_memory_per_block_optin", 0) or 96 << 10)
 
 
-def smem_per_sm(device: torch.device) -> int:
-    """Shared memory of one SM, all its resident blocks together: 228 KB on sm_90, 100 KB on sm_120."""
-    if device.type != "cuda":
-        return 100 << 10
-    return _smem_sm(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.cache
-def _smem_sm(device_index: int) -> int:
-    props = torch.cuda.get_device_properties(device_index)
-    return int(getattr(props, "shared_memory_per_multiprocessor", 0) or 100 << 10)
-
-
 def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 132  # the interpreter: any plausible number; grids stay small on tiny test shapes

@@ -591,24 +591,6 @@ def test_gemv_pair_router_and_shared_expert(T):
                     config={"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT": 11, "num_warps": 4, "num_stages": 2})
 
 
-@pytest.mark.parametrize("T", [1, 4])
-def test_gemv_pair_one_wave_same_bits(T, monkeypatch):
-    """kernels/gemv.py one_wave changes only the pipeline depth (on the H200 the router + shared pair's 3 stages
-    become 2): the launch's outputs are bit-identical with the rule on and off (SGLANG_EAGLE3_GEMV_WAVE)."""
-    from sglang_eagle3.kernels.gemv import triton_gemv_pair
-
-    g = torch.Generator(device="cuda").manual_seed(70 + T)
-    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16, generator=g)
-    w1, w2, w2_up = (torch.randn(n, HIDDEN, device="cuda", dtype=torch.bfloat16, generator=g) * 0.02
-                     for n in (EXPERTS, INTER, INTER))
-    outs = []
-    for on in ("1", "0"):
-        monkeypatch.setenv("SGLANG_EAGLE3_GEMV_WAVE", on)
-        outs.append(triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=torch.float32))
-    for a, b in zip(*outs, strict=True):
-        assert torch.equal(a, b)
-
-
 @pytest.mark.parametrize("B,S", [(1, 1), (2, 4), (3, 7)])
 def test_model_forward_kernels_vs_reference(B, S):
     """A tiny Kimi-shaped bf16 model, INT4 experts: every kernel against every reference through the
