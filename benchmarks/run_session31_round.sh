@@ -46,6 +46,17 @@ e4)  # e3 refuted the one-wave rule (removed). The rest of the step priced with 
     --kernels-from $A/gemv_noise.py $A/mla_merge_zero.py $A/mla_merge_noise.py $A/mla_split_noise.py \
     $A/gemv_noise.py+$A/mla_split_noise.py+$A/moe_int4_gemv_zero.py --out "$OUT/paired_gemv.json"
   ;;
+e5)  # e4 put the dense projections' work at 45% of decode (31.6 us a layer for ~17 us of bytes): their two widest
+     # launches at other configs, alone (bench_gemv_launches.py: splits, K tiles, stages) and in the step paired
+     # (benchmarks/variants/gemv_*.py swap in a gemv_config with one launch's config changed)
+  V=benchmarks/variants
+  TAIL=40 stage gemv_launches 150 python benchmarks/bench_gemv_launches.py --tokens 1 4 --repeat 1 \
+    --out "$OUT/gemv_launches.json"
+  TAIL=40 stage paired_gemv_cfg 260 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 \
+    --kernels-from $V/gemv_rs_split5.py $V/gemv_rs_split7.py $V/gemv_qa_split3.py $V/gemv_qa_bk128.py \
+    --out "$OUT/paired_gemv_cfg.json"
+  ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect

@@ -17,7 +17,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_kernels import SWAPPABLE, _defines  # noqa: E402
 
-ABLATIONS = sorted(p for p in (REPO / "benchmarks" / "ablations").glob("*.py") if not p.name.startswith("_"))
+ABLATIONS = sorted(p for folder in ("ablations", "variants") for p in (REPO / "benchmarks" / folder).glob("*.py")
+                   if not p.name.startswith("_"))
 
 
 def _signature(fn) -> list[tuple]:
