@@ -30,7 +30,13 @@ sys.path.insert(0, str(REPO))
 from benchmarks.bench_kernels import read_ceiling_us, time_graph  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels import tuning  # noqa: E402
-from sglang_eagle3.kernels.gemv import gemv_config, triton_gemv, triton_gemv_pair  # noqa: E402
+from sglang_eagle3.kernels.gemv import (  # noqa: E402
+    fma_pair_config,
+    gemv_config,
+    triton_gemv,
+    triton_gemv_fma_pair,
+    triton_gemv_pair,
+)
 
 H = 7168
 # (name, kind, matrices' rows): "pair" = triton_gemv_pair(w1, w2); "route" = the router (fp32) + gated shared pair;
@@ -56,6 +62,8 @@ def weights(kind: str, rows: tuple[int, ...], copies: int) -> list[tuple]:
 
 
 def call(kind: str, x: torch.Tensor, ws: tuple, cfg: dict | None):
+    if kind == "route" and cfg is not None and "LANES" in cfg:  # a CUDA-core config
+        return triton_gemv_fma_pair(x, ws[0], ws[1], ws[2], out1_dtype=torch.float32, config=cfg)
     if kind == "route":
         return triton_gemv_pair(x, ws[0], ws[1], w2_up=ws[2], out1_dtype=torch.float32, config=cfg)
     if kind == "pair":
@@ -76,11 +84,18 @@ def shipped_config(kind: str, rows: tuple[int, ...]) -> dict:
     return gemv_config(rows[0], H, 1, True, sms, 2 if kind == "gated" else 1, smem)
 
 
+# The CUDA-core pair's configs tried on top of fma_pair_config (the router + shared case).
+FMA_VARIANTS = [("rows 2", {"MAX_ROWS": 2}), ("128 lanes", {"LANES": 128, "num_warps": 4}),
+                ("2 weight rows", {"BLOCK_N": 2}), ("8 weight rows, rows 2", {"BLOCK_N": 8, "MAX_ROWS": 2}),
+                ("rows 1", {"MAX_ROWS": 1})]
+
+
 @torch.inference_mode()
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--repeat", type=int, default=2, help="alternations of the settings (the spread is the noise)")
+    ap.add_argument("--only", nargs="+", default=[], help="only these cases (names as printed, e.g. router+shared)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -90,6 +105,8 @@ def main() -> None:
               "triton": __import__("triton").__version__, "sm_count": sms,
               "cases": []}
     for name, kind, rows in CASES:
+        if args.only and not any(name.startswith(o) for o in args.only):
+            continue
         nbytes = sum(rows) * H * 2 * (2 if kind == "gated" else 1) + (rows[1] * H * 2 if kind == "route" else 0)
         copies = max(2, min(16, (400 << 20) // nbytes))
         wss = weights(kind, rows, copies)
@@ -98,6 +115,11 @@ def main() -> None:
                                    for _ in wss], sms)
         base = shipped_config(kind, rows)
         settings = [("shipped", None)] + [(label, dict(base, **over)) for label, over in VARIANTS]
+        if kind == "route":  # the shipped pair runs on the CUDA cores (fma_pair_form): its tensor-core form too
+            fma = fma_pair_config(*rows, H)
+            settings = [("shipped", None), ("tensor cores", base)] + [
+                (label, dict(base, **over)) for label, over in VARIANTS[:5]] + [
+                (f"fma {label}", dict(fma, **over)) for label, over in FMA_VARIANTS]
         ref = {}
         x_all = torch.randn(max(args.tokens), H, device="cuda", dtype=torch.bfloat16)
         for T in args.tokens:

@@ -57,6 +57,20 @@ e5)  # e4 put the dense projections' work at 45% of decode (31.6 us a layer for 
     --kernels-from $V/gemv_rs_split5.py $V/gemv_rs_split7.py $V/gemv_qa_split3.py $V/gemv_qa_bk128.py \
     --out "$OUT/paired_gemv_cfg.json"
   ;;
+e6)  # e5: no tensor-core config of the two widest launches pays. The router + shared pair on the CUDA cores
+     # (kernels/gemv.py triton_gemv_fma_pair, fma_pair_form): GPU tests, the launch alone against the tensor-core
+     # pair and other CUDA-core configs, the step paired against the tensor-core pair (variants/gemv_pair_tc.py) and
+     # 2 rows of x a program (variants/gemv_pair_rows2.py)
+  V=benchmarks/variants
+  TAIL=10 stage tests_fma_pair 200 python -m pytest -q -p no:cacheprovider tests/kernels/test_kernels_gpu.py \
+    tests/kernels/test_fold_gpu.py -k "gemv_fma_pair or gemv_pair or route or router or model_forward or \
+    graph_replay or kernels_per_moe"
+  TAIL=16 stage gemv_launches 120 python benchmarks/bench_gemv_launches.py --only router --tokens 1 2 4 8 \
+    --repeat 1 --out "$OUT/gemv_launches.json"
+  TAIL=20 stage paired_fma_pair 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 \
+    --kernels-from $V/gemv_pair_tc.py $V/gemv_pair_rows2.py --out "$OUT/paired_fma_pair.json"
+  ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect

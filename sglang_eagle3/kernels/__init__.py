@@ -128,7 +128,7 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
 
 
 def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0.0, residual=None,
-              route: Routing | None = None, use_triton: bool | None = None):
+              route: Routing | None = None, use_triton: bool | None = None, fma: bool | None = None):
     """(x w1^T, x w2^T) for x [T, K] (with ``w2_up``: the second is SiLU(x w2^T) * (x w2_up^T); ``out1_dtype``:
     the first's dtype): one launch of the skinny GEMM at decode/verify sizes, torch's GEMMs otherwise. With
     ``norm_weight`` (and ``eps``, ``residual``) the products are of the RMSNorm of x + residual, folded into
@@ -138,7 +138,8 @@ def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0
     ``route`` (a Routing; needs ``out1_dtype=torch.float32``): the first output are a MoE layer's router
     logits, and (weights float32 [T, top_k], ids int32 [T, top_k]) of the moe_topk op on them come last. The
     skinny GEMM routes in its launch's tail (bit-identical to moe_topk on its logits); elsewhere the moe_topk
-    op runs after the products, as the unfused layer runs it."""
+    op runs after the products, as the unfused layer runs it. ``fma``: triton_gemv_pair's (False: never the
+    CUDA-core form; an engine decides it once, kernels/gemv.py fma_for_engine)."""
     assert route is None or out1_dtype == torch.float32, f"routing reads float32 router logits, got {out1_dtype=}"
     ws = [w for w in (w1, w2, w2_up) if w is not None]
     ok = (x.dim() == 2 and x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16)
@@ -146,11 +147,11 @@ def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0
     bias = route.bias if route is not None else None
     if ok and _kernel_ok(use_triton, x, *ws, norm_weight, residual, bias):
         return triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
-                                residual=residual, route=route)
+                                residual=residual, route=route, fma=fma)
     if route is not None:
         route.check(w1.shape[0], x.device)
         outs = gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
-                         residual=residual, use_triton=use_triton)
+                         residual=residual, use_triton=use_triton, fma=fma)
         return (*outs, *moe_topk(outs[0], bias, **route.topk_kwargs(), use_triton=use_triton))
     if norm_weight is not None and _kernel_ok(use_triton, x, norm_weight, residual):
         # Prefill-sized rows on the GPU: the norm kernel (with the residual add), then torch's GEMMs.
@@ -158,7 +159,8 @@ def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0
             normed, stream = rms_norm(x, norm_weight, eps, use_triton=use_triton), x
         else:
             normed, stream = rms_norm(x, norm_weight, eps, residual, use_triton=use_triton)
-        return (*gemv_pair(normed, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, use_triton=use_triton), stream)
+        return (*gemv_pair(normed, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, use_triton=use_triton, fma=fma),
+                stream)
     return ref_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
                          residual=residual)
 

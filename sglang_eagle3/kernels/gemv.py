@@ -34,6 +34,7 @@ from sglang_eagle3.kernels.triton.gemv import (
     NORM_POST,
     NORM_PRE,
     gemv_fma_kernel,
+    gemv_fma_pair_kernel,
     gemv_kernel,
 )
 
@@ -153,6 +154,27 @@ def fma_config(N: int, K: int) -> dict:
     return {"BLOCK_N": 4, "LANES": 32 * warps, "num_warps": warps, "MAX_ROWS": 4}
 
 
+def fma_pair_form(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2_up: torch.Tensor | None,
+                  epilogue: bool) -> bool:
+    """Whether triton_gemv_pair runs in the CUDA-core form (triton_gemv_fma_pair): a pair whose second matrix is
+    gated (a MoE layer's router and its shared expert's gate/up) with K in the form's range and no norm or
+    routing tail (``epilogue``); off with SGLANG_EAGLE3_GEMV_FMA=0. One answer for every T of a pair (decode and
+    verify compute alike). On the H200 (Kimi TP=8 rank: 384 router rows, 256 + 256 gated, K = 7168; thirty-first
+    session, bench_gemv_launches.py) the tensor-core pair took 10.2 us at T = 1 and 4: its gated row blocks hold
+    two weight tiles a stage, 120 KB of shared memory a block at 3 stages. 896 rows of the same bytes on the CUDA
+    cores took 6.7 / 8.7 / 10.1 / 18.1 us at T = 1 / 2 / 4 / 8 (twenty-third session, bench_gemv_fma.py, 256
+    lanes). The q_a + kv_a pair (not gated) keeps the tensor cores: there the CUDA cores took 10.2 against 11.4
+    us at T = 1, but 17-20 against 11.6 at T = 4."""
+    return (w2_up is not None and not epilogue and FMA_MIN_K <= x.shape[1] <= FMA_MAX_K
+            and env.GEMV_FMA.switch(default=True))
+
+
+def fma_pair_config(N1: int, N2: int, K: int) -> dict:
+    """triton_gemv_fma_pair's launch config, from the shapes only (never T): 4 weight rows a program (a gated
+    program: the gate and up rows of two activations), 256 lanes over 8 warps, up to 4 rows of x a program."""
+    return {"BLOCK_N": 4, "LANES": 256, "num_warps": 8, "MAX_ROWS": 4}
+
+
 def _parse_fma_config(raw: str) -> dict:
     """SGLANG_EAGLE3_GEMV_FMA_CONFIG's 'KEY=VALUE,...' (every key of fma_config, powers of two) as a config."""
     keys = ("BLOCK_N", "LANES", "num_warps", "MAX_ROWS")
@@ -207,6 +229,44 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
         NORM=norm_weight is not None, PDL=pdl, num_warps=1 if interpret else cfg["num_warps"],
         **tuning.pdl_launch(pdl))
     return out
+
+
+def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2_up: torch.Tensor, *,
+                         out1_dtype: torch.dtype | None = None, config: dict | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x w1^T in ``out1_dtype``, SiLU(x w2^T) * (x w2_up^T) in x's dtype) on the CUDA cores in one launch
+    (triton/gemv.py gemv_fma_pair_kernel): x [T, K] (T <= GEMV_MAX_ROWS), w1 [N1, K], w2 and w2_up [N2, K],
+    K-contiguous, x's dtype. Rounded as triton_gemv_pair rounds (each product to its output dtype, then the SiLU
+    and the product); each token's sums are the same code whatever T is. ``config``: as fma_pair_config's."""
+    assert x.dim() == 2 and x.stride(1) == 1, f"x must be [T, K] with unit inner stride, got {tuple(x.shape)}"
+    T, K = x.shape
+    assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
+    assert x.dtype in (torch.bfloat16, torch.float16), f"{x.dtype=}"
+    for name, w in (("w1", w1), ("w2", w2), ("w2_up", w2_up)):
+        assert w.dim() == 2 and w.shape[1] == K and w.stride(1) == 1 and w.dtype == x.dtype, (
+            f"{name} must be [N, {K}] {x.dtype}, K-contiguous; got {tuple(w.shape)} {w.stride()} {w.dtype}")
+    assert w2_up.shape == w2.shape and w2_up.stride() == w2.stride(), (
+        f"w2_up {tuple(w2_up.shape)} {w2_up.stride()} must match w2 {tuple(w2.shape)} {w2.stride()}")
+    N1, N2 = w1.shape[0], w2.shape[0]
+    y1 = torch.empty(T, N1, dtype=out1_dtype or x.dtype, device=x.device)
+    y2 = torch.empty(T, N2, dtype=x.dtype, device=x.device)
+    if T == 0:
+        return y1, y2
+    interpret = tuning.interpreting()
+    cfg = config or fma_pair_config(N1, N2, K)
+    if interpret and config is None:
+        cfg = {**cfg, "LANES": 32}  # (one warp under the interpreter: keep its steps few)
+    bn = cfg["BLOCK_N"]
+    assert bn >= 2 and bn & (bn - 1) == 0, f"BLOCK_N must be a power of two >= 2 (gate and up rows), got {cfg}"
+    assert cfg["MAX_ROWS"] in (1, 2, 4, 8), f"MAX_ROWS must be 1, 2, 4 or 8, got {cfg}"
+    rows = min(cfg["MAX_ROWS"], triton.next_power_of_2(T))
+    nb1 = triton.cdiv(N1, bn)
+    pdl = tuning.pdl(x.device, "gemv")
+    gemv_fma_pair_kernel[(nb1 + triton.cdiv(N2, bn // 2), triton.cdiv(T, rows))](
+        x, w1, w2, w2_up, y1, y2, T, N1, N2, nb1, K, x.stride(0), w1.stride(0), w2.stride(0), y1.stride(0),
+        y2.stride(0), ROWS=rows, BLOCK_N=bn, LANES=cfg["LANES"], VEC=8, NSTEPS=triton.cdiv(K, cfg["LANES"] * 8),
+        PDL=pdl, num_warps=1 if interpret else cfg["num_warps"], **tuning.pdl_launch(pdl))
+    return y1, y2
 
 
 def _as3(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -359,7 +419,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
 def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_up: torch.Tensor | None = None,
                      out1_dtype: torch.dtype | None = None, norm_weight: torch.Tensor | None = None,
                      eps: float = 0.0, residual: torch.Tensor | None = None, route: Routing | None = None,
-                     config: dict | None = None) -> tuple[torch.Tensor, ...]:
+                     config: dict | None = None, fma: bool | None = None) -> tuple[torch.Tensor, ...]:
     """(x w1^T, x w2^T) from one launch: x [T, K]; w1 [N1, K], w2 [N2, K] K-contiguous, same dtype as x (MLA's
     q_a and kv_a projections read the same normed hidden state). With ``w2_up`` the second output is the
     gated SiLU(x w2^T) * (x w2_up^T) (a shared expert's activation); ``out1_dtype`` (e.g. float32 router
@@ -372,7 +432,10 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
 
     With ``route`` the first output are router logits (``out1_dtype=torch.float32``) [T, E = N1], and the
     launch's tail routes them: (weights float32 [T, top_k], ids int32 [T, top_k]) follow the other outputs,
-    bit-identical to triton_moe_topk on the returned logits (the same function computes them)."""
+    bit-identical to triton_moe_topk on the returned logits (the same function computes them).
+
+    ``fma``: False keeps the tensor-core kernel; None lets fma_pair_form decide (a gated second matrix without
+    norm or routing, unless ``config`` is given): then the CUDA-core form, triton_gemv_fma_pair, runs it."""
     T, K = x.shape
     assert x.dim() == 2 and x.stride(-1) == 1, f"x must be [T, K] with unit inner stride, got {tuple(x.shape)}"
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
@@ -410,6 +473,8 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         outs = (*outs, *routed)
     if T == 0:
         return outs
+    if fma is not False and config is None and fma_pair_form(x, w1, w2, w2_up, norm or route is not None):
+        return triton_gemv_fma_pair(x, w1, w2, w2_up, out1_dtype=out1_dtype)
     mats2 = 2 if w2_up is not None else 1
     limits = NORM_POST_LIMITS if norm else {}
     cfg = config or gemv_config(N1 + mats2 * N2, K, 1, True, tuning.sm_count(x.device), mats2,

@@ -185,7 +185,8 @@ class DeepseekMoE(nn.Module):
             route = self.routing() if self.fuse_router_topk else None
             logits, act, *routed = kernels.gemv_pair(x, self.gate.weight, sh.gate_proj.weight,
                                                      w2_up=sh.up_proj.weight, out1_dtype=torch.float32,
-                                                     route=route, use_triton=self.use_triton)
+                                                     route=route, use_triton=self.use_triton,
+                                                     fma=sh.gate_proj.fma)  # the engine's form (fma_for_engine)
             if not routed and self.fuse_route_down:  # the routing beside the shared down, one launch
                 shared, *routed = kernels.gemv(act, sh.down_proj.weight, route=self.routing(), route_logits=logits,
                                                use_triton=self.use_triton)

@@ -10,7 +10,14 @@ import math
 import torch
 
 from sglang_eagle3 import kernels
-from sglang_eagle3.kernels.gemv import fma_form, triton_gemv, triton_gemv_fma
+from sglang_eagle3.kernels.gemv import (
+    fma_form,
+    fma_pair_form,
+    triton_gemv,
+    triton_gemv_fma,
+    triton_gemv_fma_pair,
+    triton_gemv_pair,
+)
 
 
 def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed: int = 0,
@@ -51,7 +58,45 @@ def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed
     return {"rel_err": err, "dispatched": routed}
 
 
+def check_gemv_fma_pair(T: int, N1: int, N2: int, K: int, device: str = "cpu", seed: int = 0,
+                        dtype=torch.bfloat16, config: dict | None = None) -> dict:
+    """The CUDA-core pair (a MoE layer's float32 router logits and its shared expert's SiLU(gate) * up from one
+    launch) against float64 products of the same inputs, every element written (outputs of a poisoned
+    allocation checked finite); each row alone and in groups of 2, 4 and 8 bit-identical to the same rows of the
+    whole batch (decode == verify); where fma_pair_form takes the shape, triton_gemv_pair's dispatch equal to it
+    bit for bit, and its tensor-core form (fma=False) within the rounding."""
+    from kernel_checks import rel_err
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = (torch.randn(T, K, generator=g) * 2).to(dtype).to(device)
+    w1, w2, w2_up = ((torch.randn(n, K, generator=g) / math.sqrt(K)).to(dtype).to(device) for n in (N1, N2, N2))
+    y1, y2 = triton_gemv_fma_pair(x, w1, w2, w2_up, out1_dtype=torch.float32, config=config)
+    assert y1.dtype == torch.float32 and y2.dtype == dtype and y1.shape == (T, N1) and y2.shape == (T, N2)
+    assert bool(torch.isfinite(y1).all()) and bool(torch.isfinite(y2).all()), "an output element left unwritten"
+    ref1 = kernels.ref_gemv(x.double(), w1.double())
+    ref2 = kernels.ref_gemv(x.double(), w2.double(), w_up=w2_up.double())
+    # (the activation rounds gate, SiLU and up to x's dtype; the interpreter's bf16 casts truncate)
+    tol2 = 2e-2 if x.is_cuda else 4e-2
+    err1, err2 = rel_err(y1, ref1), rel_err(y2, ref2)
+    assert err1 < 1e-5 and err2 < tol2, f"gemv_fma_pair rel err {err1}, {err2} ({T=} {N1=} {N2=} {K=})"
+    for size in (1, 2, 4, 8):
+        for t0 in range(0, T - size + 1, size):
+            p1, p2 = triton_gemv_fma_pair(x[t0:t0 + size], w1, w2, w2_up, out1_dtype=torch.float32, config=config)
+            assert torch.equal(p1, y1[t0:t0 + size]) and torch.equal(p2, y2[t0:t0 + size]), (
+                f"rows {t0}..{t0 + size - 1} computed as a batch of {size} differ from the same rows in a batch of "
+                f"{T} ({N1=} {N2=} {K=})")
+    routed = fma_pair_form(x, w1, w2, w2_up, epilogue=False)
+    if routed and config is None:
+        via = triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=torch.float32)
+        assert torch.equal(via[0], y1) and torch.equal(via[1], y2), "triton_gemv_pair's CUDA-core dispatch differs"
+    tc = triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=torch.float32, fma=False)
+    apart = max(rel_err(tc[0], y1), rel_err(tc[1], y2))
+    assert apart < 2 * tol2, f"tensor-core and CUDA-core pair apart by {apart} ({T=} {N1=} {N2=} {K=})"
+    return {"rel_err": [err1, err2], "dispatched": routed}
+
+
 FMA_8 = {"BLOCK_N": 8, "LANES": 16, "num_warps": 1, "MAX_ROWS": 8}
+FMA_PAIR_2 = {"BLOCK_N": 2, "LANES": 16, "num_warps": 1, "MAX_ROWS": 2}
 
 CASES = {
     # Under the interpreter one warp: 32 lanes of 8 weights, 256 a step. Irregular N (a partial 4-row block) and
@@ -63,4 +108,10 @@ CASES = {
     "gemv_fma_norm_t13_rows8": lambda: check_gemv_fma(13, 19, 400, norm=True, seed=5, config=FMA_8),
     # K >= FMA_MIN_K: triton_gemv sends it here (checked bit for bit against the direct call).
     "gemv_fma_dispatch_t3": lambda: check_gemv_fma(3, 9, 1030, norm=True, seed=4),
+    # The router + shared pair: partial row blocks of W1 (37 = 9 x 4 + 1) and of the gated rows (13 activations:
+    # the last gated program holds one), a masked last K step; K >= FMA_MIN_K: triton_gemv_pair dispatches it.
+    "gemv_fma_pair_t5_dispatch": lambda: check_gemv_fma_pair(5, 37, 13, 1100, seed=6),
+    "gemv_fma_pair_t8_fp16": lambda: check_gemv_fma_pair(8, 12, 6, 300, seed=7, dtype=torch.float16),
+    # one gate and one up row a program, 2-row programs (T = 3: one of 2, one of 1)
+    "gemv_fma_pair_t3_half1": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=8, config=FMA_PAIR_2),
 }

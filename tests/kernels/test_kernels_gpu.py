@@ -18,7 +18,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gemv_fma_checks import check_gemv_fma  # noqa: E402
+from gemv_fma_checks import check_gemv_fma, check_gemv_fma_pair  # noqa: E402
 from gqa_checks import check_draft_forward, check_gqa  # noqa: E402
 from kernel_checks import (  # noqa: E402
     check_gemv,
@@ -563,6 +563,17 @@ def test_gemv_fma(T, N, K, norm):
     triton_gemv's dispatch equal to it, the tensor-core kernel within the rounding."""
     poison_allocator()
     check_gemv_fma(T, N, K, norm, device="cuda", seed=T * 11 + N + K)
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 8, 16])
+@pytest.mark.parametrize("N1,N2,K", [(384, 256, 7168), (256, 256, 7168), (101, 37, 2050)],
+                         ids=["kimi_router_shared", "dsv3_router_shared", "irregular"])
+def test_gemv_fma_pair(T, N1, N2, K):
+    """The CUDA-core router + shared gate/up pair at Kimi's and DeepSeek-V3's TP=8 rank shapes and an irregular
+    one: against float64 products, every row bit-identical alone and in groups of 2, 4, 8 as in the batch,
+    triton_gemv_pair's dispatch equal to it, the tensor-core pair within the rounding."""
+    poison_allocator()
+    check_gemv_fma_pair(T, N1, N2, K, device="cuda", seed=T * 7 + N1 + K)
 
 
 @pytest.mark.parametrize("T", [1, 4, 16])

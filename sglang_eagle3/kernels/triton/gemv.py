@@ -488,3 +488,84 @@ def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, ep
     _lanes_store4(out_ptr, t0, T, s_ot, n, N, a0, a1, a2, a3, R0)
     if ROWS > 4:
         _lanes_store4(out_ptr, t0 + 4, T, s_ot, n, N, a4, a5, a6, a7, 4)
+
+
+@triton.jit
+def _lanes_pair_store4(out_ptr, out2_ptr, second, t, T, s_ot, s_o2t, n, N, j, N2, a0, a1, a2, a3,
+                       HALF: tl.constexpr, R: tl.constexpr):
+    """gemv_fma_pair_kernel's stores of rows t .. t + R - 1: a W1 program's sums to out (its dtype), a gated
+    program's SiLU(gate) * up to out2 (_gated_row)."""
+    if second:
+        _gated_row(out2_ptr, t, T, s_o2t, j, N2, a0, HALF)
+        if R > 1:
+            _gated_row(out2_ptr, t + 1, T, s_o2t, j, N2, a1, HALF)
+        if R > 2:
+            _gated_row(out2_ptr, t + 2, T, s_o2t, j, N2, a2, HALF)
+            _gated_row(out2_ptr, t + 3, T, s_o2t, j, N2, a3, HALF)
+    else:
+        _lanes_store4(out_ptr, t, T, s_ot, n, N, a0, a1, a2, a3, R)
+
+
+@triton.jit
+def _gated_row(out2_ptr, t, T, s_o2t, j, N2, acc, HALF: tl.constexpr):
+    """One row of a gated program: acc [BLOCK_N, LANES] holds gate row j0 + i at 2i and up row j0 + i at 2i + 1;
+    reduced across the lanes, split into the two halves and rounded as the tensor-core kernel's _epilogue
+    rounds (each product to the output dtype, SiLU in fp32 rounded, then the product of the two)."""
+    ty = out2_ptr.dtype.element_ty
+    g, u = tl.split(tl.reshape(tl.sum(acc, axis=1), [HALF, 2]))
+    g = g.to(ty).to(tl.float32)
+    s = (g / (1.0 + tl.exp(-g))).to(ty).to(tl.float32)
+    y = (s * u.to(ty).to(tl.float32)).to(ty)
+    tl.store(out2_ptr + t * s_o2t + j, y, mask=(j < N2) & (t < T))
+
+
+@triton.jit
+def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T, N, N2, NB1, K, s_xt, s_w1n, s_w2n,
+                         s_ot, s_o2t, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
+                         VEC: tl.constexpr, NSTEPS: tl.constexpr, PDL: tl.constexpr = False):
+    """gemv_fma_kernel's form for a pair launch with a gated second matrix (a MoE layer's router and its shared
+    expert's gate/up, one x): programs 0 .. NB1 - 1 take BLOCK_N rows of W1 [N, K] into out [T, N] (its dtype:
+    float32 router logits); program NB1 + p takes gate rows and up rows j = p * HALF .. + HALF - 1 of W2 / W2_up
+    [N2, K], interleaved (row 2i gate j0 + i, row 2i + 1 up j0 + i), and stores SiLU(x W2^T) * (x W2_up^T) into
+    out2 [T, N2] (its dtype). Each weight row's sums are gemv_fma_kernel's (the same lanes, steps and order), so a
+    token's products do not depend on T either; the gate and up rows of one activation share a program."""
+    HALF: tl.constexpr = BLOCK_N // 2
+    STEP: tl.constexpr = LANES * VEC
+    R0: tl.constexpr = ROWS if ROWS < 4 else 4
+    pid = tl.program_id(0)
+    second = pid >= NB1
+    r = tl.arange(0, BLOCK_N)
+    n = pid * BLOCK_N + r  # W1's rows (first programs)
+    j = (pid - NB1) * HALF + tl.arange(0, HALF)  # the activations a gated program stores
+    jr = (pid - NB1) * HALF + r // 2  # W2 / W2_up row of each of its BLOCK_N rows
+    row_ok = tl.where(second, jr < N2, n < N)
+    w_rows = tl.where(second, tl.where(r % 2 == 0, w2_ptr, w2_up_ptr) + jr.to(tl.int64) * s_w2n,
+                      w1_ptr + n.to(tl.int64) * s_w1n)[:, None, None]
+    t0 = tl.program_id(1) * ROWS
+    kk = tl.arange(0, LANES)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [LANES, VEC]: lane l's weights
+    n_ok = row_ok[:, None, None]
+    w = tl.load(w_rows + kk[None, :, :], mask=n_ok & (kk < K)[None, :, :], other=0.0).to(tl.float32)
+    if PDL:  # the first tile above needs no wait: weights are never written
+        gdc_wait()
+        gdc_launch_dependents()
+    a0 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a1 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a2 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a3 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a4 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a5 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a6 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a7 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    for i in tl.static_range(NSTEPS):
+        k = i * STEP + kk
+        k_ok = k < K
+        if i > 0:
+            w = tl.load(w_rows + k[None, :, :], mask=n_ok & k_ok[None, :, :], other=0.0).to(tl.float32)
+        a0, a1, a2, a3 = _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t0, T, k, k_ok, s_xt, 1.0, 1.0, 1.0, 1.0, 1.0, False,
+                                     R0)
+        if ROWS > 4:
+            a4, a5, a6, a7 = _lanes_dot4(a4, a5, a6, a7, w, x_ptr, t0 + 4, T, k, k_ok, s_xt, 1.0, 1.0, 1.0, 1.0, 1.0,
+                                         False, 4)
+    _lanes_pair_store4(out_ptr, out2_ptr, second, t0, T, s_ot, s_o2t, n, N, j, N2, a0, a1, a2, a3, HALF, R0)
+    if ROWS > 4:
+        _lanes_pair_store4(out_ptr, out2_ptr, second, t0 + 4, T, s_ot, s_o2t, n, N, j, N2, a4, a5, a6, a7, HALF, 4)

@@ -1,0 +1,12 @@
+"""The CUDA-core router + shared pair with 2 rows of x a program (fma_pair_config's 4 otherwise: at T = 4 two
+programs a weight block, the second reading it through the L2; fewer registers).
+``bench_verify_graph.py --kernels-from benchmarks/variants/gemv_pair_rows2.py --paired N``."""
+
+import importlib
+
+_gemv = importlib.import_module("sglang_eagle3.kernels.gemv")  # (kernels.gemv is the dispatcher function)
+_real = _gemv.fma_pair_config
+
+
+def fma_pair_config(N1: int, N2: int, K: int) -> dict:
+    return dict(_real(N1, N2, K), MAX_ROWS=2)
