@@ -71,6 +71,13 @@ e6)  # e5: no tensor-core config of the two widest launches pays. The router + s
     --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 \
     --kernels-from $V/gemv_pair_tc.py $V/gemv_pair_rows2.py --out "$OUT/paired_fma_pair.json"
   ;;
+e7)  # the session's last device minutes at the CUDA-core pair (e6: decode 7.3% faster, verify of 4 0.6% slower):
+     # the Kimi slice end to end, single stream, and the step's table at T = 1, 2, 4, 8
+  TAIL=6 stage e2e_single 150 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_single.json"
+  TAIL=14 stage verify_graph 150 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
+  ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect
