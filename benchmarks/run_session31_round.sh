@@ -1,13 +1,28 @@
 #!/usr/bin/env bash
 # Thirty-first session's device round (H200).
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session31_round.sh e1   (then e2 ...; one device call each)
+# What each part found (results benchmarks/results/h200/*_<commit>*, logs session31_e<N>_<commit>.txt; every ratio
+# is bench_verify_graph.py --paired 200 against the defaults):
+# e1 (2d98eb2): CUDA engine tests at page 64: 17 passed. Launches left out whole: both norms x0.999 (T=1), rotary
+#     x1.0065, routing x1.0024, all three x0.965; the zero stand-in of the norms x0.967.
+# e2 (a2f799b): zeros against noise: rms_norm_zero x0.969, rms_norm_noise x0.999 (the zero stream itself is 3%
+#     faster); MLA split zero / noise x0.936 / x0.937; MoE zero x0.857 (T=4 x0.738). End to end at page 64:
+#     221.3 / 417.5 tok/s.
+# e3 (0982baf): the one-wave rule (fewer stages so the router + shared pair's 200 programs fit at once): alone
+#     10.25 -> 12.13 us, the step 2.0-2.9% slower: removed.
+# e4 (4b17ccd): the dense projections' work x0.553 of decode at 1k (x0.683 at T=4); MLA merge zero / noise
+#     x0.986 / x0.987; GEMV + MLA split + MoE all gone x0.340.
+# e5 (a111e1d): other tensor-core configs of q_a + kv_a and the router + shared pair, alone and paired: none pays.
+# e6 (391ae14): the router + shared pair on the CUDA cores: 71 GPU tests passed; alone 5.5 / 8.0 / 10.3 / 17.9 us
+#     at T = 1 / 2 / 4 / 8 against 10.1-10.4; the tensor-core pair x1.079 of it at decode, x0.993-0.994 at T=4.
+# e7 (c7fb9f7): end to end 238.8 / 412.7 tok/s; the step table of BENCHMARKS.md section 0.
 # e1: what the thirtieth session left unrun at the engine's page size 64 (the CUDA engine tests, whose pool-sizing
 #     test read 16-token pages), then what each small launch costs in the step by itself: the paired step at 1k,
 #     T = 1 and 4, the defaults against each launch left out whole (benchmarks/ablations/*_skip.py: the dispatcher
 #     returns without launching) and against its work left out with the launch kept (the thirtieth session's
 #     stand-ins), in one run.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: e1 ...}
+part=${1:?part: e1 .. e7}
 A=benchmarks/ablations
 case $part in
 e1)
@@ -29,7 +44,8 @@ e2)  # e1 found the all-zero stream of rms_norm_zero.py 3% faster while leaving 
   TAIL=25 stage e2e_single 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_single.json"
   ;;
-e3)  # the skinny GEMM's one-wave rule (kernels/gemv.py one_wave: the router + shared pair at 2 stages, two blocks
+e3)  # (re-running e3 needs a checkout of 0982baf: the rule, its knob and bench_gemv_wave.py were removed after it)
+     # the skinny GEMM's one-wave rule (kernels/gemv.py one_wave: the router + shared pair at 2 stages, two blocks
      # a SM, instead of 3 and a second wave): GPU tests, the launches alone with and without it and other
      # configs (bench_gemv_wave.py), the step paired against SGLANG_EAGLE3_GEMV_WAVE=0
   TAIL=8 stage tests_gemv 200 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_kernels_gpu.py \

@@ -57,8 +57,9 @@ class EngineArgs:
     # Greedy decode and speculative rounds queue the next round on the GPU before the host reads this one
     # (runtime/scheduler.py, "Overlap"); True reads each round before the next is built (SGLang's flag).
     disable_overlap_schedule: bool = False
-    # Largest batch (requests) captured as a CUDA graph. 1 (a single-stream server) also puts MLA's q_b on the
-    # CUDA-core GEMV, faster at 1-4 rows (kernels/gemv.py fma_for_engine; SGLANG_EAGLE3_GEMV_FMA forces it).
+    # Largest batch (requests) captured as a CUDA graph. 1 (a single-stream server) also puts MLA's q_b and the
+    # MoE router + shared gate/up pair on the CUDA-core GEMV, faster at 1-4 rows (kernels/gemv.py fma_for_engine;
+    # SGLANG_EAGLE3_GEMV_FMA forces it).
     cuda_graph_max_bs: int = 16
     # (sglang_eagle3) Prompt lengths captured as prefill CUDA graphs: a prompt replays the smallest bucket that
     # holds it, padded, together with the prompts admitted with it (batch buckets up to 8, at most the largest

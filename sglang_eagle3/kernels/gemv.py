@@ -125,16 +125,18 @@ def fma_form(N: int, K: int, x: torch.Tensor, w: torch.Tensor, epilogue: bool) -
 
 def fma_for_engine(max_requests: int) -> bool:
     """Whether an engine whose forwards hold up to ``max_requests`` requests (its CUDA graphs' cuda_graph_max_bs)
-    lets its layers take the CUDA-core form (the shape rule, fma_form, still decides which matrices).
+    lets its layers take the CUDA-core form (the shape rules, fma_form and fma_pair_form, still decide which
+    matrices: MLA's q_b; a MoE layer's router + shared gate/up pair).
 
     A token's products must not depend on how many rows its launch has (lossless greedy speculation: verify
     computes what decode computed), so an engine picks one form per matrix for every T. The CUDA-core form wins
     at few rows and loses at many (H200, the 61-layer step at 1k with it against without, fma_config's 128 lanes:
     -6% at T = 1, -2% at T = 4, +2% at T = 8; 256 lanes: +9% at T = 16; docs/BENCHMARKS.md, twenty-third
-    session), so by default an engine
-    takes it only when it serves one request at a time (rows = 1 to decode, k + 1 to verify); a speculative
-    engine and a plain one with the same arguments then choose alike. SGLANG_EAGLE3_GEMV_FMA=1 / 0 forces it
-    on (wherever fma_form takes a matrix) / off."""
+    session; the router + shared pair, thirty-first session, paired: -7.3% at T = 1, +0.6% at T = 4, and alone
+    1.75x the tensor-core pair at T = 8), so by default an engine takes it only when it serves one request at a
+    time (rows = 1 to decode, k + 1 to verify); a speculative engine and a plain one with the same arguments then
+    choose alike. (An engine verifying 8 tokens a step pays for the pair there: SGLANG_EAGLE3_GEMV_FMA=0.)
+    SGLANG_EAGLE3_GEMV_FMA=1 / 0 forces it on (wherever the shape rules take a matrix) / off."""
     raw = env.GEMV_FMA.raw()
     if raw in (None, ""):
         return max_requests <= 1
@@ -160,11 +162,11 @@ def fma_pair_form(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2_up: to
     gated (a MoE layer's router and its shared expert's gate/up) with K in the form's range and no norm or
     routing tail (``epilogue``); off with SGLANG_EAGLE3_GEMV_FMA=0. One answer for every T of a pair (decode and
     verify compute alike). On the H200 (Kimi TP=8 rank: 384 router rows, 256 + 256 gated, K = 7168; thirty-first
-    session, bench_gemv_launches.py) the tensor-core pair took 10.2 us at T = 1 and 4: its gated row blocks hold
-    two weight tiles a stage, 120 KB of shared memory a block at 3 stages. 896 rows of the same bytes on the CUDA
-    cores took 6.7 / 8.7 / 10.1 / 18.1 us at T = 1 / 2 / 4 / 8 (twenty-third session, bench_gemv_fma.py, 256
-    lanes). The q_a + kv_a pair (not gated) keeps the tensor cores: there the CUDA cores took 10.2 against 11.4
-    us at T = 1, but 17-20 against 11.6 at T = 4."""
+    session, bench_gemv_launches.py, benchmarks/results/h200/gemv_launches_fma_391ae14.json) this form took
+    5.5 / 8.0 / 10.3 / 17.9 us at T = 1 / 2 / 4 / 8, the tensor-core pair 10.1-10.4 at every T (its gated row
+    blocks hold two weight tiles a stage: 120 KB of shared memory a block, one block a SM); in the 61-layer step
+    (paired, 1k and 8k) decode 7.3% faster, verify of 4 0.6-0.7% slower. The q_a + kv_a pair (not gated) keeps
+    the tensor cores: there the CUDA cores took 10.2 against 11.4 us at T = 1, but 17-20 against 11.6 at T = 4."""
     return (w2_up is not None and not epilogue and FMA_MIN_K <= x.shape[1] <= FMA_MAX_K
             and env.GEMV_FMA.switch(default=True))
 

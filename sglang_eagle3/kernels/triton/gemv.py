@@ -430,6 +430,38 @@ def _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t, T, k, k_ok, s_xt, r0, r1, r2, r3, n
 
 
 @triton.jit
+def _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr, r0, r1, r2, r3, r4, r5, r6, r7,
+                NORM: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
+                STEP: tl.constexpr, NSTEPS: tl.constexpr):
+    """The CUDA-core forms' K loop: per-lane sums [BLOCK_N, LANES] of the program's weight rows (w_rows
+    [BLOCK_N, 1, 1] pointers, n_ok their mask; w the first step's tile, loaded by the caller before its PDL wait)
+    with rows t0 .. t0 + ROWS - 1 of x (with NORM: normed by rstd r_i and the norm weight at nw_ptr), unrolled over
+    NSTEPS steps of STEP weights a row. Eight accumulators, those past ROWS unused."""
+    R0: tl.constexpr = ROWS if ROWS < 4 else 4
+    a0 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a1 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a2 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a3 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a4 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a5 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a6 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a7 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    for i in tl.static_range(NSTEPS):
+        k = i * STEP + kk
+        k_ok = k < K
+        if i > 0:
+            w = tl.load(w_rows + k[None, :, :], mask=n_ok & k_ok[None, :, :], other=0.0).to(tl.float32)
+        nw = 1.0
+        if NORM:
+            nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+        a0, a1, a2, a3 = _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t0, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, NORM, R0)
+        if ROWS > 4:
+            a4, a5, a6, a7 = _lanes_dot4(a4, a5, a6, a7, w, x_ptr, t0 + 4, T, k, k_ok, s_xt, r4, r5, r6, r7, nw,
+                                         NORM, 4)
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@triton.jit
 def _lanes_store4(out_ptr, t, T, s_ot, n, N, a0, a1, a2, a3, R: tl.constexpr):
     """Each row's per-lane sums reduced across the lanes and stored (rows t .. t + R - 1, those below T)."""
     ty = out_ptr.dtype.element_ty
@@ -465,26 +497,9 @@ def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, ep
         r0, r1, r2, r3 = _lanes_rstd4(x_ptr, t0, T, K, s_xt, eps, kk, STEP, NSTEPS, R0)
         if ROWS > 4:
             r4, r5, r6, r7 = _lanes_rstd4(x_ptr, t0 + 4, T, K, s_xt, eps, kk, STEP, NSTEPS, 4)
-    a0 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a1 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a2 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a3 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a4 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a5 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a6 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a7 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    for i in tl.static_range(NSTEPS):
-        k = i * STEP + kk
-        k_ok = k < K
-        if i > 0:
-            w = tl.load(w_rows + k[None, :, :], mask=n_ok & k_ok[None, :, :], other=0.0).to(tl.float32)
-        nw = 1.0
-        if NORM:
-            nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-        a0, a1, a2, a3 = _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t0, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, NORM, R0)
-        if ROWS > 4:
-            a4, a5, a6, a7 = _lanes_dot4(a4, a5, a6, a7, w, x_ptr, t0 + 4, T, k, k_ok, s_xt, r4, r5, r6, r7, nw,
-                                         NORM, 4)
+    a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr,
+                                                 r0, r1, r2, r3, r4, r5, r6, r7, NORM, ROWS, BLOCK_N, LANES, STEP,
+                                                 NSTEPS)
     _lanes_store4(out_ptr, t0, T, s_ot, n, N, a0, a1, a2, a3, R0)
     if ROWS > 4:
         _lanes_store4(out_ptr, t0 + 4, T, s_ot, n, N, a4, a5, a6, a7, 4)
@@ -548,24 +563,9 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
     if PDL:  # the first tile above needs no wait: weights are never written
         gdc_wait()
         gdc_launch_dependents()
-    a0 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a1 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a2 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a3 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a4 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a5 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a6 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a7 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    for i in tl.static_range(NSTEPS):
-        k = i * STEP + kk
-        k_ok = k < K
-        if i > 0:
-            w = tl.load(w_rows + k[None, :, :], mask=n_ok & k_ok[None, :, :], other=0.0).to(tl.float32)
-        a0, a1, a2, a3 = _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t0, T, k, k_ok, s_xt, 1.0, 1.0, 1.0, 1.0, 1.0, False,
-                                     R0)
-        if ROWS > 4:
-            a4, a5, a6, a7 = _lanes_dot4(a4, a5, a6, a7, w, x_ptr, t0 + 4, T, k, k_ok, s_xt, 1.0, 1.0, 1.0, 1.0, 1.0,
-                                         False, 4)
+    a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, x_ptr,
+                                                 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, False, ROWS, BLOCK_N, LANES,
+                                                 STEP, NSTEPS)
     _lanes_pair_store4(out_ptr, out2_ptr, second, t0, T, s_ot, s_o2t, n, N, j, N2, a0, a1, a2, a3, HALF, R0)
     if ROWS > 4:
         _lanes_pair_store4(out_ptr, out2_ptr, second, t0 + 4, T, s_ot, s_o2t, n, N, j, N2, a4, a5, a6, a7, HALF, 4)
