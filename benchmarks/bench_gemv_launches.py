@@ -8,9 +8,11 @@ that fits all programs at once (2 stages, two blocks a SM; bench_gemv_wave.py at
 -> 12.1 us) and in the step (2-3%), removed; this script keeps the variants' timings measurable. Each case is
 timed in graph replays with the weights rotated past the L2 (bench_kernels.time_graph: back-to-back launches of
 the same kernel, which under PDL may overlap one launch's tail with the next one's start; the 61-layer step,
-bench_verify_graph.py --paired, decides). Each variant's products are checked bit-identical to the shipped
-config's where only the stages differ (the pipeline depth does not change the arithmetic), and row 0 of every T
-against T=1 (decode == verify).
+bench_verify_graph.py --paired, decides). Since `391ae14` the router + shared pair ships on the CUDA cores
+(kernels/gemv.py triton_gemv_fma_pair): "shipped" is that form there, "tensor cores" the previous one, and "fma ..."
+other CUDA-core configs. Each variant's products are compared bit for bit with the shipped config's (equal where
+only the pipeline depth differs, which does not change the arithmetic), and row 0 of every T with T=1 (decode ==
+verify).
 
     python benchmarks/bench_gemv_launches.py --out OUT.json [--tokens 1 2 4 8]
 """
