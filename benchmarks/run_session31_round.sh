@@ -16,13 +16,15 @@
 # e6 (391ae14): the router + shared pair on the CUDA cores: 71 GPU tests passed; alone 5.5 / 8.0 / 10.3 / 17.9 us
 #     at T = 1 / 2 / 4 / 8 against 10.1-10.4; the tensor-core pair x1.079 of it at decode, x0.993-0.994 at T=4.
 # e7 (c7fb9f7): end to end 238.8 / 412.7 tok/s; the step table of BENCHMARKS.md section 0.
+# e8 (prepared, not run: the device time ran out): the invariance probe at the Kimi slice with the CUDA-core pair
+#     (verify rows bit-identical to decode), and the cost of the pair at a verify of 8 in the step, paired.
 # e1: what the thirtieth session left unrun at the engine's page size 64 (the CUDA engine tests, whose pool-sizing
 #     test read 16-token pages), then what each small launch costs in the step by itself: the paired step at 1k,
 #     T = 1 and 4, the defaults against each launch left out whole (benchmarks/ablations/*_skip.py: the dispatcher
 #     returns without launching) and against its work left out with the launch kept (the thirtieth session's
 #     stand-ins), in one run.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: e1 .. e7}
+part=${1:?part: e1 .. e8}
 A=benchmarks/ablations
 case $part in
 e1)
@@ -93,6 +95,13 @@ e7)  # the session's last device minutes at the CUDA-core pair (e6: decode 7.3% 
     --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_single.json"
   TAIL=14 stage verify_graph 150 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
+  ;;
+e8)  # prepared for the next session
+  TAIL=30 stage probe 240 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 --widths 2 4 8 \
+    --out "$OUT/probe.json"
+  TAIL=20 stage paired_pair_t8 240 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --kernels-from benchmarks/variants/gemv_pair_tc.py \
+    --out "$OUT/paired_pair_t8.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
