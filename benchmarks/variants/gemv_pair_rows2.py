@@ -2,10 +2,9 @@
 programs a weight block, the second reading it through the L2; fewer registers).
 ``bench_verify_graph.py --kernels-from benchmarks/variants/gemv_pair_rows2.py --paired N``."""
 
-import importlib
+from benchmarks.variants._gemv import gemv
 
-_gemv = importlib.import_module("sglang_eagle3.kernels.gemv")  # (kernels.gemv is the dispatcher function)
-_real = _gemv.fma_pair_config
+_real = gemv.fma_pair_config  # the package's, taken before kernels_from swaps this one in
 
 
 def fma_pair_config(N1: int, N2: int, K: int) -> dict:

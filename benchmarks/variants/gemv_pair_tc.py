@@ -2,5 +2,5 @@
 takes a pair. ``bench_verify_graph.py --kernels-from benchmarks/variants/gemv_pair_tc.py --paired N``."""
 
 
-def fma_pair_form(x, w1, w2, w2_up, epilogue: bool) -> bool:
+def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
     return False

@@ -156,10 +156,9 @@ def fma_config(N: int, K: int) -> dict:
     return {"BLOCK_N": 4, "LANES": 32 * warps, "num_warps": warps, "MAX_ROWS": 4}
 
 
-def fma_pair_form(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2_up: torch.Tensor | None,
-                  epilogue: bool) -> bool:
+def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
     """Whether triton_gemv_pair runs in the CUDA-core form (triton_gemv_fma_pair): a pair whose second matrix is
-    gated (a MoE layer's router and its shared expert's gate/up) with K in the form's range and no norm or
+    ``gated`` (a MoE layer's router and its shared expert's gate/up) with K in the form's range and no norm or
     routing tail (``epilogue``); off with SGLANG_EAGLE3_GEMV_FMA=0. One answer for every T of a pair (decode and
     verify compute alike). On the H200 (Kimi TP=8 rank: 384 router rows, 256 + 256 gated, K = 7168; thirty-first
     session, bench_gemv_launches.py, benchmarks/results/h200/gemv_launches_fma_391ae14.json) this form took
@@ -167,8 +166,7 @@ def fma_pair_form(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2_up: to
     blocks hold two weight tiles a stage: 120 KB of shared memory a block, one block a SM); in the 61-layer step
     (paired, 1k and 8k) decode 7.3% faster, verify of 4 0.6-0.7% slower. The q_a + kv_a pair (not gated) keeps
     the tensor cores: there the CUDA cores took 10.2 against 11.4 us at T = 1, but 17-20 against 11.6 at T = 4."""
-    return (w2_up is not None and not epilogue and FMA_MIN_K <= x.shape[1] <= FMA_MAX_K
-            and env.GEMV_FMA.switch(default=True))
+    return gated and not epilogue and FMA_MIN_K <= K <= FMA_MAX_K and env.GEMV_FMA.switch(default=True)
 
 
 def fma_pair_config(N1: int, N2: int, K: int) -> dict:
@@ -475,7 +473,7 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         outs = (*outs, *routed)
     if T == 0:
         return outs
-    if fma is not False and config is None and fma_pair_form(x, w1, w2, w2_up, norm or route is not None):
+    if fma is not False and config is None and fma_pair_form(K, w2_up is not None, norm or route is not None):
         return triton_gemv_fma_pair(x, w1, w2, w2_up, out1_dtype=out1_dtype)
     mats2 = 2 if w2_up is not None else 1
     limits = NORM_POST_LIMITS if norm else {}

@@ -85,7 +85,7 @@ def check_gemv_fma_pair(T: int, N1: int, N2: int, K: int, device: str = "cpu", s
             assert torch.equal(p1, y1[t0:t0 + size]) and torch.equal(p2, y2[t0:t0 + size]), (
                 f"rows {t0}..{t0 + size - 1} computed as a batch of {size} differ from the same rows in a batch of "
                 f"{T} ({N1=} {N2=} {K=})")
-    routed = fma_pair_form(x, w1, w2, w2_up, epilogue=False)
+    routed = fma_pair_form(K, gated=True, epilogue=False)
     if routed and config is None:
         via = triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=torch.float32)
         assert torch.equal(via[0], y1) and torch.equal(via[1], y2), "triton_gemv_pair's CUDA-core dispatch differs"
