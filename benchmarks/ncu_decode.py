@@ -10,7 +10,7 @@ chain.
 
     ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
         --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats -s 8 \
-        python benchmarks/ncu_decode.py [gemv mla mla_table mla_long moe moe_verify moe_dot moe_tile topk]
+        python benchmarks/ncu_decode.py [gemv fma_rows mla mla_table mla_long moe moe_verify moe_dot moe_tile topk]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from benchmarks.bench_kernels import (  # noqa: E402
     stream_read_kernel,
     topk_case,
 )
-from sglang_eagle3.kernels.gemv import triton_gemv, triton_gemv_pair  # noqa: E402
+from sglang_eagle3.kernels.gemv import triton_gemv, triton_gemv_fma_pair, triton_gemv_pair  # noqa: E402
 
 
 def gemvs() -> None:
@@ -53,10 +53,28 @@ def gemvs() -> None:
         stream_read_kernel[(triton.cdiv(n, per),)](flat, out, n, per, BLOCK=1024, num_warps=4)
 
 
+def fma_rows() -> None:
+    """The CUDA-core forms at T = 1, 2, 4 (one launch each, fresh weights): the router + shared gate/up pair
+    (384 + 256 gated rows, K = 7168) and q_a + kv_a as that pair's form would run it (1536 + 576 rows, its gated
+    half left out: a 576-row second matrix read as gate and up halves), for why their time grows with T while
+    their bytes do not."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g, device="cuda") * 0.02).to(torch.bfloat16)
+
+    for T in (1, 2, 4):
+        x = w(T, 7168)
+        triton_gemv_fma_pair(x, w(384, 7168), w(256, 7168), w(256, 7168), out1_dtype=torch.float32)
+        triton_gemv_fma_pair(x, w(1536, 7168), w(288, 7168), w(288, 7168))
+
+
 def main() -> None:
     parts = sys.argv[1:] or ["gemv", "mla", "moe", "topk"]
     if "gemv" in parts:
         gemvs()
+    if "fma_rows" in parts:
+        fma_rows()
     if "mla" in parts:
         for ctx in (1024, 8192):
             calls, *_ = mla_case(1, 1, ctx)

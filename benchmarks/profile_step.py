@@ -10,6 +10,7 @@ GEMV configs around the heuristic's).
 
     python benchmarks/profile_step.py --layers 6 --tokens 1 4 --out /tmp/out/profile.json
     python benchmarks/profile_step.py --layers 6 --tokens 1 4 --batch 16 --uniform-routing --no-gemm  # 16 requests
+    python benchmarks/profile_step.py --layers 3 --tokens 1 4 --no-gemm --sequence  # each launch, in order
 
 (CUPTI serialises a replay's kernels, so each kernel's time includes what PDL would overlap: read the shares, not a
 timeline.)
@@ -44,7 +45,8 @@ def short(name: str) -> str:
 
 
 @torch.inference_mode()
-def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int, batch: int = 1) -> dict:
+def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int, batch: int = 1,
+              sequence: bool = False) -> dict:
     per_req = (ctx + T) // 64 + 2  # pages a request needs (page 0 stays unused, as the runner expects)
     bt = runner.build([(list(range(100 + b, 100 + b + T)), ctx, list(range(1 + b * per_req, (b + 1) * per_req)))
                        for b in range(batch)])
@@ -59,9 +61,9 @@ def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int, 
             step()
         torch.cuda.synchronize()
     per_name: dict[str, list[float]] = collections.defaultdict(list)
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            per_name[short(ev.name)].append(ev.device_time)  # us
+    cuda_events = [ev for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA]
+    for ev in cuda_events:
+        per_name[short(ev.name)].append(ev.device_time)  # us
     rows = []
     busy = 0.0
     for name, ts in per_name.items():
@@ -72,9 +74,14 @@ def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int, 
                      "us_per_call": round(sum(ts) / len(ts), 2)})
     rows.sort(key=lambda r: -r["per_step_us"])
     launches = sum(r["calls_per_step"] for r in rows)
-    return {"T": T, "batch": batch, "context": ctx, "graph_ms": round(graph_ms, 3),
-            "kernel_busy_ms": round(busy / 1e3, 3),
-            "launches_per_step": launches, "launches_per_layer": round(launches / layers, 1), "kernels": rows}
+    out = {"T": T, "batch": batch, "context": ctx, "graph_ms": round(graph_ms, 3),
+           "kernel_busy_ms": round(busy / 1e3, 3),
+           "launches_per_step": launches, "launches_per_layer": round(launches / layers, 1), "kernels": rows}
+    if sequence:  # the last replay's launches in the order they ran: which gemv_kernel launch is which
+        per_replay = len(cuda_events) // replays
+        last = sorted(cuda_events, key=lambda ev: ev.time_range.start)[-per_replay:]
+        out["sequence"] = [{"kernel": short(ev.name), "us": round(ev.device_time, 2)} for ev in last]
+    return out
 
 
 def wide_configs(base: dict, n: int, k: int, heads: int, mats: int, sms: int) -> list[dict]:
@@ -227,6 +234,8 @@ def main() -> None:
                          "router's spread over a batch, where the random weights' router concentrates it)")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--no-gemm", action="store_true")
+    ap.add_argument("--sequence", action="store_true",
+                    help="also list one replay's launches in order with their times (tells the GEMV launches apart)")
     ap.add_argument("--gemm-only", action="store_true", help="only the projection table (no model)")
     ap.add_argument("--sweep", action="store_true", help="also time GEMV configs around the heuristic's")
     ap.add_argument("--wide-sweep", action="store_true",
@@ -267,7 +276,7 @@ def main() -> None:
            "layers": args.layers, "batch": args.batch,
            "routing": "uniform (drawn each step)" if uniform else "the random router's own", "steps": []}
     for T in args.tokens:
-        r = profile_T(runner, T, args.context, args.layers, args.replays, args.batch)
+        r = profile_T(runner, T, args.context, args.layers, args.replays, args.batch, args.sequence)
         res["steps"].append(r)
         print(f"\nbatch={args.batch} T={T} ctx={args.context} ({res['routing']} routing): "
               f"graph {r['graph_ms']:.3f} ms for {args.layers} layers "
@@ -276,6 +285,10 @@ def main() -> None:
         for k in r["kernels"][:30]:
             print(f"  {k['per_step_us'] / args.layers:8.2f} us/layer  {k['calls_per_layer']:5.2f}x  "
                   f"{k['us_per_call']:7.2f} us/call  {k['kernel']}", flush=True)
+        if args.sequence:
+            print(f"  one replay's {len(r['sequence'])} launches in order:", flush=True)
+            for i, k in enumerate(r["sequence"]):
+                print(f"    {i:4d} {k['us']:8.2f} us  {k['kernel']}", flush=True)
     if not args.no_gemm:
         print("\nprojections at M=T, torch (cuBLAS) vs our GEMV (weights rotated past L2):", flush=True)
         res["gemm"] = gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep, args.wide_sweep, args.deep_sweep,
