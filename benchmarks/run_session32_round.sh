@@ -18,7 +18,7 @@ f1)  # what the thirty-first session left unrun (its e8): decode == verify bit f
   TAIL=120 stage profile_seq 90 python benchmarks/profile_step.py --layers 3 --tokens 1 4 --no-gemm --sequence \
     --out "$OUT/profile_seq.json"
   TAIL=4 stage ncu_fma 100 "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
-    --section Occupancy --section LaunchStats --section SchedulerStats --metrics "$STALLS" \
+    -k regex:gemv_fma --section Occupancy --section LaunchStats --section SchedulerStats --metrics "$STALLS" \
     python benchmarks/ncu_decode.py fma_rows
   ;;
 *) echo "unknown part $part"; exit 2 ;;
