@@ -3,7 +3,12 @@
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session33_round.sh g1   (then g2 ...; one device call each)
 # What each part found (results benchmarks/results/h200/*_<commit>*, logs session33_g<N>_<commit>.txt; every ratio
 # is bench_verify_graph.py --paired 200 against the defaults):
-# g1: (prepared)
+# g1 (dc8b6fe): the CUDA-core forms' first K steps' weight tiles loaded before the PDL wait (PRELOAD; same bits: 65
+#     GPU tests passed). Alone faster (the pair 5.42 -> 4.87 us at T=1, 10.2 -> 9.4 at T=4); in the step paired
+#     slower or level: q_b both steps x0.997 / x1.039 / x1.026 at T = 1 / 4 / 8 (T=4: 144 -> 176 registers), the
+#     pair's first two of four x1.022 / x0.997 / x1.001, the pair at 2 weight rows x1.011-1.027 (other bits), with
+#     all four steps before the wait x1.024-1.086. Removed (code at dc8b6fe).
+# g2: (prepared)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g1 ..}
 V=benchmarks/variants
@@ -21,6 +26,14 @@ g1)  # The CUDA-core forms' weight tiles loaded before the PDL wait (PRELOAD): t
     --kernels-from $V/gemv_fma_qb_preload2.py $V/gemv_pair_preload2.py $V/gemv_pair_bn2.py \
     $V/gemv_pair_bn2_preload4.py $V/gemv_fma_qb_preload2.py+$V/gemv_pair_bn2_preload4.py \
     --out "$OUT/paired_preload.json"
+  ;;
+g2)  # The pair with 8 rows of x a program (one program a weight block at T = 8, where 4 rows make two): alone at
+     # T = 8 and 16, then the step paired at T = 4 (unchanged there: the noise) and 8, at 1k and 8k.
+  TAIL=20 stage launches_rows8 120 python benchmarks/bench_gemv_launches.py --only router+shared --tokens 8 16 \
+    --out "$OUT/gemv_launches_rows8.json"
+  TAIL=30 stage paired_rows8 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --kernels-from $V/gemv_pair_rows8.py \
+    --out "$OUT/paired_rows8.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

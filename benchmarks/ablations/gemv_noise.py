@@ -65,8 +65,7 @@ def gemv_kernel(
 @triton.jit
 def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, eps,
                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr, VEC: tl.constexpr,
-                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False,
-                    PRELOAD: tl.constexpr = 1):
+                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False):
     if PDL:
         gdc_wait()
         gdc_launch_dependents()

@@ -49,7 +49,6 @@ GEMV_MAX_ROWS = 16  # one tensor-core tile of rows: decode/verify at small batch
 FMA_MAX_WEIGHTS = 5 << 20
 FMA_MIN_K = 1024
 FMA_MAX_K = 8192
-MAX_PRELOAD = 4  # weight tiles a CUDA-core program can load before its PDL wait (triton/gemv.py _w_preload)
 
 # NOTE: NORM_POST's elementwise math runs on the dot's operand layout, where every warp holds the whole
 # [16, BLOCK_K] activation tile: in fp32 at BLOCK_K = 256 that is 128 registers a thread and the kernel spills
@@ -154,7 +153,7 @@ def fma_config(N: int, K: int) -> dict:
     if raw:
         return _parse_fma_config(raw)
     warps = max(1, min(4, triton.next_power_of_2(triton.cdiv(K, 8 * 32))))
-    return {"BLOCK_N": 4, "LANES": 32 * warps, "num_warps": warps, "MAX_ROWS": 4, "PRELOAD": 1}
+    return {"BLOCK_N": 4, "LANES": 32 * warps, "num_warps": warps, "MAX_ROWS": 4}
 
 
 def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
@@ -173,34 +172,23 @@ def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
 def fma_pair_config(N1: int, N2: int, K: int) -> dict:
     """triton_gemv_fma_pair's launch config, from the shapes only (never T): 4 weight rows a program (a gated
     program: the gate and up rows of two activations), 256 lanes over 8 warps, up to 4 rows of x a program."""
-    return {"BLOCK_N": 4, "LANES": 256, "num_warps": 8, "MAX_ROWS": 4, "PRELOAD": 1}
-
-
-def fma_preload(cfg: dict, nsteps: int) -> int:
-    """How many of a CUDA-core launch's ``nsteps`` K steps load their weight tiles before the PDL wait (config
-    key PRELOAD, 1 if absent; at most 4 and nsteps). It moves loads, not products: any value gives the same bits."""
-    want = cfg.get("PRELOAD", 1)
-    assert isinstance(want, int) and 1 <= want <= MAX_PRELOAD, f"PRELOAD must be 1..{MAX_PRELOAD}, got {cfg}"
-    return min(want, nsteps)
+    return {"BLOCK_N": 4, "LANES": 256, "num_warps": 8, "MAX_ROWS": 4}
 
 
 def _parse_fma_config(raw: str) -> dict:
     """SGLANG_EAGLE3_GEMV_FMA_CONFIG's 'KEY=VALUE,...' (every key of fma_config, powers of two) as a config."""
     keys = ("BLOCK_N", "LANES", "num_warps", "MAX_ROWS")
-    optional = ("PRELOAD",)
     where = f"{env.GEMV_FMA_CONFIG.name}={raw!r}"
     cfg = {}
     for item in raw.split(","):
         name, eq, value = item.strip().partition("=")
-        if not eq or name not in keys + optional or not value.strip().isdigit():
-            raise ValueError(f"{where}: expected KEY=INTEGER items, KEY one of {', '.join(keys + optional)}; "
-                             f"got {item!r}")
+        if not eq or name not in keys or not value.strip().isdigit():
+            raise ValueError(f"{where}: expected KEY=INTEGER items, KEY one of {', '.join(keys)}; got {item!r}")
         cfg[name] = int(value)
-    bad = [f"{k}={v}" for k, v in cfg.items() if k in keys and (v < 1 or v & (v - 1))]
-    bad += [f"PRELOAD={cfg['PRELOAD']}"] if not 1 <= cfg.get("PRELOAD", 1) <= MAX_PRELOAD else []
-    if set(cfg) - set(optional) != set(keys) or bad or cfg["MAX_ROWS"] > 8 or cfg["num_warps"] > 8:
+    bad = [f"{k}={v}" for k, v in cfg.items() if v < 1 or v & (v - 1)]
+    if set(cfg) != set(keys) or bad or cfg["MAX_ROWS"] > 8 or cfg["num_warps"] > 8:
         raise ValueError(f"{where}: needs each of {', '.join(keys)} once, powers of two (num_warps, MAX_ROWS "
-                         f"<= 8), optionally PRELOAD=1..{MAX_PRELOAD}{'; not: ' + ', '.join(bad) if bad else ''}")
+                         f"<= 8){'; not: ' + ', '.join(bad) if bad else ''}")
     return cfg
 
 
@@ -234,13 +222,12 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
     assert cfg["MAX_ROWS"] in (1, 2, 4, 8), f"MAX_ROWS must be 1, 2, 4 or 8, got {cfg}"
     rows = min(cfg["MAX_ROWS"], triton.next_power_of_2(T))
     lanes = cfg["LANES"]
-    nsteps = triton.cdiv(K, lanes * 8)
     pdl = tuning.pdl(x.device, "gemv")
     gemv_fma_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), triton.cdiv(T, rows))](
         x, w, out, norm_weight if norm_weight is not None else w, T, N, K, x.stride(0), w.stride(0), out.stride(0),
-        float(eps), ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=lanes, VEC=8, NSTEPS=nsteps,
-        NORM=norm_weight is not None, PDL=pdl, PRELOAD=fma_preload(cfg, nsteps),
-        num_warps=1 if interpret else cfg["num_warps"], **tuning.pdl_launch(pdl))
+        float(eps), ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=lanes, VEC=8, NSTEPS=triton.cdiv(K, lanes * 8),
+        NORM=norm_weight is not None, PDL=pdl, num_warps=1 if interpret else cfg["num_warps"],
+        **tuning.pdl_launch(pdl))
     return out
 
 
@@ -274,12 +261,11 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
     assert cfg["MAX_ROWS"] in (1, 2, 4, 8), f"MAX_ROWS must be 1, 2, 4 or 8, got {cfg}"
     rows = min(cfg["MAX_ROWS"], triton.next_power_of_2(T))
     nb1 = triton.cdiv(N1, bn)
-    nsteps = triton.cdiv(K, cfg["LANES"] * 8)
     pdl = tuning.pdl(x.device, "gemv")
     gemv_fma_pair_kernel[(nb1 + triton.cdiv(N2, bn // 2), triton.cdiv(T, rows))](
         x, w1, w2, w2_up, y1, y2, T, N1, N2, nb1, K, x.stride(0), w1.stride(0), w2.stride(0), y1.stride(0),
-        y2.stride(0), ROWS=rows, BLOCK_N=bn, LANES=cfg["LANES"], VEC=8, NSTEPS=nsteps, PDL=pdl,
-        PRELOAD=fma_preload(cfg, nsteps), num_warps=1 if interpret else cfg["num_warps"], **tuning.pdl_launch(pdl))
+        y2.stride(0), ROWS=rows, BLOCK_N=bn, LANES=cfg["LANES"], VEC=8, NSTEPS=triton.cdiv(K, cfg["LANES"] * 8),
+        PDL=pdl, num_warps=1 if interpret else cfg["num_warps"], **tuning.pdl_launch(pdl))
     return y1, y2
 
 

@@ -95,28 +95,6 @@ def check_gemv_fma_pair(T: int, N1: int, N2: int, K: int, device: str = "cpu", s
     return {"rel_err": [err1, err2], "dispatched": routed}
 
 
-def check_fma_preload_same_bits(T: int, N: int, K: int, pair: bool, device: str = "cpu", seed: int = 0,
-                                config: dict | None = None) -> dict:
-    """PRELOAD (how many K steps' weight tiles a program loads before its PDL wait) moves loads, not products:
-    every PRELOAD from 1 to 4 gives the bits of PRELOAD 1, with K steps both past the preloaded ones and fewer
-    than PRELOAD, for the single form (with its norm) and the pair."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    x = (torch.randn(T, K, generator=g) * 2).to(torch.bfloat16).to(device)
-    cfg = config or {"BLOCK_N": 4, "LANES": 16, "num_warps": 1, "MAX_ROWS": 4}
-    if pair:
-        ws = [(torch.randn(n, K, generator=g) / math.sqrt(K)).to(torch.bfloat16).to(device) for n in (N, N // 2 + 1)]
-        run = lambda c: torch.cat(triton_gemv_fma_pair(x, ws[0], ws[1], ws[1].flip(0).contiguous(),  # noqa: E731
-                                                       out1_dtype=torch.float32, config=c), dim=1).float()
-    else:
-        w = (torch.randn(N, K, generator=g) / math.sqrt(K)).to(torch.bfloat16).to(device)
-        nw = (1 + 0.3 * torch.randn(K, generator=g)).to(torch.bfloat16).to(device)
-        run = lambda c: triton_gemv_fma(x, w, norm_weight=nw, eps=1e-6, config=c).float()  # noqa: E731
-    base = run(dict(cfg, PRELOAD=1))
-    for pre in (2, 3, 4):
-        assert torch.equal(run(dict(cfg, PRELOAD=pre)), base), f"PRELOAD={pre} changed the products ({pair=} {K=})"
-    return {"steps": -(-K // (cfg["LANES"] * 8))}
-
-
 FMA_8 = {"BLOCK_N": 8, "LANES": 16, "num_warps": 1, "MAX_ROWS": 8}
 FMA_PAIR_2 = {"BLOCK_N": 2, "LANES": 16, "num_warps": 1, "MAX_ROWS": 2}
 
@@ -136,10 +114,4 @@ CASES = {
     "gemv_fma_pair_t8_fp16": lambda: check_gemv_fma_pair(8, 12, 6, 300, seed=7, dtype=torch.float16),
     # one gate and one up row a program, 2-row programs (T = 3: one of 2, one of 1)
     "gemv_fma_pair_t3_half1": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=8, config=FMA_PAIR_2),
-    # PRELOAD 1..4 the same bits: 5 steps of 128 (one past the preloaded four, the last masked) and 2 steps
-    # (fewer than PRELOAD), single with norm and pair; a 2-row pair block (one gate and one up row).
-    "gemv_fma_preload_single_5steps": lambda: check_fma_preload_same_bits(3, 13, 600, pair=False, seed=9),
-    "gemv_fma_preload_pair_2steps": lambda: check_fma_preload_same_bits(5, 11, 200, pair=True, seed=10),
-    "gemv_fma_preload_pair_5steps_bn2": lambda: check_fma_preload_same_bits(
-        2, 9, 560, pair=True, seed=11, config=dict(FMA_PAIR_2, MAX_ROWS=4)),
 }

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gemv_fma_checks import check_fma_preload_same_bits, check_gemv_fma, check_gemv_fma_pair  # noqa: E402
+from gemv_fma_checks import check_gemv_fma, check_gemv_fma_pair  # noqa: E402
 from gqa_checks import check_draft_forward, check_gqa  # noqa: E402
 from kernel_checks import (  # noqa: E402
     check_gemv,
@@ -574,22 +574,6 @@ def test_gemv_fma_pair(T, N1, N2, K):
     triton_gemv_pair's dispatch equal to it, the tensor-core pair within the rounding."""
     poison_allocator()
     check_gemv_fma_pair(T, N1, N2, K, device="cuda", seed=T * 7 + N1 + K)
-
-
-@pytest.mark.parametrize("T", [1, 3, 4, 8])
-@pytest.mark.parametrize("case", ["q_b", "router_shared", "router_shared_bn2"])
-def test_gemv_fma_preload_same_bits(T, case):
-    """PRELOAD 1..4 (weight tiles loaded before the PDL wait) at the Kimi TP=8 rank's shapes and the shipped
-    configs (the pair also at 2 weight rows a program): the same bits as PRELOAD 1."""
-    from sglang_eagle3.kernels.gemv import fma_config, fma_pair_config
-
-    poison_allocator()
-    if case == "q_b":
-        check_fma_preload_same_bits(T, 1536, 1536, pair=False, device="cuda", seed=T, config=fma_config(1536, 1536))
-    else:
-        cfg = fma_pair_config(384, 256, 7168)
-        cfg = dict(cfg, BLOCK_N=2) if case.endswith("bn2") else cfg
-        check_fma_preload_same_bits(T, 384, 7168, pair=True, device="cuda", seed=T, config=cfg)
 
 
 @pytest.mark.parametrize("T", [1, 4, 16])

@@ -430,41 +430,13 @@ def _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t, T, k, k_ok, s_xt, r0, r1, r2, r3, n
 
 
 @triton.jit
-def _w_step(w_rows, n_ok, kk, K, i: tl.constexpr, STEP: tl.constexpr):
-    """Step i's weight tile [BLOCK_N, LANES, VEC] (in W's dtype) of the program's rows (w_rows [BLOCK_N, 1, 1]
-    pointers, n_ok their mask)."""
-    k = i * STEP + kk
-    return tl.load(w_rows + k[None, :, :], mask=n_ok & (k < K)[None, :, :], other=0.0)
-
-
-@triton.jit
-def _w_preload(w_rows, n_ok, kk, K, STEP: tl.constexpr, PRELOAD: tl.constexpr):
-    """The first PRELOAD (1..4) steps' weight tiles, loaded at once (a caller does this before its PDL wait:
-    weights are never written, so the loads fly while the kernel before still runs). Tiles past PRELOAD are
-    step 0's again (never read: _lanes_sums loads those steps itself)."""
-    w0 = _w_step(w_rows, n_ok, kk, K, 0, STEP)
-    w1 = w0
-    w2 = w0
-    w3 = w0
-    if PRELOAD > 1:
-        w1 = _w_step(w_rows, n_ok, kk, K, 1, STEP)
-    if PRELOAD > 2:
-        w2 = _w_step(w_rows, n_ok, kk, K, 2, STEP)
-    if PRELOAD > 3:
-        w3 = _w_step(w_rows, n_ok, kk, K, 3, STEP)
-    return w0, w1, w2, w3
-
-
-@triton.jit
-def _lanes_sums(w0, w1, w2, w3, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr, r0, r1, r2, r3, r4, r5, r6, r7,
+def _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr, r0, r1, r2, r3, r4, r5, r6, r7,
                 NORM: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
-                STEP: tl.constexpr, NSTEPS: tl.constexpr, PRELOAD: tl.constexpr):
+                STEP: tl.constexpr, NSTEPS: tl.constexpr):
     """The CUDA-core forms' K loop: per-lane sums [BLOCK_N, LANES] of the program's weight rows (w_rows
-    [BLOCK_N, 1, 1] pointers, n_ok their mask; w0 .. w3 the first PRELOAD steps' tiles from _w_preload, loaded by
-    the caller before its PDL wait) with rows t0 .. t0 + ROWS - 1 of x (with NORM: normed by rstd r_i and the norm
-    weight at nw_ptr), unrolled over NSTEPS steps of STEP weights a row. Eight accumulators, those past ROWS
-    unused. Where a step's tile was loaded changes no sum: the products and their order are the same for any
-    PRELOAD."""
+    [BLOCK_N, 1, 1] pointers, n_ok their mask; w the first step's tile, loaded by the caller before its PDL wait)
+    with rows t0 .. t0 + ROWS - 1 of x (with NORM: normed by rstd r_i and the norm weight at nw_ptr), unrolled over
+    NSTEPS steps of STEP weights a row. Eight accumulators, those past ROWS unused."""
     R0: tl.constexpr = ROWS if ROWS < 4 else 4
     a0 = tl.zeros([BLOCK_N, LANES], tl.float32)
     a1 = tl.zeros([BLOCK_N, LANES], tl.float32)
@@ -477,17 +449,8 @@ def _lanes_sums(w0, w1, w2, w3, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr,
     for i in tl.static_range(NSTEPS):
         k = i * STEP + kk
         k_ok = k < K
-        if i >= PRELOAD:
-            w = _w_step(w_rows, n_ok, kk, K, i, STEP)
-        elif i == 0:
-            w = w0
-        elif i == 1:
-            w = w1
-        elif i == 2:
-            w = w2
-        else:
-            w = w3
-        w = w.to(tl.float32)
+        if i > 0:
+            w = tl.load(w_rows + k[None, :, :], mask=n_ok & k_ok[None, :, :], other=0.0).to(tl.float32)
         nw = 1.0
         if NORM:
             nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
@@ -513,12 +476,10 @@ def _lanes_store4(out_ptr, t, T, s_ot, n, N, a0, a1, a2, a3, R: tl.constexpr):
 @triton.jit
 def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, eps,
                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr, VEC: tl.constexpr,
-                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False,
-                    PRELOAD: tl.constexpr = 1):
+                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False):
     """out[t, n] = sum_k x'[t, k] W[n, k] on the CUDA cores (x' = x, or with NORM its RMSNorm by nw and eps) for
     BLOCK_N rows n and rows t0 .. t0 + ROWS - 1 of x a program (t0 = ROWS * program_id(1); ROWS = 1, 2, 4 or
-    8); W [N, K] K-contiguous, NSTEPS = cdiv(K, LANES * VEC) steps (unrolled) of LANES x VEC weights a row, the
-    first PRELOAD (1..4, <= NSTEPS) of them loaded before the PDL wait."""
+    8); W [N, K] K-contiguous, NSTEPS = cdiv(K, LANES * VEC) steps (unrolled) of LANES x VEC weights a row."""
     STEP: tl.constexpr = LANES * VEC
     R0: tl.constexpr = ROWS if ROWS < 4 else 4  # rows of the first four accumulators
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -526,8 +487,8 @@ def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, ep
     kk = tl.arange(0, LANES)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [LANES, VEC]: lane l's weights
     n_ok = (n < N)[:, None, None]
     w_rows = w_ptr + n[:, None, None].to(tl.int64) * s_wn
-    w0, w1, w2, w3 = _w_preload(w_rows, n_ok, kk, K, STEP, PRELOAD)
-    if PDL:  # the tiles above need no wait: weights are never written
+    w = tl.load(w_rows + kk[None, :, :], mask=n_ok & (kk < K)[None, :, :], other=0.0).to(tl.float32)
+    if PDL:  # the first tile above needs no wait: weights are never written
         gdc_wait()
         gdc_launch_dependents()
     r0, r1, r2, r3 = 1.0, 1.0, 1.0, 1.0
@@ -536,9 +497,9 @@ def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, ep
         r0, r1, r2, r3 = _lanes_rstd4(x_ptr, t0, T, K, s_xt, eps, kk, STEP, NSTEPS, R0)
         if ROWS > 4:
             r4, r5, r6, r7 = _lanes_rstd4(x_ptr, t0 + 4, T, K, s_xt, eps, kk, STEP, NSTEPS, 4)
-    a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w0, w1, w2, w3, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr,
+    a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr,
                                                  r0, r1, r2, r3, r4, r5, r6, r7, NORM, ROWS, BLOCK_N, LANES, STEP,
-                                                 NSTEPS, PRELOAD)
+                                                 NSTEPS)
     _lanes_store4(out_ptr, t0, T, s_ot, n, N, a0, a1, a2, a3, R0)
     if ROWS > 4:
         _lanes_store4(out_ptr, t0 + 4, T, s_ot, n, N, a4, a5, a6, a7, 4)
@@ -576,15 +537,13 @@ def _gated_row(out2_ptr, t, T, s_o2t, j, N2, acc, HALF: tl.constexpr):
 @triton.jit
 def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T, N, N2, NB1, K, s_xt, s_w1n, s_w2n,
                          s_ot, s_o2t, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
-                         VEC: tl.constexpr, NSTEPS: tl.constexpr, PDL: tl.constexpr = False,
-                         PRELOAD: tl.constexpr = 1):
+                         VEC: tl.constexpr, NSTEPS: tl.constexpr, PDL: tl.constexpr = False):
     """gemv_fma_kernel's form for a pair launch with a gated second matrix (a MoE layer's router and its shared
     expert's gate/up, one x): programs 0 .. NB1 - 1 take BLOCK_N rows of W1 [N, K] into out [T, N] (its dtype:
     float32 router logits); program NB1 + p takes gate rows and up rows j = p * HALF .. + HALF - 1 of W2 / W2_up
     [N2, K], interleaved (row 2i gate j0 + i, row 2i + 1 up j0 + i), and stores SiLU(x W2^T) * (x W2_up^T) into
     out2 [T, N2] (its dtype). Each weight row's sums are gemv_fma_kernel's (the same lanes, steps and order), so a
-    token's products do not depend on T either; the gate and up rows of one activation share a program. The
-    first PRELOAD steps' weights are loaded before the PDL wait, as in gemv_fma_kernel."""
+    token's products do not depend on T either; the gate and up rows of one activation share a program."""
     HALF: tl.constexpr = BLOCK_N // 2
     STEP: tl.constexpr = LANES * VEC
     R0: tl.constexpr = ROWS if ROWS < 4 else 4
@@ -600,13 +559,13 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
     t0 = tl.program_id(1) * ROWS
     kk = tl.arange(0, LANES)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [LANES, VEC]: lane l's weights
     n_ok = row_ok[:, None, None]
-    w0, w1, w2, w3 = _w_preload(w_rows, n_ok, kk, K, STEP, PRELOAD)
-    if PDL:  # the tiles above need no wait: weights are never written
+    w = tl.load(w_rows + kk[None, :, :], mask=n_ok & (kk < K)[None, :, :], other=0.0).to(tl.float32)
+    if PDL:  # the first tile above needs no wait: weights are never written
         gdc_wait()
         gdc_launch_dependents()
-    a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w0, w1, w2, w3, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, x_ptr,
+    a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, x_ptr,
                                                  1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, False, ROWS, BLOCK_N, LANES,
-                                                 STEP, NSTEPS, PRELOAD)
+                                                 STEP, NSTEPS)
     _lanes_pair_store4(out_ptr, out2_ptr, second, t0, T, s_ot, s_o2t, n, N, j, N2, a0, a1, a2, a3, HALF, R0)
     if ROWS > 4:
         _lanes_pair_store4(out_ptr, out2_ptr, second, t0 + 4, T, s_ot, s_o2t, n, N, j, N2, a4, a5, a6, a7, HALF, 4)
