@@ -8,7 +8,9 @@
 #     slower or level: q_b both steps x0.997 / x1.039 / x1.026 at T = 1 / 4 / 8 (T=4: 144 -> 176 registers), the
 #     pair's first two of four x1.022 / x0.997 / x1.001, the pair at 2 weight rows x1.011-1.027 (other bits), with
 #     all four steps before the wait x1.024-1.086. Removed (code at dc8b6fe).
-# g2: (prepared)
+# g2 (853c838): the pair with 8 rows of x a program: alone 17.8 -> 22.2 us at T=8, 32.8 -> 40.4 at T=16; the step
+#     paired x1.041 / x1.040 at T=8 (1k / 8k), x1.0001 / x1.0009 at T=4 (unchanged code there: the noise). Not kept.
+# g3: (prepared)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g1 ..}
 V=benchmarks/variants
@@ -34,6 +36,12 @@ g2)  # The pair with 8 rows of x a program (one program a weight block at T = 8,
   TAIL=30 stage paired_rows8 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --kernels-from $V/gemv_pair_rows8.py \
     --out "$OUT/paired_rows8.json"
+  ;;
+g3)  # The shared expert's down projection on a side stream (the one overlap on by default, last timed in the fourth
+     # session, before PDL): the step paired without any overlap against the default, T = 1 / 4 at 1k and 8k.
+  TAIL=30 stage paired_overlap 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 --overlap-variants shared_down none \
+    --out "$OUT/paired_overlap.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
