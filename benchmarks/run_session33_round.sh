@@ -10,7 +10,9 @@
 #     all four steps before the wait x1.024-1.086. Removed (code at dc8b6fe).
 # g2 (853c838): the pair with 8 rows of x a program: alone 17.8 -> 22.2 us at T=8, 32.8 -> 40.4 at T=16; the step
 #     paired x1.041 / x1.040 at T=8 (1k / 8k), x1.0001 / x1.0009 at T=4 (unchanged code there: the noise). Not kept.
-# g3: (prepared)
+# g3 (041d992): the shared-down side stream stands: without any overlap the step is x1.0475 / x1.0464 at decode
+#     (1k / 8k) and x1.0247 / x1.0244 at verify of 4 (the fourth session measured ~2% at decode before PDL).
+# g4: (prepared)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g1 ..}
 V=benchmarks/variants
@@ -42,6 +44,17 @@ g3)  # The shared expert's down projection on a side stream (the one overlap on 
   TAIL=30 stage paired_overlap 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 --overlap-variants shared_down none \
     --out "$OUT/paired_overlap.json"
+  ;;
+g4)  # g3 found the side stream worth 2.4-4.7% now: MLA's k path beside q_b and W_UK (overlap mla_k_path, with the
+     # q_rope_attn fusion that moves q's rope into the MLA kernel; last timed unpaired in the sixth session) paired
+     # against the defaults, and q_rope_attn alone (mla_k_path alone is inert: the cross product's fourth setting),
+     # then q_rope_attn's GPU tests.
+  TAIL=30 stage paired_k_path 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 --overlap-variants shared_down shared_down,mla_k_path \
+    --env-variants '' SGLANG_EAGLE3_NO_FUSE=input_norm,router_topk,route_shared_down,rope_wuk \
+    --out "$OUT/paired_k_path.json"
+  TAIL=8 stage q_rope_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/kernels/test_mla_rope_gpu.py
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
