@@ -12,7 +12,10 @@
 #     paired x1.041 / x1.040 at T=8 (1k / 8k), x1.0001 / x1.0009 at T=4 (unchanged code there: the noise). Not kept.
 # g3 (041d992): the shared-down side stream stands: without any overlap the step is x1.0475 / x1.0464 at decode
 #     (1k / 8k) and x1.0247 / x1.0244 at verify of 4 (the fourth session measured ~2% at decode before PDL).
-# g4: (prepared)
+# g4 (ae53bc0): q_rope_attn (q's rope in the MLA kernel) x1.028-1.037 of the defaults, with mla_k_path (its k path
+#     on the side stream) x1.022-1.034; mla_k_path alone inert (x0.999-1.001): the defaults stand. q_rope_attn's
+#     GPU tests: 35 passed.
+# g5: (prepared)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g1 ..}
 V=benchmarks/variants
