@@ -65,7 +65,7 @@ def log(msg: str) -> None:
 # launch configs (benchmarks/variants/).
 SWAPPABLE = {"sglang_eagle3.kernels": ("rms_norm", "apply_rotary", "moe_topk"),
              "sglang_eagle3.kernels.gemv": ("gemv_kernel", "gemv_fma_kernel", "gemv_config", "fma_pair_form",
-                                            "fma_pair_config", "fma_config"),
+                                            "fma_pair_config", "fma_config", "fma_form"),
              "sglang_eagle3.kernels.fused_moe": ("moe_int4_gemv_gate_up_kernel", "moe_int4_gemv_down_kernel"),
              "sglang_eagle3.kernels.mla_attention": ("mla_split_kv_kernel", "mla_merge_splits_kernel", "launch_plan"),
              "sglang_eagle3.kernels.rotary": ("rotary_kernel",),

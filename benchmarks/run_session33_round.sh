@@ -59,6 +59,17 @@ g4)  # g3 found the side stream worth 2.4-4.7% now: MLA's k path beside q_b and 
   TAIL=8 stage q_rope_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
     tests/kernels/test_mla_rope_gpu.py
   ;;
+g5)  # MLA's W_UV per head on the CUDA cores (gemv_fma_kernel with HEADS; fma_form): GPU tests (the per-head form,
+     # the GEMV, model forward and graph replay), decode == verify bit for bit on the Kimi slice (the probe), then
+     # the step paired against W_UV on the tensor cores (variants/gemv_w_uv_tc.py) at T = 1 / 4 / 8, 1k and 8k.
+  TAIL=10 stage tests_w_uv 240 python -m pytest -q -p no:cacheprovider tests/kernels/test_kernels_gpu.py \
+    -k "gemv_fma or model_forward or graph_replay"
+  TAIL=30 stage probe 170 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 --widths 2 4 8 \
+    --out "$OUT/probe.json"
+  TAIL=30 stage paired_w_uv 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --kernels-from $V/gemv_w_uv_tc.py \
+    --out "$OUT/paired_w_uv.json"
+  ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect

@@ -63,13 +63,13 @@ def gemv_kernel(
 
 
 @triton.jit
-def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, eps,
+def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, s_xb, s_wb, s_ob, eps,
                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr, VEC: tl.constexpr,
-                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False):
+                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False, HEADS: tl.constexpr = False):
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     t = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
-    cell = t[:, None] * s_ot + n[None, :]
+    cell = t[:, None] * s_ot + tl.program_id(2) * s_ob + n[None, :]
     tl.store(out_ptr + cell, fill(cell).to(out_ptr.dtype.element_ty), mask=(t < T)[:, None] & (n < N)[None, :])

@@ -49,6 +49,9 @@ GEMV_MAX_ROWS = 16  # one tensor-core tile of rows: decode/verify at small batch
 FMA_MAX_WEIGHTS = 5 << 20
 FMA_MIN_K = 1024
 FMA_MAX_K = 8192
+# Per-head products (x [T, B, K] @ w [B, N, K]^T) with K-contiguous weights take the CUDA-core form from this K:
+# MLA's W_UV (8 heads x 128 x 512 on a Kimi TP=8 rank; W_UK is N-contiguous and keeps the tensor cores).
+FMA_MIN_K_HEADS = 256
 
 # NOTE: NORM_POST's elementwise math runs on the dot's operand layout, where every warp holds the whole
 # [16, BLOCK_K] activation tile: in fp32 at BLOCK_K = 256 that is 128 registers a thread and the kernel spills
@@ -117,10 +120,14 @@ def gemv_config(N: int, K: int, B: int, k_major: bool, sms: int, mats: int = 1,
 
 
 def fma_form(N: int, K: int, x: torch.Tensor, w: torch.Tensor, epilogue: bool) -> bool:
-    """Whether triton_gemv runs x [T, K] @ w [N, K]^T in the CUDA-core form (see FMA_MAX_WEIGHTS); off with
-    SGLANG_EAGLE3_GEMV_FMA=0. One answer for every T of a matrix, so decode and verify compute alike."""
-    return (not epilogue and x.dim() == 2 and w.dim() == 2 and w.stride(1) == 1 and FMA_MIN_K <= K <= FMA_MAX_K
-            and N * K <= FMA_MAX_WEIGHTS and env.GEMV_FMA.switch(default=True))
+    """Whether triton_gemv runs x [T, K] @ w [N, K]^T (or per head, x [T, B, K] @ w [B, N, K]^T) in the CUDA-core
+    form (see FMA_MAX_WEIGHTS and FMA_MIN_K_HEADS); off with SGLANG_EAGLE3_GEMV_FMA=0. One answer for every T of
+    a matrix, so decode and verify compute alike."""
+    if epilogue or x.dim() != w.dim() or w.stride(-1) != 1 or not env.GEMV_FMA.switch(default=True):
+        return False
+    if x.dim() == 2:
+        return FMA_MIN_K <= K <= FMA_MAX_K and N * K <= FMA_MAX_WEIGHTS
+    return x.dim() == 3 and FMA_MIN_K_HEADS <= K <= FMA_MAX_K and w.shape[0] * N * K <= FMA_MAX_WEIGHTS
 
 
 def fma_for_engine(max_requests: int) -> bool:
@@ -195,24 +202,32 @@ def _parse_fma_config(raw: str) -> dict:
 def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | None = None,
                     norm_weight: torch.Tensor | None = None, eps: float = 0.0, config: dict | None = None
                     ) -> torch.Tensor:
-    """x [T, K] (T <= GEMV_MAX_ROWS) @ w [N, K]^T -> [T, N] in x's dtype on the CUDA cores (triton/gemv.py,
-    gemv_fma_kernel), optionally of RMSNorm(x) (``norm_weight`` [K], ``eps``: x normed and rounded to its dtype
-    first, as ref_gemv). ``config``: as fma_config's (its default). Rows of x go 1, 2, 4 or 8 (up to MAX_ROWS)
-    to a program by T; each row's sums are the same code whatever T is."""
-    assert x.dim() == 2 and w.dim() == 2, f"x {tuple(x.shape)} and w {tuple(w.shape)} must be 2-D"
-    T, K = x.shape
-    N = w.shape[0]
-    assert w.shape[1] == K, f"w {tuple(w.shape)} does not match x {tuple(x.shape)} (K={K})"
+    """x [T, K] (T <= GEMV_MAX_ROWS) @ w [N, K]^T -> [T, N], or per head x [T, B, K] @ w [B, N, K]^T -> [T, B, N],
+    in x's dtype on the CUDA cores (triton/gemv.py, gemv_fma_kernel), optionally of RMSNorm(x) (2-D only;
+    ``norm_weight`` [K], ``eps``: x normed and rounded to its dtype first, as ref_gemv). ``config``: as
+    fma_config's (its default). Rows of x go 1, 2, 4 or 8 (up to MAX_ROWS) to a program by T; each row's sums are
+    the same code whatever T is."""
+    batched = x.dim() == 3
+    assert x.dim() == w.dim() and x.dim() in (2, 3), (
+        f"x {tuple(x.shape)} and w {tuple(w.shape)} must be both 2-D, or 3-D per head")
+    T, K = x.shape[0], x.shape[-1]
+    B = x.shape[1] if batched else 1
+    N = w.shape[-2]
+    assert w.shape[-1] == K and (not batched or w.shape[0] == B), (
+        f"w {tuple(w.shape)} does not match x {tuple(x.shape)} (K={K}{f', B={B}' if batched else ''})")
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
     assert x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype, f"{x.dtype=} {w.dtype=}"
-    assert x.stride(1) == 1 and w.stride(1) == 1, f"x {x.stride()} and w {w.stride()} need a unit stride along K"
+    assert x.stride(-1) == 1 and w.stride(-1) == 1, f"x {x.stride()} and w {w.stride()} need a unit stride along K"
     if norm_weight is not None:
+        assert not batched, "the CUDA-core form folds a norm into 2-D products only"
         assert norm_weight.shape == (K,) and norm_weight.is_contiguous(), (
             f"norm_weight must be contiguous [{K}], got {tuple(norm_weight.shape)}")
+    out_shape = (T, B, N) if batched else (T, N)
     if out is None:
-        out = torch.empty(T, N, dtype=x.dtype, device=x.device)
-    assert tuple(out.shape) == (T, N) and out.stride(1) == 1 and out.dtype == x.dtype, (
-        f"out must be [{T}, {N}] {x.dtype} with unit inner stride, got {tuple(out.shape)} {out.dtype} {out.stride()}")
+        out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
+    assert tuple(out.shape) == out_shape and out.stride(-1) == 1 and out.dtype == x.dtype, (
+        f"out must be {list(out_shape)} {x.dtype} with unit inner stride, got {tuple(out.shape)} {out.dtype} "
+        f"{out.stride()}")
     if T == 0 or N == 0:
         return out
     interpret = tuning.interpreting()
@@ -222,11 +237,12 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
     assert cfg["MAX_ROWS"] in (1, 2, 4, 8), f"MAX_ROWS must be 1, 2, 4 or 8, got {cfg}"
     rows = min(cfg["MAX_ROWS"], triton.next_power_of_2(T))
     lanes = cfg["LANES"]
+    heads = (x.stride(1), w.stride(0), out.stride(1)) if batched else (0, 0, 0)
     pdl = tuning.pdl(x.device, "gemv")
-    gemv_fma_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), triton.cdiv(T, rows))](
-        x, w, out, norm_weight if norm_weight is not None else w, T, N, K, x.stride(0), w.stride(0), out.stride(0),
-        float(eps), ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=lanes, VEC=8, NSTEPS=triton.cdiv(K, lanes * 8),
-        NORM=norm_weight is not None, PDL=pdl, num_warps=1 if interpret else cfg["num_warps"],
+    gemv_fma_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), triton.cdiv(T, rows), B)](
+        x, w, out, norm_weight if norm_weight is not None else w, T, N, K, x.stride(0), w.stride(-2), out.stride(0),
+        *heads, float(eps), ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=lanes, VEC=8, NSTEPS=triton.cdiv(K, lanes * 8),
+        NORM=norm_weight is not None, PDL=pdl, HEADS=batched, num_warps=1 if interpret else cfg["num_warps"],
         **tuning.pdl_launch(pdl))
     return out
 
@@ -326,7 +342,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
     without fp fusion). Where the product takes the CUDA-core form (which has no side programs) the rotary
     launch runs first instead: the product's bits never depend on ``rotary``.
 
-    ``fma``: True runs the CUDA-core form (triton_gemv_fma: 2-D, no epilogue), False the tensor-core kernel;
+    ``fma``: True runs the CUDA-core form (triton_gemv_fma: no epilogue, K-contiguous w), False the tensor-core kernel;
     None lets fma_form decide (small K-contiguous matrices without an epilogue, unless ``config`` is given)."""
     batched = w.dim() == 3
     assert w.dim() in (2, 3) and x.dim() == w.dim(), f"x {tuple(x.shape)} and w {tuple(w.shape)}: 2-D/2-D or 3-D/3-D"
@@ -388,7 +404,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
     if T == 0 or (N == 0 and not extra):
         return (out, *routed) if routed else out
     if fma:
-        assert not epilogue and not batched, "the CUDA-core form has no epilogue and no heads"
+        assert not epilogue, "the CUDA-core form has no epilogue"
         return triton_gemv_fma(x, w, out=out, norm_weight=norm_weight, eps=eps, config=config)
     x3, o3 = _as3(x, "x"), _as3(out, "out")
     a3 = _as3(add, "add") if add is not None else o3

@@ -216,7 +216,9 @@ class MLAAttention(nn.Module):
         _, w_uv = self._w_uk_uv()
         if torch.is_grad_enabled():
             return torch.bmm(attn_latent.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)
-        return kernels.gemv(attn_latent, w_uv, use_triton=self.use_triton)  # per head attn W_UV^T
+        # per head attn W_UV^T; on the CUDA cores where the engine allows it (kernels/gemv.py fma_form: W_UV is
+        # K-contiguous, W_UK above is not and keeps the tensor cores)
+        return kernels.gemv(attn_latent, w_uv, use_triton=self.use_triton, fma=self.kv_b_proj.fma)
 
     def _output(self, attn_latent: torch.Tensor) -> torch.Tensor:
         """attn_latent [N, h, c] -> o_proj(attn W_UV) [N, H]."""

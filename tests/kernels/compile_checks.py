@@ -782,22 +782,26 @@ def check_moe_topk(arch: int) -> dict:
 
 def check_fma_gemv(arch: int) -> dict:
     """The skinny GEMM's CUDA-core forms at their configs and Kimi TP=8 shapes: q_b with its q_a norm
-    (fma_config) and the router + shared gate/up pair (fma_pair_config: 384 router rows, 256 gated, K = 7168),
-    at 1, 2 and 4 rows of x a program: no spills, and the weights' loads 16 bytes wide (K divisible by 16, as the
-    JIT specializes it at these shapes: without that the masked loads go 2 bytes at a time)."""
+    (fma_config), MLA's W_UV per head (8 heads of 128 x 512, fma_config) and the router + shared gate/up pair
+    (fma_pair_config: 384 router rows, 256 gated, K = 7168), at 1, 2 and 4 rows of x a program: no spills, and the
+    weights' loads 16 bytes wide (K divisible by 16, as the JIT specializes it at these shapes: without that the
+    masked loads go 2 bytes at a time)."""
     from sglang_eagle3.kernels.gemv import fma_config, fma_pair_config
 
     out = {}
     q = fma_config(1536, 1536)
+    uv = fma_config(128, 512)
     pair = fma_pair_config(384, 256, 7168)
     single = dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", nw_ptr="*bf16", T="i32", N="i32", K="i32",
-                  s_xt="i32", s_wn="i32", s_ot="i32", eps="fp32")
+                  s_xt="i32", s_wn="i32", s_ot="i32", s_xb="i32", s_wb="i32", s_ob="i32", eps="fp32")
     two = dict(x_ptr="*bf16", w1_ptr="*bf16", w2_ptr="*bf16", w2_up_ptr="*bf16", out_ptr="*fp32", out2_ptr="*bf16",
                T="i32", N="i32", N2="i32", NB1="i32", K="i32", s_xt="i32", s_w1n="i32", s_w2n="i32", s_ot="i32",
                s_o2t="i32")
     for rows in (1, 2, 4):
         for name, fn, sig, cfg, K, extra, aligned in (
                 ("q_b_norm", gv.gemv_fma_kernel, single, q, 1536, {"NORM": True}, ["x_ptr", "w_ptr", "s_wn", "K"]),
+                ("w_uv_heads", gv.gemv_fma_kernel, single, uv, 512, {"NORM": False, "HEADS": True},
+                 ["x_ptr", "w_ptr", "s_wn", "K", "s_xt", "s_xb", "s_wb"]),
                 ("router_shared", gv.gemv_fma_pair_kernel, two, pair, 7168, {},
                  ["x_ptr", "w1_ptr", "w2_ptr", "w2_up_ptr", "s_w1n", "s_w2n", "K"])):
             consts = dict(ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=cfg["LANES"], VEC=8,

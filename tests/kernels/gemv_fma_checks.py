@@ -95,6 +95,48 @@ def check_gemv_fma_pair(T: int, N1: int, N2: int, K: int, device: str = "cpu", s
     return {"rel_err": [err1, err2], "dispatched": routed}
 
 
+def check_gemv_fma_heads(T: int, B: int, N: int, K: int, device: str = "cpu", seed: int = 0,
+                         dtype=torch.bfloat16, config: dict | None = None, w_view: bool = False) -> dict:
+    """The CUDA-core GEMV per head (x [T, B, K] @ w [B, N, K]^T, MLA's W_UV) against a float64 product of the
+    same inputs, every element written (output poisoned first); each head equal bit for bit to the 2-D form on
+    that head alone; rows alone and in groups of 2, 4, 8 bit-identical to the whole batch (decode == verify);
+    where fma_form takes the shape, triton_gemv's dispatch equal to it and the tensor-core kernel within the
+    rounding. ``w_view``: w a strided per-head view (as W_UV is of kv_b_proj's weight), x a view with padding
+    between heads."""
+    from kernel_checks import rel_err
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    if w_view:  # W_UV's layout: rows [nope + v] a head of one [B * (nope + v), K] weight, the v rows taken
+        full = (torch.randn(B, 3 + N, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
+        w = full[:, 3:]
+        xs = (torch.randn(T, B, K + 5, generator=g) * 2).to(dtype).to(device)
+        x = xs[:, :, :K]
+    else:
+        w = (torch.randn(B, N, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
+        x = (torch.randn(T, B, K, generator=g) * 2).to(dtype).to(device)
+    out = torch.full((T, B, N), float("nan"), dtype=dtype, device=device)
+    triton_gemv_fma(x, w, out=out, config=config)
+    ref = kernels.ref_gemv(x.double(), w.double())
+    tol = 3e-3 if x.is_cuda else 6e-3
+    err = rel_err(out, ref)
+    assert err < tol, f"gemv_fma per head rel err {err} >= {tol} ({T=} {B=} {N=} {K=})"
+    for b in range(B):
+        alone = triton_gemv_fma(x[:, b].contiguous(), w[b].contiguous(), config=config)
+        assert torch.equal(alone, out[:, b]), f"head {b} differs from the 2-D form on that head ({T=} {N=} {K=})"
+    for size in (1, 2, 4, 8):
+        for t0 in range(0, T - size + 1, size):
+            part = triton_gemv_fma(x[t0:t0 + size], w, config=config)
+            assert torch.equal(part, out[t0:t0 + size]), (
+                f"rows {t0}..{t0 + size - 1} as a batch of {size} differ from a batch of {T} ({B=} {N=} {K=})")
+    routed = fma_form(N, K, x, w, epilogue=False)
+    if routed and config is None:
+        assert torch.equal(triton_gemv(x, w), out), "triton_gemv's per-head CUDA-core dispatch differs"
+    tc = triton_gemv(x, w, fma=False)
+    apart = rel_err(tc, out)
+    assert apart < 2 * tol, f"tensor-core and CUDA-core per-head GEMV apart by {apart} ({T=} {B=} {N=} {K=})"
+    return {"rel_err": err, "dispatched": routed}
+
+
 FMA_8 = {"BLOCK_N": 8, "LANES": 16, "num_warps": 1, "MAX_ROWS": 8}
 FMA_PAIR_2 = {"BLOCK_N": 2, "LANES": 16, "num_warps": 1, "MAX_ROWS": 2}
 
@@ -114,4 +156,9 @@ CASES = {
     "gemv_fma_pair_t8_fp16": lambda: check_gemv_fma_pair(8, 12, 6, 300, seed=7, dtype=torch.float16),
     # one gate and one up row a program, 2-row programs (T = 3: one of 2, one of 1)
     "gemv_fma_pair_t3_half1": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=8, config=FMA_PAIR_2),
+    # Per head (MLA's W_UV): 3 heads, a partial 4-row block (N = 7), K = 300 (a masked last step) from strided
+    # views; K = 512 at 2 heads dispatched by triton_gemv (K >= FMA_MIN_K_HEADS); 8-row programs at T = 11.
+    "gemv_fma_heads_views_t5": lambda: check_gemv_fma_heads(5, 3, 7, 300, seed=12, w_view=True),
+    "gemv_fma_heads_dispatch_t4": lambda: check_gemv_fma_heads(4, 2, 6, 512, seed=13),
+    "gemv_fma_heads_t11_rows8": lambda: check_gemv_fma_heads(11, 2, 9, 200, seed=14, config=FMA_8),
 }

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gemv_fma_checks import check_gemv_fma, check_gemv_fma_pair  # noqa: E402
+from gemv_fma_checks import check_gemv_fma, check_gemv_fma_heads, check_gemv_fma_pair  # noqa: E402
 from gqa_checks import check_draft_forward, check_gqa  # noqa: E402
 from kernel_checks import (  # noqa: E402
     check_gemv,
@@ -574,6 +574,18 @@ def test_gemv_fma_pair(T, N1, N2, K):
     triton_gemv_pair's dispatch equal to it, the tensor-core pair within the rounding."""
     poison_allocator()
     check_gemv_fma_pair(T, N1, N2, K, device="cuda", seed=T * 7 + N1 + K)
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 8, 16])
+@pytest.mark.parametrize("B,N,K,view", [(8, 128, 512, True), (16, 128, 512, False), (3, 37, 1000, False)],
+                         ids=["kimi_w_uv", "dsv3_w_uv", "irregular"])
+def test_gemv_fma_heads(T, B, N, K, view):
+    """The CUDA-core GEMV per head at MLA's W_UV on Kimi's and DeepSeek-V3's TP=8 ranks (8 / 16 heads, from strided
+    views of kv_b_proj's weight for Kimi) and an irregular shape: against a float64 product, each head equal to the
+    2-D form, rows bit-identical alone and in groups as in the batch, triton_gemv's dispatch equal to it, the
+    tensor-core kernel within the rounding."""
+    poison_allocator()
+    check_gemv_fma_heads(T, B, N, K, device="cuda", seed=T * 5 + B + K, w_view=view)
 
 
 @pytest.mark.parametrize("T", [1, 4, 16])

@@ -474,14 +474,20 @@ def _lanes_store4(out_ptr, t, T, s_ot, n, N, a0, a1, a2, a3, R: tl.constexpr):
 
 
 @triton.jit
-def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, eps,
+def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, s_xb, s_wb, s_ob, eps,
                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr, VEC: tl.constexpr,
-                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False):
-    """out[t, n] = sum_k x'[t, k] W[n, k] on the CUDA cores (x' = x, or with NORM its RMSNorm by nw and eps) for
-    BLOCK_N rows n and rows t0 .. t0 + ROWS - 1 of x a program (t0 = ROWS * program_id(1); ROWS = 1, 2, 4 or
-    8); W [N, K] K-contiguous, NSTEPS = cdiv(K, LANES * VEC) steps (unrolled) of LANES x VEC weights a row."""
+                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False, HEADS: tl.constexpr = False):
+    """out[t, (b,) n] = sum_k x'[t, (b,) k] W[(b,) n, k] on the CUDA cores (x' = x, or with NORM its RMSNorm by nw
+    and eps) for BLOCK_N rows n of head b = program_id(2) (with HEADS; strides s_xb, s_wb, s_ob) and rows
+    t0 .. t0 + ROWS - 1 of x a program (t0 = ROWS * program_id(1); ROWS = 1, 2, 4 or 8); W K-contiguous,
+    NSTEPS = cdiv(K, LANES * VEC) steps (unrolled) of LANES x VEC weights a row."""
     STEP: tl.constexpr = LANES * VEC
     R0: tl.constexpr = ROWS if ROWS < 4 else 4  # rows of the first four accumulators
+    if HEADS:  # (a constexpr, so that one head's launches compile to the code they had before heads existed)
+        b = tl.program_id(2).to(tl.int64)
+        x_ptr += b * s_xb
+        w_ptr += b * s_wb
+        out_ptr += b * s_ob
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     t0 = tl.program_id(1) * ROWS
     kk = tl.arange(0, LANES)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [LANES, VEC]: lane l's weights
