@@ -15,7 +15,11 @@
 # g4 (ae53bc0): q_rope_attn (q's rope in the MLA kernel) x1.028-1.037 of the defaults, with mla_k_path (its k path
 #     on the side stream) x1.022-1.034; mla_k_path alone inert (x0.999-1.001): the defaults stand. q_rope_attn's
 #     GPU tests: 35 passed.
-# g5: (prepared)
+# g5 (1e509eb): MLA's W_UV per head on the CUDA cores: 80 GPU tests passed (per-head form, GEMV, model forward,
+#     graph replay); the probe: every verify row bit-identical to its decode (T = 2, 4, 8; 1k, 8k). W_UV on the
+#     tensor cores (variants/gemv_w_uv_tc.py) x1.0187 / x1.0199 of it at decode (1k / 8k), x0.9976 / x0.9975 at
+#     verify of 4, x0.9826 / x0.9953 at 8. Kept (one form an engine, as the router + shared pair).
+# g6: (prepared)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g1 ..}
 V=benchmarks/variants
@@ -69,6 +73,14 @@ g5)  # MLA's W_UV per head on the CUDA cores (gemv_fma_kernel with HEADS; fma_fo
   TAIL=30 stage paired_w_uv 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --kernels-from $V/gemv_w_uv_tc.py \
     --out "$OUT/paired_w_uv.json"
+  ;;
+g6)  # W_UV at two other CUDA-core configs (one warp of 32 lanes: no cross-warp sum; 2 weight rows a program) paired
+     # at T = 1 / 4, 1k; then the step table of docs/BENCHMARKS.md section 0 at this commit.
+  TAIL=20 stage paired_w_uv_cfg 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 200 \
+    --kernels-from $V/gemv_w_uv_lanes32.py $V/gemv_w_uv_bn2.py --out "$OUT/paired_w_uv_cfg.json"
+  TAIL=20 stage verify_graph 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
