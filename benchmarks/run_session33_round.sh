@@ -19,7 +19,9 @@
 #     graph replay); the probe: every verify row bit-identical to its decode (T = 2, 4, 8; 1k, 8k). W_UV on the
 #     tensor cores (variants/gemv_w_uv_tc.py) x1.0187 / x1.0199 of it at decode (1k / 8k), x0.9976 / x0.9975 at
 #     verify of 4, x0.9826 / x0.9953 at 8. Kept (one form an engine, as the router + shared pair).
-# g6: (prepared)
+# g6 (dfe3d74): W_UV at one warp of 32 lanes x1.062 / x0.996 at T = 1 / 4, at 2 weight rows x1.003 / x1.0003: the
+#     config stays (variant files removed). The section 0 table at dfe3d74 (verify_graph_dfe3d74.json): decode 3.88 /
+#     4.02 ms at 1k / 8k (2.70x / 2.59x the floor), verify of 4 5.88 / 6.02. ~22 of 30 device minutes in g1-g6.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g1 ..}
 V=benchmarks/variants
