@@ -22,6 +22,7 @@
 # g6 (dfe3d74): W_UV at one warp of 32 lanes x1.062 / x0.996 at T = 1 / 4, at 2 weight rows x1.003 / x1.0003: the
 #     config stays (variant files removed). The section 0 table at dfe3d74 (verify_graph_dfe3d74.json): decode 3.88 /
 #     4.02 ms at 1k / 8k (2.70x / 2.59x the floor), verify of 4 5.88 / 6.02. ~22 of 30 device minutes in g1-g6.
+# g7: (prepared)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g1 ..}
 V=benchmarks/variants
@@ -83,6 +84,10 @@ g6)  # W_UV at two other CUDA-core configs (one warp of 32 lanes: no cross-warp 
     --kernels-from $V/gemv_w_uv_lanes32.py $V/gemv_w_uv_bn2.py --out "$OUT/paired_w_uv_cfg.json"
   TAIL=20 stage verify_graph 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 2 4 8 --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
+  ;;
+g7)  # the Kimi slice end to end, single stream, at W_UV on the CUDA cores (section 0's rows)
+  TAIL=6 stage e2e_single 150 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_single.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
