@@ -22,7 +22,8 @@
 # g6 (dfe3d74): W_UV at one warp of 32 lanes x1.062 / x0.996 at T = 1 / 4, at 2 weight rows x1.003 / x1.0003: the
 #     config stays (variant files removed). The section 0 table at dfe3d74 (verify_graph_dfe3d74.json): decode 3.88 /
 #     4.02 ms at 1k / 8k (2.70x / 2.59x the floor), verify of 4 5.88 / 6.02. ~22 of 30 device minutes in g1-g6.
-# g7: (prepared)
+# g7 (e9257aa): end to end, single stream: baseline 241.7 tok/s, EAGLE-3 k=3 pinned 3.0 403.7 (e2e_single_e9257aa.json;
+#     the thirty-first session's 238.8 / 412.7 on another machine). ~25 of 30 device minutes in all.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g1 ..}
 V=benchmarks/variants

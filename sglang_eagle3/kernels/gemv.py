@@ -133,16 +133,16 @@ def fma_form(N: int, K: int, x: torch.Tensor, w: torch.Tensor, epilogue: bool) -
 def fma_for_engine(max_requests: int) -> bool:
     """Whether an engine whose forwards hold up to ``max_requests`` requests (its CUDA graphs' cuda_graph_max_bs)
     lets its layers take the CUDA-core form (the shape rules, fma_form and fma_pair_form, still decide which
-    matrices: MLA's q_b; a MoE layer's router + shared gate/up pair).
+    matrices: MLA's q_b and W_UV; a MoE layer's router + shared gate/up pair).
 
     A token's products must not depend on how many rows its launch has (lossless greedy speculation: verify
     computes what decode computed), so an engine picks one form per matrix for every T. The CUDA-core form wins
     at few rows and loses at many (H200, the 61-layer step at 1k with it against without, fma_config's 128 lanes:
     -6% at T = 1, -2% at T = 4, +2% at T = 8; 256 lanes: +9% at T = 16; docs/BENCHMARKS.md, twenty-third
-    session; the router + shared pair, thirty-first session, paired: -7.3% at T = 1, +0.6% at T = 4, and alone
-    1.75x the tensor-core pair at T = 8), so by default an engine takes it only when it serves one request at a
-    time (rows = 1 to decode, k + 1 to verify); a speculative engine and a plain one with the same arguments then
-    choose alike. (An engine verifying 8 tokens a step pays for the pair there: SGLANG_EAGLE3_GEMV_FMA=0.)
+    session; the router + shared pair, thirty-first session, paired: -7.3% at T = 1, +0.6% at T = 4, +6.3% at
+    T = 8; W_UV per head, thirty-third session, paired: -1.9% at T = 1, +0.25% at T = 4, +0.5-1.7% at T = 8), so by
+    default an engine takes it only when it serves one request at a time (rows = 1 to decode, k + 1 to verify); a
+    speculative engine and a plain one with the same arguments then choose alike. (An engine verifying 8 tokens a step pays for the pair there: SGLANG_EAGLE3_GEMV_FMA=0.)
     SGLANG_EAGLE3_GEMV_FMA=1 / 0 forces it on (wherever the shape rules take a matrix) / off."""
     raw = env.GEMV_FMA.raw()
     if raw in (None, ""):
