@@ -24,6 +24,7 @@
 #     4.02 ms at 1k / 8k (2.70x / 2.59x the floor), verify of 4 5.88 / 6.02. ~22 of 30 device minutes in g1-g6.
 # g7 (e9257aa): end to end, single stream: baseline 241.7 tok/s, EAGLE-3 k=3 pinned 3.0 403.7 (e2e_single_e9257aa.json;
 #     the thirty-first session's 238.8 / 412.7 on another machine). ~25 of 30 device minutes in all.
+# g8: (prepared)
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g1 ..}
 V=benchmarks/variants
@@ -89,6 +90,17 @@ g6)  # W_UV at two other CUDA-core configs (one warp of 32 lanes: no cross-warp 
 g7)  # the Kimi slice end to end, single stream, at W_UV on the CUDA cores (section 0's rows)
   TAIL=6 stage e2e_single 150 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --out "$OUT/e2e_single.json"
+  ;;
+g8)  # MLA's W_UK per head on the CUDA cores too (gemv_fma_ncols_kernel: N-contiguous weights), in the last device
+     # minutes: its GPU tests (with W_UV's), the step paired against W_UK on the tensor cores (T = 1 / 4, 1k), the
+     # probe at 1k.
+  TAIL=8 stage tests_heads 90 python -m pytest -q -p no:cacheprovider tests/kernels/test_kernels_gpu.py \
+    -k "gemv_fma_heads"
+  TAIL=20 stage paired_w_uk 90 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 4 --eager-iters 1 --graph-iters 5 --paired 100 --kernels-from $V/gemv_w_uk_tc.py \
+    --out "$OUT/paired_w_uk.json"
+  TAIL=12 stage probe 90 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 --widths 2 4 8 \
+    --out "$OUT/probe.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -575,3 +575,66 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
     _lanes_pair_store4(out_ptr, out2_ptr, second, t0, T, s_ot, s_o2t, n, N, j, N2, a0, a1, a2, a3, HALF, R0)
     if ROWS > 4:
         _lanes_pair_store4(out_ptr, out2_ptr, second, t0 + 4, T, s_ot, s_o2t, n, N, j, N2, a4, a5, a6, a7, HALF, 4)
+
+
+# The CUDA-core form for N-contiguous weights (gemv_fma_ncols_kernel): MLA's W_UK, a strided view [h, c, nope] of
+# kv_b_proj's weight whose unit stride runs along the outputs. gemv_fma_kernel's lanes run along K and would load it
+# 2 bytes at a time; here a program holds a [BLOCK_K, BLOCK_N] tile with BLOCK_N contiguous outputs (16-byte loads
+# along N), multiplies each of its K rows by that row's x, and sums the tile over K once at the end. As in
+# gemv_fma_kernel every row of x has its own accumulator and the same code, so a token's sums do not depend on T,
+# and the launch config follows the matrix's shape only (kernels/gemv.py fma_ncols_config).
+
+
+@triton.jit
+def _ncols_step(w, x_ptr, row, T, k, k_ok, s_xt):
+    """[BLOCK_K, BLOCK_N] products of the weight tile (fp32) with x[row, k] down its K rows (0 past T or K)."""
+    xr = tl.load(x_ptr + row * s_xt + k, mask=k_ok & (row < T), other=0.0).to(tl.float32)
+    return w * xr[:, None]
+
+
+@triton.jit
+def _ncols_store(out_ptr, row, T, s_ot, n, N, acc):
+    tl.store(out_ptr + row * s_ot + n, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=(n < N) & (row < T))
+
+
+@triton.jit
+def gemv_fma_ncols_kernel(x_ptr, w_ptr, out_ptr, T, N, K, s_xt, s_wk, s_ot, s_xb, s_wb, s_ob,
+                          ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, KSTEPS: tl.constexpr,
+                          PDL: tl.constexpr = False):
+    """out[t, b, n] = sum_k x[t, b, k] W[b, k, n] on the CUDA cores for W N-contiguous (w_ptr + b s_wb + k s_wk + n),
+    BLOCK_N outputs n of head b = program_id(2) and rows t0 .. t0 + ROWS - 1 of x a program (t0 = ROWS *
+    program_id(1); ROWS = 1, 2 or 4), KSTEPS = cdiv(K, BLOCK_K) steps (unrolled) of BLOCK_K rows of W."""
+    b = tl.program_id(2).to(tl.int64)
+    x_ptr += b * s_xb
+    out_ptr += b * s_ob
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    t0 = tl.program_id(1) * ROWS
+    kk = tl.arange(0, BLOCK_K)
+    w_cols = w_ptr + b * s_wb + n[None, :]
+    n_ok = (n < N)[None, :]
+    w = tl.load(w_cols + kk[:, None].to(tl.int64) * s_wk, mask=(kk < K)[:, None] & n_ok, other=0.0)
+    if PDL:  # the first tile above needs no wait: weights are never written
+        gdc_wait()
+        gdc_launch_dependents()
+    a0 = tl.zeros([BLOCK_K, BLOCK_N], tl.float32)
+    a1 = tl.zeros([BLOCK_K, BLOCK_N], tl.float32)
+    a2 = tl.zeros([BLOCK_K, BLOCK_N], tl.float32)
+    a3 = tl.zeros([BLOCK_K, BLOCK_N], tl.float32)
+    for i in tl.static_range(KSTEPS):
+        k = i * BLOCK_K + kk
+        k_ok = k < K
+        if i > 0:
+            w = tl.load(w_cols + k[:, None].to(tl.int64) * s_wk, mask=k_ok[:, None] & n_ok, other=0.0)
+        wf = w.to(tl.float32)
+        a0 += _ncols_step(wf, x_ptr, t0, T, k, k_ok, s_xt)
+        if ROWS > 1:
+            a1 += _ncols_step(wf, x_ptr, t0 + 1, T, k, k_ok, s_xt)
+        if ROWS > 2:
+            a2 += _ncols_step(wf, x_ptr, t0 + 2, T, k, k_ok, s_xt)
+            a3 += _ncols_step(wf, x_ptr, t0 + 3, T, k, k_ok, s_xt)
+    _ncols_store(out_ptr, t0, T, s_ot, n, N, a0)
+    if ROWS > 1:
+        _ncols_store(out_ptr, t0 + 1, T, s_ot, n, N, a1)
+    if ROWS > 2:
+        _ncols_store(out_ptr, t0 + 2, T, s_ot, n, N, a2)
+        _ncols_store(out_ptr, t0 + 3, T, s_ot, n, N, a3)
