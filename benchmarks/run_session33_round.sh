@@ -24,7 +24,10 @@
 #     4.02 ms at 1k / 8k (2.70x / 2.59x the floor), verify of 4 5.88 / 6.02. ~22 of 30 device minutes in g1-g6.
 # g7 (e9257aa): end to end, single stream: baseline 241.7 tok/s, EAGLE-3 k=3 pinned 3.0 403.7 (e2e_single_e9257aa.json;
 #     the thirty-first session's 238.8 / 412.7 on another machine). ~25 of 30 device minutes in all.
-# g8: (prepared)
+# g8 (19dda76): MLA's W_UK per head on the CUDA cores (gemv_fma_ncols_kernel, lanes along N): 42 GPU tests passed
+#     (W_UV's and W_UK's per-head forms), the probe at 1k identical; paired, W_UK on the tensor cores x0.9996 of it at
+#     decode (level) and x0.9789 at verify of 4: the CUDA-core W_UK costs 2.1% there for nothing. Removed (code at
+#     19dda76). ~28.1 of 30 device minutes in all.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g1 ..}
 V=benchmarks/variants

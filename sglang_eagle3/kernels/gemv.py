@@ -34,7 +34,6 @@ from sglang_eagle3.kernels.triton.gemv import (
     NORM_POST,
     NORM_PRE,
     gemv_fma_kernel,
-    gemv_fma_ncols_kernel,
     gemv_fma_pair_kernel,
     gemv_kernel,
 )
@@ -50,11 +49,10 @@ GEMV_MAX_ROWS = 16  # one tensor-core tile of rows: decode/verify at small batch
 FMA_MAX_WEIGHTS = 5 << 20
 FMA_MIN_K = 1024
 FMA_MAX_K = 8192
-# Per-head products (x [T, B, K] @ w [B, N, K]^T) take the CUDA-core form too: with K-contiguous weights from
-# FMA_MIN_K_HEADS (MLA's W_UV: 8 heads x 128 x 512 on a Kimi TP=8 rank), with N-contiguous weights up to
-# FMA_MAX_K_NCOLS (MLA's W_UK, 8 heads x 512 x 128, a [h, c, nope] view: gemv_fma_ncols_kernel).
+# Per-head products (x [T, B, K] @ w [B, N, K]^T) with K-contiguous weights take the CUDA-core form from this K:
+# MLA's W_UV (8 heads x 128 x 512 on a Kimi TP=8 rank). W_UK is N-contiguous and keeps the tensor cores: a
+# CUDA-core form with lanes along N was built (19dda76) and measured no faster at decode, 2.1% slower at verify of 4.
 FMA_MIN_K_HEADS = 256
-FMA_MAX_K_NCOLS = 1024
 
 # NOTE: NORM_POST's elementwise math runs on the dot's operand layout, where every warp holds the whole
 # [16, BLOCK_K] activation tile: in fp32 at BLOCK_K = 256 that is 128 registers a thread and the kernel spills
@@ -126,15 +124,11 @@ def fma_form(N: int, K: int, x: torch.Tensor, w: torch.Tensor, epilogue: bool) -
     """Whether triton_gemv runs x [T, K] @ w [N, K]^T (or per head, x [T, B, K] @ w [B, N, K]^T) in the CUDA-core
     form (see FMA_MAX_WEIGHTS and FMA_MIN_K_HEADS); off with SGLANG_EAGLE3_GEMV_FMA=0. One answer for every T of
     a matrix, so decode and verify compute alike."""
-    if epilogue or x.dim() != w.dim() or not env.GEMV_FMA.switch(default=True):
+    if epilogue or x.dim() != w.dim() or w.stride(-1) != 1 or not env.GEMV_FMA.switch(default=True):
         return False
     if x.dim() == 2:
-        return w.stride(1) == 1 and FMA_MIN_K <= K <= FMA_MAX_K and N * K <= FMA_MAX_WEIGHTS
-    if x.dim() != 3 or w.shape[0] * N * K > FMA_MAX_WEIGHTS:
-        return False
-    if w.stride(2) == 1:
-        return FMA_MIN_K_HEADS <= K <= FMA_MAX_K
-    return w.stride(1) == 1 and K <= FMA_MAX_K_NCOLS
+        return FMA_MIN_K <= K <= FMA_MAX_K and N * K <= FMA_MAX_WEIGHTS
+    return x.dim() == 3 and FMA_MIN_K_HEADS <= K <= FMA_MAX_K and w.shape[0] * N * K <= FMA_MAX_WEIGHTS
 
 
 def fma_for_engine(max_requests: int) -> bool:
@@ -190,12 +184,6 @@ def fma_pair_config(N1: int, N2: int, K: int) -> dict:
     return {"BLOCK_N": 4, "LANES": 256, "num_warps": 8, "MAX_ROWS": 4}
 
 
-def fma_ncols_config(N: int, K: int) -> dict:
-    """gemv_fma_ncols_kernel's launch config, from the shapes only (never T): BLOCK_N outputs (16-byte loads of 8
-    along N) by BLOCK_K rows of W a step over 2 warps, up to 4 rows of x a program."""
-    return {"BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 2, "MAX_ROWS": 4}
-
-
 def _parse_fma_config(raw: str) -> dict:
     """SGLANG_EAGLE3_GEMV_FMA_CONFIG's 'KEY=VALUE,...' (every key of fma_config, powers of two) as a config."""
     keys = ("BLOCK_N", "LANES", "num_warps", "MAX_ROWS")
@@ -217,11 +205,10 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
                     norm_weight: torch.Tensor | None = None, eps: float = 0.0, config: dict | None = None
                     ) -> torch.Tensor:
     """x [T, K] (T <= GEMV_MAX_ROWS) @ w [N, K]^T -> [T, N], or per head x [T, B, K] @ w [B, N, K]^T -> [T, B, N],
-    in x's dtype on the CUDA cores (triton/gemv.py: gemv_fma_kernel, or gemv_fma_ncols_kernel where w's unit
-    stride runs along N), optionally of RMSNorm(x) (2-D K-contiguous only; ``norm_weight`` [K], ``eps``: x normed
-    and rounded to its dtype first, as ref_gemv). ``config``: as fma_config's or fma_ncols_config's (the default).
-    Rows of x go 1, 2, 4 or 8 (up to MAX_ROWS; 4 with N-contiguous w) to a program by T; each row's sums are the same
-    code whatever T is."""
+    in x's dtype on the CUDA cores (triton/gemv.py, gemv_fma_kernel), optionally of RMSNorm(x) (2-D only;
+    ``norm_weight`` [K], ``eps``: x normed and rounded to its dtype first, as ref_gemv). ``config``: as
+    fma_config's (its default). Rows of x go 1, 2, 4 or 8 (up to MAX_ROWS) to a program by T; each row's sums are
+    the same code whatever T is."""
     batched = x.dim() == 3
     assert x.dim() == w.dim() and x.dim() in (2, 3), (
         f"x {tuple(x.shape)} and w {tuple(w.shape)} must be both 2-D, or 3-D per head")
@@ -232,11 +219,9 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
         f"w {tuple(w.shape)} does not match x {tuple(x.shape)} (K={K}{f', B={B}' if batched else ''})")
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
     assert x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype, f"{x.dtype=} {w.dtype=}"
-    ncols = w.stride(-1) != 1  # N-contiguous: gemv_fma_ncols_kernel
-    assert x.stride(-1) == 1 and (not ncols or w.stride(-2) == 1), (
-        f"x {x.stride()} needs a unit stride along K, w {w.stride()} along K or N")
+    assert x.stride(-1) == 1 and w.stride(-1) == 1, f"x {x.stride()} and w {w.stride()} need a unit stride along K"
     if norm_weight is not None:
-        assert not batched and not ncols, "the CUDA-core form folds a norm into 2-D K-contiguous products only"
+        assert not batched, "the CUDA-core form folds a norm into 2-D products only"
         assert norm_weight.shape == (K,) and norm_weight.is_contiguous(), (
             f"norm_weight must be contiguous [{K}], got {tuple(norm_weight.shape)}")
     out_shape = (T, B, N) if batched else (T, N)
@@ -248,23 +233,14 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
     if T == 0 or N == 0:
         return out
     interpret = tuning.interpreting()
-    heads = (x.stride(1), w.stride(0), out.stride(1)) if batched else (0, 0, 0)
-    pdl = tuning.pdl(x.device, "gemv")
-    if ncols:
-        cfg = config or fma_ncols_config(N, K)
-        assert cfg["MAX_ROWS"] in (1, 2, 4), f"MAX_ROWS must be 1, 2 or 4, got {cfg}"
-        rows = min(cfg["MAX_ROWS"], triton.next_power_of_2(T))
-        gemv_fma_ncols_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), triton.cdiv(T, rows), B)](
-            x, w, out, T, N, K, x.stride(0), w.stride(-1), out.stride(0), *heads, ROWS=rows,
-            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], KSTEPS=triton.cdiv(K, cfg["BLOCK_K"]), PDL=pdl,
-            num_warps=1 if interpret else cfg["num_warps"], **tuning.pdl_launch(pdl))
-        return out
     cfg = config or fma_config(N, K)
     if interpret and config is None:
         cfg = {**cfg, "LANES": 32}  # (one warp under the interpreter: keep its steps few)
     assert cfg["MAX_ROWS"] in (1, 2, 4, 8), f"MAX_ROWS must be 1, 2, 4 or 8, got {cfg}"
     rows = min(cfg["MAX_ROWS"], triton.next_power_of_2(T))
     lanes = cfg["LANES"]
+    heads = (x.stride(1), w.stride(0), out.stride(1)) if batched else (0, 0, 0)
+    pdl = tuning.pdl(x.device, "gemv")
     gemv_fma_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), triton.cdiv(T, rows), B)](
         x, w, out, norm_weight if norm_weight is not None else w, T, N, K, x.stride(0), w.stride(-2), out.stride(0),
         *heads, float(eps), ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=lanes, VEC=8, NSTEPS=triton.cdiv(K, lanes * 8),

@@ -208,8 +208,7 @@ class MLAAttention(nn.Module):
             return q_nope, q_rope, latent, stream, side_reads
         # q_nope [N, h, nope] @ W_UK [h, nope, c] per head: the GEMV kernel reads W_UK in place as an
         # N-contiguous [h, c, nope] view (decode/verify), a batched GEMM otherwise.
-        q_latent = kernels.gemv(q_nope, w_uk.transpose(1, 2), rotary=rotary, use_triton=self.use_triton,
-                                fma=self.kv_b_proj.fma)
+        q_latent = kernels.gemv(q_nope, w_uk.transpose(1, 2), rotary=rotary, use_triton=self.use_triton)
         return q_latent, q_rope, latent, stream, side_reads
 
     def _heads_out(self, attn_latent: torch.Tensor) -> torch.Tensor:
@@ -217,7 +216,8 @@ class MLAAttention(nn.Module):
         _, w_uv = self._w_uk_uv()
         if torch.is_grad_enabled():
             return torch.bmm(attn_latent.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)
-        # per head attn W_UV^T; on the CUDA cores where the engine allows it (kernels/gemv.py fma_form), as W_UK
+        # per head attn W_UV^T; on the CUDA cores where the engine allows it (kernels/gemv.py fma_form: W_UV is
+        # K-contiguous, W_UK above is not and keeps the tensor cores)
         return kernels.gemv(attn_latent, w_uv, use_triton=self.use_triton, fma=self.kv_b_proj.fma)
 
     def _output(self, attn_latent: torch.Tensor) -> torch.Tensor:
@@ -271,8 +271,8 @@ class MLAAttention(nn.Module):
                     outs.append(self._mha(q[rows], q_rope[rows], cache, fb, table, seq_len, n, {}))
                     continue
                 # q holds q_nope where another request takes MHA: this request's absorbed queries
-                q_latent = kernels.gemv(q[rows], w_uk.transpose(1, 2), use_triton=self.use_triton,
-                                        fma=self.kv_b_proj.fma) if any(mha) else q[rows]
+                q_latent = kernels.gemv(q[rows], w_uk.transpose(1, 2), use_triton=self.use_triton) if any(mha) \
+                    else q[rows]
                 outs.append(kernels.mla_attention(
                     q_latent, q_rope[rows], cache, table, seq_len, tokens_per_req=n, page_size=fb.kv.page_size,
                     kv_lora_rank=self.kv_lora_rank, sm_scale=self.softmax_scale, use_triton=self.use_triton))

@@ -122,8 +122,8 @@ class DeepseekV3ForCausalLM(nn.Module):
 
     def set_gemv_fma(self, allowed: bool) -> None:
         """Whether the dense projections' GEMV may take its CUDA-core form (kernels/gemv.py fma_for_engine says
-        when an engine allows it; fma_form and fma_pair_form which matrices take it: MLA's q_b, its W_UK and W_UV
-        through kv_b_proj, and the MoE layers' router + shared gate/up pair through the shared expert's gate_proj).
+        when an engine allows it; fma_form and fma_pair_form which matrices take it: MLA's q_b, its W_UV through
+        kv_b_proj, and the MoE layers' router + shared gate/up pair through the shared expert's gate_proj).
         Graphs captured before keep what they captured."""
         for module in self.modules():
             if isinstance(module, LinearBase):

@@ -782,12 +782,11 @@ def check_moe_topk(arch: int) -> dict:
 
 def check_fma_gemv(arch: int) -> dict:
     """The skinny GEMM's CUDA-core forms at their configs and Kimi TP=8 shapes: q_b with its q_a norm
-    (fma_config), MLA's W_UV per head (8 heads of 128 x 512, fma_config), W_UK per head (N-contiguous,
-    fma_ncols_config) and the router + shared gate/up pair
+    (fma_config), MLA's W_UV per head (8 heads of 128 x 512, fma_config) and the router + shared gate/up pair
     (fma_pair_config: 384 router rows, 256 gated, K = 7168), at 1, 2 and 4 rows of x a program: no spills, and the
     weights' loads 16 bytes wide (K divisible by 16, as the JIT specializes it at these shapes: without that the
     masked loads go 2 bytes at a time)."""
-    from sglang_eagle3.kernels.gemv import fma_config, fma_ncols_config, fma_pair_config
+    from sglang_eagle3.kernels.gemv import fma_config, fma_pair_config
 
     out = {}
     q = fma_config(1536, 1536)
@@ -812,18 +811,6 @@ def check_fma_gemv(arch: int) -> dict:
             wide = sum(1 for line in sass.splitlines() if re.search(r"\bLDG\.E\.128\b", line))
             assert wide > 0, f"{name} rows={rows}: no 16-byte weight loads"
             out[f"{name}_rows{rows}"] = {"res": res, "LDG.128": wide}
-        # MLA's W_UK per head, N-contiguous (8 heads x 512 x 128, fma_ncols_config): 16-byte loads along N
-        uk = fma_ncols_config(512, 128)
-        ncols = dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", T="i32", N="i32", K="i32", s_xt="i32",
-                     s_wk="i32", s_ot="i32", s_xb="i32", s_wb="i32", s_ob="i32")
-        consts = dict(ROWS=rows, BLOCK_N=uk["BLOCK_N"], BLOCK_K=uk["BLOCK_K"], KSTEPS=-(-128 // uk["BLOCK_K"]),
-                      PDL=True)
-        sass, res = compile_sass(gv.gemv_fma_ncols_kernel, ncols, consts,
-                                 ["x_ptr", "w_ptr", "N", "K", "s_xt", "s_wk", "s_xb", "s_wb"], arch, uk["num_warps"])
-        _no_spills(res, f"w_uk_ncols rows={rows}")
-        wide = sum(1 for line in sass.splitlines() if re.search(r"\bLDG\.E\.128\b", line))
-        assert wide > 0, f"w_uk_ncols rows={rows}: no 16-byte weight loads"
-        out[f"w_uk_ncols_rows{rows}"] = {"res": res, "LDG.128": wide}
     return out
 
 
