@@ -69,7 +69,8 @@ GEMV_LEAN = Knob("SGLANG_EAGLE3_GEMV_LEAN",
                  "short-K ones at 64-wide tiles 8 deep (kernels/gemv.py gemv_config)")
 GEMV_FMA = Knob("SGLANG_EAGLE3_GEMV_FMA",
                 "0: every skinny GEMM on the tensor-core kernel; 1: small K-contiguous projections without an "
-                "epilogue (MLA's q_b, with its q_a norm) and a MoE layer's router + shared gate/up pair on the "
+                "epilogue (MLA's q_b, with its q_a norm, and W_UV per head) and a MoE layer's router + shared "
+                "gate/up pair on the "
                 "CUDA-core kernels wherever kernels/gemv.py fma_form / fma_pair_form take them; unset: as 1 for "
                 "direct kernel calls, and in an engine only when its CUDA graphs serve "
                 "one request a step (cuda_graph_max_bs 1: kernels/gemv.py fma_for_engine); read as layers are set up "

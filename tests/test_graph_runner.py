@@ -543,7 +543,8 @@ def test_model_runner_refuses_a_pool_past_the_rotary_table():
 def test_model_runner_sets_one_gemv_form_for_the_engine(monkeypatch):
     """The runner lets the target's projections take the CUDA-core GEMV only when its graphs serve one request a
     step (a token's products then never change with the row count: kernels/gemv.py fma_for_engine), unless
-    SGLANG_EAGLE3_GEMV_FMA says otherwise; the q_b layer then passes fma=False to the GEMV (tensor cores)."""
+    SGLANG_EAGLE3_GEMV_FMA says otherwise; the q_b layer and MLA's W_UV (through kv_b_proj) then pass fma=False
+    to the GEMV (tensor cores)."""
     from sglang_eagle3.layers.linear import LinearBase
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
     from sglang_eagle3.runtime.model_runner import ModelRunner
@@ -573,3 +574,12 @@ def test_model_runner_sets_one_gemv_form_for_the_engine(monkeypatch):
     forms(1)
     q_b(torch.randn(2, q_b.in_features))
     assert seen == [False, None]
+    attn = target.model.layers[0].self_attn
+    latent = torch.randn(2, attn.num_heads, attn.kv_lora_rank)
+    seen.clear()
+    with torch.no_grad():
+        forms(4)
+        attn._heads_out(latent)
+        forms(1)
+        attn._heads_out(latent)
+    assert seen == [False, None], f"W_UV's GEMV got fma={seen}, expected the engine's choice (False, then None)"
