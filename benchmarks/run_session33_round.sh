@@ -2,7 +2,8 @@
 # Thirty-third session's device round (H200).
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session33_round.sh g1   (then g2 ...; one device call each)
 # What each part found (results benchmarks/results/h200/*_<commit>*, logs session33_g<N>_<commit>.txt; every ratio
-# is bench_verify_graph.py --paired 200 against the defaults):
+# is bench_verify_graph.py --paired 200 against the defaults; g1, g2's variants and g8 run only at their own commits,
+# whose code and variant files were removed since):
 # g1 (dc8b6fe): the CUDA-core forms' first K steps' weight tiles loaded before the PDL wait (PRELOAD; same bits: 65
 #     GPU tests passed). Alone faster (the pair 5.42 -> 4.87 us at T=1, 10.2 -> 9.4 at T=4); in the step paired
 #     slower or level: q_b both steps x0.997 / x1.039 / x1.026 at T = 1 / 4 / 8 (T=4: 144 -> 176 registers), the
@@ -28,6 +29,7 @@
 #     (W_UV's and W_UK's per-head forms), the probe at 1k identical; paired, W_UK on the tensor cores x0.9996 of it at
 #     decode (level) and x0.9789 at verify of 4: the CUDA-core W_UK costs 2.1% there for nothing. Removed (code at
 #     19dda76). ~28.1 of 30 device minutes in all.
+# g9 (prepared, not run: the device time ran out): what this session left unrun at W_UV on the CUDA cores.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g1 ..}
 V=benchmarks/variants
@@ -104,6 +106,13 @@ g8)  # MLA's W_UK per head on the CUDA cores too (gemv_fma_ncols_kernel: N-conti
     --out "$OUT/paired_w_uk.json"
   TAIL=12 stage probe 90 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 --widths 2 4 8 \
     --out "$OUT/probe.json"
+  ;;
+g9)  # the CUDA engine tests (speculative == plain with graphs on), the probe at 8k, the kernel table at HEAD
+  TAIL=12 stage engine_tests 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 290 \
+    tests/gpu/test_cuda_engine.py
+  TAIL=12 stage probe 120 python benchmarks/probe_invariance.py --layers 3 --contexts 8192 --widths 2 4 8 \
+    --out "$OUT/probe.json"
+  TAIL=45 stage kernels 240 python benchmarks/bench_kernels.py --out "$OUT"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
