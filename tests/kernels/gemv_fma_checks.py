@@ -20,6 +20,19 @@ from sglang_eagle3.kernels.gemv import (
 )
 
 
+def _rows_alike_in_any_batch(run, whole: tuple, what: str) -> None:
+    """Every row computed alone and in groups of 2, 4 and 8 (the kernels' 1-, 2-, 4- and 8-row programs) bit-identical
+    to the same rows of the whole batch's outputs ``whole`` (decode == verify for one token); ``run(rows)``: the
+    outputs of a launch on those rows of x."""
+    T = whole[0].shape[0]
+    for size in (1, 2, 4, 8):
+        for t0 in range(0, T - size + 1, size):
+            parts = run(slice(t0, t0 + size))
+            assert all(torch.equal(p, o[t0:t0 + size]) for p, o in zip(parts, whole, strict=True)), (
+                f"rows {t0}..{t0 + size - 1} computed as a batch of {size} differ from the same rows in a batch of "
+                f"{T} ({what})")
+
+
 def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed: int = 0,
                    dtype=torch.bfloat16, config: dict | None = None) -> dict:
     """The CUDA-core GEMV (optionally with the RMSNorm of x folded in) against a float64 product of the same
@@ -42,12 +55,8 @@ def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed
     tol = 3e-3 if x.is_cuda else (1e-2 if norm else 6e-3)
     err = rel_err(out, ref)
     assert err < tol, f"gemv_fma rel err {err} >= {tol} ({T=} {N=} {K=} {norm=})"
-    for size in (1, 2, 4, 8):
-        for t0 in range(0, T - size + 1, size):
-            part = triton_gemv_fma(x[t0:t0 + size], w, config=config, **kw)
-            assert torch.equal(part, out[t0:t0 + size]), (
-                f"rows {t0}..{t0 + size - 1} computed as a batch of {size} differ from the same rows in a batch of "
-                f"{T} ({N=} {K=} {norm=})")
+    _rows_alike_in_any_batch(lambda rows: (triton_gemv_fma(x[rows], w, config=config, **kw),), (out,),
+                             f"{N=} {K=} {norm=}")
     routed = fma_form(N, K, x, w, epilogue=False)
     if routed and config is None:
         via = triton_gemv(x, w, **kw)
@@ -79,12 +88,9 @@ def check_gemv_fma_pair(T: int, N1: int, N2: int, K: int, device: str = "cpu", s
     tol2 = 2e-2 if x.is_cuda else 4e-2
     err1, err2 = rel_err(y1, ref1), rel_err(y2, ref2)
     assert err1 < 1e-5 and err2 < tol2, f"gemv_fma_pair rel err {err1}, {err2} ({T=} {N1=} {N2=} {K=})"
-    for size in (1, 2, 4, 8):
-        for t0 in range(0, T - size + 1, size):
-            p1, p2 = triton_gemv_fma_pair(x[t0:t0 + size], w1, w2, w2_up, out1_dtype=torch.float32, config=config)
-            assert torch.equal(p1, y1[t0:t0 + size]) and torch.equal(p2, y2[t0:t0 + size]), (
-                f"rows {t0}..{t0 + size - 1} computed as a batch of {size} differ from the same rows in a batch of "
-                f"{T} ({N1=} {N2=} {K=})")
+    _rows_alike_in_any_batch(
+        lambda rows: triton_gemv_fma_pair(x[rows], w1, w2, w2_up, out1_dtype=torch.float32, config=config), (y1, y2),
+        f"{N1=} {N2=} {K=}")
     routed = fma_pair_form(K, gated=True, epilogue=False)
     if routed and config is None:
         via = triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=torch.float32)
@@ -123,11 +129,7 @@ def check_gemv_fma_heads(T: int, B: int, N: int, K: int, device: str = "cpu", se
     for b in range(B):
         alone = triton_gemv_fma(x[:, b].contiguous(), w[b].contiguous(), config=config)
         assert torch.equal(alone, out[:, b]), f"head {b} differs from the 2-D form on that head ({T=} {N=} {K=})"
-    for size in (1, 2, 4, 8):
-        for t0 in range(0, T - size + 1, size):
-            part = triton_gemv_fma(x[t0:t0 + size], w, config=config)
-            assert torch.equal(part, out[t0:t0 + size]), (
-                f"rows {t0}..{t0 + size - 1} as a batch of {size} differ from a batch of {T} ({B=} {N=} {K=})")
+    _rows_alike_in_any_batch(lambda rows: (triton_gemv_fma(x[rows], w, config=config),), (out,), f"{B=} {N=} {K=}")
     routed = fma_form(N, K, x, w, epilogue=False)
     if routed and config is None:
         assert torch.equal(triton_gemv(x, w), out), "triton_gemv's per-head CUDA-core dispatch differs"
