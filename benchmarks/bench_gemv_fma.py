@@ -32,10 +32,11 @@ from sglang_eagle3.kernels.gemv import fma_config, triton_gemv, triton_gemv_fma 
 SHAPES = [("q_a+kv_a", 2112, 7168), ("q_b", 1536, 1536), ("o_proj", 7168, 1024), ("router+shared gate/up", 896, 7168),
           ("shared down", 7168, 256)]
 NORMED = ("q_b", 1536, 1536)  # also timed with its q_a RMSNorm folded in, as the step launches it (NORM_PRE)
-# Launch configs (BLOCK_N, LANES, num_warps, MAX_ROWS): q_b's (the matrix fma_form sends here) swept, the others'
-# the first two (256 lanes: all threads along K; 128).
-CONFIGS = ((4, 256, 8, 4), (4, 128, 4, 4), (4, 256, 8, 8), (8, 256, 8, 8), (4, 128, 4, 8), (8, 128, 4, 8),
-           (8, 32, 8, 8), (16, 32, 8, 8), (16, 64, 8, 8), (2, 256, 8, 8))
+# Launch configs (BLOCK_N, LANES, num_warps, MAX_ROWS, LANES_FIRST): q_b's (the matrix fma_form sends here) swept,
+# the others' the first four (256 lanes: all threads along K; 128; each with the weight tile either way round).
+CONFIGS = ((4, 256, 8, 4, 0), (4, 256, 8, 4, 1), (4, 128, 4, 4, 0), (4, 128, 4, 4, 1), (4, 256, 8, 8, 0),
+           (8, 256, 8, 8, 0), (4, 128, 4, 8, 0), (8, 128, 4, 8, 0), (8, 32, 8, 8, 0), (16, 32, 8, 8, 0),
+           (16, 64, 8, 8, 0), (2, 256, 8, 8, 0))
 SWEPT = ("q_b",)
 # --tc-sweep: the tensor-core GEMV's launch configs on q_b (BLOCK_N, BLOCK_K, SPLIT, num_warps, num_stages); the
 # first is what gemv_config picks (split-K 3, 144 programs). A config is one arithmetic for every T (rows padded to
@@ -46,12 +47,12 @@ TC_CONFIGS = ((32, 256, 3, 4, 3), (16, 256, 1, 4, 4), (16, 512, 1, 4, 3), (16, 5
 
 def fma_gemv(x, w, cfg=None, norm_weight=None, eps=0.0):
     if cfg is not None:
-        cfg = dict(zip(("BLOCK_N", "LANES", "num_warps", "MAX_ROWS"), cfg, strict=True))
+        cfg = dict(zip(("BLOCK_N", "LANES", "num_warps", "MAX_ROWS", "LANES_FIRST"), cfg, strict=True))
     return triton_gemv_fma(x, w, config=cfg, norm_weight=norm_weight, eps=eps)
 
 
 def _key(cfg) -> str:
-    return "fma_bn{}_l{}_w{}_r{}_us".format(*cfg)
+    return "fma_bn{}_l{}_w{}_r{}{}_us".format(*cfg[:4], "_lf" if cfg[4] else "")
 
 
 def identity(device: str) -> list[dict]:
@@ -63,7 +64,8 @@ def identity(device: str) -> list[dict]:
     for name, N, K in SHAPES:
         x = torch.randn(16, K, generator=g).to(torch.bfloat16).to(device)
         w = (torch.randn(N, K, generator=g) / K ** 0.5).to(torch.bfloat16).to(device)
-        kinds = {"fma": lambda a, w=w: fma_gemv(a, w), "fma 8 rows": lambda a, w=w: fma_gemv(a, w, (8, 32, 8, 8)),
+        kinds = {"fma": lambda a, w=w: fma_gemv(a, w), "fma 8 rows": lambda a, w=w: fma_gemv(a, w, (8, 32, 8, 8, 0)),
+                 "fma lanes first": lambda a, w=w: fma_gemv(a, w, (4, 128, 4, 4, 1)),
                  "tensor cores": lambda a, w=w: triton_gemv(a, w, fma=False)}
         for kind, fn in kinds.items():
             parts = {s: torch.cat([fn(x[t:t + s]) for t in range(0, 16, s)]) for s in (1, 2, 4, 8)}
@@ -137,7 +139,7 @@ def main() -> None:
                    "tensor_core_us": round(time_graph([lambda w=w, x=x, kw=kw: triton_gemv(x, w, fma=False, **kw)
                                                        for w in ws]), 2),
                    "default_config": fma_config(N, K)}
-            for cfg in CONFIGS if name in SWEPT else CONFIGS[:2]:
+            for cfg in CONFIGS if name in SWEPT else CONFIGS[:4]:
                 got = fma_gemv(x, ws[0], cfg, **kw).float()
                 err = ((got - ref).norm() / ref.norm()).item()
                 assert err < 1e-2, (label, T, cfg, err)

@@ -77,8 +77,9 @@ GEMV_FMA = Knob("SGLANG_EAGLE3_GEMV_FMA",
                 "and graphs captured")
 GEMV_FMA_CONFIG = Knob("SGLANG_EAGLE3_GEMV_FMA_CONFIG",
                        "the CUDA-core GEMV's launch config for every matrix it serves, e.g. "
-                       "'BLOCK_N=8,LANES=32,num_warps=8,MAX_ROWS=8' (keys of kernels/gemv.py fma_config; tuning "
-                       "another GPU, A/B runs; read as graphs are captured); unset: fma_config's")
+                       "'BLOCK_N=8,LANES=32,num_warps=8,MAX_ROWS=8' (keys of kernels/gemv.py fma_config, "
+                       "LANES_FIRST=0/1 optional; tuning another GPU, A/B runs; read as graphs are captured); unset: "
+                       "fma_config's")
 MOE_DOT_MAX = Knob("SGLANG_EAGLE3_MOE_DOT_MAX",
                    "largest token count (from 2) whose INT4 MoE takes the dot path (gate_up as tensor-core dots "
                    "over each expert's pairs); 0: never (the GEMV path); unset: kernels/fused_moe.py DOT_MAX_TOKENS")

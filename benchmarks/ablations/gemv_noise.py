@@ -65,7 +65,8 @@ def gemv_kernel(
 @triton.jit
 def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, s_xb, s_wb, s_ob, eps,
                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr, VEC: tl.constexpr,
-                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False, HEADS: tl.constexpr = False):
+                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False, HEADS: tl.constexpr = False,
+                    LF: tl.constexpr = False):
     if PDL:
         gdc_wait()
         gdc_launch_dependents()

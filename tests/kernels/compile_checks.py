@@ -780,12 +780,22 @@ def check_moe_topk(arch: int) -> dict:
     return out
 
 
+def _reduce_layouts(kernel) -> list[str]:
+    """The operand types (shape and layout, spelled out) of every tt.reduce in a compiled kernel's TTGIR."""
+    ir = kernel.asm["ttgir"]
+    defs = dict(re.findall(r"^(#\w+) = (#ttg\.\w+<.*?>)\s*$", ir, re.M))
+    types = set(re.findall(r"\}\) : \((tensor<.*?>)\) -> tensor", ir))
+    return sorted(re.sub(r"#(?:blocked|linear)\d*\b", lambda m: defs[m.group(0)], t) for t in types)
+
+
 def check_fma_gemv(arch: int) -> dict:
     """The skinny GEMM's CUDA-core forms at their configs and Kimi TP=8 shapes: q_b with its q_a norm
     (fma_config), MLA's W_UV per head (8 heads of 128 x 512, fma_config) and the router + shared gate/up pair
-    (fma_pair_config: 384 router rows, 256 gated, K = 7168), at 1, 2 and 4 rows of x a program: no spills, and the
-    weights' loads 16 bytes wide (K divisible by 16, as the JIT specializes it at these shapes: without that the
-    masked loads go 2 bytes at a time)."""
+    (fma_pair_config: 384 router rows, 256 gated, K = 7168), at 1, 2 and 4 rows of x a program, with the weight
+    tile either way round (LANES_FIRST): no spills, the weights' loads 16 bytes wide (K divisible by 16, as the JIT
+    specializes it at these shapes: without that the masked loads go 2 bytes at a time), and every reduction's
+    operand in the same layout at 1, 2 and 4 rows (the order of a token's sums must not follow T: decode ==
+    verify)."""
     from sglang_eagle3.kernels.gemv import fma_config, fma_pair_config
 
     out = {}
@@ -797,20 +807,35 @@ def check_fma_gemv(arch: int) -> dict:
     two = dict(x_ptr="*bf16", w1_ptr="*bf16", w2_ptr="*bf16", w2_up_ptr="*bf16", out_ptr="*fp32", out2_ptr="*bf16",
                T="i32", N="i32", N2="i32", NB1="i32", K="i32", s_xt="i32", s_w1n="i32", s_w2n="i32", s_ot="i32",
                s_o2t="i32")
-    for rows in (1, 2, 4):
-        for name, fn, sig, cfg, K, extra, aligned in (
-                ("q_b_norm", gv.gemv_fma_kernel, single, q, 1536, {"NORM": True}, ["x_ptr", "w_ptr", "s_wn", "K"]),
-                ("w_uv_heads", gv.gemv_fma_kernel, single, uv, 512, {"NORM": False, "HEADS": True},
-                 ["x_ptr", "w_ptr", "s_wn", "K", "s_xt", "s_xb", "s_wb"]),
-                ("router_shared", gv.gemv_fma_pair_kernel, two, pair, 7168, {},
-                 ["x_ptr", "w1_ptr", "w2_ptr", "w2_up_ptr", "s_w1n", "s_w2n", "K"])):
-            consts = dict(ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=cfg["LANES"], VEC=8,
-                          NSTEPS=-(-K // (cfg["LANES"] * 8)), PDL=True, **extra)
-            sass, res = compile_sass(fn, sig, consts, aligned, arch, cfg["num_warps"])
-            _no_spills(res, f"{name} rows={rows}")
-            wide = sum(1 for line in sass.splitlines() if re.search(r"\bLDG\.E\.128\b", line))
-            assert wide > 0, f"{name} rows={rows}: no 16-byte weight loads"
-            out[f"{name}_rows{rows}"] = {"res": res, "LDG.128": wide}
+    for name, fn, sig, cfg, K, extra, aligned in (
+            ("q_b_norm", gv.gemv_fma_kernel, single, q, 1536, {"NORM": True},
+             ["x_ptr", "w_ptr", "out_ptr", "nw_ptr", "N", "K", "s_xt", "s_wn", "s_ot"]),
+            ("w_uv_heads", gv.gemv_fma_kernel, single, uv, 512, {"NORM": False, "HEADS": True},
+             ["x_ptr", "w_ptr", "out_ptr", "N", "K", "s_xt", "s_wn", "s_ot", "s_xb", "s_wb", "s_ob"]),
+            ("router_shared", gv.gemv_fma_pair_kernel, two, pair, 7168, {},
+             ["x_ptr", "w1_ptr", "w2_ptr", "w2_up_ptr", "out_ptr", "out2_ptr", "N", "N2", "NB1", "K", "s_xt",
+              "s_w1n", "s_w2n", "s_ot", "s_o2t"])):
+        for lanes_first in (False, True):
+            layouts = {}
+            for rows in (1, 2, 4):
+                consts = dict(ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=cfg["LANES"], VEC=8,
+                              NSTEPS=-(-K // (cfg["LANES"] * 8)), PDL=True, LF=lanes_first, **extra)
+                what = f"{name} rows={rows} lanes_first={lanes_first}"
+                kernel = compile_kernel(fn, sig, consts, aligned, arch, cfg["num_warps"])
+                sass, res = sass_of(kernel)
+                _no_spills(res, what)
+                wide = sum(1 for line in sass.splitlines() if re.search(r"\bLDG\.E\.128\b", line))
+                assert wide > 0, f"{what}: no 16-byte weight loads"
+                layouts[rows] = _reduce_layouts(kernel)
+                assert layouts[rows], f"{what}: no reduction found in the TTGIR"
+                regs = int(re.search(r"REG:(\d+)", res).group(1))
+                # the pair's 224 programs of 8 warps take one wave of 132 SMs only at two blocks a SM
+                assert name != "router_shared" or regs <= 128, f"{what}: {regs} registers, one block a SM"
+                out[f"{name}_rows{rows}{'_lf' if lanes_first else ''}"] = {
+                    "res": res, "LDG.128": wide, "instructions": len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+\S", sass))}
+            assert layouts[1] == layouts[2] == layouts[4], (
+                f"{name} lanes_first={lanes_first}: a reduction's layout follows ROWS, so a token's sums would "
+                f"follow T: {layouts}")
     return out
 
 

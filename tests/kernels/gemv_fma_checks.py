@@ -141,6 +141,10 @@ def check_gemv_fma_heads(T: int, B: int, N: int, K: int, device: str = "cpu", se
 
 FMA_8 = {"BLOCK_N": 8, "LANES": 16, "num_warps": 1, "MAX_ROWS": 8}
 FMA_PAIR_2 = {"BLOCK_N": 2, "LANES": 16, "num_warps": 1, "MAX_ROWS": 2}
+# The weight tile as [LANES, BLOCK_N, VEC] (kernels/gemv.py LANES_FIRST): the same sums along other axes.
+LF_4 = {"BLOCK_N": 4, "LANES": 32, "num_warps": 1, "MAX_ROWS": 4, "LANES_FIRST": True}
+LF_8 = {**FMA_8, "LANES_FIRST": True}
+LF_PAIR_2 = {**FMA_PAIR_2, "LANES_FIRST": True}
 
 CASES = {
     # Under the interpreter one warp: 32 lanes of 8 weights, 256 a step. Irregular N (a partial 4-row block) and
@@ -163,4 +167,12 @@ CASES = {
     "gemv_fma_heads_views_t5": lambda: check_gemv_fma_heads(5, 3, 7, 300, seed=12, w_view=True),
     "gemv_fma_heads_dispatch_t4": lambda: check_gemv_fma_heads(4, 2, 6, 512, seed=13),
     "gemv_fma_heads_t11_rows8": lambda: check_gemv_fma_heads(11, 2, 9, 200, seed=14, config=FMA_8),
+    # The same shapes with the lanes-first tile: a partial weight-row block, a masked last K step, 8-row programs
+    # with the norm, the pair (gated rows split across programs of 2 and of 4 rows), per head from strided views.
+    "gemv_fma_irregular_t7_lanes_first": lambda: check_gemv_fma(7, 37, 300, norm=False, seed=21, config=LF_4),
+    "gemv_fma_norm_t13_rows8_lanes_first": lambda: check_gemv_fma(13, 19, 400, norm=True, seed=22, config=LF_8),
+    "gemv_fma_pair_t5_lanes_first": lambda: check_gemv_fma_pair(5, 37, 13, 1100, seed=23, config=LF_4),
+    "gemv_fma_pair_t3_half1_lanes_first": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=24, config=LF_PAIR_2),
+    "gemv_fma_heads_views_t5_lanes_first": lambda: check_gemv_fma_heads(5, 3, 7, 300, seed=25, w_view=True,
+                                                                        config=LF_4),
 }

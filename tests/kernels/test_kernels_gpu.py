@@ -588,6 +588,28 @@ def test_gemv_fma_heads(T, B, N, K, view):
     check_gemv_fma_heads(T, B, N, K, device="cuda", seed=T * 5 + B + K, w_view=view)
 
 
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 8, 16])
+@pytest.mark.parametrize("kind", ["kimi_q_b_norm", "kimi_router_shared", "kimi_w_uv", "irregular_pair"])
+def test_gemv_fma_lanes_first(T, kind):
+    """The CUDA-core forms with the weight tile lanes first (kernels/gemv.py LANES_FIRST, the A/B candidate) at the
+    Kimi TP=8 rank's shapes: the same checks as the default tile (float64 products, rows bit-identical in any
+    grouping: decode == verify)."""
+    from sglang_eagle3.kernels.gemv import fma_config, fma_pair_config
+
+    poison_allocator()
+    seed = T * 13 + len(kind)
+    if kind == "kimi_q_b_norm":
+        check_gemv_fma(T, 1536, 1536, True, device="cuda", seed=seed,
+                       config={**fma_config(1536, 1536), "LANES_FIRST": True})
+    elif kind == "kimi_w_uv":
+        check_gemv_fma_heads(T, 8, 128, 512, device="cuda", seed=seed, w_view=True,
+                             config={**fma_config(128, 512), "LANES_FIRST": True})
+    else:
+        n1, n2, k = (384, 256, 7168) if kind == "kimi_router_shared" else (101, 37, 2050)
+        check_gemv_fma_pair(T, n1, n2, k, device="cuda", seed=seed,
+                            config={**fma_pair_config(n1, n2, k), "LANES_FIRST": True})
+
+
 @pytest.mark.parametrize("T", [1, 4, 16])
 def test_gemv_q_b_with_q_a_layernorm(T):
     """MLA's q_b [1536 -> 8 x 192] with the q_a RMSNorm folded into its launch."""

@@ -378,6 +378,11 @@ def gemv_kernel(
 # rows of x (a grid axis covers the rest), each row with its own accumulators and the same code, so a token's
 # products are bit-identical whatever T is (decode == verify; tests/kernels check it on the GPU for T = 1..16).
 # The launch config must therefore not depend on T (kernels/gemv.py fma_config takes the matrix's shape only).
+# LF puts the tile's axes in the order [LANES, BLOCK_N, VEC]: Triton then gives each thread one lane of every
+# weight row, where [BLOCK_N, LANES, VEC] becomes 4 weight rows x 8 lanes a warp and a thread holds one weight row,
+# so x's [LANES, VEC] tile goes through shared memory into that layout every K step and row and each thread widens
+# the 32 x elements of its 4 lanes a row. The two orders sum across the lanes in different orders (other bits), each
+# the same at every ROWS (tests/kernels/compile_checks.py checks the reductions' layouts).
 
 
 @triton.jit
@@ -407,80 +412,111 @@ def _lanes_rstd4(x_ptr, t, T, K, s_xt, eps, kk, STEP: tl.constexpr, NSTEPS: tl.c
 
 
 @triton.jit
-def _lanes_dot(w, x_ptr, row, T, k, k_ok, s_xt, rstd, nw, NORM: tl.constexpr):
-    """[BLOCK_N, LANES] per-lane sums of W's tile [BLOCK_N, LANES, VEC] with row ``row`` of x over this K step;
-    with NORM, x * rstd * the norm weight rounded to x's dtype first (as the RMSNorm kernel stores it)."""
+def _by_row(v, LF: tl.constexpr):
+    """A program's [BLOCK_N] weight-row vector shaped to broadcast over its weight tile ([LANES, BLOCK_N, VEC] with
+    LF, else [BLOCK_N, LANES, VEC])."""
+    if LF:
+        r = v[None, :, None]
+    else:
+        r = v[:, None, None]
+    return r
+
+
+@triton.jit
+def _by_lane(v, LF: tl.constexpr):
+    """A [LANES, VEC] tile (K offsets, x) shaped to broadcast over the weight tile (see _by_row)."""
+    if LF:
+        r = v[:, None, :]
+    else:
+        r = v[None, :, :]
+    return r
+
+
+@triton.jit
+def _across_lanes(acc, LF: tl.constexpr):
+    """Per-lane sums ([LANES, BLOCK_N] with LF, else [BLOCK_N, LANES]) reduced across the lanes: [BLOCK_N]."""
+    if LF:
+        r = tl.sum(acc, axis=0)
+    else:
+        r = tl.sum(acc, axis=1)
+    return r
+
+
+@triton.jit
+def _lanes_dot(w, x_ptr, row, T, k, k_ok, s_xt, rstd, nw, NORM: tl.constexpr, LF: tl.constexpr):
+    """Per-lane sums of W's tile (see _by_row) with row ``row`` of x over this K step; with NORM, x * rstd * the
+    norm weight rounded to x's dtype first (as the RMSNorm kernel stores it)."""
     xr = tl.load(x_ptr + row * s_xt + k, mask=k_ok & (row < T), other=0.0)  # [LANES, VEC]
     if NORM:
         xr = (xr.to(tl.float32) * rstd * nw).to(x_ptr.dtype.element_ty)
-    return tl.sum(w * xr.to(tl.float32)[None, :, :], axis=2)
+    return tl.sum(w * _by_lane(xr.to(tl.float32), LF), axis=2)
 
 
 @triton.jit
 def _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, NORM: tl.constexpr,
-                R: tl.constexpr):
+                R: tl.constexpr, LF: tl.constexpr):
     """_lanes_dot added to the accumulators of rows t .. t + R - 1 (R = 1, 2 or 4)."""
-    a0 += _lanes_dot(w, x_ptr, t, T, k, k_ok, s_xt, r0, nw, NORM)
+    a0 += _lanes_dot(w, x_ptr, t, T, k, k_ok, s_xt, r0, nw, NORM, LF)
     if R > 1:
-        a1 += _lanes_dot(w, x_ptr, t + 1, T, k, k_ok, s_xt, r1, nw, NORM)
+        a1 += _lanes_dot(w, x_ptr, t + 1, T, k, k_ok, s_xt, r1, nw, NORM, LF)
     if R > 2:
-        a2 += _lanes_dot(w, x_ptr, t + 2, T, k, k_ok, s_xt, r2, nw, NORM)
-        a3 += _lanes_dot(w, x_ptr, t + 3, T, k, k_ok, s_xt, r3, nw, NORM)
+        a2 += _lanes_dot(w, x_ptr, t + 2, T, k, k_ok, s_xt, r2, nw, NORM, LF)
+        a3 += _lanes_dot(w, x_ptr, t + 3, T, k, k_ok, s_xt, r3, nw, NORM, LF)
     return a0, a1, a2, a3
 
 
 @triton.jit
 def _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr, r0, r1, r2, r3, r4, r5, r6, r7,
                 NORM: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
-                STEP: tl.constexpr, NSTEPS: tl.constexpr):
-    """The CUDA-core forms' K loop: per-lane sums [BLOCK_N, LANES] of the program's weight rows (w_rows
-    [BLOCK_N, 1, 1] pointers, n_ok their mask; w the first step's tile, loaded by the caller before its PDL wait)
-    with rows t0 .. t0 + ROWS - 1 of x (with NORM: normed by rstd r_i and the norm weight at nw_ptr), unrolled over
-    NSTEPS steps of STEP weights a row. Eight accumulators, those past ROWS unused."""
+                STEP: tl.constexpr, NSTEPS: tl.constexpr, LF: tl.constexpr):
+    """The CUDA-core forms' K loop: per-lane sums of the program's weight rows (w_rows pointers and n_ok their
+    mask, shaped by _by_row; w the first step's tile, loaded by the caller before its PDL wait) with rows
+    t0 .. t0 + ROWS - 1 of x (with NORM: normed by rstd r_i and the norm weight at nw_ptr), unrolled over NSTEPS
+    steps of STEP weights a row. Eight accumulators, those past ROWS unused."""
     R0: tl.constexpr = ROWS if ROWS < 4 else 4
-    a0 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a1 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a2 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a3 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a4 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a5 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a6 = tl.zeros([BLOCK_N, LANES], tl.float32)
-    a7 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    if LF:
+        a0 = tl.zeros([LANES, BLOCK_N], tl.float32)
+    else:
+        a0 = tl.zeros([BLOCK_N, LANES], tl.float32)
+    a1, a2, a3, a4, a5, a6, a7 = a0, a0, a0, a0, a0, a0, a0
     for i in tl.static_range(NSTEPS):
         k = i * STEP + kk
         k_ok = k < K
         if i > 0:
-            w = tl.load(w_rows + k[None, :, :], mask=n_ok & k_ok[None, :, :], other=0.0).to(tl.float32)
+            w = tl.load(w_rows + _by_lane(k, LF), mask=n_ok & _by_lane(k_ok, LF), other=0.0).to(tl.float32)
         nw = 1.0
         if NORM:
             nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-        a0, a1, a2, a3 = _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t0, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, NORM, R0)
+        a0, a1, a2, a3 = _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t0, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, NORM, R0,
+                                     LF)
         if ROWS > 4:
             a4, a5, a6, a7 = _lanes_dot4(a4, a5, a6, a7, w, x_ptr, t0 + 4, T, k, k_ok, s_xt, r4, r5, r6, r7, nw,
-                                         NORM, 4)
+                                         NORM, 4, LF)
     return a0, a1, a2, a3, a4, a5, a6, a7
 
 
 @triton.jit
-def _lanes_store4(out_ptr, t, T, s_ot, n, N, a0, a1, a2, a3, R: tl.constexpr):
+def _lanes_store4(out_ptr, t, T, s_ot, n, N, a0, a1, a2, a3, R: tl.constexpr, LF: tl.constexpr):
     """Each row's per-lane sums reduced across the lanes and stored (rows t .. t + R - 1, those below T)."""
     ty = out_ptr.dtype.element_ty
-    tl.store(out_ptr + t * s_ot + n, tl.sum(a0, axis=1).to(ty), mask=(n < N) & (t < T))
+    tl.store(out_ptr + t * s_ot + n, _across_lanes(a0, LF).to(ty), mask=(n < N) & (t < T))
     if R > 1:
-        tl.store(out_ptr + (t + 1) * s_ot + n, tl.sum(a1, axis=1).to(ty), mask=(n < N) & (t + 1 < T))
+        tl.store(out_ptr + (t + 1) * s_ot + n, _across_lanes(a1, LF).to(ty), mask=(n < N) & (t + 1 < T))
     if R > 2:
-        tl.store(out_ptr + (t + 2) * s_ot + n, tl.sum(a2, axis=1).to(ty), mask=(n < N) & (t + 2 < T))
-        tl.store(out_ptr + (t + 3) * s_ot + n, tl.sum(a3, axis=1).to(ty), mask=(n < N) & (t + 3 < T))
+        tl.store(out_ptr + (t + 2) * s_ot + n, _across_lanes(a2, LF).to(ty), mask=(n < N) & (t + 2 < T))
+        tl.store(out_ptr + (t + 3) * s_ot + n, _across_lanes(a3, LF).to(ty), mask=(n < N) & (t + 3 < T))
 
 
 @triton.jit
 def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, s_xb, s_wb, s_ob, eps,
                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr, VEC: tl.constexpr,
-                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False, HEADS: tl.constexpr = False):
+                    NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False, HEADS: tl.constexpr = False,
+                    LF: tl.constexpr = False):
     """out[t, (b,) n] = sum_k x'[t, (b,) k] W[(b,) n, k] on the CUDA cores (x' = x, or with NORM its RMSNorm by nw
     and eps) for BLOCK_N rows n of head b = program_id(2) (with HEADS; strides s_xb, s_wb, s_ob) and rows
     t0 .. t0 + ROWS - 1 of x a program (t0 = ROWS * program_id(1); ROWS = 1, 2, 4 or 8); W K-contiguous,
-    NSTEPS = cdiv(K, LANES * VEC) steps (unrolled) of LANES x VEC weights a row."""
+    NSTEPS = cdiv(K, LANES * VEC) steps (unrolled) of LANES x VEC weights a row; LF: the weight tile's axes in the
+    order [LANES, BLOCK_N, VEC] (see the note above)."""
     STEP: tl.constexpr = LANES * VEC
     R0: tl.constexpr = ROWS if ROWS < 4 else 4  # rows of the first four accumulators
     if HEADS:  # (a constexpr, so that one head's launches compile to the code they had before heads existed)
@@ -491,9 +527,9 @@ def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, s_
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     t0 = tl.program_id(1) * ROWS
     kk = tl.arange(0, LANES)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [LANES, VEC]: lane l's weights
-    n_ok = (n < N)[:, None, None]
-    w_rows = w_ptr + n[:, None, None].to(tl.int64) * s_wn
-    w = tl.load(w_rows + kk[None, :, :], mask=n_ok & (kk < K)[None, :, :], other=0.0).to(tl.float32)
+    n_ok = _by_row(n < N, LF)
+    w_rows = w_ptr + _by_row(n.to(tl.int64) * s_wn, LF)
+    w = tl.load(w_rows + _by_lane(kk, LF), mask=n_ok & _by_lane(kk < K, LF), other=0.0).to(tl.float32)
     if PDL:  # the first tile above needs no wait: weights are never written
         gdc_wait()
         gdc_launch_dependents()
@@ -505,35 +541,37 @@ def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, s_
             r4, r5, r6, r7 = _lanes_rstd4(x_ptr, t0 + 4, T, K, s_xt, eps, kk, STEP, NSTEPS, 4)
     a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr,
                                                  r0, r1, r2, r3, r4, r5, r6, r7, NORM, ROWS, BLOCK_N, LANES, STEP,
-                                                 NSTEPS)
-    _lanes_store4(out_ptr, t0, T, s_ot, n, N, a0, a1, a2, a3, R0)
+                                                 NSTEPS, LF)
+    _lanes_store4(out_ptr, t0, T, s_ot, n, N, a0, a1, a2, a3, R0, LF)
     if ROWS > 4:
-        _lanes_store4(out_ptr, t0 + 4, T, s_ot, n, N, a4, a5, a6, a7, 4)
+        _lanes_store4(out_ptr, t0 + 4, T, s_ot, n, N, a4, a5, a6, a7, 4, LF)
 
 
 @triton.jit
 def _lanes_pair_store4(out_ptr, out2_ptr, second, t, T, s_ot, s_o2t, n, N, j, N2, a0, a1, a2, a3,
-                       HALF: tl.constexpr, R: tl.constexpr):
+                       HALF: tl.constexpr, R: tl.constexpr, LF: tl.constexpr):
     """gemv_fma_pair_kernel's stores of rows t .. t + R - 1: a W1 program's sums to out (its dtype), a gated
-    program's SiLU(gate) * up to out2 (_gated_row)."""
+    program's SiLU(gate) * up to out2 (_gated_row). (Each branch sums across the lanes itself: done once before
+    the branch, the sums of all rows stay live at once and a program takes more registers: 185 against 110 a
+    thread at 4 rows, one block a SM where the grid needs two.)"""
     if second:
-        _gated_row(out2_ptr, t, T, s_o2t, j, N2, a0, HALF)
+        _gated_row(out2_ptr, t, T, s_o2t, j, N2, _across_lanes(a0, LF), HALF)
         if R > 1:
-            _gated_row(out2_ptr, t + 1, T, s_o2t, j, N2, a1, HALF)
+            _gated_row(out2_ptr, t + 1, T, s_o2t, j, N2, _across_lanes(a1, LF), HALF)
         if R > 2:
-            _gated_row(out2_ptr, t + 2, T, s_o2t, j, N2, a2, HALF)
-            _gated_row(out2_ptr, t + 3, T, s_o2t, j, N2, a3, HALF)
+            _gated_row(out2_ptr, t + 2, T, s_o2t, j, N2, _across_lanes(a2, LF), HALF)
+            _gated_row(out2_ptr, t + 3, T, s_o2t, j, N2, _across_lanes(a3, LF), HALF)
     else:
-        _lanes_store4(out_ptr, t, T, s_ot, n, N, a0, a1, a2, a3, R)
+        _lanes_store4(out_ptr, t, T, s_ot, n, N, a0, a1, a2, a3, R, LF)
 
 
 @triton.jit
-def _gated_row(out2_ptr, t, T, s_o2t, j, N2, acc, HALF: tl.constexpr):
-    """One row of a gated program: acc [BLOCK_N, LANES] holds gate row j0 + i at 2i and up row j0 + i at 2i + 1;
-    reduced across the lanes, split into the two halves and rounded as the tensor-core kernel's _epilogue
-    rounds (each product to the output dtype, SiLU in fp32 rounded, then the product of the two)."""
+def _gated_row(out2_ptr, t, T, s_o2t, j, N2, sums, HALF: tl.constexpr):
+    """One row of a gated program: sums [BLOCK_N] holds gate row j0 + i at 2i and up row j0 + i at 2i + 1; split
+    into the two halves and rounded as the tensor-core kernel's _epilogue rounds (each product to the output
+    dtype, SiLU in fp32 rounded, then the product of the two)."""
     ty = out2_ptr.dtype.element_ty
-    g, u = tl.split(tl.reshape(tl.sum(acc, axis=1), [HALF, 2]))
+    g, u = tl.split(tl.reshape(sums, [HALF, 2]))
     g = g.to(ty).to(tl.float32)
     s = (g / (1.0 + tl.exp(-g))).to(ty).to(tl.float32)
     y = (s * u.to(ty).to(tl.float32)).to(ty)
@@ -543,7 +581,7 @@ def _gated_row(out2_ptr, t, T, s_o2t, j, N2, acc, HALF: tl.constexpr):
 @triton.jit
 def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T, N, N2, NB1, K, s_xt, s_w1n, s_w2n,
                          s_ot, s_o2t, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
-                         VEC: tl.constexpr, NSTEPS: tl.constexpr, PDL: tl.constexpr = False):
+                         VEC: tl.constexpr, NSTEPS: tl.constexpr, PDL: tl.constexpr = False, LF: tl.constexpr = False):
     """gemv_fma_kernel's form for a pair launch with a gated second matrix (a MoE layer's router and its shared
     expert's gate/up, one x): programs 0 .. NB1 - 1 take BLOCK_N rows of W1 [N, K] into out [T, N] (its dtype:
     float32 router logits); program NB1 + p takes gate rows and up rows j = p * HALF .. + HALF - 1 of W2 / W2_up
@@ -560,18 +598,19 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
     j = (pid - NB1) * HALF + tl.arange(0, HALF)  # the activations a gated program stores
     jr = (pid - NB1) * HALF + r // 2  # W2 / W2_up row of each of its BLOCK_N rows
     row_ok = tl.where(second, jr < N2, n < N)
-    w_rows = tl.where(second, tl.where(r % 2 == 0, w2_ptr, w2_up_ptr) + jr.to(tl.int64) * s_w2n,
-                      w1_ptr + n.to(tl.int64) * s_w1n)[:, None, None]
+    w_rows = _by_row(tl.where(second, tl.where(r % 2 == 0, w2_ptr, w2_up_ptr) + jr.to(tl.int64) * s_w2n,
+                              w1_ptr + n.to(tl.int64) * s_w1n), LF)
     t0 = tl.program_id(1) * ROWS
     kk = tl.arange(0, LANES)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [LANES, VEC]: lane l's weights
-    n_ok = row_ok[:, None, None]
-    w = tl.load(w_rows + kk[None, :, :], mask=n_ok & (kk < K)[None, :, :], other=0.0).to(tl.float32)
+    n_ok = _by_row(row_ok, LF)
+    w = tl.load(w_rows + _by_lane(kk, LF), mask=n_ok & _by_lane(kk < K, LF), other=0.0).to(tl.float32)
     if PDL:  # the first tile above needs no wait: weights are never written
         gdc_wait()
         gdc_launch_dependents()
     a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, x_ptr,
                                                  1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, False, ROWS, BLOCK_N, LANES,
-                                                 STEP, NSTEPS)
-    _lanes_pair_store4(out_ptr, out2_ptr, second, t0, T, s_ot, s_o2t, n, N, j, N2, a0, a1, a2, a3, HALF, R0)
+                                                 STEP, NSTEPS, LF)
+    _lanes_pair_store4(out_ptr, out2_ptr, second, t0, T, s_ot, s_o2t, n, N, j, N2, a0, a1, a2, a3, HALF, R0, LF)
     if ROWS > 4:
-        _lanes_pair_store4(out_ptr, out2_ptr, second, t0 + 4, T, s_ot, s_o2t, n, N, j, N2, a4, a5, a6, a7, HALF, 4)
+        _lanes_pair_store4(out_ptr, out2_ptr, second, t0 + 4, T, s_ot, s_o2t, n, N, j, N2, a4, a5, a6, a7, HALF, 4,
+                           LF)
