@@ -80,6 +80,10 @@ GEMV_FMA_CONFIG = Knob("SGLANG_EAGLE3_GEMV_FMA_CONFIG",
                        "'BLOCK_N=8,LANES=32,num_warps=8,MAX_ROWS=8' (keys of kernels/gemv.py fma_config, "
                        "LANES_FIRST=0/1 optional; tuning another GPU, A/B runs; read as graphs are captured); unset: "
                        "fma_config's")
+GEMV_LANES_FIRST = Knob("SGLANG_EAGLE3_GEMV_LANES_FIRST",
+                        "1: the CUDA-core GEMV forms hold their weight tile lanes first (kernels/gemv.py "
+                        "lanes_first; other bits, the same at every T; an A/B candidate, unmeasured); unset or 0: "
+                        "weight rows first; read as graphs are captured")
 MOE_DOT_MAX = Knob("SGLANG_EAGLE3_MOE_DOT_MAX",
                    "largest token count (from 2) whose INT4 MoE takes the dot path (gate_up as tensor-core dots "
                    "over each expert's pairs); 0: never (the GEMV path); unset: kernels/fused_moe.py DOT_MAX_TOKENS")
@@ -108,7 +112,7 @@ SAMPLER_RADIX = Knob("SGLANG_EAGLE3_SAMPLER_RADIX",
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
-       GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX)
+       GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

@@ -53,15 +53,6 @@ FMA_MAX_K = 8192
 # MLA's W_UV (8 heads x 128 x 512 on a Kimi TP=8 rank). W_UK is N-contiguous and keeps the tensor cores: a
 # CUDA-core form with lanes along N was built (19dda76) and measured no faster at decode, 2.1% slower at verify of 4.
 FMA_MIN_K_HEADS = 256
-# The CUDA-core forms' weight tile as [LANES, BLOCK_N, VEC] (a thread holds one lane of every weight row, so x's
-# [LANES, VEC] tile is used as loaded and each x element is widened once for all rows) instead of [BLOCK_N, LANES,
-# VEC] (Triton lays that one out 4 weight rows x 8 lanes a warp: x goes through shared memory into that layout every
-# K step and row, and each thread widens 32 x elements a row for its one weight row). Offline (sm_90 SASS at 4 rows
-# of x, tests/kernels/compile_checks.py): the router + shared pair 2256 -> 2008 instructions (both kinds of program's
-# tails counted; 110 -> 128 registers), a program of one matrix at the pair's config 2016 -> 1496, q_b with its norm
-# 1632 -> 1472 (144 -> 128 registers); the reductions' layouts stay the same at every ROWS (decode == verify). Not
-# measured on a GPU yet (benchmarks/variants/gemv_fma_lanes_first.py turns it on for an A/B), so off.
-LANES_FIRST = False
 
 # NOTE: NORM_POST's elementwise math runs on the dot's operand layout, where every warp holds the whole
 # [16, BLOCK_K] activation tile: in fp32 at BLOCK_K = 256 that is 128 registers a thread and the kernel spills
@@ -161,6 +152,19 @@ def fma_for_engine(max_requests: int) -> bool:
     return env.GEMV_FMA.switch(default=True)
 
 
+def lanes_first() -> bool:
+    """Whether the CUDA-core forms hold their weight tile as [LANES, BLOCK_N, VEC] (SGLANG_EAGLE3_GEMV_LANES_FIRST=1)
+    instead of [BLOCK_N, LANES, VEC] (the default). Lanes first, a thread holds one lane of every weight row, so x's
+    [LANES, VEC] tile is used as loaded and each x element is widened once for all rows; rows first, Triton lays 4
+    weight rows x 8 lanes a warp, x goes through shared memory into that layout every K step and row and a thread
+    widens the 32 x elements of its 4 lanes for its one row. Offline (sm_90 SASS at 4 rows of x,
+    tests/kernels/compile_checks.py): the router + shared pair 2256 -> 2008 instructions (both kinds of program's
+    tails counted; 110 -> 128 registers), a program of one matrix at the pair's config 2016 -> 1496, q_b with its
+    norm 1632 -> 1472 (144 -> 128 registers); the reductions' layouts stay the same at every ROWS (decode ==
+    verify), other than the default's (other bits). Not measured on a GPU yet, so off."""
+    return env.GEMV_LANES_FIRST.switch(default=False)
+
+
 def fma_config(N: int, K: int) -> dict:
     """The CUDA-core form's launch config, from the matrix's shape only (never T: a token's products must not
     depend on how many rows a launch has): BLOCK_N weight rows a program, LANES lanes of 8 weights along K over
@@ -171,7 +175,7 @@ def fma_config(N: int, K: int) -> dict:
     if raw:
         return _parse_fma_config(raw)
     warps = max(1, min(4, triton.next_power_of_2(triton.cdiv(K, 8 * 32))))
-    return {"BLOCK_N": 4, "LANES": 32 * warps, "num_warps": warps, "MAX_ROWS": 4, "LANES_FIRST": LANES_FIRST}
+    return {"BLOCK_N": 4, "LANES": 32 * warps, "num_warps": warps, "MAX_ROWS": 4, "LANES_FIRST": lanes_first()}
 
 
 def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
@@ -190,12 +194,12 @@ def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
 def fma_pair_config(N1: int, N2: int, K: int) -> dict:
     """triton_gemv_fma_pair's launch config, from the shapes only (never T): 4 weight rows a program (a gated
     program: the gate and up rows of two activations), 256 lanes over 8 warps, up to 4 rows of x a program."""
-    return {"BLOCK_N": 4, "LANES": 256, "num_warps": 8, "MAX_ROWS": 4, "LANES_FIRST": LANES_FIRST}
+    return {"BLOCK_N": 4, "LANES": 256, "num_warps": 8, "MAX_ROWS": 4, "LANES_FIRST": lanes_first()}
 
 
 def _parse_fma_config(raw: str) -> dict:
     """SGLANG_EAGLE3_GEMV_FMA_CONFIG's 'KEY=VALUE,...' (every key of fma_config, powers of two, except LANES_FIRST:
-    0 or 1, LANES_FIRST's default when left out) as a config."""
+    0 or 1, lanes_first()'s when left out) as a config."""
     keys = ("BLOCK_N", "LANES", "num_warps", "MAX_ROWS")
     where = f"{env.GEMV_FMA_CONFIG.name}={raw!r}"
     cfg = {}
@@ -205,13 +209,13 @@ def _parse_fma_config(raw: str) -> dict:
             raise ValueError(f"{where}: expected KEY=INTEGER items, KEY one of {', '.join(keys)}, LANES_FIRST; "
                              f"got {item!r}")
         cfg[name] = int(value)
-    lanes_first = cfg.pop("LANES_FIRST", int(LANES_FIRST))
+    first = cfg.pop("LANES_FIRST", int(lanes_first()))
     bad = [f"{k}={v}" for k, v in cfg.items() if v < 1 or v & (v - 1)] + (
-        [f"LANES_FIRST={lanes_first}"] if lanes_first not in (0, 1) else [])
+        [f"LANES_FIRST={first}"] if first not in (0, 1) else [])
     if set(cfg) != set(keys) or bad or cfg["MAX_ROWS"] > 8 or cfg["num_warps"] > 8:
         raise ValueError(f"{where}: needs each of {', '.join(keys)} once, powers of two (num_warps, MAX_ROWS "
                          f"<= 8), LANES_FIRST 0 or 1{'; not: ' + ', '.join(bad) if bad else ''}")
-    return {**cfg, "LANES_FIRST": bool(lanes_first)}
+    return {**cfg, "LANES_FIRST": bool(first)}
 
 
 def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | None = None,

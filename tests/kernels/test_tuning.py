@@ -164,7 +164,7 @@ def test_gemv_fma_form_and_knob(monkeypatch):
     turns it off, a bad value is named."""
     import torch
 
-    from sglang_eagle3.kernels.gemv import LANES_FIRST, fma_config, fma_form
+    from sglang_eagle3.kernels.gemv import fma_config, fma_form, fma_pair_config
 
     def takes(N, K, epilogue=False, heads=0, n_major=False):
         shape = (heads, N, K) if heads else (N, K)
@@ -179,14 +179,27 @@ def test_gemv_fma_form_and_knob(monkeypatch):
     assert not takes(64, 65536)  # few rows of a very long K (its steps are unrolled)
     assert not takes(1536, 1536, epilogue=True) and not takes(512, 1536, heads=8)
     assert not takes(1536, 1536, n_major=True)
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_LANES_FIRST", raising=False)
     assert fma_config(1536, 1536) == {"BLOCK_N": 4, "LANES": 128, "num_warps": 4, "MAX_ROWS": 4,
-                                      "LANES_FIRST": LANES_FIRST}
+                                      "LANES_FIRST": False}
     assert fma_config(1100, 512)["num_warps"] == 2
     monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_CONFIG", "BLOCK_N=8, LANES=32,num_warps=8,MAX_ROWS=8")
     assert fma_config(1536, 1536) == {"BLOCK_N": 8, "LANES": 32, "num_warps": 8, "MAX_ROWS": 8,
-                                      "LANES_FIRST": LANES_FIRST}
+                                      "LANES_FIRST": False}
     monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_CONFIG", "BLOCK_N=8,LANES=32,num_warps=8,MAX_ROWS=8,LANES_FIRST=1")
     assert fma_config(1536, 1536)["LANES_FIRST"] is True
+    # SGLANG_EAGLE3_GEMV_LANES_FIRST: both forms' default tile order (an explicit LANES_FIRST=0 still wins)
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_LANES_FIRST", "1")
+    assert fma_pair_config(384, 256, 7168)["LANES_FIRST"] is True
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_CONFIG", "BLOCK_N=8,LANES=32,num_warps=8,MAX_ROWS=8,LANES_FIRST=0")
+    assert fma_config(1536, 1536)["LANES_FIRST"] is False
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_FMA_CONFIG")
+    assert fma_config(1536, 1536)["LANES_FIRST"] is True
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_LANES_FIRST", "on")
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_GEMV_LANES_FIRST='on'"):
+        fma_pair_config(384, 256, 7168)
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_LANES_FIRST")
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_CONFIG", "BLOCK_N=8,LANES=32,num_warps=8,MAX_ROWS=8")
     for bad in ("BLOCK_N=8", "BLOCK_N=8,LANES=32,num_warps=8,MAX_ROWS=16", "BLOCK_N=6,LANES=32,num_warps=8,MAX_ROWS=8",
                 "BLOCK_N:8", "ROWS=8,LANES=32,num_warps=8,MAX_ROWS=8",
                 "BLOCK_N=8,LANES=32,num_warps=8,MAX_ROWS=8,LANES_FIRST=2"):
