@@ -139,6 +139,50 @@ def check_gemv_fma_heads(T: int, B: int, N: int, K: int, device: str = "cpu", se
     return {"rel_err": err, "dispatched": routed}
 
 
+def check_lanes_first_knob(seed: int = 0) -> dict:
+    """SGLANG_EAGLE3_GEMV_LANES_FIRST reaches both CUDA-core launches through their default configs (LF as the
+    knob says: 1 on, 0 and unset off), and each order's products agree with the other's within the rounding."""
+    import importlib
+    import os
+
+    mod = importlib.import_module("sglang_eagle3.kernels.gemv")  # (the package's attribute gemv is a function)
+    launched = []
+
+    class Spy:  # records the LF constexpr of each launch, then launches
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(kwargs["LF"])
+                return self.kernel[grid](*args, **kwargs)
+            return launch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(3, 300, generator=g).to(torch.bfloat16)
+    w, w2, w2_up = ((torch.randn(n, 300, generator=g) / 17).to(torch.bfloat16) for n in (10, 6, 6))
+    saved = mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel, os.environ.get("SGLANG_EAGLE3_GEMV_LANES_FIRST")
+    mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel = Spy(saved[0]), Spy(saved[1])
+    outs = {}
+    try:
+        for value, want in (("1", True), ("0", False), (None, False)):
+            if value is None:
+                os.environ.pop("SGLANG_EAGLE3_GEMV_LANES_FIRST", None)
+            else:
+                os.environ["SGLANG_EAGLE3_GEMV_LANES_FIRST"] = value
+            outs[value] = (triton_gemv_fma(x, w), *triton_gemv_fma_pair(x, w, w2, w2_up))
+            assert launched[-2:] == [want, want], f"LANES_FIRST={value}: launched with LF={launched[-2:]}"
+    finally:
+        mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel = saved[:2]
+        if saved[2] is None:
+            os.environ.pop("SGLANG_EAGLE3_GEMV_LANES_FIRST", None)
+        else:
+            os.environ["SGLANG_EAGLE3_GEMV_LANES_FIRST"] = saved[2]
+    for a, b in zip(outs["1"], outs["0"], strict=True):
+        assert torch.allclose(a.float(), b.float(), rtol=2e-2, atol=2e-2), "the two tile orders disagree"
+    return {"launched": launched}
+
+
 FMA_8 = {"BLOCK_N": 8, "LANES": 16, "num_warps": 1, "MAX_ROWS": 8}
 FMA_PAIR_2 = {"BLOCK_N": 2, "LANES": 16, "num_warps": 1, "MAX_ROWS": 2}
 # The weight tile as [LANES, BLOCK_N, VEC] (kernels/gemv.py LANES_FIRST): the same sums along other axes.
@@ -175,4 +219,5 @@ CASES = {
     "gemv_fma_pair_t3_half1_lanes_first": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=24, config=LF_PAIR_2),
     "gemv_fma_heads_views_t5_lanes_first": lambda: check_gemv_fma_heads(5, 3, 7, 300, seed=25, w_view=True,
                                                                         config=LF_4),
+    "gemv_fma_lanes_first_knob": lambda: check_lanes_first_knob(seed=26),
 }
