@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Thirty-fourth session's device round (H200), prepared without a device (none was lent this session):
-#   GIT_COMMIT=<HEAD> bash benchmarks/run_session34_round.sh h1   (then h2, h3; one device call each)
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session34_round.sh h1   (then h2; one device call each), and
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session33_round.sh g9   (what the thirty-third session left unrun)
 # Results land in $OUT; copy them to benchmarks/results/h200/ with the commit in their names, as before.
 # h1: the lanes-first tile of the CUDA-core GEMV forms (kernels/gemv.py lanes_first, SGLANG_EAGLE3_GEMV_LANES_FIRST;
 #     offline 10-26% fewer SASS instructions a program at 4 rows of x): its GPU tests with the default tile's, the
@@ -9,7 +10,7 @@
 # h2: the same at 8k, the invariance probe with it on (every verify row of the Kimi slice == its token's decode),
 #     and every decode projection alone on the CUDA cores both ways (bench_gemv_fma: may q_a + kv_a or o_proj now
 #     take the CUDA cores at T = 4?).
-# h3: what the thirty-third session left unrun (its g9): the CUDA engine tests, the probe at 8k, the kernel table.
+# g9 of run_session33_round.sh: the CUDA engine tests, the probe at 8k, the kernel table at this commit.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: h1 ..}
 LF=SGLANG_EAGLE3_GEMV_LANES_FIRST=1
@@ -30,13 +31,6 @@ h2)
   TAIL=30 SGLANG_EAGLE3_GEMV_LANES_FIRST=1 stage probe_lf 170 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 \
     --widths 2 4 8 --out "$OUT/probe_lf.json"
   TAIL=40 stage gemv_fma 150 python benchmarks/bench_gemv_fma.py --tokens 1 2 4 8 --out "$OUT/gemv_fma_lf.json"
-  ;;
-h3)
-  TAIL=12 stage engine_tests 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 290 \
-    tests/gpu/test_cuda_engine.py
-  TAIL=12 stage probe 120 python benchmarks/probe_invariance.py --layers 3 --contexts 8192 --widths 2 4 8 \
-    --out "$OUT/probe.json"
-  TAIL=45 stage kernels 240 python benchmarks/bench_kernels.py --out "$OUT"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
