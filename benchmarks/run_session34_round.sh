@@ -16,11 +16,11 @@ part=${1:?part: h1 ..}
 LF=SGLANG_EAGLE3_GEMV_LANES_FIRST=1
 case $part in
 h1)
-  TAIL=8 stage fma_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+  TAIL=8 stage fma_tests 170 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 160 \
     tests/kernels/test_kernels_gpu.py -k "gemv_fma"
-  TAIL=40 stage launches 100 python benchmarks/bench_gemv_launches.py --only router+shared --tokens 1 2 4 8 \
+  TAIL=40 stage launches 80 python benchmarks/bench_gemv_launches.py --only router+shared --tokens 1 2 4 8 \
     --out "$OUT/gemv_launches_lf.json"
-  TAIL=40 stage paired_lf_1k 270 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+  TAIL=40 stage paired_lf_1k 240 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --env-variants '' $LF \
     --out "$OUT/paired_lf_1k.json"
   ;;
@@ -30,7 +30,7 @@ h2)
     --out "$OUT/paired_lf_8k.json"
   TAIL=30 SGLANG_EAGLE3_GEMV_LANES_FIRST=1 stage probe_lf 170 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 \
     --widths 2 4 8 --out "$OUT/probe_lf.json"
-  TAIL=40 stage gemv_fma 150 python benchmarks/bench_gemv_fma.py --tokens 1 2 4 8 --out "$OUT/gemv_fma_lf.json"
+  TAIL=40 stage gemv_fma 130 python benchmarks/bench_gemv_fma.py --tokens 1 2 4 8 --out "$OUT/gemv_fma_lf.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
