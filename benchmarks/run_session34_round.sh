@@ -28,8 +28,8 @@ h2)
   TAIL=40 stage paired_lf_8k 240 python benchmarks/bench_verify_graph.py --backends triton --contexts 8192 \
     --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --env-variants '' $LF \
     --out "$OUT/paired_lf_8k.json"
-  TAIL=30 SGLANG_EAGLE3_GEMV_LANES_FIRST=1 stage probe_lf 170 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 \
-    --widths 2 4 8 --out "$OUT/probe_lf.json"
+  TAIL=30 SGLANG_EAGLE3_GEMV_LANES_FIRST=1 stage probe_lf 170 python benchmarks/probe_invariance.py --layers 3 \
+    --contexts 1024 8192 --widths 2 4 8 --out "$OUT/probe_lf.json"
   TAIL=40 stage gemv_fma 130 python benchmarks/bench_gemv_fma.py --tokens 1 2 4 8 --out "$OUT/gemv_fma_lf.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
