@@ -90,7 +90,9 @@ def shipped_config(kind: str, rows: tuple[int, ...]) -> dict:
 FMA_VARIANTS = [("rows 2", {"MAX_ROWS": 2}), ("128 lanes", {"LANES": 128, "num_warps": 4}),
                 ("2 weight rows", {"BLOCK_N": 2}), ("8 weight rows, rows 2", {"BLOCK_N": 8, "MAX_ROWS": 2}),
                 ("rows 1", {"MAX_ROWS": 1}), ("rows 8", {"MAX_ROWS": 8}), ("lanes first", {"LANES_FIRST": True}),
-                ("lanes first, 128 lanes", {"LANES_FIRST": True, "LANES": 128, "num_warps": 4})]
+                ("lanes first, 128 lanes", {"LANES_FIRST": True, "LANES": 128, "num_warps": 4}),
+                ("lanes first, rows 2", {"LANES_FIRST": True, "MAX_ROWS": 2}),
+                ("lanes first, 2 weight rows", {"LANES_FIRST": True, "BLOCK_N": 2})]
 
 
 @torch.inference_mode()
