@@ -18,9 +18,9 @@ case $part in
 h1)
   TAIL=8 stage fma_tests 170 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 160 \
     tests/kernels/test_kernels_gpu.py -k "gemv_fma"
-  TAIL=40 stage launches 80 python benchmarks/bench_gemv_launches.py --only router+shared --tokens 1 2 4 8 \
+  TAIL=40 stage launches 110 python benchmarks/bench_gemv_launches.py --only router+shared --tokens 1 2 4 8 \
     --out "$OUT/gemv_launches_lf.json"
-  TAIL=40 stage paired_lf_1k 240 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+  TAIL=40 stage paired_lf_1k 230 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --env-variants '' $LF \
     --out "$OUT/paired_lf_1k.json"
   ;;
