@@ -143,7 +143,8 @@ def check_lanes_first_knob(seed: int = 0) -> dict:
     """SGLANG_EAGLE3_GEMV_LANES_FIRST reaches both CUDA-core launches through their default configs (LF as the
     knob says: 1 on, 0 and unset off), and each order's products agree with the other's within the rounding."""
     import importlib
-    import os
+
+    from sglang_eagle3 import env
 
     mod = importlib.import_module("sglang_eagle3.kernels.gemv")  # (the package's attribute gemv is a function)
     launched = []
@@ -161,23 +162,16 @@ def check_lanes_first_knob(seed: int = 0) -> dict:
     g = torch.Generator(device="cpu").manual_seed(seed)
     x = torch.randn(3, 300, generator=g).to(torch.bfloat16)
     w, w2, w2_up = ((torch.randn(n, 300, generator=g) / 17).to(torch.bfloat16) for n in (10, 6, 6))
-    saved = mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel, os.environ.get("SGLANG_EAGLE3_GEMV_LANES_FIRST")
+    saved = mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel
     mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel = Spy(saved[0]), Spy(saved[1])
     outs = {}
     try:
         for value, want in (("1", True), ("0", False), (None, False)):
-            if value is None:
-                os.environ.pop("SGLANG_EAGLE3_GEMV_LANES_FIRST", None)
-            else:
-                os.environ["SGLANG_EAGLE3_GEMV_LANES_FIRST"] = value
-            outs[value] = (triton_gemv_fma(x, w), *triton_gemv_fma_pair(x, w, w2, w2_up))
+            with env.overrides({env.GEMV_LANES_FIRST.name: value}):
+                outs[value] = (triton_gemv_fma(x, w), *triton_gemv_fma_pair(x, w, w2, w2_up))
             assert launched[-2:] == [want, want], f"LANES_FIRST={value}: launched with LF={launched[-2:]}"
     finally:
-        mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel = saved[:2]
-        if saved[2] is None:
-            os.environ.pop("SGLANG_EAGLE3_GEMV_LANES_FIRST", None)
-        else:
-            os.environ["SGLANG_EAGLE3_GEMV_LANES_FIRST"] = saved[2]
+        mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel = saved
     for a, b in zip(outs["1"], outs["0"], strict=True):
         assert torch.allclose(a.float(), b.float(), rtol=2e-2, atol=2e-2), "the two tile orders disagree"
     return {"launched": launched}
@@ -185,7 +179,8 @@ def check_lanes_first_knob(seed: int = 0) -> dict:
 
 FMA_8 = {"BLOCK_N": 8, "LANES": 16, "num_warps": 1, "MAX_ROWS": 8}
 FMA_PAIR_2 = {"BLOCK_N": 2, "LANES": 16, "num_warps": 1, "MAX_ROWS": 2}
-# The weight tile as [LANES, BLOCK_N, VEC] (kernels/gemv.py LANES_FIRST): the same sums along other axes.
+# The weight tile as [LANES, BLOCK_N, VEC] (the config key LANES_FIRST, kernels/gemv.py lanes_first): the same
+# sums along other axes.
 LF_4 = {"BLOCK_N": 4, "LANES": 32, "num_warps": 1, "MAX_ROWS": 4, "LANES_FIRST": True}
 LF_8 = {**FMA_8, "LANES_FIRST": True}
 LF_PAIR_2 = {**FMA_PAIR_2, "LANES_FIRST": True}

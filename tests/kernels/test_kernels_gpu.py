@@ -591,9 +591,9 @@ def test_gemv_fma_heads(T, B, N, K, view):
 @pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 8, 16])
 @pytest.mark.parametrize("kind", ["kimi_q_b_norm", "kimi_router_shared", "kimi_w_uv", "irregular_pair"])
 def test_gemv_fma_lanes_first(T, kind):
-    """The CUDA-core forms with the weight tile lanes first (kernels/gemv.py LANES_FIRST, the A/B candidate) at the
-    Kimi TP=8 rank's shapes: the same checks as the default tile (float64 products, rows bit-identical in any
-    grouping: decode == verify)."""
+    """The CUDA-core forms with the weight tile lanes first (the config key LANES_FIRST, kernels/gemv.py lanes_first:
+    the A/B candidate) at the Kimi TP=8 rank's shapes: the same checks as the default tile (float64 products, rows
+    bit-identical in any grouping: decode == verify)."""
     from sglang_eagle3.kernels.gemv import fma_config, fma_pair_config
 
     poison_allocator()
