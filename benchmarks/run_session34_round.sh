@@ -4,7 +4,7 @@
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session33_round.sh g9   (what the thirty-third session left unrun)
 # Results land in $OUT; copy them to benchmarks/results/h200/ with the commit in their names, as before.
 # h1: the lanes-first tile of the CUDA-core GEMV forms (kernels/gemv.py lanes_first, SGLANG_EAGLE3_GEMV_LANES_FIRST;
-#     offline 10-26% fewer SASS instructions a program at 4 rows of x): its GPU tests with the default tile's, the
+#     offline 9-29% fewer SASS instructions a program at 1-4 rows of x): its GPU tests with the default tile's, the
 #     router + shared pair alone at T = 1..8 (both tile orders, bench_gemv_launches "lanes first"), then the step
 #     paired against the defaults at 1k, T = 1 / 4 / 8.
 # h2: the same at 8k, the invariance probe with it on (every verify row of the Kimi slice == its token's decode),

@@ -381,8 +381,9 @@ def gemv_kernel(
 # LF puts the tile's axes in the order [LANES, BLOCK_N, VEC]: Triton then gives each thread one lane of every
 # weight row, where [BLOCK_N, LANES, VEC] becomes 4 weight rows x 8 lanes a warp and a thread holds one weight row,
 # so x's [LANES, VEC] tile goes through shared memory into that layout every K step and row and each thread widens
-# the 32 x elements of its 4 lanes a row. The two orders sum across the lanes in different orders (other bits), each
-# the same at every ROWS (tests/kernels/compile_checks.py checks the reductions' layouts).
+# the 32 x elements of its 4 lanes a row. LF also adds each product to its accumulator in turn (_fma8) where rows
+# first sums a lane's 8 products before adding them. The two forms sum in different orders (other bits), each the
+# same at every ROWS (tests/kernels/compile_checks.py checks the reductions' layouts).
 
 
 @triton.jit
@@ -443,25 +444,67 @@ def _across_lanes(acc, LF: tl.constexpr):
 
 
 @triton.jit
-def _lanes_dot(w, x_ptr, row, T, k, k_ok, s_xt, rstd, nw, NORM: tl.constexpr, LF: tl.constexpr):
-    """Per-lane sums of W's tile (see _by_row) with row ``row`` of x over this K step; with NORM, x * rstd * the
-    norm weight rounded to x's dtype first (as the RMSNorm kernel stores it)."""
+def _halves(v):
+    """v [..., 2m] -> (v[..., 0::2], v[..., 1::2]), each [..., m] (register moves where the last axis is a thread's)."""
+    return tl.split(tl.reshape(v, v.shape[:-1] + [v.shape[-1] // 2, 2]))
+
+
+@triton.jit
+def _fma8(acc, w, x):
+    """acc + w[:, :, 0] x[:, 0] + ... + w[:, :, 7] x[:, 7] (acc [LANES, BLOCK_N], w [LANES, BLOCK_N, 8], x
+    [LANES, 8]), the products added to acc one at a time in that order: one FFMA each."""
+    tl.static_assert(w.shape[2] == 8 and x.shape[1] == 8, "lanes first takes VEC = 8 weights a lane")
+    w0246, w1357 = _halves(w)
+    x0246, x1357 = _halves(x)
+    w04, w26 = _halves(w0246)
+    w15, w37 = _halves(w1357)
+    x04, x26 = _halves(x0246)
+    x15, x37 = _halves(x1357)
+    w0, w4 = _halves(w04)
+    w2, w6 = _halves(w26)
+    w1, w5 = _halves(w15)
+    w3, w7 = _halves(w37)
+    x0, x4 = _halves(x04)
+    x2, x6 = _halves(x26)
+    x1, x5 = _halves(x15)
+    x3, x7 = _halves(x37)
+    acc = acc + tl.reshape(w0, acc.shape) * x0
+    acc = acc + tl.reshape(w1, acc.shape) * x1
+    acc = acc + tl.reshape(w2, acc.shape) * x2
+    acc = acc + tl.reshape(w3, acc.shape) * x3
+    acc = acc + tl.reshape(w4, acc.shape) * x4
+    acc = acc + tl.reshape(w5, acc.shape) * x5
+    acc = acc + tl.reshape(w6, acc.shape) * x6
+    acc = acc + tl.reshape(w7, acc.shape) * x7
+    return acc
+
+
+@triton.jit
+def _lanes_dot(acc, w, x_ptr, row, T, k, k_ok, s_xt, rstd, nw, NORM: tl.constexpr, LF: tl.constexpr):
+    """acc plus the per-lane products of W's tile (see _by_row) with row ``row`` of x over this K step (with NORM,
+    x * rstd * the norm weight rounded to x's dtype first, as the RMSNorm kernel stores it). Rows first: a lane's
+    8 products summed, then added; lanes first (VEC = 8): each product added to acc in turn (_fma8: no FMUL and
+    no FADD a step and row, the accumulator in the FFMA chain)."""
     xr = tl.load(x_ptr + row * s_xt + k, mask=k_ok & (row < T), other=0.0)  # [LANES, VEC]
     if NORM:
         xr = (xr.to(tl.float32) * rstd * nw).to(x_ptr.dtype.element_ty)
-    return tl.sum(w * _by_lane(xr.to(tl.float32), LF), axis=2)
+    if LF:
+        r = _fma8(acc, w, xr.to(tl.float32))
+    else:
+        r = acc + tl.sum(w * xr.to(tl.float32)[None, :, :], axis=2)
+    return r
 
 
 @triton.jit
 def _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, NORM: tl.constexpr,
                 R: tl.constexpr, LF: tl.constexpr):
-    """_lanes_dot added to the accumulators of rows t .. t + R - 1 (R = 1, 2 or 4)."""
-    a0 += _lanes_dot(w, x_ptr, t, T, k, k_ok, s_xt, r0, nw, NORM, LF)
+    """_lanes_dot for the accumulators of rows t .. t + R - 1 (R = 1, 2 or 4)."""
+    a0 = _lanes_dot(a0, w, x_ptr, t, T, k, k_ok, s_xt, r0, nw, NORM, LF)
     if R > 1:
-        a1 += _lanes_dot(w, x_ptr, t + 1, T, k, k_ok, s_xt, r1, nw, NORM, LF)
+        a1 = _lanes_dot(a1, w, x_ptr, t + 1, T, k, k_ok, s_xt, r1, nw, NORM, LF)
     if R > 2:
-        a2 += _lanes_dot(w, x_ptr, t + 2, T, k, k_ok, s_xt, r2, nw, NORM, LF)
-        a3 += _lanes_dot(w, x_ptr, t + 3, T, k, k_ok, s_xt, r3, nw, NORM, LF)
+        a2 = _lanes_dot(a2, w, x_ptr, t + 2, T, k, k_ok, s_xt, r2, nw, NORM, LF)
+        a3 = _lanes_dot(a3, w, x_ptr, t + 3, T, k, k_ok, s_xt, r3, nw, NORM, LF)
     return a0, a1, a2, a3
 
 
