@@ -425,7 +425,7 @@ def _by_row(v, LF: tl.constexpr):
 
 @triton.jit
 def _by_lane(v, LF: tl.constexpr):
-    """A [LANES, VEC] tile (K offsets, x) shaped to broadcast over the weight tile (see _by_row)."""
+    """A [LANES, VEC] tile (K offsets, their mask) shaped to broadcast over the weight tile (see _by_row)."""
     if LF:
         r = v[:, None, :]
     else:
