@@ -788,40 +788,49 @@ def _reduce_layouts(kernel) -> list[str]:
     return sorted(re.sub(r"#(?:blocked|linear)\d*\b", lambda m: defs[m.group(0)], t) for t in types)
 
 
-def check_fma_gemv(arch: int) -> dict:
-    """The skinny GEMM's CUDA-core forms at their configs and Kimi TP=8 shapes: q_b with its q_a norm
-    (fma_config), MLA's W_UV per head (8 heads of 128 x 512, fma_config) and the router + shared gate/up pair
-    (fma_pair_config: 384 router rows, 256 gated, K = 7168), at 1, 2 and 4 rows of x a program, with the weight
-    tile either way round (LANES_FIRST): no spills, the weights' loads 16 bytes wide (K divisible by 16, as the JIT
-    specializes it at these shapes: without that the masked loads go 2 bytes at a time), and every reduction's
-    operand in the same layout at 1, 2 and 4 rows (the order of a token's sums must not follow T: decode ==
-    verify)."""
+def fma_gemv_cases(kernels=gv) -> list[tuple]:
+    """The CUDA-core forms as a Kimi TP=8 rank launches them: (name, kernel, signature, config, K, constexprs, args
+    the JIT specializes as 16-divisible) for q_b with its q_a norm (fma_config), MLA's W_UV per head (8 heads of 128 x
+    512, fma_config) and the router + shared gate/up pair (fma_pair_config: 384 router rows, 256 gated, K = 7168).
+    ``kernels``: the module holding gemv_fma_kernel and gemv_fma_pair_kernel (another commit's, to compare)."""
     from sglang_eagle3.kernels.gemv import fma_config, fma_pair_config
 
-    out = {}
-    q = fma_config(1536, 1536)
-    uv = fma_config(128, 512)
-    pair = fma_pair_config(384, 256, 7168)
     single = dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", nw_ptr="*bf16", T="i32", N="i32", K="i32",
                   s_xt="i32", s_wn="i32", s_ot="i32", s_xb="i32", s_wb="i32", s_ob="i32", eps="fp32")
     two = dict(x_ptr="*bf16", w1_ptr="*bf16", w2_ptr="*bf16", w2_up_ptr="*bf16", out_ptr="*fp32", out2_ptr="*bf16",
                T="i32", N="i32", N2="i32", NB1="i32", K="i32", s_xt="i32", s_w1n="i32", s_w2n="i32", s_ot="i32",
                s_o2t="i32")
-    for name, fn, sig, cfg, K, extra, aligned in (
-            ("q_b_norm", gv.gemv_fma_kernel, single, q, 1536, {"NORM": True},
+    return [("q_b_norm", kernels.gemv_fma_kernel, single, fma_config(1536, 1536), 1536, {"NORM": True},
              ["x_ptr", "w_ptr", "out_ptr", "nw_ptr", "N", "K", "s_xt", "s_wn", "s_ot"]),
-            ("w_uv_heads", gv.gemv_fma_kernel, single, uv, 512, {"NORM": False, "HEADS": True},
+            ("w_uv_heads", kernels.gemv_fma_kernel, single, fma_config(128, 512), 512, {"NORM": False, "HEADS": True},
              ["x_ptr", "w_ptr", "out_ptr", "N", "K", "s_xt", "s_wn", "s_ot", "s_xb", "s_wb", "s_ob"]),
-            ("router_shared", gv.gemv_fma_pair_kernel, two, pair, 7168, {},
+            ("router_shared", kernels.gemv_fma_pair_kernel, two, fma_pair_config(384, 256, 7168), 7168, {},
              ["x_ptr", "w1_ptr", "w2_ptr", "w2_up_ptr", "out_ptr", "out2_ptr", "N", "N2", "NB1", "K", "s_xt",
-              "s_w1n", "s_w2n", "s_ot", "s_o2t"])):
+              "s_w1n", "s_w2n", "s_ot", "s_o2t"])]
+
+
+def compile_fma_case(case: tuple, rows: int, arch: int, **constexprs):
+    """One of fma_gemv_cases compiled at ``rows`` rows of x a program (plus ``constexprs``, e.g. LF)."""
+    _, fn, sig, cfg, K, extra, aligned = case
+    consts = dict(ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=cfg["LANES"], VEC=8, NSTEPS=-(-K // (cfg["LANES"] * 8)),
+                  PDL=True, **extra, **constexprs)
+    return compile_kernel(fn, sig, consts, aligned, arch, cfg["num_warps"])
+
+
+def check_fma_gemv(arch: int) -> dict:
+    """The skinny GEMM's CUDA-core forms (fma_gemv_cases) at 1, 2 and 4 rows of x a program, with the weight tile
+    either way round (LANES_FIRST): no spills, the weights' loads 16 bytes wide (K divisible by 16, as the JIT
+    specializes it at these shapes: without that the masked loads go 2 bytes at a time), and every reduction's
+    operand in the same layout at 1, 2 and 4 rows (the order of a token's sums must not follow T: decode ==
+    verify)."""
+    out = {}
+    for case in fma_gemv_cases():
+        name = case[0]
         for lanes_first in (False, True):
             layouts = {}
             for rows in (1, 2, 4):
-                consts = dict(ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=cfg["LANES"], VEC=8,
-                              NSTEPS=-(-K // (cfg["LANES"] * 8)), PDL=True, LF=lanes_first, **extra)
                 what = f"{name} rows={rows} lanes_first={lanes_first}"
-                kernel = compile_kernel(fn, sig, consts, aligned, arch, cfg["num_warps"])
+                kernel = compile_fma_case(case, rows, arch, LF=lanes_first)
                 sass, res = sass_of(kernel)
                 _no_spills(res, what)
                 wide = sum(1 for line in sass.splitlines() if re.search(r"\bLDG\.E\.128\b", line))
