@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "kernels"))
 
-from compile_checks import _opcodes, compile_fma_case, fma_gemv_cases, sass_of  # noqa: E402
+from compile_checks import _instructions, _opcodes, compile_fma_case, fma_gemv_cases, sass_of  # noqa: E402
 
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 
@@ -39,7 +39,7 @@ OPS = ("FFMA", "FMUL", "FADD", "PRMT", "SHF", "BAR", "LDS", "STS", "SHFL")
 def counts(kernel) -> tuple[dict, list[str]]:
     """({instructions, registers, and OPS' counts}, the instructions with register names blanked) of a kernel."""
     sass, res = sass_of(kernel)
-    ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", sass)
+    ins = _instructions(sass)
     ops = _opcodes(ins)
     row = {"instructions": len(ins), "registers": int(re.search(r"REG:(\d+)", res).group(1)),
            **{op: ops[op] for op in OPS}}

@@ -88,6 +88,11 @@ def _no_local(res: str, what: str) -> None:
     assert int(re.search(r"LOCAL:(\d+)", res).group(1)) == 0, f"{what} spills to local memory: {res}"
 
 
+def _instructions(sass: str) -> list[str]:
+    """The SASS text's instructions, one a line, without their addresses and encodings."""
+    return re.findall(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", sass)
+
+
 def _opcodes(lines: list[str]) -> collections.Counter:
     return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", x).split()[0].split(".")[0] for x in lines)
 
@@ -174,7 +179,7 @@ def check_gemv(arch: int) -> dict:
                                           ROWS=rows), GATE_UP_ALIGNED, arch, warps)
             _no_local(res, f"gate_up ROWS={rows} {bn=} {warps=} {even=} {shift16=}")
             words = 2 * bn * cfg["BLOCK_W"] // (32 * warps)  # gate + up words a thread decodes per chunk
-            lop3 = _opcodes(re.findall(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", sass))["LOP3"]
+            lop3 = _opcodes(_instructions(sass))["LOP3"]
             assert words * 4 <= lop3 < words * 4 * rows, f"ROWS={rows}: {lop3} LOP3 for {words} words a chunk"
             out[f"gate_up_rows{rows}_bn{bn}_w{warps}_even{int(even)}_s16{int(shift16)}"] = res
     # down: the slot loop (PRELOAD off, the table's T > 2 config first) and every slot's weights before the PDL
@@ -191,7 +196,7 @@ def check_gemv(arch: int) -> dict:
                                  DOWN_ALIGNED, arch, warps, enable_fp_fusion=False)  # as the launcher compiles it
         _no_spills(res, f"down {bn=} {warps=} {preload=} {even=} {f16=}")
         if f16 and even:
-            ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", sass)
+            ins = _instructions(sass)
             per_weight = len(ins) / (8 * bn * 32 * 8 / (32 * warps))  # 8 slots x BLOCK_N rows x 32 words x 8
             ops = _opcodes(ins)
             assert per_weight <= MAX_DOWN_F16_INSTR_PER_WEIGHT and ops["HFMA2"] > 0, (
@@ -841,7 +846,7 @@ def check_fma_gemv(arch: int) -> dict:
                 # the pair's 224 programs of 8 warps take one wave of 132 SMs only at two blocks a SM
                 assert name != "router_shared" or regs <= 128, f"{what}: {regs} registers, one block a SM"
                 out[f"{name}_rows{rows}{'_lf' if lanes_first else ''}"] = {
-                    "res": res, "LDG.128": wide, "instructions": len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+\S", sass))}
+                    "res": res, "LDG.128": wide, "instructions": len(_instructions(sass))}
             assert layouts[1] == layouts[2] == layouts[4], (
                 f"{name} lanes_first={lanes_first}: a reduction's layout follows ROWS, so a token's sums would "
                 f"follow T: {layouts}")
