@@ -159,7 +159,7 @@ def lanes_first() -> bool:
     to the row's accumulator in turn (one FFMA); rows first, Triton lays 4 weight rows x 8 lanes a warp, x goes
     through shared memory into that layout every K step and row, a thread widens the 32 x elements of its 4 lanes
     for its one row, and a lane's 8 products are summed before they are added. Offline (sm_90 SASS at 4 rows of x,
-    tests/kernels/compile_checks.py): the router + shared pair 2256 -> 1944 instructions (both kinds of program's
+    benchmarks/sass_gemv_fma.py): the router + shared pair 2256 -> 1944 instructions (both kinds of program's
     tails counted; 110 -> 108 registers), a program of one matrix at the pair's config 2016 -> 1432, q_b with its
     norm 1632 -> 1432 (144 -> 128 registers); the reductions' layouts stay the same at every ROWS (decode ==
     verify). The sums go in another order than the default's (other bits). Not measured on a GPU yet, so off."""
