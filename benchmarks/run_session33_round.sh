@@ -2,8 +2,8 @@
 # Thirty-third session's device round (H200).
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session33_round.sh g1   (then g2 ...; one device call each)
 # What each part found (results benchmarks/results/h200/*_<commit>*, logs session33_g<N>_<commit>.txt; every ratio
-# is bench_verify_graph.py --paired 200 against the defaults; g1, g2's variants and g8 run only at their own commits,
-# whose code and variant files were removed since):
+# is bench_verify_graph.py --paired 200 against the defaults; g1 and g8 run only at their own commits, whose code and
+# variant files were removed since; g2's variant, gemv_pair_rows8.py, stays):
 # g1 (dc8b6fe): the CUDA-core forms' first K steps' weight tiles loaded before the PDL wait (PRELOAD; same bits: 65
 #     GPU tests passed). Alone faster (the pair 5.42 -> 4.87 us at T=1, 10.2 -> 9.4 at T=4); in the step paired
 #     slower or level: q_b both steps x0.997 / x1.039 / x1.026 at T = 1 / 4 / 8 (T=4: 144 -> 176 registers), the
