@@ -381,7 +381,6 @@ def run(rank: int, world: int, args) -> dict:
                "non_expert_bytes": other_bytes, "bytes_per_expert": one_expert, "cases": []}
     print(f"copy bandwidth {bw:.0f} GB/s; non-expert bytes {other_bytes / 1e9:.2f} GB; "
           f"{one_expert / 1e6:.2f} MB per expert; experts {results['experts_dtype']}", flush=True)
-    env_overlap = str(model.model.overlaps)
     variants = args.overlap_variants or [None]
     timed_Ts = args.tokens or Ts
     env_variants = args.env_variants or [""]
@@ -404,8 +403,8 @@ def run(rank: int, world: int, args) -> dict:
             for module in model.modules():  # launch fusions (env.NO_FUSE) are read when a layer is built
                 if hasattr(module, "read_fusions"):
                     module.read_fusions()
-            if variant is not None:
-                model.model.set_overlaps(Overlaps.parse(variant))
+            # an --env-variants setting may name SGLANG_EAGLE3_OVERLAP: read as a fresh start would
+            model.model.set_overlaps(Overlaps.parse(variant) if variant is not None else Overlaps.from_env())
             torch.cuda.empty_cache()
             runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=args.batch * (max_ctx // page_size) + 4,
                                  page_size=page_size, max_context=max_ctx, device=torch.device("cuda"),
@@ -436,7 +435,7 @@ def run(rank: int, world: int, args) -> dict:
                     kv_bytes = args.batch * (ctx + T) * cfg.kv_cache_dim * 2 * cfg.num_hidden_layers
                     floor_bytes = other_bytes + distinct * one_expert + kv_bytes
                     floor = floor_bytes / (bw * 1e9) * 1e3
-                    case = {"backend": backend, "overlaps": variant or env_overlap,
+                    case = {"backend": backend, "overlaps": variant or str(model.model.overlaps),
                             "env": env_set + tag,
                             "context": ctx, "T": T, "batch": args.batch,
                             "eager_ms": round(eager, 3),

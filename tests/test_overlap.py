@@ -10,7 +10,8 @@ from sglang_eagle3 import env
 from sglang_eagle3.layers.overlap import OVERLAPS, Overlaps
 
 VARIANTS = ("none", "shared_down", "mla_k_path", "rope_side", "prefetch_attn", "shared_down,mla_k_path,prefetch_late",
-            "shared_down,rope_side", "prefetch_next")
+            "shared_down,rope_side", "prefetch_next", "shared_down,prefetch_mid", "prefetch_mid_o",
+            "shared_down,mla_k_path,prefetch_mid")
 
 
 def test_overlap_knob(monkeypatch):
@@ -23,6 +24,9 @@ def test_overlap_knob(monkeypatch):
         Overlaps.parse("prefetch_attn,prefetch_next")
     with pytest.raises(AssertionError, match="prefetch='x'"):
         Overlaps(prefetch="x")
+    assert Overlaps.parse("prefetch_mid_o,shared_down") == Overlaps(shared_down=True, prefetch="prefetch_mid_o")
+    with pytest.raises(ValueError, match="at most one prefetch plan"):
+        Overlaps.parse("prefetch_mid,prefetch_mid_o")
     monkeypatch.setenv(env.OVERLAP.name, "prefetch_next")
     assert Overlaps.from_env() == Overlaps(prefetch="prefetch_next")
     monkeypatch.delenv(env.OVERLAP.name)
@@ -52,6 +56,68 @@ def test_cpu_forward_unchanged_by_overlaps():
                                                 page_table=bt.page_table, seq_lens=bt.seq_lens,
                                                 out_cache_loc=bt.out_cache_loc, tokens_per_req=3)[0])
     assert torch.equal(outs[0], outs[1])
+
+
+def _tiny_moe_model(seed: int):
+    from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
+    from sglang_eagle3.testing import randomize, tiny_config
+
+    cfg = tiny_config(vocab=128, hidden=32, heads=2, layers=3, q_lora=16, kv_lora=16, nope=8, rope=8, v=8,
+                      experts=4, top_k=2, n_group=2, topk_group=1, moe_inter=16, inter=48, max_pos=256, dense=1)
+    model = DeepseekV3ForCausalLM(cfg, dtype=torch.float32)
+    randomize(model, seed)
+    return model
+
+
+def test_mid_layer_prefetch_plans(monkeypatch):
+    """prefetch_mid / prefetch_mid_o: each layer's hook is called once a forward, right after that layer's q_a +
+    kv_a launch and before anything else of it, with kv_a, and asks for what the layer reads after its attention
+    (o_proj, then the router + shared gate/up launch's weights); the layer-start path issues nothing for them."""
+    from sglang_eagle3 import kernels
+    from sglang_eagle3.layers import mla
+    from sglang_eagle3.layers.overlap import MID_PLANS, WeightPrefetcher
+    from sglang_eagle3.testing import verify_batch_on_cpu
+
+    seed = int(torch.randint(0, 1 << 30, (1,)))
+    model = _tiny_moe_model(seed)
+    layers = model.model.layers
+    attn0, moe1 = layers[0].self_attn, layers[1].mlp
+    assert not hasattr(layers[0].mlp, "shared_experts") and hasattr(moe1, "shared_experts")  # dense=1: layer 0
+    names = {id(p): n for n, p in model.named_parameters()}
+    for plan in MID_PLANS:
+        got = [[names[id(w)] for w in WeightPrefetcher.plan_weights(layers, i, plan)] for i in range(3)]
+        router_shared = ["mlp.gate.weight", "mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"]
+        want_moe = ["self_attn.o_proj.weight"] + (router_shared if plan == "prefetch_mid" else [])
+        assert got == [["model.layers.0.self_attn.o_proj.weight"]] + [
+            [f"model.layers.{i}.{n}" for n in want_moe] for i in (1, 2)], (plan, got)
+
+    events = []
+    issued = []
+    monkeypatch.setattr(WeightPrefetcher, "mid_layer",
+                        lambda self, layers_, i, plan, kv_a: events.append(("hook", i, plan, kv_a.shape)))
+    monkeypatch.setattr(WeightPrefetcher, "issue", lambda self, *a: issued.append(a))
+    monkeypatch.setattr(WeightPrefetcher, "_bulk_capable", staticmethod(lambda like: True))  # as on an H200
+    pair, gemv = kernels.gemv_pair, kernels.gemv
+    monkeypatch.setattr(mla.kernels, "gemv_pair", lambda *a, **k: events.append(("pair",)) or pair(*a, **k))
+    monkeypatch.setattr(mla.kernels, "gemv", lambda *a, **k: events.append(("gemv",)) or gemv(*a, **k))
+    kv_width = attn0.kv_lora_rank + attn0.rope_dim
+    for plan in MID_PLANS:
+        model.model.set_overlaps(Overlaps.parse(f"shared_down,{plan}"))
+        events.clear()
+        runner, rows = verify_batch_on_cpu(model, T=3, bs=2, dtype=torch.float32, backend="auto", num_pages=12,
+                                           page_size=8, max_context=48, min_ctx=2, max_ctx=16, pages_per_req=3,
+                                           seed=seed)
+        bt = runner.build(rows)
+        events.clear()
+        with torch.inference_mode():
+            runner.target_verify.fn(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
+                                    seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, tokens_per_req=3)
+        hooks = [k for k, e in enumerate(events) if e[0] == "hook"]
+        assert [events[k][1:] for k in hooks] == [(i, plan, (6, kv_width)) for i in range(3)], events
+        assert all(events[k - 1] == ("pair",) for k in hooks), events  # right after q_a + kv_a's launch
+        assert not issued  # nothing at the layers' starts
+    model.model.set_overlaps(Overlaps.parse("shared_down"))
+    assert all(layer.self_attn.after_kv_a is None for layer in layers)
 
 
 def _cuda_logits(model, spec: str, ctx: int, Ts=(1, 4)) -> dict:

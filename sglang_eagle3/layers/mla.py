@@ -69,6 +69,9 @@ class MLAAttention(nn.Module):
         # forward runs there; with "rope_side" (rope_stream) the rotary launch of any other inference forward.
         self.side_stream = None
         self.rope_stream = None
+        # With a mid-layer L2 prefetch plan (layers/overlap.py MID_PLANS; set by the model): called with kv_a once
+        # the q_a + kv_a launch is queued, by inference forwards with the cache.
+        self.after_kv_a = None
 
     def read_fusions(self) -> None:
         """Launch fusions at inference, from env.NO_FUSE (which switches them off to bisect a numerical
@@ -163,6 +166,8 @@ class MLAAttention(nn.Module):
         else:  # q_a and kv_a read the same x: one launch for both at decode/verify sizes
             q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
                                           use_triton=self.q_a_proj.use_triton)
+        if self.after_kv_a is not None and cache is not None and not torch.is_grad_enabled():
+            self.after_kv_a(kv_a)
         c, k_rope = kv_a.split([self.kv_lora_rank, self.rope_dim], dim=-1)  # kv_a: [N, c + r]
         side_reads = None
         if rope_in_attn:

@@ -18,9 +18,15 @@ idle memory system, each one switch of ``Overlaps`` (env.OVERLAP picks them at s
 - ``prefetch_attn`` / ``prefetch_late``: when layer i starts, the side stream asks the L2 for the weights
   layer i reads after its first projection (q_b, kv_b (W_UK/W_UV) and o_proj; ``late`` adds the router and
   the shared expert), so they arrive while q_a/kv_a and attention run. ``prefetch_next`` instead fetches
-  layer i+1's q_a/kv_a. A prefetch changes no value; whether it pays depends on the L2 holding the lines
-  until they are read (50 MB on an H200), which is what benchmarks/bench_verify_graph.py --overlap-variants
-  measures.
+  layer i+1's q_a/kv_a. Each layer joins the previous layer's prefetch before it forks its own.
+- ``prefetch_mid`` / ``prefetch_mid_o``: the fork waits for the layer's q_a + kv_a launch (the layer's one
+  bandwidth-bound launch before its attention), and the prefetch asks for what the main stream reads after
+  the attention: o_proj and then the MoE layer's router + shared gate/up (``mid``), or o_proj alone (``mid_o``).
+  The lines then stream in while q_b, the rotary, W_UK, MLA and W_UV run, each bound by its latency. No join
+  of its own: the side stream's next join (the shared expert's, before the routed experts' down kernel, or
+  the forward's end) covers it, so the main stream gains no full dependency for it.
+A prefetch changes no value; whether it pays depends on the L2 holding the lines until they are read (50 MB
+on an H200), which is what benchmarks/bench_verify_graph.py --overlap-variants or --env-variants measures.
 
 Everything here works the same eagerly and inside CUDA-graph capture (a fork is an event the side stream
 waits on, a join the reverse; every fork is joined before the forward returns), and does nothing off CUDA.
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Iterator
 
 import torch
@@ -38,8 +45,10 @@ import torch
 from sglang_eagle3 import env
 from sglang_eagle3.kernels.prefetch import l2_prefetch, prefetch_table
 
-OVERLAPS = ("shared_down", "mla_k_path", "rope_side", "prefetch_attn", "prefetch_late", "prefetch_next")
-PREFETCH_PLANS = ("prefetch_attn", "prefetch_late", "prefetch_next")
+PREFETCH_PLANS = ("prefetch_attn", "prefetch_late", "prefetch_next", "prefetch_mid", "prefetch_mid_o")
+OVERLAPS = ("shared_down", "mla_k_path", "rope_side") + PREFETCH_PLANS
+# Plans forked after the layer's q_a + kv_a launch (MLAAttention.after_kv_a), not at the layer's start.
+MID_PLANS = ("prefetch_mid", "prefetch_mid_o")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +117,9 @@ class SideStream:
 
 
 class WeightPrefetcher:
-    """Issues the L2 prefetch of a prefetch plan at the start of each decoder layer (see module doc).
+    """Issues the L2 prefetch of a prefetch plan: at the start of each decoder layer, or for MID_PLANS after
+    the layer's q_a + kv_a launch (the model hands each layer's attention the hook ``hook`` returns). See the
+    module doc.
 
     The (address, bytes) table of each layer is built on first use and rebuilt when a weight's storage moved
     (a reload with ``.to()``), checked by comparing data pointers: host work in eager mode only, none in a
@@ -120,12 +131,18 @@ class WeightPrefetcher:
 
     @staticmethod
     def plan_weights(layers, i: int, plan: str) -> list[torch.Tensor]:
-        """The contiguous weight tensors plan ``plan`` fetches at the start of layer i."""
+        """The contiguous weight tensors plan ``plan`` fetches for layer i, in the order they are read."""
         if plan == "prefetch_next":
             if i + 1 >= len(layers):
                 return []
             attn = layers[i + 1].self_attn
             mods = [getattr(attn, "q_a_proj", None), attn.kv_a_proj_with_mqa]
+        elif plan in MID_PLANS:
+            mods = [layers[i].self_attn.o_proj]
+            mlp = layers[i].mlp
+            shared = getattr(mlp, "shared_experts", None)
+            if plan == "prefetch_mid" and shared is not None:  # what the router + shared gate/up launch reads
+                mods += [mlp.gate, shared.gate_proj, shared.up_proj]
         else:
             attn = layers[i].self_attn
             mods = [getattr(attn, "q_b_proj", None), attn.kv_b_proj, attn.o_proj]
@@ -136,11 +153,14 @@ class WeightPrefetcher:
                 mods += [shared.gate_proj, shared.up_proj, shared.down_proj] if shared is not None else []
         return [m.weight for m in mods if m is not None and m.weight.is_contiguous()]
 
-    def before_layer(self, layers, i: int, plan: str | None, like: torch.Tensor) -> None:
-        """Joins the previous layer's prefetch and forks this layer's (nothing when plan is None or off CUDA)."""
-        if plan is None or not like.is_cuda or torch.cuda.get_device_capability(like.device)[0] < 9:
-            return
-        self.side.join(like)
+    @staticmethod
+    def _bulk_capable(like: torch.Tensor) -> bool:
+        """Whether like's device has the bulk L2 prefetch (CUDA, compute capability 9 or more)."""
+        return like.is_cuda and torch.cuda.get_device_capability(like.device)[0] >= 9
+
+    def issue(self, layers, i: int, plan: str, like: torch.Tensor) -> None:
+        """Forks the prefetch of plan's weights for layer i onto the side stream, after the work queued on
+        like's stream; no join (the caller's, or the side stream's next one, covers it)."""
         weights = self.plan_weights(layers, i, plan)
         if not weights:
             return
@@ -153,6 +173,23 @@ class WeightPrefetcher:
             cached = self._tables[key] = (ptrs, prefetch_table(weights))
         with self.side.fork(like):
             l2_prefetch(cached[1])
+
+    def before_layer(self, layers, i: int, plan: str | None, like: torch.Tensor) -> None:
+        """Joins the previous layer's prefetch and forks this layer's (nothing when plan is None, one of
+        MID_PLANS, or off CUDA)."""
+        if plan is None or plan in MID_PLANS or not self._bulk_capable(like):
+            return
+        self.side.join(like)
+        self.issue(layers, i, plan, like)
+
+    def mid_layer(self, layers, i: int, plan: str, kv_a: torch.Tensor) -> None:
+        """A MID_PLANS prefetch for layer i, forked once kv_a (its q_a + kv_a launch's output) is queued."""
+        if self._bulk_capable(kv_a):
+            self.issue(layers, i, plan, kv_a)
+
+    def hook(self, layers, i: int, plan: str | None):
+        """Layer i's MLAAttention.after_kv_a for ``plan``: None unless plan is one of MID_PLANS."""
+        return functools.partial(self.mid_layer, layers, i, plan) if plan in MID_PLANS else None
 
     def finish(self, like: torch.Tensor) -> None:
         self.side.join(like)

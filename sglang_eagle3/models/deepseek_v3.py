@@ -75,9 +75,10 @@ class DeepseekV3Model(nn.Module):
         """Which side-stream overlaps the inference forward uses (layers/overlap.py). Graphs captured before
         keep what they captured."""
         self.overlaps = overlaps
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             layer.self_attn.side_stream = self.side_stream if overlaps.mla_k_path else None
             layer.self_attn.rope_stream = self.side_stream if overlaps.rope_side else None
+            layer.self_attn.after_kv_a = self.prefetcher.hook(self.layers, i, overlaps.prefetch)
             if isinstance(layer.mlp, DeepseekMoE):
                 layer.mlp.side_stream = self.side_stream if overlaps.shared_down else None
 
