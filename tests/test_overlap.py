@@ -171,3 +171,25 @@ def test_gpu_overlaps_change_no_value(overlap_model_and_base, spec):
     got = _cuda_logits(model, spec, ctx=200)
     for key, ref in base.items():
         assert torch.equal(got[key], ref), (spec, key, (got[key].float() - ref.float()).abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", ["prefetch_mid", "prefetch_mid_o"])
+def test_gpu_mid_prefetch_issued(overlap_model_and_base, monkeypatch, plan):
+    """On the GPU a mid plan really launches the prefetch: once a layer a forward, each with its plan's weights
+    (so a paired step run of it measures the prefetch, not a silent no-op)."""
+    from sglang_eagle3.layers import overlap
+
+    model, _ = overlap_model_and_base
+    tables = []
+    real = overlap.l2_prefetch
+    monkeypatch.setattr(overlap, "l2_prefetch", lambda table: tables.append(table) or real(table))  # no copy: capture
+    _cuda_logits(model, f"shared_down,{plan}", ctx=200, Ts=(1,))
+    layers = model.model.layers
+    want = [sum(w.numel() * w.element_size() for w in overlap.WeightPrefetcher.plan_weights(layers, i, plan))
+            for i in range(len(layers))]
+    got = [int(t[:, 1].sum()) for t in tables]  # the cached tables: read after the capture
+    assert len(got) >= 2 * len(layers) and len(got) % len(layers) == 0, got  # eager, capture (and warm-up)
+    for k in range(0, len(got), len(layers)):  # each forward: every layer, in order, its weights (each range
+        # widened to 16-byte bounds: < 32 bytes more a tensor, 4 tensors at most)
+        assert all(0 <= g - w < 32 * 4 for g, w in zip(got[k:k + len(layers)], want, strict=True)), (got, want)
