@@ -259,6 +259,8 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         plan = {"context_length": ctx, "num_steps": k, "verify_widths": (k + 1,) if k else (1,),
                 "num_pages": a.concurrency * (ctx // args.page_size + 4), "eos": ()}
         with env.overrides(bvg.parse_env_variant(env_set)):  # (kernel configs are read as graphs are captured)
+            for m in (target, draft):  # what the models read when built (fusions, overlaps), under this setting
+                bvg.apply_env_settings(m)
             worker = ModelWorker(args, plan, torch.device("cuda"),
                                  models=(target, draft if k else None))
             engine = _Engine(worker)

@@ -193,6 +193,19 @@ def parse_env_variant(text: str) -> dict[str, str]:
     return pairs
 
 
+def apply_env_settings(model: torch.nn.Module, overlaps: str | None = None) -> None:
+    """What a model reads from the environment when it is built, read again under the current one (a setting of
+    --env-variants, as a fresh start would see it): the launch fusions (env.NO_FUSE, every layer's
+    read_fusions) and the side-stream overlaps (env.OVERLAP, or ``overlaps`` when given). Graphs captured
+    before keep what they captured."""
+    for module in model.modules():
+        if hasattr(module, "read_fusions"):
+            module.read_fusions()
+    inner = getattr(model, "model", None)
+    if hasattr(inner, "set_overlaps"):
+        inner.set_overlaps(Overlaps.parse(overlaps) if overlaps is not None else Overlaps.from_env())
+
+
 def paired_summary(times: dict[str, list[float]], resamples: int = 2000, seed: int = 0) -> dict:
     """{setting: {median_ms, vs_first: median of per-round ratios, ci95: bootstrap interval of that median}}
     for ``times`` {setting: ms of each round}, every list one entry a round (the first setting is the base)."""
@@ -400,11 +413,7 @@ def run(rank: int, world: int, args) -> dict:
             overrides.enter_context(env.overrides(parse_env_variant(env_set)))  # left in `finally`
             if swaps[tag]:  # graphs captured inside keep the other file's kernels
                 overrides.enter_context(swaps[tag]())
-            for module in model.modules():  # launch fusions (env.NO_FUSE) are read when a layer is built
-                if hasattr(module, "read_fusions"):
-                    module.read_fusions()
-            # an --env-variants setting may name SGLANG_EAGLE3_OVERLAP: read as a fresh start would
-            model.model.set_overlaps(Overlaps.parse(variant) if variant is not None else Overlaps.from_env())
+            apply_env_settings(model, variant)  # fusions and overlaps are read when the model is built
             torch.cuda.empty_cache()
             runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=args.batch * (max_ctx // page_size) + 4,
                                  page_size=page_size, max_context=max_ctx, device=torch.device("cuda"),

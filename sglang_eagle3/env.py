@@ -103,8 +103,8 @@ OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "comma list of side-stream overlaps (layers/overlap.py), or 'none': shared_down (shared expert's "
                "down projection beside the routing), mla_k_path (MLA's kv_a norm + k rope into the cache beside "
                "q_b and W_UK, with the q_rope_attn fusion), rope_side (MLA's rotary launch beside W_UK), one of "
-               "prefetch_attn / prefetch_late / prefetch_next / prefetch_mid / prefetch_mid_o (L2 prefetch of weights a "
-               "layer reads later; the mid plans fork after the layer's q_a + kv_a launch); unset: "
+               "prefetch_attn / prefetch_late / prefetch_next / prefetch_mid / prefetch_mid_o (L2 prefetch of "
+               "weights a layer reads later; the mid plans fork after the layer's q_a + kv_a launch); unset: "
                "DEFAULT_OVERLAP")
 SAMPLER_RADIX = Knob("SGLANG_EAGLE3_SAMPLER_RADIX",
                      "0: the sampler's top_k / top_p thresholds by sorting each row on CUDA too (the path before the "

@@ -97,3 +97,29 @@ def test_paired_times_rotates_the_order_and_refuses_eager(monkeypatch):
     kept = [("a", _FakeRunner(log, "a")), ("b", _FakeRunner(log, "b", eager_from=4))]  # b falls back to eager
     with pytest.raises(RuntimeError, match="'b' ran eager at ctx 1024 T=4"):
         bvg.paired_times(kept, 1024, 4, [[1, 2]], rounds=4, warmup=2)
+
+
+def test_env_settings_reread_per_setting():
+    """apply_env_settings: a setting of --env-variants that names SGLANG_EAGLE3_OVERLAP or SGLANG_EAGLE3_NO_FUSE
+    reaches a model built before it (as a fresh start would), and the environment as it was comes back after."""
+    from benchmarks.bench_verify_graph import apply_env_settings
+    from sglang_eagle3 import env
+    from sglang_eagle3.layers.overlap import Overlaps
+    from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
+    from sglang_eagle3.testing import tiny_config
+
+    cfg = tiny_config(vocab=64, hidden=32, heads=2, layers=2, q_lora=16, kv_lora=16, nope=8, rope=8, v=8,
+                      experts=4, top_k=2, n_group=2, topk_group=1, moe_inter=16, inter=48, max_pos=64, dense=1)
+    model = DeepseekV3ForCausalLM(cfg, dtype=torch.float32)
+    built = model.model.overlaps
+    moe = model.model.layers[1].mlp
+    fused = moe.fuse_router_shared
+    with env.overrides({env.OVERLAP.name: "prefetch_mid_o", env.NO_FUSE.name: "router_shared"}):
+        apply_env_settings(model)
+        assert model.model.overlaps == Overlaps(prefetch="prefetch_mid_o")
+        assert model.model.layers[1].self_attn.after_kv_a is not None
+        assert moe.fuse_router_shared is False
+        apply_env_settings(model, "shared_down")  # an --overlap-variants value wins over the environment
+        assert model.model.overlaps == Overlaps(shared_down=True)
+    apply_env_settings(model)
+    assert model.model.overlaps == built and moe.fuse_router_shared == fused
