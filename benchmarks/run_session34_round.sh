@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Thirty-fourth session's device round (H200), prepared without a device (none was lent this session):
+# Thirty-fourth session's device round (H200), prepared without a device (none was lent this session).
+# Superseded by run_session35_round.sh j1 / j2 / j3 (the same stages with the thirty-fifth session's prefetch plans
+# paired too); kept as the thirty-fourth session left it:
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session34_round.sh h1   (then h2, h3; one device call each), and
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session33_round.sh g9   (what the thirty-third session left unrun)
 # Results land in $OUT; copy them to benchmarks/results/h200/ with the commit in their names, as before.
