@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Thirty-fifth session's device round (H200), prepared without a device (none was lent this session either). It
 # supersedes run_session34_round.sh h1 / h2 (the same stages, with two more settings in the paired runs):
-#   GIT_COMMIT=<HEAD> bash benchmarks/run_session35_round.sh j1   (then j2; one device call each, ~9 minutes each)
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session35_round.sh j1   (then j2; one device call each, <= 10 minutes each)
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session35_round.sh j3 NAME=VALUE ...   (end to end of what won, if any)
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session33_round.sh g9   (what the thirty-third session left unrun)
 # Results land in $OUT; copy them to benchmarks/results/h200/ with the commit in their names, as before.
@@ -14,10 +14,11 @@
 #        (14.7 MB), to tell the L2's capacity from the prefetch's cost if MID loses. The fourth session's plans
 #        (forked at the layer's start, before PDL) cost 0.1-0.4 ms; these fork later and add no join.
 # j1: the GPU tests of both (the CUDA-core forms both tile orders; every overlap variant bit-identical, eager and
-#     replayed, and the mid plans' prefetch launched once a layer with its bytes), the router + shared pair alone at
-#     T = 1..8 both tile orders, the step paired at 1k, T = 1 / 4 / 8.
-# j2: the same step at 8k, the invariance probe with LF on, every decode projection alone on the CUDA cores both
-#     ways (bench_gemv_fma: may q_a + kv_a or o_proj take the CUDA cores at T = 4 now?).
+#     replayed, and the mid plans' prefetch launched once a layer with its bytes), then the step paired at 1k and
+#     8k, T = 1 / 4 / 8 (one process: one model build and first capture for both contexts).
+# j2: the router + shared pair alone at T = 1..8 both tile orders, the invariance probe with LF on, every decode
+#     projection alone on the CUDA cores both ways (bench_gemv_fma: may q_a + kv_a or o_proj take the CUDA cores
+#     at T = 4 now?).
 # j3: end to end (the single-stream e2e rows of section 0), the defaults against the settings given, alternating.
 # A setting goes on by default only if the paired step says so at T = 4 and it does not lose at T = 1.
 source "$(dirname "$0")/gpu_stages.sh"
@@ -28,18 +29,15 @@ MID=SGLANG_EAGLE3_OVERLAP=shared_down,prefetch_mid
 MID_O=SGLANG_EAGLE3_OVERLAP=shared_down,prefetch_mid_o
 case $part in
 j1)
-  TAIL=8 stage gpu_tests 230 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 220 \
+  TAIL=8 stage gpu_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
     tests/kernels/test_kernels_gpu.py -k "gemv_fma" tests/test_overlap.py
-  TAIL=40 stage launches 110 python benchmarks/bench_gemv_launches.py --only router+shared --tokens 1 2 4 8 \
-    --out "$OUT/gemv_launches_lf.json"
-  TAIL=50 stage paired_1k 250 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+  TAIL=80 stage paired 380 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --env-variants '' $LF $MID $MID_O \
-    --out "$OUT/paired_1k.json"
+    --out "$OUT/paired.json"
   ;;
 j2)
-  TAIL=50 stage paired_8k 250 python benchmarks/bench_verify_graph.py --backends triton --contexts 8192 \
-    --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --env-variants '' $LF $MID $MID_O \
-    --out "$OUT/paired_8k.json"
+  TAIL=40 stage launches 110 python benchmarks/bench_gemv_launches.py --only router+shared --tokens 1 2 4 8 \
+    --out "$OUT/gemv_launches_lf.json"
   TAIL=30 SGLANG_EAGLE3_GEMV_LANES_FIRST=1 stage probe_lf 170 python benchmarks/probe_invariance.py --layers 3 \
     --contexts 1024 8192 --widths 2 4 8 --out "$OUT/probe_lf.json"
   TAIL=40 stage gemv_fma 130 python benchmarks/bench_gemv_fma.py --tokens 1 2 4 8 --out "$OUT/gemv_fma_lf.json"
