@@ -11,8 +11,10 @@
 #   MID  the L2 prefetch of o_proj + the router + shared gate/up (27.5 MB a MoE layer) forked after each layer's
 #        q_a + kv_a launch, with no join of its own (layers/overlap.py prefetch_mid; thirty-fifth session): the
 #        lines stream in while q_b, the rotary, W_UK, MLA and W_UV run on their latency. MID_O: o_proj alone
-#        (14.7 MB), to tell the L2's capacity from the prefetch's cost if MID loses. The fourth session's plans
-#        (forked at the layer's start, before PDL) cost 0.1-0.4 ms; these fork later and add no join.
+#        (14.7 MB), to tell the L2's capacity from the prefetch's cost if MID loses. NEXT: the next layer's q_a +
+#        kv_a (30.3 MB) forked after the MoE router launch, streaming in while the routed experts (~25 MB at T=1)
+#        run (prefetch_next_moe); MID_NEXT both. The fourth session's plans (forked at the layer's start, before
+#        PDL) cost 0.1-0.4 ms; these fork later, on a stream of their own joined only at the forward's end.
 # j1: the GPU tests of both (the CUDA-core forms both tile orders; every overlap variant bit-identical, eager and
 #     replayed, and the mid plans' prefetch launched once a layer with its bytes), then the step paired at 1k and
 #     8k, T = 1 / 4 / 8 (one process: one model build and first capture for both contexts).
@@ -27,12 +29,14 @@ shift
 LF=SGLANG_EAGLE3_GEMV_LANES_FIRST=1
 MID=SGLANG_EAGLE3_OVERLAP=shared_down,prefetch_mid
 MID_O=SGLANG_EAGLE3_OVERLAP=shared_down,prefetch_mid_o
+NEXT=SGLANG_EAGLE3_OVERLAP=shared_down,prefetch_next_moe
+MID_NEXT=SGLANG_EAGLE3_OVERLAP=shared_down,prefetch_mid,prefetch_next_moe
 case $part in
 j1)
   TAIL=8 stage gpu_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
     tests/kernels/test_kernels_gpu.py -k "gemv_fma" tests/test_overlap.py
   TAIL=80 stage paired 380 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
-    --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --env-variants '' $LF $MID $MID_O \
+    --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --env-variants '' $LF $MID $MID_O $NEXT $MID_NEXT \
     --out "$OUT/paired.json"
   ;;
 j2)

@@ -104,7 +104,8 @@ OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "down projection beside the routing), mla_k_path (MLA's kv_a norm + k rope into the cache beside "
                "q_b and W_UK, with the q_rope_attn fusion), rope_side (MLA's rotary launch beside W_UK), one of "
                "prefetch_attn / prefetch_late / prefetch_next / prefetch_mid / prefetch_mid_o (L2 prefetch of "
-               "weights a layer reads later; the mid plans fork after the layer's q_a + kv_a launch); unset: "
+               "weights a layer reads later; the mid plans fork after the layer's q_a + kv_a launch), "
+               "prefetch_next_moe (the next layer's q_a + kv_a, forked after the MoE router launch); unset: "
                "DEFAULT_OVERLAP")
 SAMPLER_RADIX = Knob("SGLANG_EAGLE3_SAMPLER_RADIX",
                      "0: the sampler's top_k / top_p thresholds by sorting each row on CUDA too (the path before the "

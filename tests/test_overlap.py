@@ -11,7 +11,7 @@ from sglang_eagle3.layers.overlap import OVERLAPS, Overlaps
 
 VARIANTS = ("none", "shared_down", "mla_k_path", "rope_side", "prefetch_attn", "shared_down,mla_k_path,prefetch_late",
             "shared_down,rope_side", "prefetch_next", "shared_down,prefetch_mid", "prefetch_mid_o",
-            "shared_down,mla_k_path,prefetch_mid")
+            "shared_down,mla_k_path,prefetch_mid", "shared_down,prefetch_mid,prefetch_next_moe")
 
 
 def test_overlap_knob(monkeypatch):
@@ -25,6 +25,7 @@ def test_overlap_knob(monkeypatch):
     with pytest.raises(AssertionError, match="prefetch='x'"):
         Overlaps(prefetch="x")
     assert Overlaps.parse("prefetch_mid_o,shared_down") == Overlaps(shared_down=True, prefetch="prefetch_mid_o")
+    assert Overlaps.parse("prefetch_next_moe,prefetch_mid") == Overlaps(prefetch="prefetch_mid", prefetch_next_moe=True)
     with pytest.raises(ValueError, match="at most one prefetch plan"):
         Overlaps.parse("prefetch_mid,prefetch_mid_o")
     monkeypatch.setenv(env.OVERLAP.name, "prefetch_next")
@@ -69,10 +70,11 @@ def _tiny_moe_model(seed: int):
     return model
 
 
-def test_mid_layer_prefetch_plans(monkeypatch):
-    """prefetch_mid / prefetch_mid_o: each layer's hook is called once a forward, right after that layer's q_a +
-    kv_a launch and before anything else of it, with kv_a, and asks for what the layer reads after its attention
-    (o_proj, then the router + shared gate/up launch's weights); the layer-start path issues nothing for them."""
+def test_later_prefetch_plans(monkeypatch):
+    """prefetch_mid / prefetch_mid_o / prefetch_next_moe: each layer's hook is called once a forward, right after the
+    launch it waits for (q_a + kv_a's; the MoE router + shared gate/up's) with that launch's output or input, and
+    asks for what is read next (o_proj, then the router + shared gate/up launch's weights; the next layer's q_a and
+    kv_a); the layer-start path issues nothing for them; the later forks go to the prefetcher's own stream."""
     from sglang_eagle3 import kernels
     from sglang_eagle3.layers import mla
     from sglang_eagle3.layers.overlap import MID_PLANS, WeightPrefetcher
@@ -84,40 +86,60 @@ def test_mid_layer_prefetch_plans(monkeypatch):
     attn0, moe1 = layers[0].self_attn, layers[1].mlp
     assert not hasattr(layers[0].mlp, "shared_experts") and hasattr(moe1, "shared_experts")  # dense=1: layer 0
     names = {id(p): n for n, p in model.named_parameters()}
+
+    def plan_names(plan):
+        return [[names[id(w)] for w in WeightPrefetcher.plan_weights(layers, i, plan)] for i in range(3)]
+
     for plan in MID_PLANS:
-        got = [[names[id(w)] for w in WeightPrefetcher.plan_weights(layers, i, plan)] for i in range(3)]
         router_shared = ["mlp.gate.weight", "mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"]
         want_moe = ["self_attn.o_proj.weight"] + (router_shared if plan == "prefetch_mid" else [])
-        assert got == [["model.layers.0.self_attn.o_proj.weight"]] + [
-            [f"model.layers.{i}.{n}" for n in want_moe] for i in (1, 2)], (plan, got)
+        assert plan_names(plan) == [["model.layers.0.self_attn.o_proj.weight"]] + [
+            [f"model.layers.{i}.{n}" for n in want_moe] for i in (1, 2)], plan
+    assert plan_names("prefetch_next_moe") == [
+        [f"model.layers.{i}.self_attn.q_a_proj.weight", f"model.layers.{i}.self_attn.kv_a_proj_with_mqa.weight"]
+        for i in (1, 2)] + [[]]
 
     events = []
     issued = []
-    monkeypatch.setattr(WeightPrefetcher, "mid_layer",
-                        lambda self, layers_, i, plan, kv_a: events.append(("hook", i, plan, kv_a.shape)))
-    monkeypatch.setattr(WeightPrefetcher, "issue", lambda self, *a: issued.append(a))
+    monkeypatch.setattr(WeightPrefetcher, "issue",
+                        lambda self, layers_, i, plan, like, stream: issued.append((i, plan, stream is self.late)))
     monkeypatch.setattr(WeightPrefetcher, "_bulk_capable", staticmethod(lambda like: True))  # as on an H200
     pair, gemv = kernels.gemv_pair, kernels.gemv
     monkeypatch.setattr(mla.kernels, "gemv_pair", lambda *a, **k: events.append(("pair",)) or pair(*a, **k))
     monkeypatch.setattr(mla.kernels, "gemv", lambda *a, **k: events.append(("gemv",)) or gemv(*a, **k))
-    kv_width = attn0.kv_lora_rank + attn0.rope_dim
-    for plan in MID_PLANS:
-        model.model.set_overlaps(Overlaps.parse(f"shared_down,{plan}"))
-        events.clear()
+    real_mid = WeightPrefetcher.mid_layer
+
+    def mid(self, layers_, i, plan, like):
+        events.append(("hook", i, plan, tuple(like.shape)))
+        real_mid(self, layers_, i, plan, like)
+
+    monkeypatch.setattr(WeightPrefetcher, "mid_layer", mid)
+    kv_width, hidden = attn0.kv_lora_rank + attn0.rope_dim, model.config.hidden_size
+    for spec in ("shared_down,prefetch_mid", "prefetch_mid_o", "shared_down,prefetch_next_moe",
+                 "prefetch_mid,prefetch_next_moe"):
+        overlaps = Overlaps.parse(spec)
+        model.model.set_overlaps(overlaps)
         runner, rows = verify_batch_on_cpu(model, T=3, bs=2, dtype=torch.float32, backend="auto", num_pages=12,
                                            page_size=8, max_context=48, min_ctx=2, max_ctx=16, pages_per_req=3,
                                            seed=seed)
         bt = runner.build(rows)
         events.clear()
+        issued.clear()
         with torch.inference_mode():
             runner.target_verify.fn(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
                                     seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, tokens_per_req=3)
+        want = []
+        for i in range(3):  # per layer in order: after q_a + kv_a, then (MoE layers but the last) after the router
+            if overlaps.prefetch in MID_PLANS:
+                want.append((i, overlaps.prefetch, (6, kv_width)))
+            if overlaps.prefetch_next_moe and i == 1:
+                want.append((i, "prefetch_next_moe", (6, hidden)))
         hooks = [k for k, e in enumerate(events) if e[0] == "hook"]
-        assert [events[k][1:] for k in hooks] == [(i, plan, (6, kv_width)) for i in range(3)], events
-        assert all(events[k - 1] == ("pair",) for k in hooks), events  # right after q_a + kv_a's launch
-        assert not issued  # nothing at the layers' starts
+        assert [events[k][1:] for k in hooks] == want, (spec, events)
+        assert all(events[k - 1] == ("pair",) for k in hooks), (spec, events)  # right after the launch waited for
+        assert issued == [(i, plan, True) for i, plan, _ in want], (spec, issued)  # on the late stream only
     model.model.set_overlaps(Overlaps.parse("shared_down"))
-    assert all(layer.self_attn.after_kv_a is None for layer in layers)
+    assert all(layer.self_attn.after_kv_a is None for layer in layers) and moe1.after_router is None
 
 
 def _cuda_logits(model, spec: str, ctx: int, Ts=(1, 4)) -> dict:
@@ -174,22 +196,30 @@ def test_gpu_overlaps_change_no_value(overlap_model_and_base, spec):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("plan", ["prefetch_mid", "prefetch_mid_o"])
-def test_gpu_mid_prefetch_issued(overlap_model_and_base, monkeypatch, plan):
-    """On the GPU a mid plan really launches the prefetch: once a layer a forward, each with its plan's weights
-    (so a paired step run of it measures the prefetch, not a silent no-op)."""
+@pytest.mark.parametrize("spec", ["shared_down,prefetch_mid", "prefetch_mid_o", "shared_down,prefetch_next_moe",
+                                  "prefetch_mid,prefetch_next_moe"])
+def test_gpu_later_prefetch_issued(overlap_model_and_base, monkeypatch, spec):
+    """On the GPU the later prefetch plans really launch their prefetch: once a hook a forward, in the layers'
+    order, each with its plan's bytes (so a paired step run of them cannot time a silent no-op)."""
     from sglang_eagle3.layers import overlap
+    from sglang_eagle3.layers.moe import DeepseekMoE
 
     model, _ = overlap_model_and_base
     tables = []
     real = overlap.l2_prefetch
     monkeypatch.setattr(overlap, "l2_prefetch", lambda table: tables.append(table) or real(table))  # no copy: capture
-    _cuda_logits(model, f"shared_down,{plan}", ctx=200, Ts=(1,))
-    layers = model.model.layers
+    _cuda_logits(model, spec, ctx=200, Ts=(1,))
+    overlaps, layers = Overlaps.parse(spec), model.model.layers
+    plans = []  # the hooks of one forward, in order
+    for i, layer in enumerate(layers):
+        if overlaps.prefetch in overlap.MID_PLANS:
+            plans.append((i, overlaps.prefetch))
+        if overlaps.prefetch_next_moe and isinstance(layer.mlp, DeepseekMoE) and i + 1 < len(layers):
+            plans.append((i, "prefetch_next_moe"))
     want = [sum(w.numel() * w.element_size() for w in overlap.WeightPrefetcher.plan_weights(layers, i, plan))
-            for i in range(len(layers))]
+            for i, plan in plans]
     got = [int(t[:, 1].sum()) for t in tables]  # the cached tables: read after the capture
-    assert len(got) >= 2 * len(layers) and len(got) % len(layers) == 0, got  # eager, capture (and warm-up)
-    for k in range(0, len(got), len(layers)):  # each forward: every layer, in order, its weights (each range
-        # widened to 16-byte bounds: < 32 bytes more a tensor, 4 tensors at most)
-        assert all(0 <= g - w < 32 * 4 for g, w in zip(got[k:k + len(layers)], want, strict=True)), (got, want)
+    assert len(got) >= 2 * len(want) and len(got) % len(want) == 0, (got, plans)  # eager, capture (and warm-up)
+    for k in range(0, len(got), len(want)):  # each forward: every hook, in order, its weights (each range widened
+        # to 16-byte bounds: < 32 bytes more a tensor, 4 tensors at most)
+        assert all(0 <= g - w < 32 * 4 for g, w in zip(got[k:k + len(want)], want, strict=True)), (got, want)

@@ -157,6 +157,9 @@ class DeepseekMoE(nn.Module):
         # Otherwise, with a side stream (layers/overlap.py, "shared_down"; set by the model) the shared expert's
         # down projection runs there while this stream routes.
         self.side_stream = None
+        # With prefetch_next_moe (layers/overlap.py; set by the model): called with x by inference forwards once
+        # the router launch is queued (the next layer's q_a / kv_a then stream into L2 while the experts run).
+        self.after_router = None
 
     def read_fusions(self) -> None:
         """Launch fusions at inference, from env.NO_FUSE (as MLAAttention.read_fusions)."""
@@ -187,6 +190,8 @@ class DeepseekMoE(nn.Module):
                                                      w2_up=sh.up_proj.weight, out1_dtype=torch.float32,
                                                      route=route, use_triton=self.use_triton,
                                                      fma=sh.gate_proj.fma)  # the engine's form (fma_for_engine)
+            if self.after_router is not None and not torch.is_grad_enabled():
+                self.after_router(x)
             if not routed and self.fuse_route_down:  # the routing beside the shared down, one launch
                 shared, *routed = kernels.gemv(act, sh.down_proj.weight, route=self.routing(), route_logits=logits,
                                                use_triton=self.use_triton)
@@ -200,6 +205,8 @@ class DeepseekMoE(nn.Module):
                 shared = sh.down_proj(act)
         else:
             logits = self.gate(x, self.use_triton)
+            if self.after_router is not None and not torch.is_grad_enabled():
+                self.after_router(x)
             shared = sh(x) if sh is not None else None  # [T, H]
             routed = ()
         if routed:

@@ -22,9 +22,11 @@ idle memory system, each one switch of ``Overlaps`` (env.OVERLAP picks them at s
 - ``prefetch_mid`` / ``prefetch_mid_o``: the fork waits for the layer's q_a + kv_a launch (the layer's one
   bandwidth-bound launch before its attention), and the prefetch asks for what the main stream reads after
   the attention: o_proj and then the MoE layer's router + shared gate/up (``mid``), or o_proj alone (``mid_o``).
-  The lines then stream in while q_b, the rotary, W_UK, MLA and W_UV run, each bound by its latency. No join
-  of its own: the side stream's next join (the shared expert's, before the routed experts' down kernel, or
-  the forward's end) covers it, so the main stream gains no full dependency for it.
+  The lines then stream in while q_b, the rotary, W_UK, MLA and W_UV run, each bound by its latency.
+- ``prefetch_next_moe`` (with or without one of the above): the fork waits for the MoE layer's router + shared
+  gate/up launch, and the prefetch asks for layer i+1's q_a/kv_a while the routing and the routed experts run.
+These later forks go to a stream of the prefetcher's own, joined only at the forward's end: the main stream
+gains no full dependency for them, and the side stream's joins (the shared expert's) do not wait for them.
 A prefetch changes no value; whether it pays depends on the L2 holding the lines until they are read (50 MB
 on an H200), which is what benchmarks/bench_verify_graph.py --overlap-variants or --env-variants measures.
 
@@ -46,19 +48,21 @@ from sglang_eagle3 import env
 from sglang_eagle3.kernels.prefetch import l2_prefetch, prefetch_table
 
 PREFETCH_PLANS = ("prefetch_attn", "prefetch_late", "prefetch_next", "prefetch_mid", "prefetch_mid_o")
-OVERLAPS = ("shared_down", "mla_k_path", "rope_side") + PREFETCH_PLANS
+OVERLAPS = ("shared_down", "mla_k_path", "rope_side") + PREFETCH_PLANS + ("prefetch_next_moe",)
 # Plans forked after the layer's q_a + kv_a launch (MLAAttention.after_kv_a), not at the layer's start.
 MID_PLANS = ("prefetch_mid", "prefetch_mid_o")
 
 
 @dataclasses.dataclass(frozen=True)
 class Overlaps:
-    """Which overlaps are on. ``prefetch`` is one of PREFETCH_PLANS or None."""
+    """Which overlaps are on. ``prefetch`` is one of PREFETCH_PLANS or None; ``prefetch_next_moe`` goes with
+    any of them."""
 
     shared_down: bool = False
     prefetch: str | None = None
     mla_k_path: bool = False
     rope_side: bool = False
+    prefetch_next_moe: bool = False
 
     def __post_init__(self):
         assert self.prefetch is None or self.prefetch in PREFETCH_PLANS, (
@@ -76,7 +80,8 @@ class Overlaps:
         if len(plans) > 1:
             raise ValueError(f"{env.OVERLAP.name}={spec!r}: at most one prefetch plan, got {plans}")
         return cls(shared_down="shared_down" in names, prefetch=plans[0] if plans else None,
-                   mla_k_path="mla_k_path" in names, rope_side="rope_side" in names)
+                   mla_k_path="mla_k_path" in names, rope_side="rope_side" in names,
+                   prefetch_next_moe="prefetch_next_moe" in names)
 
     @classmethod
     def from_env(cls) -> Overlaps:
@@ -117,9 +122,10 @@ class SideStream:
 
 
 class WeightPrefetcher:
-    """Issues the L2 prefetch of a prefetch plan: at the start of each decoder layer, or for MID_PLANS after
-    the layer's q_a + kv_a launch (the model hands each layer's attention the hook ``hook`` returns). See the
-    module doc.
+    """Issues the L2 prefetch of a prefetch plan: at the start of each decoder layer on the model's side stream,
+    joined by the next layer; or later in the layer on a stream of its own (``late``), joined at ``finish``:
+    MID_PLANS after the layer's q_a + kv_a launch and prefetch_next_moe after its MoE router launch (the model
+    hands the layers the hooks ``hook`` and ``moe_hook`` return). See the module doc.
 
     The (address, bytes) table of each layer is built on first use and rebuilt when a weight's storage moved
     (a reload with ``.to()``), checked by comparing data pointers: host work in eager mode only, none in a
@@ -127,12 +133,13 @@ class WeightPrefetcher:
 
     def __init__(self, side: SideStream):
         self.side = side
+        self.late = SideStream()
         self._tables: dict[tuple[str, int], tuple[tuple[int, ...], torch.Tensor]] = {}
 
     @staticmethod
     def plan_weights(layers, i: int, plan: str) -> list[torch.Tensor]:
         """The contiguous weight tensors plan ``plan`` fetches for layer i, in the order they are read."""
-        if plan == "prefetch_next":
+        if plan in ("prefetch_next", "prefetch_next_moe"):
             if i + 1 >= len(layers):
                 return []
             attn = layers[i + 1].self_attn
@@ -158,9 +165,9 @@ class WeightPrefetcher:
         """Whether like's device has the bulk L2 prefetch (CUDA, compute capability 9 or more)."""
         return like.is_cuda and torch.cuda.get_device_capability(like.device)[0] >= 9
 
-    def issue(self, layers, i: int, plan: str, like: torch.Tensor) -> None:
-        """Forks the prefetch of plan's weights for layer i onto the side stream, after the work queued on
-        like's stream; no join (the caller's, or the side stream's next one, covers it)."""
+    def issue(self, layers, i: int, plan: str, like: torch.Tensor, stream: SideStream) -> None:
+        """Forks the prefetch of plan's weights for layer i onto ``stream``, after the work queued on like's
+        stream; no join (the caller's, or the stream's next one, covers it)."""
         weights = self.plan_weights(layers, i, plan)
         if not weights:
             return
@@ -171,7 +178,7 @@ class WeightPrefetcher:
             if torch.cuda.is_current_stream_capturing():
                 raise RuntimeError("prefetch table built during graph capture: the eager warm-up must run first")
             cached = self._tables[key] = (ptrs, prefetch_table(weights))
-        with self.side.fork(like):
+        with stream.fork(like):
             l2_prefetch(cached[1])
 
     def before_layer(self, layers, i: int, plan: str | None, like: torch.Tensor) -> None:
@@ -180,16 +187,23 @@ class WeightPrefetcher:
         if plan is None or plan in MID_PLANS or not self._bulk_capable(like):
             return
         self.side.join(like)
-        self.issue(layers, i, plan, like)
+        self.issue(layers, i, plan, like, self.side)
 
-    def mid_layer(self, layers, i: int, plan: str, kv_a: torch.Tensor) -> None:
-        """A MID_PLANS prefetch for layer i, forked once kv_a (its q_a + kv_a launch's output) is queued."""
-        if self._bulk_capable(kv_a):
-            self.issue(layers, i, plan, kv_a)
+    def mid_layer(self, layers, i: int, plan: str, like: torch.Tensor) -> None:
+        """A later fork's prefetch for layer i (a MID_PLANS or prefetch_next_moe), on the late stream once the
+        work queued on like's stream (the launch that made ``like``) is done."""
+        if self._bulk_capable(like):
+            self.issue(layers, i, plan, like, self.late)
 
     def hook(self, layers, i: int, plan: str | None):
         """Layer i's MLAAttention.after_kv_a for ``plan``: None unless plan is one of MID_PLANS."""
         return functools.partial(self.mid_layer, layers, i, plan) if plan in MID_PLANS else None
 
+    def moe_hook(self, layers, i: int, on: bool):
+        """Layer i's DeepseekMoE.after_router with prefetch_next_moe ``on`` (None off, or for the last layer)."""
+        return functools.partial(self.mid_layer, layers, i, "prefetch_next_moe") if on and i + 1 < len(layers) \
+            else None
+
     def finish(self, like: torch.Tensor) -> None:
         self.side.join(like)
+        self.late.join(like)

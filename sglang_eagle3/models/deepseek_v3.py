@@ -81,6 +81,7 @@ class DeepseekV3Model(nn.Module):
             layer.self_attn.after_kv_a = self.prefetcher.hook(self.layers, i, overlaps.prefetch)
             if isinstance(layer.mlp, DeepseekMoE):
                 layer.mlp.side_stream = self.side_stream if overlaps.shared_down else None
+                layer.mlp.after_router = self.prefetcher.moe_hook(self.layers, i, overlaps.prefetch_next_moe)
 
     def forward(self, input_ids, positions, fb: ForwardBatch | None, aux_layer_ids: tuple[int, ...] = ()):
         """Returns (final normed hidden, aux list). Aux id i is the residual stream entering layer i
