@@ -208,7 +208,7 @@ def test_gpu_later_prefetch_issued(overlap_model_and_base, monkeypatch, spec):
     tables = []
     real = overlap.l2_prefetch
     monkeypatch.setattr(overlap, "l2_prefetch", lambda table: tables.append(table) or real(table))  # no copy: capture
-    _cuda_logits(model, spec, ctx=200, Ts=(1,))
+    _cuda_logits(model, spec, ctx=200)
     overlaps, layers = Overlaps.parse(spec), model.model.layers
     plans = []  # the hooks of one forward, in order
     for i, layer in enumerate(layers):
