@@ -110,6 +110,10 @@ def _innermost_loop(sass: str) -> list[str]:
     return min(loops, key=len)
 
 
+# Shared memory a block may opt into: sm_90 (H100/H200) 227 KB, sm_120 (RTX PRO 6000 Blackwell) 99 KB.
+SMEM_PER_BLOCK = {90: 227 << 10, 120: 99 << 10}
+
+
 GATE_UP_SIG = dict(x_ptr="*bf16", w13_ptr="*i32", s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*fp32",
                    stride_xt="i32", stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32",
                    stride_at="i32", TK="i32", I="i32", H_WORDS="i32", magic="i32", TOP_K="i32", TK_PAD="i32",
@@ -424,15 +428,15 @@ def check_dense_gemv(arch: int) -> dict:
     # plans it on this arch (K = 7168: 10 splits on the H200; with and without PDL), and unsplit. NOTE: this
     # gated pair sits at 225-255 registers with or without the tail (which needs ~50 of its own, after the main
     # loop); unsplit with PDL it spills 8 bytes on sm_120, tail or not (no launcher plan for Kimi gives that).
-    route = gemv_config(384 + 2 * 256, 7168, 1, True, 132, 2, {90: 227 << 10, 120: 99 << 10}[arch])
+    route = gemv_config(384 + 2 * 256, 7168, 1, True, 132, 2, SMEM_PER_BLOCK[arch])
     # "fold": q_a + kv_a with the layer's input norm and residual add (NORM_POST), split as at T <= 16 on the
     # H200 (N = 1536 + 576, K = 7168: 4 splits), with the tile and stages its launcher picks on this arch.
-    fold = gemv_config(2112, 7168, 1, True, 132, 1, {90: 227 << 10, 120: 99 << 10}[arch], acts=2,
+    fold = gemv_config(2112, 7168, 1, True, 132, 1, SMEM_PER_BLOCK[arch], acts=2,
                        **NORM_POST_LIMITS)
     # "lean": o_proj as gemv_config plans it now (64-wide K tiles, 8 stages: unsplit, K <= 2048)
-    lean = gemv_config(7168, 1024, 1, True, 132, 1, {90: 227 << 10, 120: 99 << 10}[arch], lean=True)
+    lean = gemv_config(7168, 1024, 1, True, 132, 1, SMEM_PER_BLOCK[arch], lean=True)
     # "side": the shared expert's down projection [7168, 256] with Kimi's routing programs beside it
-    side = gemv_config(7168, 256, 1, True, 132, 1, {90: 227 << 10, 120: 99 << 10}[arch])
+    side = gemv_config(7168, 256, 1, True, 132, 1, SMEM_PER_BLOCK[arch])
     out = {}
     for i, (kmajor, epi, split, bn, bk, pdl, pair) in enumerate(((True, gv.EPI_NONE, 1, 32, 256, True, False),
                                                   (True, gv.EPI_ADD, 4, 16, 256, False, False),
@@ -497,7 +501,7 @@ def check_rope_wuk(arch: int) -> dict:
     its launcher compiles it (no fp fusion) with PDL: no spills, no FFMA (the rotation rounds as the reference
     and the rotary launch do; W_UK's products are tensor-core dots), the norm weight loaded before a wait."""
     rot_sig = {f"rp_{k}": v for k, v in ROTARY_SIG.items() if k != "PDL"}
-    cfg = gemv_config(512, 128, 8, False, 132, 1, {90: 227 << 10, 120: 99 << 10}[arch])
+    cfg = gemv_config(512, 128, 8, False, 132, 1, SMEM_PER_BLOCK[arch])
     assert cfg["SPLIT"] == 1, cfg
     consts = dict(W_KMAJOR=False, EPI=gv.EPI_NONE, SPLIT=1, M_PAD=16, BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], INTERPRET=False, PDL=True, PAIR=False, NORM=gv.NORM_NONE, ROPE_SIDE=True,
@@ -626,8 +630,6 @@ def check_gqa(arch: int) -> dict:
     return out
 
 
-# Shared memory a block may opt into: sm_90 (H100/H200) 227 KB, sm_120 (RTX PRO 6000 Blackwell) 99 KB.
-SMEM_PER_BLOCK = {90: 227 << 10, 120: 99 << 10}
 
 
 def check_mla_pipeline(arch: int) -> dict:
@@ -714,7 +716,7 @@ def check_mha_prefill(arch: int) -> dict:
     shared memory within a block's, the PDL wait when compiled with it."""
     from sglang_eagle3.kernels.triton import mla_prefill as mp
 
-    smem = {90: 227 << 10, 120: 99 << 10}[arch]
+    smem = SMEM_PER_BLOCK[arch]
     out = {}
     dsig = dict(kv_ptr="*bf16", page_table_ptr="*i32", seq_lens_ptr="*i32", w_ptr="*bf16", out_ptr="*bf16",
                 stride_kv_slot="i32", stride_pt_req="i32", stride_w_row="i32", stride_out_slot="i32",
