@@ -13,7 +13,7 @@
 #        lines stream in while q_b, the rotary, W_UK, MLA and W_UV run on their latency. MID_O: o_proj alone
 #        (14.7 MB), to tell the L2's capacity from the prefetch's cost if MID loses. NEXT: the next layer's q_a +
 #        kv_a (30.3 MB) forked after the MoE router launch, streaming in while the routed experts (~25 MB at T=1)
-#        run (prefetch_next_moe); MID_NEXT both. The fourth session's plans (forked at the layer's start, before
+#        run (prefetch_next_moe); MID_NEXT both; and LF with MID_NEXT (do the two kinds add up?). The fourth session's plans (forked at the layer's start, before
 #        PDL) cost 0.1-0.4 ms; these fork later, on a stream of their own joined only at the forward's end.
 # j1: the GPU tests of both (the CUDA-core forms both tile orders; every overlap variant bit-identical, eager and
 #     replayed, and the mid plans' prefetch launched once a layer with its bytes), then the step paired at 1k and
@@ -36,7 +36,8 @@ j1)
   TAIL=8 stage gpu_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
     tests/kernels/test_kernels_gpu.py -k "gemv_fma" tests/test_overlap.py
   TAIL=80 stage paired 380 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
-    --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 --env-variants '' $LF $MID $MID_O $NEXT $MID_NEXT \
+    --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 \
+    --env-variants '' $LF $MID $MID_O $NEXT $MID_NEXT "$LF $MID_NEXT" \
     --out "$OUT/paired.json"
   ;;
 j2)
