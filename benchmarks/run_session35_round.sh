@@ -33,9 +33,9 @@ NEXT=SGLANG_EAGLE3_OVERLAP=shared_down,prefetch_next_moe
 MID_NEXT=SGLANG_EAGLE3_OVERLAP=shared_down,prefetch_mid,prefetch_next_moe
 case $part in
 j1)
-  TAIL=8 stage gpu_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
-    tests/kernels/test_kernels_gpu.py -k "gemv_fma" tests/test_overlap.py
-  TAIL=80 stage paired 380 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+  TAIL=8 stage gpu_tests 220 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 210 \
+    tests/kernels/test_kernels_gpu.py tests/test_overlap.py -k "gemv_fma or overlap or prefetch"
+  TAIL=80 stage paired 350 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 \
     --env-variants '' $LF $MID $MID_O $NEXT $MID_NEXT "$LF $MID_NEXT" \
     --out "$OUT/paired.json"
