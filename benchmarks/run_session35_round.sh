@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Thirty-fifth session's device round (H200), prepared without a device (none was lent this session either). It
 # supersedes run_session34_round.sh h1 / h2 (the same stages, with two more settings in the paired runs):
-#   GIT_COMMIT=<HEAD> bash benchmarks/run_session35_round.sh j1   (then j2; one device call each, <= 10 minutes each)
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session35_round.sh j1   (then j2; one device call each, < 10 minutes each)
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session35_round.sh j3 NAME=VALUE ...   (end to end of what won, if any)
+#   GIT_COMMIT=<HEAD> bash benchmarks/run_session35_round.sh j4   (if LF won: the probe with it on)
 #   GIT_COMMIT=<HEAD> bash benchmarks/run_session33_round.sh g9   (what the thirty-third session left unrun)
 # Results land in $OUT; copy them to benchmarks/results/h200/ with the commit in their names, as before.
 # Settings paired against the defaults (bench_verify_graph.py --paired 200, the median of per-round ratios):
@@ -13,15 +14,19 @@
 #        lines stream in while q_b, the rotary, W_UK, MLA and W_UV run on their latency. MID_O: o_proj alone
 #        (14.7 MB), to tell the L2's capacity from the prefetch's cost if MID loses. NEXT: the next layer's q_a +
 #        kv_a (30.3 MB) forked after the MoE router launch, streaming in while the routed experts (~25 MB at T=1)
-#        run (prefetch_next_moe); MID_NEXT both; and LF with MID_NEXT (do the two kinds add up?). The fourth session's plans (forked at the layer's start, before
-#        PDL) cost 0.1-0.4 ms; these fork later, on a stream of their own joined only at the forward's end.
+#        run (prefetch_next_moe); MID_NEXT both; and LF with MID_NEXT (do the two kinds add up?). The fourth
+#        session's plans (forked at the layer's start, before PDL) cost 0.1-0.4 ms; these fork later, on a stream
+#        of their own joined only at the forward's end.
 # j1: the GPU tests of both (the CUDA-core forms both tile orders; every overlap variant bit-identical, eager and
 #     replayed, and the mid plans' prefetch launched once a layer with its bytes), then the step paired at 1k and
 #     8k, T = 1 / 4 / 8 (one process: one model build and first capture for both contexts).
-# j2: the router + shared pair alone at T = 1..8 both tile orders, the invariance probe with LF on, every decode
-#     projection alone on the CUDA cores both ways (bench_gemv_fma: may q_a + kv_a or o_proj take the CUDA cores
-#     at T = 4 now?).
+# j2: the prefetch's mechanism alone (bench_l2_prefetch.py: o_proj, the router + shared pair and q_a + kv_a after
+#     an idle window or one streaming 8-16 MB of other bytes, with and without the prefetch of their weights:
+#     how much a launch gains from lines the L2 holds, and whether they survive that traffic), the router + shared
+#     pair alone at T = 1..8 both tile orders, every decode projection alone on the CUDA cores both ways
+#     (bench_gemv_fma: may q_a + kv_a or o_proj take the CUDA cores at T = 4 now?).
 # j3: end to end (the single-stream e2e rows of section 0), the defaults against the settings given, alternating.
+# j4: the invariance probe with LF on (before LF goes on by default).
 # A setting goes on by default only if the paired step says so at T = 4 and it does not lose at T = 1.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: j1 ..}
@@ -41,10 +46,9 @@ j1)
     --out "$OUT/paired.json"
   ;;
 j2)
+  TAIL=70 stage l2_prefetch 150 python benchmarks/bench_l2_prefetch.py --tokens 1 4 --out "$OUT/l2_prefetch.json"
   TAIL=40 stage launches 110 python benchmarks/bench_gemv_launches.py --only router+shared --tokens 1 2 4 8 \
     --out "$OUT/gemv_launches_lf.json"
-  TAIL=30 SGLANG_EAGLE3_GEMV_LANES_FIRST=1 stage probe_lf 170 python benchmarks/probe_invariance.py --layers 3 \
-    --contexts 1024 8192 --widths 2 4 8 --out "$OUT/probe_lf.json"
   TAIL=40 stage gemv_fma 130 python benchmarks/bench_gemv_fma.py --tokens 1 2 4 8 --out "$OUT/gemv_fma_lf.json"
   ;;
 j3)  # the setting that won in j1 / j2, e.g. j3 SGLANG_EAGLE3_GEMV_LANES_FIRST=1 (one argument a setting; the
@@ -52,6 +56,10 @@ j3)  # the setting that won in j1 / j2, e.g. j3 SGLANG_EAGLE3_GEMV_LANES_FIRST=1
   [ $# -gt 0 ] || { echo "j3: name the settings (NAME=VALUE ..., one argument a setting)"; exit 2; }
   TAIL=14 stage e2e 540 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --env-variants '' "$@" --repeat-variants 2 --out "$OUT/e2e.json"
+  ;;
+j4)  # before lanes first goes on by default: every verify row of the Kimi slice == its token's decode with it on
+  TAIL=30 SGLANG_EAGLE3_GEMV_LANES_FIRST=1 stage probe_lf 170 python benchmarks/probe_invariance.py --layers 3 \
+    --contexts 1024 8192 --widths 2 4 8 --out "$OUT/probe_lf.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
