@@ -14,7 +14,14 @@ they compute. Grids: the best of a few shapes per size, each size timed alone fi
 Printed and written: the launch-structure step (ms), the bandwidth floor (bytes / copy bandwidth, the issue's
 definition, T=1 routing 8 experts a layer), their ratio, and the sum of the launches timed alone.
 
+``--prefetch-variants``: the same structure with the model's later L2 prefetch plans (layers/overlap.py), each on a
+stream of its own joined at the step's end as the model does it: ``mid`` (after q_a + kv_a, a bulk prefetch of the
+layer's o_proj and router + shared gate/up buffers), ``next_moe`` (after the router + shared gate/up, the next
+layer's q_a + kv_a buffer), ``mid,next_moe``, ``none``; timed in turn, alternating twice, in one run: how far the
+prefetch lowers the structure's own ceiling, whatever the kernels compute.
+
     python benchmarks/bench_launch_floor.py --out benchmarks/results/h200/launch_floor.json [--context 1024]
+        [--prefetch-variants none mid next_moe mid,next_moe]
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import sglang_eagle3  # noqa: E402
 from benchmarks.bench_kernels import copy_bandwidth, stream_read_kernel, time_graph  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels import tuning  # noqa: E402
+from sglang_eagle3.kernels.prefetch import l2_prefetch, prefetch_table  # noqa: E402
 
 # One Kimi-K2.5 TP=8 rank (bench_verify_graph.kimi_config / TP): bf16 dense weights, INT4 experts (g32 scales).
 H, Q_LORA, KV_LORA, ROPE, HEADS, NOPE, V = 7168, 1536, 512, 64, 8, 128, 128
@@ -60,6 +68,25 @@ def layer_launches(dense: bool, context: int) -> list[tuple[str, int, str]]:
                    ("experts gate/up", gate_up, "main"), ("experts down", TOP_K * expert - gate_up, "main")]
 
 
+PREFETCH_PLANS = ("none", "mid", "next_moe", "mid,next_moe")
+
+
+def prefetch_forks(layers: list[list[tuple[str, int, str]]], plan: str) -> dict[tuple[int, str], list[tuple[int, str]]]:
+    """{(layer, launch name): [(layer, launch name) whose buffers to prefetch once that launch is queued]} for a
+    PREFETCH_PLANS value, as layers/overlap.py forks them: mid after q_a + kv_a (o_proj, and the router + shared
+    gate/up where the layer has one), next_moe after the router + shared gate/up (the next layer's q_a + kv_a)."""
+    if plan not in PREFETCH_PLANS:
+        raise SystemExit(f"--prefetch-variants: {plan!r} is not one of {', '.join(PREFETCH_PLANS)}")
+    forks: dict[tuple[int, str], list[tuple[int, str]]] = {}
+    for i, lay in enumerate(layers):
+        names = [name for name, _, _ in lay]
+        if "mid" in plan.split(","):
+            forks[(i, "q_a + kv_a")] = [(i, n) for n in ("o_proj", "router + shared gate/up") if n in names]
+        if "next_moe" in plan.split(",") and "router + shared gate/up" in names and i + 1 < len(layers):
+            forks[(i, "router + shared gate/up")] = [(i + 1, "q_a + kv_a")]
+    return forks
+
+
 def launch(buf: torch.Tensor, out: torch.Tensor, grid: tuple[int, int], pdl: bool) -> None:
     per_sm_programs, block = grid
     n = buf.numel()
@@ -78,8 +105,12 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=61)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--replays", type=int, default=30)
+    ap.add_argument("--prefetch-variants", nargs="+", default=["none"], metavar="PLAN",
+                    help=f"L2 prefetch plans to time the structure with, in turn: {', '.join(PREFETCH_PLANS)}")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    for plan in args.prefetch_variants:
+        prefetch_forks([], plan)  # a bad name stops here, before any GPU work
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     dev = torch.device("cuda")
     bw = copy_bandwidth()
@@ -89,6 +120,7 @@ def main() -> None:
     layers = [layer_launches(i == 0, args.context) for i in range(args.layers)]
     tail = [("final norm", TINY, "main"), ("lm_head", VOCAB * H * BF16, "main")]
     plan = [item for lay in layers for item in lay] + tail
+    owner = [(i, name) for i, lay in enumerate(layers) for name, _, _ in lay] + [(-1, name) for name, _, _ in tail]
     total = sum(b for _, b, _ in plan)
     out = torch.empty(1 << 16, device=dev, dtype=torch.float32)
     # The grid for each size: the best of a few shapes, timed alone (12 distinct buffers a graph).
@@ -109,12 +141,13 @@ def main() -> None:
     bufs = [torch.empty(b // 2, device=dev, dtype=torch.bfloat16) for _, b, _ in plan]
     for b in bufs:
         b.normal_()
-    side = torch.cuda.Stream()
+    side, late = torch.cuda.Stream(), torch.cuda.Stream()
+    buf_of = dict(zip(owner, bufs, strict=True))
 
-    def step():
+    def step(forks: dict, tables: dict):
         main = torch.cuda.current_stream()
         forked = False
-        for (name, size, stream), buf in zip(plan, bufs, strict=True):
+        for key, (name, size, stream), buf in zip(owner, plan, bufs, strict=True):
             if stream == "side":
                 side.wait_stream(main)
                 with torch.cuda.stream(side):
@@ -125,8 +158,22 @@ def main() -> None:
                     main.wait_stream(side)
                     forked = False
                 launch(buf, out, grids[size], pdl)
+            if key in forks:  # a later prefetch fork, on the late stream, joined at the step's end
+                late.wait_stream(main)
+                with torch.cuda.stream(late):
+                    l2_prefetch(tables[key])
+        main.wait_stream(late)
 
-    step_ms = graph_ms(step, args.replays)
+    prefetch_ms: dict[str, list[float]] = {}
+    for _ in range(2 if len(args.prefetch_variants) > 1 else 1):
+        for variant in args.prefetch_variants:
+            forks = prefetch_forks(layers, variant)
+            tables = {key: prefetch_table([buf_of[k] for k in keys]) for key, keys in forks.items() if keys}
+            forks = {key: keys for key, keys in forks.items() if keys}
+            ms = graph_ms(lambda f=forks, t=tables: step(f, t), args.replays)
+            prefetch_ms.setdefault(variant, []).append(round(ms, 3))
+            print(f"launch-structure step, prefetch {variant}: {ms:.3f} ms", flush=True)
+    step_ms = min(prefetch_ms["none" if "none" in prefetch_ms else args.prefetch_variants[0]])
     floor_ms = total / (copy * 1e9) * 1e3
     alone_ms = sum(alone[b] for _, b, s in plan if s == "main")
     result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
@@ -139,7 +186,8 @@ def main() -> None:
               "step_over_floor": round(step_ms / floor_ms, 2), "sum_of_launches_alone_ms": round(alone_ms, 3),
               "sizes": [{"mb": round(s / 1e6, 4), "alone_us": round(alone[s] * 1e3, 2),
                          "grid": {"programs": grids[s][0], "block": grids[s][1]}} for s in sorted(alone)],
-              "plan_of_a_moe_layer": [{"launch": n, "bytes": b, "stream": s} for n, b, s in layers[-1]]}
+              "plan_of_a_moe_layer": [{"launch": n, "bytes": b, "stream": s} for n, b, s in layers[-1]],
+              "prefetch_step_ms": prefetch_ms}
     print(f"{len(plan)} launches ({len(layers[-1])} a MoE layer), {total / 1e9:.3f} GB; bandwidth floor "
           f"{floor_ms:.3f} ms at {copy:.0f} GB/s; launch-structure step {step_ms:.3f} ms = {step_ms / floor_ms:.2f}x "
           f"the floor; the main stream's launches timed alone add up to {alone_ms:.3f} ms", flush=True)

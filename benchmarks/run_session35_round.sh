@@ -22,11 +22,12 @@
 #     8k, T = 1 / 4 / 8 (one process: one model build and first capture for both contexts).
 # j2: the prefetch's mechanism alone (bench_l2_prefetch.py: o_proj, the router + shared pair and q_a + kv_a after
 #     an idle window or one streaming 8-16 MB of other bytes, with and without the prefetch of their weights:
-#     how much a launch gains from lines the L2 holds, and whether they survive that traffic), the router + shared
-#     pair alone at T = 1..8 both tile orders, every decode projection alone on the CUDA cores both ways
-#     (bench_gemv_fma: may q_a + kv_a or o_proj take the CUDA cores at T = 4 now?).
+#     how much a launch gains from lines the L2 holds, and whether they survive that traffic); the launch
+#     structure's own ceiling (bench_launch_floor.py: every kernel a read-only one of its bytes) without and with
+#     the plans; the router + shared pair alone at T = 1..8 both tile orders.
 # j3: end to end (the single-stream e2e rows of section 0), the defaults against the settings given, alternating.
-# j4: the invariance probe with LF on (before LF goes on by default).
+# j4: the invariance probe with LF on (before LF goes on by default), every decode projection alone on the CUDA
+#     cores both ways (bench_gemv_fma: may q_a + kv_a or o_proj take the CUDA cores at T = 4 now?).
 # A setting goes on by default only if the paired step says so at T = 4 and it does not lose at T = 1.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: j1 ..}
@@ -47,9 +48,10 @@ j1)
   ;;
 j2)
   TAIL=70 stage l2_prefetch 150 python benchmarks/bench_l2_prefetch.py --tokens 1 4 --out "$OUT/l2_prefetch.json"
+  TAIL=12 stage launch_floor 150 python benchmarks/bench_launch_floor.py --context 1024 \
+    --prefetch-variants none mid next_moe mid,next_moe --out "$OUT/launch_floor_prefetch.json"
   TAIL=40 stage launches 110 python benchmarks/bench_gemv_launches.py --only router+shared --tokens 1 2 4 8 \
     --out "$OUT/gemv_launches_lf.json"
-  TAIL=40 stage gemv_fma 130 python benchmarks/bench_gemv_fma.py --tokens 1 2 4 8 --out "$OUT/gemv_fma_lf.json"
   ;;
 j3)  # the setting that won in j1 / j2, e.g. j3 SGLANG_EAGLE3_GEMV_LANES_FIRST=1 (one argument a setting; the
      # thirty-third session's two settings x two passes took most of the 540 s: pass one)
@@ -57,9 +59,11 @@ j3)  # the setting that won in j1 / j2, e.g. j3 SGLANG_EAGLE3_GEMV_LANES_FIRST=1
   TAIL=14 stage e2e 540 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --env-variants '' "$@" --repeat-variants 2 --out "$OUT/e2e.json"
   ;;
-j4)  # before lanes first goes on by default: every verify row of the Kimi slice == its token's decode with it on
+j4)  # before lanes first goes on by default: every verify row of the Kimi slice == its token's decode with it on;
+     # every decode projection alone on the CUDA cores both tile orders
   TAIL=30 SGLANG_EAGLE3_GEMV_LANES_FIRST=1 stage probe_lf 170 python benchmarks/probe_invariance.py --layers 3 \
     --contexts 1024 8192 --widths 2 4 8 --out "$OUT/probe_lf.json"
+  TAIL=40 stage gemv_fma 130 python benchmarks/bench_gemv_fma.py --tokens 1 2 4 8 --out "$OUT/gemv_fma_lf.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
