@@ -28,7 +28,8 @@
 # j3: end to end (the single-stream e2e rows of section 0), the defaults against the settings given, alternating.
 # j4: the invariance probe with LF on (before LF goes on by default), every decode projection alone on the CUDA
 #     cores both ways (bench_gemv_fma: may q_a + kv_a or o_proj take the CUDA cores at T = 4 now?).
-# A setting goes on by default only if the paired step says so at T = 4 and it does not lose at T = 1.
+# A setting goes on by default only if the paired step says so at T = 4 and it does not lose at T = 1 (j1 prints
+# report.py's verdict by that rule for each setting, from the paired intervals).
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: j1 ..}
 shift
@@ -45,6 +46,7 @@ j1)
     --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 \
     --env-variants '' $LF $MID $MID_O $NEXT $MID_NEXT "$LF $MID_NEXT" \
     --out "$OUT/paired.json"
+  TAIL=14 stage verdicts 30 python benchmarks/report.py "$OUT/paired.json"
   ;;
 j2)
   TAIL=70 stage l2_prefetch 150 python benchmarks/bench_l2_prefetch.py --tokens 1 4 --out "$OUT/l2_prefetch.json"

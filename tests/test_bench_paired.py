@@ -123,3 +123,34 @@ def test_env_settings_reread_per_setting():
         assert model.model.overlaps == Overlaps(shared_down=True)
     apply_env_settings(model)
     assert model.model.overlaps == built and moe.fuse_router_shared == fused
+
+
+def test_report_paired_verdicts():
+    """report.py's paired table and verdicts, from paired_summary on drifting rounds: a setting faster at verify of
+    4 and not slower at decode is 'on'; one slower at decode is 'off'; one level at verify is 'off'."""
+    from benchmarks.bench_verify_graph import paired_summary
+    from benchmarks.report import paired_table, paired_verdict
+
+    seed = int(torch.randint(0, 1 << 30, (1,)))
+    # (decode, verify of 4) effects; "level at decode" is 0.1% faster, which keeps its interval off the wrong side
+    # of 1 (the median's interval is ~+-0.05% at this noise) but for a rare draw
+    effects = {"base": (1.0, 1.0), "wins": (0.999, 0.97), "slower at decode": (1.02, 0.97), "level": (0.999, 1.0)}
+    paired = []
+    for ctx in (1024, 8192):
+        for T, col in ((1, 0), (4, 1)):
+            g = torch.Generator().manual_seed(seed + ctx + T)
+            drift = 4.0 * (1 + 0.04 * torch.cumsum(torch.randn(201, generator=g), 0) / 201 ** 0.5)
+            times = {name: (drift * e[col] * (1 + 0.002 * torch.randn(201, generator=g))).tolist()
+                     for name, e in effects.items()}
+            paired.append({"context": ctx, "T": T, "rounds": 201, "settings": paired_summary(times, seed=seed)})
+    d = {"git_commit": "abcdef0123", "gpu": "test", "paired": paired}
+    verdicts = {}
+    for name in effects:
+        rows = {(p["context"], p["T"]): p["settings"][name] for p in paired}
+        verdicts[name] = paired_verdict(rows)
+    assert verdicts["wins"].startswith("on"), (seed, verdicts)
+    assert verdicts["slower at decode"] == "off: slower at decode", (seed, verdicts)
+    assert verdicts["level"] == "off: not faster at verify of 4", (seed, verdicts)
+    assert paired_verdict({(1024, 1): paired[0]["settings"]["wins"]}).startswith("undecided")
+    table = paired_table(d)
+    assert table.count("\n| ") == len(effects) + 1 and "(the base)" in table and "1024 T=4" in table, table
