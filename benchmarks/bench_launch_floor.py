@@ -77,12 +77,13 @@ def prefetch_forks(layers: list[list[tuple[str, int, str]]], plan: str) -> dict[
     gate/up where the layer has one), next_moe after the router + shared gate/up (the next layer's q_a + kv_a)."""
     if plan not in PREFETCH_PLANS:
         raise SystemExit(f"--prefetch-variants: {plan!r} is not one of {', '.join(PREFETCH_PLANS)}")
+    parts = plan.split(",")
     forks: dict[tuple[int, str], list[tuple[int, str]]] = {}
     for i, lay in enumerate(layers):
         names = [name for name, _, _ in lay]
-        if "mid" in plan.split(","):
+        if "mid" in parts:
             forks[(i, "q_a + kv_a")] = [(i, n) for n in ("o_proj", "router + shared gate/up") if n in names]
-        if "next_moe" in plan.split(",") and "router + shared gate/up" in names and i + 1 < len(layers):
+        if "next_moe" in parts and "router + shared gate/up" in names and i + 1 < len(layers):
             forks[(i, "router + shared gate/up")] = [(i + 1, "q_a + kv_a")]
     return forks
 
@@ -144,7 +145,7 @@ def main() -> None:
     side, late = torch.cuda.Stream(), torch.cuda.Stream()
     buf_of = dict(zip(owner, bufs, strict=True))
 
-    def step(forks: dict, tables: dict):
+    def step(tables: dict):
         main = torch.cuda.current_stream()
         forked = False
         for key, (name, size, stream), buf in zip(owner, plan, bufs, strict=True):
@@ -158,7 +159,7 @@ def main() -> None:
                     main.wait_stream(side)
                     forked = False
                 launch(buf, out, grids[size], pdl)
-            if key in forks:  # a later prefetch fork, on the late stream, joined at the step's end
+            if key in tables:  # a later prefetch fork, on the late stream, joined at the step's end
                 late.wait_stream(main)
                 with torch.cuda.stream(late):
                     l2_prefetch(tables[key])
@@ -167,10 +168,9 @@ def main() -> None:
     prefetch_ms: dict[str, list[float]] = {}
     for _ in range(2 if len(args.prefetch_variants) > 1 else 1):
         for variant in args.prefetch_variants:
-            forks = prefetch_forks(layers, variant)
-            tables = {key: prefetch_table([buf_of[k] for k in keys]) for key, keys in forks.items() if keys}
-            forks = {key: keys for key, keys in forks.items() if keys}
-            ms = graph_ms(lambda f=forks, t=tables: step(f, t), args.replays)
+            tables = {key: prefetch_table([buf_of[k] for k in keys])
+                      for key, keys in prefetch_forks(layers, variant).items()}
+            ms = graph_ms(lambda t=tables: step(t), args.replays)
             prefetch_ms.setdefault(variant, []).append(round(ms, 3))
             print(f"launch-structure step, prefetch {variant}: {ms:.3f} ms", flush=True)
     step_ms = min(prefetch_ms["none" if "none" in prefetch_ms else args.prefetch_variants[0]])
