@@ -66,7 +66,7 @@ class DeepseekV3Model(nn.Module):
             DecoderLayer(cfg, i, self.rotary, dtype, int4_experts) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         # One side stream for the whole model: the MoE blocks' shared-expert overlap, MLA's k path or its rotary
-        # launch, and the weight prefetch.
+        # launch, and the layer-start weight prefetch (the later prefetch plans use the prefetcher's own stream).
         self.side_stream = SideStream()
         self.prefetcher = WeightPrefetcher(self.side_stream)
         self.set_overlaps(Overlaps.from_env())
