@@ -15,6 +15,8 @@ of N MB of buffers of its own: the other reads the L2 must hold the prefetched l
 (and the window's buffers) rotated past the L2, so each launch starts cold. ``gain_us`` = without - with: what
 the launch saves net of the prefetch kernel's own launch. The step decides (bench_verify_graph.py --paired with
 SGLANG_EAGLE3_OVERLAP settings); this says whether, and how fast, the lines help where nothing else competes.
+Each window is also timed without the launch, with and without the prefetch, so the launch's own time comes out
+cold (``launch_cold_us``) and after the prefetch (``launch_after_prefetch_us``), apart from the prefetch kernel's.
 
     python benchmarks/bench_l2_prefetch.py --out OUT.json [--tokens 1 4] [--windows spin:8 read:8 read:16]
 """
@@ -141,11 +143,12 @@ def main() -> None:
         return kernels.gemv_pair(x, ws[0], ws[1], w2_up=ws[2], out1_dtype=torch.float32, use_triton=True)
 
     def seq(case: Case, x: torch.Tensor, ws: tuple, table: torch.Tensor, prefetch: bool, kind: str, amount: float,
-            k: int) -> None:
+            k: int, read: bool = True) -> None:
         if prefetch:
             l2_prefetch(table)
         window(kind, amount, k)
-        launch(case.kind, x, ws)
+        if read:
+            launch(case.kind, x, ws)
 
     def measure(case: Case) -> list[dict]:
         copies = copies_for(case.nbytes)
@@ -158,16 +161,23 @@ def main() -> None:
             x = x_all[:T]
             row = {"case": case.name, "T": T, "bytes": case.nbytes, "copies": copies}
             for label, kind, amount in windows:
-                times = {"without": [], "with": []}
+                # (prefetch, read): the sequence with and without the prefetch, and each without the launch (what
+                # the window and the prefetch kernel take by themselves)
+                modes = {"without": (False, True), "with": (True, True),
+                         "window alone": (False, False), "prefetch + window": (True, False)}
+                times = {mode: [] for mode in modes}
                 for _ in range(args.repeat):
-                    for mode in ("without", "with"):
-                        calls = [functools.partial(seq, case, x, wss[k], tables[k], mode == "with", kind, amount, k)
+                    for mode, (prefetch, read) in modes.items():
+                        calls = [functools.partial(seq, case, x, wss[k], tables[k], prefetch, kind, amount, k, read)
                                  for k in range(copies)]
                         times[mode].append(round(time_graph(calls), 2))
-                gain = statistics.median(times["without"]) - statistics.median(times["with"])
-                row[label] = {**times, "gain_us": round(gain, 2)}
-                print(f"{case.name:22s} T={T} window {label:8s}: without {times['without']} us, with "
-                      f"{times['with']} us: gain {gain:+.2f} us", flush=True)
+                med = {mode: statistics.median(v) for mode, v in times.items()}
+                cold, hot = med["without"] - med["window alone"], med["with"] - med["prefetch + window"]
+                row[label] = {**times, "gain_us": round(med["without"] - med["with"], 2),
+                              "launch_cold_us": round(cold, 2), "launch_after_prefetch_us": round(hot, 2)}
+                print(f"{case.name:22s} T={T} window {label:8s}: the launch {cold:6.2f} us cold, {hot:6.2f} us after "
+                      f"the prefetch; the sequence {med['without']:.2f} -> {med['with']:.2f} us (net "
+                      f"{med['without'] - med['with']:+.2f})", flush=True)
             rows.append(row)
         return rows
 
