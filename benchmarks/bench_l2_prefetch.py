@@ -31,8 +31,6 @@ from pathlib import Path
 
 import torch
 import triton
-import triton.language as tl
-from triton.language.extra.cuda import globaltimer
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -82,21 +80,13 @@ def copies_for(nbytes: int, rotate_bytes: int = L2_ROTATE_BYTES) -> int:
     return max(2, min(32, -(-rotate_bytes // nbytes)))
 
 
-@triton.jit
-def spin_kernel(out_ptr, ns):
-    """One program that spins ``ns`` nanoseconds on the global timer: an idle window, no memory traffic."""
-    t0 = globaltimer()
-    t = t0
-    while t - t0 < ns:
-        t = globaltimer()
-    tl.store(out_ptr, t)
-
-
 def main() -> None:
     import functools
     import statistics
 
-    from benchmarks.bench_kernels import stream_read_kernel, time_graph
+    from benchmarks.bench_kernels import time_graph
+    from benchmarks.bench_launch_floor import launch as read_launch
+    from benchmarks.bench_pdl import spin_kernel
     from sglang_eagle3 import kernels
     from sglang_eagle3.bench.harness import git_commit
     from sglang_eagle3.kernels import tuning
@@ -127,13 +117,11 @@ def main() -> None:
                  for _ in range(copies_for(max(1, int(read_mb * (1 << 20)))))] if read_mb else []
 
     def window(kind: str, amount: float, k: int) -> None:
-        if kind == "spin":
-            spin_kernel[(1,)](stamp, int(amount * 1000), num_warps=1)
-        elif kind == "read":
-            buf = read_bufs[k % len(read_bufs)]
-            n = int(amount * (1 << 20)) // 2
-            per = triton.cdiv(triton.cdiv(n, sms * 4), 1024) * 1024
-            stream_read_kernel[(triton.cdiv(n, per),)](buf, read_out, n, per, BLOCK=1024, num_warps=4)
+        if kind == "spin":  # one program on the global timer, nothing read
+            spin_kernel[(1,)](stamp, int(amount * 1000), TRIGGER=False, num_warps=1)
+        elif kind == "read":  # a read-only kernel of the window's bytes, without PDL (the launch after waits)
+            read_launch(read_bufs[k % len(read_bufs)][: int(amount * (1 << 20)) // 2], read_out, (sms * 4, 1024),
+                        False)
 
     def launch(kind: str, x: torch.Tensor, ws: tuple):
         if kind == "single":
