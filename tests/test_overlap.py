@@ -35,30 +35,6 @@ def test_overlap_knob(monkeypatch):
     assert set(OVERLAPS) >= {n.strip() for n in env.DEFAULT_OVERLAP.split(",") if n.strip()}
 
 
-def test_cpu_forward_unchanged_by_overlaps():
-    """Off CUDA the overlaps do nothing: the verify logits are the same object-for-object computation."""
-    from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
-    from sglang_eagle3.testing import randomize, tiny_config, verify_batch_on_cpu
-
-    cfg = tiny_config(vocab=128, hidden=32, heads=2, layers=3, q_lora=16, kv_lora=16, nope=8, rope=8, v=8,
-                      experts=4, top_k=2, n_group=2, topk_group=1, moe_inter=16, inter=48, max_pos=256, dense=1)
-    model = DeepseekV3ForCausalLM(cfg, dtype=torch.float32)
-    seed = int(torch.randint(0, 1 << 30, (1,)))
-    randomize(model, seed)
-    outs = []
-    for spec in ("none", "shared_down,prefetch_late"):
-        model.model.set_overlaps(Overlaps.parse(spec))
-        runner, rows = verify_batch_on_cpu(model, T=3, bs=2, dtype=torch.float32, backend="auto", num_pages=12,
-                                           page_size=8, max_context=48, min_ctx=2, max_ctx=16, pages_per_req=3,
-                                           seed=seed)
-        bt = runner.build(rows)
-        with torch.inference_mode():
-            outs.append(runner.target_verify.fn(input_ids=bt.input_ids, positions=bt.positions,
-                                                page_table=bt.page_table, seq_lens=bt.seq_lens,
-                                                out_cache_loc=bt.out_cache_loc, tokens_per_req=3)[0])
-    assert torch.equal(outs[0], outs[1])
-
-
 def _tiny_moe_model(seed: int):
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
     from sglang_eagle3.testing import randomize, tiny_config
@@ -70,6 +46,29 @@ def _tiny_moe_model(seed: int):
     return model
 
 
+def _cpu_verify_logits(model, seed: int) -> torch.Tensor:
+    """The target's verify forward (2 requests x 3 tokens) on CPU, with the model's overlaps as set."""
+    from sglang_eagle3.testing import verify_batch_on_cpu
+
+    runner, rows = verify_batch_on_cpu(model, T=3, bs=2, dtype=torch.float32, backend="auto", num_pages=12,
+                                       page_size=8, max_context=48, min_ctx=2, max_ctx=16, pages_per_req=3, seed=seed)
+    bt = runner.build(rows)
+    with torch.inference_mode():
+        return runner.target_verify.fn(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
+                                       seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, tokens_per_req=3)[0]
+
+
+def test_cpu_forward_unchanged_by_overlaps():
+    """Off CUDA the overlaps do nothing: the verify logits are the same object-for-object computation."""
+    seed = int(torch.randint(0, 1 << 30, (1,)))
+    model = _tiny_moe_model(seed)
+    outs = []
+    for spec in ("none", "shared_down,prefetch_late"):
+        model.model.set_overlaps(Overlaps.parse(spec))
+        outs.append(_cpu_verify_logits(model, seed))
+    assert torch.equal(outs[0], outs[1])
+
+
 def test_later_prefetch_plans(monkeypatch):
     """prefetch_mid / prefetch_mid_o / prefetch_next_moe: each layer's hook is called once a forward, right after the
     launch it waits for (q_a + kv_a's; the MoE router + shared gate/up's) with that launch's output or input, and
@@ -78,7 +77,6 @@ def test_later_prefetch_plans(monkeypatch):
     from sglang_eagle3 import kernels
     from sglang_eagle3.layers import mla
     from sglang_eagle3.layers.overlap import MID_PLANS, WeightPrefetcher
-    from sglang_eagle3.testing import verify_batch_on_cpu
 
     seed = int(torch.randint(0, 1 << 30, (1,)))
     model = _tiny_moe_model(seed)
@@ -119,15 +117,9 @@ def test_later_prefetch_plans(monkeypatch):
                  "prefetch_mid,prefetch_next_moe"):
         overlaps = Overlaps.parse(spec)
         model.model.set_overlaps(overlaps)
-        runner, rows = verify_batch_on_cpu(model, T=3, bs=2, dtype=torch.float32, backend="auto", num_pages=12,
-                                           page_size=8, max_context=48, min_ctx=2, max_ctx=16, pages_per_req=3,
-                                           seed=seed)
-        bt = runner.build(rows)
         events.clear()
         issued.clear()
-        with torch.inference_mode():
-            runner.target_verify.fn(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table,
-                                    seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, tokens_per_req=3)
+        _cpu_verify_logits(model, seed)
         want = []
         for i in range(3):  # per layer in order: after q_a + kv_a, then (MoE layers but the last) after the router
             if overlaps.prefetch in MID_PLANS:
