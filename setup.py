@@ -35,6 +35,8 @@ setup(
             "httpx",
             "ruff",
             "tiktoken",
+            # The INT4 packing peer (tests/loaders/test_int4_peer.py): the library that wrote Kimi-K2.5's experts.
+            "compressed-tensors",
         ],
         "tiktoken": ["tiktoken"],
     },

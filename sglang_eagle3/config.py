@@ -20,7 +20,8 @@ class ConfigError(ValueError):
 
 def _require(cfg: dict, key: str, where: str) -> Any:
     if key not in cfg or cfg[key] is None:
-        raise ConfigError(f"{where}: required field {key!r} is missing (keys present: {sorted(cfg)[:12]}...)")
+        what = "is null" if key in cfg else "is missing"
+        raise ConfigError(f"{where}: required field {key!r} {what} (keys present: {sorted(cfg)[:12]}...)")
     return cfg[key]
 
 
@@ -30,16 +31,53 @@ def _positive_int(value: Any, name: str, where: str) -> int:
     return value
 
 
+_MISSING = object()
+_KINDS = {
+    # bool is a subclass of int in Python: a config's `true` must not pass for 1.
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+              "a finite number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "dict": (lambda v: isinstance(v, dict), "an object"),
+    "list": (lambda v: isinstance(v, list), "a list"),
+}
+
+
+def _get(cfg: dict, key: str, where: str, kind: str, default: Any = _MISSING) -> Any:
+    """``cfg[key]`` checked to be of ``kind``; absent or null gives ``default`` (required when there is none).
+
+    Without it a string where a number belongs fails later as a bare ``ValueError`` / ``TypeError`` that names
+    neither the file's field nor its value, and ``bool("false")`` is True.
+    """
+    value = cfg.get(key)
+    if value is None:
+        if default is _MISSING:
+            return _require(cfg, key, where)
+        return default
+    ok, what = _KINDS[kind]
+    if not ok(value):
+        raise ConfigError(f"{where}: {key} must be {what}, got {value!r}")
+    return float(value) if kind == "float" else value
+
+
 def load_json(path: str) -> dict:
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
     try:
-        with open(path) as f:
-            return json.load(f)
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path} is not valid JSON: {e}") from e
+    except UnicodeDecodeError as e:
+        # Typically model_path pointing at a .safetensors / .bin file instead of its directory.
+        raise ConfigError(f"{path} is not a UTF-8 JSON file ({e.reason} at byte {e.start}); model paths name the "
+                          "checkpoint's directory, which holds config.json") from e
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path} must hold a JSON object, got {type(cfg).__name__}")
+    return cfg
 
 
 @dataclass(frozen=True)
@@ -64,22 +102,26 @@ class RopeConfig:
             raise ConfigError(f"rope_scaling.factor must be > 0, got {self.factor}")
 
     @staticmethod
-    def from_hf(cfg: dict) -> RopeConfig:
+    def from_hf(cfg: dict, where: str = "config") -> RopeConfig:
         # Older configs: rope_theta + rope_scaling; transformers >= 5 writes rope_parameters (holding theta).
-        params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-        theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
-        kind = params.get("rope_type", params.get("type", "default")) or "default"
+        key = "rope_parameters" if cfg.get("rope_parameters") is not None else "rope_scaling"
+        params = _get(cfg, key, where, "dict", {})
+        w = f"{where}.{key}"
+        theta = _get(params, "rope_theta", w, "float", None)
+        if theta is None:
+            theta = _get(cfg, "rope_theta", where, "float", 10000.0)
+        kind = _get(params, "rope_type", w, "str", None) or _get(params, "type", w, "str", "default")
         if kind == "default" or not params:
-            return RopeConfig(theta=float(theta))
+            return RopeConfig(theta=theta)
         return RopeConfig(
-            theta=float(theta),
+            theta=theta,
             kind=kind,
-            factor=float(params.get("factor", 1.0)),
-            original_max_position_embeddings=int(params.get("original_max_position_embeddings", 4096)),
-            beta_fast=float(params.get("beta_fast", 32.0)),
-            beta_slow=float(params.get("beta_slow", 1.0)),
-            mscale=float(params.get("mscale", 1.0)),
-            mscale_all_dim=float(params.get("mscale_all_dim", 0.0)),
+            factor=_get(params, "factor", w, "float", 1.0),
+            original_max_position_embeddings=_get(params, "original_max_position_embeddings", w, "int", 4096),
+            beta_fast=_get(params, "beta_fast", w, "float", 32.0),
+            beta_slow=_get(params, "beta_slow", w, "float", 1.0),
+            mscale=_get(params, "mscale", w, "float", 1.0),
+            mscale_all_dim=_get(params, "mscale_all_dim", w, "float", 0.0),
         )
 
 
@@ -161,6 +203,10 @@ class ModelConfig:
             raise ConfigError(f"{w}: topk_method={self.topk_method!r} is not supported (only 'noaux_tc')")
         if self.n_shared_experts < 0:
             raise ConfigError(f"{w}: n_shared_experts must be >= 0, got {self.n_shared_experts}")
+        if not self.rms_norm_eps > 0:
+            raise ConfigError(f"{w}: rms_norm_eps must be > 0, got {self.rms_norm_eps}")
+        if not self.routed_scaling_factor > 0:
+            raise ConfigError(f"{w}: routed_scaling_factor must be > 0, got {self.routed_scaling_factor}")
         if self.moe_layer_freq != 1:
             raise ConfigError(f"{w}: moe_layer_freq={self.moe_layer_freq} is not supported (only 1)")
 
@@ -190,51 +236,62 @@ class ModelConfig:
     def from_hf(cfg: dict) -> ModelConfig:
         """Builds from a DeepseekV3/V2 config, or a Kimi-K2.5 one (language model under ``text_config``)."""
         prefix = ""
-        archs = cfg.get("architectures") or ["DeepseekV3ForCausalLM"]
+        archs = _get(cfg, "architectures", "config", "list", []) or ["DeepseekV3ForCausalLM"]
+        if any("Eagle3" in str(a) or "eagle3" in str(a).lower() for a in archs):
+            raise ConfigError(f"config: architectures={archs} is an EAGLE-3 draft, not a target: pass it as "
+                              "speculative_draft_model_path and the DeepSeek-V3 / Kimi-K2.5 model as model_path")
         outer = cfg
         if "text_config" in cfg:
-            cfg = dict(cfg["text_config"])
+            cfg = dict(_get(cfg, "text_config", "config", "dict"))
             prefix = "language_model."
             # Kimi-K2.5 keeps quantization_config at the top level.
             if "quantization_config" not in cfg and "quantization_config" in outer:
                 cfg["quantization_config"] = outer["quantization_config"]
         w = "config.text_config" if prefix else "config"
-        g = lambda k: _require(cfg, k, w)
+        i = lambda k, *d: _get(cfg, k, w, "int", *d)
         eos = cfg.get("eos_token_id", outer.get("eos_token_id"))
-        eos_t = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
-        n_routed = g("n_routed_experts")
+        if isinstance(eos, list) and all(_KINDS["int"][0](e) for e in eos):
+            eos_t = tuple(eos)
+        elif eos is None or _KINDS["int"][0](eos):
+            eos_t = () if eos is None else (eos,)
+        else:
+            raise ConfigError(f"{w}: eos_token_id must be a token id or a list of them, got {eos!r}")
+        bos = cfg.get("bos_token_id", outer.get("bos_token_id"))
+        if bos is not None and not _KINDS["int"][0](bos):
+            raise ConfigError(f"{w}: bos_token_id must be a token id, got {bos!r}")
         return ModelConfig(
-            vocab_size=g("vocab_size"),
-            hidden_size=g("hidden_size"),
-            intermediate_size=cfg.get("intermediate_size") or 0,
-            moe_intermediate_size=g("moe_intermediate_size"),
-            num_hidden_layers=g("num_hidden_layers"),
-            num_attention_heads=g("num_attention_heads"),
-            q_lora_rank=cfg.get("q_lora_rank"),
-            kv_lora_rank=g("kv_lora_rank"),
-            qk_nope_head_dim=g("qk_nope_head_dim"),
-            qk_rope_head_dim=g("qk_rope_head_dim"),
-            v_head_dim=g("v_head_dim"),
-            n_routed_experts=n_routed,
-            num_experts_per_tok=g("num_experts_per_tok"),
-            n_shared_experts=cfg.get("n_shared_experts") or 0,
-            first_k_dense_replace=cfg.get("first_k_dense_replace", 0),
-            n_group=cfg.get("n_group") or 1,
-            topk_group=cfg.get("topk_group") or 1,
-            norm_topk_prob=bool(cfg.get("norm_topk_prob", True)),
-            routed_scaling_factor=float(cfg.get("routed_scaling_factor", 1.0)),
-            scoring_func=cfg.get("scoring_func", "sigmoid"),
-            topk_method=cfg.get("topk_method", "noaux_tc"),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            max_position_embeddings=g("max_position_embeddings"),
-            rope=RopeConfig.from_hf(cfg),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            moe_layer_freq=cfg.get("moe_layer_freq", 1),
-            bos_token_id=cfg.get("bos_token_id", outer.get("bos_token_id")),
+            vocab_size=i("vocab_size"),
+            hidden_size=i("hidden_size"),
+            intermediate_size=i("intermediate_size", 0),
+            moe_intermediate_size=i("moe_intermediate_size"),
+            num_hidden_layers=i("num_hidden_layers"),
+            num_attention_heads=i("num_attention_heads"),
+            q_lora_rank=i("q_lora_rank", None),
+            kv_lora_rank=i("kv_lora_rank"),
+            qk_nope_head_dim=i("qk_nope_head_dim"),
+            qk_rope_head_dim=i("qk_rope_head_dim"),
+            v_head_dim=i("v_head_dim"),
+            n_routed_experts=i("n_routed_experts"),
+            num_experts_per_tok=i("num_experts_per_tok"),
+            n_shared_experts=i("n_shared_experts", 0),
+            first_k_dense_replace=i("first_k_dense_replace", 0),
+            # Absent means ungrouped routing; an explicit 0 is an error (__post_init__), not "ungrouped".
+            n_group=i("n_group", 1),
+            topk_group=i("topk_group", 1),
+            norm_topk_prob=_get(cfg, "norm_topk_prob", w, "bool", True),
+            routed_scaling_factor=_get(cfg, "routed_scaling_factor", w, "float", 1.0),
+            scoring_func=_get(cfg, "scoring_func", w, "str", "sigmoid"),
+            topk_method=_get(cfg, "topk_method", w, "str", "noaux_tc"),
+            rms_norm_eps=_get(cfg, "rms_norm_eps", w, "float", 1e-6),
+            max_position_embeddings=i("max_position_embeddings"),
+            rope=RopeConfig.from_hf(cfg, w),
+            tie_word_embeddings=_get(cfg, "tie_word_embeddings", w, "bool", False),
+            moe_layer_freq=i("moe_layer_freq", 1),
+            bos_token_id=bos,
             eos_token_id=eos_t,
-            architecture=archs[0],
+            architecture=str(archs[0]),
             weight_prefix=prefix,
-            quantization=cfg.get("quantization_config"),
+            quantization=_get(cfg, "quantization_config", w, "dict", None),
         )
 
     @staticmethod
@@ -282,13 +339,17 @@ class DraftConfig:
     def __post_init__(self):
         w = "draft config"
         for f in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-                  "head_dim", "vocab_size", "draft_vocab_size"):
+                  "head_dim", "vocab_size", "draft_vocab_size", "max_position_embeddings"):
             _positive_int(getattr(self, f), f, w)
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(f"{w}: num_attention_heads={self.num_attention_heads} is not a multiple of "
                               f"num_key_value_heads={self.num_key_value_heads}")
         if self.draft_vocab_size > self.vocab_size:
             raise ConfigError(f"{w}: draft_vocab_size={self.draft_vocab_size} > vocab_size={self.vocab_size}")
+        if self.target_hidden_size is not None:
+            _positive_int(self.target_hidden_size, "target_hidden_size", w)
+        if not self.rope_theta > 0:
+            raise ConfigError(f"{w}: rope_theta must be > 0, got {self.rope_theta}")
         if self.aux_layer_ids is not None and len(self.aux_layer_ids) != 3:
             raise ConfigError(f"{w}: eagle_aux_hidden_state_layer_ids must hold 3 ids, "
                               f"got {list(self.aux_layer_ids)}")
@@ -296,29 +357,54 @@ class DraftConfig:
     @staticmethod
     def from_hf(cfg: dict) -> DraftConfig:
         w = "draft config"
-        g = lambda k: _require(cfg, k, w)
-        archs = cfg.get("architectures") or []
-        if archs and not any("Eagle3" in a or "eagle3" in a.lower() for a in archs):
+        i = lambda k, *d: _get(cfg, k, w, "int", *d)
+        archs = _get(cfg, "architectures", w, "list", [])
+        if archs and not any("Eagle3" in str(a) or "eagle3" in str(a).lower() for a in archs):
             raise ConfigError(f"{w}: architectures={archs} is not an EAGLE-3 draft "
                               "(expected LlamaForCausalLMEagle3)")
-        heads = g("num_attention_heads")
-        hidden = g("hidden_size")
-        eagle = cfg.get("eagle_config") or {}
-        ids = eagle.get("eagle_aux_hidden_state_layer_ids")
-        vocab = g("vocab_size")
+        # What llama_eagle3 fixes and our draft layer builds in: a field saying otherwise would change the maths,
+        # so it fails here instead of loading a head that computes something else.
+        fixed = {"hidden_act": ("str", "silu"), "attention_bias": ("bool", False), "mlp_bias": ("bool", False),
+                 "num_hidden_layers": ("int", 1)}
+        for key, (kind, want) in fixed.items():
+            got = _get(cfg, key, w, kind, want)
+            if got != want:
+                raise ConfigError(f"{w}: {key}={got!r} is not supported (an EAGLE-3 draft here is one Llama "
+                                  f"decoder layer with {key}={want!r})")
+        rope_key = "rope_parameters" if cfg.get("rope_parameters") is not None else "rope_scaling"
+        rope = _get(cfg, rope_key, w, "dict", {})
+        rope_kind = _get(rope, "rope_type", f"{w}.{rope_key}", "str", None) or \
+            _get(rope, "type", f"{w}.{rope_key}", "str", "default")
+        if rope_kind != "default":
+            raise ConfigError(f"{w}: {rope_key} type {rope_kind!r} is not supported (the draft applies plain "
+                              "RoPE with rope_theta)")
+        theta = _get(rope, "rope_theta", f"{w}.{rope_key}", "float", None)
+        if theta is None:
+            theta = _get(cfg, "rope_theta", w, "float", 10000.0)
+        heads = i("num_attention_heads")
+        hidden = i("hidden_size")
+        eagle = _get(cfg, "eagle_config", w, "dict", {})
+        ids = _get(eagle, "eagle_aux_hidden_state_layer_ids", f"{w}.eagle_config", "list", None)
+        if ids is not None and not all(_KINDS["int"][0](x) for x in ids):
+            raise ConfigError(f"{w}: eagle_config.eagle_aux_hidden_state_layer_ids must hold integers, got {ids!r}")
+        vocab = i("vocab_size")
+        eps = _get(cfg, "rms_norm_eps", w, "float", 1e-5)
+        if not eps > 0:
+            raise ConfigError(f"{w}: rms_norm_eps must be > 0, got {eps}")
         return DraftConfig(
             hidden_size=hidden,
-            intermediate_size=g("intermediate_size"),
+            intermediate_size=i("intermediate_size"),
             num_attention_heads=heads,
-            num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or hidden // heads,
+            num_key_value_heads=i("num_key_value_heads", heads),
+            head_dim=i("head_dim", hidden // heads if isinstance(hidden, int) and isinstance(heads, int)
+                       and heads > 0 else 0),
             vocab_size=vocab,
-            draft_vocab_size=cfg.get("draft_vocab_size") or vocab,
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
-            rope_theta=float((cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0))),
-            max_position_embeddings=cfg.get("max_position_embeddings", 2048),
-            aux_layer_ids=tuple(int(i) for i in ids) if ids is not None else None,
-            target_hidden_size=cfg.get("target_hidden_size"),
+            draft_vocab_size=i("draft_vocab_size", vocab),
+            rms_norm_eps=eps,
+            rope_theta=theta,
+            max_position_embeddings=i("max_position_embeddings", 2048),
+            aux_layer_ids=tuple(ids) if ids is not None else None,
+            target_hidden_size=i("target_hidden_size", None),
         )
 
     @staticmethod

@@ -120,7 +120,7 @@ def test_configs_are_frozen():
 # ----------------------------------------------------------------------------------------------------------
 BAD_TARGET = [
     # (change to DEEPSEEK_V3, substrings the message must contain)
-    ({"kv_lora_rank": None}, ["kv_lora_rank", "missing"]),
+    ({"kv_lora_rank": None}, ["kv_lora_rank", "is null"]),
     ({"n_routed_experts": "__delete__"}, ["n_routed_experts", "missing"]),
     ({"hidden_size": 0}, ["hidden_size", "0"]),
     ({"num_hidden_layers": -2}, ["num_hidden_layers", "-2"]),
@@ -142,6 +142,27 @@ BAD_TARGET = [
     ({"rope_scaling": {"type": "yarn", "factor": -1.0}}, ["factor", "-1.0"]),
     ({"vocab_size": 1.5}, ["vocab_size", "1.5"]),
     ({"max_position_embeddings": True}, ["max_position_embeddings", "True"]),
+    # Values of the wrong type: each names its field and value (they used to escape as bare ValueError /
+    # TypeError / AttributeError, or coerce: bool("false") is True).
+    ({"rms_norm_eps": "1e-6"}, ["rms_norm_eps", "'1e-6'"]),
+    ({"rms_norm_eps": -1e-6}, ["rms_norm_eps", "-1e-06"]),
+    ({"routed_scaling_factor": "2.5"}, ["routed_scaling_factor", "'2.5'"]),
+    ({"routed_scaling_factor": float("nan")}, ["routed_scaling_factor", "nan"]),
+    ({"routed_scaling_factor": 0}, ["routed_scaling_factor", "0"]),
+    ({"first_k_dense_replace": "1"}, ["first_k_dense_replace", "'1'"]),
+    ({"n_shared_experts": "1"}, ["n_shared_experts", "'1'"]),
+    ({"norm_topk_prob": "false"}, ["norm_topk_prob", "'false'"]),
+    ({"tie_word_embeddings": 0}, ["tie_word_embeddings", "0"]),
+    ({"n_group": 0}, ["n_group", "0"]),
+    ({"topk_group": 0}, ["topk_group", "0"]),
+    ({"eos_token_id": "</s>"}, ["eos_token_id", "'</s>'"]),
+    ({"eos_token_id": [1, "2"]}, ["eos_token_id", "'2'"]),
+    ({"bos_token_id": 0.5}, ["bos_token_id", "0.5"]),
+    ({"rope_scaling": "yarn"}, ["rope_scaling", "'yarn'"]),
+    ({"rope_scaling": {"type": "yarn", "factor": "40"}}, ["rope_scaling", "factor", "'40'"]),
+    ({"rope_theta": "10000", "rope_scaling": None}, ["rope_theta", "'10000'"]),
+    ({"quantization_config": ["fp8"]}, ["quantization_config", "['fp8']"]),
+    ({"architectures": ["LlamaForCausalLMEagle3"]}, ["LlamaForCausalLMEagle3", "speculative_draft_model_path"]),
 ]
 
 
@@ -164,6 +185,9 @@ def test_bad_nested_config_names_text_config():
     del bad["text_config"]["kv_lora_rank"]
     with pytest.raises(ConfigError, match=r"text_config.*kv_lora_rank"):
         ModelConfig.from_hf(bad)
+    bad["text_config"] = None
+    with pytest.raises(ConfigError, match=r"required field 'text_config' is null"):
+        ModelConfig.from_hf(bad)
 
 
 def test_config_files(tmp_path):
@@ -172,6 +196,14 @@ def test_config_files(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not valid JSON"):
         ModelConfig.from_path(str(tmp_path))
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="must hold a JSON object, got list"):
+        ModelConfig.from_path(str(tmp_path))
+    # model_path pointed at a weights file instead of its directory.
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00\xff\xfe{}")
+    with pytest.raises(ConfigError, match=r"model\.safetensors is not a UTF-8 JSON file.*directory"):
+        ModelConfig.from_path(str(weights))
     (tmp_path / "config.json").write_text(json.dumps(DEEPSEEK_V3))
     assert ModelConfig.from_path(str(tmp_path)) == ModelConfig.from_hf(DEEPSEEK_V3)
 
@@ -197,9 +229,30 @@ BAD_DRAFT = [
     ({"num_key_value_heads": 5}, ["num_attention_heads=56", "num_key_value_heads=5"]),
     ({"draft_vocab_size": 200000}, ["draft_vocab_size=200000", "163840"]),
     ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}, ["3 ids", "[1, 2]"]),
-    ({"hidden_size": None}, ["hidden_size", "missing"]),
+    ({"hidden_size": None}, ["hidden_size", "is null"]),
     ({"intermediate_size": 0}, ["intermediate_size", "0"]),
+    # Fields that would change the maths of the one Llama layer we build: refused, not ignored.
+    ({"hidden_act": "gelu"}, ["hidden_act='gelu'", "'silu'"]),
+    ({"attention_bias": True}, ["attention_bias=True"]),
+    ({"mlp_bias": True}, ["mlp_bias=True"]),
+    ({"num_hidden_layers": 2}, ["num_hidden_layers=2"]),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, ["rope_scaling", "'llama3'"]),
+    ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, ["rope_scaling", "'yarn'"]),
+    # Wrong types name the field and value.
+    ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": ["1", "29", "57"]}}, ["layer_ids", "'1'"]),
+    ({"max_position_embeddings": "x"}, ["max_position_embeddings", "'x'"]),
+    ({"rms_norm_eps": "1e-5"}, ["rms_norm_eps", "'1e-5'"]),
+    ({"rope_theta": -1.0}, ["rope_theta", "-1.0"]),
+    ({"target_hidden_size": 0}, ["target_hidden_size", "0"]),
 ]
+
+
+def test_draft_config_accepts_published_fields():
+    """SpecForge's Kimi-K2.5 draft config writes these explicitly (null rope_scaling, silu, no biases)."""
+    published = {**EAGLE3_DRAFT, "rope_scaling": None, "hidden_act": "silu", "attention_bias": False,
+                 "mlp_bias": False, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
+    assert DraftConfig.from_hf(published) == DraftConfig.from_hf(EAGLE3_DRAFT)
+
 
 
 @pytest.mark.parametrize("change,needles", BAD_DRAFT, ids=[str(c)[:40] for c, _ in BAD_DRAFT])
