@@ -159,6 +159,8 @@ class ModelConfig:
     rope: RopeConfig
     tie_word_embeddings: bool = False
     moe_layer_freq: int = 1
+    # DeepSeek-V3's multi-token-prediction layers, stored after the last decoder layer and not run here.
+    num_nextn_predict_layers: int = 0
     bos_token_id: int | None = None
     eos_token_id: tuple[int, ...] = ()
     architecture: str = "DeepseekV3ForCausalLM"
@@ -207,6 +209,8 @@ class ModelConfig:
             raise ConfigError(f"{w}: rms_norm_eps must be > 0, got {self.rms_norm_eps}")
         if not self.routed_scaling_factor > 0:
             raise ConfigError(f"{w}: routed_scaling_factor must be > 0, got {self.routed_scaling_factor}")
+        if self.num_nextn_predict_layers < 0:
+            raise ConfigError(f"{w}: num_nextn_predict_layers must be >= 0, got {self.num_nextn_predict_layers}")
         if self.moe_layer_freq != 1:
             raise ConfigError(f"{w}: moe_layer_freq={self.moe_layer_freq} is not supported (only 1)")
 
@@ -249,6 +253,10 @@ class ModelConfig:
                 cfg["quantization_config"] = outer["quantization_config"]
         w = "config.text_config" if prefix else "config"
         i = lambda k, *d: _get(cfg, k, w, "int", *d)
+        for key, kind, want in (("hidden_act", "str", "silu"), ("attention_bias", "bool", False)):
+            got = _get(cfg, key, w, kind, want)
+            if got != want:
+                raise ConfigError(f"{w}: {key}={got!r} is not supported (DeepSeek-V3 and Kimi use {want!r})")
         eos = cfg.get("eos_token_id", outer.get("eos_token_id"))
         if isinstance(eos, list) and all(_KINDS["int"][0](e) for e in eos):
             eos_t = tuple(eos)
@@ -287,6 +295,7 @@ class ModelConfig:
             rope=RopeConfig.from_hf(cfg, w),
             tie_word_embeddings=_get(cfg, "tie_word_embeddings", w, "bool", False),
             moe_layer_freq=i("moe_layer_freq", 1),
+            num_nextn_predict_layers=i("num_nextn_predict_layers", 0),
             bos_token_id=bos,
             eos_token_id=eos_t,
             architecture=str(archs[0]),

@@ -178,7 +178,7 @@ class Engine:
     def _setup(self, args: EngineArgs) -> None:
         """Resolves everything that does not need weights here (configs, context, tokenizer), then builds the
         backend: the model worker in this process, or tp_size worker processes."""
-        from sglang_eagle3.config import DraftConfig, ModelConfig
+        from sglang_eagle3.config import ModelConfig
         from sglang_eagle3.runtime.worker import resolve_device
 
         device = resolve_device(args.device)
@@ -188,7 +188,12 @@ class Engine:
         _select_backends(args, device)
         cfg = ModelConfig.from_path(args.model_path)
         self.model_config = cfg
-        self.draft_config = DraftConfig.from_path(args.speculative_draft_model_path) if args.speculative else None
+        self.draft_config = None
+        if args.speculative:
+            from sglang_eagle3.models.loader import check_draft
+
+            # The draft against the target from configs and shard headers, before the target's weights load.
+            self.draft_config = check_draft(args.speculative_draft_model_path, cfg).config
         self.aux_layer_ids = ()
         self.context_length = min(args.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
         if self.draft_config is not None:

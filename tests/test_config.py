@@ -163,6 +163,9 @@ BAD_TARGET = [
     ({"rope_theta": "10000", "rope_scaling": None}, ["rope_theta", "'10000'"]),
     ({"quantization_config": ["fp8"]}, ["quantization_config", "['fp8']"]),
     ({"architectures": ["LlamaForCausalLMEagle3"]}, ["LlamaForCausalLMEagle3", "speculative_draft_model_path"]),
+    ({"hidden_act": "gelu"}, ["hidden_act='gelu'", "'silu'"]),
+    ({"attention_bias": True}, ["attention_bias=True"]),
+    ({"num_nextn_predict_layers": -1}, ["num_nextn_predict_layers", "-1"]),
 ]
 
 

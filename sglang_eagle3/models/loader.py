@@ -390,7 +390,11 @@ class _TargetNames:
                 name = "model." + name  # the language_model.layers.* export drops the inner "model."
         m = re.match(r"^model\.layers\.(\d+)\.", name)
         if m and int(m.group(1)) >= self.cfg.num_hidden_layers:
-            return None, "multi-token-prediction layer"
+            # Only the layers the config declares as MTP: any other layer past the last one means config.json
+            # and the tensors disagree on the depth, and loading would silently drop real layers.
+            if int(m.group(1)) < self.cfg.num_hidden_layers + self.cfg.num_nextn_predict_layers:
+                return None, "multi-token-prediction layer"
+            return None, ""
         if name.endswith("rotary_emb.inv_freq"):
             return None, "rotary table (recomputed)"
         return name, ""
@@ -691,6 +695,8 @@ def _validate(index: CheckpointIndex, mp: _Mapping, full: dict[str, torch.Tensor
             w = name[: -len("_scale_inv")]
             if w not in mp.targets or not index.tensors[w].dtype.startswith("F8_"):
                 orphan_scales.append(name)
+            elif d := _dtype_problem(info, t, p.dtype, False):
+                dtype_bad.append(d)  # an integer scale would zero its weight's blocks
             continue
         has_scale = name in scale_of
         d = _dtype_problem(info, t, p.dtype, has_scale)
@@ -702,7 +708,9 @@ def _validate(index: CheckpointIndex, mp: _Mapping, full: dict[str, torch.Tensor
         if has_scale and info.dtype.startswith("F8_"):
             s = index.tensors[scale_of[name]]
             blocks = [math.ceil(x / FP8_BLOCK) for x in info.shape]
-            if len(info.shape) != 2 or list(s.shape) != blocks:
+            if len(info.shape) != 2:
+                shape_bad.append(f"{name}: FP8 block scales need a 2-D weight, got shape {list(info.shape)}")
+            elif list(s.shape) != blocks:
                 shape_bad.append(f"{s.name}: shape {list(s.shape)} but weight {list(info.shape)} in "
                                  f"{FP8_BLOCK}x{FP8_BLOCK} blocks needs {blocks}")
             fp8_scales[name] = scale_of[name]
@@ -918,14 +926,23 @@ def load_target(path: str, *, device="cpu", dtype=torch.bfloat16, report: dict |
     return model
 
 
-def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.bfloat16,
-               report: dict | None = None) -> Eagle3Draft:
-    """Loads an EAGLE-3 draft head for ``target_cfg`` as this process's TP rank.
+@dataclass
+class DraftCheck:
+    """What ``check_draft`` found: the draft's config, its tensors by name, and which optional ones it ships."""
 
-    A draft without ``lm_head.weight`` uses the target's head (its draft vocab must then be the full vocab);
-    a draft without ``d2t`` must have draft_vocab_size == vocab_size; a missing ``t2d`` is rebuilt from d2t.
+    config: DraftConfig
+    index: CheckpointIndex
+    has_head: bool
+    has_d2t: bool
+    has_t2d: bool
+
+
+def check_draft(path: str, target_cfg: ModelConfig) -> DraftCheck:
+    """Everything about an EAGLE-3 draft that config.json and the shard headers can tell, against its target.
+
+    The engine runs this before it loads the target: a draft that cannot fit must not cost a full target load
+    (minutes for Kimi-K2.5) before it says so. Reads no weight.
     """
-    t0 = time.perf_counter()
     dcfg = DraftConfig.from_path(path)
     if dcfg.vocab_size != target_cfg.vocab_size:
         raise ConfigError(f"draft vocab_size={dcfg.vocab_size} differs from the target's {target_cfg.vocab_size}")
@@ -938,7 +955,8 @@ def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.
                           f"{target_cfg.hidden_size} (the draft shares the target's embedding)")
     raw_cfg = load_json(path)
     if raw_cfg.get("quantization_config"):
-        method = raw_cfg["quantization_config"].get("quant_method")
+        q = raw_cfg["quantization_config"]
+        method = q.get("quant_method") if isinstance(q, dict) else q
         raise CheckpointError(f"draft quantization {method!r} is not supported; {_SUPPORTED} (targets only)")
     index = CheckpointIndex.scan(path)
     canon = {n: _draft_name(n)[0] for n in index.tensors}
@@ -950,15 +968,32 @@ def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.
     if not has_d2t and dcfg.draft_vocab_size != dcfg.vocab_size:
         raise CheckpointError(f"draft {path} has draft_vocab_size={dcfg.draft_vocab_size} < vocab_size="
                               f"{dcfg.vocab_size} but no d2t tensor mapping draft ids to target ids")
-    model, skeleton = _build(lambda: Eagle3Draft(dcfg, dtype=dtype, has_lm_head=has_head), device)
+    return DraftCheck(dcfg, index, has_head, has_d2t, has_t2d)
+
+
+def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.bfloat16,
+               report: dict | None = None) -> Eagle3Draft:
+    """Loads an EAGLE-3 draft head for ``target_cfg`` as this process's TP rank.
+
+    A draft without ``lm_head.weight`` uses the target's head (its draft vocab must then be the full vocab);
+    a draft without ``d2t`` must have draft_vocab_size == vocab_size; a missing ``t2d`` is rebuilt from d2t.
+    """
+    t0 = time.perf_counter()
+    chk = check_draft(path, target_cfg)
+    dcfg, index = chk.config, chk.index
+    model, skeleton = _build(lambda: Eagle3Draft(dcfg, dtype=dtype, has_lm_head=chk.has_head), device)
     full = _loadable(skeleton)
     mp = _map_checkpoint(index, _draft_name, Target, full)
-    allow = tuple(n for n, present in (("d2t", has_d2t), ("t2d", has_t2d)) if not present)
+    allow = tuple(n for n, present in (("d2t", chk.has_d2t), ("t2d", chk.has_t2d)) if not present)
     _validate(index, mp, full, lambda p, part: p, allow, "draft")
     del skeleton, full
+    # The vocabulary map is checked before the weights stream in, as every other check (the two tensors are
+    # a few hundred KB).
+    t2d_mask = _check_vocab_map(index, mp, dcfg, path)
 
     info = _stream(_loadable(model), index, mp, {}, "draft")
-    _check_vocab_map(model, path, rebuild_t2d=not has_t2d)
+    if not chk.has_t2d:
+        model.t2d.copy_(t2d_mask)
     info["seconds"] = time.perf_counter() - t0
     _log_skipped(mp, "draft")
     written = list(dcfg.aux_layer_ids) if dcfg.aux_layer_ids is not None else "absent"
@@ -969,28 +1004,39 @@ def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.
         # Not fatal here: the engine applies an explicit speculative_aux_layer_ids override, or raises this.
         aux, wiring = None, f"aux ids as written {written} do not fit this target ({e})"
     _summary("draft", path, info,
-             f"{'own lm_head' if has_head else 'no lm_head: uses the target head'}, draft vocab "
+             f"{'own lm_head' if chk.has_head else 'no lm_head: uses the target head'}, draft vocab "
              f"{dcfg.draft_vocab_size}/{dcfg.vocab_size}; {wiring}")
     if report is not None:
-        report.update(info, has_lm_head=has_head, aux_layer_ids=aux, skipped=len(mp.skipped))
+        report.update(info, has_lm_head=chk.has_head, aux_layer_ids=aux, skipped=len(mp.skipped))
     return model
 
 
 @torch.no_grad()
-def _check_vocab_map(model: Eagle3Draft, path: str, rebuild_t2d: bool) -> None:
-    """d2t must map into the target vocab; t2d (unused at run time, but shipped) must agree with it."""
-    cfg = model.config
-    target_ids = torch.arange(cfg.draft_vocab_size, device=model.d2t.device) + model.d2t
+def _check_vocab_map(index: CheckpointIndex, mp: _Mapping, cfg: DraftConfig, path: str) -> torch.Tensor:
+    """d2t must map the draft vocab one to one into the target vocab; t2d (unused at run time, but shipped)
+    must mark exactly those target ids. Returns that mask (the t2d to use when the checkpoint has none)."""
+    stored = {t.param: n for n, t in mp.targets.items() if t.param in ("d2t", "t2d")}
+    read: dict[str, torch.Tensor] = {}
+    for param, name in stored.items():
+        with _open_shard(index.tensors[name].file) as h:
+            read[param] = h.get_tensor(name)
+    d2t = read.get("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.int64)).long()
+    target_ids = torch.arange(cfg.draft_vocab_size) + d2t
     if int(target_ids.min()) < 0 or int(target_ids.max()) >= cfg.vocab_size:
         raise CheckpointError(f"draft {path}: d2t maps draft ids to target ids {int(target_ids.min())}.."
                               f"{int(target_ids.max())}, outside the target vocab [0, {cfg.vocab_size})")
-    mask = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=model.t2d.device)
+    mask = torch.zeros(cfg.vocab_size, dtype=torch.bool)
     mask[target_ids] = True
-    if rebuild_t2d:
-        model.t2d.copy_(mask)
-    elif not torch.equal(mask, model.t2d.bool()):
-        raise CheckpointError(f"draft {path}: t2d marks {int(model.t2d.sum())} target ids but d2t maps to "
+    if int(mask.sum()) != cfg.draft_vocab_size:
+        ids, counts = torch.unique(target_ids, return_counts=True)
+        dup = int(ids[counts > 1][0])
+        raise CheckpointError(f"draft {path}: d2t maps the {cfg.draft_vocab_size} draft ids onto only "
+                              f"{int(mask.sum())} distinct target ids (e.g. target id {dup} "
+                              f"{int(counts[counts > 1][0])} times); a draft id's token would be ambiguous")
+    if "t2d" in read and not torch.equal(mask, read["t2d"].bool()):
+        raise CheckpointError(f"draft {path}: t2d marks {int(read['t2d'].bool().sum())} target ids but d2t maps to "
                               f"{int(mask.sum())} others; the two tensors come from different vocabularies")
+    return mask
 
 
 # ------------------------------------------------------------------------------------------------------

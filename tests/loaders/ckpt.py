@@ -178,6 +178,8 @@ def write_deepseek_fp8(root: str, cfg: ModelConfig, *, seed: int = 0, scales_in_
                    f"model.layers.{L}.eh_proj.weight": torch.zeros(H, 2 * H).bfloat16()})
     config = cfg.to_hf()
     config["quantization_config"] = dict(FP8_QUANT_CONFIG)
+    if mtp_layer:
+        config["num_nextn_predict_layers"] = 1  # as DeepSeek-V3's config.json declares its MTP layer
     path = os.path.join(root, "dsv3fp8")
     if scales_in_last_shard:
         weights = [k for k in sd if not k.endswith("_scale_inv")]

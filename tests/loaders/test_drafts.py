@@ -157,3 +157,28 @@ def test_engine_aux_layer_override(make_pair):
     eng = Engine(**common, speculative_aux_layer_ids=[1, 2, 3])
     assert eng.aux_layer_ids == (1, 2, 3)
     assert eng.runner.aux_layer_ids == (1, 2, 3)
+
+
+@pytest.mark.parametrize("breakage,fragment", [
+    ("vocab", "draft vocab_size=128 differs from the target's 96"),
+    ("d2t", "no d2t tensor"),
+])
+def test_engine_checks_the_draft_before_loading_the_target(make_pair, tmp_path, monkeypatch, breakage, fragment):
+    """A draft that cannot fit its target fails from its config and headers, before the target's weights load
+    (for Kimi-K2.5 a load of minutes)."""
+    from sglang_eagle3.config import ConfigError
+    from sglang_eagle3.engine import Engine
+    from sglang_eagle3.models import loader
+    from tests.conftest import small_config, small_draft_config
+
+    cfg = small_config()
+    pair = make_pair(cfg, small_draft_config(cfg, draft_vocab=48), seed=11)
+    draft = str(tmp_path / "draft")
+    if breakage == "vocab":
+        write_draft(draft, tiny_draft_config(int4_config(vocab=128), heads=4, kv_heads=2, inter=96), seed=1)
+    else:
+        write_draft(draft, small_draft_config(cfg, draft_vocab=48), seed=1, d2t=False)
+    monkeypatch.setattr(loader, "load_target", lambda *a, **k: pytest.fail("the target loaded first"))
+    with pytest.raises((ConfigError, loader.CheckpointError), match=fragment):
+        Engine(model_path=pair.target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
+               device="cpu", skip_tokenizer_init=True, max_running_requests=1, context_length=32)

@@ -387,6 +387,32 @@ def test_fp8_scale_wrong_shape(ckpt):
     expect(CheckpointError, path, f"{name}: shape [2, 2] but weight [272, 144] in 128x128 blocks needs [3, 2]")
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool])
+def test_fp8_scale_dtype(ckpt, dtype):
+    """An integer scale would zero the weight's blocks: its dtype is checked like every other tensor's."""
+    path = ckpt("fp8")
+    name = "model.layers.1.self_attn.q_a_proj.weight_scale_inv"
+    edit_checkpoint(path, lambda sd, f: {k: (v.to(dtype) if k == name else v) for k, v in sd.items()})
+    expect(CheckpointError, path, f"{name}: dtype", "a floating-point scale")
+
+
+def test_layer_past_the_config_is_not_dropped(ckpt):
+    """Layers past num_hidden_layers are skipped only as the MTP layers the config declares."""
+    path = ckpt("fp8")  # declares num_nextn_predict_layers 1 and stores layer L's MTP tensors
+    layers = json.load(open(os.path.join(path, "config.json")))["num_hidden_layers"]
+
+    def stray(sd, f):
+        if "model.norm.weight" in sd:
+            sd[f"model.layers.{layers + 1}.input_layernorm.weight"] = torch.ones(4)
+        return sd
+
+    edit_checkpoint(path, stray)
+    expect(CheckpointError, path, "1 unexpected:", f"model.layers.{layers + 1}.input_layernorm.weight")
+    # The config one layer short of its tensors (a checkpoint with its depth edited): the last layer is unexpected.
+    edit_config(path, lambda c: c.update(num_hidden_layers=layers - 1, num_nextn_predict_layers=0))
+    expect(CheckpointError, path, "unexpected:", f"model.layers.{layers - 1}.")
+
+
 def test_fp8_scale_without_fp8_weight(ckpt):
     path = ckpt("plain")
 
@@ -460,17 +486,32 @@ def test_draft_quantized_unsupported(draft_dir):
     expect(CheckpointError, path, "draft quantization 'fp8' is not supported", draft_cfg=cfg)
 
 
-def test_draft_inconsistent_t2d(tmp_path):
-    cfg = int4_config()
-    path = str(tmp_path)
+def test_draft_inconsistent_t2d(draft_dir):
+    cfg, path = draft_dir
     write_draft(path, tiny_draft_config(cfg, draft_vocab=48, heads=4, kv_heads=2, inter=96), seed=1)
     edit_checkpoint(path, lambda sd, _: {**sd, "t2d": torch.ones(96, dtype=torch.bool)})
     expect(CheckpointError, path, "t2d marks 96 target ids but d2t maps to 48", draft_cfg=cfg)
 
 
-def test_draft_d2t_out_of_range(tmp_path):
-    cfg = int4_config()
-    path = str(tmp_path)
+def test_draft_d2t_out_of_range(draft_dir):
+    cfg, path = draft_dir
     write_draft(path, tiny_draft_config(cfg, draft_vocab=48, heads=4, kv_heads=2, inter=96), seed=1)
     edit_checkpoint(path, lambda sd, _: {**sd, "d2t": torch.full((48,), 90, dtype=torch.int64)})
     expect(CheckpointError, path, "outside the target vocab [0, 96)", draft_cfg=cfg)
+
+
+@pytest.mark.parametrize("with_t2d", [True, False])
+def test_draft_d2t_not_one_to_one(draft_dir, with_t2d):
+    """Two draft ids mapped to one target token: refused (with or without a t2d to rebuild), before reading."""
+    cfg, path = draft_dir
+    write_draft(path, tiny_draft_config(cfg, draft_vocab=48, heads=4, kv_heads=2, inter=96), seed=1,
+                t2d=with_t2d)
+    collide = torch.randint(1, 48, ()).item()  # a fresh draft id lands on draft id 0's target token
+
+    def bad(sd, _):
+        d2t = sd["d2t"].clone()
+        d2t[collide] = int(d2t[0]) - collide
+        return {**sd, "d2t": d2t}
+
+    edit_checkpoint(path, bad)
+    expect(CheckpointError, path, "onto only 47 distinct target ids", "2 times", draft_cfg=cfg)
