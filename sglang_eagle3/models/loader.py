@@ -156,7 +156,10 @@ def checkpoint_files(path: str) -> list[str]:
         return [os.path.join(path, f) for f in files]
     files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
     if not files:
-        raise CheckpointError(f"no .safetensors files in {path}")
+        other = sorted(f for f in os.listdir(path) if f.endswith((".bin", ".pt", ".pth", ".gguf")))
+        hint = (f" (found {_format_names(other, 3)}: only safetensors checkpoints are read; convert them with "
+                "safetensors' save_file)") if other else ""
+        raise CheckpointError(f"no .safetensors files in {path}{hint}")
     return [os.path.join(path, f) for f in files]
 
 
@@ -166,6 +169,9 @@ def _read_index(index: str) -> dict[str, str]:
             weight_map = json.load(f)["weight_map"]
         if not isinstance(weight_map, dict):
             raise ValueError("weight_map is not an object")
+        bad = next(((n, f) for n, f in weight_map.items() if not isinstance(f, str)), None)
+        if bad:
+            raise ValueError(f"weight_map[{bad[0]!r}] is {bad[1]!r}, not a shard file name")
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{index} is not a valid safetensors index: {e!r}") from e
     return weight_map
@@ -190,7 +196,12 @@ class CheckpointIndex:
                 tensors[name] = info
         index = os.path.join(path, "model.safetensors.index.json")
         if os.path.exists(index):
-            wrong = [(n, f) for n, f in _read_index(index).items()
+            weight_map = _read_index(index)
+            unlisted = [n for n in tensors if n not in weight_map]
+            if unlisted:
+                raise CheckpointError(f"{index} does not match the shards: {len(unlisted)} tensor(s) stored but not "
+                                      f"listed, e.g. {unlisted[0]!r} in {os.path.basename(tensors[unlisted[0]].file)}")
+            wrong = [(n, f) for n, f in weight_map.items()
                      if n not in tensors or os.path.basename(tensors[n].file) != f]
             if wrong:
                 n, f = wrong[0]
@@ -495,6 +506,15 @@ def _check_compressed_tensors(q: dict) -> list[dict]:
     groups = q.get("config_groups") or {}
     if not groups:
         raise CheckpointError("compressed-tensors quantization_config has no config_groups; " + _SUPPORTED)
+    # Published checkpoints write both as {} (or a "dense" sparsity format): only a real one changes the weights.
+    sparsity, transform = q.get("sparsity_config") or {}, q.get("transform_config") or {}
+    for key, active in (("sparsity_config", sparsity and (not isinstance(sparsity, dict)
+                                                          or sparsity.get("format", "dense") != "dense")),
+                        ("transform_config", transform and (not isinstance(transform, dict)
+                                                            or transform.get("config_groups")))):
+        if active:
+            raise CheckpointError(f"compressed-tensors {key}={q[key]!r} is not supported (the weights would need it "
+                                  f"applied); " + _SUPPORTED)
     if q.get("kv_cache_scheme"):
         raise CheckpointError(f"compressed-tensors kv_cache_scheme={q['kv_cache_scheme']!r} is not supported; "
                               + _SUPPORTED)

@@ -27,6 +27,8 @@ from tests.loaders.ckpt import (
 )
 from tests.loaders.test_drafts import write_draft
 
+_REAL_STREAM = loader._stream
+
 
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory):
@@ -97,6 +99,8 @@ def test_no_safetensors(ckpt):
         if f != "config.json":
             os.remove(os.path.join(path, f))
     expect(CheckpointError, path, "no .safetensors files")
+    open(os.path.join(path, "pytorch_model.bin"), "wb").write(b"\0")
+    expect(CheckpointError, path, "no .safetensors files", "found pytorch_model.bin", "only safetensors")
 
 
 def test_truncated_shard_is_named(ckpt):
@@ -153,6 +157,19 @@ def test_index_disagrees_with_shards(ckpt):
     data["weight_map"]["model.ghost.weight"] = "model-00001-of-00003.safetensors"
     json.dump(data, open(index, "w"))
     expect(CheckpointError, path, "2 tensor(s) misplaced")
+
+
+def test_index_misses_a_stored_tensor(ckpt):
+    path = ckpt("plain")
+    index = os.path.join(path, "model.safetensors.index.json")
+    data = json.load(open(index))
+    name = sorted(data["weight_map"])[torch.randint(len(data["weight_map"]), ()).item()]
+    shard = data["weight_map"].pop(name)
+    json.dump(data, open(index, "w"))
+    expect(CheckpointError, path, "1 tensor(s) stored but not listed", repr(name), shard)
+    data["weight_map"][name] = 3
+    json.dump(data, open(index, "w"))
+    expect(CheckpointError, path, "not a valid safetensors index", f"weight_map[{name!r}] is 3")
 
 
 def test_duplicate_tensor_across_shards(ckpt):
@@ -285,6 +302,16 @@ def test_weight_shape_mismatch(ckpt):
 
 
 # --- quantization ------------------------------------------------------------------------------------------
+def test_empty_sparsity_and_transform_configs_load(ckpt, monkeypatch):
+    """As published compressed-tensors checkpoints write them: {} (and a "dense" sparsity format)."""
+    path = ckpt("kimi")
+    for extra in ({"sparsity_config": {}, "transform_config": {}},
+                  {"sparsity_config": {"format": "dense"}, "transform_config": {"config_groups": {}}}):
+        edit_config(path, lambda c, extra=extra: c["quantization_config"].update(extra))
+        monkeypatch.setattr(loader, "_stream", _REAL_STREAM)  # the fixture forbids reading weights
+        load_target(path, dtype=torch.float32)
+
+
 @pytest.mark.parametrize("quant,fragment", [
     ({"quant_method": "awq", "bits": 4}, "quantization method 'awq' is not supported"),
     ({"quant_method": "gptq", "bits": 4}, "quantization method 'gptq' is not supported"),
@@ -296,6 +323,9 @@ def test_weight_shape_mismatch(ckpt):
                                                            "input_activations": {"num_bits": 8}}}},
      "input_activations={'num_bits': 8}"),
     ({**kimi_quant_config(), "kv_cache_scheme": {"num_bits": 8}}, "kv_cache_scheme"),
+    ({**kimi_quant_config(), "sparsity_config": {"format": "sparse-24-bitmask"}}, "sparsity_config"),
+    ({**kimi_quant_config(), "transform_config": {"config_groups": {"u": {"type": "hadamard"}}}},
+     "transform_config"),
 ])
 def test_unsupported_scheme_is_named(ckpt, quant, fragment):
     path = ckpt("kimi")
