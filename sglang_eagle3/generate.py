@@ -1,11 +1,14 @@
 """``python -m sglang_eagle3.generate``: one-shot generation from the command line.
 
     python -m sglang_eagle3.generate --prompt "In the beginning" --max-new-tokens 48
-    python -m sglang_eagle3.generate --model-path /models/Kimi-K2.5 --speculative-algorithm EAGLE3 \\
+    python -m sglang_eagle3.generate --model-path /models/Kimi-K2.5 \\
         --speculative-draft-model-path /models/kimi-eagle3 --device cuda --prompt "Hello"
 
-With no --model-path it runs the embedded default pair (EAGLE-3 on). Prints the text, then one line of
-statistics (tokens, seconds, tokens/s, accept length) on stderr.
+With no --model-path it runs the embedded default pair (EAGLE-3 on). A --speculative-draft-model-path (or
+--speculative-num-steps) turns EAGLE-3 on without --speculative-algorithm, as the engine does for the embedded
+pair; --no-speculation runs the target alone. For each prompt it prints the prompt followed by its continuation
+(with --json, the SGLang-shaped result instead), then one line of statistics (tokens, seconds, tokens/s, accept
+length) on stderr. Invalid flags are refused before the model loads; errors are one line, with exit code 2.
 """
 
 from __future__ import annotations
@@ -15,46 +18,102 @@ import json
 import sys
 import time
 
+# SamplingParams field -> flag, to name the flag in a SamplingParamsError ("temperature=nan must ...").
+_SAMPLING_FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_p": "--top-p",
+                   "top_k": "--top-k", "min_p": "--min-p", "stop": "--stop", "seed": "--seed"}
 
-def main(argv: list[str] | None = None) -> int:
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m sglang_eagle3.generate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompt", action="append", help="prompt text (repeat for a batch)")
-    ap.add_argument("--model-path")
-    ap.add_argument("--speculative-algorithm", default=None)
-    ap.add_argument("--speculative-draft-model-path")
-    ap.add_argument("--speculative-num-steps", type=int)
+    ap.add_argument("--prompt", action="append", help="prompt text (repeat for a batch; default 'And God said,')")
+    ap.add_argument("--model-path", help="target checkpoint directory (default: the embedded model pair)")
+    ap.add_argument("--speculative-algorithm", default=None,
+                    help="EAGLE3 (or EAGLE); implied by --speculative-draft-model-path")
+    ap.add_argument("--speculative-draft-model-path", help="EAGLE-3 draft checkpoint directory (turns EAGLE-3 on)")
+    ap.add_argument("--speculative-num-steps", type=int, help="draft steps per round (default 3)")
     ap.add_argument("--no-speculation", action="store_true", help="target only (also for the embedded pair)")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    ap.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     ap.add_argument("--tp-size", type=int, default=1)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--seed", type=int)
+    g = ap.add_argument_group("sampling (SGLang's sampling_params)")
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=-1, help="-1: off")
+    g.add_argument("--min-p", type=float, default=0.0)
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--seed", type=int, help="sampling seed")
     ap.add_argument("--json", action="store_true", help="print the full SGLang-shaped result as JSON")
-    a = ap.parse_args(argv)
+    return ap
 
-    from sglang_eagle3 import Engine
 
+def engine_kwargs(ap: argparse.ArgumentParser, a: argparse.Namespace) -> dict:
+    """Engine keyword arguments from the flags; contradictory speculation flags are a parser error."""
     kwargs = dict(model_path=a.model_path, device=a.device, dtype=a.dtype, tp_size=a.tp_size)
-    if a.speculative_algorithm:
-        kwargs.update(speculative_algorithm=a.speculative_algorithm,
-                      speculative_draft_model_path=a.speculative_draft_model_path,
-                      speculative_num_steps=a.speculative_num_steps)
+    spec_flags = [flag for flag, value in (("--speculative-algorithm", a.speculative_algorithm),
+                                           ("--speculative-draft-model-path", a.speculative_draft_model_path),
+                                           ("--speculative-num-steps", a.speculative_num_steps))
+                  if value is not None]
     if a.no_speculation:
+        if spec_flags:
+            ap.error(f"--no-speculation contradicts {', '.join(spec_flags)}")
         if a.model_path is None:
             from sglang_eagle3.engine import EMBEDDED_DIR
 
             kwargs["model_path"] = f"{EMBEDDED_DIR}/target"
-        kwargs.pop("speculative_algorithm", None)
-    prompts = a.prompt or ["And God said,"]
-    params = {"max_new_tokens": a.max_new_tokens, "temperature": a.temperature, "top_p": a.top_p}
+        return kwargs
+    if not spec_flags:
+        return kwargs  # the embedded pair speculates by default; a --model-path target runs alone
+    if a.model_path is not None and a.speculative_draft_model_path is None:
+        ap.error(f"{spec_flags[0]} with --model-path needs --speculative-draft-model-path")
+    # A draft path (or a step count) means EAGLE-3, as the engine reads a draft path given with no model_path.
+    kwargs.update(speculative_algorithm=a.speculative_algorithm or "EAGLE3",
+                  speculative_draft_model_path=a.speculative_draft_model_path,
+                  speculative_num_steps=a.speculative_num_steps)
+    return kwargs
+
+
+def sampling_params(ap: argparse.ArgumentParser, a: argparse.Namespace) -> dict:
+    """SGLang sampling_params from the flags, checked as the engine checks each request."""
+    from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError
+
+    params = {"max_new_tokens": a.max_new_tokens, "temperature": a.temperature, "top_p": a.top_p,
+              "top_k": a.top_k, "min_p": a.min_p, "stop": a.stop}
     if a.seed is not None:
         params["seed"] = a.seed
-    with Engine(**kwargs) as engine:
+    try:
+        SamplingParams.from_dict(params)
+    except SamplingParamsError as e:
+        msg = str(e)
+        field = msg.partition("=")[0]
+        ap.error(_SAMPLING_FLAGS[field] + msg[len(field):] if field in _SAMPLING_FLAGS else msg)
+    return params
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    prompts = a.prompt or ["And God said,"]
+    if "" in prompts:
+        ap.error("--prompt '' is empty")
+    params = sampling_params(ap, a)
+    kwargs = engine_kwargs(ap, a)
+
+    from sglang_eagle3.engine import Engine, RequestError
+
+    try:
+        engine = Engine(**kwargs)
+    except (OSError, ValueError, RuntimeError) as e:  # ConfigError is a ValueError; RuntimeError: WorkerError, OOM
+        print(f"{ap.prog}: error: cannot start the engine: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    with engine:
         t0 = time.perf_counter()
-        outs = engine.generate(prompts, params)
+        try:
+            outs = engine.generate(prompts, params)
+        except RequestError as e:  # e.g. a prompt longer than the context
+            print(f"{ap.prog}: error: {e}", file=sys.stderr)
+            return 2
         dt = time.perf_counter() - t0
         for p, o in zip(prompts, outs, strict=True):
             print(json.dumps(o) if a.json else p + o.get("text", str(o["output_ids"])))
