@@ -2,10 +2,20 @@
 
 Why it exists: a remembered "89 tok/s" baseline from another session and environment cost hours of chasing a
 regression that never was, and a decode-only internal metric was compared with an end-to-end one. So every
-result here carries where it came from (server args, model, GPU, worker environment, git commit, command,
-time), names what it measures (end-to-end output tokens/s over wall time; time to first token; inter-token
-latency; server-side accept length and verify graph/eager counts as deltas over the run), and `compare` puts
-runs side by side only after printing every provenance field in which they differ.
+result here carries where it came from (server args, model, GPU, worker environment, the client's git commit,
+command, time), names what it measures (end-to-end output tokens/s over wall time; time to first token;
+inter-token latency; accept length and verify graph/eager counts), counts failed requests apart, and `compare`
+puts runs side by side only after printing every provenance field in which they differ.
+
+Two servers' /get_server_info are read (``server_kind`` tells them apart):
+- ours (``sglang_eagle3``): ``args``, ``model``, ``draft``, ``device``, ``tp_size``, ``worker_env`` (one report
+  per TP worker process; [] when the model runs in the server process), ``kernels``, and the counters
+  ``verify_forwards`` / ``accepted_tokens`` / ``forward_counts``, read as deltas over the run.
+- SGLang 0.5.23 (``sglang``): the resolved server args flat at the top level (``ServerArgs.resolved_dict()``),
+  worker 0's scheduler handshake merged in, ``launch_command``, ``internal_states`` (one dict per DP rank) and
+  ``version``. With our overlay, worker 0's handshake carries ``sglang_eagle3`` = {"worker_env", "overlay"}
+  and each internal state ``sglang_eagle3`` = the overlay's live status (its ``verify`` counters). The accept
+  length is SGLang's own per-request one: completion tokens over ``meta_info["spec_verify_ct"]``.
 """
 
 from __future__ import annotations
@@ -20,10 +30,12 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
 from sglang_eagle3 import env
+from sglang_eagle3.env_report import PER_RANK_KEYS
 
 DEFAULT_PROMPTS = [
     "And God said, Let there be light:",
@@ -36,14 +48,85 @@ DEFAULT_PROMPTS = [
     "A soft answer turneth away wrath:",
 ]
 
+OURS, SGLANG = "sglang_eagle3", "sglang"
+# The keys by which each server's /get_server_info is recognised.
+_OUR_KEYS = ("args", "model", "device", "tp_size", "worker_env")
+_SGLANG_KEYS = ("model_path", "tp_size", "internal_states", "version")
+# SGLang 0.5.23's top-level /get_server_info keys that are not server arguments: build_server_info adds
+# launch_command, kv_events and worker 0's scheduler handshake (Scheduler.get_init_info); server_info() adds
+# startup_time, internal_states, version, frontend. Keys starting with "sglang_eagle3" are our overlay's.
+_SGLANG_NOT_ARGS = frozenset({
+    "launch_command", "kv_events", "status", "max_total_num_tokens", "max_req_input_len", "startup_time",
+    "hicache_object_layout", "kv_event_sources", "internal_states", "version", "frontend",
+})
+# The overlay status fields fixed at start (the rest are live counters and the pid).
+_OVERLAY_FIXED = ("applied", "sglang_version", "config", "patched", "skipped", "draft_wiring",
+                  "env_overridden_by_sglang")
+
+
+class BenchError(RuntimeError):
+    """A server, input or result file the harness cannot use; the message is one line naming it."""
+
+
+def check_name(name: str) -> str:
+    """A run's name becomes its file name in the output folder: no path separators, no '..', not empty."""
+    if not name or "/" in name or "\\" in name or ".." in name or (os.altsep and os.altsep in name):
+        raise ValueError(f"run name {name!r} must be a plain file name (no '/', '\\' or '..')")
+    return name
+
+
+def _check_url(base: str) -> str:
+    parts = urllib.parse.urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise BenchError(f"server URL {base!r} must look like http://HOST:PORT")
+    return base.rstrip("/")
+
 
 def _get(url: str, timeout: float = 30.0) -> dict:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            body = r.read()
+    except urllib.error.HTTPError as e:
+        raise BenchError(f"GET {url} answered HTTP {e.code}: {_http_error_message(e)}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise BenchError(f"cannot reach {url}: {getattr(e, 'reason', e)}") from None
+    try:
+        info = json.loads(body)
+    except ValueError:
+        raise BenchError(f"GET {url} did not answer JSON: {body[:80]!r}") from None
+    if not isinstance(info, dict):
+        raise BenchError(f"GET {url} answered a JSON {type(info).__name__}, not an object")
+    return info
+
+
+def server_info(base: str, timeout: float = 30.0) -> dict:
+    """The server's /get_server_info; raises BenchError naming the URL when it cannot be had."""
+    return _get(base + "/get_server_info", timeout)
+
+
+def _error_message(err) -> str:
+    """The message of an `{"error": ...}` payload: OpenAI-style {"message": ...}, or a plain value."""
+    if isinstance(err, dict) and "message" in err:
+        return str(err["message"])
+    return err if isinstance(err, str) else json.dumps(err, default=str)
+
+
+def _http_error_message(e: urllib.error.HTTPError) -> str:
+    try:
+        body = e.read().decode(errors="replace")
+    except OSError:
+        return str(e.reason)
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return body.strip()[:200] or str(e.reason)
+    if isinstance(payload, dict) and "error" in payload:
+        return _error_message(payload["error"])
+    return body.strip()[:200]
 
 
 def _post_stream(url: str, body: dict, timeout: float):
-    """Yields parsed SSE `data:` payloads (dicts) of a streaming /generate call."""
+    """Yields parsed SSE `data:` payloads of a streaming /generate call (raises HTTPError for non-2xx)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         for raw in r:
@@ -63,17 +146,23 @@ class RequestResult:
     latency_s: float
     ttft_s: float
     itl_s: list[float] = field(default_factory=list)
-    verify_ct: int = 0
-    error: str | None = None
+    verify_ct: int = 0  # meta_info["spec_verify_ct"]: verify rounds of this request (0 without speculation)
+    error: str | None = None  # set when the request failed: an error event, a non-2xx answer, no token at all
 
 
 def run_one(base: str, prompt: str, max_tokens: int, temperature: float, timeout: float) -> RequestResult:
     body = {"text": prompt, "stream": True,
             "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature, "ignore_eos": True}}
     t0 = time.perf_counter()
-    last, ttft, itl, meta, n_prev = t0, None, [], {}, 0
+    last, ttft, itl, meta, n_prev, error = t0, None, [], {}, 0, None
     try:
         for chunk in _post_stream(base + "/generate", body, timeout):
+            if not isinstance(chunk, dict):
+                error = f"unexpected stream event: {json.dumps(chunk)[:120]}"
+                break
+            if "error" in chunk:  # both servers end a failed stream with data: {"error": {...}} then [DONE]
+                error = f"error event: {_error_message(chunk['error'])}"
+                break
             now = time.perf_counter()
             meta = chunk.get("meta_info", meta)
             n = meta.get("completion_tokens", n_prev)
@@ -84,15 +173,62 @@ def run_one(base: str, prompt: str, max_tokens: int, temperature: float, timeout
                     # several tokens may arrive in one chunk (a verify round): spread the gap over them
                     itl += [(now - last) / (n - n_prev)] * (n - n_prev)
                 last, n_prev = now, n
+    except urllib.error.HTTPError as e:
+        error = f"HTTP {e.code}: {_http_error_message(e)}"
     except (urllib.error.URLError, OSError, json.JSONDecodeError) as e:
-        return RequestResult(0, 0, time.perf_counter() - t0, 0.0, error=f"{type(e).__name__}: {e}")
-    return RequestResult(meta.get("prompt_tokens", 0), meta.get("completion_tokens", 0), time.perf_counter() - t0,
-                         ttft or 0.0, itl, meta.get("spec_verify_ct", 0))
+        error = f"{type(e).__name__}: {e}"
+    latency = time.perf_counter() - t0
+    if error is None and not meta.get("completion_tokens"):
+        error = "the stream ended without an output token"
+    if error is not None:
+        return RequestResult(meta.get("prompt_tokens", 0), n_prev, latency, ttft or 0.0, itl, error=error)
+    return RequestResult(meta.get("prompt_tokens", 0), meta["completion_tokens"], latency, ttft, itl,
+                         meta.get("spec_verify_ct", 0))
 
 
-def _verify_counts(info: dict) -> dict:
-    fc = info.get("forward_counts", {}).get("target_verify", {})
-    return {"graph": fc.get("graph", 0), "eager": fc.get("eager", 0)}
+def server_kind(info: dict, url: str = "the server") -> str:
+    """OURS or SGLANG by the keys of the /get_server_info answer; BenchError naming the missing keys else."""
+    missing_ours = [k for k in _OUR_KEYS if k not in info]
+    if not missing_ours and isinstance(info["args"], dict):
+        return OURS
+    missing_sglang = [k for k in _SGLANG_KEYS if k not in info]
+    if not missing_sglang and isinstance(info["internal_states"], list):
+        return SGLANG
+    missing_ours = missing_ours or ["args (an object)"]
+    missing_sglang = missing_sglang or ["internal_states (a list)"]
+    raise BenchError(f"/get_server_info of {url} is neither sglang_eagle3's (missing {', '.join(missing_ours)}) "
+                     f"nor SGLang's (missing {', '.join(missing_sglang)}); its keys: {', '.join(sorted(info)[:12])}")
+
+
+def _sglang_args(info: dict) -> dict:
+    return {k: info[k] for k in sorted(info) if k not in _SGLANG_NOT_ARGS and not k.startswith("sglang_eagle3")}
+
+
+def _sglang_worker_env(info: dict) -> list[dict] | None:
+    # Engine.get_server_info (Python API, overlay on) lists every worker; over HTTP only worker 0's handshake.
+    workers = info.get("sglang_eagle3_workers") or [info.get("sglang_eagle3") or {}]
+    envs = [w["worker_env"] for w in workers if isinstance(w, dict) and w.get("worker_env")]
+    return envs or None
+
+
+def _counters(kind: str, info: dict) -> dict:
+    """Server-side counters read as deltas over the run; None where this server does not report one."""
+    if kind == OURS:
+        fc = info.get("forward_counts", {}).get("target_verify", {})
+        return {"verify_forwards": info.get("verify_forwards"), "accepted_tokens": info.get("accepted_tokens"),
+                "verify_graph": fc.get("graph", 0), "verify_eager": fc.get("eager", 0)}
+    # The overlay's verify counters, one set per DP rank (each rank's scheduler process counts its own).
+    verify = [s["sglang_eagle3"]["verify"] for s in info["internal_states"]
+              if isinstance(s, dict) and isinstance(s.get("sglang_eagle3"), dict) and "verify" in s["sglang_eagle3"]]
+    return {"verify_forwards": None, "accepted_tokens": None,
+            "verify_graph": sum(v.get("graph", 0) + v.get("prefill_graph", 0) for v in verify) if verify else None,
+            "verify_eager": sum(v.get("eager", 0) for v in verify) if verify else None}
+
+
+def _delta(before: dict, after: dict | None, key: str) -> int | None:
+    if after is None or before.get(key) is None or after.get(key) is None:
+        return None
+    return after[key] - before[key]
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -117,31 +253,66 @@ def git_commit(repo: str = REPO) -> str:
 
 
 def provenance(base: str, info: dict) -> dict:
-    """Everything a reader needs to know whether two numbers are comparable."""
-    args = info.get("args", {})
-    return {
+    """Everything a reader needs to know whether two numbers are comparable. ``worker_env`` is a list of
+    env_report.collect_env_report() dicts (one per worker process), or None where the server reports none.
+    ``client_git_commit`` is this harness's checkout: neither server reports the commit it runs."""
+    kind = server_kind(info, base)
+    if kind == OURS:
+        args = info["args"]
+        prov = {
+            "server_kind": OURS,
+            "server_args": {k: args.get(k) for k in sorted(args)},
+            "model": info.get("model"),
+            "draft": info.get("draft"),
+            "device": info.get("device"),
+            "tp_size": info.get("tp_size"),
+            "max_total_num_tokens": info.get("max_total_num_tokens"),
+            "worker_env": info.get("worker_env") or None,
+            "kernels": info.get("kernels"),
+        }
+    else:
+        args = _sglang_args(info)
+        overlay = (info.get("sglang_eagle3") or {}).get("overlay")
+        states = [s for s in info["internal_states"] if isinstance(s, dict)]
+        prov = {
+            "server_kind": SGLANG,
+            "server_version": info["version"],
+            "server_args": args,
+            "device": args.get("device"),
+            "tp_size": args.get("tp_size"),
+            "max_total_num_tokens": info.get("max_total_num_tokens"),
+            "worker_env": _sglang_worker_env(info),
+            # SGLang's own variables, when it runs with SGLANG_EXPOSE_OWN_ENV_VARS=1
+            "sglang_env_vars": states[0].get("env_vars") if states else None,
+            "overlay": {k: overlay.get(k) for k in _OVERLAY_FIXED} if isinstance(overlay, dict) else None,
+            "server_launch_command": info.get("launch_command"),
+        }
+    prov.update({
         "server_url": base,
-        "server_args": {k: args.get(k) for k in sorted(args)},
-        "model": info.get("model"),
-        "draft": info.get("draft"),
-        "device": info.get("device"),
-        "tp_size": info.get("tp_size"),
-        "worker_env": info.get("worker_env"),
-        "kernels": info.get("kernels"),
         "client_host": platform.node(),
         "client_python": platform.python_version(),
-        "git_commit": git_commit(),
+        "client_git_commit": git_commit(),
         "command": " ".join(shlex.quote(a) for a in sys.argv),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    })
+    return prov
 
 
 def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int, concurrency: int,
                  max_tokens: int, temperature: float = 0.0, warmup: int = 2, timeout: float = 600.0) -> dict:
-    base = base.rstrip("/")
+    """Runs the workload and returns the result dict (see save). Raises BenchError before any request when
+    the server cannot be reached or its /get_server_info is in neither known format. Failed requests (an
+    error event, a non-2xx answer, no token) are counted in ``requests_failed`` and their first messages
+    kept in ``errors``; they raise nothing."""
+    check_name(name)
+    if num_requests < 1 or concurrency < 1 or max_tokens < 1:
+        raise ValueError(f"{num_requests=}, {concurrency=} and {max_tokens=} must be positive")
+    base = _check_url(base)
+    first = server_info(base)  # probe first: a wrong URL fails here, not in the warm-up
+    kind = server_kind(first, base)
     for i in range(warmup):  # compile/capture/autotune stay out of the numbers
         run_one(base, prompts[i % len(prompts)], min(max_tokens, 16), temperature, timeout)
-    before = _get(base + "/get_server_info")
+    before = _counters(kind, server_info(base))
     results: list[RequestResult] = []
     lock = threading.Lock()
     todo = list(range(num_requests))
@@ -163,13 +334,25 @@ def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int,
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    after = _get(base + "/get_server_info")
+    errors = sorted({r.error for r in results if r.error})
+    try:
+        info = server_info(base)
+        if server_kind(info, base) != kind:
+            raise BenchError(f"{base} answered as a {kind} server before the run and as another kind after it")
+        after = _counters(kind, info)
+    except BenchError as e:  # the server died in the run: keep what the requests measured
+        info, after = first, None
+        errors.insert(0, f"after the run: {e}")
     ok = [r for r in results if r.error is None]
     out_tokens = sum(r.output_tokens for r in ok)
-    vb, va = _verify_counts(before), _verify_counts(after)
-    verify_forwards = after.get("verify_forwards", 0) - before.get("verify_forwards", 0)
-    accepted = after.get("accepted_tokens", 0) - before.get("accepted_tokens", 0)
     itl = [x for r in ok for x in r.itl_s]
+    if kind == OURS:
+        verify_forwards, accepted = _delta(before, after, "verify_forwards"), _delta(before, after, "accepted_tokens")
+        accept_source = "server counters: accepted_tokens / verify_forwards over the run"
+    else:
+        spec = [r for r in ok if r.verify_ct]
+        verify_forwards, accepted = sum(r.verify_ct for r in spec), sum(r.output_tokens for r in spec)
+        accept_source = "SGLang per request: completion_tokens / meta_info.spec_verify_ct, summed over the run"
     return {
         "name": name,
         "metrics": {
@@ -183,13 +366,14 @@ def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int,
             "per_request_tok_per_s_median": statistics.median(
                 r.output_tokens / r.latency_s for r in ok) if ok else None,
             "server_accept_length": accepted / verify_forwards if verify_forwards else None,
-            "server_verify_batches_graph": va["graph"] - vb["graph"],
-            "server_verify_batches_eager": va["eager"] - vb["eager"],
+            "accept_length_source": accept_source,
+            "server_verify_batches_graph": _delta(before, after, "verify_graph"),
+            "server_verify_batches_eager": _delta(before, after, "verify_eager"),
         },
         "workload": {"num_requests": num_requests, "concurrency": concurrency, "max_tokens": max_tokens,
                      "temperature": temperature, "prompts": len(prompts), "ignore_eos": True},
-        "errors": sorted({r.error for r in results if r.error})[:5],
-        "provenance": provenance(base, after),
+        "errors": errors[:5],
+        "provenance": provenance(base, info),
     }
 
 
@@ -204,8 +388,46 @@ def _flatten(d, prefix=""):
     return out
 
 
-# Expected to differ between runs and not a reason to distrust a comparison.
-_VOLATILE = ("time_utc", "command", "server_url", "worker_env", "server_args.port", "server_args.host")
+# Expected to differ between runs and not a reason to distrust a comparison (launch commands carry the port;
+# their flags are in server_args). worker_env is compared key by key on its own (_worker_env_diff).
+_VOLATILE = ("time_utc", "command", "server_url", "worker_env", "server_args.port", "server_args.host",
+             "launch_command", "server_launch_command")
+_UNSET = "<unset>"
+
+
+def _env_by_rank(reports: list[dict]) -> dict[int, dict]:
+    """{rank: flat report without the keys that differ by rank or by process (PER_RANK_KEYS: pid, RANK, ...)}."""
+    out = {}
+    for i, report in enumerate(reports):
+        flat = _flatten(report)
+        out[flat.pop("rank", i)] = {k: v for k, v in flat.items() if k not in PER_RANK_KEYS}
+    return out
+
+
+def _worker_env_diff(runs: list[dict]) -> list[str]:
+    """One line per worker variable (or report field) whose value differs between runs, rank by rank."""
+    envs = [r["provenance"].get("worker_env") or None for r in runs]
+    lines = []
+    missing = [r["name"] for r, e in zip(runs, envs, strict=True) if e is None]
+    if missing:
+        lines.append(f"worker_env: not reported by the server of {', '.join(missing)} (not compared)")
+    have = [(r["name"], _env_by_rank(e)) for r, e in zip(runs, envs, strict=True) if e is not None]
+    if len(have) < 2:
+        return lines
+    for rank in sorted(set().union(*(by_rank for _, by_rank in have))):
+        per_run = [(name, by_rank.get(rank)) for name, by_rank in have]
+        absent = [name for name, flat in per_run if flat is None]
+        if absent:
+            lines.append(f"worker_env rank {rank}: no worker of that rank in {', '.join(absent)}")
+            per_run = [(name, flat) for name, flat in per_run if flat is not None]
+            if len(per_run) < 2:
+                continue
+        for key in sorted(set().union(*(flat for _, flat in per_run))):
+            vals = [json.dumps(flat[key], default=str) if key in flat else _UNSET for _, flat in per_run]
+            if len(set(vals)) > 1:
+                lines.append(f"worker_env rank {rank} {key}: "
+                             + " | ".join(f"{name}={v}" for (name, _), v in zip(per_run, vals, strict=True)))
+    return lines
 
 
 def provenance_diff(runs: list[dict]) -> list[str]:
@@ -218,33 +440,73 @@ def provenance_diff(runs: list[dict]) -> list[str]:
         vals = [json.dumps(f.get(k), sort_keys=True, default=str) for f in flat]
         if len(set(vals)) > 1:
             lines.append(f"{k}: " + " | ".join(f"{r['name']}={v}" for r, v in zip(runs, vals, strict=True)))
-    env = [json.dumps(r["provenance"].get("worker_env"), sort_keys=True, default=str) for r in runs]
-    if len(set(env)) > 1:
-        lines.append("worker_env differs between runs (see the JSON files)")
-    return lines
+    return lines + _worker_env_diff(runs)
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
 
 
 def compare_table(runs: list[dict]) -> str:
     base = runs[0]["metrics"]["end_to_end_output_tok_per_s"] or 1.0
-    rows = ["| run | end-to-end tok/s | vs first | median ITL ms | mean TTFT ms | accept length | verify graph/eager |",
-            "|---|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| run | failed requests | end-to-end tok/s | vs first | median ITL ms | mean TTFT ms | accept length "
+            "| verify graph/eager |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         m = r["metrics"]
-        acc = f"{m['server_accept_length']:.2f}" if m["server_accept_length"] else "-"
-        itl = f"{m['median_itl_ms']:.2f}" if m["median_itl_ms"] is not None else "-"
-        ttft = f"{m['mean_ttft_ms']:.1f}" if m["mean_ttft_ms"] is not None else "-"
-        rows.append(f"| {r['name']} | {m['end_to_end_output_tok_per_s']:.1f} | "
-                    f"{m['end_to_end_output_tok_per_s'] / base:.2f}x | {itl} | {ttft} | {acc} | "
-                    f"{m['server_verify_batches_graph']}/{m['server_verify_batches_eager']} |")
+        failed = m.get("requests_failed")
+        total = None if failed is None else failed + m.get("requests_ok", 0)
+        verify = (f"{_fmt(m.get('server_verify_batches_graph'), 'd')}/"
+                  f"{_fmt(m.get('server_verify_batches_eager'), 'd')}")
+        rows.append(f"| {r['name']} | {'-' if failed is None else f'{failed}/{total}'} | "
+                    f"{m['end_to_end_output_tok_per_s']:.1f} | {m['end_to_end_output_tok_per_s'] / base:.2f}x | "
+                    f"{_fmt(m.get('median_itl_ms'), '.2f')} | {_fmt(m.get('mean_ttft_ms'), '.1f')} | "
+                    f"{_fmt(m.get('server_accept_length'), '.2f')} | {verify} |")
     return "\n".join(rows)
+
+
+def failures(result: dict) -> str | None:
+    """Why a run's numbers cannot be trusted (failed requests, no output token), or None."""
+    m = result["metrics"]
+    if m.get("requests_failed"):
+        total = m["requests_failed"] + m.get("requests_ok", 0)
+        first = f": {result['errors'][0]}" if result.get("errors") else ""
+        return f"{result['name']}: {m['requests_failed']} of {total} requests failed{first}"
+    if not m.get("output_tokens"):
+        return f"{result['name']}: no output token came back"
+    if result.get("errors"):  # e.g. the server stopped answering after the run
+        return f"{result['name']}: {result['errors'][0]}"
+    return None
 
 
 def save(result: dict, out_dir: str) -> str:
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"{result['name']}.json")
+    path = os.path.join(out_dir, f"{check_name(result['name'])}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1, default=str)
     return path
+
+
+def load_result(path: str) -> dict:
+    """A result file written by save(); BenchError naming the file when it cannot be read or is no result."""
+    try:
+        with open(path) as f:
+            res = json.load(f)
+    except OSError as e:
+        raise BenchError(f"cannot read {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise BenchError(f"{path} is not JSON: {e}") from None
+    if not isinstance(res, dict):
+        raise BenchError(f"{path} holds a JSON {type(res).__name__}, not a result of python -m sglang_eagle3.bench")
+    missing = [k for k, t in (("name", str), ("metrics", dict), ("provenance", dict)) if not isinstance(res.get(k), t)]
+    if not missing and "end_to_end_output_tok_per_s" not in res["metrics"]:
+        missing = ["metrics.end_to_end_output_tok_per_s"]
+    if missing:
+        raise BenchError(f"{path} is not a result of python -m sglang_eagle3.bench (missing {', '.join(missing)})")
+    prov = res["provenance"]
+    if "git_commit" in prov and "client_git_commit" not in prov:  # files written before the field was renamed
+        prov["client_git_commit"] = prov.pop("git_commit")
+    return res
 
 
 def as_dict(r: RequestResult) -> dict:

@@ -18,12 +18,15 @@ def test_harness_measures_and_records_provenance(server):
     assert m["server_verify_batches_graph"] + m["server_verify_batches_eager"] > 0
     prov = res["provenance"]
     assert prov["server_args"]["speculative_num_steps"] == 3 and prov["model"]["layers"] > 0
-    assert prov["git_commit"] and prov["time_utc"]
+    assert prov["server_kind"] == "sglang_eagle3" and prov["client_git_commit"] and prov["time_utc"]
+    # TP=1: the model runs in the server process, which reports no worker environment
+    assert prov["worker_env"] is None
 
     other = copy.deepcopy(res)
     other["name"] = "baseline"
     other["provenance"]["server_args"]["speculative_algorithm"] = None
     diffs = provenance_diff([res, other])
     assert any("speculative_algorithm" in d for d in diffs)
+    assert "worker_env: not reported by the server of eagle3, baseline (not compared)" in diffs
     table = compare_table([other, res])
     assert "| eagle3 |" in table and "1.00x" in table
