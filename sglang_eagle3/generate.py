@@ -1,14 +1,17 @@
 """``python -m sglang_eagle3.generate``: one-shot generation from the command line.
 
     python -m sglang_eagle3.generate --prompt "In the beginning" --max-new-tokens 48
-    python -m sglang_eagle3.generate --model-path /models/Kimi-K2.5 \\
+    python -m sglang_eagle3.generate --model-path /models/Kimi-K2.5 --speculative-algorithm EAGLE3 \\
         --speculative-draft-model-path /models/kimi-eagle3 --device cuda --prompt "Hello"
 
-With no --model-path it runs the embedded default pair (EAGLE-3 on). A --speculative-draft-model-path (or
---speculative-num-steps) turns EAGLE-3 on without --speculative-algorithm, as the engine does for the embedded
-pair; --no-speculation runs the target alone. For each prompt it prints the prompt followed by its continuation
-(with --json, the SGLang-shaped result instead), then one line of statistics (tokens, seconds, tokens/s, accept
-length) on stderr. Invalid flags are refused before the model loads; errors are one line, with exit code 2.
+The speculation flags mean what launch_server makes of them. With no --model-path it runs the embedded default
+pair, EAGLE-3 on: --speculative-draft-model-path replaces the embedded draft, --speculative-num-steps sets k.
+With --model-path, EAGLE-3 needs --speculative-algorithm EAGLE3 and --speculative-draft-model-path; a draft
+path or step count without the algorithm is an error, not ignored. --no-speculation runs the target alone.
+
+For each prompt it prints the prompt followed by its continuation (with --json, the SGLang-shaped result
+instead), then one line of statistics (tokens, seconds, tokens/s, accept length) on stderr. Invalid flags
+are refused before the model loads; every error is one line, with exit code 2.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompt", action="append", help="prompt text (repeat for a batch; default 'And God said,')")
     ap.add_argument("--model-path", help="target checkpoint directory (default: the embedded model pair)")
     ap.add_argument("--speculative-algorithm", default=None,
-                    help="EAGLE3 (or EAGLE); implied by --speculative-draft-model-path")
-    ap.add_argument("--speculative-draft-model-path", help="EAGLE-3 draft checkpoint directory (turns EAGLE-3 on)")
+                    help="EAGLE3 (or EAGLE); default: off, or EAGLE3 for the embedded pair")
+    ap.add_argument("--speculative-draft-model-path", help="EAGLE-3 draft checkpoint directory")
     ap.add_argument("--speculative-num-steps", type=int, help="draft steps per round (default 3)")
     ap.add_argument("--no-speculation", action="store_true", help="target only (also for the embedded pair)")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
@@ -63,14 +66,16 @@ def engine_kwargs(ap: argparse.ArgumentParser, a: argparse.Namespace) -> dict:
 
             kwargs["model_path"] = f"{EMBEDDED_DIR}/target"
         return kwargs
-    if not spec_flags:
-        return kwargs  # the embedded pair speculates by default; a --model-path target runs alone
-    if a.model_path is not None and a.speculative_draft_model_path is None:
-        ap.error(f"{spec_flags[0]} with --model-path needs --speculative-draft-model-path")
-    # A draft path (or a step count) means EAGLE-3, as the engine reads a draft path given with no model_path.
-    kwargs.update(speculative_algorithm=a.speculative_algorithm or "EAGLE3",
-                  speculative_draft_model_path=a.speculative_draft_model_path,
-                  speculative_num_steps=a.speculative_num_steps)
+    if a.model_path is not None and spec_flags and a.speculative_algorithm is None:
+        ap.error(f"{', '.join(spec_flags)} given without --speculative-algorithm: pass --speculative-algorithm "
+                 "EAGLE3 to speculate, or drop them")
+    if a.model_path is not None and spec_flags and a.speculative_draft_model_path is None:
+        ap.error("--speculative-algorithm with --model-path needs --speculative-draft-model-path")
+    # Passed on unchanged, as launch_server passes them: with no model_path the engine serves the embedded pair
+    # with EAGLE-3 on, taking a given draft path or step count in place of its own.
+    for name in ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps"):
+        if getattr(a, name) is not None:
+            kwargs[name] = getattr(a, name)
     return kwargs
 
 

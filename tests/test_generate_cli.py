@@ -42,16 +42,15 @@ def fake_engine(monkeypatch):
 
 
 @pytest.mark.parametrize("argv, expect", [
-    # A draft path alone means EAGLE-3 with that draft (the embedded target), as the engine reads it.
+    # No --model-path: passed on as launch_server passes them; the engine runs the embedded target with EAGLE-3
+    # and the given draft / step count in place of its own.
     (["--speculative-draft-model-path", "/nonexistent/draft"],
-     {"model_path": None, "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/nonexistent/draft"}),
-    (["--model-path", "T", "--speculative-draft-model-path", "D", "--speculative-num-steps", "2"],
+     {"model_path": None, "speculative_draft_model_path": "/nonexistent/draft"}),
+    (["--speculative-num-steps", "5"], {"model_path": None, "speculative_num_steps": 5}),
+    (["--model-path", "T", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "D",
+      "--speculative-num-steps", "2"],
      {"model_path": "T", "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "D",
       "speculative_num_steps": 2}),
-    (["--speculative-num-steps", "5"],
-     {"model_path": None, "speculative_algorithm": "EAGLE3", "speculative_num_steps": 5}),
-    (["--model-path", "T", "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "D"],
-     {"model_path": "T", "speculative_algorithm": "EAGLE", "speculative_draft_model_path": "D"}),
     (["--model-path", "T"], {"model_path": "T", "speculative_algorithm": None}),
     (["--no-speculation"], {"model_path": f"{EMBEDDED_DIR}/target", "speculative_algorithm": None}),
 ])
@@ -70,7 +69,11 @@ def test_speculation_flags_reach_the_engine(fake_engine, argv, expect):
     (["--min-p", "2"], "--min-p=2.0"),
     (["--prompt", "ok", "--prompt", ""], "--prompt ''"),
     (["--no-speculation", "--speculative-draft-model-path", "D"], "--speculative-draft-model-path"),
-    (["--model-path", "T", "--speculative-num-steps", "3"], "needs --speculative-draft-model-path"),
+    # With --model-path a draft path or step count without the algorithm would be ignored: refused instead.
+    (["--model-path", "T", "--speculative-draft-model-path", "D"],
+     "--speculative-draft-model-path given without --speculative-algorithm"),
+    (["--model-path", "T", "--speculative-num-steps", "3"], "--speculative-num-steps given without"),
+    (["--model-path", "T", "--speculative-algorithm", "EAGLE3"], "needs --speculative-draft-model-path"),
 ])
 def test_user_errors_stop_before_the_engine(fake_engine, capsys, argv, flag):
     with pytest.raises(SystemExit) as e:
@@ -100,3 +103,12 @@ def test_missing_draft_is_one_line_error(capsys):
     assert generate.main(["--speculative-draft-model-path", "/nonexistent/draft", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "cannot start the engine" in err and "/nonexistent/draft" in err and "Traceback" not in err, err
+
+
+def test_draft_path_speculates_with_the_embedded_target(capsys):
+    # The real engine on CPU: a draft path alone runs EAGLE-3 (the stats line has an accept length).
+    argv = ["--speculative-draft-model-path", f"{EMBEDDED_DIR}/draft", "--speculative-num-steps", "2",
+            "--device", "cpu", "--max-new-tokens", "8", "--prompt", "And God said,"]
+    assert generate.main(argv) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("And God said,") and "accept length" in out.err, out.err
