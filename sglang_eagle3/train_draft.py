@@ -12,6 +12,12 @@ hidden states read from the target at ``--aux-layer-ids``. It writes ``config.js
 ``models.loader.load_draft`` and SGLang read. With ``--eval-data`` it also reports the greedy accept length
 for k = 1..5 draft tokens on prompts cut from that text.
 
+Every flag, the target's config and tokenizer, the texts (``--data``, ``--eval-data``) and the draft's shape
+are checked before the target's weights load; a problem is one line naming the flag, with exit code 2.
+``--output`` is created only when the draft is written, and whole: the files go to a hidden sibling directory
+that is then renamed into place (a failed write leaves nothing). An existing ``--output`` must be empty or hold
+only a previous draft's files (config.json, model.safetensors, the --report file), which are replaced.
+
 What it does not do (SpecForge is the tool for those): data or tensor parallelism, offline hidden-state
 dumps, chat-formatted datasets with loss masks on assistant turns, targets that do not fit on one device.
 The target runs a dense forward without a KV cache for generation, so regeneration suits small targets;
@@ -23,14 +29,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
+import shutil
 import sys
 import time
+import uuid
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from sglang_eagle3.config import DraftConfig, ModelConfig, resolve_aux_layer_ids
+from sglang_eagle3.config import ConfigError, DraftConfig, ModelConfig, resolve_aux_layer_ids
 from sglang_eagle3.train.data import TextCodec, contiguous_windows, heldout_prompts, read_documents
 from sglang_eagle3.train.draft import (
     DraftTrainConfig,
@@ -46,6 +56,45 @@ from sglang_eagle3.train.io import save_draft
 logger = logging.getLogger("sglang_eagle3.train_draft")
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DRAFT_FILES = ("config.json", "model.safetensors")  # what save_draft writes
+
+
+# -- argparse types: a bad value is a one-line error naming the flag ----------------------------------------
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {low}")
+        return value
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{value} must be a finite number > 0")
+    return value
+
+
+def _layer_ids(text: str) -> tuple[int, ...]:
+    try:
+        ids = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if len(ids) != 3 or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 3 layer ids >= 0, e.g. 2,3,5")
+    return ids
+
+
+_positive = _int_at_least(1)
+_non_negative = _int_at_least(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,37 +102,38 @@ def build_parser() -> argparse.ArgumentParser:
                                  description="Train an EAGLE-3 draft for a target the engine loads.")
     ap.add_argument("--target-model-path", required=True)
     ap.add_argument("--data", required=True, help=".txt (one document per line) / .jsonl (text) file or folder")
-    ap.add_argument("--output", required=True, help="draft directory to write")
+    ap.add_argument("--output", required=True, help="draft directory to write (new, empty, or a previous draft's)")
     g = ap.add_argument_group("training")
-    g.add_argument("--steps", type=int, default=2000)
-    g.add_argument("--batch-size", type=int, default=64)
-    g.add_argument("--lr", type=float, default=1e-3)
-    g.add_argument("--warmup-steps", type=int, default=100)
-    g.add_argument("--ttt-steps", type=int, default=5, help="unrolled training-time-test steps")
+    g.add_argument("--steps", type=_positive, default=2000)
+    g.add_argument("--batch-size", type=_positive, default=64)
+    g.add_argument("--lr", type=_positive_float, default=1e-3)
+    g.add_argument("--warmup-steps", type=_non_negative, default=100, help="cut to --steps - 1")
+    g.add_argument("--ttt-steps", type=_positive, default=5, help="unrolled training-time-test steps")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
-    g.add_argument("--device", default="auto", help="cuda, cpu or auto")
+    g.add_argument("--time-limit", type=_positive_float, default=None, help="stop training after this many seconds")
+    g.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto")
     g.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                    help="target weights and autocast dtype (auto: bfloat16 on CUDA, float32 on CPU)")
     g = ap.add_argument_group("data")
-    g.add_argument("--gen-tokens", type=int, default=192,
+    g.add_argument("--gen-tokens", type=_non_negative, default=192,
                    help="greedy tokens the target appends to each prompt (0: train on the text as is)")
-    g.add_argument("--prompt-tokens", type=int, default=64)
-    g.add_argument("--seq-len", type=int, default=256, help="window length when --gen-tokens 0")
-    g.add_argument("--num-sequences", type=int, default=2048, help="prompts to regenerate")
-    g.add_argument("--gen-batch-size", type=int, default=256)
+    g.add_argument("--prompt-tokens", type=_positive, default=64)
+    g.add_argument("--seq-len", type=_int_at_least(2), default=256, help="window length when --gen-tokens 0")
+    g.add_argument("--num-sequences", type=_non_negative, default=2048,
+                   help="prompts to regenerate; with --gen-tokens 0, windows to keep (0: all)")
+    g.add_argument("--gen-batch-size", type=_positive, default=256)
     g = ap.add_argument_group("draft architecture")
-    g.add_argument("--draft-vocab-size", type=int, default=32000, help="clamped to the target vocab")
-    g.add_argument("--aux-layer-ids", default=None,
+    g.add_argument("--draft-vocab-size", type=_positive, default=32000, help="clamped to the target vocab")
+    g.add_argument("--aux-layer-ids", type=_layer_ids, default=None,
                    help="comma-separated target layers whose input feeds fc (default: SGLang's [2, L//2, L-3])")
-    g.add_argument("--num-heads", type=int, default=None)
-    g.add_argument("--num-kv-heads", type=int, default=None)
-    g.add_argument("--head-dim", type=int, default=None)
-    g.add_argument("--intermediate-size", type=int, default=None)
+    g.add_argument("--num-heads", type=_positive, default=None)
+    g.add_argument("--num-kv-heads", type=_positive, default=None)
+    g.add_argument("--head-dim", type=_positive, default=None)
+    g.add_argument("--intermediate-size", type=_positive, default=None)
     g = ap.add_argument_group("evaluation")
     g.add_argument("--eval-data", default=None, help="held-out text: report accept lengths on prompts from it")
-    g.add_argument("--eval-prompts", type=int, default=64)
-    g.add_argument("--eval-new-tokens", type=int, default=128)
+    g.add_argument("--eval-prompts", type=_positive, default=64)
+    g.add_argument("--eval-new-tokens", type=_positive, default=128)
     g.add_argument("--report", default=None, help="write a JSON report here")
     return ap
 
@@ -110,15 +160,15 @@ def draft_config_for(target: ModelConfig, draft_vocab_size: int, aux_ids: tuple[
     )
 
 
-def pick_aux_ids(spec: str | None, num_layers: int) -> tuple[int, ...]:
-    override = tuple(int(x) for x in spec.split(",")) if spec else None
+def pick_aux_ids(override: tuple[int, ...] | None, num_layers: int) -> tuple[int, ...]:
+    """The target layers feeding the draft (ConfigError / ValueError when ``override`` does not fit)."""
     probe = DraftConfig(hidden_size=1, intermediate_size=1, num_attention_heads=1, num_key_value_heads=1,
                         head_dim=1, vocab_size=1, draft_vocab_size=1, rms_norm_eps=1e-6, rope_theta=1.0,
                         max_position_embeddings=1)
     ids = resolve_aux_layer_ids(probe, num_layers, override)
     if ids[0] == 1:
         # The engine (like SGLang's deepseek_v2) reads a first id of 1 as SpecForge's 1-based counting.
-        raise SystemExit(f"aux layer ids {list(ids)}: a first id of 1 would be read as 1-based; use 0 or >= 2")
+        raise ValueError(f"aux layer ids {list(ids)}: a first id of 1 would be read as 1-based; use 0 or >= 2")
     if len(set(ids)) < 3:
         logger.warning("aux layer ids %s repeat a layer (target has %d layers); consider --aux-layer-ids",
                        list(ids), num_layers)
@@ -131,18 +181,162 @@ def _pick_device(spec: str) -> torch.device:
     return torch.device(spec)
 
 
-def make_sequences(target, codec: TextCodec, args, device, amp_dtype) -> torch.Tensor:
+# -- the output directory: written whole or not at all ------------------------------------------------------
+def output_problem(output: str, report: str | None) -> str | None:
+    """Why ``output`` cannot take a new draft, or None. It may be missing (its parent is created when the
+    draft is written), empty, or hold only a previous draft's files, which are replaced."""
+    if os.path.exists(output) and not os.path.isdir(output):
+        return f"--output {output!r} is a file"
+    if os.path.isdir(output):
+        ours = set(DRAFT_FILES)
+        if report is not None and os.path.dirname(os.path.abspath(report)) == os.path.abspath(output):
+            ours.add(os.path.basename(report))
+        others = sorted(set(os.listdir(output)) - ours)
+        if others:
+            return (f"--output {output!r} holds files a draft does not write ({', '.join(others[:5])}"
+                    f"{', ...' if len(others) > 5 else ''}): pass a new or empty directory")
+    ancestor = os.path.dirname(os.path.abspath(output))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor) or not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"--output {output!r}: cannot create it under {ancestor!r}"
+    return None
+
+
+def write_draft(draft: torch.nn.Module, output: str, dtype: torch.dtype) -> torch.nn.Module:
+    """save_draft into a hidden sibling of ``output``, then renamed into place (a previous draft there is
+    replaced only once the new one is complete). Returns the saved copy."""
+    output = os.path.abspath(output)
+    parent = os.path.dirname(output)
+    os.makedirs(parent, exist_ok=True)
+    tag = uuid.uuid4().hex[:8]
+    partial = os.path.join(parent, f".{os.path.basename(output)}.partial-{tag}")
+    previous = os.path.join(parent, f".{os.path.basename(output)}.previous-{tag}")
+    os.mkdir(partial)
+    moved = False
+    try:
+        saved = save_draft(draft, partial, dtype=dtype)
+        if os.path.isdir(output):
+            os.rename(output, previous)
+            moved = True
+        os.rename(partial, output)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        if moved and not os.path.exists(output):
+            os.rename(previous, output)
+        raise
+    if moved:
+        shutil.rmtree(previous)
+    return saved
+
+
+# -- everything checked before the target loads ----------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    """What ``prepare`` resolved from the flags: all of it checked, none of it needing the target's weights."""
+
+    device: torch.device
+    dtype: torch.dtype
+    target_config: ModelConfig
+    codec: TextCodec
+    stream: np.ndarray  # int32 [N]: the --data documents as one <bos> doc <eos> ... stream
+    aux_ids: tuple[int, ...]
+    draft_config: DraftConfig
+    train_config: DraftTrainConfig
+    eval_prompts: list[str] | None  # cut from --eval-data
+
+
+def prepare(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Plan:
+    """Checks every flag, path and text; a problem is ``ap.error`` (one line naming the flag, exit code 2)."""
+    try:
+        device = _pick_device(args.device)
+    except RuntimeError:
+        ap.error(f"--device {args.device!r} is not cpu, cuda, cuda:N or auto")
+    if device.type not in ("cpu", "cuda"):
+        ap.error(f"--device {args.device!r} is not cpu, cuda, cuda:N or auto")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        ap.error(f"--device {args.device!r} but CUDA is not available")
+    dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda"
+                                                              else torch.float32)
+    if args.num_sequences == 0 and args.gen_tokens > 0:
+        ap.error("--num-sequences 0 (all windows) needs --gen-tokens 0; regeneration needs a prompt count")
+
+    problem = output_problem(args.output, args.report)
+    if problem:
+        ap.error(problem)
+    if args.report is not None:
+        report_dir = os.path.dirname(os.path.abspath(args.report))
+        if os.path.isdir(args.report):
+            ap.error(f"--report {args.report!r} is a directory")
+        if report_dir != os.path.abspath(args.output) and not os.path.isdir(report_dir):
+            ap.error(f"--report {args.report!r}: directory {report_dir!r} does not exist")
+
+    path = args.target_model_path
+    if not os.path.isdir(path):
+        ap.error(f"--target-model-path {path!r} is not a directory")
+    try:
+        tcfg = ModelConfig.from_path(path)
+        codec = TextCodec.from_dir(path)
+    except (OSError, ValueError) as e:  # ConfigError is a ValueError
+        ap.error(f"--target-model-path {path!r}: {e}")
+
+    try:
+        aux_ids = pick_aux_ids(args.aux_layer_ids, tcfg.num_hidden_layers)
+    except ValueError as e:
+        ap.error(f"--aux-layer-ids: {e}")
+    try:
+        dcfg = draft_config_for(tcfg, args.draft_vocab_size, aux_ids, args.num_heads, args.num_kv_heads,
+                                args.head_dim, args.intermediate_size)
+    except ConfigError as e:
+        ap.error(f"draft architecture (--num-heads, --num-kv-heads, --head-dim, --intermediate-size): {e}")
+    try:
+        train_config = DraftTrainConfig(
+            steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+            warmup_steps=min(args.warmup_steps, args.steps - 1), ttt_steps=args.ttt_steps, seed=args.seed,
+            time_limit_s=args.time_limit, log_every=max(1, min(100, args.steps // 10)))
+    except ValueError as e:  # the argparse types cover these fields; kept for a field added without one
+        ap.error(str(e))
+
+    stream = _read_stream(ap, "--data", args.data, codec)
+    if args.gen_tokens > 0 and len(stream) <= args.prompt_tokens:
+        ap.error(f"--data {args.data!r} has {len(stream)} tokens, not more than --prompt-tokens={args.prompt_tokens}")
+    if args.gen_tokens == 0 and len(stream) < args.seq_len:
+        ap.error(f"--data {args.data!r} has {len(stream)} tokens, fewer than one --seq-len={args.seq_len} window")
+    eval_prompts = None
+    if args.eval_data is not None:
+        if not os.path.exists(args.eval_data):
+            ap.error(f"--eval-data {args.eval_data!r} does not exist")
+        try:
+            eval_prompts = heldout_prompts(read_documents(args.eval_data), args.eval_prompts, seed=args.seed + 1)
+        except (OSError, ValueError) as e:
+            ap.error(f"--eval-data {args.eval_data!r}: {e}")
+    return Plan(device=device, dtype=dtype, target_config=tcfg, codec=codec, stream=stream, aux_ids=aux_ids,
+                draft_config=dcfg, train_config=train_config, eval_prompts=eval_prompts)
+
+
+def _read_stream(ap: argparse.ArgumentParser, flag: str, path: str, codec: TextCodec) -> np.ndarray:
+    if not os.path.exists(path):
+        ap.error(f"{flag} {path!r} does not exist")
+    try:
+        docs = read_documents(path)
+    except (OSError, ValueError) as e:  # ValueError: a bad JSONL row, text that is not UTF-8
+        ap.error(f"{flag} {path!r}: {e}")
+    if not docs:
+        ap.error(f"{flag} {path!r} holds no documents")
+    return codec.encode_stream(docs)
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+def make_sequences(target, plan: Plan, args, amp_dtype) -> torch.Tensor:
     """[N, S] training sequences: regenerated by the target, or windows of the text itself."""
-    stream = codec.encode_stream(read_documents(args.data))
+    stream = plan.stream
     print(f"data: {len(stream):,} tokens from {args.data}", flush=True)
-    if args.gen_tokens <= 0:
+    if args.gen_tokens == 0:
         seqs = contiguous_windows(stream, args.seq_len)
         if args.num_sequences and len(seqs) > args.num_sequences:
             keep = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(args.seed))
             seqs = seqs[keep[:args.num_sequences]]
         return seqs
-    if len(stream) <= args.prompt_tokens:
-        raise SystemExit(f"--data has {len(stream)} tokens, fewer than --prompt-tokens={args.prompt_tokens}")
     rng = np.random.default_rng(args.seed)
     starts = rng.integers(0, len(stream) - args.prompt_tokens, size=args.num_sequences)
     prompts = [stream[s:s + args.prompt_tokens].tolist() for s in starts]
@@ -151,50 +345,44 @@ def make_sequences(target, codec: TextCodec, args, device, amp_dtype) -> torch.T
     def progress(done, total):
         print(f"generate: {done}/{total} sequences ({time.perf_counter() - t0:.0f} s)", flush=True)
 
-    seqs = generate_greedy(target, prompts, args.gen_tokens, args.gen_batch_size, device, amp_dtype,
+    seqs = generate_greedy(target, prompts, args.gen_tokens, args.gen_batch_size, plan.device, amp_dtype,
                            progress=progress)
     return torch.tensor(seqs, dtype=torch.long)
 
 
-def evaluate(target, draft, codec: TextCodec, aux_ids, args, device, amp_dtype) -> dict:
-    prompts_text = heldout_prompts(read_documents(args.eval_data), args.eval_prompts, seed=args.seed + 1)
+def evaluate(target, draft, plan: Plan, args, amp_dtype) -> dict:
+    prompts_text, codec = plan.eval_prompts, plan.codec
     # No BOS: the engine encodes prompts without special tokens (the model saw BOS-less windows in training).
     prompts = [codec.encode(p, bos=False) for p in prompts_text]
-    seqs = generate_greedy(target, prompts, args.eval_new_tokens, 32, device, amp_dtype, eos_id=codec.eos_id)
+    seqs = generate_greedy(target, prompts, args.eval_new_tokens, 32, plan.device, amp_dtype, eos_id=codec.eos_id)
     ks = (1, 2, 3, 4, 5)
-    acc = accept_lengths(target, draft, seqs, [len(p) for p in prompts], ks, aux_ids, device, amp_dtype)
+    acc = accept_lengths(target, draft, seqs, [len(p) for p in prompts], ks, plan.aux_ids, plan.device, amp_dtype)
     samples = [{"prompt": prompts_text[i], "continuation": codec.decode(seqs[i][len(prompts[i]):])}
                for i in range(min(3, len(seqs)))]
     return {"accept_length": {str(k): v for k, v in acc.items()}, "prompts": len(prompts),
             "new_tokens": args.eval_new_tokens, "samples": samples}
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, plan: Plan) -> dict:
     from sglang_eagle3.models.eagle3 import Eagle3Draft
     from sglang_eagle3.models.loader import load_target
 
-    device = _pick_device(args.device)
-    dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda"
-                                                              else torch.float32)
+    device, dtype = plan.device, plan.dtype
     amp_dtype = dtype if dtype != torch.float32 else None
     torch.manual_seed(args.seed)
     t_start = time.perf_counter()
     target = load_target(args.target_model_path, device=device, dtype=dtype)
     target.eval()
-    tcfg = target.config
-    codec = TextCodec.from_dir(args.target_model_path)
-    aux_ids = pick_aux_ids(args.aux_layer_ids, tcfg.num_hidden_layers)
+    tcfg, aux_ids, dcfg, cfg = target.config, plan.aux_ids, plan.draft_config, plan.train_config
     print(f"target: {tcfg.num_hidden_layers} layers, hidden {tcfg.hidden_size}, vocab {tcfg.vocab_size}; "
           f"aux layers {list(aux_ids)}; device {device}, dtype {dtype}", flush=True)
 
     t0 = time.perf_counter()
-    sequences = make_sequences(target, codec, args, device, amp_dtype)
+    sequences = make_sequences(target, plan, args, amp_dtype)
     gen_s = time.perf_counter() - t0
     print(f"data: {tuple(sequences.shape)} sequences ready in {gen_s:.1f} s", flush=True)
 
     counts = torch.bincount(sequences[:, 1:].reshape(-1), minlength=tcfg.vocab_size)
-    dcfg = draft_config_for(tcfg, args.draft_vocab_size, aux_ids, args.num_heads, args.num_kv_heads,
-                            args.head_dim, args.intermediate_size)
     draft_ids, d2t, t2d = build_draft_vocab(counts, dcfg.draft_vocab_size)
     coverage = vocab_coverage(counts, draft_ids)
     print(f"draft vocab: {dcfg.draft_vocab_size} of {tcfg.vocab_size} tokens cover {coverage:.2%} of the data",
@@ -202,10 +390,6 @@ def run(args: argparse.Namespace) -> dict:
 
     draft = Eagle3Draft(dcfg, dtype=torch.float32).to(device)
     init_draft_weights(draft, target, draft_ids, d2t.to(device), t2d.to(device), seed=args.seed)
-    cfg = DraftTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                           warmup_steps=min(args.warmup_steps, args.steps - 1), ttt_steps=args.ttt_steps,
-                           seed=args.seed, time_limit_s=args.time_limit,
-                           log_every=max(1, min(100, args.steps // 10)))
 
     def progress(step, rec):
         accs = " ".join(f"{a:.3f}" for a in rec["acc"])
@@ -213,7 +397,7 @@ def run(args: argparse.Namespace) -> dict:
               f"{rec['elapsed_s']:.0f} s", flush=True)
 
     result = train_draft(target, draft, sequences, draft_ids, aux_ids, cfg, device, amp_dtype, progress=progress)
-    saved = save_draft(draft, args.output, dtype=dtype if dtype != torch.float32 else torch.bfloat16)
+    saved = write_draft(draft, args.output, dtype=dtype if dtype != torch.float32 else torch.bfloat16)
     if amp_dtype is not None:
         draft = saved  # evaluate the weights as written (on CPU in float32 the fp32 master weights are used)
     report = {
@@ -224,9 +408,9 @@ def run(args: argparse.Namespace) -> dict:
         "final_loss": result.final_loss,
         "final_step_accs": result.final_step_accs, "history": result.history,
     }
-    if args.eval_data:
+    if plan.eval_prompts is not None:
         t0 = time.perf_counter()
-        report["eval"] = evaluate(target, draft, codec, aux_ids, args, device, amp_dtype)
+        report["eval"] = evaluate(target, draft, plan, args, amp_dtype)
         report["eval"]["seconds"] = time.perf_counter() - t0
         acc = report["eval"]["accept_length"]
         print("accept length (greedy, k draft tokens): "
@@ -241,9 +425,10 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args = build_parser().parse_args(argv)
-    os.makedirs(args.output, exist_ok=True)
-    return run(args)
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    args.output = os.path.normpath(args.output)  # "draft/" and "draft" name the same sibling files
+    return run(args, prepare(ap, args))
 
 
 if __name__ == "__main__":

@@ -80,6 +80,10 @@ def generate_greedy(target: nn.Module, prompts: list[list[int]], new_tokens: int
     Prompts of different lengths share a batch right-padded: with causal attention a pad never influences
     the positions before it, so each row reads its logits at its own last position.
     """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"generate_greedy: batch_size={batch_size!r} must be a positive integer")
+    if not isinstance(new_tokens, int) or new_tokens < 0:
+        raise ValueError(f"generate_greedy: new_tokens={new_tokens!r} must be an integer >= 0")
     out: list[list[int]] = []
     with training_mode(target):
         for start in range(0, len(prompts), batch_size):
@@ -300,8 +304,9 @@ class DraftTrainConfig(CosineSchedule):
     time_limit_s: float | None = None  # see TargetTrainConfig.time_limit_s
 
     def __post_init__(self):
-        assert self.steps > 0 and self.batch_size > 0 and self.ttt_steps > 0, f"{self=}"
         self.check_schedule()
+        if not isinstance(self.ttt_steps, int) or self.ttt_steps < 1:
+            raise ValueError(f"DraftTrainConfig: ttt_steps={self.ttt_steps!r} must be a positive integer")
 
 
 @dataclass
@@ -338,6 +343,8 @@ def train_draft(target: nn.Module, draft: nn.Module, sequences: torch.Tensor, dr
                 progress=None) -> DraftTrainResult:
     """Trains ``draft`` (fp32 weights on ``device``) in place on token sequences [N, S] with a frozen
     ``target``. Each step runs the target once over the batch for its logits and aux hidden states."""
+    if sequences.dim() != 2 or len(sequences) == 0 or sequences.shape[1] < 2:
+        raise ValueError(f"train_draft needs token sequences [N >= 1, S >= 2], got {list(sequences.shape)}")
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     embed = target.model.embed_tokens.weight.detach()

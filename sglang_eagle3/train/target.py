@@ -24,10 +24,21 @@ logger = logging.getLogger(__name__)
 
 class CosineSchedule:
     """Linear warm-up then cosine decay to lr * min_lr_ratio; shared by the target and draft trainers' configs
-    (which hold lr, min_lr_ratio, warmup_steps and steps)."""
+    (which hold lr, min_lr_ratio, warmup_steps, steps, batch_size and time_limit_s)."""
 
     def check_schedule(self) -> None:
-        assert 0 <= self.warmup_steps < self.steps, f"warmup_steps={self.warmup_steps} must be < {self.steps=}"
+        """Raises ValueError naming the field: checked in ``__post_init__``, so also under ``python -O``."""
+        for name in ("steps", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{type(self).__name__}: {name}={value!r} must be a positive integer")
+        if not (isinstance(self.lr, (int, float)) and 0 < self.lr < math.inf):
+            raise ValueError(f"{type(self).__name__}: lr={self.lr!r} must be a finite number > 0")
+        if not isinstance(self.warmup_steps, int) or not 0 <= self.warmup_steps < self.steps:
+            raise ValueError(f"{type(self).__name__}: warmup_steps={self.warmup_steps!r} must lie in "
+                             f"[0, steps={self.steps})")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ValueError(f"{type(self).__name__}: time_limit_s={self.time_limit_s!r} must be > 0 (or None)")
 
     def lr_at(self, step: int) -> float:
         if step < self.warmup_steps:
@@ -57,8 +68,9 @@ class TargetTrainConfig(CosineSchedule):
     time_limit_s: float | None = None
 
     def __post_init__(self):
-        assert self.steps > 0 and self.batch_size > 0 and self.seq_len > 1, f"{self=}"
         self.check_schedule()
+        if not isinstance(self.seq_len, int) or self.seq_len < 2:
+            raise ValueError(f"TargetTrainConfig: seq_len={self.seq_len!r} must be an integer >= 2")
 
 
 def schedule_step(cfg, opt, step: int, start: float, probe_t0: float):
