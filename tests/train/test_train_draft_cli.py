@@ -15,6 +15,7 @@ import sglang_eagle3.models.loader
 from sglang_eagle3 import train_draft
 from sglang_eagle3.engine import EMBEDDED_DIR
 from sglang_eagle3.train.draft import DraftTrainConfig, generate_greedy
+from sglang_eagle3.train.draft import train_draft as train_draft_loop
 from sglang_eagle3.train.target import TargetTrainConfig
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -180,3 +181,10 @@ def test_train_configs_raise_value_error(kwargs, field):
 def test_generate_greedy_refuses_a_zero_batch():
     with pytest.raises(ValueError, match="batch_size=0"):
         generate_greedy(None, [[1, 2]], 4, 0, torch.device("cpu"))
+
+
+def test_train_draft_refuses_no_sequences():
+    # --gen-tokens 0 on text shorter than one window gave 0 sequences and torch's "random_ expects 'from' < 'to'".
+    with pytest.raises(ValueError, match=r"sequences \[N >= 1, S >= 2\], got \[0, 8\]"):
+        train_draft_loop(None, None, torch.zeros(0, 8, dtype=torch.long), None, (2, 3, 5), DraftTrainConfig(),
+                         torch.device("cpu"))
