@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ import torch
 
 from sglang_eagle3 import env
 from sglang_eagle3.config import ConfigError, resolve_aux_layer_ids
+from sglang_eagle3.env_report import git_commit
 from sglang_eagle3.runtime.request import Request
 from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError
 
@@ -95,37 +98,87 @@ class EngineArgs:
     worker_timeout: float = 300.0  # seconds a worker may take to answer before it is declared failed
 
     def __post_init__(self):
+        self._check_types()
         algo = self.speculative_algorithm
         if algo is not None and algo.upper() not in ("EAGLE3", "EAGLE"):
             raise ConfigError(f"speculative_algorithm={algo!r} is not supported (use 'EAGLE3' or None)")
+        if algo is None:
+            # Settings of a speculation that is off would be silently ignored: a draft path given without the
+            # algorithm usually means the algorithm was forgotten. (model_path=None turns EAGLE-3 on itself.)
+            given = [f"{n}={getattr(self, n)!r}" for n in ("speculative_draft_model_path", "speculative_num_steps",
+                                                          "speculative_num_draft_tokens",
+                                                          "speculative_simulate_accept_length")
+                     if getattr(self, n) is not None]
+            if given and self.model_path is not None:
+                raise ConfigError(f"{', '.join(given)} given but speculative_algorithm is None: pass "
+                                  "speculative_algorithm='EAGLE3' to speculate, or drop them")
         if self.speculative_eagle_topk != 1:
             raise ConfigError(f"speculative_eagle_topk={self.speculative_eagle_topk} is not supported yet "
                               "(chain drafts only: topk=1)")
-        if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
+        if self.device not in ("cpu", "cuda", "auto") and not re.fullmatch(r"cuda:\d+", self.device):
             raise ConfigError(f"device={self.device!r} must be 'cpu', 'cuda[:n]' or 'auto'")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16", "float64"):
             raise ConfigError(f"dtype={self.dtype!r} must be one of auto, float32, bfloat16, float16, float64")
         for name in ("tp_size", "cuda_graph_max_bs", "max_running_requests", "page_size"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
+            if v < 1:
                 raise ConfigError(f"{name}={v!r} must be a positive integer")
-        if not isinstance(self.mha_prefill_tokens, int) or isinstance(self.mha_prefill_tokens, bool) \
-                or self.mha_prefill_tokens < 0:
+        if self.context_length is not None and self.context_length < 1:
+            raise ConfigError(f"context_length={self.context_length!r} must be a positive integer (or None: the "
+                              "model's max_position_embeddings)")
+        if self.mha_prefill_tokens < 0:
             raise ConfigError(f"mha_prefill_tokens={self.mha_prefill_tokens!r} must be an integer >= 0 (0: off)")
-        bad = [t for t in self.cuda_graph_prefill_tokens if not isinstance(t, int) or isinstance(t, bool) or t < 1]
-        if not isinstance(self.cuda_graph_prefill_tokens, tuple) or bad:
+        bad = [t for t in self.cuda_graph_prefill_tokens if t < 1]
+        if bad:
             raise ConfigError(f"cuda_graph_prefill_tokens={self.cuda_graph_prefill_tokens!r} must be a tuple of "
                               f"positive integers (bad: {bad})")
-        if not isinstance(self.mem_fraction_static, (int, float)) or not 0.0 < self.mem_fraction_static < 1.0:
+        bad = [c for c in self.speculative_num_steps_candidates if not 1 <= c <= MAX_NUM_STEPS]
+        if bad:
+            raise ConfigError(f"speculative_num_steps_candidates={self.speculative_num_steps_candidates!r}: each "
+                              f"must lie in [1, {MAX_NUM_STEPS}] (bad: {bad})")
+        acc = self.speculative_simulate_accept_length
+        if acc is not None and not 1.0 <= acc <= MAX_NUM_STEPS + 1:
+            raise ConfigError(f"speculative_simulate_accept_length={acc!r} must lie in [1, {MAX_NUM_STEPS + 1}] "
+                              "(tokens a round emits: accepted drafts + the target's own)")
+        if not 0.0 < self.mem_fraction_static < 1.0:
             raise ConfigError(f"mem_fraction_static={self.mem_fraction_static!r} must lie in (0, 1)")
-        if self.max_total_tokens is not None and (not isinstance(self.max_total_tokens, int)
-                                                  or self.max_total_tokens < self.page_size):
+        if self.max_total_tokens is not None and self.max_total_tokens < self.page_size:
             raise ConfigError(f"max_total_tokens={self.max_total_tokens!r} must be an integer >= page_size="
                               f"{self.page_size}")
         if self.attention_backend not in ("auto", "triton", "torch"):
             raise ConfigError(f"attention_backend={self.attention_backend!r} must be auto, triton or torch")
         if self.moe_runner_backend not in ("auto", "triton", "torch"):
             raise ConfigError(f"moe_runner_backend={self.moe_runner_backend!r} must be auto, triton or torch")
+        if not self.worker_timeout > 0:
+            raise ConfigError(f"worker_timeout={self.worker_timeout!r} must be > 0 seconds")
+
+    def _check_types(self) -> None:
+        """Every field against its annotation's kind, before any range check compares it: a string or a bool
+        where a number belongs (or a string where a bool does: "no" is truthy) fails here, naming the field."""
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            kind = _FIELD_KINDS[f.name]
+            if v is None and kind.endswith("?"):
+                continue
+            kind = kind.rstrip("?")
+            if kind == "str":
+                ok, want = isinstance(v, str), "a string"
+            elif kind == "bool":
+                ok, want = isinstance(v, bool), "True or False"
+            elif kind == "int":
+                ok, want = isinstance(v, int) and not isinstance(v, bool), "an integer"
+            elif kind == "float":
+                ok, want = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+                            "a finite number")
+            elif kind == "ints":
+                ok, want = (isinstance(v, tuple) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
+                            "a tuple (or list) of integers")
+            else:  # "env": (name, value) string pairs
+                ok, want = (isinstance(v, tuple) and all(isinstance(p, tuple) and len(p) == 2
+                                                         and all(isinstance(x, str) for x in p) for p in v),
+                            "a dict of environment variable names to string values")
+            if not ok:
+                raise ConfigError(f"{f.name}={v!r} must be {want}")
 
     @property
     def speculative(self) -> bool:
@@ -140,9 +193,26 @@ class EngineArgs:
         if n is not None and n != k + 1:
             raise ConfigError(f"speculative_num_draft_tokens={n} must equal speculative_num_steps+1={k + 1} "
                               "for a chain draft (topk=1)")
-        if not 1 <= k <= 16:
-            raise ConfigError(f"speculative_num_steps={k} must lie in [1, 16]")
+        if not 1 <= k <= MAX_NUM_STEPS:
+            raise ConfigError(f"speculative_num_steps={k} must lie in [1, {MAX_NUM_STEPS}]")
         return k
+
+
+MAX_NUM_STEPS = 16  # draft steps a round: the largest k a verify graph is captured for
+# EngineArgs' fields by kind ("?": None allowed); _check_types reads it. Kept beside the class so a new field
+# without a kind fails its first construction (KeyError) instead of going unchecked.
+_FIELD_KINDS = {
+    "model_path": "str?", "tokenizer_path": "str?", "speculative_algorithm": "str?",
+    "speculative_draft_model_path": "str?", "speculative_num_steps": "int?", "speculative_eagle_topk": "int",
+    "speculative_num_draft_tokens": "int?", "speculative_num_steps_candidates": "ints",
+    "speculative_aux_layer_ids": "ints?", "speculative_simulate_accept_length": "float?", "device": "str",
+    "dtype": "str", "tp_size": "int", "disable_cuda_graph": "bool", "disable_overlap_schedule": "bool",
+    "cuda_graph_max_bs": "int", "cuda_graph_prefill_tokens": "ints", "mha_prefill_tokens": "int",
+    "max_running_requests": "int", "context_length": "int?", "page_size": "int", "max_total_tokens": "int?",
+    "mem_fraction_static": "float", "attention_backend": "str", "moe_runner_backend": "str", "random_seed": "int",
+    "skip_tokenizer_init": "bool", "log_level": "str", "worker_env": "env", "use_worker_processes": "bool",
+    "worker_timeout": "float",
+}
 
 
 class Engine:
@@ -171,6 +241,7 @@ class Engine:
         if args.speculative and not args.speculative_draft_model_path:
             raise ConfigError("speculative_algorithm=EAGLE3 needs speculative_draft_model_path")
         self.args = args
+        self._shut_down = False
         self.num_steps = args.num_steps() if args.speculative else None
         self._setup(args)
 
@@ -207,6 +278,9 @@ class Engine:
             from sglang_eagle3.tokenizer import load_tokenizer
 
             self.tokenizer = load_tokenizer(args.tokenizer_path or args.model_path)
+            if self.tokenizer is None and args.tokenizer_path is not None:
+                # Asked for by name: an engine without it would refuse every text request later, not now.
+                raise ConfigError(f"tokenizer_path={args.tokenizer_path!r} holds no tokenizer.json or tiktoken.model")
         eos = cfg.eos_token_id
         if not eos and self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             eos = (self.tokenizer.eos_token_id,)
@@ -229,11 +303,14 @@ class Engine:
             self.worker_env_reports = self.backend.env_reports
             self.runner = None
         else:
+            from sglang_eagle3.env_report import collect_env_report
             from sglang_eagle3.runtime.worker import ModelWorker
 
             self.backend = ModelWorker(args, plan, device,
                                        detokenize=self.tokenizer.decode if self.tokenizer is not None else None)
             self.runner = self.backend.runner
+            # This process is the only worker: its environment is what the model ran with.
+            self.worker_env_reports = [{**collect_env_report(), "rank": 0}]
         # The scheduler interface (add / abort / step / has_work) the server drives, local or remote.
         self.scheduler = self.backend
         # The pool as the workers sized it (on a GPU, cut to what fits: fit_kv_pages); page 0 is scratch and one
@@ -245,6 +322,9 @@ class Engine:
     def make_request(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
                      logprob_start_len=None, top_logprobs_num=None, rid=None) -> Request:
         """Validates one request (raises RequestError / SamplingParamsError naming the field)."""
+        if self._shut_down:
+            raise RuntimeError("this Engine was shut down (Engine.shutdown or the end of its with block): "
+                               "create a new one")
         if (prompt is None) == (input_ids is None):
             raise RequestError("exactly one of prompt (text) and input_ids must be given")
         if prompt is not None:
@@ -262,27 +342,66 @@ class Engine:
         bad = [t for t in input_ids if not 0 <= t < V]
         if bad:
             raise RequestError(f"token id(s) {bad[:5]} outside the vocabulary [0, {V})")
-        params = SamplingParams.from_dict(sampling_params)
-        # Room for the longest draft an adaptive policy may switch to (set_speculative_num_steps).
-        lookahead = (max((self.num_steps, *self.args.speculative_num_steps_candidates)) if self.num_steps else 0) + 1
-        room = self.context_length - lookahead - len(input_ids)
-        if room < 0:
-            raise RequestError(f"prompt of {len(input_ids)} tokens is longer than the context allows "
+        params = self._vocab_checked(SamplingParams.from_dict(sampling_params))
+        n, lookahead = len(input_ids), self._lookahead()
+        if n + lookahead > self.context_length:
+            raise RequestError(f"prompt of {n} tokens is longer than the context allows "
                                f"({self.context_length} tokens, {lookahead} reserved for decoding)")
-        if params.max_new_tokens > room + 1:
-            params = dataclasses.replace(params, max_new_tokens=room + 1)
-        if len(input_ids) + params.max_new_tokens + lookahead > self._pool_tokens:
-            raise RequestError(f"prompt of {len(input_ids)} tokens + max_new_tokens={params.max_new_tokens} does not "
-                               f"fit the KV cache ({self._pool_tokens} tokens; raise max_total_tokens, or "
+        if n + lookahead > self._pool_tokens:
+            raise RequestError(f"prompt of {n} tokens does not fit the KV cache ({self._pool_tokens} tokens, "
+                               f"{lookahead} reserved for decoding; raise max_total_tokens, or "
                                f"mem_fraction_static={self.args.mem_fraction_static} where memory cut it)")
-        if logprob_start_len is not None and (not isinstance(logprob_start_len, int) or logprob_start_len < -1):
-            raise RequestError(f"logprob_start_len={logprob_start_len!r} must be an integer >= -1")
+        limit = self.max_new_tokens_limit(n)
+        if params.max_new_tokens > limit:
+            if isinstance(sampling_params, dict) and sampling_params.get("max_new_tokens") is not None:
+                # Asked for explicitly: cutting it would return less than the client asked for without saying so
+                # (SGLang refuses too). The default is cut to what fits.
+                raise RequestError(
+                    f"max_new_tokens={params.max_new_tokens} with a prompt of {n} tokens does not fit: at most {limit} "
+                    f"new tokens for this prompt (context length {self.context_length} tokens, KV cache "
+                    f"{self._pool_tokens}, each less {lookahead - 1} reserved for speculation)")
+            params = dataclasses.replace(params, max_new_tokens=limit)
+        start = logprob_start_len
+        if start is not None and (not isinstance(start, int) or isinstance(start, bool) or not -1 <= start <= n):
+            raise RequestError(f"logprob_start_len={logprob_start_len!r} must be an integer in [-1, {n}] (-1: the "
+                               f"output tokens only; {n}: the prompt's length)")
+        if not isinstance(return_logprob, bool):
+            raise RequestError(f"return_logprob={return_logprob!r} must be true or false")
+        if rid is not None and not isinstance(rid, str):
+            raise RequestError(f"rid={rid!r} must be a string")
         if top_logprobs_num is not None and (not isinstance(top_logprobs_num, int) or not 0 <= top_logprobs_num <= V):
             raise RequestError(f"top_logprobs_num={top_logprobs_num!r} must be an integer in [0, {V}]")
         return Request(rid=rid or uuid.uuid4().hex, input_ids=list(input_ids), params=params,
-                       return_logprob=bool(return_logprob),
+                       return_logprob=return_logprob,
                        logprob_start_len=-1 if logprob_start_len is None else logprob_start_len,
                        top_logprobs_num=top_logprobs_num or 0)
+
+    def _lookahead(self) -> int:
+        """KV slots a request needs past its tokens: room for the longest draft an adaptive policy may switch to
+        (set_speculative_num_steps), + 1."""
+        return (max((self.num_steps, *self.args.speculative_num_steps_candidates)) if self.num_steps else 0) + 1
+
+    def max_new_tokens_limit(self, prompt_tokens: int) -> int:
+        """The most new tokens a prompt of this length can be given: the context and the KV cache, each less the
+        slots a speculative round writes past the last token. 0 when the prompt alone does not fit."""
+        lookahead = self._lookahead()
+        by_context = self.context_length - lookahead - prompt_tokens + 1
+        by_pool = self._pool_tokens - lookahead - prompt_tokens
+        return max(min(by_context, by_pool), 0)
+
+    def _vocab_checked(self, params: SamplingParams) -> SamplingParams:
+        """The sampling checks that need this engine's vocabulary and tokenizer."""
+        V = self.model_config.vocab_size
+        bad = [t for t in params.stop_token_ids if not 0 <= t < V]
+        if bad:
+            raise SamplingParamsError(f"stop_token_ids={params.stop_token_ids!r}: {bad[:5]} outside the vocabulary "
+                                      f"[0, {V})")
+        if params.stop and self.tokenizer is None:
+            raise SamplingParamsError(f"stop={params.stop!r} needs a tokenizer, and this engine runs without one "
+                                      "(skip_tokenizer_init): use stop_token_ids")
+        if params.top_k >= V:  # keeps every token, as SGLang reads it; the sampler's int32 would overflow
+            params = dataclasses.replace(params, top_k=-1)
+        return params
 
     def result(self, r: Request) -> dict:
         """SGLang-shaped output dict for a (finished or running) request."""
@@ -301,28 +420,65 @@ class Engine:
                 meta["output_top_logprobs"] = r.output_top_logprobs
         out = {"output_ids": list(r.output_ids), "meta_info": meta}
         if self.tokenizer is not None:
-            out["text"] = self.tokenizer.decode(r.output_ids)
-            stop = r.finished_reason and r.finished_reason.get("type") == "stop" and r.finished_reason.get("matched")
-            if isinstance(stop, str) and stop in out["text"]:
-                out["text"] = out["text"][: out["text"].index(stop)]
+            out["text"] = self.output_text(r)
         return out
 
+    def output_text(self, r: Request) -> str:
+        """The request's text as SGLang's detokenizer gives it: without the stop string or stop token that
+        ended it (unless no_stop_trim), special tokens skipped unless skip_special_tokens is false."""
+        p, fr = r.params, r.finished_reason or {}
+        matched = fr.get("matched") if fr.get("type") == "stop" else None
+        ids = r.output_ids
+        if isinstance(matched, int) and not p.no_stop_trim and ids:
+            ids = ids[:-1]
+        text = self.tokenizer.decode(ids, skip_special_tokens=p.skip_special_tokens)
+        if isinstance(matched, str) and not p.no_stop_trim and matched in text:
+            text = text[: text.index(matched)]
+        return text
+
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
-                 logprob_start_len=None, top_logprobs_num=None):
-        """Runs to completion. A list prompt (or list of id lists) is a batch: returns a list of dicts."""
+                 logprob_start_len=None, top_logprobs_num=None, rid=None):
+        """Runs to completion. A list prompt (or list of id lists) is a batch: returns a list of dicts.
+
+        As SGLang's Engine.generate: in a batch, sampling_params, return_logprob, logprob_start_len,
+        top_logprobs_num and rid may each be one value for every prompt or a list of one per prompt.
+        (No ``stream``: the server streams; this call returns finished requests.)"""
         batch = isinstance(prompt, list) or (isinstance(input_ids, list) and input_ids
                                              and isinstance(input_ids[0], list))
         if not batch:
+            for name, v in (("sampling_params", sampling_params), ("rid", rid)):
+                if v is not None and not isinstance(v, (dict, str) if name == "rid" else dict):
+                    raise RequestError(f"{name} must be {'a string' if name == 'rid' else 'a dict'} for one prompt, "
+                                       f"got {type(v).__name__}")
             reqs = [self.make_request(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                      top_logprobs_num)]
+                                      top_logprobs_num, rid)]
         else:
             n = len(prompt) if prompt is not None else len(input_ids)
-            sps = sampling_params if isinstance(sampling_params, list) else [sampling_params] * n
-            if len(sps) != n:
-                raise RequestError(f"{len(sps)} sampling_params for {n} prompts")
-            reqs = [self.make_request(prompt[i] if prompt is not None else None, sps[i],
-                                      input_ids[i] if input_ids is not None else None, return_logprob,
-                                      logprob_start_len, top_logprobs_num) for i in range(n)]
+            if isinstance(rid, str):
+                raise RequestError(f"rid must be a list of {n} ids for a batch of {n} prompts, got one string")
+
+            def per_item(name, v):
+                if isinstance(v, list):
+                    if len(v) != n:
+                        raise RequestError(f"{len(v)} {name} for {n} prompts")
+                    return v
+                return [v] * n
+
+            sps, lps, starts, tops, rids = (per_item(k, v) for k, v in (
+                ("sampling_params", sampling_params), ("return_logprob", return_logprob),
+                ("logprob_start_len", logprob_start_len), ("top_logprobs_num", top_logprobs_num), ("rid", rid)))
+            if rid is not None and len(set(rids)) != n:
+                raise RequestError(f"rid={rids!r} repeats an id within the batch")
+            reqs = []
+            for i in range(n):
+                if sps[i] is not None and not isinstance(sps[i], dict):
+                    raise RequestError(f"sampling_params[{i}] must be a dict, got {type(sps[i]).__name__}")
+                try:
+                    reqs.append(self.make_request(prompt[i] if prompt is not None else None, sps[i],
+                                                  input_ids[i] if input_ids is not None else None, lps[i],
+                                                  starts[i], tops[i], rids[i]))
+                except (RequestError, SamplingParamsError) as e:
+                    raise type(e)(f"prompt {i} of the batch: {e}") from None
         for r in reqs:  # validated all before queueing any: nothing half-submitted
             self.scheduler.add(r)
         done: dict[str, Request] = {}
@@ -367,14 +523,18 @@ class Engine:
             "max_total_num_tokens": self._pool_tokens,
             "worker_env": self.worker_env_reports,
             "kernels": _kernel_report(self.device),
+            "git_commit": git_commit(),  # the checkout this engine runs from (bench records it)
         }
         info.update(self.backend.info())
         return info
 
     def shutdown(self) -> None:
-        close = getattr(self.backend, "close", None)
-        if close is not None:
-            close()
+        """Frees the models, KV cache and graphs (or stops the TP workers); later requests raise."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self.backend.close()
+        self.runner = None
 
     def __enter__(self):
         return self

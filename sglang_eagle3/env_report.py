@@ -15,8 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import subprocess
 import sys
 from collections.abc import Mapping
+
+from sglang_eagle3 import env
 
 logger = logging.getLogger(__name__)
 
@@ -171,3 +174,24 @@ def warn_sglang_overrides(environ: Mapping[str, str] | None = None, *, enable_sy
     for m in msgs:
         logger.warning("%s", m)
     return msgs
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout holding this package
+
+
+def git_commit(repo: str = REPO) -> str:
+    """GIT_COMMIT when set (a run on another machine names the commit it was sent from: the copy there may
+    carry stale git metadata, as the GPU machines' copies did, recording the session's first commit + "-dirty"
+    for every run), else HEAD of the checkout (+ "-dirty" with uncommitted changes to tracked files), else
+    "unknown"."""
+    if env.GIT_COMMIT.raw():
+        return env.GIT_COMMIT.raw()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit, dirty = "", ""
+    if len(commit) != 40:
+        return "unknown"
+    return commit + ("-dirty" if dirty else "")

@@ -29,7 +29,8 @@ class ChatTemplateError(ValueError):
 
 
 class Tokenizer:
-    """``encode(text, add_special_tokens)`` and ``decode(ids)`` callables plus the special-token names."""
+    """``encode(text, add_special_tokens)`` and ``decode(ids, skip_special_tokens)`` callables plus the
+    special-token names."""
 
     def __init__(self, encode, decode, vocab_size: int, eos_token_id: int | None, bos_token_id: int | None,
                  chat_template: str | None, special_tokens: dict[str, int] | None = None,
@@ -46,8 +47,8 @@ class Tokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return list(self._encode(text, add_special_tokens))
 
-    def decode(self, ids: list[int]) -> str:
-        return self._decode(list(ids))
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self._decode(list(ids), skip_special_tokens)
 
     def set_chat_template(self, template: str) -> None:
         self.chat_template, self.has_own_chat_template, self._compiled_template = template, True, None
@@ -111,7 +112,7 @@ def load_tokenizer(path: str) -> Tokenizer | None:
             return tok.token_to_id(s) if s else None
 
         return Tokenizer(lambda t, special: tok.encode(t, add_special_tokens=special).ids,
-                         lambda ids: tok.decode(ids, skip_special_tokens=True), tok.get_vocab_size(),
+                         lambda ids, skip: tok.decode(ids, skip_special_tokens=skip), tok.get_vocab_size(),
                          tid(eos_token), tid(bos_token), template, bos_token=bos_token, eos_token=eos_token)
     tm = os.path.join(path, "tiktoken.model")
     if os.path.exists(tm):
@@ -149,8 +150,8 @@ def _load_tiktoken(path: str, cfg: dict, template: str | None, bos_token: str | 
                             mergeable_ranks=ranks, special_tokens=special)
     special_ids = set(special.values())
 
-    def decode(ids):
-        return enc.decode([i for i in ids if i not in special_ids])
+    def decode(ids, skip_special):
+        return enc.decode([i for i in ids if i not in special_ids] if skip_special else ids)
 
     bos_id = special.get(bos_token) if bos_token else None
     eos_id = special.get(eos_token) if eos_token else None

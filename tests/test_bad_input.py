@@ -63,9 +63,42 @@ def _raises(exc, needles, fn, *args, **kwargs):
     (dict(speculative_aux_layer_ids=(0, 1, 9)), ["aux layer id 9", "3 layers"]),
     (dict(speculative_aux_layer_ids=[0, 1]), ["3 ids", "[0, 1]"]),
     (dict(not_an_arg=1), ["not_an_arg"]),
+    # Types: each names the field and value (they failed later as TypeError / AttributeError, or read "no" as True).
+    (dict(context_length=-5), ["context_length=-5"]),
+    (dict(context_length=0), ["context_length=0"]),
+    (dict(context_length="512"), ["context_length='512'", "integer"]),
+    (dict(speculative_num_steps=3.0), ["speculative_num_steps=3.0", "integer"]),
+    (dict(speculative_num_steps_candidates=[2, 0]), ["speculative_num_steps_candidates", "[0]"]),
+    (dict(speculative_num_steps_candidates=[100]), ["speculative_num_steps_candidates", "[100]"]),
+    (dict(speculative_num_steps_candidates="12"), ["speculative_num_steps_candidates='12'"]),
+    (dict(speculative_simulate_accept_length="x"), ["speculative_simulate_accept_length='x'"]),
+    (dict(speculative_simulate_accept_length=0.5), ["speculative_simulate_accept_length=0.5", "[1, 17]"]),
+    (dict(speculative_algorithm=3), ["speculative_algorithm=3", "string"]),
+    (dict(device=0), ["device=0", "string"]),
+    (dict(device="cuda:abc"), ["device='cuda:abc'"]),
+    (dict(disable_cuda_graph="no"), ["disable_cuda_graph='no'", "True or False"]),
+    (dict(skip_tokenizer_init="false"), ["skip_tokenizer_init='false'"]),
+    (dict(tp_size=True), ["tp_size=True", "integer"]),
+    (dict(mem_fraction_static=float("nan")), ["mem_fraction_static=nan"]),
+    (dict(worker_env={"FOO": 1}), ["worker_env", "'FOO'", "string values"]),
+    (dict(worker_env=["FOO=bar"]), ["worker_env", "FOO=bar"]),
+    (dict(worker_timeout=-1), ["worker_timeout=-1"]),
+    (dict(random_seed="abc"), ["random_seed='abc'", "integer"]),
 ], ids=lambda x: ",".join(x) if isinstance(x, dict) else None)
 def test_bad_engine_args(small_pair, kwargs, needles):
     _raises(ConfigError, needles, Engine, **{**_spec_kwargs(small_pair), **kwargs})
+
+
+@pytest.mark.parametrize("given", [
+    dict(speculative_draft_model_path="DRAFT"), dict(speculative_num_steps=5),
+    dict(speculative_simulate_accept_length=2.0),
+])
+def test_speculative_settings_without_the_algorithm(small_pair, given):
+    """Left silently unused before (a draft path without speculative_algorithm ran without speculation)."""
+    given = {k: (small_pair.draft if v == "DRAFT" else v) for k, v in given.items()}
+    name = next(iter(given))
+    _raises(ConfigError, [name, "speculative_algorithm is None", "EAGLE3"], Engine, model_path=small_pair.target,
+            device="cpu", skip_tokenizer_init=True, **given)
 
 
 def test_eagle3_needs_a_draft_path(small_pair):
@@ -167,10 +200,70 @@ def test_bad_sampling_params(engine, params, needles):
     (dict(prompt="a", input_ids=[1]), ["exactly one"]),
     (dict(input_ids=[1, 2], logprob_start_len=-2, return_logprob=True), ["logprob_start_len=-2"]),
     (dict(input_ids=[1, 2], top_logprobs_num=VOCAB + 1, return_logprob=True), [f"top_logprobs_num={VOCAB + 1}"]),
+    (dict(input_ids=[1, 2], logprob_start_len=3, return_logprob=True), ["logprob_start_len=3", "[-1, 2]"]),
+    (dict(input_ids=[1, 2], return_logprob="yes"), ["return_logprob='yes'"]),
+    (dict(input_ids=[1, 2], sampling_params=[{"max_new_tokens": 4}]), ["sampling_params", "dict", "list"]),
+    (dict(input_ids=[1, 2], sampling_params="greedy"), ["sampling_params", "str"]),
+    (dict(input_ids=[1, 2], rid=7), ["rid", "int"]),
+    (dict(input_ids=[[1, 2], [3]], rid="x"), ["rid", "list of 2 ids"]),
+    (dict(input_ids=[[1, 2], [3]], rid=["x", "x"]), ["rid=['x', 'x']", "repeats"]),
+    (dict(input_ids=[[1, 2], [3]], return_logprob=[True]), ["1 return_logprob", "2 prompts"]),
+    (dict(input_ids=[[1, 2], [3]], sampling_params=[{}, "x"]), ["sampling_params[1]", "str"]),
 ], ids=lambda x: ",".join(f"{k}={v}" for k, v in x.items())[:40] if isinstance(x, dict) else None)
 def test_bad_request(engine, kwargs, needles):
     _raises(RequestError, needles, engine.generate, **kwargs)
     _assert_idle(engine)
+
+
+@pytest.mark.parametrize("params,needles", [
+    ({"stop_token_ids": [-5]}, ["stop_token_ids=[-5]", f"[0, {VOCAB})"]),
+    ({"stop_token_ids": [2 ** 70]}, ["stop_token_ids", f"[0, {VOCAB})"]),
+    ({"stop": "the"}, ["stop=['the']", "tokenizer", "stop_token_ids"]),  # this engine has none
+    ({"stop": [""]}, ["stop", "empty string"]),
+    ({"ignore_eos": "false"}, ["ignore_eos='false'", "true or false"]),
+    ({"no_stop_trim": 1}, ["no_stop_trim=1"]),
+    ({"skip_special_tokens": None}, ["skip_special_tokens=None"]),
+])
+def test_bad_sampling_params_need_the_engine(engine, params, needles):
+    _raises(SamplingParamsError, needles, engine.generate, input_ids=[1, 2], sampling_params=params)
+    _assert_idle(engine)
+
+
+def test_top_k_past_the_vocabulary_keeps_every_token(engine):
+    """SGLang reads a top_k past the vocabulary as no top_k; one of 2**63 crashed the sampled batch (int64)."""
+    prompts = [[1, 2, 3], [4, 5]]
+    outs = [engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": 6, "temperature": 0.8,
+                                                                   "seed": 5, "top_k": top_k})
+            for top_k in (-1, VOCAB, 2 ** 63)]
+    ids = [[o["output_ids"] for o in out] for out in outs]
+    assert ids[0] == ids[1] == ids[2]
+    _assert_idle(engine)
+
+
+def test_batch_arguments_per_prompt(engine):
+    """As SGLang's Engine.generate: a batch takes one value for all or a list of one per prompt."""
+    prompts = [[1, 2, 3, 4], [5, 6, 7]]
+    sp = {"max_new_tokens": 3, "temperature": 0}
+    outs = engine.generate(input_ids=prompts, sampling_params=sp, return_logprob=[False, True],
+                           logprob_start_len=[0, 1], rid=["first", "second"])
+    assert [o["meta_info"]["id"] for o in outs] == ["first", "second"]
+    assert "input_token_logprobs" not in outs[0]["meta_info"]
+    assert [t for _, t, _ in outs[1]["meta_info"]["input_token_logprobs"]] == prompts[1][1:]
+    # logprob_start_len left out (-1): the output tokens only, as in SGLang.
+    one = engine.generate(input_ids=prompts[0], sampling_params=sp, return_logprob=True, rid="single")
+    assert one["meta_info"]["id"] == "single" and one["meta_info"]["input_token_logprobs"] == []
+    assert [t for _, t, _ in one["meta_info"]["output_token_logprobs"]] == one["output_ids"]
+    whole = engine.generate(input_ids=prompts[0], sampling_params=sp, return_logprob=True, logprob_start_len=0)
+    assert [t for _, t, _ in whole["meta_info"]["input_token_logprobs"]] == prompts[0]
+    _assert_idle(engine)
+
+
+def test_shutdown_frees_and_refuses(small_pair):
+    with Engine(**_spec_kwargs(small_pair, context_length=64)) as e:
+        assert e.generate(input_ids=[1, 2], sampling_params={"max_new_tokens": 2})["output_ids"]
+    assert e.runner is None and e.backend.runner is None  # models, cache and graphs released
+    _raises(RuntimeError, ["shut down"], e.generate, input_ids=[1, 2])
+    e.shutdown()  # twice is harmless
 
 
 def test_prompt_longer_than_context(engine):
@@ -178,8 +271,18 @@ def test_prompt_longer_than_context(engine):
     err = _raises(RequestError, ["61", "64"], engine.generate, input_ids=[1] * 61)
     assert "context" in str(err)
     _assert_idle(engine)
-    out = engine.generate(input_ids=[1] * 60, sampling_params={"max_new_tokens": 50, "temperature": 0})
-    assert 1 <= len(out["output_ids"]) < 50  # capped to what the context holds
+    # An explicit max_new_tokens past the context is refused with the most this prompt can get (SGLang refuses
+    # too); left out, the default is cut to it.
+    limit = engine.max_new_tokens_limit(60)
+    assert limit == 64 - 60 - 3  # the context less the prompt and the 3 slots a round writes past its last token
+    _raises(RequestError, ["max_new_tokens=50", "60 tokens", f"at most {limit} new tokens"], engine.generate,
+            input_ids=[1] * 60, sampling_params={"max_new_tokens": 50, "temperature": 0})
+    _assert_idle(engine)
+    out = engine.generate(input_ids=[1] * 60, sampling_params={"max_new_tokens": limit, "temperature": 0,
+                                                               "ignore_eos": True})
+    assert len(out["output_ids"]) == limit
+    out = engine.generate(input_ids=[1] * 60, sampling_params={"temperature": 0, "ignore_eos": True})
+    assert len(out["output_ids"]) == limit
     target_only = Engine(model_path=engine.args.model_path, device="cpu", skip_tokenizer_init=True, context_length=64)
     _raises(RequestError, ["64 tokens", "64"], target_only.generate, input_ids=[1] * 64)
 

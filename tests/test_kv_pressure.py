@@ -40,5 +40,10 @@ def test_retraction_under_kv_pressure_keeps_outputs(pair, spec):
 
 def test_request_larger_than_the_pool_is_refused(pair):
     eng = Engine(model_path=pair[0], device="cpu", max_total_tokens=64, page_size=4)
-    with pytest.raises(RequestError, match="does not fit the KV cache"):
+    with pytest.raises(RequestError, match="max_new_tokens=60 with a prompt of 40 tokens does not fit: at most 23 "):
         eng.generate(input_ids=[1] * 40, sampling_params={"max_new_tokens": 60})
+    with pytest.raises(RequestError, match="prompt of 70 tokens does not fit the KV cache"):
+        eng.generate(input_ids=[1] * 70, sampling_params={"max_new_tokens": 0})
+    # Left out, max_new_tokens is cut to what fits (64 - 40 - 1 slot of lookahead) instead of refused.
+    out = eng.generate(input_ids=[1] * 40, sampling_params={"ignore_eos": True})
+    assert out["meta_info"]["completion_tokens"] == 23 == eng.max_new_tokens_limit(40)

@@ -25,7 +25,6 @@ import os
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -34,8 +33,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
-from sglang_eagle3 import env
-from sglang_eagle3.env_report import PER_RANK_KEYS
+from sglang_eagle3.env_report import PER_RANK_KEYS, git_commit
 
 DEFAULT_PROMPTS = [
     "And God said, Let there be light:",
@@ -231,31 +229,11 @@ def _delta(before: dict, after: dict | None, key: str) -> int | None:
     return after[key] - before[key]
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def git_commit(repo: str = REPO) -> str:
-    """GIT_COMMIT when set (a run on another machine names the commit it was sent from: the copy there may
-    carry stale git metadata, as the GPU machines' copies did, recording the session's first commit + "-dirty"
-    for every run), else HEAD of the checkout (+ "-dirty" with uncommitted changes to tracked files), else
-    "unknown"."""
-    if env.GIT_COMMIT.raw():
-        return env.GIT_COMMIT.raw()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                               capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit, dirty = "", ""
-    if len(commit) != 40:
-        return "unknown"
-    return commit + ("-dirty" if dirty else "")
-
-
 def provenance(base: str, info: dict) -> dict:
     """Everything a reader needs to know whether two numbers are comparable. ``worker_env`` is a list of
     env_report.collect_env_report() dicts (one per worker process), or None where the server reports none.
-    ``client_git_commit`` is this harness's checkout: neither server reports the commit it runs."""
+    ``client_git_commit`` is this harness's checkout; ``server_git_commit`` the one our server reports it runs
+    (SGLang's reports none)."""
     kind = server_kind(info, base)
     if kind == OURS:
         args = info["args"]
@@ -269,6 +247,7 @@ def provenance(base: str, info: dict) -> dict:
             "max_total_num_tokens": info.get("max_total_num_tokens"),
             "worker_env": info.get("worker_env") or None,
             "kernels": info.get("kernels"),
+            "server_git_commit": info.get("git_commit"),
         }
     else:
         args = _sglang_args(info)

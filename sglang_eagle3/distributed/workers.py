@@ -51,8 +51,8 @@ def _fault(rank: int) -> str | None:
 
 
 def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_env: dict) -> None:
-    os.environ.update(extra_env)  # before torch touches NCCL/CUDA
     try:
+        os.environ.update(extra_env)  # before torch touches NCCL/CUDA; inside the try so a failure is reported
         import torch
         import torch.distributed as dist
 
@@ -66,7 +66,7 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
         if device.type == "cuda":
             torch.cuda.set_device(rank)
             device = torch.device("cuda", rank)
-        else:
+        elif "OMP_NUM_THREADS" not in os.environ:  # the user's choice stands
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
         fault = _fault(rank)
         if fault == "start":
@@ -74,7 +74,15 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
                                 rank=rank, world_size=size, timeout=timedelta(seconds=plan["timeout"]))
         init_tp(rank, size)
-        worker = ModelWorker(args, plan, device)
+        # Every rank runs the same scheduler and must stop a request at the same token: each decodes for the
+        # stop strings itself (without it, stop strings were ignored under TP).
+        detokenize = None
+        if not args.skip_tokenizer_init:
+            from sglang_eagle3.tokenizer import load_tokenizer
+
+            tokenizer = load_tokenizer(args.tokenizer_path or args.model_path)
+            detokenize = tokenizer.decode if tokenizer is not None else None
+        worker = ModelWorker(args, plan, device, detokenize=detokenize)
         report = collect_env_report()
         report["rank"] = rank
         report["kv_pages"] = worker.kv_pages  # the same on every rank (fit_kv_pages takes the smallest)

@@ -48,19 +48,23 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     seed: int | None = None
+    # Text only (SGLang's meaning): keep the matched stop string / stop token's text in the output; decode
+    # special tokens too.
+    no_stop_trim: bool = False
+    skip_special_tokens: bool = True
 
     @staticmethod
     def from_dict(d: dict | None) -> SamplingParams:
         d = dict(d or {})
         known = set(SamplingParams.__dataclass_fields__)
-        unknown = sorted(set(d) - known - {"n", "sampling_seed", "skip_special_tokens", "no_stop_trim"})
+        unknown = sorted(set(d) - known - {"n", "sampling_seed"})
         if unknown:
             raise SamplingParamsError(f"unknown sampling parameter(s): {unknown} (known: {sorted(known)})")
         if "sampling_seed" in d and d.get("seed") is None:
             d["seed"] = d["sampling_seed"]
         if d.get("n", 1) != 1:
             raise SamplingParamsError(f"n={d['n']!r} is not supported (only n=1)")
-        for k in ("n", "sampling_seed", "skip_special_tokens", "no_stop_trim"):
+        for k in ("n", "sampling_seed"):
             d.pop(k, None)
         if isinstance(d.get("stop"), str):
             d["stop"] = [d["stop"]]
@@ -92,11 +96,16 @@ class SamplingParams:
             bad("min_p", "must be in [0, 1]")
         if not isinstance(self.stop, list) or not all(isinstance(s, str) for s in self.stop):
             bad("stop", "must be a string or a list of strings")
+        if "" in self.stop:
+            bad("stop", "holds an empty string, which would match before any text")
         if not isinstance(self.stop_token_ids, list) or not all(
                 isinstance(t, int) and not isinstance(t, bool) for t in self.stop_token_ids):
             bad("stop_token_ids", "must be a list of integers")
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
             bad("seed", "must be an integer")
+        for name in ("ignore_eos", "no_stop_trim", "skip_special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "must be true or false")  # "false" is a truthy string
 
     @property
     def greedy(self) -> bool:

@@ -271,8 +271,9 @@ class Scheduler:
 
     def _input_logprobs(self, r: Request, rows: torch.Tensor) -> None:
         """The prompt's logprobs from its rows' logits [n, V] (row i predicts token i + 1), from logprob_start_len."""
-        start = max(r.logprob_start_len, 0)
         ids = r.input_ids
+        # -1 (the default) means the output tokens only, as in SGLang.
+        start = len(ids) if r.logprob_start_len == -1 else r.logprob_start_len
         first = max(start, 1)  # the first token with a row before it
         per_row = []
         if first < len(ids):
@@ -486,7 +487,11 @@ class Scheduler:
             elif len(r.output_ids) >= p.max_new_tokens:
                 r.finished_reason = {"type": "length", "length": p.max_new_tokens}
             elif p.stop and self.detokenize is not None:
-                tail = self.detokenize(r.output_ids[-16:])
+                # Every token decodes to at least one byte (special tokens aside), so a stop string of B bytes ends
+                # within the last B + 1 tokens (one more for a character split across tokens); a shorter window
+                # misses long ones.
+                window = max(16, max(len(s.encode()) for s in p.stop) + 2)
+                tail = self.detokenize(r.output_ids[-window:])
                 hit = next((s for s in p.stop if s in tail), None)
                 if hit is not None:
                     r.finished_reason = {"type": "stop", "matched": hit}

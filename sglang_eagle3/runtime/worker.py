@@ -131,6 +131,12 @@ class ModelWorker:
     def set_num_steps(self, k: int) -> None:
         self.scheduler.num_steps = k
 
+    def close(self) -> None:
+        """Frees the models, KV cache and graphs (Engine.shutdown); the worker takes no more calls."""
+        self.scheduler = self.runner = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def info(self) -> dict:
         s = self.scheduler.stats
         steps = s.step_seconds

@@ -19,14 +19,16 @@ def test_harness_measures_and_records_provenance(server):
     prov = res["provenance"]
     assert prov["server_args"]["speculative_num_steps"] == 3 and prov["model"]["layers"] > 0
     assert prov["server_kind"] == "sglang_eagle3" and prov["client_git_commit"] and prov["time_utc"]
-    # TP=1: the model runs in the server process, which reports no worker environment
-    assert prov["worker_env"] is None
+    # TP=1: the model runs in the server process, whose environment is the worker's; the server's own commit
+    assert [w["rank"] for w in prov["worker_env"]] == [0] and prov["worker_env"][0]["pid"] > 0
+    assert prov["server_git_commit"] == prov["client_git_commit"]  # one checkout here
 
     other = copy.deepcopy(res)
     other["name"] = "baseline"
     other["provenance"]["server_args"]["speculative_algorithm"] = None
+    other["provenance"]["worker_env"][0]["env"]["NCCL_P2P_DISABLE"] = "1"
     diffs = provenance_diff([res, other])
     assert any("speculative_algorithm" in d for d in diffs)
-    assert "worker_env: not reported by the server of eagle3, baseline (not compared)" in diffs
+    assert any("NCCL_P2P_DISABLE" in d and 'baseline="1"' in d for d in diffs), diffs
     table = compare_table([other, res])
     assert "| eagle3 |" in table and "1.00x" in table

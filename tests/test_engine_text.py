@@ -1,0 +1,96 @@
+"""Output text as SGLang's Engine gives it, on the embedded pair (it has a real tokenizer): stop strings of any
+length end a request where plain decoding puts them, the stop string or stop token is cut from the text unless
+no_stop_trim, special tokens are decoded on request, and every TP rank stops at the same token."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from sglang_eagle3 import Engine
+from sglang_eagle3.config import ConfigError
+from sglang_eagle3.engine import EMBEDDED_DIR
+from sglang_eagle3.runtime.request import Request
+from sglang_eagle3.runtime.sampling import SamplingParams
+
+TARGET = os.path.join(EMBEDDED_DIR, "target")
+pytestmark = [pytest.mark.skipif(not os.path.exists(os.path.join(TARGET, "config.json")),
+                                 reason="embedded weights not present"),
+              pytest.mark.usefixtures("torch_one_thread")]
+PROMPTS = ["And God said,", "In the beginning", "The king of Israel"]
+GREEDY = {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def engines():
+    return {"plain": Engine(model_path=TARGET, device="cpu"),
+            "eagle3": Engine(device="cpu", speculative_num_steps=3)}  # the embedded pair, EAGLE-3 on
+
+
+@pytest.fixture(scope="module")
+def free_runs(engines):
+    return engines["plain"].generate(PROMPTS, GREEDY)
+
+
+@pytest.mark.parametrize("kind", ["plain", "eagle3"])
+def test_long_stop_string(engines, free_runs, kind):
+    """A stop string spanning more than 16 tokens (the scheduler decoded only the last 16: it never matched)."""
+    eng, rng = engines[kind], random.Random()
+    for prompt, free in zip(PROMPTS, free_runs, strict=True):
+        ids = free["output_ids"]
+        a = rng.randrange(2, 8)
+        b = a + rng.randrange(18, 30)
+        stop = eng.tokenizer.decode(ids[a:b]).strip()
+        assert len(eng.tokenizer.encode(stop)) > 16 and stop in free["text"]
+        out = eng.generate(prompt, {**GREEDY, "stop": [stop]})
+        assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+        assert out["text"] == free["text"][: free["text"].index(stop)]
+        kept = eng.generate(prompt, {**GREEDY, "stop": stop, "no_stop_trim": True})
+        end = free["text"].index(stop) + len(stop)
+        assert kept["text"].startswith(free["text"][:end]) and free["text"].startswith(kept["text"])
+
+
+def test_stop_token_text_is_trimmed(engines, free_runs):
+    """As SGLang's detokenizer: the matched stop token stays in output_ids but not in the text."""
+    eng = engines["eagle3"]
+    for prompt, free in zip(PROMPTS, free_runs, strict=True):
+        ids = free["output_ids"]
+        j = next(j for j in range(3, len(ids)) if ids[j] not in ids[:j])  # its first occurrence
+        out = eng.generate(prompt, {**GREEDY, "stop_token_ids": [ids[j]]})
+        assert out["output_ids"] == ids[: j + 1]
+        assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": ids[j]}
+        assert out["text"] == eng.tokenizer.decode(ids[:j])
+        kept = eng.generate(prompt, {**GREEDY, "stop_token_ids": [ids[j]], "no_stop_trim": True})
+        assert kept["text"] == eng.tokenizer.decode(ids[: j + 1])
+
+
+def test_skip_special_tokens(engines):
+    eng = engines["plain"]
+    tok = eng.tokenizer
+    ids = tok.encode("In the beginning")
+    r = Request(rid="x", input_ids=[1], params=SamplingParams(max_new_tokens=8, skip_special_tokens=False))
+    r.output_ids = [*ids, tok.eos_token_id]
+    r.finished_reason = {"type": "length", "length": 8}
+    assert eng.output_text(r) == tok.decode(ids) + tok.eos_token
+    r.params = SamplingParams(max_new_tokens=8)
+    assert eng.output_text(r) == tok.decode(ids)
+
+
+def test_tokenizer_path_without_a_tokenizer_fails_first(tmp_path, monkeypatch):
+    from sglang_eagle3.models import loader
+
+    monkeypatch.setattr(loader, "load_target", lambda *a, **k: pytest.fail("weights loaded first"))
+    with pytest.raises(ConfigError, match=f"tokenizer_path='{tmp_path}' holds no tokenizer"):
+        Engine(model_path=TARGET, tokenizer_path=str(tmp_path), device="cpu")
+
+
+def test_tp_ranks_stop_at_stop_strings(free_runs):
+    """Every TP rank runs the scheduler and decodes for stop strings itself (they were ignored under TP)."""
+    free = free_runs[0]
+    stop = free["text"].split()[4]
+    with Engine(model_path=TARGET, device="cpu", tp_size=2) as tp:
+        out = tp.generate(PROMPTS[0], {**GREEDY, "stop": stop})
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+    assert out["text"] == free["text"][: free["text"].index(stop)]
