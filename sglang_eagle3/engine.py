@@ -217,6 +217,9 @@ _FIELD_KINDS = {
 
 class Engine:
     def __init__(self, **kwargs):
+        # SGLang snippets for Kimi pass it; no remote code is ever run here (the server's flag is the same no-op).
+        if not isinstance(kwargs.pop("trust_remote_code", False), bool):
+            raise ConfigError("trust_remote_code must be True or False")
         known = {f.name for f in dataclasses.fields(EngineArgs)}
         unknown = sorted(set(kwargs) - known)
         if unknown:

@@ -101,6 +101,11 @@ def test_speculative_settings_without_the_algorithm(small_pair, given):
             device="cpu", skip_tokenizer_init=True, **given)
 
 
+def test_sglang_no_op_arguments_are_accepted(small_pair):
+    e = Engine(**_spec_kwargs(small_pair, context_length=64), trust_remote_code=True)
+    assert "trust_remote_code" not in e.get_server_info()["args"]
+
+
 def test_eagle3_needs_a_draft_path(small_pair):
     _raises(ConfigError, ["speculative_draft_model_path"], Engine, model_path=small_pair.target,
             speculative_algorithm="EAGLE3", device="cpu", skip_tokenizer_init=True)
