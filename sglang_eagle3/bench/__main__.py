@@ -17,9 +17,9 @@ came back, or /get_server_info stopped answering after the run. A server that ca
 /get_server_info is in neither known format (ours, SGLang's), stops the run before any request.
 
 Provenance records the server's args, model, device and worker environment (one report per worker process:
-our server with TP > 1 or --use-worker-processes; SGLang with the overlay, worker 0 only over HTTP; none
-otherwise, and compare says so) and client_git_commit: the commit of the checkout running this harness, not
-the server's (neither server reports its own). compare names each worker variable that differs, rank by rank,
+our server's TP workers, or its own process as rank 0 at TP=1; SGLang with the overlay, worker 0 only over
+HTTP; none otherwise, and compare says so), server_git_commit (ours reports the checkout it runs; SGLang's
+reports none) and client_git_commit: the commit of the checkout running this harness. compare names each worker variable that differs, rank by rank,
 with both values.
 """
 

@@ -9,7 +9,8 @@ puts runs side by side only after printing every provenance field in which they 
 
 Two servers' /get_server_info are read (``server_kind`` tells them apart):
 - ours (``sglang_eagle3``): ``args``, ``model``, ``draft``, ``device``, ``tp_size``, ``worker_env`` (one report
-  per TP worker process; [] when the model runs in the server process), ``kernels``, and the counters
+  per TP worker process; the server process's own, as rank 0, when the model runs there), ``kernels``,
+  ``git_commit`` (the server's checkout), and the counters
   ``verify_forwards`` / ``accepted_tokens`` / ``forward_counts``, read as deltas over the run.
 - SGLang 0.5.23 (``sglang``): the resolved server args flat at the top level (``ServerArgs.resolved_dict()``),
   worker 0's scheduler handshake merged in, ``launch_command``, ``internal_states`` (one dict per DP rank) and
