@@ -7,8 +7,10 @@ columns have graph/eager counts); ``overlay`` is ``sglang_eagle3.apply()`` with 
 greedily (temperature 0) on the same prompts; the report says whether the outputs are equal and puts the
 verify-path counts and the mean time per output token side by side.
 
-``--dry-run`` validates the arguments and the environment (SGLang version, model path, CUDA) and prints
-the plan without starting SGLang; it is what runs on CPU-only machines.
+``--dry-run`` checks the arguments (reporting every problem at once), the local model paths and the installed
+SGLang version (one the overlay supports), and prints the plan without starting SGLang. It needs SGLang
+installed but no GPU; without SGLang it exits with status 2, saying so. The real run also needs at least
+``--tp`` CUDA devices, checked before either configuration starts.
 
 Example:
   python -m sglang_eagle3.selfcheck --model-path /models/Kimi-K2.5 --draft-model-path /models/kimi-eagle3 \
@@ -60,13 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def sglang_kwargs(args: argparse.Namespace) -> dict:
-    """``sglang.Engine`` keyword arguments from our flags plus every ``--sglang-arg=--name=value``."""
+    """``sglang.Engine`` keyword arguments from our flags plus every ``--sglang-arg=--name=value``; raises
+    SelfCheckError naming every malformed ``--sglang-arg``."""
     kw: dict = {"model_path": args.model_path, "tp_size": args.tp}
     if args.draft_model_path:
         kw.update(speculative_algorithm="EAGLE3", speculative_draft_model_path=args.draft_model_path)
+    bad = [item for item in args.sglang_arg if not item.startswith("--") or item[2:].partition("=")[0] == ""]
+    if bad:
+        raise SelfCheckError("; ".join(f"--sglang-arg {item!r} must look like --flag=value or --flag" for item in bad))
     for item in args.sglang_arg:
-        if not item.startswith("--"):
-            raise SelfCheckError(f"--sglang-arg {item!r} must look like --flag=value or --flag")
         name, sep, value = item[2:].partition("=")
         key = name.replace("-", "_")
         if not sep:
@@ -102,12 +106,15 @@ def validate(args: argparse.Namespace) -> dict:
         # Hub ids ("org/name") are left to SGLang; anything that looks like a local path must exist.
         if path and path.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(path)):
             problems.append(f"{flag} {path!r} is not a directory")
+    prompts, kwargs = [], {}
     try:
         prompts = load_prompts(args.prompts_file)
+    except SelfCheckError as e:
+        problems.append(str(e))
+    try:
         kwargs = sglang_kwargs(args)
     except SelfCheckError as e:
         problems.append(str(e))
-        prompts, kwargs = [], {}
     from sglang_eagle3.integration.sglang_overlay import SUPPORTED_SGLANG_VERSIONS, installed_sglang_version
 
     try:
@@ -179,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(json.dumps(plan, indent=2))
         return 0
+    import torch
+
+    if torch.cuda.device_count() < args.tp:
+        logger.error("selfcheck: the runs need %d CUDA device(s) (--tp %d); %d visible (--dry-run checks the rest "
+                     "without a GPU)", args.tp, args.tp, torch.cuda.device_count())
+        return 2
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for run in plan["runs"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from sglang_eagle3 import selfcheck
 
@@ -26,12 +27,41 @@ def test_invalid_arguments_are_all_reported(tmp_path):
     empty = tmp_path / "prompts.txt"
     empty.write_text("\n")
     args = selfcheck.build_parser().parse_args(
-        ["--model-path", str(tmp_path / "missing"), "--tp", "0", "--prompts-file", str(empty)])
+        ["--model-path", str(tmp_path / "missing"), "--tp", "0", "--prompts-file", str(empty), "--sglang-arg", "foo",
+         "--sglang-arg=--ok=1", "--sglang-arg=--=2"])
     with pytest.raises(selfcheck.SelfCheckError) as e:
         selfcheck.validate(args)
     msg = str(e.value)
     assert "--tp=0" in msg and "is not a directory" in msg and "holds no prompts" in msg
+    assert "--sglang-arg 'foo'" in msg and "--sglang-arg '--=2'" in msg and "'--ok=1'" not in msg
     assert selfcheck.main(["--model-path", str(tmp_path / "missing"), "--dry-run"]) == 2
+
+
+def test_dry_run_needs_sglang_but_no_gpu(tmp_path, monkeypatch, capsys):
+    from sglang_eagle3.integration import sglang_overlay
+
+    def no_sglang():
+        raise ImportError("the SGLang overlay needs SGLang")
+
+    monkeypatch.setattr(sglang_overlay, "installed_sglang_version", no_sglang)
+    assert selfcheck.main(["--model-path", str(tmp_path), "--dry-run"]) == 2
+    monkeypatch.setattr(sglang_overlay, "installed_sglang_version", lambda: sglang_overlay.SUPPORTED_SGLANG_VERSIONS[0])
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert selfcheck.main(["--model-path", str(tmp_path), "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["engine_kwargs"]["model_path"] == str(tmp_path)
+
+
+def test_real_run_refuses_too_few_gpus_before_starting(tmp_path, monkeypatch, caplog):
+    from sglang_eagle3.integration import sglang_overlay
+
+    def never(*args, **kwargs):
+        raise AssertionError("a configuration was started")
+
+    monkeypatch.setattr(sglang_overlay, "installed_sglang_version", lambda: sglang_overlay.SUPPORTED_SGLANG_VERSIONS[0])
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(selfcheck.subprocess, "run", never)
+    assert selfcheck.main(["--model-path", str(tmp_path), "--tp", "2"]) == 2
+    assert "need 2 CUDA device(s) (--tp 2); 1 visible" in caplog.text
 
 
 def test_compare_flags_mismatched_outputs():
