@@ -835,6 +835,15 @@ def _logical_params(info: TensorInfo, t: Target) -> int:
     return info.numel * (PACK_FACTOR if info.name.endswith(".weight_packed") else 1)
 
 
+PROGRESS_MIN_BYTES = 1 << 30
+
+
+def _shows_progress(index: CheckpointIndex) -> bool:
+    """A bar for loads that take a while: several shards, or one large file (a draft's single model.safetensors
+    is several GB for Kimi-K2.5)."""
+    return len(index.files) > 1 or index.nbytes >= PROGRESS_MIN_BYTES
+
+
 def _stream(params: dict[str, torch.Tensor], index: CheckpointIndex, mp: _Mapping, fp8_scales: dict[str, str],
             what: str) -> dict:
     from tqdm import tqdm
@@ -842,7 +851,7 @@ def _stream(params: dict[str, torch.Tensor], index: CheckpointIndex, mp: _Mappin
     stats = ReadStats()
     n_tensors = n_params = 0
     tp = get_tp()
-    show = len(index.files) > 1 and tp.rank == 0 and logger.isEnabledFor(logging.INFO)
+    show = _shows_progress(index) and tp.rank == 0 and logger.isEnabledFor(logging.INFO)
     t0 = time.perf_counter()
     with tqdm(total=index.nbytes, unit="B", unit_scale=True, desc=f"loading {what}", disable=not show) as bar:
         for file, infos in index.by_file().items():

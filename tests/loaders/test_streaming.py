@@ -148,3 +148,17 @@ def test_fp8_scale_from_another_shard_is_read_and_released(tmp_path, monkeypatch
     state = _track_open_shards(monkeypatch)
     load_target(path, dtype=torch.float32)
     assert state["max"] == 2 and state["open"] == 0
+
+
+def test_progress_bar_for_long_loads(tmp_path, monkeypatch):
+    """Several shards, or one file past PROGRESS_MIN_BYTES (a large draft is one model.safetensors)."""
+    from sglang_eagle3.models import loader as ld
+
+    sd = {"a": torch.zeros(64), "b": torch.zeros(32)}
+    one, three = str(tmp_path / "one"), str(tmp_path / "three")
+    write_sharded(sd, one, {}, 1)
+    write_sharded(sd, three, {}, 2)
+    small, sharded = ld.CheckpointIndex.scan(one), ld.CheckpointIndex.scan(three)
+    assert not ld._shows_progress(small) and ld._shows_progress(sharded)
+    monkeypatch.setattr(ld, "PROGRESS_MIN_BYTES", small.nbytes)
+    assert ld._shows_progress(small)
