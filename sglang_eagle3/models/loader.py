@@ -946,6 +946,9 @@ def load_target(path: str, *, device="cpu", dtype=torch.bfloat16, report: dict |
 
     info = _stream(_loadable(model), index, mp, fp8_scales, "target")
     if cfg.tie_word_embeddings:
+        if any(t.param == "lm_head.weight" for t in mp.targets.values()):
+            logger.warning("%s: tie_word_embeddings is true, so the stored lm_head.weight is not used (the head is "
+                           "the embedding, as transformers ties it); set it false in config.json to use it", path)
         model.lm_head.weight = model.model.embed_tokens.weight
     info["seconds"] = time.perf_counter() - t0
     _log_skipped(mp, "target")

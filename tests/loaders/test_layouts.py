@@ -172,6 +172,18 @@ def test_tied_embeddings(tmp_path):
     assert_same_logits(model, ref, cfg.vocab_size, atol=0)
 
 
+def test_tied_embeddings_with_a_stored_head_warn(tmp_path, caplog):
+    """transformers ties and ignores a stored head; so do we, but say so instead of dropping it silently."""
+    cfg = int4_config()
+    ref = plain_model(cfg, seed=6)
+    hf = {**cfg.to_hf(), "tie_word_embeddings": True}
+    write_sharded(hf_state_dict(ref), str(tmp_path), hf, 1)
+    with caplog.at_level(logging.WARNING, logger="sglang_eagle3.models.loader"):
+        model = load_target(str(tmp_path), dtype=torch.float32)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert any("stored lm_head.weight is not used" in r.message for r in caplog.records)
+
+
 def test_model_built_on_requested_dtype_and_device(kimi):
     _, path, _ = kimi
     model = load_target(path, device="cpu", dtype=torch.bfloat16)
