@@ -130,7 +130,7 @@ def test_no_room_at_all_is_a_clear_error(models, monkeypatch):
 @pytest.mark.parametrize("kw,match", [
     ({"mem_fraction_static": 0.0}, "mem_fraction_static=0.0 must lie in"),
     ({"mem_fraction_static": 1.2}, "mem_fraction_static=1.2 must lie in"),
-    ({"mem_fraction_static": "0.8"}, "mem_fraction_static='0.8' must lie in"),
+    ({"mem_fraction_static": "0.8"}, "mem_fraction_static='0.8' must be a finite number"),
     ({"max_total_tokens": 8}, "max_total_tokens=8 must be an integer >= page_size=16"),
     ({"mha_prefill_tokens": -1}, "mha_prefill_tokens=-1 must be an integer >= 0"),
     ({"mha_prefill_tokens": True}, "mha_prefill_tokens=True must be an integer >= 0"),
