@@ -14,12 +14,17 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import signal
 import sys
 
 logger = logging.getLogger("sglang_eagle3.launch_server")
 
 LOG_FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
 EMBEDDED_SERVED_NAME = "sglang-eagle3-embedded"
+# uvicorn's graceful-shutdown timeout is --shutdown-grace-s plus this: the "shutting down" errors that end the
+# requests still in flight after the grace must reach their clients before uvicorn cuts the connections.
+_UVICORN_EXTRA_GRACE_S = 3.0
+_EXIT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 # flag -> EngineArgs field, for flags whose value goes to the engine unchanged (None = not given).
 _ENGINE_FLAGS = (
@@ -107,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-queued-requests", type=int, default=4096,
                    help="requests allowed to wait beyond --max-running-requests; one more gets HTTP 503 "
                    "(default 4096; -1: unbounded)")
+    g.add_argument("--max-request-bytes", type=int, metavar="N",
+                   help="(sglang_eagle3) largest request body in bytes; a larger one gets HTTP 413 before it is "
+                   "read (default 16777216 = 16 MiB)")
+    g.add_argument("--shutdown-grace-s", type=float, metavar="S",
+                   help="(sglang_eagle3) on SIGTERM / Ctrl+C, seconds the requests in flight get to finish before "
+                   "they end with a 'server is shutting down' error; new requests are refused at once (default 5)")
     g.add_argument("--log-level", default="info", help="debug | info | warning | error (default info)")
     g.add_argument("--log-requests", action="store_true", help="log every HTTP request (uvicorn's access log)")
     g.add_argument("--enable-metrics", action="store_true", help="accepted for SGLang compatibility: /metrics is "
@@ -183,27 +194,43 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     return kw
 
 
+def server_config(args: argparse.Namespace):
+    """The HTTP side's ServerConfig from the flags (raises ServerConfigError), checked before the engine loads."""
+    from sglang_eagle3.server.config import ServerConfig, ServerConfigError
+
+    if args.max_queued_requests < -1:
+        raise ServerConfigError(f"--max-queued-requests {args.max_queued_requests}: must be >= 0, or -1 for "
+                                "unbounded")
+    served = args.served_model_name or args.model_path or EMBEDDED_SERVED_NAME
+    optional = {name: getattr(args, name) for name in ("max_request_bytes", "shutdown_grace_s")
+                if getattr(args, name) is not None}
+    return ServerConfig(host=args.host, port=args.port, served_model_name=served,
+                        max_queued_requests=None if args.max_queued_requests == -1 else args.max_queued_requests,
+                        api_key=args.api_key, **optional)
+
+
 def serve_native(args: argparse.Namespace) -> int:
     import uvicorn
 
     from sglang_eagle3.config import ConfigError
     from sglang_eagle3.engine import Engine
-    from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
+    from sglang_eagle3.server import EngineDriver, create_app
     from sglang_eagle3.server.app import model_info
     from sglang_eagle3.server.config import ServerConfigError
     from sglang_eagle3.server.metrics import ServerMetrics
 
     try:
+        config = server_config(args)
+    except ServerConfigError as e:
+        logger.error("%s", e)
+        return 2
+    try:
         engine = Engine(**engine_kwargs(args))
     except (ConfigError, OSError, ValueError, RuntimeError) as e:  # RuntimeError: WorkerError, out of memory, ...
         logger.error("cannot start the engine: %s: %s", type(e).__name__, e)
         return 2
-    served = args.served_model_name or args.model_path or EMBEDDED_SERVED_NAME
-    max_queued = None if args.max_queued_requests is not None and args.max_queued_requests < 0 \
-        else args.max_queued_requests
+    served, max_queued = config.served_model_name, config.max_queued_requests
     try:
-        config = ServerConfig(host=args.host, port=args.port, served_model_name=served, max_queued_requests=max_queued,
-                              api_key=args.api_key)
         if args.chat_template:
             if engine.tokenizer is None:
                 raise ServerConfigError("--chat-template needs a tokenizer (drop --skip-tokenizer-init)")
@@ -224,13 +251,31 @@ def serve_native(args: argparse.Namespace) -> int:
                 args.port, info["model"]["context_length"],
                 f"EAGLE-3 with {num_steps} draft steps" if num_steps else "no speculation", info.get("device"),
                 info.get("dtype", args.dtype or "auto"), running, max_queued)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_config=None,
-                                           access_log=args.log_requests, timeout_graceful_shutdown=5))
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            # Runs in the signal handler: only flags and a queue put (begin_shutdown is safe there).
+            driver.begin_shutdown(config.shutdown_grace_s)
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=args.log_requests,
+                                   timeout_graceful_shutdown=config.shutdown_grace_s + _UVICORN_EXTRA_GRACE_S))
+    # NOTE: uvicorn re-raises the signal that stopped it once it has finished, with the handlers it found in
+    # place: with the default ones that kills the process before the engine thread and TP workers are stopped.
+    # So it finds ours, which only remember the signal; it is re-raised below, after the cleanup.
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda sig, frame: caught.append(sig)) for sig in _EXIT_SIGNALS}
     try:
         server.run()
     finally:
         driver.stop()
         engine.shutdown()  # TP worker processes exit with the server
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if caught:
+        logger.info("server stopped by signal %d", caught[0])
+        signal.signal(caught[0], signal.SIG_DFL)
+        signal.raise_signal(caught[0])  # exits as killed by it, as uvicorn would have
     return 0
 
 

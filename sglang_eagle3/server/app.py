@@ -1,14 +1,16 @@
-"""The FastAPI application: SGLang-native endpoints (/health, /generate, /get_server_info), OpenAI endpoints
-(/v1/models, /v1/completions, /v1/chat/completions) and Prometheus /metrics.
+"""The FastAPI application: SGLang-native endpoints (/health, /generate, /get_server_info, /get_model_info,
+/flush_cache), OpenAI endpoints (/v1/models, /v1/completions, /v1/chat/completions) and Prometheus /metrics.
 
 Every error is ``{"error": {"message", "type", "param", "code"}}``: 400 for a client's mistake, 404 for an
-unknown model or route, 503 when the queue is full or the engine thread is gone, 500 only when the engine
-itself failed (logged; the server keeps serving).
+unknown model or route, 413 for a body over ``max_request_bytes``, 503 when the queue is full, the server is
+shutting down or the engine thread is gone, 500 only when the engine itself failed (logged; the server keeps
+serving).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -31,6 +33,10 @@ logger = logging.getLogger(__name__)
 # Endpoints that answer without the API key (load balancers and scrapers probe them), as in SGLang.
 _PUBLIC_PATHS = ("/health", "/health_generate", "/metrics")
 _HEALTH_GENERATE_TIMEOUT_S = 20.0
+# SGLang sampling parameters the engine does not implement, with the value that leaves sampling unchanged:
+# /generate accepts that value (or null) and drops it, and refuses any other.
+_NEUTRAL_SAMPLING = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
+                     "min_new_tokens": 0, "spaces_between_special_tokens": True}
 
 
 def _error_response(e: APIError) -> JSONResponse:
@@ -45,10 +51,11 @@ def _guarded(fn):
         try:
             return await fn(serving, request)
         except APIError as e:
-            if e.status in (400, 404):
+            if e.status in (400, 404, 413):
                 serving.metrics.rejected.inc(status=str(e.status))
-            if e.status >= 500:
-                logger.error("%s %s -> %d: %s", request.method, request.url.path, e.status, e.message)
+            if e.status >= 500:  # a full queue or a shutdown is no fault: warned, not logged as an error
+                logger.log(logging.ERROR if e.status == 500 else logging.WARNING, "%s %s -> %d: %s",
+                           request.method, request.url.path, e.status, e.message)
             return _error_response(e)
         except ClientDisconnected:
             return Response(status_code=499)
@@ -62,12 +69,80 @@ def _guarded(fn):
     return wrapper
 
 
+class RequestTooLarge(APIError):
+    def __init__(self, limit: int, size: int | None = None):
+        got = f"of {size} bytes " if size is not None else ""
+        super().__init__(413, f"the request body {got}is larger than this server accepts ({limit} bytes: "
+                         "--max-request-bytes)", code="request_too_large")
+
+
+class _BodyLimit:
+    """ASGI middleware: 413 for a body over ``limit`` bytes, at once when its Content-Length says so, else as
+    soon as the bytes received pass it (the handler's body read raises RequestTooLarge), so an oversized
+    body is never held in memory whole."""
+
+    def __init__(self, app, limit: int, metrics):
+        self.app, self.limit, self.metrics = app, limit, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            self.metrics.rejected.inc(status="413")
+            return await _error_response(RequestTooLarge(self.limit, int(declared)))(scope, receive, send)
+        received = 0
+
+        async def counting_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise RequestTooLarge(self.limit)
+            return message
+
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except RequestTooLarge as e:  # raised outside a handler that answers APIErrors itself
+            if started:
+                raise
+            self.metrics.rejected.inc(status="413")
+            await _error_response(e)(scope, receive, send)
+
+
+class _ApiKey:
+    """ASGI middleware: 401 unless ``Authorization: Bearer <api_key>`` (the scheme compared case-insensitively,
+    RFC 7235), except on the public paths. Plain ASGI, not BaseHTTPMiddleware, which would read the request body
+    in a task of its own (an oversized body's 413 would come out as a 500)."""
+
+    def __init__(self, app, api_key: str):
+        self.app, self.key = app, api_key.encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"] not in _PUBLIC_PATHS:
+            header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            scheme, _, token = header.strip().partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
+                err = APIError(401, "missing or wrong API key (Authorization: Bearer ...)", code="invalid_api_key")
+                return await _error_response(err)(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 def model_info(info: dict, served_model_name: str) -> ModelInfo:
     """ModelInfo from Engine.get_server_info()."""
     draft = info.get("draft") or {}
     return ModelInfo(served_model_name=served_model_name, model_path=str(info["model"]["path"]),
                      context_length=int(info["model"]["context_length"]),
-                     vocab_size=int(info["model"]["vocab_size"]), speculative_num_steps=draft.get("num_steps"))
+                     vocab_size=int(info["model"]["vocab_size"]), speculative_num_steps=draft.get("num_steps"),
+                     tokenizer_path=(info.get("args") or {}).get("tokenizer_path") or str(info["model"]["path"]))
 
 
 def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelInfo | None = None) -> FastAPI:
@@ -89,18 +164,17 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
         return _error_response(APIError(400, str(exc)))
 
     if config.api_key:
-        @app.middleware("http")
-        async def check_api_key(request: HTTPRequest, call_next):
-            if request.url.path not in _PUBLIC_PATHS and \
-                    request.headers.get("authorization") != f"Bearer {config.api_key}":
-                return _error_response(APIError(401, "missing or wrong API key (Authorization: Bearer ...)",
-                                                code="invalid_api_key"))
-            return await call_next(request)
+        app.add_middleware(_ApiKey, api_key=config.api_key)
+    # Outermost (added last): an oversized body is refused before authentication or routing read anything.
+    app.add_middleware(_BodyLimit, limit=config.max_request_bytes, metrics=app.state.serving.metrics)
 
-    app.add_api_route("/health", health, methods=["GET"])
-    app.add_api_route("/health_generate", _guarded(health_generate), methods=["GET"])
+    app.add_api_route("/health", health, methods=["GET", "HEAD"])
+    app.add_api_route("/health_generate", _guarded(health_generate), methods=["GET", "HEAD"])
     app.add_api_route("/generate", _guarded(generate), methods=["POST", "PUT"])
     app.add_api_route("/get_server_info", _guarded(get_server_info), methods=["GET"])
+    app.add_api_route("/get_model_info", _guarded(get_model_info), methods=["GET"])
+    app.add_api_route("/model_info", _guarded(get_model_info), methods=["GET"])
+    app.add_api_route("/flush_cache", _guarded(flush_cache), methods=["GET", "POST"])
     app.add_api_route("/metrics", _guarded(metrics), methods=["GET"])
     app.add_api_route("/v1/models", _guarded(list_models), methods=["GET"])
     app.add_api_route("/v1/models/{model_id:path}", _guarded(get_model), methods=["GET"])
@@ -112,8 +186,9 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
 # -- native endpoints -------------------------------------------------------------------------------------------
 
 async def health(request: HTTPRequest) -> Response:
-    """200 (empty body, as SGLang) while the engine thread runs, else 503."""
-    return Response(status_code=200 if request.app.state.serving.driver.alive else 503)
+    """200 (empty body, as SGLang) while the engine thread runs and takes requests, else 503 (shutting down
+    included, as SGLang)."""
+    return Response(status_code=200 if request.app.state.serving.driver.accepting else 503)
 
 
 async def health_generate(serving: Serving, request: HTTPRequest) -> Response:
@@ -128,6 +203,31 @@ async def health_generate(serving: Serving, request: HTTPRequest) -> Response:
         logger.error("health_generate failed: %s", e or "timed out")
         return Response(status_code=503)
     return Response(status_code=200)
+
+
+def _rids(rid, n: int, batch: bool) -> list:
+    """SGLang's rid rules: a list names each prompt of a batch (two alike are refused when submitted); one
+    string for a batch becomes ``<rid>_<i>`` per prompt."""
+    if batch and isinstance(rid, str):
+        return [f"{rid}_{i}" for i in range(n)]
+    return _per_item(rid, n, "rid", batch)
+
+
+def _drop_neutral(sp: dict) -> dict:
+    """Drops the unimplemented SGLang sampling parameters that are set to their neutral value; 400 for any
+    other value (never silently ignored)."""
+    for name, neutral in _NEUTRAL_SAMPLING.items():
+        if name not in sp:
+            continue
+        v = sp.pop(name)
+        if isinstance(neutral, bool):
+            ok = v is None or v is neutral
+        else:
+            ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == neutral)
+        if not ok:
+            raise APIError(400, f"{name}={v!r} is not supported by this server (only {neutral!r}, which leaves "
+                           "sampling unchanged)", param=name)
+    return sp
 
 
 def _per_item(value, n: int, name: str, batch: bool) -> list:
@@ -148,25 +248,30 @@ async def generate(serving: Serving, request: HTTPRequest):
         raise APIError(400, "exactly one of text and input_ids must be given", param="text")
     batch = isinstance(body.text, list) or (body.input_ids is not None and bool(body.input_ids)
                                             and isinstance(body.input_ids[0], list))
+    prompt_param = "text" if body.text is not None else "input_ids"
     if batch:
         prompts = body.text if body.text is not None else body.input_ids
         if not prompts:
-            raise APIError(400, "the batch of prompts is empty", param="text" if body.text is not None else "input_ids")
+            raise APIError(400, "the batch of prompts is empty", param=prompt_param)
     else:
         prompts = [body.text if body.text is not None else body.input_ids]
     n = len(prompts)
-    sps = _per_item(body.sampling_params, n, "sampling_params", batch)
+    serving.check_batch_size(n, prompt_param)
+    sps = [_drop_neutral(dict(sp or {})) for sp in _per_item(body.sampling_params, n, "sampling_params", batch)]
     lps = _per_item(body.return_logprob, n, "return_logprob", batch)
     starts = _per_item(body.logprob_start_len, n, "logprob_start_len", batch)
     tops = _per_item(body.top_logprobs_num, n, "top_logprobs_num", batch)
-    rids = _per_item(body.rid, n, "rid", batch)
-    reqs = []
-    for i, p in enumerate(prompts):
-        text, ids = (p, None) if body.text is not None else (None, p)
-        reqs.append(serving.make_request(prompt=text, input_ids=ids, sampling_params=dict(sps[i] or {}),
-                                         prompt_param="text" if text is not None else "input_ids", rid=rids[i],
-                                         return_logprob=bool(lps[i]), logprob_start_len=starts[i],
-                                         top_logprobs_num=tops[i]))
+    rids = _rids(body.rid, n, batch)
+
+    def build() -> list:
+        return [serving.make_request(prompt=p if body.text is not None else None,
+                                     input_ids=None if body.text is not None else p, sampling_params=sps[i],
+                                     prompt_param=prompt_param, rid=rids[i], return_logprob=bool(lps[i]),
+                                     logprob_start_len=starts[i], top_logprobs_num=tops[i],
+                                     index=i if batch else None)
+                for i, p in enumerate(prompts)]
+
+    reqs = await serving.off_loop(build)
     sub = serving.submit(reqs, full_results=body.stream)
     if body.stream:
         return await serving.stream(sub, request, _generate_chunks(sub, batch))
@@ -180,7 +285,7 @@ async def _generate_chunks(sub: Submission, batch: bool) -> AsyncIterator[bytes]
     meta_info); batches add ``index``."""
     async for u in sub.updates():
         if u.error is not None:
-            raise EngineFailure(u.error)
+            raise u.failure()
         out = dict(u.result or {})
         if batch:
             out["index"] = u.index
@@ -201,11 +306,26 @@ async def get_server_info(serving: Serving, request: HTTPRequest):
         "finished_requests": int(m.requests.value(outcome="finished")),
         "aborted_requests": int(m.requests.value(outcome="aborted")),
         "failed_requests": int(m.requests.value(outcome="failed")),
-        "rejected_requests": {s: int(m.rejected.value(status=s)) for s in ("400", "404", "503")},
+        "rejected_requests": {s: int(m.rejected.value(status=s)) for s in ("400", "404", "413", "503")},
         "prompt_tokens": int(m.prompt_tokens.value()), "generation_tokens": int(m.generation_tokens.value()),
         "engine_errors": int(m.engine_errors.value()),
     }
     return info
+
+
+async def get_model_info(serving: Serving, request: HTTPRequest):
+    """SGLang's /get_model_info (and /model_info) shape, for clients that read the served model from it."""
+    m = serving.model
+    return {"model_path": m.model_path, "served_model_name": m.served_model_name,
+            "tokenizer_path": m.tokenizer_path if serving.tokenizer is not None else None,
+            "is_generation": True, "preferred_sampling_params": None, "has_image_understanding": False,
+            "has_audio_understanding": False}
+
+
+async def flush_cache(serving: Serving, request: HTTPRequest):
+    """SGLang's /flush_cache answers 200 with a line of text when its prefix cache was flushed. This engine
+    keeps no prefix cache (a finished request's KV pages are freed at once), so there is nothing to flush."""
+    return PlainTextResponse("Cache flushed: this server keeps no prefix cache, so there was nothing to flush.\n")
 
 
 async def metrics(serving: Serving, request: HTTPRequest):

@@ -21,13 +21,28 @@ class ServerConfig:
     api_key: str | None = None
     # Seconds /get_server_info and /metrics wait for the engine thread before answering 503.
     snapshot_timeout_s: float = 10.0
+    # Largest request body accepted; a larger one is answered 413 before it is read (Content-Length) or as soon
+    # as the bytes received pass it. A full 262144-token context is ~2 MB as JSON token ids and a few MB as
+    # (escaped) text, so the default leaves room for that several times over.
+    max_request_bytes: int = 16 * 1024 * 1024
+    # On SIGTERM / Ctrl+C: seconds the requests in flight get to finish; those still running then end with a
+    # "shutting down" error (HTTP 503; a stream gets an error event and [DONE]). New requests are refused at once.
+    shutdown_grace_s: float = 5.0
 
     def __post_init__(self):
         if not isinstance(self.port, int) or not 0 <= self.port < 65536:
             raise ServerConfigError(f"port={self.port!r} must be an integer in [0, 65535]")
-        if self.max_queued_requests is not None and self.max_queued_requests < 0:
-            raise ServerConfigError(f"max_queued_requests={self.max_queued_requests} must be >= 0 (or None)")
+        if self.max_queued_requests is not None and (not isinstance(self.max_queued_requests, int)
+                                                     or self.max_queued_requests < 0):
+            raise ServerConfigError(f"max_queued_requests={self.max_queued_requests!r} must be an integer >= 0 "
+                                    "(or None: unbounded)")
         if not self.served_model_name:
             raise ServerConfigError("served_model_name must not be empty")
+        if isinstance(self.max_request_bytes, bool) or not isinstance(self.max_request_bytes, int) \
+                or self.max_request_bytes < 1:
+            raise ServerConfigError(f"max_request_bytes={self.max_request_bytes!r} must be an integer >= 1")
+        if isinstance(self.shutdown_grace_s, bool) or not isinstance(self.shutdown_grace_s, (int, float)) \
+                or not 0 <= self.shutdown_grace_s < float("inf"):
+            raise ServerConfigError(f"shutdown_grace_s={self.shutdown_grace_s!r} must be a finite number >= 0")
         if self.snapshot_timeout_s <= 0:
             raise ServerConfigError(f"snapshot_timeout_s={self.snapshot_timeout_s} must be > 0")

@@ -14,6 +14,10 @@ The engine is driven only through ``scheduler.add/abort/step/has_work`` and ``En
 
 An exception out of ``step()`` fails every request in flight (their consumers get an ``Update`` with
 ``error`` set, answered as HTTP 500), aborts them so their pages return, and the loop goes on serving.
+
+``begin_shutdown(grace_s)`` (on SIGTERM) refuses new requests at once and, after ``grace_s`` seconds, ends the
+ones still in flight with a "shutting down" error (HTTP 503; a stream gets an error event and ``[DONE]``), so
+that no client is left with a connection that just stops.
 """
 
 from __future__ import annotations
@@ -45,8 +49,19 @@ class DriverStoppedError(RuntimeError):
     """The engine thread is not running (shutting down, or it died): HTTP 503."""
 
 
+class ShuttingDownError(DriverStoppedError):
+    """The server is shutting down (SIGTERM): no new requests (HTTP 503)."""
+
+
 class DuplicateRequestIdError(ValueError):
-    """A request id that is already in flight (HTTP 400)."""
+    """A request id that is already in flight, or given twice in one submission (HTTP 400)."""
+
+
+class BatchTooLargeError(ValueError):
+    """A submission of more requests than may ever be in flight at once: waiting cannot help (HTTP 400)."""
+
+
+SHUTDOWN_MESSAGE = "the server is shutting down"
 
 
 @dataclass
@@ -59,6 +74,13 @@ class Update:
     finished: bool
     result: dict | None = None  # Engine.result(): on finish, and on every update of a full_results submission
     error: str | None = None  # the engine failed this request (HTTP 500); finished is True too
+    shutdown: bool = False  # the error is the server shutting down under the request (HTTP 503), not a fault
+
+    def failure(self) -> EngineFailure:
+        """The exception a consumer raises for an error update."""
+        if self.shutdown:
+            return EngineFailure(self.error or SHUTDOWN_MESSAGE, status=503, code="server_shutting_down")
+        return EngineFailure(self.error or "engine error")
 
 
 @dataclass
@@ -114,7 +136,7 @@ class Submission:
         """The final update of every request (raises EngineFailure when the engine failed one)."""
         async for u in self.updates():
             if u.error is not None:
-                raise EngineFailure(u.error)
+                raise u.failure()
         return list(self.finals)  # type: ignore[arg-type]
 
     def close(self) -> None:
@@ -134,7 +156,11 @@ class Submission:
 
 
 class EngineFailure(RuntimeError):
-    """The engine raised while running this request (HTTP 500)."""
+    """The engine raised while running this request (HTTP 500), or the server shut down under it (503)."""
+
+    def __init__(self, message: str, status: int = 500, code: str = "engine_error"):
+        super().__init__(message)
+        self.status, self.code = status, code
 
 
 class EngineDriver:
@@ -149,6 +175,8 @@ class EngineDriver:
         self._lock = threading.Lock()  # guards _inflight_rids (both threads)
         self._inflight_rids: set[str] = set()
         self._stopping = False
+        self._shutdown_at: float | None = None  # time.monotonic() after which requests in flight are ended
+        self._shutdown_grace_s = 0.0
         self._thread = threading.Thread(target=self._run, name="engine-driver", daemon=True)
         self.started_at = time.time()
 
@@ -163,9 +191,23 @@ class EngineDriver:
         if self._thread.is_alive():
             logger.warning("engine thread did not stop within %.1f s", timeout)
 
+    def begin_shutdown(self, grace_s: float) -> None:
+        """Refuses new requests from now on (/health answers 503) and, ``grace_s`` seconds from now, ends those
+        still in flight with a "shutting down" error. Any thread (a signal handler too); idempotent."""
+        # NOTE: no logging here: a signal handler may interrupt a write to the log stream.
+        if self._shutdown_at is None:
+            self._shutdown_grace_s = grace_s
+            self._shutdown_at = time.monotonic() + grace_s
+            self._cmds.put(("wake",))  # SimpleQueue.put is reentrant: safe in a signal handler
+
     @property
     def alive(self) -> bool:
         return self._thread.is_alive() and not self._stopping
+
+    @property
+    def accepting(self) -> bool:
+        """Alive and not shutting down: new requests are taken."""
+        return self.alive and self._shutdown_at is None
 
     @property
     def inflight(self) -> int:
@@ -173,13 +215,23 @@ class EngineDriver:
 
     # -- event loop side --------------------------------------------------------------------------------
     def submit(self, requests: list[Request], *, full_results: bool = False) -> Submission:
-        """Queues requests (all or none). Raises QueueFullError, DriverStoppedError, DuplicateRequestIdError."""
+        """Queues requests (all or none). Raises QueueFullError, DriverStoppedError, DuplicateRequestIdError,
+        BatchTooLargeError."""
         if not self.alive:
             raise DriverStoppedError("the engine thread is not running")
+        if self._shutdown_at is not None:
+            raise ShuttingDownError(SHUTDOWN_MESSAGE)
         rids = [r.rid for r in requests]
+        seen: set[str] = set()
+        twice = [rid for rid in rids if rid in seen or seen.add(rid)]
+        if twice:
+            raise DuplicateRequestIdError(f"duplicate rid {twice[0]!r} within the batch")
+        if self.max_inflight is not None and len(rids) > self.max_inflight:
+            raise BatchTooLargeError(f"a batch of {len(rids)} requests can never be admitted: at most "
+                                     f"{self.max_inflight} may be in flight (max_running_requests + "
+                                     "max_queued_requests)")
         with self._lock:
-            dup = [rid for rid in rids if rid in self._inflight_rids] or (
-                [rids[0]] if len(set(rids)) != len(rids) else [])
+            dup = [rid for rid in rids if rid in self._inflight_rids]
             if dup:
                 raise DuplicateRequestIdError(f"request id {dup[0]!r} is already in flight")
             if self.max_inflight is not None and len(self._inflight_rids) + len(rids) > self.max_inflight:
@@ -208,9 +260,18 @@ class EngineDriver:
     # -- engine thread ----------------------------------------------------------------------------------
     def _run(self) -> None:
         logger.info("engine thread started")
+        shutdown_seen = False
         try:
             while not self._stopping:
                 self._drain(block=not self.scheduler.has_work())
+                if self._shutdown_at is not None:
+                    if not shutdown_seen:
+                        shutdown_seen = True
+                        logger.info("shutting down: new requests refused; %d in flight get %.1f s to finish",
+                                    len(self._tracked), self._shutdown_grace_s)
+                    if self._tracked and time.monotonic() >= self._shutdown_at:
+                        logger.warning("shutting down: ending %d request(s) still in flight", len(self._tracked))
+                        self._fail_all(SHUTDOWN_MESSAGE, shutdown=True)
                 if self._stopping or not self.scheduler.has_work():
                     continue
                 self._step()
@@ -218,8 +279,8 @@ class EngineDriver:
             logger.exception("engine thread died")
             raise
         finally:
-            self._fail_all("the server is shutting down" if self._stopping else "the engine thread died",
-                           queued_too=True)
+            self._fail_all(SHUTDOWN_MESSAGE if self._stopping else "the engine thread died", queued_too=True,
+                           shutdown=self._stopping)
             logger.info("engine thread stopped")
 
     def _drain(self, block: bool) -> None:
@@ -326,8 +387,9 @@ class EngineDriver:
         ids = r.output_ids
         # Decoding the window from prefix_offset twice (with and without the new ids) and taking the
         # difference keeps tokenizers that strip a leading space from a window's first token exact.
-        before = self.tokenizer.decode(ids[t.prefix_offset:t.read_offset])
-        after = self.tokenizer.decode(ids[t.prefix_offset:])
+        skip = r.params.skip_special_tokens  # as Engine.result decodes the final text
+        before = self.tokenizer.decode(ids[t.prefix_offset:t.read_offset], skip_special_tokens=skip)
+        after = self.tokenizer.decode(ids[t.prefix_offset:], skip_special_tokens=skip)
         # NOTE: a window that ends inside a multi-byte UTF-8 character decodes to U+FFFD: wait for the rest.
         if len(after) > len(before) and not after.endswith("\ufffd"):
             t.decoded += after[len(before):]
@@ -355,10 +417,10 @@ class EngineDriver:
         except Exception:
             logger.exception("could not abort request %s", rid)
 
-    def _fail_all(self, message: str, queued_too: bool = False) -> None:
+    def _fail_all(self, message: str, queued_too: bool = False, shutdown: bool = False) -> None:
         """Fails every request in flight (and, when the thread ends, every command still queued)."""
         for t in list(self._tracked.values()):
-            self._finish(t, Update(t.index, [], t.text, True, error=message), "failed")
+            self._finish(t, Update(t.index, [], t.text, True, error=message, shutdown=shutdown), "failed")
             self._abort_quietly(t.req.rid)
         if queued_too:
             while True:
@@ -369,7 +431,7 @@ class EngineDriver:
                 if cmd[0] == "add":
                     t = cmd[1]
                     self._release(t.req.rid)
-                    t.submission._push(Update(t.index, [], "", True, error=message))
+                    t.submission._push(Update(t.index, [], "", True, error=message, shutdown=shutdown))
                 elif cmd[0] == "call":
                     try:
                         cmd[3].call_soon_threadsafe(_settle, cmd[2], None, DriverStoppedError(message))

@@ -157,10 +157,11 @@ class ServerMetrics:
         latency = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
         request_latency = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
         self.requests = Counter("sglang:num_requests_total", "Requests that reached the engine, by outcome "
-                                "(finished, aborted = client went away, failed = engine error).", ("outcome",))
+                                "(finished, aborted = client went away, failed = engine error or shutdown).",
+                                ("outcome",))
         self.rejected = Counter("sglang:num_rejected_requests_total", "Requests answered without reaching the "
-                                "engine, by HTTP status (400 invalid, 404 unknown model, 503 queue full).",
-                                ("status",))
+                                "engine, by HTTP status (400 invalid, 404 unknown model, 413 body too large, "
+                                "503 queue full).", ("status",))
         self.prompt_tokens = Counter("sglang:prompt_tokens_total", "Prompt tokens of admitted requests.")
         self.generation_tokens = Counter("sglang:generation_tokens_total", "Tokens generated (streamed or not).")
         self.step_latency = Histogram("sglang:step_latency_seconds", "Wall time of one engine step, by phase "

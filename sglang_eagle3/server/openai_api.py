@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request as HTTPRequest
 
-from sglang_eagle3.server.driver import EngineFailure, Submission
+from sglang_eagle3.server.driver import Submission
 from sglang_eagle3.server.protocol import (
     APIError,
     ChatCompletionRequest,
@@ -26,24 +26,29 @@ from sglang_eagle3.server.serving import Serving, finish_reason, sse
 _OPENAI_NAMES = {"max_new_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p",
                  "top_k": "top_k", "min_p": "min_p", "stop": "stop", "stop_token_ids": "stop_token_ids",
                  "seed": "seed"}
+_COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
+# Sampling fields this server does not implement, with the value that leaves sampling unchanged (accepted).
+_NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_tokens": 0}
 
 
 def _reject_unsupported(body) -> None:
     """400 for OpenAI fields this server knows but cannot honour (never silently ignored)."""
     if body.n not in (None, 1):
         raise APIError(400, f"n={body.n} is not supported: only n=1 (send separate requests)", param="n")
-    for name in ("presence_penalty", "frequency_penalty"):
+    for name, neutral in _NEUTRAL.items():
         v = getattr(body, name)
-        if v not in (None, 0, 0.0):
-            raise APIError(400, f"{name}={v} is not supported (only 0)", param=name)
+        if v is not None and v != neutral:
+            raise APIError(400, f"{name}={v} is not supported (only {neutral})", param=name)
     if body.logit_bias:
         raise APIError(400, "logit_bias is not supported", param="logit_bias")
     if body.stream_options is not None and not body.stream:
         raise APIError(400, "stream_options is only allowed with stream=true", param="stream_options")
 
 
-def _sampling_params(body, max_new_tokens: int) -> dict:
-    sp: dict = {"max_new_tokens": max_new_tokens}
+def _sampling_params(body, max_new_tokens: int | None) -> dict:
+    """Engine sampling params; max_new_tokens None (the client set none) is left out: the endpoint passes its
+    default to Serving.make_request, which cuts it to what the prompt leaves."""
+    sp: dict = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
     for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop_token_ids", "ignore_eos"):
         v = getattr(body, name)
         if v is not None:
@@ -86,14 +91,19 @@ async def completions(serving: Serving, request: HTTPRequest):
     if isinstance(prompt, list) and not prompt:
         raise APIError(400, "prompt must not be empty", param="prompt")
     # str | list[int] -> one prompt; list[str] | list[list[int]] -> a batch (one choice each).
-    prompts = [prompt] if isinstance(prompt, str) or isinstance(prompt[0], int) else list(prompt)
-    max_new = body.max_tokens if body.max_tokens is not None else 16
-    sp = _sampling_params(body, max_new)
-    reqs = []
-    for p in prompts:
-        text, ids = (p, None) if isinstance(p, str) else (None, p)
-        reqs.append(serving.make_request(prompt=text, input_ids=ids, sampling_params=sp, prompt_param="prompt",
-                                         names=_OPENAI_NAMES))
+    batch = not (isinstance(prompt, str) or isinstance(prompt[0], int))
+    prompts = list(prompt) if batch else [prompt]
+    serving.check_batch_size(len(prompts), "prompt")
+    sp = _sampling_params(body, body.max_tokens)
+
+    def build() -> list:
+        return [serving.make_request(prompt=p if isinstance(p, str) else None,
+                                     input_ids=None if isinstance(p, str) else p, sampling_params=sp,
+                                     prompt_param="prompt", names=_OPENAI_NAMES,
+                                     default_max_new_tokens=_COMPLETION_MAX_TOKENS, index=i if batch else None)
+                for i, p in enumerate(prompts)]
+
+    reqs = await serving.off_loop(build)
     echo = [""] * len(reqs)
     if body.echo:
         echo = [p if isinstance(p, str) else _decode(serving, r.input_ids) for p, r in zip(prompts, reqs, strict=True)]
@@ -142,7 +152,7 @@ async def _completion_chunks(sub: Submission, cid: str, created: int, model: str
             opened[i] = True
     async for u in sub.updates():
         if u.error is not None:
-            raise EngineFailure(u.error)
+            raise u.failure()
         i = u.index
         generated[i] += len(u.new_ids)
         delta = _delta(sent[u.index], u.text)
@@ -161,6 +171,22 @@ async def _completion_chunks(sub: Submission, cid: str, created: int, model: str
 
 
 # -- /v1/chat/completions ------------------------------------------------------------------------------------
+
+def _check_messages(messages) -> None:
+    """OpenAI's rules: every message has content, except an assistant's that carries tool_calls (or the older
+    function_call); a list of content parts is never empty."""
+    for i, m in enumerate(messages):
+        param = f"messages.{i}.content"
+        if isinstance(m.content, list) and not m.content:
+            raise APIError(400, f"{param} is an empty list: give a string or at least one text part", param=param)
+        if m.content is None:
+            extra = m.model_extra or {}
+            if m.role != "assistant":
+                raise APIError(400, f"messages.{i} (role {m.role!r}) has no content", param=param)
+            if not (extra.get("tool_calls") or extra.get("function_call")):
+                raise APIError(400, f"messages.{i} (role 'assistant') has no content: it may be left out only "
+                               "with tool_calls", param=param)
+
 
 def _message_dict(m) -> dict:
     d = m.model_dump(exclude_none=True)
@@ -187,16 +213,21 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
                        param="response_format")
     _check_max_tokens("max_tokens", body.max_tokens)
     _check_max_tokens("max_completion_tokens", body.max_completion_tokens)
-    ids = serving.encode_chat([_message_dict(m) for m in body.messages], body.add_generation_prompt)
+    _check_messages(body.messages)
     names = dict(_OPENAI_NAMES)
     max_new = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     if body.max_completion_tokens is not None:
         names["max_new_tokens"] = "max_completion_tokens"
-    sp = _sampling_params(body, max_new if max_new is not None else 0)
-    if max_new is None:
-        # No limit asked: whatever the context leaves (the engine also keeps room for the draft lookahead).
-        sp["max_new_tokens"] = max(serving.model.context_length - len(ids), 0)
-    req = serving.make_request(input_ids=ids, sampling_params=sp, prompt_param="messages", names=names)
+    sp = _sampling_params(body, max_new)
+    messages = [_message_dict(m) for m in body.messages]
+
+    def build() -> tuple[list[int], object]:
+        ids = serving.encode_chat(messages, body.add_generation_prompt)
+        # No limit asked: whatever the context (and KV cache, less the draft lookahead) leaves.
+        return ids, serving.make_request(input_ids=ids, sampling_params=sp, prompt_param="messages", names=names,
+                                         default_max_new_tokens=serving.model.context_length)
+
+    ids, req = await serving.off_loop(build)
     sub = serving.submit([req])
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if body.stream:
@@ -229,7 +260,7 @@ async def _chat_chunks(sub: Submission, cid: str, created: int, model: str, prom
     first = True
     async for u in sub.updates():
         if u.error is not None:
-            raise EngineFailure(u.error)
+            raise u.failure()
         generated += len(u.new_ids)
         if first:  # OpenAI opens with the role
             yield chunk({"role": "assistant", "content": ""})

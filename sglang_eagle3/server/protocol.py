@@ -108,6 +108,8 @@ class _SamplingFields(_Body):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     # SGLang extensions
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
     top_k: int | None = None
     min_p: float | None = None
     ignore_eos: bool | None = None
@@ -116,7 +118,7 @@ class _SamplingFields(_Body):
 
 class CompletionRequest(_SamplingFields):
     prompt: str | list[int] | list[str] | list[list[int]]
-    max_tokens: int | None = 16  # OpenAI's default for completions
+    max_tokens: int | None = None  # None: OpenAI's default, 16 (cut to what the prompt leaves)
     logprobs: int | None = None
     echo: bool | None = False
     suffix: str | None = None

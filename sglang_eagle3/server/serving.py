@@ -1,5 +1,10 @@
 """What every generation endpoint shares: validation into engine ``Request``s with errors that name the
 client's field, submission to the driver, waiting with cancellation on disconnect, and server-sent events.
+
+Validation tokenizes, which takes seconds for a prompt of megabytes: endpoints run it through ``off_loop`` (a
+worker thread) so that /health and every stream keep being served meanwhile (as far as the tokenizer lets go of
+the GIL: docs/SERVER.md). ``Engine.make_request`` only reads the engine's configuration and tokenizer, never the
+scheduler, so it is safe beside the engine thread.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ from sglang_eagle3.runtime.request import Request
 from sglang_eagle3.runtime.sampling import SamplingParamsError
 from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import (
+    BatchTooLargeError,
     DriverStoppedError,
     DuplicateRequestIdError,
     EngineDriver,
     EngineFailure,
     QueueFullError,
+    ShuttingDownError,
     Submission,
     Update,
 )
@@ -33,8 +40,10 @@ from sglang_eagle3.tokenizer import ChatTemplateError
 
 logger = logging.getLogger(__name__)
 
-# RequestError messages that start with one of these name that field; all others are about the prompt.
-_REQUEST_FIELDS = ("logprob_start_len", "top_logprobs_num")
+# RequestError messages that start with "<one of these>=" name that field; all others are about the prompt.
+_REQUEST_FIELDS = ("max_new_tokens", "logprob_start_len", "top_logprobs_num", "return_logprob", "rid")
+# RequestError messages about the prompt that mean "too long for this server" (OpenAI's code for it).
+_TOO_LONG = ("longer than the context", "does not fit the KV cache")
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,7 @@ class ModelInfo:
     context_length: int
     vocab_size: int
     speculative_num_steps: int | None
+    tokenizer_path: str | None = None
 
 
 class ClientDisconnected(Exception):
@@ -94,31 +104,48 @@ class Serving:
             raise APIError(404, f"model {name!r} does not exist: this server serves "
                            f"{self.model.served_model_name!r}", param="model", code="model_not_found")
 
+    def check_batch_size(self, n: int, param: str) -> None:
+        """400 for a batch that could never be admitted (before any of it is tokenized)."""
+        limit = self.driver.max_inflight
+        if limit is not None and n > limit:
+            raise APIError(400, f"a batch of {n} prompts can never be admitted: at most {limit} requests may be "
+                           "in flight (max_running_requests + max_queued_requests); split it",
+                           param=param, code="batch_too_large")
+
+    async def off_loop(self, fn: Callable, *args):
+        """``fn(*args)`` in a worker thread: validation and tokenization must not stall the event loop."""
+        return await asyncio.to_thread(fn, *args)
+
     def make_request(self, *, prompt: str | None = None, input_ids: list[int] | None = None,
                      sampling_params: dict, prompt_param: str, names: dict[str, str] | None = None,
                      rid: str | None = None, return_logprob: bool = False, logprob_start_len: int | None = None,
-                     top_logprobs_num: int | None = None) -> Request:
+                     top_logprobs_num: int | None = None, default_max_new_tokens: int | None = None,
+                     index: int | None = None) -> Request:
         """Engine.make_request with its errors as 400s naming the client's field (``names`` maps engine
-        sampling names to the endpoint's, e.g. max_new_tokens -> max_tokens)."""
+        sampling names to the endpoint's, e.g. max_new_tokens -> max_tokens). Blocking: call it through
+        ``off_loop``.
+
+        ``default_max_new_tokens``: when the client set no limit, at most this many new tokens, cut without an
+        error to what the prompt leaves (context and KV cache, less the speculative lookahead:
+        ``Engine.max_new_tokens_limit``). ``index``: the prompt's position in a batch, named in errors."""
         names = names or {}
+        sp = dict(sampling_params)
+        if default_max_new_tokens is not None and sp.get("max_new_tokens") is None:
+            if isinstance(prompt, str) and self.tokenizer is not None:
+                prompt, input_ids = None, self.tokenizer.encode(prompt)
+            if isinstance(input_ids, list):
+                sp["max_new_tokens"] = min(default_max_new_tokens, self.engine.max_new_tokens_limit(len(input_ids)))
         try:
-            req = self.engine.make_request(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                           top_logprobs_num, rid)
+            return self.engine.make_request(prompt, sp, input_ids, return_logprob, logprob_start_len,
+                                            top_logprobs_num, rid)
         except SamplingParamsError as e:
-            raise _sampling_error(str(e), names) from None
+            err = _sampling_error(str(e), names)
         except RequestError as e:
-            msg = str(e)
-            param = next((f for f in _REQUEST_FIELDS if msg.startswith(f)), prompt_param)
-            code = "context_length_exceeded" if "longer than the context" in msg else None
-            raise APIError(400, msg, param=param, code=code) from None
-        requested = sampling_params.get("max_new_tokens")
-        n = len(req.input_ids)
-        if requested is not None and n + requested > self.model.context_length:
-            field = names.get("max_new_tokens", "max_new_tokens")
-            raise APIError(400, f"{field}={requested} with a prompt of {n} tokens exceeds the context length "
-                           f"of {self.model.context_length} tokens (at most {self.model.context_length - n} "
-                           "new tokens for this prompt)", param=field, code="context_length_exceeded")
-        return req
+            err = _request_error(str(e), prompt_param, names)
+        if index is not None:
+            err = APIError(err.status, f"prompt {index} of the batch: {err.message}", code=err.code,
+                           param=f"{prompt_param}.{index}" if err.param == prompt_param else err.param)
+        raise err
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
         if self.tokenizer is None:
@@ -137,9 +164,12 @@ class Serving:
             self.metrics.rejected.inc(status="503")
             raise APIError(503, str(e), code="queue_full") from None
         except DriverStoppedError as e:
-            raise APIError(503, str(e), code="engine_unavailable") from None
+            code = "server_shutting_down" if isinstance(e, ShuttingDownError) else "engine_unavailable"
+            raise APIError(503, str(e), code=code) from None
         except DuplicateRequestIdError as e:
             raise APIError(400, str(e), param="rid") from None
+        except BatchTooLargeError as e:
+            raise APIError(400, str(e), code="batch_too_large") from None
 
     async def _race(self, awaitable, request: HTTPRequest):
         """Awaits ``awaitable`` unless the client disconnects first (then raises ClientDisconnected)."""
@@ -163,12 +193,13 @@ class Serving:
             raise
         except EngineFailure as e:
             sub.close()
-            raise APIError(500, str(e), code="engine_error") from None
+            raise _failure_error(e) from None
 
     async def stream(self, sub: Submission, request: HTTPRequest, chunks: AsyncIterator[bytes]):
         """An SSE response over ``chunks`` (which end with ``data: [DONE]``). The first chunk is awaited
         before answering, so an engine failure at prefill is a plain HTTP 500; a failure later becomes an
-        ``{"error": ...}`` event. However the stream ends, unfinished requests are aborted."""
+        ``{"error": ...}`` event (so is the server shutting down under it). However the stream ends, unfinished
+        requests are aborted."""
         it = chunks.__aiter__()
         try:
             first = await self._race(it.__anext__(), request)
@@ -179,7 +210,7 @@ class Serving:
             raise
         except EngineFailure as e:
             sub.close()
-            raise APIError(500, str(e), code="engine_error") from None
+            raise _failure_error(e) from None
         except BaseException:
             sub.close()
             raise
@@ -191,10 +222,26 @@ class Serving:
                 async for chunk in it:
                     yield chunk
             except EngineFailure as e:
-                yield sse(APIError(500, str(e), code="engine_error").body())
+                yield sse(_failure_error(e).body())
                 yield sse("[DONE]")
 
         return _EventStream(body(), sub.close)
+
+
+def _failure_error(e: EngineFailure) -> APIError:
+    return APIError(e.status, str(e), code=e.code)
+
+
+def _request_error(msg: str, prompt_param: str, names: dict[str, str]) -> APIError:
+    """An engine RequestError as a 400: a message "<field>=..." names that field (renamed to the endpoint's,
+    e.g. max_new_tokens -> max_tokens), any other is about the prompt."""
+    field = next((f for f in _REQUEST_FIELDS if msg.startswith(f + "=")), None)
+    if field is None:
+        code = "context_length_exceeded" if any(s in msg for s in _TOO_LONG) else None
+        return APIError(400, msg, param=prompt_param, code=code)
+    name = names.get(field, field)
+    code = "context_length_exceeded" if field == "max_new_tokens" else None
+    return APIError(400, name + msg[len(field):], param=name, code=code)
 
 
 def _sampling_error(msg: str, names: dict[str, str]) -> APIError:

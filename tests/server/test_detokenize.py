@@ -19,9 +19,9 @@ def _driver_and_tokenizer(tmp_path):
     return EngineDriver(types.SimpleNamespace(scheduler=None, tokenizer=tok)), tok
 
 
-def _feed(driver, tok, text: str, stop: list[str]) -> list[str]:
+def _feed(driver, tok, text: str, stop: list[str], skip_special_tokens: bool = True) -> list[str]:
     ids = tok.encode(text)
-    req = Request(rid="r", input_ids=[1], params=SamplingParams(stop=stop))
+    req = Request(rid="r", input_ids=[1], params=SamplingParams(stop=stop, skip_special_tokens=skip_special_tokens))
     t = _Tracked(req, None, 0, max((len(s) for s in stop), default=1) - 1, False)
     shown = []
     for n in range(1, len(ids) + 1):
@@ -47,3 +47,15 @@ def test_stop_string_prefix_is_held_back(tmp_path):
     shown = _feed(driver, tok, "the quick brow", ["brown"])
     assert shown[-1] == "the quick "
     assert all("b" not in s for s in shown)
+
+
+def test_special_tokens_stream_as_the_final_text_decodes_them(tmp_path):
+    """skip_special_tokens=false: the streamed text carries the special tokens that Engine.result's final text
+    carries, so the final text still extends what was streamed."""
+    driver, tok = _driver_and_tokenizer(tmp_path)
+    text = "fox <|bos|> dog"
+    assert "<|bos|>" not in tok.decode(tok.encode(text))  # a special token: skipped by default
+    kept = _feed(driver, tok, text, [], skip_special_tokens=False)
+    assert kept[-1] == tok.decode(tok.encode(text), skip_special_tokens=False) == text
+    skipped = _feed(driver, tok, text, [])
+    assert "<|bos|>" not in skipped[-1] and skipped[-1] == tok.decode(tok.encode(text))

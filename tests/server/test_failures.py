@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 
 import httpx
 import pytest
@@ -12,6 +14,7 @@ import torch
 
 from sglang_eagle3.engine import Engine
 from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
+from sglang_eagle3.server.driver import BatchTooLargeError, DuplicateRequestIdError
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +155,82 @@ def test_full_queue_answers_503(make_app):
     assert sorted(r.status_code for r in responses) == [200, 200, 503, 503]
     assert all(r.json()["error"]["code"] == "queue_full" for r in responses if r.status_code == 503)
     assert run(_post(app, "/generate", GEN)).status_code == 200  # room again once they finished
+
+
+def test_validation_runs_off_the_event_loop(make_app, engine, monkeypatch):
+    """Tokenizing a prompt of megabytes takes seconds: meanwhile /health (and every stream) must be served."""
+    app, _ = make_app()
+    real = engine.make_request
+    entered, release = threading.Event(), threading.Event()
+    blocked = []
+
+    def slow_make_request(*args, **kwargs):
+        blocked.append(True)
+        entered.set()
+        release.wait(5)  # the test sets it once /health answered; on the event loop it could not have
+        blocked.append(False)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "make_request", slow_make_request)
+
+    async def scenario():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+            gen = asyncio.create_task(c.post("/generate", json=GEN))
+            await asyncio.to_thread(entered.wait, 5)
+            health = await c.get("/health")
+            still_blocked = blocked[-1]
+            release.set()
+            return health, still_blocked, await gen
+
+    health, still_blocked, gen = run(scenario())
+    assert health.status_code == 200 and still_blocked, "/health waited for a request's validation"
+    assert gen.status_code == 200 and len(gen.json()["output_ids"]) == 16
+
+
+def test_shutdown_ends_requests_in_flight_with_an_error(make_app, engine, monkeypatch):
+    """After begin_shutdown's grace a stream still running ends with an error event and [DONE], a waiting
+    non-streaming request gets a 503, and new requests and /health are refused at once."""
+    app, driver = make_app()
+    real_step = engine.scheduler.step
+
+    def slow_step():
+        time.sleep(0.05)  # keeps the requests in flight while the test acts (200 tokens: >= 2.5 s)
+        return real_step()
+
+    monkeypatch.setattr(engine.scheduler, "step", slow_step)
+    long = {"max_tokens": 200, "temperature": 0, "ignore_eos": True}
+
+    async def scenario():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+            stream = asyncio.create_task(c.post("/v1/completions", json={"model": "tiny", "prompt": "Sphinx",
+                                                                        "stream": True, **long}))
+            waiting = asyncio.create_task(c.post("/v1/completions", json={"model": "tiny", "prompt": "Jump", **long}))
+            while driver.inflight < 2:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)  # the stream has sent tokens
+            t0 = time.monotonic()
+            driver.begin_shutdown(2.0)
+            refused, health = await c.post("/generate", json=GEN), await c.get("/health")
+            refused_after = time.monotonic() - t0
+            return await stream, await waiting, refused, health, refused_after
+
+    stream, waiting, refused, health, refused_after = run(scenario())
+    assert refused_after < 1.0  # at once, not at the end of the grace
+    assert stream.status_code == 200
+    events = _events(stream.text)
+    assert events[-1] == "[DONE]" and any("choices" in e for e in events[:-2])
+    assert events[-2]["error"]["code"] == "server_shutting_down", events[-2]
+    assert waiting.status_code == 503 and waiting.json()["error"]["code"] == "server_shutting_down", waiting.text
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down", refused.text
+    assert health.status_code == 503
+
+
+def test_driver_refuses_a_batch_it_can_never_admit_and_duplicate_rids(make_app, engine):
+    _, driver = make_app(max_queued=2)  # 1 running + 2 queued
+    reqs = [engine.make_request(input_ids=[5, 6], rid=f"r{i}") for i in range(4)]
+    with pytest.raises(BatchTooLargeError, match="batch of 4 requests can never be admitted: at most 3"):
+        driver.submit(reqs)
+    twice = [engine.make_request(input_ids=[5], rid="x"), engine.make_request(input_ids=[6], rid="x")]
+    with pytest.raises(DuplicateRequestIdError, match="duplicate rid 'x' within the batch"):
+        driver.submit(twice)
+    assert driver.inflight == 0

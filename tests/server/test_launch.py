@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
+import httpx
 import pytest
 
 from sglang_eagle3.engine import EngineArgs
-from sglang_eagle3.launch_server import build_parser, choose_backend, engine_kwargs
+from sglang_eagle3.launch_server import build_parser, choose_backend, engine_kwargs, server_config
+from sglang_eagle3.server.config import ServerConfigError
 
-from .conftest import free_port
+from .conftest import ServerProcess, free_port, model_args
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
@@ -93,3 +98,74 @@ def test_missing_embedded_model_exits_with_a_message():
     r = _run(["--device", "cpu", "--port", str(free_port())])
     assert r.returncode == 2 and "embedded default model is not installed" in r.stderr
     assert time.monotonic() - t0 < 60
+
+
+def test_server_flags_are_checked_before_the_engine_loads(tiny_model):
+    def config(*argv):
+        return server_config(build_parser().parse_args(list(argv)))
+
+    assert config("--max-queued-requests", "-1").max_queued_requests is None  # documented: unbounded
+    assert config("--max-queued-requests", "0").max_queued_requests == 0
+    assert config().max_request_bytes == 16 * 1024 * 1024 and config().shutdown_grace_s == 5.0
+    assert config("--max-request-bytes", "1000", "--shutdown-grace-s", "0").max_request_bytes == 1000
+    with pytest.raises(ServerConfigError, match="--max-queued-requests -5: must be >= 0, or -1"):
+        config("--max-queued-requests", "-5")
+    for flag, value, message in (("--max-queued-requests", "-5", "--max-queued-requests -5"),
+                                 ("--max-request-bytes", "0", "max_request_bytes=0"),
+                                 ("--shutdown-grace-s", "-1", "shutdown_grace_s=-1.0")):
+        r = _run(["--backend", "native", "--model-path", tiny_model.target, "--device", "cpu", flag, value])
+        assert r.returncode == 2 and message in r.stderr, r.stderr
+        assert "serving" not in r.stderr  # refused before the engine was built
+
+
+def test_sigterm_ends_streams_with_an_error_event_then_stops_the_engine(tiny_model, tmp_path):
+    """SIGTERM: requests in flight get --shutdown-grace-s to finish; then a stream still running ends with an
+    error event and [DONE] (not a connection that just stops), one still queued gets a 503, and the engine
+    thread is stopped before the process exits (as killed by SIGTERM)."""
+    srv = ServerProcess([*model_args(tiny_model), "--max-running-requests", "1", "--shutdown-grace-s", "0.1"],
+                        str(tmp_path / "server.log"))
+    results: dict[int, tuple[int, list]] = {}
+    first_event = threading.Event()
+
+    def stream(i: int) -> None:
+        body = {"model": "default", "prompt": f"fox {i}", "max_tokens": 200, "temperature": 0, "stream": True}
+        events = []
+        with httpx.stream("POST", srv.url + "/v1/completions", json=body, timeout=60) as r:
+            if r.status_code != 200:
+                events = [json.loads(r.read())]
+            for line in r.iter_lines() if r.status_code == 200 else ():
+                if line.startswith("data: "):
+                    first_event.set()
+                    data = line[len("data: "):]
+                    events.append(data if data == "[DONE]" else json.loads(data))
+        results[i] = (r.status_code, events)
+
+    try:
+        srv.wait_healthy()
+        threads = [threading.Thread(target=stream, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        assert first_event.wait(30)
+        deadline = time.monotonic() + 30
+        while httpx.get(srv.url + "/get_server_info", timeout=30).json()["server_stats"]["inflight_requests"] < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        srv.proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(60)
+        assert srv.proc.wait(30) == -signal.SIGTERM
+    finally:
+        srv.stop()
+    assert len(results) == 3, results  # no client thread died
+    cut = [events for status, events in results.values() if status == 200 and "error" in events[-2]]
+    assert cut, results  # the running stream did not finish 200 tokens within the 0.1 s grace
+    for events in cut:
+        assert events[-1] == "[DONE]" and events[-2]["error"]["code"] == "server_shutting_down"
+        assert any(e["choices"][0]["text"] for e in events[:-2])
+    for status, events in results.values():
+        assert status in (200, 503), results
+        if status == 503:
+            assert events[0]["error"]["code"] == "server_shutting_down"
+        else:
+            assert events[-1] == "[DONE]"
+    assert "engine thread stopped" in srv.log()

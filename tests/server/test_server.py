@@ -242,6 +242,45 @@ BAD_INPUTS = [
                                                          "logprob_start_len": -7}, 400, "logprob_start_len"),
     ("unknown-route", "GET", "/v2/everything", None, 404, None),
     ("unknown-model-card", "GET", "/v1/models/gpt-9", None, 404, "model"),
+    # OpenAI: user / system / tool messages need content; an assistant's only with tool_calls; no empty parts.
+    ("chat-user-no-content", "POST", "/v1/chat/completions", {**_CHAT, "messages": [{"role": "user"}]}, 400,
+     "messages.0.content"),
+    ("chat-user-null-content", "POST", "/v1/chat/completions",
+     {**_CHAT, "messages": [{"role": "user", "content": None}]}, 400, "messages.0.content"),
+    ("chat-user-empty-parts", "POST", "/v1/chat/completions",
+     {**_CHAT, "messages": [{"role": "user", "content": []}]}, 400, "messages.0.content"),
+    ("chat-assistant-no-content", "POST", "/v1/chat/completions",
+     {**_CHAT, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant"}]}, 400, "messages.1.content"),
+    ("chat-huge-max-completion-tokens", "POST", "/v1/chat/completions", {**_CHAT, "max_completion_tokens": 10**9},
+     400, "max_completion_tokens"),
+    ("chat-empty-stop", "POST", "/v1/chat/completions", {**_CHAT, "stop": ""}, 400, "stop"),
+    ("chat-repetition-penalty", "POST", "/v1/chat/completions", {**_CHAT, "repetition_penalty": 1.2}, 400,
+     "repetition_penalty"),
+    ("completion-min-tokens", "POST", "/v1/completions", {"model": MODEL, "prompt": "a", "min_tokens": 3}, 400,
+     "min_tokens"),
+    ("completion-huge-max-tokens", "POST", "/v1/completions", {"model": MODEL, "prompt": "a", "max_tokens": 10**9},
+     400, "max_tokens"),
+    # In a batch the bad prompt is named by its index.
+    ("completion-batch-empty-item", "POST", "/v1/completions", {"model": MODEL, "prompt": ["a", ""]}, 400,
+     "prompt.1"),
+    ("generate-batch-id-outside-vocab", "POST", "/generate", {"input_ids": [[1, 2], [3, 10**6]]}, 400,
+     "input_ids.1"),
+    ("generate-batch-duplicate-rid", "POST", "/generate", {"text": ["a", "b"], "rid": ["x", "x"]}, 400, "rid"),
+    ("generate-rid-list-for-one-prompt", "POST", "/generate", {"text": "a", "rid": ["x"]}, 400, "rid"),
+    ("generate-empty-stop", "POST", "/generate", {"text": "a", "sampling_params": {"stop": [""]}}, 400, "stop"),
+    # SGLang's penalties: the neutral values are accepted (test_generate_accepts_neutral_sglang_params), others not.
+    ("generate-frequency-penalty", "POST", "/generate", {"text": "a", "sampling_params": {"frequency_penalty": 0.5}},
+     400, "frequency_penalty"),
+    ("generate-presence-penalty-bool", "POST", "/generate",
+     {"text": "a", "sampling_params": {"presence_penalty": False}}, 400, "presence_penalty"),
+    ("generate-repetition-penalty", "POST", "/generate", {"text": "a", "sampling_params": {"repetition_penalty": 1.3}},
+     400, "repetition_penalty"),
+    ("generate-min-new-tokens", "POST", "/generate", {"text": "a", "sampling_params": {"min_new_tokens": 4}}, 400,
+     "min_new_tokens"),
+    ("generate-no-spaces-between-special-tokens", "POST", "/generate",
+     {"text": "a", "sampling_params": {"spaces_between_special_tokens": False}}, 400,
+     "spaces_between_special_tokens"),
+    ("flush-cache-wrong-method", "PUT", "/flush_cache", None, 405, None),
 ]
 
 
@@ -254,6 +293,89 @@ def test_bad_input_gets_documented_status(server, method, path, body, status, pa
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]
     assert err["param"] == param, err
+
+
+def _error(r: httpx.Response, status: int = 400) -> dict:
+    assert r.status_code == status, r.text
+    return r.json()["error"]
+
+
+def test_max_tokens_error_names_the_clients_field(server):
+    """The engine's "max_new_tokens=..." refusal comes back in the endpoint's own field name, with OpenAI's code."""
+    cases = [("/v1/chat/completions", {**_CHAT, "max_tokens": 10**9}, "max_tokens"),
+             ("/v1/chat/completions", {**_CHAT, "max_completion_tokens": 10**9}, "max_completion_tokens"),
+             ("/v1/completions", {"model": MODEL, "prompt": "a", "max_tokens": 10**9}, "max_tokens"),
+             ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": 10**9}}, "max_new_tokens")]
+    for path, body, field in cases:
+        err = _error(httpx.post(server.url + path, json=body, timeout=30))
+        assert err["param"] == field and err["code"] == "context_length_exceeded", err
+        assert err["message"].startswith(f"{field}=1000000000 with a prompt of "), err
+        assert "at most" in err["message"]
+
+
+def test_batch_errors_name_the_prompt(server):
+    err = _error(httpx.post(server.url + "/v1/completions", json={"model": MODEL, "prompt": ["a", "b", ""]},
+                            timeout=30))
+    assert err["param"] == "prompt.2" and err["message"].startswith("prompt 2 of the batch: "), err
+    err = _error(httpx.post(server.url + "/generate", json={"text": ["a", "b"], "rid": ["x", "x"]}, timeout=30))
+    assert err["message"] == "duplicate rid 'x' within the batch", err
+
+
+def test_one_rid_for_a_batch_names_each_prompt(server):
+    """SGLang (io_struct._normalize_rid): a string rid for a batch becomes <rid>_<i>."""
+    r = httpx.post(server.url + "/generate", json={"text": ["a", "b"], "rid": "job",
+                                                   "sampling_params": {"max_new_tokens": 2}}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert [o["meta_info"]["id"] for o in r.json()] == ["job_0", "job_1"]
+
+
+def test_generate_accepts_neutral_sglang_params(server):
+    sp = {"max_new_tokens": 8, "temperature": 0}
+    plain = httpx.post(server.url + "/generate", json={"text": "Pack my box", "sampling_params": sp}, timeout=60)
+    neutral = {**sp, "frequency_penalty": 0.0, "presence_penalty": 0, "repetition_penalty": 1.0,
+               "min_new_tokens": 0, "spaces_between_special_tokens": True}
+    r = httpx.post(server.url + "/generate", json={"text": "Pack my box", "sampling_params": neutral}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["output_ids"] == plain.json()["output_ids"]
+    nulls = {**sp, "frequency_penalty": None, "repetition_penalty": None}
+    assert httpx.post(server.url + "/generate", json={"text": "a", "sampling_params": nulls},
+                      timeout=60).status_code == 200
+    err = _error(httpx.post(server.url + "/generate", json={"text": "a", "sampling_params": {"min_new_tokens": 4}},
+                            timeout=30))
+    assert "not supported" in err["message"], err
+
+
+def test_head_health_model_info_and_flush_cache(server):
+    assert httpx.head(server.url + "/health").status_code == 200
+    info = httpx.get(server.url + "/get_model_info", timeout=30).json()
+    assert info["is_generation"] is True and info["served_model_name"] == MODEL
+    assert info["model_path"] == info["tokenizer_path"] == server_info(server.url)["model"]["path"]
+    assert httpx.get(server.url + "/model_info", timeout=30).json() == info
+    for method in ("GET", "POST"):
+        r = httpx.request(method, server.url + "/flush_cache", timeout=30)
+        assert r.status_code == 200 and "no prefix cache" in r.text
+
+
+def test_huge_top_k_leaves_other_requests_alone(server):
+    """A top_k past the sampler's integer range (2**63) once failed the whole engine step: every request in
+    flight got a 500. It must be a 400 naming top_k, or read as "all tokens" (SGLang's meaning of a top_k of the
+    vocabulary or more), while a stream in flight runs to its end."""
+    body = {"text": "The quick", "stream": True, "sampling_params": {"max_new_tokens": 200, "temperature": 0}}
+    with httpx.stream("POST", server.url + "/generate", json=body, timeout=60) as stream:
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        assert json.loads(first[len("data: "):])["meta_info"]["completion_tokens"] < 200  # still running
+        r = httpx.post(server.url + "/generate", json={"text": "a", "sampling_params": {
+            "top_k": 2**63, "temperature": 1.0, "max_new_tokens": 4}}, timeout=60)
+        assert r.status_code in (200, 400), r.text
+        if r.status_code == 400:
+            assert r.json()["error"]["param"] == "top_k", r.text
+        events = [line[len("data: "):] for line in lines if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    last = json.loads(events[-2])
+    assert "error" not in last, last
+    assert last["meta_info"]["finish_reason"]["type"] == "length" and len(last["output_ids"]) == 200
 
 
 def test_server_survives_bad_input(server, client):
