@@ -111,7 +111,9 @@ def load_tokenizer(path: str) -> Tokenizer | None:
         def tid(s):
             return tok.token_to_id(s) if s else None
 
-        return Tokenizer(lambda t, special: tok.encode(t, add_special_tokens=special).ids,
+        # encode_batch releases the GIL while it works (encode holds it for the whole call: a megabyte of
+        # prompt froze the server's event loop for a second, though tokenized in a worker thread).
+        return Tokenizer(lambda t, special: tok.encode_batch([t], add_special_tokens=special)[0].ids,
                          lambda ids, skip: tok.decode(ids, skip_special_tokens=skip), tok.get_vocab_size(),
                          tid(eos_token), tid(bos_token), template, bos_token=bos_token, eos_token=eos_token)
     tm = os.path.join(path, "tiktoken.model")

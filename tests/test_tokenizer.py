@@ -42,6 +42,24 @@ def test_tokenizer_json_special_tokens_and_round_trip(tmp_path):
     assert tok.encode("hello world", add_special_tokens=True) == [0, *ids]
     assert tok.decode(ids) == "hello world"
     assert tok.encode(f"{EOS}hello")[0] == 1  # a special-token string in the text is its id
+    assert tok.decode([1, *ids]) == "hello world" and tok.decode([1, *ids], skip_special_tokens=False) == EOS + \
+        "hello world"
+
+
+def test_tokenizer_json_encodes_as_the_library(tmp_path):
+    """Ours encodes through encode_batch (it releases the GIL); ids must be the library's encode's, on fresh text."""
+    import random
+
+    from tokenizers import Tokenizer
+
+    path = _bpe_dir(tmp_path)
+    ours, lib = load_tokenizer(path), Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+    rng = random.Random()
+    pieces = ["hello", " world", ",", " the", "quick", " brown", "fox", " ", "\n", "é", "漢", EOS, "zz", "12"]
+    for _ in range(20):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 40)))
+        for special in (False, True):
+            assert ours.encode(text, special) == lib.encode(text, add_special_tokens=special).ids, text
 
 
 def test_chat_template_sources(tmp_path):

@@ -358,8 +358,8 @@ def test_head_health_model_info_and_flush_cache(server):
 
 def test_huge_top_k_leaves_other_requests_alone(server):
     """A top_k past the sampler's integer range (2**63) once failed the whole engine step: every request in
-    flight got a 500. It must be a 400 naming top_k, or read as "all tokens" (SGLang's meaning of a top_k of the
-    vocabulary or more), while a stream in flight runs to its end."""
+    flight got a 500. It reads as "all tokens" (SGLang's meaning of a top_k of the vocabulary or more), while a
+    stream in flight runs to its end."""
     body = {"text": "The quick", "stream": True, "sampling_params": {"max_new_tokens": 200, "temperature": 0}}
     with httpx.stream("POST", server.url + "/generate", json=body, timeout=60) as stream:
         assert stream.status_code == 200
@@ -368,9 +368,7 @@ def test_huge_top_k_leaves_other_requests_alone(server):
         assert json.loads(first[len("data: "):])["meta_info"]["completion_tokens"] < 200  # still running
         r = httpx.post(server.url + "/generate", json={"text": "a", "sampling_params": {
             "top_k": 2**63, "temperature": 1.0, "max_new_tokens": 4}}, timeout=60)
-        assert r.status_code in (200, 400), r.text
-        if r.status_code == 400:
-            assert r.json()["error"]["param"] == "top_k", r.text
+        assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 4, r.text
         events = [line[len("data: "):] for line in lines if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     last = json.loads(events[-2])
