@@ -245,6 +245,7 @@ class Engine:
             raise ConfigError("speculative_algorithm=EAGLE3 needs speculative_draft_model_path")
         self.args = args
         self._shut_down = False
+        self._git_commit = git_commit()
         self.num_steps = args.num_steps() if args.speculative else None
         self._setup(args)
 
@@ -402,7 +403,7 @@ class Engine:
         if params.stop and self.tokenizer is None:
             raise SamplingParamsError(f"stop={params.stop!r} needs a tokenizer, and this engine runs without one "
                                       "(skip_tokenizer_init): use stop_token_ids")
-        if params.top_k >= V:  # keeps every token, as SGLang reads it; the sampler's int32 would overflow
+        if params.top_k >= V:  # keeps every token, as SGLang reads it (2**63 overflowed the sampled batch's int64)
             params = dataclasses.replace(params, top_k=-1)
         return params
 
@@ -449,10 +450,9 @@ class Engine:
         batch = isinstance(prompt, list) or (isinstance(input_ids, list) and input_ids
                                              and isinstance(input_ids[0], list))
         if not batch:
-            for name, v in (("sampling_params", sampling_params), ("rid", rid)):
-                if v is not None and not isinstance(v, (dict, str) if name == "rid" else dict):
-                    raise RequestError(f"{name} must be {'a string' if name == 'rid' else 'a dict'} for one prompt, "
-                                       f"got {type(v).__name__}")
+            if sampling_params is not None and not isinstance(sampling_params, dict):
+                raise RequestError(f"sampling_params must be a dict for one prompt, got "
+                                   f"{type(sampling_params).__name__}")
             reqs = [self.make_request(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
                                       top_logprobs_num, rid)]
         else:
@@ -526,7 +526,7 @@ class Engine:
             "max_total_num_tokens": self._pool_tokens,
             "worker_env": self.worker_env_reports,
             "kernels": _kernel_report(self.device),
-            "git_commit": git_commit(),  # the checkout this engine runs from (bench records it)
+            "git_commit": self._git_commit,  # the checkout this engine runs from (bench records it)
         }
         info.update(self.backend.info())
         return info

@@ -209,7 +209,7 @@ def test_bad_sampling_params(engine, params, needles):
     (dict(input_ids=[1, 2], return_logprob="yes"), ["return_logprob='yes'"]),
     (dict(input_ids=[1, 2], sampling_params=[{"max_new_tokens": 4}]), ["sampling_params", "dict", "list"]),
     (dict(input_ids=[1, 2], sampling_params="greedy"), ["sampling_params", "str"]),
-    (dict(input_ids=[1, 2], rid=7), ["rid", "int"]),
+    (dict(input_ids=[1, 2], rid=7), ["rid=7", "string"]),
     (dict(input_ids=[[1, 2], [3]], rid="x"), ["rid", "list of 2 ids"]),
     (dict(input_ids=[[1, 2], [3]], rid=["x", "x"]), ["rid=['x', 'x']", "repeats"]),
     (dict(input_ids=[[1, 2], [3]], return_logprob=[True]), ["1 return_logprob", "2 prompts"]),
