@@ -61,6 +61,27 @@ def _get(cfg: dict, key: str, where: str, kind: str, default: Any = _MISSING) ->
     return float(value) if kind == "float" else value
 
 
+def _rope_fields(cfg: dict, where: str) -> tuple[str, dict, str, float]:
+    """(where its fields are, the rope dict, its type, theta). Older configs: rope_theta + rope_scaling;
+    transformers >= 5 writes rope_parameters (holding theta)."""
+    key = "rope_parameters" if cfg.get("rope_parameters") is not None else "rope_scaling"
+    params = _get(cfg, key, where, "dict", {})
+    w = f"{where}.{key}"
+    theta = _get(params, "rope_theta", w, "float", None)
+    if theta is None:
+        theta = _get(cfg, "rope_theta", where, "float", 10000.0)
+    kind = _get(params, "rope_type", w, "str", None) or _get(params, "type", w, "str", "default")
+    return w, params, kind, theta
+
+
+def _check_fixed(cfg: dict, where: str, fixed: dict[str, tuple[str, Any]], why: str) -> None:
+    """Fields whose other values would change the maths of what we build: refused, not ignored."""
+    for key, (kind, want) in fixed.items():
+        got = _get(cfg, key, where, kind, want)
+        if got != want:
+            raise ConfigError(f"{where}: {key}={got!r} is not supported ({why} {key}={want!r})")
+
+
 def load_json(path: str) -> dict:
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
@@ -103,14 +124,7 @@ class RopeConfig:
 
     @staticmethod
     def from_hf(cfg: dict, where: str = "config") -> RopeConfig:
-        # Older configs: rope_theta + rope_scaling; transformers >= 5 writes rope_parameters (holding theta).
-        key = "rope_parameters" if cfg.get("rope_parameters") is not None else "rope_scaling"
-        params = _get(cfg, key, where, "dict", {})
-        w = f"{where}.{key}"
-        theta = _get(params, "rope_theta", w, "float", None)
-        if theta is None:
-            theta = _get(cfg, "rope_theta", where, "float", 10000.0)
-        kind = _get(params, "rope_type", w, "str", None) or _get(params, "type", w, "str", "default")
+        w, params, kind, theta = _rope_fields(cfg, where)
         if kind == "default" or not params:
             return RopeConfig(theta=theta)
         return RopeConfig(
@@ -253,10 +267,8 @@ class ModelConfig:
                 cfg["quantization_config"] = outer["quantization_config"]
         w = "config.text_config" if prefix else "config"
         i = lambda k, *d: _get(cfg, k, w, "int", *d)
-        for key, kind, want in (("hidden_act", "str", "silu"), ("attention_bias", "bool", False)):
-            got = _get(cfg, key, w, kind, want)
-            if got != want:
-                raise ConfigError(f"{w}: {key}={got!r} is not supported (DeepSeek-V3 and Kimi use {want!r})")
+        _check_fixed(cfg, w, {"hidden_act": ("str", "silu"), "attention_bias": ("bool", False)},
+                     "DeepSeek-V3 and Kimi have")
         eos = cfg.get("eos_token_id", outer.get("eos_token_id"))
         if isinstance(eos, list) and all(_KINDS["int"][0](e) for e in eos):
             eos_t = tuple(eos)
@@ -371,25 +383,14 @@ class DraftConfig:
         if archs and not any("Eagle3" in str(a) or "eagle3" in str(a).lower() for a in archs):
             raise ConfigError(f"{w}: architectures={archs} is not an EAGLE-3 draft "
                               "(expected LlamaForCausalLMEagle3)")
-        # What llama_eagle3 fixes and our draft layer builds in: a field saying otherwise would change the maths,
-        # so it fails here instead of loading a head that computes something else.
-        fixed = {"hidden_act": ("str", "silu"), "attention_bias": ("bool", False), "mlp_bias": ("bool", False),
-                 "num_hidden_layers": ("int", 1)}
-        for key, (kind, want) in fixed.items():
-            got = _get(cfg, key, w, kind, want)
-            if got != want:
-                raise ConfigError(f"{w}: {key}={got!r} is not supported (an EAGLE-3 draft here is one Llama "
-                                  f"decoder layer with {key}={want!r})")
-        rope_key = "rope_parameters" if cfg.get("rope_parameters") is not None else "rope_scaling"
-        rope = _get(cfg, rope_key, w, "dict", {})
-        rope_kind = _get(rope, "rope_type", f"{w}.{rope_key}", "str", None) or \
-            _get(rope, "type", f"{w}.{rope_key}", "str", "default")
+        # What llama_eagle3 fixes and our draft layer builds in (a head that computes something else must not load).
+        _check_fixed(cfg, w, {"hidden_act": ("str", "silu"), "attention_bias": ("bool", False),
+                              "mlp_bias": ("bool", False), "num_hidden_layers": ("int", 1)},
+                     "an EAGLE-3 draft here is one Llama decoder layer with")
+        rope_where, _, rope_kind, theta = _rope_fields(cfg, w)
         if rope_kind != "default":
-            raise ConfigError(f"{w}: {rope_key} type {rope_kind!r} is not supported (the draft applies plain "
-                              "RoPE with rope_theta)")
-        theta = _get(rope, "rope_theta", f"{w}.{rope_key}", "float", None)
-        if theta is None:
-            theta = _get(cfg, "rope_theta", w, "float", 10000.0)
+            raise ConfigError(f"{rope_where}: type {rope_kind!r} is not supported (the draft applies plain RoPE "
+                              "with rope_theta)")
         heads = i("num_attention_heads")
         hidden = i("hidden_size")
         eagle = _get(cfg, "eagle_config", w, "dict", {})
