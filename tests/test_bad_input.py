@@ -260,6 +260,11 @@ def test_batch_arguments_per_prompt(engine):
     assert [t for _, t, _ in one["meta_info"]["output_token_logprobs"]] == one["output_ids"]
     whole = engine.generate(input_ids=prompts[0], sampling_params=sp, return_logprob=True, logprob_start_len=0)
     assert [t for _, t, _ in whole["meta_info"]["input_token_logprobs"]] == prompts[0]
+    # From a later start only the rows asked for are computed: the same values as the whole prompt's tail.
+    tail = engine.generate(input_ids=prompts[0], sampling_params=sp, return_logprob=True, logprob_start_len=2)
+    got, want = tail["meta_info"]["input_token_logprobs"], whole["meta_info"]["input_token_logprobs"][2:]
+    assert [t for _, t, _ in got] == [t for _, t, _ in want] == prompts[0][2:]
+    assert [v for v, _, _ in got] == pytest.approx([v for v, _, _ in want], abs=1e-5)
     _assert_idle(engine)
 
 

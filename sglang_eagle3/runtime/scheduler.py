@@ -243,8 +243,8 @@ class Scheduler:
             if res:
                 first_tokens.append(r.tokens[-1])
             else:
-                if r.return_logprob:  # every prompt row's logits, from its hidden state (only when asked)
-                    self._input_logprobs(r, runner.logits_of(hidden_states[start:start + n]))
+                if r.return_logprob:  # the prompt rows' logits asked for, from their hidden states
+                    self._input_logprobs(r, lambda a, b, s=start: runner.logits_of(hidden_states[s + a:s + b]))
                 first_tokens.append(sampled[i])
                 self.stats.prompt_tokens += n
             start += n
@@ -269,16 +269,19 @@ class Scheduler:
                 self._emit(r, [tok], lps[i] if lps else None)
         return reqs
 
-    def _input_logprobs(self, r: Request, rows: torch.Tensor) -> None:
-        """The prompt's logprobs from its rows' logits [n, V] (row i predicts token i + 1), from logprob_start_len."""
+    def _input_logprobs(self, r: Request, logits_of_rows) -> None:
+        """The prompt's logprobs from logprob_start_len on; ``logits_of_rows(a, b)``: the logits [b - a, V] of
+        prompt rows a..b (row i predicts token i + 1), computed only for the rows asked for (a long prompt's
+        whole [n, V] would be gigabytes at Kimi's vocabulary)."""
         ids = r.input_ids
         # -1 (the default) means the output tokens only, as in SGLang.
         start = len(ids) if r.logprob_start_len == -1 else r.logprob_start_len
         first = max(start, 1)  # the first token with a row before it
         per_row = []
         if first < len(ids):
+            rows = logits_of_rows(first - 1, len(ids) - 1)
             tokens = torch.tensor(ids[first:], dtype=torch.long, device=rows.device)
-            per_row = self._logprob_lists([r], rows[first - 1:len(ids) - 1].unsqueeze(0), tokens.unsqueeze(0))[0]
+            per_row = self._logprob_lists([r], rows.unsqueeze(0), tokens.unsqueeze(0))[0]
         lead = start == 0  # the first token has no logprob: [None, id, None] (and no top list)
         r.input_token_logprobs = ([[None, ids[0], None]] if lead else []) + [
             [v, t, None] for (v, _), t in zip(per_row, ids[first:], strict=True)]
