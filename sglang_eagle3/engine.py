@@ -57,8 +57,9 @@ class EngineArgs:
     dtype: str = "auto"  # float32, bfloat16, float16, float64 (tests), auto (bf16 on CUDA, fp32 on CPU)
     tp_size: int = 1
     disable_cuda_graph: bool = False
-    # Greedy decode and speculative rounds queue the next round on the GPU before the host reads this one
-    # (runtime/scheduler.py, "Overlap"); True reads each round before the next is built (SGLang's flag).
+    # Decode and speculative rounds (greedy, sampled or returning logprobs) queue the next round on the GPU before
+    # the host reads this one (runtime/scheduler.py, "Overlap"); True reads each round before the next is built
+    # (SGLang's flag).
     disable_overlap_schedule: bool = False
     # Largest batch (requests) captured as a CUDA graph. 1 (a single-stream server) also puts MLA's q_b and the
     # MoE router + shared gate/up pair on the CUDA-core GEMV, faster at 1-4 rows (kernels/gemv.py fma_for_engine;
@@ -457,8 +458,8 @@ class Engine:
                                       top_logprobs_num, rid)]
         else:
             n = len(prompt) if prompt is not None else len(input_ids)
-            if isinstance(rid, str):
-                raise RequestError(f"rid must be a list of {n} ids for a batch of {n} prompts, got one string")
+            if isinstance(rid, str):  # as SGLang's io_struct: one id for a batch names each prompt's
+                rid = [f"{rid}_{i}" for i in range(n)]
 
             def per_item(name, v):
                 if isinstance(v, list):

@@ -62,7 +62,7 @@ PDL_L2_PREFETCH = Knob("SGLANG_EAGLE3_PDL_L2_PREFETCH",
 MOE_DOWN_PRELOAD = Knob("SGLANG_EAGLE3_MOE_DOWN_PRELOAD",
                         "0: the INT4 MoE down kernel always loads its weights after its PDL wait, slot by slot "
                         "(unset or 1: as the config table says; the H200's loads all k slots' weights before the "
-                        "wait at T <= 2, while gate_up runs; kernels/fused_moe.py)")
+                        "wait at T <= 4, while gate_up runs; kernels/fused_moe.py)")
 GEMV_LEAN = Knob("SGLANG_EAGLE3_GEMV_LEAN",
                  "0: the skinny GEMM's pipelines as deep as shared memory allows (up to 4 stages of 256-wide K "
                  "tiles, the third session's heuristic); unset or 1: split-K launches at 3 stages, unsplit "

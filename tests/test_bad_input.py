@@ -210,7 +210,6 @@ def test_bad_sampling_params(engine, params, needles):
     (dict(input_ids=[1, 2], sampling_params=[{"max_new_tokens": 4}]), ["sampling_params", "dict", "list"]),
     (dict(input_ids=[1, 2], sampling_params="greedy"), ["sampling_params", "str"]),
     (dict(input_ids=[1, 2], rid=7), ["rid=7", "string"]),
-    (dict(input_ids=[[1, 2], [3]], rid="x"), ["rid", "list of 2 ids"]),
     (dict(input_ids=[[1, 2], [3]], rid=["x", "x"]), ["rid=['x', 'x']", "repeats"]),
     (dict(input_ids=[[1, 2], [3]], return_logprob=[True]), ["1 return_logprob", "2 prompts"]),
     (dict(input_ids=[[1, 2], [3]], sampling_params=[{}, "x"]), ["sampling_params[1]", "str"]),
@@ -252,6 +251,9 @@ def test_batch_arguments_per_prompt(engine):
     outs = engine.generate(input_ids=prompts, sampling_params=sp, return_logprob=[False, True],
                            logprob_start_len=[0, 1], rid=["first", "second"])
     assert [o["meta_info"]["id"] for o in outs] == ["first", "second"]
+    # One string for a batch becomes <rid>_<i>, as SGLang's GenerateReqInput normalizes it.
+    named = engine.generate(input_ids=prompts, sampling_params=sp, rid="job")
+    assert [o["meta_info"]["id"] for o in named] == ["job_0", "job_1"]
     assert "input_token_logprobs" not in outs[0]["meta_info"]
     assert [t for _, t, _ in outs[1]["meta_info"]["input_token_logprobs"]] == prompts[1][1:]
     # logprob_start_len left out (-1): the output tokens only, as in SGLang.
