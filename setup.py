@@ -11,6 +11,9 @@ setup(
     "with CUDA-graph verify, Triton kernels and an SGLang overlay",
     packages=find_packages(include=["sglang_eagle3", "sglang_eagle3.*"]),
     package_data={"sglang_eagle3": ["assets/embedded/*/*", "kernels/configs/*.json"]},
+    # SGLang runs this plugin at the start of each of its processes; it re-applies the overlay only where an
+    # ancestor called sglang_eagle3.apply() (sglang_eagle3/integration/plugin.py). Changing it needs a reinstall.
+    entry_points={"sglang.srt.plugins": ["sglang_eagle3 = sglang_eagle3.integration.plugin:load"]},
     python_requires=">=3.10",
     install_requires=[
         "numpy",

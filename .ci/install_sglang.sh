@@ -61,4 +61,23 @@ if [[ "${have_pkg}" != "${REPO_ROOT}" ]]; then
         | grep -v "is ignored: it is neither a file nor a directory" || true
 fi
 
+# SGLang runs our plugin (setup.py entry point, group sglang.srt.plugins) in its worker processes; entry points
+# live in the install metadata, so a venv installed before the entry point existed needs a reinstall. Checked
+# from the repo root, as the tests run: a stale sglang_eagle3.egg-info there (a build artifact of another
+# install) comes first on sys.path and hides the venv's metadata, so it is regenerated too.
+has_plugin() {
+    (cd "${REPO_ROOT}" && "${VPY}" -c 'import sys; from importlib.metadata import entry_points
+sys.exit(not any(ep.name == "sglang_eagle3" for ep in entry_points(group="sglang.srt.plugins")))' 2>/dev/null)
+}
+if ! has_plugin; then
+    log "registering the sglang_eagle3 SGLang plugin (editable reinstall)"
+    "${VPY}" -m pip install --quiet --no-deps --no-build-isolation -e "${REPO_ROOT}" 2>&1 \
+        | grep -v "is ignored: it is neither a file nor a directory" || true
+    if [[ -d "${REPO_ROOT}/sglang_eagle3.egg-info" ]] && ! has_plugin; then
+        log "regenerating the stale ${REPO_ROOT}/sglang_eagle3.egg-info"
+        (cd "${REPO_ROOT}" && "${VPY}" setup.py --quiet egg_info >/dev/null 2>&1) || true
+    fi
+    has_plugin || { log "the sglang_eagle3 SGLang plugin is still not registered"; exit 1; }
+fi
+
 log "ready: $("${VPY}" -c 'import importlib.metadata as m; print("sglang", m.version("sglang"), "torch", m.version("torch"))')"

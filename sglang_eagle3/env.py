@@ -51,7 +51,7 @@ OVERLAY_FORCE = Knob("SGLANG_EAGLE3_FORCE", "1: apply the overlay to an unsuppor
 STRICT_VERIFY = Knob("SGLANG_EAGLE3_STRICT_VERIFY", "1: launch_server --backend sglang fails instead of eager verify")
 NO_MOE_ROUTING = Knob("SGLANG_EAGLE3_NO_MOE_ROUTING", "1: launch_server --backend sglang keeps SGLang's routing")
 KEEP_GRAPH_BS = Knob("SGLANG_EAGLE3_KEEP_GRAPH_BS",
-                     "1: launch_server --backend sglang does not raise --cuda-graph-max-bs")
+                     "1: launch_server --backend sglang does not add --cuda-graph-max-bs-decode")
 GIT_COMMIT = Knob("GIT_COMMIT", "commit recorded by benchmarks where the tree has no git history")
 PDL = Knob("SGLANG_EAGLE3_PDL",
            "0: launch the Triton kernels without programmatic dependent launch (unset or 1: with it, on sm_90+)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 import signal
 import sys
 
@@ -135,16 +136,21 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=numeric, format=LOG_FORMAT, stream=sys.stderr, force=True)
 
 
-def _strip_backend(argv: list[str]) -> list[str]:
+def _strip_flag(argv: list[str], flag: str) -> list[str]:
+    """``argv`` without every ``flag VALUE`` and ``flag=VALUE``."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
-        elif a == "--backend":
+        elif a == flag:
             skip = True
-        elif not a.startswith("--backend="):
+        elif not a.startswith(flag + "="):
             out.append(a)
     return out
+
+
+def _strip_backend(argv: list[str]) -> list[str]:
+    return _strip_flag(argv, "--backend")
 
 
 def choose_backend(args: argparse.Namespace) -> tuple[str, str]:
@@ -164,7 +170,13 @@ def choose_backend(args: argparse.Namespace) -> tuple[str, str]:
     return "sglang", "sglang is importable, CUDA is present and --model-path is given"
 
 
-def launch_sglang(argv: list[str]) -> int:
+def launch_sglang(argv: list[str], worker_env: list[tuple[str, str]] | None = None) -> int:
+    """SGLang with the overlay, every flag but ours (--backend, --worker-env) handed to its launcher.
+
+    ``--worker-env KEY=VALUE`` (``worker_env``, parsed) is not an SGLang flag: the pairs go into this process's
+    environment before SGLang starts, and its spawned workers inherit them (so does the launcher process
+    itself; SGLang's own writes still win where it makes them, and the overlay reports those).
+    """
     try:
         from sglang_eagle3.integration.launch import launch_sglang as launch
     except ImportError as e:
@@ -172,7 +184,10 @@ def launch_sglang(argv: list[str]) -> int:
         logger.error("--backend sglang: %s is not importable (%s). Install SGLang 0.5.23 with the overlay, "
                      "or use --backend native.", missing, e)
         return 2
-    return int(launch(_strip_backend(argv)) or 0)
+    for key, value in worker_env or ():
+        logger.info("--worker-env: %s=%s in the environment SGLang's workers inherit", key, value)
+        os.environ[key] = value
+    return int(launch(_strip_flag(_strip_backend(argv), "--worker-env")) or 0)
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -292,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     backend, why = choose_backend(args)
     logger.info("backend: %s (%s)", backend, why)
     if backend == "sglang":
-        return launch_sglang(argv)
+        return launch_sglang(argv, args.worker_env)
     if unknown:
         logger.error("unrecognised argument(s) %s: the native backend does not implement them (SGLang-only flags "
                      "need --backend sglang)", unknown)

@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts-file", default=None, help="one prompt per line (default: 4 built-in prompts)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--sglang-arg", action="append", default=[], metavar="--FLAG=VALUE",
-                   help="extra SGLang server flag, repeatable (e.g. --sglang-arg=--cuda-graph-max-bs=64)")
+                   help="extra SGLang server flag, repeatable (e.g. --sglang-arg=--cuda-graph-max-bs-decode=64)")
     p.add_argument("--no-count-baseline", dest="count_baseline", action="store_false",
                    help="baseline runs plain SGLang with no verify counter")
     p.add_argument("--strict-verify", action="store_true", help="overlay run fails on any verify fallback")

@@ -4,8 +4,12 @@ A wrong aux-layer id, hidden size or vocabulary does not crash SGLang; acceptanc
 Patched symbol: ``ModelRunner.init_attention_backends`` (0.5.23). It calls
 ``configure_aux_hidden_state_capture`` -> ``model.set_eagle3_layers_to_capture(ids)`` before any graph is
 captured; right after it, the target's ``model.layers_to_capture`` holds the resolved ids, and we check them
-together with the draft's config.json (read from ``--speculative-draft-model-path`` when it is a local
-directory; hub ids are not fetched).
+together with the draft's config: the one SGLang already loaded (``spec_aux_config.draft_model_config``, local
+directory or hub id alike), else config.json of a local ``--speculative-draft-model-path``.
+
+Checked only where it means something: the target runner of an EAGLE-3 run (``spec_algorithm.is_eagle3()``;
+``--enable-return-aux-hidden-states`` captures aux states without any draft, any number of layers), on the
+last pipeline rank (``set_eagle3_layers_to_capture`` returns early on the others, which keep ``[]``).
 
 What SGLang's DeepSeek model does with the ids (deepseek_v2.py ``set_eagle3_layers_to_capture``): ids are used
 as given unless the first is 1 (SpecForge counts from 1), then 1 is added to all; no ids -> [2, L//2, L-3].
@@ -98,6 +102,28 @@ def _hf_config_dict(model_runner: Any) -> dict:
     return dict(vars(hf))
 
 
+def draft_config_dict(model_runner: Any) -> dict | None:
+    """The draft's HF config as a dict: SGLang's loaded ``spec_aux_config.draft_model_config`` (0.5.23 sets it
+    for an EAGLE draft with a path, hub id or local), else a local directory's config.json, else None."""
+    loaded = getattr(getattr(model_runner, "spec_aux_config", None), "draft_model_config", None)
+    hf = getattr(loaded, "hf_config", None)
+    if hf is not None:
+        return hf.to_dict() if hasattr(hf, "to_dict") else dict(vars(hf))
+    draft_path = getattr(getattr(model_runner, "server_args", None), "speculative_draft_model_path", None)
+    return load_local_config(draft_path)
+
+
+def _skip_reason(model_runner: Any) -> str | None:
+    """Why a target runner that captures EAGLE-3 aux hidden states has no draft wiring to check, or None."""
+    algo = getattr(model_runner, "spec_algorithm", None)
+    if algo is None or not algo.is_eagle3():
+        return f"speculative algorithm {getattr(algo, 'name', algo)} has no EAGLE-3 draft (capture only)"
+    pp = getattr(model_runner, "pp_group", None)
+    if pp is not None and not pp.is_last_rank:
+        return "not the last pipeline rank (only the last one captures aux hidden states)"
+    return None
+
+
 def _layers_to_capture(model: Any) -> list[int] | None:
     inner = getattr(model, "language_model", model)  # KimiK25ForConditionalGeneration wraps the text model
     layers = getattr(getattr(inner, "model", None), "layers_to_capture", None)
@@ -107,7 +133,8 @@ def _layers_to_capture(model: Any) -> list[int] | None:
 def wrap_init_attention_backends(original, record: dict):
     """``ModelRunner.init_attention_backends``: after aux capture is configured, check the wiring.
 
-    ``record`` receives ``{"configured_ids", "resolved_ids", "problems"}`` for the overlay's status.
+    ``record`` receives ``{"configured_ids", "resolved_ids", "problems", "draft_config_checked"}``, or
+    ``{"skipped": why}``, for the overlay's status.
     """
 
     def init_attention_backends(self):
@@ -115,19 +142,25 @@ def wrap_init_attention_backends(original, record: dict):
         spec = getattr(self, "spec_aux_config", None)
         if getattr(self, "is_draft_worker", False) or not getattr(spec, "eagle_use_aux_hidden_state", False):
             return result
+        record.clear()
+        skip = _skip_reason(self)
+        if skip is not None:
+            record.update(skipped=skip)
+            logger.info("EAGLE-3 wiring check skipped: %s", skip)
+            return result
         resolved = _layers_to_capture(self.model)
-        if resolved is None:  # not the last pipeline rank, or a model without the attribute
+        if resolved is None:  # a model without the attribute
             return result
         target_cfg = _hf_config_dict(self)
-        draft_path = getattr(getattr(self, "server_args", None), "speculative_draft_model_path", None)
-        draft_cfg = load_local_config(draft_path)
+        draft_cfg = draft_config_dict(self)
         configured = getattr(spec, "eagle_aux_hidden_state_layer_ids", None)
         problems = check_draft_wiring(target_cfg, draft_cfg, resolved)
         record.update(configured_ids=configured, resolved_ids=resolved, problems=problems,
                       draft_config_checked=draft_cfg is not None)
+        draft_path = getattr(getattr(self, "server_args", None), "speculative_draft_model_path", None)
         logger.info("EAGLE-3 wiring: draft aux ids %s -> target captures the residual stream entering layers %s%s",
                     configured, resolved, "" if draft_cfg is not None else
-                    f" (draft config not checked: {draft_path!r} is not a local directory)")
+                    f" (draft config not checked: SGLang loaded none and {draft_path!r} is not a local directory)")
         if problems:
             raise DraftWiringError("EAGLE-3 draft/target mismatch: " + "; ".join(problems))
         return result

@@ -10,22 +10,29 @@ Features (each switchable in ``apply``):
   moe_routing    biased grouped top-k -> our ``moe_topk`` on CUDA                 (moe_routing.py)
   draft_wiring   check draft/target compatibility when aux capture is configured (draft_wiring.py)
   worker_env     worker environment reports + override warnings                  (worker_env.py)
-The scheduler-spawn bootstrap is always installed so that workers get the same overlay.
+
+How workers get it: ``apply`` writes its config to ``SGLANG_EAGLE3_OVERLAY``, which spawned processes inherit.
+SGLang runs our plugin (``plugin.py``, entry point group ``sglang.srt.plugins``) first thing in each of its
+processes, and it re-applies that config; this is the only route on the HTTP launcher's path. The
+``Engine.run_scheduler_process_func`` bootstrap (always installed) does the same for ``sglang.Engine`` even
+where the package is not installed (no entry point); in a worker the second of the two is a no-op.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
 import logging
+import multiprocessing
 import os
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sglang_eagle3 import env
-from sglang_eagle3.integration import draft_wiring, moe_routing, worker_env
+from sglang_eagle3.integration import draft_wiring, moe_routing, plugin, worker_env
 from sglang_eagle3.integration import verify_guard as verify_guard_mod
 
 logger = logging.getLogger(__name__)
@@ -131,6 +138,8 @@ class _State:
     moe_counters: dict = field(default_factory=dict)
     wiring: dict = field(default_factory=dict)
     env_overrides: list[str] = field(default_factory=list)
+    env_at_apply: dict[str, str] = field(default_factory=dict)  # os.environ when apply() ran
+    plugin_problem: str | None = None  # why SGLang's load_plugins would not run our plugin (None: it will)
 
 
 _STATE = _State()
@@ -192,7 +201,7 @@ def _make_replacement(spec: PatchSpec, raw: Any, state: _State) -> Any:
     if spec.key == "wiring.init_attention_backends":
         return draft_wiring.wrap_init_attention_backends(raw, state.wiring)
     if spec.key == "env.set_envs_and_config":
-        return worker_env.wrap_set_envs_and_config(raw, state.env_overrides)
+        return worker_env.wrap_set_envs_and_config(raw, state.env_overrides, state.env_at_apply)
     if spec.key == "env.scheduler_get_init_info":
         return worker_env.wrap_get_init_info(raw, status)
     if spec.key == "env.scheduler_get_internal_state":
@@ -200,8 +209,40 @@ def _make_replacement(spec: PatchSpec, raw: Any, state: _State) -> Any:
     if spec.key == "env.engine_get_server_info":
         return worker_env.wrap_engine_get_server_info(raw, state.env_overrides)
     if spec.key == "workers.run_scheduler_process_func":
-        return staticmethod(worker_env.run_scheduler_process_with_overlay)
+        # Wrap whatever is installed (a fork may have put its own function there: SGLang's documented hook);
+        # a partial of a module-level function stays picklable for multiprocessing's spawn.
+        inner = raw.__func__ if isinstance(raw, staticmethod) else raw
+        return staticmethod(functools.partial(worker_env.run_scheduler_process_with_overlay, inner))
     raise AssertionError(f"no replacement for {spec.key}")
+
+
+def _is_custom_scheduler_entry(spec: PatchSpec, raw: Any) -> bool:
+    """``Engine.run_scheduler_process_func`` set to a function other than SGLang's ``run_scheduler_process``
+    (a fork's override): wrapped whatever its parameters, since the bootstrap passes every argument through."""
+    if spec.key != "workers.run_scheduler_process_func":
+        return False
+    try:
+        from sglang.srt.managers.scheduler import run_scheduler_process
+    except ImportError:  # another SGLang layout (force=True): the pinned signature decides
+        return False
+    return (raw.__func__ if isinstance(raw, staticmethod) else raw) is not run_scheduler_process
+
+
+def _is_multiprocessing_child() -> bool:
+    """A process started by multiprocessing (spawn, forkserver or fork), including while it re-imports the
+    parent's main module. NOTE: ``parent_process()`` is set only when the child's target starts; during the
+    re-import multiprocessing marks the process with ``_inheriting`` (its own check against starting
+    processes from an importing main module reads the same attribute)."""
+    return (multiprocessing.parent_process() is not None
+            or bool(getattr(multiprocessing.current_process(), "_inheriting", False)))
+
+
+def _inherited_config() -> OverlayConfig | None:
+    """The config a parent wrote to ``SGLANG_EAGLE3_OVERLAY``, when this is a multiprocessing child of it."""
+    raw = os.environ.get(ENV_CONFIG)
+    if not raw or not _is_multiprocessing_child():
+        return None
+    return OverlayConfig(**json.loads(raw))
 
 
 def _enabled(spec: PatchSpec, config: OverlayConfig) -> bool:
@@ -217,11 +258,21 @@ def apply(*, verify_guard: bool = True, strict_verify: bool = False, moe_routing
     Raises ``UnsupportedSGLangVersion`` for a version outside ``SUPPORTED_SGLANG_VERSIONS`` unless ``force``
     (or ``SGLANG_EAGLE3_FORCE=1``), and ``PatchTargetError`` if a target is missing or its signature
     changed (with ``force`` such targets are skipped and listed in ``status()["skipped"]``).
+
+    In a multiprocessing child of a process that applied the overlay (``SGLANG_EAGLE3_OVERLAY`` inherited),
+    the parent's config wins over the arguments: a spawned child re-imports the parent's main module, so a
+    module-level ``import sglang_eagle3.patch`` (or ``apply()``) runs again there and must not replace the
+    options the parent chose under ``if __name__ == "__main__"`` before SGLang's worker reads them.
     """
     config = OverlayConfig(verify_guard=verify_guard, strict_verify=strict_verify, moe_routing=moe_routing,
                            draft_wiring=draft_wiring, worker_env=worker_env,
                            force=force or os.environ.get(ENV_FORCE) == "1",
                            verify_summary_every=verify_summary_every)
+    inherited = _inherited_config()
+    if inherited is not None and inherited != config:
+        logger.info("sglang_eagle3: this process (pid %d) is a child of one that applied the overlay; using the "
+                    "parent's config %s, not %s", os.getpid(), asdict(inherited), asdict(config))
+        config = inherited
     return apply_config(config)
 
 
@@ -241,7 +292,7 @@ def apply_config(config: OverlayConfig) -> dict:
             try:
                 owner, raw = resolve_target(spec)
                 got = target_params(raw)
-                if got != spec.params:
+                if got != spec.params and not _is_custom_scheduler_entry(spec, raw):
                     raise PatchTargetError(f"{spec.symbol}: signature {got} != pinned {spec.params} "
                                            f"(sglang {version})")
             except PatchTargetError as e:
@@ -265,8 +316,14 @@ def apply_config(config: OverlayConfig) -> dict:
         _STATE.config = config
         _STATE.sglang_version = version
         os.environ[ENV_CONFIG] = json.dumps(asdict(config))
+        _STATE.env_at_apply.update(os.environ)
+        _STATE.plugin_problem = plugin.reachability_problem()
         logger.info("sglang_eagle3 overlay applied to sglang %s (%s); patched: %s", version, asdict(config),
                     ", ".join(a.spec.symbol for a in _STATE.applied))
+        if _STATE.plugin_problem is not None and not _is_multiprocessing_child():  # once, in the launching process
+            logger.warning("sglang_eagle3: %s. Workers of sglang.Engine still get the overlay (spawn bootstrap); "
+                           "workers started by SGLang's HTTP launcher (sglang serve, python -m "
+                           "sglang.launch_server) will NOT", _STATE.plugin_problem)
         return status()
 
 
@@ -283,11 +340,14 @@ def remove() -> None:
         _STATE.moe_counters.clear()
         _STATE.wiring.clear()
         _STATE.env_overrides.clear()
+        _STATE.env_at_apply.clear()
+        _STATE.plugin_problem = None
         os.environ.pop(ENV_CONFIG, None)
 
 
 def apply_from_env() -> dict | None:
-    """Apply the config a parent put in ``SGLANG_EAGLE3_OVERLAY`` (no-op when unset); used by workers."""
+    """Apply the config a parent put in ``SGLANG_EAGLE3_OVERLAY`` (no-op when unset); used by workers (the
+    SGLang plugin and the spawn bootstrap)."""
     raw = os.environ.get(ENV_CONFIG)
     if not raw:
         return None
@@ -321,6 +381,7 @@ def status() -> dict:
         "moe_routing_calls": dict(_STATE.moe_counters),
         "draft_wiring": dict(_STATE.wiring),
         "env_overridden_by_sglang": list(_STATE.env_overrides),
+        "worker_plugin_problem": _STATE.plugin_problem,
         "pid": os.getpid(),
     }
 

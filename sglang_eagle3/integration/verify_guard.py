@@ -27,7 +27,8 @@ logger = logging.getLogger(__name__)
 PATHS = ("graph", "prefill_graph", "eager")
 
 REASON_NO_DECODE_RUNNER = ("no decode CUDA graph runner on the target (--disable-cuda-graph, "
-                           "--disable-decode-cuda-graph, or capture was skipped)")
+                           "--disable-decode-cuda-graph / --cuda-graph-backend-decode disabled, or no graph was "
+                           "captured for the current --speculative-adaptive step count)")
 REASON_MODE_NOT_GRAPHABLE = "forward mode is not graphable on this device (mode_check() returned False)"
 
 
@@ -77,7 +78,8 @@ class VerifyGuard:
             raise VerifyFallbackError(
                 f"target verify (batch size {batch_size}) cannot replay the decode CUDA graph: {reason}. "
                 "Strict mode is on (apply(strict_verify=True)); fix the configuration, e.g. "
-                "--cuda-graph-max-bs >= --max-running-requests, or turn strict mode off.")
+                "--cuda-graph-max-bs-decode >= --max-running-requests, or turn strict mode off. NOTE: the "
+                "error ends the scheduler, and SGLang then takes the whole server down.")
 
     def note_prefill_decision(self, ok: bool) -> None:
         self._local.prefill = ok
@@ -149,13 +151,13 @@ def diagnose_decode_fallback(runner: Any, forward_batch: Any) -> str:
     captured = getattr(runner, "captured_req_width", None)
     if width and width > 0 and captured is not None and width != captured:
         return (f"draft width mismatch: {width} tokens per request vs {captured} captured "
-                "(adaptive speculation or a different --speculative-num-draft-tokens)")
+                "(the runner in place was captured for another --speculative-num-draft-tokens)")
     bs = forward_batch.batch_size
     max_bs = getattr(runner, "max_bs", None)
     if getattr(runner, "disable_padding", False):
         return f"no graph captured for batch size {bs} (padding disabled)"
     if max_bs is not None and bs > max_bs:
-        return f"batch size {bs} > max captured batch size {max_bs} (raise --cuda-graph-max-bs)"
+        return f"batch size {bs} > max captured batch size {max_bs} (raise --cuda-graph-max-bs-decode)"
     if getattr(runner, "require_mlp_sync", False) and not getattr(forward_batch, "can_run_decode_cuda_graph", True):
         return "DP/MLP sync: another rank cannot run the decode graph this step"
     if getattr(runner, "is_encoder_decoder", False):

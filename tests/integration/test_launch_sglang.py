@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from tests.integration.conftest import needs_sglang
 
 
@@ -15,14 +19,110 @@ def test_launch_sglang_applies_overlay_and_hands_flags_to_sglang(overlay, capsys
     assert "--speculative-num-draft-tokens" in capsys.readouterr().out
 
 
+@needs_sglang
+def test_launch_refuses_when_sglang_would_not_run_the_plugin(overlay, monkeypatch, caplog):
+    from sglang_eagle3.integration.launch import launch_sglang
+
+    monkeypatch.setenv("SGLANG_PLUGINS", "some_other_plugin")
+    assert launch_sglang(["--help"]) == 2
+    assert not overlay.is_applied()
+    assert "SGLANG_PLUGINS='some_other_plugin' does not name 'sglang_eagle3'" in caplog.text
+
+
 def test_graph_buckets_cover_max_running_requests(monkeypatch):
     from sglang_eagle3.integration.launch import close_common_fallbacks
 
     monkeypatch.delenv("SGLANG_EAGLE3_KEEP_GRAPH_BS", raising=False)
     assert close_common_fallbacks(["--model-path", "m", "--max-running-requests", "48"])[-2:] == \
-        ["--cuda-graph-max-bs", "48"]
-    assert close_common_fallbacks(["--max-running-requests=48", "--cuda-graph-max-bs", "8"]) == \
-        ["--max-running-requests=48", "--cuda-graph-max-bs", "8"]  # the user's choice wins
+        ["--cuda-graph-max-bs-decode", "48"]
+    assert close_common_fallbacks(["--max-running-requests=48"]) == \
+        ["--max-running-requests=48", "--cuda-graph-max-bs-decode", "48"]
+    for user in (["--cuda-graph-max-bs-decode", "8"], ["--cuda-graph-max-bs-decode=8"],
+                 ["--cuda-graph-bs-decode", "1", "2", "4"], ["--cuda-graph-bs-decode=4"]):
+        argv = ["--max-running-requests=48", *user]
+        assert close_common_fallbacks(argv) == argv, user  # the user's choice wins
     assert close_common_fallbacks(["--model-path", "m"]) == ["--model-path", "m"]
     monkeypatch.setenv("SGLANG_EAGLE3_KEEP_GRAPH_BS", "1")
     assert close_common_fallbacks(["--max-running-requests", "48"]) == ["--max-running-requests", "48"]
+
+
+@needs_sglang
+@pytest.mark.sglang
+@pytest.mark.parametrize("argv, decode_max_bs", [
+    (["--max-running-requests", "48"], 48),
+    (["--max-running-requests=48", "--cuda-graph-max-bs-decode=8"], 8),
+    (["--max-running-requests", "48", "--cuda-graph-bs-decode", "1", "2", "4"], None),
+    (["--tp-size", "2"], None),
+])
+def test_final_argv_parses_with_sglangs_own_parser(argv, decode_max_bs, monkeypatch):
+    from sglang.srt.server_args import prepare_server_args
+
+    from sglang_eagle3.integration.launch import close_common_fallbacks
+
+    monkeypatch.delenv("SGLANG_EAGLE3_KEEP_GRAPH_BS", raising=False)
+    server_args = prepare_server_args(close_common_fallbacks(["--model-path", "/nonexistent/model", *argv]))
+    assert server_args.cuda_graph_max_bs_decode == decode_max_bs
+
+
+@needs_sglang
+@pytest.mark.sglang
+def test_config_file_values_count_as_given(tmp_path, monkeypatch):
+    from sglang.srt.server_args import prepare_server_args
+
+    from sglang_eagle3.integration.launch import close_common_fallbacks
+
+    monkeypatch.delenv("SGLANG_EAGLE3_KEEP_GRAPH_BS", raising=False)
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text("max-running-requests: 48\ncuda-graph-max-bs-decode: 8\n")
+    argv = ["--model-path", "/nonexistent/model", "--config", str(pinned)]
+    assert close_common_fallbacks(argv) == argv
+    assert prepare_server_args(argv).cuda_graph_max_bs_decode == 8
+    running_only = tmp_path / "running.yaml"
+    running_only.write_text("max-running-requests: 48\n")
+    argv = ["--model-path", "/nonexistent/model", "--config", str(running_only)]
+    assert prepare_server_args(close_common_fallbacks(argv)).cuda_graph_max_bs_decode == 48
+
+
+@needs_sglang
+@pytest.mark.sglang
+def test_flags_the_overlay_names_exist_in_sglang():
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    import sglang_eagle3.integration.launch as launch
+    import sglang_eagle3.integration.verify_guard as verify_guard
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    known = set(parser._option_string_actions)
+    with open(verify_guard.__file__) as f:
+        named = set(re.findall(r"--[a-z][a-z0-9-]+", f.read()))
+    named |= set(launch.DECODE_GRAPH_BS_FLAGS) | {"--max-running-requests"}
+    assert named and named <= known, sorted(named - known)
+
+
+@needs_sglang
+@pytest.mark.sglang
+def test_worker_env_goes_to_the_environment_not_to_sglang(monkeypatch):
+    import os
+
+    import sglang_eagle3.integration.launch as launch
+    from sglang_eagle3 import launch_server
+
+    handed = {}
+
+    def fake_launch(argv):
+        handed.update(argv=argv, env=os.environ.get("NCCL_P2P_LEVEL"), other=os.environ.get("SGLANG_EAGLE3_X"))
+        return 0
+
+    monkeypatch.setenv("NCCL_P2P_LEVEL", "LOC")  # restored after the test, as is SGLANG_EAGLE3_X
+    monkeypatch.setenv("SGLANG_EAGLE3_X", "")
+    monkeypatch.setattr(launch, "launch_sglang", fake_launch)
+    argv = ["--backend", "sglang", "--model-path", "/m", "--worker-env", "NCCL_P2P_LEVEL=SYS",
+            "--worker-env=SGLANG_EAGLE3_X=a=b", "--tp-size", "2"]
+    assert launch_server.main(argv) == 0
+    assert handed == {"argv": ["--model-path", "/m", "--tp-size", "2"], "env": "SYS", "other": "a=b"}
+    from sglang.srt.server_args import prepare_server_args
+
+    assert prepare_server_args(handed["argv"]).tp_size == 2  # what SGLang gets, it parses

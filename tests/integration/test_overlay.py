@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import json
 import multiprocessing as mp
+from dataclasses import asdict
 
 import pytest
 
@@ -83,34 +85,60 @@ def test_changed_signature_is_an_error_and_skipped_under_force(overlay, monkeypa
 
 
 def test_scheduler_bootstrap_is_picklable_and_wired(overlay):
+    import pickle
+
     from sglang.srt.entrypoints.engine import Engine
+    from sglang.srt.managers.scheduler import run_scheduler_process
 
     from sglang_eagle3.integration import worker_env
 
     overlay.apply()
-    assert Engine.run_scheduler_process_func is worker_env.run_scheduler_process_with_overlay
-    import pickle
-
-    assert pickle.loads(pickle.dumps(Engine.run_scheduler_process_func)) is Engine.run_scheduler_process_func
-
-
-def _child_apply_from_env(queue) -> None:
-    from sglang_eagle3.integration import sglang_overlay
-
-    status = sglang_overlay.apply_from_env()
-    queue.put({"config": status["config"], "patched": len(status["patched"]), "pid": status["pid"]})
+    boot = Engine.run_scheduler_process_func
+    assert boot.func is worker_env.run_scheduler_process_with_overlay and boot.args == (run_scheduler_process,)
+    again = pickle.loads(pickle.dumps(boot))  # what multiprocessing's spawn does with the target
+    assert again.func is boot.func and again.args == boot.args
 
 
-def test_spawned_worker_gets_the_same_overlay(overlay):
+def test_bootstrap_wraps_an_installed_override(overlay, monkeypatch):
+    """SGLang's documented hook for forks is replacing Engine.run_scheduler_process_func: the bootstrap
+    runs that function, not SGLang's stock one."""
+    from sglang.srt.entrypoints.engine import Engine
+
+    from sglang_eagle3.integration import worker_env
+
+    calls = []
+
+    def fork_entry(*args, **kwargs):  # another signature than SGLang's: still wrapped
+        calls.append((args, kwargs))
+        return "fork"
+
+    monkeypatch.setattr(Engine, "run_scheduler_process_func", staticmethod(fork_entry))
+    overlay.apply(moe_routing=False)
+    boot = Engine.run_scheduler_process_func
+    assert boot.func is worker_env.run_scheduler_process_with_overlay and boot.args == (fork_entry,)
+    assert boot("server_args", tp_rank=0) == "fork" and calls == [(("server_args",), {"tp_rank": 0})]
+    overlay.remove()
+    assert Engine.__dict__["run_scheduler_process_func"].__func__ is fork_entry
+
+
+def test_engine_workers_get_the_overlay_without_the_plugin(overlay, monkeypatch):
+    """sglang.Engine spawns its workers with Engine.run_scheduler_process_func: the bootstrap alone (SGLang
+    told to run no plugin of ours) brings the parent's overlay into the real scheduler entry point."""
+    from sglang.srt.entrypoints.engine import Engine
+
+    from tests.integration import spawn_probe
+
+    monkeypatch.setenv("SGLANG_PLUGINS", "not_sglang_eagle3")  # inherited by the child
     status = overlay.apply(strict_verify=True, moe_routing=False)
+    assert status["worker_plugin_problem"].startswith("SGLANG_PLUGINS='not_sglang_eagle3' does not name")
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_child_apply_from_env, args=(queue,))
+    proc = ctx.Process(target=spawn_probe.run_scheduler_entry, args=(Engine.run_scheduler_process_func, queue))
     proc.start()
-    child = queue.get(timeout=180)
+    child = queue.get(timeout=300)
     proc.join(timeout=60)
-    assert proc.exitcode == 0 and child["pid"] != status["pid"]
-    assert child["config"] == status["config"] and child["patched"] == len(status["patched"])
+    assert proc.exitcode == 0 and child["error"]  # SGLang's entry point ran, and stopped at the rank placement
+    assert child["forward_raw_patched"] and child["config"] == status["config"]
 
 
 def test_set_envs_and_config_override_is_reported(overlay, monkeypatch, caplog):
@@ -131,6 +159,30 @@ def test_set_envs_and_config_override_is_reported(overlay, monkeypatch, caplog):
     assert engine._set_envs_and_config is fake_original
 
 
+def test_env_changed_between_apply_and_engine_start_is_reported(overlay, monkeypatch):
+    """SGLang's argument resolution (server_args.resolve_once, before _set_envs_and_config) writes some
+    variables too, e.g. NCCL_ALGO=allreduce:tree for --enable-deterministic-inference with TP > 1."""
+    import os
+
+    import sglang.srt.entrypoints.engine as engine
+
+    monkeypatch.setattr(engine, "_set_envs_and_config", lambda server_args: None)
+    monkeypatch.setenv("NCCL_ALGO", "ring")
+    monkeypatch.setenv("NCCL_MAX_NCHANNELS", "4")
+    monkeypatch.setenv("NCCL_PROTO", "Simple")
+    overlay.apply()
+    os.environ["NCCL_ALGO"] = "allreduce:tree"  # what resolve_once does
+    del os.environ["NCCL_MAX_NCHANNELS"]
+    engine._set_envs_and_config(None)
+    assert overlay.status()["env_overridden_by_sglang"] == [
+        "NCCL_ALGO: user set 'ring' (when the overlay was applied), changed to 'allreduce:tree' before SGLang's "
+        "engine start (by SGLang's argument resolution, e.g. --enable-deterministic-inference with TP > 1, or by "
+        "the caller's own code)",
+        "NCCL_MAX_NCHANNELS: user set '4' (when the overlay was applied), changed to '<unset>' before SGLang's "
+        "engine start (by SGLang's argument resolution, e.g. --enable-deterministic-inference with TP > 1, or by "
+        "the caller's own code)"]
+
+
 def test_scheduler_info_carries_the_worker_env(overlay, monkeypatch):
     from types import SimpleNamespace
 
@@ -148,7 +200,127 @@ def test_scheduler_info_carries_the_worker_env(overlay, monkeypatch):
     info = Scheduler.get_init_info(sched)
     assert info["status"] == "ready"
     assert "env" in info["sglang_eagle3"]["worker_env"] and info["sglang_eagle3"]["overlay"]["applied"]
+    # HTTP /server_info (and the deprecated /get_server_info) merges worker 0's handshake dict the same way.
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.utils.common import build_server_info
+    from sglang.srt.utils.msgspec_utils import msgspec_to_builtins
+
+    served = msgspec_to_builtins(build_server_info(prepare_server_args(["--model-path", "/nonexistent"]), info))
+    assert json.loads(json.dumps(served))["sglang_eagle3"]["overlay"]["applied"] is True
     sched.internal_state = SimpleNamespace(
         get_internal_state=lambda req: GetInternalStateReqOutput(internal_state={"x": 1}))
     out = Scheduler.get_internal_state(sched, None)
     assert out.internal_state["sglang_eagle3"]["verify"]["total"] == 0
+
+
+def test_plugin_is_registered_where_sglang_looks_for_it():
+    from importlib.metadata import entry_points
+
+    from sglang.srt.plugins import GENERAL_PLUGINS_GROUP
+
+    from sglang_eagle3.integration import plugin
+
+    assert plugin.GROUP == GENERAL_PLUGINS_GROUP
+    ours = [ep for ep in entry_points(group=GENERAL_PLUGINS_GROUP) if ep.name == plugin.NAME]
+    assert [ep.value for ep in ours] == [plugin.TARGET], (
+        "reinstall sglang_eagle3 into this venv (bash .ci/install_sglang.sh does it)")
+    assert ours[0].load() is plugin.load
+    assert plugin.reachability_problem() is None
+
+
+@pytest.fixture
+def fresh_plugins(monkeypatch):
+    """SGLang's real load_plugins, as a new process runs it: not yet loaded, ours the only plugin allowed."""
+    import sglang.srt.plugins as plugins
+
+    monkeypatch.setattr(plugins, "_plugins_loaded", False)
+    monkeypatch.setenv("SGLANG_PLUGINS", "sglang_eagle3")
+    return plugins
+
+
+def test_sglang_load_plugins_applies_the_inherited_config(overlay, fresh_plugins, monkeypatch):
+    monkeypatch.delenv(overlay.ENV_CONFIG, raising=False)
+    fresh_plugins.load_plugins()
+    assert not overlay.is_applied()  # no parent applied it: the plugin does nothing
+    config = overlay.OverlayConfig(strict_verify=True, moe_routing=False)
+    monkeypatch.setenv(overlay.ENV_CONFIG, json.dumps(asdict(config)))
+    monkeypatch.setattr(fresh_plugins, "_plugins_loaded", False)
+    fresh_plugins.load_plugins()
+    assert overlay.status()["config"] == asdict(config)
+
+
+def test_a_plugin_failure_stops_the_process(overlay, fresh_plugins, monkeypatch):
+    """load_plugins logs and swallows a plugin's Exception; a worker must not run on without the overlay."""
+
+    def broken():
+        raise RuntimeError("target moved")
+
+    monkeypatch.setenv(overlay.ENV_CONFIG, json.dumps(asdict(overlay.OverlayConfig())))
+    monkeypatch.setattr(overlay, "apply_from_env", broken)
+    with pytest.raises(SystemExit, match="could not be applied in SGLang process .*target moved"):
+        fresh_plugins.load_plugins()
+
+
+def test_workers_of_the_http_launcher_get_the_overlay(overlay):
+    """`sglang serve` / `python -m sglang.launch_server` / `launch_server --backend sglang`: SGLang's HTTP
+    launcher spawns its workers with the run_scheduler_process it bound at import, never with the Engine
+    bootstrap. A spawned child running that very function must end up with the parent's overlay."""
+    from sglang.srt.entrypoints import http_server
+    from sglang.srt.managers.scheduler import run_scheduler_process
+
+    from tests.integration import spawn_probe
+
+    status = overlay.apply(strict_verify=True, moe_routing=False)
+    entry = inspect.signature(http_server.launch_server).parameters["run_scheduler_process_func"].default
+    assert entry is run_scheduler_process  # not the bootstrap: only the plugin can reach these workers
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=spawn_probe.run_scheduler_entry, args=(entry, queue))
+    proc.start()
+    child = queue.get(timeout=300)
+    proc.join(timeout=60)
+    assert proc.exitcode == 0 and child["error"]  # it stopped after load_plugins, at the rank placement
+    assert child["forward_raw_patched"] and child["config"] == status["config"]
+
+
+USER_SCRIPT = """
+import json, multiprocessing as mp, sys
+import sglang_eagle3.patch  # module level: applies the defaults, also when a spawned child re-imports this file
+import sglang_eagle3
+from tests.integration import spawn_probe
+
+if __name__ == "__main__":
+    sglang_eagle3.apply(strict_verify=True, moe_routing=False)
+    from sglang.srt.managers.scheduler import run_scheduler_process
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=spawn_probe.run_scheduler_entry, args=(run_scheduler_process, queue))
+    proc.start()
+    child = queue.get(timeout=300)
+    proc.join(timeout=60)
+    print("RESULT " + json.dumps({"parent": spawn_probe.overlay_state(), "child": child}))
+"""
+
+
+def test_module_level_patch_import_does_not_reset_a_workers_options(tmp_path):
+    """A script importing sglang_eagle3.patch at module level and calling apply(options) under __main__: the
+    spawned worker re-imports the script (so the module-level apply runs again there) and must still run with
+    the options the parent chose."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "user_script.py"
+    script.write_text(USER_SCRIPT)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_EAGLE3_OVERLAY"}
+    env["PYTHONPATH"] = repo
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert out.returncode == 0 and line, out.stderr[-3000:]
+    result = json.loads(line[len("RESULT "):])
+    chosen = {"strict_verify": True, "moe_routing": False}
+    assert {k: result["parent"]["config"][k] for k in chosen} == chosen
+    assert result["child"]["forward_raw_patched"]
+    assert {k: result["child"]["config"][k] for k in chosen} == chosen

@@ -15,11 +15,11 @@ from .conftest import needs_sglang
 def test_sglang_args_become_engine_kwargs():
     args = selfcheck.build_parser().parse_args(
         ["--model-path", "org/model", "--draft-model-path", "org/draft", "--tp", "8",
-         "--sglang-arg=--cuda-graph-max-bs=64", "--sglang-arg=--disable-radix-cache",
+         "--sglang-arg=--cuda-graph-max-bs-decode=64", "--sglang-arg=--disable-radix-cache",
          "--sglang-arg=--attention-backend=triton"])
     kw = selfcheck.sglang_kwargs(args)
     assert kw == {"model_path": "org/model", "tp_size": 8, "speculative_algorithm": "EAGLE3",
-                  "speculative_draft_model_path": "org/draft", "cuda_graph_max_bs": 64,
+                  "speculative_draft_model_path": "org/draft", "cuda_graph_max_bs_decode": 64,
                   "disable_radix_cache": True, "attention_backend": "triton"}
 
 
@@ -79,3 +79,18 @@ def test_dry_run_prints_plan(tmp_path, capsys):
     plan = json.loads(capsys.readouterr().out)
     assert plan["sglang_version"] == "0.5.23" and plan["runs"] == ["baseline", "overlay"]
     assert plan["engine_kwargs"]["model_path"] == str(tmp_path)
+
+
+@needs_sglang
+@pytest.mark.sglang
+def test_help_example_is_a_keyword_sglang_engine_accepts():
+    import re
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = selfcheck.build_parser()
+    action = next(a for a in parser._actions if "--sglang-arg" in a.option_strings)
+    example = re.search(r"e\.g\. (--sglang-arg=\S+)\)", action.help).group(1)
+    kw = selfcheck.sglang_kwargs(parser.parse_args(["--model-path", "/nonexistent/model", example]))
+    assert len(kw) == 3  # model_path, tp_size and the example's
+    ServerArgs(**kw)  # what sglang.Engine(**kw) builds first; an unknown keyword is a TypeError

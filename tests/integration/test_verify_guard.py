@@ -58,13 +58,13 @@ def test_counts_graph_and_each_fallback_reason(sg):
     assert run(sg, sg.batch(4)) == "graph"
     assert run(sg, sg.batch(MAX_BS)) == "graph"
     assert run(sg, sg.batch(16)) == "eager"  # above the largest captured batch
-    assert run(sg, sg.batch(2, width=3)) == "eager"  # adaptive step count: width differs from capture
+    assert run(sg, sg.batch(2, width=3)) == "eager"  # a width the runner in place was not captured for
     stats = sg.overlay.verify_stats()
     assert (stats["graph"], stats["prefill_graph"], stats["eager"], stats["total"]) == (2, 0, 2, 4)
     assert stats["reasons"] == {
-        "batch size 16 > max captured batch size 8 (raise --cuda-graph-max-bs)": 1,
+        "batch size 16 > max captured batch size 8 (raise --cuda-graph-max-bs-decode)": 1,
         "draft width mismatch: 3 tokens per request vs 4 captured "
-        "(adaptive speculation or a different --speculative-num-draft-tokens)": 1}
+        "(the runner in place was captured for another --speculative-num-draft-tokens)": 1}
     assert stats["max_fallback_bs"] == 16
 
 
