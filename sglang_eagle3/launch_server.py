@@ -153,6 +153,34 @@ def _strip_backend(argv: list[str]) -> list[str]:
     return _strip_flag(argv, "--backend")
 
 
+# Flags of the native server that SGLang 0.5.23's launcher does not have, with what to use there instead (None:
+# nothing). Handed on, SGLang would stop at them with "unrecognized arguments" or, through argparse's prefix
+# matching, "ambiguous option" (--cuda-graph-max-bs); --backend sglang refuses them first, naming each.
+# tests/integration/test_launch_sglang.py keeps this list equal to our flags minus SGLang's.
+NATIVE_ONLY_FLAGS = {
+    "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode (the launcher sets it from --max-running-requests)",
+    "--cuda-graph-prefill-tokens": None, "--max-request-bytes": None, "--mha-prefill-tokens": None,
+    "--shutdown-grace-s": None, "--speculative-aux-layer-ids": None, "--speculative-num-steps-candidates": None,
+    "--use-worker-processes": None, "--worker-timeout": None,
+}
+# Ours and SGLang's for the same thing under another name.
+_SGLANG_NAMES = {"--tp": "--tp-size"}
+
+
+def sglang_argv(argv: list[str]) -> list[str]:
+    """``argv`` for SGLang's launcher: our aliases renamed; raises ValueError naming native-only flags."""
+    given = sorted({a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in NATIVE_ONLY_FLAGS})
+    if given:
+        hints = "; ".join(f"{f}: use {NATIVE_ONLY_FLAGS[f]}" for f in given if NATIVE_ONLY_FLAGS[f])
+        raise ValueError(f"{', '.join(given)} belong to the native server; SGLang's launcher has no such flag "
+                         f"(drop them with --backend sglang{'; ' + hints if hints else ''})")
+    out = []
+    for a in argv:
+        name, eq, value = a.partition("=")
+        out.append(_SGLANG_NAMES.get(name, name) + eq + value)
+    return out
+
+
 def choose_backend(args: argparse.Namespace) -> tuple[str, str]:
     """(backend, why)."""
     if args.backend != "auto":
@@ -178,6 +206,15 @@ def launch_sglang(argv: list[str], worker_env: list[tuple[str, str]] | None = No
     itself; SGLang's own writes still win where it makes them, and the overlay reports those).
     """
     try:
+        argv = sglang_argv(_strip_flag(_strip_backend(argv), "--worker-env"))
+    except ValueError as e:
+        logger.error("--backend sglang: %s", e)
+        return 2
+    if importlib.util.find_spec("sglang") is None:  # the overlay itself imports it only once applied
+        logger.error("--backend sglang: SGLang is not installed (pip install 'sglang==0.5.23'), or use "
+                     "--backend native.")
+        return 2
+    try:
         from sglang_eagle3.integration.launch import launch_sglang as launch
     except ImportError as e:
         missing = "sglang_eagle3.integration.launch" if (e.name or "").startswith("sglang_eagle3") else "SGLang"
@@ -187,7 +224,7 @@ def launch_sglang(argv: list[str], worker_env: list[tuple[str, str]] | None = No
     for key, value in worker_env or ():
         logger.info("--worker-env: %s=%s in the environment SGLang's workers inherit", key, value)
         os.environ[key] = value
-    return int(launch(_strip_flag(_strip_backend(argv), "--worker-env")) or 0)
+    return int(launch(argv) or 0)
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:

@@ -19,8 +19,8 @@ came back, or /get_server_info stopped answering after the run. A server that ca
 Provenance records the server's args, model, device and worker environment (one report per worker process:
 our server's TP workers, or its own process as rank 0 at TP=1; SGLang with the overlay, worker 0 only over
 HTTP; none otherwise, and compare says so), server_git_commit (ours reports the checkout it runs; SGLang's
-reports none) and client_git_commit: the commit of the checkout running this harness. compare names each worker variable that differs, rank by rank,
-with both values.
+reports none) and client_git_commit: the commit of the checkout running this harness. compare names each
+worker variable that differs, rank by rank, with both values.
 """
 
 from __future__ import annotations

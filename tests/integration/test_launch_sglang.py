@@ -126,3 +126,21 @@ def test_worker_env_goes_to_the_environment_not_to_sglang(monkeypatch):
     from sglang.srt.server_args import prepare_server_args
 
     assert prepare_server_args(handed["argv"]).tp_size == 2  # what SGLang gets, it parses
+
+
+@needs_sglang
+def test_native_only_flags_are_ours_minus_sglangs():
+    """launch_server's NATIVE_ONLY_FLAGS (refused with --backend sglang) are exactly our flags SGLang lacks, apart
+    from the two it strips (--backend, --worker-env) and the alias it renames (--tp)."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs, prepare_server_args
+
+    from sglang_eagle3.launch_server import NATIVE_ONLY_FLAGS, build_parser, sglang_argv
+
+    theirs = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(theirs)
+    sglang_flags = {s for a in theirs._actions for s in a.option_strings}
+    ours = {s for a in build_parser()._actions for s in a.option_strings}
+    assert set(NATIVE_ONLY_FLAGS) | {"--backend", "--worker-env", "--tp"} == ours - sglang_flags
+    assert prepare_server_args(sglang_argv(["--model-path", "/nonexistent/model", "--tp", "2"])).tp_size == 2

@@ -56,12 +56,28 @@ def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env=ENV)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sglang_eagle3.integration.launch") is not None,
-                    reason="the SGLang launcher is installed here")
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
 def test_sglang_backend_without_launcher_is_a_clear_error():
+    # (It was skipped wherever our own integration.launch module exists, i.e. always.)
     r = _run(["--backend", "sglang", "--model-path", "/nowhere"])
     assert r.returncode == 2
     assert "--backend sglang" in r.stderr and "--backend native" in r.stderr
+
+
+def test_native_only_flags_are_refused_for_sglang():
+    """SGLang's launcher has none of them: it would stop at them (or, --cuda-graph-max-bs, call it ambiguous)."""
+    r = _run(["--backend", "sglang", "--model-path", "/nowhere", "--max-request-bytes", "9",
+              "--cuda-graph-max-bs=8", "--tp", "2"])
+    assert r.returncode == 2
+    assert "--cuda-graph-max-bs, --max-request-bytes belong to the native server" in r.stderr, r.stderr
+    assert "--cuda-graph-max-bs-decode" in r.stderr
+
+
+def test_sglang_argv_renames_our_aliases():
+    from sglang_eagle3.launch_server import sglang_argv
+
+    assert sglang_argv(["--tp", "8", "--tp=4", "--model-path", "m"]) == ["--tp-size", "8", "--tp-size=4",
+                                                                          "--model-path", "m"]
 
 
 def test_unknown_flag_on_native_backend_is_a_clear_error(tiny_model):
