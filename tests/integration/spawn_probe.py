@@ -25,3 +25,16 @@ def run_scheduler_entry(entry, queue) -> None:
     except Exception as e:  # expected: the placement reads server_args
         error = f"{type(e).__name__}: {e}"
     queue.put({**overlay_state(), "error": error})
+
+
+def spawned_report(entry) -> tuple[int | None, dict]:
+    """(exit code, report) of a spawned child running ``entry`` through run_scheduler_entry."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=run_scheduler_entry, args=(entry, queue))
+    proc.start()
+    child = queue.get(timeout=300)
+    proc.join(timeout=60)
+    return proc.exitcode, child

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import multiprocessing as mp
 from dataclasses import asdict
 
 import pytest
@@ -131,13 +130,8 @@ def test_engine_workers_get_the_overlay_without_the_plugin(overlay, monkeypatch)
     monkeypatch.setenv("SGLANG_PLUGINS", "not_sglang_eagle3")  # inherited by the child
     status = overlay.apply(strict_verify=True, moe_routing=False)
     assert status["worker_plugin_problem"].startswith("SGLANG_PLUGINS='not_sglang_eagle3' does not name")
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=spawn_probe.run_scheduler_entry, args=(Engine.run_scheduler_process_func, queue))
-    proc.start()
-    child = queue.get(timeout=300)
-    proc.join(timeout=60)
-    assert proc.exitcode == 0 and child["error"]  # SGLang's entry point ran, and stopped at the rank placement
+    exitcode, child = spawn_probe.spawned_report(Engine.run_scheduler_process_func)
+    assert exitcode == 0 and child["error"]  # SGLang's entry point ran, and stopped at the rank placement
     assert child["forward_raw_patched"] and child["config"] == status["config"]
 
 
@@ -273,18 +267,13 @@ def test_workers_of_the_http_launcher_get_the_overlay(overlay):
     status = overlay.apply(strict_verify=True, moe_routing=False)
     entry = inspect.signature(http_server.launch_server).parameters["run_scheduler_process_func"].default
     assert entry is run_scheduler_process  # not the bootstrap: only the plugin can reach these workers
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=spawn_probe.run_scheduler_entry, args=(entry, queue))
-    proc.start()
-    child = queue.get(timeout=300)
-    proc.join(timeout=60)
-    assert proc.exitcode == 0 and child["error"]  # it stopped after load_plugins, at the rank placement
+    exitcode, child = spawn_probe.spawned_report(entry)
+    assert exitcode == 0 and child["error"]  # it stopped after load_plugins, at the rank placement
     assert child["forward_raw_patched"] and child["config"] == status["config"]
 
 
 USER_SCRIPT = """
-import json, multiprocessing as mp, sys
+import json, sys
 import sglang_eagle3.patch  # module level: applies the defaults, also when a spawned child re-imports this file
 import sglang_eagle3
 from tests.integration import spawn_probe
@@ -292,12 +281,7 @@ from tests.integration import spawn_probe
 if __name__ == "__main__":
     sglang_eagle3.apply(strict_verify=True, moe_routing=False)
     from sglang.srt.managers.scheduler import run_scheduler_process
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=spawn_probe.run_scheduler_entry, args=(run_scheduler_process, queue))
-    proc.start()
-    child = queue.get(timeout=300)
-    proc.join(timeout=60)
+    _, child = spawn_probe.spawned_report(run_scheduler_process)
     print("RESULT " + json.dumps({"parent": spawn_probe.overlay_state(), "child": child}))
 """
 
