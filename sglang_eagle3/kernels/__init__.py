@@ -193,7 +193,15 @@ def apply_rotary(q, k, positions, cos, sin, *, interleaved: bool, inplace: bool 
 def moe_topk(router_logits, correction_bias, *, top_k, n_group, topk_group, renormalize=True,
              routed_scaling_factor=1.0, use_triton: bool | None = None):
     """noaux_tc routing: (weights float32 [T, top_k], ids int32 [T, top_k]); see ref_moe_topk."""
-    fn = triton_moe_topk if _use_triton(router_logits, use_triton) else ref_moe_topk
+    if _use_triton(router_logits, use_triton):
+        fn = triton_moe_topk  # its launcher checks the routing as below
+    else:
+        # The reference would route an impossible configuration anyway (top_k past the kept groups' experts, 0
+        # groups): the same checks as the kernel's launcher, on every path.
+        assert router_logits.dim() == 2, f"router_logits must be [T, E], got shape {tuple(router_logits.shape)}"
+        Routing(correction_bias, top_k, n_group, topk_group, renormalize, routed_scaling_factor).check(
+            router_logits.shape[1], router_logits.device)
+        fn = ref_moe_topk
     return fn(router_logits, correction_bias, top_k=top_k, n_group=n_group, topk_group=topk_group,
               renormalize=renormalize, routed_scaling_factor=routed_scaling_factor)
 

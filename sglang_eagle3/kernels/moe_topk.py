@@ -36,6 +36,9 @@ class Routing:
         """Asserts the routing fits E experts whose logits live on ``device``."""
         assert E % self.n_group == 0, f"{E=} experts must be divisible by {self.n_group=}"
         per_group = E // self.n_group
+        # One expert a group leaves every group's top-2 sum -inf: the group step could not tell them apart.
+        assert self.n_group == 1 or per_group >= 2, f"grouped routing needs >= 2 experts a group, got {E=} over "\
+            f"{self.n_group=}"
         assert self.top_k <= self.topk_group * per_group, (
             f"{self.top_k=} exceeds the {self.topk_group * per_group} experts of {self.topk_group=} groups of "
             f"{per_group}")

@@ -146,6 +146,11 @@ def ref_apply_rotary(q: torch.Tensor | None, k: torch.Tensor | None, positions: 
 # --------------------------------------------------------------------------------------------------
 # MoE routing (noaux_tc)
 # --------------------------------------------------------------------------------------------------
+def _top_indices(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest of each row, largest first, the lowest index first among equals."""
+    return torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :k]
+
+
 def ref_moe_topk(
     router_logits: torch.Tensor,
     correction_bias: torch.Tensor | None,
@@ -167,11 +172,13 @@ def ref_moe_topk(
     if n_group > 1:
         per_group = E // n_group
         group_scores = choice.view(T, n_group, per_group).topk(2, dim=-1).values.sum(-1)  # [T, G]
-        group_idx = group_scores.topk(topk_group, dim=-1).indices  # [T, topk_group]
+        # Stable sorts, not topk (whose tie order is unspecified on CPU): among equal scores the lowest group and
+        # expert id first, as the kernel breaks ties.
+        group_idx = _top_indices(group_scores, topk_group)  # [T, topk_group]
         group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1.0)
         expert_mask = group_mask[:, :, None].expand(T, n_group, per_group).reshape(T, E)
         choice = choice.masked_fill(expert_mask == 0, float("-inf"))
-    ids = choice.topk(top_k, dim=-1).indices  # [T, k]
+    ids = _top_indices(choice, top_k)  # [T, k]
     weights = scores.gather(1, ids)
     if renormalize:
         weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
@@ -229,7 +236,7 @@ def ref_mla_attention(
     K = kv.shape[1]
     c, k_rope = kv[..., :kv_lora_rank], kv[..., kv_lora_rank:]
     qn = _acc(q_nope_latent).reshape(B, T * H, kv_lora_rank).to(kv.dtype)
-    qr = _acc(q_rope).reshape(B, T * H, -1).to(kv.dtype)
+    qr = _acc(q_rope).reshape(B, T * H, q_rope.shape[-1]).to(kv.dtype)  # no -1: B may be 0
     scores = (torch.bmm(qn, c.transpose(1, 2)) + torch.bmm(qr, k_rope.transpose(1, 2))) * sm_scale
     scores = scores.view(B, T, H, K)
     scores = scores.masked_fill(~causal_visible(seq_lens, T, K)[:, :, None, :], float("-inf"))
@@ -274,11 +281,11 @@ def ref_mla_mha_prefill(
     k_nope = torch.einsum("bkc,hdc->bhkd", c, w[:, :D]).to(kv.dtype).to(c.dtype)  # [B, H, K, D]
     v = torch.einsum("bkc,hdc->bhkd", c, w[:, D:]).to(kv.dtype).to(c.dtype)  # [B, H, K, Dv]
     qn = _acc(q_nope).reshape(B, T, H, D).transpose(1, 2).to(c.dtype)  # [B, H, T, D]
-    qr = _acc(q_rope).reshape(B, T, H, -1).transpose(1, 2).to(c.dtype)
+    qr = _acc(q_rope).reshape(B, T, H, q_rope.shape[-1]).transpose(1, 2).to(c.dtype)
     scores = (qn @ k_nope.transpose(-1, -2) + qr @ k_rope[:, None].transpose(-1, -2)) * sm_scale  # [B, H, T, K]
     scores = scores.masked_fill(~causal_visible(seq_lens, T, K)[:, None], float("-inf"))
     out = scores.softmax(-1) @ v  # [B, H, T, Dv]
-    return out.transpose(1, 2).reshape(B * T, H, -1).to(q_rope.dtype)
+    return out.transpose(1, 2).reshape(B * T, H, v.shape[-1]).to(q_rope.dtype)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -309,7 +316,7 @@ def ref_fused_moe(
     T, k = topk_ids.shape
     ids = topk_ids.long().reshape(-1)  # [T*k]
     xs = x.repeat_interleave(k, dim=0)  # [T*k, H]
-    out = _expert_mlp(xs, w13[ids], w2[ids]).view(T, k, -1)
+    out = _expert_mlp(xs, w13[ids], w2[ids]).view(T, k, w2.shape[1])  # no -1: T may be 0
     out = (out * topk_weights.to(out.dtype)[:, :, None]).sum(1).to(x.dtype)
     return out if add is None else out + add
 
@@ -335,7 +342,7 @@ def ref_fused_moe_int4(
     w13 = unpack_int4(w13_packed[ids], w13_scale[ids], group_size)  # [T*k, 2I, H]
     w2 = unpack_int4(w2_packed[ids], w2_scale[ids], group_size)  # [T*k, H, I]
     xs = x.repeat_interleave(k, dim=0)
-    out = _expert_mlp(xs, w13, w2).view(T, k, -1)
+    out = _expert_mlp(xs, w13, w2).view(T, k, w2.shape[1])
     out = (out * topk_weights.float()[:, :, None]).sum(1).to(x.dtype)
     return out if add is None else out + add
 
@@ -361,7 +368,7 @@ def ref_gqa_attention(
     Hq, D = q.shape[1], q.shape[2]
     kv = _acc(gather_paged(kv_cache.flatten(1), page_table, page_size))  # [B, K, 2*Hkv*D]
     K = kv.shape[1]
-    kv = kv.view(B, K, 2, -1, D)
+    kv = kv.view(B, K, 2, kv_cache.shape[2], D)  # no -1: B may be 0
     Hkv = kv.shape[3]
     k = kv[:, :, 0].repeat_interleave(Hq // Hkv, dim=2)  # [B, K, Hq, D]
     v = kv[:, :, 1].repeat_interleave(Hq // Hkv, dim=2)

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -76,6 +77,24 @@ def check_moe_topk(T: int, E: int, top_k: int, n_group: int, topk_group: int, bi
     assert torch.equal(ids_s, rids_s), f"ids differ: {ids_s[:2]} vs {rids_s[:2]}"
     err = rel_err(w.gather(1, order), rw.gather(1, rorder))
     assert err < 1e-6, f"weights rel err {err}"
+
+
+def check_moe_topk_pruned(T: int, E: int, top_k: int, n_group: int, topk_group: int, pruned: int,
+                          device: str = "cpu", seed: int = 0) -> None:
+    """Experts pruned by a -inf bias leave fewer finite choices than top_k in the kept groups: the kernel must
+    still return top_k distinct real experts (a padded slot of a group whose size is not a power of two tied
+    the -inf ones and decoded to the next group's expert), the ones the reference picks."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    logits = torch.randn(T, E, generator=g).to(device)
+    corr = torch.zeros(E)
+    corr[torch.randperm(E, generator=g)[:pruned]] = float("-inf")
+    corr = corr.to(device)
+    kw = dict(top_k=top_k, n_group=n_group, topk_group=topk_group)
+    w, ids = kernels.moe_topk(logits, corr, **kw, use_triton=True)
+    rw, rids = kernels.ref_moe_topk(logits, corr, **kw)
+    for t in range(T):
+        assert len(set(ids[t].tolist())) == top_k, f"row {t}: duplicate ids {ids[t].tolist()}"
+    assert torch.equal(ids.long().sort(1).values, rids.long().sort(1).values), (ids[:2], rids[:2])
 
 
 def check_moe_topk_order(T: int, E: int, top_k: int, bias: bool, classes: int, device: str = "cpu",
@@ -775,6 +794,7 @@ CASES = {
     "topk_order_ties": lambda: check_moe_topk_order(4, 40, 8, False, 9, seed=5),
     "topk_order_ties_bias_kimi": lambda: check_moe_topk_order(1, 384, 8, True, 23, seed=6),
     "topk_grouped": lambda: check_moe_topk(7, 64, 6, 8, 3, True, True, 1.0, seed=2),
+    "topk_pruned_uneven_groups": lambda: check_moe_topk_pruned(5, 12, 6, 4, 2, 9, seed=int(time.time())),
     "topk_no_bias_no_renorm_bf16": lambda: check_moe_topk(3, 40, 4, 4, 2, False, False, 1.5,
                                                           dtype=torch.bfloat16, seed=3),
     "mla_decode": lambda: check_mla(3, 1, 3, 64, 16, 16, [1, 37, 70], seed=4),

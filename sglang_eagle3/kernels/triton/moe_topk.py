@@ -75,6 +75,10 @@ def route_row(logits_row, bias, routed_scaling_factor,
     ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
     slot = g * PG_PAD + j
     key = (ordered.to(tl.int64) << 32) | (0xFFFF - slot).to(tl.int64)
+    # Padded slots below every expert, -inf's too: with fewer finite choices than TOP_K in the kept groups (a -inf
+    # bias prunes experts), a padded slot j >= PER_GROUP tied a real -inf one and decoded to the next group's
+    # expert (a duplicate id).
+    key = tl.where(valid, key, -(1 << 63))
     kk = tl.arange(0, K_PAD)
     out_i = tl.zeros([K_PAD], dtype=tl.int32)
     for i in tl.static_range(TOP_K):
