@@ -184,6 +184,7 @@ def apply_rotary(q, k, positions, cos, sin, *, interleaved: bool, inplace: bool 
     [P, D/2]; k may go to rows ``k_out_rows`` of ``k_out`` instead, and ``c_norm`` adds an RMSNorm of MLA's
     latent into those rows of another tensor. The Triton path needs float32 tables; the reference casts
     whatever it is given. See ref_apply_rotary."""
+    assert q is not None or k is not None, "apply_rotary: nothing to rotate (q and k are both None)"
     ok = _rotary_kernel_ok(use_triton, q, k, positions, k_out=k_out, c_norm=c_norm)
     fn = triton_apply_rotary if ok else ref_apply_rotary
     return fn(q, k, positions, cos, sin, interleaved=interleaved, inplace=inplace, k_out=k_out,
@@ -227,9 +228,10 @@ def mla_uses_kernel(rope_dim: int, kv_lora_rank: int, *queries: torch.Tensor, us
     autograd state: the queries themselves, or tensors that share those), so a caller can plan around it
     before the queries exist.
 
-    NOTE: the kernel's tl.dot needs rope and latent widths >= 16 (every real DeepSeek/Kimi config: 64 and 512);
-    toy configs below that take the reference."""
-    return rope_dim >= 16 and kv_lora_rank >= 16 and _kernel_ok(use_triton, *queries)
+    NOTE: the kernel's tl.dot needs rope and latent widths that are powers of two >= 16 (every real DeepSeek/Kimi
+    config: 64 and 512); toy configs otherwise take the reference."""
+    # gqa_uses_kernel's rule (tl.dot: a power of two of at least 16), for each of the two widths.
+    return gqa_uses_kernel(rope_dim) and gqa_uses_kernel(kv_lora_rank) and _kernel_ok(use_triton, *queries)
 
 
 def mla_attention(q_nope_latent, q_rope, kv_cache, page_table, seq_lens, *, tokens_per_req, page_size,

@@ -88,3 +88,14 @@ def test_references_take_an_empty_batch():
     w13, w2 = torch.randn(E, 2 * I, H), torch.randn(E, H, I)
     ids, w = torch.zeros(0, k, dtype=torch.int32), torch.zeros(0, k)
     assert ref.ref_fused_moe(torch.zeros(0, H), w13, w2, w, ids).shape == (0, H)
+
+
+def test_mla_widths_the_kernel_cannot_take_go_to_the_reference(monkeypatch):
+    from sglang_eagle3 import kernels
+
+    monkeypatch.setattr(kernels, "_kernel_ok", lambda *a, **k: True)  # as on a GPU
+    assert kernels.mla_uses_kernel(64, 512)
+    assert not kernels.mla_uses_kernel(24, 512)  # a rope width tl.dot cannot take (it raised inside the launcher)
+    assert not kernels.mla_uses_kernel(64, 96)
+    with pytest.raises(AssertionError, match="nothing to rotate"):
+        kernels.apply_rotary(None, None, None, None, None, interleaved=True)
