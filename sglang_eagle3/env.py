@@ -81,9 +81,9 @@ GEMV_FMA_CONFIG = Knob("SGLANG_EAGLE3_GEMV_FMA_CONFIG",
                        "LANES_FIRST=0/1 optional; tuning another GPU, A/B runs; read as graphs are captured); unset: "
                        "fma_config's")
 GEMV_LANES_FIRST = Knob("SGLANG_EAGLE3_GEMV_LANES_FIRST",
-                        "1: the CUDA-core GEMV forms hold their weight tile lanes first (kernels/gemv.py "
-                        "lanes_first; other bits, the same at every T; an A/B candidate, unmeasured); unset or 0: "
-                        "weight rows first; read as graphs are captured")
+                        "unset or 1: the CUDA-core GEMV forms hold their weight tile lanes first (kernels/gemv.py "
+                        "lanes_first; the default since the thirty-sixth session, paired on the H200); 0: weight "
+                        "rows first (other bits, the same at every T); read as graphs are captured")
 MOE_DOT_MAX = Knob("SGLANG_EAGLE3_MOE_DOT_MAX",
                    "largest token count (from 2) whose INT4 MoE takes the dot path (gate_up as tensor-core dots "
                    "over each expert's pairs); 0: never (the GEMV path); unset: kernels/fused_moe.py DOT_MAX_TOKENS")
