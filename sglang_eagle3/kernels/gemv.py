@@ -154,17 +154,18 @@ def fma_for_engine(max_requests: int) -> bool:
 
 def lanes_first() -> bool:
     """Whether the CUDA-core forms hold their weight tile as [LANES, BLOCK_N, VEC] (the default;
-    SGLANG_EAGLE3_GEMV_LANES_FIRST=0: [BLOCK_N, LANES, VEC], rows first). Lanes first, a thread holds one lane of every weight row, so x's
-    [LANES, VEC] tile is used as loaded and each x element is widened once for all rows, and each product is added
-    to the row's accumulator in turn (one FFMA); rows first, Triton lays 4 weight rows x 8 lanes a warp, x goes
-    through shared memory into that layout every K step and row, a thread widens the 32 x elements of its 4 lanes
-    for its one row, and a lane's 8 products are summed before they are added. Offline (sm_90 SASS at 4 rows of x,
-    benchmarks/sass_gemv_fma.py): the router + shared pair 2256 -> 1944 instructions (both kinds of program's
-    tails counted; 110 -> 108 registers), a program of one matrix at the pair's config 2016 -> 1432, q_b with its
-    norm 1632 -> 1432 (144 -> 128 registers); the reductions' layouts stay the same at every ROWS (decode ==
-    verify). The sums go in another order than rows first's (other bits). On by default since the thirty-sixth
-    session: the 61-layer step paired on the H200 (docs/BENCHMARKS.md) x0.994 / x0.996 at decode (1k / 8k), x0.979 /
-    x0.974 at verify of 4, x0.955 / x0.961 of 8, and every verify row still bit-identical to its token's decode."""
+    SGLANG_EAGLE3_GEMV_LANES_FIRST=0: [BLOCK_N, LANES, VEC], rows first). Lanes first, a thread holds one lane of
+    every weight row, so x's [LANES, VEC] tile is used as loaded and each x element is widened once for all rows,
+    and each product is added to the row's accumulator in turn (one FFMA); rows first, Triton lays 4 weight rows x 8
+    lanes a warp, x goes through shared memory into that layout every K step and row, a thread widens the 32 x
+    elements of its 4 lanes for its one row, and a lane's 8 products are summed before they are added. Offline
+    (sm_90 SASS at 4 rows of x, benchmarks/sass_gemv_fma.py): the router + shared pair 2256 -> 1944 instructions
+    (both kinds of program's tails counted; 110 -> 108 registers), a program of one matrix at the pair's config 2016
+    -> 1432, q_b with its norm 1632 -> 1432 (144 -> 128 registers); the reductions' layouts stay the same at every
+    ROWS (decode == verify). The sums go in another order than rows first's (other bits). On by default since the
+    thirty-sixth session: the 61-layer step paired on the H200 (docs/BENCHMARKS.md) x0.994 / x0.996 at decode (1k /
+    8k), x0.979 / x0.974 at verify of 4, x0.955 / x0.961 of 8, and every verify row still bit-identical to its
+    token's decode."""
     return env.GEMV_LANES_FIRST.switch(default=True)
 
 
