@@ -141,7 +141,7 @@ def check_gemv_fma_heads(T: int, B: int, N: int, K: int, device: str = "cpu", se
 
 def check_lanes_first_knob(seed: int = 0) -> dict:
     """SGLANG_EAGLE3_GEMV_LANES_FIRST reaches both CUDA-core launches through their default configs (LF as the
-    knob says: 1 on, 0 and unset off), and each order's products agree with the other's within the rounding."""
+    knob says: 1 and unset on, 0 off), and each order's products agree with the other's within the rounding."""
     import importlib
 
     from sglang_eagle3 import env
@@ -166,7 +166,7 @@ def check_lanes_first_knob(seed: int = 0) -> dict:
     mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel = Spy(saved[0]), Spy(saved[1])
     outs = {}
     try:
-        for value, want in (("1", True), ("0", False), (None, False)):
+        for value, want in (("1", True), ("0", False), (None, True)):
             with env.overrides({env.GEMV_LANES_FIRST.name: value}):
                 outs[value] = (triton_gemv_fma(x, w), *triton_gemv_fma_pair(x, w, w2, w2_up))
             assert launched[-2:] == [want, want], f"LANES_FIRST={value}: launched with LF={launched[-2:]}"

@@ -181,11 +181,13 @@ def test_gemv_fma_form_and_knob(monkeypatch):
     assert not takes(1536, 1536, n_major=True)
     monkeypatch.delenv("SGLANG_EAGLE3_GEMV_LANES_FIRST", raising=False)
     assert fma_config(1536, 1536) == {"BLOCK_N": 4, "LANES": 128, "num_warps": 4, "MAX_ROWS": 4,
-                                      "LANES_FIRST": False}
+                                      "LANES_FIRST": True}  # lanes first is the default (thirty-sixth session)
     assert fma_config(1100, 512)["num_warps"] == 2
     monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_CONFIG", "BLOCK_N=8, LANES=32,num_warps=8,MAX_ROWS=8")
     assert fma_config(1536, 1536) == {"BLOCK_N": 8, "LANES": 32, "num_warps": 8, "MAX_ROWS": 8,
-                                      "LANES_FIRST": False}
+                                      "LANES_FIRST": True}
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_LANES_FIRST", "0")
+    assert fma_config(1536, 1536)["LANES_FIRST"] is False
     monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_CONFIG", "BLOCK_N=8,LANES=32,num_warps=8,MAX_ROWS=8,LANES_FIRST=1")
     assert fma_config(1536, 1536)["LANES_FIRST"] is True
     # SGLANG_EAGLE3_GEMV_LANES_FIRST: both forms' default tile order (an explicit LANES_FIRST=0 still wins)
