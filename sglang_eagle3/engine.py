@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -246,6 +247,7 @@ class Engine:
             raise ConfigError("speculative_algorithm=EAGLE3 needs speculative_draft_model_path")
         self.args = args
         self._shut_down = False
+        self._generate_lock = threading.Lock()
         self._git_commit = git_commit()
         self.num_steps = args.num_steps() if args.speculative else None
         self._setup(args)
@@ -363,8 +365,8 @@ class Engine:
                 # (SGLang refuses too). The default is cut to what fits.
                 raise RequestError(
                     f"max_new_tokens={params.max_new_tokens} with a prompt of {n} tokens does not fit: at most {limit} "
-                    f"new tokens for this prompt (context length {self.context_length} tokens, KV cache "
-                    f"{self._pool_tokens}, each less {lookahead - 1} reserved for speculation)")
+                    f"new tokens for this prompt (context length {self.context_length} tokens less {lookahead - 1} "
+                    f"reserved for speculation; KV cache {self._pool_tokens} less {lookahead})")
             params = dataclasses.replace(params, max_new_tokens=limit)
         start = logprob_start_len
         if start is not None and (not isinstance(start, int) or isinstance(start, bool) or not -1 <= start <= n):
@@ -384,7 +386,11 @@ class Engine:
     def _lookahead(self) -> int:
         """KV slots a request needs past its tokens: room for the longest draft an adaptive policy may switch to
         (set_speculative_num_steps), + 1."""
-        return (max((self.num_steps, *self.args.speculative_num_steps_candidates)) if self.num_steps else 0) + 1
+        # The configured k, not the current one: after set_speculative_num_steps lowered it, a request admitted with
+        # the smaller reserve would overrun the context once k is raised again.
+        if not self.num_steps:
+            return 1
+        return max((self.args.num_steps(), *self.args.speculative_num_steps_candidates)) + 1
 
     def max_new_tokens_limit(self, prompt_tokens: int) -> int:
         """The most new tokens a prompt of this length can be given: the context and the KV cache, each less the
@@ -483,20 +489,23 @@ class Engine:
                                                   starts[i], tops[i], rids[i]))
                 except (RequestError, SamplingParamsError) as e:
                     raise type(e)(f"prompt {i} of the batch: {e}") from None
-        for r in reqs:  # validated all before queueing any: nothing half-submitted
-            self.scheduler.add(r)
-        done: dict[str, Request] = {}
-        try:
-            while len(done) < len(reqs):
-                for r in self.scheduler.step():
-                    if r.finished:
-                        done[r.rid] = r
-        except BaseException:
-            for r in reqs:  # an interrupted generate leaves nothing queued behind
-                if r.rid not in done:
-                    self.scheduler.abort(r.rid)
-            raise
-        outs = [self.result(done[r.rid]) for r in reqs]
+        # One generate at a time: two threads stepping one scheduler read each other's rounds (wrong tokens).
+        with self._generate_lock:
+            mine = {r.rid for r in reqs}
+            done: dict[str, Request] = {}
+            try:
+                for r in reqs:  # validated all before queueing any: nothing half-submitted
+                    self.scheduler.add(r)
+                while len(done) < len(reqs):
+                    for r in self.scheduler.step():
+                        if r.finished and r.rid in mine:  # (requests queued by others finish here too)
+                            done[r.rid] = r
+                outs = [self.result(done[r.rid]) for r in reqs]
+            except BaseException:
+                for r in reqs:  # an interrupted generate leaves nothing queued behind
+                    if r.rid not in done:
+                        self.scheduler.abort(r.rid)
+                raise
         return outs if batch else outs[0]
 
     def set_speculative_num_steps(self, k: int) -> None:

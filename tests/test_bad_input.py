@@ -313,3 +313,37 @@ def test_bad_request_in_a_batch_queues_nothing(engine):
     outs = engine.generate(input_ids=good, sampling_params={"max_new_tokens": 5, "temperature": 0})
     assert [len(o["output_ids"]) for o in outs] == [5, 5]
     _assert_idle(engine)
+
+
+def test_generate_from_two_threads(engine):
+    """One generate at a time (a lock): two threads stepping one scheduler read each other's rounds."""
+    import random
+    import threading
+
+    rng = random.Random()
+    prompts = [[rng.randrange(1, VOCAB) for _ in range(rng.randrange(2, 9))] for _ in range(8)]
+    sp = {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}
+    want = [o["output_ids"] for o in engine.generate(input_ids=prompts, sampling_params=sp)]
+    got: dict[int, list] = {}
+
+    def worker(i):
+        got[i] = engine.generate(input_ids=prompts[i], sampling_params=sp)["output_ids"]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert [got.get(i) for i in range(len(prompts))] == want
+    _assert_idle(engine)
+
+
+def test_a_request_queued_by_another_caller_does_not_break_generate(engine):
+    """generate counts only its own requests (a foreign finished one made it look up a rid it never had)."""
+    foreign = engine.make_request(input_ids=[1, 2, 3], sampling_params={"max_new_tokens": 2})
+    engine.scheduler.add(foreign)
+    out = engine.generate(input_ids=[4, 5], sampling_params={"max_new_tokens": 3, "temperature": 0})
+    assert len(out["output_ids"]) == 3
+    while engine.scheduler.has_work():
+        engine.scheduler.step()
+    _assert_idle(engine)

@@ -128,8 +128,10 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def _release(self, r: Request) -> None:
-        self.runner.allocator.free(r.pages)
-        r.pages = []
+        # Detached before they are freed: an interrupt between the two must not leave them listed as the request's
+        # too (an abort would free them twice).
+        pages, r.pages = r.pages, []
+        self.runner.allocator.free(pages)
         self._draft_hidden.pop(r.rid, None)
 
     def _ensure_pages(self, r: Request, tokens: int) -> None:
@@ -146,8 +148,9 @@ class Scheduler:
     def _trim_pages(self, r: Request, tokens: int) -> None:
         keep = pages_for(tokens, self.runner.page_size)
         if len(r.pages) > keep:
-            self.runner.allocator.free(r.pages[keep:])
-            del r.pages[keep:]
+            spare = r.pages[keep:]
+            del r.pages[keep:]  # detached first, as in _release
+            self.runner.allocator.free(spare)
 
     # -- one step -----------------------------------------------------------------------------------
     def step(self) -> list[Request]:
@@ -361,7 +364,10 @@ class Scheduler:
         positions could pass the context limit (the page table's width: near its end a request reads each round
         before the next, as requests that end there would otherwise have a round queued past it)."""
         tokens = [r.seq_len + 2 * self.lookahead + 1 for r in reqs]
-        if max(tokens) > self.runner.max_pages * self.runner.page_size or self._pages_short(reqs, tokens):
+        # The context, not only the page table's reach: with a page size that does not divide the context, the table
+        # reaches past the rotary table's last position.
+        reach = min(self.runner.max_pages * self.runner.page_size, self.max_context)
+        if max(tokens) > reach or self._pages_short(reqs, tokens):
             return False
         for r, t in zip(reqs, tokens, strict=True):
             self._ensure_pages(r, t)
