@@ -347,3 +347,11 @@ def test_a_request_queued_by_another_caller_does_not_break_generate(engine):
     while engine.scheduler.has_work():
         engine.scheduler.step()
     _assert_idle(engine)
+
+
+def test_lowering_k_keeps_the_reserve_of_the_configured_k(small_pair):
+    """A request admitted while k is low must still fit once k is raised back (it overran the context)."""
+    e = Engine(**_spec_kwargs(small_pair, context_length=64, speculative_num_steps_candidates=[1]))
+    before = e.max_new_tokens_limit(20)
+    e.set_speculative_num_steps(1)
+    assert e.max_new_tokens_limit(20) == before == 64 - 20 - 4 + 1
