@@ -84,6 +84,10 @@ GEMV_LANES_FIRST = Knob("SGLANG_EAGLE3_GEMV_LANES_FIRST",
                         "unset or 1: the CUDA-core GEMV forms hold their weight tile lanes first (kernels/gemv.py "
                         "lanes_first; the default since the thirty-sixth session, paired on the H200); 0: weight "
                         "rows first (other bits, the same at every T); read as graphs are captured")
+GEMV_FMA_PLAIN_PAIR = Knob("SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR",
+                           "1: a pair launch of two plain matrices (MLA's q_a + kv_a) takes the CUDA-core form too, "
+                           "where the engine allows that form (kernels/gemv.py fma_pair_form); unset or 0: the "
+                           "tensor cores; read as graphs are captured")
 MOE_DOT_MAX = Knob("SGLANG_EAGLE3_MOE_DOT_MAX",
                    "largest token count (from 2) whose INT4 MoE takes the dot path (gate_up as tensor-core dots "
                    "over each expert's pairs); 0: never (the GEMV path); unset: kernels/fused_moe.py DOT_MAX_TOKENS")
@@ -114,7 +118,8 @@ SAMPLER_RADIX = Knob("SGLANG_EAGLE3_SAMPLER_RADIX",
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
-       GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX)
+       GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_FMA_PLAIN_PAIR,
+       MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

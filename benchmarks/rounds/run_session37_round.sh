@@ -5,6 +5,10 @@
 #     semantics on CPU only), then the step table of section 0 at the lanes-first default (1k and 8k, T = 1..8).
 # k2: the kernel table at HEAD, the invariance probe at 8k, and the prefetch's mechanism (j2 of the thirty-fifth
 #     session's script: why the L2 prefetch plans lose at decode).
+# k3: MLA's q_a + kv_a pair on the CUDA cores (triton_gemv_fma_pair without w2_up, new this session;
+#     SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=1 in the package): its GPU tests, the step paired against the tensor-core
+#     pair at 256 lanes (gemv_qkv_fma.py, the pair's config) and 128 (gemv_qkv_fma_l128.py), 1k and 8k, T = 1 / 2 /
+#     4 / 8, and the invariance probe with each (every verify row == its token's decode).
 # Results land in $OUT; copy them to benchmarks/results/h200/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: k1 ..}
@@ -21,6 +25,17 @@ k2)
   TAIL=12 stage probe 120 python benchmarks/probe_invariance.py --layers 3 --contexts 8192 --widths 2 4 8 \
     --out "$OUT/probe.json"
   TAIL=70 stage l2_prefetch 150 python benchmarks/bench_l2_prefetch.py --tokens 1 4 --out "$OUT/l2_prefetch.json"
+  ;;
+k3)
+  V=benchmarks/variants
+  TAIL=8 stage pair_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/kernels/test_kernels_gpu.py -k "gemv_fma_pair"
+  TAIL=40 stage paired_qkv 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 2 4 8 --eager-iters 1 --graph-iters 5 --paired 200 \
+    --kernels-from $V/gemv_qkv_fma.py $V/gemv_qkv_fma_l128.py --out "$OUT/paired_qkv.json"
+  TAIL=14 stage verdicts 30 python benchmarks/report.py "$OUT/paired_qkv.json"
+  TAIL=20 stage probe_qkv 100 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 --widths 2 4 8 \
+    --kernels-from $V/gemv_qkv_fma.py $V/gemv_qkv_fma_l128.py --out "$OUT/probe_qkv.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -9,5 +9,5 @@ from benchmarks.variants._gemv import gemv
 _real = gemv.fma_pair_config  # the package's, taken before kernels_from swaps this one in
 
 
-def fma_pair_config(N1: int, N2: int, K: int) -> dict:
-    return dict(_real(N1, N2, K), MAX_ROWS=8)
+def fma_pair_config(N1: int, N2: int, K: int, gated: bool = True) -> dict:
+    return dict(_real(N1, N2, K, gated), MAX_ROWS=8)

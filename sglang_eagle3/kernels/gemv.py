@@ -191,13 +191,19 @@ def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
     5.5 / 8.0 / 10.3 / 17.9 us at T = 1 / 2 / 4 / 8, the tensor-core pair 10.1-10.4 at every T (its gated row
     blocks hold two weight tiles a stage: 120 KB of shared memory a block, one block a SM); in the 61-layer step
     (paired, 1k and 8k) decode 7.3% faster, verify of 4 0.6-0.7% slower. The q_a + kv_a pair (not gated) keeps
-    the tensor cores: there the CUDA cores took 10.2 against 11.4 us at T = 1, but 17-20 against 11.6 at T = 4."""
-    return gated and not epilogue and FMA_MIN_K <= K <= FMA_MAX_K and env.GEMV_FMA.switch(default=True)
+    the tensor cores by default: there the CUDA cores took 10.2 against 11.4 us at T = 1, but 17-20 against 11.6 at
+    T = 4 (rows first); lanes first, as one matrix (thirty-sixth session, bench_gemv_fma.py), 8.5 against 11.7 us at
+    T = 1, 13.0 against 11.6 at T = 4. SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=1 lets it take this form (without
+    ``w2_up``) for A/B runs in the step."""
+    if epilogue or not FMA_MIN_K <= K <= FMA_MAX_K or not env.GEMV_FMA.switch(default=True):
+        return False
+    return gated or env.GEMV_FMA_PLAIN_PAIR.switch(default=False)
 
 
-def fma_pair_config(N1: int, N2: int, K: int) -> dict:
+def fma_pair_config(N1: int, N2: int, K: int, gated: bool = True) -> dict:
     """triton_gemv_fma_pair's launch config, from the shapes only (never T): 4 weight rows a program (a gated
-    program: the gate and up rows of two activations), 256 lanes over 8 warps, up to 4 rows of x a program."""
+    program: the gate and up rows of two activations), 256 lanes over 8 warps, up to 4 rows of x a program.
+    (``gated``: which kind of pair, for a variant that tunes one; benchmarks/variants/.)"""
     return {"BLOCK_N": 4, "LANES": 256, "num_warps": 8, "MAX_ROWS": 4, "LANES_FIRST": lanes_first()}
 
 
@@ -271,21 +277,23 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
     return out
 
 
-def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2_up: torch.Tensor, *,
+def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2_up: torch.Tensor | None, *,
                          out1_dtype: torch.dtype | None = None, config: dict | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """(x w1^T in ``out1_dtype``, SiLU(x w2^T) * (x w2_up^T) in x's dtype) on the CUDA cores in one launch
     (triton/gemv.py gemv_fma_pair_kernel): x [T, K] (T <= GEMV_MAX_ROWS), w1 [N1, K], w2 and w2_up [N2, K],
-    K-contiguous, x's dtype. Rounded as triton_gemv_pair rounds (each product to its output dtype, then the SiLU
-    and the product); each token's sums are the same code whatever T is. ``config``: as fma_pair_config's."""
+    K-contiguous, x's dtype; without ``w2_up`` the second output is x w2^T (MLA's q_a and kv_a). Rounded as
+    triton_gemv_pair rounds (each product to its output dtype, then the SiLU and the product); each token's sums
+    are the same code whatever T is. ``config``: as fma_pair_config's."""
     assert x.dim() == 2 and x.stride(1) == 1, f"x must be [T, K] with unit inner stride, got {tuple(x.shape)}"
     T, K = x.shape
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
     assert x.dtype in (torch.bfloat16, torch.float16), f"{x.dtype=}"
-    for name, w in (("w1", w1), ("w2", w2), ("w2_up", w2_up)):
+    gated = w2_up is not None
+    for name, w in (("w1", w1), ("w2", w2)) + ((("w2_up", w2_up),) if gated else ()):
         assert w.dim() == 2 and w.shape[1] == K and w.stride(1) == 1 and w.dtype == x.dtype, (
             f"{name} must be [N, {K}] {x.dtype}, K-contiguous; got {tuple(w.shape)} {w.stride()} {w.dtype}")
-    assert w2_up.shape == w2.shape and w2_up.stride() == w2.stride(), (
+    assert not gated or (w2_up.shape == w2.shape and w2_up.stride() == w2.stride()), (
         f"w2_up {tuple(w2_up.shape)} {w2_up.stride()} must match w2 {tuple(w2.shape)} {w2.stride()}")
     N1, N2 = w1.shape[0], w2.shape[0]
     y1 = torch.empty(T, N1, dtype=out1_dtype or x.dtype, device=x.device)
@@ -293,7 +301,7 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
     if T == 0:
         return y1, y2
     interpret = tuning.interpreting()
-    cfg = config or fma_pair_config(N1, N2, K)
+    cfg = config or fma_pair_config(N1, N2, K, gated)
     if interpret and config is None:
         cfg = {**cfg, "LANES": 32}  # (one warp under the interpreter: keep its steps few)
     bn = cfg["BLOCK_N"]
@@ -302,11 +310,11 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
     rows = min(cfg["MAX_ROWS"], triton.next_power_of_2(T))
     nb1 = triton.cdiv(N1, bn)
     pdl = tuning.pdl(x.device, "gemv")
-    gemv_fma_pair_kernel[(nb1 + triton.cdiv(N2, bn // 2), triton.cdiv(T, rows))](
-        x, w1, w2, w2_up, y1, y2, T, N1, N2, nb1, K, x.stride(0), w1.stride(0), w2.stride(0), y1.stride(0),
-        y2.stride(0), ROWS=rows, BLOCK_N=bn, LANES=cfg["LANES"], VEC=8, NSTEPS=triton.cdiv(K, cfg["LANES"] * 8),
-        PDL=pdl, LF=bool(cfg.get("LANES_FIRST", False)), num_warps=1 if interpret else cfg["num_warps"],
-        **tuning.pdl_launch(pdl))
+    gemv_fma_pair_kernel[(nb1 + triton.cdiv(N2, bn // 2 if gated else bn), triton.cdiv(T, rows))](
+        x, w1, w2, w2_up if gated else w2, y1, y2, T, N1, N2, nb1, K, x.stride(0), w1.stride(0), w2.stride(0),
+        y1.stride(0), y2.stride(0), ROWS=rows, BLOCK_N=bn, LANES=cfg["LANES"], VEC=8,
+        NSTEPS=triton.cdiv(K, cfg["LANES"] * 8), PDL=pdl, LF=bool(cfg.get("LANES_FIRST", False)), GATED=gated,
+        num_warps=1 if interpret else cfg["num_warps"], **tuning.pdl_launch(pdl))
     return y1, y2
 
 

@@ -165,7 +165,7 @@ class MLAAttention(nn.Module):
                 eps=input_norm.eps, residual=residual, use_triton=self.q_a_proj.use_triton)
         else:  # q_a and kv_a read the same x: one launch for both at decode/verify sizes
             q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
-                                          use_triton=self.q_a_proj.use_triton)
+                                          use_triton=self.q_a_proj.use_triton, fma=self.q_a_proj.fma)
         if self.after_kv_a is not None and cache is not None and not torch.is_grad_enabled():
             self.after_kv_a(kv_a)
         c, k_rope = kv_a.split([self.kv_lora_rank, self.rope_dim], dim=-1)  # kv_a: [N, c + r]

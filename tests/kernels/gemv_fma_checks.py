@@ -68,36 +68,45 @@ def check_gemv_fma(T: int, N: int, K: int, norm: bool, device: str = "cpu", seed
 
 
 def check_gemv_fma_pair(T: int, N1: int, N2: int, K: int, device: str = "cpu", seed: int = 0,
-                        dtype=torch.bfloat16, config: dict | None = None) -> dict:
+                        dtype=torch.bfloat16, config: dict | None = None, gated: bool = True) -> dict:
     """The CUDA-core pair (a MoE layer's float32 router logits and its shared expert's SiLU(gate) * up from one
-    launch) against float64 products of the same inputs, every element written (outputs of a poisoned
-    allocation checked finite); each row alone and in groups of 2, 4 and 8 bit-identical to the same rows of the
-    whole batch (decode == verify); where fma_pair_form takes the shape, triton_gemv_pair's dispatch equal to it
-    bit for bit, and its tensor-core form (fma=False) within the rounding."""
+    launch; without ``gated``, two plain products in x's dtype, as MLA's q_a and kv_a) against float64 products of
+    the same inputs, every element written (outputs of a poisoned allocation checked finite); each row alone and in
+    groups of 2, 4 and 8 bit-identical to the same rows of the whole batch (decode == verify); where fma_pair_form
+    takes the shape (a plain pair: with SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=1), triton_gemv_pair's dispatch equal to
+    it bit for bit, and its tensor-core form (fma=False) within the rounding."""
     from kernel_checks import rel_err
+
+    from sglang_eagle3 import env
 
     g = torch.Generator(device="cpu").manual_seed(seed)
     x = (torch.randn(T, K, generator=g) * 2).to(dtype).to(device)
     w1, w2, w2_up = ((torch.randn(n, K, generator=g) / math.sqrt(K)).to(dtype).to(device) for n in (N1, N2, N2))
-    y1, y2 = triton_gemv_fma_pair(x, w1, w2, w2_up, out1_dtype=torch.float32, config=config)
-    assert y1.dtype == torch.float32 and y2.dtype == dtype and y1.shape == (T, N1) and y2.shape == (T, N2)
+    if not gated:
+        w2_up = None
+    out1 = torch.float32 if gated else None
+    y1, y2 = triton_gemv_fma_pair(x, w1, w2, w2_up, out1_dtype=out1, config=config)
+    assert y1.dtype == (out1 or dtype) and y2.dtype == dtype and y1.shape == (T, N1) and y2.shape == (T, N2)
     assert bool(torch.isfinite(y1).all()) and bool(torch.isfinite(y2).all()), "an output element left unwritten"
     ref1 = kernels.ref_gemv(x.double(), w1.double())
-    ref2 = kernels.ref_gemv(x.double(), w2.double(), w_up=w2_up.double())
-    # (the activation rounds gate, SiLU and up to x's dtype; the interpreter's bf16 casts truncate)
-    tol2 = 2e-2 if x.is_cuda else 4e-2
+    ref2 = kernels.ref_gemv(x.double(), w2.double(), w_up=None if w2_up is None else w2_up.double())
+    # (the activation rounds gate, SiLU and up to x's dtype; a plain product rounds once; the interpreter's bf16
+    # casts truncate)
+    tol1 = 1e-5 if gated else (3e-3 if x.is_cuda else 6e-3)
+    tol2 = (2e-2 if x.is_cuda else 4e-2) if gated else tol1
     err1, err2 = rel_err(y1, ref1), rel_err(y2, ref2)
-    assert err1 < 1e-5 and err2 < tol2, f"gemv_fma_pair rel err {err1}, {err2} ({T=} {N1=} {N2=} {K=})"
+    assert err1 < tol1 and err2 < tol2, f"gemv_fma_pair rel err {err1}, {err2} ({T=} {N1=} {N2=} {K=} {gated=})"
     _rows_alike_in_any_batch(
-        lambda rows: triton_gemv_fma_pair(x[rows], w1, w2, w2_up, out1_dtype=torch.float32, config=config), (y1, y2),
-        f"{N1=} {N2=} {K=}")
-    routed = fma_pair_form(K, gated=True, epilogue=False)
-    if routed and config is None:
-        via = triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=torch.float32)
-        assert torch.equal(via[0], y1) and torch.equal(via[1], y2), "triton_gemv_pair's CUDA-core dispatch differs"
-    tc = triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=torch.float32, fma=False)
+        lambda rows: triton_gemv_fma_pair(x[rows], w1, w2, w2_up, out1_dtype=out1, config=config), (y1, y2),
+        f"{N1=} {N2=} {K=} {gated=}")
+    with env.overrides({env.GEMV_FMA_PLAIN_PAIR.name: None if gated else "1"}):
+        routed = fma_pair_form(K, gated=gated, epilogue=False)
+        if routed and config is None:
+            via = triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1)
+            assert torch.equal(via[0], y1) and torch.equal(via[1], y2), "triton_gemv_pair's CUDA-core dispatch differs"
+    tc = triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1, fma=False)
     apart = max(rel_err(tc[0], y1), rel_err(tc[1], y2))
-    assert apart < 2 * tol2, f"tensor-core and CUDA-core pair apart by {apart} ({T=} {N1=} {N2=} {K=})"
+    assert apart < 2 * max(tol1, tol2), f"tensor-core and CUDA-core pair apart by {apart} ({T=} {N1=} {N2=} {K=})"
     return {"rel_err": [err1, err2], "dispatched": routed}
 
 
@@ -212,6 +221,11 @@ CASES = {
     "gemv_fma_norm_t13_rows8_lanes_first": lambda: check_gemv_fma(13, 19, 400, norm=True, seed=22, config=LF_8),
     "gemv_fma_pair_t5_lanes_first": lambda: check_gemv_fma_pair(5, 37, 13, 1100, seed=23, config=LF_4),
     "gemv_fma_pair_t3_half1_lanes_first": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=24, config=LF_PAIR_2),
+    # A plain pair (MLA's q_a + kv_a; SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR): partial row blocks of both matrices (37,
+    # 13), a masked last K step, dispatched by triton_gemv_pair with the knob; 2-row programs of 2 weight rows.
+    "gemv_fma_pair_plain_t5_dispatch": lambda: check_gemv_fma_pair(5, 37, 13, 1100, seed=27, gated=False),
+    "gemv_fma_pair_plain_t3_fp16": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=28, dtype=torch.float16,
+                                                               config=LF_PAIR_2, gated=False),
     "gemv_fma_heads_views_t5_lanes_first": lambda: check_gemv_fma_heads(5, 3, 7, 300, seed=25, w_view=True,
                                                                         config=LF_4),
     "gemv_fma_lanes_first_knob": lambda: check_lanes_first_knob(seed=26),

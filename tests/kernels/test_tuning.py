@@ -348,3 +348,23 @@ def test_moe_dot_knob_and_path_choice(monkeypatch):
         "_launch_int4_gemv", "_launch_int4_dot", "_launch_int4_dot", "_launch_int4_gemv", "_launch"]
     monkeypatch.setenv("SGLANG_EAGLE3_MOE_DOT_MAX", "0")
     assert path_at(4) == "_launch_int4_gemv"
+
+
+def test_gemv_fma_plain_pair_knob(monkeypatch):
+    """A pair of plain matrices (MLA's q_a + kv_a) keeps the tensor cores unless SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=1;
+    the gated router + shared pair takes the CUDA cores either way; K's range, epilogues and
+    SGLANG_EAGLE3_GEMV_FMA=0 still rule both; a bad value is named."""
+    from sglang_eagle3.kernels.gemv import fma_pair_form
+
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_FMA", raising=False)
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR", raising=False)
+    assert fma_pair_form(7168, gated=True, epilogue=False) and not fma_pair_form(7168, gated=False, epilogue=False)
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR", "1")
+    assert fma_pair_form(7168, gated=False, epilogue=False) and fma_pair_form(7168, gated=True, epilogue=False)
+    assert not fma_pair_form(7168, gated=False, epilogue=True) and not fma_pair_form(512, gated=False, epilogue=False)
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA", "0")
+    assert not fma_pair_form(7168, gated=False, epilogue=False)
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_FMA")
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR", "yes")
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR='yes'"):
+        fma_pair_form(7168, gated=False, epilogue=False)

@@ -624,13 +624,16 @@ def _gated_row(out2_ptr, t, T, s_o2t, j, N2, sums, HALF: tl.constexpr):
 @triton.jit
 def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T, N, N2, NB1, K, s_xt, s_w1n, s_w2n,
                          s_ot, s_o2t, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
-                         VEC: tl.constexpr, NSTEPS: tl.constexpr, PDL: tl.constexpr = False, LF: tl.constexpr = False):
-    """gemv_fma_kernel's form for a pair launch with a gated second matrix (a MoE layer's router and its shared
-    expert's gate/up, one x): programs 0 .. NB1 - 1 take BLOCK_N rows of W1 [N, K] into out [T, N] (its dtype:
-    float32 router logits); program NB1 + p takes gate rows and up rows j = p * HALF .. + HALF - 1 of W2 / W2_up
-    [N2, K], interleaved (row 2i gate j0 + i, row 2i + 1 up j0 + i), and stores SiLU(x W2^T) * (x W2_up^T) into
-    out2 [T, N2] (its dtype). Each weight row's sums are gemv_fma_kernel's (the same lanes, steps and order), so a
-    token's products do not depend on T either; the gate and up rows of one activation share a program."""
+                         VEC: tl.constexpr, NSTEPS: tl.constexpr, PDL: tl.constexpr = False, LF: tl.constexpr = False,
+                         GATED: tl.constexpr = True):
+    """gemv_fma_kernel's form for a pair launch of one x: programs 0 .. NB1 - 1 take BLOCK_N rows of W1 [N, K] into
+    out [T, N] (its dtype: float32 router logits for a MoE layer's router). With GATED (the router's shared expert
+    gate/up), program NB1 + p takes gate rows and up rows j = p * HALF .. + HALF - 1 of W2 / W2_up [N2, K],
+    interleaved (row 2i gate j0 + i, row 2i + 1 up j0 + i), and stores SiLU(x W2^T) * (x W2_up^T) into out2
+    [T, N2] (its dtype): the gate and up rows of one activation share a program. Without it (MLA's q_a and kv_a),
+    program NB1 + p takes BLOCK_N rows of W2 into out2 as the first programs do (w2_up_ptr unused). Each weight
+    row's sums are gemv_fma_kernel's (the same lanes, steps and order), so a token's products do not depend on T
+    either."""
     HALF: tl.constexpr = BLOCK_N // 2
     STEP: tl.constexpr = LANES * VEC
     R0: tl.constexpr = ROWS if ROWS < 4 else 4
@@ -639,10 +642,14 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
     r = tl.arange(0, BLOCK_N)
     n = pid * BLOCK_N + r  # W1's rows (first programs)
     j = (pid - NB1) * HALF + tl.arange(0, HALF)  # the activations a gated program stores
-    jr = (pid - NB1) * HALF + r // 2  # W2 / W2_up row of each of its BLOCK_N rows
+    if GATED:
+        jr = (pid - NB1) * HALF + r // 2  # W2 / W2_up row of each of its BLOCK_N rows
+        w2_rows = tl.where(r % 2 == 0, w2_ptr, w2_up_ptr) + jr.to(tl.int64) * s_w2n
+    else:
+        jr = (pid - NB1) * BLOCK_N + r
+        w2_rows = w2_ptr + jr.to(tl.int64) * s_w2n
     row_ok = tl.where(second, jr < N2, n < N)
-    w_rows = _by_row(tl.where(second, tl.where(r % 2 == 0, w2_ptr, w2_up_ptr) + jr.to(tl.int64) * s_w2n,
-                              w1_ptr + n.to(tl.int64) * s_w1n), LF)
+    w_rows = _by_row(tl.where(second, w2_rows, w1_ptr + n.to(tl.int64) * s_w1n), LF)
     t0 = tl.program_id(1) * ROWS
     kk = tl.arange(0, LANES)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [LANES, VEC]: lane l's weights
     n_ok = _by_row(row_ok, LF)
@@ -653,7 +660,17 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
     a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, x_ptr,
                                                  1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, False, ROWS, BLOCK_N, LANES,
                                                  STEP, NSTEPS, LF)
-    _lanes_pair_store4(out_ptr, out2_ptr, second, t0, T, s_ot, s_o2t, n, N, j, N2, a0, a1, a2, a3, HALF, R0, LF)
-    if ROWS > 4:
-        _lanes_pair_store4(out_ptr, out2_ptr, second, t0 + 4, T, s_ot, s_o2t, n, N, j, N2, a4, a5, a6, a7, HALF, 4,
+    if GATED:
+        _lanes_pair_store4(out_ptr, out2_ptr, second, t0, T, s_ot, s_o2t, n, N, j, N2, a0, a1, a2, a3, HALF, R0,
                            LF)
+        if ROWS > 4:
+            _lanes_pair_store4(out_ptr, out2_ptr, second, t0 + 4, T, s_ot, s_o2t, n, N, j, N2, a4, a5, a6, a7, HALF,
+                               4, LF)
+    elif second:
+        _lanes_store4(out2_ptr, t0, T, s_o2t, jr, N2, a0, a1, a2, a3, R0, LF)
+        if ROWS > 4:
+            _lanes_store4(out2_ptr, t0 + 4, T, s_o2t, jr, N2, a4, a5, a6, a7, 4, LF)
+    else:
+        _lanes_store4(out_ptr, t0, T, s_ot, n, N, a0, a1, a2, a3, R0, LF)
+        if ROWS > 4:
+            _lanes_store4(out_ptr, t0 + 4, T, s_ot, n, N, a4, a5, a6, a7, 4, LF)
