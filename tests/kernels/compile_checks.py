@@ -798,7 +798,8 @@ def _reduce_layouts(kernel) -> list[str]:
 def fma_gemv_cases(kernels=gv) -> list[tuple]:
     """The CUDA-core forms as a Kimi TP=8 rank launches them: (name, kernel, signature, config, K, constexprs, args
     the JIT specializes as 16-divisible) for q_b with its q_a norm (fma_config), MLA's W_UV per head (8 heads of 128 x
-    512, fma_config) and the router + shared gate/up pair (fma_pair_config: 384 router rows, 256 gated, K = 7168).
+    512, fma_config), the router + shared gate/up pair (fma_pair_config: 384 router rows, 256 gated, K = 7168) and
+    MLA's q_a + kv_a as a plain pair (1536 + 576 rows, K = 7168; SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR).
     ``kernels``: the module holding gemv_fma_kernel and gemv_fma_pair_kernel (another commit's, to compare)."""
     from sglang_eagle3.kernels.gemv import fma_config, fma_pair_config
 
@@ -812,6 +813,10 @@ def fma_gemv_cases(kernels=gv) -> list[tuple]:
             ("w_uv_heads", kernels.gemv_fma_kernel, single, fma_config(128, 512), 512, {"NORM": False, "HEADS": True},
              ["x_ptr", "w_ptr", "out_ptr", "N", "K", "s_xt", "s_wn", "s_ot", "s_xb", "s_wb", "s_ob"]),
             ("router_shared", kernels.gemv_fma_pair_kernel, two, fma_pair_config(384, 256, 7168), 7168, {},
+             ["x_ptr", "w1_ptr", "w2_ptr", "w2_up_ptr", "out_ptr", "out2_ptr", "N", "N2", "NB1", "K", "s_xt",
+              "s_w1n", "s_w2n", "s_ot", "s_o2t"]),
+            ("qkv_a_plain", kernels.gemv_fma_pair_kernel, dict(two, out_ptr="*bf16"),
+             fma_pair_config(1536, 576, 7168, gated=False), 7168, {"GATED": False},
              ["x_ptr", "w1_ptr", "w2_ptr", "w2_up_ptr", "out_ptr", "out2_ptr", "N", "N2", "NB1", "K", "s_xt",
               "s_w1n", "s_w2n", "s_ot", "s_o2t"])]
 
@@ -845,7 +850,8 @@ def check_fma_gemv(arch: int) -> dict:
                 layouts[rows] = _reduce_layouts(kernel)
                 assert layouts[rows], f"{what}: no reduction found in the TTGIR"
                 regs = int(re.search(r"REG:(\d+)", res).group(1))
-                # the pair's 224 programs of 8 warps take one wave of 132 SMs only at two blocks a SM
+                # the pair's 224 programs of 8 warps take one wave of 132 SMs only at two blocks a SM (q_a + kv_a's
+                # 528 take four blocks a SM, at most 64 registers, for one wave: not asserted, printed)
                 assert name != "router_shared" or regs <= 128, f"{what}: {regs} registers, one block a SM"
                 out[f"{name}_rows{rows}{'_lf' if lanes_first else ''}"] = {
                     "res": res, "LDG.128": wide, "instructions": len(_instructions(sass))}

@@ -541,13 +541,19 @@ def _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr, r0, r1, r2, 
 @triton.jit
 def _lanes_store4(out_ptr, t, T, s_ot, n, N, a0, a1, a2, a3, R: tl.constexpr, LF: tl.constexpr):
     """Each row's per-lane sums reduced across the lanes and stored (rows t .. t + R - 1, those below T)."""
-    ty = out_ptr.dtype.element_ty
-    tl.store(out_ptr + t * s_ot + n, _across_lanes(a0, LF).to(ty), mask=(n < N) & (t < T))
+    _lanes_store4_at(out_ptr + n, n < N, t, T, s_ot, a0, a1, a2, a3, R, LF)
+
+
+@triton.jit
+def _lanes_store4_at(ptrs, ok, t, T, s_ot, a0, a1, a2, a3, R: tl.constexpr, LF: tl.constexpr):
+    """_lanes_store4 at row 0's [BLOCK_N] output pointers ``ptrs`` (masked by ``ok``), row t's s_ot * t further."""
+    ty = ptrs.dtype.element_ty
+    tl.store(ptrs + t * s_ot, _across_lanes(a0, LF).to(ty), mask=ok & (t < T))
     if R > 1:
-        tl.store(out_ptr + (t + 1) * s_ot + n, _across_lanes(a1, LF).to(ty), mask=(n < N) & (t + 1 < T))
+        tl.store(ptrs + (t + 1) * s_ot, _across_lanes(a1, LF).to(ty), mask=ok & (t + 1 < T))
     if R > 2:
-        tl.store(out_ptr + (t + 2) * s_ot + n, _across_lanes(a2, LF).to(ty), mask=(n < N) & (t + 2 < T))
-        tl.store(out_ptr + (t + 3) * s_ot + n, _across_lanes(a3, LF).to(ty), mask=(n < N) & (t + 3 < T))
+        tl.store(ptrs + (t + 2) * s_ot, _across_lanes(a2, LF).to(ty), mask=ok & (t + 2 < T))
+        tl.store(ptrs + (t + 3) * s_ot, _across_lanes(a3, LF).to(ty), mask=ok & (t + 3 < T))
 
 
 @triton.jit
@@ -666,11 +672,9 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
         if ROWS > 4:
             _lanes_pair_store4(out_ptr, out2_ptr, second, t0 + 4, T, s_ot, s_o2t, n, N, j, N2, a4, a5, a6, a7, HALF,
                                4, LF)
-    elif second:
-        _lanes_store4(out2_ptr, t0, T, s_o2t, jr, N2, a0, a1, a2, a3, R0, LF)
+    else:  # one store path for both matrices (their outputs share a dtype): a branch each kept more registers live
+        ptrs = tl.where(second, out2_ptr + jr, out_ptr + n)
+        s_t = tl.where(second, s_o2t, s_ot)
+        _lanes_store4_at(ptrs, row_ok, t0, T, s_t, a0, a1, a2, a3, R0, LF)
         if ROWS > 4:
-            _lanes_store4(out2_ptr, t0 + 4, T, s_o2t, jr, N2, a4, a5, a6, a7, 4, LF)
-    else:
-        _lanes_store4(out_ptr, t0, T, s_ot, n, N, a0, a1, a2, a3, R0, LF)
-        if ROWS > 4:
-            _lanes_store4(out_ptr, t0 + 4, T, s_ot, n, N, a4, a5, a6, a7, 4, LF)
+            _lanes_store4_at(ptrs, row_ok, t0 + 4, T, s_t, a4, a5, a6, a7, 4, LF)
