@@ -10,9 +10,10 @@ timed in graph replays with the weights rotated past the L2 (bench_kernels.time_
 the same kernel, which under PDL may overlap one launch's tail with the next one's start; the 61-layer step,
 bench_verify_graph.py --paired, decides). Since `391ae14` the router + shared pair ships on the CUDA cores
 (kernels/gemv.py triton_gemv_fma_pair): "shipped" is that form there, "tensor cores" the previous one, and "fma ..."
-other CUDA-core configs. Each variant's products are compared bit for bit with the shipped config's (equal where
-only the pipeline depth differs, which does not change the arithmetic), and row 0 of every T with T=1 (decode ==
-verify).
+other CUDA-core configs. The q_a + kv_a pair ships on the tensor cores; its "fma ..." settings are the CUDA-core
+form of a plain pair (SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR, thirty-seventh session). Each variant's products are
+compared bit for bit with the shipped config's (equal where only the pipeline depth differs, which does not change
+the arithmetic), and row 0 of every T with T=1 (decode == verify).
 
     python benchmarks/bench_gemv_launches.py --out OUT.json [--tokens 1 2 4 8]
 """
@@ -64,8 +65,10 @@ def weights(kind: str, rows: tuple[int, ...], copies: int) -> list[tuple]:
 
 
 def call(kind: str, x: torch.Tensor, ws: tuple, cfg: dict | None):
-    if kind == "route" and cfg is not None and "LANES" in cfg:  # a CUDA-core config
-        return triton_gemv_fma_pair(x, ws[0], ws[1], ws[2], out1_dtype=torch.float32, config=cfg)
+    if kind in ("route", "pair") and cfg is not None and "LANES" in cfg:  # a CUDA-core config
+        gated = kind == "route"
+        return triton_gemv_fma_pair(x, ws[0], ws[1], ws[2] if gated else None,
+                                    out1_dtype=torch.float32 if gated else None, config=cfg)
     if kind == "route":
         return triton_gemv_pair(x, ws[0], ws[1], w2_up=ws[2], out1_dtype=torch.float32, config=cfg)
     if kind == "pair":
@@ -93,6 +96,12 @@ FMA_VARIANTS = [("rows 2", {"MAX_ROWS": 2}), ("128 lanes", {"LANES": 128, "num_w
                 ("lanes first, 128 lanes", {"LANES_FIRST": True, "LANES": 128, "num_warps": 4}),
                 ("lanes first, rows 2", {"LANES_FIRST": True, "MAX_ROWS": 2}),
                 ("lanes first, 2 weight rows", {"LANES_FIRST": True, "BLOCK_N": 2})]
+
+# The q_a + kv_a pair's CUDA-core configs (fma_pair_config's, 256 lanes over 8 warps, first).
+PLAIN_VARIANTS = [("128 lanes", {"LANES": 128, "num_warps": 4}), ("rows 2", {"MAX_ROWS": 2}),
+                  ("128 lanes, rows 2", {"LANES": 128, "num_warps": 4, "MAX_ROWS": 2}),
+                  ("2 weight rows", {"BLOCK_N": 2}), ("8 weight rows", {"BLOCK_N": 8}),
+                  ("64 lanes", {"LANES": 64, "num_warps": 2})]
 
 
 @torch.inference_mode()
@@ -125,6 +134,9 @@ def main() -> None:
             settings = [("shipped", None), ("tensor cores", base)] + [
                 (label, dict(base, **over)) for label, over in VARIANTS[:5]] + [
                 (f"fma {label}", dict(fma, **over)) for label, over in FMA_VARIANTS]
+        if kind == "pair":  # the q_a + kv_a pair on the CUDA cores (SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR)
+            fma = fma_pair_config(*rows, H, gated=False)
+            settings += [(f"fma {label}", dict(fma, **over)) for label, over in [("256 lanes", {})] + PLAIN_VARIANTS]
         ref = {}
         x_all = torch.randn(max(args.tokens), H, device="cuda", dtype=torch.bfloat16)
         for T in args.tokens:

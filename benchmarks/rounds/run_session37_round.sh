@@ -6,7 +6,7 @@
 # k2: the kernel table at HEAD, the invariance probe at 8k, and the prefetch's mechanism (j2 of the thirty-fifth
 #     session's script: why the L2 prefetch plans lose at decode).
 # k3: MLA's q_a + kv_a pair on the CUDA cores (triton_gemv_fma_pair without w2_up, new this session;
-#     SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=1 in the package): its GPU tests, the step paired against the tensor-core
+#     SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=1 in the package): its GPU tests, the launch alone at its configs, the step paired against the tensor-core
 #     pair at 256 lanes (gemv_qkv_fma.py, the pair's config) and 128 (gemv_qkv_fma_l128.py), 1k and 8k, T = 1 / 2 /
 #     4 / 8, and the invariance probe with each (every verify row == its token's decode).
 # Results land in $OUT; copy them to benchmarks/results/h200/ with the commit in their names.
@@ -30,6 +30,8 @@ k3)
   V=benchmarks/variants
   TAIL=8 stage pair_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
     tests/kernels/test_kernels_gpu.py -k "gemv_fma_pair"
+  TAIL=20 stage launches_qkv 90 python benchmarks/bench_gemv_launches.py --only q_a+kv_a --tokens 1 2 4 8 \
+    --out "$OUT/gemv_launches_qkv.json"
   TAIL=40 stage paired_qkv 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 2 4 8 --eager-iters 1 --graph-iters 5 --paired 200 \
     --kernels-from $V/gemv_qkv_fma.py $V/gemv_qkv_fma_l128.py --out "$OUT/paired_qkv.json"
