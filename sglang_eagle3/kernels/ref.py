@@ -31,8 +31,11 @@ def ref_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None = No
     """x [T, K] @ w [N, K]^T -> [T, N], or per head x [T, B, K] with w [B, N, K] -> [T, B, N] (w any view).
     The product is rounded to the output dtype (x.dtype, or ``out_dtype``: then computed from upcast operands),
     then ``add`` is added (a residual, rounded again), or with ``w_up`` the output is SiLU(x w^T) * (x w_up^T)
-    with each of the three rounded as separate torch ops round them. ``out`` receives the result. With
+    with each of the three rounded as separate torch ops round them. ``out`` receives the result; without
+    ``out_dtype`` its dtype is the output dtype (the skinny GEMM rounds its float32 sums once, into out). With
     ``norm_weight``, x is first ref_rms_norm(x, norm_weight, eps)."""
+    if out is not None and out_dtype is None:
+        out_dtype = out.dtype
     if norm_weight is not None:
         x = ref_rms_norm(x, norm_weight, eps)
     def mm(wt: torch.Tensor) -> torch.Tensor:

@@ -544,6 +544,22 @@ def check_model_forward(device="cpu", dtype=torch.float32, tol=1e-5, B=2, S=5, s
     return err
 
 
+def check_gemv_out_dtype(seed: int = 0) -> dict:
+    """gemv into an ``out`` of another dtype than x's, without out_dtype: the kernel and the torch path give the
+    same output (the products rounded once, into out's dtype; the reference once rounded them to x's dtype
+    first, then copied)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(3, 300, generator=g).to(torch.bfloat16)
+    w = (torch.randn(37, 300, generator=g) / math.sqrt(300)).to(torch.bfloat16)
+    outs = [torch.full((3, 37), float("nan")) for _ in range(2)]
+    kernels.gemv(x, w, out=outs[0], use_triton=True)
+    kernels.gemv(x, w, out=outs[1], use_triton=False)
+    exact = kernels.ref_gemv(x.double(), w.double())
+    errs = [rel_err(o, exact) for o in outs]
+    assert max(errs) < 1e-5, f"float32 out of a bf16 product: kernel {errs[0]}, torch path {errs[1]} from exact"
+    return {"rel_err": errs}
+
+
 def check_gemv(T, N, K, heads=1, layout="nk", epi=None, dtype=torch.bfloat16, config=None, device="cpu",
                seed=0, norm=False) -> dict:
     """The skinny GEMM against ref_gemv in float64 on the same inputs (outputs agree to their rounding), every
@@ -945,6 +961,7 @@ CASES = {
                                                                           torch.bfloat16, seed=27),
     # Skinny GEMM of the dense projections: split-K in one launch, every epilogue, both weight layouts.
     "gemv_plain_split": lambda: check_gemv(3, 37, 300, config=GEMV_SPLIT, seed=28),
+    "gemv_out_dtype_from_out": lambda: check_gemv_out_dtype(seed=29),
     "gemv_residual_add_default_config": lambda: check_gemv(1, 50, 96, epi="add", seed=29),
     "gemv_gated_fp16_split": lambda: check_gemv(5, 24, 200, epi="gated", dtype=torch.float16, config=GEMV_SPLIT,
                                                 seed=30),
