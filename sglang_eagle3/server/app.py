@@ -20,6 +20,7 @@ from fastapi import Request as HTTPRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from sglang_eagle3.server import openai_api
 from sglang_eagle3.server.config import ServerConfig
@@ -44,7 +45,8 @@ def _error_response(e: APIError) -> JSONResponse:
 
 
 def _guarded(fn):
-    """APIError -> its JSON; a client that went away -> 499 (nobody reads it); anything else -> logged 500."""
+    """APIError -> its JSON; a client that went away (while sending its body or waiting) -> 499 (nobody reads
+    it), no error logged; anything else -> logged 500."""
 
     async def wrapper(request: HTTPRequest):
         serving: Serving = request.app.state.serving
@@ -57,7 +59,11 @@ def _guarded(fn):
                 logger.log(logging.ERROR if e.status == 500 else logging.WARNING, "%s %s -> %d: %s",
                            request.method, request.url.path, e.status, e.message)
             return _error_response(e)
-        except ClientDisconnected:
+        except ClientDisconnect:  # starlette's: the client left while its body was being read; nothing was queued
+            logger.info("%s %s: the client disconnected before its request body was complete", request.method,
+                        request.url.path)
+            return Response(status_code=499)
+        except ClientDisconnected:  # ours: it left while waiting; the driver aborted (and logged) its requests
             return Response(status_code=499)
         except Exception as e:
             logger.exception("unexpected error serving %s %s", request.method, request.url.path)

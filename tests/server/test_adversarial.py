@@ -1,0 +1,105 @@
+"""Unlucky and adversarial clients on real sockets against the live server: clients that leave while sending their
+body or while their request runs, and many requests of which some are dropped. Each ends with the engine as it
+was: no request running or queued, every KV page free, nothing logged as an error."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from .test_server import _wait_pages_free, server_info
+
+MODEL = "tiny"
+
+
+def _send_head(port: int, path: str, head: str, body: bytes = b"") -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n{head}\r\n".encode() + body)
+    return s
+
+
+def _post_raw(port: int, path: str, body: dict) -> socket.socket:
+    data = json.dumps(body).encode()
+    return _send_head(port, path, f"Content-Length: {len(data)}\r\n", data)
+
+
+def _log_since(server, offset: int) -> str:
+    return server.log()[offset:]
+
+
+def _idle(info: dict) -> bool:
+    return (info["kv_pages_free"] == info["kv_pages_total"] and info["running_requests"] == 0
+            and info["waiting_requests"] == 0 and info["server_stats"]["inflight_requests"] == 0)
+
+
+def test_disconnect_while_the_body_is_sent_is_not_an_error(server):
+    """A client that goes away halfway through its body (a declared length or chunked) was logged as a 500 with
+    a traceback. It is a client leaving: one info line, nothing queued, no error."""
+    offset = len(server.log())
+    cases = [(path, "Content-Length: 1000\r\n", b'{"model": "tiny", "prompt": "The qu')
+             for path in ("/generate", "/v1/completions", "/v1/chat/completions")]
+    cases.append(("/generate", "Transfer-Encoding: chunked\r\n", b'9\r\n{"text": "\r\n'))
+    for path, head, part in cases:
+        s = _send_head(server.port, path, head, part)
+        time.sleep(0.1)  # the handler is reading the body now
+        s.close()
+    deadline = time.monotonic() + 10
+    while _log_since(server, offset).count("disconnected before its request body was complete") < len(cases):
+        assert time.monotonic() < deadline, _log_since(server, offset)
+        time.sleep(0.05)
+    log = _log_since(server, offset)
+    assert "ERROR" not in log and "Traceback" not in log, log
+    assert _idle(server_info(server.url))
+    assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_disconnect_while_waiting_for_a_non_streaming_answer_aborts_it(server):
+    before = server_info(server.url)["server_stats"]["aborted_requests"]
+    body = {"model": MODEL, "prompt": "The quick", "max_tokens": 200, "ignore_eos": True, "temperature": 0}
+    s = _post_raw(server.port, "/v1/completions", body)
+    deadline = time.monotonic() + 30
+    while True:  # until the request holds KV pages in the running batch
+        info = server_info(server.url)
+        if info["running_requests"] == 1 and info["kv_pages_free"] < info["kv_pages_total"]:
+            break
+        assert time.monotonic() < deadline, info
+        time.sleep(0.02)
+    s.close()
+    after = _wait_pages_free(server.url)
+    assert _idle(after), after
+    assert after["server_stats"]["aborted_requests"] == before + 1
+
+
+def test_many_requests_some_dropped_leave_the_engine_idle(server):
+    """Streaming and non-streaming requests at once, every third dropped by its client at a different point
+    (before the answer, after a few bytes of it): the others are answered in full, the engine ends idle."""
+    offset = len(server.log())
+
+    def one(i: int):
+        body = {"model": MODEL, "prompt": f"Sphinx {i}", "max_tokens": 40, "ignore_eos": True, "temperature": 0,
+                "stream": i % 2 == 0}
+        if i % 3 == 0:
+            s = _post_raw(server.port, "/v1/completions", body)
+            if i % 2 == 0:
+                s.recv(100)  # the stream's headers have come: drop it mid-stream
+            s.close()
+            return "dropped"
+        r = httpx.post(server.url + "/v1/completions", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        if body["stream"]:
+            assert r.text.endswith("data: [DONE]\n\n"), r.text[-200:]
+        else:
+            assert r.json()["usage"]["completion_tokens"] == 40
+        return r.status_code
+
+    with ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(one, range(12)))
+    assert results.count(200) == 8
+    after = _wait_pages_free(server.url)
+    assert _idle(after), after
+    log = _log_since(server, offset)
+    assert "ERROR" not in log and "Traceback" not in log, log
