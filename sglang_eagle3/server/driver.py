@@ -146,7 +146,7 @@ class Submission:
         self._closed = True
         for rid, final in zip(self.rids, self.finals, strict=True):
             if final is None:
-                self.driver.abort(rid)
+                self.driver.abort(rid, self)
 
     def _push(self, u: Update) -> None:  # engine thread
         try:
@@ -245,8 +245,9 @@ class EngineDriver:
             self._cmds.put(("add", _Tracked(r, sub, i, hold, full_results)))
         return sub
 
-    def abort(self, rid: str) -> None:
-        self._cmds.put(("abort", rid))
+    def abort(self, rid: str, submission: Submission | None = None) -> None:
+        """Aborts request ``rid`` (only if it still belongs to ``submission``, when given)."""
+        self._cmds.put(("abort", rid, submission))
 
     async def call(self, fn: Callable[[], object], timeout: float) -> object:
         """Runs fn() on the engine thread between two steps; raises TimeoutError after ``timeout`` s."""
@@ -313,9 +314,13 @@ class EngineDriver:
                 return
             self.metrics.prompt_tokens.inc(len(t.req.input_ids))
         elif kind == "abort":
-            t = self._tracked.pop(cmd[1], None)
-            if t is None:  # already finished (or never added)
+            _, rid, sub = cmd
+            t = self._tracked.get(rid)
+            # NOTE: a submission closes after its request finished when its final update was still unread (the
+            # client left just then); by now a new request (a retry) may carry the same client-chosen rid.
+            if t is None or (sub is not None and t.submission is not sub):  # finished, or never added
                 return
+            del self._tracked[rid]
             self._release(t.req.rid)
             self.metrics.requests.inc(outcome="aborted")
             self.scheduler.abort(t.req.rid)  # its KV pages return to the pool here

@@ -234,3 +234,26 @@ def test_driver_refuses_a_batch_it_can_never_admit_and_duplicate_rids(make_app, 
     with pytest.raises(DuplicateRequestIdError, match="duplicate rid 'x' within the batch"):
         driver.submit(twice)
     assert driver.inflight == 0
+
+
+def test_abort_after_finish_spares_a_new_request_with_the_same_rid(make_app, engine):
+    """A client whose request finished while it was going away (the final answer still unread) aborts it by
+    rid; by then a retry may carry the same rid. The abort must not hit the retry, which would never get an
+    answer (its client hangs)."""
+    _, driver = make_app()
+
+    async def scenario():
+        first = driver.submit([engine.make_request(input_ids=[5, 6], sampling_params={"max_new_tokens": 2},
+                                                   rid="job")])
+        while driver.inflight:  # finished in the engine; its final update waits, unread, in first's queue
+            await asyncio.sleep(0.01)
+        retry = driver.submit([engine.make_request(input_ids=[5, 6], sampling_params={"max_new_tokens": 40},
+                                                   rid="job")])
+        first.close()  # the first client's disconnect, seen only now
+        (u,) = await asyncio.wait_for(retry.results(), 10)  # hangs without the fix
+        return u
+
+    u = run(scenario())
+    assert u.error is None and len(u.result["output_ids"]) == 40
+    assert driver.inflight == 0
+
