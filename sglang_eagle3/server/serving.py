@@ -155,6 +155,11 @@ class Serving:
             return self.tokenizer.encode_chat(messages, add_generation_prompt)
         except ChatTemplateError as e:
             raise APIError(400, str(e), param="messages") from None
+        except (TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as e:
+            # A template written for well-formed messages fails in plain Python on a client's odd values (it
+            # iterates "tool_calls": 5, concatenates a "name" that is an object): the messages' fault, not ours.
+            raise APIError(400, f"the chat template cannot render these messages: {type(e).__name__}: {e}",
+                           param="messages") from None
 
     # -- submission and waiting --------------------------------------------------------------------------
     def submit(self, requests: list[Request], *, full_results: bool = False) -> Submission:
