@@ -24,7 +24,7 @@ from starlette.requests import ClientDisconnect
 
 from sglang_eagle3.server import openai_api
 from sglang_eagle3.server.config import ServerConfig
-from sglang_eagle3.server.driver import EngineDriver, EngineFailure, Submission
+from sglang_eagle3.server.driver import DriverStoppedError, EngineDriver, EngineFailure, Submission
 from sglang_eagle3.server.metrics import CONTENT_TYPE
 from sglang_eagle3.server.protocol import APIError, GenerateRequest, parse_body
 from sglang_eagle3.server.serving import ClientDisconnected, ModelInfo, Serving, sse
@@ -347,6 +347,8 @@ async def _engine_info(serving: Serving) -> dict:
     except asyncio.TimeoutError:
         raise APIError(503, f"the engine thread did not answer within {serving.config.snapshot_timeout_s} s",
                        code="engine_busy") from None
+    except DriverStoppedError as e:
+        raise APIError(503, str(e), code="engine_unavailable") from None
 
 
 def _model_card(serving: Serving) -> dict:

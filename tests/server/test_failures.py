@@ -283,3 +283,13 @@ def test_chat_template_failing_on_odd_values_is_a_400(make_app, engine, monkeypa
     assert run(_post(app, "/v1/chat/completions", {"model": "tiny", "messages": [ok], "max_tokens": 4})).status_code \
         == 200
 
+
+def test_engine_info_after_the_engine_thread_is_gone_is_a_503(make_app):
+    """/get_server_info and /metrics ask the engine thread; once it is gone they answer 503 engine_unavailable
+    (as generation does), not a logged 500 every time a scraper comes by."""
+    app, driver = make_app()
+    driver.stop()
+    for path in ("/get_server_info", "/metrics"):
+        r = run(_get(app, path))
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "engine_unavailable"
