@@ -36,6 +36,21 @@ class PageAllocator:
     def free(self, pages: list[int]) -> None:
         self._free.extend(reversed(pages))
 
+    def reclaim(self, held: set[int]) -> list[int]:
+        """Makes the free list every page outside ``held`` (and the scratch page 0), each once; returns the pages it
+        brought back. For after an interrupt: a page moves between the free list and a request's page list in two
+        operations, and a KeyboardInterrupt between them leaves it in neither (or, freed twice, in the list twice).
+        O(num_pages), so run only then."""
+        seen: set[int] = set()
+        free = []
+        for p in self._free:  # the current order kept: the next allocations are the ones they would have been
+            if p not in held and p not in seen:
+                seen.add(p)
+                free.append(p)
+        lost = [p for p in range(self.num_pages - 1, 0, -1) if p not in held and p not in seen]
+        self._free = lost + free
+        return lost
+
 
 def make_pool(num_layers: int, num_pages: int, page_size: int, width: tuple[int, ...], dtype, device,
               mha_scratch_width: int = 0) -> KVPool:

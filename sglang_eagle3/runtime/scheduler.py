@@ -115,14 +115,16 @@ class Scheduler:
         self.waiting.append(req)
 
     def abort(self, rid: str) -> bool:
+        # Both queues are searched to the end: an interrupt inside _admit (between its two moves) can leave a request
+        # listed in both for a moment, and an abort must take it out of each.
+        found = False
         for q in (self.waiting, self.running):
-            for r in list(q):
-                if r.rid == rid:
-                    r.finished_reason = {"type": "abort", "message": "aborted"}
-                    self._release(r)
-                    q.remove(r)
-                    return True
-        return False
+            for r in [r for r in q if r.rid == rid]:
+                r.finished_reason = {"type": "abort", "message": "aborted"}
+                self._release(r)
+                _remove_identical(q, r)
+                found = True
+        return found
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -157,15 +159,38 @@ class Scheduler:
         """Runs one prefill or one decode round (with the overlap: queues the next round, then reads the one in
         flight, and reads the one queued too when a request ended); returns the requests that changed (finished
         ones included, already removed from the running set)."""
+        try:
+            return self._step()
+        except BaseException:
+            self._reclaim_pages()
+            raise
+
+    def _reclaim_pages(self) -> None:
+        """After a step cut short (a Ctrl-C, most often): every page that no queued request holds goes back to the
+        pool, once. Between steps the pages in use are exactly those of the running requests (a round in flight
+        holds only theirs), but a page being handed out or freed is, for a few bytecodes, in the free list and a
+        page list both or in neither (PageAllocator.reclaim); an interrupt there would leak it or free it twice,
+        and no order of the two moves closes that."""
+        reqs = {id(r): r for q in (self.waiting, self.running) for r in q}.values()
+        held = [p for r in reqs for p in r.pages]
+        if len(held) != len(set(held)):
+            logger.error("KV pages held by two requests after an interrupted step: %s",
+                         sorted({p for p in held if held.count(p) > 1}))
+        lost = self.runner.allocator.reclaim(set(held))
+        if lost:
+            logger.warning("%d KV page(s) held by no request after an interrupted step returned to the pool",
+                           len(lost))
+
+    def _step(self) -> list[Request]:
         t0 = time.perf_counter()
         if self._ahead is not None and not self._ahead_continues():
             changed = self._finish(self._ahead)  # an admission or an abort waits for the round in flight
             self._ahead = None
             return self._retire(changed)
-        admitted = self._admit()
-        if admitted:
-            changed = self._prefill(admitted)
-        elif self.running:
+        changed = self._admit_and_prefill()
+        if not changed:  # nothing admitted: a decode round
+            if not self.running:
+                return []
             if self._ahead is not None:
                 changed = self._advance()
             else:
@@ -174,8 +199,6 @@ class Scheduler:
             self.stats.step_seconds.append(time.perf_counter() - t0)
             if len(self.stats.step_seconds) > 4096:
                 del self.stats.step_seconds[:2048]
-        else:
-            return []
         return self._retire(changed)
 
     def _retire(self, changed: list[Request]) -> list[Request]:
@@ -211,21 +234,45 @@ class Scheduler:
             self._ensure_pages(r, self._round_tokens(r))
         return batch
 
+    def _admit_and_prefill(self) -> list[Request]:
+        """Admits what fits and prefills it; returns the admitted requests ([] when none). An exception (a Ctrl-C
+        included) anywhere in between puts this step's admissions back at the front of the waiting queue without
+        pages, as if never admitted: left in the running set unprefilled, a request of another caller (whose
+        generate does not abort it) would next be given a decode round with no draft state."""
+        first = len(self.running)
+        try:
+            admitted = self._admit()
+            return self._prefill(admitted) if admitted else []
+        except BaseException:
+            self._unadmit(self.running[first:])
+            raise
+
     def _admit(self) -> list[Request]:
-        out = []
-        while self.waiting and len(self.running) + len(out) < self.max_running:
+        """Moves waiting requests to the running set while the pool holds their pages, giving each its prompt's.
+        A request is listed as running before it leaves the waiting queue and before it holds a page, so that at
+        every point of an interrupt it, and every page it holds, is where abort and _unadmit find it."""
+        first = len(self.running)
+        while self.waiting and len(self.running) < self.max_running:
             r = self.waiting[0]
             need = pages_for(r.seq_len + self.lookahead + 1, self.runner.page_size)
             if need > self.runner.allocator.num_free:
-                if not self.running and not out:
+                if not self.running:
                     raise RuntimeError(f"request {r.rid} needs {need} KV pages but the pool has only "
                                        f"{self.runner.allocator.num_free} free: raise num_pages/max_total_tokens")
                 break
+            self.running.append(r)
             self.waiting.popleft()
             self._ensure_pages(r, r.seq_len)
-            out.append(r)
-        self.running += out
-        return out
+        return self.running[first:]
+
+    def _unadmit(self, reqs: list[Request]) -> None:
+        """Returns requests admitted by an interrupted step to the front of the waiting queue, in their order, their
+        pages freed. One that emitted its first token before the interrupt re-prefills as a retracted one does."""
+        for r in reversed(reqs):
+            self._release(r)
+            _remove_identical(self.running, r)
+            if not (self.waiting and self.waiting[0] is r):  # interrupted between _admit's two moves: still there
+                self.waiting.appendleft(r)
 
     # -- prefill ------------------------------------------------------------------------------------
     def _prefill(self, reqs: list[Request]) -> list[Request]:
@@ -506,3 +553,8 @@ class Scheduler:
                     r.finished_reason = {"type": "stop", "matched": hit}
             if r.finished_reason is not None:
                 return
+
+
+def _remove_identical(q: list[Request] | deque[Request], r: Request) -> None:
+    """Removes ``r`` itself from ``q`` (list.remove compares the dataclass's fields, not identity)."""
+    del q[next(i for i, x in enumerate(q) if x is r)]
