@@ -9,6 +9,12 @@ Environment hand-off is explicit: a worker's environment is the launcher's ``os.
 reports its effective NCCL/CUDA environment, NCCL version and device (env_report.collect_env_report), the
 engine keeps the per-rank reports and warns where ranks disagree.
 
+Commands are numbered: each reply carries its command's number, so a reply the engine stopped waiting for (a
+Ctrl-C in the engine process while it waited) is recognised and dropped by the next call instead of being read as
+that call's reply. The command itself still runs on every rank (a worker ignores SIGINT: a terminal's Ctrl-C
+reaches the whole process group, and the engine, not each worker, decides what an interrupt does), so the ranks
+stay in lockstep and the engine's abort path, which follows an interrupt, frees the pages on every rank.
+
 Failure handling: a worker that raises sends its traceback before exiting; the engine polls every pipe with
 a deadline and checks process liveness, so a crash at start-up or mid-run becomes a WorkerError naming the
 rank and cause within ``timeout`` seconds, after which every worker is terminated (then killed).
@@ -19,6 +25,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import signal
 import socket
 import time
 import traceback
@@ -51,6 +58,9 @@ def _fault(rank: int) -> str | None:
 
 
 def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_env: dict) -> None:
+    # A Ctrl-C in the terminal signals every process of the group: a worker raising KeyboardInterrupt mid-step (or
+    # mid-collective) would leave the engine without it. The engine process takes the interrupt and aborts.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         os.environ.update(extra_env)  # before torch touches NCCL/CUDA; inside the try so a failure is reported
         import torch
@@ -86,38 +96,47 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
         report = collect_env_report()
         report["rank"] = rank
         report["kv_pages"] = worker.kv_pages  # the same on every rank (fit_kv_pages takes the smallest)
-        conn.send(("ready", report))
+        conn.send((0, "ready", report))
         fail_step = int(fault.split(":")[1]) if fault and fault.startswith("step:") else None
         steps = 0
+        last_seq = 0
         while True:
-            cmd, payload = conn.recv()
+            seq, cmd, payload = conn.recv()
+            if seq <= last_seq:  # sent again by an engine interrupted while sending it (TPWorkerGroup._send_all)
+                logger.debug("command %d (%s) already run: dropped", seq, cmd)
+                continue
+            last_seq = seq
             if cmd == "shutdown":
-                conn.send(("ok", None))
+                conn.send((seq, "ok", None))
                 break
             if cmd == "add":
                 for r in payload:
                     worker.add(r)
-                conn.send(("ok", None))
+                conn.send((seq, "ok", None))
             elif cmd == "abort":
-                conn.send(("ok", worker.abort(payload)))
+                conn.send((seq, "ok", worker.abort(payload)))
             elif cmd == "step":
                 steps += 1
                 if fail_step is not None and steps >= fail_step:
                     raise RuntimeError(f"fault injected at step {steps} ({FAULT_ENV})")
                 changed = worker.step()
-                conn.send(("ok", [r.snapshot() for r in changed] if rank == 0 else None))
+                conn.send((seq, "ok", [r.snapshot() for r in changed] if rank == 0 else None))
             elif cmd == "set_num_steps":
                 worker.set_num_steps(payload)
-                conn.send(("ok", None))
+                conn.send((seq, "ok", None))
             elif cmd == "info":
-                conn.send(("ok", worker.info() if rank == 0 else None))
+                # Other ranks report their own pool: after an interrupt, each rank's pages are checked, not rank 0's.
+                sched = worker.scheduler
+                mine = {"kv_pages_free": worker.runner.allocator.num_free, "running_requests": len(sched.running),
+                        "waiting_requests": len(sched.waiting)}
+                conn.send((seq, "ok", worker.info() if rank == 0 else mine))
             else:
                 raise ValueError(f"unknown command {cmd!r}")
         if dist.is_initialized():
             dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - every failure must reach the engine with its traceback
         try:
-            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+            conn.send((-1, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
         except (BrokenPipeError, OSError):
             pass
         raise SystemExit(1) from None
@@ -136,6 +155,7 @@ class TPWorkerGroup:
         self.procs, self.conns = [], []
         self._pending: set[str] = set()
         self._closed = False
+        self._seq = 0  # the last command's number (replies carry it); 0: the workers' "ready"
         for rank in range(self.size):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=_worker_main, args=(rank, self.size, args, plan, port, child, extra),
@@ -146,7 +166,7 @@ class TPWorkerGroup:
             self.conns.append(parent)
         self._finalizer = weakref.finalize(self, _terminate, list(self.procs))
         try:
-            replies = self._gather("ready", deadline=time.monotonic() + timeout)
+            replies = self._gather("ready", 0, deadline=time.monotonic() + timeout)
         except BaseException:
             self.close()
             raise
@@ -159,8 +179,9 @@ class TPWorkerGroup:
             logger.warning("TP ranks disagree: %s", line)
 
     # -- plumbing -------------------------------------------------------------------------------------
-    def _gather(self, what: str, deadline: float) -> list:
-        """Waits for one reply from every rank; raises WorkerError naming the first rank that failed."""
+    def _gather(self, what: str, seq: int, deadline: float) -> list:
+        """Waits for every rank's reply to command ``seq``; raises WorkerError naming the first rank that failed.
+        Replies to earlier commands, left unread by a call that was interrupted, are dropped."""
         out: list = [None] * self.size
         waiting = set(range(self.size))
         while waiting:
@@ -168,11 +189,18 @@ class TPWorkerGroup:
                 conn, proc = self.conns[rank], self.procs[rank]
                 if conn.poll(0.01):
                     try:
-                        tag, payload = conn.recv()
+                        got, tag, payload = conn.recv()
                     except (EOFError, OSError):
                         self._fail(rank, f"pipe closed while waiting for {what} (exit code {proc.exitcode})")
-                    if tag == "error":
+                    if tag == "error":  # whichever command it ran: the worker is gone
                         self._fail(rank, payload)
+                    if got < seq:
+                        logger.debug("rank %d: stale reply to command %d dropped (waiting for %d, %s)", rank, got,
+                                     seq, what)
+                        continue
+                    if got != seq:
+                        self._fail(rank, f"reply numbered {got} while waiting for command {seq} ({what}): "
+                                         "the command stream is out of order")
                     out[rank] = payload
                     waiting.discard(rank)
                 elif not proc.is_alive():
@@ -186,14 +214,33 @@ class TPWorkerGroup:
         raise WorkerError(f"TP worker rank {rank} failed: {cause}")
 
     def _call(self, cmd: str, payload=None):
+        """Sends a command to every rank and returns rank 0's reply."""
+        return self._call_all(cmd, payload)[0]
+
+    def _call_all(self, cmd: str, payload=None) -> list:
+        """Sends a command to every rank and returns every rank's reply."""
         if self._closed:
             raise WorkerError("the TP worker group is shut down")
-        for rank, conn in enumerate(self.conns):
+        self._seq += 1
+        self._send_all(self._seq, cmd, payload)
+        return self._gather(cmd, self._seq, deadline=time.monotonic() + self.timeout)
+
+    def _send_all(self, seq: int, cmd: str, payload) -> None:
+        """Sends command ``seq`` to every rank, also when interrupted on the way: ranks that got it step into
+        collectives the others would never join (a hang until the process group's timeout). An interrupt waits
+        until every rank has it; the send it cut short is made again, and a worker drops a command it has run."""
+        interrupt = None
+        rank = 0
+        while rank < self.size:
             try:
-                conn.send((cmd, payload))
+                self.conns[rank].send((seq, cmd, payload))
+                rank += 1
+            except KeyboardInterrupt as e:
+                interrupt = e
             except (BrokenPipeError, OSError):
                 self._fail(rank, f"cannot send {cmd!r}: pipe closed (exit code {self.procs[rank].exitcode})")
-        return self._gather(cmd, deadline=time.monotonic() + self.timeout)[0]
+        if interrupt is not None:
+            raise interrupt
 
     # -- ModelWorker interface ------------------------------------------------------------------------
     def add(self, req) -> None:
@@ -217,7 +264,10 @@ class TPWorkerGroup:
         return bool(self._pending)
 
     def info(self) -> dict:
-        return self._call("info")
+        replies = self._call_all("info")
+        # Each rank's own pool and queues (rank 0's are the top-level keys): every rank must free what it holds.
+        ranks = [{k: r[k] for k in ("kv_pages_free", "running_requests", "waiting_requests")} for r in replies]
+        return dict(replies[0], tp_ranks=ranks)
 
     def set_num_steps(self, k: int) -> None:
         self._call("set_num_steps", k)
@@ -227,9 +277,10 @@ class TPWorkerGroup:
             return
         self._closed = True
         if graceful:
+            self._seq += 1
             for conn in self.conns:
                 try:
-                    conn.send(("shutdown", None))
+                    conn.send((self._seq, "shutdown", None))
                 except (BrokenPipeError, OSError):
                     pass
             deadline = time.monotonic() + 10

@@ -1,0 +1,129 @@
+"""A Ctrl-C in an engine with worker processes (TP=2 on CPU, gloo): whether it lands while the engine waits for a
+command's replies or while it sends the command, the engine's later calls read their own replies (not the
+interrupted command's), every rank's pages come back through the abort path, and later outputs are a fresh
+engine's. A SIGINT reaching the workers themselves (a terminal's Ctrl-C signals the whole process group) does not
+stop them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from sglang_eagle3 import Engine
+from sglang_eagle3.testing import tiny_config, tiny_draft_config, write_tiny_pair
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+
+PROMPTS = [[3, 1, 4, 1, 5, 9, 2], [6, 5, 3], [5, 8, 9, 7, 9, 3, 2, 3, 8, 4]]
+GREEDY = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    cfg = tiny_config(vocab=96, hidden=32, heads=2, layers=3, q_lora=16, kv_lora=16, nope=8, rope=4, v=8, experts=4,
+                      top_k=2, n_group=2, topk_group=1, moe_inter=16, inter=48, max_pos=256)
+    dcfg = tiny_draft_config(cfg, heads=2, kv_heads=2, inter=48, aux_ids=[0, 1, 2])
+    return write_tiny_pair(str(tmp_path_factory.mktemp("tpint")), cfg, dcfg, seed=7, scale=3.0)
+
+
+def _engine(pair, tp: int) -> Engine:
+    tpath, dpath = pair
+    # page_size 4: every prompt spans several pages, so pages left held show in the count.
+    return Engine(model_path=tpath, speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+                  speculative_num_steps=2, device="cpu", skip_tokenizer_init=True, page_size=4, tp_size=tp,
+                  use_worker_processes=tp > 1, worker_timeout=60)
+
+
+@pytest.fixture(scope="module")
+def reference(pair):
+    eng = _engine(pair, 1)
+    try:
+        return [o["output_ids"] for o in eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)]
+    finally:
+        eng.shutdown()
+
+
+@pytest.fixture(scope="module")
+def engine(pair):
+    # One for the module (starting two workers takes seconds): each test leaves it idle and checked, or fails.
+    eng = _engine(pair, 2)
+    yield eng
+    eng.shutdown()
+
+
+def _assert_every_rank_idle(engine: Engine) -> None:
+    info = engine.get_server_info()
+    assert len(info["tp_ranks"]) == 2
+    for rank, r in enumerate(info["tp_ranks"]):
+        assert r["running_requests"] == r["waiting_requests"] == 0, (rank, r)
+        held = info["kv_pages_total"] - r["kv_pages_free"]
+        assert held == 0, f"rank {rank}: {held} KV page(s) still held"
+    assert not engine.scheduler.has_work()
+
+
+def _check_serves(engine: Engine, reference) -> None:
+    for _ in range(2):  # twice: a reply left over from the interrupted call would shift every later one
+        assert [o["output_ids"] for o in engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)] == reference
+        _assert_every_rank_idle(engine)
+
+
+@pytest.mark.parametrize("what,n", [("add", 2), ("step", 1), ("step", 3)])
+def test_interrupt_while_waiting_for_replies(engine, reference, monkeypatch, what, n):
+    """The n-th wait for a ``what`` command's replies is interrupted once the command was sent to every rank (the
+    prefill step, a decode round, the second request's add): its replies, read by no one, must not be taken for
+    the next command's."""
+    group = engine.backend
+    real, calls = group._gather, [0]
+
+    def gather(name, *args, **kwargs):
+        if name == what:
+            calls[0] += 1
+            if calls[0] == n:
+                raise KeyboardInterrupt
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(group, "_gather", gather)
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+    monkeypatch.undo()
+    _assert_every_rank_idle(engine)
+    _check_serves(engine, reference)
+
+
+@pytest.mark.parametrize("after", [False, True])
+def test_interrupt_while_sending_a_step(engine, reference, monkeypatch, after):
+    """The second step command's send to rank 1 is interrupted, before the message left or once it had: rank 0
+    has it either way, so rank 1 must get it too (exactly once), or rank 0 waits in a collective for it."""
+    conn = engine.backend.conns[1]
+    real, steps = conn.send, [0]
+
+    def send(msg):
+        if msg[1] == "step":
+            steps[0] += 1
+            if steps[0] == 2:
+                if after:
+                    real(msg)
+                raise KeyboardInterrupt
+        real(msg)
+
+    monkeypatch.setattr(conn, "send", send)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+    monkeypatch.undo()
+    _assert_every_rank_idle(engine)
+    _check_serves(engine, reference)
+    assert time.monotonic() - t0 < 30, "a rank waited for a command it never got"
+
+
+def test_sigint_reaching_the_workers(engine, reference):
+    """A terminal's Ctrl-C signals the workers too: they go on (the engine process decides what an interrupt does)."""
+    for p in engine.backend.procs:
+        os.kill(p.pid, signal.SIGINT)
+    time.sleep(0.5)  # a worker that took it as a KeyboardInterrupt has exited by now
+    assert all(p.is_alive() for p in engine.backend.procs)
+    _check_serves(engine, reference)
