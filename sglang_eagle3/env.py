@@ -69,8 +69,8 @@ GEMV_LEAN = Knob("SGLANG_EAGLE3_GEMV_LEAN",
                  "short-K ones at 64-wide tiles 8 deep (kernels/gemv.py gemv_config)")
 GEMV_FMA = Knob("SGLANG_EAGLE3_GEMV_FMA",
                 "0: every skinny GEMM on the tensor-core kernel; 1: small K-contiguous projections without an "
-                "epilogue (MLA's q_b, with its q_a norm, and W_UV per head) and a MoE layer's router + shared "
-                "gate/up pair on the "
+                "epilogue (MLA's q_b, with its q_a norm, and W_UV per head), MLA's q_a + kv_a pair and a MoE "
+                "layer's router + shared gate/up pair on the "
                 "CUDA-core kernels wherever kernels/gemv.py fma_form / fma_pair_form take them; unset: as 1 for "
                 "direct kernel calls, and in an engine only when its CUDA graphs serve "
                 "one request a step (cuda_graph_max_bs 1: kernels/gemv.py fma_for_engine); read as layers are set up "
@@ -85,9 +85,10 @@ GEMV_LANES_FIRST = Knob("SGLANG_EAGLE3_GEMV_LANES_FIRST",
                         "lanes_first; the default since the thirty-sixth session, paired on the H200); 0: weight "
                         "rows first (other bits, the same at every T); read as graphs are captured")
 GEMV_FMA_PLAIN_PAIR = Knob("SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR",
-                           "1: a pair launch of two plain matrices (MLA's q_a + kv_a) takes the CUDA-core form too, "
-                           "where the engine allows that form (kernels/gemv.py fma_pair_form); unset or 0: the "
-                           "tensor cores; read as graphs are captured")
+                           "0: a pair launch of two plain matrices (MLA's q_a + kv_a) stays on the tensor cores; "
+                           "unset or 1: it takes the CUDA-core form where the engine allows that form (kernels/gemv.py "
+                           "fma_pair_form; the default since the thirty-seventh session, paired on the H200); read "
+                           "as graphs are captured")
 MOE_DOT_MAX = Knob("SGLANG_EAGLE3_MOE_DOT_MAX",
                    "largest token count (from 2) whose INT4 MoE takes the dot path (gate_up as tensor-core dots "
                    "over each expert's pairs); 0: never (the GEMV path); unset: kernels/fused_moe.py DOT_MAX_TOKENS")

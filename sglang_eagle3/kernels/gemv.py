@@ -134,17 +134,18 @@ def fma_form(N: int, K: int, x: torch.Tensor, w: torch.Tensor, epilogue: bool) -
 def fma_for_engine(max_requests: int) -> bool:
     """Whether an engine whose forwards hold up to ``max_requests`` requests (its CUDA graphs' cuda_graph_max_bs)
     lets its layers take the CUDA-core form (the shape rules, fma_form and fma_pair_form, still decide which
-    matrices: MLA's q_b and W_UV; a MoE layer's router + shared gate/up pair).
+    matrices: MLA's q_a + kv_a pair, q_b and W_UV; a MoE layer's router + shared gate/up pair).
 
     A token's products must not depend on how many rows its launch has (lossless greedy speculation: verify
     computes what decode computed), so an engine picks one form per matrix for every T. The CUDA-core form wins
     at few rows and loses at many (H200, the 61-layer step at 1k with it against without, fma_config's 128 lanes:
     -6% at T = 1, -2% at T = 4, +2% at T = 8; 256 lanes: +9% at T = 16; docs/BENCHMARKS.md, twenty-third
     session; the router + shared pair, thirty-first session, paired: -7.3% at T = 1, +0.6% at T = 4, +6.3% at
-    T = 8; W_UV per head, thirty-third session, paired: -1.9% at T = 1, +0.25% at T = 4, +0.5-1.7% at T = 8), so by
+    T = 8; W_UV per head, thirty-third session, paired: -1.9% at T = 1, +0.25% at T = 4, +0.5-1.7% at T = 8; the
+    q_a + kv_a pair, thirty-seventh session: -5.1 to -5.7% at T = 1, -2.1 to -2.5% at T = 4, +4.1-4.7% at T = 8), so by
     default an engine takes it only when it serves one request at a time (rows = 1 to decode, k + 1 to verify); a
     speculative engine and a plain one with the same arguments then choose alike. (An engine verifying 8 tokens a
-    step pays for the pair there: SGLANG_EAGLE3_GEMV_FMA=0.)
+    step pays for the pairs there: SGLANG_EAGLE3_GEMV_FMA=0, or SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 for q_a + kv_a.)
     SGLANG_EAGLE3_GEMV_FMA=1 / 0 forces it on (wherever the shape rules take a matrix) / off."""
     raw = env.GEMV_FMA.raw()
     if raw in (None, ""):
@@ -183,28 +184,33 @@ def fma_config(N: int, K: int) -> dict:
 
 
 def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
-    """Whether triton_gemv_pair runs in the CUDA-core form (triton_gemv_fma_pair): a pair whose second matrix is
-    ``gated`` (a MoE layer's router and its shared expert's gate/up) with K in the form's range and no norm or
-    routing tail (``epilogue``); off with SGLANG_EAGLE3_GEMV_FMA=0. One answer for every T of a pair (decode and
-    verify compute alike). On the H200 (Kimi TP=8 rank: 384 router rows, 256 + 256 gated, K = 7168; thirty-first
-    session, bench_gemv_launches.py, benchmarks/results/h200/gemv_launches_fma_391ae14.json) this form took
-    5.5 / 8.0 / 10.3 / 17.9 us at T = 1 / 2 / 4 / 8, the tensor-core pair 10.1-10.4 at every T (its gated row
-    blocks hold two weight tiles a stage: 120 KB of shared memory a block, one block a SM); in the 61-layer step
-    (paired, 1k and 8k) decode 7.3% faster, verify of 4 0.6-0.7% slower. The q_a + kv_a pair (not gated) keeps
-    the tensor cores by default: there the CUDA cores took 10.2 against 11.4 us at T = 1, but 17-20 against 11.6 at
-    T = 4 (rows first); lanes first, as one matrix (thirty-sixth session, bench_gemv_fma.py), 8.5 against 11.7 us at
-    T = 1, 13.0 against 11.6 at T = 4. SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=1 lets it take this form (without
-    ``w2_up``) for A/B runs in the step."""
+    """Whether triton_gemv_pair runs in the CUDA-core form (triton_gemv_fma_pair): a pair (its second matrix
+    ``gated``: a MoE layer's router and its shared expert's gate/up; or plain: MLA's q_a and kv_a) with K in the
+    form's range and no norm or routing tail (``epilogue``); off with SGLANG_EAGLE3_GEMV_FMA=0. One answer for
+    every T of a pair (decode and verify compute alike). On the H200 (Kimi TP=8 rank: 384 router rows, 256 + 256
+    gated, K = 7168; thirty-first session, bench_gemv_launches.py, benchmarks/results/h200/
+    gemv_launches_fma_391ae14.json) the gated pair took 5.5 / 8.0 / 10.3 / 17.9 us at T = 1 / 2 / 4 / 8, the
+    tensor-core pair 10.1-10.4 at every T (its gated row blocks hold two weight tiles a stage: 120 KB of shared
+    memory a block, one block a SM); in the 61-layer step (paired, 1k and 8k) decode 7.3% faster, verify of 4
+    0.6-0.7% slower. MLA's q_a + kv_a pair takes the form too since the thirty-seventh session (rows first it had
+    lost at T = 4: 17-20 against the tensor cores' 11.6 us): lanes first at fma_pair_config's 128 lanes the step
+    ran x0.943-0.949 at decode, x0.953-0.960 at verify of 2, x0.975-0.979 of 4 and x1.041-1.047 of 8, paired in
+    two runs (docs/BENCHMARKS.md); SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 keeps it on the tensor cores."""
     if epilogue or not FMA_MIN_K <= K <= FMA_MAX_K or not env.GEMV_FMA.switch(default=True):
         return False
-    return gated or env.GEMV_FMA_PLAIN_PAIR.switch(default=False)
+    return gated or env.GEMV_FMA_PLAIN_PAIR.switch(default=True)
 
 
 def fma_pair_config(N1: int, N2: int, K: int, gated: bool = True) -> dict:
     """triton_gemv_fma_pair's launch config, from the shapes only (never T): 4 weight rows a program (a gated
-    program: the gate and up rows of two activations), 256 lanes over 8 warps, up to 4 rows of x a program.
-    (``gated``: which kind of pair, for a variant that tunes one; benchmarks/variants/.)"""
-    return {"BLOCK_N": 4, "LANES": 256, "num_warps": 8, "MAX_ROWS": 4, "LANES_FIRST": lanes_first()}
+    program: the gate and up rows of two activations), up to 4 rows of x a program; 256 lanes over 8 warps for a
+    gated pair, 128 over 4 for a plain one. The plain pair (MLA's q_a + kv_a, 528 programs at Kimi's TP=8 rank)
+    was paired in the 61-layer step on the H200 at both (thirty-seventh session): 128 lanes x0.943-0.949 at
+    decode, x0.975-0.979 at verify of 4, 256 lanes x0.959-0.964 / x1.001-1.006, though alone 256 lanes is the
+    faster launch at T = 1 (9.0 against 10.8 us)."""
+    if gated:
+        return {"BLOCK_N": 4, "LANES": 256, "num_warps": 8, "MAX_ROWS": 4, "LANES_FIRST": lanes_first()}
+    return {"BLOCK_N": 4, "LANES": 128, "num_warps": 4, "MAX_ROWS": 4, "LANES_FIRST": lanes_first()}
 
 
 def _parse_fma_config(raw: str) -> dict:

@@ -73,8 +73,8 @@ def check_gemv_fma_pair(T: int, N1: int, N2: int, K: int, device: str = "cpu", s
     launch; without ``gated``, two plain products in x's dtype, as MLA's q_a and kv_a) against float64 products of
     the same inputs, every element written (outputs of a poisoned allocation checked finite); each row alone and in
     groups of 2, 4 and 8 bit-identical to the same rows of the whole batch (decode == verify); where fma_pair_form
-    takes the shape (a plain pair: with SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=1), triton_gemv_pair's dispatch equal to
-    it bit for bit, and its tensor-core form (fma=False) within the rounding."""
+    takes the shape (SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR at its default), triton_gemv_pair's dispatch equal to it bit
+    for bit, and its tensor-core form (fma=False) within the rounding."""
     from kernel_checks import rel_err
 
     from sglang_eagle3 import env
@@ -99,7 +99,7 @@ def check_gemv_fma_pair(T: int, N1: int, N2: int, K: int, device: str = "cpu", s
     _rows_alike_in_any_batch(
         lambda rows: triton_gemv_fma_pair(x[rows], w1, w2, w2_up, out1_dtype=out1, config=config), (y1, y2),
         f"{N1=} {N2=} {K=} {gated=}")
-    with env.overrides({env.GEMV_FMA_PLAIN_PAIR.name: None if gated else "1"}):
+    with env.overrides({env.GEMV_FMA_PLAIN_PAIR.name: None}):
         routed = fma_pair_form(K, gated=gated, epilogue=False)
         if routed and config is None:
             via = triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1)
@@ -221,8 +221,8 @@ CASES = {
     "gemv_fma_norm_t13_rows8_lanes_first": lambda: check_gemv_fma(13, 19, 400, norm=True, seed=22, config=LF_8),
     "gemv_fma_pair_t5_lanes_first": lambda: check_gemv_fma_pair(5, 37, 13, 1100, seed=23, config=LF_4),
     "gemv_fma_pair_t3_half1_lanes_first": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=24, config=LF_PAIR_2),
-    # A plain pair (MLA's q_a + kv_a; SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR): partial row blocks of both matrices (37,
-    # 13), a masked last K step, dispatched by triton_gemv_pair with the knob; 2-row programs of 2 weight rows.
+    # A plain pair (MLA's q_a + kv_a): partial row blocks of both matrices (37, 13), a masked last K step,
+    # dispatched by triton_gemv_pair; 2-row programs of 2 weight rows.
     "gemv_fma_pair_plain_t5_dispatch": lambda: check_gemv_fma_pair(5, 37, 13, 1100, seed=27, gated=False),
     "gemv_fma_pair_plain_t3_fp16": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=28, dtype=torch.float16,
                                                                config=LF_PAIR_2, gated=False),

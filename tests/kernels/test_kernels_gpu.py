@@ -577,17 +577,17 @@ def test_gemv_fma_pair(T, N1, N2, K):
 
 
 @pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 8, 16])
-@pytest.mark.parametrize("N1,N2,K,lanes", [(1536, 576, 7168, 256), (1536, 576, 7168, 128), (101, 37, 2050, 256)],
-                         ids=["qkv_a_l256", "qkv_a_l128", "irregular"])
+@pytest.mark.parametrize("N1,N2,K,lanes", [(1536, 576, 7168, 128), (1536, 576, 7168, 256), (101, 37, 2050, 128)],
+                         ids=["qkv_a_l128", "qkv_a_l256", "irregular"])
 def test_gemv_fma_pair_plain(T, N1, N2, K, lanes):
-    """MLA's q_a + kv_a as a plain CUDA-core pair (SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR) at the Kimi / DeepSeek-V3 TP=8
-    rank's shape (both configs the step is paired at) and an irregular one: against float64 products, every row
-    bit-identical alone and in groups of 2, 4, 8 as in the batch, triton_gemv_pair's dispatch equal to it (at the
-    default config), the tensor-core pair within the rounding."""
+    """MLA's q_a + kv_a as a plain CUDA-core pair (the default since the thirty-seventh session) at the Kimi /
+    DeepSeek-V3 TP=8 rank's shape (the default 128 lanes and the 256 it was paired against) and an irregular one:
+    against float64 products, every row bit-identical alone and in groups of 2, 4, 8 as in the batch,
+    triton_gemv_pair's dispatch equal to it (at the default config), the tensor-core pair within the rounding."""
     from sglang_eagle3.kernels.gemv import fma_pair_config
 
     poison_allocator()
-    cfg = None if lanes == 256 else dict(fma_pair_config(N1, N2, K, gated=False), LANES=128, num_warps=4)
+    cfg = None if lanes == 128 else dict(fma_pair_config(N1, N2, K, gated=False), LANES=256, num_warps=8)
     check_gemv_fma_pair(T, N1, N2, K, device="cuda", seed=T * 3 + N1 + K + lanes, config=cfg, gated=False)
 
 

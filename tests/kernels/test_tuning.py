@@ -351,16 +351,20 @@ def test_moe_dot_knob_and_path_choice(monkeypatch):
 
 
 def test_gemv_fma_plain_pair_knob(monkeypatch):
-    """A pair of plain matrices (MLA's q_a + kv_a) keeps the tensor cores unless SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=1;
-    the gated router + shared pair takes the CUDA cores either way; K's range, epilogues and
-    SGLANG_EAGLE3_GEMV_FMA=0 still rule both; a bad value is named."""
-    from sglang_eagle3.kernels.gemv import fma_pair_form
+    """A pair of plain matrices (MLA's q_a + kv_a) takes the CUDA cores (the default since the thirty-seventh
+    session, at 128 lanes; the gated pair at 256) unless SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0, which leaves the gated
+    router + shared pair there; K's range, epilogues and SGLANG_EAGLE3_GEMV_FMA=0 still rule both; a bad value is
+    named."""
+    from sglang_eagle3.kernels.gemv import fma_pair_config, fma_pair_form
 
     monkeypatch.delenv("SGLANG_EAGLE3_GEMV_FMA", raising=False)
     monkeypatch.delenv("SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR", raising=False)
-    assert fma_pair_form(7168, gated=True, epilogue=False) and not fma_pair_form(7168, gated=False, epilogue=False)
+    assert fma_pair_form(7168, gated=True, epilogue=False) and fma_pair_form(7168, gated=False, epilogue=False)
+    assert fma_pair_config(1536, 576, 7168, gated=False)["LANES"] == 128
+    assert fma_pair_config(384, 256, 7168)["LANES"] == 256
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR", "0")
+    assert not fma_pair_form(7168, gated=False, epilogue=False) and fma_pair_form(7168, gated=True, epilogue=False)
     monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR", "1")
-    assert fma_pair_form(7168, gated=False, epilogue=False) and fma_pair_form(7168, gated=True, epilogue=False)
     assert not fma_pair_form(7168, gated=False, epilogue=True) and not fma_pair_form(512, gated=False, epilogue=False)
     monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA", "0")
     assert not fma_pair_form(7168, gated=False, epilogue=False)
