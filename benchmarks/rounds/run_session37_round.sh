@@ -10,7 +10,7 @@
 #     pair at 256 lanes (gemv_qkv_fma.py, the pair's config) and 128 (gemv_qkv_fma_l128.py), 1k and 8k, T = 1 / 2 /
 #     4 / 8, and the invariance probe with each (every verify row == its token's decode).
 # k4: after q_a + kv_a went on the CUDA cores by default (128 lanes; k3 and a second paired run chose it): the CUDA-core
-#     GPU tests, the probe at 8k, end to end against SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 alternating.
+#     GPU tests, the probe at 8k, the CUDA engine tests (this session's scheduler and TP-worker changes), end to end against SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 alternating.
 # Results land in $OUT; copy them to benchmarks/results/h200/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: k1 ..}
@@ -46,7 +46,9 @@ k4)
     tests/kernels/test_kernels_gpu.py -k "gemv_fma or kernels_per_moe_layer or model_forward"
   TAIL=12 stage probe 100 python benchmarks/probe_invariance.py --layers 3 --contexts 8192 --widths 2 4 8 \
     --out "$OUT/probe.json"
-  TAIL=14 stage e2e 240 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+  TAIL=12 stage engine_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
+    tests/gpu/test_cuda_engine.py
+  TAIL=14 stage e2e 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --env-variants '' SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 --repeat-variants 2 \
     --out "$OUT/e2e.json"
   ;;
