@@ -78,6 +78,17 @@ class EngineArgs:
     # slot (+7% of a Kimi-K2.5 TP=8 rank's cache, +58% with all 64 heads on one GPU). 0: prefill stays absorbed.
     mha_prefill_tokens: int = 64
     max_running_requests: int = 32
+    # (sglang_eagle3) Per-request limits, so that one request cannot make every other one slow or run the server
+    # out of memory (SGLang has neither, but for 128 top logprobs under prefill/decode disaggregation). The most
+    # top_logprobs_num: each position with logprobs carries that many entries, so 163840 of them over a long
+    # output (logprob_start_len 0) is gigabytes of response; 20 is the most OpenAI's API accepts for top_logprobs.
+    max_top_logprobs_num: int = 20
+    # The most stop strings a request: every emitted token of every such request is checked against each of them
+    # on the engine thread, so all requests in the batch wait for it (OpenAI accepts 4; SGLang any number).
+    max_stop_strings: int = 128
+    # The longest stop string, in characters: each emitted token decodes the output's last (its UTF-8 bytes + 2)
+    # tokens to look for it.
+    max_stop_str_len: int = 256
     context_length: int | None = None
     # KV cache page, tokens. 64: a multiple of the MLA split pass's key tile (64 keys in the H200's table, 16 in
     # sm_120's), so every tile lies in one page and is addressed from one base (docs/KERNELS.md, "In-page key
@@ -128,6 +139,12 @@ class EngineArgs:
         if self.context_length is not None and self.context_length < 1:
             raise ConfigError(f"context_length={self.context_length!r} must be a positive integer (or None: the "
                               "model's max_position_embeddings)")
+        for name in ("max_top_logprobs_num", "max_stop_strings"):
+            v = getattr(self, name)
+            if v < 0:
+                raise ConfigError(f"{name}={v!r} must be an integer >= 0")
+        if self.max_stop_str_len < 1:
+            raise ConfigError(f"max_stop_str_len={self.max_stop_str_len!r} must be a positive integer")
         if self.mha_prefill_tokens < 0:
             raise ConfigError(f"mha_prefill_tokens={self.mha_prefill_tokens!r} must be an integer >= 0 (0: off)")
         bad = [t for t in self.cuda_graph_prefill_tokens if t < 1]
@@ -210,7 +227,8 @@ _FIELD_KINDS = {
     "speculative_aux_layer_ids": "ints?", "speculative_simulate_accept_length": "float?", "device": "str",
     "dtype": "str", "tp_size": "int", "disable_cuda_graph": "bool", "disable_overlap_schedule": "bool",
     "cuda_graph_max_bs": "int", "cuda_graph_prefill_tokens": "ints", "mha_prefill_tokens": "int",
-    "max_running_requests": "int", "context_length": "int?", "page_size": "int", "max_total_tokens": "int?",
+    "max_running_requests": "int", "max_top_logprobs_num": "int", "max_stop_strings": "int",
+    "max_stop_str_len": "int", "context_length": "int?", "page_size": "int", "max_total_tokens": "int?",
     "mem_fraction_static": "float", "attention_backend": "str", "moe_runner_backend": "str", "random_seed": "int",
     "skip_tokenizer_init": "bool", "log_level": "str", "worker_env": "env", "use_worker_processes": "bool",
     "worker_timeout": "float",
@@ -376,8 +394,12 @@ class Engine:
             raise RequestError(f"return_logprob={return_logprob!r} must be true or false")
         if rid is not None and not isinstance(rid, str):
             raise RequestError(f"rid={rid!r} must be a string")
-        if top_logprobs_num is not None and (not isinstance(top_logprobs_num, int) or not 0 <= top_logprobs_num <= V):
-            raise RequestError(f"top_logprobs_num={top_logprobs_num!r} must be an integer in [0, {V}]")
+        if top_logprobs_num is not None:
+            most = min(V, self.args.max_top_logprobs_num)
+            if not isinstance(top_logprobs_num, int) or not 0 <= top_logprobs_num <= most:
+                why = "the vocabulary's size" if most == V else f"max_top_logprobs_num={most}, this engine's limit"
+                raise RequestError(f"top_logprobs_num={top_logprobs_num!r} must be an integer in [0, {most}] "
+                                   f"({why})")
         return Request(rid=rid or uuid.uuid4().hex, input_ids=list(input_ids), params=params,
                        return_logprob=return_logprob,
                        logprob_start_len=-1 if logprob_start_len is None else logprob_start_len,
@@ -401,12 +423,22 @@ class Engine:
         return max(min(by_context, by_pool), 0)
 
     def _vocab_checked(self, params: SamplingParams) -> SamplingParams:
-        """The sampling checks that need this engine's vocabulary and tokenizer."""
+        """The sampling checks that need this engine's vocabulary, tokenizer and per-request limits."""
         V = self.model_config.vocab_size
         bad = [t for t in params.stop_token_ids if not 0 <= t < V]
         if bad:
             raise SamplingParamsError(f"stop_token_ids={params.stop_token_ids!r}: {bad[:5]} outside the vocabulary "
                                       f"[0, {V})")
+        # Before any message that shows the list: 100000 stop strings would make a 1.4 MB error.
+        limit = self.args.max_stop_strings
+        if len(params.stop) > limit:
+            raise SamplingParamsError(f"stop=[{len(params.stop)} strings] holds more than max_stop_strings={limit}, "
+                                      "this engine's limit a request")
+        limit = self.args.max_stop_str_len
+        long = next((s for s in params.stop if len(s) > limit), None)
+        if long is not None:
+            raise SamplingParamsError(f"stop=[{long[:16]!r}..., ...] holds a string of {len(long)} characters, "
+                                      f"more than max_stop_str_len={limit}, this engine's limit")
         if params.stop and self.tokenizer is None:
             raise SamplingParamsError(f"stop={params.stop!r} needs a tokenizer, and this engine runs without one "
                                       "(skip_tokenizer_init): use stop_token_ids")

@@ -34,7 +34,8 @@ _ENGINE_FLAGS = (
     "dtype", "cuda_graph_max_bs", "max_running_requests", "context_length", "attention_backend",
     "moe_runner_backend", "random_seed", "page_size", "max_total_tokens", "mem_fraction_static", "log_level",
     "worker_timeout",
-    "cuda_graph_prefill_tokens", "mha_prefill_tokens",
+    "cuda_graph_prefill_tokens", "mha_prefill_tokens", "max_top_logprobs_num", "max_stop_strings",
+    "max_stop_str_len",
 )
 
 
@@ -116,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-request-bytes", type=int, metavar="N",
                    help="(sglang_eagle3) largest request body in bytes; a larger one gets HTTP 413 before it is "
                    "read (default 16777216 = 16 MiB)")
+    g.add_argument("--max-top-logprobs-num", type=int, metavar="N",
+                   help="(sglang_eagle3) the largest top_logprobs_num a request may ask for; more gets HTTP 400 "
+                   "(default 20, OpenAI's top_logprobs cap; each position returned carries N entries)")
+    g.add_argument("--max-stop-strings", type=int, metavar="N",
+                   help="(sglang_eagle3) the most stop strings a request; more gets HTTP 400 (default 128: every "
+                   "emitted token is checked against each, on the thread that steps the whole batch)")
+    g.add_argument("--max-stop-str-len", type=int, metavar="N",
+                   help="(sglang_eagle3) the longest stop string in characters; longer gets HTTP 400 (default 256)")
     g.add_argument("--shutdown-grace-s", type=float, metavar="S",
                    help="(sglang_eagle3) on SIGTERM / Ctrl+C, seconds the requests in flight get to finish before "
                    "they end with a 'server is shutting down' error; new requests are refused at once (default 5)")
@@ -160,6 +169,7 @@ def _strip_backend(argv: list[str]) -> list[str]:
 NATIVE_ONLY_FLAGS = {
     "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode (the launcher sets it from --max-running-requests)",
     "--cuda-graph-prefill-tokens": None, "--max-request-bytes": None, "--mha-prefill-tokens": None,
+    "--max-stop-str-len": None, "--max-stop-strings": None, "--max-top-logprobs-num": None,
     "--shutdown-grace-s": None, "--speculative-aux-layer-ids": None, "--speculative-num-steps-candidates": None,
     "--use-worker-processes": None, "--worker-timeout": None,
 }

@@ -84,6 +84,9 @@ def _raises(exc, needles, fn, *args, **kwargs):
     (dict(worker_env=["FOO=bar"]), ["worker_env", "FOO=bar"]),
     (dict(worker_timeout=-1), ["worker_timeout=-1"]),
     (dict(random_seed="abc"), ["random_seed='abc'", "integer"]),
+    (dict(max_top_logprobs_num=-1), ["max_top_logprobs_num=-1", ">= 0"]),
+    (dict(max_stop_strings="8"), ["max_stop_strings='8'", "integer"]),
+    (dict(max_stop_str_len=0), ["max_stop_str_len=0", "positive"]),
 ], ids=lambda x: ",".join(x) if isinstance(x, dict) else None)
 def test_bad_engine_args(small_pair, kwargs, needles):
     _raises(ConfigError, needles, Engine, **{**_spec_kwargs(small_pair), **kwargs})
@@ -230,6 +233,49 @@ def test_bad_request(engine, kwargs, needles):
 ])
 def test_bad_sampling_params_need_the_engine(engine, params, needles):
     _raises(SamplingParamsError, needles, engine.generate, input_ids=[1, 2], sampling_params=params)
+    _assert_idle(engine)
+
+
+def test_top_logprobs_num_is_capped(engine):
+    """top_logprobs_num was accepted up to the vocabulary: on a 163840-token one with a long output and
+    logprob_start_len 0, one request built gigabytes of response. max_top_logprobs_num (default 20, OpenAI's cap
+    on top_logprobs) bounds it, and the vocabulary still does where it is the smaller."""
+    assert engine.args.max_top_logprobs_num == 20 < VOCAB
+    _raises(RequestError, ["top_logprobs_num=21", "[0, 20]", "max_top_logprobs_num=20"], engine.generate,
+            input_ids=[1, 2], return_logprob=True, top_logprobs_num=21)
+    _raises(RequestError, ["top_logprobs_num=96", "[0, 20]"], engine.generate, input_ids=[[1, 2], [3]],
+            return_logprob=True, top_logprobs_num=[1, VOCAB])
+    _assert_idle(engine)
+    out = engine.generate(input_ids=[1, 2], sampling_params={"max_new_tokens": 2}, return_logprob=True,
+                          top_logprobs_num=20, logprob_start_len=0)
+    assert [len(top) for top in out["meta_info"]["output_top_logprobs"]] == [20, 20]
+
+
+def test_top_logprobs_num_cap_past_the_vocabulary(small_pair):
+    with Engine(**_spec_kwargs(small_pair, context_length=64, max_top_logprobs_num=10 ** 6)) as e:
+        _raises(RequestError, [f"top_logprobs_num={VOCAB + 1}", f"[0, {VOCAB}]", "vocabulary"], e.generate,
+                input_ids=[1, 2], return_logprob=True, top_logprobs_num=VOCAB + 1)
+        out = e.generate(input_ids=[1, 2], sampling_params={"max_new_tokens": 1}, return_logprob=True,
+                         top_logprobs_num=VOCAB)
+        assert len(out["meta_info"]["output_top_logprobs"][0]) == VOCAB
+
+
+def test_stop_strings_are_capped(engine):
+    """100000 stop strings (a 1.4 MB body) slowed every engine step by ~35 ms for the whole batch: their number and
+    length are capped (max_stop_strings 128, max_stop_str_len 256), before the check that needs a tokenizer, with
+    an error that names the count, not the list."""
+    assert (engine.args.max_stop_strings, engine.args.max_stop_str_len) == (128, 256)
+    many = [f"stop{i}" for i in range(100_000)]
+    err = _raises(SamplingParamsError, ["stop=[100000 strings]", "max_stop_strings=128"], engine.generate,
+                  input_ids=[1, 2], sampling_params={"stop": many})
+    assert len(str(err)) < 200, str(err)
+    _raises(SamplingParamsError, ["stop=[129 strings]", "max_stop_strings=128"], engine.generate,
+            input_ids=[1, 2], sampling_params={"stop": many[:129]})
+    _raises(SamplingParamsError, ["257 characters", "max_stop_str_len=256"], engine.generate,
+            input_ids=[1, 2], sampling_params={"stop": ["ok", "x" * 257]})
+    # At the limits the request passes them (and, this engine having no tokenizer, meets the next check).
+    _raises(SamplingParamsError, ["needs a tokenizer"], engine.generate, input_ids=[1, 2],
+            sampling_params={"stop": many[:127] + ["x" * 256]})
     _assert_idle(engine)
 
 

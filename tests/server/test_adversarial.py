@@ -103,3 +103,23 @@ def test_many_requests_some_dropped_leave_the_engine_idle(server):
     assert _idle(after), after
     log = _log_since(server, offset)
     assert "ERROR" not in log and "Traceback" not in log, log
+
+
+def test_one_request_cannot_ask_for_unbounded_work(server):
+    """By default a request may not ask for more than 20 top logprobs a position (a long output with all of a
+    163840-token vocabulary's is gigabytes of response) nor for more than 128 stop strings (100000 of them, a
+    1.4 MB body, slowed every step of the whole batch by ~35 ms): 400, naming the value and the limit, and the
+    error does not echo the list."""
+    r = httpx.post(server.url + "/generate", timeout=60,
+                   json={"input_ids": [5, 6], "return_logprob": True, "logprob_start_len": 0,
+                         "top_logprobs_num": 21, "sampling_params": {"max_new_tokens": 2}})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "top_logprobs_num" and "max_top_logprobs_num=20" in err["message"], err
+    stop = [f"stop string {i}" for i in range(100_000)]
+    r = httpx.post(server.url + "/v1/completions", timeout=60, json={"model": MODEL, "prompt": "The", "stop": stop})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "stop" and "stop=[100000 strings]" in err["message"], err
+    assert "max_stop_strings=128" in err["message"] and len(r.content) < 1000, err
+    assert _idle(server_info(server.url))

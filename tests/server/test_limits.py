@@ -1,6 +1,7 @@
 """The server's limits, against a server started with small ones: the request body cap (413), a batch larger than
 may ever be in flight (400), a KV cache smaller than the context (the max_tokens limit stated is the one
-delivered; no max_tokens is cut to it, not refused) and the API key's scheme."""
+delivered; no max_tokens is cut to it, not refused), the per-request caps on top_logprobs_num and stop strings
+(400) and the API key's scheme."""
 
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 MAX_BODY = 65536
 POOL = 192  # KV-cache tokens: below the 256-token context
 RUNNING, QUEUED = 2, 2
+TOP_LOGPROBS, STOPS, STOP_LEN = 3, 4, 8
 
 
 @pytest.fixture(scope="module")
 def limited(tiny_model, tmp_path_factory):
     with running_server(tiny_model, str(tmp_path_factory.mktemp("limited_logs")), "--max-request-bytes",
                         str(MAX_BODY), "--max-total-tokens", str(POOL), "--max-running-requests", str(RUNNING),
-                        "--max-queued-requests", str(QUEUED), "--api-key", KEY, "--served-model-name", "tiny") as srv:
+                        "--max-queued-requests", str(QUEUED), "--api-key", KEY, "--served-model-name", "tiny",
+                        "--max-top-logprobs-num", str(TOP_LOGPROBS), "--max-stop-strings", str(STOPS),
+                        "--max-stop-str-len", str(STOP_LEN)) as srv:
         yield srv
 
 
@@ -122,6 +126,41 @@ def test_completion_default_max_tokens_is_cut_to_what_fits(limited):
     assert r.json()["usage"]["completion_tokens"] == 10
     r = _post(limited, "/v1/completions", json={"model": "tiny", "prompt": prompt})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 16, r.text
+
+
+# -- per-request caps: top_logprobs_num and stop strings (one request's cost falls on every other) -------------------
+
+def test_top_logprobs_num_over_the_flag_is_400(limited):
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2}, "return_logprob": True,
+            "logprob_start_len": 0}
+    err = _error(_post(limited, "/generate", json={**body, "top_logprobs_num": TOP_LOGPROBS + 1}), 400)
+    assert err["param"] == "top_logprobs_num", err
+    assert f"top_logprobs_num={TOP_LOGPROBS + 1}" in err["message"], err
+    assert f"max_top_logprobs_num={TOP_LOGPROBS}" in err["message"], err
+    err = _error(_post(limited, "/generate", json={**body, "input_ids": [[5], [6]],
+                                                   "top_logprobs_num": [1, 10**6]}), 400)
+    assert err["param"] == "top_logprobs_num" and "prompt 1 of the batch" in err["message"], err
+    ok = _post(limited, "/generate", json={**body, "top_logprobs_num": TOP_LOGPROBS})
+    assert ok.status_code == 200, ok.text
+    assert [len(t) for t in ok.json()["meta_info"]["output_top_logprobs"]] == [TOP_LOGPROBS] * 2
+
+
+def test_stop_strings_over_the_flags_are_400(limited):
+    too_many = [f"s{i}" for i in range(STOPS + 1)]
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "Name a fox."}], "max_tokens": 2}
+    for path, body in (("/generate", {"text": "The quick", "sampling_params": {"stop": too_many}}),
+                       ("/v1/completions", {"model": "tiny", "prompt": "The quick", "stop": too_many}),
+                       ("/v1/chat/completions", {**chat, "stop": too_many})):
+        err = _error(_post(limited, path, json=body), 400)
+        assert err["param"] == "stop", (path, err)
+        assert f"stop=[{STOPS + 1} strings]" in err["message"] and f"max_stop_strings={STOPS}" in err["message"], err
+    err = _error(_post(limited, "/v1/completions", json={"model": "tiny", "prompt": "The quick",
+                                                         "stop": "x" * (STOP_LEN + 1)}), 400)
+    assert err["param"] == "stop", err
+    assert f"{STOP_LEN + 1} characters" in err["message"] and f"max_stop_str_len={STOP_LEN}" in err["message"], err
+    ok = _post(limited, "/v1/completions", json={"model": "tiny", "prompt": "The quick", "max_tokens": 2,
+                                                 "stop": too_many[:STOPS - 1] + ["x" * STOP_LEN]})
+    assert ok.status_code == 200, ok.text
 
 
 # -- the API key -----------------------------------------------------------------------------------------------------
