@@ -52,6 +52,46 @@ def test_long_stop_string(engines, free_runs, kind):
         assert kept["text"].startswith(free["text"][:end]) and free["text"].startswith(kept["text"])
 
 
+def _naive_stop(tokenizer, ids: list[int], stop: list[str]) -> tuple[int, str] | None:
+    """(index of the token that completes the first stop string, that string): the whole output decoded after
+    every token, no window."""
+    for j in range(len(ids)):
+        text = tokenizer.decode(ids[: j + 1])
+        hit = next((s for s in stop if s in text), None)
+        if hit is not None:
+            return j, hit
+    return None
+
+
+def test_many_stop_strings_match_as_naive_matching(engines, free_runs):
+    """Random stop lists up to max_stop_strings, of strings taken from the output (any length) and strings that
+    never occur: the request ends at the token, and with the string, that decoding the whole output after every
+    token finds (the scheduler decodes only a window, its size computed once a request)."""
+    eng, rng = engines["eagle3"], random.Random(7)
+    limit = eng.args.max_stop_strings
+    hits = 0
+    for trial in range(8):
+        prompt, free = rng.choice(list(zip(PROMPTS, free_runs, strict=True)))
+        text = free["text"]
+        stop = [f"never {i} {rng.random()}" for i in range(rng.randrange(0, limit - 3))]
+        for _ in range(rng.randrange(1, 4)):
+            a = rng.randrange(len(text) // 4, len(text) - 2)
+            stop.insert(rng.randrange(len(stop) + 1), text[a:a + rng.randrange(1, 40)])
+        stop = [s for s in dict.fromkeys(stop) if s.strip()][:limit]
+        # The last token ends the request by length, whatever it completes (SGLang checks length first).
+        want = _naive_stop(eng.tokenizer, free["output_ids"][:-1], stop)
+        out = eng.generate(prompt, {**GREEDY, "stop": stop})
+        if want is None:
+            assert out["output_ids"] == free["output_ids"], trial
+            assert out["meta_info"]["finish_reason"]["type"] == "length", trial
+            continue
+        j, hit = want
+        hits += 1
+        assert out["output_ids"] == free["output_ids"][: j + 1], trial
+        assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": hit}, trial
+    assert hits >= 4, hits  # mostly stopped early: the comparison is not all "never matched"
+
+
 def test_stop_token_text_is_trimmed(engines, free_runs):
     """As SGLang's detokenizer: the matched stop token stays in output_ids but not in the text."""
     eng = engines["eagle3"]

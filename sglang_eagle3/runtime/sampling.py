@@ -23,6 +23,7 @@ is accepted with (the embedded pair at temperature 0.7, k = 3: accept length 1.8
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -110,6 +111,15 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0 or self.top_k == 1
+
+    @functools.cached_property
+    def stop_window(self) -> int:
+        """Output tokens whose text a newly emitted token's stop string can lie in. Every token decodes to at
+        least one byte (special tokens aside), so a stop string of B bytes ends within the last B + 1 tokens (one
+        more for a character split across tokens); a shorter window misses long ones. Cached: the scheduler
+        reads it for every emitted token, and its cost grows with the stop strings' total length. NOTE: stale if
+        ``stop`` is changed in place after it is read (dataclasses.replace makes a fresh one)."""
+        return max(16, max((len(s.encode()) for s in self.stop), default=0) + 2)
 
 
 KEY_MASK = 0xFFFFFFFF

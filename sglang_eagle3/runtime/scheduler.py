@@ -543,11 +543,7 @@ class Scheduler:
             elif len(r.output_ids) >= p.max_new_tokens:
                 r.finished_reason = {"type": "length", "length": p.max_new_tokens}
             elif p.stop and self.detokenize is not None:
-                # Every token decodes to at least one byte (special tokens aside), so a stop string of B bytes ends
-                # within the last B + 1 tokens (one more for a character split across tokens); a shorter window
-                # misses long ones.
-                window = max(16, max(len(s.encode()) for s in p.stop) + 2)
-                tail = self.detokenize(r.output_ids[-window:])
+                tail = self.detokenize(r.output_ids[-p.stop_window:])
                 hit = next((s for s in p.stop if s in tail), None)
                 if hit is not None:
                     r.finished_reason = {"type": "stop", "matched": hit}
