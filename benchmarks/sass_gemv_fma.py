@@ -1,7 +1,8 @@
 """The CUDA-core GEMV forms' SASS without a GPU: instructions, registers and the ops that show where a program's
 issue slots go, per form (tests/kernels/compile_checks.py fma_gemv_cases: q_b with its norm, W_UV per head, the
-router + shared pair, the q_a + kv_a plain pair at a Kimi TP=8 rank's shapes), rows of x a program and weight-tile order (kernels/gemv.py
-lanes_first), compiled by Triton's own ptxas for sm_90 (H200) and sm_120 (RTX PRO 6000 Blackwell).
+router + shared pair, the q_a + kv_a plain pair at a Kimi TP=8 rank's shapes), rows of x a program and weight-tile
+order (kernels/gemv.py lanes_first), compiled by Triton's own ptxas for sm_90 (H200) and sm_120 (RTX PRO 6000
+Blackwell).
 
 Above one row the forms are issue-bound (docs/BENCHMARKS.md, thirty-fourth session), so these counts are the
 first thing a change to them moves; a GPU run (bench_gemv_launches.py, bench_verify_graph.py --paired) says what

@@ -11,6 +11,13 @@
 #     4 / 8, and the invariance probe with each (every verify row == its token's decode).
 # k4: after q_a + kv_a went on the CUDA cores by default (128 lanes; k3 and a second paired run chose it): the CUDA-core
 #     GPU tests, the probe at 8k, the CUDA engine tests (this session's scheduler and TP-worker changes), end to end against SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 alternating.
+# k5 (prepared for the next device session, not run): the step table at the q_a + kv_a default (section 0's is at
+#     8c4644c, before it), the CUDA engine tests in full (k4 ran out at 14 of 17), end to end against
+#     SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 alternating.
+# k6 (prepared, not run): the step paired at 1k / 8k, T = 1 / 4 / 8, against the defaults: the router + shared pair at
+#     128 lanes (gemv_pair_l128.py: q_a + kv_a's 128 lanes beat 256 in the step though not alone), q_a + kv_a at 8
+#     rows of x a program (gemv_qkv_rows8.py: its cost at T = 8), both, and q_a + kv_a back on the tensor cores
+#     (gemv_qkv_tc.py: the change's size in the same run).
 # Results land in $OUT; copy them to benchmarks/results/h200/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: k1 ..}
@@ -49,6 +56,23 @@ k4)
   TAIL=12 stage engine_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 190 \
     tests/gpu/test_cuda_engine.py
   TAIL=14 stage e2e 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --env-variants '' SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 --repeat-variants 2 \
+    --out "$OUT/e2e.json"
+  ;;
+k5)
+  TAIL=12 stage engine_tests 230 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 220 \
+    tests/gpu/test_cuda_engine.py
+  TAIL=20 stage verify_graph 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 2 3 4 5 6 7 8 --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
+  ;;
+k6)
+  V=benchmarks/variants
+  TAIL=40 stage paired 400 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 \
+    --kernels-from $V/gemv_pair_l128.py $V/gemv_qkv_rows8.py $V/gemv_pair_l128.py+$V/gemv_qkv_rows8.py \
+    $V/gemv_qkv_tc.py --out "$OUT/paired.json"
+  TAIL=14 stage verdicts 30 python benchmarks/report.py "$OUT/paired.json"
+  TAIL=14 stage e2e 150 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --env-variants '' SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 --repeat-variants 2 \
     --out "$OUT/e2e.json"
   ;;

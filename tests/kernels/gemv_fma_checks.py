@@ -226,6 +226,9 @@ CASES = {
     "gemv_fma_pair_plain_t5_dispatch": lambda: check_gemv_fma_pair(5, 37, 13, 1100, seed=27, gated=False),
     "gemv_fma_pair_plain_t3_fp16": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=28, dtype=torch.float16,
                                                                config=LF_PAIR_2, gated=False),
+    # 8-row programs (T = 13: one of 8, one of 5; benchmarks/variants/gemv_qkv_rows8.py's form), 8 weight rows.
+    "gemv_fma_pair_plain_t13_rows8": lambda: check_gemv_fma_pair(13, 19, 11, 300, seed=30, config=LF_8,
+                                                                 gated=False),
     "gemv_fma_heads_views_t5_lanes_first": lambda: check_gemv_fma_heads(5, 3, 7, 300, seed=25, w_view=True,
                                                                         config=LF_4),
     "gemv_fma_lanes_first_knob": lambda: check_lanes_first_knob(seed=26),
