@@ -16,11 +16,13 @@
 #     SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 alternating.
 # k6 (prepared, not run): the step paired at 1k / 8k, T = 1 / 4 / 8, against the defaults: the router + shared pair at
 #     128 lanes (gemv_pair_l128.py: q_a + kv_a's 128 lanes beat 256 in the step though not alone), q_a + kv_a at 8
-#     rows of x a program (gemv_qkv_rows8.py: its cost at T = 8), both, and q_a + kv_a back on the tensor cores
+#     rows of x a program (gemv_qkv_rows8.py: its cost at T = 8; both define fma_pair_config, so they do not combine
+#     with "+"), and q_a + kv_a back on the tensor cores
 #     (gemv_qkv_tc.py: the change's size in the same run).
 # k7 (prepared, not run): the step paired with o_proj on the CUDA cores (gemv_fma_oproj.py: level with the tensor
 #     cores alone; q_a + kv_a gained far more in the step than alone), the shared expert's down on them
-#     (gemv_fma_short_k.py, K = 256 at one warp), both; then the invariance probe with both (verify rows == decode).
+#     (gemv_fma_short_k.py, K = 256 at one warp; both define fma_form, so they do not combine with "+"); then the
+#     invariance probe with each (verify rows == decode).
 # Results land in $OUT; copy them to benchmarks/results/h200/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: k1 ..}
@@ -72,8 +74,7 @@ k6)
   V=benchmarks/variants
   TAIL=40 stage paired 400 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 \
-    --kernels-from $V/gemv_pair_l128.py $V/gemv_qkv_rows8.py $V/gemv_pair_l128.py+$V/gemv_qkv_rows8.py \
-    $V/gemv_qkv_tc.py --out "$OUT/paired.json"
+    --kernels-from $V/gemv_pair_l128.py $V/gemv_qkv_rows8.py $V/gemv_qkv_tc.py --out "$OUT/paired.json"
   TAIL=14 stage verdicts 30 python benchmarks/report.py "$OUT/paired.json"
   TAIL=14 stage e2e 150 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --env-variants '' SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 --repeat-variants 2 \
@@ -83,11 +84,10 @@ k7)
   V=benchmarks/variants
   TAIL=40 stage paired 400 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --paired 200 \
-    --kernels-from $V/gemv_fma_oproj.py $V/gemv_fma_short_k.py $V/gemv_fma_oproj.py+$V/gemv_fma_short_k.py \
-    --out "$OUT/paired_oproj.json"
+    --kernels-from $V/gemv_fma_oproj.py $V/gemv_fma_short_k.py --out "$OUT/paired_oproj.json"
   TAIL=14 stage verdicts 30 python benchmarks/report.py "$OUT/paired_oproj.json"
   TAIL=20 stage probe 100 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 --widths 2 4 8 \
-    --kernels-from $V/gemv_fma_oproj.py+$V/gemv_fma_short_k.py --out "$OUT/probe_oproj.json"
+    --kernels-from $V/gemv_fma_oproj.py $V/gemv_fma_short_k.py --out "$OUT/probe_oproj.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -24,3 +24,22 @@ def config_variant(module: str, match: dict, overrides: dict):
 
     gemv_config.__module__ = module
     return gemv_config
+
+
+def plain_pair_variant(module: str, overrides: dict | None):
+    """(fma_pair_form, fma_pair_config) with the package's signatures, defined as if in ``module``, for the q_a + kv_a
+    pair's variants: the plain pair on the CUDA cores (whatever SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR says) at the
+    package's config with ``overrides``, or on the tensor cores with ``overrides`` None; the gated pair unchanged."""
+    real_form, real_config = gemv.fma_pair_form, gemv.fma_pair_config  # the package's, before kernels_from swaps
+
+    def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
+        if not gated and overrides is None:
+            return False
+        return real_form(K, True, epilogue)
+
+    def fma_pair_config(N1: int, N2: int, K: int, gated: bool = True) -> dict:
+        cfg = real_config(N1, N2, K, gated)
+        return cfg if gated or overrides is None else dict(cfg, **overrides)
+
+    fma_pair_form.__module__ = fma_pair_config.__module__ = module
+    return fma_pair_form, fma_pair_config

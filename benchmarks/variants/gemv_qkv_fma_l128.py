@@ -4,16 +4,6 @@ at T = 1 / 2 / 4 / 8 against 8.5 / 11.7 / 13.0 / 22.8 at 256 lanes and the tenso
 the gated router + shared pair unchanged.
 ``bench_verify_graph.py --kernels-from benchmarks/variants/gemv_qkv_fma_l128.py --paired N``."""
 
-from benchmarks.variants._gemv import gemv
+from benchmarks.variants._gemv import plain_pair_variant
 
-_form = gemv.fma_pair_form  # the package's, taken before kernels_from swaps these in
-_config = gemv.fma_pair_config
-
-
-def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
-    return _form(K, True, epilogue)
-
-
-def fma_pair_config(N1: int, N2: int, K: int, gated: bool = True) -> dict:
-    cfg = _config(N1, N2, K, gated)
-    return cfg if gated else dict(cfg, LANES=128, num_warps=4)
+fma_pair_form, fma_pair_config = plain_pair_variant(__name__, {"LANES": 128, "num_warps": 4})

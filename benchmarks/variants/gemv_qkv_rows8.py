@@ -3,11 +3,6 @@ one program a weight block reads each weight once (two programs at 4 rows read i
 for more accumulators a thread. Why: the plain pair costs 4.1-4.7% of the step at T = 8 (thirty-seventh session).
 ``bench_verify_graph.py --kernels-from benchmarks/variants/gemv_qkv_rows8.py --paired N``."""
 
-from benchmarks.variants._gemv import gemv
+from benchmarks.variants._gemv import plain_pair_variant
 
-_real = gemv.fma_pair_config  # the package's, taken before kernels_from swaps this one in
-
-
-def fma_pair_config(N1: int, N2: int, K: int, gated: bool = True) -> dict:
-    cfg = _real(N1, N2, K, gated)
-    return cfg if gated else dict(cfg, MAX_ROWS=8)
+fma_pair_form, fma_pair_config = plain_pair_variant(__name__, {"MAX_ROWS": 8})

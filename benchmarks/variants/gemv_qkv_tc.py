@@ -2,10 +2,6 @@
 SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0): fma_pair_form takes gated pairs only.
 ``bench_verify_graph.py --kernels-from benchmarks/variants/gemv_qkv_tc.py --paired N``."""
 
-from benchmarks.variants._gemv import gemv
+from benchmarks.variants._gemv import plain_pair_variant
 
-_form = gemv.fma_pair_form  # the package's, taken before kernels_from swaps this one in
-
-
-def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
-    return gated and _form(K, gated, epilogue)
+fma_pair_form, fma_pair_config = plain_pair_variant(__name__, None)
