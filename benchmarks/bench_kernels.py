@@ -104,6 +104,11 @@ def kernels_from(paths: str):
         found = [(importlib.import_module(launcher), name, getattr(module, name))
                  for launcher, names in SWAPPABLE.items() for name in names if _defines(module, name)]
         assert found, f"{path} defines none of {SWAPPABLE}"
+        # Two files replacing one name would leave only the last one's (each wraps the package's own): refused.
+        twice = sorted({name for _, name, _ in found} & {name for _, name, _ in swaps})
+        if twice:
+            raise SystemExit(f"--kernels-from {paths!r}: {path} replaces {', '.join(twice)}, as an earlier file of "
+                             "the same '+' group does; only the last would take effect")
         swaps += found
 
     @contextlib.contextmanager

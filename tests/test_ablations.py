@@ -54,3 +54,14 @@ def test_ablation_kernel_keeps_the_real_signature(path):
 def test_there_are_ablations():
     assert {p.stem for p in ABLATIONS} >= {"rotary_noop", "rms_norm_zero", "mla_merge_zero", "moe_topk_const",
                                            "rms_norm_skip", "rotary_skip", "moe_topk_skip"}
+
+
+def test_kernels_from_refuses_two_files_replacing_one_name():
+    """A '+' group whose files replace the same name would keep only the last file's (each wraps the package's
+    own, not the other's): refused, naming it."""
+    from benchmarks.bench_kernels import kernels_from
+
+    V = REPO / "benchmarks" / "variants"
+    kernels_from(f"{V / 'gemv_pair_l128.py'}+{V / 'gemv_fma_oproj.py'}")  # distinct names: fine
+    with pytest.raises(SystemExit, match="fma_pair_config"):
+        kernels_from(f"{V / 'gemv_pair_l128.py'}+{V / 'gemv_qkv_rows8.py'}")
