@@ -13,7 +13,8 @@ Commands are numbered: each reply carries its command's number, so a reply the e
 Ctrl-C in the engine process while it waited) is recognised and dropped by the next call instead of being read as
 that call's reply. The command itself still runs on every rank (a worker ignores SIGINT: a terminal's Ctrl-C
 reaches the whole process group, and the engine, not each worker, decides what an interrupt does), so the ranks
-stay in lockstep and the engine's abort path, which follows an interrupt, frees the pages on every rank.
+stay in lockstep and the engine's abort path, which follows an interrupt, frees the pages on every rank. A command
+is sent to every rank whole before a Ctrl-C is let through (runtime/interrupts.py).
 
 Failure handling: a worker that raises sends its traceback before exiting; the engine polls every pipe with
 a deadline and checks process liveness, so a crash at start-up or mid-run becomes a WorkerError naming the
@@ -33,6 +34,7 @@ import weakref
 from datetime import timedelta
 
 from sglang_eagle3 import env
+from sglang_eagle3.runtime.interrupts import defer_interrupt
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +104,8 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
         last_seq = 0
         while True:
             seq, cmd, payload = conn.recv()
-            if seq <= last_seq:  # sent again by an engine interrupted while sending it (TPWorkerGroup._send_all)
-                logger.debug("command %d (%s) already run: dropped", seq, cmd)
-                continue
+            if seq <= last_seq:  # the engine sends each command once, whole (TPWorkerGroup._send_all)
+                raise ValueError(f"command {seq} ({cmd}) after command {last_seq}: the command stream is out of order")
             last_seq = seq
             if cmd == "shutdown":
                 conn.send((seq, "ok", None))
@@ -226,21 +227,16 @@ class TPWorkerGroup:
         return self._gather(cmd, self._seq, deadline=time.monotonic() + self.timeout)
 
     def _send_all(self, seq: int, cmd: str, payload) -> None:
-        """Sends command ``seq`` to every rank, also when interrupted on the way: ranks that got it step into
-        collectives the others would never join (a hang until the process group's timeout). An interrupt waits
-        until every rank has it; the send it cut short is made again, and a worker drops a command it has run."""
-        interrupt = None
-        rank = 0
-        while rank < self.size:
-            try:
-                self.conns[rank].send((seq, cmd, payload))
-                rank += 1
-            except KeyboardInterrupt as e:
-                interrupt = e
-            except (BrokenPipeError, OSError):
-                self._fail(rank, f"cannot send {cmd!r}: pipe closed (exit code {self.procs[rank].exitcode})")
-        if interrupt is not None:
-            raise interrupt
+        """Sends command ``seq`` to every rank, whole, with a Ctrl-C held back until the last rank has it: ranks that
+        got it step into collectives the others would never join (a hang until the process group's timeout), and a
+        message larger than the pipe's buffer is written in pieces, so one cut short leaves a fragment in the pipe
+        that no resend repairs (the worker reads the next bytes as the rest of it)."""
+        with defer_interrupt():
+            for rank, conn in enumerate(self.conns):
+                try:
+                    conn.send((seq, cmd, payload))
+                except (BrokenPipeError, OSError):
+                    self._fail(rank, f"cannot send {cmd!r}: pipe closed (exit code {self.procs[rank].exitcode})")
 
     # -- ModelWorker interface ------------------------------------------------------------------------
     def add(self, req) -> None:

@@ -96,8 +96,8 @@ def test_interrupt_while_waiting_for_replies(engine, reference, monkeypatch, wha
 
 @pytest.mark.parametrize("after", [False, True])
 def test_interrupt_while_sending_a_step(engine, reference, monkeypatch, after):
-    """The second step command's send to rank 1 is interrupted, before the message left or once it had: rank 0
-    has it either way, so rank 1 must get it too (exactly once), or rank 0 waits in a collective for it."""
+    """A Ctrl-C lands while the second step command is sent to rank 1, before the message left or once it had: rank
+    0 has it either way, so rank 1 must get it too (exactly once), or rank 0 waits in a collective for it."""
     conn = engine.backend.conns[1]
     real, steps = conn.send, [0]
 
@@ -107,7 +107,9 @@ def test_interrupt_while_sending_a_step(engine, reference, monkeypatch, after):
             if steps[0] == 2:
                 if after:
                     real(msg)
-                raise KeyboardInterrupt
+                signal.raise_signal(signal.SIGINT)
+                if after:
+                    return
         real(msg)
 
     monkeypatch.setattr(conn, "send", send)
@@ -118,6 +120,31 @@ def test_interrupt_while_sending_a_step(engine, reference, monkeypatch, after):
     _assert_every_rank_idle(engine)
     _check_serves(engine, reference)
     assert time.monotonic() - t0 < 30, "a rank waited for a command it never got"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_interrupt_between_the_pieces_of_a_large_command(engine, reference, monkeypatch, rank):
+    """An add larger than a pipe's buffer is written in pieces; a Ctrl-C between two of them must not leave a
+    fragment in the pipe (the worker would read the next command's bytes as the rest of it). The long rid only
+    makes the message large, as a long prompt's would be."""
+    conn = engine.backend.conns[rank]
+    real, cut = conn._send, []
+
+    def write_in_two(buf):
+        if len(buf) > 64 << 10 and not cut:
+            cut.append(len(buf))
+            real(buf[:4096])
+            signal.raise_signal(signal.SIGINT)  # as if it came while the writer waited for room in the pipe
+            buf = buf[4096:]
+        real(buf)
+
+    monkeypatch.setattr(conn, "_send", write_in_two)
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate(input_ids=PROMPTS[0], sampling_params=GREEDY, rid="r" * (100 << 10))
+    monkeypatch.undo()
+    assert cut, "no message was large enough to be cut"
+    _assert_every_rank_idle(engine)
+    _check_serves(engine, reference)
 
 
 def test_sigint_reaching_the_workers(engine, reference):
