@@ -14,7 +14,9 @@ Ctrl-C in the engine process while it waited) is recognised and dropped by the n
 that call's reply. The command itself still runs on every rank (a worker ignores SIGINT: a terminal's Ctrl-C
 reaches the whole process group, and the engine, not each worker, decides what an interrupt does), so the ranks
 stay in lockstep and the engine's abort path, which follows an interrupt, frees the pages on every rank. A command
-is sent to every rank whole before a Ctrl-C is let through (runtime/interrupts.py).
+is sent to every rank whole before a Ctrl-C is let through (runtime/interrupts.py). A reply no one read may have
+held the end of another caller's request: the next step first asks rank 0 what it finished and still holds
+("resync"), so that request still reaches its caller.
 
 Failure handling: a worker that raises sends its traceback before exiting; the engine polls every pipe with
 a deadline and checks process liveness, so a crash at start-up or mid-run becomes a WorkerError naming the
@@ -23,6 +25,7 @@ rank and cause within ``timeout`` seconds, after which every worker is terminate
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -102,6 +105,9 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
         fail_step = int(fault.split(":")[1]) if fault and fault.startswith("step:") else None
         steps = 0
         last_seq = 0
+        # Rank 0's requests that finished in its latest step: that step's reply may be the one an interrupted engine
+        # never read, and "resync" hands them over again (TPWorkerGroup._resync).
+        last_finished: list = []
         while True:
             seq, cmd, payload = conn.recv()
             if seq <= last_seq:  # the engine sends each command once, whole (TPWorkerGroup._send_all)
@@ -121,7 +127,18 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
                 if fail_step is not None and steps >= fail_step:
                     raise RuntimeError(f"fault injected at step {steps} ({FAULT_ENV})")
                 changed = worker.step()
-                conn.send((seq, "ok", [r.snapshot() for r in changed] if rank == 0 else None))
+                snapshots = [r.snapshot() for r in changed] if rank == 0 else None
+                if rank == 0:
+                    last_finished = [r for r in snapshots if r.finished]
+                conn.send((seq, "ok", snapshots))
+            elif cmd == "resync":
+                # payload: the ids the engine still waits on. Each rank aborts what it holds beyond them (an abort
+                # cut short before it was sent), the same on every rank, as the queues are the same.
+                sched = worker.scheduler
+                held = {r.rid for q in (sched.waiting, sched.running) for r in q}
+                for rid in sorted(held - set(payload)):
+                    worker.abort(rid)
+                conn.send((seq, "ok", (last_finished, held & set(payload)) if rank == 0 else None))
             elif cmd == "set_num_steps":
                 worker.set_num_steps(payload)
                 conn.send((seq, "ok", None))
@@ -154,7 +171,9 @@ class TPWorkerGroup:
         port = _free_port()
         plan = dict(plan, timeout=timeout)
         self.procs, self.conns = [], []
-        self._pending: set[str] = set()
+        self._pending: dict = {}  # rid -> the caller's Request, until a step() returns it finished
+        self._resync_due = False  # a call was cut short: _pending and the workers' queues may disagree (_resync)
+        self._recovered: list = []  # finished snapshots found by _resync, for the next step() to return
         self._closed = False
         self._seq = 0  # the last command's number (replies carry it); 0: the workers' "ready"
         for rank in range(self.size):
@@ -238,25 +257,75 @@ class TPWorkerGroup:
                 except (BrokenPipeError, OSError):
                     self._fail(rank, f"cannot send {cmd!r}: pipe closed (exit code {self.procs[rank].exitcode})")
 
+    @contextlib.contextmanager
+    def _watch(self):
+        """Marks the group for _resync when the body is cut short (a Ctrl-C, most often): a step's reply then went
+        unread, and with it the end of requests of other callers; an add or abort may have reached no worker."""
+        try:
+            yield
+        except WorkerError:  # the group is shut down: nothing left to bring in line
+            raise
+        except BaseException:
+            self._resync_due = True
+            raise
+
+    def _resync(self) -> None:
+        """Brings _pending in line with the workers after a call was cut short. A request rank 0 finished in its
+        latest step (whose reply may be the one no one read) is handed to the next step() caller as it finished;
+        one rank 0 does not hold and did not just finish (an add cut short before it was sent) ends with an abort
+        reason, so its caller hears of it; one the workers hold but _pending does not (an abort cut short before it
+        was sent) is aborted on every rank. Without it, a lost request stayed in _pending: has_work() true for ever
+        and its caller waiting for ever."""
+        finished, held = self._call("resync", sorted(self._pending))
+        recovered = {r.rid for r in self._recovered}
+        for r in finished:
+            if r.rid in self._pending and r.rid not in recovered:
+                self._recovered.append(r)
+                recovered.add(r.rid)
+        for rid, req in self._pending.items():
+            if rid not in held and rid not in recovered:
+                logger.warning("request %s: lost by a call to the TP workers that was cut short; ended as aborted",
+                               rid)
+                lost = req.snapshot()
+                lost.finished_reason = {"type": "abort", "message": "lost by an interrupted call to the TP workers"}
+                self._recovered.append(lost)
+        self._resync_due = False
+
     # -- ModelWorker interface ------------------------------------------------------------------------
     def add(self, req) -> None:
-        self._pending.add(req.rid)
-        self._call("add", [req.snapshot()])
+        with self._watch():
+            self._pending[req.rid] = req
+            self._call("add", [req.snapshot()])
 
     def abort(self, rid: str) -> bool:
-        self._pending.discard(rid)
-        if self._closed:  # after a failure there is nothing left to cancel
-            return False
-        return bool(self._call("abort", rid))
+        with self._watch():
+            self._pending.pop(rid, None)
+            self._recovered = [r for r in self._recovered if r.rid != rid]  # its caller no longer waits for it
+            if self._closed:  # after a failure there is nothing left to cancel
+                return False
+            return bool(self._call("abort", rid))
 
     def step(self) -> list:
-        changed = self._call("step")
-        for r in changed:
-            if r.finished:
-                self._pending.discard(r.rid)
-        return changed
+        with self._watch():
+            if self._resync_due:
+                self._resync()
+            changed = self._call("step")
+            if self._recovered:
+                changed, self._recovered = self._recovered + changed, []
+            for r in changed:
+                if r.finished:
+                    self._pending.pop(r.rid, None)
+            return changed
 
     def has_work(self) -> bool:
+        if self._resync_due and not self._closed:
+            # After an interrupt only: _pending may name a request that is gone, and the workers may hold one whose
+            # abort never reached them, so the answer is asked of them (one round trip).
+            try:
+                with self._watch():
+                    self._resync()
+            except WorkerError:  # the next step() raises it where its callers handle a failure
+                return True
         return bool(self._pending)
 
     def info(self) -> dict:

@@ -2,7 +2,7 @@
 command's replies or while it sends the command, the engine's later calls read their own replies (not the
 interrupted command's), every rank's pages come back through the abort path, and later outputs are a fresh
 engine's. A SIGINT reaching the workers themselves (a terminal's Ctrl-C signals the whole process group) does not
-stop them."""
+stop them. A request of another caller whose end was in a reply no one read still reaches that caller."""
 
 from __future__ import annotations
 
@@ -143,6 +143,95 @@ def test_interrupt_between_the_pieces_of_a_large_command(engine, reference, monk
         engine.generate(input_ids=PROMPTS[0], sampling_params=GREEDY, rid="r" * (100 << 10))
     monkeypatch.undo()
     assert cut, "no message was large enough to be cut"
+    _assert_every_rank_idle(engine)
+    _check_serves(engine, reference)
+
+
+def _finish_of_another_caller(engine, monkeypatch, n_tokens: int):
+    """Queues a request as another caller would (the server's driver), then interrupts a generate right after
+    reading the step reply in which that request finished: the reply is dropped, as one no one waited for is."""
+    group = engine.backend
+    params = dict(GREEDY, max_new_tokens=n_tokens)
+    foreign = engine.make_request(input_ids=PROMPTS[0], sampling_params=params)
+    group.add(foreign)
+    real = group._gather
+
+    def gather(name, *args, **kwargs):
+        out = real(name, *args, **kwargs)
+        if name == "step" and any(r.rid == foreign.rid and r.finished for r in out[0]):
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(group, "_gather", gather)
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate(input_ids=PROMPTS[1:], sampling_params=GREEDY)
+    monkeypatch.undo()
+    return foreign
+
+
+def _drain(engine) -> dict:
+    """Steps while the group has work; returns the finished requests by id."""
+    done = {}
+    for _ in range(100):
+        if not engine.scheduler.has_work():
+            return done
+        done.update((r.rid, r) for r in engine.scheduler.step() if r.finished)
+    raise AssertionError(f"has_work() still true after 100 steps (pending {sorted(engine.backend._pending)})")
+
+
+def test_a_finish_in_an_unread_reply_still_reaches_its_caller(engine, reference, monkeypatch):
+    """Another caller's request finished in the step whose reply the interrupted generate never read: the next
+    step returns it finished, with its tokens, and has_work() turns false."""
+    n = 3  # ends before the generate's own requests (8 tokens)
+    foreign = _finish_of_another_caller(engine, monkeypatch, n)
+    done = _drain(engine)
+    assert list(done) == [foreign.rid]
+    assert done[foreign.rid].finished_reason == {"type": "length", "length": n}
+    assert done[foreign.rid].output_ids == reference[0][:n]
+    _assert_every_rank_idle(engine)
+    _check_serves(engine, reference)
+
+
+def test_an_add_cut_short_before_sending_ends_aborted(engine, reference, monkeypatch):
+    """An add interrupted before any worker got it leaves an id only the engine knows: the next step ends it with
+    an abort reason (its caller hears of it) instead of waiting on it for ever."""
+    group = engine.backend
+    real = group._send_all
+
+    def send_all(seq, cmd, payload):
+        if cmd == "add":
+            raise KeyboardInterrupt
+        real(seq, cmd, payload)
+
+    lost = engine.make_request(input_ids=PROMPTS[1], sampling_params=GREEDY)
+    monkeypatch.setattr(group, "_send_all", send_all)
+    with pytest.raises(KeyboardInterrupt):
+        group.add(lost)
+    monkeypatch.undo()
+    done = _drain(engine)
+    assert list(done) == [lost.rid] and done[lost.rid].finished_reason["type"] == "abort"
+    _assert_every_rank_idle(engine)
+    _check_serves(engine, reference)
+
+
+def test_an_abort_cut_short_before_sending_is_made(engine, reference, monkeypatch):
+    """An abort interrupted before any worker got it: the workers would decode the request for no one, holding its
+    pages; the next step aborts it on every rank."""
+    group = engine.backend
+    r = engine.make_request(input_ids=PROMPTS[2], sampling_params=GREEDY)
+    group.add(r)
+    real = group._send_all
+
+    def send_all(seq, cmd, payload):
+        if cmd == "abort":
+            raise KeyboardInterrupt
+        real(seq, cmd, payload)
+
+    monkeypatch.setattr(group, "_send_all", send_all)
+    with pytest.raises(KeyboardInterrupt):
+        group.abort(r.rid)
+    monkeypatch.undo()
+    assert _drain(engine) == {}
     _assert_every_rank_idle(engine)
     _check_serves(engine, reference)
 
