@@ -26,6 +26,7 @@ import torch
 from sglang_eagle3 import env
 from sglang_eagle3.config import ConfigError, resolve_aux_layer_ids
 from sglang_eagle3.env_report import git_commit
+from sglang_eagle3.runtime.interrupts import defer_interrupt
 from sglang_eagle3.runtime.request import Request
 from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError
 
@@ -534,9 +535,12 @@ class Engine:
                             done[r.rid] = r
                 outs = [self.result(done[r.rid]) for r in reqs]
             except BaseException:
-                for r in reqs:  # an interrupted generate leaves nothing queued behind
-                    if r.rid not in done:
-                        self.scheduler.abort(r.rid)
+                # An interrupted generate leaves nothing queued behind, also when a second Ctrl-C comes meanwhile:
+                # a request it skipped would hold its pages until decoded to its end for no one.
+                with defer_interrupt():
+                    for r in reqs:
+                        if r.rid not in done:
+                            self.scheduler.abort(r.rid)
                 raise
         return outs if batch else outs[0]
 

@@ -1,14 +1,20 @@
 """A Ctrl-C (KeyboardInterrupt) anywhere in admission or prefill: once Engine.generate's abort path has run, every
 KV page is back in the pool exactly once, nothing is left queued, and the engine's next outputs are a fresh engine's.
-A request of another caller admitted by the interrupted step is put back in the queue and still served right.
+A request of another caller admitted by the interrupted step is put back in the queue and still served right. A
+second Ctrl-C in the abort path (an abort's page moves, generate's aborts) loses nothing: those run as critical
+sections (runtime/interrupts.py), tested here too.
 """
 
 from __future__ import annotations
+
+import signal
+import threading
 
 import pytest
 from conftest import scheduler_of, small_config, small_draft_config
 
 from sglang_eagle3 import Engine
+from sglang_eagle3.runtime.interrupts import defer_interrupt
 from sglang_eagle3.runtime.scheduler import Scheduler
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -135,6 +141,92 @@ def test_abort_takes_a_request_out_of_both_queues(engine):
     assert sched.abort(r.rid)
     assert not sched.waiting and not sched.running
     _assert_pool_whole(engine)
+
+
+def test_defer_interrupt_delivers_after_the_section():
+    """A SIGINT inside the section lets the body finish, then raises KeyboardInterrupt; the handler is put back."""
+    before = signal.getsignal(signal.SIGINT)
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with defer_interrupt():
+            signal.raise_signal(signal.SIGINT)
+            done.append("body")
+    assert done == ["body"]
+    assert signal.getsignal(signal.SIGINT) is before
+    with defer_interrupt():  # no signal: nothing raised
+        pass
+
+
+def test_defer_interrupt_nested_hands_the_signal_out():
+    """An inner section's signal waits for the outer section's end, not the inner's."""
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with defer_interrupt():
+            with defer_interrupt():
+                signal.raise_signal(signal.SIGINT)
+            done.append("outer body")
+    assert done == ["outer body"]
+
+
+def test_defer_interrupt_off_the_main_thread_is_a_no_op():
+    """signal.signal works on the main thread only (and only there does a KeyboardInterrupt land)."""
+    errors = []
+
+    def run():
+        try:
+            with defer_interrupt():
+                pass
+        except BaseException as e:  # noqa: BLE001 - any failure is the test's
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert not errors
+
+
+def test_interrupt_inside_an_abort_frees_the_pages(engine, monkeypatch):
+    """A Ctrl-C between _release's two moves (the pages taken off the request, not yet on the free list): abort
+    runs outside a step, where no reclaim follows, so the pages would be lost for good."""
+    sched = scheduler_of(engine)
+    r = engine.make_request(input_ids=PROMPTS[2], sampling_params=GREEDY)
+    sched.add(r)
+    sched.step()  # its prefill: it holds pages now
+    assert r.pages
+    alloc = engine.runner.allocator
+    real = alloc.free
+
+    def free(pages):
+        signal.raise_signal(signal.SIGINT)
+        real(pages)
+
+    monkeypatch.setattr(alloc, "free", free)
+    with pytest.raises(KeyboardInterrupt):
+        sched.abort(r.rid)
+    monkeypatch.undo()
+    _assert_pool_whole(engine)
+
+
+def test_second_interrupt_in_generates_abort_path(engine, reference, monkeypatch):
+    """A second Ctrl-C while generate aborts its requests after the first: every one is still aborted (one skipped
+    would stay queued, holding its pages, and be decoded to its end for no one)."""
+    sched = scheduler_of(engine)
+    _interrupt_on_call(monkeypatch, sched, "_step", 2, after=True)  # a decode round: every request holds pages
+    real, aborts = sched.abort, []
+
+    def abort(rid):
+        aborts.append(rid)
+        if len(aborts) == 1:
+            signal.raise_signal(signal.SIGINT)
+        return real(rid)
+
+    monkeypatch.setattr(sched, "abort", abort)
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+    monkeypatch.undo()
+    assert len(aborts) == len(PROMPTS)
+    _assert_pool_whole(engine)
+    assert [o["output_ids"] for o in engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)] == reference
 
 
 class _PatchableDeque:

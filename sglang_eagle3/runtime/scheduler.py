@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sglang_eagle3.runtime.interrupts import defer_interrupt
 from sglang_eagle3.runtime.kv_cache import pages_for
 from sglang_eagle3.runtime.model_runner import BatchTensors, ModelRunner
 from sglang_eagle3.runtime.request import Request
@@ -118,12 +119,15 @@ class Scheduler:
         # Both queues are searched to the end: an interrupt inside _admit (between its two moves) can leave a request
         # listed in both for a moment, and an abort must take it out of each.
         found = False
-        for q in (self.waiting, self.running):
-            for r in [r for r in q if r.rid == rid]:
-                r.finished_reason = {"type": "abort", "message": "aborted"}
-                self._release(r)
-                _remove_identical(q, r)
-                found = True
+        # Whole or not at all: abort runs outside a step, where no reclaim follows, so a Ctrl-C between _release's
+        # two moves (the pages off the request, then onto the free list) would lose them for good.
+        with defer_interrupt():
+            for q in (self.waiting, self.running):
+                for r in [r for r in q if r.rid == rid]:
+                    r.finished_reason = {"type": "abort", "message": "aborted"}
+                    self._release(r)
+                    _remove_identical(q, r)
+                    found = True
         return found
 
     def has_work(self) -> bool:
