@@ -301,6 +301,8 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
             f"{name} must be [N, {K}] {x.dtype}, K-contiguous; got {tuple(w.shape)} {w.stride()} {w.dtype}")
     assert not gated or (w2_up.shape == w2.shape and w2_up.stride() == w2.stride()), (
         f"w2_up {tuple(w2_up.shape)} {w2_up.stride()} must match w2 {tuple(w2.shape)} {w2.stride()}")
+    # (a plain pair's programs store through one path, tl.where of the two outputs' pointers: one dtype)
+    assert gated or out1_dtype in (None, x.dtype), f"a plain pair's outputs are both {x.dtype}, got {out1_dtype=}"
     N1, N2 = w1.shape[0], w2.shape[0]
     y1 = torch.empty(T, N1, dtype=out1_dtype or x.dtype, device=x.device)
     y2 = torch.empty(T, N2, dtype=x.dtype, device=x.device)
@@ -528,7 +530,9 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         outs = (*outs, *routed)
     if T == 0:
         return outs
-    if fma is not False and config is None and fma_pair_form(K, w2_up is not None, norm or route is not None):
+    plain_mixed = w2_up is None and out1_dtype not in (None, x.dtype)  # the plain form stores one dtype
+    if (fma is not False and config is None and not plain_mixed
+            and fma_pair_form(K, w2_up is not None, norm or route is not None)):
         return triton_gemv_fma_pair(x, w1, w2, w2_up, out1_dtype=out1_dtype)
     mats2 = 2 if w2_up is not None else 1
     limits = NORM_POST_LIMITS if norm else {}

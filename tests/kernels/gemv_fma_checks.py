@@ -110,6 +110,24 @@ def check_gemv_fma_pair(T: int, N1: int, N2: int, K: int, device: str = "cpu", s
     return {"rel_err": [err1, err2], "dispatched": routed}
 
 
+def check_plain_pair_float32_first(seed: int = 0) -> dict:
+    """A plain pair whose first output is float32 (out1_dtype) stays on the tensor cores (the CUDA-core plain pair
+    stores both outputs through one path, so in one dtype): triton_gemv_pair's result is its fma=False one, bit
+    for bit, in the dtypes asked for; the CUDA-core launcher refuses the mix by name."""
+    import pytest
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = (torch.randn(3, 1100, generator=g) * 2).to(torch.bfloat16)
+    w1, w2 = ((torch.randn(n, 1100, generator=g) / math.sqrt(1100)).to(torch.bfloat16) for n in (9, 5))
+    y1, y2 = triton_gemv_pair(x, w1, w2, out1_dtype=torch.float32)
+    t1, t2 = triton_gemv_pair(x, w1, w2, out1_dtype=torch.float32, fma=False)
+    assert y1.dtype == torch.float32 and y2.dtype == torch.bfloat16
+    assert torch.equal(y1, t1) and torch.equal(y2, t2), "a float32-first plain pair left the tensor cores"
+    with pytest.raises(AssertionError, match="a plain pair's outputs are both"):
+        triton_gemv_fma_pair(x, w1, w2, None, out1_dtype=torch.float32)
+    return {}
+
+
 def check_gemv_fma_heads(T: int, B: int, N: int, K: int, device: str = "cpu", seed: int = 0,
                          dtype=torch.bfloat16, config: dict | None = None, w_view: bool = False) -> dict:
     """The CUDA-core GEMV per head (x [T, B, K] @ w [B, N, K]^T, MLA's W_UV) against a float64 product of the
@@ -226,6 +244,7 @@ CASES = {
     "gemv_fma_pair_plain_t5_dispatch": lambda: check_gemv_fma_pair(5, 37, 13, 1100, seed=27, gated=False),
     "gemv_fma_pair_plain_t3_fp16": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=28, dtype=torch.float16,
                                                                config=LF_PAIR_2, gated=False),
+    "gemv_pair_plain_float32_first": lambda: check_plain_pair_float32_first(seed=31),
     # 8-row programs (T = 13: one of 8, one of 5; benchmarks/variants/gemv_qkv_rows8.py's form), 8 weight rows.
     "gemv_fma_pair_plain_t13_rows8": lambda: check_gemv_fma_pair(13, 19, 11, 300, seed=30, config=LF_8,
                                                                  gated=False),
