@@ -583,3 +583,13 @@ def test_model_runner_sets_one_gemv_form_for_the_engine(monkeypatch):
         forms(1)
         attn._heads_out(latent)
     assert seen == [False, None], f"W_UV's GEMV got fma={seen}, expected the engine's choice (False, then None)"
+    # MLA's q_a + kv_a pair launch takes the engine's choice too (thirty-seventh session: it has a CUDA-core form)
+    pairs, real_pair = [], kernels.gemv_pair
+    monkeypatch.setattr(kernels, "gemv_pair", lambda *a, **k: (pairs.append(k.get("fma")), real_pair(*a, **k))[1])
+    x = torch.randn(2, attn.q_a_proj.in_features)
+    with torch.no_grad():
+        forms(4)
+        attn._project(x, torch.arange(2))
+        forms(1)
+        attn._project(x, torch.arange(2))
+    assert pairs == [False, None], f"q_a + kv_a's pair launch got fma={pairs}, expected False, then None"
