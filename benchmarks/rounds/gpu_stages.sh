@@ -2,6 +2,13 @@
 # one step with its own time limit so that a step that fails or runs out of time does not stop the next.
 # Results land in $OUT (the device tool brings back at most 8 files from there).
 set -uo pipefail
+# Every result file records GIT_COMMIT; without it the harness asks git, and the device's copy of the tree carries a
+# stale .git (the thirty-seventh session's k4 recorded e436d6d-dirty for 8886fef): refused, not guessed.
+if [ -z "${GIT_COMMIT:-}" ]; then
+  echo "GIT_COMMIT is not set: run as GIT_COMMIT=<this tree's commit, from your checkout> bash $0 PART (results record it; the device copy's own git is stale)" >&2
+  exit 2
+fi
+export GIT_COMMIT
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # NVLink multicast stays off on the lent machines (device notes, KINDS.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
