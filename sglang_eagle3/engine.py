@@ -427,9 +427,9 @@ class Engine:
         """The sampling checks that need this engine's vocabulary, tokenizer and per-request limits."""
         V = self.model_config.vocab_size
         bad = [t for t in params.stop_token_ids if not 0 <= t < V]
-        if bad:
-            raise SamplingParamsError(f"stop_token_ids={params.stop_token_ids!r}: {bad[:5]} outside the vocabulary "
-                                      f"[0, {V})")
+        if bad:  # the first few, not the list: a client's list may hold 10^5 ids
+            raise SamplingParamsError(f"stop_token_ids={bad[:5]!r}{' ...' if len(bad) > 5 else ''}: {len(bad)} of "
+                                      f"{len(params.stop_token_ids)} ids outside the vocabulary [0, {V})")
         # Before any message that shows the list: 100000 stop strings would make a 1.4 MB error.
         limit = self.args.max_stop_strings
         if len(params.stop) > limit:
@@ -441,8 +441,9 @@ class Engine:
             raise SamplingParamsError(f"stop=[{long[:16]!r}..., ...] holds a string of {len(long)} characters, "
                                       f"more than max_stop_str_len={limit}, this engine's limit")
         if params.stop and self.tokenizer is None:
-            raise SamplingParamsError(f"stop={params.stop!r} needs a tokenizer, and this engine runs without one "
-                                      "(skip_tokenizer_init): use stop_token_ids")
+            raise SamplingParamsError(f"stop={params.stop[:3]!r}{' ...' if len(params.stop) > 3 else ''} needs a "
+                                      "tokenizer, and this engine runs without one (skip_tokenizer_init): use "
+                                      "stop_token_ids")
         if params.top_k >= V:  # keeps every token, as SGLang reads it (2**63 overflowed the sampled batch's int64)
             params = dataclasses.replace(params, top_k=-1)
         return params

@@ -188,7 +188,10 @@ def test_target_config_missing_field(small_pair, tmp_path):
     ({"temprature": 0.5}, ["temprature"]),
     ({"n": 2}, ["n=2"]),
     ({"stop": 5}, ["stop=5"]),
-    ({"stop_token_ids": ["a"]}, ["stop_token_ids=['a']"]),
+    ({"stop_token_ids": ["a"]}, ["stop_token_ids[0]='a'", "must be an integer"]),
+    ({"stop_token_ids": [1, True]}, ["stop_token_ids[1]=True"]),
+    ({"stop": ["ok", 3]}, ["stop[1]=3", "must be a string"]),
+    ({"stop": ["ok", ""]}, ["stop[1]=''", "empty string"]),
     ({"seed": "x"}, ["seed='x'"]),
 ], ids=lambda x: str(x) if isinstance(x, dict) else None)
 def test_bad_sampling_params(engine, params, needles):
@@ -223,7 +226,7 @@ def test_bad_request(engine, kwargs, needles):
 
 
 @pytest.mark.parametrize("params,needles", [
-    ({"stop_token_ids": [-5]}, ["stop_token_ids=[-5]", f"[0, {VOCAB})"]),
+    ({"stop_token_ids": [-5]}, ["stop_token_ids=[-5]", "1 of 1 ids", f"[0, {VOCAB})"]),
     ({"stop_token_ids": [2 ** 70]}, ["stop_token_ids", f"[0, {VOCAB})"]),
     ({"stop": "the"}, ["stop=['the']", "tokenizer", "stop_token_ids"]),  # this engine has none
     ({"stop": [""]}, ["stop", "empty string"]),
@@ -276,6 +279,27 @@ def test_stop_strings_are_capped(engine):
     # At the limits the request passes them (and, this engine having no tokenizer, meets the next check).
     _raises(SamplingParamsError, ["needs a tokenizer"], engine.generate, input_ids=[1, 2],
             sampling_params={"stop": many[:127] + ["x" * 256]})
+    _assert_idle(engine)
+
+
+def test_list_errors_name_the_item_not_the_list(engine):
+    """An empty string, a non-string item or an id outside the vocabulary among 10^5 list items printed the whole
+    list (a megabyte error a client got back and the log kept): the message names the first bad item, its index
+    and the list's length."""
+    many = [f"stop{i}" for i in range(100_000)]
+    for bad, needles in ((many[:50_000] + [""] + many[50_000:], ["stop[50000]=''", "100001 items"]),
+                         (many[:70_000] + [7] + many[70_000:], ["stop[70000]=7", "100001 items"]),
+                         (["x" * 10_000, None], ["stop[1]=None"])):
+        err = _raises(SamplingParamsError, needles, engine.generate, input_ids=[1, 2], sampling_params={"stop": bad})
+        assert len(str(err)) < 200, str(err)[:300]
+    ids = list(range(VOCAB)) * 50 + [VOCAB + 3, -1] + [1] * 10
+    err = _raises(SamplingParamsError, [f"stop_token_ids=[{VOCAB + 3}, -1]", f"2 of {len(ids)} ids",
+                                        f"[0, {VOCAB})"], engine.generate, input_ids=[1, 2],
+                  sampling_params={"stop_token_ids": ids})
+    assert len(str(err)) < 200, str(err)[:300]
+    err = _raises(SamplingParamsError, ["stop_token_ids[3]=", "must be an integer"], engine.generate,
+                  input_ids=[1, 2], sampling_params={"stop_token_ids": [1, 2, 3, "4" * 100_000]})
+    assert len(str(err)) < 250, str(err)[:300]
     _assert_idle(engine)
 
 

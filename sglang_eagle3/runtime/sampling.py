@@ -81,6 +81,10 @@ class SamplingParams:
         def bad(name, why):
             raise SamplingParamsError(f"{name}={getattr(self, name)!r} {why}")
 
+        def bad_item(name, i, why):
+            items = getattr(self, name)
+            raise SamplingParamsError(f"{name}[{i}]={_short_repr(items[i])} {why} ({name} holds {len(items)} items)")
+
         def is_num(v):
             return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -95,13 +99,19 @@ class SamplingParams:
             bad("top_k", "must be -1 (off) or an integer >= 1")
         if not is_num(self.min_p) or not 0 <= self.min_p <= 1:
             bad("min_p", "must be in [0, 1]")
-        if not isinstance(self.stop, list) or not all(isinstance(s, str) for s in self.stop):
+        # The list fields' errors name the first bad item, not the list: a client's list may hold 10^5 items.
+        if not isinstance(self.stop, list):
             bad("stop", "must be a string or a list of strings")
-        if "" in self.stop:
-            bad("stop", "holds an empty string, which would match before any text")
-        if not isinstance(self.stop_token_ids, list) or not all(
-                isinstance(t, int) and not isinstance(t, bool) for t in self.stop_token_ids):
+        for i, s in enumerate(self.stop):
+            if not isinstance(s, str):
+                bad_item("stop", i, "must be a string")
+            if s == "":
+                bad_item("stop", i, "is an empty string, which would match before any text")
+        if not isinstance(self.stop_token_ids, list):
             bad("stop_token_ids", "must be a list of integers")
+        for i, t in enumerate(self.stop_token_ids):
+            if not isinstance(t, int) or isinstance(t, bool):
+                bad_item("stop_token_ids", i, "must be an integer")
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
             bad("seed", "must be an integer")
         for name in ("ignore_eos", "no_stop_trim", "skip_special_tokens"):
@@ -120,6 +130,12 @@ class SamplingParams:
         reads it for every emitted token, and its cost grows with the stop strings' total length. NOTE: stale if
         ``stop`` is changed in place after it is read (dataclasses.replace makes a fresh one)."""
         return max(16, max((len(s.encode()) for s in self.stop), default=0) + 2)
+
+
+def _short_repr(v, limit: int = 80) -> str:
+    """repr cut to ``limit`` characters: an error names the value without echoing a client's megabytes back."""
+    r = repr(v)
+    return r if len(r) <= limit else f"{r[:limit]}... ({len(r)} characters)"
 
 
 KEY_MASK = 0xFFFFFFFF
