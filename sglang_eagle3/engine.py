@@ -386,7 +386,8 @@ class Engine:
                     f"max_new_tokens={params.max_new_tokens} with a prompt of {n} tokens does not fit: at most {limit} "
                     f"new tokens for this prompt (context length {self.context_length} tokens less {lookahead - 1} "
                     f"reserved for speculation; KV cache {self._pool_tokens} less {lookahead})")
-            params = dataclasses.replace(params, max_new_tokens=limit)
+            # (min_new_tokens clipped with it, as SGLang does)
+            params = dataclasses.replace(params, max_new_tokens=limit, min_new_tokens=min(params.min_new_tokens, limit))
         start = logprob_start_len
         if start is not None and (not isinstance(start, int) or isinstance(start, bool) or not -1 <= start <= n):
             raise RequestError(f"logprob_start_len={logprob_start_len!r} must be an integer in [-1, {n}] (-1: the "

@@ -21,8 +21,10 @@ from sglang_eagle3.runtime.sampling import (
     ALL_FILTERS,
     UNRANKED,
     Filters,
+    Penalties,
     SamplerBatch,
     draft_tokens,
+    penalized_logits,
     sample_tokens,
     sampling_rows,
 )
@@ -143,6 +145,15 @@ class ModelRunner:
             filters: GraphRunner(name, self._round_fn(raw, filters), sampled_specs, tokens_per_req=verify_widths,
                                  eager_fn=self._round_fn(parts, filters), replay_counts=counts, **common)
             for name, filters in (("spec_round_sampled", UNRANKED), ("spec_round_filtered", ALL_FILTERS))}
+        # Batches with penalties (frequency / presence / repetition, min_new_tokens): each verify row's logits are
+        # penalized with the draft tokens before it counted (sampling.penalized_logits), so that the output is the
+        # one plain decoding gives. Not captured as one graph (their per-request state is [B, V] counts a batch):
+        # the round runs as its parts, each replaying its own graph (the verify forward too), with acceptance
+        # eager between them, and is counted as spec_round_penalized EAGER with this reason.
+        self.penalized_round = GraphRunner(
+            "spec_round_penalized", self._round_fn(parts, ALL_FILTERS, penalized=True), sampled_specs, self.stats,
+            enabled=False, disabled_reason="a request has penalties (frequency/presence/repetition_penalty or "
+            "min_new_tokens): the round runs as its parts, each replaying its own graph")
         # Prefill as graphs: prompts padded to the next token bucket (causal, so padded tokens after the real
         # ones change nothing), the target and the draft's extend over them. Buckets past the page table's
         # reach (the context) are dropped: padded positions must index the table and the rotary cache like
@@ -240,19 +251,21 @@ class ModelRunner:
         last = torch.arange(B, device=ids.device) * T + a
         return proposals[last], hidden[last]
 
-    def _round_fn(self, parts: dict, filters: Filters | None = None):
+    def _round_fn(self, parts: dict, filters: Filters | None = None, penalized: bool = False):
         """A round with acceptance on the device: a = the longest prefix where the drafts equal the target's
-        tokens (its argmax; with ``filters``: sampling.sample_tokens with the per-request samp_f / samp_i), or
-        sim_accept where >= 0 (benchmarking). Returns (logits [B*T, V], packed [B, 3+k] int64 of a, the target's
-        token after them, the next round's d_1, then d_1..d_k; the next draft hidden [B, Hd])."""
+        tokens (its argmax; with ``filters``: sampling.sample_tokens with the per-request samp_f / samp_i, of the
+        logits with each row's penalties where ``penalized``: input ``pen``, a sampling.Penalties), or sim_accept
+        where >= 0 (benchmarking). Returns (logits [B*T, V] as the target gave them, packed [B, 3+k] int64 of a, the
+        target's token after them, the next round's d_1, then d_1..d_k; the next draft hidden [B, Hd])."""
         def fn(input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, sim_accept, tokens_per_req,
-               samp_f=None, samp_i=None):
+               samp_f=None, samp_i=None, pen=None):
             T, B = tokens_per_req, seq_lens.shape[0]
             batch = dict(positions=positions, page_table=page_table, seq_lens=seq_lens, out_cache_loc=out_cache_loc,
                          samp=None if filters is None else (samp_f, samp_i))
             ids, logits, aux = self.propose_verify(parts, input_ids, hidden=hidden, T=T, **batch)
             if filters is not None:  # row j of a request samples the token at its position + 1
-                target = sample_tokens(logits, samp_f.repeat_interleave(T, 0), samp_i.repeat_interleave(T, 0),
+                scores = penalized_logits(logits, pen, ids) if penalized else logits
+                target = sample_tokens(scores, samp_f.repeat_interleave(T, 0), samp_i.repeat_interleave(T, 0),
                                        positions + 1, filters).view(B, T)
             else:
                 target = logits.view(B, T, -1).argmax(-1)
@@ -563,21 +576,36 @@ class ModelRunner:
         """greedy_round for a batch with sampled requests: the target's tokens from the sampler (the graphs whose
         filters cover the batch's). Returns what greedy_round returns."""
         B = len(bt.extend_lens)
-        runner = self.sampled_rounds[ALL_FILTERS if samp.filters.ranked else UNRANKED]
-        logits, packed, next_hidden = runner(
-            B, T, input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
-            out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept, samp_f=samp.f, samp_i=samp.i)
+        inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
+                      out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept, samp_f=samp.f,
+                      samp_i=samp.i)
+        if samp.penalties is not None:
+            runner, inputs["pen"] = self.penalized_round, samp.penalties
+        else:
+            runner = self.sampled_rounds[ALL_FILTERS if samp.filters.ranked else UNRANKED]
+        logits, packed, next_hidden = runner(B, T, **inputs)
         return logits, packed[:B], next_hidden[:B]
 
-    def sampler_batch(self, params: list, keys: list[int]) -> SamplerBatch:
-        """The sampler's inputs for requests with ``params`` and sampling ``keys``, uploaded without waiting."""
+    def sampler_batch(self, params: list, keys: list[int], outputs: list[list[int]] | None = None,
+                      eos: frozenset[int] = frozenset()) -> SamplerBatch:
+        """The sampler's inputs for requests with ``params`` and sampling ``keys``, uploaded without waiting; with
+        the penalty state (sampling.Penalties) of their ``outputs`` so far where a request has penalties (``eos``:
+        the engine's end tokens, which min_new_tokens holds back)."""
         f, i = sampling_rows(params, keys)
+        pen = None
+        if any(p.penalized for p in params):
+            pen = Penalties.build(params, outputs if outputs is not None else [[] for _ in params], eos,
+                                  self.target.config.vocab_size, self._upload)
         return SamplerBatch(self._upload(torch.tensor(f, dtype=torch.float32)),
-                            self._upload(torch.tensor(i, dtype=torch.int64)), Filters.of(params))
+                            self._upload(torch.tensor(i, dtype=torch.int64)), Filters.of(params), pen)
 
     @staticmethod
     def sample(logits: torch.Tensor, samp: SamplerBatch | None, positions: torch.Tensor | None) -> torch.Tensor:
         """One token a request (decode, prefill) from logits [B, V] at ``positions`` [B], the positions being
-        sampled -> int64 [B] on the device; the argmax when ``samp`` is None (every request greedy: no positions
-        needed)."""
-        return logits.argmax(-1) if samp is None else sample_tokens(logits, samp.f, samp.i, positions, samp.filters)
+        sampled -> int64 [B] on the device; the argmax when ``samp`` is None (every request greedy, none penalized:
+        no positions needed). Penalties (samp.penalties) apply first, as a verify row's do."""
+        if samp is None:
+            return logits.argmax(-1)
+        if samp.penalties is not None:
+            logits = penalized_logits(logits, samp.penalties)
+        return sample_tokens(logits, samp.f, samp.i, positions, samp.filters)

@@ -49,6 +49,15 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     seed: int | None = None
+    # Penalties (SGLang's meanings, over the request's OUTPUT tokens so far): a token's logit less
+    # frequency_penalty x its count and presence_penalty if it occurred, then divided by repetition_penalty where
+    # positive, multiplied where negative; no stop token (eos unless ignore_eos, stop_token_ids) and no stop string
+    # before min_new_tokens tokens. Exact with speculation: each verify row counts the draft tokens before it
+    # (penalized_logits).
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_new_tokens: int = 0
     # Text only (SGLang's meaning): keep the matched stop string / stop token's text in the output; decode
     # special tokens too.
     no_stop_trim: bool = False
@@ -117,10 +126,25 @@ class SamplingParams:
         for name in ("ignore_eos", "no_stop_trim", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")  # "false" is a truthy string
+        for name in ("frequency_penalty", "presence_penalty"):
+            if not is_num(getattr(self, name)) or not -2 <= getattr(self, name) <= 2:
+                bad(name, "must be a number in [-2, 2]")
+        if not is_num(self.repetition_penalty) or not 0 < self.repetition_penalty <= 2:
+            bad("repetition_penalty", "must be a number in (0, 2] (1: none)")
+        if not isinstance(self.min_new_tokens, int) or isinstance(self.min_new_tokens, bool) \
+                or not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise SamplingParamsError(f"min_new_tokens={self.min_new_tokens!r} must be an integer in [0, "
+                                      f"max_new_tokens={self.max_new_tokens}]")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0 or self.top_k == 1
+
+    @property
+    def penalized(self) -> bool:
+        """Whether a penalty changes this request's logits (a greedy one's too: its argmax is of them)."""
+        return (self.frequency_penalty != 0 or self.presence_penalty != 0 or self.repetition_penalty != 1
+                or self.min_new_tokens > 0)
 
     @functools.cached_property
     def stop_window(self) -> int:
@@ -188,13 +212,115 @@ class Filters:
 
 
 @dataclass(frozen=True, eq=False)
+class Penalties:
+    """A batch's penalty state on the device (SamplingParams' penalties), kept current by ``advance`` after every
+    round queued for the batch, so that a round queued before the host has read the one ahead of it (the overlap
+    schedule) counts that round's tokens too.
+
+    counts  int32 [B, V]  each token's occurrences among the request's output tokens so far
+    params  float32 [B, 3] frequency_penalty, presence_penalty, repetition_penalty (0, 0, 1: none)
+    min_left int64 [B]    output tokens still to come before a stop token may be sampled (min_new_tokens less
+                          the outputs so far; <= 0: none blocked)
+    stops   bool [B, V] or None  each request's stop tokens (eos unless ignore_eos, stop_token_ids); None when no
+                          request of the batch asks for min_new_tokens"""
+
+    counts: torch.Tensor
+    params: torch.Tensor
+    min_left: torch.Tensor
+    stops: torch.Tensor | None
+
+    @staticmethod
+    def build(params: list[SamplingParams], outputs: list[list[int]], eos: set[int] | frozenset[int], vocab: int,
+              upload) -> Penalties:
+        """The state of requests with ``params`` that have emitted ``outputs`` (host lists); ``upload`` moves a
+        host tensor to the device (ModelRunner._upload). Requests without penalties get no counts (their rows are
+        left as they are whatever the counts say)."""
+        B = len(params)
+        flat = [(b, t) for b, (p, out) in enumerate(zip(params, outputs, strict=True)) if p.penalized for t in out]
+        counts = torch.zeros(B, vocab, dtype=torch.int32)
+        if flat:
+            rows, toks = torch.tensor(flat, dtype=torch.int64).unbind(1)
+            counts.index_put_((rows, toks), torch.ones(len(flat), dtype=torch.int32), accumulate=True)
+        stops = None
+        if any(p.min_new_tokens > 0 for p in params):
+            stops = torch.zeros(B, vocab, dtype=torch.bool)
+            for b, p in enumerate(params):
+                ids = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos))
+                stops[b, sorted(t for t in ids if 0 <= t < vocab)] = True
+            stops = upload(stops)
+        return Penalties(
+            upload(counts),
+            upload(torch.tensor([[float(p.frequency_penalty), float(p.presence_penalty), float(p.repetition_penalty)]
+                                 for p in params], dtype=torch.float32)),
+            upload(torch.tensor([p.min_new_tokens - len(out) for p, out in zip(params, outputs, strict=True)],
+                                dtype=torch.int64)),
+            stops)
+
+    def advance(self, tokens: torch.Tensor, emitted: torch.Tensor) -> None:
+        """After a round (on the device, queued in stream order): request b emitted tokens[b, :emitted[b]] of
+        tokens [B, T] (int64; emitted [B] int64). The host may still cut a request short (max_new_tokens, a stop
+        string); it then finishes and its batch's state is rebuilt, so the counts never run ahead of a request
+        that goes on."""
+        col = torch.arange(tokens.shape[1], device=tokens.device).view(1, -1)
+        self.counts.scatter_add_(1, tokens, (col < emitted.view(-1, 1)).to(torch.int32))
+        self.min_left.sub_(emitted)
+
+
+def _penalize(z: torch.Tensor, counts: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """SGLang's penalties on float32 logits z [..., n] given the tokens' float counts [..., n] and per-row
+    (frequency, presence, repetition) params [..., 3] (broadcast): additive first, then the repetition scaling
+    of the tokens that occurred. The one formula for every row and every token, whether it is applied to a whole
+    row or to gathered entries (penalized_logits), so that both give the same bits."""
+    f, p, r = params[..., 0:1], params[..., 1:2], params[..., 2:3]
+    seen = counts > 0
+    z = z - f * counts - torch.where(seen, p, 0.0)
+    return torch.where(seen, torch.where(z < 0, z * r, z / r), z)
+
+
+def penalized_logits(logits: torch.Tensor, pen: Penalties, drafts: torch.Tensor | None = None) -> torch.Tensor:
+    """logits [B * T, V] (T rows a request) -> float32 [B * T, V] with each row's penalties (_penalize), the
+    tokens before row j of request b being its outputs so far (pen) and, in a verify, the draft tokens
+    drafts[b, 1..j] (drafts [B, T]: the verify's input ids [last, d_1, .., d_k]; row j predicts the token after
+    d_j). So a verify row's penalized logits are bit for bit those its position's decode would have had, had
+    the drafts before it been emitted, and speculation stays exact. min_new_tokens: row j's token is output
+    number (outputs so far) + j, so its stop tokens are blocked (-inf) while min_left - j > 0."""
+    B, V = pen.counts.shape
+    T = logits.shape[0] // B
+    z = logits.float().view(B, T, V)
+    params = pen.params.view(B, 1, 3)
+    out = _penalize(z, pen.counts.view(B, 1, V).float(), params)
+    block = None
+    if pen.stops is not None:
+        block = pen.min_left.view(B, 1) > torch.arange(T, device=z.device).view(1, T)  # [B, T]
+        out = out.masked_fill(block.unsqueeze(-1) & pen.stops.view(B, 1, V), float("-inf"))
+    if drafts is not None and T > 1:
+        # Each row's entries for the tokens d_1..d_{T-1} recomputed with the drafts before the row counted: entry
+        # (j, i) holds token d_i with count counts[d_i] + #{i' < j: d_i' == d_i}. Where d_i is not among the row's
+        # drafts that is its plain value, and two entries of one token in a row are equal: the writes agree.
+        d = drafts.view(B, T)[:, 1:]  # [B, T-1]
+        before = (torch.arange(T - 1, device=z.device).view(1, T - 1)
+                  < torch.arange(T, device=z.device).view(T, 1))  # [j, i']: d_i' is before row j
+        same = d.unsqueeze(2) == d.unsqueeze(1)  # [B, i, i']
+        extra = (same.unsqueeze(1) & before.view(1, T, 1, T - 1)).sum(-1)  # [B, j, i]
+        idx = d.unsqueeze(1).expand(B, T, T - 1)
+        counts = pen.counts.gather(1, d).float().unsqueeze(1) + extra
+        vals = _penalize(z.gather(2, idx), counts, params)
+        if block is not None:
+            vals = vals.masked_fill(block.unsqueeze(-1) & pen.stops.gather(1, d).unsqueeze(1), float("-inf"))
+        out = out.scatter(2, idx, vals)
+    return out.view(B * T, V)
+
+
+@dataclass(frozen=True, eq=False)
 class SamplerBatch:
     """A batch's sampler inputs on the device: f float32 [B, 3] (temperature, top_p, min_p) and i int64 [B, 2]
-    (top_k, key), sampling_rows' rows, and the filters its requests use."""
+    (top_k, key), sampling_rows' rows, the filters its requests use, and its penalty state where a request has
+    penalties (None otherwise: the rows' logits are sampled as they are)."""
 
     f: torch.Tensor
     i: torch.Tensor
     filters: Filters
+    penalties: Penalties | None = None
 
 
 ALL_FILTERS = Filters()

@@ -449,9 +449,10 @@ class Scheduler:
     def _sampler(self, reqs: list[Request]) -> SamplerBatch | None:
         """The sampler's inputs for a batch (ModelRunner.sampler_batch), None when every request is greedy (its
         tokens are then the argmax, with none of the sampler's work)."""
-        if all(r.params.greedy for r in reqs):
+        if all(r.params.greedy and not r.params.penalized for r in reqs):
             return None
-        return self.runner.sampler_batch([r.params for r in reqs], [r.sampling_key for r in reqs])
+        return self.runner.sampler_batch([r.params for r in reqs], [r.sampling_key for r in reqs],
+                                         [r.output_ids for r in reqs], frozenset(self.eos))
 
     def _launch(self, reqs: list[Request], bt: BatchTensors, hidden: torch.Tensor | None,
                 samp: SamplerBatch | None = None) -> _Round:
@@ -476,13 +477,18 @@ class Scheduler:
             logits, _ = runner.target_uniform(bt, 1, verify=False)
             out = runner.sample(logits, samp, bt.positions + 1)
             hidden = None
+        penalties = samp.penalties if samp is not None else None
         logprobs = None
-        if any(r.return_logprob for r in reqs):  # now, before a round queued behind rewrites the logits
+        if penalties is not None or any(r.return_logprob for r in reqs):  # (a few more launches: only if needed)
             if self.num_steps:  # row j emits d_(j+1) where j < a, then (j = a) the target's token after them
                 col = torch.arange(T, device=out.device).view(1, T)
                 toks = torch.where(col < out[:, :1], torch.cat([out[:, 3:], out[:, 1:2]], 1), out[:, 1:2])
             else:
                 toks = out.view(B, 1)
+        if penalties is not None:  # the next round of this batch counts these tokens (queued in stream order)
+            emitted = out[:, 0] + 1 if self.num_steps else torch.ones(B, dtype=torch.int64, device=out.device)
+            penalties.advance(toks, emitted)
+        if any(r.return_logprob for r in reqs):  # now, before a round queued behind rewrites the logits
             top = max(r.top_logprobs_num for r in reqs)
             # copied ahead of the results, whose event covers them (one stream)
             logprobs = tuple(runner.to_host(t)[0] for t in self._token_logprobs(logits.view(B, T, -1), toks, top))
@@ -546,7 +552,7 @@ class Scheduler:
                 r.finished_reason = {"type": "stop", "matched": t}
             elif len(r.output_ids) >= p.max_new_tokens:
                 r.finished_reason = {"type": "length", "length": p.max_new_tokens}
-            elif p.stop and self.detokenize is not None:
+            elif p.stop and self.detokenize is not None and len(r.output_ids) >= p.min_new_tokens:
                 tail = self.detokenize(r.output_ids[-p.stop_window:])
                 hit = next((s for s in p.stop if s in tail), None)
                 if hit is not None:

@@ -141,6 +141,32 @@ def test_sampled_spec_with_graphs_equals_plain(pair, k, graphs):
     assert len({tuple(o) for o in plain}) == len(plain)
 
 
+PENALIZED = [dict(GREEDY, frequency_penalty=1.5), dict(GREEDY, presence_penalty=-2.0, repetition_penalty=0.6,
+                                                        temperature=0.9, seed=3),
+             dict(GREEDY), dict(GREEDY, repetition_penalty=1.7, min_new_tokens=6, temperature=0.7, top_p=0.9),
+             dict(GREEDY, temperature=1.1, seed=8)]
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_penalized_spec_equals_plain(pair, k):
+    """Penalties (sampling.penalized_logits; each verify row counts the drafts before it), mixed with unpenalized,
+    greedy and sampled requests, with graphs and the overlap schedule: speculative == plain (graphs) == plain
+    (eager). The penalized round runs as its parts: the verify forward still replays its graph."""
+    def run(**kw):
+        eng = make(pair, max_running_requests=4, cuda_graph_max_bs=4, **kw)
+        outs = [o["output_ids"] for o in eng.generate(input_ids=PROMPTS, sampling_params=PENALIZED)]
+        return outs, eng.get_server_info()["forward_counts"]
+
+    plain, _ = run(spec=False)
+    eager, _ = run(spec=False, disable_cuda_graph=True)
+    spec, counts = run(k=k)
+    spec_off, _ = run(k=k, disable_overlap_schedule=True)
+    assert plain == eager
+    assert spec == plain and spec_off == plain
+    assert counts["spec_round_penalized"]["eager"] > 0, counts
+    assert counts["target_verify"]["eager"] == 0 and counts["target_verify"]["graph"] > 0, counts
+
+
 def test_kernel_logits_match_references(pair):
     """The same verify batch through the Triton kernels and through the torch references (bf16)."""
     logits = {}

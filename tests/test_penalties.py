@@ -1,0 +1,175 @@
+"""Penalties (frequency / presence / repetition_penalty, min_new_tokens) with speculation stay exact.
+
+SGLang 0.5.23 applies a request's penalties to every verify row alike (its orchestrator's ``repeat``), so a draft
+token accepted earlier in the same round is not counted for the rows after it, and speculative output can differ
+from plain decoding. Here each verify row counts the drafts before it (sampling.penalized_logits). Checked against:
+a naive per-row loop (the function), an independent greedy generator over the target's dense forward with
+penalties applied token by token in plain Python (the engine without speculation), and plain decoding (the engine
+with EAGLE-3, drafts scripted from the plain output with noise so that rounds accept 0..k tokens, and with
+penalties that favour repeats so that accepted drafts repeat tokens within a round).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest import PatchedDraft, reference_draft, scheduler_of, small_config, small_draft_config
+
+from sglang_eagle3 import Engine
+from sglang_eagle3.runtime.sampling import Penalties, SamplingParams, SamplingParamsError, penalized_logits
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+def _naive_row(z: list[float], counts: dict[int, int], f: float, p: float, r: float, blocked: set[int]) -> list[float]:
+    """One row's penalized logits, token by token (SGLang's order: additive, then the repetition scaling)."""
+    def f32(v):
+        return torch.tensor(v, dtype=torch.float32)
+
+    out = []
+    for v, x in enumerate(z):
+        c = counts.get(v, 0)
+        x = f32(x)
+        if c:  # float32 arithmetic in the kernel's order, so that the bits can be compared
+            x = x - f32(f) * f32(c) - f32(p)
+            x = x * f32(r) if x < 0 else x / f32(r)
+        out.append(float("-inf") if v in blocked else float(x))
+    return out
+
+
+@pytest.mark.parametrize("B,T,V,seed", [(1, 1, 7, 0), (3, 4, 11, 1), (2, 6, 5, 2), (4, 3, 29, 3)])
+def test_penalized_logits_count_the_drafts_before_each_row(B, T, V, seed):
+    g = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    outputs = [[rng.randrange(V) for _ in range(rng.randrange(0, 9))] for _ in range(B)]
+    params = [SamplingParams(frequency_penalty=rng.choice([0.0, 0.7, -1.3]), presence_penalty=rng.choice([0.0, 1.1]),
+                             repetition_penalty=rng.choice([1.0, 1.6, 0.45]), min_new_tokens=rng.choice([0, 3, 9]),
+                             stop_token_ids=[rng.randrange(V)], max_new_tokens=64) for _ in range(B)]
+    eos = {V - 1}
+    pen = Penalties.build(params, outputs, eos, V, lambda t: t)
+    logits = torch.randn(B * T, V, generator=g) * 3
+    # Draft ids with repeats (a small alphabet), the verify's [last, d_1 .. d_{T-1}].
+    drafts = torch.tensor([[rng.randrange(V)] + [rng.randrange(3) for _ in range(T - 1)] for _ in range(B)])
+    got = penalized_logits(logits, pen, drafts if T > 1 else None)
+    for b, (sp, out) in enumerate(zip(params, outputs, strict=True)):
+        for j in range(T):
+            seq = out + drafts[b, 1:j + 1].tolist()
+            counts = {v: seq.count(v) for v in set(seq)} if sp.penalized else {}
+            blocked = set(sp.stop_token_ids) | eos if len(seq) < sp.min_new_tokens else set()
+            want = _naive_row(logits[b * T + j].tolist(), counts, sp.frequency_penalty, sp.presence_penalty,
+                              sp.repetition_penalty, blocked)
+            assert got[b * T + j].tolist() == want, (b, j)
+
+
+def test_penalized_logits_advance_counts_the_emitted_tokens():
+    V = 9
+    params = [SamplingParams(frequency_penalty=0.5), SamplingParams(presence_penalty=1.0, min_new_tokens=4)]
+    pen = Penalties.build(params, [[1, 1], [2]], {8}, V, lambda t: t)
+    pen.advance(torch.tensor([[1, 3, 5], [2, 2, 7]]), torch.tensor([2, 3]))
+    fresh = Penalties.build(params, [[1, 1, 1, 3], [2, 2, 2, 7]], {8}, V, lambda t: t)
+    assert torch.equal(pen.counts, fresh.counts) and torch.equal(pen.min_left, fresh.min_left)
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("frequency_penalty", 2.5, "must be a number in [-2, 2]"),
+    ("presence_penalty", "1", "must be a number in [-2, 2]"),
+    ("repetition_penalty", 0, "(0, 2]"),
+    ("repetition_penalty", 2.01, "(0, 2]"),
+    ("min_new_tokens", -1, "[0, max_new_tokens=128]"),
+    ("min_new_tokens", 129, "[0, max_new_tokens=128]"),
+    ("min_new_tokens", 2.0, "must be an integer"),
+])
+def test_bad_penalties_name_the_field(field, value, needle):
+    with pytest.raises(SamplingParamsError) as e:
+        SamplingParams.from_dict({field: value})
+    assert f"{field}={value!r}" in str(e.value) and needle in str(e.value), str(e.value)
+
+
+# -- the engine ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pair(make_pair):
+    cfg = small_config()
+    return make_pair(cfg, small_draft_config(cfg), seed=5, scale=2.0)
+
+
+def _engine(pair, k: int | None, **kw) -> Engine:
+    spec = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=pair.draft,
+                speculative_num_steps=k) if k else {}
+    return Engine(model_path=pair.target, device="cpu", dtype="float32", skip_tokenizer_init=True,
+                  max_running_requests=8, **spec, **kw)
+
+
+def _reference_greedy(engine: Engine, prompt: list[int], sp: dict, eos: set[int]) -> list[int]:
+    """Greedy decoding with penalties, independent of the engine's sampler: the target's dense forward over the
+    whole sequence, then each token's penalty computed from the outputs so far in plain Python."""
+    p = SamplingParams.from_dict(sp)
+    out: list[int] = []
+    while len(out) < p.max_new_tokens:
+        with torch.inference_mode():
+            z = engine.runner.target.forward_dense(torch.tensor([prompt + out]))[0][0, -1].float().tolist()
+        stops = set(p.stop_token_ids) | (set() if p.ignore_eos else eos)
+        row = _naive_row(z, {v: out.count(v) for v in set(out)}, p.frequency_penalty, p.presence_penalty,
+                         p.repetition_penalty, stops if len(out) < p.min_new_tokens else set())
+        tok = max(range(len(row)), key=lambda v: (row[v], -v))  # argmax, first of ties
+        out.append(tok)
+        if tok in stops:
+            break
+    return out
+
+
+PENALTY_SETS = [
+    dict(frequency_penalty=1.5),
+    dict(presence_penalty=-2.0, repetition_penalty=0.6),  # favours repeats: drafts repeat within a round
+    dict(frequency_penalty=-1.0, repetition_penalty=1.7),
+    dict(presence_penalty=1.2, min_new_tokens=9),
+]
+
+
+def test_plain_greedy_penalties_match_an_independent_reference(pair):
+    engine = _engine(pair, None)
+    eos = set(scheduler_of(engine).eos)
+    prompts = [[3, 7, 1, 12, 5], [9, 9, 2], [40, 41, 42, 43], [1, 2]]
+    params = [dict(p, max_new_tokens=14, temperature=0, stop_token_ids=[7]) for p in PENALTY_SETS]
+    outs = engine.generate(input_ids=prompts, sampling_params=params)
+    for prompt, sp, o in zip(prompts, params, outs, strict=True):
+        assert o["output_ids"] == _reference_greedy(engine, prompt, sp, eos), sp
+    unpenalized = engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": 14, "temperature": 0})
+    assert [o["output_ids"] for o in outs] != [o["output_ids"] for o in unpenalized]  # the penalties did something
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_speculative_penalized_output_equals_plain(pair, k):
+    """Mixed batches (penalized and not, greedy and sampled); drafts scripted from the plain output with noise, so
+    rounds accept every length and the penalties' per-row counts decide acceptance."""
+    prompts = [[3, 7, 1, 12, 5], [9, 9, 2], [40, 41, 42, 43], [1, 2], [6], [8, 30, 2]]
+    params = [dict(PENALTY_SETS[0], temperature=0), dict(PENALTY_SETS[1], temperature=0.9, seed=7),
+              dict(temperature=0), dict(PENALTY_SETS[2], temperature=0.7, top_p=0.9, seed=2),
+              dict(PENALTY_SETS[3], temperature=0, stop_token_ids=[7]), dict(temperature=1.1, seed=5)]
+    params = [dict(p, max_new_tokens=26 + 3 * i) for i, p in enumerate(params)]
+    plain = [o["output_ids"] for o in _engine(pair, None).generate(input_ids=prompts, sampling_params=params)]
+    refs = {tuple(p): p + o + [0] * (k + 2) for p, o in zip(prompts, plain, strict=True)}
+    engine = _engine(pair, k)
+    PatchedDraft(engine, reference_draft(refs, "noisy", pair.config.vocab_size, noise=0.25, seed=k))
+    spec = [o["output_ids"] for o in engine.generate(input_ids=prompts, sampling_params=params)]
+    assert spec == plain
+    stats = scheduler_of(engine).stats
+    assert stats.accepted_tokens > 1.5 * stats.verify_forwards, "few drafts accepted: the rows were not exercised"
+    counts = engine.get_server_info()["forward_counts"]
+    assert counts["spec_round_penalized"]["eager"] > 0
+    # Repeats inside accepted runs: the case the per-row counts exist for.
+    assert any(len(set(o[i:i + 3])) < 3 for o in plain[1:2] for i in range(len(o) - 2))
+
+
+def test_min_new_tokens_holds_back_stop_tokens_and_strings(pair):
+    engine = _engine(pair, None)
+    greedy = engine.generate(input_ids=[3, 7, 1], sampling_params={"max_new_tokens": 12, "temperature": 0})
+    first = greedy["output_ids"][0]  # a stop token the model emits at once
+    out = engine.generate(input_ids=[3, 7, 1], sampling_params={"max_new_tokens": 12, "temperature": 0,
+                                                                "stop_token_ids": [first], "min_new_tokens": 5})
+    ids = out["output_ids"]
+    assert len(ids) >= 5 and first not in ids[:4], ids
+    stopped = engine.generate(input_ids=[3, 7, 1], sampling_params={"max_new_tokens": 12, "temperature": 0,
+                                                                    "stop_token_ids": [first]})
+    assert stopped["output_ids"] == [first]
