@@ -134,3 +134,23 @@ def test_tp_ranks_stop_at_stop_strings(free_runs):
         out = tp.generate(PROMPTS[0], {**GREEDY, "stop": stop})
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
     assert out["text"] == free["text"][: free["text"].index(stop)]
+
+
+@pytest.mark.parametrize("kind", ["plain", "eagle3"])
+def test_min_new_tokens_holds_back_stop_strings(engines, free_runs, kind):
+    """A stop string met before min_new_tokens tokens does not end the request (SGLang's penalizer holds back only
+    stop tokens; a request asking for at least N tokens gets them, as vLLM's min_tokens); met after, it does; and
+    with penalties the EAGLE-3 output is the plain one."""
+    eng = engines[kind]
+    free = free_runs[0]
+    stop = eng.tokenizer.decode(free["output_ids"][1:3]).strip()
+    first = free["text"].index(stop)
+    early = eng.generate(PROMPTS[0], {**GREEDY, "stop": [stop]})
+    assert early["text"] == free["text"][:first]
+    n = len(early["output_ids"]) + 6
+    held = eng.generate(PROMPTS[0], {**GREEDY, "stop": [stop], "min_new_tokens": n})
+    assert len(held["output_ids"]) >= n, (n, held["output_ids"])
+    assert held["output_ids"][:n] == free["output_ids"][:n]  # greedy, no penalty: the same tokens meanwhile
+    pen = {**GREEDY, "frequency_penalty": 0.8, "repetition_penalty": 1.3, "temperature": 0.8, "seed": 4}
+    want = engines["plain"].generate(PROMPTS, pen)
+    assert [o["output_ids"] for o in eng.generate(PROMPTS, pen)] == [o["output_ids"] for o in want]
