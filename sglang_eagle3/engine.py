@@ -431,6 +431,10 @@ class Engine:
         if bad:  # the first few, not the list: a client's list may hold 10^5 ids
             raise SamplingParamsError(f"stop_token_ids={bad[:5]!r}{' ...' if len(bad) > 5 else ''}: {len(bad)} of "
                                       f"{len(params.stop_token_ids)} ids outside the vocabulary [0, {V})")
+        bad = [t for t in params.logit_bias or {} if not 0 <= t < V]
+        if bad:
+            raise SamplingParamsError(f"logit_bias keys {bad[:5]!r}{' ...' if len(bad) > 5 else ''} outside the "
+                                      f"vocabulary [0, {V})")
         # Before any message that shows the list: 100000 stop strings would make a 1.4 MB error.
         limit = self.args.max_stop_strings
         if len(params.stop) > limit:

@@ -23,8 +23,10 @@ from sglang_eagle3.runtime.sampling import Penalties, SamplingParams, SamplingPa
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
-def _naive_row(z: list[float], counts: dict[int, int], f: float, p: float, r: float, blocked: set[int]) -> list[float]:
-    """One row's penalized logits, token by token (SGLang's order: additive, then the repetition scaling)."""
+def _naive_row(z: list[float], counts: dict[int, int], f: float, p: float, r: float, blocked: set[int],
+               bias: dict[int, float] | None = None) -> list[float]:
+    """One row's penalized logits, token by token (SGLang's order: additive, then the repetition scaling, then
+    logit_bias)."""
     def f32(v):
         return torch.tensor(v, dtype=torch.float32)
 
@@ -35,7 +37,8 @@ def _naive_row(z: list[float], counts: dict[int, int], f: float, p: float, r: fl
         if c:  # float32 arithmetic in the kernel's order, so that the bits can be compared
             x = x - f32(f) * f32(c) - f32(p)
             x = x * f32(r) if x < 0 else x / f32(r)
-        out.append(float("-inf") if v in blocked else float(x))
+        x = f32(float("-inf")) if v in blocked else x
+        out.append(float(x + f32((bias or {}).get(v, 0.0))))
     return out
 
 
@@ -46,7 +49,9 @@ def test_penalized_logits_count_the_drafts_before_each_row(B, T, V, seed):
     outputs = [[rng.randrange(V) for _ in range(rng.randrange(0, 9))] for _ in range(B)]
     params = [SamplingParams(frequency_penalty=rng.choice([0.0, 0.7, -1.3]), presence_penalty=rng.choice([0.0, 1.1]),
                              repetition_penalty=rng.choice([1.0, 1.6, 0.45]), min_new_tokens=rng.choice([0, 3, 9]),
-                             stop_token_ids=[rng.randrange(V)], max_new_tokens=64) for _ in range(B)]
+                             stop_token_ids=[rng.randrange(V)], max_new_tokens=64,
+                             logit_bias=rng.choice([None, {rng.randrange(V): rng.uniform(-100, 100), 1: 2.5}]))
+              for _ in range(B)]
     eos = {V - 1}
     pen = Penalties.build(params, outputs, eos, V, lambda t: t)
     logits = torch.randn(B * T, V, generator=g) * 3
@@ -59,7 +64,7 @@ def test_penalized_logits_count_the_drafts_before_each_row(B, T, V, seed):
             counts = {v: seq.count(v) for v in set(seq)} if sp.penalized else {}
             blocked = set(sp.stop_token_ids) | eos if len(seq) < sp.min_new_tokens else set()
             want = _naive_row(logits[b * T + j].tolist(), counts, sp.frequency_penalty, sp.presence_penalty,
-                              sp.repetition_penalty, blocked)
+                              sp.repetition_penalty, blocked, sp.logit_bias)
             assert got[b * T + j].tolist() == want, (b, j)
 
 
@@ -80,11 +85,17 @@ def test_penalized_logits_advance_counts_the_emitted_tokens():
     ("min_new_tokens", -1, "[0, max_new_tokens=128]"),
     ("min_new_tokens", 129, "[0, max_new_tokens=128]"),
     ("min_new_tokens", 2.0, "must be an integer"),
+    ("logit_bias", {"5": 101}, "logit_bias[5]=101 must be a number in [-100, 100]"),
+    ("logit_bias", {"x": 1}, "logit_bias key 'x' must be a token id"),
+    ("logit_bias", [1, 2], "must be an object"),
+    ("logit_bias", {str(i): 1 for i in range(301)}, "301 entries, more than 300"),
 ])
 def test_bad_penalties_name_the_field(field, value, needle):
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams.from_dict({field: value})
-    assert f"{field}={value!r}" in str(e.value) and needle in str(e.value), str(e.value)
+    assert needle in str(e.value) and len(str(e.value)) < 200, str(e.value)
+    if field != "logit_bias":
+        assert f"{field}={value!r}" in str(e.value), str(e.value)
 
 
 # -- the engine ----------------------------------------------------------------------------------------------
@@ -111,7 +122,7 @@ def _reference_greedy(engine: Engine, prompt: list[int], sp: dict, eos: set[int]
             z = engine.runner.target.forward_dense(torch.tensor([prompt + out]))[0][0, -1].float().tolist()
         stops = set(p.stop_token_ids) | (set() if p.ignore_eos else eos)
         row = _naive_row(z, {v: out.count(v) for v in set(out)}, p.frequency_penalty, p.presence_penalty,
-                         p.repetition_penalty, stops if len(out) < p.min_new_tokens else set())
+                         p.repetition_penalty, stops if len(out) < p.min_new_tokens else set(), p.logit_bias)
         tok = max(range(len(row)), key=lambda v: (row[v], -v))  # argmax, first of ties
         out.append(tok)
         if tok in stops:
@@ -124,13 +135,14 @@ PENALTY_SETS = [
     dict(presence_penalty=-2.0, repetition_penalty=0.6),  # favours repeats: drafts repeat within a round
     dict(frequency_penalty=-1.0, repetition_penalty=1.7),
     dict(presence_penalty=1.2, min_new_tokens=9),
+    dict(logit_bias={"5": 4.0, "17": -100, "30": 2.5}),
 ]
 
 
 def test_plain_greedy_penalties_match_an_independent_reference(pair):
     engine = _engine(pair, None)
     eos = set(scheduler_of(engine).eos)
-    prompts = [[3, 7, 1, 12, 5], [9, 9, 2], [40, 41, 42, 43], [1, 2]]
+    prompts = [[3, 7, 1, 12, 5], [9, 9, 2], [40, 41, 42, 43], [1, 2], [8, 8]]
     params = [dict(p, max_new_tokens=14, temperature=0, stop_token_ids=[7]) for p in PENALTY_SETS]
     outs = engine.generate(input_ids=prompts, sampling_params=params)
     for prompt, sp, o in zip(prompts, params, outs, strict=True):
@@ -143,10 +155,11 @@ def test_plain_greedy_penalties_match_an_independent_reference(pair):
 def test_speculative_penalized_output_equals_plain(pair, k):
     """Mixed batches (penalized and not, greedy and sampled); drafts scripted from the plain output with noise, so
     rounds accept every length and the penalties' per-row counts decide acceptance."""
-    prompts = [[3, 7, 1, 12, 5], [9, 9, 2], [40, 41, 42, 43], [1, 2], [6], [8, 30, 2]]
+    prompts = [[3, 7, 1, 12, 5], [9, 9, 2], [40, 41, 42, 43], [1, 2], [6], [8, 30, 2], [11, 4]]
     params = [dict(PENALTY_SETS[0], temperature=0), dict(PENALTY_SETS[1], temperature=0.9, seed=7),
               dict(temperature=0), dict(PENALTY_SETS[2], temperature=0.7, top_p=0.9, seed=2),
-              dict(PENALTY_SETS[3], temperature=0, stop_token_ids=[7]), dict(temperature=1.1, seed=5)]
+              dict(PENALTY_SETS[3], temperature=0, stop_token_ids=[7]), dict(temperature=1.1, seed=5),
+              dict(PENALTY_SETS[4], temperature=0.8, seed=1)]
     params = [dict(p, max_new_tokens=26 + 3 * i) for i, p in enumerate(params)]
     plain = [o["output_ids"] for o in _engine(pair, None).generate(input_ids=prompts, sampling_params=params)]
     refs = {tuple(p): p + o + [0] * (k + 2) for p, o in zip(prompts, plain, strict=True)}
@@ -173,3 +186,15 @@ def test_min_new_tokens_holds_back_stop_tokens_and_strings(pair):
     stopped = engine.generate(input_ids=[3, 7, 1], sampling_params={"max_new_tokens": 12, "temperature": 0,
                                                                     "stop_token_ids": [first]})
     assert stopped["output_ids"] == [first]
+
+
+def test_logit_bias_outside_the_vocabulary_is_refused(pair):
+    engine = _engine(pair, None)
+    V = pair.config.vocab_size
+    with pytest.raises(SamplingParamsError) as e:
+        engine.generate(input_ids=[1, 2], sampling_params={"logit_bias": {"3": 1.0, str(V): 2.0, "-1": 1.0}})
+    assert f"logit_bias keys [{V}, -1]" in str(e.value) and f"[0, {V})" in str(e.value), str(e.value)
+    # A token biased to the top is what greedy decoding emits, every time.
+    out = engine.generate(input_ids=[1, 2], sampling_params={"logit_bias": {"7": 100}, "temperature": 0,
+                                                             "max_new_tokens": 5})
+    assert out["output_ids"] == [7] * 5

@@ -58,6 +58,9 @@ class SamplingParams:
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
     min_new_tokens: int = 0
+    # Added to the token's logit after the penalties (SGLang's and OpenAI's logit_bias: token id -> bias; JSON's
+    # string keys are read as ints; at most MAX_LOGIT_BIAS entries of at most 100 in magnitude, OpenAI's limits).
+    logit_bias: dict[int, float] | None = None
     # Text only (SGLang's meaning): keep the matched stop string / stop token's text in the output; decode
     # special tokens too.
     no_stop_trim: bool = False
@@ -82,6 +85,8 @@ class SamplingParams:
             d["stop"] = []
         if d.get("stop_token_ids") is None:
             d["stop_token_ids"] = []
+        if isinstance(d.get("logit_bias"), dict):
+            d["logit_bias"] = _int_keys(d["logit_bias"])
         p = SamplingParams(**d)
         p.validate()
         return p
@@ -131,6 +136,17 @@ class SamplingParams:
                 bad(name, "must be a number in [-2, 2]")
         if not is_num(self.repetition_penalty) or not 0 < self.repetition_penalty <= 2:
             bad("repetition_penalty", "must be a number in (0, 2] (1: none)")
+        if self.logit_bias is not None:
+            if not isinstance(self.logit_bias, dict):
+                bad("logit_bias", "must be an object of token id -> bias")
+            if len(self.logit_bias) > MAX_LOGIT_BIAS:
+                raise SamplingParamsError(f"logit_bias holds {len(self.logit_bias)} entries, more than "
+                                          f"{MAX_LOGIT_BIAS}")
+            for k, v in self.logit_bias.items():
+                if not isinstance(k, int) or isinstance(k, bool):
+                    raise SamplingParamsError(f"logit_bias key {_short_repr(k)} must be a token id (an integer)")
+                if not is_num(v) or not -100 <= v <= 100:
+                    raise SamplingParamsError(f"logit_bias[{k}]={_short_repr(v)} must be a number in [-100, 100]")
         if not isinstance(self.min_new_tokens, int) or isinstance(self.min_new_tokens, bool) \
                 or not 0 <= self.min_new_tokens <= self.max_new_tokens:
             raise SamplingParamsError(f"min_new_tokens={self.min_new_tokens!r} must be an integer in [0, "
@@ -144,7 +160,7 @@ class SamplingParams:
     def penalized(self) -> bool:
         """Whether a penalty changes this request's logits (a greedy one's too: its argmax is of them)."""
         return (self.frequency_penalty != 0 or self.presence_penalty != 0 or self.repetition_penalty != 1
-                or self.min_new_tokens > 0)
+                or self.min_new_tokens > 0 or bool(self.logit_bias))
 
     @functools.cached_property
     def stop_window(self) -> int:
@@ -154,6 +170,23 @@ class SamplingParams:
         reads it for every emitted token, and its cost grows with the stop strings' total length. NOTE: stale if
         ``stop`` is changed in place after it is read (dataclasses.replace makes a fresh one)."""
         return max(16, max((len(s.encode()) for s in self.stop), default=0) + 2)
+
+
+MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
+
+
+def _int_keys(bias: dict) -> dict:
+    """logit_bias as JSON sends it ({"50256": -100}) -> int keys; a key that is not an integer is left for
+    validate() to name."""
+    out = {}
+    for k, v in bias.items():
+        if isinstance(k, str):
+            try:
+                k = int(k)
+            except ValueError:
+                pass
+        out[k] = v
+    return out
 
 
 def _short_repr(v, limit: int = 80) -> str:
@@ -222,12 +255,14 @@ class Penalties:
     min_left int64 [B]    output tokens still to come before a stop token may be sampled (min_new_tokens less
                           the outputs so far; <= 0: none blocked)
     stops   bool [B, V] or None  each request's stop tokens (eos unless ignore_eos, stop_token_ids); None when no
-                          request of the batch asks for min_new_tokens"""
+                          request of the batch asks for min_new_tokens
+    bias    float32 [B, V] or None  logit_bias, dense; None when no request of the batch has one"""
 
     counts: torch.Tensor
     params: torch.Tensor
     min_left: torch.Tensor
     stops: torch.Tensor | None
+    bias: torch.Tensor | None = None
 
     @staticmethod
     def build(params: list[SamplingParams], outputs: list[list[int]], eos: set[int] | frozenset[int], vocab: int,
@@ -248,13 +283,20 @@ class Penalties:
                 ids = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos))
                 stops[b, sorted(t for t in ids if 0 <= t < vocab)] = True
             stops = upload(stops)
+        bias = None
+        if any(p.logit_bias for p in params):
+            bias = torch.zeros(B, vocab, dtype=torch.float32)
+            for b, p in enumerate(params):
+                for t, v in (p.logit_bias or {}).items():
+                    bias[b, t] = float(v)
+            bias = upload(bias)
         return Penalties(
             upload(counts),
             upload(torch.tensor([[float(p.frequency_penalty), float(p.presence_penalty), float(p.repetition_penalty)]
                                  for p in params], dtype=torch.float32)),
             upload(torch.tensor([p.min_new_tokens - len(out) for p, out in zip(params, outputs, strict=True)],
                                 dtype=torch.int64)),
-            stops)
+            stops, bias)
 
     def advance(self, tokens: torch.Tensor, emitted: torch.Tensor) -> None:
         """After a round (on the device, queued in stream order): request b emitted tokens[b, :emitted[b]] of
@@ -283,7 +325,8 @@ def penalized_logits(logits: torch.Tensor, pen: Penalties, drafts: torch.Tensor 
     drafts[b, 1..j] (drafts [B, T]: the verify's input ids [last, d_1, .., d_k]; row j predicts the token after
     d_j). So a verify row's penalized logits are bit for bit those its position's decode would have had, had
     the drafts before it been emitted, and speculation stays exact. min_new_tokens: row j's token is output
-    number (outputs so far) + j, so its stop tokens are blocked (-inf) while min_left - j > 0."""
+    number (outputs so far) + j, so its stop tokens are blocked (-inf) while min_left - j > 0. logit_bias is added
+    last (SGLang's order)."""
     B, V = pen.counts.shape
     T = logits.shape[0] // B
     z = logits.float().view(B, T, V)
@@ -293,6 +336,8 @@ def penalized_logits(logits: torch.Tensor, pen: Penalties, drafts: torch.Tensor 
     if pen.stops is not None:
         block = pen.min_left.view(B, 1) > torch.arange(T, device=z.device).view(1, T)  # [B, T]
         out = out.masked_fill(block.unsqueeze(-1) & pen.stops.view(B, 1, V), float("-inf"))
+    if pen.bias is not None:
+        out = out + pen.bias.view(B, 1, V)
     if drafts is not None and T > 1:
         # Each row's entries for the tokens d_1..d_{T-1} recomputed with the drafts before the row counted: entry
         # (j, i) holds token d_i with count counts[d_i] + #{i' < j: d_i' == d_i}. Where d_i is not among the row's
@@ -307,6 +352,8 @@ def penalized_logits(logits: torch.Tensor, pen: Penalties, drafts: torch.Tensor 
         vals = _penalize(z.gather(2, idx), counts, params)
         if block is not None:
             vals = vals.masked_fill(block.unsqueeze(-1) & pen.stops.gather(1, d).unsqueeze(1), float("-inf"))
+        if pen.bias is not None:
+            vals = vals + pen.bias.gather(1, d).unsqueeze(1)
         out = out.scatter(2, idx, vals)
     return out.view(B * T, V)
 
