@@ -24,6 +24,7 @@ is accepted with (the embedded pair at temperature 0.7, k = 3: accept length 1.8
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -269,34 +270,38 @@ class Penalties:
               upload) -> Penalties:
         """The state of requests with ``params`` that have emitted ``outputs`` (host lists); ``upload`` moves a
         host tensor to the device (ModelRunner._upload). Requests without penalties get no counts (their rows are
-        left as they are whatever the counts say)."""
+        left as they are whatever the counts say). Built on the device from (row, token) lists: a batch is rebuilt
+        whenever it changes, and its [B, V] tensors would be megabytes to upload (16 rows of Kimi's vocabulary:
+        10 MB of counts); the lists are the tokens, at most a few per request beside its outputs."""
         B = len(params)
-        flat = [(b, t) for b, (p, out) in enumerate(zip(params, outputs, strict=True)) if p.penalized for t in out]
-        counts = torch.zeros(B, vocab, dtype=torch.int32)
-        if flat:
-            rows, toks = torch.tensor(flat, dtype=torch.int64).unbind(1)
-            counts.index_put_((rows, toks), torch.ones(len(flat), dtype=torch.int32), accumulate=True)
+        par = upload(torch.tensor([[float(p.frequency_penalty), float(p.presence_penalty),
+                                    float(p.repetition_penalty)] for p in params], dtype=torch.float32))
+
+        def dense(dtype, per_row: list[list[int]], values: list[float] | None = None) -> torch.Tensor:
+            """[B, vocab] on the device: ``values`` (default 1; in the order of the tokens) summed at each row's
+            tokens ``per_row[b]``."""
+            out = torch.zeros(B, vocab, dtype=dtype, device=par.device)
+            flat = list(itertools.chain.from_iterable(per_row))
+            if flat:
+                rows = torch.repeat_interleave(torch.arange(B), torch.tensor([len(r) for r in per_row]))
+                idx = upload(torch.stack([rows, torch.tensor(flat, dtype=torch.int64)]))
+                val = (upload(torch.tensor(values, dtype=dtype)) if values is not None
+                       else torch.ones(len(flat), dtype=dtype, device=par.device))
+                out.index_put_((idx[0], idx[1]), val, accumulate=dtype != torch.bool)
+            return out
+
+        counts = dense(torch.int32, [out if p.penalized else [] for p, out in zip(params, outputs, strict=True)])
         stops = None
         if any(p.min_new_tokens > 0 for p in params):
-            stops = torch.zeros(B, vocab, dtype=torch.bool)
-            for b, p in enumerate(params):
-                ids = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos))
-                stops[b, sorted(t for t in ids if 0 <= t < vocab)] = True
-            stops = upload(stops)
+            stops = dense(torch.bool, [[t for t in set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos))
+                                        if 0 <= t < vocab] for p in params])
         bias = None
         if any(p.logit_bias for p in params):
-            bias = torch.zeros(B, vocab, dtype=torch.float32)
-            for b, p in enumerate(params):
-                for t, v in (p.logit_bias or {}).items():
-                    bias[b, t] = float(v)
-            bias = upload(bias)
-        return Penalties(
-            upload(counts),
-            upload(torch.tensor([[float(p.frequency_penalty), float(p.presence_penalty), float(p.repetition_penalty)]
-                                 for p in params], dtype=torch.float32)),
-            upload(torch.tensor([p.min_new_tokens - len(out) for p, out in zip(params, outputs, strict=True)],
-                                dtype=torch.int64)),
-            stops, bias)
+            biases = [p.logit_bias or {} for p in params]
+            bias = dense(torch.float32, [list(b) for b in biases], [float(v) for b in biases for v in b.values()])
+        left = upload(torch.tensor([p.min_new_tokens - len(out) for p, out in zip(params, outputs, strict=True)],
+                                   dtype=torch.int64))
+        return Penalties(counts, par, left, stops, bias)
 
     def advance(self, tokens: torch.Tensor, emitted: torch.Tensor) -> None:
         """After a round (on the device, queued in stream order): request b emitted tokens[b, :emitted[b]] of
