@@ -63,10 +63,12 @@ def test_tp_matches_single_process(pair, reference, tp, spec):
 def test_tp2_sampled_speculation_matches_single_process_plain(pair):
     """Sampled requests (seeded, and one drawing its seed from the engine's random_seed) at TP=2 with EAGLE-3 give
     the tokens TP=1 gives without speculation: every rank's scheduler derives the same keys, and the sampler's
-    noise fixes each token whatever the rank count or the draft."""
+    noise fixes each token whatever the rank count or the draft; with penalties (every rank keeps the same
+    counts) too."""
     tpath, dpath = pair
     params = [{"max_new_tokens": 12, "temperature": 0.9, "seed": 5}, {"max_new_tokens": 10, "temperature": 1.2},
-              {"max_new_tokens": 12, "temperature": 0.7, "top_p": 0.9, "seed": 2**50}]
+              {"max_new_tokens": 12, "temperature": 0.7, "top_p": 0.9, "seed": 2**50, "frequency_penalty": 1.2,
+               "repetition_penalty": 1.4, "logit_bias": {"3": 1.5}}]
     outs = {}
     for tp, spec in ((1, False), (2, True)):
         extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath, speculative_num_steps=2) \
