@@ -145,15 +145,15 @@ class ModelRunner:
             filters: GraphRunner(name, self._round_fn(raw, filters), sampled_specs, tokens_per_req=verify_widths,
                                  eager_fn=self._round_fn(parts, filters), replay_counts=counts, **common)
             for name, filters in (("spec_round_sampled", UNRANKED), ("spec_round_filtered", ALL_FILTERS))}
-        # Batches with penalties (frequency / presence / repetition, min_new_tokens): each verify row's logits are
-        # penalized with the draft tokens before it counted (sampling.penalized_logits), so that the output is the
-        # one plain decoding gives. Not captured as one graph (their per-request state is [B, V] counts a batch):
-        # the round runs as its parts, each replaying its own graph (the verify forward too), with acceptance
-        # eager between them, and is counted as spec_round_penalized EAGER with this reason.
+        # Batches with penalties (frequency / presence / repetition, min_new_tokens, logit_bias): each verify row's
+        # logits are penalized with the draft tokens before it counted (sampling.penalized_logits), so that the
+        # output is the one plain decoding gives. Not captured as one graph (their per-request state is [B, V]
+        # counts a batch): the round runs as its parts, each replaying its own graph (the verify forward too), with
+        # acceptance eager between them, and is counted as spec_round_penalized EAGER with this reason.
         self.penalized_round = GraphRunner(
             "spec_round_penalized", self._round_fn(parts, ALL_FILTERS, penalized=True), sampled_specs, self.stats,
-            enabled=False, disabled_reason="a request has penalties (frequency/presence/repetition_penalty or "
-            "min_new_tokens): the round runs as its parts, each replaying its own graph")
+            enabled=False, disabled_reason="a request has penalties (frequency/presence/repetition_penalty, "
+            "min_new_tokens or logit_bias): the round runs as its parts, each replaying its own graph")
         # Prefill as graphs: prompts padded to the next token bucket (causal, so padded tokens after the real
         # ones change nothing), the target and the draft's extend over them. Buckets past the page table's
         # reach (the context) are dropped: padded positions must index the table and the rotary cache like
