@@ -250,7 +250,8 @@ def _request_error(msg: str, prompt_param: str, names: dict[str, str]) -> APIErr
 
 
 def _sampling_error(msg: str, names: dict[str, str]) -> APIError:
-    m = re.match(r"(\w+)=", msg)
+    # "stop=...", or "stop[3]=..." about one item of a list field.
+    m = re.match(r"(\w+)(?:\[\d+\])?=", msg)
     field = m.group(1) if m else "sampling_params"  # "unknown sampling parameter(s): ..."
     if field in names:
         msg = names[field] + msg[len(field):]
