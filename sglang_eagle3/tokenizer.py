@@ -5,7 +5,8 @@
 ``encode(text)`` adds no special tokens by default (the embedded model is trained and evaluated on BOS-less
 prompts); ``add_special_tokens=True`` adds them as Hugging Face does (the post-processor's BOS, or
 ``add_bos_token`` for tiktoken files). Special-token strings written in the text (chat templates write them)
-always become their ids.
+always become their ids. ``token_bytes(id)`` is one token's own bytes (logprob responses name each token, and a
+byte-level token need not be valid UTF-8 alone).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import base64
 import json
 import logging
 import os
+import re
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +37,10 @@ class Tokenizer:
 
     def __init__(self, encode, decode, vocab_size: int, eos_token_id: int | None, bos_token_id: int | None,
                  chat_template: str | None, special_tokens: dict[str, int] | None = None,
-                 bos_token: str | None = None, eos_token: str | None = None):
+                 bos_token: str | None = None, eos_token: str | None = None,
+                 token_bytes: Callable[[int], bytes] | None = None):
         self._encode, self._decode = encode, decode
+        self._token_bytes = token_bytes
         self.vocab_size = vocab_size
         self.eos_token_id, self.bos_token_id = eos_token_id, bos_token_id
         self.bos_token, self.eos_token = bos_token, eos_token
@@ -49,6 +54,14 @@ class Tokenizer:
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._decode(list(ids), skip_special_tokens)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes token ``token_id`` adds to a decoded text (a special token: its name's UTF-8). Part of a
+        multi-byte character for some byte-level tokens, so not always valid UTF-8 alone. A tokenizer whose
+        pieces this module cannot read as bytes gives the UTF-8 of ``decode([token_id])`` instead."""
+        if self._token_bytes is not None:
+            return self._token_bytes(token_id)
+        return self.decode([token_id], skip_special_tokens=False).encode()
 
     def set_chat_template(self, template: str) -> None:
         self.chat_template, self.has_own_chat_template, self._compiled_template = template, True, None
@@ -115,12 +128,65 @@ def load_tokenizer(path: str) -> Tokenizer | None:
         # prompt froze the server's event loop for a second, though tokenized in a worker thread).
         return Tokenizer(lambda t, special: tok.encode_batch([t], add_special_tokens=special)[0].ids,
                          lambda ids, skip: tok.decode(ids, skip_special_tokens=skip), tok.get_vocab_size(),
-                         tid(eos_token), tid(bos_token), template, bos_token=bos_token, eos_token=eos_token)
+                         tid(eos_token), tid(bos_token), template, bos_token=bos_token, eos_token=eos_token,
+                         token_bytes=_hf_token_bytes(tok, _read_json(tj).get("decoder")))
     tm = os.path.join(path, "tiktoken.model")
     if os.path.exists(tm):
         return _load_tiktoken(tm, cfg, template, bos_token, eos_token)
     logger.warning("no tokenizer.json or tiktoken.model in %s: text prompts are unavailable, use input_ids", path)
     return None
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: the character a ``tokenizer.json`` ByteLevel piece writes for each
+    byte -> that byte. Printable Latin-1 bytes stand for themselves; the other 68 (controls, space, 0x7F-0xA0,
+    0xAD) are written as chr(256 + k), k counting them in byte order."""
+    printable = {*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)}
+    table = {chr(b): b for b in printable}
+    shifted = (b for b in range(256) if b not in printable)
+    table.update((chr(256 + k), b) for k, b in enumerate(shifted))
+    return table
+
+
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _decoder_types(cfg) -> set[str]:
+    """Every decoder type named in a tokenizer.json ``decoder`` (Sequence decoders nest), plus "Replace▁" for a
+    Replace decoder that turns SentencePiece's U+2581 into a space."""
+    if not isinstance(cfg, dict):
+        return set()
+    types = {cfg.get("type")}
+    if cfg.get("type") == "Replace" and (cfg.get("pattern") or {}).get("String") == "\u2581":
+        types.add("Replace▁")
+    for sub in cfg.get("decoders") or []:
+        types |= _decoder_types(sub)
+    return types
+
+
+def _hf_token_bytes(tok, decoder_cfg) -> Callable[[int], bytes]:
+    """token_bytes for a tokenizer.json: added tokens are their content; ByteLevel pieces map back through GPT-2's
+    alphabet; SentencePiece-style pieces (Metaspace, or Replace U+2581) read ``<0xNN>`` byte-fallback tokens as
+    that byte and U+2581 as a space; any other decoder: the token's decoded text (partial characters lost)."""
+    added = {i: t.content for i, t in tok.get_added_tokens_decoder().items()}
+    types = _decoder_types(decoder_cfg)
+    alphabet = _byte_level_alphabet() if "ByteLevel" in types else None
+    sentencepiece = bool(types & {"Metaspace", "Replace▁", "ByteFallback"})
+
+    def token_bytes(token_id: int) -> bytes:
+        if token_id in added:
+            return added[token_id].encode()
+        piece = tok.id_to_token(token_id)
+        if piece is None:  # outside the vocabulary (the model's may be padded past the tokenizer's)
+            return b""
+        if alphabet is not None and all(c in alphabet for c in piece):
+            return bytes(alphabet[c] for c in piece)
+        if sentencepiece:
+            m = _BYTE_FALLBACK.fullmatch(piece)
+            return bytes([int(m.group(1), 16)]) if m else piece.replace("\u2581", " ").encode()
+        return tok.decode([token_id], skip_special_tokens=False).encode()
+
+    return token_bytes
 
 
 # Kimi's pre-tokenisation pattern (the cl100k family's, with Han characters split out).
@@ -165,5 +231,11 @@ def _load_tiktoken(path: str, cfg: dict, template: str | None, bos_token: str | 
         ids = enc.encode(text, allowed_special="all")
         return [bos_id] + ids if add_special_tokens and prepend_bos else ids
 
+    def token_bytes(token_id):
+        try:
+            return enc.decode_single_token_bytes(token_id)
+        except KeyError:  # outside the vocabulary (the model's may be padded past the tokenizer's)
+            return b""
+
     return Tokenizer(encode, decode, len(ranks) + len(special), eos_id, bos_id, template, special,
-                     bos_token=bos_token, eos_token=eos_token)
+                     bos_token=bos_token, eos_token=eos_token, token_bytes=token_bytes)

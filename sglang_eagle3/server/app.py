@@ -144,11 +144,12 @@ class _ApiKey:
 
 def model_info(info: dict, served_model_name: str) -> ModelInfo:
     """ModelInfo from Engine.get_server_info()."""
-    draft = info.get("draft") or {}
+    draft, args = info.get("draft") or {}, info.get("args") or {}
     return ModelInfo(served_model_name=served_model_name, model_path=str(info["model"]["path"]),
                      context_length=int(info["model"]["context_length"]),
                      vocab_size=int(info["model"]["vocab_size"]), speculative_num_steps=draft.get("num_steps"),
-                     tokenizer_path=(info.get("args") or {}).get("tokenizer_path") or str(info["model"]["path"]))
+                     tokenizer_path=args.get("tokenizer_path") or str(info["model"]["path"]),
+                     max_top_logprobs_num=int(args.get("max_top_logprobs_num", 20)))
 
 
 def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelInfo | None = None) -> FastAPI:

@@ -75,6 +75,12 @@ class Update:
     result: dict | None = None  # Engine.result(): on finish, and on every update of a full_results submission
     error: str | None = None  # the engine failed this request (HTTP 500); finished is True too
     shutdown: bool = False  # the error is the server shutting down under the request (HTTP 503), not a fault
+    # A request with return_logprob: its Engine.result rows for new_ids ([logprob, id, None] each) and their top
+    # lists (None without top_logprobs_num), and on its first update the prompt's rows from logprob_start_len
+    # (input_token_logprobs, input_top_logprobs), so that a stream can send each token's logprobs with its text.
+    new_logprobs: list | None = None
+    new_top_logprobs: list | None = None
+    prompt_logprobs: tuple[list, list] | None = None
 
     def failure(self) -> EngineFailure:
         """The exception a consumer raises for an error update."""
@@ -95,6 +101,7 @@ class _Tracked:
     t_arrive: float = 0.0
     t_first: float | None = None
     n_sent: int = 0
+    published: bool = False  # an update of this request has been pushed
     text: str = ""  # visible text sent so far
     # Incremental detokenisation: decoded = text of output_ids[:read_offset]; only a short window
     # output_ids[prefix_offset:] is decoded per step (the full output is decoded once, at the end).
@@ -364,7 +371,9 @@ class EngineDriver:
                 self._abort_quietly(r.rid)
 
     def _publish(self, t: _Tracked, r: Request) -> None:
-        new_ids = list(r.output_ids[t.n_sent:])
+        first, sent = not t.published, t.n_sent
+        t.published = True
+        new_ids = list(r.output_ids[sent:])
         t.n_sent = len(r.output_ids)
         m = self.metrics
         if new_ids:
@@ -374,7 +383,8 @@ class EngineDriver:
                 m.ttft.observe(t.t_first - t.t_arrive)
         if r.finished:
             result = _snapshot_result(self.engine.result(r))
-            self._finish(t, Update(t.index, new_ids, result.get("text", ""), True, result), "finished")
+            u = Update(t.index, new_ids, result.get("text", ""), True, result)
+            self._finish(t, _with_logprobs(u, r, sent, first), "finished")
             return
         text = self._visible_text(t, r)
         result = None
@@ -382,7 +392,7 @@ class EngineDriver:
             result = _snapshot_result(self.engine.result(r))
             if "text" in result:
                 result["text"] = text
-        t.submission._push(Update(t.index, new_ids, text, False, result))
+        t.submission._push(_with_logprobs(Update(t.index, new_ids, text, False, result), r, sent, first))
 
     def _visible_text(self, t: _Tracked, r: Request) -> str:
         """Cumulative text that is safe to show: never shrinks, holds back a trailing partial UTF-8
@@ -451,6 +461,17 @@ def _settle(fut: asyncio.Future, res, exc) -> None:
         fut.set_exception(exc)
     else:
         fut.set_result(res)
+
+
+def _with_logprobs(u: Update, r: Request, sent: int, first: bool) -> Update:
+    """``u`` with the logprob rows of its new tokens (output_ids[sent:]) and, on the first update, the prompt's.
+    Slices are copies: the engine thread keeps appending to the request's lists."""
+    if r.return_logprob:
+        u.new_logprobs = r.output_token_logprobs[sent:]
+        u.new_top_logprobs = r.output_top_logprobs[sent:] if r.top_logprobs_num else [None] * len(u.new_ids)
+        if first:
+            u.prompt_logprobs = (list(r.input_token_logprobs), list(r.input_top_logprobs))
+    return u
 
 
 def _snapshot_result(out: dict) -> dict:

@@ -3,6 +3,11 @@
 Response shapes follow OpenAI's (``text_completion`` / ``chat.completion`` objects, ``*.chunk`` events, a
 ``usage`` block; with ``stream_options.include_usage`` a last chunk with empty ``choices`` carries it), plus
 SGLang's ``matched_stop`` on each choice.
+
+``n`` > 1: n requests a prompt, submitted together; choice ``index`` = prompt index x n + j (OpenAI's and vLLM's
+order). With a ``seed``, request j samples with seed + j: choice 0 is what n=1 gives, the others differ, and a
+rerun repeats them all; without one each request draws its own seed. ``usage.prompt_tokens`` counts each prompt
+once. ``logprobs`` objects: server/logprobs.py.
 """
 
 from __future__ import annotations
@@ -13,7 +18,14 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request as HTTPRequest
 
-from sglang_eagle3.server.driver import Submission
+from sglang_eagle3.server.driver import Submission, Update
+from sglang_eagle3.server.logprobs import (
+    ChoiceTokens,
+    TokenTable,
+    chat_logprobs,
+    completion_logprobs,
+    tokens_of,
+)
 from sglang_eagle3.server.protocol import (
     APIError,
     ChatCompletionRequest,
@@ -27,14 +39,13 @@ _OPENAI_NAMES = {"max_new_tokens": "max_tokens", "temperature": "temperature", "
                  "top_k": "top_k", "min_p": "min_p", "stop": "stop", "stop_token_ids": "stop_token_ids",
                  "seed": "seed"}
 _COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
+_MAX_N = 128  # OpenAI's limit on n (each choice is a request in flight)
 # Sampling fields this server does not implement, with the value that leaves sampling unchanged (accepted).
 _NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_tokens": 0}
 
 
 def _reject_unsupported(body) -> None:
     """400 for OpenAI fields this server knows but cannot honour (never silently ignored)."""
-    if body.n not in (None, 1):
-        raise APIError(400, f"n={body.n} is not supported: only n=1 (send separate requests)", param="n")
     for name, neutral in _NEUTRAL.items():
         v = getattr(body, name)
         if v is not None and v != neutral:
@@ -58,6 +69,27 @@ def _sampling_params(body, max_new_tokens: int | None) -> dict:
     return sp
 
 
+def _choices_per_prompt(body) -> int:
+    n = 1 if body.n is None else body.n
+    if not 1 <= n <= _MAX_N:
+        raise APIError(400, f"n={n} must be an integer in [1, {_MAX_N}] (choices per prompt)", param="n")
+    return n
+
+
+def _seeded(sp: dict, j: int) -> dict:
+    """Sampling params of a prompt's choice j: with a seed, seed + j (choice 0 keeps the client's own)."""
+    if j == 0 or sp.get("seed") is None:
+        return sp
+    return {**sp, "seed": sp["seed"] + j}
+
+
+def _check_top(name: str, value: int | None, cap: int, openai_cap: int) -> None:
+    """``logprobs`` (completions) / ``top_logprobs`` (chat): top logprobs a position, up to the server's cap."""
+    if value is not None and not 0 <= value <= cap:
+        raise APIError(400, f"{name}={value} must be an integer in [0, {cap}] (this server's limit: "
+                       f"--max-top-logprobs-num, or the vocabulary's size; OpenAI's is {openai_cap})", param=name)
+
+
 def _check_max_tokens(name: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise APIError(400, f"{name}={value} must be an integer >= 1", param=name)
@@ -79,49 +111,71 @@ async def completions(serving: Serving, request: HTTPRequest):
     body: CompletionRequest = parse_body(CompletionRequest, await request.body())  # type: ignore[assignment]
     serving.check_model(body.model)
     _reject_unsupported(body)
-    if body.best_of not in (None, 1):
-        raise APIError(400, f"best_of={body.best_of} is not supported (only 1)", param="best_of")
+    n = _choices_per_prompt(body)
+    if body.best_of is not None and body.best_of != n:
+        raise APIError(400, f"best_of={body.best_of} with n={n} is not supported: best_of must equal n or be left "
+                       "out (every sample is returned; none are ranked away)", param="best_of")
     if body.suffix:
         raise APIError(400, "suffix is not supported", param="suffix")
-    if body.logprobs is not None:
-        raise APIError(400, "logprobs is not supported on /v1/completions yet: use /generate with "
-                       "return_logprob=true", param="logprobs")
+    top = body.logprobs
+    _check_top("logprobs", top, serving.model.top_logprobs_cap, 5)
+    if top is not None and serving.token_table is None:
+        raise APIError(400, f"logprobs={top} needs the server's tokenizer to name the tokens (started with "
+                       "--skip-tokenizer-init): use /generate with return_logprob", param="logprobs")
     _check_max_tokens("max_tokens", body.max_tokens)
     prompt = body.prompt
     if isinstance(prompt, list) and not prompt:
         raise APIError(400, "prompt must not be empty", param="prompt")
-    # str | list[int] -> one prompt; list[str] | list[list[int]] -> a batch (one choice each).
+    # str | list[int] -> one prompt; list[str] | list[list[int]] -> a batch (n choices each).
     batch = not (isinstance(prompt, str) or isinstance(prompt[0], int))
     prompts = list(prompt) if batch else [prompt]
-    serving.check_batch_size(len(prompts), "prompt")
+    serving.check_batch_size(len(prompts), "prompt", n)
     sp = _sampling_params(body, body.max_tokens)
+    names = {**_OPENAI_NAMES, "top_logprobs_num": "logprobs"}
+    echo = bool(body.echo)
+    # With echo the prompt's logprobs come too (from its first token, which has none: null).
+    lp = {"return_logprob": top is not None, "logprob_start_len": 0 if echo and top is not None else None,
+          "top_logprobs_num": top}
 
     def build() -> list:
-        return [serving.make_request(prompt=p if isinstance(p, str) else None,
-                                     input_ids=None if isinstance(p, str) else p, sampling_params=sp,
-                                     prompt_param="prompt", names=_OPENAI_NAMES,
-                                     default_max_new_tokens=_COMPLETION_MAX_TOKENS, index=i if batch else None)
-                for i, p in enumerate(prompts)]
+        reqs = []
+        for i, p in enumerate(prompts):
+            kw = dict(prompt_param="prompt", names=names, default_max_new_tokens=_COMPLETION_MAX_TOKENS,
+                      index=i if batch else None, **lp)
+            first = serving.make_request(prompt=p if isinstance(p, str) else None,
+                                         input_ids=None if isinstance(p, str) else p, sampling_params=sp, **kw)
+            # The prompt is tokenized once; its other choices reuse the ids.
+            reqs += [first] + [serving.make_request(input_ids=first.input_ids, sampling_params=_seeded(sp, j), **kw)
+                               for j in range(1, n)]
+        return reqs
 
     reqs = await serving.off_loop(build)
-    echo = [""] * len(reqs)
-    if body.echo:
-        echo = [p if isinstance(p, str) else _decode(serving, r.input_ids) for p, r in zip(prompts, reqs, strict=True)]
+    firsts = reqs[::n]  # one request of each prompt
+    # Echoed text: the prompt as sent, or the token prompt's text (special tokens skipped, as output text is).
+    echoes = [(p if isinstance(p, str) else _decode(serving, r.input_ids)) if echo else ""
+              for p, r in zip(prompts, firsts, strict=True)]
+    view = _CompletionView(serving.token_table, echo and top is not None, top is not None, n, echoes,
+                           [not isinstance(p, str) for p in prompts])
     sub = serving.submit(reqs)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-    prompt_tokens = sum(len(r.input_ids) for r in reqs)
+    prompt_tokens = sum(len(r.input_ids) for r in firsts)
     if body.stream:
-        opts = body.stream_options
-        return await serving.stream(sub, request, _completion_chunks(sub, cid, created, body.model, echo, prompt_tokens,
-                                                                     opts))
+        return await serving.stream(sub, request, _completion_chunks(sub, view, cid, created, body.model,
+                                                                     prompt_tokens, body.stream_options))
     finals = await serving.wait(sub, request)
-    choices = []
-    for i, u in enumerate(finals):
-        reason, matched = finish_reason(u.result)
-        choices.append({"index": i, "text": echo[i] + u.text, "logprobs": None, "finish_reason": reason,
-                        "matched_stop": matched})
+
+    def choices() -> list[dict]:
+        out = []
+        for u in finals:
+            reason, matched = finish_reason(u.result)
+            out.append({"index": u.index, "text": view.echo(u.index) + u.text, "logprobs": view.final(u),
+                        "finish_reason": reason, "matched_stop": matched})
+        return out
+
+    # Naming every token of a long echoed prompt with its top list is real work: off the event loop.
+    listed = await serving.off_loop(choices) if top is not None else choices()
     completion_tokens = sum(len(u.result["output_ids"]) for u in finals)
-    return {"id": cid, "object": "text_completion", "created": created, "model": body.model, "choices": choices,
+    return {"id": cid, "object": "text_completion", "created": created, "model": body.model, "choices": listed,
             "usage": _usage(prompt_tokens, completion_tokens)}
 
 
@@ -129,41 +183,90 @@ def _decode(serving: Serving, ids: list[int]) -> str:
     return serving.tokenizer.decode(ids) if serving.tokenizer is not None else ""
 
 
-async def _completion_chunks(sub: Submission, cid: str, created: int, model: str, echo: list[str],
+class _CompletionView:
+    """How the choices of one /v1/completions call show their echo and logprobs (choice k is prompt k // n's)."""
+
+    def __init__(self, table: TokenTable | None, prompt_logprobs: bool, logprobs: bool, n: int, echoes: list[str],
+                 echo_skips_special: list[bool]):
+        self.table, self.prompt_logprobs, self.logprobs, self.n = table, prompt_logprobs, logprobs, n
+        self.echoes, self.echo_skips_special = echoes, echo_skips_special
+
+    def echo(self, k: int) -> str:
+        return self.echoes[k // self.n]
+
+    def prompt_tokens(self, k: int, rows: tuple[list, list]) -> list:
+        """The echoed prompt's tokens with their offsets into the echoed text."""
+        tokens = ChoiceTokens(self.table, skip_special=self.echo_skips_special[k // self.n])
+        tokens.add(tokens_of(*rows))
+        return tokens.release(len(self.echo(k)), True)
+
+    def generated(self, k: int) -> ChoiceTokens:
+        """Choice k's generated tokens, placed after its echo."""
+        return ChoiceTokens(self.table, base=len(self.echo(k)))
+
+    def block(self, tokens: list) -> dict | None:
+        return completion_logprobs(self.table, tokens) if self.logprobs else None
+
+    def final(self, u: Update) -> dict | None:
+        """A finished choice's logprobs: every prompt token (with echo), then every output token."""
+        if not self.logprobs:
+            return None
+        meta = u.result["meta_info"]
+        tokens = []
+        if self.prompt_logprobs:
+            tokens = self.prompt_tokens(u.index, (meta["input_token_logprobs"], meta.get("input_top_logprobs")))
+        gen = self.generated(u.index)
+        gen.add(tokens_of(meta["output_token_logprobs"], meta.get("output_top_logprobs")))
+        return self.block(tokens + gen.release(len(u.text), True))
+
+
+async def _completion_chunks(sub: Submission, view: _CompletionView, cid: str, created: int, model: str,
                              prompt_tokens: int, opts) -> AsyncIterator[bytes]:
     include_usage = bool(opts and opts.include_usage)
     continuous = bool(opts and opts.continuous_usage_stats)
-    sent = [""] * len(sub.requests)
-    generated = [0] * len(sub.requests)
+    m = len(sub.requests)
+    sent = [""] * m
+    generated = [0] * m
+    gen = [view.generated(k) for k in range(m)] if view.logprobs else []
 
-    def chunk(i: int, text: str, reason=None, matched=None) -> bytes:
+    def chunk(k: int, text: str, tokens: list | None = None, reason=None, matched=None) -> bytes:
         c = {"id": cid, "object": "text_completion", "created": created, "model": model,
-             "choices": [{"index": i, "text": text, "logprobs": None, "finish_reason": reason}]}
+             "choices": [{"index": k, "text": text, "logprobs": view.block(tokens or []), "finish_reason": reason}]}
         if reason is not None:
             c["choices"][0]["matched_stop"] = matched
         if include_usage:
             c["usage"] = _usage(prompt_tokens, sum(generated)) if continuous else None
         return sse(c)
 
-    opened = [False] * len(sub.requests)
-    for i, prefix in enumerate(echo):
-        if prefix:
-            yield chunk(i, prefix)
-            opened[i] = True
+    opened = [False] * m
+    if not view.prompt_logprobs:  # the echo goes out at once; with its logprobs, once prefill has made them
+        for k in range(m):
+            if view.echo(k):
+                yield chunk(k, view.echo(k))
+                opened[k] = True
     async for u in sub.updates():
         if u.error is not None:
             raise u.failure()
-        i = u.index
-        generated[i] += len(u.new_ids)
-        delta = _delta(sent[u.index], u.text)
-        sent[i] = u.text if u.text.startswith(sent[i]) else sent[i]
+        k = u.index
+        generated[k] += len(u.new_ids)
+        if view.prompt_logprobs and u.prompt_logprobs is not None:
+            yield chunk(k, view.echo(k), view.prompt_tokens(k, u.prompt_logprobs))
+            opened[k] = True
+        delta = _delta(sent[k], u.text)
+        sent[k] = u.text if u.text.startswith(sent[k]) else sent[k]
+        released = []
+        if view.logprobs:
+            # A token goes out with the chunk that completes its text: text held back (a stop string may be
+            # forming, a character is split) holds its tokens back too; the finish flushes the rest.
+            gen[k].add(tokens_of(u.new_logprobs, u.new_top_logprobs))
+            released = gen[k].release(len(sent[k]), u.finished)
         # The first token always gets a chunk (its text may still be held back), so the stream opens then.
-        if delta or not opened[i]:
-            yield chunk(i, delta)
-            opened[i] = True
+        if delta or released or not opened[k]:
+            yield chunk(k, delta, released)
+            opened[k] = True
         if u.finished:
             reason, matched = finish_reason(u.result)
-            yield chunk(i, "", reason, matched)
+            yield chunk(k, "", None, reason, matched)
     if include_usage:
         yield sse({"id": cid, "object": "text_completion", "created": created, "model": model, "choices": [],
                    "usage": _usage(prompt_tokens, sum(generated))})
@@ -201,9 +304,11 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     body: ChatCompletionRequest = parse_body(ChatCompletionRequest, await request.body())  # type: ignore[assignment]
     serving.check_model(body.model)
     _reject_unsupported(body)
-    if body.logprobs or body.top_logprobs:
-        raise APIError(400, "logprobs is not supported on /v1/chat/completions yet: use /generate with "
-                       "return_logprob=true", param="logprobs")
+    n = _choices_per_prompt(body)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise APIError(400, f"top_logprobs={body.top_logprobs} needs logprobs=true", param="top_logprobs")
+    _check_top("top_logprobs", body.top_logprobs, serving.model.top_logprobs_cap, 20)
+    logprobs = bool(body.logprobs)
     if body.tools:
         raise APIError(400, "tools (function calling) are not supported", param="tools")
     if body.tool_choice not in (None, "none", "auto"):
@@ -214,66 +319,90 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     _check_max_tokens("max_tokens", body.max_tokens)
     _check_max_tokens("max_completion_tokens", body.max_completion_tokens)
     _check_messages(body.messages)
-    names = dict(_OPENAI_NAMES)
+    serving.check_batch_size(1, "messages", n)
+    names = {**_OPENAI_NAMES, "top_logprobs_num": "top_logprobs"}
     max_new = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     if body.max_completion_tokens is not None:
         names["max_new_tokens"] = "max_completion_tokens"
     sp = _sampling_params(body, max_new)
     messages = [_message_dict(m) for m in body.messages]
 
-    def build() -> tuple[list[int], object]:
+    def build() -> tuple[list[int], list]:
         ids = serving.encode_chat(messages, body.add_generation_prompt)
         # No limit asked: whatever the context (and KV cache, less the draft lookahead) leaves.
-        return ids, serving.make_request(input_ids=ids, sampling_params=sp, prompt_param="messages", names=names,
-                                         default_max_new_tokens=serving.model.context_length)
+        return ids, [serving.make_request(input_ids=ids, sampling_params=_seeded(sp, j), prompt_param="messages",
+                                          names=names, default_max_new_tokens=serving.model.context_length,
+                                          return_logprob=logprobs, top_logprobs_num=body.top_logprobs)
+                     for j in range(n)]
 
-    ids, req = await serving.off_loop(build)
-    sub = serving.submit([req])
+    ids, reqs = await serving.off_loop(build)
+    sub = serving.submit(reqs)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    table = serving.token_table if logprobs else None
     if body.stream:
-        return await serving.stream(sub, request, _chat_chunks(sub, cid, created, body.model, len(ids),
+        return await serving.stream(sub, request, _chat_chunks(sub, table, cid, created, body.model, len(ids),
                                                                 body.stream_options))
-    (u,) = await serving.wait(sub, request)
-    reason, matched = finish_reason(u.result)
-    return {"id": cid, "object": "chat.completion", "created": created, "model": body.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": u.text}, "logprobs": None,
-                         "finish_reason": reason, "matched_stop": matched}],
-            "usage": _usage(len(ids), len(u.result["output_ids"]))}
+    finals = await serving.wait(sub, request)
+
+    def choices() -> list[dict]:
+        out = []
+        for u in finals:
+            reason, matched = finish_reason(u.result)
+            lp = None
+            if table is not None:  # every output token, as usage.completion_tokens counts them
+                meta = u.result["meta_info"]
+                lp = chat_logprobs(table, tokens_of(meta["output_token_logprobs"], meta.get("output_top_logprobs")))
+            out.append({"index": u.index, "message": {"role": "assistant", "content": u.text}, "logprobs": lp,
+                        "finish_reason": reason, "matched_stop": matched})
+        return out
+
+    listed = await serving.off_loop(choices) if logprobs else choices()
+    return {"id": cid, "object": "chat.completion", "created": created, "model": body.model, "choices": listed,
+            "usage": _usage(len(ids), sum(len(u.result["output_ids"]) for u in finals))}
 
 
-async def _chat_chunks(sub: Submission, cid: str, created: int, model: str, prompt_tokens: int,
-                       opts) -> AsyncIterator[bytes]:
+async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, created: int, model: str,
+                       prompt_tokens: int, opts) -> AsyncIterator[bytes]:
+    """Chunks of every choice, interleaved as their tokens come; ``table`` set: with logprobs."""
     include_usage = bool(opts and opts.include_usage)
     continuous = bool(opts and opts.continuous_usage_stats)
-    generated = 0
+    m = len(sub.requests)
+    generated = [0] * m
+    sent = [""] * m
+    opened = [False] * m
+    pending = [ChoiceTokens(table) for _ in range(m)] if table is not None else []
 
-    def chunk(delta: dict, reason=None, matched=None) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+    def chunk(k: int, delta: dict, reason=None, matched=None, tokens: list | None = None) -> bytes:
+        lp = chat_logprobs(table, tokens) if tokens is not None else None
+        choice = {"index": k, "delta": delta, "logprobs": lp, "finish_reason": reason}
         if reason is not None:
             choice["matched_stop"] = matched
         c = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
         if include_usage:
-            c["usage"] = _usage(prompt_tokens, generated) if continuous else None
+            c["usage"] = _usage(prompt_tokens, sum(generated)) if continuous else None
         return sse(c)
 
-    sent = ""
-    first = True
     async for u in sub.updates():
         if u.error is not None:
             raise u.failure()
-        generated += len(u.new_ids)
-        if first:  # OpenAI opens with the role
-            yield chunk({"role": "assistant", "content": ""})
-            first = False
-        delta = _delta(sent, u.text)
-        if u.text.startswith(sent):
-            sent = u.text
-        if delta:
-            yield chunk({"content": delta})
+        k = u.index
+        generated[k] += len(u.new_ids)
+        if not opened[k]:  # OpenAI opens each choice with the role
+            yield chunk(k, {"role": "assistant", "content": ""})
+            opened[k] = True
+        delta = _delta(sent[k], u.text)
+        if u.text.startswith(sent[k]):
+            sent[k] = u.text
+        released = None
+        if table is not None:  # each token with the chunk that completes its text (the finish flushes the rest)
+            pending[k].add(tokens_of(u.new_logprobs, u.new_top_logprobs))
+            released = pending[k].release(len(sent[k]), u.finished)
+        if delta or released:
+            yield chunk(k, {"content": delta}, tokens=released)
         if u.finished:
             reason, matched = finish_reason(u.result)
-            yield chunk({}, reason, matched)
+            yield chunk(k, {}, reason, matched)
     if include_usage:
         yield sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
-                   "usage": _usage(prompt_tokens, generated)})
+                   "usage": _usage(prompt_tokens, sum(generated))})
     yield sse("[DONE]")

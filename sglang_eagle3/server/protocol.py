@@ -3,7 +3,7 @@
 Bodies are validated strictly (``"5"`` is not an integer, ``1`` is not a boolean) so that a client's type
 mistake is a 400 naming the field, never a silent coercion. Unknown fields are ignored, as OpenAI-compatible
 servers do for the many optional fields clients send; fields we know but cannot honour (``logit_bias``,
-penalties, ``n`` > 1, tools, ...) are rejected by the endpoints with a message saying so.
+penalties, ``best_of`` other than ``n``, tools, ...) are rejected by the endpoints with a message saying so.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class _SamplingFields(_Body):
 class CompletionRequest(_SamplingFields):
     prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int | None = None  # None: OpenAI's default, 16 (cut to what the prompt leaves)
-    logprobs: int | None = None
+    logprobs: int | None = None  # top logprobs a token (0: the chosen token's only)
     echo: bool | None = False
     suffix: str | None = None
     best_of: int | None = None

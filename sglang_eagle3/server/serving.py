@@ -35,6 +35,7 @@ from sglang_eagle3.server.driver import (
     Submission,
     Update,
 )
+from sglang_eagle3.server.logprobs import TokenTable
 from sglang_eagle3.server.protocol import APIError
 from sglang_eagle3.tokenizer import ChatTemplateError
 
@@ -56,6 +57,12 @@ class ModelInfo:
     vocab_size: int
     speculative_num_steps: int | None
     tokenizer_path: str | None = None
+    max_top_logprobs_num: int = 20  # the engine's cap on top logprobs a position (--max-top-logprobs-num)
+
+    @property
+    def top_logprobs_cap(self) -> int:
+        """The most top logprobs a request may ask for: the engine's cap, or the vocabulary where it is smaller."""
+        return min(self.max_top_logprobs_num, self.vocab_size)
 
 
 class ClientDisconnected(Exception):
@@ -95,6 +102,7 @@ class Serving:
     def __init__(self, engine, driver: EngineDriver, config: ServerConfig, model: ModelInfo):
         self.engine, self.driver, self.config, self.model = engine, driver, config, model
         self.tokenizer = engine.tokenizer
+        self.token_table = TokenTable(self.tokenizer) if self.tokenizer is not None else None
         self.metrics = driver.metrics
         self.created = int(time.time())
 
@@ -104,13 +112,17 @@ class Serving:
             raise APIError(404, f"model {name!r} does not exist: this server serves "
                            f"{self.model.served_model_name!r}", param="model", code="model_not_found")
 
-    def check_batch_size(self, n: int, param: str) -> None:
-        """400 for a batch that could never be admitted (before any of it is tokenized)."""
+    def check_batch_size(self, prompts: int, param: str, n: int = 1) -> None:
+        """400 for a batch that could never be admitted (before any of it is tokenized): ``prompts`` prompts of
+        ``n`` requests each (OpenAI's ``n``)."""
         limit = self.driver.max_inflight
-        if limit is not None and n > limit:
-            raise APIError(400, f"a batch of {n} prompts can never be admitted: at most {limit} requests may be "
+        total = prompts * n
+        if limit is not None and total > limit:
+            plural = "s" if prompts != 1 else ""
+            what = f"{prompts} prompt{plural} x n={n} = {total} requests" if n > 1 else f"{prompts} prompts"
+            raise APIError(400, f"a batch of {what} can never be admitted: at most {limit} requests may be "
                            "in flight (max_running_requests + max_queued_requests); split it",
-                           param=param, code="batch_too_large")
+                           param="n" if n > 1 and prompts <= limit else param, code="batch_too_large")
 
     async def off_loop(self, fn: Callable, *args):
         """``fn(*args)`` in a worker thread: validation and tokenization must not stall the event loop."""

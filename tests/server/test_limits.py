@@ -89,6 +89,15 @@ def test_batch_that_can_never_be_admitted_is_400_not_503(limited):
     assert err["param"] == "prompt" and err["code"] == "batch_too_large", err
     ok = _post(limited, "/generate", json={"text": ["a"] * limit, "sampling_params": {"max_new_tokens": 2}})
     assert ok.status_code == 200 and len(ok.json()) == limit, ok.text
+    # OpenAI's n counts: prompts x n requests, refused before any is tokenized, naming n.
+    err = _error(_post(limited, "/v1/completions", json={"model": "tiny", "prompt": ["a", "b"], "n": 3}), 400)
+    assert err["param"] == "n" and err["code"] == "batch_too_large", err
+    assert "2 prompts x n=3 = 6 requests" in err["message"] and f"at most {limit}" in err["message"], err
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    err = _error(_post(limited, "/v1/chat/completions", json={**chat, "n": limit + 1}), 400)
+    assert err["param"] == "n" and f"1 prompt x n={limit + 1} = {limit + 1} requests" in err["message"], err
+    ok = _post(limited, "/v1/completions", json={"model": "tiny", "prompt": ["a", "b"], "n": 2, "max_tokens": 2})
+    assert ok.status_code == 200 and len(ok.json()["choices"]) == limit, ok.text
 
 
 # -- max_tokens against a KV cache smaller than the context -----------------------------------------------------
@@ -143,6 +152,22 @@ def test_top_logprobs_num_over_the_flag_is_400(limited):
     ok = _post(limited, "/generate", json={**body, "top_logprobs_num": TOP_LOGPROBS})
     assert ok.status_code == 200, ok.text
     assert [len(t) for t in ok.json()["meta_info"]["output_top_logprobs"]] == [TOP_LOGPROBS] * 2
+
+
+def test_openai_logprobs_over_the_flag_are_400(limited):
+    """The OpenAI fields that ask for top logprobs (completions' logprobs, chat's top_logprobs) have the same cap,
+    named in their own field."""
+    cmpl = {"model": "tiny", "prompt": "The quick", "max_tokens": 2}
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "logprobs": True}
+    for path, body, field in (("/v1/completions", cmpl, "logprobs"), ("/v1/chat/completions", chat, "top_logprobs")):
+        err = _error(_post(limited, path, json={**body, field: TOP_LOGPROBS + 1}), 400)
+        assert err["param"] == field, err
+        assert f"{field}={TOP_LOGPROBS + 1} must be an integer in [0, {TOP_LOGPROBS}]" in err["message"], err
+        assert "--max-top-logprobs-num" in err["message"], err
+        ok = _post(limited, path, json={**body, field: TOP_LOGPROBS})
+        assert ok.status_code == 200, ok.text
+    top = ok.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    assert len(top) == TOP_LOGPROBS
 
 
 def test_stop_strings_over_the_flags_are_400(limited):

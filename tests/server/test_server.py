@@ -199,7 +199,7 @@ BAD_INPUTS = [
     ("chat-negative-temperature", "POST", "/v1/chat/completions", {**_CHAT, "temperature": -0.5}, 400, "temperature"),
     ("chat-top-p-zero", "POST", "/v1/chat/completions", {**_CHAT, "top_p": 0}, 400, "top_p"),
     ("chat-top-p-above-one", "POST", "/v1/chat/completions", {**_CHAT, "top_p": 1.5}, 400, "top_p"),
-    ("chat-n-2", "POST", "/v1/chat/completions", {**_CHAT, "n": 2}, 400, "n"),
+    ("chat-n-0", "POST", "/v1/chat/completions", {**_CHAT, "n": 0}, 400, "n"),
     ("chat-max-tokens-string", "POST", "/v1/chat/completions", {**_CHAT, "max_tokens": "8"}, 400, "max_tokens"),
     ("chat-messages-string", "POST", "/v1/chat/completions", {**_CHAT, "messages": "hi"}, 400, "messages"),
     ("chat-bad-role", "POST", "/v1/chat/completions", {**_CHAT, "messages": [{"role": "x", "content": "hi"}]}, 400,
