@@ -86,6 +86,9 @@ class SamplingParams:
             d["stop"] = []
         if d.get("stop_token_ids") is None:
             d["stop_token_ids"] = []
+        for name in ("frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "logit_bias"):
+            if name in d and d[name] is None:  # null: the default, as SGLang reads it
+                del d[name]
         if isinstance(d.get("logit_bias"), dict):
             d["logit_bias"] = _int_keys(d["logit_bias"])
         p = SamplingParams(**d)

@@ -36,8 +36,7 @@ _PUBLIC_PATHS = ("/health", "/health_generate", "/metrics")
 _HEALTH_GENERATE_TIMEOUT_S = 20.0
 # SGLang sampling parameters the engine does not implement, with the value that leaves sampling unchanged:
 # /generate accepts that value (or null) and drops it, and refuses any other.
-_NEUTRAL_SAMPLING = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
-                     "min_new_tokens": 0, "spaces_between_special_tokens": True}
+_NEUTRAL_SAMPLING = {"spaces_between_special_tokens": True}
 
 
 def _error_response(e: APIError) -> JSONResponse:

@@ -37,21 +37,11 @@ from sglang_eagle3.server.serving import Serving, finish_reason, sse
 # Engine sampling names -> the OpenAI field a client sets.
 _OPENAI_NAMES = {"max_new_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p",
                  "top_k": "top_k", "min_p": "min_p", "stop": "stop", "stop_token_ids": "stop_token_ids",
-                 "seed": "seed"}
+                 "seed": "seed", "min_new_tokens": "min_tokens"}
 _COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
 _MAX_N = 128  # OpenAI's limit on n (each choice is a request in flight)
-# Sampling fields this server does not implement, with the value that leaves sampling unchanged (accepted).
-_NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_tokens": 0}
-
-
 def _reject_unsupported(body) -> None:
     """400 for OpenAI fields this server knows but cannot honour (never silently ignored)."""
-    for name, neutral in _NEUTRAL.items():
-        v = getattr(body, name)
-        if v is not None and v != neutral:
-            raise APIError(400, f"{name}={v} is not supported (only {neutral})", param=name)
-    if body.logit_bias:
-        raise APIError(400, "logit_bias is not supported", param="logit_bias")
     if body.stream_options is not None and not body.stream:
         raise APIError(400, "stream_options is only allowed with stream=true", param="stream_options")
 
@@ -60,10 +50,13 @@ def _sampling_params(body, max_new_tokens: int | None) -> dict:
     """Engine sampling params; max_new_tokens None (the client set none) is left out: the endpoint passes its
     default to Serving.make_request, which cuts it to what the prompt leaves."""
     sp: dict = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
-    for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop_token_ids", "ignore_eos"):
+    for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop_token_ids", "ignore_eos", "frequency_penalty",
+                 "presence_penalty", "repetition_penalty", "logit_bias"):
         v = getattr(body, name)
         if v is not None:
             sp[name] = v
+    if body.min_tokens is not None:
+        sp["min_new_tokens"] = body.min_tokens
     if body.stop is not None:
         sp["stop"] = [body.stop] if isinstance(body.stop, str) else body.stop
     return sp

@@ -2,8 +2,8 @@
 
 Bodies are validated strictly (``"5"`` is not an integer, ``1`` is not a boolean) so that a client's type
 mistake is a 400 naming the field, never a silent coercion. Unknown fields are ignored, as OpenAI-compatible
-servers do for the many optional fields clients send; fields we know but cannot honour (``logit_bias``,
-penalties, ``best_of`` other than ``n``, tools, ...) are rejected by the endpoints with a message saying so.
+servers do for the many optional fields clients send; fields we know but cannot honour (``best_of`` other than
+``n``, tools, ...) are rejected by the endpoints with a message saying so.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class _SamplingFields(_Body):
     seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, float] | None = None  # token id (as a string, JSON's keys) -> bias
     user: str | None = None
     # SGLang extensions
     repetition_penalty: float | None = None

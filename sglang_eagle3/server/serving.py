@@ -22,7 +22,7 @@ from fastapi.responses import StreamingResponse
 
 from sglang_eagle3.engine import RequestError
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import SamplingParamsError
+from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError
 from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import (
     BatchTooLargeError,
@@ -262,9 +262,10 @@ def _request_error(msg: str, prompt_param: str, names: dict[str, str]) -> APIErr
 
 
 def _sampling_error(msg: str, names: dict[str, str]) -> APIError:
-    # "stop=...", or "stop[3]=..." about one item of a list field.
-    m = re.match(r"(\w+)(?:\[\d+\])?=", msg)
-    field = m.group(1) if m else "sampling_params"  # "unknown sampling parameter(s): ..."
+    # "stop=...", "stop[3]=..." about one item of a list field, "logit_bias key ..." / "logit_bias holds ...":
+    # messages open with the field they are about.
+    m = re.match(r"(\w+)[\[= ]", msg)
+    field = m.group(1) if m and m.group(1) in SamplingParams.__dataclass_fields__ else "sampling_params"
     if field in names:
         msg = names[field] + msg[len(field):]
         field = names[field]

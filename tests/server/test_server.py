@@ -254,10 +254,18 @@ BAD_INPUTS = [
     ("chat-huge-max-completion-tokens", "POST", "/v1/chat/completions", {**_CHAT, "max_completion_tokens": 10**9},
      400, "max_completion_tokens"),
     ("chat-empty-stop", "POST", "/v1/chat/completions", {**_CHAT, "stop": ""}, 400, "stop"),
-    ("chat-repetition-penalty", "POST", "/v1/chat/completions", {**_CHAT, "repetition_penalty": 1.2}, 400,
+    ("chat-repetition-penalty", "POST", "/v1/chat/completions", {**_CHAT, "repetition_penalty": 2.5}, 400,
      "repetition_penalty"),
-    ("completion-min-tokens", "POST", "/v1/completions", {"model": MODEL, "prompt": "a", "min_tokens": 3}, 400,
+    ("chat-frequency-penalty", "POST", "/v1/chat/completions", {**_CHAT, "frequency_penalty": -2.1}, 400,
+     "frequency_penalty"),
+    ("completion-min-tokens", "POST", "/v1/completions", {"model": MODEL, "prompt": "a", "min_tokens": 17}, 400,
      "min_tokens"),
+    ("completion-logit-bias-range", "POST", "/v1/completions",
+     {"model": MODEL, "prompt": "a", "logit_bias": {"5": 150}}, 400, "logit_bias"),
+    ("completion-logit-bias-key", "POST", "/v1/completions",
+     {"model": MODEL, "prompt": "a", "logit_bias": {"five": 1}}, 400, "logit_bias"),
+    ("completion-logit-bias-vocab", "POST", "/v1/completions",
+     {"model": MODEL, "prompt": "a", "logit_bias": {"10000000": 1}}, 400, "logit_bias"),
     ("completion-huge-max-tokens", "POST", "/v1/completions", {"model": MODEL, "prompt": "a", "max_tokens": 10**9},
      400, "max_tokens"),
     # In a batch the bad prompt is named by its index.
@@ -268,14 +276,14 @@ BAD_INPUTS = [
     ("generate-batch-duplicate-rid", "POST", "/generate", {"text": ["a", "b"], "rid": ["x", "x"]}, 400, "rid"),
     ("generate-rid-list-for-one-prompt", "POST", "/generate", {"text": "a", "rid": ["x"]}, 400, "rid"),
     ("generate-empty-stop", "POST", "/generate", {"text": "a", "sampling_params": {"stop": [""]}}, 400, "stop"),
-    # SGLang's penalties: the neutral values are accepted (test_generate_accepts_neutral_sglang_params), others not.
-    ("generate-frequency-penalty", "POST", "/generate", {"text": "a", "sampling_params": {"frequency_penalty": 0.5}},
+    # SGLang's penalties: their ranges (test_penalties_through_both_apis for values within them).
+    ("generate-frequency-penalty", "POST", "/generate", {"text": "a", "sampling_params": {"frequency_penalty": 2.5}},
      400, "frequency_penalty"),
     ("generate-presence-penalty-bool", "POST", "/generate",
      {"text": "a", "sampling_params": {"presence_penalty": False}}, 400, "presence_penalty"),
-    ("generate-repetition-penalty", "POST", "/generate", {"text": "a", "sampling_params": {"repetition_penalty": 1.3}},
+    ("generate-repetition-penalty", "POST", "/generate", {"text": "a", "sampling_params": {"repetition_penalty": 0}},
      400, "repetition_penalty"),
-    ("generate-min-new-tokens", "POST", "/generate", {"text": "a", "sampling_params": {"min_new_tokens": 4}}, 400,
+    ("generate-min-new-tokens", "POST", "/generate", {"text": "a", "sampling_params": {"min_new_tokens": -4}}, 400,
      "min_new_tokens"),
     ("generate-no-spaces-between-special-tokens", "POST", "/generate",
      {"text": "a", "sampling_params": {"spaces_between_special_tokens": False}}, 400,
@@ -340,9 +348,37 @@ def test_generate_accepts_neutral_sglang_params(server):
     nulls = {**sp, "frequency_penalty": None, "repetition_penalty": None}
     assert httpx.post(server.url + "/generate", json={"text": "a", "sampling_params": nulls},
                       timeout=60).status_code == 200
-    err = _error(httpx.post(server.url + "/generate", json={"text": "a", "sampling_params": {"min_new_tokens": 4}},
-                            timeout=30))
-    assert "not supported" in err["message"], err
+
+
+def test_penalties_through_both_apis(server):
+    """frequency / presence / repetition_penalty, min_tokens (min_new_tokens) and logit_bias reach the engine from
+    /v1/completions as from /generate (the same tokens for the same values), change the output, and a token
+    biased to the top is all a greedy request emits."""
+    body = {"model": MODEL, "prompt": "Pack my box", "max_tokens": 12, "temperature": 0, "frequency_penalty": 1.5,
+            "presence_penalty": -0.5, "repetition_penalty": 1.3, "min_tokens": 10, "logit_bias": {"40": 3.0}}
+    oa = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+    assert oa.status_code == 200, oa.text
+    sp = {"max_new_tokens": 12, "temperature": 0, "frequency_penalty": 1.5, "presence_penalty": -0.5,
+          "repetition_penalty": 1.3, "min_new_tokens": 10, "logit_bias": {"40": 3.0}}
+    gen = httpx.post(server.url + "/generate", json={"text": "Pack my box", "sampling_params": sp}, timeout=60).json()
+    assert oa.json()["choices"][0]["text"] == gen["text"]
+    plain = httpx.post(server.url + "/generate", json={"text": "Pack my box", "sampling_params": {
+        "max_new_tokens": 12, "temperature": 0}}, timeout=60).json()
+    assert gen["output_ids"] != plain["output_ids"]
+    forced = httpx.post(server.url + "/generate", json={"text": "Pack my box", "sampling_params": {
+        "max_new_tokens": 5, "temperature": 0, "logit_bias": {"40": 100}}}, timeout=60).json()
+    assert forced["output_ids"] == [40] * 5
+    # min_tokens holds back a stop string the output meets at once.
+    stop = plain["text"][:3]
+    assert stop.strip()
+    short = httpx.post(server.url + "/v1/completions", json={**body, "stop": [stop], "min_tokens": None,
+                                                             "frequency_penalty": None, "presence_penalty": None,
+                                                             "repetition_penalty": None, "logit_bias": None},
+                       timeout=60).json()
+    held = httpx.post(server.url + "/v1/completions", json={"model": MODEL, "prompt": "Pack my box", "max_tokens": 12,
+                                                            "temperature": 0, "stop": [stop], "min_tokens": 8},
+                      timeout=60).json()
+    assert short["usage"]["completion_tokens"] < 8 <= held["usage"]["completion_tokens"], (short, held)
 
 
 def test_head_health_model_info_and_flush_cache(server):
