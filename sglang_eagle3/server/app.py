@@ -27,7 +27,7 @@ from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import DriverStoppedError, EngineDriver, EngineFailure, Submission
 from sglang_eagle3.server.metrics import CONTENT_TYPE
 from sglang_eagle3.server.protocol import APIError, GenerateRequest, parse_body
-from sglang_eagle3.server.serving import ClientDisconnected, ModelInfo, Serving, sse
+from sglang_eagle3.server.serving import ClientDisconnected, ModelInfo, Serving, samples_per_prompt, seeded, sse
 
 logger = logging.getLogger(__name__)
 
@@ -262,8 +262,15 @@ async def generate(serving: Serving, request: HTTPRequest):
     else:
         prompts = [body.text if body.text is not None else body.input_ids]
     n = len(prompts)
-    serving.check_batch_size(n, prompt_param)
     sps = [_drop_neutral(dict(sp or {})) for sp in _per_item(body.sampling_params, n, "sampling_params", batch)]
+    # SGLang's parallel sampling: sampling_params.n samples a prompt (one n for the whole batch, as SGLang
+    # requires), answered as a list, prompt-major (sample j of prompt i at i * n + j), seeds as OpenAI's n.
+    ks = [samples_per_prompt(sp.pop("n", None), "sampling_params.n") for sp in sps]
+    k = ks[0]
+    if any(x != k for x in ks):
+        raise APIError(400, f"sampling_params.n differs between the prompts of the batch ({sorted(set(ks))}): one n "
+                       "for the whole batch, as in SGLang", param="sampling_params.n")
+    serving.check_batch_size(n, prompt_param, n=k)
     lps = _per_item(body.return_logprob, n, "return_logprob", batch)
     starts = _per_item(body.logprob_start_len, n, "logprob_start_len", batch)
     tops = _per_item(body.top_logprobs_num, n, "top_logprobs_num", batch)
@@ -271,13 +278,15 @@ async def generate(serving: Serving, request: HTTPRequest):
 
     def build() -> list:
         return [serving.make_request(prompt=p if body.text is not None else None,
-                                     input_ids=None if body.text is not None else p, sampling_params=sps[i],
-                                     prompt_param=prompt_param, rid=rids[i], return_logprob=bool(lps[i]),
-                                     logprob_start_len=starts[i], top_logprobs_num=tops[i],
-                                     index=i if batch else None)
-                for i, p in enumerate(prompts)]
+                                     input_ids=None if body.text is not None else p, sampling_params=seeded(sps[i], j),
+                                     prompt_param=prompt_param,
+                                     rid=rids[i] if k == 1 or rids[i] is None else f"{rids[i]}_{j}",
+                                     return_logprob=bool(lps[i]), logprob_start_len=starts[i],
+                                     top_logprobs_num=tops[i], index=i if batch else None)
+                for i, p in enumerate(prompts) for j in range(k)]
 
     reqs = await serving.off_loop(build)
+    batch = batch or k > 1  # n samples of one prompt come back as a list, as SGLang answers
     sub = serving.submit(reqs, full_results=body.stream)
     if body.stream:
         return await serving.stream(sub, request, _generate_chunks(sub, batch))

@@ -32,14 +32,13 @@ from sglang_eagle3.server.protocol import (
     CompletionRequest,
     parse_body,
 )
-from sglang_eagle3.server.serving import Serving, finish_reason, sse
+from sglang_eagle3.server.serving import Serving, finish_reason, samples_per_prompt, seeded, sse
 
 # Engine sampling names -> the OpenAI field a client sets.
 _OPENAI_NAMES = {"max_new_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p",
                  "top_k": "top_k", "min_p": "min_p", "stop": "stop", "stop_token_ids": "stop_token_ids",
                  "seed": "seed", "min_new_tokens": "min_tokens"}
 _COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
-_MAX_N = 128  # OpenAI's limit on n (each choice is a request in flight)
 def _reject_unsupported(body) -> None:
     """400 for OpenAI fields this server knows but cannot honour (never silently ignored)."""
     if body.stream_options is not None and not body.stream:
@@ -63,17 +62,7 @@ def _sampling_params(body, max_new_tokens: int | None) -> dict:
 
 
 def _choices_per_prompt(body) -> int:
-    n = 1 if body.n is None else body.n
-    if not 1 <= n <= _MAX_N:
-        raise APIError(400, f"n={n} must be an integer in [1, {_MAX_N}] (choices per prompt)", param="n")
-    return n
-
-
-def _seeded(sp: dict, j: int) -> dict:
-    """Sampling params of a prompt's choice j: with a seed, seed + j (choice 0 keeps the client's own)."""
-    if j == 0 or sp.get("seed") is None:
-        return sp
-    return {**sp, "seed": sp["seed"] + j}
+    return samples_per_prompt(body.n, "n")
 
 
 def _check_top(name: str, value: int | None, cap: int, openai_cap: int) -> None:
@@ -138,7 +127,7 @@ async def completions(serving: Serving, request: HTTPRequest):
             first = serving.make_request(prompt=p if isinstance(p, str) else None,
                                          input_ids=None if isinstance(p, str) else p, sampling_params=sp, **kw)
             # The prompt is tokenized once; its other choices reuse the ids.
-            reqs += [first] + [serving.make_request(input_ids=first.input_ids, sampling_params=_seeded(sp, j), **kw)
+            reqs += [first] + [serving.make_request(input_ids=first.input_ids, sampling_params=seeded(sp, j), **kw)
                                for j in range(1, n)]
         return reqs
 
@@ -323,7 +312,7 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     def build() -> tuple[list[int], list]:
         ids = serving.encode_chat(messages, body.add_generation_prompt)
         # No limit asked: whatever the context (and KV cache, less the draft lookahead) leaves.
-        return ids, [serving.make_request(input_ids=ids, sampling_params=_seeded(sp, j), prompt_param="messages",
+        return ids, [serving.make_request(input_ids=ids, sampling_params=seeded(sp, j), prompt_param="messages",
                                           names=names, default_max_new_tokens=serving.model.context_length,
                                           return_logprob=logprobs, top_logprobs_num=body.top_logprobs)
                      for j in range(n)]

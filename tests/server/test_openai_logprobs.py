@@ -429,3 +429,26 @@ def test_embedded_pair_openai_logprobs_are_the_targets(torch_one_thread):
         values, top_ids = dense[i].topk(3)
         assert list(top)[:3] == [_name(engine.tokenizer, t) for t in top_ids.tolist()], i
         assert list(top.values())[:3] == pytest.approx(values.tolist(), abs=1e-4)
+
+
+def test_generate_n_samples_as_sglang(server):
+    """SGLang's sampling_params.n on /generate: a list, prompt-major, sample j with seed + j (each equal to the
+    n = 1 request with that seed), rids <rid>_<j>; one n a batch; bad values are 400s naming the field."""
+    sp = {"max_new_tokens": 10, "temperature": 1.0, "seed": 40}
+    res = _post(server, "/generate", {"text": "Five dozen", "sampling_params": {**sp, "n": 3}, "rid": "job"})
+    assert isinstance(res, list) and len(res) == 3
+    singles = [_post(server, "/generate", {"text": "Five dozen", "sampling_params": {**sp, "seed": 40 + j}})
+               for j in range(3)]
+    assert [o["output_ids"] for o in res] == [o["output_ids"] for o in singles]
+    assert len({tuple(o["output_ids"]) for o in res}) > 1
+    assert [o["meta_info"]["id"] for o in res] == ["job_0", "job_1", "job_2"]
+    greedy = {"max_new_tokens": 6, "temperature": 0, "n": 2}
+    batch = _post(server, "/generate", {"text": ["Pack my box", "How vexingly"], "sampling_params": greedy})
+    one = _post(server, "/generate", {"text": ["Pack my box", "How vexingly"],
+                                      "sampling_params": {"max_new_tokens": 6, "temperature": 0}})
+    assert [o["text"] for o in batch] == [one[0]["text"]] * 2 + [one[1]["text"]] * 2
+    for body, needles in (({"text": "a", "sampling_params": {"n": 0}}, ["sampling_params.n=0", "[1, 128]"]),
+                          ({"text": "a", "sampling_params": {"n": "2"}}, ["sampling_params.n='2'"]),
+                          ({"text": ["a", "b"], "sampling_params": [{"n": 2}, {"n": 3}]}, ["differs", "[2, 3]"])):
+        err = _error(server, "/generate", body)
+        assert err["param"] == "sampling_params.n" and all(s in err["message"] for s in needles), err
