@@ -87,10 +87,12 @@ def _rate(r: dict) -> str:
 
 def sampling_params(spec: str) -> dict:
     """--sampling value -> sampling params: "greedy", or comma-separated NAME=VALUE (temperature, top_p, top_k,
-    min_p, seed)."""
+    min_p, seed, and the penalties: frequency_penalty, presence_penalty, repetition_penalty, min_new_tokens;
+    temperature=0 with a penalty: greedy over the penalized logits)."""
     if spec == "greedy":
         return {"temperature": 0}
-    kinds = {"temperature": float, "top_p": float, "min_p": float, "top_k": int, "seed": int}
+    kinds = {"temperature": float, "top_p": float, "min_p": float, "top_k": int, "seed": int,
+             "frequency_penalty": float, "presence_penalty": float, "repetition_penalty": float, "min_new_tokens": int}
     out = {}
     for item in spec.split(","):
         name, _, value = item.partition("=")
@@ -339,7 +341,8 @@ def main() -> None:
                     "others (--kimi-slice)")
     ap.add_argument("--sampling", nargs="+", default=["greedy"], metavar="SPEC",
                     help="sampling per variant: greedy, or comma-separated NAME=VALUE (temperature, top_p, top_k, "
-                    "min_p, seed), crossed with the others")
+                    "min_p, seed, frequency_penalty, presence_penalty, repetition_penalty, min_new_tokens), crossed "
+                    "with the others")
     ap.add_argument("--repeat-variants", type=int, default=1,
                     help="alternate the variants this many times (the embedded workload: --overlap-schedule; "
                     "--kimi-slice: every variant option)")

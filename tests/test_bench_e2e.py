@@ -89,3 +89,16 @@ def test_e2e_embedded_tensor_parallel(tmp_path):
 def test_e2e_comm_gpus_is_for_the_kimi_slice():
     proc = bench_e2e("--comm-gpus", "2", timeout=120)
     assert proc.returncode == 2 and "--comm-gpus is for --kimi-slice" in proc.stderr, proc.stderr[-500:]
+
+
+@needs_embedded
+def test_e2e_penalized_sampling_is_lossless(tmp_path):
+    """--sampling with penalties: the embedded pair's EAGLE-3 output equals its baseline's under them (the penalized
+    round); an unknown name is refused."""
+    spec = "temperature=0,frequency_penalty=1.5,repetition_penalty=1.3"
+    _, res = bench_e2e_json(tmp_path, "--num-prompts", "2", "--max-new-tokens", "10", "--ks", "2", "--sampling",
+                            "greedy", spec)
+    assert [r["name"] for r in res["runs"]][2:] == [f"baseline[sampling {spec}]", f"eagle3_k2[sampling {spec}]"]
+    assert all(r.get("lossless_first4", True) for r in res["runs"]), res["runs"]
+    proc = bench_e2e("--sampling", "frequency=1", timeout=120)
+    assert proc.returncode != 0 and "frequency_penalty" in proc.stderr
