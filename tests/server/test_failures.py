@@ -192,10 +192,13 @@ def test_shutdown_ends_requests_in_flight_with_an_error(make_app, engine, monkey
     non-streaming request gets a 503, and new requests and /health are refused at once."""
     app, driver = make_app()
     real_step = engine.scheduler.step
+    steps = [0]
 
     def slow_step():
         time.sleep(0.05)  # keeps the requests in flight while the test acts (200 tokens: >= 2.5 s)
-        return real_step()
+        out = real_step()
+        steps[0] += 1
+        return out
 
     monkeypatch.setattr(engine.scheduler, "step", slow_step)
     long = {"max_tokens": 200, "temperature": 0, "ignore_eos": True}
@@ -205,9 +208,11 @@ def test_shutdown_ends_requests_in_flight_with_an_error(make_app, engine, monkey
             stream = asyncio.create_task(c.post("/v1/completions", json={"model": "tiny", "prompt": "Sphinx",
                                                                         "stream": True, **long}))
             waiting = asyncio.create_task(c.post("/v1/completions", json={"model": "tiny", "prompt": "Jump", **long}))
-            while driver.inflight < 2:
+            # The stream has sent tokens: its prefill and two rounds stepped (a fixed sleep was too short on a
+            # loaded 2-core box, and the stream then held no token event).
+            while driver.inflight < 2 or steps[0] < 3:
                 await asyncio.sleep(0.01)
-            await asyncio.sleep(0.1)  # the stream has sent tokens
+            await asyncio.sleep(0.05)
             t0 = time.monotonic()
             driver.begin_shutdown(2.0)
             refused, health = await c.post("/generate", json=GEN), await c.get("/health")
