@@ -12,9 +12,13 @@
 #     (gemv_fma_oproj.py), the shared expert's down at K = 256 on them (gemv_fma_short_k.py).
 # m3: the kernel table on this GPU, the invariance probe at 8k (every verify row == its token's decode) and with the
 #     candidates at 1k, and end to end against SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 alternating.
+# m4: what penalties cost end to end (new this session: a batch with a penalized request runs its rounds as their parts,
+#     each replaying its graph, acceptance eager between them; sampling.penalized_logits): the Kimi slice, greedy
+#     against greedy with repetition_penalty 1.05 and sampled with frequency_penalty 0.3, alternating; then the CUDA
+#     engine tests' penalized case alone (speculative == plain with graphs).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: m1 | m2 | m3}
+part=${1:?part: m1 | m2 | m3 | m4}
 shift
 V=benchmarks/variants
 CANDIDATES=($V/gemv_pair_l128.py $V/gemv_qkv_rows8.py $V/gemv_qkv_tc.py $V/gemv_fma_oproj.py $V/gemv_fma_short_k.py)
@@ -41,6 +45,13 @@ m3)
   TAIL=14 stage e2e 160 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 3.0 --env-variants '' SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 --repeat-variants 2 \
     --out "$OUT/e2e.json"
+  ;;
+m4)
+  TAIL=20 stage e2e_penalized 330 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 3.0 --sampling greedy temperature=0,repetition_penalty=1.05 \
+    temperature=0.7,top_p=0.95,seed=1,frequency_penalty=0.3 --repeat-variants 2 --out "$OUT/e2e_penalized.json"
+  TAIL=8 stage penalized_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/gpu/test_cuda_engine.py -k penalized
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
