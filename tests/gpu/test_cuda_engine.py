@@ -118,21 +118,29 @@ SAMPLED = {  # graphs with the sort (top_k, top_p), and without it (temperature,
 }
 
 
-@pytest.mark.parametrize("k,graphs", [(1, "spec_round_filtered"), (3, "spec_round_filtered"),
-                                      (3, "spec_round_sampled")])
-def test_sampled_spec_with_graphs_equals_plain(pair, k, graphs):
-    """Sampled requests (mixed with greedy ones, seeded and not) through the sampled round's graphs, the Gumbel
-    kernel and the overlap schedule give token for token what plain decoding (graphs, and eager) gives for the
-    same seeds; and the same with the overlap off."""
+def _plain_and_speculative(pair, params, k: int, max_running: int):
+    """PROMPTS with ``params`` (one per prompt), graph buckets up to 4: plain (graphs), plain (eager), EAGLE-3 k
+    (graphs, overlap schedule) and EAGLE-3 k without the overlap -> their outputs and the EAGLE-3 run's
+    forward_counts."""
     def run(**kw):
-        eng = make(pair, max_running_requests=3, cuda_graph_max_bs=4, **kw)
-        outs = [o["output_ids"] for o in eng.generate(input_ids=PROMPTS, sampling_params=SAMPLED[graphs])]
+        eng = make(pair, max_running_requests=max_running, cuda_graph_max_bs=4, **kw)
+        outs = [o["output_ids"] for o in eng.generate(input_ids=PROMPTS, sampling_params=params)]
         return outs, eng.get_server_info()["forward_counts"]
 
     plain, _ = run(spec=False)
     eager, _ = run(spec=False, disable_cuda_graph=True)
     spec, counts = run(k=k)
     spec_off, _ = run(k=k, disable_overlap_schedule=True)
+    return plain, eager, spec, spec_off, counts
+
+
+@pytest.mark.parametrize("k,graphs", [(1, "spec_round_filtered"), (3, "spec_round_filtered"),
+                                      (3, "spec_round_sampled")])
+def test_sampled_spec_with_graphs_equals_plain(pair, k, graphs):
+    """Sampled requests (mixed with greedy ones, seeded and not) through the sampled round's graphs, the Gumbel
+    kernel and the overlap schedule give token for token what plain decoding (graphs, and eager) gives for the
+    same seeds; and the same with the overlap off."""
+    plain, eager, spec, spec_off, counts = _plain_and_speculative(pair, SAMPLED[graphs], k, max_running=3)
     assert plain == eager
     assert spec == plain
     assert spec_off == plain
@@ -152,15 +160,7 @@ def test_penalized_spec_equals_plain(pair, k):
     """Penalties (sampling.penalized_logits; each verify row counts the drafts before it), mixed with unpenalized,
     greedy and sampled requests, with graphs and the overlap schedule: speculative == plain (graphs) == plain
     (eager). The penalized round runs as its parts: the verify forward still replays its graph."""
-    def run(**kw):
-        eng = make(pair, max_running_requests=4, cuda_graph_max_bs=4, **kw)
-        outs = [o["output_ids"] for o in eng.generate(input_ids=PROMPTS, sampling_params=PENALIZED)]
-        return outs, eng.get_server_info()["forward_counts"]
-
-    plain, _ = run(spec=False)
-    eager, _ = run(spec=False, disable_cuda_graph=True)
-    spec, counts = run(k=k)
-    spec_off, _ = run(k=k, disable_overlap_schedule=True)
+    plain, eager, spec, spec_off, counts = _plain_and_speculative(pair, PENALIZED, k, max_running=4)
     assert plain == eager
     assert spec == plain and spec_off == plain
     assert counts["spec_round_penalized"]["eager"] > 0, counts
