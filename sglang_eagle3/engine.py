@@ -28,7 +28,7 @@ from sglang_eagle3.config import ConfigError, resolve_aux_layer_ids
 from sglang_eagle3.env_report import git_commit
 from sglang_eagle3.runtime.interrupts import defer_interrupt
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError
+from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError, find_stop, settled_chars
 
 logger = logging.getLogger(__name__)
 
@@ -482,8 +482,16 @@ class Engine:
         if isinstance(matched, int) and not p.no_stop_trim and ids:
             ids = ids[:-1]
         text = self.tokenizer.decode(ids, skip_special_tokens=p.skip_special_tokens)
-        if isinstance(matched, str) and not p.no_stop_trim and matched in text:
-            text = text[: text.index(matched)]
+        if isinstance(matched, str) and not p.no_stop_trim:
+            # Cut at the match that ended the request: one inside the first min_new_tokens - 1 tokens' text
+            # (where stop strings are not looked for) is text.
+            after = 0
+            if p.min_new_tokens > 1:
+                after = settled_chars(self.tokenizer.decode(ids[:p.min_new_tokens - 1],
+                                                            skip_special_tokens=p.skip_special_tokens))
+            hit = find_stop(text, [matched], after)
+            if hit is not None:
+                text = text[:hit[1]]
         return text
 
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,

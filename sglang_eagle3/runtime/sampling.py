@@ -179,6 +179,23 @@ class SamplingParams:
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
 
 
+def settled_chars(text: str) -> int:
+    """Characters of a decoded prefix of tokens that the tokens after it cannot change: all but a trailing
+    partial character (decoded as U+FFFD until its last byte comes)."""
+    return len(text.rstrip("\ufffd"))
+
+
+def find_stop(text: str, stop: list[str], after: int = 0) -> tuple[str, int] | None:
+    """The first string of ``stop`` (in its order) found in ``text`` ending past its first ``after`` characters,
+    and where it starts there; None when none is. ``after``: the settled text before the tokens searched, e.g.
+    those before min_new_tokens, where stop strings are not looked for (an occurrence there is text)."""
+    for s in stop:
+        i = text.find(s, max(0, after - len(s) + 1))
+        if i >= 0:
+            return s, i
+    return None
+
+
 def _int_keys(bias: dict) -> dict:
     """logit_bias as JSON sends it ({"50256": -100}) -> int keys; a key that is not an integer is left for
     validate() to name."""

@@ -41,7 +41,7 @@ from sglang_eagle3.runtime.interrupts import defer_interrupt
 from sglang_eagle3.runtime.kv_cache import pages_for
 from sglang_eagle3.runtime.model_runner import BatchTensors, ModelRunner
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import SamplerBatch, sampling_key
+from sglang_eagle3.runtime.sampling import SamplerBatch, find_stop, sampling_key, settled_chars
 
 logger = logging.getLogger(__name__)
 
@@ -553,10 +553,16 @@ class Scheduler:
             elif len(r.output_ids) >= p.max_new_tokens:
                 r.finished_reason = {"type": "length", "length": p.max_new_tokens}
             elif p.stop and self.detokenize is not None and len(r.output_ids) >= p.min_new_tokens:
-                tail = self.detokenize(r.output_ids[-p.stop_window:])
-                hit = next((s for s in p.stop if s in tail), None)
+                window = r.output_ids[-p.stop_window:]
+                # Stop strings are not looked for in the first min_new_tokens - 1 tokens: one that ended there is
+                # text. While the window still holds such a token, only a match ending in this token's text counts
+                # (every later token's text was searched when it came).
+                after = 0
+                if len(r.output_ids) - len(window) < p.min_new_tokens - 1:
+                    after = settled_chars(self.detokenize(window[:-1]))
+                hit = find_stop(self.detokenize(window), p.stop, after)
                 if hit is not None:
-                    r.finished_reason = {"type": "stop", "matched": hit}
+                    r.finished_reason = {"type": "stop", "matched": hit[0]}
             if r.finished_reason is not None:
                 return
 

@@ -10,10 +10,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
+
+from sglang_eagle3.tokenizer import load_tokenizer
 
 from .test_server import _wait_pages_free, server_info
 
 MODEL = "tiny"
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model):
+    return load_tokenizer(tiny_model.target)
 
 
 def _send_head(port: int, path: str, head: str, body: bytes = b"") -> socket.socket:
@@ -123,3 +131,27 @@ def test_one_request_cannot_ask_for_unbounded_work(server):
     assert err["param"] == "stop" and "stop=[100000 strings]" in err["message"], err
     assert "max_stop_strings=128" in err["message"] and len(r.content) < 1000, err
     assert _idle(server_info(server.url))
+
+
+def test_a_stop_string_before_min_tokens_is_text(server, tok):
+    """Stop strings are not looked for in the first min_tokens - 1 tokens, so an occurrence there is text. The
+    scheduler's stop check (the last 16+ tokens' text) found that occurrence again at token min_tokens and ended
+    the request there, and the final text was cut at it: shorter than min_tokens tokens, and shorter than the
+    stream had already shown."""
+    prompt, sp = "The quick brown", {"max_new_tokens": 30, "temperature": 0}
+    base = httpx.post(server.url + "/generate", json={"text": prompt, "sampling_params": sp}, timeout=60).json()
+    ids = base["output_ids"]
+    # A stop string that the greedy output holds early: token i's text, new at token i.
+    i, stop = next((i, s) for i in range(1, 8) if (s := tok.decode(ids[i:i + 1])).strip()
+                   and "\ufffd" not in s and s not in tok.decode(ids[:i]))
+    low = i + 4
+    out = httpx.post(server.url + "/generate", timeout=60, json={
+        "text": prompt, "sampling_params": {**sp, "stop": [stop], "min_new_tokens": low}}).json()
+    assert len(out["output_ids"]) > low and out["output_ids"] == ids[:len(out["output_ids"])], (out, ids)
+    assert stop in out["text"] and base["text"].startswith(out["text"]), (stop, out["text"])
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 30, "temperature": 0, "stop": [stop], "min_tokens": low}
+    plain = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
+    assert plain["text"] == out["text"], (plain, out["text"])
+    r = httpx.post(server.url + "/v1/completions", json={**body, "stream": True}, timeout=60)
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == out["text"]
