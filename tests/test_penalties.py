@@ -87,6 +87,11 @@ def test_penalized_logits_advance_counts_the_emitted_tokens():
     ("min_new_tokens", 2.0, "must be an integer"),
     ("logit_bias", {"5": 101}, "logit_bias[5]=101 must be a number in [-100, 100]"),
     ("logit_bias", {"x": 1}, "logit_bias key 'x' must be a token id"),
+    # int() reads these as 5 too: {"5": 1, "05": -1} kept one of the two biases without a word.
+    *[("logit_bias", {"5": 1, key: -1}, f"logit_bias key {key!r} must be a token id")
+      for key in (" 5", "05", "+5", "5_0", "\u0665", "5 ", "--5")],
+    ("logit_bias", {"-0": 1}, "logit_bias key '-0' must be a token id"),
+    ("logit_bias", {"9" * 5000: 1}, "(5002 characters) must be a token id"),
     ("logit_bias", [1, 2], "must be an object"),
     ("logit_bias", {str(i): 1 for i in range(301)}, "301 entries, more than 300"),
 ])

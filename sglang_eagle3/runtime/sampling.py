@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -148,7 +149,8 @@ class SamplingParams:
                                           f"{MAX_LOGIT_BIAS}")
             for k, v in self.logit_bias.items():
                 if not isinstance(k, int) or isinstance(k, bool):
-                    raise SamplingParamsError(f"logit_bias key {_short_repr(k)} must be a token id (an integer)")
+                    raise SamplingParamsError(f"logit_bias key {_short_repr(k)} must be a token id (an integer, "
+                                              "written as one: no sign, spaces or leading zeros)")
                 if not is_num(v) or not -100 <= v <= 100:
                     raise SamplingParamsError(f"logit_bias[{k}]={_short_repr(v)} must be a number in [-100, 100]")
         if not isinstance(self.min_new_tokens, int) or isinstance(self.min_new_tokens, bool) \
@@ -196,16 +198,17 @@ def find_stop(text: str, stop: list[str], after: int = 0) -> tuple[str, int] | N
     return None
 
 
+_DECIMAL_INT = re.compile(r"0|-?[1-9][0-9]{0,18}")  # an integer's own decimal text (ASCII, up to 19 digits)
+
+
 def _int_keys(bias: dict) -> dict:
-    """logit_bias as JSON sends it ({"50256": -100}) -> int keys; a key that is not an integer is left for
-    validate() to name."""
+    """logit_bias as JSON sends it ({"50256": -100}) -> int keys. Only an integer's own decimal text is read as
+    one: Python's int() also takes " 5", "05", "+5", "5_0" and other scripts' digits, so {"5": 1, "05": -1}
+    would silently keep one of two biases. Any other key is left for validate() to name."""
     out = {}
     for k, v in bias.items():
-        if isinstance(k, str):
-            try:
-                k = int(k)
-            except ValueError:
-                pass
+        if isinstance(k, str) and _DECIMAL_INT.fullmatch(k):
+            k = int(k)
         out[k] = v
     return out
 
