@@ -368,7 +368,6 @@ class Engine:
         bad = [t for t in input_ids if not 0 <= t < V]
         if bad:
             raise RequestError(f"token id(s) {bad[:5]} outside the vocabulary [0, {V})")
-        params = self._vocab_checked(SamplingParams.from_dict(sampling_params))
         n, lookahead = len(input_ids), self._lookahead()
         if n + lookahead > self.context_length:
             raise RequestError(f"prompt of {n} tokens is longer than the context allows "
@@ -377,6 +376,8 @@ class Engine:
             raise RequestError(f"prompt of {n} tokens does not fit the KV cache ({self._pool_tokens} tokens, "
                                f"{lookahead} reserved for decoding; raise max_total_tokens, or "
                                f"mem_fraction_static={self.args.mem_fraction_static} where memory cut it)")
+        # After the prompt's checks: a prompt too long is the error to name (a limit that follows from it is not).
+        params = self._vocab_checked(SamplingParams.from_dict(sampling_params))
         limit = self.max_new_tokens_limit(n)
         if params.max_new_tokens > limit:
             if isinstance(sampling_params, dict) and sampling_params.get("max_new_tokens") is not None:

@@ -146,7 +146,12 @@ class Serving:
             if isinstance(prompt, str) and self.tokenizer is not None:
                 prompt, input_ids = None, self.tokenizer.encode(prompt)
             if isinstance(input_ids, list):
-                sp["max_new_tokens"] = min(default_max_new_tokens, self.engine.max_new_tokens_limit(len(input_ids)))
+                fits = self.engine.max_new_tokens_limit(len(input_ids))
+                # (a prompt that leaves nothing keeps the default: the engine then names the prompt, not the limit)
+                sp["max_new_tokens"] = min(default_max_new_tokens, fits) if fits > 0 else default_max_new_tokens
+                low = sp.get("min_new_tokens")
+                if isinstance(low, int) and not isinstance(low, bool) and fits < low <= default_max_new_tokens:
+                    sp["min_new_tokens"] = fits  # cut with the default, as the engine cuts its own (and SGLang)
         try:
             return self.engine.make_request(prompt, sp, input_ids, return_logprob, logprob_start_len,
                                             top_logprobs_num, rid)
@@ -289,6 +294,8 @@ def _sampling_error(msg: str, names: dict[str, str]) -> APIError:
     if field in names:
         msg = names[field] + msg[len(field):]
         field = names[field]
+    if "max_new_tokens" in names:  # min_new_tokens' range names the limit: the client's name for it
+        msg = msg.replace("max_new_tokens=", names["max_new_tokens"] + "=")
     return APIError(400, msg, param=field)
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from sglang_eagle3.tokenizer import load_tokenizer
 
+from .conftest import CONTEXT
 from .test_server import _wait_pages_free, server_info
 
 MODEL = "tiny"
@@ -155,3 +156,24 @@ def test_a_stop_string_before_min_tokens_is_text(server, tok):
     r = httpx.post(server.url + "/v1/completions", json={**body, "stream": True}, timeout=60)
     chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == out["text"]
+
+
+def test_min_tokens_is_cut_with_the_default_max_tokens(server):
+    """Chat without max_tokens gets what the prompt leaves; min_tokens above that was a 400 naming a
+    max_new_tokens the client never sent, where the engine (and SGLang) cut min_new_tokens with its own default.
+    A prompt too long was answered with a min_tokens error. The limit is named as the client names it."""
+    chat = {"model": MODEL, "temperature": 0, "min_tokens": 200,
+            "messages": [{"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 9}]}
+    r = httpx.post(server.url + "/v1/chat/completions", json=chat, timeout=60)
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    assert usage["completion_tokens"] < 200 and usage["total_tokens"] > CONTEXT - 8, usage
+    long = {**chat, "messages": [{"role": "user", "content": "The quick brown fox. " * 80}]}
+    err = httpx.post(server.url + "/v1/chat/completions", json=long, timeout=60).json()["error"]
+    assert err["code"] == "context_length_exceeded" and err["param"] == "messages", err
+    for path, body, name in [
+            ("/v1/chat/completions", {**chat, "max_tokens": 20}, "max_tokens=20"),
+            ("/v1/chat/completions", {**chat, "max_completion_tokens": 20}, "max_completion_tokens=20"),
+            ("/v1/completions", {"model": MODEL, "prompt": "The", "min_tokens": 20}, "max_tokens=16")]:
+        err = httpx.post(server.url + path, json=body, timeout=60).json()["error"]
+        assert err["param"] == "min_tokens" and name in err["message"], err
