@@ -270,7 +270,7 @@ async def generate(serving: Serving, request: HTTPRequest):
     if any(x != k for x in ks):
         raise APIError(400, f"sampling_params.n differs between the prompts of the batch ({sorted(set(ks))}): one n "
                        "for the whole batch, as in SGLang", param="sampling_params.n")
-    serving.check_batch_size(n, prompt_param, n=k)
+    serving.check_batch_size(n, prompt_param, n=k, n_param="sampling_params.n")
     lps = _per_item(body.return_logprob, n, "return_logprob", batch)
     starts = _per_item(body.logprob_start_len, n, "logprob_start_len", batch)
     tops = _per_item(body.top_logprobs_num, n, "top_logprobs_num", batch)

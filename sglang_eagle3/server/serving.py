@@ -112,17 +112,17 @@ class Serving:
             raise APIError(404, f"model {name!r} does not exist: this server serves "
                            f"{self.model.served_model_name!r}", param="model", code="model_not_found")
 
-    def check_batch_size(self, prompts: int, param: str, n: int = 1) -> None:
+    def check_batch_size(self, prompts: int, param: str, n: int = 1, n_param: str = "n") -> None:
         """400 for a batch that could never be admitted (before any of it is tokenized): ``prompts`` prompts of
-        ``n`` requests each (OpenAI's ``n``)."""
+        ``n`` requests each (OpenAI's ``n``; ``n_param``: the client's name for it)."""
         limit = self.driver.max_inflight
         total = prompts * n
         if limit is not None and total > limit:
             plural = "s" if prompts != 1 else ""
-            what = f"{prompts} prompt{plural} x n={n} = {total} requests" if n > 1 else f"{prompts} prompts"
+            what = f"{prompts} prompt{plural} x {n_param}={n} = {total} requests" if n > 1 else f"{prompts} prompts"
             raise APIError(400, f"a batch of {what} can never be admitted: at most {limit} requests may be "
                            "in flight (max_running_requests + max_queued_requests); split it",
-                           param="n" if n > 1 and prompts <= limit else param, code="batch_too_large")
+                           param=n_param if n > 1 and prompts <= limit else param, code="batch_too_large")
 
     async def off_loop(self, fn: Callable, *args):
         """``fn(*args)`` in a worker thread: validation and tokenization must not stall the event loop."""

@@ -96,6 +96,9 @@ def test_batch_that_can_never_be_admitted_is_400_not_503(limited):
     chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     err = _error(_post(limited, "/v1/chat/completions", json={**chat, "n": limit + 1}), 400)
     assert err["param"] == "n" and f"1 prompt x n={limit + 1} = {limit + 1} requests" in err["message"], err
+    # /generate's n is sampling_params.n: the error names that field.
+    err = _error(_post(limited, "/generate", json={"text": ["a", "b"], "sampling_params": {"n": 3}}), 400)
+    assert err["param"] == "sampling_params.n" and "2 prompts x sampling_params.n=3" in err["message"], err
     ok = _post(limited, "/v1/completions", json={"model": "tiny", "prompt": ["a", "b"], "n": 2, "max_tokens": 2})
     assert ok.status_code == 200 and len(ok.json()["choices"]) == limit, ok.text
 
