@@ -103,6 +103,9 @@ class Scheduler:
         # Overlap (module doc): the round in flight whose results are read in the next step, queued behind it.
         self.overlap = True
         self._ahead: _Round | None = None
+        # Prompt rows whose logprobs are computed at once (_input_logprobs): 512 x Kimi's 163840-token vocabulary
+        # is 336 MB of float32 logits (and as much for their log_softmax).
+        self.input_logprob_rows = 512
 
     # -- queue ------------------------------------------------------------------------------------
     @property
@@ -325,17 +328,19 @@ class Scheduler:
 
     def _input_logprobs(self, r: Request, logits_of_rows) -> None:
         """The prompt's logprobs from logprob_start_len on; ``logits_of_rows(a, b)``: the logits [b - a, V] of
-        prompt rows a..b (row i predicts token i + 1), computed only for the rows asked for (a long prompt's
-        whole [n, V] would be gigabytes at Kimi's vocabulary)."""
+        prompt rows a..b (row i predicts token i + 1), computed only for the rows asked for, at most
+        input_logprob_rows at a time: a long prompt's whole [n, V] would be gigabytes at Kimi's vocabulary (an
+        echoed 32k-token prompt: 21 GB of logits, then as much again for their log_softmax)."""
         ids = r.input_ids
         # -1 (the default) means the output tokens only, as in SGLang.
         start = len(ids) if r.logprob_start_len == -1 else r.logprob_start_len
         first = max(start, 1)  # the first token with a row before it
         per_row = []
-        if first < len(ids):
-            rows = logits_of_rows(first - 1, len(ids) - 1)
-            tokens = torch.tensor(ids[first:], dtype=torch.long, device=rows.device)
-            per_row = self._logprob_lists([r], rows.unsqueeze(0), tokens.unsqueeze(0))[0]
+        for a in range(first - 1, len(ids) - 1, self.input_logprob_rows):
+            b = min(a + self.input_logprob_rows, len(ids) - 1)
+            rows = logits_of_rows(a, b)
+            tokens = torch.tensor(ids[a + 1:b + 1], dtype=torch.long, device=rows.device)
+            per_row += self._logprob_lists([r], rows.unsqueeze(0), tokens.unsqueeze(0))[0]
         lead = start == 0  # the first token has no logprob: [None, id, None] (and no top list)
         r.input_token_logprobs = ([[None, ids[0], None]] if lead else []) + [
             [v, t, None] for (v, _), t in zip(per_row, ids[first:], strict=True)]

@@ -452,3 +452,28 @@ def test_generate_n_samples_as_sglang(server):
                           ({"text": ["a", "b"], "sampling_params": [{"n": 2}, {"n": 3}]}, ["differs", "[2, 3]"])):
         err = _error(server, "/generate", body)
         assert err["param"] == "sampling_params.n" and all(s in err["message"] for s in needles), err
+
+
+def test_prompt_logprobs_are_computed_a_few_rows_at_a_time(tiny_model, torch_one_thread):
+    """An echoed prompt's logprobs (logprob_start_len 0) took the logits of every prompt row at once: an echoed
+    32k-token prompt at Kimi's vocabulary is 21 GB of logits (and as much for their log_softmax), an OOM that
+    fails every request of the step. Now input_logprob_rows at a time, with the same values."""
+    from sglang_eagle3.engine import Engine
+
+    engine = Engine(model_path=tiny_model.target, speculative_algorithm="EAGLE3", device="cpu",
+                    speculative_draft_model_path=tiny_model.draft, speculative_num_steps=3, log_level="warning")
+    scheduler, runner = engine.backend.scheduler, engine.runner
+    ids = [(7 * i) % tiny_model.vocab_size for i in range(40)]
+    ask = dict(input_ids=ids, return_logprob=True, logprob_start_len=0, top_logprobs_num=3,
+               sampling_params={"max_new_tokens": 2, "temperature": 0})
+    whole = engine.generate(**ask)["meta_info"]
+    rows, logits_of = [], runner.logits_of
+    runner.logits_of = lambda hidden: rows.append(hidden.shape[0]) or logits_of(hidden)
+    scheduler.input_logprob_rows = 7
+    parts = engine.generate(**ask)["meta_info"]
+    assert rows and max(rows) <= 7 and sum(rows) == len(ids) - 1, rows
+    assert [r[1] for r in parts["input_token_logprobs"]] == ids
+    assert [r[0] for r in parts["input_token_logprobs"][1:]] == pytest.approx(
+        [r[0] for r in whole["input_token_logprobs"][1:]], abs=1e-5)
+    assert [[t[1] for t in top] for top in parts["input_top_logprobs"][1:]] == \
+        [[t[1] for t in top] for top in whole["input_top_logprobs"][1:]]
