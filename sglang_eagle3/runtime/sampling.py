@@ -74,7 +74,9 @@ class SamplingParams:
         known = set(SamplingParams.__dataclass_fields__)
         unknown = sorted(set(d) - known - {"n", "sampling_seed"})
         if unknown:
-            raise SamplingParamsError(f"unknown sampling parameter(s): {unknown} (known: {sorted(known)})")
+            shown = ", ".join(short_repr(k, 40) for k in unknown[:5]) + (f" and {len(unknown) - 5} more"
+                                                                            if len(unknown) > 5 else "")
+            raise SamplingParamsError(f"unknown sampling parameter(s): {shown} (known: {sorted(known)})")
         if "sampling_seed" in d and d.get("seed") is None:
             d["seed"] = d["sampling_seed"]
         if d.get("n", 1) != 1:
@@ -97,12 +99,12 @@ class SamplingParams:
         return p
 
     def validate(self) -> None:
-        def bad(name, why):
-            raise SamplingParamsError(f"{name}={getattr(self, name)!r} {why}")
+        def bad(name, why):  # the value cut short: a client's string may be megabytes
+            raise SamplingParamsError(f"{name}={short_repr(getattr(self, name))} {why}")
 
         def bad_item(name, i, why):
             items = getattr(self, name)
-            raise SamplingParamsError(f"{name}[{i}]={_short_repr(items[i])} {why} ({name} holds {len(items)} items)")
+            raise SamplingParamsError(f"{name}[{i}]={short_repr(items[i])} {why} ({name} holds {len(items)} items)")
 
         def is_num(v):
             return isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -149,13 +151,13 @@ class SamplingParams:
                                           f"{MAX_LOGIT_BIAS}")
             for k, v in self.logit_bias.items():
                 if not isinstance(k, int) or isinstance(k, bool):
-                    raise SamplingParamsError(f"logit_bias key {_short_repr(k)} must be a token id (an integer, "
+                    raise SamplingParamsError(f"logit_bias key {short_repr(k)} must be a token id (an integer, "
                                               "written as one: no sign, spaces or leading zeros)")
                 if not is_num(v) or not -100 <= v <= 100:
-                    raise SamplingParamsError(f"logit_bias[{k}]={_short_repr(v)} must be a number in [-100, 100]")
+                    raise SamplingParamsError(f"logit_bias[{k}]={short_repr(v)} must be a number in [-100, 100]")
         if not isinstance(self.min_new_tokens, int) or isinstance(self.min_new_tokens, bool) \
                 or not 0 <= self.min_new_tokens <= self.max_new_tokens:
-            raise SamplingParamsError(f"min_new_tokens={self.min_new_tokens!r} must be an integer in [0, "
+            raise SamplingParamsError(f"min_new_tokens={short_repr(self.min_new_tokens)} must be an integer in [0, "
                                       f"max_new_tokens={self.max_new_tokens}]")
 
     @property
@@ -213,7 +215,7 @@ def _int_keys(bias: dict) -> dict:
     return out
 
 
-def _short_repr(v, limit: int = 80) -> str:
+def short_repr(v, limit: int = 80) -> str:
     """repr cut to ``limit`` characters: an error names the value without echoing a client's megabytes back."""
     r = repr(v)
     return r if len(r) <= limit else f"{r[:limit]}... ({len(r)} characters)"

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from sglang_eagle3.runtime.sampling import short_repr
 from sglang_eagle3.server import openai_api
 from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import DriverStoppedError, EngineDriver, EngineFailure, Submission
@@ -231,8 +232,8 @@ def _drop_neutral(sp: dict) -> dict:
         else:
             ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == neutral)
         if not ok:
-            raise APIError(400, f"{name}={v!r} is not supported by this server (only {neutral!r}, which leaves "
-                           "sampling unchanged)", param=name)
+            raise APIError(400, f"{name}={short_repr(v)} is not supported by this server (only {neutral!r}, which "
+                           "leaves sampling unchanged)", param=name)
     return sp
 
 

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from sglang_eagle3.runtime.request import Request
+from sglang_eagle3.runtime.sampling import short_repr
 from sglang_eagle3.server.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -232,7 +233,7 @@ class EngineDriver:
         seen: set[str] = set()
         twice = [rid for rid in rids if rid in seen or seen.add(rid)]
         if twice:
-            raise DuplicateRequestIdError(f"duplicate rid {twice[0]!r} within the batch")
+            raise DuplicateRequestIdError(f"duplicate rid {short_repr(twice[0])} within the batch")
         if self.max_inflight is not None and len(rids) > self.max_inflight:
             raise BatchTooLargeError(f"a batch of {len(rids)} requests can never be admitted: at most "
                                      f"{self.max_inflight} may be in flight (max_running_requests + "
@@ -240,7 +241,7 @@ class EngineDriver:
         with self._lock:
             dup = [rid for rid in rids if rid in self._inflight_rids]
             if dup:
-                raise DuplicateRequestIdError(f"request id {dup[0]!r} is already in flight")
+                raise DuplicateRequestIdError(f"request id {short_repr(dup[0])} is already in flight")
             if self.max_inflight is not None and len(self._inflight_rids) + len(rids) > self.max_inflight:
                 raise QueueFullError(f"the server is full: {len(self._inflight_rids)} requests in flight, "
                                      f"limit {self.max_inflight} (max_running_requests + max_queued_requests)")

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request as HTTPRequest
 
+from sglang_eagle3.runtime.sampling import short_repr
 from sglang_eagle3.server.driver import Submission, Update
 from sglang_eagle3.server.logprobs import (
     ChoiceTokens,
@@ -294,9 +295,9 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     if body.tools:
         raise APIError(400, "tools (function calling) are not supported", param="tools")
     if body.tool_choice not in (None, "none", "auto"):
-        raise APIError(400, f"tool_choice={body.tool_choice!r} is not supported", param="tool_choice")
+        raise APIError(400, f"tool_choice={short_repr(body.tool_choice)} is not supported", param="tool_choice")
     if body.response_format and body.response_format.get("type") not in (None, "text"):
-        raise APIError(400, f"response_format={body.response_format!r} is not supported (only text)",
+        raise APIError(400, f"response_format={short_repr(body.response_format)} is not supported (only text)",
                        param="response_format")
     _check_max_tokens("max_tokens", body.max_tokens)
     _check_max_tokens("max_completion_tokens", body.max_completion_tokens)

@@ -19,11 +19,20 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: 
                 503: "service_unavailable_error"}
 
 
+MAX_MESSAGE_CHARS = 1000  # an error message longer than this is cut (APIError)
+
+
 class APIError(Exception):
-    """An error answered as ``{"error": {"message", "type", "param", "code"}}`` with HTTP ``status``."""
+    """An error answered as ``{"error": {"message", "type", "param", "code"}}`` with HTTP ``status``. A message
+    over MAX_MESSAGE_CHARS is cut there, whatever built it: one that quotes a client's value whole (a model name, a
+    rid, a sampling value of megabytes) would echo the megabytes back."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
                  type: str | None = None):  # noqa: A002  (OpenAI's field name)
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = f"{message[:MAX_MESSAGE_CHARS]}... (cut: {len(message)} characters)"
+        if param is not None and len(param) > 200:  # (pydantic's path holds a dict's keys: a client's text)
+            param = param[:200] + "..."
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.type = type or _ERROR_TYPES.get(status, "invalid_request_error")
@@ -38,6 +47,11 @@ _SCALAR_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
 def _is_union_tag(part) -> bool:
     """pydantic puts the union member it tried into ``loc`` (``prompt.str``, ``prompt.list[int]``)."""
     return isinstance(part, str) and (part in _SCALAR_TAGS or "[" in part or part[:1].isupper())
+
+
+def _path(loc: tuple) -> str:
+    """A field's path (``messages.0.role``); a part that is a client's dict key is cut short."""
+    return ".".join(str(p) if len(str(p)) <= 40 else f"{str(p)[:40]}..." for p in loc)
 
 
 def validation_error(e: ValidationError) -> APIError:
@@ -59,7 +73,7 @@ def validation_error(e: ValidationError) -> APIError:
             tags[key].append(loc[i])
     parts = []
     for key, group in list(groups.items())[:5]:
-        where = ".".join(str(p) for p in key) or "body"
+        where = _path(key) or "body"
         got = group[0].get("input")
         shown = repr(got) if len(repr(got)) < 80 else type(got).__name__
         if len(tags.get(key, ())) > 1:
@@ -67,7 +81,7 @@ def validation_error(e: ValidationError) -> APIError:
         else:
             parts.append(f"{where}: {group[0].get('msg')} (got {shown})")
     more = f" (and {len(groups) - 5} more)" if len(groups) > 5 else ""
-    param = ".".join(str(p) for p in next(iter(groups))) or None
+    param = _path(next(iter(groups))) or None
     return APIError(400, "; ".join(parts) + more, param=param)
 
 

@@ -22,7 +22,7 @@ from fastapi.responses import StreamingResponse
 
 from sglang_eagle3.engine import RequestError
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError
+from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError, short_repr
 from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import (
     BatchTooLargeError,
@@ -109,7 +109,7 @@ class Serving:
     # -- validation ------------------------------------------------------------------------------------
     def check_model(self, name: str) -> None:
         if name not in (self.model.served_model_name, self.model.model_path, "default"):
-            raise APIError(404, f"model {name!r} does not exist: this server serves "
+            raise APIError(404, f"model {short_repr(name)} does not exist: this server serves "
                            f"{self.model.served_model_name!r}", param="model", code="model_not_found")
 
     def check_batch_size(self, prompts: int, param: str, n: int = 1, n_param: str = "n") -> None:

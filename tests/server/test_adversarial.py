@@ -177,3 +177,33 @@ def test_min_tokens_is_cut_with_the_default_max_tokens(server):
             ("/v1/completions", {"model": MODEL, "prompt": "The", "min_tokens": 20}, "max_tokens=16")]:
         err = httpx.post(server.url + path, json=body, timeout=60).json()["error"]
         assert err["param"] == "min_tokens" and name in err["message"], err
+
+
+def test_errors_never_echo_a_clients_megabytes(server):
+    """A value of a megabyte in a field the server names in its error (a penalty, a sampling parameter's name, the
+    model, tool_choice, a rid) came back whole in the message. Every error now stays short and still names the
+    field."""
+    big, chat = "x" * 1_000_000, {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    sp = {"max_new_tokens": 2}
+    cases = [
+        ("/generate", {"input_ids": [5], "sampling_params": {**sp, "frequency_penalty": big}}, "frequency_penalty"),
+        ("/generate", {"input_ids": [5], "sampling_params": {**sp, "min_new_tokens": big}}, "min_new_tokens"),
+        ("/generate", {"input_ids": [5], "sampling_params": {**sp, "seed": big}}, "seed"),
+        ("/generate", {"input_ids": [5], "sampling_params": {**sp, big: 1}}, "sampling_params"),
+        ("/generate", {"input_ids": [5], "sampling_params": {**sp, **{f"k{i}": 1 for i in range(50_000)}}},
+         "sampling_params"),
+        ("/generate", {"input_ids": [5], "sampling_params": {**sp, "spaces_between_special_tokens": big}},
+         "spaces_between_special_tokens"),
+        ("/generate", {"input_ids": [[5], [6]], "rid": [big, big], "sampling_params": sp}, "rid"),
+        ("/v1/completions", {"model": MODEL, "prompt": "a", "logit_bias": {big: 1}}, "logit_bias"),
+        ("/v1/completions", {"model": MODEL, "prompt": "a", "logit_bias": {big: "x"}}, None),
+        ("/v1/completions", {"model": big, "prompt": "a"}, "model"),
+        ("/v1/chat/completions", {**chat, "tool_choice": big}, "tool_choice"),
+        ("/v1/chat/completions", {**chat, "response_format": {"type": big}}, "response_format"),
+    ]
+    for path, body, param in cases:
+        r = httpx.post(server.url + path, json=body, timeout=60)
+        assert r.status_code in (400, 404) and len(r.content) < 2000, (path, param, r.status_code, len(r.content))
+        err = r.json()["error"]
+        assert param is None or err["param"] == param, err
+    assert _idle(server_info(server.url))
