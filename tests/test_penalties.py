@@ -203,3 +203,19 @@ def test_logit_bias_outside_the_vocabulary_is_refused(pair):
     out = engine.generate(input_ids=[1, 2], sampling_params={"logit_bias": {"7": 100}, "temperature": 0,
                                                              "max_new_tokens": 5})
     assert out["output_ids"] == [7] * 5
+
+
+def test_rows_that_overflow_float32_stay_exact(pair):
+    """A repetition_penalty near 0 divides a seen token's positive logit to +inf. The speculative round applies
+    every filter (min_p 0 included, which should leave a row as it is), and inf + log(0) made its threshold NaN:
+    every token dropped, token 0 sampled, where plain decoding (no min_p in its batch) sampled the inf token."""
+    from sglang_eagle3.runtime.sampling import ALL_FILTERS, Filters, filtered_scores
+
+    z = torch.tensor([[1.0, float("inf"), -2.0, float("inf")], [0.5, -1.0, 3.0, 2.0]])
+    ones, off = torch.ones(2), torch.zeros(2)
+    none = Filters(top_k=False, min_p=False, top_p=False)
+    assert torch.equal(filtered_scores(z, ones, ones, -torch.ones(2, dtype=torch.long), off, ALL_FILTERS),
+                       filtered_scores(z, ones, ones, -torch.ones(2, dtype=torch.long), off, none))
+    sp = {"max_new_tokens": 12, "repetition_penalty": 1e-300, "temperature": 0.7, "seed": 1}
+    plain = _engine(pair, None).generate(input_ids=[3, 7, 1], sampling_params=sp)["output_ids"]
+    assert _engine(pair, 3).generate(input_ids=[3, 7, 1], sampling_params=sp)["output_ids"] == plain

@@ -442,7 +442,9 @@ def filtered_scores(logits: torch.Tensor, temperature: torch.Tensor, top_p: torc
     thr = torch.full_like(z[:, 0], float("-inf"))
     zmax = z.amax(-1)
     if filters.min_p:
-        thr = torch.maximum(thr, zmax + torch.log(min_p))  # log(0) = -inf: off
+        # min_p 0 is off (-inf), also where the row's maximum is +inf (a repetition_penalty or temperature near 0
+        # overflows float32): inf + log(0) is NaN, and a NaN threshold dropped every token (the row sampled token 0).
+        thr = torch.maximum(thr, torch.where(min_p > 0, zmax + torch.log(min_p), float("-inf")))
     if env.SAMPLER_RADIX.switch(default=True) and kernels.triton_runs(z, use_triton):
         if filters.top_k:  # k as float32 (the kernel's counts); k <= 0 or >= V leaves the threshold as it is
             thr = kernels.top_threshold(z, thr, top_k.clamp(0, z.shape[-1]).float(), use_triton=use_triton)
