@@ -219,3 +219,15 @@ def test_rows_that_overflow_float32_stay_exact(pair):
     sp = {"max_new_tokens": 12, "repetition_penalty": 1e-300, "temperature": 0.7, "seed": 1}
     plain = _engine(pair, None).generate(input_ids=[3, 7, 1], sampling_params=sp)["output_ids"]
     assert _engine(pair, 3).generate(input_ids=[3, 7, 1], sampling_params=sp)["output_ids"] == plain
+
+
+def test_a_temperature_near_zero_is_greedy(pair):
+    """logits / 1e-45 overflow float32: every positive logit was +inf, and the sample the lowest such token id,
+    not the argmax. Below 1e-6 (SGLang's threshold) a temperature is greedy."""
+    greedy = _engine(pair, None).generate(input_ids=[3, 7, 1], sampling_params={"max_new_tokens": 10,
+                                                                                 "temperature": 0})["output_ids"]
+    for k in (None, 3):
+        for t in (1e-45, 1e-30, 5e-7):
+            out = _engine(pair, k).generate(input_ids=[3, 7, 1], sampling_params={"max_new_tokens": 10, "seed": 1,
+                                                                                  "temperature": t})
+            assert out["output_ids"] == greedy, (k, t)

@@ -33,6 +33,8 @@ import torch
 from sglang_eagle3 import env, kernels
 from sglang_eagle3.kernels.ref import MIX32_MUL1, MIX32_MUL2
 
+SAMPLING_EPS = 1e-6  # a temperature below this is greedy (SGLang's _SAMPLING_EPS)
+
 
 class SamplingParamsError(ValueError):
     """An invalid sampling parameter; the message names the field and value."""
@@ -40,7 +42,7 @@ class SamplingParamsError(ValueError):
 
 @dataclass
 class SamplingParams:
-    """SGLang's sampling_params names. temperature 0 (or top_k 1) is greedy."""
+    """SGLang's sampling_params names. temperature 0 (below SAMPLING_EPS) or top_k 1 is greedy."""
 
     max_new_tokens: int = 128
     temperature: float = 1.0
@@ -162,7 +164,9 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
+        """temperature below SAMPLING_EPS (SGLang's rule) or top_k 1: logits / a temperature of 1e-45 overflow
+        float32 to +-inf, and every positive logit would tie."""
+        return self.temperature < SAMPLING_EPS or self.top_k == 1
 
     @property
     def penalized(self) -> bool:
