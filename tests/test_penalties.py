@@ -231,3 +231,12 @@ def test_a_temperature_near_zero_is_greedy(pair):
             out = _engine(pair, k).generate(input_ids=[3, 7, 1], sampling_params={"max_new_tokens": 10, "seed": 1,
                                                                                   "temperature": t})
             assert out["output_ids"] == greedy, (k, t)
+
+
+def test_a_temperature_past_float32_keeps_min_new_tokens(pair):
+    """temperature 1e39 is a finite float but +inf as float32: a blocked stop token's -inf / inf was NaN, which the
+    sampler's argmax picked, so min_new_tokens let the stop token out first."""
+    for k in (None, 3):
+        out = _engine(pair, k).generate(input_ids=[3, 7, 1], sampling_params={
+            "max_new_tokens": 8, "temperature": 1e39, "seed": 2, "min_new_tokens": 6, "stop_token_ids": [5]})
+        assert len(out["output_ids"]) >= 6 and 5 not in out["output_ids"][:6], (k, out["output_ids"])

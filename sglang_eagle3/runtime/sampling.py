@@ -226,6 +226,7 @@ def short_repr(v, limit: int = 80) -> str:
 
 
 KEY_MASK = 0xFFFFFFFF
+_FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
 def sampling_key(seed: int) -> int:
@@ -244,8 +245,11 @@ def sampling_key(seed: int) -> int:
 
 def sampling_rows(params: list[SamplingParams], keys: list[int]) -> tuple[list[list[float]], list[list[int]]]:
     """Per request: [temperature, top_p, min_p] and [top_k, key], the rows of the sampler's two parameter
-    tensors (float32 [B, 3], int64 [B, 2]). A greedy request has temperature 0 (top_k 1 is greedy too)."""
-    f = [[0.0 if p.greedy else float(p.temperature), float(p.top_p), float(p.min_p)] for p in params]
+    tensors (float32 [B, 3], int64 [B, 2]). A greedy request has temperature 0 (top_k 1 is greedy too). A
+    temperature past float32's range is its largest value (every logit / it is ~0, the same uniform choice): as
+    float32 it would be +inf, and a blocked token's -inf / inf is NaN, which the sampler's argmax picks."""
+    f = [[0.0 if p.greedy else min(float(p.temperature), _FLOAT32_MAX), float(p.top_p), float(p.min_p)]
+         for p in params]
     i = [[p.top_k, k & KEY_MASK] for p, k in zip(params, keys, strict=True)]
     return f, i
 
