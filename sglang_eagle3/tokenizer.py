@@ -217,9 +217,13 @@ def _load_tiktoken(path: str, cfg: dict, template: str | None, bos_token: str | 
     enc = tiktoken.Encoding(name=os.path.basename(os.path.dirname(path)) or "model", pat_str=pattern,
                             mergeable_ranks=ranks, special_tokens=special)
     special_ids = set(special.values())
+    # A model's vocabulary may be padded past the tokenizer's (ids no token owns, such as reserved special slots), and
+    # a model can emit them. tiktoken raises KeyError on such an id, which failed the whole engine step (every
+    # request in flight) when a stop string was checked; Hugging Face tokenizers drop them, and so does this.
+    known = frozenset(ranks.values()) | special_ids
 
     def decode(ids, skip_special):
-        return enc.decode([i for i in ids if i not in special_ids] if skip_special else ids)
+        return enc.decode([i for i in ids if i in known and not (skip_special and i in special_ids)])
 
     bos_id = special.get(bos_token) if bos_token else None
     eos_id = special.get(eos_token) if eos_token else None

@@ -98,3 +98,20 @@ def test_tiktoken_model_file(tmp_path):
     assert ids == [259] and tok.decode(ids) == "hello"
     assert tok.encode("hello", add_special_tokens=True) == [260, 259]
     assert tok.encode_chat([{"role": "user", "content": "hello"}]) == [259, 261]  # [EOS] written by the template
+
+
+def test_tiktoken_decode_drops_ids_it_lacks(tmp_path):
+    """A model's vocabulary padded past the tokenizer's: ids no token owns (past the end, or a gap between the ranks
+    and the special tokens) decode to nothing, as with Hugging Face tokenizers; tiktoken raised KeyError, which failed
+    the whole engine step when a stop string was checked."""
+    pytest.importorskip("tiktoken")
+    with open(tmp_path / "tiktoken.model", "w") as f:
+        for i in range(256):
+            f.write(f"{base64.b64encode(bytes([i])).decode()} {i}\n")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"added_tokens_decoder": {"300": {"content": "<|end|>", "special": True}}, "eos_token": "<|end|>"}))
+    tok = load_tokenizer(str(tmp_path))
+    ids = tok.encode("hi")
+    assert tok.decode(ids + [299, 10_000]) == "hi"  # 256..299: a gap; 10000: past the end
+    assert tok.decode([257] + ids + [300], skip_special_tokens=False) == "hi<|end|>"
+    assert tok.decode(ids + [300], skip_special_tokens=True) == "hi"
