@@ -399,7 +399,8 @@ class Engine:
             raise RequestError(f"rid={rid!r} must be a string")
         if top_logprobs_num is not None:
             most = min(V, self.args.max_top_logprobs_num)
-            if not isinstance(top_logprobs_num, int) or not 0 <= top_logprobs_num <= most:
+            if (not isinstance(top_logprobs_num, int) or isinstance(top_logprobs_num, bool)  # True is not 1
+                    or not 0 <= top_logprobs_num <= most):
                 why = "the vocabulary's size" if most == V else f"max_top_logprobs_num={most}, this engine's limit"
                 raise RequestError(f"top_logprobs_num={top_logprobs_num!r} must be an integer in [0, {most}] "
                                    f"({why})")

@@ -211,6 +211,7 @@ def test_bad_sampling_params(engine, params, needles):
     (dict(prompt="a", input_ids=[1]), ["exactly one"]),
     (dict(input_ids=[1, 2], logprob_start_len=-2, return_logprob=True), ["logprob_start_len=-2"]),
     (dict(input_ids=[1, 2], top_logprobs_num=VOCAB + 1, return_logprob=True), [f"top_logprobs_num={VOCAB + 1}"]),
+    (dict(input_ids=[1, 2], top_logprobs_num=True, return_logprob=True), ["top_logprobs_num=True"]),
     (dict(input_ids=[1, 2], logprob_start_len=3, return_logprob=True), ["logprob_start_len=3", "[-1, 2]"]),
     (dict(input_ids=[1, 2], return_logprob="yes"), ["return_logprob='yes'"]),
     (dict(input_ids=[1, 2], sampling_params=[{"max_new_tokens": 4}]), ["sampling_params", "dict", "list"]),
