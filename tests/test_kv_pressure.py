@@ -8,7 +8,7 @@ import pytest
 
 from sglang_eagle3 import Engine
 from sglang_eagle3.engine import RequestError
-from tests.conftest import small_config, small_draft_config
+from conftest import small_config, small_draft_config
 
 
 @pytest.fixture(scope="module")
