@@ -258,15 +258,18 @@ class ModelRunner:
         where >= 0 (benchmarking). Returns (logits [B*T, V] as the target gave them, packed [B, 3+k] int64 of a, the
         target's token after them, the next round's d_1, then d_1..d_k; the next draft hidden [B, Hd])."""
         def fn(input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, sim_accept, tokens_per_req,
-               samp_f=None, samp_i=None, pen=None):
+               samp_f=None, samp_i=None, pen=None, batch_filters=None):
             T, B = tokens_per_req, seq_lens.shape[0]
+            # batch_filters: the batch's own (the penalized round, never captured, takes them per call: a batch
+            # of greedy requests with penalties then neither samples nor proposes samples).
+            used = batch_filters or filters
             batch = dict(positions=positions, page_table=page_table, seq_lens=seq_lens, out_cache_loc=out_cache_loc,
-                         samp=None if filters is None else (samp_f, samp_i))
+                         samp=None if used is None or not used.sampled else (samp_f, samp_i))
             ids, logits, aux = self.propose_verify(parts, input_ids, hidden=hidden, T=T, **batch)
-            if filters is not None:  # row j of a request samples the token at its position + 1
+            if used is not None:  # row j of a request samples the token at its position + 1
                 scores = penalized_logits(logits, pen, ids) if penalized else logits
                 target = sample_tokens(scores, samp_f.repeat_interleave(T, 0), samp_i.repeat_interleave(T, 0),
-                                       positions + 1, filters).view(B, T)
+                                       positions + 1, used).view(B, T)
             else:
                 target = logits.view(B, T, -1).argmax(-1)
             matched = (ids[:, 1:] == target[:, :-1]).to(torch.int64).cumprod(1).sum(1)
@@ -580,7 +583,8 @@ class ModelRunner:
                       out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept, samp_f=samp.f,
                       samp_i=samp.i)
         if samp.penalties is not None:
-            runner, inputs["pen"] = self.penalized_round, samp.penalties
+            runner = self.penalized_round
+            inputs.update(pen=samp.penalties, batch_filters=samp.filters)
         else:
             runner = self.sampled_rounds[ALL_FILTERS if samp.filters.ranked else UNRANKED]
         logits, packed, next_hidden = runner(B, T, **inputs)

@@ -259,18 +259,20 @@ class Filters:
     """Which filters a sampler applies (each one skipped costs nothing). top_k and top_p rank the row (a radix
     select on the GPU, a sort elsewhere: filtered_scores), min_p needs only its maximum; a row whose parameters
     leave a filter off (top_k <= 0, min_p 0, top_p 1) passes it unchanged, so a batch may take a wider set than
-    its requests use: every row computes what it would alone."""
+    its requests use: every row computes what it would alone. ``sampled`` False: no row samples (a batch of
+    greedy requests with penalties), so the sampler is the argmax alone, as it is for each greedy row anyway."""
 
     top_k: bool = True
     min_p: bool = True
     top_p: bool = True
+    sampled: bool = True
 
     @staticmethod
     def of(params: list[SamplingParams]) -> Filters:
         """The filters a batch's sampled requests use."""
         sampled = [p for p in params if not p.greedy]
         return Filters(top_k=any(p.top_k > 0 for p in sampled), min_p=any(p.min_p > 0 for p in sampled),
-                       top_p=any(p.top_p < 1 for p in sampled))
+                       top_p=any(p.top_p < 1 for p in sampled), sampled=bool(sampled))
 
     @property
     def ranked(self) -> bool:
@@ -484,6 +486,8 @@ def sample_tokens(logits: torch.Tensor, samp_f: torch.Tensor, samp_i: torch.Tens
     row's processed distribution with its request's key (module doc). samp_f float32 [R, 3] (temperature, top_p,
     min_p), samp_i int64 [R, 2] (top_k, key): sampling_rows' rows, a request's repeated for each of its rows;
     ``filters``: at least those the rows use (Filters.of)."""
+    if not filters.sampled:  # every row greedy: the argmax, which is what each greedy row takes below too
+        return logits.argmax(-1)
     greedy = samp_f[:, 0] <= 0
     temperature = torch.where(greedy, 1.0, samp_f[:, 0])
     scores = filtered_scores(logits, temperature, samp_f[:, 1], samp_i[:, 0], samp_f[:, 2], filters, use_triton)
