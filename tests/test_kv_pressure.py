@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from conftest import small_config, small_draft_config
 
 from sglang_eagle3 import Engine
 from sglang_eagle3.engine import RequestError
-from conftest import small_config, small_draft_config
 
 
 @pytest.fixture(scope="module")
