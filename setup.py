@@ -3,6 +3,8 @@ from setuptools import find_packages, setup
 # NOTE: torch is pinned to the CPU build that lies on the CI machines' disk; an unpinned torch
 # pulls several GB of CUDA wheels. GPU machines bring their own torch (2.11+ works).
 CPU_TORCH = "torch==2.13.0"
+# Structured output (runtime/grammar.py); it needs torch, so it is an extra like torch itself.
+GRAMMAR = "xgrammar>=0.1.19"
 
 setup(
     name="sglang_eagle3",
@@ -40,7 +42,10 @@ setup(
             "tiktoken",
             # The INT4 packing peer (tests/loaders/test_int4_peer.py): the library that wrote Kimi-K2.5's experts.
             "compressed-tensors",
+            GRAMMAR,
         ],
         "tiktoken": ["tiktoken"],
+        # Structured output (json_schema / regex / ebnf, OpenAI's response_format): SGLang's default backend.
+        "grammar": [GRAMMAR],
     },
 )

@@ -26,6 +26,7 @@ import torch
 from sglang_eagle3 import env
 from sglang_eagle3.config import ConfigError, resolve_aux_layer_ids
 from sglang_eagle3.env_report import git_commit
+from sglang_eagle3.runtime.grammar import GrammarBackend
 from sglang_eagle3.runtime.interrupts import defer_interrupt
 from sglang_eagle3.runtime.request import Request
 from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError, find_stop, settled_chars
@@ -104,6 +105,11 @@ class EngineArgs:
     attention_backend: str = "auto"  # "triton" | "torch" | "auto" (triton on CUDA)
     moe_runner_backend: str = "auto"  # "triton" | "torch" | "auto"
     random_seed: int = 0
+    # Structured output (json_schema / regex / ebnf sampling parameters; SGLang's flags): "xgrammar" (its default),
+    # or "none" to refuse requests with a grammar. JSON schemas allow any whitespace between tokens unless
+    # constrained_json_disable_any_whitespace (then the separators are fixed: ", " and ": ").
+    grammar_backend: str = "xgrammar"
+    constrained_json_disable_any_whitespace: bool = False
     skip_tokenizer_init: bool = False
     log_level: str = "info"  # for the sglang_eagle3 loggers (load progress, graph capture, fallbacks)
     # Extra environment for TP worker processes (the launcher's environment is always inherited).
@@ -169,6 +175,8 @@ class EngineArgs:
             raise ConfigError(f"attention_backend={self.attention_backend!r} must be auto, triton or torch")
         if self.moe_runner_backend not in ("auto", "triton", "torch"):
             raise ConfigError(f"moe_runner_backend={self.moe_runner_backend!r} must be auto, triton or torch")
+        if self.grammar_backend not in ("xgrammar", "none"):
+            raise ConfigError(f"grammar_backend={self.grammar_backend!r} must be xgrammar or none")
         if not self.worker_timeout > 0:
             raise ConfigError(f"worker_timeout={self.worker_timeout!r} must be > 0 seconds")
 
@@ -231,7 +239,8 @@ _FIELD_KINDS = {
     "max_running_requests": "int", "max_top_logprobs_num": "int", "max_stop_strings": "int",
     "max_stop_str_len": "int", "context_length": "int?", "page_size": "int", "max_total_tokens": "int?",
     "mem_fraction_static": "float", "attention_backend": "str", "moe_runner_backend": "str", "random_seed": "int",
-    "skip_tokenizer_init": "bool", "log_level": "str", "worker_env": "env", "use_worker_processes": "bool",
+    "grammar_backend": "str", "constrained_json_disable_any_whitespace": "bool", "skip_tokenizer_init": "bool",
+    "log_level": "str", "worker_env": "env", "use_worker_processes": "bool",
     "worker_timeout": "float",
 }
 
@@ -319,7 +328,11 @@ class Engine:
             if k else (1,),
             "num_pages": max_tokens // args.page_size + 2,
             "eos": tuple(eos),
+            "vocab_size": cfg.vocab_size,
         }
+        # Requests with a grammar are compiled here when made (a grammar that does not compile is the client's
+        # error), and the in-process worker's matchers come from the same cache.
+        self.grammar = GrammarBackend.for_engine(args, self.tokenizer, cfg.vocab_size, plan["eos"])
         t0 = time.perf_counter()
         self.worker_env_reports: list[dict] = []
         if args.tp_size > 1 or args.use_worker_processes:
@@ -333,7 +346,8 @@ class Engine:
             from sglang_eagle3.runtime.worker import ModelWorker
 
             self.backend = ModelWorker(args, plan, device,
-                                       detokenize=self.tokenizer.decode if self.tokenizer is not None else None)
+                                       detokenize=self.tokenizer.decode if self.tokenizer is not None else None,
+                                       grammar=self.grammar)
             self.runner = self.backend.runner
             # This process is the only worker: its environment is what the model ran with.
             self.worker_env_reports = [{**collect_env_report(), "rank": 0}]
@@ -451,6 +465,8 @@ class Engine:
             raise SamplingParamsError(f"stop={params.stop[:3]!r}{' ...' if len(params.stop) > 3 else ''} needs a "
                                       "tokenizer, and this engine runs without one (skip_tokenizer_init): use "
                                       "stop_token_ids")
+        if params.grammar is not None:
+            self.grammar.compile(params.grammar)  # GrammarError (a SamplingParamsError) when it does not compile
         if params.top_k >= V:  # keeps every token, as SGLang reads it (2**63 overflowed the sampled batch's int64)
             params = dataclasses.replace(params, top_k=-1)
         return params

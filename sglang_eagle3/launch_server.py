@@ -35,8 +35,11 @@ _ENGINE_FLAGS = (
     "moe_runner_backend", "random_seed", "page_size", "max_total_tokens", "mem_fraction_static", "log_level",
     "worker_timeout",
     "cuda_graph_prefill_tokens", "mha_prefill_tokens", "max_top_logprobs_num", "max_stop_strings",
-    "max_stop_str_len",
+    "max_stop_str_len", "grammar_backend",
 )
+# store_true flag -> the EngineArgs bool it sets (given: True; not given: the engine's default).
+_ENGINE_SWITCHES = ("disable_cuda_graph", "disable_overlap_schedule", "skip_tokenizer_init", "use_worker_processes",
+                    "constrained_json_disable_any_whitespace")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -102,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--attention-backend", help="auto | triton | torch")
     g.add_argument("--moe-runner-backend", help="auto | triton | torch")
     g.add_argument("--random-seed", type=int, help="seed for weight-free randomness (sampling without a seed)")
+    g.add_argument("--grammar-backend", choices=("xgrammar", "none"),
+                   help="structured output (json_schema / regex / ebnf, response_format): xgrammar (default) or none")
+    g.add_argument("--constrained-json-disable-any-whitespace", action="store_true",
+                   help="JSON schemas with fixed separators instead of any whitespace between tokens")
     g.add_argument("--worker-env", action="append", type=_env_pair, metavar="KEY=VALUE",
                    help="(sglang_eagle3) extra environment for TP worker processes; repeatable")
     g.add_argument("--use-worker-processes", action="store_true",
@@ -239,20 +246,13 @@ def launch_sglang(argv: list[str], worker_env: list[tuple[str, str]] | None = No
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
     kw = {name: getattr(args, name) for name in _ENGINE_FLAGS if getattr(args, name) is not None}
-    if args.disable_cuda_graph:
-        kw["disable_cuda_graph"] = True
-    if args.disable_overlap_schedule:
-        kw["disable_overlap_schedule"] = True
-    if args.skip_tokenizer_init:
-        kw["skip_tokenizer_init"] = True
+    kw.update({name: True for name in _ENGINE_SWITCHES if getattr(args, name)})
     if args.speculative_aux_layer_ids:
         kw["speculative_aux_layer_ids"] = args.speculative_aux_layer_ids
     if args.speculative_num_steps_candidates:
         kw["speculative_num_steps_candidates"] = args.speculative_num_steps_candidates
     if args.worker_env:
         kw["worker_env"] = tuple(args.worker_env)
-    if args.use_worker_processes:
-        kw["use_worker_processes"] = True
     return kw
 
 

@@ -38,7 +38,7 @@ class Tokenizer:
     def __init__(self, encode, decode, vocab_size: int, eos_token_id: int | None, bos_token_id: int | None,
                  chat_template: str | None, special_tokens: dict[str, int] | None = None,
                  bos_token: str | None = None, eos_token: str | None = None,
-                 token_bytes: Callable[[int], bytes] | None = None):
+                 token_bytes: Callable[[int], bytes] | None = None, special_ids: frozenset[int] | None = None):
         self._encode, self._decode = encode, decode
         self._token_bytes = token_bytes
         self.vocab_size = vocab_size
@@ -47,6 +47,8 @@ class Tokenizer:
         self.chat_template = chat_template or DEFAULT_CHAT_TEMPLATE
         self.has_own_chat_template = chat_template is not None
         self.special_tokens = special_tokens or {}
+        # Ids of the special (control) tokens: never text, so a grammar never allows one (runtime/grammar.py).
+        self.special_ids = frozenset(self.special_tokens.values()) if special_ids is None else special_ids
         self._compiled_template = None
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
@@ -129,7 +131,8 @@ def load_tokenizer(path: str) -> Tokenizer | None:
         return Tokenizer(lambda t, special: tok.encode_batch([t], add_special_tokens=special)[0].ids,
                          lambda ids, skip: tok.decode(ids, skip_special_tokens=skip), tok.get_vocab_size(),
                          tid(eos_token), tid(bos_token), template, bos_token=bos_token, eos_token=eos_token,
-                         token_bytes=_hf_token_bytes(tok, _read_json(tj).get("decoder")))
+                         token_bytes=_hf_token_bytes(tok, _read_json(tj).get("decoder")),
+                         special_ids=frozenset(i for i, t in tok.get_added_tokens_decoder().items() if t.special))
     tm = os.path.join(path, "tiktoken.model")
     if os.path.exists(tm):
         return _load_tiktoken(tm, cfg, template, bos_token, eos_token)

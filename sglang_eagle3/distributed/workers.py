@@ -37,6 +37,7 @@ import weakref
 from datetime import timedelta
 
 from sglang_eagle3 import env
+from sglang_eagle3.runtime.grammar import GrammarBackend
 from sglang_eagle3.runtime.interrupts import defer_interrupt
 
 logger = logging.getLogger(__name__)
@@ -91,13 +92,15 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
         init_tp(rank, size)
         # Every rank runs the same scheduler and must stop a request at the same token: each decodes for the
         # stop strings itself (without it, stop strings were ignored under TP).
-        detokenize = None
+        tokenizer = None
         if not args.skip_tokenizer_init:
             from sglang_eagle3.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer(args.tokenizer_path or args.model_path)
-            detokenize = tokenizer.decode if tokenizer is not None else None
-        worker = ModelWorker(args, plan, device, detokenize=detokenize)
+        # Each rank compiles the grammars of its requests itself (the engine's process did too, to validate them).
+        grammar = GrammarBackend.for_engine(args, tokenizer, plan["vocab_size"], plan["eos"])
+        worker = ModelWorker(args, plan, device, detokenize=tokenizer.decode if tokenizer is not None else None,
+                             grammar=grammar)
         report = collect_env_report()
         report["rank"] = rank
         report["kv_pages"] = worker.kv_pages  # the same on every rank (fit_kv_pages takes the smallest)

@@ -15,6 +15,7 @@ from sglang_eagle3.core import ForwardBatch, ForwardMode, KVPool
 from sglang_eagle3.kernels.gemv import fma_for_engine
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
+from sglang_eagle3.runtime.grammar import GrammarBatch, apply_token_bitmask
 from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputSpec
 from sglang_eagle3.runtime.kv_cache import PageAllocator, make_pool
 from sglang_eagle3.runtime.sampling import (
@@ -60,6 +61,20 @@ def _as_part(runner: GraphRunner):
         return runner(inputs["seq_lens"].shape[0], tokens_per_req, **inputs)
 
     return part
+
+
+def processed_logits(logits: torch.Tensor, pen: Penalties | None, grammar: GrammarBatch | None,
+                     ids: torch.Tensor | None = None) -> torch.Tensor:
+    """float32 logits [B * T, V] (T rows a request) with each row's penalties (sampling.penalized_logits), then
+    its grammar's mask (-inf for the tokens it forbids there: grammar.GrammarBatch.masks, a wait for the stream to
+    read the drafts). ``ids``: a verify's input ids [B, T] ([last, d_1, .., d_k]), whose drafts before each row
+    count as emitted for both; None: one row a request (decode, prefill)."""
+    B = logits.shape[0] if ids is None else ids.shape[0]
+    T = logits.shape[0] // B
+    scores = penalized_logits(logits, pen, ids) if pen is not None else logits
+    if grammar is not None:
+        scores = apply_token_bitmask(scores, grammar.masks(ids, T))
+    return scores
 
 
 def _pack_round(a: torch.Tensor, nxt: torch.Tensor, next_draft: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -150,10 +165,18 @@ class ModelRunner:
         # output is the one plain decoding gives. Not captured as one graph (their per-request state is [B, V]
         # counts a batch): the round runs as its parts, each replaying its own graph (the verify forward too), with
         # acceptance eager between them, and is counted as spec_round_penalized EAGER with this reason.
+        processed = self._round_fn(parts, ALL_FILTERS, processed=True)
         self.penalized_round = GraphRunner(
-            "spec_round_penalized", self._round_fn(parts, ALL_FILTERS, penalized=True), sampled_specs, self.stats,
-            enabled=False, disabled_reason="a request has penalties (frequency/presence/repetition_penalty, "
-            "min_new_tokens or logit_bias): the round runs as its parts, each replaying its own graph")
+            "spec_round_penalized", processed, sampled_specs, self.stats, enabled=False,
+            disabled_reason="a request has penalties (frequency/presence/repetition_penalty, min_new_tokens or "
+            "logit_bias): the round runs as its parts, each replaying its own graph")
+        # Batches with a grammar (json_schema / regex / ebnf; penalties too, if any): the same round, its rows also
+        # masked by the grammar (runtime/grammar.py), whose masks the host fills from the round's drafts between
+        # the draft steps and the acceptance; counted as spec_round_grammar EAGER with this reason.
+        self.grammar_round = GraphRunner(
+            "spec_round_grammar", processed, sampled_specs, self.stats, enabled=False,
+            disabled_reason="a request has a grammar (json_schema, regex or ebnf): the host fills its masks from the "
+            "round's drafts, so the round runs as its parts, each replaying its own graph")
         # Prefill as graphs: prompts padded to the next token bucket (causal, so padded tokens after the real
         # ones change nothing), the target and the draft's extend over them. Buckets past the page table's
         # reach (the context) are dropped: padded positions must index the table and the rotary cache like
@@ -251,23 +274,23 @@ class ModelRunner:
         last = torch.arange(B, device=ids.device) * T + a
         return proposals[last], hidden[last]
 
-    def _round_fn(self, parts: dict, filters: Filters | None = None, penalized: bool = False):
+    def _round_fn(self, parts: dict, filters: Filters | None = None, processed: bool = False):
         """A round with acceptance on the device: a = the longest prefix where the drafts equal the target's
         tokens (its argmax; with ``filters``: sampling.sample_tokens with the per-request samp_f / samp_i, of the
-        logits with each row's penalties where ``penalized``: input ``pen``, a sampling.Penalties), or sim_accept
-        where >= 0 (benchmarking). Returns (logits [B*T, V] as the target gave them, packed [B, 3+k] int64 of a, the
-        target's token after them, the next round's d_1, then d_1..d_k; the next draft hidden [B, Hd])."""
+        logits as processed_logits makes them where ``processed``: inputs ``pen`` and ``grammar``, either None), or
+        sim_accept where >= 0 (benchmarking). Returns (logits [B*T, V] as the target gave them, packed [B, 3+k] int64
+        of a, the target's token after them, the next round's d_1, then d_1..d_k; the next draft hidden [B, Hd])."""
         def fn(input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, sim_accept, tokens_per_req,
-               samp_f=None, samp_i=None, pen=None, batch_filters=None):
+               samp_f=None, samp_i=None, pen=None, grammar=None, batch_filters=None):
             T, B = tokens_per_req, seq_lens.shape[0]
-            # batch_filters: the batch's own (the penalized round, never captured, takes them per call: a batch
-            # of greedy requests with penalties then neither samples nor proposes samples).
+            # batch_filters: the batch's own (the processed rounds, never captured, take them per call: a batch
+            # of greedy requests with penalties or a grammar then neither samples nor proposes samples).
             used = batch_filters or filters
             batch = dict(positions=positions, page_table=page_table, seq_lens=seq_lens, out_cache_loc=out_cache_loc,
                          samp=None if used is None or not used.sampled else (samp_f, samp_i))
             ids, logits, aux = self.propose_verify(parts, input_ids, hidden=hidden, T=T, **batch)
             if used is not None:  # row j of a request samples the token at its position + 1
-                scores = penalized_logits(logits, pen, ids) if penalized else logits
+                scores = processed_logits(logits, pen, grammar, ids) if processed else logits
                 target = sample_tokens(scores, samp_f.repeat_interleave(T, 0), samp_i.repeat_interleave(T, 0),
                                        positions + 1, used).view(B, T)
             else:
@@ -582,34 +605,39 @@ class ModelRunner:
         inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
                       out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept, samp_f=samp.f,
                       samp_i=samp.i)
-        if samp.penalties is not None:
-            runner = self.penalized_round
-            inputs.update(pen=samp.penalties, batch_filters=samp.filters)
+        if samp.processed:
+            runner = self.grammar_round if samp.grammar is not None else self.penalized_round
+            inputs.update(pen=samp.penalties, grammar=samp.grammar, batch_filters=samp.filters)
         else:
             runner = self.sampled_rounds[ALL_FILTERS if samp.filters.ranked else UNRANKED]
         logits, packed, next_hidden = runner(B, T, **inputs)
         return logits, packed[:B], next_hidden[:B]
 
     def sampler_batch(self, params: list, keys: list[int], outputs: list[list[int]] | None = None,
-                      eos: frozenset[int] = frozenset()) -> SamplerBatch:
+                      eos: frozenset[int] = frozenset(), matchers: list | None = None) -> SamplerBatch:
         """The sampler's inputs for requests with ``params`` and sampling ``keys``, uploaded without waiting; with
         the penalty state (sampling.Penalties) of their ``outputs`` so far where a request has penalties (``eos``:
-        the engine's end tokens, which min_new_tokens holds back)."""
+        the engine's end tokens, which min_new_tokens holds back), and their grammar matchers (``matchers``: one
+        grammar.GrammarMatcher or None a request) where one has a grammar."""
         f, i = sampling_rows(params, keys)
         pen = None
         if any(p.penalized for p in params):
             pen = Penalties.build(params, outputs if outputs is not None else [[] for _ in params], eos,
                                   self.target.config.vocab_size, self._upload)
+        grammar = None
+        if matchers is not None and any(m is not None for m in matchers):
+            grammar = GrammarBatch(matchers, self.target.config.vocab_size, self._upload)
         return SamplerBatch(self._upload(torch.tensor(f, dtype=torch.float32)),
-                            self._upload(torch.tensor(i, dtype=torch.int64)), Filters.of(params), pen)
+                            self._upload(torch.tensor(i, dtype=torch.int64)), Filters.of(params), pen, grammar)
 
     @staticmethod
     def sample(logits: torch.Tensor, samp: SamplerBatch | None, positions: torch.Tensor | None) -> torch.Tensor:
         """One token a request (decode, prefill) from logits [B, V] at ``positions`` [B], the positions being
-        sampled -> int64 [B] on the device; the argmax when ``samp`` is None (every request greedy, none penalized:
-        no positions needed). Penalties (samp.penalties) apply first, as a verify row's do."""
+        sampled -> int64 [B] on the device; the argmax when ``samp`` is None (every request greedy, none penalized
+        or constrained: no positions needed). Penalties and grammars (processed_logits) apply first, as a verify
+        row's do."""
         if samp is None:
             return logits.argmax(-1)
-        if samp.penalties is not None:
-            logits = penalized_logits(logits, samp.penalties)
+        if samp.processed:
+            logits = processed_logits(logits, samp.penalties, samp.grammar)
         return sample_tokens(logits, samp.f, samp.i, positions, samp.filters)

@@ -69,6 +69,11 @@ class SamplingParams:
     # special tokens too.
     no_stop_trim: bool = False
     skip_special_tokens: bool = True
+    # Structured output (SGLang's names; at most one): the output follows a JSON schema (serialized; "$$ANY$$": any
+    # JSON value), a regular expression or an EBNF grammar (runtime/grammar.py). Exact with speculation.
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
 
     @staticmethod
     def from_dict(d: dict | None) -> SamplingParams:
@@ -91,7 +96,8 @@ class SamplingParams:
             d["stop"] = []
         if d.get("stop_token_ids") is None:
             d["stop_token_ids"] = []
-        for name in ("frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "logit_bias"):
+        for name in ("frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "logit_bias",
+                     "json_schema", "regex", "ebnf"):
             if name in d and d[name] is None:  # null: the default, as SGLang reads it
                 del d[name]
         if isinstance(d.get("logit_bias"), dict):
@@ -161,6 +167,16 @@ class SamplingParams:
                 or not 0 <= self.min_new_tokens <= self.max_new_tokens:
             raise SamplingParamsError(f"min_new_tokens={short_repr(self.min_new_tokens)} must be an integer in [0, "
                                       f"max_new_tokens={self.max_new_tokens}]")
+        given = [name for name in ("json_schema", "regex", "ebnf") if getattr(self, name) is not None]
+        for name in given:
+            if not isinstance(getattr(self, name), str):
+                bad(name, "must be a string" + (" (the schema serialized as JSON)" if name == "json_schema" else ""))
+        if len(given) > 1:
+            raise SamplingParamsError(f"{' and '.join(given)} are given: a request takes at most one grammar")
+        if given and self.min_new_tokens > 0:
+            # Where the grammar allows only a stop token, min_new_tokens would forbid it too: no token left.
+            raise SamplingParamsError(f"min_new_tokens={self.min_new_tokens} cannot be combined with {given[0]}: the "
+                                      "grammar decides where the output may end")
 
     @property
     def greedy(self) -> bool:
@@ -173,6 +189,16 @@ class SamplingParams:
         """Whether a penalty changes this request's logits (a greedy one's too: its argmax is of them)."""
         return (self.frequency_penalty != 0 or self.presence_penalty != 0 or self.repetition_penalty != 1
                 or self.min_new_tokens > 0 or bool(self.logit_bias))
+
+    @property
+    def grammar(self):
+        """The request's GrammarSpec (runtime/grammar.py), or None."""
+        from sglang_eagle3.runtime.grammar import GrammarSpec
+
+        for kind in ("json_schema", "regex", "ebnf"):
+            if getattr(self, kind) is not None:
+                return GrammarSpec(kind, getattr(self, kind))
+        return None
 
     @functools.cached_property
     def stop_window(self) -> int:
@@ -401,13 +427,21 @@ def penalized_logits(logits: torch.Tensor, pen: Penalties, drafts: torch.Tensor 
 @dataclass(frozen=True, eq=False)
 class SamplerBatch:
     """A batch's sampler inputs on the device: f float32 [B, 3] (temperature, top_p, min_p) and i int64 [B, 2]
-    (top_k, key), sampling_rows' rows, the filters its requests use, and its penalty state where a request has
-    penalties (None otherwise: the rows' logits are sampled as they are)."""
+    (top_k, key), sampling_rows' rows, the filters its requests use, its penalty state where a request has
+    penalties and its grammars (runtime/grammar.GrammarBatch) where a request has one (None otherwise: the rows'
+    logits are sampled as they are)."""
 
     f: torch.Tensor
     i: torch.Tensor
     filters: Filters
     penalties: Penalties | None = None
+    grammar: object | None = None  # a grammar.GrammarBatch
+
+    @property
+    def processed(self) -> bool:
+        """Whether the rows' logits are changed before sampling (penalties, a grammar): a speculative round then
+        runs as its parts (ModelRunner.sampled_round)."""
+        return self.penalties is not None or self.grammar is not None
 
 
 ALL_FILTERS = Filters()

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarError, GrammarMatcher
 from sglang_eagle3.runtime.interrupts import defer_interrupt
 from sglang_eagle3.runtime.kv_cache import pages_for
 from sglang_eagle3.runtime.model_runner import BatchTensors, ModelRunner
@@ -80,13 +81,14 @@ class _Round:
 class Scheduler:
     def __init__(self, runner: ModelRunner, *, num_steps: int | None, max_running: int, max_context: int,
                  eos_token_ids: tuple[int, ...], detokenize: Callable[[list[int]], str] | None = None,
-                 seed: int = 0):
+                 seed: int = 0, grammar: GrammarBackend | None = None):
         self.runner = runner
         self.num_steps = num_steps  # None: no speculation
         self.max_running = max_running
         self.max_context = max_context
         self.eos = set(eos_token_ids)
         self.detokenize = detokenize
+        self.grammar = grammar  # makes the matchers of requests with a grammar (json_schema, regex, ebnf)
         # Benchmarking only (as SGLang's SGLANG_SIMULATE_ACC_LEN): pin the mean accepted tokens per verify so
         # step times can be measured with random-weight models; the output is then NOT the target's.
         self.simulate_accept_length: float | None = None
@@ -100,6 +102,9 @@ class Scheduler:
         self.stats = SchedulerStats()
         # Per-request draft state between rounds: draft hidden [H] of the last committed position.
         self._draft_hidden: dict[str, torch.Tensor] = {}
+        # Requests with a grammar: its matcher, which has accepted the request's output so far (kept through a
+        # retraction; dropped when the request finishes). Here, not in the Request: TP ranks each keep their own.
+        self._matchers: dict[str, GrammarMatcher] = {}
         # Overlap (module doc): the round in flight whose results are read in the next step, queued behind it.
         self.overlap = True
         self._ahead: _Round | None = None
@@ -142,6 +147,8 @@ class Scheduler:
         pages, r.pages = r.pages, []
         self.runner.allocator.free(pages)
         self._draft_hidden.pop(r.rid, None)
+        if r.finished:
+            self._matchers.pop(r.rid, None)
 
     def _ensure_pages(self, r: Request, tokens: int) -> None:
         need = pages_for(tokens, self.runner.page_size) - len(r.pages)
@@ -289,6 +296,9 @@ class Scheduler:
         resumed = [bool(r.output_ids) for r in reqs]
         rows = [(r.tokens[:-1] if res else r.input_ids, 0, r.pages) for r, res in zip(reqs, resumed, strict=True)]
         lens = [len(row[0]) for row in rows]
+        for r, res in zip(reqs, resumed, strict=True):
+            if not res and r.params.grammar is not None:
+                self._matchers[r.rid] = self._matcher(r)
         # Graph replays of token buckets where they fit (ModelRunner.prefill); logits at each prompt's last token.
         last, hidden_states, aux = runner.prefill(rows)
         # Each prompt's next token, at position len(prompt) (a resumed request keeps the one it has).
@@ -325,6 +335,12 @@ class Scheduler:
             if not res:
                 self._emit(r, [tok], lps[i] if lps else None)
         return reqs
+
+    def _matcher(self, r: Request) -> GrammarMatcher:
+        if self.grammar is None:
+            raise GrammarError(f"request {r.rid} has a grammar ({r.params.grammar.kind}) and this scheduler has no "
+                               "grammar backend")
+        return self.grammar.matcher(r.params.grammar)
 
     def _input_logprobs(self, r: Request, logits_of_rows) -> None:
         """The prompt's logprobs from logprob_start_len on; ``logits_of_rows(a, b)``: the logits [b - a, V] of
@@ -379,7 +395,9 @@ class Scheduler:
         """One round of every running request (pages for it reserved by _make_room); with overlap, the round
         after it is queued before this one is read (module doc)."""
         rnd = self._launch(batch, *self._first_batch(batch))
-        if self.overlap:  # every round: tokens, acceptance and logprobs are all made on the device
+        # Every round's tokens, acceptance and logprobs are made on the device, but a grammar's masks are made on
+        # the host from the tokens before them (runtime/grammar.py): its batch reads each round before the next.
+        if self.overlap and not any(r.rid in self._matchers for r in batch):
             self._ahead = rnd
             return self._advance()
         return self._finish(rnd)
@@ -454,10 +472,11 @@ class Scheduler:
     def _sampler(self, reqs: list[Request]) -> SamplerBatch | None:
         """The sampler's inputs for a batch (ModelRunner.sampler_batch), None when every request is greedy (its
         tokens are then the argmax, with none of the sampler's work)."""
-        if all(r.params.greedy and not r.params.penalized for r in reqs):
+        matchers = [self._matchers.get(r.rid) for r in reqs]
+        if all(r.params.greedy and not r.params.penalized and m is None for r, m in zip(reqs, matchers, strict=True)):
             return None
         return self.runner.sampler_batch([r.params for r in reqs], [r.sampling_key for r in reqs],
-                                         [r.output_ids for r in reqs], frozenset(self.eos))
+                                         [r.output_ids for r in reqs], frozenset(self.eos), matchers)
 
     def _launch(self, reqs: list[Request], bt: BatchTensors, hidden: torch.Tensor | None,
                 samp: SamplerBatch | None = None) -> _Round:
@@ -540,9 +559,17 @@ class Scheduler:
         """Appends tokens (stopping at max_new_tokens / eos / stop ids / stop strings); ``logprobs``: per token,
         (its logprob, its top list or None) where the request returns logprobs (_read_logprobs)."""
         p = r.params
+        matcher = self._matchers.get(r.rid)
         for j, t in enumerate(toks):
             if len(r.output_ids) >= p.max_new_tokens:  # max_new_tokens=0: prefill only
                 r.finished_reason = {"type": "length", "length": p.max_new_tokens}
+                return
+            if matcher is not None and not matcher.accept(t):
+                # Never with the mask applied (the benchmark's simulated acceptance aside): the request ends here
+                # rather than continue past its grammar.
+                logger.error("request %s: token %d is outside its grammar (%s); the request is aborted", r.rid, t,
+                             p.grammar.kind)
+                r.finished_reason = {"type": "abort", "message": f"token {t} is outside the request's grammar"}
                 return
             r.output_ids.append(t)
             self.stats.generated_tokens += 1
@@ -554,6 +581,8 @@ class Scheduler:
             if not p.ignore_eos and t in self.eos:
                 r.finished_reason = {"type": "stop", "matched": t}
             elif t in p.stop_token_ids:
+                r.finished_reason = {"type": "stop", "matched": t}
+            elif matcher is not None and matcher.terminated:  # a stop token ended the grammar (ignore_eos aside)
                 r.finished_reason = {"type": "stop", "matched": t}
             elif len(r.output_ids) >= p.max_new_tokens:
                 r.finished_reason = {"type": "length", "length": p.max_new_tokens}

@@ -70,8 +70,9 @@ class ModelWorker:
     """Owns this process's models, KV pools, graphs and scheduler. ``args`` is an EngineArgs; ``plan`` holds
     what the engine resolved once (context length, draft widths, eos ids)."""
 
-    def __init__(self, args, plan: dict, device: torch.device, detokenize=None, models=None):
-        """``models``: an already built (target, draft) pair (benchmarks with random weights); else loaded."""
+    def __init__(self, args, plan: dict, device: torch.device, detokenize=None, models=None, grammar=None):
+        """``models``: an already built (target, draft) pair (benchmarks with random weights); else loaded.
+        ``grammar``: the runtime.grammar.GrammarBackend that makes the matchers of requests with a grammar."""
         from sglang_eagle3.models.loader import load_draft, load_target
 
         t0 = time.perf_counter()
@@ -107,7 +108,7 @@ class ModelWorker:
             self.runner.capture_graphs()
         self.scheduler = Scheduler(self.runner, num_steps=plan["num_steps"], max_running=args.max_running_requests,
                                    max_context=plan["context_length"], eos_token_ids=tuple(plan["eos"]),
-                                   detokenize=detokenize, seed=args.random_seed)
+                                   detokenize=detokenize, seed=args.random_seed, grammar=grammar)
         self.scheduler.simulate_accept_length = args.speculative_simulate_accept_length
         self.scheduler.overlap = not args.disable_overlap_schedule
         if args.speculative_simulate_accept_length is not None:

@@ -12,12 +12,14 @@ once. ``logprobs`` objects: server/logprobs.py.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 
 from fastapi import Request as HTTPRequest
 
+from sglang_eagle3.runtime.grammar import ANY_JSON
 from sglang_eagle3.runtime.sampling import short_repr
 from sglang_eagle3.server.driver import Submission, Update
 from sglang_eagle3.server.logprobs import (
@@ -59,7 +61,50 @@ def _sampling_params(body, max_new_tokens: int | None) -> dict:
         sp["min_new_tokens"] = body.min_tokens
     if body.stop is not None:
         sp["stop"] = [body.stop] if isinstance(body.stop, str) else body.stop
+    for name in ("regex", "ebnf", "json_schema"):
+        if getattr(body, name) is not None:
+            sp[name] = getattr(body, name)
+    schema = _response_format_schema(body.response_format)
+    if schema is not None:
+        if "json_schema" in sp:
+            raise APIError(400, "response_format and json_schema are both given: a request takes one grammar",
+                           param="response_format")
+        sp["json_schema"] = schema
     return sp
+
+
+def _field_names(body, **more: str) -> dict[str, str]:
+    """Engine sampling names -> the fields this body's client set (errors name those)."""
+    names = {**_OPENAI_NAMES, **more}
+    if body.json_schema is None and body.response_format is not None:
+        names["json_schema"] = "response_format"
+    return names
+
+
+def _response_format_schema(fmt: dict | None) -> str | None:
+    """The engine's json_schema for OpenAI's ``response_format`` (SGLang's reading): None for text, "$$ANY$$" (any
+    JSON value) for json_object, the serialized schema for json_schema (any JSON without one)."""
+    if fmt is None:
+        return None
+    kind = fmt.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return ANY_JSON
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict):
+            raise APIError(400, f"response_format.json_schema={short_repr(spec)} must be an object with the "
+                           "schema under 'schema'", param="response_format.json_schema")
+        schema = spec.get("schema", spec.get("schema_"))
+        if schema is None:
+            return ANY_JSON
+        if not isinstance(schema, (dict, bool)):
+            raise APIError(400, f"response_format.json_schema.schema={short_repr(schema)} must be a JSON schema "
+                           "(an object)", param="response_format.json_schema.schema")
+        return json.dumps(schema)
+    raise APIError(400, f"response_format type={short_repr(kind)} is not supported (text, json_object or "
+                   "json_schema)", param="response_format.type")
 
 
 def _choices_per_prompt(body) -> int:
@@ -114,7 +159,7 @@ async def completions(serving: Serving, request: HTTPRequest):
     prompts = list(prompt) if batch else [prompt]
     serving.check_batch_size(len(prompts), "prompt", n)
     sp = _sampling_params(body, body.max_tokens)
-    names = {**_OPENAI_NAMES, "top_logprobs_num": "logprobs"}
+    names = _field_names(body, top_logprobs_num="logprobs")
     echo = bool(body.echo)
     # With echo the prompt's logprobs come too (from its first token, which has none: null).
     lp = {"return_logprob": top is not None, "logprob_start_len": 0 if echo and top is not None else None,
@@ -296,14 +341,11 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
         raise APIError(400, "tools (function calling) are not supported", param="tools")
     if body.tool_choice not in (None, "none", "auto"):
         raise APIError(400, f"tool_choice={short_repr(body.tool_choice)} is not supported", param="tool_choice")
-    if body.response_format and body.response_format.get("type") not in (None, "text"):
-        raise APIError(400, f"response_format={short_repr(body.response_format)} is not supported (only text)",
-                       param="response_format")
     _check_max_tokens("max_tokens", body.max_tokens)
     _check_max_tokens("max_completion_tokens", body.max_completion_tokens)
     _check_messages(body.messages)
     serving.check_batch_size(1, "messages", n)
-    names = {**_OPENAI_NAMES, "top_logprobs_num": "top_logprobs"}
+    names = _field_names(body, top_logprobs_num="top_logprobs")
     max_new = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     if body.max_completion_tokens is not None:
         names["max_new_tokens"] = "max_completion_tokens"

@@ -128,6 +128,11 @@ class _SamplingFields(_Body):
     min_p: float | None = None
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None
+    # Structured output: OpenAI's response_format (text, json_object, json_schema) or SGLang's own fields
+    regex: str | None = None
+    ebnf: str | None = None
+    json_schema: str | None = None
+    response_format: dict | None = None
 
 
 class CompletionRequest(_SamplingFields):
@@ -160,7 +165,6 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = None
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
-    response_format: dict | None = None
     add_generation_prompt: bool = True  # SGLang/vLLM extension
 
 

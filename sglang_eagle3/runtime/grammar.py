@@ -1,0 +1,213 @@
+"""Structured output: a request's grammar (SGLang's ``json_schema``, ``regex`` or ``ebnf`` sampling parameter)
+limits the tokens it may emit, exactly, with speculation on or off.
+
+xgrammar (SGLang's default grammar backend) compiles the grammar against the tokenizer's vocabulary and keeps a
+matcher per request: the tokens accepted so far, and from them a bitmask of the tokens that may come next (one
+bit a token in int32 words). A token outside it gets -inf before the sampler (apply_token_bitmask), so the argmax
+and the sampler alike choose among the allowed ones, and the end of the output is where the grammar allows a stop
+token (the engine's eos) and the model takes it.
+
+With speculation, verify row j of a request (the token after d_j) is masked as plain decoding would have masked
+that position had the drafts d_1..d_j been emitted: the matcher accepts the drafts one by one while the rows are
+filled, then rolls them back (GrammarBatch.masks). A draft the grammar refuses ends the walk: the target's token at
+the row before it is never that draft (its mask forbids it), so the round accepts nothing past it and the later
+rows are never read (left all allowed). The emitted tokens are accepted for good when the host reads the round
+(Scheduler._emit). The masks need the round's drafts on the host between the draft steps and the acceptance, so
+a batch with a grammar runs its round as parts (ModelRunner.grammar_round) and without the overlap schedule (the
+next round's masks need this round's tokens). The draft proposes without the grammar: the accept length pays for
+it, not the output.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from sglang_eagle3.runtime.sampling import SamplingParamsError, short_repr
+
+logger = logging.getLogger(__name__)
+
+GRAMMAR_KINDS = ("json_schema", "regex", "ebnf")
+ANY_JSON = "$$ANY$$"  # SGLang's json_schema for "any JSON value" (OpenAI's response_format json_object)
+# xgrammar's C++ errors start "[hh:mm:ss] /project/cpp/file.cc:123: " and often "Check failed: (...) is false: ".
+_XGR_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: (?:Check failed: .*? is false: )?")
+
+
+class GrammarError(SamplingParamsError):
+    """A grammar that cannot be used: it does not compile, or this engine cannot constrain output (no tokenizer,
+    no xgrammar). The message names the parameter."""
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """One request's grammar: ``kind`` one of GRAMMAR_KINDS, ``text`` the schema (serialized JSON), regular
+    expression or EBNF grammar as the client sent it."""
+
+    kind: str
+    text: str
+
+
+def _xgrammar():
+    try:
+        import xgrammar
+    except ImportError as e:
+        raise GrammarError("structured output (json_schema, regex, ebnf) needs the 'xgrammar' package: pip install "
+                           "'sglang_eagle3[grammar]'") from e
+    return xgrammar
+
+
+def grammar_vocab(tokenizer, vocab_size: int) -> list[bytes]:
+    """The bytes of each of the model's ``vocab_size`` token ids as the grammar reads them: a token's own bytes
+    (Tokenizer.token_bytes), empty for special tokens and ids the tokenizer lacks (a padded vocabulary), which
+    xgrammar then never allows (stop tokens aside: it allows those where the grammar may end)."""
+    special = tokenizer.special_ids
+    n = min(vocab_size, tokenizer.vocab_size)
+    return [b"" if i in special else tokenizer.token_bytes(i) for i in range(n)] + [b""] * (vocab_size - n)
+
+
+class GrammarBackend:
+    """Compiles grammars against one tokenizer's vocabulary and makes matchers. Built on the first grammar (xgrammar
+    is imported and the vocabulary read then: engines that never see one pay nothing); compiled grammars are kept
+    by spec, the ``cache_size`` most recent. Thread-safe: the server validates requests (compiles) in worker threads
+    while the engine's thread makes matchers."""
+
+    def __init__(self, tokenizer, vocab_size: int, stop_token_ids, *, any_whitespace: bool = True,
+                 disabled_reason: str | None = None, cache_size: int = 256):
+        self.tokenizer, self.vocab_size = tokenizer, vocab_size
+        self.stop_token_ids = sorted(set(stop_token_ids))
+        self.any_whitespace, self.disabled_reason = any_whitespace, disabled_reason
+        self.cache_size = cache_size
+        self._compiler = None
+        self._cache: OrderedDict[GrammarSpec, object] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def for_engine(args, tokenizer, vocab_size: int, stop_token_ids) -> GrammarBackend:
+        """The backend EngineArgs ask for (grammar_backend, constrained_json_disable_any_whitespace)."""
+        return GrammarBackend(tokenizer, vocab_size, stop_token_ids,
+                              any_whitespace=not args.constrained_json_disable_any_whitespace,
+                              disabled_reason="grammar_backend='none'" if args.grammar_backend == "none" else None)
+
+    def _get_compiler(self):
+        if self._compiler is None:
+            if self.disabled_reason is not None:
+                raise GrammarError(f"structured output (json_schema, regex, ebnf) is off in this engine "
+                                   f"({self.disabled_reason})")
+            if self.tokenizer is None:
+                raise GrammarError("structured output (json_schema, regex, ebnf) needs the engine's tokenizer, and "
+                                   "this engine runs without one (skip_tokenizer_init)")
+            xgr = _xgrammar()
+            t0 = time.perf_counter()
+            info = xgr.TokenizerInfo(grammar_vocab(self.tokenizer, self.vocab_size), xgr.VocabType.RAW,
+                                     vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids)
+            self._compiler = xgr.GrammarCompiler(info, max_threads=2)
+            logger.info("grammar backend (xgrammar) over %d tokens ready in %.2f s", self.vocab_size,
+                        time.perf_counter() - t0)
+        return self._compiler
+
+    def compile(self, spec: GrammarSpec):
+        """The compiled grammar (cached); GrammarError naming the parameter when it does not compile."""
+        with self._lock:
+            if spec in self._cache:
+                self._cache.move_to_end(spec)
+                return self._cache[spec]
+            compiler = self._get_compiler()
+            try:
+                if spec.kind == "json_schema":
+                    compiled = (compiler.compile_builtin_json_grammar() if spec.text == ANY_JSON
+                                else compiler.compile_json_schema(spec.text, any_whitespace=self.any_whitespace))
+                elif spec.kind == "regex":
+                    compiled = compiler.compile_regex(spec.text)
+                else:
+                    compiled = compiler.compile_grammar(spec.text)
+            except (RuntimeError, ValueError, json.JSONDecodeError) as e:
+                why = _XGR_PREFIX.sub("", str(e).strip()).splitlines()[0] if str(e).strip() else type(e).__name__
+                why = why if len(why) <= 300 else why[:300] + "..."  # (it may quote the client's text)
+                raise GrammarError(f"{spec.kind}={short_repr(spec.text)} does not compile: {why}") from None
+            self._cache[spec] = compiled
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+            return compiled
+
+    def matcher(self, spec: GrammarSpec) -> GrammarMatcher:
+        # An engine without stop tokens (no eos) ends a grammar's output where the grammar is complete; otherwise
+        # the mask there would allow no token at all.
+        return GrammarMatcher(_xgrammar().GrammarMatcher(self.compile(spec),
+                                                         terminate_without_stop_token=not self.stop_token_ids),
+                              self.vocab_size)
+
+
+class GrammarMatcher:
+    """One request's grammar state: the tokens it has accepted (its output so far)."""
+
+    def __init__(self, matcher, vocab_size: int):
+        self._m, self.vocab_size = matcher, vocab_size
+
+    def accept(self, token: int) -> bool:
+        """Accepts ``token`` if the grammar allows it here (True), else changes nothing (False)."""
+        return bool(self._m.accept_token(int(token)))
+
+    @property
+    def terminated(self) -> bool:
+        """Whether a stop token ended the grammar: nothing may follow."""
+        return bool(self._m.is_terminated())
+
+    def fill(self, bitmask: torch.Tensor, row: int) -> None:
+        """Row ``row`` of ``bitmask`` (int32 [R, words(V)], on the host) := the tokens allowed next."""
+        self._m.fill_next_token_bitmask(bitmask, row)
+
+    def rollback(self, n: int) -> None:
+        if n:
+            self._m.rollback(n)
+
+
+def bitmask_words(vocab_size: int) -> int:
+    return (vocab_size + 31) // 32
+
+
+class GrammarBatch:
+    """A batch's matchers (None for a request without a grammar) for one mask computation."""
+
+    def __init__(self, matchers: list[GrammarMatcher | None], vocab_size: int, upload):
+        self.matchers, self.vocab_size, self._upload = matchers, vocab_size, upload
+
+    def host_masks(self, drafts: list[list[int]] | None, T: int) -> torch.Tensor:
+        """int32 [B * T, words(V)] on the host: row b * T + j holds the tokens request b may emit after accepting
+        drafts[b][1..j] (drafts[b] the verify's ids [last, d_1, .., d_k]; None: T = 1, the matchers' states as they
+        are). All allowed where a request has no grammar, where a draft before the row is refused, and past a stop
+        token."""
+        B = len(self.matchers)
+        mask = torch.full((B * T, bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
+        for b, m in enumerate(self.matchers):
+            if m is None:
+                continue
+            accepted = 0
+            for j in range(T):
+                if m.terminated:
+                    break
+                m.fill(mask, b * T + j)
+                if j == T - 1 or not m.accept(drafts[b][j + 1]):
+                    break
+                accepted += 1
+            m.rollback(accepted)
+        return mask
+
+    def masks(self, drafts: torch.Tensor | None = None, T: int = 1) -> torch.Tensor:
+        """host_masks on the device; ``drafts`` [B, T] (a device tensor: read here, a wait for the stream)."""
+        return self._upload(self.host_masks(None if drafts is None else drafts.view(-1, T).tolist(), T))
+
+
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+    """float32 logits [R, V] with -inf where bitmask [R, words(V)] (int32, bit i of word w: token 32 w + i) has a
+    0 bit."""
+    R, V = logits.shape
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).view(R, -1)[:, :V].bool()
+    return logits.float().masked_fill(~allowed, float("-inf"))

@@ -1,0 +1,287 @@
+"""Structured output (json_schema / regex / ebnf) is exact with speculation.
+
+Checked against: a per-token loop (the bitmask), a fresh matcher fed each row's drafts (the verify rows' masks),
+an independent constrained greedy generator (the target's dense forward, the allowed tokens found by Python's
+``regex`` partial matching of the decoded text, no xgrammar), and plain decoding (EAGLE-3 with the real draft,
+and with drafts scripted from the plain output with noise drawn from the output's own tokens, so that rounds
+accept 0..k tokens, and refused, allowed-but-wrong and stop-token drafts all occur). On the embedded pair: it has
+a real tokenizer and an eos.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+import regex
+import torch
+from conftest import PatchedDraft, scheduler_of
+
+from sglang_eagle3 import Engine
+from sglang_eagle3.config import ConfigError
+from sglang_eagle3.engine import EMBEDDED_DIR
+from sglang_eagle3.runtime.grammar import (
+    GrammarBackend,
+    GrammarBatch,
+    GrammarError,
+    GrammarSpec,
+    apply_token_bitmask,
+)
+from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError
+from sglang_eagle3.tokenizer import load_tokenizer
+
+pytest.importorskip("xgrammar")
+TARGET = os.path.join(EMBEDDED_DIR, "target")
+pytestmark = [pytest.mark.skipif(not os.path.exists(os.path.join(TARGET, "config.json")),
+                                 reason="embedded weights not present"),
+              pytest.mark.usefixtures("torch_one_thread")]
+PROMPTS = ["And God said,", "In the beginning", "The king of Israel", "And he answered"]
+# ASCII patterns (the reference matches decoded text), each with many ways to go on, some that end early.
+REGEXES = [r"(yes|no|maybe)[.!]{1,3}", r"[A-Z][a-z]+( [a-z]+){2,5}\.", r"[0-9]{1,4}( (and|or) [0-9]{1,4})*",
+           r"(the|a|an) [a-z ]{3,20}(,|;) [a-z]+"]
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                           "age": {"type": "integer"}, "tags": {"type": "array", "maxItems": 3,
+                                                                                 "items": {"type": "string"}}},
+          "required": ["name", "age"]}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(TARGET)
+
+
+@pytest.fixture(scope="module")
+def engines():
+    return {"plain": Engine(model_path=TARGET, device="cpu"),
+            "eagle3": Engine(device="cpu", speculative_num_steps=3)}  # the embedded pair, EAGLE-3 on
+
+
+# -- the mask arithmetic ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("R,V,seed", [(1, 5, 0), (3, 70, 1), (4, 97, 2), (2, 64, 3)])
+def test_apply_token_bitmask_matches_a_per_token_loop(R, V, seed):
+    g = torch.Generator().manual_seed(seed)
+    words = (V + 31) // 32
+    bitmask = torch.randint(-2**31, 2**31 - 1, (R, words), generator=g, dtype=torch.int64).to(torch.int32)
+    logits = torch.randn(R, V, generator=g, dtype=torch.float64).to(torch.bfloat16)
+    got = apply_token_bitmask(logits, bitmask)
+    assert got.dtype == torch.float32
+    for r in range(R):
+        for v in range(V):
+            word = int(bitmask[r, v // 32]) & 0xFFFFFFFF
+            want = float(logits[r, v]) if (word >> (v % 32)) & 1 else float("-inf")
+            assert float(got[r, v]) == want, (r, v)
+
+
+@pytest.fixture(scope="module")
+def backend(tok):
+    return GrammarBackend(tok, 4096, [tok.eos_token_id])
+
+
+def _row(backend, spec, prefix: list[int]) -> torch.Tensor | None:
+    """The mask after ``prefix`` from a fresh matcher (None where the grammar refuses it or has ended)."""
+    m = backend.matcher(spec)
+    if not all(m.accept(t) for t in prefix) or m.terminated:
+        return None
+    mask = torch.zeros(1, 128, dtype=torch.int32)
+    m.fill(mask, 0)
+    return mask[0]
+
+
+def test_verify_rows_are_masked_as_after_the_drafts_before_them(backend, tok):
+    """host_masks' row j of a request == a fresh matcher's mask after its output and d_1..d_j; all allowed from a
+    refused draft on, and after a stop token; the live matchers are left where they were."""
+    rng = random.Random(0)
+    spec = GrammarSpec("regex", REGEXES[1])
+    text = "Abc de fgh ij."
+    ids = tok.encode(text)
+    out = ids[:2]
+    eos = tok.eos_token_id
+    cases = [ids[2:6], ids[2:4] + [tok.encode("Q")[0]] + ids[4:5],  # a refused draft mid-row
+             ids[2:] + [eos], ids[2:] + [eos, ids[0]],  # the whole text, the stop token, then past the end
+             [rng.randrange(4096) for _ in range(4)]]
+    T = 1 + max(len(c) for c in cases)
+    matchers = []
+    for _ in cases:
+        m = backend.matcher(spec)
+        assert all(m.accept(t) for t in out)
+        matchers.append(m)
+    matchers.append(None)  # a request without a grammar
+    drafts = [[out[-1]] + c + [0] * (T - 1 - len(c)) for c in cases] + [[0] * T]
+    before = GrammarBatch(matchers, 4096, lambda t: t).host_masks(None, 1)
+    got = GrammarBatch(matchers, 4096, lambda t: t).host_masks(drafts, T)
+    assert torch.equal(GrammarBatch(matchers, 4096, lambda t: t).host_masks(None, 1), before)
+    ones = torch.full((128,), -1, dtype=torch.int32)
+    for b, d in enumerate(drafts):
+        for j in range(T):
+            want = _row(backend, spec, out + d[1:j + 1]) if b < len(cases) else None
+            assert torch.equal(got[b * T + j], ones if want is None else want), (b, j)
+    assert not torch.equal(got[0], ones) and torch.equal(got[len(cases) * T], ones)
+
+
+# -- the engine ------------------------------------------------------------------------------------------------
+def _allowed(tok, pattern: str, text: bytes, t: int, eos: int) -> bool:
+    if t == eos:
+        return regex.fullmatch(pattern, text.decode()) is not None
+    if t in tok.special_ids:
+        return False
+    piece = tok.token_bytes(t)
+    if not piece or not (text + piece).isascii():
+        return False
+    return regex.fullmatch(pattern, (text + piece).decode(), partial=True) is not None
+
+
+def _reference(engine: Engine, tok, prompt: list[int], pattern: str, max_new: int) -> list[int]:
+    """Constrained greedy decoding without xgrammar: the target's dense forward, the best token whose text keeps
+    the output a prefix of a match (eos where it is a whole match)."""
+    eos, out, text = tok.eos_token_id, [], b""
+    while len(out) < max_new:
+        with torch.inference_mode():
+            z = engine.runner.target.forward_dense(torch.tensor([prompt + out]))[0][0, -1].float()
+        t = next(int(t) for t in z.argsort(descending=True, stable=True) if _allowed(tok, pattern, text, int(t), eos))
+        out.append(t)
+        if t == eos:
+            break
+        text += tok.token_bytes(t)
+    return out
+
+
+def test_plain_regex_output_matches_an_independent_reference(engines, tok):
+    eng = engines["plain"]
+    for prompt, pattern in zip(PROMPTS, REGEXES, strict=True):
+        ids = tok.encode(prompt)
+        out = eng.generate(input_ids=ids, sampling_params={"regex": pattern, "max_new_tokens": 24, "temperature": 0})
+        assert out["output_ids"] == _reference(eng, tok, ids, pattern, 24), pattern
+        if out["meta_info"]["finish_reason"]["type"] == "stop":
+            assert regex.fullmatch(pattern, out["text"]), (pattern, out["text"])
+        else:
+            assert regex.fullmatch(pattern, out["text"], partial=True), (pattern, out["text"])
+
+
+def _params():
+    grammars = [{"regex": r} for r in REGEXES] + [
+        {"json_schema": json.dumps(SCHEMA)}, {"json_schema": "$$ANY$$"},
+        {"ebnf": 'root ::= "The " word (" " word)* "."\nword ::= [a-z]+'}]
+    samplings = [{"temperature": 0}, {"temperature": 0.8, "seed": 3}, {"temperature": 1.0, "top_p": 0.9, "seed": 1},
+                 {"temperature": 0, "repetition_penalty": 1.3}, {"temperature": 0.7, "top_k": 20, "seed": 4}]
+    return [dict(g, **samplings[i % len(samplings)], max_new_tokens=40) for i, g in enumerate(grammars)]
+
+
+def test_speculative_equals_plain_under_grammars(engines):
+    """Mixed batches (one request without a grammar): the real draft."""
+    params = _params() + [{"temperature": 0, "max_new_tokens": 40}]
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(len(params))]
+    plain = engines["plain"].generate(prompts, params)
+    spec = engines["eagle3"].generate(prompts, params)
+    assert [o["output_ids"] for o in spec] == [o["output_ids"] for o in plain]
+    for sp, o in zip(params, plain, strict=True):
+        if "json_schema" in sp and o["meta_info"]["finish_reason"]["type"] == "stop":
+            value = json.loads(o["text"])
+            if sp["json_schema"] != "$$ANY$$":
+                assert set(value) >= {"name", "age"} and isinstance(value["age"], int), o["text"]
+    counts = engines["eagle3"].get_server_info()["forward_counts"]
+    assert counts["spec_round_grammar"]["eager"] > 0
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_scripted_drafts_accept_every_length(engines, tok, k):
+    """Drafts from the plain output, a quarter of them swapped for another of its tokens (allowed by the grammar
+    as often as not) or for eos: rounds accept every length, the output stays plain decoding's."""
+    params = [p for p in _params() if p.get("temperature") == 0 or "seed" in p]
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(len(params))]
+    plain = [o["output_ids"] for o in engines["plain"].generate(prompts, params)]
+    ids = [tok.encode(p) for p in prompts]
+    refs = {tuple(i): i + o + [0] * (k + 2) for i, o in zip(ids, plain, strict=True)}
+    rng = random.Random(k)
+
+    def propose(r, prefix):
+        ref = refs[tuple(r.input_ids)]
+        want = ref[len(prefix)] if len(prefix) < len(ref) else 0
+        if rng.random() < 0.25:
+            return rng.choice(ref[len(r.input_ids):] + [tok.eos_token_id])
+        return want
+
+    eng = Engine(device="cpu", speculative_num_steps=k, max_running_requests=4)
+    PatchedDraft(eng, propose)
+    spec = [o["output_ids"] for o in eng.generate(input_ids=ids, sampling_params=params)]
+    assert spec == plain
+    hist = scheduler_of(eng).stats.accept_length_hist
+    assert set(hist) == set(range(1, k + 2)), hist
+
+
+def test_ignore_eos_still_ends_where_the_grammar_ends(engines):
+    sp = {"regex": "(yes|no)!", "temperature": 0, "max_new_tokens": 30, "ignore_eos": True}
+    for eng in engines.values():
+        out = eng.generate("And God said,", sp)
+        assert out["meta_info"]["finish_reason"]["type"] == "stop" and out["text"] in ("yes!", "no!"), out
+
+
+def test_a_grammar_kept_through_retraction(tmp_path):
+    """A small KV cache retracts requests mid-output; their matchers keep their place."""
+    params = [{"regex": r"[a-z]+( [a-z]+){40,60}\.", "temperature": t, "seed": 5, "max_new_tokens": 48}
+              for t in (0, 0.8, 0, 1.0)]
+    prompts = PROMPTS
+    free = Engine(device="cpu", speculative_num_steps=3).generate(prompts, params)
+    assert min(len(o["output_ids"]) for o in free) > 30
+    tight = Engine(device="cpu", speculative_num_steps=3, max_total_tokens=128, page_size=16)
+    out = tight.generate(prompts, params)
+    assert [o["output_ids"] for o in out] == [o["output_ids"] for o in free]
+    assert scheduler_of(tight).stats.retracted_requests > 0
+
+
+def test_worker_process_compiles_its_own(engines):
+    eng = Engine(device="cpu", speculative_num_steps=2, use_worker_processes=True)
+    try:
+        params = _params()[:3]
+        got = eng.generate(PROMPTS[:3], params)
+        want = engines["plain"].generate(PROMPTS[:3], params)
+        assert [o["output_ids"] for o in got] == [o["output_ids"] for o in want]
+    finally:
+        eng.shutdown()
+
+
+# -- errors ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sp,needle", [
+    ({"regex": "a("}, "regex='a(' does not compile: Regex parsing error"),
+    ({"json_schema": "{bad"}, "json_schema='{bad' does not compile"),
+    ({"json_schema": '{"type": "foo"}'}, 'Unsupported type "foo"'),
+    ({"ebnf": "root ::= foo"}, 'Rule "foo" is not defined'),
+    ({"json_schema": {"type": "object"}}, "json_schema={'type': 'object'} must be a string (the schema serialized"),
+    ({"regex": 5}, "regex=5 must be a string"),
+    ({"regex": "a", "ebnf": "root ::= \"a\""}, "regex and ebnf are given"),
+    ({"regex": "a+", "min_new_tokens": 2}, "min_new_tokens=2 cannot be combined with regex"),
+])
+def test_bad_grammars_name_the_field(engines, sp, needle):
+    with pytest.raises(SamplingParamsError) as e:
+        engines["plain"].generate("And God said,", sp)
+    assert needle in str(e.value) and len(str(e.value)) < 500, str(e.value)
+    assert not scheduler_of(engines["plain"]).running and not scheduler_of(engines["plain"]).waiting
+
+
+def test_grammar_error_is_a_sampling_error():
+    assert issubclass(GrammarError, SamplingParamsError)
+    assert SamplingParams.from_dict({"json_schema": None, "regex": None}).grammar is None
+
+
+def test_engines_that_cannot_constrain_say_why(make_pair):
+    off = Engine(model_path=TARGET, device="cpu", grammar_backend="none")
+    with pytest.raises(GrammarError, match=r"off in this engine \(grammar_backend='none'\)"):
+        off.generate("And", {"regex": "a+"})
+    assert off.generate("And", {"max_new_tokens": 2, "temperature": 0})["output_ids"]
+    bare = Engine(model_path=TARGET, device="cpu", skip_tokenizer_init=True)
+    with pytest.raises(GrammarError, match="needs the engine's tokenizer"):
+        bare.generate(input_ids=[5, 6], sampling_params={"regex": "a+"})
+    with pytest.raises(ConfigError, match="grammar_backend='outlines' must be xgrammar or none"):
+        Engine(model_path=TARGET, device="cpu", grammar_backend="outlines")
+
+
+def test_json_whitespace_flag(engines):
+    """constrained_json_disable_any_whitespace: the separators are fixed, so the output is json.dumps' own."""
+    eng = Engine(model_path=TARGET, device="cpu", constrained_json_disable_any_whitespace=True)
+    out = eng.generate("And God said,", {"json_schema": json.dumps(SCHEMA), "temperature": 0.9, "seed": 2,
+                                         "max_new_tokens": 60})
+    if out["meta_info"]["finish_reason"]["type"] == "stop":
+        assert out["text"] == json.dumps(json.loads(out["text"])), out["text"]
+    else:
+        assert "  " not in out["text"] and "\n" not in out["text"], out["text"]
