@@ -203,11 +203,32 @@ class GrammarBatch:
         """host_masks on the device; ``drafts`` [B, T] (a device tensor: read here, a wait for the stream)."""
         return self._upload(self.host_masks(None if drafts is None else drafts.view(-1, T).tolist(), T))
 
+    def after(self, drafts: torch.Tensor) -> torch.Tensor:
+        """int32 [B, words(V)] on the device: the tokens request b may emit after accepting drafts[b] ([B, j], j >= 0;
+        a device tensor, read here); all allowed where it has no grammar, refuses a draft or has ended. The masks of
+        a constrained draft's proposals (ModelRunner._grammar_proposals)."""
+        mask = torch.full((len(self.matchers), bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
+        rows = drafts.tolist()
+        for b, m in enumerate(self.matchers):
+            if m is None:
+                continue
+            accepted = 0
+            for t in rows[b]:
+                if m.terminated or not m.accept(t):
+                    break
+                accepted += 1
+            if accepted == len(rows[b]) and not m.terminated:
+                m.fill(mask, b)
+            m.rollback(accepted)
+        return self._upload(mask)
+
+
+def allowed_tokens(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """bool [R, V] from bitmask [R, words(V)] (int32; bit i of word w: token 32 w + i)."""
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    return ((bitmask.unsqueeze(-1) >> shifts) & 1).view(bitmask.shape[0], -1)[:, :vocab_size].bool()
+
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
-    """float32 logits [R, V] with -inf where bitmask [R, words(V)] (int32, bit i of word w: token 32 w + i) has a
-    0 bit."""
-    R, V = logits.shape
-    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
-    allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).view(R, -1)[:, :V].bool()
-    return logits.float().masked_fill(~allowed, float("-inf"))
+    """float32 logits [R, V] with -inf where bitmask [R, words(V)] has a 0 bit."""
+    return logits.float().masked_fill(~allowed_tokens(bitmask, logits.shape[1]), float("-inf"))
