@@ -87,12 +87,14 @@ def _rate(r: dict) -> str:
 
 def sampling_params(spec: str) -> dict:
     """--sampling value -> sampling params: "greedy", or comma-separated NAME=VALUE (temperature, top_p, top_k,
-    min_p, seed, and the penalties: frequency_penalty, presence_penalty, repetition_penalty, min_new_tokens;
-    temperature=0 with a penalty: greedy over the penalized logits)."""
+    min_p, seed, the penalties: frequency_penalty, presence_penalty, repetition_penalty, min_new_tokens, and a
+    grammar: json_schema or regex, a value without commas, e.g. json_schema=$$ANY$$ (any JSON); temperature=0 with a
+    penalty or a grammar: greedy over the processed logits)."""
     if spec == "greedy":
         return {"temperature": 0}
     kinds = {"temperature": float, "top_p": float, "min_p": float, "top_k": int, "seed": int,
-             "frequency_penalty": float, "presence_penalty": float, "repetition_penalty": float, "min_new_tokens": int}
+             "frequency_penalty": float, "presence_penalty": float, "repetition_penalty": float, "min_new_tokens": int,
+             "json_schema": str, "regex": str}
     out = {}
     for item in spec.split(","):
         name, _, value = item.partition("=")

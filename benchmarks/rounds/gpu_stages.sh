@@ -21,6 +21,15 @@ stage() {  # stage NAME SECONDS CMD...: log to $OUT/NAME.log, print its last TAI
   grep -v -i "warn" "$OUT/$name.log" | tail -n "${TAIL:-12}"
 }
 
+# Installs xgrammar from wheels carried in .carry/wheels (benchmarks/rounds/fetch_device_wheels.sh), never from
+# the network (the device has none): packages the device already has are kept. Without them, the structured-output
+# GPU test skips.
+install_carried_wheels() {
+  [ -d .carry/wheels ] || { echo "no .carry/wheels: xgrammar not installed"; return 0; }
+  python -m pip install -q --no-index --find-links .carry/wheels xgrammar 2>&1 | grep -v -i warn | tail -3
+  python -c "import xgrammar; print('xgrammar', xgrammar.__file__)" || echo "xgrammar did not install"
+}
+
 # Gather the stage logs into one round.txt (the device tool brings back at most 8 files).
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 # Nsight Compute, and its per-instruction stall reasons (cycles a warp spends per issued instruction in each).

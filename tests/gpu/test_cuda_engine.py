@@ -167,6 +167,43 @@ def test_penalized_spec_equals_plain(pair, k):
     assert counts["target_verify"]["eager"] == 0 and counts["target_verify"]["graph"] > 0, counts
 
 
+def test_grammar_spec_equals_plain():
+    """Structured output (runtime/grammar.py) on the embedded pair (it has a tokenizer and an eos): EAGLE-3 with
+    graphs == plain with graphs == plain eager; the grammar round runs as its parts, the verify forward replaying
+    its graph."""
+    pytest.importorskip("xgrammar")
+    import json
+
+    from sglang_eagle3.engine import EMBEDDED_DIR
+
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 16}, "n": {"type": "integer"}},
+              "required": ["name", "n"]}
+    params = [{"regex": r"(yes|no|maybe)[.!]{1,3}", "temperature": 0},
+              {"regex": r"[A-Z][a-z]+( [a-z]+){2,12}\.", "temperature": 0.8, "seed": 2},
+              {"json_schema": json.dumps(schema), "temperature": 0}, {"json_schema": "$$ANY$$", "temperature": 0.7,
+                                                                      "seed": 5},
+              {"ebnf": 'root ::= "The " word (" " word)* "."\nword ::= [a-z]+', "temperature": 0}, {"temperature": 0}]
+    params = [dict(p, max_new_tokens=40) for p in params]
+    prompts = ["And God said,", "In the beginning", "The king of Israel", "And he answered", "Then", "And God"]
+
+    def run(**kw):
+        # float32 and the torch reference ops, as make() (equality checks the machinery, not kernels)
+        eng = Engine(model_path=kw.pop("model_path", None), device="cuda", max_running_requests=4,
+                     cuda_graph_max_bs=4, dtype="float32", attention_backend="torch", moe_runner_backend="torch",
+                     **kw)
+        outs = [o["output_ids"] for o in eng.generate(prompts, params)]
+        return outs, eng.get_server_info()["forward_counts"]
+
+    target = f"{EMBEDDED_DIR}/target"
+    plain, _ = run(model_path=target)
+    eager, _ = run(model_path=target, disable_cuda_graph=True)
+    spec, counts = run(speculative_num_steps=3)
+    assert plain == eager
+    assert spec == plain
+    assert counts["spec_round_grammar"]["eager"] > 0, counts
+    assert counts["target_verify"]["eager"] == 0 and counts["target_verify"]["graph"] > 0, counts
+
+
 def test_kernel_logits_match_references(pair):
     """The same verify batch through the Triton kernels and through the torch references (bf16)."""
     logits = {}
