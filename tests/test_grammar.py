@@ -246,8 +246,10 @@ def test_a_grammar_kept_through_retraction(tmp_path):
     assert scheduler_of(tight).stats.retracted_requests > 0
 
 
-def test_worker_process_compiles_its_own(engines):
-    eng = Engine(device="cpu", speculative_num_steps=2, use_worker_processes=True)
+def test_tp_ranks_compile_their_own(engines):
+    """TP=2 worker processes: each rank compiles the grammars and masks (verify and draft) itself; the ranks agree
+    and the output is TP=1's."""
+    eng = Engine(device="cpu", speculative_num_steps=2, tp_size=2)
     try:
         params = _params()[:3]
         got = eng.generate(PROMPTS[:3], params)
