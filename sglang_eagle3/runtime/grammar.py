@@ -175,8 +175,28 @@ def bitmask_words(vocab_size: int) -> int:
 class GrammarBatch:
     """A batch's matchers (None for a request without a grammar) for one mask computation."""
 
-    def __init__(self, matchers: list[GrammarMatcher | None], vocab_size: int, upload):
-        self.matchers, self.vocab_size, self._upload = matchers, vocab_size, upload
+    def __init__(self, matchers: list[GrammarMatcher | None], vocab_size: int, upload, to_host=None):
+        """``upload`` / ``to_host``: ModelRunner's (a host tensor to the device without waiting; a device tensor to a
+        host copy queued without waiting, and an event or None)."""
+        self.matchers, self.vocab_size, self._upload, self._to_host = matchers, vocab_size, upload, to_host
+        self._pending = None  # prefetch's (host copy, its event)
+
+    def prefetch(self, drafts: torch.Tensor) -> None:
+        """Queues the copy of a verify's ids [B, T] to the host, before the verify forward is queued: masks() then
+        waits for the drafts alone and fills the masks while the verify runs (as SGLang's grammar barrier overlaps
+        its bitmask with the verify forward)."""
+        if self._to_host is not None:
+            self._pending = self._to_host(drafts)
+
+    def _read(self, drafts: torch.Tensor, T: int) -> list[list[int]]:
+        if self._pending is not None:
+            host, ready = self._pending
+            self._pending = None
+            if ready is not None:
+                ready.synchronize()
+            if host.shape == drafts.shape:
+                return host.view(-1, T).tolist()
+        return drafts.view(-1, T).tolist()
 
     def host_masks(self, drafts: list[list[int]] | None, T: int) -> torch.Tensor:
         """int32 [B * T, words(V)] on the host: row b * T + j holds the tokens request b may emit after accepting
@@ -200,8 +220,9 @@ class GrammarBatch:
         return mask
 
     def masks(self, drafts: torch.Tensor | None = None, T: int = 1) -> torch.Tensor:
-        """host_masks on the device; ``drafts`` [B, T] (a device tensor: read here, a wait for the stream)."""
-        return self._upload(self.host_masks(None if drafts is None else drafts.view(-1, T).tolist(), T))
+        """host_masks on the device; ``drafts`` [B, T] (a device tensor: read here, a wait for the stream, unless
+        prefetch() queued its copy before the verify)."""
+        return self._upload(self.host_masks(None if drafts is None else self._read(drafts, T), T))
 
     def after(self, drafts: torch.Tensor) -> torch.Tensor:
         """int32 [B, words(V)] on the device: the tokens request b may emit after accepting drafts[b] ([B, j], j >= 0;

@@ -237,7 +237,7 @@ class ModelRunner:
 
     @staticmethod
     def propose_verify(parts: dict, input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, T: int,
-                       samp: tuple[torch.Tensor, torch.Tensor] | None = None, constrain=None):
+                       samp: tuple[torch.Tensor, torch.Tensor] | None = None, constrain=None, before_verify=None):
         """Draft steps d_2..d_k, then the target verify of [last, d_1..d_k]: the first half of a round.
 
         Inputs are the verify batch (B requests x T = k+1 tokens, ids [last, d_1, anything]) and the draft
@@ -247,7 +247,8 @@ class ModelRunner:
         forwards called with keyword inputs and tokens_per_req. ``samp``: the requests' (samp_f, samp_i), for
         sampled draft proposals (_draft_propose). ``constrain(ids, j, hidden, positions)``, where given (a grammar:
         _grammar_proposals), chooses d_(j+1) again from the draft hidden that proposed it (ids[:, 1..j] known; the
-        target positions it is sampled at), d_1 included. Returns (ids [B, T], logits [B*T, V], aux)."""
+        target positions it is sampled at), d_1 included; ``before_verify(ids)`` is called once the drafts are queued,
+        before the verify is. Returns (ids [B, T], logits [B*T, V], aux)."""
         B = seq_lens.shape[0]
         ids = input_ids.view(B, T).clone()
         pos, loc = positions.view(B, T), out_cache_loc.view(B, T)
@@ -262,6 +263,8 @@ class ModelRunner:
             if constrain is not None:
                 cur = constrain(ids, j, hidden, pos[:, j - 1] + 2)
             ids[:, j + 1] = cur  # copied out: a replayed part's outputs are rewritten by its next replay
+        if before_verify is not None:
+            before_verify(ids)
         logits, aux = parts["target_verify"](input_ids=ids.view(-1), positions=positions, page_table=page_table,
                                              seq_lens=seq_lens, out_cache_loc=out_cache_loc, tokens_per_req=T)
         return ids, logits, aux
@@ -301,7 +304,9 @@ class ModelRunner:
             if grammar is not None and self.grammar_drafts:  # (the accept length, not exactness)
                 constrain = lambda ids, j, h, p: self._grammar_proposals(  # noqa: E731
                     grammar, ids[:, 1:j + 1], h, batch["samp"], p)
-            ids, logits, aux = self.propose_verify(parts, input_ids, hidden=hidden, T=T, constrain=constrain, **batch)
+            ids, logits, aux = self.propose_verify(parts, input_ids, hidden=hidden, T=T, constrain=constrain,
+                                                   before_verify=grammar.prefetch if grammar is not None else None,
+                                                   **batch)
             if used is not None:  # row j of a request samples the token at its position + 1
                 scores = processed_logits(logits, pen, grammar, ids) if processed else logits
                 target = sample_tokens(scores, samp_f.repeat_interleave(T, 0), samp_i.repeat_interleave(T, 0),
@@ -656,7 +661,7 @@ class ModelRunner:
                                   self.target.config.vocab_size, self._upload)
         grammar = None
         if matchers is not None and any(m is not None for m in matchers):
-            grammar = GrammarBatch(matchers, self.target.config.vocab_size, self._upload)
+            grammar = GrammarBatch(matchers, self.target.config.vocab_size, self._upload, self.to_host)
         return SamplerBatch(self._upload(torch.tensor(f, dtype=torch.float32)),
                             self._upload(torch.tensor(i, dtype=torch.int64)), Filters.of(params), pen, grammar)
 
