@@ -54,9 +54,9 @@ def test_long_stop_string(engines, free_runs, kind):
 
 def _naive_stop(tokenizer, ids: list[int], stop: list[str]) -> tuple[int, str] | None:
     """(index of the token that completes the first stop string, that string): the whole output decoded after
-    every token, no window."""
+    every token (special tokens' text included, as SGLang's stop check decodes), no window."""
     for j in range(len(ids)):
-        text = tokenizer.decode(ids[: j + 1])
+        text = tokenizer.decode(ids[: j + 1], skip_special_tokens=False)
         hit = next((s for s in stop if s in text), None)
         if hit is not None:
             return j, hit
@@ -104,6 +104,26 @@ def test_stop_token_text_is_trimmed(engines, free_runs):
         assert out["text"] == eng.tokenizer.decode(ids[:j])
         kept = eng.generate(prompt, {**GREEDY, "stop_token_ids": [ids[j]], "no_stop_trim": True})
         assert kept["text"] == eng.tokenizer.decode(ids[: j + 1])
+
+
+@pytest.mark.parametrize("kind", ["plain", "eagle3"])
+def test_stop_strings_see_special_tokens(engines, kind):
+    """As SGLang's stop check (its tail_str decodes with the special tokens): a stop string naming a special token
+    ends the request there, though the output text (skip_special_tokens) leaves it out. The eos is forced at every
+    position (logit_bias) and not a stop token itself (ignore_eos)."""
+    eng = engines[kind]
+    tok = eng.tokenizer
+    sp = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True, "logit_bias": {str(tok.eos_token_id): 100}}
+    free = eng.generate("And God said,", sp)
+    assert free["output_ids"] == [tok.eos_token_id] * 8 and free["meta_info"]["finish_reason"]["type"] == "length"
+    for skip in (True, False):
+        out = eng.generate("And God said,", {**sp, "stop": [tok.eos_token * 2], "skip_special_tokens": skip})
+        assert out["output_ids"] == [tok.eos_token_id] * 2, out
+        assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": tok.eos_token * 2}
+        assert out["text"] == "", out["text"]  # trimmed at the match, or (skip_special_tokens) never shown
+    kept = eng.generate("And God said,", {**sp, "stop": [tok.eos_token * 2], "skip_special_tokens": False,
+                                          "no_stop_trim": True})
+    assert kept["text"] == tok.eos_token * 2
 
 
 def test_skip_special_tokens(engines):

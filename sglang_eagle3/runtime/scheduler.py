@@ -80,7 +80,7 @@ class _Round:
 
 class Scheduler:
     def __init__(self, runner: ModelRunner, *, num_steps: int | None, max_running: int, max_context: int,
-                 eos_token_ids: tuple[int, ...], detokenize: Callable[[list[int]], str] | None = None,
+                 eos_token_ids: tuple[int, ...], detokenize: Callable[..., str] | None = None,
                  seed: int = 0, grammar: GrammarBackend | None = None):
         self.runner = runner
         self.num_steps = num_steps  # None: no speculation
@@ -591,10 +591,12 @@ class Scheduler:
                 # Stop strings are not looked for in the first min_new_tokens - 1 tokens: one that ended there is
                 # text. While the window still holds such a token, only a match ending in this token's text counts
                 # (every later token's text was searched when it came).
+                # Special tokens' text included, whatever skip_special_tokens says of the output text (SGLang's
+                # tail_str: a stop string such as "<|im_end|>" ends the request though the text leaves it out).
                 after = 0
                 if len(r.output_ids) - len(window) < p.min_new_tokens - 1:
-                    after = settled_chars(self.detokenize(window[:-1]))
-                hit = find_stop(self.detokenize(window), p.stop, after)
+                    after = settled_chars(self.detokenize(window[:-1], skip_special_tokens=False))
+                hit = find_stop(self.detokenize(window, skip_special_tokens=False), p.stop, after)
                 if hit is not None:
                     r.finished_reason = {"type": "stop", "matched": hit[0]}
             if r.finished_reason is not None:
