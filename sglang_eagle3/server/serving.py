@@ -21,6 +21,7 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import StreamingResponse
 
 from sglang_eagle3.engine import RequestError
+from sglang_eagle3.runtime.grammar import GRAMMAR_KINDS, GrammarError
 from sglang_eagle3.runtime.request import Request
 from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError, short_repr
 from sglang_eagle3.server.config import ServerConfig
@@ -156,7 +157,11 @@ class Serving:
             return self.engine.make_request(prompt, sp, input_ids, return_logprob, logprob_start_len,
                                             top_logprobs_num, rid)
         except SamplingParamsError as e:
-            err = _sampling_error(str(e), names)
+            # A grammar refused as a whole (the server's grammar backend is off, it has no tokenizer) is about the
+            # grammar field the client gave.
+            about = next((k for k in GRAMMAR_KINDS if sp.get(k) is not None), None) \
+                if isinstance(e, GrammarError) else None
+            err = _sampling_error(str(e), names, about)
         except RequestError as e:
             err = _request_error(str(e), prompt_param, names)
         if index is not None:
@@ -286,11 +291,22 @@ def seeded(sp: dict, j: int) -> dict:
     return {**sp, "seed": sp["seed"] + j}
 
 
-def _sampling_error(msg: str, names: dict[str, str]) -> APIError:
+_GRAMMAR_NAMED = re.compile(rf"(?<=combined with )({'|'.join(GRAMMAR_KINDS)})\b")
+
+
+def _sampling_error(msg: str, names: dict[str, str], about: str | None = None) -> APIError:
+    """An engine SamplingParamsError as a 400 naming the client's field (``names``: engine name -> the
+    endpoint's). ``about``: the field a message that opens with none is about (else "sampling_params")."""
     # "stop=...", "stop[3]=..." about one item of a list field, "logit_bias key ..." / "logit_bias holds ...":
     # messages open with the field they are about.
     m = re.match(r"(\w+)[\[= ]", msg)
-    field = m.group(1) if m and m.group(1) in SamplingParams.__dataclass_fields__ else "sampling_params"
+    field = m.group(1) if m and m.group(1) in SamplingParams.__dataclass_fields__ else None
+    if field is None and about is not None:
+        msg, field = f"{about}: {msg}", about
+    field = field or "sampling_params"
+    # "min_new_tokens=2 cannot be combined with json_schema": the grammar by the client's name for it too
+    # (response_format).
+    msg = _GRAMMAR_NAMED.sub(lambda g: names.get(g[1], g[1]), msg)
     if field in names:
         msg = names[field] + msg[len(field):]
         field = names[field]

@@ -199,7 +199,7 @@ def test_errors_never_echo_a_clients_megabytes(server):
         ("/v1/completions", {"model": MODEL, "prompt": "a", "logit_bias": {big: "x"}}, None),
         ("/v1/completions", {"model": big, "prompt": "a"}, "model"),
         ("/v1/chat/completions", {**chat, "tool_choice": big}, "tool_choice"),
-        ("/v1/chat/completions", {**chat, "response_format": {"type": big}}, "response_format"),
+        ("/v1/chat/completions", {**chat, "response_format": {"type": big}}, "response_format.type"),
     ]
     for path, body, param in cases:
         r = httpx.post(server.url + path, json=body, timeout=60)
