@@ -299,6 +299,8 @@ class Scheduler:
         for r, res in zip(reqs, resumed, strict=True):
             if not res and r.params.grammar is not None:
                 self._matchers[r.rid] = self._matcher(r)
+                if self._matchers[r.rid].terminated:  # complete before any token, on an engine without an eos
+                    r.finished_reason = {"type": "stop", "matched": None}
         # Graph replays of token buckets where they fit (ModelRunner.prefill); logits at each prompt's last token.
         last, hidden_states, aux = runner.prefill(rows)
         # Each prompt's next token, at position len(prompt) (a resumed request keeps the one it has).
@@ -332,7 +334,7 @@ class Scheduler:
         lps = self._logprob_lists(reqs, last.view(len(reqs), 1, -1),
                                   torch.tensor(first_tokens, device=last.device).view(-1, 1))
         for i, (r, tok, res) in enumerate(zip(reqs, first_tokens, resumed, strict=True)):
-            if not res:
+            if not res and not r.finished:
                 self._emit(r, [tok], lps[i] if lps else None)
         return reqs
 
@@ -582,8 +584,10 @@ class Scheduler:
                 r.finished_reason = {"type": "stop", "matched": t}
             elif t in p.stop_token_ids:
                 r.finished_reason = {"type": "stop", "matched": t}
-            elif matcher is not None and matcher.terminated:  # a stop token ended the grammar (ignore_eos aside)
-                r.finished_reason = {"type": "stop", "matched": t}
+            elif matcher is not None and matcher.terminated:
+                # A stop token ended the grammar (ignore_eos: it is trimmed from the text, as SGLang trims it), or the
+                # grammar is complete on an engine without one (no stop token: nothing matched, nothing trimmed).
+                r.finished_reason = {"type": "stop", "matched": t if t in self.eos else None}
             elif len(r.output_ids) >= p.max_new_tokens:
                 r.finished_reason = {"type": "length", "length": p.max_new_tokens}
             elif p.stop and self.detokenize is not None and len(r.output_ids) >= p.min_new_tokens:
