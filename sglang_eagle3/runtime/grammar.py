@@ -113,24 +113,27 @@ class GrammarBackend:
         return self._compiler
 
     def compile(self, spec: GrammarSpec):
-        """The compiled grammar (cached); GrammarError naming the parameter when it does not compile."""
+        """The compiled grammar (cached); GrammarError naming the parameter when it does not compile. Compiled
+        outside the lock (xgrammar's compiler is thread-safe): a large schema compiling for one client must not hold
+        up the engine thread's matchers for grammars already compiled."""
         with self._lock:
             if spec in self._cache:
                 self._cache.move_to_end(spec)
                 return self._cache[spec]
             compiler = self._get_compiler()
-            try:
-                if spec.kind == "json_schema":
-                    compiled = (compiler.compile_builtin_json_grammar() if spec.text == ANY_JSON
-                                else compiler.compile_json_schema(spec.text, any_whitespace=self.any_whitespace))
-                elif spec.kind == "regex":
-                    compiled = compiler.compile_regex(spec.text)
-                else:
-                    compiled = compiler.compile_grammar(spec.text)
-            except (RuntimeError, ValueError, json.JSONDecodeError) as e:
-                why = _XGR_PREFIX.sub("", str(e).strip()).splitlines()[0] if str(e).strip() else type(e).__name__
-                why = why if len(why) <= 300 else why[:300] + "..."  # (it may quote the client's text)
-                raise GrammarError(f"{spec.kind}={short_repr(spec.text)} does not compile: {why}") from None
+        try:
+            if spec.kind == "json_schema":
+                compiled = (compiler.compile_builtin_json_grammar() if spec.text == ANY_JSON
+                            else compiler.compile_json_schema(spec.text, any_whitespace=self.any_whitespace))
+            elif spec.kind == "regex":
+                compiled = compiler.compile_regex(spec.text)
+            else:
+                compiled = compiler.compile_grammar(spec.text)
+        except (RuntimeError, ValueError, json.JSONDecodeError) as e:
+            why = _XGR_PREFIX.sub("", str(e).strip()).splitlines()[0] if str(e).strip() else type(e).__name__
+            why = why if len(why) <= 300 else why[:300] + "..."  # (it may quote the client's text)
+            raise GrammarError(f"{spec.kind}={short_repr(spec.text)} does not compile: {why}") from None
+        with self._lock:
             self._cache[spec] = compiled
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
