@@ -118,6 +118,13 @@ def test_verify_rows_are_masked_as_after_the_drafts_before_them(backend, tok):
             want = _row(backend, spec, out + d[1:j + 1]) if b < len(cases) else None
             assert torch.equal(got[b * T + j], ones if want is None else want), (b, j)
     assert not torch.equal(got[0], ones) and torch.equal(got[len(cases) * T], ones)
+    # A round with the draft's proposals masked: after()'s rows are reused as the verify's rows 0..T-2.
+    batch = GrammarBatch(matchers, 4096, lambda t: t)
+    ids = torch.tensor(drafts)
+    for j in range(T - 1):
+        assert torch.equal(batch.after(ids[:, 1:j + 1]), got.view(-1, T, 128)[:, j]), j
+    assert torch.equal(batch.masks(ids, T), got)
+    assert not batch._after  # used once
 
 
 # -- the engine ------------------------------------------------------------------------------------------------

@@ -183,6 +183,7 @@ class GrammarBatch:
         host copy queued without waiting, and an event or None)."""
         self.matchers, self.vocab_size, self._upload, self._to_host = matchers, vocab_size, upload, to_host
         self._pending = None  # prefetch's (host copy, its event)
+        self._after: dict[int, torch.Tensor] = {}  # this round's after() masks by draft count (host)
 
     def prefetch(self, drafts: torch.Tensor) -> None:
         """Queues the copy of a verify's ids [B, T] to the host, before the verify forward is queued: masks() then
@@ -201,49 +202,57 @@ class GrammarBatch:
                 return host.view(-1, T).tolist()
         return drafts.view(-1, T).tolist()
 
-    def host_masks(self, drafts: list[list[int]] | None, T: int) -> torch.Tensor:
+    @staticmethod
+    def _fill_after(mask: torch.Tensor, row: int, m: GrammarMatcher, prefix: list[int]) -> None:
+        """mask[row] := the tokens ``m`` allows after accepting ``prefix``; left all allowed where it refuses a token
+        of it or has ended. ``m`` is left as it was."""
+        accepted = 0
+        for t in prefix:
+            if m.terminated or not m.accept(t):
+                break
+            accepted += 1
+        if accepted == len(prefix) and not m.terminated:
+            m.fill(mask, row)
+        m.rollback(accepted)
+
+    def host_masks(self, drafts: list[list[int]] | None, T: int, known: dict | None = None) -> torch.Tensor:
         """int32 [B * T, words(V)] on the host: row b * T + j holds the tokens request b may emit after accepting
         drafts[b][1..j] (drafts[b] the verify's ids [last, d_1, .., d_k]; None: T = 1, the matchers' states as they
         are). All allowed where a request has no grammar, where a draft before the row is refused, and past a stop
-        token."""
+        token. ``known[j]``: rows j already made this round (after()'s, [B, words(V)]), taken as they are."""
         B = len(self.matchers)
-        mask = torch.full((B * T, bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
-        for b, m in enumerate(self.matchers):
-            if m is None:
+        known = known or {}
+        # Row j of every request first ([T, B, words]: xgrammar fills rows of a contiguous tensor), then [B * T, ...].
+        mask = torch.full((T, B, bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
+        for j in range(T):
+            if j in known:
+                mask[j] = known[j]
                 continue
-            accepted = 0
-            for j in range(T):
-                if m.terminated:
-                    break
-                m.fill(mask, b * T + j)
-                if j == T - 1 or not m.accept(drafts[b][j + 1]):
-                    break
-                accepted += 1
-            m.rollback(accepted)
-        return mask
+            for b, m in enumerate(self.matchers):
+                if m is not None:
+                    self._fill_after(mask[j], b, m, drafts[b][1:j + 1] if j else [])
+        return mask.transpose(0, 1).reshape(B * T, -1)
 
     def masks(self, drafts: torch.Tensor | None = None, T: int = 1) -> torch.Tensor:
         """host_masks on the device; ``drafts`` [B, T] (a device tensor: read here, a wait for the stream, unless
-        prefetch() queued its copy before the verify)."""
-        return self._upload(self.host_masks(None if drafts is None else self._read(drafts, T), T))
+        prefetch() queued its copy before the verify). Rows the draft's proposals were masked with this round
+        (after()) are the verify's rows 0..T-2 (the same drafts before them): only row T-1 is filled here."""
+        known, self._after = self._after, {}
+        return self._upload(self.host_masks(None if drafts is None else self._read(drafts, T), T, known))
 
     def after(self, drafts: torch.Tensor) -> torch.Tensor:
         """int32 [B, words(V)] on the device: the tokens request b may emit after accepting drafts[b] ([B, j], j >= 0;
         a device tensor, read here); all allowed where it has no grammar, refuses a draft or has ended. The masks of
-        a constrained draft's proposals (ModelRunner._grammar_proposals)."""
-        mask = torch.full((len(self.matchers), bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
+        the draft's proposals (ModelRunner._grammar_proposals), kept for the verify's rows (masks())."""
         rows = drafts.tolist()
+        j = drafts.shape[1]
+        if j == 0:  # a round's first proposal
+            self._after = {}
+        mask = torch.full((len(self.matchers), bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
         for b, m in enumerate(self.matchers):
-            if m is None:
-                continue
-            accepted = 0
-            for t in rows[b]:
-                if m.terminated or not m.accept(t):
-                    break
-                accepted += 1
-            if accepted == len(rows[b]) and not m.terminated:
-                m.fill(mask, b)
-            m.rollback(accepted)
+            if m is not None:
+                self._fill_after(mask, b, m, rows[b])
+        self._after[j] = mask
         return self._upload(mask)
 
 
