@@ -333,10 +333,11 @@ class ModelRunner:
     def _grammar_proposals(self, grammar: GrammarBatch, drafts: torch.Tensor, hidden: torch.Tensor, samp,
                            positions: torch.Tensor) -> torch.Tensor:
         """The draft's proposals [B] (target ids) from its hidden states [B, Hd], among the tokens each request's
-        grammar allows after its ``drafts`` [B, j] (the draft's own argmax, or its sample with ``samp``, over them):
-        the draft proposes without the grammar, and under a JSON schema on the embedded pair its proposals were
-        refused so often that a round accepted 0.12 drafts on average. Eager: the head again over the hidden (the
-        draft's forward, replayed as a graph, returns no logits), a wait for the stream to read the drafts."""
+        grammar allows after its ``drafts`` [B, j] (the draft's own argmax, or its sample with ``samp``, over them).
+        The draft knows nothing of the grammar: its own proposals under a JSON grammar on the embedded pair were
+        refused so often that a round accepted 0.12 drafts on average (3.23 tokens a round with this, 1.12
+        without). Eager: the head again over the hidden (the draft's forward, replayed as a graph, returns no
+        logits), and a wait for the stream to read the drafts."""
         logits = self.draft_head(self.draft.norm(hidden)).float()
         token_ids = self._draft_columns(logits)
         ok = allowed_tokens(grammar.after(drafts), self.target.config.vocab_size)[:, token_ids]
