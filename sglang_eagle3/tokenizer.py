@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 # Used when the model directory has no chat template: one line per message, then the assistant tag.
 DEFAULT_CHAT_TEMPLATE = (
+    "{% if tools %}<|tools|>\n{{ tools | tojson }}\n{% endif %}"
     "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
@@ -68,8 +69,10 @@ class Tokenizer:
     def set_chat_template(self, template: str) -> None:
         self.chat_template, self.has_own_chat_template, self._compiled_template = template, True, None
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        """Renders messages as Hugging Face does (trim_blocks, lstrip_blocks, ``raise_exception``)."""
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
+        """Renders messages as Hugging Face does (trim_blocks, lstrip_blocks, ``raise_exception``; ``tools``, the
+        OpenAI tool list, as the template's ``tools``)."""
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -83,14 +86,16 @@ class Tokenizer:
             self._compiled_template = env.from_string(self.chat_template)
         try:
             return self._compiled_template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                  bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+                                                  bos_token=self.bos_token or "", eos_token=self.eos_token or "",
+                                                  tools=tools)
         except jinja2.TemplateError as e:
             raise ChatTemplateError(f"the chat template cannot render these messages: {e}") from e
 
-    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True,
+                    tools: list[dict] | None = None) -> list[int]:
         """Token ids of a rendered chat prompt. As with Hugging Face's ``apply_chat_template(tokenize=True)``,
         only what the template writes is encoded (a template that wants a BOS writes ``{{ bos_token }}``)."""
-        return self.encode(self.apply_chat_template(messages, add_generation_prompt), add_special_tokens=False)
+        return self.encode(self.apply_chat_template(messages, add_generation_prompt, tools), add_special_tokens=False)
 
 
 def _read_json(path: str) -> dict:

@@ -85,6 +85,7 @@ class GrammarBackend:
         self.any_whitespace, self.disabled_reason = any_whitespace, disabled_reason
         self.cache_size = cache_size
         self._compiler = None
+        self._never: frozenset[int] = frozenset()
         self._cache: OrderedDict[GrammarSpec, object] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -105,8 +106,12 @@ class GrammarBackend:
                                    "this engine runs without one (skip_tokenizer_init)")
             xgr = _xgrammar()
             t0 = time.perf_counter()
-            info = xgr.TokenizerInfo(grammar_vocab(self.tokenizer, self.vocab_size), xgr.VocabType.RAW,
-                                     vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids)
+            vocab = grammar_vocab(self.tokenizer, self.vocab_size)
+            # Tokens no grammar allows (special, padding): refused without asking xgrammar, which logs a warning
+            # to stderr for each (a draft may propose one where the grammar leaves its vocabulary nothing).
+            self._never = frozenset(i for i, b in enumerate(vocab) if not b) - set(self.stop_token_ids)
+            info = xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=self.vocab_size,
+                                     stop_token_ids=self.stop_token_ids)
             self._compiler = xgr.GrammarCompiler(info, max_threads=2)
             logger.info("grammar backend (xgrammar) over %d tokens ready in %.2f s", self.vocab_size,
                         time.perf_counter() - t0)
@@ -144,18 +149,18 @@ class GrammarBackend:
         # the mask there would allow no token at all.
         return GrammarMatcher(_xgrammar().GrammarMatcher(self.compile(spec),
                                                          terminate_without_stop_token=not self.stop_token_ids),
-                              self.vocab_size)
+                              self.vocab_size, self._never)
 
 
 class GrammarMatcher:
     """One request's grammar state: the tokens it has accepted (its output so far)."""
 
-    def __init__(self, matcher, vocab_size: int):
-        self._m, self.vocab_size = matcher, vocab_size
+    def __init__(self, matcher, vocab_size: int, never: frozenset[int] = frozenset()):
+        self._m, self.vocab_size, self._never = matcher, vocab_size, never
 
     def accept(self, token: int) -> bool:
         """Accepts ``token`` if the grammar allows it here (True), else changes nothing (False)."""
-        return bool(self._m.accept_token(int(token)))
+        return token not in self._never and bool(self._m.accept_token(int(token)))
 
     @property
     def terminated(self) -> bool:

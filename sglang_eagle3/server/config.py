@@ -28,6 +28,9 @@ class ServerConfig:
     # On SIGTERM / Ctrl+C: seconds the requests in flight get to finish; those still running then end with a
     # "shutting down" error (HTTP 503; a stream gets an error event and [DONE]). New requests are refused at once.
     shutdown_grace_s: float = 5.0
+    # How /v1/chat/completions reads tool calls out of the model's text for tool_choice "auto" (server/tools.py:
+    # "kimi_k2"); None: "auto" is refused, "required" and a named function still work (constrained output).
+    tool_call_parser: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.port, int) or not 0 <= self.port < 65536:
@@ -44,5 +47,10 @@ class ServerConfig:
         if isinstance(self.shutdown_grace_s, bool) or not isinstance(self.shutdown_grace_s, (int, float)) \
                 or not 0 <= self.shutdown_grace_s < float("inf"):
             raise ServerConfigError(f"shutdown_grace_s={self.shutdown_grace_s!r} must be a finite number >= 0")
+        from sglang_eagle3.server.tools import TOOL_CALL_PARSERS
+
+        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
+            raise ServerConfigError(f"tool_call_parser={self.tool_call_parser!r} must be one of "
+                                    f"{', '.join(TOOL_CALL_PARSERS)}")
         if self.snapshot_timeout_s <= 0:
             raise ServerConfigError(f"snapshot_timeout_s={self.snapshot_timeout_s} must be > 0")

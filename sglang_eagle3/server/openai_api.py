@@ -13,6 +13,7 @@ once. ``logprobs`` objects: server/logprobs.py.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -36,6 +37,9 @@ from sglang_eagle3.server.protocol import (
     parse_body,
 )
 from sglang_eagle3.server.serving import Serving, finish_reason, samples_per_prompt, seeded, sse
+from sglang_eagle3.server.tools import ToolPlan
+
+logger = logging.getLogger(__name__)
 
 # Engine sampling names -> the OpenAI field a client sets.
 _OPENAI_NAMES = {"max_new_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p",
@@ -337,10 +341,6 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
         raise APIError(400, f"top_logprobs={body.top_logprobs} needs logprobs=true", param="top_logprobs")
     _check_top("top_logprobs", body.top_logprobs, serving.model.top_logprobs_cap, 20)
     logprobs = bool(body.logprobs)
-    if body.tools:
-        raise APIError(400, "tools (function calling) are not supported", param="tools")
-    if body.tool_choice not in (None, "none", "auto"):
-        raise APIError(400, f"tool_choice={short_repr(body.tool_choice)} is not supported", param="tool_choice")
     _check_max_tokens("max_tokens", body.max_tokens)
     _check_max_tokens("max_completion_tokens", body.max_completion_tokens)
     _check_messages(body.messages)
@@ -351,9 +351,12 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
         names["max_new_tokens"] = "max_completion_tokens"
     sp = _sampling_params(body, max_new)
     messages = [_message_dict(m) for m in body.messages]
+    plan = ToolPlan.of(body, serving.config.tool_call_parser, messages)
+    if plan is not None:
+        _use_tools(plan, body, sp, names, serving)
 
     def build() -> tuple[list[int], list]:
-        ids = serving.encode_chat(messages, body.add_generation_prompt)
+        ids = serving.encode_chat(messages, body.add_generation_prompt, plan.tools if plan is not None else None)
         # No limit asked: whatever the context (and KV cache, less the draft lookahead) leaves.
         return ids, [serving.make_request(input_ids=ids, sampling_params=seeded(sp, j), prompt_param="messages",
                                           names=names, default_max_new_tokens=serving.model.context_length,
@@ -366,7 +369,7 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     table = serving.token_table if logprobs else None
     if body.stream:
         return await serving.stream(sub, request, _chat_chunks(sub, table, cid, created, body.model, len(ids),
-                                                                body.stream_options))
+                                                                body.stream_options, plan))
     finals = await serving.wait(sub, request)
 
     def choices() -> list[dict]:
@@ -377,8 +380,12 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
             if table is not None:  # every output token, as usage.completion_tokens counts them
                 meta = u.result["meta_info"]
                 lp = chat_logprobs(table, tokens_of(meta["output_token_logprobs"], meta.get("output_top_logprobs")))
-            out.append({"index": u.index, "message": {"role": "assistant", "content": u.text}, "logprobs": lp,
-                        "finish_reason": reason, "matched_stop": matched})
+            message = {"role": "assistant", "content": u.text}
+            if plan is not None:
+                message, reason = plan.message(u.text, reason)
+                matched = None if reason == "tool_calls" else matched
+            out.append({"index": u.index, "message": message, "logprobs": lp, "finish_reason": reason,
+                        "matched_stop": matched})
         return out
 
     listed = await serving.off_loop(choices) if logprobs else choices()
@@ -386,9 +393,32 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
             "usage": _usage(len(ids), sum(len(u.result["output_ids"]) for u in finals))}
 
 
+def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) -> None:
+    """The sampling a request with tools needs (server/tools.py): a forced call's JSON schema, or the special
+    tokens a parser reads calls by."""
+    if body.logprobs:
+        raise APIError(400, "logprobs with tools are not supported (the calls are read out of the text the tokens "
+                       "make)", param="logprobs")
+    if plan.mode == "forced":
+        given = next((k for k in ("json_schema", "regex", "ebnf") if k in sp), None)
+        if given is not None:
+            raise APIError(400, f"tool_choice={short_repr(body.tool_choice)} constrains the output to tool calls; it "
+                           f"cannot be combined with {names.get(given, given)}", param="tool_choice")
+        sp["ebnf"] = plan.grammar()
+        names["ebnf"] = "tools"  # (a parameters schema that does not compile)
+    else:
+        sp["skip_special_tokens"] = False  # the call markup is special tokens
+    template = serving.tokenizer.chat_template if serving.tokenizer is not None else ""
+    if "tools" not in template and not serving.warned_tools_template:
+        serving.warned_tools_template = True
+        logger.warning("the chat template never reads 'tools': requests with tools render without them, and the "
+                       "model cannot know them (pass --chat-template with one that does)")
+
+
 async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, created: int, model: str,
-                       prompt_tokens: int, opts) -> AsyncIterator[bytes]:
-    """Chunks of every choice, interleaved as their tokens come; ``table`` set: with logprobs."""
+                       prompt_tokens: int, opts, plan: ToolPlan | None = None) -> AsyncIterator[bytes]:
+    """Chunks of every choice, interleaved as their tokens come; ``table`` set: with logprobs; ``plan``: tools
+    (content, then each call once complete: server/tools.py's ToolStream)."""
     include_usage = bool(opts and opts.include_usage)
     continuous = bool(opts and opts.continuous_usage_stats)
     m = len(sub.requests)
@@ -396,6 +426,7 @@ async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, crea
     sent = [""] * m
     opened = [False] * m
     pending = [ChoiceTokens(table) for _ in range(m)] if table is not None else []
+    tool_streams = [plan.streamer() for _ in range(m)] if plan is not None else []
 
     def chunk(k: int, delta: dict, reason=None, matched=None, tokens: list | None = None) -> bytes:
         lp = chat_logprobs(table, tokens) if tokens is not None else None
@@ -415,6 +446,14 @@ async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, crea
         if not opened[k]:  # OpenAI opens each choice with the role
             yield chunk(k, {"role": "assistant", "content": ""})
             opened[k] = True
+        if tool_streams:
+            for d in tool_streams[k].feed(u.text, u.finished):
+                yield chunk(k, d)
+            if u.finished:
+                reason, matched = finish_reason(u.result)
+                reason = tool_streams[k].finish_reason(reason)
+                yield chunk(k, {}, reason, None if reason == "tool_calls" else matched)
+            continue
         delta = _delta(sent[k], u.text)
         if u.text.startswith(sent[k]):
             sent[k] = u.text

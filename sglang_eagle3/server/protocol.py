@@ -165,6 +165,7 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = None
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
     add_generation_prompt: bool = True  # SGLang/vLLM extension
 
 

@@ -102,6 +102,7 @@ async def _wait_disconnect(request: HTTPRequest) -> None:
 class Serving:
     def __init__(self, engine, driver: EngineDriver, config: ServerConfig, model: ModelInfo):
         self.engine, self.driver, self.config, self.model = engine, driver, config, model
+        self.warned_tools_template = False  # (openai_api._use_tools: once a server)
         self.tokenizer = engine.tokenizer
         self.token_table = TokenTable(self.tokenizer) if self.tokenizer is not None else None
         self.metrics = driver.metrics
@@ -169,12 +170,13 @@ class Serving:
                            param=f"{prompt_param}.{index}" if err.param == prompt_param else err.param)
         raise err
 
-    def encode_chat(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool, tools: list[dict] | None = None
+                    ) -> list[int]:
         if self.tokenizer is None:
             raise APIError(400, "this server was started without a tokenizer (--skip-tokenizer-init): chat "
                            "needs one; use /generate with input_ids", param="messages")
         try:
-            return self.tokenizer.encode_chat(messages, add_generation_prompt)
+            return self.tokenizer.encode_chat(messages, add_generation_prompt, tools)
         except ChatTemplateError as e:
             raise APIError(400, str(e), param="messages") from None
         except (TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as e:

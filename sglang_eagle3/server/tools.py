@@ -1,0 +1,273 @@
+"""OpenAI function calling on /v1/chat/completions: ``tools``, ``tool_choice``, ``parallel_tool_calls``.
+
+Two ways a call comes out, as SGLang (and vLLM) make them:
+
+- ``tool_choice: "auto"`` (the default with tools): the chat template shows the model the tools, the model writes
+  calls in its own format, and the server's ``--tool-call-parser`` reads them out of the text. ``kimi_k2`` is the
+  format of Kimi-K2 / K2.5 (special tokens, so the request decodes with them)::
+
+      <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{"a": 1}
+      <|tool_call_end|>...<|tool_calls_section_end|>
+
+- ``tool_choice: "required"`` or a named function: the output is constrained (runtime/grammar.py) to a JSON array
+  of ``{"name": ..., "parameters": {...}}`` objects, each one of the allowed tools with its parameters' schema (at
+  most one with ``parallel_tool_calls: false``), and read back as calls. Any model, no parser needed.
+
+Call ids: Kimi's own ``functions.NAME:IDX`` (IDX counting the conversation's earlier calls) with the kimi_k2
+parser, as SGLang gives them; else ``call_<24 hex>``. ``tool_choice: "none"`` leaves the tools out of the prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+
+from sglang_eagle3.runtime.sampling import short_repr
+from sglang_eagle3.server.protocol import APIError
+
+logger = logging.getLogger(__name__)
+
+TOOL_CALL_PARSERS = ("kimi_k2",)
+_NAME = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    arguments: str  # JSON text, as OpenAI's ``function.arguments``
+
+
+class KimiK2Format:
+    """Kimi-K2's tool-call markup (its tokenizer's special tokens)."""
+
+    SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+    CALL_BEGIN, ARG_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+    MARKERS = (SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARG_BEGIN, CALL_END)
+    _CALL = re.compile(re.escape(CALL_BEGIN) + r"\s*(?P<id>[^\s<|]+)\s*" + re.escape(ARG_BEGIN)
+                       + r"\s*(?P<args>.*?)\s*" + re.escape(CALL_END), re.DOTALL)
+    _ID = re.compile(r"(?:functions\.)?(?P<name>[\w.\-]+):(?P<index>\d+)")
+
+    def start(self, text: str) -> int | None:
+        """Where the calls begin in ``text`` (the section's or the first call's marker), or None."""
+        found = [i for i in (text.find(self.SECTION_BEGIN), text.find(self.CALL_BEGIN)) if i >= 0]
+        return min(found) if found else None
+
+    def calls(self, text: str) -> list[tuple[str, str]]:
+        """The complete calls in ``text`` (from start() on): (name or None where the id names none, arguments)."""
+        out = []
+        for m in self._CALL.finditer(text):
+            idm = self._ID.fullmatch(m.group("id"))
+            out.append((idm.group("name") if idm else None, m.group("args")))
+        return out
+
+    def strip(self, text: str) -> str:
+        for marker in self.MARKERS:
+            text = text.replace(marker, "")
+        return text
+
+    def held_back(self, text: str) -> int:
+        """How many characters at the end of ``text`` may be the start of a marker (not shown as content yet)."""
+        for n in range(min(len(text), max(map(len, self.MARKERS)) - 1), 0, -1):
+            tail = text[-n:]
+            if any(m.startswith(tail) for m in (self.SECTION_BEGIN, self.CALL_BEGIN)):
+                return n
+        return 0
+
+
+_FORMATS = {"kimi_k2": KimiK2Format}
+
+
+def _tool_error(msg: str, param: str) -> APIError:
+    return APIError(400, msg, param=param)
+
+
+@dataclass
+class ToolPlan:
+    """How one chat request's tools are used: ``mode`` "auto" (the parser reads calls out of the text) or
+    "forced" (the output constrained to a JSON array of calls); ``tools`` as the client gave them (for the chat
+    template), ``names`` the functions, ``schema`` the forced mode's JSON schema."""
+
+    mode: str
+    tools: list[dict]
+    names: list[str]
+    parser: str | None
+    schema: dict | None
+    first_index: int  # calls before this request in the conversation (Kimi's ids count them)
+
+    @staticmethod
+    def of(body, parser: str | None, messages: list[dict]) -> ToolPlan | None:
+        """The plan for a ChatCompletionRequest (None: no tools, or tool_choice "none"); 400s naming the field for
+        malformed tools, an unknown named function, "auto" on a server without a parser."""
+        choice = body.tool_choice
+        if body.tools is None:
+            if choice not in (None, "none"):
+                raise _tool_error(f"tool_choice={short_repr(choice)} needs tools", "tool_choice")
+            return None
+        if not isinstance(body.tools, list) or not body.tools:
+            raise _tool_error("tools must be a non-empty list of {\"type\": \"function\", \"function\": {...}}",
+                              "tools")
+        names, specs = [], []
+        for i, tool in enumerate(body.tools):
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict):
+                raise _tool_error(f"tools[{i}]={short_repr(tool)} must be {{\"type\": \"function\", \"function\": "
+                                  "{\"name\": ..., \"parameters\": {...}}}", f"tools.{i}")
+            name = fn.get("name")
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
+                raise _tool_error(f"tools[{i}].function.name={short_repr(name)} must be 1-64 letters, digits, "
+                                  "'_', '-' or '.'", f"tools.{i}.function.name")
+            if name in names:
+                raise _tool_error(f"tools[{i}].function.name={name!r} is given twice", f"tools.{i}.function.name")
+            params = fn.get("parameters", {"type": "object", "properties": {}})
+            if not isinstance(params, dict):
+                raise _tool_error(f"tools[{i}].function.parameters={short_repr(params)} must be a JSON schema "
+                                  "(an object)", f"tools.{i}.function.parameters")
+            names.append(name)
+            specs.append((name, params))
+        if choice == "none":
+            return None
+        parallel = body.parallel_tool_calls is not False
+        first = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+        if choice in (None, "auto"):
+            if parser is None:
+                raise _tool_error("tools with tool_choice 'auto' need the server's --tool-call-parser (one of "
+                                  f"{', '.join(TOOL_CALL_PARSERS)}) to read the model's calls; tool_choice "
+                                  "'required' or a named function works without one", "tool_choice")
+            return ToolPlan("auto", body.tools, names, parser, None, first)
+        if choice == "required":
+            allowed = specs
+        elif isinstance(choice, dict) and choice.get("type", "function") == "function" \
+                and isinstance(choice.get("function"), dict):
+            want = choice["function"].get("name")
+            allowed = [s for s in specs if s[0] == want]
+            if not allowed:
+                raise _tool_error(f"tool_choice names function {short_repr(want)}, which is not among tools "
+                                  f"({', '.join(names)})", "tool_choice")
+        else:
+            raise _tool_error(f"tool_choice={short_repr(choice)} must be 'none', 'auto', 'required' or "
+                              "{\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice")
+        items = [{"type": "object", "properties": {"name": {"const": name}, "parameters": params},
+                  "required": ["name", "parameters"], "additionalProperties": False} for name, params in allowed]
+        schema = {"type": "array", "minItems": 1, "items": items[0] if len(items) == 1 else {"anyOf": items}}
+        if not parallel:
+            schema["maxItems"] = 1
+        return ToolPlan("forced", body.tools, names, parser, schema, first)
+
+    def grammar(self) -> str:
+        """The forced mode's constraint: ``schema`` as an EBNF grammar of compact JSON (no whitespace between
+        tokens: a JSON schema would allow any, and a model may then write nothing else). 400 naming ``tools`` where
+        a parameters schema is not one xgrammar reads, or without xgrammar."""
+        try:
+            import xgrammar
+        except ImportError:
+            raise APIError(400, f"tool_choice {self.mode} needs the server's grammar backend (the 'xgrammar' "
+                           "package)", param="tool_choice") from None
+        try:
+            return str(xgrammar.Grammar.from_json_schema(json.dumps(self.schema), any_whitespace=False))
+        except (RuntimeError, ValueError) as e:
+            raise APIError(400, f"tools: a function's parameters are not a JSON schema this server can follow: "
+                           f"{short_repr(str(e).splitlines()[0] if str(e) else type(e).__name__, 300)}",
+                           param="tools") from None
+
+    # -- reading the output --------------------------------------------------------------------------------
+    def parse(self, text: str) -> tuple[str, list[Call]]:
+        """(content, calls) of a whole output."""
+        if self.mode == "forced":
+            try:
+                value = json.loads(text)
+            except ValueError:  # cut short (max_tokens): no call, the text as content
+                return text, []
+            calls = [Call(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in value
+                     if isinstance(c, dict) and c.get("name") in self.names and "parameters" in c]
+            return "", calls
+        fmt = _FORMATS[self.parser]()
+        start = fmt.start(text)
+        if start is None:
+            return text, []
+        calls = self._known(fmt.calls(text[start:]))
+        end = text.find(fmt.SECTION_END, start)
+        after = fmt.strip(text[end + len(fmt.SECTION_END):]) if end >= 0 else ""
+        return text[:start] + after, calls
+
+    def _known(self, raw: list[tuple[str, str]]) -> list[Call]:
+        calls = []
+        for name, args in raw:
+            if name not in self.names:  # (SGLang drops them too)
+                logger.warning("the model called %r, which is not among the request's tools; dropped", name)
+                continue
+            calls.append(Call(name, args))
+        return calls
+
+    def call_id(self, index: int, call: Call) -> str:
+        if self.parser == "kimi_k2":
+            return f"functions.{call.name}:{self.first_index + index}"
+        return f"call_{uuid.uuid4().hex[:24]}"
+
+    def tool_calls(self, calls: list[Call], start: int = 0, with_index: bool = False) -> list[dict]:
+        """OpenAI ``tool_calls`` entries for calls start, start + 1, ... (streamed deltas carry their index)."""
+        out = []
+        for i, c in enumerate(calls, start):
+            d = {"id": self.call_id(i, c), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            out.append({"index": i, **d} if with_index else d)
+        return out
+
+    def message(self, text: str, reason: str | None) -> tuple[dict, str | None]:
+        """A finished choice's (message, finish_reason): "tool_calls" where calls came and the output stopped."""
+        content, calls = self.parse(text)
+        msg = {"role": "assistant", "content": content or None}
+        if calls:
+            msg["tool_calls"] = self.tool_calls(calls)
+            if reason == "stop":
+                reason = "tool_calls"
+        else:
+            msg["content"] = content
+        return msg, reason
+
+    def streamer(self) -> ToolStream:
+        return ToolStream(self)
+
+
+class ToolStream:
+    """One streamed choice: ``feed(text so far, finished)`` -> the deltas to send (content, then each call once
+    it is complete; forced mode: the calls at the end)."""
+
+    def __init__(self, plan: ToolPlan):
+        self.plan = plan
+        self.fmt = _FORMATS[plan.parser]() if plan.mode == "auto" else None
+        self.sent = 0  # characters of content sent
+        self.raw_seen = 0  # complete calls read from the text (known or not)
+        self.calls_sent = 0
+        self.any_calls = False
+
+    def feed(self, text: str, finished: bool) -> list[dict]:
+        if self.fmt is None:  # forced: a JSON array, sent as calls once whole
+            if not finished:
+                return []
+            content, calls = self.plan.parse(text)
+            self.any_calls = bool(calls)
+            if calls:
+                return [{"tool_calls": self.plan.tool_calls(calls, with_index=True)}]
+            return [{"content": content}] if content else []
+        out = []
+        start = self.fmt.start(text)
+        visible = len(text) if finished else len(text) - self.fmt.held_back(text)
+        if start is not None:
+            visible = start
+        if visible > self.sent:
+            out.append({"content": text[self.sent:visible]})
+            self.sent = visible
+        if start is not None:
+            raw = self.fmt.calls(text[start:])
+            calls = self.plan._known(raw[self.raw_seen:])
+            self.raw_seen = len(raw)
+            if calls:
+                out.append({"tool_calls": self.plan.tool_calls(calls, self.calls_sent, True)})
+                self.calls_sent += len(calls)
+                self.any_calls = True
+        return out
+
+    def finish_reason(self, reason: str | None) -> str | None:
+        return "tool_calls" if self.any_calls and reason == "stop" else reason
