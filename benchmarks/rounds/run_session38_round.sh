@@ -3,8 +3,8 @@
 # this round first takes the H100's own baselines, then runs the thirty-seventh session's prepared comparisons.
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session38_round.sh m1   (then m2, m3; one device call each, < 10 min)
 # m1: the CUDA engine tests in full (speculative == plain with graphs; the thirty-seventh session's k4 ran out at 14
-#     of 17 after its scheduler and TP-worker changes; the thirty-ninth session's structured-output case runs in m4,
-#     which needs xgrammar: run benchmarks/rounds/fetch_device_wheels.sh here first and carry .carry), then the step table of section 0 at the q_a + kv_a default
+#     of 17 after its scheduler and TP-worker changes; the thirty-ninth session's structured-output case runs in
+#     m5), then the step table of section 0 at the q_a + kv_a default
 #     (61-layer Kimi slice, 1k and 8k, T = 1..8; ~71 GiB of weights, which fits the H100's 79 GiB).
 # m2: the step paired against the defaults at 1k / 8k, T = 1 / 4 / 8, five candidates in one run (each its own
 #     --kernels-from group, so the ones replacing the same name do not meet): the router + shared pair at 128 lanes
@@ -17,11 +17,11 @@
 #     each replaying its graph, acceptance eager between them; sampling.penalized_logits): the Kimi slice, greedy
 #     against greedy with repetition_penalty 1.05 and sampled with frequency_penalty 0.3, alternating; then the CUDA
 #     engine tests' penalized case alone (speculative == plain with graphs).
-# m4 (thirty-ninth session) also: the structured-output GPU test and what a grammar costs end to end (json_schema /
-#     regex on the embedded pair).
+# m5 (thirty-ninth session): the structured-output GPU test and what a grammar costs end to end (json_schema /
+#     regex on the embedded pair); needs xgrammar: benchmarks/rounds/fetch_device_wheels.sh here, carry .carry.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: m1 | m2 | m3 | m4}
+part=${1:?part: m1 | m2 | m3 | m4 | m5}
 shift
 V=benchmarks/variants
 CANDIDATES=($V/gemv_pair_l128.py $V/gemv_qkv_rows8.py $V/gemv_qkv_tc.py $V/gemv_fma_oproj.py $V/gemv_fma_short_k.py)
@@ -55,8 +55,11 @@ m4)
     temperature=0.7,top_p=0.95,seed=1,frequency_penalty=0.3 --repeat-variants 2 --out "$OUT/e2e_penalized.json"
   TAIL=8 stage penalized_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
     tests/gpu/test_cuda_engine.py -k penalized
-  # (thirty-ninth session) what a grammar costs end to end, on the embedded pair (the Kimi slice has no tokenizer):
-  # a round of a batch with a grammar runs as its parts, the host filling its masks and its draft's (xgrammar).
+  ;;
+m5)
+  # (thirty-ninth session) structured output: the GPU test, then what a grammar costs end to end, on the embedded
+  # pair (the Kimi slice has no tokenizer): a round of a batch with a grammar runs as its parts, the host filling
+  # its masks and its draft's (xgrammar).
   install_carried_wheels  # (carry: [".carry"], after fetch_device_wheels.sh here)
   TAIL=8 stage grammar_tests 120 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 110 \
     tests/gpu/test_cuda_engine.py -k grammar
