@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 TOOL_CALL_PARSERS = ("kimi_k2",)
 _NAME = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
+# xgrammar's C++ errors start "[hh:mm:ss] /project/cpp/file.cc:123: " (runtime/grammar.py strips it the same way).
+_XGR_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: (?:Check failed: .*? is false: )?")
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,11 @@ class KimiK2Format:
     SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
     CALL_BEGIN, ARG_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
     MARKERS = (SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARG_BEGIN, CALL_END)
+    # A call's arguments never run past another call's or the section's marker: a call cut short (no end marker)
+    # is dropped, not read together with the next one as its arguments.
     _CALL = re.compile(re.escape(CALL_BEGIN) + r"\s*(?P<id>[^\s<|]+)\s*" + re.escape(ARG_BEGIN)
-                       + r"\s*(?P<args>.*?)\s*" + re.escape(CALL_END), re.DOTALL)
+                       + r"\s*(?P<args>(?:(?!" + "|".join(map(re.escape, (CALL_BEGIN, SECTION_BEGIN, SECTION_END)))
+                       + r").)*?)\s*" + re.escape(CALL_END), re.DOTALL)
     _ID = re.compile(r"(?:functions\.)?(?P<name>[\w.\-]+):(?P<index>\d+)")
 
     def start(self, text: str) -> int | None:
@@ -62,11 +67,6 @@ class KimiK2Format:
             idm = self._ID.fullmatch(m.group("id"))
             out.append((idm.group("name") if idm else None, m.group("args")))
         return out
-
-    def strip(self, text: str) -> str:
-        for marker in self.MARKERS:
-            text = text.replace(marker, "")
-        return text
 
     def held_back(self, text: str) -> int:
         """How many characters at the end of ``text`` may be the start of a marker (not shown as content yet)."""
@@ -130,7 +130,8 @@ class ToolPlan:
         if choice == "none":
             return None
         parallel = body.parallel_tool_calls is not False
-        first = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+        first = sum(len(m["tool_calls"]) for m in messages
+                    if m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list))
         if choice in (None, "auto"):
             if parser is None:
                 raise _tool_error("tools with tool_choice 'auto' need the server's --tool-call-parser (one of "
@@ -168,16 +169,18 @@ class ToolPlan:
         try:
             return str(xgrammar.Grammar.from_json_schema(json.dumps(self.schema), any_whitespace=False))
         except (RuntimeError, ValueError) as e:
+            why = _XGR_PREFIX.sub("", str(e).strip()).splitlines()[0] if str(e).strip() else type(e).__name__
             raise APIError(400, f"tools: a function's parameters are not a JSON schema this server can follow: "
-                           f"{short_repr(str(e).splitlines()[0] if str(e) else type(e).__name__, 300)}",
-                           param="tools") from None
+                           f"{short_repr(why, 300)}", param="tools") from None
 
     # -- reading the output --------------------------------------------------------------------------------
     def parse(self, text: str) -> tuple[str, list[Call]]:
         """(content, calls) of a whole output."""
         if self.mode == "forced":
             try:
-                value = json.loads(text)
+                # strict=False: the grammar lets a JSON string hold raw control characters (xgrammar's does);
+                # the arguments are written back escaped.
+                value = json.loads(text, strict=False)
             except ValueError:  # cut short (max_tokens): no call, the text as content
                 return text, []
             calls = [Call(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in value
@@ -187,10 +190,9 @@ class ToolPlan:
         start = fmt.start(text)
         if start is None:
             return text, []
-        calls = self._known(fmt.calls(text[start:]))
-        end = text.find(fmt.SECTION_END, start)
-        after = fmt.strip(text[end + len(fmt.SECTION_END):]) if end >= 0 else ""
-        return text[:start] + after, calls
+        # The content is the text before the calls (as SGLang's and vLLM's kimi_k2 parsers give it, and as
+        # ToolStream streams it): text after the section is dropped.
+        return text[:start], self._known(fmt.calls(text[start:]))
 
     def _known(self, raw: list[tuple[str, str]]) -> list[Call]:
         calls = []
