@@ -63,6 +63,14 @@ def _xgrammar():
     return xgrammar
 
 
+def xgrammar_reason(e: Exception, limit: int = 300) -> str:
+    """An xgrammar error's first line without its C++ log prefix, cut to ``limit`` characters (it may quote the
+    client's text)."""
+    text = str(e).strip()
+    why = _XGR_PREFIX.sub("", text).splitlines()[0] if text else type(e).__name__
+    return why if len(why) <= limit else why[:limit] + "..."
+
+
 def grammar_vocab(tokenizer, vocab_size: int) -> list[bytes]:
     """The bytes of each of the model's ``vocab_size`` token ids as the grammar reads them: a token's own bytes
     (Tokenizer.token_bytes), empty for special tokens and ids the tokenizer lacks (a padded vocabulary), which
@@ -135,9 +143,7 @@ class GrammarBackend:
             else:
                 compiled = compiler.compile_grammar(spec.text)
         except (RuntimeError, ValueError, json.JSONDecodeError) as e:
-            why = _XGR_PREFIX.sub("", str(e).strip()).splitlines()[0] if str(e).strip() else type(e).__name__
-            why = why if len(why) <= 300 else why[:300] + "..."  # (it may quote the client's text)
-            raise GrammarError(f"{spec.kind}={short_repr(spec.text)} does not compile: {why}") from None
+            raise GrammarError(f"{spec.kind}={short_repr(spec.text)} does not compile: {xgrammar_reason(e)}") from None
         with self._lock:
             self._cache[spec] = compiled
             while len(self._cache) > self.cache_size:

@@ -399,11 +399,13 @@ def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) ->
     if body.logprobs:
         raise APIError(400, "logprobs with tools are not supported (the calls are read out of the text the tokens "
                        "make)", param="logprobs")
+    given = next((k for k in ("json_schema", "regex", "ebnf") if k in sp), None)
+    if given is not None:
+        why = ("constrains the output to tool calls" if plan.mode == "forced" else
+               "reads calls written in special tokens, which no grammar allows")
+        raise APIError(400, f"tool_choice={short_repr(body.tool_choice or 'auto')} {why}; it cannot be combined "
+                       f"with {names.get(given, given)}", param="tool_choice")
     if plan.mode == "forced":
-        given = next((k for k in ("json_schema", "regex", "ebnf") if k in sp), None)
-        if given is not None:
-            raise APIError(400, f"tool_choice={short_repr(body.tool_choice)} constrains the output to tool calls; it "
-                           f"cannot be combined with {names.get(given, given)}", param="tool_choice")
         sp["ebnf"] = plan.grammar()
         names["ebnf"] = "tools"  # (a parameters schema that does not compile)
     else:

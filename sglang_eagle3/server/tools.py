@@ -25,6 +25,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
+from sglang_eagle3.runtime.grammar import xgrammar_reason
 from sglang_eagle3.runtime.sampling import short_repr
 from sglang_eagle3.server.protocol import APIError
 
@@ -32,8 +33,6 @@ logger = logging.getLogger(__name__)
 
 TOOL_CALL_PARSERS = ("kimi_k2",)
 _NAME = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
-# xgrammar's C++ errors start "[hh:mm:ss] /project/cpp/file.cc:123: " (runtime/grammar.py strips it the same way).
-_XGR_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: (?:Check failed: .*? is false: )?")
 
 
 @dataclass(frozen=True)
@@ -158,9 +157,9 @@ class ToolPlan:
         return ToolPlan("forced", body.tools, names, parser, schema, first)
 
     def grammar(self) -> str:
-        """The forced mode's constraint: ``schema`` as an EBNF grammar of compact JSON (no whitespace between
-        tokens: a JSON schema would allow any, and a model may then write nothing else). 400 naming ``tools`` where
-        a parameters schema is not one xgrammar reads, or without xgrammar."""
+        """The forced mode's constraint: ``schema`` as an EBNF grammar of JSON with fixed separators (", ", ": ",
+        no other whitespace: a JSON schema would allow any, and a model may then write nothing else). 400 naming
+        ``tools`` where a parameters schema is not one xgrammar reads, or without xgrammar."""
         try:
             import xgrammar
         except ImportError:
@@ -169,9 +168,8 @@ class ToolPlan:
         try:
             return str(xgrammar.Grammar.from_json_schema(json.dumps(self.schema), any_whitespace=False))
         except (RuntimeError, ValueError) as e:
-            why = _XGR_PREFIX.sub("", str(e).strip()).splitlines()[0] if str(e).strip() else type(e).__name__
             raise APIError(400, f"tools: a function's parameters are not a JSON schema this server can follow: "
-                           f"{short_repr(why, 300)}", param="tools") from None
+                           f"{xgrammar_reason(e)}", param="tools") from None
 
     # -- reading the output --------------------------------------------------------------------------------
     def parse(self, text: str) -> tuple[str, list[Call]]:

@@ -608,6 +608,17 @@ def test_odd_earlier_tool_calls_are_no_500(tool_server):
             assert r.json()["choices"][0]["message"]["tool_calls"][0]["id"] == f"functions.ping:{first}", r.text
 
 
+def test_auto_tools_with_a_grammar_are_400(tool_server):
+    """tool_choice auto reads calls written in special tokens, which no grammar allows: a grammar beside it would
+    forbid every call, so it is refused naming tool_choice."""
+    for extra in ({"regex": "[a-z]+"}, {"ebnf": 'root ::= "a"'}, {"response_format": {"type": "json_object"}}):
+        r = _post(tool_server.url, {"messages": CHAT, "tools": [PING], "max_tokens": 4, **extra})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["param"] == "tool_choice" and "no grammar allows" in err["message"], err
+    assert _post(tool_server.url, {"messages": CHAT, "tools": [PING], "max_tokens": 4}).status_code == 200
+
+
 def test_unknown_tool_call_parser_is_refused():
     from sglang_eagle3.launch_server import build_parser, server_config
     from sglang_eagle3.server import ServerConfig
