@@ -69,10 +69,14 @@ class Tokenizer:
     def set_chat_template(self, template: str) -> None:
         self.chat_template, self.has_own_chat_template, self._compiled_template = template, True, None
 
+    # Variables the renderer sets itself: a client's chat_template_kwargs may not name them.
+    TEMPLATE_VARIABLES = ("messages", "add_generation_prompt", "bos_token", "eos_token", "tools", "raise_exception")
+
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
-                            tools: list[dict] | None = None) -> str:
+                            tools: list[dict] | None = None, extra: dict | None = None) -> str:
         """Renders messages as Hugging Face does (trim_blocks, lstrip_blocks, ``raise_exception``; ``tools``, the
-        OpenAI tool list, as the template's ``tools``)."""
+        OpenAI tool list, as the template's ``tools``; ``extra``: more variables, e.g. a template's ``thinking``
+        switch, as SGLang's chat_template_kwargs)."""
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -85,17 +89,19 @@ class Tokenizer:
             env.globals["raise_exception"] = raise_exception
             self._compiled_template = env.from_string(self.chat_template)
         try:
-            return self._compiled_template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+            return self._compiled_template.render(**(extra or {}), messages=messages,
+                                                  add_generation_prompt=add_generation_prompt,
                                                   bos_token=self.bos_token or "", eos_token=self.eos_token or "",
                                                   tools=tools)
         except jinja2.TemplateError as e:
             raise ChatTemplateError(f"the chat template cannot render these messages: {e}") from e
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True,
-                    tools: list[dict] | None = None) -> list[int]:
+                    tools: list[dict] | None = None, extra: dict | None = None) -> list[int]:
         """Token ids of a rendered chat prompt. As with Hugging Face's ``apply_chat_template(tokenize=True)``,
         only what the template writes is encoded (a template that wants a BOS writes ``{{ bos_token }}``)."""
-        return self.encode(self.apply_chat_template(messages, add_generation_prompt, tools), add_special_tokens=False)
+        return self.encode(self.apply_chat_template(messages, add_generation_prompt, tools, extra),
+                           add_special_tokens=False)
 
 
 def _read_json(path: str) -> dict:

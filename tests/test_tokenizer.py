@@ -75,6 +75,16 @@ def test_chat_template_sources(tmp_path):
     assert from_file.has_own_chat_template and from_file.encode_chat(MESSAGES) == ids
 
 
+def test_chat_template_extra_variables(tmp_path):
+    """chat_template_kwargs (SGLang's): a template's own switches reach it; the renderer's variables win."""
+    own = ("{% for m in messages %}{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}"
+           "{% if thinking %}<think>{% else %}<answer>{% endif %}{% endif %}")
+    tok = load_tokenizer(_bpe_dir(tmp_path, {"chat_template": own}))
+    assert tok.apply_chat_template(MESSAGES).endswith("<answer>")
+    assert tok.apply_chat_template(MESSAGES, extra={"thinking": True}).endswith("<think>")
+    assert tok.apply_chat_template(MESSAGES, extra={"thinking": False}).endswith("<answer>")
+
+
 def test_chat_template_raise_exception_is_a_client_error(tmp_path):
     strict = "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first message must be user') }}{% endif %}"
     tok = load_tokenizer(_bpe_dir(tmp_path, {"chat_template": strict}))

@@ -38,6 +38,7 @@ from sglang_eagle3.server.protocol import (
 )
 from sglang_eagle3.server.serving import Serving, finish_reason, samples_per_prompt, seeded, sse
 from sglang_eagle3.server.tools import ToolPlan
+from sglang_eagle3.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -352,11 +353,17 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     sp = _sampling_params(body, max_new)
     messages = [_message_dict(m) for m in body.messages]
     plan = ToolPlan.of(body, serving.config.tool_call_parser, messages)
+    extra = body.chat_template_kwargs
+    taken = sorted(set(extra or {}) & set(Tokenizer.TEMPLATE_VARIABLES))
+    if taken:
+        raise APIError(400, f"chat_template_kwargs may not set {', '.join(taken)} (the server sets them; use the "
+                       "request's own fields)", param="chat_template_kwargs")
     if plan is not None:
         _use_tools(plan, body, sp, names, serving)
 
     def build() -> tuple[list[int], list]:
-        ids = serving.encode_chat(messages, body.add_generation_prompt, plan.tools if plan is not None else None)
+        ids = serving.encode_chat(messages, body.add_generation_prompt, plan.tools if plan is not None else None,
+                                  extra)
         # No limit asked: whatever the context (and KV cache, less the draft lookahead) leaves.
         return ids, [serving.make_request(input_ids=ids, sampling_params=seeded(sp, j), prompt_param="messages",
                                           names=names, default_max_new_tokens=serving.model.context_length,

@@ -166,6 +166,7 @@ class ChatCompletionRequest(_SamplingFields):
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
+    chat_template_kwargs: dict | None = None  # SGLang/vLLM extension: more variables for the chat template
     add_generation_prompt: bool = True  # SGLang/vLLM extension
 
 

@@ -170,13 +170,13 @@ class Serving:
                            param=f"{prompt_param}.{index}" if err.param == prompt_param else err.param)
         raise err
 
-    def encode_chat(self, messages: list[dict], add_generation_prompt: bool, tools: list[dict] | None = None
-                    ) -> list[int]:
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool, tools: list[dict] | None = None,
+                    extra: dict | None = None) -> list[int]:
         if self.tokenizer is None:
             raise APIError(400, "this server was started without a tokenizer (--skip-tokenizer-init): chat "
                            "needs one; use /generate with input_ids", param="messages")
         try:
-            return self.tokenizer.encode_chat(messages, add_generation_prompt, tools)
+            return self.tokenizer.encode_chat(messages, add_generation_prompt, tools, extra)
         except ChatTemplateError as e:
             raise APIError(400, str(e), param="messages") from None
         except (TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as e:

@@ -619,6 +619,18 @@ def test_auto_tools_with_a_grammar_are_400(tool_server):
     assert _post(tool_server.url, {"messages": CHAT, "tools": [PING], "max_tokens": 4}).status_code == 200
 
 
+def test_chat_template_kwargs(server):
+    """chat_template_kwargs reach the template (the default reads none of them: the same prompt); the variables
+    the server sets itself are refused naming the field."""
+    plain = _ok(server.url, {"max_tokens": 4, "temperature": 0})
+    kw = _ok(server.url, {"max_tokens": 4, "temperature": 0, "chat_template_kwargs": {"thinking": True}})
+    assert kw["usage"] == plain["usage"] and kw["choices"][0]["message"] == plain["choices"][0]["message"]
+    for key in ("messages", "tools", "add_generation_prompt"):
+        r = _post(server.url, {"max_tokens": 4, "chat_template_kwargs": {key: 1}})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template_kwargs", r.text
+        assert key in r.json()["error"]["message"]
+
+
 def test_unknown_tool_call_parser_is_refused():
     from sglang_eagle3.launch_server import build_parser, server_config
     from sglang_eagle3.server import ServerConfig
