@@ -401,8 +401,8 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
 
 
 def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) -> None:
-    """The sampling a request with tools needs (server/tools.py): a forced call's JSON schema, or the special
-    tokens a parser reads calls by."""
+    """The sampling a request with tools needs (server/tools.py): a forced call's grammar (ToolPlan.grammar), or
+    the special tokens a parser reads calls by."""
     if body.logprobs:
         raise APIError(400, "logprobs with tools are not supported (the calls are read out of the text the tokens "
                        "make)", param="logprobs")
