@@ -14,8 +14,9 @@ the row before it is never that draft (its mask forbids it), so the round accept
 rows are never read (left all allowed). The emitted tokens are accepted for good when the host reads the round
 (Scheduler._emit). The masks need the round's drafts on the host between the draft steps and the acceptance, so
 a batch with a grammar runs its round as parts (ModelRunner.grammar_round) and without the overlap schedule (the
-next round's masks need this round's tokens). The draft proposes without the grammar: the accept length pays for
-it, not the output.
+next round's masks need this round's tokens). The draft proposes within the grammar too (GrammarBatch.after, for
+ModelRunner._grammar_proposals): its proposal for d_(j+1) is masked with the row the verify needs after d_1..d_j,
+so each row is filled once, and only the verify's last row is left for masks().
 """
 
 from __future__ import annotations
