@@ -240,7 +240,7 @@ def test_ignore_eos_still_ends_where_the_grammar_ends(engines):
         assert out["meta_info"]["finish_reason"]["type"] == "stop" and out["text"] in ("yes!", "no!"), out
 
 
-def test_a_grammar_kept_through_retraction(tmp_path):
+def test_a_grammar_kept_through_retraction():
     """A small KV cache retracts requests mid-output; their matchers keep their place."""
     params = [{"regex": r"[a-z]+( [a-z]+){40,60}\.", "temperature": t, "seed": 5, "max_new_tokens": 48}
               for t in (0, 0.8, 0, 1.0)]
@@ -289,7 +289,7 @@ def test_grammar_error_is_a_sampling_error():
     assert SamplingParams.from_dict({"json_schema": None, "regex": None}).grammar is None
 
 
-def test_engines_that_cannot_constrain_say_why(make_pair):
+def test_engines_that_cannot_constrain_say_why():
     off = Engine(model_path=TARGET, device="cpu", grammar_backend="none")
     with pytest.raises(GrammarError, match=r"off in this engine \(grammar_backend='none'\)"):
         off.generate("And", {"regex": "a+"})
@@ -301,7 +301,7 @@ def test_engines_that_cannot_constrain_say_why(make_pair):
         Engine(model_path=TARGET, device="cpu", grammar_backend="outlines")
 
 
-def test_json_whitespace_flag(engines):
+def test_json_whitespace_flag():
     """constrained_json_disable_any_whitespace: the separators are fixed, so the output is json.dumps' own."""
     eng = Engine(model_path=TARGET, device="cpu", constrained_json_disable_any_whitespace=True)
     out = eng.generate("And God said,", {"json_schema": json.dumps(SCHEMA), "temperature": 0.9, "seed": 2,
