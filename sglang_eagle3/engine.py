@@ -29,7 +29,13 @@ from sglang_eagle3.env_report import git_commit
 from sglang_eagle3.runtime.grammar import GrammarBackend
 from sglang_eagle3.runtime.interrupts import defer_interrupt
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError, find_stop, settled_chars
+from sglang_eagle3.runtime.sampling import (
+    SamplingParams,
+    SamplingParamsError,
+    find_stop,
+    find_stop_regex,
+    settled_chars,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -461,6 +467,16 @@ class Engine:
         if long is not None:
             raise SamplingParamsError(f"stop=[{long[:16]!r}..., ...] holds a string of {len(long)} characters, "
                                       f"more than max_stop_str_len={limit}, this engine's limit")
+        if len(params.stop_regex) > self.args.max_stop_strings:
+            raise SamplingParamsError(f"stop_regex=[{len(params.stop_regex)} patterns] holds more than "
+                                      f"max_stop_strings={self.args.max_stop_strings}, this engine's limit a request")
+        long = next((s for s in params.stop_regex if len(s) > self.args.max_stop_str_len), None)
+        if long is not None:
+            raise SamplingParamsError(f"stop_regex=[{long[:16]!r}..., ...] holds a pattern of {len(long)} characters, "
+                                      f"more than max_stop_str_len={self.args.max_stop_str_len}, this engine's limit")
+        if params.stop_regex and self.tokenizer is None:
+            raise SamplingParamsError(f"stop_regex={params.stop_regex[:3]!r} needs a tokenizer, and this engine runs "
+                                      "without one (skip_tokenizer_init)")
         if params.stop and self.tokenizer is None:
             raise SamplingParamsError(f"stop={params.stop[:3]!r}{' ...' if len(params.stop) > 3 else ''} needs a "
                                       "tokenizer, and this engine runs without one (skip_tokenizer_init): use "
@@ -507,7 +523,16 @@ class Engine:
             if p.min_new_tokens > 1:
                 after = settled_chars(self.tokenizer.decode(ids[:p.min_new_tokens - 1],
                                                             skip_special_tokens=p.skip_special_tokens))
-            hit = find_stop(text, [matched], after)
+            if matched in p.stop or matched not in p.stop_regex:
+                hit = find_stop(text, [matched], after)
+            else:
+                # A stop_regex: searched where the scheduler searched it, the text of the last stop_window tokens
+                # (a pattern of unbounded length could match further back in the whole text).
+                tail = self.tokenizer.decode(ids[-p.stop_window:], skip_special_tokens=p.skip_special_tokens)
+                base = len(text) - len(tail) if text.endswith(tail) else 0
+                hit = find_stop_regex(text[base:], [p.stop_patterns[p.stop_regex.index(matched)]],
+                                      max(after - base, 0))
+                hit = None if hit is None else (hit[0], base + hit[1])
             if hit is not None:
                 text = text[:hit[1]]
         return text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 
 import pytest
 
@@ -13,7 +14,7 @@ from sglang_eagle3 import Engine
 from sglang_eagle3.config import ConfigError
 from sglang_eagle3.engine import EMBEDDED_DIR
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import SamplingParams
+from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError
 
 TARGET = os.path.join(EMBEDDED_DIR, "target")
 pytestmark = [pytest.mark.skipif(not os.path.exists(os.path.join(TARGET, "config.json")),
@@ -104,6 +105,59 @@ def test_stop_token_text_is_trimmed(engines, free_runs):
         assert out["text"] == eng.tokenizer.decode(ids[:j])
         kept = eng.generate(prompt, {**GREEDY, "stop_token_ids": [ids[j]], "no_stop_trim": True})
         assert kept["text"] == eng.tokenizer.decode(ids[: j + 1])
+
+
+def _naive_stop_regex(tokenizer, ids: list[int], patterns: list[str]) -> tuple[int, str, int] | None:
+    """(index of the first token after which a pattern matches the whole output's text, the pattern, where the
+    match starts): every token, no window."""
+    for j in range(len(ids)):
+        text = tokenizer.decode(ids[: j + 1], skip_special_tokens=False)
+        for p in patterns:
+            m = next((m for m in re.finditer(p, text) if m.end() > m.start()), None)
+            if m is not None:
+                return j, p, m.start()
+    return None
+
+
+@pytest.mark.parametrize("kind", ["plain", "eagle3"])
+def test_stop_regex_ends_where_a_naive_search_does(engines, free_runs, kind):
+    """SGLang's stop_regex: bounded patterns built from words of the output (and ones that never match) end the
+    request at the token a search of the whole output after every token finds, the text cut at the match."""
+    eng, rng = engines[kind], random.Random(11)
+    hits = 0
+    for trial in range(6):
+        prompt, free = rng.choice(list(zip(PROMPTS, free_runs, strict=True)))
+        words = re.findall(r"[A-Za-z]{3,}", free["text"])
+        w = rng.choice(words[len(words) // 3:])
+        patterns = [r"\d{7}Q", re.escape(w) + r"[ ,.;:]{1,2}[A-Za-z]{2}", rf"{re.escape(w[:2])}[a-z]{{{len(w) - 2}}}"]
+        rng.shuffle(patterns)
+        want = _naive_stop_regex(eng.tokenizer, free["output_ids"][:-1], patterns)
+        out = eng.generate(prompt, {**GREEDY, "stop_regex": patterns})
+        if want is None:
+            assert out["output_ids"] == free["output_ids"], trial
+            continue
+        j, pattern, start = want
+        hits += 1
+        assert out["output_ids"] == free["output_ids"][: j + 1], trial
+        assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": pattern}, trial
+        full = eng.tokenizer.decode(out["output_ids"])
+        assert out["text"] == full[:start], (trial, out["text"], full, start)
+        kept = eng.generate(prompt, {**GREEDY, "stop_regex": patterns, "no_stop_trim": True})
+        assert kept["text"] == full
+    assert hits >= 3, hits
+
+
+@pytest.mark.parametrize("sp,needle", [
+    ({"stop_regex": "a("}, "stop_regex[0]='a(' does not compile"),
+    ({"stop_regex": ["x", "(?:)"]}, "stop_regex[1]='(?:)' matches only the empty string"),
+    ({"stop_regex": [5]}, "stop_regex[0]=5 must be a string"),
+    ({"stop_regex": ["a"] * 129}, "stop_regex=[129 patterns] holds more than max_stop_strings=128"),
+    ({"stop_regex": "a" * 300}, "holds a pattern of 300 characters, more than max_stop_str_len=256"),
+])
+def test_bad_stop_regex_names_the_field(engines, sp, needle):
+    with pytest.raises(SamplingParamsError) as e:
+        engines["plain"].generate("And", sp)
+    assert needle in str(e.value) and len(str(e.value)) < 400, str(e.value)
 
 
 @pytest.mark.parametrize("kind", ["plain", "eagle3"])

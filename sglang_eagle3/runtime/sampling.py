@@ -51,6 +51,9 @@ class SamplingParams:
     min_p: float = 0.0
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
+    # SGLang's stop_regex: Python regular expressions, searched as stop strings are (the output so far, special
+    # tokens' text included); a match of unbounded length is found within its last STOP_REGEX_REACH characters.
+    stop_regex: list[str] = field(default_factory=list)
     ignore_eos: bool = False
     seed: int | None = None
     # Penalties (SGLang's meanings, over the request's OUTPUT tokens so far): a token's logit less
@@ -90,10 +93,11 @@ class SamplingParams:
             raise SamplingParamsError(f"n={d['n']!r} is not supported (only n=1)")
         for k in ("n", "sampling_seed"):
             d.pop(k, None)
-        if isinstance(d.get("stop"), str):
-            d["stop"] = [d["stop"]]
-        if d.get("stop") is None:
-            d["stop"] = []
+        for name in ("stop", "stop_regex"):
+            if isinstance(d.get(name), str):
+                d[name] = [d[name]]
+            if d.get(name) is None:
+                d[name] = []
         if d.get("stop_token_ids") is None:
             d["stop_token_ids"] = []
         for name in ("frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "logit_bias",
@@ -136,6 +140,17 @@ class SamplingParams:
                 bad_item("stop", i, "must be a string")
             if s == "":
                 bad_item("stop", i, "is an empty string, which would match before any text")
+        if not isinstance(self.stop_regex, list):
+            bad("stop_regex", "must be a string or a list of strings")
+        for i, s in enumerate(self.stop_regex):
+            if not isinstance(s, str):
+                bad_item("stop_regex", i, "must be a string")
+            try:
+                width = _regex_width(s)
+            except (re.error, RecursionError, OverflowError) as e:
+                bad_item("stop_regex", i, f"does not compile: {short_repr(str(e), 200)}")
+            if width == 0:
+                bad_item("stop_regex", i, "matches only the empty string, which would match before any text")
         if not isinstance(self.stop_token_ids, list):
             bad("stop_token_ids", "must be a list of integers")
         for i, t in enumerate(self.stop_token_ids):
@@ -207,7 +222,41 @@ class SamplingParams:
         more for a character split across tokens); a shorter window misses long ones. Cached: the scheduler
         reads it for every emitted token, and its cost grows with the stop strings' total length. NOTE: stale if
         ``stop`` is changed in place after it is read (dataclasses.replace makes a fresh one)."""
-        return max(16, max((len(s.encode()) for s in self.stop), default=0) + 2)
+        longest = max([len(s.encode()) for s in self.stop] + [4 * w for w in self.stop_regex_widths], default=0)
+        return max(16, longest + 2)
+
+    @functools.cached_property
+    def stop_regex_widths(self) -> list[int]:
+        """The longest match of each stop_regex, in characters (at most STOP_REGEX_REACH)."""
+        return [min(_regex_width(s), STOP_REGEX_REACH) for s in self.stop_regex]
+
+    @functools.cached_property
+    def stop_patterns(self) -> list[re.Pattern]:
+        return [re.compile(s) for s in self.stop_regex]
+
+
+STOP_REGEX_REACH = 256  # characters of output a stop_regex of unbounded length is searched in (its window)
+
+
+def _regex_width(pattern: str) -> int:
+    """The longest text ``pattern`` can match, in characters (huge where unbounded); re.error where it does not
+    compile. (Python's own parser: the width it computes for the pattern's engine.)"""
+    re.compile(pattern)
+    try:
+        from re import _parser as sre_parse
+    except ImportError:  # Python 3.10
+        import sre_parse
+    return sre_parse.parse(pattern).getwidth()[1]
+
+
+def find_stop_regex(text: str, patterns: list[re.Pattern], after: int = 0) -> tuple[str, int] | None:
+    """find_stop for regular expressions: the first pattern (in order) with a match in ``text`` ending past its
+    first ``after`` characters (a non-empty one), and where that match starts."""
+    for p in patterns:
+        for m in p.finditer(text):
+            if m.end() > after and m.end() > m.start():
+                return p.pattern, m.start()
+    return None
 
 
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries

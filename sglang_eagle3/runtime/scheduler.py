@@ -42,7 +42,7 @@ from sglang_eagle3.runtime.interrupts import defer_interrupt
 from sglang_eagle3.runtime.kv_cache import pages_for
 from sglang_eagle3.runtime.model_runner import BatchTensors, ModelRunner
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import SamplerBatch, find_stop, sampling_key, settled_chars
+from sglang_eagle3.runtime.sampling import SamplerBatch, find_stop, find_stop_regex, sampling_key, settled_chars
 
 logger = logging.getLogger(__name__)
 
@@ -590,7 +590,7 @@ class Scheduler:
                 r.finished_reason = {"type": "stop", "matched": t if t in self.eos else None}
             elif len(r.output_ids) >= p.max_new_tokens:
                 r.finished_reason = {"type": "length", "length": p.max_new_tokens}
-            elif p.stop and self.detokenize is not None and len(r.output_ids) >= p.min_new_tokens:
+            elif (p.stop or p.stop_regex) and self.detokenize is not None and len(r.output_ids) >= p.min_new_tokens:
                 window = r.output_ids[-p.stop_window:]
                 # Stop strings are not looked for in the first min_new_tokens - 1 tokens: one that ended there is
                 # text. While the window still holds such a token, only a match ending in this token's text counts
@@ -600,7 +600,8 @@ class Scheduler:
                 after = 0
                 if len(r.output_ids) - len(window) < p.min_new_tokens - 1:
                     after = settled_chars(self.detokenize(window[:-1], skip_special_tokens=False))
-                hit = find_stop(self.detokenize(window, skip_special_tokens=False), p.stop, after)
+                text = self.detokenize(window, skip_special_tokens=False)
+                hit = find_stop(text, p.stop, after) or find_stop_regex(text, p.stop_patterns, after)
                 if hit is not None:
                     r.finished_reason = {"type": "stop", "matched": hit[0]}
             if r.finished_reason is not None:

@@ -248,8 +248,9 @@ class EngineDriver:
             self._inflight_rids.update(rids)
         sub = Submission(self, requests, asyncio.get_running_loop())
         for i, r in enumerate(requests):
-            stop = r.params.stop or []
-            hold = max((len(s) for s in stop), default=1) - 1
+            # The longest text a stop string or stop_regex may match, less one: its start is never shown before it
+            # completes (a regex of unbounded length: its sampling.STOP_REGEX_REACH).
+            hold = max([len(s) for s in r.params.stop] + r.params.stop_regex_widths, default=1) - 1
             self._cmds.put(("add", _Tracked(r, sub, i, hold, full_results)))
         return sub
 

@@ -58,7 +58,7 @@ def _sampling_params(body, max_new_tokens: int | None) -> dict:
     default to Serving.make_request, which cuts it to what the prompt leaves."""
     sp: dict = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
     for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop_token_ids", "ignore_eos", "frequency_penalty",
-                 "presence_penalty", "repetition_penalty", "logit_bias"):
+                 "presence_penalty", "repetition_penalty", "logit_bias", "stop_regex"):
         v = getattr(body, name)
         if v is not None:
             sp[name] = v

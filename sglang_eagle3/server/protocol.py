@@ -128,6 +128,7 @@ class _SamplingFields(_Body):
     min_p: float | None = None
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None
+    stop_regex: str | list[str] | None = None
     # Structured output: OpenAI's response_format (text, json_object, json_schema) or SGLang's own fields
     regex: str | None = None
     ebnf: str | None = None

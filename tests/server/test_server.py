@@ -4,6 +4,7 @@ endpoints, plain HTTP for /generate, continuous batching, the bad-input matrix a
 from __future__ import annotations
 
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -154,6 +155,29 @@ def test_stop_strings_trim_stream_and_nonstream(client):
     streamed = "".join(c.choices[0].text for c in client.completions.create(
         model=MODEL, prompt="Judge my vow", max_tokens=24, temperature=0, stop=stop, stream=True) if c.choices)
     assert streamed == cut
+
+
+def test_stop_regex_trims_stream_and_nonstream(client, server, tiny_model):
+    """SGLang's stop_regex (an OpenAI extension there, extra_body here): the streamed text never shows the start of
+    the match (held back by the pattern's longest match) and joins to the non-streaming text."""
+    from sglang_eagle3.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(tiny_model.target)
+    ids = tok.encode("Judge my vow")
+    out = httpx.post(server.url + "/generate", json={"input_ids": ids, "sampling_params": {
+        "max_new_tokens": 24, "temperature": 0}}, timeout=60).json()["output_ids"]
+    base = tok.decode(out)
+    # A pattern whose match spans three tokens (one a round here: the tiny draft is seldom accepted), so that a
+    # stream not holding it back would show its start before it completes.
+    i = next(i for i in range(3, len(out) - 3)
+             if all(tok.decode([t]).strip() and "\ufffd" not in tok.decode([t]) for t in out[i:i + 3]))
+    pattern = "".join(f"(?:{re.escape(tok.decode([t]))})" for t in out[i:i + 3])
+    m = next(m for m in re.finditer(pattern, base))
+    kw = dict(model=MODEL, prompt="Judge my vow", max_tokens=24, temperature=0, extra_body={"stop_regex": pattern})
+    res = client.completions.create(**kw).choices[0]
+    assert res.text == base[:m.start()] and res.finish_reason == "stop"
+    streamed = "".join(c.choices[0].text for c in client.completions.create(**kw, stream=True) if c.choices)
+    assert streamed == res.text
 
 
 def test_seeded_sampling_repeats(client):
