@@ -477,6 +477,7 @@ class Engine:
         if params.stop_regex and self.tokenizer is None:
             raise SamplingParamsError(f"stop_regex={params.stop_regex[:3]!r} needs a tokenizer, and this engine runs "
                                       "without one (skip_tokenizer_init)")
+        params.check_stop_regex()
         if params.stop and self.tokenizer is None:
             raise SamplingParamsError(f"stop={params.stop[:3]!r}{' ...' if len(params.stop) > 3 else ''} needs a "
                                       "tokenizer, and this engine runs without one (skip_tokenizer_init): use "

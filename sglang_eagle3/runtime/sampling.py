@@ -145,12 +145,6 @@ class SamplingParams:
         for i, s in enumerate(self.stop_regex):
             if not isinstance(s, str):
                 bad_item("stop_regex", i, "must be a string")
-            try:
-                width = _regex_width(s)
-            except (re.error, RecursionError, OverflowError) as e:
-                bad_item("stop_regex", i, f"does not compile: {short_repr(str(e), 200)}")
-            if width == 0:
-                bad_item("stop_regex", i, "matches only the empty string, which would match before any text")
         if not isinstance(self.stop_token_ids, list):
             bad("stop_token_ids", "must be a list of integers")
         for i, t in enumerate(self.stop_token_ids):
@@ -224,6 +218,22 @@ class SamplingParams:
         ``stop`` is changed in place after it is read (dataclasses.replace makes a fresh one)."""
         longest = max([len(s.encode()) for s in self.stop] + [4 * w for w in self.stop_regex_widths], default=0)
         return max(16, longest + 2)
+
+    def check_stop_regex(self) -> None:
+        """SamplingParamsError naming the first stop_regex pattern that does not compile or matches only the empty
+        string. Apart from validate(): the engine calls it once its limits on the patterns' number and length
+        hold (a client's megabyte pattern is not compiled to be refused)."""
+        for i, s in enumerate(self.stop_regex):
+            try:
+                width = _regex_width(s)
+            except (re.error, RecursionError, OverflowError) as e:
+                raise SamplingParamsError(f"stop_regex[{i}]={short_repr(s)} does not compile: "
+                                          f"{short_repr(str(e), 200)} (stop_regex holds {len(self.stop_regex)} "
+                                          "items)") from None
+            if width == 0:
+                raise SamplingParamsError(f"stop_regex[{i}]={short_repr(s)} matches only the empty string, which "
+                                          f"would match before any text (stop_regex holds {len(self.stop_regex)} "
+                                          "items)")
 
     @functools.cached_property
     def stop_regex_widths(self) -> list[int]:
