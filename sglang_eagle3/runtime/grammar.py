@@ -35,7 +35,6 @@ from sglang_eagle3.runtime.sampling import SamplingParamsError, short_repr
 
 logger = logging.getLogger(__name__)
 
-GRAMMAR_KINDS = ("json_schema", "regex", "ebnf")
 ANY_JSON = "$$ANY$$"  # SGLang's json_schema for "any JSON value" (OpenAI's response_format json_object)
 # xgrammar's C++ errors start "[hh:mm:ss] /project/cpp/file.cc:123: " and often "Check failed: (...) is false: ".
 _XGR_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: (?:Check failed: .*? is false: )?")
@@ -48,7 +47,7 @@ class GrammarError(SamplingParamsError):
 
 @dataclass(frozen=True)
 class GrammarSpec:
-    """One request's grammar: ``kind`` one of GRAMMAR_KINDS, ``text`` the schema (serialized JSON), regular
+    """One request's grammar: ``kind`` one of sampling.GRAMMAR_KINDS, ``text`` the schema (serialized JSON), regular
     expression or EBNF grammar as the client sent it."""
 
     kind: str

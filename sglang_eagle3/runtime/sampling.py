@@ -33,6 +33,7 @@ import torch
 from sglang_eagle3 import env, kernels
 from sglang_eagle3.kernels.ref import MIX32_MUL1, MIX32_MUL2
 
+GRAMMAR_KINDS = ("json_schema", "regex", "ebnf")  # SamplingParams' grammar fields (runtime/grammar.py)
 SAMPLING_EPS = 1e-6  # a temperature below this is greedy (SGLang's _SAMPLING_EPS)
 
 
@@ -101,7 +102,7 @@ class SamplingParams:
         if d.get("stop_token_ids") is None:
             d["stop_token_ids"] = []
         for name in ("frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "logit_bias",
-                     "json_schema", "regex", "ebnf"):
+                     *GRAMMAR_KINDS):
             if name in d and d[name] is None:  # null: the default, as SGLang reads it
                 del d[name]
         if isinstance(d.get("logit_bias"), dict):
@@ -176,7 +177,7 @@ class SamplingParams:
                 or not 0 <= self.min_new_tokens <= self.max_new_tokens:
             raise SamplingParamsError(f"min_new_tokens={short_repr(self.min_new_tokens)} must be an integer in [0, "
                                       f"max_new_tokens={self.max_new_tokens}]")
-        given = [name for name in ("json_schema", "regex", "ebnf") if getattr(self, name) is not None]
+        given = [name for name in GRAMMAR_KINDS if getattr(self, name) is not None]
         for name in given:
             if not isinstance(getattr(self, name), str):
                 bad(name, "must be a string" + (" (the schema serialized as JSON)" if name == "json_schema" else ""))
@@ -204,7 +205,7 @@ class SamplingParams:
         """The request's GrammarSpec (runtime/grammar.py), or None."""
         from sglang_eagle3.runtime.grammar import GrammarSpec
 
-        for kind in ("json_schema", "regex", "ebnf"):
+        for kind in GRAMMAR_KINDS:
             if getattr(self, kind) is not None:
                 return GrammarSpec(kind, getattr(self, kind))
         return None

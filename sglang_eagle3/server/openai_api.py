@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request as HTTPRequest
 
 from sglang_eagle3.runtime.grammar import ANY_JSON
-from sglang_eagle3.runtime.sampling import short_repr
+from sglang_eagle3.runtime.sampling import GRAMMAR_KINDS, short_repr
 from sglang_eagle3.server.driver import Submission, Update
 from sglang_eagle3.server.logprobs import (
     ChoiceTokens,
@@ -66,7 +66,7 @@ def _sampling_params(body, max_new_tokens: int | None) -> dict:
         sp["min_new_tokens"] = body.min_tokens
     if body.stop is not None:
         sp["stop"] = [body.stop] if isinstance(body.stop, str) else body.stop
-    for name in ("regex", "ebnf", "json_schema"):
+    for name in GRAMMAR_KINDS:
         if getattr(body, name) is not None:
             sp[name] = getattr(body, name)
     schema = _response_format_schema(body.response_format)
@@ -406,7 +406,7 @@ def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) ->
     if body.logprobs:
         raise APIError(400, "logprobs with tools are not supported (the calls are read out of the text the tokens "
                        "make)", param="logprobs")
-    given = next((k for k in ("json_schema", "regex", "ebnf") if k in sp), None)
+    given = next((k for k in GRAMMAR_KINDS if k in sp), None)
     if given is not None:
         why = ("constrains the output to tool calls" if plan.mode == "forced" else
                "reads calls written in special tokens, which no grammar allows")

@@ -21,9 +21,9 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import StreamingResponse
 
 from sglang_eagle3.engine import RequestError
-from sglang_eagle3.runtime.grammar import GRAMMAR_KINDS, GrammarError
+from sglang_eagle3.runtime.grammar import GrammarError
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError, short_repr
+from sglang_eagle3.runtime.sampling import GRAMMAR_KINDS, SamplingParams, SamplingParamsError, short_repr
 from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import (
     BatchTooLargeError,
