@@ -31,7 +31,6 @@ from sglang_eagle3.server.protocol import APIError
 
 logger = logging.getLogger(__name__)
 
-TOOL_CALL_PARSERS = ("kimi_k2",)
 _NAME = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
 
 
@@ -76,7 +75,8 @@ class KimiK2Format:
         return 0
 
 
-_FORMATS = {"kimi_k2": KimiK2Format}
+_FORMATS = {"kimi_k2": KimiK2Format}  # --tool-call-parser name -> the call format it reads
+TOOL_CALL_PARSERS = tuple(_FORMATS)
 
 
 def _tool_error(msg: str, param: str) -> APIError:
