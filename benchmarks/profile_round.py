@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 
+from benchmarks.bench_e2e import sampling_params  # noqa: E402
 from sglang_eagle3 import Engine  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.engine import EMBEDDED_DIR  # noqa: E402
@@ -82,17 +83,19 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--prompt", default="In the beginning God created the heavens and the earth. And the earth")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--sampling", default="greedy", metavar="SPEC",
+                    help="bench_e2e.py's --sampling syntax, e.g. 'temperature=0,json_schema=$$ANY$$' (a grammar)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                     help="cpu: a dry run of the script (no GPU kernel times)")
     ap.add_argument("--out")
     a = ap.parse_args()
-    res = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
+    res = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(), "sampling": a.sampling,
            "gpu": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
            "torch": torch.__version__, "model": a.model_path, "configs": {}}
     for name, spec in (("baseline", {}), (f"eagle3_k{a.k}", dict(
             speculative_algorithm="EAGLE3", speculative_draft_model_path=a.draft_path, speculative_num_steps=a.k))):
         engine = Engine(model_path=a.model_path, device=a.device, log_level="warning", **spec)
-        params = {"max_new_tokens": a.max_new_tokens, "temperature": 0, "ignore_eos": True}
+        params = {"max_new_tokens": a.max_new_tokens, "ignore_eos": True, **sampling_params(a.sampling)}
         engine.generate(a.prompt, {**params, "max_new_tokens": 8})  # warm-up
         r = profile_config(lambda e=engine, p=params: e.generate(a.prompt, p), engine.backend.scheduler.stats,
                            a.top, lambda e=engine: e.get_server_info().get("avg_spec_accept_length"))
