@@ -233,6 +233,29 @@ def test_drafts_proposed_within_the_grammar_are_accepted_more(engines):
     assert runs[True][1] > runs[False][1] + 0.5, runs
 
 
+@pytest.mark.parametrize("temperature", [0, 0.9])
+def test_every_draft_is_proposed_within_the_grammar(tok, temperature):
+    """A grammar the same at every position ([a-z ]+: a token is allowed wherever it spells only those characters,
+    or is the eos): every draft the verify sees (d_1 from the head again, d_2..d_k from the masked draft steps) up
+    to the first eos is such a token. The draft alone, trained on capitalised and punctuated text, proposes others."""
+    eng = Engine(device="cpu", speculative_num_steps=4)
+    verify, seen = eng.runner.target_verify, []
+
+    def recording(bs, T, **inputs):
+        seen.append(inputs["input_ids"].view(bs, T)[:, 1:].tolist())
+        return verify(bs, T, **inputs)
+
+    eng.runner.target_verify = recording
+    params = {"regex": "[a-z ]+", "temperature": temperature, "seed": 7, "max_new_tokens": 40}
+    outs = eng.generate(PROMPTS, [params] * len(PROMPTS))
+    assert all(regex.fullmatch("[a-z ]+", o["text"]) for o in outs), [o["text"] for o in outs]
+    drafts = [t for batch in seen for row in batch for t in row[:row.index(tok.eos_token_id) if tok.eos_token_id
+                                                                   in row else None]]
+    assert len(drafts) > 40
+    bad = sorted({t for t in drafts if not regex.fullmatch(b"[a-z ]+", tok.token_bytes(t))})
+    assert not bad, [tok.token_bytes(t) for t in bad]
+
+
 def test_ignore_eos_still_ends_where_the_grammar_ends(engines):
     sp = {"regex": "(yes|no)!", "temperature": 0, "max_new_tokens": 30, "ignore_eos": True}
     for eng in engines.values():

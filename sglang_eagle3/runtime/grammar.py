@@ -13,10 +13,11 @@ filled, then rolls them back (GrammarBatch.masks). A draft the grammar refuses e
 the row before it is never that draft (its mask forbids it), so the round accepts nothing past it and the later
 rows are never read (left all allowed). The emitted tokens are accepted for good when the host reads the round
 (Scheduler._emit). The masks need the round's drafts on the host between the draft steps and the acceptance, so
-a batch with a grammar runs its round as parts (ModelRunner.grammar_round) and without the overlap schedule (the
-next round's masks need this round's tokens). The draft proposes within the grammar too (GrammarBatch.after, for
-ModelRunner._grammar_proposals): its proposal for d_(j+1) is masked with the row the verify needs after d_1..d_j,
-so each row is filled once, and only the verify's last row is left for masks().
+a batch with a grammar runs its round as k + 2 graph replays (ModelRunner.grammar_spec_round; with penalties too,
+as the penalized round's parts) and without the overlap schedule (the next round's masks need this round's
+tokens). The draft proposes within the grammar too (GrammarBatch.after, for ModelRunner._propose_in_grammar and
+the masked draft steps): its proposal for d_(j+1) is masked with the row the verify needs after d_1..d_j, so each
+row is filled once, and only the verify's last row is left for masks(), filled while the verify runs.
 """
 
 from __future__ import annotations
@@ -103,6 +104,15 @@ class GrammarBackend:
         return GrammarBackend(tokenizer, vocab_size, stop_token_ids,
                               any_whitespace=not args.constrained_json_disable_any_whitespace,
                               disabled_reason="grammar_backend='none'" if args.grammar_backend == "none" else None)
+
+    @property
+    def available(self) -> bool:
+        """Whether requests with a grammar can be served (not turned off, a tokenizer, xgrammar installed): the
+        engine then captures the graphs of grammar rounds too."""
+        import importlib.util
+
+        return (self.disabled_reason is None and self.tokenizer is not None
+                and importlib.util.find_spec("xgrammar") is not None)
 
     def _get_compiler(self):
         if self._compiler is None:
@@ -255,8 +265,8 @@ class GrammarBatch:
         """int32 [B, words(V)] on the device: the tokens request b may emit after accepting drafts[b] ([B, j], j >= 0;
         a device tensor, read here); all allowed where it has no grammar, refuses a draft or has ended. The masks of
         the draft's proposals (ModelRunner._grammar_proposals), kept for the verify's rows (masks())."""
-        rows = drafts.tolist()
         j = drafts.shape[1]
+        rows = drafts.tolist() if j else [[] for _ in self.matchers]  # (no wait for the stream at j = 0)
         if j == 0:  # a round's first proposal
             self._after = {}
         mask = torch.full((len(self.matchers), bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
@@ -271,6 +281,14 @@ def allowed_tokens(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """bool [R, V] from bitmask [R, words(V)] (int32; bit i of word w: token 32 w + i)."""
     shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
     return ((bitmask.unsqueeze(-1) >> shifts) & 1).view(bitmask.shape[0], -1)[:, :vocab_size].bool()
+
+
+def allowed_columns(bitmask: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """bool [R, C] from bitmask [R, words(V)]: whether row r allows token token_ids[c] (int64 [C], e.g. the target
+    ids of a draft's columns). Gathers one word a column instead of expanding the whole row (allowed_tokens), so
+    that a draft's proposal masked in a graph reads [R, C] words, not [R, V] bits."""
+    words = bitmask[:, token_ids >> 5]
+    return ((words >> (token_ids & 31).to(torch.int32)) & 1).bool()
 
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from sglang_eagle3.core import ForwardBatch, ForwardMode, KVPool
 from sglang_eagle3.kernels.gemv import fma_for_engine
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
-from sglang_eagle3.runtime.grammar import GrammarBatch, allowed_tokens, apply_token_bitmask
+from sglang_eagle3.runtime.grammar import GrammarBatch, allowed_columns, apply_token_bitmask, bitmask_words
 from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputSpec
 from sglang_eagle3.runtime.kv_cache import PageAllocator, make_pool
 from sglang_eagle3.runtime.sampling import (
@@ -89,7 +89,9 @@ class ModelRunner:
                  num_pages: int, page_size: int, max_context: int, device: torch.device, dtype: torch.dtype,
                  use_cuda_graph: bool, cuda_graph_max_bs: int, verify_widths: tuple[int, ...],
                  attention_backend: str, moe_backend: str = "auto", graph_disabled_reason: str = "",
-                 prefill_tokens: tuple[int, ...] = (), mha_prefill_tokens: int = 0):
+                 prefill_tokens: tuple[int, ...] = (), mha_prefill_tokens: int = 0, grammar_graphs: bool = False):
+        """``grammar_graphs``: capture the graphs of grammar rounds too (the engine can serve structured output:
+        runtime/grammar.py), else their calls run eager, counted with the reason."""
         for name, model in (("target", target), ("draft", draft)):
             # Positions index the rotary cos/sin tables, which the kernels read unchecked: past the table a
             # position reads other memory (NaN logits, or an illegal address), so refuse the pool up front.
@@ -167,19 +169,35 @@ class ModelRunner:
         # logits are penalized with the draft tokens before it counted (sampling.penalized_logits), so that the
         # output is the one plain decoding gives. Not captured as one graph (their per-request state is [B, V]
         # counts a batch): the round runs as its parts, each replaying its own graph (the verify forward too), with
-        # acceptance eager between them, and is counted as spec_round_penalized EAGER with this reason.
+        # acceptance eager between them, and is counted as spec_round_penalized EAGER with this reason. A batch with
+        # penalties and a grammar runs the same way, its rows also masked (the host fills the masks between parts).
         processed = self._round_fn(parts, ALL_FILTERS, processed=True)
         self.penalized_round = GraphRunner(
             "spec_round_penalized", processed, sampled_specs, self.stats, enabled=False,
             disabled_reason="a request has penalties (frequency/presence/repetition_penalty, min_new_tokens or "
             "logit_bias): the round runs as its parts, each replaying its own graph")
-        # Batches with a grammar (json_schema / regex / ebnf; penalties too, if any): the same round, its rows also
-        # masked by the grammar (runtime/grammar.py), whose masks the host fills from the round's drafts between
-        # the draft steps and the acceptance; counted as spec_round_grammar EAGER with this reason.
-        self.grammar_round = GraphRunner(
-            "spec_round_grammar", processed, sampled_specs, self.stats, enabled=False,
-            disabled_reason="a request has a grammar (json_schema, regex or ebnf): the host fills its masks from the "
-            "round's drafts, so the round runs as its parts, each replaying its own graph")
+        # Batches with a grammar (json_schema / regex / ebnf) and no penalties: the host fills each step's mask from
+        # the drafts before it (runtime/grammar.py), so the round is k + 2 replays (grammar_round): the draft's
+        # proposal d_1 again under its mask (grammar_draft_head), each draft step with its proposal masked
+        # (grammar_draft_decode), the verify forward (target_verify), then the masked acceptance and the draft
+        # extend (spec_round_grammar; replays target_verify's logits, which the host's last mask row waited on).
+        grammar_common = dict(common, enabled=use_cuda_graph and grammar_graphs and draft is not None,
+                              disabled_reason=graph_disabled_reason if not use_cuda_graph
+                              else "the engine has no grammar backend (grammar graphs not captured)")
+        mask = InputSpec(per_token=True, pad_value=-1)  # padded rows: every token allowed (no -inf rows)
+        samp_specs = dict(samp_f=InputSpec(per_token=False), samp_i=InputSpec(per_token=False))
+        self.grammar_head = GraphRunner(
+            "grammar_draft_head", self._grammar_head_fn(), dict(
+                hidden=InputSpec(per_token=True), positions=InputSpec(per_token=True), mask=mask, **samp_specs),
+            tokens_per_req=(1,), **grammar_common)
+        self.grammar_draft = GraphRunner("grammar_draft_decode", self._grammar_draft_fn(),
+                                         dict(draft_specs, mask=mask, **samp_specs), tokens_per_req=(1,),
+                                         **grammar_common)
+        tail_specs = dict(_UNIFORM_SPECS, logits=InputSpec(per_token=True), aux=InputSpec(per_token=True), mask=mask,
+                          sim_accept=InputSpec(per_token=False, pad_value=-1), **samp_specs)
+        self.grammar_tail = GraphRunner(
+            "spec_round_grammar", self._grammar_tail_fn(raw), tail_specs, tokens_per_req=verify_widths,
+            eager_fn=self._grammar_tail_fn(parts), replay_counts=lambda T: ("draft_extend",), **grammar_common)
         # Prefill as graphs: prompts padded to the next token bucket (causal, so padded tokens after the real
         # ones change nothing), the target and the draft's extend over them. Buckets past the page table's
         # reach (the context) are dropped: padded positions must index the table and the rotary cache like
@@ -294,7 +312,7 @@ class ModelRunner:
         of a, the target's token after them, the next round's d_1, then d_1..d_k; the next draft hidden [B, Hd])."""
         def fn(input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, sim_accept, tokens_per_req,
                samp_f=None, samp_i=None, pen=None, grammar=None, batch_filters=None):
-            T, B = tokens_per_req, seq_lens.shape[0]
+            T = tokens_per_req
             # batch_filters: the batch's own (the processed rounds, never captured, take them per call: a batch
             # of greedy requests with penalties or a grammar then neither samples nor proposes samples).
             used = batch_filters or filters
@@ -302,24 +320,79 @@ class ModelRunner:
                          samp=None if used is None or not used.sampled else (samp_f, samp_i))
             constrain = None
             if grammar is not None and self.grammar_drafts:  # (the accept length, not exactness)
-                constrain = lambda ids, j, h, p: self._grammar_proposals(  # noqa: E731
-                    grammar, ids[:, 1:j + 1], h, batch["samp"], p)
+                constrain = lambda ids, j, h, p: self._propose_in_grammar(  # noqa: E731
+                    grammar, ids[:, 1:j + 1], h, samp_f, samp_i, p)
             ids, logits, aux = self.propose_verify(parts, input_ids, hidden=hidden, T=T, constrain=constrain,
                                                    before_verify=grammar.prefetch if grammar is not None else None,
                                                    **batch)
-            if used is not None:  # row j of a request samples the token at its position + 1
-                scores = processed_logits(logits, pen, grammar, ids) if processed else logits
-                target = sample_tokens(scores, samp_f.repeat_interleave(T, 0), samp_i.repeat_interleave(T, 0),
-                                       positions + 1, used).view(B, T)
-            else:
-                target = logits.view(B, T, -1).argmax(-1)
-            matched = (ids[:, 1:] == target[:, :-1]).to(torch.int64).cumprod(1).sum(1)
-            a = torch.where(sim_accept >= 0, sim_accept, matched)
-            nxt = target.gather(1, a.view(B, 1)).view(B)
-            next_draft, next_hidden = self.extend_next(parts, ids, a, nxt, aux, T=T, **batch)
-            return logits, _pack_round(a, nxt, next_draft, ids), next_hidden
+            scores = processed_logits(logits, pen, grammar, ids) if processed else logits
+            return (logits, *self._accept_extend(parts, ids, scores, aux, sim_accept, used, samp_f, samp_i, batch))
 
         return fn
+
+    def _accept_extend(self, parts: dict, ids, scores, aux, sim_accept, used: Filters | None, samp_f, samp_i,
+                       batch: dict):
+        """A round's second half: the target's token at each verify row of ids [B, T] (the argmax of its scores
+        [B*T, V], or with ``used`` filters sampling.sample_tokens), a = the drafts accepted (or sim_accept where
+        >= 0), then the draft extend. Returns (packed [B, 3+k], the next draft hidden [B, Hd])."""
+        B, T = ids.shape
+        if used is not None:  # row j of a request samples the token at its position + 1
+            target = sample_tokens(scores, samp_f.repeat_interleave(T, 0), samp_i.repeat_interleave(T, 0),
+                                   batch["positions"] + 1, used).view(B, T)
+        else:
+            target = scores.view(B, T, -1).argmax(-1)
+        matched = (ids[:, 1:] == target[:, :-1]).to(torch.int64).cumprod(1).sum(1)
+        a = torch.where(sim_accept >= 0, sim_accept, matched)
+        nxt = target.gather(1, a.view(B, 1)).view(B)
+        next_draft, next_hidden = self.extend_next(parts, ids, a, nxt, aux, T=T, **batch)
+        return _pack_round(a, nxt, next_draft, ids), next_hidden
+
+    def _grammar_head_fn(self):
+        """d_1 again from the draft hidden [B, Hd] that proposed it, among the tokens its mask [B, words] allows
+        (the draft's forward, replayed as a graph, returns no logits: the head runs again over the hidden)."""
+        def fn(hidden, positions, mask, samp_f, samp_i, tokens_per_req):
+            logits = self.draft_head(self.draft.norm(hidden))
+            return (self._masked_choice(logits, mask, samp_f, samp_i, positions),)
+
+        return fn
+
+    def _grammar_draft_fn(self):
+        """A draft step whose proposal is chosen among the tokens its mask [B, words] allows (the grammar's after
+        the drafts before it, the host's: GrammarBatch.after)."""
+        def fn(input_ids, hidden, positions, page_table, seq_lens, out_cache_loc, mask, samp_f, samp_i,
+               tokens_per_req):
+            fb = self._fb(self.draft_kv, ForwardMode.DECODE, page_table, seq_lens, out_cache_loc, tokens_per_req)
+            logits, h = self.draft(input_ids, hidden, positions, fb, self.embed_weight, self.draft_head)
+            return self._masked_choice(logits, mask, samp_f, samp_i, positions + 2), h
+
+        return fn
+
+    def _grammar_tail_fn(self, parts: dict):
+        """A grammar round after its verify forward: the verify's logits [B*T, V] masked (mask [B*T, words]), the
+        acceptance on them (every row sampled by sample_tokens: greedy rows take the argmax) and the draft extend
+        over aux [B*T, 3H]. Returns (packed, next draft hidden)."""
+        def fn(logits, aux, input_ids, positions, page_table, seq_lens, out_cache_loc, mask, samp_f, samp_i,
+               sim_accept, tokens_per_req):
+            batch = dict(positions=positions, page_table=page_table, seq_lens=seq_lens, out_cache_loc=out_cache_loc,
+                         samp=(samp_f, samp_i))
+            ids = input_ids.view(seq_lens.shape[0], tokens_per_req)
+            return self._accept_extend(parts, ids, apply_token_bitmask(logits, mask), aux, sim_accept, ALL_FILTERS,
+                                       samp_f, samp_i, batch)
+
+        return fn
+
+    def _propose_in_grammar(self, grammar: GrammarBatch, drafts, hidden, samp_f, samp_i, positions) -> torch.Tensor:
+        """The draft's proposal [B] from its hidden [B, Hd] among the tokens each request's grammar allows after
+        its ``drafts`` [B, j] (grammar_draft_head; positions [B]: the target positions it is sampled at). The draft
+        knows nothing of the grammar: its own proposals under a JSON grammar on the embedded pair were refused so
+        often that a round accepted 0.12 drafts on average (3.23 tokens a round with the masks, 1.12 without)."""
+        return self.grammar_head(hidden.shape[0], 1, hidden=hidden, positions=positions, mask=grammar.after(drafts),
+                                 samp_f=samp_f, samp_i=samp_i)[0]
+
+    def _masked_choice(self, logits, mask, samp_f, samp_i, positions):
+        """_draft_choice among the draft columns mask [B, words(V)] allows (in target ids)."""
+        ok = allowed_columns(mask, self._draft_columns(logits))
+        return self._draft_choice(logits.float().masked_fill(~ok, float("-inf")), samp_f, samp_i, positions)
 
     def _draft_propose(self, input_ids, hidden, positions, fb, samp_f=None, samp_i=None):
         """Draft forward -> (proposed target token ids [N], next hidden [N, H]): the draft's argmax, or with
@@ -329,20 +402,6 @@ class ModelRunner:
         own sample); sharing the noise makes the two samples agree as often as the distributions allow."""
         logits, h = self.draft(input_ids, hidden, positions, fb, self.embed_weight, self.draft_head)
         return self._draft_choice(logits, samp_f, samp_i, positions + 2), h
-
-    def _grammar_proposals(self, grammar: GrammarBatch, drafts: torch.Tensor, hidden: torch.Tensor, samp,
-                           positions: torch.Tensor) -> torch.Tensor:
-        """The draft's proposals [B] (target ids) from its hidden states [B, Hd], among the tokens each request's
-        grammar allows after its ``drafts`` [B, j] (the draft's own argmax, or its sample with ``samp``, over them).
-        The draft knows nothing of the grammar: its own proposals under a JSON grammar on the embedded pair were
-        refused so often that a round accepted 0.12 drafts on average (3.23 tokens a round with this, 1.12
-        without). Eager: the head again over the hidden (the draft's forward, replayed as a graph, returns no
-        logits), and a wait for the stream to read the drafts."""
-        logits = self.draft_head(self.draft.norm(hidden)).float()
-        token_ids = self._draft_columns(logits)
-        ok = allowed_tokens(grammar.after(drafts), self.target.config.vocab_size)[:, token_ids]
-        logits = logits.masked_fill(~ok, float("-inf"))
-        return self._draft_choice(logits, *(samp if samp is not None else (None, None)), positions)
 
     def _draft_columns(self, logits: torch.Tensor) -> torch.Tensor:
         """The target id of each draft column [Vd] (built once, by the eager warm-up when graphs are captured)."""
@@ -413,17 +472,34 @@ class ModelRunner:
                                                                       dtype=self.dtype, device=self.device),
                             sim_accept=torch.full((bs,), -1, dtype=torch.int64, device=self.device))
 
+            def samp(bs):
+                return dict(samp_f=torch.ones(bs, 3, dtype=torch.float32, device=self.device),
+                            samp_i=torch.zeros(bs, 2, dtype=torch.int64, device=self.device))
+
             self.spec_round.capture(round_inputs)
             for runner in self.sampled_rounds.values():
-                runner.capture(lambda bs, T: dict(
-                    round_inputs(bs, T), samp_f=torch.ones(bs, 3, dtype=torch.float32, device=self.device),
-                    samp_i=torch.zeros(bs, 2, dtype=torch.int64, device=self.device)))
+                runner.capture(lambda bs, T: dict(round_inputs(bs, T), **samp(bs)))
+            words = bitmask_words(self.target.config.vocab_size)
+
+            def mask(n):
+                return torch.full((n, words), -1, dtype=torch.int32, device=self.device)
+
+            self.grammar_tail.capture(lambda bs, T: dict(
+                example(bs, T, False), logits=torch.zeros(bs * T, self.target.config.vocab_size, dtype=torch.float32,
+                                                          device=self.device),
+                aux=torch.zeros(bs * T, aux_w, dtype=self.dtype, device=self.device), mask=mask(bs * T),
+                sim_accept=torch.full((bs,), -1, dtype=torch.int64, device=self.device), **samp(bs)))
+            self.grammar_draft.capture(lambda bs, T: dict(example(bs, T, "h"), mask=mask(bs), **samp(bs)))
+            self.grammar_head.capture(lambda bs, T: dict(
+                hidden=torch.zeros(bs, self.draft.config.hidden_size, dtype=self.dtype, device=self.device),
+                positions=torch.ones(bs, dtype=torch.int64, device=self.device), mask=mask(bs), **samp(bs)))
 
     @property
     def graph_runners(self) -> list[GraphRunner]:
         """Every graph runner, all of whose graphs share one memory pool."""
         return [self.target_decode, self.target_verify, self.draft_decode, self.draft_extend, self.spec_round,
-                *self.sampled_rounds.values(), self.target_prefill, self.draft_prefill]
+                *self.sampled_rounds.values(), self.grammar_head, self.grammar_draft, self.grammar_tail,
+                self.target_prefill, self.draft_prefill]
 
     def graph_report(self) -> dict:
         return {r.name: {"graphs": len(r.graphs), "buckets": r.buckets, "tokens_per_req": list(r.tokens_per_req),
@@ -641,12 +717,46 @@ class ModelRunner:
         inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
                       out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept, samp_f=samp.f,
                       samp_i=samp.i)
+        if samp.grammar is not None and samp.penalties is None:
+            return self.grammar_spec_round(bt, hidden, sim_accept, T, samp)
         if samp.processed:
-            runner = self.grammar_round if samp.grammar is not None else self.penalized_round
+            runner = self.penalized_round
             inputs.update(pen=samp.penalties, grammar=samp.grammar, batch_filters=samp.filters)
         else:
             runner = self.sampled_rounds[ALL_FILTERS if samp.filters.ranked else UNRANKED]
         logits, packed, next_hidden = runner(B, T, **inputs)
+        return logits, packed[:B], next_hidden[:B]
+
+    def grammar_spec_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int,
+                           samp: SamplerBatch):
+        """sampled_round for a batch with a grammar (and no penalties): k + 2 replays, the host filling each mask
+        from the drafts before it (GrammarBatch.after: a wait for the stream each draft step). d_1 and each draft
+        step propose within the grammar (grammar_drafts; else the draft's own choices, refused by the verify's
+        masks where the grammar forbids them); the verify's last mask row is filled while its forward runs (the
+        drafts' copy queued before it: GrammarBatch.prefetch). Returns what greedy_round returns."""
+        B, g = len(bt.extend_lens), samp.grammar
+        ids = bt.input_ids.view(B, T).clone()
+        pos, loc = bt.positions.view(B, T), bt.out_cache_loc.view(B, T)
+        if self.grammar_drafts:
+            ids[:, 1] = self._propose_in_grammar(g, ids[:, 1:1], hidden, samp.f, samp.i, pos[:, 0] + 1)
+        cur = ids[:, 1].contiguous()
+        for j in range(1, T - 1):
+            step = dict(input_ids=cur, hidden=hidden, positions=pos[:, j - 1].contiguous(), page_table=bt.page_table,
+                        seq_lens=bt.seq_lens - (T - j), out_cache_loc=loc[:, j - 1].contiguous())
+            if self.grammar_drafts:
+                cur, hidden = self.grammar_draft(B, 1, mask=g.after(ids[:, 1:j + 1]), samp_f=samp.f, samp_i=samp.i,
+                                                 **step)
+            else:
+                cur, hidden = self.draft_decode(B, 1, **step)
+            ids[:, j + 1] = cur  # copied out: a replay's outputs are rewritten by its next replay
+        flat = ids.view(-1)
+        g.prefetch(ids)
+        logits, aux = self.target_verify(B, T, input_ids=flat, positions=bt.positions, page_table=bt.page_table,
+                                         seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
+        packed, next_hidden = self.grammar_tail(
+            B, T, logits=logits, aux=aux, input_ids=flat, positions=bt.positions, page_table=bt.page_table,
+            seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, mask=g.masks(ids, T), samp_f=samp.f,
+            samp_i=samp.i, sim_accept=sim_accept)
         return logits, packed[:B], next_hidden[:B]
 
     def sampler_batch(self, params: list, keys: list[int], outputs: list[list[int]] | None = None,

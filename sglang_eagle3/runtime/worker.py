@@ -102,7 +102,7 @@ class ModelWorker:
             cuda_graph_max_bs=min(args.cuda_graph_max_bs, args.max_running_requests),
             verify_widths=plan["verify_widths"], attention_backend=args.attention_backend,
             moe_backend=args.moe_runner_backend, prefill_tokens=args.cuda_graph_prefill_tokens,
-            mha_prefill_tokens=args.mha_prefill_tokens,
+            mha_prefill_tokens=args.mha_prefill_tokens, grammar_graphs=grammar is not None and grammar.available,
             graph_disabled_reason=reason)
         if use_graph:
             self.runner.capture_graphs()
