@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     # ServerConfig names its own)
     g.add_argument("--tool-call-parser", metavar="NAME",
                    help="how chat reads the model's tool calls for tool_choice auto (native: kimi_k2, Kimi-K2 / K2.5)")
+    g.add_argument("--reasoning-parser", metavar="NAME",
+                   help="how chat splits a reasoning model's thinking into reasoning_content (native: kimi_k2, "
+                   "deepseek-r1, qwen3, kimi)")
     g.add_argument("--worker-env", action="append", type=_env_pair, metavar="KEY=VALUE",
                    help="(sglang_eagle3) extra environment for TP worker processes; repeatable")
     g.add_argument("--use-worker-processes", action="store_true",
@@ -268,8 +271,8 @@ def server_config(args: argparse.Namespace):
         raise ServerConfigError(f"--max-queued-requests {args.max_queued_requests}: must be >= 0, or -1 for "
                                 "unbounded")
     served = args.served_model_name or args.model_path or EMBEDDED_SERVED_NAME
-    optional = {name: getattr(args, name) for name in ("max_request_bytes", "shutdown_grace_s", "tool_call_parser")
-                if getattr(args, name) is not None}
+    optional = {name: getattr(args, name) for name in ("max_request_bytes", "shutdown_grace_s", "tool_call_parser",
+                                                       "reasoning_parser") if getattr(args, name) is not None}
     return ServerConfig(host=args.host, port=args.port, served_model_name=served,
                         max_queued_requests=None if args.max_queued_requests == -1 else args.max_queued_requests,
                         api_key=args.api_key, **optional)

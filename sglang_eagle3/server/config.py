@@ -31,6 +31,9 @@ class ServerConfig:
     # How /v1/chat/completions reads tool calls out of the model's text for tool_choice "auto" (server/tools.py:
     # "kimi_k2"); None: "auto" is refused, "required" and a named function still work (constrained output).
     tool_call_parser: str | None = None
+    # How /v1/chat/completions splits a reasoning model's thinking from its answer (server/reasoning.py:
+    # "kimi_k2", "deepseek-r1", "qwen3", "kimi"); None: the output whole in content.
+    reasoning_parser: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.port, int) or not 0 <= self.port < 65536:
@@ -52,5 +55,10 @@ class ServerConfig:
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
             raise ServerConfigError(f"tool_call_parser={self.tool_call_parser!r} must be one of "
                                     f"{', '.join(TOOL_CALL_PARSERS)}")
+        from sglang_eagle3.server.reasoning import REASONING_PARSERS
+
+        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+            raise ServerConfigError(f"reasoning_parser={self.reasoning_parser!r} must be one of "
+                                    f"{', '.join(REASONING_PARSERS)}")
         if self.snapshot_timeout_s <= 0:
             raise ServerConfigError(f"snapshot_timeout_s={self.snapshot_timeout_s} must be > 0")

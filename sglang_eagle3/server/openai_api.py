@@ -36,6 +36,7 @@ from sglang_eagle3.server.protocol import (
     CompletionRequest,
     parse_body,
 )
+from sglang_eagle3.server.reasoning import REASONING_FORMATS, ReasoningFormat, ReasoningSplitter, ReasoningStream
 from sglang_eagle3.server.serving import Serving, finish_reason, samples_per_prompt, seeded, sse
 from sglang_eagle3.server.tools import ToolPlan
 from sglang_eagle3.tokenizer import Tokenizer
@@ -360,6 +361,7 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
                        "request's own fields)", param="chat_template_kwargs")
     if plan is not None:
         _use_tools(plan, body, sp, names, serving)
+    thinking = _reasoning_format(body, serving, sp)
 
     def build() -> tuple[list[int], list]:
         ids = serving.encode_chat(messages, body.add_generation_prompt, plan.tools if plan is not None else None,
@@ -376,7 +378,8 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     table = serving.token_table if logprobs else None
     if body.stream:
         return await serving.stream(sub, request, _chat_chunks(sub, table, cid, created, body.model, len(ids),
-                                                                body.stream_options, plan))
+                                                                body.stream_options, plan, thinking,
+                                                                body.stream_reasoning))
     finals = await serving.wait(sub, request)
 
     def choices() -> list[dict]:
@@ -387,10 +390,15 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
             if table is not None:  # every output token, as usage.completion_tokens counts them
                 meta = u.result["meta_info"]
                 lp = chat_logprobs(table, tokens_of(meta["output_token_logprobs"], meta.get("output_top_logprobs")))
-            message = {"role": "assistant", "content": u.text}
+            text, reasoning = u.text, None
+            if thinking is not None:
+                reasoning, text = ReasoningSplitter(thinking).split(text)
+            message = {"role": "assistant", "content": text}
             if plan is not None:
-                message, reason = plan.message(u.text, reason)
+                message, reason = plan.message(text, reason)
                 matched = None if reason == "tool_calls" else matched
+            if thinking is not None:
+                message["reasoning_content"] = reasoning
             out.append({"index": u.index, "message": message, "logprobs": lp, "finish_reason": reason,
                         "matched_stop": matched})
         return out
@@ -398,6 +406,20 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     listed = await serving.off_loop(choices) if logprobs else choices()
     return {"id": cid, "object": "chat.completion", "created": created, "model": body.model, "choices": listed,
             "usage": _usage(len(ids), sum(len(u.result["output_ids"]) for u in finals))}
+
+
+def _reasoning_format(body, serving: Serving, sp: dict) -> ReasoningFormat | None:
+    """The server's reasoning format where the request separates its reasoning (server/reasoning.py); a tokenizer
+    that holds its markers as special tokens then decodes the request with them."""
+    parser = serving.config.reasoning_parser
+    if parser is None or not body.separate_reasoning:
+        return None
+    fmt = REASONING_FORMATS[parser]
+    tok = serving.tokenizer
+    if tok is not None and any(ids and set(ids) <= tok.special_ids for m in fmt.markers()
+                               for ids in (tok.encode(m),)):
+        sp["skip_special_tokens"] = False
+    return fmt
 
 
 def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) -> None:
@@ -425,9 +447,11 @@ def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) ->
 
 
 async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, created: int, model: str,
-                       prompt_tokens: int, opts, plan: ToolPlan | None = None) -> AsyncIterator[bytes]:
+                       prompt_tokens: int, opts, plan: ToolPlan | None = None, thinking: ReasoningFormat | None = None,
+                       stream_reasoning: bool = True) -> AsyncIterator[bytes]:
     """Chunks of every choice, interleaved as their tokens come; ``table`` set: with logprobs; ``plan``: tools
-    (content, then each call once complete: server/tools.py's ToolStream)."""
+    (content, then each call once complete: server/tools.py's ToolStream); ``thinking``: the reasoning apart
+    (reasoning_content deltas first: server/reasoning.py's ReasoningStream), the rest as content."""
     include_usage = bool(opts and opts.include_usage)
     continuous = bool(opts and opts.continuous_usage_stats)
     m = len(sub.requests)
@@ -436,6 +460,7 @@ async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, crea
     opened = [False] * m
     pending = [ChoiceTokens(table) for _ in range(m)] if table is not None else []
     tool_streams = [plan.streamer() for _ in range(m)] if plan is not None else []
+    reasoning = [ReasoningStream(thinking, stream_reasoning) for _ in range(m)] if thinking is not None else []
 
     def chunk(k: int, delta: dict, reason=None, matched=None, tokens: list | None = None) -> bytes:
         lp = chat_logprobs(table, tokens) if tokens is not None else None
@@ -455,21 +480,31 @@ async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, crea
         if not opened[k]:  # OpenAI opens each choice with the role
             yield chunk(k, {"role": "assistant", "content": ""})
             opened[k] = True
-        if tool_streams:
-            for d in tool_streams[k].feed(u.text, u.finished):
+        text, thought = u.text, ""
+        if reasoning:
+            thought, text = reasoning[k].feed(u.text, u.finished)
+        if tool_streams:  # (no logprobs with tools)
+            if thought:
+                yield chunk(k, {"reasoning_content": thought})
+            for d in tool_streams[k].feed(text, u.finished):
                 yield chunk(k, d)
             if u.finished:
                 reason, matched = finish_reason(u.result)
                 reason = tool_streams[k].finish_reason(reason)
                 yield chunk(k, {}, reason, None if reason == "tool_calls" else matched)
             continue
-        delta = _delta(sent[k], u.text)
-        if u.text.startswith(sent[k]):
-            sent[k] = u.text
+        delta = _delta(sent[k], text)
+        if text.startswith(sent[k]):
+            sent[k] = text
         released = None
         if table is not None:  # each token with the chunk that completes its text (the finish flushes the rest)
             pending[k].add(tokens_of(u.new_logprobs, u.new_top_logprobs))
-            released = pending[k].release(len(sent[k]), u.finished)
+            # (with the reasoning apart: by the output text the split has placed, reasoning or content)
+            placed = reasoning[k].decided(u.text, u.finished) if reasoning else len(sent[k])
+            released = pending[k].release(placed, u.finished)
+        if thought:  # the released tokens go with it, unless content comes in this update too
+            yield chunk(k, {"reasoning_content": thought}, tokens=None if delta else released)
+            released = released if delta else None
         if delta or released:
             yield chunk(k, {"content": delta}, tokens=released)
         if u.finished:

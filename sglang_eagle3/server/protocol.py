@@ -169,6 +169,10 @@ class ChatCompletionRequest(_SamplingFields):
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict | None = None  # SGLang/vLLM extension: more variables for the chat template
     add_generation_prompt: bool = True  # SGLang/vLLM extension
+    # SGLang's, with --reasoning-parser (server/reasoning.py): the reasoning apart in reasoning_content, and streamed
+    # as it comes (false: in one delta once it has ended).
+    separate_reasoning: bool = True
+    stream_reasoning: bool = True
 
 
 class GenerateRequest(_Body):

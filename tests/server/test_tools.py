@@ -675,16 +675,17 @@ class ScriptMatcher:
         self.pos -= n
 
 
-def write_marker_tokenizer(path: str, vocab_size: int) -> None:
-    """The conftest's byte-level BPE, with Kimi's markers and turn end as special tokens (the same vocabulary
-    size)."""
+def write_marker_tokenizer(path: str, vocab_size: int, more: tuple[str, ...] = ()) -> None:
+    """The conftest's byte-level BPE, with Kimi's markers and turn end (and ``more``) as special tokens (the same
+    vocabulary size)."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     tok = HFTokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=1, special_tokens=["<|bos|>", *MARKERS, IM_END],
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=1,
+                                  special_tokens=["<|bos|>", *MARKERS, IM_END, *more],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator([_CORPUS], trainer)
     assert tok.get_vocab_size() == vocab_size
@@ -696,15 +697,20 @@ def scripted(tiny_model, tmp_path_factory, torch_one_thread):
     """An in-process app over the tiny pair with Kimi's markers in its tokenizer and --tool-call-parser kimi_k2;
     ``scripted.script`` (a text) set: the next requests' output is that text's tokens. ``scripted.seen``: the
     sampling params each request reached the engine with."""
+    yield from scripted_app(tiny_model, str(tmp_path_factory.mktemp("marker_model")), tool_call_parser="kimi_k2")
+
+
+def scripted_app(tiny_model, target: str, specials: tuple[str, ...] = (), **config):
+    """The ``scripted`` fixture's body (a generator: yields the app's holder, then shuts it down): the model
+    written to ``target`` with ``specials`` as special tokens too, the app's ServerConfig given ``config``."""
     from sglang_eagle3.engine import Engine
     from sglang_eagle3.runtime.grammar import GrammarSpec
     from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
 
-    target = str(tmp_path_factory.mktemp("marker_model"))
     for f in os.listdir(tiny_model.target):
         if f != "tokenizer.json":
             shutil.copy(os.path.join(tiny_model.target, f), target)
-    write_marker_tokenizer(target, tiny_model.vocab_size)
+    write_marker_tokenizer(target, tiny_model.vocab_size, specials)
     engine = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=tiny_model.draft,
                     speculative_num_steps=3, device="cpu", log_level="warning")
     engine.tokenizer.set_chat_template(NAMES_TEMPLATE)
@@ -733,7 +739,7 @@ def scripted(tiny_model, tmp_path_factory, torch_one_thread):
 
     engine.make_request, engine.grammar.matcher = make_request, matcher
     driver = EngineDriver(engine, max_inflight=8)
-    app = create_app(engine, driver, ServerConfig(served_model_name=MODEL, tool_call_parser="kimi_k2"))
+    app = create_app(engine, driver, ServerConfig(served_model_name=MODEL, **config))
     driver.start()
     Scripted.app, Scripted.tokenizer = app, engine.tokenizer
     yield Scripted

@@ -1,0 +1,124 @@
+"""Reasoning models on /v1/chat/completions: the thinking text apart from the answer (``--reasoning-parser``).
+
+A reasoning model writes its thoughts between markers before the answer (``<think>`` ... ``</think>``). With a
+parser the chat response carries them in ``message.reasoning_content`` (streamed as ``delta.reasoning_content``)
+and the rest in ``content``, as SGLang's and DeepSeek's API give them. Per request (SGLang's fields):
+``separate_reasoning: false`` leaves the output whole in ``content``; ``stream_reasoning: false`` sends the
+reasoning in one delta once it has ended.
+
+Parsers (SGLang's names; the markers, whether the output starts inside the reasoning, and what else ends it):
+
+- ``kimi_k2`` (Kimi-K2-Thinking, Kimi-K2.5): ``<think>`` ... ``</think>``; a tool-call section
+  (``<|tool_calls_section_begin|>``) ends the reasoning too, and stays in the content for ``--tool-call-parser``.
+- ``deepseek-r1``: ``<think>`` ... ``</think>``, the output starts inside (the chat template opened it; a leading
+  ``<think>`` is dropped).
+- ``qwen3``: ``<think>`` ... ``</think>``, reasoning only where the model opens it.
+- ``kimi`` (Kimi-VL thinking models): ``◁think▷`` ... ``◁/think▷``.
+
+One reasoning block a response: text before its start is content, and everything after its end is content, markers
+included. The reasoning is stripped of surrounding whitespace and the content of the whitespace right after the
+end; an output cut short inside the reasoning (max_tokens) is all reasoning. Streamed and whole responses split the
+same way (the stream holds back a trailing piece that may be the start of a marker, or whitespace the end may
+strip). Where the tokenizer holds a marker as a special token, a request decodes with its special tokens (as with
+the kimi_k2 tool parser), or the markers would never reach the text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ReasoningFormat:
+    start: str
+    end: str
+    forced: bool = False  # the output begins inside the reasoning (the chat template wrote its start)
+    tool_start: str | None = None  # a marker that ends the reasoning too, kept in the content
+
+    def markers(self) -> tuple[str, ...]:
+        return (self.start, self.end) + ((self.tool_start,) if self.tool_start else ())
+
+
+_THINK = ("<think>", "</think>")
+REASONING_FORMATS = {
+    "kimi_k2": ReasoningFormat(*_THINK, tool_start="<|tool_calls_section_begin|>"),
+    "deepseek-r1": ReasoningFormat(*_THINK, forced=True),
+    "qwen3": ReasoningFormat(*_THINK),
+    "kimi": ReasoningFormat("◁think▷", "◁/think▷"),
+}
+REASONING_PARSERS = tuple(REASONING_FORMATS)
+
+
+def _partial_suffix(text: str, markers: tuple[str, ...]) -> int:
+    """Length of the longest end of ``text`` that is a proper prefix of one of ``markers``."""
+    for n in range(min(len(text), max(map(len, markers)) - 1), 0, -1):
+        if any(m.startswith(text[-n:]) for m in markers):
+            return n
+    return 0
+
+
+class ReasoningSplitter:
+    """Splits one choice's output text (as it grows) into (reasoning, content). ``split(text, finished)`` reads the
+    whole text so far; while not finished it leaves out what the next tokens may still change (a partial marker,
+    whitespace the end would strip), so each call's parts extend the last call's."""
+
+    def __init__(self, fmt: ReasoningFormat):
+        self.fmt = fmt
+
+    def split(self, text: str, finished: bool = True) -> tuple[str | None, str]:
+        """(reasoning or None where the output has none, content)."""
+        return self.parts(text, finished)[:2]
+
+    def parts(self, text: str, finished: bool) -> tuple[str | None, str, bool]:
+        """split()'s parts, and whether the reasoning has ended (its end marker or the tool section came)."""
+        fmt = self.fmt
+        if fmt.forced:
+            body = len(text) - len(text.lstrip())
+            if text.startswith(fmt.start, body):
+                body += len(fmt.start)
+            elif not finished and fmt.start.startswith(text[body:]):
+                return "", "", False  # (the start marker may be coming)
+            before = ""
+        else:
+            i = text.find(fmt.start)
+            if i < 0:
+                keep = len(text) if finished else len(text) - _partial_suffix(text, (fmt.start,))
+                return None, text[:keep], False
+            before, body = text[:i], i + len(fmt.start)
+        # The reasoning runs to the first end marker (or tool section), else to the end of the text.
+        ends = [(j, m) for m in (fmt.end, fmt.tool_start) if m for j in (text.find(m, body),) if j >= 0]
+        if not ends:
+            stop = len(text) if finished else len(text) - _partial_suffix(text, fmt.markers()[1:])
+            # (stripped at both ends while it grows too: trailing whitespace goes if the end marker comes next)
+            return text[body:stop].strip(), before, False
+        j, marker = min(ends)
+        reasoning = text[body:j].strip()
+        if marker == fmt.end:
+            rest = text[j + len(marker):].lstrip()
+            if not finished and not rest:  # (whitespace so far: wait for what follows)
+                return reasoning, before, True
+            return reasoning, before + rest, True
+        return reasoning, before + text[j:], True  # the tool section is content, for the tool-call parser
+
+
+class ReasoningStream:
+    """One streamed choice: ``feed(text so far, finished)`` -> (reasoning delta, content so far). With
+    ``stream_reasoning`` off the reasoning comes as one delta once it has ended (or the output has)."""
+
+    def __init__(self, fmt: ReasoningFormat, stream_reasoning: bool = True):
+        self.splitter = ReasoningSplitter(fmt)
+        self.stream_reasoning = stream_reasoning
+        self.sent = 0  # characters of reasoning sent
+
+    def feed(self, text: str, finished: bool) -> tuple[str, str]:
+        reasoning, content, ended = self.splitter.parts(text, finished)
+        if not self.stream_reasoning and not (finished or ended):
+            return "", content
+        reasoning = reasoning or ""
+        delta = reasoning[self.sent:]
+        self.sent = max(self.sent, len(reasoning))
+        return delta, content
+
+    def decided(self, text: str, finished: bool) -> int:
+        """How much of ``text`` the split has placed (all but a trailing piece that may start a marker)."""
+        return len(text) if finished else len(text) - _partial_suffix(text, self.splitter.fmt.markers())

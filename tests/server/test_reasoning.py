@@ -1,0 +1,201 @@
+"""Reasoning apart from the answer on /v1/chat/completions (server/reasoning.py, --reasoning-parser).
+
+Checked against: a reference split written here from the documented rules (a regular expression over the whole
+text, not the parser's scan), hand-made texts whose parts the test knows, the non-streaming answer (a stream fed
+the same text cut at random points must give the same parts, its content growing by extension only), and end to
+end through the scripted tiny model of test_tools.py (its tokenizer holding <think> / </think> and Kimi's call
+markup as special tokens): reasoning_content, content and tool calls, streamed and whole; separate_reasoning off;
+stream_reasoning off; an output cut inside the reasoning; logprobs for every token; an unknown parser refused.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from sglang_eagle3.server.reasoning import REASONING_FORMATS, ReasoningSplitter, ReasoningStream
+
+from .test_tools import ADD, CE, MODEL, SB, SE, WEATHER, ask, call, scripted_app
+
+THINK, END = "<think>", "</think>"
+
+
+def reference(fmt, text: str) -> tuple[str | None, str]:
+    """The documented split, as one regular expression over the whole output."""
+    start = re.escape(fmt.start)
+    lead = rf"(?P<before>\s*)(?:{start})?" if fmt.forced else rf"(?P<before>.*?){start}"
+    stops = [re.escape(fmt.end)] + ([re.escape(fmt.tool_start)] if fmt.tool_start else [])
+    m = re.fullmatch(lead + rf"(?P<r>.*?)(?:(?P<stop>{'|'.join(stops)})(?P<after>.*))?", text, re.DOTALL)
+    if m is None:
+        return None, text
+    before = "" if fmt.forced else m["before"]
+    if m["stop"] is None:
+        return m["r"].strip(), before
+    if m["stop"] == fmt.end:
+        return m["r"].strip(), before + m["after"].lstrip()
+    return m["r"].strip(), before + m["stop"] + m["after"]
+
+
+CASES = [  # (parser, text, reasoning, content): written from the rules
+    ("kimi_k2", "<think> Let me see.\n</think>\n\nThe answer is 4.", "Let me see.", "The answer is 4."),
+    ("kimi_k2", "No thinking here.", None, "No thinking here."),
+    ("kimi_k2", "<think>call it" + SB + "x" + SE, "call it", SB + "x" + SE),
+    ("kimi_k2", "<think>cut short", "cut short", ""),
+    ("kimi_k2", "Hi <think>a</think>b</think>", "a", "Hi b</think>"),
+    ("deepseek-r1", "plain thoughts</think>answer", "plain thoughts", "answer"),
+    ("deepseek-r1", "\n<think>thoughts</think> answer <think>x", "thoughts", "answer <think>x"),
+    ("deepseek-r1", "no end at all", "no end at all", ""),
+    ("qwen3", "<think></think>\n\nfast", "", "fast"),
+    ("kimi", "◁think▷hm◁/think▷ok", "hm", "ok"),
+    ("kimi", "<think>not Kimi-VL's markers</think>", None, "<think>not Kimi-VL's markers</think>"),
+]
+
+
+@pytest.mark.parametrize("parser,text,reasoning,content", CASES)
+def test_known_splits(parser, text, reasoning, content):
+    fmt = REASONING_FORMATS[parser]
+    assert ReasoningSplitter(fmt).split(text) == (reasoning, content)
+    assert reference(fmt, text) == (reasoning, content)
+
+
+def _random_text(rng: random.Random, fmt) -> str:
+    pieces = [fmt.start, fmt.end, " ", "\n", "ok", "a b", "<", "</", "think", "◁", "x" * 5]
+    if fmt.tool_start:
+        pieces += [fmt.tool_start, fmt.tool_start[:7]]
+    return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("parser", sorted(REASONING_FORMATS))
+def test_split_matches_the_reference_and_streams_the_same(parser, seed):
+    fmt = REASONING_FORMATS[parser]
+    rng = random.Random(hash((parser, seed)) & 0xFFFF)
+    for _ in range(150):
+        text = _random_text(rng, fmt)
+        whole = ReasoningSplitter(fmt).split(text)
+        assert whole == reference(fmt, text), text
+        for stream_reasoning in (True, False):
+            s = ReasoningStream(fmt, stream_reasoning)
+            cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(1, 6))))
+            thoughts, last = [], ""
+            for i, cut in enumerate(cuts + [len(text)]):
+                finished = i == len(cuts)
+                delta, content = s.feed(text[:cut], finished)
+                thoughts.append(delta)
+                assert content.startswith(last), (text, cut, last, content)  # content only grows at its end
+                last = content
+            assert "".join(thoughts) == (whole[0] or ""), (text, cuts)
+            assert last == whole[1], (text, cuts)
+            if not stream_reasoning:
+                assert sum(1 for t in thoughts if t) <= 1, (text, thoughts)
+
+
+def test_unknown_reasoning_parser_is_refused():
+    from sglang_eagle3.launch_server import build_parser, server_config
+    from sglang_eagle3.server.config import ServerConfig, ServerConfigError
+
+    with pytest.raises(ServerConfigError, match="kimi_k2"):
+        ServerConfig(reasoning_parser="deepseek-v9")
+    args = build_parser().parse_args(["--reasoning-parser", "kimi_k2"])
+    assert server_config(args).reasoning_parser == "kimi_k2"
+    assert server_config(build_parser().parse_args([])).reasoning_parser is None
+
+
+# -- end to end: the scripted tiny model (test_tools.py) with <think> / </think> as special tokens ---------------
+
+@pytest.fixture(scope="module")
+def thinking(tiny_model, tmp_path_factory, torch_one_thread):
+    yield from scripted_app(tiny_model, str(tmp_path_factory.mktemp("thinking_model")), (THINK, END),
+                            tool_call_parser="kimi_k2", reasoning_parser="kimi_k2")
+
+
+def _streamed(chunks: list[dict]) -> tuple[str, str, list[dict], str]:
+    choices = [c["choices"][0] for c in chunks]
+    reasoning = "".join(c["delta"].get("reasoning_content") or "" for c in choices)
+    content = "".join(c["delta"].get("content") or "" for c in choices)
+    calls = [tc for c in choices for tc in c["delta"].get("tool_calls", [])]
+    return reasoning, content, calls, choices[-1]["finish_reason"]
+
+
+THOUGHT = "The user wants the weather; I should call the tool."
+SCRIPT = (THINK + THOUGHT + END + "\n\nLet me look. " + SB + call("functions.get_weather:0", '{"city": "Oslo"}')
+          + SE)
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_reasoning_then_content_and_calls(thinking, closed):
+    """Reasoning, then content and a call; Kimi may open its call section straight from the reasoning (closed
+    False): the section ends the reasoning."""
+    script = SCRIPT if closed else THINK + THOUGHT + SB + call("functions.get_weather:0", '{"city": "Oslo"}') + SE
+    room = len(thinking.tokenizer.encode(script)) + 2
+    whole, chunks = ask(thinking, script, {"tools": [WEATHER, ADD], "max_tokens": room, "temperature": 0})
+    assert thinking.seen and all(p.skip_special_tokens is False for p in thinking.seen)
+    ch = whole["choices"][0]
+    msg = ch["message"]
+    assert msg["reasoning_content"] == THOUGHT and ch["finish_reason"] == "tool_calls", ch
+    assert msg["content"] == ("Let me look. " if closed else None), msg
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg["tool_calls"]] == [
+        ("get_weather", {"city": "Oslo"})]
+    reasoning, content, calls, reason = _streamed(chunks)
+    assert (reasoning, content, reason) == (THOUGHT, msg["content"] or "", "tool_calls")
+    assert [c["function"] for c in calls] == [c["function"] for c in msg["tool_calls"]]
+    # Reasoning deltas come before any content.
+    kinds = [k for c in chunks for k in ("reasoning_content", "content")
+             if c["choices"][0]["delta"].get(k)]
+    assert kinds == sorted(kinds, key=lambda k: k == "content"), kinds
+
+
+def test_without_tools_cut_short_and_buffered(thinking):
+    script = THINK + " " + THOUGHT + " " + END + " Sunny."
+    n = len(thinking.tokenizer.encode(script))
+    whole, chunks = ask(thinking, script, {"max_tokens": n + 2, "temperature": 0})
+    msg = whole["choices"][0]["message"]
+    assert (msg["reasoning_content"], msg["content"]) == (THOUGHT, "Sunny."), msg
+    assert _streamed(chunks)[:2] == (THOUGHT, "Sunny.")
+    # Cut inside the reasoning: all of it is reasoning, no content.
+    cut = len(thinking.tokenizer.encode(THINK + " " + THOUGHT[:20]))
+    whole, chunks = ask(thinking, script, {"max_tokens": cut, "temperature": 0})
+    ch = whole["choices"][0]
+    assert ch["finish_reason"] == "length" and ch["message"]["content"] == "", ch
+    assert THOUGHT.startswith(ch["message"]["reasoning_content"]) and ch["message"]["reasoning_content"], ch
+    assert _streamed(chunks)[:2] == (ch["message"]["reasoning_content"], "")
+    # stream_reasoning false: the reasoning in one delta.
+    whole, chunks = ask(thinking, script, {"max_tokens": n + 2, "temperature": 0, "stream_reasoning": False})
+    deltas = [c["choices"][0]["delta"]["reasoning_content"] for c in chunks
+              if c["choices"][0]["delta"].get("reasoning_content")]
+    assert deltas == [THOUGHT]
+
+
+def test_separate_reasoning_off_and_logprobs(thinking):
+    script = THINK + THOUGHT + END + "Sunny."
+    n = len(thinking.tokenizer.encode(script))
+    whole, chunks = ask(thinking, script, {"max_tokens": n + 2, "temperature": 0, "separate_reasoning": False})
+    msg = whole["choices"][0]["message"]
+    plain = thinking.tokenizer.decode(thinking.tokenizer.encode(script))  # (the markers are special: skipped)
+    assert msg == {"role": "assistant", "content": plain}
+    assert all(p.skip_special_tokens is True for p in thinking.seen)
+    # logprobs: one entry for every output token, streamed or not, the reasoning's included.
+    whole, chunks = ask(thinking, script, {"max_tokens": n + 2, "temperature": 0, "logprobs": True,
+                                           "top_logprobs": 2})
+    ch = whole["choices"][0]
+    assert ch["message"]["reasoning_content"] == THOUGHT and ch["message"]["content"] == "Sunny."
+    tokens = [t["token"] for t in ch["logprobs"]["content"]]
+    assert len(tokens) == whole["usage"]["completion_tokens"] == n
+    streamed = [t["token"] for c in chunks for t in ((c["choices"][0].get("logprobs") or {}).get("content") or [])]
+    assert streamed == tokens
+    # The reasoning's tokens come with the reasoning's chunks, as its text does (not held for the content).
+    during = [t for c in chunks if c["choices"][0]["delta"].get("reasoning_content")
+              for t in (c["choices"][0].get("logprobs") or {}).get("content") or []]
+    assert during and len(during) < n, during
+
+
+def test_config_reaches_a_live_app(thinking):
+    """A request against the server's model name with a parser set: the answer carries reasoning_content (null
+    where the output has none)."""
+    whole, _ = ask(thinking, "Just text.", {"max_tokens": 20, "temperature": 0, "model": MODEL})
+    assert whole["choices"][0]["message"] == {"role": "assistant", "content": "Just text.",
+                                              "reasoning_content": None}
+    assert CE not in whole["choices"][0]["message"]["content"]
