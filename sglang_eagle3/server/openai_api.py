@@ -415,6 +415,10 @@ def _reasoning_format(body, serving: Serving, sp: dict) -> ReasoningFormat | Non
     if parser is None or not body.separate_reasoning:
         return None
     fmt = REASONING_FORMATS[parser]
+    if fmt.forced and any(k in sp for k in GRAMMAR_KINDS):
+        # A grammar (response_format, a forced tool call) shapes the output from its first token: no reasoning
+        # the template opened, where a forced format would take the whole answer for reasoning.
+        return None
     tok = serving.tokenizer
     if tok is not None and any(ids and set(ids) <= tok.special_ids for m in fmt.markers()
                                for ids in (tok.encode(m),)):

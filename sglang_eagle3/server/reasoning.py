@@ -11,7 +11,8 @@ Parsers (SGLang's names; the markers, whether the output starts inside the reaso
 - ``kimi_k2`` (Kimi-K2-Thinking, Kimi-K2.5): ``<think>`` ... ``</think>``; a tool-call section
   (``<|tool_calls_section_begin|>``) ends the reasoning too, and stays in the content for ``--tool-call-parser``.
 - ``deepseek-r1``: ``<think>`` ... ``</think>``, the output starts inside (the chat template opened it; a leading
-  ``<think>`` is dropped).
+  ``<think>`` is dropped), except where a grammar shapes the output from its first token (response_format, a
+  forced tool call): the answer is then all content.
 - ``qwen3``: ``<think>`` ... ``</think>``, reasoning only where the model opens it.
 - ``kimi`` (Kimi-VL thinking models): ``◁think▷`` ... ``◁/think▷``.
 

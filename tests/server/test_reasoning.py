@@ -199,3 +199,21 @@ def test_config_reaches_a_live_app(thinking):
     assert whole["choices"][0]["message"] == {"role": "assistant", "content": "Just text.",
                                               "reasoning_content": None}
     assert CE not in whole["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("parser", sorted(REASONING_FORMATS))
+def test_a_grammar_leaves_forced_formats_whole(parser):
+    """response_format / a forced tool call shape the output from its first token: a format that starts inside
+    the reasoning (deepseek-r1) would take the whole JSON for reasoning, so such a request is not split; the others
+    split as usual (a grammar's output without markers is all content)."""
+    from types import SimpleNamespace
+
+    from sglang_eagle3.server.openai_api import _reasoning_format
+
+    serving = SimpleNamespace(config=SimpleNamespace(reasoning_parser=parser), tokenizer=None)
+    body = SimpleNamespace(separate_reasoning=True)
+    fmt = REASONING_FORMATS[parser]
+    assert _reasoning_format(body, serving, {"temperature": 0}) is fmt
+    for kind in ("json_schema", "regex", "ebnf"):
+        assert _reasoning_format(body, serving, {kind: "x"}) is (None if fmt.forced else fmt)
+    assert _reasoning_format(SimpleNamespace(separate_reasoning=False), serving, {}) is None
