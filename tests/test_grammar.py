@@ -191,6 +191,22 @@ def test_speculative_equals_plain_under_grammars(engines):
     assert counts["spec_round_grammar"]["eager"] > 0
 
 
+def test_penalties_under_a_grammar(engines):
+    """Penalties and a grammar on one request: each verify row penalized (the drafts before it counted), then
+    masked, as plain decoding does; the penalties change these outputs (so a round that skipped them would show)."""
+    base = {"regex": r"[a-z]+( [a-z]+){8,30}\.", "max_new_tokens": 40}
+    penalties = [{"frequency_penalty": 1.0}, {"repetition_penalty": 1.8}, {"presence_penalty": 1.5},
+                 {"frequency_penalty": 0.8, "temperature": 0.8, "seed": 3}]
+    params = [{**base, "temperature": 0, **p} for p in penalties]
+    free = [{k: v for k, v in p.items() if not k.endswith("penalty")} for p in params]
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(len(params))]
+    plain = [o["output_ids"] for o in engines["plain"].generate(prompts, params)]
+    unpenalized = [o["output_ids"] for o in engines["plain"].generate(prompts, free)]
+    assert sum(a != b for a, b in zip(plain, unpenalized, strict=True)) >= 2, (plain, unpenalized)
+    spec = [o["output_ids"] for o in engines["eagle3"].generate(prompts, params)]
+    assert spec == plain
+
+
 @pytest.mark.parametrize("k", [1, 4])
 def test_scripted_drafts_accept_every_length(engines, tok, k):
     """Drafts from the plain output, a quarter of them swapped for another of its tokens (allowed by the grammar

@@ -13,11 +13,12 @@ filled, then rolls them back (GrammarBatch.masks). A draft the grammar refuses e
 the row before it is never that draft (its mask forbids it), so the round accepts nothing past it and the later
 rows are never read (left all allowed). The emitted tokens are accepted for good when the host reads the round
 (Scheduler._emit). The masks need the round's drafts on the host between the draft steps and the acceptance, so
-a batch with a grammar runs its round as k + 2 graph replays (ModelRunner.grammar_spec_round; with penalties too,
-as the penalized round's parts) and without the overlap schedule (the next round's masks need this round's
-tokens). The draft proposes within the grammar too (GrammarBatch.after, for ModelRunner._propose_in_grammar and
-the masked draft steps): its proposal for d_(j+1) is masked with the row the verify needs after d_1..d_j, so each
-row is filled once, and only the verify's last row is left for masks(), filled while the verify runs.
+a batch with a grammar runs its round as k + 2 graph replays (ModelRunner.grammar_spec_round; penalties, where a
+request has them too, applied between the verify and the masks) and without the overlap schedule (the next
+round's masks need this round's tokens). The draft proposes within the grammar too (GrammarBatch.after, for
+ModelRunner._propose_in_grammar and the masked draft steps): its proposal for d_(j+1) is masked with the row the
+verify needs after d_1..d_j, so each row is filled once, and only the verify's last row is left for masks(),
+filled while the verify runs.
 """
 
 from __future__ import annotations
@@ -264,7 +265,8 @@ class GrammarBatch:
     def after(self, drafts: torch.Tensor) -> torch.Tensor:
         """int32 [B, words(V)] on the device: the tokens request b may emit after accepting drafts[b] ([B, j], j >= 0;
         a device tensor, read here); all allowed where it has no grammar, refuses a draft or has ended. The masks of
-        the draft's proposals (ModelRunner._grammar_proposals), kept for the verify's rows (masks())."""
+        the draft's proposals (ModelRunner._propose_in_grammar, the masked draft steps), kept for the verify's rows
+        (masks())."""
         j = drafts.shape[1]
         rows = drafts.tolist() if j else [[] for _ in self.matchers]  # (no wait for the stream at j = 0)
         if j == 0:  # a round's first proposal

@@ -63,17 +63,14 @@ def _as_part(runner: GraphRunner):
     return part
 
 
-def processed_logits(logits: torch.Tensor, pen: Penalties | None, grammar: GrammarBatch | None,
-                     ids: torch.Tensor | None = None) -> torch.Tensor:
-    """float32 logits [B * T, V] (T rows a request) with each row's penalties (sampling.penalized_logits), then
-    its grammar's mask (-inf for the tokens it forbids there: grammar.GrammarBatch.masks, a wait for the stream to
-    read the drafts). ``ids``: a verify's input ids [B, T] ([last, d_1, .., d_k]), whose drafts before each row
-    count as emitted for both; None: one row a request (decode, prefill)."""
-    B = logits.shape[0] if ids is None else ids.shape[0]
-    T = logits.shape[0] // B
-    scores = penalized_logits(logits, pen, ids) if pen is not None else logits
+def processed_logits(logits: torch.Tensor, pen: Penalties | None, grammar: GrammarBatch | None) -> torch.Tensor:
+    """float32 logits [B, V] (one row a request: decode, prefill) with each row's penalties
+    (sampling.penalized_logits), then its grammar's mask (-inf for the tokens it forbids: GrammarBatch.masks). A
+    speculative round does the same to each verify row, the drafts before it counted (grammar_spec_round and the
+    penalized round)."""
+    scores = penalized_logits(logits, pen) if pen is not None else logits
     if grammar is not None:
-        scores = apply_token_bitmask(scores, grammar.masks(ids, T))
+        scores = apply_token_bitmask(scores, grammar.masks())
     return scores
 
 
@@ -101,7 +98,7 @@ class ModelRunner:
                                  "(its rotary table); positions past it cannot be embedded")
         self.target, self.draft = target, draft
         self._draft_token_ids: torch.Tensor | None = None  # the target id of each draft column (_draft_choice)
-        # Whether the draft proposes within a request's grammar (_grammar_proposals); off: its own choice, refused
+        # Whether the draft proposes within a request's grammar (grammar_spec_round); off: its own choice, refused
         # by the verify's masks where the grammar forbids it (tests script drafts that way).
         self.grammar_drafts = True
         self.aux_layer_ids = aux_layer_ids if draft is not None else ()
@@ -169,18 +166,18 @@ class ModelRunner:
         # logits are penalized with the draft tokens before it counted (sampling.penalized_logits), so that the
         # output is the one plain decoding gives. Not captured as one graph (their per-request state is [B, V]
         # counts a batch): the round runs as its parts, each replaying its own graph (the verify forward too), with
-        # acceptance eager between them, and is counted as spec_round_penalized EAGER with this reason. A batch with
-        # penalties and a grammar runs the same way, its rows also masked (the host fills the masks between parts).
+        # acceptance eager between them, and is counted as spec_round_penalized EAGER with this reason.
         processed = self._round_fn(parts, ALL_FILTERS, processed=True)
         self.penalized_round = GraphRunner(
             "spec_round_penalized", processed, sampled_specs, self.stats, enabled=False,
             disabled_reason="a request has penalties (frequency/presence/repetition_penalty, min_new_tokens or "
             "logit_bias): the round runs as its parts, each replaying its own graph")
-        # Batches with a grammar (json_schema / regex / ebnf) and no penalties: the host fills each step's mask from
-        # the drafts before it (runtime/grammar.py), so the round is k + 2 replays (grammar_round): the draft's
-        # proposal d_1 again under its mask (grammar_draft_head), each draft step with its proposal masked
+        # Batches with a grammar (json_schema / regex / ebnf; penalties too, if any): the host fills each step's mask
+        # from the drafts before it (runtime/grammar.py), so the round is k + 2 replays (grammar_spec_round): the
+        # draft's proposal d_1 again under its mask (grammar_draft_head), each draft step with its proposal masked
         # (grammar_draft_decode), the verify forward (target_verify), then the masked acceptance and the draft
-        # extend (spec_round_grammar; replays target_verify's logits, which the host's last mask row waited on).
+        # extend (spec_round_grammar, over target_verify's logits, penalized between the two where a request has
+        # penalties).
         grammar_common = dict(common, enabled=use_cuda_graph and grammar_graphs and draft is not None,
                               disabled_reason=graph_disabled_reason if not use_cuda_graph
                               else "the engine has no grammar backend (grammar graphs not captured)")
@@ -255,7 +252,7 @@ class ModelRunner:
 
     @staticmethod
     def propose_verify(parts: dict, input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, T: int,
-                       samp: tuple[torch.Tensor, torch.Tensor] | None = None, constrain=None, before_verify=None):
+                       samp: tuple[torch.Tensor, torch.Tensor] | None = None):
         """Draft steps d_2..d_k, then the target verify of [last, d_1..d_k]: the first half of a round.
 
         Inputs are the verify batch (B requests x T = k+1 tokens, ids [last, d_1, anything]) and the draft
@@ -263,26 +260,17 @@ class ModelRunner:
         seq_len-2+j (the draft pairs the target's hidden at p with token p+1): column j-1 of the verify batch's
         positions and cache slots, seq_len - (T - j) keys. ``parts`` maps draft_decode / target_verify to
         forwards called with keyword inputs and tokens_per_req. ``samp``: the requests' (samp_f, samp_i), for
-        sampled draft proposals (_draft_propose). ``constrain(ids, j, hidden, positions)``, where given (a grammar:
-        _grammar_proposals), chooses d_(j+1) again from the draft hidden that proposed it (ids[:, 1..j] known; the
-        target positions it is sampled at), d_1 included; ``before_verify(ids)`` is called once the drafts are queued,
-        before the verify is. Returns (ids [B, T], logits [B*T, V], aux)."""
+        sampled draft proposals (_draft_propose). Returns (ids [B, T], logits [B*T, V], aux)."""
         B = seq_lens.shape[0]
         ids = input_ids.view(B, T).clone()
         pos, loc = positions.view(B, T), out_cache_loc.view(B, T)
-        if constrain is not None:  # d_1 (the last round's draft extend chose it) from the hidden it came from
-            ids[:, 1] = constrain(ids, 0, hidden, pos[:, 0] + 1)
         cur = ids[:, 1].contiguous()
         extra = {} if samp is None else dict(samp_f=samp[0], samp_i=samp[1])
         for j in range(1, T - 1):
             cur, hidden = parts["draft_decode"](
                 input_ids=cur, hidden=hidden, positions=pos[:, j - 1].contiguous(), page_table=page_table,
                 seq_lens=seq_lens - (T - j), out_cache_loc=loc[:, j - 1].contiguous(), tokens_per_req=1, **extra)
-            if constrain is not None:
-                cur = constrain(ids, j, hidden, pos[:, j - 1] + 2)
             ids[:, j + 1] = cur  # copied out: a replayed part's outputs are rewritten by its next replay
-        if before_verify is not None:
-            before_verify(ids)
         logits, aux = parts["target_verify"](input_ids=ids.view(-1), positions=positions, page_table=page_table,
                                              seq_lens=seq_lens, out_cache_loc=out_cache_loc, tokens_per_req=T)
         return ids, logits, aux
@@ -307,25 +295,19 @@ class ModelRunner:
     def _round_fn(self, parts: dict, filters: Filters | None = None, processed: bool = False):
         """A round with acceptance on the device: a = the longest prefix where the drafts equal the target's
         tokens (its argmax; with ``filters``: sampling.sample_tokens with the per-request samp_f / samp_i, of the
-        logits as processed_logits makes them where ``processed``: inputs ``pen`` and ``grammar``, either None), or
+        logits with the penalties where ``processed``: input ``pen``, sampling.penalized_logits), or
         sim_accept where >= 0 (benchmarking). Returns (logits [B*T, V] as the target gave them, packed [B, 3+k] int64
         of a, the target's token after them, the next round's d_1, then d_1..d_k; the next draft hidden [B, Hd])."""
         def fn(input_ids, positions, page_table, seq_lens, out_cache_loc, hidden, sim_accept, tokens_per_req,
-               samp_f=None, samp_i=None, pen=None, grammar=None, batch_filters=None):
+               samp_f=None, samp_i=None, pen=None, batch_filters=None):
             T = tokens_per_req
             # batch_filters: the batch's own (the processed rounds, never captured, take them per call: a batch
-            # of greedy requests with penalties or a grammar then neither samples nor proposes samples).
+            # of greedy requests with penalties then neither samples nor proposes samples).
             used = batch_filters or filters
             batch = dict(positions=positions, page_table=page_table, seq_lens=seq_lens, out_cache_loc=out_cache_loc,
                          samp=None if used is None or not used.sampled else (samp_f, samp_i))
-            constrain = None
-            if grammar is not None and self.grammar_drafts:  # (the accept length, not exactness)
-                constrain = lambda ids, j, h, p: self._propose_in_grammar(  # noqa: E731
-                    grammar, ids[:, 1:j + 1], h, samp_f, samp_i, p)
-            ids, logits, aux = self.propose_verify(parts, input_ids, hidden=hidden, T=T, constrain=constrain,
-                                                   before_verify=grammar.prefetch if grammar is not None else None,
-                                                   **batch)
-            scores = processed_logits(logits, pen, grammar, ids) if processed else logits
+            ids, logits, aux = self.propose_verify(parts, input_ids, hidden=hidden, T=T, **batch)
+            scores = penalized_logits(logits, pen, ids) if processed else logits
             return (logits, *self._accept_extend(parts, ids, scores, aux, sim_accept, used, samp_f, samp_i, batch))
 
         return fn
@@ -368,7 +350,8 @@ class ModelRunner:
         return fn
 
     def _grammar_tail_fn(self, parts: dict):
-        """A grammar round after its verify forward: the verify's logits [B*T, V] masked (mask [B*T, words]), the
+        """A grammar round after its verify forward: the verify's logits [B*T, V] (penalized, where a request has
+        penalties) masked (mask [B*T, words]), the
         acceptance on them (every row sampled by sample_tokens: greedy rows take the argmax) and the draft extend
         over aux [B*T, 3H]. Returns (packed, next draft hidden)."""
         def fn(logits, aux, input_ids, positions, page_table, seq_lens, out_cache_loc, mask, samp_f, samp_i,
@@ -717,11 +700,11 @@ class ModelRunner:
         inputs = dict(input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
                       out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept, samp_f=samp.f,
                       samp_i=samp.i)
-        if samp.grammar is not None and samp.penalties is None:
+        if samp.grammar is not None:
             return self.grammar_spec_round(bt, hidden, sim_accept, T, samp)
-        if samp.processed:
+        if samp.penalties is not None:
             runner = self.penalized_round
-            inputs.update(pen=samp.penalties, grammar=samp.grammar, batch_filters=samp.filters)
+            inputs.update(pen=samp.penalties, batch_filters=samp.filters)
         else:
             runner = self.sampled_rounds[ALL_FILTERS if samp.filters.ranked else UNRANKED]
         logits, packed, next_hidden = runner(B, T, **inputs)
@@ -729,11 +712,13 @@ class ModelRunner:
 
     def grammar_spec_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int,
                            samp: SamplerBatch):
-        """sampled_round for a batch with a grammar (and no penalties): k + 2 replays, the host filling each mask
+        """sampled_round for a batch with a grammar (penalties too, if any): k + 2 replays, the host filling each mask
         from the drafts before it (GrammarBatch.after: a wait for the stream each draft step). d_1 and each draft
         step propose within the grammar (grammar_drafts; else the draft's own choices, refused by the verify's
         masks where the grammar forbids them); the verify's last mask row is filled while its forward runs (the
-        drafts' copy queued before it: GrammarBatch.prefetch). Returns what greedy_round returns."""
+        drafts' copy queued before it: GrammarBatch.prefetch); penalties (sampling.penalized_logits, the drafts
+        before each row counted) apply to its logits before the masks, as processed_logits applies them. Returns
+        what greedy_round returns."""
         B, g = len(bt.extend_lens), samp.grammar
         ids = bt.input_ids.view(B, T).clone()
         pos, loc = bt.positions.view(B, T), bt.out_cache_loc.view(B, T)
@@ -753,8 +738,9 @@ class ModelRunner:
         g.prefetch(ids)
         logits, aux = self.target_verify(B, T, input_ids=flat, positions=bt.positions, page_table=bt.page_table,
                                          seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
+        scores = logits if samp.penalties is None else penalized_logits(logits, samp.penalties, ids)
         packed, next_hidden = self.grammar_tail(
-            B, T, logits=logits, aux=aux, input_ids=flat, positions=bt.positions, page_table=bt.page_table,
+            B, T, logits=scores, aux=aux, input_ids=flat, positions=bt.positions, page_table=bt.page_table,
             seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, mask=g.masks(ids, T), samp_f=samp.f,
             samp_i=samp.i, sim_accept=sim_accept)
         return logits, packed[:B], next_hidden[:B]

@@ -500,7 +500,7 @@ class SamplerBatch:
     @property
     def processed(self) -> bool:
         """Whether the rows' logits are changed before sampling (penalties, a grammar): a speculative round then
-        runs as its parts (ModelRunner.sampled_round)."""
+        runs as several replays (ModelRunner.sampled_round)."""
         return self.penalties is not None or self.grammar is not None
 
 
