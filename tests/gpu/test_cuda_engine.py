@@ -181,9 +181,11 @@ def test_grammar_spec_equals_plain():
               {"regex": r"[A-Z][a-z]+( [a-z]+){2,12}\.", "temperature": 0.8, "seed": 2},
               {"json_schema": json.dumps(schema), "temperature": 0}, {"json_schema": "$$ANY$$", "temperature": 0.7,
                                                                       "seed": 5},
-              {"ebnf": 'root ::= "The " word (" " word)* "."\nword ::= [a-z]+', "temperature": 0}, {"temperature": 0}]
+              {"ebnf": 'root ::= "The " word (" " word)* "."\nword ::= [a-z]+', "temperature": 0}, {"temperature": 0},
+              {"regex": r"[a-z]+( [a-z]+){8,30}\.", "temperature": 0, "repetition_penalty": 1.8}]
     params = [dict(p, max_new_tokens=40) for p in params]
-    prompts = ["And God said,", "In the beginning", "The king of Israel", "And he answered", "Then", "And God"]
+    prompts = ["And God said,", "In the beginning", "The king of Israel", "And he answered", "Then", "And God",
+               "And the LORD"]
 
     def run(**kw):
         # float32 and the torch reference ops, as make() (equality checks the machinery, not kernels)
