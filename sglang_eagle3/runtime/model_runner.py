@@ -351,9 +351,8 @@ class ModelRunner:
 
     def _grammar_tail_fn(self, parts: dict):
         """A grammar round after its verify forward: the verify's logits [B*T, V] (penalized, where a request has
-        penalties) masked (mask [B*T, words]), the
-        acceptance on them (every row sampled by sample_tokens: greedy rows take the argmax) and the draft extend
-        over aux [B*T, 3H]. Returns (packed, next draft hidden)."""
+        penalties) masked (mask [B*T, words]), the acceptance on them (every row sampled by sample_tokens: greedy
+        rows take the argmax) and the draft extend over aux [B*T, 3H]. Returns (packed, next draft hidden)."""
         def fn(logits, aux, input_ids, positions, page_table, seq_lens, out_cache_loc, mask, samp_f, samp_i,
                sim_accept, tokens_per_req):
             batch = dict(positions=positions, page_table=page_table, seq_lens=seq_lens, out_cache_loc=out_cache_loc,
