@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how chat reads the model's tool calls for tool_choice auto (native: kimi_k2, Kimi-K2 / K2.5)")
     g.add_argument("--reasoning-parser", metavar="NAME",
                    help="how chat splits a reasoning model's thinking into reasoning_content (native: kimi_k2, "
-                   "deepseek-r1, qwen3, kimi)")
+                   "deepseek-r1, deepseek-v3, qwen3, qwen3-thinking, kimi)")
     g.add_argument("--worker-env", action="append", type=_env_pair, metavar="KEY=VALUE",
                    help="(sglang_eagle3) extra environment for TP worker processes; repeatable")
     g.add_argument("--use-worker-processes", action="store_true",

@@ -32,7 +32,7 @@ class ServerConfig:
     # "kimi_k2"); None: "auto" is refused, "required" and a named function still work (constrained output).
     tool_call_parser: str | None = None
     # How /v1/chat/completions splits a reasoning model's thinking from its answer (server/reasoning.py:
-    # "kimi_k2", "deepseek-r1", "qwen3", "kimi"); None: the output whole in content.
+    # "kimi_k2", "deepseek-r1", "deepseek-v3", "qwen3", "qwen3-thinking", "kimi"); None: the output whole in content.
     reasoning_parser: str | None = None
 
     def __post_init__(self):

@@ -12,6 +12,7 @@ once. ``logprobs`` objects: server/logprobs.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -415,6 +416,8 @@ def _reasoning_format(body, serving: Serving, sp: dict) -> ReasoningFormat | Non
     if parser is None or not body.separate_reasoning:
         return None
     fmt = REASONING_FORMATS[parser]
+    if fmt.forced_by is not None and (body.chat_template_kwargs or {}).get(fmt.forced_by):
+        fmt = dataclasses.replace(fmt, forced=True)  # (the template opened the reasoning)
     if fmt.forced and any(k in sp for k in GRAMMAR_KINDS):
         # A grammar (response_format, a forced tool call) shapes the output from its first token: no reasoning
         # the template opened, where a forced format would take the whole answer for reasoning.

@@ -13,7 +13,10 @@ Parsers (SGLang's names; the markers, whether the output starts inside the reaso
 - ``deepseek-r1``: ``<think>`` ... ``</think>``, the output starts inside (the chat template opened it; a leading
   ``<think>`` is dropped), except where a grammar shapes the output from its first token (response_format, a
   forced tool call): the answer is then all content.
-- ``qwen3``: ``<think>`` ... ``</think>``, reasoning only where the model opens it.
+- ``deepseek-v3`` (DeepSeek-V3.1 / V3.2): ``<think>`` ... ``</think>``; the output starts inside where the request
+  asks its chat template to think (``chat_template_kwargs: {"thinking": true}``: the template opens it).
+- ``qwen3``: ``<think>`` ... ``</think>``, reasoning only where the model opens it; ``qwen3-thinking`` (Qwen3's
+  thinking-only models): the output starts inside.
 - ``kimi`` (Kimi-VL thinking models): ``◁think▷`` ... ``◁/think▷``.
 
 One reasoning block a response: text before its start is content, and everything after its end is content, markers
@@ -35,6 +38,7 @@ class ReasoningFormat:
     end: str
     forced: bool = False  # the output begins inside the reasoning (the chat template wrote its start)
     tool_start: str | None = None  # a marker that ends the reasoning too, kept in the content
+    forced_by: str | None = None  # a chat_template_kwargs switch that makes the template open the reasoning
 
     def markers(self) -> tuple[str, ...]:
         return (self.start, self.end) + ((self.tool_start,) if self.tool_start else ())
@@ -44,7 +48,9 @@ _THINK = ("<think>", "</think>")
 REASONING_FORMATS = {
     "kimi_k2": ReasoningFormat(*_THINK, tool_start="<|tool_calls_section_begin|>"),
     "deepseek-r1": ReasoningFormat(*_THINK, forced=True),
+    "deepseek-v3": ReasoningFormat(*_THINK, forced_by="thinking"),
     "qwen3": ReasoningFormat(*_THINK),
+    "qwen3-thinking": ReasoningFormat(*_THINK, forced=True),
     "kimi": ReasoningFormat("◁think▷", "◁/think▷"),
 }
 REASONING_PARSERS = tuple(REASONING_FORMATS)

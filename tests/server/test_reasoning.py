@@ -211,9 +211,28 @@ def test_a_grammar_leaves_forced_formats_whole(parser):
     from sglang_eagle3.server.openai_api import _reasoning_format
 
     serving = SimpleNamespace(config=SimpleNamespace(reasoning_parser=parser), tokenizer=None)
-    body = SimpleNamespace(separate_reasoning=True)
+    body = SimpleNamespace(separate_reasoning=True, chat_template_kwargs=None)
     fmt = REASONING_FORMATS[parser]
     assert _reasoning_format(body, serving, {"temperature": 0}) is fmt
     for kind in ("json_schema", "regex", "ebnf"):
         assert _reasoning_format(body, serving, {kind: "x"}) is (None if fmt.forced else fmt)
-    assert _reasoning_format(SimpleNamespace(separate_reasoning=False), serving, {}) is None
+    assert _reasoning_format(SimpleNamespace(separate_reasoning=False, chat_template_kwargs=None), serving, {}) is None
+
+
+def test_a_template_switch_opens_the_reasoning():
+    """deepseek-v3: chat_template_kwargs thinking true makes the template open the reasoning, so the output starts
+    inside it (as deepseek-r1's); without it, reasoning only where the model opens it (as qwen3's)."""
+    from types import SimpleNamespace
+
+    from sglang_eagle3.server.openai_api import _reasoning_format
+
+    serving = SimpleNamespace(config=SimpleNamespace(reasoning_parser="deepseek-v3"), tokenizer=None)
+    text = "weighing it</think>\n42"
+    for kwargs, want in ((None, (None, text)), ({"thinking": False}, (None, text)),
+                         ({"thinking": True}, ("weighing it", "42"))):
+        fmt = _reasoning_format(SimpleNamespace(separate_reasoning=True, chat_template_kwargs=kwargs), serving, {})
+        assert ReasoningSplitter(fmt).split(text) == want, kwargs
+        assert reference(fmt, text) == want
+    fmt = _reasoning_format(SimpleNamespace(separate_reasoning=True, chat_template_kwargs={"thinking": True}),
+                            serving, {"json_schema": "{}"})
+    assert fmt is None  # (a grammar shapes the output from its first token)
