@@ -116,6 +116,10 @@ class EngineArgs:
     # constrained_json_disable_any_whitespace (then the separators are fixed: ", " and ": ").
     grammar_backend: str = "xgrammar"
     constrained_json_disable_any_whitespace: bool = False
+    # A reasoning model's thinking markers (runtime/reasoning.py, SGLang's --reasoning-parser names): a request's
+    # grammar then constrains the answer after the thinking, not the thinking (the server also splits chat answers
+    # with it when the launch flag sets both).
+    reasoning_parser: str | None = None
     skip_tokenizer_init: bool = False
     log_level: str = "info"  # for the sglang_eagle3 loggers (load progress, graph capture, fallbacks)
     # Extra environment for TP worker processes (the launcher's environment is always inherited).
@@ -183,6 +187,11 @@ class EngineArgs:
             raise ConfigError(f"moe_runner_backend={self.moe_runner_backend!r} must be auto, triton or torch")
         if self.grammar_backend not in ("xgrammar", "none"):
             raise ConfigError(f"grammar_backend={self.grammar_backend!r} must be xgrammar or none")
+        from sglang_eagle3.runtime.reasoning import REASONING_PARSERS
+
+        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+            raise ConfigError(f"reasoning_parser={self.reasoning_parser!r} must be one of "
+                              f"{', '.join(REASONING_PARSERS)}")
         if not self.worker_timeout > 0:
             raise ConfigError(f"worker_timeout={self.worker_timeout!r} must be > 0 seconds")
 
@@ -246,7 +255,7 @@ _FIELD_KINDS = {
     "max_stop_str_len": "int", "context_length": "int?", "page_size": "int", "max_total_tokens": "int?",
     "mem_fraction_static": "float", "attention_backend": "str", "moe_runner_backend": "str", "random_seed": "int",
     "grammar_backend": "str", "constrained_json_disable_any_whitespace": "bool", "skip_tokenizer_init": "bool",
-    "log_level": "str", "worker_env": "env", "use_worker_processes": "bool",
+    "reasoning_parser": "str?", "log_level": "str", "worker_env": "env", "use_worker_processes": "bool",
     "worker_timeout": "float",
 }
 

@@ -35,7 +35,7 @@ _ENGINE_FLAGS = (
     "moe_runner_backend", "random_seed", "page_size", "max_total_tokens", "mem_fraction_static", "log_level",
     "worker_timeout",
     "cuda_graph_prefill_tokens", "mha_prefill_tokens", "max_top_logprobs_num", "max_stop_strings",
-    "max_stop_str_len", "grammar_backend",
+    "max_stop_str_len", "grammar_backend", "reasoning_parser",
 )
 # store_true flag -> the EngineArgs bool it sets (given: True; not given: the engine's default).
 _ENGINE_SWITCHES = ("disable_cuda_graph", "disable_overlap_schedule", "skip_tokenizer_init", "use_worker_processes",
@@ -114,8 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tool-call-parser", metavar="NAME",
                    help="how chat reads the model's tool calls for tool_choice auto (native: kimi_k2, Kimi-K2 / K2.5)")
     g.add_argument("--reasoning-parser", metavar="NAME",
-                   help="how chat splits a reasoning model's thinking into reasoning_content (native: kimi_k2, "
-                   "deepseek-r1, deepseek-v3, qwen3, qwen3-thinking, kimi)")
+                   help="a reasoning model's thinking markers: chat splits its thinking into reasoning_content, and "
+                   "grammars (response_format, json_schema, regex, ebnf) constrain the answer after it (native: "
+                   "kimi_k2, deepseek-r1, deepseek-v3, qwen3, qwen3-thinking, kimi)")
     g.add_argument("--worker-env", action="append", type=_env_pair, metavar="KEY=VALUE",
                    help="(sglang_eagle3) extra environment for TP worker processes; repeatable")
     g.add_argument("--use-worker-processes", action="store_true",

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sglang_eagle3.runtime.reasoning import REASONING_FORMATS, ReasoningFormat, ThinkingMatcher
 from sglang_eagle3.runtime.sampling import SamplingParamsError, short_repr
 
 logger = logging.getLogger(__name__)
@@ -89,8 +90,11 @@ class GrammarBackend:
     while the engine's thread makes matchers."""
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids, *, any_whitespace: bool = True,
-                 disabled_reason: str | None = None, cache_size: int = 256):
-        self.tokenizer, self.vocab_size = tokenizer, vocab_size
+                 disabled_reason: str | None = None, cache_size: int = 256, reasoning: ReasoningFormat | None = None):
+        """``reasoning``: a reasoning model's format (runtime/reasoning.py): the grammars then wait for its thinking
+        to end (ThinkingMatcher), where its markers are single tokens."""
+        self.tokenizer, self.vocab_size, self.reasoning = tokenizer, vocab_size, reasoning
+        self._think_ids: tuple[int | None, int] | None = None  # (start, end) marker ids, once read
         self.stop_token_ids = sorted(set(stop_token_ids))
         self.any_whitespace, self.disabled_reason = any_whitespace, disabled_reason
         self.cache_size = cache_size
@@ -104,7 +108,8 @@ class GrammarBackend:
         """The backend EngineArgs ask for (grammar_backend, constrained_json_disable_any_whitespace)."""
         return GrammarBackend(tokenizer, vocab_size, stop_token_ids,
                               any_whitespace=not args.constrained_json_disable_any_whitespace,
-                              disabled_reason="grammar_backend='none'" if args.grammar_backend == "none" else None)
+                              disabled_reason="grammar_backend='none'" if args.grammar_backend == "none" else None,
+                              reasoning=REASONING_FORMATS.get(args.reasoning_parser))
 
     @property
     def available(self) -> bool:
@@ -132,6 +137,7 @@ class GrammarBackend:
             info = xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=self.vocab_size,
                                      stop_token_ids=self.stop_token_ids)
             self._compiler = xgr.GrammarCompiler(info, max_threads=2)
+            self._think_ids = self._marker_ids()
             logger.info("grammar backend (xgrammar) over %d tokens ready in %.2f s", self.vocab_size,
                         time.perf_counter() - t0)
         return self._compiler
@@ -161,12 +167,32 @@ class GrammarBackend:
                 self._cache.popitem(last=False)
             return compiled
 
-    def matcher(self, spec: GrammarSpec) -> GrammarMatcher:
+    def matcher(self, spec: GrammarSpec) -> GrammarMatcher | ThinkingMatcher:
         # An engine without stop tokens (no eos) ends a grammar's output where the grammar is complete; otherwise
         # the mask there would allow no token at all.
-        return GrammarMatcher(_xgrammar().GrammarMatcher(self.compile(spec),
-                                                         terminate_without_stop_token=not self.stop_token_ids),
-                              self.vocab_size, self._never)
+        m = GrammarMatcher(_xgrammar().GrammarMatcher(self.compile(spec),
+                                                      terminate_without_stop_token=not self.stop_token_ids),
+                           self.vocab_size, self._never)
+        if self._think_ids is None:
+            return m
+        return ThinkingMatcher(m, *self._think_ids, thinking=self.reasoning.forced)
+
+    def _marker_ids(self) -> tuple[int | None, int] | None:
+        """The reasoning format's (start, end) marker ids where the end marker is one token (the start may be None:
+        not one token), else None (a warning: the grammars then constrain the whole output)."""
+        if self.reasoning is None:
+            return None
+
+        def one(text: str) -> int | None:
+            ids = self.tokenizer.encode(text)
+            return ids[0] if len(ids) == 1 else None
+
+        start, end = one(self.reasoning.start), one(self.reasoning.end)
+        if end is None:
+            logger.warning("reasoning parser: %r is not one token of this tokenizer; grammars constrain the whole "
+                           "output, thinking included", self.reasoning.end)
+            return None
+        return start, end
 
 
 class GrammarMatcher:

@@ -416,11 +416,16 @@ def _reasoning_format(body, serving: Serving, sp: dict) -> ReasoningFormat | Non
     if parser is None or not body.separate_reasoning:
         return None
     fmt = REASONING_FORMATS[parser]
-    if fmt.forced_by is not None and (body.chat_template_kwargs or {}).get(fmt.forced_by):
-        fmt = dataclasses.replace(fmt, forced=True)  # (the template opened the reasoning)
-    if fmt.forced and any(k in sp for k in GRAMMAR_KINDS):
-        # A grammar (response_format, a forced tool call) shapes the output from its first token: no reasoning
-        # the template opened, where a forced format would take the whole answer for reasoning.
+    grammar = any(k in sp for k in GRAMMAR_KINDS)
+    if fmt.forced_by is not None and (body.chat_template_kwargs or {}).get(fmt.forced_by) and not grammar:
+        # (the template opened the reasoning; with a grammar the engine's matcher, which cannot know that, holds
+        # the output to the grammar from its first token: all content)
+        fmt = dataclasses.replace(fmt, forced=True)
+    thinking_grammar = getattr(getattr(serving.engine, "args", None), "reasoning_parser", None) == parser
+    if fmt.forced and grammar and not thinking_grammar:
+        # A grammar (response_format, a forced tool call) shapes the output from its first token, unless the
+        # engine's grammars wait for the thinking (EngineArgs.reasoning_parser): no reasoning the template opened,
+        # where a forced format would take the whole answer for reasoning.
         return None
     tok = serving.tokenizer
     if tok is not None and any(ids and set(ids) <= tok.special_ids for m in fmt.markers()

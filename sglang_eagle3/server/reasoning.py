@@ -12,7 +12,8 @@ Parsers (SGLang's names; the markers, whether the output starts inside the reaso
   (``<|tool_calls_section_begin|>``) ends the reasoning too, and stays in the content for ``--tool-call-parser``.
 - ``deepseek-r1``: ``<think>`` ... ``</think>``, the output starts inside (the chat template opened it; a leading
   ``<think>`` is dropped), except where a grammar shapes the output from its first token (response_format, a
-  forced tool call): the answer is then all content.
+  forced tool call) on an engine whose grammars do not wait for the thinking (EngineArgs.reasoning_parser, which
+  the launch flag sets too: runtime/reasoning.py): the answer is then all content.
 - ``deepseek-v3`` (DeepSeek-V3.1 / V3.2): ``<think>`` ... ``</think>``; the output starts inside where the request
   asks its chat template to think (``chat_template_kwargs: {"thinking": true}``: the template opens it).
 - ``qwen3``: ``<think>`` ... ``</think>``, reasoning only where the model opens it; ``qwen3-thinking`` (Qwen3's
@@ -29,31 +30,9 @@ the kimi_k2 tool parser), or the markers would never reach the text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from sglang_eagle3.runtime.reasoning import REASONING_FORMATS, REASONING_PARSERS, ReasoningFormat
 
-
-@dataclass(frozen=True)
-class ReasoningFormat:
-    start: str
-    end: str
-    forced: bool = False  # the output begins inside the reasoning (the chat template wrote its start)
-    tool_start: str | None = None  # a marker that ends the reasoning too, kept in the content
-    forced_by: str | None = None  # a chat_template_kwargs switch that makes the template open the reasoning
-
-    def markers(self) -> tuple[str, ...]:
-        return (self.start, self.end) + ((self.tool_start,) if self.tool_start else ())
-
-
-_THINK = ("<think>", "</think>")
-REASONING_FORMATS = {
-    "kimi_k2": ReasoningFormat(*_THINK, tool_start="<|tool_calls_section_begin|>"),
-    "deepseek-r1": ReasoningFormat(*_THINK, forced=True),
-    "deepseek-v3": ReasoningFormat(*_THINK, forced_by="thinking"),
-    "qwen3": ReasoningFormat(*_THINK),
-    "qwen3-thinking": ReasoningFormat(*_THINK, forced=True),
-    "kimi": ReasoningFormat("◁think▷", "◁/think▷"),
-}
-REASONING_PARSERS = tuple(REASONING_FORMATS)
+__all__ = ["REASONING_FORMATS", "REASONING_PARSERS", "ReasoningFormat", "ReasoningSplitter", "ReasoningStream"]
 
 
 def _partial_suffix(text: str, markers: tuple[str, ...]) -> int:

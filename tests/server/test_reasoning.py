@@ -11,14 +11,16 @@ stream_reasoning off; an output cut inside the reasoning; logprobs for every tok
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import shutil
 
 import pytest
 
 from sglang_eagle3.server.reasoning import REASONING_FORMATS, ReasoningSplitter, ReasoningStream
 
-from .test_tools import ADD, CE, MODEL, SB, SE, WEATHER, ask, call, scripted_app
+from .test_tools import ADD, CE, MODEL, SB, SE, WEATHER, ask, call, scripted_app, write_marker_tokenizer
 
 THINK, END = "<think>", "</think>"
 
@@ -203,19 +205,23 @@ def test_config_reaches_a_live_app(thinking):
 
 @pytest.mark.parametrize("parser", sorted(REASONING_FORMATS))
 def test_a_grammar_leaves_forced_formats_whole(parser):
-    """response_format / a forced tool call shape the output from its first token: a format that starts inside
-    the reasoning (deepseek-r1) would take the whole JSON for reasoning, so such a request is not split; the others
-    split as usual (a grammar's output without markers is all content)."""
+    """response_format / a forced tool call shape the output from its first token (unless the engine's grammars
+    wait for the thinking): a format that starts inside the reasoning (deepseek-r1) would take the whole JSON for
+    reasoning, so such a request is not split; the others split as usual (a grammar's output without markers is all
+    content)."""
     from types import SimpleNamespace
 
     from sglang_eagle3.server.openai_api import _reasoning_format
 
-    serving = SimpleNamespace(config=SimpleNamespace(reasoning_parser=parser), tokenizer=None)
+    serving = SimpleNamespace(config=SimpleNamespace(reasoning_parser=parser), tokenizer=None, engine=None)
     body = SimpleNamespace(separate_reasoning=True, chat_template_kwargs=None)
     fmt = REASONING_FORMATS[parser]
     assert _reasoning_format(body, serving, {"temperature": 0}) is fmt
     for kind in ("json_schema", "regex", "ebnf"):
         assert _reasoning_format(body, serving, {kind: "x"}) is (None if fmt.forced else fmt)
+    # An engine whose grammars wait for the thinking (EngineArgs.reasoning_parser): split as usual.
+    serving.engine = SimpleNamespace(args=SimpleNamespace(reasoning_parser=parser))
+    assert _reasoning_format(body, serving, {"regex": "x"}) is fmt
     assert _reasoning_format(SimpleNamespace(separate_reasoning=False, chat_template_kwargs=None), serving, {}) is None
 
 
@@ -226,13 +232,66 @@ def test_a_template_switch_opens_the_reasoning():
 
     from sglang_eagle3.server.openai_api import _reasoning_format
 
-    serving = SimpleNamespace(config=SimpleNamespace(reasoning_parser="deepseek-v3"), tokenizer=None)
+    serving = SimpleNamespace(config=SimpleNamespace(reasoning_parser="deepseek-v3"), tokenizer=None, engine=None)
     text = "weighing it</think>\n42"
     for kwargs, want in ((None, (None, text)), ({"thinking": False}, (None, text)),
                          ({"thinking": True}, ("weighing it", "42"))):
         fmt = _reasoning_format(SimpleNamespace(separate_reasoning=True, chat_template_kwargs=kwargs), serving, {})
         assert ReasoningSplitter(fmt).split(text) == want, kwargs
         assert reference(fmt, text) == want
+    # With a grammar the engine holds the output to it from its first token (its matcher does not see the
+    # switch): the answer is content.
     fmt = _reasoning_format(SimpleNamespace(separate_reasoning=True, chat_template_kwargs={"thinking": True}),
                             serving, {"json_schema": "{}"})
-    assert fmt is None  # (a grammar shapes the output from its first token)
+    assert ReasoningSplitter(fmt).split('{"a": 1}') == (None, '{"a": 1}')
+
+
+# -- structured output that waits for the thinking (EngineArgs.reasoning_parser) -----------------------------
+
+@pytest.fixture(scope="module")
+def thinking_model(tiny_model, tmp_path_factory):
+    """The tiny pair with <think> / </think> (and Kimi's call markup) as special tokens of its tokenizer."""
+    target = str(tmp_path_factory.mktemp("thinking_target"))
+    for f in os.listdir(tiny_model.target):
+        if f != "tokenizer.json":
+            shutil.copy(os.path.join(tiny_model.target, f), target)
+    write_marker_tokenizer(target, tiny_model.vocab_size, (THINK, END))
+    return target, tiny_model.draft
+
+
+@pytest.mark.parametrize("parser", ["kimi_k2", "deepseek-r1"])
+def test_the_grammar_waits_for_the_thinking(thinking_model, torch_one_thread, parser):
+    """EngineArgs.reasoning_parser (runtime/reasoning.py ThinkingMatcher): the output (thinking pushed by
+    logit_bias, then the answer) is the grammar's after the thinking, EAGLE-3's equal to plain decoding's; without
+    the parser the same request's output is the grammar's from its first token, the markers never in it."""
+    pytest.importorskip("xgrammar")
+    import regex
+
+    from sglang_eagle3 import Engine
+    from sglang_eagle3.runtime.reasoning import REASONING_FORMATS as FORMATS
+
+    target, draft = thinking_model
+    pattern = r"(yes|no)! [a-z]+\."
+
+    def run(**kw):
+        eng = Engine(model_path=target, device="cpu", log_level="warning", **kw)
+        [think_id], [end_id] = eng.tokenizer.encode(THINK), eng.tokenizer.encode(END)
+        # Thinking pushed (the start where it is allowed, the end above it once inside), then the answer.
+        sp = {"regex": pattern, "temperature": 0, "max_new_tokens": 24, "skip_special_tokens": False,
+              "logit_bias": {think_id: 40.0, end_id: 60.0}}
+        out = eng.generate(["Pack my box", "Five quacking zephyrs"], [sp, dict(sp, temperature=0.9, seed=4)])
+        eng.shutdown()
+        return [o["text"] for o in out], [o["output_ids"] for o in out]
+
+    plain_text, plain_ids = run(reasoning_parser=parser)
+    spec_text, spec_ids = run(reasoning_parser=parser, speculative_algorithm="EAGLE3",
+                              speculative_draft_model_path=draft, speculative_num_steps=3)
+    assert spec_ids == plain_ids
+    forced = FORMATS[parser].forced
+    for text in plain_text:
+        head = END if forced else THINK + END
+        assert text.startswith(head), text
+        assert regex.fullmatch(pattern, text[len(head):], partial=True), text
+    strict_text, _ = run()  # no parser: the grammar from the first token, the markers never allowed
+    for text in strict_text:
+        assert THINK not in text and END not in text and regex.fullmatch(pattern, text, partial=True), text

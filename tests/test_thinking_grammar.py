@@ -1,0 +1,105 @@
+"""Structured output for reasoning models (runtime/reasoning.py ThinkingMatcher, EngineArgs.reasoning_parser): the
+grammar constrains the answer after the thinking, not the thinking.
+
+Checked against: a reference written here from the rules (a token walk's allowed set at each position: every token
+inside the thinking, a fresh matcher fed the answer's tokens after it, and at the output's start the grammar's
+tokens plus the start marker), with rejected tokens and rollbacks drawn at random. End to end (a tokenizer whose
+markers are tokens): tests/server/test_reasoning.py.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+from sglang_eagle3.config import ConfigError
+from sglang_eagle3.engine import EMBEDDED_DIR, EngineArgs
+from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarSpec, bitmask_words
+from sglang_eagle3.runtime.reasoning import ThinkingMatcher
+from sglang_eagle3.tokenizer import load_tokenizer
+
+pytest.importorskip("xgrammar")
+TARGET = os.path.join(EMBEDDED_DIR, "target")
+pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(TARGET, "config.json")),
+                                reason="embedded weights not present")
+THINK, END = "<think>", "</think>"
+
+
+def _allowed(fill, vocab: int) -> set[int]:
+    mask = torch.zeros(1, bitmask_words(vocab), dtype=torch.int32)
+    fill(mask, 0)
+    bits = ((mask[0].unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).view(-1)[:vocab]
+    return set(torch.nonzero(bits).view(-1).tolist())
+
+
+def _reference(backend, spec, tokens: list[int], start: int, end: int, forced: bool, vocab: int) -> set[int]:
+    """The tokens allowed after ``tokens`` by the rules."""
+    state, answer = ("thinking" if forced else "open"), []
+    for t in tokens:
+        if state == "thinking":
+            state = "answer" if t == end else "thinking"
+        elif state == "open" and t == start:
+            state = "thinking"
+        else:
+            state = "answer"
+            answer.append(t)
+    if state == "thinking":
+        return set(range(vocab))
+    fresh = backend.matcher(spec) if backend.reasoning is None else backend.matcher(spec).inner
+    for t in answer:
+        assert fresh.accept(t)
+    allowed = _allowed(fresh.fill, vocab)
+    return allowed | {start} if state == "open" else allowed
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_matcher_against_the_rules(forced):
+    tok = load_tokenizer(TARGET)
+    vocab = tok.vocab_size
+    plain = GrammarBackend(tok, vocab, [tok.eos_token_id])
+    backend = GrammarBackend(tok, vocab, [tok.eos_token_id])
+    spec = GrammarSpec("regex", r"(yes|no|maybe), [a-z]+( [a-z]+){0,4}\.")
+    backend.compile(spec)
+    # Two ids the grammar never allows stand in for the markers (the embedded tokenizer has none).
+    start, end = vocab - 3, vocab - 2
+    rng = random.Random(int(forced))
+    for _ in range(12):
+        m = ThinkingMatcher(plain.matcher(spec), start, end, thinking=forced)
+        walk: list[int] = []
+        for _ in range(rng.randint(3, 25)):
+            want = _reference(plain, spec, walk, start, end, forced, vocab)
+            assert _allowed(m.fill, vocab) == want, walk
+            if rng.random() < 0.15 and walk:  # roll back a few and compare again
+                n = rng.randint(1, min(4, len(walk)))
+                m.rollback(n)
+                del walk[-n:]
+                continue
+            if m.terminated:
+                break
+            refused = sorted(set(range(vocab)) - want)
+            if refused and rng.random() < 0.15:
+                t = rng.choice(refused)
+                assert not m.accept(t)  # (nothing changes)
+                continue
+            pick = [end] if m.state == "thinking" and rng.random() < 0.3 else sorted(want)
+            if m.state == "open" and rng.random() < 0.4:
+                pick = [start]
+            t = rng.choice(pick)
+            assert m.accept(t), (walk, t)
+            walk.append(t)
+
+
+def test_backend_wraps_where_the_markers_are_tokens(caplog):
+    tok = load_tokenizer(TARGET)
+    args = EngineArgs(model_path=TARGET, device="cpu", reasoning_parser="kimi_k2")
+    backend = GrammarBackend.for_engine(args, tok, tok.vocab_size, [tok.eos_token_id])
+    spec = GrammarSpec("regex", "yes|no")
+    with caplog.at_level("WARNING"):
+        m = backend.matcher(spec)
+    # The embedded tokenizer spells </think> in several tokens: no wrap, and a warning naming the marker.
+    assert not isinstance(m, ThinkingMatcher) and "</think>" in caplog.text
+    with pytest.raises(ConfigError, match="kimi_k2"):
+        EngineArgs(model_path=TARGET, device="cpu", reasoning_parser="r2d2")
