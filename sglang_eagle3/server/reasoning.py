@@ -35,8 +35,9 @@ from sglang_eagle3.runtime.reasoning import REASONING_FORMATS, REASONING_PARSERS
 __all__ = ["REASONING_FORMATS", "REASONING_PARSERS", "ReasoningFormat", "ReasoningSplitter", "ReasoningStream"]
 
 
-def _partial_suffix(text: str, markers: tuple[str, ...]) -> int:
-    """Length of the longest end of ``text`` that is a proper prefix of one of ``markers``."""
+def held_back(text: str, markers: tuple[str, ...]) -> int:
+    """Length of the longest end of ``text`` that is a proper prefix of one of ``markers`` (a stream holds it back:
+    the next tokens may complete the marker). The tool-call parser's too (server/tools.py)."""
     for n in range(min(len(text), max(map(len, markers)) - 1), 0, -1):
         if any(m.startswith(text[-n:]) for m in markers):
             return n
@@ -68,13 +69,13 @@ class ReasoningSplitter:
         else:
             i = text.find(fmt.start)
             if i < 0:
-                keep = len(text) if finished else len(text) - _partial_suffix(text, (fmt.start,))
+                keep = len(text) if finished else len(text) - held_back(text, (fmt.start,))
                 return None, text[:keep], False
             before, body = text[:i], i + len(fmt.start)
         # The reasoning runs to the first end marker (or tool section), else to the end of the text.
         ends = [(j, m) for m in (fmt.end, fmt.tool_start) if m for j in (text.find(m, body),) if j >= 0]
         if not ends:
-            stop = len(text) if finished else len(text) - _partial_suffix(text, fmt.markers()[1:])
+            stop = len(text) if finished else len(text) - held_back(text, fmt.markers()[1:])
             # (stripped at both ends while it grows too: trailing whitespace goes if the end marker comes next)
             return text[body:stop].strip(), before, False
         j, marker = min(ends)
@@ -107,4 +108,4 @@ class ReasoningStream:
 
     def decided(self, text: str, finished: bool) -> int:
         """How much of ``text`` the split has placed (all but a trailing piece that may start a marker)."""
-        return len(text) if finished else len(text) - _partial_suffix(text, self.splitter.fmt.markers())
+        return len(text) if finished else len(text) - held_back(text, self.splitter.fmt.markers())

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from sglang_eagle3.runtime.grammar import xgrammar_reason
 from sglang_eagle3.runtime.sampling import short_repr
 from sglang_eagle3.server.protocol import APIError
+from sglang_eagle3.server.reasoning import held_back
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +69,7 @@ class KimiK2Format:
 
     def held_back(self, text: str) -> int:
         """How many characters at the end of ``text`` may be the start of a marker (not shown as content yet)."""
-        for n in range(min(len(text), max(map(len, self.MARKERS)) - 1), 0, -1):
-            tail = text[-n:]
-            if any(m.startswith(tail) for m in (self.SECTION_BEGIN, self.CALL_BEGIN)):
-                return n
-        return 0
+        return held_back(text, (self.SECTION_BEGIN, self.CALL_BEGIN))
 
 
 _FORMATS = {"kimi_k2": KimiK2Format}  # --tool-call-parser name -> the call format it reads
