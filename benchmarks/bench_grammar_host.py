@@ -1,9 +1,15 @@
-"""The host's grammar work a speculative round at Kimi-K2.5's vocabulary size (runtime/grammar.py), no GPU needed:
-the draft's k masks (GrammarBatch.after, one a draft step), the verify's last row (masks; rows 0..k-1 are the
-draft's), and accepting the round's k + 1 tokens (the scheduler's _emit), for B requests with a grammar.
+"""The host's grammar work a speculative round at Kimi-K2.5's vocabulary size (runtime/grammar.py), no GPU needed,
+for B requests with a grammar, split as a GPU round meets it:
+- ``serial``: between the draft steps, each step's rows filled ahead of it (GrammarBatch.step_mask, where a request's
+  rows are cheap) and its draft picked among the step's candidates (choose); on a GPU this sits on the round's
+  critical path (each step waits for the pick before it);
+- ``overlapped``: the verify's k + 1 rows not filled for the drafts (masks()), while the verify forward runs;
+- ``emit``: accepting the round's k + 1 tokens (the scheduler's _emit).
+Two settings of step_mask's threshold: ``ahead`` (every row filled before its step: the flow before the candidates,
+the fortieth session's) and ``default`` (grammar.PREFILL_BELOW_S). The drafts are the walk's tokens, each its
+step's first candidate (no refill: a refill adds a row to ``serial``).
 
-On a GPU the draft's masks sit on the round's critical path (each waits for its draft step, and the next step
-waits for it); the verify's row overlaps the verify forward. The vocabulary is synthetic (no Kimi tokenizer can be
+The vocabulary is synthetic (no Kimi tokenizer can be
 downloaded here): the embedded pair's 4096 tokens' bytes, then pairs of them (the second without whitespace, as
 BPE merges within pre-split words), to 163840 ids, so token lengths and bytes are text-like. Each request's
 tokens are a random walk through its grammar (a random allowed token at each step), every draft accepted: the
@@ -28,7 +34,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.engine import EMBEDDED_DIR  # noqa: E402
-from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarBatch, GrammarSpec, allowed_tokens  # noqa: E402
+from sglang_eagle3.runtime.grammar import (  # noqa: E402
+    PREFILL_BELOW_S,
+    GrammarBackend,
+    GrammarBatch,
+    GrammarSpec,
+    allowed_tokens,
+)
 from sglang_eagle3.tokenizer import load_tokenizer  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
@@ -76,6 +88,36 @@ def _walk(backend: GrammarBackend, spec: GrammarSpec, n: int, rng: random.Random
     return out
 
 
+def _rounds(backend: GrammarBackend, spec: GrammarSpec, walks: list[list[int]], a, T: int, below: float) -> dict:
+    """Median ms a round of each part (module doc) over the walks' rounds, with step_mask(below)."""
+    matchers = [backend.matcher(spec) for _ in walks]
+    for m, w in zip(matchers, walks, strict=True):
+        assert m.accept(w[0])  # each round's first id is the last token emitted
+    parts: dict[str, list[float]] = {"serial_ms": [], "overlapped_ms": [], "emit_ms": []}
+    for r in range(a.rounds):
+        if any(len(w) < (r + 1) * T + 1 for w in walks):
+            break  # a walk ended early (its grammar allowed only the eos)
+        drafts = [w[r * T:(r + 1) * T] for w in walks]  # [last, d_1..d_k] as accepted
+        t0 = time.perf_counter()
+        batch = GrammarBatch(matchers, a.vocab, lambda x: x)
+        for j in range(1, T):
+            batch.step_mask(below)
+            chosen, stuck = batch.choose([[d[j]] for d in drafts])
+            assert not stuck and chosen == [d[j] for d in drafts]
+        batch.end_drafts()
+        t1 = time.perf_counter()
+        batch.masks(drafts, T)
+        t2 = time.perf_counter()
+        for m, w in zip(matchers, walks, strict=True):  # the round's k + 1 tokens, as _emit accepts them
+            for tk in w[r * T + 1:(r + 1) * T + 1]:
+                assert m.accept(tk)
+        t3 = time.perf_counter()
+        for key, dt in (("serial_ms", t1 - t0), ("overlapped_ms", t2 - t1), ("emit_ms", t3 - t2)):
+            parts[key].append(dt * 1e3)
+    return {"rounds": len(parts["serial_ms"])} | {
+        k: round(statistics.median(v), 3) if v else float("nan") for k, v in parts.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--vocab", type=int, default=163840)
@@ -104,29 +146,13 @@ def main() -> None:
                     break
             walks.append(walk)
         for B in a.batch:
-            matchers = [backend.matcher(spec) for _ in range(B)]
-            for m, w in zip(matchers, walks, strict=False):
-                assert m.accept(w[0])  # each round's first id is the last token emitted
-            batch_ms, done = [], 0
-            for r in range(a.rounds):
-                if any(len(w) < (r + 1) * T + 1 for w in walks[:B]):
-                    break  # a walk ended early (its grammar allowed only the eos)
-                ids = torch.tensor([w[r * T:(r + 1) * T] for w in walks[:B]])  # [last, d_1..d_k] as accepted
-                start = time.perf_counter()
-                batch = GrammarBatch(matchers, a.vocab, lambda x: x)
-                for j in range(T - 1):
-                    batch.after(ids[:, 1:j + 1])
-                batch.masks(ids, T)
-                for b, m in enumerate(matchers):  # the round's k + 1 tokens, as _emit accepts them
-                    for tk in walks[b][r * T + 1:(r + 1) * T + 1]:
-                        assert m.accept(tk)
-                batch_ms.append((time.perf_counter() - start) * 1e3)
-                done += 1
-            med = statistics.median(batch_ms) if batch_ms else float("nan")
-            rows.append({"grammar": name, "batch": B, "k": a.k, "rounds": done, "round_ms_median": round(med, 3),
-                         "per_request_us": round(med * 1e3 / B, 1), "compile_s": round(compile_s, 3)})
-            print(f"{name:12s} B={B:3d} k={a.k}: {med:7.3f} ms a round ({med * 1e3 / B:7.1f} us a request), "
-                  f"{done} rounds; compiled in {compile_s:.3f} s", flush=True)
+            for mode, below in (("ahead", float("inf")), ("default", PREFILL_BELOW_S)):
+                rows.append(_rounds(backend, spec, walks[:B], a, T, below) | {
+                    "grammar": name, "batch": B, "k": a.k, "mode": mode, "compile_s": round(compile_s, 3)})
+                r = rows[-1]
+                print(f"{name:13s} B={B:3d} k={a.k} {mode:7s}: serial {r['serial_ms']:7.3f} ms, overlapped "
+                      f"{r['overlapped_ms']:7.3f} ms, emit {r['emit_ms']:6.3f} ms a round (medians of {r['rounds']})",
+                      flush=True)
     result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(), "machine": platform.processor()
               or platform.machine(), "cpus": torch.get_num_threads(), "vocab": a.vocab,
               "backend_ready_s": round(time.perf_counter() - t0, 2), "rows": rows}

@@ -36,6 +36,19 @@ class Knob:
                              f"({'on' if default else 'off'})")
         return default if raw in (None, "") else raw == "1"
 
+    def number(self, default: float) -> float:
+        """A number >= 0 (``inf`` allowed): unset or empty gives ``default``; anything else is an error naming it."""
+        raw = self.raw()
+        if raw in (None, ""):
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            value = float("nan")
+        if not value >= 0:
+            raise ValueError(f"{self.name}={raw!r}: expected a number >= 0 (or inf), or unset ({default:g})")
+        return value
+
 
 TRITON_INTERPRET = Knob("TRITON_INTERPRET", "Triton's own: run kernels in its CPU interpreter (tests)")
 TRITON_ON_CPU = Knob("SGLANG_EAGLE3_TRITON_ON_CPU",
@@ -116,11 +129,16 @@ SAMPLER_RADIX = Knob("SGLANG_EAGLE3_SAMPLER_RADIX",
                      "0: the sampler's top_k / top_p thresholds by sorting each row on CUDA too (the path before the "
                      "radix select, for A/B runs; read as graphs are captured: set it before the engine starts); "
                      "unset or 1: kernels.top_threshold (runtime/sampling.py filtered_scores)")
+GRAMMAR_PREFILL_BELOW_US = Knob(
+    "SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US",
+    "microseconds: a request with a grammar has its mask row filled before each draft step where its recent rows "
+    "took under this long, else its draft picks among the step's candidates and the rows fill while the verify runs "
+    "(runtime/grammar.py; 0: candidates always, inf: rows ahead always; unset: grammar.PREFILL_BELOW_S)")
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
        GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_FMA_PLAIN_PAIR,
-       MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX)
+       MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX, GRAMMAR_PREFILL_BELOW_US)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

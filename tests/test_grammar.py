@@ -118,13 +118,79 @@ def test_verify_rows_are_masked_as_after_the_drafts_before_them(backend, tok):
             want = _row(backend, spec, out + d[1:j + 1]) if b < len(cases) else None
             assert torch.equal(got[b * T + j], ones if want is None else want), (b, j)
     assert not torch.equal(got[0], ones) and torch.equal(got[len(cases) * T], ones)
-    # A round with the draft's proposals masked: after()'s rows are reused as the verify's rows 0..T-2.
     batch = GrammarBatch(matchers, 4096, lambda t: t)
-    ids = torch.tensor(drafts)
-    for j in range(T - 1):
-        assert torch.equal(batch.after(ids[:, 1:j + 1]), got.view(-1, T, 128)[:, j]), j
-    assert torch.equal(batch.masks(ids, T), got)
-    assert not batch._after  # used once
+    assert torch.equal(batch.masks(torch.tensor(drafts), T), got) and torch.equal(batch.masks(drafts, T), got)
+
+
+def _allows(mask: torch.Tensor | None, t: int) -> bool:
+    return mask is None or bool((int(mask[t // 32]) >> (t % 32)) & 1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_drafts_are_the_first_candidates_the_grammar_accepts(backend, tok, seed):
+    """GrammarBatch over a round's draft steps (random candidate lists: tokens of the text, which the grammar allows
+    here and there, and random ids) against fresh matchers. step_mask's row for a request whose fills are cheap is
+    a fresh matcher's mask after the drafts before it, every token for the others; a request's draft is its first
+    candidate the grammar allows after them, the first candidate where it has no grammar, has ended or refused
+    before; a request none of whose candidates is allowed is stuck, and refill()'s row for it is the fresh matcher's
+    mask (every token for the others); take() of a token the row allows continues it, of one it refuses ends its
+    constraint for the round. end_drafts leaves the matchers as before, and the verify's masks, the rows filled for
+    the drafts among them, are those of a batch that filled none."""
+    rng = random.Random(seed)
+    spec = GrammarSpec("regex", REGEXES[1])
+    ids = tok.encode("Abc de fgh ij klm no.")
+    pool = ids + [tok.eos_token_id] + [rng.randrange(4096) for _ in range(6)]
+    out = ids[:2]
+    matchers = []
+    for i in range(6):
+        m = backend.matcher(spec)
+        assert all(m.accept(t) for t in out)
+        m.fill_seconds = 0.0 if i % 2 else 1e9  # cheap to fill ahead, or not (step_mask(1.0))
+        matchers.append(m)
+    matchers.append(None)
+    batch = GrammarBatch(matchers, 4096, lambda t: t)
+    before = batch.host_masks(None, 1)
+    prefixes = [[] for _ in matchers]
+    refused = [False] * len(matchers)
+    ones = torch.full((128,), -1, dtype=torch.int32)
+    stuck_seen = filled_ahead = 0
+    T = 6
+    for _ in range(T - 1):
+        rows = {b: None if matchers[b] is None or refused[b] else _row(backend, spec, out + prefixes[b])
+                for b in range(len(matchers))}
+        live = {b for b, r in rows.items() if r is not None}
+        cheap_below = rng.choice([0.0, 1.0, float("inf")])
+        ahead = batch.step_mask(cheap_below)
+        for b in range(len(matchers)):
+            want = rows[b] if b in live and matchers[b].fill_seconds < cheap_below else ones
+            filled_ahead += want is not ones
+            assert torch.equal(ahead[b], want), (b, cheap_below)
+        cands = [[rng.choice(pool) for _ in range(rng.randint(1, 3))] for _ in matchers]
+        chosen, stuck = batch.choose(cands)
+        for b, c in enumerate(cands):
+            want = next((t for t in c if _allows(rows[b], t)), None) if b in live else c[0]
+            assert (b in stuck) == (b in live and want is None), (b, c, stuck)
+            if b not in stuck:
+                assert chosen[b] == want, (b, c, chosen)
+        if stuck:
+            stuck_seen += 1
+            mask = batch.refill(stuck)
+            for b in range(len(matchers)):
+                assert torch.equal(mask[b], rows[b] if b in stuck else ones), b
+            for b in stuck:  # an allowed token for some, a refused one for others
+                t = next((t for t in range(4096) if _allows(rows[b], t)), 0) if rng.random() < 0.5 else cands[b][0]
+                batch.take(b, t)
+                chosen[b] = t
+                refused[b] = not _allows(rows[b], t)
+        for b, t in enumerate(chosen):
+            prefixes[b].append(t)
+    batch.end_drafts()
+    assert torch.equal(batch.host_masks(None, 1), before)
+    assert stuck_seen and filled_ahead, "the test would not see refill or step_mask's rows"
+    drafts = [[out[-1]] + p for p in prefixes]
+    assert batch._known  # the rows filled for the drafts, kept for the verify
+    got = batch.masks(drafts, T)
+    assert torch.equal(got, GrammarBatch(matchers, 4096, lambda t: t).host_masks(drafts, T)) and not batch._known
 
 
 # -- the engine ------------------------------------------------------------------------------------------------
@@ -249,12 +315,12 @@ def test_drafts_proposed_within_the_grammar_are_accepted_more(engines):
     assert runs[True][1] > runs[False][1] + 0.5, runs
 
 
-@pytest.mark.parametrize("temperature", [0, 0.9])
-def test_every_draft_is_proposed_within_the_grammar(tok, temperature):
-    """A grammar the same at every position ([a-z ]+: a token is allowed wherever it spells only those characters,
-    or is the eos): every draft the verify sees (d_1 from the head again, d_2..d_k from the masked draft steps) up
-    to the first eos is such a token. The draft alone, trained on capitalised and punctuated text, proposes others."""
+def _verify_drafts(candidates: int, prefill_below_s: float, params: dict) -> tuple[list, list, dict]:
+    """(each verify's drafts [B][k], the outputs, the runner's grammar_proposals) of the embedded pair at k = 4 with
+    ``candidates`` a draft step, rows filled ahead of the steps where they took under ``prefill_below_s``."""
     eng = Engine(device="cpu", speculative_num_steps=4)
+    eng.runner.grammar_candidates = candidates
+    eng.runner.grammar_prefill_below_s = prefill_below_s
     verify, seen = eng.runner.target_verify, []
 
     def recording(bs, T, **inputs):
@@ -262,14 +328,50 @@ def test_every_draft_is_proposed_within_the_grammar(tok, temperature):
         return verify(bs, T, **inputs)
 
     eng.runner.target_verify = recording
-    params = {"regex": "[a-z ]+", "temperature": temperature, "seed": 7, "max_new_tokens": 40}
     outs = eng.generate(PROMPTS, [params] * len(PROMPTS))
+    eng.runner.target_verify = verify
+    return seen, outs, eng.get_server_info()["grammar_proposals"]
+
+
+@pytest.mark.parametrize("temperature", [0, 0.9])
+def test_every_draft_is_proposed_within_the_grammar(tok, temperature):
+    """A grammar the same at every position ([a-z ]+: a token is allowed wherever it spells only those characters,
+    or is the eos): every draft the verify sees (d_1 from the head again, d_2..d_k from the draft steps'
+    candidates) up to the first eos is such a token. The draft alone, trained on capitalised and punctuated text,
+    proposes others. The drafts are the same whether the rows are filled ahead of the steps (prefill_below_s
+    infinite: the candidates masked), after them (0: the first of 8 candidates the grammar accepts), or nearly always
+    again under the row (one candidate a step: refill): the same scores, the same noise positions."""
+    params = {"regex": "[a-z ]+", "temperature": temperature, "seed": 7, "max_new_tokens": 40}
+    seen, outs, counts = _verify_drafts(8, 0.0, params)
     assert all(regex.fullmatch("[a-z ]+", o["text"]) for o in outs), [o["text"] for o in outs]
     drafts = [t for batch in seen for row in batch for t in row[:row.index(tok.eos_token_id) if tok.eos_token_id
                                                                    in row else None]]
     assert len(drafts) > 40
     bad = sorted({t for t in drafts if not regex.fullmatch(b"[a-z ]+", tok.token_bytes(t))})
     assert not bad, [tok.token_bytes(t) for t in bad]
+    assert counts["proposed"] >= len(drafts)
+    for candidates, prefill_below_s in ((1, 0.0), (8, float("inf"))):
+        seen_2, outs_2, counts_2 = _verify_drafts(candidates, prefill_below_s, params)
+        assert [o["output_ids"] for o in outs_2] == [o["output_ids"] for o in outs]
+        assert seen_2 == seen, (candidates, prefill_below_s)
+        if candidates == 1:
+            assert counts_2["refilled"] > max(10, counts["refilled"]), (counts_2, counts)
+        else:
+            assert counts_2["refilled"] == 0, counts_2
+
+
+def test_prefill_threshold_knob(monkeypatch):
+    """SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US sets the runner's threshold; a value that is no number >= 0 stops the
+    engine's start with an error naming it and the value."""
+    from sglang_eagle3.runtime.grammar import PREFILL_BELOW_S
+
+    monkeypatch.setenv("SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US", "250")
+    assert Engine(device="cpu", speculative_num_steps=2).runner.grammar_prefill_below_s == pytest.approx(250e-6)
+    monkeypatch.setenv("SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US", "")
+    assert Engine(device="cpu", speculative_num_steps=2).runner.grammar_prefill_below_s == pytest.approx(PREFILL_BELOW_S)
+    monkeypatch.setenv("SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US", "-3")
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US='-3'"):
+        Engine(device="cpu", speculative_num_steps=2)
 
 
 def test_ignore_eos_still_ends_where_the_grammar_ends(engines):

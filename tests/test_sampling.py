@@ -31,6 +31,7 @@ from sglang_eagle3.runtime.sampling import (
     UNRANKED,
     Filters,
     SamplingParams,
+    draft_candidates,
     draft_tokens,
     filtered_scores,
     sample_tokens,
@@ -254,6 +255,26 @@ def test_draft_samples_with_the_targets_noise():
     masked[:, sub] = logits[:, sub]
     want = sample_tokens(masked, samp_f, samp_i, pos, Filters(False, False, False))
     assert torch.equal(sub[draft_tokens(logits[:, sub], samp_f, samp_i, pos, sub)], want)
+
+
+def test_draft_candidates_are_the_samples_without_replacement():
+    """draft_candidates' column 0 is draft_tokens' proposal (through a draft vocabulary mapped to target ids, -inf
+    columns too), and column i the proposal once columns 0..i-1 are taken out (the next best under the same noise:
+    what a grammar round tries when the grammar refuses the ones before)."""
+    g = torch.Generator().manual_seed(5)
+    V, R, k = 300, 12, 5
+    sub = torch.arange(1, 3 * V, 3)  # the draft's columns: every third target token
+    logits = torch.randn(R, V, generator=g) * 3
+    logits[torch.rand(R, V, generator=g) < 0.2] = float("-inf")
+    rows = [dict(temperature=t) for t in (0.6, 1.0, 1.4)] * 3 + [dict(temperature=0.0)] * 3
+    samp_f, samp_i = sampler_inputs(rows, [sampling_key(100 + s) for s in range(R)])
+    pos = torch.randint(0, 5000, (R,), generator=g)
+    got = draft_candidates(logits, samp_f, samp_i, pos, sub, k)
+    assert got.shape == (R, k) and got.dtype == torch.int64
+    left = logits.clone()
+    for i in range(k):
+        assert torch.equal(got[:, i], draft_tokens(left, samp_f, samp_i, pos, sub)), i
+        left[torch.arange(R), got[:, i]] = float("-inf")
 
 
 def test_sampling_key_is_32_bits_and_spreads():

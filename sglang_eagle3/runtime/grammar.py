@@ -15,10 +15,14 @@ rows are never read (left all allowed). The emitted tokens are accepted for good
 (Scheduler._emit). The masks need the round's drafts on the host between the draft steps and the acceptance, so
 a batch with a grammar runs its round as k + 2 graph replays (ModelRunner.grammar_spec_round; penalties, where a
 request has them too, applied between the verify and the masks) and without the overlap schedule (the next
-round's masks need this round's tokens). The draft proposes within the grammar too (GrammarBatch.after, for
-ModelRunner._propose_in_grammar and the masked draft steps): its proposal for d_(j+1) is masked with the row the
-verify needs after d_1..d_j, so each row is filled once, and only the verify's last row is left for masks(),
-filled while the verify runs.
+round's masks need this round's tokens). The draft proposes within the grammar too: each of its steps returns its
+best few candidates and the host takes the first the grammar accepts after the drafts before it (GrammarBatch.choose:
+one accept a candidate, microseconds). Where a request's rows are cheap to fill (JSON schemas: microseconds), its
+row is filled before the step and masks the candidates (step_mask: forced tokens, which a draft seldom proposes by
+itself, then cost nothing more); where they are not (a regular expression over a large vocabulary: 1-2 ms a row),
+the candidates go unmasked and the rows are filled while the verify runs (masks()), except for a step none of whose
+candidates the grammar accepts, whose row is filled then and its proposal chosen again under it (refill()). Every
+row filled for a proposal is the verify's row after the same drafts, kept and not filled twice.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ from sglang_eagle3.runtime.sampling import SamplingParamsError, short_repr
 
 logger = logging.getLogger(__name__)
 
+# A request whose mask rows recently took under this long to fill (seconds) has its row filled before each draft step
+# (GrammarBatch.step_mask), its candidates masked; above it the candidates are checked one by one and the rows are
+# filled while the verify runs. A refill (none of a step's candidates allowed) costs the host a head replay and a
+# wait for it on top of the row, so filling ahead pays for rows this cheap whatever the candidates: JSON schemas'
+# rows take microseconds, a regular expression of words at Kimi's vocabulary 1-2.5 ms (BENCHMARKS.md section 7).
+PREFILL_BELOW_S = 100e-6
 ANY_JSON = "$$ANY$$"  # SGLang's json_schema for "any JSON value" (OpenAI's response_format json_object)
 # xgrammar's C++ errors start "[hh:mm:ss] /project/cpp/file.cc:123: " and often "Check failed: (...) is false: ".
 _XGR_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: (?:Check failed: .*? is false: )?")
@@ -200,6 +210,9 @@ class GrammarMatcher:
 
     def __init__(self, matcher, vocab_size: int, never: frozenset[int] = frozenset()):
         self._m, self.vocab_size, self._never = matcher, vocab_size, never
+        # What its recent fills took (a running average, seconds): GrammarBatch.step_mask fills a draft step's row
+        # ahead of the step only where that is cheap.
+        self.fill_seconds = 0.0
 
     def accept(self, token: int) -> bool:
         """Accepts ``token`` if the grammar allows it here (True), else changes nothing (False)."""
@@ -212,7 +225,9 @@ class GrammarMatcher:
 
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         """Row ``row`` of ``bitmask`` (int32 [R, words(V)], on the host) := the tokens allowed next."""
+        t0 = time.perf_counter()
         self._m.fill_next_token_bitmask(bitmask, row)
+        self.fill_seconds += 0.5 * (time.perf_counter() - t0 - self.fill_seconds)
 
     def rollback(self, n: int) -> None:
         if n:
@@ -224,14 +239,16 @@ def bitmask_words(vocab_size: int) -> int:
 
 
 class GrammarBatch:
-    """A batch's matchers (None for a request without a grammar) for one mask computation."""
+    """A batch's matchers (None for a request without a grammar) for one round's masks and draft proposals."""
 
     def __init__(self, matchers: list[GrammarMatcher | None], vocab_size: int, upload, to_host=None):
         """``upload`` / ``to_host``: ModelRunner's (a host tensor to the device without waiting; a device tensor to a
         host copy queued without waiting, and an event or None)."""
         self.matchers, self.vocab_size, self._upload, self._to_host = matchers, vocab_size, upload, to_host
         self._pending = None  # prefetch's (host copy, its event)
-        self._after: dict[int, torch.Tensor] = {}  # this round's after() masks by draft count (host)
+        self._walked: list[int] | None = None  # drafts accepted into each matcher this round (choose / take)
+        self._refused: set[int] = set()  # requests whose grammar refused a draft of this round
+        self._known: dict[tuple[int, int], torch.Tensor] = {}  # (request, j): its verify row j, filled for a draft
 
     def prefetch(self, drafts: torch.Tensor) -> None:
         """Queues the copy of a verify's ids [B, T] to the host, before the verify forward is queued: masks() then
@@ -263,46 +280,96 @@ class GrammarBatch:
             m.fill(mask, row)
         m.rollback(accepted)
 
-    def host_masks(self, drafts: list[list[int]] | None, T: int, known: dict | None = None) -> torch.Tensor:
+    def host_masks(self, drafts: list[list[int]] | None, T: int,
+                   known: dict[tuple[int, int], torch.Tensor] | None = None) -> torch.Tensor:
         """int32 [B * T, words(V)] on the host: row b * T + j holds the tokens request b may emit after accepting
         drafts[b][1..j] (drafts[b] the verify's ids [last, d_1, .., d_k]; None: T = 1, the matchers' states as they
         are). All allowed where a request has no grammar, where a draft before the row is refused, and past a stop
-        token. ``known[j]``: rows j already made this round (after()'s, [B, words(V)]), taken as they are."""
+        token. ``known[(b, j)]``: rows filled already (for the draft's proposals this round), taken as they are."""
         B = len(self.matchers)
         known = known or {}
         # Row j of every request first ([T, B, words]: xgrammar fills rows of a contiguous tensor), then [B * T, ...].
         mask = torch.full((T, B, bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
         for j in range(T):
-            if j in known:
-                mask[j] = known[j]
-                continue
             for b, m in enumerate(self.matchers):
-                if m is not None:
+                if (b, j) in known:
+                    mask[j, b] = known[(b, j)]
+                elif m is not None:
                     self._fill_after(mask[j], b, m, drafts[b][1:j + 1] if j else [])
         return mask.transpose(0, 1).reshape(B * T, -1)
 
-    def masks(self, drafts: torch.Tensor | None = None, T: int = 1) -> torch.Tensor:
-        """host_masks on the device; ``drafts`` [B, T] (a device tensor: read here, a wait for the stream, unless
-        prefetch() queued its copy before the verify). Rows the draft's proposals were masked with this round
-        (after()) are the verify's rows 0..T-2 (the same drafts before them): only row T-1 is filled here."""
-        known, self._after = self._after, {}
-        return self._upload(self.host_masks(None if drafts is None else self._read(drafts, T), T, known))
+    def masks(self, drafts: torch.Tensor | list[list[int]] | None = None, T: int = 1) -> torch.Tensor:
+        """host_masks on the device; ``drafts`` [B, T] as host lists (the drafts this round's choose() picked: the
+        rows it filled for them are the verify's), or a device tensor (read here, a wait for the stream, unless
+        prefetch() queued its copy before the verify)."""
+        known, self._known = self._known, {}
+        if isinstance(drafts, torch.Tensor):
+            drafts = self._read(drafts, T)
+        return self._upload(self.host_masks(drafts, T, known))
 
-    def after(self, drafts: torch.Tensor) -> torch.Tensor:
-        """int32 [B, words(V)] on the device: the tokens request b may emit after accepting drafts[b] ([B, j], j >= 0;
-        a device tensor, read here); all allowed where it has no grammar, refuses a draft or has ended. The masks of
-        the draft's proposals (ModelRunner._propose_in_grammar, the masked draft steps), kept for the verify's rows
-        (masks())."""
-        j = drafts.shape[1]
-        rows = drafts.tolist() if j else [[] for _ in self.matchers]  # (no wait for the stream at j = 0)
-        if j == 0:  # a round's first proposal
-            self._after = {}
+    # -- the draft's proposals (ModelRunner.grammar_spec_round) ----------------------------------------------------
+    def _live(self, b: int) -> bool:
+        m = self.matchers[b]
+        return m is not None and b not in self._refused and not m.terminated
+
+    def _fill_known(self, mask: torch.Tensor, b: int) -> None:
+        """mask[b] := the tokens request b may emit after this round's drafts so far, kept as its verify row."""
+        self.matchers[b].fill(mask, b)
+        self._known[(b, self._walked[b])] = mask[b].clone()
+
+    def step_mask(self, cheap_below: float) -> torch.Tensor:
+        """int32 [B, words(V)] on the device for the draft's next step: the tokens each request's grammar allows after
+        the drafts chosen so far where its recent rows took under ``cheap_below`` seconds to fill (its candidates
+        are then all allowed: a JSON schema's forced tokens, which a draft rarely proposes by itself, cost it no
+        refill), every token for the others, whose candidates choose() checks one by one (a regular expression over
+        a large vocabulary: 1-2 ms a row, filled instead while the verify runs). The rows filled are the verify's."""
+        if self._walked is None:
+            self._walked, self._refused = [0] * len(self.matchers), set()
         mask = torch.full((len(self.matchers), bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
         for b, m in enumerate(self.matchers):
-            if m is not None:
-                self._fill_after(mask, b, m, rows[b])
-        self._after[j] = mask
+            if self._live(b) and m.fill_seconds < cheap_below:
+                self._fill_known(mask, b)
         return self._upload(mask)
+
+    def choose(self, candidates: list[list[int]]) -> tuple[list[int], list[int]]:
+        """Each request's next draft among its draft's candidates (best first; step_mask() came first): the first its
+        grammar accepts after the drafts chosen before it this round (accepted into its matcher until end_drafts());
+        the first candidate where it has no grammar, has ended, or refused a draft before. Returns (the drafts, the
+        requests none of whose candidates it accepts: their drafts are placeholders until refill() and take())."""
+        chosen, stuck = [], []
+        for b, (m, cands) in enumerate(zip(self.matchers, candidates, strict=True)):
+            if self._live(b):
+                c = next((c for c in cands if m.accept(c)), None)
+                if c is not None:
+                    self._walked[b] += 1
+                    chosen.append(c)
+                    continue
+                stuck.append(b)
+            chosen.append(cands[0])
+        return chosen, stuck
+
+    def refill(self, stuck: list[int]) -> torch.Tensor:
+        """int32 [B, words(V)] on the device: the tokens the requests ``stuck`` (choose()'s) may emit next, every
+        token for the others. The rows filled are the verify's."""
+        mask = torch.full((len(self.matchers), bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
+        for b in stuck:
+            self._fill_known(mask, b)
+        return self._upload(mask)
+
+    def take(self, b: int, token: int) -> None:
+        """Request b's draft chosen under its refill() row: accepted into its matcher, or, where its grammar refuses it
+        too (none of the draft's columns allowed), its later drafts are its draft's own choices."""
+        if self.matchers[b].accept(token):
+            self._walked[b] += 1
+        else:
+            self._refused.add(b)
+
+    def end_drafts(self) -> None:
+        """The matchers back where the round found them (the drafts rolled back)."""
+        walked, self._walked = self._walked, None
+        for m, n in zip(self.matchers, walked or [0] * len(self.matchers), strict=True):
+            if m is not None:
+                m.rollback(n)
 
 
 def allowed_tokens(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -11,11 +11,18 @@ from dataclasses import dataclass
 
 import torch
 
+from sglang_eagle3 import env
 from sglang_eagle3.core import ForwardBatch, ForwardMode, KVPool
 from sglang_eagle3.kernels.gemv import fma_for_engine
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
-from sglang_eagle3.runtime.grammar import GrammarBatch, allowed_columns, apply_token_bitmask, bitmask_words
+from sglang_eagle3.runtime.grammar import (
+    PREFILL_BELOW_S,
+    GrammarBatch,
+    allowed_columns,
+    apply_token_bitmask,
+    bitmask_words,
+)
 from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputSpec
 from sglang_eagle3.runtime.kv_cache import PageAllocator, make_pool
 from sglang_eagle3.runtime.sampling import (
@@ -24,6 +31,7 @@ from sglang_eagle3.runtime.sampling import (
     Filters,
     Penalties,
     SamplerBatch,
+    draft_candidates,
     draft_tokens,
     penalized_logits,
     sample_tokens,
@@ -101,6 +109,17 @@ class ModelRunner:
         # Whether the draft proposes within a request's grammar (grammar_spec_round); off: its own choice, refused
         # by the verify's masks where the grammar forbids it (tests script drafts that way).
         self.grammar_drafts = True
+        # Candidates a grammar round's draft step returns, best first; the host proposes the first its grammar
+        # accepts (GrammarBatch.choose). In the graphs' shapes: set before capture_graphs. 8 on the embedded pair
+        # under a JSON schema or a regular expression of words left one step in ~100 to refill (BENCHMARKS.md
+        # section 7).
+        self.grammar_candidates = 8
+        # A request whose mask rows recently took under this long to fill has its row filled before each draft step
+        # (GrammarBatch.step_mask; grammar.PREFILL_BELOW_S says why this default).
+        self.grammar_prefill_below_s = env.GRAMMAR_PREFILL_BELOW_US.number(PREFILL_BELOW_S * 1e6) * 1e-6
+        # Proposals made in grammar rounds, and those whose step's candidates the grammar refused all of (refilled:
+        # its mask row filled between the draft steps and the proposal chosen again under it).
+        self.grammar_proposals = {"proposed": 0, "refilled": 0}
         self.aux_layer_ids = aux_layer_ids if draft is not None else ()
         self.device, self.dtype = device, dtype
         self.page_size = page_size
@@ -172,12 +191,12 @@ class ModelRunner:
             "spec_round_penalized", processed, sampled_specs, self.stats, enabled=False,
             disabled_reason="a request has penalties (frequency/presence/repetition_penalty, min_new_tokens or "
             "logit_bias): the round runs as its parts, each replaying its own graph")
-        # Batches with a grammar (json_schema / regex / ebnf; penalties too, if any): the host fills each step's mask
-        # from the drafts before it (runtime/grammar.py), so the round is k + 2 replays (grammar_spec_round): the
-        # draft's proposal d_1 again under its mask (grammar_draft_head), each draft step with its proposal masked
-        # (grammar_draft_decode), the verify forward (target_verify), then the masked acceptance and the draft
-        # extend (spec_round_grammar, over target_verify's logits, penalized between the two where a request has
-        # penalties).
+        # Batches with a grammar (json_schema / regex / ebnf; penalties too, if any): the host picks each draft among
+        # its step's candidates (runtime/grammar.py), so the round is k + 2 replays (grammar_spec_round): the draft's
+        # candidates for d_1 again from its hidden (grammar_draft_head, which also chooses under a mask where the
+        # grammar refuses every candidate), each draft step returning its candidates (grammar_draft_decode), the
+        # verify forward (target_verify), then the masked acceptance and the draft extend (spec_round_grammar, over
+        # target_verify's logits, penalized between the two where a request has penalties).
         grammar_common = dict(common, enabled=use_cuda_graph and grammar_graphs and draft is not None,
                               disabled_reason=graph_disabled_reason if not use_cuda_graph
                               else "the engine has no grammar backend (grammar graphs not captured)")
@@ -330,22 +349,24 @@ class ModelRunner:
         return _pack_round(a, nxt, next_draft, ids), next_hidden
 
     def _grammar_head_fn(self):
-        """d_1 again from the draft hidden [B, Hd] that proposed it, among the tokens its mask [B, words] allows
-        (the draft's forward, replayed as a graph, returns no logits: the head runs again over the hidden)."""
+        """The candidates [B, grammar_candidates] (target ids) for the token after the draft hidden [B, Hd], among
+        those its mask [B, words] allows (d_1's again, from the hidden that proposed it; or a step's choice where
+        the grammar refused all its candidates). The draft's forward, replayed as a graph, returns no logits: the
+        head runs again over the hidden."""
         def fn(hidden, positions, mask, samp_f, samp_i, tokens_per_req):
             logits = self.draft_head(self.draft.norm(hidden))
-            return (self._masked_choice(logits, mask, samp_f, samp_i, positions),)
+            return (self._draft_candidates(logits, mask, samp_f, samp_i, positions),)
 
         return fn
 
     def _grammar_draft_fn(self):
-        """A draft step whose proposal is chosen among the tokens its mask [B, words] allows (the grammar's after
-        the drafts before it, the host's: GrammarBatch.after)."""
+        """A draft step returning its candidates [B, grammar_candidates] (target ids, best first) among the tokens its
+        mask [B, words] allows (GrammarBatch.step_mask), and its hidden."""
         def fn(input_ids, hidden, positions, page_table, seq_lens, out_cache_loc, mask, samp_f, samp_i,
                tokens_per_req):
             fb = self._fb(self.draft_kv, ForwardMode.DECODE, page_table, seq_lens, out_cache_loc, tokens_per_req)
             logits, h = self.draft(input_ids, hidden, positions, fb, self.embed_weight, self.draft_head)
-            return self._masked_choice(logits, mask, samp_f, samp_i, positions + 2), h
+            return self._draft_candidates(logits, mask, samp_f, samp_i, positions + 2), h
 
         return fn
 
@@ -363,18 +384,31 @@ class ModelRunner:
 
         return fn
 
-    def _propose_in_grammar(self, grammar: GrammarBatch, drafts, hidden, samp_f, samp_i, positions) -> torch.Tensor:
-        """The draft's proposal [B] from its hidden [B, Hd] among the tokens each request's grammar allows after
-        its ``drafts`` [B, j] (grammar_draft_head; positions [B]: the target positions it is sampled at). The draft
-        knows nothing of the grammar: its own proposals under a JSON grammar on the embedded pair were refused so
-        often that a round accepted 0.12 drafts on average (3.23 tokens a round with the masks, 1.12 without)."""
-        return self.grammar_head(hidden.shape[0], 1, hidden=hidden, positions=positions, mask=grammar.after(drafts),
-                                 samp_f=samp_f, samp_i=samp_i)[0]
+    def _pick_in_grammar(self, grammar: GrammarBatch, candidates: torch.Tensor, hidden, samp, positions) -> list[int]:
+        """The next drafts [B] (host ints) from a step's ``candidates`` [B, K]: the first each request's grammar
+        accepts (GrammarBatch.choose, a wait for the stream); where it accepts none, chosen again under the
+        grammar's row (refill) from the draft ``hidden`` [B, Hd] that made them (positions [B]: those sampled). The
+        draft knows nothing of the grammar: its own proposals under a JSON grammar on the embedded pair were refused
+        so often that a round accepted 0.12 drafts on average (3.23 tokens a round within the grammar, 1.12
+        without)."""
+        chosen, stuck = grammar.choose(candidates.tolist())
+        self.grammar_proposals["proposed"] += len(chosen)
+        if stuck:
+            self.grammar_proposals["refilled"] += len(stuck)
+            again = self.grammar_head(len(chosen), 1, hidden=hidden, positions=positions, mask=grammar.refill(stuck),
+                                      samp_f=samp.f, samp_i=samp.i)[0][:, 0].tolist()
+            for b in stuck:
+                chosen[b] = again[b]
+                grammar.take(b, chosen[b])
+        return chosen
 
-    def _masked_choice(self, logits, mask, samp_f, samp_i, positions):
-        """_draft_choice among the draft columns mask [B, words(V)] allows (in target ids)."""
-        ok = allowed_columns(mask, self._draft_columns(logits))
-        return self._draft_choice(logits.float().masked_fill(~ok, float("-inf")), samp_f, samp_i, positions)
+    def _draft_candidates(self, logits, mask, samp_f, samp_i, positions):
+        """Target ids [N, grammar_candidates] from draft logits [N, Vd] among the draft columns mask [N, words(V)]
+        allows, _draft_choice's (under the mask) first: sampling.draft_candidates."""
+        cols = self._draft_columns(logits)
+        scores = logits.float().masked_fill(~allowed_columns(mask, cols), float("-inf"))
+        k = min(self.grammar_candidates, logits.shape[-1])
+        return self.draft.to_target_ids(draft_candidates(scores, samp_f, samp_i, positions, cols, k))
 
     def _draft_propose(self, input_ids, hidden, positions, fb, samp_f=None, samp_i=None):
         """Draft forward -> (proposed target token ids [N], next hidden [N, H]): the draft's argmax, or with
@@ -711,37 +745,52 @@ class ModelRunner:
 
     def grammar_spec_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int,
                            samp: SamplerBatch):
-        """sampled_round for a batch with a grammar (penalties too, if any): k + 2 replays, the host filling each mask
-        from the drafts before it (GrammarBatch.after: a wait for the stream each draft step). d_1 and each draft
-        step propose within the grammar (grammar_drafts; else the draft's own choices, refused by the verify's
-        masks where the grammar forbids them); the verify's last mask row is filled while its forward runs (the
-        drafts' copy queued before it: GrammarBatch.prefetch); penalties (sampling.penalized_logits, the drafts
-        before each row counted) apply to its logits before the masks, as processed_logits applies them. Returns
-        what greedy_round returns."""
+        """sampled_round for a batch with a grammar (penalties too, if any): k + 2 replays. d_1 and each draft step's
+        proposal are picked by the host among the draft's candidates (grammar_drafts: the first the request's grammar
+        accepts after the drafts before it, _pick_in_grammar, a wait for the stream each draft step; else the
+        draft's own choices, refused by the verify's masks where the grammar forbids them); the verify's mask rows
+        are filled while its forward runs; penalties (sampling.penalized_logits, the drafts before each row counted)
+        apply to its logits before the masks, as processed_logits applies them. Returns what greedy_round returns."""
         B, g = len(bt.extend_lens), samp.grammar
         ids = bt.input_ids.view(B, T).clone()
         pos, loc = bt.positions.view(B, T), bt.out_cache_loc.view(B, T)
+        drafts = None  # the host's [B][T] rows (ids[:, 0] left out: host_masks does not read it)
         if self.grammar_drafts:
-            ids[:, 1] = self._propose_in_grammar(g, ids[:, 1:1], hidden, samp.f, samp.i, pos[:, 0] + 1)
-        cur = ids[:, 1].contiguous()
-        for j in range(1, T - 1):
-            step = dict(input_ids=cur, hidden=hidden, positions=pos[:, j - 1].contiguous(), page_table=bt.page_table,
-                        seq_lens=bt.seq_lens - (T - j), out_cache_loc=loc[:, j - 1].contiguous())
-            if self.grammar_drafts:
-                cur, hidden = self.grammar_draft(B, 1, mask=g.after(ids[:, 1:j + 1]), samp_f=samp.f, samp_i=samp.i,
-                                                 **step)
-            else:
-                cur, hidden = self.draft_decode(B, 1, **step)
-            ids[:, j + 1] = cur  # copied out: a replay's outputs are rewritten by its next replay
+            try:
+                cheap = self.grammar_prefill_below_s
+                first = self.grammar_head(B, 1, hidden=hidden, positions=pos[:, 0] + 1, mask=g.step_mask(cheap),
+                                          samp_f=samp.f, samp_i=samp.i)[0]
+                drafts = [[None, d] for d in self._pick_in_grammar(g, first, hidden, samp, pos[:, 0] + 1)]
+                for j in range(1, T - 1):
+                    cur = self._upload(torch.tensor([row[j] for row in drafts], dtype=torch.int64))
+                    cands, hidden = self.grammar_draft(
+                        B, 1, input_ids=cur, hidden=hidden, positions=pos[:, j - 1].contiguous(),
+                        page_table=bt.page_table, seq_lens=bt.seq_lens - (T - j),
+                        out_cache_loc=loc[:, j - 1].contiguous(), mask=g.step_mask(cheap), samp_f=samp.f,
+                        samp_i=samp.i)
+                    for row, d in zip(drafts, self._pick_in_grammar(g, cands, hidden, samp, pos[:, j - 1] + 2),
+                                      strict=True):
+                        row.append(d)
+            finally:
+                g.end_drafts()
+            ids[:, 1:] = self._upload(torch.tensor([row[1:] for row in drafts], dtype=torch.int64))
+        else:  # the draft's own choices (tests script them), refused by the verify's masks where the grammar forbids
+            cur = ids[:, 1].contiguous()
+            for j in range(1, T - 1):
+                cur, hidden = self.draft_decode(
+                    B, 1, input_ids=cur, hidden=hidden, positions=pos[:, j - 1].contiguous(), page_table=bt.page_table,
+                    seq_lens=bt.seq_lens - (T - j), out_cache_loc=loc[:, j - 1].contiguous())
+                ids[:, j + 1] = cur  # copied out: a replay's outputs are rewritten by its next replay
+            g.prefetch(ids)
         flat = ids.view(-1)
-        g.prefetch(ids)
         logits, aux = self.target_verify(B, T, input_ids=flat, positions=bt.positions, page_table=bt.page_table,
                                          seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
         scores = logits if samp.penalties is None else penalized_logits(logits, samp.penalties, ids)
+        # The host fills every mask row while the verify runs (the drafts known here, or their copy queued first).
         packed, next_hidden = self.grammar_tail(
             B, T, logits=scores, aux=aux, input_ids=flat, positions=bt.positions, page_table=bt.page_table,
-            seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, mask=g.masks(ids, T), samp_f=samp.f,
-            samp_i=samp.i, sim_accept=sim_accept)
+            seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc, mask=g.masks(ids if drafts is None else drafts, T),
+            samp_f=samp.f, samp_i=samp.i, sim_accept=sim_accept)
         return logits, packed[:B], next_hidden[:B]
 
     def sampler_batch(self, params: list, keys: list[int], outputs: list[list[int]] | None = None,

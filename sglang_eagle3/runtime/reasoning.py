@@ -77,6 +77,10 @@ class ThinkingMatcher:
     def terminated(self) -> bool:
         return self.state == ANSWER and self.inner.terminated
 
+    @property
+    def fill_seconds(self) -> float:
+        return self.inner.fill_seconds
+
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         if self.state == THINKING:
             bitmask[row] = -1

@@ -600,3 +600,17 @@ def draft_tokens(logits: torch.Tensor, samp_f: torch.Tensor, samp_i: torch.Tenso
     scores = logits.float() / torch.where(greedy, 1.0, samp_f[:, 0]).view(-1, 1)
     sampled = kernels.gumbel_argmax(scores, samp_i[:, 1], positions, token_ids=token_ids, use_triton=use_triton)
     return torch.where(greedy, logits.argmax(-1), sampled)
+
+
+def draft_candidates(logits: torch.Tensor, samp_f: torch.Tensor, samp_i: torch.Tensor, positions: torch.Tensor,
+                     token_ids: torch.Tensor, k: int) -> torch.Tensor:
+    """draft_tokens' choice and the draft's next best: draft ids int64 [R, k], best first, from logits [R, Vd]
+    (-inf where a column is not to be proposed): greedy rows by their logits, sampled rows by logits / temperature
+    plus the Gumbel noise draft_tokens adds (ref_gumbel_noise: the sampler's own, as torch ops over the draft's
+    columns). Column 0 is draft_tokens' choice up to ties and the noise's float rounding (a proposal needs no
+    exactness). A grammar round picks the first of them its grammar allows on the host (ModelRunner.grammar_spec_round),
+    so that the draft's steps wait for no mask row."""
+    greedy = (samp_f[:, 0] <= 0).view(-1, 1)
+    scores = logits.float() / torch.where(greedy, 1.0, samp_f[:, :1])
+    noise = kernels.ref.ref_gumbel_noise(samp_i[:, 1], positions, logits.shape[-1], token_ids)
+    return torch.where(greedy, scores, scores + noise).topk(k, dim=-1).indices

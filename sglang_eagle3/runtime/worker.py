@@ -151,6 +151,7 @@ class ModelWorker:
             "finished_requests": s.finished_requests,
             "recent_step_seconds": list(steps[-256:]),
             "forward_counts": self.runner.stats.as_dict(),
+            "grammar_proposals": dict(self.runner.grammar_proposals),
             "cuda_graphs": self.runner.graph_report(),
             "kv_pages_free": self.runner.allocator.num_free,
             "kv_pages_total": self.runner.allocator.num_pages - 1,
