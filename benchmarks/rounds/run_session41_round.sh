@@ -3,9 +3,9 @@
 # table and probe on an H100, then priced the grammar rounds' graphs: docs/BENCHMARKS.md sections 0b and 7).
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session41_round.sh n1   (then n2; one device call each, < 10 min)
 # n1: the CUDA engine tests in full, the structured-output case too (a request with a grammar and a penalty since
-#     the fortieth session's last change: that batch now takes the grammar round's graphs, its verify logits
-#     penalized between them, which no GPU has run yet); then the grammar's price end to end and its profile.
-#     Needs xgrammar: benchmarks/rounds/fetch_device_wheels.sh here first, carry: [".carry"].
+#     the fortieth session's last change, which no GPU has run yet); then the grammar rounds end to end, this tree
+#     against the previous one. Needs xgrammar: benchmarks/rounds/fetch_device_wheels.sh here first, and the old
+#     tree in .carry/old; carry: [".carry"].
 # n2: end to end on the Kimi slice (never measured on an H100): the defaults against
 #     SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR=0 alternating (m3's e2e), then what penalties cost (m4's: greedy against
 #     repetition_penalty 1.05 and sampled with frequency_penalty 0.3; bench_e2e's --mem-fraction-static 0.96
@@ -16,14 +16,22 @@ part=${1:?part: n1 | n2}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 n1)
+  # The forty-first session's candidates (19b404c): the CUDA engine tests (the structured-output case with the rows
+  # filled after the draft's steps, before them, and as the default chooses), then the grammar rounds end to end
+  # against the previous tree (.carry/old = git archive 1db9de4 sglang_eagle3 benchmarks/bench_e2e.py
+  # benchmarks/data benchmarks/__init__.py), alternating twice; the new tree with its default threshold and with
+  # every row after the steps (SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=0).
   install_carried_wheels
-  TAIL=14 stage engine_tests 240 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 230 \
+  TAIL=14 stage engine_tests 280 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 270 \
     tests/gpu/test_cuda_engine.py
-  TAIL=12 stage e2e_grammar 120 python benchmarks/bench_e2e.py --num-prompts 4 --max-new-tokens 96 --ks 3 \
-    --repeat 3 --sampling greedy 'temperature=0,json_schema=$$ANY$$' 'temperature=0,regex=[A-Z][a-z]+( [a-z]+)*\.' \
-    'temperature=0,regex=[a-z]+( [a-z]+)+\.' --out "$OUT/e2e_grammar.json"
-  TAIL=16 stage prof_json 60 python benchmarks/profile_round.py --max-new-tokens 96 --top 12 \
-    --sampling 'temperature=0,json_schema=$$ANY$$' --out "$OUT/profile_json.json"
+  G=(--num-prompts 4 --max-new-tokens 96 --ks 3 --repeat 2 --sampling 'temperature=0,json_schema=$$ANY$$'
+     'temperature=0,regex=[A-Z][a-z]+( [a-z]+)*\.')
+  for i in 1 2; do
+    TAIL=10 stage "e2e_new_$i" 110 python benchmarks/bench_e2e.py "${G[@]}" \
+      --env-variants '' SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=0 --out "$OUT/e2e_grammar_new_$i.json"
+    TAIL=6 stage "e2e_old_$i" 70 python .carry/old/benchmarks/bench_e2e.py "${G[@]}" \
+      --out "$OUT/e2e_grammar_old_$i.json"
+  done
   ;;
 n2)
   TAIL=14 stage e2e 250 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
