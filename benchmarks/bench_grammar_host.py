@@ -5,9 +5,10 @@ for B requests with a grammar, split as a GPU round meets it:
   critical path (each step waits for the pick before it);
 - ``overlapped``: the verify's k + 1 rows not filled for the drafts (masks()), while the verify forward runs;
 - ``emit``: accepting the round's k + 1 tokens (the scheduler's _emit).
-Two settings of step_mask's threshold: ``ahead`` (every row filled before its step: the flow before the candidates,
-the fortieth session's) and ``default`` (grammar.PREFILL_BELOW_S). The drafts are the walk's tokens, each its
-step's first candidate (no refill: a refill adds a row to ``serial``).
+Modes: ``ahead`` (every row filled before its step, one by one: the flow before the candidates, the fortieth
+session's), ``default`` (step_mask's threshold grammar.PREFILL_BELOW_S, rows one by one) and ``default_tN`` (the
+same, dear rows filled together on N threads: --fill-threads). The drafts are the walk's tokens, each its step's
+first candidate (no refill: a refill adds a row to ``serial``).
 
 The vocabulary is synthetic (no Kimi tokenizer can be
 downloaded here): the embedded pair's 4096 tokens' bytes, then pairs of them (the second without whitespace, as
@@ -124,11 +125,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--fill-threads", type=int, nargs="*", default=[2],
+                    help="thread counts for the default_tN modes (RowFiller)")
     ap.add_argument("--out")
     a = ap.parse_args()
     tok = _SyntheticTokenizer(a.vocab)
     t0 = time.perf_counter()
-    backend = GrammarBackend(tok, a.vocab, [tok.eos_token_id])
+    backend = GrammarBackend(tok, a.vocab, [tok.eos_token_id], fill_threads=1)
+    threaded = {n: GrammarBackend(tok, a.vocab, [tok.eos_token_id], fill_threads=n) for n in a.fill_threads}
     rows = []
     for name, spec in GRAMMARS.items():
         t = time.perf_counter()
@@ -146,11 +150,13 @@ def main() -> None:
                     break
             walks.append(walk)
         for B in a.batch:
-            for mode, below in (("ahead", float("inf")), ("default", PREFILL_BELOW_S)):
-                rows.append(_rounds(backend, spec, walks[:B], a, T, below) | {
+            modes = [("ahead", backend, float("inf")), ("default", backend, PREFILL_BELOW_S)] + [
+                (f"default_t{n}", be, PREFILL_BELOW_S) for n, be in threaded.items()]
+            for mode, be, below in modes:
+                rows.append(_rounds(be, spec, walks[:B], a, T, below) | {
                     "grammar": name, "batch": B, "k": a.k, "mode": mode, "compile_s": round(compile_s, 3)})
                 r = rows[-1]
-                print(f"{name:13s} B={B:3d} k={a.k} {mode:7s}: serial {r['serial_ms']:7.3f} ms, overlapped "
+                print(f"{name:13s} B={B:3d} k={a.k} {mode:10s}: serial {r['serial_ms']:7.3f} ms, overlapped "
                       f"{r['overlapped_ms']:7.3f} ms, emit {r['emit_ms']:6.3f} ms a round (medians of {r['rounds']})",
                       flush=True)
     result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(), "machine": platform.processor()

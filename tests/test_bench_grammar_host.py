@@ -16,11 +16,11 @@ def test_bench_grammar_host_writes_both_modes(tmp_path, monkeypatch):
 
     out = tmp_path / "host.json"
     monkeypatch.setattr(sys, "argv", ["bench_grammar_host.py", "--vocab", "6000", "--rounds", "2", "--batch", "1", "2",
-                                      "--out", str(out)])
+                                      "--fill-threads", "2", "--out", str(out)])
     bench_grammar_host.main()
     got = json.loads(out.read_text())
     assert got["vocab"] == 6000 and got["command"].startswith("python")
     rows = got["rows"]
     assert {(r["grammar"], r["batch"], r["mode"]) for r in rows} == {
-        (g, b, m) for g in bench_grammar_host.GRAMMARS for b in (1, 2) for m in ("ahead", "default")}
+        (g, b, m) for g in bench_grammar_host.GRAMMARS for b in (1, 2) for m in ("ahead", "default", "default_t2")}
     assert all(r["rounds"] == 2 and r["serial_ms"] >= 0 and r["overlapped_ms"] >= 0 for r in rows)

@@ -89,9 +89,14 @@ def _row(backend, spec, prefix: list[int]) -> torch.Tensor | None:
     return mask[0]
 
 
-def test_verify_rows_are_masked_as_after_the_drafts_before_them(backend, tok):
+@pytest.mark.parametrize("dear", [False, True])
+def test_verify_rows_are_masked_as_after_the_drafts_before_them(backend, tok, dear, monkeypatch):
     """host_masks' row j of a request == a fresh matcher's mask after its output and d_1..d_j; all allowed from a
-    refused draft on, and after a stop token; the live matchers are left where they were."""
+    refused draft on, and after a stop token; the live matchers are left where they were. Rows filled one by one,
+    and (``dear``: rows that took long before) together on the RowFiller's threads from forks of the matchers."""
+    from sglang_eagle3.runtime.grammar import RowFiller
+
+    backend = GrammarBackend(tok, 4096, [tok.eos_token_id], fill_threads=2)
     rng = random.Random(0)
     spec = GrammarSpec("regex", REGEXES[1])
     text = "Abc de fgh ij."
@@ -108,6 +113,12 @@ def test_verify_rows_are_masked_as_after_the_drafts_before_them(backend, tok):
         assert all(m.accept(t) for t in out)
         matchers.append(m)
     matchers.append(None)  # a request without a grammar
+    together = []
+    fill = RowFiller.fill
+    monkeypatch.setattr(RowFiller, "fill", lambda self, jobs, bitmask: (together.append(len(jobs)),
+                                                                      fill(self, jobs, bitmask)))
+    for m in matchers[:-1]:
+        m.fill_seconds = 1.0 if dear else 0.0
     drafts = [[out[-1]] + c + [0] * (T - 1 - len(c)) for c in cases] + [[0] * T]
     before = GrammarBatch(matchers, 4096, lambda t: t).host_masks(None, 1)
     got = GrammarBatch(matchers, 4096, lambda t: t).host_masks(drafts, T)
@@ -120,6 +131,7 @@ def test_verify_rows_are_masked_as_after_the_drafts_before_them(backend, tok):
     assert not torch.equal(got[0], ones) and torch.equal(got[len(cases) * T], ones)
     batch = GrammarBatch(matchers, 4096, lambda t: t)
     assert torch.equal(batch.masks(torch.tensor(drafts), T), got) and torch.equal(batch.masks(drafts, T), got)
+    assert bool(together) == dear and all(n > 1 for n in together), together
 
 
 def _allows(mask: torch.Tensor | None, t: int) -> bool:
@@ -368,7 +380,8 @@ def test_prefill_threshold_knob(monkeypatch):
     monkeypatch.setenv("SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US", "250")
     assert Engine(device="cpu", speculative_num_steps=2).runner.grammar_prefill_below_s == pytest.approx(250e-6)
     monkeypatch.setenv("SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US", "")
-    assert Engine(device="cpu", speculative_num_steps=2).runner.grammar_prefill_below_s == pytest.approx(PREFILL_BELOW_S)
+    runner = Engine(device="cpu", speculative_num_steps=2).runner
+    assert runner.grammar_prefill_below_s == pytest.approx(PREFILL_BELOW_S)
     monkeypatch.setenv("SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US", "-3")
     with pytest.raises(ValueError, match="SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US='-3'"):
         Engine(device="cpu", speculative_num_steps=2)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -48,6 +49,10 @@ logger = logging.getLogger(__name__)
 # wait for it on top of the row, so filling ahead pays for rows this cheap whatever the candidates: JSON schemas'
 # rows take microseconds, a regular expression of words at Kimi's vocabulary 1-2.5 ms (BENCHMARKS.md section 7).
 PREFILL_BELOW_S = 100e-6
+# A verify's rows of requests whose rows take at least this long (seconds) are filled together on xgrammar's threads
+# (GrammarBatch.host_masks; a fork of the matcher a row), the others one by one on the calling thread: a regular
+# expression at Kimi's vocabulary, 8 rows of ~0.9 ms, took 7.4 ms one by one and 3.9 ms on 2 threads (the CPU box).
+PARALLEL_FILL_ABOVE_S = 100e-6
 ANY_JSON = "$$ANY$$"  # SGLang's json_schema for "any JSON value" (OpenAI's response_format json_object)
 # xgrammar's C++ errors start "[hh:mm:ss] /project/cpp/file.cc:123: " and often "Check failed: (...) is false: ".
 _XGR_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: (?:Check failed: .*? is false: )?")
@@ -100,15 +105,19 @@ class GrammarBackend:
     while the engine's thread makes matchers."""
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids, *, any_whitespace: bool = True,
-                 disabled_reason: str | None = None, cache_size: int = 256, reasoning: ReasoningFormat | None = None):
+                 disabled_reason: str | None = None, cache_size: int = 256, reasoning: ReasoningFormat | None = None,
+                 fill_threads: int | None = None):
         """``reasoning``: a reasoning model's format (runtime/reasoning.py): the grammars then wait for its thinking
-        to end (ThinkingMatcher), where its markers are single tokens."""
+        to end (ThinkingMatcher), where its markers are single tokens. ``fill_threads``: threads filling dear mask
+        rows together (RowFiller; default half the cores, at most 8; 1: rows one by one)."""
+        self.fill_threads = fill_threads or max(1, min(8, (os.cpu_count() or 2) // 2))
         self.tokenizer, self.vocab_size, self.reasoning = tokenizer, vocab_size, reasoning
         self._think_ids: tuple[int | None, int] | None = None  # (start, end) marker ids, once read
         self.stop_token_ids = sorted(set(stop_token_ids))
         self.any_whitespace, self.disabled_reason = any_whitespace, disabled_reason
         self.cache_size = cache_size
         self._compiler = None
+        self._filler: RowFiller | None = None  # fills dear rows together on threads (GrammarBatch.host_masks)
         self._never: frozenset[int] = frozenset()
         self._cache: OrderedDict[GrammarSpec, object] = OrderedDict()
         self._lock = threading.Lock()
@@ -180,12 +189,19 @@ class GrammarBackend:
     def matcher(self, spec: GrammarSpec) -> GrammarMatcher | ThinkingMatcher:
         # An engine without stop tokens (no eos) ends a grammar's output where the grammar is complete; otherwise
         # the mask there would allow no token at all.
-        m = GrammarMatcher(_xgrammar().GrammarMatcher(self.compile(spec),
-                                                      terminate_without_stop_token=not self.stop_token_ids),
-                           self.vocab_size, self._never)
+        xgr = _xgrammar()
+        m = GrammarMatcher(xgr.GrammarMatcher(self.compile(spec), terminate_without_stop_token=not self.stop_token_ids),
+                           self.vocab_size, self._never, self._batch_filler(xgr))
         if self._think_ids is None:
             return m
         return ThinkingMatcher(m, *self._think_ids, thinking=self.reasoning.forced)
+
+    def _batch_filler(self, xgr) -> RowFiller | None:
+        """The engine's RowFiller (made once), None with one thread. Half the cores by default: the engine's own
+        thread and torch's want the rest, and tensor-parallel ranks each have one."""
+        if self._filler is None and self.fill_threads > 1:
+            self._filler = RowFiller(xgr, self.fill_threads)
+        return self._filler
 
     def _marker_ids(self) -> tuple[int | None, int] | None:
         """The reasoning format's (start, end) marker ids where the end marker is one token (the start may be None:
@@ -208,8 +224,9 @@ class GrammarBackend:
 class GrammarMatcher:
     """One request's grammar state: the tokens it has accepted (its output so far)."""
 
-    def __init__(self, matcher, vocab_size: int, never: frozenset[int] = frozenset()):
-        self._m, self.vocab_size, self._never = matcher, vocab_size, never
+    def __init__(self, matcher, vocab_size: int, never: frozenset[int] = frozenset(), filler=None):
+        """``filler``: the engine's RowFiller (None: rows one by one)."""
+        self._m, self.vocab_size, self._never, self.filler = matcher, vocab_size, never, filler
         # What its recent fills took (a running average, seconds): GrammarBatch.step_mask fills a draft step's row
         # ahead of the step only where that is cheap.
         self.fill_seconds = 0.0
@@ -232,6 +249,26 @@ class GrammarMatcher:
     def rollback(self, n: int) -> None:
         if n:
             self._m.rollback(n)
+
+    def fork(self):
+        """xgrammar's matcher at this state, independent of this one (microseconds), for RowFiller.fill."""
+        return self._m.fork()
+
+
+class RowFiller:
+    """Fills rows of many matchers together on xgrammar's threads (its BatchGrammarMatcher)."""
+
+    def __init__(self, xgr, threads: int):
+        self.threads, self._batch = threads, xgr.BatchGrammarMatcher(threads)
+
+    def fill(self, jobs: list[tuple[GrammarMatcher, object, int]], bitmask: torch.Tensor) -> None:
+        """bitmask[row] := the tokens ``fork`` allows next, for each (matcher, fork of it, row) of ``jobs``; each
+        matcher's fill_seconds takes the time a row took as the threads shared them."""
+        t0 = time.perf_counter()
+        self._batch.batch_fill_next_token_bitmask([f for _, f, _ in jobs], bitmask, [r for _, _, r in jobs])
+        per_row = (time.perf_counter() - t0) * min(len(jobs), self.threads) / len(jobs)
+        for m, _, _ in jobs:
+            m.fill_seconds += 0.5 * (per_row - m.fill_seconds)
 
 
 def bitmask_words(vocab_size: int) -> int:
@@ -267,35 +304,42 @@ class GrammarBatch:
                 return host.view(-1, T).tolist()
         return drafts.view(-1, T).tolist()
 
-    @staticmethod
-    def _fill_after(mask: torch.Tensor, row: int, m: GrammarMatcher, prefix: list[int]) -> None:
-        """mask[row] := the tokens ``m`` allows after accepting ``prefix``; left all allowed where it refuses a token
-        of it or has ended. ``m`` is left as it was."""
-        accepted = 0
-        for t in prefix:
-            if m.terminated or not m.accept(t):
-                break
-            accepted += 1
-        if accepted == len(prefix) and not m.terminated:
-            m.fill(mask, row)
-        m.rollback(accepted)
-
     def host_masks(self, drafts: list[list[int]] | None, T: int,
                    known: dict[tuple[int, int], torch.Tensor] | None = None) -> torch.Tensor:
         """int32 [B * T, words(V)] on the host: row b * T + j holds the tokens request b may emit after accepting
         drafts[b][1..j] (drafts[b] the verify's ids [last, d_1, .., d_k]; None: T = 1, the matchers' states as they
         are). All allowed where a request has no grammar, where a draft before the row is refused, and past a stop
-        token. ``known[(b, j)]``: rows filled already (for the draft's proposals this round), taken as they are."""
+        token. ``known[(b, j)]``: rows filled already (for the draft's proposals this round), taken as they are.
+        Each request's drafts are accepted one by one and rolled back after; the rows of requests whose rows are
+        dear (PARALLEL_FILL_ABOVE_S) are filled together on threads, from forks of their matchers."""
         B = len(self.matchers)
         known = known or {}
         # Row j of every request first ([T, B, words]: xgrammar fills rows of a contiguous tensor), then [B * T, ...].
         mask = torch.full((T, B, bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
-        for j in range(T):
-            for b, m in enumerate(self.matchers):
+        flat = mask.view(T * B, -1)
+        jobs, filler = [], None  # (matcher, fork, row of flat) for the filler's threads
+        for b, m in enumerate(self.matchers):
+            if m is None:
+                continue
+            together = getattr(m, "filler", None) is not None and m.fill_seconds >= PARALLEL_FILL_ABOVE_S
+            accepted = 0
+            for j in range(T):
+                if j:
+                    if m.terminated or not m.accept(drafts[b][j]):
+                        break  # a refused draft: the rows from here on are never read
+                    accepted += 1
                 if (b, j) in known:
                     mask[j, b] = known[(b, j)]
-                elif m is not None:
-                    self._fill_after(mask[j], b, m, drafts[b][1:j + 1] if j else [])
+                elif m.terminated:
+                    break
+                elif together:
+                    jobs.append((m, m.fork(), j * B + b))
+                    filler = m.filler
+                else:
+                    m.fill(flat, j * B + b)
+            m.rollback(accepted)
+        if jobs:
+            filler.fill(jobs, flat)
         return mask.transpose(0, 1).reshape(B * T, -1)
 
     def masks(self, drafts: torch.Tensor | list[list[int]] | None = None, T: int = 1) -> torch.Tensor:
