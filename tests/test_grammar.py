@@ -171,10 +171,11 @@ def test_drafts_are_the_first_candidates_the_grammar_accepts(backend, tok, seed)
         rows = {b: None if matchers[b] is None or refused[b] else _row(backend, spec, out + prefixes[b])
                 for b in range(len(matchers))}
         live = {b for b, r in rows.items() if r is not None}
-        cheap_below = rng.choice([0.0, 1.0, float("inf")])
+        cheap_below = rng.choice([0.0, 1.0, float("inf"), None])  # None: by kind (a regex's rows after the step)
         ahead = batch.step_mask(cheap_below)
         for b in range(len(matchers)):
-            want = rows[b] if b in live and matchers[b].fill_seconds < cheap_below else ones
+            cheap = b in live and cheap_below is not None and matchers[b].fill_seconds < cheap_below
+            want = rows[b] if b in live and cheap else ones
             filled_ahead += want is not ones
             assert torch.equal(ahead[b], want), (b, cheap_below)
         cands = [[rng.choice(pool) for _ in range(rng.randint(1, 3))] for _ in matchers]

@@ -191,7 +191,7 @@ class GrammarBackend:
         # the mask there would allow no token at all.
         xgr = _xgrammar()
         m = GrammarMatcher(xgr.GrammarMatcher(self.compile(spec), terminate_without_stop_token=not self.stop_token_ids),
-                           self.vocab_size, self._never, self._batch_filler(xgr))
+                           self.vocab_size, self._never, self._batch_filler(xgr), spec.kind)
         if self._think_ids is None:
             return m
         return ThinkingMatcher(m, *self._think_ids, thinking=self.reasoning.forced)
@@ -224,9 +224,10 @@ class GrammarBackend:
 class GrammarMatcher:
     """One request's grammar state: the tokens it has accepted (its output so far)."""
 
-    def __init__(self, matcher, vocab_size: int, never: frozenset[int] = frozenset(), filler=None):
-        """``filler``: the engine's RowFiller (None: rows one by one)."""
-        self._m, self.vocab_size, self._never, self.filler = matcher, vocab_size, never, filler
+    def __init__(self, matcher, vocab_size: int, never: frozenset[int] = frozenset(), filler=None,
+                 kind: str = "ebnf"):
+        """``filler``: the engine's RowFiller (None: rows one by one); ``kind``: its GrammarSpec's."""
+        self._m, self.vocab_size, self._never, self.filler, self.kind = matcher, vocab_size, never, filler, kind
         # What its recent fills took (a running average, seconds): GrammarBatch.step_mask fills a draft step's row
         # ahead of the step only where that is cheap.
         self.fill_seconds = 0.0
@@ -361,17 +362,19 @@ class GrammarBatch:
         self.matchers[b].fill(mask, b)
         self._known[(b, self._walked[b])] = mask[b].clone()
 
-    def step_mask(self, cheap_below: float) -> torch.Tensor:
+    def step_mask(self, cheap_below: float | None) -> torch.Tensor:
         """int32 [B, words(V)] on the device for the draft's next step: the tokens each request's grammar allows after
         the drafts chosen so far where its recent rows took under ``cheap_below`` seconds to fill (its candidates
         are then all allowed: a JSON schema's forced tokens, which a draft rarely proposes by itself, cost it no
         refill), every token for the others, whose candidates choose() checks one by one (a regular expression over
-        a large vocabulary: 1-2 ms a row, filled instead while the verify runs). The rows filled are the verify's."""
+        a large vocabulary: 1-2 ms a row, filled instead while the verify runs). The rows filled are the verify's.
+        ``cheap_below`` None: by the grammar's kind instead of the clock (every rank of a tensor-parallel engine
+        then fills the same rows: ModelRunner.grammar_spec_round), a regular expression's rows after the step."""
         if self._walked is None:
             self._walked, self._refused = [0] * len(self.matchers), set()
         mask = torch.full((len(self.matchers), bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
         for b, m in enumerate(self.matchers):
-            if self._live(b) and m.fill_seconds < cheap_below:
+            if self._live(b) and (m.kind != "regex" if cheap_below is None else m.fill_seconds < cheap_below):
                 self._fill_known(mask, b)
         return self._upload(mask)
 

@@ -13,6 +13,7 @@ import torch
 
 from sglang_eagle3 import env
 from sglang_eagle3.core import ForwardBatch, ForwardMode, KVPool
+from sglang_eagle3.distributed.parallel_state import get_tp
 from sglang_eagle3.kernels.gemv import fma_for_engine
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
@@ -758,6 +759,10 @@ class ModelRunner:
         if self.grammar_drafts:
             try:
                 cheap = self.grammar_prefill_below_s
+                if get_tp().size > 1 and 0 < cheap < float("inf"):
+                    # Ranks pick their drafts themselves and must pick the same: a row filled ahead or not can pick
+                    # differently where two allowed candidates tie, so no rank may decide by its own clock.
+                    cheap = None
                 first = self.grammar_head(B, 1, hidden=hidden, positions=pos[:, 0] + 1, mask=g.step_mask(cheap),
                                           samp_f=samp.f, samp_i=samp.i)[0]
                 drafts = [[None, d] for d in self._pick_in_grammar(g, first, hidden, samp, pos[:, 0] + 1)]

@@ -81,6 +81,10 @@ class ThinkingMatcher:
     def fill_seconds(self) -> float:
         return self.inner.fill_seconds
 
+    @property
+    def kind(self) -> str:
+        return self.inner.kind
+
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         if self.state == THINKING:
             bitmask[row] = -1

@@ -654,7 +654,7 @@ class ScriptMatcher:
 
     def __init__(self, ids: list[int]):
         self.ids, self.pos = ids, 0
-        self.fill_seconds = 0.0  # cheap: its rows are filled ahead of the draft's steps
+        self.fill_seconds, self.kind = 0.0, "ebnf"  # cheap: its rows are filled ahead of the draft's steps
 
     def accept(self, token: int) -> bool:
         if self.pos < len(self.ids) and token == self.ids[self.pos]:
