@@ -111,9 +111,10 @@ class ModelRunner:
         # by the verify's masks where the grammar forbids it (tests script drafts that way).
         self.grammar_drafts = True
         # Candidates a grammar round's draft step returns, best first; the host proposes the first its grammar
-        # accepts (GrammarBatch.choose). In the graphs' shapes: set before capture_graphs. 8 on the embedded pair
-        # under a JSON schema or a regular expression of words left one step in ~100 to refill (BENCHMARKS.md
-        # section 7).
+        # accepts (GrammarBatch.choose). In the graphs' shapes: set before capture_graphs. With rows after the steps,
+        # 8 on the embedded pair left 14-17% of steps to refill under a regular expression of words, 42-48% under
+        # $$ANY$$ and nearly all under a schema's forced keys (BENCHMARKS.md section 7): hence rows ahead where
+        # they are cheap (grammar_prefill_below_s).
         self.grammar_candidates = 8
         # A request whose mask rows recently took under this long to fill has its row filled before each draft step
         # (GrammarBatch.step_mask; grammar.PREFILL_BELOW_S says why this default).
