@@ -351,11 +351,14 @@ def test_every_draft_is_proposed_within_the_grammar(tok, temperature):
     """A grammar the same at every position ([a-z ]+: a token is allowed wherever it spells only those characters,
     or is the eos): every draft the verify sees (d_1 from the head again, d_2..d_k from the draft steps'
     candidates) up to the first eos is such a token. The draft alone, trained on capitalised and punctuated text,
-    proposes others. The drafts are the same whether the rows are filled ahead of the steps (prefill_below_s
-    infinite: the candidates masked), after them (0: the first of 8 candidates the grammar accepts), or nearly always
-    again under the row (one candidate a step: refill): the same scores, the same noise positions."""
+    proposes others. Whether the rows are filled ahead of the steps (prefill_below_s infinite: the candidates
+    masked, the first taken) or every step is chosen again under its row (one candidate a step, rows after it:
+    refill), a draft is the draft's choice under the row: the same drafts. With 8 candidates and rows after the
+    steps the first allowed candidate is taken: the same greedy drafts (the best allowed), and sampled ones where
+    the sample is allowed (the others fall back to the best allowed logits, without the noise)."""
     params = {"regex": "[a-z ]+", "temperature": temperature, "seed": 7, "max_new_tokens": 40}
-    seen, outs, counts = _verify_drafts(8, 0.0, params)
+    runs = {mode: _verify_drafts(*mode, params) for mode in ((8, 0.0), (1, 0.0), (8, float("inf")))}
+    seen, outs, counts = runs[(8, 0.0)]
     assert all(regex.fullmatch("[a-z ]+", o["text"]) for o in outs), [o["text"] for o in outs]
     drafts = [t for batch in seen for row in batch for t in row[:row.index(tok.eos_token_id) if tok.eos_token_id
                                                                    in row else None]]
@@ -363,14 +366,13 @@ def test_every_draft_is_proposed_within_the_grammar(tok, temperature):
     bad = sorted({t for t in drafts if not regex.fullmatch(b"[a-z ]+", tok.token_bytes(t))})
     assert not bad, [tok.token_bytes(t) for t in bad]
     assert counts["proposed"] >= len(drafts)
-    for candidates, prefill_below_s in ((1, 0.0), (8, float("inf"))):
-        seen_2, outs_2, counts_2 = _verify_drafts(candidates, prefill_below_s, params)
-        assert [o["output_ids"] for o in outs_2] == [o["output_ids"] for o in outs]
-        assert seen_2 == seen, (candidates, prefill_below_s)
-        if candidates == 1:
-            assert counts_2["refilled"] > max(10, counts["refilled"]), (counts_2, counts)
-        else:
-            assert counts_2["refilled"] == 0, counts_2
+    for mode, (_, outs_2, _) in runs.items():
+        assert [o["output_ids"] for o in outs_2] == [o["output_ids"] for o in outs], mode
+    assert runs[(1, 0.0)][0] == runs[(8, float("inf"))][0]
+    if temperature == 0:
+        assert seen == runs[(1, 0.0)][0]
+    assert runs[(1, 0.0)][2]["refilled"] > max(10, counts["refilled"]), runs
+    assert runs[(8, float("inf"))][2]["refilled"] == 0, runs
 
 
 def test_prefill_threshold_knob(monkeypatch):

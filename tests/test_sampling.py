@@ -257,24 +257,24 @@ def test_draft_samples_with_the_targets_noise():
     assert torch.equal(sub[draft_tokens(logits[:, sub], samp_f, samp_i, pos, sub)], want)
 
 
-def test_draft_candidates_are_the_samples_without_replacement():
+def test_draft_candidates_are_the_choice_then_the_best():
     """draft_candidates' column 0 is draft_tokens' proposal (through a draft vocabulary mapped to target ids, -inf
-    columns too), and column i the proposal once columns 0..i-1 are taken out (the next best under the same noise:
-    what a grammar round tries when the grammar refuses the ones before)."""
+    columns too), columns 1.. the k - 1 largest logits / temperature, best first (a greedy row's are its logits')."""
     g = torch.Generator().manual_seed(5)
     V, R, k = 300, 12, 5
     sub = torch.arange(1, 3 * V, 3)  # the draft's columns: every third target token
     logits = torch.randn(R, V, generator=g) * 3
     logits[torch.rand(R, V, generator=g) < 0.2] = float("-inf")
-    rows = [dict(temperature=t) for t in (0.6, 1.0, 1.4)] * 3 + [dict(temperature=0.0)] * 3
-    samp_f, samp_i = sampler_inputs(rows, [sampling_key(100 + s) for s in range(R)])
+    temps = [0.6, 1.0, 1.4] * 3 + [0.0] * 3
+    samp_f, samp_i = sampler_inputs([dict(temperature=t) for t in temps], [sampling_key(100 + s) for s in range(R)])
     pos = torch.randint(0, 5000, (R,), generator=g)
     got = draft_candidates(logits, samp_f, samp_i, pos, sub, k)
     assert got.shape == (R, k) and got.dtype == torch.int64
-    left = logits.clone()
-    for i in range(k):
-        assert torch.equal(got[:, i], draft_tokens(left, samp_f, samp_i, pos, sub)), i
-        left[torch.arange(R), got[:, i]] = float("-inf")
+    assert torch.equal(got[:, 0], draft_tokens(logits, samp_f, samp_i, pos, sub))
+    for r, t in enumerate(temps):
+        order = sorted(range(V), key=lambda v: -float(logits[r, v]) / (t or 1.0))
+        assert got[r, 1:].tolist() == order[:k - 1], r
+    assert draft_candidates(logits, samp_f, samp_i, pos, sub, 1).shape == (R, 1)
 
 
 def test_sampling_key_is_32_bits_and_spreads():

@@ -12,7 +12,7 @@
 #     leaves the slice its KV cache on the 80 GB card, where 0.85 and 0.93 left none).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: n1 | n2}
+part=${1:?part: n1 | n3 | n2}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 n1)
@@ -30,6 +30,21 @@ n1)
     TAIL=10 stage "e2e_new_$i" 110 python benchmarks/bench_e2e.py "${G[@]}" \
       --env-variants '' SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=0 --out "$OUT/e2e_grammar_new_$i.json"
     TAIL=6 stage "e2e_old_$i" 70 python .carry/old/benchmarks/bench_e2e.py "${G[@]}" \
+      --out "$OUT/e2e_grammar_old_$i.json"
+  done
+  ;;
+n3)
+  # After n1 (H200, c48d496) found the candidates' rounds slower on the embedded pair: the candidates without the
+  # torch Gumbel noise (the exact choice first, then the best logits). The structured-output engine test, then the
+  # grammar rounds end to end against 1db9de4 alternating twice (.carry/old as for n1).
+  install_carried_wheels
+  TAIL=6 stage engine_grammar 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/gpu/test_cuda_engine.py -k grammar
+  G=(--num-prompts 4 --max-new-tokens 96 --ks 3 --repeat 3 --sampling 'temperature=0,json_schema=$$ANY$$'
+     'temperature=0,regex=[A-Z][a-z]+( [a-z]+)*\.' 'temperature=0.8,seed=3,regex=[A-Z][a-z]+( [a-z]+)*\.')
+  for i in 1 2; do
+    TAIL=8 stage "e2e_new_$i" 80 python benchmarks/bench_e2e.py "${G[@]}" --out "$OUT/e2e_grammar_new_$i.json"
+    TAIL=8 stage "e2e_old_$i" 80 python .carry/old/benchmarks/bench_e2e.py "${G[@]}" \
       --out "$OUT/e2e_grammar_old_$i.json"
   done
   ;;
