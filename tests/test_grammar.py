@@ -115,8 +115,8 @@ def test_verify_rows_are_masked_as_after_the_drafts_before_them(backend, tok, de
     matchers.append(None)  # a request without a grammar
     together = []
     fill = RowFiller.fill
-    monkeypatch.setattr(RowFiller, "fill", lambda self, jobs, bitmask: (together.append(len(jobs)),
-                                                                      fill(self, jobs, bitmask)))
+    monkeypatch.setattr(RowFiller, "fill", lambda self, forks, bitmask, rows: (together.append(len(forks)),
+                                                                             fill(self, forks, bitmask, rows)))
     for m in matchers[:-1]:
         m.fill_seconds = 1.0 if dear else 0.0
     drafts = [[out[-1]] + c + [0] * (T - 1 - len(c)) for c in cases] + [[0] * T]

@@ -262,14 +262,11 @@ class RowFiller:
     def __init__(self, xgr, threads: int):
         self.threads, self._batch = threads, xgr.BatchGrammarMatcher(threads)
 
-    def fill(self, jobs: list[tuple[GrammarMatcher, object, int]], bitmask: torch.Tensor) -> None:
-        """bitmask[row] := the tokens ``fork`` allows next, for each (matcher, fork of it, row) of ``jobs``; each
-        matcher's fill_seconds takes the time a row took as the threads shared them."""
-        t0 = time.perf_counter()
-        self._batch.batch_fill_next_token_bitmask([f for _, f, _ in jobs], bitmask, [r for _, _, r in jobs])
-        per_row = (time.perf_counter() - t0) * min(len(jobs), self.threads) / len(jobs)
-        for m, _, _ in jobs:
-            m.fill_seconds += 0.5 * (per_row - m.fill_seconds)
+    def fill(self, forks: list, bitmask: torch.Tensor, rows: list[int]) -> None:
+        """bitmask[rows[i]] := the tokens forks[i] allows next. The matchers' fill_seconds are left alone: a batch's
+        time holds the threads' start and its wait for the slowest, and fed back it kept a matcher whose rows had
+        become cheap on the threads (the rows a refill fills, one by one, measure them)."""
+        self._batch.batch_fill_next_token_bitmask(forks, bitmask, rows)
 
 
 def bitmask_words(vocab_size: int) -> int:
@@ -318,7 +315,7 @@ class GrammarBatch:
         # Row j of every request first ([T, B, words]: xgrammar fills rows of a contiguous tensor), then [B * T, ...].
         mask = torch.full((T, B, bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
         flat = mask.view(T * B, -1)
-        jobs, filler = [], None  # (matcher, fork, row of flat) for the filler's threads
+        jobs, filler = [], None  # (a fork of a matcher, its row of flat) for the filler's threads
         for b, m in enumerate(self.matchers):
             if m is None:
                 continue
@@ -334,13 +331,16 @@ class GrammarBatch:
                 elif m.terminated:
                     break
                 elif together:
-                    jobs.append((m, m.fork(), j * B + b))
+                    jobs.append((m.fork(), j * B + b))
                     filler = m.filler
                 else:
                     m.fill(flat, j * B + b)
             m.rollback(accepted)
-        if jobs:
-            filler.fill(jobs, flat)
+        if len(jobs) == 1:  # one row: no threads
+            fork, row = jobs[0]
+            fork.fill_next_token_bitmask(flat, row)
+        elif jobs:
+            filler.fill([f for f, _ in jobs], flat, [r for _, r in jobs])
         return mask.transpose(0, 1).reshape(B * T, -1)
 
     def masks(self, drafts: torch.Tensor | list[list[int]] | None = None, T: int = 1) -> torch.Tensor:
