@@ -12,7 +12,7 @@
 #     leaves the slice its KV cache on the 80 GB card, where 0.85 and 0.93 left none).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: n1 | n3 | n2}
+part=${1:?part: n1 | n3 | n4 | n2}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 n1)
@@ -46,6 +46,19 @@ n3)
     TAIL=8 stage "e2e_new_$i" 80 python benchmarks/bench_e2e.py "${G[@]}" --out "$OUT/e2e_grammar_new_$i.json"
     TAIL=8 stage "e2e_old_$i" 80 python .carry/old/benchmarks/bench_e2e.py "${G[@]}" \
       --out "$OUT/e2e_grammar_old_$i.json"
+  done
+  ;;
+n4)
+  # The grammar round's host time, this tree against 1db9de4 (.carry/old with its benchmarks/profile_round.py):
+  # profile_round's median wall a round and its GPU kernels, new / old / new, JSON then the greedy regex.
+  install_carried_wheels
+  for g in 'temperature=0,json_schema=$$ANY$$' 'temperature=0,regex=[A-Z][a-z]+( [a-z]+)*\.'; do
+    n=$([ "${g#*json}" != "$g" ] && echo json || echo regex)
+    for t in new old new2; do
+      P=benchmarks/profile_round.py; [ $t = old ] && P=.carry/old/benchmarks/profile_round.py
+      TAIL=3 stage "prof_${n}_$t" 60 python $P --max-new-tokens 96 --top 14 --sampling "$g" \
+        --out "$OUT/prof_${n}_$t.json"
+    done
   done
   ;;
 n2)
