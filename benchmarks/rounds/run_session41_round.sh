@@ -50,13 +50,13 @@ n3)
   ;;
 n4)
   # The grammar round's host time, this tree against 1db9de4 (.carry/old with its benchmarks/profile_round.py):
-  # profile_round's median wall a round and its GPU kernels, new / old / new, JSON then the greedy regex.
+  # profile_round's median wall a round and its GPU kernels, new then old, JSON then the greedy regex.
   install_carried_wheels
   for g in 'temperature=0,json_schema=$$ANY$$' 'temperature=0,regex=[A-Z][a-z]+( [a-z]+)*\.'; do
     n=$([ "${g#*json}" != "$g" ] && echo json || echo regex)
-    for t in new old new2; do
+    for t in new old; do
       P=benchmarks/profile_round.py; [ $t = old ] && P=.carry/old/benchmarks/profile_round.py
-      TAIL=3 stage "prof_${n}_$t" 60 python $P --max-new-tokens 96 --top 14 --sampling "$g" \
+      TAIL=3 stage "prof_${n}_$t" 50 python $P --max-new-tokens 96 --top 14 --sampling "$g" \
         --out "$OUT/prof_${n}_$t.json"
     done
   done
