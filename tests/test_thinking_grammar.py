@@ -103,3 +103,46 @@ def test_backend_wraps_where_the_markers_are_tokens(caplog):
     assert not isinstance(m, ThinkingMatcher) and "</think>" in caplog.text
     with pytest.raises(ConfigError, match="kimi_k2"):
         EngineArgs(model_path=TARGET, device="cpu", reasoning_parser="r2d2")
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_verify_rows_filled_together_are_the_rows_one_by_one(forced, monkeypatch):
+    """GrammarBatch.host_masks over ThinkingMatchers whose rows are dear (filled together on the RowFiller's threads
+    from forks of their grammars, the start marker's bit set after where the row sits at the output's start, rows
+    inside the thinking left all allowed) == the same rows filled one by one (ThinkingMatcher.fill, checked against
+    the rules above), for random outputs and drafts across the markers."""
+    from sglang_eagle3.runtime.grammar import GrammarBatch, RowFiller
+
+    tok = load_tokenizer(TARGET)
+    vocab = tok.vocab_size
+    backend = GrammarBackend(tok, vocab, [tok.eos_token_id], fill_threads=2)
+    spec = GrammarSpec("regex", r"(yes|no|maybe), [a-z]+( [a-z]+){0,4}\.")
+    start, end = vocab - 3, vocab - 2
+    answer = tok.encode("yes, abc de fg.")
+    pool = answer + [start, end, start, end] + [tok.eos_token_id, 7, 300]
+    rng = random.Random(3 + int(forced))
+    together = []
+    fill = RowFiller.fill
+    monkeypatch.setattr(RowFiller, "fill", lambda self, forks, bitmask, rows: (together.append(len(forks)),
+                                                                             fill(self, forks, bitmask, rows)))
+    for _ in range(6):
+        T, outs = rng.randint(2, 6), []
+        for _ in range(8):
+            out = rng.choice([[], [start], [start, 11], [start, 11, end], [end], answer[:2], [start, end] + answer[:1]])
+            outs.append(out)
+        # Random drafts, or the answer's tokens (rows past the output's start inside the grammar).
+        drafts = [[0] + ([rng.choice(pool) for _ in range(T - 1)] if rng.random() < 0.5 else
+                         (answer * 2)[:T - 1]) for _ in outs]
+        rows = {}
+        for dear in (False, True):
+            matchers = []
+            for out in outs:
+                m = ThinkingMatcher(backend.matcher(spec), start, end, thinking=forced)
+                for t in out:
+                    if not m.accept(t):
+                        break
+                m.inner.fill_seconds = 1.0 if dear else 0.0
+                matchers.append(m)
+            rows[dear] = GrammarBatch(matchers, vocab, lambda t: t).host_masks(drafts, T)
+        assert torch.equal(rows[True], rows[False])
+    assert together and all(n > 1 for n in together), together

@@ -251,9 +251,11 @@ class GrammarMatcher:
         if n:
             self._m.rollback(n)
 
-    def fork(self):
-        """xgrammar's matcher at this state, independent of this one (microseconds), for RowFiller.fill."""
-        return self._m.fork()
+    def row_job(self):
+        """(xgrammar's matcher at this state, independent of this one: a fork, microseconds; a step to finish the
+        row after it is filled, or None) for RowFiller: the row it fills is fill()'s. None: fill() leaves the row
+        all allowed (ThinkingMatcher's thinking)."""
+        return self._m.fork(), None
 
 
 class RowFiller:
@@ -315,7 +317,7 @@ class GrammarBatch:
         # Row j of every request first ([T, B, words]: xgrammar fills rows of a contiguous tensor), then [B * T, ...].
         mask = torch.full((T, B, bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
         flat = mask.view(T * B, -1)
-        jobs, filler = [], None  # (a fork of a matcher, its row of flat) for the filler's threads
+        jobs, filler = [], None  # (a fork of a matcher, its finishing step, its row of flat) for the filler's threads
         for b, m in enumerate(self.matchers):
             if m is None:
                 continue
@@ -331,16 +333,20 @@ class GrammarBatch:
                 elif m.terminated:
                     break
                 elif together:
-                    jobs.append((m.fork(), j * B + b))
-                    filler = m.filler
+                    job = m.row_job()
+                    if job is not None:
+                        jobs.append((*job, j * B + b))
+                        filler = m.filler
                 else:
                     m.fill(flat, j * B + b)
             m.rollback(accepted)
         if len(jobs) == 1:  # one row: no threads
-            fork, row = jobs[0]
-            fork.fill_next_token_bitmask(flat, row)
+            jobs[0][0].fill_next_token_bitmask(flat, jobs[0][2])
         elif jobs:
-            filler.fill([f for f, _ in jobs], flat, [r for _, r in jobs])
+            filler.fill([f for f, _, _ in jobs], flat, [r for _, _, r in jobs])
+        for _, finish, row in jobs:
+            if finish is not None:
+                finish(flat, row)
         return mask.transpose(0, 1).reshape(B * T, -1)
 
     def masks(self, drafts: torch.Tensor | list[list[int]] | None = None, T: int = 1) -> torch.Tensor:

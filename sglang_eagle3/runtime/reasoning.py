@@ -10,6 +10,7 @@ to write the JSON at once: its first token would have to open the JSON, its thin
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,12 @@ REASONING_FORMATS = {
     "kimi": ReasoningFormat("◁think▷", "◁/think▷"),
 }
 REASONING_PARSERS = tuple(REASONING_FORMATS)
+
+def _allow(bitmask: torch.Tensor, row: int, token: int) -> None:
+    """Sets ``token``'s bit in bitmask[row] (int32 words)."""
+    word, bit = divmod(token, 32)
+    bitmask[row, word] |= (1 << bit) - (1 << 32 if bit == 31 else 0)
+
 
 # ThinkingMatcher's states.
 OPEN, THINKING, ANSWER = "open", "thinking", "answer"
@@ -85,14 +92,28 @@ class ThinkingMatcher:
     def kind(self) -> str:
         return self.inner.kind
 
+    @property
+    def filler(self):
+        return self.inner.filler
+
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         if self.state == THINKING:
             bitmask[row] = -1
             return
         self.inner.fill(bitmask, row)
         if self.state == OPEN and self.start_id is not None:
-            word, bit = divmod(self.start_id, 32)
-            bitmask[row, word] |= (1 << bit) - (1 << 32 if bit == 31 else 0)  # (int32 words)
+            _allow(bitmask, row, self.start_id)
+
+    def row_job(self):
+        """GrammarMatcher.row_job's: None inside the thinking (every token), else the inner grammar's fork, and at
+        the output's start the start marker allowed after it (decided now: the state moves on before the row is
+        filled)."""
+        if self.state == THINKING:
+            return None
+        fork = self.inner.row_job()[0]
+        if self.state == OPEN and self.start_id is not None:
+            return fork, functools.partial(_allow, token=self.start_id)
+        return fork, None
 
     def rollback(self, n: int) -> None:
         if not n:
