@@ -105,7 +105,7 @@ def sampling_params(spec: str) -> dict:
 
 
 def embedded(a) -> dict:
-    from sglang_eagle3 import Engine
+    from sglang_eagle3 import env
     from sglang_eagle3.engine import EMBEDDED_DIR
 
     target = a.model_path or os.path.join(EMBEDDED_DIR, "target")
@@ -123,36 +123,49 @@ def embedded(a) -> dict:
     out = {"workload": {"model": target, "draft": draft, "prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
                         "sampling": a.sampling, "single_stream": a.concurrency == 1, "concurrency": a.concurrency,
                         "tp_size": a.tp_size}, "runs": []}
-    # Each variant (--overlap-schedule x --sampling) runs the baseline and every k in turn, the variants alternating
-    # (--repeat-variants); the names carry the variant when there are several.
-    variants = [(o, smp) for _ in range(a.repeat_variants) for o in a.overlap_schedule for smp in a.sampling]
+    # Each variant (--env-variants x --overlap-schedule x --sampling) runs the baseline and every k in turn, the
+    # variants alternating (--repeat-variants); the names carry the variant when there are several. An environment
+    # setting holds while its engines are built and run (TP workers are spawned with it).
+    from benchmarks.bench_verify_graph import parse_env_variant
+
+    variants = [(e, o, smp) for _ in range(a.repeat_variants) for e in a.env_variants for o in a.overlap_schedule
+                for smp in a.sampling]
     first_ids = {}
-    for overlap, smp in variants:
-        tag = ", ".join(([f"overlap schedule {overlap}"] if len(a.overlap_schedule) > 1 else [])
-                        + ([f"sampling {smp}"] if len(a.sampling) > 1 else []))
-        tag = f"[{tag}]" if tag else ""
-        params = {"max_new_tokens": a.max_new_tokens, **sampling_params(smp)}
-        kw = dict(common, disable_overlap_schedule=overlap == "off")
-        base_engine = Engine(model_path=target, **kw)
-        base = _timed_generate(base_engine, prompts, params, repeat=a.repeat, concurrency=a.concurrency)
-        base_ids = [base_engine.generate(p, params)["output_ids"] for p in prompts[:4]]
-        base_engine.shutdown()  # TP workers hold the GPUs until then
-        first_ids.setdefault(smp, base_ids)
-        out["runs"].append({"name": "baseline" + tag, "identical_across_variants": base_ids == first_ids[smp],
-                            **base})
-        print(f"baseline{tag}: {_rate(base)}", flush=True)
-        for k in a.ks:
-            eng = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
-                         speculative_num_steps=k, **kw)
-            r = _timed_generate(eng, prompts, params, repeat=a.repeat, concurrency=a.concurrency)
-            lossless = [eng.generate(p, params)["output_ids"] for p in prompts[:4]] == base_ids
-            r.update(name=f"eagle3_k{k}{tag}", speedup=r["tok_per_s"] / base["tok_per_s"], lossless_first4=lossless,
-                     verify_graph_eager=eng.get_server_info()["forward_counts"].get("target_verify"))
-            eng.shutdown()
-            out["runs"].append(r)
-            print(f"eagle3 k={k}{tag}: {_rate(r)} ({r['speedup']:.2f}x), accept length "
-                  f"{r['accept_length']:.2f}, identical output {lossless}", flush=True)
+    for env_set, overlap, smp in variants:
+        with env.overrides(parse_env_variant(env_set)):
+            _embedded_variant(a, out, target, draft, prompts, common, first_ids, env_set, overlap, smp)
     return out
+
+
+def _embedded_variant(a, out, target, draft, prompts, common, first_ids, env_set, overlap, smp) -> None:
+    """embedded()'s baseline and every k for one variant, appended to out["runs"]."""
+    from sglang_eagle3 import Engine
+
+    tag = ", ".join(([env_set or "environment as is"] if len(a.env_variants) > 1 else [])
+                    + ([f"overlap schedule {overlap}"] if len(a.overlap_schedule) > 1 else [])
+                    + ([f"sampling {smp}"] if len(a.sampling) > 1 else []))
+    tag = f"[{tag}]" if tag else ""
+    params = {"max_new_tokens": a.max_new_tokens, **sampling_params(smp)}
+    kw = dict(common, disable_overlap_schedule=overlap == "off")
+    base_engine = Engine(model_path=target, **kw)
+    base = _timed_generate(base_engine, prompts, params, repeat=a.repeat, concurrency=a.concurrency)
+    base_ids = [base_engine.generate(p, params)["output_ids"] for p in prompts[:4]]
+    base_engine.shutdown()  # TP workers hold the GPUs until then
+    first_ids.setdefault(smp, base_ids)
+    out["runs"].append({"name": "baseline" + tag, "identical_across_variants": base_ids == first_ids[smp],
+                        **base})
+    print(f"baseline{tag}: {_rate(base)}", flush=True)
+    for k in a.ks:
+        eng = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
+                     speculative_num_steps=k, **kw)
+        r = _timed_generate(eng, prompts, params, repeat=a.repeat, concurrency=a.concurrency)
+        lossless = [eng.generate(p, params)["output_ids"] for p in prompts[:4]] == base_ids
+        r.update(name=f"eagle3_k{k}{tag}", speedup=r["tok_per_s"] / base["tok_per_s"], lossless_first4=lossless,
+                 verify_graph_eager=eng.get_server_info()["forward_counts"].get("target_verify"))
+        eng.shutdown()
+        out["runs"].append(r)
+        print(f"eagle3 k={k}{tag}: {_rate(r)} ({r['speedup']:.2f}x), accept length "
+              f"{r['accept_length']:.2f}, identical output {lossless}", flush=True)
 
 
 def _kimi_slice_rank(rank: int, world: int, a) -> dict:
@@ -336,8 +349,8 @@ def main() -> None:
                     help="--kimi-slice: EngineArgs.mha_prefill_tokens per variant (0: absorbed prefill; default: the "
                     "engine's), crossed with --prefill-graphs, alternating")
     ap.add_argument("--env-variants", nargs="+", default=[""], metavar="SETTINGS",
-                    help="--kimi-slice: environment settings per variant (space-separated NAME=VALUE, '' for the "
-                    "environment as it is), crossed with the others, e.g. a config table "
+                    help="environment settings per variant (space-separated NAME=VALUE, '' for the environment as "
+                    "it is), crossed with the others, e.g. SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=0, or a config table "
                     "'SGLANG_EAGLE3_CONFIG_TABLE=benchmarks/data/sm_90_gemv_fp32_table.json'")
     ap.add_argument("--overlap-schedule", nargs="+", choices=["on", "off"], default=["on"],
                     help="the engine's overlap schedule per variant (off: disable_overlap_schedule), crossed with the "

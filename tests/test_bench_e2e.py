@@ -102,3 +102,18 @@ def test_e2e_penalized_sampling_is_lossless(tmp_path):
     assert all(r.get("lossless_first4", True) for r in res["runs"]), res["runs"]
     proc = bench_e2e("--sampling", "frequency=1", timeout=120)
     assert proc.returncode != 0 and "frequency_penalty" in proc.stderr
+
+
+@needs_embedded
+def test_e2e_env_variants_hold_while_their_engines_run(tmp_path):
+    """--env-variants on the embedded workload: each setting holds while its engines are built and run (a value the
+    engine refuses stops the run naming it), and the run names carry the setting."""
+    proc = bench_e2e("--num-prompts", "1", "--max-new-tokens", "4", "--ks", "2", "--env-variants", "",
+                     "SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=-1", timeout=600)
+    assert proc.returncode != 0 and "SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US='-1'" in proc.stderr, proc.stderr[-2000:]
+    assert "baseline[environment as is]" in proc.stdout
+    _, res = bench_e2e_json(tmp_path, "--num-prompts", "1", "--max-new-tokens", "4", "--ks", "2", "--env-variants",
+                            "", "SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=0")
+    assert [r["name"] for r in res["runs"]] == [
+        "baseline[environment as is]", "eagle3_k2[environment as is]",
+        "baseline[SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=0]", "eagle3_k2[SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=0]"]
