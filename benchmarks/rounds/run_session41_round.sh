@@ -12,7 +12,7 @@
 #     leaves the slice its KV cache on the 80 GB card, where 0.85 and 0.93 left none).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: n1 | n3 | n4 | n2}
+part=${1:?part: n1 | n3 | n4 | n5 | n2}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 n1)
@@ -60,6 +60,16 @@ n4)
         --out "$OUT/prof_${n}_$t.json"
     done
   done
+  ;;
+n5)
+  # Not run yet: the grammar rounds' threshold on the embedded pair (bench_e2e.py applies --env-variants to the
+  # embedded workload since the forty-first session), by default (rows ahead there: all cheap), after every step
+  # (0), always ahead (inf), alternating twice in one process.
+  install_carried_wheels
+  TAIL=30 stage e2e_threshold 300 python benchmarks/bench_e2e.py --num-prompts 4 --max-new-tokens 96 --ks 3 \
+    --repeat 3 --repeat-variants 2 --sampling 'temperature=0,json_schema=$$ANY$$' \
+    'temperature=0,regex=[A-Z][a-z]+( [a-z]+)*\.' --env-variants '' SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=0 \
+    SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=inf --out "$OUT/e2e_threshold.json"
   ;;
 n2)
   TAIL=14 stage e2e 250 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
