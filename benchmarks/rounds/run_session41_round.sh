@@ -2,6 +2,8 @@
 # The next device round after the fortieth session (which ran run_session38_round.sh m1, m2, m5 and m3's kernel
 # table and probe on an H100, then priced the grammar rounds' graphs: docs/BENCHMARKS.md sections 0b and 7).
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session41_round.sh n1   (then n2; one device call each, < 10 min)
+# The forty-first session ran n1 (an H200), n3 and n4 (H100s): results/h200/session41_n1_c48d496.txt,
+# results/h100/session41_n3_59eccaa.txt, session41_n4_dd100f0.txt. n2 and n5 have not run.
 # n1: the CUDA engine tests in full, the structured-output case too (a request with a grammar and a penalty since
 #     the fortieth session's last change, which no GPU has run yet); then the grammar rounds end to end, this tree
 #     against the previous one. Needs xgrammar: benchmarks/rounds/fetch_device_wheels.sh here first, and the old
