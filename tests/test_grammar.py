@@ -314,7 +314,7 @@ def test_scripted_drafts_accept_every_length(engines, tok, k):
 
 
 def test_drafts_proposed_within_the_grammar_are_accepted_more(engines):
-    """The draft's proposals masked by the grammar (ModelRunner._grammar_proposals): the same output, more drafts
+    """The draft's proposals masked by the grammar (ModelRunner._pick_in_grammar): the same output, more drafts
     accepted than with the draft's own proposals (which a JSON schema refuses nearly always on this pair)."""
     params = [{"json_schema": "$$ANY$$", "temperature": 0, "max_new_tokens": 48},
               {"json_schema": json.dumps(SCHEMA), "temperature": 0.9, "seed": 3, "max_new_tokens": 48}]
