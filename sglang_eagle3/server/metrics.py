@@ -189,9 +189,14 @@ class ServerMetrics:
         self.forwards = SnapshotCounter("sglang:forward_total", "Forwards of each captured function, by path "
                                         "(graph = CUDA-graph replay, eager = not; on CPU all are eager).",
                                         ("name", "path"))
+        self.grammar_drafts = SnapshotCounter("sglang:grammar_draft_steps_total", "Draft proposals of requests with "
+                                              "a grammar in speculative rounds (proposed), and those none of whose "
+                                              "candidates the grammar allowed, chosen again under its mask (refilled).",
+                                              ("outcome",))
         self._all = [self.requests, self.rejected, self.prompt_tokens, self.generation_tokens, self.step_latency,
                      self.ttft, self.e2e, self.engine_errors, self.running, self.queued, self.inflight, self.kv_free,
-                     self.kv_total, self.avg_accept, self.verify_forwards, self.accept_length, self.forwards]
+                     self.kv_total, self.avg_accept, self.verify_forwards, self.accept_length, self.forwards,
+                     self.grammar_drafts]
 
     def update_from_info(self, info: dict, inflight: int) -> None:
         self.running.set(info.get("running_requests", 0))
@@ -206,6 +211,8 @@ class ServerMetrics:
         for name, counts in (info.get("forward_counts") or {}).items():
             self.forwards.set(counts.get("graph", 0), name=name, path="graph")
             self.forwards.set(counts.get("eager", 0), name=name, path="eager")
+        for outcome, n in (info.get("grammar_proposals") or {}).items():
+            self.grammar_drafts.set(n, outcome=outcome)
 
     def render(self) -> str:
         lines: list[str] = []

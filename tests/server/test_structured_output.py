@@ -421,6 +421,20 @@ def test_mixed_concurrent_batch(server, tok):
             assert reason == "length" and len(out) == 16
 
 
+def test_grammar_draft_steps_are_counted(server):
+    """/metrics counts the draft's proposals under grammars (the server runs EAGLE-3) and the refilled ones among
+    them, as server info has them."""
+    from .test_server import metric_samples
+
+    _post(server.url, "/generate", {"text": PROMPTS[0], "sampling_params": {"max_new_tokens": 12, "temperature": 0,
+                                                                          "regex": REGEX_WORDS}})
+    info = httpx.get(server.url + "/get_server_info", timeout=30).json()
+    samples = metric_samples(server.url)
+    proposed = samples['sglang:grammar_draft_steps_total{outcome="proposed"}']
+    assert proposed > 0 and proposed >= samples['sglang:grammar_draft_steps_total{outcome="refilled"}']
+    assert info["grammar_proposals"]["proposed"] >= proposed
+
+
 # -- the flags ----------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
