@@ -604,14 +604,13 @@ def draft_tokens(logits: torch.Tensor, samp_f: torch.Tensor, samp_i: torch.Tenso
 
 def draft_candidates(logits: torch.Tensor, samp_f: torch.Tensor, samp_i: torch.Tensor, positions: torch.Tensor,
                      token_ids: torch.Tensor, k: int, use_triton: bool | None = None) -> torch.Tensor:
-    """draft_tokens' choice, then the draft's k - 1 best columns by logits / temperature: draft ids int64 [R, k] from
+    """draft_tokens' choice, then the draft's k - 1 best columns by logits: draft ids int64 [R, k] from
     logits [R, Vd] (-inf where a column is not to be proposed). A grammar round picks the first of them its grammar
     allows on the host (ModelRunner.grammar_spec_round), so that the draft's steps wait for no mask row; the first is
     exactly the proposal draft_tokens makes (under the same -inf columns), and the others, which a sampled row falls
     back to only where the grammar refuses its sample, need no exactness. (They carry no Gumbel noise: its torch form
     over every column added two dozen small launches to each draft step; the round with it measured slower than the
     masked steps before it, BENCHMARKS.md section 7.) The choice may recur among the others."""
-    greedy = (samp_f[:, 0] <= 0).view(-1, 1)
-    best = (logits.float() / torch.where(greedy, 1.0, samp_f[:, :1])).topk(k - 1, dim=-1).indices
+    best = logits.topk(k - 1, dim=-1).indices  # (a temperature > 0 keeps the order: no division)
     return torch.cat([draft_tokens(logits, samp_f, samp_i, positions, token_ids, use_triton).view(-1, 1), best], 1)
 
