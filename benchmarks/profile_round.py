@@ -99,8 +99,11 @@ def main() -> None:
         engine.generate(a.prompt, {**params, "max_new_tokens": 8})  # warm-up
         r = profile_config(lambda e=engine, p=params: e.generate(a.prompt, p), engine.backend.scheduler.stats,
                            a.top, lambda e=engine: e.get_server_info().get("avg_spec_accept_length"))
+        r["grammar_proposals"] = engine.get_server_info().get("grammar_proposals")  # (over every pass)
         res["configs"][name] = r
         print_profile(name, r)
+        if r["grammar_proposals"] and r["grammar_proposals"]["proposed"]:
+            print(f"    grammar drafts (every pass): {r['grammar_proposals']}", flush=True)
         engine.shutdown()
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
