@@ -286,6 +286,7 @@ class GrammarBatch:
         self._walked: list[int] | None = None  # drafts accepted into each matcher this round (choose / take)
         self._refused: set[int] = set()  # requests whose grammar refused a draft of this round
         self._known: dict[tuple[int, int], torch.Tensor] = {}  # (request, j): its verify row j, filled for a draft
+        self._every: torch.Tensor | None = None  # step_mask's mask where it fills no row (uploaded once a round)
 
     def prefetch(self, drafts: torch.Tensor) -> None:
         """Queues the copy of a verify's ids [B, T] to the host, before the verify forward is queued: masks() then
@@ -379,10 +380,16 @@ class GrammarBatch:
         if self._walked is None:
             self._walked, self._refused = [0] * len(self.matchers), set()
         mask = torch.full((len(self.matchers), bitmask_words(self.vocab_size)), -1, dtype=torch.int32)
+        filled = False
         for b, m in enumerate(self.matchers):
             if self._live(b) and (m.kind != "regex" if cheap_below is None else m.fill_seconds < cheap_below):
                 self._fill_known(mask, b)
-        return self._upload(mask)
+                filled = True
+        if filled:
+            return self._upload(mask)
+        if self._every is None:
+            self._every = self._upload(mask)
+        return self._every
 
     def choose(self, candidates: list[list[int]]) -> tuple[list[int], list[int]]:
         """Each request's next draft among its draft's candidates (best first; step_mask() came first): the first its
