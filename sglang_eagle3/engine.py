@@ -59,6 +59,10 @@ class EngineArgs:
     speculative_num_draft_tokens: int | None = None  # k + 1 for a chain
     # Extra draft lengths to capture verify graphs for, so an adaptive policy can switch k at run time.
     speculative_num_steps_candidates: tuple[int, ...] = ()
+    # SGLang's flag: the draft length follows the acceptance, round by round, among num_steps and the candidates
+    # (with none given: 1, num_steps and num_steps + 2), choosing the k with the most tokens a second from round
+    # costs timed at start-up (runtime/adaptive.py).
+    speculative_adaptive: bool = False
     speculative_aux_layer_ids: tuple[int, ...] | None = None  # explicit override of the draft's wiring
     # Benchmarking only, like SGLang's SGLANG_SIMULATE_ACC_LEN: pins the accept length; output is not lossless.
     speculative_simulate_accept_length: float | None = None
@@ -168,6 +172,9 @@ class EngineArgs:
         if bad:
             raise ConfigError(f"cuda_graph_prefill_tokens={self.cuda_graph_prefill_tokens!r} must be a tuple of "
                               f"positive integers (bad: {bad})")
+        if self.speculative_adaptive and algo is None and self.model_path is not None:
+            raise ConfigError("speculative_adaptive=True given but speculative_algorithm is None: the draft length "
+                              "it adapts exists only with speculative_algorithm='EAGLE3'")
         bad = [c for c in self.speculative_num_steps_candidates if not 1 <= c <= MAX_NUM_STEPS]
         if bad:
             raise ConfigError(f"speculative_num_steps_candidates={self.speculative_num_steps_candidates!r}: each "
@@ -240,6 +247,15 @@ class EngineArgs:
             raise ConfigError(f"speculative_num_steps={k} must lie in [1, {MAX_NUM_STEPS}]")
         return k
 
+    def step_candidates(self) -> tuple[int, ...]:
+        """Every draft length the engine captures graphs for and may switch to: num_steps and the candidates;
+        with speculative_adaptive and no candidates given, 1, num_steps and num_steps + 2 (at most MAX_NUM_STEPS)."""
+        k = self.num_steps()
+        extra = self.speculative_num_steps_candidates
+        if self.speculative_adaptive and not extra:
+            extra = (1, min(k + 2, MAX_NUM_STEPS))
+        return tuple(sorted({k, *extra}))
+
 
 MAX_NUM_STEPS = 16  # draft steps a round: the largest k a verify graph is captured for
 # EngineArgs' fields by kind ("?": None allowed); _check_types reads it. Kept beside the class so a new field
@@ -247,7 +263,7 @@ MAX_NUM_STEPS = 16  # draft steps a round: the largest k a verify graph is captu
 _FIELD_KINDS = {
     "model_path": "str?", "tokenizer_path": "str?", "speculative_algorithm": "str?",
     "speculative_draft_model_path": "str?", "speculative_num_steps": "int?", "speculative_eagle_topk": "int",
-    "speculative_num_draft_tokens": "int?", "speculative_num_steps_candidates": "ints",
+    "speculative_num_draft_tokens": "int?", "speculative_num_steps_candidates": "ints", "speculative_adaptive": "bool",
     "speculative_aux_layer_ids": "ints?", "speculative_simulate_accept_length": "float?", "device": "str",
     "dtype": "str", "tp_size": "int", "disable_cuda_graph": "bool", "disable_overlap_schedule": "bool",
     "cuda_graph_max_bs": "int", "cuda_graph_prefill_tokens": "ints", "mha_prefill_tokens": "int",
@@ -339,8 +355,7 @@ class Engine:
         plan = {
             "context_length": self.context_length,
             "num_steps": self.num_steps,
-            "verify_widths": tuple(sorted({k + 1, *(c + 1 for c in args.speculative_num_steps_candidates)}))
-            if k else (1,),
+            "verify_widths": tuple(c + 1 for c in args.step_candidates()) if k else (1,),
             "num_pages": max_tokens // args.page_size + 2,
             "eos": tuple(eos),
             "vocab_size": cfg.vocab_size,
@@ -445,7 +460,7 @@ class Engine:
         # the smaller reserve would overrun the context once k is raised again.
         if not self.num_steps:
             return 1
-        return max((self.args.num_steps(), *self.args.speculative_num_steps_candidates)) + 1
+        return max(self.args.step_candidates()) + 1
 
     def max_new_tokens_limit(self, prompt_tokens: int) -> int:
         """The most new tokens a prompt of this length can be given: the context and the KV cache, each less the
@@ -616,7 +631,10 @@ class Engine:
         exist for num_steps and every speculative_num_steps_candidates; any other k runs eager (counted)."""
         if self.num_steps is None:
             raise ConfigError("set_speculative_num_steps needs speculative decoding on")
-        allowed = {self.args.num_steps(), *self.args.speculative_num_steps_candidates}
+        if self.args.speculative_adaptive:
+            raise ConfigError("set_speculative_num_steps: the draft length is chosen by the adaptive policy "
+                              "(speculative_adaptive=True); start the engine without it to set k by hand")
+        allowed = set(self.args.step_candidates())
         if not isinstance(k, int) or not 1 <= k <= max(allowed):
             raise ConfigError(f"speculative_num_steps={k!r} must lie in [1, {max(allowed)}] "
                               f"(graphs captured for {sorted(allowed)})")

@@ -39,7 +39,7 @@ _ENGINE_FLAGS = (
 )
 # store_true flag -> the EngineArgs bool it sets (given: True; not given: the engine's default).
 _ENGINE_SWITCHES = ("disable_cuda_graph", "disable_overlap_schedule", "skip_tokenizer_init", "use_worker_processes",
-                    "constrained_json_disable_any_whitespace")
+                    "constrained_json_disable_any_whitespace", "speculative_adaptive")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="(sglang_eagle3) override the target layers whose inputs feed the draft, e.g. 2,3,5")
     g.add_argument("--speculative-num-steps-candidates", type=_int_list,
                    help="(sglang_eagle3) extra draft lengths to capture verify graphs for")
+    g.add_argument("--speculative-adaptive", action="store_true",
+                   help="the draft length follows the acceptance among --speculative-num-steps and the candidates "
+                   "(default candidates 1, k, k+2), by round costs timed at start-up")
     g = p.add_argument_group("runtime (SGLang names)")
     g.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
     g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, help="tensor-parallel GPUs")

@@ -1,13 +1,17 @@
-"""Switching the draft length between rounds (an adaptive policy) keeps the output lossless."""
+"""The adaptive draft length: switching k between rounds keeps the output lossless; the policy's estimates and
+choices (runtime/adaptive.py) against brute-force references; the engine's start-up timing and reports."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 
 import pytest
 
 from sglang_eagle3 import Engine
 from sglang_eagle3.config import ConfigError
+from sglang_eagle3.runtime.adaptive import AdaptiveConfig, DraftLengthPolicy, RoundCosts
 from sglang_eagle3.testing import tiny_config, tiny_draft_config, write_tiny_pair
 
 
@@ -41,3 +45,194 @@ def test_switching_num_steps_between_rounds_is_lossless(pair):
     assert [done[r.rid].output_ids for r in reqs] == [o["output_ids"] for o in ref]
     with pytest.raises(ConfigError, match="speculative_num_steps=9"):
         eng.set_speculative_num_steps(9)
+
+
+# -- the policy (runtime/adaptive.py) ------------------------------------------------------------------------------
+def _chain_accepts(rng: random.Random, p: list[float], k: int) -> int:
+    """Accepted drafts of a round of k: position i passes with p[i-1] once every one before it passed."""
+    a = 0
+    while a < k and rng.random() < p[a]:
+        a += 1
+    return a
+
+
+def _costs(a: float, b: float, batches=(1, 4)) -> RoundCosts:
+    """A round of k drafts costs a + b k at batch 1 (twice that at 4); plain decode a - b."""
+    return RoundCosts({(k, B): (a + b * k) * (1 if B == 1 else 2) if k else (a - b) * (1 if B == 1 else 2)
+                       for k in range(0, 8) for B in batches})
+
+
+def test_acceptance_estimates_follow_the_chain():
+    """Per-position acceptance given the positions before it, estimated from accept counts alone, against the rates
+    the rounds were drawn with; E(k) against the product formula on the true rates."""
+    rng = random.Random()
+    true_p = [rng.uniform(0.3, 0.95) for _ in range(5)]
+    pol = DraftLengthPolicy(AdaptiveConfig(candidates=(1, 3, 5), halflife_rounds=1e9), _costs(1.0, 0.1))
+    for _ in range(3000):
+        pol.observe(5, [_chain_accepts(rng, true_p, 5) for _ in range(4)])
+    est = pol.acceptance()
+    # the deeper positions are reached less often: their error bars are wider
+    for i, (e, t) in enumerate(zip(est, true_p, strict=True)):
+        reach = math.prod(true_p[:i])
+        assert abs(e - t) < 4 * math.sqrt(t * (1 - t) / (12000 * reach)) + 0.01, (i, est, true_p)
+    for k in (1, 3, 5):
+        want = 1 + sum(math.prod(est[:j]) for j in range(1, k + 1))
+        assert pol.expected_tokens(k) == pytest.approx(want, rel=1e-12)
+
+
+def test_unreached_positions_borrow_the_one_before():
+    """Rounds of 2 drafts tell nothing of positions 3..5: their estimates are position 2's (optimistic), so the
+    policy will try a longer k when position 2 is accepted often."""
+    pol = DraftLengthPolicy(AdaptiveConfig(candidates=(2, 5)), _costs(1.0, 0.1))
+    for _ in range(50):
+        pol.observe(2, [2, 2, 1, 2])
+    p = pol.acceptance()
+    assert p[2] == p[3] == p[4] == pytest.approx(p[1])
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_choice_maximises_predicted_throughput(trial):
+    """With acceptance known (a fixed rate a position) and costs a + b k, the k chosen is the candidate of most
+    expected tokens a second, computed here by brute force from the closed form (1 - p^(k+1)) / (1 - p)."""
+    rng = random.Random()
+    p, a, b = rng.uniform(0.2, 0.95), rng.uniform(1.0, 5.0), rng.uniform(0.05, 1.0)
+    cands = (1, 2, 3, 5, 7)
+    pol = DraftLengthPolicy(AdaptiveConfig(candidates=cands, interval=1, halflife_rounds=1e9, min_gain=0.0),
+                            _costs(a, b))
+    for _ in range(4000):  # every position reached: rounds of 7
+        pol.observe(7, [_chain_accepts(rng, [p] * 7, 7)])
+
+    def rate(k, q):
+        return (1 - q ** (k + 1)) / (1 - q) / (a + b * k)
+
+    chosen = pol.choose(3, 1)
+    # the estimate is within sampling error of p: the choice must be the best for some q near p, and within 2%
+    # of the best rate at the true p
+    assert rate(chosen, p) >= max(rate(k, p) for k in cands) * 0.98, (p, a, b, chosen)
+
+
+def test_hysteresis_and_interval():
+    pol = DraftLengthPolicy(AdaptiveConfig(candidates=(1, 3), interval=4, min_gain=1.0, halflife_rounds=1e9),
+                            _costs(2.0, 0.1))
+    for _ in range(3):
+        pol.observe(3, [3])
+        assert pol.choose(1, 1) == 1  # no decision before 4 rounds
+    pol.observe(3, [3])
+    rates = pol.predicted_rates(1)
+    assert rates[3] > rates[1] and rates[3] < 2.0 * rates[1]
+    assert pol.choose(1, 1) == 1  # better, but by less than min_gain
+    big = DraftLengthPolicy(AdaptiveConfig(candidates=(1, 3), interval=4, min_gain=0.0, halflife_rounds=1e9),
+                            _costs(2.0, 0.1))
+    for _ in range(4):
+        big.observe(3, [3])
+    assert big.choose(1, 1) == 3 and big.switches == 1
+
+
+def test_policy_comes_back_up_after_acceptance_rises():
+    """Poor drafts push k down to 1; when they turn good, the half-life forgets positions 2+'s old evidence and
+    the policy climbs back to the longest candidate."""
+    rng = random.Random()
+    pol = DraftLengthPolicy(AdaptiveConfig(candidates=(1, 3, 5), halflife_rounds=32), _costs(3.0, 0.2))
+    k = 3
+    for _ in range(200):
+        k = pol.choose(k, 1)
+        pol.observe(k, [_chain_accepts(rng, [0.1] * 5, k)])
+    assert k == 1
+    for _ in range(600):
+        k = pol.choose(k, 1)
+        pol.observe(k, [_chain_accepts(rng, [0.97] * 5, k)])
+    assert k == 5
+
+
+def test_round_costs_buckets_and_errors():
+    c = RoundCosts({(0, 1): 1.0, (0, 8): 2.0, (2, 1): 3.0, (2, 8): 5.0})
+    assert c.batch_sizes == (1, 8)
+    assert c.at(2, 1) == 3.0 and c.at(2, 3) == 5.0 and c.at(2, 8) == 5.0 and c.at(2, 16) == 10.0
+    with pytest.raises(ValueError, match="positive finite"):
+        RoundCosts({(0, 1): 0.0})
+    with pytest.raises(ValueError, match="lack draft lengths"):
+        DraftLengthPolicy(AdaptiveConfig(candidates=(2, 3)), c)
+    with pytest.raises(ValueError, match="candidates"):
+        AdaptiveConfig(candidates=())
+    with pytest.raises(ValueError, match="outside"):
+        DraftLengthPolicy(AdaptiveConfig(candidates=(2,)), c).observe(2, [3])
+
+
+# -- in the engine ---------------------------------------------------------------------------------------------------
+class _Cycling(DraftLengthPolicy):
+    """Switches k at every decision (the scheduler's side of a switch, not the policy's judgement)."""
+
+    def __init__(self, base: DraftLengthPolicy, order):
+        super().__init__(dataclasses.replace(base.config, interval=1), base.costs)
+        self.order, self.seen, self.calls = list(order), [], 0
+
+    def observe(self, k, accepted):
+        self.seen.append((k, list(accepted)))
+        super().observe(k, accepted)
+
+    def choose(self, current, batch):
+        # each k for two steps: with the overlap, a switch's first step only reads the round in flight
+        self.calls += 1
+        return self.order[self.calls // 2 % len(self.order)]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_adaptive_switching_inside_the_scheduler_is_lossless(pair, overlap):
+    """k changed by the scheduler's policy between rounds, with the overlap's round in flight or without: greedy
+    output equals plain decoding's, every round's accept counts reach the policy with the k it drafted."""
+    tpath, dpath = pair
+    prompts = [[random.randrange(128) for _ in range(n)] for n in (5, 9, 2, 7)]
+    greedy = {"max_new_tokens": 30, "temperature": 0}
+    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=greedy)
+    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+                 speculative_num_steps=3, speculative_adaptive=True, disable_overlap_schedule=not overlap,
+                 max_running_requests=3)
+    sched = eng.backend.scheduler
+    sched.adaptive = _Cycling(sched.adaptive, [1, 5, 3, 3, 1])
+    out = eng.generate(input_ids=prompts, sampling_params=greedy)
+    assert [o["output_ids"] for o in out] == [o["output_ids"] for o in ref]
+    ks = {k for k, _ in sched.adaptive.seen}
+    assert ks == {1, 3, 5}, ks
+    assert all(0 <= a <= k for k, acc in sched.adaptive.seen for a in acc)
+    assert sched.runner.allocator.num_free == sched.runner.allocator.num_pages - 1
+
+
+def test_adaptive_engine_times_rounds_and_moves_k(pair):
+    """speculative_adaptive=True: the round costs are timed at start-up for every candidate and batch bucket (and
+    leave the forward counts at zero), the tiny pair's poor drafts move k down to 1, the output stays the target's,
+    and server info reports it; k cannot be set by hand then."""
+    tpath, dpath = pair
+    prompts = [[random.randrange(128) for _ in range(n)] for n in (5, 9, 2)]
+    greedy = {"max_new_tokens": 40, "temperature": 0}
+    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=greedy)
+    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+                 speculative_num_steps=3, speculative_adaptive=True, max_running_requests=4)
+    info = eng.get_server_info()
+    assert info["forward_counts"] == {} or all(v["graph"] == v["eager"] == 0 for v in info["forward_counts"].values())
+    ad = info["adaptive"]
+    assert ad["candidates"] == [1, 3, 5] and ad["rounds"] == 0
+    assert set(ad["round_ms"]) == {0, 1, 3, 5} and all(set(v) == {1, 2, 4} for v in ad["round_ms"].values())
+    out = eng.generate(input_ids=prompts, sampling_params=greedy)
+    assert [o["output_ids"] for o in out] == [o["output_ids"] for o in ref]
+    info = eng.get_server_info()
+    hist = info["accept_length_hist"]
+    assert sum(n * c for n, c in hist.items()) / sum(hist.values()) < 1.5  # the premise: poor drafts
+    assert info["adaptive"]["rounds"] == info["verify_forwards"] or info["adaptive"]["rounds"] > 0
+    assert info["speculative_num_steps"] == 1 and info["adaptive"]["switches"] >= 1
+    with pytest.raises(ConfigError, match="adaptive"):
+        eng.set_speculative_num_steps(3)
+
+
+def test_adaptive_args():
+    from sglang_eagle3.engine import EngineArgs
+
+    assert EngineArgs(speculative_algorithm="EAGLE3", speculative_num_steps=4,
+                      speculative_adaptive=True).step_candidates() == (1, 4, 6)
+    assert EngineArgs(speculative_algorithm="EAGLE3", speculative_num_steps=4, speculative_adaptive=True,
+                      speculative_num_steps_candidates=(2,)).step_candidates() == (2, 4)
+    assert EngineArgs(speculative_algorithm="EAGLE3", speculative_num_steps=16,
+                      speculative_adaptive=True).step_candidates() == (1, 16)
+    with pytest.raises(ConfigError, match="speculative_adaptive=True given but speculative_algorithm is None"):
+        EngineArgs(model_path="x", speculative_adaptive=True)
+    with pytest.raises(ConfigError, match="speculative_adaptive='yes' must be True or False"):
+        EngineArgs(speculative_adaptive="yes")

@@ -74,3 +74,13 @@ def tp_min_int(value: int, device: torch.device) -> int:
     t = torch.tensor([value], dtype=torch.int64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return int(t.item())
+
+
+def tp_max_floats(values: list[float], device: torch.device) -> list[float]:
+    """Each entry's largest value over the ranks (start-up agreements on measured times, e.g. the adaptive draft
+    length's round costs: every rank must hold the same table to choose the same k from the same accept counts)."""
+    if _TP.size == 1 or _TP.simulated or not values:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()

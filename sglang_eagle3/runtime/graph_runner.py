@@ -60,6 +60,15 @@ class ForwardStats:
                        "%s ran EAGER (not a CUDA graph replay): %s", name, reason)
         bucket[reason] += 1
 
+    @contextlib.contextmanager
+    def uncounted(self):
+        """Forwards run inside the block (start-up timing: ModelRunner.time_rounds) leave the counts as they were."""
+        saved = (Counter(self.graph), Counter(self.eager), {n: Counter(c) for n, c in self.reasons.items()})
+        try:
+            yield
+        finally:
+            self.graph, self.eager, self.reasons = saved
+
     def as_dict(self) -> dict:
         names = sorted(set(self.graph) | set(self.eager))
         return {n: {"graph": self.graph[n], "eager": self.eager[n], "eager_reasons": dict(self.reasons.get(n, {}))}

@@ -7,6 +7,8 @@ device tensors, picks graph replay or eager, and returns device tensors.
 from __future__ import annotations
 
 import logging
+import statistics
+import time
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +27,7 @@ from sglang_eagle3.runtime.grammar import (
     bitmask_words,
 )
 from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputSpec
-from sglang_eagle3.runtime.kv_cache import PageAllocator, make_pool
+from sglang_eagle3.runtime.kv_cache import PageAllocator, make_pool, pages_for
 from sglang_eagle3.runtime.sampling import (
     ALL_FILTERS,
     UNRANKED,
@@ -126,6 +128,7 @@ class ModelRunner:
         self.device, self.dtype = device, dtype
         self.page_size = page_size
         self.max_pages = (max_context + page_size - 1) // page_size
+        self.max_context = max_context
         target.set_kernel_backends(attention_backend, moe_backend)
         # One GEMV form per matrix for every row count, the same for a speculative engine and a plain one
         # with these arguments (kernels/gemv.py fma_for_engine).
@@ -725,6 +728,49 @@ class ModelRunner:
             B, T, input_ids=bt.input_ids, positions=bt.positions, page_table=bt.page_table, seq_lens=bt.seq_lens,
             out_cache_loc=bt.out_cache_loc, hidden=hidden, sim_accept=sim_accept)
         return logits, packed[:B], next_hidden[:B]  # a replay's per-request outputs hold the bucket's rows
+
+    @torch.inference_mode()
+    def time_rounds(self, ks: tuple[int, ...], batch_sizes: list[int], iters: int = 5, context: int = 512) -> dict:
+        """Seconds a greedy speculative round of k draft steps takes at each batch size (median of ``iters`` after
+        one warm-up), and a plain decode step as k = 0, for the adaptive draft length (runtime/adaptive.py): the
+        round's graph where captured, as a request would replay it, the host's launch included. Every row reads and
+        writes the scratch page only (the page padded rows use), ``context`` tokens in, so no request's cache is
+        touched; acceptance is pinned to all k drafts (a round's graph costs the same whatever it accepts); the
+        forward counts are left as they were. {(k, batch): seconds}."""
+        cuda = self.device.type == "cuda"
+        kmax = max(ks)
+        first = max(0, min(context, self.max_context - 2 * kmax - 2))  # (a round reaches past its verify's rows)
+        pages = [0] * min(self.max_pages, pages_for(first + 2 * kmax + 2, self.page_size))
+        hidden_w = self.draft.config.hidden_size if self.draft is not None else 0
+
+        def sync():
+            if cuda:
+                torch.cuda.synchronize(self.device)
+
+        out: dict[tuple[int, int], float] = {}
+        with self.stats.uncounted():
+            for B in batch_sizes:
+                calls = {}
+                for k in (0, *ks):
+                    bt = self.build([([0] * (k + 1), first, pages)] * B, width=self.max_pages)
+                    if k == 0:
+                        calls[k] = lambda bt=bt: self.target_uniform(bt, 1, verify=False)[0].argmax(-1)
+                    else:
+                        hidden = torch.zeros(B, hidden_w, dtype=self.dtype, device=self.device)
+                        sim = torch.full((B,), k, dtype=torch.int64, device=self.device)
+                        calls[k] = lambda bt=bt, hidden=hidden, sim=sim, k=k: self.greedy_round(bt, hidden, sim,
+                                                                                                 k + 1)[1]
+                times: dict[int, list[float]] = {k: [] for k in calls}
+                for i in range(iters + 1):  # the k's in turn, so a slow moment of the machine hits them alike
+                    for k, once in calls.items():
+                        sync()
+                        t0 = time.perf_counter()
+                        once()
+                        sync()
+                        if i:  # the first pass is the warm-up (compiles, caches)
+                            times[k].append(time.perf_counter() - t0)
+                out.update({(k, B): statistics.median(t) for k, t in times.items()})
+        return out
 
     @torch.inference_mode()
     def sampled_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int,

@@ -24,6 +24,10 @@ overlap too: their tokens are drawn on the device (sampling.py: the noise is fix
 positions, so a round computes the same tokens whenever it runs), and so do requests that return logprobs: a
 round's logprobs are gathered on the device right after it (_token_logprobs), before the round behind it rewrites
 the graph's logits, and copied with its results.
+
+Adaptive draft length (``adaptive``, runtime/adaptive.py): every speculative round's accept counts go to the
+policy, which may set another k before the next round; the round in flight is then read first (its successor
+would draft the old k), so a switch costs one round's overlap.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sglang_eagle3.runtime.adaptive import DraftLengthPolicy
 from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarError, GrammarMatcher
 from sglang_eagle3.runtime.interrupts import defer_interrupt
 from sglang_eagle3.runtime.kv_cache import pages_for
@@ -92,6 +97,9 @@ class Scheduler:
         # Benchmarking only (as SGLang's SGLANG_SIMULATE_ACC_LEN): pin the mean accepted tokens per verify so
         # step times can be measured with random-weight models; the output is then NOT the target's.
         self.simulate_accept_length: float | None = None
+        # The adaptive draft length (runtime/adaptive.py; EngineArgs.speculative_adaptive): fed every speculative
+        # round's accept counts, it sets num_steps before a round is launched. None: k stays as set.
+        self.adaptive: DraftLengthPolicy | None = None
         self._sim_rng = torch.Generator().manual_seed(0)
         # Seeds of requests that bring none (their sampling keys, sampling.py). Drawn in admission order from one
         # seeded stream, so under TP every rank's scheduler (fed the same requests in the same order) draws the
@@ -197,6 +205,9 @@ class Scheduler:
 
     def _step(self) -> list[Request]:
         t0 = time.perf_counter()
+        if self.adaptive is not None and self.num_steps and self.running:
+            # A new k first reads the round in flight (_ahead_continues: its successor would have the old k).
+            self.num_steps = self.adaptive.choose(self.num_steps, len(self.running))
         if self._ahead is not None and not self._ahead_continues():
             changed = self._finish(self._ahead)  # an admission or an abort waits for the round in flight
             self._ahead = None
@@ -529,15 +540,16 @@ class Scheduler:
             rnd.ready.synchronize()
         rows = rnd.host.tolist()
         lp_rows = self._read_logprobs(rnd.reqs, list(rnd.logprobs)) if rnd.logprobs is not None else None
-        changed = []
+        changed, accepted = [], []
         for i, r in enumerate(rnd.reqs):
             if r.finished:
                 continue
             lps = lp_rows[i] if lp_rows else None
-            if not self.num_steps:
+            if rnd.T == 1:
                 self._emit(r, [rows[i]], lps)
             else:
                 n_acc, tok, nd, *drafts = rows[i]
+                accepted.append(n_acc)
                 acc = drafts[:n_acc] + [tok]
                 r.verify_ct += 1
                 self.stats.verify_forwards += 1
@@ -546,8 +558,11 @@ class Scheduler:
                 r.next_draft_token = nd
                 self._draft_hidden[r.rid] = rnd.hidden[i]
                 self._emit(r, acc, lps)
-                self._trim_pages(r, r.seq_len + self.lookahead if in_flight else r.seq_len - 1)
+                # (the round behind one in flight drafts as many: _ahead_continues)
+                self._trim_pages(r, r.seq_len + rnd.T - 1 if in_flight else r.seq_len - 1)
             changed.append(r)
+        if self.adaptive is not None and accepted:
+            self.adaptive.observe(rnd.T - 1, accepted)
         return changed
 
     def _simulated_accept(self, k: int) -> int:

@@ -12,6 +12,9 @@ import time
 import torch
 
 from sglang_eagle3.config import resolve_aux_layer_ids
+from sglang_eagle3.distributed.parallel_state import tp_max_floats
+from sglang_eagle3.runtime.adaptive import AdaptiveConfig, DraftLengthPolicy, RoundCosts
+from sglang_eagle3.runtime.graph_runner import batch_buckets
 from sglang_eagle3.runtime.model_runner import ModelRunner
 from sglang_eagle3.runtime.request import Request
 from sglang_eagle3.runtime.scheduler import Scheduler
@@ -66,6 +69,20 @@ def fit_kv_pages(plan: dict, target, draft, args, device: torch.device, dtype: t
     return fit
 
 
+def adaptive_policy(runner: ModelRunner, candidates: tuple[int, ...], max_bs: int) -> DraftLengthPolicy:
+    """The adaptive draft length's policy (runtime/adaptive.py), its round costs timed now on every batch bucket
+    (the graphs' where captured) and agreed on by the TP ranks (each entry the slowest rank's)."""
+    t0 = time.perf_counter()
+    buckets = runner.spec_round.buckets or batch_buckets(max_bs)
+    timed = runner.time_rounds(candidates, buckets)
+    keys = sorted(timed)
+    agreed = tp_max_floats([timed[key] for key in keys], runner.device)
+    costs = RoundCosts(dict(zip(keys, agreed, strict=True)))
+    logger.info("adaptive draft length among k=%s: round costs timed in %.2f s (ms, k=0 a plain decode step): %s",
+                list(candidates), time.perf_counter() - t0, costs.as_dict())
+    return DraftLengthPolicy(AdaptiveConfig(candidates=candidates), costs)
+
+
 class ModelWorker:
     """Owns this process's models, KV pools, graphs and scheduler. ``args`` is an EngineArgs; ``plan`` holds
     what the engine resolved once (context length, draft widths, eos ids)."""
@@ -114,6 +131,9 @@ class ModelWorker:
         if args.speculative_simulate_accept_length is not None:
             logger.warning("speculative_simulate_accept_length=%s: benchmarking mode, outputs are NOT the target's",
                            args.speculative_simulate_accept_length)
+        if args.speculative_adaptive and plan["num_steps"]:
+            self.scheduler.adaptive = adaptive_policy(self.runner, args.step_candidates(),
+                                                      min(args.cuda_graph_max_bs, args.max_running_requests))
         self.load_seconds = time.perf_counter() - t0
 
     # The engine drives every worker through these four calls (and info()).
@@ -158,4 +178,7 @@ class ModelWorker:
             "running_requests": len(self.scheduler.running),
             "waiting_requests": len(self.scheduler.waiting),
             "load_seconds": round(self.load_seconds, 3),
+            "speculative_num_steps": self.scheduler.num_steps,  # this round's k (an adaptive policy moves it)
+            "adaptive": None if self.scheduler.adaptive is None else self.scheduler.adaptive.report(
+                self.scheduler.num_steps, len(self.scheduler.running)),
         }

@@ -81,6 +81,24 @@ def test_tp2_sampled_speculation_matches_single_process_plain(pair):
     assert outs[2] == outs[1]
 
 
+def test_tp2_adaptive_draft_length(pair):
+    """speculative_adaptive at TP=2: the ranks time their rounds apart and agree on one table (each entry the
+    slowest rank's), so fed the same accept counts they switch k in the same round; the output is TP=1's without
+    speculation, and the policy moved."""
+    tpath, dpath = pair
+    greedy = {"max_new_tokens": 40, "temperature": 0}
+    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=PROMPTS, sampling_params=greedy)
+    eng = Engine(model_path=tpath, device="cpu", tp_size=2, speculative_algorithm="EAGLE3",
+                 speculative_draft_model_path=dpath, speculative_num_steps=3, speculative_adaptive=True)
+    try:
+        outs = eng.generate(input_ids=PROMPTS, sampling_params=greedy)
+        info = eng.get_server_info()
+    finally:
+        eng.shutdown()
+    assert [o["output_ids"] for o in outs] == [o["output_ids"] for o in ref]
+    assert info["adaptive"]["rounds"] > 0 and info["adaptive"]["switches"] >= 1, info["adaptive"]["round_ms"]
+
+
 def test_tp2_mha_prefill_matches_single_process(pair, reference):
     """The non-absorbed prefill from 4 tokens a request (the 7- and 10-token prompts; the 3-token one stays
     absorbed) at TP=2 with EAGLE-3, each rank decompressing its own heads through its slice of kv_b_proj: the tokens

@@ -1,0 +1,186 @@
+"""Adaptive draft length: the k that makes the most tokens a second, from measured costs and observed acceptance.
+
+A speculative round of k draft steps costs C(k, B) seconds at batch size B and emits E(k) tokens a request on
+average, so a request advances E(k) / C(k, B) tokens a second. Both sides are measured, never assumed:
+
+* C(k, B), the round's cost, is timed once at start-up (``ModelRunner.time_rounds``: the round's graph replayed
+  for every candidate k and batch bucket, plus the plain decode step for comparison), then fixed. Under tensor
+  parallelism every rank takes the slowest rank's number (``tp_max_floats``), so all ranks hold one table and,
+  fed the same accept counts, choose the same k in the same round: a choice made from each rank's own clock
+  could split them (the grammar rounds' rule too, runtime/grammar.py).
+* E(k) comes from the accept counts of the rounds so far. A chain draft's i-th token is checked only when the
+  i - 1 before it were accepted, so the policy keeps, per draft position i, how often it was reached and how
+  often accepted (decayed with a half-life in rounds, so the estimate follows the prompt mix), and estimates the
+  acceptance p_i given the ones before it. E(k) = 1 + sum over j <= k of p_1 ... p_j (the target's own token,
+  plus each draft accepted with all before it). A position never reached (past the longest k tried, or not tried
+  for a while) borrows the estimate of the position before it: optimistic, so the policy tries a longer k when
+  the last position it knows is accepted often, and learns that position's real rate there. That is also how it
+  comes back to a longer k after the acceptance rose: the half-life forgets the old evidence.
+
+The policy only ever moves between the candidates the engine captured graphs for (``EngineArgs.step_candidates``),
+after every ``interval`` rounds, and only for a predicted gain of at least ``min_gain``; a switch costs one round
+without the overlap schedule's look-ahead (runtime/scheduler.py). It never turns speculation off (k = 0): the draft
+would then miss the target's hidden states of the tokens decoded without it, which its next round needs. It warns
+instead, once, when even its best k is predicted slower than plain decoding, which is what a user of a draft that
+does not fit the target needs to know (docs/SERVER.md, "Adaptive draft length").
+
+Greedy output does not depend on k (speculation is lossless at every k), nor does a sampled request's, whose
+tokens are drawn with noise fixed by its key and position (sampling.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """How the draft-length policy decides (defaults chosen on the embedded pair and the Kimi slice, see
+    docs/BENCHMARKS.md; the candidates come from the engine)."""
+
+    candidates: tuple[int, ...]  # draft lengths with captured graphs, the only ones the policy picks
+    interval: int = 8  # rounds between two decisions (the first after as many rounds at the configured k)
+    halflife_rounds: float = 256.0  # the acceptance evidence of a round weighs half as much this many rounds later
+    min_gain: float = 0.02  # a switch needs this much more predicted throughput than staying
+    prior_weight: float = 2.0  # pseudo-observations a position's estimate borrows from the one before it
+    first_prior: float = 0.5  # the prior acceptance of the first draft position
+
+    def __post_init__(self):
+        if not self.candidates or any(not isinstance(k, int) or k < 1 for k in self.candidates):
+            raise ValueError(f"candidates={self.candidates!r} must be draft lengths >= 1")
+        if self.interval < 1:
+            raise ValueError(f"interval={self.interval!r} must be >= 1 round")
+        if not self.halflife_rounds > 0:
+            raise ValueError(f"halflife_rounds={self.halflife_rounds!r} must be > 0")
+        if not 0 < self.first_prior < 1 or not self.prior_weight > 0 or self.min_gain < 0:
+            raise ValueError(f"first_prior={self.first_prior!r} (in (0, 1)), prior_weight={self.prior_weight!r} "
+                             f"(> 0), min_gain={self.min_gain!r} (>= 0)")
+
+
+@dataclass(frozen=True)
+class RoundCosts:
+    """Seconds a round takes, by (k, batch bucket); k = 0 is the plain decode step. Measured at start-up
+    (ModelRunner.time_rounds)."""
+
+    seconds: dict[tuple[int, int], float]
+    batch_sizes: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self):
+        bad = {key: s for key, s in self.seconds.items() if not (isinstance(s, float) and s > 0 and math.isfinite(s))}
+        if not self.seconds or bad:
+            raise ValueError(f"round costs must be positive finite seconds (bad: {bad or 'none measured'})")
+        object.__setattr__(self, "batch_sizes", tuple(sorted({b for _, b in self.seconds})))
+
+    def at(self, k: int, batch: int) -> float:
+        """A round of k draft steps for ``batch`` requests: the smallest measured bucket that holds the batch (the
+        graph it replays), or past the largest, the largest's cost scaled by the batch."""
+        for b in self.batch_sizes:
+            if b >= batch:
+                return self.seconds[(k, b)]
+        top = self.batch_sizes[-1]
+        return self.seconds[(k, top)] * batch / top
+
+    def as_dict(self) -> dict:
+        """{k: {batch: ms}} for reports (server info)."""
+        out: dict[int, dict[int, float]] = {}
+        for (k, b), s in sorted(self.seconds.items()):
+            out.setdefault(k, {})[b] = round(s * 1e3, 4)
+        return out
+
+
+class DraftLengthPolicy:
+    """Chooses each round's draft length (module doc). ``observe`` after every speculative round, ``choose``
+    before launching the next; both are deterministic functions of the accept counts seen, so TP ranks agree."""
+
+    def __init__(self, config: AdaptiveConfig, costs: RoundCosts):
+        missing = [k for k in (0, *config.candidates) if (k, costs.batch_sizes[0]) not in costs.seconds]
+        if missing:
+            raise ValueError(f"round costs lack draft lengths {missing} (measured: {costs.as_dict()})")
+        self.config = config
+        self.costs = costs
+        self.max_k = max(config.candidates)
+        self._reached = [0.0] * (self.max_k + 1)  # index i: draft position i (1-based; 0 unused)
+        self._passed = [0.0] * (self.max_k + 1)
+        self._decay = 0.5 ** (1.0 / config.halflife_rounds)
+        self._rounds_since_decision = 0
+        self.switches = 0
+        self.rounds = 0
+        self._warned_slower = False
+
+    def observe(self, k: int, accepted: list[int]) -> None:
+        """One round of k draft steps: each request's accepted drafts (0..k)."""
+        if not accepted:
+            return
+        self.rounds += 1
+        self._rounds_since_decision += 1
+        d = self._decay
+        for i in range(1, self.max_k + 1):
+            self._reached[i] *= d
+            self._passed[i] *= d
+        for a in accepted:
+            if not 0 <= a <= k:
+                raise ValueError(f"accepted drafts {a} outside [0, {k}]")
+            for i in range(1, min(a + 1, k, self.max_k) + 1):
+                self._reached[i] += 1.0
+            for i in range(1, min(a, self.max_k) + 1):
+                self._passed[i] += 1.0
+
+    def acceptance(self) -> list[float]:
+        """p_1 .. p_max_k: each draft position's estimated acceptance given the ones before it were accepted."""
+        c = self.config
+        out, prior = [], c.first_prior
+        for i in range(1, self.max_k + 1):
+            p = (self._passed[i] + c.prior_weight * prior) / (self._reached[i] + c.prior_weight)
+            out.append(p)
+            prior = p
+        return out
+
+    def expected_tokens(self, k: int, acceptance: list[float] | None = None) -> float:
+        """Tokens a round of k draft steps is expected to emit per request (the target's own included)."""
+        p = self.acceptance() if acceptance is None else acceptance
+        total, run = 1.0, 1.0
+        for j in range(k):
+            run *= p[j]
+            total += run
+        return total
+
+    def predicted_rates(self, batch: int) -> dict[int, float]:
+        """Tokens a second per request for each candidate k, and for plain decoding (k = 0)."""
+        p = self.acceptance()
+        rates = {k: self.expected_tokens(k, p) / self.costs.at(k, batch) for k in self.config.candidates}
+        rates[0] = 1.0 / self.costs.at(0, batch)
+        return rates
+
+    def choose(self, current: int, batch: int) -> int:
+        """The draft length for the next round of ``batch`` requests (``current`` until a decision is due)."""
+        if self._rounds_since_decision < self.config.interval:
+            return current
+        self._rounds_since_decision = 0
+        rates = self.predicted_rates(batch)
+        best = max(self.config.candidates, key=lambda k: (rates[k], -k))
+        if rates[best] < rates[0] and not self._warned_slower:
+            self._warned_slower = True
+            logger.warning(
+                "speculation is predicted SLOWER than plain decoding at the acceptance seen so far (best k=%d: %.1f "
+                "tokens/s a request against %.1f without a draft; accepted drafts a round %.2f at k=%d): the draft "
+                "does not fit this target or workload", best, rates[best], rates[0],
+                self.expected_tokens(current) - 1.0, current)
+        if current not in rates or rates[best] >= rates[current] * (1.0 + self.config.min_gain):
+            if best != current:
+                self.switches += 1
+                logger.info("adaptive draft length %d -> %d (predicted %.1f -> %.1f tokens/s a request at batch %d)",
+                            current, best, rates.get(current, 0.0), rates[best], batch)
+            return best
+        return current
+
+    def report(self, current: int, batch: int) -> dict:
+        """What the policy knows, for server info."""
+        rates = self.predicted_rates(max(batch, 1))
+        return {"num_steps": current, "candidates": list(self.config.candidates), "rounds": self.rounds,
+                "switches": self.switches, "acceptance": [round(p, 4) for p in self.acceptance()],
+                "predicted_tokens_per_s": {k: round(r, 2) for k, r in sorted(rates.items())},
+                "round_ms": self.costs.as_dict()}
