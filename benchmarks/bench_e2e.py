@@ -155,17 +155,29 @@ def _embedded_variant(a, out, target, draft, prompts, common, first_ids, env_set
     out["runs"].append({"name": "baseline" + tag, "identical_across_variants": base_ids == first_ids[smp],
                         **base})
     print(f"baseline{tag}: {_rate(base)}", flush=True)
-    for k in a.ks:
+    runs = [(k, False) for k in a.ks] + ([(a.k, True)] if a.adaptive else [])
+    for k, adaptive in runs:
         eng = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
-                     speculative_num_steps=k, **kw)
+                     speculative_num_steps=k, speculative_adaptive=adaptive, **kw)
         r = _timed_generate(eng, prompts, params, repeat=a.repeat, concurrency=a.concurrency)
         lossless = [eng.generate(p, params)["output_ids"] for p in prompts[:4]] == base_ids
-        r.update(name=f"eagle3_k{k}{tag}", speedup=r["tok_per_s"] / base["tok_per_s"], lossless_first4=lossless,
-                 verify_graph_eager=eng.get_server_info()["forward_counts"].get("target_verify"))
+        info = eng.get_server_info()
+        name = f"eagle3_adaptive_from_k{k}" if adaptive else f"eagle3_k{k}"
+        r.update(name=name + tag, speedup=r["tok_per_s"] / base["tok_per_s"], lossless_first4=lossless,
+                 verify_graph_eager=info["forward_counts"].get("target_verify"), adaptive=info.get("adaptive"))
         eng.shutdown()
         out["runs"].append(r)
-        print(f"eagle3 k={k}{tag}: {_rate(r)} ({r['speedup']:.2f}x), accept length "
-              f"{r['accept_length']:.2f}, identical output {lossless}", flush=True)
+        print(f"{name}{tag}: {_rate(r)} ({r['speedup']:.2f}x), accept length "
+              f"{r['accept_length']:.2f}, identical output {lossless}" + _adaptive_line(r), flush=True)
+
+
+def _adaptive_line(r: dict) -> str:
+    """The adaptive policy's state after a run, for the printed line."""
+    ad = r.get("adaptive")
+    if not ad:
+        return ""
+    return (f"; adaptive: k={ad['num_steps']} after {ad['rounds']} rounds, {ad['switches']} switches, acceptance "
+            f"{', '.join(f'{p:.2f}' for p in ad['acceptance'])}")
 
 
 def _kimi_slice_rank(rank: int, world: int, a) -> dict:
@@ -248,15 +260,16 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
             return res if batch else res[0]
 
     # An accept length of 0: not pinned (the random draft's real acceptance, ~1 token a round).
-    configs = [("baseline", None, None)] + [(f"eagle3_k{a.k}_acc{x}" if x else f"eagle3_k{a.k}", a.k, x or None)
-                                            for x in a.simulate_accept]
+    configs = [("baseline", None, None, False)] + [
+        (f"eagle3_{'adaptive_from_' if ad else ''}k{a.k}" + (f"_acc{x}" if x else ""), a.k, x or None, ad)
+        for x in a.simulate_accept for ad in ((False, True) if a.adaptive else (False,))]
     variants = [(v, prefill_tokens(v), m, e, o, smp) for v in a.prefill_graphs for m in a.mha_prefill_tokens
                 for e in a.env_variants for o in a.overlap_schedule for smp in a.sampling]
     # Each variant (prefill graphs x MHA prefill x environment x overlap schedule x sampling) runs every
     # configuration in turn, the variants alternating (--repeat-variants).
     schedule = [(v, c) for _ in range(a.repeat_variants) for v in variants for c in configs]
     base_tps = {}
-    for (graphs, buckets, mha, env_set, overlap, smp), (cname, k, acc) in schedule:
+    for (graphs, buckets, mha, env_set, overlap, smp), (cname, k, acc, adaptive) in schedule:
         params = {"max_new_tokens": a.max_new_tokens, "ignore_eos": True, **sampling_params(smp)}
         variant = graphs if mha is None else f"{graphs}, mha_prefill_tokens {mha}"
         variant += f", {env_set}" if env_set else ""
@@ -270,11 +283,13 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
                           cuda_graph_max_bs=a.cuda_graph_max_bs,
                           speculative_algorithm="EAGLE3" if k else None,
                           speculative_draft_model_path="<in-memory>" if k else None, speculative_num_steps=k,
-                          speculative_simulate_accept_length=acc, attention_backend=a.backend,
+                          speculative_simulate_accept_length=acc, speculative_adaptive=adaptive,
+                          attention_backend=a.backend,
                           moe_runner_backend=a.backend, disable_overlap_schedule=overlap == "off",
                           mem_fraction_static=a.mem_fraction_static, **extra)
         ctx = a.context_length or a.prompt_len + a.max_new_tokens + 64  # the graphs' page table width
-        plan = {"context_length": ctx, "num_steps": k, "verify_widths": (k + 1,) if k else (1,),
+        widths = tuple(c + 1 for c in args.step_candidates()) if k else (1,)
+        plan = {"context_length": ctx, "num_steps": k, "verify_widths": widths,
                 "num_pages": a.concurrency * (ctx // args.page_size + 4), "eos": ()}
         with env.overrides(bvg.parse_env_variant(env_set)):  # (kernel configs are read as graphs are captured)
             for m in (target, draft):  # what the models read when built (fusions, overlaps), under this setting
@@ -293,12 +308,12 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         base_tps.setdefault(variant, r["tok_per_s"])
         r.update(name=name, speedup=r["tok_per_s"] / base_tps[variant], pinned_accept_length=acc,
                  prefill_graphs=variant, forward_counts=worker.runner.stats.as_dict(),
-                 graphs=worker.runner.graph_report())
+                 graphs=worker.runner.graph_report(), adaptive=worker.info()["adaptive"])
         out["runs"].append(r)
         captured = {n: g for n, g in r["graphs"].items() if g["graphs"]}
         print(f"{name}: {_rate(r)} ({r['speedup']:.2f}x)"
               + (f", accept length {r['accept_length']:.2f}" if r["accept_length"] else "")
-              + f", prefill (first step) {r['prefill_ms']} ms; graphs captured: "
+              + f", prefill (first step) {r['prefill_ms']} ms" + _adaptive_line(r) + "; graphs captured: "
               + ", ".join(f"{n} {g['graphs']} in {g['capture_seconds']:.1f} s, {g['capture_mib']:.0f} MiB"
                           for n, g in captured.items()), flush=True)
         del worker
@@ -380,6 +395,9 @@ def main() -> None:
     ap.add_argument("--mem-fraction-static", type=float, default=0.96,
                     help="--kimi-slice: the engine's mem_fraction_static (on an 80 GB H100 the slice and its draft "
                     "leave 4.4 GiB free: 0.85 and 0.93 keep more than that for activations, so no KV cache fits)")
+    ap.add_argument("--adaptive", action="store_true",
+                    help="also run EAGLE-3 with speculative_adaptive from k = --k (embedded: beside every --ks; "
+                    "Kimi slice: beside each --simulate-accept)")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.repeat < 1:

@@ -181,6 +181,10 @@ class ServerMetrics:
         self.kv_total = Gauge("sglang:kv_pages_total", "KV-cache pages in the pool.")
         self.avg_accept = Gauge("sglang:spec_accept_length", "Average tokens per verify round since start "
                                 "(SGLang's gauge of the same name).")
+        self.num_steps = Gauge("sglang:spec_num_steps", "Draft steps of the next speculative round (with "
+                               "--speculative-adaptive, the k its policy chose; 0 without speculation).")
+        self.adaptive_switches = SnapshotCounter("sglang:spec_adaptive_switches_total", "Times the adaptive draft "
+                                                 "length changed k (--speculative-adaptive).")
         self.verify_forwards = SnapshotCounter("sglang:spec_verify_forwards_total", "EAGLE-3 verify rounds since "
                                                "start, one per request per round (spec_verify_ct summed).")
         self.accept_length = SnapshotHistogram("sglang:spec_accept_length_per_round", "Tokens emitted per verify "
@@ -196,7 +200,7 @@ class ServerMetrics:
         self._all = [self.requests, self.rejected, self.prompt_tokens, self.generation_tokens, self.step_latency,
                      self.ttft, self.e2e, self.engine_errors, self.running, self.queued, self.inflight, self.kv_free,
                      self.kv_total, self.avg_accept, self.verify_forwards, self.accept_length, self.forwards,
-                     self.grammar_drafts]
+                     self.grammar_drafts, self.num_steps, self.adaptive_switches]
 
     def update_from_info(self, info: dict, inflight: int) -> None:
         self.running.set(info.get("running_requests", 0))
@@ -213,6 +217,8 @@ class ServerMetrics:
             self.forwards.set(counts.get("eager", 0), name=name, path="eager")
         for outcome, n in (info.get("grammar_proposals") or {}).items():
             self.grammar_drafts.set(n, outcome=outcome)
+        self.num_steps.set(info.get("speculative_num_steps") or 0)
+        self.adaptive_switches.set((info.get("adaptive") or {}).get("switches", 0))
 
     def render(self) -> str:
         lines: list[str] = []

@@ -255,6 +255,35 @@ def test_adaptive_num_steps_replays_graphs_for_every_candidate(pair, reference):
     assert counts["target_verify"]["eager"] == 0 and counts["draft_extend"]["eager"] == 0
 
 
+def test_speculative_adaptive_with_graphs(pair, reference):
+    """speculative_adaptive=True on CUDA: the start-up timing replays every candidate's round graph on every bucket
+    without counting, the policy's k moves among the candidates (forced to cycle here), every round replays a
+    graph, and the output is the reference's. The timed table is what the policy uses: a round of more drafts is
+    not cheaper than one of fewer at batch 1 (graph replays are stable enough to order them)."""
+    from sglang_eagle3.runtime.adaptive import DraftLengthPolicy
+
+    eng = make(pair, k=3, speculative_adaptive=True, cuda_graph_max_bs=8)
+    info = eng.get_server_info()
+    assert all(v["graph"] == v["eager"] == 0 for v in info["forward_counts"].values()), info["forward_counts"]
+    ms = info["adaptive"]["round_ms"]
+    assert set(ms) == {0, 1, 3, 5} and all(set(v) == {1, 2, 4, 8} for v in ms.values())
+    assert ms[1][1] < ms[5][1], ms
+    sched = eng.backend.scheduler
+    seen = []
+
+    class Cycling(DraftLengthPolicy):
+        def choose(self, current, batch):
+            seen.append(current)
+            return (1, 1, 5, 5, 3, 3)[len(seen) % 6]
+
+    sched.adaptive = Cycling(sched.adaptive.config, sched.adaptive.costs)
+    outs = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+    assert [o["output_ids"] for o in outs] == reference
+    assert {1, 3, 5} <= set(seen)
+    counts = eng.get_server_info()["forward_counts"]
+    assert counts["spec_round"]["eager"] == 0 and counts["spec_round"]["graph"] > 0, counts
+
+
 def test_kv_pool_sized_to_memory(pair, reference):
     """The default pool (max_running_requests x context_length) cut to what mem_fraction_static leaves (here
     ~24 MB past the reserve), outputs unchanged; an explicit max_total_tokens that cannot fit is refused before

@@ -510,6 +510,25 @@ def test_metrics_prometheus_text(server):
     assert samples['sglang:forward_total{name="target_verify",path="graph"}'] == 0  # CPU: no CUDA graphs
 
 
+def test_server_speculative_adaptive(server, tiny_model, tmp_path):
+    """--speculative-adaptive: the policy's state in /get_server_info (its timed round costs, the k it chose) and
+    /metrics (sglang:spec_num_steps, sglang:spec_adaptive_switches_total), and the output of a greedy request
+    equal to the non-adaptive server's (the session's)."""
+    body = {"text": "The quick brown fox", "sampling_params": {"max_new_tokens": 40, "temperature": 0}}
+    with running_server(tiny_model, str(tmp_path), "--speculative-adaptive") as srv:
+        r = httpx.post(srv.url + "/generate", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        info = httpx.get(srv.url + "/get_server_info", timeout=30).json()
+        samples = metric_samples(srv.url)
+    ad = info["adaptive"]
+    assert ad["candidates"] == [1, 3, 5] and ad["rounds"] > 0
+    assert sorted(ad["round_ms"], key=int) == ["0", "1", "3", "5"]  # (JSON keys)
+    assert samples["sglang:spec_num_steps"] == info["speculative_num_steps"] == ad["num_steps"]
+    assert samples["sglang:spec_adaptive_switches_total"] == ad["switches"]
+    fixed = httpx.post(server.url + "/generate", json=body, timeout=60)
+    assert r.json()["output_ids"] == fixed.json()["output_ids"]
+
+
 def test_server_over_worker_processes(tiny_model, tmp_path):
     """The same server over the TP code path (the scheduler in a spawned worker behind add/abort/step)."""
     with running_server(tiny_model, str(tmp_path), "--use-worker-processes", "--served-model-name", MODEL) as srv:
