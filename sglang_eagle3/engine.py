@@ -57,10 +57,11 @@ class EngineArgs:
     speculative_num_steps: int | None = None  # k: draft steps per round (chain)
     speculative_eagle_topk: int = 1
     speculative_num_draft_tokens: int | None = None  # k + 1 for a chain
-    # Extra draft lengths to capture verify graphs for, so an adaptive policy can switch k at run time.
+    # Extra draft lengths to capture verify graphs for, so an adaptive policy can switch k at run time. 0: rounds
+    # that verify the last token alone (a decode step) while the draft's extend follows it (runtime/adaptive.py).
     speculative_num_steps_candidates: tuple[int, ...] = ()
     # SGLang's flag: the draft length follows the acceptance, round by round, among num_steps and the candidates
-    # (with none given: 1, num_steps and num_steps + 2), choosing the k with the most tokens a second from round
+    # (with none given: 0, 1, num_steps and num_steps + 2), choosing the k with the most tokens a second from round
     # costs timed at start-up (runtime/adaptive.py).
     speculative_adaptive: bool = False
     speculative_aux_layer_ids: tuple[int, ...] | None = None  # explicit override of the draft's wiring
@@ -175,10 +176,10 @@ class EngineArgs:
         if self.speculative_adaptive and algo is None and self.model_path is not None:
             raise ConfigError("speculative_adaptive=True given but speculative_algorithm is None: the draft length "
                               "it adapts exists only with speculative_algorithm='EAGLE3'")
-        bad = [c for c in self.speculative_num_steps_candidates if not 1 <= c <= MAX_NUM_STEPS]
+        bad = [c for c in self.speculative_num_steps_candidates if not 0 <= c <= MAX_NUM_STEPS]
         if bad:
             raise ConfigError(f"speculative_num_steps_candidates={self.speculative_num_steps_candidates!r}: each "
-                              f"must lie in [1, {MAX_NUM_STEPS}] (bad: {bad})")
+                              f"must lie in [0, {MAX_NUM_STEPS}] (bad: {bad})")
         acc = self.speculative_simulate_accept_length
         if acc is not None and not 1.0 <= acc <= MAX_NUM_STEPS + 1:
             raise ConfigError(f"speculative_simulate_accept_length={acc!r} must lie in [1, {MAX_NUM_STEPS + 1}] "
@@ -249,11 +250,11 @@ class EngineArgs:
 
     def step_candidates(self) -> tuple[int, ...]:
         """Every draft length the engine captures graphs for and may switch to: num_steps and the candidates;
-        with speculative_adaptive and no candidates given, 1, num_steps and num_steps + 2 (at most MAX_NUM_STEPS)."""
+        with speculative_adaptive and no candidates given, 0, 1, num_steps and num_steps + 2 (at most MAX_NUM_STEPS)."""
         k = self.num_steps()
         extra = self.speculative_num_steps_candidates
         if self.speculative_adaptive and not extra:
-            extra = (1, min(k + 2, MAX_NUM_STEPS))
+            extra = (0, 1, min(k + 2, MAX_NUM_STEPS))
         return tuple(sorted({k, *extra}))
 
 
@@ -458,7 +459,7 @@ class Engine:
         (set_speculative_num_steps), + 1."""
         # The configured k, not the current one: after set_speculative_num_steps lowered it, a request admitted with
         # the smaller reserve would overrun the context once k is raised again.
-        if not self.num_steps:
+        if self.num_steps is None:
             return 1
         return max(self.args.step_candidates()) + 1
 
@@ -627,16 +628,17 @@ class Engine:
         return outs if batch else outs[0]
 
     def set_speculative_num_steps(self, k: int) -> None:
-        """Switches the draft length between rounds (an adaptive policy's knob). Verify/draft-extend graphs
-        exist for num_steps and every speculative_num_steps_candidates; any other k runs eager (counted)."""
+        """Switches the draft length between rounds (an adaptive policy's knob; 0: the target verifies the last token
+        alone and the draft's extend follows it, runtime/adaptive.py). Verify/draft-extend graphs exist for num_steps
+        and every speculative_num_steps_candidates; any other k runs eager (counted)."""
         if self.num_steps is None:
             raise ConfigError("set_speculative_num_steps needs speculative decoding on")
         if self.args.speculative_adaptive:
             raise ConfigError("set_speculative_num_steps: the draft length is chosen by the adaptive policy "
                               "(speculative_adaptive=True); start the engine without it to set k by hand")
         allowed = set(self.args.step_candidates())
-        if not isinstance(k, int) or not 1 <= k <= max(allowed):
-            raise ConfigError(f"speculative_num_steps={k!r} must lie in [1, {max(allowed)}] "
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= max(allowed):
+            raise ConfigError(f"speculative_num_steps={k!r} must lie in [0, {max(allowed)}] "
                               f"(graphs captured for {sorted(allowed)})")
         self.backend.set_num_steps(k)
         self.num_steps = k

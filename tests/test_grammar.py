@@ -270,6 +270,36 @@ def test_speculative_equals_plain_under_grammars(engines):
     assert counts["spec_round_grammar"]["eager"] > 0
 
 
+def test_draft_length_zero_under_grammars(engines):
+    """k = 0 (the verify of the last token alone, the draft's extend following it: adaptive.py) in batches with
+    grammars, penalties and sampling, switched to and from between rounds: the output is plain decoding's."""
+    params = _params() + [{"temperature": 0, "max_new_tokens": 40}]
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(len(params))]
+    plain = engines["plain"].generate(prompts, params)
+    eng = Engine(device="cpu", speculative_num_steps=2, speculative_num_steps_candidates=[0])
+    runner, widths = eng.backend.runner, []
+    inner = runner.grammar_spec_round
+
+    def recorded(bt, hidden, sim, T, samp):
+        widths.append(T)
+        return inner(bt, hidden, sim, T, samp)
+
+    runner.grammar_spec_round = recorded
+    try:
+        reqs = [eng.make_request(prompt=p, sampling_params=sp) for p, sp in zip(prompts, params, strict=True)]
+        for r in reqs:
+            eng.scheduler.add(r)
+        done, step = {}, 0
+        while len(done) < len(reqs):
+            eng.set_speculative_num_steps((0, 0, 2, 0)[step % 4])
+            done.update({r.rid: r for r in eng.scheduler.step() if r.finished})
+            step += 1
+        assert [done[r.rid].output_ids for r in reqs] == [o["output_ids"] for o in plain]
+        assert set(widths) == {1, 3}, widths
+    finally:
+        eng.shutdown()
+
+
 def test_penalties_under_a_grammar(engines):
     """Penalties and a grammar on one request: each verify row penalized (the drafts before it counted), then
     masked, as plain decoding does; the penalties change these outputs (so a round that skipped them would show)."""

@@ -17,12 +17,19 @@ average, so a request advances E(k) / C(k, B) tokens a second. Both sides are me
   the last position it knows is accepted often, and learns that position's real rate there. That is also how it
   comes back to a longer k after the acceptance rose: the half-life forgets the old evidence.
 
+k = 0 is a round too: the target verifies only the last token (a decode step) and the draft's extend runs over the
+token it gives, so the draft keeps its cache and hidden state and a later round can draft again at once (plain
+decoding would leave the draft without the target's hidden states of the tokens decoded meanwhile). It costs a
+decode step plus a one-token draft extend, against a k = 1 round's verify of two tokens, draft step and two-token
+extend: where the drafts are seldom accepted it loses less to plain decoding. It checks no draft, yet its target
+token still tells whether the draft's proposal for that position (the previous round's d_1) was right, so position
+1's acceptance keeps being observed while k = 0.
+
 The policy only ever moves between the candidates the engine captured graphs for (``EngineArgs.step_candidates``),
 after every ``interval`` rounds, and only for a predicted gain of at least ``min_gain``; a switch costs one round
-without the overlap schedule's look-ahead (runtime/scheduler.py). It never turns speculation off (k = 0): the draft
-would then miss the target's hidden states of the tokens decoded without it, which its next round needs. It warns
-instead, once, when even its best k is predicted slower than plain decoding, which is what a user of a draft that
-does not fit the target needs to know (README, "Adaptive draft length").
+without the overlap schedule's look-ahead (runtime/scheduler.py). It warns, once, when even its best k is predicted
+slower than plain decoding (which the timing measures too), which is what a user of a draft that does not fit the
+target needs to know (README, "Adaptive draft length").
 
 Greedy output does not depend on k (speculation is lossless at every k), nor does a sampled request's, whose
 tokens are drawn with noise fixed by its key and position (sampling.py).
@@ -52,8 +59,8 @@ class AdaptiveConfig:
     first_prior: float = 0.5  # the prior acceptance of the first draft position
 
     def __post_init__(self):
-        if not self.candidates or any(not isinstance(k, int) or k < 1 for k in self.candidates):
-            raise ValueError(f"candidates={self.candidates!r} must be draft lengths >= 1")
+        if not self.candidates or any(not isinstance(k, int) or k < 0 for k in self.candidates):
+            raise ValueError(f"candidates={self.candidates!r} must be draft lengths >= 0")
         if self.interval < 1:
             raise ValueError(f"interval={self.interval!r} must be >= 1 round")
         if not self.halflife_rounds > 0:
@@ -63,12 +70,15 @@ class AdaptiveConfig:
                              f"(> 0), min_gain={self.min_gain!r} (>= 0)")
 
 
+DECODE = "decode"  # RoundCosts' key of the plain decode step (no draft at all), beside the rounds' k
+
+
 @dataclass(frozen=True)
 class RoundCosts:
-    """Seconds a round takes, by (k, batch bucket); k = 0 is the plain decode step. Measured at start-up
-    (ModelRunner.time_rounds)."""
+    """Seconds a round takes, by (k, batch bucket), k a draft length or DECODE (the plain decode step, for
+    comparison). Measured at start-up (ModelRunner.time_rounds)."""
 
-    seconds: dict[tuple[int, int], float]
+    seconds: dict[tuple[int | str, int], float]
     batch_sizes: tuple[int, ...] = field(init=False)
 
     def __post_init__(self):
@@ -77,9 +87,9 @@ class RoundCosts:
             raise ValueError(f"round costs must be positive finite seconds (bad: {bad or 'none measured'})")
         object.__setattr__(self, "batch_sizes", tuple(sorted({b for _, b in self.seconds})))
 
-    def at(self, k: int, batch: int) -> float:
-        """A round of k draft steps for ``batch`` requests: the smallest measured bucket that holds the batch (the
-        graph it replays), or past the largest, the largest's cost scaled by the batch."""
+    def at(self, k: int | str, batch: int) -> float:
+        """A round of k draft steps (or DECODE) for ``batch`` requests: the smallest measured bucket that holds the
+        batch (the graph it replays), or past the largest, the largest's cost scaled by the batch."""
         for b in self.batch_sizes:
             if b >= batch:
                 return self.seconds[(k, b)]
@@ -87,9 +97,9 @@ class RoundCosts:
         return self.seconds[(k, top)] * batch / top
 
     def as_dict(self) -> dict:
-        """{k: {batch: ms}} for reports (server info)."""
-        out: dict[int, dict[int, float]] = {}
-        for (k, b), s in sorted(self.seconds.items()):
+        """{k or "decode": {batch: ms}} for reports (server info)."""
+        out: dict[int | str, dict[int, float]] = {}
+        for (k, b), s in sorted(self.seconds.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
             out.setdefault(k, {})[b] = round(s * 1e3, 4)
         return out
 
@@ -99,12 +109,12 @@ class DraftLengthPolicy:
     before launching the next; both are deterministic functions of the accept counts seen, so TP ranks agree."""
 
     def __init__(self, config: AdaptiveConfig, costs: RoundCosts):
-        missing = [k for k in (0, *config.candidates) if (k, costs.batch_sizes[0]) not in costs.seconds]
+        missing = [k for k in (DECODE, *config.candidates) if (k, costs.batch_sizes[0]) not in costs.seconds]
         if missing:
             raise ValueError(f"round costs lack draft lengths {missing} (measured: {costs.as_dict()})")
         self.config = config
         self.costs = costs
-        self.max_k = max(config.candidates)
+        self.max_k = max(1, *config.candidates)
         self._reached = [0.0] * (self.max_k + 1)  # index i: draft position i (1-based; 0 unused)
         self._passed = [0.0] * (self.max_k + 1)
         self._decay = 0.5 ** (1.0 / config.halflife_rounds)
@@ -114,7 +124,8 @@ class DraftLengthPolicy:
         self._warned_slower = False
 
     def observe(self, k: int, accepted: list[int]) -> None:
-        """One round of k draft steps: each request's accepted drafts (0..k)."""
+        """One round of k draft steps: each request's accepted drafts (0..k). (A k = 0 round reports its position
+        1 as a round of 1: 1 where the previous round's d_1 was the target's token, else 0.)"""
         if not accepted:
             return
         self.rounds += 1
@@ -150,11 +161,12 @@ class DraftLengthPolicy:
             total += run
         return total
 
-    def predicted_rates(self, batch: int) -> dict[int, float]:
-        """Tokens a second per request for each candidate k, and for plain decoding (k = 0)."""
+    def predicted_rates(self, batch: int) -> dict[int | str, float]:
+        """Tokens a second per request for each candidate k, and for plain decoding (DECODE)."""
         p = self.acceptance()
-        rates = {k: self.expected_tokens(k, p) / self.costs.at(k, batch) for k in self.config.candidates}
-        rates[0] = 1.0 / self.costs.at(0, batch)
+        rates: dict[int | str, float] = {k: self.expected_tokens(k, p) / self.costs.at(k, batch)
+                                         for k in self.config.candidates}
+        rates[DECODE] = 1.0 / self.costs.at(DECODE, batch)
         return rates
 
     def choose(self, current: int, batch: int) -> int:
@@ -164,13 +176,13 @@ class DraftLengthPolicy:
         self._rounds_since_decision = 0
         rates = self.predicted_rates(batch)
         best = max(self.config.candidates, key=lambda k: (rates[k], -k))
-        if rates[best] < rates[0] and not self._warned_slower:
+        if rates[best] < rates[DECODE] and not self._warned_slower:
             self._warned_slower = True
             logger.warning(
                 "speculation is predicted SLOWER than plain decoding at the acceptance seen so far (best k=%d: %.1f "
                 "tokens/s a request against %.1f without a draft; accepted drafts a round %.2f at k=%d): the draft "
-                "does not fit this target or workload", best, rates[best], rates[0],
-                self.expected_tokens(current) - 1.0, current)
+                "does not fit this target or workload", best, rates[best], rates[DECODE],
+                self.expected_tokens(max(current, 1)) - 1.0, max(current, 1))
         if current not in rates or rates[best] >= rates[current] * (1.0 + self.config.min_gain):
             if best != current:
                 self.switches += 1
@@ -184,5 +196,5 @@ class DraftLengthPolicy:
         rates = self.predicted_rates(max(batch, 1))
         return {"num_steps": current, "candidates": list(self.config.candidates), "rounds": self.rounds,
                 "switches": self.switches, "acceptance": [round(p, 4) for p in self.acceptance()],
-                "predicted_tokens_per_s": {k: round(r, 2) for k, r in sorted(rates.items())},
+                "predicted_tokens_per_s": {k: round(r, 2) for k, r in rates.items()},
                 "round_ms": self.costs.as_dict()}

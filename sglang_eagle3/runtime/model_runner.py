@@ -19,6 +19,7 @@ from sglang_eagle3.distributed.parallel_state import get_tp
 from sglang_eagle3.kernels.gemv import fma_for_engine
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
+from sglang_eagle3.runtime.adaptive import DECODE
 from sglang_eagle3.runtime.grammar import (
     PREFILL_BELOW_S,
     GrammarBatch,
@@ -288,7 +289,7 @@ class ModelRunner:
         B = seq_lens.shape[0]
         ids = input_ids.view(B, T).clone()
         pos, loc = positions.view(B, T), out_cache_loc.view(B, T)
-        cur = ids[:, 1].contiguous()
+        cur = ids[:, 1].contiguous() if T > 1 else None  # (T = 1, k = 0: the verify of the last token alone)
         extra = {} if samp is None else dict(samp_f=samp[0], samp_i=samp[1])
         for j in range(1, T - 1):
             cur, hidden = parts["draft_decode"](
@@ -303,11 +304,15 @@ class ModelRunner:
     def extend_next(parts: dict, ids, a, nxt, aux, positions, page_table, seq_lens, out_cache_loc, T: int,
                     samp: tuple[torch.Tensor, torch.Tensor] | None = None):
         """The second half of a round: the draft extend over the accepted tokens d_1..d_a, nxt (padded to T with
-        nxt) with the target's aux hidden states. Returns (next round's d_1 [B], its draft hidden [B, Hd])."""
+        nxt) with the target's aux hidden states. Returns (next round's d_1 [B], its draft hidden [B, Hd]). (T = 1, a
+        k = 0 round: the extend over the target's token alone.)"""
         B = seq_lens.shape[0]
-        drafts = ids[:, 1:]
-        col = torch.arange(T, device=ids.device).view(1, T)
-        ext = torch.where(col < a.view(B, 1), torch.cat([drafts, drafts[:, -1:]], dim=1), nxt.view(B, 1))
+        if T == 1:
+            ext = nxt.view(B, 1)
+        else:
+            drafts = ids[:, 1:]
+            col = torch.arange(T, device=ids.device).view(1, T)
+            ext = torch.where(col < a.view(B, 1), torch.cat([drafts, drafts[:, -1:]], dim=1), nxt.view(B, 1))
         extra = {} if samp is None else dict(samp_f=samp[0].repeat_interleave(T, 0),
                                             samp_i=samp[1].repeat_interleave(T, 0))
         proposals, hidden = parts["draft_extend"](
@@ -732,11 +737,12 @@ class ModelRunner:
     @torch.inference_mode()
     def time_rounds(self, ks: tuple[int, ...], batch_sizes: list[int], iters: int = 5, context: int = 512) -> dict:
         """Seconds a greedy speculative round of k draft steps takes at each batch size (median of ``iters`` after
-        one warm-up), and a plain decode step as k = 0, for the adaptive draft length (runtime/adaptive.py): the
+        one warm-up; k = 0 too: a round of the verify of the last token and the draft's one-token extend), and a
+        plain decode step under adaptive.DECODE, for the adaptive draft length (runtime/adaptive.py): the
         round's graph where captured, as a request would replay it, the host's launch included. Every row reads and
         writes the scratch page only (the page padded rows use), ``context`` tokens in, so no request's cache is
         touched; acceptance is pinned to all k drafts (a round's graph costs the same whatever it accepts); the
-        forward counts are left as they were. {(k, batch): seconds}."""
+        forward counts are left as they were. {(k or DECODE, batch): seconds}."""
         cuda = self.device.type == "cuda"
         kmax = max(ks)
         first = max(0, min(context, self.max_context - 2 * kmax - 2))  # (a round reaches past its verify's rows)
@@ -747,20 +753,17 @@ class ModelRunner:
             if cuda:
                 torch.cuda.synchronize(self.device)
 
-        out: dict[tuple[int, int], float] = {}
+        out: dict[tuple[int | str, int], float] = {}
         with self.stats.uncounted():
             for B in batch_sizes:
-                calls = {}
-                for k in (0, *ks):
+                bt = self.build([([0], first, pages)] * B, width=self.max_pages)
+                calls = {DECODE: lambda bt=bt: self.target_uniform(bt, 1, verify=False)[0].argmax(-1)}
+                for k in ks:
                     bt = self.build([([0] * (k + 1), first, pages)] * B, width=self.max_pages)
-                    if k == 0:
-                        calls[k] = lambda bt=bt: self.target_uniform(bt, 1, verify=False)[0].argmax(-1)
-                    else:
-                        hidden = torch.zeros(B, hidden_w, dtype=self.dtype, device=self.device)
-                        sim = torch.full((B,), k, dtype=torch.int64, device=self.device)
-                        calls[k] = lambda bt=bt, hidden=hidden, sim=sim, k=k: self.greedy_round(bt, hidden, sim,
-                                                                                                 k + 1)[1]
-                times: dict[int, list[float]] = {k: [] for k in calls}
+                    hidden = torch.zeros(B, hidden_w, dtype=self.dtype, device=self.device)
+                    sim = torch.full((B,), k, dtype=torch.int64, device=self.device)
+                    calls[k] = lambda bt=bt, hidden=hidden, sim=sim, k=k: self.greedy_round(bt, hidden, sim, k + 1)[1]
+                times: dict[int | str, list[float]] = {k: [] for k in calls}
                 for i in range(iters + 1):  # the k's in turn, so a slow moment of the machine hits them alike
                     for k, once in calls.items():
                         sync()
@@ -803,7 +806,7 @@ class ModelRunner:
         ids = bt.input_ids.view(B, T).clone()
         pos, loc = bt.positions.view(B, T), bt.out_cache_loc.view(B, T)
         drafts = None  # the host's [B][T] rows (ids[:, 0] left out: host_masks does not read it)
-        if self.grammar_drafts:
+        if self.grammar_drafts and T > 1:  # (T = 1, k = 0: no draft to choose; the verify's mask row only)
             try:
                 cheap = self.grammar_prefill_below_s
                 if get_tp().size > 1 and 0 < cheap < float("inf"):
@@ -827,7 +830,7 @@ class ModelRunner:
                 g.end_drafts()
             ids[:, 1:] = self._upload(torch.tensor([row[1:] for row in drafts], dtype=torch.int64))
         else:  # the draft's own choices (tests script them), refused by the verify's masks where the grammar forbids
-            cur = ids[:, 1].contiguous()
+            cur = ids[:, 1].contiguous() if T > 1 else None
             for j in range(1, T - 1):
                 cur, hidden = self.draft_decode(
                     B, 1, input_ids=cur, hidden=hidden, positions=pos[:, j - 1].contiguous(), page_table=bt.page_table,

@@ -73,7 +73,8 @@ class _Round:
     """A greedy decode or speculative round launched on the device whose results the host has not read yet."""
 
     reqs: list[Request]
-    T: int  # tokens a request (1: decode)
+    T: int  # tokens a request (1: decode, or a speculative round of k = 0)
+    spec: bool  # a speculative round (packed results), not a plain decode
     bt: BatchTensors  # its inputs: the next round's are derived from them (ModelRunner.advance)
     out: torch.Tensor  # device results: decode tokens [B]; speculative: packed [B, 3 + k] (ModelRunner)
     host: torch.Tensor  # their copy on the host (pinned on CUDA), complete once `ready` has passed
@@ -121,6 +122,11 @@ class Scheduler:
         self.input_logprob_rows = 512
 
     # -- queue ------------------------------------------------------------------------------------
+    @property
+    def speculative(self) -> bool:
+        """Whether rounds draft (k = num_steps may be 0 then: the draft's extend still follows every token)."""
+        return self.num_steps is not None
+
     @property
     def lookahead(self) -> int:
         return self.num_steps or 0
@@ -205,7 +211,7 @@ class Scheduler:
 
     def _step(self) -> list[Request]:
         t0 = time.perf_counter()
-        if self.adaptive is not None and self.num_steps and self.running:
+        if self.adaptive is not None and self.speculative and self.running:
             # A new k first reads the round in flight (_ahead_continues: its successor would have the old k).
             self.num_steps = self.adaptive.choose(self.num_steps, len(self.running))
         if self._ahead is not None and not self._ahead_continues():
@@ -328,7 +334,7 @@ class Scheduler:
                 first_tokens.append(sampled[i])
                 self.stats.prompt_tokens += n
             start += n
-        if self.num_steps:
+        if self.speculative:
             # Draft extend over the prompt: position p pairs target hidden p with token p+1.
             proposals, hidden = runner.prefill_draft([(r.tokens[1:] if res else r.input_ids[1:] + [t], 0, r.pages)
                                                       for r, t, res in zip(reqs, first_tokens, resumed, strict=True)],
@@ -462,11 +468,13 @@ class Scheduler:
 
     def _first_batch(self, reqs: list[Request]) -> tuple[BatchTensors, torch.Tensor | None]:
         """A round's inputs built on the host: (batch, draft hidden [B, Hd] or None)."""
-        if not self.num_steps:
+        if not self.speculative:
             return self.runner.build([([r.tokens[-1]], r.seq_len - 1, r.pages) for r in reqs]), None
-        # The verify batch: positions seq_len-1 .. seq_len-1+k, ids [last, d_1, placeholders for d_2..d_k].
-        bt = self.runner.build([([r.tokens[-1], r.next_draft_token] + [0] * (self.num_steps - 1), r.seq_len - 1,
-                                 r.pages) for r in reqs])
+        # The verify batch: positions seq_len-1 .. seq_len-1+k, ids [last, d_1, placeholders for d_2..d_k] ([last]
+        # at k = 0).
+        k = self.num_steps
+        bt = self.runner.build([([r.tokens[-1]] + ([r.next_draft_token] + [0] * (k - 1) if k else []),
+                                 r.seq_len - 1, r.pages) for r in reqs])
         return bt, torch.stack([self._draft_hidden[r.rid] for r in reqs])
 
     def _batch_after(self, prev: _Round) -> tuple[BatchTensors, torch.Tensor | None]:
@@ -474,9 +482,9 @@ class Scheduler:
         read them: each request moves on by its accepted count + 1 (decode: 1) and starts from the target's
         token after them and (speculative) the draft extend's d_1 and hidden."""
         B, T = len(prev.reqs), prev.T
-        if self.num_steps:
+        if prev.spec:
             ids = torch.zeros(B, T, dtype=torch.int64, device=prev.out.device)
-            ids[:, :2] = prev.out[:, 1:3]  # the target's token after the accepted ones, the next d_1
+            ids[:, :2] = prev.out[:, 1:1 + min(T, 2)]  # the target's token after the accepted ones, the next d_1
             steps = prev.out[:, 0] + 1
         else:
             ids, steps = prev.out.view(B, 1), torch.ones(B, dtype=torch.int64, device=prev.out.device)
@@ -498,7 +506,7 @@ class Scheduler:
         parameters when a previous round of the same requests made them."""
         runner, B = self.runner, len(reqs)
         samp = samp or self._sampler(reqs)
-        if self.num_steps:
+        if self.speculative:
             T = self.num_steps + 1
             if self.simulate_accept_length is not None:
                 sim = runner.to_device([self._simulated_accept(self.num_steps) for _ in reqs])
@@ -517,20 +525,20 @@ class Scheduler:
         penalties = samp.penalties if samp is not None else None
         logprobs = None
         if penalties is not None or any(r.return_logprob for r in reqs):  # (a few more launches: only if needed)
-            if self.num_steps:  # row j emits d_(j+1) where j < a, then (j = a) the target's token after them
+            if self.speculative:  # row j emits d_(j+1) where j < a, then (j = a) the target's token after them
                 col = torch.arange(T, device=out.device).view(1, T)
                 toks = torch.where(col < out[:, :1], torch.cat([out[:, 3:], out[:, 1:2]], 1), out[:, 1:2])
             else:
                 toks = out.view(B, 1)
         if penalties is not None:  # the next round of this batch counts these tokens (queued in stream order)
-            emitted = out[:, 0] + 1 if self.num_steps else torch.ones(B, dtype=torch.int64, device=out.device)
+            emitted = out[:, 0] + 1 if self.speculative else torch.ones(B, dtype=torch.int64, device=out.device)
             penalties.advance(toks, emitted)
         if any(r.return_logprob for r in reqs):  # now, before a round queued behind rewrites the logits
             top = max(r.top_logprobs_num for r in reqs)
             # copied ahead of the results, whose event covers them (one stream)
             logprobs = tuple(runner.to_host(t)[0] for t in self._token_logprobs(logits.view(B, T, -1), toks, top))
         host, ready = runner.to_host(out)
-        return _Round(reqs, T, bt, out, host, ready, hidden, logprobs, samp)
+        return _Round(reqs, T, self.speculative, bt, out, host, ready, hidden, logprobs, samp)
 
     def _finish(self, rnd: _Round, in_flight: bool = False) -> list[Request]:
         """Reads a round's results (the host's one wait a round) and emits its tokens. A request finished or
@@ -545,11 +553,16 @@ class Scheduler:
             if r.finished:
                 continue
             lps = lp_rows[i] if lp_rows else None
-            if rnd.T == 1:
+            if not rnd.spec:
                 self._emit(r, [rows[i]], lps)
             else:
                 n_acc, tok, nd, *drafts = rows[i]
-                accepted.append(n_acc)
+                if rnd.T > 1:
+                    accepted.append(n_acc)
+                elif self.simulate_accept_length is not None:  # k = 0: what a round of 1 would have accepted
+                    accepted.append(self._simulated_accept(1))
+                else:  # k = 0: whether the draft's proposal for this position (the round before's d_1) was the token
+                    accepted.append(int(tok == r.next_draft_token))
                 acc = drafts[:n_acc] + [tok]
                 r.verify_ct += 1
                 self.stats.verify_forwards += 1
@@ -562,7 +575,7 @@ class Scheduler:
                 self._trim_pages(r, r.seq_len + rnd.T - 1 if in_flight else r.seq_len - 1)
             changed.append(r)
         if self.adaptive is not None and accepted:
-            self.adaptive.observe(rnd.T - 1, accepted)
+            self.adaptive.observe(max(rnd.T - 1, 1), accepted)
         return changed
 
     def _simulated_accept(self, k: int) -> int:

@@ -75,10 +75,11 @@ def adaptive_policy(runner: ModelRunner, candidates: tuple[int, ...], max_bs: in
     t0 = time.perf_counter()
     buckets = runner.spec_round.buckets or batch_buckets(max_bs)
     timed = runner.time_rounds(candidates, buckets)
-    keys = sorted(timed)
+    keys = list(timed)  # (the same order on every rank: time_rounds' loops)
     agreed = tp_max_floats([timed[key] for key in keys], runner.device)
     costs = RoundCosts(dict(zip(keys, agreed, strict=True)))
-    logger.info("adaptive draft length among k=%s: round costs timed in %.2f s (ms, k=0 a plain decode step): %s",
+    logger.info("adaptive draft length among k=%s: round costs timed in %.2f s (ms by k and batch; decode: a plain "
+                "decode step): %s",
                 list(candidates), time.perf_counter() - t0, costs.as_dict())
     return DraftLengthPolicy(AdaptiveConfig(candidates=candidates), costs)
 

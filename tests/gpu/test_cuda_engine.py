@@ -187,11 +187,13 @@ def test_grammar_spec_equals_plain():
     prompts = ["And God said,", "In the beginning", "The king of Israel", "And he answered", "Then", "And God",
                "And the LORD"]
 
-    def run(**kw):
+    def run(k_now=None, **kw):
         # float32 and the torch reference ops, as make() (equality checks the machinery, not kernels)
         eng = Engine(model_path=kw.pop("model_path", None), device="cuda", max_running_requests=4,
                      cuda_graph_max_bs=4, dtype="float32", attention_backend="torch", moe_runner_backend="torch",
                      **kw)
+        if k_now is not None:
+            eng.set_speculative_num_steps(k_now)
         outs = [o["output_ids"] for o in eng.generate(prompts, params)]
         return outs, eng.get_server_info()["forward_counts"]
 
@@ -208,6 +210,12 @@ def test_grammar_spec_equals_plain():
         # Every part of a grammar round replays its graph (ModelRunner.grammar_spec_round).
         for name in ("spec_round_grammar", "grammar_draft_head", "grammar_draft_decode", "target_verify"):
             assert counts[name]["eager"] == 0 and counts[name]["graph"] > 0, (below, name, counts)
+    # k = 0 (the adaptive draft length's cheapest round): the verify of the last token under its mask row, then the
+    # draft's one-token extend, each a graph replay
+    spec, counts = run(k_now=0, speculative_num_steps=3, speculative_num_steps_candidates=(0,))
+    assert spec == plain
+    for name in ("spec_round_grammar", "target_verify"):
+        assert counts[name]["eager"] == 0 and counts[name]["graph"] > 0, (name, counts)
 
 
 def test_kernel_logits_match_references(pair):
@@ -257,31 +265,39 @@ def test_adaptive_num_steps_replays_graphs_for_every_candidate(pair, reference):
 
 def test_speculative_adaptive_with_graphs(pair, reference):
     """speculative_adaptive=True on CUDA: the start-up timing replays every candidate's round graph on every bucket
-    without counting, the policy's k moves among the candidates (forced to cycle here), every round replays a
-    graph, and the output is the reference's. The timed table is what the policy uses: a round of more drafts is
-    not cheaper than one of fewer at batch 1 (graph replays are stable enough to order them)."""
+    (k = 0 too: the verify of one token and the draft's one-token extend) without counting, the policy's k moves
+    among the candidates (forced to cycle here), every round replays a graph, and the output is the reference's;
+    with xgrammar present, a regex request through the same cycle gives plain decoding's output. The timed table is
+    what the policy uses: a round of more drafts is not cheaper than one of fewer at batch 1 (graph replays are
+    stable enough to order them)."""
     from sglang_eagle3.runtime.adaptive import DraftLengthPolicy
 
     eng = make(pair, k=3, speculative_adaptive=True, cuda_graph_max_bs=8)
     info = eng.get_server_info()
     assert all(v["graph"] == v["eager"] == 0 for v in info["forward_counts"].values()), info["forward_counts"]
     ms = info["adaptive"]["round_ms"]
-    assert set(ms) == {0, 1, 3, 5} and all(set(v) == {1, 2, 4, 8} for v in ms.values())
-    assert ms[1][1] < ms[5][1], ms
+    assert set(ms) == {"decode", 0, 1, 3, 5} and all(set(v) == {1, 2, 4, 8} for v in ms.values())
+    assert ms["decode"][1] < ms[0][1] < ms[5][1] and ms[1][1] < ms[5][1], ms
     sched = eng.backend.scheduler
     seen = []
 
     class Cycling(DraftLengthPolicy):
         def choose(self, current, batch):
             seen.append(current)
-            return (1, 1, 5, 5, 3, 3)[len(seen) % 6]
+            return (1, 1, 0, 0, 5, 5, 3, 3)[len(seen) % 8]
 
     sched.adaptive = Cycling(sched.adaptive.config, sched.adaptive.costs)
     outs = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)
     assert [o["output_ids"] for o in outs] == reference
-    assert {1, 3, 5} <= set(seen)
+    assert {0, 1, 3, 5} <= set(seen)
     counts = eng.get_server_info()["forward_counts"]
     assert counts["spec_round"]["eager"] == 0 and counts["spec_round"]["graph"] > 0, counts
+    if eng.grammar is not None and eng.grammar.available:
+        regex = {"max_new_tokens": 24, "temperature": 0, "regex": "[a-z]+( [a-z]+)*"}
+        plain = make(pair, spec=False).generate(input_ids=PROMPTS[:2], sampling_params=regex)
+        got = eng.generate(input_ids=PROMPTS[:2], sampling_params=regex)
+        assert [o["output_ids"] for o in got] == [o["output_ids"] for o in plain]
+        assert eng.get_server_info()["forward_counts"]["spec_round_grammar"]["eager"] == 0
 
 
 def test_kv_pool_sized_to_memory(pair, reference):
