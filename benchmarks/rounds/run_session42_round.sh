@@ -8,7 +8,9 @@
 #     (~1 token a round: the field's case of speculation slower than none) and pinned at 3.0, each fixed and adaptive.
 #     p1 and p2 ran at 6cd1d1b (an H100): results/h100/*_6cd1d1b.*. Adaptive then had no k = 0; since 626932c it has.
 # p3: with k = 0 among the candidates (626932c): the CUDA engine's adaptive and structured-output tests (xgrammar from
-#     .carry/wheels, carry: [".carry"]), then p2's Kimi slice again, then p1's embedded pair once.
+#     .carry/wheels, carry: [".carry"]), then p2's Kimi slice again, then p1's embedded pair once. Ran at 2f311a3 (an
+#     H100): results/h100/*_2f311a3.*, with one more embedded run on the same machine (e2e_adaptive_embedded_x3_*:
+#     bench_e2e.py --num-prompts 8 --max-new-tokens 96 --ks 3 5 --adaptive --repeat 3 --repeat-variants 3).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: p1 | p2 | p3}
