@@ -134,13 +134,18 @@ class DraftLengthPolicy:
         for i in range(1, self.max_k + 1):
             self._reached[i] *= d
             self._passed[i] *= d
+        hist = [0] * (k + 2)
         for a in accepted:
             if not 0 <= a <= k:
                 raise ValueError(f"accepted drafts {a} outside [0, {k}]")
-            for i in range(1, min(a + 1, k, self.max_k) + 1):
-                self._reached[i] += 1.0
-            for i in range(1, min(a, self.max_k) + 1):
-                self._passed[i] += 1.0
+            hist[a] += 1
+        # Position i was checked where the i - 1 before it were accepted (a >= i - 1), and passed where a >= i.
+        at_least = [0] * (k + 2)
+        for a in range(k, -1, -1):
+            at_least[a] = at_least[a + 1] + hist[a]
+        for i in range(1, min(k, self.max_k) + 1):
+            self._reached[i] += at_least[i - 1]
+            self._passed[i] += at_least[i]
 
     def acceptance(self) -> list[float]:
         """p_1 .. p_max_k: each draft position's estimated acceptance given the ones before it were accepted."""
