@@ -68,7 +68,7 @@ def _raises(exc, needles, fn, *args, **kwargs):
     (dict(context_length=0), ["context_length=0"]),
     (dict(context_length="512"), ["context_length='512'", "integer"]),
     (dict(speculative_num_steps=3.0), ["speculative_num_steps=3.0", "integer"]),
-    (dict(speculative_num_steps_candidates=[2, 0]), ["speculative_num_steps_candidates", "[0]"]),
+    (dict(speculative_num_steps_candidates=[2, -1]), ["speculative_num_steps_candidates", "[-1]", "[0, 16]"]),
     (dict(speculative_num_steps_candidates=[100]), ["speculative_num_steps_candidates", "[100]"]),
     (dict(speculative_num_steps_candidates="12"), ["speculative_num_steps_candidates='12'"]),
     (dict(speculative_simulate_accept_length="x"), ["speculative_simulate_accept_length='x'"]),
