@@ -349,6 +349,10 @@ def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int,
             "accept_length_source": accept_source,
             "server_verify_batches_graph": _delta(before, after, "verify_graph"),
             "server_verify_batches_eager": _delta(before, after, "verify_eager"),
+            # ours: the draft length after the run (with --speculative-adaptive, where its policy left it) and the
+            # policy's state then (its timed round costs, acceptance per position, switches); None elsewhere
+            "server_num_steps_after": info.get("speculative_num_steps") if kind == OURS else None,
+            "server_adaptive_after": info.get("adaptive") if kind == OURS else None,
         },
         "workload": {"num_requests": num_requests, "concurrency": concurrency, "max_tokens": max_tokens,
                      "temperature": temperature, "prompts": len(prompts), "ignore_eos": True},

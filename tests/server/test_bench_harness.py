@@ -16,6 +16,7 @@ def test_harness_measures_and_records_provenance(server):
     assert m["end_to_end_output_tok_per_s"] > 0 and m["mean_ttft_ms"] > 0
     assert m["server_accept_length"] is not None and m["server_accept_length"] >= 1.0
     assert m["server_verify_batches_graph"] + m["server_verify_batches_eager"] > 0
+    assert m["server_num_steps_after"] == 3 and m["server_adaptive_after"] is None  # (the session server: fixed k)
     prov = res["provenance"]
     assert prov["server_args"]["speculative_num_steps"] == 3 and prov["model"]["layers"] > 0
     assert prov["server_kind"] == "sglang_eagle3" and prov["client_git_commit"] and prov["time_utc"]
