@@ -79,10 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--speculative-aux-layer-ids", type=_int_list,
                    help="(sglang_eagle3) override the target layers whose inputs feed the draft, e.g. 2,3,5")
     g.add_argument("--speculative-num-steps-candidates", type=_int_list,
-                   help="(sglang_eagle3) extra draft lengths to capture verify graphs for")
+                   help="(sglang_eagle3) extra draft lengths to capture verify graphs for (0: rounds that verify "
+                   "the last token alone while the draft follows)")
     g.add_argument("--speculative-adaptive", action="store_true",
                    help="the draft length follows the acceptance among --speculative-num-steps and the candidates "
-                   "(default candidates 1, k, k+2), by round costs timed at start-up")
+                   "(default candidates 0, 1, k, k+2), by round costs timed at start-up")
     g = p.add_argument_group("runtime (SGLang names)")
     g.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
     g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, help="tensor-parallel GPUs")
