@@ -7,6 +7,7 @@ device tensors, picks graph replay or eager, and returns device tensors.
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import torch
 
 from sglang_eagle3 import env
 from sglang_eagle3.core import ForwardBatch, ForwardMode, KVPool
-from sglang_eagle3.distributed.parallel_state import get_tp
+from sglang_eagle3.distributed.parallel_state import get_tp, tp_max_floats
 from sglang_eagle3.kernels.gemv import fma_for_engine
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
@@ -735,9 +736,12 @@ class ModelRunner:
         return logits, packed[:B], next_hidden[:B]  # a replay's per-request outputs hold the bucket's rows
 
     @torch.inference_mode()
-    def time_rounds(self, ks: tuple[int, ...], batch_sizes: list[int], iters: int = 5, context: int = 512) -> dict:
+    def time_rounds(self, ks: tuple[int, ...], batch_sizes: list[int], iters: int = 5, context: int = 512,
+                    min_seconds: float = 0.1, max_iters: int = 64) -> dict:
         """Seconds a greedy speculative round of k draft steps takes at each batch size (median of ``iters`` after
-        one warm-up; k = 0 too: a round of the verify of the last token and the draft's one-token extend), and a
+        one warm-up, or more, up to ``max_iters``, until the batch size's passes took ``min_seconds``: a small
+        model's rounds take a fraction of a millisecond, where a few would be at the host's mercy; k = 0 too: a
+        round of the verify of the last token and the draft's one-token extend), and a
         plain decode step under adaptive.DECODE, for the adaptive draft length (runtime/adaptive.py): the
         round's graph where captured, as a request would replay it, the host's launch included. Every row reads and
         writes the scratch page only (the page padded rows use), ``context`` tokens in, so no request's cache is
@@ -749,9 +753,22 @@ class ModelRunner:
         pages = [0] * min(self.max_pages, pages_for(first + 2 * kmax + 2, self.page_size))
         hidden_w = self.draft.config.hidden_size if self.draft is not None else 0
 
-        def sync():
-            if cuda:
-                torch.cuda.synchronize(self.device)
+        def one_pass(calls: dict, times: dict | None) -> float:
+            """Each call once, timed alone (the k's in turn: a slow moment of the machine hits them alike); the
+            seconds go to ``times`` unless None (the warm-up). Returns the pass's seconds."""
+            spent = 0.0
+            for k, once in calls.items():
+                if cuda:
+                    torch.cuda.synchronize(self.device)
+                t0 = time.perf_counter()
+                once()
+                if cuda:
+                    torch.cuda.synchronize(self.device)
+                dt = time.perf_counter() - t0
+                spent += dt
+                if times is not None:
+                    times[k].append(dt)
+            return spent
 
         out: dict[tuple[int | str, int], float] = {}
         with self.stats.uncounted():
@@ -764,14 +781,13 @@ class ModelRunner:
                     sim = torch.full((B,), k, dtype=torch.int64, device=self.device)
                     calls[k] = lambda bt=bt, hidden=hidden, sim=sim, k=k: self.greedy_round(bt, hidden, sim, k + 1)[1]
                 times: dict[int | str, list[float]] = {k: [] for k in calls}
-                for i in range(iters + 1):  # the k's in turn, so a slow moment of the machine hits them alike
-                    for k, once in calls.items():
-                        sync()
-                        t0 = time.perf_counter()
-                        once()
-                        sync()
-                        if i:  # the first pass is the warm-up (compiles, caches)
-                            times[k].append(time.perf_counter() - t0)
+                one_pass(calls, None)  # the warm-up (compiles, caches)
+                spent = one_pass(calls, times)
+                passes = min(max_iters, max(iters, math.ceil(min_seconds / max(spent, 1e-9))))
+                # every TP rank runs as many passes (each pass's forwards hold collectives): the most any rank wants
+                passes = int(tp_max_floats([float(passes)], self.device)[0])
+                for _ in range(passes - 1):
+                    one_pass(calls, times)
                 out.update({(k, B): statistics.median(t) for k, t in times.items()})
         return out
 
