@@ -8,10 +8,11 @@ import math
 import random
 
 import pytest
+import torch
 
 from sglang_eagle3 import Engine
 from sglang_eagle3.config import ConfigError
-from sglang_eagle3.runtime.adaptive import DECODE, AdaptiveConfig, DraftLengthPolicy, RoundCosts
+from sglang_eagle3.runtime.adaptive import CATCH_UP, DECODE, AdaptiveConfig, DraftLengthPolicy, RoundCosts
 from sglang_eagle3.testing import tiny_config, tiny_draft_config, write_tiny_pair
 
 
@@ -57,9 +58,11 @@ def _chain_accepts(rng: random.Random, p: list[float], k: int) -> int:
 
 
 def _costs(a: float, b: float, batches=(1, 4)) -> RoundCosts:
-    """A round of k drafts costs a + b k at batch 1 (twice that at 4); a plain decode step a - b / 2."""
+    """A round of k drafts costs a + b k at batch 1 (twice that at 4); a plain decode step a - b / 2; a resting
+    draft's catch-up over 16 tokens 8 b, so that k = 0 costs a resting too (a decode step and 1/16 of a catch-up)."""
     costs = {(k, B): (a + b * k) * B ** 0.5 for k in range(0, 8) for B in batches}
-    return RoundCosts(costs | {(DECODE, B): (a - b / 2) * B ** 0.5 for B in batches})
+    return RoundCosts(costs | {(DECODE, B): (a - b / 2) * B ** 0.5 for B in batches}
+                      | {(CATCH_UP, B): 8 * b * B ** 0.5 for B in batches})
 
 
 def test_acceptance_estimates_follow_the_chain():
@@ -152,6 +155,17 @@ def test_round_costs_buckets_and_errors():
         RoundCosts({(DECODE, 1): 0.0})
     with pytest.raises(ValueError, match="lack draft lengths"):
         DraftLengthPolicy(AdaptiveConfig(candidates=(2, 3)), c)
+    # k = 0 rests the draft (probe_rounds > 0): its cost is a decode step and a share of a catch-up, which must be timed
+    c0 = RoundCosts(dict(c.seconds) | {(0, 1): 9.0, (0, 8): 9.0})
+    with pytest.raises(ValueError, match=r"lack draft lengths \['catch_up'\]"):
+        DraftLengthPolicy(AdaptiveConfig(candidates=(0, 2)), c0)
+    assert DraftLengthPolicy(AdaptiveConfig(candidates=(0, 2), probe_rounds=0), c0).cost(0, 1) == 9.0
+    c0 = RoundCosts(dict(c0.seconds) | {(CATCH_UP, 1): 0.4, (CATCH_UP, 8): 0.8})
+    rest = DraftLengthPolicy(AdaptiveConfig(candidates=(0, 2), probe_rounds=4), c0)
+    assert rest.cost(0, 1) == pytest.approx(1.1) and rest.cost(0, 5) == pytest.approx(2.2)
+    assert rest.cost(2, 1) == 3.0 and rest.predicted_rates(1)[0] == pytest.approx(1 / 1.1)
+    with pytest.raises(ValueError, match="probe_rounds=-1"):
+        AdaptiveConfig(candidates=(0,), probe_rounds=-1)
     with pytest.raises(ValueError, match="candidates"):
         AdaptiveConfig(candidates=())
     with pytest.raises(ValueError, match="outside"):
@@ -212,17 +226,19 @@ def test_adaptive_engine_times_rounds_and_moves_k(pair):
     assert info["forward_counts"] == {} or all(v["graph"] == v["eager"] == 0 for v in info["forward_counts"].values())
     ad = info["adaptive"]
     assert ad["candidates"] == [0, 1, 3, 5] and ad["rounds"] == 0
-    assert set(ad["round_ms"]) == {DECODE, 0, 1, 3, 5} and all(set(v) == {1, 2, 4} for v in ad["round_ms"].values())
+    assert set(ad["round_ms"]) == {DECODE, CATCH_UP, 0, 1, 3, 5}
+    assert all(set(v) == {1, 2, 4} for v in ad["round_ms"].values())
     out = eng.generate(input_ids=prompts, sampling_params=greedy)
     assert [o["output_ids"] for o in out] == [o["output_ids"] for o in ref]
     info = eng.get_server_info()
     hist = info["accept_length_hist"]
     assert sum(n * c for n, c in hist.items()) / sum(hist.values()) < 1.5  # the premise: poor drafts
     assert info["adaptive"]["rounds"] == info["verify_forwards"] or info["adaptive"]["rounds"] > 0
-    # the cheapest rounds: 0 (a decode + the draft's one-token extend) or 1, whichever the timing on this machine
-    # and the acceptance seen put first at the last decision
+    # the cheapest rounds: 0 (a decode step, the draft resting) or 1, whichever the timing on this machine and the
+    # acceptance seen put first at the last decision
     ad = info["adaptive"]
     assert info["speculative_num_steps"] in (0, 1) and ad["switches"] >= 1, ad
+    assert ad["resting"] == (info["speculative_num_steps"] == 0) and ad["probe_rounds"] == 16
     with pytest.raises(ConfigError, match="adaptive"):
         eng.set_speculative_num_steps(3)
 
@@ -265,11 +281,13 @@ def test_draft_length_zero_with_sampling_and_penalties(pair):
     assert [done[r.rid].output_ids for r in reqs] == [o["output_ids"] for o in ref]
 
 
-def test_draft_length_zero_observes_the_drafts_first_position():
+@pytest.mark.parametrize("probe_rounds", [0, 2])
+def test_draft_length_zero_observes_the_drafts_first_position(probe_rounds):
     """A k = 0 round checks no draft, yet its target token tells whether the round before's d_1 was right: on the
     embedded pair (a trained draft) the policy's position-1 acceptance from rounds of 0 alone matches the share of
     k = 1 rounds that accepted their draft (the same greedy outputs, so nearly the same positions), within
-    sampling error; a wrong comparison (with the new proposal, or none) would sit near 0."""
+    sampling error; a wrong comparison (with the new proposal, or none) would sit near 0. Resting (probe_rounds 2),
+    only the round after each catch-up is evidence, from a proposal the catch-up made."""
     prompts = ["And God said,", "In the beginning", "The king of Israel", "And he answered"]
     greedy = {"max_new_tokens": 48, "temperature": 0}
     one = Engine(device="cpu", speculative_num_steps=1)
@@ -281,37 +299,131 @@ def test_draft_length_zero_observes_the_drafts_first_position():
     sched = zero.backend.scheduler
 
     class Zero(DraftLengthPolicy):
+        seen = 0
+
         def choose(self, current, batch):
             return 0
 
-    sched.adaptive = Zero(sched.adaptive.config, sched.adaptive.costs)
+        def observe(self, k, accepted):
+            self.seen += len(accepted)
+            super().observe(k, accepted)
+
+    sched.adaptive = Zero(dataclasses.replace(sched.adaptive.config, probe_rounds=probe_rounds), sched.adaptive.costs)
     outs = zero.generate(prompts, greedy)
     assert [o["output_ids"] for o in outs] == [o["output_ids"] for o in one.generate(prompts, greedy)]
-    p1 = sched.adaptive.acceptance()[0]
-    n = sum(len(o["output_ids"]) for o in outs)
+    p1, n = sched.adaptive.acceptance()[0], sched.adaptive.seen
+    tokens = sum(len(o["output_ids"]) for o in outs)
+    # every round is evidence, or (resting) about one in probe_rounds
+    assert (n > 0.8 * tokens) if not probe_rounds else (0.25 * tokens < n < 0.6 * tokens), (n, tokens)
     assert share > 0.3 and abs(p1 - share) < 4 * math.sqrt(share * (1 - share) / n) + 0.05, (p1, share, n)
 
 
+@pytest.mark.parametrize("probe_rounds", [0, 16])
 @pytest.mark.parametrize("p", [0.3, 0.5, 0.77, 0.9])
-def test_policy_keeps_up_with_the_best_fixed_k(p):
+def test_policy_keeps_up_with_the_best_fixed_k(p, probe_rounds):
     """250 rounds from k = 3 with a constant acceptance a position and round costs like a small model's (decode
-    2.3 ms; k = 0, 1, 3, 5: 3.1, 3.4, 5.1, 6.6): the policy's tokens a second, over fresh random draws, within 5% of
-    the best fixed candidate's expected rate (learning included), whichever that is."""
-    ms = {DECODE: 2.3, 0: 3.1, 1: 3.4, 3: 5.1, 5: 6.6}
+    2.3 ms; k = 0, 1, 3, 5: 3.1, 3.4, 5.1, 6.6; a resting draft's catch-up over 16 tokens 4 ms): the policy's tokens
+    a second, over fresh random draws, within 5% of the best fixed candidate's expected rate (learning included),
+    whichever that is. Resting (probe_rounds 16), k = 0 costs a decode step and 1/16 of a catch-up, and its rounds
+    tell the policy of position 1 only once every 16, as the scheduler's do."""
+    ms = {DECODE: 2.3, 0: 3.1, 1: 3.4, 3: 5.1, 5: 6.6, CATCH_UP: 4.0}
     costs = RoundCosts({(k, 1): v / 1e3 for k, v in ms.items()})
+    config = AdaptiveConfig(candidates=(0, 1, 3, 5), probe_rounds=probe_rounds)
+    cost = DraftLengthPolicy(config, costs).cost
 
     def fixed(k):
-        return sum(p ** j for j in range(k + 1)) / costs.at(k, 1)
+        return sum(p ** j for j in range(k + 1)) / cost(k, 1)
 
     rng, rates = random.Random(), []
     for _ in range(20):
-        pol = DraftLengthPolicy(AdaptiveConfig(candidates=(0, 1, 3, 5)), costs)
-        k, tokens, seconds = 3, 0, 0.0
+        pol = DraftLengthPolicy(config, costs)
+        k, tokens, seconds, resting = 3, 0, 0.0, 0
         for _ in range(250):
             k = pol.choose(k, 1)
             a = _chain_accepts(rng, [p] * 5, max(k, 1))
-            pol.observe(max(k, 1), [a])
+            resting = resting + 1 if k == 0 and probe_rounds else 0
+            if k or resting % 16 == 1:
+                pol.observe(max(k, 1), [a])
             tokens += (a + 1) if k else 1
-            seconds += costs.at(k, 1)
+            seconds += cost(k, 1)
         rates.append(tokens / seconds)
     assert sum(rates) / len(rates) >= 0.95 * max(fixed(k) for k in (0, 1, 3, 5)), (p, rates)
+
+
+# -- the resting draft (k = 0 without the draft, caught up in one extend) ----------------------------------------------
+class _Scripted(DraftLengthPolicy):
+    """k by the scheduler's step count: ``ks[i]`` at step i, the last one after."""
+
+    def __init__(self, base: DraftLengthPolicy, ks, probe_rounds: int):
+        super().__init__(dataclasses.replace(base.config, interval=1, probe_rounds=probe_rounds), base.costs)
+        self.ks, self.calls = list(ks), 0
+
+    def choose(self, current, batch):
+        self.calls += 1
+        return self.ks[min(self.calls - 1, len(self.ks) - 1)]
+
+
+def test_resting_draft_catches_up_where_k_zero_rounds_would_have_left_it(pair):
+    """Twelve rounds at k = 0, then k = 2, without the overlap (a round a step in both): with the draft resting and
+    caught up every 4 rounds (catch-ups of 4 tokens before rounds 5 and 9, and before k = 2) each request's next d_1 and
+    draft hidden at the first round of 2 equal those of an engine whose k = 0 rounds ran the draft's one-token
+    extend (the extend over n tokens computes each row as n one-token extends do, within float rounding); the
+    kept rows never pass probe_rounds; the output is the target's."""
+    tpath, dpath = pair
+    prompts = [[random.randrange(128) for _ in range(n)] for n in (6, 3)]
+    greedy = {"max_new_tokens": 24, "temperature": 0}
+    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=greedy)
+    states = {}
+    for probe in (0, 4):
+        eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3",
+                     speculative_draft_model_path=dpath, speculative_num_steps=2, speculative_adaptive=True,
+                     speculative_num_steps_candidates=[0], disable_overlap_schedule=True)
+        sched = eng.backend.scheduler
+        sched.adaptive = _Scripted(sched.adaptive, [0] * 12 + [2], probe)  # (no choice at step 0: none running)
+        launch, most = sched._launch, [0]
+
+        def spy(reqs, bt, hidden, samp=None, sched=sched, launch=launch, probe=probe, most=most):
+            most[0] = max([most[0], *(len(v) for v in sched._pending_aux.values())])
+            if sched.num_steps == 2 and probe not in states:
+                states[probe] = {r.rid[-1:] + str(i): (r.next_draft_token, sched._draft_hidden[r.rid].clone(),
+                                                        len(r.output_ids)) for i, r in enumerate(reqs)}
+            return launch(reqs, bt, hidden, samp)
+
+        sched._launch = spy
+        out = eng.generate(input_ids=prompts, sampling_params=greedy, rid=["a", "b"])
+        assert [o["output_ids"] for o in out] == [o["output_ids"] for o in ref]
+        assert most[0] == (0 if probe == 0 else 3), most  # (a catch-up once 4 are kept: before their round)
+        if probe:
+            assert not sched._pending_aux  # caught up when k went to 2
+    assert states[0].keys() == states[4].keys()
+    for key, (tok, hid, n) in states[4].items():
+        tok0, hid0, n0 = states[0][key]
+        assert n == n0 == 13 and tok == tok0  # the prefill's token and 12 rounds
+        torch.testing.assert_close(hid, hid0, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_resting_draft_is_lossless_with_sampling_penalties_and_logprobs(pair, overlap):
+    """Stretches at k = 0 with the draft resting (catch-ups every 3 rounds and whenever k turns positive), between
+    rounds of 1 and 3, for greedy, sampled, filtered, penalized and logprob requests together: the tokens and
+    logprobs plain decoding gives."""
+    tpath, dpath = pair
+    prompts = [[random.randrange(128) for _ in range(n)] for n in (5, 9, 2, 7)]
+    params = [{"max_new_tokens": 30, "temperature": 0}, {"max_new_tokens": 30, "temperature": 0.9, "seed": 5},
+              {"max_new_tokens": 25, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "seed": 2},
+              {"max_new_tokens": 30, "temperature": 0, "frequency_penalty": 1.2, "repetition_penalty": 1.3}]
+    logprob = [True, False, True, False]
+    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=params,
+                                                          return_logprob=logprob, top_logprobs_num=2)
+    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+                 speculative_num_steps=3, speculative_adaptive=True, disable_overlap_schedule=not overlap)
+    sched = eng.backend.scheduler
+    sched.adaptive = _Scripted(sched.adaptive, ([0] * 9 + [1, 1, 3, 3] + [0] * 4 + [3]) * 4, 3)
+    out = eng.generate(input_ids=prompts, sampling_params=params, return_logprob=logprob, top_logprobs_num=2)
+    assert [o["output_ids"] for o in out] == [o["output_ids"] for o in ref]
+    for o, r, lp in zip(out, ref, logprob, strict=True):
+        if lp:
+            got, want = o["meta_info"]["output_token_logprobs"], r["meta_info"]["output_token_logprobs"]
+            assert [t for _, t, _ in got] == [t for _, t, _ in want]
+            assert [v for v, _, _ in got] == pytest.approx([v for v, _, _ in want], abs=1e-4)
+    assert sched.stats.accept_length_hist.get(1, 0) > 0 and not sched._pending_aux

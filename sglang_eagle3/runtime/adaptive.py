@@ -25,6 +25,15 @@ extend: where the drafts are seldom accepted it loses less to plain decoding. It
 token still tells whether the draft's proposal for that position (the previous round's d_1) was right, so position
 1's acceptance keeps being observed while k = 0.
 
+Resting (``probe_rounds`` > 0, the default): while k = 0 the draft does not run at all. The rounds are plain decode
+steps whose target aux hidden states are kept (a row of 3 x hidden a token), and every ``probe_rounds`` rounds, or
+as soon as the policy drafts again, the draft catches up over the kept rows in one extend (the prefill's path:
+a draft_prefill graph replay), which leaves it where the k = 0 rounds would have and proposes the next token, so
+the round after a catch-up observes position 1. A catch-up of n tokens costs about one draft forward, against n
+one-token extends: k = 0 then costs a decode step plus a catch-up every ``probe_rounds`` rounds (both timed at
+start-up, CATCH_UP), and position 1 is observed once a request every ``probe_rounds`` rounds instead of every
+round. (probe_rounds = 0: k = 0 rounds keep the draft's one-token extend, as above.)
+
 The policy only ever moves between the candidates the engine captured graphs for (``EngineArgs.step_candidates``),
 after every ``interval`` rounds, and only for a predicted gain of at least ``min_gain``; a switch costs one round
 without the overlap schedule's look-ahead (runtime/scheduler.py). It warns, once, when even its best k is predicted
@@ -57,6 +66,8 @@ class AdaptiveConfig:
     min_gain: float = 0.02  # a switch needs this much more predicted throughput than staying
     prior_weight: float = 2.0  # pseudo-observations a position's estimate borrows from the one before it
     first_prior: float = 0.5  # the prior acceptance of the first draft position
+    # While k = 0 the draft rests and catches up every this many rounds (module doc); 0: it extends every round.
+    probe_rounds: int = 16
 
     def __post_init__(self):
         if not self.candidates or any(not isinstance(k, int) or k < 0 for k in self.candidates):
@@ -65,18 +76,21 @@ class AdaptiveConfig:
             raise ValueError(f"interval={self.interval!r} must be >= 1 round")
         if not self.halflife_rounds > 0:
             raise ValueError(f"halflife_rounds={self.halflife_rounds!r} must be > 0")
+        if not isinstance(self.probe_rounds, int) or self.probe_rounds < 0:
+            raise ValueError(f"probe_rounds={self.probe_rounds!r} must be an int >= 0 (0: the draft never rests)")
         if not 0 < self.first_prior < 1 or not self.prior_weight > 0 or self.min_gain < 0:
             raise ValueError(f"first_prior={self.first_prior!r} (in (0, 1)), prior_weight={self.prior_weight!r} "
                              f"(> 0), min_gain={self.min_gain!r} (>= 0)")
 
 
 DECODE = "decode"  # RoundCosts' key of the plain decode step (no draft at all), beside the rounds' k
+CATCH_UP = "catch_up"  # RoundCosts' key of a resting draft's catch-up over probe_rounds tokens a request
 
 
 @dataclass(frozen=True)
 class RoundCosts:
-    """Seconds a round takes, by (k, batch bucket), k a draft length or DECODE (the plain decode step, for
-    comparison). Measured at start-up (ModelRunner.time_rounds)."""
+    """Seconds a round takes, by (k, batch bucket), k a draft length, DECODE (the plain decode step, for
+    comparison) or CATCH_UP (a resting draft's catch-up). Measured at start-up (ModelRunner.time_rounds)."""
 
     seconds: dict[tuple[int | str, int], float]
     batch_sizes: tuple[int, ...] = field(init=False)
@@ -109,7 +123,8 @@ class DraftLengthPolicy:
     before launching the next; both are deterministic functions of the accept counts seen, so TP ranks agree."""
 
     def __init__(self, config: AdaptiveConfig, costs: RoundCosts):
-        missing = [k for k in (DECODE, *config.candidates) if (k, costs.batch_sizes[0]) not in costs.seconds]
+        needed = (DECODE, *config.candidates, *((CATCH_UP,) if self.rests(config) else ()))
+        missing = [k for k in needed if (k, costs.batch_sizes[0]) not in costs.seconds]
         if missing:
             raise ValueError(f"round costs lack draft lengths {missing} (measured: {costs.as_dict()})")
         self.config = config
@@ -122,6 +137,18 @@ class DraftLengthPolicy:
         self.switches = 0
         self.rounds = 0
         self._warned_slower = False
+
+    @staticmethod
+    def rests(config: AdaptiveConfig) -> bool:
+        """Whether the draft rests while k = 0 (module doc): k = 0 is a candidate and probe_rounds > 0."""
+        return 0 in config.candidates and config.probe_rounds > 0
+
+    def cost(self, k: int | str, batch: int) -> float:
+        """Seconds a round of k draft steps (or DECODE) takes at ``batch``; k = 0 while resting: a decode step and
+        a share of the catch-up every probe_rounds rounds."""
+        if k == 0 and self.rests(self.config):
+            return self.costs.at(DECODE, batch) + self.costs.at(CATCH_UP, batch) / self.config.probe_rounds
+        return self.costs.at(k, batch)
 
     def observe(self, k: int, accepted: list[int]) -> None:
         """One round of k draft steps: each request's accepted drafts (0..k). (A k = 0 round reports its position
@@ -169,9 +196,9 @@ class DraftLengthPolicy:
     def predicted_rates(self, batch: int) -> dict[int | str, float]:
         """Tokens a second per request for each candidate k, and for plain decoding (DECODE)."""
         p = self.acceptance()
-        rates: dict[int | str, float] = {k: self.expected_tokens(k, p) / self.costs.at(k, batch)
+        rates: dict[int | str, float] = {k: self.expected_tokens(k, p) / self.cost(k, batch)
                                          for k in self.config.candidates}
-        rates[DECODE] = 1.0 / self.costs.at(DECODE, batch)
+        rates[DECODE] = 1.0 / self.cost(DECODE, batch)
         return rates
 
     def choose(self, current: int, batch: int) -> int:
@@ -200,6 +227,7 @@ class DraftLengthPolicy:
         """What the policy knows, for server info."""
         rates = self.predicted_rates(max(batch, 1))
         return {"num_steps": current, "candidates": list(self.config.candidates), "rounds": self.rounds,
+                "resting": current == 0 and self.rests(self.config), "probe_rounds": self.config.probe_rounds,
                 "switches": self.switches, "acceptance": [round(p, 4) for p in self.acceptance()],
                 "predicted_tokens_per_s": {k: round(r, 2) for k, r in rates.items()},
                 "round_ms": self.costs.as_dict()}

@@ -20,7 +20,7 @@ from sglang_eagle3.distributed.parallel_state import get_tp, tp_max_floats
 from sglang_eagle3.kernels.gemv import fma_for_engine
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
-from sglang_eagle3.runtime.adaptive import DECODE
+from sglang_eagle3.runtime.adaptive import CATCH_UP, DECODE
 from sglang_eagle3.runtime.grammar import (
     PREFILL_BELOW_S,
     GrammarBatch,
@@ -737,7 +737,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def time_rounds(self, ks: tuple[int, ...], batch_sizes: list[int], iters: int = 5, context: int = 512,
-                    min_seconds: float = 0.1, max_iters: int = 64) -> dict:
+                    min_seconds: float = 0.1, max_iters: int = 64, catch_up_tokens: int = 0) -> dict:
         """Seconds a greedy speculative round of k draft steps takes at each batch size (median of ``iters`` after
         one warm-up, or more, up to ``max_iters``, until the batch size's passes took ``min_seconds``: a small
         model's rounds take a fraction of a millisecond, where a few would be at the host's mercy; k = 0 too: a
@@ -746,12 +746,15 @@ class ModelRunner:
         round's graph where captured, as a request would replay it, the host's launch included. Every row reads and
         writes the scratch page only (the page padded rows use), ``context`` tokens in, so no request's cache is
         touched; acceptance is pinned to all k drafts (a round's graph costs the same whatever it accepts); the
-        forward counts are left as they were. {(k or DECODE, batch): seconds}."""
+        forward counts are left as they were. ``catch_up_tokens`` > 0: also a resting draft's catch-up over that many
+        tokens a request (prefill_draft, under CATCH_UP). {(k, DECODE or CATCH_UP, batch): seconds}."""
         cuda = self.device.type == "cuda"
         kmax = max(ks)
-        first = max(0, min(context, self.max_context - 2 * kmax - 2))  # (a round reaches past its verify's rows)
-        pages = [0] * min(self.max_pages, pages_for(first + 2 * kmax + 2, self.page_size))
+        # (a round reaches past its verify's rows; a catch-up past its tokens)
+        first = max(0, min(context, self.max_context - max(2 * kmax + 2, catch_up_tokens)))
+        pages = [0] * min(self.max_pages, pages_for(first + max(2 * kmax + 2, catch_up_tokens), self.page_size))
         hidden_w = self.draft.config.hidden_size if self.draft is not None else 0
+        aux_w = len(self.aux_layer_ids) * self.target.config.hidden_size
 
         def one_pass(calls: dict, times: dict | None) -> float:
             """Each call once, timed alone (the k's in turn: a slow moment of the machine hits them alike); the
@@ -780,6 +783,10 @@ class ModelRunner:
                     hidden = torch.zeros(B, hidden_w, dtype=self.dtype, device=self.device)
                     sim = torch.full((B,), k, dtype=torch.int64, device=self.device)
                     calls[k] = lambda bt=bt, hidden=hidden, sim=sim, k=k: self.greedy_round(bt, hidden, sim, k + 1)[1]
+                if catch_up_tokens > 0:
+                    rows = [([0] * catch_up_tokens, first, pages)] * B
+                    aux = torch.zeros(B * catch_up_tokens, aux_w, dtype=self.dtype, device=self.device)
+                    calls[CATCH_UP] = lambda rows=rows, aux=aux: self.prefill_draft(rows, aux)[0]
                 times: dict[int | str, list[float]] = {k: [] for k in calls}
                 one_pass(calls, None)  # the warm-up (compiles, caches)
                 spent = one_pass(calls, times)

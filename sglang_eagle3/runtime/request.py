@@ -10,7 +10,8 @@ class Request:
     """One generation request and its decoding state.
 
     Invariant between steps: the target and draft caches hold len(tokens) - 1 positions; the last token
-    (just sampled) is not yet in either cache.
+    (just sampled) is not yet in either cache. (While an adaptive policy rests the draft at k = 0, the draft's cache
+    lags by the positions whose aux hidden states the scheduler keeps for its catch-up: runtime/scheduler.py.)
     """
 
     rid: str

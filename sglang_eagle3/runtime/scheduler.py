@@ -27,7 +27,9 @@ the graph's logits, and copied with its results.
 
 Adaptive draft length (``adaptive``, runtime/adaptive.py): every speculative round's accept counts go to the
 policy, which may set another k before the next round; the round in flight is then read first (its successor
-would draft the old k), so a switch costs one round's overlap.
+would draft the old k), so a switch costs one round's overlap. While k = 0 the draft rests (AdaptiveConfig.
+probe_rounds > 0): the rounds are plain decode steps that keep the target's aux hidden states of their token,
+and the draft catches up over them in one extend (_catch_up) every probe_rounds rounds and before it drafts again.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class _Round:
     host: torch.Tensor  # their copy on the host (pinned on CUDA), complete once `ready` has passed
     ready: torch.cuda.Event | None
     hidden: torch.Tensor | None = None  # speculative: the next draft hidden [B, Hd], a copy (replays rewrite theirs)
+    aux: torch.Tensor | None = None  # a resting draft's round: the target's aux hidden [B, 3H] of its token, a copy
     logprobs: tuple[torch.Tensor, ...] | None = None  # with logprob requests: _token_logprobs' tensors, on the host
     samp: SamplerBatch | None = None  # with sampled requests: the sampler's inputs
 
@@ -111,6 +114,9 @@ class Scheduler:
         self.stats = SchedulerStats()
         # Per-request draft state between rounds: draft hidden [H] of the last committed position.
         self._draft_hidden: dict[str, torch.Tensor] = {}
+        # While the draft rests (k = 0, module doc): per request, the target's aux hidden rows [3H] of the positions
+        # the draft has not seen yet, oldest first (the draft's cache holds len(tokens) - 1 - len(rows) positions).
+        self._pending_aux: dict[str, list[torch.Tensor]] = {}
         # Requests with a grammar: its matcher, which has accepted the request's output so far (kept through a
         # retraction; dropped when the request finishes). Here, not in the Request: TP ranks each keep their own.
         self._matchers: dict[str, GrammarMatcher] = {}
@@ -126,6 +132,11 @@ class Scheduler:
     def speculative(self) -> bool:
         """Whether rounds draft (k = num_steps may be 0 then: the draft's extend still follows every token)."""
         return self.num_steps is not None
+
+    @property
+    def resting(self) -> bool:
+        """Whether the next rounds leave the draft out (k = 0 under an adaptive policy that rests it; module doc)."""
+        return self.num_steps == 0 and self.adaptive is not None and self.adaptive.rests(self.adaptive.config)
 
     @property
     def lookahead(self) -> int:
@@ -161,6 +172,7 @@ class Scheduler:
         pages, r.pages = r.pages, []
         self.runner.allocator.free(pages)
         self._draft_hidden.pop(r.rid, None)
+        self._pending_aux.pop(r.rid, None)
         if r.finished:
             self._matchers.pop(r.rid, None)
 
@@ -336,24 +348,52 @@ class Scheduler:
             start += n
         if self.speculative:
             # Draft extend over the prompt: position p pairs target hidden p with token p+1.
-            proposals, hidden = runner.prefill_draft([(r.tokens[1:] if res else r.input_ids[1:] + [t], 0, r.pages)
-                                                      for r, t, res in zip(reqs, first_tokens, resumed, strict=True)],
-                                                     aux)
-            ends = torch.tensor(lens).cumsum(0) - 1
-            proposals = proposals[ends.to(proposals.device)]
-            if samp is not None:  # the last row (position len - 1) proposes the token at len + 1, sampled
-                rows = hidden[ends.to(hidden.device)]
-                proposals = runner.draft_proposals(rows, samp, runner.to_device([n - 1 for n in lens]))
-            proposals = proposals.tolist()
-            for i, r in enumerate(reqs):
-                r.next_draft_token = proposals[i]
-                self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()
+            self._extend_draft(reqs, [(r.tokens[1:] if res else r.input_ids[1:] + [t], 0, r.pages)
+                                      for r, t, res in zip(reqs, first_tokens, resumed, strict=True)], aux, samp)
         lps = self._logprob_lists(reqs, last.view(len(reqs), 1, -1),
                                   torch.tensor(first_tokens, device=last.device).view(-1, 1))
         for i, (r, tok, res) in enumerate(zip(reqs, first_tokens, resumed, strict=True)):
             if not res and not r.finished:
                 self._emit(r, [tok], lps[i] if lps else None)
         return reqs
+
+    def _extend_draft(self, reqs: list[Request], rows: list[tuple[list[int], int, list[int]]], aux: torch.Tensor,
+                      samp: SamplerBatch | None) -> None:
+        """The draft's extend over each request's row (its tokens shifted by one from the row's first position:
+        position p pairs the target's aux hidden p, rows of ``aux`` in order, with token p + 1), which leaves it
+        holding every position before the request's last token: the next round's d_1 and draft hidden come from
+        each row's last position (sampled from there where ``samp`` has sampled requests)."""
+        runner = self.runner
+        proposals, hidden = runner.prefill_draft(rows, aux)
+        ends = torch.tensor([len(toks) for toks, _, _ in rows]).cumsum(0) - 1
+        proposals = proposals[ends.to(proposals.device)]
+        if samp is not None:  # the last row (position first + n - 1) proposes the token two after it, sampled
+            proposals = runner.draft_proposals(hidden[ends.to(hidden.device)], samp,
+                                               runner.to_device([first + len(toks) - 1 for toks, first, _ in rows]))
+        proposals = proposals.tolist()
+        for i, r in enumerate(reqs):
+            r.next_draft_token = proposals[i]
+            self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()
+            self._pending_aux.pop(r.rid, None)
+
+    def _catch_up_due(self, r: Request, ahead: int = 0) -> bool:
+        """Whether the draft must catch up on r before its next round: it drafts again (k > 0) with rows kept, or
+        it rests and probe_rounds rows are kept (``ahead``: those a round in flight will add)."""
+        kept = len(self._pending_aux.get(r.rid, ())) + ahead
+        return kept > 0 and (not self.resting or kept >= self.adaptive.config.probe_rounds)
+
+    def _catch_up(self, reqs: list[Request]) -> None:
+        """The resting draft's extend over the positions it has not seen (module doc), for ``reqs`` (no round in
+        flight): afterwards it holds every position before each request's last token, as after a round."""
+        if not reqs:
+            return
+        rows, aux = [], []
+        for r in reqs:
+            kept = self._pending_aux[r.rid]
+            n = len(kept)  # the last n tokens' positions: seq_len - 1 - n .. seq_len - 2, paired with the tokens after
+            rows.append((r.tokens[-n:], r.seq_len - 1 - n, r.pages))
+            aux += kept
+        self._extend_draft(reqs, rows, torch.stack(aux), self._sampler(reqs))
 
     def _matcher(self, r: Request) -> GrammarMatcher:
         if self.grammar is None:
@@ -413,6 +453,8 @@ class Scheduler:
     def _round(self, batch: list[Request]) -> list[Request]:
         """One round of every running request (pages for it reserved by _make_room); with overlap, the round
         after it is queued before this one is read (module doc)."""
+        if self.speculative:
+            self._catch_up([r for r in batch if self._catch_up_due(r)])
         rnd = self._launch(batch, *self._first_batch(batch))
         # Every round's tokens, acceptance and logprobs are made on the device, but a grammar's masks are made on
         # the host from the tokens before them (runtime/grammar.py): its batch reads each round before the next.
@@ -442,6 +484,8 @@ class Scheduler:
         the same draft length (an adaptive k may have changed it)."""
         if self.waiting and len(self.running) < self.max_running or self._ahead.T != self.lookahead + 1:
             return False
+        if self.resting and any(self._catch_up_due(r, ahead=1) for r in self._ahead.reqs):
+            return False  # the draft's catch-up needs the round in flight read (its token and aux rows)
         reqs = self._ahead.reqs
         return len(reqs) == len(self.running) and all(a is b for a, b in zip(reqs, self.running, strict=True))
 
@@ -506,7 +550,9 @@ class Scheduler:
         parameters when a previous round of the same requests made them."""
         runner, B = self.runner, len(reqs)
         samp = samp or self._sampler(reqs)
-        if self.speculative:
+        spec = self.speculative and not self.resting
+        aux = None
+        if spec:
             T = self.num_steps + 1
             if self.simulate_accept_length is not None:
                 sim = runner.to_device([self._simulated_accept(self.num_steps) for _ in reqs])
@@ -519,26 +565,28 @@ class Scheduler:
             hidden = next_hidden.clone()  # a replay's outputs are rewritten by the next replay: kept apart
         else:
             T = 1
-            logits, _ = runner.target_uniform(bt, 1, verify=False)
+            logits, aux = runner.target_uniform(bt, 1, verify=False)
             out = runner.sample(logits, samp, bt.positions + 1)
             hidden = None
+            # a resting draft's rows for its catch-up (copied: the next replay rewrites the graph's)
+            aux = aux.clone() if self.speculative else None
         penalties = samp.penalties if samp is not None else None
         logprobs = None
         if penalties is not None or any(r.return_logprob for r in reqs):  # (a few more launches: only if needed)
-            if self.speculative:  # row j emits d_(j+1) where j < a, then (j = a) the target's token after them
+            if spec:  # row j emits d_(j+1) where j < a, then (j = a) the target's token after them
                 col = torch.arange(T, device=out.device).view(1, T)
                 toks = torch.where(col < out[:, :1], torch.cat([out[:, 3:], out[:, 1:2]], 1), out[:, 1:2])
             else:
                 toks = out.view(B, 1)
         if penalties is not None:  # the next round of this batch counts these tokens (queued in stream order)
-            emitted = out[:, 0] + 1 if self.speculative else torch.ones(B, dtype=torch.int64, device=out.device)
+            emitted = out[:, 0] + 1 if spec else torch.ones(B, dtype=torch.int64, device=out.device)
             penalties.advance(toks, emitted)
         if any(r.return_logprob for r in reqs):  # now, before a round queued behind rewrites the logits
             top = max(r.top_logprobs_num for r in reqs)
             # copied ahead of the results, whose event covers them (one stream)
             logprobs = tuple(runner.to_host(t)[0] for t in self._token_logprobs(logits.view(B, T, -1), toks, top))
         host, ready = runner.to_host(out)
-        return _Round(reqs, T, self.speculative, bt, out, host, ready, hidden, logprobs, samp)
+        return _Round(reqs, T, spec, bt, out, host, ready, hidden=hidden, aux=aux, logprobs=logprobs, samp=samp)
 
     def _finish(self, rnd: _Round, in_flight: bool = False) -> list[Request]:
         """Reads a round's results (the host's one wait a round) and emits its tokens. A request finished or
@@ -554,6 +602,13 @@ class Scheduler:
                 continue
             lps = lp_rows[i] if lp_rows else None
             if not rnd.spec:
+                if rnd.aux is not None:  # the draft rests
+                    kept = self._pending_aux.setdefault(r.rid, [])
+                    if not kept:  # caught up before this token: its proposal for it (d_1) is position 1's evidence
+                        accepted.append(self._simulated_accept(1) if self.simulate_accept_length is not None
+                                        else int(rows[i] == r.next_draft_token))
+                    kept.append(rnd.aux[i])
+                    self._count_round(r, 0)
                 self._emit(r, [rows[i]], lps)
             else:
                 n_acc, tok, nd, *drafts = rows[i]
@@ -564,10 +619,7 @@ class Scheduler:
                 else:  # k = 0: whether the draft's proposal for this position (the round before's d_1) was the token
                     accepted.append(int(tok == r.next_draft_token))
                 acc = drafts[:n_acc] + [tok]
-                r.verify_ct += 1
-                self.stats.verify_forwards += 1
-                self.stats.accepted_tokens += n_acc + 1
-                self.stats.accept_length_hist[n_acc + 1] = self.stats.accept_length_hist.get(n_acc + 1, 0) + 1
+                self._count_round(r, n_acc)
                 r.next_draft_token = nd
                 self._draft_hidden[r.rid] = rnd.hidden[i]
                 self._emit(r, acc, lps)
@@ -577,6 +629,13 @@ class Scheduler:
         if self.adaptive is not None and accepted:
             self.adaptive.observe(max(rnd.T - 1, 1), accepted)
         return changed
+
+    def _count_round(self, r: Request, n_acc: int) -> None:
+        """A speculative round's target forward and the n_acc drafts it accepted (a resting draft's decode step: 0)."""
+        r.verify_ct += 1
+        self.stats.verify_forwards += 1
+        self.stats.accepted_tokens += n_acc + 1
+        self.stats.accept_length_hist[n_acc + 1] = self.stats.accept_length_hist.get(n_acc + 1, 0) + 1
 
     def _simulated_accept(self, k: int) -> int:
         """Accepted draft tokens with mean simulate_accept_length - 1 (floor/ceil mix), clipped to [0, k]."""

@@ -73,15 +73,17 @@ def adaptive_policy(runner: ModelRunner, candidates: tuple[int, ...], max_bs: in
     """The adaptive draft length's policy (runtime/adaptive.py), its round costs timed now on every batch bucket
     (the graphs' where captured) and agreed on by the TP ranks (each entry the slowest rank's)."""
     t0 = time.perf_counter()
+    config = AdaptiveConfig(candidates=candidates)
     buckets = runner.spec_round.buckets or batch_buckets(max_bs)
-    timed = runner.time_rounds(candidates, buckets)
+    rests = DraftLengthPolicy.rests(config)
+    timed = runner.time_rounds(candidates, buckets, catch_up_tokens=config.probe_rounds if rests else 0)
     keys = list(timed)  # (the same order on every rank: time_rounds' loops)
     agreed = tp_max_floats([timed[key] for key in keys], runner.device)
     costs = RoundCosts(dict(zip(keys, agreed, strict=True)))
     logger.info("adaptive draft length among k=%s: round costs timed in %.2f s (ms by k and batch; decode: a plain "
-                "decode step): %s",
+                "decode step; catch_up: the resting draft's catch-up): %s",
                 list(candidates), time.perf_counter() - t0, costs.as_dict())
-    return DraftLengthPolicy(AdaptiveConfig(candidates=candidates), costs)
+    return DraftLengthPolicy(config, costs)
 
 
 class ModelWorker:
