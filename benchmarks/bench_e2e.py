@@ -155,20 +155,27 @@ def _embedded_variant(a, out, target, draft, prompts, common, first_ids, env_set
     out["runs"].append({"name": "baseline" + tag, "identical_across_variants": base_ids == first_ids[smp],
                         **base})
     print(f"baseline{tag}: {_rate(base)}", flush=True)
-    runs = [(k, False) for k in a.ks] + ([(a.k, True)] if a.adaptive else [])
-    for k, adaptive in runs:
+    runs = [(k, False, None) for k in a.ks] + ([(a.k, True, n) for n in a.adaptive_probe_rounds] if a.adaptive else [])
+    for k, adaptive, probe in runs:
         eng = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
-                     speculative_num_steps=k, speculative_adaptive=adaptive, **kw)
+                     speculative_num_steps=k, speculative_adaptive=adaptive,
+                     **kw, **({} if probe is None else {"speculative_adaptive_probe_rounds": probe}))
         r = _timed_generate(eng, prompts, params, repeat=a.repeat, concurrency=a.concurrency)
         lossless = [eng.generate(p, params)["output_ids"] for p in prompts[:4]] == base_ids
         info = eng.get_server_info()
         name = f"eagle3_adaptive_from_k{k}" if adaptive else f"eagle3_k{k}"
+        name += _probe_tag(a, probe)
         r.update(name=name + tag, speedup=r["tok_per_s"] / base["tok_per_s"], lossless_first4=lossless,
                  verify_graph_eager=info["forward_counts"].get("target_verify"), adaptive=info.get("adaptive"))
         eng.shutdown()
         out["runs"].append(r)
         print(f"{name}{tag}: {_rate(r)} ({r['speedup']:.2f}x), accept length "
               f"{r['accept_length']:.2f}, identical output {lossless}" + _adaptive_line(r), flush=True)
+
+
+def _probe_tag(a, probe: int | None) -> str:
+    """A run's name suffix for its probe_rounds where several are compared."""
+    return f"_probe{probe}" if probe is not None and len(a.adaptive_probe_rounds) > 1 else ""
 
 
 def _adaptive_line(r: dict) -> str:
@@ -260,16 +267,17 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
             return res if batch else res[0]
 
     # An accept length of 0: not pinned (the random draft's real acceptance, ~1 token a round).
-    configs = [("baseline", None, None, False)] + [
-        (f"eagle3_{'adaptive_from_' if ad else ''}k{a.k}" + (f"_acc{x}" if x else ""), a.k, x or None, ad)
-        for x in a.simulate_accept for ad in ((False, True) if a.adaptive else (False,))]
+    configs = [("baseline", None, None, False, None)] + [
+        (f"eagle3_{'adaptive_from_' if n is not None else ''}k{a.k}" + (f"_acc{x}" if x else "") + _probe_tag(a, n),
+         a.k, x or None, n is not None, n)
+        for x in a.simulate_accept for n in ((None, *a.adaptive_probe_rounds) if a.adaptive else (None,))]
     variants = [(v, prefill_tokens(v), m, e, o, smp) for v in a.prefill_graphs for m in a.mha_prefill_tokens
                 for e in a.env_variants for o in a.overlap_schedule for smp in a.sampling]
     # Each variant (prefill graphs x MHA prefill x environment x overlap schedule x sampling) runs every
     # configuration in turn, the variants alternating (--repeat-variants).
     schedule = [(v, c) for _ in range(a.repeat_variants) for v in variants for c in configs]
     base_tps = {}
-    for (graphs, buckets, mha, env_set, overlap, smp), (cname, k, acc, adaptive) in schedule:
+    for (graphs, buckets, mha, env_set, overlap, smp), (cname, k, acc, adaptive, probe) in schedule:
         params = {"max_new_tokens": a.max_new_tokens, "ignore_eos": True, **sampling_params(smp)}
         variant = graphs if mha is None else f"{graphs}, mha_prefill_tokens {mha}"
         variant += f", {env_set}" if env_set else ""
@@ -277,7 +285,8 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         variant += f", sampling {smp}" if len(a.sampling) > 1 else ""
         name = cname if len(variants) == 1 else f"{cname}[prefill graphs {variant}]"
         extra = ({} if buckets is None else {"cuda_graph_prefill_tokens": buckets}) | (
-            {} if mha is None else {"mha_prefill_tokens": mha})
+            {} if mha is None else {"mha_prefill_tokens": mha}) | (
+            {} if probe is None else {"speculative_adaptive_probe_rounds": probe})
         args = EngineArgs(model_path="<in-memory>", device="cuda", dtype="bfloat16",
                           max_running_requests=max(a.cuda_graph_max_bs, a.concurrency),
                           cuda_graph_max_bs=a.cuda_graph_max_bs,
@@ -398,6 +407,9 @@ def main() -> None:
     ap.add_argument("--adaptive", action="store_true",
                     help="also run EAGLE-3 with speculative_adaptive from k = --k (embedded: beside every --ks; "
                     "Kimi slice: beside each --simulate-accept)")
+    ap.add_argument("--adaptive-probe-rounds", type=int, nargs="+", default=[16],
+                    help="--adaptive: the resting draft's rounds between catch-ups (speculative_adaptive_probe_rounds; "
+                    "0: k = 0 rounds run the draft's extend); several values: an adaptive run for each")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.repeat < 1:

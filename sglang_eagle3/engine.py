@@ -64,6 +64,10 @@ class EngineArgs:
     # (with none given: 0, 1, num_steps and num_steps + 2), choosing the k with the most tokens a second from round
     # costs timed at start-up (runtime/adaptive.py).
     speculative_adaptive: bool = False
+    # While that policy is at k = 0 the draft rests: plain decode steps, the draft catching up over their tokens in
+    # one extend every this many rounds (and before it drafts again); 0: k = 0 rounds run the draft's one-token
+    # extend each (runtime/adaptive.py).
+    speculative_adaptive_probe_rounds: int = 16
     speculative_aux_layer_ids: tuple[int, ...] | None = None  # explicit override of the draft's wiring
     # Benchmarking only, like SGLang's SGLANG_SIMULATE_ACC_LEN: pins the accept length; output is not lossless.
     speculative_simulate_accept_length: float | None = None
@@ -176,6 +180,9 @@ class EngineArgs:
         if self.speculative_adaptive and algo is None and self.model_path is not None:
             raise ConfigError("speculative_adaptive=True given but speculative_algorithm is None: the draft length "
                               "it adapts exists only with speculative_algorithm='EAGLE3'")
+        if self.speculative_adaptive_probe_rounds < 0:
+            raise ConfigError(f"speculative_adaptive_probe_rounds={self.speculative_adaptive_probe_rounds!r} must be "
+                              "an integer >= 0 (0: the draft never rests)")
         bad = [c for c in self.speculative_num_steps_candidates if not 0 <= c <= MAX_NUM_STEPS]
         if bad:
             raise ConfigError(f"speculative_num_steps_candidates={self.speculative_num_steps_candidates!r}: each "
@@ -265,6 +272,7 @@ _FIELD_KINDS = {
     "model_path": "str?", "tokenizer_path": "str?", "speculative_algorithm": "str?",
     "speculative_draft_model_path": "str?", "speculative_num_steps": "int?", "speculative_eagle_topk": "int",
     "speculative_num_draft_tokens": "int?", "speculative_num_steps_candidates": "ints", "speculative_adaptive": "bool",
+    "speculative_adaptive_probe_rounds": "int",
     "speculative_aux_layer_ids": "ints?", "speculative_simulate_accept_length": "float?", "device": "str",
     "dtype": "str", "tp_size": "int", "disable_cuda_graph": "bool", "disable_overlap_schedule": "bool",
     "cuda_graph_max_bs": "int", "cuda_graph_prefill_tokens": "ints", "mha_prefill_tokens": "int",

@@ -35,7 +35,7 @@ _ENGINE_FLAGS = (
     "moe_runner_backend", "random_seed", "page_size", "max_total_tokens", "mem_fraction_static", "log_level",
     "worker_timeout",
     "cuda_graph_prefill_tokens", "mha_prefill_tokens", "max_top_logprobs_num", "max_stop_strings",
-    "max_stop_str_len", "grammar_backend", "reasoning_parser",
+    "max_stop_str_len", "grammar_backend", "reasoning_parser", "speculative_adaptive_probe_rounds",
 )
 # store_true flag -> the EngineArgs bool it sets (given: True; not given: the engine's default).
 _ENGINE_SWITCHES = ("disable_cuda_graph", "disable_overlap_schedule", "skip_tokenizer_init", "use_worker_processes",
@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--speculative-adaptive", action="store_true",
                    help="the draft length follows the acceptance among --speculative-num-steps and the candidates "
                    "(default candidates 0, 1, k, k+2), by round costs timed at start-up")
+    g.add_argument("--speculative-adaptive-probe-rounds", type=int,
+                   help="(sglang_eagle3) while the adaptive draft length is 0 the draft rests and catches up every "
+                   "this many rounds (default 16; 0: it extends over every token)")
     g = p.add_argument_group("runtime (SGLang names)")
     g.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
     g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, help="tensor-parallel GPUs")

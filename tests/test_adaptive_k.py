@@ -256,6 +256,23 @@ def test_adaptive_args():
         EngineArgs(model_path="x", speculative_adaptive=True)
     with pytest.raises(ConfigError, match="speculative_adaptive='yes' must be True or False"):
         EngineArgs(speculative_adaptive="yes")
+    with pytest.raises(ConfigError, match="speculative_adaptive_probe_rounds=-2 must be an integer >= 0"):
+        EngineArgs(speculative_algorithm="EAGLE3", speculative_num_steps=4, speculative_adaptive_probe_rounds=-2)
+
+
+def test_probe_rounds_reach_the_policy(pair):
+    """speculative_adaptive_probe_rounds=0: the policy never rests the draft, so no catch-up is timed; 5: timed,
+    and k = 0 costs a decode step and a fifth of a catch-up."""
+    tpath, dpath = pair
+    for probe in (0, 5):
+        eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3",
+                     speculative_draft_model_path=dpath, speculative_num_steps=2, speculative_adaptive=True,
+                     speculative_adaptive_probe_rounds=probe, max_running_requests=2)
+        pol = eng.backend.scheduler.adaptive
+        assert pol.config.probe_rounds == probe and eng.get_server_info()["adaptive"]["probe_rounds"] == probe
+        assert ((CATCH_UP, 1) in pol.costs.seconds) == bool(probe)
+        want = pol.costs.at(0, 1) if not probe else pol.costs.at(DECODE, 1) + pol.costs.at(CATCH_UP, 1) / 5
+        assert pol.cost(0, 1) == pytest.approx(want)
 
 
 def test_draft_length_zero_with_sampling_and_penalties(pair):

@@ -7,9 +7,13 @@
 #     the 61-layer step table (1k and 8k, T = 1..8).
 # q2: the kernel table, then the Kimi-K2.5 TP=8 rank slice end to end at 16 concurrent requests: the baseline,
 #     EAGLE-3 k = 3 with the random draft's own acceptance and pinned at 3.0, each fixed and adaptive.
+# q3: the resting draft (k = 0 as plain decode steps, the draft caught up every 16 rounds): the CUDA engine's adaptive
+#     tests, then the Kimi slice at batch 1: the baseline, k = 3 with the random draft's acceptance and pinned at 3.0,
+#     each fixed and adaptive with probe_rounds 0 (k = 0 rounds run the draft's extend, as before) and 16.
+# q4: the same configurations at 16 concurrent requests.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: q1 | q2}
+part=${1:?part: q1 | q2 | q3 | q4}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 q1)
@@ -23,6 +27,17 @@ q2)
   TAIL=20 stage e2e_kimi_c16 330 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --concurrency 16 \
     --cuda-graph-max-bs 16 --max-new-tokens 64 --repeat 2 --simulate-accept 0 3.0 --adaptive \
     --out "$OUT/e2e_adaptive_kimi_c16.json"
+  ;;
+q3)
+  TAIL=8 stage engine_adaptive 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/gpu/test_cuda_engine.py -k adaptive
+  TAIL=20 stage e2e_kimi_rest 400 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 0 3.0 --adaptive --adaptive-probe-rounds 0 16 --out "$OUT/e2e_rest_kimi.json"
+  ;;
+q4)
+  TAIL=20 stage e2e_kimi_rest_c16 500 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --concurrency 16 \
+    --cuda-graph-max-bs 16 --max-new-tokens 64 --repeat 2 --simulate-accept 0 3.0 --adaptive \
+    --adaptive-probe-rounds 0 16 --out "$OUT/e2e_rest_kimi_c16.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -69,11 +69,12 @@ def fit_kv_pages(plan: dict, target, draft, args, device: torch.device, dtype: t
     return fit
 
 
-def adaptive_policy(runner: ModelRunner, candidates: tuple[int, ...], max_bs: int) -> DraftLengthPolicy:
+def adaptive_policy(runner: ModelRunner, candidates: tuple[int, ...], max_bs: int,
+                    probe_rounds: int = AdaptiveConfig.probe_rounds) -> DraftLengthPolicy:
     """The adaptive draft length's policy (runtime/adaptive.py), its round costs timed now on every batch bucket
     (the graphs' where captured) and agreed on by the TP ranks (each entry the slowest rank's)."""
     t0 = time.perf_counter()
-    config = AdaptiveConfig(candidates=candidates)
+    config = AdaptiveConfig(candidates=candidates, probe_rounds=probe_rounds)
     buckets = runner.spec_round.buckets or batch_buckets(max_bs)
     rests = DraftLengthPolicy.rests(config)
     timed = runner.time_rounds(candidates, buckets, catch_up_tokens=config.probe_rounds if rests else 0)
@@ -136,7 +137,8 @@ class ModelWorker:
                            args.speculative_simulate_accept_length)
         if args.speculative_adaptive and plan["num_steps"]:
             self.scheduler.adaptive = adaptive_policy(self.runner, args.step_candidates(),
-                                                      min(args.cuda_graph_max_bs, args.max_running_requests))
+                                                      min(args.cuda_graph_max_bs, args.max_running_requests),
+                                                      args.speculative_adaptive_probe_rounds)
         self.load_seconds = time.perf_counter() - t0
 
     # The engine drives every worker through these four calls (and info()).

@@ -265,8 +265,9 @@ def test_adaptive_num_steps_replays_graphs_for_every_candidate(pair, reference):
 
 def test_speculative_adaptive_with_graphs(pair, reference):
     """speculative_adaptive=True on CUDA: the start-up timing replays every candidate's round graph on every bucket
-    (k = 0 too: the verify of one token and the draft's one-token extend) without counting, the policy's k moves
-    among the candidates (forced to cycle here), every round replays a graph, and the output is the reference's;
+    (k = 0 too: the verify of one token and the draft's one-token extend) and the resting draft's catch-up without
+    counting, the policy's k moves among the candidates (forced to cycle here), every round replays a graph (k = 0:
+    the decode step's, the draft resting; its catch-ups the draft prefill's), and the output is the reference's;
     with xgrammar present, a regex request through the same cycle gives plain decoding's output. The timed table is
     what the policy uses: a round of more drafts is not cheaper than one of fewer at batch 1 (graph replays are
     stable enough to order them)."""
@@ -276,7 +277,7 @@ def test_speculative_adaptive_with_graphs(pair, reference):
     info = eng.get_server_info()
     assert all(v["graph"] == v["eager"] == 0 for v in info["forward_counts"].values()), info["forward_counts"]
     ms = info["adaptive"]["round_ms"]
-    assert set(ms) == {"decode", 0, 1, 3, 5} and all(set(v) == {1, 2, 4, 8} for v in ms.values())
+    assert set(ms) == {"decode", "catch_up", 0, 1, 3, 5} and all(set(v) == {1, 2, 4, 8} for v in ms.values())
     assert ms["decode"][1] < ms[0][1] < ms[5][1] and ms[1][1] < ms[5][1], ms
     sched = eng.backend.scheduler
     seen = []
@@ -292,6 +293,8 @@ def test_speculative_adaptive_with_graphs(pair, reference):
     assert {0, 1, 3, 5} <= set(seen)
     counts = eng.get_server_info()["forward_counts"]
     assert counts["spec_round"]["eager"] == 0 and counts["spec_round"]["graph"] > 0, counts
+    assert counts["target_decode"]["eager"] == counts["draft_prefill"]["eager"] == 0, counts
+    assert counts["target_decode"]["graph"] > 0, counts
     if eng.grammar is not None and eng.grammar.available:
         regex = {"max_new_tokens": 24, "temperature": 0, "regex": "[a-z]+( [a-z]+)*"}
         plain = make(pair, spec=False).generate(input_ids=PROMPTS[:2], sampling_params=regex)
