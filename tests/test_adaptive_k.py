@@ -275,6 +275,28 @@ def test_probe_rounds_reach_the_policy(pair):
         assert pol.cost(0, 1) == pytest.approx(want)
 
 
+def test_catch_up_timing_stays_inside_the_page_table(pair):
+    """time_rounds' catch-up rows sit where their prefill bucket (32 tokens here, for 5) ends inside the context, as
+    a request's catch-up graph would replay them (past it, the timing would be of the eager fallback)."""
+    tpath, dpath = pair
+    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+                 speculative_num_steps=2, speculative_num_steps_candidates=[0], context_length=96, page_size=16)
+    runner, seen = eng.backend.runner, []
+    prefill_draft = runner.prefill_draft
+
+    def spy(rows, aux):
+        seen.extend(rows)
+        return prefill_draft(rows, aux)
+
+    runner.prefill_draft = spy
+    times = runner.time_rounds((0, 2), [1, 2], iters=1, min_seconds=0.0, catch_up_tokens=5)
+    assert {(k, b) for k, b in times} == {(k, b) for k in (DECODE, CATCH_UP, 0, 2) for b in (1, 2)}
+    bucket = min(t for t in runner.prefill_tokens if t >= 5)
+    assert seen and all(len(toks) == 5 and 0 < first and first + bucket <= runner.max_context
+                        for toks, first, _ in seen), (seen[:2], bucket)
+    assert runner.prefill_bucket(seen[:1]) == bucket
+
+
 def test_draft_length_zero_with_sampling_and_penalties(pair):
     """k = 0 rounds (set by hand here) between rounds of 1 and 3, for sampled, filtered and penalized requests
     beside greedy ones: the tokens plain decoding gives (each sampled token is fixed by its request's key and
