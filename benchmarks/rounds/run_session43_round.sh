@@ -11,9 +11,10 @@
 #     tests, then the Kimi slice at batch 1: the baseline, k = 3 with the random draft's acceptance and pinned at 3.0,
 #     each fixed and adaptive with probe_rounds 0 (k = 0 rounds run the draft's extend, as before) and 16.
 # q4: the same configurations at 16 concurrent requests.
+# q5: at the session's last commit, every CUDA engine test and the overlap schedule's GPU tests.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: q1 | q2 | q3 | q4}
+part=${1:?part: q1 | q2 | q3 | q4 | q5}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 q1)
@@ -38,6 +39,12 @@ q4)
   TAIL=20 stage e2e_kimi_rest_c16 500 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --concurrency 16 \
     --cuda-graph-max-bs 16 --max-new-tokens 64 --repeat 2 --simulate-accept 0 3.0 --adaptive \
     --adaptive-probe-rounds 0 16 --out "$OUT/e2e_rest_kimi_c16.json"
+  ;;
+q5)
+  TAIL=10 stage engine_tests 220 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 210 \
+    tests/gpu/test_cuda_engine.py
+  TAIL=10 stage overlap_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/test_overlap.py
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

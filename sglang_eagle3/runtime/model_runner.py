@@ -747,7 +747,7 @@ class ModelRunner:
         writes the scratch page only (the page padded rows use), ``context`` tokens in, so no request's cache is
         touched; acceptance is pinned to all k drafts (a round's graph costs the same whatever it accepts); the
         forward counts are left as they were. ``catch_up_tokens`` > 0: also a resting draft's catch-up over that many
-        tokens a request (prefill_draft, under CATCH_UP). {(k, DECODE or CATCH_UP, batch): seconds}."""
+        tokens a request (prefill_draft, under CATCH_UP). {(k, DECODE or CATCH_UP; batch): seconds}."""
         cuda = self.device.type == "cuda"
         kmax = max(ks)
         # A round reaches past its verify's rows; a catch-up past its tokens to its prefill bucket's end (a bucket
