@@ -466,3 +466,51 @@ def test_resting_draft_is_lossless_with_sampling_penalties_and_logprobs(pair, ov
             assert [t for _, t, _ in got] == [t for _, t, _ in want]
             assert [v for v, _, _ in got] == pytest.approx([v for v, _, _ in want], abs=1e-4)
     assert sched.stats.accept_length_hist.get(1, 0) > 0 and not sched._pending_aux
+
+
+def test_overlapped_catch_ups_leave_the_draft_where_k_zero_rounds_do(pair):
+    """With the overlap, a resting draft's catch-up covers the rounds read and is queued behind the round in flight
+    (its proposal is for that round's token): after every catch-up, each request's draft hidden and proposal equal
+    those an engine whose k = 0 rounds ran the draft's extend had after reading as many tokens (within float
+    rounding); the output is the target's."""
+    tpath, dpath = pair
+    prompts = [[random.randrange(128) for _ in range(n)] for n in (6, 3)]
+    greedy = {"max_new_tokens": 30, "temperature": 0}
+    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=greedy)
+    states: dict[int, dict] = {0: {}, 4: {}}
+    for probe in (0, 4):
+        eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3",
+                     speculative_draft_model_path=dpath, speculative_num_steps=2, speculative_adaptive=True,
+                     speculative_num_steps_candidates=[0])
+        sched, seen = eng.backend.scheduler, states[probe]
+        sched.adaptive = _Scripted(sched.adaptive, [0], probe)
+
+        def record(reqs, sched=sched, seen=seen):
+            sched._read_proposals()
+            for r in reqs:
+                if r.output_ids and r.rid in sched._draft_hidden:
+                    seen[(r.rid, len(r.output_ids))] = (r.next_draft_token, sched._draft_hidden[r.rid].clone())
+
+        if probe:  # the resting draft's state is whole right after a catch-up
+            extend = sched._extend_draft
+
+            def spy(reqs, rows, aux, samp, extend=extend, record=record):
+                extend(reqs, rows, aux, samp)
+                record(reqs)
+
+            sched._extend_draft = spy
+        else:  # the extending draft's, after each round read
+            finish = sched._finish
+
+            def spy(rnd, in_flight=False, finish=finish, record=record):
+                changed = finish(rnd, in_flight)
+                record(rnd.reqs)
+                return changed
+
+            sched._finish = spy
+        out = eng.generate(input_ids=prompts, sampling_params=greedy, rid=["a", "b"])
+        assert [o["output_ids"] for o in out] == [o["output_ids"] for o in ref]
+    assert len(states[4]) >= 8 and set(states[4]) <= set(states[0]), (sorted(states[4]), sorted(states[0]))
+    for key, (tok, hid) in states[4].items():
+        assert tok == states[0][key][0], key
+        torch.testing.assert_close(hid, states[0][key][1], rtol=1e-4, atol=1e-5)

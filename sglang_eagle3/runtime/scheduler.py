@@ -30,6 +30,8 @@ policy, which may set another k before the next round; the round in flight is th
 would draft the old k), so a switch costs one round's overlap. While k = 0 the draft rests (AdaptiveConfig.
 probe_rounds > 0): the rounds are plain decode steps that keep the target's aux hidden states of their token,
 and the draft catches up over them in one extend (_catch_up) every probe_rounds rounds and before it drafts again.
+With the overlap, a catch-up over the rounds already read is queued behind the round in flight (before the round
+after it), and its proposals are read with that round: resting costs no look-ahead and no wait of its own.
 """
 
 from __future__ import annotations
@@ -117,6 +119,9 @@ class Scheduler:
         # While the draft rests (k = 0, module doc): per request, the target's aux hidden rows [3H] of the positions
         # the draft has not seen yet, oldest first (the draft's cache holds len(tokens) - 1 - len(rows) positions).
         self._pending_aux: dict[str, list[torch.Tensor]] = {}
+        # The draft's proposals (the next round's d_1) of its last extend, until the host reads them (_read_proposals):
+        # (requests, host copy, its event).
+        self._proposals: tuple[list[Request], torch.Tensor, torch.cuda.Event | None] | None = None
         # Requests with a grammar: its matcher, which has accepted the request's output so far (kept through a
         # retraction; dropped when the request finishes). Here, not in the Request: TP ranks each keep their own.
         self._matchers: dict[str, GrammarMatcher] = {}
@@ -364,27 +369,40 @@ class Scheduler:
         holding every position before the request's last token: the next round's d_1 and draft hidden come from
         each row's last position (sampled from there where ``samp`` has sampled requests)."""
         runner = self.runner
+        self._read_proposals()
         proposals, hidden = runner.prefill_draft(rows, aux)
         ends = torch.tensor([len(toks) for toks, _, _ in rows]).cumsum(0) - 1
         proposals = proposals[ends.to(proposals.device)]
         if samp is not None:  # the last row (position first + n - 1) proposes the token two after it, sampled
             proposals = runner.draft_proposals(hidden[ends.to(hidden.device)], samp,
                                                runner.to_device([first + len(toks) - 1 for toks, first, _ in rows]))
-        proposals = proposals.tolist()
         for i, r in enumerate(reqs):
-            r.next_draft_token = proposals[i]
             self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()
             self._pending_aux.pop(r.rid, None)
+        # Read when first needed (_read_proposals), not now: the host goes on queueing work meanwhile.
+        self._proposals = (reqs, *runner.to_host(proposals))
 
-    def _catch_up_due(self, r: Request, ahead: int = 0) -> bool:
+    def _read_proposals(self) -> None:
+        """Sets each request's next_draft_token from the draft's last extend (waiting for it if need be)."""
+        if self._proposals is None:
+            return
+        reqs, host, ready = self._proposals
+        self._proposals = None
+        if ready is not None:
+            ready.synchronize()
+        for r, tok in zip(reqs, host.tolist(), strict=True):
+            r.next_draft_token = tok
+
+    def _catch_up_due(self, r: Request) -> bool:
         """Whether the draft must catch up on r before its next round: it drafts again (k > 0) with rows kept, or
-        it rests and probe_rounds rows are kept (``ahead``: those a round in flight will add)."""
-        kept = len(self._pending_aux.get(r.rid, ())) + ahead
+        it rests and probe_rounds rows are kept (of the rounds read)."""
+        kept = len(self._pending_aux.get(r.rid, ()))
         return kept > 0 and (not self.resting or kept >= self.adaptive.config.probe_rounds)
 
     def _catch_up(self, reqs: list[Request]) -> None:
-        """The resting draft's extend over the positions it has not seen (module doc), for ``reqs`` (no round in
-        flight): afterwards it holds every position before each request's last token, as after a round."""
+        """The resting draft's extend over the positions of the rounds read that it has not seen (module doc), for
+        ``reqs``: afterwards it holds every position before each request's last token read, as after a round; its
+        proposal is for the token after it (that of the round in flight, if one is)."""
         if not reqs:
             return
         rows, aux = [], []
@@ -469,6 +487,8 @@ class Scheduler:
         if self._may_all_finish(prev.reqs) or not self._reserve_ahead(prev.reqs):
             self._ahead = None  # read it without a round behind it (one that would be wasted, or no pages)
             return self._finish(prev)
+        if self.resting:  # queued behind the round in flight (module doc): its proposal is for that round's token
+            self._catch_up([r for r in prev.reqs if self._catch_up_due(r)])
         nxt = self._launch(prev.reqs, *self._batch_after(prev), samp=prev.samp)
         changed = self._finish(prev, in_flight=True)
         if any(r.finished for r in prev.reqs):  # the batch ends here: the round behind it is read now
@@ -484,8 +504,6 @@ class Scheduler:
         the same draft length (an adaptive k may have changed it)."""
         if self.waiting and len(self.running) < self.max_running or self._ahead.T != self.lookahead + 1:
             return False
-        if self.resting and any(self._catch_up_due(r, ahead=1) for r in self._ahead.reqs):
-            return False  # the draft's catch-up needs the round in flight read (its token and aux rows)
         reqs = self._ahead.reqs
         return len(reqs) == len(self.running) and all(a is b for a, b in zip(reqs, self.running, strict=True))
 
@@ -512,6 +530,7 @@ class Scheduler:
 
     def _first_batch(self, reqs: list[Request]) -> tuple[BatchTensors, torch.Tensor | None]:
         """A round's inputs built on the host: (batch, draft hidden [B, Hd] or None)."""
+        self._read_proposals()
         if not self.speculative:
             return self.runner.build([([r.tokens[-1]], r.seq_len - 1, r.pages) for r in reqs]), None
         # The verify batch: positions seq_len-1 .. seq_len-1+k, ids [last, d_1, placeholders for d_2..d_k] ([last]
@@ -594,6 +613,7 @@ class Scheduler:
         accepted tokens, so their pages stay."""
         if rnd.ready is not None:
             rnd.ready.synchronize()
+        self._read_proposals()  # (a catch-up queued behind this round: its proposal is for this round's token)
         rows = rnd.host.tolist()
         lp_rows = self._read_logprobs(rnd.reqs, list(rnd.logprobs)) if rnd.logprobs is not None else None
         changed, accepted = [], []
