@@ -193,7 +193,7 @@ NATIVE_ONLY_FLAGS = {
     "--cuda-graph-prefill-tokens": None, "--max-request-bytes": None, "--mha-prefill-tokens": None,
     "--max-stop-str-len": None, "--max-stop-strings": None, "--max-top-logprobs-num": None,
     "--shutdown-grace-s": None, "--speculative-aux-layer-ids": None, "--speculative-num-steps-candidates": None,
-    "--use-worker-processes": None, "--worker-timeout": None,
+    "--speculative-adaptive-probe-rounds": None, "--use-worker-processes": None, "--worker-timeout": None,
 }
 # Ours and SGLang's for the same thing under another name.
 _SGLANG_NAMES = {"--tp": "--tp-size"}
