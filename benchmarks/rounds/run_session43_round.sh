@@ -13,7 +13,7 @@
 # q4: the same configurations at 16 concurrent requests.
 # q5: at the session's last commit, every CUDA engine test and the overlap schedule's GPU tests.
 # q6: the overlapped catch-up (queued behind the round in flight, its proposals read with that round): the adaptive
-#     GPU tests, then the Kimi slice at batch 1 with the random draft, adaptive with probe_rounds 0 and 16.
+#     and resting-draft GPU tests, then the Kimi slice at batch 1 with the random draft, adaptive with probe_rounds 0 and 16.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: q1 | q2 | q3 | q4 | q5 | q6}
@@ -49,8 +49,8 @@ q5)
     tests/test_overlap.py
   ;;
 q6)
-  TAIL=6 stage engine_adaptive 100 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 90 \
-    tests/gpu/test_cuda_engine.py -k adaptive
+  TAIL=6 stage engine_adaptive 130 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 120 \
+    tests/gpu/test_cuda_engine.py -k "adaptive or resting"
   TAIL=12 stage e2e_kimi_rest 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 0 --adaptive --adaptive-probe-rounds 0 16 --out "$OUT/e2e_rest_kimi.json"
   ;;

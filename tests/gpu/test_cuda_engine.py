@@ -263,6 +263,44 @@ def test_adaptive_num_steps_replays_graphs_for_every_candidate(pair, reference):
     assert counts["target_verify"]["eager"] == 0 and counts["draft_extend"]["eager"] == 0
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_resting_draft_with_graphs(pair, reference, overlap):
+    """The adaptive policy held at k = 0 for 14 steps with the draft resting (a catch-up every 3 rounds: with the
+    overlap queued behind the round in flight, its proposals read with it), then k = 3: the output is the
+    reference's, the resting rounds replay the decode step's graph and every catch-up a draft prefill graph, and
+    the rounds after catch-ups report position 1 to the policy."""
+    import dataclasses
+
+    from sglang_eagle3.runtime.adaptive import DraftLengthPolicy
+
+    eng = make(pair, k=3, speculative_adaptive=True, speculative_num_steps_candidates=[0], cuda_graph_max_bs=8,
+               disable_overlap_schedule=not overlap)
+    sched = eng.backend.scheduler
+    seen = []
+
+    class Rest(DraftLengthPolicy):
+        steps = 0
+
+        def choose(self, current, batch):
+            self.steps += 1
+            return 0 if self.steps <= 14 else 3
+
+        def observe(self, k, accepted):
+            seen.append((k, len(accepted)))
+            super().observe(k, accepted)
+
+    sched.adaptive = Rest(dataclasses.replace(sched.adaptive.config, probe_rounds=3), sched.adaptive.costs)
+    outs = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+    assert [o["output_ids"] for o in outs] == reference
+    counts = eng.get_server_info()["forward_counts"]
+    assert counts["target_decode"]["eager"] == 0 and counts["target_decode"]["graph"] >= 10, counts
+    # the prefill's draft extend and at least two catch-ups a batch of rest
+    assert counts["draft_prefill"]["eager"] == 0 and counts["draft_prefill"]["graph"] >= 3, counts
+    assert counts["spec_round"]["eager"] == 0 and counts["spec_round"]["graph"] > 0, counts
+    assert any(k == 1 for k, _ in seen) and any(k == 3 for k, _ in seen), seen
+    assert not sched._pending_aux
+
+
 def test_speculative_adaptive_with_graphs(pair, reference):
     """speculative_adaptive=True on CUDA: the start-up timing replays every candidate's round graph on every bucket
     (k = 0 too: the verify of one token and the draft's one-token extend) and the resting draft's catch-up without
