@@ -494,8 +494,8 @@ def test_overlapped_catch_ups_leave_the_draft_where_k_zero_rounds_do(pair):
         if probe:  # the resting draft's state is whole right after a catch-up
             extend = sched._extend_draft
 
-            def spy(reqs, rows, aux, samp, extend=extend, record=record):
-                extend(reqs, rows, aux, samp)
+            def spy(reqs, rows, aux, samp, lazy=False, extend=extend, record=record):
+                extend(reqs, rows, aux, samp, lazy)
                 record(reqs)
 
             sched._extend_draft = spy

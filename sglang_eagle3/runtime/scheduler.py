@@ -363,11 +363,13 @@ class Scheduler:
         return reqs
 
     def _extend_draft(self, reqs: list[Request], rows: list[tuple[list[int], int, list[int]]], aux: torch.Tensor,
-                      samp: SamplerBatch | None) -> None:
+                      samp: SamplerBatch | None, lazy: bool = False) -> None:
         """The draft's extend over each request's row (its tokens shifted by one from the row's first position:
         position p pairs the target's aux hidden p, rows of ``aux`` in order, with token p + 1), which leaves it
         holding every position before the request's last token: the next round's d_1 and draft hidden come from
-        each row's last position (sampled from there where ``samp`` has sampled requests)."""
+        each row's last position (sampled from there where ``samp`` has sampled requests). ``lazy``: the proposals
+        are read when first needed (_read_proposals), by the end of the step, not now: the host goes on queueing
+        work meanwhile (an overlapped catch-up, read with the round in flight)."""
         runner = self.runner
         self._read_proposals()
         proposals, hidden = runner.prefill_draft(rows, aux)
@@ -379,8 +381,9 @@ class Scheduler:
         for i, r in enumerate(reqs):
             self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()
             self._pending_aux.pop(r.rid, None)
-        # Read when first needed (_read_proposals), not now: the host goes on queueing work meanwhile.
         self._proposals = (reqs, *runner.to_host(proposals))
+        if not lazy:
+            self._read_proposals()
 
     def _read_proposals(self) -> None:
         """Sets each request's next_draft_token from the draft's last extend (waiting for it if need be)."""
@@ -399,10 +402,10 @@ class Scheduler:
         kept = len(self._pending_aux.get(r.rid, ()))
         return kept > 0 and (not self.resting or kept >= self.adaptive.config.probe_rounds)
 
-    def _catch_up(self, reqs: list[Request]) -> None:
+    def _catch_up(self, reqs: list[Request], lazy: bool = False) -> None:
         """The resting draft's extend over the positions of the rounds read that it has not seen (module doc), for
         ``reqs``: afterwards it holds every position before each request's last token read, as after a round; its
-        proposal is for the token after it (that of the round in flight, if one is)."""
+        proposal is for the token after it (that of the round in flight, if one is; ``lazy``: _extend_draft's)."""
         if not reqs:
             return
         rows, aux = [], []
@@ -411,7 +414,7 @@ class Scheduler:
             n = len(kept)  # the last n tokens' positions: seq_len - 1 - n .. seq_len - 2, paired with the tokens after
             rows.append((r.tokens[-n:], r.seq_len - 1 - n, r.pages))
             aux += kept
-        self._extend_draft(reqs, rows, torch.stack(aux), self._sampler(reqs))
+        self._extend_draft(reqs, rows, torch.stack(aux), self._sampler(reqs), lazy)
 
     def _matcher(self, r: Request) -> GrammarMatcher:
         if self.grammar is None:
@@ -488,7 +491,7 @@ class Scheduler:
             self._ahead = None  # read it without a round behind it (one that would be wasted, or no pages)
             return self._finish(prev)
         if self.resting:  # queued behind the round in flight (module doc): its proposal is for that round's token
-            self._catch_up([r for r in prev.reqs if self._catch_up_due(r)])
+            self._catch_up([r for r in prev.reqs if self._catch_up_due(r)], lazy=True)  # (read in _finish below)
         nxt = self._launch(prev.reqs, *self._batch_after(prev), samp=prev.samp)
         changed = self._finish(prev, in_flight=True)
         if any(r.finished for r in prev.reqs):  # the batch ends here: the round behind it is read now
