@@ -533,7 +533,7 @@ class Scheduler:
 
     def _first_batch(self, reqs: list[Request]) -> tuple[BatchTensors, torch.Tensor | None]:
         """A round's inputs built on the host: (batch, draft hidden [B, Hd] or None)."""
-        self._read_proposals()
+        self._read_proposals()  # (none is left unread between steps; the batch's d_1 must not be a stale one)
         if not self.speculative:
             return self.runner.build([([r.tokens[-1]], r.seq_len - 1, r.pages) for r in reqs]), None
         # The verify batch: positions seq_len-1 .. seq_len-1+k, ids [last, d_1, placeholders for d_2..d_k] ([last]
