@@ -82,6 +82,11 @@ class AdaptiveConfig:
             raise ValueError(f"first_prior={self.first_prior!r} (in (0, 1)), prior_weight={self.prior_weight!r} "
                              f"(> 0), min_gain={self.min_gain!r} (>= 0)")
 
+    @property
+    def rests(self) -> bool:
+        """Whether the draft rests while k = 0 (module doc): k = 0 is a candidate and probe_rounds > 0."""
+        return 0 in self.candidates and self.probe_rounds > 0
+
 
 DECODE = "decode"  # RoundCosts' key of the plain decode step (no draft at all), beside the rounds' k
 CATCH_UP = "catch_up"  # RoundCosts' key of a resting draft's catch-up over probe_rounds tokens a request
@@ -123,7 +128,7 @@ class DraftLengthPolicy:
     before launching the next; both are deterministic functions of the accept counts seen, so TP ranks agree."""
 
     def __init__(self, config: AdaptiveConfig, costs: RoundCosts):
-        needed = (DECODE, *config.candidates, *((CATCH_UP,) if self.rests(config) else ()))
+        needed = (DECODE, *config.candidates, *((CATCH_UP,) if config.rests else ()))
         missing = [k for k in needed if (k, costs.batch_sizes[0]) not in costs.seconds]
         if missing:
             raise ValueError(f"round costs lack draft lengths {missing} (measured: {costs.as_dict()})")
@@ -138,15 +143,10 @@ class DraftLengthPolicy:
         self.rounds = 0
         self._warned_slower = False
 
-    @staticmethod
-    def rests(config: AdaptiveConfig) -> bool:
-        """Whether the draft rests while k = 0 (module doc): k = 0 is a candidate and probe_rounds > 0."""
-        return 0 in config.candidates and config.probe_rounds > 0
-
     def cost(self, k: int | str, batch: int) -> float:
         """Seconds a round of k draft steps (or DECODE) takes at ``batch``; k = 0 while resting: a decode step and
         a share of the catch-up every probe_rounds rounds."""
-        if k == 0 and self.rests(self.config):
+        if k == 0 and self.config.rests:
             return self.costs.at(DECODE, batch) + self.costs.at(CATCH_UP, batch) / self.config.probe_rounds
         return self.costs.at(k, batch)
 
@@ -227,7 +227,7 @@ class DraftLengthPolicy:
         """What the policy knows, for server info."""
         rates = self.predicted_rates(max(batch, 1))
         return {"num_steps": current, "candidates": list(self.config.candidates), "rounds": self.rounds,
-                "resting": current == 0 and self.rests(self.config), "probe_rounds": self.config.probe_rounds,
+                "resting": current == 0 and self.config.rests, "probe_rounds": self.config.probe_rounds,
                 "switches": self.switches, "acceptance": [round(p, 4) for p in self.acceptance()],
                 "predicted_tokens_per_s": {k: round(r, 2) for k, r in rates.items()},
                 "round_ms": self.costs.as_dict()}

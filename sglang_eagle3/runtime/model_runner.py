@@ -752,8 +752,8 @@ class ModelRunner:
         kmax = max(ks)
         # A round reaches past its verify's rows; a catch-up past its tokens to its prefill bucket's end (a bucket
         # past the page table would run it eager, not as a request's catch-up replays it).
-        catch_up_room = next((t for t in self.prefill_tokens if t >= catch_up_tokens), catch_up_tokens)
-        room = max(2 * kmax + 2, catch_up_room if catch_up_tokens > 0 else 0)
+        room = max(2 * kmax + 2, next((t for t in self.prefill_tokens if t >= catch_up_tokens), catch_up_tokens)
+                   if catch_up_tokens > 0 else 0)
         first = max(0, min(context, self.max_context - room))
         pages = [0] * min(self.max_pages, pages_for(first + room, self.page_size))
         hidden_w = self.draft.config.hidden_size if self.draft is not None else 0

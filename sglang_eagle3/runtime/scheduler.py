@@ -141,7 +141,7 @@ class Scheduler:
     @property
     def resting(self) -> bool:
         """Whether the next rounds leave the draft out (k = 0 under an adaptive policy that rests it; module doc)."""
-        return self.num_steps == 0 and self.adaptive is not None and self.adaptive.rests(self.adaptive.config)
+        return self.num_steps == 0 and self.adaptive is not None and self.adaptive.config.rests
 
     @property
     def lookahead(self) -> int:
