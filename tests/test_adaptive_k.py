@@ -131,6 +131,28 @@ def test_hysteresis_and_interval():
     assert big.choose(1, 1) == 3 and big.switches == 1
 
 
+@pytest.mark.parametrize("batch", [1, 2, 3, 5, 8, 13])
+def test_first_decision_waits_for_evidence_not_rounds(batch):
+    """The first decision comes once position 1 was checked first_evidence times or after interval rounds, whichever
+    is first (a round of `batch` requests checks it `batch` times); every later one after interval rounds, whatever
+    the batch. Drafts never accepted: each decision that is made leaves the configured k = 3 for a shorter one."""
+    rng = random.Random()
+    interval, evidence = rng.randint(3, 9), rng.randint(4, 20)
+    pol = DraftLengthPolicy(AdaptiveConfig(candidates=(1, 3), interval=interval, first_evidence=evidence,
+                                           min_gain=0.0, halflife_rounds=1e9), _costs(2.0, 0.5))
+    first = min(interval, -(-evidence // batch))  # rounds until the first decision
+    k = 3
+    for r in range(1, first + 2 * interval + 1):
+        pol.observe(k, [0] * batch)
+        k_next = pol.choose(k, batch)
+        due = r == first or (r > first and (r - first) % interval == 0)
+        assert pol.decisions == (r >= first) + max(0, (r - first) // interval), (r, first, interval)
+        assert (k_next != k) == (due and k == 3), (r, first, k, k_next)
+        k = k_next
+    with pytest.raises(ValueError, match="first_evidence=0"):
+        AdaptiveConfig(candidates=(1,), first_evidence=0)
+
+
 def test_policy_comes_back_up_after_acceptance_rises():
     """Poor drafts push k down to 1; when they turn good, the half-life forgets positions 2+'s old evidence and
     the policy climbs back to the longest candidate."""

@@ -35,7 +35,10 @@ start-up, CATCH_UP), and position 1 is observed once a request every ``probe_rou
 round. (probe_rounds = 0: k = 0 rounds keep the draft's one-token extend, as above.)
 
 The policy only ever moves between the candidates the engine captured graphs for (``EngineArgs.step_candidates``),
-after every ``interval`` rounds, and only for a predicted gain of at least ``min_gain``; a switch costs one round
+after every ``interval`` rounds, and only for a predicted gain of at least ``min_gain``. The first decision needs
+evidence rather than rounds: it comes once draft position 1 has been checked ``first_evidence`` times (8 rounds at
+batch 1, one round at 8 or more requests) or after ``interval`` rounds, whichever is first, so a batch of requests
+does not spend ``interval`` rounds at a configured k its acceptance has already ruled out; a switch costs one round
 without the overlap schedule's look-ahead (runtime/scheduler.py). It warns, once, when even its best k is predicted
 slower than plain decoding (which the timing measures too), which is what a user of a draft that does not fit the
 target needs to know (README, "Adaptive draft length").
@@ -58,22 +61,27 @@ class AdaptiveConfig:
     """How the draft-length policy decides; the candidates come from the engine. The defaults are reasoned, not
     tuned: decisions every 8 rounds keep a switch's lost overlap (one round's host time) under a few per cent of
     the rounds between, a half-life of 256 rounds lets the estimates follow a new prompt mix within a few hundred
-    tokens, and a 2% margin keeps timing noise from flipping k back and forth."""
+    tokens, and a 2% margin keeps timing noise from flipping k back and forth. The first decision after 8 checks of
+    position 1 rests its estimate on four times the prior's weight of observations."""
 
     candidates: tuple[int, ...]  # draft lengths with captured graphs, the only ones the policy picks
-    interval: int = 8  # rounds between two decisions (the first after as many rounds at the configured k)
+    interval: int = 8  # rounds between two decisions (the first: see first_evidence)
     halflife_rounds: float = 256.0  # the acceptance evidence of a round weighs half as much this many rounds later
     min_gain: float = 0.02  # a switch needs this much more predicted throughput than staying
     prior_weight: float = 2.0  # pseudo-observations a position's estimate borrows from the one before it
     first_prior: float = 0.5  # the prior acceptance of the first draft position
     # While k = 0 the draft rests and catches up every this many rounds (module doc); 0: it extends every round.
     probe_rounds: int = 16
+    # The first decision once draft position 1 was checked this many times (or after interval rounds, if sooner).
+    first_evidence: int = 8
 
     def __post_init__(self):
         if not self.candidates or any(not isinstance(k, int) or k < 0 for k in self.candidates):
             raise ValueError(f"candidates={self.candidates!r} must be draft lengths >= 0")
         if self.interval < 1:
             raise ValueError(f"interval={self.interval!r} must be >= 1 round")
+        if not isinstance(self.first_evidence, int) or self.first_evidence < 1:
+            raise ValueError(f"first_evidence={self.first_evidence!r} must be an int >= 1 (checks of position 1)")
         if not self.halflife_rounds > 0:
             raise ValueError(f"halflife_rounds={self.halflife_rounds!r} must be > 0")
         if not isinstance(self.probe_rounds, int) or self.probe_rounds < 0:
@@ -139,6 +147,8 @@ class DraftLengthPolicy:
         self._passed = [0.0] * (self.max_k + 1)
         self._decay = 0.5 ** (1.0 / config.halflife_rounds)
         self._rounds_since_decision = 0
+        self._checks = 0  # times position 1 was checked, undecayed (the first decision's evidence)
+        self.decisions = 0
         self.switches = 0
         self.rounds = 0
         self._warned_slower = False
@@ -157,6 +167,7 @@ class DraftLengthPolicy:
             return
         self.rounds += 1
         self._rounds_since_decision += 1
+        self._checks += len(accepted)
         d = self._decay
         for i in range(1, self.max_k + 1):
             self._reached[i] *= d
@@ -203,11 +214,13 @@ class DraftLengthPolicy:
 
     def choose(self, current: int, batch: int) -> int:
         """The draft length for the next round of ``batch`` requests (``current`` until a decision is due)."""
-        if self._rounds_since_decision < self.config.interval:
+        c = self.config
+        if self._rounds_since_decision < c.interval and (self.decisions or self._checks < c.first_evidence):
             return current
         self._rounds_since_decision = 0
+        self.decisions += 1
         rates = self.predicted_rates(batch)
-        best = max(self.config.candidates, key=lambda k: (rates[k], -k))
+        best = max(c.candidates, key=lambda k: (rates[k], -k))
         if rates[best] < rates[DECODE] and not self._warned_slower:
             self._warned_slower = True
             logger.warning(
@@ -215,7 +228,7 @@ class DraftLengthPolicy:
                 "tokens/s a request against %.1f without a draft; accepted drafts a round %.2f at k=%d): the draft "
                 "does not fit this target or workload", best, rates[best], rates[DECODE],
                 self.expected_tokens(max(current, 1)) - 1.0, max(current, 1))
-        if current not in rates or rates[best] >= rates[current] * (1.0 + self.config.min_gain):
+        if current not in rates or rates[best] >= rates[current] * (1.0 + c.min_gain):
             if best != current:
                 self.switches += 1
                 logger.info("adaptive draft length %d -> %d (predicted %.1f -> %.1f tokens/s a request at batch %d)",
@@ -228,6 +241,7 @@ class DraftLengthPolicy:
         rates = self.predicted_rates(max(batch, 1))
         return {"num_steps": current, "candidates": list(self.config.candidates), "rounds": self.rounds,
                 "resting": current == 0 and self.config.rests, "probe_rounds": self.config.probe_rounds,
-                "switches": self.switches, "acceptance": [round(p, 4) for p in self.acceptance()],
+                "decisions": self.decisions, "switches": self.switches,
+                "acceptance": [round(p, 4) for p in self.acceptance()],
                 "predicted_tokens_per_s": {k: round(r, 2) for k, r in rates.items()},
                 "round_ms": self.costs.as_dict()}
