@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The forty-fourth session's device round: the resting draft's overlapped catch-up (`ca6d79c`, never run on a GPU) and
+# the adaptive policy's first decision by evidence (`6e06ddd`: one round at 16 requests instead of 8).
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session44_round.sh r1   (then r2; one device call each, < 10 min;
+#   pass carry: [".carry"] after benchmarks/rounds/fetch_device_wheels.sh so the structured-output test runs)
+# r1: every CUDA engine test (the resting draft's GPU test among them), then the Kimi slice at batch 1 with the random
+#     draft: the baseline, fixed k = 3 and adaptive with probe_rounds 0 and 16 (the forty-third session's q3 and q6).
+# r2: the Kimi slice at 16 concurrent requests, the random draft and pinned at 3.0, adaptive resting: each pass's
+#     tok/s in the JSON (the first pass holds the warm-up before the first decision; the forty-third session's q4
+#     measured 1049.5-1049.8 first against 1090.3-1090.8 second with the random draft).
+# Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: r1 | r2}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
+case $part in
+r1)
+  install_carried_wheels
+  TAIL=12 stage engine_tests 240 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 230 \
+    tests/gpu/test_cuda_engine.py
+  TAIL=12 stage e2e_kimi_rest 240 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 0 --adaptive --adaptive-probe-rounds 0 16 --out "$OUT/e2e_rest_kimi.json"
+  ;;
+r2)
+  TAIL=20 stage e2e_kimi_c16 480 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --concurrency 16 \
+    --cuda-graph-max-bs 16 --max-new-tokens 64 --repeat 2 --simulate-accept 0 3.0 --adaptive \
+    --out "$OUT/e2e_adaptive_kimi_c16.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
