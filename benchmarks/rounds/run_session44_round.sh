@@ -3,7 +3,7 @@
 # the adaptive policy's first decision by evidence (`6e06ddd`: one round at 16 requests instead of 8).
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session44_round.sh r1   (then r2; one device call each, < 10 min;
 #   pass carry: [".carry"] after benchmarks/rounds/fetch_device_wheels.sh so the structured-output test runs)
-# r1: every CUDA engine test (the resting draft's GPU test among them), then the Kimi slice at batch 1 with the random
+# r1: the CUDA engine's adaptive, resting-draft and structured-output tests, then the Kimi slice at batch 1 with the random
 #     draft: the baseline, fixed k = 3 and adaptive with probe_rounds 0 and 16 (the forty-third session's q3 and q6).
 # r2: the Kimi slice at 16 concurrent requests with the random draft: the baseline, fixed k = 3, adaptive with
 #     probe_rounds 0 and 16 (the forty-third session's q4 without the pinned runs). Its second pass runs at k = 0
@@ -17,9 +17,9 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --f
 case $part in
 r1)
   install_carried_wheels
-  TAIL=12 stage engine_tests 240 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 230 \
-    tests/gpu/test_cuda_engine.py
-  TAIL=12 stage e2e_kimi_rest 240 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+  TAIL=12 stage engine_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/gpu/test_cuda_engine.py -k "adaptive or resting or grammar"
+  TAIL=12 stage e2e_kimi_rest 320 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 0 --adaptive --adaptive-probe-rounds 0 16 --out "$OUT/e2e_rest_kimi.json"
   ;;
 r2)
