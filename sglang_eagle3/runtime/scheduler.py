@@ -649,7 +649,7 @@ class Scheduler:
                 # (the round behind one in flight drafts as many: _ahead_continues)
                 self._trim_pages(r, r.seq_len + rnd.T - 1 if in_flight else r.seq_len - 1)
             changed.append(r)
-        if self.adaptive is not None and accepted:
+        if self.adaptive is not None:  # (every round, a resting one without evidence too: adaptive.py)
             self.adaptive.observe(max(rnd.T - 1, 1), accepted)
         return changed
 
