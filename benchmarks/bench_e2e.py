@@ -155,7 +155,8 @@ def _embedded_variant(a, out, target, draft, prompts, common, first_ids, env_set
     out["runs"].append({"name": "baseline" + tag, "identical_across_variants": base_ids == first_ids[smp],
                         **base})
     print(f"baseline{tag}: {_rate(base)}", flush=True)
-    runs = [(k, False, None) for k in a.ks] + ([(a.k, True, n) for n in a.adaptive_probe_rounds] if a.adaptive else [])
+    runs = ([] if a.adaptive_only else [(k, False, None) for k in a.ks]) + (
+        [(a.k, True, n) for n in a.adaptive_probe_rounds] if a.adaptive else [])
     for k, adaptive, probe in runs:
         eng = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
                      speculative_num_steps=k, speculative_adaptive=adaptive,
@@ -270,7 +271,8 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
     configs = [("baseline", None, None, False, None)] + [
         (f"eagle3_{'adaptive_from_' if n is not None else ''}k{a.k}" + (f"_acc{x}" if x else "") + _probe_tag(a, n),
          a.k, x or None, n is not None, n)
-        for x in a.simulate_accept for n in ((None, *a.adaptive_probe_rounds) if a.adaptive else (None,))]
+        for x in a.simulate_accept
+        for n in (((None,) if not a.adaptive_only else ()) + tuple(a.adaptive_probe_rounds) if a.adaptive else (None,))]
     variants = [(v, prefill_tokens(v), m, e, o, smp) for v in a.prefill_graphs for m in a.mha_prefill_tokens
                 for e in a.env_variants for o in a.overlap_schedule for smp in a.sampling]
     # Each variant (prefill graphs x MHA prefill x environment x overlap schedule x sampling) runs every
@@ -407,6 +409,8 @@ def main() -> None:
     ap.add_argument("--adaptive", action="store_true",
                     help="also run EAGLE-3 with speculative_adaptive from k = --k (embedded: beside every --ks; "
                     "Kimi slice: beside each --simulate-accept)")
+    ap.add_argument("--adaptive-only", action="store_true",
+                    help="with --adaptive: leave out the fixed-k EAGLE-3 runs (the baseline stays)")
     ap.add_argument("--adaptive-probe-rounds", type=int, nargs="+", default=[16],
                     help="--adaptive: the resting draft's rounds between catch-ups (speculative_adaptive_probe_rounds; "
                     "0: k = 0 rounds run the draft's extend); several values: an adaptive run for each")
@@ -416,6 +420,8 @@ def main() -> None:
         ap.error(f"--repeat must be >= 1, got {a.repeat}")
     if a.concurrency < 1:
         ap.error(f"--concurrency must be >= 1, got {a.concurrency}")
+    if a.adaptive_only and not a.adaptive:
+        ap.error("--adaptive-only leaves out the fixed-k runs beside --adaptive's: give --adaptive too")
     if a.comm_gpus > 1 and not a.kimi_slice:
         ap.error("--comm-gpus is for --kimi-slice (the embedded workload takes --tp-size)")
     if a.kimi_slice and a.comm_gpus > 1:

@@ -69,6 +69,19 @@ def test_e2e_concurrency_batches_the_prompts(tmp_path):
     assert spec["lossless_first4"] is True
 
 
+@needs_embedded
+def test_e2e_adaptive_only_leaves_out_the_fixed_k_runs(tmp_path):
+    """--adaptive --adaptive-only: the baseline and one adaptive run a probe_rounds value, no fixed k; output
+    lossless; --adaptive-only alone is refused."""
+    _, res = bench_e2e_json(tmp_path, "--num-prompts", "2", "--max-new-tokens", "6", "--ks", "2", "--k", "2",
+                            "--adaptive", "--adaptive-only", "--adaptive-probe-rounds", "0", "4")
+    names = [r["name"] for r in res["runs"]]
+    assert names[0] == "baseline" and len(names) == 3 and all("adaptive" in n for n in names[1:]), names
+    assert all(r.get("lossless_first4", True) for r in res["runs"])
+    proc = bench_e2e("--adaptive-only", timeout=120)
+    assert proc.returncode != 0 and "--adaptive-only" in proc.stderr and "give --adaptive" in proc.stderr
+
+
 def test_e2e_concurrency_must_be_positive():
     proc = bench_e2e("--concurrency", "0", timeout=120)
     assert proc.returncode == 2 and "--concurrency must be >= 1, got 0" in proc.stderr

@@ -4,8 +4,8 @@
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session44_round.sh r1   (then r2; one device call each, < 10 min;
 #   pass carry: [".carry"] after benchmarks/rounds/fetch_device_wheels.sh so the structured-output test runs)
 # r1: the CUDA engine's adaptive, resting-draft and structured-output tests, then the Kimi slice at batch 1 with the random
-#     draft: the baseline, fixed k = 3 and adaptive with probe_rounds 0 and 16 (the forty-third session's q3 and q6).
-# r2: the Kimi slice at 16 concurrent requests with the random draft: the baseline, fixed k = 3, adaptive with
+#     draft: the baseline and adaptive with probe_rounds 0 and 16 (the forty-third session's q6; fixed k = 3 left out).
+# r2: the Kimi slice at 16 concurrent requests with the random draft: the baseline and adaptive with
 #     probe_rounds 0 and 16 (the forty-third session's q4 without the pinned runs). Its second pass runs at k = 0
 #     throughout (the policy carries over; q4: 1090.3-1090.8 against the baseline's 1109.6 / 1117.6). (The first
 #     decision by evidence does not show here: the harness's 8-token warm-up call leaves the policy one round short
@@ -20,11 +20,11 @@ r1)
   TAIL=12 stage engine_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
     tests/gpu/test_cuda_engine.py -k "adaptive or resting or grammar"
   TAIL=12 stage e2e_kimi_rest 320 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
-    --repeat 2 --simulate-accept 0 --adaptive --adaptive-probe-rounds 0 16 --out "$OUT/e2e_rest_kimi.json"
+    --repeat 2 --simulate-accept 0 --adaptive --adaptive-only --adaptive-probe-rounds 0 16 --out "$OUT/e2e_rest_kimi.json"
   ;;
 r2)
   TAIL=20 stage e2e_kimi_rest_c16 400 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --concurrency 16 \
-    --cuda-graph-max-bs 16 --max-new-tokens 64 --repeat 2 --simulate-accept 0 --adaptive --adaptive-probe-rounds 0 16 \
+    --cuda-graph-max-bs 16 --max-new-tokens 64 --repeat 2 --simulate-accept 0 --adaptive --adaptive-only --adaptive-probe-rounds 0 16 \
     --out "$OUT/e2e_rest_kimi_c16.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
