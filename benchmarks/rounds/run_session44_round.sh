@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The forty-fourth session's device round: the resting draft's overlapped catch-up (`ca6d79c`, never run on a GPU) and
-# the adaptive policy's first decision by evidence (`6e06ddd`: one round at 16 requests instead of 8).
+# the adaptive policy's first decision by evidence (`6e06ddd`: one round at 16 requests instead of 8) and its resting
+# rounds counted as rounds (`1115be2`: they age the evidence and count toward decisions).
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session44_round.sh r1   (then r2; one device call each, < 10 min;
 #   pass carry: [".carry"] after benchmarks/rounds/fetch_device_wheels.sh so the structured-output test runs)
 # r1: the CUDA engine's adaptive, resting-draft and structured-output tests, then the Kimi slice at batch 1 with the random
