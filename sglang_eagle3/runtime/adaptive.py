@@ -62,15 +62,17 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
-    """How the draft-length policy decides; the candidates come from the engine. The defaults are reasoned, not
-    tuned: decisions every 8 rounds keep a switch's lost overlap (one round's host time) under a few per cent of
-    the rounds between, a half-life of 256 rounds lets the estimates follow a new prompt mix within a few hundred
-    tokens, and a 2% margin keeps timing noise from flipping k back and forth. The first decision after 8 checks of
-    position 1 rests its estimate on four times the prior's weight of observations."""
+    """How the draft-length policy decides; the candidates come from the engine. Decisions every 8 rounds keep a
+    switch's lost overlap (one round's host time) under a few per cent of the rounds between, a 2% margin keeps
+    timing noise from flipping k back and forth, and the first decision after 8 checks of position 1 rests its
+    estimate on four times the prior's weight of observations (reasoned, not tuned). The half-life of 64 rounds was
+    chosen in simulation on the Kimi-K2.5 slice's timed costs (benchmarks/simulate_adaptive.py, docs/BENCHMARKS.md
+    section 8): against 256 it follows a change of acceptance 2-7% closer to the best k of each phase and costs at
+    most 0.4% where the acceptance holds still (more switches on noise)."""
 
     candidates: tuple[int, ...]  # draft lengths with captured graphs, the only ones the policy picks
     interval: int = 8  # rounds between two decisions (the first: see first_evidence)
-    halflife_rounds: float = 256.0  # the acceptance evidence of a round weighs half as much this many rounds later
+    halflife_rounds: float = 64.0  # the acceptance evidence of a round weighs half as much this many rounds later
     min_gain: float = 0.02  # a switch needs this much more predicted throughput than staying
     prior_weight: float = 2.0  # pseudo-observations a position's estimate borrows from the one before it
     first_prior: float = 0.5  # the prior acceptance of the first draft position

@@ -1,0 +1,168 @@
+"""The adaptive draft-length policy (sglang_eagle3/runtime/adaptive.py) against simulated acceptance, on a GPU's
+measured round costs: tokens a second against the best fixed k of each phase, and how many rounds it takes to draft
+again after a poor draft turns good. CPU only, seconds to run; no model, no GPU.
+
+A round is what the scheduler does with one request: the policy chooses k, a chain draft of k is accepted position by
+position with the phase's probability (independent draws: real acceptance also varies within a request), and the
+round costs the timed cost of k (k = 0 resting: a decode step and a share of a catch-up; the draft's proposal observed
+only on the round after each catch-up, every probe_rounds rounds). A switch of k adds --switch-ms (the round loses the
+overlap schedule's look-ahead: ~0.8 ms of host time a round on the Kimi slice, runtime/scheduler.py). Compared in one
+run: the policy fed every round at each --halflife-rounds (the scheduler since `1115be2`: a resting round without
+evidence still ages the evidence and counts toward a decision), and fed only the rounds that observed a draft at the
+default half-life (before it). The oracle takes, in each phase, the candidate of most expected tokens a second.
+
+    python benchmarks/simulate_adaptive.py                       # the Kimi-K2.5 slice's costs at batch 1 (H200)
+    python benchmarks/simulate_adaptive.py --costs OTHER_E2E.json --runs 40 --halflife-rounds 32 64 --out sim.json
+
+--costs: a bench_e2e.py JSON with an adaptive run (its `adaptive.round_ms`, batch 1), by default
+benchmarks/results/h200/e2e_rest_kimi_2f3662c.json (the forty-third session's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import random
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sglang_eagle3.runtime.adaptive import (  # noqa: E402
+    CATCH_UP,
+    DECODE,
+    AdaptiveConfig,
+    DraftLengthPolicy,
+    RoundCosts,
+)
+
+DEFAULT_COSTS = Path(__file__).resolve().parent / "results" / "h200" / "e2e_rest_kimi_2f3662c.json"
+# (acceptance a position, rounds) phases; the name says what the policy must follow
+SCENARIOS = {
+    "constant 0.05": [(0.05, 2000)],
+    "constant 0.3": [(0.3, 2000)],
+    "constant 0.6": [(0.6, 2000)],
+    "constant 0.85": [(0.85, 2000)],
+    "0.05 then 0.85": [(0.05, 1000), (0.85, 1000)],
+    "0.85 then 0.05": [(0.85, 1000), (0.05, 1000)],
+    "0.1 / 0.8 every 300": [(0.1, 300), (0.8, 300)] * 4,
+}
+
+
+def chain_accepts(rng: random.Random, p: float | list[float], k: int) -> int:
+    """Accepted drafts of a round of k: position i passes with p (or p[i - 1]) once every one before it passed."""
+    a = 0
+    while a < k and rng.random() < (p[a] if isinstance(p, list) else p):
+        a += 1
+    return a
+
+
+def simulate(policy: DraftLengthPolicy, phases, rng: random.Random, *, k: int = 3, every_round: bool = True,
+             switch_s: float = 0.0):
+    """Rounds of one request through the policy: (tokens, seconds, per phase the round index at which it first
+    drafted (k > 0), None if it never did). ``every_round`` False feeds the policy only the rounds that observed a
+    draft (a resting round between catch-ups is then not reported); ``switch_s``: seconds a change of k adds."""
+    probe = policy.config.probe_rounds
+    tokens, seconds, resting, first_draft = 0, 0.0, 0, []
+    for p, n in phases:
+        first = None
+        for r in range(n):
+            k, prev = policy.choose(k, 1), k
+            seconds += switch_s if k != prev else 0.0
+            if k and first is None:
+                first = r
+            a = chain_accepts(rng, p, max(k, 1))
+            resting = resting + 1 if k == 0 and probe else 0
+            # resting: the first round after each catch-up (every probe-th, from the first) observes the proposal
+            evidence = k > 0 or not probe or resting % probe == 1 % probe
+            if evidence or every_round:
+                policy.observe(max(k, 1), [a] if evidence else [])
+            tokens += a + 1 if k else 1
+            seconds += policy.cost(k, 1)
+        first_draft.append(first)
+    return tokens, seconds, first_draft
+
+
+def oracle_rate(policy: DraftLengthPolicy, phases) -> float:
+    """Tokens a second of the best candidate in each phase (expected tokens, timed costs)."""
+    tokens = seconds = 0.0
+    for p, n in phases:
+        best = max(policy.config.candidates, key=lambda k: sum(p ** j for j in range(k + 1)) / policy.cost(k, 1))
+        tokens += n * sum(p ** j for j in range(best + 1))
+        seconds += n * policy.cost(best, 1)
+    return tokens / seconds
+
+
+def load_costs(path: str) -> RoundCosts:
+    """Batch-1 round costs from a bench_e2e.py JSON's first adaptive run with a catch-up timed."""
+    try:
+        runs = json.loads(Path(path).read_text())["runs"]
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit(f"--costs {path}: not a readable bench_e2e.py JSON with 'runs' "
+                         f"({type(e).__name__}: {e})") from None
+    for run in runs:
+        ms = (run.get("adaptive") or {}).get("round_ms") or {}
+        if "catch_up" in ms:
+            return RoundCosts({(k if k in (DECODE, CATCH_UP) else int(k), 1): v["1"] / 1e3 for k, v in ms.items()})
+    raise SystemExit(f"{path}: no adaptive run with a timed catch-up (round_ms.catch_up) in its runs")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--costs", default=str(DEFAULT_COSTS), help="a bench_e2e.py JSON with an adaptive run")
+    ap.add_argument("--runs", type=int, default=20, help="simulated requests a scenario (fresh draws each)")
+    ap.add_argument("--halflife-rounds", type=float, nargs="+", default=None,
+                    help="the policy's half-lives to compare, fed every round (default: AdaptiveConfig's)")
+    ap.add_argument("--switch-ms", type=float, default=0.8, help="what a change of k adds to its round")
+    ap.add_argument("--seed", type=int, default=None, help="fixes the draws (default: fresh)")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a.runs < 1 or a.switch_ms < 0 or any(not h > 0 for h in a.halflife_rounds or ()):
+        ap.error(f"--runs {a.runs} must be >= 1, --switch-ms {a.switch_ms} >= 0, --halflife-rounds "
+                 f"{a.halflife_rounds} > 0")
+    logging.disable(logging.WARNING)  # (the policy's "slower than plain decoding" warning, once a request)
+    costs = load_costs(a.costs)
+    base = AdaptiveConfig(candidates=tuple(sorted(k for k, _ in costs.seconds if isinstance(k, int))))
+    # (label, config, fed every round)
+    variants = [(f"every round, half-life {h:g}", dataclasses.replace(base, halflife_rounds=h), True)
+                for h in a.halflife_rounds or (base.halflife_rounds,)]
+    variants.append((f"evidence only, half-life {base.halflife_rounds:g}", base, False))
+    rng = random.Random(a.seed)
+    print(f"round costs (ms, batch 1) from {a.costs}: {costs.as_dict()}; candidates {base.candidates}, "
+          f"probe_rounds {base.probe_rounds}, a switch +{a.switch_ms} ms, {a.runs} runs a scenario")
+    print("tok/s (of the oracle's) [median rounds to draft again after the drafts turn good]")
+    rows = []
+    for name, phases in SCENARIOS.items():
+        oracle = oracle_rate(DraftLengthPolicy(base, costs), phases)
+        row = {"scenario": name, "phases": phases, "oracle_tok_per_s": round(oracle, 2), "variants": {}}
+        for label, config, every in variants:
+            rates, back = [], []
+            for _ in range(a.runs):
+                tokens, seconds, first = simulate(DraftLengthPolicy(config, costs), phases, rng, every_round=every,
+                                                  switch_s=a.switch_ms / 1e3)
+                rates.append(tokens / seconds)
+                # after a phase of p < 0.5, the next phase's first round at k > 0 (the phase's length if never)
+                back += [f if f is not None else n for (p0, _), (p, n), f in zip(phases[:-1], phases[1:], first[1:],
+                                                                                  strict=True) if p0 < 0.5 <= p]
+            row["variants"][label] = {"tok_per_s": round(statistics.mean(rates), 2),
+                                      "of_oracle": round(statistics.mean(rates) / oracle, 4),
+                                      "rounds_to_draft_again": statistics.median(back) if back else None}
+        rows.append(row)
+        print(f"{name} (oracle {oracle:.1f}):")
+        for label, v in row["variants"].items():
+            again = f" [{v['rounds_to_draft_again']:g}]" if v["rounds_to_draft_again"] is not None else ""
+            print(f"    {label:<32} {v['tok_per_s']:8.1f} ({v['of_oracle']:.3f}){again}")
+    if a.out:
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "costs": a.costs, "runs": a.runs,
+                                           "seed": a.seed, "switch_ms": a.switch_ms, "round_ms": costs.as_dict(),
+                                           "scenarios": rows}, indent=1))
+        print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
