@@ -4,7 +4,7 @@
 # rounds counted as rounds (`1115be2`: they age the evidence and count toward decisions).
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session44_round.sh r1   (then r2; one device call each, < 10 min;
 #   pass carry: [".carry"] after benchmarks/rounds/fetch_device_wheels.sh so the structured-output test runs)
-# r1: the CUDA engine's adaptive, resting-draft and structured-output tests, then the Kimi slice at batch 1 with the random
+# r1: the CUDA engine's adaptive and resting-draft tests (the structured-output one among the adaptive), then the Kimi slice at batch 1 with the random
 #     draft: the baseline and adaptive with probe_rounds 0 and 16 (the forty-third session's q6; fixed k = 3 left out).
 # r2: the Kimi slice at 16 concurrent requests with the random draft: the baseline and adaptive with
 #     probe_rounds 0 and 16 (the forty-third session's q4 without the pinned runs). Its second pass runs at k = 0
@@ -19,7 +19,7 @@ case $part in
 r1)
   install_carried_wheels
   TAIL=12 stage engine_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
-    tests/gpu/test_cuda_engine.py -k "adaptive or resting or grammar"
+    tests/gpu/test_cuda_engine.py -k "adaptive or resting"
   TAIL=12 stage e2e_kimi_rest 320 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
     --repeat 2 --simulate-accept 0 --adaptive --adaptive-only --adaptive-probe-rounds 0 16 --out "$OUT/e2e_rest_kimi.json"
   ;;
