@@ -11,11 +11,18 @@
 #     throughout (the policy carries over; q4: 1090.3-1090.8 against the baseline's 1109.6 / 1117.6). (The first
 #     decision by evidence does not show here: the harness's 8-token warm-up call leaves the policy one round short
 #     of its first decision either way.)
+# r0: r1 cut to ~3 minutes: the tests, then the baseline and adaptive (probe_rounds 16) only.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: r1 | r2}
+part=${1:?part: r0 | r1 | r2}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
+r0)  # what ~3 minutes of device time allow (the session's starts kept failing): the tests, then batch 1 resting
+  TAIL=8 stage engine_tests 110 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 100 \
+    tests/gpu/test_cuda_engine.py -k "adaptive or resting"
+  TAIL=8 stage e2e_kimi_rest 150 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 0 --adaptive --adaptive-only --out "$OUT/e2e_rest_kimi.json"
+  ;;
 r1)
   install_carried_wheels
   TAIL=12 stage engine_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
