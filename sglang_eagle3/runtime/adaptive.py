@@ -34,9 +34,10 @@ one-token extends: k = 0 then costs a decode step plus a catch-up every ``probe_
 start-up, CATCH_UP), and position 1 is observed once a request every ``probe_rounds`` rounds instead of every
 round. The rounds between observe no draft, yet they are rounds: they age the evidence and count toward the next
 decision as any round does, so the half-life and the decision interval stay in rounds (tokens), not in observations.
-(Counting only the observed rounds made both 16 times longer at rest: after a poor prompt mix the policy took ~400-900
-rounds to draft again once the drafts turned good, against ~100-330 now; test_adaptive_k.py.) (probe_rounds = 0: k = 0
-rounds keep the draft's one-token extend, as above.)
+(Counting only the observed rounds made both 16 times longer at rest: after a poor stretch the policy took ~280
+rounds to draft again once the drafts turned good, against ~70 at the same half-life of 256 fed every round, on the
+Kimi slice's costs; benchmarks/simulate_adaptive.py.) (probe_rounds = 0: k = 0 rounds keep the draft's one-token
+extend, as above.)
 
 The policy only ever moves between the candidates the engine captured graphs for (``EngineArgs.step_candidates``),
 after every ``interval`` rounds, and only for a predicted gain of at least ``min_gain``. The first decision needs
