@@ -170,10 +170,10 @@ def test_policy_comes_back_up_after_acceptance_rises():
 
 def test_resting_policy_drafts_again_soon_after_acceptance_rises():
     """1000 rounds of a draft accepted 5% of the time rest it (k = 0, a catch-up every 16 rounds); when its
-    acceptance turns 85%, the policy drafts again within a few hundred rounds at a half-life of 256 rounds (the
-    default's before it was 64): the median of 9 runs within 250 rounds (measured ~170; ~660 when only the rounds
-    with evidence aged it and counted toward a decision:
-    benchmarks/simulate_adaptive.py). Same costs as test_policy_keeps_up_with_the_best_fixed_k, fresh draws each run."""
+    acceptance turns 85%, the policy drafts again within a few hundred rounds: the median of 9 runs within 250 rounds
+    (measured ~170; ~660 when only the rounds with evidence aged it and counted toward a decision). The half-life is
+    pinned at 256 rounds (the default until it became 64) so that this is about the feeding alone. Same costs as
+    test_policy_keeps_up_with_the_best_fixed_k (benchmarks/simulate_adaptive.py's loop), fresh draws each run."""
     ms = {DECODE: 2.3, 0: 3.1, 1: 3.4, 3: 5.1, 5: 6.6, CATCH_UP: 4.0}
     costs = RoundCosts({(k, 1): v / 1e3 for k, v in ms.items()})
     rng, back = random.Random(), []
