@@ -13,7 +13,8 @@
 #     of its first decision either way.)
 # r0: r1 cut to ~3 minutes: the tests, then the baseline and adaptive (probe_rounds 16) only.
 # Ran: r0 at 4ccb0cf on an H100 (the session's only machine, after about a dozen refused starts), then on it r1's
-# e2e line and r2's (each as a stage with a shorter limit); r2 failed for memory, partly the harness's (77f00e0; BENCHMARKS.md section 8).
+# e2e line and r2's (each as a stage with a shorter limit); r2 failed for memory, partly the harness's (77f00e0;
+# BENCHMARKS.md section 8).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: r0 | r1 | r2}
