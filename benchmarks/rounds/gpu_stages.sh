@@ -29,6 +29,9 @@ install_carried_wheels() {
   python -m pip install -q --no-index --find-links .carry/wheels xgrammar 2>&1 | grep -v -i warn | tail -3
   python -c "import xgrammar; print('xgrammar', xgrammar.__file__)" || echo "xgrammar did not install"
 }
+# Every round, not only the parts that ask: twice in the forty-third session and once in the forty-fourth a part that
+# ran the structured-output case had not, and it skipped. (Installed once a machine: a second call finds it there.)
+python -c "import xgrammar" 2>/dev/null || install_carried_wheels
 
 # Gather the stage logs into one round.txt (the device tool brings back at most 8 files).
 collect() { for f in "$OUT"/*.log; do echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
