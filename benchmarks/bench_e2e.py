@@ -269,11 +269,12 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
             return res if batch else res[0]
 
     # An accept length of 0: not pinned (the random draft's real acceptance, ~1 token a round).
+    # n: None for fixed k, else the adaptive run's probe_rounds
+    probes = ((() if a.adaptive_only else (None,)) + tuple(a.adaptive_probe_rounds)) if a.adaptive else (None,)
     configs = [("baseline", None, None, False, None)] + [
         (f"eagle3_{'adaptive_from_' if n is not None else ''}k{a.k}" + (f"_acc{x}" if x else "") + _probe_tag(a, n),
          a.k, x or None, n is not None, n)
-        for x in a.simulate_accept
-        for n in (((None,) if not a.adaptive_only else ()) + tuple(a.adaptive_probe_rounds) if a.adaptive else (None,))]
+        for x in a.simulate_accept for n in probes]
     variants = [(v, prefill_tokens(v), m, e, o, smp) for v in a.prefill_graphs for m in a.mha_prefill_tokens
                 for e in a.env_variants for o in a.overlap_schedule for smp in a.sampling]
     # Each variant (prefill graphs x MHA prefill x environment x overlap schedule x sampling) runs every
