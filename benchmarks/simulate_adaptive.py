@@ -4,12 +4,13 @@ again after a poor draft turns good. CPU only, seconds to run; no model, no GPU.
 
 A round is what the scheduler does with one request: the policy chooses k, a chain draft of k is accepted position by
 position with the phase's probability (independent draws: real acceptance also varies within a request), and the
-round costs the timed cost of k (k = 0 resting: a decode step and a share of a catch-up; the draft's proposal observed
-only on the round after each catch-up, every probe_rounds rounds). A switch of k adds --switch-ms (the round loses the
-overlap schedule's look-ahead: ~0.8 ms of host time a round on the Kimi slice, runtime/scheduler.py). Compared in one
-run: the policy fed every round at each --halflife-rounds (the scheduler since `1115be2`: a resting round without
-evidence still ages the evidence and counts toward a decision), and fed only the rounds that observed a draft at the
-default half-life (before it). The oracle takes, in each phase, the candidate of most expected tokens a second.
+round costs the timed cost of k (k = 0 resting: a decode step and a share of a catch-up). A switch of k adds
+--switch-ms (the round loses the overlap schedule's look-ahead: ~0.8 ms of host time a round on the Kimi slice,
+runtime/scheduler.py). Compared in one run, the three ways a resting draft's rounds have reached the policy
+(FEEDINGS): every round, each rested token's position 1 checked at its catch-up (the scheduler since the forty-fifth
+session); every round, position 1 checked only on the round after each catch-up (from `1115be2`); both at each
+--halflife-rounds; only the rounds that checked a draft (before `1115be2`), at the default half-life. The
+oracle takes, in each phase, the candidate of most expected tokens a second.
 
     python benchmarks/simulate_adaptive.py                       # the Kimi-K2.5 slice's costs at batch 1 (H200)
     python benchmarks/simulate_adaptive.py --costs OTHER_E2E.json --runs 40 --halflife-rounds 32 64 --out sim.json
@@ -50,6 +51,8 @@ SCENARIOS = {
     "0.05 then 0.85": [(0.05, 1000), (0.85, 1000)],
     "0.85 then 0.05": [(0.85, 1000), (0.05, 1000)],
     "0.1 / 0.8 every 300": [(0.1, 300), (0.8, 300)] * 4,
+    "0.2 / 0.7 every 40": [(0.2, 40), (0.7, 40)] * 25,  # faster than a short half-life should chase
+    "0.4 / 0.9 every 20": [(0.4, 20), (0.9, 20)] * 50,
 }
 
 
@@ -61,13 +64,24 @@ def chain_accepts(rng: random.Random, p: float | list[float], k: int) -> int:
     return a
 
 
-def simulate(policy: DraftLengthPolicy, phases, rng: random.Random, *, k: int = 3, every_round: bool = True,
+FEEDINGS = {
+    "tokens": "every round, each rested token checked at its catch-up",  # the scheduler since the 45th session
+    "rounds": "every round, one check a catch-up",  # `1115be2` .. the 45th session
+    "evidence": "only rounds with a check",  # before `1115be2`
+}
+
+
+def simulate(policy: DraftLengthPolicy, phases, rng: random.Random, *, k: int = 3, feeding: str = "tokens",
              switch_s: float = 0.0):
     """Rounds of one request through the policy: (tokens, seconds, per phase the round index at which it first
-    drafted (k > 0), None if it never did). ``every_round`` False feeds the policy only the rounds that observed a
-    draft (a resting round between catch-ups is then not reported); ``switch_s``: seconds a change of k adds."""
+    drafted (k > 0), None if it never did). ``feeding`` (FEEDINGS), how a resting draft's rounds reach the policy:
+    "tokens", every round, and each catch-up checks position 1 at every token it covers (the round after it the
+    last; _catch_up_checks in runtime/scheduler.py); "rounds", every round, only the round after each catch-up
+    checks; "evidence", only the rounds that check. ``switch_s``: seconds a change of k adds."""
+    if feeding not in FEEDINGS:
+        raise ValueError(f"feeding={feeding!r}: one of {', '.join(FEEDINGS)}")
     probe = policy.config.probe_rounds
-    tokens, seconds, resting, first_draft = 0, 0.0, 0, []
+    tokens, seconds, resting, first_draft, rested = 0, 0.0, 0, [], []
     for p, n in phases:
         first = None
         for r in range(n):
@@ -75,12 +89,19 @@ def simulate(policy: DraftLengthPolicy, phases, rng: random.Random, *, k: int = 
             seconds += switch_s if k != prev else 0.0
             if k and first is None:
                 first = r
-            a = chain_accepts(rng, p, max(k, 1))
+            a = chain_accepts(rng, p, max(k, 1))  # (k = 0: whether the draft's d_1 there would have passed)
             resting = resting + 1 if k == 0 and probe else 0
-            # resting: the first round after each catch-up (every probe-th, from the first) observes the proposal
+            # resting: a catch-up before every probe-th round (from the first), and before the first round that drafts
+            catch_up = bool(rested) and (resting % probe == 1 % probe if resting else True)
+            # (the first rested round checked the catch-up before it, as this round checks this one's last proposal)
+            checks = rested[1:] if catch_up and feeding == "tokens" else []
+            if catch_up:
+                rested = []
             evidence = k > 0 or not probe or resting % probe == 1 % probe
-            if evidence or every_round:
-                policy.observe(max(k, 1), [a] if evidence else [])
+            if resting:
+                rested.append(a)
+            if evidence or feeding != "evidence":
+                policy.observe(max(k, 1), [a] if evidence else [], checks)
             tokens += a + 1 if k else 1
             seconds += policy.cost(k, 1)
         first_draft.append(first)
@@ -127,10 +148,10 @@ def main():
     logging.disable(logging.WARNING)  # (the policy's "slower than plain decoding" warning, once a request)
     costs = load_costs(a.costs)
     base = AdaptiveConfig(candidates=tuple(sorted(k for k, _ in costs.seconds if isinstance(k, int))))
-    # (label, config, fed every round)
-    variants = [(f"every round, half-life {h:g}", dataclasses.replace(base, halflife_rounds=h), True)
-                for h in a.halflife_rounds or (base.halflife_rounds,)]
-    variants.append((f"evidence only, half-life {base.halflife_rounds:g}", base, False))
+    # (label, config, feeding)
+    variants = [(f"{FEEDINGS[f]}, half-life {h:g}", dataclasses.replace(base, halflife_rounds=h), f)
+                for f in ("tokens", "rounds") for h in a.halflife_rounds or (base.halflife_rounds,)]
+    variants.append((f"{FEEDINGS['evidence']}, half-life {base.halflife_rounds:g}", base, "evidence"))
     rng = random.Random(a.seed)
     print(f"round costs (ms, batch 1) from {a.costs}: {costs.as_dict()}; candidates {base.candidates}, "
           f"probe_rounds {base.probe_rounds}, a switch +{a.switch_ms} ms, {a.runs} runs a scenario")
@@ -139,10 +160,10 @@ def main():
     for name, phases in SCENARIOS.items():
         oracle = oracle_rate(DraftLengthPolicy(base, costs), phases)
         row = {"scenario": name, "phases": phases, "oracle_tok_per_s": round(oracle, 2), "variants": {}}
-        for label, config, every in variants:
+        for label, config, feeding in variants:
             rates, back = [], []
             for _ in range(a.runs):
-                tokens, seconds, first = simulate(DraftLengthPolicy(config, costs), phases, rng, every_round=every,
+                tokens, seconds, first = simulate(DraftLengthPolicy(config, costs), phases, rng, feeding=feeding,
                                                   switch_s=a.switch_ms / 1e3)
                 rates.append(tokens / seconds)
                 # after a phase of p < 0.5, the next phase's first round at k > 0 (the phase's length if never)
@@ -155,7 +176,7 @@ def main():
         print(f"{name} (oracle {oracle:.1f}):")
         for label, v in row["variants"].items():
             again = f" [{v['rounds_to_draft_again']:g}]" if v["rounds_to_draft_again"] is not None else ""
-            print(f"    {label:<32} {v['tok_per_s']:8.1f} ({v['of_oracle']:.3f}){again}")
+            print(f"    {label:<64} {v['tok_per_s']:8.1f} ({v['of_oracle']:.3f}){again}")
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "costs": a.costs, "runs": a.runs,

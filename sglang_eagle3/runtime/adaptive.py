@@ -31,8 +31,14 @@ as soon as the policy drafts again, the draft catches up over the kept rows in o
 a draft_prefill graph replay), which leaves it where the k = 0 rounds would have and proposes the next token, so
 the round after a catch-up observes position 1. A catch-up of n tokens costs about one draft forward, against n
 one-token extends: k = 0 then costs a decode step plus a catch-up every ``probe_rounds`` rounds (both timed at
-start-up, CATCH_UP), and position 1 is observed once a request every ``probe_rounds`` rounds instead of every
-round. The rounds between observe no draft, yet they are rounds: they age the evidence and count toward the next
+start-up, CATCH_UP). Position 1 is still observed at every token: the catch-up's extend proposes a token at each
+position it covers, as the one-token extends did, and the n - 1 proposals before its last are checked against the
+target's tokens there (already read), the last by the round after (``observe``'s ``first_checks``; the scheduler's
+_catch_up). That holds for plain greedy requests; a sampled, penalized or constrained request's proposal comes
+from its sampler, which a catch-up runs at its last row only, so such a request is observed once a catch-up. (Before
+the forty-fifth session only the round after a catch-up was evidence, once a request every ``probe_rounds``
+rounds: with a 64-round half-life a useless draft's position-1 estimate leaned on the prior, ~0.13 against 0.01.)
+The rounds between catch-ups observe no draft, yet they are rounds: they age the evidence and count toward the next
 decision as any round does, so the half-life and the decision interval stay in rounds (tokens), not in observations.
 (Counting only the observed rounds made both 16 times longer at rest: after a poor stretch the policy took ~280
 rounds to draft again once the drafts turned good, against ~70 at the same half-life of 256 fed every round, on the
@@ -66,14 +72,16 @@ class AdaptiveConfig:
     """How the draft-length policy decides; the candidates come from the engine. Decisions every 8 rounds keep a
     switch's lost overlap (one round's host time) under a few per cent of the rounds between, a 2% margin keeps
     timing noise from flipping k back and forth, and the first decision after 8 checks of position 1 rests its
-    estimate on four times the prior's weight of observations (reasoned, not tuned). The half-life of 64 rounds was
+    estimate on four times the prior's weight of observations (reasoned, not tuned). The half-life of 24 rounds was
     chosen in simulation on the Kimi-K2.5 slice's timed costs (benchmarks/simulate_adaptive.py, docs/BENCHMARKS.md
-    section 8): against 256 it follows a change of acceptance 2-7% closer to the best k of each phase and costs at
-    most 0.4% where the acceptance holds still (more switches on noise)."""
+    section 8) once a resting draft's catch-ups check every token (forty-fifth session): against 64 it follows a
+    change of acceptance 1.5-7% closer to the best k of each phase, and holds within 0.4% of it where the acceptance
+    holds still. (With one check a catch-up, as before, a half-life that short rested a useless draft's estimate on
+    the prior and drafted it again and again: 2.3% lost at a constant 0.05.)"""
 
     candidates: tuple[int, ...]  # draft lengths with captured graphs, the only ones the policy picks
     interval: int = 8  # rounds between two decisions (the first: see first_evidence)
-    halflife_rounds: float = 64.0  # the acceptance evidence of a round weighs half as much this many rounds later
+    halflife_rounds: float = 24.0  # the acceptance evidence of a round weighs half as much this many rounds later
     min_gain: float = 0.02  # a switch needs this much more predicted throughput than staying
     prior_weight: float = 2.0  # pseudo-observations a position's estimate borrows from the one before it
     first_prior: float = 0.5  # the prior acceptance of the first draft position
@@ -167,17 +175,25 @@ class DraftLengthPolicy:
             return self.costs.at(DECODE, batch) + self.costs.at(CATCH_UP, batch) / self.config.probe_rounds
         return self.costs.at(k, batch)
 
-    def observe(self, k: int, accepted: list[int]) -> None:
+    def observe(self, k: int, accepted: list[int], first_checks: list[int] = ()) -> None:
         """One round of k draft steps: each request's accepted drafts (0..k). (A k = 0 round reports its position
         1 as a round of 1: 1 where the previous round's d_1 was the target's token, else 0; a resting draft's round
-        between catch-ups, none: it observes no draft, and still ages the evidence and counts toward a decision.)"""
+        between catch-ups, none: it observes no draft, and still ages the evidence and counts toward a decision.)
+        ``first_checks``: more checks of position 1 alone, 1 passed / 0 failed, that are not this round's drafts: a
+        resting draft's catch-up proposes a token at every position it covers, and each but the last is checked
+        against the target's token there (module doc)."""
         self.rounds += 1
         self._rounds_since_decision += 1
-        self._checks += len(accepted)
+        self._checks += len(accepted) + len(first_checks)
         d = self._decay
         for i in range(1, self.max_k + 1):
             self._reached[i] *= d
             self._passed[i] *= d
+        for c in first_checks:
+            if c not in (0, 1):
+                raise ValueError(f"a check of draft position 1 is 1 (passed) or 0, got {c!r}")
+        self._reached[1] += len(first_checks)
+        self._passed[1] += sum(first_checks)
         hist = [0] * (k + 2)
         for a in accepted:
             if not 0 <= a <= k:

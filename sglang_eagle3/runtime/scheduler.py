@@ -120,8 +120,11 @@ class Scheduler:
         # the draft has not seen yet, oldest first (the draft's cache holds len(tokens) - 1 - len(rows) positions).
         self._pending_aux: dict[str, list[torch.Tensor]] = {}
         # The draft's proposals (the next round's d_1) of its last extend, until the host reads them (_read_proposals):
-        # (requests, host copy, its event).
-        self._proposals: tuple[list[Request], torch.Tensor, torch.cuda.Event | None] | None = None
+        # (requests, host copy, its event, a catch-up's checks: _catch_up_checks).
+        self._proposals: tuple[list[Request], torch.Tensor, torch.cuda.Event | None, list | None] | None = None
+        # Checks of draft position 1 made by catch-ups read since the last round was (1 passed, 0 failed), for the
+        # policy's next observe (runtime/adaptive.py: a resting draft is checked at every token it catches up on).
+        self._first_checks: list[int] = []
         # Requests with a grammar: its matcher, which has accepted the request's output so far (kept through a
         # retraction; dropped when the request finishes). Here, not in the Request: TP ranks each keep their own.
         self._matchers: dict[str, GrammarMatcher] = {}
@@ -363,38 +366,46 @@ class Scheduler:
         return reqs
 
     def _extend_draft(self, reqs: list[Request], rows: list[tuple[list[int], int, list[int]]], aux: torch.Tensor,
-                      samp: SamplerBatch | None, lazy: bool = False) -> None:
+                      samp: SamplerBatch | None, lazy: bool = False, checks: list | None = None) -> None:
         """The draft's extend over each request's row (its tokens shifted by one from the row's first position:
         position p pairs the target's aux hidden p, rows of ``aux`` in order, with token p + 1), which leaves it
         holding every position before the request's last token: the next round's d_1 and draft hidden come from
         each row's last position (sampled from there where ``samp`` has sampled requests). ``lazy``: the proposals
         are read when first needed (_read_proposals), by the end of the step, not now: the host goes on queueing
-        work meanwhile (an overlapped catch-up, read with the round in flight)."""
+        work meanwhile (an overlapped catch-up, read with the round in flight). ``checks``: a catch-up's
+        (_catch_up_checks): the argmax proposals of every row come to the host too, to be checked when read."""
         runner = self.runner
         self._read_proposals()
-        proposals, hidden = runner.prefill_draft(rows, aux)
+        every, hidden = runner.prefill_draft(rows, aux)
         ends = torch.tensor([len(toks) for toks, _, _ in rows]).cumsum(0) - 1
-        proposals = proposals[ends.to(proposals.device)]
+        proposals = every[ends.to(every.device)]
         if samp is not None:  # the last row (position first + n - 1) proposes the token two after it, sampled
             proposals = runner.draft_proposals(hidden[ends.to(hidden.device)], samp,
                                                runner.to_device([first + len(toks) - 1 for toks, first, _ in rows]))
         for i, r in enumerate(reqs):
             self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()
             self._pending_aux.pop(r.rid, None)
-        self._proposals = (reqs, *runner.to_host(proposals))
+        if checks:  # (one copy: the proposals, then every row's argmax)
+            proposals = torch.cat([proposals, every.to(proposals.dtype)])
+        self._proposals = (reqs, *runner.to_host(proposals), checks or None)
         if not lazy:
             self._read_proposals()
 
     def _read_proposals(self) -> None:
-        """Sets each request's next_draft_token from the draft's last extend (waiting for it if need be)."""
+        """Sets each request's next_draft_token from the draft's last extend (waiting for it if need be), and
+        checks a catch-up's proposals before its last against the tokens they proposed (for the policy)."""
         if self._proposals is None:
             return
-        reqs, host, ready = self._proposals
+        reqs, host, ready, checks = self._proposals
         self._proposals = None
         if ready is not None:
             ready.synchronize()
-        for r, tok in zip(reqs, host.tolist(), strict=True):
+        host = host.tolist()
+        for r, tok in zip(reqs, host[:len(reqs)], strict=True):
             r.next_draft_token = tok
+        every = host[len(reqs):]
+        for start, tokens in checks or ():
+            self._first_checks += [int(p == t) for p, t in zip(every[start:start + len(tokens)], tokens, strict=True)]
 
     def _catch_up_due(self, r: Request) -> bool:
         """Whether the draft must catch up on r before its next round: it drafts again (k > 0) with rows kept, or
@@ -414,7 +425,29 @@ class Scheduler:
             n = len(kept)  # the last n tokens' positions: seq_len - 1 - n .. seq_len - 2, paired with the tokens after
             rows.append((r.tokens[-n:], r.seq_len - 1 - n, r.pages))
             aux += kept
-        self._extend_draft(reqs, rows, torch.stack(aux), self._sampler(reqs), lazy)
+        self._extend_draft(reqs, rows, torch.stack(aux), self._sampler(reqs), lazy, self._catch_up_checks(reqs, rows))
+
+    def _catch_up_checks(self, reqs: list[Request], rows: list[tuple[list[int], int, list[int]]]) -> list | None:
+        """What a catch-up tells the policy of draft position 1 (runtime/adaptive.py): its row j (position first + j)
+        proposes the token at first + j + 2, which for j < n - 1 the rounds read already gave (the row's token j +
+        1); the last row's proposal is the next d_1, checked by the round after (_finish). Each such proposal is what
+        a round's d_1 would have been there (the draft holding the same positions), so each is a check of position 1
+        as a k = 0 round's was. Plain greedy requests only: their proposal is the argmax the catch-up computes at
+        every row (a sampled, penalized or constrained one's comes from its sampler, run at the last row only).
+        Returns [(offset of the request's rows among all, the tokens its rows before the last proposed)], or None
+        (no adaptive policy; a pinned acceptance draws its checks now instead)."""
+        if self.adaptive is None:
+            return None
+        if self.simulate_accept_length is not None:
+            self._first_checks += [self._simulated_accept(1) for toks, _, _ in rows for _ in toks[1:]]
+            return None
+        checks, start = [], 0
+        for r, (toks, _, _) in zip(reqs, rows, strict=True):
+            p = r.params
+            if p.greedy and not p.penalized and r.rid not in self._matchers and len(toks) > 1:
+                checks.append((start, toks[1:]))
+            start += len(toks)
+        return checks
 
     def _matcher(self, r: Request) -> GrammarMatcher:
         if self.grammar is None:
@@ -650,7 +683,8 @@ class Scheduler:
                 self._trim_pages(r, r.seq_len + rnd.T - 1 if in_flight else r.seq_len - 1)
             changed.append(r)
         if self.adaptive is not None:  # (every round, a resting one without evidence too: adaptive.py)
-            self.adaptive.observe(max(rnd.T - 1, 1), accepted)
+            first, self._first_checks = self._first_checks, []
+            self.adaptive.observe(max(rnd.T - 1, 1), accepted, first)
         return changed
 
     def _count_round(self, r: Request, n_acc: int) -> None:

@@ -285,9 +285,9 @@ def test_resting_draft_with_graphs(pair, reference, overlap):
             self.steps += 1
             return 0 if self.steps <= 14 else 3
 
-        def observe(self, k, accepted):
-            seen.append((k, len(accepted)))
-            super().observe(k, accepted)
+        def observe(self, k, accepted, first_checks=()):
+            seen.append((k, len(accepted), len(first_checks)))
+            super().observe(k, accepted, first_checks)
 
     sched.adaptive = Rest(dataclasses.replace(sched.adaptive.config, probe_rounds=3), sched.adaptive.costs)
     outs = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)
@@ -297,9 +297,11 @@ def test_resting_draft_with_graphs(pair, reference, overlap):
     # the prefill's draft extend and at least two catch-ups a batch of rest
     assert counts["draft_prefill"]["eager"] == 0 and counts["draft_prefill"]["graph"] >= 3, counts
     assert counts["spec_round"]["eager"] == 0 and counts["spec_round"]["graph"] > 0, counts
-    # (every round reaches the policy; a resting one between catch-ups without evidence)
-    assert any(k == 1 and n for k, n in seen) and any(k == 1 and not n for k, n in seen), seen
-    assert any(k == 3 for k, _ in seen), seen
+    # (every round reaches the policy; a resting one between catch-ups without evidence of its own; a catch-up of 3
+    # rows checks the proposals of its first 2 for each greedy request, with the round that reads it)
+    assert any(k == 1 and n for k, n, _ in seen) and any(k == 1 and not n for k, n, _ in seen), seen
+    assert sum(c for _, _, c in seen) >= 2 * len(PROMPTS), seen
+    assert any(k == 3 for k, _, _ in seen), seen
     assert not sched._pending_aux
 
 
