@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The forty-fifth session's device round: a resting draft's catch-up checks position 1 at every token it covers and the
+# policy's half-life is 24 rounds (`4263d13`), never run on a GPU; and the forty-fourth session's r2 (16 concurrent
+# requests resting, the overlapped catch-up), which no machine ran.
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session45_round.sh s1   (then s2 on an H200; one device call each,
+#   < 10 min; pass carry: [".carry"] after benchmarks/rounds/fetch_device_wheels.sh so the structured-output test runs)
+# s1 (an H100 will do): the CUDA engine's adaptive and resting-draft tests (the catch-up's checks reach the policy
+#     with graphs), then the Kimi slice at batch 1 with the random draft: the baseline and adaptive (probe_rounds 16,
+#     the draft resting), twice each.
+# s2 (an H200: the slice with the draft at 16 requests did not fit an H100): the Kimi slice at 16 concurrent requests
+#     with the random draft: the baseline and adaptive with probe_rounds 0 and 16 (the forty-fourth session's r2).
+# Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: s1 | s2}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
+case $part in
+s1)
+  TAIL=12 stage engine_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/gpu/test_cuda_engine.py -k "adaptive or resting"
+  TAIL=12 stage e2e_kimi_rest 240 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+    --repeat 2 --simulate-accept 0 --adaptive --adaptive-only --out "$OUT/e2e_rest_kimi.json"
+  ;;
+s2)
+  TAIL=20 stage e2e_kimi_rest_c16 400 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 --concurrency 16 \
+    --cuda-graph-max-bs 16 --max-new-tokens 64 --repeat 2 --simulate-accept 0 --adaptive --adaptive-only \
+    --adaptive-probe-rounds 0 16 --out "$OUT/e2e_rest_kimi_c16.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
