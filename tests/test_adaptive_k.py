@@ -377,17 +377,20 @@ def test_draft_length_zero_with_sampling_and_penalties(pair):
     assert [done[r.rid].output_ids for r in reqs] == [o["output_ids"] for o in ref]
 
 
+@pytest.mark.parametrize("sampled", [False, True])
 @pytest.mark.parametrize("probe_rounds", [0, 2])
-def test_draft_length_zero_observes_the_drafts_first_position(probe_rounds):
+def test_draft_length_zero_observes_the_drafts_first_position(probe_rounds, sampled):
     """A k = 0 round checks no draft, yet its target token tells whether the round before's d_1 was right: on the
     embedded pair (a trained draft) the policy's position-1 acceptance from rounds of 0 alone matches the share of
     k = 1 rounds that accepted their draft (the same greedy outputs, so nearly the same positions), within
     sampling error; a wrong comparison (with the new proposal, or none) would sit near 0. Resting (probe_rounds 2),
     the round after each catch-up checks the proposal the catch-up made for its token, and the catch-up itself the
     proposals of the rows before its last (runtime/adaptive.py): every token is evidence still, and a check against
-    the wrong token (one row off) would again sit near 0."""
+    the wrong token (one row off) would again sit near 0. Sampled (temperature 0.8), every proposal is the draft's
+    sample with the target's noise at its position, a catch-up's rows' too."""
     prompts = ["And God said,", "In the beginning", "The king of Israel", "And he answered"]
-    greedy = {"max_new_tokens": 48, "temperature": 0}
+    greedy = ([{"max_new_tokens": 48, "temperature": 0.8, "seed": s} for s in range(len(prompts))] if sampled
+              else {"max_new_tokens": 48, "temperature": 0})
     one = Engine(device="cpu", speculative_num_steps=1)
     one.generate(prompts, greedy)
     hist = one.get_server_info()["accept_length_hist"]
@@ -414,7 +417,7 @@ def test_draft_length_zero_observes_the_drafts_first_position(probe_rounds):
     tokens = sum(len(o["output_ids"]) for o in outs)
     # every round reaches the policy, a resting one without evidence too (the half-life and interval are in rounds)
     counts = zero.get_server_info()["forward_counts"]
-    rounds = counts["spec_round" if not probe_rounds else "target_decode"]
+    rounds = counts["target_decode" if probe_rounds else "spec_round_sampled" if sampled else "spec_round"]
     assert sched.adaptive.rounds == rounds["graph"] + rounds["eager"] > 0, (sched.adaptive.rounds, rounds)
     # every token is evidence (resting: a catch-up's rows but the last as it is read; a request's last rested tokens
     # are never caught up on), a round's or a catch-up's

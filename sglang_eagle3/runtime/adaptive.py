@@ -34,10 +34,10 @@ one-token extends: k = 0 then costs a decode step plus a catch-up every ``probe_
 start-up, CATCH_UP). Position 1 is still observed at every token: the catch-up's extend proposes a token at each
 position it covers, as the one-token extends did, and the n - 1 proposals before its last are checked against the
 target's tokens there (already read), the last by the round after (``observe``'s ``first_checks``; the scheduler's
-_catch_up). That holds for plain greedy requests; a sampled, penalized or constrained request's proposal comes
-from its sampler, which a catch-up runs at its last row only, so such a request is observed once a catch-up. (Before
-the forty-fifth session only the round after a catch-up was evidence, once a request every ``probe_rounds``
-rounds: with a 64-round half-life a useless draft's position-1 estimate leaned on the prior, ~0.13 against 0.01.)
+_catch_up_checks: greedy and sampled requests, each row's proposal drawn as a round's d_1 would be there; a request
+with a grammar, whose rounds choose d_1 under it, once a catch-up). (Before the forty-fifth session only the round
+after a catch-up was evidence, once a request every ``probe_rounds`` rounds: with a 64-round half-life a useless
+draft's position-1 estimate leaned on the prior, ~0.13 against 0.01.)
 The rounds between catch-ups observe no draft, yet they are rounds: they age the evidence and count toward the next
 decision as any round does, so the half-life and the decision interval stay in rounds (tokens), not in observations.
 (Counting only the observed rounds made both 16 times longer at rest: after a poor stretch the policy took ~280

@@ -503,6 +503,13 @@ class SamplerBatch:
         runs as several replays (ModelRunner.sampled_round)."""
         return self.penalties is not None or self.grammar is not None
 
+    def proposal_rows(self, counts: torch.Tensor) -> SamplerBatch:
+        """The inputs a draft's proposals need for ``counts[b]`` rows of request b, in order (a draft extend's rows
+        each proposing a token): f and i repeated; no penalties or grammar, which a proposal never applies
+        (draft_tokens)."""
+        counts = counts.to(self.f.device)
+        return SamplerBatch(self.f.repeat_interleave(counts, 0), self.i.repeat_interleave(counts, 0), self.filters)
+
 
 ALL_FILTERS = Filters()
 UNRANKED = Filters(top_k=False, top_p=False)  # temperature and min_p: one of the speculative round's graph sets

@@ -373,19 +373,25 @@ class Scheduler:
         each row's last position (sampled from there where ``samp`` has sampled requests). ``lazy``: the proposals
         are read when first needed (_read_proposals), by the end of the step, not now: the host goes on queueing
         work meanwhile (an overlapped catch-up, read with the round in flight). ``checks``: a catch-up's
-        (_catch_up_checks): the argmax proposals of every row come to the host too, to be checked when read."""
+        (_catch_up_checks): every row's proposal (sampled where ``samp`` has sampled requests) comes to the host
+        too, to be checked when read."""
         runner = self.runner
         self._read_proposals()
         every, hidden = runner.prefill_draft(rows, aux)
-        ends = torch.tensor([len(toks) for toks, _, _ in rows]).cumsum(0) - 1
+        counts = torch.tensor([len(toks) for toks, _, _ in rows])
+        ends = counts.cumsum(0) - 1
         proposals = every[ends.to(every.device)]
-        if samp is not None:  # the last row (position first + n - 1) proposes the token two after it, sampled
+        if samp is not None and checks:  # every row's proposal, sampled as a round's d_1 would be there
+            every = runner.draft_proposals(hidden, samp.proposal_rows(counts), runner.to_device(
+                [first + j for toks, first, _ in rows for j in range(len(toks))]))
+            proposals = every[ends.to(every.device)]
+        elif samp is not None:  # the last row (position first + n - 1) proposes the token two after it, sampled
             proposals = runner.draft_proposals(hidden[ends.to(hidden.device)], samp,
                                                runner.to_device([first + len(toks) - 1 for toks, first, _ in rows]))
         for i, r in enumerate(reqs):
             self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()
             self._pending_aux.pop(r.rid, None)
-        if checks:  # (one copy: the proposals, then every row's argmax)
+        if checks:  # (one copy: the proposals, then every row's)
             proposals = torch.cat([proposals, every.to(proposals.dtype)])
         self._proposals = (reqs, *runner.to_host(proposals), checks or None)
         if not lazy:
@@ -432,8 +438,9 @@ class Scheduler:
         proposes the token at first + j + 2, which for j < n - 1 the rounds read already gave (the row's token j +
         1); the last row's proposal is the next d_1, checked by the round after (_finish). Each such proposal is what
         a round's d_1 would have been there (the draft holding the same positions), so each is a check of position 1
-        as a k = 0 round's was. Plain greedy requests only: their proposal is the argmax the catch-up computes at
-        every row (a sampled, penalized or constrained one's comes from its sampler, run at the last row only).
+        as a k = 0 round's was: the argmax for a greedy request; a sampled one's drawn with the target's noise at
+        each row's position (_extend_draft draws every row then; penalties never reach a proposal, so a penalized
+        request's are as its rounds' d_1). Not a request with a grammar: its rounds choose d_1 under the grammar.
         Returns [(offset of the request's rows among all, the tokens its rows before the last proposed)], or None
         (no adaptive policy; a pinned acceptance draws its checks now instead)."""
         if self.adaptive is None:
@@ -443,8 +450,7 @@ class Scheduler:
             return None
         checks, start = [], 0
         for r, (toks, _, _) in zip(reqs, rows, strict=True):
-            p = r.params
-            if p.greedy and not p.penalized and r.rid not in self._matchers and len(toks) > 1:
+            if r.rid not in self._matchers and len(toks) > 1:
                 checks.append((start, toks[1:]))
             start += len(toks)
         return checks
