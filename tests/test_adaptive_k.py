@@ -296,6 +296,9 @@ def test_adaptive_engine_times_rounds_and_moves_k(pair):
     ad = info["adaptive"]
     assert info["speculative_num_steps"] in (0, 1) and ad["switches"] >= 1, ad
     assert ad["resting"] == (info["speculative_num_steps"] == 0) and ad["probe_rounds"] == 16
+    # the policy's evidence, undecayed: each request's round checks position 1 once, a resting one's when its catch-up
+    # is read (a request's last rested rounds, up to probe_rounds - 1, never are)
+    assert info["verify_forwards"] - 15 * len(prompts) <= ad["position_1_checks"] <= info["verify_forwards"], ad
     with pytest.raises(ConfigError, match="adaptive"):
         eng.set_speculative_num_steps(3)
 

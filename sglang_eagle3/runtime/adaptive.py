@@ -263,7 +263,7 @@ class DraftLengthPolicy:
         rates = self.predicted_rates(max(batch, 1))
         return {"num_steps": current, "candidates": list(self.config.candidates), "rounds": self.rounds,
                 "resting": current == 0 and self.config.rests, "probe_rounds": self.config.probe_rounds,
-                "decisions": self.decisions, "switches": self.switches,
+                "decisions": self.decisions, "switches": self.switches, "position_1_checks": self._checks,
                 "acceptance": [round(p, 4) for p in self.acceptance()],
                 "predicted_tokens_per_s": {k: round(r, 2) for k, r in rates.items()},
                 "round_ms": self.costs.as_dict()}
