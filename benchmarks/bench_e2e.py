@@ -10,6 +10,8 @@ Two workloads:
                  and the output is NOT lossless in that mode. Reports one rank's compute, no all-reduce cost,
                  unless --comm-gpus N: then each of N GPUs holds the same slice and the all-reduces run over
                  the N with NCCL (TP=8's message sizes, an N-GPU all-reduce; the lm_head all-gather skipped).
+                 --adaptive --accept-phases 1 3 --repeat 4: an adaptive run whose pinned accept length changes
+                 before every pass (1, 3, 1, 3), so each pass times how the policy follows the change.
 The embedded workload runs tensor-parallel with --tp-size N (real sharding, N GPUs).
 Prefill runs as CUDA graphs by default (the engine's cuda_graph_prefill_tokens); --prefill-graphs none default
 --repeat-variants 2 times the Kimi slice with and without them, alternating in one process.
@@ -51,14 +53,16 @@ def _provenance(device: str) -> dict:
             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def _timed_generate(engine, prompts, params, input_ids=False, repeat=1, concurrency=1) -> dict:
+def _timed_generate(engine, prompts, params, input_ids=False, repeat=1, concurrency=1, before_pass=None) -> dict:
     """Warm up, then time the prompts one request at a time (or ``concurrency`` at a time, each group one batch
     that runs to its end), ``repeat`` times over: tok_per_s is the median pass, and every pass is kept
-    (``tok_per_s_runs``) so one run is never read as a level."""
+    (``tok_per_s_runs``) so one run is never read as a level. ``before_pass(i)``: called before pass i, untimed."""
     kw = {"input_ids": prompts} if input_ids else {"prompt": prompts}
     engine.generate(**{k: v[:1] for k, v in kw.items()}, sampling_params={**params, "max_new_tokens": 8})  # warm
     passes = []
-    for _ in range(repeat):
+    for i in range(repeat):
+        if before_pass is not None:
+            before_pass(i)
         tokens = verify = 0
         sizes = []  # requests each generate call returned
         t0 = time.perf_counter()
@@ -189,6 +193,68 @@ def _adaptive_line(r: dict) -> str:
             f"{', '.join(f'{p:.2f}' for p in ad['acceptance'])}")
 
 
+class WorkerEngine:
+    """The few Engine methods _timed_generate uses, over one ModelWorker (the Kimi slice's, or an Engine's
+    backend), keeping each step's draft length after it (``ks``; None without a draft)."""
+
+    def __init__(self, worker):
+        self.w = worker
+        self.first_steps: list[float] = []  # seconds of each request's first step: its prefill
+        self.ks: list[int | None] = []
+
+    def generate(self, input_ids, sampling_params):
+        from sglang_eagle3.runtime.request import Request
+        from sglang_eagle3.runtime.sampling import SamplingParams
+
+        batch = isinstance(input_ids[0], list)
+        reqs = [Request(rid=str(i), input_ids=p, params=SamplingParams.from_dict(sampling_params))
+                for i, p in enumerate(input_ids if batch else [input_ids])]
+        for r in reqs:
+            self.w.add(r)
+        t0, first = time.perf_counter(), True
+        while self.w.has_work():
+            self.w.step()
+            self.ks.append(self.w.scheduler.num_steps)
+            if first:  # one request at a time: the first step is its prefill (and draft extend)
+                self.first_steps.append(time.perf_counter() - t0)
+                first = False
+        res = [{"output_ids": r.output_ids, "meta_info": {"completion_tokens": len(r.output_ids),
+                                                          "spec_verify_ct": r.verify_ct}} for r in reqs]
+        return res if batch else res[0]
+
+
+def timed_phases(engine: WorkerEngine, prompts, params, phases: list[float], repeat: int, concurrency: int = 1,
+                 ) -> dict:
+    """_timed_generate with the pinned accept length changed before every pass, pass i at phases[i % len]: an
+    adaptive policy carries its estimates from one pass to the next (the same worker), so each pass after the first
+    times how it follows the change (--accept-phases). Adds ``phases``, per pass: its accept length, tok/s, steps,
+    the steps after which each k was set, and the first step after which the draft ran (k > 0) and rested (k = 0)."""
+    sched, starts = engine.w.scheduler, []
+
+    def before_pass(i: int) -> None:
+        sched.simulate_accept_length = phases[i % len(phases)]
+        starts.append(len(engine.ks))
+
+    r = _timed_generate(engine, prompts, params, input_ids=True, repeat=repeat, concurrency=concurrency,
+                        before_pass=before_pass)
+    r["phases"] = []
+    for i, (a, b) in enumerate(zip(starts, [*starts[1:], len(engine.ks)], strict=True)):
+        ks = engine.ks[a:b]
+        r["phases"].append({
+            "accept_length": phases[i % len(phases)], "tok_per_s": r["tok_per_s_runs"][i], "steps": len(ks),
+            "steps_at_k": {k: ks.count(k) for k in sorted(set(ks))},
+            "first_step_drafting": next((j for j, k in enumerate(ks) if k), None),
+            "first_step_resting": next((j for j, k in enumerate(ks) if k == 0), None)})
+    return r
+
+
+def _phases_line(r: dict) -> str:
+    """Per pass of a --accept-phases run: its accept length, tok/s and steps at each k."""
+    return "".join(f"\n    pass {i} at accept length {p['accept_length']:g}: {p['tok_per_s']:.1f} tok/s, steps at k "
+                   f"{p['steps_at_k']}, first drafting {p['first_step_drafting']}, first resting "
+                   f"{p['first_step_resting']}" for i, p in enumerate(r.get("phases") or ()))
+
+
 def _kimi_slice_rank(rank: int, world: int, a) -> dict:
     return kimi_slice(a, rank, world)
 
@@ -244,30 +310,6 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
                                 + "; accept length pinned (outputs not lossless in that mode)"},
            "runs": []}
 
-    class _Engine:  # the few Engine methods _timed_generate uses, over one ModelWorker
-        def __init__(self, worker):
-            self.w = worker
-            self.first_steps: list[float] = []  # seconds of each request's first step: its prefill
-
-        def generate(self, input_ids, sampling_params):
-            from sglang_eagle3.runtime.request import Request
-            from sglang_eagle3.runtime.sampling import SamplingParams
-
-            batch = isinstance(input_ids[0], list)
-            reqs = [Request(rid=str(i), input_ids=p, params=SamplingParams.from_dict(sampling_params))
-                    for i, p in enumerate(input_ids if batch else [input_ids])]
-            for r in reqs:
-                self.w.add(r)
-            t0, first = time.perf_counter(), True
-            while self.w.has_work():
-                self.w.step()
-                if first:  # one request at a time: the first step is its prefill (and draft extend)
-                    self.first_steps.append(time.perf_counter() - t0)
-                    first = False
-            res = [{"output_ids": r.output_ids, "meta_info": {"completion_tokens": len(r.output_ids),
-                                                              "spec_verify_ct": r.verify_ct}} for r in reqs]
-            return res if batch else res[0]
-
     # An accept length of 0: not pinned (the random draft's real acceptance, ~1 token a round).
     # n: None for fixed k, else the adaptive run's probe_rounds
     probes = ((() if a.adaptive_only else (None,)) + tuple(a.adaptive_probe_rounds)) if a.adaptive else (None,)
@@ -275,6 +317,10 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         (f"eagle3_{'adaptive_from_' if n is not None else ''}k{a.k}" + (f"_acc{x}" if x else "") + _probe_tag(a, n),
          a.k, x or None, n is not None, n)
         for x in a.simulate_accept for n in probes]
+    if a.accept_phases:  # the adaptive runs' accept length changes pass by pass (timed_phases)
+        tag = "_phases" + ",".join(f"{x:g}" for x in a.accept_phases)
+        configs += [(f"eagle3_adaptive_from_k{a.k}{tag}{_probe_tag(a, n)}", a.k, a.accept_phases[0], True, n)
+                    for n in a.adaptive_probe_rounds]
     variants = [(v, prefill_tokens(v), m, e, o, smp) for v in a.prefill_graphs for m in a.mha_prefill_tokens
                 for e in a.env_variants for o in a.overlap_schedule for smp in a.sampling]
     # Each variant (prefill graphs x MHA prefill x environment x overlap schedule x sampling) runs every
@@ -309,9 +355,12 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
                 bvg.apply_env_settings(m)
             worker = ModelWorker(args, plan, torch.device("cuda"),
                                  models=(target, draft if k else None))
-            engine = _Engine(worker)
-            r = _timed_generate(engine, prompts, params, input_ids=True, repeat=a.repeat,
-                                concurrency=a.concurrency)
+            engine = WorkerEngine(worker)
+            if "_phases" in cname:
+                r = timed_phases(engine, prompts, params, a.accept_phases, a.repeat, a.concurrency)
+            else:
+                r = _timed_generate(engine, prompts, params, input_ids=True, repeat=a.repeat,
+                                    concurrency=a.concurrency)
             if a.profile:  # where a step's time goes: host or GPU (profile_round.py's passes, one prompt)
                 stats = engine.w.scheduler.stats
                 r["profile"] = profile.profile_config(lambda e=engine, p=params: e.generate(prompts[0], p), stats, 25,
@@ -328,7 +377,7 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
               + (f", accept length {r['accept_length']:.2f}" if r["accept_length"] else "")
               + f", prefill (first step) {r['prefill_ms']} ms" + _adaptive_line(r) + "; graphs captured: "
               + ", ".join(f"{n} {g['graphs']} in {g['capture_seconds']:.1f} s, {g['capture_mib']:.0f} MiB"
-                          for n, g in captured.items()), flush=True)
+                          for n, g in captured.items()) + _phases_line(r), flush=True)
         # The next configuration's KV cache is sized to the memory free when its worker is built: this one's cache
         # and graphs go first (the engine wrapper held the worker past a plain `del`, so on an 80 GB H100 the second
         # speculative engine found 2 GiB less than the first, and the third none; the shared weights stay).
@@ -421,6 +470,10 @@ def main() -> None:
     ap.add_argument("--adaptive-probe-rounds", type=int, nargs="+", default=[16],
                     help="--adaptive: the resting draft's rounds between catch-ups (speculative_adaptive_probe_rounds; "
                     "0: k = 0 rounds run the draft's extend); several values: an adaptive run for each")
+    ap.add_argument("--accept-phases", type=float, nargs="+", default=None, metavar="ACCEPT_LENGTH",
+                    help="--kimi-slice --adaptive: one more adaptive run a --adaptive-probe-rounds value, its pinned "
+                    "accept length changed before every --repeat pass, pass i at the i-th value (cycling): the policy "
+                    "carries its estimates over, so each pass times how it follows the change (e.g. 1 3 --repeat 4)")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.repeat < 1:
@@ -429,6 +482,14 @@ def main() -> None:
         ap.error(f"--concurrency must be >= 1, got {a.concurrency}")
     if a.adaptive_only and not a.adaptive:
         ap.error("--adaptive-only leaves out the fixed-k runs beside --adaptive's: give --adaptive too")
+    if a.accept_phases and not (a.kimi_slice and a.adaptive):
+        ap.error("--accept-phases pins the Kimi slice's adaptive runs' accept length: give --kimi-slice and --adaptive")
+    from sglang_eagle3.engine import MAX_NUM_STEPS
+
+    bad = [x for x in a.accept_phases or () if not 1.0 <= x <= MAX_NUM_STEPS + 1]
+    if bad:
+        ap.error(f"--accept-phases {bad}: each accept length must lie in [1, {MAX_NUM_STEPS + 1}] (1: no draft "
+                 "accepted)")
     if a.comm_gpus > 1 and not a.kimi_slice:
         ap.error("--comm-gpus is for --kimi-slice (the embedded workload takes --tp-size)")
     if a.kimi_slice and a.comm_gpus > 1:

@@ -130,3 +130,36 @@ def test_e2e_env_variants_hold_while_their_engines_run(tmp_path):
     assert [r["name"] for r in res["runs"]] == [
         "baseline[environment as is]", "eagle3_k2[environment as is]",
         "baseline[SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=0]", "eagle3_k2[SGLANG_EAGLE3_GRAMMAR_PREFILL_BELOW_US=0]"]
+
+
+def test_e2e_accept_phases_follow_the_policy_pass_by_pass(tmp_path):
+    """timed_phases (--accept-phases, the Kimi slice's runs) on a CPU engine of the tiny pair, adaptive from k = 3:
+    pass 0 at a pinned accept length of 1 (no draft accepted) ends resting, pass 1 at 3 drafts again once its
+    evidence comes, pass 2 at 1 rests again; each pass reports its own accept length, tok/s and steps at each k; bad
+    values are refused by name."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.bench_e2e import WorkerEngine, timed_phases
+    from sglang_eagle3 import Engine
+    from sglang_eagle3.testing import tiny_config, tiny_draft_config, write_tiny_pair
+
+    cfg = tiny_config(vocab=128, hidden=32, heads=2, layers=3, q_lora=16, kv_lora=16, nope=8, rope=4, v=8,
+                      experts=4, top_k=2, n_group=2, topk_group=1, moe_inter=16, inter=48)
+    tpath, dpath = write_tiny_pair(str(tmp_path), cfg, tiny_draft_config(cfg, heads=2, kv_heads=1, inter=48,
+                                                                         aux_ids=[0, 1, 2]), seed=4)
+    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+                 speculative_num_steps=3, speculative_adaptive=True, speculative_simulate_accept_length=1.0)
+    prompts = [[(7 * i + j) % 128 for j in range(5 + i)] for i in range(3)]
+    r = timed_phases(WorkerEngine(eng.backend), prompts, {"max_new_tokens": 60, "temperature": 0}, [1.0, 3.0], 3)
+    assert [p["accept_length"] for p in r["phases"]] == [1.0, 3.0, 1.0]
+    assert [p["tok_per_s"] for p in r["phases"]] == r["tok_per_s_runs"]
+    for p in r["phases"]:
+        assert sum(p["steps_at_k"].values()) == p["steps"] > 0, p
+    rest, draft, again = r["phases"]
+    assert rest["first_step_resting"] is not None and rest["steps_at_k"].get(0, 0) > rest["steps"] // 2, rest
+    assert draft["first_step_drafting"] is not None and sum(n for k, n in draft["steps_at_k"].items() if k) > 0, draft
+    assert again["first_step_resting"] is not None, again
+    assert r["tokens"] == 3 * 3 * 60
+    proc = bench_e2e("--kimi-slice", "--adaptive", "--accept-phases", "1", "0.5", timeout=120)
+    assert proc.returncode != 0 and "--accept-phases [0.5]" in proc.stderr
+    proc = bench_e2e("--accept-phases", "1", "3", timeout=120)
+    assert proc.returncode != 0 and "give --kimi-slice and --adaptive" in proc.stderr
