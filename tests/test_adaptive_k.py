@@ -225,8 +225,12 @@ def test_round_costs_buckets_and_errors():
         AdaptiveConfig(candidates=(0,), probe_rounds=-1)
     with pytest.raises(ValueError, match="candidates"):
         AdaptiveConfig(candidates=())
+    pol = DraftLengthPolicy(AdaptiveConfig(candidates=(2,)), c)
     with pytest.raises(ValueError, match="outside"):
-        DraftLengthPolicy(AdaptiveConfig(candidates=(2,)), c).observe(2, [3])
+        pol.observe(2, [1, 3])
+    with pytest.raises(ValueError, match="1 .passed. or 0, got \\[1, 2\\]"):
+        pol.observe(2, [1], [1, 2])
+    assert pol.rounds == 0 and pol.report(2, 1)["position_1_checks"] == 0  # (nothing counted from a refused round)
 
 
 # -- in the engine ---------------------------------------------------------------------------------------------------

@@ -74,10 +74,11 @@ class AdaptiveConfig:
     timing noise from flipping k back and forth, and the first decision after 8 checks of position 1 rests its
     estimate on four times the prior's weight of observations (reasoned, not tuned). The half-life of 24 rounds was
     chosen in simulation on the Kimi-K2.5 slice's timed costs (benchmarks/simulate_adaptive.py, docs/BENCHMARKS.md
-    section 8) once a resting draft's catch-ups check every token (forty-fifth session): against 64 it follows a
-    change of acceptance 1.5-7% closer to the best k of each phase, and holds within 0.4% of it where the acceptance
-    holds still. (With one check a catch-up, as before, a half-life that short rested a useless draft's estimate on
-    the prior and drafted it again and again: 2.3% lost at a constant 0.05.)"""
+    section 8) once a resting draft's catch-ups check every token (forty-fifth session): against the setting before
+    (one check a catch-up, 64 rounds) it follows a drop of acceptance 2.3% closer to the best k of each phase and
+    alternations up to 5% closer (a rise after a poor stretch and the fastest alternation level), and holds within
+    0.4% of it where the acceptance holds still. (With one check a catch-up a half-life that short rested a useless
+    draft's estimate on the prior and drafted it again and again: 2.3% lost at a constant 0.05.)"""
 
     candidates: tuple[int, ...]  # draft lengths with captured graphs, the only ones the policy picks
     interval: int = 8  # rounds between two decisions (the first: see first_evidence)
@@ -182,6 +183,11 @@ class DraftLengthPolicy:
         ``first_checks``: more checks of position 1 alone, 1 passed / 0 failed, that are not this round's drafts: a
         resting draft's catch-up proposes a token at every position it covers, and each but the last is checked
         against the target's token there (module doc)."""
+        bad = [a for a in accepted if not 0 <= a <= k]
+        if bad:  # (checked before anything is counted)
+            raise ValueError(f"accepted drafts {bad[0]} outside [0, {k}]")
+        if any(c not in (0, 1) for c in first_checks):
+            raise ValueError(f"a check of draft position 1 is 1 (passed) or 0, got {list(first_checks)!r}")
         self.rounds += 1
         self._rounds_since_decision += 1
         self._checks += len(accepted) + len(first_checks)
@@ -189,15 +195,10 @@ class DraftLengthPolicy:
         for i in range(1, self.max_k + 1):
             self._reached[i] *= d
             self._passed[i] *= d
-        for c in first_checks:
-            if c not in (0, 1):
-                raise ValueError(f"a check of draft position 1 is 1 (passed) or 0, got {c!r}")
         self._reached[1] += len(first_checks)
         self._passed[1] += sum(first_checks)
         hist = [0] * (k + 2)
         for a in accepted:
-            if not 0 <= a <= k:
-                raise ValueError(f"accepted drafts {a} outside [0, {k}]")
             hist[a] += 1
         # Position i was checked where the i - 1 before it were accepted (a >= i - 1), and passed where a >= i.
         at_least = [0] * (k + 2)
