@@ -223,8 +223,7 @@ class WorkerEngine:
         return res if batch else res[0]
 
 
-def timed_phases(engine: WorkerEngine, prompts, params, phases: list[float], repeat: int, concurrency: int = 1,
-                 ) -> dict:
+def timed_phases(engine: WorkerEngine, prompts, params, phases: list[float], repeat: int, concurrency: int = 1) -> dict:
     """_timed_generate with the pinned accept length changed before every pass, pass i at phases[i % len]: an
     adaptive policy carries its estimates from one pass to the next (the same worker), so each pass after the first
     times how it follows the change (--accept-phases). Adds ``phases``, per pass: its accept length, tok/s, steps,
