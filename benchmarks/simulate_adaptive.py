@@ -14,6 +14,7 @@ oracle takes, in each phase, the candidate of most expected tokens a second.
 
     python benchmarks/simulate_adaptive.py                       # the Kimi-K2.5 slice's costs at batch 1 (H200)
     python benchmarks/simulate_adaptive.py --costs OTHER_E2E.json --runs 40 --halflife-rounds 32 64 --out sim.json
+    python benchmarks/simulate_adaptive.py --costs benchmarks/results/h200/e2e_rest_kimi_c16_2f3662c.json --batch 16
 
 --costs: a bench_e2e.py JSON with an adaptive run (its `adaptive.round_ms`, batch 1), by default
 benchmarks/results/h200/e2e_rest_kimi_2f3662c.json (the forty-third session's).
@@ -72,12 +73,13 @@ FEEDINGS = {
 
 
 def simulate(policy: DraftLengthPolicy, phases, rng: random.Random, *, k: int = 3, feeding: str = "tokens",
-             switch_s: float = 0.0):
-    """Rounds of one request through the policy: (tokens, seconds, per phase the round index at which it first
-    drafted (k > 0), None if it never did). ``feeding`` (FEEDINGS), how a resting draft's rounds reach the policy:
-    "tokens", every round, and each catch-up checks position 1 at every token it covers (the round after it the
-    last; _catch_up_checks in runtime/scheduler.py); "rounds", every round, only the round after each catch-up
-    checks; "evidence", only the rounds that check. ``switch_s``: seconds a change of k adds."""
+             switch_s: float = 0.0, batch: int = 1):
+    """Rounds of ``batch`` requests through the policy (one batch all along, each request's drafts drawn on their
+    own): (tokens, seconds, per phase the round index at which it first drafted (k > 0), None if it never did).
+    ``feeding`` (FEEDINGS), how a resting draft's rounds reach the policy: "tokens", every round, and each catch-up
+    checks position 1 at every token it covers (the round after it the last; _catch_up_checks in
+    runtime/scheduler.py); "rounds", every round, only the round after each catch-up checks; "evidence", only the
+    rounds that check. ``switch_s``: seconds a change of k adds."""
     if feeding not in FEEDINGS:
         raise ValueError(f"feeding={feeding!r}: one of {', '.join(FEEDINGS)}")
     probe = policy.config.probe_rounds
@@ -85,41 +87,43 @@ def simulate(policy: DraftLengthPolicy, phases, rng: random.Random, *, k: int = 
     for p, n in phases:
         first = None
         for r in range(n):
-            k, prev = policy.choose(k, 1), k
+            k, prev = policy.choose(k, batch), k
             seconds += switch_s if k != prev else 0.0
             if k and first is None:
                 first = r
-            a = chain_accepts(rng, p, max(k, 1))  # (k = 0: whether the draft's d_1 there would have passed)
+            # (k = 0: whether each request's d_1 there would have passed)
+            acc = [chain_accepts(rng, p, max(k, 1)) for _ in range(batch)]
             resting = resting + 1 if k == 0 and probe else 0
             # resting: a catch-up before every probe-th round (from the first), and before the first round that drafts
             catch_up = bool(rested) and (resting % probe == 1 % probe if resting else True)
             # (the first rested round checked the catch-up before it, as this round checks this one's last proposal)
-            checks = rested[1:] if catch_up and feeding == "tokens" else []
+            checks = [a for rnd in rested[1:] for a in rnd] if catch_up and feeding == "tokens" else []
             if catch_up:
                 rested = []
             evidence = k > 0 or not probe or resting % probe == 1 % probe
             if resting:
-                rested.append(a)
+                rested.append(acc)
             if evidence or feeding != "evidence":
-                policy.observe(max(k, 1), [a] if evidence else [], checks)
-            tokens += a + 1 if k else 1
-            seconds += policy.cost(k, 1)
+                policy.observe(max(k, 1), acc if evidence else [], checks)
+            tokens += sum(a + 1 for a in acc) if k else batch
+            seconds += policy.cost(k, batch)
         first_draft.append(first)
     return tokens, seconds, first_draft
 
 
-def oracle_rate(policy: DraftLengthPolicy, phases) -> float:
-    """Tokens a second of the best candidate in each phase (expected tokens, timed costs)."""
+def oracle_rate(policy: DraftLengthPolicy, phases, batch: int = 1) -> float:
+    """Tokens a second of the best candidate in each phase (expected tokens, timed costs) for ``batch`` requests."""
     tokens = seconds = 0.0
     for p, n in phases:
-        best = max(policy.config.candidates, key=lambda k: sum(p ** j for j in range(k + 1)) / policy.cost(k, 1))
-        tokens += n * sum(p ** j for j in range(best + 1))
-        seconds += n * policy.cost(best, 1)
+        best = max(policy.config.candidates, key=lambda k: sum(p ** j for j in range(k + 1)) / policy.cost(k, batch))
+        tokens += n * batch * sum(p ** j for j in range(best + 1))
+        seconds += n * policy.cost(best, batch)
     return tokens / seconds
 
 
-def load_costs(path: str) -> RoundCosts:
-    """Batch-1 round costs from a bench_e2e.py JSON's first adaptive run with a catch-up timed."""
+def load_costs(path: str, batch: int = 1) -> RoundCosts:
+    """Round costs at ``batch`` (a batch bucket the run timed) from a bench_e2e.py JSON's first adaptive run with a
+    catch-up timed."""
     try:
         runs = json.loads(Path(path).read_text())["runs"]
     except (OSError, ValueError, KeyError) as e:
@@ -128,7 +132,11 @@ def load_costs(path: str) -> RoundCosts:
     for run in runs:
         ms = (run.get("adaptive") or {}).get("round_ms") or {}
         if "catch_up" in ms:
-            return RoundCosts({(k if k in (DECODE, CATCH_UP) else int(k), 1): v["1"] / 1e3 for k, v in ms.items()})
+            if any(str(batch) not in v for v in ms.values()):
+                raise SystemExit(f"{path}: its adaptive run timed batches {sorted(ms['catch_up'], key=int)}, not "
+                                 f"--batch {batch}")
+            return RoundCosts({(k if k in (DECODE, CATCH_UP) else int(k), batch): v[str(batch)] / 1e3
+                               for k, v in ms.items()})
     raise SystemExit(f"{path}: no adaptive run with a timed catch-up (round_ms.catch_up) in its runs")
 
 
@@ -140,31 +148,34 @@ def main():
                     help="the policy's half-lives to compare, fed every round (default: AdaptiveConfig's)")
     ap.add_argument("--switch-ms", type=float, default=0.8, help="what a change of k adds to its round")
     ap.add_argument("--seed", type=int, default=None, help="fixes the draws (default: fresh)")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="requests a round, one policy for all (a batch bucket the --costs run timed; e.g. 16 with "
+                    "benchmarks/results/h200/e2e_rest_kimi_c16_2f3662c.json)")
     ap.add_argument("--out")
     a = ap.parse_args()
-    if a.runs < 1 or a.switch_ms < 0 or any(not h > 0 for h in a.halflife_rounds or ()):
-        ap.error(f"--runs {a.runs} must be >= 1, --switch-ms {a.switch_ms} >= 0, --halflife-rounds "
-                 f"{a.halflife_rounds} > 0")
+    if a.runs < 1 or a.switch_ms < 0 or a.batch < 1 or any(not h > 0 for h in a.halflife_rounds or ()):
+        ap.error(f"--runs {a.runs} must be >= 1, --switch-ms {a.switch_ms} >= 0, --batch {a.batch} >= 1, "
+                 f"--halflife-rounds {a.halflife_rounds} > 0")
     logging.disable(logging.WARNING)  # (the policy's "slower than plain decoding" warning, once a request)
-    costs = load_costs(a.costs)
+    costs = load_costs(a.costs, a.batch)
     base = AdaptiveConfig(candidates=tuple(sorted(k for k, _ in costs.seconds if isinstance(k, int))))
     # (label, config, feeding)
     variants = [(f"{FEEDINGS[f]}, half-life {h:g}", dataclasses.replace(base, halflife_rounds=h), f)
                 for f in ("tokens", "rounds") for h in a.halflife_rounds or (base.halflife_rounds,)]
     variants.append((f"{FEEDINGS['evidence']}, half-life {base.halflife_rounds:g}", base, "evidence"))
     rng = random.Random(a.seed)
-    print(f"round costs (ms, batch 1) from {a.costs}: {costs.as_dict()}; candidates {base.candidates}, "
+    print(f"round costs (ms, batch {a.batch}) from {a.costs}: {costs.as_dict()}; candidates {base.candidates}, "
           f"probe_rounds {base.probe_rounds}, a switch +{a.switch_ms} ms, {a.runs} runs a scenario")
     print("tok/s (of the oracle's) [median rounds to draft again after the drafts turn good]")
     rows = []
     for name, phases in SCENARIOS.items():
-        oracle = oracle_rate(DraftLengthPolicy(base, costs), phases)
+        oracle = oracle_rate(DraftLengthPolicy(base, costs), phases, a.batch)
         row = {"scenario": name, "phases": phases, "oracle_tok_per_s": round(oracle, 2), "variants": {}}
         for label, config, feeding in variants:
             rates, back = [], []
             for _ in range(a.runs):
                 tokens, seconds, first = simulate(DraftLengthPolicy(config, costs), phases, rng, feeding=feeding,
-                                                  switch_s=a.switch_ms / 1e3)
+                                                  switch_s=a.switch_ms / 1e3, batch=a.batch)
                 rates.append(tokens / seconds)
                 # after a phase of p < 0.5, the next phase's first round at k > 0 (the phase's length if never)
                 back += [f if f is not None else n for (p0, _), (p, n), f in zip(phases[:-1], phases[1:], first[1:],
@@ -180,8 +191,8 @@ def main():
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "costs": a.costs, "runs": a.runs,
-                                           "seed": a.seed, "switch_ms": a.switch_ms, "round_ms": costs.as_dict(),
-                                           "scenarios": rows}, indent=1))
+                                           "seed": a.seed, "batch": a.batch, "switch_ms": a.switch_ms,
+                                           "round_ms": costs.as_dict(), "scenarios": rows}, indent=1))
         print(f"wrote {a.out}")
 
 

@@ -601,6 +601,16 @@ def test_simulate_adaptive_script(tmp_path):
         assert len(row["variants"]) == 3, row  # (FEEDINGS: one variant each at the default half-life)
         for v in row["variants"].values():
             assert 0.5 < v["of_oracle"] < 1.05, row
+    # --batch: one policy over a batch, at the costs the run timed for that bucket (refused by name where it timed none)
+    c16 = script.parents[0] / "results" / "h200" / "e2e_rest_kimi_c16_2f3662c.json"
+    proc = subprocess.run([sys.executable, str(script), "--runs", "1", "--costs", str(c16), "--batch", "16", "--out",
+                           str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["batch"] == 16 and set(res["round_ms"]["decode"]) == {"16"}
+    assert all(0.5 < v["of_oracle"] < 1.05 for row in res["scenarios"] for v in row["variants"].values())
+    proc = subprocess.run([sys.executable, str(script), "--batch", "16"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "not --batch 16" in proc.stderr
     bad = tmp_path / "no_adaptive.json"
     bad.write_text(json.dumps({"runs": [{"name": "baseline"}]}))
     proc = subprocess.run([sys.executable, str(script), "--costs", str(bad)], capture_output=True, text=True,
