@@ -8,6 +8,8 @@
 #     adaptive and resting-draft tests (the catch-up's checks reach the policy with graphs), then the Kimi slice at
 #     batch 1: the baseline and an adaptive run whose pinned accept length goes 1, 3, 1, 3 pass by pass
 #     (--accept-phases: how many steps the policy takes to draft again, and to rest again, at the slice's real costs).
+# s0: s1 cut to ~4 minutes (the session's last device minutes): the resting-draft GPU tests only, then the
+#     accept-phases run with 64 new tokens a prompt.
 # s3: the Kimi slice at batch 1 with the random draft: the baseline and adaptive (probe_rounds 16, the draft
 #     resting), twice each (the forty-fourth session's r0 line: the new feeding changes no cost at a constant
 #     acceptance).
@@ -15,9 +17,15 @@
 #     with the random draft: the baseline and adaptive with probe_rounds 0 and 16 (the forty-fourth session's r2).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: s1 | s2 | s3}
+part=${1:?part: s0 | s1 | s2 | s3}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
+s0)
+  TAIL=8 stage engine_tests 90 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 80 \
+    tests/gpu/test_cuda_engine.py -k "resting"
+  TAIL=12 stage e2e_kimi_phases 130 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 64 \
+    --repeat 4 --simulate-accept --adaptive --adaptive-only --accept-phases 1 3 --out "$OUT/e2e_phases_kimi.json"
+  ;;
 s1)
   TAIL=12 stage engine_tests 130 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 120 \
     tests/gpu/test_cuda_engine.py -k "adaptive or resting"
