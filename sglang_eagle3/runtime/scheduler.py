@@ -380,14 +380,14 @@ class Scheduler:
         every, hidden = runner.prefill_draft(rows, aux)
         counts = torch.tensor([len(toks) for toks, _, _ in rows])
         ends = counts.cumsum(0) - 1
-        proposals = every[ends.to(every.device)]
         if samp is not None and checks:  # every row's proposal, sampled as a round's d_1 would be there
             every = runner.draft_proposals(hidden, samp.proposal_rows(counts), runner.to_device(
                 [first + j for toks, first, _ in rows for j in range(len(toks))]))
-            proposals = every[ends.to(every.device)]
-        elif samp is not None:  # the last row (position first + n - 1) proposes the token two after it, sampled
+        if samp is not None and not checks:  # the last row (position first + n - 1) proposes the token two after it
             proposals = runner.draft_proposals(hidden[ends.to(hidden.device)], samp,
                                                runner.to_device([first + len(toks) - 1 for toks, first, _ in rows]))
+        else:
+            proposals = every[ends.to(every.device)]
         for i, r in enumerate(reqs):
             self._draft_hidden[r.rid] = hidden[int(ends[i])].clone()
             self._pending_aux.pop(r.rid, None)
