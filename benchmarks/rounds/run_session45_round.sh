@@ -15,6 +15,9 @@
 #     acceptance).
 # s2 (an H200: the slice with the draft at 16 requests did not fit an H100): the Kimi slice at 16 concurrent requests
 #     with the random draft: the baseline and adaptive with probe_rounds 0 and 16 (the forty-fourth session's r2).
+# Ran: s0, then fixed k = 3 at the same pinned lengths (bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 64
+# --repeat 2 --simulate-accept 1 3), s3 and s2, at b205498 on an H100 (the session's only machine, after ~20 minutes of
+# refused starts); s1 never ran. Results: benchmarks/results/h100/*_b205498*, BENCHMARKS.md section 8.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: s0 | s1 | s2 | s3}
