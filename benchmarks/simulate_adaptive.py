@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import os
 import random
 import statistics
@@ -54,6 +55,9 @@ SCENARIOS = {
     "0.1 / 0.8 every 300": [(0.1, 300), (0.8, 300)] * 4,
     "0.2 / 0.7 every 40": [(0.2, 40), (0.7, 40)] * 25,  # faster than a short half-life should chase
     "0.4 / 0.9 every 20": [(0.4, 20), (0.9, 20)] * 50,
+    # requests of ~100-200 tokens whose drafts fit (or do not) in turn, one at a time
+    "0.95 / 0.02 every 50": [(0.95, 50), (0.02, 50)] * 20,
+    "0.02 / 0.8 every 120": [(0.02, 120), (0.8, 120)] * 8,
 }
 
 
@@ -75,7 +79,8 @@ FEEDINGS = {
 def simulate(policy: DraftLengthPolicy, phases, rng: random.Random, *, k: int = 3, feeding: str = "tokens",
              switch_s: float = 0.0, batch: int = 1):
     """Rounds of ``batch`` requests through the policy (one batch all along, each request's drafts drawn on their
-    own): (tokens, seconds, per phase the round index at which it first drafted (k > 0), None if it never did).
+    own): (tokens, seconds, per phase the round index at which it first drafted (k > 0), per phase the one at which
+    it first rested (k = 0); None where it never did).
     ``feeding`` (FEEDINGS), how a resting draft's rounds reach the policy: "tokens", every round, and each catch-up
     checks position 1 at every token it covers (the round after it the last; _catch_up_checks in
     runtime/scheduler.py); "rounds", every round, only the round after each catch-up checks; "evidence", only the
@@ -83,14 +88,16 @@ def simulate(policy: DraftLengthPolicy, phases, rng: random.Random, *, k: int = 
     if feeding not in FEEDINGS:
         raise ValueError(f"feeding={feeding!r}: one of {', '.join(FEEDINGS)}")
     probe = policy.config.probe_rounds
-    tokens, seconds, resting, first_draft, rested = 0, 0.0, 0, [], []
+    tokens, seconds, resting, first_draft, first_rest, rested = 0, 0.0, 0, [], [], []
     for p, n in phases:
-        first = None
+        first = rest = None
         for r in range(n):
             k, prev = policy.choose(k, batch), k
             seconds += switch_s if k != prev else 0.0
             if k and first is None:
                 first = r
+            if not k and rest is None:
+                rest = r
             # (k = 0: whether each request's d_1 there would have passed)
             acc = [chain_accepts(rng, p, max(k, 1)) for _ in range(batch)]
             resting = resting + 1 if k == 0 and probe else 0
@@ -108,14 +115,20 @@ def simulate(policy: DraftLengthPolicy, phases, rng: random.Random, *, k: int = 
             tokens += sum(a + 1 for a in acc) if k else batch
             seconds += policy.cost(k, batch)
         first_draft.append(first)
-    return tokens, seconds, first_draft
+        first_rest.append(rest)
+    return tokens, seconds, first_draft, first_rest
+
+
+def best_k(policy: DraftLengthPolicy, p: float, batch: int = 1) -> int:
+    """The candidate of most expected tokens a second at acceptance p a position (timed costs)."""
+    return max(policy.config.candidates, key=lambda k: sum(p ** j for j in range(k + 1)) / policy.cost(k, batch))
 
 
 def oracle_rate(policy: DraftLengthPolicy, phases, batch: int = 1) -> float:
     """Tokens a second of the best candidate in each phase (expected tokens, timed costs) for ``batch`` requests."""
     tokens = seconds = 0.0
     for p, n in phases:
-        best = max(policy.config.candidates, key=lambda k: sum(p ** j for j in range(k + 1)) / policy.cost(k, batch))
+        best = best_k(policy, p, batch)
         tokens += n * batch * sum(p ** j for j in range(best + 1))
         seconds += n * policy.cost(best, batch)
     return tokens / seconds
@@ -146,6 +159,10 @@ def main():
     ap.add_argument("--runs", type=int, default=20, help="simulated requests a scenario (fresh draws each)")
     ap.add_argument("--halflife-rounds", type=float, nargs="+", default=None,
                     help="the policy's half-lives to compare, fed every round (default: AdaptiveConfig's)")
+    ap.add_argument("--change-nats", type=float, nargs="+", default=None,
+                    help="the change test's thresholds to compare, inf: no test (default: AdaptiveConfig's and inf)")
+    ap.add_argument("--change-halflife-rounds", type=float, nargs="+", default=None,
+                    help="the change test's recent window half-lives to compare (default: AdaptiveConfig's)")
     ap.add_argument("--switch-ms", type=float, default=0.8, help="what a change of k adds to its round")
     ap.add_argument("--seed", type=int, default=None, help="fixes the draws (default: fresh)")
     ap.add_argument("--batch", type=int, default=1,
@@ -153,41 +170,60 @@ def main():
                     "benchmarks/results/h200/e2e_rest_kimi_c16_2f3662c.json)")
     ap.add_argument("--out")
     a = ap.parse_args()
-    if a.runs < 1 or a.switch_ms < 0 or a.batch < 1 or any(not h > 0 for h in a.halflife_rounds or ()):
+    if (a.runs < 1 or a.switch_ms < 0 or a.batch < 1
+            or any(not h > 0 for h in (*(a.halflife_rounds or ()), *(a.change_nats or ()),
+                                       *(a.change_halflife_rounds or ())))):
         ap.error(f"--runs {a.runs} must be >= 1, --switch-ms {a.switch_ms} >= 0, --batch {a.batch} >= 1, "
-                 f"--halflife-rounds {a.halflife_rounds} > 0")
+                 f"--halflife-rounds {a.halflife_rounds}, --change-nats {a.change_nats} and "
+                 f"--change-halflife-rounds {a.change_halflife_rounds} > 0")
     logging.disable(logging.WARNING)  # (the policy's "slower than plain decoding" warning, once a request)
     costs = load_costs(a.costs, a.batch)
     base = AdaptiveConfig(candidates=tuple(sorted(k for k, _ in costs.seconds if isinstance(k, int))))
-    # (label, config, feeding)
-    variants = [(f"{FEEDINGS[f]}, half-life {h:g}", dataclasses.replace(base, halflife_rounds=h), f)
-                for f in ("tokens", "rounds") for h in a.halflife_rounds or (base.halflife_rounds,)]
-    variants.append((f"{FEEDINGS['evidence']}, half-life {base.halflife_rounds:g}", base, "evidence"))
+    # (label, config, feeding): the scheduler's feeding at each setting compared, the older feedings at the defaults
+    variants = []
+    for h in a.halflife_rounds or (base.halflife_rounds,):
+        for nats in a.change_nats or (base.change_nats, math.inf):
+            for ch in (a.change_halflife_rounds or (base.change_halflife_rounds,)) if nats < math.inf else (1.0,):
+                test = f"change test {nats:g} nats over {ch:g} rounds" if nats < math.inf else "no change test"
+                variants.append((f"{FEEDINGS['tokens']}, half-life {h:g}, {test}",
+                                 dataclasses.replace(base, halflife_rounds=h, change_nats=nats,
+                                                     change_halflife_rounds=ch), "tokens"))
+    variants += [(f"{FEEDINGS[f]}, half-life {base.halflife_rounds:g}, no change test",
+                  dataclasses.replace(base, change_nats=math.inf), f) for f in ("rounds", "evidence")]
     rng = random.Random(a.seed)
     print(f"round costs (ms, batch {a.batch}) from {a.costs}: {costs.as_dict()}; candidates {base.candidates}, "
           f"probe_rounds {base.probe_rounds}, a switch +{a.switch_ms} ms, {a.runs} runs a scenario")
-    print("tok/s (of the oracle's) [median rounds to draft again after the drafts turn good]")
+    print("tok/s (of the oracle's) [median rounds to draft again after the drafts turn good, to rest again after "
+          "they turn useless]")
     rows = []
     for name, phases in SCENARIOS.items():
-        oracle = oracle_rate(DraftLengthPolicy(base, costs), phases, a.batch)
+        pol0 = DraftLengthPolicy(base, costs)
+        oracle = oracle_rate(pol0, phases, a.batch)
         row = {"scenario": name, "phases": phases, "oracle_tok_per_s": round(oracle, 2), "variants": {}}
         for label, config, feeding in variants:
-            rates, back = [], []
+            rates, back, down = [], [], []
             for _ in range(a.runs):
-                tokens, seconds, first = simulate(DraftLengthPolicy(config, costs), phases, rng, feeding=feeding,
-                                                  switch_s=a.switch_ms / 1e3, batch=a.batch)
+                tokens, seconds, first, rest = simulate(DraftLengthPolicy(config, costs), phases, rng,
+                                                        feeding=feeding, switch_s=a.switch_ms / 1e3, batch=a.batch)
                 rates.append(tokens / seconds)
                 # after a phase of p < 0.5, the next phase's first round at k > 0 (the phase's length if never)
                 back += [f if f is not None else n for (p0, _), (p, n), f in zip(phases[:-1], phases[1:], first[1:],
                                                                                   strict=True) if p0 < 0.5 <= p]
+                # after a phase of p >= 0.5, the next phase's first round at k = 0 where resting is its best k
+                down += [f if f is not None else n for (p0, _), (p, n), f in zip(phases[:-1], phases[1:], rest[1:],
+                                                                                  strict=True)
+                         if p0 >= 0.5 and best_k(pol0, p, a.batch) == 0]
             row["variants"][label] = {"tok_per_s": round(statistics.mean(rates), 2),
                                       "of_oracle": round(statistics.mean(rates) / oracle, 4),
-                                      "rounds_to_draft_again": statistics.median(back) if back else None}
+                                      "rounds_to_draft_again": statistics.median(back) if back else None,
+                                      "rounds_to_rest_again": statistics.median(down) if down else None}
         rows.append(row)
         print(f"{name} (oracle {oracle:.1f}):")
         for label, v in row["variants"].items():
-            again = f" [{v['rounds_to_draft_again']:g}]" if v["rounds_to_draft_again"] is not None else ""
-            print(f"    {label:<64} {v['tok_per_s']:8.1f} ({v['of_oracle']:.3f}){again}")
+            again = "".join(f" [{what} {v[key]:g}]" for what, key in (("draft again", "rounds_to_draft_again"),
+                                                                       ("rest again", "rounds_to_rest_again"))
+                            if v[key] is not None)
+            print(f"    {label:<100} {v['tok_per_s']:8.1f} ({v['of_oracle']:.3f}){again}")
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "costs": a.costs, "runs": a.runs,

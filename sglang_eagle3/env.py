@@ -134,11 +134,16 @@ GRAMMAR_PREFILL_BELOW_US = Knob(
     "microseconds: a request with a grammar has its mask row filled before each draft step where its recent rows "
     "took under this long, else its draft picks among the step's candidates and the rows fill while the verify runs "
     "(runtime/grammar.py; 0: candidates always, inf: rows ahead always; unset: grammar.PREFILL_BELOW_S)")
+ADAPTIVE_CHANGE_NATS = Knob(
+    "SGLANG_EAGLE3_ADAPTIVE_CHANGE_NATS",
+    "the adaptive draft length's change test: nats of evidence at which position 1's recent checks replace the "
+    "older ones (runtime/adaptive.py; inf: no test, the half-life alone; read when the engine starts; unset: "
+    "AdaptiveConfig.change_nats)")
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
        GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_FMA_PLAIN_PAIR,
-       MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX, GRAMMAR_PREFILL_BELOW_US)
+       MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX, GRAMMAR_PREFILL_BELOW_US, ADAPTIVE_CHANGE_NATS)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

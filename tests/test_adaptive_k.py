@@ -173,18 +173,113 @@ def test_resting_policy_drafts_again_soon_after_acceptance_rises():
     acceptance turns 85%, the policy (the default config, each rested token checked at its catch-up) drafts again
     within 80 rounds, median of 9 runs (measured ~32). Fed only the rounds that checked a draft (before `1115be2`:
     resting rounds neither aged the evidence nor counted toward a decision) it takes more than 150 (measured ~270).
-    Same costs as test_policy_keeps_up_with_the_best_fixed_k (benchmarks/simulate_adaptive.py's loop), fresh draws."""
+    Both without the change test (test_policy_rests_soon_after_acceptance_drops), which shortens either. Same costs
+    as test_policy_keeps_up_with_the_best_fixed_k (benchmarks/simulate_adaptive.py's loop), fresh draws."""
     ms = {DECODE: 2.3, 0: 3.1, 1: 3.4, 3: 5.1, 5: 6.6, CATCH_UP: 4.0}
     costs = RoundCosts({(k, 1): v / 1e3 for k, v in ms.items()})
     rng = random.Random()
     for feeding, ok in (("tokens", lambda m: m <= 80), ("evidence", lambda m: m > 150)):
         back = []
         for _ in range(9):
-            pol = DraftLengthPolicy(AdaptiveConfig(candidates=(0, 1, 3, 5)), costs)
-            _, _, first = simulate(pol, [(0.05, 1000), (0.85, 2000)], rng, feeding=feeding)
+            pol = DraftLengthPolicy(AdaptiveConfig(candidates=(0, 1, 3, 5), change_nats=math.inf), costs)
+            _, _, first, _ = simulate(pol, [(0.05, 1000), (0.85, 2000)], rng, feeding=feeding)
             assert first[1] != 0, "the policy did not rest the poor draft"
             back.append(2000 if first[1] is None else first[1])
         assert ok(sorted(back)[4]), (feeding, back)
+
+
+def test_policy_rests_soon_after_acceptance_drops():
+    """1000 rounds of a draft accepted 85% of the time, then 500 at 5%: with the change test (the default config) the
+    policy rests the draft within 25 rounds of the drop, median of 9 runs (measured ~7-12 at batch 1, ~5-6 at 16
+    requests); without it (change_nats inf) the old passes must decay below the break-even rate at the 24-round
+    half-life first: more than 32 rounds (measured ~48 and ~41). Same costs as the test above, fresh draws; the
+    rounds counted are those before the policy first chose k = 0 in the second phase."""
+    ms = {DECODE: 2.3, 0: 3.1, 1: 3.4, 3: 5.1, 5: 6.6, CATCH_UP: 4.0}
+    costs = RoundCosts({(k, b): v / 1e3 * b ** 0.5 for k, v in ms.items() for b in (1, 16)})
+    rng = random.Random()
+    for batch in (1, 16):
+        for nats, ok in ((AdaptiveConfig.change_nats, lambda m: m <= 25), (math.inf, lambda m: m > 32)):
+            down, changes = [], []
+            for _ in range(9):
+                pol = DraftLengthPolicy(AdaptiveConfig(candidates=(0, 1, 3, 5), change_nats=nats), costs)
+                _, _, _, rest = simulate(pol, [(0.85, 1000), (0.05, 500)], rng, batch=batch)
+                down.append(500 if rest[1] is None else rest[1])
+                changes.append(pol.changes)
+            assert ok(sorted(down)[4]), (nats, batch, down)
+            assert (nats < math.inf) == (sorted(changes)[4] >= 1), (nats, changes)
+
+
+def test_change_evidence_against_windows_summed_by_hand():
+    """The change test's statistic after random rounds (k = 0..4, a few requests, catch-up checks) against its
+    definition computed from the whole history: the recent window and the long evidence as sums of each round's
+    position-1 checks weighed by decay ** age, the older checks their difference, and the log-likelihood of both
+    under a rate each (add-a-half) less that under one rate. And a change resets position 1 to the recent window."""
+    rng = random.Random()
+    h, hf = rng.uniform(10, 40), rng.uniform(2, 6)
+    pol = DraftLengthPolicy(AdaptiveConfig(candidates=(0, 1, 4), halflife_rounds=h, change_halflife_rounds=hf,
+                                           change_nats=math.inf), _costs(1.0, 0.1))
+    history = []  # (checks of position 1, passed) a round
+    p = rng.uniform(0.2, 0.9)
+    for r in range(rng.randint(30, 90)):
+        if r == 20:
+            p = 1.0 - p
+        k = rng.choice((0, 1, 4))
+        acc = [chain_accepts(rng, p, k) for _ in range(rng.randint(0, 3))]
+        checks = [int(rng.random() < p) for _ in range(rng.choice((0, 0, 5)))]
+        pol.observe(k, acc, checks)
+        history.append(((len(acc) if k else 0) + len(checks), (sum(a >= 1 for a in acc) if k else 0) + sum(checks)))
+
+    def window(halflife):
+        w = [0.5 ** ((len(history) - 1 - t) / halflife) for t in range(len(history))]
+        return (sum(wi * n for wi, (n, _) in zip(w, history, strict=True)),
+                sum(wi * s for wi, (_, s) in zip(w, history, strict=True)))
+
+    def loglik(n, s, q):
+        return s * math.log(q) + (n - s) * math.log(1 - q)
+
+    (n_new, s_new), (n_all, s_all) = window(hf), window(h)
+    n_old, s_old = n_all - n_new, s_all - s_new
+    rate = (s_all + 0.5) / (n_all + 1)
+    want = (loglik(n_new, s_new, (s_new + 0.5) / (n_new + 1)) + loglik(n_old, s_old, (s_old + 0.5) / (n_old + 1))
+            - loglik(n_new, s_new, rate) - loglik(n_old, s_old, rate))
+    assert pol.change_evidence() == pytest.approx(want, rel=1e-9, abs=1e-9)
+    # a change: position 1 keeps the recent window only, deeper positions shrink by as much
+    before = pol.acceptance()
+    reached = list(pol._reached)
+    pol._forget()
+    assert (pol._reached[1], pol._passed[1]) == pytest.approx((n_new, s_new), rel=1e-9)
+    if reached[2]:
+        assert pol._reached[2] == pytest.approx(reached[2] * n_new / n_all, rel=1e-9)
+    assert pol.acceptance()[1:] != before[1:] or not reached[2]
+
+
+def test_change_decides_at_once():
+    """After 200 rounds of k = 3 with every draft accepted, drafts that stop landing are a change within 4 rounds
+    (measured: the first failure, against ~0.99 of the older checks), the round after it decides at once,
+    mid-interval, and the policy leaves k = 3 within 40 failures (measured 26: at these costs the break-even rate
+    is ~0.1, and the estimate now rests on the recent window); without the test (change_nats inf) it still drafts 3
+    after 40 (measured: it leaves after 80)."""
+    for nats in (AdaptiveConfig.change_nats, math.inf):
+        pol = DraftLengthPolicy(AdaptiveConfig(candidates=(0, 1, 3), change_nats=nats), _costs(3.0, 0.3))
+        k = pol.choose(3, 1)
+        for _ in range(200):
+            pol.observe(k, [k])
+            k = pol.choose(k, 1)
+        assert k == 3 and pol.changes == 0 and pol.acceptance()[0] > 0.95
+        for failures in range(1, 41):
+            due = pol._rounds_since_decision + 1 >= pol.config.interval  # (a decision due anyway)
+            decisions, changes = pol.decisions, pol.changes
+            pol.observe(k, [0])
+            k = pol.choose(k, 1)
+            if pol.changes > changes:  # this round's failure was the change: decided at once, due or not
+                assert failures <= 4 and pol.decisions == decisions + 1 and pol.acceptance()[0] < 0.8, (due, failures)
+            else:
+                assert pol.decisions == decisions + due
+            if k < 3:
+                break
+        assert (pol.changes == 1 and k < 3) if nats < math.inf else (pol.changes == 0 and k == 3), (nats, failures)
+    with pytest.raises(ValueError, match="change_halflife_rounds=30"):
+        AdaptiveConfig(candidates=(1,), change_halflife_rounds=30)
 
 
 def test_resting_estimate_follows_the_draft_not_the_prior():
@@ -300,11 +395,28 @@ def test_adaptive_engine_times_rounds_and_moves_k(pair):
     ad = info["adaptive"]
     assert info["speculative_num_steps"] in (0, 1) and ad["switches"] >= 1, ad
     assert ad["resting"] == (info["speculative_num_steps"] == 0) and ad["probe_rounds"] == 16
+    assert 0 <= ad["changes"] <= ad["decisions"], ad  # (a change makes the next round decide)
     # the policy's evidence, undecayed: each request's round checks position 1 once, a resting one's when its catch-up
     # is read (a request's last rested rounds, up to probe_rounds - 1, never are)
     assert info["verify_forwards"] - 15 * len(prompts) <= ad["position_1_checks"] <= info["verify_forwards"], ad
     with pytest.raises(ConfigError, match="adaptive"):
         eng.set_speculative_num_steps(3)
+
+
+def test_adaptive_change_test_knob(pair, monkeypatch):
+    """SGLANG_EAGLE3_ADAPTIVE_CHANGE_NATS sets the change test's threshold when the engine starts (inf: no test, for
+    A/B runs); 0 or a word is refused naming the variable, before any round runs."""
+    tpath, dpath = pair
+    kw = dict(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+              speculative_num_steps=3, speculative_adaptive=True, max_running_requests=2)
+    test = Engine(**kw).get_server_info()["adaptive"]["change_test"]
+    assert test == {"nats": AdaptiveConfig.change_nats, "halflife_rounds": AdaptiveConfig.change_halflife_rounds}
+    monkeypatch.setenv("SGLANG_EAGLE3_ADAPTIVE_CHANGE_NATS", "inf")
+    assert Engine(**kw).get_server_info()["adaptive"]["change_test"] is None
+    for bad, err in (("0", ConfigError), ("lots", ValueError)):
+        monkeypatch.setenv("SGLANG_EAGLE3_ADAPTIVE_CHANGE_NATS", bad)
+        with pytest.raises(err, match=f"SGLANG_EAGLE3_ADAPTIVE_CHANGE_NATS.*{bad}"):
+            Engine(**kw)
 
 
 def test_adaptive_args():
@@ -450,7 +562,7 @@ def test_policy_keeps_up_with_the_best_fixed_k(p, probe_rounds):
 
     rng, rates = random.Random(), []
     for _ in range(20):
-        tokens, seconds, _ = simulate(DraftLengthPolicy(config, costs), [(p, 250)], rng)
+        tokens, seconds, _, _ = simulate(DraftLengthPolicy(config, costs), [(p, 250)], rng)
         rates.append(tokens / seconds)
     assert sum(rates) / len(rates) >= 0.95 * max(fixed(k) for k in (0, 1, 3, 5)), (p, rates)
 
@@ -584,7 +696,8 @@ def test_overlapped_catch_ups_leave_the_draft_where_k_zero_rounds_do(pair):
 
 
 def test_simulate_adaptive_script(tmp_path):
-    """benchmarks/simulate_adaptive.py on the checked-in Kimi slice costs: every scenario under the three feedings,
+    """benchmarks/simulate_adaptive.py on the checked-in Kimi slice costs: every scenario under the three feedings
+    (the scheduler's with the change test and without),
     rates no better than the oracle's by more than the draws allow; a JSON without a timed catch-up is refused by
     name."""
     import json
@@ -598,7 +711,8 @@ def test_simulate_adaptive_script(tmp_path):
     res = json.loads(out.read_text())
     assert res["round_ms"]["catch_up"] and len(res["scenarios"]) >= 5
     for row in res["scenarios"]:
-        assert len(row["variants"]) == 3, row  # (FEEDINGS: one variant each at the default half-life)
+        # the scheduler's feeding with the change test and without, the two older feedings without
+        assert len(row["variants"]) == 4, row
         for v in row["variants"].values():
             assert 0.5 < v["of_oracle"] < 1.05, row
     # --batch: one policy over a batch, at the costs the run timed for that bucket (refused by name where it timed none)

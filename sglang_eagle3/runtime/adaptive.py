@@ -45,6 +45,16 @@ rounds to draft again once the drafts turned good, against ~70 at the same half-
 Kimi slice's costs; benchmarks/simulate_adaptive.py.) (probe_rounds = 0: k = 0 rounds keep the draft's one-token
 extend, as above.)
 
+A change: the half-life trades noise for lag. Fed the same checks, a recent window of position 1 (a half-life of
+``change_halflife_rounds``, 3) is compared after every round with the older checks (the long evidence less the
+recent window's); where the two are ``change_nats`` (3) likelier under a rate each than under one rate for both (the
+two-sample binomial likelihood ratio), the acceptance has changed: position 1's evidence becomes the recent window's,
+the deeper positions' shrinks as much, and the next round decides. With the 24-round half-life alone a draft accepted
+85% of the time that stops landing went on drafting ~70 rounds (the old passes had to decay below the break-even
+rate); with the test it rests after ~15-20 at batch 1 and ~6 at 16 requests, and at a constant acceptance the test
+fires about once in 5000 rounds (benchmarks/simulate_adaptive.py on the Kimi slice's timed costs; docs/BENCHMARKS.md
+section 8).
+
 The policy only ever moves between the candidates the engine captured graphs for (``EngineArgs.step_candidates``),
 after every ``interval`` rounds, and only for a predicted gain of at least ``min_gain``. The first decision needs
 evidence rather than rounds: it comes once draft position 1 has been checked ``first_evidence`` times (8 rounds at
@@ -78,7 +88,10 @@ class AdaptiveConfig:
     (one check a catch-up, 64 rounds) it follows a drop of acceptance 2.3% closer to the best k of each phase and
     alternations up to 5% closer (a rise after a poor stretch and the fastest alternation level), and holds within
     0.4% of it where the acceptance holds still. (With one check a catch-up a half-life that short rested a useless
-    draft's estimate on the prior and drafted it again and again: 2.3% lost at a constant 0.05.)"""
+    draft's estimate on the prior and drafted it again and again: 2.3% lost at a constant 0.05.) The change test's 3
+    nats over a 3-round window were chosen the same way (forty-sixth session) among 2.5-6 nats and 3-8 rounds: phases
+    of 50-300 rounds followed 3-14% closer at batch 1 and 16, constants within 0.3%; the only loss, alternations every
+    20 rounds at 16 requests (3%), where resting at each low phase pays a catch-up's wait to draft again."""
 
     candidates: tuple[int, ...]  # draft lengths with captured graphs, the only ones the policy picks
     interval: int = 8  # rounds between two decisions (the first: see first_evidence)
@@ -90,6 +103,11 @@ class AdaptiveConfig:
     probe_rounds: int = 16
     # The first decision once draft position 1 was checked this many times (or after interval rounds, if sooner).
     first_evidence: int = 8
+    # A change of acceptance (module doc): position 1's recent checks, weighed with this half-life in rounds,
+    # replace the long evidence once they and the older checks are this many nats likelier under a rate each than
+    # under one; math.inf: never.
+    change_halflife_rounds: float = 3.0
+    change_nats: float = 3.0
 
     def __post_init__(self):
         if not self.candidates or any(not isinstance(k, int) or k < 0 for k in self.candidates):
@@ -100,6 +118,10 @@ class AdaptiveConfig:
             raise ValueError(f"first_evidence={self.first_evidence!r} must be an int >= 1 (checks of position 1)")
         if not self.halflife_rounds > 0:
             raise ValueError(f"halflife_rounds={self.halflife_rounds!r} must be > 0")
+        if not 0 < self.change_halflife_rounds < self.halflife_rounds or not self.change_nats > 0:
+            raise ValueError(f"change_halflife_rounds={self.change_halflife_rounds!r} must be > 0 and shorter than "
+                             f"halflife_rounds={self.halflife_rounds!r}; change_nats={self.change_nats!r} > 0 "
+                             f"(math.inf: never)")
         if not isinstance(self.probe_rounds, int) or self.probe_rounds < 0:
             raise ValueError(f"probe_rounds={self.probe_rounds!r} must be an int >= 0 (0: the draft never rests)")
         if not 0 < self.first_prior < 1 or not self.prior_weight > 0 or self.min_gain < 0:
@@ -162,6 +184,10 @@ class DraftLengthPolicy:
         self._reached = [0.0] * (self.max_k + 1)  # index i: draft position i (1-based; 0 unused)
         self._passed = [0.0] * (self.max_k + 1)
         self._decay = 0.5 ** (1.0 / config.halflife_rounds)
+        # position 1's recent checks (reached, passed), decayed faster: the change test's window
+        self._recent = [0.0, 0.0]
+        self._recent_decay = 0.5 ** (1.0 / config.change_halflife_rounds)
+        self.changes = 0
         self._rounds_since_decision = 0
         self._checks = 0  # times position 1 was checked, undecayed (the first decision's evidence)
         self.decisions = 0
@@ -207,6 +233,39 @@ class DraftLengthPolicy:
         for i in range(1, min(k, self.max_k) + 1):
             self._reached[i] += at_least[i - 1]
             self._passed[i] += at_least[i]
+        checked = (len(accepted) if k else 0) + len(first_checks)
+        r = self._recent_decay
+        self._recent = [self._recent[0] * r + checked,
+                        self._recent[1] * r + (at_least[1] if k else 0) + sum(first_checks)]
+        if checked and self.change_evidence() > self.config.change_nats:
+            self._forget()
+
+    def change_evidence(self) -> float:
+        """Nats by which position 1's recent checks and its older ones (the long evidence less the recent window's:
+        each round weighed by the difference of the two decays, so the latest rounds count in the recent window
+        only) are likelier under a rate each than under one rate for both: the two-sample binomial log-likelihood
+        ratio (half the G statistic), the module doc's change test."""
+        n_new, s_new = self._recent
+        n_old = max(self._reached[1] - n_new, 0.0)
+        s_old = min(max(self._passed[1] - s_new, 0.0), n_old)
+        # (add-a-half rates: finite logs for a window all passed or all failed)
+        both = (s_new + s_old + 0.5) / (n_new + n_old + 1.0)
+        nats = 0.0
+        for n, passed in ((n_new, s_new), (n_old, s_old)):
+            mine = (passed + 0.5) / (n + 1.0)
+            nats += passed * math.log(mine / both) + (n - passed) * math.log((1.0 - mine) / (1.0 - both))
+        return nats
+
+    def _forget(self) -> None:
+        """The acceptance changed: position 1's evidence becomes the recent window's, every deeper position's
+        weighs as much less (the same rounds' age), and the next choose decides."""
+        keep = min(1.0, self._recent[0] / self._reached[1]) if self._reached[1] else 0.0
+        for i in range(2, self.max_k + 1):
+            self._reached[i] *= keep
+            self._passed[i] *= keep
+        self._reached[1], self._passed[1] = self._recent
+        self._rounds_since_decision = self.config.interval
+        self.changes += 1
 
     def acceptance(self) -> list[float]:
         """p_1 .. p_max_k: each draft position's estimated acceptance given the ones before it were accepted."""
@@ -264,7 +323,10 @@ class DraftLengthPolicy:
         rates = self.predicted_rates(max(batch, 1))
         return {"num_steps": current, "candidates": list(self.config.candidates), "rounds": self.rounds,
                 "resting": current == 0 and self.config.rests, "probe_rounds": self.config.probe_rounds,
-                "decisions": self.decisions, "switches": self.switches, "position_1_checks": self._checks,
+                "decisions": self.decisions, "switches": self.switches, "changes": self.changes,
+                "change_test": None if math.isinf(self.config.change_nats) else {
+                    "nats": self.config.change_nats, "halflife_rounds": self.config.change_halflife_rounds},
+                "position_1_checks": self._checks,
                 "acceptance": [round(p, 4) for p in self.acceptance()],
                 "predicted_tokens_per_s": {k: round(r, 2) for k, r in rates.items()},
                 "round_ms": self.costs.as_dict()}

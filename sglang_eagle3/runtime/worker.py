@@ -11,7 +11,8 @@ import time
 
 import torch
 
-from sglang_eagle3.config import resolve_aux_layer_ids
+from sglang_eagle3 import env
+from sglang_eagle3.config import ConfigError, resolve_aux_layer_ids
 from sglang_eagle3.distributed.parallel_state import tp_max_floats
 from sglang_eagle3.runtime.adaptive import AdaptiveConfig, DraftLengthPolicy, RoundCosts
 from sglang_eagle3.runtime.graph_runner import batch_buckets
@@ -42,7 +43,6 @@ def fit_kv_pages(plan: dict, target, draft, args, device: torch.device, dtype: t
     fit, agreed on by every TP rank (the smallest). An explicit max_total_tokens that does not fit, or a device
     with room for no page, is a ConfigError naming the numbers: the alternative is an out-of-memory error deep in
     the pool's allocation, or later in a graph capture."""
-    from sglang_eagle3.config import ConfigError
     from sglang_eagle3.distributed.parallel_state import tp_min_int
     from sglang_eagle3.runtime.kv_cache import kv_bytes_per_token, pages_that_fit
 
@@ -74,7 +74,10 @@ def adaptive_policy(runner: ModelRunner, candidates: tuple[int, ...], max_bs: in
     """The adaptive draft length's policy (runtime/adaptive.py), its round costs timed now on every batch bucket
     (the graphs' where captured) and agreed on by the TP ranks (each entry the slowest rank's)."""
     t0 = time.perf_counter()
-    config = AdaptiveConfig(candidates=candidates, probe_rounds=probe_rounds)
+    change_nats = env.ADAPTIVE_CHANGE_NATS.number(AdaptiveConfig.change_nats)
+    if not change_nats > 0:
+        raise ConfigError(f"{env.ADAPTIVE_CHANGE_NATS.name}={change_nats:g}: the change test needs > 0 nats (inf: off)")
+    config = AdaptiveConfig(candidates=candidates, probe_rounds=probe_rounds, change_nats=change_nats)
     buckets = runner.spec_round.buckets or batch_buckets(max_bs)
     timed = runner.time_rounds(candidates, buckets, catch_up_tokens=config.probe_rounds if config.rests else 0)
     keys = list(timed)  # (the same order on every rank: time_rounds' loops)
