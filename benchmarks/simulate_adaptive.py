@@ -194,18 +194,20 @@ def main():
     print(f"round costs (ms, batch {a.batch}) from {a.costs}: {costs.as_dict()}; candidates {base.candidates}, "
           f"probe_rounds {base.probe_rounds}, a switch +{a.switch_ms} ms, {a.runs} runs a scenario")
     print("tok/s (of the oracle's) [median rounds to draft again after the drafts turn good, to rest again after "
-          "they turn useless]")
+          "they turn useless] {the change test's firings}")
     rows = []
     for name, phases in SCENARIOS.items():
         pol0 = DraftLengthPolicy(base, costs)
         oracle = oracle_rate(pol0, phases, a.batch)
         row = {"scenario": name, "phases": phases, "oracle_tok_per_s": round(oracle, 2), "variants": {}}
         for label, config, feeding in variants:
-            rates, back, down = [], [], []
+            rates, back, down, changes = [], [], [], 0
             for _ in range(a.runs):
-                tokens, seconds, first, rest = simulate(DraftLengthPolicy(config, costs), phases, rng,
-                                                        feeding=feeding, switch_s=a.switch_ms / 1e3, batch=a.batch)
+                policy = DraftLengthPolicy(config, costs)
+                tokens, seconds, first, rest = simulate(policy, phases, rng, feeding=feeding,
+                                                        switch_s=a.switch_ms / 1e3, batch=a.batch)
                 rates.append(tokens / seconds)
+                changes += policy.changes
                 # after a phase of p < 0.5, the next phase's first round at k > 0 (the phase's length if never)
                 back += [f if f is not None else n for (p0, _), (p, n), f in zip(phases[:-1], phases[1:], first[1:],
                                                                                   strict=True) if p0 < 0.5 <= p]
@@ -216,14 +218,19 @@ def main():
             row["variants"][label] = {"tok_per_s": round(statistics.mean(rates), 2),
                                       "of_oracle": round(statistics.mean(rates) / oracle, 4),
                                       "rounds_to_draft_again": statistics.median(back) if back else None,
-                                      "rounds_to_rest_again": statistics.median(down) if down else None}
+                                      "rounds_to_rest_again": statistics.median(down) if down else None,
+                                      # the change test's firings (at a constant acceptance: false alarms)
+                                      "changes_per_1000_rounds": round(1000 * changes / a.runs
+                                                                       / sum(n for _, n in phases), 3)}
         rows.append(row)
         print(f"{name} (oracle {oracle:.1f}):")
         for label, v in row["variants"].items():
             again = "".join(f" [{what} {v[key]:g}]" for what, key in (("draft again", "rounds_to_draft_again"),
                                                                        ("rest again", "rounds_to_rest_again"))
                             if v[key] is not None)
-            print(f"    {label:<100} {v['tok_per_s']:8.1f} ({v['of_oracle']:.3f}){again}")
+            fired = v["changes_per_1000_rounds"]
+            fired = f" {{changes {fired:g} / 1000 rounds}}" if fired else ""
+            print(f"    {label:<100} {v['tok_per_s']:8.1f} ({v['of_oracle']:.3f}){again}{fired}")
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "costs": a.costs, "runs": a.runs,

@@ -52,7 +52,7 @@ two-sample binomial likelihood ratio), the acceptance has changed: position 1's 
 the deeper positions' shrinks as much, and the next round decides. With the 24-round half-life alone a draft accepted
 85% of the time that stops landing went on drafting ~72 rounds at batch 1 (the old passes had to decay below the
 break-even rate) and ~17 at 16 requests; with the test it rests after ~15 and ~6, and at a constant acceptance the
-test fires 0-0.6 times in 1000 rounds (benchmarks/simulate_adaptive.py on the Kimi slice's timed costs;
+test fires at most 0.25 times in 1000 rounds (benchmarks/simulate_adaptive.py on the Kimi slice's timed costs;
 docs/BENCHMARKS.md section 8).
 
 The policy only ever moves between the candidates the engine captured graphs for (``EngineArgs.step_candidates``),
