@@ -134,9 +134,9 @@ def oracle_rate(policy: DraftLengthPolicy, phases, batch: int = 1) -> float:
     return tokens / seconds
 
 
-def load_costs(path: str, batch: int = 1) -> RoundCosts:
+def load_costs(path: str, batch: int = 1, sampled: bool = False) -> RoundCosts:
     """Round costs at ``batch`` (a batch bucket the run timed) from a bench_e2e.py JSON's first adaptive run with a
-    catch-up timed."""
+    catch-up timed; ``sampled``: its costs for batches with sampled requests (timed since the forty-sixth session)."""
     try:
         runs = json.loads(Path(path).read_text())["runs"]
     except (OSError, ValueError, KeyError) as e:
@@ -145,6 +145,11 @@ def load_costs(path: str, batch: int = 1) -> RoundCosts:
     for run in runs:
         ms = (run.get("adaptive") or {}).get("round_ms") or {}
         if "catch_up" in ms:
+            if sampled:
+                if "sampled" not in ms:
+                    raise SystemExit(f"{path}: its adaptive run timed no sampled rounds (round_ms.sampled)")
+                ms = ms["sampled"]
+            ms = {k: v for k, v in ms.items() if k != "sampled"}
             if any(str(batch) not in v for v in ms.values()):
                 raise SystemExit(f"{path}: its adaptive run timed batches {sorted(ms['catch_up'], key=int)}, not "
                                  f"--batch {batch}")
@@ -168,6 +173,8 @@ def main():
     ap.add_argument("--batch", type=int, default=1,
                     help="requests a round, one policy for all (a batch bucket the --costs run timed; e.g. 16 with "
                     "benchmarks/results/h200/e2e_rest_kimi_c16_2f3662c.json)")
+    ap.add_argument("--sampled", action="store_true",
+                    help="the --costs run's costs for batches with sampled requests (round_ms.sampled)")
     ap.add_argument("--out")
     a = ap.parse_args()
     if (a.runs < 1 or a.switch_ms < 0 or a.batch < 1
@@ -177,7 +184,7 @@ def main():
                  f"--halflife-rounds {a.halflife_rounds}, --change-nats {a.change_nats} and "
                  f"--change-halflife-rounds {a.change_halflife_rounds} > 0")
     logging.disable(logging.WARNING)  # (the policy's "slower than plain decoding" warning, once a request)
-    costs = load_costs(a.costs, a.batch)
+    costs = load_costs(a.costs, a.batch, a.sampled)
     base = AdaptiveConfig(candidates=tuple(sorted(k for k, _ in costs.seconds if isinstance(k, int))))
     # (label, config, feeding): the scheduler's feeding at each setting compared, the older feedings at the defaults
     variants = []
@@ -234,7 +241,8 @@ def main():
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "costs": a.costs, "runs": a.runs,
-                                           "seed": a.seed, "batch": a.batch, "switch_ms": a.switch_ms,
+                                           "seed": a.seed, "batch": a.batch, "sampled": a.sampled,
+                                           "switch_ms": a.switch_ms,
                                            "round_ms": costs.as_dict(), "scenarios": rows}, indent=1))
         print(f"wrote {a.out}")
 

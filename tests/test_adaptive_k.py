@@ -340,10 +340,104 @@ class _Cycling(DraftLengthPolicy):
         self.seen.append((k, list(accepted)))
         super().observe(k, accepted, first_checks)
 
-    def choose(self, current, batch):
+    def choose(self, current, batch, sampled=False):
         # each k for two steps: with the overlap, a switch's first step only reads the round in flight
         self.calls += 1
         return self.order[self.calls // 2 % len(self.order)]
+
+
+def test_sampled_round_costs_price_a_sampled_batch():
+    """RoundCosts' sampled table serves batches with sampled requests (greedy ones keep the greedy table, as does a
+    RoundCosts timed without it), it must time what the greedy one does, and the policy's choice follows the kind:
+    with the sampled rounds dearer than their decode step by more than the greedy ones, the same acceptance makes a
+    greedy batch draft and a sampled one rest. Each choice against the best rate computed from the closed form."""
+    rng = random.Random()
+    a, b, extra = rng.uniform(2.0, 4.0), rng.uniform(0.2, 0.5), rng.uniform(0.15, 0.3)
+    greedy = {(k, 1): (a + b * k) for k in (0, 1, 3)} | {(DECODE, 1): a - b / 2, (CATCH_UP, 1): 4 * b}
+    # a sampled round: the sampler at each of its k + 1 rows (extra a row), the decode step's at one, a catch-up's
+    # proposals drawn in one batch
+    sampled = {(k, 1): (a + b * k + extra * (k + 1)) for k in (0, 1, 3)} | {
+        (DECODE, 1): a - b / 2 + extra, (CATCH_UP, 1): 4 * b + extra}
+    costs = RoundCosts(greedy, sampled=sampled)
+    assert costs.at(3, 1) == greedy[(3, 1)] and costs.at(3, 1, sampled=True) == sampled[(3, 1)]
+    assert RoundCosts(greedy).at(3, 1, sampled=True) == greedy[(3, 1)]
+    assert costs.as_dict()["sampled"][3][1] == round(sampled[(3, 1)] * 1e3, 4)
+    with pytest.raises(ValueError, match="sampled round costs must time what the greedy ones do"):
+        RoundCosts(greedy, sampled={key: v for key, v in sampled.items() if key != (3, 1)})
+    config = AdaptiveConfig(candidates=(0, 1, 3), interval=1, halflife_rounds=1e9, min_gain=0.0, prior_weight=1e-9,
+                            change_nats=math.inf)
+
+    def resting(table):
+        return table[(DECODE, 1)] + table[(CATCH_UP, 1)] / config.probe_rounds
+
+    # position 1 accepted at p, position 2 never (rounds of 3 accepting one draft): k = 1 against resting, whose
+    # break-even rate is c(1) / c(rest) - 1; p between the two kinds' break-evens
+    even_g, even_s = greedy[(1, 1)] / resting(greedy) - 1, sampled[(1, 1)] / resting(sampled) - 1
+    assert even_g < even_s, (even_g, even_s)
+    passes = round((even_g + even_s) / 2 * 1000)
+    chosen = {}
+    for kind, table in ((False, greedy), (True, sampled)):
+        pol = DraftLengthPolicy(config, costs)
+        pol.observe(3, [1] * passes + [0] * (1000 - passes))
+        est = pol.acceptance()
+        rate = {k: (1 + sum(math.prod(est[:j]) for j in range(1, k + 1))) / (table[(k, 1)] if k else resting(table))
+                for k in (0, 1, 3)}
+        chosen[kind] = pol.choose(3, 1, sampled=kind)
+        assert chosen[kind] == max(rate, key=rate.get), (kind, rate)
+    assert chosen == {False: 1, True: 0}
+    assert pol.report(0, 1, sampled=True)["predicted_for"] == "sampled"
+    assert pol.report(0, 1)["predicted_for"] == "greedy"
+
+
+def test_scheduler_prices_rounds_by_the_batch_kind(pair):
+    """The scheduler tells the policy whether the batch it chooses for runs the sampler (a sampled, penalized or
+    grammar request in it), and the engine's start-up timed both kinds: greedy requests alone choose as greedy, a
+    batch with one sampled request as sampled."""
+    tpath, dpath = pair
+    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+                 speculative_num_steps=3, speculative_adaptive=True, max_running_requests=3)
+    sched = eng.backend.scheduler
+    assert sched.adaptive.costs.sampled is not None
+    kinds = []
+
+    class Recording(DraftLengthPolicy):
+        def choose(self, current, batch, sampled=False):
+            kinds.append((batch, sampled))
+            return super().choose(current, batch, sampled)
+
+    sched.adaptive = Recording(sched.adaptive.config, sched.adaptive.costs)
+    prompts = [[random.randrange(128) for _ in range(n)] for n in (5, 9)]
+    eng.generate(input_ids=prompts, sampling_params={"max_new_tokens": 12, "temperature": 0})
+    assert kinds and not any(s for _, s in kinds)
+    kinds.clear()
+    eng.generate(input_ids=prompts, sampling_params=[{"max_new_tokens": 12, "temperature": 0},
+                                                     {"max_new_tokens": 12, "temperature": 0.7, "seed": 3}])
+    assert any(s for b, s in kinds if b == 2) and all(s for b, s in kinds if b == 2), kinds
+
+
+def test_time_rounds_sampled_kind_runs_the_sampler(pair, monkeypatch):
+    """time_rounds(sampled=True) times the sampled round (sampled_round, temperature rows), the sampled decode step
+    and a catch-up that draws a proposal at every row; the greedy kind none of them."""
+    tpath, dpath = pair
+    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+                 speculative_num_steps=2, speculative_num_steps_candidates=[0, 1], max_running_requests=2)
+    runner = eng.backend.scheduler.runner
+    seen = []
+    for name in ("sampled_round", "draft_proposals", "sample"):
+        real = getattr(runner, name)
+
+        def spy(*args, _real=real, _name=name, **kw):
+            samp = next((x for x in args if hasattr(x, "f")), None)
+            seen.append((_name, None if samp is None else float(samp.f[0, 0])))
+            return _real(*args, **kw)
+        monkeypatch.setattr(runner, name, spy)
+    greedy = runner.time_rounds((0, 1, 2), [1, 2], iters=1, min_seconds=0.0, catch_up_tokens=4)
+    assert all(s is None for name, s in seen), seen
+    seen.clear()
+    sampled = runner.time_rounds((0, 1, 2), [1, 2], iters=1, min_seconds=0.0, catch_up_tokens=4, sampled=True)
+    assert set(sampled) == set(greedy)
+    names = {name for name, s in seen if s == pytest.approx(0.8)}
+    assert names == {"sampled_round", "draft_proposals", "sample"}, seen
 
 
 @pytest.mark.parametrize("overlap", [True, False])
@@ -382,8 +476,9 @@ def test_adaptive_engine_times_rounds_and_moves_k(pair):
     assert info["forward_counts"] == {} or all(v["graph"] == v["eager"] == 0 for v in info["forward_counts"].values())
     ad = info["adaptive"]
     assert ad["candidates"] == [0, 1, 3, 5] and ad["rounds"] == 0
-    assert set(ad["round_ms"]) == {DECODE, CATCH_UP, 0, 1, 3, 5}
-    assert all(set(v) == {1, 2, 4} for v in ad["round_ms"].values())
+    sampled = ad["round_ms"].pop("sampled")  # the same rounds timed with sampled requests
+    assert set(ad["round_ms"]) == set(sampled) == {DECODE, CATCH_UP, 0, 1, 3, 5}
+    assert all(set(v) == {1, 2, 4} for v in (*ad["round_ms"].values(), *sampled.values()))
     out = eng.generate(input_ids=prompts, sampling_params=greedy)
     assert [o["output_ids"] for o in out] == [o["output_ids"] for o in ref]
     info = eng.get_server_info()
@@ -521,7 +616,7 @@ def test_draft_length_zero_observes_the_drafts_first_position(probe_rounds, samp
     class Zero(DraftLengthPolicy):
         seen = caught = 0
 
-        def choose(self, current, batch):
+        def choose(self, current, batch, sampled=False):
             return 0
 
         def observe(self, k, accepted, first_checks=()):
@@ -575,7 +670,7 @@ class _Scripted(DraftLengthPolicy):
         super().__init__(dataclasses.replace(base.config, interval=1, probe_rounds=probe_rounds), base.costs)
         self.ks, self.calls = list(ks), 0
 
-    def choose(self, current, batch):
+    def choose(self, current, batch, sampled=False):
         self.calls += 1
         return self.ks[min(self.calls - 1, len(self.ks) - 1)]
 

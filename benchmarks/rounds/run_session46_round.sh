@@ -13,9 +13,12 @@
 #     and without (a constant acceptance: the test must cost nothing there).
 # u3 (an H200, or an H100 since `77f00e0`): 16 concurrent requests, the accept length going 1, 3, 1, 3 pass by pass,
 #     with the change test and without.
+# u4: the policy pricing a batch with sampled requests at its own timed costs (the round costs timed twice since
+#     this session): the CUDA engine's adaptive and resting-draft tests, then the Kimi slice at batch 1 with the random
+#     draft, greedy and at temperature 0.8 (where the greedy prices held the draft at k = 1: 0.96x at `9743967`).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: u1 | u2 | u3}
+part=${1:?part: u1 | u2 | u3 | u4}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 NOTEST=SGLANG_EAGLE3_ADAPTIVE_CHANGE_NATS=inf
 case $part in
@@ -35,6 +38,13 @@ u3)
   TAIL=24 stage e2e_kimi_phases_c16 520 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 \
     --concurrency 16 --cuda-graph-max-bs 16 --max-new-tokens 48 --repeat 4 --simulate-accept --adaptive \
     --adaptive-only --accept-phases 1 3 --env-variants '' "$NOTEST" --out "$OUT/e2e_phases_change_kimi_c16.json"
+  ;;
+u4)
+  TAIL=12 stage engine_tests 170 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 120 \
+    tests/gpu/test_cuda_engine.py -k "adaptive or resting"
+  TAIL=16 stage e2e_kimi_rest_sampled 300 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 \
+    --max-new-tokens 96 --repeat 2 --simulate-accept 0 --adaptive --adaptive-only --sampling greedy \
+    temperature=0.8,seed=7 --out "$OUT/e2e_rest_sampled_kimi.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

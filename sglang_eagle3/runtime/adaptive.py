@@ -4,10 +4,13 @@ A speculative round of k draft steps costs C(k, B) seconds at batch size B and e
 average, so a request advances E(k) / C(k, B) tokens a second. Both sides are measured, never assumed:
 
 * C(k, B), the round's cost, is timed once at start-up (``ModelRunner.time_rounds``: the round's graph replayed
-  for every candidate k and batch bucket, plus the plain decode step for comparison), then fixed. Under tensor
-  parallelism every rank takes the slowest rank's number (``tp_max_floats``), so all ranks hold one table and,
-  fed the same accept counts, choose the same k in the same round: a choice made from each rank's own clock
-  could split them (the grammar rounds' rule too, runtime/grammar.py).
+  for every candidate k and batch bucket, plus the plain decode step for comparison), then fixed. Twice: for a batch
+  of greedy requests and for one with sampled requests, whose rounds replay the sampler's graphs and whose catch-ups
+  draw a proposal at every row; each decision prices the batch's own kind (on an H100 a poor draft under sampling was
+  held at k = 1 by the greedy prices, 0.96x of plain decoding, where greedy requests resting made 0.98x; forty-sixth
+  session). Under tensor parallelism every rank takes the slowest rank's number (``tp_max_floats``), so all ranks
+  hold one table and, fed the same accept counts, choose the same k in the same round: a choice made from each
+  rank's own clock could split them (the grammar rounds' rule too, runtime/grammar.py).
 * E(k) comes from the accept counts of the rounds so far. A chain draft's i-th token is checked only when the
   i - 1 before it were accepted, so the policy keeps, per draft position i, how often it was reached and how
   often accepted (decayed with a half-life in rounds, so the estimate follows the prompt mix), and estimates the
@@ -143,32 +146,47 @@ CATCH_UP = "catch_up"  # RoundCosts' key of a resting draft's catch-up over prob
 @dataclass(frozen=True)
 class RoundCosts:
     """Seconds a round takes, by (k, batch bucket), k a draft length, DECODE (the plain decode step, for
-    comparison) or CATCH_UP (a resting draft's catch-up). Measured at start-up (ModelRunner.time_rounds)."""
+    comparison) or CATCH_UP (a resting draft's catch-up), for a batch of greedy requests; ``sampled``: the same
+    keys for a batch with sampled requests (its rounds replay the sampler's graphs and its catch-ups draw a
+    proposal at every row), or None where only greedy rounds were timed. Measured at start-up
+    (ModelRunner.time_rounds)."""
 
     seconds: dict[tuple[int | str, int], float]
+    sampled: dict[tuple[int | str, int], float] | None = None
     batch_sizes: tuple[int, ...] = field(init=False)
 
     def __post_init__(self):
-        bad = {key: s for key, s in self.seconds.items() if not (isinstance(s, float) and s > 0 and math.isfinite(s))}
-        if not self.seconds or bad:
-            raise ValueError(f"round costs must be positive finite seconds (bad: {bad or 'none measured'})")
+        for table in (self.seconds, self.sampled):
+            if table is None:
+                continue
+            bad = {key: s for key, s in table.items() if not (isinstance(s, float) and s > 0 and math.isfinite(s))}
+            if not table or bad:
+                raise ValueError(f"round costs must be positive finite seconds (bad: {bad or 'none measured'})")
+        if self.sampled is not None and set(self.sampled) != set(self.seconds):
+            raise ValueError(f"sampled round costs must time what the greedy ones do: "
+                             f"{sorted(map(str, set(self.sampled) ^ set(self.seconds)))} differ")
         object.__setattr__(self, "batch_sizes", tuple(sorted({b for _, b in self.seconds})))
 
-    def at(self, k: int | str, batch: int) -> float:
-        """A round of k draft steps (or DECODE) for ``batch`` requests: the smallest measured bucket that holds the
-        batch (the graph it replays), or past the largest, the largest's cost scaled by the batch."""
+    def at(self, k: int | str, batch: int, sampled: bool = False) -> float:
+        """A round of k draft steps (or DECODE) for ``batch`` requests, of the sampled kind where ``sampled`` and
+        timed: the smallest measured bucket that holds the batch (the graph it replays), or past the largest, the
+        largest's cost scaled by the batch."""
+        table = self.sampled if sampled and self.sampled is not None else self.seconds
         for b in self.batch_sizes:
             if b >= batch:
-                return self.seconds[(k, b)]
+                return table[(k, b)]
         top = self.batch_sizes[-1]
-        return self.seconds[(k, top)] * batch / top
+        return table[(k, top)] * batch / top
 
     def as_dict(self) -> dict:
-        """{k or "decode": {batch: ms}} for reports (server info)."""
-        out: dict[int | str, dict[int, float]] = {}
-        for (k, b), s in sorted(self.seconds.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-            out.setdefault(k, {})[b] = round(s * 1e3, 4)
-        return out
+        """{k or "decode": {batch: ms}} for reports (server info), and under "sampled" the same for the sampled
+        kind where timed."""
+        def ms(table):
+            out: dict[int | str, dict[int, float]] = {}
+            for (k, b), s in sorted(table.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+                out.setdefault(k, {})[b] = round(s * 1e3, 4)
+            return out
+        return ms(self.seconds) | ({} if self.sampled is None else {"sampled": ms(self.sampled)})
 
 
 class DraftLengthPolicy:
@@ -197,12 +215,13 @@ class DraftLengthPolicy:
         self.rounds = 0
         self._warned_slower = False
 
-    def cost(self, k: int | str, batch: int) -> float:
-        """Seconds a round of k draft steps (or DECODE) takes at ``batch``; k = 0 while resting: a decode step and
-        a share of the catch-up every probe_rounds rounds."""
+    def cost(self, k: int | str, batch: int, sampled: bool = False) -> float:
+        """Seconds a round of k draft steps (or DECODE) takes at ``batch`` (a batch with sampled requests where
+        ``sampled``); k = 0 while resting: a decode step and a share of the catch-up every probe_rounds rounds."""
         if k == 0 and self.config.rests:
-            return self.costs.at(DECODE, batch) + self.costs.at(CATCH_UP, batch) / self.config.probe_rounds
-        return self.costs.at(k, batch)
+            return (self.costs.at(DECODE, batch, sampled)
+                    + self.costs.at(CATCH_UP, batch, sampled) / self.config.probe_rounds)
+        return self.costs.at(k, batch, sampled)
 
     def observe(self, k: int, accepted: list[int], first_checks: list[int] = ()) -> None:
         """One round of k draft steps: each request's accepted drafts (0..k). (A k = 0 round reports its position
@@ -288,22 +307,24 @@ class DraftLengthPolicy:
             total += run
         return total
 
-    def predicted_rates(self, batch: int) -> dict[int | str, float]:
-        """Tokens a second per request for each candidate k, and for plain decoding (DECODE)."""
+    def predicted_rates(self, batch: int, sampled: bool = False) -> dict[int | str, float]:
+        """Tokens a second per request for each candidate k, and for plain decoding (DECODE), at ``batch`` requests
+        (with sampled ones where ``sampled``)."""
         p = self.acceptance()
-        rates: dict[int | str, float] = {k: self.expected_tokens(k, p) / self.cost(k, batch)
+        rates: dict[int | str, float] = {k: self.expected_tokens(k, p) / self.cost(k, batch, sampled)
                                          for k in self.config.candidates}
-        rates[DECODE] = 1.0 / self.cost(DECODE, batch)
+        rates[DECODE] = 1.0 / self.cost(DECODE, batch, sampled)
         return rates
 
-    def choose(self, current: int, batch: int) -> int:
-        """The draft length for the next round of ``batch`` requests (``current`` until a decision is due)."""
+    def choose(self, current: int, batch: int, sampled: bool = False) -> int:
+        """The draft length for the next round of ``batch`` requests, some of them sampled where ``sampled`` (the
+        round costs of that kind); ``current`` until a decision is due."""
         c = self.config
         if self._rounds_since_decision < c.interval and (self.decisions or self._checks < c.first_evidence):
             return current
         self._rounds_since_decision = 0
         self.decisions += 1
-        rates = self.predicted_rates(batch)
+        rates = self.predicted_rates(batch, sampled)
         best = max(c.candidates, key=lambda k: (rates[k], -k))
         if rates[best] < rates[DECODE] and not self._warned_slower:
             self._warned_slower = True
@@ -315,14 +336,15 @@ class DraftLengthPolicy:
         if current not in rates or rates[best] >= rates[current] * (1.0 + c.min_gain):
             if best != current:
                 self.switches += 1
-                logger.info("adaptive draft length %d -> %d (predicted %.1f -> %.1f tokens/s a request at batch %d)",
-                            current, best, rates.get(current, 0.0), rates[best], batch)
+                logger.info("adaptive draft length %d -> %d (predicted %.1f -> %.1f tokens/s a request at batch %d%s)",
+                            current, best, rates.get(current, 0.0), rates[best], batch,
+                            " with sampled requests" if sampled else "")
             return best
         return current
 
-    def report(self, current: int, batch: int) -> dict:
-        """What the policy knows, for server info."""
-        rates = self.predicted_rates(max(batch, 1))
+    def report(self, current: int, batch: int, sampled: bool = False) -> dict:
+        """What the policy knows, for server info (the predicted rates at ``batch`` requests of the kind given)."""
+        rates = self.predicted_rates(max(batch, 1), sampled)
         return {"num_steps": current, "candidates": list(self.config.candidates), "rounds": self.rounds,
                 "resting": current == 0 and self.config.rests, "probe_rounds": self.config.probe_rounds,
                 "decisions": self.decisions, "switches": self.switches, "changes": self.changes,
@@ -331,4 +353,5 @@ class DraftLengthPolicy:
                 "position_1_checks": self._checks,
                 "acceptance": [round(p, 4) for p in self.acceptance()],
                 "predicted_tokens_per_s": {k: round(r, 2) for k, r in rates.items()},
+                "predicted_for": "sampled" if sampled and self.costs.sampled is not None else "greedy",
                 "round_ms": self.costs.as_dict()}

@@ -36,6 +36,7 @@ from sglang_eagle3.runtime.sampling import (
     Filters,
     Penalties,
     SamplerBatch,
+    SamplingParams,
     draft_candidates,
     draft_tokens,
     penalized_logits,
@@ -44,6 +45,9 @@ from sglang_eagle3.runtime.sampling import (
 )
 
 logger = logging.getLogger(__name__)
+# The requests time_rounds' sampled kind stands for: temperature only (the sampled rounds' UNRANKED graphs; top_k /
+# top_p run ALL_FILTERS', a few launches more).
+SAMPLED_TIMING = SamplingParams(temperature=0.8)
 
 _UNIFORM_SPECS = {
     "input_ids": InputSpec(per_token=True),
@@ -737,7 +741,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def time_rounds(self, ks: tuple[int, ...], batch_sizes: list[int], iters: int = 5, context: int = 512,
-                    min_seconds: float = 0.1, max_iters: int = 64, catch_up_tokens: int = 0) -> dict:
+                    min_seconds: float = 0.1, max_iters: int = 64, catch_up_tokens: int = 0,
+                    sampled: bool = False) -> dict:
         """Seconds a greedy speculative round of k draft steps takes at each batch size (median of ``iters`` after
         one warm-up, or more, up to ``max_iters``, until the batch size's passes took ``min_seconds``: a small
         model's rounds take a fraction of a millisecond, where a few would be at the host's mercy; k = 0 too: a
@@ -747,7 +752,10 @@ class ModelRunner:
         writes the scratch page only (the page padded rows use), ``context`` tokens in, so no request's cache is
         touched; acceptance is pinned to all k drafts (a round's graph costs the same whatever it accepts); the
         forward counts are left as they were. ``catch_up_tokens`` > 0: also a resting draft's catch-up over that many
-        tokens a request (prefill_draft, under CATCH_UP). {(k, DECODE or CATCH_UP; batch): seconds}."""
+        tokens a request (prefill_draft, under CATCH_UP). ``sampled``: the same for a batch of sampled requests
+        (temperature only, SAMPLED_TIMING): the decode step's sampler, the round's sampled graphs (sampled_round),
+        the catch-up's proposal drawn at every row (as the scheduler's _catch_up_checks draws them).
+        {(k, DECODE or CATCH_UP; batch): seconds}."""
         cuda = self.device.type == "cuda"
         kmax = max(ks)
         # A round reaches past its verify's rows; a catch-up past its tokens to its prefill bucket's end (a bucket
@@ -779,17 +787,21 @@ class ModelRunner:
         out: dict[tuple[int | str, int], float] = {}
         with self.stats.uncounted():
             for B in batch_sizes:
+                samp = self.sampler_batch([SAMPLED_TIMING] * B, list(range(B))) if sampled else None
                 bt = self.build([([0], first, pages)] * B, width=self.max_pages)
-                calls = {DECODE: lambda bt=bt: self.target_uniform(bt, 1, verify=False)[0].argmax(-1)}
+                calls = {DECODE: lambda bt=bt, samp=samp: self.sample(self.target_uniform(bt, 1, verify=False)[0],
+                                                                      samp, bt.positions + 1)}
                 for k in ks:
                     bt = self.build([([0] * (k + 1), first, pages)] * B, width=self.max_pages)
                     hidden = torch.zeros(B, hidden_w, dtype=self.dtype, device=self.device)
                     sim = torch.full((B,), k, dtype=torch.int64, device=self.device)
-                    calls[k] = lambda bt=bt, hidden=hidden, sim=sim, k=k: self.greedy_round(bt, hidden, sim, k + 1)[1]
+                    calls[k] = (lambda bt=bt, hidden=hidden, sim=sim, k=k: self.greedy_round(bt, hidden, sim, k + 1)[1]
+                                ) if samp is None else (lambda bt=bt, hidden=hidden, sim=sim, k=k, samp=samp:
+                                                        self.sampled_round(bt, hidden, sim, k + 1, samp)[1])
                 if catch_up_tokens > 0:
                     rows = [([0] * catch_up_tokens, first, pages)] * B
                     aux = torch.zeros(B * catch_up_tokens, aux_w, dtype=self.dtype, device=self.device)
-                    calls[CATCH_UP] = lambda rows=rows, aux=aux: self.prefill_draft(rows, aux)[0]
+                    calls[CATCH_UP] = lambda rows=rows, aux=aux, samp=samp: self._timed_catch_up(rows, aux, samp)
                 times: dict[int | str, list[float]] = {k: [] for k in calls}
                 one_pass(calls, None)  # the warm-up (compiles, caches)
                 spent = one_pass(calls, times)
@@ -800,6 +812,16 @@ class ModelRunner:
                     one_pass(calls, times)
                 out.update({(k, B): statistics.median(t) for k, t in times.items()})
         return out
+
+    def _timed_catch_up(self, rows: list, aux: torch.Tensor, samp: SamplerBatch | None) -> torch.Tensor:
+        """time_rounds' catch-up: the draft's extend over ``rows`` and, for sampled requests, a proposal drawn at
+        every row (Scheduler._extend_draft with a catch-up's checks)."""
+        every, hidden = self.prefill_draft(rows, aux)
+        if samp is None:
+            return every
+        counts = torch.tensor([len(toks) for toks, _, _ in rows])
+        return self.draft_proposals(hidden, samp.proposal_rows(counts), self.to_device(
+            [first + j for toks, first, _ in rows for j in range(len(toks))]))
 
     @torch.inference_mode()
     def sampled_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int,

@@ -233,7 +233,7 @@ class Scheduler:
         t0 = time.perf_counter()
         if self.adaptive is not None and self.speculative and self.running:
             # A new k first reads the round in flight (_ahead_continues: its successor would have the old k).
-            self.num_steps = self.adaptive.choose(self.num_steps, len(self.running))
+            self.num_steps = self.adaptive.choose(self.num_steps, len(self.running), self.samples(self.running))
         if self._ahead is not None and not self._ahead_continues():
             changed = self._finish(self._ahead)  # an admission or an abort waits for the round in flight
             self._ahead = None
@@ -595,14 +595,19 @@ class Scheduler:
             ids, steps = prev.out.view(B, 1), torch.ones(B, dtype=torch.int64, device=prev.out.device)
         return self.runner.advance(prev.bt, T, steps, ids, [r.pages for r in prev.reqs]), prev.hidden
 
+    def samples(self, reqs: list[Request]) -> bool:
+        """Whether a batch of ``reqs`` runs the sampler (a request sampled, penalized or under a grammar); else its
+        tokens are the argmax, with none of the sampler's work. (The adaptive policy prices its rounds by it.)"""
+        return not all(r.params.greedy and not r.params.penalized and r.rid not in self._matchers for r in reqs)
+
     def _sampler(self, reqs: list[Request]) -> SamplerBatch | None:
-        """The sampler's inputs for a batch (ModelRunner.sampler_batch), None when every request is greedy (its
-        tokens are then the argmax, with none of the sampler's work)."""
-        matchers = [self._matchers.get(r.rid) for r in reqs]
-        if all(r.params.greedy and not r.params.penalized and m is None for r, m in zip(reqs, matchers, strict=True)):
+        """The sampler's inputs for a batch (ModelRunner.sampler_batch), None when every request is greedy
+        (samples)."""
+        if not self.samples(reqs):
             return None
         return self.runner.sampler_batch([r.params for r in reqs], [r.sampling_key for r in reqs],
-                                         [r.output_ids for r in reqs], frozenset(self.eos), matchers)
+                                         [r.output_ids for r in reqs], frozenset(self.eos),
+                                         [self._matchers.get(r.rid) for r in reqs])
 
     def _launch(self, reqs: list[Request], bt: BatchTensors, hidden: torch.Tensor | None,
                 samp: SamplerBatch | None = None) -> _Round:

@@ -72,19 +72,23 @@ def fit_kv_pages(plan: dict, target, draft, args, device: torch.device, dtype: t
 def adaptive_policy(runner: ModelRunner, candidates: tuple[int, ...], max_bs: int,
                     probe_rounds: int = AdaptiveConfig.probe_rounds) -> DraftLengthPolicy:
     """The adaptive draft length's policy (runtime/adaptive.py), its round costs timed now on every batch bucket
-    (the graphs' where captured) and agreed on by the TP ranks (each entry the slowest rank's)."""
+    (the graphs' where captured), for greedy and for sampled batches, and agreed on by the TP ranks (each entry the
+    slowest rank's)."""
     t0 = time.perf_counter()
     change_nats = env.ADAPTIVE_CHANGE_NATS.number(AdaptiveConfig.change_nats)
     if not change_nats > 0:
         raise ConfigError(f"{env.ADAPTIVE_CHANGE_NATS.name}={change_nats:g}: the change test needs > 0 nats (inf: off)")
     config = AdaptiveConfig(candidates=candidates, probe_rounds=probe_rounds, change_nats=change_nats)
     buckets = runner.spec_round.buckets or batch_buckets(max_bs)
-    timed = runner.time_rounds(candidates, buckets, catch_up_tokens=config.probe_rounds if config.rests else 0)
+    catch_up = config.probe_rounds if config.rests else 0
+    timed = runner.time_rounds(candidates, buckets, catch_up_tokens=catch_up)
+    sampled = runner.time_rounds(candidates, buckets, catch_up_tokens=catch_up, sampled=True)
     keys = list(timed)  # (the same order on every rank: time_rounds' loops)
-    agreed = tp_max_floats([timed[key] for key in keys], runner.device)
-    costs = RoundCosts(dict(zip(keys, agreed, strict=True)))
+    agreed = tp_max_floats([timed[key] for key in keys] + [sampled[key] for key in keys], runner.device)
+    costs = RoundCosts(dict(zip(keys, agreed[:len(keys)], strict=True)),
+                       sampled=dict(zip(keys, agreed[len(keys):], strict=True)))
     logger.info("adaptive draft length among k=%s: round costs timed in %.2f s (ms by k and batch; decode: a plain "
-                "decode step; catch_up: the resting draft's catch-up): %s",
+                "decode step; catch_up: the resting draft's catch-up; sampled: the same with sampled requests): %s",
                 list(candidates), time.perf_counter() - t0, costs.as_dict())
     return DraftLengthPolicy(config, costs)
 
@@ -187,5 +191,5 @@ class ModelWorker:
             "load_seconds": round(self.load_seconds, 3),
             "speculative_num_steps": self.scheduler.num_steps,  # this round's k (an adaptive policy moves it)
             "adaptive": None if self.scheduler.adaptive is None else self.scheduler.adaptive.report(
-                self.scheduler.num_steps, len(self.scheduler.running)),
+                self.scheduler.num_steps, len(self.scheduler.running), self.scheduler.samples(self.scheduler.running)),
         }

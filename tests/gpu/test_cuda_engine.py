@@ -281,7 +281,7 @@ def test_resting_draft_with_graphs(pair, reference, overlap):
     class Rest(DraftLengthPolicy):
         steps = 0
 
-        def choose(self, current, batch):
+        def choose(self, current, batch, sampled=False):
             self.steps += 1
             return 0 if self.steps <= 14 else 3
 
@@ -319,13 +319,16 @@ def test_speculative_adaptive_with_graphs(pair, reference):
     info = eng.get_server_info()
     assert all(v["graph"] == v["eager"] == 0 for v in info["forward_counts"].values()), info["forward_counts"]
     ms = info["adaptive"]["round_ms"]
-    assert set(ms) == {"decode", "catch_up", 0, 1, 3, 5} and all(set(v) == {1, 2, 4, 8} for v in ms.values())
+    sampled = ms.pop("sampled")  # (the same rounds with sampled requests: the sampler's graphs)
+    assert set(ms) == set(sampled) == {"decode", "catch_up", 0, 1, 3, 5}
+    assert all(set(v) == {1, 2, 4, 8} for v in (*ms.values(), *sampled.values()))
     assert ms["decode"][1] < ms[0][1] < ms[5][1] and ms[1][1] < ms[5][1], ms
+    assert sampled["decode"][1] < sampled[5][1] and sampled[1][1] < sampled[5][1], sampled
     sched = eng.backend.scheduler
     seen = []
 
     class Cycling(DraftLengthPolicy):
-        def choose(self, current, batch):
+        def choose(self, current, batch, sampled=False):
             seen.append(current)
             return (1, 1, 0, 0, 5, 5, 3, 3)[len(seen) % 8]
 

@@ -522,7 +522,8 @@ def test_server_speculative_adaptive(server, tiny_model, tmp_path):
         samples = metric_samples(srv.url)
     ad = info["adaptive"]
     assert ad["candidates"] == [0, 1, 3, 5] and ad["rounds"] > 0
-    assert sorted(ad["round_ms"]) == ["0", "1", "3", "5", "catch_up", "decode"]  # (JSON keys)
+    assert sorted(ad["round_ms"]) == ["0", "1", "3", "5", "catch_up", "decode", "sampled"]  # (JSON keys)
+    assert sorted(ad["round_ms"]["sampled"]) == ["0", "1", "3", "5", "catch_up", "decode"]
     assert samples["sglang:spec_num_steps"] == info["speculative_num_steps"] == ad["num_steps"]
     assert samples["sglang:spec_adaptive_switches_total"] == ad["switches"]
     fixed = httpx.post(server.url + "/generate", json=body, timeout=60)
