@@ -195,6 +195,10 @@ def main():
                 variants.append((f"{FEEDINGS['tokens']}, half-life {h:g}, {test}",
                                  dataclasses.replace(base, halflife_rounds=h, change_nats=nats,
                                                      change_halflife_rounds=ch), "tokens"))
+    # the stepping up's price: the default setting without it
+    variants.append((f"{FEEDINGS['tokens']}, half-life {base.halflife_rounds:g}, change test {base.change_nats:g} "
+                     f"nats over {base.change_halflife_rounds:g} rounds, no step up",
+                     dataclasses.replace(base, step_up=False), "tokens"))
     variants += [(f"{FEEDINGS[f]}, half-life {base.halflife_rounds:g}, no change test",
                   dataclasses.replace(base, change_nats=math.inf), f) for f in ("rounds", "evidence")]
     rng = random.Random(a.seed)

@@ -139,11 +139,17 @@ ADAPTIVE_CHANGE_NATS = Knob(
     "the adaptive draft length's change test: nats of evidence at which position 1's recent checks replace the "
     "older ones (runtime/adaptive.py; inf: no test, the half-life alone; read when the engine starts; unset: "
     "AdaptiveConfig.change_nats)")
+ADAPTIVE_STEP_UP = Knob(
+    "SGLANG_EAGLE3_ADAPTIVE_STEP_UP",
+    "0: the adaptive draft length may jump to any candidate (for A/B runs); unset or 1: no further than one candidate "
+    "past the deepest draft position with evidence (runtime/adaptive.py AdaptiveConfig.step_up; read when the "
+    "engine starts)")
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
        GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_FMA_PLAIN_PAIR,
-       MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX, GRAMMAR_PREFILL_BELOW_US, ADAPTIVE_CHANGE_NATS)
+       MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX, GRAMMAR_PREFILL_BELOW_US, ADAPTIVE_CHANGE_NATS,
+       ADAPTIVE_STEP_UP)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

@@ -282,6 +282,32 @@ def test_change_decides_at_once():
         AdaptiveConfig(candidates=(1,), change_halflife_rounds=30)
 
 
+def test_step_up_tries_one_candidate_past_the_evidence():
+    """After a rest (position 1 checked alone, accepted 90% of the time, the deeper positions' evidence decayed
+    away), a decision picks no k past 3, the first candidate beyond position 1, though every longer k is priced as
+    position 1 (borrowed) and 5 looks best; without step_up it jumps to 5. Once rounds of 3 have checked positions 2
+    and 3 (accepted alike), 5 is reachable and chosen. Each choice is the best rate among the reachable candidates,
+    computed by hand."""
+    rng = random.Random()
+    costs = _costs(3.0, 0.25)
+    for step_up in (False, True):  # (the stepping policy goes on below)
+        pol = DraftLengthPolicy(AdaptiveConfig(candidates=(0, 1, 3, 5), interval=1, step_up=step_up,
+                                               change_nats=math.inf), costs)
+        for _ in range(60):
+            pol.observe(1, [int(rng.random() < 0.9) for _ in range(4)])
+        assert pol._reached[2] == 0 and pol.reachable() == ((0, 1, 3) if step_up else (0, 1, 3, 5))
+        rates = pol.predicted_rates(1)
+        assert max(rates, key=rates.get) == 5
+        want = max(pol.reachable(), key=lambda k: rates[k])
+        assert pol.choose(0, 1) == want == (3 if step_up else 5)
+    assert pol.config.step_up
+    for _ in range(30):  # rounds of 3, positions 2 and 3 checked
+        pol.observe(3, [chain_accepts(rng, 0.9, 3) for _ in range(4)])
+    assert pol.reachable() == (0, 1, 3, 5) and pol.choose(3, 1) == 5
+    with pytest.raises(ValueError, match="step_up=1"):
+        AdaptiveConfig(candidates=(1,), step_up=1)
+
+
 def test_resting_estimate_follows_the_draft_not_the_prior():
     """A draft accepted 2% of the time, 1200 rounds from k = 3: the policy rests it, and its position-1 estimate stays
     near 2% (median of 9 runs under 0.08; measured ~0.045) because each catch-up checks the proposal at every token
@@ -500,7 +526,8 @@ def test_adaptive_engine_times_rounds_and_moves_k(pair):
 
 def test_adaptive_change_test_knob(pair, monkeypatch):
     """SGLANG_EAGLE3_ADAPTIVE_CHANGE_NATS sets the change test's threshold when the engine starts (inf: no test, for
-    A/B runs); 0 or a word is refused naming the variable, before any round runs."""
+    A/B runs), SGLANG_EAGLE3_ADAPTIVE_STEP_UP whether a decision steps up; bad values are refused naming the
+    variable, before any round runs."""
     tpath, dpath = pair
     kw = dict(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
               speculative_num_steps=3, speculative_adaptive=True, max_running_requests=2)
@@ -512,6 +539,14 @@ def test_adaptive_change_test_knob(pair, monkeypatch):
         monkeypatch.setenv("SGLANG_EAGLE3_ADAPTIVE_CHANGE_NATS", bad)
         with pytest.raises(err, match=f"SGLANG_EAGLE3_ADAPTIVE_CHANGE_NATS.*{bad}"):
             Engine(**kw)
+    monkeypatch.delenv("SGLANG_EAGLE3_ADAPTIVE_CHANGE_NATS")
+    # and SGLANG_EAGLE3_ADAPTIVE_STEP_UP=0 lets a decision jump to any candidate
+    assert Engine(**kw).get_server_info()["adaptive"]["step_up"] is True
+    monkeypatch.setenv("SGLANG_EAGLE3_ADAPTIVE_STEP_UP", "0")
+    assert Engine(**kw).get_server_info()["adaptive"]["step_up"] is False
+    monkeypatch.setenv("SGLANG_EAGLE3_ADAPTIVE_STEP_UP", "yes")
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_ADAPTIVE_STEP_UP='yes'"):
+        Engine(**kw)
 
 
 def test_adaptive_args():
@@ -806,8 +841,9 @@ def test_simulate_adaptive_script(tmp_path):
     res = json.loads(out.read_text())
     assert res["round_ms"]["catch_up"] and len(res["scenarios"]) >= 5
     for row in res["scenarios"]:
-        # the scheduler's feeding with the change test and without, the two older feedings without
-        assert len(row["variants"]) == 4, row
+        # the scheduler's feeding with the change test and without, the two older feedings without, the default
+        # without stepping up
+        assert len(row["variants"]) == 5, row
         for v in row["variants"].values():
             assert 0.5 < v["of_oracle"] < 1.05, row
     # --batch: one policy over a batch, at the costs the run timed for that bucket (refused by name where it timed none)

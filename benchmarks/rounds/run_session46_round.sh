@@ -16,9 +16,12 @@
 # u4: the policy pricing a batch with sampled requests at its own timed costs (the round costs timed twice since
 #     this session): the CUDA engine's adaptive and resting-draft tests, then the Kimi slice at batch 1 with the random
 #     draft, greedy and at temperature 0.8 (where the greedy prices held the draft at k = 1: 0.96x at `9743967`).
+# u5: stepping up (a decision picks no k past the first candidate beyond the deepest position with evidence; u1 and u3
+#     saw the change test jump 0 -> 5 for 8 rounds on each rise, the pinned third draft never accepted): u1's and u3's
+#     phases with it and without (SGLANG_EAGLE3_ADAPTIVE_STEP_UP=0), 48 tokens a request at batch 1 to fit one call.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: u1 | u2 | u3 | u4}
+part=${1:?part: u1 | u2 | u3 | u4 | u5}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 NOTEST=SGLANG_EAGLE3_ADAPTIVE_CHANGE_NATS=inf
 case $part in
@@ -45,6 +48,15 @@ u4)
   TAIL=16 stage e2e_kimi_rest_sampled 300 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 \
     --max-new-tokens 96 --repeat 2 --simulate-accept 0 --adaptive --adaptive-only --sampling greedy \
     temperature=0.8,seed=7 --out "$OUT/e2e_rest_sampled_kimi.json"
+  ;;
+u5)
+  NOSTEP=SGLANG_EAGLE3_ADAPTIVE_STEP_UP=0
+  TAIL=24 stage e2e_kimi_phases_step 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 \
+    --max-new-tokens 48 --repeat 4 --simulate-accept --adaptive --adaptive-only --accept-phases 1 3 \
+    --env-variants '' "$NOSTEP" --out "$OUT/e2e_phases_step_kimi.json"
+  TAIL=24 stage e2e_kimi_phases_step_c16 260 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 16 \
+    --concurrency 16 --cuda-graph-max-bs 16 --max-new-tokens 48 --repeat 4 --simulate-accept --adaptive \
+    --adaptive-only --accept-phases 1 3 --env-variants '' "$NOSTEP" --out "$OUT/e2e_phases_step_kimi_c16.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

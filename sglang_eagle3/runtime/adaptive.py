@@ -55,8 +55,17 @@ two-sample binomial likelihood ratio), the acceptance has changed: position 1's 
 the deeper positions' shrinks as much, and the next round decides. With the 24-round half-life alone a draft accepted
 85% of the time that stops landing went on drafting ~72 rounds at batch 1 (the old passes had to decay below the
 break-even rate) and ~17 at 16 requests; with the test it rests after ~15 and ~6, and at a constant acceptance the
-test fires at most 0.25 times in 1000 rounds (benchmarks/simulate_adaptive.py on the Kimi slice's timed costs;
+test fires under once in 1000 rounds (benchmarks/simulate_adaptive.py on the Kimi slice's timed costs;
 docs/BENCHMARKS.md section 8).
+
+Stepping up: a position never reached borrows the one before it, so a change to good drafts, seen at position 1
+alone (a resting draft's checks), would price every longer k as position 1 and jump to the longest; where the deeper
+positions are worse (a draft that rarely lands a third token) that jump costs an interval of long rounds. So a
+decision picks no k past the first candidate beyond the deepest position with evidence (an effective check): from
+rest, up to the next candidate past 1; once that k's positions are checked, the next. On the Kimi slice with the
+accept length pinned at 3 (the third draft never accepted) the change test without it went 0 -> 5 for 8 rounds on
+each rise (H100, forty-sixth session); in simulation, where every position has position 1's rate, it costs nothing
+measurable (docs/BENCHMARKS.md section 8).
 
 The policy only ever moves between the candidates the engine captured graphs for (``EngineArgs.step_candidates``),
 after every ``interval`` rounds, and only for a predicted gain of at least ``min_gain``. The first decision needs
@@ -113,6 +122,8 @@ class AdaptiveConfig:
     # under one; math.inf: never.
     change_halflife_rounds: float = 3.0
     change_nats: float = 3.0
+    # A decision picks no k past the first candidate beyond the deepest draft position with evidence (module doc).
+    step_up: bool = True
 
     def __post_init__(self):
         if not self.candidates or any(not isinstance(k, int) or k < 0 for k in self.candidates):
@@ -123,6 +134,8 @@ class AdaptiveConfig:
             raise ValueError(f"first_evidence={self.first_evidence!r} must be an int >= 1 (checks of position 1)")
         if not self.halflife_rounds > 0:
             raise ValueError(f"halflife_rounds={self.halflife_rounds!r} must be > 0")
+        if not isinstance(self.step_up, bool):
+            raise ValueError(f"step_up={self.step_up!r} must be a bool")
         if not 0 < self.change_halflife_rounds < self.halflife_rounds or not self.change_nats > 0:
             raise ValueError(f"change_halflife_rounds={self.change_halflife_rounds!r} must be > 0 and shorter than "
                              f"halflife_rounds={self.halflife_rounds!r}; change_nats={self.change_nats!r} > 0 "
@@ -316,6 +329,16 @@ class DraftLengthPolicy:
         rates[DECODE] = 1.0 / self.cost(DECODE, batch, sampled)
         return rates
 
+    def reachable(self) -> tuple[int, ...]:
+        """The candidates a decision may pick: with ``step_up``, none past the first candidate beyond the deepest
+        position with evidence (an effective check or more), so a longer k is tried on the positions just checked."""
+        c = self.config
+        if not c.step_up:
+            return c.candidates
+        known = max((i for i in range(1, self.max_k + 1) if self._reached[i] >= 1.0), default=0)
+        ceiling = min((k for k in c.candidates if k > known), default=max(c.candidates))
+        return tuple(k for k in c.candidates if k <= ceiling)
+
     def choose(self, current: int, batch: int, sampled: bool = False) -> int:
         """The draft length for the next round of ``batch`` requests, some of them sampled where ``sampled`` (the
         round costs of that kind); ``current`` until a decision is due."""
@@ -325,7 +348,7 @@ class DraftLengthPolicy:
         self._rounds_since_decision = 0
         self.decisions += 1
         rates = self.predicted_rates(batch, sampled)
-        best = max(c.candidates, key=lambda k: (rates[k], -k))
+        best = max(self.reachable(), key=lambda k: (rates[k], -k))
         if rates[best] < rates[DECODE] and not self._warned_slower:
             self._warned_slower = True
             logger.warning(
@@ -348,6 +371,7 @@ class DraftLengthPolicy:
         return {"num_steps": current, "candidates": list(self.config.candidates), "rounds": self.rounds,
                 "resting": current == 0 and self.config.rests, "probe_rounds": self.config.probe_rounds,
                 "decisions": self.decisions, "switches": self.switches, "changes": self.changes,
+                "step_up": self.config.step_up,
                 "change_test": None if math.isinf(self.config.change_nats) else {
                     "nats": self.config.change_nats, "halflife_rounds": self.config.change_halflife_rounds},
                 "position_1_checks": self._checks,

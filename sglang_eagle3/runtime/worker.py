@@ -78,7 +78,8 @@ def adaptive_policy(runner: ModelRunner, candidates: tuple[int, ...], max_bs: in
     change_nats = env.ADAPTIVE_CHANGE_NATS.number(AdaptiveConfig.change_nats)
     if not change_nats > 0:
         raise ConfigError(f"{env.ADAPTIVE_CHANGE_NATS.name}={change_nats:g}: the change test needs > 0 nats (inf: off)")
-    config = AdaptiveConfig(candidates=candidates, probe_rounds=probe_rounds, change_nats=change_nats)
+    config = AdaptiveConfig(candidates=candidates, probe_rounds=probe_rounds, change_nats=change_nats,
+                            step_up=env.ADAPTIVE_STEP_UP.switch(default=AdaptiveConfig.step_up))
     buckets = runner.spec_round.buckets or batch_buckets(max_bs)
     catch_up = config.probe_rounds if config.rests else 0
     timed = runner.time_rounds(candidates, buckets, catch_up_tokens=catch_up)
