@@ -54,7 +54,7 @@ recent window's); where the two are ``change_nats`` (3) likelier under a rate ea
 two-sample binomial likelihood ratio), the acceptance has changed: position 1's evidence becomes the recent window's,
 the deeper positions' shrinks as much, and the next round decides. With the 24-round half-life alone a draft accepted
 85% of the time that stops landing went on drafting ~72 rounds at batch 1 (the old passes had to decay below the
-break-even rate) and ~17 at 16 requests; with the test it rests after ~15 and ~6, and at a constant acceptance the
+break-even rate) and ~17 at 16 requests; with the test it rests after ~15-20 and ~6, and at a constant acceptance the
 test fires under once in 1000 rounds (benchmarks/simulate_adaptive.py on the Kimi slice's timed costs;
 docs/BENCHMARKS.md section 8).
 
@@ -104,7 +104,7 @@ class AdaptiveConfig:
     nats over a 3-round window were chosen the same way (forty-sixth session) among 2.5-6 nats and 3-8 rounds: over
     eleven scenarios 0.948 of the oracle on average against 0.925 without the test at batch 1, 0.962 against 0.940 at
     16 requests (2.5 nats level within the draws, with more false alarms), constants within 0.3%, alternations every
-    50 rounds 20% / 29% faster; the one loss, alternations every 20 rounds at 16 requests (0.78 against 0.82), where
+    50 rounds 19-20% / 29% faster; the one loss, alternations every 20 rounds at 16 requests (0.78 against 0.82), where
     resting at each low phase pays up to a catch-up interval's wait to draft again."""
 
     candidates: tuple[int, ...]  # draft lengths with captured graphs, the only ones the policy picks
