@@ -19,6 +19,10 @@
 # u5: stepping up (a decision picks no k past the first candidate beyond the deepest position with evidence; u1 and u3
 #     saw the change test jump 0 -> 5 for 8 rounds on each rise, the pinned third draft never accepted): u1's and u3's
 #     phases with it and without (SGLANG_EAGLE3_ADAPTIVE_STEP_UP=0), 48 tokens a request at batch 1 to fit one call.
+# Ran (one H100, after three refused starts): u1 twice, u2 and u3 at 9743967, a sampled run at 9743967 (bench_e2e.py
+# --kimi-slice --num-prompts 3 --max-new-tokens 96 --repeat 2 --simulate-accept 0 --adaptive --adaptive-only --sampling
+# greedy temperature=0.8,seed=7), u4 at b03986d, u5 at a569a5d. Results: benchmarks/results/h100/*_{9743967,b03986d,
+# a569a5d}*, BENCHMARKS.md section 8.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: u1 | u2 | u3 | u4 | u5}
