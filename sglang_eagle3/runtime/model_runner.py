@@ -801,7 +801,7 @@ class ModelRunner:
                 if catch_up_tokens > 0:
                     rows = [([0] * catch_up_tokens, first, pages)] * B
                     aux = torch.zeros(B * catch_up_tokens, aux_w, dtype=self.dtype, device=self.device)
-                    calls[CATCH_UP] = lambda rows=rows, aux=aux, samp=samp: self._timed_catch_up(rows, aux, samp)
+                    calls[CATCH_UP] = lambda rows=rows, aux=aux, samp=samp: self.catch_up(rows, aux, samp)[0]
                 times: dict[int | str, list[float]] = {k: [] for k in calls}
                 one_pass(calls, None)  # the warm-up (compiles, caches)
                 spent = one_pass(calls, times)
@@ -813,15 +813,16 @@ class ModelRunner:
                 out.update({(k, B): statistics.median(t) for k, t in times.items()})
         return out
 
-    def _timed_catch_up(self, rows: list, aux: torch.Tensor, samp: SamplerBatch | None) -> torch.Tensor:
-        """time_rounds' catch-up: the draft's extend over ``rows`` and, for sampled requests, a proposal drawn at
-        every row (Scheduler._extend_draft with a catch-up's checks)."""
+    def catch_up(self, rows: list, aux: torch.Tensor, samp: SamplerBatch | None = None):
+        """A resting draft's catch-up (prefill_draft over ``rows`` with the target's ``aux`` rows), its proposal at
+        every row the prefill graph's argmax, or with ``samp`` (the rows' requests' sampler inputs) drawn as a
+        round's d_1 would be there (draft_proposals at each row's position). Returns (proposals [N], hidden)."""
         every, hidden = self.prefill_draft(rows, aux)
-        if samp is None:
-            return every
-        counts = torch.tensor([len(toks) for toks, _, _ in rows])
-        return self.draft_proposals(hidden, samp.proposal_rows(counts), self.to_device(
-            [first + j for toks, first, _ in rows for j in range(len(toks))]))
+        if samp is not None:
+            counts = torch.tensor([len(toks) for toks, _, _ in rows])
+            every = self.draft_proposals(hidden, samp.proposal_rows(counts), self.to_device(
+                [first + j for toks, first, _ in rows for j in range(len(toks))]))
+        return every, hidden
 
     @torch.inference_mode()
     def sampled_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int,

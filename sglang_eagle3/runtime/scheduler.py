@@ -377,12 +377,9 @@ class Scheduler:
         too, to be checked when read."""
         runner = self.runner
         self._read_proposals()
-        every, hidden = runner.prefill_draft(rows, aux)
-        counts = torch.tensor([len(toks) for toks, _, _ in rows])
-        ends = counts.cumsum(0) - 1
-        if samp is not None and checks:  # every row's proposal, sampled as a round's d_1 would be there
-            every = runner.draft_proposals(hidden, samp.proposal_rows(counts), runner.to_device(
-                [first + j for toks, first, _ in rows for j in range(len(toks))]))
+        # with checks, every row's proposal, sampled as a round's d_1 would be there
+        every, hidden = runner.catch_up(rows, aux, samp if checks else None)
+        ends = torch.tensor([len(toks) for toks, _, _ in rows]).cumsum(0) - 1
         if samp is not None and not checks:  # the last row (position first + n - 1) proposes the token two after it
             proposals = runner.draft_proposals(hidden[ends.to(hidden.device)], samp,
                                                runner.to_device([first + len(toks) - 1 for toks, first, _ in rows]))
