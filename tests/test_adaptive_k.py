@@ -376,7 +376,8 @@ def test_sampled_round_costs_price_a_sampled_batch():
     """RoundCosts' sampled table serves batches with sampled requests (greedy ones keep the greedy table, as does a
     RoundCosts timed without it), it must time what the greedy one does, and the policy's choice follows the kind:
     with the sampled rounds dearer than their decode step by more than the greedy ones, the same acceptance makes a
-    greedy batch draft and a sampled one rest. Each choice against the best rate computed from the closed form."""
+    greedy batch draft and a sampled one rest. Each choice against the best rate computed by hand from the policy's
+    acceptance estimates and the kind's table."""
     rng = random.Random()
     a, b, extra = rng.uniform(2.0, 4.0), rng.uniform(0.2, 0.5), rng.uniform(0.15, 0.3)
     greedy = {(k, 1): (a + b * k) for k in (0, 1, 3)} | {(DECODE, 1): a - b / 2, (CATCH_UP, 1): 4 * b}
