@@ -450,7 +450,7 @@ def test_time_rounds_sampled_kind_runs_the_sampler(pair, monkeypatch):
                  speculative_num_steps=2, speculative_num_steps_candidates=[0, 1], max_running_requests=2)
     runner = eng.backend.scheduler.runner
     seen = []
-    for name in ("sampled_round", "draft_proposals", "sample"):
+    for name in ("sampled_round", "catch_up", "sample"):
         real = getattr(runner, name)
 
         def spy(*args, _real=real, _name=name, **kw):
@@ -464,7 +464,7 @@ def test_time_rounds_sampled_kind_runs_the_sampler(pair, monkeypatch):
     sampled = runner.time_rounds((0, 1, 2), [1, 2], iters=1, min_seconds=0.0, catch_up_tokens=4, sampled=True)
     assert set(sampled) == set(greedy)
     names = {name for name, s in seen if s == pytest.approx(0.8)}
-    assert names == {"sampled_round", "draft_proposals", "sample"}, seen
+    assert names == {"sampled_round", "catch_up", "sample"}, seen
 
 
 @pytest.mark.parametrize("overlap", [True, False])

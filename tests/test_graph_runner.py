@@ -389,6 +389,54 @@ def _check_prefill(runner, rows, tol):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("backend", sorted(GPU_BACKENDS))
+def test_gpu_sampled_catch_up_replays_its_graphs(backend, tmp_path):
+    """A resting draft's catch-up over sampled requests replays draft_prefill_sampled (captured because the adaptive
+    draft rests: buckets up to the first above probe_rounds), each row's proposal drawn in the graph with its
+    request's sampler inputs: against the draft's ragged eager extend followed by its head and draw per row, over
+    irregular rows of a greedy and two sampled requests; one replay, nothing eager."""
+    from sglang_eagle3.runtime.sampling import SamplingParams
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    cfg = tiny_config(vocab=512, hidden=128, heads=8, layers=4, q_lora=64, kv_lora=64, nope=32, rope=32, v=32,
+                      experts=16, top_k=4, n_group=4, topk_group=2, moe_inter=64, inter=256, yarn=True, max_pos=1024)
+    dcfg = tiny_draft_config(cfg, draft_vocab=256, heads=8, kv_heads=4, inter=256)
+    t, d = write_tiny_pair(str(tmp_path), cfg, dcfg, seed=9, scale=3.0)
+    engine = Engine(model_path=t, speculative_algorithm="EAGLE3", speculative_draft_model_path=d,
+                    speculative_num_steps=2, speculative_adaptive=True, speculative_adaptive_probe_rounds=12,
+                    device="cuda", dtype="float32", cuda_graph_max_bs=4, skip_tokenizer_init=True,
+                    cuda_graph_prefill_tokens=(8, 16, 32, 64), attention_backend=backend, moe_runner_backend=backend)
+    runner, tol = engine.runner, GPU_BACKENDS[backend]
+    twin = runner.draft_prefill_sampled
+    assert twin.tokens_per_req == (8, 16) and twin.graphs, runner.graph_report()["draft_prefill_sampled"]
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    lengths = [12, 5, 13]
+    rows = []
+    for n in lengths:
+        first = int(torch.randint(0, 200, (), generator=g))
+        rows.append((torch.randint(0, 512, (n,), generator=g).tolist(), first,
+                     runner.allocator.alloc((first + n) // runner.page_size + 1)))
+    aux = torch.randn(sum(lengths), 3 * cfg.hidden_size, generator=g).to("cuda")
+    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=1.3), SamplingParams(temperature=0.7)]
+    samp = runner.sampler_batch(params, torch.randint(0, 2**31, (3,), generator=g).tolist())
+    before = runner.stats.as_dict().get("draft_prefill_sampled", {"graph": 0, "eager": 0})
+    with torch.inference_mode():
+        props, hidden = runner.catch_up(rows, aux, samp)
+        ref_every, ref_hidden = runner.draft_extend_ragged(runner.build(rows), aux)
+        positions = runner.to_device([first + j for toks, first, _ in rows for j in range(len(toks))])
+        ref = runner.draft_proposals(ref_hidden, samp.proposal_rows(torch.tensor(lengths)), positions)
+    after = runner.stats.as_dict()["draft_prefill_sampled"]
+    assert after["graph"] == before["graph"] + 1 and after["eager"] == before["eager"], after  # 4 x 16 tokens
+    assert _rel(hidden, ref_hidden) < tol, _rel(hidden, ref_hidden)
+    agree = 1.0 if tol < 1e-4 else 0.9  # (as the greedy prefill's proposals: near-ties under the kernels' sums)
+    n0 = lengths[0]
+    assert (props == ref).float().mean().item() >= agree
+    assert (props[:n0] == ref_every[:n0]).float().mean().item() >= agree  # the greedy request: the argmax
+    assert (props[n0:] != ref_every[n0:]).any()  # the sampled ones drew
+
+
+@pytest.mark.gpu
 def test_gpu_prefill_replay_equals_eager(gpu_engine):
     """Prompts of irregular lengths (one request, and a batch of three: one replay of batch bucket 4 at 256
     tokens) through the prefill graphs (the next token bucket, padded) against the ragged eager prefill on the

@@ -280,3 +280,52 @@ def test_prefill_capture_out_of_memory_leaves_eager_prefill(small_pair, monkeypa
     e.generate(input_ids=[4, 5, 6], sampling_params={"max_new_tokens": 2})
     reasons = e.get_server_info()["forward_counts"]["target_prefill"]["eager_reasons"]
     assert len(reasons) == 1 and next(iter(reasons)).startswith("prefill graphs not captured: CUDA out of memory")
+
+
+def test_sampled_catch_up_draws_every_row_inside_the_graph(small_pair):
+    """A resting draft's catch-up over sampled requests (ModelRunner.catch_up with sampler inputs) replays
+    draft_prefill_sampled, whose rows draw their proposals inside the graph with their request's sampler inputs,
+    padded to the bucket: the proposals and hidden states of the draft's extend followed by its head and draw per
+    row (the eager composition it replaced). The graphs cover the buckets up to the first above probe_rounds; a
+    longer catch-up runs eager, counted with the reason, and gives the same."""
+    from sglang_eagle3.runtime.sampling import SamplingParams
+
+    e = _engine(small_pair, cuda_graph_prefill_tokens=(4, 8, 16), speculative_adaptive=True,
+                speculative_adaptive_probe_rounds=5)
+    runner = e.runner
+    assert runner.draft_prefill_sampled.tokens_per_req == (4, 8)  # 8: the first bucket above 5 tokens
+    runner.draft_prefill_sampled = twin = EagerReplay(runner.draft_prefill_sampled)
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    V, H = small_pair.config.vocab_size, small_pair.config.hidden_size
+    # greedy, two temperatures with their own keys: a row given another request's inputs draws another token
+    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=1.3), SamplingParams(temperature=0.7)]
+    keys = torch.randint(0, 2**31, (3,), generator=g).tolist()
+
+    def check(lengths):
+        rows = []
+        for n in lengths:
+            first = int(torch.randint(0, 20, (), generator=g))
+            rows.append((torch.randint(0, V, (n,), generator=g).tolist(), first,
+                         runner.allocator.alloc((first + n) // runner.page_size + 1)))
+        aux = torch.randn(sum(lengths), 3 * H, generator=g, dtype=torch.float64)
+        samp = runner.sampler_batch(params[:len(rows)], keys[:len(rows)])
+        props, hidden = runner.catch_up(rows, aux, samp)
+        ref_every, ref_hidden = runner.draft_extend_ragged(runner.build(rows), aux)
+        positions = torch.tensor([first + j for toks, first, _ in rows for j in range(len(toks))])
+        ref = runner.draft_proposals(ref_hidden, samp.proposal_rows(torch.tensor(lengths)), positions)
+        assert torch.allclose(hidden, ref_hidden, rtol=0, atol=1e-9)
+        assert torch.equal(props, ref)
+        # the greedy request's rows propose the argmax (the greedy catch-up's); the sampled ones' not always
+        n0 = lengths[0]
+        assert torch.equal(props[:n0], ref_every[:n0])
+        return int((props[n0:] != ref_every[n0:]).sum())
+
+    drawn = check([3, 5, 6])  # 2 x 8 tokens, then 1 x 8 (16 tokens a replay at most: the largest bucket)
+    assert twin.calls == [(2, 8), (1, 8)]
+    sampled = runner.stats.as_dict()["draft_prefill_sampled"]
+    assert sampled["graph"] == 2 and sampled["eager"] == 0
+    drawn += check([9, 2])  # 9 tokens: bucket 16, not captured for catch-ups
+    assert drawn > 0  # (else the sampled rows were argmaxes and the check above proved nothing of their inputs)
+    assert twin.calls == [(2, 8), (1, 8)]
+    sampled = runner.stats.as_dict()["draft_prefill_sampled"]
+    assert sampled["eager"] == 1 and "not captured" in next(iter(sampled["eager_reasons"]))

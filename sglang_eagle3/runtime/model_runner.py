@@ -103,9 +103,12 @@ class ModelRunner:
                  num_pages: int, page_size: int, max_context: int, device: torch.device, dtype: torch.dtype,
                  use_cuda_graph: bool, cuda_graph_max_bs: int, verify_widths: tuple[int, ...],
                  attention_backend: str, moe_backend: str = "auto", graph_disabled_reason: str = "",
-                 prefill_tokens: tuple[int, ...] = (), mha_prefill_tokens: int = 0, grammar_graphs: bool = False):
+                 prefill_tokens: tuple[int, ...] = (), mha_prefill_tokens: int = 0, grammar_graphs: bool = False,
+                 catch_up_tokens: int = 0):
         """``grammar_graphs``: capture the graphs of grammar rounds too (the engine can serve structured output:
-        runtime/grammar.py), else their calls run eager, counted with the reason."""
+        runtime/grammar.py), else their calls run eager, counted with the reason. ``catch_up_tokens``: the tokens a
+        request a resting draft's catch-up covers (the adaptive policy's probe_rounds; 0: the draft never rests),
+        for which the sampled catch-up's graphs are captured (catch_up)."""
         for name, model in (("target", target), ("draft", draft)):
             # Positions index the rotary cos/sin tables, which the kernels read unchecked: past the table a
             # position reads other memory (NaN logits, or an illegal address), so refuse the pool up front.
@@ -241,6 +244,22 @@ class ModelRunner:
         self._prefill_ragged = self._prefill_fn(ForwardMode.EXTEND)  # the eager fallback: the same outputs
         self.draft_prefill = GraphRunner("draft_prefill", self._draft_fn(ForwardMode.PREFILL), draft_specs,
                                          **prefill_common)
+        # A resting draft's catch-up over sampled requests (catch_up): the same extend with each row's proposal drawn
+        # inside the graph as a round's d_1 would be there (the requests' sampler inputs repeated over their rows;
+        # padded rows temperature 0, the argmax). Drawn after the greedy graph instead, the draft head's second pass
+        # over the rows and the draw ran eager: 2.69 ms a catch-up of 16 tokens against the greedy 0.91 (H100,
+        # BENCHMARKS.md section 8). Only the token buckets a catch-up reaches: up to the first that holds
+        # catch_up_tokens + 1 (the overlap schedule can keep one row more before the catch-up runs).
+        reach_up = next((t for t in self.prefill_tokens if t > catch_up_tokens), None) if catch_up_tokens > 0 else None
+        catch_up_buckets = tuple(t for t in self.prefill_tokens if reach_up is not None and t <= reach_up)
+        self.draft_prefill_sampled = GraphRunner(
+            "draft_prefill_sampled", self._draft_fn(ForwardMode.PREFILL),
+            dict(draft_specs, samp_f=InputSpec(per_token=True), samp_i=InputSpec(per_token=True)),
+            **dict(prefill_common, tokens_per_req=catch_up_buckets or (1,),
+                   enabled=prefill_common["enabled"] and bool(catch_up_buckets) and draft is not None,
+                   disabled_reason=(prefill_common["disabled_reason"] if not prefill_common["enabled"] else
+                                    "no sampled catch-up graphs: the draft never rests (catch_up_tokens=0) or no "
+                                    f"prefill bucket holds {catch_up_tokens + 1} tokens")))
         # The draft embeds with the target's table; under TP that is the vocab-parallel module (all-reduced).
         emb = target.model.embed_tokens
         self.embed_weight = emb.weight if emb.part == emb.vocab_size else emb
@@ -477,19 +496,24 @@ class ModelRunner:
                                           dtype=self.dtype, device=self.device)
             return d
 
+        def samp(n):  # n rows of sampler inputs: temperature 1 (the graphs' padded rows get 0, greedy)
+            return dict(samp_f=torch.ones(n, 3, dtype=torch.float32, device=self.device),
+                        samp_i=torch.zeros(n, 2, dtype=torch.int64, device=self.device))
+
         if self.prefill_tokens:  # the largest graphs first: the shared pool then serves the smaller ones
             try:
                 self.target_prefill.capture(lambda bs, T: dict(
                     example(bs, T, False), last_rows=torch.arange(T - 1, bs * T, T, device=self.device)))
                 if self.draft is not None:
                     self.draft_prefill.capture(lambda bs, T: example(bs, T, "aux"))
+                    self.draft_prefill_sampled.capture(lambda bs, T: dict(example(bs, T, "aux"), **samp(bs * T)))
             except torch.cuda.OutOfMemoryError as e:
                 # The prefill graphs are an optimisation the engine can serve without (their activations for
                 # the largest bucket can exceed what the KV cache left free): eager prefill, counted, and said.
                 reason = (f"prefill graphs not captured: CUDA out of memory ({str(e).splitlines()[0]}); lower "
                           "cuda_graph_prefill_tokens or max_total_tokens to have them")
                 logger.warning("%s", reason)
-                for runner in (self.target_prefill, self.draft_prefill):
+                for runner in (self.target_prefill, self.draft_prefill, self.draft_prefill_sampled):
                     runner.graphs.clear()
                     runner.enabled, runner.disabled_reason = False, reason
                 torch.cuda.empty_cache()
@@ -502,10 +526,6 @@ class ModelRunner:
                 return dict(example(bs, T, False), hidden=torch.zeros(bs, self.draft.config.hidden_size,
                                                                       dtype=self.dtype, device=self.device),
                             sim_accept=torch.full((bs,), -1, dtype=torch.int64, device=self.device))
-
-            def samp(bs):
-                return dict(samp_f=torch.ones(bs, 3, dtype=torch.float32, device=self.device),
-                            samp_i=torch.zeros(bs, 2, dtype=torch.int64, device=self.device))
 
             self.spec_round.capture(round_inputs)
             for runner in self.sampled_rounds.values():
@@ -530,7 +550,7 @@ class ModelRunner:
         """Every graph runner, all of whose graphs share one memory pool."""
         return [self.target_decode, self.target_verify, self.draft_decode, self.draft_extend, self.spec_round,
                 *self.sampled_rounds.values(), self.grammar_head, self.grammar_draft, self.grammar_tail,
-                self.target_prefill, self.draft_prefill]
+                self.target_prefill, self.draft_prefill, self.draft_prefill_sampled]
 
     def graph_report(self) -> dict:
         return {r.name: {"graphs": len(r.graphs), "buckets": r.buckets, "tokens_per_req": list(r.tokens_per_req),
@@ -622,10 +642,10 @@ class ModelRunner:
         return out[0], (out[1] if len(out) > 1 else None)
 
     @torch.inference_mode()
-    def draft_extend_ragged(self, bt: BatchTensors, hidden: torch.Tensor):
+    def draft_extend_ragged(self, bt: BatchTensors, hidden: torch.Tensor, samp_f=None, samp_i=None):
         fb = self._fb(self.draft_kv, ForwardMode.EXTEND, bt.page_table, bt.seq_lens, bt.out_cache_loc, 1,
                       bt.extend_lens)
-        return self._draft_propose(bt.input_ids, hidden, bt.positions, fb)
+        return self._draft_propose(bt.input_ids, hidden, bt.positions, fb, samp_f, samp_i)
 
     # -- prefill -------------------------------------------------------------------------------------
     def prefill_bucket(self, rows: list) -> int | None:
@@ -667,11 +687,11 @@ class ModelRunner:
         reason = next((r for r in (runner.why_not(len(g), b) for g, b, _ in pieces) if r is not None), None)
         return (pieces, None) if reason is None else (None, reason)
 
-    def _replay_prefill(self, runner: GraphRunner, pieces: list, hidden: torch.Tensor | None = None) -> tuple:
-        """Replays each (rows, bucket, ends) in order (hidden: the draft's per-token input rows, in the same
-        order); returns each output's real rows, concatenated in that order: one row a request for the target's
-        logits (its first output, taken at last_rows; none from a chunk that does not end its prompt), the real
-        tokens' rows for every other output."""
+    def _replay_prefill(self, runner: GraphRunner, pieces: list, **per_token: torch.Tensor) -> tuple:
+        """Replays each (rows, bucket, ends) in order (``per_token``: more inputs of one row a real token, in the
+        same order, such as the draft's hidden input; padded rows zero); returns each output's real rows,
+        concatenated in that order: one row a request for the target's logits (its first output, taken at
+        last_rows; none from a chunk that does not end its prompt), the real tokens' rows for every other output."""
         target = runner is self.target_prefill
         outs, start = [], 0
         for rows, bucket, ends in pieces:
@@ -680,11 +700,13 @@ class ModelRunner:
                           seq_lens=bt.seq_lens, out_cache_loc=bt.out_cache_loc)
             if target:
                 inputs["last_rows"] = self.to_device([b * bucket + n - 1 for b, n in enumerate(bt.extend_lens)])
-            if hidden is not None:
-                inputs["hidden"] = hidden.new_zeros(len(rows) * bucket, hidden.shape[1])
+            for name, x in per_token.items():
+                padded = inputs[name] = x.new_zeros(len(rows) * bucket, *x.shape[1:])
+                at = start
                 for b, n in enumerate(bt.extend_lens):
-                    inputs["hidden"][b * bucket:b * bucket + n] = hidden[start:start + n]
-                    start += n
+                    padded[b * bucket:b * bucket + n] = x[at:at + n]
+                    at += n
+            start += sum(bt.extend_lens)
             out = runner(len(rows), bucket, **inputs)
             # Copied out before the next replay: every graph's outputs live in the one shared pool, where any
             # later replay (of any bucket) may reuse their memory.
@@ -816,13 +838,17 @@ class ModelRunner:
     def catch_up(self, rows: list, aux: torch.Tensor, samp: SamplerBatch | None = None):
         """A resting draft's catch-up (prefill_draft over ``rows`` with the target's ``aux`` rows), its proposal at
         every row the prefill graph's argmax, or with ``samp`` (the rows' requests' sampler inputs) drawn as a
-        round's d_1 would be there (draft_proposals at each row's position). Returns (proposals [N], hidden)."""
-        every, hidden = self.prefill_draft(rows, aux)
-        if samp is not None:
-            counts = torch.tensor([len(toks) for toks, _, _ in rows])
-            every = self.draft_proposals(hidden, samp.proposal_rows(counts), self.to_device(
-                [first + j for toks, first, _ in rows for j in range(len(toks))]))
-        return every, hidden
+        round's d_1 would be there (_draft_propose at each row's position): replays of draft_prefill_sampled,
+        else one eager extend, counted with the reason. Returns (proposals [N], hidden [N, Hd])."""
+        if samp is None:
+            return self.prefill_draft(rows, aux)
+        per_row = samp.proposal_rows(torch.tensor([len(toks) for toks, _, _ in rows]))
+        runner = self.draft_prefill_sampled
+        pieces, reason = self._prefill_plan(runner, rows)
+        if pieces is None:
+            self.stats.record(runner.name, graph=False, reason=reason)
+            return self.draft_extend_ragged(self.build(rows), aux, per_row.f, per_row.i)
+        return self._replay_prefill(runner, pieces, hidden=aux, samp_f=per_row.f, samp_i=per_row.i)
 
     @torch.inference_mode()
     def sampled_round(self, bt: BatchTensors, hidden: torch.Tensor, sim_accept: torch.Tensor, T: int,

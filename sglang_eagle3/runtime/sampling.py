@@ -507,8 +507,11 @@ class SamplerBatch:
         """The inputs a draft's proposals need for ``counts[b]`` rows of request b, in order (a draft extend's rows
         each proposing a token): f and i repeated; no penalties or grammar, which a proposal never applies
         (draft_tokens)."""
-        counts = counts.to(self.f.device)
-        return SamplerBatch(self.f.repeat_interleave(counts, 0), self.i.repeat_interleave(counts, 0), self.filters)
+        # output_size from the host's counts: without it repeat_interleave waits for the device to size its output
+        n = int(counts.sum())
+        counts = counts.to(self.f.device, non_blocking=True)
+        return SamplerBatch(self.f.repeat_interleave(counts, 0, output_size=n),
+                            self.i.repeat_interleave(counts, 0, output_size=n), self.filters)
 
 
 ALL_FILTERS = Filters()

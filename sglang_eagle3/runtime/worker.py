@@ -124,6 +124,8 @@ class ModelWorker:
         use_graph = device.type == "cuda" and not args.disable_cuda_graph
         reason = ("disable_cuda_graph=True" if args.disable_cuda_graph
                   else "CUDA graphs need a CUDA device (running on CPU)")
+        # A resting draft's catch-ups (runtime/adaptive.py) cover probe_rounds tokens a request: their sampled graphs
+        rests = args.speculative_adaptive and plan["num_steps"] and 0 in args.step_candidates()
         self.runner = ModelRunner(
             target, draft, aux_layer_ids=aux_ids, num_pages=self.kv_pages, page_size=args.page_size,
             max_context=plan["context_length"], device=device, dtype=dtype, use_cuda_graph=use_graph,
@@ -131,7 +133,8 @@ class ModelWorker:
             verify_widths=plan["verify_widths"], attention_backend=args.attention_backend,
             moe_backend=args.moe_runner_backend, prefill_tokens=args.cuda_graph_prefill_tokens,
             mha_prefill_tokens=args.mha_prefill_tokens, grammar_graphs=grammar is not None and grammar.available,
-            graph_disabled_reason=reason)
+            graph_disabled_reason=reason,
+            catch_up_tokens=args.speculative_adaptive_probe_rounds if rests and draft is not None else 0)
         if use_graph:
             self.runner.capture_graphs()
         self.scheduler = Scheduler(self.runner, num_steps=plan["num_steps"], max_running=args.max_running_requests,

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The forty-seventh session's device round: the resting draft's catch-up over sampled requests drawn inside its own
+# prefill graphs (`draft_prefill_sampled`), where the forty-sixth session's catch-up drew after the greedy graph by an
+# eager second pass of the draft head (2.69 ms against the greedy 0.91 on an H100, 16 tokens, batch 1).
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session47_round.sh v1   (then v2; one device call each, < 10 min;
+#   pass carry: [".carry"] after benchmarks/rounds/fetch_device_wheels.sh so the structured-output test runs)
+# v1 (an H100 will do): the GPU tests of the graphs (the sampled catch-up's replay against the eager composition, the
+#     prefill graphs, the CUDA engine's adaptive and resting-draft tests), then bench_catch_up.py: greedy, sampled in
+#     the graph, the forty-sixth session's composition and the eager fallback side by side at 1 / 4 / 16 requests,
+#     twice, with a profile of each sampled path at batch 1.
+# v2: the Kimi slice end to end at batch 1 with the random draft, greedy and at temperature 0.8 (u4 of the forty-sixth
+#     session's round at `b03986d`: the policy's timed sampled catch-up, and what it chose).
+# Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: v1 | v2}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
+case $part in
+v1)
+  TAIL=12 stage graph_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/test_graph_runner.py -k "sampled_catch_up or prefill"
+  TAIL=12 stage engine_tests 170 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 120 \
+    tests/gpu/test_cuda_engine.py -k "adaptive or resting"
+  TAIL=80 stage catch_up 200 python benchmarks/bench_catch_up.py --profile --out "$OUT/catch_up.json"
+  ;;
+v2)
+  TAIL=16 stage e2e_kimi_rest_sampled 330 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 \
+    --max-new-tokens 96 --repeat 2 --simulate-accept 0 --adaptive --adaptive-only --sampling greedy \
+    temperature=0.8,seed=7 --out "$OUT/e2e_rest_sampled_kimi.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
