@@ -66,10 +66,13 @@ def _costs(a: float, b: float, batches=(1, 4)) -> RoundCosts:
 
 def test_acceptance_estimates_follow_the_chain():
     """Per-position acceptance given the positions before it, estimated from accept counts alone, against the rates
-    the rounds were drawn with; E(k) against the product formula on the true rates."""
+    the rounds were drawn with; E(k) against the product formula on the true rates. (The change test off: over
+    3000 rounds of constant rates it fired 1.2 times on average, restarting the estimates from its recent window,
+    and 3 of 40 seeds then missed these bounds.)"""
     rng = random.Random()
     true_p = [rng.uniform(0.3, 0.95) for _ in range(5)]
-    pol = DraftLengthPolicy(AdaptiveConfig(candidates=(1, 3, 5), halflife_rounds=1e9), _costs(1.0, 0.1))
+    pol = DraftLengthPolicy(AdaptiveConfig(candidates=(1, 3, 5), halflife_rounds=1e9, change_nats=math.inf),
+                            _costs(1.0, 0.1))
     for _ in range(3000):
         pol.observe(5, [chain_accepts(rng, true_p, 5) for _ in range(4)])
     est = pol.acceptance()
