@@ -90,6 +90,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench_catch_up.py needs a CUDA device")
     from sglang_eagle3.runtime.model_runner import SAMPLED_TIMING
+    from sglang_eagle3.runtime.sampling import SamplerBatch
 
     t0 = time.perf_counter()
     worker, dcfg = build(a)
@@ -107,10 +108,13 @@ def main() -> None:
         aux = torch.randn(B * a.tokens, aux_w, generator=g, device="cuda", dtype=torch.bfloat16)
         samp = runner.sampler_batch([SAMPLED_TIMING] * B, list(range(B)))
 
-        def before():
+        def before():  # (as catch_up ran at `b03986d`, its per-row inputs sized on the device)
             every, hidden = runner.prefill_draft(rows, aux)
             positions = runner.to_device([first + j for toks, first, _ in rows for j in range(len(toks))])
-            return runner.draft_proposals(hidden, samp.proposal_rows(torch.tensor([a.tokens] * B)), positions)
+            counts = torch.tensor([a.tokens] * B).to("cuda")
+            per_row = SamplerBatch(samp.f.repeat_interleave(counts, 0), samp.i.repeat_interleave(counts, 0),
+                                   samp.filters)
+            return runner.draft_proposals(hidden, per_row, positions)
 
         def eager():
             twin.enabled = False

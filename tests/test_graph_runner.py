@@ -419,13 +419,17 @@ def test_gpu_sampled_catch_up_replays_its_graphs(backend, tmp_path):
                      runner.allocator.alloc((first + n) // runner.page_size + 1)))
     aux = torch.randn(sum(lengths), 3 * cfg.hidden_size, generator=g).to("cuda")
     params = [SamplingParams(temperature=0.0), SamplingParams(temperature=1.3), SamplingParams(temperature=0.7)]
-    samp = runner.sampler_batch(params, torch.randint(0, 2**31, (3,), generator=g).tolist())
+    keys = torch.randint(0, 2**31, (3,), generator=g).tolist()
+    samp = runner.sampler_batch(params, keys)
     before = runner.stats.as_dict().get("draft_prefill_sampled", {"graph": 0, "eager": 0})
     with torch.inference_mode():
         props, hidden = runner.catch_up(rows, aux, samp)
         ref_every, ref_hidden = runner.draft_extend_ragged(runner.build(rows), aux)
         positions = runner.to_device([first + j for toks, first, _ in rows for j in range(len(toks))])
-        ref = runner.draft_proposals(ref_hidden, samp.proposal_rows(torch.tensor(lengths)), positions)
+        # each row's sampler inputs built anew from its request's parameters and key
+        per_row = runner.sampler_batch([params[b] for b, n in enumerate(lengths) for _ in range(n)],
+                                       [keys[b] for b, n in enumerate(lengths) for _ in range(n)])
+        ref = runner.draft_proposals(ref_hidden, per_row, positions)
     after = runner.stats.as_dict()["draft_prefill_sampled"]
     assert after["graph"] == before["graph"] + 1 and after["eager"] == before["eager"], after  # 4 x 16 tokens
     assert _rel(hidden, ref_hidden) < tol, _rel(hidden, ref_hidden)

@@ -312,7 +312,10 @@ def test_sampled_catch_up_draws_every_row_inside_the_graph(small_pair):
         props, hidden = runner.catch_up(rows, aux, samp)
         ref_every, ref_hidden = runner.draft_extend_ragged(runner.build(rows), aux)
         positions = torch.tensor([first + j for toks, first, _ in rows for j in range(len(toks))])
-        ref = runner.draft_proposals(ref_hidden, samp.proposal_rows(torch.tensor(lengths)), positions)
+        # each row's sampler inputs built anew from its request's parameters and key
+        per_row = runner.sampler_batch([params[b] for b, n in enumerate(lengths) for _ in range(n)],
+                                       [keys[b] for b, n in enumerate(lengths) for _ in range(n)])
+        ref = runner.draft_proposals(ref_hidden, per_row, positions)
         assert torch.allclose(hidden, ref_hidden, rtol=0, atol=1e-9)
         assert torch.equal(props, ref)
         # the greedy request's rows propose the argmax (the greedy catch-up's); the sampled ones' not always

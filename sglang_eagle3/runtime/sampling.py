@@ -503,15 +503,11 @@ class SamplerBatch:
         runs as several replays (ModelRunner.sampled_round)."""
         return self.penalties is not None or self.grammar is not None
 
-    def proposal_rows(self, counts: torch.Tensor) -> SamplerBatch:
-        """The inputs a draft's proposals need for ``counts[b]`` rows of request b, in order (a draft extend's rows
-        each proposing a token): f and i repeated; no penalties or grammar, which a proposal never applies
-        (draft_tokens)."""
-        # output_size from the host's counts: without it repeat_interleave waits for the device to size its output
-        n = int(counts.sum())
-        counts = counts.to(self.f.device, non_blocking=True)
-        return SamplerBatch(self.f.repeat_interleave(counts, 0, output_size=n),
-                            self.i.repeat_interleave(counts, 0, output_size=n), self.filters)
+    def proposal_rows(self, requests: torch.Tensor) -> SamplerBatch:
+        """The inputs a draft's proposals need for rows of the requests ``requests`` [N] (indices into this batch,
+        on its device; a draft extend's rows each proposing a token): f and i gathered; no penalties or grammar,
+        which a proposal never applies (draft_tokens)."""
+        return SamplerBatch(self.f.index_select(0, requests), self.i.index_select(0, requests), self.filters)
 
 
 ALL_FILTERS = Filters()
