@@ -8,7 +8,7 @@
 #     prefill graphs, the CUDA engine's adaptive and resting-draft tests), then bench_catch_up.py: greedy, sampled in
 #     the graph, the forty-sixth session's composition and the eager fallback side by side at 1 / 4 / 16 requests,
 #     twice, with a profile of each sampled path at batch 1.
-# v2: the Kimi slice end to end at batch 1 with the random draft, greedy and at temperature 0.8 (u4 of the forty-sixth
+# v2: bench_catch_up.py again (after `6a2ccdd`: each row's request uploaded without waiting), then the Kimi slice end to end at batch 1 with the random draft, greedy and at temperature 0.8 (u4 of the forty-sixth
 #     session's round at `b03986d`: the policy's timed sampled catch-up, and what it chose).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
@@ -23,6 +23,7 @@ v1)
   TAIL=80 stage catch_up 200 python benchmarks/bench_catch_up.py --profile --out "$OUT/catch_up.json"
   ;;
 v2)
+  TAIL=12 stage catch_up 150 python benchmarks/bench_catch_up.py --iters 30 --out "$OUT/catch_up.json"
   TAIL=16 stage e2e_kimi_rest_sampled 330 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 \
     --max-new-tokens 96 --repeat 2 --simulate-accept 0 --adaptive --adaptive-only --sampling greedy \
     temperature=0.8,seed=7 --out "$OUT/e2e_rest_sampled_kimi.json"
