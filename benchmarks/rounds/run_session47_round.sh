@@ -10,9 +10,13 @@
 #     twice, with a profile of each sampled path at batch 1.
 # v2: bench_catch_up.py again (after `6a2ccdd`: each row's request uploaded without waiting), then the Kimi slice end to end at batch 1 with the random draft, greedy and at temperature 0.8 (u4 of the forty-sixth
 #     session's round at `b03986d`: the policy's timed sampled catch-up, and what it chose).
+# v3: where fixed k = 1 loses for sampled requests (the policy's timed costs predicted it 3% faster than plain decoding
+#     at the random draft's ~0.24 acceptance; it ran 0.96x at `9743967`): the Kimi slice at batch 1, baseline and k = 1,
+#     greedy and at temperature 0.8, each with profile_round's pass (the scheduler's wall time a step against the GPU's
+#     kernel time inside it, and the host's functions).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: v1 | v2}
+part=${1:?part: v1 | v2 | v3}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 v1)
@@ -27,6 +31,11 @@ v2)
   TAIL=16 stage e2e_kimi_rest_sampled 330 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 \
     --max-new-tokens 96 --repeat 2 --simulate-accept 0 --adaptive --adaptive-only --sampling greedy \
     temperature=0.8,seed=7 --out "$OUT/e2e_rest_sampled_kimi.json"
+  ;;
+v3)
+  TAIL=60 stage e2e_kimi_k1_profile 400 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 \
+    --max-new-tokens 96 --repeat 2 --simulate-accept 0 --k 1 --sampling greedy temperature=0.8,seed=7 --profile \
+    --out "$OUT/e2e_k1_profile_kimi.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
