@@ -14,9 +14,11 @@
 #     at the random draft's ~0.24 acceptance; it ran 0.96x at `9743967`): the Kimi slice at batch 1, baseline and k = 1,
 #     greedy and at temperature 0.8, each with profile_round's pass (the scheduler's wall time a step against the GPU's
 #     kernel time inside it, and the host's functions).
+# v4: the runtime's GPU tests whole (the CUDA engine, the graph runner, the overlaps, the loaders' GPU layouts): the
+#     forty-sixth and forty-seventh sessions changed the scheduler and the runner and ran only their subsets.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: v1 | v2 | v3}
+part=${1:?part: v1 | v2 | v3 | v4}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 v1)
@@ -36,6 +38,12 @@ v3)
   TAIL=60 stage e2e_kimi_k1_profile 400 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 \
     --max-new-tokens 96 --repeat 2 --simulate-accept 0 --k 1 --sampling greedy temperature=0.8,seed=7 --profile \
     --out "$OUT/e2e_k1_profile_kimi.json"
+  ;;
+v4)
+  TAIL=12 stage engine_tests_all 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/gpu/test_cuda_engine.py
+  TAIL=12 stage runtime_gpu_tests 260 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/test_graph_runner.py tests/test_overlap.py tests/loaders
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
