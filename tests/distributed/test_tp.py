@@ -84,19 +84,24 @@ def test_tp2_sampled_speculation_matches_single_process_plain(pair):
 def test_tp2_adaptive_draft_length(pair):
     """speculative_adaptive at TP=2: the ranks time their rounds apart and agree on one table (each entry the
     slowest rank's), so fed the same accept counts they switch k in the same round; the output is TP=1's without
-    speculation, and the policy moved."""
+    speculation, and the policy moved. One request sampled: its rounds, and the resting draft's catch-ups that draw
+    a proposal at every row (ModelRunner.catch_up), run alike on both ranks."""
     tpath, dpath = pair
     greedy = {"max_new_tokens": 40, "temperature": 0}
-    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=PROMPTS, sampling_params=greedy)
+    params = [greedy, {"max_new_tokens": 40, "temperature": 0.9, "seed": 11}, greedy]
+    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=PROMPTS, sampling_params=params)
     eng = Engine(model_path=tpath, device="cpu", tp_size=2, speculative_algorithm="EAGLE3",
-                 speculative_draft_model_path=dpath, speculative_num_steps=3, speculative_adaptive=True)
+                 speculative_draft_model_path=dpath, speculative_num_steps=3, speculative_adaptive=True,
+                 speculative_adaptive_probe_rounds=4)
     try:
-        outs = eng.generate(input_ids=PROMPTS, sampling_params=greedy)
+        outs = eng.generate(input_ids=PROMPTS, sampling_params=params)
         info = eng.get_server_info()
     finally:
         eng.shutdown()
     assert [o["output_ids"] for o in outs] == [o["output_ids"] for o in ref]
     assert info["adaptive"]["rounds"] > 0 and info["adaptive"]["switches"] >= 1, info["adaptive"]["round_ms"]
+    # (the draft rested and caught up over the sampled request: else this test says nothing of those catch-ups)
+    assert info["forward_counts"]["draft_prefill_sampled"]["eager"] > 0, info["forward_counts"]
 
 
 def test_tp2_mha_prefill_matches_single_process(pair, reference):
