@@ -22,8 +22,6 @@ its embedding, the draft's own head); random weights; sampled requests at temper
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import importlib.util
 import json
 import os
 import platform
@@ -42,26 +40,14 @@ PATHS = ("greedy", "sampled", "sampled_before", "sampled_eager")
 
 
 def build(a):
-    """(worker, draft config) for the slice: an adaptive EAGLE-3 engine whose draft rests (catch-ups captured)."""
-    from benchmarks.bench_draft_step import kimi_draft_config
+    """The slice's ModelWorker: an adaptive EAGLE-3 engine whose draft rests (its catch-ups' graphs captured)."""
+    from benchmarks.bench_e2e import kimi_models
     from sglang_eagle3.distributed.parallel_state import init_tp
     from sglang_eagle3.engine import EngineArgs
-    from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
-    from sglang_eagle3.models.eagle3 import Eagle3Draft
     from sglang_eagle3.runtime.worker import ModelWorker
 
-    spec = importlib.util.spec_from_file_location("bvg", os.path.join(HERE, "bench_verify_graph.py"))
-    bvg = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bvg)
     init_tp(0, 8, simulated=True)
-    cfg = bvg.kimi_config(a.layers, 384)
-    dcfg = dataclasses.replace(kimi_draft_config(), aux_layer_ids=tuple(range(min(3, a.layers))))
-    with torch.device("cuda"):
-        target = DeepseekV3ForCausalLM(cfg, dtype=torch.bfloat16, int4_experts=True)
-        draft = Eagle3Draft(dcfg, dtype=torch.bfloat16)
-    bvg.randomize_cuda(target, 0)
-    bvg.randomize_cuda(draft, 1)
-    draft.d2t.zero_()
+    _, target, draft = kimi_models(a.layers, aux_layer_ids=tuple(range(min(3, a.layers))))
     args = EngineArgs(model_path="<in-memory>", device="cuda", dtype="bfloat16", max_running_requests=max(a.batch),
                       cuda_graph_max_bs=max(a.batch), speculative_algorithm="EAGLE3",
                       speculative_draft_model_path="<in-memory>", speculative_num_steps=1,
@@ -71,7 +57,7 @@ def build(a):
     ctx = a.context + 2 * a.tokens + 64
     plan = {"context_length": ctx, "num_steps": 1, "verify_widths": (1, 2),
             "num_pages": max(a.batch) * (ctx // args.page_size + 4), "eos": ()}
-    return ModelWorker(args, plan, torch.device("cuda"), models=(target, draft)), dcfg
+    return ModelWorker(args, plan, torch.device("cuda"), models=(target, draft))
 
 
 def main() -> None:
@@ -93,7 +79,7 @@ def main() -> None:
     from sglang_eagle3.runtime.sampling import SamplerBatch
 
     t0 = time.perf_counter()
-    worker, dcfg = build(a)
+    worker = build(a)
     runner = worker.runner
     print(f"built and captured in {time.perf_counter() - t0:.1f} s; graphs: "
           + ", ".join(f"{n} {g['graphs']} ({g['tokens_per_req']})" for n, g in runner.graph_report().items()

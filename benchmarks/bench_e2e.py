@@ -28,7 +28,9 @@ code the Kimi slice moved 3-7%, so a single run is no level to compare against).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
+import importlib.util
 import json
 import os
 import platform
@@ -258,36 +260,44 @@ def _kimi_slice_rank(rank: int, world: int, a) -> dict:
     return kimi_slice(a, rank, world)
 
 
-def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
-    """Random Kimi-shaped rank slice + draft, built in memory (no checkpoint), driven by a ModelWorker. With
-    world > 1 (run_ranks, --comm-gpus) every rank runs the same and the all-reduces go over the real group."""
-    import builtins
-    import importlib.util
-
-    from sglang_eagle3 import env
-    from sglang_eagle3.distributed.parallel_state import init_tp
-    from sglang_eagle3.engine import EngineArgs
+def kimi_models(layers: int, aux_layer_ids: tuple[int, ...] | None = None):
+    """(bench_verify_graph as a module, target, draft): the Kimi-K2.5 TP=8 rank slice with ``layers`` layers and
+    INT4 experts, and the Kimi-shaped EAGLE-3 draft (``aux_layer_ids``: its aux layers, if not Kimi's), random
+    weights on the GPU, the draft's vocabulary mapped to target id 0 (its proposals never agree by chance)."""
+    from benchmarks.bench_draft_step import kimi_draft_config
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
     from sglang_eagle3.models.eagle3 import Eagle3Draft
-    from sglang_eagle3.runtime.worker import ModelWorker
 
     spec = importlib.util.spec_from_file_location("bvg", os.path.join(HERE, "bench_verify_graph.py"))
     bvg = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bvg)
-    if a.profile:
-        from benchmarks import profile_round as profile
-    print = builtins.print if rank == 0 else (lambda *x, **kw: None)  # noqa: A001 - one rank speaks
-    init_tp(0, 8, simulated=True, simulated_all_reduce=world > 1)
-    cfg = bvg.kimi_config(a.layers, 384)
-    from benchmarks.bench_draft_step import kimi_draft_config
-
     dcfg = kimi_draft_config()
+    if aux_layer_ids is not None:
+        dcfg = dataclasses.replace(dcfg, aux_layer_ids=aux_layer_ids)
     with torch.device("cuda"):
-        target = DeepseekV3ForCausalLM(cfg, dtype=torch.bfloat16, int4_experts=True)
+        target = DeepseekV3ForCausalLM(bvg.kimi_config(layers, 384), dtype=torch.bfloat16, int4_experts=True)
         draft = Eagle3Draft(dcfg, dtype=torch.bfloat16)
     bvg.randomize_cuda(target, 0)
     bvg.randomize_cuda(draft, 1)
     draft.d2t.zero_()
+    return bvg, target, draft
+
+
+def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
+    """Random Kimi-shaped rank slice + draft, built in memory (no checkpoint), driven by a ModelWorker. With
+    world > 1 (run_ranks, --comm-gpus) every rank runs the same and the all-reduces go over the real group."""
+    import builtins
+
+    from sglang_eagle3 import env
+    from sglang_eagle3.distributed.parallel_state import init_tp
+    from sglang_eagle3.engine import EngineArgs
+    from sglang_eagle3.runtime.worker import ModelWorker
+
+    if a.profile:
+        from benchmarks import profile_round as profile
+    print = builtins.print if rank == 0 else (lambda *x, **kw: None)  # noqa: A001 - one rank speaks
+    init_tp(0, 8, simulated=True, simulated_all_reduce=world > 1)
+    bvg, target, draft = kimi_models(a.layers)
     if a.draft_attention != "auto":  # pinned whatever backend the runner gives the draft's other kernels
         set_backends = type(draft).set_kernel_backends
 

@@ -88,6 +88,19 @@ def scheduler_of(engine):
     return engine.backend.scheduler
 
 
+def sampled_catch_up_reference(runner, rows, aux, params, keys):
+    """What ModelRunner.catch_up(rows, aux, sampler batch of ``params`` and ``keys``) must return, composed eagerly
+    as it ran before its graphs: the draft's ragged extend over ``rows``, then its head and draw at every row, each
+    row's sampler inputs built anew from its request's parameters and key. Returns (proposals [N], the extend's
+    argmax proposals [N], hidden [N, Hd])."""
+    every, hidden = runner.draft_extend_ragged(runner.build(rows), aux)
+    lengths = [len(toks) for toks, _, _ in rows]
+    positions = runner.to_device([first + j for toks, first, _ in rows for j in range(len(toks))])
+    per_row = runner.sampler_batch([params[b] for b, n in enumerate(lengths) for _ in range(n)],
+                                   [keys[b] for b, n in enumerate(lengths) for _ in range(n)])
+    return runner.draft_proposals(hidden, per_row, positions), every, hidden
+
+
 class PatchedDraft:
     """Replaces ``runner._draft_propose`` of an in-process engine with scripted proposals.
 

@@ -140,6 +140,7 @@ def test_e2e_accept_phases_follow_the_policy_pass_by_pass(tmp_path):
     sys.path.insert(0, str(REPO))
     from benchmarks.bench_e2e import WorkerEngine, timed_phases
     from sglang_eagle3 import Engine
+    from sglang_eagle3.runtime.adaptive import CATCH_UP, DECODE, RoundCosts
     from sglang_eagle3.testing import tiny_config, tiny_draft_config, write_tiny_pair
 
     cfg = tiny_config(vocab=128, hidden=32, heads=2, layers=3, q_lora=16, kv_lora=16, nope=8, rope=4, v=8,
@@ -148,6 +149,12 @@ def test_e2e_accept_phases_follow_the_policy_pass_by_pass(tmp_path):
                                                                          aux_ids=[0, 1, 2]), seed=4)
     eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
                  speculative_num_steps=3, speculative_adaptive=True, speculative_simulate_accept_length=1.0)
+    # Prices of the shape this CPU's timings have (a round 1.4 + 0.3 k ms, a decode step 1.05, a catch-up 0.4), set
+    # rather than timed: the decisions checked here must not follow another process's load on the machine (timed
+    # beside a second pytest, k = 3 cost 6.3 ms against k = 1's 1.8, and pass 1 never drafted in 3 runs of 4).
+    policy = eng.backend.scheduler.adaptive
+    ms = {k: 1.4e-3 + 0.3e-3 * k for k in policy.config.candidates} | {DECODE: 1.05e-3, CATCH_UP: 0.4e-3}
+    policy.costs = RoundCosts({(k, b): s * b ** 0.5 for k, s in ms.items() for b in policy.costs.batch_sizes})
     prompts = [[(7 * i + j) % 128 for j in range(5 + i)] for i in range(3)]
     r = timed_phases(WorkerEngine(eng.backend), prompts, {"max_new_tokens": 60, "temperature": 0}, [1.0, 3.0], 3)
     assert [p["accept_length"] for p in r["phases"]] == [1.0, 3.0, 1.0]

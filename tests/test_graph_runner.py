@@ -12,7 +12,7 @@ import logging
 
 import pytest
 import torch
-from conftest import scheduler_of
+from conftest import sampled_catch_up_reference, scheduler_of
 
 from sglang_eagle3 import Engine
 from sglang_eagle3.runtime.graph_runner import ForwardStats, GraphRunner, InputSpec, batch_buckets, pool_bytes
@@ -424,12 +424,7 @@ def test_gpu_sampled_catch_up_replays_its_graphs(backend, tmp_path):
     before = runner.stats.as_dict().get("draft_prefill_sampled", {"graph": 0, "eager": 0})
     with torch.inference_mode():
         props, hidden = runner.catch_up(rows, aux, samp)
-        ref_every, ref_hidden = runner.draft_extend_ragged(runner.build(rows), aux)
-        positions = runner.to_device([first + j for toks, first, _ in rows for j in range(len(toks))])
-        # each row's sampler inputs built anew from its request's parameters and key
-        per_row = runner.sampler_batch([params[b] for b, n in enumerate(lengths) for _ in range(n)],
-                                       [keys[b] for b, n in enumerate(lengths) for _ in range(n)])
-        ref = runner.draft_proposals(ref_hidden, per_row, positions)
+        ref, ref_every, ref_hidden = sampled_catch_up_reference(runner, rows, aux, params, keys)
     after = runner.stats.as_dict()["draft_prefill_sampled"]
     assert after["graph"] == before["graph"] + 1 and after["eager"] == before["eager"], after  # 4 x 16 tokens
     assert _rel(hidden, ref_hidden) < tol, _rel(hidden, ref_hidden)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import sampled_catch_up_reference
 
 from sglang_eagle3 import Engine
 from sglang_eagle3.config import ConfigError
@@ -310,12 +311,7 @@ def test_sampled_catch_up_draws_every_row_inside_the_graph(small_pair):
         aux = torch.randn(sum(lengths), 3 * H, generator=g, dtype=torch.float64)
         samp = runner.sampler_batch(params[:len(rows)], keys[:len(rows)])
         props, hidden = runner.catch_up(rows, aux, samp)
-        ref_every, ref_hidden = runner.draft_extend_ragged(runner.build(rows), aux)
-        positions = torch.tensor([first + j for toks, first, _ in rows for j in range(len(toks))])
-        # each row's sampler inputs built anew from its request's parameters and key
-        per_row = runner.sampler_batch([params[b] for b, n in enumerate(lengths) for _ in range(n)],
-                                       [keys[b] for b, n in enumerate(lengths) for _ in range(n)])
-        ref = runner.draft_proposals(ref_hidden, per_row, positions)
+        ref, ref_every, ref_hidden = sampled_catch_up_reference(runner, rows, aux, params, keys)
         assert torch.allclose(hidden, ref_hidden, rtol=0, atol=1e-9)
         assert torch.equal(props, ref)
         # the greedy request's rows propose the argmax (the greedy catch-up's); the sampled ones' not always
