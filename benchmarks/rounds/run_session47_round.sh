@@ -16,9 +16,11 @@
 #     kernel time inside it, and the host's functions).
 # v4: the runtime's GPU tests whole (the CUDA engine, the graph runner, the overlaps, the loaders' GPU layouts): the
 #     forty-sixth and forty-seventh sessions changed the scheduler and the runner and ran only their subsets.
+# v5: after `1815c95` (the Kimi slice built by bench_e2e.kimi_models for both benchmarks; the GPU test's reference
+#     in conftest): the sampled catch-up's GPU test, bench_catch_up.py and bench_e2e.py --kimi-slice, short.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: v1 | v2 | v3 | v4}
+part=${1:?part: v1 | v2 | v3 | v4 | v5}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 v1)
@@ -44,6 +46,14 @@ v4)
     tests/gpu/test_cuda_engine.py
   TAIL=12 stage runtime_gpu_tests 260 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
     tests/test_graph_runner.py tests/test_overlap.py tests/loaders
+  ;;
+v5)
+  TAIL=8 stage graph_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 120 \
+    tests/test_graph_runner.py -k sampled_catch_up
+  TAIL=12 stage catch_up 120 python benchmarks/bench_catch_up.py --iters 10 --repeat 1 --batch 1 4 \
+    --out "$OUT/catch_up.json"
+  TAIL=8 stage e2e_kimi 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 32 \
+    --repeat 1 --simulate-accept 3.0 --out "$OUT/e2e_kimi.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
