@@ -10,8 +10,9 @@ Paths, each at every --batch (requests of --tokens catch-up tokens each, their p
   sampled_eager   catch_up with draft_prefill_sampled off: the eager fallback (one ragged extend that draws)
 Each call is timed from the host's first launch to the stream's end (synchronize on both sides, as time_rounds
 prices the policy's round costs: the host's launches count); the paths alternate within every iteration; medians of
---iters after --warmup; the whole table twice (--repeat) to show the noise. With --profile, one call of each sampled
-path under torch.profiler: its kernels' device time and the host's time, to say where the difference goes.
+--iters after --warmup; the whole table twice (--repeat) to show the noise. With --profile, one call of greedy,
+sampled and sampled_before at the first --batch under torch.profiler: the kernels' device time and the host's time,
+to say where the difference goes.
 
 The target is the Kimi rank slice's shapes with --layers layers (a catch-up reads none of the target's layers: only
 its embedding, the draft's own head); random weights; sampled requests at temperature 0.8 (SAMPLED_TIMING).
@@ -103,11 +104,12 @@ def main() -> None:
             return runner.draft_proposals(hidden, per_row, positions)
 
         def eager():
-            twin.enabled = False
+            twin.enabled, reason = False, twin.disabled_reason
+            twin.disabled_reason = "bench_catch_up.py: the sampled catch-up's graphs off to time its eager fallback"
             try:
                 return runner.catch_up(rows, aux, samp)[0]
             finally:
-                twin.enabled = True
+                twin.enabled, twin.disabled_reason = True, reason
 
         return {"greedy": lambda: runner.catch_up(rows, aux)[0], "sampled": lambda: runner.catch_up(rows, aux, samp)[0],
                 "sampled_before": before, "sampled_eager": eager}

@@ -247,8 +247,8 @@ class ModelRunner:
         # A resting draft's catch-up over sampled requests (catch_up): the same extend with each row's proposal drawn
         # inside the graph as a round's d_1 would be there (the requests' sampler inputs repeated over their rows;
         # padded rows temperature 0, the argmax). Drawn after the greedy graph instead, the draft head's second pass
-        # over the rows and the draw ran eager: 2.69 ms a catch-up of 16 tokens against the greedy 0.91 (H100,
-        # BENCHMARKS.md section 8). Only the token buckets a catch-up reaches: up to the first that holds
+        # over the rows and the draw ran eager: 2.2-2.4x the greedy catch-up's time at batch 1 on an H100, 1.15x in
+        # these graphs (BENCHMARKS.md section 8). Only the token buckets a catch-up reaches: up to the first that holds
         # catch_up_tokens + 1 (the overlap schedule can keep one row more before the catch-up runs).
         reach_up = next((t for t in self.prefill_tokens if t > catch_up_tokens), None) if catch_up_tokens > 0 else None
         catch_up_buckets = tuple(t for t in self.prefill_tokens if reach_up is not None and t <= reach_up)

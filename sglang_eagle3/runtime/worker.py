@@ -124,7 +124,8 @@ class ModelWorker:
         use_graph = device.type == "cuda" and not args.disable_cuda_graph
         reason = ("disable_cuda_graph=True" if args.disable_cuda_graph
                   else "CUDA graphs need a CUDA device (running on CPU)")
-        # A resting draft's catch-ups (runtime/adaptive.py) cover probe_rounds tokens a request: their sampled graphs
+        # A resting draft's catch-ups (runtime/adaptive.py) cover probe_rounds tokens a request; the runner captures
+        # graphs for those over sampled requests where the draft can rest
         rests = args.speculative_adaptive and plan["num_steps"] and 0 in args.step_candidates()
         self.runner = ModelRunner(
             target, draft, aux_layer_ids=aux_ids, num_pages=self.kv_pages, page_size=args.page_size,
