@@ -18,13 +18,15 @@
 #     forty-sixth and forty-seventh sessions changed the scheduler and the runner and ran only their subsets.
 # v5: after `1815c95` (the Kimi slice built by bench_e2e.kimi_models for both benchmarks; the GPU test's reference
 #     in conftest): the sampled catch-up's GPU test, bench_catch_up.py and bench_e2e.py --kimi-slice, short.
+# v6: `b1b99b6` (the prefill replays' per-token inputs scattered, outputs gathered, by one index) against the tree
+#     before it, bench_catch_up.py at 1 and 16 requests, alternating twice in one call.
 # Ran (one H100 lease each, no refusals): v1 at 41354f9, v2 at 0ec52f0, v3 at 59cac1d, v4 at 1bd4980 (23 + 32 passed),
 # v5 at 8ca651c (2 passed; the benchmarks ran; its e2e is a smoke run: 2 prompts x 32 tokens, one pass, no level).
 # ~21.5 of 30 device minutes. Results: benchmarks/results/h100/*_{41354f9,0ec52f0,59cac1d,1bd4980,8ca651c}*,
 # BENCHMARKS.md section 8.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: v1 | v2 | v3 | v4 | v5}
+part=${1:?part: v1 | v2 | v3 | v4 | v5 | v6}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 v1)
@@ -58,6 +60,17 @@ v5)
     --out "$OUT/catch_up.json"
   TAIL=8 stage e2e_kimi 200 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 2 --max-new-tokens 32 \
     --repeat 1 --simulate-accept 3.0 --out "$OUT/e2e_kimi.json"
+  ;;
+v6)
+  # the tree before `b1b99b6` carried as .carry/old (git archive 24d92c6 sglang_eagle3 benchmarks/*.py
+  # benchmarks/ablations benchmarks/variants | tar -x -C .carry/old), alternating with this one twice
+  OLD=24d92c6a9094b858d9f899074f5af69a93b312cf
+  for i in 1 2; do
+    TAIL=6 stage "catch_up_old_$i" 150 env GIT_COMMIT=$OLD python .carry/old/benchmarks/bench_catch_up.py --iters 30 \
+      --repeat 1 --batch 1 16 --out "$OUT/catch_up_old_$i.json"
+    TAIL=6 stage "catch_up_new_$i" 150 python benchmarks/bench_catch_up.py --iters 30 --repeat 1 --batch 1 16 \
+      --out "$OUT/catch_up_new_$i.json"
+  done
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
