@@ -20,10 +20,10 @@
 #     in conftest): the sampled catch-up's GPU test, bench_catch_up.py and bench_e2e.py --kimi-slice, short.
 # v6: `b1b99b6` (the prefill replays' per-token inputs scattered, outputs gathered, by one index) against the tree
 #     before it, bench_catch_up.py at 1 and 16 requests, alternating twice in one call.
-# Ran (one H100 lease each, no refusals): v1 at 41354f9, v2 at 0ec52f0, v3 at 59cac1d, v4 at 1bd4980 (23 + 32 passed),
-# v5 at 8ca651c (2 passed; the benchmarks ran; its e2e is a smoke run: 2 prompts x 32 tokens, one pass, no level).
-# ~21.5 of 30 device minutes. Results: benchmarks/results/h100/*_{41354f9,0ec52f0,59cac1d,1bd4980,8ca651c}*,
-# BENCHMARKS.md section 8.
+# Ran (one lease each, no refusals): on an H100 v1 at 41354f9, v2 at 0ec52f0, v3 at 59cac1d, v4 at 1bd4980 (23 + 32
+# passed), v5 at 8ca651c (2 passed; the benchmarks ran; its e2e is a smoke run: 2 prompts x 32 tokens, one pass, no
+# level); on an H200 v6 at 73a8f24. ~24 of 30 device minutes. Results: benchmarks/results/h100/*_{41354f9,0ec52f0,
+# 59cac1d,1bd4980,8ca651c}*, benchmarks/results/h200/*_73a8f24*, BENCHMARKS.md section 8.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: v1 | v2 | v3 | v4 | v5 | v6}
