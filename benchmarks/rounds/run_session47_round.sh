@@ -20,13 +20,14 @@
 #     in conftest): the sampled catch-up's GPU test, bench_catch_up.py and bench_e2e.py --kimi-slice, short.
 # v6: `b1b99b6` (the prefill replays' per-token inputs scattered, outputs gathered, by one index) against the tree
 #     before it, bench_catch_up.py at 1 and 16 requests, alternating twice in one call.
+# v7: the prefill replays' GPU tests after `b1b99b6` (they ran in v1 and v4 before it).
 # Ran (one lease each, no refusals): on an H100 v1 at 41354f9, v2 at 0ec52f0, v3 at 59cac1d, v4 at 1bd4980 (23 + 32
 # passed), v5 at 8ca651c (2 passed; the benchmarks ran; its e2e is a smoke run: 2 prompts x 32 tokens, one pass, no
 # level); on an H200 v6 at 73a8f24. ~24 of 30 device minutes. Results: benchmarks/results/h100/*_{41354f9,0ec52f0,
 # 59cac1d,1bd4980,8ca651c}*, benchmarks/results/h200/*_73a8f24*, BENCHMARKS.md section 8.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: v1 | v2 | v3 | v4 | v5 | v6}
+part=${1:?part: v1 | v2 | v3 | v4 | v5 | v6 | v7}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 v1)
@@ -71,6 +72,10 @@ v6)
     TAIL=6 stage "catch_up_new_$i" 150 python benchmarks/bench_catch_up.py --iters 30 --repeat 1 --batch 1 16 \
       --out "$OUT/catch_up_new_$i.json"
   done
+  ;;
+v7)
+  TAIL=8 stage graph_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 150 \
+    tests/test_graph_runner.py -k "sampled_catch_up or prefill"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
