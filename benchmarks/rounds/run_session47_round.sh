@@ -23,8 +23,8 @@
 # v7: the prefill replays' GPU tests after `b1b99b6` (they ran in v1 and v4 before it).
 # Ran (one lease each, no refusals): on an H100 v1 at 41354f9, v2 at 0ec52f0, v3 at 59cac1d, v4 at 1bd4980 (23 + 32
 # passed), v5 at 8ca651c (2 passed; the benchmarks ran; its e2e is a smoke run: 2 prompts x 32 tokens, one pass, no
-# level); on an H200 v6 at 73a8f24. ~24 of 30 device minutes. Results: benchmarks/results/h100/*_{41354f9,0ec52f0,
-# 59cac1d,1bd4980,8ca651c}*, benchmarks/results/h200/*_73a8f24*, BENCHMARKS.md section 8.
+# level); on an H200 v6 at 73a8f24; on an H100 v7 at 7ba7f7c (4 passed). ~27.5 of 30 device minutes. Results: benchmarks/results/h100/*_{41354f9,0ec52f0,
+# 59cac1d,1bd4980,8ca651c,7ba7f7c}*, benchmarks/results/h200/*_73a8f24*, BENCHMARKS.md section 8.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: v1 | v2 | v3 | v4 | v5 | v6 | v7}
