@@ -263,7 +263,7 @@ def _kimi_slice_rank(rank: int, world: int, a) -> dict:
 def kimi_models(layers: int, aux_layer_ids: tuple[int, ...] | None = None):
     """(bench_verify_graph as a module, target, draft): the Kimi-K2.5 TP=8 rank slice with ``layers`` layers and
     INT4 experts, and the Kimi-shaped EAGLE-3 draft (``aux_layer_ids``: its aux layers, if not Kimi's), random
-    weights on the GPU, the draft's vocabulary mapped to target id 0 (its proposals never agree by chance)."""
+    weights on the GPU; the draft's d2t offsets zero (its ids are the target's first 32000)."""
     from benchmarks.bench_draft_step import kimi_draft_config
     from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
     from sglang_eagle3.models.eagle3 import Eagle3Draft
