@@ -390,12 +390,49 @@ def buckets_of(per_key: dict[int, dict], key_name: str) -> list[dict]:
             for i, (last, cfg) in enumerate(buckets)]
 
 
+def gemv_form_candidates(form: dict[str, dict]) -> list[dict]:
+    """Joint (gate_up, down) candidates for the INT4 GEMV path that keep the arithmetic of ``form`` (the table's
+    configs at any T): each op's F16 and BLOCK_W stay the table's, since a table must not mix them across buckets
+    (they fix how a token's sums are ordered and act rounded: decode and verify compute a token alike,
+    test_tuning.py). Tiles vary: CANDIDATES' (BLOCK_N, warps) and BLOCK_N 32, ROWS 1 / 2 where gate_up is F16,
+    PRELOAD on / off; gate_up's BLOCK_N a multiple of 8 under an F16 down (the launcher's rule for act's words).
+    The sweep of the eighth session timed only the fp32 form, which the F16 table could not take."""
+    keep = {op: {k: form[op][k] for k in ("F16", "BLOCK_W")} for op in ("gate_up", "down")}
+    rows = (1, 2) if keep["gate_up"]["F16"] else (1,)
+    tiles = [(c["BLOCK_N"], c["num_warps"]) for c in GEMV_GATE_UP_SWEEP] + [(32, 4), (32, 8)]
+    gate_ups = [{"BLOCK_N": bn, "num_warps": w, **keep["gate_up"], "ROWS": r}
+                for bn, w in dict.fromkeys(tiles) for r in rows
+                if not keep["down"]["F16"] or bn % 8 == 0]
+    downs = [{**{k: v for k, v in c.items() if k not in keep["down"]}, **keep["down"]} for c in GEMV_DOWN_SWEEP]
+    return [{"gate_up": g, "down": d} for g in gate_ups for d in downs]
+
+
+def confirm_pair(rows: list, calls, table_cfg: dict, best: dict, repeats: int = 3) -> dict:
+    """The table's config against a sweep's winner, alternating ``repeats`` times at 30 replays each (the sweep
+    timed 10): the winner is kept only where its median beats the table's by more than 1%, else the table's."""
+    if best == table_cfg:
+        return best
+    times: dict[str, list[float]] = {"table": [], "sweep": []}
+    for _ in range(repeats):
+        for name, cfg in (("table", table_cfg), ("sweep", best)):
+            times[name].append(time_graph(calls(cfg)))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    keep = med["sweep"] < 0.99 * med["table"]
+    rows.append({"confirm": {"table": table_cfg, "sweep": best}, "us": {k: [round(t, 3) for t in v]
+                                                                         for k, v in times.items()},
+                 "kept": "sweep" if keep else "table"})
+    log(f"  confirm: table {med['table']:.2f} us, sweep {med['sweep']:.2f} us -> {'sweep' if keep else 'table'}")
+    return best if keep else table_cfg
+
+
 def run_gemv_sweep(out: Path, tokens: tuple[int, ...] = (1, 2)) -> dict:
     """``--sweep gemv``: the INT4 GEMV MoE path at each T of ``tokens`` (``--sweep-tokens``, default 1 and 2),
     gate_up and down swept jointly (with PRELOAD the down kernel overlaps gate_up, so the best pair need not
-    pair the best of each). Every T from 1 to GEMV_MAX_TOKENS keeps the config the table in use gives it
-    unless swept; runs of equal configs become one bucket each. Written as ``sweep_table.json`` holding just
-    those two ops (merge_sweep.py merges it; SGLANG_EAGLE3_CONFIG_TABLE reads it as is)."""
+    pair the best of each) over tiles that keep the table's arithmetic (gemv_form_candidates), then the winner
+    confirmed against the table's config (confirm_pair). Every T from 1 to GEMV_MAX_TOKENS keeps the config the
+    table in use gives it unless swept; runs of equal configs become one bucket each. Written as
+    ``sweep_table.json`` holding just those two ops (merge_sweep.py merges it; SGLANG_EAGLE3_CONFIG_TABLE reads
+    it as is)."""
     log(f"== sweep (INT4 GEMV MoE path, T in {tokens}, gate_up x down)")
     dev = torch.device("cuda")
     record: dict[str, list] = {}
@@ -405,9 +442,13 @@ def run_gemv_sweep(out: Path, tokens: tuple[int, ...] = (1, 2)) -> dict:
     weights = make_moe_weights(True)
     for T in tokens:
         calls, _, _ = moe_case(T, True, weights, path="gemv")
-        pairs = [{"gate_up": g, "down": d} for g in GEMV_GATE_UP_SWEEP for d in GEMV_DOWN_SWEEP]
-        per_t[T] = sweep(record.setdefault(f"fused_moe_int4_gemv_t{T}", []), calls, pairs)
-        log(f"gemv T={T}: {per_t[T]}")
+        pairs = gemv_form_candidates(per_t[T])
+        if per_t[T] not in pairs:
+            pairs.insert(0, dict(per_t[T]))
+        rows = record.setdefault(f"fused_moe_int4_gemv_t{T}", [])
+        best = sweep(rows, calls, pairs)
+        per_t[T] = confirm_pair(rows, calls, per_t[T], best)
+        log(f"gemv T={T} ({len(pairs)} pairs): {per_t[T]}")
     del weights
     torch.cuda.empty_cache()
     table_ops = {f"fused_moe_int4_gemv_{st}": buckets_of({T: c[st] for T, c in per_t.items()}, "tokens")
@@ -415,7 +456,8 @@ def run_gemv_sweep(out: Path, tokens: tuple[int, ...] = (1, 2)) -> dict:
     arch, sms, name = tuning.device_key(torch.cuda.current_device())
     table = {"arch": arch, "sm_counts": [sms], "measured": True,
              "source": f"benchmarks/bench_kernels.py --sweep gemv --sweep-tokens {' '.join(map(str, tokens))} on "
-                       f"{name} (384 experts, gate_up x down jointly; other T as the table in use had them)",
+                       f"{name} (384 experts, gate_up x down jointly, the table's F16 and BLOCK_W; other T as the "
+                       f"table in use had them)",
              "ops": table_ops}
     (out / "sweep_table.json").write_text(json.dumps(table, indent=1))
     (out / "sweep.json").write_text(json.dumps(record, indent=1))
@@ -466,6 +508,8 @@ def main() -> None:
                     help="sweep configs first (all ops, or only the INT4 GEMV MoE path) and use the winners")
     ap.add_argument("--sweep-tokens", type=int, nargs="+", default=[1, 2],
                     help=f"with --sweep gemv: the T (1..{GEMV_MAX_TOKENS}) to sweep")
+    ap.add_argument("--moe-only", action="store_true",
+                    help="time only the INT4 GEMV MoE at T = 1, 2, 4, 8 and its read ceilings (after a --sweep gemv)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -521,6 +565,43 @@ def main() -> None:
         except Exception:
             log(f"{label} failed:\n" + traceback.format_exc())
 
+    def moe(int4: bool, T: int, weights, path: str | None = None) -> None:
+        op = "fused_moe_int4" if int4 else "fused_moe"
+        if int4 and path is None:
+            path = "gemv" if T <= GEMV_MAX_TOKENS else "tile"
+        table_op = f"{op}_gemv" if path == "gemv" else op
+        calls, nbytes, distinct = moe_case(T, int4, weights, path=path)
+        c = None if table is None or f"{table_op}_gate_up" not in table["ops"] else {
+            "gate_up": cfg(f"{table_op}_gate_up", "tokens", T), "down": cfg(f"{table_op}_down", "tokens", T)}
+        shape = {"T": T, "E": EXPERTS, "H": HIDDEN, "I": INTER, "top_k": TOP_K, "int4": int4}
+        label = f"{op} T={T}" if not int4 else f"{op} ({path}) T={T}"
+        record(label, {**shape, "path": path} if int4 else shape, time_graph(calls(c)), nbytes,
+               distinct_experts=distinct)
+        if T <= 4 and path != "tile":
+            ref = kernels.ref_fused_moe_int4 if int4 else kernels.ref_fused_moe
+            record(f"{op}_ref T={T}", shape, time_graph(calls(fn=ref)[:4]), nbytes, distinct_experts=distinct,
+                   peer="torch reference")
+
+    def read_ceiling(of: str) -> None:
+        """How fast any kernel in a graph can stream the bytes of case `of` (stream_read_kernel, best grid,
+        contiguous): the ceiling for a kernel that reads those bytes once, against the copy bandwidth."""
+        nbytes = next(c["bytes"] for c in cases if c["name"] == of)
+        ws = [torch.empty(nbytes // 2, device="cuda", dtype=torch.bfloat16).normal_()
+              for _ in range(sets_for(nbytes))]
+        record(f"read ceiling of {of}", {"of": of}, read_ceiling_us(ws, tuning.sm_count(ws[0].device)), nbytes,
+               peer="read-only kernel")
+
+    if args.moe_only:
+        weights = make_moe_weights(True)
+        for T in (1, 2, 4, 8):
+            guarded(lambda T=T, weights=weights: moe(True, T, weights), f"moe int4 T={T}")
+        del weights
+        torch.cuda.empty_cache()
+        for T in (1, 2, 4, 8):
+            guarded(lambda T=T: read_ceiling(f"fused_moe_int4 (gemv) T={T}"), f"read ceiling T={T}")
+        log(f"wrote {args.out / 'kernels.json'}")
+        return
+
     for T in (1, 8, 64):
         def topk(T=T):
             calls, nbytes = topk_case(T)
@@ -540,23 +621,6 @@ def main() -> None:
                 record(f"mla_ref B={B} T={T} ctx={ctx}", shape,
                        time_graph(calls(fn=kernels.ref_mla_attention)[:4]), nbytes, peer="torch reference")
         guarded(mla, f"mla B={B} T={T} ctx={ctx}")
-
-    def moe(int4: bool, T: int, weights, path: str | None = None) -> None:
-        op = "fused_moe_int4" if int4 else "fused_moe"
-        if int4 and path is None:
-            path = "gemv" if T <= GEMV_MAX_TOKENS else "tile"
-        table_op = f"{op}_gemv" if path == "gemv" else op
-        calls, nbytes, distinct = moe_case(T, int4, weights, path=path)
-        c = None if table is None or f"{table_op}_gate_up" not in table["ops"] else {
-            "gate_up": cfg(f"{table_op}_gate_up", "tokens", T), "down": cfg(f"{table_op}_down", "tokens", T)}
-        shape = {"T": T, "E": EXPERTS, "H": HIDDEN, "I": INTER, "top_k": TOP_K, "int4": int4}
-        label = f"{op} T={T}" if not int4 else f"{op} ({path}) T={T}"
-        record(label, {**shape, "path": path} if int4 else shape, time_graph(calls(c)), nbytes,
-               distinct_experts=distinct)
-        if T <= 4 and path != "tile":
-            ref = kernels.ref_fused_moe_int4 if int4 else kernels.ref_fused_moe
-            record(f"{op}_ref T={T}", shape, time_graph(calls(fn=ref)[:4]), nbytes, distinct_experts=distinct,
-                   peer="torch reference")
 
     def moe_per_pair(T: int, weights, pool: int) -> None:
         """The INT4 GEMV gate_up with one program per pair against the expert's first pair doing all its
@@ -602,15 +666,6 @@ def main() -> None:
                 guarded(lambda T=T, weights=weights: moe(True, T, weights, path="tile"), f"moe tile T={T}")
         del weights
         torch.cuda.empty_cache()
-
-    def read_ceiling(of: str) -> None:
-        """How fast any kernel in a graph can stream the bytes of case `of` (stream_read_kernel, best grid,
-        contiguous): the ceiling for a kernel that reads those bytes once, against the copy bandwidth."""
-        nbytes = next(c["bytes"] for c in cases if c["name"] == of)
-        ws = [torch.empty(nbytes // 2, device="cuda", dtype=torch.bfloat16).normal_()
-              for _ in range(sets_for(nbytes))]
-        record(f"read ceiling of {of}", {"of": of}, read_ceiling_us(ws, tuning.sm_count(ws[0].device)), nbytes,
-               peer="read-only kernel")
 
     for of in ("mla B=1 T=1 ctx=8192", "mla B=1 T=4 ctx=8192", *(f"fused_moe_int4 (gemv) T={T}" for T in (1, 2, 4, 8))):
         guarded(lambda of=of: read_ceiling(of), f"read ceiling of {of}")

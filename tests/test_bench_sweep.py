@@ -47,3 +47,58 @@ def test_tile_table_ops_buckets_by_next_swept_t():
     ops = tile_table_ops({64: (gu[0], dn[0]), 16: (gu[0], dn[0]), 2048: (gu[1], dn[0]), 256: (gu[0], dn[1])})
     assert ops["fused_moe_int4_gate_up"] == [{"max_tokens": 256, **gu[0]}, gu[1]]
     assert ops["fused_moe_int4_down"] == [{"max_tokens": 64, **dn[0]}, {"max_tokens": 256, **dn[1]}, dn[0]]
+
+
+FORMS = [(gu_f16, gu_w, dn_f16, dn_w) for gu_f16 in (False, True) for dn_f16 in (False, True)
+         for gu_w, dn_w in ((128, 32), (64, 16))]
+
+
+@pytest.mark.parametrize("form", FORMS, ids=lambda f: f"gu{f[0]}-w{f[1]}-dn{f[2]}-w{f[3]}")
+def test_gemv_sweep_keeps_the_tables_arithmetic(form):
+    """Every joint candidate of the INT4 GEMV sweep keeps the table's F16 and BLOCK_W in each op (a table mixing them
+    across buckets computes a verify's token apart from its decode), varies tiles only, takes ROWS 2 only in the F16
+    gate_up and a gate_up BLOCK_N of whole act words under an F16 down; and a table of per-T winners drawn from them
+    is one arithmetic at every T."""
+    from benchmarks.bench_kernels import gemv_form_candidates
+
+    gu_f16, gu_w, dn_f16, dn_w = form
+    table_cfg = {"gate_up": {**tuning.DEFAULTS["fused_moe_int4_gemv_gate_up"], "F16": gu_f16, "BLOCK_W": gu_w},
+                 "down": {**tuning.DEFAULTS["fused_moe_int4_gemv_down"], "F16": dn_f16, "BLOCK_W": dn_w}}
+    pairs = gemv_form_candidates(table_cfg)
+    assert len(pairs) == len({repr(p) for p in pairs}) > 8
+    for pair in pairs:
+        for op, cfg in pair.items():
+            assert set(cfg) == set(tuning.DEFAULTS[f"fused_moe_int4_gemv_{op}"]), (op, cfg)
+            assert (cfg["F16"], cfg["BLOCK_W"]) == (table_cfg[op]["F16"], table_cfg[op]["BLOCK_W"]), (op, cfg)
+        assert pair["gate_up"]["ROWS"] == 1 or gu_f16
+        assert not dn_f16 or pair["gate_up"]["BLOCK_N"] % 8 == 0
+    assert any(p["gate_up"]["ROWS"] == 2 for p in pairs) == gu_f16
+    assert {p["down"]["PRELOAD"] for p in pairs} == {False, True}
+
+    rng = random.Random(sum(map(int, form)))
+    per_t = {t: rng.choice(pairs) for t in range(1, 9)}
+    for op in ("gate_up", "down"):
+        buckets = buckets_of({t: c[op] for t, c in per_t.items()}, "tokens")
+        assert len({(b["F16"], b["BLOCK_W"]) for b in buckets}) == 1
+
+
+@pytest.mark.parametrize("sweep_us, kept", [(9.0, "sweep"), (9.95, "table"), (11.0, "table")])
+def test_gemv_sweep_confirms_its_winner(monkeypatch, sweep_us, kept):
+    """A sweep's winner replaces the table's config only where it beats it by more than 1% in the alternating
+    confirmation (its 10-replay sweep time can be luck); a winner equal to the table's is not timed again."""
+    import benchmarks.bench_kernels as bk
+
+    table_cfg, best = {"gate_up": {"BLOCK_N": 16}}, {"gate_up": {"BLOCK_N": 32}}
+    timed = []
+
+    def fake_time_graph(calls, replays=30):
+        timed.append(calls)
+        return {"table": 10.0, "sweep": sweep_us}[calls] + random.uniform(-0.01, 0.01)
+
+    monkeypatch.setattr(bk, "time_graph", fake_time_graph)
+    rows = []
+    chosen = bk.confirm_pair(rows, lambda cfg: "table" if cfg is table_cfg else "sweep", table_cfg, best)
+    assert chosen == (best if kept == "sweep" else table_cfg)
+    assert timed == ["table", "sweep"] * 3 and rows[-1]["kept"] == kept
+    timed.clear()
+    assert bk.confirm_pair(rows, lambda cfg: "table", table_cfg, dict(table_cfg)) == table_cfg and not timed
