@@ -102,3 +102,25 @@ def test_gemv_sweep_confirms_its_winner(monkeypatch, sweep_us, kept):
     assert timed == ["table", "sweep"] * 3 and rows[-1]["kept"] == kept
     timed.clear()
     assert bk.confirm_pair(rows, lambda cfg: "table", table_cfg, dict(table_cfg)) == table_cfg and not timed
+
+
+def test_moe_variant_tables_change_only_their_tiles():
+    """Each paired-run table of benchmarks/variants/moe_tables.py reads back, T by T, as the checked-in sm_90 table
+    with its changes at its token counts only, and keeps one (F16, BLOCK_W) form a kernel (no bits change)."""
+    import json
+
+    from benchmarks.variants.moe_tables import OPS, VARIANTS, variant_table
+    from sglang_eagle3.kernels.fused_moe import GEMV_MAX_TOKENS
+
+    base = json.loads((tuning.CONFIG_DIR / "sm_90.json").read_text())
+    for name, changes in VARIANTS.items():
+        table = variant_table(name, base)
+        for op in OPS:
+            key = f"fused_moe_int4_gemv_{op}"
+            assert len({(b["F16"], b["BLOCK_W"]) for b in table["ops"][key]}) == 1, (name, op)
+            for T in range(1, GEMV_MAX_TOKENS + 8):
+                want = tuning.table_config(base, key, "tokens", T)
+                for (c_op, lo, hi), change in changes.items():
+                    if c_op == op and lo <= T <= hi:
+                        want = {**want, **change}
+                assert tuning.table_config(table, key, "tokens", T) == want, (name, op, T)

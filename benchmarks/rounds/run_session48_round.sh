@@ -6,9 +6,13 @@
 # x1: profile_step.py per kernel at T = 1..6, 8 (4 layers, 1k; CUPTI serialises a replay's kernels: shares, not a
 #     timeline), then bench_kernels.py --sweep gemv at T = 1, 2, 4 (each winner confirmed against the table's config,
 #     alternating three times) and the MoE at T = 1, 2, 4, 8 with the swept table, with its read ceilings.
+# x2: the MoE tiles where they have to pay: the 61-layer step paired (120 rounds a shape) at T = 1..4, 1k and 8k, the
+#     checked-in table against benchmarks/variants/moe_tables.py's variants (x1's T=1 gate_up winner; the T = 2..4
+#     down kernel without PRELOAD's tile, and at 16 rows x 4 warps), with the random router's routing and then with
+#     uniform routing at 1k; then profile_step.py at T = 1..6, 8 with PDL off (each kernel's own time, no overlap).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1}
+part=${1:?part: x1 | x2}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 x1)
@@ -17,6 +21,19 @@ x1)
   TAIL=40 stage moe_sweep 390 python benchmarks/bench_kernels.py --out "$OUT" --sweep gemv --sweep-tokens 1 2 4 \
     --moe-only
   cat "$OUT/sweep_table.json" 2>/dev/null
+  ;;
+x2)
+  python benchmarks/variants/moe_tables.py /tmp/moe_tables > /dev/null
+  V=()
+  for n in t1_gate_up_bn8 t2_4_down_slots t2_4_down_bn16; do V+=("SGLANG_EAGLE3_CONFIG_TABLE=/tmp/moe_tables/$n.json"); done
+  TAIL=40 stage paired_moe 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --max-tokens 4 --tokens 1 2 3 4 --eager-iters 1 --graph-iters 10 --env-variants '' "${V[@]}" --paired 120 \
+    --out "$OUT/paired_moe.json"
+  TAIL=30 stage paired_moe_uniform 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --max-tokens 4 --tokens 1 2 4 --eager-iters 1 --graph-iters 10 --uniform-routing --env-variants '' "${V[@]}" \
+    --paired 120 --out "$OUT/paired_moe_uniform.json"
+  SGLANG_EAGLE3_PDL=0 TAIL=4 stage profile_nopdl 90 python benchmarks/profile_step.py --layers 4 --tokens 1 2 3 4 5 6 8 \
+    --no-gemm --out "$OUT/profile_nopdl.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
