@@ -104,23 +104,27 @@ def test_gemv_sweep_confirms_its_winner(monkeypatch, sweep_us, kept):
     assert bk.confirm_pair(rows, lambda cfg: "table", table_cfg, dict(table_cfg)) == table_cfg and not timed
 
 
-def test_moe_variant_tables_change_only_their_tiles():
-    """Each paired-run table of benchmarks/variants/moe_tables.py reads back, T by T, as the checked-in sm_90 table
-    with its changes at its token counts only, and keeps one (F16, BLOCK_W) form a kernel (no bits change)."""
+def test_variant_tables_change_only_their_configs():
+    """Each paired-run table of benchmarks/variants/tables.py reads back, key by key, as the checked-in sm_90 table
+    with its changes at its keys only, and keeps what fixes a token's bits the same in every bucket: the INT4 GEMV
+    MoE's (F16, BLOCK_W), MLA's merge tile and split size."""
     import json
 
-    from benchmarks.variants.moe_tables import OPS, VARIANTS, variant_table
-    from sglang_eagle3.kernels.fused_moe import GEMV_MAX_TOKENS
+    from benchmarks.variants.tables import KEYS, VARIANTS, variant_table
 
+    fixed = {"fused_moe_int4_gemv_gate_up": ("F16", "BLOCK_W"), "fused_moe_int4_gemv_down": ("F16", "BLOCK_W"),
+             "mla_attention": ("merge_tile", "min_keys_per_split", "ctas_per_sm")}
     base = json.loads((tuning.CONFIG_DIR / "sm_90.json").read_text())
     for name, changes in VARIANTS.items():
         table = variant_table(name, base)
-        for op in OPS:
-            key = f"fused_moe_int4_gemv_{op}"
-            assert len({(b["F16"], b["BLOCK_W"]) for b in table["ops"][key]}) == 1, (name, op)
-            for T in range(1, GEMV_MAX_TOKENS + 8):
-                want = tuning.table_config(base, key, "tokens", T)
+        assert set(table["ops"]) == {op for op, _, _ in changes}, name
+        for op in table["ops"]:
+            key_name, last = KEYS[op]
+            assert len({tuple(tuning.table_config(table, op, key_name, k)[f] for f in fixed[op])
+                        for k in range(1, last + 8)}) == 1, (name, op)
+            for k in range(1, last + 8):
+                want = tuning.table_config(base, op, key_name, k)
                 for (c_op, lo, hi), change in changes.items():
-                    if c_op == op and lo <= T <= hi:
+                    if c_op == op and lo <= k and (hi is None or k <= hi):
                         want = {**want, **change}
-                assert tuning.table_config(table, key, "tokens", T) == want, (name, op, T)
+                assert tuning.table_config(table, op, key_name, k) == want, (name, op, k)

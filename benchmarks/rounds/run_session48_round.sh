@@ -10,9 +10,12 @@
 #     checked-in table against benchmarks/variants/moe_tables.py's variants (x1's T=1 gate_up winner; the T = 2..4
 #     down kernel without PRELOAD's tile, and at 16 rows x 4 warps), with the random router's routing and then with
 #     uniform routing at 1k; then profile_step.py at T = 1..6, 8 with PDL off (each kernel's own time, no overlap).
+#     (The variants' generator was benchmarks/variants/moe_tables.py at d85d228; tables.py since, the same tables.)
+# x3: MLA's verify rows in 16-row blocks as decode's (the table's 32-row blocks were swept at 4 requests), with 3 and
+#     with 2 stages, paired in the step at T = 1..8, 1k and 8k.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1 | x2}
+part=${1:?part: x1 | x2 | x3}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 x1)
@@ -23,7 +26,7 @@ x1)
   cat "$OUT/sweep_table.json" 2>/dev/null
   ;;
 x2)
-  python benchmarks/variants/moe_tables.py /tmp/moe_tables > /dev/null
+  python benchmarks/variants/tables.py /tmp/moe_tables > /dev/null
   V=()
   for n in t1_gate_up_bn8 t2_4_down_slots t2_4_down_bn16; do V+=("SGLANG_EAGLE3_CONFIG_TABLE=/tmp/moe_tables/$n.json"); done
   TAIL=40 stage paired_moe 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
@@ -34,6 +37,12 @@ x2)
     --paired 120 --out "$OUT/paired_moe_uniform.json"
   SGLANG_EAGLE3_PDL=0 TAIL=4 stage profile_nopdl 90 python benchmarks/profile_step.py --layers 4 --tokens 1 2 3 4 5 6 8 \
     --no-gemm --out "$OUT/profile_nopdl.json"
+  ;;
+x3)
+  python benchmarks/variants/tables.py /tmp/tables > /dev/null
+  TAIL=40 stage paired_mla 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --eager-iters 1 --graph-iters 10 --env-variants '' SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_verify_bm16.json \
+    SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_verify_bm16_s2.json --paired 120 --out "$OUT/paired_mla.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -1,0 +1,74 @@
+"""Config tables that change one op's launch config over a range of its key (the INT4 GEMV MoE's tiles by token
+count, MLA's by query rows) and keep the checked-in sm_90 table's everywhere else, for SGLANG_EAGLE3_CONFIG_TABLE in
+a paired step run (bench_verify_graph.py --env-variants ... --paired N): the kernel benchmark times an op on its own
+with calls back to back (and the MoE with uniform routing, MLA at batch 4 for its verify sweep), the step has other
+launches around it under PDL and, on the random slice, a verify's tokens routed to ~10 experts, so a config that
+wins alone is checked where it has to pay. Only what leaves a token's bits alone changes: the MoE's F16 and BLOCK_W
+and MLA's merge tile and split size stay the table's (tests/kernels/test_tuning.py), and no variant changes them.
+
+    python benchmarks/variants/tables.py OUT_DIR     # writes OUT_DIR/<variant>.json and prints the names
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.bench_kernels import buckets_of  # noqa: E402
+from sglang_eagle3.kernels import tuning  # noqa: E402
+from sglang_eagle3.kernels.fused_moe import GEMV_MAX_TOKENS  # noqa: E402
+
+# op -> (the key its buckets go by, the keys to rebuild the buckets over: the last bucket stays unbounded)
+KEYS = {"fused_moe_int4_gemv_gate_up": ("tokens", GEMV_MAX_TOKENS),
+        "fused_moe_int4_gemv_down": ("tokens", GEMV_MAX_TOKENS),
+        "mla_attention": ("rows", 16 * 64)}  # decode and verify rows: up to 16 tokens x 64 heads
+# variant -> {(op, first key, last key or None: every key from the first on): config changes}
+VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
+    # bench_kernels --sweep gemv's T=1 winner on an H100 (session 48 x1: 13.79 against the table's 14.29 us)
+    "t1_gate_up_bn8": {("fused_moe_int4_gemv_gate_up", 1, 1): {"BLOCK_N": 8, "num_warps": 8, "ROWS": 2}},
+    # the verify buckets' down kernel without PRELOAD's tile (the T = 5..16 bucket's tiles), and at 16 rows x 4 warps
+    "t2_4_down_slots": {("fused_moe_int4_gemv_down", 2, 4): {"BLOCK_N": 32, "num_warps": 4, "PRELOAD": False}},
+    "t2_4_down_bn16": {("fused_moe_int4_gemv_down", 2, 4): {"BLOCK_N": 16, "num_warps": 4, "PRELOAD": True}},
+    # MLA's verify rows (8 heads x T = 3..16 on a Kimi TP=8 rank) in row blocks of 16 as decode's: the table's
+    # 32-row blocks were swept at 4 requests (bench_kernels run_sweep), where a request's splits already fill the SMs
+    "mla_verify_bm16": {("mla_attention", 17, None): {"BLOCK_M": 16}},
+    # ... and with one key-tile buffer (2 stages: ~100 KB of shared memory, two programs a SM), so that twice the
+    # programs (two row blocks a split) still run in one wave where every split holds keys (8k)
+    "mla_verify_bm16_s2": {("mla_attention", 17, None): {"BLOCK_M": 16, "num_stages": 2}},
+}
+
+
+def variant_table(name: str, base: dict) -> dict:
+    """The ops VARIANTS[name] changes, from ``base`` (a config table) with its changes, bucketed again."""
+    changes = VARIANTS[name]
+    ops = sorted({op for op, _, _ in changes})
+    table_ops = {}
+    for op in ops:
+        key_name, last = KEYS[op]
+        per_key = {k: tuning.table_config(base, op, key_name, k) for k in range(1, last + 1)}
+        for (c_op, lo, hi), change in changes.items():
+            if c_op == op:
+                for k in range(lo, (last if hi is None else hi) + 1):
+                    per_key[k] = {**per_key[k], **change}
+        table_ops[op] = buckets_of(per_key, key_name)
+    described = {f"{op} {KEYS[op][0]} {lo}..{'' if hi is None else hi}": c for (op, lo, hi), c in changes.items()}
+    return {"arch": base["arch"], "sm_counts": base["sm_counts"], "measured": False,
+            "source": f"benchmarks/variants/tables.py {name}: {base['arch']}.json with {described}",
+            "ops": table_ops}
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    base = json.loads((tuning.CONFIG_DIR / "sm_90.json").read_text())
+    for name in VARIANTS:
+        (out / f"{name}.json").write_text(json.dumps(variant_table(name, base), indent=1))
+        print(name)
+
+
+if __name__ == "__main__":
+    main()
