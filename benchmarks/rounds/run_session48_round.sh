@@ -13,9 +13,12 @@
 #     (The variants' generator was benchmarks/variants/moe_tables.py at d85d228; tables.py since, the same tables.)
 # x3: MLA's verify rows in 16-row blocks as decode's (the table's 32-row blocks were swept at 4 requests), with 3 and
 #     with 2 stages, paired in the step at T = 1..8, 1k and 8k.
+# x4: the same at long contexts, where 2 stages keep one key-tile buffer (the sixteenth session's double buffering
+#     made T=4 at 128k 20% faster): MLA alone in a 131072-slot table (bench_small_ops.py --mla-variants, T = 3, 4, 8
+#     at 1k..128k), then the step paired at 32k and 128k.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1 | x2 | x3}
+part=${1:?part: x1 | x2 | x3 | x4}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 x1)
@@ -43,6 +46,16 @@ x3)
   TAIL=40 stage paired_mla 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --eager-iters 1 --graph-iters 10 --env-variants '' SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_verify_bm16.json \
     SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_verify_bm16_s2.json --paired 120 --out "$OUT/paired_mla.json"
+  ;;
+x4)
+  python benchmarks/variants/tables.py /tmp/tables > /dev/null
+  CASES=()
+  for T in 3 4 8; do for C in 1024 8192 32768 131072; do CASES+=("$T:$C:131072"); done; done
+  TAIL=40 stage mla_long 200 python benchmarks/bench_small_ops.py --out "$OUT/mla_long.json" \
+    --mla-variants '' BLOCK_M=16,num_stages=2 BLOCK_M=16 --mla-cases "${CASES[@]}"
+  TAIL=20 stage paired_mla_long 330 python benchmarks/bench_verify_graph.py --backends triton \
+    --contexts 32768 131072 --tokens 1 4 8 --eager-iters 1 --graph-iters 10 --env-variants '' \
+    SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_verify_bm16_s2.json --paired 80 --out "$OUT/paired_mla_long.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
