@@ -15,10 +15,15 @@
 #     with 2 stages, paired in the step at T = 1..8, 1k and 8k.
 # x4: the same at long contexts, where 2 stages keep one key-tile buffer (the sixteenth session's double buffering
 #     made T=4 at 128k 20% faster): MLA alone in a 131072-slot table (bench_small_ops.py --mla-variants, T = 3, 4, 8
-#     at 1k..128k), then the step paired at 32k and 128k.
+#     at 1k..128k), then the step paired at 32k and 128k (that ran out of memory: two settings' 128k caches).
+# x5: the short_split rule (launch_plan: 16-row blocks at one buffer where no split can hold more than max_tiles key
+#     tiles) in the sm_90 table at max_tiles 1: the MLA GPU tests (the new decode == verify and same-bits cases in an
+#     8448-slot table), the invariance probe at T = 3, 4, 8 (every verify row against its decode, eager and
+#     replayed), MLA alone at two tiles a split (a 16896-slot table) to choose max_tiles, and the step paired
+#     against the table without the rule at 1k and 8k, T = 1..8.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1 | x2 | x3 | x4}
+part=${1:?part: x1 | x2 | x3 | x4 | x5}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 x1)
@@ -56,6 +61,19 @@ x4)
   TAIL=20 stage paired_mla_long 330 python benchmarks/bench_verify_graph.py --backends triton \
     --contexts 32768 131072 --tokens 1 4 8 --eager-iters 1 --graph-iters 10 --env-variants '' \
     SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_verify_bm16_s2.json --paired 80 --out "$OUT/paired_mla_long.json"
+  ;;
+x5)
+  python benchmarks/variants/tables.py /tmp/tables > /dev/null
+  TAIL=15 stage mla_gpu_tests 230 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/kernels/test_kernels_gpu.py -k mla
+  TAIL=14 stage probe 150 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 --widths 3 4 8 \
+    --out "$OUT/probe.json"
+  SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_no_short.json TAIL=14 stage mla_two_tiles 100 \
+    python benchmarks/bench_small_ops.py --out "$OUT/mla_two_tiles.json" --mla-variants '' BLOCK_M=16,num_stages=2 \
+    --mla-cases 3:16384:16896 4:16384:16896 8:16384:16896 4:8192:16896 4:1024:16896
+  TAIL=24 stage paired_short 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --eager-iters 1 --graph-iters 10 --env-variants '' SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_no_short.json \
+    --paired 100 --out "$OUT/paired_short.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -39,6 +39,8 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     # ... and with one key-tile buffer (2 stages: ~100 KB of shared memory, two programs a SM), so that twice the
     # programs (two row blocks a split) still run in one wave where every split holds keys (8k)
     "mla_verify_bm16_s2": {("mla_attention", 17, None): {"BLOCK_M": 16, "num_stages": 2}},
+    # the table before the short_split rule those two led to (its 32-row blocks at 3 stages wherever verify rows run)
+    "mla_no_short": {("mla_attention", 17, None): {"short_split": None}},
 }
 
 

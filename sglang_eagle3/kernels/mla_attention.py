@@ -51,14 +51,28 @@ def launch_plan(batch: int, tokens_per_req: int, heads: int, max_keys: int, sms:
                 groups: int = 1) -> dict:
     """How a call launches, from shapes only, for ``batch`` requests of ``tokens_per_req`` x ``heads`` query
     rows per kv head (``groups`` kv heads; MLA has one) and a page table of ``max_keys`` slots a request:
-    ``BLOCK_M``, ``row_blocks`` a kv head, ``splits`` and ``merge``: "none" (one split: the split pass writes
-    the output) or "separate" (a merge launch)."""
+    ``BLOCK_M``, ``row_blocks`` a kv head, ``splits``, ``num_stages`` (the config's, or short_split's) and
+    ``merge``: "none" (one split: the split pass writes the output) or "separate" (a merge launch).
+
+    ``short_split`` (a config key: {"max_tiles", "BLOCK_M", "num_stages"}, or None): where a request's splits
+    follow the request alone (decode and verify widths) and no split can hold more than max_tiles key tiles
+    whatever the context (the page table's capacity over the splits), the split pass takes that BLOCK_M and
+    depth. For a verify of a Kimi TP=8 rank at batch 1 in an 8448-slot table: 16-row blocks (two programs a split
+    instead of one of 32 rows) at one key-tile buffer, ~100 KB of shared memory, so that two programs a SM run
+    the doubled grid in one wave; with splits of one or two tiles a deeper pipeline has nothing to overlap. Same
+    splits and key tiles, so the same bits (the row sums do not depend on BLOCK_M); docs/KERNELS.md, "MLA split
+    merge"."""
     rows = tokens_per_req * heads
     block_m = max(16, min(cfg["BLOCK_M"], triton.next_power_of_2(rows)))
-    row_blocks = triton.cdiv(rows, block_m)
-    sharing = groups if tokens_per_req <= SPLITS_BY_REQUEST_MAX_TOKENS else groups * row_blocks
+    stages = cfg["num_stages"]
+    by_request = tokens_per_req <= SPLITS_BY_REQUEST_MAX_TOKENS
+    sharing = groups if by_request else groups * triton.cdiv(rows, block_m)
     splits = num_kv_splits(batch, sharing, max_keys, sms, cfg)
-    return {"BLOCK_M": block_m, "row_blocks": row_blocks, "splits": splits,
+    short = cfg.get("short_split")
+    if (short and by_request and block_m > short["BLOCK_M"]
+            and triton.cdiv(max_keys, splits * cfg["BLOCK_N"]) <= short["max_tiles"]):
+        block_m, stages = short["BLOCK_M"], short["num_stages"]
+    return {"BLOCK_M": block_m, "row_blocks": triton.cdiv(rows, block_m), "splits": splits, "num_stages": stages,
             "merge": "none" if splits == 1 else "separate"}
 
 
@@ -205,7 +219,7 @@ def _launch_split_attention(qn, qr, k, stride_k_slot, v, page_table, seq_lens, *
         T=T, H=heads, DC=Dc, DR=Dr, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"],
         SPLIT_KV=splits > 1, DOT_PRECISION=tuning.dot_precision(qn.dtype), INTERPRET=tuning.interpreting(),
         num_warps=cfg["num_warps"],
-        num_stages=split_pass_stages(cfg["num_stages"], block_m, cfg["BLOCK_N"], Dc, Dr, k.element_size(),
+        num_stages=split_pass_stages(plan["num_stages"], block_m, cfg["BLOCK_N"], Dc, Dr, k.element_size(),
                                      tuning.smem_per_block(device), v is not None),
         PDL=pdl, **tuning.pdl_launch(pdl), **rope_kw,
         **({} if groups == 1 else dict(GROUPS=groups, stride_kv_group=stride_k_group)), **v_kw,

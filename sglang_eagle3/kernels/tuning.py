@@ -33,8 +33,10 @@ DEFAULTS: dict[str, dict] = {
     "moe_topk": {"num_warps": 4},
     # MLA: the split launch's tiles and split heuristic; merge_tile fp32 partials (splits x columns) a merge
     # program at merge_warps warps (4096 at 4: 32 registers a thread).
+    # short_split (None, or {"max_tiles", "BLOCK_M", "num_stages"}): the split pass's rows and depth where no split
+    # can hold more than max_tiles key tiles (kernels/mla_attention.py launch_plan).
     "mla_attention": {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,
-                      "min_keys_per_split": 64, "merge_tile": 4096, "merge_warps": 4},
+                      "min_keys_per_split": 64, "merge_tile": 4096, "merge_warps": 4, "short_split": None},
     # The draft's grouped-query attention on the same split kernel (head_dim 128 a row instead of MLA's 576:
     # wider key tiles fit). Not yet measured on any GPU: the defaults, or autotuned where no table has it.
     "gqa_attention": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2,

@@ -556,7 +556,8 @@ def check_mla(arch: int) -> dict:
     for T in (1, 4):
         for name, bucket in (("table", tuning._pick_bucket(table, "rows", T * 8)), ("defaults", {})):
             cfg = {**tuning.DEFAULTS["mla_attention"], **bucket}
-            block_m = launch_plan(1, T, 8, 8192, 132, cfg)["BLOCK_M"]
+            plan = launch_plan(1, T, 8, 8192, 132, cfg)  # (at T=4 the table's short_split: 16 rows, 2 stages)
+            block_m = plan["BLOCK_M"]
             for split_kv in (False, True):
                 ffma = {}
                 for rope in (False, True) if name == "table" else (False,):
@@ -565,7 +566,7 @@ def check_mla(arch: int) -> dict:
                                              dict(T=T, H=8, DC=512, DR=64, PAGE_SIZE=64, BLOCK_M=block_m,
                                                   BLOCK_N=cfg["BLOCK_N"], SPLIT_KV=split_kv, DOT_PRECISION="tf32",
                                                   INTERPRET=False, PDL=split_kv, ROPE=rope),
-                                             MLA_ALIGNED, arch, cfg["num_warps"], cfg["num_stages"])
+                                             MLA_ALIGNED, arch, cfg["num_warps"], plan["num_stages"])
                     _no_spills(res, what)
                     ops = _sass_ops(sass)
                     atoms = ops["ATOM"] + ops["ATOMG"] + ops["RED"]
@@ -642,11 +643,12 @@ def check_mla_pipeline(arch: int) -> dict:
     ops_table = json.loads((tuning.CONFIG_DIR / f"sm_{arch}.json").read_text())["ops"]
     out = {}
     for op, Dc, Dr, separate_v in (("mla_attention", 512, 64, False), ("gqa_attention", 128, 0, True)):
-        for T in (1, 4):
+        for T, cap in ((1, 8192), (4, 8192), (4, 131072)):  # at T=4 a short table may take short_split's plan
             cfg = {**tuning.DEFAULTS[op], **tuning._pick_bucket(ops_table.get(op, [{}]), "rows", T * 8)}
-            block_m, block_n = launch_plan(1, T, 8, 8192, 132, cfg)["BLOCK_M"], cfg["BLOCK_N"]
+            plan = launch_plan(1, T, 8, cap, 132, cfg)
+            block_m, block_n = plan["BLOCK_M"], cfg["BLOCK_N"]
             for dtype, elem in (("bf16", 2), ("fp32", 4)):
-                stages = split_pass_stages(cfg["num_stages"], block_m, block_n, Dc, Dr, elem, SMEM_PER_BLOCK[arch],
+                stages = split_pass_stages(plan["num_stages"], block_m, block_n, Dc, Dr, elem, SMEM_PER_BLOCK[arch],
                                            separate_v)
                 sig = GQA_SIG  # the split kernel's full signature (kv-head groups, value rows of their own)
                 if dtype == "fp32":
@@ -657,7 +659,7 @@ def check_mla_pipeline(arch: int) -> dict:
                                              INTERPRET=False, PDL=True,
                                              GROUPS=1, SEPARATE_V=separate_v),
                                         GQA_ALIGNED, arch, cfg["num_warps"], stages)
-                what = f"{op} T={T} {dtype} BLOCK_N={block_n} num_stages={stages}"
+                what = f"{op} T={T} {cap} slots {dtype} BLOCK_M={block_m} BLOCK_N={block_n} num_stages={stages}"
                 want = split_pass_smem(stages, block_m, block_n, Dc, Dr, elem, separate_v)
                 shared = kernel.metadata.shared
                 fits = split_pass_smem(2, block_m, block_n, Dc, Dr, elem, separate_v) <= SMEM_PER_BLOCK[arch]

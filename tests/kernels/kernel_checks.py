@@ -245,6 +245,35 @@ def check_mla_page_layouts(B, T, H, Dc, Dr, seq_lens, pages, config, device="cpu
     return {"plans": {str(k): v for k, v in plans.items()}}
 
 
+def check_mla_short_split(B, T, H, Dc, Dr, page_size, seq_lens, config, spare, device="cpu", dtype=torch.float32,
+                          seed=0) -> dict:
+    """``config`` with its short_split (16-row blocks, another depth) against the same config without it, one call
+    each on the same inputs: where the page table's capacity gives every split at most max_tiles key tiles the
+    plans differ (short_split's BLOCK_M and num_stages) and the outputs are the same bits (same splits and key
+    tiles; the row sums follow neither BLOCK_M nor the depth), and both are near ref_mla_attention."""
+    from sglang_eagle3.kernels import tuning
+    from sglang_eagle3.kernels.mla_attention import launch_plan
+
+    qn, qr, kv, pt, seq = make_mla_inputs(B, T, H, Dc, Dr, page_size, seq_lens, device, dtype, seed, spare)
+    kw = dict(tokens_per_req=T, page_size=page_size, kv_lora_rank=Dc, sm_scale=1.0 / math.sqrt(128 + Dr))
+    cfgs = {"short": {**tuning.DEFAULTS["mla_attention"], **config},
+            "long": {**tuning.DEFAULTS["mla_attention"], **config, "short_split": None}}
+    cap = pt.shape[1] * page_size
+    plans = {k: launch_plan(B, T, H, cap, tuning.sm_count(torch.device(device)), c) for k, c in cfgs.items()}
+    short = cfgs["short"]["short_split"]
+    assert (plans["short"]["BLOCK_M"], plans["short"]["num_stages"]) == (short["BLOCK_M"], short["num_stages"]), plans
+    assert plans["short"]["splits"] == plans["long"]["splits"] and plans["short"] != plans["long"], plans
+    outs = {k: kernels.triton_mla_attention(qn, qr, kv, pt, seq, **kw, config=c) for k, c in cfgs.items()}
+    ref = kernels.ref_mla_attention(qn, qr, kv, pt, seq, **kw)
+    for k, out in outs.items():
+        err = rel_err(out, ref)
+        assert err < (1e-5 if dtype == torch.float32 else 1e-2), f"{k}: rel err {err} ({plans[k]})"
+    assert torch.equal(outs["short"], outs["long"]), (
+        f"short_split changed the bits by {(outs['short'].float() - outs['long'].float()).abs().max().item()} "
+        f"({plans})")
+    return {k: (p["BLOCK_M"], p["num_stages"], p["splits"]) for k, p in plans.items()}
+
+
 def check_mla_launch_plan() -> dict:
     """The launch launch_plan picks at Kimi TP=8 shapes (8 heads, 132 SMs, a page table the size of the
     context): with one split the split pass writes the output (no merge launch), with more a merge launch."""
@@ -804,6 +833,9 @@ GEMV_SPLIT = {"BLOCK_N": 16, "BLOCK_K": 32, "SPLIT": 4, "num_warps": 4}
 # Many short splits (the interpreter stays quick).
 MLA_SPLIT = {"BLOCK_N": 16, "min_keys_per_split": 16}
 MLA_FP32_SPLIT = {**MLA_SPLIT, "min_keys_per_split": 32}
+# a table-like verify config (32-row blocks, 3 stages) with a short_split of 16-row blocks at 2 stages
+MLA_SHORT = {**MLA_SPLIT, "BLOCK_M": 32, "ctas_per_sm": 1, "num_warps": 4, "num_stages": 3,
+             "short_split": {"max_tiles": 2, "BLOCK_M": 16, "num_stages": 2}}
 
 CASES = {
     "topk_kimi_like": lambda: check_moe_topk(5, 48, 8, 1, 1, True, True, 2.5, seed=1),
@@ -848,6 +880,15 @@ CASES = {
         5, 4, 32, 16, 16, 1150, dtype=torch.float32, spare=67, seed=61,
         config={"BLOCK_M": 16, "BLOCK_N": 16, "min_keys_per_split": 16, "ctas_per_sm": 1, "num_warps": 4,
                 "num_stages": 2}),
+    # short_split: a verify of 5 tokens of 4 heads (20 rows: one 32-row block, or two of 16 at another depth) in a
+    # 2112-key table (132 splits of one 16-key tile at batch 1, 66 of two at batch 2): the same bits either way, and
+    # decode == verify with it.
+    "mla_short_split_same_bits_fp32": lambda: check_mla_short_split(
+        2, 5, 4, 32, 16, 16, [1150, 300], MLA_SHORT, spare=59, seed=62),
+    "mla_short_split_same_bits_bf16": lambda: check_mla_short_split(
+        1, 5, 4, 32, 16, 16, [1150], MLA_SHORT, spare=59, dtype=torch.bfloat16, seed=63),
+    "mla_short_split_decode_verify_alike_fp32": lambda: check_mla_decode_verify_alike(
+        5, 4, 32, 16, 16, 1150, dtype=torch.float32, spare=59, seed=64, config=MLA_SHORT),
     # 16-key tiles over pages of 4 (a page id per key), of 16 and of 64 (the in-page form: a tile in one page), the
     # same keys: the same bits. Decode and a verify of 4 with splits (the verify's new rows straddle two tiles),
     # a prefill chunk, and a capacity far above the contexts.

@@ -372,3 +372,31 @@ def test_gemv_fma_plain_pair_knob(monkeypatch):
     monkeypatch.setenv("SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR", "yes")
     with pytest.raises(ValueError, match="SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR='yes'"):
         fma_pair_form(7168, gated=False, epilogue=False)
+
+
+def test_mla_short_split_only_where_no_split_holds_more_tiles():
+    """The sm_90 table's short_split (16-row blocks at one key-tile buffer for verify rows) applies where a request's
+    splits hold at most max_tiles key tiles whatever the context, from shapes alone: batch 1 in an 8448-slot table,
+    not in a long-context server's table, not for 4 requests (fewer splits a request, more tiles each), not for a
+    prefill chunk (its splits follow the row blocks), never for decode rows (16 already); and it never changes the
+    split count, which a token's bits follow."""
+    from sglang_eagle3.kernels.mla_attention import launch_plan
+
+    table = json.loads((tuning.CONFIG_DIR / "sm_90.json").read_text())
+    sms = table["sm_counts"][0]
+
+    def plan(B, T, cap):
+        return launch_plan(B, T, 8, cap, sms, tuning.table_config(table, "mla_attention", "rows", 8 * T))
+
+    short = tuning.table_config(table, "mla_attention", "rows", 32)["short_split"]
+    per_split = 64 * short["max_tiles"]
+    for T in (3, 4, 8, 16):
+        got = plan(1, T, 8448)
+        assert (got["BLOCK_M"], got["num_stages"], got["row_blocks"]) == (16, 2, -(-T * 8 // 16)), (T, got)
+        assert got["splits"] == plan(1, 1, 8448)["splits"] == 132, (T, got)
+        for B, cap in ((1, 132 * per_split + 64), (1, 131072), (4, 8448)):
+            long = plan(B, T, cap)
+            assert (long["BLOCK_M"], long["num_stages"]) == (32, 3), (T, B, cap, long)
+            assert long["splits"] == plan(B, 1, cap)["splits"], (T, B, cap, long)
+    assert plan(1, 17, 8448)["BLOCK_M"] == 32  # a prefill chunk's rows: the table's blocks
+    assert (plan(1, 1, 8448)["BLOCK_M"], plan(1, 1, 8448)["num_stages"]) == (16, 3)
