@@ -21,9 +21,11 @@
 #     8448-slot table), the invariance probe at T = 3, 4, 8 (every verify row against its decode, eager and
 #     replayed), MLA alone at two tiles a split (a 16896-slot table) to choose max_tiles, and the step paired
 #     against the table without the rule at 1k and 8k, T = 1..8.
+# x6: at max_tiles 2 (x5: at two tiles a split MLA alone is level): the CUDA engine's GPU tests (speculative ==
+#     plain with graphs on) and the step table at HEAD (bench_verify_graph.py, 1k and 8k, T = 1..8).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1 | x2 | x3 | x4 | x5}
+part=${1:?part: x1 | x2 | x3 | x4 | x5 | x6}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 x1)
@@ -74,6 +76,12 @@ x5)
   TAIL=24 stage paired_short 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --eager-iters 1 --graph-iters 10 --env-variants '' SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_no_short.json \
     --paired 100 --out "$OUT/paired_short.json"
+  ;;
+x6)
+  TAIL=10 stage engine_tests 240 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
+    tests/gpu/test_cuda_engine.py
+  TAIL=20 stage verify_graph 250 python benchmarks/bench_verify_graph.py --backends triton --eager-iters 1 \
+    --graph-iters 30 --out "$OUT/verify_graph.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
