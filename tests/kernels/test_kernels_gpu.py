@@ -128,16 +128,17 @@ def test_mla_decode_verify_alike(T, ctx, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("T,ctx", [(3, 1000), (4, 1000), (8, 1000), (4, 8100), (8, 8300)])
-def test_mla_short_split_decode_verify_alike(T, ctx, dtype):
-    """Kimi TP=8 shapes in an 8448-slot page table (batch 1: 132 splits of one 64-key tile at most), where the
-    table's short_split runs a verify in 16-row blocks at one key-tile buffer: each token the same bits as its decode
-    alone, and the whole verify the same bits as the table's 32-row plan without short_split."""
+@pytest.mark.parametrize("T,ctx,cap", [(3, 1000, 8448), (4, 1000, 8448), (8, 1000, 8448), (4, 8100, 8448),
+                                       (8, 8300, 8448), (4, 16000, 16896), (8, 9000, 16896)])
+def test_mla_short_split_decode_verify_alike(T, ctx, cap, dtype):
+    """Kimi TP=8 shapes in a page table of ``cap`` slots (batch 1: 132 splits of one or two 64-key tiles at most),
+    where the table's short_split runs a verify in 16-row blocks at one key-tile buffer: each token the same bits as
+    its decode alone, and the whole verify the same bits as the table's 32-row plan without short_split."""
     from kernel_checks import check_mla_decode_verify_alike, check_mla_short_split
 
     from sglang_eagle3.kernels import tuning
 
-    spare = 8448 // 64 - math.ceil((ctx + T) / 64)
+    spare = cap // 64 - math.ceil((ctx + T) / 64)
     plans = check_mla_decode_verify_alike(T, HEADS, KV_LORA, ROPE, 64, ctx, device="cuda", dtype=dtype, spare=spare,
                                           seed=ctx + T + 7)
     assert plans["verify"] == (132, 16), plans
