@@ -23,9 +23,10 @@
 #     against the table without the rule at 1k and 8k, T = 1..8.
 # x6: at max_tiles 2 (x5: at two tiles a split MLA alone is level): the CUDA engine's GPU tests (speculative ==
 #     plain with graphs on) and the step table at HEAD (bench_verify_graph.py, 1k and 8k, T = 1..8).
+# x7: the short_split GPU test with two key tiles a split (16896-slot tables) as well as one.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: x1 | x2 | x3 | x4 | x5 | x6}
+part=${1:?part: x1 | x2 | x3 | x4 | x5 | x6 | x7}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 x1)
@@ -82,6 +83,10 @@ x6)
     tests/gpu/test_cuda_engine.py
   TAIL=20 stage verify_graph 250 python benchmarks/bench_verify_graph.py --backends triton --eager-iters 1 \
     --graph-iters 30 --out "$OUT/verify_graph.json"
+  ;;
+x7)
+  TAIL=8 stage short_split_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 120 \
+    tests/kernels/test_kernels_gpu.py -k short_split
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
