@@ -24,6 +24,10 @@
 # x6: at max_tiles 2 (x5: at two tiles a split MLA alone is level): the CUDA engine's GPU tests (speculative ==
 #     plain with graphs on) and the step table at HEAD (bench_verify_graph.py, 1k and 8k, T = 1..8).
 # x7: the short_split GPU test with two key tiles a split (16896-slot tables) as well as one.
+# Ran (one lease each, all on H100s, no refusals): x1 at 2d58fc7, x2 at d85d228, x3 at ff979db, x4 at e6de397 (its
+# paired step out of memory), x5 at 08f348c (46 + probe), x6 at 17977ef (23 passed), x7 at d003103 (14 passed); ~27
+# of 30 device minutes. Results: benchmarks/results/h100/session48_x*, verify_graph_17977ef.json; BENCHMARKS.md
+# section 1, "Forty-eighth session".
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: x1 | x2 | x3 | x4 | x5 | x6 | x7}
