@@ -44,6 +44,25 @@ def short(name: str) -> str:
     return name.split("(")[0][:100]
 
 
+def by_t_table(steps: list[dict], layers: int, width: int = 44) -> list[str]:
+    """The profiled steps side by side: each kernel's us a call at every T (its calls a layer at the first T it
+    ran), then the graph and the kernels' busy time a layer; kernels in order of their time at the largest T. What
+    a verify adds over a decode, kernel by kernel (read with PDL off: with it a kernel launched early counts the
+    wait for its predecessor as its own)."""
+    names = {k["kernel"]: k["calls_per_layer"] for s in steps for k in reversed(s["kernels"])}
+    last = {k["kernel"]: k["per_step_us"] for k in steps[-1]["kernels"]}
+    order = sorted(names, key=lambda n: -last.get(n, 0.0))
+    head = f"{'us a call (calls a layer)':<{width}}" + "".join(f"{'T=' + str(s['T']):>9}" for s in steps)
+    rows = [head]
+    for n in order:
+        calls = {s["T"]: {k["kernel"]: k["us_per_call"] for k in s["kernels"]}.get(n) for s in steps}
+        rows.append(f"{n[:width - 8]:<{width - 8}} ({names[n]:4.2f})"
+                    + "".join(f"{'-' if v is None else f'{v:.2f}':>9}" for v in calls.values()))
+    for what, key in (("graph us a layer", "graph_ms"), ("kernels busy us a layer", "kernel_busy_ms")):
+        rows.append(f"{what:<{width}}" + "".join(f"{s[key] * 1e3 / layers:9.1f}" for s in steps))
+    return rows
+
+
 @torch.inference_mode()
 def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int, batch: int = 1,
               sequence: bool = False) -> dict:
@@ -289,6 +308,8 @@ def main() -> None:
             print(f"  one replay's {len(r['sequence'])} launches in order:", flush=True)
             for i, k in enumerate(r["sequence"]):
                 print(f"    {i:4d} {k['us']:8.2f} us  {k['kernel']}", flush=True)
+    if len(res["steps"]) > 1:
+        print("\n" + "\n".join(by_t_table(res["steps"], args.layers)), flush=True)
     if not args.no_gemm:
         print("\nprojections at M=T, torch (cuBLAS) vs our GEMV (weights rotated past L2):", flush=True)
         res["gemm"] = gemm_ceiling(bw, sorted(set(args.tokens)), args.sweep, args.wide_sweep, args.deep_sweep,

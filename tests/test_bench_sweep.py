@@ -105,12 +105,12 @@ def test_gemv_sweep_confirms_its_winner(monkeypatch, sweep_us, kept):
 
 
 def test_variant_tables_change_only_their_configs():
-    """Each paired-run table of benchmarks/variants/tables.py reads back, key by key, as the checked-in sm_90 table
+    """Each paired-run table of benchmarks/variant_tables.py reads back, key by key, as the checked-in sm_90 table
     with its changes at its keys only, and keeps what fixes a token's bits the same in every bucket: the INT4 GEMV
     MoE's (F16, BLOCK_W), MLA's merge tile and split size."""
     import json
 
-    from benchmarks.variants.tables import KEYS, VARIANTS, variant_table
+    from benchmarks.variant_tables import KEYS, VARIANTS, variant_table
 
     fixed = {"fused_moe_int4_gemv_gate_up": ("F16", "BLOCK_W"), "fused_moe_int4_gemv_down": ("F16", "BLOCK_W"),
              "mla_attention": ("merge_tile", "min_keys_per_split", "ctas_per_sm")}
@@ -128,3 +128,21 @@ def test_variant_tables_change_only_their_configs():
                     if c_op == op and lo <= k and (hi is None or k <= hi):
                         want = {**want, **change}
                 assert tuning.table_config(table, op, key_name, k) == want, (name, op, k)
+
+
+def test_profile_by_t_table():
+    """profile_step's side-by-side table: a row a kernel in order of its time at the largest T, its us a call at
+    each T ('-' where it did not run), the graph and busy time a layer from the steps' ms."""
+    from benchmarks.profile_step import by_t_table
+
+    def step(T, graph_ms, kernels):
+        return {"T": T, "graph_ms": graph_ms, "kernel_busy_ms": graph_ms * 0.8,
+                "kernels": [{"kernel": n, "per_step_us": us * c * 2, "calls_per_layer": c, "us_per_call": us}
+                            for n, us, c in kernels]}
+
+    rows = by_t_table([step(1, 0.2, [("gate_up", 9.9, 0.75), ("merge", 2.9, 1.0)]),
+                       step(4, 0.4, [("merge", 2.8, 1.0), ("gate_up", 27.2, 0.75), ("big_tail", 3.0, 0.25)])], 2)
+    assert rows[0].split()[-2:] == ["T=1", "T=4"]
+    assert [r.split()[0] for r in rows[1:4]] == ["gate_up", "merge", "big_tail"]
+    assert rows[1].split()[-3:] == ["(0.75)", "9.90", "27.20"] and rows[3].split()[-2:] == ["-", "3.00"]
+    assert rows[4].split()[-2:] == ["100.0", "200.0"] and rows[5].split()[-2:] == ["80.0", "160.0"]

@@ -10,7 +10,7 @@
 #     checked-in table against benchmarks/variants/moe_tables.py's variants (x1's T=1 gate_up winner; the T = 2..4
 #     down kernel without PRELOAD's tile, and at 16 rows x 4 warps), with the random router's routing and then with
 #     uniform routing at 1k; then profile_step.py at T = 1..6, 8 with PDL off (each kernel's own time, no overlap).
-#     (The variants' generator was benchmarks/variants/moe_tables.py at d85d228; tables.py since, the same tables.)
+#     (The generator was benchmarks/variants/moe_tables.py at d85d228, benchmarks/variant_tables.py since: the same tables.)
 # x3: MLA's verify rows in 16-row blocks as decode's (the table's 32-row blocks were swept at 4 requests), with 3 and
 #     with 2 stages, paired in the step at T = 1..8, 1k and 8k.
 # x4: the same at long contexts, where 2 stages keep one key-tile buffer (the sixteenth session's double buffering
@@ -41,7 +41,7 @@ x1)
   cat "$OUT/sweep_table.json" 2>/dev/null
   ;;
 x2)
-  python benchmarks/variants/tables.py /tmp/moe_tables > /dev/null
+  python benchmarks/variant_tables.py /tmp/moe_tables > /dev/null
   V=()
   for n in t1_gate_up_bn8 t2_4_down_slots t2_4_down_bn16; do V+=("SGLANG_EAGLE3_CONFIG_TABLE=/tmp/moe_tables/$n.json"); done
   TAIL=40 stage paired_moe 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
@@ -54,13 +54,13 @@ x2)
     --no-gemm --out "$OUT/profile_nopdl.json"
   ;;
 x3)
-  python benchmarks/variants/tables.py /tmp/tables > /dev/null
+  python benchmarks/variant_tables.py /tmp/tables > /dev/null
   TAIL=40 stage paired_mla 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --eager-iters 1 --graph-iters 10 --env-variants '' SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_verify_bm16.json \
     SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_verify_bm16_s2.json --paired 120 --out "$OUT/paired_mla.json"
   ;;
 x4)
-  python benchmarks/variants/tables.py /tmp/tables > /dev/null
+  python benchmarks/variant_tables.py /tmp/tables > /dev/null
   CASES=()
   for T in 3 4 8; do for C in 1024 8192 32768 131072; do CASES+=("$T:$C:131072"); done; done
   TAIL=40 stage mla_long 200 python benchmarks/bench_small_ops.py --out "$OUT/mla_long.json" \
@@ -70,7 +70,7 @@ x4)
     SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_verify_bm16_s2.json --paired 80 --out "$OUT/paired_mla_long.json"
   ;;
 x5)
-  python benchmarks/variants/tables.py /tmp/tables > /dev/null
+  python benchmarks/variant_tables.py /tmp/tables > /dev/null
   TAIL=15 stage mla_gpu_tests 230 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 200 \
     tests/kernels/test_kernels_gpu.py -k mla
   TAIL=14 stage probe 150 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 --widths 3 4 8 \
