@@ -8,10 +8,11 @@ input sets (different caches, different routed experts) so that the 60 MB L2 hol
 uses; the graph is replayed with events around each replay and the median replay is divided by the calls.
 ``--sweep`` first times candidate configs per op, uses the winners, and writes them as a table
 (``sweep_table.json``, the format of ``sglang_eagle3/kernels/configs/sm_90.json``); ``--sweep gemv`` only the
-INT4 GEMV MoE (``--sweep-tokens``). Read-only rows ("read ceiling of ...") time a kernel that only reads as
-many bytes as a case must: what any kernel of those bytes can reach in a graph on this GPU.
+INT4 GEMV MoE (``--sweep-tokens``), over tiles that keep the table's arithmetic, each winner timed again against
+the table's config; ``--moe-only`` then times just the INT4 GEMV MoE. Read-only rows ("read ceiling of ...") time a
+kernel that only reads as many bytes as a case must: what any kernel of those bytes can reach in a graph on this GPU.
 
-    python benchmarks/bench_kernels.py --out benchmarks/results/h200 [--sweep [gemv] [--sweep-tokens 1 2]]
+    python benchmarks/bench_kernels.py --out benchmarks/results/h200 [--sweep [gemv] [--sweep-tokens 1 2] [--moe-only]]
     SGLANG_EAGLE3_CONFIG_TABLE=OUT/sweep_table.json ...   # use a sweep's table without merging it
 """
 

@@ -60,8 +60,8 @@ def launch_plan(batch: int, tokens_per_req: int, heads: int, max_keys: int, sms:
     depth. For a verify of a Kimi TP=8 rank at batch 1 in an 8448-slot table: 16-row blocks (two programs a split
     instead of one of 32 rows) at one key-tile buffer, ~100 KB of shared memory, so that two programs a SM run
     the doubled grid in one wave; with splits of one or two tiles a deeper pipeline has nothing to overlap. Same
-    splits and key tiles, so the same bits (the row sums do not depend on BLOCK_M); docs/KERNELS.md, "MLA split
-    merge"."""
+    splits and key tiles, so the same bits (the row sums do not depend on BLOCK_M); docs/KERNELS.md, "Verify rows
+    in 16-row blocks where splits are short"."""
     rows = tokens_per_req * heads
     block_m = max(16, min(cfg["BLOCK_M"], triton.next_power_of_2(rows)))
     stages = cfg["num_stages"]
