@@ -49,15 +49,13 @@ def by_t_table(steps: list[dict], layers: int, width: int = 44) -> list[str]:
     ran), then the graph and the kernels' busy time a layer; kernels in order of their time at the largest T. What
     a verify adds over a decode, kernel by kernel (read with PDL off: with it a kernel launched early counts the
     wait for its predecessor as its own)."""
-    names = {k["kernel"]: k["calls_per_layer"] for s in steps for k in reversed(s["kernels"])}
+    names = {k["kernel"]: k["calls_per_layer"] for s in reversed(steps) for k in s["kernels"]}  # the first T's
     last = {k["kernel"]: k["per_step_us"] for k in steps[-1]["kernels"]}
-    order = sorted(names, key=lambda n: -last.get(n, 0.0))
-    head = f"{'us a call (calls a layer)':<{width}}" + "".join(f"{'T=' + str(s['T']):>9}" for s in steps)
-    rows = [head]
-    for n in order:
-        calls = {s["T"]: {k["kernel"]: k["us_per_call"] for k in s["kernels"]}.get(n) for s in steps}
+    per_call = [{k["kernel"]: k["us_per_call"] for k in s["kernels"]} for s in steps]
+    rows = [f"{'us a call (calls a layer)':<{width}}" + "".join(f"{'T=' + str(s['T']):>9}" for s in steps)]
+    for n in sorted(names, key=lambda n: -last.get(n, 0.0)):
         rows.append(f"{n[:width - 8]:<{width - 8}} ({names[n]:4.2f})"
-                    + "".join(f"{'-' if v is None else f'{v:.2f}':>9}" for v in calls.values()))
+                    + "".join(f"{'-' if n not in us else f'{us[n]:.2f}':>9}" for us in per_call))
     for what, key in (("graph us a layer", "graph_ms"), ("kernels busy us a layer", "kernel_busy_ms")):
         rows.append(f"{what:<{width}}" + "".join(f"{s[key] * 1e3 / layers:9.1f}" for s in steps))
     return rows

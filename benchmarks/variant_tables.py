@@ -42,8 +42,8 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     # the table before the short_split rule those two led to (its 32-row blocks at 3 stages wherever verify rows run)
     "mla_no_short": {("mla_attention", 17, None): {"short_split": None}},
     # (not yet run) decode rows at one key-tile buffer too: in the benchmarks' 8448-slot tables a split holds one tile,
-    # where the sixteenth session measured 3 stages 0.2-0.3 us slower alone at 1k; a long-context table would need
-    # the 3 (short_split's capacity rule then, with BLOCK_M >= short_split's in launch_plan)
+    # where the sixteenth session measured 3 stages 0.2-0.3 us slower alone at 1k. Long-context tables need the 3, so
+    # shipping it would mean short_split's capacity rule taking decode rows too (BLOCK_M >= short_split's)
     "mla_decode_s2": {("mla_attention", 1, 16): {"num_stages": 2}},
 }
 

@@ -141,8 +141,9 @@ def test_profile_by_t_table():
                             for n, us, c in kernels]}
 
     rows = by_t_table([step(1, 0.2, [("gate_up", 9.9, 0.75), ("merge", 2.9, 1.0)]),
-                       step(4, 0.4, [("merge", 2.8, 1.0), ("gate_up", 27.2, 0.75), ("big_tail", 3.0, 0.25)])], 2)
+                       step(4, 0.4, [("merge", 2.8, 2.0), ("gate_up", 27.2, 0.75), ("big_tail", 3.0, 0.25)])], 2)
     assert rows[0].split()[-2:] == ["T=1", "T=4"]
     assert [r.split()[0] for r in rows[1:4]] == ["gate_up", "merge", "big_tail"]
+    assert rows[2].split()[1] == "(1.00)"  # calls a layer at the first T a kernel ran
     assert rows[1].split()[-3:] == ["(0.75)", "9.90", "27.20"] and rows[3].split()[-2:] == ["-", "3.00"]
     assert rows[4].split()[-2:] == ["100.0", "200.0"] and rows[5].split()[-2:] == ["80.0", "160.0"]
