@@ -556,7 +556,7 @@ def check_mla(arch: int) -> dict:
     for T in (1, 4):
         for name, bucket in (("table", tuning._pick_bucket(table, "rows", T * 8)), ("defaults", {})):
             cfg = {**tuning.DEFAULTS["mla_attention"], **bucket}
-            plan = launch_plan(1, T, 8, 8192, 132, cfg)  # (at T=4 the table's short_split: 16 rows, 2 stages)
+            plan = launch_plan(1, T, 8, 8192, 132, cfg)  # (sm_90 at T=4: its short_split, 16 rows at 2 stages)
             block_m = plan["BLOCK_M"]
             for split_kv in (False, True):
                 ffma = {}
