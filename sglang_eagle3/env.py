@@ -97,6 +97,10 @@ GEMV_LANES_FIRST = Knob("SGLANG_EAGLE3_GEMV_LANES_FIRST",
                         "unset or 1: the CUDA-core GEMV forms hold their weight tile lanes first (kernels/gemv.py "
                         "lanes_first; the default since the thirty-sixth session, paired on the H200); 0: weight "
                         "rows first (other bits, the same at every T); read as graphs are captured")
+GEMV_GROUPS_INNER = Knob("SGLANG_EAGLE3_GEMV_GROUPS_INNER",
+                         "unset or 1: past 4 rows of x the CUDA-core GEMV forms start a weight block's row-group "
+                         "programs side by side (kernels/gemv.py row_groups_inner); 0: the blocks first, the row "
+                         "groups as a second grid axis (same bits; A/B runs); read as graphs are captured")
 GEMV_FMA_PLAIN_PAIR = Knob("SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR",
                            "0: a pair launch of two plain matrices (MLA's q_a + kv_a) stays on the tensor cores; "
                            "unset or 1: it takes the CUDA-core form where the engine allows that form (kernels/gemv.py "
@@ -147,7 +151,7 @@ ADAPTIVE_STEP_UP = Knob(
 
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
-       GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_FMA_PLAIN_PAIR,
+       GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_GROUPS_INNER, GEMV_FMA_PLAIN_PAIR,
        MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX, GRAMMAR_PREFILL_BELOW_US, ADAPTIVE_CHANGE_NATS,
        ADAPTIVE_STEP_UP)
 

@@ -170,6 +170,26 @@ def lanes_first() -> bool:
     return env.GEMV_LANES_FIRST.switch(default=True)
 
 
+def row_groups_inner() -> bool:
+    """Whether the CUDA-core forms place a weight block's row-group programs side by side in the grid (past 4 rows
+    of x a block has a program per 4 rows; triton/gemv.py _block_and_rows): unset or 1 yes (row groups on grid
+    axis 0), so the later groups read the weights from L2 while the first streams them;
+    SGLANG_EAGLE3_GEMV_GROUPS_INNER=0: the blocks on axis 0, the row groups on axis 1 (the order before the
+    forty-ninth session). The same programs and arithmetic either way (the same bits); only when each starts
+    differs."""
+    return env.GEMV_GROUPS_INNER.switch(default=True)
+
+
+def _fma_grid(blocks: int, T: int, rows: int, heads: int, inner: bool) -> tuple[tuple[int, int, int], bool]:
+    """(grid, GROUPS_INNER) of the CUDA-core forms for ``blocks`` weight blocks and cdiv(T, rows) row groups
+    (triton/gemv.py _block_and_rows): the row groups on axis 0 with ``inner`` where the blocks fit grid axis 1
+    (65535), else the blocks on axis 0."""
+    groups = triton.cdiv(T, rows)
+    if inner and blocks <= 65535:
+        return (groups, blocks, heads), True
+    return (blocks, groups, heads), False
+
+
 def fma_config(N: int, K: int) -> dict:
     """The CUDA-core form's launch config, from the matrix's shape only (never T: a token's products must not
     depend on how many rows a launch has): BLOCK_N weight rows a program, LANES lanes of 8 weights along K over
@@ -274,11 +294,12 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
     lanes = cfg["LANES"]
     heads = (x.stride(1), w.stride(0), out.stride(1)) if batched else (0, 0, 0)
     pdl = tuning.pdl(x.device, "gemv")
-    gemv_fma_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), triton.cdiv(T, rows), B)](
+    grid, inner = _fma_grid(triton.cdiv(N, cfg["BLOCK_N"]), T, rows, B, row_groups_inner())
+    gemv_fma_kernel[grid](
         x, w, out, norm_weight if norm_weight is not None else w, T, N, K, x.stride(0), w.stride(-2), out.stride(0),
         *heads, float(eps), ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=lanes, VEC=8, NSTEPS=triton.cdiv(K, lanes * 8),
         NORM=norm_weight is not None, PDL=pdl, HEADS=batched, LF=bool(cfg.get("LANES_FIRST", False)),
-        num_warps=1 if interpret else cfg["num_warps"],
+        GROUPS_INNER=inner, num_warps=1 if interpret else cfg["num_warps"],
         **tuning.pdl_launch(pdl))
     return out
 
@@ -318,11 +339,12 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
     rows = min(cfg["MAX_ROWS"], triton.next_power_of_2(T))
     nb1 = triton.cdiv(N1, bn)
     pdl = tuning.pdl(x.device, "gemv")
-    gemv_fma_pair_kernel[(nb1 + triton.cdiv(N2, bn // 2 if gated else bn), triton.cdiv(T, rows))](
+    grid, inner = _fma_grid(nb1 + triton.cdiv(N2, bn // 2 if gated else bn), T, rows, 1, row_groups_inner())
+    gemv_fma_pair_kernel[grid](
         x, w1, w2, w2_up if gated else w2, y1, y2, T, N1, N2, nb1, K, x.stride(0), w1.stride(0), w2.stride(0),
         y1.stride(0), y2.stride(0), ROWS=rows, BLOCK_N=bn, LANES=cfg["LANES"], VEC=8,
         NSTEPS=triton.cdiv(K, cfg["LANES"] * 8), PDL=pdl, LF=bool(cfg.get("LANES_FIRST", False)), GATED=gated,
-        num_warps=1 if interpret else cfg["num_warps"], **tuning.pdl_launch(pdl))
+        GROUPS_INNER=inner, num_warps=1 if interpret else cfg["num_warps"], **tuning.pdl_launch(pdl))
     return y1, y2
 
 

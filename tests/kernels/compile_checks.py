@@ -836,7 +836,9 @@ def check_fma_gemv(arch: int) -> dict:
     either way round (LANES_FIRST): no spills, the weights' loads 16 bytes wide (K divisible by 16, as the JIT
     specializes it at these shapes: without that the masked loads go 2 bytes at a time), and every reduction's
     operand in the same layout at 1, 2 and 4 rows (the order of a token's sums must not follow T: decode ==
-    verify)."""
+    verify). The row groups' order as the launchers take it (row_groups_inner)."""
+    from sglang_eagle3.kernels.gemv import row_groups_inner
+
     out = {}
     for case in fma_gemv_cases():
         name = case[0]
@@ -844,7 +846,7 @@ def check_fma_gemv(arch: int) -> dict:
             layouts = {}
             for rows in (1, 2, 4):
                 what = f"{name} rows={rows} lanes_first={lanes_first}"
-                kernel = compile_fma_case(case, rows, arch, LF=lanes_first)
+                kernel = compile_fma_case(case, rows, arch, LF=lanes_first, GROUPS_INNER=row_groups_inner())
                 sass, res = sass_of(kernel)
                 _no_spills(res, what)
                 wide = sum(1 for line in sass.splitlines() if re.search(r"\bLDG\.E\.128\b", line))

@@ -204,6 +204,63 @@ def check_lanes_first_knob(seed: int = 0) -> dict:
     return {"launched": launched}
 
 
+def check_groups_inner_knob(seed: int = 0) -> dict:
+    """SGLANG_EAGLE3_GEMV_GROUPS_INNER reaches all three CUDA-core launches (the plain form, per head, the gated pair):
+    1 and unset put the row groups on grid axis 0 with GROUPS_INNER, 0 the weight blocks; at T = 9 (three
+    row groups of 4, the last partial; partial weight-row blocks) the outputs are the same bits either way, and
+    each matches the torch reference (a wrong block or row index would store another row's sums)."""
+    import importlib
+
+    from kernel_checks import rel_err
+
+    from sglang_eagle3 import env
+
+    mod = importlib.import_module("sglang_eagle3.kernels.gemv")
+    launched = []
+
+    class Spy:  # records each launch's grid and GROUPS_INNER, then launches
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append((tuple(grid), kwargs["GROUPS_INNER"]))
+                return self.kernel[grid](*args, **kwargs)
+            return launch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    T, K = 9, 300
+    x = torch.randn(T, K, generator=g).to(torch.bfloat16)
+    xh = torch.randn(T, 2, K, generator=g).to(torch.bfloat16)
+    w, w2, w2_up = ((torch.randn(n, K, generator=g) / 17).to(torch.bfloat16) for n in (10, 6, 6))
+    wh = (torch.randn(2, 7, K, generator=g) / 17).to(torch.bfloat16)
+    saved = mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel
+    mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel = Spy(saved[0]), Spy(saved[1])
+    cfg = {"BLOCK_N": 4, "LANES": 32, "num_warps": 1, "MAX_ROWS": 4, "LANES_FIRST": True}
+    pair_cfg = {**cfg, "BLOCK_N": 2}
+    outs = {}
+    try:
+        for value, want in (("1", True), ("0", False), (None, True)):
+            with env.overrides({env.GEMV_GROUPS_INNER.name: value}):
+                outs[value] = (triton_gemv_fma(x, w, config=cfg), triton_gemv_fma(xh, wh, config=cfg),
+                               *triton_gemv_fma_pair(x, w, w2, w2_up, config=pair_cfg))
+            grids = [grid for grid, _ in launched[-3:]]
+            assert [inner for _, inner in launched[-3:]] == [want] * 3, f"GROUPS_INNER={value}: {launched[-3:]}"
+            blocks = (3, 2, 5 + 6)  # cdiv(10, 4); cdiv(7, 4); the pair's cdiv(10, 2) W1 + cdiv(6, 2 // 2) gated
+            heads = (1, 2, 1)
+            expect = [(3, b, h) if want else (b, 3, h) for b, h in zip(blocks, heads, strict=True)]
+            assert grids == expect, f"GROUPS_INNER={value}: grids {grids}, expected {expect}"
+    finally:
+        mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel = saved
+    for a, b in zip(outs["1"], outs["0"], strict=True):
+        assert torch.equal(a, b), "the two grid orders computed different bits"
+    refs = (x.float() @ w.float().T, torch.einsum("tbk,bnk->tbn", xh.float(), wh.float()), x.float() @ w.float().T,
+            torch.nn.functional.silu(x.float() @ w2.float().T) * (x.float() @ w2_up.float().T))
+    for got, ref in zip(outs["1"], refs, strict=True):
+        assert rel_err(got, ref) < 2e-2, f"rel err {rel_err(got, ref)} against the torch reference"
+    return {"launched": launched}
+
+
 FMA_8 = {"BLOCK_N": 8, "LANES": 16, "num_warps": 1, "MAX_ROWS": 8}
 FMA_PAIR_2 = {"BLOCK_N": 2, "LANES": 16, "num_warps": 1, "MAX_ROWS": 2}
 # The weight tile as [LANES, BLOCK_N, VEC] (the config key LANES_FIRST, kernels/gemv.py lanes_first): the same
@@ -251,4 +308,5 @@ CASES = {
     "gemv_fma_heads_views_t5_lanes_first": lambda: check_gemv_fma_heads(5, 3, 7, 300, seed=25, w_view=True,
                                                                         config=LF_4),
     "gemv_fma_lanes_first_knob": lambda: check_lanes_first_knob(seed=26),
+    "gemv_fma_groups_inner_knob": lambda: check_groups_inner_knob(seed=32),
 }

@@ -400,3 +400,22 @@ def test_mla_short_split_only_where_no_split_holds_more_tiles():
             assert long["splits"] == plan(B, 1, cap)["splits"], (T, B, cap, long)
     assert plan(1, 17, 8448)["BLOCK_M"] == 32  # a prefill chunk's rows: the table's blocks
     assert (plan(1, 1, 8448)["BLOCK_M"], plan(1, 1, 8448)["num_stages"]) == (16, 3)
+
+
+def test_gemv_fma_row_groups_grid(monkeypatch):
+    """The CUDA-core forms' grid: row groups on axis 0 by default (a weight block's programs adjacent), the blocks
+    there with SGLANG_EAGLE3_GEMV_GROUPS_INNER=0, and there too where the blocks would not fit grid axis 1; a bad
+    value is named."""
+    from sglang_eagle3.kernels.gemv import _fma_grid, row_groups_inner
+
+    monkeypatch.delenv("SGLANG_EAGLE3_GEMV_GROUPS_INNER", raising=False)
+    assert row_groups_inner()
+    blocks, T, rows = 528, 7, 4  # q_a + kv_a at Kimi's TP=8 rank (1536 + 576 rows, 4 a program), a verify of 7
+    assert _fma_grid(blocks, T, rows, 1, True) == ((2, blocks, 1), True)
+    assert _fma_grid(blocks, T, rows, 1, False) == ((blocks, 2, 1), False)
+    assert _fma_grid(70_000, T, rows, 8, True) == ((70_000, 2, 8), False)  # past axis 1's 65535
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_GROUPS_INNER", "0")
+    assert not row_groups_inner()
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_GROUPS_INNER", "yes")
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_GEMV_GROUPS_INNER='yes'"):
+        row_groups_inner()

@@ -557,15 +557,33 @@ def _lanes_store4_at(ptrs, ok, t, T, s_ot, a0, a1, a2, a3, R: tl.constexpr, LF: 
 
 
 @triton.jit
+def _block_and_rows(ROWS: tl.constexpr, GROUPS_INNER: tl.constexpr):
+    """(weight block, first row of x) of this program. Past ROWS rows of x a weight block has several programs, one
+    a row group, reading the same weights. GROUPS_INNER: grid axis 0 holds the row groups and axis 1 the blocks, so
+    a block's programs are adjacent in the order the GPU starts them and the later ones find the weights in L2
+    while the first still streams them; else axis 0 holds the blocks and axis 1 the row groups, and a second
+    group's programs start only once the first group's have filled the SMs (past one wave: after they finish, the
+    weights partly gone from L2). At T <= ROWS both orders are the same one. (The axes, not a 1-D grid split by a
+    division: a division by the runtime group count put a stack frame in the sm_120 build.)"""
+    if GROUPS_INNER:
+        blk = tl.program_id(1)
+        t0 = tl.program_id(0) * ROWS
+    else:
+        blk = tl.program_id(0)
+        t0 = tl.program_id(1) * ROWS
+    return blk, t0
+
+
+@triton.jit
 def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, s_xb, s_wb, s_ob, eps,
                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr, VEC: tl.constexpr,
                     NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False, HEADS: tl.constexpr = False,
-                    LF: tl.constexpr = False):
+                    LF: tl.constexpr = False, GROUPS_INNER: tl.constexpr = False):
     """out[t, (b,) n] = sum_k x'[t, (b,) k] W[(b,) n, k] on the CUDA cores (x' = x, or with NORM its RMSNorm by nw
     and eps) for BLOCK_N rows n of head b = program_id(2) (with HEADS; strides s_xb, s_wb, s_ob) and rows
-    t0 .. t0 + ROWS - 1 of x a program (t0 = ROWS * program_id(1); ROWS = 1, 2, 4 or 8); W K-contiguous,
-    NSTEPS = cdiv(K, LANES * VEC) steps (unrolled) of LANES x VEC weights a row; LF: the weight tile's axes in the
-    order [LANES, BLOCK_N, VEC] (see the note above)."""
+    t0 .. t0 + ROWS - 1 of x a program (ROWS = 1, 2, 4 or 8; the program's weight block and row group from
+    _block_and_rows); W K-contiguous, NSTEPS = cdiv(K, LANES * VEC) steps (unrolled) of LANES x VEC weights a row;
+    LF: the weight tile's axes in the order [LANES, BLOCK_N, VEC] (see the note above)."""
     STEP: tl.constexpr = LANES * VEC
     R0: tl.constexpr = ROWS if ROWS < 4 else 4  # rows of the first four accumulators
     if HEADS:  # (a constexpr, so that one head's launches compile to the code they had before heads existed)
@@ -573,8 +591,8 @@ def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, s_
         x_ptr += b * s_xb
         w_ptr += b * s_wb
         out_ptr += b * s_ob
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    t0 = tl.program_id(1) * ROWS
+    blk, t0 = _block_and_rows(ROWS, GROUPS_INNER)
+    n = blk * BLOCK_N + tl.arange(0, BLOCK_N)
     kk = tl.arange(0, LANES)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [LANES, VEC]: lane l's weights
     n_ok = _by_row(n < N, LF)
     w_rows = w_ptr + _by_row(n.to(tl.int64) * s_wn, LF)
@@ -631,7 +649,7 @@ def _gated_row(out2_ptr, t, T, s_o2t, j, N2, sums, HALF: tl.constexpr):
 def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T, N, N2, NB1, K, s_xt, s_w1n, s_w2n,
                          s_ot, s_o2t, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
                          VEC: tl.constexpr, NSTEPS: tl.constexpr, PDL: tl.constexpr = False, LF: tl.constexpr = False,
-                         GATED: tl.constexpr = True):
+                         GATED: tl.constexpr = True, GROUPS_INNER: tl.constexpr = False):
     """gemv_fma_kernel's form for a pair launch of one x: programs 0 .. NB1 - 1 take BLOCK_N rows of W1 [N, K] into
     out [T, N] (its dtype: float32 router logits for a MoE layer's router). With GATED (the router's shared expert
     gate/up), program NB1 + p takes gate rows and up rows j = p * HALF .. + HALF - 1 of W2 / W2_up [N2, K],
@@ -643,7 +661,7 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
     HALF: tl.constexpr = BLOCK_N // 2
     STEP: tl.constexpr = LANES * VEC
     R0: tl.constexpr = ROWS if ROWS < 4 else 4
-    pid = tl.program_id(0)
+    pid, t0 = _block_and_rows(ROWS, GROUPS_INNER)
     second = pid >= NB1
     r = tl.arange(0, BLOCK_N)
     n = pid * BLOCK_N + r  # W1's rows (first programs)
@@ -656,7 +674,6 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
         w2_rows = w2_ptr + jr.to(tl.int64) * s_w2n
     row_ok = tl.where(second, jr < N2, n < N)
     w_rows = _by_row(tl.where(second, w2_rows, w1_ptr + n.to(tl.int64) * s_w1n), LF)
-    t0 = tl.program_id(1) * ROWS
     kk = tl.arange(0, LANES)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [LANES, VEC]: lane l's weights
     n_ok = _by_row(row_ok, LF)
     w = tl.load(w_rows + _by_lane(kk, LF), mask=n_ok & _by_lane(kk < K, LF), other=0.0).to(tl.float32)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The forty-ninth session's device round: past 4 rows of x the CUDA-core GEMV forms (q_a + kv_a, router + shared
+# gate/up, q_b, W_UV) run a second row group of programs over the same weights; the grid put the weight blocks on
+# axis 0, so the second group started after the first had filled the SMs (kernels/gemv.py row_groups_inner). With
+# the row groups on axis 0 a block's programs start together and share the weights through L2. Same bits.
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session49_round.sh z1   (one device call each, < 10 min)
+# z1: the CUDA-core GEMV GPU tests; the 61-layer step paired, row groups adjacent (the default) against
+#     SGLANG_EAGLE3_GEMV_GROUPS_INNER=0 at T = 1, 4, 5, 6, 8, 1k and 8k; profile_step.py at T = 5, 8 with each order
+#     (per kernel); variant_tables.py's mla_decode_s2 (decode's MLA at one key-tile buffer) paired at T = 1.
+# Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: z1}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
+case $part in
+z1)
+  TAIL=6 stage fma_gpu_tests 120 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 100 \
+    tests/kernels/test_kernels_gpu.py -k fma
+  TAIL=24 stage paired_groups 230 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 5 6 8 --eager-iters 1 --graph-iters 10 --env-variants '' SGLANG_EAGLE3_GEMV_GROUPS_INNER=0 \
+    --paired 100 --out "$OUT/paired_groups.json"
+  TAIL=30 stage profile_inner 70 python benchmarks/profile_step.py --layers 4 --tokens 5 8 --no-gemm \
+    --out "$OUT/profile_inner.json"
+  SGLANG_EAGLE3_GEMV_GROUPS_INNER=0 TAIL=30 stage profile_outer 70 python benchmarks/profile_step.py --layers 4 \
+    --tokens 5 8 --no-gemm --out "$OUT/profile_outer.json"
+  python benchmarks/variant_tables.py /tmp/tables > /dev/null
+  TAIL=10 stage paired_decode_s2 70 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 --eager-iters 1 --graph-iters 10 --env-variants '' \
+    SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_decode_s2.json --paired 100 --out "$OUT/paired_decode_s2.json"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
