@@ -98,9 +98,9 @@ GEMV_LANES_FIRST = Knob("SGLANG_EAGLE3_GEMV_LANES_FIRST",
                         "lanes_first; the default since the thirty-sixth session, paired on the H200); 0: weight "
                         "rows first (other bits, the same at every T); read as graphs are captured")
 GEMV_GROUPS_INNER = Knob("SGLANG_EAGLE3_GEMV_GROUPS_INNER",
-                         "unset or 1: past 4 rows of x the CUDA-core GEMV forms start a weight block's row-group "
-                         "programs side by side (kernels/gemv.py row_groups_inner); 0: the blocks first, the row "
-                         "groups as a second grid axis (same bits; A/B runs); read as graphs are captured")
+                         "which CUDA-core GEMV launches start a weight block's row-group programs side by side "
+                         "past 4 rows of x (kernels/gemv.py row_groups_inner): pairs (unset: the default), all or "
+                         "none (same bits; A/B runs); read as graphs are captured")
 GEMV_FMA_PLAIN_PAIR = Knob("SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR",
                            "0: a pair launch of two plain matrices (MLA's q_a + kv_a) stays on the tensor cores; "
                            "unset or 1: it takes the CUDA-core form where the engine allows that form (kernels/gemv.py "

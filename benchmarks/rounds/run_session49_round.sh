@@ -7,9 +7,14 @@
 # z1: the CUDA-core GEMV GPU tests; the 61-layer step paired, row groups adjacent (the default) against
 #     SGLANG_EAGLE3_GEMV_GROUPS_INNER=0 at T = 1, 4, 5, 6, 8, 1k and 8k; profile_step.py at T = 5, 8 with each order
 #     (per kernel); variant_tables.py's mla_decode_s2 (decode's MLA at one key-tile buffer) paired at T = 1.
+# z2: z1 found the pair launches 3.1 us faster at T = 5 with the groups side by side and the single ones (q_b, W_UV)
+#     0.4-0.6 us slower, so the default became "pairs": the step paired, pairs (the default) against all and none,
+#     at T = 1, 4, 5, 6, 8, 1k and 8k; the invariance probe at T = 5, 8 (every verify row against its decode).
+# Ran: z1 at baa1c40 (H100; all launches' groups side by side then: the step x0.946-0.968 at T = 5..8 against none,
+# x1.001-1.003 at T = 1; mla_decode_s2 x1.004 / x1.026 at 1k / 8k: slower).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: z1}
+part=${1:?part: z1 | z2}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 z1)
@@ -26,6 +31,13 @@ z1)
   TAIL=10 stage paired_decode_s2 70 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
     --tokens 1 --eager-iters 1 --graph-iters 10 --env-variants '' \
     SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/mla_decode_s2.json --paired 100 --out "$OUT/paired_decode_s2.json"
+  ;;
+z2)
+  TAIL=36 stage paired_groups 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 1 4 5 6 8 --eager-iters 1 --graph-iters 10 --env-variants '' SGLANG_EAGLE3_GEMV_GROUPS_INNER=all \
+    SGLANG_EAGLE3_GEMV_GROUPS_INNER=none --paired 100 --out "$OUT/paired_groups.json"
+  TAIL=10 stage probe 120 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 --widths 5 8 \
+    --out "$OUT/probe.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

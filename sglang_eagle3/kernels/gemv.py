@@ -170,22 +170,35 @@ def lanes_first() -> bool:
     return env.GEMV_LANES_FIRST.switch(default=True)
 
 
-def row_groups_inner() -> bool:
-    """Whether the CUDA-core forms place a weight block's row-group programs side by side in the grid (past 4 rows
-    of x a block has a program per 4 rows; triton/gemv.py _block_and_rows): unset or 1 yes (row groups on grid
-    axis 0), so the later groups read the weights from L2 while the first streams them;
-    SGLANG_EAGLE3_GEMV_GROUPS_INNER=0: the blocks on axis 0, the row groups on axis 1 (the order before the
-    forty-ninth session). The same programs and arithmetic either way (the same bits); only when each starts
-    differs."""
-    return env.GEMV_GROUPS_INNER.switch(default=True)
+GROUPS_INNER_FORMS = {"none": (), "pairs": ("pair",), "all": ("pair", "single")}
+
+
+def row_groups_inner(form: str) -> bool:
+    """Whether a CUDA-core launch of ``form`` ("pair": triton_gemv_fma_pair, MLA's q_a + kv_a and the router +
+    shared gate/up; "single": triton_gemv_fma, q_b and W_UV) puts a weight block's row-group programs side by side
+    (past 4 rows of x a block has a program per 4 rows; triton/gemv.py _block_and_rows): the row groups on grid
+    axis 0, so the later groups read the weights from L2 while the first streams them; else the blocks on axis 0,
+    the row groups on axis 1 (every launch's order before the forty-ninth session). The same programs and
+    arithmetic either way (the same bits); only when each starts differs. SGLANG_EAGLE3_GEMV_GROUPS_INNER: "pairs"
+    (unset: the default), "all" or "none". The default from the 61-layer step on an H100 (docs/BENCHMARKS.md,
+    forty-ninth session): the pairs (12.8 and 30 MB of weights a launch) ran 3.1 us faster a launch at T = 5 with
+    the groups side by side, the single launches (4.7 MB and less) 0.4-0.6 us slower."""
+    raw = env.GEMV_GROUPS_INNER.raw()
+    choice = "pairs" if raw in (None, "") else raw.strip().lower()
+    if choice not in GROUPS_INNER_FORMS:
+        raise ValueError(f"{env.GEMV_GROUPS_INNER.name}={raw!r}: expected one of {', '.join(GROUPS_INNER_FORMS)} "
+                         f"(unset: pairs)")
+    assert form in ("pair", "single"), f"form must be 'pair' or 'single', got {form!r}"
+    return form in GROUPS_INNER_FORMS[choice]
 
 
 def _fma_grid(blocks: int, T: int, rows: int, heads: int, inner: bool) -> tuple[tuple[int, int, int], bool]:
     """(grid, GROUPS_INNER) of the CUDA-core forms for ``blocks`` weight blocks and cdiv(T, rows) row groups
-    (triton/gemv.py _block_and_rows): the row groups on axis 0 with ``inner`` where the blocks fit grid axis 1
-    (65535), else the blocks on axis 0."""
+    (triton/gemv.py _block_and_rows): the row groups on axis 0 with ``inner`` where there are several and the
+    blocks fit grid axis 1 (65535), else the blocks on axis 0 (one row group: the same order either way, and the
+    grid each launch had before the forty-ninth session)."""
     groups = triton.cdiv(T, rows)
-    if inner and blocks <= 65535:
+    if inner and groups > 1 and blocks <= 65535:
         return (groups, blocks, heads), True
     return (blocks, groups, heads), False
 
@@ -294,7 +307,7 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
     lanes = cfg["LANES"]
     heads = (x.stride(1), w.stride(0), out.stride(1)) if batched else (0, 0, 0)
     pdl = tuning.pdl(x.device, "gemv")
-    grid, inner = _fma_grid(triton.cdiv(N, cfg["BLOCK_N"]), T, rows, B, row_groups_inner())
+    grid, inner = _fma_grid(triton.cdiv(N, cfg["BLOCK_N"]), T, rows, B, row_groups_inner("single"))
     gemv_fma_kernel[grid](
         x, w, out, norm_weight if norm_weight is not None else w, T, N, K, x.stride(0), w.stride(-2), out.stride(0),
         *heads, float(eps), ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=lanes, VEC=8, NSTEPS=triton.cdiv(K, lanes * 8),
@@ -339,7 +352,8 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
     rows = min(cfg["MAX_ROWS"], triton.next_power_of_2(T))
     nb1 = triton.cdiv(N1, bn)
     pdl = tuning.pdl(x.device, "gemv")
-    grid, inner = _fma_grid(nb1 + triton.cdiv(N2, bn // 2 if gated else bn), T, rows, 1, row_groups_inner())
+    grid, inner = _fma_grid(nb1 + triton.cdiv(N2, bn // 2 if gated else bn), T, rows, 1,
+                           row_groups_inner("pair"))
     gemv_fma_pair_kernel[grid](
         x, w1, w2, w2_up if gated else w2, y1, y2, T, N1, N2, nb1, K, x.stride(0), w1.stride(0), w2.stride(0),
         y1.stride(0), y2.stride(0), ROWS=rows, BLOCK_N=bn, LANES=cfg["LANES"], VEC=8,

@@ -846,7 +846,8 @@ def check_fma_gemv(arch: int) -> dict:
             layouts = {}
             for rows in (1, 2, 4):
                 what = f"{name} rows={rows} lanes_first={lanes_first}"
-                kernel = compile_fma_case(case, rows, arch, LF=lanes_first, GROUPS_INNER=row_groups_inner())
+                inner = row_groups_inner("pair" if case[1] is gv.gemv_fma_pair_kernel else "single")
+                kernel = compile_fma_case(case, rows, arch, LF=lanes_first, GROUPS_INNER=inner)
                 sass, res = sass_of(kernel)
                 _no_spills(res, what)
                 wide = sum(1 for line in sass.splitlines() if re.search(r"\bLDG\.E\.128\b", line))

@@ -206,7 +206,8 @@ def check_lanes_first_knob(seed: int = 0) -> dict:
 
 def check_groups_inner_knob(seed: int = 0) -> dict:
     """SGLANG_EAGLE3_GEMV_GROUPS_INNER reaches all three CUDA-core launches (the plain form, per head, the gated pair):
-    1 and unset put the row groups on grid axis 0 with GROUPS_INNER, 0 the weight blocks; at T = 9 (three
+    the row groups on grid axis 0 with GROUPS_INNER where it names the launch's form (all; pairs and unset: the
+    pair only), else the weight blocks; at T = 9 (three
     row groups of 4, the last partial; partial weight-row blocks) the outputs are the same bits either way, and
     each matches the torch reference (a wrong block or row index would store another row's sums)."""
     import importlib
@@ -240,23 +241,23 @@ def check_groups_inner_knob(seed: int = 0) -> dict:
     pair_cfg = {**cfg, "BLOCK_N": 2}
     outs = {}
     try:
-        for value, want in (("1", True), ("0", False), (None, True)):
+        for value, wants in (("all", (True,) * 3), ("none", (False,) * 3), (None, (False, False, True))):
             with env.overrides({env.GEMV_GROUPS_INNER.name: value}):
                 outs[value] = (triton_gemv_fma(x, w, config=cfg), triton_gemv_fma(xh, wh, config=cfg),
                                *triton_gemv_fma_pair(x, w, w2, w2_up, config=pair_cfg))
             grids = [grid for grid, _ in launched[-3:]]
-            assert [inner for _, inner in launched[-3:]] == [want] * 3, f"GROUPS_INNER={value}: {launched[-3:]}"
+            assert tuple(inner for _, inner in launched[-3:]) == wants, f"GROUPS_INNER={value}: {launched[-3:]}"
             blocks = (3, 2, 5 + 6)  # cdiv(10, 4); cdiv(7, 4); the pair's cdiv(10, 2) W1 + cdiv(6, 2 // 2) gated
             heads = (1, 2, 1)
-            expect = [(3, b, h) if want else (b, 3, h) for b, h in zip(blocks, heads, strict=True)]
+            expect = [(3, b, h) if want else (b, 3, h) for b, h, want in zip(blocks, heads, wants, strict=True)]
             assert grids == expect, f"GROUPS_INNER={value}: grids {grids}, expected {expect}"
     finally:
         mod.gemv_fma_kernel, mod.gemv_fma_pair_kernel = saved
-    for a, b in zip(outs["1"], outs["0"], strict=True):
-        assert torch.equal(a, b), "the two grid orders computed different bits"
+    for a, b, c in zip(outs["all"], outs["none"], outs[None], strict=True):
+        assert torch.equal(a, b) and torch.equal(a, c), "the grid orders computed different bits"
     refs = (x.float() @ w.float().T, torch.einsum("tbk,bnk->tbn", xh.float(), wh.float()), x.float() @ w.float().T,
             torch.nn.functional.silu(x.float() @ w2.float().T) * (x.float() @ w2_up.float().T))
-    for got, ref in zip(outs["1"], refs, strict=True):
+    for got, ref in zip(outs["all"], refs, strict=True):
         assert rel_err(got, ref) < 2e-2, f"rel err {rel_err(got, ref)} against the torch reference"
     return {"launched": launched}
 

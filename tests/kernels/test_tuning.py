@@ -403,19 +403,21 @@ def test_mla_short_split_only_where_no_split_holds_more_tiles():
 
 
 def test_gemv_fma_row_groups_grid(monkeypatch):
-    """The CUDA-core forms' grid: row groups on axis 0 by default (a weight block's programs adjacent), the blocks
-    there with SGLANG_EAGLE3_GEMV_GROUPS_INNER=0, and there too where the blocks would not fit grid axis 1; a bad
-    value is named."""
+    """The CUDA-core forms' grid: row groups on axis 0 for the pair launches by default (a weight block's programs
+    adjacent), for both forms with SGLANG_EAGLE3_GEMV_GROUPS_INNER=all, for neither with none; the blocks there at
+    one row group (the grid as before) and where they would not fit grid axis 1; a bad value is named."""
     from sglang_eagle3.kernels.gemv import _fma_grid, row_groups_inner
 
     monkeypatch.delenv("SGLANG_EAGLE3_GEMV_GROUPS_INNER", raising=False)
-    assert row_groups_inner()
-    blocks, T, rows = 528, 7, 4  # q_a + kv_a at Kimi's TP=8 rank (1536 + 576 rows, 4 a program), a verify of 7
-    assert _fma_grid(blocks, T, rows, 1, True) == ((2, blocks, 1), True)
-    assert _fma_grid(blocks, T, rows, 1, False) == ((blocks, 2, 1), False)
-    assert _fma_grid(70_000, T, rows, 8, True) == ((70_000, 2, 8), False)  # past axis 1's 65535
-    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_GROUPS_INNER", "0")
-    assert not row_groups_inner()
-    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_GROUPS_INNER", "yes")
-    with pytest.raises(ValueError, match="SGLANG_EAGLE3_GEMV_GROUPS_INNER='yes'"):
-        row_groups_inner()
+    assert row_groups_inner("pair") and not row_groups_inner("single")
+    blocks, rows = 528, 4  # q_a + kv_a at Kimi's TP=8 rank (1536 + 576 rows, 4 a program)
+    assert _fma_grid(blocks, 7, rows, 1, True) == ((2, blocks, 1), True)  # a verify of 7: two row groups
+    assert _fma_grid(blocks, 7, rows, 1, False) == ((blocks, 2, 1), False)
+    assert _fma_grid(blocks, 4, rows, 1, True) == ((blocks, 1, 1), False)  # one row group
+    assert _fma_grid(70_000, 7, rows, 8, True) == ((70_000, 2, 8), False)  # past axis 1's 65535
+    for value, pair, single in (("all", True, True), ("NONE", False, False), ("pairs", True, False)):
+        monkeypatch.setenv("SGLANG_EAGLE3_GEMV_GROUPS_INNER", value)
+        assert (row_groups_inner("pair"), row_groups_inner("single")) == (pair, single), value
+    monkeypatch.setenv("SGLANG_EAGLE3_GEMV_GROUPS_INNER", "1")
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_GEMV_GROUPS_INNER='1'"):
+        row_groups_inner("pair")
