@@ -12,6 +12,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from benchmarks.ablations._fill import noise as fill
+from sglang_eagle3.kernels.triton.gemv import _block_and_rows
 
 
 @triton.jit
@@ -66,11 +67,12 @@ def gemv_kernel(
 def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, s_xb, s_wb, s_ob, eps,
                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr, VEC: tl.constexpr,
                     NSTEPS: tl.constexpr, NORM: tl.constexpr, PDL: tl.constexpr = False, HEADS: tl.constexpr = False,
-                    LF: tl.constexpr = False):
+                    LF: tl.constexpr = False, GROUPS_INNER: tl.constexpr = False):
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    t = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
+    blk, t0 = _block_and_rows(ROWS, GROUPS_INNER)
+    n = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+    t = t0 + tl.arange(0, ROWS)
     cell = t[:, None] * s_ot + tl.program_id(2) * s_ob + n[None, :]
     tl.store(out_ptr + cell, fill(cell).to(out_ptr.dtype.element_ty), mask=(t < T)[:, None] & (n < N)[None, :])

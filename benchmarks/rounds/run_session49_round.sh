@@ -10,11 +10,15 @@
 # z2: z1 found the pair launches 3.1 us faster at T = 5 with the groups side by side and the single ones (q_b, W_UV)
 #     0.4-0.6 us slower, so the default became "pairs": the step paired, pairs (the default) against all and none,
 #     at T = 1, 4, 5, 6, 8, 1k and 8k; the invariance probe at T = 5, 8 (every verify row against its decode).
+# z3: the single launches (q_b, W_UV) at up to 8 rows of x a program (benchmarks/variants/gemv_fma_rows8.py: one
+#     program a weight block at T = 5..8, where two groups of 4 take two waves), the step paired at T = 4, 5, 6, 8;
+#     then the step table at HEAD (bench_verify_graph.py, 1k and 8k, T = 1..8).
 # Ran: z1 at baa1c40 (H100; all launches' groups side by side then: the step x0.946-0.968 at T = 5..8 against none,
-# x1.001-1.003 at T = 1; mla_decode_s2 x1.004 / x1.026 at 1k / 8k: slower).
+# x1.001-1.003 at T = 1; mla_decode_s2 x1.004 / x1.026 at 1k / 8k: slower); z2 at c14a217 (H100; against pairs: none x1.039-1.053 at T = 5..8, all x0.992-1.004; the probe at T = 5,
+# 8: every verify row its decode's bits).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: z1 | z2}
+part=${1:?part: z1 | z2 | z3}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 z1)
@@ -38,6 +42,13 @@ z2)
     SGLANG_EAGLE3_GEMV_GROUPS_INNER=none --paired 100 --out "$OUT/paired_groups.json"
   TAIL=10 stage probe 120 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 --widths 5 8 \
     --out "$OUT/probe.json"
+  ;;
+z3)
+  TAIL=28 stage paired_rows8 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 4 5 6 8 --eager-iters 1 --graph-iters 10 --kernels-from benchmarks/variants/gemv_fma_rows8.py \
+    --paired 100 --out "$OUT/paired_rows8.json"
+  TAIL=20 stage verify_graph 300 python benchmarks/bench_verify_graph.py \
+    --backends triton --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
