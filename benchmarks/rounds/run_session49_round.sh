@@ -13,12 +13,14 @@
 # z3: the single launches (q_b, W_UV) at up to 8 rows of x a program (benchmarks/variants/gemv_fma_rows8.py: one
 #     program a weight block at T = 5..8, where two groups of 4 take two waves), the step paired at T = 4, 5, 6, 8;
 #     then the step table at HEAD (bench_verify_graph.py, 1k and 8k, T = 1..8).
+# z4: on an H200 the tables at HEAD (head_tables: the step table and the kernel table, section 0's); on anything else
+#     the CUDA-core GEMV GPU tests at the default (pairs side by side) and the invariance probe at T = 5..8, 8k.
 # Ran: z1 at baa1c40 (H100; all launches' groups side by side then: the step x0.946-0.968 at T = 5..8 against none,
 # x1.001-1.003 at T = 1; mla_decode_s2 x1.004 / x1.026 at 1k / 8k: slower); z2 at c14a217 (H100; against pairs: none x1.039-1.053 at T = 5..8, all x0.992-1.004; the probe at T = 5,
 # 8: every verify row its decode's bits).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: z1 | z2 | z3}
+part=${1:?part: z1 | z2 | z3 | z4}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 z1)
@@ -49,6 +51,16 @@ z3)
     --paired 100 --out "$OUT/paired_rows8.json"
   TAIL=20 stage verify_graph 300 python benchmarks/bench_verify_graph.py \
     --backends triton --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
+  ;;
+z4)
+  if grep -q H200 "$OUT/gpu.txt"; then
+    T_STEP=300 T_KERNELS=250 head_tables
+  else
+    TAIL=6 stage fma_gpu_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 120 \
+      tests/kernels/test_kernels_gpu.py -k fma
+    TAIL=12 stage probe 200 python benchmarks/probe_invariance.py --layers 3 --contexts 8192 --widths 5 6 7 8 \
+      --out "$OUT/probe.json"
+  fi
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
