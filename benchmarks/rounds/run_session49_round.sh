@@ -17,7 +17,8 @@
 #     the CUDA-core GEMV GPU tests at the default (pairs side by side) and the invariance probe at T = 5..8, 8k.
 # Ran: z1 at baa1c40 (H100; all launches' groups side by side then: the step x0.946-0.968 at T = 5..8 against none,
 # x1.001-1.003 at T = 1; mla_decode_s2 x1.004 / x1.026 at 1k / 8k: slower); z2 at c14a217 (H100; against pairs: none x1.039-1.053 at T = 5..8, all x0.992-1.004; the probe at T = 5,
-# 8: every verify row its decode's bits).
+# 8: every verify row its decode's bits); z3 at 24c557a (H100; rows8 x1.041-1.050 at T = 5..8: not taken; the
+# step table); z4 at e490bd6 (H100: fma GPU tests 123 passed, the probe at 8k T = 5..8 every row identical).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: z1 | z2 | z3 | z4}
