@@ -650,12 +650,12 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
                          s_ot, s_o2t, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
                          VEC: tl.constexpr, NSTEPS: tl.constexpr, PDL: tl.constexpr = False, LF: tl.constexpr = False,
                          GATED: tl.constexpr = True, GROUPS_INNER: tl.constexpr = False):
-    """gemv_fma_kernel's form for a pair launch of one x: programs 0 .. NB1 - 1 take BLOCK_N rows of W1 [N, K] into
-    out [T, N] (its dtype: float32 router logits for a MoE layer's router). With GATED (the router's shared expert
-    gate/up), program NB1 + p takes gate rows and up rows j = p * HALF .. + HALF - 1 of W2 / W2_up [N2, K],
-    interleaved (row 2i gate j0 + i, row 2i + 1 up j0 + i), and stores SiLU(x W2^T) * (x W2_up^T) into out2
-    [T, N2] (its dtype): the gate and up rows of one activation share a program. Without it (MLA's q_a and kv_a),
-    program NB1 + p takes BLOCK_N rows of W2 into out2 as the first programs do (w2_up_ptr unused). Each weight
+    """gemv_fma_kernel's form for a pair launch of one x: weight blocks (_block_and_rows) 0 .. NB1 - 1 take BLOCK_N
+    rows of W1 [N, K] into out [T, N] (its dtype: float32 router logits for a MoE layer's router). With GATED (the
+    router's shared expert gate/up), block NB1 + p takes gate rows and up rows j = p * HALF .. + HALF - 1 of W2 /
+    W2_up [N2, K], interleaved (row 2i gate j0 + i, row 2i + 1 up j0 + i), and stores SiLU(x W2^T) * (x W2_up^T)
+    into out2 [T, N2] (its dtype): the gate and up rows of one activation share a program. Without it (MLA's q_a and
+    kv_a), block NB1 + p takes BLOCK_N rows of W2 into out2 as the first blocks do (w2_up_ptr unused). Each weight
     row's sums are gemv_fma_kernel's (the same lanes, steps and order), so a token's products do not depend on T
     either."""
     HALF: tl.constexpr = BLOCK_N // 2
