@@ -15,13 +15,15 @@
 #     then the step table at HEAD (bench_verify_graph.py, 1k and 8k, T = 1..8).
 # z4: on an H200 the tables at HEAD (head_tables: the step table and the kernel table, section 0's); on anything else
 #     the CUDA-core GEMV GPU tests at the default (pairs side by side) and the invariance probe at T = 5..8, 8k.
+# z5: on an H200 the tables at HEAD again (z4 got an H100); else profile_step.py with PDL off at T = 1, 4, 5, 8 (each
+#     kernel's own time at the default: what is left of the T = 4 -> 5 step).
 # Ran: z1 at baa1c40 (H100; all launches' groups side by side then: the step x0.946-0.968 at T = 5..8 against none,
 # x1.001-1.003 at T = 1; mla_decode_s2 x1.004 / x1.026 at 1k / 8k: slower); z2 at c14a217 (H100; against pairs: none x1.039-1.053 at T = 5..8, all x0.992-1.004; the probe at T = 5,
 # 8: every verify row its decode's bits); z3 at 24c557a (H100; rows8 x1.041-1.050 at T = 5..8: not taken; the
 # step table); z4 at e490bd6 (H100: fma GPU tests 123 passed, the probe at 8k T = 5..8 every row identical).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: z1 | z2 | z3 | z4}
+part=${1:?part: z1 | z2 | z3 | z4 | z5}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 z1)
@@ -61,6 +63,14 @@ z4)
       tests/kernels/test_kernels_gpu.py -k fma
     TAIL=12 stage probe 200 python benchmarks/probe_invariance.py --layers 3 --contexts 8192 --widths 5 6 7 8 \
       --out "$OUT/probe.json"
+  fi
+  ;;
+z5)
+  if grep -q H200 "$OUT/gpu.txt"; then
+    T_STEP=300 T_KERNELS=250 head_tables
+  else
+    SGLANG_EAGLE3_PDL=0 TAIL=40 stage profile_nopdl 150 python benchmarks/profile_step.py --layers 4 \
+      --tokens 1 4 5 8 --no-gemm --out "$OUT/profile_nopdl.json"
   fi
   ;;
 *) echo "unknown part $part"; exit 2 ;;
