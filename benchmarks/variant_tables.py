@@ -4,7 +4,8 @@ a paired step run (bench_verify_graph.py --env-variants ... --paired N): the ker
 with calls back to back (and the MoE with uniform routing, MLA at batch 4 for its verify sweep), the step has other
 launches around it under PDL and, on the random slice, a verify's tokens routed to ~10 experts, so a config that
 wins alone is checked where it has to pay. Only what leaves a token's bits alone changes: the MoE's F16 and BLOCK_W
-and MLA's merge tile and split size stay the table's (tests/kernels/test_tuning.py), and no variant changes them.
+and MLA's merge tile and split size stay the table's (tuning.check_table, which tests/test_bench_sweep.py runs
+on each variant), and no variant changes them.
 
     python benchmarks/variant_tables.py OUT_DIR     # writes OUT_DIR/<variant>.json and prints the names
 """

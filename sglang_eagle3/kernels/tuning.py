@@ -266,10 +266,54 @@ def _merged_table(arch: str, sms: int, override: str | None) -> dict | None:
     if table.get("arch") != arch or sms not in table.get("sm_counts", []):  # say so, rather than tune blind
         raise ValueError(f"{env.CONFIG_TABLE.name}={override!r} is for {table.get('arch')} with SM counts "
                          f"{table.get('sm_counts')}, this GPU is {arch} with {sms} SMs")
-    if base is None:
-        return table
-    return {**base, "source": f"{base.get('source')}; ops {sorted(table['ops'])} from {override}",
-            "ops": {**base["ops"], **table["ops"]}}
+    merged = table if base is None else {
+        **base, "source": f"{base.get('source')}; ops {sorted(table['ops'])} from {override}",
+        "ops": {**base["ops"], **table["ops"]}}
+    check_table(merged, f"{env.CONFIG_TABLE.name}={override!r}" + ("" if base is None else f" over {path.name}"))
+    return merged
+
+
+# Config keys every bucket of an op must agree on, because they fix the order or the rounding of a token's sums
+# (docs/KERNELS.md, "Decode and verify compute a token alike"): a decode (T=1) and a verify (T=k+1) fall in different
+# buckets, and lossless greedy speculation needs each token computed alike in both.
+ONE_ARITHMETIC_KEYS = {
+    "fused_moe_int4_gemv_gate_up": ("F16", "BLOCK_W"),  # the packed fp16 dots or the fp32 ones; the fp32 sums' order
+    "fused_moe_int4_gemv_down": ("F16", "BLOCK_W"),  # (F16 there also fixes how act is rounded)
+    "mla_attention": ("merge_tile", "merge_warps", "min_keys_per_split", "ctas_per_sm", "BLOCK_N"),  # the split
+    # count, the key tiles and the merge's tl.sum order
+}
+
+
+def check_table(table: dict, where: str) -> None:
+    """Refuse a config table (a ValueError naming ``where``, the op and the values) that the launchers would
+    misread or that would let a decode and a verify compute one token differently: an op that is not a kernel's, a
+    bucket key no config has, a last bucket with a bound (a key past it would have no config), buckets of one op
+    that differ in a ONE_ARITHMETIC_KEYS key, or the INT4 GEMV down kernel's packed fp16 form beside a gate_up
+    bucket whose BLOCK_N is not whole 8-row words (that bucket's T would quietly run the fp32 form)."""
+    for op, buckets in table["ops"].items():
+        if op not in DEFAULTS:
+            raise ValueError(f"{where}: unknown op {op!r} (ops: {', '.join(sorted(DEFAULTS))})")
+        if not isinstance(buckets, list) or not buckets or not all(isinstance(b, dict) for b in buckets):
+            raise ValueError(f"{where}: {op} must be a non-empty list of buckets (objects), got {buckets!r}")
+        for bucket in buckets:
+            unknown = sorted(k for k in bucket if not k.startswith("max_") and k not in DEFAULTS[op])
+            if unknown:
+                raise ValueError(f"{where}: {op} bucket {bucket} has keys no {op} config has: {unknown}")
+        bounded = [k for k in buckets[-1] if k.startswith("max_")]
+        if bounded:
+            raise ValueError(f"{where}: {op}'s last bucket is bounded ({bounded}): keys past it would have no config")
+        shared = ONE_ARITHMETIC_KEYS.get(op, ())
+        forms = sorted({tuple(b.get(k, DEFAULTS[op].get(k)) for k in shared) for b in buckets}, key=str)
+        if len(forms) > 1:
+            raise ValueError(f"{where}: {op}'s buckets differ in {shared}: {forms}; decode and verify would compute "
+                             f"a token apart (speculation no longer lossless): keep them the same in every bucket")
+    down = table["ops"].get("fused_moe_int4_gemv_down", [DEFAULTS["fused_moe_int4_gemv_down"]])
+    if down[0].get("F16", DEFAULTS["fused_moe_int4_gemv_down"]["F16"]):
+        gate_up = table["ops"].get("fused_moe_int4_gemv_gate_up", [DEFAULTS["fused_moe_int4_gemv_gate_up"]])
+        rows = [b.get("BLOCK_N", DEFAULTS["fused_moe_int4_gemv_gate_up"]["BLOCK_N"]) for b in gate_up]
+        if any(bn % 8 for bn in rows):
+            raise ValueError(f"{where}: the INT4 GEMV down kernel's packed fp16 form (F16) needs gate_up BLOCK_N a "
+                             f"multiple of 8 in every bucket, got {rows}")
 
 
 @functools.cache

@@ -14,16 +14,38 @@ TABLES = sorted(tuning.CONFIG_DIR.glob("sm_*.json"))
 
 @pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
 def test_table_well_formed(path):
+    """Each checked-in table passes the check a table given by SGLANG_EAGLE3_CONFIG_TABLE must pass (known ops and
+    keys, an unbounded last bucket, one arithmetic at every T: tuning.check_table)."""
     table = json.loads(path.read_text())
     assert table["arch"] == path.stem and table["sm_counts"], path
-    for op, buckets in table["ops"].items():
-        assert op in tuning.DEFAULTS, f"{path.name}: unknown op {op}"
-        assert not any(k.startswith("max_") for k in buckets[-1]), f"{path.name}: last {op} bucket is bounded"
-        for bucket in buckets:
-            unknown = {k for k in bucket if not k.startswith("max_")} - set(tuning.DEFAULTS[op])
-            assert not unknown, f"{path.name}: {op} has unknown keys {unknown}"
+    tuning.check_table(table, path.name)
 
 
+def _table_with(op: str, buckets: list[dict]) -> dict:
+    base = json.loads((tuning.CONFIG_DIR / "sm_90.json").read_text())
+    return {**base, "ops": {**base["ops"], op: buckets}}
+
+
+@pytest.mark.parametrize("op,buckets,match", [
+    # the packed fp16 gate_up at T=1, the fp32 one above: a verify rounds a token apart from its decode
+    ("fused_moe_int4_gemv_gate_up", [{"max_tokens": 1, "BLOCK_N": 16, "F16": True}, {"BLOCK_N": 16, "F16": False}],
+     r"fused_moe_int4_gemv_gate_up's buckets differ in \('F16', 'BLOCK_W'\)"),
+    ("fused_moe_int4_gemv_down", [{"max_tokens": 4, "BLOCK_W": 32, "F16": True}, {"BLOCK_W": 16, "F16": True}],
+     r"fused_moe_int4_gemv_down's buckets differ"),
+    ("mla_attention", [{"max_rows": 16, "merge_tile": 8192}, {"merge_tile": 4096}], r"mla_attention's buckets differ"),
+    # down's packed fp16 form (the sm_90 table's) beside a gate_up bucket of 4 rows: act not stored by whole words
+    ("fused_moe_int4_gemv_gate_up", [{"max_tokens": 2, "BLOCK_N": 4, "F16": True}, {"BLOCK_N": 16, "F16": True}],
+     r"needs gate_up BLOCK_N a multiple of 8 in every bucket, got \[4, 16\]"),
+    ("mla_attention", [{"max_rows": 16}, {"max_rows": 64}], r"last bucket is bounded \(\['max_rows'\]\)"),
+    ("mla_attention", [{"BLOCK_M": 16, "stages": 2}], r"has keys no mla_attention config has: \['stages'\]"),
+    ("mla_atention", [{"BLOCK_M": 16}], r"unknown op 'mla_atention'"),
+    ("mla_attention", [], r"non-empty list of buckets"),
+])
+def test_check_table_refuses(op, buckets, match):
+    """A table that the launchers would misread, or that would compute a token differently in decode and verify, is
+    refused with the op and the values named (the sm_90 table with one op replaced)."""
+    with pytest.raises(ValueError, match=match):
+        tuning.check_table(_table_with(op, buckets), "t.json")
 @pytest.mark.parametrize("arch,smem", [("sm_90", 227 << 10), ("sm_120", 99 << 10)])
 def test_mla_tables_fit_shared_memory(arch, smem):
     """Each MLA bucket's depth, as the table gives it, fits a block at Kimi's bf16 shapes (the launcher would
@@ -52,41 +74,16 @@ def test_mla_stages_lowered_to_fit():
 
 
 @pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
-def test_gemv_moe_one_arithmetic_at_every_T(path):
-    """The INT4 GEMV gate_up's buckets agree on F16 (the packed fp16 dots or the fp32 ones) and on BLOCK_W (which
-    fixes the order of the fp32 sums), and so do the down kernel's (F16 there also fixes how act is rounded): a
-    token's MoE is then the same arithmetic in decode (T=1) and in verify (T=k+1), whatever bucket each falls in,
-    and speculation's output equals plain decoding's. A table swept per T that mixed the forms would break that
-    by ~1e-3 relative, not 1e-9."""
-    table = json.loads(path.read_text())
-    forms = {}
-    for op in ("fused_moe_int4_gemv_gate_up", "fused_moe_int4_gemv_down"):
-        default = tuning.DEFAULTS[op]
-        forms[op] = {(b.get("F16", default["F16"]), b.get("BLOCK_W", default["BLOCK_W"]))
-                     for b in table["ops"].get(op, [default])}
-        assert len(forms[op]) == 1, f"{path.name}: {op} buckets mix (F16, BLOCK_W) forms {sorted(forms[op])}"
-    # down's packed fp16 form needs act stored by whole words (BLOCK_N % 8 == 0 in gate_up); a bucket without
-    # would quietly run the fp32 form at its T.
-    if next(iter(forms["fused_moe_int4_gemv_down"]))[0]:
-        default = tuning.DEFAULTS["fused_moe_int4_gemv_gate_up"]
-        buckets = table["ops"].get("fused_moe_int4_gemv_gate_up", [default])
-        rows = [b.get("BLOCK_N", default["BLOCK_N"]) for b in buckets]
-        assert all(bn % 8 == 0 for bn in rows), f"{path.name}: down F16 with gate_up BLOCK_N {rows}"
-
-
-@pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
 def test_mla_one_merge_and_split_size_at_every_T(path):
     """MLA's buckets give decode and verify rows one merge tile (its tl.sum order follows the tile), one
-    min_keys_per_split and ctas_per_sm (the split count and so the key partition): with the launch plan's split
-    count independent of T up to SPLITS_BY_REQUEST_MAX_TOKENS (checked here at Kimi TP=8's 8 heads), a token's
-    attention is the same bits in both (docs/KERNELS.md, "Decode and verify compute a token alike")."""
+    min_keys_per_split and ctas_per_sm (the split count and so the key partition; tuning.check_table, run on every
+    table in test_table_well_formed): with the launch plan's split count independent of T up to
+    SPLITS_BY_REQUEST_MAX_TOKENS (checked here at Kimi TP=8's 8 heads), a token's attention is the same bits in both
+    (docs/KERNELS.md, "Decode and verify compute a token alike")."""
     from sglang_eagle3.kernels.mla_attention import SPLITS_BY_REQUEST_MAX_TOKENS, launch_plan
 
     table = json.loads(path.read_text())
     default = tuning.DEFAULTS["mla_attention"]
-    keys = ("merge_tile", "merge_warps", "min_keys_per_split", "ctas_per_sm", "BLOCK_N")
-    shared = {tuple(b.get(k, default.get(k)) for k in keys) for b in table["ops"].get("mla_attention", [default])}
-    assert len(shared) == 1, f"{path.name}: MLA buckets differ in {keys}: {sorted(shared)}"
     sms = table["sm_counts"][0]
     for ctx in (1024, 8192, 131072):
         plans = {T: launch_plan(1, T, 8, ctx, sms, {**default, **tuning._pick_bucket(table["ops"]["mla_attention"],
@@ -289,10 +286,11 @@ def test_config_table_override(tmp_path, monkeypatch):
 
     base = json.loads((tuning.CONFIG_DIR / "sm_90.json").read_text())
     sms = base["sm_counts"][0]
-    bucket = {"BLOCK_N": 16, "BLOCK_W": 64, "num_warps": 4}
+    bucket = {"BLOCK_N": 32, "BLOCK_W": 128, "num_warps": 8, "F16": True}
     override = tmp_path / "sweep_table.json"
     override.write_text(json.dumps({"arch": "sm_90", "sm_counts": [sms], "ops": {
-        "fused_moe_int4_gemv_gate_up": [{"max_tokens": 3, **bucket}, {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4}]}}))
+        "fused_moe_int4_gemv_gate_up": [{"max_tokens": 3, **bucket},
+                                        {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "F16": True}]}}))
     monkeypatch.delenv("SGLANG_EAGLE3_CONFIG_TABLE", raising=False)
     assert tuning._table("sm_90", sms)["ops"] == base["ops"]
     monkeypatch.setenv("SGLANG_EAGLE3_CONFIG_TABLE", str(override))
@@ -311,6 +309,21 @@ def test_config_table_override(tmp_path, monkeypatch):
             tuning._table("sm_90", sms)
     monkeypatch.setenv("SGLANG_EAGLE3_CONFIG_TABLE", str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match="missing.json.*cannot be read"):
+        tuning._table("sm_90", sms)
+    # gate_up in the fp32 form at every T beside the checked-in table's packed fp16 down is one arithmetic (act is
+    # stored in down's form whatever gate_up's dots are); an fp32 bucket under packed fp16 ones is not, and the
+    # message names the file and the checked-in table under it
+    fp32 = tmp_path / "fp32.json"
+    fp32.write_text(json.dumps({"arch": "sm_90", "sm_counts": [sms], "ops": {
+        "fused_moe_int4_gemv_gate_up": [{"BLOCK_N": 16, "F16": False}]}}))
+    monkeypatch.setenv("SGLANG_EAGLE3_CONFIG_TABLE", str(fp32))
+    assert tuning._table("sm_90", sms)["ops"]["fused_moe_int4_gemv_gate_up"] == [{"BLOCK_N": 16, "F16": False}]
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(json.dumps({"arch": "sm_90", "sm_counts": [sms], "ops": {
+        "fused_moe_int4_gemv_gate_up": [{"max_tokens": 1, **bucket}, {"BLOCK_N": 16, "F16": False}]}}))
+    monkeypatch.setenv("SGLANG_EAGLE3_CONFIG_TABLE", str(mixed))
+    with pytest.raises(ValueError, match=r"SGLANG_EAGLE3_CONFIG_TABLE='.*mixed.json' over sm_90.json: "
+                                         r"fused_moe_int4_gemv_gate_up's buckets differ in \('F16', 'BLOCK_W'\)"):
         tuning._table("sm_90", sms)
 
 
