@@ -17,6 +17,9 @@
 #     the CUDA-core GEMV GPU tests at the default (pairs side by side) and the invariance probe at T = 5..8, 8k.
 # z5: on an H200 the tables at HEAD again (z4 got an H100); else profile_step.py with PDL off at T = 1, 4, 5, 8 (each
 #     kernel's own time at the default: what is left of the T = 4 -> 5 step).
+# z6: on an H200 the tables at HEAD; else end to end on the Kimi slice (bench_e2e.py, batch 1, k = 6 with the
+#     accept length pinned to 5.0: verify of 7 every round) with the row groups side by side (the default) and
+#     without (none), alternating twice.
 # Ran: z1 at baa1c40 (H100; all launches' groups side by side then: the step x0.946-0.968 at T = 5..8 against none,
 # x1.001-1.003 at T = 1; mla_decode_s2 x1.004 / x1.026 at 1k / 8k: slower); z2 at c14a217 (H100; against pairs: none x1.039-1.053 at T = 5..8, all x0.992-1.004; the probe at T = 5,
 # 8: every verify row its decode's bits); z3 at 24c557a (H100; rows8 x1.041-1.050 at T = 5..8: not taken; the
@@ -24,7 +27,7 @@
 # 3ad4e58 (H100: the PDL-off profile; the pair launch 11.04 / 14.91 / 15.11 us at T = 4 / 5 / 8).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: z1 | z2 | z3 | z4 | z5}
+part=${1:?part: z1 | z2 | z3 | z4 | z5 | z6}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 z1)
@@ -72,6 +75,15 @@ z5)
   else
     SGLANG_EAGLE3_PDL=0 TAIL=40 stage profile_nopdl 150 python benchmarks/profile_step.py --layers 4 \
       --tokens 1 4 5 8 --no-gemm --out "$OUT/profile_nopdl.json"
+  fi
+  ;;
+z6)
+  if grep -q H200 "$OUT/gpu.txt"; then
+    T_STEP=300 T_KERNELS=250 head_tables
+  else
+    TAIL=16 stage e2e_k6 420 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
+      --repeat 2 --k 6 --simulate-accept 5.0 --env-variants '' SGLANG_EAGLE3_GEMV_GROUPS_INNER=none \
+      --repeat-variants 2 --out "$OUT/e2e_k6.json"
   fi
   ;;
 *) echo "unknown part $part"; exit 2 ;;
