@@ -98,12 +98,15 @@ def test_unreached_positions_borrow_the_one_before():
 @pytest.mark.parametrize("trial", range(6))
 def test_choice_maximises_predicted_throughput(trial):
     """With acceptance known (a fixed rate a position) and costs a + b k, the k chosen is the candidate of most
-    expected tokens a second, computed here by brute force from the closed form (1 - p^(k+1)) / (1 - p)."""
+    expected tokens a second, computed here by brute force from the closed form (1 - p^(k+1)) / (1 - p). The change
+    test is off: at a constant rate it fires under once in 1000 rounds, and one in the last few of the 4000 leaves the
+    deep positions a handful of rounds of evidence (2 of 200 seeded trials chose k = 1 so, each with a fire in its
+    last 11 rounds; none of 200 without it). The change test has its own tests (test_change_*)."""
     rng = random.Random()
     p, a, b = rng.uniform(0.2, 0.95), rng.uniform(1.0, 5.0), rng.uniform(0.05, 1.0)
     cands = (0, 1, 2, 3, 5, 7)
-    pol = DraftLengthPolicy(AdaptiveConfig(candidates=cands, interval=1, halflife_rounds=1e9, min_gain=0.0),
-                            _costs(a, b))
+    pol = DraftLengthPolicy(AdaptiveConfig(candidates=cands, interval=1, halflife_rounds=1e9, min_gain=0.0,
+                                           change_nats=math.inf), _costs(a, b))
     for _ in range(4000):  # every position reached: rounds of 7
         pol.observe(7, [chain_accepts(rng, [p] * 7, 7)])
 
