@@ -34,12 +34,13 @@ case $part in
 z1)
   TAIL=6 stage fma_gpu_tests 120 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 100 \
     tests/kernels/test_kernels_gpu.py -k fma
+  # (at baa1c40 the knob was 0/1 and every launch went side by side by default: --env-variants '' ..._INNER=0)
   TAIL=24 stage paired_groups 230 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
-    --tokens 1 4 5 6 8 --eager-iters 1 --graph-iters 10 --env-variants '' SGLANG_EAGLE3_GEMV_GROUPS_INNER=0 \
-    --paired 100 --out "$OUT/paired_groups.json"
-  TAIL=30 stage profile_inner 70 python benchmarks/profile_step.py --layers 4 --tokens 5 8 --no-gemm \
+    --tokens 1 4 5 6 8 --eager-iters 1 --graph-iters 10 --env-variants SGLANG_EAGLE3_GEMV_GROUPS_INNER=all \
+    SGLANG_EAGLE3_GEMV_GROUPS_INNER=none --paired 100 --out "$OUT/paired_groups.json"
+  SGLANG_EAGLE3_GEMV_GROUPS_INNER=all TAIL=30 stage profile_inner 70 python benchmarks/profile_step.py --layers 4 --tokens 5 8 --no-gemm \
     --out "$OUT/profile_inner.json"
-  SGLANG_EAGLE3_GEMV_GROUPS_INNER=0 TAIL=30 stage profile_outer 70 python benchmarks/profile_step.py --layers 4 \
+  SGLANG_EAGLE3_GEMV_GROUPS_INNER=none TAIL=30 stage profile_outer 70 python benchmarks/profile_step.py --layers 4 \
     --tokens 5 8 --no-gemm --out "$OUT/profile_outer.json"
   python benchmarks/variant_tables.py /tmp/tables > /dev/null
   TAIL=10 stage paired_decode_s2 70 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
