@@ -46,6 +46,8 @@ def test_check_table_refuses(op, buckets, match):
     refused with the op and the values named (the sm_90 table with one op replaced)."""
     with pytest.raises(ValueError, match=match):
         tuning.check_table(_table_with(op, buckets), "t.json")
+
+
 @pytest.mark.parametrize("arch,smem", [("sm_90", 227 << 10), ("sm_120", 99 << 10)])
 def test_mla_tables_fit_shared_memory(arch, smem):
     """Each MLA bucket's depth, as the table gives it, fits a block at Kimi's bf16 shapes (the launcher would
