@@ -20,6 +20,7 @@
 # z6: on an H200 the tables at HEAD; else end to end on the Kimi slice (bench_e2e.py, batch 1, k = 6 with the
 #     accept length pinned to 5.0: verify of 7 every round) with the row groups side by side (the default) and
 #     without (none), alternating twice.
+# z7: on an H200 the step table at HEAD only (what device time was left); else nothing but gpu.txt.
 # Ran: z1 at baa1c40 (H100; all launches' groups side by side then: the step x0.946-0.968 at T = 5..8 against none,
 # x1.001-1.003 at T = 1; mla_decode_s2 x1.004 / x1.026 at 1k / 8k: slower); z2 at c14a217 (H100; against pairs: none x1.039-1.053 at T = 5..8, all x0.992-1.004; the probe at T = 5,
 # 8: every verify row its decode's bits); z3 at 24c557a (H100; rows8 x1.041-1.050 at T = 5..8: not taken; the
@@ -28,7 +29,7 @@
 # end to end at k = 6, accept 5.05: 489.9 / 485.4 tok/s against 473.7 / 474.7 without; baselines 233.6-234.1).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: z1 | z2 | z3 | z4 | z5 | z6}
+part=${1:?part: z1 | z2 | z3 | z4 | z5 | z6 | z7}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 z1)
@@ -86,6 +87,14 @@ z6)
     TAIL=16 stage e2e_k6 420 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 --max-new-tokens 96 \
       --repeat 2 --k 6 --simulate-accept 5.0 --env-variants '' SGLANG_EAGLE3_GEMV_GROUPS_INNER=none \
       --repeat-variants 2 --out "$OUT/e2e_k6.json"
+  fi
+  ;;
+z7)
+  if grep -q H200 "$OUT/gpu.txt"; then
+    TAIL=20 stage verify_graph 330 python benchmarks/bench_verify_graph.py --backends triton --eager-iters 1 \
+      --graph-iters 30 --out "$OUT/verify_graph.json"
+  else
+    cat "$OUT/gpu.txt"
   fi
   ;;
 *) echo "unknown part $part"; exit 2 ;;
