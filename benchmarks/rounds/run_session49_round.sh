@@ -20,7 +20,8 @@
 # z6: on an H200 the tables at HEAD; else end to end on the Kimi slice (bench_e2e.py, batch 1, k = 6 with the
 #     accept length pinned to 5.0: verify of 7 every round) with the row groups side by side (the default) and
 #     without (none), alternating twice.
-# z7: on an H200 the step table at HEAD only (what device time was left); else nothing but gpu.txt.
+# z7: on an H200 the step table at HEAD only (what device time was left); else nothing but gpu.txt. Ran at c570975:
+#     an H100 (collect then failed on no logs: gpu_stages.sh mended).
 # Ran: z1 at baa1c40 (H100; all launches' groups side by side then: the step x0.946-0.968 at T = 5..8 against none,
 # x1.001-1.003 at T = 1; mla_decode_s2 x1.004 / x1.026 at 1k / 8k: slower); z2 at c14a217 (H100; against pairs: none x1.039-1.053 at T = 5..8, all x0.992-1.004; the probe at T = 5,
 # 8: every verify row its decode's bits); z3 at 24c557a (H100; rows8 x1.041-1.050 at T = 5..8: not taken; the
