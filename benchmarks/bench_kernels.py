@@ -460,9 +460,26 @@ def run_gemv_sweep(out: Path, tokens: tuple[int, ...] = (1, 2)) -> dict:
                        f"{name} (384 experts, gate_up x down jointly, the table's F16 and BLOCK_W; other T as the "
                        f"table in use had them)",
              "ops": table_ops}
-    (out / "sweep_table.json").write_text(json.dumps(table, indent=1))
-    (out / "sweep.json").write_text(json.dumps(record, indent=1))
+    write_sweep_table(out, table, record)
     return table
+
+
+def mla_verify_candidates(decode: dict) -> list[dict]:
+    """run_sweep's candidates for MLA's verify bucket, from the decode bucket's winner: the row block and the depth
+    vary, what fixes a token's sums (tuning.ONE_ARITHMETIC_KEYS: the key tile, the split size, the merge) stays the
+    decode's, so that a verify computes each token as its decode does (before the forty-ninth session the split size
+    varied too, and the table it wrote broke that; tuning.check_table refuses such a table now)."""
+    return [{**decode, "BLOCK_M": bm, "num_stages": s} for bm in (16, 32) for s in (2, 3)]
+
+
+def write_sweep_table(out: Path, table: dict, record: dict) -> None:
+    """sweep.json (the timings) and sweep_table.json under ``out``; the table only once checked as
+    SGLANG_EAGLE3_CONFIG_TABLE will check it (over the checked-in table for this GPU, where there is one), so that a
+    sweep never leaves a table the engine then refuses (a ValueError says why; the timings are kept)."""
+    (out / "sweep.json").write_text(json.dumps(record, indent=1))
+    path = out / "sweep_table.json"
+    tuning.over_checked_in(table, table["arch"], table["sm_counts"][0], f"the sweep's table for {path}")
+    path.write_text(json.dumps(table, indent=1))
 
 
 def run_sweep(out: Path) -> dict:
@@ -472,10 +489,8 @@ def run_sweep(out: Path) -> dict:
     t0 = time.time()
     mla_calls, _ = mla_case(1, 1, 8192)
     mla_decode = sweep(record.setdefault("mla_b1_t1_ctx8192", []), mla_calls, MLA_SWEEP)
-    verify_cands = [{**mla_decode, "BLOCK_M": bm, "ctas_per_sm": c, "min_keys_per_split": mk}
-                    for bm in (16, 32) for c, mk in ((1, 64), (2, 64), (1, 256))]
     mla_calls, _ = mla_case(4, 4, 8192)
-    mla_verify = sweep(record.setdefault("mla_b4_t4_ctx8192", []), mla_calls, verify_cands)
+    mla_verify = sweep(record.setdefault("mla_b4_t4_ctx8192", []), mla_calls, mla_verify_candidates(mla_decode))
     log(f"mla sweep done in {time.time() - t0:.0f}s: decode {mla_decode} verify {mla_verify}")
 
     table_ops = {"moe_topk": [{"num_warps": 4}],
@@ -496,8 +511,7 @@ def run_sweep(out: Path) -> dict:
     table = {"arch": arch, "sm_counts": [sms], "measured": True,
              "source": f"benchmarks/bench_kernels.py --sweep on {name}, decode shapes (MLA B=1 T=1 8k and "
                        "B=4 T=4 8k; MoE tile path T=256, GEMV path T=1, over 384 experts)", "ops": table_ops}
-    (out / "sweep_table.json").write_text(json.dumps(table, indent=1))
-    (out / "sweep.json").write_text(json.dumps(record, indent=1))
+    write_sweep_table(out, table, record)
     return table
 
 

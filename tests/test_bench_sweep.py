@@ -144,3 +144,35 @@ def test_profile_by_t_table():
     assert rows[2].split()[1] == "(1.00)"  # calls a layer at the first T a kernel ran
     assert rows[1].split()[-3:] == ["(0.75)", "9.90", "27.20"] and rows[3].split()[-2:] == ["-", "3.00"]
     assert rows[4].split()[-2:] == ["100.0", "200.0"] and rows[5].split()[-2:] == ["80.0", "160.0"]
+
+
+def test_sweep_table_written_only_where_the_engine_takes_it(tmp_path):
+    """bench_kernels' sweeps write their table only once it passes the check SGLANG_EAGLE3_CONFIG_TABLE applies
+    (over the checked-in sm_90 table); a refused one leaves the timings (sweep.json) and no table. run_sweep's MLA
+    verify candidates keep the decode winner's split size, key tile and merge (the keys that fix a token's sums)."""
+    import json
+
+    from benchmarks import bench_kernels as bk
+
+    sms = json.loads((tuning.CONFIG_DIR / "sm_90.json").read_text())["sm_counts"][0]
+    good = {"arch": "sm_90", "sm_counts": [sms], "ops": {
+        "fused_moe_int4_gemv_gate_up": [{"max_tokens": 2, "BLOCK_N": 8, "F16": True}, {"BLOCK_N": 16, "F16": True}]}}
+    bk.write_sweep_table(tmp_path, good, {"t": [1.0]})
+    assert json.loads((tmp_path / "sweep_table.json").read_text()) == good
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    bad = {**good, "ops": {"fused_moe_int4_gemv_gate_up": [{"max_tokens": 2, "BLOCK_N": 8, "F16": True},
+                                                            {"BLOCK_N": 16, "F16": False}]}}
+    with pytest.raises(ValueError, match=r"the sweep's table for .*bad/sweep_table.json over sm_90.json: "
+                                         r"fused_moe_int4_gemv_gate_up's buckets differ"):
+        bk.write_sweep_table(bad_dir, bad, {"t": [1.0]})
+    assert json.loads((bad_dir / "sweep.json").read_text()) == {"t": [1.0]}
+    assert not (bad_dir / "sweep_table.json").exists()
+    decode = {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 3, "ctas_per_sm": 2,
+              "min_keys_per_split": 256}
+    keys = tuning.ONE_ARITHMETIC_KEYS["mla_attention"]
+    full = {**tuning.DEFAULTS["mla_attention"], **decode}
+    cands = bk.mla_verify_candidates(decode)
+    assert len(cands) > 1 and all({**tuning.DEFAULTS["mla_attention"], **c}[k] == full[k] for c in cands for k in keys)
+    for c in cands:
+        tuning.check_table({"ops": {"mla_attention": [{"max_rows": 16, **decode}, c]}}, "t")

@@ -256,20 +256,32 @@ def _table(arch: str, sms: int) -> dict | None:
 
 @functools.cache
 def _merged_table(arch: str, sms: int, override: str | None) -> dict | None:
-    path = CONFIG_DIR / f"{arch}.json"
-    base = _load_table(str(path)) if path.exists() else None
-    if base is not None and sms not in base["sm_counts"]:
-        base = None
     if override is None:
-        return base
+        return _checked_in(arch, sms)
     table = _load_table(override)
     if table.get("arch") != arch or sms not in table.get("sm_counts", []):  # say so, rather than tune blind
         raise ValueError(f"{env.CONFIG_TABLE.name}={override!r} is for {table.get('arch')} with SM counts "
                          f"{table.get('sm_counts')}, this GPU is {arch} with {sms} SMs")
+    return over_checked_in(table, arch, sms, f"{env.CONFIG_TABLE.name}={override!r}")
+
+
+def _checked_in(arch: str, sms: int) -> dict | None:
+    """configs/<arch>.json where it lists ``sms``, else None."""
+    path = CONFIG_DIR / f"{arch}.json"
+    base = _load_table(str(path)) if path.exists() else None
+    return base if base is not None and sms in base["sm_counts"] else None
+
+
+def over_checked_in(table: dict, arch: str, sms: int, name: str) -> dict:
+    """``table``'s ops in place of the checked-in table's for this GPU (where there is one), the rest kept, as the
+    launchers will read it; refused (check_table, a ValueError naming ``name``) where they would misread it or
+    compute a token apart in decode and verify. How SGLANG_EAGLE3_CONFIG_TABLE's file is read, and how a sweep
+    checks the table it writes (benchmarks/bench_kernels.py)."""
+    base = _checked_in(arch, sms)
     merged = table if base is None else {
-        **base, "source": f"{base.get('source')}; ops {sorted(table['ops'])} from {override}",
+        **base, "source": f"{base.get('source')}; ops {sorted(table['ops'])} from {name}",
         "ops": {**base["ops"], **table["ops"]}}
-    check_table(merged, f"{env.CONFIG_TABLE.name}={override!r}" + ("" if base is None else f" over {path.name}"))
+    check_table(merged, name if base is None else f"{name} over {arch}.json")
     return merged
 
 
