@@ -42,10 +42,14 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     "mla_verify_bm16_s2": {("mla_attention", 17, None): {"BLOCK_M": 16, "num_stages": 2}},
     # the table before the short_split rule those two led to (its 32-row blocks at 3 stages wherever verify rows run)
     "mla_no_short": {("mla_attention", 17, None): {"short_split": None}},
-    # (not yet run) decode rows at one key-tile buffer too: in the benchmarks' 8448-slot tables a split holds one tile,
-    # where the sixteenth session measured 3 stages 0.2-0.3 us slower alone at 1k. Long-context tables need the 3, so
-    # shipping it would mean short_split's capacity rule taking decode rows too (BLOCK_M >= short_split's)
+    # decode rows at one key-tile buffer too: in the benchmarks' 8448-slot tables a split holds one tile (the
+    # forty-ninth session: x1.004 / x1.026 at 1k / 8k, slower)
     "mla_decode_s2": {("mla_attention", 1, 16): {"num_stages": 2}},
+    # gate_up decoding a weight word once for 2 (or 4) pairs of its expert at verify sizes (ROWS; the table has it at
+    # T=1 and above 16 only): the random slice routes a verify's pairs to few experts (32 pairs over ~10 at T=4),
+    # where the kernel benchmark's uniform routing shares none
+    "t2_16_gate_up_rows2": {("fused_moe_int4_gemv_gate_up", 2, 16): {"ROWS": 2}},
+    "t5_16_gate_up_rows4": {("fused_moe_int4_gemv_gate_up", 5, 16): {"ROWS": 4}},
 }
 
 

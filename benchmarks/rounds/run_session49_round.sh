@@ -22,6 +22,8 @@
 #     without (none), alternating twice.
 # z7: on an H200 the step table at HEAD only (what device time was left); else nothing but gpu.txt. Ran at c570975:
 #     an H100 (collect then failed on no logs: gpu_stages.sh mended).
+# z8: the INT4 GEMV gate_up's ROWS form at verify sizes (variant_tables.py t2_16_gate_up_rows2, t5_16_gate_up_rows4),
+#     the step paired at T = 2, 4, 5, 8 (1k, 8k; the random router's routing), then at 1k with uniform routing.
 # Ran: z1 at baa1c40 (H100; all launches' groups side by side then: the step x0.946-0.968 at T = 5..8 against none,
 # x1.001-1.003 at T = 1; mla_decode_s2 x1.004 / x1.026 at 1k / 8k: slower); z2 at c14a217 (H100; against pairs: none x1.039-1.053 at T = 5..8, all x0.992-1.004; the probe at T = 5,
 # 8: every verify row its decode's bits); z3 at 24c557a (H100; rows8 x1.041-1.050 at T = 5..8: not taken; the
@@ -30,7 +32,7 @@
 # end to end at k = 6, accept 5.05: 489.9 / 485.4 tok/s against 473.7 / 474.7 without; baselines 233.6-234.1).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: z1 | z2 | z3 | z4 | z5 | z6 | z7}
+part=${1:?part: z1 | z2 | z3 | z4 | z5 | z6 | z7 | z8}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 z1)
@@ -97,6 +99,17 @@ z7)
   else
     cat "$OUT/gpu.txt"
   fi
+  ;;
+z8)
+  python benchmarks/variant_tables.py /tmp/tables > /dev/null
+  V=()
+  for n in t2_16_gate_up_rows2 t5_16_gate_up_rows4; do V+=("SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/$n.json"); done
+  TAIL=30 stage paired_rows 250 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 8192 \
+    --tokens 2 4 5 8 --eager-iters 1 --graph-iters 10 --env-variants '' "${V[@]}" --paired 80 \
+    --out "$OUT/paired_rows.json"
+  TAIL=12 stage paired_rows_uniform 120 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 4 8 --eager-iters 1 --graph-iters 10 --uniform-routing --env-variants '' "${V[@]}" --paired 80 \
+    --out "$OUT/paired_rows_uniform.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
