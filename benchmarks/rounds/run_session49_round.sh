@@ -29,7 +29,9 @@
 # 8: every verify row its decode's bits); z3 at 24c557a (H100; rows8 x1.041-1.050 at T = 5..8: not taken; the
 # step table); z4 at e490bd6 (H100: fma GPU tests 123 passed, the probe at 8k T = 5..8 every row identical); z5 at
 # 3ad4e58 (H100: the PDL-off profile; the pair launch 11.04 / 14.91 / 15.11 us at T = 4 / 5 / 8); z6 at 61dbae7 (H100:
-# end to end at k = 6, accept 5.05: 489.9 / 485.4 tok/s against 473.7 / 474.7 without; baselines 233.6-234.1).
+# end to end at k = 6, accept 5.05: 489.9 / 485.4 tok/s against 473.7 / 474.7 without; baselines 233.6-234.1); z8 at
+# 71703da (H100: ROWS 2 at T = 2..16 x1.014-1.021 at T=2, x1.44-1.47 at T=4, x1.03 at 5, x0.975 / x0.977 at 8 with the
+# random router and x1.023 at 8 uniform; ROWS 4 at 5..16 x1.03-1.09: neither taken).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: z1 | z2 | z3 | z4 | z5 | z6 | z7 | z8}
