@@ -44,6 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # this checkout's package, also when run from another tree's copy
 
 import sglang_eagle3  # noqa: E402
+from benchmarks.routing import DrawnRouting, parse_routing, routing_label  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 
 
@@ -307,7 +308,15 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
 
         draft.set_kernel_backends = pinned
     prompts = [[(17 * i + 3 * j) % 20480 for j in range(a.prompt_len)] for i in range(a.num_prompts)]
+    reuse = parse_routing(a.routing)
+    drawn = None
+    if reuse is not None:  # decode and verify forwards of up to 16 tokens a request, every batch bucket
+        moe_layers = sum(1 for layer in target.model.layers if hasattr(layer.mlp, "gate"))
+        requests = max(a.cuda_graph_max_bs, a.concurrency)
+        drawn = DrawnRouting(target.config.n_routed_experts, target.config.num_experts_per_tok, moe_layers, reuse,
+                             shapes=[(b, w) for b in range(1, requests + 1) for w in range(1, 17)]).__enter__()
     out = {"workload": {"model": "Kimi-K2.5 TP=8 rank slice, random INT4 experts", "layers": a.layers,
+                        "routing": routing_label(reuse),
                         "prompt_len": a.prompt_len, "max_new_tokens": a.max_new_tokens,
                         "context_length": a.context_length or "prompt + new tokens + 64",
                         "draft_attention": a.draft_attention, "sampling": a.sampling,
@@ -394,6 +403,9 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         del worker, engine
         gc.collect()
         torch.cuda.empty_cache()
+    if drawn:
+        drawn.__exit__(None, None, None)
+        out["workload"]["own_routing_rows"] = sorted(drawn.own_rows)  # forwards the draws did not cover (prefills)
     return out
 
 
@@ -483,6 +495,10 @@ def main() -> None:
                     help="--kimi-slice --adaptive: one more adaptive run a --adaptive-probe-rounds value, its pinned "
                     "accept length changed before every --repeat pass, pass i at the i-th value (cycling): the policy "
                     "carries its estimates over, so each pass times how it follows the change (e.g. 1 3 --repeat 4)")
+    ap.add_argument("--routing", default="own", metavar="own|uniform|reuse:P",
+                    help="--kimi-slice: the MoE layers' expert ids at decode and verify (benchmarks/routing.py): the "
+                         "random router's own (a verify's tokens on nearly the same few experts), or drawn before "
+                         "capture: uniform (a trained router's spread), reuse:P")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.repeat < 1:
@@ -501,6 +517,15 @@ def main() -> None:
                  "accepted)")
     if a.comm_gpus > 1 and not a.kimi_slice:
         ap.error("--comm-gpus is for --kimi-slice (the embedded workload takes --tp-size)")
+    try:
+        reuse = parse_routing(a.routing)
+    except ValueError as e:
+        ap.error(str(e))
+    if reuse is not None and not a.kimi_slice:
+        ap.error("--routing draws the Kimi slice's expert ids: give --kimi-slice")
+    if reuse and max(a.concurrency, a.cuda_graph_max_bs) > 1:  # a row count's draw takes one split into requests
+        ap.error(f"--routing {a.routing} chains a request's tokens: it needs one request a step (--concurrency 1, "
+                 "--cuda-graph-max-bs 1); uniform takes any")
     if a.kimi_slice and a.comm_gpus > 1:
         from sglang_eagle3.bench.ranks import run_ranks
 

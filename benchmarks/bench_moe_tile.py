@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sglang_eagle3  # noqa: E402
 from benchmarks.bench_kernels import (  # noqa: E402
     EXPERTS,
+    TOP_K,
     buckets_of,
     copy_bandwidth,
     make_moe_weights,
@@ -48,6 +49,7 @@ from benchmarks.bench_kernels import (  # noqa: E402
     sweep_moe,
     time_graph,
 )
+from benchmarks.routing import DrawnRouting  # noqa: E402
 from sglang_eagle3 import kernels  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels import tuning  # noqa: E402
@@ -186,7 +188,10 @@ def prefill_part(record, lengths: list[int], layers: int, iters: int, uniform: b
     bvg.randomize_cuda(model, 0)
     page = 64
     max_ctx = max(lengths) + page
-    routing = bvg.UniformRouting(EXPERTS) if uniform else contextlib.nullcontext()
+    moe_layers = sum(1 for layer in model.model.layers if hasattr(layer.mlp, "gate"))
+    rows = sorted({*(buckets or lengths), *(n * batch for n in lengths)})  # graph buckets, eager extends
+    routing = DrawnRouting(EXPERTS, TOP_K, moe_layers, shapes=[(1, r) for r in rows]) if uniform else (
+        contextlib.nullcontext())
     with routing:
         # Prefill graphs at these buckets (default: exactly the lengths; ModelRunner.prefill: a replay per prompt,
         # padded to its bucket, a prompt past the largest bucket in chunks of it).
@@ -258,7 +263,7 @@ def main() -> None:
     ap.add_argument("--swap", action="store_true", help="--sweep the swap kernels' configs (see the doc above)")
     ap.add_argument("--prefill", type=int, nargs="*", default=[])
     ap.add_argument("--uniform-routing", action="store_true",
-                    help="prefill with experts drawn uniformly (bench_verify_graph.UniformRouting)")
+                    help="prefill with experts drawn uniformly (benchmarks/routing.py DrawnRouting)")
     ap.add_argument("--layers", type=int, default=61)
     ap.add_argument("--prefill-iters", type=int, default=5)
     ap.add_argument("--prefill-buckets", type=int, nargs="+",

@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import sglang_eagle3  # noqa: E402
 from benchmarks.bench_kernels import ab_tag, add_kernels_from_arg, kernels_from  # noqa: E402
+from benchmarks.routing import DrawnRouting, parse_routing, routing_label  # noqa: E402
 from sglang_eagle3 import env, kernels  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.bench.ranks import graph_all_reduce_us  # noqa: E402
@@ -119,36 +120,6 @@ def expert_bytes(model) -> tuple[int, int]:
     experts = next(m for m in model.model.layers if hasattr(m.mlp, "experts")).mlp.experts
     per_expert = sum(p[0].numel() * p.element_size() for p in experts.parameters())
     return other, per_expert
-
-
-class UniformRouting:
-    """Replaces the routing of every MoE layer (kernels.moe_topk, looked up at call time) by experts drawn
-    uniformly without replacement, new ones each call and each graph replay (torch's CUDA RNG is graph-safe);
-    the routing weights stay the real ones. Random weights route a batch's tokens to nearly the same experts
-    (the slice's T=4 verify: ~10 distinct experts a layer), a trained model spreads them (load balancing): this
-    measures a batch's MoE at that spread. ``ids`` keeps the ids of eager calls (not captured ones), for the
-    floor."""
-
-    def __init__(self, num_experts: int):
-        import sglang_eagle3.kernels as kernels_mod
-
-        self.module, self.original, self.E = kernels_mod, kernels_mod.moe_topk, num_experts
-        self.ids: list[torch.Tensor] = []
-
-    def __enter__(self):
-        def routed(router_logits, *args, top_k, **kw):
-            weights, _ = self.original(router_logits, *args, top_k=top_k, **kw)
-            ids = torch.rand(router_logits.shape[0], self.E, device=router_logits.device).topk(top_k).indices
-            ids = ids.to(torch.int32)
-            if not (ids.is_cuda and torch.cuda.is_current_stream_capturing()):
-                self.ids.append(ids)
-            return weights, ids
-
-        self.module.moe_topk = routed
-        return self
-
-    def __exit__(self, *exc):
-        self.module.moe_topk = self.original
 
 
 def summarize_settings(cases: list[dict]) -> list[dict]:
@@ -305,9 +276,12 @@ def main() -> None:
                     help="kernel paths to time: triton (ours) and/or torch (references)")
     ap.add_argument("--batch", type=int, default=1,
                     help="requests a step (each with the context and T new tokens): MoE batches of batch x T tokens")
-    ap.add_argument("--uniform-routing", action="store_true",
-                    help="experts drawn uniformly at random each step (a trained model's load-balanced spread; "
-                         "random weights route a batch to nearly the same few experts)")
+    ap.add_argument("--routing", default="own", metavar="own|uniform|reuse:P",
+                    help="the MoE layers' expert ids: the random router's own (which routes a batch to nearly the "
+                         "same few experts), or drawn before capture (benchmarks/routing.py): uniform (a trained "
+                         "model's load-balanced spread), reuse:P (each token keeps each expert of the token before "
+                         "it with probability P)")
+    ap.add_argument("--uniform-routing", action="store_true", help="--routing uniform")
     ap.add_argument("--eager-iters", type=int, default=5)
     ap.add_argument("--graph-iters", type=int, default=30)
     ap.add_argument("--comm-gpus", type=int, default=1,
@@ -318,6 +292,10 @@ def main() -> None:
                     help="keep every setting's graphs and replay them interleaved ROUNDS times a shape (module doc)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    try:
+        parse_routing(args.routing)
+    except ValueError as e:
+        ap.error(str(e))
     if args.paired and args.comm_gpus > 1:
         raise SystemExit("--paired runs on one GPU (--comm-gpus 1)")
     assert torch.cuda.is_available(), "needs a CUDA GPU"
@@ -397,9 +375,13 @@ def run(rank: int, world: int, args) -> dict:
     variants = args.overlap_variants or [None]
     timed_Ts = args.tokens or Ts
     env_variants = args.env_variants or [""]
-    uniform = UniformRouting(args.experts).__enter__() if args.uniform_routing else None
+    reuse = 0.0 if args.uniform_routing else parse_routing(args.routing)
+    # drawn before capture for every graph's rows (batch buckets up to --batch), the timed batch's first
+    drawn = None if reuse is None else DrawnRouting(
+        args.experts, cfg.num_experts_per_tok, len(hooks), reuse,
+        shapes=[(b, T) for b in (args.batch, *range(1, args.batch)) for T in Ts]).__enter__()
     ar_us: dict[int, float] = {}  # tokens -> in-graph all-reduce us (world > 1)
-    results["routing"] = "uniform (drawn each step)" if uniform else "the random router's own"
+    results["routing"] = routing_label(reuse)
     swaps = {"": None} | {ab_tag(paths): kernels_from(paths) for paths in args.kernels_from}
     kept: list[tuple[str, ModelRunner]] = []  # --paired: (setting, its runner), the first of each setting
     for backend, variant, env_set, tag in [(b, v, e, t) for b in args.backends for v in variants for e in env_variants
@@ -430,12 +412,10 @@ def run(rank: int, world: int, args) -> dict:
             for ctx in args.contexts:
                 for T in timed_Ts:
                     moe_inputs.clear()
-                    if uniform:
-                        uniform.ids.clear()
                     with CountAllReduces() if world > 1 else contextlib.nullcontext() as counted:
                         eager, graph = time_case(runner, ctx, T, pages, args.eager_iters, args.graph_iters)
-                    if uniform:  # expert loads of the first (eager) run's drawn routing
-                        distinct = sum(len(set(ids.flatten().tolist())) for ids in uniform.ids[: len(hooks)])
+                    if drawn:  # expert loads of the drawn routing (every forward of these rows reads it)
+                        distinct = drawn.distinct_experts(args.batch * T)
                     else:  # expert loads of this step, from the first (eager) run's routing
                         distinct = sum(
                             len(set(ref_moe_topk(lg, None, top_k=8, n_group=1, topk_group=1)[1].flatten().tolist()))
@@ -475,6 +455,8 @@ def run(rank: int, world: int, args) -> dict:
             overrides.close()  # the next variant starts from the environment as it was
     for h in hooks:
         h.remove()
+    if drawn:
+        drawn.__exit__(None, None, None)
     if len(kept) > 1:
         pages = request_pages(args.batch, max_ctx, page_size)
         print(f"paired: {len(kept)} settings replayed interleaved, {args.paired} rounds a shape", flush=True)

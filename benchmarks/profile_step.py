@@ -31,7 +31,8 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_kernels import read_ceiling_us, time_graph  # noqa: E402
-from benchmarks.bench_verify_graph import TP, UniformRouting, copy_bandwidth, kimi_config, median_ms, randomize_cuda  # noqa: E402, E501
+from benchmarks.bench_verify_graph import TP, copy_bandwidth, kimi_config, median_ms, randomize_cuda  # noqa: E402
+from benchmarks.routing import DrawnRouting, parse_routing, routing_label  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM  # noqa: E402
@@ -246,9 +247,11 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=1,
                     help="requests a step, each with --context cached tokens and T new ones (graphs captured up to it)")
-    ap.add_argument("--uniform-routing", action="store_true",
-                    help="experts drawn uniformly each step (bench_verify_graph.py's UniformRouting: a trained "
-                         "router's spread over a batch, where the random weights' router concentrates it)")
+    ap.add_argument("--routing", default="own", metavar="own|uniform|reuse:P",
+                    help="the MoE layers' expert ids (benchmarks/routing.py): the random router's own, or drawn "
+                         "before capture: uniform (a trained router's spread over a batch, where the random "
+                         "weights' router concentrates it), reuse:P")
+    ap.add_argument("--uniform-routing", action="store_true", help="--routing uniform")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--no-gemm", action="store_true")
     ap.add_argument("--sequence", action="store_true",
@@ -262,6 +265,10 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", default=[], help="only these projections (names as printed)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    try:
+        reuse = 0.0 if args.uniform_routing else parse_routing(args.routing)
+    except ValueError as e:
+        ap.error(str(e))
     bw = copy_bandwidth()
     if args.gemm_only:
         res = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
@@ -280,7 +287,11 @@ def main() -> None:
     randomize_cuda(model, 0)
     max_ctx = args.context + max(args.tokens) + 128
     verify = tuple(t for t in args.tokens if t > 1)
-    uniform = UniformRouting(cfg.n_routed_experts).__enter__() if args.uniform_routing else None
+    moe_layers = sum(1 for layer in model.model.layers if hasattr(layer.mlp, "gate"))
+    if reuse is not None:  # left in place: the process ends with the run
+        widths = sorted({1, *(verify or (2,))})  # every captured graph's tokens a request
+        DrawnRouting(cfg.n_routed_experts, cfg.num_experts_per_tok, moe_layers, reuse,
+                     shapes=[(b, T) for b in (args.batch, *range(1, args.batch)) for T in widths]).__enter__()
     runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=args.batch * (max_ctx // 64 + 4), page_size=64,
                          max_context=max_ctx, device=torch.device("cuda"), dtype=torch.bfloat16,
                          use_cuda_graph=True, cuda_graph_max_bs=args.batch, verify_widths=verify or (2,),
@@ -291,7 +302,7 @@ def main() -> None:
     res = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_bw_gbps": round(bw, 1),
            "layers": args.layers, "batch": args.batch,
-           "routing": "uniform (drawn each step)" if uniform else "the random router's own", "steps": []}
+           "routing": routing_label(reuse), "steps": []}
     for T in args.tokens:
         r = profile_T(runner, T, args.context, args.layers, args.replays, args.batch, args.sequence)
         res["steps"].append(r)

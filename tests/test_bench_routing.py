@@ -1,40 +1,121 @@
-"""bench_verify_graph.UniformRouting, the benchmarks' load-balanced routing, on CPU: it replaces every MoE
-layer's routing (looked up at call time) with distinct uniformly drawn experts, keeps the real weights, and
-puts the original back."""
+"""benchmarks/routing.py, the benchmarks' drawn routing, on CPU: DrawnRouting replaces every MoE layer's expert ids
+(kernels.moe_topk, looked up at call time) by draws made ahead, one a layer and row count, taken in turn; keeps
+the real weights; leaves unprepared row counts to the router; puts the original back. draw_routing's statistics
+against what its rule implies: uniform picks, and the previous token's experts kept with probability P."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_verify_graph import UniformRouting  # noqa: E402
+from benchmarks.routing import DrawnRouting, draw_routing, parse_routing, routing_label  # noqa: E402
 from sglang_eagle3 import kernels  # noqa: E402
 
 
-def test_uniform_routing_replaces_ids_and_restores():
-    E, T, k = 37, 200, 6
-    logits = torch.randn(T, E)
+def test_drawn_routing_replaces_ids_in_turn_and_restores():
+    E, k, layers, T = 37, 6, 3, 5
     kw = dict(top_k=k, n_group=1, topk_group=1)
+    logits = torch.randn(T, E)
     w_ref, ids_ref = kernels.moe_topk(logits, None, **kw)
     original = kernels.moe_topk
-    with UniformRouting(E) as routing:
+    other = torch.randn(T + 1, E)
+    _, other_ref = kernels.moe_topk(other, None, **kw)
+    with DrawnRouting(E, k, layers, shapes=[(1, T)], seed=int(torch.randint(1 << 30, ())), device="cpu") as routing:
         assert kernels.moe_topk is not original
-        w, ids = kernels.moe_topk(logits, None, **kw)
-        _, ids2 = kernels.moe_topk(logits, None, **kw)
+        calls = [kernels.moe_topk(logits, None, **kw) for _ in range(2 * layers + 1)]
+        _, ids_other = kernels.moe_topk(other, None, **kw)  # no draw for T + 1 rows: the router's own
+        with pytest.raises(ValueError, match="top_k"):
+            kernels.moe_topk(logits, None, top_k=k - 1, n_group=1, topk_group=1)
     assert kernels.moe_topk is original
-    assert torch.equal(w, w_ref) and ids.dtype == torch.int32 and ids.shape == (T, k)
-    assert all(len(set(row)) == k for row in ids.tolist()), "an expert drawn twice for one token"
-    assert ids.min() >= 0 and ids.max() < E
-    assert not torch.equal(ids, ids2), "the same draw twice"
-    assert len(routing.ids) == 2 and torch.equal(routing.ids[0], ids)
-    # ~uniform: every expert is drawn, none more than ~twice its share (T*k/E = 32 per expert here)
+    pool = routing.pool[T]
+    assert pool.shape == (layers, T, k) and pool.dtype == torch.int32
+    for i, (w, ids) in enumerate(calls):
+        assert torch.equal(w, w_ref), "the routing weights must stay the router's"
+        assert torch.equal(ids, pool[i % layers]), f"call {i} must take layer {i % layers}'s draw"
+    assert all(not torch.equal(pool[0], pool[i]) for i in range(1, layers)), "layers drew alike"
+    assert all(len(set(row)) == k for row in pool.reshape(-1, k).tolist()), "an expert drawn twice for one token"
+    assert pool.min() >= 0 and pool.max() < E
+    assert not torch.equal(pool[0].sort(1).values, ids_ref.sort(1).values)
+    assert routing.own_rows == {T + 1} and torch.equal(ids_other, other_ref)
+    assert routing.distinct_experts(T) == sum(len(set(pool[i].flatten().tolist())) for i in range(layers))
+    with pytest.raises(KeyError, match="no routing drawn for 6 rows"):
+        routing.distinct_experts(T + 1)
+
+
+def test_unprepared_rows_keep_the_routers_ids():
+    E, k = 23, 4
+    logits = torch.randn(3, E)
+    kw = dict(top_k=k, n_group=1, topk_group=1)
+    _, ids_ref = kernels.moe_topk(logits, None, **kw)
+    with DrawnRouting(E, k, 2, shapes=[(2, 2)], device="cpu") as routing:
+        _, ids = kernels.moe_topk(logits, None, **kw)
+    assert torch.equal(ids, ids_ref) and routing.own_rows == {3}
+
+
+def _overlaps(ids: torch.Tensor, tokens: int) -> list[int]:
+    """Experts each row shares with the row before it in its request ([layers, rows, k] draws)."""
+    out = []
+    for layer in ids.tolist():
+        for r in range(1, len(layer)):
+            if r % tokens:
+                out.append(len(set(layer[r]) & set(layer[r - 1])))
+    return out
+
+
+@pytest.mark.parametrize("reuse", [0.0, 0.3, 0.75])
+def test_draw_routing_keeps_the_previous_tokens_experts_at_the_rate_asked(reuse):
+    """Mean experts a token shares with the one before it against the rule's expectation: K ~ Binomial(k, P) kept,
+    k - K fresh from the E - K not kept, of which k - K are the earlier token's dropped ones."""
+    E, k, layers, requests, tokens = 64, 8, 40, 6, 5
+    g = torch.Generator().manual_seed(int(torch.randint(1 << 30, ())))
+    ids = draw_routing(E, k, layers, requests, tokens, reuse, g)
+    assert ids.shape == (layers, requests * tokens, k)
+    assert all(len(set(row)) == k for row in ids.reshape(-1, k).tolist())
+    expect = sum(math.comb(k, j) * reuse ** j * (1 - reuse) ** (k - j) * (j + (k - j) ** 2 / (E - j))
+                 for j in range(k + 1))
+    got = _overlaps(ids, tokens)
+    mean = sum(got) / len(got)
+    sd = (sum((x - mean) ** 2 for x in got) / len(got)) ** 0.5
+    assert abs(mean - expect) < 5 * sd / len(got) ** 0.5 + 1e-9, (mean, expect)
+    # requests are independent: a request's first token shares no more with the one before than uniform draws do
+    firsts = [len(set(layer[r]) & set(layer[r - 1])) for layer in ids.tolist() for r in range(tokens, len(layer),
+                                                                                                 tokens)]
+    assert sum(firsts) / len(firsts) < k * k / E + 1.0
+    # uniform over experts: every expert drawn, none far past its share
     counts = torch.bincount(ids.flatten().long(), minlength=E)
-    assert counts.min() > 0 and counts.max() < 2.5 * T * k / E, counts
-    assert not torch.equal(ids.sort(1).values, ids_ref.sort(1).values)
+    if reuse == 0.0:
+        share = ids.numel() / E
+        assert counts.min() > 0.5 * share and counts.max() < 1.6 * share, counts
+
+
+def test_draw_routing_reuse_one_is_one_set_a_request():
+    ids = draw_routing(50, 5, 3, 4, 6, 1.0, torch.Generator().manual_seed(1))
+    for layer in ids:
+        for req in layer.reshape(4, 6, 5):
+            assert all(set(row.tolist()) == set(req[0].tolist()) for row in req)
+
+
+def test_routing_arguments_and_errors():
+    assert parse_routing("own") is None and parse_routing("uniform") == 0.0 and parse_routing(" reuse:0.25 ") == 0.25
+    for bad in ("reuse", "reuse:1.5", "reuse:-0.1", "reuse:x", "zipf", ""):
+        with pytest.raises(ValueError, match="expected own, uniform or reuse:P"):
+            parse_routing(bad)
+    assert "own" in routing_label(None) and "uniform" in routing_label(0.0) and "0.4" in routing_label(0.4)
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="top_k=9"):
+        draw_routing(8, 9, 1, 1, 1, 0.0, g)
+    with pytest.raises(ValueError, match="requests=0"):
+        draw_routing(8, 2, 1, 0, 1, 0.0, g)
+    with pytest.raises(ValueError, match="reuse=2"):
+        DrawnRouting(8, 2, 1, 2.0, device="cpu")
+    with pytest.raises(ValueError, match="rows=7 is not whole requests of 2"):
+        DrawnRouting(8, 2, 1, device="cpu").prepare(7, 2)
 
 
 def test_summarize_settings_groups_alternations(capsys):

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The fiftieth session's device round: the benchmarks' drawn routing (benchmarks/routing.py). The random slice's router
+# sends a verify's tokens to ~10 experts a layer (32 pairs at T = 4); a trained Kimi-K2.5 spreads them (shared experts
+# and load balancing: little local routing consistency), which sets both a verify's MoE time and its floor. The old
+# --uniform-routing drew the experts inside the step (a rand, a top-k and a cast a MoE layer, timed with it); the
+# routing is now drawn before capture, one fixed routing a layer and row count, so the step launches what it would.
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session50_round.sh a1   (one device call each, < 10 min)
+# a1: the step at 1k, T = 1, 4, 8 with uniform routing drawn in the step (the tree before, carried as .carry/old:
+#     git archive a6692a5 sglang_eagle3 'benchmarks/*.py' benchmarks/ablations benchmarks/variants | tar -x -C
+#     .carry/old) and drawn before capture (this tree); then the step table at HEAD (1k and 8k, T = 1..8) with
+#     uniform routing and with the random router's own (the section-0 table's command).
+# Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: a1}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
+case $part in
+a1)
+  TAIL=6 stage uniform_in_step 150 python .carry/old/benchmarks/bench_verify_graph.py --backends triton \
+    --contexts 1024 --tokens 1 4 8 --eager-iters 1 --graph-iters 30 --uniform-routing \
+    --out "$OUT/uniform_in_step.json"
+  TAIL=20 stage verify_graph_uniform 200 python benchmarks/bench_verify_graph.py --backends triton \
+    --eager-iters 1 --graph-iters 30 --routing uniform --out "$OUT/verify_graph_uniform.json"
+  TAIL=20 stage verify_graph 200 python benchmarks/bench_verify_graph.py --backends triton \
+    --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
+  ;;
+esac
+collect
