@@ -9,9 +9,12 @@
 #     git archive a6692a5 sglang_eagle3 'benchmarks/*.py' benchmarks/ablations benchmarks/variants | tar -x -C
 #     .carry/old) and drawn before capture (this tree); then the step table at HEAD (1k and 8k, T = 1..8) with
 #     uniform routing and with the random router's own (the section-0 table's command).
+# a2: where a step's time goes with uniform routing (profile_step.py, PDL off: each kernel's own time, T = 1, 4, 8);
+#     then end to end on the Kimi slice (bench_e2e.py, batch 1) at k = 3 (accept length pinned to 3.0) and k = 6
+#     (5.0), each with uniform routing and with the router's own.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: a1}
+part=${1:?part: a1 | a2}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 a1)
@@ -22,6 +25,18 @@ a1)
     --eager-iters 1 --graph-iters 30 --routing uniform --out "$OUT/verify_graph_uniform.json"
   TAIL=20 stage verify_graph 200 python benchmarks/bench_verify_graph.py --backends triton \
     --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
+  ;;
+a2)
+  SGLANG_EAGLE3_PDL=0 TAIL=30 stage profile_uniform_nopdl 100 python benchmarks/profile_step.py --layers 4 \
+    --tokens 1 4 8 --no-gemm --routing uniform --out "$OUT/profile_uniform_nopdl.json"
+  for k_acc in 3:3.0 6:5.0; do
+    k=${k_acc%:*}; acc=${k_acc#*:}
+    for routing in uniform own; do
+      TAIL=4 stage "e2e_k${k}_$routing" 120 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 \
+        --max-new-tokens 96 --repeat 2 --k "$k" --simulate-accept "$acc" --routing "$routing" \
+        --out "$OUT/e2e_k${k}_$routing.json"
+    done
+  done
   ;;
 esac
 collect
