@@ -34,6 +34,14 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     # the verify buckets' down kernel without PRELOAD's tile (the T = 5..16 bucket's tiles), and at 16 rows x 4 warps
     "t2_4_down_slots": {("fused_moe_int4_gemv_down", 2, 4): {"BLOCK_N": 32, "num_warps": 4, "PRELOAD": False}},
     "t2_4_down_bn16": {("fused_moe_int4_gemv_down", 2, 4): {"BLOCK_N": 16, "num_warps": 4, "PRELOAD": True}},
+    # ... with a trained router's spread (--routing uniform: a verify's pairs on as many experts, read from DRAM, where
+    # the random router's share them through L2) the T = 2..4 down kernel reads 32 MB at T=4 at 55% of copy bandwidth
+    # alone (fiftieth session): smaller and larger PRELOAD tiles, and PRELOAD's tile at T = 5..8
+    "t2_4_down_bn16_w2": {("fused_moe_int4_gemv_down", 2, 4): {"BLOCK_N": 16, "num_warps": 2, "PRELOAD": True}},
+    "t2_4_down_bn4_w1": {("fused_moe_int4_gemv_down", 2, 4): {"BLOCK_N": 4, "num_warps": 1, "PRELOAD": True}},
+    "t5_8_down_preload": {("fused_moe_int4_gemv_down", 5, 8): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True}},
+    # gate_up at T = 3..4 in the 16-row blocks of the T = 5..16 bucket (twice the programs)
+    "t3_4_gate_up_bn16": {("fused_moe_int4_gemv_gate_up", 3, 4): {"BLOCK_N": 16, "num_warps": 4}},
     # MLA's verify rows (8 heads x T = 3..16 on a Kimi TP=8 rank) in row blocks of 16 as decode's: the table's
     # 32-row blocks were swept at 4 requests (bench_kernels run_sweep), where a request's splits already fill the SMs
     "mla_verify_bm16": {("mla_attention", 17, None): {"BLOCK_M": 16}},

@@ -12,9 +12,13 @@
 # a2: where a step's time goes with uniform routing (profile_step.py, PDL off: each kernel's own time, T = 1, 4, 8);
 #     then end to end on the Kimi slice (bench_e2e.py, batch 1) at k = 3 (accept length pinned to 3.0) and k = 6
 #     (5.0), each with uniform routing and with the router's own.
+# a3: the INT4 GEMV MoE's tiles where a trained router's spread makes them read DRAM: the step paired (1k, T = 2, 3, 4,
+#     5, 8) with uniform routing, the checked-in table against variant_tables.py's T = 2..4 down tiles (16 rows at 2
+#     and 4 warps, 4 rows at 1 warp, the T = 5..16 slot loop), PRELOAD's tile at T = 5..8 and gate_up's 16-row blocks
+#     at T = 3..4; then the same with the random router's own routing.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: a1 | a2}
+part=${1:?part: a1 | a2 | a3}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 a1)
@@ -36,6 +40,18 @@ a2)
         --max-new-tokens 96 --repeat 2 --k "$k" --simulate-accept "$acc" --routing "$routing" \
         --out "$OUT/e2e_k${k}_$routing.json"
     done
+  done
+  ;;
+a3)
+  python benchmarks/variant_tables.py /tmp/tables > /dev/null
+  V=()
+  for n in t2_4_down_bn16_w2 t2_4_down_bn16 t2_4_down_bn4_w1 t2_4_down_slots t5_8_down_preload t3_4_gate_up_bn16; do
+    V+=("SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/$n.json")
+  done
+  for routing in uniform own; do
+    TAIL=44 stage "paired_moe_$routing" 270 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --tokens 2 3 4 5 8 --eager-iters 1 --graph-iters 5 --routing "$routing" --env-variants '' "${V[@]}" \
+      --paired 80 --out "$OUT/paired_moe_$routing.json"
   done
   ;;
 esac
