@@ -42,6 +42,15 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     "t5_8_down_preload": {("fused_moe_int4_gemv_down", 5, 8): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True}},
     # gate_up at T = 3..4 in the 16-row blocks of the T = 5..16 bucket (twice the programs)
     "t3_4_gate_up_bn16": {("fused_moe_int4_gemv_gate_up", 3, 4): {"BLOCK_N": 16, "num_warps": 4}},
+    # the same at T=3 only (a3: ~5% faster at T=3 with either routing, slower at T=4, where 256 programs of 32 rows
+    # give every SM two and T=3's 192 give 60 SMs two and the rest one); the table's T = 5..16 blocks at T = 5..8
+    # (640-1024 programs: past one wave of ~4 a SM) in 32 rows (320-512), T=2's in 8 rows; the down kernel's at
+    # T = 5..8 in 16 and 64 rows
+    "t3_gate_up_bn16": {("fused_moe_int4_gemv_gate_up", 3, 3): {"BLOCK_N": 16, "num_warps": 4}},
+    "t5_8_gate_up_bn32": {("fused_moe_int4_gemv_gate_up", 5, 8): {"BLOCK_N": 32, "num_warps": 4}},
+    "t2_gate_up_bn8": {("fused_moe_int4_gemv_gate_up", 2, 2): {"BLOCK_N": 8, "num_warps": 8}},
+    "t5_8_down_bn16": {("fused_moe_int4_gemv_down", 5, 8): {"BLOCK_N": 16, "num_warps": 4}},
+    "t5_8_down_bn64": {("fused_moe_int4_gemv_down", 5, 8): {"BLOCK_N": 64, "num_warps": 4}},
     # MLA's verify rows (8 heads x T = 3..16 on a Kimi TP=8 rank) in row blocks of 16 as decode's: the table's
     # 32-row blocks were swept at 4 requests (bench_kernels run_sweep), where a request's splits already fill the SMs
     "mla_verify_bm16": {("mla_attention", 17, None): {"BLOCK_M": 16}},

@@ -16,9 +16,13 @@
 #     5, 8) with uniform routing, the checked-in table against variant_tables.py's T = 2..4 down tiles (16 rows at 2
 #     and 4 warps, 4 rows at 1 warp, the T = 5..16 slot loop), PRELOAD's tile at T = 5..8 and gate_up's 16-row blocks
 #     at T = 3..4; then the same with the random router's own routing.
+# a4: a3's one gain (gate_up's 16-row blocks at T=3, ~5%) at T=3 alone, and the program counts behind it elsewhere:
+#     gate_up in 32-row blocks at T = 5..8 and 8-row at T=2, the down kernel in 16 and 64 rows at T = 5..8; the step
+#     paired at T = 2..8 (T=4, which none changes, and a second capture of the table, SGLANG_EAGLE3_PDL=1 (the
+#     default), say what two captures of one config differ by), uniform routing then the router's own.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: a1 | a2 | a3}
+part=${1:?part: a1 | a2 | a3 | a4}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 a1)
@@ -52,6 +56,18 @@ a3)
     TAIL=44 stage "paired_moe_$routing" 270 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
       --tokens 2 3 4 5 8 --eager-iters 1 --graph-iters 5 --routing "$routing" --env-variants '' "${V[@]}" \
       --paired 80 --out "$OUT/paired_moe_$routing.json"
+  done
+  ;;
+a4)
+  python benchmarks/variant_tables.py /tmp/tables > /dev/null
+  V=(SGLANG_EAGLE3_PDL=1)
+  for n in t3_gate_up_bn16 t5_8_gate_up_bn32 t2_gate_up_bn8 t5_8_down_bn16 t5_8_down_bn64; do
+    V+=("SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/$n.json")
+  done
+  for routing in uniform own; do
+    TAIL=4 stage "paired_tiles_$routing" 280 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --tokens 2 3 4 5 6 7 8 --eager-iters 1 --graph-iters 5 --routing "$routing" --env-variants '' "${V[@]}" \
+      --paired 60 --out "$OUT/paired_tiles_$routing.json"
   done
   ;;
 esac
