@@ -20,9 +20,12 @@
 #     gate_up in 32-row blocks at T = 5..8 and 8-row at T=2, the down kernel in 16 and 64 rows at T = 5..8; the step
 #     paired at T = 2..8 (T=4, which none changes, and a second capture of the table, SGLANG_EAGLE3_PDL=1 (the
 #     default), say what two captures of one config differ by), uniform routing then the router's own.
+# a5: the sm_90 table with gate_up's T=3 bucket in 16-row blocks (a4): the INT4 MoE GPU tests that hold a token's
+#     bits across buckets and tiles (a token alone under decode's configs against its row of a batch under T's), and
+#     the invariance probe at T = 3, 4 (1k, 8k: every verify row against its token's decode, eager and replayed).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: a1 | a2 | a3 | a4}
+part=${1:?part: a1 | a2 | a3 | a4 | a5}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 a1)
@@ -69,6 +72,12 @@ a4)
       --tokens 2 3 4 5 6 7 8 --eager-iters 1 --graph-iters 5 --routing "$routing" --env-variants '' "${V[@]}" \
       --paired 60 --out "$OUT/paired_tiles_$routing.json"
   done
+  ;;
+a5)
+  TAIL=8 stage moe_gpu_tests 200 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 180 \
+    tests/kernels/test_kernels_gpu.py -k "int4 and (round_alike or token_independent or gemv_f16 or gemv_rows)"
+  TAIL=14 stage probe 150 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 --widths 3 4 \
+    --out "$OUT/probe.json"
   ;;
 esac
 collect
