@@ -51,6 +51,10 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     "t2_gate_up_bn8": {("fused_moe_int4_gemv_gate_up", 2, 2): {"BLOCK_N": 8, "num_warps": 8}},
     "t5_8_down_bn16": {("fused_moe_int4_gemv_down", 5, 8): {"BLOCK_N": 16, "num_warps": 4}},
     "t5_8_down_bn64": {("fused_moe_int4_gemv_down", 5, 8): {"BLOCK_N": 64, "num_warps": 4}},
+    # PRELOAD's tile at T=5 (a3: x0.982 there with uniform routing, x0.999 with the router's; x1.011 / x1.020 at T=8)
+    # and at T = 5..6
+    "t5_down_preload": {("fused_moe_int4_gemv_down", 5, 5): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True}},
+    "t5_6_down_preload": {("fused_moe_int4_gemv_down", 5, 6): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True}},
     # MLA's verify rows (8 heads x T = 3..16 on a Kimi TP=8 rank) in row blocks of 16 as decode's: the table's
     # 32-row blocks were swept at 4 requests (bench_kernels run_sweep), where a request's splits already fill the SMs
     "mla_verify_bm16": {("mla_attention", 17, None): {"BLOCK_M": 16}},

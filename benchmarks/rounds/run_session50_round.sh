@@ -23,9 +23,14 @@
 # a5: the sm_90 table with gate_up's T=3 bucket in 16-row blocks (a4): the INT4 MoE GPU tests that hold a token's
 #     bits across buckets and tiles (a token alone under decode's configs against its row of a batch under T's), and
 #     the invariance probe at T = 3, 4 (1k, 8k: every verify row against its token's decode, eager and replayed).
+# a6: what T = 4 -> 5 adds with uniform routing (verify of 5 1.3 ms over verify of 4 at 1k): the step paired at T = 4..8
+#     (T=4 the control) with the down kernel's PRELOAD tile at T=5 and at T = 5..6 (a3: x0.982 at T=5), a second
+#     capture of the table; then the CUDA-core pairs at up to 8 rows of x a program (one program a weight block
+#     past 4 rows: benchmarks/variants/gemv_pair_rows8.py, the router + shared pair; gemv_qkv_rows8.py, q_a + kv_a),
+#     last measured before lanes first and the row groups side by side.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: a1 | a2 | a3 | a4 | a5}
+part=${1:?part: a1 | a2 | a3 | a4 | a5 | a6}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 a1)
@@ -78,6 +83,17 @@ a5)
     tests/kernels/test_kernels_gpu.py -k "int4 and (round_alike or token_independent or gemv_f16 or gemv_rows)"
   TAIL=14 stage probe 150 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 --widths 3 4 \
     --out "$OUT/probe.json"
+  ;;
+a6)
+  python benchmarks/variant_tables.py /tmp/tables > /dev/null
+  TAIL=4 stage paired_t5_down 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 4 5 6 7 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' SGLANG_EAGLE3_PDL=1 \
+    SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t5_down_preload.json \
+    SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t5_6_down_preload.json --paired 60 --out "$OUT/paired_t5_down.json"
+  TAIL=4 stage paired_rows8 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 4 5 6 7 8 --eager-iters 1 --graph-iters 5 --routing uniform \
+    --kernels-from benchmarks/variants/gemv_pair_rows8.py benchmarks/variants/gemv_qkv_rows8.py --paired 60 \
+    --out "$OUT/paired_rows8.json"
   ;;
 esac
 collect
