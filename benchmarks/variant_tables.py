@@ -55,6 +55,8 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     # and at T = 5..6
     "t5_down_preload": {("fused_moe_int4_gemv_down", 5, 5): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True}},
     "t5_6_down_preload": {("fused_moe_int4_gemv_down", 5, 6): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True}},
+    # the T = 5..6 down kernel as it was before the fiftieth session took PRELOAD's tile there (the slot loop)
+    "t5_6_down_slots": {("fused_moe_int4_gemv_down", 5, 6): {"BLOCK_N": 32, "num_warps": 4, "PRELOAD": False}},
     # MLA's verify rows (8 heads x T = 3..16 on a Kimi TP=8 rank) in row blocks of 16 as decode's: the table's
     # 32-row blocks were swept at 4 requests (bench_kernels run_sweep), where a request's splits already fill the SMs
     "mla_verify_bm16": {("mla_attention", 17, None): {"BLOCK_M": 16}},

@@ -28,9 +28,12 @@
 #     capture of the table; then the CUDA-core pairs at up to 8 rows of x a program (one program a weight block
 #     past 4 rows: benchmarks/variants/gemv_pair_rows8.py, the router + shared pair; gemv_qkv_rows8.py, q_a + kv_a),
 #     last measured before lanes first and the row groups side by side.
+# a7: the sm_90 table with the down kernel's PRELOAD tile up to T=6 (a6): the step paired at T = 4..7 against it at
+#     T = 5..6 as before (variant_tables.py t5_6_down_slots) and a second capture, with the router's own routing (a6
+#     measured uniform only) then uniform; the MoE GPU tests of a token's bits across buckets; the probe at T = 5, 6.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: a1 | a2 | a3 | a4 | a5 | a6}
+part=${1:?part: a1 | a2 | a3 | a4 | a5 | a6 | a7}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 a1)
@@ -94,6 +97,18 @@ a6)
     --tokens 4 5 6 7 8 --eager-iters 1 --graph-iters 5 --routing uniform \
     --kernels-from benchmarks/variants/gemv_pair_rows8.py benchmarks/variants/gemv_qkv_rows8.py --paired 60 \
     --out "$OUT/paired_rows8.json"
+  ;;
+a7)
+  python benchmarks/variant_tables.py /tmp/tables > /dev/null
+  for routing in own uniform; do
+    TAIL=4 stage "paired_down_$routing" 150 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --tokens 4 5 6 7 --eager-iters 1 --graph-iters 5 --routing "$routing" --env-variants '' SGLANG_EAGLE3_PDL=1 \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t5_6_down_slots.json --paired 60 --out "$OUT/paired_down_$routing.json"
+  done
+  TAIL=4 stage moe_gpu_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 140 \
+    tests/kernels/test_kernels_gpu.py -k "int4 and (round_alike or token_independent)"
+  TAIL=10 stage probe 100 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 --widths 5 6 \
+    --out "$OUT/probe.json"
   ;;
 esac
 collect
