@@ -28,6 +28,7 @@ code the Kimi slice moved 3-7%, so a single run is no level to compare against).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import importlib.util
@@ -308,15 +309,18 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
 
         draft.set_kernel_backends = pinned
     prompts = [[(17 * i + 3 * j) % 20480 for j in range(a.prompt_len)] for i in range(a.num_prompts)]
-    reuse = parse_routing(a.routing)
-    drawn = None
-    if reuse is not None:  # decode and verify forwards of up to 16 tokens a request, every batch bucket
-        moe_layers = sum(1 for layer in target.model.layers if hasattr(layer.mlp, "gate"))
-        requests = max(a.cuda_graph_max_bs, a.concurrency)
-        drawn = DrawnRouting(target.config.n_routed_experts, target.config.num_experts_per_tok, moe_layers, reuse,
-                             shapes=[(b, w) for b in range(1, requests + 1) for w in range(1, 17)]).__enter__()
+    # Each --routing value: None (the router's own) or its draws (decode and verify forwards of up to 16 tokens a
+    # request, every batch bucket), made once and entered around each worker's life (capture and requests).
+    moe_layers = sum(1 for layer in target.model.layers if hasattr(layer.mlp, "gate"))
+    requests = max(a.cuda_graph_max_bs, a.concurrency)
+    routings = {}
+    for text in a.routing:
+        reuse = parse_routing(text)
+        routings[text] = None if reuse is None else DrawnRouting(
+            target.config.n_routed_experts, target.config.num_experts_per_tok, moe_layers, reuse,
+            shapes=[(b, w) for b in range(1, requests + 1) for w in range(1, 17)])
     out = {"workload": {"model": "Kimi-K2.5 TP=8 rank slice, random INT4 experts", "layers": a.layers,
-                        "routing": routing_label(reuse),
+                        "routing": {text: routing_label(parse_routing(text)) for text in a.routing},
                         "prompt_len": a.prompt_len, "max_new_tokens": a.max_new_tokens,
                         "context_length": a.context_length or "prompt + new tokens + 64",
                         "draft_attention": a.draft_attention, "sampling": a.sampling,
@@ -339,18 +343,19 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         tag = "_phases" + ",".join(f"{x:g}" for x in a.accept_phases)
         configs += [(f"eagle3_adaptive_from_k{a.k}{tag}{_probe_tag(a, n)}", a.k, a.accept_phases[0], True, n)
                     for n in a.adaptive_probe_rounds]
-    variants = [(v, prefill_tokens(v), m, e, o, smp) for v in a.prefill_graphs for m in a.mha_prefill_tokens
-                for e in a.env_variants for o in a.overlap_schedule for smp in a.sampling]
+    variants = [(v, prefill_tokens(v), m, e, o, smp, r) for v in a.prefill_graphs for m in a.mha_prefill_tokens
+                for e in a.env_variants for o in a.overlap_schedule for smp in a.sampling for r in a.routing]
     # Each variant (prefill graphs x MHA prefill x environment x overlap schedule x sampling) runs every
     # configuration in turn, the variants alternating (--repeat-variants).
     schedule = [(v, c) for _ in range(a.repeat_variants) for v in variants for c in configs]
     base_tps = {}
-    for (graphs, buckets, mha, env_set, overlap, smp), (cname, k, acc, adaptive, probe) in schedule:
+    for (graphs, buckets, mha, env_set, overlap, smp, routing), (cname, k, acc, adaptive, probe) in schedule:
         params = {"max_new_tokens": a.max_new_tokens, "ignore_eos": True, **sampling_params(smp)}
         variant = graphs if mha is None else f"{graphs}, mha_prefill_tokens {mha}"
         variant += f", {env_set}" if env_set else ""
         variant += f", overlap schedule {overlap}" if len(a.overlap_schedule) > 1 else ""
         variant += f", sampling {smp}" if len(a.sampling) > 1 else ""
+        variant += f", routing {routing}" if len(a.routing) > 1 else ""
         name = cname if len(variants) == 1 else f"{cname}[prefill graphs {variant}]"
         extra = ({} if buckets is None else {"cuda_graph_prefill_tokens": buckets}) | (
             {} if mha is None else {"mha_prefill_tokens": mha}) | (
@@ -368,7 +373,8 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         widths = tuple(c + 1 for c in args.step_candidates()) if k else (1,)
         plan = {"context_length": ctx, "num_steps": k, "verify_widths": widths,
                 "num_pages": a.concurrency * (ctx // args.page_size + 4), "eos": ()}
-        with env.overrides(bvg.parse_env_variant(env_set)):  # (kernel configs are read as graphs are captured)
+        drawn = routings[routing] or contextlib.nullcontext()  # around capture and the requests' eager forwards
+        with env.overrides(bvg.parse_env_variant(env_set)), drawn:  # (kernel configs are read as graphs are captured)
             for m in (target, draft):  # what the models read when built (fusions, overlaps), under this setting
                 bvg.apply_env_settings(m)
             worker = ModelWorker(args, plan, torch.device("cuda"),
@@ -403,9 +409,8 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
         del worker, engine
         gc.collect()
         torch.cuda.empty_cache()
-    if drawn:
-        drawn.__exit__(None, None, None)
-        out["workload"]["own_routing_rows"] = sorted(drawn.own_rows)  # forwards the draws did not cover (prefills)
+    # forwards the draws did not cover (prefills), by routing
+    out["workload"]["own_routing_rows"] = {text: sorted(d.own_rows) for text, d in routings.items() if d}
     return out
 
 
@@ -495,10 +500,11 @@ def main() -> None:
                     help="--kimi-slice --adaptive: one more adaptive run a --adaptive-probe-rounds value, its pinned "
                     "accept length changed before every --repeat pass, pass i at the i-th value (cycling): the policy "
                     "carries its estimates over, so each pass times how it follows the change (e.g. 1 3 --repeat 4)")
-    ap.add_argument("--routing", default="own", metavar="own|uniform|reuse:P",
+    ap.add_argument("--routing", nargs="+", default=["own"], metavar="own|uniform|reuse:P",
                     help="--kimi-slice: the MoE layers' expert ids at decode and verify (benchmarks/routing.py): the "
                          "random router's own (a verify's tokens on nearly the same few experts), or drawn before "
-                         "capture: uniform (a trained router's spread), reuse:P")
+                         "capture: uniform (a trained router's spread), reuse:P; several: variants, each "
+                         "configuration's speedup against the baseline of its own routing")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.repeat < 1:
@@ -517,15 +523,16 @@ def main() -> None:
                  "accepted)")
     if a.comm_gpus > 1 and not a.kimi_slice:
         ap.error("--comm-gpus is for --kimi-slice (the embedded workload takes --tp-size)")
-    try:
-        reuse = parse_routing(a.routing)
-    except ValueError as e:
-        ap.error(str(e))
-    if reuse is not None and not a.kimi_slice:
-        ap.error("--routing draws the Kimi slice's expert ids: give --kimi-slice")
-    if reuse and max(a.concurrency, a.cuda_graph_max_bs) > 1:  # a row count's draw takes one split into requests
-        ap.error(f"--routing {a.routing} chains a request's tokens: it needs one request a step (--concurrency 1, "
-                 "--cuda-graph-max-bs 1); uniform takes any")
+    for text in a.routing:
+        try:
+            reuse = parse_routing(text)
+        except ValueError as e:
+            ap.error(str(e))
+        if reuse is not None and not a.kimi_slice:
+            ap.error("--routing draws the Kimi slice's expert ids: give --kimi-slice")
+        if reuse and max(a.concurrency, a.cuda_graph_max_bs) > 1:  # a row count's draw takes one split into requests
+            ap.error(f"--routing {text} chains a request's tokens: it needs one request a step (--concurrency 1, "
+                     "--cuda-graph-max-bs 1); uniform takes any")
     if a.kimi_slice and a.comm_gpus > 1:
         from sglang_eagle3.bench.ranks import run_ranks
 

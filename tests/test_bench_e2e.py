@@ -104,6 +104,17 @@ def test_e2e_comm_gpus_is_for_the_kimi_slice():
     assert proc.returncode == 2 and "--comm-gpus is for --kimi-slice" in proc.stderr, proc.stderr[-500:]
 
 
+def test_e2e_routing_arguments_are_checked():
+    """--routing: a value it cannot read, a drawn routing for the embedded workload, and reuse:P (a chain of a
+    request's tokens) beside more than one request a step are refused, each named, before anything is built."""
+    for args, said in ((("--routing", "own", "reuse:1.5"), "--routing 'reuse:1.5': expected own, uniform or reuse:P"),
+                       (("--routing", "uniform"), "--routing draws the Kimi slice's expert ids: give --kimi-slice"),
+                       (("--kimi-slice", "--routing", "uniform", "reuse:0.5", "--concurrency", "2"),
+                        "--routing reuse:0.5 chains a request's tokens")):
+        proc = bench_e2e(*args, timeout=120)
+        assert proc.returncode == 2 and said in proc.stderr, (args, proc.stderr[-500:])
+
+
 @needs_embedded
 def test_e2e_penalized_sampling_is_lossless(tmp_path):
     """--sampling with penalties: the embedded pair's EAGLE-3 output equals its baseline's under them (the penalized
