@@ -31,9 +31,11 @@
 # a7: the sm_90 table with the down kernel's PRELOAD tile up to T=6 (a6): the step paired at T = 4..7 against it at
 #     T = 5..6 as before (variant_tables.py t5_6_down_slots) and a second capture, with the router's own routing (a6
 #     measured uniform only) then uniform; the MoE GPU tests of a token's bits across buckets; the probe at T = 5, 6.
+# a8: the step table at HEAD (the two tiles a4 / a7 took), 1k and 8k, T = 1..8, with uniform routing and the router's
+#     own.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: a1 | a2 | a3 | a4 | a5 | a6 | a7}
+part=${1:?part: a1 | a2 | a3 | a4 | a5 | a6 | a7 | a8}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 case $part in
 a1)
@@ -109,6 +111,12 @@ a7)
     tests/kernels/test_kernels_gpu.py -k "int4 and (round_alike or token_independent)"
   TAIL=10 stage probe 100 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 --widths 5 6 \
     --out "$OUT/probe.json"
+  ;;
+a8)
+  for routing in uniform own; do
+    TAIL=18 stage "verify_graph_$routing" 110 python benchmarks/bench_verify_graph.py --backends triton \
+      --eager-iters 1 --graph-iters 30 --routing "$routing" --out "$OUT/verify_graph_$routing.json"
+  done
   ;;
 esac
 collect
