@@ -140,3 +140,16 @@ def test_summarize_settings_groups_alternations(capsys):
     assert "ctx  1024 T=1 triton o X=0: 4.80 / 4.60  median 4.70  x0.959" in out, out
     print_summary(summarize_settings(cases[:2]))  # one setting, timed once a shape: nothing to summarize
     assert capsys.readouterr().out == ""
+
+
+def test_step_benchmarks_refuse_an_unreadable_routing():
+    """bench_verify_graph.py and profile_step.py name a --routing they cannot read and stop (exit 2) before they
+    build anything or ask for a GPU."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    for script in ("bench_verify_graph.py", "profile_step.py"):
+        proc = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--routing", "reuse:x"],
+                              capture_output=True, text=True, timeout=120, cwd=root)
+        assert proc.returncode == 2 and "--routing 'reuse:x': expected own, uniform or reuse:P" in proc.stderr, (
+            script, proc.stderr[-400:])
