@@ -45,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # this checkout's package, also when run from another tree's copy
 
 import sglang_eagle3  # noqa: E402
-from benchmarks.routing import DrawnRouting, parse_routing, routing_label  # noqa: E402
+from benchmarks.routing import drawn_routing, parse_routing  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 
 
@@ -313,14 +313,12 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
     # request, every batch bucket), made once and entered around each worker's life (capture and requests).
     moe_layers = sum(1 for layer in target.model.layers if hasattr(layer.mlp, "gate"))
     requests = max(a.cuda_graph_max_bs, a.concurrency)
-    routings = {}
-    for text in a.routing:
-        reuse = parse_routing(text)
-        routings[text] = None if reuse is None else DrawnRouting(
-            target.config.n_routed_experts, target.config.num_experts_per_tok, moe_layers, reuse,
-            shapes=[(b, w) for b in range(1, requests + 1) for w in range(1, 17)])
+    routings = {text: drawn_routing(parse_routing(text), target.config.n_routed_experts,
+                                    target.config.num_experts_per_tok, moe_layers,
+                                    shapes=[(b, w) for b in range(1, requests + 1) for w in range(1, 17)])
+                for text in a.routing}
     out = {"workload": {"model": "Kimi-K2.5 TP=8 rank slice, random INT4 experts", "layers": a.layers,
-                        "routing": {text: routing_label(parse_routing(text)) for text in a.routing},
+                        "routing": {text: parse_routing(text).label() for text in a.routing},
                         "prompt_len": a.prompt_len, "max_new_tokens": a.max_new_tokens,
                         "context_length": a.context_length or "prompt + new tokens + 64",
                         "draft_attention": a.draft_attention, "sampling": a.sampling,
@@ -525,12 +523,13 @@ def main() -> None:
         ap.error("--comm-gpus is for --kimi-slice (the embedded workload takes --tp-size)")
     for text in a.routing:
         try:
-            reuse = parse_routing(text)
+            choice = parse_routing(text)
         except ValueError as e:
             ap.error(str(e))
-        if reuse is not None and not a.kimi_slice:
+        if choice.drawn and not a.kimi_slice:
             ap.error("--routing draws the Kimi slice's expert ids: give --kimi-slice")
-        if reuse and max(a.concurrency, a.cuda_graph_max_bs) > 1:  # a row count's draw takes one split into requests
+        # a row count's draw (or traced forward) takes one split into requests
+        if choice.kind in ("reuse", "trace") and max(a.concurrency, a.cuda_graph_max_bs) > 1:
             ap.error(f"--routing {text} chains a request's tokens: it needs one request a step (--concurrency 1, "
                      "--cuda-graph-max-bs 1); uniform takes any")
     if a.kimi_slice and a.comm_gpus > 1:

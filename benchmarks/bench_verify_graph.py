@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import sglang_eagle3  # noqa: E402
 from benchmarks.bench_kernels import ab_tag, add_kernels_from_arg, kernels_from  # noqa: E402
-from benchmarks.routing import DrawnRouting, parse_routing, routing_label  # noqa: E402
+from benchmarks.routing import RoutingChoice, drawn_routing, parse_routing  # noqa: E402
 from sglang_eagle3 import env, kernels  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.bench.ranks import graph_all_reduce_us  # noqa: E402
@@ -375,13 +375,18 @@ def run(rank: int, world: int, args) -> dict:
     variants = args.overlap_variants or [None]
     timed_Ts = args.tokens or Ts
     env_variants = args.env_variants or [""]
-    reuse = 0.0 if args.uniform_routing else parse_routing(args.routing)
+    choice = RoutingChoice("uniform") if args.uniform_routing else parse_routing(args.routing)
     # drawn before capture for every graph's rows (batch buckets up to --batch), the timed batch's first
-    drawn = None if reuse is None else DrawnRouting(
-        args.experts, cfg.num_experts_per_tok, len(hooks), reuse,
-        shapes=[(b, T) for b in (args.batch, *range(1, args.batch)) for T in Ts]).__enter__()
+    drawn = drawn_routing(choice, args.experts, cfg.num_experts_per_tok, len(hooks),
+                          shapes=[(b, T) for b in (args.batch, *range(1, args.batch)) for T in Ts])
+    if drawn:
+        missing = [T for T in timed_Ts if args.batch * T not in drawn.pool]
+        if missing:
+            raise SystemExit(f"--routing {args.routing}: no forward of {[args.batch * T for T in missing]} rows in "
+                             f"the trace (it has {sorted(drawn.traced or ())}); time other --tokens")
+        drawn.__enter__()
     ar_us: dict[int, float] = {}  # tokens -> in-graph all-reduce us (world > 1)
-    results["routing"] = routing_label(reuse)
+    results["routing"] = choice.label()
     swaps = {"": None} | {ab_tag(paths): kernels_from(paths) for paths in args.kernels_from}
     kept: list[tuple[str, ModelRunner]] = []  # --paired: (setting, its runner), the first of each setting
     for backend, variant, env_set, tag in [(b, v, e, t) for b in args.backends for v in variants for e in env_variants

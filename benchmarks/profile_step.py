@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_kernels import read_ceiling_us, time_graph  # noqa: E402
 from benchmarks.bench_verify_graph import TP, copy_bandwidth, kimi_config, median_ms, randomize_cuda  # noqa: E402
-from benchmarks.routing import DrawnRouting, parse_routing, routing_label  # noqa: E402
+from benchmarks.routing import RoutingChoice, drawn_routing, parse_routing  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM  # noqa: E402
@@ -266,7 +266,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     try:
-        reuse = 0.0 if args.uniform_routing else parse_routing(args.routing)
+        choice = RoutingChoice("uniform") if args.uniform_routing else parse_routing(args.routing)
     except ValueError as e:
         ap.error(str(e))
     bw = copy_bandwidth()
@@ -288,10 +288,11 @@ def main() -> None:
     max_ctx = args.context + max(args.tokens) + 128
     verify = tuple(t for t in args.tokens if t > 1)
     moe_layers = sum(1 for layer in model.model.layers if hasattr(layer.mlp, "gate"))
-    if reuse is not None:  # left in place: the process ends with the run
-        widths = sorted({1, *(verify or (2,))})  # every captured graph's tokens a request
-        DrawnRouting(cfg.n_routed_experts, cfg.num_experts_per_tok, moe_layers, reuse,
-                     shapes=[(b, T) for b in (args.batch, *range(1, args.batch)) for T in widths]).__enter__()
+    widths = sorted({1, *(verify or (2,))})  # every captured graph's tokens a request
+    drawn = drawn_routing(choice, cfg.n_routed_experts, cfg.num_experts_per_tok, moe_layers,
+                          shapes=[(b, T) for b in (args.batch, *range(1, args.batch)) for T in widths])
+    if drawn:  # left in place: the process ends with the run
+        drawn.__enter__()
     runner = ModelRunner(model, None, aux_layer_ids=(), num_pages=args.batch * (max_ctx // 64 + 4), page_size=64,
                          max_context=max_ctx, device=torch.device("cuda"), dtype=torch.bfloat16,
                          use_cuda_graph=True, cuda_graph_max_bs=args.batch, verify_widths=verify or (2,),
@@ -302,7 +303,7 @@ def main() -> None:
     res = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_bw_gbps": round(bw, 1),
            "layers": args.layers, "batch": args.batch,
-           "routing": routing_label(reuse), "steps": []}
+           "routing": choice.label(), "steps": []}
     for T in args.tokens:
         r = profile_T(runner, T, args.context, args.layers, args.replays, args.batch, args.sequence)
         res["steps"].append(r)

@@ -11,6 +11,9 @@ reads sets both its MoE time and its bandwidth floor, so the benchmarks can draw
 - ``reuse:P`` (0 <= P <= 1): a request's first token as ``uniform``; each later token keeps each expert of the
   token before it with probability P and draws the rest uniformly from the experts it has not kept (P = 0 is
   ``uniform``, P = 1 one set of experts for the whole request).
+- ``trace:PATH``: a trace of a real checkpoint's routing (sglang_eagle3/runtime/routing_trace.py,
+  ``SGLANG_EAGLE3_ROUTING_TRACE=PATH`` with ``disable_cuda_graph=True``): for each row count the first forward
+  recorded with that many rows (a verify of one request: k + 1), every MoE layer's ids as recorded.
 - ``own``: the model's own router (no replacement).
 
 The draws are made on the host before any graph is captured, one fixed routing per MoE layer and row count
@@ -24,34 +27,54 @@ nothing is cached across replays.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import torch
 
+from sglang_eagle3.runtime.routing_trace import read_trace
 
-def parse_routing(text: str) -> float | None:
-    """--routing's value -> the reuse probability (uniform: 0.0), or None for the model's own router."""
-    t = text.strip().lower()
-    if t == "own":
-        return None
-    if t == "uniform":
-        return 0.0
+
+@dataclass(frozen=True)
+class RoutingChoice:
+    """A --routing value: ``kind`` own | uniform | reuse | trace, with reuse's P or the trace's path."""
+    kind: str
+    reuse: float = 0.0
+    path: str | None = None
+
+    @property
+    def drawn(self) -> bool:
+        """Whether the benchmark replaces the router's ids (anything but own)."""
+        return self.kind != "own"
+
+    def label(self) -> str:
+        """A result file's description of this routing."""
+        before = "before capture, one routing a layer and row count"
+        return {"own": "the random router's own",
+                "uniform": f"uniform (drawn {before})",
+                "reuse": f"reuse {self.reuse:g} (each token keeps each expert of the token before it with probability "
+                         f"{self.reuse:g}; drawn {before})",
+                "trace": f"trace {self.path} (a recorded forward of each row count; set {before})"}[self.kind]
+
+
+def parse_routing(text: str) -> RoutingChoice:
+    """--routing's value: own, uniform, reuse:P (0 <= P <= 1) or trace:PATH."""
+    t = text.strip()
+    if t.lower() in ("own", "uniform"):
+        return RoutingChoice(t.lower())
     name, sep, value = t.partition(":")
+    if name.lower() == "trace" and sep and value:
+        if not Path(value).is_file():
+            raise ValueError(f"--routing {text!r}: no routing trace at {value} (SGLANG_EAGLE3_ROUTING_TRACE "
+                             "writes one)")
+        return RoutingChoice("trace", path=value)
     try:
-        p = float(value) if name == "reuse" and sep else None
+        p = float(value) if name.lower() == "reuse" and sep else None
     except ValueError:
         p = None
     if p is None or not 0.0 <= p <= 1.0:
-        raise ValueError(f"--routing {text!r}: expected own, uniform or reuse:P with 0 <= P <= 1")
-    return p
-
-
-def routing_label(reuse: float | None) -> str:
-    """A result file's description of the routing parse_routing's value stands for."""
-    if reuse is None:
-        return "the random router's own"
-    if reuse == 0.0:
-        return "uniform (drawn before capture, one routing a layer and row count)"
-    return (f"reuse {reuse:g} (each token keeps each expert of the token before it with probability {reuse:g}; "
-            "drawn before capture, one routing a layer and row count)")
+        raise ValueError(f"--routing {text!r}: expected own, uniform, reuse:P with 0 <= P <= 1, or trace:PATH")
+    return RoutingChoice("uniform") if p == 0.0 else RoutingChoice("reuse", reuse=p)
 
 
 def draw_routing(num_experts: int, top_k: int, layers: int, requests: int, tokens: int, reuse: float,
@@ -80,15 +103,17 @@ class DrawnRouting:
     up at call time) by routings drawn ahead (module doc); the routing weights stay the model's own (their values
     do not change what a step reads). ``shapes``: the (requests, tokens a request) forwards to draw for, before any
     graph is captured (a host-to-device copy cannot be captured); the first shape given for a row count (requests
-    x tokens) decides how its rows split into requests: list the timed shapes first. A forward of any other row
-    count (a prefill) keeps the router's own ids; ``own_rows`` lists those seen.
+    x tokens) decides how its rows split into requests: list the timed shapes first. With ``trace`` (a path:
+    sglang_eagle3/runtime/routing_trace.py) a row count takes the trace's first forward of that many rows instead,
+    and one the trace lacks is not drawn. A forward of a row count not drawn (a prefill) keeps the router's own ids;
+    ``own_rows`` lists those seen.
 
     Calls for one row count take the layers' routings in turn (a forward calls its MoE layers once each, in
     order), so a forward reads every layer's draw once whatever layer it starts the cycle at: the floor
     (distinct_experts) holds for every forward."""
 
-    def __init__(self, num_experts: int, top_k: int, layers: int, reuse: float = 0.0, *, shapes=(),
-                 seed: int = 0, device: torch.device | str = "cuda"):
+    def __init__(self, num_experts: int, top_k: int, layers: int, reuse: float = 0.0, *, trace: str | None = None,
+                 shapes=(), seed: int = 0, device: torch.device | str = "cuda"):
         if not 0.0 <= reuse <= 1.0:
             raise ValueError(f"reuse={reuse} must be in [0, 1]")
         if layers < 1:
@@ -96,6 +121,16 @@ class DrawnRouting:
         self.E, self.k, self.layers, self.reuse = num_experts, top_k, layers, reuse
         self.device = torch.device(device)
         self.generator = torch.Generator().manual_seed(seed)
+        self.traced: dict[int, torch.Tensor] | None = None  # rows -> the trace's first forward of that many
+        if trace is not None:
+            header, forwards = read_trace(trace)
+            have = (header["num_experts"], header["top_k"], header["moe_layers"])
+            if have != (num_experts, top_k, layers):
+                raise ValueError(f"routing trace {trace}: {have[0]} experts, top_k {have[1]}, {have[2]} MoE layers; "
+                                 f"this model has {num_experts}, {top_k}, {layers}")
+            self.traced = {}
+            for fw in forwards:
+                self.traced.setdefault(fw["rows"], fw["ids"])
         self.pool: dict[int, torch.Tensor] = {}  # rows -> int32 [layers, rows, top_k] on the device
         self.calls: dict[int, int] = {}  # rows -> calls so far (the next layer's draw: calls % layers)
         self.own_rows: set[int] = set()
@@ -105,13 +140,19 @@ class DrawnRouting:
 
         self.module, self.original = kernels_mod, kernels_mod.moe_topk
 
-    def prepare(self, rows: int, tokens: int) -> torch.Tensor:
-        """The draws for forwards of ``rows`` rows in requests of ``tokens`` rows (made now if not yet)."""
+    def prepare(self, rows: int, tokens: int) -> torch.Tensor | None:
+        """The draws for forwards of ``rows`` rows in requests of ``tokens`` rows (made now if not yet; None where a
+        trace has no forward of that many rows)."""
         if rows not in self.pool:
             if rows % tokens:
                 raise ValueError(f"rows={rows} is not whole requests of {tokens} tokens")
-            drawn = draw_routing(self.E, self.k, self.layers, rows // tokens, tokens, self.reuse, self.generator)
-            self.pool[rows] = drawn.to(self.device)
+            if self.traced is not None:
+                if rows not in self.traced:
+                    return None
+                drawn = self.traced[rows]
+            else:
+                drawn = draw_routing(self.E, self.k, self.layers, rows // tokens, tokens, self.reuse, self.generator)
+            self.pool[rows] = drawn.to(device=self.device, dtype=torch.int32)
         return self.pool[rows]
 
     def distinct_experts(self, rows: int) -> int:
@@ -142,3 +183,10 @@ class DrawnRouting:
 
     def __exit__(self, *exc):
         self.module.moe_topk = self.original
+
+
+def drawn_routing(choice: RoutingChoice, num_experts: int, top_k: int, layers: int, shapes) -> DrawnRouting | None:
+    """The DrawnRouting a --routing choice asks for (not entered), or None for the router's own."""
+    if not choice.drawn:
+        return None
+    return DrawnRouting(num_experts, top_k, layers, choice.reuse, trace=choice.path, shapes=shapes)

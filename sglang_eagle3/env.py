@@ -149,11 +149,16 @@ ADAPTIVE_STEP_UP = Knob(
     "past the deepest draft position with evidence (runtime/adaptive.py AdaptiveConfig.step_up; read when the "
     "engine starts)")
 
+ROUTING_TRACE = Knob(
+    "SGLANG_EAGLE3_ROUTING_TRACE",
+    "path: write every MoE layer's expert ids of each eager target forward there, one JSON line a forward "
+    "(runtime/routing_trace.py; needs disable_cuda_graph=True), for benchmarks/routing.py's --routing trace:PATH")
+
 ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
        STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
        GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_GROUPS_INNER, GEMV_FMA_PLAIN_PAIR,
        MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX, GRAMMAR_PREFILL_BELOW_US, ADAPTIVE_CHANGE_NATS,
-       ADAPTIVE_STEP_UP)
+       ADAPTIVE_STEP_UP, ROUTING_TRACE)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

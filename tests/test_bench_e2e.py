@@ -107,7 +107,7 @@ def test_e2e_comm_gpus_is_for_the_kimi_slice():
 def test_e2e_routing_arguments_are_checked():
     """--routing: a value it cannot read, a drawn routing for the embedded workload, and reuse:P (a chain of a
     request's tokens) beside more than one request a step are refused, each named, before anything is built."""
-    for args, said in ((("--routing", "own", "reuse:1.5"), "--routing 'reuse:1.5': expected own, uniform or reuse:P"),
+    for args, said in ((("--routing", "own", "reuse:1.5"), "--routing 'reuse:1.5': expected own, uniform, reuse:P"),
                        (("--routing", "uniform"), "--routing draws the Kimi slice's expert ids: give --kimi-slice"),
                        (("--kimi-slice", "--routing", "uniform", "reuse:0.5", "--concurrency", "2"),
                         "--routing reuse:0.5 chains a request's tokens")):

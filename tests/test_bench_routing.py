@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.routing import DrawnRouting, draw_routing, parse_routing, routing_label  # noqa: E402
+from benchmarks.routing import DrawnRouting, RoutingChoice, draw_routing, drawn_routing, parse_routing  # noqa: E402
 from sglang_eagle3 import kernels  # noqa: E402
 
 
@@ -102,11 +102,17 @@ def test_draw_routing_reuse_one_is_one_set_a_request():
 
 
 def test_routing_arguments_and_errors():
-    assert parse_routing("own") is None and parse_routing("uniform") == 0.0 and parse_routing(" reuse:0.25 ") == 0.25
-    for bad in ("reuse", "reuse:1.5", "reuse:-0.1", "reuse:x", "zipf", ""):
-        with pytest.raises(ValueError, match="expected own, uniform or reuse:P"):
+    assert parse_routing("own") == RoutingChoice("own") and not parse_routing("own").drawn
+    assert parse_routing("uniform") == RoutingChoice("uniform") == parse_routing("reuse:0")
+    assert parse_routing(" reuse:0.25 ") == RoutingChoice("reuse", reuse=0.25)
+    for bad in ("reuse", "reuse:1.5", "reuse:-0.1", "reuse:x", "zipf", "", "trace:"):
+        with pytest.raises(ValueError, match="expected own, uniform, reuse:P with 0 <= P <= 1, or trace:PATH"):
             parse_routing(bad)
-    assert "own" in routing_label(None) and "uniform" in routing_label(0.0) and "0.4" in routing_label(0.4)
+    with pytest.raises(ValueError, match="no routing trace at /nonexistent/t.jsonl"):
+        parse_routing("trace:/nonexistent/t.jsonl")
+    assert drawn_routing(parse_routing("own"), 8, 2, 1, shapes=[(1, 2)]) is None
+    labels = [parse_routing(t).label() for t in ("own", "uniform", "reuse:0.4")]
+    assert "own" in labels[0] and "uniform" in labels[1] and "0.4" in labels[2]
     g = torch.Generator().manual_seed(0)
     with pytest.raises(ValueError, match="top_k=9"):
         draw_routing(8, 9, 1, 1, 1, 0.0, g)
@@ -151,5 +157,89 @@ def test_step_benchmarks_refuse_an_unreadable_routing():
     for script in ("bench_verify_graph.py", "profile_step.py"):
         proc = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--routing", "reuse:x"],
                               capture_output=True, text=True, timeout=120, cwd=root)
-        assert proc.returncode == 2 and "--routing 'reuse:x': expected own, uniform or reuse:P" in proc.stderr, (
+        assert proc.returncode == 2 and "--routing 'reuse:x': expected own, uniform, reuse:P" in proc.stderr, (
             script, proc.stderr[-400:])
+
+
+def test_routing_trace_of_the_embedded_pair_replays_in_the_benchmarks(tmp_path, monkeypatch):
+    """SGLANG_EAGLE3_ROUTING_TRACE on a speculative engine (the embedded pair, CPU, eager): every eager target
+    forward's ids of every MoE layer, written as the router chose them (checked against the layers' own routing,
+    recomputed from their inputs); benchmarks/routing.py's trace:PATH then hands a benchmark those ids for each row
+    count the trace holds, the router's own for the others, and refuses a trace of another model's shape."""
+    from sglang_eagle3 import Engine
+    from sglang_eagle3.runtime.routing_trace import read_trace
+
+    path = tmp_path / "routing.jsonl"
+    monkeypatch.setenv("SGLANG_EAGLE3_ROUTING_TRACE", str(path))
+    eng = Engine(device="cpu", speculative_num_steps=2)
+    seen = []  # (rows, layer inputs) of each MoE layer call, to recompute the routing from
+    blocks = [layer.mlp for layer in eng.runner.target.model.layers if hasattr(layer.mlp, "route_observer")]
+    hooks = [b.register_forward_pre_hook(lambda m, a: seen.append((m, a[0].reshape(-1, a[0].shape[-1]).clone())))
+             for b in blocks]
+    eng.generate("In the beginning", {"max_new_tokens": 8, "temperature": 0})
+    for h in hooks:
+        h.remove()
+    tcfg = eng.runner.target.config
+    eng.shutdown()
+    assert all(b.route_observer is None for b in blocks), "the writer still observes after shutdown"
+    header, forwards = read_trace(path)
+    cfg = (header["num_experts"], header["top_k"], header["moe_layers"])
+    assert cfg == (tcfg.n_routed_experts, tcfg.num_experts_per_tok, len(blocks))
+    assert forwards and {fw["rows"] for fw in forwards} >= {3}, [fw["rows"] for fw in forwards]  # verify of k + 1
+    # every recorded layer's ids are what its router picks for the input it saw, call by call
+    calls = [ids for fw in forwards for ids in fw["ids"]]
+    assert len(calls) == len(seen), (len(calls), len(seen))
+    for ids, (block, x) in zip(calls, seen, strict=True):
+        route = block.routing()
+        _, want = kernels.moe_topk(block.gate(x), route.bias, **route.topk_kwargs())
+        assert torch.equal(ids.sort(-1).values, want.long().sort(-1).values)
+    E, k, L = cfg
+    first3 = next(fw["ids"] for fw in forwards if fw["rows"] == 3)
+    routing = DrawnRouting(E, k, L, trace=str(path), shapes=[(1, 3), (1, 1000)], device="cpu")
+    assert torch.equal(routing.pool[3].long(), first3) and 1000 not in routing.pool
+    assert routing.distinct_experts(3) == sum(len(set(layer.flatten().tolist())) for layer in first3)
+    with pytest.raises(ValueError, match=f"{E} experts, top_k {k}, {L} MoE layers; this model has {E + 1}"):
+        DrawnRouting(E + 1, k, L, trace=str(path), device="cpu")
+    assert parse_routing(f"trace:{path}") == RoutingChoice("trace", path=str(path))
+
+
+
+def test_read_trace_refuses_what_is_not_a_trace(tmp_path):
+    """read_trace names the file (and line) of a file that is not a routing trace, another version, or a forward
+    whose ids do not fit the header (layers, top_k, experts)."""
+    import json
+
+    from sglang_eagle3.runtime.routing_trace import FORMAT, read_trace
+
+    head = {"format": FORMAT, "version": 1, "num_experts": 4, "top_k": 2, "moe_layers": 2}
+    good = {"rows": 1, "ids": [[[0, 3]], [[1, 2]]]}
+    cases = {"plain.txt": ["hello"], "v2.jsonl": [dict(head, version=2)],
+             "layers.jsonl": [head, {"rows": 1, "ids": [[[0, 3]]]}],
+             "expert.jsonl": [head, good, {"rows": 1, "ids": [[[0, 4]], [[1, 2]]]}],
+             "rows.jsonl": [head, {"rows": 2, "ids": good["ids"]}], "broken.jsonl": [head, "{"]}
+    said = {"plain.txt": "not a routing trace", "v2.jsonl": "version 2", "layers.jsonl": ":2: a forward's ids",
+            "expert.jsonl": ":3: a forward's ids", "rows.jsonl": ":2: a forward's ids",
+            "broken.jsonl": ":2: not a forward"}
+    for name, lines in cases.items():
+        f = tmp_path / name
+        f.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+        with pytest.raises(ValueError, match=said[name]) as err:
+            read_trace(f)
+        assert str(f) in str(err.value)
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text(json.dumps(head) + "\n" + json.dumps(good) + "\n")
+    header, forwards = read_trace(ok)
+    assert header == head and forwards[0]["rows"] == 1 and forwards[0]["ids"].tolist() == good["ids"]
+
+
+@pytest.mark.gpu
+def test_routing_trace_is_refused_beside_cuda_graphs(monkeypatch, tmp_path):
+    """A replayed graph runs no Python: a trace asked for with CUDA graphs on is refused by name before the engine
+    builds its runner."""
+    from sglang_eagle3 import Engine
+    from sglang_eagle3.config import ConfigError
+
+    monkeypatch.setenv("SGLANG_EAGLE3_ROUTING_TRACE", str(tmp_path / "t.jsonl"))
+    with pytest.raises(ConfigError, match="SGLANG_EAGLE3_ROUTING_TRACE=.*disable_cuda_graph=True"):
+        Engine(device="cuda", speculative_num_steps=2)
+    assert not (tmp_path / "t.jsonl").exists()

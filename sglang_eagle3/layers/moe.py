@@ -160,6 +160,9 @@ class DeepseekMoE(nn.Module):
         # With prefetch_next_moe (layers/overlap.py; set by the model): called with x by inference forwards once
         # the router launch is queued (the next layer's q_a / kv_a then stream into L2 while the experts run).
         self.after_router = None
+        # Called with (this block, the expert ids) once a forward has routed (runtime/routing_trace.py, set by the
+        # worker under SGLANG_EAGLE3_ROUTING_TRACE).
+        self.route_observer = None
 
     def read_fusions(self) -> None:
         """Launch fusions at inference, from env.NO_FUSE (as MLAAttention.read_fusions)."""
@@ -214,6 +217,8 @@ class DeepseekMoE(nn.Module):
         else:
             route = self.routing()
             weights, ids = kernels.moe_topk(logits, route.bias, **route.topk_kwargs(), use_triton=self.use_triton)
+        if self.route_observer is not None:
+            self.route_observer(self, ids)
         if forked:
             self.side_stream.join(x)
         out = self.experts(x, weights, ids, self.use_triton, add=shared)  # routed + shared, one store

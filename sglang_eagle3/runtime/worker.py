@@ -13,11 +13,12 @@ import torch
 
 from sglang_eagle3 import env
 from sglang_eagle3.config import ConfigError, resolve_aux_layer_ids
-from sglang_eagle3.distributed.parallel_state import tp_max_floats
+from sglang_eagle3.distributed.parallel_state import get_tp, tp_max_floats
 from sglang_eagle3.runtime.adaptive import AdaptiveConfig, DraftLengthPolicy, RoundCosts
 from sglang_eagle3.runtime.graph_runner import batch_buckets
 from sglang_eagle3.runtime.model_runner import ModelRunner
 from sglang_eagle3.runtime.request import Request
+from sglang_eagle3.runtime.routing_trace import RoutingTraceWriter
 from sglang_eagle3.runtime.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
@@ -122,6 +123,12 @@ class ModelWorker:
         if device.type == "cuda":
             self.kv_pages = fit_kv_pages(plan, target, draft, args, device, dtype)
         use_graph = device.type == "cuda" and not args.disable_cuda_graph
+        # A trace of the target's routing (runtime/routing_trace.py): eager forwards only, refused beside graphs
+        # before anything is built.
+        trace = env.ROUTING_TRACE.raw()
+        if trace and use_graph:
+            raise ConfigError(f"{env.ROUTING_TRACE.name}={trace!r} records eager forwards only (a graph's replays "
+                              "run no Python): pass disable_cuda_graph=True (--disable-cuda-graph)")
         reason = ("disable_cuda_graph=True" if args.disable_cuda_graph
                   else "CUDA graphs need a CUDA device (running on CPU)")
         # A resting draft's catch-ups (runtime/adaptive.py) cover probe_rounds tokens a request; the runner captures
@@ -136,6 +143,10 @@ class ModelWorker:
             mha_prefill_tokens=args.mha_prefill_tokens, grammar_graphs=grammar is not None and grammar.available,
             graph_disabled_reason=reason,
             catch_up_tokens=args.speculative_adaptive_probe_rounds if rests and draft is not None else 0)
+        self.routing_trace = None
+        if trace:
+            self.routing_trace = RoutingTraceWriter.attach(target, trace, get_tp().rank)
+            logger.info("routing trace: every eager target forward's expert ids to %s", self.routing_trace.path)
         if use_graph:
             self.runner.capture_graphs()
         self.scheduler = Scheduler(self.runner, num_steps=plan["num_steps"], max_running=args.max_running_requests,
@@ -171,6 +182,8 @@ class ModelWorker:
     def close(self) -> None:
         """Frees the models, KV cache and graphs (Engine.shutdown); the worker takes no more calls."""
         self.scheduler = self.runner = None
+        if self.routing_trace is not None:
+            self.routing_trace.close()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
