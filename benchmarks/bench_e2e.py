@@ -498,10 +498,10 @@ def main() -> None:
                     help="--kimi-slice --adaptive: one more adaptive run a --adaptive-probe-rounds value, its pinned "
                     "accept length changed before every --repeat pass, pass i at the i-th value (cycling): the policy "
                     "carries its estimates over, so each pass times how it follows the change (e.g. 1 3 --repeat 4)")
-    ap.add_argument("--routing", nargs="+", default=["own"], metavar="own|uniform|reuse:P",
+    ap.add_argument("--routing", nargs="+", default=["own"], metavar="own|uniform|reuse:P|trace:PATH",
                     help="--kimi-slice: the MoE layers' expert ids at decode and verify (benchmarks/routing.py): the "
                          "random router's own (a verify's tokens on nearly the same few experts), or drawn before "
-                         "capture: uniform (a trained router's spread), reuse:P; several: variants, each "
+                         "capture: uniform (a trained router's spread), reuse:P, trace:PATH; several: variants, each "
                          "configuration's speedup against the baseline of its own routing")
     ap.add_argument("--out")
     a = ap.parse_args()

@@ -276,11 +276,12 @@ def main() -> None:
                     help="kernel paths to time: triton (ours) and/or torch (references)")
     ap.add_argument("--batch", type=int, default=1,
                     help="requests a step (each with the context and T new tokens): MoE batches of batch x T tokens")
-    ap.add_argument("--routing", default="own", metavar="own|uniform|reuse:P",
+    ap.add_argument("--routing", default="own", metavar="own|uniform|reuse:P|trace:PATH",
                     help="the MoE layers' expert ids: the random router's own (which routes a batch to nearly the "
                          "same few experts), or drawn before capture (benchmarks/routing.py): uniform (a trained "
                          "model's load-balanced spread), reuse:P (each token keeps each expert of the token before "
-                         "it with probability P)")
+                         "it with probability P), trace:PATH (a real checkpoint's, recorded under "
+                         "SGLANG_EAGLE3_ROUTING_TRACE)")
     ap.add_argument("--uniform-routing", action="store_true", help="--routing uniform")
     ap.add_argument("--eager-iters", type=int, default=5)
     ap.add_argument("--graph-iters", type=int, default=30)

@@ -247,10 +247,10 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=1,
                     help="requests a step, each with --context cached tokens and T new ones (graphs captured up to it)")
-    ap.add_argument("--routing", default="own", metavar="own|uniform|reuse:P",
+    ap.add_argument("--routing", default="own", metavar="own|uniform|reuse:P|trace:PATH",
                     help="the MoE layers' expert ids (benchmarks/routing.py): the random router's own, or drawn "
                          "before capture: uniform (a trained router's spread over a batch, where the random "
-                         "weights' router concentrates it), reuse:P")
+                         "weights' router concentrates it), reuse:P, trace:PATH")
     ap.add_argument("--uniform-routing", action="store_true", help="--routing uniform")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--no-gemm", action="store_true")
