@@ -20,9 +20,8 @@ The draws are made on the host before any graph is captured, one fixed routing p
 (forwards of other row counts, prefills, keep the router's own), stored on the device: a step's forward launches
 nothing more than with its own routing (the previous ``UniformRouting`` drew them in the step, a rand, a top-k and
 a cast a MoE layer, timed with it: ~0.95 ms of the 61-layer step on an H100, docs/BENCHMARKS.md, fiftieth
-session). Every replay then reads the same
-experts; 60 layers of them (~5 GB at 32 experts a layer) pass through the 50 MB L2 between two reads of one, so
-nothing is cached across replays.
+session). Every replay then reads the same experts; 60 layers of them (~5 GB at 32 experts a layer) pass through
+the 50 MB L2 between two reads of one, so nothing is cached across replays.
 """
 
 from __future__ import annotations
