@@ -311,7 +311,7 @@ def kimi_slice(a, rank: int = 0, world: int = 1) -> dict:
     prompts = [[(17 * i + 3 * j) % 20480 for j in range(a.prompt_len)] for i in range(a.num_prompts)]
     # Each --routing value: None (the router's own) or its draws (decode and verify forwards of up to 16 tokens a
     # request, every batch bucket), made once and entered around each worker's life (capture and requests).
-    moe_layers = sum(1 for layer in target.model.layers if hasattr(layer.mlp, "gate"))
+    moe_layers = len(target.moe_blocks())
     requests = max(a.cuda_graph_max_bs, a.concurrency)
     routings = {text: drawn_routing(parse_routing(text), target.config.n_routed_experts,
                                     target.config.num_experts_per_tok, moe_layers,

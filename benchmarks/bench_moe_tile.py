@@ -188,7 +188,7 @@ def prefill_part(record, lengths: list[int], layers: int, iters: int, uniform: b
     bvg.randomize_cuda(model, 0)
     page = 64
     max_ctx = max(lengths) + page
-    moe_layers = sum(1 for layer in model.model.layers if hasattr(layer.mlp, "gate"))
+    moe_layers = len(model.moe_blocks())
     rows = sorted({*(buckets or lengths), *(n * batch for n in lengths)})  # graph buckets, eager extends
     routing = DrawnRouting(EXPERTS, TOP_K, moe_layers, shapes=[(1, r) for r in rows]) if uniform else (
         contextlib.nullcontext())

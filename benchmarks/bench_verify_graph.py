@@ -355,8 +355,8 @@ def run(rank: int, world: int, args) -> dict:
     # also fires while graphs are captured) and the router logits are recomputed from it afterwards (the router
     # itself may run fused with the shared expert, outside MoEGate.forward).
     moe_inputs = []
-    hooks = [layer.mlp.register_forward_pre_hook(lambda m, args: moe_inputs.append((m, args[0])))
-             for layer in model.model.layers if hasattr(layer.mlp, "gate")]
+    hooks = [block.register_forward_pre_hook(lambda m, args: moe_inputs.append((m, args[0])))
+             for block in model.moe_blocks()]
     page_size = 64
     max_ctx = max(args.contexts) + args.max_tokens + page_size
     Ts = list(range(1, args.max_tokens + 1))

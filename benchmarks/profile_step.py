@@ -287,7 +287,7 @@ def main() -> None:
     randomize_cuda(model, 0)
     max_ctx = args.context + max(args.tokens) + 128
     verify = tuple(t for t in args.tokens if t > 1)
-    moe_layers = sum(1 for layer in model.model.layers if hasattr(layer.mlp, "gate"))
+    moe_layers = len(model.moe_blocks())
     widths = sorted({1, *(verify or (2,))})  # every captured graph's tokens a request
     drawn = drawn_routing(choice, cfg.n_routed_experts, cfg.num_experts_per_tok, moe_layers,
                           shapes=[(b, T) for b in (args.batch, *range(1, args.batch)) for T in widths])

@@ -173,7 +173,7 @@ def test_routing_trace_of_the_embedded_pair_replays_in_the_benchmarks(tmp_path, 
     monkeypatch.setenv("SGLANG_EAGLE3_ROUTING_TRACE", str(path))
     eng = Engine(device="cpu", speculative_num_steps=2)
     seen = []  # (rows, layer inputs) of each MoE layer call, to recompute the routing from
-    blocks = [layer.mlp for layer in eng.runner.target.model.layers if hasattr(layer.mlp, "route_observer")]
+    blocks = eng.runner.target.moe_blocks()
     hooks = [b.register_forward_pre_hook(lambda m, a: seen.append((m, a[0].reshape(-1, a[0].shape[-1]).clone())))
              for b in blocks]
     eng.generate("In the beginning", {"max_new_tokens": 8, "temperature": 0})

@@ -109,6 +109,10 @@ class DeepseekV3ForCausalLM(nn.Module):
         self.model = DeepseekV3Model(cfg, dtype, int4_experts)
         self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, dtype)
 
+    def moe_blocks(self) -> list[DeepseekMoE]:
+        """The MoE blocks of the layers, in layer order (the first_k_dense_replace dense layers have none)."""
+        return [layer.mlp for layer in self.model.layers if isinstance(layer.mlp, DeepseekMoE)]
+
     def set_kernel_backends(self, attention: str = "auto", moe: str = "auto") -> None:
         """'triton' | 'torch' | 'auto' (Triton on CUDA tensors, the torch reference elsewhere). The attention
         choice also covers the norms, the rotary and the decode-size GEMV of the dense projections (the

@@ -42,7 +42,7 @@ class RoutingTraceWriter:
     def attach(cls, target: torch.nn.Module, path: str, rank: int = 0) -> RoutingTraceWriter:
         """A writer observing every MoE block of ``target`` (a DeepseekV3ForCausalLM), writing ``path`` (rank 0) or
         ``path.rank<rank>``."""
-        blocks = [layer.mlp for layer in target.model.layers if hasattr(layer.mlp, "route_observer")]
+        blocks = target.moe_blocks()
         cfg = target.config
         writer = cls(path if rank == 0 else f"{path}.rank{rank}", blocks, cfg.n_routed_experts,
                      cfg.num_experts_per_tok)
