@@ -26,12 +26,16 @@ the 50 MB L2 between two reads of one, so nothing is cached across replays.
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from sglang_eagle3.runtime.routing_trace import read_trace
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, also when run as a script
+
+from sglang_eagle3.runtime.routing_trace import read_trace  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -189,3 +193,60 @@ def drawn_routing(choice: RoutingChoice, num_experts: int, top_k: int, layers: i
     if not choice.drawn:
         return None
     return DrawnRouting(num_experts, top_k, layers, choice.reuse, trace=choice.path, shapes=shapes)
+
+
+def expected_overlap(num_experts: int, top_k: int, reuse: float) -> float:
+    """Experts a token shares with the token before it under ``reuse:P`` (draw_routing's rule): K ~ Binomial(k, P)
+    kept, the k - K others drawn from the E - K experts not kept, k - K of which are the earlier token's dropped
+    ones. P = 0 gives independent draws' k^2 / E."""
+    E, k = num_experts, top_k
+    return sum(math.comb(k, j) * reuse ** j * (1 - reuse) ** (k - j) * (j + (k - j) ** 2 / (E - j))
+               for j in range(k + 1))
+
+
+def trace_stats(path: str) -> dict:
+    """What a routing trace says about a request's consecutive tokens, by row count (each forward taken as one
+    request's rows): forwards, distinct experts a layer (and what independent draws would give), the experts a token
+    shares with the token before it, and the reuse P whose expected_overlap matches that (what --routing reuse:P
+    would replay)."""
+    header, forwards = read_trace(path)
+    E, k = header["num_experts"], header["top_k"]
+    by_rows: dict[int, list[torch.Tensor]] = {}
+    for fw in forwards:
+        by_rows.setdefault(fw["rows"], []).append(fw["ids"])
+    rows_out = {}
+    for n, fws in sorted(by_rows.items()):
+        distinct = [len(set(layer.flatten().tolist())) for ids in fws for layer in ids]
+        shared = [len(set(layer[r].tolist()) & set(layer[r - 1].tolist())) for ids in fws for layer in ids
+                  for r in range(1, n)]
+        row = {"forwards": len(fws), "distinct_experts_a_layer": round(sum(distinct) / len(distinct), 2),
+               "uniform_distinct_a_layer": round(E * (1 - (1 - k / E) ** n), 2)}
+        if shared:
+            overlap = sum(shared) / len(shared)
+            lo, hi = 0.0, 1.0  # expected_overlap rises with P: bisect for the P that gives the measured overlap
+            for _ in range(40):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if expected_overlap(E, k, mid) < overlap else (lo, mid)
+            row.update(shared_with_previous=round(overlap, 3), reuse_estimate=round((lo + hi) / 2, 3))
+        rows_out[n] = row
+    return {"trace": str(path), "num_experts": E, "top_k": k, "moe_layers": header["moe_layers"], "rows": rows_out}
+
+
+def main() -> None:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="python benchmarks/routing.py stats TRACE: what a routing trace "
+                                 "(SGLANG_EAGLE3_ROUTING_TRACE) says about a request's consecutive tokens")
+    ap.add_argument("command", choices=["stats"])
+    ap.add_argument("trace")
+    args = ap.parse_args()
+    try:
+        stats = trace_stats(args.trace)
+    except (OSError, ValueError) as e:
+        ap.error(str(e))
+    print(json.dumps(stats, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -243,3 +243,39 @@ def test_routing_trace_is_refused_beside_cuda_graphs(monkeypatch, tmp_path):
     with pytest.raises(ConfigError, match="SGLANG_EAGLE3_ROUTING_TRACE=.*disable_cuda_graph=True"):
         Engine(device="cuda", speculative_num_steps=2)
     assert not (tmp_path / "t.jsonl").exists()
+
+
+@pytest.mark.parametrize("reuse", [0.0, 0.4, 0.8])
+def test_trace_stats_recover_the_reuse_a_trace_was_drawn_with(tmp_path, reuse):
+    """benchmarks/routing.py stats: on a trace written from draw_routing at a known P (one request a forward), the
+    estimated reuse lands near P and the distinct experts a layer near what the draws hold; the CLI prints it and
+    names a file that is not a trace."""
+    import json
+    import subprocess
+
+    from benchmarks.routing import trace_stats
+    from sglang_eagle3.runtime.routing_trace import FORMAT
+
+    E, k, L, n, forwards = 48, 6, 8, 5, 30
+    g = torch.Generator().manual_seed(int(torch.randint(1 << 30, ())))
+    lines = [json.dumps({"format": FORMAT, "version": 1, "num_experts": E, "top_k": k, "moe_layers": L})]
+    distinct = []
+    for _ in range(forwards):
+        ids = draw_routing(E, k, L, 1, n, reuse, g)
+        distinct += [len(set(layer.flatten().tolist())) for layer in ids]
+        lines.append(json.dumps({"rows": n, "ids": ids.tolist()}))
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    row = trace_stats(str(path))["rows"][n]
+    assert row["forwards"] == forwards
+    assert row["distinct_experts_a_layer"] == round(sum(distinct) / len(distinct), 2)
+    assert abs(row["reuse_estimate"] - reuse) < 0.08, row  # 4 x 8 x 30 token pairs: a standard error of ~0.01
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "routing.py"), "stats", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["rows"][str(n)]["forwards"] == forwards, proc.stderr
+    bad = tmp_path / "bad.txt"
+    bad.write_text("x\n")
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "routing.py"), "stats", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and f"{bad}: not a routing trace" in proc.stderr
