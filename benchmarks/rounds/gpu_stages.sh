@@ -39,13 +39,13 @@ collect() { for f in "$OUT"/*.log; do [ -e "$f" ] || continue; echo "##### $(bas
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 STALLS=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio
 # The tables docs/BENCHMARKS.md calls current: the 61-layer verify table (1k and 8k, T = 1..8) and the kernels'.
-# The step table with the random router's own routing, and with uniform routing (a trained router's spread: docs/
-# BENCHMARKS.md, fiftieth session) unless T_STEP_UNIFORM=0.
+# With T_STEP_UNIFORM=SECONDS the step table with uniform routing too (a trained router's spread: docs/BENCHMARKS.md,
+# fiftieth session; ~80 s on an H100 once compiled): the three stages' limits must fit one call (600 s).
 head_tables() {
   TAIL=20 stage verify_graph "${T_STEP:-300}" python benchmarks/bench_verify_graph.py --backends triton \
     --eager-iters 1 --graph-iters 30 --out "$OUT/verify_graph.json"
-  if [ "${T_STEP_UNIFORM:-200}" != 0 ]; then
-    TAIL=20 stage verify_graph_uniform "${T_STEP_UNIFORM:-200}" python benchmarks/bench_verify_graph.py \
+  if [ -n "${T_STEP_UNIFORM:-}" ]; then
+    TAIL=20 stage verify_graph_uniform "$T_STEP_UNIFORM" python benchmarks/bench_verify_graph.py \
       --backends triton --eager-iters 1 --graph-iters 30 --routing uniform --out "$OUT/verify_graph_uniform.json"
   fi
   TAIL=45 stage kernels "${T_KERNELS:-240}" python benchmarks/bench_kernels.py --out "$OUT"

@@ -38,7 +38,8 @@
 # k = 6 1.87x / 2.11x, uniform / own), a3 at a5fd8b4, a4 at 66850f5 (gate_up T=3 in 16 rows ~x0.96: taken), a5 at
 # d0e46af (25 passed, probe T = 3, 4 identical), a6 at ecd7277 (down PRELOAD at T = 5..6 x0.977-0.986 uniform; pairs
 # at 8 rows x1.03-1.05), a7 at f2d833e (confirmed; 16 passed, probe T = 5, 6 identical), a8 at c19d430 (the tables).
-# Next device session: on an H200, head_tables (gpu_stages.sh: the step table with both routings, the kernel table).
+# Next device session: on an H200, T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables (gpu_stages.sh: the step
+# table with both routings, the kernel table).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: a1 | a2 | a3 | a4 | a5 | a6 | a7 | a8}
