@@ -32,7 +32,6 @@ class RoutingTraceWriter:
         self.path = Path(path)
         self.index = {id(b): i for i, b in enumerate(blocks)}
         self.layers: list[list | None] = [None] * len(blocks)
-        self.forwards = 0
         self.file = open(self.path, "w", buffering=1)  # a line at a time: a crash keeps the forwards written
         self.file.write(json.dumps({"format": FORMAT, "version": VERSION, "num_experts": num_experts,
                                     "top_k": top_k, "moe_layers": len(blocks)}) + "\n")
@@ -60,7 +59,6 @@ class RoutingTraceWriter:
         self.layers[i] = ids.tolist()
         if i == len(self.layers) - 1 and all(layer is not None for layer in self.layers):
             self.file.write(json.dumps({"rows": len(self.layers[0]), "ids": self.layers}) + "\n")
-            self.forwards += 1
 
     def close(self) -> None:
         """Stops observing and closes the file."""
