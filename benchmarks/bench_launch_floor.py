@@ -12,7 +12,8 @@ bytes faster in a graph; so no set of kernels with this launch structure can mak
 they compute. Grids: the best of a few shapes per size, each size timed alone first.
 
 Printed and written: the launch-structure step (ms), the bandwidth floor (bytes / copy bandwidth, the issue's
-definition, T=1 routing 8 experts a layer), their ratio, and the sum of the launches timed alone.
+definition; at decode 8 experts a MoE layer, with ``--tokens T`` the distinct experts of T uniformly routed tokens),
+their ratio, and the sum of the launches timed alone.
 
 ``--prefetch-variants``: the same structure with the model's later L2 prefetch plans (layers/overlap.py), each on a
 stream of its own joined at the step's end as the model does it: ``mid`` (after q_a + kv_a, a bulk prefetch of the
@@ -21,6 +22,7 @@ layer's q_a + kv_a buffer), ``mid,next_moe``, ``none``; timed in turn, alternati
 prefetch lowers the structure's own ceiling, whatever the kernels compute.
 
     python benchmarks/bench_launch_floor.py --out benchmarks/results/h200/launch_floor.json [--context 1024]
+        [--tokens 4 | --experts 31]
         [--prefetch-variants none mid next_moe mid,next_moe]
 """
 
@@ -49,12 +51,14 @@ EXPERTS, TOP_K, MOE_I, DENSE_I, VOCAB = 384, 8, 2048 // 8, 18432 // 8, 163840 //
 BF16, TINY = 2, 32 << 10  # a norm's, the rotary's or the routing's bytes: a few rows, ~KB
 
 
-def layer_launches(dense: bool, context: int) -> list[tuple[str, int, str]]:
+def layer_launches(dense: bool, context: int, experts: int = TOP_K) -> list[tuple[str, int, str]]:
     """(name, bytes read, stream) of one layer's decode launches (T=1), in the order the shipped path issues
     them (default fusions: q_a norm in q_b, kv_a norm in the rotary launch, router + shared gate/up in one
-    launch; the shared down on the side stream)."""
+    launch; the shared down on the side stream). experts: the distinct experts a MoE layer reads (top_k at
+    decode; a verify's T tokens read more: uniform_experts). A verify's other launches read the same weights and
+    cache (its activations are KB), so the plan of a verify differs from decode's only there."""
     expert = (2 * MOE_I * H // 2 + 2 * MOE_I * H // 32 * BF16) + (H * MOE_I // 2 + H * MOE_I // 32 * BF16)
-    gate_up = TOP_K * (2 * MOE_I * H // 2 + 2 * MOE_I * H // 32 * BF16)
+    gate_up = experts * (2 * MOE_I * H // 2 + 2 * MOE_I * H // 32 * BF16)
     attn = [("input norm", TINY, "main"), ("q_a + kv_a", (Q_LORA + KV_LORA + ROPE) * H * BF16, "main"),
             ("q_b (q_a norm)", HEADS * (NOPE + ROPE) * Q_LORA * BF16, "main"), ("rotary + kv_a norm", TINY, "main"),
             ("W_UK", HEADS * NOPE * KV_LORA * BF16, "main"),
@@ -65,7 +69,15 @@ def layer_launches(dense: bool, context: int) -> list[tuple[str, int, str]]:
         return attn + [("dense gate/up", 2 * DENSE_I * H * BF16, "main"), ("dense down", H * DENSE_I * BF16, "main")]
     return attn + [("router + shared gate/up", (EXPERTS + 2 * MOE_I) * H * BF16, "main"),
                    ("shared down", H * MOE_I * BF16, "side"), ("routing", TINY, "main"),
-                   ("experts gate/up", gate_up, "main"), ("experts down", TOP_K * expert - gate_up, "main")]
+                   ("experts gate/up", gate_up, "main"), ("experts down", experts * expert - gate_up, "main")]
+
+
+def uniform_experts(tokens: int) -> int:
+    """The distinct experts T tokens read a MoE layer when each draws its top_k uniformly (a trained router's spread:
+    benchmarks/routing.py), rounded: E (1 - (1 - k / E)^T); 8 at T=1, 31 at T=4, 60 at T=8."""
+    if tokens < 1:
+        raise SystemExit(f"--tokens must be at least 1, got {tokens}")
+    return round(EXPERTS * (1 - (1 - TOP_K / EXPERTS) ** tokens))
 
 
 PREFETCH_PLANS = ("none", "mid", "next_moe", "mid,next_moe")
@@ -105,6 +117,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=61)
     ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--tokens", type=int, default=1,
+                    help="tokens a step (a verify's T): the MoE reads uniform_experts(T) distinct experts a layer")
+    ap.add_argument("--experts", type=int, default=None,
+                    help="distinct experts a MoE layer reads, instead of --tokens' uniform expectation")
     ap.add_argument("--replays", type=int, default=30)
     ap.add_argument("--prefetch-variants", nargs="+", default=["none"], metavar="PLAN",
                     help=f"L2 prefetch plans to time the structure with, in turn: {', '.join(PREFETCH_PLANS)}")
@@ -112,13 +128,16 @@ def main() -> None:
     args = ap.parse_args()
     for plan in args.prefetch_variants:
         prefetch_forks([], plan)  # a bad name stops here, before any GPU work
+    experts = uniform_experts(args.tokens) if args.experts is None else args.experts
+    if not 1 <= experts <= EXPERTS:
+        raise SystemExit(f"--experts must be 1..{EXPERTS}, got {experts}")
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     dev = torch.device("cuda")
     bw = copy_bandwidth()
     copy = max(bw.values())
     sms = tuning.sm_count(dev)
     pdl = tuning.pdl(dev, "gemv")
-    layers = [layer_launches(i == 0, args.context) for i in range(args.layers)]
+    layers = [layer_launches(i == 0, args.context, experts) for i in range(args.layers)]
     tail = [("final norm", TINY, "main"), ("lm_head", VOCAB * H * BF16, "main")]
     plan = [item for lay in layers for item in lay] + tail
     owner = [(i, name) for i, lay in enumerate(layers) for name, _, _ in lay] + [(-1, name) for name, _, _ in tail]
@@ -179,7 +198,8 @@ def main() -> None:
     result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
               "package": str(Path(sglang_eagle3.__file__).parent), "gpu": torch.cuda.get_device_name(),
               "torch": torch.__version__, "triton": triton.__version__, "copy_bw_gbps": bw, "pdl": pdl,
-              "layers": args.layers, "context": args.context, "launches": len(plan),
+              "layers": args.layers, "context": args.context, "tokens": args.tokens,
+              "experts_a_moe_layer": experts, "launches": len(plan),
               "launches_per_moe_layer": len(layers[-1]), "bytes": total,
               "moe_layer_bytes": sum(b for _, b, _ in layers[-1]),
               "floor_ms": round(floor_ms, 3), "launch_structure_step_ms": round(step_ms, 3),

@@ -279,3 +279,22 @@ def test_trace_stats_recover_the_reuse_a_trace_was_drawn_with(tmp_path, reuse):
     proc = subprocess.run([sys.executable, str(root / "benchmarks" / "routing.py"), "stats", str(bad)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and f"{bad}: not a routing trace" in proc.stderr
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 4, 8])
+def test_launch_floor_experts_match_uniform_draws(tokens):
+    """bench_launch_floor.py's --tokens T reads uniform_experts(T) experts a MoE layer: the distinct experts that
+    draw_routing's uniform draws (reuse 0) give T tokens on average, counted from the draws."""
+    from benchmarks import bench_launch_floor as floor
+
+    gen = torch.Generator().manual_seed(int(torch.randint(1 << 30, ())))
+    ids = draw_routing(floor.EXPERTS, floor.TOP_K, layers=400, requests=1, tokens=tokens, reuse=0.0, generator=gen)
+    distinct = torch.tensor([float(len(set(layer.flatten().tolist()))) for layer in ids])
+    se = distinct.std().item() / math.sqrt(len(distinct))
+    assert abs(distinct.mean().item() - floor.uniform_experts(tokens)) <= 0.5 + 4 * se
+    plan = floor.layer_launches(False, 1024, floor.uniform_experts(tokens))
+    decode = floor.layer_launches(False, 1024)
+    grown = {n for (n, b, _), (_, b0, _) in zip(plan, decode, strict=True) if b != b0}
+    assert grown <= {"experts gate/up", "experts down"}, "only the experts' launches read more at a verify"
+    with pytest.raises(SystemExit, match="--tokens"):
+        floor.uniform_experts(0)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The fifty-first session's device round: how far the kernels sit from what the launch structure itself allows, at
+# decode and at a verify of 4 with a trained router's spread (uniform routing), on the card lent; the H200 tables at
+# HEAD where an H200 comes.
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session51_round.sh b1   (one device call each, < 10 min)
+# b1: on an H200, the tables docs/BENCHMARKS.md section 0 calls current (head_tables: the step table with both
+#     routings, the kernel table). On another card: the launch structure's own floor (bench_launch_floor.py: every
+#     launch a read-only kernel of its bytes, PDL on) at decode and at a verify of 4 (31 experts a MoE layer), the
+#     real step at 1k, T = 1 and 4, with both routings in the same call, and the dense launches alone against a
+#     read-only kernel of their bytes (bench_gemv_launches.py, T = 1, 4).
+# Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: b1}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
+cat "$OUT/gpu.txt"
+case $part in
+b1)
+  if grep -q H200 "$OUT/gpu.txt"; then
+    T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables
+  else
+    for t in 1 4; do
+      TAIL=3 stage "launch_floor_t$t" 90 python benchmarks/bench_launch_floor.py --tokens "$t" \
+        --out "$OUT/launch_floor_t$t.json"
+    done
+    for routing in own uniform; do
+      TAIL=4 stage "step_$routing" 120 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+        --tokens 1 4 --eager-iters 1 --graph-iters 30 --routing "$routing" --out "$OUT/step_$routing.json"
+    done
+    TAIL=40 stage gemv_launches 150 python benchmarks/bench_gemv_launches.py --tokens 1 4 \
+      --out "$OUT/gemv_launches.json"
+  fi
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
