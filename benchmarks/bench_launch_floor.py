@@ -166,7 +166,7 @@ def main() -> None:
 
     def step(tables: dict):
         main = torch.cuda.current_stream()
-        forked = False
+        forked = late_forked = False
         for key, (name, size, stream), buf in zip(owner, plan, bufs, strict=True):
             if stream == "side":
                 side.wait_stream(main)
@@ -182,7 +182,9 @@ def main() -> None:
                 late.wait_stream(main)
                 with torch.cuda.stream(late):
                     l2_prefetch(tables[key])
-        main.wait_stream(late)
+                late_forked = True
+        if late_forked:  # (joining a stream the capture never forked is a capture error)
+            main.wait_stream(late)
 
     prefetch_ms: dict[str, list[float]] = {}
     for _ in range(2 if len(args.prefetch_variants) > 1 else 1):
