@@ -8,9 +8,12 @@
 #     launch a read-only kernel of its bytes, PDL on) at decode and at a verify of 4 (31 experts a MoE layer), the
 #     real step at 1k, T = 1 and 4, with both routings in the same call, and the dense launches alone against a
 #     read-only kernel of their bytes (bench_gemv_launches.py, T = 1, 4).
+# b2: b1's launch floors again (b1's capture failed: bench_launch_floor.py joined a stream it had not forked, fixed
+#     in b4da3c4), then the kernel table (bench_kernels.py: MLA and the INT4 MoE against read-only kernels of
+#     their bytes).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: b1}
+part=${1:?part: b1 | b2}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 case $part in
@@ -29,6 +32,13 @@ b1)
     TAIL=40 stage gemv_launches 150 python benchmarks/bench_gemv_launches.py --tokens 1 4 \
       --out "$OUT/gemv_launches.json"
   fi
+  ;;
+b2)
+  for t in 1 4; do
+    TAIL=3 stage "launch_floor_t$t" 100 python benchmarks/bench_launch_floor.py --tokens "$t" \
+      --out "$OUT/launch_floor_t$t.json"
+  done
+  TAIL=45 stage kernels 300 python benchmarks/bench_kernels.py --out "$OUT"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
