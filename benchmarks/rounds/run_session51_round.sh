@@ -11,9 +11,12 @@
 # b2: b1's launch floors again (b1's capture failed: bench_launch_floor.py joined a stream it had not forked, fixed
 #     in b4da3c4), then the kernel table (bench_kernels.py: MLA and the INT4 MoE against read-only kernels of
 #     their bytes).
+# b3: each launch's own time in the step's order (profile_step.py --sequence, PDL off so no time includes a wait),
+#     T = 1 and 4 with uniform routing, to set beside b2's read-only kernels of the same sizes: the launches where a
+#     verify's kernels lose to the structure.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: b1 | b2}
+part=${1:?part: b1 | b2 | b3}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 case $part in
@@ -39,6 +42,10 @@ b2)
       --out "$OUT/launch_floor_t$t.json"
   done
   TAIL=45 stage kernels 300 python benchmarks/bench_kernels.py --out "$OUT"
+  ;;
+b3)
+  SGLANG_EAGLE3_PDL=0 TAIL=8 stage profile_seq_nopdl 150 python benchmarks/profile_step.py --layers 3 --tokens 1 4 \
+    --no-gemm --sequence --routing uniform --replays 20 --out "$OUT/profile_seq_nopdl.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
