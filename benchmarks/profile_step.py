@@ -22,6 +22,7 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -95,10 +96,17 @@ def profile_T(runner: ModelRunner, T: int, ctx: int, layers: int, replays: int, 
     out = {"T": T, "batch": batch, "context": ctx, "graph_ms": round(graph_ms, 3),
            "kernel_busy_ms": round(busy / 1e3, 3),
            "launches_per_step": launches, "launches_per_layer": round(launches / layers, 1), "kernels": rows}
-    if sequence:  # the last replay's launches in the order they ran: which gemv_kernel launch is which
+    if sequence:  # the launches in the order they ran (which gemv_kernel launch is which), each position's
+        # median over the replays (a replay's own times vary by ~0.1-0.5 us a launch); "us" is the last replay's.
         per_replay = len(cuda_events) // replays
-        last = sorted(cuda_events, key=lambda ev: ev.time_range.start)[-per_replay:]
-        out["sequence"] = [{"kernel": short(ev.name), "us": round(ev.device_time, 2)} for ev in last]
+        ordered = sorted(cuda_events, key=lambda ev: ev.time_range.start)[-per_replay * replays:]
+        runs = [ordered[i * per_replay:(i + 1) * per_replay] for i in range(replays)]
+        same = all([short(ev.name) for ev in run] == [short(ev.name) for ev in runs[-1]] for run in runs)
+        out["sequence"] = [{"kernel": short(ev.name), "us": round(ev.device_time, 2),
+                            **({"us_median": round(statistics.median(run[i].device_time for run in runs), 2)}
+                               if same else {})}
+                           for i, ev in enumerate(runs[-1])]
+        out["sequence_same_order_every_replay"] = same
     return out
 
 
@@ -315,9 +323,10 @@ def main() -> None:
             print(f"  {k['per_step_us'] / args.layers:8.2f} us/layer  {k['calls_per_layer']:5.2f}x  "
                   f"{k['us_per_call']:7.2f} us/call  {k['kernel']}", flush=True)
         if args.sequence:
-            print(f"  one replay's {len(r['sequence'])} launches in order:", flush=True)
+            print(f"  {len(r['sequence'])} launches a replay in order (us: the median over the replays where every "
+                  "replay ran them in one order, else the last replay's):", flush=True)
             for i, k in enumerate(r["sequence"]):
-                print(f"    {i:4d} {k['us']:8.2f} us  {k['kernel']}", flush=True)
+                print(f"    {i:4d} {k.get('us_median', k['us']):8.2f} us  {k['kernel']}", flush=True)
     if len(res["steps"]) > 1:
         print("\n" + "\n".join(by_t_table(res["steps"], args.layers)), flush=True)
     if not args.no_gemm:

@@ -298,3 +298,34 @@ def test_launch_floor_experts_match_uniform_draws(tokens):
     assert grown <= {"experts gate/up", "experts down"}, "only the experts' launches read more at a verify"
     with pytest.raises(SystemExit, match="--tokens"):
         floor.uniform_experts(0)
+
+
+def test_launch_gaps_match_each_launch_in_the_last_moe_layer():
+    """benchmarks/launch_gaps.py pairs each launch of the floor's MoE-layer plan with its kernel in the profile's last
+    MoE layer, the side-stream shared down wherever it ran, and sets the read-only time of its bytes beside it."""
+    import random
+
+    from benchmarks import bench_launch_floor as floor
+    from benchmarks import launch_gaps
+
+    plan = [{"launch": n, "bytes": b, "stream": s} for n, b, s in floor.layer_launches(False, 1024, 31)]
+    sizes = sorted({p["bytes"] for p in plan})
+    read = {b: random.uniform(1, 30) for b in sizes}
+    fl = {"tokens": 4, "plan_of_a_moe_layer": plan,
+          "sizes": [{"mb": round(b / 1e6, 4), "alone_us": read[b]} for b in sizes]}
+    layer = [{"kernel": launch_gaps.KERNEL_OF[p["launch"]], "us_median": random.uniform(1, 40), "us": 0.0}
+             for p in plan]
+    own = {p["launch"]: k["us_median"] for p, k in zip(plan, layer, strict=True)}
+    moved = layer[:]
+    shared = next(i for i, p in enumerate(plan) if p["launch"] == "shared down")
+    moved.insert(shared + 2, moved.pop(shared))  # the side stream's launch ran after the routing
+    head = [{"kernel": "rms_norm_kernel", "us": 9.0}, {"kernel": "moe_int4_gemv_down_kernel", "us": 99.0}]
+    profile = {"steps": [{"T": 4, "sequence": head + moved + [{"kernel": "rms_norm_kernel", "us": 1.0}]},
+                         {"T": 8, "sequence": moved}]}
+    (table,) = launch_gaps.gaps(profile, [fl])  # T=8 has no floor: left out
+    assert [r["launch"] for r in table["rows"]] == [p["launch"] for p in plan]
+    for r, p in zip(table["rows"], plan, strict=True):
+        assert r["own_us"] == own[p["launch"]] and r["read_only_us"] == read[p["bytes"]]
+    broken = [k for k in moved if k["kernel"] != "moe_topk_kernel"]
+    with pytest.raises(SystemExit, match="moe_topk_kernel"):
+        launch_gaps.gaps({"steps": [{"T": 4, "sequence": head + broken}]}, [fl])
