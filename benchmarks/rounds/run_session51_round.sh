@@ -14,9 +14,11 @@
 # b3: each launch's own time in the step's order (profile_step.py --sequence, PDL off so no time includes a wait),
 #     T = 1 and 4 with uniform routing, to set beside b2's read-only kernels of the same sizes: the launches where a
 #     verify's kernels lose to the structure.
+# b4: b2's launch floors and b3's profile in one call (on an H200 after b1's tables, which hold the kernel table),
+#     then launch_gaps.py over them.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: b1 | b2 | b3}
+part=${1:?part: b1 | b2 | b3 | b4}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 case $part in
@@ -46,6 +48,16 @@ b2)
 b3)
   SGLANG_EAGLE3_PDL=0 TAIL=8 stage profile_seq_nopdl 150 python benchmarks/profile_step.py --layers 3 --tokens 1 4 \
     --no-gemm --sequence --routing uniform --replays 20 --out "$OUT/profile_seq_nopdl.json"
+  ;;
+b4)
+  for t in 1 4; do
+    TAIL=3 stage "launch_floor_t$t" 100 python benchmarks/bench_launch_floor.py --tokens "$t" \
+      --out "$OUT/launch_floor_t$t.json"
+  done
+  SGLANG_EAGLE3_PDL=0 TAIL=8 stage profile_seq_nopdl 150 python benchmarks/profile_step.py --layers 3 --tokens 1 4 \
+    --no-gemm --sequence --routing uniform --replays 20 --out "$OUT/profile_seq_nopdl.json"
+  TAIL=40 stage launch_gaps 30 python benchmarks/launch_gaps.py --profile "$OUT/profile_seq_nopdl.json" \
+    --floor "$OUT/launch_floor_t1.json" "$OUT/launch_floor_t4.json" --out "$OUT/launch_gaps.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
