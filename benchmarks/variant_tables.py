@@ -55,6 +55,8 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     # and at T = 5..6
     "t5_down_preload": {("fused_moe_int4_gemv_down", 5, 5): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True}},
     "t5_6_down_preload": {("fused_moe_int4_gemv_down", 5, 6): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True}},
+    # gate_up's T=3 as it was before the fiftieth session took 16-row blocks there (the T = 3..4 bucket's 32 rows)
+    "t3_gate_up_bn32": {("fused_moe_int4_gemv_gate_up", 3, 3): {"BLOCK_N": 32, "num_warps": 4}},
     # the T = 5..6 down kernel as it was before the fiftieth session took PRELOAD's tile there (the slot loop)
     "t5_6_down_slots": {("fused_moe_int4_gemv_down", 5, 6): {"BLOCK_N": 32, "num_warps": 4, "PRELOAD": False}},
     # MLA's verify rows (8 heads x T = 3..16 on a Kimi TP=8 rank) in row blocks of 16 as decode's: the table's

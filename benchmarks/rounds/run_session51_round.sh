@@ -16,9 +16,13 @@
 #     verify's kernels lose to the structure.
 # b4: b2's launch floors and b3's profile in one call (on an H200 after b1's tables, which hold the kernel table),
 #     then launch_gaps.py over them.
+# b5: the H100-chosen settings of the forty-eighth to fiftieth sessions checked on this card, the step paired at 1k
+#     (T = 3..6, 8) with uniform routing: each reverted (gate_up's T=3 in 32-row blocks, the T = 5..6 down kernel's
+#     slot loop, MLA without short_split, the CUDA-core pairs' row groups one after the other) against the table,
+#     with a second capture of the table as the noise.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: b1 | b2 | b3 | b4}
+part=${1:?part: b1 | b2 | b3 | b4 | b5}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 case $part in
@@ -58,6 +62,15 @@ b4)
     --no-gemm --sequence --routing uniform --replays 20 --out "$OUT/profile_seq_nopdl.json"
   TAIL=40 stage launch_gaps 30 python benchmarks/launch_gaps.py --profile "$OUT/profile_seq_nopdl.json" \
     --floor "$OUT/launch_floor_t1.json" "$OUT/launch_floor_t4.json" --out "$OUT/launch_gaps.json"
+  ;;
+b5)
+  python benchmarks/variant_tables.py /tmp/tables > /dev/null
+  V=(SGLANG_EAGLE3_PDL=1)
+  for n in t3_gate_up_bn32 t5_6_down_slots mla_no_short; do V+=("SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/$n.json"); done
+  V+=(SGLANG_EAGLE3_GEMV_GROUPS_INNER=none)
+  TAIL=40 stage paired_reverts 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 3 4 5 6 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' "${V[@]}" \
+    --paired 80 --out "$OUT/paired_reverts.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
