@@ -20,9 +20,12 @@
 #     (T = 3..6, 8) with uniform routing: each reverted (gate_up's T=3 in 32-row blocks, the T = 5..6 down kernel's
 #     slot loop, MLA without short_split, the CUDA-core pairs' row groups one after the other) against the table,
 #     with a second capture of the table as the noise.
+# b6: does the experts' row-major layout cost gate_up its bandwidth? bench_moe_layout.py's read-only probe with
+#     gate_up's grid and tiles over the checkpoint's layout and over one contiguous run a program, T = 1, 4, 8, at the
+#     T=4 bucket's tiles (32 rows, 4 warps) and the T=1 bucket's (16 rows, 8 warps).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: b1 | b2 | b3 | b4 | b5}
+part=${1:?part: b1 | b2 | b3 | b4 | b5 | b6}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 case $part in
@@ -71,6 +74,11 @@ b5)
   TAIL=40 stage paired_reverts 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
     --tokens 3 4 5 6 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' "${V[@]}" \
     --paired 80 --out "$OUT/paired_reverts.json"
+  ;;
+b6)
+  TAIL=5 stage layout_bn32 120 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --out "$OUT/moe_layout_bn32.json"
+  TAIL=5 stage layout_bn16 120 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --block-n 16 --warps 8 \
+    --out "$OUT/moe_layout_bn16.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
