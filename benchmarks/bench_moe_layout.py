@@ -16,9 +16,10 @@ and reads either
 plus the weights' group scales in their own layout either way (bf16 [E, 2I, H/32]). Each routing draws the experts of
 T uniformly routed tokens over the 384-expert pool, several routings rotated so the working set exceeds the L2;
 timed as graph replays (bench_kernels.time_graph). If ``tiled`` is not clearly faster than ``rows``, the layout is not
-what gate_up loses to the read-only kernel.
+what gate_up loses to the read-only kernel. ``--split S`` gives each (pair, N block) S programs over K (one chunk each
+at S = 7): whether more, shorter programs (a split-K gate_up) would read closer to the read-only kernel.
 
-    python benchmarks/bench_moe_layout.py --out OUT.json [--tokens 1 4 8] [--block-n 32] [--warps 4]
+    python benchmarks/bench_moe_layout.py --out OUT.json [--tokens 1 4 8] [--block-n 32] [--warps 4] [--split 7]
 """
 
 from __future__ import annotations
@@ -59,12 +60,16 @@ def _chunk(w_ptr, s_ptr, rows_g, rows_u, srows_g, srows_u, w0, w_idx, g_idx, TIL
 
 @triton.jit
 def layout_probe_kernel(w_ptr, s_ptr, ids_ptr, out_ptr, H_WORDS: tl.constexpr, I: tl.constexpr,
-                        BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, GROUP_WORDS: tl.constexpr, TILED: tl.constexpr):
-    """Program (pair, N block): gate_up's reads of its expert's rows nb * BLOCK_N .. + BLOCK_N (and up's), the next
-    chunk's loads issued before the current chunk is consumed, as gate_up does; stores the xor of every word and
-    scale bit (one int32 a program)."""
+                        BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, GROUP_WORDS: tl.constexpr, TILED: tl.constexpr,
+                        SPLIT: tl.constexpr = 1):
+    """Program (pair, N block, K part): gate_up's reads of its expert's rows nb * BLOCK_N .. + BLOCK_N (and up's) over
+    the K part's H_WORDS / SPLIT words (gate_up has SPLIT 1: all of K), the next chunk's loads issued before the
+    current chunk is consumed, as gate_up does; stores the xor of every word and scale bit (one int32 a program)."""
     pair = tl.program_id(0)
     nb = tl.program_id(1)
+    ks = tl.program_id(2)
+    SPAN: tl.constexpr = H_WORDS // SPLIT
+    start = ks * SPAN
     e = tl.load(ids_ptr + pair).to(tl.int64)
     n = tl.arange(0, BLOCK_N)
     w_idx = tl.arange(0, BLOCK_W)
@@ -81,19 +86,19 @@ def layout_probe_kernel(w_ptr, s_ptr, ids_ptr, out_ptr, H_WORDS: tl.constexpr, I
     srows_u = srows_g + I * (H_WORDS // GROUP_WORDS)
     acc = tl.zeros([BLOCK_N, BLOCK_W], dtype=tl.int32)
     sacc = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.int16)
-    g, u, sg, su = _chunk(w_ptr, s_ptr, rows_g, rows_u, srows_g, srows_u, 0, w_idx, g_idx, TILED, BLOCK_N, BLOCK_W,
-                          GROUP_WORDS)
-    for w0 in range(0, H_WORDS, BLOCK_W):
-        if w0 + BLOCK_W < H_WORDS:
-            g2, u2, sg2, su2 = _chunk(w_ptr, s_ptr, rows_g, rows_u, srows_g, srows_u, w0 + BLOCK_W, w_idx, g_idx,
-                                      TILED, BLOCK_N, BLOCK_W, GROUP_WORDS)
+    g, u, sg, su = _chunk(w_ptr, s_ptr, rows_g, rows_u, srows_g, srows_u, start, w_idx, g_idx, TILED, BLOCK_N,
+                          BLOCK_W, GROUP_WORDS)
+    for c in range(0, SPAN, BLOCK_W):
+        if c + BLOCK_W < SPAN:
+            g2, u2, sg2, su2 = _chunk(w_ptr, s_ptr, rows_g, rows_u, srows_g, srows_u, start + c + BLOCK_W, w_idx,
+                                      g_idx, TILED, BLOCK_N, BLOCK_W, GROUP_WORDS)
         else:
             g2, u2, sg2, su2 = g, u, sg, su
         acc ^= g ^ u
         sacc ^= sg ^ su
         g, u, sg, su = g2, u2, sg2, su2
     total = tl.xor_sum(tl.xor_sum(acc, axis=1), axis=0) ^ tl.xor_sum(tl.xor_sum(sacc, axis=1), axis=0).to(tl.int32)
-    tl.store(out_ptr + pair * tl.num_programs(1) + nb, total)
+    tl.store(out_ptr + (pair * tl.num_programs(1) + nb) * SPLIT + ks, total)
 
 
 def tiled(w: torch.Tensor, block_n: int, block_w: int) -> torch.Tensor:
@@ -113,14 +118,16 @@ def main() -> None:
     ap.add_argument("--block-n", type=int, default=32)
     ap.add_argument("--block-w", type=int, default=128)
     ap.add_argument("--warps", type=int, default=4)
+    ap.add_argument("--split", type=int, default=1,
+                    help="programs a (pair, N block) over K (gate_up has 1): more, shorter programs, the same bytes")
     ap.add_argument("--routings", type=int, default=6, help="routings rotated in a graph (working set past the L2)")
     ap.add_argument("--replays", type=int, default=30)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     hw = H // 8
-    if I % args.block_n or hw % args.block_w or args.block_w % (GROUP // 8):
-        raise SystemExit(f"--block-n {args.block_n} must divide I={I} and --block-w {args.block_w} divide H/8={hw} "
-                         f"and be a multiple of {GROUP // 8}")
+    if I % args.block_n or hw % (args.block_w * args.split) or args.block_w % (GROUP // 8):
+        raise SystemExit(f"--block-n {args.block_n} must divide I={I}, --block-w {args.block_w} x --split "
+                         f"{args.split} divide H/8={hw}, and --block-w be a multiple of {GROUP // 8}")
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     torch.manual_seed(0)
     w = torch.randint(-(1 << 31), (1 << 31) - 1, (E, 2 * I, hw), device="cuda", dtype=torch.int32)
@@ -130,21 +137,22 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "copy_bw_gbps": bw, "block_n": args.block_n, "block_w": args.block_w, "warps": args.warps, "cases": []}
+              "copy_bw_gbps": bw, "block_n": args.block_n, "block_w": args.block_w, "warps": args.warps,
+              "split": args.split, "cases": []}
     per_expert = 2 * I * hw * 4 + 2 * I * (H // GROUP) * 2
     for T in args.tokens:
         ids = [torch.stack([torch.randperm(E, device="cuda")[:TOP_K] for _ in range(T)]).flatten().to(torch.int32)
                for _ in range(args.routings)]
         distinct = sum(len(set(x.tolist())) for x in ids) / len(ids)
         nbytes = distinct * per_expert
-        out = torch.empty(T * TOP_K * (I // args.block_n), device="cuda", dtype=torch.int32)
+        out = torch.empty(T * TOP_K * (I // args.block_n) * args.split, device="cuda", dtype=torch.int32)
         row = {"T": T, "distinct_experts": distinct, "mb": round(nbytes / 1e6, 2)}
         xor = {}
         for name, weights in layouts.items():
             def call(x, weights=weights, name=name, out=out, T=T):
-                layout_probe_kernel[(T * TOP_K, I // args.block_n)](
+                layout_probe_kernel[(T * TOP_K, I // args.block_n, args.split)](
                     weights, s, x, out, H_WORDS=hw, I=I, BLOCK_N=args.block_n, BLOCK_W=args.block_w,
-                    GROUP_WORDS=GROUP // 8, TILED=name == "tiled", num_warps=args.warps)
+                    GROUP_WORDS=GROUP // 8, TILED=name == "tiled", SPLIT=args.split, num_warps=args.warps)
             us = time_graph([lambda x=x: call(x) for x in ids], args.replays)
             call(ids[0])
             xor[name] = out.clone()

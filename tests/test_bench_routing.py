@@ -330,17 +330,3 @@ def test_launch_gaps_match_each_launch_in_the_last_moe_layer():
     with pytest.raises(SystemExit, match="moe_topk_kernel"):
         launch_gaps.gaps({"steps": [{"T": 4, "sequence": head + broken}]}, [fl])
 
-
-def test_moe_layout_probe_tiles_hold_each_programs_run():
-    """bench_moe_layout.tiled: (expert, N block)'s run is its chunks in turn, each the block's gate rows then its up
-    rows, BLOCK_W words a row: every word where the probe's tiled addressing reads it (irregular small shapes)."""
-    from benchmarks.bench_moe_layout import tiled
-
-    e, i, hw, bn, bw = 3, 12, 20, 4, 5
-    w = torch.randint(-1000, 1000, (e, 2 * i, hw), dtype=torch.int32)
-    t = tiled(w, bn, bw)
-    assert t.shape == (e, 2 * i * hw) and torch.equal(t.sort(dim=1).values, w.reshape(e, -1).sort(dim=1).values)
-    for ex, nb, c, r, x in [(0, 0, 0, 0, 0), (2, 2, 3, 7, 4), (1, 1, 2, 5, 1), (2, 0, 1, 3, 2)]:
-        at = nb * (2 * bn * hw) + c * (2 * bn * bw) + r * bw + x  # the kernel's rows_g / rows_u + chunk + word
-        src_row = nb * bn + r if r < bn else i + nb * bn + (r - bn)
-        assert t[ex, at] == w[ex, src_row, c * bw + x]

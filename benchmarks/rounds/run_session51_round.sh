@@ -22,7 +22,8 @@
 #     with a second capture of the table as the noise.
 # b6: does the experts' row-major layout cost gate_up its bandwidth? bench_moe_layout.py's read-only probe with
 #     gate_up's grid and tiles over the checkpoint's layout and over one contiguous run a program, T = 1, 4, 8, at the
-#     T=4 bucket's tiles (32 rows, 4 warps) and the T=1 bucket's (16 rows, 8 warps).
+#     T=4 bucket's tiles (32 rows, 4 warps) and the T=1 bucket's (16 rows, 8 warps); then the T=4 tiles split 7 ways
+#     over K (a chunk a program: would a split-K gate_up's more, shorter programs read closer to a read-only kernel?).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: b1 | b2 | b3 | b4 | b5 | b6}
@@ -79,6 +80,8 @@ b6)
   TAIL=5 stage layout_bn32 120 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --out "$OUT/moe_layout_bn32.json"
   TAIL=5 stage layout_bn16 120 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --block-n 16 --warps 8 \
     --out "$OUT/moe_layout_bn16.json"
+  TAIL=5 stage layout_bn32_split7 120 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --split 7 \
+    --out "$OUT/moe_layout_bn32_split7.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
