@@ -1,16 +1,15 @@
 """What can a decode (or verify) step with our launch structure reach at best? The step of a Kimi-K2.5 TP=8 rank's
 slice with every kernel replaced by one that only reads that kernel's bytes.
 
-Issues 4 and 5 ask the decode graph to come within 2x and 1.5x of its bandwidth floor (bytes / copy bandwidth), and
-a verify of 4 within 1.5x of its own (docs/BENCHMARKS.md section 0 has where they sit). This measures the ceiling of
-the launch structure itself: the same
-launches a layer as the shipped decode path, in the same order, on the same streams (the shared expert's down
-projection on the side stream, as the model forks and joins it), with PDL as configured, in one CUDA graph of
-``--layers`` layers plus the final norm and lm_head, each launch a read-only kernel
-(``bench_kernels.stream_read_kernel`` with its PDL wait) over exactly as many bytes as the
-real kernel must read, in buffers of their own (nothing stays in the L2 between uses). No kernel can read its
-bytes faster in a graph; so no set of kernels with this launch structure can make a faster step, whatever
-they compute. Grids: the best of a few shapes per size, each size timed alone first.
+Issues 4 and 5 ask the decode graph to come within 2x and 1.5x of its bandwidth floor (bytes / copy bandwidth), and a
+verify of 4 within 1.5x of its own (docs/BENCHMARKS.md section 0 has where they sit). This measures the ceiling of the
+launch structure itself: the same launches a layer as the shipped decode path, in the same order, on the same streams
+(the shared expert's down projection on the side stream, as the model forks and joins it), with PDL as configured, in
+one CUDA graph of ``--layers`` layers plus the final norm and lm_head, each launch a read-only kernel
+(``bench_kernels.stream_read_kernel`` with its PDL wait) over exactly as many bytes as the real kernel must read, in
+buffers of their own (nothing stays in the L2 between uses). No kernel can read its bytes faster in a graph; so no set
+of kernels with this launch structure can make a faster step, whatever they compute. Grids: the best of a few shapes
+per size, each size timed alone first.
 
 Printed and written: the launch-structure step (ms), the bandwidth floor (bytes / copy bandwidth, the issue's
 definition; at decode 8 experts a MoE layer, with ``--tokens T`` the distinct experts of T uniformly routed tokens),
