@@ -24,9 +24,11 @@
 #     gate_up's grid and tiles over the checkpoint's layout and over one contiguous run a program, T = 1, 4, 8, at the
 #     T=4 bucket's tiles (32 rows, 4 warps) and the T=1 bucket's (16 rows, 8 warps); then the T=4 tiles split 7 ways
 #     over K (a chunk a program: would a split-K gate_up's more, shorter programs read closer to a read-only kernel?).
+# b7: b4's launch gaps put q_b (CUDA cores) at 6.37 us alone at a verify of 4 against 3.95 at decode: the step paired
+#     (1k, T = 1, 4, 8, uniform routing) against q_b on the tensor cores (variants/gemv_q_b_tc.py).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: b1 | b2 | b3 | b4 | b5 | b6}
+part=${1:?part: b1 | b2 | b3 | b4 | b5 | b6 | b7}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 case $part in
@@ -82,6 +84,11 @@ b6)
     --out "$OUT/moe_layout_bn16.json"
   TAIL=5 stage layout_bn32_split7 120 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --split 7 \
     --out "$OUT/moe_layout_bn32_split7.json"
+  ;;
+b7)
+  TAIL=20 stage paired_q_b 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+    --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --routing uniform --paired 100 \
+    --kernels-from benchmarks/variants/gemv_q_b_tc.py --out "$OUT/paired_q_b.json"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
