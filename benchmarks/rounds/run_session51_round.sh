@@ -27,8 +27,8 @@
 # b7: b4's launch gaps put q_b (CUDA cores) at 6.37 us alone at a verify of 4 against 3.95 at decode: the step paired
 #     (1k, T = 1, 4, 8, uniform routing) against q_b on the tensor cores (variants/gemv_q_b_tc.py).
 # Ran (all on H100s; ~25 of 30 device minutes spent, ~6 of them running, the rest on calls refused for want of a
-# machine, ~90 s each): b1 at 0a03388 (its
-# launch floors failed: the capture bug fixed in b4da3c4; the step and the dense launches alone ran), b2 at e9759bc
+# machine, ~90 s each): b1 at 0a03388 (its launch floors failed: the capture bug fixed in b4da3c4; the step and the
+# dense launches alone ran), b2 at e9759bc
 # (structure 1.57x its floor at decode, 1.33x at verify of 4), b4 and b6 at cb1cceb in one call (the launch gaps; the
 # layout probe: no change at verify sizes, 26% alone at decode). b3 ran inside b4. Not run: b5, b7 (no device time).
 # Next device session: on an H200, b1 (the tables) then b5; on any card, b7.
