@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 import sglang_eagle3  # noqa: E402
 from benchmarks.bench_kernels import copy_bandwidth, stream_read_kernel, time_graph  # noqa: E402
+from benchmarks.routing import uniform_distinct  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.kernels import tuning  # noqa: E402
 from sglang_eagle3.kernels.prefetch import l2_prefetch, prefetch_table  # noqa: E402
@@ -74,10 +75,10 @@ def layer_launches(dense: bool, context: int, experts: int = TOP_K) -> list[tupl
 
 def uniform_experts(tokens: int) -> int:
     """The distinct experts T tokens read a MoE layer when each draws its top_k uniformly (a trained router's spread:
-    benchmarks/routing.py), rounded: E (1 - (1 - k / E)^T); 8 at T=1, 31 at T=4, 60 at T=8."""
+    benchmarks/routing.py), rounded: 8 at T=1, 31 at T=4, 60 at T=8."""
     if tokens < 1:
         raise SystemExit(f"--tokens must be at least 1, got {tokens}")
-    return round(EXPERTS * (1 - (1 - TOP_K / EXPERTS) ** tokens))
+    return round(uniform_distinct(EXPERTS, TOP_K, tokens))
 
 
 PREFETCH_PLANS = ("none", "mid", "next_moe", "mid,next_moe")

@@ -37,9 +37,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_kernels import copy_bandwidth, read_ceiling_us, time_graph  # noqa: E402
+from benchmarks.bench_launch_floor import EXPERTS as E  # noqa: E402
+from benchmarks.bench_launch_floor import MOE_I as I  # noqa: E402
+from benchmarks.bench_launch_floor import TOP_K, H  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 
-H, I, E, TOP_K, GROUP = 7168, 256, 384, 8, 32  # a Kimi-K2.5 TP=8 rank's experts (I sharded 8 ways)
+GROUP = 32  # the INT4 experts' scale group (a Kimi-K2.5 TP=8 rank's shapes come from bench_launch_floor)
 
 
 @triton.jit

@@ -204,6 +204,12 @@ def expected_overlap(num_experts: int, top_k: int, reuse: float) -> float:
                for j in range(k + 1))
 
 
+def uniform_distinct(num_experts: int, top_k: int, tokens: int) -> float:
+    """The distinct experts ``tokens`` independently, uniformly routed tokens read a layer on average: each expert is
+    missed by a token with probability 1 - k / E, so E (1 - (1 - k / E)^T)."""
+    return num_experts * (1 - (1 - top_k / num_experts) ** tokens)
+
+
 def trace_stats(path: str) -> dict:
     """What a routing trace says about a request's consecutive tokens, by row count (each forward taken as one
     request's rows): forwards, distinct experts a layer (and what independent draws would give), the experts a token
@@ -220,7 +226,7 @@ def trace_stats(path: str) -> dict:
         shared = [len(set(layer[r].tolist()) & set(layer[r - 1].tolist())) for ids in fws for layer in ids
                   for r in range(1, n)]
         row = {"forwards": len(fws), "distinct_experts_a_layer": round(sum(distinct) / len(distinct), 2),
-               "uniform_distinct_a_layer": round(E * (1 - (1 - k / E) ** n), 2)}
+               "uniform_distinct_a_layer": round(uniform_distinct(E, k, n), 2)}
         if shared:
             overlap = sum(shared) / len(shared)
             lo, hi = 0.0, 1.0  # expected_overlap rises with P: bisect for the P that gives the measured overlap
