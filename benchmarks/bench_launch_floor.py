@@ -50,6 +50,9 @@ from sglang_eagle3.kernels.prefetch import l2_prefetch, prefetch_table  # noqa: 
 H, Q_LORA, KV_LORA, ROPE, HEADS, NOPE, V = 7168, 1536, 512, 64, 8, 128, 128
 EXPERTS, TOP_K, MOE_I, DENSE_I, VOCAB = 384, 8, 2048 // 8, 18432 // 8, 163840 // 8
 BF16, TINY = 2, 32 << 10  # a norm's, the rotary's or the routing's bytes: a few rows, ~KB
+# An INT4 expert's bytes (packed nibbles + bf16 scales a group of 32): gate and up rows, and the down rows.
+EXPERT_GATE_UP = 2 * MOE_I * H // 2 + 2 * MOE_I * H // 32 * BF16
+EXPERT_DOWN = H * MOE_I // 2 + H * MOE_I // 32 * BF16
 
 
 def layer_launches(dense: bool, context: int, experts: int = TOP_K) -> list[tuple[str, int, str]]:
@@ -58,8 +61,6 @@ def layer_launches(dense: bool, context: int, experts: int = TOP_K) -> list[tupl
     launch; the shared down on the side stream). experts: the distinct experts a MoE layer reads (top_k at
     decode; a verify's T tokens read more: uniform_experts). A verify's other launches read the same weights and
     cache (its activations are KB), so the plan of a verify differs from decode's only there."""
-    expert = (2 * MOE_I * H // 2 + 2 * MOE_I * H // 32 * BF16) + (H * MOE_I // 2 + H * MOE_I // 32 * BF16)
-    gate_up = experts * (2 * MOE_I * H // 2 + 2 * MOE_I * H // 32 * BF16)
     attn = [("input norm", TINY, "main"), ("q_a + kv_a", (Q_LORA + KV_LORA + ROPE) * H * BF16, "main"),
             ("q_b (q_a norm)", HEADS * (NOPE + ROPE) * Q_LORA * BF16, "main"), ("rotary + kv_a norm", TINY, "main"),
             ("W_UK", HEADS * NOPE * KV_LORA * BF16, "main"),
@@ -70,7 +71,8 @@ def layer_launches(dense: bool, context: int, experts: int = TOP_K) -> list[tupl
         return attn + [("dense gate/up", 2 * DENSE_I * H * BF16, "main"), ("dense down", H * DENSE_I * BF16, "main")]
     return attn + [("router + shared gate/up", (EXPERTS + 2 * MOE_I) * H * BF16, "main"),
                    ("shared down", H * MOE_I * BF16, "side"), ("routing", TINY, "main"),
-                   ("experts gate/up", gate_up, "main"), ("experts down", experts * expert - gate_up, "main")]
+                   ("experts gate/up", experts * EXPERT_GATE_UP, "main"),
+                   ("experts down", experts * EXPERT_DOWN, "main")]
 
 
 def uniform_experts(tokens: int) -> int:

@@ -37,9 +37,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_kernels import copy_bandwidth, read_ceiling_us, time_graph  # noqa: E402
+from benchmarks.bench_launch_floor import (  # noqa: E402
+    EXPERT_GATE_UP,  # noqa: E402
+    TOP_K,
+    H,
+)
 from benchmarks.bench_launch_floor import EXPERTS as E  # noqa: E402
 from benchmarks.bench_launch_floor import MOE_I as I  # noqa: E402
-from benchmarks.bench_launch_floor import TOP_K, H  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 
 GROUP = 32  # the INT4 experts' scale group (a Kimi-K2.5 TP=8 rank's shapes come from bench_launch_floor)
@@ -142,12 +146,11 @@ def main() -> None:
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "copy_bw_gbps": bw, "block_n": args.block_n, "block_w": args.block_w, "warps": args.warps,
               "split": args.split, "cases": []}
-    per_expert = 2 * I * hw * 4 + 2 * I * (H // GROUP) * 2
     for T in args.tokens:
         ids = [torch.stack([torch.randperm(E, device="cuda")[:TOP_K] for _ in range(T)]).flatten().to(torch.int32)
                for _ in range(args.routings)]
         distinct = sum(len(set(x.tolist())) for x in ids) / len(ids)
-        nbytes = distinct * per_expert
+        nbytes = distinct * EXPERT_GATE_UP  # gate_up's words and scales
         out = torch.empty(T * TOP_K * (I // args.block_n) * args.split, device="cuda", dtype=torch.int32)
         row = {"T": T, "distinct_experts": distinct, "mb": round(nbytes / 1e6, 2)}
         xor = {}
