@@ -65,3 +65,64 @@ def test_kernels_from_refuses_two_files_replacing_one_name():
     kernels_from(f"{V / 'gemv_pair_l128.py'}+{V / 'gemv_fma_oproj.py'}")  # distinct names: fine
     with pytest.raises(SystemExit, match="fma_pair_config"):
         kernels_from(f"{V / 'gemv_pair_l128.py'}+{V / 'gemv_qkv_rows8.py'}")
+
+
+CHEAP_DOTS = """
+import sys
+import torch
+sys.path.insert(0, {repo!r})
+sys.path.insert(0, {kernels!r})
+from benchmarks.ablations import _moe_cheap_dots
+from benchmarks.bench_kernels import kernels_from
+from kernel_checks import make_moe_inputs
+import importlib
+launcher = importlib.import_module("sglang_eagle3.kernels.fused_moe")  # (the package's fused_moe is a function)
+T, E, H, I, K = 3, 5, 64, 32, 4
+args = make_moe_inputs(T, E, H, I, K, "cpu", True, torch.bfloat16, seed=71, skew=True)  # experts shared: ROWS pairs
+NAMES = ("moe_int4_gemv_gate_up_kernel", "moe_int4_gemv_down_kernel")
+same, cheap = _moe_cheap_dots.kernels("clone", cheap=False), _moe_cheap_dots.kernels("cheap")
+A = {ablations!r}
+
+
+def run(config, swap=None):
+    saved = {{n: getattr(launcher, n) for n in NAMES}}
+    for n in NAMES:
+        setattr(launcher, n, swap[n] if swap else saved[n])
+    try:
+        return launcher.triton_fused_moe_int4(*args, 32, None, path="gemv", config=config)
+    finally:
+        for n in NAMES:
+            setattr(launcher, n, saved[n])
+
+
+for rows, preload in ((2, True), (1, False)):  # decode's form (ROWS, PRELOAD's tile) and the verify's slot loop
+    config = {{"gate_up": {{"BLOCK_N": 16, "BLOCK_W": 4, "num_warps": 1, "F16": True, "ROWS": rows}},
+              "down": {{"BLOCK_N": 16, "BLOCK_W": I // 8 if preload else 4, "num_warps": 1, "F16": True,
+                        "PRELOAD": preload}}}}
+    real = run(config)
+    assert torch.equal(run(config, same), real), (rows, "the package's kernels compiled by with_helpers differ")
+    both = run(config, cheap)
+    assert torch.isfinite(both).all() and not torch.equal(both, real), (rows, both)
+    with kernels_from(A["gate_up"] + "+" + A["down"])():
+        assert torch.equal(run(config), both), (rows, "the two files together are not the cheap kernels")
+    with kernels_from(A["down"])():
+        down_only = run(config)
+    assert not torch.equal(down_only, real) and not torch.equal(down_only, both), rows
+print("ok")
+"""
+
+
+def test_cheap_dots_change_only_the_arithmetic():
+    """benchmarks/ablations/_moe_cheap_dots.py under the interpreter (a subprocess): the INT4 GEMV MoE's kernels
+    compiled by _fill.with_helpers with no override give the package's outputs bit for bit (so the cheap kernels
+    keep everything but the helpers they replace), the cheap helpers reach both kernels at decode's form (gate_up's
+    ROWS, down's PRELOAD tile) and at the slot loop, and the two ablation files swap in exactly those kernels."""
+    import os
+    import subprocess
+
+    ablations = {k: str(REPO / "benchmarks" / "ablations" / f"moe_int4_gemv_{k}_cheap.py") for k in ("gate_up", "down")}
+    code = CHEAP_DOTS.format(repo=str(REPO), kernels=str(REPO / "tests" / "kernels"), ablations=ablations)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The fifty-second session's device round: what the INT4 GEMV MoE's decode arithmetic costs in the step, on the card
+# lent; the H200 tables at HEAD where an H200 comes.
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session52_round.sh c1   (one device call each, < 10 min)
+# c1: on an H200, the tables docs/BENCHMARKS.md section 0 calls current (head_tables, as run_session51_round.sh b1);
+#     on another card, c2.
+# c2: the step paired (1k, T = 1, 2, 4, 8, uniform routing: a trained router's spread) against the MoE's kernels with
+#     their nibble decode and dots made cheap, every load, sum, store and the grid kept
+#     (benchmarks/ablations/_moe_cheap_dots.py): gate_up's alone, down's alone, both. What a decode that cost
+#     nothing could win in the step under PDL, kernel by kernel, before building one (tensor-core dots, say).
+# c3: the same at decode and a verify of 4 with the slice's own routing (few experts a layer), and at 8k.
+# Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: c1 | c2 | c3}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
+cat "$OUT/gpu.txt"
+A=benchmarks/ablations
+CHEAP=("$A/moe_int4_gemv_gate_up_cheap.py" "$A/moe_int4_gemv_down_cheap.py"
+       "$A/moe_int4_gemv_gate_up_cheap.py+$A/moe_int4_gemv_down_cheap.py")
+paired_cheap() {  # paired_cheap NAME LIMIT ARGS...: the step against the three cheap variants, paired
+  local name=$1 limit=$2; shift 2
+  TAIL=40 stage "$name" "$limit" python benchmarks/bench_verify_graph.py --backends triton --eager-iters 1 \
+    --graph-iters 5 --paired 80 --kernels-from "${CHEAP[@]}" --out "$OUT/$name.json" "$@"
+}
+if [ "$part" = c1 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=c2; fi
+case $part in
+c1) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
+c2) paired_cheap paired_cheap_uniform 400 --contexts 1024 --tokens 1 2 4 8 --routing uniform ;;
+c3) paired_cheap paired_cheap_own 250 --contexts 1024 --tokens 1 4
+    paired_cheap paired_cheap_uniform_8k 250 --contexts 8192 --tokens 1 4 --routing uniform ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
