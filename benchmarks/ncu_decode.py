@@ -2,15 +2,17 @@
 (split-K over K = 7168), q_b (with the q_a norm) and o_proj, a read-only kernel of q_a + kv_a's bytes, MLA at
 1k and 8k context (split + merge; mla_table: T = 1 and 4 at 1k in an 8448-slot table; mla_long: T = 1 and 4 at
 32k in a 131072-slot table), the INT4 MoE (gate_up,
-down; moe_verify: T=4 and 8 with tokens sharing experts; moe_dot: the dot path's gate_up; moe_tile: the tile
-path at 256 and 1024 tokens), the routing, each
+down; moe_verify: T=4 and 8 with tokens sharing experts; moe_uniform: T = 1, 4, 8 over all 384 experts, a trained
+router's spread, beside a read-only kernel of 32 MB, down's bytes at T=4; moe_dot: the dot path's gate_up;
+moe_tile: the tile path at 256 and 1024 tokens), the routing, each
 launched a few times on fresh data (past the L2). ncu serialises kernels, so PDL overlap is absent here: this
 is for the hardware counters of one launch (DRAM throughput, stall reasons, occupancy), not for timing the
 chain.
 
     ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
         --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats -s 8 \
-        python benchmarks/ncu_decode.py [gemv fma_rows mla mla_table mla_long moe moe_verify moe_dot moe_tile topk]
+        python benchmarks/ncu_decode.py [gemv fma_rows mla mla_table mla_long moe moe_verify moe_uniform moe_dot \
+                                         moe_tile topk]
 """
 
 from __future__ import annotations
@@ -100,6 +102,17 @@ def main() -> None:
             calls, *_ = moe_case(T, True, weights, path="gemv", pool=12)
             for c in calls()[:2]:
                 c()
+    if "moe_uniform" in parts:  # verify batches whose tokens share (almost) nothing: 31 experts a layer at T=4
+        weights = make_moe_weights(True)
+        for T in (1, 4, 8):
+            calls, *_ = moe_case(T, True, weights, path="gemv")
+            for c in calls()[:2]:
+                c()
+        flat = torch.empty(32 << 20, dtype=torch.uint8, device="cuda").view(torch.bfloat16)  # 16 programs a SM
+        out = torch.empty(4096, device="cuda")
+        n = flat.numel()
+        per = triton.cdiv(triton.cdiv(n, torch.cuda.get_device_properties(0).multi_processor_count * 16), 1024) * 1024
+        stream_read_kernel[(triton.cdiv(n, per),)](flat, out, n, per, BLOCK=1024, num_warps=4)
     if "moe_dot" in parts:  # the dot path (bf16 weights, split 4) at T=1 and at T=4 on 12 shared experts
         weights = make_moe_weights(True)
         config = {"gate_up": {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": False, "SPLIT": 4},

@@ -8,10 +8,15 @@
 #     their nibble decode and dots made cheap, every load, sum, store and the grid kept
 #     (benchmarks/ablations/_moe_cheap_dots.py): gate_up's alone, down's alone, both. What a decode that cost
 #     nothing could win in the step under PDL, kernel by kernel, before building one (tensor-core dots, say).
+# c4: c2 found the decode arithmetic worth 1-2.6% of the step: the MoE kernels at a verify lose to a read-only
+#     kernel in how they read. Nsight Compute's counters for gate_up and down at T = 1, 4, 8 with uniform routing
+#     (ncu_decode.py moe_uniform: DRAM throughput, occupancy, waves, stall reasons) beside a read-only kernel; then
+#     the MoE alone at T = 4, 8 (all 384 experts) over down configs (rows 8-64, 1-8 warps, PRELOAD's tile or the
+#     slot loop) against the table.
 # c3: the same at decode and a verify of 4 with the slice's own routing (few experts a layer), and at 8k.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: c1 | c2 | c3}
+part=${1:?part: c1 | c2 | c3 | c4}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 A=benchmarks/ablations
@@ -28,6 +33,15 @@ c1) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
 c2) paired_cheap paired_cheap_uniform 400 --contexts 1024 --tokens 1 2 4 8 --routing uniform ;;
 c3) paired_cheap paired_cheap_own 250 --contexts 1024 --tokens 1 4
     paired_cheap paired_cheap_uniform_8k 250 --contexts 8192 --tokens 1 4 --routing uniform ;;
+c4) TAIL=4 stage ncu_moe_uniform 300 "$NCU" --clock-control none --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --metrics "$STALLS" -k regex:"moe_int4_gemv|stream_read" -c 13 python benchmarks/ncu_decode.py moe_uniform
+    V=()
+    for bn in 8 16 32 64; do for w in 1 2 4 8; do for pre in 0 1; do
+      V+=(--down-config "BLOCK_N=$bn,BLOCK_W=32,num_warps=$w,PRELOAD=$pre,F16=1")
+    done; done; done
+    TAIL=75 stage moe_down_uniform 240 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 4 8 \
+      --pools 384 "${V[@]}" --out "$OUT/moe_down_uniform.json" ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect
