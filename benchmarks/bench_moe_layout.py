@@ -13,7 +13,8 @@ and reads either
 * ``tiled``: the same words re-laid so that each (expert, N block) program's chunks lie one after another, a
   program's 2 x BLOCK_N x H/8 words one contiguous run (what a load-time re-layout would give the kernel).
 
-plus the weights' group scales in their own layout either way (bf16 [E, 2I, H/32]). Each routing draws the experts of
+plus the weights' group scales in their own layout either way (bf16 [E, 2I, H/32]; ``--no-scales``: the words
+alone, the bytes of the read-only kernel the probe is set beside). Each routing draws the experts of
 T uniformly routed tokens over the 384-expert pool, several routings rotated so the working set exceeds the L2;
 timed as graph replays (bench_kernels.time_graph). If ``tiled`` is not clearly faster than ``rows``, the layout is not
 what gate_up loses to the read-only kernel. ``--split S`` gives each (pair, N block) S programs over K (one chunk each
@@ -51,8 +52,9 @@ GROUP = 32  # the INT4 experts' scale group (a Kimi-K2.5 TP=8 rank's shapes come
 
 @triton.jit
 def _chunk(w_ptr, s_ptr, rows_g, rows_u, srows_g, srows_u, w0, w_idx, g_idx, TILED: tl.constexpr,
-           BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, GROUP_WORDS: tl.constexpr):
-    """One chunk's gate and up words and scales (rows_*: [BLOCK_N, 1] word offsets of each row's chunk 0)."""
+           BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, GROUP_WORDS: tl.constexpr, SCALES: tl.constexpr = True):
+    """One chunk's gate and up words and scales (rows_*: [BLOCK_N, 1] word offsets of each row's chunk 0; without
+    SCALES zeros in place of the scales, nothing loaded for them)."""
     if TILED:  # the program's chunk c is [2 * BLOCK_N, BLOCK_W] words at c * 2 * BLOCK_N * BLOCK_W
         c = w0 // BLOCK_W * (2 * BLOCK_N * BLOCK_W)
         g = tl.load(w_ptr + rows_g + c + w_idx[None, :])
@@ -60,18 +62,23 @@ def _chunk(w_ptr, s_ptr, rows_g, rows_u, srows_g, srows_u, w0, w_idx, g_idx, TIL
     else:
         g = tl.load(w_ptr + rows_g + w0 + w_idx[None, :])
         u = tl.load(w_ptr + rows_u + w0 + w_idx[None, :])
-    sg = tl.load(s_ptr + srows_g + w0 // GROUP_WORDS + g_idx[None, :])
-    su = tl.load(s_ptr + srows_u + w0 // GROUP_WORDS + g_idx[None, :])
+    if SCALES:
+        sg = tl.load(s_ptr + srows_g + w0 // GROUP_WORDS + g_idx[None, :])
+        su = tl.load(s_ptr + srows_u + w0 // GROUP_WORDS + g_idx[None, :])
+    else:
+        sg = (srows_g * 0 + g_idx[None, :] * 0).to(tl.int16)
+        su = sg
     return g, u, sg, su
 
 
 @triton.jit
 def layout_probe_kernel(w_ptr, s_ptr, ids_ptr, out_ptr, H_WORDS: tl.constexpr, I: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, GROUP_WORDS: tl.constexpr, TILED: tl.constexpr,
-                        SPLIT: tl.constexpr = 1):
+                        SPLIT: tl.constexpr = 1, SCALES: tl.constexpr = True):
     """Program (pair, N block, K part): gate_up's reads of its expert's rows nb * BLOCK_N .. + BLOCK_N (and up's) over
     the K part's H_WORDS / SPLIT words (gate_up has SPLIT 1: all of K), the next chunk's loads issued before the
-    current chunk is consumed, as gate_up does; stores the xor of every word and scale bit (one int32 a program)."""
+    current chunk is consumed, as gate_up does; stores the xor of every word and scale bit (one int32 a program;
+    without SCALES the words' alone)."""
     pair = tl.program_id(0)
     nb = tl.program_id(1)
     ks = tl.program_id(2)
@@ -94,11 +101,11 @@ def layout_probe_kernel(w_ptr, s_ptr, ids_ptr, out_ptr, H_WORDS: tl.constexpr, I
     acc = tl.zeros([BLOCK_N, BLOCK_W], dtype=tl.int32)
     sacc = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.int16)
     g, u, sg, su = _chunk(w_ptr, s_ptr, rows_g, rows_u, srows_g, srows_u, start, w_idx, g_idx, TILED, BLOCK_N,
-                          BLOCK_W, GROUP_WORDS)
+                          BLOCK_W, GROUP_WORDS, SCALES)
     for c in range(0, SPAN, BLOCK_W):
         if c + BLOCK_W < SPAN:
             g2, u2, sg2, su2 = _chunk(w_ptr, s_ptr, rows_g, rows_u, srows_g, srows_u, start + c + BLOCK_W, w_idx,
-                                      g_idx, TILED, BLOCK_N, BLOCK_W, GROUP_WORDS)
+                                      g_idx, TILED, BLOCK_N, BLOCK_W, GROUP_WORDS, SCALES)
         else:
             g2, u2, sg2, su2 = g, u, sg, su
         acc ^= g ^ u
@@ -127,6 +134,8 @@ def main() -> None:
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--split", type=int, default=1,
                     help="programs a (pair, N block) over K (gate_up has 1): more, shorter programs, the same bytes")
+    ap.add_argument("--no-scales", action="store_true",
+                    help="read the words alone, as the read-only kernel it is set beside does (else the scales too)")
     ap.add_argument("--routings", type=int, default=6, help="routings rotated in a graph (working set past the L2)")
     ap.add_argument("--replays", type=int, default=30)
     ap.add_argument("--out", required=True)
@@ -145,12 +154,12 @@ def main() -> None:
     result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "copy_bw_gbps": bw, "block_n": args.block_n, "block_w": args.block_w, "warps": args.warps,
-              "split": args.split, "cases": []}
+              "split": args.split, "scales": not args.no_scales, "cases": []}
     for T in args.tokens:
         ids = [torch.stack([torch.randperm(E, device="cuda")[:TOP_K] for _ in range(T)]).flatten().to(torch.int32)
                for _ in range(args.routings)]
         distinct = sum(len(set(x.tolist())) for x in ids) / len(ids)
-        nbytes = distinct * EXPERT_GATE_UP  # gate_up's words and scales
+        nbytes = distinct * (EXPERT_GATE_UP if not args.no_scales else 2 * I * H // 2)  # words (and scales)
         out = torch.empty(T * TOP_K * (I // args.block_n) * args.split, device="cuda", dtype=torch.int32)
         row = {"T": T, "distinct_experts": distinct, "mb": round(nbytes / 1e6, 2)}
         xor = {}
@@ -158,7 +167,8 @@ def main() -> None:
             def call(x, weights=weights, name=name, out=out, T=T):
                 layout_probe_kernel[(T * TOP_K, I // args.block_n, args.split)](
                     weights, s, x, out, H_WORDS=hw, I=I, BLOCK_N=args.block_n, BLOCK_W=args.block_w,
-                    GROUP_WORDS=GROUP // 8, TILED=name == "tiled", SPLIT=args.split, num_warps=args.warps)
+                    GROUP_WORDS=GROUP // 8, TILED=name == "tiled", SPLIT=args.split, SCALES=not args.no_scales,
+                    num_warps=args.warps)
             us = time_graph([lambda x=x: call(x) for x in ids], args.replays)
             call(ids[0])
             xor[name] = out.clone()

@@ -1,6 +1,6 @@
 """benchmarks/bench_moe_layout.py on CPU: the tiled re-layout puts every word where the probe's tiled addressing
 reads it, and the probe kernel (under the Triton interpreter, in a subprocess) reads the same words and scales over
-both layouts at every K split, each program's xor equal to one computed in torch."""
+both layouts at every K split, with the scales and without, each program's xor equal to one computed in torch."""
 
 from __future__ import annotations
 
@@ -39,12 +39,13 @@ E, I, HW, BN, BW, G, T, K = 5, 16, 24, 8, 4, 4, 2, 3
 w = torch.randint(-2**31, 2**31 - 1, (E, 2 * I, HW), dtype=torch.int32)
 s = torch.randint(-30000, 30000, (E, 2 * I, HW // G), dtype=torch.int16)
 ids = torch.randint(0, E, (T * K,), dtype=torch.int32)
-for split in (1, 3, 6):
+for split, scales in ((1, True), (3, True), (6, True), (3, False)):
     outs = {{}}
     for name, wt in (("rows", w.reshape(E, -1)), ("tiled", tiled(w, BN, BW))):
         out = torch.empty(T * K * (I // BN) * split, dtype=torch.int32)
         layout_probe_kernel[(T * K, I // BN, split)](wt, s, ids, out, H_WORDS=HW, I=I, BLOCK_N=BN, BLOCK_W=BW,
-                                                      GROUP_WORDS=G, TILED=name == "tiled", SPLIT=split)
+                                                      GROUP_WORDS=G, TILED=name == "tiled", SPLIT=split,
+                                                      SCALES=scales)
         outs[name] = out
     span = HW // split
     for p in range(T * K):
@@ -54,10 +55,11 @@ for split in (1, 3, 6):
             for ks in range(split):
                 x = functools.reduce(lambda a, b: a ^ b, w[e, rows, ks * span:(ks + 1) * span].flatten().tolist())
                 y = functools.reduce(lambda a, b: a ^ b,
-                                     s[e, rows, ks * span // G:(ks + 1) * span // G].flatten().tolist())
+                                     s[e, rows, ks * span // G:(ks + 1) * span // G].flatten().tolist() + [0])
+                y = y if scales else 0
                 at = (p * (I // BN) + nb) * split + ks
                 for name in outs:
-                    assert int(outs[name][at]) == x ^ y, (name, split, p, nb, ks)
+                    assert int(outs[name][at]) == x ^ y, (name, split, scales, p, nb, ks)
 print("ok")
 """
 
