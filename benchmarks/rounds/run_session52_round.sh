@@ -13,7 +13,10 @@
 #     (ncu_decode.py moe_uniform: DRAM throughput, occupancy, waves, stall reasons) beside a read-only kernel; then
 #     the MoE alone at T = 4, 8 (all 384 experts) over down configs (rows 8-64, 1-8 warps, PRELOAD's tile or the
 #     slot loop) against the table.
-# c5: where gate_up's grid loses to a read-only kernel: bench_moe_layout.py's probe (gate_up's grid and tiles, no
+# c5: gate_up's programs a SM are bound by registers (c4: 255 a thread at T=4, 8 warps a SM): the MoE alone at T = 2,
+#     3, 4, 8 (all 384 experts) with gate_up in 16 rows at 4 warps capped at 128 registers (one wave of 512 programs
+#     at T=4, 4 a SM, one 8-byte spill offline), and 8-row / 16-row tiles at 2, 4, 8 warps; then
+#     where gate_up's grid loses to a read-only kernel: bench_moe_layout.py's probe (gate_up's grid and tiles, no
 #     arithmetic) over the words alone (--no-scales), the bytes of the read-only kernel it is set beside, T = 1, 4, 8,
 #     one chunk a program and split 7 over K; then the step paired (1k, uniform routing, T = 1, 2, 4, 6, 8) against
 #     down's PRELOAD tile at 8 rows in one warp (c4's fastest alone at T = 4, 8) at T = 1..6 and at T = 7..8.
@@ -46,7 +49,13 @@ c4) TAIL=4 stage ncu_moe_uniform 300 "$NCU" --clock-control none --section Speed
     done; done; done
     TAIL=75 stage moe_down_uniform 240 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 4 8 \
       --pools 384 "${V[@]}" --out "$OUT/moe_down_uniform.json" ;;
-c5) TAIL=5 stage layout_words 120 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --no-scales \
+c5) TAIL=30 stage moe_gate_up_regs 150 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 2 3 4 8 \
+      --pools 384 --gemv-config "BLOCK_N=16,BLOCK_W=128,num_warps=4,F16=1,maxnreg=128" \
+      --gemv-config "BLOCK_N=16,BLOCK_W=128,num_warps=4,F16=1" --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=2,F16=1" \
+      --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=2,F16=1,maxnreg=128" \
+      --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=4,F16=1" --gemv-config "BLOCK_N=16,BLOCK_W=128,num_warps=8,F16=1" \
+      --out "$OUT/moe_gate_up_regs.json"
+    TAIL=5 stage layout_words 120 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --no-scales \
       --out "$OUT/moe_layout_words.json"
     TAIL=5 stage layout_words_split7 120 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --no-scales --split 7 \
       --out "$OUT/moe_layout_words_split7.json"
