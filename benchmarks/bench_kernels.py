@@ -401,10 +401,11 @@ def gemv_form_candidates(form: dict[str, dict]) -> list[dict]:
     keep = {op: {k: form[op][k] for k in ("F16", "BLOCK_W")} for op in ("gate_up", "down")}
     rows = (1, 2) if keep["gate_up"]["F16"] else (1,)
     tiles = [(c["BLOCK_N"], c["num_warps"]) for c in GEMV_GATE_UP_SWEEP] + [(32, 4), (32, 8)]
-    gate_ups = [{"BLOCK_N": bn, "num_warps": w, **keep["gate_up"], "ROWS": r}
+    gate_ups = [{"BLOCK_N": bn, "num_warps": w, **keep["gate_up"], "ROWS": r, "maxnreg": None}
                 for bn, w in dict.fromkeys(tiles) for r in rows
                 if not keep["down"]["F16"] or bn % 8 == 0]
-    downs = [{**{k: v for k, v in c.items() if k not in keep["down"]}, **keep["down"]} for c in GEMV_DOWN_SWEEP]
+    downs = [{"maxnreg": None, **{k: v for k, v in c.items() if k not in keep["down"]}, **keep["down"]}
+             for c in GEMV_DOWN_SWEEP]
     return [{"gate_up": g, "down": d} for g in gate_ups for d in downs]
 
 

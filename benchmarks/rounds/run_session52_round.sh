@@ -13,13 +13,12 @@
 #     (ncu_decode.py moe_uniform: DRAM throughput, occupancy, waves, stall reasons) beside a read-only kernel; then
 #     the MoE alone at T = 4, 8 (all 384 experts) over down configs (rows 8-64, 1-8 warps, PRELOAD's tile or the
 #     slot loop) against the table.
-# c5: gate_up's programs a SM are bound by registers (c4: 255 a thread at T=4, 8 warps a SM): the MoE alone at T = 2,
-#     3, 4, 8 (all 384 experts) with gate_up in 16 rows at 4 warps capped at 128 registers (one wave of 512 programs
-#     at T=4, 4 a SM, one 8-byte spill offline), and 8-row / 16-row tiles at 2, 4, 8 warps; then
-#     where gate_up's grid loses to a read-only kernel: bench_moe_layout.py's probe (gate_up's grid and tiles, no
-#     arithmetic) over the words alone (--no-scales), the bytes of the read-only kernel it is set beside, T = 1, 4, 8,
-#     one chunk a program and split 7 over K; then the step paired (1k, uniform routing, T = 1, 2, 4, 6, 8) against
-#     down's PRELOAD tile at 8 rows in one warp (c4's fastest alone at T = 4, 8) at T = 1..6 and at T = 7..8.
+# c5: the step paired (1k, uniform routing, T = 1, 4, 6, 8) against gate_up at T = 4..8 in 16-row blocks at 4 warps
+#     capped at 128 registers (c4: 255 a thread at T=4 and 8 warps a SM; capped, one wave of 512 programs, 4 a SM,
+#     one 8-byte spill offline) and against down's PRELOAD tile at 8 rows in one warp at T = 1..6 (c4's fastest alone
+#     at T = 4, 8); then the MoE alone at T = 3, 4, 8 over gate_up's tiles with and without the cap, and
+#     bench_moe_layout.py's probe over the words alone (--no-scales: the bytes of the read-only kernel it is set
+#     beside).
 # c3: the same at decode and a verify of 4 with the slice's own routing (few experts a layer), and at 8k.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
@@ -49,21 +48,18 @@ c4) TAIL=4 stage ncu_moe_uniform 300 "$NCU" --clock-control none --section Speed
     done; done; done
     TAIL=75 stage moe_down_uniform 240 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 4 8 \
       --pools 384 "${V[@]}" --out "$OUT/moe_down_uniform.json" ;;
-c5) TAIL=30 stage moe_gate_up_regs 150 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 2 3 4 8 \
+c5) python benchmarks/variant_tables.py /tmp/tables > /dev/null
+    TAIL=30 stage paired_regs_w1 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --tokens 1 4 6 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t4_8_gate_up_bn16_r128.json \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t1_6_down_w1.json --paired 60 --out "$OUT/paired_regs_w1.json"
+    TAIL=30 stage moe_gate_up_regs 100 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 3 4 8 \
       --pools 384 --gemv-config "BLOCK_N=16,BLOCK_W=128,num_warps=4,F16=1,maxnreg=128" \
-      --gemv-config "BLOCK_N=16,BLOCK_W=128,num_warps=4,F16=1" --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=2,F16=1" \
+      --gemv-config "BLOCK_N=16,BLOCK_W=128,num_warps=4,F16=1" \
       --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=2,F16=1,maxnreg=128" \
-      --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=4,F16=1" --gemv-config "BLOCK_N=16,BLOCK_W=128,num_warps=8,F16=1" \
-      --out "$OUT/moe_gate_up_regs.json"
-    TAIL=5 stage layout_words 120 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --no-scales \
-      --out "$OUT/moe_layout_words.json"
-    TAIL=5 stage layout_words_split7 120 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --no-scales --split 7 \
-      --out "$OUT/moe_layout_words_split7.json"
-    python benchmarks/variant_tables.py /tmp/tables > /dev/null
-    TAIL=30 stage paired_down_w1 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
-      --tokens 1 2 4 6 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' \
-      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t1_6_down_w1.json SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t7_8_down_bn8_w1.json \
-      --paired 80 --out "$OUT/paired_down_w1.json" ;;
+      --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=4,F16=1" --out "$OUT/moe_gate_up_regs.json"
+    TAIL=5 stage layout_words 60 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --no-scales \
+      --out "$OUT/moe_layout_words.json" ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect

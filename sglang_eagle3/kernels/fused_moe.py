@@ -256,10 +256,10 @@ def _int4_outputs(x: torch.Tensor, topk_ids: torch.Tensor, I: int,
 
 
 def _register_cap(cfg: dict) -> dict:
-    """The launch option for a GEMV MoE config's optional "maxnreg": ptxas keeps the kernel within that many registers
-    a thread (spilling past it), so more programs fit a SM. At T = 4 the 16-row gate_up takes 167 and 3 programs a
-    SM, 396 of its 512 in the first wave; at 128 (one 8-byte spill, sm_90) 4 a SM hold them all."""
-    return {"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg else {}
+    """The launch option for a GEMV MoE config's "maxnreg" (None: none): ptxas keeps the kernel within that many
+    registers a thread (spilling past it), so more programs fit a SM. At T = 4 the 16-row gate_up takes 167 and 3
+    programs a SM, 396 of its 512 in the first wave; at 128 (one 8-byte spill, sm_90) 4 a SM hold them all."""
+    return {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
 
 
 def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, group: int,
