@@ -13,7 +13,7 @@
 #     (ncu_decode.py moe_uniform: DRAM throughput, occupancy, waves, stall reasons) beside a read-only kernel; then
 #     the MoE alone at T = 4, 8 (all 384 experts) over down configs (rows 8-64, 1-8 warps, PRELOAD's tile or the
 #     slot loop) against the table.
-# c5: the step paired (1k, uniform routing, T = 1, 4, 6, 8) against gate_up at T = 4..8 in 16-row blocks at 4 warps
+# c5: the step paired (1k, uniform routing, T = 1, 4, 8) against gate_up at T = 4..8 in 16-row blocks at 4 warps
 #     capped at 128 registers (c4: 255 a thread at T=4 and 8 warps a SM; capped, one wave of 512 programs, 4 a SM,
 #     one 8-byte spill offline) and against down's PRELOAD tile at 8 rows in one warp at T = 1..6 (c4's fastest alone
 #     at T = 4, 8); then the MoE alone at T = 3, 4, 8 over gate_up's tiles with and without the cap, and
@@ -50,7 +50,7 @@ c4) TAIL=4 stage ncu_moe_uniform 300 "$NCU" --clock-control none --section Speed
       --pools 384 "${V[@]}" --out "$OUT/moe_down_uniform.json" ;;
 c5) python benchmarks/variant_tables.py /tmp/tables > /dev/null
     TAIL=30 stage paired_regs_w1 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
-      --tokens 1 4 6 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' \
+      --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' \
       SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t4_8_gate_up_bn16_r128.json \
       SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t1_6_down_w1.json --paired 60 --out "$OUT/paired_regs_w1.json"
     TAIL=30 stage moe_gate_up_regs 100 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 3 4 8 \
