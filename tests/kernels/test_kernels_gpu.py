@@ -448,14 +448,19 @@ GATE_UP_TILES = [{"BLOCK_N": bn, "BLOCK_W": 128, "num_warps": w, "F16": True, "R
                                   (64, 8, 1), (32, 8, 2))]
 DOWN_TILES = [{"BLOCK_N": bn, "BLOCK_W": 32, "num_warps": w, "PRELOAD": pre, "F16": True}
               for bn, w, pre in ((8, 2, True), (32, 4, False), (16, 2, True), (16, 2, False), (64, 4, False),
-                                 (32, 8, True))]
+                                 (32, 8, True), (8, 1, True))]
+# ... and with registers capped ("maxnreg": ptxas spills past it; which registers hold what changes, no arithmetic)
+GATE_UP_TILES += [{"BLOCK_N": bn, "BLOCK_W": 128, "num_warps": w, "F16": True, "ROWS": 1, "maxnreg": 128}
+                  for bn, w in ((16, 4), (8, 2))]
+DOWN_TILES += [{"BLOCK_N": 8, "BLOCK_W": 32, "num_warps": 2, "PRELOAD": True, "F16": True, "maxnreg": 80}]
 
 
 @pytest.mark.parametrize("T,skew", [(1, False), (4, True), (8, False)])
 def test_fused_moe_int4_gemv_tiles_round_alike(int4_weights, T, skew):
-    """Every gate_up tile (BLOCK_N, warps, ROWS) with every down tile (BLOCK_N, warps, PRELOAD) gives the same MoE
-    output bit for bit, at Kimi TP=8 shapes with the shared experts' output added: a table may give each T the
-    tiles that are fastest there without a verify rounding a token apart from its decode."""
+    """Every gate_up tile (BLOCK_N, warps, ROWS, a register cap) with every down tile (BLOCK_N, warps, PRELOAD, a
+    register cap) gives the same MoE output bit for bit, at Kimi TP=8 shapes with the shared experts' output
+    added: a table may give each T the tiles that are fastest there without a verify rounding a token apart from its
+    decode."""
     from sglang_eagle3.kernels.fused_moe import triton_fused_moe_int4
 
     p13, s13, p2, s2 = int4_weights
