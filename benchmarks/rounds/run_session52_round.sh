@@ -22,8 +22,9 @@
 #     beside).
 # c3: the same at decode and a verify of 4 with the slice's own routing (few experts a layer), and at 8k.
 # Ran (H100s; every call named nvidia-h200): run_session51_round.sh b7 at 3129ba6, c2 at 9fbd9b5 (as c1: no H200),
-# c4 at 2e996ed. Then seven calls refused for want of a machine (~90 s of device time each) until too little was left
-# to start one. Not run: c1 on an H200, c3, c5. Next device session: c5 on any card, c1 on an H200.
+# c4 at 2e996ed (~11 device minutes held, 5.4 running). Then eight calls refused for want of a machine (~14 device
+# minutes in all) until too little was left to start one. Not run: c1 on an H200, c3, c5. Next device session: c5
+# on any card, c1 on an H200.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: c1 | c2 | c3 | c4 | c5}
