@@ -51,7 +51,8 @@ H, Q_LORA, KV_LORA, ROPE, HEADS, NOPE, V = 7168, 1536, 512, 64, 8, 128, 128
 EXPERTS, TOP_K, MOE_I, DENSE_I, VOCAB = 384, 8, 2048 // 8, 18432 // 8, 163840 // 8
 BF16, TINY = 2, 32 << 10  # a norm's, the rotary's or the routing's bytes: a few rows, ~KB
 # An INT4 expert's bytes (packed nibbles + bf16 scales a group of 32): gate and up rows, and the down rows.
-EXPERT_GATE_UP = 2 * MOE_I * H // 2 + 2 * MOE_I * H // 32 * BF16
+EXPERT_GATE_UP_WORDS = 2 * MOE_I * H // 2
+EXPERT_GATE_UP = EXPERT_GATE_UP_WORDS + 2 * MOE_I * H // 32 * BF16
 EXPERT_DOWN = H * MOE_I // 2 + H * MOE_I // 32 * BF16
 
 

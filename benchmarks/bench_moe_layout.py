@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.bench_kernels import copy_bandwidth, read_ceiling_us, time_graph  # noqa: E402
 from benchmarks.bench_launch_floor import (  # noqa: E402
     EXPERT_GATE_UP,  # noqa: E402
+    EXPERT_GATE_UP_WORDS,
     TOP_K,
     H,
 )
@@ -159,7 +160,7 @@ def main() -> None:
         ids = [torch.stack([torch.randperm(E, device="cuda")[:TOP_K] for _ in range(T)]).flatten().to(torch.int32)
                for _ in range(args.routings)]
         distinct = sum(len(set(x.tolist())) for x in ids) / len(ids)
-        nbytes = distinct * (EXPERT_GATE_UP if not args.no_scales else 2 * I * H // 2)  # words (and scales)
+        nbytes = distinct * (EXPERT_GATE_UP_WORDS if args.no_scales else EXPERT_GATE_UP)  # words (and scales)
         out = torch.empty(T * TOP_K * (I // args.block_n) * args.split, device="cuda", dtype=torch.int32)
         row = {"T": T, "distinct_experts": distinct, "mb": round(nbytes / 1e6, 2)}
         xor = {}

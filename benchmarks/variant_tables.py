@@ -70,13 +70,13 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     # decode rows at one key-tile buffer too: in the benchmarks' 8448-slot tables a split holds one tile (the
     # forty-ninth session: x1.004 / x1.026 at 1k / 8k, slower)
     "mla_decode_s2": {("mla_attention", 1, 16): {"num_stages": 2}},
-    # PRELOAD's tile at 8 rows in one warp (fifty-second session, the MoE alone with uniform routing on an H100: the
-    # fastest down config at T = 4 and 8, 38.98 / 71.88 us against the table's 40.11 / 72.93), at T = 1..6 in place
-    # of 2 warps and at T = 7..8 in place of the slot loop
     # gate_up at T = 4..8 in 16-row blocks at 4 warps capped at 128 registers (167 without: 3 programs a SM, 396 of
     # T=4's 512 in the first wave; 4 a SM at 128, one 8-byte spill on sm_90): one wave at T=4, 16 warps a SM where
     # the table's 32-row blocks hold 8 (fifty-second session's ncu)
     "t4_8_gate_up_bn16_r128": {("fused_moe_int4_gemv_gate_up", 4, 8): {"BLOCK_N": 16, "num_warps": 4, "maxnreg": 128}},
+    # PRELOAD's tile at 8 rows in one warp (fifty-second session, the MoE alone with uniform routing on an H100: the
+    # fastest down config at T = 4 and 8, 38.98 / 71.88 us against the table's 40.11 / 72.93), at T = 1..6 in place
+    # of 2 warps and at T = 7..8 in place of the slot loop
     "t1_6_down_w1": {("fused_moe_int4_gemv_down", 1, 6): {"BLOCK_N": 8, "num_warps": 1, "PRELOAD": True}},
     "t7_8_down_bn8_w1": {("fused_moe_int4_gemv_down", 7, 8): {"BLOCK_N": 8, "num_warps": 1, "PRELOAD": True}},
     # gate_up decoding a weight word once for 2 (or 4) pairs of its expert at verify sizes (ROWS; the table has it at

@@ -54,9 +54,8 @@ for split, scales in ((1, True), (3, True), (6, True), (3, False)):
             e = int(ids[p])
             for ks in range(split):
                 x = functools.reduce(lambda a, b: a ^ b, w[e, rows, ks * span:(ks + 1) * span].flatten().tolist())
-                y = functools.reduce(lambda a, b: a ^ b,
-                                     s[e, rows, ks * span // G:(ks + 1) * span // G].flatten().tolist() + [0])
-                y = y if scales else 0
+                sl = s[e, rows, ks * span // G:(ks + 1) * span // G]
+                y = functools.reduce(lambda a, b: a ^ b, sl.flatten().tolist()) if scales else 0
                 at = (p * (I // BN) + nb) * split + ks
                 for name in outs:
                     assert int(outs[name][at]) == x ^ y, (name, split, scales, p, nb, ks)
