@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The fifty-third session's device round: the fifty-second's c5 (register caps and down's one-warp tile, paired in the
+# step) with q_b at 64 lanes beside it; the H200 tables at HEAD where an H200 comes.
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session53_round.sh d1   (one device call each, < 10 min)
+# d1 (any card): the GPU tests that hold the MoE's tiles, register caps among them, to one rounding; then the step
+#     paired (1k, uniform routing, T = 1, 4, 8) against
+#     - gate_up at T = 4..8 in 16-row blocks at 4 warps capped at 128 registers (fifty-second session's ncu: 255 a
+#       thread at T=4, 8 warps a SM; capped, 512 programs in one wave, 4 a SM; one 8-byte spill offline),
+#     - down's PRELOAD tile at 8 rows in one warp at T = 1..6 (the fastest down config alone at T = 4 and 8),
+#     - q_b (MLA's q_a norm + q_b, K = 1536) at 64 lanes over 2 warps (fma_config gives it 128 over 4: two K steps
+#       of 1024, the second half masked; 64 lanes take three whole steps of 512; the fifty-first session's launch
+#       gaps had q_b 6.37 us at 4 rows against 3.95 at one, the largest growth of a dense launch from decode to a
+#       verify of 4; SGLANG_EAGLE3_GEMV_FMA_CONFIG also reaches W_UV, whose own config is this one already);
+#     then the MoE alone at T = 3, 4, 8 over gate_up's tiles with and without the cap.
+# d2: on an H200, the tables docs/BENCHMARKS.md section 0 calls current (head_tables); on another card, d1.
+# Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: d1 | d2}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
+cat "$OUT/gpu.txt"
+if [ "$part" = d2 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=d1; fi
+Q_B_L64="SGLANG_EAGLE3_GEMV_FMA_CONFIG=BLOCK_N=4,LANES=64,num_warps=2,MAX_ROWS=4"
+case $part in
+d1) TAIL=6 stage tests_caps 140 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "tiles_round_alike or table_buckets_round_alike"
+    python benchmarks/variant_tables.py /tmp/tables > /dev/null
+    TAIL=40 stage paired_regs_w1_qb 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --tokens 1 4 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t4_8_gate_up_bn16_r128.json \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t1_6_down_w1.json "$Q_B_L64" --paired 60 \
+      --out "$OUT/paired_regs_w1_qb.json"
+    TAIL=30 stage moe_gate_up_regs 100 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 3 4 8 \
+      --pools 384 --gemv-config "BLOCK_N=16,BLOCK_W=128,num_warps=4,F16=1,maxnreg=128" \
+      --gemv-config "BLOCK_N=16,BLOCK_W=128,num_warps=4,F16=1" \
+      --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=2,F16=1,maxnreg=128" \
+      --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=4,F16=1" --out "$OUT/moe_gate_up_regs.json" ;;
+d2) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
