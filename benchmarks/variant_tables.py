@@ -84,6 +84,13 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     # where the kernel benchmark's uniform routing shares none
     "t2_16_gate_up_rows2": {("fused_moe_int4_gemv_gate_up", 2, 16): {"ROWS": 2}},
     "t5_16_gate_up_rows4": {("fused_moe_int4_gemv_gate_up", 5, 16): {"ROWS": 4}},
+    # PRELOAD's tile for 2 (or 4) output blocks a program in turn at a verify (BLOCKS, fifty-third session: the next
+    # block's weights load while one computes; one block a program at T=4 is 3.4 waves of programs that wait on
+    # their loads, compute, and exit), at T = 7..8 in place of the slot loop too
+    "t2_8_down_blocks2": {("fused_moe_int4_gemv_down", 2, 8): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True,
+                                                                "BLOCKS": 2}},
+    "t2_8_down_blocks4": {("fused_moe_int4_gemv_down", 2, 8): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True,
+                                                                "BLOCKS": 4}},
 }
 
 
