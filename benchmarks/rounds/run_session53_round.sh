@@ -14,7 +14,8 @@
 #     then the MoE alone at T = 3, 4, 8 over gate_up's tiles with and without the cap.
 # d2: on an H200, the tables docs/BENCHMARKS.md section 0 calls current (head_tables); on another card, d1.
 # d3 (any card): the down kernel's PRELOAD tile for several output blocks a program in turn (the config's BLOCKS,
-#     new: the next block's weights load while one computes), the MoE alone at T = 2, 4, 6, 8 (all 384 experts) over
+#     new: the next block's weights load while one computes): the GPU test holding every tile to one rounding at
+#     T=4 (d1 runs it at T = 1, 4, 8), then the MoE alone at T = 2, 4, 6, 8 (all 384 experts) over
 #     tiles and BLOCKS against the table; then the step paired (1k, uniform routing, T = 1, 2, 4, 6, 8) against
 #     8-row tiles at 2 warps in BLOCKS of 2 and 4 at T = 2..8 (variant_tables.py t2_8_down_blocks2 / 4).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
@@ -39,13 +40,15 @@ d1) TAIL=6 stage tests_caps 140 python -m pytest -q -p no:cacheprovider -o addop
       --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=2,F16=1,maxnreg=128" \
       --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=4,F16=1" --out "$OUT/moe_gate_up_regs.json" ;;
 d2) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
-d3) V=()
+d3) TAIL=6 stage tests_blocks 60 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "tiles_round_alike and 4-True"
+    V=()
     for tile in "8 2 1" "8 2 2" "8 2 4" "8 2 8" "8 1 1" "8 1 2" "8 1 4" "4 1 2" "4 1 4" "4 1 8" "16 4 2" "16 4 4" \
                 "16 2 2"; do
       read -r bn w b <<< "$tile"
       V+=(--down-config "BLOCK_N=$bn,BLOCK_W=32,num_warps=$w,PRELOAD=1,F16=1,BLOCKS=$b")
     done
-    TAIL=60 stage moe_down_blocks 170 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 2 4 6 8 \
+    TAIL=60 stage moe_down_blocks 150 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 2 4 6 8 \
       --pools 384 "${V[@]}" --out "$OUT/moe_down_blocks.json"
     python benchmarks/variant_tables.py /tmp/tables > /dev/null
     TAIL=40 stage paired_blocks 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
