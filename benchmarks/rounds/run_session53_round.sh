@@ -41,7 +41,7 @@ d1) TAIL=6 stage tests_caps 140 python -m pytest -q -p no:cacheprovider -o addop
       --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=4,F16=1" --out "$OUT/moe_gate_up_regs.json" ;;
 d2) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
 d3) TAIL=6 stage tests_blocks 60 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
-      tests/kernels/test_kernels_gpu.py -k "tiles_round_alike and 4-True"
+      "tests/kernels/test_kernels_gpu.py::test_fused_moe_int4_gemv_tiles_round_alike[4-True]"
     V=()
     for tile in "8 2 1" "8 2 2" "8 2 4" "8 2 8" "8 1 1" "8 1 2" "8 1 4" "4 1 2" "4 1 4" "4 1 8" "16 4 2" "16 4 4" \
                 "16 2 2"; do
