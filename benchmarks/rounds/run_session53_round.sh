@@ -16,8 +16,9 @@
 # d3 (any card): the down kernel's PRELOAD tile for several output blocks a program in turn (the config's BLOCKS,
 #     new: the next block's weights load while one computes): the GPU test holding every tile to one rounding at
 #     T=4 (d1 runs it at T = 1, 4, 8), then the MoE alone at T = 2, 4, 6, 8 (all 384 experts) over
-#     tiles and BLOCKS against the table; then the step paired (1k, uniform routing, T = 1, 2, 4, 6, 8) against
-#     8-row tiles at 2 warps in BLOCKS of 2 and 4 at T = 2..8 (variant_tables.py t2_8_down_blocks2 / 4).
+#     tiles and BLOCKS against the table; then the step paired (1k, uniform routing, T = 1, 2, 4, 8) against
+#     8-row tiles at 2 warps in BLOCKS of 2 and 4 at T = 2..8 (variant_tables.py t2_8_down_blocks2 / 4) and against
+#     d1's q_b at 64 lanes (in case d1 does not run: device calls were refused more often than not).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: d1 | d2 | d3}
@@ -52,9 +53,10 @@ d3) TAIL=6 stage tests_blocks 60 python -m pytest -q -p no:cacheprovider -o addo
       --pools 384 "${V[@]}" --out "$OUT/moe_down_blocks.json"
     python benchmarks/variant_tables.py /tmp/tables > /dev/null
     TAIL=40 stage paired_blocks 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
-      --tokens 1 2 4 6 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' \
+      --tokens 1 2 4 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' \
       SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t2_8_down_blocks2.json \
-      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t2_8_down_blocks4.json --paired 60 --out "$OUT/paired_blocks.json" ;;
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t2_8_down_blocks4.json "$Q_B_L64" --paired 60 \
+      --out "$OUT/paired_blocks.json" ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect
