@@ -87,6 +87,13 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     # PRELOAD's tile for 2 (or 4) output blocks a program in turn at a verify (BLOCKS, fifty-third session: the next
     # block's weights load while one computes; one block a program at T=4 is 3.4 waves of programs that wait on
     # their loads, compute, and exit), at T = 7..8 in place of the slot loop too
+    # fifty-third session's d1 (H100, paired, uniform routing): down's one-warp tile x0.981 at T=4 and x1.009 at T=1,
+    # gate_up capped x0.986 at T=4 and x1.003 at T=8: each where it won, and both
+    "t2_6_down_w1": {("fused_moe_int4_gemv_down", 2, 6): {"BLOCK_N": 8, "num_warps": 1, "PRELOAD": True}},
+    "t4_6_gate_up_bn16_r128": {("fused_moe_int4_gemv_gate_up", 4, 6): {"BLOCK_N": 16, "num_warps": 4, "maxnreg": 128}},
+    "t4_6_gate_up_r128_t2_6_down_w1": {
+        ("fused_moe_int4_gemv_gate_up", 4, 6): {"BLOCK_N": 16, "num_warps": 4, "maxnreg": 128},
+        ("fused_moe_int4_gemv_down", 2, 6): {"BLOCK_N": 8, "num_warps": 1, "PRELOAD": True}},
     "t2_8_down_blocks2": {("fused_moe_int4_gemv_down", 2, 8): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True,
                                                                 "BLOCKS": 2}},
     "t2_8_down_blocks4": {("fused_moe_int4_gemv_down", 2, 8): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True,

@@ -19,9 +19,12 @@
 #     tiles and BLOCKS against the table; then the step paired (1k, uniform routing, T = 1, 2, 4, 8) against
 #     8-row tiles at 2 warps in BLOCKS of 2 and 4 at T = 2..8 (variant_tables.py t2_8_down_blocks2 / 4) and against
 #     d1's q_b at 64 lanes (in case d1 does not run: device calls were refused more often than not).
+# d4 (any card): d1 found down's one-warp tile x0.981 at T=4 (x1.009 at T=1) and gate_up capped x0.986 at T=4 (x1.003
+#     at T=8): the step paired (1k, uniform routing, T = 1..6) against each where it won (down T = 2..6, gate_up
+#     T = 4..6) and both; then both against the table with the slice's own routing (T = 1, 2, 4, 6).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: d1 | d2 | d3}
+part=${1:?part: d1 | d2 | d3 | d4}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 if [ "$part" = d2 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=d1; fi
@@ -40,6 +43,17 @@ d1) TAIL=6 stage tests_caps 140 python -m pytest -q -p no:cacheprovider -o addop
       --gemv-config "BLOCK_N=16,BLOCK_W=128,num_warps=4,F16=1" \
       --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=2,F16=1,maxnreg=128" \
       --gemv-config "BLOCK_N=8,BLOCK_W=128,num_warps=4,F16=1" --out "$OUT/moe_gate_up_regs.json" ;;
+d4) python benchmarks/variant_tables.py /tmp/tables > /dev/null
+    TAIL=40 stage paired_w1_r128 300 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --tokens 1 2 3 4 5 6 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t2_6_down_w1.json \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t4_6_gate_up_bn16_r128.json \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t4_6_gate_up_r128_t2_6_down_w1.json --paired 60 \
+      --out "$OUT/paired_w1_r128.json"
+    TAIL=20 stage paired_w1_r128_own 200 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --tokens 1 2 4 6 --eager-iters 1 --graph-iters 5 --env-variants '' \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t4_6_gate_up_r128_t2_6_down_w1.json --paired 60 \
+      --out "$OUT/paired_w1_r128_own.json" ;;
 d2) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
 d3) TAIL=6 stage tests_blocks 60 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       "tests/kernels/test_kernels_gpu.py::test_fused_moe_int4_gemv_tiles_round_alike[4-True]"
