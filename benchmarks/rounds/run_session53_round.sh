@@ -22,9 +22,12 @@
 # d4 (any card): d1 found down's one-warp tile x0.981 at T=4 (x1.009 at T=1) and gate_up capped x0.986 at T=4 (x1.003
 #     at T=8): the step paired (1k, uniform routing, T = 1..6) against each where it won (down T = 2..6, gate_up
 #     T = 4..6) and both; then both against the table with the slice's own routing (T = 1, 2, 4, 6).
+# d5 (any card): d4 found down's one-warp tile faster at every T of 2..6 with uniform routing (x0.991-0.998) and gate_up's
+#     cap slower at 4..6 in this run (x1.004-1.047, where d1 had x0.986 at 4): down's tile alone paired against the
+#     table at 1k and 8k, T = 1..6 uniform and T = 1, 2, 4, 6 with the slice's own routing, before the table takes it.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: d1 | d2 | d3 | d4}
+part=${1:?part: d1 | d2 | d3 | d4 | d5}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 if [ "$part" = d2 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=d1; fi
@@ -54,6 +57,13 @@ d4) python benchmarks/variant_tables.py /tmp/tables > /dev/null
       --tokens 1 2 4 6 --eager-iters 1 --graph-iters 5 --env-variants '' \
       SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t4_6_gate_up_r128_t2_6_down_w1.json --paired 60 \
       --out "$OUT/paired_w1_r128_own.json" ;;
+d5) python benchmarks/variant_tables.py /tmp/tables > /dev/null
+    TAIL=30 stage paired_down_w1_uniform 250 python benchmarks/bench_verify_graph.py --backends triton \
+      --contexts 1024 8192 --tokens 1 2 3 4 5 6 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t2_6_down_w1.json --paired 80 --out "$OUT/paired_down_w1_uniform.json"
+    TAIL=20 stage paired_down_w1_own 200 python benchmarks/bench_verify_graph.py --backends triton \
+      --contexts 1024 8192 --tokens 1 2 4 6 --eager-iters 1 --graph-iters 5 --env-variants '' \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t2_6_down_w1.json --paired 80 --out "$OUT/paired_down_w1_own.json" ;;
 d2) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
 d3) TAIL=6 stage tests_blocks 60 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       "tests/kernels/test_kernels_gpu.py::test_fused_moe_int4_gemv_tiles_round_alike[4-True]"
