@@ -90,6 +90,7 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     # fifty-third session's d1 (H100, paired, uniform routing): down's one-warp tile x0.981 at T=4 and x1.009 at T=1,
     # gate_up capped x0.986 at T=4 and x1.003 at T=8: each where it won, and both
     "t2_6_down_w1": {("fused_moe_int4_gemv_down", 2, 6): {"BLOCK_N": 8, "num_warps": 1, "PRELOAD": True}},
+    "t2_8_down_w1": {("fused_moe_int4_gemv_down", 2, 8): {"BLOCK_N": 8, "num_warps": 1, "PRELOAD": True}},
     "t4_6_gate_up_bn16_r128": {("fused_moe_int4_gemv_gate_up", 4, 6): {"BLOCK_N": 16, "num_warps": 4, "maxnreg": 128}},
     "t4_6_gate_up_r128_t2_6_down_w1": {
         ("fused_moe_int4_gemv_gate_up", 4, 6): {"BLOCK_N": 16, "num_warps": 4, "maxnreg": 128},
