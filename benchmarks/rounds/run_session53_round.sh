@@ -28,9 +28,11 @@
 # d6: d5 had down's one-warp tile faster at T = 2..6 with the slice's own routing (x0.966-0.980) and mostly with uniform
 #     routing, but x1.006 at 1k T=3, x1.008 at 8k T=2 and x1.001 [0.999, 1.002] at 8k T=4: again at T = 3, 4 (new
 #     captures, 120 rounds), and at T = 7, 8 (the slot loop's bucket) with the tile there too.
+# d7 (any card): the tables at HEAD (head_tables: the step at 1k and 8k, T = 1..8, with the slice's routing and uniform,
+#     and the kernel table), after the table took down's one-warp tile.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: d1 | d2 | d3 | d4 | d5 | d6}
+part=${1:?part: d1 | d2 | d3 | d4 | d5 | d6 | d7}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 if [ "$part" = d2 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=d1; fi
@@ -72,6 +74,7 @@ d6) python benchmarks/variant_tables.py /tmp/tables > /dev/null
       --contexts 1024 8192 --tokens 3 4 7 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' \
       SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t2_6_down_w1.json SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t2_8_down_w1.json \
       --paired 120 --out "$OUT/paired_down_w1_again.json" ;;
+d7) T_STEP=170 T_STEP_UNIFORM=120 T_KERNELS=180 head_tables ;;
 d2) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
 d3) TAIL=6 stage tests_blocks 60 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       "tests/kernels/test_kernels_gpu.py::test_fused_moe_int4_gemv_tiles_round_alike[4-True]"
