@@ -30,9 +30,11 @@
 #     captures, 120 rounds), and at T = 7, 8 (the slot loop's bucket) with the tile there too.
 # d7 (any card): the tables at HEAD (head_tables: the step at 1k and 8k, T = 1..8, with the slice's routing and uniform,
 #     and the kernel table), after the table took down's one-warp tile.
+# d8 (any card): with the new down bucket (T = 2..6 in one warp, T=1 in two), the INT4 MoE's GPU tests of one rounding
+#     across tiles and batches, and the invariance probe (every verify row of T = 2, 4, 6 the bits of its decode).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: d1 | d2 | d3 | d4 | d5 | d6 | d7}
+part=${1:?part: d1 | d2 | d3 | d4 | d5 | d6 | d7 | d8}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 if [ "$part" = d2 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=d1; fi
@@ -75,6 +77,10 @@ d6) python benchmarks/variant_tables.py /tmp/tables > /dev/null
       SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t2_6_down_w1.json SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t2_8_down_w1.json \
       --paired 120 --out "$OUT/paired_down_w1_again.json" ;;
 d7) T_STEP=170 T_STEP_UNIFORM=120 T_KERNELS=180 head_tables ;;
+d8) TAIL=8 stage moe_gpu_tests 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py -k "int4 and (round_alike or token_independent)"
+    TAIL=14 stage probe 150 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 --widths 2 4 6 \
+      --out "$OUT/probe.json" ;;
 d2) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
 d3) TAIL=6 stage tests_blocks 60 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       "tests/kernels/test_kernels_gpu.py::test_fused_moe_int4_gemv_tiles_round_alike[4-True]"
