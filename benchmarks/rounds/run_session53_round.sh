@@ -32,9 +32,11 @@
 #     and the kernel table), after the table took down's one-warp tile.
 # d8 (any card): with the new down bucket (T = 2..6 in one warp, T=1 in two), the INT4 MoE's GPU tests of one rounding
 #     across tiles and batches, and the invariance probe (every verify row of T = 2, 4, 6 the bits of its decode).
+# d9 (any card): end to end on the slice at HEAD (bench_e2e.py, batch 1, uniform routing), k = 3 with the accept length
+#     pinned to 3.0 and k = 6 at 5.0, against the target alone, as the fiftieth session ran it.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: d1 | d2 | d3 | d4 | d5 | d6 | d7 | d8}
+part=${1:?part: d1 | d2 | d3 | d4 | d5 | d6 | d7 | d8 | d9}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 if [ "$part" = d2 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=d1; fi
@@ -81,6 +83,12 @@ d8) TAIL=8 stage moe_gpu_tests 150 python -m pytest -q -p no:cacheprovider -o ad
       tests/kernels/test_kernels_gpu.py -k "int4 and (round_alike or token_independent)"
     TAIL=14 stage probe 150 python benchmarks/probe_invariance.py --layers 3 --contexts 1024 8192 --widths 2 4 6 \
       --out "$OUT/probe.json" ;;
+d9) for k_acc in 3:3.0 6:5.0; do  # end to end on the slice, batch 1, the accept length pinned, uniform routing
+      k=${k_acc%:*}; acc=${k_acc#*:}
+      TAIL=4 stage "e2e_k${k}_uniform" 110 python benchmarks/bench_e2e.py --kimi-slice --num-prompts 3 \
+        --max-new-tokens 96 --repeat 2 --k "$k" --simulate-accept "$acc" --routing uniform \
+        --out "$OUT/e2e_k${k}_uniform.json"
+    done ;;
 d2) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
 d3) TAIL=6 stage tests_blocks 60 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       "tests/kernels/test_kernels_gpu.py::test_fused_moe_int4_gemv_tiles_round_alike[4-True]"
