@@ -404,7 +404,7 @@ def gemv_form_candidates(form: dict[str, dict]) -> list[dict]:
     gate_ups = [{"BLOCK_N": bn, "num_warps": w, **keep["gate_up"], "ROWS": r, "maxnreg": None}
                 for bn, w in dict.fromkeys(tiles) for r in rows
                 if not keep["down"]["F16"] or bn % 8 == 0]
-    downs = [{"maxnreg": None, "BLOCKS": 1, **{k: v for k, v in c.items() if k not in keep["down"]}, **keep["down"]}
+    downs = [{"maxnreg": None, **{k: v for k, v in c.items() if k not in keep["down"]}, **keep["down"]}
              for c in GEMV_DOWN_SWEEP]
     return [{"gate_up": g, "down": d} for g in gate_ups for d in downs]
 

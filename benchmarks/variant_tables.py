@@ -84,21 +84,14 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     # where the kernel benchmark's uniform routing shares none
     "t2_16_gate_up_rows2": {("fused_moe_int4_gemv_gate_up", 2, 16): {"ROWS": 2}},
     "t5_16_gate_up_rows4": {("fused_moe_int4_gemv_gate_up", 5, 16): {"ROWS": 4}},
-    # PRELOAD's tile for 2 (or 4) output blocks a program in turn at a verify (BLOCKS, fifty-third session: the next
-    # block's weights load while one computes; one block a program at T=4 is 3.4 waves of programs that wait on
-    # their loads, compute, and exit), at T = 7..8 in place of the slot loop too
     # fifty-third session's d1 (H100, paired, uniform routing): down's one-warp tile x0.981 at T=4 and x1.009 at T=1,
-    # gate_up capped x0.986 at T=4 and x1.003 at T=8: each where it won, and both
+    # gate_up capped x0.986 at T=4 and x1.003 at T=8: each where it won, and both (d4-d6; the table took down's
+    # one-warp tile at T = 2..6, so t2_6_down_w1 is the table since, and d6's T = 2..8 is t7_8_down_bn8_w1 now)
     "t2_6_down_w1": {("fused_moe_int4_gemv_down", 2, 6): {"BLOCK_N": 8, "num_warps": 1, "PRELOAD": True}},
-    "t2_8_down_w1": {("fused_moe_int4_gemv_down", 2, 8): {"BLOCK_N": 8, "num_warps": 1, "PRELOAD": True}},
     "t4_6_gate_up_bn16_r128": {("fused_moe_int4_gemv_gate_up", 4, 6): {"BLOCK_N": 16, "num_warps": 4, "maxnreg": 128}},
     "t4_6_gate_up_r128_t2_6_down_w1": {
         ("fused_moe_int4_gemv_gate_up", 4, 6): {"BLOCK_N": 16, "num_warps": 4, "maxnreg": 128},
         ("fused_moe_int4_gemv_down", 2, 6): {"BLOCK_N": 8, "num_warps": 1, "PRELOAD": True}},
-    "t2_8_down_blocks2": {("fused_moe_int4_gemv_down", 2, 8): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True,
-                                                                "BLOCKS": 2}},
-    "t2_8_down_blocks4": {("fused_moe_int4_gemv_down", 2, 8): {"BLOCK_N": 8, "num_warps": 2, "PRELOAD": True,
-                                                                "BLOCKS": 4}},
 }
 
 

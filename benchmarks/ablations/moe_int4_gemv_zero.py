@@ -34,17 +34,16 @@ def moe_int4_gemv_down_kernel(
     I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
     PRELOAD: tl.constexpr = False, SHIFT16: tl.constexpr = False, F16: tl.constexpr = False,
-    INTERPRET: tl.constexpr = False, BLOCKS: tl.constexpr = 1,
+    INTERPRET: tl.constexpr = False,
 ):
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
-    for b in tl.static_range(BLOCKS):  # (the config's BLOCKS: output blocks a program)
-        n_offs = (tl.program_id(1) * BLOCKS + b) * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = n_offs < H
-        if HAS_ADD:
-            y = tl.load(add_ptr + t * stride_addt + n_offs, mask=n_ok, other=0.0)
-        else:
-            y = tl.zeros([BLOCK_N], dtype=tl.float32)
-        tl.store(out_ptr + t * stride_ot + n_offs, y.to(out_ptr.dtype.element_ty), mask=n_ok)
+    n_offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = n_offs < H
+    if HAS_ADD:
+        y = tl.load(add_ptr + t * stride_addt + n_offs, mask=n_ok, other=0.0)
+    else:
+        y = tl.zeros([BLOCK_N], dtype=tl.float32)
+    tl.store(out_ptr + t * stride_ot + n_offs, y.to(out_ptr.dtype.element_ty), mask=n_ok)

@@ -317,19 +317,14 @@ def _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, *, group: i
     # (I/8 <= BLOCK_W: Kimi and DeepSeek-V3 at TP=8, 32 words); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off.
     preload = (down_cfg.get("PRELOAD", False) and tuning.moe_down_preload() and k & (k - 1) == 0
                and i_words <= bw)
-    # PRELOAD's tile for BLOCKS blocks of BLOCK_N rows a program in turn, each next block's weights loaded while
-    # the one before computes (the config's "BLOCKS"; the slot loop takes one block a program)
-    blocks = down_cfg.get("BLOCKS", 1) if preload else 1
-    assert blocks >= 1 and blocks & (blocks - 1) == 0, f"down config BLOCKS={blocks} must be a power of two"
-    n_blocks = triton.cdiv(H, bn)
-    moe_int4_gemv_down_kernel[(T, triton.cdiv(n_blocks, blocks))](
+    moe_int4_gemv_down_kernel[(T, triton.cdiv(H, bn))](
         act, w2, s2, topk_ids, topk_weights, add if add is not None else out, out,
         act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1),
         add.stride(0) if add is not None else 0, out.stride(0),
         H, MAGIC_BITS,
         I_WORDS=i_words, TOP_K=k, GROUP_WORDS=group_words, HAS_ADD=add is not None,
-        BLOCK_N=bn, BLOCK_W=bw, EVEN=H % bn == 0 and i_words % bw == 0 and n_blocks % blocks == 0, PRELOAD=preload,
-        SHIFT16=shift16, F16=f16, INTERPRET=tuning.interpreting(), BLOCKS=blocks,
+        BLOCK_N=bn, BLOCK_W=bw, EVEN=H % bn == 0 and i_words % bw == 0, PRELOAD=preload, SHIFT16=shift16,
+        F16=f16, INTERPRET=tuning.interpreting(),
         num_warps=down_cfg["num_warps"], num_stages=1,  # straight-line code: nothing to pipeline
         enable_fp_fusion=False,  # every product rounded alone: its fixed-order sums then agree across configs
         PDL=pdl, **tuning.pdl_launch(pdl), **_register_cap(down_cfg),

@@ -70,12 +70,11 @@ DEFAULTS: dict[str, dict] = {
     # bucket); in down's config, act stored in packed fp16 and down's dots so too (the same rules, and gate_up
     # BLOCK_N % 8 == 0). ROWS (2 or 4, with F16): a gate_up program decodes each weight word once for up to ROWS pairs
     # of its expert (the sm_90 table: at T=1 and above 16 tokens; triton/fused_moe.py _gate_up_rows).
-    # maxnreg: a cap on the registers a thread (None: the compiler's choice; fused_moe._register_cap). BLOCKS (down,
-    # with PRELOAD): output blocks of BLOCK_N rows a program in turn, the next block's weights loaded as one computes.
+    # maxnreg: a cap on the registers a thread (None: the compiler's choice; fused_moe._register_cap)
     "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "F16": False, "ROWS": 1,
                                     "maxnreg": None},
     "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False, "F16": False,
-                                 "maxnreg": None, "BLOCKS": 1},
+                                 "maxnreg": None},
     # INT4 dot path (verify batches, off unless SGLANG_EAGLE3_MOE_DOT_MAX): gate_up as tl.dot over an expert's
     # pairs, BLOCK_N gate + BLOCK_N up rows a program, BLOCK_W words a row a step, H split over SPLIT programs;
     # EXACT: fp32 weights and TF32 dots (exact products; 1.5-1.8x slower on the H200), else bf16 weights.

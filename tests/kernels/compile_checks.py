@@ -214,20 +214,6 @@ def check_gemv(arch: int) -> dict:
             late = [line for line in lines[wait:] if re.search(r"LDG\.E\.\w+\.STRONG\.GPU", line)]
             assert not late, f"down {bn=} PRELOAD: wide weight loads after the wait: {late[:3]}"
         out[f"down_bn{bn}_w{warps}_preload{int(preload)}_even{int(even)}_f16{int(f16)}"] = res
-    # PRELOAD's tile for BLOCKS output blocks a program in turn: no spills (sm_90: 136 / 173 registers at 2 / 4 blocks
-    # against one block's 104), the first block's weights before the wait and each later block's after it
-    for bn, warps, blocks in ((8, 2, 2), (8, 2, 4)):
-        sass, res = compile_sass(fm.moe_int4_gemv_down_kernel, {**DOWN_SIG, "act_ptr": "*i32", "BLOCKS": "i32"},
-                                 dict(I_WORDS=32, TOP_K=8, GROUP_WORDS=4, HAS_ADD=True, BLOCK_N=bn, BLOCK_W=32,
-                                      EVEN=True, PDL=True, PRELOAD=True, SHIFT16=False, F16=True, BLOCKS=blocks),
-                                 DOWN_ALIGNED, arch, warps, enable_fp_fusion=False)
-        _no_spills(res, f"down {bn=} {warps=} {blocks=}")
-        lines = sass.splitlines()
-        wait = next(i for i, line in enumerate(lines) if "ACQBULK" in line)
-        wide = [sum(bool(re.search(r"LDG\.E\.128\.STRONG\.GPU", line)) for line in part)
-                for part in (lines[:wait], lines[wait:])]
-        assert wide[0] > 0 and wide[1] > 0, f"down {bn=} {blocks=}: wide weight loads before / after the wait {wide}"
-        out[f"down_bn{bn}_w{warps}_blocks{blocks}"] = res
     return out
 
 

@@ -453,9 +453,6 @@ DOWN_TILES = [{"BLOCK_N": bn, "BLOCK_W": 32, "num_warps": w, "PRELOAD": pre, "F1
 GATE_UP_TILES += [{"BLOCK_N": bn, "BLOCK_W": 128, "num_warps": w, "F16": True, "ROWS": 1, "maxnreg": 128}
                   for bn, w in ((16, 4), (8, 2))]
 DOWN_TILES += [{"BLOCK_N": 8, "BLOCK_W": 32, "num_warps": 2, "PRELOAD": True, "F16": True, "maxnreg": 80}]
-# ... and PRELOAD's tile for several output blocks a program in turn ("BLOCKS")
-DOWN_TILES += [{"BLOCK_N": bn, "BLOCK_W": 32, "num_warps": w, "PRELOAD": True, "F16": True, "BLOCKS": b}
-               for bn, w, b in ((8, 2, 2), (8, 1, 4), (16, 2, 8))]
 
 
 @pytest.mark.parametrize("T,skew", [(1, False), (4, True), (8, False)])

@@ -844,7 +844,7 @@ def moe_int4_gemv_down_kernel(
     I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
     PRELOAD: tl.constexpr = False, SHIFT16: tl.constexpr = False, F16: tl.constexpr = False,
-    INTERPRET: tl.constexpr = False, BLOCKS: tl.constexpr = 1,
+    INTERPRET: tl.constexpr = False,
 ):
     """out[t, n] = sum over the k slots of token t of topk_w * (act[slot] W_down[n]^T), fp32 accumulation,
     stored in out's dtype (+ add[t, n], the shared experts' output, as a separate add would): the weighted
@@ -875,8 +875,7 @@ def moe_int4_gemv_down_kernel(
     if PRELOAD:
         _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_ptr, t, nb,
                         stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_addt, stride_ot, H, magic,
-                        I_WORDS, TOP_K, GROUP_WORDS, HAS_ADD, BLOCK_N, BLOCK_W, EVEN, PDL, SHIFT16, F16, INTERPRET,
-                        BLOCKS)
+                        I_WORDS, TOP_K, GROUP_WORDS, HAS_ADD, BLOCK_N, BLOCK_W, EVEN, PDL, SHIFT16, F16, INTERPRET)
         return
     if PDL:  # see tuning.pdl: wait for the previous kernel, let the next one start
         gdc_wait()
@@ -959,59 +958,27 @@ def _down_preloaded(act_ptr, w2_ptr, s2_ptr, ids_ptr, topk_w_ptr, add_ptr, out_p
                     stride_at, stride_we, stride_wn, stride_se, stride_sn, stride_addt, stride_ot, H, magic,
                     I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr,
-                    SHIFT16: tl.constexpr, F16: tl.constexpr, INTERPRET: tl.constexpr, BLOCKS: tl.constexpr):
-    """moe_int4_gemv_down_kernel's PRELOAD body for output blocks nb * BLOCKS .. nb * BLOCKS + BLOCKS - 1 of
-    BLOCK_N rows: row r of a block's [TOP_K * BLOCK_N] tile is output row b * BLOCK_N + r % BLOCK_N of slot
-    r // BLOCK_N. The first block's tile is loaded before the PDL wait; each later block's while the block before
-    it computes (a program of one block waits on its loads, computes, and exits: 3.4 waves of such programs at
-    T=4 kept the DRAM 45-48% busy under ncu, fifty-second session). Every block is the same code, so the same
-    bits at any BLOCKS."""
+                    SHIFT16: tl.constexpr, F16: tl.constexpr, INTERPRET: tl.constexpr):
+    """moe_int4_gemv_down_kernel's PRELOAD body: row r of the [TOP_K * BLOCK_N] tile is output row
+    nb * BLOCK_N + r % BLOCK_N of slot r // BLOCK_N."""
     R: tl.constexpr = TOP_K * BLOCK_N
     r = tl.arange(0, R)
+    n_r = nb * BLOCK_N + r % BLOCK_N
+    n_ok_r = n_r < H
     pair_r = t * TOP_K + r // BLOCK_N
     e_r = tl.load(ids_ptr + pair_r, cache_modifier=".cg").to(tl.int64)
     route_w = tl.load(topk_w_ptr + pair_r, cache_modifier=".cg")
-    b0 = nb * BLOCKS
-    p, sc = _down_tile(w2_ptr, s2_ptr, e_r, b0, r, stride_we, stride_wn, stride_se, stride_sn, H,
-                       I_WORDS, GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN)
+    rows = w2_ptr + e_r[:, None] * stride_we + n_r.to(tl.int64)[:, None] * stride_wn
+    scales = s2_ptr + e_r[:, None] * stride_se + n_r.to(tl.int64)[:, None] * stride_sn
+    w_idx = tl.arange(0, BLOCK_W)
+    p, sc = _load_int4_chunk(rows, scales, n_ok_r, 0, w_idx, tl.arange(0, BLOCK_W // GROUP_WORDS), I_WORDS,
+                             GROUP_WORDS, EVEN)
     if PDL:  # everything above is weights or finished routing; act (gate_up's output) only after the wait
         gdc_wait()
         gdc_launch_dependents()
-    for j in range(BLOCKS - 1):
-        p_next, sc_next = _down_tile(w2_ptr, s2_ptr, e_r, b0 + j + 1, r, stride_we, stride_wn, stride_se,
-                                     stride_sn, H, I_WORDS, GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN)
-        _down_block(p, sc, route_w, act_ptr, add_ptr, out_ptr, pair_r, t, b0 + j, r, stride_at, stride_addt,
-                    stride_ot, H, magic, I_WORDS, TOP_K, GROUP_WORDS, HAS_ADD, BLOCK_N, BLOCK_W, EVEN, SHIFT16, F16,
-                    INTERPRET)
-        p, sc = p_next, sc_next
-    _down_block(p, sc, route_w, act_ptr, add_ptr, out_ptr, pair_r, t, b0 + BLOCKS - 1, r, stride_at, stride_addt,
-                stride_ot, H, magic, I_WORDS, TOP_K, GROUP_WORDS, HAS_ADD, BLOCK_N, BLOCK_W, EVEN, SHIFT16, F16,
-                INTERPRET)
-
-
-@triton.jit
-def _down_tile(w2_ptr, s2_ptr, e_r, b, r, stride_we, stride_wn, stride_se, stride_sn, H, I_WORDS,
-               GROUP_WORDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr):
-    """(packed words, fp32 scales) of output block b's rows for every slot: PRELOAD's [TOP_K * BLOCK_N, BLOCK_W]
-    tile (rows past H read 0)."""
-    n_r = b * BLOCK_N + r % BLOCK_N
-    rows = w2_ptr + e_r[:, None] * stride_we + n_r.to(tl.int64)[:, None] * stride_wn
-    scales = s2_ptr + e_r[:, None] * stride_se + n_r.to(tl.int64)[:, None] * stride_sn
-    return _load_int4_chunk(rows, scales, n_r < H, 0, tl.arange(0, BLOCK_W), tl.arange(0, BLOCK_W // GROUP_WORDS),
-                            I_WORDS, GROUP_WORDS, EVEN)
-
-
-@triton.jit
-def _down_block(p, sc, route_w, act_ptr, add_ptr, out_ptr, pair_r, t, b, r, stride_at, stride_addt, stride_ot, H,
-                magic, I_WORDS: tl.constexpr, TOP_K: tl.constexpr, GROUP_WORDS: tl.constexpr, HAS_ADD: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, SHIFT16: tl.constexpr,
-                F16: tl.constexpr, INTERPRET: tl.constexpr):
-    """out[t, block b's rows] from the block's loaded tile (_down_tile): every slot's dots with its act row, the
-    route weights, the slots summed pairwise."""
-    R: tl.constexpr = TOP_K * BLOCK_N
-    words = tl.arange(0, BLOCK_W)[None, :]
+    words = w_idx[None, :]
     a_rows = act_ptr + pair_r.to(tl.int64)[:, None] * stride_at
-    xs_mask = (r >= 0)[:, None] & (words < I_WORDS)
+    xs_mask = (n_r >= 0)[:, None] & (words < I_WORDS)
     if F16:
         pairs, inv = _load_act_f16(a_rows + words, xs_mask, I_WORDS, EVEN)
         dots = _group_dots_f16(p, pairs, GROUP_WORDS, INTERPRET, inv)
@@ -1019,7 +986,7 @@ def _down_block(p, sc, route_w, act_ptr, add_ptr, out_ptr, pair_r, t, b, r, stri
         dots = _group_dots(p, a_rows + words, xs_mask, I_WORDS, magic, GROUP_WORDS, EVEN, SHIFT16)
     part = tl.reshape(pairwise_sum(dots * sc, 1, 1), [R]) * route_w
     y = tl.reshape(pairwise_sum(tl.reshape(part, [TOP_K, BLOCK_N]), 0, 1), [BLOCK_N])
-    n_offs = b * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_offs = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     _store_down(y, add_ptr, out_ptr, t, n_offs, n_offs < H, stride_addt, stride_ot, HAS_ADD)
 
 
