@@ -34,7 +34,7 @@
 #     across tiles and batches, and the invariance probe (every verify row of T = 2, 4, 6 the bits of its decode).
 # d9 (any card): end to end on the slice at HEAD (bench_e2e.py, batch 1, uniform routing), k = 3 with the accept length
 #     pinned to 3.0 and k = 6 at 5.0, against the target alone, as the fiftieth session ran it.
-# Ran (H100s, named nvidia-h100-x1; the first five calls refused, ~7 device minutes): d3 at bbf5514, d1 at bbf5514, d4
+# Ran (H100s; the first seven calls refused, ~12 device minutes; the rest named nvidia-h100-x1): d3 at bbf5514, d1 at bbf5514, d4
 # at b38856e, d5 at ea14c69, d6 at 5609d13 (t2_8_down_w1, since removed: the same table as t7_8_down_bn8_w1 once the
 # table took t2_6_down_w1), d7 at b0c30fc, d8 at c5e6464, d9 at a4aef8e. BLOCKS lost (d3) and was removed after:
 # d3 runs only at bbf5514. Not run: d2 (no H200).
