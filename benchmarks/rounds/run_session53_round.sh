@@ -34,13 +34,15 @@
 #     across tiles and batches, and the invariance probe (every verify row of T = 2, 4, 6 the bits of its decode).
 # d9 (any card): end to end on the slice at HEAD (bench_e2e.py, batch 1, uniform routing), k = 3 with the accept length
 #     pinned to 3.0 and k = 6 at 5.0, against the target alone, as the fiftieth session ran it.
+# d10 (any card): the CUDA engine tests at HEAD (speculative output with graphs and kernels equal to the reference, the
+#     fallback counters, sampling, grammar, adaptive k) with the new down bucket.
 # Ran (H100s; the first seven calls refused, ~12 device minutes; the rest named nvidia-h100-x1): d3 at bbf5514, d1 at bbf5514, d4
 # at b38856e, d5 at ea14c69, d6 at 5609d13 (t2_8_down_w1, since removed: the same table as t7_8_down_bn8_w1 once the
 # table took t2_6_down_w1), d7 at b0c30fc, d8 at c5e6464, d9 at a4aef8e. BLOCKS lost (d3) and was removed after:
 # d3 runs only at bbf5514. Not run: d2 (no H200).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: d1 | d2 | d3 | d4 | d5 | d6 | d7 | d8 | d9}
+part=${1:?part: d1 | d2 | d3 | d4 | d5 | d6 | d7 | d8 | d9 | d10}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 if [ "$part" = d2 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=d1; fi
@@ -93,6 +95,8 @@ d9) for k_acc in 3:3.0 6:5.0; do  # end to end on the slice, batch 1, the accept
         --max-new-tokens 96 --repeat 2 --k "$k" --simulate-accept "$acc" --routing uniform \
         --out "$OUT/e2e_k${k}_uniform.json"
     done ;;
+d10) TAIL=14 stage engine_tests 260 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --timeout 240 \
+      tests/gpu/test_cuda_engine.py ;;
 d2) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
 d3) TAIL=6 stage tests_blocks 60 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
       "tests/kernels/test_kernels_gpu.py::test_fused_moe_int4_gemv_tiles_round_alike[4-True]"
