@@ -38,7 +38,8 @@
 #     fallback counters, sampling, grammar, adaptive k) with the new down bucket.
 # Ran (H100s; the first seven calls refused, ~12 device minutes; the rest named nvidia-h100-x1): d3 at bbf5514, d1 at bbf5514, d4
 # at b38856e, d5 at ea14c69, d6 at 5609d13 (t2_8_down_w1, since removed: the same table as t7_8_down_bn8_w1 once the
-# table took t2_6_down_w1), d7 at b0c30fc, d8 at c5e6464, d9 at a4aef8e. BLOCKS lost (d3) and was removed after:
+# table took t2_6_down_w1), d7 at b0c30fc, d8 at c5e6464, d9 at a4aef8e, d10 at 3eb943a
+# (~28 of the 30 device minutes in all). BLOCKS lost (d3) and was removed after:
 # d3 runs only at bbf5514. Not run: d2 (no H200).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
