@@ -36,11 +36,11 @@
 #     pinned to 3.0 and k = 6 at 5.0, against the target alone, as the fiftieth session ran it.
 # d10 (any card): the CUDA engine tests at HEAD (speculative output with graphs and kernels equal to the reference, the
 #     fallback counters, sampling, grammar, adaptive k) with the new down bucket.
-# Ran (H100s; the first seven calls refused, ~12 device minutes; the rest named nvidia-h100-x1): d3 at bbf5514, d1 at bbf5514, d4
-# at b38856e, d5 at ea14c69, d6 at 5609d13 (t2_8_down_w1, since removed: the same table as t7_8_down_bn8_w1 once the
-# table took t2_6_down_w1), d7 at b0c30fc, d8 at c5e6464, d9 at a4aef8e, d10 at 3eb943a
-# (~28 of the 30 device minutes in all). BLOCKS lost (d3) and was removed after:
-# d3 runs only at bbf5514. Not run: d2 (no H200).
+# Ran (H100s; the first seven calls refused, ~12 device minutes; the rest named nvidia-h100-x1): d3 at bbf5514, d1
+# at bbf5514, d4 at b38856e, d5 at ea14c69, d6 at 5609d13 (t2_8_down_w1, since removed: the same table as
+# t7_8_down_bn8_w1 once the table took t2_6_down_w1), d7 at b0c30fc, d8 at c5e6464, d9 at a4aef8e, d10 at 3eb943a (~28
+# of the 30 device minutes in all). BLOCKS lost (d3) and was removed after: d3 runs only at bbf5514. Not run: d2 (no
+# H200).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: d1 | d2 | d3 | d4 | d5 | d6 | d7 | d8 | d9 | d10}
