@@ -312,8 +312,8 @@ def _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, *, group: i
     i_words, group_words = act.shape[2], group // PACK_FACTOR
     f16 = act.dtype == torch.int32
     bn, bw = down_cfg["BLOCK_N"], _words_a_step(down_cfg["BLOCK_W"], i_words, group_words)
-    # All k slots' weights as one tile loaded before the PDL wait (the config's "PRELOAD"; the H200 table turns
-    # it on up to T = 4): needs the slots to tile as a power of two and the intermediate slice in one chunk
+    # All k slots' weights as one tile loaded before the PDL wait (the config's "PRELOAD"; the sm_90 table turns
+    # it on up to T = 6): needs the slots to tile as a power of two and the intermediate slice in one chunk
     # (I/8 <= BLOCK_W: Kimi and DeepSeek-V3 at TP=8, 32 words); SGLANG_EAGLE3_MOE_DOWN_PRELOAD=0 turns it off.
     preload = (down_cfg.get("PRELOAD", False) and tuning.moe_down_preload() and k & (k - 1) == 0
                and i_words <= bw)

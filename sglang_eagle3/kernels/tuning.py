@@ -65,7 +65,7 @@ DEFAULTS: dict[str, dict] = {
     # streaming 64 KB each (two 8 KB chunks in flight, 128 registers a thread at sm_90), and 224 down programs
     # of 8 slots x 4 KB, unrolled. No num_stages: the kernels prefetch/unroll themselves (Triton does not
     # pipeline loads that feed no tl.dot). PRELOAD: down loads every slot's weights before its PDL wait (one
-    # [8 x BLOCK_N, 32-word] tile; on the H200 it pays at T <= 2, with F16 up to T = 4: configs/sm_90.json).
+    # [8 x BLOCK_N, 32-word] tile; the sm_90 table has it up to T = 6, in one warp at T = 2..6: configs/sm_90.json).
     # F16: gate_up's dots in packed fp16 (16-bit activations only; a table keeps it, and BLOCK_W, the same in every
     # bucket); in down's config, act stored in packed fp16 and down's dots so too (the same rules, and gate_up
     # BLOCK_N % 8 == 0). ROWS (2 or 4, with F16): a gate_up program decodes each weight word once for up to ROWS pairs
