@@ -1,7 +1,9 @@
 """The decoder layer's input RMSNorm (with its residual add) folded into MLA's q_a + kv_a launch (the input_norm
-fusion, gemv_pair's NORM_POST), timed alone at a Kimi-K2.5 TP=8 rank's shape (q_a 1536 + kv_a 576 rows, K =
-7168) against the two launches it replaces (the norm kernel, then the plain gemv_pair) and the plain launch
-alone, at the launcher's config and at the configs given: what the fold costs the GEMV, config by config.
+fusion), timed alone at a Kimi-K2.5 TP=8 rank's shape (q_a 1536 + kv_a 576 rows, K = 7168) against the two
+launches it replaces (the norm kernel, then the plain gemv_pair) and the plain launch alone, at the launcher's
+choice and at the tensor-core configs given: what the fold costs the GEMV, config by config. The launcher's choice
+is the CUDA-core pair's fold (NORM_PRE with the residual, fifty-fourth session) where fma_pair_form takes the
+shape, as it does the plain pair; a config given keeps the tensor-core kernel's fold (NORM_POST, split over K).
 
 Each case's calls run over 4 weight sets (30 MB each: the L2 holds none between uses), captured in one CUDA
 graph (bench_kernels.time_graph: median replay / calls).

@@ -311,20 +311,28 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
     gemv_fma_kernel[grid](
         x, w, out, norm_weight if norm_weight is not None else w, T, N, K, x.stride(0), w.stride(-2), out.stride(0),
         *heads, float(eps), ROWS=rows, BLOCK_N=cfg["BLOCK_N"], LANES=lanes, VEC=8, NSTEPS=triton.cdiv(K, lanes * 8),
-        NORM=norm_weight is not None, PDL=pdl, HEADS=batched, LF=bool(cfg.get("LANES_FIRST", False)),
-        GROUPS_INNER=inner, num_warps=1 if interpret else cfg["num_warps"],
+        NORM=NORM_PRE if norm_weight is not None else NORM_NONE, PDL=pdl, HEADS=batched,
+        LF=bool(cfg.get("LANES_FIRST", False)), GROUPS_INNER=inner, num_warps=1 if interpret else cfg["num_warps"],
         **tuning.pdl_launch(pdl))
     return out
 
 
 def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2_up: torch.Tensor | None, *,
-                         out1_dtype: torch.dtype | None = None, config: dict | None = None
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
+                         out1_dtype: torch.dtype | None = None, config: dict | None = None,
+                         norm_weight: torch.Tensor | None = None, eps: float = 0.0,
+                         residual: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """(x w1^T in ``out1_dtype``, SiLU(x w2^T) * (x w2_up^T) in x's dtype) on the CUDA cores in one launch
     (triton/gemv.py gemv_fma_pair_kernel): x [T, K] (T <= GEMV_MAX_ROWS), w1 [N1, K], w2 and w2_up [N2, K],
     K-contiguous, x's dtype; without ``w2_up`` the second output is x w2^T (MLA's q_a and kv_a). Rounded as
     triton_gemv_pair rounds (each product to its output dtype, then the SiLU and the product); each token's sums
-    are the same code whatever T is. ``config``: as fma_pair_config's."""
+    are the same code whatever T is. ``config``: as fma_pair_config's.
+
+    ``norm_weight`` (plain pairs: a decoder layer's input norm before q_a and kv_a): the products are of the RMSNorm
+    of the stream s = x + ``residual`` (rounded to x's dtype; s = x without one) and (y1, y2, s) is returned, s a
+    new [T, K] tensor with a residual, else x itself. Every program reads its rows of s whole for their rstd
+    first, then normalises them as the RMSNorm kernel rounds them (bf16(s * rstd * weight)) into the products: the
+    unfused norm's numbers but for the order of the sum of squares (where the tensor-core fold rounds bf16(s *
+    weight) and scales the sums by rstd). The norm's arguments are checked by triton_gemv_pair."""
     assert x.dim() == 2 and x.stride(1) == 1, f"x must be [T, K] with unit inner stride, got {tuple(x.shape)}"
     T, K = x.shape
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
@@ -337,11 +345,16 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
         f"w2_up {tuple(w2_up.shape)} {w2_up.stride()} must match w2 {tuple(w2.shape)} {w2.stride()}")
     # (a plain pair's programs store through one path, tl.where of the two outputs' pointers: one dtype)
     assert gated or out1_dtype in (None, x.dtype), f"a plain pair's outputs are both {x.dtype}, got {out1_dtype=}"
+    norm = norm_weight is not None
+    assert not (norm and gated), "the CUDA-core pair folds a norm into plain pairs only (MLA's q_a and kv_a)"
+    assert norm or residual is None, "residual is added before the norm: it needs norm_weight"
     N1, N2 = w1.shape[0], w2.shape[0]
     y1 = torch.empty(T, N1, dtype=out1_dtype or x.dtype, device=x.device)
     y2 = torch.empty(T, N2, dtype=x.dtype, device=x.device)
+    stream = x if residual is None else torch.empty(T, K, dtype=x.dtype, device=x.device)
+    outs = (y1, y2, stream) if norm else (y1, y2)
     if T == 0:
-        return y1, y2
+        return outs
     interpret = tuning.interpreting()
     cfg = config or fma_pair_config(N1, N2, K, gated)
     if interpret and config is None:
@@ -358,8 +371,12 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
         x, w1, w2, w2_up if gated else w2, y1, y2, T, N1, N2, nb1, K, x.stride(0), w1.stride(0), w2.stride(0),
         y1.stride(0), y2.stride(0), ROWS=rows, BLOCK_N=bn, LANES=cfg["LANES"], VEC=8,
         NSTEPS=triton.cdiv(K, cfg["LANES"] * 8), PDL=pdl, LF=bool(cfg.get("LANES_FIRST", False)), GATED=gated,
-        GROUPS_INNER=inner, num_warps=1 if interpret else cfg["num_warps"], **tuning.pdl_launch(pdl))
-    return y1, y2
+        GROUPS_INNER=inner, num_warps=1 if interpret else cfg["num_warps"],
+        NORM=NORM_PRE if norm else NORM_NONE, HAS_RES=residual is not None,
+        nw_ptr=norm_weight if norm else x, res_ptr=x if residual is None else residual, res_out_ptr=stream,
+        s_rt=0 if residual is None else residual.stride(0), s_rot=stream.stride(0), eps=float(eps),
+        **tuning.pdl_launch(pdl))
+    return outs
 
 
 def _as3(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -568,8 +585,9 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         return outs
     plain_mixed = w2_up is None and out1_dtype not in (None, x.dtype)  # the plain form stores one dtype
     if (fma is not False and config is None and not plain_mixed
-            and fma_pair_form(K, w2_up is not None, norm or route is not None)):
-        return triton_gemv_fma_pair(x, w1, w2, w2_up, out1_dtype=out1_dtype)
+            and fma_pair_form(K, w2_up is not None, route is not None or (norm and w2_up is not None))):
+        return triton_gemv_fma_pair(x, w1, w2, w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
+                                    residual=residual)
     mats2 = 2 if w2_up is not None else 1
     limits = NORM_POST_LIMITS if norm else {}
     cfg = config or gemv_config(N1 + mats2 * N2, K, 1, True, tuning.sm_count(x.device), mats2,

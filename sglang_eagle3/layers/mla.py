@@ -162,7 +162,7 @@ class MLAAttention(nn.Module):
         elif input_norm is not None:  # q_a and kv_a, with the input norm and its residual add, in one launch
             q_a, kv_a, stream = kernels.gemv_pair(
                 x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight, norm_weight=input_norm.weight,
-                eps=input_norm.eps, residual=residual, use_triton=self.q_a_proj.use_triton)
+                eps=input_norm.eps, residual=residual, use_triton=self.q_a_proj.use_triton, fma=self.q_a_proj.fma)
         else:  # q_a and kv_a read the same x: one launch for both at decode/verify sizes
             q_a, kv_a = kernels.gemv_pair(x, self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight,
                                           use_triton=self.q_a_proj.use_triton, fma=self.q_a_proj.fma)

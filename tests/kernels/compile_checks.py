@@ -801,7 +801,8 @@ def fma_gemv_cases(kernels=gv) -> list[tuple]:
     """The CUDA-core forms as a Kimi TP=8 rank launches them: (name, kernel, signature, config, K, constexprs, args
     the JIT specializes as 16-divisible) for q_b with its q_a norm (fma_config), MLA's W_UV per head (8 heads of 128 x
     512, fma_config), the router + shared gate/up pair (fma_pair_config: 384 router rows, 256 gated, K = 7168) and
-    MLA's q_a + kv_a as a plain pair (1536 + 576 rows, K = 7168; SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR).
+    MLA's q_a + kv_a as a plain pair (1536 + 576 rows, K = 7168; SGLANG_EAGLE3_GEMV_FMA_PLAIN_PAIR), also with the
+    decoder layer's input norm and residual add folded in (NORM_PRE with HAS_RES, the input_norm fusion).
     ``kernels``: the module holding gemv_fma_kernel and gemv_fma_pair_kernel (another commit's, to compare)."""
     from sglang_eagle3.kernels.gemv import fma_config, fma_pair_config
 
@@ -810,9 +811,9 @@ def fma_gemv_cases(kernels=gv) -> list[tuple]:
     two = dict(x_ptr="*bf16", w1_ptr="*bf16", w2_ptr="*bf16", w2_up_ptr="*bf16", out_ptr="*fp32", out2_ptr="*bf16",
                T="i32", N="i32", N2="i32", NB1="i32", K="i32", s_xt="i32", s_w1n="i32", s_w2n="i32", s_ot="i32",
                s_o2t="i32")
-    return [("q_b_norm", kernels.gemv_fma_kernel, single, fma_config(1536, 1536), 1536, {"NORM": True},
+    return [("q_b_norm", kernels.gemv_fma_kernel, single, fma_config(1536, 1536), 1536, {"NORM": 1},
              ["x_ptr", "w_ptr", "out_ptr", "nw_ptr", "N", "K", "s_xt", "s_wn", "s_ot"]),
-            ("w_uv_heads", kernels.gemv_fma_kernel, single, fma_config(128, 512), 512, {"NORM": False, "HEADS": True},
+            ("w_uv_heads", kernels.gemv_fma_kernel, single, fma_config(128, 512), 512, {"NORM": 0, "HEADS": True},
              ["x_ptr", "w_ptr", "out_ptr", "N", "K", "s_xt", "s_wn", "s_ot", "s_xb", "s_wb", "s_ob"]),
             ("router_shared", kernels.gemv_fma_pair_kernel, two, fma_pair_config(384, 256, 7168), 7168, {},
              ["x_ptr", "w1_ptr", "w2_ptr", "w2_up_ptr", "out_ptr", "out2_ptr", "N", "N2", "NB1", "K", "s_xt",
@@ -820,7 +821,13 @@ def fma_gemv_cases(kernels=gv) -> list[tuple]:
             ("qkv_a_plain", kernels.gemv_fma_pair_kernel, dict(two, out_ptr="*bf16"),
              fma_pair_config(1536, 576, 7168, gated=False), 7168, {"GATED": False},
              ["x_ptr", "w1_ptr", "w2_ptr", "w2_up_ptr", "out_ptr", "out2_ptr", "N", "N2", "NB1", "K", "s_xt",
-              "s_w1n", "s_w2n", "s_ot", "s_o2t"])]
+              "s_w1n", "s_w2n", "s_ot", "s_o2t"]),
+            ("qkv_a_plain_norm", kernels.gemv_fma_pair_kernel,
+             dict(two, out_ptr="*bf16", nw_ptr="*bf16", res_ptr="*bf16", res_out_ptr="*bf16", s_rt="i32",
+                  s_rot="i32", eps="fp32"),
+             fma_pair_config(1536, 576, 7168, gated=False), 7168, {"GATED": False, "NORM": 1, "HAS_RES": True},
+             ["x_ptr", "w1_ptr", "w2_ptr", "w2_up_ptr", "out_ptr", "out2_ptr", "N", "N2", "NB1", "K", "s_xt",
+              "s_w1n", "s_w2n", "s_ot", "s_o2t", "nw_ptr", "res_ptr", "res_out_ptr", "s_rt", "s_rot"])]
 
 
 def compile_fma_case(case: tuple, rows: int, arch: int, **constexprs):

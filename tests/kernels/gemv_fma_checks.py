@@ -110,6 +110,64 @@ def check_gemv_fma_pair(T: int, N1: int, N2: int, K: int, device: str = "cpu", s
     return {"rel_err": [err1, err2], "dispatched": routed}
 
 
+def check_gemv_fma_pair_norm(T: int, N1: int, N2: int, K: int, residual: bool = True, device: str = "cpu",
+                             seed: int = 0, dtype=torch.bfloat16, config: dict | None = None,
+                             strided: bool = False) -> dict:
+    """The input-norm fold in the CUDA-core plain pair (MLA's q_a + kv_a of RMSNorm(h + residual), NORM_POST):
+    the products within rounding of float64 unfused math on the new stream (normed without rounding), every
+    element written (outputs of a poisoned allocation checked finite); the stream h + residual exactly as a
+    kernel's cast rounds it (torch's add on the GPU), h itself without a residual; each row alone and in groups
+    of 2, 4 and 8 bit-identical to the same rows of the whole batch (decode == verify: the sums of squares and
+    the products in one order whatever T is); where fma_pair_form takes the shape, triton_gemv_pair's dispatch
+    equal to it bit for bit, and the tensor-core fold (fma=False) within the rounding. ``strided``: h a column
+    slice of a wider tensor."""
+    from fold_checks import EPS, kernel_cast
+    from kernel_checks import rel_err
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    base = (torch.randn(T, K + 8, generator=g) * 2).to(dtype).to(device)
+    h = base[:, 3:3 + K] if strided else base[:, :K].contiguous()
+    res = (torch.randn(T, K, generator=g) * 2).to(dtype).to(device) if residual else None
+    nw = (1 + 0.3 * torch.randn(K, generator=g)).to(dtype).to(device)
+    w1, w2 = ((torch.randn(n, K, generator=g) / math.sqrt(K)).to(dtype).to(device) for n in (N1, N2))
+    kw = dict(config=config, norm_weight=nw, eps=EPS)
+    y1, y2, stream = triton_gemv_fma_pair(h, w1, w2, None, residual=res, **kw)
+    assert y1.dtype == y2.dtype == dtype and y1.shape == (T, N1) and y2.shape == (T, N2)
+    assert bool(torch.isfinite(y1).all()) and bool(torch.isfinite(y2).all()), "an output element left unwritten"
+    if residual:
+        want = kernel_cast(h.float() + res.float(), dtype)
+        assert torch.equal(stream, want), (
+            f"new residual differs from h + residual in {(stream != want).sum().item()} of {stream.numel()}")
+    else:
+        assert stream is h, "without a residual the stream is h itself"
+    normed = kernels.ref_rms_norm(stream.double(), nw.double(), EPS)
+    tol = 4e-3 if h.is_cuda else 1.2e-2  # bf16(s * weight) into the products; the interpreter truncates (kernel_cast)
+    errs = [rel_err(y, kernels.ref_gemv(normed, w.double())) for y, w in ((y1, w1), (y2, w2))]
+    assert max(errs) < tol, f"norm-folded CUDA-core pair rel err {errs} >= {tol} ({T=} {N1=} {N2=} {K=} {residual=})"
+    _rows_alike_in_any_batch(
+        lambda rows: triton_gemv_fma_pair(h[rows], w1, w2, None, residual=None if res is None else res[rows], **kw),
+        (y1, y2, stream), f"{N1=} {N2=} {K=} {residual=} norm")
+    routed = fma_pair_form(K, gated=False, epilogue=False)
+    if routed and config is None:
+        via = triton_gemv_pair(h, w1, w2, norm_weight=nw, eps=EPS, residual=res)
+        assert all(torch.equal(a, b) for a, b in zip(via, (y1, y2, stream), strict=True)), (
+            "triton_gemv_pair's CUDA-core dispatch of the fold differs")
+    tc = triton_gemv_pair(h, w1, w2, norm_weight=nw, eps=EPS, residual=res, fma=False)
+    assert torch.equal(tc[2], stream), "the tensor-core fold's stream differs"
+    apart = max(rel_err(tc[0], y1), rel_err(tc[1], y2))
+    assert apart < 2 * tol, f"tensor-core and CUDA-core folds apart by {apart} ({T=} {N1=} {N2=} {K=})"
+    # Unfused: the RMSNorm kernel, then the same pair. The fold rounds the normed x as that kernel does; only the
+    # order of the sum of squares differs (a last-bit rstd now and then), so the two agree far inside the rounding
+    # of x that separates either from float64.
+    normed = kernels.rms_norm(h, nw, EPS, use_triton=True) if res is None else kernels.rms_norm(
+        h, nw, EPS, res, use_triton=True)[0]
+    unfused = triton_gemv_fma_pair(normed, w1, w2, None, config=config)
+    same = [int(torch.equal(a, b)) for a, b in zip((y1, y2), unfused, strict=True)]
+    near = max(rel_err(a, b.double()) for a, b in zip((y1, y2), unfused, strict=True))
+    assert near < tol / 8, f"fold vs the norm kernel then the pair: rel err {near} ({T=} {N1=} {N2=} {K=})"
+    return {"rel_err": errs, "dispatched": routed, "unfused_rel_err": near, "unfused_bit_equal": same}
+
+
 def check_plain_pair_float32_first(seed: int = 0) -> dict:
     """A plain pair whose first output is float32 (out1_dtype) stays on the tensor cores (the CUDA-core plain pair
     stores both outputs through one path, so in one dtype): triton_gemv_pair's result is its fma=False one, bit
@@ -303,6 +361,15 @@ CASES = {
     "gemv_fma_pair_plain_t3_fp16": lambda: check_gemv_fma_pair(3, 9, 5, 260, seed=28, dtype=torch.float16,
                                                                config=LF_PAIR_2, gated=False),
     "gemv_pair_plain_float32_first": lambda: check_plain_pair_float32_first(seed=31),
+    # The input norm folded into the plain pair (NORM_POST): with the residual, dispatched by triton_gemv_pair
+    # (K >= FMA_MIN_K; partial row blocks, a masked last K step); h strided without one; 8-row programs at T = 11;
+    # float16 in 2-row programs.
+    "gemv_fma_pair_norm_t5_dispatch": lambda: check_gemv_fma_pair_norm(5, 37, 13, 1100, seed=33),
+    "gemv_fma_pair_norm_t3_strided": lambda: check_gemv_fma_pair_norm(3, 9, 6, 300, residual=False, seed=34,
+                                                                      config=LF_4, strided=True),
+    "gemv_fma_pair_norm_t11_rows8": lambda: check_gemv_fma_pair_norm(11, 19, 11, 300, seed=35, config=LF_8),
+    "gemv_fma_pair_norm_t3_fp16": lambda: check_gemv_fma_pair_norm(3, 9, 5, 260, seed=36, dtype=torch.float16,
+                                                                   config=LF_PAIR_2),
     # 8-row programs (T = 13: one of 8, one of 5; benchmarks/variants/gemv_qkv_rows8.py's form), 8 weight rows.
     "gemv_fma_pair_plain_t13_rows8": lambda: check_gemv_fma_pair(13, 19, 11, 300, seed=30, config=LF_8,
                                                                  gated=False),

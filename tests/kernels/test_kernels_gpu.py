@@ -18,7 +18,12 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gemv_fma_checks import check_gemv_fma, check_gemv_fma_heads, check_gemv_fma_pair  # noqa: E402
+from gemv_fma_checks import (  # noqa: E402
+    check_gemv_fma,
+    check_gemv_fma_heads,
+    check_gemv_fma_pair,
+    check_gemv_fma_pair_norm,
+)
 from gqa_checks import check_draft_forward, check_gqa  # noqa: E402
 from kernel_checks import (  # noqa: E402
     check_gemv,
@@ -614,6 +619,19 @@ def test_gemv_fma_pair_plain(T, N1, N2, K, lanes):
     poison_allocator()
     cfg = None if lanes == 128 else dict(fma_pair_config(N1, N2, K, gated=False), LANES=256, num_warps=8)
     check_gemv_fma_pair(T, N1, N2, K, device="cuda", seed=T * 3 + N1 + K + lanes, config=cfg, gated=False)
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 8, 16])
+@pytest.mark.parametrize("N1,N2,K,residual", [(1536, 576, 7168, True), (1536, 576, 7168, False), (101, 37, 2050, True)],
+                         ids=["qkv_a_residual", "qkv_a_first_layer", "irregular"])
+def test_gemv_fma_pair_norm(T, N1, N2, K, residual):
+    """The decoder layer's input RMSNorm (and residual add) folded into the CUDA-core q_a + kv_a pair (the input_norm
+    fusion) at the Kimi / DeepSeek-V3 TP=8 rank's shape and an irregular one: against float64 products of the
+    normed stream, the stream exactly torch's h + residual's rounding, every row bit-identical alone and in groups of
+    2, 4, 8 as in the batch, triton_gemv_pair's dispatch equal to it, the tensor-core fold within the rounding and
+    the RMSNorm kernel then the pair far inside it."""
+    poison_allocator()
+    check_gemv_fma_pair_norm(T, N1, N2, K, residual=residual, device="cuda", seed=T * 13 + N1 + K + residual)
 
 
 @pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 8, 16])

@@ -387,28 +387,43 @@ def gemv_kernel(
 
 
 @triton.jit
-def _lanes_rstd(x_ptr, row, T, K, s_xt, eps, kk, STEP: tl.constexpr, NSTEPS: tl.constexpr):
-    """NORM_PRE's 1 / sqrt(mean(x[row]^2) + eps), the squares summed in the lanes' [LANES, VEC] layout."""
+def _lanes_x(x_ptr, row, T, k, k_ok, s_xt, res, HAS_RES: tl.constexpr):
+    """Row ``row`` of x at this K step's [LANES, VEC] offsets k (0 where masked): with HAS_RES the stream x +
+    residual rounded to x's dtype (as torch's add rounds it); ``res``: (res_ptr, s_rt, ...) (see _lanes_dot)."""
+    ok = k_ok & (row < T)
+    xr = tl.load(x_ptr + row * s_xt + k, mask=ok, other=0.0)
+    if HAS_RES:
+        hr = tl.load(res[0] + row * res[1] + k, mask=ok, other=0.0)
+        xr = (xr.to(tl.float32) + hr.to(tl.float32)).to(x_ptr.dtype.element_ty)
+    return xr
+
+
+@triton.jit
+def _lanes_rstd(x_ptr, row, T, K, s_xt, eps, kk, res, STEP: tl.constexpr, NSTEPS: tl.constexpr,
+                HAS_RES: tl.constexpr):
+    """NORM_PRE's 1 / sqrt(mean(x[row]^2) + eps) (x: the stream of _lanes_x), the squares summed in the lanes'
+    [LANES, VEC] layout."""
     ss = tl.zeros(kk.shape, tl.float32)
     for i in tl.static_range(NSTEPS):
         k = i * STEP + kk
-        x = tl.load(x_ptr + row * s_xt + k, mask=(k < K) & (row < T), other=0.0).to(tl.float32)
+        x = _lanes_x(x_ptr, row, T, k, k < K, s_xt, res, HAS_RES).to(tl.float32)
         ss += x * x
     return _rstd(tl.sum(tl.sum(ss, axis=1), axis=0), K, eps)
 
 
 @triton.jit
-def _lanes_rstd4(x_ptr, t, T, K, s_xt, eps, kk, STEP: tl.constexpr, NSTEPS: tl.constexpr, R: tl.constexpr):
+def _lanes_rstd4(x_ptr, t, T, K, s_xt, eps, kk, res, STEP: tl.constexpr, NSTEPS: tl.constexpr, R: tl.constexpr,
+                 HAS_RES: tl.constexpr = False):
     """_lanes_rstd of rows t .. t + R - 1 (R = 1, 2 or 4; 1.0 for the rest)."""
-    r0 = _lanes_rstd(x_ptr, t, T, K, s_xt, eps, kk, STEP, NSTEPS)
+    r0 = _lanes_rstd(x_ptr, t, T, K, s_xt, eps, kk, res, STEP, NSTEPS, HAS_RES)
     r1 = 1.0
     r2 = 1.0
     r3 = 1.0
     if R > 1:
-        r1 = _lanes_rstd(x_ptr, t + 1, T, K, s_xt, eps, kk, STEP, NSTEPS)
+        r1 = _lanes_rstd(x_ptr, t + 1, T, K, s_xt, eps, kk, res, STEP, NSTEPS, HAS_RES)
     if R > 2:
-        r2 = _lanes_rstd(x_ptr, t + 2, T, K, s_xt, eps, kk, STEP, NSTEPS)
-        r3 = _lanes_rstd(x_ptr, t + 3, T, K, s_xt, eps, kk, STEP, NSTEPS)
+        r2 = _lanes_rstd(x_ptr, t + 2, T, K, s_xt, eps, kk, res, STEP, NSTEPS, HAS_RES)
+        r3 = _lanes_rstd(x_ptr, t + 3, T, K, s_xt, eps, kk, res, STEP, NSTEPS, HAS_RES)
     return r0, r1, r2, r3
 
 
@@ -480,12 +495,16 @@ def _fma8(acc, w, x):
 
 
 @triton.jit
-def _lanes_dot(acc, w, x_ptr, row, T, k, k_ok, s_xt, rstd, nw, NORM: tl.constexpr, LF: tl.constexpr):
+def _lanes_dot(acc, w, x_ptr, row, T, k, k_ok, s_xt, rstd, nw, res, NORM: tl.constexpr, HAS_RES: tl.constexpr,
+               LF: tl.constexpr):
     """acc plus the per-lane products of W's tile (see _by_row) with row ``row`` of x over this K step (with NORM,
-    x * rstd * the norm weight rounded to x's dtype first, as the RMSNorm kernel stores it). Rows first: a lane's
-    8 products summed, then added; lanes first (VEC = 8): each product added to acc in turn (_fma8: no FMUL and
-    no FADD a step and row, the accumulator in the FFMA chain)."""
-    xr = tl.load(x_ptr + row * s_xt + k, mask=k_ok & (row < T), other=0.0)  # [LANES, VEC]
+    x * rstd * the norm weight rounded to x's dtype first, as the RMSNorm kernel stores it; with HAS_RES, x is
+    the stream x + residual of _lanes_x, stored as the new residual where ``res`` = (res_ptr, s_rt, res_out_ptr,
+    s_rot, store_res) says so). Rows first: a lane's 8 products summed, then added; lanes first (VEC = 8): each
+    product added to acc in turn (_fma8: no FMUL and no FADD a step and row, the accumulator in the FFMA chain)."""
+    xr = _lanes_x(x_ptr, row, T, k, k_ok, s_xt, res, HAS_RES)  # [LANES, VEC]
+    if HAS_RES:
+        tl.store(res[2] + row * res[3] + k, xr, mask=k_ok & (row < T) & res[4])
     if NORM:
         xr = (xr.to(tl.float32) * rstd * nw).to(x_ptr.dtype.element_ty)
     if LF:
@@ -496,26 +515,27 @@ def _lanes_dot(acc, w, x_ptr, row, T, k, k_ok, s_xt, rstd, nw, NORM: tl.constexp
 
 
 @triton.jit
-def _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, NORM: tl.constexpr,
-                R: tl.constexpr, LF: tl.constexpr):
+def _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, res, NORM: tl.constexpr,
+                HAS_RES: tl.constexpr, R: tl.constexpr, LF: tl.constexpr):
     """_lanes_dot for the accumulators of rows t .. t + R - 1 (R = 1, 2 or 4)."""
-    a0 = _lanes_dot(a0, w, x_ptr, t, T, k, k_ok, s_xt, r0, nw, NORM, LF)
+    a0 = _lanes_dot(a0, w, x_ptr, t, T, k, k_ok, s_xt, r0, nw, res, NORM, HAS_RES, LF)
     if R > 1:
-        a1 = _lanes_dot(a1, w, x_ptr, t + 1, T, k, k_ok, s_xt, r1, nw, NORM, LF)
+        a1 = _lanes_dot(a1, w, x_ptr, t + 1, T, k, k_ok, s_xt, r1, nw, res, NORM, HAS_RES, LF)
     if R > 2:
-        a2 = _lanes_dot(a2, w, x_ptr, t + 2, T, k, k_ok, s_xt, r2, nw, NORM, LF)
-        a3 = _lanes_dot(a3, w, x_ptr, t + 3, T, k, k_ok, s_xt, r3, nw, NORM, LF)
+        a2 = _lanes_dot(a2, w, x_ptr, t + 2, T, k, k_ok, s_xt, r2, nw, res, NORM, HAS_RES, LF)
+        a3 = _lanes_dot(a3, w, x_ptr, t + 3, T, k, k_ok, s_xt, r3, nw, res, NORM, HAS_RES, LF)
     return a0, a1, a2, a3
 
 
 @triton.jit
-def _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr, r0, r1, r2, r3, r4, r5, r6, r7,
-                NORM: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
-                STEP: tl.constexpr, NSTEPS: tl.constexpr, LF: tl.constexpr):
+def _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr, r0, r1, r2, r3, r4, r5, r6, r7, res,
+                NORM: tl.constexpr, HAS_RES: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                LANES: tl.constexpr, STEP: tl.constexpr, NSTEPS: tl.constexpr, LF: tl.constexpr):
     """The CUDA-core forms' K loop: per-lane sums of the program's weight rows (w_rows pointers and n_ok their
     mask, shaped by _by_row; w the first step's tile, loaded by the caller before its PDL wait) with rows
-    t0 .. t0 + ROWS - 1 of x (with NORM: normed by rstd r_i and the norm weight at nw_ptr), unrolled over NSTEPS
-    steps of STEP weights a row. Eight accumulators, those past ROWS unused."""
+    t0 .. t0 + ROWS - 1 of x (with NORM: normed by rstd r_i and the norm weight at nw_ptr; with HAS_RES: the
+    stream x + residual, ``res`` as _lanes_dot takes it), unrolled over NSTEPS steps of STEP weights a row. Eight
+    accumulators, those past ROWS unused."""
     R0: tl.constexpr = ROWS if ROWS < 4 else 4
     if LF:
         a0 = tl.zeros([LANES, BLOCK_N], tl.float32)
@@ -530,11 +550,11 @@ def _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr, r0, r1, r2, 
         nw = 1.0
         if NORM:
             nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-        a0, a1, a2, a3 = _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t0, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, NORM, R0,
-                                     LF)
+        a0, a1, a2, a3 = _lanes_dot4(a0, a1, a2, a3, w, x_ptr, t0, T, k, k_ok, s_xt, r0, r1, r2, r3, nw, res, NORM,
+                                     HAS_RES, R0, LF)
         if ROWS > 4:
-            a4, a5, a6, a7 = _lanes_dot4(a4, a5, a6, a7, w, x_ptr, t0 + 4, T, k, k_ok, s_xt, r4, r5, r6, r7, nw,
-                                         NORM, 4, LF)
+            a4, a5, a6, a7 = _lanes_dot4(a4, a5, a6, a7, w, x_ptr, t0 + 4, T, k, k_ok, s_xt, r4, r5, r6, r7, nw, res,
+                                         NORM, HAS_RES, 4, LF)
     return a0, a1, a2, a3, a4, a5, a6, a7
 
 
@@ -602,13 +622,14 @@ def gemv_fma_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, T, N, K, s_xt, s_wn, s_ot, s_
         gdc_launch_dependents()
     r0, r1, r2, r3 = 1.0, 1.0, 1.0, 1.0
     r4, r5, r6, r7 = 1.0, 1.0, 1.0, 1.0
+    res = (x_ptr, 0, out_ptr, 0, False)  # (no residual here)
     if NORM:
-        r0, r1, r2, r3 = _lanes_rstd4(x_ptr, t0, T, K, s_xt, eps, kk, STEP, NSTEPS, R0)
+        r0, r1, r2, r3 = _lanes_rstd4(x_ptr, t0, T, K, s_xt, eps, kk, res, STEP, NSTEPS, R0)
         if ROWS > 4:
-            r4, r5, r6, r7 = _lanes_rstd4(x_ptr, t0 + 4, T, K, s_xt, eps, kk, STEP, NSTEPS, 4)
+            r4, r5, r6, r7 = _lanes_rstd4(x_ptr, t0 + 4, T, K, s_xt, eps, kk, res, STEP, NSTEPS, 4)
     a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr,
-                                                 r0, r1, r2, r3, r4, r5, r6, r7, NORM, ROWS, BLOCK_N, LANES, STEP,
-                                                 NSTEPS, LF)
+                                                 r0, r1, r2, r3, r4, r5, r6, r7, res, NORM, False, ROWS, BLOCK_N,
+                                                 LANES, STEP, NSTEPS, LF)
     _lanes_store4(out_ptr, t0, T, s_ot, n, N, a0, a1, a2, a3, R0, LF)
     if ROWS > 4:
         _lanes_store4(out_ptr, t0 + 4, T, s_ot, n, N, a4, a5, a6, a7, 4, LF)
@@ -649,7 +670,9 @@ def _gated_row(out2_ptr, t, T, s_o2t, j, N2, sums, HALF: tl.constexpr):
 def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T, N, N2, NB1, K, s_xt, s_w1n, s_w2n,
                          s_ot, s_o2t, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
                          VEC: tl.constexpr, NSTEPS: tl.constexpr, PDL: tl.constexpr = False, LF: tl.constexpr = False,
-                         GATED: tl.constexpr = True, GROUPS_INNER: tl.constexpr = False):
+                         GATED: tl.constexpr = True, GROUPS_INNER: tl.constexpr = False, NORM: tl.constexpr = 0,
+                         HAS_RES: tl.constexpr = False, nw_ptr=None, res_ptr=None, res_out_ptr=None, s_rt=0, s_rot=0,
+                         eps=0.0):
     """gemv_fma_kernel's form for a pair launch of one x: weight blocks (_block_and_rows) 0 .. NB1 - 1 take BLOCK_N
     rows of W1 [N, K] into out [T, N] (its dtype: float32 router logits for a MoE layer's router). With GATED (the
     router's shared expert gate/up), block NB1 + p takes gate rows and up rows j = p * HALF .. + HALF - 1 of W2 /
@@ -657,7 +680,16 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
     into out2 [T, N2] (its dtype): the gate and up rows of one activation share a program. Without it (MLA's q_a and
     kv_a), block NB1 + p takes BLOCK_N rows of W2 into out2 as the first blocks do (w2_up_ptr unused). Each weight
     row's sums are gemv_fma_kernel's (the same lanes, steps and order), so a token's products do not depend on T
-    either."""
+    either.
+
+    NORM (plain pairs only: a decoder layer's input RMSNorm before q_a and kv_a, NORM_PRE as gemv_fma_kernel's):
+    the products are of the RMSNorm by nw_ptr [K] and eps of the stream x (with HAS_RES, x + res rounded to x's
+    dtype; block 0 of each row group stores it to res_out). Every program first reads its rows of the stream
+    whole for their rstd (from L2: the previous launch just wrote them), then normalises them as the RMSNorm
+    kernel does (bf16(x rstd g)) on the way into the products. (Summing the squares in the product loop and
+    scaling the sums after, the tensor-core kernel's NORM_POST, was built first: the rstd's cross-warp sum at
+    the end kept 164-255 registers live where the plain pair takes 58-96, spilling at 2 and 4 rows.)"""
+    tl.static_assert(NORM == 0 or (NORM == 1 and not GATED), "the CUDA-core pair folds a norm into plain pairs")
     HALF: tl.constexpr = BLOCK_N // 2
     STEP: tl.constexpr = LANES * VEC
     R0: tl.constexpr = ROWS if ROWS < 4 else 4
@@ -680,9 +712,16 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
     if PDL:  # the first tile above needs no wait: weights are never written
         gdc_wait()
         gdc_launch_dependents()
-    a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, x_ptr,
-                                                 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, False, ROWS, BLOCK_N, LANES,
-                                                 STEP, NSTEPS, LF)
+    res = (res_ptr, s_rt, res_out_ptr, s_rot, pid == 0)
+    r0, r1, r2, r3 = 1.0, 1.0, 1.0, 1.0
+    r4, r5, r6, r7 = 1.0, 1.0, 1.0, 1.0
+    if NORM:
+        r0, r1, r2, r3 = _lanes_rstd4(x_ptr, t0, T, K, s_xt, eps, kk, res, STEP, NSTEPS, R0, HAS_RES)
+        if ROWS > 4:
+            r4, r5, r6, r7 = _lanes_rstd4(x_ptr, t0 + 4, T, K, s_xt, eps, kk, res, STEP, NSTEPS, 4, HAS_RES)
+    a0, a1, a2, a3, a4, a5, a6, a7 = _lanes_sums(w, w_rows, n_ok, kk, x_ptr, t0, T, K, s_xt, nw_ptr,
+                                                 r0, r1, r2, r3, r4, r5, r6, r7, res, NORM, HAS_RES, ROWS, BLOCK_N,
+                                                 LANES, STEP, NSTEPS, LF)
     if GATED:
         _lanes_pair_store4(out_ptr, out2_ptr, second, t0, T, s_ot, s_o2t, n, N, j, N2, a0, a1, a2, a3, HALF, R0,
                            LF)

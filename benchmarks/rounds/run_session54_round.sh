@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The fifty-fourth session's device round: the decoder layer's input RMSNorm folded into the CUDA-core q_a + kv_a
+# pair (the input_norm fusion, NORM_PRE with the residual in gemv_fma_pair_kernel: one launch fewer a layer); the
+# H200 tables at HEAD where an H200 comes.
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session54_round.sh e1   (one device call each, < 10 min)
+# e1 (any card): the GPU tests of the fold (the CUDA-core pair's, and the tensor-core fold's tests, whose default
+#     config now dispatches to it), the fold alone against the norm launch + the plain pair (bench_norm_fold.py),
+#     then the 61-layer step paired at 1k, T = 1, 2, 4, 8, uniform routing: the defaults against input_norm on
+#     (SGLANG_EAGLE3_NO_FUSE without it); then the invariance probe with it on (every verify row the bits of its
+#     decode).
+# e2: on an H200, the tables docs/BENCHMARKS.md section 0 calls current (head_tables); on another card, e1.
+# Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: e1 | e2}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
+cat "$OUT/gpu.txt"
+if [ "$part" = e2 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=e1; fi
+# the default NO_FUSE (env.DEFAULT_NO_FUSE) without input_norm
+FOLD="SGLANG_EAGLE3_NO_FUSE=router_topk,q_rope_attn,route_shared_down,rope_wuk"
+case $part in
+e1) TAIL=8 stage tests_fold 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py -k "gemv_fma_pair_norm or input_norm_fold"
+    TAIL=12 stage norm_fold 60 python benchmarks/bench_norm_fold.py --tokens 1 2 4 8 --configs 64:4:8 \
+      --out "$OUT/norm_fold.json"
+    TAIL=30 stage paired_fold 230 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --tokens 1 2 4 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' "$FOLD" --paired 80 \
+      --out "$OUT/paired_fold.json"
+    TAIL=14 stage probe_fold 120 env "$FOLD" python benchmarks/probe_invariance.py --layers 3 --contexts 1024 \
+      --widths 2 4 --out "$OUT/probe_fold.json" ;;
+e2) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
