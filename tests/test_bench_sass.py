@@ -25,7 +25,7 @@ def test_sass_gemv_fma_reports_both_orders(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     rows = json.loads(out.read_text())["rows"]
     assert sorted(r["form"] for r in rows) == ["one_matrix_at_pair_config", "q_b_norm", "qkv_a_plain",
-                                               "router_shared", "w_uv_heads"]
+                                               "qkv_a_plain_norm", "router_shared", "w_uv_heads"]
     for r in rows:
         for order in ("rows_first", "lanes_first"):
             assert r[order]["instructions"] > 100 and 0 < r[order]["registers"] <= 255, r

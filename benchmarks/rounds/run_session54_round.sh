@@ -9,9 +9,12 @@
 #     (SGLANG_EAGLE3_NO_FUSE without it); then the invariance probe with it on (every verify row the bits of its
 #     decode).
 # e2: on an H200, the tables docs/BENCHMARKS.md section 0 calls current (head_tables); on another card, e1.
+# e3 (any card): e1's fold tests ran out of their 150 s (compiling): again with room; then the fifty-second session's
+#     unrun c5 (run_session52_round.sh): gate_up's layout probe over the experts' words alone (no scales), so that
+#     its read-only kernel reads what the probe reads.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: e1 | e2}
+part=${1:?part: e1 | e2 | e3}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 if [ "$part" = e2 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=e1; fi
@@ -27,6 +30,10 @@ e1) TAIL=8 stage tests_fold 150 python -m pytest -q -p no:cacheprovider -o addop
       --out "$OUT/paired_fold.json"
     TAIL=14 stage probe_fold 120 env "$FOLD" python benchmarks/probe_invariance.py --layers 3 --contexts 1024 \
       --widths 2 4 --out "$OUT/probe_fold.json" ;;
+e3) TAIL=8 stage tests_fold 420 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+      tests/kernels/test_kernels_gpu.py tests/kernels/test_fold_gpu.py -k "gemv_fma_pair_norm or input_norm_fold"
+    TAIL=5 stage layout_words 90 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --no-scales \
+      --out "$OUT/moe_layout_words.json" ;;
 e2) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
