@@ -40,13 +40,15 @@ def _splits(K: int, config: dict | None) -> int | None:
 
 
 def check_input_norm_fold(T, N1, N2, K, residual=True, dtype=torch.bfloat16, config=None, device="cpu", seed=0,
-                          router=False, strided=False, min_splits=1) -> dict:
+                          router=False, strided=False, min_splits=1, fma=None) -> dict:
     """triton_gemv_pair with a folded input RMSNorm (norm_weight, eps, residual), for MLA's q_a [N1] and kv_a
     [N2] (with ``router``: float32 logits and a gated second output, the same launch shape as the router and
     shared expert): the products within rounding of the float64 unfused math on the new stream (normed
     without intermediate rounding), the stream h + residual exactly as the kernel's cast rounds it (torch's
     add on the GPU) and h itself without a residual, row 0 the same at T=1, split-K counters reset.
-    ``strided``: h is a column slice of a wider tensor (row stride != K)."""
+    ``strided``: h is a column slice of a wider tensor (row stride != K). ``fma``: triton_gemv_pair's (False: the
+    tensor-core fold wherever the CUDA-core pair would take it; gemv_fma_checks.check_gemv_fma_pair_norm checks that
+    one)."""
     from kernel_checks import rel_err
 
     from sglang_eagle3.kernels.gemv import _COUNTERS, triton_gemv_pair
@@ -62,7 +64,7 @@ def check_input_norm_fold(T, N1, N2, K, residual=True, dtype=torch.bfloat16, con
     w2 = (torch.randn(N2, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
     w2_up = (torch.randn(N2, K, generator=g) / math.sqrt(K)).to(dtype).to(device) if router else None
     out1_dtype = torch.float32 if router else None
-    kw = dict(w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=nw, eps=EPS, config=config)
+    kw = dict(w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=nw, eps=EPS, config=config, fma=fma)
     y1, y2, stream = triton_gemv_pair(h, w1, w2, residual=res, **kw)
 
     if residual:

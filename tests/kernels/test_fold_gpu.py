@@ -41,10 +41,12 @@ TOP_K, ROUTED_SCALE = 8, 2.827
 @pytest.mark.parametrize("residual", [True, False])
 @pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 8, 16])
 def test_input_norm_fold_q_a_kv_a(T, residual):
-    """The launcher's own config (split-K over K = 7168), against float64 products of the normed stream; the
-    new residual bit-identical to torch's h + residual; row 0 as at T=1; counters reset."""
+    """The tensor-core fold at its launcher's own config (split-K over K = 7168; fma=False, since the CUDA-core pair
+    takes this shape by default: test_kernels_gpu.py test_gemv_fma_pair_norm), against float64 products of the
+    normed stream; the new residual bit-identical to torch's h + residual; row 0 as at T=1; counters reset."""
     poison_allocator()
-    check_input_norm_fold(T, Q_LORA, KV_A, HIDDEN, residual=residual, device="cuda", seed=T + 10 * residual)
+    check_input_norm_fold(T, Q_LORA, KV_A, HIDDEN, residual=residual, device="cuda", seed=T + 10 * residual,
+                          fma=False)
 
 
 @pytest.mark.parametrize("config", [
@@ -85,9 +87,11 @@ def _replay_equals_eager(graph, outs_g, step, names) -> None:
         assert torch.equal(a, b), f"{name}: replay differs from eager"
 
 
-def test_input_norm_fold_graph_replay_equals_eager():
-    """The fold captured in a CUDA graph (split-K counters reset in the launch, no memset): replays on new
-    h and residual equal eager calls, twice in a row."""
+@pytest.mark.parametrize("fma", [None, False], ids=["cuda_core", "tensor_core"])
+def test_input_norm_fold_graph_replay_equals_eager(fma):
+    """The fold captured in a CUDA graph, in the CUDA-core pair (the default at this shape) and in the tensor-core
+    kernel (split-K counters reset in the launch, no memset): replays on new h and residual equal eager calls,
+    twice in a row."""
     from sglang_eagle3 import kernels
 
     T = 4
@@ -99,7 +103,7 @@ def test_input_norm_fold_graph_replay_equals_eager():
     w2 = torch.randn(KV_A, HIDDEN, device="cuda", generator=g).bfloat16() / HIDDEN ** 0.5
 
     def step():
-        return kernels.gemv_pair(h, w1, w2, norm_weight=nw, eps=EPS, residual=res)
+        return kernels.gemv_pair(h, w1, w2, norm_weight=nw, eps=EPS, residual=res, fma=fma)
 
     graph, outs_g = _capture(step)
     for _ in range(2):
