@@ -33,6 +33,15 @@ install_carried_wheels() {
 # ran the structured-output case had not, and it skipped. (Installed once a machine: a second call finds it there.)
 python -c "import xgrammar" 2>/dev/null || install_carried_wheels
 
+# The card a call got, in $OUT/gpu.txt and printed (every round records it first).
+record_gpu() {
+  nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
+  cat "$OUT/gpu.txt"
+}
+# on_h200 PART OTHER: PART on an H200 (record_gpu's card), else OTHER: a part that only an H200 should run (its
+# tables) falls back to one any card can.
+on_h200() { if grep -q H200 "$OUT/gpu.txt"; then echo "$1"; else echo "$2"; fi; }
+
 # Gather the stage logs into one round.txt (the device tool brings back at most 8 files).
 collect() { for f in "$OUT"/*.log; do [ -e "$f" ] || continue; echo "##### $(basename "$f")"; cat "$f"; done > "$OUT/round.txt" && rm -f "$OUT"/*.log; }
 # Nsight Compute, and its per-instruction stall reasons (cycles a warp spends per issued instruction in each).

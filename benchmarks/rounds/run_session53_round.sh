@@ -44,9 +44,8 @@
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: d1 | d2 | d3 | d4 | d5 | d6 | d7 | d8 | d9 | d10}
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
-cat "$OUT/gpu.txt"
-if [ "$part" = d2 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=d1; fi
+record_gpu
+if [ "$part" = d2 ]; then part=$(on_h200 d2 d1); fi
 Q_B_L64="SGLANG_EAGLE3_GEMV_FMA_CONFIG=BLOCK_N=4,LANES=64,num_warps=2,MAX_ROWS=4"
 case $part in
 d1) TAIL=6 stage tests_caps 140 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \

@@ -15,9 +15,8 @@
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: e1 | e2 | e3}
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt"
-cat "$OUT/gpu.txt"
-if [ "$part" = e2 ] && ! grep -q H200 "$OUT/gpu.txt"; then part=e1; fi
+record_gpu
+if [ "$part" = e2 ]; then part=$(on_h200 e2 e1); fi
 # the default NO_FUSE (env.DEFAULT_NO_FUSE) without input_norm
 FOLD="SGLANG_EAGLE3_NO_FUSE=router_topk,q_rope_attn,route_shared_down,rope_wuk"
 case $part in
