@@ -49,7 +49,8 @@ c4) TAIL=4 stage ncu_moe_uniform 300 "$NCU" --clock-control none --section Speed
     done; done; done
     TAIL=75 stage moe_down_uniform 240 python benchmarks/bench_moe_dot.py --variants "gemv (table)" --tokens 4 8 \
       --pools 384 "${V[@]}" --out "$OUT/moe_down_uniform.json" ;;
-c5) # (its tests and paired step ran as run_session53_round.sh d1, with q_b at 64 lanes beside them)
+c5) # (its tests and paired step ran as run_session53_round.sh d1, with q_b at 64 lanes beside them; this probe
+    # ran as run_session54_round.sh e3)
     TAIL=5 stage layout_words 60 python benchmarks/bench_moe_layout.py --tokens 1 4 8 --no-scales \
       --out "$OUT/moe_layout_words.json" ;;
 *) echo "unknown part $part"; exit 2 ;;
