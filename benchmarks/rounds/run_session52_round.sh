@@ -19,8 +19,9 @@
 # c3: the same at decode and a verify of 4 with the slice's own routing (few experts a layer), and at 8k.
 # Ran (H100s; every call named nvidia-h200): run_session51_round.sh b7 at 3129ba6, c2 at 9fbd9b5 (as c1: no H200),
 # c4 at 2e996ed (~11 device minutes held, 5.4 running). Then eight calls refused for want of a machine (~14 device
-# minutes in all) until too little was left to start one. Not run: c1 on an H200, c3, c5 (the fifty-third session
-# ran all of c5 but its layout probe as run_session53_round.sh d1).
+# minutes in all) until too little was left to start one. Not run: c1 on an H200, c3; c5 ran later (the fifty-third
+# session ran all of it but its layout probe as run_session53_round.sh d1, the fifty-fourth the probe as
+# run_session54_round.sh e3).
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: c1 | c2 | c3 | c4 | c5}
