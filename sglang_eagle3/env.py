@@ -209,10 +209,10 @@ def cache_dir() -> Path:
 # 95% intervals of +-0.1%): rope_wuk x1.004-1.009 and route_shared_down x1.005-1.051 of the defaults
 # (paired_rope_wuk_59d360f.json, paired_knobs_9e110b6.json): slower, both.
 # input_norm again (fifty-fourth session, H100, paired at 1k with uniform routing,
-# benchmarks/results/h100/session54_e1_paired_fold_47786e0.json): the fold now runs in the CUDA-core q_a + kv_a pair
-# wherever that pair runs (kernels/triton/gemv.py gemv_fma_pair_kernel), x0.992 at decode but x1.07 / 1.15 / 1.14
-# at T = 2 / 4 / 8: each of the pair's 528 programs reads its rows of h and the residual twice (for the rstd, then
-# for the products), and past one row the registers leave 3 blocks a SM for a grid that needs 4. Stays off.
+# benchmarks/results/h100/session54_e{1,2}_paired_fold_*.json, two machines): the fold now runs in the CUDA-core q_a +
+# kv_a pair wherever that pair runs (kernels/triton/gemv.py gemv_fma_pair_kernel), x0.990-0.992 at decode but x1.07 /
+# 1.15 / 1.14 at T = 2 / 4 / 8: each of the pair's 528 programs reads its rows of h and the residual twice (for the
+# rstd, then for the products), and past one row the registers leave 3 blocks a SM for a grid that needs 4. Stays off.
 DEFAULT_NO_FUSE = "input_norm,router_topk,q_rope_attn,route_shared_down,rope_wuk"
 FUSIONS = ("qa_norm", "kv_norm", "router_shared", "input_norm", "router_topk", "q_rope_attn", "route_shared_down",
            "rope_wuk")

@@ -12,8 +12,8 @@
 # e3 (any card): e1's fold tests ran out of their 150 s (compiling): again with room; then the fifty-second session's
 #     unrun c5 (run_session52_round.sh): gate_up's layout probe over the experts' words alone (no scales), so that
 #     its read-only kernel reads what the probe reads.
-# Ran (H100s, named nvidia-h100-x1; five calls refused, ~14 device minutes): e2 at 47786e0 (no H200: e1), e3 at
-# b34efa4. Not run: e2 on an H200.
+# Ran (fresh H100s; five calls refused, ~14 device minutes): e2 at 47786e0 (no H200: e1), e3 at b34efa4, e2 at
+# b34efa4 (named nvidia-h200, an H100 came: e1 again). Not run: e2 on an H200.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: e1 | e2 | e3}
