@@ -16,7 +16,9 @@ of a decoder layer, with its residual add, before q_a and kv_a): rstd is one sca
 rstd * sum_k bf16(x g)_k W_nk is the normed product; each program feeds its own K-slice of bf16(x g) to the
 dot and sums the squares of that slice, and the epilogue (after the split reduction, which adds the slices'
 sums of squares in split order too) scales by rstd. The product then differs from the unfused
-norm-then-GEMV only in where x is rounded to bf16 (before the scaling by rstd instead of after).
+norm-then-GEMV only in where x is rounded to bf16 (before the scaling by rstd instead of after). The CUDA-core
+q_a + kv_a pair below takes that input norm as NORM_PRE instead (it splits no K, so every program reads its rows
+whole anyway: gemv_fma_pair_kernel).
 
 A MoE layer's routing can ride in the tail of the router + shared expert launch (ROUTE): each router row
 block, once its logits are stored (by the split-K reduction, or by the program itself without split), arrives
