@@ -113,7 +113,7 @@ def check_gemv_fma_pair(T: int, N1: int, N2: int, K: int, device: str = "cpu", s
 def check_gemv_fma_pair_norm(T: int, N1: int, N2: int, K: int, residual: bool = True, device: str = "cpu",
                              seed: int = 0, dtype=torch.bfloat16, config: dict | None = None,
                              strided: bool = False) -> dict:
-    """The input-norm fold in the CUDA-core plain pair (MLA's q_a + kv_a of RMSNorm(h + residual), NORM_POST):
+    """The input-norm fold in the CUDA-core plain pair (MLA's q_a + kv_a of RMSNorm(h + residual), NORM_PRE):
     the products within rounding of float64 unfused math on the new stream (normed without rounding), every
     element written (outputs of a poisoned allocation checked finite); the stream h + residual exactly as a
     kernel's cast rounds it (torch's add on the GPU), h itself without a residual; each row alone and in groups
@@ -141,7 +141,7 @@ def check_gemv_fma_pair_norm(T: int, N1: int, N2: int, K: int, residual: bool = 
     else:
         assert stream is h, "without a residual the stream is h itself"
     normed = kernels.ref_rms_norm(stream.double(), nw.double(), EPS)
-    tol = 4e-3 if h.is_cuda else 1.2e-2  # bf16(s * weight) into the products; the interpreter truncates (kernel_cast)
+    tol = 4e-3 if h.is_cuda else 1.2e-2  # bf16(s * rstd * weight) into the products; the interpreter truncates
     errs = [rel_err(y, kernels.ref_gemv(normed, w.double())) for y, w in ((y1, w1), (y2, w2))]
     assert max(errs) < tol, f"norm-folded CUDA-core pair rel err {errs} >= {tol} ({T=} {N1=} {N2=} {K=} {residual=})"
     _rows_alike_in_any_batch(
@@ -159,9 +159,9 @@ def check_gemv_fma_pair_norm(T: int, N1: int, N2: int, K: int, residual: bool = 
     # Unfused: the RMSNorm kernel, then the same pair. The fold rounds the normed x as that kernel does; only the
     # order of the sum of squares differs (a last-bit rstd now and then), so the two agree far inside the rounding
     # of x that separates either from float64.
-    normed = kernels.rms_norm(h, nw, EPS, use_triton=True) if res is None else kernels.rms_norm(
+    normed_x = kernels.rms_norm(h, nw, EPS, use_triton=True) if res is None else kernels.rms_norm(
         h, nw, EPS, res, use_triton=True)[0]
-    unfused = triton_gemv_fma_pair(normed, w1, w2, None, config=config)
+    unfused = triton_gemv_fma_pair(normed_x, w1, w2, None, config=config)
     same = [int(torch.equal(a, b)) for a, b in zip((y1, y2), unfused, strict=True)]
     near = max(rel_err(a, b.double()) for a, b in zip((y1, y2), unfused, strict=True))
     assert near < tol / 8, f"fold vs the norm kernel then the pair: rel err {near} ({T=} {N1=} {N2=} {K=})"
