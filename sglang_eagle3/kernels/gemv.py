@@ -219,7 +219,8 @@ def fma_config(N: int, K: int) -> dict:
 def fma_pair_form(K: int, gated: bool, epilogue: bool) -> bool:
     """Whether triton_gemv_pair runs in the CUDA-core form (triton_gemv_fma_pair): a pair (its second matrix
     ``gated``: a MoE layer's router and its shared expert's gate/up; or plain: MLA's q_a and kv_a) with K in the
-    form's range and no norm or routing tail (``epilogue``); off with SGLANG_EAGLE3_GEMV_FMA=0. One answer for
+    form's range and no routing tail or norm the form cannot take (``epilogue``: a routing tail, or a norm before a
+    gated pair; a plain pair folds the input norm itself); off with SGLANG_EAGLE3_GEMV_FMA=0. One answer for
     every T of a pair (decode and verify compute alike). On the H200 (Kimi TP=8 rank: 384 router rows, 256 + 256
     gated, K = 7168; thirty-first session, bench_gemv_launches.py, benchmarks/results/h200/
     gemv_launches_fma_391ae14.json) the gated pair took 5.5 / 8.0 / 10.3 / 17.9 us at T = 1 / 2 / 4 / 8, the
@@ -544,8 +545,8 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
     launch's tail routes them: (weights float32 [T, top_k], ids int32 [T, top_k]) follow the other outputs,
     bit-identical to triton_moe_topk on the returned logits (the same function computes them).
 
-    ``fma``: False keeps the tensor-core kernel; None lets fma_pair_form decide (a gated second matrix without
-    norm or routing, unless ``config`` is given): then the CUDA-core form, triton_gemv_fma_pair, runs it."""
+    ``fma``: False keeps the tensor-core kernel; None lets fma_pair_form decide (a pair without routing, and a norm
+    only before a plain pair, unless ``config`` is given): then the CUDA-core form, triton_gemv_fma_pair, runs it."""
     T, K = x.shape
     assert x.dim() == 2 and x.stride(-1) == 1, f"x must be [T, K] with unit inner stride, got {tuple(x.shape)}"
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
