@@ -39,6 +39,29 @@ def _splits(K: int, config: dict | None) -> int | None:
     return math.ceil(K / k_per_split)
 
 
+def fold_inputs(g, T, K, residual, dtype, device, strided):
+    """(h [T, K], residual [T, K] or None, norm weight [K]) of an input-norm fold check, drawn from generator g;
+    ``strided``: h a column slice of a wider tensor (row stride != K)."""
+    base = (torch.randn(T, K + 8, generator=g) * 2).to(dtype).to(device)
+    h = base[:, 3:3 + K] if strided else base[:, :K].contiguous()
+    res = (torch.randn(T, K, generator=g) * 2).to(dtype).to(device) if residual else None
+    nw = (1 + 0.3 * torch.randn(K, generator=g)).to(dtype).to(device)
+    return h, res, nw
+
+
+def check_fold_stream(stream, h, res) -> None:
+    """A fold's returned stream: h + residual exactly as a kernel's cast rounds it (and torch's add on the GPU),
+    h itself without a residual."""
+    if res is not None:
+        want = kernel_cast(h.float() + res.float(), h.dtype)
+        assert torch.equal(stream, want), (
+            f"new residual differs from h + residual in {(stream != want).sum().item()} of {stream.numel()}")
+        if h.is_cuda:
+            assert torch.equal(stream, h + res), "new residual != torch's h + residual"
+    else:
+        assert stream is h, "without a residual the stream is h itself"
+
+
 def check_input_norm_fold(T, N1, N2, K, residual=True, dtype=torch.bfloat16, config=None, device="cpu", seed=0,
                           router=False, strided=False, min_splits=1, fma=None) -> dict:
     """triton_gemv_pair with a folded input RMSNorm (norm_weight, eps, residual), for MLA's q_a [N1] and kv_a
@@ -56,10 +79,7 @@ def check_input_norm_fold(T, N1, N2, K, residual=True, dtype=torch.bfloat16, con
     splits = _splits(K, config)
     assert splits is None or splits >= min_splits, f"{config=} splits K={K} {splits} ways, the case wants {min_splits}"
     g = torch.Generator(device="cpu").manual_seed(seed)
-    base = (torch.randn(T, K + 8, generator=g) * 2).to(dtype).to(device)
-    h = base[:, 3:3 + K] if strided else base[:, :K].contiguous()
-    res = (torch.randn(T, K, generator=g) * 2).to(dtype).to(device) if residual else None
-    nw = (1 + 0.3 * torch.randn(K, generator=g)).to(dtype).to(device)
+    h, res, nw = fold_inputs(g, T, K, residual, dtype, device, strided)
     w1 = (torch.randn(N1, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
     w2 = (torch.randn(N2, K, generator=g) / math.sqrt(K)).to(dtype).to(device)
     w2_up = (torch.randn(N2, K, generator=g) / math.sqrt(K)).to(dtype).to(device) if router else None
@@ -67,14 +87,7 @@ def check_input_norm_fold(T, N1, N2, K, residual=True, dtype=torch.bfloat16, con
     kw = dict(w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=nw, eps=EPS, config=config, fma=fma)
     y1, y2, stream = triton_gemv_pair(h, w1, w2, residual=res, **kw)
 
-    if residual:
-        want = kernel_cast(h.float() + res.float(), dtype)
-        assert torch.equal(stream, want), (
-            f"new residual differs from h + residual in {(stream != want).sum().item()} of {stream.numel()}")
-        if device != "cpu":
-            assert torch.equal(stream, h + res), "new residual != torch's h + residual"
-    else:
-        assert stream is h, "without a residual the stream is h itself"
+    check_fold_stream(stream, h, res)
     assert y1.dtype == (out1_dtype or dtype) and y2.dtype == dtype, (y1.dtype, y2.dtype)
 
     # The kernel rounds x * g to the activation dtype and scales the fp32 product by rstd; the float64

@@ -121,25 +121,17 @@ def check_gemv_fma_pair_norm(T: int, N1: int, N2: int, K: int, residual: bool = 
     the products in one order whatever T is); where fma_pair_form takes the shape, triton_gemv_pair's dispatch
     equal to it bit for bit, and the tensor-core fold (fma=False) within the rounding. ``strided``: h a column
     slice of a wider tensor."""
-    from fold_checks import EPS, kernel_cast
+    from fold_checks import EPS, check_fold_stream, fold_inputs
     from kernel_checks import rel_err
 
     g = torch.Generator(device="cpu").manual_seed(seed)
-    base = (torch.randn(T, K + 8, generator=g) * 2).to(dtype).to(device)
-    h = base[:, 3:3 + K] if strided else base[:, :K].contiguous()
-    res = (torch.randn(T, K, generator=g) * 2).to(dtype).to(device) if residual else None
-    nw = (1 + 0.3 * torch.randn(K, generator=g)).to(dtype).to(device)
+    h, res, nw = fold_inputs(g, T, K, residual, dtype, device, strided)
     w1, w2 = ((torch.randn(n, K, generator=g) / math.sqrt(K)).to(dtype).to(device) for n in (N1, N2))
     kw = dict(config=config, norm_weight=nw, eps=EPS)
     y1, y2, stream = triton_gemv_fma_pair(h, w1, w2, None, residual=res, **kw)
     assert y1.dtype == y2.dtype == dtype and y1.shape == (T, N1) and y2.shape == (T, N2)
     assert bool(torch.isfinite(y1).all()) and bool(torch.isfinite(y2).all()), "an output element left unwritten"
-    if residual:
-        want = kernel_cast(h.float() + res.float(), dtype)
-        assert torch.equal(stream, want), (
-            f"new residual differs from h + residual in {(stream != want).sum().item()} of {stream.numel()}")
-    else:
-        assert stream is h, "without a residual the stream is h itself"
+    check_fold_stream(stream, h, res)
     normed = kernels.ref_rms_norm(stream.double(), nw.double(), EPS)
     tol = 4e-3 if h.is_cuda else 1.2e-2  # bf16(s * rstd * weight) into the products; the interpreter truncates
     errs = [rel_err(y, kernels.ref_gemv(normed, w.double())) for y, w in ((y1, w1), (y2, w2))]
