@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from benchmarks.bench_kernels import ab_tag, add_kernels_from_arg, kernels_from  # noqa: E402
 from benchmarks.bench_verify_graph import kimi_config, randomize_cuda  # noqa: E402
+from sglang_eagle3 import kernels  # noqa: E402
 from sglang_eagle3.bench.harness import git_commit  # noqa: E402
 from sglang_eagle3.distributed.parallel_state import init_tp  # noqa: E402
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM  # noqa: E402
@@ -184,6 +185,7 @@ def main() -> None:
     results = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(),
                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                "triton": __import__("triton").__version__, "layers": args.layers,
+               "kernel_report": kernels.kernel_report(),  # the table and GPU the launches followed (emulated too)
                "lm_head_gemm": lm_head_probe(cfg.vocab_size // 8, cfg.hidden_size, max_T)}
     print("lm_head F.linear, rows differing from one-row calls:",
           {r["T"]: r["rows_differing"] for r in results["lm_head_gemm"]}, flush=True)

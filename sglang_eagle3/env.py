@@ -57,6 +57,11 @@ CACHE_DIR = Knob("SGLANG_EAGLE3_CACHE_DIR", "autotuning cache (default ~/.cache/
 CONFIG_TABLE = Knob("SGLANG_EAGLE3_CONFIG_TABLE",
                     "path of a kernel config table (kernels/configs/sm_*.json format, e.g. a --sweep's "
                     "sweep_table.json) used in place of the checked-in one for its GPU")
+EMULATE_GPU = Knob("SGLANG_EAGLE3_EMULATE_GPU",
+                   "sm_120: make every launch decision for the RTX PRO 6000 Blackwell on the GPU at hand (its config "
+                   "table, 188 SMs for the grids, 99 KB of shared memory a block; kernels/tuning.py EMULATED_GPUS), to "
+                   "run the derived table's configs on a Hopper GPU; with DISABLE_MMA_V3=1 Triton compiles the dots "
+                   "with mma.sync as for sm_120. Correctness and relative cost only: not an sm_120 timing")
 FAULT_INJECT = Knob("SGLANG_EAGLE3_FAULT_INJECT",
                     "test hook: 'rank=R,at=start' or 'rank=R,at=step:N' makes that TP worker fail")
 OVERLAY_CONFIG = Knob("SGLANG_EAGLE3_OVERLAY", "set by apply(): the overlay config SGLang's workers re-apply")
@@ -154,11 +159,11 @@ ROUTING_TRACE = Knob(
     "path: write every MoE layer's expert ids of each eager target forward there, one JSON line a forward "
     "(runtime/routing_trace.py; needs disable_cuda_graph=True), for benchmarks/routing.py's --routing trace:PATH")
 
-ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, FAULT_INJECT, OVERLAY_CONFIG, OVERLAY_FORCE,
-       STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH, MOE_DOWN_PRELOAD,
-       GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_GROUPS_INNER, GEMV_FMA_PLAIN_PAIR,
-       MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX, GRAMMAR_PREFILL_BELOW_US, ADAPTIVE_CHANGE_NATS,
-       ADAPTIVE_STEP_UP, ROUTING_TRACE)
+ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, EMULATE_GPU, FAULT_INJECT, OVERLAY_CONFIG,
+       OVERLAY_FORCE, STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH,
+       MOE_DOWN_PRELOAD, GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_GROUPS_INNER,
+       GEMV_FMA_PLAIN_PAIR, MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX, GRAMMAR_PREFILL_BELOW_US,
+       ADAPTIVE_CHANGE_NATS, ADAPTIVE_STEP_UP, ROUTING_TRACE)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,

@@ -13,7 +13,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -149,11 +151,56 @@ def _patch_interpreter_index() -> None:
     interpreter._patch_lang_tensor = patched
 
 
-@functools.cache
+@dataclass(frozen=True)
+class EmulatedGpu:
+    """A GPU whose launch decisions SGLANG_EAGLE3_EMULATE_GPU makes on another: the config table (``arch``), the
+    SM count the grids follow and the shared memory a block may use (MLA's key-tile depth follows it)."""
+    arch: str
+    sms: int
+    smem_per_block: int
+    name: str
+
+
+# Our users' GPU, whose table (configs/sm_120.json) is derived, never measured: no sm_120 card is lent. Emulated on a
+# Hopper GPU, every config, grid and shared-memory budget of that table runs for real (the GPU tests, the
+# decode/verify invariance probe); the compiler still targets the card at hand (DISABLE_MMA_V3=1 keeps it to
+# mma.sync, as sm_120 has no wgmma), so its timings say what the configs cost relative to each other, not sm_120's.
+EMULATED_GPUS = {"sm_120": EmulatedGpu("sm_120", 188, 99 << 10, "RTX PRO 6000 Blackwell")}
+
+
+def emulated_gpu(value: str, real_arch: str, real_smem: int) -> EmulatedGpu:
+    """The EMULATED_GPUS profile SGLANG_EAGLE3_EMULATE_GPU=``value`` names, checked against the GPU at hand: it
+    must be sm_90 or newer (the emulated card launches with PDL) and give a block at least the profile's shared
+    memory (the profile's configs are sized for it). A ValueError naming the value otherwise."""
+    gpu = EMULATED_GPUS.get(value)
+    if gpu is None:
+        raise ValueError(f"{env.EMULATE_GPU.name}={value!r}: unknown GPU, expected one of {sorted(EMULATED_GPUS)}")
+    major = int(real_arch.removeprefix("sm_")[:-1] or 0)
+    if major < 9 or real_smem < gpu.smem_per_block:
+        raise ValueError(f"{env.EMULATE_GPU.name}={value!r} needs an sm_90 or newer GPU with at least "
+                         f"{gpu.smem_per_block >> 10} KB of shared memory a block; this one is {real_arch} with "
+                         f"{real_smem >> 10} KB")
+    return gpu
+
+
 def device_key(device_index: int) -> tuple[str, int, str]:
-    """(``sm_90``-style arch, SM count, device name) of a CUDA device."""
+    """(``sm_90``-style arch, SM count, device name) of a CUDA device, or of the GPU SGLANG_EAGLE3_EMULATE_GPU
+    names (the name then says which card emulates it)."""
+    return _device_key(device_index, env.EMULATE_GPU.raw() or None)
+
+
+@functools.cache
+def _device_key(device_index: int, emulate: str | None) -> tuple[str, int, str]:
     props = torch.cuda.get_device_properties(device_index)
-    return f"sm_{props.major}{props.minor}", props.multi_processor_count, props.name
+    arch, sms, name = f"sm_{props.major}{props.minor}", props.multi_processor_count, props.name
+    if emulate is None:
+        return arch, sms, name
+    gpu = emulated_gpu(emulate, arch, _smem(device_index))
+    if os.environ.get("DISABLE_MMA_V3") != "1":
+        logger.warning("%s=%s on %s without DISABLE_MMA_V3=1: Triton may compile dots for %s's wgmma, which %s "
+                       "lacks", env.EMULATE_GPU.name, emulate, name, arch, gpu.arch)
+    return gpu.arch, gpu.sms, f"{name} emulating {gpu.arch} ({gpu.name}: {gpu.sms} SMs, " \
+                               f"{gpu.smem_per_block >> 10} KB a block)"
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -233,10 +280,14 @@ def _capability(device_index: int) -> int:
 
 
 def smem_per_block(device: torch.device) -> int:
-    """Shared memory one block may use (opt-in maximum): 227 KB on sm_90, 99 KB on sm_120."""
+    """Shared memory one block may use (opt-in maximum): 227 KB on sm_90, 99 KB on sm_120 (emulated too)."""
     if device.type != "cuda":
         return 96 << 10
-    return _smem(device.index if device.index is not None else torch.cuda.current_device())
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    emulate = env.EMULATE_GPU.raw() or None
+    if emulate is not None:
+        return emulated_gpu(emulate, _device_key(index, None)[0], _smem(index)).smem_per_block
+    return _smem(index)
 
 
 @functools.cache

@@ -436,3 +436,61 @@ def test_gemv_fma_row_groups_grid(monkeypatch):
     monkeypatch.setenv("SGLANG_EAGLE3_GEMV_GROUPS_INNER", "1")
     with pytest.raises(ValueError, match="SGLANG_EAGLE3_GEMV_GROUPS_INNER='1'"):
         row_groups_inner("pair")
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """torch.cuda.get_device_properties answering for an H100 (no CUDA here); the cached lookups cleared after."""
+    import types
+
+    import torch
+
+    props = types.SimpleNamespace(major=9, minor=0, multi_processor_count=132, name="NVIDIA H100 80GB HBM3",
+                                  shared_memory_per_block_optin=227 << 10)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    monkeypatch.delenv("SGLANG_EAGLE3_CONFIG_TABLE", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    for cached in (tuning._device_key, tuning._smem):
+        cached.cache_clear()
+    yield props
+    for cached in (tuning._device_key, tuning._smem):
+        cached.cache_clear()
+
+
+def test_emulated_gpu(fake_gpu, monkeypatch):
+    """SGLANG_EAGLE3_EMULATE_GPU=sm_120 on a Hopper GPU: the launch decisions follow the derived sm_120 table, its
+    188 SMs and its 99 KB a block (the configs, grids and MLA depth an RTX PRO 6000 gets), and the device name says
+    which card emulates it; an unknown name, or a GPU that cannot hold the profile's blocks, is refused by value."""
+    import torch
+
+    from sglang_eagle3.kernels.mla_attention import launch_plan
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.delenv("SGLANG_EAGLE3_EMULATE_GPU", raising=False)
+    assert tuning.device_key(0) == ("sm_90", 132, "NVIDIA H100 80GB HBM3")
+    assert tuning.smem_per_block(cuda) == 227 << 10
+    sm90 = tuning.get_config("mla_attention", cuda, "rows", 8)
+    monkeypatch.setenv("SGLANG_EAGLE3_EMULATE_GPU", "sm_120")
+    arch, sms, name = tuning.device_key(0)
+    assert (arch, sms) == ("sm_120", 188) and name.startswith("NVIDIA H100 80GB HBM3 emulating sm_120"), name
+    assert tuning.sm_count(cuda) == 188 and tuning.smem_per_block(cuda) == 99 << 10
+    table = json.loads((tuning.CONFIG_DIR / "sm_120.json").read_text())
+    for rows in (8, 32):
+        got = tuning.get_config("mla_attention", cuda, "rows", rows)
+        assert got == tuning.table_config(table, "mla_attention", "rows", rows)
+    assert got != sm90
+    # the split count follows the emulated SM count
+    plan = launch_plan(1, 1, 8, 131072, tuning.sm_count(cuda), tuning.get_config("mla_attention", cuda, "rows", 8))
+    assert plan["splits"] == got["ctas_per_sm"] * 188, plan
+    monkeypatch.setenv("SGLANG_EAGLE3_EMULATE_GPU", "sm_121")
+    with pytest.raises(ValueError, match=r"SGLANG_EAGLE3_EMULATE_GPU='sm_121': unknown GPU, expected one of "
+                                         r"\['sm_120'\]"):
+        tuning.device_key(0)
+    fake_gpu.shared_memory_per_block_optin = 48 << 10
+    tuning._smem.cache_clear()
+    monkeypatch.setenv("SGLANG_EAGLE3_EMULATE_GPU", "sm_120")
+    with pytest.raises(ValueError, match="needs an sm_90 or newer GPU with at least 99 KB .* this one is sm_90 "
+                                         "with 48 KB"):
+        tuning.smem_per_block(cuda)
+    with pytest.raises(ValueError, match="this one is sm_80 with 163 KB"):
+        tuning.emulated_gpu("sm_120", "sm_80", 163 << 10)
