@@ -143,11 +143,14 @@ def test_mla_short_split_decode_verify_alike(T, ctx, cap, dtype):
 
     from sglang_eagle3.kernels import tuning
 
+    cfg = tuning.get_config("mla_attention", torch.device("cuda"), "rows", T * HEADS)
+    if not cfg["short_split"]:  # the derived sm_120 table (SGLANG_EAGLE3_EMULATE_GPU) has none
+        pytest.skip("this GPU's config table runs no short_split")
     spare = cap // 64 - math.ceil((ctx + T) / 64)
     plans = check_mla_decode_verify_alike(T, HEADS, KV_LORA, ROPE, 64, ctx, device="cuda", dtype=dtype, spare=spare,
                                           seed=ctx + T + 7)
-    assert plans["verify"] == (132, 16), plans
-    cfg = tuning.get_config("mla_attention", torch.device("cuda"), "rows", T * HEADS)
+    # the verify in 16-row blocks, on the splits of its decodes
+    assert plans["verify"][1] == 16 and len({splits for splits, _ in plans.values()}) == 1, plans
     check_mla_short_split(1, T, HEADS, KV_LORA, ROPE, 64, [ctx + T], cfg, spare, device="cuda", dtype=dtype,
                           seed=ctx + T + 8)
 
