@@ -4,12 +4,13 @@
 # 99 KB a block) with DISABLE_MMA_V3=1 (Triton's dots on mma.sync, as sm_120 compiles them); the H200 tables at HEAD
 # where an H200 comes.
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session55_round.sh f1   (one device call each, < 10 min)
-# f1 (any card): the kernel GPU tests (tests/kernels, -m gpu) emulating sm_120.
+# f1 (any card): emulating sm_120: the kernel GPU tests (tests/kernels, -m gpu), then the invariance probe (every
+#     verify row the bits of its decode) at 1k and 8k, widths 2..8.
 # f2 (any card): emulating sm_120: the graph runner, overlap, layout and CUDA engine GPU tests (speculative output
-#     with graphs and kernels equal to the reference's), then the invariance probe (every verify row the bits of its
-#     decode) at 1k and 8k, widths 2..8.
-# f3 (any card): what the sm_120 configs cost on this card, not on sm_120: the kernel table emulating sm_120, then
-#     the 61-layer step at 1k, T = 1, 2, 4, 8, uniform routing, the card's own table against the emulation, paired.
+#     with graphs and kernels equal to the reference's); then what the sm_120 configs cost on this card (not on
+#     sm_120): the 61-layer step at 1k, T = 1, 2, 4, 8, uniform routing, the card's own table against the emulation,
+#     paired.
+# f3 (any card): the kernel table emulating sm_120.
 # h: on an H200 the tables docs/BENCHMARKS.md section 0 calls current (head_tables); on another card, f1.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
@@ -18,16 +19,16 @@ record_gpu
 if [ "$part" = h ]; then part=$(on_h200 h f1); fi
 EMU=(SGLANG_EAGLE3_EMULATE_GPU=sm_120 DISABLE_MMA_V3=1)
 case $part in
-f1) TAIL=25 stage tests_kernels_sm120 560 env "${EMU[@]}" python -m pytest -q -p no:cacheprovider -o addopts="" \
-      -m gpu -rfE tests/kernels ;;
-f2) TAIL=25 stage tests_engine_sm120 380 env "${EMU[@]}" python -m pytest -q -p no:cacheprovider -o addopts="" \
-      -m gpu -rfE tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
-    TAIL=14 stage probe_sm120 180 env "${EMU[@]}" python benchmarks/probe_invariance.py --layers 3 \
+f1) TAIL=25 stage tests_kernels_sm120 420 env "${EMU[@]}" python -m pytest -q -p no:cacheprovider -o addopts="" \
+      -m gpu -rfE tests/kernels
+    TAIL=14 stage probe_sm120 150 env "${EMU[@]}" python benchmarks/probe_invariance.py --layers 3 \
       --contexts 1024 8192 --widths 2 4 6 8 --out "$OUT/probe_sm120.json" ;;
-f3) TAIL=45 stage kernels_sm120 220 env "${EMU[@]}" python benchmarks/bench_kernels.py --out "$OUT"
-    TAIL=30 stage paired_sm120 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+f2) TAIL=25 stage tests_engine_sm120 300 env "${EMU[@]}" python -m pytest -q -p no:cacheprovider -o addopts="" \
+      -m gpu -rfE tests/loaders/test_layouts.py tests/test_graph_runner.py tests/test_overlap.py tests/gpu
+    TAIL=30 stage paired_sm120 270 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
       --tokens 1 2 4 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' "${EMU[*]}" \
-      --paired 60 --out "$OUT/paired_sm120.json" ;;
+      --paired 40 --out "$OUT/paired_sm120.json" ;;
+f3) TAIL=45 stage kernels_sm120 220 env "${EMU[@]}" python benchmarks/bench_kernels.py --out "$OUT" ;;
 h) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
