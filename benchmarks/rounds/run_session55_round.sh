@@ -13,10 +13,10 @@
 # f3 (any card): the kernel table emulating sm_120.
 # h: on an H200 the tables docs/BENCHMARKS.md section 0 calls current (head_tables); on another card, f1.
 # Ran (eleven calls, nine refused for want of a machine, ~25 of the 30 device minutes): h at 7f22153, named
-# nvidia-h200, an H100 came: f1, whose kernel tests ran out of their 420 s at 224 of 534 (compiling under
-# DISABLE_MMA_V3; every one that ran passed or skipped); then on the same lease, 175 s, the CUDA engine tests of f2
+# nvidia-h200, an H100 came: f1, whose kernel tests ran out of their 420 s at 220 of 534 (compiling under
+# DISABLE_MMA_V3; 206 passed, 14 skipped, none failed); then on the same lease, 175 s, the CUDA engine tests of f2
 # alone (the command is the first line of session55_f2_engine_sm120_7f22153.txt). Not run: the rest of f1's kernel
-# tests (from test_fused_moe_int4_dot_path_exact on), f2's other tests and paired step, f3, h on an H200.
+# tests (the last of test_fused_moe_int4_dot_path_exact on), f2's other tests and paired step, f3, h on an H200.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: f1 | f2 | f3 | h}
