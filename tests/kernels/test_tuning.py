@@ -463,6 +463,7 @@ def test_emulated_gpu(fake_gpu, monkeypatch):
     which card emulates it; an unknown name, or a GPU that cannot hold the profile's blocks, is refused by value."""
     import torch
 
+    from sglang_eagle3 import kernels
     from sglang_eagle3.kernels.mla_attention import launch_plan
 
     cuda = torch.device("cuda", 0)
@@ -474,6 +475,9 @@ def test_emulated_gpu(fake_gpu, monkeypatch):
     arch, sms, name = tuning.device_key(0)
     assert (arch, sms) == ("sm_120", 188) and name.startswith("NVIDIA H100 80GB HBM3 emulating sm_120"), name
     assert tuning.sm_count(cuda) == 188 and tuning.smem_per_block(cuda) == 99 << 10
+    report = kernels.kernel_report(cuda)  # the provenance benchmarks and the server record says so
+    assert (report["gpu"], report["arch"], report["sm_count"]) == (name, "sm_120", 188)
+    assert report["config_table"] == {"arch": "sm_120", "measured": False, "override": None}
     table = json.loads((tuning.CONFIG_DIR / "sm_120.json").read_text())
     for rows in (8, 32):
         got = tuning.get_config("mla_attention", cuda, "rows", rows)
