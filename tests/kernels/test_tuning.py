@@ -475,7 +475,7 @@ def test_emulated_gpu(fake_gpu, monkeypatch):
     arch, sms, name = tuning.device_key(0)
     assert (arch, sms) == ("sm_120", 188) and name.startswith("NVIDIA H100 80GB HBM3 emulating sm_120"), name
     assert tuning.sm_count(cuda) == 188 and tuning.smem_per_block(cuda) == 99 << 10
-    report = kernels.kernel_report(cuda)  # the provenance benchmarks and the server record says so
+    report = kernels.kernel_report(cuda)  # the provenance benchmarks and the server record: it names the emulation
     assert (report["gpu"], report["arch"], report["sm_count"]) == (name, "sm_120", 188)
     assert report["config_table"] == {"arch": "sm_120", "measured": False, "override": None}
     table = json.loads((tuning.CONFIG_DIR / "sm_120.json").read_text())
