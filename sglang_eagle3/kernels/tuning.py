@@ -311,7 +311,12 @@ def _table(arch: str, sms: int) -> dict | None:
 @functools.cache
 def _merged_table(arch: str, sms: int, override: str | None) -> dict | None:
     if override is None:
-        return _checked_in(arch, sms)
+        table = _checked_in(arch, sms)
+        if table is not None and table.get("measured") is False:  # once a process (cached): the RTX PRO 6000's
+            logger.warning("kernel configs: configs/%s.json (%d SMs) is derived from the GPU's limits, never measured "
+                           "on one; `python benchmarks/bench_kernels.py --out DIR --sweep` measures a table on "
+                           "this GPU and %s=DIR/sweep_table.json runs it", arch, sms, env.CONFIG_TABLE.name)
+        return table
     table = _load_table(override)
     if table.get("arch") != arch or sms not in table.get("sm_counts", []):  # say so, rather than tune blind
         raise ValueError(f"{env.CONFIG_TABLE.name}={override!r} is for {table.get('arch')} with SM counts "

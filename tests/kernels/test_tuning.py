@@ -498,3 +498,21 @@ def test_emulated_gpu(fake_gpu, monkeypatch):
         tuning.smem_per_block(cuda)
     with pytest.raises(ValueError, match="this one is sm_80 with 163 KB"):
         tuning.emulated_gpu("sm_120", "sm_80", 163 << 10)
+
+
+def test_derived_table_said_once(caplog, monkeypatch):
+    """A process on a GPU whose checked-in table was never measured (sm_120's) is told so once, with the command that
+    measures one; a measured table, or a table given by SGLANG_EAGLE3_CONFIG_TABLE, says nothing."""
+    monkeypatch.delenv("SGLANG_EAGLE3_CONFIG_TABLE", raising=False)
+    tuning._merged_table.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="sglang_eagle3.kernels.tuning"):
+            for _ in range(2):
+                tuning._table("sm_120", 188)
+                tuning._table("sm_90", 132)
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 1 and "configs/sm_120.json (188 SMs) is derived" in said[0], said
+        assert "bench_kernels.py --out DIR --sweep`" in said[0], said
+        assert "SGLANG_EAGLE3_CONFIG_TABLE=DIR/sweep_table.json" in said[0], said
+    finally:
+        tuning._merged_table.cache_clear()
