@@ -186,21 +186,23 @@ def emulated_gpu(value: str, real_arch: str, real_smem: int) -> EmulatedGpu:
 def device_key(device_index: int) -> tuple[str, int, str]:
     """(``sm_90``-style arch, SM count, device name) of a CUDA device, or of the GPU SGLANG_EAGLE3_EMULATE_GPU
     names (the name then says which card emulates it)."""
-    return _device_key(device_index, env.EMULATE_GPU.raw() or None)
+    return _device(device_index, env.EMULATE_GPU.raw() or None)[:3]
 
 
 @functools.cache
-def _device_key(device_index: int, emulate: str | None) -> tuple[str, int, str]:
+def _device(device_index: int, emulate: str | None) -> tuple[str, int, str, int]:
+    """device_key's three and the shared memory a block may use (opt-in maximum), of the device or its emulation."""
     props = torch.cuda.get_device_properties(device_index)
     arch, sms, name = f"sm_{props.major}{props.minor}", props.multi_processor_count, props.name
+    smem = int(getattr(props, "shared_memory_per_block_optin", 0) or 96 << 10)
     if emulate is None:
-        return arch, sms, name
-    gpu = emulated_gpu(emulate, arch, _smem(device_index))
+        return arch, sms, name, smem
+    gpu = emulated_gpu(emulate, arch, smem)
     if os.environ.get("DISABLE_MMA_V3") != "1":
         logger.warning("%s=%s on %s without DISABLE_MMA_V3=1: Triton may compile dots for %s's wgmma, which %s "
                        "lacks", env.EMULATE_GPU.name, emulate, name, arch, gpu.arch)
-    return gpu.arch, gpu.sms, f"{name} emulating {gpu.arch} ({gpu.name}: {gpu.sms} SMs, " \
-                               f"{gpu.smem_per_block >> 10} KB a block)"
+    return (gpu.arch, gpu.sms, f"{name} emulating {gpu.arch} ({gpu.name}: {gpu.sms} SMs, "
+            f"{gpu.smem_per_block >> 10} KB a block)", gpu.smem_per_block)
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -284,16 +286,7 @@ def smem_per_block(device: torch.device) -> int:
     if device.type != "cuda":
         return 96 << 10
     index = device.index if device.index is not None else torch.cuda.current_device()
-    emulate = env.EMULATE_GPU.raw() or None
-    if emulate is not None:
-        return emulated_gpu(emulate, _device_key(index, None)[0], _smem(index)).smem_per_block
-    return _smem(index)
-
-
-@functools.cache
-def _smem(device_index: int) -> int:
-    props = torch.cuda.get_device_properties(device_index)
-    return int(getattr(props, "shared_memory_per_block_optin", 0) or 96 << 10)
+    return _device(index, env.EMULATE_GPU.raw() or None)[3]
 
 
 def sm_count(device: torch.device) -> int:
