@@ -450,11 +450,9 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
     monkeypatch.delenv("SGLANG_EAGLE3_CONFIG_TABLE", raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    for cached in (tuning._device_key, tuning._smem):
-        cached.cache_clear()
+    tuning._device.cache_clear()
     yield props
-    for cached in (tuning._device_key, tuning._smem):
-        cached.cache_clear()
+    tuning._device.cache_clear()
 
 
 def test_emulated_gpu(fake_gpu, monkeypatch):
@@ -491,7 +489,7 @@ def test_emulated_gpu(fake_gpu, monkeypatch):
                                          r"\['sm_120'\]"):
         tuning.device_key(0)
     fake_gpu.shared_memory_per_block_optin = 48 << 10
-    tuning._smem.cache_clear()
+    tuning._device.cache_clear()
     monkeypatch.setenv("SGLANG_EAGLE3_EMULATE_GPU", "sm_120")
     with pytest.raises(ValueError, match="needs an sm_90 or newer GPU with at least 99 KB .* this one is sm_90 "
                                          "with 48 KB"):
@@ -500,7 +498,7 @@ def test_emulated_gpu(fake_gpu, monkeypatch):
         tuning.emulated_gpu("sm_120", "sm_80", 163 << 10)
 
 
-def test_derived_table_said_once(caplog, monkeypatch):
+def test_derived_table_said_once(caplog, monkeypatch, tmp_path):
     """A process on a GPU whose checked-in table was never measured (sm_120's) is told so once, with the command that
     measures one; a measured table, or a table given by SGLANG_EAGLE3_CONFIG_TABLE, says nothing."""
     monkeypatch.delenv("SGLANG_EAGLE3_CONFIG_TABLE", raising=False)
@@ -514,5 +512,13 @@ def test_derived_table_said_once(caplog, monkeypatch):
         assert len(said) == 1 and "configs/sm_120.json (188 SMs) is derived" in said[0], said
         assert "bench_kernels.py --out DIR --sweep`" in said[0], said
         assert "SGLANG_EAGLE3_CONFIG_TABLE=DIR/sweep_table.json" in said[0], said
+        swept = tmp_path / "sweep_table.json"  # a table measured on that GPU, over the derived one
+        swept.write_text(json.dumps({"arch": "sm_120", "sm_counts": [188], "measured": True,
+                                     "ops": {"moe_topk": [{"num_warps": 1}]}}))
+        monkeypatch.setenv("SGLANG_EAGLE3_CONFIG_TABLE", str(swept))
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="sglang_eagle3.kernels.tuning"):
+            assert tuning._table("sm_120", 188)["ops"]["moe_topk"] == [{"num_warps": 1}]
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
     finally:
         tuning._merged_table.cache_clear()
