@@ -30,7 +30,8 @@ ENV_PREFIXES: tuple[str, ...] = (
 )
 # Single variables outside those prefixes that change distributed/accelerator behaviour.
 ENV_NAMES: tuple[str, ...] = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "LD_LIBRARY_PATH",
-                              "HIP_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG")
+                              "HIP_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG",
+                              "DISABLE_MMA_V3")  # Triton's, unprefixed: Hopper's dots compiled without wgmma
 # Values that legitimately differ between ranks: never reported as disagreements.
 PER_RANK_KEYS: frozenset[str] = frozenset({
     "env.LOCAL_RANK", "env.RANK", "env.CUDA_VISIBLE_DEVICES", "env.HIP_VISIBLE_DEVICES", "pid",

@@ -15,6 +15,7 @@ def _child_report(queue) -> None:
 def test_spawned_child_reports_inherited_nccl_env(monkeypatch):
     monkeypatch.setenv("NCCL_PROTO", "Simple")
     monkeypatch.setenv("HF_TOKEN", "secret-value")
+    monkeypatch.setenv("DISABLE_MMA_V3", "1")  # Triton's, outside the prefixes (SGLANG_EAGLE3_EMULATE_GPU's partner)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_child_report, args=(queue,))
@@ -23,7 +24,7 @@ def test_spawned_child_reports_inherited_nccl_env(monkeypatch):
     proc.join(timeout=60)
     assert proc.exitcode == 0
     assert child["pid"] != os.getpid() and child["pid"] == proc.pid
-    assert child["env"]["NCCL_PROTO"] == "Simple"
+    assert child["env"]["NCCL_PROTO"] == "Simple" and child["env"]["DISABLE_MMA_V3"] == "1"
     assert "HF_TOKEN" not in child["env"]  # secrets never leave the process
     parent = env_report.collect_env_report(include_device=False)
     assert env_report.compare_reports([parent, child]) == []  # pid/hostname differences are per-rank
