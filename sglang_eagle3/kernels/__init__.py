@@ -302,9 +302,14 @@ def kernel_report(device: torch.device | str | None = None) -> dict:
     device = torch.device(device)
     report: dict = {"triton": triton.__version__, "device": str(device), "interpreter": tuning.interpreting()}
     if device.type == "cuda":
-        arch, sms, name = tuning.device_key(device.index if device.index is not None else torch.cuda.current_device())
         try:
-            table = tuning._table(arch, sms)
+            arch, sms, name = tuning.device_key(device.index if device.index is not None
+                                                else torch.cuda.current_device())
+        except ValueError as e:  # SGLANG_EAGLE3_EMULATE_GPU names no GPU this one can stand in for
+            arch = sms = None
+            name = f"error: {e}"
+        try:
+            table = None if arch is None else tuning._table(arch, sms)
             config_table = None if table is None else {"arch": table.get("arch"), "measured": table.get("measured"),
                                                        "override": env.CONFIG_TABLE.raw() or None}
         except ValueError as e:  # SGLANG_EAGLE3_CONFIG_TABLE names a bad file: the launches will raise it

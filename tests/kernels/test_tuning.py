@@ -488,6 +488,8 @@ def test_emulated_gpu(fake_gpu, monkeypatch):
     with pytest.raises(ValueError, match=r"SGLANG_EAGLE3_EMULATE_GPU='sm_121': unknown GPU, expected one of "
                                          r"\['sm_120'\]"):
         tuning.device_key(0)
+    report = kernels.kernel_report(cuda)  # reported, not raised (the launches raise it)
+    assert report["gpu"].startswith("error: SGLANG_EAGLE3_EMULATE_GPU='sm_121'") and report["arch"] is None, report
     fake_gpu.shared_memory_per_block_optin = 48 << 10
     tuning._device.cache_clear()
     monkeypatch.setenv("SGLANG_EAGLE3_EMULATE_GPU", "sm_120")
