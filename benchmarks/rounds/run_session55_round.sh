@@ -16,7 +16,7 @@
 #     the CUDA-core pairs and heads, the model-level kernel tests, the MoE tile path, sampling, test_mla_rope_gpu.py
 #     and test_pdl_gpu.py.
 # h: on an H200 the tables docs/BENCHMARKS.md section 0 calls current (head_tables); on another card, f1.
-# Ran (eleven calls, nine refused for want of a machine, ~25 of the 30 device minutes): h at 7f22153, named
+# Ran (ten calls, eight refused for want of a machine, ~17 of the 30 device minutes): h at 7f22153, named
 # nvidia-h200, an H100 came: f1, whose kernel tests ran out of their 420 s at 220 of 534 (compiling under
 # DISABLE_MMA_V3; 206 passed, 14 skipped, none failed); then on the same lease, 175 s, the CUDA engine tests of f2
 # alone (the command is the first line of session55_f2_engine_sm120_7f22153.txt). Not run: the rest of f1's kernel
