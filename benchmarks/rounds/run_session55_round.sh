@@ -39,8 +39,8 @@ f2) TAIL=25 stage tests_engine_sm120 300 env "${EMU[@]}" python -m pytest -q -p 
       --paired 40 --out "$OUT/paired_sm120.json" ;;
 f1b|f1c) K=tests/kernels/test_kernels_gpu.py
     if [ "$part" = f1b ]; then
-      IDS=($K::test_fused_moe_int4_dot_path_exact $K::test_rms_norm $K::test_rotary_bit_identical $K::test_latent_to_cache
-           $K::test_gemv_projections $K::test_gemv_fma)
+      IDS=($K::test_fused_moe_int4_dot_path_exact $K::test_rms_norm $K::test_rotary_bit_identical
+           $K::test_latent_to_cache $K::test_gemv_projections $K::test_gemv_fma)
     else
       IDS=($K::test_gemv_fma_pair $K::test_gemv_fma_pair_plain $K::test_gemv_fma_pair_norm $K::test_gemv_fma_heads
            $K::test_gemv_fma_lanes_first $K::test_gemv_q_b_with_q_a_layernorm $K::test_gemv_pair_q_a_kv_a
