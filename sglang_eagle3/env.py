@@ -51,6 +51,8 @@ class Knob:
 
 
 TRITON_INTERPRET = Knob("TRITON_INTERPRET", "Triton's own: run kernels in its CPU interpreter (tests)")
+DISABLE_MMA_V3 = Knob("DISABLE_MMA_V3", "Triton's own: 1 compiles Hopper's dots with mma.sync, not wgmma "
+                       "(with EMULATE_GPU=sm_120: as that card compiles them)")
 TRITON_ON_CPU = Knob("SGLANG_EAGLE3_TRITON_ON_CPU",
                      "with TRITON_INTERPRET=1, route the kernel entry points to Triton on CPU tensors (tests)")
 CACHE_DIR = Knob("SGLANG_EAGLE3_CACHE_DIR", "autotuning cache (default ~/.cache/sglang_eagle3)")
@@ -159,9 +161,9 @@ ROUTING_TRACE = Knob(
     "path: write every MoE layer's expert ids of each eager target forward there, one JSON line a forward "
     "(runtime/routing_trace.py; needs disable_cuda_graph=True), for benchmarks/routing.py's --routing trace:PATH")
 
-ALL = (TRITON_INTERPRET, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, EMULATE_GPU, FAULT_INJECT, OVERLAY_CONFIG,
-       OVERLAY_FORCE, STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP, PDL_L2_PREFETCH,
-       MOE_DOWN_PRELOAD, GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_GROUPS_INNER,
+ALL = (TRITON_INTERPRET, DISABLE_MMA_V3, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, EMULATE_GPU, FAULT_INJECT,
+       OVERLAY_CONFIG, OVERLAY_FORCE, STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP,
+       PDL_L2_PREFETCH, MOE_DOWN_PRELOAD, GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_GROUPS_INNER,
        GEMV_FMA_PLAIN_PAIR, MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX, GRAMMAR_PREFILL_BELOW_US,
        ADAPTIVE_CHANGE_NATS, ADAPTIVE_STEP_UP, ROUTING_TRACE)
 

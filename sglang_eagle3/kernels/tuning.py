@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,9 +197,9 @@ def _device(device_index: int, emulate: str | None) -> tuple[str, int, str, int]
     if emulate is None:
         return arch, sms, name, smem
     gpu = emulated_gpu(emulate, arch, smem)
-    if os.environ.get("DISABLE_MMA_V3") != "1":
-        logger.warning("%s=%s on %s without DISABLE_MMA_V3=1: Triton may compile dots for %s's wgmma, which %s "
-                       "lacks", env.EMULATE_GPU.name, emulate, name, arch, gpu.arch)
+    if not env.DISABLE_MMA_V3.flag():
+        logger.warning("%s=%s on %s without %s=1: Triton may compile dots for %s's wgmma, which %s lacks",
+                       env.EMULATE_GPU.name, emulate, name, env.DISABLE_MMA_V3.name, arch, gpu.arch)
     return (gpu.arch, gpu.sms, f"{name} emulating {gpu.arch} ({gpu.name}: {gpu.sms} SMs, "
             f"{gpu.smem_per_block >> 10} KB a block)", gpu.smem_per_block)
 
