@@ -15,7 +15,8 @@
 #     in two calls: f1b the last INT4 dot-path cases, the RMSNorm, rotary and latent-cache tests and the GEMVs; f1c
 #     the CUDA-core pairs and heads, the model-level kernel tests, the MoE tile path, sampling, test_mla_rope_gpu.py
 #     and test_pdl_gpu.py.
-# h: on an H200 the tables docs/BENCHMARKS.md section 0 calls current (head_tables); on another card, f1.
+# h: on an H200 the tables docs/BENCHMARKS.md section 0 calls current (head_tables); on another card, f1b (f1 ran in
+#    the fifty-fifth session; the fifty-sixth took this script on for the parts left).
 # Ran (ten calls, eight refused for want of a machine, ~17 of the 30 device minutes): h at 7f22153, named
 # nvidia-h200, an H100 came: f1, whose kernel tests ran out of their 420 s at 220 of 534 (compiling under
 # DISABLE_MMA_V3; 206 passed, 14 skipped, none failed); then on the same lease, 175 s, the CUDA engine tests of f2
@@ -25,7 +26,7 @@
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: f1 | f1b | f1c | f2 | f3 | h}
 record_gpu
-if [ "$part" = h ]; then part=$(on_h200 h f1); fi
+if [ "$part" = h ]; then part=$(on_h200 h f1b); fi
 EMU=(SGLANG_EAGLE3_EMULATE_GPU=sm_120 DISABLE_MMA_V3=1)
 case $part in
 f1) TAIL=25 stage tests_kernels_sm120 420 env "${EMU[@]}" python -m pytest -q -p no:cacheprovider -o addopts="" \
