@@ -116,7 +116,8 @@ SMEM_PER_BLOCK = {90: 227 << 10, 120: 99 << 10}
 
 GATE_UP_SIG = dict(x_ptr="*bf16", w13_ptr="*i32", s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*fp32",
                    stride_xt="i32", stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32",
-                   stride_at="i32", TK="i32", I="i32", H_WORDS="i32", magic="i32", TOP_K="i32", TK_PAD="i32",
+                   stride_at="i32", TK="i32", I="i32", H_WORDS="i32", magic="i32", part_ptr="*fp32",
+                   count_ptr="*i32", TOP_K="i32", TK_PAD="i32",
                    GROUP_WORDS="i32", BLOCK_N="i32", BLOCK_W="i32", EVEN="i32", PER_PAIR="i32", SHIFT16="i32",
                    F16="i32")
 GATE_UP_ALIGNED = ["x_ptr", "w13_ptr", "s13_ptr", "ids_ptr", "act_ptr", "stride_xt", "stride_we", "stride_wn",
