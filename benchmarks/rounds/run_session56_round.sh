@@ -16,8 +16,10 @@ part=${1:?part: g1}
 record_gpu
 python benchmarks/variant_tables.py /tmp/tables > /dev/null
 case $part in
-g1) TAIL=20 stage tests_split 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
-      tests/kernels/test_kernels_gpu.py -k "gemv_split or table_buckets_round_alike or tiles_round_alike"
+g1) K=tests/kernels/test_kernels_gpu.py  # (in this order: the split's own test first)
+    TAIL=20 stage tests_split 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+      $K::test_fused_moe_int4_gemv_split $K::test_fused_moe_int4_table_buckets_round_alike \
+      $K::test_fused_moe_int4_gemv_tiles_round_alike
     TAIL=14 stage probe_split 80 env SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t1_gate_up_split7.json \
       python benchmarks/probe_invariance.py --layers 3 --contexts 1024 --widths 2 4 --out "$OUT/probe_split.json"
     TAIL=40 stage paired_split 330 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
