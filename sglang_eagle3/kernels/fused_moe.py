@@ -315,6 +315,8 @@ def _launch_gemv_gate_up(x, w13, s13, topk_ids, act, *, group: int, gate_up_cfg:
         ACT_F16=act.dtype == torch.int32, ROWS=rows, CHUNK_SUMS=chunk_sums,
         SPLIT_WORDS=split_words if split > 1 else 0, num_warps=gate_up_cfg["num_warps"],
         num_stages=1,  # prefetches by hand (see the kernel)
+        # the packed fp16 form's chunk sums want every scale product rounded alone (_scaled_sums)
+        enable_fp_fusion=not (chunk_sums and f16),
         PDL=pdl, **tuning.pdl_launch(pdl), **_register_cap(gate_up_cfg),
     )
 

@@ -586,16 +586,23 @@ def _dots_dequantized_f16(dq, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.co
 
 
 @triton.jit
-def _scaled_sums(dots, scales, CHUNK_SUMS: tl.constexpr, INTERPRET: tl.constexpr):
+def _scaled_sums(dots, scales, CHUNK_SUMS: tl.constexpr, NO_FUSION: tl.constexpr, INTERPRET: tl.constexpr):
     """A chunk's per-group dots [N, G] times their group scales, for gate_up's accumulators: as they are (each
     group its own accumulator across the chunks, summed over the groups at the end), or with CHUNK_SUMS summed
     over the chunk's groups to [N, 1] (one accumulator a row, which adds the chunks' sums in chunk order): in a
-    fixed tree over products rounded alone (mul_rn; a product contracted into the tree's first add would follow
-    the register layout, triton/exact.py), so a chunk's sum is the same bits in any program that computes it and
-    a split over H (SPLIT) that adds its programs' chunk sums in chunk order rounds as one program does."""
-    if CHUNK_SUMS:
-        return pairwise_sum(mul_rn(dots, scales, INTERPRET), 1, 1)
-    return dots * scales
+    fixed tree over products rounded alone (a product contracted into the tree's first add would follow the
+    register layout, triton/exact.py), so a chunk's sum is the same bits in any program that computes it and a
+    split over H (SPLIT) that adds its programs' chunk sums in chunk order rounds as one program does. Rounded
+    alone by the launch (NO_FUSION: the packed fp16 form, compiled without fp fusion, whose dots are PTX anyway) or
+    by mul_rn (the fp32 form, whose nibble products want their FMAs; the down kernel measured inline mul.rn as
+    moving its loads, KERNELS.md)."""
+    if not CHUNK_SUMS:  # (if/else: code after a return in a constexpr branch would still be compiled)
+        t = dots * scales
+    elif NO_FUSION:
+        t = pairwise_sum(dots * scales, 1, 1)
+    else:
+        t = pairwise_sum(mul_rn(dots, scales, INTERPRET), 1, 1)
+    return t
 
 
 @triton.jit
@@ -603,8 +610,8 @@ def _gate_up_row(acc_g, acc_u, dg, sg, du, su, xs, GROUP_WORDS: tl.constexpr, IN
                  CHUNK_SUMS: tl.constexpr):
     """One row's share of a chunk in gate_up's ROWS form: _gate_up_chunk (F16) with the weights decoded once."""
     pairs = _x_pairs_f16(xs)
-    acc_g += _scaled_sums(_dots_dequantized_f16(dg, pairs, GROUP_WORDS, INTERPRET), sg, CHUNK_SUMS, INTERPRET)
-    acc_u += _scaled_sums(_dots_dequantized_f16(du, pairs, GROUP_WORDS, INTERPRET), su, CHUNK_SUMS, INTERPRET)
+    acc_g += _scaled_sums(_dots_dequantized_f16(dg, pairs, GROUP_WORDS, INTERPRET), sg, CHUNK_SUMS, True, INTERPRET)
+    acc_u += _scaled_sums(_dots_dequantized_f16(du, pairs, GROUP_WORDS, INTERPRET), su, CHUNK_SUMS, True, INTERPRET)
     return acc_g, acc_u
 
 
@@ -718,12 +725,14 @@ def _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS: tl.cons
     to the accumulators (_scaled_sums; xs [BLOCK_W, 8] from _load_x_chunk with the same SHIFT16 and F16)."""
     if F16:
         pairs = _x_pairs_f16(xs)
-        acc_g += _scaled_sums(_group_dots_f16(pg, pairs, GROUP_WORDS, INTERPRET), sg, CHUNK_SUMS, INTERPRET)
-        acc_u += _scaled_sums(_group_dots_f16(pu, pairs, GROUP_WORDS, INTERPRET), su, CHUNK_SUMS, INTERPRET)
+        acc_g += _scaled_sums(_group_dots_f16(pg, pairs, GROUP_WORDS, INTERPRET), sg, CHUNK_SUMS, True, INTERPRET)
+        acc_u += _scaled_sums(_group_dots_f16(pu, pairs, GROUP_WORDS, INTERPRET), su, CHUNK_SUMS, True, INTERPRET)
     else:
         x_cols = _x_columns(xs)
-        acc_g += _scaled_sums(_group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16), sg, CHUNK_SUMS, INTERPRET)
-        acc_u += _scaled_sums(_group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16), su, CHUNK_SUMS, INTERPRET)
+        acc_g += _scaled_sums(_group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16), sg, CHUNK_SUMS, False,
+                              INTERPRET)
+        acc_u += _scaled_sums(_group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16), su, CHUNK_SUMS, False,
+                              INTERPRET)
     return acc_g, acc_u
 
 
