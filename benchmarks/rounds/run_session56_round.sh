@@ -4,6 +4,7 @@
 # as one program does). At decode 8 pairs x 16 row blocks give 128 programs for 132 SMs, each reading its 7 chunks
 # in a row; the fifty-first session's read probe had 11.6 us there against 8.6-10.0 with the reads split 7 ways.
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session56_round.sh g1   (one device call, < 10 min, any card)
+# g1s: g1 without the tiles test and the split at T = 1..2, for ~430 s.
 # g1: the GPU tests of the split and of the order (test_fused_moe_int4_gemv_split: act bit-identical split and not,
 #     a token alone split as in its batch unsplit, the PTX as its emulation; the tiles and table buckets rounding
 #     alike, split tiles among them); the invariance probe with the split at decode (variant table
@@ -12,7 +13,7 @@
 #     programs of one chunk) and at T = 1..2.
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: g1}
+part=${1:?part: g1 | g1s}
 record_gpu
 python benchmarks/variant_tables.py /tmp/tables > /dev/null
 case $part in
@@ -27,6 +28,15 @@ g1) K=tests/kernels/test_kernels_gpu.py  # (in this order: the split's own test 
       SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/gate_up_group_sums.json \
       SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t1_gate_up_split7.json \
       SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t1_2_gate_up_split7.json --paired 40 --out "$OUT/paired_split.json" ;;
+g1s) K=tests/kernels/test_kernels_gpu.py  # g1 cut to fit what device time is left (~430 s)
+    TAIL=20 stage tests_split 100 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+      $K::test_fused_moe_int4_gemv_split $K::test_fused_moe_int4_table_buckets_round_alike
+    TAIL=14 stage probe_split 70 env SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t1_gate_up_split7.json \
+      python benchmarks/probe_invariance.py --layers 3 --contexts 1024 --widths 2 4 --out "$OUT/probe_split.json"
+    TAIL=40 stage paired_split 260 python benchmarks/bench_verify_graph.py --backends triton --contexts 1024 \
+      --tokens 1 2 4 8 --eager-iters 1 --graph-iters 5 --routing uniform --env-variants '' \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/gate_up_group_sums.json \
+      SGLANG_EAGLE3_CONFIG_TABLE=/tmp/tables/t1_gate_up_split7.json --paired 40 --out "$OUT/paired_split.json" ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect
