@@ -395,18 +395,15 @@ def gemv_form_candidates(form: dict[str, dict]) -> list[dict]:
     """Joint (gate_up, down) candidates for the INT4 GEMV path that keep the arithmetic of ``form`` (the table's
     configs at any T): each op's F16 and BLOCK_W stay the table's, since a table must not mix them across buckets
     (they fix how a token's sums are ordered and act rounded: decode and verify compute a token alike,
-    test_tuning.py; and gate_up's CHUNK_SUMS). Tiles vary: CANDIDATES' (BLOCK_N, warps) and BLOCK_N 32, ROWS 1 / 2
-    where gate_up is F16, one program over H or 7 (SPLIT, with CHUNK_SUMS and ROWS 1), PRELOAD on / off; gate_up's
-    BLOCK_N a multiple of 8 under an F16 down (the launcher's rule for act's words).
+    test_tuning.py). Tiles vary: CANDIDATES' (BLOCK_N, warps) and BLOCK_N 32, ROWS 1 / 2 where gate_up is F16,
+    PRELOAD on / off; gate_up's BLOCK_N a multiple of 8 under an F16 down (the launcher's rule for act's words).
     The sweep of the eighth session timed only the fp32 form, which the F16 table could not take."""
-    keep = {op: {k: form[op][k] for k in tuning.ONE_ARITHMETIC_KEYS[f"fused_moe_int4_gemv_{op}"]}
-            for op in ("gate_up", "down")}
+    keep = {op: {k: form[op][k] for k in ("F16", "BLOCK_W")} for op in ("gate_up", "down")}
     rows = (1, 2) if keep["gate_up"]["F16"] else (1,)
-    splits = (1, 7) if keep["gate_up"]["CHUNK_SUMS"] else (1,)
     tiles = [(c["BLOCK_N"], c["num_warps"]) for c in GEMV_GATE_UP_SWEEP] + [(32, 4), (32, 8)]
-    gate_ups = [{"BLOCK_N": bn, "num_warps": w, **keep["gate_up"], "ROWS": r, "maxnreg": None, "SPLIT": split}
-                for bn, w in dict.fromkeys(tiles) for r in rows for split in splits
-                if (not keep["down"]["F16"] or bn % 8 == 0) and (split == 1 or r == 1)]
+    gate_ups = [{"BLOCK_N": bn, "num_warps": w, **keep["gate_up"], "ROWS": r, "maxnreg": None}
+                for bn, w in dict.fromkeys(tiles) for r in rows
+                if not keep["down"]["F16"] or bn % 8 == 0]
     downs = [{"maxnreg": None, **{k: v for k, v in c.items() if k not in keep["down"]}, **keep["down"]}
              for c in GEMV_DOWN_SWEEP]
     return [{"gate_up": g, "down": d} for g in gate_ups for d in downs]

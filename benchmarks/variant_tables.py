@@ -92,16 +92,6 @@ VARIANTS: dict[str, dict[tuple[str, int, int | None], dict]] = {
     "t4_6_gate_up_r128_t2_6_down_w1": {
         ("fused_moe_int4_gemv_gate_up", 4, 6): {"BLOCK_N": 16, "num_warps": 4, "maxnreg": 128},
         ("fused_moe_int4_gemv_down", 2, 6): {"BLOCK_N": 8, "num_warps": 1, "PRELOAD": True}},
-    # gate_up split over H (SPLIT, fifty-sixth session): at decode 8 pairs x 16 row blocks are 128 programs for 132
-    # SMs (the fifty-first session's read probe: 11.6 us, 8.6-10.0 with the reads split 7 ways over K, 7.3 for a
-    # read-only kernel); seven programs of one 128-word chunk, or four of two (the ROWS form, one pair a program at
-    # T=1 anyway, cannot split), and the same at T=2 (256 programs)
-    "t1_gate_up_split7": {("fused_moe_int4_gemv_gate_up", 1, 1): {"SPLIT": 7, "ROWS": 1}},
-    "t1_gate_up_split4": {("fused_moe_int4_gemv_gate_up", 1, 1): {"SPLIT": 4, "ROWS": 1}},
-    "t1_2_gate_up_split7": {("fused_moe_int4_gemv_gate_up", 1, 2): {"SPLIT": 7, "ROWS": 1}},
-    # gate_up as before the fifty-sixth session: one accumulator a group, summed at the end (CHUNK_SUMS off, every
-    # bucket: a token's bits differ from the table's, alike at every T), which no split can reproduce
-    "gate_up_group_sums": {("fused_moe_int4_gemv_gate_up", 1, None): {"CHUNK_SUMS": False}},
 }
 
 

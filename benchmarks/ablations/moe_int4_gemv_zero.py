@@ -15,12 +15,11 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 def moe_int4_gemv_gate_up_kernel(
     x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
     stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
-    TK, I, H_WORDS, magic, part_ptr, count_ptr,
+    TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
     PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, F16: tl.constexpr = False,
     INTERPRET: tl.constexpr = False, ACT_F16: tl.constexpr = False, ROWS: tl.constexpr = 1,
-    CHUNK_SUMS: tl.constexpr = False, SPLIT_WORDS: tl.constexpr = 0,
 ):
     if PDL:
         gdc_wait()

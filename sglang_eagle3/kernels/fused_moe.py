@@ -264,32 +264,19 @@ def _register_cap(cfg: dict) -> dict:
 
 def _launch_int4_gemv(x, w13, s13, w2, s2, topk_weights, topk_ids, add, *, I: int, group: int,
                       gate_up_cfg: dict, down_cfg: dict) -> torch.Tensor:
-    T = x.shape[0]
+    T, H = x.shape
+    k = topk_ids.shape[1]
+    bn = gate_up_cfg["BLOCK_N"]
     # down in packed fp16 (its config's "F16"): for 16-bit activations, as gate_up's F16, and gate_up blocks of
     # whole words (each word of act gets its own scale where it is computed: _store_act_f16).
-    act_f16 = (down_cfg.get("F16", False) and x.dtype in (torch.bfloat16, torch.float16)
-               and gate_up_cfg["BLOCK_N"] % PACK_FACTOR == 0)
+    act_f16 = down_cfg.get("F16", False) and x.dtype in (torch.bfloat16, torch.float16) and bn % PACK_FACTOR == 0
     out, act = _int4_outputs(x, topk_ids, I, act_f16)
     if T == 0:
         return out
-    pdl = tuning.pdl(x.device, "moe")
-    shift16 = T >= GEMV_SHIFT16_MIN_TOKENS  # act's pre-scaling follows it: down gets the same
-    _launch_gemv_gate_up(x, w13, s13, topk_ids, act, group=group, gate_up_cfg=gate_up_cfg, pdl=pdl, shift16=shift16)
-    _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl,
-                      shift16=shift16)
-    return out
-
-
-def _launch_gemv_gate_up(x, w13, s13, topk_ids, act, *, group: int, gate_up_cfg: dict, pdl: bool,
-                         shift16: bool) -> None:
-    """The GEMV path's gate_up kernel: act[pair] = silu(x W_gate^T) * (x W_up^T) into act as _int4_outputs makes
-    it (nibble-major fp32, pre-scaled with ``shift16``'s powers of two, or the down kernel's packed fp16 form)."""
-    T, H = x.shape
-    k = topk_ids.shape[1]
-    I = w13.shape[1] // 2
-    bn = gate_up_cfg["BLOCK_N"]
     TK, h_words, group_words = T * k, H // PACK_FACTOR, group // PACK_FACTOR
     interpret = tuning.interpreting()  # (also makes the loop over a loaded count work there, see tuning)
+    pdl = tuning.pdl(x.device, "moe")
+    shift16 = T >= GEMV_SHIFT16_MIN_TOKENS  # act's pre-scaling follows it: down gets the same
     # EVEN (no masks) when the blocks tile the matrices exactly, as at real model shapes.
     bw = _words_a_step(gate_up_cfg["BLOCK_W"], h_words, group_words)
     # The packed fp16 dots (the config's "F16") for 16-bit activations, exact in fp16 once scaled; float32 ones
@@ -298,42 +285,20 @@ def _launch_gemv_gate_up(x, w13, s13, topk_ids, act, *, group: int, gate_up_cfg:
     # Pairs of one expert a program (the config's "ROWS", F16 only): each weight word decoded once for them all.
     rows = gate_up_cfg.get("ROWS", 1) if f16 else 1
     assert rows in (1, 2, 4), f"gate_up config ROWS={rows} must be 1, 2 or 4"
-    per_pair = gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR)
-    chunk_sums = gate_up_cfg.get("CHUNK_SUMS", tuning.DEFAULTS["fused_moe_int4_gemv_gate_up"]["CHUNK_SUMS"])
-    nb = triton.cdiv(I, bn)
-    split_words, split, part, count = _gate_up_split(gate_up_cfg.get("SPLIT", 1), h_words, bw, TK * nb * 2 * bn,
-                                                     TK * nb, x.device)
-    assert split == 1 or (chunk_sums and per_pair and rows == 1), (
-        f"gate_up config {gate_up_cfg}: SPLIT > 1 needs CHUNK_SUMS, PER_PAIR and ROWS 1")
-    moe_int4_gemv_gate_up_kernel[(TK, nb, split)](
+    moe_int4_gemv_gate_up_kernel[(TK, triton.cdiv(I, bn))](
         x, w13, s13, topk_ids, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-        TK, I, h_words, MAGIC_BITS, act if part is None else part, act if count is None else count,
+        TK, I, h_words, MAGIC_BITS,
         TOP_K=k, TK_PAD=triton.next_power_of_2(TK), GROUP_WORDS=group_words,
         BLOCK_N=bn, BLOCK_W=bw, EVEN=I % bn == 0 and h_words % bw == 0,
-        PER_PAIR=per_pair, SHIFT16=shift16, F16=f16, INTERPRET=interpret,
-        ACT_F16=act.dtype == torch.int32, ROWS=rows, CHUNK_SUMS=chunk_sums,
-        SPLIT_WORDS=split_words if split > 1 else 0, num_warps=gate_up_cfg["num_warps"],
+        PER_PAIR=gate_up_cfg.get("PER_PAIR", GEMV_PER_PAIR), SHIFT16=shift16, F16=f16, INTERPRET=interpret,
+        ACT_F16=act_f16, ROWS=rows, num_warps=gate_up_cfg["num_warps"],
         num_stages=1,  # prefetches by hand (see the kernel)
-        # the packed fp16 form's chunk sums want every scale product rounded alone (_scaled_sums)
-        enable_fp_fusion=not (chunk_sums and f16),
         PDL=pdl, **tuning.pdl_launch(pdl), **_register_cap(gate_up_cfg),
     )
-
-
-def _gate_up_split(split: int, h_words: int, bw: int, sums_a_chunk: int, blocks: int,
-                   device: torch.device) -> tuple[int, int, torch.Tensor | None, torch.Tensor | None]:
-    """(words a split, splits, chunk sums [sums_a_chunk * chunks] fp32, arrival counters [blocks]) for an INT4
-    gate_up split ``split`` ways over H (a config's "SPLIT"): whole BLOCK_W chunks a split, so the splits may come
-    out fewer than asked (7 chunks asked in 4 or in 6 splits: 4 splits of 2, 2, 2 and 1 chunks); none unsplit."""
-    assert isinstance(split, int) and split >= 1, f"gate_up config SPLIT={split!r} must be an int >= 1"
-    chunks = triton.cdiv(h_words, bw)
-    words = triton.cdiv(chunks, min(split, chunks)) * bw
-    split = triton.cdiv(h_words, words)
-    if split == 1:
-        return words, 1, None, None
-    sums = torch.empty(sums_a_chunk * chunks, dtype=torch.float32, device=device)
-    return words, split, sums, split_counters(device, blocks, owner="moe_gemv")
+    _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, group=group, down_cfg=down_cfg, pdl=pdl,
+                      shift16=shift16)
+    return out
 
 
 def _launch_gemv_down(act, w2, s2, topk_weights, topk_ids, add, out, *, group: int, down_cfg: dict,

@@ -72,12 +72,8 @@ DEFAULTS: dict[str, dict] = {
     # BLOCK_N % 8 == 0). ROWS (2 or 4, with F16): a gate_up program decodes each weight word once for up to ROWS pairs
     # of its expert (the sm_90 table: at T=1 and above 16 tokens; triton/fused_moe.py _gate_up_rows).
     # maxnreg: a cap on the registers a thread (None: the compiler's choice; fused_moe._register_cap)
-    # CHUNK_SUMS: gate_up keeps one fp32 accumulator a row and adds each BLOCK_W chunk's sum over its groups in chunk
-    # order (off: one a group, summed at the end; a table keeps it the same in every bucket). With it, SPLIT (PER_PAIR,
-    # ROWS 1): H split over that many programs of whole chunks, the last to finish adding their chunk sums in chunk
-    # order, the same bits as one program (so buckets may differ in it): more programs where few pairs leave SMs idle.
     "fused_moe_int4_gemv_gate_up": {"BLOCK_N": 8, "BLOCK_W": 128, "num_warps": 4, "F16": False, "ROWS": 1,
-                                    "maxnreg": None, "CHUNK_SUMS": True, "SPLIT": 1},
+                                    "maxnreg": None},
     "fused_moe_int4_gemv_down": {"BLOCK_N": 32, "BLOCK_W": 32, "num_warps": 4, "PRELOAD": False, "F16": False,
                                  "maxnreg": None},
     # INT4 dot path (verify batches, off unless SGLANG_EAGLE3_MOE_DOT_MAX): gate_up as tl.dot over an expert's
@@ -344,8 +340,7 @@ def over_checked_in(table: dict, arch: str, sms: int, name: str) -> dict:
 # (docs/KERNELS.md, "Decode and verify compute a token alike"): a decode (T=1) and a verify (T=k+1) fall in different
 # buckets, and lossless greedy speculation needs each token computed alike in both.
 ONE_ARITHMETIC_KEYS = {
-    "fused_moe_int4_gemv_gate_up": ("F16", "BLOCK_W", "CHUNK_SUMS"),  # the packed fp16 dots or the fp32 ones; the
-    # fp32 sums' order (chunk boundaries, one accumulator a group or a row; SPLIT, with CHUNK_SUMS, changes neither)
+    "fused_moe_int4_gemv_gate_up": ("F16", "BLOCK_W"),  # the packed fp16 dots or the fp32 ones; the fp32 sums' order
     "fused_moe_int4_gemv_down": ("F16", "BLOCK_W"),  # (F16 there also fixes how act is rounded)
     "mla_attention": ("merge_tile", "merge_warps", "min_keys_per_split", "ctas_per_sm", "BLOCK_N"),  # the split
     # count, the key tiles and the merge's tl.sum order

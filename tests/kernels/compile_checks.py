@@ -39,9 +39,7 @@ from sglang_eagle3.kernels.triton import rotary as ro
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 MAX_GEMV_INSTR_PER_WEIGHT = 5.0
-# F16 gate_up: 2.56-3.20 as the group sums' form was built, 2.62-3.37 with CHUNK_SUMS (a chunk's 32 group sums added
-# in a tree and its products rounded alone, every chunk: +0.06-0.17 a weight; sm_90, fifty-sixth session)
-MAX_GEMV_F16_INSTR_PER_WEIGHT = 3.45
+MAX_GEMV_F16_INSTR_PER_WEIGHT = 3.3
 MAX_DOWN_F16_INSTR_PER_WEIGHT = 4.0  # the whole (straight-line) down kernel; ~4.3 (slot loop) / 5.1 (PRELOAD) in fp32
 
 
@@ -118,10 +116,9 @@ SMEM_PER_BLOCK = {90: 227 << 10, 120: 99 << 10}
 
 GATE_UP_SIG = dict(x_ptr="*bf16", w13_ptr="*i32", s13_ptr="*bf16", ids_ptr="*i32", act_ptr="*fp32",
                    stride_xt="i32", stride_we="i32", stride_wn="i32", stride_se="i32", stride_sn="i32",
-                   stride_at="i32", TK="i32", I="i32", H_WORDS="i32", magic="i32", part_ptr="*fp32",
-                   count_ptr="*i32", TOP_K="i32", TK_PAD="i32",
+                   stride_at="i32", TK="i32", I="i32", H_WORDS="i32", magic="i32", TOP_K="i32", TK_PAD="i32",
                    GROUP_WORDS="i32", BLOCK_N="i32", BLOCK_W="i32", EVEN="i32", PER_PAIR="i32", SHIFT16="i32",
-                   F16="i32", CHUNK_SUMS="i32")
+                   F16="i32")
 GATE_UP_ALIGNED = ["x_ptr", "w13_ptr", "s13_ptr", "ids_ptr", "act_ptr", "stride_xt", "stride_we", "stride_wn",
                    "stride_se", "stride_sn", "stride_at", "I", "H_WORDS"]
 DOWN_SIG = dict(act_ptr="*fp32", w2_ptr="*i32", s2_ptr="*bf16", ids_ptr="*i32", topk_w_ptr="*fp32",
@@ -152,9 +149,8 @@ def check_gemv(arch: int) -> dict:
             sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel,
                                      {**GATE_UP_SIG, "act_ptr": "*i32" if act_f16 else "*fp32", "ACT_F16": "i32"},
                                      dict(TOP_K=8, TK_PAD=8, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=bw, EVEN=even,
-                                          PER_PAIR=per_pair, SHIFT16=shift16, F16=f16, ACT_F16=act_f16,
-                                          CHUNK_SUMS=True),
-                                     GATE_UP_ALIGNED, arch, warps, enable_fp_fusion=not f16)  # as the launcher
+                                          PER_PAIR=per_pair, SHIFT16=shift16, F16=f16, ACT_F16=act_f16),
+                                     GATE_UP_ALIGNED, arch, warps)
             _no_spills(res, f"gate_up {bn=} {bw=} {even=} {per_pair=} {f16=}")
             loop = _innermost_loop(sass)
             per_weight = len(loop) / (2 * bn * bw * 8 / (32 * warps))  # gate + up rows, 8 weights a word
@@ -173,14 +169,6 @@ def check_gemv(arch: int) -> dict:
                 # ([BLOCK_W] fp32 each, see _x_columns); a conversion of a weight-sized tile would add more
                 # (the first version of this kernel had 26).
                 assert ops["BAR"] <= 20, f"barriers in the gate_up inner loop (layout conversions): {dict(ops)}"
-    # gate_up split over H (SPLIT_WORDS: one chunk a program, or two with the prefetch), each form: compiles, no spills
-    for bn, warps, f16, split_words in ((16, 8, True, 128), (8, 4, False, 128), (16, 4, True, 256)):
-        sass, res = compile_sass(fm.moe_int4_gemv_gate_up_kernel, {**GATE_UP_SIG, "SPLIT_WORDS": "i32"},
-                                 dict(TOP_K=8, TK_PAD=8, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=128, EVEN=True,
-                                      PER_PAIR=True, SHIFT16=False, F16=f16, CHUNK_SUMS=True, SPLIT_WORDS=split_words),
-                                 GATE_UP_ALIGNED, arch, warps, enable_fp_fusion=not f16)
-        _no_spills(res, f"gate_up split {bn=} {warps=} {f16=} {split_words=}")
-        out[f"gate_up_split_bn{bn}_w{warps}_f16{int(f16)}_words{split_words}"] = res
     # gate_up's ROWS form (a word decoded once for up to ROWS pairs of an expert) at the sm_90 table's buckets that
     # take it, both mask modes, with and without SHIFT16: no local memory (a few bytes of stack at 255 registers
     # are allowed), and the weights decoded once: one decode's 4 LOP3 a word in the program, not one per row.
@@ -192,8 +180,7 @@ def check_gemv(arch: int) -> dict:
                                      {**GATE_UP_SIG, "act_ptr": "*i32", "ACT_F16": "i32", "ROWS": "i32"},
                                      dict(TOP_K=8, TK_PAD=64, GROUP_WORDS=4, BLOCK_N=bn, BLOCK_W=cfg["BLOCK_W"],
                                           EVEN=even, PER_PAIR=True, SHIFT16=shift16, F16=True, ACT_F16=True,
-                                          ROWS=rows, CHUNK_SUMS=True), GATE_UP_ALIGNED, arch, warps,
-                                     enable_fp_fusion=False)
+                                          ROWS=rows), GATE_UP_ALIGNED, arch, warps)
             _no_local(res, f"gate_up ROWS={rows} {bn=} {warps=} {even=} {shift16=}")
             words = 2 * bn * cfg["BLOCK_W"] // (32 * warps)  # gate + up words a thread decodes per chunk
             lop3 = _opcodes(_instructions(sass))["LOP3"]
@@ -233,7 +220,7 @@ def check_gemv(arch: int) -> dict:
 def check_dot_gate_up(arch: int) -> dict:
     """The INT4 dot path's gate_up (tl.dot over an expert's pairs) at the tuning candidates (the table's first),
     split and not, both mask modes: no spills to local memory."""
-    sig = {k: v for k, v in GATE_UP_SIG.items() if k not in ("PER_PAIR", "SHIFT16", "F16", "CHUNK_SUMS")}
+    sig = {k: v for k, v in GATE_UP_SIG.items() if k not in ("PER_PAIR", "SHIFT16", "F16")}
     sig.update(part_ptr="*fp32", count_ptr="*i32", SPLIT_WORDS="i32", BLOCK_M="i32", SPLIT="i32", EXACT="i32",
                INTERPRET="i32", PDL="i32")
     out = {}

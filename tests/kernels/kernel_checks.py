@@ -1026,7 +1026,7 @@ CASES = {
 # (imported by path from here, so that `tests.kernels.kernel_checks` imported as a package module finds them too)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 for _module in ("fold_checks", "gemv_fma_checks", "gqa_checks", "mla_prefill_checks", "mla_rope_checks",
-                "moe_rows_checks", "moe_split_checks", "moe_tile_checks", "sampling_checks"):
+                "moe_rows_checks", "moe_tile_checks", "sampling_checks"):
     CASES.update(__import__(_module).CASES)
 
 if __name__ == "__main__":

@@ -460,9 +460,6 @@ DOWN_TILES = [{"BLOCK_N": bn, "BLOCK_W": 32, "num_warps": w, "PRELOAD": pre, "F1
 # ... and with registers capped ("maxnreg": ptxas spills past it; which registers hold what changes, no arithmetic)
 GATE_UP_TILES += [{"BLOCK_N": bn, "BLOCK_W": 128, "num_warps": w, "F16": True, "ROWS": 1, "maxnreg": 128}
                   for bn, w in ((16, 4), (8, 2))]
-# ... and split over H (SPLIT: programs of whole chunks, their chunk sums added in chunk order by the last)
-GATE_UP_TILES += [{"BLOCK_N": bn, "BLOCK_W": 128, "num_warps": w, "F16": True, "ROWS": 1, "SPLIT": split}
-                  for bn, w, split in ((16, 8, 7), (32, 4, 4), (8, 2, 2))]
 DOWN_TILES += [{"BLOCK_N": 8, "BLOCK_W": 32, "num_warps": 2, "PRELOAD": True, "F16": True, "maxnreg": 80}]
 
 
@@ -487,39 +484,6 @@ def test_fused_moe_int4_gemv_tiles_round_alike(int4_weights, T, skew):
                 first = out
                 assert rel_err(out, _ref_int4_chunked(x, p13, s13, p2, s2, topk_w, ids, shared)) < 1e-2
             assert torch.equal(out, first), (gate_up, down, (out.float() - first.float()).abs().max().item())
-
-
-@pytest.mark.parametrize("f16", [True, False])
-@pytest.mark.parametrize("T", [1, 3, 8])
-def test_fused_moe_int4_gemv_split(int4_weights, T, f16, monkeypatch):
-    """gate_up split over H (SPLIT 2, 3 (two chunks a program, the last one), 4 and 7 of the 7 chunks of 128 words)
-    at Kimi TP=8 shapes: act, gate_up's fp32 output, bit-identical to one program over H (the products rounded
-    alone, so ptxas's contraction cannot round a chunk's sum apart in two programs), a token alone split as its
-    batch unsplit (decode and verify buckets may differ in SPLIT), the packed fp16 form's PTX as its emulation."""
-    import importlib
-
-    fm = importlib.import_module("sglang_eagle3.kernels.fused_moe")
-    p13, s13, _, _ = int4_weights
-    x = torch.randn(T, HIDDEN, device="cuda", dtype=torch.bfloat16)
-    _, ids = routing(T, T > 1, 9900 + T)
-
-    def act_of(split, n=T, t0=0):
-        xs, ids_ = x[t0:t0 + n], ids[t0:t0 + n]
-        _, act = fm._int4_outputs(xs, ids_, INTER)
-        cfg = {"BLOCK_N": 16, "BLOCK_W": 128, "num_warps": 8, "F16": f16, "CHUNK_SUMS": True, "SPLIT": split}
-        fm._launch_gemv_gate_up(xs, p13, s13, ids_, act, group=32, gate_up_cfg=cfg, pdl=False, shift16=True)
-        return act
-
-    poison_allocator()
-    one = act_of(1)
-    for split in (2, 3, 4, 7):
-        act = act_of(split)
-        assert torch.equal(act, one), (split, (act - one).abs().max().item())
-        t = T // 2
-        assert torch.equal(act_of(split, 1, t), one[t * TOP_K:(t + 1) * TOP_K]), (split, t)
-    if f16:
-        monkeypatch.setattr(fm.tuning, "interpreting", lambda: True)  # the emulation, compiled for the GPU
-        assert torch.equal(act_of(7), one)
 
 
 DOT_CONFIGS = [None, {"BLOCK_N": 32, "BLOCK_W": 16, "num_warps": 4, "EXACT": True},

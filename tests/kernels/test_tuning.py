@@ -29,12 +29,9 @@ def _table_with(op: str, buckets: list[dict]) -> dict:
 @pytest.mark.parametrize("op,buckets,match", [
     # the packed fp16 gate_up at T=1, the fp32 one above: a verify rounds a token apart from its decode
     ("fused_moe_int4_gemv_gate_up", [{"max_tokens": 1, "BLOCK_N": 16, "F16": True}, {"BLOCK_N": 16, "F16": False}],
-     r"fused_moe_int4_gemv_gate_up's buckets differ in \('F16', 'BLOCK_W', 'CHUNK_SUMS'\)"),
+     r"fused_moe_int4_gemv_gate_up's buckets differ in \('F16', 'BLOCK_W'\)"),
     ("fused_moe_int4_gemv_down", [{"max_tokens": 4, "BLOCK_W": 32, "F16": True}, {"BLOCK_W": 16, "F16": True}],
      r"fused_moe_int4_gemv_down's buckets differ"),
-    # gate_up's accumulators a group at T=1, a row above (split or not: SPLIT alone may differ, see below)
-    ("fused_moe_int4_gemv_gate_up", [{"max_tokens": 1, "CHUNK_SUMS": False}, {"CHUNK_SUMS": True, "SPLIT": 7}],
-     r"fused_moe_int4_gemv_gate_up's buckets differ in \('F16', 'BLOCK_W', 'CHUNK_SUMS'\)"),
     ("mla_attention", [{"max_rows": 16, "merge_tile": 8192}, {"merge_tile": 4096}], r"mla_attention's buckets differ"),
     # down's packed fp16 form (the sm_90 table's) beside a gate_up bucket of 4 rows: act not stored by whole words
     ("fused_moe_int4_gemv_gate_up", [{"max_tokens": 2, "BLOCK_N": 4, "F16": True}, {"BLOCK_N": 16, "F16": True}],
@@ -49,14 +46,6 @@ def test_check_table_refuses(op, buckets, match):
     refused with the op and the values named (the sm_90 table with one op replaced)."""
     with pytest.raises(ValueError, match=match):
         tuning.check_table(_table_with(op, buckets), "t.json")
-
-
-def test_check_table_takes_gate_up_split_in_some_buckets():
-    """gate_up's SPLIT over H changes no bits (its programs' chunk sums are added in chunk order, as one program adds
-    them), so buckets may differ in it, as they do in tiles; the variant tables that split decode pass."""
-    tuning.check_table(_table_with("fused_moe_int4_gemv_gate_up", [{"max_tokens": 1, "SPLIT": 7}, {"SPLIT": 1}]),
-                       "t.json")
-    assert "SPLIT" not in tuning.ONE_ARITHMETIC_KEYS["fused_moe_int4_gemv_gate_up"]
 
 
 @pytest.mark.parametrize("arch,smem", [("sm_90", 227 << 10), ("sm_120", 99 << 10)])
@@ -336,8 +325,7 @@ def test_config_table_override(tmp_path, monkeypatch):
         "fused_moe_int4_gemv_gate_up": [{"max_tokens": 1, **bucket}, {"BLOCK_N": 16, "F16": False}]}}))
     monkeypatch.setenv("SGLANG_EAGLE3_CONFIG_TABLE", str(mixed))
     with pytest.raises(ValueError, match=r"SGLANG_EAGLE3_CONFIG_TABLE='.*mixed.json' over sm_90.json: "
-                                         r"fused_moe_int4_gemv_gate_up's buckets differ in "
-                                         r"\('F16', 'BLOCK_W', 'CHUNK_SUMS'\)"):
+                                         r"fused_moe_int4_gemv_gate_up's buckets differ in \('F16', 'BLOCK_W'\)"):
         tuning._table("sm_90", sms)
 
 

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from sglang_eagle3.kernels.triton.exact import mul_rn, pairwise_sum
+from sglang_eagle3.kernels.triton.exact import pairwise_sum
 from sglang_eagle3.kernels.triton.sync import last_arrival
 
 
@@ -586,32 +586,11 @@ def _dots_dequantized_f16(dq, pairs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.co
 
 
 @triton.jit
-def _scaled_sums(dots, scales, CHUNK_SUMS: tl.constexpr, NO_FUSION: tl.constexpr, INTERPRET: tl.constexpr):
-    """A chunk's per-group dots [N, G] times their group scales, for gate_up's accumulators: as they are (each
-    group its own accumulator across the chunks, summed over the groups at the end), or with CHUNK_SUMS summed
-    over the chunk's groups to [N, 1] (one accumulator a row, which adds the chunks' sums in chunk order): in a
-    fixed tree over products rounded alone (a product contracted into the tree's first add would follow the
-    register layout, triton/exact.py), so a chunk's sum is the same bits in any program that computes it and a
-    split over H (SPLIT) that adds its programs' chunk sums in chunk order rounds as one program does. Rounded
-    alone by the launch (NO_FUSION: the packed fp16 form, compiled without fp fusion, whose dots are PTX anyway) or
-    by mul_rn (the fp32 form, whose nibble products want their FMAs; the down kernel measured inline mul.rn as
-    moving its loads, KERNELS.md)."""
-    if not CHUNK_SUMS:  # (if/else: code after a return in a constexpr branch would still be compiled)
-        t = dots * scales
-    elif NO_FUSION:
-        t = pairwise_sum(dots * scales, 1, 1)
-    else:
-        t = pairwise_sum(mul_rn(dots, scales, INTERPRET), 1, 1)
-    return t
-
-
-@triton.jit
-def _gate_up_row(acc_g, acc_u, dg, sg, du, su, xs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.constexpr,
-                 CHUNK_SUMS: tl.constexpr):
+def _gate_up_row(acc_g, acc_u, dg, sg, du, su, xs, GROUP_WORDS: tl.constexpr, INTERPRET: tl.constexpr):
     """One row's share of a chunk in gate_up's ROWS form: _gate_up_chunk (F16) with the weights decoded once."""
     pairs = _x_pairs_f16(xs)
-    acc_g += _scaled_sums(_dots_dequantized_f16(dg, pairs, GROUP_WORDS, INTERPRET), sg, CHUNK_SUMS, True, INTERPRET)
-    acc_u += _scaled_sums(_dots_dequantized_f16(du, pairs, GROUP_WORDS, INTERPRET), su, CHUNK_SUMS, True, INTERPRET)
+    acc_g += _dots_dequantized_f16(dg, pairs, GROUP_WORDS, INTERPRET) * sg
+    acc_u += _dots_dequantized_f16(du, pairs, GROUP_WORDS, INTERPRET) * su
     return acc_g, acc_u
 
 
@@ -627,8 +606,7 @@ def _member(offs, member, rank, r, pair):
 @triton.jit
 def _store_gate_up(act_ptr, member, stride_at, nb, n_offs, n_ok, acc_g, acc_u, I, BLOCK_N: tl.constexpr,
                    SHIFT16: tl.constexpr, F16: tl.constexpr, ACT_F16: tl.constexpr):
-    """act[member] of rows n_offs = silu(g) * u from the accumulators ([BLOCK_N, G] per group, or [BLOCK_N, 1]:
-    _scaled_sums), in the down kernel's form."""
+    """act[member] of rows n_offs = silu(g) * u from the per-group accumulators, in the down kernel's form."""
     g = tl.reshape(pairwise_sum(acc_g, 1, 1), [BLOCK_N])
     u = tl.reshape(pairwise_sum(acc_u, 1, 1), [BLOCK_N])
     if F16:  # undo F16_X_SCALE (a power of two: exact)
@@ -647,7 +625,7 @@ def _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, up_rows, up_s
                   pair, nb, n_offs, n_ok, w_idx, g_idx, TK, I, H_WORDS,
                   TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_W: tl.constexpr, EVEN: tl.constexpr, SHIFT16: tl.constexpr, INTERPRET: tl.constexpr,
-                  ACT_F16: tl.constexpr, ROWS: tl.constexpr, CHUNK_SUMS: tl.constexpr):
+                  ACT_F16: tl.constexpr, ROWS: tl.constexpr):
     """gate_up's ROWS form (F16 only): the program of the expert's pair of rank r (in pair order) with r % ROWS == 0
     computes that pair and the next ROWS - 1 of the same expert, decoding each weight word once for all of them
     (a row then costs the dot alone: about half of a word's ~21 SASS instructions, the decode the other half); the
@@ -668,7 +646,7 @@ def _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, up_rows, up_s
             m3, ok3 = _member(offs, member, rank, r0 + 3, pair)
             x2 = x_ptr + (m2 // TOP_K).to(tl.int64) * stride_xt
             x3 = x_ptr + (m3 // TOP_K).to(tl.int64) * stride_xt
-        zero = tl.zeros([BLOCK_N, 1 if CHUNK_SUMS else BLOCK_W // GROUP_WORDS], dtype=tl.float32)
+        zero = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
         acc_g0, acc_u0, acc_g1, acc_u1 = zero, zero, zero, zero
         acc_g2, acc_u2, acc_g3, acc_u3 = zero, zero, zero, zero
         pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
@@ -690,18 +668,14 @@ def _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, up_rows, up_s
                 xs3_next = _load_x_chunk(x3, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, True)
             dg = _dequant_f16(pg, INTERPRET)
             du = _dequant_f16(pu, INTERPRET)
-            acc_g0, acc_u0 = _gate_up_row(acc_g0, acc_u0, dg, sg, du, su, xs0, GROUP_WORDS, INTERPRET,
-                                          CHUNK_SUMS)
+            acc_g0, acc_u0 = _gate_up_row(acc_g0, acc_u0, dg, sg, du, su, xs0, GROUP_WORDS, INTERPRET)
             if ok1:
-                acc_g1, acc_u1 = _gate_up_row(acc_g1, acc_u1, dg, sg, du, su, xs1, GROUP_WORDS, INTERPRET,
-                                              CHUNK_SUMS)
+                acc_g1, acc_u1 = _gate_up_row(acc_g1, acc_u1, dg, sg, du, su, xs1, GROUP_WORDS, INTERPRET)
             if ROWS > 2:
                 if ok2:
-                    acc_g2, acc_u2 = _gate_up_row(acc_g2, acc_u2, dg, sg, du, su, xs2, GROUP_WORDS, INTERPRET,
-                                                  CHUNK_SUMS)
+                    acc_g2, acc_u2 = _gate_up_row(acc_g2, acc_u2, dg, sg, du, su, xs2, GROUP_WORDS, INTERPRET)
                 if ok3:
-                    acc_g3, acc_u3 = _gate_up_row(acc_g3, acc_u3, dg, sg, du, su, xs3, GROUP_WORDS, INTERPRET,
-                                                  CHUNK_SUMS)
+                    acc_g3, acc_u3 = _gate_up_row(acc_g3, acc_u3, dg, sg, du, su, xs3, GROUP_WORDS, INTERPRET)
                 xs2, xs3 = xs2_next, xs3_next
             pg, sg, pu, su, xs0, xs1 = pg_next, sg_next, pu_next, su_next, xs0_next, xs1_next
         _store_gate_up(act_ptr, pair, stride_at, nb, n_offs, n_ok, acc_g0, acc_u0, I, BLOCK_N, SHIFT16, True,
@@ -720,19 +694,17 @@ def _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, up_rows, up_s
 
 @triton.jit
 def _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS: tl.constexpr, SHIFT16: tl.constexpr,
-                   F16: tl.constexpr, INTERPRET: tl.constexpr, CHUNK_SUMS: tl.constexpr):
+                   F16: tl.constexpr, INTERPRET: tl.constexpr):
     """One chunk of gate_up: the gate and up rows' per-group sums of (q - 8) * x, times the group scales, added
-    to the accumulators (_scaled_sums; xs [BLOCK_W, 8] from _load_x_chunk with the same SHIFT16 and F16)."""
+    to the accumulators (xs [BLOCK_W, 8] from _load_x_chunk with the same SHIFT16 and F16)."""
     if F16:
         pairs = _x_pairs_f16(xs)
-        acc_g += _scaled_sums(_group_dots_f16(pg, pairs, GROUP_WORDS, INTERPRET), sg, CHUNK_SUMS, True, INTERPRET)
-        acc_u += _scaled_sums(_group_dots_f16(pu, pairs, GROUP_WORDS, INTERPRET), su, CHUNK_SUMS, True, INTERPRET)
+        acc_g += _group_dots_f16(pg, pairs, GROUP_WORDS, INTERPRET) * sg
+        acc_u += _group_dots_f16(pu, pairs, GROUP_WORDS, INTERPRET) * su
     else:
         x_cols = _x_columns(xs)
-        acc_g += _scaled_sums(_group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16), sg, CHUNK_SUMS, False,
-                              INTERPRET)
-        acc_u += _scaled_sums(_group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16), su, CHUNK_SUMS, False,
-                              INTERPRET)
+        acc_g += _group_dots_cols(pg, x_cols, magic, GROUP_WORDS, SHIFT16) * sg
+        acc_u += _group_dots_cols(pu, x_cols, magic, GROUP_WORDS, SHIFT16) * su
     return acc_g, acc_u
 
 
@@ -747,12 +719,11 @@ def _group_member(ids_ptr, expert, TK, r, TK_PAD: tl.constexpr):
 def moe_int4_gemv_gate_up_kernel(
     x_ptr, w13_ptr, s13_ptr, ids_ptr, act_ptr,
     stride_xt, stride_we, stride_wn, stride_se, stride_sn, stride_at,
-    TK, I, H_WORDS, magic, part_ptr, count_ptr,
+    TK, I, H_WORDS, magic,
     TOP_K: tl.constexpr, TK_PAD: tl.constexpr, GROUP_WORDS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False,
     PER_PAIR: tl.constexpr = True, SHIFT16: tl.constexpr = False, F16: tl.constexpr = False,
     INTERPRET: tl.constexpr = False, ACT_F16: tl.constexpr = False, ROWS: tl.constexpr = 1,
-    CHUNK_SUMS: tl.constexpr = False, SPLIT_WORDS: tl.constexpr = 0,
 ):
     """act[pair, n] = silu(x W_gate[n]^T) * (x W_up[n]^T) in fp32 for BLOCK_N gate rows and the matching up
     rows of one expert, from x [T, H] as it is (each chunk of x is loaded, pre-scaled and split into nibble
@@ -766,13 +737,6 @@ def moe_int4_gemv_gate_up_kernel(
     F16: the dots in packed half precision, two weights an op (see the comment above F16_X_SCALE).
     ACT_F16: act is stored for the down kernel's packed fp16 form instead (_store_act_f16).
     ROWS (2 or 4, with F16): each weight word decoded once for up to ROWS pairs of its expert (_gate_up_rows).
-    CHUNK_SUMS: one accumulator a row, which adds each chunk's sum over its groups in chunk order (_scaled_sums).
-    SPLIT_WORDS (> 0: split over H, PER_PAIR and CHUNK_SUMS only): grid (pairs, N blocks, splits), each program
-    takes SPLIT_WORDS words of H (whole chunks) and stores each chunk's sums to part [pairs, N blocks, chunks, 2,
-    BLOCK_N] fp32; the last to arrive at the (pair, N block)'s counter (count_ptr, zero between calls, see sync.py)
-    adds them in chunk order from zero, as the unsplit program adds them, and stores act: the same bits whatever
-    the split, so buckets may differ in it. At decode 8 pairs x 16 N blocks leave most of the SMs one program
-    reading 18 KB a chunk seven times in a row; seven programs of one chunk each read the same bytes side by side.
 
     NOTE: Triton's pipeliner only pipelines loads that feed a tl.dot (or loops carrying num_stages), so the
     next chunk is prefetched by hand: its loads (weights, scales and x) are issued before the current
@@ -790,19 +754,8 @@ def moe_int4_gemv_gate_up_kernel(
         _gate_up_rows(x_ptr, ids_ptr, act_ptr, gate_rows, gate_scales, gate_rows + I * stride_wn,
                       gate_scales + I * stride_sn, stride_xt, stride_at, pair, nb, n_offs, n_offs < I,
                       tl.arange(0, BLOCK_W), tl.arange(0, BLOCK_W // GROUP_WORDS), TK, I, H_WORDS, TOP_K, TK_PAD,
-                      GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN, SHIFT16, INTERPRET, ACT_F16, ROWS, CHUNK_SUMS)
+                      GROUP_WORDS, BLOCK_N, BLOCK_W, EVEN, SHIFT16, INTERPRET, ACT_F16, ROWS)
         return
-    ACC: tl.constexpr = 1 if CHUNK_SUMS else BLOCK_W // GROUP_WORDS  # accumulator columns (_scaled_sums)
-    # A split program's chunks, loaded up to its end (hi): with one chunk a split, nothing to prefetch.
-    PREFETCH: tl.constexpr = SPLIT_WORDS == 0 or SPLIT_WORDS > BLOCK_W
-    if SPLIT_WORDS > 0:
-        lo = tl.program_id(2) * SPLIT_WORDS
-        hi = tl.minimum(lo + SPLIT_WORDS, H_WORDS)
-        chunks = tl.cdiv(H_WORDS, BLOCK_W)
-        sums = part_ptr + ((pair * tl.num_programs(1) + nb) * chunks).to(tl.int64) * (2 * BLOCK_N)
-    else:
-        lo = 0
-        hi = H_WORDS
     if PER_PAIR:
         work, count, expert = True, 1, tl.load(ids_ptr + pair)
     else:
@@ -823,43 +776,22 @@ def moe_int4_gemv_gate_up_kernel(
             else:
                 member = _group_member(ids_ptr, expert, TK, r, TK_PAD)
             x_row = x_ptr + (member // TOP_K).to(tl.int64) * stride_xt
-            acc_g = tl.zeros([BLOCK_N, ACC], dtype=tl.float32)
-            acc_u = tl.zeros([BLOCK_N, ACC], dtype=tl.float32)
-            pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, lo, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
-            pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, lo, w_idx, g_idx, hi, GROUP_WORDS, EVEN)
-            xs = _load_x_chunk(x_row, lo, w_idx, hi, EVEN, SHIFT16, F16)  # [BLOCK_W, 8]
-            for w0 in range(lo, hi, BLOCK_W):
-                if PREFETCH:
-                    pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                        hi, GROUP_WORDS, EVEN)
-                    pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
-                                                        hi, GROUP_WORDS, EVEN)
-                    xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, hi, EVEN, SHIFT16, F16)
-                if SPLIT_WORDS > 0:  # this chunk's sums alone, for the last program to add in chunk order
-                    zero = tl.zeros([BLOCK_N, 1], dtype=tl.float32)
-                    cg, cu = _gate_up_chunk(zero, zero, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16, F16,
-                                            INTERPRET, True)
-                    rows = sums + (w0 // BLOCK_W) * (2 * BLOCK_N) + tl.arange(0, BLOCK_N)[:, None]
-                    tl.store(rows, cg)
-                    tl.store(rows + BLOCK_N, cu)
-                else:
-                    acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16,
-                                                  F16, INTERPRET, CHUNK_SUMS)
-                if PREFETCH:
-                    pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
-            if SPLIT_WORDS == 0:
-                _store_gate_up(act_ptr, member, stride_at, nb, n_offs, n_ok, acc_g, acc_u, I, BLOCK_N, SHIFT16,
-                               F16, ACT_F16)
-        if SPLIT_WORDS > 0:
-            if last_arrival(count_ptr + pair * tl.num_programs(1) + nb, tl.num_programs(2), INTERPRET):
-                acc_g = tl.zeros([BLOCK_N, 1], dtype=tl.float32)
-                acc_u = tl.zeros([BLOCK_N, 1], dtype=tl.float32)
-                rows = sums + tl.arange(0, BLOCK_N)[:, None]
-                for c in range(0, chunks):  # in chunk order, from zero: the unsplit program's additions
-                    acc_g += tl.load(rows + c * (2 * BLOCK_N), cache_modifier=".cg")
-                    acc_u += tl.load(rows + c * (2 * BLOCK_N) + BLOCK_N, cache_modifier=".cg")
-                _store_gate_up(act_ptr, pair, stride_at, nb, n_offs, n_ok, acc_g, acc_u, I, BLOCK_N, SHIFT16, F16,
-                               ACT_F16)
+            acc_g = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
+            acc_u = tl.zeros([BLOCK_N, BLOCK_W // GROUP_WORDS], dtype=tl.float32)
+            pg, sg = _load_int4_chunk(gate_rows, gate_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            pu, su = _load_int4_chunk(up_rows, up_scales, n_ok, 0, w_idx, g_idx, H_WORDS, GROUP_WORDS, EVEN)
+            xs = _load_x_chunk(x_row, 0, w_idx, H_WORDS, EVEN, SHIFT16, F16)  # [BLOCK_W, 8]
+            for w0 in range(0, H_WORDS, BLOCK_W):
+                pg_next, sg_next = _load_int4_chunk(gate_rows, gate_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                pu_next, su_next = _load_int4_chunk(up_rows, up_scales, n_ok, w0 + BLOCK_W, w_idx, g_idx,
+                                                    H_WORDS, GROUP_WORDS, EVEN)
+                xs_next = _load_x_chunk(x_row, w0 + BLOCK_W, w_idx, H_WORDS, EVEN, SHIFT16, F16)
+                acc_g, acc_u = _gate_up_chunk(acc_g, acc_u, pg, sg, pu, su, xs, magic, GROUP_WORDS, SHIFT16, F16,
+                                              INTERPRET)
+                pg, sg, pu, su, xs = pg_next, sg_next, pu_next, su_next, xs_next
+            _store_gate_up(act_ptr, member, stride_at, nb, n_offs, n_ok, acc_g, acc_u, I, BLOCK_N, SHIFT16, F16,
+                           ACT_F16)
 
 
 # act in the down kernel's packed fp16 form (ACT_F16, when the down config says F16): per pair an int32 row
