@@ -11,7 +11,7 @@
 #     t1_gate_up_split7); then the 61-layer step at 1k, T = 1, 2, 4, 8, uniform routing, paired: the checked-in table
 #     (CHUNK_SUMS on: the new order, unsplit) against the old order (gate_up_group_sums), the split at T=1 (seven
 #     programs of one chunk) and at T = 1..2.
-# Ran (eleven calls, seven refused for want of a machine, ~16 of the 30 device minutes): g1 at 53f310f on an H200,
+# Ran (sixteen calls, twelve refused for want of a machine, ~15.5 of the 30 device minutes): g1 at 53f310f on an H200,
 # then on the same lease run_session55_round.sh h (the H200 tables), f1b and f1c; results
 # benchmarks/results/h200/session56_*_53f310f*. The split lost at decode (x1.019) and CHUNK_SUMS cost up to 1.1% at
 # a verify: both were removed after (the code is at 53f310f; variant_tables.py no longer has its variants, so this
