@@ -72,7 +72,7 @@ STRICT_VERIFY = Knob("SGLANG_EAGLE3_STRICT_VERIFY", "1: launch_server --backend 
 NO_MOE_ROUTING = Knob("SGLANG_EAGLE3_NO_MOE_ROUTING", "1: launch_server --backend sglang keeps SGLang's routing")
 KEEP_GRAPH_BS = Knob("SGLANG_EAGLE3_KEEP_GRAPH_BS",
                      "1: launch_server --backend sglang does not add --cuda-graph-max-bs-decode")
-GIT_COMMIT = Knob("GIT_COMMIT", "commit recorded by benchmarks where the tree has no git history")
+GIT_COMMIT = Knob("GIT_COMMIT", "commit benchmarks record instead of HEAD (a copy elsewhere may carry stale git data)")
 PDL = Knob("SGLANG_EAGLE3_PDL",
            "0: launch the Triton kernels without programmatic dependent launch (unset or 1: with it, on sm_90+)")
 PDL_SKIP = Knob("SGLANG_EAGLE3_PDL_SKIP",

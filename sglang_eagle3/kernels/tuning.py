@@ -26,7 +26,6 @@ logger = logging.getLogger(__name__)
 CONFIG_DIR = Path(__file__).parent / "configs"
 # Kernel families whose launches take the PDL attribute (SGLANG_EAGLE3_PDL_SKIP removes some), per launcher.
 PDL_KERNELS = ("gemv", "mla", "moe", "norm", "rotary", "topk")
-CACHE_DIR = env.cache_dir()
 
 # Defaults: safe on any CUDA GPU with >= 99 KB shared memory per block, and the only configs the
 # interpreter sees (it cannot autotune).
@@ -398,12 +397,14 @@ def _pick_bucket(buckets: list[dict], key_name: str, key: int) -> dict:
     raise ValueError(f"no bucket covers {key_name}={key} (last bucket must be unbounded)")
 
 
-_tuned: dict[str, dict] = {}
+# The autotuned configs of this process, per cache file (a GPU kind's, under the cache dir as it is at the call): a
+# process with two kinds of GPU, or a cache dir changed between calls, keeps each file's entries to itself.
+_tuned: dict[Path, dict[str, dict]] = {}
 
 
 def _cache_file(arch: str, sms: int, name: str) -> Path:
     safe = "".join(ch if ch.isalnum() else "_" for ch in name)
-    return CACHE_DIR / f"tuning-{arch}-{sms}sm-{safe}.json"
+    return env.cache_dir() / f"tuning-{arch}-{sms}sm-{safe}.json"  # (read at each call, as env.py's knobs are)
 
 
 def table_config(table: dict, op: str, key_name: str, key: int) -> dict:
@@ -440,13 +441,30 @@ def _bucket_of(key: int) -> int:
     return 1 << max(0, (key - 1).bit_length())
 
 
+def _read_cache(path: Path) -> dict[str, dict]:
+    """An autotuning cache file's entries; one that cannot be read as them is tuned afresh (and rewritten) with a
+    warning that names it, rather than failing the forward that asked."""
+    if not path.exists():
+        return {}
+    try:
+        entries = json.loads(path.read_text())
+        if isinstance(entries, dict) and all(isinstance(v, dict) for v in entries.values()):
+            return entries
+        problem = "not a JSON object of configs"
+    except (OSError, ValueError) as exc:
+        problem = str(exc)
+    logger.warning("autotuning cache %s unreadable (%s): tuning again, it will be rewritten", path, problem)
+    return {}
+
+
 def _autotune(op: str, arch: str, sms: int, name: str, key: str, bench: Callable[[dict], float]) -> dict:
     cache_key = f"{op}/{key}"
     path = _cache_file(arch, sms, name)
-    if not _tuned and path.exists():
-        _tuned.update(json.loads(path.read_text()))
-    if cache_key in _tuned:
-        return {**DEFAULTS[op], **_tuned[cache_key]}
+    if path not in _tuned:
+        _tuned[path] = _read_cache(path)
+    tuned = _tuned[path]
+    if cache_key in tuned:
+        return {**DEFAULTS[op], **tuned[cache_key]}
     timings = []
     for cand in CANDIDATES[op]:
         try:
@@ -457,7 +475,7 @@ def _autotune(op: str, arch: str, sms: int, name: str, key: str, bench: Callable
         return dict(DEFAULTS[op])
     best_us, best = min(timings, key=lambda tc: tc[0])
     logger.info("autotuned %s on %s (%s, %d SMs): %s in %.1f us", cache_key, name, arch, sms, best, best_us)
-    _tuned[cache_key] = best
+    tuned[cache_key] = best
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_tuned, indent=1, sort_keys=True))
+    path.write_text(json.dumps(tuned, indent=1, sort_keys=True))
     return {**DEFAULTS[op], **best}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 
 import pytest
@@ -524,3 +525,50 @@ def test_derived_table_said_once(caplog, monkeypatch, tmp_path):
         assert not caplog.records, [r.getMessage() for r in caplog.records]
     finally:
         tuning._merged_table.cache_clear()
+
+
+def test_autotune_cache_per_gpu_kind_and_dir_read_at_call(tmp_path, monkeypatch, caplog):
+    """_autotune (no GPU needed: the timings come from `bench`): the winner is the fastest candidate, cached on
+    disk under SGLANG_EAGLE3_CACHE_DIR as it is at the call (set here after the import), reused without timing
+    again; two GPU kinds keep their own files; an unreadable cache file is tuned afresh with a warning."""
+    monkeypatch.setattr(tuning, "_tuned", {})
+    op = "fused_moe_int4_gemv_down"
+    cands = tuning.CANDIDATES[op]
+    costs = {json.dumps(c, sort_keys=True): random.uniform(1, 100) for c in cands}
+    want = min(cands, key=lambda c: costs[json.dumps(c, sort_keys=True)])
+
+    def bench(cfg):
+        return costs[json.dumps({k: cfg[k] for k in cands[0]}, sort_keys=True)]
+
+    def no_bench(cfg):
+        raise AssertionError("timed again where the cache holds the op")
+
+    dir_a = tmp_path / "a"
+    monkeypatch.setenv("SGLANG_EAGLE3_CACHE_DIR", str(dir_a))
+    got = tuning._autotune(op, "sm_89", 128, "GPU X", "T=1", bench)
+    assert {k: got[k] for k in want} == want
+    (file_a,) = dir_a.glob("tuning-sm_89-128sm-*.json")
+    assert json.loads(file_a.read_text()) == {f"{op}/T=1": want}
+    assert tuning._autotune(op, "sm_89", 128, "GPU X", "T=1", no_bench) == got
+
+    # another kind of GPU in the same process: its own file, holding only its own entry
+    got_b = tuning._autotune(op, "sm_86", 84, "GPU Y", "T=2", bench)
+    (file_b,) = dir_a.glob("tuning-sm_86-84sm-*.json")
+    assert json.loads(file_b.read_text()) == {f"{op}/T=2": {k: got_b[k] for k in want}}
+    assert json.loads(file_a.read_text()) == {f"{op}/T=1": want}
+
+    # a fresh process (the in-memory entries gone) reads the file instead of timing
+    monkeypatch.setattr(tuning, "_tuned", {})
+    assert tuning._autotune(op, "sm_89", 128, "GPU X", "T=1", no_bench) == got
+
+    # a corrupt file: tuned afresh, named in a warning, rewritten whole
+    dir_c = tmp_path / "c"
+    monkeypatch.setenv("SGLANG_EAGLE3_CACHE_DIR", str(dir_c))
+    corrupt = tuning._cache_file("sm_89", 128, "GPU X")
+    assert corrupt.parent == dir_c
+    dir_c.mkdir()
+    corrupt.write_text('{"half a file')
+    with caplog.at_level("WARNING", logger=tuning.__name__):
+        assert tuning._autotune(op, "sm_89", 128, "GPU X", "T=1", bench) == got
+    assert str(corrupt) in caplog.text
+    assert json.loads(corrupt.read_text()) == {f"{op}/T=1": want}
