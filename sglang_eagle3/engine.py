@@ -148,6 +148,11 @@ class EngineArgs:
                                                           "speculative_num_draft_tokens",
                                                           "speculative_simulate_accept_length")
                      if getattr(self, n) is not None]
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            given += [f"{n}={getattr(self, n)!r}" for n in ("speculative_num_steps_candidates",
+                                                           "speculative_aux_layer_ids",
+                                                           "speculative_adaptive_probe_rounds")
+                      if getattr(self, n) != defaults[n]]
             if given and self.model_path is not None:
                 raise ConfigError(f"{', '.join(given)} given but speculative_algorithm is None: pass "
                                   "speculative_algorithm='EAGLE3' to speculate, or drop them")

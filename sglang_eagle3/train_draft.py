@@ -110,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--warmup-steps", type=_non_negative, default=100, help="cut to --steps - 1")
     g.add_argument("--ttt-steps", type=_positive, default=5, help="unrolled training-time-test steps")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--time-limit", type=_positive_float, default=None, help="stop training after this many seconds")
+    g.add_argument("--time-limit", type=_positive_float, default=None,
+                   help="fit training into this many seconds: after a few timed steps the step count is cut (with "
+                        "the learning-rate schedule) to end in time; past it training stops")
     g.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto")
     g.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                    help="target weights and autocast dtype (auto: bfloat16 on CUDA, float32 on CPU)")

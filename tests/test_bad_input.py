@@ -94,7 +94,8 @@ def test_bad_engine_args(small_pair, kwargs, needles):
 
 @pytest.mark.parametrize("given", [
     dict(speculative_draft_model_path="DRAFT"), dict(speculative_num_steps=5),
-    dict(speculative_simulate_accept_length=2.0),
+    dict(speculative_simulate_accept_length=2.0), dict(speculative_num_steps_candidates=[0, 2]),
+    dict(speculative_aux_layer_ids=[0, 1, 2]), dict(speculative_adaptive_probe_rounds=4),
 ])
 def test_speculative_settings_without_the_algorithm(small_pair, given):
     """Left silently unused before (a draft path without speculative_algorithm ran without speculation)."""
