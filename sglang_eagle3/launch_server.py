@@ -278,7 +278,9 @@ def server_config(args: argparse.Namespace):
     if args.max_queued_requests < -1:
         raise ServerConfigError(f"--max-queued-requests {args.max_queued_requests}: must be >= 0, or -1 for "
                                 "unbounded")
-    served = args.served_model_name or args.model_path or EMBEDDED_SERVED_NAME
+    # (an empty --served-model-name is refused by ServerConfig, not replaced by the default without a word)
+    served = args.served_model_name if args.served_model_name is not None else \
+        args.model_path or EMBEDDED_SERVED_NAME
     optional = {name: getattr(args, name) for name in ("max_request_bytes", "shutdown_grace_s", "tool_call_parser",
                                                        "reasoning_parser") if getattr(args, name) is not None}
     return ServerConfig(host=args.host, port=args.port, served_model_name=served,

@@ -277,13 +277,18 @@ async def generate(serving: Serving, request: HTTPRequest):
     tops = _per_item(body.top_logprobs_num, n, "top_logprobs_num", batch)
     rids = _rids(body.rid, n, batch)
 
+    # SGLang reads "max_new_tokens": null as no limit but the context's (its scheduler cuts 1 << 30 to what the
+    # prompt leaves); left out, it is the default 128.
+    unlimited = [("max_new_tokens" in sp and sp["max_new_tokens"] is None) for sp in sps]
+
     def build() -> list:
         return [serving.make_request(prompt=p if body.text is not None else None,
                                      input_ids=None if body.text is not None else p, sampling_params=seeded(sps[i], j),
                                      prompt_param=prompt_param,
                                      rid=rids[i] if k == 1 or rids[i] is None else f"{rids[i]}_{j}",
                                      return_logprob=bool(lps[i]), logprob_start_len=starts[i],
-                                     top_logprobs_num=tops[i], index=i if batch else None)
+                                     top_logprobs_num=tops[i], index=i if batch else None,
+                                     default_max_new_tokens=serving.model.context_length if unlimited[i] else None)
                 for i, p in enumerate(prompts) for j in range(k)]
 
     reqs = await serving.off_loop(build)

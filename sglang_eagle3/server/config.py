@@ -42,6 +42,14 @@ class ServerConfig:
                                                      or self.max_queued_requests < 0):
             raise ServerConfigError(f"max_queued_requests={self.max_queued_requests!r} must be an integer >= 0 "
                                     "(or None: unbounded)")
+        if self.api_key is not None and (not self.api_key or self.api_key != self.api_key.strip()):
+            # An empty key (``--api-key "$KEY"`` with KEY unset) turned authentication off without a word: the server
+            # the operator meant to protect served everyone. A key with surrounding whitespace could never be sent
+            # (the header's token is read stripped): every request would be refused.
+            # (the key itself is not echoed: it is a secret, and this goes to the log)
+            what = "is empty" if not self.api_key else "has leading or trailing whitespace"
+            raise ServerConfigError(f"api_key {what}: give a non-empty key without surrounding whitespace, or leave "
+                                    "--api-key out to serve without one")
         if not self.served_model_name:
             raise ServerConfigError("served_model_name must not be empty")
         if isinstance(self.max_request_bytes, bool) or not isinstance(self.max_request_bytes, int) \

@@ -94,7 +94,7 @@ def _response_format_schema(fmt: dict | None) -> str | None:
     if fmt is None:
         return None
     kind = fmt.get("type")
-    if kind in (None, "text"):
+    if kind == "text":
         return None
     if kind == "json_object":
         return ANY_JSON
@@ -110,8 +110,10 @@ def _response_format_schema(fmt: dict | None) -> str | None:
             raise APIError(400, f"response_format.json_schema.schema={short_repr(schema)} must be a JSON schema "
                            "(an object)", param="response_format.json_schema.schema")
         return json.dumps(schema)
-    raise APIError(400, f"response_format type={short_repr(kind)} is not supported (text, json_object or "
-                   "json_schema)", param="response_format.type")
+    # (no type is no format either: OpenAI, vLLM and SGLang require one, and reading it as text would drop a schema
+    # the client meant to send without a word)
+    what = "has no type" if kind is None else f"type={short_repr(kind)} is not supported"
+    raise APIError(400, f"response_format {what} (text, json_object or json_schema)", param="response_format.type")
 
 
 def _choices_per_prompt(body) -> int:
@@ -145,6 +147,12 @@ def _delta(sent: str, text: str) -> str:
 async def completions(serving: Serving, request: HTTPRequest):
     body: CompletionRequest = parse_body(CompletionRequest, await request.body())  # type: ignore[assignment]
     serving.check_model(body.model)
+    if serving.tokenizer is None:
+        # A completion is text: without a tokenizer every choice came back "" with a 200, the tokens generated and
+        # thrown away. /generate answers the output_ids.
+        raise APIError(400, "this server was started without a tokenizer (--skip-tokenizer-init): completions "
+                       "answer text, which needs one; use /generate with input_ids (it answers output_ids)",
+                       param="prompt")
     _reject_unsupported(body)
     n = _choices_per_prompt(body)
     if body.best_of is not None and body.best_of != n:
@@ -154,9 +162,6 @@ async def completions(serving: Serving, request: HTTPRequest):
         raise APIError(400, "suffix is not supported", param="suffix")
     top = body.logprobs
     _check_top("logprobs", top, serving.model.top_logprobs_cap, 5)
-    if top is not None and serving.token_table is None:
-        raise APIError(400, f"logprobs={top} needs the server's tokenizer to name the tokens (started with "
-                       "--skip-tokenizer-init): use /generate with return_logprob", param="logprobs")
     _check_max_tokens("max_tokens", body.max_tokens)
     prompt = body.prompt
     if isinstance(prompt, list) and not prompt:

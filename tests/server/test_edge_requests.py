@@ -1,0 +1,126 @@
+"""Requests and flags found wrong in an audit of the server as a client uses it: SGLang's ``max_new_tokens: null``,
+completions on a server without a tokenizer, a ``response_format`` without a type, and an ``--api-key`` (or
+``--served-model-name``) that is empty."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+
+import httpx
+import pytest
+import torch
+
+from sglang_eagle3.engine import Engine
+from sglang_eagle3.launch_server import build_parser, server_config
+from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
+from sglang_eagle3.server.config import ServerConfigError
+
+from .conftest import CONTEXT
+
+MODEL = "tiny"
+
+
+def _error(r: httpx.Response, status: int = 400) -> dict:
+    assert r.status_code == status, r.text
+    return r.json()["error"]
+
+
+def test_generate_null_max_new_tokens_is_what_the_prompt_leaves(server):
+    """SGLang reads ``"max_new_tokens": null`` as no limit but the context's (its scheduler cuts it to what the prompt
+    leaves); it was a 400 "max_new_tokens=None must be an integer". It gets exactly the most an explicit value may
+    ask for: the boundary is found by asking (that many is accepted, one more refused), not computed here."""
+    ids = [5] * (CONTEXT - 60)
+    sp = {"temperature": 0}
+    post = lambda body: httpx.post(server.url + "/generate", json=body, timeout=120)  # noqa: E731
+    err = _error(post({"input_ids": ids, "sampling_params": {**sp, "max_new_tokens": CONTEXT}}))
+    most = int(re.search(r"at most (\d+) new tokens", err["message"])[1])
+    assert 0 < most < 60, err
+    assert post({"input_ids": ids, "sampling_params": {**sp, "max_new_tokens": most + 1}}).status_code == 400
+    explicit = post({"input_ids": ids, "sampling_params": {**sp, "max_new_tokens": most}})
+    assert explicit.status_code == 200, explicit.text
+    r = post({"input_ids": ids, "sampling_params": {**sp, "max_new_tokens": None}})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    # (the tiny model has no EOS: it runs to its limit)
+    assert out["meta_info"]["completion_tokens"] == most and out["output_ids"] == explicit.json()["output_ids"]
+    # Per prompt of a batch, and left out it stays SGLang's default (128, cut to what the prompt leaves).
+    r = post({"input_ids": [ids, [5, 6]], "sampling_params": [{**sp, "max_new_tokens": None}, sp]})
+    assert r.status_code == 200, r.text
+    assert [o["meta_info"]["completion_tokens"] for o in r.json()] == [most, 128]
+
+
+def test_response_format_without_a_type_is_a_400(server):
+    """OpenAI, vLLM and SGLang require response_format.type; one without it was read as plain text, so a schema sent
+    in a malformed object was dropped without a word."""
+    base = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    schema = {"name": "x", "schema": {"type": "object"}}
+    for fmt in ({}, {"type": None}, {"json_schema": schema}):
+        err = _error(httpx.post(server.url + "/v1/chat/completions", json={**base, "response_format": fmt},
+                                timeout=60))
+        assert err["param"] == "response_format.type" and "type" in err["message"], (fmt, err)
+    ok = httpx.post(server.url + "/v1/chat/completions", json={**base, "response_format": {"type": "text"}},
+                    timeout=60)
+    assert ok.status_code == 200, ok.text
+
+
+@pytest.fixture(scope="module")
+def tokenizerless(tiny_model):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    engine = Engine(model_path=tiny_model.target, speculative_algorithm="EAGLE3", skip_tokenizer_init=True,
+                    speculative_draft_model_path=tiny_model.draft, speculative_num_steps=3, device="cpu",
+                    max_running_requests=2)
+    driver = EngineDriver(engine, max_inflight=8)
+    app = create_app(engine, driver, ServerConfig(served_model_name=MODEL))
+    driver.start()
+    yield app
+    driver.stop()
+    engine.shutdown()
+    torch.set_num_threads(threads)
+
+
+def _post(app, path: str, body: dict) -> httpx.Response:
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+            return await c.post(path, json=body)
+
+    return asyncio.run(go())
+
+
+def test_completions_without_a_tokenizer_is_a_400(tokenizerless):
+    """With --skip-tokenizer-init a token prompt's completion came back 200 with "" for text, whatever was
+    generated: the tokens were thrown away. It is a 400 naming the flag (as chat is); /generate answers the ids."""
+    for body in ({"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 3},
+                 {"model": MODEL, "prompt": [[5, 6], [7]], "max_tokens": 3, "stream": True}):
+        err = _error(_post(tokenizerless, "/v1/completions", body))
+        assert err["param"] == "prompt" and "--skip-tokenizer-init" in err["message"], err
+    r = _post(tokenizerless, "/generate", {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}})
+    assert r.status_code == 200 and len(r.json()["output_ids"]) == 3, r.text
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--api-key", ""], "api_key is empty"),
+    (["--api-key", " sekret"], "whitespace"),
+    (["--api-key", "sekret\n"], "whitespace"),
+    (["--served-model-name", ""], "served_model_name must not be empty"),
+])
+def test_empty_api_key_or_served_name_is_refused(argv, says):
+    """``--api-key "$KEY"`` with KEY unset served everyone without a word (an empty key turned authentication
+    off); a key with surrounding whitespace could never be sent. An empty --served-model-name was silently
+    replaced by the default. Each is refused before the engine loads, and the key is not written to the log."""
+    with pytest.raises(ServerConfigError, match=says) as e:
+        server_config(build_parser().parse_args(argv))
+    if argv[0] == "--api-key" and argv[1].strip():
+        assert argv[1].strip() not in str(e.value)
+
+
+def test_empty_api_key_stops_the_launcher():
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-m", "sglang_eagle3.launch_server", "--port", "0", "--api-key", ""],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "api_key is empty" in out.stderr and "Uvicorn running" not in out.stderr, out.stderr[-2000:]
