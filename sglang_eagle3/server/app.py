@@ -38,6 +38,15 @@ _HEALTH_GENERATE_TIMEOUT_S = 20.0
 # SGLang sampling parameters the engine does not implement, with the value that leaves sampling unchanged:
 # /generate accepts that value (or null) and drops it, and refuses any other.
 _NEUTRAL_SAMPLING = {"spaces_between_special_tokens": True}
+# Fields of SGLang's GenerateReqInput that change what is generated or asked for, which this server cannot honour:
+# set (not null / false / empty), a 400 rather than an answer as if they were not there (an image dropped from the
+# prompt, a LoRA adapter not applied, hidden states not returned). Other unknown fields are ignored.
+_UNSUPPORTED_GENERATE = {
+    "input_embeds": "prompts as embeddings", "image_data": "images", "video_data": "videos", "audio_data": "audio",
+    "lora_path": "LoRA adapters", "lora_id": "LoRA adapters", "session_params": "sessions",
+    "custom_logit_processor": "custom logit processors", "token_ids_logprob": "logprobs of chosen token ids",
+    "return_hidden_states": "hidden states",
+}
 
 
 def _error_response(e: APIError) -> JSONResponse:
@@ -220,6 +229,18 @@ def _rids(rid, n: int, batch: bool) -> list:
     return _per_item(rid, n, "rid", batch)
 
 
+def _unset(v) -> bool:
+    """None, false, "" or an empty list, or a list (one per prompt) of those: SGLang's "not given"."""
+    return v is None or v is False or v == "" or (isinstance(v, list) and all(_unset(x) for x in v))
+
+
+def _refuse_unsupported(extra: dict | None) -> None:
+    for name, what in _UNSUPPORTED_GENERATE.items():
+        if name in (extra or {}) and not _unset(extra[name]):
+            raise APIError(400, f"{name}={short_repr(extra[name])}: this server does not support {what} (SGLang's "
+                           f"/generate field; leave it out or null)", param=name)
+
+
 def _drop_neutral(sp: dict) -> dict:
     """Drops the unimplemented SGLang sampling parameters that are set to their neutral value; 400 for any
     other value (never silently ignored)."""
@@ -251,6 +272,7 @@ def _per_item(value, n: int, name: str, batch: bool) -> list:
 async def generate(serving: Serving, request: HTTPRequest):
     """SGLang's /generate: text or input_ids (or lists of them), sampling_params, stream, logprobs."""
     body: GenerateRequest = parse_body(GenerateRequest, await request.body())  # type: ignore[assignment]
+    _refuse_unsupported(body.model_extra)
     if (body.text is None) == (body.input_ids is None):
         raise APIError(400, "exactly one of text and input_ids must be given", param="text")
     batch = isinstance(body.text, list) or (body.input_ids is not None and bool(body.input_ids)

@@ -176,7 +176,10 @@ class ChatCompletionRequest(_SamplingFields):
 
 
 class GenerateRequest(_Body):
-    """SGLang's /generate body (GenerateReqInput): one prompt or a batch (lists)."""
+    """SGLang's /generate body (GenerateReqInput): one prompt or a batch (lists). Other fields are kept in
+    ``model_extra``: the endpoint refuses those of SGLang's it cannot honour (app._UNSUPPORTED_GENERATE)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
 
     text: str | list[str] | None = None
     input_ids: list[int] | list[list[int]] | None = None

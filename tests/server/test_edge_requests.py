@@ -124,3 +124,21 @@ def test_empty_api_key_stops_the_launcher():
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 2, out.stderr[-2000:]
     assert "api_key is empty" in out.stderr and "Uvicorn running" not in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("image_data", "https://example.com/cat.png"), ("image_data", [None, "data:image/png;base64,AAAA"]),
+    ("lora_path", "/adapters/x"), ("return_hidden_states", True), ("input_embeds", [[0.5, 0.25]]),
+    ("token_ids_logprob", [5, 6]), ("custom_logit_processor", "{}"), ("session_params", {"id": "s"}),
+])
+def test_generate_refuses_sglang_fields_it_cannot_honour(server, field, value):
+    """SGLang's /generate takes images, LoRA adapters, hidden states, ...; here they were dropped without a word
+    (an image missing from the prompt, an adapter not applied). Set, they are a 400 naming the field; null, false
+    or a list of nulls (SGLang's "not given", per prompt) is accepted."""
+    texts = ["The quick", "Pack my"] if isinstance(value, list) and field == "image_data" else "The quick"
+    body = {"text": texts, "sampling_params": {"max_new_tokens": 2}}
+    err = _error(httpx.post(server.url + "/generate", json={**body, field: value}, timeout=60))
+    assert err["param"] == field and field in err["message"], err
+    unset = [None] * len(texts) if isinstance(texts, list) else False if field == "return_hidden_states" else None
+    r = httpx.post(server.url + "/generate", json={**body, field: unset, "return_text_in_logprobs": True}, timeout=60)
+    assert r.status_code == 200, r.text
