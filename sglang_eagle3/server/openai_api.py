@@ -60,7 +60,8 @@ def _sampling_params(body, max_new_tokens: int | None) -> dict:
     default to Serving.make_request, which cuts it to what the prompt leaves."""
     sp: dict = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
     for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop_token_ids", "ignore_eos", "frequency_penalty",
-                 "presence_penalty", "repetition_penalty", "logit_bias", "stop_regex"):
+                 "presence_penalty", "repetition_penalty", "logit_bias", "stop_regex", "no_stop_trim",
+                 "skip_special_tokens"):
         v = getattr(body, name)
         if v is not None:
             sp[name] = v
@@ -195,7 +196,7 @@ async def completions(serving: Serving, request: HTTPRequest):
     echoes = [(p if isinstance(p, str) else _decode(serving, r.input_ids)) if echo else ""
               for p, r in zip(prompts, firsts, strict=True)]
     view = _CompletionView(serving.token_table, echo and top is not None, top is not None, n, echoes,
-                           [not isinstance(p, str) for p in prompts])
+                           [not isinstance(p, str) for p in prompts], sp.get("skip_special_tokens", True))
     sub = serving.submit(reqs)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     prompt_tokens = sum(len(r.input_ids) for r in firsts)
@@ -227,9 +228,10 @@ class _CompletionView:
     """How the choices of one /v1/completions call show their echo and logprobs (choice k is prompt k // n's)."""
 
     def __init__(self, table: TokenTable | None, prompt_logprobs: bool, logprobs: bool, n: int, echoes: list[str],
-                 echo_skips_special: list[bool]):
+                 echo_skips_special: list[bool], skip_special: bool = True):
         self.table, self.prompt_logprobs, self.logprobs, self.n = table, prompt_logprobs, logprobs, n
         self.echoes, self.echo_skips_special = echoes, echo_skips_special
+        self.skip_special = skip_special  # the output text holds special tokens unless it skips them
 
     def echo(self, k: int) -> str:
         return self.echoes[k // self.n]
@@ -242,7 +244,7 @@ class _CompletionView:
 
     def generated(self, k: int) -> ChoiceTokens:
         """Choice k's generated tokens, placed after its echo."""
-        return ChoiceTokens(self.table, base=len(self.echo(k)))
+        return ChoiceTokens(self.table, base=len(self.echo(k)), skip_special=self.skip_special)
 
     def block(self, tokens: list) -> dict | None:
         return completion_logprobs(self.table, tokens) if self.logprobs else None
@@ -385,7 +387,8 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     if body.stream:
         return await serving.stream(sub, request, _chat_chunks(sub, table, cid, created, body.model, len(ids),
                                                                 body.stream_options, plan, thinking,
-                                                                body.stream_reasoning))
+                                                                body.stream_reasoning,
+                                                                sp.get("skip_special_tokens", True)))
     finals = await serving.wait(sub, request)
 
     def choices() -> list[dict]:
@@ -465,7 +468,7 @@ def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) ->
 
 async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, created: int, model: str,
                        prompt_tokens: int, opts, plan: ToolPlan | None = None, thinking: ReasoningFormat | None = None,
-                       stream_reasoning: bool = True) -> AsyncIterator[bytes]:
+                       stream_reasoning: bool = True, skip_special: bool = True) -> AsyncIterator[bytes]:
     """Chunks of every choice, interleaved as their tokens come; ``table`` set: with logprobs; ``plan``: tools
     (content, then each call once complete: server/tools.py's ToolStream); ``thinking``: the reasoning apart
     (reasoning_content deltas first: server/reasoning.py's ReasoningStream), the rest as content."""
@@ -475,7 +478,8 @@ async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, crea
     generated = [0] * m
     sent = [""] * m
     opened = [False] * m
-    pending = [ChoiceTokens(table) for _ in range(m)] if table is not None else []
+    # (a token is placed in the text as the text decodes it: special tokens too where the request keeps them)
+    pending = [ChoiceTokens(table, skip_special=skip_special) for _ in range(m)] if table is not None else []
     tool_streams = [plan.streamer() for _ in range(m)] if plan is not None else []
     reasoning = [ReasoningStream(thinking, stream_reasoning) for _ in range(m)] if thinking is not None else []
 

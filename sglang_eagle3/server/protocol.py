@@ -129,6 +129,8 @@ class _SamplingFields(_Body):
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None
     stop_regex: str | list[str] | None = None
+    no_stop_trim: bool | None = None  # the matched stop string stays in the text
+    skip_special_tokens: bool | None = None
     # Structured output: OpenAI's response_format (text, json_object, json_schema) or SGLang's own fields
     regex: str | None = None
     ebnf: str | None = None

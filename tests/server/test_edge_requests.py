@@ -5,6 +5,7 @@ completions on a server without a tokenizer, a ``response_format`` without a typ
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -142,3 +143,65 @@ def test_generate_refuses_sglang_fields_it_cannot_honour(server, field, value):
     unset = [None] * len(texts) if isinstance(texts, list) else False if field == "return_hidden_states" else None
     r = httpx.post(server.url + "/generate", json={**body, field: unset, "return_text_in_logprobs": True}, timeout=60)
     assert r.status_code == 200, r.text
+
+
+def _stream_text(r: httpx.Response, chat: bool) -> str:
+    assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n"), r.text[-300:]
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    if chat:
+        return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    return "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+
+
+def test_openai_endpoints_take_sglangs_no_stop_trim(server):
+    """SGLang's OpenAI endpoints take ``no_stop_trim`` (and ``skip_special_tokens``); here they were ignored: the
+    stop string was cut from the text all the same. Kept, the text runs through the stop string, streamed or not."""
+    base = {"model": MODEL, "prompt": "The quick brown", "max_tokens": 30, "temperature": 0}
+    full = httpx.post(server.url + "/v1/completions", json=base, timeout=60).json()["choices"][0]["text"]
+    i = next(i for i in range(2, len(full) - 3) if full[i:i + 3].isprintable() and "\ufffd" not in full[i:i + 3]
+             and full[i:i + 3].strip() and full[i:i + 3] not in full[:i + 2])
+    stop = full[i:i + 3]
+    cut = httpx.post(server.url + "/v1/completions", json={**base, "stop": [stop]}, timeout=60).json()["choices"][0]
+    assert cut["text"] == full[:i] and cut["matched_stop"] == stop, (cut, stop)
+    body = {**base, "stop": [stop], "no_stop_trim": True}
+    kept = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
+    assert kept["text"].startswith(full[:i] + stop) and full.startswith(kept["text"]), (kept, stop, full)
+    assert kept["finish_reason"] == "stop" and kept["matched_stop"] == stop, kept
+    streamed = httpx.post(server.url + "/v1/completions", json={**body, "stream": True}, timeout=60)
+    assert _stream_text(streamed, chat=False) == kept["text"]
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "The quick"}], "max_tokens": 30,
+            "temperature": 0}
+    reply = httpx.post(server.url + "/v1/chat/completions", json=chat, timeout=60).json()
+    text = reply["choices"][0]["message"]["content"]
+    j = next(j for j in range(2, len(text) - 3) if text[j:j + 3].isprintable() and "\ufffd" not in text[j:j + 3]
+             and text[j:j + 3].strip() and text[j:j + 3] not in text[:j + 2])
+    chat["stop"], chat["no_stop_trim"] = [text[j:j + 3]], True
+    kept = httpx.post(server.url + "/v1/chat/completions", json=chat, timeout=60).json()["choices"][0]["message"]
+    assert kept["content"].startswith(text[:j + 3]) and text.startswith(kept["content"]), (kept, text)
+    streamed = httpx.post(server.url + "/v1/chat/completions", json={**chat, "stream": True}, timeout=60)
+    assert _stream_text(streamed, chat=True) == kept["content"]
+
+
+def test_openai_endpoints_take_sglangs_skip_special_tokens(server, tiny_model):
+    """``skip_special_tokens: false`` keeps special tokens in the text (SGLang's extension), and each token's
+    text_offset is where its text starts in that text, special tokens counted, streamed or not."""
+    from sglang_eagle3.tokenizer import load_tokenizer
+
+    special = "<|bos|>"  # conftest's tokenizer: its one special token
+    (tid,) = load_tokenizer(tiny_model.target).encode(special)
+    base = {"model": MODEL, "prompt": "The quick", "max_tokens": 3, "temperature": 0, "logit_bias": {str(tid): 100}}
+    plain = httpx.post(server.url + "/v1/completions", json=base, timeout=60).json()["choices"][0]
+    assert plain["text"] == "", plain
+    body = {**base, "skip_special_tokens": False, "logprobs": 0}
+    kept = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
+    assert kept["text"] == special * 3, kept
+    assert kept["logprobs"]["text_offset"] == [0, len(special), 2 * len(special)], kept["logprobs"]
+    r = httpx.post(server.url + "/v1/completions", json={**body, "stream": True}, timeout=60)
+    assert _stream_text(r, chat=False) == special * 3
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    offsets = [o for c in chunks if c["choices"] for o in c["choices"][0]["logprobs"]["text_offset"]]
+    assert offsets == [0, len(special), 2 * len(special)], offsets
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0,
+            "logit_bias": {str(tid): 100}, "skip_special_tokens": False}
+    reply = httpx.post(server.url + "/v1/chat/completions", json=chat, timeout=60).json()
+    assert reply["choices"][0]["message"]["content"] == special * 3, reply
