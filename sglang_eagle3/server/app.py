@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -135,14 +136,16 @@ class _BodyLimit:
 
 class _ApiKey:
     """ASGI middleware: 401 unless ``Authorization: Bearer <api_key>`` (the scheme compared case-insensitively,
-    RFC 7235), except on the public paths. Plain ASGI, not BaseHTTPMiddleware, which would read the request body
-    in a task of its own (an oversized body's 413 would come out as a 500)."""
+    RFC 7235), except on the public paths and for OPTIONS (as SGLang's: a browser's CORS preflight never carries
+    the key; an OPTIONS the CORS middleware does not answer reaches no endpoint, all of which take other methods).
+    Plain ASGI, not BaseHTTPMiddleware, which would read the request body in a task of its own (an oversized body's
+    413 would come out as a 500)."""
 
     def __init__(self, app, api_key: str):
         self.app, self.key = app, api_key.encode()
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"] not in _PUBLIC_PATHS:
+        if scope["type"] == "http" and scope["path"] not in _PUBLIC_PATHS and scope["method"] != "OPTIONS":
             header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
             scheme, _, token = header.strip().partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
@@ -181,8 +184,13 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
 
     if config.api_key:
         app.add_middleware(_ApiKey, api_key=config.api_key)
-    # Outermost (added last): an oversized body is refused before authentication or routing read anything.
+    # An oversized body is refused before authentication or routing read anything.
     app.add_middleware(_BodyLimit, limit=config.max_request_bytes, metrics=app.state.serving.metrics)
+    # Outermost (added last): CORS as SGLang's server sets it (every origin, method and header, credentials
+    # allowed), so a browser's preflight is answered before the key check, and every answer (a 401 or 413
+    # included, which a browser could not read otherwise) carries the CORS headers.
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_credentials=True, allow_methods=["*"],
+                       allow_headers=["*"])
 
     app.add_api_route("/health", health, methods=["GET", "HEAD"])
     app.add_api_route("/health_generate", _guarded(health_generate), methods=["GET", "HEAD"])
@@ -223,7 +231,13 @@ async def health_generate(serving: Serving, request: HTTPRequest) -> Response:
 
 def _rids(rid, n: int, batch: bool) -> list:
     """SGLang's rid rules: a list names each prompt of a batch (two alike are refused when submitted); one
-    string for a batch becomes ``<rid>_<i>`` per prompt."""
+    string for a batch becomes ``<rid>_<i>`` per prompt. An empty rid is a 400: SGLang gives it no meaning (it
+    keeps "" as one request's id, and makes a batch's ``_0``, ``_1``, ...), and reading it as "none given" or as a
+    prefix would each answer a different way."""
+    if rid == "" or (isinstance(rid, list) and "" in rid):
+        where = "rid" if rid == "" else f"rid[{rid.index('')}]"
+        raise APIError(400, f"{where} is an empty string: give a non-empty request id, or leave rid out (or null) for "
+                       "a generated one", param="rid")
     if batch and isinstance(rid, str):
         return [f"{rid}_{i}" for i in range(n)]
     return _per_item(rid, n, "rid", batch)

@@ -317,6 +317,19 @@ async def _completion_chunks(sub: Submission, view: _CompletionView, cid: str, c
 
 # -- /v1/chat/completions ------------------------------------------------------------------------------------
 
+def _reject_legacy_functions(body) -> None:
+    """OpenAI's deprecated ``functions`` / ``function_call`` (the forms before tools): SGLang has neither field and
+    drops them unread, which answers as if the client had offered no functions. A 400 naming the field instead,
+    pointing to tools / tool_choice ("none" and null ask for nothing, and pass)."""
+    if body.functions is not None:
+        raise APIError(400, "functions (OpenAI's deprecated form of tools) is not supported by this server, as by "
+                       "SGLang: give them as tools: [{\"type\": \"function\", \"function\": {...}}]", param="functions")
+    if body.function_call is not None and body.function_call != "none":
+        raise APIError(400, f"function_call={short_repr(body.function_call)} (OpenAI's deprecated form of tool_choice) "
+                       "is not supported by this server, as by SGLang: use tool_choice with tools",
+                       param="function_call")
+
+
 def _check_messages(messages) -> None:
     """OpenAI's rules: every message has content, except an assistant's that carries tool_calls (or the older
     function_call); a list of content parts is never empty."""
@@ -346,6 +359,7 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     body: ChatCompletionRequest = parse_body(ChatCompletionRequest, await request.body())  # type: ignore[assignment]
     serving.check_model(body.model)
     _reject_unsupported(body)
+    _reject_legacy_functions(body)
     n = _choices_per_prompt(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, f"top_logprobs={body.top_logprobs} needs logprobs=true", param="top_logprobs")
@@ -370,10 +384,21 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     if plan is not None:
         _use_tools(plan, body, sp, names, serving)
     thinking = _reasoning_format(body, serving, sp)
+    prefix = None
+    if body.continue_final_message and messages[-1]["role"] == "assistant":
+        # SGLang's continue_final_message: the prompt is the conversation before the last message (with the
+        # generation prompt), then that message's text; the reply is what follows it. (Without an assistant
+        # message last there is nothing to continue, and the flag changes nothing, as in SGLang.)
+        if thinking is not None:
+            raise APIError(400, "continue_final_message with the server's --reasoning-parser separating the reasoning "
+                           "is not supported (whether the continued text is reasoning or answer is not known); set "
+                           "separate_reasoning: false", param="continue_final_message")
+        prefix = messages[-1]["content"]
+        messages = messages[:-1]
 
     def build() -> tuple[list[int], list]:
         ids = serving.encode_chat(messages, body.add_generation_prompt, plan.tools if plan is not None else None,
-                                  extra)
+                                  extra, continued=prefix)
         # No limit asked: whatever the context (and KV cache, less the draft lookahead) leaves.
         return ids, [serving.make_request(input_ids=ids, sampling_params=seeded(sp, j), prompt_param="messages",
                                           names=names, default_max_new_tokens=serving.model.context_length,

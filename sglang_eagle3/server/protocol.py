@@ -8,7 +8,7 @@ servers do for the many optional fields clients send; fields we know but cannot 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -20,6 +20,9 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: 
 
 
 MAX_MESSAGE_CHARS = 1000  # an error message longer than this is cut (APIError)
+# Arrays and objects nested within a body's top-level value that its JSON parser (pydantic-core's) reads; deeper is
+# a 400 saying so.
+MAX_JSON_DEPTH = 200
 
 
 class APIError(Exception):
@@ -61,7 +64,11 @@ def validation_error(e: ValidationError) -> APIError:
     if not errs:
         return APIError(400, str(e))
     if errs[0].get("type") == "json_invalid":
-        return APIError(400, f"the request body is not valid JSON: {errs[0].get('msg')}", code="invalid_json")
+        msg = str(errs[0].get("msg"))
+        if "recursion limit exceeded" in msg:  # (pydantic-core's JSON parser: its words for nesting too deep)
+            return APIError(400, f"the request body nests arrays and objects too deeply: at most {MAX_JSON_DEPTH} "
+                            "levels within the top-level value", code="invalid_json")
+        return APIError(400, f"the request body is not valid JSON: {msg}", code="invalid_json")
     groups: dict[tuple, list[dict]] = {}
     tags: dict[tuple, list[str]] = {}
     for err in errs:
@@ -169,6 +176,12 @@ class ChatCompletionRequest(_SamplingFields):
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
+    # OpenAI's deprecated forms of tools and tool_choice: SGLang reads neither; refused when set (openai_api.py), not
+    # answered as if no functions were given.
+    functions: Any = None
+    function_call: Any = None
+    # SGLang's: a last assistant message is continued (the reply extends its text) instead of answered
+    continue_final_message: bool = False
     chat_template_kwargs: dict | None = None  # SGLang/vLLM extension: more variables for the chat template
     add_generation_prompt: bool = True  # SGLang/vLLM extension
     # SGLang's, with --reasoning-parser (server/reasoning.py): the reasoning apart in reasoning_content, and streamed
