@@ -11,6 +11,7 @@ package) is served, with EAGLE-3 on.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import math
@@ -35,6 +36,7 @@ from sglang_eagle3.runtime.sampling import (
     find_stop,
     find_stop_regex,
     settled_chars,
+    short_repr,
 )
 
 logger = logging.getLogger(__name__)
@@ -44,6 +46,87 @@ EMBEDDED_DIR = os.path.join(os.path.dirname(__file__), "assets", "embedded")
 
 class RequestError(ValueError):
     """A client's request is invalid (bad prompt, token ids or sampling params); never a server fault."""
+
+
+@dataclass(frozen=True)
+class FlushCacheReqOutput:
+    """What SGLang's Engine.flush_cache returns (its io_struct's name and fields)."""
+
+    success: bool
+    message: str = ""
+
+
+# SGLang's Engine.generate / async_generate arguments this engine has no use for, with the values that ask for
+# nothing (code written for SGLang passes them explicitly: lora_path=None, return_hidden_states=False). Any other
+# value is refused naming the argument: an image dropped from the prompt or a LoRA adapter not applied would be an
+# answer as if they had not been asked for.
+_SGLANG_NEUTRAL_ARGUMENTS = {
+    "image_data": "images", "audio_data": "audio", "video_data": "videos", "mm_hashes": "images",
+    "mm_content_hashes": "images", "token_ids_logprob": "logprobs of chosen token ids", "lora_path": "LoRA adapters",
+    "custom_logit_processor": "custom logit processors", "require_reasoning": "hybrid reasoning",
+    "return_hidden_states": "hidden states", "return_routed_experts": "routed experts",
+    "routed_experts_start_len": "routed experts", "bootstrap_host": "prefill/decode disaggregation",
+    "bootstrap_port": "prefill/decode disaggregation", "bootstrap_room": "prefill/decode disaggregation",
+    "disagg_prefill_dp_rank": "prefill/decode disaggregation", "routed_dp_rank": "data parallelism",
+    "data_parallel_rank": "data parallelism", "session_params": "sessions", "priority": "priority scheduling",
+}
+# SGLang's arguments that change nothing here whatever their value: a trace header, a session's identity, and a
+# prefix-cache namespace or hints (this engine shares no cache between requests).
+_SGLANG_IGNORED_ARGUMENTS = ("external_trace_header", "session_id", "cache_salt", "kv_hints")
+
+
+def _check_sglang_only_arguments(kwargs: dict) -> None:
+    for name, v in kwargs.items():
+        if name in _SGLANG_IGNORED_ARGUMENTS:
+            continue
+        if name not in _SGLANG_NEUTRAL_ARGUMENTS:
+            raise TypeError(f"generate() got an unexpected keyword argument {name!r}")
+        # None / False / 0 / empty, or a batch's list of them (lora_path=[None, None]); 0 is also SGLang's only
+        # data-parallel rank with one.
+        neutral = (v is None or v is False or (type(v) is int and v == 0)
+                   or (isinstance(v, (list, tuple, dict)) and all(x is None for x in v)))
+        if not neutral:
+            raise RequestError(f"{name}={short_repr(v)} is not supported: this engine has no "
+                               f"{_SGLANG_NEUTRAL_ARGUMENTS[name]} (pass it as None or leave it out)")
+
+
+async def _async_chunks(chunks):
+    """generate(stream=True)'s iterator read in its own thread, its chunks handed to the event loop as they come
+    (the engine holds its lock in that one thread from the first step to the last)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    stop = threading.Event()
+
+    def put(item):
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop was closed: no one reads any more
+            stop.set()
+
+    def pump():
+        try:
+            for out in chunks:
+                put(("chunk", out))
+                if stop.is_set():
+                    break
+        except BaseException as e:  # noqa: BLE001 -- raised again in the reader's task
+            put(("error", e))
+        else:
+            put(("end", None))
+        finally:
+            chunks.close()  # a reader that stopped early: the rest of its requests are aborted
+
+    threading.Thread(target=pump, name="sglang_eagle3-async-stream", daemon=True).start()
+    try:
+        while True:
+            kind, v = await queue.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise v
+            yield v
+    finally:
+        stop.set()
 
 
 @dataclass(frozen=True)
@@ -321,6 +404,7 @@ class Engine:
         self.args = args
         self._shut_down = False
         self._generate_lock = threading.Lock()
+        self._lock_owner: int | None = None  # the thread holding _generate_lock (a stream may hold it between reads)
         self._git_commit = git_commit()
         self.num_steps = args.num_steps() if args.speculative else None
         self._setup(args)
@@ -434,9 +518,13 @@ class Engine:
             raise RequestError(f"prompt of {n} tokens does not fit the KV cache ({self._pool_tokens} tokens, "
                                f"{lookahead} reserved for decoding; raise max_total_tokens, or "
                                f"mem_fraction_static={self.args.mem_fraction_static} where memory cut it)")
+        limit = self.max_new_tokens_limit(n)
+        if isinstance(sampling_params, dict) and "max_new_tokens" in sampling_params \
+                and sampling_params["max_new_tokens"] is None:
+            # SGLang's null max_new_tokens: no limit but what the context and the KV cache leave the prompt.
+            sampling_params = {**sampling_params, "max_new_tokens": limit}
         # After the prompt's checks: a prompt too long is the error to name (a limit that follows from it is not).
         params = self._vocab_checked(SamplingParams.from_dict(sampling_params))
-        limit = self.max_new_tokens_limit(n)
         if params.max_new_tokens > limit:
             if isinstance(sampling_params, dict) and sampling_params.get("max_new_tokens") is not None:
                 # Asked for explicitly: cutting it would return less than the client asked for without saying so
@@ -532,9 +620,17 @@ class Engine:
             "id": r.rid,
             "prompt_tokens": len(r.input_ids),
             "completion_tokens": len(r.output_ids),
+            # SGLang's prefix-cache hits; this engine keeps no prefix cache (a finished request's pages are freed).
+            "cached_tokens": 0,
             "finish_reason": r.finished_reason,
             "spec_verify_ct": r.verify_ct,
         }
+        if r.verify_ct > 0:  # SGLang's (with speculation): tokens a verify round, the first token's included
+            meta["spec_accept_length"] = len(r.output_ids) / r.verify_ct
+        if r.finished:  # as SGLang, on the finished result only
+            if r.finished_time is None:
+                r.finished_time = time.perf_counter()
+            meta["e2e_latency"] = r.finished_time - r.arrival_time
         if r.return_logprob:
             meta["input_token_logprobs"] = r.input_token_logprobs
             meta["output_token_logprobs"] = r.output_token_logprobs
@@ -577,12 +673,18 @@ class Engine:
         return text
 
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
-                 logprob_start_len=None, top_logprobs_num=None, rid=None):
+                 logprob_start_len=None, top_logprobs_num=None, rid=None, stream=False, **sglang_kwargs):
         """Runs to completion. A list prompt (or list of id lists) is a batch: returns a list of dicts.
 
         As SGLang's Engine.generate: in a batch, sampling_params, return_logprob, logprob_start_len,
         top_logprobs_num and rid may each be one value for every prompt or a list of one per prompt.
-        (No ``stream``: the server streams; this call returns finished requests.)"""
+        ``stream=True`` returns an iterator of SGLang's stream chunks instead: each the request's whole output so
+        far (text, output_ids, meta_info; finish_reason set on its last), a batch's with ``index``. The engine
+        steps as the iterator is read, and other generate calls wait until it is exhausted or closed.
+        SGLang's other arguments (image_data, lora_path, ...) are accepted at their neutral values only."""
+        _check_sglang_only_arguments(sglang_kwargs)
+        if not isinstance(stream, bool):
+            raise RequestError(f"stream={stream!r} must be True or False")
         batch = isinstance(prompt, list) or (isinstance(input_ids, list) and input_ids
                                              and isinstance(input_ids[0], list))
         if not batch:
@@ -618,27 +720,79 @@ class Engine:
                                                   starts[i], tops[i], rids[i]))
                 except (RequestError, SamplingParamsError) as e:
                     raise type(e)(f"prompt {i} of the batch: {e}") from None
-        # One generate at a time: two threads stepping one scheduler read each other's rounds (wrong tokens).
+        # Validated all before queueing any (here and in the stream): nothing half-submitted.
+        if stream:
+            return self._stream(reqs, batch)
+        done = {r.rid: r for r in self._run(reqs) if r.finished}
+        outs = [self.result(done[r.rid]) for r in reqs]
+        return outs if batch else outs[0]
+
+    def _run(self, reqs: list[Request]):
+        """Queues the requests and steps the scheduler until they finish; yields each request that changed (its
+        finished self last). One generate at a time (a lock, held until this generator ends): two threads stepping
+        one scheduler read each other's rounds (wrong tokens)."""
+        if self._lock_owner == threading.get_ident():
+            # The lock is not reentrant: this thread would wait for itself for ever.
+            raise RuntimeError("a generate(stream=True) iterator of this thread is still open: read it to its end "
+                               "or close() it before another generate")
         with self._generate_lock:
-            mine = {r.rid for r in reqs}
-            done: dict[str, Request] = {}
+            self._lock_owner = threading.get_ident()
+            left = {r.rid for r in reqs}
             try:
-                for r in reqs:  # validated all before queueing any: nothing half-submitted
+                for r in reqs:
                     self.scheduler.add(r)
-                while len(done) < len(reqs):
+                while left:
                     for r in self.scheduler.step():
-                        if r.finished and r.rid in mine:  # (requests queued by others finish here too)
-                            done[r.rid] = r
-                outs = [self.result(done[r.rid]) for r in reqs]
-            except BaseException:
+                        if r.rid in left:  # (requests queued by others finish here too)
+                            if r.finished:
+                                r.finished_time = time.perf_counter()
+                                left.discard(r.rid)
+                            yield r
+            except BaseException:  # GeneratorExit too: a stream closed before its end
                 # An interrupted generate leaves nothing queued behind, also when a second Ctrl-C comes meanwhile:
                 # a request it skipped would hold its pages until decoded to its end for no one.
                 with defer_interrupt():
                     for r in reqs:
-                        if r.rid not in done:
+                        if r.rid in left:
                             self.scheduler.abort(r.rid)
                 raise
-        return outs if batch else outs[0]
+            finally:
+                self._lock_owner = None
+
+    def _stream(self, reqs: list[Request], batch: bool):
+        """generate(stream=True): SGLang's chunks (its default, non-incremental: the whole output so far)."""
+        index = {r.rid: i for i, r in enumerate(reqs)}
+        done: dict[str, Request] = {}
+        sent: dict[str, int] = {}
+        for r in self._run(reqs):
+            if not r.finished and sent.get(r.rid) == len(r.output_ids):
+                continue  # a step that added no token to it (a prefill chunk): nothing new to show
+            sent[r.rid] = len(r.output_ids)
+            out = self.result(r)
+            # A snapshot: the request's lists grow in later steps, a chunk the caller keeps must not.
+            out["meta_info"] = {k: list(v) if isinstance(v, list) else v for k, v in out["meta_info"].items()}
+            if batch:
+                out["index"] = index[r.rid]
+            if r.finished:
+                done[r.rid] = r
+            yield out
+
+    async def async_generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
+                             logprob_start_len=None, top_logprobs_num=None, rid=None, stream=False, **sglang_kwargs):
+        """SGLang's Engine.async_generate: generate's arguments and result, awaited; with ``stream=True`` it returns
+        an async iterator of generate's stream chunks. The engine runs in a worker thread, so the event loop stays
+        free; concurrent calls run one after another (one generate at a time), not batched together: pass a list
+        of prompts to batch them."""
+        args = (prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, rid)
+        if not stream:
+            return await asyncio.to_thread(self.generate, *args, **sglang_kwargs)
+        chunks = self.generate(*args, stream=True, **sglang_kwargs)  # a bad request raises here, as SGLang's does
+        return _async_chunks(chunks)
+
+    def flush_cache(self) -> FlushCacheReqOutput:
+        """SGLang's Engine.flush_cache. This engine keeps no prefix cache (a finished request's KV pages are freed at
+        once), so there is nothing to flush: it succeeds."""
+        return FlushCacheReqOutput(success=True, message="no prefix cache: nothing to flush")
 
     def set_speculative_num_steps(self, k: int) -> None:
         """Switches the draft length between rounds (an adaptive policy's knob; 0: the target verifies the last token
@@ -675,7 +829,13 @@ class Engine:
             "git_commit": self._git_commit,  # the checkout this engine runs from (bench records it)
         }
         info.update(self.backend.info())
-        return info
+        # SGLang's shape too, for code written against it: the server arguments at the top level (the keys above
+        # win where both name one: the resolved device, the current k), the scheduler's state as internal_states
+        # (one entry: no data parallelism; avg_spec_accept_length only with speculation, as SGLang's), version.
+        state = {} if self.num_steps is None else {"avg_spec_accept_length": info.get("avg_spec_accept_length", 0.0)}
+        from sglang_eagle3 import __version__
+
+        return {**info["args"], **info, "internal_states": [state], "version": __version__}
 
     def shutdown(self) -> None:
         """Frees the models, KV cache and graphs (or stops the TP workers); later requests raise."""
@@ -719,4 +879,4 @@ def _select_backends(args: EngineArgs, device: torch.device) -> None:
             raise ConfigError(f"{name}='triton' needs a CUDA device (or TRITON_INTERPRET=1); got device={device}")
 
 
-__all__ = ["Engine", "EngineArgs", "RequestError", "SamplingParamsError"]
+__all__ = ["Engine", "EngineArgs", "FlushCacheReqOutput", "RequestError", "SamplingParamsError"]

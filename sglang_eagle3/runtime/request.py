@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from sglang_eagle3.runtime.sampling import SamplingParams
@@ -34,6 +35,10 @@ class Request:
     # Draft state carried between rounds: the draft's first proposal and hidden for the next round.
     next_draft_token: int | None = None
     text_offset: int = 0
+    # For meta_info's e2e_latency (SGLang's: from the request's arrival to its end, in seconds): perf_counter
+    # when the request was made, and when the engine first saw it finished (Engine.result).
+    arrival_time: float = field(default_factory=time.perf_counter)
+    finished_time: float | None = None
 
     def snapshot(self) -> Request:
         """A copy safe to send to another process (copied lists)."""

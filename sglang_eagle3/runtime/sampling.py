@@ -83,15 +83,19 @@ class SamplingParams:
     def from_dict(d: dict | None) -> SamplingParams:
         d = dict(d or {})
         known = set(SamplingParams.__dataclass_fields__)
-        unknown = sorted(set(d) - known - {"n", "sampling_seed"})
+        unknown = sorted(set(d) - known - {"n", "sampling_seed", "spaces_between_special_tokens"})
         if unknown:
             shown = ", ".join(short_repr(k, 40) for k in unknown[:5]) + (f" and {len(unknown) - 5} more"
                                                                             if len(unknown) > 5 else "")
             raise SamplingParamsError(f"unknown sampling parameter(s): {shown} (known: {sorted(known)})")
         if "sampling_seed" in d and d.get("seed") is None:
             d["seed"] = d["sampling_seed"]
-        if d.get("n", 1) != 1:
+        if d.get("n") is not None and d["n"] != 1:
             raise SamplingParamsError(f"n={d['n']!r} is not supported (only n=1)")
+        sbst = d.pop("spaces_between_special_tokens", None)
+        if sbst is not None and sbst is not True:
+            # SGLang's default (and the server's only value): the text is decoded as this engine decodes it.
+            raise SamplingParamsError(f"spaces_between_special_tokens={short_repr(sbst)} is not supported (only true)")
         for k in ("n", "sampling_seed"):
             d.pop(k, None)
         for name in ("stop", "stop_regex"):
@@ -101,9 +105,15 @@ class SamplingParams:
                 d[name] = []
         if d.get("stop_token_ids") is None:
             d["stop_token_ids"] = []
-        for name in ("frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "logit_bias",
-                     *GRAMMAR_KINDS):
-            if name in d and d[name] is None:  # null: the default, as SGLang reads it
+        # null is the default, as SGLang's SamplingParams.__post_init__ reads it (callers build sampling_params
+        # from optional settings: {"temperature": args.temperature}). max_new_tokens is not among them: null
+        # there means no limit but the context's (the engine reads it), and the booleans stay true/false only.
+        for name in ("temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
+                     "repetition_penalty", "min_new_tokens", "logit_bias", *GRAMMAR_KINDS):
+            if name in d and d[name] is None:
+                del d[name]
+        for name in GRAMMAR_KINDS:
+            if d.get(name) == "":  # SGLang: an empty grammar is unset, not a grammar that allows nothing
                 del d[name]
         if isinstance(d.get("logit_bias"), dict):
             d["logit_bias"] = _int_keys(d["logit_bias"])
