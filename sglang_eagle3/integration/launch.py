@@ -25,36 +25,56 @@ DECODE_GRAPH_BS_FLAGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-bs-decode")
 
 
 def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of the last ``flag`` in ``argv`` (argparse keeps the last one)."""
+    value = None
     for i, a in enumerate(argv):
         if a == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
+            value = argv[i + 1]
+        elif a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
+    return value
 
 
 def _has_flag(argv: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in argv)
 
 
-def _with_config_file(argv: list[str]) -> list[str]:
-    """``argv`` with the values of a ``--config`` YAML merged in as SGLang merges them (its own
-    ConfigArgumentMerger), for reading only; unchanged when there is no --config or it cannot be read
-    (SGLang's launcher then reports the problem itself)."""
-    if "--config" not in argv:
-        return argv
+class _ArgvUnreadable(Exception):
+    pass
+
+
+def _sglang_reading(argv: list[str]) -> tuple[int | None, bool] | None:
+    """(``--max-running-requests``, whether a decode graph batch size is set) as SGLang's own parser reads ``argv``:
+    a ``--config`` YAML merged under the command line by its ConfigArgumentMerger, the last occurrence of a flag
+    winning, abbreviations expanded. None when ``argv`` does not parse (SGLang's launcher then reports it) or SGLang
+    is not importable (then a plain reading of the command line)."""
     import argparse
 
-    from sglang.srt.server_args import ServerArgs
-    from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
-
-    parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
     try:
-        return ConfigArgumentMerger(parser).merge_config_with_args(list(argv))
-    except Exception as e:  # a missing or malformed file: SGLang's launcher says so when it parses argv
-        logger.debug("could not read --config for close_common_fallbacks: %s", e)
-        return argv
+        from sglang.srt.server_args import ServerArgs
+        from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+    except ImportError:
+        running = _flag_value(argv, "--max-running-requests")
+        if running is not None and not running.isdigit():
+            return None
+        return (None if running is None else int(running),
+                any(_has_flag(argv, f) for f in DECODE_GRAPH_BS_FLAGS))
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):  # argparse would print SGLang's usage and exit here
+            raise _ArgvUnreadable(message)
+
+    parser = Parser(add_help=False)
+    ServerArgs.add_cli_args(parser)
+    for action in parser._actions:  # a missing --model-path is for SGLang's launcher to report, not a reason to skip
+        action.required = False
+    try:
+        merged = ConfigArgumentMerger(parser).merge_config_with_args(list(argv)) if "--config" in argv else argv
+        ns, _ = parser.parse_known_args(merged)  # flags a plugin adds later are not known yet: left aside
+    except Exception as e:  # a bad value, a missing or malformed --config file
+        logger.debug("could not read the SGLang arguments for close_common_fallbacks: %s", e)
+        return None
+    return ns.max_running_requests, (ns.cuda_graph_max_bs_decode is not None or ns.cuda_graph_bs_decode is not None)
 
 
 def close_common_fallbacks(argv: list[str]) -> list[str]:
@@ -62,26 +82,36 @@ def close_common_fallbacks(argv: list[str]) -> list[str]:
     replays graphs of SGLang's decode runner): SGLang 0.5.23 picks that size from the GPU's memory and only ever
     lowers it to --max-running-requests, never raises it. When the user set --max-running-requests and no
     decode graph batch size (--cuda-graph-max-bs-decode, --cuda-graph-bs-decode; on the command line or in a
-    --config file), capture up to it: adds ``--cuda-graph-max-bs-decode N`` (logged; SGLANG_EAGLE3_KEEP_GRAPH_BS=1
-    keeps SGLang's choice). A --cuda-graph-config JSON still wins over the added flag, as SGLang ranks them."""
-    seen = _with_config_file(argv)
-    running = _flag_value(seen, "--max-running-requests")
-    if running is None or any(_has_flag(seen, f) for f in DECODE_GRAPH_BS_FLAGS) or env.KEEP_GRAPH_BS.flag():
+    --config file, read with SGLang's own parser), capture up to it: adds ``--cuda-graph-max-bs-decode N``
+    (logged; SGLANG_EAGLE3_KEEP_GRAPH_BS=1 keeps SGLang's choice). A --cuda-graph-config JSON still wins over the
+    added flag, as SGLang ranks them."""
+    reading = _sglang_reading(argv)
+    if reading is None or env.KEEP_GRAPH_BS.switch(False):
         return argv
-    logger.info("capturing decode/verify CUDA graphs up to --max-running-requests=%s (added "
-                "--cuda-graph-max-bs-decode %s) so verify never falls back to eager for batch size", running, running)
-    return [*argv, "--cuda-graph-max-bs-decode", running]
+    running, decode_bs_given = reading
+    if running is None or decode_bs_given:
+        return argv
+    logger.info("capturing decode/verify CUDA graphs up to --max-running-requests=%d (added "
+                "--cuda-graph-max-bs-decode %d) so verify never falls back to eager for batch size", running, running)
+    return [*argv, "--cuda-graph-max-bs-decode", str(running)]
 
 
 def launch_sglang(argv: list[str]) -> int:
     from sglang_eagle3.integration import plugin, sglang_overlay
 
+    try:  # 0/1 only: SGLANG_EAGLE3_STRICT_VERIFY=true must not start a server that is silently not strict
+        strict, no_moe = env.STRICT_VERIFY.switch(False), env.NO_MOE_ROUTING.switch(False)
+        env.KEEP_GRAPH_BS.switch(False)
+        env.OVERLAY_FORCE.switch(False)
+    except ValueError as e:
+        logger.error("sglang_eagle3 overlay: %s; not starting", e)
+        return 2
     problem = plugin.reachability_problem()
     if problem is not None:
         logger.error("sglang_eagle3 overlay: %s. SGLang's launcher spawns its workers with its stock entry point, "
                      "so without the plugin they would run without the overlay; not starting", problem)
         return 2
-    status = sglang_overlay.apply(strict_verify=env.STRICT_VERIFY.flag(), moe_routing=not env.NO_MOE_ROUTING.flag())
+    status = sglang_overlay.apply(strict_verify=strict, moe_routing=not no_moe)
     logger.info("sglang_eagle3 overlay applied here (%d patches); SGLang's workers apply it through the plugin; "
                 "starting SGLang's launcher", len(status.get("patched", [])))
     saved = sys.argv

@@ -20,6 +20,7 @@ where the package is not installed (no entry point); in a worker the second of t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -63,10 +64,41 @@ class OverlayConfig:
     verify_summary_every: int = 1000  # log the verify counters every N verify forwards (0 = never)
 
     def __post_init__(self):
+        # Checked by type, not truthiness: strict_verify="no" (or "false" from a hand-written
+        # SGLANG_EAGLE3_OVERLAY) would otherwise turn strict mode *on*.
+        for name in ("verify_guard", "strict_verify", "moe_routing", "draft_wiring", "worker_env", "force"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name}={value!r}: expected True or False")
+        every = self.verify_summary_every
+        if isinstance(every, bool) or not isinstance(every, int):
+            raise TypeError(f"verify_summary_every={every!r}: expected an integer >= 0 (0 = never)")
         if self.strict_verify and not self.verify_guard:
             raise ValueError("strict_verify=True needs verify_guard=True")
-        if self.verify_summary_every < 0:
-            raise ValueError(f"verify_summary_every={self.verify_summary_every} must be >= 0")
+        if every < 0:
+            raise ValueError(f"verify_summary_every={every} must be >= 0")
+
+    @classmethod
+    def from_json(cls, raw: str) -> OverlayConfig:
+        """The config in ``SGLANG_EAGLE3_OVERLAY`` (a JSON object of ``apply()``'s keyword options; ``{}``: the
+        defaults); raises ``ValueError`` naming the variable and its value when it is anything else."""
+        fields = ", ".join(f.name for f in dataclasses.fields(cls))
+        where = f"{ENV_CONFIG}={raw!r}"
+        try:
+            options = json.loads(raw)
+        except ValueError as e:
+            raise ValueError(f"{where} is not valid JSON ({e}); it holds apply()'s options as a JSON object, "
+                             "e.g. '{}' (the defaults) or '{\"strict_verify\": true}'") from None
+        if not isinstance(options, dict):
+            raise ValueError(f"{where}: expected a JSON object of apply()'s options ({fields}), e.g. '{{}}' for "
+                             "the defaults; it is not an on/off switch (unset it to leave SGLang alone)")
+        unknown = sorted(set(options) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"{where}: unknown option(s) {', '.join(unknown)} (known: {fields})")
+        try:
+            return cls(**options)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -242,7 +274,7 @@ def _inherited_config() -> OverlayConfig | None:
     raw = os.environ.get(ENV_CONFIG)
     if not raw or not _is_multiprocessing_child():
         return None
-    return OverlayConfig(**json.loads(raw))
+    return OverlayConfig.from_json(raw)
 
 
 def _enabled(spec: PatchSpec, config: OverlayConfig) -> bool:
@@ -266,7 +298,7 @@ def apply(*, verify_guard: bool = True, strict_verify: bool = False, moe_routing
     """
     config = OverlayConfig(verify_guard=verify_guard, strict_verify=strict_verify, moe_routing=moe_routing,
                            draft_wiring=draft_wiring, worker_env=worker_env,
-                           force=force or os.environ.get(ENV_FORCE) == "1",
+                           force=force or env.OVERLAY_FORCE.switch(False),
                            verify_summary_every=verify_summary_every)
     inherited = _inherited_config()
     if inherited is not None and inherited != config:
@@ -351,7 +383,10 @@ def apply_from_env() -> dict | None:
     raw = os.environ.get(ENV_CONFIG)
     if not raw:
         return None
-    return apply_config(OverlayConfig(**json.loads(raw)))
+    config = OverlayConfig.from_json(raw)
+    if not config.force and env.OVERLAY_FORCE.switch(False):  # as apply() reads it
+        config = dataclasses.replace(config, force=True)
+    return apply_config(config)
 
 
 def is_applied() -> bool:

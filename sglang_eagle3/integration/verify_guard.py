@@ -153,11 +153,21 @@ def diagnose_decode_fallback(runner: Any, forward_batch: Any) -> str:
         return (f"draft width mismatch: {width} tokens per request vs {captured} captured "
                 "(the runner in place was captured for another --speculative-num-draft-tokens)")
     bs = forward_batch.batch_size
+    label = f"batch size {bs}"
+    if getattr(runner, "require_mlp_tp_gather", False):
+        # DP attention: SGLang sizes the graph by the largest batch of any DP rank (_max_dp_batch_size), so a rank
+        # with a small batch falls back with the others when one rank's batch is too large.
+        try:
+            dp_bs = runner._max_dp_batch_size(forward_batch)
+        except Exception:  # no per-rank counts: SGLang itself would have raised in can_run_graph
+            dp_bs = None
+        if dp_bs is not None:
+            bs, label = dp_bs, f"largest batch across DP ranks {dp_bs}"
     max_bs = getattr(runner, "max_bs", None)
     if getattr(runner, "disable_padding", False):
-        return f"no graph captured for batch size {bs} (padding disabled)"
+        return f"no graph captured for {label} (padding disabled)"
     if max_bs is not None and bs > max_bs:
-        return f"batch size {bs} > max captured batch size {max_bs} (raise --cuda-graph-max-bs-decode)"
+        return f"{label} > max captured batch size {max_bs} (raise --cuda-graph-max-bs-decode)"
     if getattr(runner, "require_mlp_sync", False) and not getattr(forward_batch, "can_run_decode_cuda_graph", True):
         return "DP/MLP sync: another rank cannot run the decode graph this step"
     if getattr(runner, "is_encoder_decoder", False):

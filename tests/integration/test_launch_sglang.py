@@ -144,3 +144,51 @@ def test_native_only_flags_are_ours_minus_sglangs():
     ours = {s for a in build_parser()._actions for s in a.option_strings}
     assert set(NATIVE_ONLY_FLAGS) | {"--backend", "--worker-env", "--tp"} == ours - sglang_flags
     assert prepare_server_args(sglang_argv(["--model-path", "/nonexistent/model", "--tp", "2"])).tp_size == 2
+
+
+@needs_sglang
+@pytest.mark.sglang
+@pytest.mark.parametrize("argv, yaml", [
+    (["--max-running-requests", "32", "--max-running-requests", "64"], None),  # argparse keeps the last
+    (["--max-running", "64"], None),  # an abbreviation SGLang's parser expands
+    (["--max-running-requests", "64"], "max-running-requests: 32\n"),  # the command line above the --config file
+])
+def test_added_graph_size_is_the_max_running_requests_sglang_reads(argv, yaml, tmp_path, monkeypatch):
+    from sglang.srt.server_args import prepare_server_args
+
+    from sglang_eagle3.integration.launch import close_common_fallbacks
+
+    monkeypatch.delenv("SGLANG_EAGLE3_KEEP_GRAPH_BS", raising=False)
+    argv = ["--model-path", "/nonexistent/model", *argv]
+    if yaml is not None:
+        (tmp_path / "c.yaml").write_text(yaml)
+        argv += ["--config", str(tmp_path / "c.yaml")]
+    parsed = prepare_server_args(close_common_fallbacks(argv))
+    assert parsed.max_running_requests == 64
+    assert parsed.cuda_graph_max_bs_decode == parsed.max_running_requests
+
+
+@needs_sglang
+@pytest.mark.sglang
+def test_users_abbreviated_graph_size_is_kept(monkeypatch):
+    from sglang.srt.server_args import prepare_server_args
+
+    from sglang_eagle3.integration.launch import close_common_fallbacks
+
+    monkeypatch.delenv("SGLANG_EAGLE3_KEEP_GRAPH_BS", raising=False)
+    argv = ["--model-path", "/nonexistent/model", "--max-running-requests", "64", "--cuda-graph-max-bs-dec", "8"]
+    assert prepare_server_args(argv).cuda_graph_max_bs_decode == 8  # SGLang reads the user's 8
+    assert prepare_server_args(close_common_fallbacks(argv)).cuda_graph_max_bs_decode == 8
+
+
+@needs_sglang
+@pytest.mark.parametrize("var", ["SGLANG_EAGLE3_STRICT_VERIFY", "SGLANG_EAGLE3_NO_MOE_ROUTING",
+                                 "SGLANG_EAGLE3_KEEP_GRAPH_BS", "SGLANG_EAGLE3_FORCE"])
+def test_launch_refuses_a_switch_that_is_not_0_or_1(var, overlay, monkeypatch, caplog):
+    """SGLANG_EAGLE3_STRICT_VERIFY=true used to start a server that was silently not strict."""
+    from sglang_eagle3.integration.launch import launch_sglang
+
+    monkeypatch.setenv(var, "true")
+    assert launch_sglang(["--help"]) == 2
+    assert not overlay.is_applied()
+    assert f"{var}='true'" in caplog.text

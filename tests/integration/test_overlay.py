@@ -308,3 +308,47 @@ def test_module_level_patch_import_does_not_reset_a_workers_options(tmp_path):
     assert {k: result["parent"]["config"][k] for k in chosen} == chosen
     assert result["child"]["forward_raw_patched"]
     assert {k: result["child"]["config"][k] for k in chosen} == chosen
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"strict_verify": "no"}, "strict_verify='no'"),  # a truthy string: strict mode would have been on
+    ({"moe_routing": 0}, "moe_routing=0"),
+    ({"verify_summary_every": "10"}, "verify_summary_every='10'"),
+    ({"verify_summary_every": 2.5}, "verify_summary_every=2.5"),
+])
+def test_apply_refuses_option_values_of_the_wrong_type(overlay, options, named):
+    with pytest.raises(TypeError) as e:
+        overlay.apply(**options)
+    assert named in str(e.value)
+    assert not overlay.is_applied()
+
+
+def test_force_from_the_environment_is_0_or_1(overlay, monkeypatch):
+    monkeypatch.setenv("SGLANG_EAGLE3_FORCE", "true")  # was read as off without a word
+    with pytest.raises(ValueError, match="SGLANG_EAGLE3_FORCE='true'"):
+        overlay.apply()
+    assert not overlay.is_applied()
+
+
+@pytest.mark.parametrize("raw, named", [
+    ("1", "SGLANG_EAGLE3_OVERLAY='1'"),  # read as an on switch
+    ("{bad", "SGLANG_EAGLE3_OVERLAY='{bad'"),
+    ('{"strict": true}', "unknown option(s) strict"),
+    ('{"strict_verify": "false"}', "strict_verify='false'"),  # was applied with strict mode on
+])
+def test_a_bad_overlay_variable_stops_the_sglang_process_naming_it(overlay, fresh_plugins, monkeypatch, raw, named):
+    monkeypatch.setenv(overlay.ENV_CONFIG, raw)
+    with pytest.raises(SystemExit) as e:
+        fresh_plugins.load_plugins()
+    assert named in str(e.value) and "SGLANG_EAGLE3_OVERLAY" in str(e.value)
+    assert not overlay.is_applied()
+
+
+def test_force_variable_counts_for_a_hand_set_overlay_variable(overlay, fresh_plugins, monkeypatch):
+    """`SGLANG_EAGLE3_FORCE=1 SGLANG_EAGLE3_OVERLAY='{}' sglang serve` on another SGLang version: force is on, as for
+    apply()."""
+    monkeypatch.setattr(overlay, "installed_sglang_version", lambda: "0.5.24")
+    monkeypatch.setenv(overlay.ENV_CONFIG, "{}")
+    monkeypatch.setenv("SGLANG_EAGLE3_FORCE", "1")
+    fresh_plugins.load_plugins()
+    assert overlay.is_applied() and overlay.status()["config"]["force"] is True

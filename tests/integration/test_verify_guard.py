@@ -112,3 +112,23 @@ def test_strict_mode_raises_before_any_fallback(sg):
     with pytest.raises(VerifyFallbackError, match="no decode CUDA graph runner"):
         run(sg, sg.batch(1))
     assert sg.overlay.verify_stats()["graph"] == 1
+
+
+def test_dp_attention_fallback_reason_uses_the_largest_dp_batch(sg):
+    """DP attention (require_mlp_tp_gather): SGLang's can_run_graph sizes the graph by the largest batch of any DP
+    rank, so a rank with a small batch falls back when another rank's batch is above the captured size; the reason
+    must say so (it said "condition not identified" on every rank but the largest)."""
+    sg.runner.__dict__.update(require_mlp_tp_gather=True, require_mlp_sync=True)
+    fb = sg.batch(2)
+    fb.original_global_num_tokens_cpu = [2, MAX_BS + 4]  # per-rank request counts; this rank has 2
+    fb.can_run_decode_cuda_graph = True  # every rank voted for the decode graph (a verify batch)
+    assert sg.runner.can_run_graph(fb) is False  # SGLang's own decision: eager
+    fb_ok = sg.batch(2)
+    fb_ok.original_global_num_tokens_cpu = [2, MAX_BS]
+    fb_ok.can_run_decode_cuda_graph = True
+    assert run(sg, fb_ok) == "graph"
+    assert run(sg, fb) == "eager"
+    stats = sg.overlay.verify_stats()
+    assert stats["reasons"] == {
+        f"largest batch across DP ranks {MAX_BS + 4} > max captured batch size {MAX_BS} "
+        "(raise --cuda-graph-max-bs-decode)": 1}
