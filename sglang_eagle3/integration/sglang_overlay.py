@@ -141,6 +141,9 @@ PATCHES: tuple[PatchSpec, ...] = (
               "_set_envs_and_config", ("server_args",), "engine start writes NCCL_*/CUDA_* before spawning"),
     PatchSpec("env.scheduler_get_init_info", "worker_env", "sglang.srt.managers.scheduler", "Scheduler",
               "get_init_info", ("self",), "scheduler handshake dict (server info)"),
+    PatchSpec("env.dp_controller_get_init_info", "worker_env", "sglang.srt.managers.data_parallel_controller",
+              "DataParallelController", "get_init_info", ("self",),
+              "DP controller handshake dict (with --dp-size > 1 it replaces the schedulers' in server info)"),
     PatchSpec("env.scheduler_get_internal_state", "worker_env", "sglang.srt.managers.scheduler", "Scheduler",
               "get_internal_state", ("self", "recv_req"), "scheduler internal state (server info)"),
     PatchSpec("env.engine_get_server_info", "worker_env", "sglang.srt.entrypoints.engine", "Engine",
@@ -236,6 +239,8 @@ def _make_replacement(spec: PatchSpec, raw: Any, state: _State) -> Any:
         return worker_env.wrap_set_envs_and_config(raw, state.env_overrides, state.env_at_apply)
     if spec.key == "env.scheduler_get_init_info":
         return worker_env.wrap_get_init_info(raw, status)
+    if spec.key == "env.dp_controller_get_init_info":
+        return worker_env.wrap_dp_controller_get_init_info(raw)
     if spec.key == "env.scheduler_get_internal_state":
         return worker_env.wrap_get_internal_state(raw, status)
     if spec.key == "env.engine_get_server_info":

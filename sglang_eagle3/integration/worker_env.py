@@ -10,6 +10,10 @@ Patched symbols (0.5.23):
 - ``Scheduler.get_init_info``: each scheduler worker adds ``"sglang_eagle3": {"worker_env": ..., "overlay":
   ...}`` to its handshake dict; worker 0's dict is merged into ``Engine.get_server_info()`` and the HTTP
   ``/server_info`` (``/get_server_info``).
+- ``DataParallelController.get_init_info``: with ``--dp-size`` > 1 SGLang's engine and HTTP launcher receive the DP
+  controller's handshake dict instead of the schedulers' (it keeps theirs in ``_scheduler_init_infos``); it gets
+  the first scheduler's ``"sglang_eagle3"`` entry plus ``"workers"``, every scheduler's, so the server info has
+  the same shape and every worker's report with and without DP.
 - ``Scheduler.get_internal_state``: adds live overlay state (verify-path counters) to the internal state.
 - ``Engine.get_server_info``: adds every worker's report and ``compare_reports`` disagreements.
 - ``Engine.run_scheduler_process_func``: scheduler processes are *spawned*, so a patch made in the parent
@@ -30,6 +34,7 @@ from sglang_eagle3.env_report import collect_env_report, compare_reports, overri
 logger = logging.getLogger(__name__)
 
 INFO_KEY = "sglang_eagle3"
+WORKERS_KEY = "workers"  # in a DP controller's INFO_KEY entry: every scheduler's entry
 
 
 def wrap_set_envs_and_config(original: Callable, overrides: list[str],
@@ -74,6 +79,18 @@ def wrap_get_init_info(original: Callable, overlay_status: Callable[[], dict]) -
     return get_init_info
 
 
+def wrap_dp_controller_get_init_info(original: Callable) -> Callable:
+    def get_init_info(self):
+        info = original(self)
+        infos = list(getattr(self, "_scheduler_init_infos", None) or [])
+        workers = [i[INFO_KEY] for i in infos if isinstance(i, dict) and isinstance(i.get(INFO_KEY), dict)]
+        if workers:
+            info[INFO_KEY] = {**workers[0], WORKERS_KEY: workers}
+        return info
+
+    return get_init_info
+
+
 def wrap_get_internal_state(original: Callable, live_state: Callable[[], dict]) -> Callable:
     def get_internal_state(self, recv_req):
         out = original(self, recv_req)
@@ -89,7 +106,11 @@ def wrap_engine_get_server_info(original: Callable, overrides: list[str]) -> Cal
     def get_server_info(self):
         info = original(self)
         infos = getattr(getattr(self, "_scheduler_init_result", None), "scheduler_infos", None) or []
-        workers = [i.get(INFO_KEY) for i in infos if isinstance(i, dict) and i.get(INFO_KEY)]
+        workers = []
+        for i in infos:
+            entry = i.get(INFO_KEY) if isinstance(i, dict) else None
+            if isinstance(entry, dict):  # a DP controller's entry carries its schedulers' under WORKERS_KEY
+                workers.extend(entry[WORKERS_KEY] if WORKERS_KEY in entry else [entry])
         envs = [w["worker_env"] for w in workers if "worker_env" in w]
         info[INFO_KEY + "_workers"] = workers
         info[INFO_KEY + "_env_disagreements"] = compare_reports(envs)

@@ -352,3 +352,44 @@ def test_force_variable_counts_for_a_hand_set_overlay_variable(overlay, fresh_pl
     monkeypatch.setenv("SGLANG_EAGLE3_FORCE", "1")
     fresh_plugins.load_plugins()
     assert overlay.is_applied() and overlay.status()["config"]["force"] is True
+
+
+def test_every_worker_report_reaches_server_info_through_the_dp_controller(overlay, monkeypatch):
+    """--dp-size > 1: SGLang's engine gets one handshake dict, the DP controller's (built from the schedulers' it
+    recorded); the workers' reports must still reach Engine.get_server_info and /server_info."""
+    import threading
+    from types import SimpleNamespace
+
+    import sglang.srt.managers.scheduler as scheduler_mod
+    from sglang.srt.entrypoints.engine import Engine
+    from sglang.srt.managers.data_parallel_controller import DataParallelController
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.utils.common import build_server_info
+    from sglang.srt.utils.msgspec_utils import msgspec_to_builtins
+
+    overlay.apply(moe_routing=False)
+    monkeypatch.setattr(scheduler_mod, "get_serving", lambda: SimpleNamespace(grpc_port=None))
+    scheduler_infos = []
+    for _ in range(2):  # two DP ranks' schedulers
+        sched = object.__new__(Scheduler)
+        sched.__dict__.update(max_total_num_tokens=1, max_req_input_len=1, startup_time=0.0,
+                              enable_hierarchical_cache=False, page_size=1)
+        scheduler_infos.append(Scheduler.get_init_info(sched))
+    controller = object.__new__(DataParallelController)
+    controller.__dict__.update(_scheduler_init_info_lock=threading.Lock(), _scheduler_init_infos=[])
+    controller._record_scheduler_init_infos(scheduler_infos)  # what the controller does with the replies
+    dp_info = {"status": "ready", **DataParallelController.get_init_info(controller), "scheduler_pids": [1, 2]}
+
+    served = msgspec_to_builtins(build_server_info(prepare_server_args(["--model-path", "/nonexistent"]), dp_info))
+    assert served["sglang_eagle3"]["overlay"]["applied"] is True  # /server_info, as without DP
+
+    engine = object.__new__(Engine)
+    engine.__dict__.update(
+        loop=SimpleNamespace(run_until_complete=lambda coro: []),
+        tokenizer_manager=SimpleNamespace(get_internal_state=lambda: None, startup_time=0.0,
+                                          server_args=SimpleNamespace(resolved_dict=dict, launch_command="x")),
+        _scheduler_init_result=SimpleNamespace(scheduler_infos=[dp_info]))
+    info = Engine.get_server_info(engine)
+    assert [w["worker_env"]["pid"] for w in info["sglang_eagle3_workers"]] == \
+        [i["sglang_eagle3"]["worker_env"]["pid"] for i in scheduler_infos]
