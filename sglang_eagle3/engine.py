@@ -762,7 +762,6 @@ class Engine:
     def _stream(self, reqs: list[Request], batch: bool):
         """generate(stream=True): SGLang's chunks (its default, non-incremental: the whole output so far)."""
         index = {r.rid: i for i, r in enumerate(reqs)}
-        done: dict[str, Request] = {}
         sent: dict[str, int] = {}
         for r in self._run(reqs):
             if not r.finished and sent.get(r.rid) == len(r.output_ids):
@@ -773,8 +772,6 @@ class Engine:
             out["meta_info"] = {k: list(v) if isinstance(v, list) else v for k, v in out["meta_info"].items()}
             if batch:
                 out["index"] = index[r.rid]
-            if r.finished:
-                done[r.rid] = r
             yield out
 
     async def async_generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
