@@ -192,3 +192,27 @@ def test_launch_refuses_a_switch_that_is_not_0_or_1(var, overlay, monkeypatch, c
     assert launch_sglang(["--help"]) == 2
     assert not overlay.is_applied()
     assert f"{var}='true'" in caplog.text
+
+
+@needs_sglang
+@pytest.mark.sglang
+@pytest.mark.xfail(reason="launch_server.py's own parser checks SGLang's flags with the native server's types and "
+                   "choices before handing them on (not fixable in the overlay's files); remove this mark once "
+                   "--backend sglang stops validating flags it only passes through", strict=False)
+@pytest.mark.parametrize("flag", [["--context-length", "128k"], ["--max-total-tokens", "1M"],
+                                  ["--grammar-backend", "llguidance"]])
+def test_values_sglang_accepts_reach_sglang(flag, monkeypatch):
+    import sglang_eagle3.integration.launch as launch
+    from sglang_eagle3 import launch_server
+
+    handed = []
+    monkeypatch.setattr(launch, "launch_sglang", lambda argv: handed.append(argv) or 0)
+    argv = ["--model-path", "/nonexistent/model", *flag]
+    from sglang.srt.server_args import prepare_server_args
+
+    prepare_server_args(argv)  # SGLang's own parser takes it
+    try:
+        rc = launch_server.main(["--backend", "sglang", *argv])
+    except SystemExit as e:  # our argparse refusing the value
+        rc = e.code
+    assert rc == 0 and handed == [argv]
