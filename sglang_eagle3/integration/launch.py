@@ -119,7 +119,10 @@ def launch_sglang(argv: list[str]) -> int:
     try:
         runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
     except SystemExit as e:
-        return int(e.code or 0) if not isinstance(e.code, str) else 1
+        if isinstance(e.code, str):  # sys.exit("message"): Python would print it; caught here, it must be said
+            logger.error("%s", e.code)
+            return 1
+        return int(e.code or 0)
     finally:
         sys.argv = saved
     return 0

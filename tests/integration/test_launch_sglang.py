@@ -216,3 +216,19 @@ def test_values_sglang_accepts_reach_sglang(flag, monkeypatch):
     except SystemExit as e:  # our argparse refusing the value
         rc = e.code
     assert rc == 0 and handed == [argv]
+
+
+@needs_sglang
+def test_a_message_sglang_exits_with_is_not_lost(overlay, monkeypatch, caplog):
+    """sys.exit("...") in SGLang's launcher (or our plugin's SystemExit there): Python prints the message when it
+    ends the process; launch_sglang catches it to return the exit status, so it must print it too."""
+    import runpy
+
+    from sglang_eagle3.integration.launch import launch_sglang
+
+    def fake_run_module(name, **kw):
+        raise SystemExit("the launcher gave up: reason X")
+
+    monkeypatch.setattr(runpy, "run_module", fake_run_module)
+    assert launch_sglang(["--model-path", "/nonexistent/model"]) == 1
+    assert "the launcher gave up: reason X" in caplog.text
