@@ -167,21 +167,41 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=numeric, format=LOG_FORMAT, stream=sys.stderr, force=True)
 
 
-def _strip_flag(argv: list[str], flag: str) -> list[str]:
-    """``argv`` without every ``flag VALUE`` and ``flag=VALUE``."""
+def _backend_parser() -> argparse.ArgumentParser:
+    """The flags main() reads before it knows who serves. With --backend sglang nothing else is parsed here: every
+    other flag goes to SGLang's launcher as written, so its types ("128k" for --context-length), its choices
+    (--grammar-backend llguidance) and its --help apply, not the native server's."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--backend", choices=("auto", "native", "sglang"), default="auto")
+    p.add_argument("--worker-env", action="append", type=_env_pair)
+    p.add_argument("--log-level", default="info")
+    p.add_argument("--model-path")
+    return p
+
+
+# Ours alone (SGLang's launcher has neither): taken out of what is handed on, as argparse matched them, which
+# includes abbreviations (--back sglang).
+_OWN_FLAGS = ("--backend", "--worker-env")
+
+
+def _strip_own_flags(argv: list[str]) -> list[str]:
+    """``argv`` without --backend and --worker-env and their values, whether written whole, with ``=`` or
+    abbreviated as _backend_parser's argparse reads them (a prefix of at least three characters, unique among its
+    flags: each of its flags starts with its own letter)."""
     out, skip = [], False
-    for a in argv:
+    for i, a in enumerate(argv):
         if skip:
             skip = False
-        elif a == flag:
-            skip = True
-        elif not a.startswith(flag + "="):
-            out.append(a)
+            continue
+        if a == "--":  # argparse reads nothing after it as a flag
+            out.extend(argv[i:])
+            break
+        name = a.split("=", 1)[0]
+        if len(name) >= 3 and any(flag.startswith(name) for flag in _OWN_FLAGS):
+            skip = "=" not in a
+            continue
+        out.append(a)
     return out
-
-
-def _strip_backend(argv: list[str]) -> list[str]:
-    return _strip_flag(argv, "--backend")
 
 
 # Flags of the native server that SGLang 0.5.23's launcher does not have, with what to use there instead (None:
@@ -238,7 +258,7 @@ def launch_sglang(argv: list[str], worker_env: list[tuple[str, str]] | None = No
     itself; SGLang's own writes still win where it makes them, and the overlay reports those).
     """
     try:
-        argv = sglang_argv(_strip_flag(_strip_backend(argv), "--worker-env"))
+        argv = sglang_argv(_strip_own_flags(argv))
     except ValueError as e:
         logger.error("--backend sglang: %s", e)
         return 2
@@ -360,18 +380,20 @@ def serve_native(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    first, _ = _backend_parser().parse_known_args(argv)
+    _setup_logging(first.log_level)
+    backend, why = choose_backend(first)
+    if backend == "sglang":
+        logger.info("backend: %s (%s)", backend, why)
+        return launch_sglang(argv, first.worker_env)
     args, unknown = build_parser().parse_known_args(argv)
-    _setup_logging(args.log_level)
     if args.model_path is None:
         from sglang_eagle3.engine import EMBEDDED_DIR
 
         # NOTE: this must stay the first log line: users and tests read it to learn what is being served.
         logger.warning("no --model-path: serving the embedded default model pair (target + EAGLE-3 draft) "
                        "from %s", EMBEDDED_DIR)
-    backend, why = choose_backend(args)
     logger.info("backend: %s (%s)", backend, why)
-    if backend == "sglang":
-        return launch_sglang(argv, args.worker_env)
     if unknown:
         logger.error("unrecognised argument(s) %s: the native backend does not implement them (SGLang-only flags "
                      "need --backend sglang)", unknown)

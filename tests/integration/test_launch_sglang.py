@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -196,9 +197,6 @@ def test_launch_refuses_a_switch_that_is_not_0_or_1(var, overlay, monkeypatch, c
 
 @needs_sglang
 @pytest.mark.sglang
-@pytest.mark.xfail(reason="launch_server.py's own parser checks SGLang's flags with the native server's types and "
-                   "choices before handing them on (not fixable in the overlay's files); remove this mark once "
-                   "--backend sglang stops validating flags it only passes through", strict=False)
 @pytest.mark.parametrize("flag", [["--context-length", "128k"], ["--max-total-tokens", "1M"],
                                   ["--grammar-backend", "llguidance"]])
 def test_values_sglang_accepts_reach_sglang(flag, monkeypatch):
@@ -216,6 +214,52 @@ def test_values_sglang_accepts_reach_sglang(flag, monkeypatch):
     except SystemExit as e:  # our argparse refusing the value
         rc = e.code
     assert rc == 0 and handed == [argv]
+
+
+@needs_sglang
+@pytest.mark.sglang
+@pytest.mark.parametrize("backend,workers", [
+    (["--backend", "sglang"], ["--worker-env", "A_1=x y", "--worker-env=A_2=k=v"]),
+    (["--backend=sglang"], ["--worker-e", "A_1=x y", "--worker-env=A_2=k=v"]),
+    (["--back", "sglang"], ["--work=A_1=x y", "--wor", "A_2=k=v"]),
+])
+def test_own_flags_never_reach_sglang(backend, workers, monkeypatch, caplog):
+    """--backend and --worker-env, written whole, with = or abbreviated as argparse reads them, are taken out of
+    what SGLang's launcher gets (abbreviated, they used to reach it and stop it); what remains is SGLang's own argv,
+    which its parser takes, its --help included; no "embedded model" warning (that is the native server's)."""
+    import sglang_eagle3.integration.launch as launch
+    from sglang_eagle3 import launch_server
+
+    handed = []
+    monkeypatch.setattr(launch, "launch_sglang", lambda argv: handed.append(argv) or 0)
+    for key in ("A_1", "A_2"):
+        monkeypatch.delenv(key, raising=False)
+    sglang_own = ["--model-path", "/nonexistent/model", "--tp-size", "2", "--log-level", "info"]
+    assert launch_server.main([*backend, *sglang_own[:2], *workers, *sglang_own[2:]]) == 0
+    assert handed == [sglang_own]
+    assert os.environ["A_1"] == "x y" and os.environ["A_2"] == "k=v"
+    assert "embedded" not in caplog.text
+    from sglang.srt.server_args import prepare_server_args
+
+    prepare_server_args(handed[0])
+    assert launch_server.main(["--backend", "sglang", "--help"]) == 0 and handed[-1] == ["--help"]
+
+
+@needs_sglang
+def test_no_sglang_flag_is_taken_for_an_abbreviation_of_ours():
+    """_strip_own_flags drops a flag that is a prefix of --backend or --worker-env: no flag of SGLang's may be one,
+    or it would be dropped too."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_eagle3.launch_server import _OWN_FLAGS
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    theirs = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    assert len(theirs) > 100
+    assert not [o for o in theirs if any(flag.startswith(o) for flag in _OWN_FLAGS)]
 
 
 @needs_sglang
