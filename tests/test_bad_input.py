@@ -234,7 +234,7 @@ def test_bad_request(engine, kwargs, needles):
     ({"stop": [""]}, ["stop", "empty string"]),
     ({"ignore_eos": "false"}, ["ignore_eos='false'", "true or false"]),
     ({"no_stop_trim": 1}, ["no_stop_trim=1"]),
-    ({"skip_special_tokens": None}, ["skip_special_tokens=None"]),
+    ({"skip_special_tokens": "no"}, ["skip_special_tokens='no'"]),
 ])
 def test_bad_sampling_params_need_the_engine(engine, params, needles):
     _raises(SamplingParamsError, needles, engine.generate, input_ids=[1, 2], sampling_params=params)

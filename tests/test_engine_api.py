@@ -39,13 +39,16 @@ def _assert_idle(engine):
 
 # -- sampling_params: SamplingParams.__post_init__ reads null as the default ---------------------------------
 @pytest.mark.parametrize("name", ["temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-                                  "presence_penalty", "repetition_penalty", "min_new_tokens", "n"])
+                                  "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "ignore_eos",
+                                  "skip_special_tokens", "no_stop_trim"])
 def test_null_sampling_param_is_its_default(engine, name):
     """SGLang's __post_init__ turns None into the field's default ("so that callers can pass null without crashing
     verify()"); temperature=None was refused here ("must be a finite number >= 0")."""
     sp = {"max_new_tokens": 6, "seed": 3, "ignore_eos": True}  # sampled (temperature 1.0 by default): seeded
-    want = engine.generate(PROMPTS[0], sp)["output_ids"]
-    assert engine.generate(PROMPTS[0], {**sp, name: None})["output_ids"] == want
+    sp = {k: v for k, v in sp.items() if k != name}  # the default: the parameter left out
+    want = engine.generate(PROMPTS[0], sp)
+    got = engine.generate(PROMPTS[0], {**sp, name: None})
+    assert (got["output_ids"], got["text"]) == (want["output_ids"], want["text"])
 
 
 @pytest.mark.parametrize("name", ["json_schema", "regex", "ebnf"])

@@ -106,10 +106,12 @@ class SamplingParams:
         if d.get("stop_token_ids") is None:
             d["stop_token_ids"] = []
         # null is the default, as SGLang's SamplingParams.__post_init__ reads it (callers build sampling_params
-        # from optional settings: {"temperature": args.temperature}). max_new_tokens is not among them: null
-        # there means no limit but the context's (the engine reads it), and the booleans stay true/false only.
+        # from optional settings: {"temperature": args.temperature}), the booleans ignore_eos, skip_special_tokens
+        # and no_stop_trim too. max_new_tokens is not among them: null there means no limit but the context's (the
+        # engine reads it).
         for name in ("temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
-                     "repetition_penalty", "min_new_tokens", "logit_bias", *GRAMMAR_KINDS):
+                     "repetition_penalty", "min_new_tokens", "logit_bias", "ignore_eos", "skip_special_tokens",
+                     "no_stop_trim", *GRAMMAR_KINDS):
             if name in d and d[name] is None:
                 del d[name]
         for name in GRAMMAR_KINDS:
