@@ -11,10 +11,17 @@
   compare   prints runs side by side, after every provenance field in which they differ:
             python -m sglang_eagle3.bench compare bench_out/baseline.json bench_out/eagle3.json
 
+Each configuration gets --warmup untimed requests, then --repeats timed passes of the workload on the same
+server; the table's end-to-end tok/s is all requests' output tokens over a pass's wall time (client side, not
+a decode-only metric), the median over the passes, with their min-max beside it. In a sweep a configuration's
+FLAGS may start with VAR=VALUE words, set in its server's environment (recorded; a worker that did not get
+one is warned about), and each server's log goes to --out/NAME.server.log. Progress goes to stderr.
+
 run and sweep write NAME.json into --out (NAME: a plain file name), then exit with status 1 if any request
 failed (an error event, a non-2xx answer or no token; the table's "failed requests" column), no output token
 came back, or /get_server_info stopped answering after the run. A server that cannot be reached, or whose
-/get_server_info is in neither known format (ours, SGLang's), stops the run before any request.
+/get_server_info is in neither known format (ours, SGLang's), stops the run before any request. Ctrl-C in the
+timed passes writes NAME.json with what had finished, marked "interrupted", and exits with status 130.
 
 Provenance records the server's args, model, device and worker environment (one report per worker process:
 our server's TP workers, or its own process as rank 0 at TP=1; SGLang with the overlay, worker 0 only over
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -36,7 +44,9 @@ import urllib.request
 
 from sglang_eagle3.bench.harness import (
     DEFAULT_PROMPTS,
+    TABLE_NOTE,
     BenchError,
+    Interrupted,
     check_name,
     compare_table,
     failures,
@@ -44,6 +54,7 @@ from sglang_eagle3.bench.harness import (
     provenance_diff,
     run_workload,
     save,
+    warnings,
 )
 
 PROG = "python -m sglang_eagle3.bench"
@@ -66,13 +77,43 @@ def _run_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
+    return value
+
+
+def _float_at_least(low: float, strict: bool):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value == value or (value <= low if strict else value < low):  # (NaN fails too)
+            raise argparse.ArgumentTypeError(f"{text} must be {'above' if strict else 'at least'} {low:g}")
+        return value
+    return parse
+
+
 def _workload_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--num-requests", type=_positive_int, default=16)
-    ap.add_argument("--concurrency", type=_positive_int, default=1, help="1 = the single-stream latency case")
-    ap.add_argument("--max-tokens", type=_positive_int, default=128)
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--prompts-file", help="one prompt per line (default: a few built-in ones)")
-    ap.add_argument("--out", default="bench_out")
+    ap.add_argument("--num-requests", type=_positive_int, default=16, help="requests a timed pass (default 16)")
+    ap.add_argument("--concurrency", type=_positive_int, default=1,
+                    help="requests in flight at once (default 1: the single-stream latency case)")
+    ap.add_argument("--max-tokens", type=_positive_int, default=128,
+                    help="output tokens a request, EOS ignored (default 128)")
+    ap.add_argument("--temperature", type=_float_at_least(0.0, strict=False), default=0.0,
+                    help="sampling temperature (default 0: greedy)")
+    ap.add_argument("--repeats", type=_positive_int, default=1,
+                    help="timed passes of the workload on the same server: the table shows their median and "
+                    "min-max (default 1; 3 or more to see the noise)")
+    ap.add_argument("--warmup", type=_non_negative_int, default=2,
+                    help="untimed requests before the first pass (compilation, graph capture; default 2)")
+    ap.add_argument("--prompts-file", help="one prompt per line, used in turn (default: 8 built-in ones)")
+    ap.add_argument("--out", default="bench_out", help="folder for the NAME.json results (default bench_out)")
 
 
 def _prompts(a) -> list[str]:
@@ -94,23 +135,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+def _log_tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            tail = f.readlines()[-lines:]
+    except OSError:
+        return ""
+    return "".join("    " + ln for ln in tail)
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_path: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"{PROG}: error: server exited with code {proc.returncode} before becoming healthy")
+            raise SystemExit(f"{PROG}: error: server exited with code {proc.returncode} before becoming healthy; "
+                             f"the end of {log_path}:\n{_log_tail(log_path)}")
         try:
             with urllib.request.urlopen(url + "/health", timeout=2) as r:
                 if r.status == 200:
                     return
         except OSError:
             time.sleep(1)
-    raise SystemExit(f"{PROG}: error: server at {url} not healthy after {timeout:.0f} s")
+    raise SystemExit(f"{PROG}: error: server at {url} not healthy after {timeout:g} s (--startup-timeout); the end "
+                     f"of {log_path}:\n{_log_tail(log_path)}")
 
 
 def _workload(a) -> dict:
     return dict(prompts=_prompts(a), num_requests=a.num_requests, concurrency=a.concurrency,
-                max_tokens=a.max_tokens, temperature=a.temperature)
+                max_tokens=a.max_tokens, temperature=a.temperature, repeats=a.repeats, warmup=a.warmup,
+                progress=_progress, command=a.command)
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _interrupted(e: Interrupted, out: str) -> int:
+    """Ctrl-C in a timed pass: the finished requests' result is written, marked interrupted; status 130."""
+    path = save(e.result, out)
+    print(f"{PROG}: {e.result['interrupted']}; wrote {path} (marked interrupted)", file=sys.stderr)
+    return 130
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,19 +185,33 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--name", required=True, type=_run_name, help="the result's file name in --out (no '/', '..')")
     _workload_args(r)
     s = sub.add_parser("sweep", help="start a server per configuration and benchmark each")
-    s.add_argument("--config", action="append", required=True, metavar="NAME=FLAGS")
-    s.add_argument("--launcher", default=f"{sys.executable} -m sglang_eagle3.launch_server")
-    s.add_argument("--startup-timeout", type=float, default=1800)
+    s.add_argument("--config", action="append", required=True, metavar="NAME=FLAGS",
+                   help="a configuration: its name (the result's file name) and the server's flags, which may "
+                   "start with VAR=VALUE words for its environment, e.g. 'p2p_off=NCCL_P2P_DISABLE=1 --tp-size 8'; "
+                   "repeatable, run in the order given")
+    s.add_argument("--launcher", default=f"{sys.executable} -m sglang_eagle3.launch_server",
+                   help="the server command the flags are appended to, then --host 127.0.0.1 --port P "
+                   "(default: this Python's -m sglang_eagle3.launch_server)")
+    s.add_argument("--startup-timeout", type=_float_at_least(0.0, strict=True), default=1800,
+                   help="seconds a server may take to answer /health (default 1800)")
     _workload_args(s)
     c = sub.add_parser("compare", help="side-by-side table of result files")
-    c.add_argument("files", nargs="+")
+    c.add_argument("files", nargs="+", help="NAME.json files written by run or sweep; the first is the reference")
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = ap.parse_args(argv)
+    a.command = shlex.join([sys.executable, "-m", "sglang_eagle3.bench", *argv])
 
     try:
         if a.cmd == "run":
-            res = run_workload(a.url, name=a.name, **_workload(a))
+            try:
+                res = run_workload(a.url, name=a.name, **_workload(a))
+            except Interrupted as e:
+                return _interrupted(e, a.out)
+            except KeyboardInterrupt:
+                print(f"{PROG}: interrupted before the timed passes: nothing written", file=sys.stderr)
+                return 130
             print(f"wrote {save(res, a.out)}")
-            print(compare_table([res]))
+            _print_comparison([res])
             return _exit_status([res])
         if a.cmd == "compare":
             return _print_comparison([load_result(p) for p in a.files])
@@ -142,44 +220,98 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{PROG}: error: {e}") from None
 
 
+_ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _parse_config(ap: argparse.ArgumentParser, spec: str) -> tuple[str, dict, list[str]]:
+    """NAME=FLAGS -> (name, the leading VAR=VALUE words as an environment, the remaining flags)."""
+    name, sep, flags = spec.partition("=")
+    if not sep:
+        ap.error(f"--config {spec!r} must look like NAME=FLAGS")
+    try:
+        check_name(name)
+    except ValueError as e:
+        ap.error(f"--config {spec!r}: {e}")
+    try:
+        words = shlex.split(flags)
+    except ValueError as e:
+        ap.error(f"--config {spec!r}: cannot split its flags: {e}")
+    env = {}
+    while words and _ENV_WORD.match(words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    return name, env, words
+
+
 def _sweep(ap: argparse.ArgumentParser, a) -> int:
-    configs = []
-    for spec in a.config:
-        name, sep, flags = spec.partition("=")
-        if not sep:
-            ap.error(f"--config {spec!r} must look like NAME=FLAGS")
-        try:
-            configs.append((check_name(name), flags))
-        except ValueError as e:
-            ap.error(f"--config {spec!r}: {e}")
-    launcher = shlex.split(a.launcher)
+    configs = [_parse_config(ap, spec) for spec in a.config]
+    names = [name for name, _, _ in configs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        ap.error(f"--config names must differ (each is a result file): {', '.join(map(repr, dup))} given twice")
+    try:
+        launcher = shlex.split(a.launcher)
+    except ValueError as e:
+        ap.error(f"--launcher {a.launcher!r}: {e}")
     if not launcher:
         ap.error("--launcher is empty")
+    os.makedirs(a.out, exist_ok=True)
     runs = []
-    for name, flags in configs:
+    for i, (name, env, flags) in enumerate(configs):
         port = _free_port()
-        cmd = launcher + shlex.split(flags) + ["--host", "127.0.0.1", "--port", str(port)]
-        print(f"[{name}] {' '.join(cmd)}", flush=True)
+        cmd = launcher + flags + ["--host", "127.0.0.1", "--port", str(port)]
+        log_path = os.path.join(a.out, f"{name}.server.log")
+        shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        print(f"[{name}] ({i + 1}/{len(configs)}) {shown + ' ' if shown else ''}{shlex.join(cmd)}  "
+              f"(log: {log_path})", flush=True)
         try:
-            proc = subprocess.Popen(cmd, env=os.environ.copy())
+            log = open(log_path, "w")
+            proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
         except OSError as e:
             raise SystemExit(f"{PROG}: error: --launcher {a.launcher!r} cannot start {cmd[0]!r}: "
                              f"{e.strerror or e}") from None
         try:
             url = f"http://127.0.0.1:{port}"
-            _wait_healthy(url, proc, a.startup_timeout)
-            res = run_workload(url, name=name, **_workload(a))
+            _wait_healthy(url, proc, a.startup_timeout, log_path)
+            _progress(f"[{name}] server up; {a.warmup} warm-up requests, then {a.repeats} pass(es) of "
+                      f"{a.num_requests} requests")
+            res = run_workload(url, name=name, launch_env=env, **_workload(a))
             res["provenance"]["launch_command"] = cmd
             runs.append(res)
             print(f"[{name}] wrote {save(res, a.out)}", flush=True)
+        except Interrupted as e:
+            e.result["provenance"]["launch_command"] = cmd
+            runs.append(e.result)
+            code = _interrupted(e, a.out)
+            _stop(proc, log)
+            _print_comparison(runs)
+            left = names[i + 1:]
+            if left:
+                print(f"{PROG}: not run: {', '.join(left)}", file=sys.stderr)
+            return code
+        except KeyboardInterrupt:
+            _stop(proc, log)
+            done = [r["name"] for r in runs]
+            print(f"{PROG}: interrupted while starting or warming up {name}: nothing written for it"
+                  f"{'; written: ' + ', '.join(done) if done else ''}", file=sys.stderr)
+            if runs:
+                _print_comparison(runs)
+            return 130
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            _stop(proc, log)
     _print_comparison(runs)
     return _exit_status(runs)
+
+
+def _stop(proc: subprocess.Popen, log) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    log.close()
 
 
 def _exit_status(runs: list[dict]) -> int:
@@ -191,13 +323,18 @@ def _exit_status(runs: list[dict]) -> int:
 
 
 def _print_comparison(runs: list[dict]) -> int:
-    diffs = provenance_diff(runs)
+    diffs = provenance_diff(runs) if len(runs) > 1 else []
     if diffs:
         print("Runs differ in (check these before reading the ratios):")
         for d in diffs:
             print("  - " + d)
+    doubts = warnings(runs)
+    if doubts:
+        print("Warnings (numbers to distrust):")
+        for w in doubts:
+            print("  - " + w)
     print(compare_table(runs))
-    print("end-to-end tok/s = all output tokens / wall time of the run (not a decode-only step metric)")
+    print(TABLE_NOTE)
     return 0
 
 

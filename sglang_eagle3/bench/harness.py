@@ -21,6 +21,8 @@ Two servers' /get_server_info are read (``server_kind`` tells them apart):
 
 from __future__ import annotations
 
+import collections
+import importlib.metadata
 import json
 import os
 import platform
@@ -34,7 +36,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
-from sglang_eagle3.env_report import PER_RANK_KEYS, git_commit
+from sglang_eagle3.env_report import PER_RANK_KEYS, _is_reported, git_commit
 
 DEFAULT_PROMPTS = [
     "And God said, Let there be light:",
@@ -230,16 +232,65 @@ def _delta(before: dict, after: dict | None, key: str) -> int | None:
     return after[key] - before[key]
 
 
-def provenance(base: str, info: dict) -> dict:
+def _client_versions() -> dict:
+    """This harness's package, torch and triton versions as installed (read without importing torch)."""
+    out = {}
+    for dist in ("sglang_eagle3", "torch", "triton"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    from sglang_eagle3 import __version__
+
+    out["sglang_eagle3"] = __version__  # the imported copy (a checkout may not be the installed one)
+    return out
+
+
+def _cpu_name() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _env_not_applied(requested: dict, reports: list[dict] | None) -> list[str] | None:
+    """One line per requested variable (--worker-env, a sweep configuration's VAR=VALUE) that a worker report
+    shows with another value or unset: the variable did not reach the process that ran the model. None when no
+    worker reported its environment (nothing to check against)."""
+    if not reports:
+        return None
+    lines = []
+    for i, report in enumerate(reports):
+        env_seen = report.get("env") or {}
+        for key, want in requested.items():
+            if not _is_reported(key) or env_seen.get(key) == want:
+                continue  # (a variable the reports leave out, e.g. a secret, cannot be checked)
+            got = env_seen.get(key)
+            lines.append(f"{key}={want} was requested but worker rank {report.get('rank', i)} ran with "
+                         f"{key}={'<unset>' if got is None else got}")
+    return lines
+
+
+def provenance(base: str, info: dict, *, command: str | None = None, launch_env: dict | None = None) -> dict:
     """Everything a reader needs to know whether two numbers are comparable. ``worker_env`` is a list of
     env_report.collect_env_report() dicts (one per worker process), or None where the server reports none.
     ``client_git_commit`` is this harness's checkout; ``server_git_commit`` the one our server reports it runs
-    (SGLang's reports none)."""
+    (SGLang's reports none). ``worker_env_not_applied`` lists the requested variables (``launch_env``, our
+    server's --worker-env) that a worker report contradicts."""
     kind = server_kind(info, base)
+    requested = dict(launch_env or {})
     if kind == OURS:
         args = info["args"]
+        for pair in args.get("worker_env") or ():
+            if isinstance(pair, (list, tuple)) and len(pair) == 2:
+                requested[str(pair[0])] = str(pair[1])
         prov = {
             "server_kind": OURS,
+            "server_version": info.get("version"),
             "server_args": {k: args.get(k) for k in sorted(args)},
             "model": info.get("model"),
             "draft": info.get("draft"),
@@ -268,25 +319,83 @@ def provenance(base: str, info: dict) -> dict:
             "server_launch_command": info.get("launch_command"),
         }
     prov.update({
+        "launch_env": dict(launch_env) if launch_env else None,
+        "worker_env_not_applied": _env_not_applied(requested, prov["worker_env"]) if requested else None,
         "server_url": base,
         "client_host": platform.node(),
+        "client_platform": platform.platform(),
+        "client_cpu": _cpu_name(),
+        "client_cpu_count": os.cpu_count(),
         "client_python": platform.python_version(),
+        "client_versions": _client_versions(),
         "client_git_commit": git_commit(),
-        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "command": command if command is not None else " ".join(shlex.quote(a) for a in sys.argv),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
     return prov
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during the timed passes: ``result`` holds what the requests finished before it measured (its
+    ``interrupted`` field says how far the run got), for the caller to save."""
+
+    def __init__(self, result: dict):
+        super().__init__(result["interrupted"])
+        self.result = result
+
+
+def _timed_pass(base: str, prompts: list[str], num_requests: int, concurrency: int, max_tokens: int,
+                temperature: float, timeout: float, on_done) -> tuple[list[RequestResult], float, bool]:
+    """One pass of the workload: (the finished requests, its wall time, whether Ctrl-C cut it short). The
+    request threads are daemons and stop taking requests at an interrupt, so Ctrl-C returns at once."""
+    results: list[RequestResult] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    todo = collections.deque(range(num_requests))
+
+    def worker():
+        while not stop.is_set():
+            with lock:
+                if not todo:
+                    return
+                i = todo.popleft()
+            r = run_one(base, prompts[i % len(prompts)], max_tokens, temperature, timeout)
+            with lock:
+                if stop.is_set():  # finished after the interrupt: outside the measured wall time
+                    return
+                results.append(r)
+                on_done(results)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(concurrency, num_requests))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        stop.set()
+        with lock:
+            return list(results), time.perf_counter() - t0, True
+    return results, time.perf_counter() - t0, False
+
+
 def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int, concurrency: int,
-                 max_tokens: int, temperature: float = 0.0, warmup: int = 2, timeout: float = 600.0) -> dict:
-    """Runs the workload and returns the result dict (see save). Raises BenchError before any request when
-    the server cannot be reached or its /get_server_info is in neither known format. Failed requests (an
-    error event, a non-2xx answer, no token) are counted in ``requests_failed`` and their first messages
-    kept in ``errors``; they raise nothing."""
+                 max_tokens: int, temperature: float = 0.0, warmup: int = 2, timeout: float = 600.0,
+                 repeats: int = 1, progress=None, command: str | None = None, launch_env: dict | None = None) -> dict:
+    """Runs the workload ``repeats`` times on the server (after ``warmup`` untimed requests) and returns the
+    result dict (see save): end-to-end throughput a pass, its median and spread over the passes; latencies over
+    every request of every pass. Raises BenchError before any request when the server cannot be reached or its
+    /get_server_info is in neither known format. Failed requests (an error event, a non-2xx answer, no token)
+    are counted in ``requests_failed`` and their first messages kept in ``errors``; they raise nothing.
+    ``progress(line)``, when given, gets a line of progress at most every second and at each pass's end.
+    Ctrl-C during the passes raises Interrupted carrying the result of the requests finished before it.
+    ``command``: the command line to record (default: this process's); ``launch_env``: variables the server
+    was started with (recorded, and checked against the workers' reports)."""
     check_name(name)
-    if num_requests < 1 or concurrency < 1 or max_tokens < 1:
-        raise ValueError(f"{num_requests=}, {concurrency=} and {max_tokens=} must be positive")
+    if num_requests < 1 or concurrency < 1 or max_tokens < 1 or repeats < 1 or warmup < 0:
+        raise ValueError(f"{num_requests=}, {concurrency=}, {max_tokens=} and {repeats=} must be positive "
+                         f"and {warmup=} not negative")
     base = _check_url(base)
     first = server_info(base)  # probe first: a wrong URL fails here, not in the warm-up
     kind = server_kind(first, base)
@@ -294,26 +403,32 @@ def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int,
         run_one(base, prompts[i % len(prompts)], min(max_tokens, 16), temperature, timeout)
     before = _counters(kind, server_info(base))
     results: list[RequestResult] = []
-    lock = threading.Lock()
-    todo = list(range(num_requests))
+    passes: list[dict] = []
+    interrupted = None
+    for p in range(repeats):
+        t_pass, last = time.perf_counter(), [0.0]
 
-    def worker():
-        while True:
-            with lock:
-                if not todo:
-                    return
-                i = todo.pop()
-            r = run_one(base, prompts[i % len(prompts)], max_tokens, temperature, timeout)
-            with lock:
-                results.append(r)
+        def on_done(done: list[RequestResult], p=p, t_pass=t_pass, last=last):
+            now = time.perf_counter()
+            if progress is not None and (now - last[0] >= 1.0 or len(done) == num_requests):
+                last[0] = now
+                failed = sum(r.error is not None for r in done)
+                progress(f"[{name}] pass {p + 1}/{repeats}: {len(done)}/{num_requests} requests"
+                         f"{f' ({failed} failed)' if failed else ''}, "
+                         f"{sum(r.output_tokens for r in done if r.error is None)} tokens, {now - t_pass:.1f} s")
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+        got, wall, cut = _timed_pass(base, prompts, num_requests, concurrency, max_tokens, temperature, timeout,
+                                     on_done)
+        results += got
+        ok = [r for r in got if r.error is None]
+        toks = sum(r.output_tokens for r in ok)
+        passes.append({"wall_s": wall, "output_tokens": toks, "requests_ok": len(ok),
+                       "requests_failed": len(got) - len(ok),
+                       "end_to_end_output_tok_per_s": toks / wall if wall else 0.0})
+        if cut:
+            interrupted = (f"interrupted (Ctrl-C) in pass {p + 1} of {repeats} after {len(got)} of {num_requests} "
+                           "requests: the numbers cover the requests finished before it (in-flight ones dropped)")
+            break
     errors = sorted({r.error for r in results if r.error})
     try:
         info = server_info(base)
@@ -323,9 +438,15 @@ def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int,
     except BenchError as e:  # the server died in the run: keep what the requests measured
         info, after = first, None
         errors.insert(0, f"after the run: {e}")
+    if interrupted:
+        errors.insert(0, interrupted)
     ok = [r for r in results if r.error is None]
     out_tokens = sum(r.output_tokens for r in ok)
     itl = [x for r in ok for x in r.itl_s]
+    # An interrupted pass's throughput is kept in its entry but not in the median: it stopped mid-run.
+    full = [q["end_to_end_output_tok_per_s"] for q in (passes[:-1] if interrupted else passes)]
+    rates = full or [passes[-1]["end_to_end_output_tok_per_s"]]
+    median_rate = statistics.median(rates)
     if kind == OURS:
         verify_forwards, accepted = _delta(before, after, "verify_forwards"), _delta(before, after, "accepted_tokens")
         accept_source = "server counters: accepted_tokens / verify_forwards over the run"
@@ -333,14 +454,23 @@ def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int,
         spec = [r for r in ok if r.verify_ct]
         verify_forwards, accepted = sum(r.verify_ct for r in spec), sum(r.output_tokens for r in spec)
         accept_source = "SGLang per request: completion_tokens / meta_info.spec_verify_ct, summed over the run"
-    return {
+    res = {
         "name": name,
         "metrics": {
-            "end_to_end_output_tok_per_s": out_tokens / wall if wall else 0.0,
-            "wall_s": wall,
+            # client side, all requests together: a pass's output tokens / its wall time (prefill, queueing and
+            # HTTP included), the median over the passes; not a decode-only step metric
+            "end_to_end_output_tok_per_s": median_rate,
+            "end_to_end_output_tok_per_s_passes": [q["end_to_end_output_tok_per_s"] for q in passes],
+            "end_to_end_output_tok_per_s_min": min(rates),
+            "end_to_end_output_tok_per_s_max": max(rates),
+            "end_to_end_spread_pct": 100 * (max(rates) - min(rates)) / median_rate if len(rates) > 1 and median_rate
+            else None,
+            "passes": passes,
+            "wall_s": sum(q["wall_s"] for q in passes),
             "requests_ok": len(ok),
             "requests_failed": len(results) - len(ok),
             "output_tokens": out_tokens,
+            # per request, client side, over every request of every pass
             "mean_ttft_ms": 1e3 * statistics.mean(r.ttft_s for r in ok) if ok else None,
             "median_itl_ms": 1e3 * statistics.median(itl) if itl else None,
             "per_request_tok_per_s_median": statistics.median(
@@ -355,10 +485,15 @@ def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int,
             "server_adaptive_after": info.get("adaptive") if kind == OURS else None,
         },
         "workload": {"num_requests": num_requests, "concurrency": concurrency, "max_tokens": max_tokens,
-                     "temperature": temperature, "prompts": len(prompts), "ignore_eos": True},
+                     "temperature": temperature, "prompts": len(prompts), "ignore_eos": True,
+                     "repeats": repeats, "warmup_requests": warmup},
         "errors": errors[:5],
-        "provenance": provenance(base, info),
+        "provenance": provenance(base, info, command=command, launch_env=launch_env),
     }
+    if interrupted:
+        res["interrupted"] = interrupted
+        raise Interrupted(res)
+    return res
 
 
 def _flatten(d, prefix=""):
@@ -374,6 +509,7 @@ def _flatten(d, prefix=""):
 
 # Expected to differ between runs and not a reason to distrust a comparison (launch commands carry the port;
 # their flags are in server_args). worker_env is compared key by key on its own (_worker_env_diff).
+# worker_env_not_applied is printed as a warning of its own (warnings).
 _VOLATILE = ("time_utc", "command", "server_url", "worker_env", "server_args.port", "server_args.host",
              "launch_command", "server_launch_command")
 _UNSET = "<unset>"
@@ -415,11 +551,14 @@ def _worker_env_diff(runs: list[dict]) -> list[str]:
 
 
 def provenance_diff(runs: list[dict]) -> list[str]:
-    flat = [_flatten(r["provenance"]) for r in runs]
+    """One line per provenance field (server args, model, device, versions, commits, hosts) or workload field
+    (requests, concurrency, max tokens, repeats...) whose value differs between the runs, then the worker
+    environment's differences rank by rank."""
+    flat = [{**_flatten(r["provenance"]), **_flatten(r.get("workload"), "workload.")} for r in runs]
     keys = sorted(set().union(*flat))
     lines = []
     for k in keys:
-        if k.startswith(_VOLATILE):
+        if k.startswith(_VOLATILE) or k == "worker_env_not_applied":
             continue
         vals = [json.dumps(f.get(k), sort_keys=True, default=str) for f in flat]
         if len(set(vals)) > 1:
@@ -431,27 +570,59 @@ def _fmt(x, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _spread(m: dict) -> str:
+    lo, hi = m.get("end_to_end_output_tok_per_s_min"), m.get("end_to_end_output_tok_per_s_max")
+    n = len([q for q in m.get("passes") or () if q.get("requests_ok") is not None])
+    if lo is None or hi is None or n < 2:
+        return "- (1 pass)"
+    return f"{lo:.1f}-{hi:.1f} ({m['end_to_end_spread_pct']:.0f}%, {n} passes)" if m.get(
+        "end_to_end_spread_pct") is not None else f"{lo:.1f}-{hi:.1f} ({n} passes)"
+
+
 def compare_table(runs: list[dict]) -> str:
-    base = runs[0]["metrics"]["end_to_end_output_tok_per_s"] or 1.0
-    rows = ["| run | failed requests | end-to-end tok/s | vs first | median ITL ms | mean TTFT ms | accept length "
+    base = runs[0]["metrics"]["end_to_end_output_tok_per_s"]
+    rows = ["| run | failed requests | end-to-end tok/s, all requests (median of passes) | min-max over passes "
+            "| vs first | per-request tok/s (median) | median ITL ms | mean TTFT ms | server accept length "
             "| verify graph/eager |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         m = r["metrics"]
         failed = m.get("requests_failed")
         total = None if failed is None else failed + m.get("requests_ok", 0)
         verify = (f"{_fmt(m.get('server_verify_batches_graph'), 'd')}/"
                   f"{_fmt(m.get('server_verify_batches_eager'), 'd')}")
-        rows.append(f"| {r['name']} | {'-' if failed is None else f'{failed}/{total}'} | "
-                    f"{m['end_to_end_output_tok_per_s']:.1f} | {m['end_to_end_output_tok_per_s'] / base:.2f}x | "
+        rate = m["end_to_end_output_tok_per_s"]
+        vs = f"{rate / base:.2f}x" if base else "-"  # no ratio against a run that produced no token
+        rows.append(f"| {r['name']}{' (interrupted)' if r.get('interrupted') else ''} | "
+                    f"{'-' if failed is None else f'{failed}/{total}'} | {rate:.1f} | {_spread(m)} | {vs} | "
+                    f"{_fmt(m.get('per_request_tok_per_s_median'), '.1f')} | "
                     f"{_fmt(m.get('median_itl_ms'), '.2f')} | {_fmt(m.get('mean_ttft_ms'), '.1f')} | "
                     f"{_fmt(m.get('server_accept_length'), '.2f')} | {verify} |")
     return "\n".join(rows)
 
 
+TABLE_NOTE = ("end-to-end tok/s, all requests = the output tokens of every request of a pass / the pass's wall "
+              "time, client side\n  (prefill, queueing and HTTP included; not a decode-only step metric), the "
+              "median over the passes (--repeats);\n  per-request tok/s = a request's output tokens / its own "
+              "latency; ITL and TTFT: per request, from the stream; accept length\n  and verify counts: the "
+              "server's own counters over the run")
+
+
+def warnings(runs: list[dict]) -> list[str]:
+    """What makes a run's numbers doubtful on their own: failed requests, an interrupt, no token, the server
+    gone after the run, requested variables the workers did not have."""
+    out = [p for p in map(failures, runs) if p]
+    for r in runs:
+        for line in r["provenance"].get("worker_env_not_applied") or ():
+            out.append(f"{r['name']}: {line}")
+    return out
+
+
 def failures(result: dict) -> str | None:
-    """Why a run's numbers cannot be trusted (failed requests, no output token), or None."""
+    """Why a run's numbers cannot be trusted (interrupted, failed requests, no output token), or None."""
     m = result["metrics"]
+    if result.get("interrupted"):
+        return f"{result['name']}: {result['interrupted']}"
     if m.get("requests_failed"):
         total = m["requests_failed"] + m.get("requests_ok", 0)
         first = f": {result['errors'][0]}" if result.get("errors") else ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -36,6 +37,7 @@ class FakeServer:
         self.info = lambda: {}
         self.gen = "ok"
         self.verify_ct = None
+        self.delay = 0.0  # seconds before each token ("ok")
         self.posts = 0
         fake = self
 
@@ -73,6 +75,7 @@ class FakeServer:
                 elif fake.gen == "ok":
                     m = req["sampling_params"]["max_new_tokens"]
                     for i in range(1, m + 1):
+                        time.sleep(fake.delay)
                         meta = {"prompt_tokens": 3, "completion_tokens": i}
                         if fake.verify_ct is not None:
                             meta["spec_verify_ct"] = fake.verify_ct
