@@ -5,6 +5,7 @@ configurations carry their own environment (a fake launcher: a small HTTP server
 
 from __future__ import annotations
 
+import json
 import shlex
 import signal
 import statistics
@@ -185,3 +186,27 @@ def test_sweep_shows_the_log_of_a_server_that_died(tmp_path):
               "--out", str(tmp_path / "out"), "--config", "a=--x"])
     msg = str(e.value.code)
     assert "exited with code 3" in msg and "boom" in msg and "a.server.log" in msg
+
+
+def test_compare_warns_when_runs_come_from_another_machine(fake, tmp_path, capsys):
+    fake.info = lambda: {**ours_info([_report(100, 0)]), "version": "9.9.9"}
+    here = run_workload(fake.url, name="here", prompts=["a"], num_requests=1, concurrency=1, max_tokens=2, warmup=0)
+    spec = run_workload(fake.url, name="spec", prompts=["a"], num_requests=1, concurrency=1, max_tokens=2, warmup=0)
+    spec["provenance"]["server_args"]["speculative_algorithm"] = "EAGLE3"  # the configuration under test
+    spec["provenance"]["client_git_commit"] = here["provenance"]["client_git_commit"]  # (others may commit meanwhile)
+    files = [save_as(r, tmp_path) for r in (here, spec)]
+    assert main(["compare", *files]) == 0
+    assert "WARNING" not in capsys.readouterr().out  # one machine, one commit: only the configuration differs
+    there = json.loads(json.dumps(here))
+    there["name"] = "there"
+    there["provenance"]["client_host"] = "gpu-box-7"
+    there["provenance"]["worker_env"][0]["device"] = {"type": "cuda", "name": "NVIDIA H100"}
+    assert main(["compare", files[0], save_as(there, tmp_path)]) == 0
+    warning = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("WARNING")]
+    assert len(warning) == 1 and "client_host" in warning[0] and "device.name" in warning[0], warning
+
+
+def save_as(result: dict, folder) -> str:
+    from sglang_eagle3.bench.harness import save
+
+    return save(result, str(folder))

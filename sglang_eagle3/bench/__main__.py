@@ -8,7 +8,8 @@
                 --config "eagle3=--model-path M --speculative-algorithm EAGLE3 --speculative-draft-model-path D"
             (each configuration's flags go to `python -m sglang_eagle3.launch_server`, or to any command given
             with --launcher, e.g. --launcher "python -m sglang.launch_server")
-  compare   prints runs side by side, after every provenance field in which they differ:
+  compare   prints runs side by side, after every provenance and workload field in which they differ (and a
+            warning when the machine or software differs: host, commit, GPU, versions):
             python -m sglang_eagle3.bench compare bench_out/baseline.json bench_out/eagle3.json
 
 Each configuration gets --warmup untimed requests, then --repeats timed passes of the workload on the same
@@ -23,10 +24,12 @@ came back, or /get_server_info stopped answering after the run. A server that ca
 /get_server_info is in neither known format (ours, SGLang's), stops the run before any request. Ctrl-C in the
 timed passes writes NAME.json with what had finished, marked "interrupted", and exits with status 130.
 
-Provenance records the server's args, model, device and worker environment (one report per worker process:
+Provenance records the command that reruns the run, the server's args, model, device, version and worker
+environment (one report per worker process, with its torch/CUDA/NCCL versions and device:
 our server's TP workers, or its own process as rank 0 at TP=1; SGLang with the overlay, worker 0 only over
 HTTP; none otherwise, and compare says so), server_git_commit (ours reports the checkout it runs; SGLang's
-reports none) and client_git_commit: the commit of the checkout running this harness. compare names each
+reports none), client_git_commit: the commit of the checkout running this harness ("-dirty" with uncommitted
+changes), and the client's host, CPU, platform and torch/triton/sglang_eagle3 versions. compare names each
 worker variable that differs, rank by rank, with both values.
 """
 
@@ -49,6 +52,7 @@ from sglang_eagle3.bench.harness import (
     Interrupted,
     check_name,
     compare_table,
+    environment_differences,
     failures,
     load_result,
     provenance_diff,
@@ -208,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             except Interrupted as e:
                 return _interrupted(e, a.out)
             except KeyboardInterrupt:
-                print(f"{PROG}: interrupted before the timed passes: nothing written", file=sys.stderr)
+                print(f"{PROG}: interrupted (outside the timed passes): nothing written", file=sys.stderr)
                 return 130
             print(f"wrote {save(res, a.out)}")
             _print_comparison([res])
@@ -324,6 +328,10 @@ def _exit_status(runs: list[dict]) -> int:
 
 def _print_comparison(runs: list[dict]) -> int:
     diffs = provenance_diff(runs) if len(runs) > 1 else []
+    env = environment_differences(diffs)
+    if env:
+        print(f"WARNING: these runs come from different machines or software ({', '.join(env)}): a ratio between "
+              "them mixes the configuration with the environment; rerun them side by side in one sweep")
     if diffs:
         print("Runs differ in (check these before reading the ratios):")
         for d in diffs:

@@ -431,7 +431,7 @@ def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int,
             break
     errors = sorted({r.error for r in results if r.error})
     try:
-        info = server_info(base)
+        info = server_info(base, timeout=5.0 if interrupted else 30.0)  # (Ctrl-C may have stopped the server too)
         if server_kind(info, base) != kind:
             raise BenchError(f"{base} answered as a {kind} server before the run and as another kind after it")
         after = _counters(kind, info)
@@ -564,6 +564,25 @@ def provenance_diff(runs: list[dict]) -> list[str]:
         if len(set(vals)) > 1:
             lines.append(f"{k}: " + " | ".join(f"{r['name']}={v}" for r, v in zip(runs, vals, strict=True)))
     return lines + _worker_env_diff(runs)
+
+
+# Provenance fields that say which machine and software ran: a difference in one of them is not the configuration
+# under test (a sweep changes server args on purpose), and a ratio across it mixes the two.
+_ENVIRONMENT = ("client_host", "client_git_commit", "server_git_commit", "server_version", "device", "kernels.triton",
+                "client_versions.", "client_cpu", "client_platform", "client_python", "server_kind")
+_ENVIRONMENT_WORKER = (" device.", " torch:", " cuda:", " nccl:", " python:")
+
+
+def environment_differences(diffs: list[str]) -> list[str]:
+    """The fields among provenance_diff's lines that name the machine or software (host, commits, GPU, versions)
+    rather than the configuration."""
+    out = []
+    for d in diffs:
+        key = d.split(":", 1)[0]
+        if key.startswith(_ENVIRONMENT) or (key.startswith("worker_env rank") and any(
+                m in d[:len(key) + 1] for m in _ENVIRONMENT_WORKER)):
+            out.append(key)
+    return out
 
 
 def _fmt(x, spec: str) -> str:
