@@ -214,7 +214,9 @@ class EngineArgs:
     reasoning_parser: str | None = None
     skip_tokenizer_init: bool = False
     log_level: str = "info"  # for the sglang_eagle3 loggers (load progress, graph capture, fallbacks)
-    # Extra environment for TP worker processes (the launcher's environment is always inherited).
+    # Extra environment for the worker processes (the launcher's environment is always inherited). Given at
+    # tp_size=1, the model runs in a spawned worker too (use_worker_processes), so that it applies there before
+    # torch starts, as on every TP rank: never a setting the model's process silently did not get.
     worker_env: tuple[tuple[str, str], ...] = ()
     use_worker_processes: bool = False  # run even tp_size=1 in a spawned worker (same path as TP)
     worker_timeout: float = 300.0  # seconds a worker may take to answer before it is declared failed
@@ -463,8 +465,15 @@ class Engine:
         self.grammar = GrammarBackend.for_engine(args, self.tokenizer, cfg.vocab_size, plan["eos"])
         t0 = time.perf_counter()
         self.worker_env_reports: list[dict] = []
-        if args.tp_size > 1 or args.use_worker_processes:
+        if args.tp_size > 1 or args.use_worker_processes or args.worker_env:
             from sglang_eagle3.distributed.workers import TPWorkerGroup
+
+            if args.tp_size == 1 and not args.use_worker_processes:
+                # In this process the variables would come too late for what reads them at start-up (torch, NCCL,
+                # CUDA) and would leak into the caller's environment; a worker gets them first thing.
+                logger.info("worker_env %s at tp_size=1: the model runs in a spawned worker process, where they "
+                            "apply before torch starts (set them in this process's environment instead to keep "
+                            "it in-process)", sorted(k for k, _ in args.worker_env))
 
             self.backend = TPWorkerGroup(args, plan, timeout=args.worker_timeout)
             self.worker_env_reports = self.backend.env_reports

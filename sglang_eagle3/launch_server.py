@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "grammars (response_format, json_schema, regex, ebnf) constrain the answer after it (native: "
                    "kimi_k2, deepseek-r1, deepseek-v3, qwen3, qwen3-thinking, kimi)")
     g.add_argument("--worker-env", action="append", type=_env_pair, metavar="KEY=VALUE",
-                   help="(sglang_eagle3) extra environment for TP worker processes; repeatable")
+                   help="(sglang_eagle3) extra environment for the worker processes (at --tp-size 1 the model "
+                   "then runs in one spawned worker, where they apply before torch starts); repeatable")
     g.add_argument("--use-worker-processes", action="store_true",
                    help="(sglang_eagle3) run even --tp-size 1 in a spawned worker (the TP code path)")
     g.add_argument("--worker-timeout", type=float, help="(sglang_eagle3) seconds a worker may take to answer")

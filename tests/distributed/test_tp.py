@@ -168,6 +168,27 @@ def test_worker_environment_reaches_every_rank(pair, monkeypatch):
         eng.shutdown()
 
 
+def test_worker_environment_at_tp1_reaches_the_models_process(pair, monkeypatch):
+    """worker_env at tp_size=1 used to be dropped without a word (the model ran in this process, which never got
+    it): the model now runs in a spawned worker that gets it first thing, the caller's environment is left as it
+    was, and the output is the in-process engine's."""
+    monkeypatch.delenv("NCCL_PROTO", raising=False)
+    ref = Engine(model_path=pair[0], device="cpu")
+    try:
+        want = ref.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+    finally:
+        ref.shutdown()
+    eng = Engine(model_path=pair[0], device="cpu", worker_env={"NCCL_PROTO": "Simple"})
+    try:
+        (report,) = eng.get_server_info()["worker_env"]
+        assert report["pid"] != os.getpid() and "NCCL_PROTO" in str(report) and "Simple" in str(report), report
+        assert "NCCL_PROTO" not in os.environ
+        got = eng.generate(input_ids=PROMPTS, sampling_params=GREEDY)
+        assert [o["output_ids"] for o in got] == [o["output_ids"] for o in want]
+    finally:
+        eng.shutdown()
+
+
 def _no_workers_left():
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
