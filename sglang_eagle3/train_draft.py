@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import shutil
 import sys
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from sglang_eagle3.argtypes import finite_float, int_at_least
 from sglang_eagle3.config import ConfigError, DraftConfig, ModelConfig, resolve_aux_layer_ids
 from sglang_eagle3.train.data import TextCodec, contiguous_windows, heldout_prompts, read_documents
 from sglang_eagle3.train.draft import (
@@ -60,29 +60,6 @@ DRAFT_FILES = ("config.json", "model.safetensors")  # what save_draft writes
 
 
 # -- argparse types: a bad value is a one-line error naming the flag ----------------------------------------
-def _int_at_least(low: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} must be >= {low}")
-        return value
-
-    return parse
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"{value} must be a finite number > 0")
-    return value
-
-
 def _layer_ids(text: str) -> tuple[int, ...]:
     try:
         ids = tuple(int(x) for x in text.split(","))
@@ -93,8 +70,9 @@ def _layer_ids(text: str) -> tuple[int, ...]:
     return ids
 
 
-_positive = _int_at_least(1)
-_non_negative = _int_at_least(0)
+_positive = int_at_least(1)
+_positive_float = finite_float(0.0, strict=True)
+_non_negative = int_at_least(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gen-tokens", type=_non_negative, default=192,
                    help="greedy tokens the target appends to each prompt (0: train on the text as is)")
     g.add_argument("--prompt-tokens", type=_positive, default=64)
-    g.add_argument("--seq-len", type=_int_at_least(2), default=256, help="window length when --gen-tokens 0")
+    g.add_argument("--seq-len", type=int_at_least(2), default=256, help="window length when --gen-tokens 0")
     g.add_argument("--num-sequences", type=_non_negative, default=2048,
                    help="prompts to regenerate; with --gen-tokens 0, windows to keep (0: all)")
     g.add_argument("--gen-batch-size", type=_positive, default=256)

@@ -119,10 +119,10 @@ def test_no_ratio_against_a_first_run_without_tokens(fake):
 
 
 @pytest.mark.parametrize("args, said", [
-    (["--repeats", "0"], "argument --repeats: 0 must be a positive integer"),
-    (["--temperature", "-1"], "argument --temperature: -1 must be at least 0"),
-    (["--temperature", "nan"], "argument --temperature: nan must be at least 0"),
-    (["--warmup", "-1"], "argument --warmup: -1 must be 0 or more"),
+    (["--repeats", "0"], "argument --repeats: 0 must be >= 1"),
+    (["--temperature", "-1"], "argument --temperature: -1.0 must be a finite number >= 0"),
+    (["--temperature", "nan"], "argument --temperature: nan must be a finite number >= 0"),
+    (["--warmup", "-1"], "argument --warmup: -1 must be >= 0"),
 ])
 def test_bad_values_are_named(fake, tmp_path, capsys, args, said):
     with pytest.raises(SystemExit) as e:

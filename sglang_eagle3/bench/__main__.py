@@ -45,6 +45,7 @@ import sys
 import time
 import urllib.request
 
+from sglang_eagle3.argtypes import finite_float, int_at_least
 from sglang_eagle3.bench.harness import (
     DEFAULT_PROMPTS,
     TABLE_NOTE,
@@ -62,24 +63,7 @@ from sglang_eagle3.bench.harness import (
 )
 
 PROG = "python -m sglang_eagle3.bench"
-
-
-def _int_at_least(low: int):
-    """An argparse type: an integer >= low, else an error naming the value."""
-    bound = "a positive integer" if low == 1 else f"{low} or more"
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} must be {bound}")
-        return value
-    return parse
-
-
-_positive_int, _non_negative_int = _int_at_least(1), _int_at_least(0)
+_positive_int, _non_negative_int = int_at_least(1), int_at_least(0)
 
 
 def _run_name(text: str) -> str:
@@ -89,25 +73,13 @@ def _run_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _float_at_least(low: float, strict: bool):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value == value or (value <= low if strict else value < low):  # (NaN fails too)
-            raise argparse.ArgumentTypeError(f"{text} must be {'above' if strict else 'at least'} {low:g}")
-        return value
-    return parse
-
-
 def _workload_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--num-requests", type=_positive_int, default=16, help="requests a timed pass (default 16)")
     ap.add_argument("--concurrency", type=_positive_int, default=1,
                     help="requests in flight at once (default 1: the single-stream latency case)")
     ap.add_argument("--max-tokens", type=_positive_int, default=128,
                     help="output tokens a request, EOS ignored (default 128)")
-    ap.add_argument("--temperature", type=_float_at_least(0.0, strict=False), default=0.0,
+    ap.add_argument("--temperature", type=finite_float(0.0, strict=False), default=0.0,
                     help="sampling temperature (default 0: greedy)")
     ap.add_argument("--repeats", type=_positive_int, default=1,
                     help="timed passes of the workload on the same server: the table shows their median and "
@@ -194,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--launcher", default=f"{sys.executable} -m sglang_eagle3.launch_server",
                    help="the server command the flags are appended to, then --host 127.0.0.1 --port P "
                    "(default: this Python's -m sglang_eagle3.launch_server)")
-    s.add_argument("--startup-timeout", type=_float_at_least(0.0, strict=True), default=1800,
+    s.add_argument("--startup-timeout", type=finite_float(0.0, strict=True), default=1800,
                    help="seconds a server may take to answer /health (default 1800)")
     _workload_args(s)
     c = sub.add_parser("compare", help="side-by-side table of result files")
