@@ -29,7 +29,7 @@ from sglang_eagle3.config import ConfigError, resolve_aux_layer_ids
 from sglang_eagle3.env_report import git_commit
 from sglang_eagle3.runtime.grammar import GrammarBackend
 from sglang_eagle3.runtime.interrupts import defer_interrupt
-from sglang_eagle3.runtime.request import Request
+from sglang_eagle3.runtime.request import SGLANG_UNSUPPORTED, Request, sglang_neutral
 from sglang_eagle3.runtime.sampling import (
     SamplingParams,
     SamplingParamsError,
@@ -56,20 +56,6 @@ class FlushCacheReqOutput:
     message: str = ""
 
 
-# SGLang's Engine.generate / async_generate arguments this engine has no use for, with the values that ask for
-# nothing (code written for SGLang passes them explicitly: lora_path=None, return_hidden_states=False). Any other
-# value is refused naming the argument: an image dropped from the prompt or a LoRA adapter not applied would be an
-# answer as if they had not been asked for.
-_SGLANG_NEUTRAL_ARGUMENTS = {
-    "image_data": "images", "audio_data": "audio", "video_data": "videos", "mm_hashes": "images",
-    "mm_content_hashes": "images", "token_ids_logprob": "logprobs of chosen token ids", "lora_path": "LoRA adapters",
-    "custom_logit_processor": "custom logit processors", "require_reasoning": "hybrid reasoning",
-    "return_hidden_states": "hidden states", "return_routed_experts": "routed experts",
-    "routed_experts_start_len": "routed experts", "bootstrap_host": "prefill/decode disaggregation",
-    "bootstrap_port": "prefill/decode disaggregation", "bootstrap_room": "prefill/decode disaggregation",
-    "disagg_prefill_dp_rank": "prefill/decode disaggregation", "routed_dp_rank": "data parallelism",
-    "data_parallel_rank": "data parallelism", "session_params": "sessions", "priority": "priority scheduling",
-}
 # SGLang's arguments that change nothing here whatever their value: a trace header, a session's identity, and a
 # prefix-cache namespace or hints (this engine shares no cache between requests).
 _SGLANG_IGNORED_ARGUMENTS = ("external_trace_header", "session_id", "cache_salt", "kv_hints")
@@ -79,15 +65,11 @@ def _check_sglang_only_arguments(kwargs: dict) -> None:
     for name, v in kwargs.items():
         if name in _SGLANG_IGNORED_ARGUMENTS:
             continue
-        if name not in _SGLANG_NEUTRAL_ARGUMENTS:
+        if name not in SGLANG_UNSUPPORTED:
             raise TypeError(f"generate() got an unexpected keyword argument {name!r}")
-        # None / False / 0 / empty, or a batch's list of them (lora_path=[None, None]); 0 is also SGLang's only
-        # data-parallel rank with one.
-        neutral = (v is None or v is False or (type(v) is int and v == 0)
-                   or (isinstance(v, (list, tuple, dict)) and all(x is None for x in v)))
-        if not neutral:
+        if not sglang_neutral(v):
             raise RequestError(f"{name}={short_repr(v)} is not supported: this engine has no "
-                               f"{_SGLANG_NEUTRAL_ARGUMENTS[name]} (pass it as None or leave it out)")
+                               f"{SGLANG_UNSUPPORTED[name]} (pass it as None or leave it out)")
 
 
 async def _async_chunks(chunks):

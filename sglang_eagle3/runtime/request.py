@@ -5,6 +5,30 @@ from dataclasses import dataclass, field
 
 from sglang_eagle3.runtime.sampling import SamplingParams
 
+# Fields of SGLang's GenerateReqInput (its Engine.generate arguments, its /generate body) that ask for what this
+# runtime does not do, with what that is. Left out or neutral (sglang_neutral) they ask for nothing; any other value
+# is refused naming the field: an image dropped from the prompt or a LoRA adapter not applied would be an answer
+# as if they had not been asked for. Engine.generate and the server's /generate both check them.
+SGLANG_UNSUPPORTED = {
+    "input_embeds": "prompts as embeddings", "image_data": "images", "audio_data": "audio", "video_data": "videos",
+    "mm_hashes": "images", "mm_content_hashes": "images", "token_ids_logprob": "logprobs of chosen token ids",
+    "lora_path": "LoRA adapters", "lora_id": "LoRA adapters", "custom_logit_processor": "custom logit processors",
+    "require_reasoning": "hybrid reasoning", "return_hidden_states": "hidden states",
+    "return_routed_experts": "routed experts", "routed_experts_start_len": "routed experts",
+    "bootstrap_host": "prefill/decode disaggregation", "bootstrap_port": "prefill/decode disaggregation",
+    "bootstrap_room": "prefill/decode disaggregation", "disagg_prefill_dp_rank": "prefill/decode disaggregation",
+    "routed_dp_rank": "data parallelism", "data_parallel_rank": "data parallelism", "session_params": "sessions",
+    "priority": "priority scheduling",
+}
+
+
+def sglang_neutral(v) -> bool:
+    """None, False, 0, "" or a batch's list of them: an SGLang field that asks for nothing (code written for SGLang
+    passes lora_path=None, return_hidden_states=False, routed_dp_rank=0 explicitly; 0 is also the only data-parallel
+    rank there is without data parallelism)."""
+    return (v is None or v is False or v == "" or (type(v) is int and v == 0)
+            or (isinstance(v, (list, tuple)) and all(sglang_neutral(x) for x in v)))
+
 
 @dataclass
 class Request:

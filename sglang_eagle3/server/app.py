@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from sglang_eagle3.runtime.request import SGLANG_UNSUPPORTED, sglang_neutral
 from sglang_eagle3.runtime.sampling import short_repr
 from sglang_eagle3.server import openai_api
 from sglang_eagle3.server.config import ServerConfig
@@ -39,15 +40,6 @@ _HEALTH_GENERATE_TIMEOUT_S = 20.0
 # SGLang sampling parameters the engine does not implement, with the value that leaves sampling unchanged:
 # /generate accepts that value (or null) and drops it, and refuses any other.
 _NEUTRAL_SAMPLING = {"spaces_between_special_tokens": True}
-# Fields of SGLang's GenerateReqInput that change what is generated or asked for, which this server cannot honour:
-# set (not null / false / empty), a 400 rather than an answer as if they were not there (an image dropped from the
-# prompt, a LoRA adapter not applied, hidden states not returned). Other unknown fields are ignored.
-_UNSUPPORTED_GENERATE = {
-    "input_embeds": "prompts as embeddings", "image_data": "images", "video_data": "videos", "audio_data": "audio",
-    "lora_path": "LoRA adapters", "lora_id": "LoRA adapters", "session_params": "sessions",
-    "custom_logit_processor": "custom logit processors", "token_ids_logprob": "logprobs of chosen token ids",
-    "return_hidden_states": "hidden states",
-}
 
 
 def _error_response(e: APIError) -> JSONResponse:
@@ -243,14 +235,9 @@ def _rids(rid, n: int, batch: bool) -> list:
     return _per_item(rid, n, "rid", batch)
 
 
-def _unset(v) -> bool:
-    """None, false, "" or an empty list, or a list (one per prompt) of those: SGLang's "not given"."""
-    return v is None or v is False or v == "" or (isinstance(v, list) and all(_unset(x) for x in v))
-
-
 def _refuse_unsupported(extra: dict | None) -> None:
-    for name, what in _UNSUPPORTED_GENERATE.items():
-        if name in (extra or {}) and not _unset(extra[name]):
+    for name, what in SGLANG_UNSUPPORTED.items():
+        if name in (extra or {}) and not sglang_neutral(extra[name]):
             raise APIError(400, f"{name}={short_repr(extra[name])}: this server does not support {what} (SGLang's "
                            f"/generate field; leave it out or null)", param=name)
 

@@ -192,7 +192,8 @@ class ChatCompletionRequest(_SamplingFields):
 
 class GenerateRequest(_Body):
     """SGLang's /generate body (GenerateReqInput): one prompt or a batch (lists). Other fields are kept in
-    ``model_extra``: the endpoint refuses those of SGLang's it cannot honour (app._UNSUPPORTED_GENERATE)."""
+    ``model_extra``: the endpoint refuses those of SGLang's it cannot honour (runtime/request.py,
+    SGLANG_UNSUPPORTED)."""
 
     model_config = ConfigDict(strict=True, extra="allow")
 
