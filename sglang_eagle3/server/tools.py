@@ -83,8 +83,9 @@ def _tool_error(msg: str, param: str) -> APIError:
 @dataclass
 class ToolPlan:
     """How one chat request's tools are used: ``mode`` "auto" (the parser reads calls out of the text) or
-    "forced" (the output constrained to a JSON array of calls); ``tools`` as the client gave them (for the chat
-    template), ``names`` the functions, ``schema`` the forced mode's JSON schema."""
+    "forced" (the output constrained to a JSON array of calls); ``tools`` what the chat template shows the model:
+    the client's list, or with a named function only that one (as SGLang renders it: the model is not shown tools
+    it may not call), ``names`` the functions, ``schema`` the forced mode's JSON schema."""
 
     mode: str
     tools: list[dict]
@@ -135,11 +136,12 @@ class ToolPlan:
                                   "'required' or a named function works without one", "tool_choice")
             return ToolPlan("auto", body.tools, names, parser, None, first)
         if choice == "required":
-            allowed = specs
+            allowed, shown = specs, body.tools
         elif isinstance(choice, dict) and choice.get("type", "function") == "function" \
                 and isinstance(choice.get("function"), dict):
             want = choice["function"].get("name")
             allowed = [s for s in specs if s[0] == want]
+            shown = [tool for tool, spec in zip(body.tools, specs, strict=True) if spec[0] == want]
             if not allowed:
                 raise _tool_error(f"tool_choice names function {short_repr(want)}, which is not among tools "
                                   f"({', '.join(names)})", "tool_choice")
@@ -151,7 +153,7 @@ class ToolPlan:
         schema = {"type": "array", "minItems": 1, "items": items[0] if len(items) == 1 else {"anyOf": items}}
         if not parallel:
             schema["maxItems"] = 1
-        return ToolPlan("forced", body.tools, names, parser, schema, first)
+        return ToolPlan("forced", shown, names, parser, schema, first)
 
     def grammar(self) -> str:
         """The forced mode's constraint: ``schema`` as an EBNF grammar of JSON with fixed separators (", ", ": ",

@@ -534,12 +534,18 @@ def test_forced_without_a_parser_has_openai_ids(server, tiny_model):
 
 
 def test_tools_reach_the_servers_template(tool_server, tiny_model):
+    """The template shows the tools the model may call: all of them for "required", only the named one for a
+    named function (as SGLang renders it)."""
     tok = load_tokenizer(tiny_model.target)
     tok.set_chat_template(NAMES_TEMPLATE)
-    res = _ok(tool_server.url, {"tools": FORCED_TOOLS, "tool_choice": _named("ping"), "max_tokens": 60,
-                                "temperature": 0})
-    assert res["usage"]["prompt_tokens"] == len(tok.encode(tok.apply_chat_template(CHAT, True, FORCED_TOOLS)))
-    assert tok.apply_chat_template(CHAT, True, FORCED_TOOLS).startswith("<|tools|> pick count flag ping<|user|>")
+    for choice, shown, head in (("required", FORCED_TOOLS, "<|tools|> pick count flag ping<|user|>"),
+                                (_named("ping"), [PING], "<|tools|> ping<|user|>"),
+                                (_named("count"), [COUNT], "<|tools|> count<|user|>")):
+        res = _ok(tool_server.url, {"tools": FORCED_TOOLS, "tool_choice": choice, "max_tokens": 60,
+                                    "temperature": 0})
+        prompt = tok.apply_chat_template(CHAT, True, shown)
+        assert prompt.startswith(head), prompt
+        assert res["usage"]["prompt_tokens"] == len(tok.encode(prompt)), choice
 
 
 def test_tool_choice_none_is_plain_chat(server):
