@@ -35,6 +35,8 @@ from sglang_eagle3.runtime.sampling import (
     SamplingParamsError,
     find_stop,
     find_stop_regex,
+    parallel_samples,
+    seeded,
     settled_chars,
     short_repr,
 )
@@ -59,6 +61,25 @@ class FlushCacheReqOutput:
 # SGLang's arguments that change nothing here whatever their value: a trace header, a session's identity, and a
 # prefix-cache namespace or hints (this engine shares no cache between requests).
 _SGLANG_IGNORED_ARGUMENTS = ("external_trace_header", "session_id", "cache_salt", "kv_hints")
+
+
+def _parallel_sampling(sampling_params):
+    """SGLang's parallel sampling: (n, the sampling params without ``n``). One n for every prompt of a batch, as
+    SGLang requires."""
+    if isinstance(sampling_params, dict):
+        if "n" not in sampling_params:
+            return 1, sampling_params
+        rest = dict(sampling_params)
+        return parallel_samples(rest.pop("n"), "sampling_params.n"), rest
+    if not isinstance(sampling_params, list) or not sampling_params:
+        return 1, sampling_params
+    ks = [parallel_samples(sp.get("n"), f"sampling_params[{i}].n") if isinstance(sp, dict) else 1
+          for i, sp in enumerate(sampling_params)]
+    if len(set(ks)) > 1:
+        raise SamplingParamsError(f"sampling_params' n differ between the prompts of the batch ({sorted(set(ks))}): "
+                                  "one n for the whole batch, as in SGLang")
+    return ks[0], [{k: v for k, v in sp.items() if k != "n"} if isinstance(sp, dict) else sp
+                   for sp in sampling_params]
 
 
 def _check_sglang_only_arguments(kwargs: dict) -> None:
@@ -672,12 +693,25 @@ class Engine:
         ``stream=True`` returns an iterator of SGLang's stream chunks instead: each the request's whole output so
         far (text, output_ids, meta_info; finish_reason set on its last), a batch's with ``index``. The engine
         steps as the iterator is read, and other generate calls wait until it is exhausted or closed.
+        ``sampling_params["n"]`` > 1 (one n for every prompt) samples each prompt n times, answered as a list,
+        prompt-major (sample j of prompt i at i * n + j) as SGLang answers; with a seed, sample j draws with seed + j
+        and with a rid, it is rid_j (the server's /generate and OpenAI n do the same).
         SGLang's other arguments (image_data, lora_path, ...) are accepted at their neutral values only."""
         _check_sglang_only_arguments(sglang_kwargs)
         if not isinstance(stream, bool):
             raise RequestError(f"stream={stream!r} must be True or False")
         batch = isinstance(prompt, list) or (isinstance(input_ids, list) and input_ids
                                              and isinstance(input_ids[0], list))
+        k, sampling_params = _parallel_sampling(sampling_params)
+        one_prompt = not batch
+        if k > 1 and not batch:  # n samples of one prompt: a batch of one, answered as a list (as SGLang)
+            batch = True
+            prompt, input_ids = ([prompt] if prompt is not None else None,
+                                 [input_ids] if input_ids is not None else None)
+            rid = None if rid is None else [rid]
+            sampling_params, return_logprob, logprob_start_len, top_logprobs_num = (
+                [v] if isinstance(v, list) else v
+                for v in (sampling_params, return_logprob, logprob_start_len, top_logprobs_num))
         if not batch:
             if sampling_params is not None and not isinstance(sampling_params, dict):
                 raise RequestError(f"sampling_params must be a dict for one prompt, got "
@@ -705,12 +739,18 @@ class Engine:
             for i in range(n):
                 if sps[i] is not None and not isinstance(sps[i], dict):
                     raise RequestError(f"sampling_params[{i}] must be a dict, got {type(sps[i]).__name__}")
-                try:
-                    reqs.append(self.make_request(prompt[i] if prompt is not None else None, sps[i],
-                                                  input_ids[i] if input_ids is not None else None, lps[i],
-                                                  starts[i], tops[i], rids[i]))
-                except (RequestError, SamplingParamsError) as e:
-                    raise type(e)(f"prompt {i} of the batch: {e}") from None
+                # n > 1: sample j of prompt i at i * n + j, seeds and ids as the server's (sample 0 keeps them)
+                for j in range(k):
+                    sp = seeded(sps[i], j) if sps[i] is not None else None
+                    r = rids[i] if k == 1 or rids[i] is None else f"{rids[i]}_{j}"
+                    try:
+                        reqs.append(self.make_request(prompt[i] if prompt is not None else None, sp,
+                                                      input_ids[i] if input_ids is not None else None, lps[i],
+                                                      starts[i], tops[i], r))
+                    except (RequestError, SamplingParamsError) as e:
+                        if one_prompt:
+                            raise
+                        raise type(e)(f"prompt {i} of the batch: {e}") from None
         # Validated all before queueing any (here and in the stream): nothing half-submitted.
         if stream:
             return self._stream(reqs, batch)

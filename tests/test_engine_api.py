@@ -90,6 +90,34 @@ def test_meta_info_fields(engine):
         assert meta["spec_accept_length"] == meta["completion_tokens"] / meta["spec_verify_ct"]
 
 
+# -- parallel sampling: io_struct._handle_parallel_sampling, tokenizer_manager's n > 1 fan-out --------------------
+def test_parallel_sampling_is_seeded_requests_prompt_major(engine):
+    """sampling_params n > 1 (it was refused): each prompt sampled n times, answered as a list prompt-major (SGLang
+    sends prompt i's n copies one after another), one prompt's n too; sample j of a seeded prompt equals the same
+    prompt asked alone with seed + j (so sample 0 is what n=1 gives), its rid rid_j."""
+    sp = {"max_new_tokens": 8, "seed": 5, "ignore_eos": True}
+    singles = {(p, s): engine.generate(p, {**sp, "seed": s})["output_ids"] for p in PROMPTS for s in (5, 6, 7)}
+    outs = engine.generate(PROMPTS, {**sp, "n": 3}, rid="b")
+    assert [o["output_ids"] for o in outs] == [singles[(p, 5 + j)] for p in PROMPTS for j in range(3)]
+    assert [o["meta_info"]["id"] for o in outs] == [f"b_{i}_{j}" for i in range(2) for j in range(3)]
+    assert len({tuple(o["output_ids"]) for o in outs}) > 2  # the samples differ
+    one = engine.generate(PROMPTS[1], {**sp, "n": 2}, rid="r")
+    assert isinstance(one, list) and [o["output_ids"] for o in one] == [singles[(PROMPTS[1], 5)],
+                                                                        singles[(PROMPTS[1], 6)]]
+    assert [o["meta_info"]["id"] for o in one] == ["r_0", "r_1"]
+    # per-prompt sampling params with one n; a greedy prompt's samples are its greedy output n times
+    outs = engine.generate(PROMPTS, [{**GREEDY, "n": 2}, {**sp, "n": 2}])
+    greedy = engine.generate(PROMPTS[0], GREEDY)["output_ids"]
+    assert [o["output_ids"] for o in outs] == [greedy, greedy, singles[(PROMPTS[1], 5)], singles[(PROMPTS[1], 6)]]
+    chunks = list(engine.generate(PROMPTS[0], {**sp, "n": 2}, stream=True))
+    assert {c["index"] for c in chunks} == {0, 1}
+    assert [[c for c in chunks if c["index"] == j][-1]["output_ids"] for j in (0, 1)] == \
+        [singles[(PROMPTS[0], 5)], singles[(PROMPTS[0], 6)]]
+    with pytest.raises(SamplingParamsError, match=r"n differ between the prompts of the batch \(\[1, 2\]\)"):
+        engine.generate(PROMPTS, [{**GREEDY, "n": 2}, GREEDY])
+    _assert_idle(engine)
+
+
 # -- generate(stream=True): tokenizer_manager's non-incremental stream ---------------------------------------
 def test_stream_chunks(engine):
     """Each chunk is the whole output so far (text, output_ids, meta_info); finish_reason is None until the last,

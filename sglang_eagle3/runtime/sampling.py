@@ -41,6 +41,27 @@ class SamplingParamsError(ValueError):
     """An invalid sampling parameter; the message names the field and value."""
 
 
+MAX_SAMPLES = 128  # OpenAI's limit on n (each sample is a request in flight)
+
+
+def parallel_samples(n, param: str = "n") -> int:
+    """SGLang's ``sampling_params.n`` / OpenAI's ``n``: samples a prompt, 1 when left out (None)."""
+    if n is None:
+        return 1
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_SAMPLES:
+        raise SamplingParamsError(f"{param}={short_repr(n)} must be an integer in [1, {MAX_SAMPLES}] "
+                                  "(samples a prompt)")
+    return n
+
+
+def seeded(sp: dict, j: int) -> dict:
+    """Sampling params of a prompt's sample j: with a seed, seed + j (sample 0 keeps the client's own), so the n
+    samples differ and a rerun repeats them; without one each sample draws its own key."""
+    if j == 0 or sp.get("seed") is None:
+        return sp
+    return {**sp, "seed": sp["seed"] + j}
+
+
 @dataclass
 class SamplingParams:
     """SGLang's sampling_params names. temperature 0 (below SAMPLING_EPS) or top_k 1 is greedy."""

@@ -24,13 +24,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from sglang_eagle3.runtime.request import SGLANG_UNSUPPORTED, sglang_neutral
-from sglang_eagle3.runtime.sampling import short_repr
+from sglang_eagle3.runtime.sampling import seeded, short_repr
 from sglang_eagle3.server import openai_api
 from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import DriverStoppedError, EngineDriver, EngineFailure, Submission
 from sglang_eagle3.server.metrics import CONTENT_TYPE
 from sglang_eagle3.server.protocol import APIError, GenerateRequest, parse_body
-from sglang_eagle3.server.serving import ClientDisconnected, ModelInfo, Serving, samples_per_prompt, seeded, sse
+from sglang_eagle3.server.serving import ClientDisconnected, ModelInfo, Serving, samples_per_prompt, sse
 
 logger = logging.getLogger(__name__)
 

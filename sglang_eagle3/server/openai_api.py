@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request as HTTPRequest
 
 from sglang_eagle3.runtime.grammar import ANY_JSON
-from sglang_eagle3.runtime.sampling import GRAMMAR_KINDS, short_repr
+from sglang_eagle3.runtime.sampling import GRAMMAR_KINDS, seeded, short_repr
 from sglang_eagle3.server.driver import Submission, Update
 from sglang_eagle3.server.logprobs import (
     ChoiceTokens,
@@ -38,7 +38,7 @@ from sglang_eagle3.server.protocol import (
     parse_body,
 )
 from sglang_eagle3.server.reasoning import REASONING_FORMATS, ReasoningFormat, ReasoningSplitter, ReasoningStream
-from sglang_eagle3.server.serving import Serving, finish_reason, samples_per_prompt, seeded, sse
+from sglang_eagle3.server.serving import Serving, finish_reason, samples_per_prompt, sse
 from sglang_eagle3.server.tools import ToolPlan
 from sglang_eagle3.tokenizer import Tokenizer
 

@@ -23,7 +23,13 @@ from fastapi.responses import StreamingResponse
 from sglang_eagle3.engine import RequestError
 from sglang_eagle3.runtime.grammar import GrammarError
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import GRAMMAR_KINDS, SamplingParams, SamplingParamsError, short_repr
+from sglang_eagle3.runtime.sampling import (
+    GRAMMAR_KINDS,
+    SamplingParams,
+    SamplingParamsError,
+    parallel_samples,
+    short_repr,
+)
 from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import (
     BatchTooLargeError,
@@ -278,24 +284,13 @@ def _request_error(msg: str, prompt_param: str, names: dict[str, str]) -> APIErr
     return APIError(400, name + msg[len(field):], param=name, code=code)
 
 
-MAX_SAMPLES = 128  # OpenAI's limit on n (each sample is a request in flight)
-
-
 def samples_per_prompt(n, param: str) -> int:
-    """OpenAI's ``n`` / SGLang's ``sampling_params.n``: samples a prompt, 1 when left out (None)."""
-    if n is None:
-        return 1
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_SAMPLES:
-        raise APIError(400, f"{param}={n!r} must be an integer in [1, {MAX_SAMPLES}] (samples a prompt)", param=param)
-    return n
-
-
-def seeded(sp: dict, j: int) -> dict:
-    """Sampling params of a prompt's sample j: with a seed, seed + j (sample 0 keeps the client's own), so the n
-    samples differ and a rerun repeats them; without one each sample draws its own key."""
-    if j == 0 or sp.get("seed") is None:
-        return sp
-    return {**sp, "seed": sp["seed"] + j}
+    """OpenAI's ``n`` / SGLang's ``sampling_params.n`` (runtime/sampling.py parallel_samples) as a 400 naming
+    ``param``."""
+    try:
+        return parallel_samples(n, param)
+    except SamplingParamsError as e:
+        raise APIError(400, str(e), param=param) from None
 
 
 _GRAMMAR_NAMED = re.compile(rf"(?<=combined with )({'|'.join(GRAMMAR_KINDS)})\b")
