@@ -161,6 +161,7 @@ class _Applied:
     spec: PatchSpec
     owner: Any
     original: Any  # raw object from owner.__dict__ (a staticmethod stays a staticmethod)
+    replacement: Any  # what apply() set there: remove() restores only a symbol that still holds it
 
 
 @dataclass
@@ -349,7 +350,7 @@ def apply_config(config: OverlayConfig) -> dict:
                 new.__name__ = getattr(raw, "__name__", new.__name__)
                 new.__doc__ = getattr(raw, "__doc__", None)
             setattr(owner, spec.attr, new)
-            _STATE.applied.append(_Applied(spec, owner, raw))
+            _STATE.applied.append(_Applied(spec, owner, raw, new))
         _STATE.config = config
         _STATE.sglang_version = version
         os.environ[ENV_CONFIG] = json.dumps(asdict(config))
@@ -365,15 +366,30 @@ def apply_config(config: OverlayConfig) -> dict:
 
 
 def remove() -> None:
-    """Restore every patched symbol to the exact original object; a no-op when nothing is applied."""
+    """Restore every patched symbol to the exact original object; a no-op when nothing is applied.
+
+    A symbol that something else replaced after ``apply()`` (a user's or another library's patch, which may
+    call ours) is left as it is, with a warning naming it: restoring the original would silently drop that
+    patch. The verify counters go with the overlay (``verify_stats()`` before ``remove()`` keeps them)."""
     with _LOCK:
+        kept = []
         for a in reversed(_STATE.applied):
-            setattr(a.owner, a.spec.attr, a.original)
+            now = a.owner.__dict__.get(a.spec.attr) if a.spec.owner else getattr(a.owner, a.spec.attr, None)
+            if now is a.replacement:
+                setattr(a.owner, a.spec.attr, a.original)
+            else:
+                kept.append(a.spec.symbol)
+                logger.warning("sglang_eagle3: %s was replaced after the overlay patched it (now %r); left as it "
+                               "is, since restoring SGLang's original would drop that patch (which may still call "
+                               "the overlay's)", a.spec.symbol, now)
         if _STATE.applied:
-            logger.info("sglang_eagle3 overlay removed (%d symbols restored)", len(_STATE.applied))
+            logger.info("sglang_eagle3 overlay removed (%d symbols restored%s)", len(_STATE.applied) - len(kept),
+                        f", {len(kept)} left patched by others: {', '.join(kept)}" if kept else "")
         _STATE.applied.clear()
         _STATE.skipped.clear()
         _STATE.config = None
+        _STATE.sglang_version = None
+        _STATE.guard = None
         _STATE.moe_counters.clear()
         _STATE.wiring.clear()
         _STATE.env_overrides.clear()

@@ -49,6 +49,37 @@ def test_apply_is_idempotent_and_remove_restores_the_originals(overlay):
     overlay.remove()  # second remove is a no-op
 
 
+def test_remove_keeps_a_patch_made_after_the_overlays(overlay, caplog):
+    """A symbol someone patched over the overlay's (their wrapper may call ours) is left as it is, named in a
+    warning; the others are restored. remove() restored SGLang's original there, dropping their patch. The
+    verify counters go with the overlay (status() after remove() showed the old ones)."""
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    original = ModelRunner.__dict__["_forward_raw"]
+    originals = {spec.key: overlay.resolve_target(spec) for spec in overlay.PATCHES}
+    overlay.apply()
+    ours = ModelRunner.__dict__["_forward_raw"]
+
+    def users(self, *args, **kwargs):
+        return ours(self, *args, **kwargs)
+
+    ModelRunner._forward_raw = users
+    try:
+        overlay.guard().finish(ran_graph_flag=False, batch_size=3, pre_reason="test")
+        assert overlay.status()["verify"]["eager"] == 1
+        with caplog.at_level("WARNING", logger="sglang_eagle3"):
+            overlay.remove()
+        assert ModelRunner.__dict__["_forward_raw"] is users
+        assert "ModelRunner._forward_raw was replaced after the overlay patched it" in caplog.text
+        for k, (o, raw) in originals.items():
+            if k != "verify.forward_raw":
+                assert inspect.getattr_static(o, spec_attr(overlay, k)) is raw, k
+        status = overlay.status()
+        assert status["verify"]["total"] == 0 and not status["applied"] and status["sglang_version"] is None
+    finally:
+        ModelRunner._forward_raw = original
+
+
 def spec_attr(overlay, key):
     return next(s.attr for s in overlay.PATCHES if s.key == key)
 
