@@ -165,8 +165,13 @@ def diagnose_decode_fallback(runner: Any, forward_batch: Any) -> str:
             bs, label = dp_bs, f"largest batch across DP ranks {dp_bs}"
     max_bs = getattr(runner, "max_bs", None)
     if getattr(runner, "disable_padding", False):
-        return f"no graph captured for {label} (padding disabled)"
-    if max_bs is not None and bs > max_bs:
+        # Without padding only a captured size replays; one that is captured may still fail the later conditions
+        # (under DP attention most often the sync vote below), which must then be the reason given.
+        captured = getattr(runner, "capture_bs", None)
+        if captured is None or bs not in captured:
+            shown = f"; captured: {', '.join(map(str, sorted(captured)))}" if captured else ""
+            return f"no graph captured for {label} (padding disabled{shown})"
+    elif max_bs is not None and bs > max_bs:
         return f"{label} > max captured batch size {max_bs} (raise --cuda-graph-max-bs-decode)"
     if getattr(runner, "require_mlp_sync", False) and not getattr(forward_batch, "can_run_decode_cuda_graph", True):
         return "DP/MLP sync: another rank cannot run the decode graph this step"

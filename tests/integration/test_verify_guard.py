@@ -132,3 +132,22 @@ def test_dp_attention_fallback_reason_uses_the_largest_dp_batch(sg):
     assert stats["reasons"] == {
         f"largest batch across DP ranks {MAX_BS + 4} > max captured batch size {MAX_BS} "
         "(raise --cuda-graph-max-bs-decode)": 1}
+
+
+def test_padding_disabled_reason_names_the_failing_condition(sg):
+    """--disable-cuda-graph-padding: only captured sizes replay (the backend decides). A size that was not captured
+    is named with the captured ones; a captured size that fails DP attention's sync vote gets that reason (it was
+    reported as "no graph captured (padding disabled)" whatever failed)."""
+    sizes = [1, 2, 4, 8]
+    sg.runner.__dict__.update(disable_padding=True, capture_bs=sizes, attention_graph_variants=None,
+                              backend=NS(can_run=lambda fb, key: key.size in sizes))
+    assert run(sg, sg.batch(4)) == "graph"
+    assert run(sg, sg.batch(3)) == "eager"
+    sg.runner.require_mlp_sync = True
+    fb = sg.batch(2)
+    fb.can_run_decode_cuda_graph = False  # another DP rank cannot run the decode graph this step
+    assert sg.runner.can_run_graph(fb) is False  # SGLang's own decision
+    assert run(sg, fb) == "eager"
+    assert sg.overlay.verify_stats()["reasons"] == {
+        "no graph captured for batch size 3 (padding disabled; captured: 1, 2, 4, 8)": 1,
+        "DP/MLP sync: another rank cannot run the decode graph this step": 1}
