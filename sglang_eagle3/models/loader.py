@@ -104,8 +104,9 @@ def read_header(file: str) -> dict[str, TensorInfo]:
             raise CheckpointError(f"{file} is truncated: {size} bytes, not even a safetensors header length")
         n = int.from_bytes(head, "little")
         if n > min(size - 8, _MAX_HEADER):
+            start = head + f.read(56)
             raise CheckpointError(f"{file} is truncated or not a safetensors file: its header claims {n} bytes "
-                                  f"but the file has {size}")
+                                  f"but the file has {size}{_not_safetensors_hint(start)}")
         raw = f.read(n)
     try:
         header = json.loads(raw)
@@ -139,7 +140,29 @@ def read_header(file: str) -> dict[str, TensorInfo]:
     if end_max < data_size:
         raise CheckpointError(f"{file} is corrupt: {data_size - end_max} bytes after the last tensor its header "
                               "describes")
+    # safetensors itself refuses tensors that overlap or leave holes, but only when the shard is opened, which
+    # for the weights is after the model was allocated and some shards were read: check it with the rest.
+    pos = 0
+    for info in sorted(infos.values(), key=lambda i: (i.offset, i.nbytes)):
+        if info.offset != pos:
+            what = "overlaps the tensor before it" if info.offset < pos else f"leaves a {info.offset - pos}-byte hole"
+            raise CheckpointError(f"{file} has a corrupt header: tensor {info.name!r} at bytes {info.offset}.."
+                                  f"{info.offset + info.nbytes} {what} (tensors must tile the data section)")
+        pos += info.nbytes
     return infos
+
+
+def _not_safetensors_hint(start: bytes) -> str:
+    """What a shard that is not safetensors most often is instead, from its first bytes."""
+    # `git clone` without git-lfs leaves ~130-byte pointer files under the shards' names; a download of a gated
+    # repository without a token saves the error page. Both are text where the header length belongs.
+    if start.startswith(b"version https://git-lfs"):
+        return (" (it is a Git LFS pointer, not the weights: run `git lfs pull` in the clone, or download with "
+                "`huggingface-cli download`)")
+    if start.lstrip()[:1] == b"<":
+        return (f" (it starts like an HTML page, {start[:40]!r}: download the file again, logged in if the "
+                "repository is gated)")
+    return ""
 
 
 def checkpoint_files(path: str) -> list[str]:
@@ -506,6 +529,25 @@ def _check_compressed_tensors(q: dict) -> list[dict]:
     groups = q.get("config_groups") or {}
     if not groups:
         raise CheckpointError("compressed-tensors quantization_config has no config_groups; " + _SUPPORTED)
+    # Types first: a hand-edited or foreign config must fail here, naming the field, not as an AttributeError
+    # (or, for a string ignore, as a list of its characters) further down.
+    if not isinstance(groups, dict):
+        raise CheckpointError(f"compressed-tensors config_groups must be an object of named schemes, got "
+                              f"{groups!r}")
+    ignore = q.get("ignore")
+    if ignore is not None and not (isinstance(ignore, list) and all(isinstance(x, str) for x in ignore)):
+        raise CheckpointError(f"compressed-tensors ignore={ignore!r} must be a list of module names / 're:' patterns")
+    for gname, g in groups.items():
+        if not isinstance(g, dict):
+            raise CheckpointError(f"compressed-tensors scheme {gname!r} must be an object (targets, weights, "
+                                  f"input_activations), got {g!r}")
+        targets, weights = g.get("targets"), g.get("weights")
+        if targets is not None and not (isinstance(targets, list) and all(isinstance(x, str) for x in targets)):
+            raise CheckpointError(f"compressed-tensors scheme {gname!r}: targets={targets!r} must be a list of "
+                                  "module types / names / 're:' patterns")
+        if weights is not None and not isinstance(weights, dict):
+            raise CheckpointError(f"compressed-tensors scheme {gname!r}: weights={weights!r} must be an object "
+                                  "(num_bits, type, symmetric, strategy, group_size)")
     # Published checkpoints write both as {} (or a "dense" sparsity format): only a real one changes the weights.
     sparsity, transform = q.get("sparsity_config") or {}, q.get("transform_config") or {}
     for key, active in (("sparsity_config", sparsity and (not isinstance(sparsity, dict)
@@ -523,12 +565,15 @@ def _check_compressed_tensors(q: dict) -> list[dict]:
         w = g.get("weights") or {}
         fmt = g.get("format") or q.get("format")
         scheme = dict(format=fmt, num_bits=w.get("num_bits"), type=w.get("type"), symmetric=w.get("symmetric"),
-                      strategy=w.get("strategy"), group_size=w.get("group_size"),
+                      strategy=w.get("strategy"), group_size=w.get("group_size"), actorder=w.get("actorder"),
                       input_activations=g.get("input_activations"))
+        # actorder "group" (alias "dynamic", or true) permutes the input columns among groups and stores the
+        # permutation as weight_g_idx: run as contiguous groups of 32 it would be wrong. "weight" (alias
+        # "static") only changes the order the quantizer visited columns; groups stay contiguous.
         ok = (fmt == "pack-quantized" and w.get("num_bits") == 4 and w.get("type", "int") == "int"
               and w.get("symmetric", True) and w.get("strategy", "group") == "group"
-              and w.get("group_size") == INT4_GROUP and not g.get("input_activations")
-              and not g.get("output_activations"))
+              and w.get("group_size") == INT4_GROUP and w.get("actorder") in (None, False, "weight", "static")
+              and not g.get("input_activations") and not g.get("output_activations"))
         if not ok:
             desc = ", ".join(f"{k}={v!r}" for k, v in scheme.items())
             raise CheckpointError(f"compressed-tensors scheme {gname!r} ({desc}) is not supported; {_SUPPORTED}")
@@ -554,6 +599,10 @@ def plan_quantization(cfg: ModelConfig, index: CheckpointIndex, names: _TargetNa
         for suffix, where in ((".weight_packed", stored_packed), (".weight", stored_plain)):
             if canon.endswith(suffix) and _LINEAR_MODULE.search(canon[: -len(suffix)]):
                 where[name[: -len(suffix)]] = canon[: -len(suffix)]
+    if method is None and q:
+        # transformers refuses such a config too: without quant_method nothing says how the tensors are encoded.
+        raise CheckpointError(f"config.json has a quantization_config without quant_method (keys: {sorted(q)}); "
+                              + _SUPPORTED)
     if method is None:
         if stored_packed:
             raise CheckpointError(f"{len(stored_packed)} module(s) are stored pack-quantized "
@@ -654,6 +703,27 @@ def _build(make: Callable[[], nn.Module], device) -> tuple[nn.Module, nn.Module]
     finally:
         parallel_state._TP = saved
     return model, full
+
+
+@contextlib.contextmanager
+def _released_on_failure(model: nn.Module) -> Iterator[None]:
+    """Frees the storage of every parameter and buffer of ``model`` when the block raises (a checkpoint error,
+    Ctrl-C, a read error), then re-raises as it is.
+
+    The model is allocated before the checkpoint is checked against it, and the frames of a kept traceback
+    (a notebook's ``sys.last_traceback``, a caller that stores the exception) still name it: without this a
+    failed Kimi-K2.5 load pins tens of GB of GPU memory and the corrected retry runs out of memory. Resizing
+    the storages frees the memory whoever still refers to the tensors; the model is never returned.
+    """
+    try:
+        yield
+    except BaseException:
+        for t in [*model.parameters(), *model.buffers()]:
+            # NOTE: a storage that cannot be resized (not one the model allocated) is left to the garbage
+            # collector; the error being raised matters more than this cleanup.
+            with contextlib.suppress(RuntimeError):
+                t.untyped_storage().resize_(0)
+        raise
 
 
 def _loadable(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -853,8 +923,11 @@ def _stream(params: dict[str, torch.Tensor], index: CheckpointIndex, mp: _Mappin
     tp = get_tp()
     show = _shows_progress(index) and tp.rank == 0 and logger.isEnabledFor(logging.INFO)
     t0 = time.perf_counter()
+    shards = index.by_file()
+    done = 0  # checkpoint bytes walked so far (what the bar and the per-shard lines count)
     with tqdm(total=index.nbytes, unit="B", unit_scale=True, desc=f"loading {what}", disable=not show) as bar:
-        for file, infos in index.by_file().items():
+        for i, (file, infos) in enumerate(shards.items()):
+            t_shard = time.perf_counter()
             with _open_shard(file) as h:
                 for info in infos:
                     t = mp.targets.get(info.name)
@@ -872,6 +945,18 @@ def _stream(params: dict[str, torch.Tensor], index: CheckpointIndex, mp: _Mappin
                     if t is not None:
                         n_params += _logical_params(info, t)
                     bar.update(info.nbytes)
+            shard_bytes = sum(info.nbytes for info in infos)
+            done += shard_bytes
+            if show:
+                # The bar lives on a terminal; a server's log file only sees these lines (one per shard: about
+                # 60 for Kimi-K2.5, cheap).
+                now = time.perf_counter()
+                rate = done / max(now - t0, 1e-9)
+                logger.info("loading %s: shard %d/%d %s done (%s in %.1f s); %s of %s (%.0f%%), %s/s, about %s "
+                            "left", what, i + 1, len(shards), os.path.basename(file), _human(shard_bytes, "B"),
+                            now - t_shard, _human(done, "B"), _human(index.nbytes, "B"),
+                            100.0 * done / max(index.nbytes, 1), _human(rate, "B"),
+                            _duration((index.nbytes - done) / max(rate, 1e-9)))
     return {"tensors": n_tensors, "parameters": n_params, "bytes_read": stats.bytes_read,
             "stream_seconds": time.perf_counter() - t0, "shards": len(index.files)}
 
@@ -905,6 +990,11 @@ def _human(n: float, unit: str = "") -> str:
     return f"{n:.0f} {unit}".rstrip()
 
 
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
 def _summary(what: str, path: str, info: dict, extra: str) -> None:
     tp = get_tp()
     rank = f" as TP rank {tp.rank} of {tp.size}" if tp.size > 1 else ""
@@ -936,15 +1026,15 @@ def load_target(path: str, *, device="cpu", dtype=torch.bfloat16, report: dict |
     plan = plan_quantization(cfg, index, names)
     model, skeleton = _build(lambda: DeepseekV3ForCausalLM(cfg, dtype=dtype, int4_experts=plan.int4_experts),
                              device)
-    full = _loadable(skeleton)
-    mp = _map_checkpoint(index, names.canonical, names.target, full)
-    allow = ("lm_head.",) if cfg.tie_word_embeddings else ()
-    fp8_scales = _validate(index, mp, full, names.display, allow, "target")
-    if plan.int4_experts:
-        _check_weight_shapes(index, mp, full)
-    del skeleton, full
-
-    info = _stream(_loadable(model), index, mp, fp8_scales, "target")
+    with _released_on_failure(model):
+        full = _loadable(skeleton)
+        mp = _map_checkpoint(index, names.canonical, names.target, full)
+        allow = ("lm_head.",) if cfg.tie_word_embeddings else ()
+        fp8_scales = _validate(index, mp, full, names.display, allow, "target")
+        if plan.int4_experts:
+            _check_weight_shapes(index, mp, full)
+        del skeleton, full
+        info = _stream(_loadable(model), index, mp, fp8_scales, "target")
     if cfg.tie_word_embeddings:
         if any(t.param == "lm_head.weight" for t in mp.targets.values()):
             logger.warning("%s: tie_word_embeddings is true, so the stored lm_head.weight is not used (the head is "
@@ -1014,16 +1104,16 @@ def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.
     chk = check_draft(path, target_cfg)
     dcfg, index = chk.config, chk.index
     model, skeleton = _build(lambda: Eagle3Draft(dcfg, dtype=dtype, has_lm_head=chk.has_head), device)
-    full = _loadable(skeleton)
-    mp = _map_checkpoint(index, _draft_name, Target, full)
-    allow = tuple(n for n, present in (("d2t", chk.has_d2t), ("t2d", chk.has_t2d)) if not present)
-    _validate(index, mp, full, lambda p, part: p, allow, "draft")
-    del skeleton, full
-    # The vocabulary map is checked before the weights stream in, as every other check (the two tensors are
-    # a few hundred KB).
-    t2d_mask = _check_vocab_map(index, mp, dcfg, path)
-
-    info = _stream(_loadable(model), index, mp, {}, "draft")
+    with _released_on_failure(model):
+        full = _loadable(skeleton)
+        mp = _map_checkpoint(index, _draft_name, Target, full)
+        allow = tuple(n for n, present in (("d2t", chk.has_d2t), ("t2d", chk.has_t2d)) if not present)
+        _validate(index, mp, full, lambda p, part: p, allow, "draft")
+        del skeleton, full
+        # The vocabulary map is checked before the weights stream in, as every other check (the two tensors
+        # are a few hundred KB).
+        t2d_mask = _check_vocab_map(index, mp, dcfg, path)
+        info = _stream(_loadable(model), index, mp, {}, "draft")
     if not chk.has_t2d:
         model.t2d.copy_(t2d_mask)
     info["seconds"] = time.perf_counter() - t0

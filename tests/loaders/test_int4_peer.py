@@ -76,3 +76,45 @@ def test_dequantised_weight_matches_compressed_tensors_definition(peer):
     q = unpack_from_int32(packed, 4, torch.Size(w.shape)).float()
     want = (q.view(16, 4, 32) * scale.float()[:, :, None]).view(16, 128)
     assert torch.equal(unpack_int4(packed, scale, 32), want)
+
+
+@torch.no_grad()
+def test_checkpoint_packed_by_compressed_tensors_loads(peer, tmp_path):
+    """End to end with the peer as the writer: every expert's weight_packed is compressed-tensors' pack_to_int32
+    of fresh random int4 values, with fresh bf16 group scales; the loaded model's logits must equal those of a
+    float reference holding q * scale per group of 32 (compressed-tensors' symmetric dequantisation, written out
+    here, not our unpack)."""
+    import re
+
+    from sglang_eagle3.models.loader import load_target
+    from tests.loaders.ckpt import _write_reference_weights, edit_checkpoint, int4_config, write_kimi_int4
+    from tests.loaders.test_layouts import assert_same_logits
+
+    pack_to_int32, _ = peer
+    cfg = int4_config()
+    path, ref = write_kimi_int4(str(tmp_path), cfg, seed=11)
+    g = torch.Generator().manual_seed(12)
+    made, dequantised = {}, {}
+
+    def fresh(base: str, out: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(packed by compressed-tensors, bf16 scales) for one module, made once whichever shard asks first."""
+        if base not in made:
+            q = torch.randint(-8, 8, (out, cols), generator=g, dtype=torch.int8)
+            scale = ((torch.rand(out, cols // 32, generator=g) + 0.5) * (3.0 / (8 * cols ** 0.5))).bfloat16()
+            made[base] = pack_to_int32(q, 4), scale
+            w = (q.float().view(out, -1, 32) * scale.float()[:, :, None]).view(out, cols)
+            dequantised[re.sub(r"^language_model\.", "", base) + ".weight"] = w
+        return made[base]
+
+    def repack(sd, _):
+        for k in list(sd):
+            if k.endswith(".weight_packed"):
+                sd[k] = fresh(k[: -len(".weight_packed")], sd[k].shape[0], sd[k].shape[1] * 8)[0]
+            elif k.endswith(".weight_scale"):
+                sd[k] = fresh(k[: -len(".weight_scale")], sd[k].shape[0], sd[k].shape[1] * 32)[1]
+        return sd
+
+    edit_checkpoint(path, repack)
+    assert len(dequantised) == 3 * cfg.n_routed_experts * (cfg.num_hidden_layers - cfg.first_k_dense_replace)
+    _write_reference_weights(ref, dequantised)
+    assert_same_logits(load_target(path, dtype=torch.float32), ref, cfg.vocab_size)
