@@ -3,7 +3,7 @@
   run       against a running server (ours or SGLang's):
             python -m sglang_eagle3.bench run --url http://127.0.0.1:30000 --name eagle3 --out bench_out/
   sweep     starts a server per configuration in turn (same workload), then prints the comparison:
-            python -m sglang_eagle3.bench sweep --out bench_out/ \\
+            python -m sglang_eagle3.bench sweep --out bench_out/ --rounds 3 \\
                 --config "baseline=--model-path M" \\
                 --config "eagle3=--model-path M --speculative-algorithm EAGLE3 --speculative-draft-model-path D"
             (each configuration's flags go to `python -m sglang_eagle3.launch_server`, or to any command given
@@ -18,11 +18,21 @@ a decode-only metric), the median over the passes, with their min-max beside it.
 FLAGS may start with VAR=VALUE words, set in its server's environment (recorded; a worker that did not get
 one is warned about), and each server's log goes to --out/NAME.server.log. Progress goes to stderr.
 
+sweep --rounds N interleaves the configurations, A B C, A B C, ... N times, each round starting each server
+afresh (warm-up and --repeats passes again), so that a machine drifting during the sweep (clocks, heat, other
+tenants) spreads over every configuration instead of landing on the one that ran last. NAME.json then holds
+every pass of every round (each pass records its round): the median and min-max over all of them, latencies
+over every request of every round, server counters summed over the rounds; its provenance is round 1's, with
+each round's launch under "rounds" and, under "rounds_differ", any field in which a later round's server
+differed (another commit, GPU or version: warned about). NAME.json is rewritten after each of its rounds,
+naming under "rounds_missing" the rounds not in it yet.
+
 run and sweep write NAME.json into --out (NAME: a plain file name), then exit with status 1 if any request
 failed (an error event, a non-2xx answer or no token; the table's "failed requests" column), no output token
 came back, or /get_server_info stopped answering after the run. A server that cannot be reached, or whose
 /get_server_info is in neither known format (ours, SGLang's), stops the run before any request. Ctrl-C in the
-timed passes writes NAME.json with what had finished, marked "interrupted", and exits with status 130.
+timed passes writes NAME.json with what had finished, marked "interrupted", and exits with status 130 (a sweep
+says which rounds and configurations did not run; each configuration's file keeps its finished rounds).
 
 Provenance records the command that reruns the run, the server's args, model, device, version and worker
 environment (one report per worker process, with its torch/CUDA/NCCL versions and device:
@@ -50,15 +60,18 @@ from sglang_eagle3.bench.harness import (
     DEFAULT_PROMPTS,
     TABLE_NOTE,
     BenchError,
-    Interrupted,
+    Round,
+    Workload,
     check_name,
+    collect_round,
     compare_table,
     environment_differences,
     failures,
     load_result,
     provenance_diff,
-    run_workload,
+    round_differences,
     save,
+    summarize,
     warnings,
 )
 
@@ -134,20 +147,19 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_path: st
                      f"of {log_path}:\n{_log_tail(log_path)}")
 
 
-def _workload(a) -> dict:
-    return dict(prompts=_prompts(a), num_requests=a.num_requests, concurrency=a.concurrency,
-                max_tokens=a.max_tokens, temperature=a.temperature, repeats=a.repeats, warmup=a.warmup,
-                progress=_progress, command=a.command)
+def _workload(a) -> Workload:
+    return Workload(prompts=_prompts(a), num_requests=a.num_requests, concurrency=a.concurrency,
+                    max_tokens=a.max_tokens, temperature=a.temperature, warmup=a.warmup, repeats=a.repeats)
 
 
 def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _interrupted(e: Interrupted, out: str) -> int:
+def _interrupted(result: dict, out: str) -> int:
     """Ctrl-C in a timed pass: the finished requests' result is written, marked interrupted; status 130."""
-    path = save(e.result, out)
-    print(f"{PROG}: {e.result['interrupted']}; wrote {path} (marked interrupted)", file=sys.stderr)
+    path = save(result, out)
+    print(f"{PROG}: {result['interrupted']}; wrote {path} (marked interrupted)", file=sys.stderr)
     return 130
 
 
@@ -168,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: this Python's -m sglang_eagle3.launch_server)")
     s.add_argument("--startup-timeout", type=finite_float(0.0, strict=True), default=1800,
                    help="seconds a server may take to answer /health (default 1800)")
+    s.add_argument("--rounds", type=_positive_int, default=1,
+                   help="run the configurations in turn this many times (A B, A B, ...), each round a fresh "
+                   "server with its warm-up and --repeats passes; a configuration's NAME.json holds the passes "
+                   "of all its rounds (default 1; more spreads a drifting machine over every configuration)")
     _workload_args(s)
     c = sub.add_parser("compare", help="side-by-side table of result files")
     c.add_argument("files", nargs="+", help="NAME.json files written by run or sweep; the first is the reference")
@@ -178,12 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cmd == "run":
             try:
-                res = run_workload(a.url, name=a.name, **_workload(a))
-            except Interrupted as e:
-                return _interrupted(e, a.out)
+                w = _workload(a)
+                res = summarize(a.name, w, [collect_round(a.url, w, name=a.name, progress=_progress,
+                                                          command=a.command)])
             except KeyboardInterrupt:
                 print(f"{PROG}: interrupted (outside the timed passes): nothing written", file=sys.stderr)
                 return 130
+            if res.get("interrupted"):
+                return _interrupted(res, a.out)
             print(f"wrote {save(res, a.out)}")
             _print_comparison([res])
             return _exit_status([res])
@@ -230,51 +248,84 @@ def _sweep(ap: argparse.ArgumentParser, a) -> int:
     if not launcher:
         ap.error("--launcher is empty")
     os.makedirs(a.out, exist_ok=True)
-    runs = []
-    for i, (name, env, flags) in enumerate(configs):
-        port = _free_port()
-        cmd = launcher + flags + ["--host", "127.0.0.1", "--port", str(port)]
-        log_path = os.path.join(a.out, f"{name}.server.log")
-        shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        print(f"[{name}] ({i + 1}/{len(configs)}) {shown + ' ' if shown else ''}{shlex.join(cmd)}  "
-              f"(log: {log_path})", flush=True)
-        try:
-            log = open(log_path, "w")
-            proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
-        except OSError as e:
-            raise SystemExit(f"{PROG}: error: --launcher {a.launcher!r} cannot start {cmd[0]!r}: "
-                             f"{e.strerror or e}") from None
-        try:
-            url = f"http://127.0.0.1:{port}"
-            _wait_healthy(url, proc, a.startup_timeout, log_path)
-            _progress(f"[{name}] server up; {a.warmup} warm-up requests, then {a.repeats} pass(es) of "
-                      f"{a.num_requests} requests")
-            res = run_workload(url, name=name, launch_env=env, **_workload(a))
-            res["provenance"]["launch_command"] = cmd
-            runs.append(res)
-            print(f"[{name}] wrote {save(res, a.out)}", flush=True)
-        except Interrupted as e:
-            e.result["provenance"]["launch_command"] = cmd
-            runs.append(e.result)
-            code = _interrupted(e, a.out)
-            _stop(proc, log)
-            _print_comparison(runs)
-            left = names[i + 1:]
-            if left:
-                print(f"{PROG}: not run: {', '.join(left)}", file=sys.stderr)
-            return code
-        except KeyboardInterrupt:
-            _stop(proc, log)
-            done = [r["name"] for r in runs]
-            print(f"{PROG}: interrupted while starting or warming up {name}: nothing written for it"
-                  f"{'; written: ' + ', '.join(done) if done else ''}", file=sys.stderr)
-            if runs:
-                _print_comparison(runs)
-            return 130
-        finally:
-            _stop(proc, log)
+    workload, n_rounds = _workload(a), a.rounds
+    done: dict[str, list[Round]] = {name: [] for name in names}  # each configuration's finished rounds, raw
+
+    def merged() -> list[dict]:  # the result of each configuration that ran, its rounds together
+        return [summarize(n, workload, done[n], planned_rounds=n_rounds) for n in names if done[n]]
+
+    # Round by round (A B C, A B C, ...): drift of the machine over the sweep then reaches every configuration.
+    for rnd in range(1, n_rounds + 1):
+        where = f"round {rnd}/{n_rounds}, " if n_rounds > 1 else ""
+        for i, (name, env, flags) in enumerate(configs):
+            port = _free_port()
+            cmd = launcher + flags + ["--host", "127.0.0.1", "--port", str(port)]
+            log_path = os.path.join(a.out, f"{name}.server.log")
+            shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+            print(f"[{name}] ({where}{i + 1}/{len(configs)}) {shown + ' ' if shown else ''}{shlex.join(cmd)}  "
+                  f"(log: {log_path})", flush=True)
+            try:
+                log = open(log_path, "w" if rnd == 1 else "a")  # one log a configuration, its rounds in turn
+                if rnd > 1:
+                    log.write(f"\n===== {PROG} sweep: round {rnd}/{n_rounds} =====\n")
+                    log.flush()
+                proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+            except OSError as e:
+                raise SystemExit(f"{PROG}: error: --launcher {a.launcher!r} cannot start {cmd[0]!r}: "
+                                 f"{e.strerror or e}") from None
+            try:
+                url = f"http://127.0.0.1:{port}"
+                _wait_healthy(url, proc, a.startup_timeout, log_path)
+                _progress(f"[{name}] {where}server up; {a.warmup} warm-up requests, then {a.repeats} pass(es) of "
+                          f"{a.num_requests} requests")
+                got = collect_round(url, workload, name=name, number=rnd, rounds=n_rounds, progress=_progress,
+                                    command=a.command, launch_env=env)
+                got.provenance["launch_command"] = cmd
+                done[name].append(got)
+                for line in round_differences(done[name][0], got):
+                    _progress(f"WARNING: [{name}] the server of round {rnd} differs from round 1's (its numbers "
+                              f"mix the two): {line}")
+                res = summarize(name, workload, done[name], planned_rounds=n_rounds)
+                if got.interrupted:
+                    code = _interrupted(res, a.out)
+                    _stop(proc, log)
+                    _print_comparison(merged())
+                    left = _not_run(names, i + 1, rnd, n_rounds)
+                    if left:
+                        print(f"{PROG}: not run: {left}", file=sys.stderr)
+                    return code
+                print(f"[{name}] wrote {save(res, a.out)}"
+                      f"{f' (rounds 1-{rnd} of {n_rounds})' if n_rounds > 1 else ''}", flush=True)
+            except KeyboardInterrupt:
+                _stop(proc, log)
+                written = [n for n in names if done[n]]
+                print(f"{PROG}: interrupted while starting or warming up {name}"
+                      f"{f' in round {rnd} of {n_rounds}' if n_rounds > 1 else ''}: nothing written for it"
+                      f"{' in that round' if done[name] else ''}"
+                      f"{'; written: ' + ', '.join(written) if written else ''}", file=sys.stderr)
+                left = _not_run(names, i + 1 if n_rounds == 1 else i, rnd, n_rounds)
+                if left:
+                    print(f"{PROG}: not run: {left}", file=sys.stderr)
+                if written:
+                    _print_comparison(merged())
+                return 130
+            finally:
+                _stop(proc, log)
+    runs = merged()
     _print_comparison(runs)
     return _exit_status(runs)
+
+
+def _not_run(names: list[str], first: int, rnd: int, n_rounds: int) -> str:
+    """The configurations from ``names[first]`` on in round ``rnd``, then every later round; '' when none."""
+    left = ", ".join(names[first:])
+    if n_rounds == 1:
+        return left
+    parts = [f"round {rnd} of {n_rounds}: {left}"] if left else []
+    if rnd < n_rounds:
+        later = f"round {n_rounds}" if rnd + 1 == n_rounds else f"rounds {rnd + 1}-{n_rounds}"
+        parts.append(f"{later} of {n_rounds}: every configuration")
+    return "; ".join(parts)
 
 
 def _stop(proc: subprocess.Popen, log) -> None:

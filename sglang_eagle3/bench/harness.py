@@ -380,80 +380,166 @@ def _timed_pass(base: str, prompts: list[str], num_requests: int, concurrency: i
     return results, time.perf_counter() - t0, False
 
 
-def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int, concurrency: int,
-                 max_tokens: int, temperature: float = 0.0, warmup: int = 2, timeout: float = 600.0,
-                 repeats: int = 1, progress=None, command: str | None = None, launch_env: dict | None = None) -> dict:
-    """Runs the workload ``repeats`` times on the server (after ``warmup`` untimed requests) and returns the
-    result dict (see save): end-to-end throughput a pass, its median and spread over the passes; latencies over
-    every request of every pass. Raises BenchError before any request when the server cannot be reached or its
-    /get_server_info is in neither known format. Failed requests (an error event, a non-2xx answer, no token)
-    are counted in ``requests_failed`` and their first messages kept in ``errors``; they raise nothing.
-    ``progress(line)``, when given, gets a line of progress at most every second and at each pass's end.
-    Ctrl-C during the passes raises Interrupted carrying the result of the requests finished before it.
-    ``command``: the command line to record (default: this process's); ``launch_env``: variables the server
-    was started with (recorded, and checked against the workers' reports)."""
+@dataclass(frozen=True)
+class Workload:
+    """What a run sends: ``num_requests`` requests a timed pass (prompts used in turn), ``concurrency`` in
+    flight, ``max_tokens`` output tokens each (EOS ignored), after ``warmup`` untimed requests; ``repeats``
+    timed passes on one server; ``timeout`` seconds a request."""
+
+    prompts: list[str]
+    num_requests: int
+    concurrency: int
+    max_tokens: int
+    temperature: float = 0.0
+    warmup: int = 2
+    timeout: float = 600.0
+    repeats: int = 1
+
+    def __post_init__(self):
+        if (self.num_requests < 1 or self.concurrency < 1 or self.max_tokens < 1 or self.repeats < 1
+                or self.warmup < 0):
+            raise ValueError(f"num_requests={self.num_requests}, concurrency={self.concurrency}, "
+                             f"max_tokens={self.max_tokens} and repeats={self.repeats} must be positive "
+                             f"and warmup={self.warmup} not negative")
+
+    def record(self, rounds: int) -> dict:
+        """The result file's ``workload``: what compare checks before it puts two runs side by side."""
+        return {"num_requests": self.num_requests, "concurrency": self.concurrency, "max_tokens": self.max_tokens,
+                "temperature": self.temperature, "prompts": len(self.prompts), "ignore_eos": True,
+                "repeats": self.repeats, "warmup_requests": self.warmup, "rounds": rounds}
+
+
+@dataclass
+class Round:
+    """One server's timed passes, raw: every request kept, so that latencies over several rounds are computed over
+    all their requests (never averaged from per-round summaries). ``number`` counts from 1."""
+
+    number: int
+    kind: str  # OURS or SGLANG
+    requests: list[RequestResult]
+    passes: list[dict]  # one entry a pass, as written to the result file
+    before: dict  # _counters after the warm-up
+    after: dict | None  # _counters after the passes; None when the server stopped answering
+    info: dict  # /get_server_info after the passes (the first answer when the server stopped answering)
+    provenance: dict
+    after_error: str | None = None  # why the server could not be read after the passes
+    interrupted: str | None = None  # Ctrl-C cut a pass: how far it got
+
+
+def collect_round(base: str, workload: Workload, *, name: str, number: int = 1, rounds: int = 1, progress=None,
+                  command: str | None = None, launch_env: dict | None = None) -> Round:
+    """Round ``number`` of ``rounds`` on one server: ``workload.warmup`` untimed requests, then
+    ``workload.repeats`` timed passes, the server's counters read before and after them. Raises BenchError
+    before any request when the server cannot be reached or its /get_server_info is in neither known format.
+    Ctrl-C in a pass ends the round (``interrupted`` set) with the requests finished before it; Ctrl-C in the
+    warm-up propagates."""
     check_name(name)
-    if num_requests < 1 or concurrency < 1 or max_tokens < 1 or repeats < 1 or warmup < 0:
-        raise ValueError(f"{num_requests=}, {concurrency=}, {max_tokens=} and {repeats=} must be positive "
-                         f"and {warmup=} not negative")
+    w = workload
     base = _check_url(base)
     first = server_info(base)  # probe first: a wrong URL fails here, not in the warm-up
     kind = server_kind(first, base)
-    for i in range(warmup):  # compile/capture/autotune stay out of the numbers
-        run_one(base, prompts[i % len(prompts)], min(max_tokens, 16), temperature, timeout)
+    for i in range(w.warmup):  # compile/capture/autotune stay out of the numbers
+        run_one(base, w.prompts[i % len(w.prompts)], min(w.max_tokens, 16), w.temperature, w.timeout)
     before = _counters(kind, server_info(base))
-    results: list[RequestResult] = []
+    where = f"round {number}/{rounds}, " if rounds > 1 else ""
+    requests: list[RequestResult] = []
     passes: list[dict] = []
     interrupted = None
-    for p in range(repeats):
+    for p in range(w.repeats):
         t_pass, last = time.perf_counter(), [0.0]
 
         def on_done(done: list[RequestResult], p=p, t_pass=t_pass, last=last):
             now = time.perf_counter()
-            if progress is not None and (now - last[0] >= 1.0 or len(done) == num_requests):
+            if progress is not None and (now - last[0] >= 1.0 or len(done) == w.num_requests):
                 last[0] = now
                 failed = sum(r.error is not None for r in done)
-                progress(f"[{name}] pass {p + 1}/{repeats}: {len(done)}/{num_requests} requests"
+                progress(f"[{name}] {where}pass {p + 1}/{w.repeats}: {len(done)}/{w.num_requests} requests"
                          f"{f' ({failed} failed)' if failed else ''}, "
                          f"{sum(r.output_tokens for r in done if r.error is None)} tokens, {now - t_pass:.1f} s")
 
-        got, wall, cut = _timed_pass(base, prompts, num_requests, concurrency, max_tokens, temperature, timeout,
-                                     on_done)
-        results += got
+        got, wall, cut = _timed_pass(base, w.prompts, w.num_requests, w.concurrency, w.max_tokens, w.temperature,
+                                     w.timeout, on_done)
+        requests += got
         ok = [r for r in got if r.error is None]
         toks = sum(r.output_tokens for r in ok)
         passes.append({"wall_s": wall, "output_tokens": toks, "requests_ok": len(ok),
                        "requests_failed": len(got) - len(ok),
-                       "end_to_end_output_tok_per_s": toks / wall if wall else 0.0})
+                       "end_to_end_output_tok_per_s": toks / wall if wall else 0.0, "round": number})
         if cut:
-            interrupted = (f"interrupted (Ctrl-C) in pass {p + 1} of {repeats} after {len(got)} of {num_requests} "
-                           "requests: the numbers cover the requests finished before it (in-flight ones dropped)")
+            where_cut = f"round {number} of {rounds}, " if rounds > 1 else ""
+            interrupted = (f"interrupted (Ctrl-C) in {where_cut}pass {p + 1} of {w.repeats} after {len(got)} of "
+                           f"{w.num_requests} requests: the numbers cover the requests finished before it "
+                           "(in-flight ones dropped)")
             break
-    errors = sorted({r.error for r in results if r.error})
+    after_error = None
     try:
         info = server_info(base, timeout=5.0 if interrupted else 30.0)  # (Ctrl-C may have stopped the server too)
         if server_kind(info, base) != kind:
             raise BenchError(f"{base} answered as a {kind} server before the run and as another kind after it")
         after = _counters(kind, info)
     except BenchError as e:  # the server died in the run: keep what the requests measured
-        info, after = first, None
-        errors.insert(0, f"after the run: {e}")
+        info, after, after_error = first, None, str(e)
+    return Round(number, kind, requests, passes, before, after, info,
+                 provenance(base, info, command=command, launch_env=launch_env), after_error, interrupted)
+
+
+def _sum(values) -> int | None:
+    """The sum of per-round counts; None when a round has none (a partial sum would read as the whole)."""
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _accept_counts(r: Round) -> tuple[int | None, int | None]:
+    """(verify forwards, accepted tokens) of a round: our server's counters, or SGLang's per-request counts."""
+    if r.kind == OURS:
+        return _delta(r.before, r.after, "verify_forwards"), _delta(r.before, r.after, "accepted_tokens")
+    spec = [q for q in r.requests if q.error is None and q.verify_ct]
+    return sum(q.verify_ct for q in spec), sum(q.output_tokens for q in spec)
+
+
+def round_differences(first: Round, later: Round) -> list[str]:
+    """provenance_diff's lines of a later round against the first (another commit, GPU, version, server args):
+    one configuration then ran under two conditions, and its merged numbers mix them."""
+    lines = provenance_diff([{"name": f"round {r.number}", "provenance": r.provenance} for r in (first, later)])
+    if not first.provenance.get("worker_env") and not later.provenance.get("worker_env"):
+        lines = [ln for ln in lines if not ln.startswith("worker_env: not reported")]  # alike: neither reports one
+    return lines
+
+
+def summarize(name: str, workload: Workload, rounds: list[Round], *, planned_rounds: int = 1) -> dict:
+    """The result dict (see save) of one configuration's rounds taken together: end-to-end throughput a pass, its
+    median and spread over every pass of every round; latencies over every request of every round; server
+    counters summed over the rounds' before/after deltas. Provenance is round 1's, with each round's launch
+    (``provenance["rounds"]``) and what changed between them (``rounds_differ``) when ``planned_rounds`` > 1;
+    ``rounds_missing`` says how many planned rounds are not in it. Only the last round may be interrupted."""
+    assert rounds and all(r.interrupted is None for r in rounds[:-1]), [r.interrupted for r in rounds]
+    several = planned_rounds > 1
+    interrupted = rounds[-1].interrupted
+    results = [q for r in rounds for q in r.requests]
+    passes = [q for r in rounds for q in r.passes]
+    errors = sorted({q.error for q in results if q.error})
+    errors[:0] = [f"after {f'round {r.number}' if several else 'the run'}: {r.after_error}"
+                  for r in rounds if r.after_error]
     if interrupted:
         errors.insert(0, interrupted)
-    ok = [r for r in results if r.error is None]
-    out_tokens = sum(r.output_tokens for r in ok)
-    itl = [x for r in ok for x in r.itl_s]
+    ok = [q for q in results if q.error is None]
+    out_tokens = sum(q.output_tokens for q in ok)
+    itl = [x for q in ok for x in q.itl_s]
     # An interrupted pass's throughput is kept in its entry but not in the median: it stopped mid-run.
     full = [q["end_to_end_output_tok_per_s"] for q in (passes[:-1] if interrupted else passes)]
     rates = full or [passes[-1]["end_to_end_output_tok_per_s"]]
     median_rate = statistics.median(rates)
-    if kind == OURS:
-        verify_forwards, accepted = _delta(before, after, "verify_forwards"), _delta(before, after, "accepted_tokens")
-        accept_source = "server counters: accepted_tokens / verify_forwards over the run"
-    else:
-        spec = [r for r in ok if r.verify_ct]
-        verify_forwards, accepted = sum(r.verify_ct for r in spec), sum(r.output_tokens for r in spec)
-        accept_source = "SGLang per request: completion_tokens / meta_info.spec_verify_ct, summed over the run"
+    counts = [_accept_counts(r) for r in rounds]
+    verify_forwards, accepted = _sum(c[0] for c in counts), _sum(c[1] for c in counts)
+    kind, last = rounds[0].kind, rounds[-1]
+    accept_source = ("server counters: accepted_tokens / verify_forwards over the run" if kind == OURS else
+                     "SGLang per request: completion_tokens / meta_info.spec_verify_ct, summed over the run")
+    prov = dict(rounds[0].provenance)
+    if several:
+        prov["rounds"] = [{"round": r.number, "launch_command": r.provenance.get("launch_command"),
+                           "server_url": r.provenance.get("server_url"), "time_utc": r.provenance.get("time_utc")}
+                          for r in rounds]
+        prov["rounds_differ"] = [line for r in rounds[1:] for line in round_differences(rounds[0], r)]
     res = {
         "name": name,
         "metrics": {
@@ -470,28 +556,50 @@ def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int,
             "requests_ok": len(ok),
             "requests_failed": len(results) - len(ok),
             "output_tokens": out_tokens,
-            # per request, client side, over every request of every pass
-            "mean_ttft_ms": 1e3 * statistics.mean(r.ttft_s for r in ok) if ok else None,
+            # per request, client side, over every request of every pass (of every round)
+            "mean_ttft_ms": 1e3 * statistics.mean(q.ttft_s for q in ok) if ok else None,
             "median_itl_ms": 1e3 * statistics.median(itl) if itl else None,
             "per_request_tok_per_s_median": statistics.median(
-                r.output_tokens / r.latency_s for r in ok) if ok else None,
+                q.output_tokens / q.latency_s for q in ok) if ok else None,
             "server_accept_length": accepted / verify_forwards if verify_forwards else None,
             "accept_length_source": accept_source,
-            "server_verify_batches_graph": _delta(before, after, "verify_graph"),
-            "server_verify_batches_eager": _delta(before, after, "verify_eager"),
-            # ours: the draft length after the run (with --speculative-adaptive, where its policy left it) and the
-            # policy's state then (its timed round costs, acceptance per position, switches); None elsewhere
-            "server_num_steps_after": info.get("speculative_num_steps") if kind == OURS else None,
-            "server_adaptive_after": info.get("adaptive") if kind == OURS else None,
+            "server_verify_batches_graph": _sum(_delta(r.before, r.after, "verify_graph") for r in rounds),
+            "server_verify_batches_eager": _sum(_delta(r.before, r.after, "verify_eager") for r in rounds),
+            # ours: the draft length after the (last) run (with --speculative-adaptive, where its policy left it)
+            # and the policy's state then (its timed round costs, acceptance per position, switches); None elsewhere
+            "server_num_steps_after": last.info.get("speculative_num_steps") if last.kind == OURS else None,
+            "server_adaptive_after": last.info.get("adaptive") if last.kind == OURS else None,
         },
-        "workload": {"num_requests": num_requests, "concurrency": concurrency, "max_tokens": max_tokens,
-                     "temperature": temperature, "prompts": len(prompts), "ignore_eos": True,
-                     "repeats": repeats, "warmup_requests": warmup},
+        "workload": workload.record(planned_rounds),
         "errors": errors[:5],
-        "provenance": provenance(base, info, command=command, launch_env=launch_env),
+        "provenance": prov,
     }
+    if len(rounds) < planned_rounds:
+        res["rounds_missing"] = (f"{planned_rounds - len(rounds)} of {planned_rounds} rounds did not run: the "
+                                 f"numbers cover round{'s 1-' if len(rounds) > 1 else ' '}{len(rounds)}")
     if interrupted:
         res["interrupted"] = interrupted
+    return res
+
+
+def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int, concurrency: int,
+                 max_tokens: int, temperature: float = 0.0, warmup: int = 2, timeout: float = 600.0,
+                 repeats: int = 1, progress=None, command: str | None = None, launch_env: dict | None = None) -> dict:
+    """Runs the workload ``repeats`` times on the server (after ``warmup`` untimed requests) and returns the
+    result dict (see save): end-to-end throughput a pass, its median and spread over the passes; latencies over
+    every request of every pass. Raises BenchError before any request when the server cannot be reached or its
+    /get_server_info is in neither known format. Failed requests (an error event, a non-2xx answer, no token)
+    are counted in ``requests_failed`` and their first messages kept in ``errors``; they raise nothing.
+    ``progress(line)``, when given, gets a line of progress at most every second and at each pass's end.
+    Ctrl-C during the passes raises Interrupted carrying the result of the requests finished before it.
+    ``command``: the command line to record (default: this process's); ``launch_env``: variables the server
+    was started with (recorded, and checked against the workers' reports). (One round: collect_round, then
+    summarize.)"""
+    check_name(name)
+    workload = Workload(prompts, num_requests, concurrency, max_tokens, temperature, warmup, timeout, repeats)
+    res = summarize(name, workload, [collect_round(base, workload, name=name, progress=progress, command=command,
+                                                   launch_env=launch_env)])
+    if res.get("interrupted"):
         raise Interrupted(res)
     return res
 
@@ -509,9 +617,10 @@ def _flatten(d, prefix=""):
 
 # Expected to differ between runs and not a reason to distrust a comparison (launch commands carry the port;
 # their flags are in server_args). worker_env is compared key by key on its own (_worker_env_diff).
-# worker_env_not_applied is printed as a warning of its own (warnings).
+# worker_env_not_applied, and rounds_differ (what changed between a sweep's rounds), are printed as warnings of their
+# own (warnings); rounds lists each round's launch (ports and times).
 _VOLATILE = ("time_utc", "command", "server_url", "worker_env", "server_args.port", "server_args.host",
-             "launch_command", "server_launch_command")
+             "launch_command", "server_launch_command", "rounds")
 _UNSET = "<unset>"
 
 
@@ -629,11 +738,16 @@ TABLE_NOTE = ("end-to-end tok/s, all requests = the output tokens of every reque
 
 def warnings(runs: list[dict]) -> list[str]:
     """What makes a run's numbers doubtful on their own: failed requests, an interrupt, no token, the server
-    gone after the run, requested variables the workers did not have."""
+    gone after the run, requested variables the workers did not have, a sweep's rounds that did not all run or
+    whose servers differed (another commit, GPU or version in one round)."""
     out = [p for p in map(failures, runs) if p]
     for r in runs:
         for line in r["provenance"].get("worker_env_not_applied") or ():
             out.append(f"{r['name']}: {line}")
+        for line in r["provenance"].get("rounds_differ") or ():
+            out.append(f"{r['name']}: the server differed between rounds: {line}")
+        if r.get("rounds_missing"):
+            out.append(f"{r['name']}: {r['rounds_missing']}")
     return out
 
 
@@ -680,6 +794,8 @@ def load_result(path: str) -> dict:
     prov = res["provenance"]
     if "git_commit" in prov and "client_git_commit" not in prov:  # files written before the field was renamed
         prov["client_git_commit"] = prov.pop("git_commit")
+    if isinstance(res.get("workload"), dict):  # files written before sweep --rounds: one round
+        res["workload"].setdefault("rounds", 1)
     return res
 
 
