@@ -154,6 +154,35 @@ def test_draft_without_head_needs_full_vocab(small_pair, tmp_path):
             speculative_algorithm="EAGLE3", speculative_draft_model_path=path, device="cpu", skip_tokenizer_init=True)
 
 
+def test_failed_start_frees_the_loaded_models(small_pair, monkeypatch):
+    """A start that fails after the weights loaded (here the model runner: the KV cache, a graph capture) frees
+    the target's and the draft's storage: the raised error's traceback still names them (a notebook keeps it), and
+    a retry would otherwise run out of memory beside them. The error itself comes through unchanged."""
+    from sglang_eagle3.models import loader
+    from sglang_eagle3.runtime import worker
+
+    loaded = []
+    for name in ("load_target", "load_draft"):
+        real = getattr(loader, name)
+
+        def spy(*a, real=real, **kw):
+            loaded.append(real(*a, **kw))
+            return loaded[-1]
+
+        monkeypatch.setattr(loader, name, spy)
+
+    def no_runner(*a, **kw):
+        raise RuntimeError("CUDA out of memory (as the KV cache's allocation raises it)")
+
+    monkeypatch.setattr(worker, "ModelRunner", no_runner)
+    with pytest.raises(RuntimeError, match="CUDA out of memory") as kept:
+        Engine(**_spec_kwargs(small_pair, context_length=64))
+    assert kept.value.__traceback__ is not None and len(loaded) == 2
+    for model in loaded:
+        tensors = [*model.parameters(), *model.buffers()]
+        assert tensors and all(t.untyped_storage().nbytes() == 0 for t in tensors), type(model).__name__
+
+
 def test_target_config_missing_field(small_pair, tmp_path):
     with open(os.path.join(small_pair.target, "config.json")) as f:
         cfg = json.load(f)

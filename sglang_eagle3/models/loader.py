@@ -705,24 +705,29 @@ def _build(make: Callable[[], nn.Module], device) -> tuple[nn.Module, nn.Module]
     return model, full
 
 
-@contextlib.contextmanager
-def _released_on_failure(model: nn.Module) -> Iterator[None]:
-    """Frees the storage of every parameter and buffer of ``model`` when the block raises (a checkpoint error,
-    Ctrl-C, a read error), then re-raises as it is.
+def release_storage(*models: nn.Module) -> None:
+    """Frees the storage of every parameter and buffer of ``models``, whoever still refers to the tensors.
 
-    The model is allocated before the checkpoint is checked against it, and the frames of a kept traceback
-    (a notebook's ``sys.last_traceback``, a caller that stores the exception) still name it: without this a
-    failed Kimi-K2.5 load pins tens of GB of GPU memory and the corrected retry runs out of memory. Resizing
-    the storages frees the memory whoever still refers to the tensors; the model is never returned.
-    """
-    try:
-        yield
-    except BaseException:
+    For a model that failed to become usable: the frames of a kept traceback (a notebook's
+    ``sys.last_traceback``, a caller that stores the exception) still name it, and without this a failed
+    Kimi-K2.5 load pins tens of GB of GPU memory so that the corrected retry runs out of memory."""
+    for model in models:
         for t in [*model.parameters(), *model.buffers()]:
             # NOTE: a storage that cannot be resized (not one the model allocated) is left to the garbage
             # collector; the error being raised matters more than this cleanup.
             with contextlib.suppress(RuntimeError):
                 t.untyped_storage().resize_(0)
+
+
+@contextlib.contextmanager
+def _released_on_failure(model: nn.Module) -> Iterator[None]:
+    """``release_storage(model)`` when the block raises (a checkpoint error, Ctrl-C, a read error), then
+    re-raises as it is: the model is allocated before the checkpoint is checked against it, and never returned
+    after a failure."""
+    try:
+        yield
+    except BaseException:
+        release_storage(model)
         raise
 
 

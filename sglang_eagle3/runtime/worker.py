@@ -101,7 +101,22 @@ class ModelWorker:
 
     def __init__(self, args, plan: dict, device: torch.device, detokenize=None, models=None, grammar=None):
         """``models``: an already built (target, draft) pair (benchmarks with random weights); else loaded.
-        ``grammar``: the runtime.grammar.GrammarBackend that makes the matchers of requests with a grammar."""
+        ``grammar``: the runtime.grammar.GrammarBackend that makes the matchers of requests with a grammar.
+
+        Models this worker loaded are freed when its start fails after they loaded (the draft's load, the KV
+        sizing, a graph capture): as for a failed load (models/loader.py release_storage), a kept traceback
+        would otherwise pin the target's weights and the retry run out of memory. A caller's own ``models``
+        stay the caller's."""
+        from sglang_eagle3.models.loader import release_storage
+
+        loaded: list = []
+        try:
+            self._start(args, plan, device, detokenize, models, grammar, loaded)
+        except BaseException:
+            release_storage(*loaded)
+            raise
+
+    def _start(self, args, plan, device, detokenize, models, grammar, loaded: list) -> None:
         from sglang_eagle3.models.loader import load_draft, load_target
 
         t0 = time.perf_counter()
@@ -112,9 +127,11 @@ class ModelWorker:
             target, draft = models
         else:
             target = load_target(args.model_path, device=device, dtype=dtype)
+            loaded.append(target)
             draft = None
             if args.speculative:
                 draft = load_draft(args.speculative_draft_model_path, target.config, device=device, dtype=dtype)
+                loaded.append(draft)
         aux_ids = ()
         if draft is not None:
             aux_ids = resolve_aux_layer_ids(draft.config, target.config.num_hidden_layers,
