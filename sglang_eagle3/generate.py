@@ -11,7 +11,8 @@ path or step count without the algorithm is an error, not ignored. --no-speculat
 
 For each prompt it prints the prompt followed by its continuation (with --json, the SGLang-shaped result
 instead), then one line of statistics (tokens, seconds, tokens/s, accept length) on stderr. Invalid flags
-are refused before the model loads; every error is one line, with exit code 2.
+are refused before the model loads; every error is one line naming the flag, with exit code 2. Ctrl-C stops
+at once (nothing is printed for the prompts: a batch is answered whole), exit code 130.
 """
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ import time
 # SamplingParams field -> flag, to name the flag in a SamplingParamsError ("temperature=nan must ...").
 _SAMPLING_FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_p": "--top-p",
                    "top_k": "--top-k", "min_p": "--min-p", "stop": "--stop", "seed": "--seed"}
+# Engine keyword -> flag, for the engine's ConfigError ("speculative_num_steps=0 must ...").
+_ENGINE_FLAGS = {"model_path": "--model-path", "speculative_algorithm": "--speculative-algorithm",
+                 "speculative_draft_model_path": "--speculative-draft-model-path",
+                 "speculative_num_steps": "--speculative-num-steps", "device": "--device", "dtype": "--dtype",
+                 "tp_size": "--tp-size"}
+
+
+def _name_the_flag(msg: str, flags: dict[str, str]) -> str:
+    """``field=value ...`` or ``field[i]=value ...`` with the field replaced by its flag, when it has one."""
+    for field, flag in flags.items():
+        if msg.startswith((f"{field}=", f"{field}[")):
+            return flag + msg[len(field):]
+    return msg
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,9 +104,7 @@ def sampling_params(ap: argparse.ArgumentParser, a: argparse.Namespace) -> dict:
     try:
         SamplingParams.from_dict(params)
     except SamplingParamsError as e:
-        msg = str(e)
-        field = msg.partition("=")[0]
-        ap.error(_SAMPLING_FLAGS[field] + msg[len(field):] if field in _SAMPLING_FLAGS else msg)
+        ap.error(_name_the_flag(str(e), _SAMPLING_FLAGS))
     return params
 
 
@@ -105,13 +117,27 @@ def main(argv: list[str] | None = None) -> int:
     params = sampling_params(ap, a)
     kwargs = engine_kwargs(ap, a)
 
+    from sglang_eagle3.config import ConfigError
     from sglang_eagle3.engine import Engine, RequestError
 
     try:
         engine = Engine(**kwargs)
-    except (OSError, ValueError, RuntimeError) as e:  # ConfigError is a ValueError; RuntimeError: WorkerError, OOM
+    except ConfigError as e:  # an engine argument: name the flag it came from
+        msg = _name_the_flag(str(e), _ENGINE_FLAGS)
+        if msg == str(e):  # e.g. "config file not found: PATH": name the flag that gave PATH
+            for flag in ("--speculative-draft-model-path", "--model-path"):
+                path = getattr(a, flag[2:].replace("-", "_"))
+                if path and path in msg:
+                    msg = f"{flag} {path!r}: {msg}"
+                    break
+        print(f"{ap.prog}: error: cannot start the engine: {msg}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: WorkerError, OOM
         print(f"{ap.prog}: error: cannot start the engine: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"{ap.prog}: interrupted while the engine was starting", file=sys.stderr)
+        return 130
     with engine:
         t0 = time.perf_counter()
         try:
@@ -119,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         except RequestError as e:  # e.g. a prompt longer than the context
             print(f"{ap.prog}: error: {e}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:  # 130: the shell's code for Ctrl-C; no traceback, the user asked for it
+            print(f"{ap.prog}: interrupted: nothing generated", file=sys.stderr)
+            return 130
         dt = time.perf_counter() - t0
         for p, o in zip(prompts, outs, strict=True):
             print(json.dumps(o) if a.json else p + o.get("text", str(o["output_ids"])))

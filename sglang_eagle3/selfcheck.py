@@ -10,7 +10,11 @@ verify-path counts and the mean time per output token side by side.
 ``--dry-run`` checks the arguments (reporting every problem at once), the local model paths and the installed
 SGLang version (one the overlay supports), and prints the plan without starting SGLang. It needs SGLang
 installed but no GPU; without SGLang it exits with status 2, saying so. The real run also needs at least
-``--tp`` CUDA devices, checked before either configuration starts.
+``--tp`` CUDA devices, checked before either configuration starts. ``--output`` is checked before the runs
+too, and the report is printed before it is written.
+
+Exit codes: 0 the greedy outputs are equal, 1 they differ, 2 the check cannot run (arguments, SGLang, GPUs)
+or --output could not be written, 3 one of the runs failed (its own output, above, says why), 130 Ctrl-C.
 
 Example:
   python -m sglang_eagle3.selfcheck --model-path /models/Kimi-K2.5 --draft-model-path /models/kimi-eagle3 \
@@ -61,15 +65,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# SGLang keywords our own flags set: a --sglang-arg for one would silently replace the flag (and the GPU count
+# is checked against --tp).
+_OWN_KEYWORDS = {"model_path": "--model-path", "tp_size": "--tp", "speculative_algorithm": "--draft-model-path",
+                 "speculative_draft_model_path": "--draft-model-path"}
+
+
 def sglang_kwargs(args: argparse.Namespace) -> dict:
     """``sglang.Engine`` keyword arguments from our flags plus every ``--sglang-arg=--name=value``; raises
-    SelfCheckError naming every malformed ``--sglang-arg``."""
+    SelfCheckError naming every malformed ``--sglang-arg`` and every one that would replace one of our flags."""
     kw: dict = {"model_path": args.model_path, "tp_size": args.tp}
     if args.draft_model_path:
         kw.update(speculative_algorithm="EAGLE3", speculative_draft_model_path=args.draft_model_path)
-    bad = [item for item in args.sglang_arg if not item.startswith("--") or item[2:].partition("=")[0] == ""]
-    if bad:
-        raise SelfCheckError("; ".join(f"--sglang-arg {item!r} must look like --flag=value or --flag" for item in bad))
+    problems = [f"--sglang-arg {item!r} must look like --flag=value or --flag" for item in args.sglang_arg
+                if not item.startswith("--") or item[2:].partition("=")[0] == ""]
+    for item in args.sglang_arg:
+        key = item[2:].partition("=")[0].replace("-", "_")
+        if item.startswith("--") and key in _OWN_KEYWORDS:
+            problems.append(f"--sglang-arg {item!r} sets {key}: use {_OWN_KEYWORDS[key]}")
+    if problems:
+        raise SelfCheckError("; ".join(problems))
     for item in args.sglang_arg:
         name, sep, value = item[2:].partition("=")
         key = name.replace("-", "_")
@@ -86,10 +101,15 @@ def sglang_kwargs(args: argparse.Namespace) -> dict:
 def load_prompts(path: str | None) -> list[str]:
     if path is None:
         return list(DEFAULT_PROMPTS)
+    if os.path.isdir(path):
+        raise SelfCheckError(f"--prompts-file {path!r} is a directory")
     if not os.path.isfile(path):
         raise SelfCheckError(f"--prompts-file {path!r} does not exist")
-    with open(path) as f:
-        prompts = [line.rstrip("\n") for line in f if line.strip()]
+    try:
+        with open(path, encoding="utf-8") as f:
+            prompts = [line.rstrip("\r\n") for line in f if line.strip()]  # "\r": files written on Windows
+    except UnicodeDecodeError as e:
+        raise SelfCheckError(f"--prompts-file {path!r} is not UTF-8 text ({e})") from None
     if not prompts:
         raise SelfCheckError(f"--prompts-file {path!r} holds no prompts")
     return prompts
@@ -115,6 +135,14 @@ def validate(args: argparse.Namespace) -> dict:
         kwargs = sglang_kwargs(args)
     except SelfCheckError as e:
         problems.append(str(e))
+    if args.output is not None:
+        out_dir = os.path.dirname(os.path.abspath(args.output))
+        if os.path.isdir(args.output):
+            problems.append(f"--output {args.output!r} is a directory")
+        elif not os.path.isdir(out_dir):
+            problems.append(f"--output {args.output!r}: directory {out_dir!r} does not exist")
+        elif not os.access(out_dir, os.W_OK):
+            problems.append(f"--output {args.output!r}: directory {out_dir!r} is not writable")
     from sglang_eagle3.integration.sglang_overlay import SUPPORTED_SGLANG_VERSIONS, installed_sglang_version
 
     try:
@@ -200,15 +228,27 @@ def main(argv: list[str] | None = None) -> int:
                    f"--_child={run}", f"--_child-out={out}"]
             env = {k: v for k, v in os.environ.items() if k != "SGLANG_EAGLE3_OVERLAY"}
             logger.info("selfcheck: running %s", run)
-            subprocess.run(cmd, check=True, env=env)
+            try:
+                subprocess.run(cmd, check=True, env=env)
+            except subprocess.CalledProcessError as e:  # the child printed its own traceback above
+                logger.error("selfcheck: the %s run failed (exit code %s); its output above says why",
+                             run, e.returncode)
+                return 3
+            except KeyboardInterrupt:  # the child got the Ctrl-C too and has stopped
+                logger.error("selfcheck: interrupted during the %s run; no report", run)
+                return 130
             with open(out) as f:
                 results[run] = json.load(f)
     report = compare(results["baseline"], results["overlay"])
     text = json.dumps(report, indent=2)
+    print(text, flush=True)  # first: a failed write below must not lose the runs' result
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
-    print(text)
+        try:
+            with open(args.output, "w") as f:
+                f.write(text)
+        except OSError as e:
+            logger.error("selfcheck: cannot write --output %r: %s (the report is printed above)", args.output, e)
+            return 2
     return 0 if report["greedy_outputs_equal"] else 1
 
 

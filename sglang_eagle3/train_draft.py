@@ -22,6 +22,12 @@ What it does not do (SpecForge is the tool for those): data or tensor parallelis
 dumps, chat-formatted datasets with loss masks on assistant turns, targets that do not fit on one device.
 The target runs a dense forward without a KV cache for generation, so regeneration suits small targets;
 pass ``--gen-tokens 0`` to train on the text as it is.
+
+Progress (steps, loss, tokens/s, ETA) goes to stderr; stdout gets the results (accept lengths, where the draft
+went). Ctrl-C during training stops after the step that is running and writes the draft trained so far (the
+report says ``"interrupted": true`` and how many steps were done; evaluation is skipped; exit code 130); a
+second Ctrl-C, or one before training starts, stops at once and writes nothing. There is no resume: a rerun
+starts again from the beginning.
 """
 
 from __future__ import annotations
@@ -31,9 +37,13 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +51,7 @@ import torch
 
 from sglang_eagle3.argtypes import finite_float, int_at_least
 from sglang_eagle3.config import ConfigError, DraftConfig, ModelConfig, resolve_aux_layer_ids
+from sglang_eagle3.progress import duration
 from sglang_eagle3.train.data import TextCodec, contiguous_windows, heldout_prompts, read_documents
 from sglang_eagle3.train.draft import (
     DraftTrainConfig,
@@ -56,7 +67,16 @@ from sglang_eagle3.train.io import save_draft
 logger = logging.getLogger("sglang_eagle3.train_draft")
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+PROG = "python -m sglang_eagle3.train_draft"
 DRAFT_FILES = ("config.json", "model.safetensors")  # what save_draft writes
+EVAL_KS = (1, 2, 3, 4, 5)  # draft lengths the evaluation reports
+SEED_MAX = 2**63 - 2  # torch seeds are int64 and the held-out prompts use seed + 1
+LOG_INTERVAL_S = 30.0  # a progress line at least this often, however slow the steps
+
+
+def log(msg: str) -> None:
+    """A progress line: stderr, so that stdout holds only results."""
+    print(msg, file=sys.stderr, flush=True)
 
 
 # -- argparse types: a bad value is a one-line error naming the flag ----------------------------------------
@@ -75,19 +95,33 @@ _positive_float = finite_float(0.0, strict=True)
 _non_negative = int_at_least(0)
 
 
+def _seed(text: str) -> int:
+    value = _non_negative(text)
+    if value > SEED_MAX:
+        raise argparse.ArgumentTypeError(f"{value} must be in [0, {SEED_MAX}]")
+    return value
+
+
+def positions_needed(seq_len: int, steps: int) -> int:
+    """Rope positions a [B, seq_len] batch uses: the target reads positions 0..seq_len-1; draft step k at index
+    i (of seq_len - 1) sits at position i + k, so ``steps`` unrolled (or chained) steps reach seq_len + steps - 3."""
+    return max(seq_len, seq_len + steps - 2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m sglang_eagle3.train_draft",
-                                 description="Train an EAGLE-3 draft for a target the engine loads.")
-    ap.add_argument("--target-model-path", required=True)
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target-model-path", required=True,
+                    help="target checkpoint directory (config.json, weights, tokenizer.json)")
     ap.add_argument("--data", required=True, help=".txt (one document per line) / .jsonl (text) file or folder")
     ap.add_argument("--output", required=True, help="draft directory to write (new, empty, or a previous draft's)")
     g = ap.add_argument_group("training")
-    g.add_argument("--steps", type=_positive, default=2000)
-    g.add_argument("--batch-size", type=_positive, default=64)
-    g.add_argument("--lr", type=_positive_float, default=1e-3)
+    g.add_argument("--steps", type=_positive, default=2000, help="optimizer steps (default 2000)")
+    g.add_argument("--batch-size", type=_positive, default=64, help="sequences a step (default 64)")
+    g.add_argument("--lr", type=_positive_float, default=1e-3, help="peak learning rate, cosine to 5%% (default 1e-3)")
     g.add_argument("--warmup-steps", type=_non_negative, default=100, help="cut to --steps - 1")
     g.add_argument("--ttt-steps", type=_positive, default=5, help="unrolled training-time-test steps")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=_seed, default=0, help="seeds data sampling, init and batches (default 0)")
     g.add_argument("--time-limit", type=_positive_float, default=None,
                    help="fit training into this many seconds: after a few timed steps the step count is cut (with "
                         "the learning-rate schedule) to end in time; past it training stops")
@@ -97,24 +131,25 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("data")
     g.add_argument("--gen-tokens", type=_non_negative, default=192,
                    help="greedy tokens the target appends to each prompt (0: train on the text as is)")
-    g.add_argument("--prompt-tokens", type=_positive, default=64)
+    g.add_argument("--prompt-tokens", type=_positive, default=64, help="prompt window length for regeneration")
     g.add_argument("--seq-len", type=int_at_least(2), default=256, help="window length when --gen-tokens 0")
     g.add_argument("--num-sequences", type=_non_negative, default=2048,
                    help="prompts to regenerate; with --gen-tokens 0, windows to keep (0: all)")
-    g.add_argument("--gen-batch-size", type=_positive, default=256)
+    g.add_argument("--gen-batch-size", type=_positive, default=256, help="prompts regenerated at once")
     g = ap.add_argument_group("draft architecture")
     g.add_argument("--draft-vocab-size", type=_positive, default=32000, help="clamped to the target vocab")
     g.add_argument("--aux-layer-ids", type=_layer_ids, default=None,
                    help="comma-separated target layers whose input feeds fc (default: SGLang's [2, L//2, L-3])")
-    g.add_argument("--num-heads", type=_positive, default=None)
-    g.add_argument("--num-kv-heads", type=_positive, default=None)
-    g.add_argument("--head-dim", type=_positive, default=None)
-    g.add_argument("--intermediate-size", type=_positive, default=None)
+    g.add_argument("--num-heads", type=_positive, default=None, help="default: hidden size / head dim")
+    g.add_argument("--num-kv-heads", type=_positive, default=None, help="default: --num-heads (no GQA)")
+    g.add_argument("--head-dim", type=_positive, default=None, help="default: 64 up to hidden 1024, else 128")
+    g.add_argument("--intermediate-size", type=_positive, default=None, help="default: the target's")
     g = ap.add_argument_group("evaluation")
     g.add_argument("--eval-data", default=None, help="held-out text: report accept lengths on prompts from it")
-    g.add_argument("--eval-prompts", type=_positive, default=64)
-    g.add_argument("--eval-new-tokens", type=_positive, default=128)
-    g.add_argument("--report", default=None, help="write a JSON report here")
+    g.add_argument("--eval-prompts", type=_positive, default=None, help="prompts cut from --eval-data (default 64)")
+    g.add_argument("--eval-new-tokens", type=_positive, default=None,
+                   help="greedy tokens per evaluation prompt (default 128)")
+    g.add_argument("--report", default=None, help="write a JSON report here (settings, loss history, evaluation)")
     return ap
 
 
@@ -250,6 +285,13 @@ def prepare(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Plan:
             ap.error(f"--report {args.report!r} is a directory")
         if report_dir != os.path.abspath(args.output) and not os.path.isdir(report_dir):
             ap.error(f"--report {args.report!r}: directory {report_dir!r} does not exist")
+        if report_dir == os.path.abspath(args.output) and os.path.basename(args.report) in DRAFT_FILES:
+            ap.error(f"--report {args.report!r} would overwrite the draft's {os.path.basename(args.report)}")
+    for flag in ("--eval-prompts", "--eval-new-tokens"):
+        if getattr(args, flag[2:].replace("-", "_")) is not None and args.eval_data is None:
+            ap.error(f"{flag} given without --eval-data: there is nothing to evaluate on")
+    args.eval_prompts = args.eval_prompts or 64
+    args.eval_new_tokens = args.eval_new_tokens or 128
 
     path = args.target_model_path
     if not os.path.isdir(path):
@@ -259,6 +301,17 @@ def prepare(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Plan:
         codec = TextCodec.from_dir(path)
     except (OSError, ValueError) as e:  # ConfigError is a ValueError
         ap.error(f"--target-model-path {path!r}: {e}")
+
+    # The rope tables end at max_position_embeddings: a longer batch is an IndexError after the target has loaded
+    # (and, with regeneration, after generating).
+    max_pos = tcfg.max_position_embeddings
+    seq_len = args.prompt_tokens + args.gen_tokens if args.gen_tokens > 0 else args.seq_len
+    if positions_needed(seq_len, args.ttt_steps) > max_pos:
+        what = (f"--prompt-tokens {args.prompt_tokens} + --gen-tokens {args.gen_tokens}" if args.gen_tokens > 0
+                else f"--seq-len {args.seq_len}")
+        ap.error(f"{what}: sequences of {seq_len} tokens with --ttt-steps {args.ttt_steps} need "
+                 f"{positions_needed(seq_len, args.ttt_steps)} positions; the target has "
+                 f"max_position_embeddings={max_pos}")
 
     try:
         aux_ids = pick_aux_ids(args.aux_layer_ids, tcfg.num_hidden_layers)
@@ -273,7 +326,8 @@ def prepare(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Plan:
         train_config = DraftTrainConfig(
             steps=args.steps, batch_size=args.batch_size, lr=args.lr,
             warmup_steps=min(args.warmup_steps, args.steps - 1), ttt_steps=args.ttt_steps, seed=args.seed,
-            time_limit_s=args.time_limit, log_every=max(1, min(100, args.steps // 10)))
+            time_limit_s=args.time_limit, log_every=max(1, min(100, args.steps // 10)),
+            log_interval_s=LOG_INTERVAL_S)
     except ValueError as e:  # the argparse types cover these fields; kept for a field added without one
         ap.error(str(e))
 
@@ -290,6 +344,11 @@ def prepare(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Plan:
             eval_prompts = heldout_prompts(read_documents(args.eval_data), args.eval_prompts, seed=args.seed + 1)
         except (OSError, ValueError) as e:
             ap.error(f"--eval-data {args.eval_data!r}: {e}")
+        longest = max(len(codec.encode(p, bos=False)) for p in eval_prompts) + args.eval_new_tokens
+        if positions_needed(longest, max(EVAL_KS)) > max_pos:
+            ap.error(f"--eval-new-tokens {args.eval_new_tokens}: the longest --eval-data prompt and its continuation "
+                     f"need {positions_needed(longest, max(EVAL_KS))} positions; the target has "
+                     f"max_position_embeddings={max_pos}")
     return Plan(device=device, dtype=dtype, target_config=tcfg, codec=codec, stream=stream, aux_ids=aux_ids,
                 draft_config=dcfg, train_config=train_config, eval_prompts=eval_prompts)
 
@@ -310,7 +369,7 @@ def _read_stream(ap: argparse.ArgumentParser, flag: str, path: str, codec: TextC
 def make_sequences(target, plan: Plan, args, amp_dtype) -> torch.Tensor:
     """[N, S] training sequences: regenerated by the target, or windows of the text itself."""
     stream = plan.stream
-    print(f"data: {len(stream):,} tokens from {args.data}", flush=True)
+    log(f"data: {len(stream):,} tokens from {args.data}")
     if args.gen_tokens == 0:
         seqs = contiguous_windows(stream, args.seq_len)
         if args.num_sequences and len(seqs) > args.num_sequences:
@@ -323,7 +382,9 @@ def make_sequences(target, plan: Plan, args, amp_dtype) -> torch.Tensor:
     t0 = time.perf_counter()
 
     def progress(done, total):
-        print(f"generate: {done}/{total} sequences ({time.perf_counter() - t0:.0f} s)", flush=True)
+        elapsed = time.perf_counter() - t0
+        log(f"generate: {done}/{total} sequences, {done * args.gen_tokens / elapsed:,.0f} tok/s, "
+            f"{elapsed:.0f} s, ETA {duration(elapsed / done * (total - done))}")
 
     seqs = generate_greedy(target, prompts, args.gen_tokens, args.gen_batch_size, plan.device, amp_dtype,
                            progress=progress)
@@ -335,7 +396,7 @@ def evaluate(target, draft, plan: Plan, args, amp_dtype) -> dict:
     # No BOS: the engine encodes prompts without special tokens (the model saw BOS-less windows in training).
     prompts = [codec.encode(p, bos=False) for p in prompts_text]
     seqs = generate_greedy(target, prompts, args.eval_new_tokens, 32, plan.device, amp_dtype, eos_id=codec.eos_id)
-    ks = (1, 2, 3, 4, 5)
+    ks = EVAL_KS
     acc = accept_lengths(target, draft, seqs, [len(p) for p in prompts], ks, plan.aux_ids, plan.device, amp_dtype)
     samples = [{"prompt": prompts_text[i], "continuation": codec.decode(seqs[i][len(prompts[i]):])}
                for i in range(min(3, len(seqs)))]
@@ -343,7 +404,37 @@ def evaluate(target, draft, plan: Plan, args, amp_dtype) -> dict:
             "new_tokens": args.eval_new_tokens, "samples": samples}
 
 
-def run(args: argparse.Namespace, plan: Plan) -> dict:
+@contextmanager
+def ctrl_c_stops_training() -> Iterator[Callable[[], bool]]:
+    """Inside the block the first Ctrl-C only asks training to stop after its current step (so the weights are
+    never left half-updated and the draft so far can be written); a second one raises KeyboardInterrupt as
+    usual. Yields ``stop_requested()``. Signal handlers can only be set from the main thread: elsewhere
+    Ctrl-C keeps its usual meaning."""
+    requested = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+
+    def on_sigint(signum, frame):
+        if requested:
+            raise KeyboardInterrupt
+        requested.append(True)
+        log("Ctrl-C: stopping after this step and writing the draft trained so far (Ctrl-C again to abort "
+            "and write nothing)")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield lambda: bool(requested)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run(args: argparse.Namespace, plan: Plan, status: dict | None = None) -> dict:
+    """Loads the target, makes the data, trains and writes the draft (then evaluates and writes the report).
+    ``status["written"]`` turns True once the draft is on disk (for the Ctrl-C message). Training stopped by
+    Ctrl-C still writes the draft, then raises SystemExit(130)."""
+    status = {} if status is None else status
+    status["written"] = False
     from sglang_eagle3.models.eagle3 import Eagle3Draft
     from sglang_eagle3.models.loader import load_target
 
@@ -354,30 +445,32 @@ def run(args: argparse.Namespace, plan: Plan) -> dict:
     target = load_target(args.target_model_path, device=device, dtype=dtype)
     target.eval()
     tcfg, aux_ids, dcfg, cfg = target.config, plan.aux_ids, plan.draft_config, plan.train_config
-    print(f"target: {tcfg.num_hidden_layers} layers, hidden {tcfg.hidden_size}, vocab {tcfg.vocab_size}; "
-          f"aux layers {list(aux_ids)}; device {device}, dtype {dtype}", flush=True)
+    log(f"target: {tcfg.num_hidden_layers} layers, hidden {tcfg.hidden_size}, vocab {tcfg.vocab_size}; "
+        f"aux layers {list(aux_ids)}; device {device}, dtype {dtype}")
 
     t0 = time.perf_counter()
     sequences = make_sequences(target, plan, args, amp_dtype)
     gen_s = time.perf_counter() - t0
-    print(f"data: {tuple(sequences.shape)} sequences ready in {gen_s:.1f} s", flush=True)
+    log(f"data: {tuple(sequences.shape)} sequences ready in {gen_s:.1f} s")
 
     counts = torch.bincount(sequences[:, 1:].reshape(-1), minlength=tcfg.vocab_size)
     draft_ids, d2t, t2d = build_draft_vocab(counts, dcfg.draft_vocab_size)
     coverage = vocab_coverage(counts, draft_ids)
-    print(f"draft vocab: {dcfg.draft_vocab_size} of {tcfg.vocab_size} tokens cover {coverage:.2%} of the data",
-          flush=True)
+    log(f"draft vocab: {dcfg.draft_vocab_size} of {tcfg.vocab_size} tokens cover {coverage:.2%} of the data")
 
     draft = Eagle3Draft(dcfg, dtype=torch.float32).to(device)
     init_draft_weights(draft, target, draft_ids, d2t.to(device), t2d.to(device), seed=args.seed)
 
     def progress(step, rec):
         accs = " ".join(f"{a:.3f}" for a in rec["acc"])
-        print(f"draft step {step}/{cfg.steps}: loss {rec['loss']:.4f} acc/step [{accs}] lr {rec['lr']:.2e} "
-              f"{rec['elapsed_s']:.0f} s", flush=True)
+        log(f"draft step {step}/{rec['steps']}: loss {rec['loss']:.4f} acc/step [{accs}] lr {rec['lr']:.2e} "
+            f"{rec['tokens_per_s']:,.0f} tok/s {duration(rec['elapsed_s'])} ETA {duration(rec['eta_s'])}")
 
-    result = train_draft(target, draft, sequences, draft_ids, aux_ids, cfg, device, amp_dtype, progress=progress)
+    with ctrl_c_stops_training() as stop_requested:
+        result = train_draft(target, draft, sequences, draft_ids, aux_ids, cfg, device, amp_dtype,
+                             progress=progress, should_stop=stop_requested)
     saved = write_draft(draft, args.output, dtype=dtype if dtype != torch.float32 else torch.bfloat16)
+    status["written"] = True
     if amp_dtype is not None:
         draft = saved  # evaluate the weights as written (on CPU in float32 the fp32 master weights are used)
     report = {
@@ -385,10 +478,10 @@ def run(args: argparse.Namespace, plan: Plan) -> dict:
         "draft_config": dcfg.to_hf(), "train_config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "sequences": list(sequences.shape), "generation_s": gen_s, "draft_vocab_coverage": coverage,
         "steps_done": result.steps_done, "steps_planned": result.steps_planned, "train_s": result.wall_s,
-        "final_loss": result.final_loss,
+        "final_loss": result.final_loss, "interrupted": result.interrupted,
         "final_step_accs": result.final_step_accs, "history": result.history,
     }
-    if plan.eval_prompts is not None:
+    if plan.eval_prompts is not None and not result.interrupted:
         t0 = time.perf_counter()
         report["eval"] = evaluate(target, draft, plan, args, amp_dtype)
         report["eval"]["seconds"] = time.perf_counter() - t0
@@ -399,6 +492,10 @@ def run(args: argparse.Namespace, plan: Plan) -> dict:
     if args.report:
         with open(args.report, "w") as f:
             json.dump(report, f, indent=2)
+    if result.interrupted:
+        log(f"{PROG}: interrupted at step {result.steps_done} of {result.steps_planned}: the draft trained so far "
+            f"is written to {args.output}" + ("" if plan.eval_prompts is None else "; evaluation skipped"))
+        raise SystemExit(130)
     print(f"draft written to {args.output} ({report['total_s']:.0f} s in all)", flush=True)
     return report
 
@@ -408,7 +505,18 @@ def main(argv: list[str] | None = None) -> dict:
     ap = build_parser()
     args = ap.parse_args(argv)
     args.output = os.path.normpath(args.output)  # "draft/" and "draft" name the same sibling files
-    return run(args, prepare(ap, args))
+    plan = prepare(ap, args)
+    status: dict = {}
+    try:
+        return run(args, plan, status)
+    except KeyboardInterrupt:
+        # 130: the shell's code for a process stopped by Ctrl-C. No traceback: the user asked for this.
+        if status.get("written"):
+            log(f"{PROG}: interrupted: the draft is written to {args.output}, but the evaluation and --report "
+                "were not")
+        else:
+            log(f"{PROG}: interrupted before the draft was written: nothing was written to --output {args.output}")
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

@@ -112,3 +112,34 @@ def test_draft_path_speculates_with_the_embedded_target(capsys):
     assert generate.main(argv) == 0
     out = capsys.readouterr()
     assert out.out.startswith("And God said,") and "accept length" in out.err, out.err
+
+
+# -- the audit's findings: each test failed before its fix ------------------------------------------------------
+def test_ctrl_c_is_one_line_and_exit_130(fake_engine, capsys):
+    fake_engine.fail = KeyboardInterrupt()  # what Ctrl-C raises inside engine.generate
+    assert generate.main(["--prompt", "A"]) == 130
+    out = capsys.readouterr()
+    assert out.err.count("\n") == 1 and "interrupted" in out.err and "Traceback" not in out.err, out.err
+    assert out.out == ""
+
+
+@pytest.mark.parametrize("argv, expect", [
+    # The engine's checks named its keyword (speculative_num_steps=0, tp_size=0, ...), not the flag.
+    (["--speculative-num-steps", "0"], "--speculative-num-steps=0 must"),
+    (["--speculative-num-steps", "99"], "--speculative-num-steps=99 must"),
+    (["--tp-size", "0"], "--tp-size=0 must"),
+    (["--dtype", "float8"], "--dtype='float8' must"),
+    (["--device", "tpu"], "--device='tpu' must"),
+    # A bad stop string was reported as stop[0]=''.
+    (["--stop", "ok", "--stop", ""], "--stop[1]=''"),
+])
+def test_engine_errors_name_the_flag(capsys, argv, expect):
+    # The real engine: its argument checks run before any weights load.
+    argv = [*argv, "--max-new-tokens", "4"] + ([] if "--device" in argv else ["--device", "cpu"])
+    try:
+        code = generate.main(argv)
+    except SystemExit as e:  # refused by the parser
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert expect in err and "Traceback" not in err, err

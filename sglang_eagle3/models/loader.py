@@ -45,6 +45,7 @@ from sglang_eagle3.kernels.quant import FP8_BLOCK, PACK_FACTOR
 from sglang_eagle3.layers.moe import INT4_GROUP
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
+from sglang_eagle3.progress import duration
 
 logger = logging.getLogger(__name__)
 
@@ -961,7 +962,7 @@ def _stream(params: dict[str, torch.Tensor], index: CheckpointIndex, mp: _Mappin
                             "left", what, i + 1, len(shards), os.path.basename(file), _human(shard_bytes, "B"),
                             now - t_shard, _human(done, "B"), _human(index.nbytes, "B"),
                             100.0 * done / max(index.nbytes, 1), _human(rate, "B"),
-                            _duration((index.nbytes - done) / max(rate, 1e-9)))
+                            duration((index.nbytes - done) / max(rate, 1e-9)))
     return {"tensors": n_tensors, "parameters": n_params, "bytes_read": stats.bytes_read,
             "stream_seconds": time.perf_counter() - t0, "shards": len(index.files)}
 
@@ -993,11 +994,6 @@ def _human(n: float, unit: str = "") -> str:
         if n >= scale:
             return f"{n / scale:.2f} {suffix}{unit}"
     return f"{n:.0f} {unit}".rstrip()
-
-
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def _summary(what: str, path: str, info: dict, extra: str) -> None:

@@ -34,25 +34,40 @@ def list_files(path: str) -> list[str]:
 
 
 def read_documents(path: str) -> list[str]:
-    """Documents of a file or folder (see the module docstring for the formats)."""
+    """Documents of a file or folder (see the module docstring for the formats). A malformed row or text
+    that is not UTF-8 is a ValueError naming the file (and for JSONL, the line)."""
     docs: list[str] = []
     for file in list_files(path):
-        with open(file, encoding="utf-8") as f:
-            if file.endswith(".jsonl"):
-                for n, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    row = json.loads(line)
-                    if "text" in row:
-                        docs.append(row["text"])
-                    elif "prompt" in row and "completion" in row:
-                        docs.append(row["prompt"] + row["completion"])
-                    else:
-                        raise ValueError(f"{file}:{n}: a JSONL row needs 'text' or 'prompt'+'completion', "
-                                         f"got keys {sorted(row)}")
-            else:
-                docs.extend(line.strip() for line in f if line.strip())
+        try:
+            with open(file, encoding="utf-8") as f:
+                if file.endswith(".jsonl"):
+                    docs.extend(_jsonl_documents(file, f))
+                else:
+                    docs.extend(line.strip() for line in f if line.strip())
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{file}: not UTF-8 text ({e})") from None
     logger.info("read %d documents from %s", len(docs), path)
+    return docs
+
+
+def _jsonl_documents(file: str, lines) -> list[str]:
+    docs = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{file}:{n}: not JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{file}:{n}: not a JSON object but {type(row).__name__} {line.strip()[:40]!r}")
+        keys = ("text",) if "text" in row else ("prompt", "completion")
+        if not all(k in row for k in keys):
+            raise ValueError(f"{file}:{n}: a JSONL row needs 'text' or 'prompt'+'completion', got keys {sorted(row)}")
+        for k in keys:
+            if not isinstance(row[k], str):
+                raise ValueError(f"{file}:{n}: {k!r} must be a string, got {type(row[k]).__name__} {row[k]!r:.40}")
+        docs.append("".join(row[k] for k in keys))
     return docs
 
 

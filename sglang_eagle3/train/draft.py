@@ -300,6 +300,7 @@ class DraftTrainConfig(CosineSchedule):
     ttt_steps: int = 5  # unrolled steps (SpecForge's ttt_length defaults to 7)
     step_decay: float = 0.8  # loss weight of step k is decay**k (EAGLE-3)
     log_every: int = 100
+    log_interval_s: float | None = None  # also log (and record) when this many seconds passed since the last
     seed: int = 0
     time_limit_s: float | None = None  # see TargetTrainConfig.time_limit_s
 
@@ -307,6 +308,8 @@ class DraftTrainConfig(CosineSchedule):
         self.check_schedule()
         if not isinstance(self.ttt_steps, int) or self.ttt_steps < 1:
             raise ValueError(f"DraftTrainConfig: ttt_steps={self.ttt_steps!r} must be a positive integer")
+        if self.log_interval_s is not None and not self.log_interval_s > 0:
+            raise ValueError(f"DraftTrainConfig: log_interval_s={self.log_interval_s!r} must be > 0 (or None)")
 
 
 @dataclass
@@ -318,6 +321,7 @@ class DraftTrainResult:
     final_step_losses: list[float]
     final_step_accs: list[float]
     history: list[dict] = field(default_factory=list)
+    interrupted: bool = False  # stopped early by ``should_stop`` (Ctrl-C)
 
 
 @torch.no_grad()
@@ -340,9 +344,13 @@ def init_draft_weights(draft: nn.Module, target: nn.Module, draft_ids: torch.Ten
 def train_draft(target: nn.Module, draft: nn.Module, sequences: torch.Tensor, draft_ids: torch.Tensor,
                 aux_layer_ids: tuple[int, ...], cfg: DraftTrainConfig, device: torch.device,
                 amp_dtype: torch.dtype | None = torch.bfloat16, loss_mask: torch.Tensor | None = None,
-                progress=None) -> DraftTrainResult:
+                progress=None, should_stop=None) -> DraftTrainResult:
     """Trains ``draft`` (fp32 weights on ``device``) in place on token sequences [N, S] with a frozen
-    ``target``. Each step runs the target once over the batch for its logits and aux hidden states."""
+    ``target``. Each step runs the target once over the batch for its logits and aux hidden states.
+
+    ``progress(step, record)`` is called with each history record (every ``log_every`` steps, or
+    ``log_interval_s`` seconds, and at the end); ``should_stop()``, checked after every step, ends training
+    early (``interrupted`` in the result), between steps so the weights are whole."""
     if sequences.dim() != 2 or len(sequences) == 0 or sequences.shape[1] < 2:
         raise ValueError(f"train_draft needs token sequences [N >= 1, S >= 2], got {list(sequences.shape)}")
     torch.manual_seed(cfg.seed)
@@ -358,6 +366,7 @@ def train_draft(target: nn.Module, draft: nn.Module, sequences: torch.Tensor, dr
     history: list[dict] = []
     start = time.perf_counter()
     acc_loss, acc_steps, acc_n, step, probe_t0 = 0.0, None, 0, -1, 0.0
+    last_log_t, interrupted = start, False
     step_losses: list[float] = []
     step_accs: list[float] = []
     with training_mode(target), reference_kernels(draft):
@@ -379,16 +388,24 @@ def train_draft(target: nn.Module, draft: nn.Module, sequences: torch.Tensor, dr
             acc_steps = step_accs if acc_steps is None else [a + b for a, b in zip(acc_steps, step_accs, strict=False)]
             acc_n += 1
             last = step == cfg.steps - 1
-            over_time = cfg.time_limit_s is not None and time.perf_counter() - start > cfg.time_limit_s
-            if (step + 1) % cfg.log_every == 0 or last or over_time:
-                record = {"step": step + 1, "loss": acc_loss / acc_n, "lr": cfg.lr_at(step),
+            now = time.perf_counter()
+            over_time = cfg.time_limit_s is not None and now - start > cfg.time_limit_s
+            interrupted = should_stop is not None and should_stop() and not last
+            due = cfg.log_interval_s is not None and now - last_log_t >= cfg.log_interval_s
+            if (step + 1) % cfg.log_every == 0 or last or over_time or interrupted or due:
+                step_s = (now - last_log_t) / acc_n  # recent steps, not the first ones' warm-up
+                record = {"step": step + 1, "steps": cfg.steps, "loss": acc_loss / acc_n, "lr": cfg.lr_at(step),
                           "acc": [a / acc_n for a in acc_steps], "step_losses": step_losses,
-                          "elapsed_s": time.perf_counter() - start}
+                          "elapsed_s": now - start, "tokens_per_s": ids.numel() / step_s,
+                          "eta_s": step_s * (cfg.steps - step - 1)}
                 history.append(record)
                 if progress is not None:
                     progress(step + 1, record)
                 logger.info("draft step %d: %s", step + 1, record)
-                acc_loss, acc_steps, acc_n = 0.0, None, 0
+                acc_loss, acc_steps, acc_n, last_log_t = 0.0, None, 0, now
+            if interrupted:
+                logger.info("draft training stopped at step %d of %d: interrupted", step + 1, cfg.steps)
+                break
             if over_time and not last:
                 logger.warning("draft training stopped at step %d of %d: time limit %.0f s reached",
                                step + 1, cfg.steps, cfg.time_limit_s)
@@ -399,4 +416,4 @@ def train_draft(target: nn.Module, draft: nn.Module, sequences: torch.Tensor, dr
     return DraftTrainResult(steps_done=step + 1, steps_planned=cfg.steps, wall_s=time.perf_counter() - start,
                             final_loss=history[-1]["loss"] if history else math.nan,
                             final_step_losses=step_losses, final_step_accs=history[-1]["acc"] if history else [],
-                            history=history)
+                            history=history, interrupted=interrupted)
