@@ -30,7 +30,7 @@ from sglang_eagle3.bench.harness import (
     summarize,
     warnings,
 )
-from tests.server.test_bench_cli import FakeServer, ours_info, sglang_info
+from tests.server.test_bench_cli import fake_server, ours_info, sglang_info  # noqa: F401 (fake_server: the fixture)
 
 
 class Script:
@@ -65,15 +65,6 @@ def scripted(monkeypatch):
         return script
 
     return install
-
-
-@pytest.fixture
-def fake():
-    srv = FakeServer()
-    srv.thread.start()
-    yield srv
-    srv.httpd.shutdown()
-    srv.httpd.server_close()
 
 
 def expected_one_round(script: Script, *, warmup: int, num_requests: int, repeats: int, max_tokens: int) -> dict:

@@ -87,8 +87,8 @@ class FakeServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
 
 
-@pytest.fixture
-def fake():
+@pytest.fixture(name="fake")
+def fake_server():  # (named so: tests/test_bench_rounds.py imports it beside its own parameter name)
     srv = FakeServer()
     srv.thread.start()
     yield srv
