@@ -65,7 +65,8 @@ EMULATE_GPU = Knob("SGLANG_EAGLE3_EMULATE_GPU",
                    "run the derived table's configs on a Hopper GPU; with DISABLE_MMA_V3=1 Triton compiles the dots "
                    "with mma.sync as for sm_120. Correctness and relative cost only: not an sm_120 timing")
 FAULT_INJECT = Knob("SGLANG_EAGLE3_FAULT_INJECT",
-                    "test hook: 'rank=R,at=start' or 'rank=R,at=step:N' makes that TP worker fail")
+                    "test hook: 'rank=R,at=start' or 'rank=R,at=step:N' makes that TP worker fail (with ',hang=1': "
+                    "stop answering there)")
 OVERLAY_CONFIG = Knob("SGLANG_EAGLE3_OVERLAY", "set by apply(): the overlay config SGLang's workers re-apply")
 OVERLAY_FORCE = Knob("SGLANG_EAGLE3_FORCE", "1: apply the overlay to an unsupported SGLang version")
 STRICT_VERIFY = Knob("SGLANG_EAGLE3_STRICT_VERIFY", "1: launch_server --backend sglang fails instead of eager verify")

@@ -44,10 +44,14 @@ _SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 SGLANG_FORCED_VARS: tuple[str, ...] = ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS")
 
 
-def _is_reported(name: str) -> bool:
-    if any(m in name for m in _SECRET_MARKERS):
-        return False
-    return name in ENV_NAMES or name.startswith(ENV_PREFIXES)
+def is_secret(name: str) -> bool:
+    """A variable whose value never goes into a report, a warning or a log (tokens, keys, passwords)."""
+    return any(m in name for m in _SECRET_MARKERS)
+
+
+def is_reported(name: str) -> bool:
+    """A variable the reports carry: the NCCL / CUDA / torch / ... families (ENV_PREFIXES, ENV_NAMES), no secret."""
+    return not is_secret(name) and (name in ENV_NAMES or name.startswith(ENV_PREFIXES))
 
 
 def collect_env_report(environ: Mapping[str, str] | None = None, *, include_device: bool = True) -> dict:
@@ -61,7 +65,7 @@ def collect_env_report(environ: Mapping[str, str] | None = None, *, include_devi
     """
     env = os.environ if environ is None else environ
     report: dict = {
-        "env": {k: env[k] for k in sorted(env) if _is_reported(k)},
+        "env": {k: env[k] for k in sorted(env) if is_reported(k)},
         "pid": os.getpid(),
         "hostname": platform.node(),
         "python": sys.version.split()[0],
@@ -153,7 +157,7 @@ def overridden_user_values(before: Mapping[str, str], after: Mapping[str, str],
 
     ``names=None`` compares every reported variable (see ``ENV_PREFIXES``); pass a tuple to restrict.
     """
-    candidates = names if names is not None else tuple(k for k in before if _is_reported(k))
+    candidates = names if names is not None else tuple(k for k in before if is_reported(k))
     out = []
     for name in candidates:
         if name in before and after.get(name) != before[name]:

@@ -36,7 +36,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
-from sglang_eagle3.env_report import PER_RANK_KEYS, _is_reported, git_commit
+from sglang_eagle3.env_report import PER_RANK_KEYS, git_commit, is_reported
 
 DEFAULT_PROMPTS = [
     "And God said, Let there be light:",
@@ -267,7 +267,7 @@ def _env_not_applied(requested: dict, reports: list[dict] | None) -> list[str] |
     for i, report in enumerate(reports):
         env_seen = report.get("env") or {}
         for key, want in requested.items():
-            if not _is_reported(key) or env_seen.get(key) == want:
+            if not is_reported(key) or env_seen.get(key) == want:
                 continue  # (a variable the reports leave out, e.g. a secret, cannot be checked)
             got = env_seen.get(key)
             lines.append(f"{key}={want} was requested but worker rank {report.get('rank', i)} ran with "

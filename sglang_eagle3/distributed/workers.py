@@ -20,55 +20,149 @@ held the end of another caller's request: the next step first asks rank 0 what i
 
 Failure handling: a worker that raises sends its traceback before exiting; the engine polls every pipe with
 a deadline and checks process liveness, so a crash at start-up or mid-run becomes a WorkerError naming the
-rank and cause within ``timeout`` seconds, after which every worker is terminated (then killed).
+rank and cause (its traceback, or the signal that killed it: SIGKILL is what the OOM killer sends) within
+``timeout`` seconds, after which every worker is terminated (then killed). One rank's failure makes the others
+fail in the collective they wait in (gloo raises at once, NCCL waits), so the engine looks at every rank before it
+names one: a rank that died or raised outside torch.distributed is the cause, the others are listed after it. A
+rank that gives no reply (a hang) is asked for its Python stack (faulthandler, SIGUSR1): one stuck outside a
+collective is named over those waiting for it inside one. A worker exits by itself when the engine's process is
+gone (killed with SIGKILL or SIGTERM, which run no clean-up), so none is left holding a GPU.
+
+Rendezvous: rank 0 opens the TCP store on a port the OS picks and hands it to the others through the engine, so
+engines started at once on one machine never race for a port.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import faulthandler
 import logging
 import multiprocessing as mp
 import os
+import re
+import shutil
 import signal
-import socket
+import tempfile
+import threading
 import time
 import traceback
 import weakref
 from datetime import timedelta
+from multiprocessing.connection import wait as wait_for
 
 from sglang_eagle3 import env
+from sglang_eagle3.config import ConfigError
 from sglang_eagle3.runtime.grammar import GrammarBackend
 from sglang_eagle3.runtime.interrupts import defer_interrupt
 
 logger = logging.getLogger(__name__)
 
-FAULT_ENV = env.FAULT_INJECT.name  # test hook: "rank=R,at=start" or "rank=R,at=step:N"
+# Test hook: "rank=R,at=start" or "rank=R,at=step:N" makes that rank raise there; with ",hang=1" it stops answering
+# there instead (sleeps until killed), as a rank stuck in a driver call would.
+FAULT_ENV = env.FAULT_INJECT.name
+# After the first rank fails, how long the others get to fail too (a peer's death reaches gloo at once), so the
+# rank named is the cause rather than the first one read.
+_FAILURE_GRACE_S = 1.0
+_STACK_SIGNAL = getattr(signal, "SIGUSR1", None)  # a hung worker writes its Python stack on it (faulthandler)
+_SPAWN_LOCK = threading.Lock()  # the environment swap around a spawn (_spawn_environment)
 
 
 class WorkerError(RuntimeError):
     """A TP worker failed; the message names the rank and the cause."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def check_worker_env(pairs) -> dict[str, str]:
+    """``worker_env`` as a dict; a ConfigError names every pair the OS would refuse (an empty name, '=' in a name,
+    a NUL byte), before any worker is spawned (a worker failing on it named only ``[Errno 22] Invalid argument``)."""
+    bad = []
+    for name, value in pairs:
+        if not name:
+            bad.append(f"{name!r}={value!r} (empty name)")
+        elif "=" in name:
+            bad.append(f"{name!r}={value!r} ('=' in the name)")
+        elif "\0" in name or "\0" in value:
+            bad.append(f"{name!r}={value!r} (NUL byte)")
+    if bad:
+        raise ConfigError(f"worker_env: invalid variable(s): {', '.join(bad)}")
+    return dict(pairs)
 
 
-def _fault(rank: int) -> str | None:
+@contextlib.contextmanager
+def _spawn_environment(extra: dict[str, str]):
+    """This process's environment plus ``extra`` while workers are spawned, then put back: a spawned worker gets
+    it at exec, before its interpreter imports anything. Set in the worker instead, it came after torch's import
+    (unpickling the worker's entry point imports it), too late for what torch and OpenMP read there:
+    OMP_NUM_THREADS given that way was reported as set while the worker ran with every core's thread.
+    NOTE: other threads of this process see ``extra`` for that moment."""
+    with _SPAWN_LOCK, env.overrides(extra):
+        yield
+
+
+def _fault(rank: int) -> tuple[str | None, bool]:
+    """(where this rank fails, whether it hangs there rather than raising) from FAULT_ENV."""
     spec = env.FAULT_INJECT.raw() or ""
-    if not spec:
-        return None
     kv = dict(p.split("=", 1) for p in spec.split(",") if "=" in p)
-    return kv.get("at") if int(kv.get("rank", -1)) == rank else None
+    if not spec or int(kv.get("rank", -1)) != rank:
+        return None, False
+    return kv.get("at"), kv.get("hang") == "1"
 
 
-def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_env: dict) -> None:
+def _inject(rank: int, where: str, hang: bool) -> None:
+    if hang:
+        logging.getLogger(__name__).warning("rank %d: hanging at %s (%s)", rank, where, FAULT_ENV)
+        while True:
+            time.sleep(1)
+    raise RuntimeError(f"fault injected at {where} ({FAULT_ENV})")
+
+
+def _exit_with_engine(stack_path: str) -> None:
+    """Exits this worker once the engine's process is gone. Its pipe tells only when the worker reads it, and a
+    worker loading weights or waiting in a collective does not: after a SIGKILL or SIGTERM of the engine (no
+    clean-up runs) it kept its GPU memory for the whole load or the process group's timeout."""
+    parent, ppid = mp.parent_process(), os.getppid()
+
+    def watch():
+        while os.getppid() == ppid:  # the sentinel says at once; the parent pid, where there is no sentinel
+            if parent is None:
+                time.sleep(1.0)
+            elif wait_for([parent.sentinel], 1.0):
+                break
+        os.write(2, f"sglang_eagle3 TP worker {os.getpid()}: the engine process is gone; exiting\n".encode())
+        shutil.rmtree(os.path.dirname(stack_path), ignore_errors=True)  # the engine's: it ran no clean-up
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-engine", daemon=True).start()
+
+
+_STACK_FILE = None  # kept open: faulthandler holds only its descriptor
+
+
+def _enable_stack_dump(path: str) -> None:
+    """SIGUSR1 makes this process write every thread's Python stack to ``path`` (the engine asks a rank that
+    gives no reply); the first line names the main thread, whose stack is the one that matters."""
+    global _STACK_FILE
+    if _STACK_SIGNAL is None:
+        return
+    _STACK_FILE = open(path, "w")  # noqa: SIM115 - lives as long as the process
+    _STACK_FILE.write(f"main thread 0x{threading.get_ident():016x}\n")
+    _STACK_FILE.flush()
+    faulthandler.register(_STACK_SIGNAL, file=_STACK_FILE, all_threads=True)
+
+
+def _in_torch_distributed(filenames) -> bool:
+    return any("torch/distributed/" in f.replace(os.sep, "/") for f in filenames)
+
+
+def _worker_main(rank: int, size: int, args, plan: dict, conn, spawned_env: dict, stack_path: str) -> None:
+    """One rank. ``spawned_env``: the variables the engine spawned it with that a report shows (worker_env among
+    them), to name those changed inside the worker by the time it is ready."""
     # A Ctrl-C in the terminal signals every process of the group: a worker raising KeyboardInterrupt mid-step (or
     # mid-collective) would leave the engine without it. The engine process takes the interrupt and aborts.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_engine(stack_path)
     try:
-        os.environ.update(extra_env)  # before torch touches NCCL/CUDA; inside the try so a failure is reported
+        _enable_stack_dump(stack_path)
         import torch
         import torch.distributed as dist
 
@@ -84,11 +178,18 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
             device = torch.device("cuda", rank)
         elif "OMP_NUM_THREADS" not in os.environ:  # the user's choice stands
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
-        fault = _fault(rank)
+        fault, hang = _fault(rank)
         if fault == "start":
-            raise RuntimeError(f"fault injected at start-up ({FAULT_ENV})")
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
-                                rank=rank, world_size=size, timeout=timedelta(seconds=plan["timeout"]))
+            _inject(rank, "start-up", hang)
+        timeout = timedelta(seconds=plan["timeout"])
+        if rank == 0:  # the OS picks the port; the engine hands it to the other ranks
+            store = dist.TCPStore("127.0.0.1", 0, size, True, timeout=timeout, wait_for_workers=False)
+            conn.send((0, "port", store.port))
+        else:
+            _, _, port = conn.recv()
+            store = dist.TCPStore("127.0.0.1", port, size, False, timeout=timeout)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=rank, world_size=size,
+                                timeout=timeout)
         init_tp(rank, size)
         # Every rank runs the same scheduler and must stop a request at the same token: each decodes for the
         # stop strings itself (without it, stop strings were ignored under TP).
@@ -104,6 +205,10 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
         report = collect_env_report()
         report["rank"] = rank
         report["kv_pages"] = worker.kv_pages  # the same on every rank (fit_kv_pages takes the smallest)
+        report["torch_threads"] = torch.get_num_threads()  # what OMP_NUM_THREADS (or its absence) came to
+        # Variables it was spawned with that something inside it (a library at import, the model's code) changed
+        # or removed since: name -> the value it runs with (None: unset).
+        report["env_changed"] = {k: os.environ.get(k) for k, v in spawned_env.items() if os.environ.get(k) != v}
         conn.send((0, "ready", report))
         fail_step = int(fault.split(":")[1]) if fault and fault.startswith("step:") else None
         steps = 0
@@ -128,7 +233,7 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
             elif cmd == "step":
                 steps += 1
                 if fail_step is not None and steps >= fail_step:
-                    raise RuntimeError(f"fault injected at step {steps} ({FAULT_ENV})")
+                    _inject(rank, f"step {steps}", hang)
                 changed = worker.step()
                 snapshots = [r.snapshot() for r in changed] if rank == 0 else None
                 if rank == 0:
@@ -156,11 +261,24 @@ def _worker_main(rank: int, size: int, args, plan: dict, port: int, conn, extra_
         if dist.is_initialized():
             dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - every failure must reach the engine with its traceback
+        # Raised inside torch.distributed: most often this rank's side of another rank's failure (a peer gone from
+        # the collective, its timeout); the engine names a rank that failed elsewhere first.
+        collective = _in_torch_distributed(f.filename for f in traceback.extract_tb(e.__traceback__))
         try:
-            conn.send((-1, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+            conn.send((-1, "error", (f"{type(e).__name__}: {e}\n{traceback.format_exc()}", collective)))
         except (BrokenPipeError, OSError):
             pass
         raise SystemExit(1) from None
+
+
+@dataclasses.dataclass
+class _Failure:
+    cause: str
+    kind: int  # _DIED, _RAISED or _SILENT: the order in which a failure is taken for the cause
+    collective: bool  # it raised, or waits, inside torch.distributed: most often because another rank failed
+
+
+_DIED, _RAISED, _SILENT = 0, 1, 2
 
 
 class TPWorkerGroup:
@@ -169,9 +287,14 @@ class TPWorkerGroup:
     def __init__(self, args, plan: dict, *, timeout: float = 300.0):
         self.size = args.tp_size
         self.timeout = timeout
-        extra = dict(args.worker_env)
+        extra = check_worker_env(args.worker_env)
+        from sglang_eagle3.env_report import is_reported, is_secret
+
+        # What a worker checks for changes at start-up: the reported variables and worker_env's (a secret's value
+        # never goes into a report or a warning).
+        spawned_env = {k: v for k, v in {**os.environ, **extra}.items()
+                       if is_reported(k) or k in extra and not is_secret(k)}
         ctx = mp.get_context("spawn")
-        port = _free_port()
         plan = dict(plan, timeout=timeout)
         self.procs, self.conns = [], []
         self._pending: dict = {}  # rid -> the caller's Request, until a step() returns it finished
@@ -179,19 +302,26 @@ class TPWorkerGroup:
         self._recovered: list = []  # finished snapshots found by _resync, for the next step() to return
         self._closed = False
         self._seq = 0  # the last command's number (replies carry it); 0: the workers' "ready"
-        for rank in range(self.size):
-            parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker_main, args=(rank, self.size, args, plan, port, child, extra),
-                            name=f"sglang_eagle3-tp{rank}", daemon=True)
-            p.start()
-            child.close()
-            self.procs.append(p)
-            self.conns.append(parent)
-        self._finalizer = weakref.finalize(self, _terminate, list(self.procs))
+        self._stack_dir = tempfile.mkdtemp(prefix="sglang_eagle3-tp-")  # each rank's stack on request
+        self._finalizer = weakref.finalize(self, _terminate, self.procs, self._stack_dir)
         try:
-            replies = self._gather("ready", 0, deadline=time.monotonic() + timeout)
+            with _spawn_environment(extra):
+                for rank in range(self.size):
+                    parent, child = ctx.Pipe()
+                    p = ctx.Process(target=_worker_main, name=f"sglang_eagle3-tp{rank}", daemon=True,
+                                    args=(rank, self.size, args, plan, child, spawned_env, self._stack_path(rank)))
+                    p.start()
+                    child.close()
+                    self.procs.append(p)
+                    self.conns.append(parent)
+            deadline = time.monotonic() + timeout
+            (port,) = self._gather("the rendezvous port", 0, deadline, ranks=[0])
+            for conn in self.conns[1:]:
+                with contextlib.suppress(BrokenPipeError, OSError):  # a rank gone: the gather below reads why
+                    conn.send((0, "port", port))
+            replies = self._gather("ready", 0, deadline)
         except BaseException:
-            self.close()
+            self.close(graceful=False)
             raise
         self.env_reports = replies
         self.kv_pages = replies[0]["kv_pages"]
@@ -200,41 +330,116 @@ class TPWorkerGroup:
         self.env_disagreements = compare_reports(replies, ignore=PER_RANK_KEYS | {"rank"})
         for line in self.env_disagreements:
             logger.warning("TP ranks disagree: %s", line)
+        # A variable the worker was spawned with (worker_env's above all) that it no longer runs with: the report
+        # shows what it runs with, this says that it is not what was asked for.
+        self.env_changed = [f"rank {r['rank']}: {name} was spawned as {spawned_env[name]!r}, runs with "
+                            f"{'<unset>' if now is None else repr(now)} (changed inside the worker)"
+                            for r in replies for name, now in r["env_changed"].items()]
+        for line in self.env_changed:
+            logger.warning("TP worker environment: %s", line)
+
+    def _stack_path(self, rank: int) -> str:
+        return os.path.join(self._stack_dir, f"rank{rank}.stack")
 
     # -- plumbing -------------------------------------------------------------------------------------
-    def _gather(self, what: str, seq: int, deadline: float) -> list:
-        """Waits for every rank's reply to command ``seq``; raises WorkerError naming the first rank that failed.
+    def _gather(self, what: str, seq: int, deadline: float, ranks=None, failures=None) -> list:
+        """Waits for every rank's reply to command ``seq`` (or those of ``ranks``); raises WorkerError naming the
+        rank that failed (_fail_ranks). Once one failed (``failures``: known already) or the deadline passed, the
+        others get _FAILURE_GRACE_S more: to fail too (a peer's death reaches gloo at once), or to reply after all.
         Replies to earlier commands, left unread by a call that was interrupted, are dropped."""
         out: list = [None] * self.size
-        waiting = set(range(self.size))
+        waiting = set(range(self.size) if ranks is None else ranks)
+        failures = dict(failures or {})
+        grace_end, timed_out = None, False
         while waiting:
             for rank in sorted(waiting):
-                conn, proc = self.conns[rank], self.procs[rank]
-                if conn.poll(0.01):
-                    try:
-                        got, tag, payload = conn.recv()
-                    except (EOFError, OSError):
-                        self._fail(rank, f"pipe closed while waiting for {what} (exit code {proc.exitcode})")
-                    if tag == "error":  # whichever command it ran: the worker is gone
-                        self._fail(rank, payload)
-                    if got < seq:
-                        logger.debug("rank %d: stale reply to command %d dropped (waiting for %d, %s)", rank, got,
-                                     seq, what)
-                        continue
-                    if got != seq:
-                        self._fail(rank, f"reply numbered {got} while waiting for command {seq} ({what}): "
-                                         "the command stream is out of order")
-                    out[rank] = payload
+                got = self._poll(rank, what, seq)
+                if isinstance(got, _Failure):
+                    failures[rank] = got
                     waiting.discard(rank)
-                elif not proc.is_alive():
-                    self._fail(rank, f"process exited with code {proc.exitcode} while waiting for {what}")
-            if waiting and time.monotonic() > deadline:
-                self._fail(min(waiting), f"no reply to {what} within {self.timeout:.0f} s")
+                elif got is not None:
+                    out[rank] = got[0]
+                    waiting.discard(rank)
+            now = time.monotonic()
+            if grace_end is None and (failures or now > deadline):
+                grace_end, timed_out = now + _FAILURE_GRACE_S, not failures
+            if grace_end is not None and now > grace_end:
+                break
+        if failures or waiting:
+            self._fail_ranks(what, waiting, failures, timed_out, since=deadline - self.timeout)
+        return [out[r] for r in ranks] if ranks is not None else out
+
+    def _poll(self, rank: int, what: str, seq: int, wait_s: float = 0.01):
+        """One look at a rank: (its reply,), a _Failure, or None (nothing yet, or a stale reply dropped)."""
+        conn, proc = self.conns[rank], self.procs[rank]
+        if conn.poll(wait_s):
+            try:
+                got, tag, payload = conn.recv()
+            except (EOFError, OSError):
+                return _Failure(f"{_exit_cause(proc)} while waiting for {what}", _DIED, False)
+            if tag == "error":  # whichever command it ran: the worker is gone
+                text, collective = payload
+                return _Failure(text, _RAISED, collective)
+            if got < seq:
+                logger.debug("rank %d: stale reply to command %d dropped (waiting for %d, %s)", rank, got, seq, what)
+                return None
+            if got != seq:
+                return _Failure(f"reply numbered {got} while waiting for command {seq} ({what}): the command stream "
+                                "is out of order", _RAISED, False)
+            return (payload,)
+        if not proc.is_alive():
+            return _Failure(f"{_exit_cause(proc)} while waiting for {what}", _DIED, False)
+        return None
+
+    def _fail_ranks(self, what: str, waiting: set, failures: dict, timed_out: bool, since: float) -> None:
+        """Names the rank that failed first in cause, not in reading order, then stops every worker: a rank still
+        silent (``waiting``) is asked for its stack, and one stuck outside torch.distributed is the cause over ranks
+        that raised or wait inside it."""
+        stacks = self._stacks(sorted(waiting))
+        for rank in sorted(waiting):
+            frames = stacks.get(rank)
+            why = f"no reply to {what} in {time.monotonic() - since:.1f} s"
+            why += f" (worker_timeout={self.timeout:g} s)" if timed_out else ""
+            where = f"; its stack, innermost first: {' <- '.join(frames)}" if frames else ""
+            failures[rank] = _Failure(why + where, _SILENT, bool(frames) and _in_torch_distributed(frames))
+        order = list(failures)
+        cause = min(order, key=lambda r: (failures[r].collective, failures[r].kind, order.index(r)))
+        lines = [f"TP worker rank {cause} failed: {failures[cause].cause}"]
+        for r in order:
+            if r != cause:
+                first = failures[r].cause.strip().splitlines()[0]
+                lines.append(f"  then rank {r}{' (inside torch.distributed)' if failures[r].collective else ''}: "
+                             f"{first}")
+        self.close(graceful=False)
+        raise WorkerError("\n".join(lines))
+
+    def _stacks(self, ranks: list[int]) -> dict[int, list[str]]:
+        """The innermost frames of each rank's main thread ("func (dir/file.py:line)"), from a faulthandler dump.
+        NOTE: a rank that has not registered the dump yet (still importing) dies of the signal: it is being stopped
+        anyway."""
+        if _STACK_SIGNAL is None or not ranks:
+            return {}
+        for r in ranks:
+            with contextlib.suppress(OSError):
+                os.truncate(self._stack_path(r), 0) if False else None
+                os.kill(self.procs[r].pid, _STACK_SIGNAL)
+        out: dict[int, list[str]] = {}
+        end = time.monotonic() + 1.0
+        while len(out) < len(ranks) and time.monotonic() < end:
+            time.sleep(0.05)
+            for r in ranks:
+                if r not in out:
+                    with contextlib.suppress(OSError):
+                        frames = _main_thread_frames(open(self._stack_path(r)).read())
+                        if frames:
+                            out[r] = frames
         return out
 
-    def _fail(self, rank: int, cause: str):
-        self.close(graceful=False)
-        raise WorkerError(f"TP worker rank {rank} failed: {cause}")
+    def _fail(self, rank: int, cause: str, what: str):
+        """``rank`` is gone (its pipe is closed): names it, with what the others were doing."""
+        others = [r for r in range(self.size) if r != rank]
+        self._gather(what, self._seq, time.monotonic() + self.timeout, ranks=others,
+                     failures={rank: _Failure(cause, _DIED, False)})
 
     def _call(self, cmd: str, payload=None):
         """Sends a command to every rank and returns rank 0's reply."""
@@ -258,7 +463,7 @@ class TPWorkerGroup:
                 try:
                     conn.send((seq, cmd, payload))
                 except (BrokenPipeError, OSError):
-                    self._fail(rank, f"cannot send {cmd!r}: pipe closed (exit code {self.procs[rank].exitcode})")
+                    self._fail(rank, f"cannot send {cmd!r}: {_exit_cause(self.procs[rank])}", cmd)
 
     @contextlib.contextmanager
     def _watch(self):
@@ -354,12 +559,12 @@ class TPWorkerGroup:
             deadline = time.monotonic() + 10
             for p in self.procs:
                 p.join(max(0.0, deadline - time.monotonic()))
-        _terminate(self.procs)
+        self._finalizer()  # _terminate
         for conn in self.conns:
             conn.close()
 
 
-def _terminate(procs) -> None:
+def _terminate(procs, stack_dir: str) -> None:
     for p in procs:
         if p.is_alive():
             p.terminate()
@@ -368,3 +573,45 @@ def _terminate(procs) -> None:
         if p.is_alive():
             p.kill()
             p.join(5)
+    shutil.rmtree(stack_dir, ignore_errors=True)
+
+
+def _exit_cause(proc) -> str:
+    """How a worker whose pipe closed ended: its exit code, or the signal that killed it."""
+    proc.join(1.0)  # its pipe closes a moment before the process is reaped
+    code = proc.exitcode
+    if code is None:
+        return "its pipe closed (the process is still running)"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        hint = " (the kernel's OOM killer sends it: see dmesg)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with code {code} without an error report"
+
+
+# '  File "/path/to/file.py", line 12 in func' in a faulthandler dump
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def _main_thread_frames(dump: str, n: int = 4) -> list[str]:
+    """The ``n`` innermost frames of the main thread in a dump written by _enable_stack_dump."""
+    lines = dump.splitlines()
+    if not lines or not lines[0].startswith("main thread "):
+        return []
+    ident = lines[0].split()[-1]
+    frames: list[str] = []
+    inside = False
+    for line in lines[1:]:
+        if line.startswith(("Thread ", "Current thread ")):
+            inside = ident in line
+            continue
+        m = _FRAME.match(line) if inside else None
+        if m is None:
+            if frames:
+                break
+            continue
+        short = "/".join(m["file"].replace(os.sep, "/").split("/")[-3:])
+        frames.append(f"{m['func']} ({short}:{m['line']})")
+        if len(frames) == n:
+            break
+    return frames
