@@ -419,9 +419,8 @@ class TPWorkerGroup:
         anyway."""
         if _STACK_SIGNAL is None or not ranks:
             return {}
-        for r in ranks:
+        for r in ranks:  # (one dump a worker: the group is stopped after it, so the file holds only that one)
             with contextlib.suppress(OSError):
-                os.truncate(self._stack_path(r), 0) if False else None
                 os.kill(self.procs[r].pid, _STACK_SIGNAL)
         out: dict[int, list[str]] = {}
         end = time.monotonic() + 1.0
