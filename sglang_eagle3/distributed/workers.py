@@ -301,6 +301,9 @@ class TPWorkerGroup:
         self._resync_due = False  # a call was cut short: _pending and the workers' queues may disagree (_resync)
         self._recovered: list = []  # finished snapshots found by _resync, for the next step() to return
         self._closed = False
+        # Set once a rank failed (the WorkerError's message): the group is stopped and cannot serve again, which the
+        # server reads to refuse new requests and turn /health 503 rather than fail every one of them.
+        self.failure: str | None = None
         self._seq = 0  # the last command's number (replies carry it); 0: the workers' "ready"
         self._stack_dir = tempfile.mkdtemp(prefix="sglang_eagle3-tp-")  # each rank's stack on request
         self._finalizer = weakref.finalize(self, _terminate, self.procs, self._stack_dir)
@@ -410,8 +413,9 @@ class TPWorkerGroup:
                 first = failures[r].cause.strip().splitlines()[0]
                 lines.append(f"  then rank {r}{' (inside torch.distributed)' if failures[r].collective else ''}: "
                              f"{first}")
+        self.failure = "\n".join(lines)
         self.close(graceful=False)
-        raise WorkerError("\n".join(lines))
+        raise WorkerError(self.failure)
 
     def _stacks(self, ranks: list[int]) -> dict[int, list[str]]:
         """The innermost frames of each rank's main thread ("func (dir/file.py:line)"), from a faulthandler dump.

@@ -203,7 +203,7 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
 
 async def health(request: HTTPRequest) -> Response:
     """200 (empty body, as SGLang) while the engine thread runs and takes requests, else 503 (shutting down
-    included, as SGLang)."""
+    included, as SGLang; and once the engine cannot serve again: its TP workers are gone)."""
     return Response(status_code=200 if request.app.state.serving.driver.accepting else 503)
 
 
@@ -379,7 +379,11 @@ async def metrics(serving: Serving, request: HTTPRequest):
 
 
 async def _engine_info(serving: Serving) -> dict:
-    """Engine.get_server_info(), taken on the engine thread between two steps."""
+    """Engine.get_server_info(), taken on the engine thread between two steps (503 naming the failure once the
+    engine cannot serve again: its TP workers are gone, and asking them would only raise that)."""
+    if serving.driver.broken is not None:
+        raise APIError(503, f"the engine cannot serve requests any more: {serving.driver.broken}",
+                       code="engine_unavailable")
     try:
         return dict(await serving.driver.call(serving.engine.get_server_info, serving.config.snapshot_timeout_s))
     except asyncio.TimeoutError:

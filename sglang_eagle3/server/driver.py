@@ -185,6 +185,9 @@ class EngineDriver:
         self._stopping = False
         self._shutdown_at: float | None = None  # time.monotonic() after which requests in flight are ended
         self._shutdown_grace_s = 0.0
+        # The engine's scheduler cannot serve again (its TP workers are gone: a backend's ``failure``): new requests
+        # are refused and /health answers 503, so that a supervisor restarts the server.
+        self.broken: str | None = None
         self._thread = threading.Thread(target=self._run, name="engine-driver", daemon=True)
         self.started_at = time.time()
 
@@ -214,8 +217,8 @@ class EngineDriver:
 
     @property
     def accepting(self) -> bool:
-        """Alive and not shutting down: new requests are taken."""
-        return self.alive and self._shutdown_at is None
+        """Alive, not shutting down and not broken: new requests are taken."""
+        return self.alive and self._shutdown_at is None and self.broken is None
 
     @property
     def inflight(self) -> int:
@@ -229,6 +232,9 @@ class EngineDriver:
             raise DriverStoppedError("the engine thread is not running")
         if self._shutdown_at is not None:
             raise ShuttingDownError(SHUTDOWN_MESSAGE)
+        if self.broken is not None:
+            raise DriverStoppedError(f"the engine cannot serve requests any more: {self.broken.splitlines()[0]} "
+                                     "(restart the server)")
         rids = [r.rid for r in requests]
         seen: set[str] = set()
         twice = [rid for rid in rids if rid in seen or seen.add(rid)]
@@ -293,6 +299,15 @@ class EngineDriver:
                            shutdown=self._stopping)
             logger.info("engine thread stopped")
 
+    def _note_broken(self) -> bool:
+        """After an engine error: whether the scheduler can never serve again (its ``failure``), noted once."""
+        failure = getattr(self.scheduler, "failure", None)
+        if failure is not None and self.broken is None:
+            self.broken = failure
+            logger.error("the engine cannot serve requests any more (%s): new requests are refused with 503 and "
+                         "/health answers 503; restart the server", failure.splitlines()[0])
+        return self.broken is not None
+
     def _drain(self, block: bool) -> None:
         try:
             cmd = self._cmds.get(timeout=_IDLE_POLL_S) if block else self._cmds.get_nowait()
@@ -320,6 +335,7 @@ class EngineDriver:
                 logger.exception("scheduler.add failed for request %s", t.req.rid)
                 self._finish(t, Update(t.index, [], t.text, True, error=f"engine error: {type(e).__name__}: {e}"),
                              "failed")
+                self._note_broken()
                 return
             self.metrics.prompt_tokens.inc(len(t.req.input_ids))
         elif kind == "abort":
@@ -353,7 +369,8 @@ class EngineDriver:
             logger.exception("engine step failed: failing %d request(s) in flight", len(self._tracked))
             self.metrics.engine_errors.inc()
             self._fail_all(f"engine error: {type(e).__name__}: {e}")
-            time.sleep(_ERROR_BACKOFF_S)
+            if not self._note_broken():
+                time.sleep(_ERROR_BACKOFF_S)
             return
         if not changed:
             return

@@ -298,3 +298,32 @@ def test_engine_info_after_the_engine_thread_is_gone_is_a_503(make_app):
         r = run(_get(app, path))
         assert r.status_code == 503, r.text
         assert r.json()["error"]["code"] == "engine_unavailable"
+
+
+def test_backend_that_cannot_recover_turns_the_server_unavailable(make_app, engine, monkeypatch):
+    """A TP worker group whose rank died (distributed/workers.py: WorkerError, the group stopped, ``failure`` set)
+    can never step again: the request in flight fails with the cause, and from then on /health answers 503 and new
+    requests a 503 naming the cause, instead of /health 200 and a 500 for every request; /get_server_info answers
+    503 with the whole cause (it asked the stopped group, which raised: a 500)."""
+    from sglang_eagle3.distributed.workers import WorkerError
+
+    cause = "TP worker rank 1 failed: killed by SIGKILL (the kernel's OOM killer sends it: see dmesg)"
+
+    def dead_group():
+        monkeypatch.setattr(engine.scheduler, "failure", cause, raising=False)
+        raise WorkerError(cause)
+
+    app, driver = make_app()
+    assert run(_get(app, "/health")).status_code == 200
+    monkeypatch.setattr(engine.scheduler, "step", dead_group)
+    r = run(_post(app, "/generate", GEN))
+    assert r.status_code == 500 and "killed by SIGKILL" in r.json()["error"]["message"], r.text
+    assert run(_get(app, "/health")).status_code == 503
+    for path, body in (("/generate", GEN), ("/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 2})):
+        r = run(_post(app, path, body))
+        err = r.json()["error"]
+        assert r.status_code == 503 and err["code"] == "engine_unavailable", r.text
+        assert "rank 1 failed" in err["message"] and "restart the server" in err["message"]
+    r = run(_get(app, "/get_server_info"))
+    assert r.status_code == 503 and "killed by SIGKILL" in r.json()["error"]["message"]
+    assert driver.alive  # the thread runs on: the server answers, it does not hang or exit
