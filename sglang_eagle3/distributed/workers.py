@@ -432,8 +432,8 @@ class TPWorkerGroup:
             time.sleep(0.05)
             for r in ranks:
                 if r not in out:
-                    with contextlib.suppress(OSError):
-                        frames = _main_thread_frames(open(self._stack_path(r)).read())
+                    with contextlib.suppress(OSError), open(self._stack_path(r)) as f:
+                        frames = _main_thread_frames(f.read())
                         if frames:
                             out[r] = frames
         return out
@@ -586,7 +586,10 @@ def _exit_cause(proc) -> str:
     if code is None:
         return "its pipe closed (the process is still running)"
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:  # a real-time signal has no name
+            name = f"signal {-code}"
         hint = " (the kernel's OOM killer sends it: see dmesg)" if -code == signal.SIGKILL else ""
         return f"killed by {name}{hint}"
     return f"exited with code {code} without an error report"
