@@ -303,10 +303,15 @@ class Scheduler:
         A request is listed as running before it leaves the waiting queue and before it holds a page, so that at
         every point of an interrupt it, and every page it holds, is where abort and _unadmit find it."""
         first = len(self.running)
+        ps = self.runner.page_size
+        # The pages the running batch's next round takes stay free: a request admitted into them would be retracted
+        # again by that round's _make_room, its prefill wasted.
+        free = self.runner.allocator.num_free - sum(max(0, pages_for(self._round_tokens(x), ps) - len(x.pages))
+                                                    for x in self.running)
         while self.waiting and len(self.running) < self.max_running:
             r = self.waiting[0]
-            need = pages_for(r.seq_len + self.lookahead + 1, self.runner.page_size)
-            if need > self.runner.allocator.num_free:
+            need = pages_for(r.seq_len + self.lookahead + 1, ps)
+            if need > free:
                 if not self.running:
                     raise RuntimeError(f"request {r.rid} needs {need} KV pages but the pool has only "
                                        f"{self.runner.allocator.num_free} free: raise num_pages/max_total_tokens")
@@ -314,6 +319,7 @@ class Scheduler:
             self.running.append(r)
             self.waiting.popleft()
             self._ensure_pages(r, r.seq_len)
+            free -= need
         return self.running[first:]
 
     def _unadmit(self, reqs: list[Request]) -> None:
