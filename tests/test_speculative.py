@@ -175,6 +175,27 @@ def test_oracle_draft_accepts_everything(small_pair, k):
     assert stats.avg_accept_length == k + 1
 
 
+@pytest.mark.parametrize("k", [3, 5])
+def test_accept_counters_count_only_tokens_output(small_pair, k):
+    """A round cut by max_new_tokens (or a stop) counts the tokens the request got, as SGLang's verify cuts its
+    accept lengths at the finish: the engine-wide accepted tokens are every request's output less its prefill
+    token, and the cut round's length is in the histogram. (Counted whole, a run of short requests read as a
+    longer accept length than SGLang's for the same outputs.)"""
+    rng = random.Random(20 + k)
+    prompts = _prompts(rng, 3, small_pair.config.vocab_size)
+    max_new = rng.choice([m for m in range(2 * k + 4, 4 * k + 8) if (m - 1) % (k + 1)])  # the last round is cut
+    refs = reference_sequences(small_pair, prompts, max_new + k + 2)
+    engine = _engine(small_pair, k=k, page_size=4)
+    PatchedDraft(engine, reference_draft(refs, "oracle", engine.model_config.vocab_size))
+    outs = engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": max_new, "temperature": 0})
+    stats = scheduler_of(engine).stats
+    full, cut = divmod(max_new - 1, k + 1)
+    assert stats.accept_length_hist == {k + 1: 3 * full, cut: 3}, stats.accept_length_hist
+    assert stats.draft_accept_hist == {k: 3 * (full + 1)}  # every verify accepted all k: the draft's own record
+    assert stats.accepted_tokens == sum(len(o["output_ids"]) - 1 for o in outs) == 3 * (max_new - 1)
+    assert stats.verify_forwards == sum(o["meta_info"]["spec_verify_ct"] for o in outs)
+
+
 @pytest.mark.parametrize("k", [1, 4, 7])
 def test_adversarial_draft_accepts_nothing(small_pair, k):
     rng = random.Random(10 + k)
@@ -290,5 +311,6 @@ def test_simulated_accept_length_is_pinned(small_pair, accept):
                                                                "ignore_eos": True})
     assert [len(o["output_ids"]) for o in outs] == [max_new] * 3
     stats = scheduler_of(engine).stats
-    assert set(stats.accept_length_hist) <= {math.floor(accept), math.ceil(accept)}, stats.accept_length_hist
+    # (drafts accepted: the pinned length less the target's token; a request's last round may keep fewer)
+    assert set(stats.draft_accept_hist) <= {math.floor(accept) - 1, math.ceil(accept) - 1}, stats.draft_accept_hist
     assert abs(stats.avg_accept_length - accept) < 0.35, stats.avg_accept_length

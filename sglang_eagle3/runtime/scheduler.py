@@ -59,8 +59,13 @@ logger = logging.getLogger(__name__)
 @dataclass
 class SchedulerStats:
     verify_forwards: int = 0  # target verify forwards (one per request per round, SGLang's spec_verify_ct)
-    accepted_tokens: int = 0  # tokens emitted by verify rounds
+    # Tokens verify rounds gave requests (a round cut by a stop or max_new_tokens counts what the request kept, as
+    # SGLang counts it), and rounds by that count: what serving got.
+    accepted_tokens: int = 0
     accept_length_hist: dict[int, int] = field(default_factory=dict)
+    # Rounds by the drafts their verify accepted (0..k), whether or not the request kept them all: the draft's
+    # quality, apart from where requests end.
+    draft_accept_hist: dict[int, int] = field(default_factory=dict)
     step_seconds: list[float] = field(default_factory=list)
     prompt_tokens: int = 0
     generated_tokens: int = 0
@@ -678,8 +683,9 @@ class Scheduler:
                         accepted.append(self._simulated_accept(1) if self.simulate_accept_length is not None
                                         else int(rows[i] == r.next_draft_token))
                     kept.append(rnd.aux[i])
-                    self._count_round(r, 0)
-                self._emit(r, [rows[i]], lps)
+                    self._count_round(r, [rows[i]], lps, 0)
+                else:
+                    self._emit(r, [rows[i]], lps)
             else:
                 n_acc, tok, nd, *drafts = rows[i]
                 if rnd.T > 1:
@@ -688,11 +694,9 @@ class Scheduler:
                     accepted.append(self._simulated_accept(1))
                 else:  # k = 0: whether the draft's proposal for this position (the round before's d_1) was the token
                     accepted.append(int(tok == r.next_draft_token))
-                acc = drafts[:n_acc] + [tok]
-                self._count_round(r, n_acc)
                 r.next_draft_token = nd
                 self._draft_hidden[r.rid] = rnd.hidden[i]
-                self._emit(r, acc, lps)
+                self._count_round(r, drafts[:n_acc] + [tok], lps, n_acc)
                 # (the round behind one in flight drafts as many: _ahead_continues)
                 self._trim_pages(r, r.seq_len + rnd.T - 1 if in_flight else r.seq_len - 1)
             changed.append(r)
@@ -701,12 +705,19 @@ class Scheduler:
             self.adaptive.observe(max(rnd.T - 1, 1), accepted, first)
         return changed
 
-    def _count_round(self, r: Request, n_acc: int) -> None:
-        """A speculative round's target forward and the n_acc drafts it accepted (a resting draft's decode step: 0)."""
+    def _count_round(self, r: Request, toks: list[int], logprobs: list | None, n_acc: int) -> None:
+        """Emits a speculative round's tokens (its n_acc accepted drafts and the target's next; a resting draft's
+        decode step: one) and counts its target forward with the tokens it gave the request: those after a stop or
+        past max_new_tokens are not output, so not counted, as SGLang's verify cuts its accept lengths at the finish
+        (counted whole, a run of short requests read as a longer accept length than SGLang's on the same outputs)."""
+        before = len(r.output_ids)
+        self._emit(r, toks, logprobs)
+        n = len(r.output_ids) - before
         r.verify_ct += 1
         self.stats.verify_forwards += 1
-        self.stats.accepted_tokens += n_acc + 1
-        self.stats.accept_length_hist[n_acc + 1] = self.stats.accept_length_hist.get(n_acc + 1, 0) + 1
+        self.stats.accepted_tokens += n
+        self.stats.accept_length_hist[n] = self.stats.accept_length_hist.get(n, 0) + 1
+        self.stats.draft_accept_hist[n_acc] = self.stats.draft_accept_hist.get(n_acc, 0) + 1
 
     def _simulated_accept(self, k: int) -> int:
         """Accepted draft tokens with mean simulate_accept_length - 1 (floor/ceil mix), clipped to [0, k]."""
