@@ -99,6 +99,10 @@ class ModelWorker:
     """Owns this process's models, KV pools, graphs and scheduler. ``args`` is an EngineArgs; ``plan`` holds
     what the engine resolved once (context length, draft widths, eos ids)."""
 
+    # The scheduler interface's failure (distributed/workers.py TPWorkerGroup sets it when a rank died): an error
+    # in this process's step leaves the worker able to serve the next requests, so it stays None.
+    failure: str | None = None
+
     def __init__(self, args, plan: dict, device: torch.device, detokenize=None, models=None, grammar=None):
         """``models``: an already built (target, draft) pair (benchmarks with random weights); else loaded.
         ``grammar``: the runtime.grammar.GrammarBackend that makes the matchers of requests with a grammar.

@@ -301,7 +301,7 @@ class EngineDriver:
 
     def _note_broken(self) -> bool:
         """After an engine error: whether the scheduler can never serve again (its ``failure``), noted once."""
-        failure = getattr(self.scheduler, "failure", None)
+        failure = self.scheduler.failure
         if failure is not None and self.broken is None:
             self.broken = failure
             logger.error("the engine cannot serve requests any more (%s): new requests are refused with 503 and "
