@@ -8,7 +8,7 @@
 #     with graphs and kernels equal to the reference's), then the kernel table.
 # e2 (any card): what the sm_120 configs cost on this card (not on sm_120): the 61-layer step at 1k, T = 1, 2, 4, 8,
 #     uniform routing, the card's own table against the emulation, paired.
-# Ran (ten calls, eight refused for want of a machine, ~23 of the 30 device minutes): e1 then e2 at 2397826 on one H100
+# Ran (eleven calls, nine refused for want of a machine, ~23 of the 30 device minutes): e1 then e2 at 2397826 on one H100
 # lease; results benchmarks/results/h100/session58_*_2397826*, docs/BENCHMARKS.md section 1, "Fifty-eighth session".
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
