@@ -595,7 +595,6 @@ def run_workload(base: str, *, name: str, prompts: list[str], num_requests: int,
     ``command``: the command line to record (default: this process's); ``launch_env``: variables the server
     was started with (recorded, and checked against the workers' reports). (One round: collect_round, then
     summarize.)"""
-    check_name(name)
     workload = Workload(prompts, num_requests, concurrency, max_tokens, temperature, warmup, timeout, repeats)
     res = summarize(name, workload, [collect_round(base, workload, name=name, progress=progress, command=command,
                                                    launch_env=launch_env)])

@@ -683,7 +683,7 @@ class Scheduler:
                         accepted.append(self._simulated_accept(1) if self.simulate_accept_length is not None
                                         else int(rows[i] == r.next_draft_token))
                     kept.append(rnd.aux[i])
-                    self._count_round(r, [rows[i]], lps, 0)
+                    self._emit_round(r, [rows[i]], lps, 0)
                 else:
                     self._emit(r, [rows[i]], lps)
             else:
@@ -696,7 +696,7 @@ class Scheduler:
                     accepted.append(int(tok == r.next_draft_token))
                 r.next_draft_token = nd
                 self._draft_hidden[r.rid] = rnd.hidden[i]
-                self._count_round(r, drafts[:n_acc] + [tok], lps, n_acc)
+                self._emit_round(r, drafts[:n_acc] + [tok], lps, n_acc)
                 # (the round behind one in flight drafts as many: _ahead_continues)
                 self._trim_pages(r, r.seq_len + rnd.T - 1 if in_flight else r.seq_len - 1)
             changed.append(r)
@@ -705,7 +705,7 @@ class Scheduler:
             self.adaptive.observe(max(rnd.T - 1, 1), accepted, first)
         return changed
 
-    def _count_round(self, r: Request, toks: list[int], logprobs: list | None, n_acc: int) -> None:
+    def _emit_round(self, r: Request, toks: list[int], logprobs: list | None, n_acc: int) -> None:
         """Emits a speculative round's tokens (its n_acc accepted drafts and the target's next; a resting draft's
         decode step: one) and counts its target forward with the tokens it gave the request: those after a stop or
         past max_new_tokens are not output, so not counted, as SGLang's verify cuts its accept lengths at the finish
