@@ -127,11 +127,30 @@ class RopeConfig:
         w, params, kind, theta = _rope_fields(cfg, where)
         if kind == "default" or not params:
             return RopeConfig(theta=theta)
+        if kind != "yarn":
+            raise ConfigError(f"{w}: type {kind!r} is not supported (supported: default, yarn)")
+        # Knobs of other implementations' YaRN that DeepSeek's (the one built here) fixes: transformers'
+        # attention_factor (replaces the mscale ratio) and truncate (false: unrounded ramp bounds), SGLang's
+        # attn_factor and extrapolation_factor (scale the cos/sin and the kept frequencies).
+        _check_fixed(params, w, {"truncate": ("bool", True), "attn_factor": ("float", 1.0),
+                                 "extrapolation_factor": ("float", 1.0)},
+                     "DeepSeek's YaRN, built here, has")
+        attention_factor = _get(params, "attention_factor", w, "float", None)
+        if attention_factor is not None:
+            raise ConfigError(f"{w}: attention_factor={attention_factor!r} is not supported (DeepSeek's YaRN, built "
+                              "here, scales by the mscale / mscale_all_dim ratio)")
+        # Required, not defaulted: without them the references disagree (a missing factor means no scaling at
+        # all; the original length defaults to 4096 in DeepSeek's code, to max_position_embeddings in
+        # transformers', and is an error in SGLang's).
+        factor = _get(params, "factor", w, "float")
+        if not factor > 0:
+            raise ConfigError(f"{w}: factor must be > 0, got {factor}")
         return RopeConfig(
             theta=theta,
             kind=kind,
-            factor=_get(params, "factor", w, "float", 1.0),
-            original_max_position_embeddings=_get(params, "original_max_position_embeddings", w, "int", 4096),
+            factor=factor,
+            original_max_position_embeddings=_positive_int(
+                _get(params, "original_max_position_embeddings", w, "int"), "original_max_position_embeddings", w),
             beta_fast=_get(params, "beta_fast", w, "float", 32.0),
             beta_slow=_get(params, "beta_slow", w, "float", 1.0),
             mscale=_get(params, "mscale", w, "float", 1.0),
@@ -267,7 +286,10 @@ class ModelConfig:
                 cfg["quantization_config"] = outer["quantization_config"]
         w = "config.text_config" if prefix else "config"
         i = lambda k, *d: _get(cfg, k, w, "int", *d)
-        _check_fixed(cfg, w, {"hidden_act": ("str", "silu"), "attention_bias": ("bool", False)},
+        # rope_interleave (transformers' DeepseekV3Config, default true): false means the checkpoint's q/k rope
+        # columns were permuted to rotate as halves, which the interleaved rope built here would scramble.
+        _check_fixed(cfg, w, {"hidden_act": ("str", "silu"), "attention_bias": ("bool", False),
+                              "rope_interleave": ("bool", True)},
                      "DeepSeek-V3 and Kimi have")
         eos = cfg.get("eos_token_id", outer.get("eos_token_id"))
         if isinstance(eos, list) and all(_KINDS["int"][0](e) for e in eos):
@@ -380,13 +402,27 @@ class DraftConfig:
         w = "draft config"
         i = lambda k, *d: _get(cfg, k, w, "int", *d)
         archs = _get(cfg, "architectures", w, "list", [])
-        if archs and not any("Eagle3" in str(a) or "eagle3" in str(a).lower() for a in archs):
+        # SGLang renames a draft's plain LlamaForCausalLM to LlamaForCausalLMEagle3 (EAGLE's own yuhuili/EAGLE3-*
+        # drafts are published so); any other architecture is not a Llama-layer EAGLE-3 head.
+        if archs and not any("Eagle3" in str(a) or "eagle3" in str(a).lower() or a == "LlamaForCausalLM"
+                             for a in archs):
             raise ConfigError(f"{w}: architectures={archs} is not an EAGLE-3 draft "
-                              "(expected LlamaForCausalLMEagle3)")
+                              "(expected LlamaForCausalLMEagle3, or LlamaForCausalLM as SGLang reads a draft's)")
+        if any("deepseek" in str(a).lower() for a in archs) or "kv_lora_rank" in cfg:
+            # vLLM's Eagle3DeepseekV2ForCausalLM: an MLA decoder layer, not the Llama layer built here.
+            raise ConfigError(f"{w}: architectures={archs} with kv_lora_rank={cfg.get('kv_lora_rank')!r} is an EAGLE-3 "
+                              "draft with an MLA (DeepSeek) layer; only Llama-layer drafts (LlamaForCausalLMEagle3) "
+                              "are supported")
         # What llama_eagle3 fixes and our draft layer builds in (a head that computes something else must not load).
         _check_fixed(cfg, w, {"hidden_act": ("str", "silu"), "attention_bias": ("bool", False),
                               "mlp_bias": ("bool", False), "num_hidden_layers": ("int", 1)},
                      "an EAGLE-3 draft here is one Llama decoder layer with")
+        # Variants other runtimes build and we do not: SGLang's tied head (lm_head = the embedding) and fc bias
+        # ("bias"); vLLM / speculators' norm_before_residual (the residual is hidden_norm(h), not h) and
+        # norm_before_fc (an RMSNorm on the concatenated aux states).
+        _check_fixed(cfg, w, {"tie_word_embeddings": ("bool", False), "bias": ("bool", False),
+                              "norm_before_residual": ("bool", False), "norm_before_fc": ("bool", False)},
+                     "the EAGLE-3 head built here (SGLang's llama_eagle3) has")
         rope_where, _, rope_kind, theta = _rope_fields(cfg, w)
         if rope_kind != "default":
             raise ConfigError(f"{rope_where}: type {rope_kind!r} is not supported (the draft applies plain RoPE "
@@ -394,6 +430,9 @@ class DraftConfig:
         heads = i("num_attention_heads")
         hidden = i("hidden_size")
         eagle = _get(cfg, "eagle_config", w, "dict", {})
+        # use_aux_hidden_state false (SGLang reads it): the draft takes the target's last hidden state, no fc.
+        _check_fixed(eagle, f"{w}.eagle_config", {"use_aux_hidden_state": ("bool", True)},
+                     "EAGLE-3 (three aux hidden states through fc) has")
         ids = _get(eagle, "eagle_aux_hidden_state_layer_ids", f"{w}.eagle_config", "list", None)
         if ids is not None and not all(_KINDS["int"][0](x) for x in ids):
             raise ConfigError(f"{w}: eagle_config.eagle_aux_hidden_state_layer_ids must hold integers, got {ids!r}")

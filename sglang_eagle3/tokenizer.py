@@ -1,6 +1,7 @@
 """Tokenizers from a model directory: ``tokenizer.json`` (the ``tokenizers`` library) or a tiktoken-style
-``tiktoken.model`` (Kimi ships one), plus the chat template from ``tokenizer_config.json`` (or a
-``chat_template.jinja`` file) when present, else ``DEFAULT_CHAT_TEMPLATE``.
+``tiktoken.model`` (Kimi ships one), plus the chat template found as Hugging Face finds it (a
+``chat_template.jinja`` file first, else ``tokenizer_config.json``'s), else ``DEFAULT_CHAT_TEMPLATE``; templates
+render in Hugging Face's Jinja environment (its ``tojson``, ``strftime_now``, ``{% generation %}``).
 
 ``encode(text)`` adds no special tokens by default (the embedded model is trained and evaluated on BOS-less
 prompts); ``add_special_tokens=True`` adds them as Hugging Face does (the post-processor's BOS, or
@@ -12,6 +13,8 @@ byte-level token need not be valid UTF-8 alone).
 from __future__ import annotations
 
 import base64
+import datetime
+import functools
 import json
 import logging
 import os
@@ -39,7 +42,10 @@ class Tokenizer:
     def __init__(self, encode, decode, vocab_size: int, eos_token_id: int | None, bos_token_id: int | None,
                  chat_template: str | None, special_tokens: dict[str, int] | None = None,
                  bos_token: str | None = None, eos_token: str | None = None,
-                 token_bytes: Callable[[int], bytes] | None = None, special_ids: frozenset[int] | None = None):
+                 token_bytes: Callable[[int], bytes] | None = None, special_ids: frozenset[int] | None = None,
+                 named_chat_templates: dict[str, str] | None = None):
+        """``named_chat_templates``: the checkpoint's other templates by name (``additional_chat_templates/``,
+        or a tokenizer_config list); "tool_use" renders requests that carry tools."""
         self._encode, self._decode = encode, decode
         self._token_bytes = token_bytes
         self.vocab_size = vocab_size
@@ -50,7 +56,8 @@ class Tokenizer:
         self.special_tokens = special_tokens or {}
         # Ids of the special (control) tokens: never text, so a grammar never allows one (runtime/grammar.py).
         self.special_ids = frozenset(self.special_tokens.values()) if special_ids is None else special_ids
-        self._compiled_template = None
+        self.named_chat_templates = dict(named_chat_templates or {})
+        self._compiled_template: tuple[str, object] | None = None  # (source, compiled)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return list(self._encode(text, add_special_tokens))
@@ -67,7 +74,9 @@ class Tokenizer:
         return self.decode([token_id], skip_special_tokens=False).encode()
 
     def set_chat_template(self, template: str) -> None:
+        """A template given by the user (``--chat-template``): used for every request, tools or not."""
         self.chat_template, self.has_own_chat_template, self._compiled_template = template, True, None
+        self.named_chat_templates = {}
 
     # Variables the renderer sets itself: a client's chat_template_kwargs may not name them.
     TEMPLATE_VARIABLES = ("messages", "add_generation_prompt", "bos_token", "eos_token", "tools", "raise_exception")
@@ -78,21 +87,18 @@ class Tokenizer:
         OpenAI tool list, as the template's ``tools``; ``extra``: more variables, e.g. a template's ``thinking``
         switch, as SGLang's chat_template_kwargs)."""
         import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        if self._compiled_template is None:
-            def raise_exception(message):
-                raise ChatTemplateError(message)
-
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                extensions=["jinja2.ext.loopcontrols"])
-            env.globals["raise_exception"] = raise_exception
-            self._compiled_template = env.from_string(self.chat_template)
+        # As Hugging Face picks among named templates: "tool_use" for a request with tools, where there is one.
+        source = self.chat_template
+        if tools is not None and "tool_use" in self.named_chat_templates:
+            source = self.named_chat_templates["tool_use"]
+        if self._compiled_template is None or self._compiled_template[0] != source:
+            self._compiled_template = (source, _template_environment().from_string(source))
         try:
-            return self._compiled_template.render(**(extra or {}), messages=messages,
-                                                  add_generation_prompt=add_generation_prompt,
-                                                  bos_token=self.bos_token or "", eos_token=self.eos_token or "",
-                                                  tools=tools)
+            return self._compiled_template[1].render(**(extra or {}), messages=messages,
+                                                     add_generation_prompt=add_generation_prompt,
+                                                     bos_token=self.bos_token or "", eos_token=self.eos_token or "",
+                                                     tools=tools)
         except jinja2.TemplateError as e:
             raise ChatTemplateError(f"the chat template cannot render these messages: {e}") from e
 
@@ -104,11 +110,88 @@ class Tokenizer:
                            add_special_tokens=False)
 
 
+@functools.lru_cache(maxsize=1)
+def _template_environment():
+    """The Jinja environment Hugging Face's ``apply_chat_template`` renders in, so that a checkpoint's template
+    writes here what it writes there: sandboxed, trim_blocks and lstrip_blocks, loop controls, ``raise_exception``,
+    ``strftime_now``, a ``{% generation %}`` block (transformers marks the assistant's tokens with it; here it only
+    renders its body) and transformers' ``tojson``. Jinja's own ``tojson`` sorts keys, writes ``<``, ``>``, ``&``,
+    ``'`` and non-ASCII as ``\\u`` escapes and takes no ``separators``: Kimi-K2.5's template writes
+    ``tools | tojson(separators=(',', ':'))``, which it refused, and other templates' tool lists came out reordered
+    and escaped."""
+    import jinja2
+    from jinja2.ext import Extension
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class GenerationBlock(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+
+        def _render(self, caller):
+            return caller()
+
+    def raise_exception(message):
+        raise ChatTemplateError(message)
+
+    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[GenerationBlock, "jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    return env
+
+
 def _read_json(path: str) -> dict:
+    """A model directory's JSON file, {} when absent; a malformed one names itself (json's error does not)."""
     if not os.path.exists(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(cfg).__name__}")
+    return cfg
+
+
+def _chat_templates(path: str, cfg: dict) -> tuple[str | None, dict[str, str]]:
+    """(default template, other named templates) of a model directory, found as Hugging Face finds them: the
+    ``chat_template.jinja`` and ``additional_chat_templates/*.jinja`` files take priority over tokenizer_config's
+    ``chat_template`` (a string, or a list of {name, template}); a newer template shipped as a file is the one that
+    counts, not the stale copy left in the config."""
+    named: dict[str, str] = {}
+    jinja_file = os.path.join(path, "chat_template.jinja")
+    extra_dir = os.path.join(path, "additional_chat_templates")
+    if os.path.exists(jinja_file):
+        with open(jinja_file, encoding="utf-8") as f:
+            named["default"] = f.read()
+    if os.path.isdir(extra_dir):
+        for name in sorted(os.listdir(extra_dir)):
+            if name.endswith(".jinja"):
+                with open(os.path.join(extra_dir, name), encoding="utf-8") as f:
+                    named[name.removesuffix(".jinja")] = f.read()
+    if not named:
+        template = cfg.get("chat_template")
+        if isinstance(template, list):  # named templates
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        elif template is not None:
+            named["default"] = template
+    bad = [k for k, v in named.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+        raise ValueError(f"{path}: chat template {bad[0]!r} is not a name with a template string")
+    if named and "default" not in named:
+        logger.warning("%s: the chat templates %s name none 'default' (Hugging Face refuses to pick one): chat "
+                       "prompts use the generic template unless one is given (--chat-template)", path, sorted(named))
+    default = named.pop("default", None)
+    return default, named
 
 
 def _token_str(v) -> str | None:
@@ -120,14 +203,12 @@ def _token_str(v) -> str | None:
 def load_tokenizer(path: str) -> Tokenizer | None:
     """The tokenizer of a model directory, or None (logged) when it has none."""
     cfg = _read_json(os.path.join(path, "tokenizer_config.json"))
-    template = cfg.get("chat_template")
-    if isinstance(template, list):  # some configs hold named templates
-        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
-    jinja_file = os.path.join(path, "chat_template.jinja")  # newer Hugging Face layout
-    if template is None and os.path.exists(jinja_file):
-        with open(jinja_file) as f:
-            template = f.read()
-    bos_token, eos_token = _token_str(cfg.get("bos_token")), _token_str(cfg.get("eos_token"))
+    template, named = _chat_templates(path, cfg)
+    # Special tokens named in tokenizer_config, else in special_tokens_map.json (older repositories keep them
+    # only there; Hugging Face reads both).
+    special_map = _read_json(os.path.join(path, "special_tokens_map.json"))
+    bos_token = _token_str(cfg.get("bos_token", special_map.get("bos_token")))
+    eos_token = _token_str(cfg.get("eos_token", special_map.get("eos_token")))
     tj = os.path.join(path, "tokenizer.json")
     if os.path.exists(tj):
         from tokenizers import Tokenizer as HFTokenizer
@@ -143,10 +224,13 @@ def load_tokenizer(path: str) -> Tokenizer | None:
                          lambda ids, skip: tok.decode(ids, skip_special_tokens=skip), tok.get_vocab_size(),
                          tid(eos_token), tid(bos_token), template, bos_token=bos_token, eos_token=eos_token,
                          token_bytes=_hf_token_bytes(tok, _read_json(tj).get("decoder")),
-                         special_ids=frozenset(i for i, t in tok.get_added_tokens_decoder().items() if t.special))
+                         special_ids=frozenset(i for i, t in tok.get_added_tokens_decoder().items() if t.special),
+                         named_chat_templates=named)
     tm = os.path.join(path, "tiktoken.model")
     if os.path.exists(tm):
-        return _load_tiktoken(tm, cfg, template, bos_token, eos_token)
+        tokenizer = _load_tiktoken(tm, cfg, template, bos_token, eos_token)
+        tokenizer.named_chat_templates = named
+        return tokenizer
     logger.warning("no tokenizer.json or tiktoken.model in %s: text prompts are unavailable, use input_ids", path)
     return None
 
@@ -203,7 +287,10 @@ def _hf_token_bytes(tok, decoder_cfg) -> Callable[[int], bytes]:
     return token_bytes
 
 
-# Kimi's pre-tokenisation pattern (the cl100k family's, with Han characters split out).
+# Kimi's pre-tokenisation pattern (the cl100k family's, with Han characters split out), as tokenization_kimi.py
+# gives it to tiktoken. NOTE: the ``&&[^\p{Han}]`` class intersections are what keep Han characters out of the
+# letter runs (tiktoken's regex engine reads them): without them "a漢" or " 漢字" became one pre-token, so mixed
+# Latin/Chinese text tokenised differently from Kimi's own tokenizer.
 _TIKTOKEN_PATTERN = (
     r"[\p{Han}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+"
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+"
@@ -227,8 +314,7 @@ def _load_tiktoken(path: str, cfg: dict, template: str | None, bos_token: str | 
                 tok, rank = line.split()
                 ranks[base64.b64decode(tok)] = int(rank)
     special = {v["content"]: int(k) for k, v in (cfg.get("added_tokens_decoder") or {}).items()}
-    pattern = _TIKTOKEN_PATTERN.replace("&&[^\\p{Han}]", "")  # tiktoken's regex engine has no set intersection
-    enc = tiktoken.Encoding(name=os.path.basename(os.path.dirname(path)) or "model", pat_str=pattern,
+    enc = tiktoken.Encoding(name=os.path.basename(os.path.dirname(path)) or "model", pat_str=_TIKTOKEN_PATTERN,
                             mergeable_ranks=ranks, special_tokens=special)
     special_ids = set(special.values())
     # A model's vocabulary may be padded past the tokenizer's (ids no token owns, such as reserved special slots), and

@@ -182,3 +182,20 @@ def test_engine_checks_the_draft_before_loading_the_target(make_pair, tmp_path, 
     with pytest.raises((ConfigError, loader.CheckpointError), match=fragment):
         Engine(model_path=pair.target, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
                device="cpu", skip_tokenizer_init=True, max_running_requests=1, context_length=32)
+
+
+def test_plain_llama_architecture_loads_as_eagle3(tmp_path, target):
+    """EAGLE's own EAGLE-3 drafts (yuhuili/EAGLE3-*) name their architecture LlamaForCausalLM; SGLang renames a
+    draft's LlamaForCausalLM to LlamaForCausalLMEagle3, so such a draft loads as the same head."""
+    from tests.loaders.ckpt import edit_config
+
+    cfg, _ = target
+    dcfg = tiny_draft_config(cfg, draft_vocab=48, heads=4, kv_heads=2, inter=96, aux_ids=[1, 2, 3])
+    src = write_draft(str(tmp_path), dcfg, seed=5)
+    edit_config(str(tmp_path), lambda c: c.update(architectures=["LlamaForCausalLM"]))
+    draft = load_draft(str(tmp_path), cfg, dtype=torch.float32)
+    want = dict(src.named_parameters()) | {"d2t": src.d2t}
+    got = dict(draft.named_parameters()) | {"d2t": draft.d2t}
+    assert want.keys() == got.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=0, atol=0, msg=k)

@@ -505,7 +505,7 @@ def test_draft_missing_and_unexpected(draft_dir):
 def test_draft_not_eagle3(draft_dir):
     cfg, path = draft_dir
     write_draft(path, tiny_draft_config(cfg, heads=4, kv_heads=2, inter=96), seed=1)
-    edit_config(path, lambda c: c.update(architectures=["LlamaForCausalLM"]))
+    edit_config(path, lambda c: c.update(architectures=["Qwen2ForCausalLM"]))
     expect(ConfigError, path, "is not an EAGLE-3 draft", draft_cfg=cfg)
 
 
