@@ -28,6 +28,7 @@ from sglang_eagle3.runtime.sampling import seeded, short_repr
 from sglang_eagle3.server import openai_api
 from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import DriverStoppedError, EngineDriver, EngineFailure, Submission
+from sglang_eagle3.server.logprobs import TokenTable, with_token_text
 from sglang_eagle3.server.metrics import CONTENT_TYPE
 from sglang_eagle3.server.protocol import APIError, GenerateRequest, parse_body
 from sglang_eagle3.server.serving import ClientDisconnected, ModelInfo, Serving, samples_per_prompt, sse
@@ -299,6 +300,11 @@ async def generate(serving: Serving, request: HTTPRequest):
     starts = _per_item(body.logprob_start_len, n, "logprob_start_len", batch)
     tops = _per_item(body.top_logprobs_num, n, "top_logprobs_num", batch)
     rids = _rids(body.rid, n, batch)
+    # SGLang's return_text_in_logprobs: each logprob row's third element the token's text (null without it)
+    table = serving.token_table if body.return_text_in_logprobs and any(lps) else None
+    if body.return_text_in_logprobs and any(lps) and table is None:
+        raise APIError(400, "return_text_in_logprobs needs the server's tokenizer to decode the tokens, and this "
+                       "server was started without one (--skip-tokenizer-init)", param="return_text_in_logprobs")
 
     # SGLang reads "max_new_tokens": null as no limit but the context's (its scheduler cuts 1 << 30 to what the
     # prompt leaves); left out, it is the default 128.
@@ -318,19 +324,24 @@ async def generate(serving: Serving, request: HTTPRequest):
     batch = batch or k > 1  # n samples of one prompt come back as a list, as SGLang answers
     sub = serving.submit(reqs, full_results=body.stream)
     if body.stream:
-        return await serving.stream(sub, request, _generate_chunks(sub, batch))
+        return await serving.stream(sub, request, _generate_chunks(sub, batch, table))
     finals = await serving.wait(sub, request)
-    outs = [u.result for u in finals]
+    if table is not None:
+        outs = await serving.off_loop(lambda: [with_token_text(u.result, table) for u in finals])
+    else:
+        outs = [u.result for u in finals]
     return outs if batch else outs[0]
 
 
-async def _generate_chunks(sub: Submission, batch: bool) -> AsyncIterator[bytes]:
+async def _generate_chunks(sub: Submission, batch: bool, table: TokenTable | None = None) -> AsyncIterator[bytes]:
     """SGLang's stream: every chunk is the request's whole output so far (cumulative text and output_ids,
-    meta_info); batches add ``index``."""
+    meta_info); batches add ``index``. ``table`` set: the logprob rows carry each token's text."""
     async for u in sub.updates():
         if u.error is not None:
             raise u.failure()
         out = dict(u.result or {})
+        if table is not None:
+            out = with_token_text(out, table)
         if batch:
             out["index"] = u.index
         yield sse(out)

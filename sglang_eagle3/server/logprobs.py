@@ -52,6 +52,7 @@ class TokenTable:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self._entries: dict[int, _Entry] = {}
+        self._decoded: dict[int, str] = {}
 
     def entry(self, token_id: int) -> _Entry:
         e = self._entries.get(token_id)
@@ -65,6 +66,14 @@ class TokenTable:
 
     def name(self, token_id: int) -> str:
         return self.entry(token_id).name
+
+    def decoded(self, token_id: int) -> str:
+        """The token's text as the tokenizer decodes it alone, special tokens kept (SGLang's
+        ``return_text_in_logprobs`` text: its tokenizer's ``batch_decode`` of each id)."""
+        text = self._decoded.get(token_id)
+        if text is None:
+            text = self._decoded[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return text
 
 
 @dataclass(frozen=True)
@@ -149,3 +158,30 @@ def chat_logprobs(table: TokenTable, tokens: list[Token]) -> dict:
     """/v1/chat/completions' ``logprobs`` object over ``tokens``."""
     return {"content": [{**_chat_item(table, t.id, t.logprob),
                          "top_logprobs": [_chat_item(table, i, v) for v, i, _ in t.top or ()]} for t in tokens]}
+
+
+# Engine.result's logprob rows ([logprob, id, text]) and top lists (a list of rows a position, None where none).
+_ROW_KEYS = ("input_token_logprobs", "output_token_logprobs")
+_TOP_KEYS = ("input_top_logprobs", "output_top_logprobs")
+
+
+def with_token_text(result: dict, table: TokenTable) -> dict:
+    """SGLang's ``return_text_in_logprobs`` on /generate: ``result`` (Engine.result) with the third element of
+    every logprob row, in the token lists and in each position's top list, the token's decoded text
+    (TokenTable.decoded) instead of null. A new dict: the rows of ``result`` (which a stream's later chunks still
+    extend) are left as they are."""
+    meta = result.get("meta_info")
+    if not meta or not any(k in meta for k in _ROW_KEYS):
+        return result
+
+    def rows(entries: list) -> list:
+        return [[v, i, table.decoded(i)] for v, i, *_ in entries]
+
+    meta = dict(meta)
+    for k in _ROW_KEYS:
+        if meta.get(k) is not None:
+            meta[k] = rows(meta[k])
+    for k in _TOP_KEYS:
+        if meta.get(k) is not None:
+            meta[k] = [None if top is None else rows(top) for top in meta[k]]
+    return {**result, "meta_info": meta}

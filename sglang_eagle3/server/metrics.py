@@ -137,6 +137,14 @@ class SnapshotHistogram(_Metric):
         with self._lock:
             self._counts, self._sum = dict(counts), total
 
+    def cover(self, upto: int) -> None:
+        """Adds a bucket for each integer up to ``upto`` past the last one (buckets never go away: a series that
+        vanished between scrapes would read as a reset)."""
+        last = int(self.buckets[-1]) if self.buckets else 0
+        if upto > last:
+            with self._lock:
+                self.buckets = (*self.buckets, *(float(i) for i in range(last + 1, int(upto) + 1)))
+
     def render(self) -> list[str]:
         with self._lock:
             counts, total = dict(self._counts), self._sum
@@ -179,6 +187,10 @@ class ServerMetrics:
         self.inflight = Gauge("sglang:num_inflight_reqs", "Requests accepted by the server and not finished.")
         self.kv_free = Gauge("sglang:kv_pages_free", "Free KV-cache pages.")
         self.kv_total = Gauge("sglang:kv_pages_total", "KV-cache pages in the pool.")
+        self.token_usage = Gauge("sglang:token_usage", "Fraction of the KV-cache pool in use (SGLang's gauge of "
+                                 "the same name: used / total tokens; pages here).")
+        self.used_tokens = Gauge("sglang:num_used_tokens", "KV-cache slots held by requests (pages in use x "
+                                 "page size; SGLang's gauge of the same name).")
         self.avg_accept = Gauge("sglang:spec_accept_length", "Average tokens per verify round since start "
                                 "(SGLang's gauge of the same name).")
         self.num_steps = Gauge("sglang:spec_num_steps", "Draft steps of the next speculative round (with "
@@ -190,6 +202,9 @@ class ServerMetrics:
         self.accept_length = SnapshotHistogram("sglang:spec_accept_length_per_round", "Tokens emitted per verify "
                                                "round (accepted draft tokens + 1).",
                                                tuple(float(i) for i in range(1, max_accept_length + 1)))
+        # NOTE: max_accept_length is the launch's k + 1; the adaptive policy may run larger candidates, whose
+        # lengths update_from_info adds as buckets (else they would count under +Inf alone, and quantiles read
+        # from the histogram would stop at k + 1).
         self.forwards = SnapshotCounter("sglang:forward_total", "Forwards of each captured function, by path "
                                         "(graph = CUDA-graph replay, eager = not; on CPU all are eager).",
                                         ("name", "path"))
@@ -199,8 +214,8 @@ class ServerMetrics:
                                               ("outcome",))
         self._all = [self.requests, self.rejected, self.prompt_tokens, self.generation_tokens, self.step_latency,
                      self.ttft, self.e2e, self.engine_errors, self.running, self.queued, self.inflight, self.kv_free,
-                     self.kv_total, self.avg_accept, self.verify_forwards, self.accept_length, self.forwards,
-                     self.grammar_drafts, self.num_steps, self.adaptive_switches]
+                     self.kv_total, self.token_usage, self.used_tokens, self.avg_accept, self.verify_forwards,
+                     self.accept_length, self.forwards, self.grammar_drafts, self.num_steps, self.adaptive_switches]
 
     def update_from_info(self, info: dict, inflight: int) -> None:
         self.running.set(info.get("running_requests", 0))
@@ -208,9 +223,15 @@ class ServerMetrics:
         self.inflight.set(inflight)
         self.kv_free.set(info.get("kv_pages_free", 0))
         self.kv_total.set(info.get("kv_pages_total", 0))
+        total = info.get("kv_pages_total", 0)
+        used = max(total - info.get("kv_pages_free", 0), 0)
+        self.token_usage.set(used / total if total else 0.0)
+        self.used_tokens.set(used * info.get("page_size", 0))
         self.avg_accept.set(info.get("avg_spec_accept_length", 0.0))
         self.verify_forwards.set(info.get("verify_forwards", 0))
         hist = {int(k): int(v) for k, v in (info.get("accept_length_hist") or {}).items()}
+        candidates = (info.get("adaptive") or {}).get("candidates") or ()
+        self.accept_length.cover(max([*hist, *(k + 1 for k in candidates)], default=0))
         self.accept_length.set(hist, float(info.get("accepted_tokens", sum(k * v for k, v in hist.items()))))
         for name, counts in (info.get("forward_counts") or {}).items():
             self.forwards.set(counts.get("graph", 0), name=name, path="graph")

@@ -26,6 +26,7 @@ from sglang_eagle3.runtime.sampling import GRAMMAR_KINDS, seeded, short_repr
 from sglang_eagle3.server.driver import Submission, Update
 from sglang_eagle3.server.logprobs import (
     ChoiceTokens,
+    Token,
     TokenTable,
     chat_logprobs,
     completion_logprobs,
@@ -37,7 +38,13 @@ from sglang_eagle3.server.protocol import (
     CompletionRequest,
     parse_body,
 )
-from sglang_eagle3.server.reasoning import REASONING_FORMATS, ReasoningFormat, ReasoningSplitter, ReasoningStream
+from sglang_eagle3.server.reasoning import (
+    REASONING_FORMATS,
+    Parts,
+    ReasoningFormat,
+    ReasoningSplitter,
+    ReasoningStream,
+)
 from sglang_eagle3.server.serving import Serving, finish_reason, samples_per_prompt, sse
 from sglang_eagle3.server.tools import ToolPlan
 from sglang_eagle3.tokenizer import Tokenizer
@@ -491,12 +498,26 @@ def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) ->
                        "model cannot know them (pass --chat-template with one that does)")
 
 
+def _by_part(tokens: list[Token], span: Parts | None) -> tuple[list[Token], list[Token], list[Token]]:
+    """``tokens`` (in output order, offsets set) as (content before the reasoning, the reasoning's, content after
+    it), by where each token's text starts in the output: a token whose text straddles a boundary belongs to the
+    part it starts in (one holding the end marker's last characters and the content's first goes with the
+    reasoning), as SGLang attaches a step's logprobs to the first chunk it sends for that step, the reasoning's.
+    ``span`` None (no reasoning parser): all content."""
+    if span is None or span.start is None:
+        return tokens, [], []
+    end = span.end if span.end is not None else float("inf")
+    return ([t for t in tokens if t.offset < span.start], [t for t in tokens if span.start <= t.offset < end],
+            [t for t in tokens if t.offset >= end])
+
+
 async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, created: int, model: str,
                        prompt_tokens: int, opts, plan: ToolPlan | None = None, thinking: ReasoningFormat | None = None,
                        stream_reasoning: bool = True, skip_special: bool = True) -> AsyncIterator[bytes]:
     """Chunks of every choice, interleaved as their tokens come; ``table`` set: with logprobs; ``plan``: tools
     (content, then each call once complete: server/tools.py's ToolStream); ``thinking``: the reasoning apart
-    (reasoning_content deltas first: server/reasoning.py's ReasoningStream), the rest as content."""
+    (reasoning_content deltas: server/reasoning.py's ReasoningStream), the rest as content, and with logprobs each
+    token with its part's chunk (_by_part), in output order."""
     include_usage = bool(opts and opts.include_usage)
     continuous = bool(opts and opts.continuous_usage_stats)
     m = len(sub.requests)
@@ -507,6 +528,7 @@ async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, crea
     pending = [ChoiceTokens(table, skip_special=skip_special) for _ in range(m)] if table is not None else []
     tool_streams = [plan.streamer() for _ in range(m)] if plan is not None else []
     reasoning = [ReasoningStream(thinking, stream_reasoning) for _ in range(m)] if thinking is not None else []
+    held: list[list[Token]] = [[] for _ in range(m)]  # the reasoning's tokens waiting for a reasoning delta
 
     def chunk(k: int, delta: dict, reason=None, matched=None, tokens: list | None = None) -> bytes:
         lp = chat_logprobs(table, tokens) if tokens is not None else None
@@ -540,19 +562,31 @@ async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, crea
                 yield chunk(k, {}, reason, None if reason == "tool_calls" else matched)
             continue
         delta = _delta(sent[k], text)
+        shown = len(sent[k])  # (the content sent before this update)
         if text.startswith(sent[k]):
             sent[k] = text
-        released = None
+        # The content is the text before the reasoning and the text after it: this update's content delta may
+        # hold both (a whole reasoning block arrived at once), the part before going out ahead of the reasoning.
+        span = reasoning[k].last if reasoning else None
+        start = span.start if span is not None else None
+        cut = max(0, start - shown) if start is not None else len(delta)
+        before, after = delta[:cut], delta[cut:]
+        ahead = behind = None
         if table is not None:  # each token with the chunk that completes its text (the finish flushes the rest)
             pending[k].add(tokens_of(u.new_logprobs, u.new_top_logprobs))
             # (with the reasoning apart: by the output text the split has placed, reasoning or content)
             placed = reasoning[k].decided(u.text, u.finished) if reasoning else len(sent[k])
-            released = pending[k].release(placed, u.finished)
-        if thought:  # the released tokens go with it, unless content comes in this update too
-            yield chunk(k, {"reasoning_content": thought}, tokens=None if delta else released)
-            released = released if delta else None
-        if delta or released:
-            yield chunk(k, {"content": delta}, tokens=released)
+            ahead, thought_tokens, behind = _by_part(pending[k].release(placed, u.finished), span)
+            held[k] += thought_tokens
+        if before or ahead:
+            yield chunk(k, {"content": before}, tokens=ahead)
+        # The reasoning's tokens go with its next delta (stream_reasoning off: the one delta); where it has ended and
+        # shows no more text in this update (the end marker alone in it, an empty reasoning), in an empty one.
+        if thought or (held[k] and (span.ended or u.finished)):
+            yield chunk(k, {"reasoning_content": thought}, tokens=held[k] if table is not None else None)
+            held[k] = []
+        if after or behind:
+            yield chunk(k, {"content": after}, tokens=behind)
         if u.finished:
             reason, matched = finish_reason(u.result)
             yield chunk(k, {}, reason, matched)

@@ -204,4 +204,5 @@ class GenerateRequest(_Body):
     return_logprob: bool | list[bool] | None = None
     logprob_start_len: int | list[int] | None = None
     top_logprobs_num: int | list[int] | None = None
+    return_text_in_logprobs: bool | None = None  # one for the whole batch, as SGLang's
     rid: str | list[str] | None = None

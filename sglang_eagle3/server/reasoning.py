@@ -30,9 +30,12 @@ the kimi_k2 tool parser), or the markers would never reach the text.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from sglang_eagle3.runtime.reasoning import REASONING_FORMATS, REASONING_PARSERS, ReasoningFormat
 
-__all__ = ["REASONING_FORMATS", "REASONING_PARSERS", "ReasoningFormat", "ReasoningSplitter", "ReasoningStream"]
+__all__ = ["REASONING_FORMATS", "REASONING_PARSERS", "Parts", "ReasoningFormat", "ReasoningSplitter",
+           "ReasoningStream"]
 
 
 def held_back(text: str, markers: tuple[str, ...]) -> int:
@@ -42,6 +45,19 @@ def held_back(text: str, markers: tuple[str, ...]) -> int:
         if any(m.startswith(text[-n:]) for m in markers):
             return n
     return 0
+
+
+class Parts(NamedTuple):
+    """One split of an output text. ``start`` / ``end`` bound the reasoning's span in the text itself (what
+    server/openai_api.py places tokens by): from its start marker (0 for formats that start inside) to the end of
+    its end marker (the start of a tool section, which stays in the content); ``start`` None: no reasoning (yet),
+    ``end`` None: it runs on to the end of the text. Text before ``start`` and from ``end`` on is the content."""
+
+    reasoning: str | None  # None where the output has none
+    content: str
+    ended: bool  # its end marker or the tool section came
+    start: int | None
+    end: int | None
 
 
 class ReasoningSplitter:
@@ -56,56 +72,64 @@ class ReasoningSplitter:
         """(reasoning or None where the output has none, content)."""
         return self.parts(text, finished)[:2]
 
-    def parts(self, text: str, finished: bool) -> tuple[str | None, str, bool]:
-        """split()'s parts, and whether the reasoning has ended (its end marker or the tool section came)."""
+    def parts(self, text: str, finished: bool) -> Parts:
+        """split()'s parts, whether the reasoning has ended, and where it lies in ``text``."""
         fmt = self.fmt
         if fmt.forced:
             body = len(text) - len(text.lstrip())
             if text.startswith(fmt.start, body):
                 body += len(fmt.start)
             elif not finished and fmt.start.startswith(text[body:]):
-                return "", "", False  # (the start marker may be coming)
-            before = ""
+                return Parts("", "", False, 0, None)  # (the start marker may be coming)
+            before, start = "", 0
         else:
-            i = text.find(fmt.start)
-            if i < 0:
+            start = text.find(fmt.start)
+            if start < 0:
                 keep = len(text) if finished else len(text) - held_back(text, (fmt.start,))
-                return None, text[:keep], False
-            before, body = text[:i], i + len(fmt.start)
+                return Parts(None, text[:keep], False, None, None)
+            before, body = text[:start], start + len(fmt.start)
         # The reasoning runs to the first end marker (or tool section), else to the end of the text.
         ends = [(j, m) for m in (fmt.end, fmt.tool_start) if m for j in (text.find(m, body),) if j >= 0]
         if not ends:
             stop = len(text) if finished else len(text) - held_back(text, fmt.markers()[1:])
             # (stripped at both ends while it grows too: trailing whitespace goes if the end marker comes next)
-            return text[body:stop].strip(), before, False
+            return Parts(text[body:stop].strip(), before, False, start, None)
         j, marker = min(ends)
         reasoning = text[body:j].strip()
         if marker == fmt.end:
-            rest = text[j + len(marker):].lstrip()
+            end = j + len(marker)
+            rest = text[end:].lstrip()
             if not finished and not rest:  # (whitespace so far: wait for what follows)
-                return reasoning, before, True
-            return reasoning, before + rest, True
-        return reasoning, before + text[j:], True  # the tool section is content, for the tool-call parser
+                return Parts(reasoning, before, True, start, end)
+            return Parts(reasoning, before + rest, True, start, end)
+        # the tool section is content, for the tool-call parser
+        return Parts(reasoning, before + text[j:], True, start, j)
 
 
 class ReasoningStream:
     """One streamed choice: ``feed(text so far, finished)`` -> (reasoning delta, content so far). With
-    ``stream_reasoning`` off the reasoning comes as one delta once it has ended (or the output has)."""
+    ``stream_reasoning`` off the reasoning comes as one delta once it has ended (or the output has). ``last``: the
+    latest feed's Parts (where the reasoning lies in the text, whether it has ended)."""
 
     def __init__(self, fmt: ReasoningFormat, stream_reasoning: bool = True):
         self.splitter = ReasoningSplitter(fmt)
         self.stream_reasoning = stream_reasoning
         self.sent = 0  # characters of reasoning sent
+        self.last = Parts(None, "", False, None, None)
 
     def feed(self, text: str, finished: bool) -> tuple[str, str]:
-        reasoning, content, ended = self.splitter.parts(text, finished)
-        if not self.stream_reasoning and not (finished or ended):
-            return "", content
-        reasoning = reasoning or ""
+        self.last = parts = self.splitter.parts(text, finished)
+        if not self.stream_reasoning and not (finished or parts.ended):
+            return "", parts.content
+        reasoning = parts.reasoning or ""
         delta = reasoning[self.sent:]
         self.sent = max(self.sent, len(reasoning))
-        return delta, content
+        return delta, parts.content
 
     def decided(self, text: str, finished: bool) -> int:
-        """How much of ``text`` the split has placed (all but a trailing piece that may start a marker)."""
-        return len(text) if finished else len(text) - held_back(text, self.splitter.fmt.markers())
+        """How much of ``text`` the split has placed: all but a trailing piece that may start a marker (a whole
+        marker at the end is placed: the split has read it, and its tokens go with the reasoning's delta)."""
+        if finished:
+            return len(text)
+        markers = tuple(m for m in self.splitter.fmt.markers() if not text.endswith(m))
+        return len(text) - (held_back(text, markers) if markers else 0)

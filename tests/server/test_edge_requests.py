@@ -103,6 +103,16 @@ def test_completions_without_a_tokenizer_is_a_400(tokenizerless):
     assert r.status_code == 200 and len(r.json()["output_ids"]) == 3, r.text
 
 
+def test_generate_text_in_logprobs_needs_a_tokenizer(tokenizerless):
+    """SGLang's return_text_in_logprobs without a tokenizer: no text to give, a 400 naming the field (SGLang fails
+    on an assertion); logprobs alone still answer, with null text."""
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2}, "return_logprob": True}
+    err = _error(_post(tokenizerless, "/generate", {**body, "return_text_in_logprobs": True}))
+    assert err["param"] == "return_text_in_logprobs" and "--skip-tokenizer-init" in err["message"], err
+    r = _post(tokenizerless, "/generate", body)
+    assert r.status_code == 200 and [row[2] for row in r.json()["meta_info"]["output_token_logprobs"]] == [None] * 2
+
+
 @pytest.mark.parametrize("argv,says", [
     (["--api-key", ""], "api_key is empty"),
     (["--api-key", " sekret"], "whitespace"),
