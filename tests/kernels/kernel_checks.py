@@ -1031,9 +1031,12 @@ for _module in ("fold_checks", "gemv_fma_checks", "gqa_checks", "mla_prefill_che
 
 if __name__ == "__main__":
     # One JSON line per case: {"case", "ok", "detail"}; a failing case does not stop the others.
+    # "seconds": the case's own time, so the slow ones can be found (the interpreter is most of the CPU suite).
     for name in sys.argv[1:] or list(CASES):
+        t0 = time.perf_counter()
         try:
             result = CASES[name]()
-            print(json.dumps({"case": name, "ok": True, "detail": result}), flush=True)
+            row = {"case": name, "ok": True, "detail": result}
         except Exception:
-            print(json.dumps({"case": name, "ok": False, "detail": traceback.format_exc()}), flush=True)
+            row = {"case": name, "ok": False, "detail": traceback.format_exc()}
+        print(json.dumps({**row, "seconds": round(time.perf_counter() - t0, 2)}), flush=True)

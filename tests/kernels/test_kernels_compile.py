@@ -14,20 +14,32 @@ import pytest
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from case_runner import run_cases, selected_cases  # noqa: E402
+from case_runner import CaseRun, selected_cases, take_run  # noqa: E402
 from compile_checks import CASES  # noqa: E402
+
+
+def _ptxas() -> bool:
+    import triton
+
+    return bool(shutil.which(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")))
+
+
+def start_cases(items) -> CaseRun | None:
+    """The compile checks' run of the session's selected cases (every case compiles several kernels for two GPUs;
+    tests/kernels/conftest.py starts it at collection); None without ptxas (the fixture skips)."""
+    cases = selected_cases(items, __file__, CASES)
+    if not cases or not _ptxas():
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    return CaseRun(HERE / "compile_checks.py", cases, env)
 
 
 @pytest.fixture(scope="module")
 def compile_results(request) -> dict[str, dict]:
-    import triton
-
-    if not shutil.which(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")):
+    if not _ptxas():
         pytest.skip("this Triton wheel ships no ptxas")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-    # Only the cases this session selected (e.g. -k moe): every case compiles several kernels for two GPUs.
-    return run_cases(HERE / "compile_checks.py", selected_cases(request, CASES), env, timeout=540)
+    return take_run(request, __file__, start_cases).results(timeout=540)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -1,8 +1,8 @@
 """Triton kernels vs their torch references on CPU, under the Triton interpreter.
 
 The interpreter must be switched on before triton is imported, and other tests in this pytest process import
-triton without it, so the cases run in fresh subprocesses (kernel_checks.py, one a core: case_runner.py) and are
-reported one by one.
+triton without it, so the cases run in fresh subprocesses (kernel_checks.py, one a core: case_runner.py), started
+when the session's tests are collected (conftest.py), and are reported one by one.
 """
 
 from __future__ import annotations
@@ -16,16 +16,24 @@ import pytest
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from case_runner import run_cases, selected_cases  # noqa: E402
+from case_runner import CaseRun, selected_cases, take_run  # noqa: E402
 from kernel_checks import CASES  # noqa: E402
+
+
+def start_cases(items) -> CaseRun | None:
+    """The interpreter's run of the session's selected cases (tests/kernels/conftest.py starts it at collection)."""
+    cases = selected_cases(items, __file__, CASES)
+    if not cases:
+        return None
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return CaseRun(HERE / "kernel_checks.py", cases, env)
 
 
 @pytest.fixture(scope="module")
 def interpreter_results(request) -> dict[str, dict]:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
     # ~7 minutes on one core of a 2-core CI-like machine (2026-11-30), about half that on both
-    return run_cases(HERE / "kernel_checks.py", selected_cases(request, CASES), env, timeout=720)
+    return take_run(request, __file__, start_cases).results(timeout=720)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
