@@ -9,6 +9,9 @@
 # g1 (any card): the graph runner, overlap and CUDA engine GPU tests (speculative output with graphs and kernels
 #     equal to the reference's, the fallback counters, sampling, grammar, adaptive k, KV pressure), then the slice end
 #     to end (bench_e2e.py, batch 1, uniform routing): the target alone and k = 3 at an accept length pinned to 3.0.
+# Ran (two calls, the first refused for want of a machine): h at aae5016 on an H100, so g1; run from `git archive` of
+# that commit carried as .carry/head.tar.gz (the helpers' uncommitted edits stayed here); results
+# benchmarks/results/h100/session59_g1_*_aae5016*, docs/BENCHMARKS.md section 1, "Fifty-ninth session".
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: h | g1}
