@@ -27,6 +27,35 @@ def torch_one_thread():
     torch.set_num_threads(before)
 
 
+# The kernel checks' subprocess runs (tests/kernels/case_runner.py: the interpreter's and the compile checks') start as
+# soon as the session's tests are collected: they are most of the CPU suite's time, single-threaded a shard, and run
+# beside the tests before them instead of after them (the suite took ~20 minutes on a 2-core machine with them run in
+# turn). A test module with ``start_cases(items)`` takes part; its fixture asks ``started_case_run`` for the run.
+_CASE_RUNS = pytest.StashKey[dict]()
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    runs = session.config.stash.setdefault(_CASE_RUNS, {})
+    for module in {item.module for item in session.items if hasattr(getattr(item, "module", None), "start_cases")}:
+        run = module.start_cases(session.items)
+        if run is not None:
+            runs[module.__file__] = run
+
+
+def pytest_sessionfinish(session):
+    for run in session.config.stash.get(_CASE_RUNS, {}).values():
+        run.kill()  # (the session ended before the module's tests: -x, Ctrl-C)
+
+
+@pytest.fixture(scope="module")
+def started_case_run(request):
+    """The case run pytest_collection_finish started for this test module, or None (e.g. a module collected by
+    another runner): the module's fixture starts one then."""
+    return request.config.stash.get(_CASE_RUNS, {}).pop(request.module.__file__, None)
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

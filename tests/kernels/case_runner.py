@@ -1,6 +1,6 @@
 """Runs a checks script's cases (kernel_checks.py, compile_checks.py: one JSON line per case) in fresh
 subprocesses, sharded over the machine's cores: the interpreter and Triton's ptxas are single-threaded, and these
-two runs are most of the CPU suite's time. tests/kernels/conftest.py starts them as soon as the session's tests are
+two runs are most of the CPU suite's time. tests/conftest.py starts them as soon as the session's tests are
 collected, so that they run beside the rest of the suite (which keeps one core busy) instead of after it; each
 module's fixture then waits for its run's results."""
 
@@ -13,10 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 MAX_SHARDS = 8  # each shard imports torch and triton (~0.4 GB): bounded on a many-core machine
-RUNS = pytest.StashKey[dict]()  # {test module file: CaseRun} started by tests/kernels/conftest.py
 
 
 class CaseRun:
@@ -67,10 +64,3 @@ def selected_cases(items, module_file: str, all_cases) -> list[str]:
     name = Path(module_file).name
     return sorted({item.callspec.params["case"] for item in items
                    if Path(str(item.fspath)).name == name and hasattr(item, "callspec")} & set(all_cases))
-
-
-def take_run(request, module_file: str, start) -> CaseRun | None:
-    """The run conftest.py started for the test module in ``module_file``, else ``start(session items)`` now (a
-    module collected without the conftest's hook, e.g. imported by another runner)."""
-    run = request.config.stash.get(RUNS, {}).pop(module_file, None)
-    return run if run is not None else start(request.session.items)

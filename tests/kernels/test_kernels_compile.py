@@ -14,7 +14,7 @@ import pytest
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from case_runner import CaseRun, selected_cases, take_run  # noqa: E402
+from case_runner import CaseRun, selected_cases  # noqa: E402
 from compile_checks import CASES  # noqa: E402
 
 
@@ -26,7 +26,7 @@ def _ptxas() -> bool:
 
 def start_cases(items) -> CaseRun | None:
     """The compile checks' run of the session's selected cases (every case compiles several kernels for two GPUs;
-    tests/kernels/conftest.py starts it at collection); None without ptxas (the fixture skips)."""
+    tests/conftest.py starts it at collection); None without ptxas (the fixture skips)."""
     cases = selected_cases(items, __file__, CASES)
     if not cases or not _ptxas():
         return None
@@ -36,10 +36,10 @@ def start_cases(items) -> CaseRun | None:
 
 
 @pytest.fixture(scope="module")
-def compile_results(request) -> dict[str, dict]:
+def compile_results(request, started_case_run) -> dict[str, dict]:
     if not _ptxas():
         pytest.skip("this Triton wheel ships no ptxas")
-    return take_run(request, __file__, start_cases).results(timeout=540)
+    return (started_case_run or start_cases(request.session.items)).results(timeout=540)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -2,7 +2,7 @@
 
 The interpreter must be switched on before triton is imported, and other tests in this pytest process import
 triton without it, so the cases run in fresh subprocesses (kernel_checks.py, one a core: case_runner.py), started
-when the session's tests are collected (conftest.py), and are reported one by one.
+when the session's tests are collected (tests/conftest.py), and are reported one by one.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import pytest
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from case_runner import CaseRun, selected_cases, take_run  # noqa: E402
+from case_runner import CaseRun, selected_cases  # noqa: E402
 from kernel_checks import CASES  # noqa: E402
 
 
 def start_cases(items) -> CaseRun | None:
-    """The interpreter's run of the session's selected cases (tests/kernels/conftest.py starts it at collection)."""
+    """The interpreter's run of the session's selected cases (tests/conftest.py starts it at collection)."""
     cases = selected_cases(items, __file__, CASES)
     if not cases:
         return None
@@ -31,9 +31,9 @@ def start_cases(items) -> CaseRun | None:
 
 
 @pytest.fixture(scope="module")
-def interpreter_results(request) -> dict[str, dict]:
+def interpreter_results(request, started_case_run) -> dict[str, dict]:
     # ~7 minutes on one core of a 2-core CI-like machine (2026-11-30), about half that on both
-    return take_run(request, __file__, start_cases).results(timeout=720)
+    return (started_case_run or start_cases(request.session.items)).results(timeout=720)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
