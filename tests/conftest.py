@@ -29,8 +29,9 @@ def torch_one_thread():
 
 # The kernel checks' subprocess runs (tests/kernels/case_runner.py: the interpreter's and the compile checks') start as
 # soon as the session's tests are collected: they are most of the CPU suite's time, single-threaded a shard, and run
-# beside the tests before them instead of after them (the suite took ~20 minutes on a 2-core machine with them run in
-# turn). A test module with ``start_cases(items)`` takes part; its fixture asks ``started_case_run`` for the run.
+# beside the other tests (pytest_collection_modifyitems puts their modules last) instead of after them: the suite
+# took ~20 minutes on a 2-core machine with them run in turn. A test module with ``start_cases(items)`` takes part;
+# its fixture asks ``started_case_run`` for the run.
 _CASE_RUNS = pytest.StashKey[dict]()
 
 
@@ -57,6 +58,8 @@ def started_case_run(request):
 
 
 def pytest_collection_modifyitems(config, items):
+    # The modules whose cases run in the background (above) go last, so that every other test runs while they do.
+    items.sort(key=lambda item: hasattr(getattr(item, "module", None), "start_cases"))  # (a stable sort)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA (marked gpu)")
