@@ -11,8 +11,8 @@ path or step count without the algorithm is an error, not ignored. --no-speculat
 
 For each prompt it prints the prompt followed by its continuation (with --json, the SGLang-shaped result
 instead), then one line of statistics (tokens, seconds, tokens/s, accept length) on stderr. Invalid flags
-are refused before the model loads; every error is one line naming the flag, with exit code 2. Ctrl-C stops
-at once (nothing is printed for the prompts: a batch is answered whole), exit code 130.
+are refused before the model loads; every error is one line naming the flag (after the usage), with exit
+code 2. Ctrl-C stops at once (nothing is printed for the prompts: a batch is answered whole), exit code 130.
 """
 
 from __future__ import annotations
@@ -50,15 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--speculative-draft-model-path", help="EAGLE-3 draft checkpoint directory")
     ap.add_argument("--speculative-num-steps", type=int, help="draft steps per round (default 3)")
     ap.add_argument("--no-speculation", action="store_true", help="target only (also for the embedded pair)")
-    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    ap.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
-    ap.add_argument("--tp-size", type=int, default=1)
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    ap.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | "
+                    "float16")
+    ap.add_argument("--tp-size", type=int, default=1, help="tensor-parallel processes (default 1)")
     g = ap.add_argument_group("sampling (SGLang's sampling_params)")
-    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--max-new-tokens", type=int, default=64, help="default 64")
     g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=-1, help="-1: off")
-    g.add_argument("--min-p", type=float, default=0.0)
+    g.add_argument("--top-p", type=float, default=1.0, help="default 1.0: off")
+    g.add_argument("--top-k", type=int, default=-1, help="default -1: off")
+    g.add_argument("--min-p", type=float, default=0.0, help="default 0.0: off")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--seed", type=int, help="sampling seed")
     ap.add_argument("--json", action="store_true", help="print the full SGLang-shaped result as JSON")

@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chat-template", help="a Jinja chat template file overriding the model directory's")
     g.add_argument("--skip-tokenizer-init", action="store_true", help="no tokenizer: /generate with input_ids only")
     g.add_argument("--context-length", type=int, help="maximum prompt + output tokens (default: the model's)")
-    g.add_argument("--dtype", help="auto | float32 | bfloat16 | float16")
+    g.add_argument("--dtype", help="auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16")
     g.add_argument("--trust-remote-code", action="store_true", help="accepted for SGLang compatibility; no effect "
                    "(no remote code is ever run)")
     g = p.add_argument_group("speculative decoding (SGLang names)")
@@ -89,19 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "this many rounds (default 16; 0: it extends over every token)")
     g = p.add_argument_group("runtime (SGLang names)")
     g.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
-    g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, help="tensor-parallel GPUs")
+    g.add_argument("--tp-size", "--tp", dest="tp_size", type=int,
+                   help="tensor-parallel processes, one a GPU (default 1)")
     g.add_argument("--disable-cuda-graph", action="store_true", help="run verify/draft forwards eagerly")
     g.add_argument("--disable-overlap-schedule", action="store_true",
-                   help="read each decode/speculative round before the next is queued (default: the next greedy "
-                   "round is queued on the GPU first)")
-    g.add_argument("--cuda-graph-max-bs", type=int, help="largest batch captured as a CUDA graph")
+                   help="read each decode/speculative round before the next is queued (default: the next round, "
+                   "greedy, sampled or with logprobs, is queued on the GPU first)")
+    g.add_argument("--cuda-graph-max-bs", type=int, help="largest batch captured as a CUDA graph (default 16)")
     g.add_argument("--cuda-graph-prefill-tokens", type=_int_list, metavar="N,N,...",
                    help="(sglang_eagle3) prompt lengths captured as prefill graphs, e.g. 32,64,128,256,512,1024 "
                    "(the default); '' turns them off")
     g.add_argument("--mha-prefill-tokens", type=int, metavar="N",
                    help="(sglang_eagle3) prefill forwards of >= N new tokens a request run MLA non-absorbed (keys "
-                   "and values decompressed once; a scratch of heads x 640 bytes a token: ~7%% of a TP=8 rank's KV "
-                   "cache); 0: always absorbed (default 64)")
+                   "and values decompressed once; a scratch of heads x (nope + rope + v) elements a KV slot: ~7%% of "
+                   "a Kimi-K2.5 TP=8 rank's KV cache); 0: always absorbed (default 64)")
     g.add_argument("--max-running-requests", type=int, help="requests in the running batch (default 32)")
     g.add_argument("--max-total-tokens", type=int, help="KV-cache size in tokens (default: max-running-requests x "
                    "context-length, cut to what fits under --mem-fraction-static)")
@@ -109,9 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "the rest is for activations and CUDA graphs (default 0.85)")
     g.add_argument("--page-size", type=int,
                    help="tokens per KV page (default 64: a multiple of the MLA kernel's key tile)")
-    g.add_argument("--attention-backend", help="auto | triton | torch")
-    g.add_argument("--moe-runner-backend", help="auto | triton | torch")
-    g.add_argument("--random-seed", type=int, help="seed for weight-free randomness (sampling without a seed)")
+    g.add_argument("--attention-backend", help="auto (Triton on CUDA) | triton | torch")
+    g.add_argument("--moe-runner-backend", help="auto (Triton on CUDA) | triton | torch")
+    g.add_argument("--random-seed", type=int,
+                   help="seeds of requests sampled without a seed, drawn in arrival order (default 0)")
     g.add_argument("--grammar-backend", choices=("xgrammar", "none"),
                    help="structured output (json_schema / regex / ebnf, response_format): xgrammar (default) or none")
     g.add_argument("--constrained-json-disable-any-whitespace", action="store_true",
@@ -129,11 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "then runs in one spawned worker, where they apply before torch starts); repeatable")
     g.add_argument("--use-worker-processes", action="store_true",
                    help="(sglang_eagle3) run even --tp-size 1 in a spawned worker (the TP code path)")
-    g.add_argument("--worker-timeout", type=float, help="(sglang_eagle3) seconds a worker may take to answer")
+    g.add_argument("--worker-timeout", type=float,
+                   help="(sglang_eagle3) seconds a worker may take to answer (default 300)")
     g = p.add_argument_group("server (SGLang names)")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     g.add_argument("--port", type=int, default=30000, help="port (default 30000, as SGLang)")
-    g.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (not on /health and /metrics)")
+    g.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (not on /health, /health_generate and "
+                   "/metrics, nor for OPTIONS)")
     g.add_argument("--max-queued-requests", type=int, default=4096,
                    help="requests allowed to wait beyond --max-running-requests; one more gets HTTP 503 "
                    "(default 4096; -1: unbounded)")

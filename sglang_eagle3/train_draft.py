@@ -13,10 +13,11 @@ hidden states read from the target at ``--aux-layer-ids``. It writes ``config.js
 for k = 1..5 draft tokens on prompts cut from that text.
 
 Every flag, the target's config and tokenizer, the texts (``--data``, ``--eval-data``) and the draft's shape
-are checked before the target's weights load; a problem is one line naming the flag, with exit code 2.
-``--output`` is created only when the draft is written, and whole: the files go to a hidden sibling directory
-that is then renamed into place (a failed write leaves nothing). An existing ``--output`` must be empty or hold
-only a previous draft's files (config.json, model.safetensors, the --report file), which are replaced.
+are checked before the target's weights load; a problem is one line naming the flag (after the usage), with
+exit code 2. ``--output`` is created only when the draft is written, and whole: the files go to a hidden
+sibling directory that is then renamed into place (a failed write leaves nothing). An existing ``--output`` must
+be empty or hold only a previous draft's files (config.json, model.safetensors, the --report file), which are
+replaced.
 
 What it does not do (SpecForge is the tool for those): data or tensor parallelism, offline hidden-state
 dumps, chat-formatted datasets with loss masks on assistant turns, targets that do not fit on one device.
@@ -119,25 +120,30 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--steps", type=_positive, default=2000, help="optimizer steps (default 2000)")
     g.add_argument("--batch-size", type=_positive, default=64, help="sequences a step (default 64)")
     g.add_argument("--lr", type=_positive_float, default=1e-3, help="peak learning rate, cosine to 5%% (default 1e-3)")
-    g.add_argument("--warmup-steps", type=_non_negative, default=100, help="cut to --steps - 1")
-    g.add_argument("--ttt-steps", type=_positive, default=5, help="unrolled training-time-test steps")
+    g.add_argument("--warmup-steps", type=_non_negative, default=100,
+                   help="learning-rate warm-up steps, cut to --steps - 1 (default 100)")
+    g.add_argument("--ttt-steps", type=_positive, default=5, help="unrolled training-time-test steps (default 5)")
     g.add_argument("--seed", type=_seed, default=0, help="seeds data sampling, init and batches (default 0)")
     g.add_argument("--time-limit", type=_positive_float, default=None,
                    help="fit training into this many seconds: after a few timed steps the step count is cut (with "
                         "the learning-rate schedule) to end in time; past it training stops")
-    g.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto")
+    g.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto (default auto)")
     g.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                    help="target weights and autocast dtype (auto: bfloat16 on CUDA, float32 on CPU)")
     g = ap.add_argument_group("data")
     g.add_argument("--gen-tokens", type=_non_negative, default=192,
-                   help="greedy tokens the target appends to each prompt (0: train on the text as is)")
-    g.add_argument("--prompt-tokens", type=_positive, default=64, help="prompt window length for regeneration")
-    g.add_argument("--seq-len", type=int_at_least(2), default=256, help="window length when --gen-tokens 0")
+                   help="greedy tokens the target appends to each prompt (default 192; 0: train on the text as is)")
+    g.add_argument("--prompt-tokens", type=_positive, default=64,
+                   help="prompt window length for regeneration (default 64)")
+    g.add_argument("--seq-len", type=int_at_least(2), default=256,
+                   help="window length when --gen-tokens 0 (default 256)")
     g.add_argument("--num-sequences", type=_non_negative, default=2048,
-                   help="prompts to regenerate; with --gen-tokens 0, windows to keep (0: all)")
-    g.add_argument("--gen-batch-size", type=_positive, default=256, help="prompts regenerated at once")
+                   help="prompts to regenerate; with --gen-tokens 0, windows to keep (default 2048; 0: all)")
+    g.add_argument("--gen-batch-size", type=_positive, default=256, help="prompts regenerated at once (default 256)")
     g = ap.add_argument_group("draft architecture")
-    g.add_argument("--draft-vocab-size", type=_positive, default=32000, help="clamped to the target vocab")
+    g.add_argument("--draft-vocab-size", type=_positive, default=32000,
+                   help="draft vocabulary: the most frequent tokens of the data (default 32000, clamped to the "
+                   "target vocab)")
     g.add_argument("--aux-layer-ids", type=_layer_ids, default=None,
                    help="comma-separated target layers whose input feeds fc (default: SGLang's [2, L//2, L-3])")
     g.add_argument("--num-heads", type=_positive, default=None, help="default: hidden size / head dim")

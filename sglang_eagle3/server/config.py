@@ -17,7 +17,8 @@ class ServerConfig:
     served_model_name: str = "default"
     # Requests allowed to wait beyond max_running_requests; one more is answered 503. None: unbounded.
     max_queued_requests: int | None = 4096
-    # When set, every endpoint but /health needs ``Authorization: Bearer <api_key>``.
+    # When set, every endpoint but /health, /health_generate and /metrics needs ``Authorization: Bearer <api_key>``
+    # (OPTIONS too is let through: a browser's CORS preflight carries no key).
     api_key: str | None = None
     # Seconds /get_server_info and /metrics wait for the engine thread before answering 503.
     snapshot_timeout_s: float = 10.0
