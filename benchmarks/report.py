@@ -10,6 +10,7 @@ context) and not slower at decode (the interval not above 1 at any context).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -56,17 +57,26 @@ def paired_table(d: dict) -> str:
     return "\n".join(lines)
 
 
-def main(paths: list[str]) -> None:
+def main(paths: list[str]) -> int:
+    status = 0
     for p in paths:
-        with open(p) as f:
-            d = json.load(f)
-        if "cases" in d and d["cases"] and "eager_ms" in d["cases"][0]:
+        try:
+            with open(p) as f:
+                d = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            print(f"report.py: {p}: {e}", file=sys.stderr)
+            status = 1
+            continue
+        if isinstance(d, dict) and d.get("cases") and "eager_ms" in d["cases"][0]:
             print(f"`{p}`\n\n{verify_graph_table(d)}\n")
             if d.get("paired"):
                 print(f"{paired_table(d)}\n")
         else:
             print(f"`{p}`: no renderer for this file")
+    return status
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("paths", nargs="+", metavar="JSON", help="bench_verify_graph.py result files")
+    raise SystemExit(main(ap.parse_args().paths))

@@ -4,6 +4,7 @@ drift shared by every setting of a round cancels where the medians of separately
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -154,3 +155,17 @@ def test_report_paired_verdicts():
     assert paired_verdict({(1024, 1): paired[0]["settings"]["wins"]}).startswith("undecided")
     table = paired_table(d)
     assert table.count("\n| ") == len(effects) + 1 and "(the base)" in table and "1024 T=4" in table, table
+
+
+def test_report_cli_help_and_unreadable_files(tmp_path):
+    """report.py answers --help (it read '--help' as a file name) and names a file it cannot read, exit status 1,
+    still rendering the readable ones."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "report.py"
+    assert subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True).returncode == 0
+    good = tmp_path / "other.json"
+    good.write_text(json.dumps({"something": 1}))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "missing.json"), str(good)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "missing.json" in proc.stderr and "no renderer" in proc.stdout
