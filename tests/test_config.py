@@ -228,7 +228,7 @@ def test_eagle3_draft_config():
 
 
 BAD_DRAFT = [
-    ({"architectures": ["LlamaForCausalLM"]}, ["LlamaForCausalLM", "EAGLE-3"]),
+    ({"architectures": ["Qwen2ForCausalLM"]}, ["Qwen2ForCausalLM", "EAGLE-3"]),  # (LlamaForCausalLM: as SGLang)
     ({"num_key_value_heads": 5}, ["num_attention_heads=56", "num_key_value_heads=5"]),
     ({"draft_vocab_size": 200000}, ["draft_vocab_size=200000", "163840"]),
     ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}, ["3 ids", "[1, 2]"]),

@@ -69,7 +69,10 @@ def test_hung_rank_is_named_with_its_stack(small_pair, monkeypatch):
     """Rank 1 stops answering in its second step while rank 0 waits for it in an all-reduce: the timeout names
     rank 1 and where it hangs (it named rank 0, the lowest rank without a reply, or rank 0's gloo timeout)."""
     monkeypatch.setenv(FAULT_ENV, "rank=1,at=step:2,hang=1")
-    eng = _engine(small_pair, worker_timeout=4)
+    # The start-up waits under worker_timeout too, and two workers importing torch beside the suite's background
+    # kernel checks took more than 4 s: start with room, then hold the steps to 4 s.
+    eng = _engine(small_pair, worker_timeout=60)
+    eng.backend.timeout = 4
     try:
         pids = [p.pid for p in eng.backend.procs]
         t0 = time.monotonic()
