@@ -23,7 +23,7 @@ class CaseRun:
     def __init__(self, script: Path, cases: list[str], env: dict[str, str]):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         shards = max(1, min(len(cases), cores, MAX_SHARDS))
-        self.script, self.cases = script, list(cases)
+        self.script = script
         # At a lower priority: beside the suite's other tests, whose multi-process tests (TP over gloo, servers)
         # slowed 2-3x when these shared the cores with them at the same priority, they take the cores left idle.
         self.procs = [subprocess.Popen([sys.executable, str(script), *cases[i::shards]], env=env,

@@ -32,7 +32,7 @@ def start_cases(items) -> CaseRun | None:
 
 @pytest.fixture(scope="module")
 def interpreter_results(request, started_case_run) -> dict[str, dict]:
-    # ~7 minutes on one core of a 2-core CI-like machine (2026-11-30), about half that on both
+    # ~11 CPU-minutes of cases (2026-12-07, two shards on a 2-core machine), most of them run by the time it is asked
     return (started_case_run or start_cases(request.session.items)).results(timeout=720)
 
 

@@ -15,6 +15,7 @@ import torch
 from sglang_eagle3.engine import Engine
 from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
 from sglang_eagle3.server.driver import BatchTooLargeError, DuplicateRequestIdError
+from sglang_eagle3.server.serving import Serving
 
 
 @pytest.fixture(scope="module")
@@ -202,17 +203,27 @@ def test_shutdown_ends_requests_in_flight_with_an_error(make_app, engine, monkey
 
     monkeypatch.setattr(engine.scheduler, "step", slow_step)
     long = {"max_tokens": 200, "temperature": 0, "ignore_eos": True}
+    # The stream has answered 200 once Serving.stream returns (it awaits the first chunk first); until then a
+    # shutdown is its 503. Polling the steps and sleeping was not enough on a loaded 2-core box.
+    answered: list[asyncio.Event] = []
+    real_stream = Serving.stream
+
+    async def stream_answered(self, *args):
+        response = await real_stream(self, *args)
+        answered[0].set()
+        return response
+
+    monkeypatch.setattr(Serving, "stream", stream_answered)
 
     async def scenario():
+        answered.append(asyncio.Event())
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
             stream = asyncio.create_task(c.post("/v1/completions", json={"model": "tiny", "prompt": "Sphinx",
                                                                         "stream": True, **long}))
             waiting = asyncio.create_task(c.post("/v1/completions", json={"model": "tiny", "prompt": "Jump", **long}))
-            # The stream has sent tokens: its prefill and two rounds stepped (a fixed sleep was too short on a
-            # loaded 2-core box, and the stream then held no token event).
-            while driver.inflight < 2 or steps[0] < 3:
+            await answered[0].wait()
+            while driver.inflight < 2 or steps[0] < 3:  # (both admitted, and the stream holds token events)
                 await asyncio.sleep(0.01)
-            await asyncio.sleep(0.05)
             t0 = time.monotonic()
             driver.begin_shutdown(2.0)
             refused, health = await c.post("/generate", json=GEN), await c.get("/health")
