@@ -12,6 +12,7 @@ import pytest
 
 from sglang_eagle3.config import ConfigError, DraftConfig, ModelConfig
 from sglang_eagle3.tokenizer import load_tokenizer
+from tests.test_config import KIMI_K25
 
 # ----------------------------------------------------------------------------------------------------------
 # Tokenizers
@@ -160,20 +161,9 @@ def test_malformed_tokenizer_config_names_the_file(tmp_path):
 # Target configs
 # ----------------------------------------------------------------------------------------------------------
 def _kimi_text(**change) -> dict:
-    """Kimi-K2-Instruct / K2.5's language-model fields as published (DeepseekV3ForCausalLM, model_type kimi_k2)."""
-    cfg = {
-        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "vocab_size": 163840,
-        "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
-        "num_attention_heads": 64, "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512,
-        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 384,
-        "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
-        "norm_topk_prob": True, "routed_scaling_factor": 2.827, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
-        "rms_norm_eps": 1e-6, "max_position_embeddings": 262144, "rope_theta": 50000.0, "moe_layer_freq": 1,
-        "rope_scaling": {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 64.0, "mscale": 1.0, "mscale_all_dim": 1.0,
-                         "original_max_position_embeddings": 4096, "type": "yarn"},
-        "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": False, "bos_token_id": 163584,
-        "eos_token_id": 163585, "num_nextn_predict_layers": 0,
-    }
+    """Kimi-K2-Instruct / K2.5's language-model fields as published (tests/test_config.py's KIMI_K25), model_type
+    kimi_k2, with ``change`` applied (_DROP: the field left out)."""
+    cfg = {**KIMI_K25["text_config"], "model_type": "kimi_k2"}
     for k, v in change.items():
         if v is _DROP:
             cfg.pop(k, None)
