@@ -223,6 +223,10 @@ class EngineArgs:
     worker_env: tuple[tuple[str, str], ...] = ()
     use_worker_processes: bool = False  # run even tp_size=1 in a spawned worker (same path as TP)
     worker_timeout: float = 300.0  # seconds a worker may take to answer before it is declared failed
+    # Seconds the workers may take to start: the process group, the checkpoint load, KV pool, graph capture and the
+    # adaptive timing (a 1T-parameter load from network storage can pass worker_timeout's 300 s). A death or an
+    # error at start-up is named at once either way; this bounds a start-up that hangs.
+    worker_start_timeout: float = 1800.0
 
     def __post_init__(self):
         self._check_types()
@@ -300,8 +304,9 @@ class EngineArgs:
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
             raise ConfigError(f"reasoning_parser={self.reasoning_parser!r} must be one of "
                               f"{', '.join(REASONING_PARSERS)}")
-        if not self.worker_timeout > 0:
-            raise ConfigError(f"worker_timeout={self.worker_timeout!r} must be > 0 seconds")
+        for name in ("worker_timeout", "worker_start_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be > 0 seconds")
 
     def _check_types(self) -> None:
         """Every field against its annotation's kind, before any range check compares it: a string or a bool
@@ -374,7 +379,7 @@ _FIELD_KINDS = {
     "mem_fraction_static": "float", "attention_backend": "str", "moe_runner_backend": "str", "random_seed": "int",
     "grammar_backend": "str", "constrained_json_disable_any_whitespace": "bool", "skip_tokenizer_init": "bool",
     "reasoning_parser": "str?", "log_level": "str", "worker_env": "env", "use_worker_processes": "bool",
-    "worker_timeout": "float",
+    "worker_timeout": "float", "worker_start_timeout": "float",
 }
 
 
@@ -478,7 +483,8 @@ class Engine:
                             "apply before torch starts (set them in this process's environment instead to keep "
                             "it in-process)", sorted(k for k, _ in args.worker_env))
 
-            self.backend = TPWorkerGroup(args, plan, timeout=args.worker_timeout)
+            self.backend = TPWorkerGroup(args, plan, timeout=args.worker_timeout,
+                                         start_timeout=args.worker_start_timeout)
             self.worker_env_reports = self.backend.env_reports
             self.runner = None
         else:

@@ -33,7 +33,7 @@ _ENGINE_FLAGS = (
     "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size", "device",
     "dtype", "cuda_graph_max_bs", "max_running_requests", "context_length", "attention_backend",
     "moe_runner_backend", "random_seed", "page_size", "max_total_tokens", "mem_fraction_static", "log_level",
-    "worker_timeout",
+    "worker_timeout", "worker_start_timeout",
     "cuda_graph_prefill_tokens", "mha_prefill_tokens", "max_top_logprobs_num", "max_stop_strings",
     "max_stop_str_len", "grammar_backend", "reasoning_parser", "speculative_adaptive_probe_rounds",
 )
@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="(sglang_eagle3) run even --tp-size 1 in a spawned worker (the TP code path)")
     g.add_argument("--worker-timeout", type=float,
                    help="(sglang_eagle3) seconds a worker may take to answer (default 300)")
+    g.add_argument("--worker-start-timeout", type=float,
+                   help="(sglang_eagle3) seconds the workers may take to start: the checkpoint load and graph "
+                   "capture included (default 1800)")
     g = p.add_argument_group("server (SGLang names)")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     g.add_argument("--port", type=int, default=30000, help="port (default 30000, as SGLang)")
@@ -219,6 +222,7 @@ NATIVE_ONLY_FLAGS = {
     "--max-stop-str-len": None, "--max-stop-strings": None, "--max-top-logprobs-num": None,
     "--shutdown-grace-s": None, "--speculative-aux-layer-ids": None, "--speculative-num-steps-candidates": None,
     "--speculative-adaptive-probe-rounds": None, "--use-worker-processes": None, "--worker-timeout": None,
+    "--worker-start-timeout": None,
 }
 # Ours and SGLang's for the same thing under another name.
 _SGLANG_NAMES = {"--tp": "--tp-size"}

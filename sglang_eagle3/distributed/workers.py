@@ -20,13 +20,14 @@ held the end of another caller's request: the next step first asks rank 0 what i
 
 Failure handling: a worker that raises sends its traceback before exiting; the engine polls every pipe with
 a deadline and checks process liveness, so a crash at start-up or mid-run becomes a WorkerError naming the
-rank and cause (its traceback, or the signal that killed it: SIGKILL is what the OOM killer sends) within
-``timeout`` seconds, after which every worker is terminated (then killed). One rank's failure makes the others
-fail in the collective they wait in (gloo raises at once, NCCL waits), so the engine looks at every rank before it
-names one: a rank that died or raised outside torch.distributed is the cause, the others are listed after it. A
-rank that gives no reply (a hang) is asked for its Python stack (faulthandler, SIGUSR1): one stuck outside a
-collective is named over those waiting for it inside one. A worker exits by itself when the engine's process is
-gone (killed with SIGKILL or SIGTERM, which run no clean-up), so none is left holding a GPU.
+rank and cause (its traceback, or the signal that killed it: SIGKILL is what the OOM killer sends) at once, and a
+rank silent for ``timeout`` seconds (``start_timeout`` while the workers start: the load and graph capture take
+longer than any command) one naming it too; then every worker is terminated (then killed). One rank's failure
+makes the others fail in the collective they wait in (gloo raises at once, NCCL waits), so the engine looks at
+every rank before it names one: a rank that died or raised outside torch.distributed is the cause, the others
+are listed after it. A rank that gives no reply (a hang) is asked for its Python stack (faulthandler, SIGUSR1):
+one stuck outside a collective is named over those waiting for it inside one. A worker exits by itself when the
+engine's process is gone (killed with SIGKILL or SIGTERM, which run no clean-up), so none is left holding a GPU.
 
 Rendezvous: rank 0 opens the TCP store on a port the OS picks and hands it to the others through the engine, so
 engines started at once on one machine never race for a port.
@@ -284,7 +285,9 @@ _DIED, _RAISED, _SILENT = 0, 1, 2
 class TPWorkerGroup:
     """tp_size worker processes behind the ModelWorker interface (add/abort/step/has_work/info)."""
 
-    def __init__(self, args, plan: dict, *, timeout: float = 300.0):
+    def __init__(self, args, plan: dict, *, timeout: float = 300.0, start_timeout: float = 1800.0):
+        """``timeout``: seconds each command may take (worker_timeout); ``start_timeout``: the start-up's, the load
+        and graph capture included (worker_start_timeout)."""
         self.size = args.tp_size
         self.timeout = timeout
         extra = check_worker_env(args.worker_env)
@@ -295,7 +298,10 @@ class TPWorkerGroup:
         spawned_env = {k: v for k, v in {**os.environ, **extra}.items()
                        if is_reported(k) or k in extra and not is_secret(k)}
         ctx = mp.get_context("spawn")
-        plan = dict(plan, timeout=timeout)
+        # The store's and process group's own timeout (the rendezvous, every collective): the longer of the two, so
+        # that neither a slow start-up nor a rank slower to load than its peers trips it. A hang is this engine's to
+        # name (_gather's deadlines), with the stuck rank's stack; gloo raising first on the waiting rank blamed it.
+        plan = dict(plan, timeout=max(timeout, start_timeout))
         self.procs, self.conns = [], []
         self._pending: dict = {}  # rid -> the caller's Request, until a step() returns it finished
         self._resync_due = False  # a call was cut short: _pending and the workers' queues may disagree (_resync)
@@ -317,12 +323,13 @@ class TPWorkerGroup:
                     child.close()
                     self.procs.append(p)
                     self.conns.append(parent)
-            deadline = time.monotonic() + timeout
-            (port,) = self._gather("the rendezvous port", 0, deadline, ranks=[0])
+            limit = ("worker_start_timeout", start_timeout)
+            deadline = time.monotonic() + start_timeout
+            (port,) = self._gather("the rendezvous port", 0, deadline, ranks=[0], limit=limit)
             for conn in self.conns[1:]:
                 with contextlib.suppress(BrokenPipeError, OSError):  # a rank gone: the gather below reads why
                     conn.send((0, "port", port))
-            replies = self._gather("ready", 0, deadline)
+            replies = self._gather("ready", 0, deadline, limit=limit)
         except BaseException:
             self.close(graceful=False)
             raise
@@ -345,11 +352,14 @@ class TPWorkerGroup:
         return os.path.join(self._stack_dir, f"rank{rank}.stack")
 
     # -- plumbing -------------------------------------------------------------------------------------
-    def _gather(self, what: str, seq: int, deadline: float, ranks=None, failures=None) -> list:
+    def _gather(self, what: str, seq: int, deadline: float, ranks=None, failures=None,
+                limit: tuple[str, float] | None = None) -> list:
         """Waits for every rank's reply to command ``seq`` (or those of ``ranks``); raises WorkerError naming the
         rank that failed (_fail_ranks). Once one failed (``failures``: known already) or the deadline passed, the
         others get _FAILURE_GRACE_S more: to fail too (a peer's death reaches gloo at once), or to reply after all.
-        Replies to earlier commands, left unread by a call that was interrupted, are dropped."""
+        Replies to earlier commands, left unread by a call that was interrupted, are dropped. ``limit``: the setting
+        the deadline came from, (name, seconds); worker_timeout's by default."""
+        limit = limit or ("worker_timeout", self.timeout)
         out: list = [None] * self.size
         waiting = set(range(self.size) if ranks is None else ranks)
         failures = dict(failures or {})
@@ -369,7 +379,7 @@ class TPWorkerGroup:
             if grace_end is not None and now > grace_end:
                 break
         if failures or waiting:
-            self._fail_ranks(what, waiting, failures, timed_out, since=deadline - self.timeout)
+            self._fail_ranks(what, waiting, failures, timed_out, since=deadline - limit[1], limit=limit)
         return [out[r] for r in ranks] if ranks is not None else out
 
     def _poll(self, rank: int, what: str, seq: int, wait_s: float = 0.01):
@@ -394,7 +404,8 @@ class TPWorkerGroup:
             return _Failure(f"{_exit_cause(proc)} while waiting for {what}", _DIED, False)
         return None
 
-    def _fail_ranks(self, what: str, waiting: set, failures: dict, timed_out: bool, since: float) -> None:
+    def _fail_ranks(self, what: str, waiting: set, failures: dict, timed_out: bool, since: float,
+                    limit: tuple[str, float]) -> None:
         """Names the rank that failed first in cause, not in reading order, then stops every worker: a rank still
         silent (``waiting``) is asked for its stack, and one stuck outside torch.distributed is the cause over ranks
         that raised or wait inside it."""
@@ -402,7 +413,7 @@ class TPWorkerGroup:
         for rank in sorted(waiting):
             frames = stacks.get(rank)
             why = f"no reply to {what} in {time.monotonic() - since:.1f} s"
-            why += f" (worker_timeout={self.timeout:g} s)" if timed_out else ""
+            why += f" ({limit[0]}={limit[1]:g} s)" if timed_out else ""
             where = f"; its stack, innermost first: {' <- '.join(frames)}" if frames else ""
             failures[rank] = _Failure(why + where, _SILENT, bool(frames) and _in_torch_distributed(frames))
         order = list(failures)

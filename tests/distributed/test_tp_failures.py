@@ -69,10 +69,7 @@ def test_hung_rank_is_named_with_its_stack(small_pair, monkeypatch):
     """Rank 1 stops answering in its second step while rank 0 waits for it in an all-reduce: the timeout names
     rank 1 and where it hangs (it named rank 0, the lowest rank without a reply, or rank 0's gloo timeout)."""
     monkeypatch.setenv(FAULT_ENV, "rank=1,at=step:2,hang=1")
-    # The start-up waits under worker_timeout too, and two workers importing torch beside the suite's background
-    # kernel checks took more than 4 s: start with room, then hold the steps to 4 s.
-    eng = _engine(small_pair, worker_timeout=60)
-    eng.backend.timeout = 4
+    eng = _engine(small_pair, worker_timeout=4)  # (the start-up is worker_start_timeout's)
     try:
         pids = [p.pid for p in eng.backend.procs]
         t0 = time.monotonic()
@@ -86,6 +83,22 @@ def test_hung_rank_is_named_with_its_stack(small_pair, monkeypatch):
     assert "_inject (sglang_eagle3/distributed/workers.py" in first, first
     assert rest and rest[0].startswith("  then rank 0 (inside torch.distributed)"), rest
     assert not _wait_gone(pids, 10)
+
+
+def test_start_up_has_its_own_bound(small_pair, monkeypatch):
+    """The workers' start (spawn, torch's import, the load) is bounded by worker_start_timeout, not by each command's
+    worker_timeout: a start longer than worker_timeout succeeds (it failed as a hang: a Kimi-K2.5 load from slow
+    storage passes 300 s), and a rank that hangs at start-up is named under worker_start_timeout."""
+    eng = _engine(small_pair, worker_timeout=0.05)  # far less than two workers take to import torch
+    eng.shutdown()
+    monkeypatch.setenv(FAULT_ENV, "rank=1,at=start,hang=1")
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError) as err:
+        _engine(small_pair, worker_timeout=300, worker_start_timeout=8)
+    assert time.monotonic() - t0 < 30
+    first = str(err.value).splitlines()[0]
+    assert re.match(r"TP worker rank 1 failed: no reply to .* in \d+\.\d s \(worker_start_timeout=8 s\); its stack",
+                    first), first
 
 
 _KILLED_ENGINE = """
