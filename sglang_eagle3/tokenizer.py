@@ -228,9 +228,7 @@ def load_tokenizer(path: str) -> Tokenizer | None:
                          named_chat_templates=named)
     tm = os.path.join(path, "tiktoken.model")
     if os.path.exists(tm):
-        tokenizer = _load_tiktoken(tm, cfg, template, bos_token, eos_token)
-        tokenizer.named_chat_templates = named
-        return tokenizer
+        return _load_tiktoken(tm, cfg, template, bos_token, eos_token, named)
     logger.warning("no tokenizer.json or tiktoken.model in %s: text prompts are unavailable, use input_ids", path)
     return None
 
@@ -300,7 +298,7 @@ _TIKTOKEN_PATTERN = (
 
 
 def _load_tiktoken(path: str, cfg: dict, template: str | None, bos_token: str | None,
-                   eos_token: str | None) -> Tokenizer:
+                   eos_token: str | None, named_chat_templates: dict[str, str] | None = None) -> Tokenizer:
     """A tiktoken BPE file (base64 token + rank per line); special tokens from tokenizer_config's
     added_tokens_decoder."""
     try:
@@ -342,4 +340,5 @@ def _load_tiktoken(path: str, cfg: dict, template: str | None, bos_token: str | 
             return b""
 
     return Tokenizer(encode, decode, len(ranks) + len(special), eos_id, bos_id, template, special,
-                     bos_token=bos_token, eos_token=eos_token, token_bytes=token_bytes)
+                     bos_token=bos_token, eos_token=eos_token, token_bytes=token_bytes,
+                     named_chat_templates=named_chat_templates)
