@@ -301,8 +301,9 @@ async def generate(serving: Serving, request: HTTPRequest):
     tops = _per_item(body.top_logprobs_num, n, "top_logprobs_num", batch)
     rids = _rids(body.rid, n, batch)
     # SGLang's return_text_in_logprobs: each logprob row's third element the token's text (null without it)
-    table = serving.token_table if body.return_text_in_logprobs and any(lps) else None
-    if body.return_text_in_logprobs and any(lps) and table is None:
+    texts = bool(body.return_text_in_logprobs and any(lps))
+    table = serving.token_table if texts else None
+    if texts and table is None:
         raise APIError(400, "return_text_in_logprobs needs the server's tokenizer to decode the tokens, and this "
                        "server was started without one (--skip-tokenizer-init)", param="return_text_in_logprobs")
 
