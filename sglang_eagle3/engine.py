@@ -223,10 +223,11 @@ class EngineArgs:
     worker_env: tuple[tuple[str, str], ...] = ()
     use_worker_processes: bool = False  # run even tp_size=1 in a spawned worker (same path as TP)
     worker_timeout: float = 300.0  # seconds a worker may take to answer before it is declared failed
-    # Seconds the workers may take to start: the process group, the checkpoint load, KV pool, graph capture and the
-    # adaptive timing (a 1T-parameter load from network storage can pass worker_timeout's 300 s). A death or an
-    # error at start-up is named at once either way; this bounds a start-up that hangs.
-    worker_start_timeout: float = 1800.0
+    # Seconds the workers' start (the process group, the checkpoint load, KV pool, graph capture and the adaptive
+    # timing) may go without progress from any rank: each checkpoint tensor read and each graph captured is progress
+    # (progress.beat), so a 1T-parameter load from network storage may take an hour and a start-up that hangs is
+    # still named in minutes, with each rank's last progress and stack. A death or an error is named at once.
+    worker_start_timeout: float = 600.0
 
     def __post_init__(self):
         self._check_types()

@@ -134,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--worker-timeout", type=float,
                    help="(sglang_eagle3) seconds a worker may take to answer (default 300)")
     g.add_argument("--worker-start-timeout", type=float,
-                   help="(sglang_eagle3) seconds the workers may take to start: the checkpoint load and graph "
-                   "capture included (default 1800)")
+                   help="(sglang_eagle3) seconds the workers' start (checkpoint load, graph capture) may go "
+                   "without progress from any rank (default 600)")
     g = p.add_argument_group("server (SGLang names)")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     g.add_argument("--port", type=int, default=30000, help="port (default 30000, as SGLang)")

@@ -54,13 +54,15 @@ from multiprocessing.connection import wait as wait_for
 
 from sglang_eagle3 import env
 from sglang_eagle3.config import ConfigError
+from sglang_eagle3.progress import beat, listening
 from sglang_eagle3.runtime.grammar import GrammarBackend
 from sglang_eagle3.runtime.interrupts import defer_interrupt
 
 logger = logging.getLogger(__name__)
 
 # Test hook: "rank=R,at=start" or "rank=R,at=step:N" makes that rank raise there; with ",hang=1" it stops answering
-# there instead (sleeps until killed), as a rank stuck in a driver call would.
+# there instead (sleeps until killed), as a rank stuck in a driver call would; with ",slow=S" (at=start) it spends S
+# seconds there reporting progress, as a long healthy load does, then goes on.
 FAULT_ENV = env.FAULT_INJECT.name
 # After the first rank fails, how long the others get to fail too (a peer's death reaches gloo at once), so the
 # rank named is the cause rather than the first one read.
@@ -100,16 +102,24 @@ def _spawn_environment(extra: dict[str, str]):
         yield
 
 
-def _fault(rank: int) -> tuple[str | None, bool]:
-    """(where this rank fails, whether it hangs there rather than raising) from FAULT_ENV."""
+def _fault(rank: int) -> tuple[str | None, bool, float]:
+    """(where this rank fails, whether it hangs there rather than raising, seconds it is slow there instead) from
+    FAULT_ENV."""
     spec = env.FAULT_INJECT.raw() or ""
     kv = dict(p.split("=", 1) for p in spec.split(",") if "=" in p)
     if not spec or int(kv.get("rank", -1)) != rank:
-        return None, False
-    return kv.get("at"), kv.get("hang") == "1"
+        return None, False, 0.0
+    return kv.get("at"), kv.get("hang") == "1", float(kv.get("slow", 0))
 
 
-def _inject(rank: int, where: str, hang: bool) -> None:
+def _inject(rank: int, where: str, hang: bool, slow: float = 0.0) -> None:
+    """Raises, hangs, or is slow (then hangs with ``hang``, else goes on) at ``where``, as FAULT_ENV says."""
+    end = time.monotonic() + slow
+    while time.monotonic() < end:
+        beat("an injected slow %s (%s)", where, FAULT_ENV)
+        time.sleep(0.2)
+    if slow and not hang:
+        return
     if hang:
         logging.getLogger(__name__).warning("rank %d: hanging at %s (%s)", rank, where, FAULT_ENV)
         while True:
@@ -134,6 +144,21 @@ def _exit_with_engine(stack_path: str) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-engine", daemon=True).start()
+
+
+class _StartBeats:
+    """A worker's start-up progress (progress.beat) to the engine: the latest beat, at most every ``interval``
+    seconds (a checkpoint's tensors beat by the hundred thousand)."""
+
+    def __init__(self, conn, interval: float = 1.0):
+        self.conn, self.interval = conn, interval
+        self.sent = -float("inf")
+
+    def __call__(self, doing: str, *args) -> None:
+        now = time.monotonic()
+        if now - self.sent >= self.interval:
+            self.sent = now
+            self.conn.send((0, "progress", doing % args if args else doing))
 
 
 _STACK_FILE = None  # kept open: faulthandler holds only its descriptor
@@ -179,9 +204,7 @@ def _worker_main(rank: int, size: int, args, plan: dict, conn, spawned_env: dict
             device = torch.device("cuda", rank)
         elif "OMP_NUM_THREADS" not in os.environ:  # the user's choice stands
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
-        fault, hang = _fault(rank)
-        if fault == "start":
-            _inject(rank, "start-up", hang)
+        fault, hang, slow = _fault(rank)
         timeout = timedelta(seconds=plan["timeout"])
         if rank == 0:  # the OS picks the port; the engine hands it to the other ranks
             store = dist.TCPStore("127.0.0.1", 0, size, True, timeout=timeout, wait_for_workers=False)
@@ -189,20 +212,29 @@ def _worker_main(rank: int, size: int, args, plan: dict, conn, spawned_env: dict
         else:
             _, _, port = conn.recv()
             store = dist.TCPStore("127.0.0.1", port, size, False, timeout=timeout)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=rank, world_size=size,
-                                timeout=timeout)
-        init_tp(rank, size)
-        # Every rank runs the same scheduler and must stop a request at the same token: each decodes for the
-        # stop strings itself (without it, stop strings were ignored under TP).
-        tokenizer = None
-        if not args.skip_tokenizer_init:
-            from sglang_eagle3.tokenizer import load_tokenizer
+        # From here to "ready", the start-up's progress (progress.beat: each checkpoint tensor, each graph) reaches
+        # the engine, whose start-up bound counts time without progress.
+        with listening(_StartBeats(conn)):
+            if fault == "start":
+                _inject(rank, "start-up", hang, slow)
+            beat("joining the process group")
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=rank,
+                                    world_size=size, timeout=timeout)
+            init_tp(rank, size)
+            # Every rank runs the same scheduler and must stop a request at the same token: each decodes for the
+            # stop strings itself (without it, stop strings were ignored under TP).
+            tokenizer = None
+            if not args.skip_tokenizer_init:
+                from sglang_eagle3.tokenizer import load_tokenizer
 
-            tokenizer = load_tokenizer(args.tokenizer_path or args.model_path)
-        # Each rank compiles the grammars of its requests itself (the engine's process did too, to validate them).
-        grammar = GrammarBackend.for_engine(args, tokenizer, plan["vocab_size"], plan["eos"])
-        worker = ModelWorker(args, plan, device, detokenize=tokenizer.decode if tokenizer is not None else None,
-                             grammar=grammar)
+                beat("loading the tokenizer")
+                tokenizer = load_tokenizer(args.tokenizer_path or args.model_path)
+            # Each rank compiles the grammars of its requests itself (the engine's process did too, to validate
+            # them).
+            beat("starting the grammar backend")
+            grammar = GrammarBackend.for_engine(args, tokenizer, plan["vocab_size"], plan["eos"])
+            worker = ModelWorker(args, plan, device, detokenize=tokenizer.decode if tokenizer is not None else None,
+                                 grammar=grammar)
         report = collect_env_report()
         report["rank"] = rank
         report["kv_pages"] = worker.kv_pages  # the same on every rank (fit_kv_pages takes the smallest)
@@ -282,12 +314,23 @@ class _Failure:
 _DIED, _RAISED, _SILENT = 0, 1, 2
 
 
+@dataclasses.dataclass
+class _Progress:
+    doing: str  # a worker's latest start-up beat (progress.beat)
+
+
+# The store's and process group's own timeout (the rendezvous, every collective) is at least this: a rank that loads
+# faster than a peer waits for it in the first collective after the load for as long as the peer still loads (and
+# reports progress), which worker_start_timeout, a bound on time without progress, does not bound.
+_PG_TIMEOUT_MIN_S = 3600.0
+
+
 class TPWorkerGroup:
     """tp_size worker processes behind the ModelWorker interface (add/abort/step/has_work/info)."""
 
-    def __init__(self, args, plan: dict, *, timeout: float = 300.0, start_timeout: float = 1800.0):
-        """``timeout``: seconds each command may take (worker_timeout); ``start_timeout``: the start-up's, the load
-        and graph capture included (worker_start_timeout)."""
+    def __init__(self, args, plan: dict, *, timeout: float = 300.0, start_timeout: float = 600.0):
+        """``timeout``: seconds each command may take (worker_timeout); ``start_timeout``: seconds the start-up (the
+        load and graph capture included) may go without progress from any rank (worker_start_timeout)."""
         self.size = args.tp_size
         self.timeout = timeout
         extra = check_worker_env(args.worker_env)
@@ -298,10 +341,10 @@ class TPWorkerGroup:
         spawned_env = {k: v for k, v in {**os.environ, **extra}.items()
                        if is_reported(k) or k in extra and not is_secret(k)}
         ctx = mp.get_context("spawn")
-        # The store's and process group's own timeout (the rendezvous, every collective): the longer of the two, so
-        # that neither a slow start-up nor a rank slower to load than its peers trips it. A hang is this engine's to
-        # name (_gather's deadlines), with the stuck rank's stack; gloo raising first on the waiting rank blamed it.
-        plan = dict(plan, timeout=max(timeout, start_timeout))
+        # The store's and process group's own timeout (the rendezvous, every collective): longer than both bounds,
+        # so that neither a slow start-up nor a rank slower to load than its peers trips it. A hang is this engine's
+        # to name (_gather's deadlines), with the stuck rank's stack; gloo raising first on the waiting rank blamed it.
+        plan = dict(plan, timeout=max(timeout, start_timeout, _PG_TIMEOUT_MIN_S))
         self.procs, self.conns = [], []
         self._pending: dict = {}  # rid -> the caller's Request, until a step() returns it finished
         self._resync_due = False  # a call was cut short: _pending and the workers' queues may disagree (_resync)
@@ -311,6 +354,7 @@ class TPWorkerGroup:
         # server reads to refuse new requests and turn /health 503 rather than fail every one of them.
         self.failure: str | None = None
         self._seq = 0  # the last command's number (replies carry it); 0: the workers' "ready"
+        self._doing: dict[int, tuple[str, float]] = {}  # rank -> its latest start-up beat, and when it came
         self._stack_dir = tempfile.mkdtemp(prefix="sglang_eagle3-tp-")  # each rank's stack on request
         self._finalizer = weakref.finalize(self, _terminate, self.procs, self._stack_dir)
         try:
@@ -323,13 +367,15 @@ class TPWorkerGroup:
                     child.close()
                     self.procs.append(p)
                     self.conns.append(parent)
+            # The start-up's bound is on time without progress: each worker's beats (a checkpoint tensor, a graph,
+            # progress.beat) push the deadline on, so a healthy load takes as long as it takes.
             limit = ("worker_start_timeout", start_timeout)
-            deadline = time.monotonic() + start_timeout
-            (port,) = self._gather("the rendezvous port", 0, deadline, ranks=[0], limit=limit)
+            t0 = time.monotonic()
+            (port,) = self._gather("the rendezvous port", 0, t0 + start_timeout, ranks=[0], limit=limit, renew=True)
             for conn in self.conns[1:]:
                 with contextlib.suppress(BrokenPipeError, OSError):  # a rank gone: the gather below reads why
                     conn.send((0, "port", port))
-            replies = self._gather("ready", 0, deadline, limit=limit)
+            replies = self._gather("ready", 0, t0 + start_timeout, limit=limit, renew=True, since=t0)
         except BaseException:
             self.close(graceful=False)
             raise
@@ -353,13 +399,16 @@ class TPWorkerGroup:
 
     # -- plumbing -------------------------------------------------------------------------------------
     def _gather(self, what: str, seq: int, deadline: float, ranks=None, failures=None,
-                limit: tuple[str, float] | None = None) -> list:
+                limit: tuple[str, float] | None = None, renew: bool = False, since: float | None = None) -> list:
         """Waits for every rank's reply to command ``seq`` (or those of ``ranks``); raises WorkerError naming the
         rank that failed (_fail_ranks). Once one failed (``failures``: known already) or the deadline passed, the
         others get _FAILURE_GRACE_S more: to fail too (a peer's death reaches gloo at once), or to reply after all.
         Replies to earlier commands, left unread by a call that was interrupted, are dropped. ``limit``: the setting
-        the deadline came from, (name, seconds); worker_timeout's by default."""
+        the deadline came from, (name, seconds); worker_timeout's by default. ``renew``: any rank's progress (a
+        start-up beat) moves the deadline to ``limit`` seconds after it: a bound on time without progress.
+        ``since``: when the wait began, for the message (the deadline less the limit by default)."""
         limit = limit or ("worker_timeout", self.timeout)
+        since = deadline - limit[1] if since is None else since
         out: list = [None] * self.size
         waiting = set(range(self.size) if ranks is None else ranks)
         failures = dict(failures or {})
@@ -367,7 +416,12 @@ class TPWorkerGroup:
         while waiting:
             for rank in sorted(waiting):
                 got = self._poll(rank, what, seq)
-                if isinstance(got, _Failure):
+                if isinstance(got, _Progress):
+                    now = time.monotonic()
+                    self._doing[rank] = (got.doing, now)
+                    if renew:
+                        deadline = max(deadline, now + limit[1])
+                elif isinstance(got, _Failure):
                     failures[rank] = got
                     waiting.discard(rank)
                 elif got is not None:
@@ -379,7 +433,7 @@ class TPWorkerGroup:
             if grace_end is not None and now > grace_end:
                 break
         if failures or waiting:
-            self._fail_ranks(what, waiting, failures, timed_out, since=deadline - limit[1], limit=limit)
+            self._fail_ranks(what, waiting, failures, timed_out, since=since, limit=limit, renew=renew)
         return [out[r] for r in ranks] if ranks is not None else out
 
     def _poll(self, rank: int, what: str, seq: int, wait_s: float = 0.01):
@@ -399,21 +453,30 @@ class TPWorkerGroup:
             if got != seq:
                 return _Failure(f"reply numbered {got} while waiting for command {seq} ({what}): the command stream "
                                 "is out of order", _RAISED, False)
+            if tag == "progress":
+                return _Progress(payload)
             return (payload,)
         if not proc.is_alive():
             return _Failure(f"{_exit_cause(proc)} while waiting for {what}", _DIED, False)
         return None
 
     def _fail_ranks(self, what: str, waiting: set, failures: dict, timed_out: bool, since: float,
-                    limit: tuple[str, float]) -> None:
+                    limit: tuple[str, float], renew: bool = False) -> None:
         """Names the rank that failed first in cause, not in reading order, then stops every worker: a rank still
         silent (``waiting``) is asked for its stack, and one stuck outside torch.distributed is the cause over ranks
-        that raised or wait inside it."""
+        that raised or wait inside it. ``renew``: the wait's bound was on time without progress (the start-up):
+        each rank's last reported progress is named."""
         stacks = self._stacks(sorted(waiting))
+        now = time.monotonic()
         for rank in sorted(waiting):
             frames = stacks.get(rank)
-            why = f"no reply to {what} in {time.monotonic() - since:.1f} s"
-            why += f" ({limit[0]}={limit[1]:g} s)" if timed_out else ""
+            why = f"no reply to {what} in {now - since:.1f} s"
+            if timed_out:
+                why += f" ({limit[0]}={limit[1]:g} s{' without progress from any rank' if renew else ''})"
+            if renew:
+                doing, at = self._doing.get(rank, (None, None))
+                why += (f"; its last progress: {doing!r}, {now - at:.1f} s ago" if doing is not None
+                        else "; it reported no progress")
             where = f"; its stack, innermost first: {' <- '.join(frames)}" if frames else ""
             failures[rank] = _Failure(why + where, _SILENT, bool(frames) and _in_torch_distributed(frames))
         order = list(failures)

@@ -45,7 +45,7 @@ from sglang_eagle3.kernels.quant import FP8_BLOCK, PACK_FACTOR
 from sglang_eagle3.layers.moe import INT4_GROUP
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
-from sglang_eagle3.progress import duration
+from sglang_eagle3.progress import beat, duration
 
 logger = logging.getLogger(__name__)
 
@@ -936,6 +936,7 @@ def _stream(params: dict[str, torch.Tensor], index: CheckpointIndex, mp: _Mappin
             t_shard = time.perf_counter()
             with _open_shard(file) as h:
                 for info in infos:
+                    beat("loading %s: shard %d/%d", what, i + 1, len(shards))  # (a TP worker's start-up bound)
                     t = mp.targets.get(info.name)
                     if t is not None and t.kind not in ("fp8_scale", "int4_shape"):
                         value = LazyTensor(h, info, stats)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from sglang_eagle3.progress import beat
+
 logger = logging.getLogger(__name__)
 
 
@@ -139,21 +141,22 @@ class GraphRunner:
         # layers take their inference paths (fused kernels writing straight into the KV cache) only when no
         # gradient graph is being recorded, so capturing with grad mode on would freeze the slower
         # training-path ops into every replay.
+        shapes = [(bs, T) for T in sorted(self.tokens_per_req, reverse=True)
+                  for bs in sorted(self.buckets, reverse=True) if self.max_tokens is None or bs * T <= self.max_tokens]
         with torch.no_grad(), _gc_paused():
-            for T in sorted(self.tokens_per_req, reverse=True):
-                for bs in sorted(self.buckets, reverse=True):
-                    if self.max_tokens is not None and bs * T > self.max_tokens:
-                        continue
-                    static = make_inputs(bs, T)
-                    stream.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(stream):
-                        for _ in range(2):  # warm-up: lazy inits, autotuning and allocator growth stay out
-                            self.fn(**static, tokens_per_req=T)
-                    torch.cuda.current_stream().wait_stream(stream)
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                        out = self.fn(**static, tokens_per_req=T)
-                    self.graphs[(bs, T)] = (graph, static, out)
+            for i, (bs, T) in enumerate(shapes):
+                beat("capturing %s's CUDA graphs: %d/%d (batch %d, %d tokens a request)", self.name, i + 1,
+                     len(shapes), bs, T)
+                static = make_inputs(bs, T)
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(2):  # warm-up: lazy inits, autotuning and allocator growth stay out
+                        self.fn(**static, tokens_per_req=T)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                    out = self.fn(**static, tokens_per_req=T)
+                self.graphs[(bs, T)] = (graph, static, out)
         torch.cuda.synchronize()
         self.capture_seconds = time.perf_counter() - t0
         # What the shared pool grew by (a later runner whose graphs fit in memory the pool already holds adds 0).

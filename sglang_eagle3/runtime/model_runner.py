@@ -20,6 +20,7 @@ from sglang_eagle3.distributed.parallel_state import get_tp, tp_max_floats
 from sglang_eagle3.kernels.gemv import fma_for_engine
 from sglang_eagle3.models.deepseek_v3 import DeepseekV3ForCausalLM
 from sglang_eagle3.models.eagle3 import Eagle3Draft
+from sglang_eagle3.progress import beat
 from sglang_eagle3.runtime.adaptive import CATCH_UP, DECODE
 from sglang_eagle3.runtime.grammar import (
     PREFILL_BELOW_S,
@@ -808,8 +809,10 @@ class ModelRunner:
             return spent
 
         out: dict[tuple[int | str, int], float] = {}
+        what = "sampled" if sampled else "greedy"
         with self.stats.uncounted():
             for B in batch_sizes:
+                beat("timing the adaptive draft length's rounds (%s): batch %d of %s", what, B, batch_sizes)
                 samp = self.sampler_batch([SAMPLED_TIMING] * B, list(range(B))) if sampled else None
                 bt = self.build([([0], first, pages)] * B, width=self.max_pages)
                 calls = {DECODE: lambda bt=bt, samp=samp: self.sample(self.target_uniform(bt, 1, verify=False)[0],
@@ -832,6 +835,7 @@ class ModelRunner:
                 # every TP rank runs as many passes (each pass's forwards hold collectives): the most any rank wants
                 passes = int(tp_max_floats([float(passes)], self.device)[0])
                 for _ in range(passes - 1):
+                    beat("timing the adaptive draft length's rounds (%s): batch %d of %s", what, B, batch_sizes)
                     one_pass(calls, times)
                 out.update({(k, B): statistics.median(t) for k, t in times.items()})
         return out

@@ -14,6 +14,7 @@ import torch
 from sglang_eagle3 import env
 from sglang_eagle3.config import ConfigError, resolve_aux_layer_ids
 from sglang_eagle3.distributed.parallel_state import get_tp, tp_max_floats
+from sglang_eagle3.progress import beat
 from sglang_eagle3.runtime.adaptive import AdaptiveConfig, DraftLengthPolicy, RoundCosts
 from sglang_eagle3.runtime.graph_runner import batch_buckets
 from sglang_eagle3.runtime.model_runner import ModelRunner
@@ -142,6 +143,7 @@ class ModelWorker:
                                             args.speculative_aux_layer_ids)
         self.kv_pages = plan["num_pages"]
         if device.type == "cuda":
+            beat("sizing the KV cache")
             self.kv_pages = fit_kv_pages(plan, target, draft, args, device, dtype)
         use_graph = device.type == "cuda" and not args.disable_cuda_graph
         # A trace of the target's routing (runtime/routing_trace.py): eager forwards only, refused beside graphs
