@@ -244,6 +244,8 @@ def test_tp1_through_worker_processes(pair, reference):
         assert [o["output_ids"] for o in outs] == reference
         report = eng.get_server_info()["worker_env"]
         assert len(report) == 1 and report[0]["rank"] == 0
+        # The graph capture reported progress to the start-up bound (worker_start_timeout counts time without it).
+        assert "CUDA graphs" in eng.backend._doing[0][0], eng.backend._doing
     finally:
         eng.shutdown()
 
