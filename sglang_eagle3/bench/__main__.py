@@ -1,4 +1,4 @@
-"""``python -m sglang_eagle3.bench``: end-to-end benchmarks with provenance, side by side.
+"""python -m sglang_eagle3.bench: end-to-end benchmarks with provenance, side by side.
 
   run       against a running server (ours or SGLang's):
             python -m sglang_eagle3.bench run --url http://127.0.0.1:30000 --name eagle3 --out bench_out/
@@ -9,14 +9,25 @@
             (each configuration's flags go to `python -m sglang_eagle3.launch_server`, or to any command given
             with --launcher, e.g. --launcher "python -m sglang.launch_server")
   compare   prints runs side by side, after every provenance and workload field in which they differ (and a
-            warning when the machine or software differs: host, commit, GPU, versions):
+            warning when the machine or software differs: host, server hosts, commit, GPU, versions):
             python -m sglang_eagle3.bench compare bench_out/baseline.json bench_out/eagle3.json
+            (runs of one name, e.g. before/eagle3.json and after/eagle3.json, are labelled with their file)
 
 Each configuration gets --warmup untimed requests, then --repeats timed passes of the workload on the same
-server; the table's end-to-end tok/s is all requests' output tokens over a pass's wall time (client side, not
-a decode-only metric), the median over the passes, with their min-max beside it. In a sweep a configuration's
-FLAGS may start with VAR=VALUE words, set in its server's environment (recorded; a worker that did not get
-one is warned about), and each server's log goes to --out/NAME.server.log. Progress goes to stderr.
+server; the table's end-to-end tok/s is the successful requests' output tokens over a pass's wall time (client
+side, not a decode-only metric; failed requests are counted apart, their time stays in the wall time), the
+median over the passes, with their min-max beside it. Under it, a line a run gives the latencies per request as
+SGLang's bench_serving defines them (TTFT, TPOT, ITL, end-to-end latency: mean / median / p99, and how many samples each
+is over); a p99 over fewer than 100 samples (a p90 over fewer than 10) would be the maximum, nearly, and reads
+"n<100". The provenance records the prompt set's sha256 (compare names a different prompt set of as many
+prompts), and NAME.json keeps every request as measured under metrics.requests (TTFT, latency, inter-token gaps,
+error), one a line.
+In a sweep a configuration's FLAGS may start with VAR=VALUE words, set in its server's environment (recorded; a
+worker that did not get one is warned about), and each server's log goes to --out/NAME.server.log. Progress
+goes to stderr: a line every 30 s while a sweep's server starts, each warm-up request, then a line a second as
+requests finish (every 10 s while none does). compare (and run and sweep) also warns about requests the server
+cut before --max-tokens, a --concurrency above --num-requests, and a file written by an older harness; a damaged
+result file is refused naming the field.
 
 sweep --rounds N interleaves the configurations, A B C, A B C, ... N times, each round starting each server
 afresh (warm-up and --repeats passes again), so that a machine drifting during the sweep (clocks, heat, other
@@ -30,7 +41,8 @@ naming under "rounds_missing" the rounds not in it yet.
 run and sweep write NAME.json into --out (NAME: a plain file name), then exit with status 1 if any request
 failed (an error event, a non-2xx answer or no token; the table's "failed requests" column), no output token
 came back, or /get_server_info stopped answering after the run. A server that cannot be reached, or whose
-/get_server_info is in neither known format (ours, SGLang's), stops the run before any request. Ctrl-C in the
+/get_server_info is in neither known format (ours, SGLang's), or an --out that cannot hold files, stops the run
+before any request. Ctrl-C in the
 timed passes writes NAME.json with what had finished, marked "interrupted", and exits with status 130 (a sweep
 says which rounds and configurations did not run; each configuration's file keeps its finished rounds).
 
@@ -58,6 +70,7 @@ import urllib.request
 from sglang_eagle3.argtypes import finite_float, int_at_least
 from sglang_eagle3.bench.harness import (
     DEFAULT_PROMPTS,
+    LATENCY_NOTE,
     TABLE_NOTE,
     BenchError,
     Round,
@@ -67,7 +80,9 @@ from sglang_eagle3.bench.harness import (
     compare_table,
     environment_differences,
     failures,
+    latency_table,
     load_result,
+    prepare_out_dir,
     provenance_diff,
     round_differences,
     save,
@@ -107,10 +122,13 @@ def _prompts(a) -> list[str]:
     if not a.prompts_file:
         return DEFAULT_PROMPTS
     try:
-        with open(a.prompts_file) as f:
+        with open(a.prompts_file, encoding="utf-8") as f:
             lines = [ln.strip() for ln in f if ln.strip()]
     except OSError as e:
         raise SystemExit(f"{PROG}: error: cannot read --prompts-file {a.prompts_file}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SystemExit(f"{PROG}: error: --prompts-file {a.prompts_file} is not UTF-8 text (byte {e.start}: "
+                         f"{e.object[e.start:e.start + 1]!r}); one prompt per line, as text") from None
     if not lines:
         raise SystemExit(f"{PROG}: error: --prompts-file {a.prompts_file} holds no prompts")
     return lines
@@ -131,9 +149,19 @@ def _log_tail(path: str, lines: int = 15) -> str:
     return "".join("    " + ln for ln in tail)
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_path: str) -> None:
-    deadline = time.monotonic() + timeout
+# Seconds between the progress lines while a server starts (loading a large checkpoint takes many minutes).
+STARTUP_PROGRESS_S = 30.0
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_path: str, name: str = "") -> None:
+    t0 = time.monotonic()
+    deadline, shown = t0 + timeout, t0
     while time.monotonic() < deadline:
+        if time.monotonic() - shown >= STARTUP_PROGRESS_S:
+            shown = time.monotonic()
+            tail = _log_tail(log_path, 1).strip()
+            _progress(f"[{name}] waiting for the server to answer /health: {shown - t0:.0f} s of at most {timeout:g}"
+                      f"{f'; its log ends: {tail[:160]}' if tail else ''}")
         if proc.poll() is not None:
             raise SystemExit(f"{PROG}: error: server exited with code {proc.returncode} before becoming healthy; "
                              f"the end of {log_path}:\n{_log_tail(log_path)}")
@@ -142,14 +170,16 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_path: st
                 if r.status == 200:
                     return
         except OSError:
-            time.sleep(1)
+            pass
+        time.sleep(1)  # (also after a 2xx other than 200: not ready, and no busy loop)
     raise SystemExit(f"{PROG}: error: server at {url} not healthy after {timeout:g} s (--startup-timeout); the end "
                      f"of {log_path}:\n{_log_tail(log_path)}")
 
 
 def _workload(a) -> Workload:
     return Workload(prompts=_prompts(a), num_requests=a.num_requests, concurrency=a.concurrency,
-                    max_tokens=a.max_tokens, temperature=a.temperature, warmup=a.warmup, repeats=a.repeats)
+                    max_tokens=a.max_tokens, temperature=a.temperature, warmup=a.warmup, repeats=a.repeats,
+                    prompts_source=os.path.abspath(a.prompts_file) if a.prompts_file else None)
 
 
 def _progress(line: str) -> None:
@@ -195,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "run":
             try:
                 w = _workload(a)
+                prepare_out_dir(a.out)
                 res = summarize(a.name, w, [collect_round(a.url, w, name=a.name, progress=_progress,
                                                           command=a.command)])
             except KeyboardInterrupt:
@@ -206,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             _print_comparison([res])
             return _exit_status([res])
         if a.cmd == "compare":
-            return _print_comparison([load_result(p) for p in a.files])
+            return _print_comparison(_label_duplicates([load_result(p) for p in a.files], a.files))
         return _sweep(s, a)
     except BenchError as e:
         raise SystemExit(f"{PROG}: error: {e}") from None
@@ -247,7 +278,7 @@ def _sweep(ap: argparse.ArgumentParser, a) -> int:
         ap.error(f"--launcher {a.launcher!r}: {e}")
     if not launcher:
         ap.error("--launcher is empty")
-    os.makedirs(a.out, exist_ok=True)
+    prepare_out_dir(a.out)
     workload, n_rounds = _workload(a), a.rounds
     done: dict[str, list[Round]] = {name: [] for name in names}  # each configuration's finished rounds, raw
 
@@ -275,9 +306,10 @@ def _sweep(ap: argparse.ArgumentParser, a) -> int:
                                  f"{e.strerror or e}") from None
             try:
                 url = f"http://127.0.0.1:{port}"
-                _wait_healthy(url, proc, a.startup_timeout, log_path)
-                _progress(f"[{name}] {where}server up; {a.warmup} warm-up requests, then {a.repeats} pass(es) of "
-                          f"{a.num_requests} requests")
+                t_start = time.monotonic()
+                _wait_healthy(url, proc, a.startup_timeout, log_path, name)
+                _progress(f"[{name}] {where}server up after {time.monotonic() - t_start:.0f} s; then {a.warmup} "
+                          f"warm-up request(s) and {a.repeats} pass(es) of {a.num_requests} requests")
                 got = collect_round(url, workload, name=name, number=rnd, rounds=n_rounds, progress=_progress,
                                     command=a.command, launch_env=env)
                 got.provenance["launch_command"] = cmd
@@ -314,6 +346,20 @@ def _sweep(ap: argparse.ArgumentParser, a) -> int:
     runs = merged()
     _print_comparison(runs)
     return _exit_status(runs)
+
+
+def _label_duplicates(runs: list[dict], paths: list[str]) -> list[dict]:
+    """Runs of one name (bench_before/eagle3.json and bench_after/eagle3.json) are told apart by their file in
+    the table and in every difference line; otherwise each line would read eagle3=... | eagle3=..."""
+    names = [r["name"] for r in runs]
+    for r, path in zip(runs, paths, strict=True):
+        if names.count(r["name"]) > 1:
+            r["name"] = f"{r['name']} ({path})"
+    labels = [r["name"] for r in runs]
+    for i, r in enumerate(runs):
+        if labels.count(labels[i]) > 1:  # the same file given twice
+            r["name"] = f"{labels[i]} #{i + 1}"
+    return runs
 
 
 def _not_run(names: list[str], first: int, rnd: int, n_rounds: int) -> str:
@@ -364,6 +410,8 @@ def _print_comparison(runs: list[dict]) -> int:
             print("  - " + w)
     print(compare_table(runs))
     print(TABLE_NOTE)
+    print(latency_table(runs))
+    print(LATENCY_NOTE)
     return 0
 
 

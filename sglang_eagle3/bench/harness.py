@@ -3,9 +3,10 @@
 Why it exists: a remembered "89 tok/s" baseline from another session and environment cost hours of chasing a
 regression that never was, and a decode-only internal metric was compared with an end-to-end one. So every
 result here carries where it came from (server args, model, GPU, worker environment, the client's git commit,
-command, time), names what it measures (end-to-end output tokens/s over wall time; time to first token;
-inter-token latency; accept length and verify graph/eager counts), counts failed requests apart, and `compare`
-puts runs side by side only after printing every provenance field in which they differ.
+command, time, the prompt set's hash), names what it measures (end-to-end output tokens/s over wall time; TTFT,
+TPOT and inter-token latency as SGLang's bench_serving defines them, with a percentile only over enough samples;
+accept length and verify graph/eager counts), keeps every request as measured, counts failed requests apart, and
+`compare` puts runs side by side only after printing every provenance field in which they differ.
 
 Two servers' /get_server_info are read (``server_kind`` tells them apart):
 - ours (``sglang_eagle3``): ``args``, ``model``, ``draft``, ``device``, ``tp_size``, ``worker_env`` (one report
@@ -22,12 +23,16 @@ Two servers' /get_server_info are read (``server_kind`` tells them apart):
 from __future__ import annotations
 
 import collections
+import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import shlex
+import shutil
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -77,8 +82,12 @@ def check_name(name: str) -> str:
 
 
 def _check_url(base: str) -> str:
-    parts = urllib.parse.urlsplit(base)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urllib.parse.urlsplit(base)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number or out of 0-65535
+    except ValueError as e:
+        raise BenchError(f"server URL {base!r} is not a valid URL ({e}); it must look like http://HOST:PORT") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BenchError(f"server URL {base!r} must look like http://HOST:PORT")
     return base.rstrip("/")
 
@@ -149,6 +158,15 @@ class RequestResult:
     itl_s: list[float] = field(default_factory=list)
     verify_ct: int = 0  # meta_info["spec_verify_ct"]: verify rounds of this request (0 without speculation)
     error: str | None = None  # set when the request failed: an error event, a non-2xx answer, no token at all
+    round: int = 0  # the round and timed pass (from 1) it ran in; set by collect_round
+    pass_number: int = 0
+
+    def record(self) -> dict:
+        """The request as the result file's ``requests`` keeps it (times in seconds, to the microsecond)."""
+        return {"round": self.round, "pass": self.pass_number, "prompt_tokens": self.prompt_tokens,
+                "output_tokens": self.output_tokens, "latency_s": round(self.latency_s, 6),
+                "ttft_s": round(self.ttft_s, 6), "verify_ct": self.verify_ct, "error": self.error,
+                "itl_s": [round(x, 6) for x in self.itl_s]}
 
 
 def run_one(base: str, prompt: str, max_tokens: int, temperature: float, timeout: float) -> RequestResult:
@@ -257,6 +275,21 @@ def _cpu_name() -> str | None:
     return platform.processor() or None
 
 
+def _client_gpus() -> list[str] | None:
+    """The GPUs of the machine running the harness (nvidia-smi: name, memory, driver), the server's own where it
+    runs here (a sweep always does); the only GPU record of a server that reports none (SGLang without the
+    overlay). None without nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else None
+
+
 def _env_not_applied(requested: dict, reports: list[dict] | None) -> list[str] | None:
     """One line per requested variable (--worker-env, a sweep configuration's VAR=VALUE) that a worker report
     shows with another value or unset: the variable did not reach the process that ran the model. None when no
@@ -319,6 +352,10 @@ def provenance(base: str, info: dict, *, command: str | None = None, launch_env:
             "server_launch_command": info.get("launch_command"),
         }
     prov.update({
+        # the machines the workers ran on (from their reports; None when none reports): a baseline measured on
+        # another machine of the same GPU differs here and nowhere else
+        "server_hosts": sorted({str(w["hostname"]) for w in prov["worker_env"] or ()
+                                if isinstance(w, dict) and w.get("hostname")}) or None,
         "launch_env": dict(launch_env) if launch_env else None,
         "worker_env_not_applied": _env_not_applied(requested, prov["worker_env"]) if requested else None,
         "server_url": base,
@@ -328,11 +365,17 @@ def provenance(base: str, info: dict, *, command: str | None = None, launch_env:
         "client_cpu_count": os.cpu_count(),
         "client_python": platform.python_version(),
         "client_versions": _client_versions(),
+        "client_gpus": _client_gpus(),
         "client_git_commit": git_commit(),
         "command": command if command is not None else " ".join(shlex.quote(a) for a in sys.argv),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
     return prov
+
+
+# Seconds without a finished request after which a pass prints a progress line anyway (a request of thousands of
+# tokens on a slow machine finishes nothing for minutes).
+HEARTBEAT_S = 10.0
 
 
 class Interrupted(KeyboardInterrupt):
@@ -345,9 +388,12 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _timed_pass(base: str, prompts: list[str], num_requests: int, concurrency: int, max_tokens: int,
-                temperature: float, timeout: float, on_done) -> tuple[list[RequestResult], float, bool]:
+                temperature: float, timeout: float, on_done, on_tick=None,
+                tick_s: float = 5.0) -> tuple[list[RequestResult], float, bool]:
     """One pass of the workload: (the finished requests, its wall time, whether Ctrl-C cut it short). The
-    request threads are daemons and stop taking requests at an interrupt, so Ctrl-C returns at once."""
+    request threads are daemons and stop taking requests at an interrupt, so Ctrl-C returns at once.
+    ``on_done(finished)`` after each request; ``on_tick(finished)`` every ``tick_s`` seconds meanwhile (a long
+    request finishes nothing for minutes)."""
     results: list[RequestResult] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -372,7 +418,11 @@ def _timed_pass(base: str, prompts: list[str], num_requests: int, concurrency: i
         for t in threads:
             t.start()
         for t in threads:
-            t.join()
+            while t.is_alive():
+                t.join(tick_s)
+                if on_tick is not None and t.is_alive():
+                    with lock:
+                        on_tick(results)
     except KeyboardInterrupt:
         stop.set()
         with lock:
@@ -394,6 +444,7 @@ class Workload:
     warmup: int = 2
     timeout: float = 600.0
     repeats: int = 1
+    prompts_source: str | None = None  # where the prompts came from (a --prompts-file path), recorded only
 
     def __post_init__(self):
         if (self.num_requests < 1 or self.concurrency < 1 or self.max_tokens < 1 or self.repeats < 1
@@ -402,8 +453,16 @@ class Workload:
                              f"max_tokens={self.max_tokens} and repeats={self.repeats} must be positive "
                              f"and warmup={self.warmup} not negative")
 
+    @property
+    def prompt_set_sha256(self) -> str:
+        """The identity of the prompt set as a pass sends it (prompts in turn, ``num_requests`` of them): two
+        files of as many prompts, or one file edited, differ here where the count alone would not."""
+        sent = [self.prompts[i % len(self.prompts)] for i in range(self.num_requests)]
+        return hashlib.sha256(json.dumps(sent, ensure_ascii=False).encode()).hexdigest()
+
     def record(self, rounds: int) -> dict:
-        """The result file's ``workload``: what compare checks before it puts two runs side by side."""
+        """The result file's ``workload``: what compare checks before it puts two runs side by side (with the
+        prompt set's hash, kept in the provenance)."""
         return {"num_requests": self.num_requests, "concurrency": self.concurrency, "max_tokens": self.max_tokens,
                 "temperature": self.temperature, "prompts": len(self.prompts), "ignore_eos": True,
                 "repeats": self.repeats, "warmup_requests": self.warmup, "rounds": rounds}
@@ -438,27 +497,39 @@ def collect_round(base: str, workload: Workload, *, name: str, number: int = 1, 
     base = _check_url(base)
     first = server_info(base)  # probe first: a wrong URL fails here, not in the warm-up
     kind = server_kind(first, base)
-    for i in range(w.warmup):  # compile/capture/autotune stay out of the numbers
-        run_one(base, w.prompts[i % len(w.prompts)], min(w.max_tokens, 16), w.temperature, w.timeout)
-    before = _counters(kind, server_info(base))
     where = f"round {number}/{rounds}, " if rounds > 1 else ""
+    if w.warmup and progress is not None:
+        progress(f"[{name}] {where}warm-up: {w.warmup} untimed request(s) of {min(w.max_tokens, 16)} tokens "
+                 "(the first may compile or capture for minutes)")
+    t_warm = time.perf_counter()
+    for i in range(w.warmup):  # compile/capture/autotune stay out of the numbers
+        r = run_one(base, w.prompts[i % len(w.prompts)], min(w.max_tokens, 16), w.temperature, w.timeout)
+        if progress is not None:
+            progress(f"[{name}] {where}warm-up {i + 1}/{w.warmup} "
+                     f"{'FAILED: ' + r.error if r.error else 'done'} ({time.perf_counter() - t_warm:.1f} s)")
+    before = _counters(kind, server_info(base))
     requests: list[RequestResult] = []
     passes: list[dict] = []
     interrupted = None
     for p in range(w.repeats):
         t_pass, last = time.perf_counter(), [0.0]
 
-        def on_done(done: list[RequestResult], p=p, t_pass=t_pass, last=last):
+        def on_done(done: list[RequestResult], p=p, t_pass=t_pass, last=last, every: float = 1.0):
             now = time.perf_counter()
-            if progress is not None and (now - last[0] >= 1.0 or len(done) == w.num_requests):
+            if progress is not None and (now - last[0] >= every or len(done) == w.num_requests):
                 last[0] = now
                 failed = sum(r.error is not None for r in done)
-                progress(f"[{name}] {where}pass {p + 1}/{w.repeats}: {len(done)}/{w.num_requests} requests"
+                running = min(w.concurrency, w.num_requests - len(done))
+                progress(f"[{name}] {where}pass {p + 1}/{w.repeats}: {len(done)}/{w.num_requests} requests done"
                          f"{f' ({failed} failed)' if failed else ''}, "
-                         f"{sum(r.output_tokens for r in done if r.error is None)} tokens, {now - t_pass:.1f} s")
+                         f"{sum(r.output_tokens for r in done if r.error is None)} tokens, {now - t_pass:.1f} s"
+                         f"{f', {running} in flight' if running else ''}")
 
         got, wall, cut = _timed_pass(base, w.prompts, w.num_requests, w.concurrency, w.max_tokens, w.temperature,
-                                     w.timeout, on_done)
+                                     w.timeout, on_done, on_tick=lambda done, f=on_done: f(done, every=HEARTBEAT_S),
+                                     tick_s=HEARTBEAT_S / 2)
+        for r in got:
+            r.round, r.pass_number = number, p + 1
         requests += got
         ok = [r for r in got if r.error is None]
         toks = sum(r.output_tokens for r in ok)
@@ -481,6 +552,39 @@ def collect_round(base: str, workload: Workload, *, name: str, number: int = 1, 
         info, after, after_error = first, None, str(e)
     return Round(number, kind, requests, passes, before, after, info,
                  provenance(base, info, command=command, launch_env=launch_env), after_error, interrupted)
+
+
+# The result file's layout. 1: files without the field (before per-request records, the prompt set's hash and the
+# latency distributions); 2: those added.
+RESULT_FORMAT = 2
+PERCENTILES = (90, 99)
+
+
+def min_samples(q: float) -> int:
+    """The fewest samples for a q-th percentile to be reported: with fewer, no sample lies beyond it and it is the
+    maximum, nearly (a p99 of 16 requests is their slowest one)."""
+    return math.ceil(100 / (100 - q))
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile with linear interpolation between the closest ranks (numpy's default method)."""
+    v = sorted(values)
+    pos = (len(v) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def _distribution(values: list[float]) -> dict:
+    """{"n", "mean", "median", "p90", "p99", "max"}: None where there is no sample, and a percentile None below
+    min_samples (the table then says "n<N")."""
+    n = len(values)
+    out = {"n": n, "mean": statistics.fmean(values) if n else None,
+           "median": statistics.median(values) if n else None}
+    for q in PERCENTILES:
+        out[f"p{q}"] = percentile(values, q) if n >= min_samples(q) else None
+    out["max"] = max(values) if n else None
+    return out
 
 
 def _sum(values) -> int | None:
@@ -525,6 +629,7 @@ def summarize(name: str, workload: Workload, rounds: list[Round], *, planned_rou
     ok = [q for q in results if q.error is None]
     out_tokens = sum(q.output_tokens for q in ok)
     itl = [x for q in ok for x in q.itl_s]
+    spec = [q for q in ok if q.verify_ct]
     # An interrupted pass's throughput is kept in its entry but not in the median: it stopped mid-run.
     full = [q["end_to_end_output_tok_per_s"] for q in (passes[:-1] if interrupted else passes)]
     rates = full or [passes[-1]["end_to_end_output_tok_per_s"]]
@@ -535,6 +640,9 @@ def summarize(name: str, workload: Workload, rounds: list[Round], *, planned_rou
     accept_source = ("server counters: accepted_tokens / verify_forwards over the run" if kind == OURS else
                      "SGLang per request: completion_tokens / meta_info.spec_verify_ct, summed over the run")
     prov = dict(rounds[0].provenance)
+    prov["prompt_set_sha256"] = workload.prompt_set_sha256
+    prov["prompts_source"] = workload.prompts_source or (
+        "built-in" if workload.prompts == DEFAULT_PROMPTS else "given by the caller")
     if several:
         prov["rounds"] = [{"round": r.number, "launch_command": r.provenance.get("launch_command"),
                            "server_url": r.provenance.get("server_url"), "time_utc": r.provenance.get("time_utc")}
@@ -563,6 +671,27 @@ def summarize(name: str, workload: Workload, rounds: list[Round], *, planned_rou
                 q.output_tokens / q.latency_s for q in ok) if ok else None,
             "server_accept_length": accepted / verify_forwards if verify_forwards else None,
             "accept_length_source": accept_source,
+            # one definition for both servers, from each request's stream: the tokens its verify rounds emitted (all
+            # but the first, which prefill emits) over those rounds (meta_info.spec_verify_ct); "server_accept_length"
+            # is our server's counters but SGLang's per-request ratio, which counts the first token too
+            "accept_length_per_verify": sum(q.output_tokens - 1 for q in spec) / sum(q.verify_ct for q in spec)
+            if spec else None,
+            "prompt_tokens": sum(q.prompt_tokens for q in ok),
+            "prompt_tokens_per_request_mean": statistics.fmean(q.prompt_tokens for q in ok) if ok else None,
+            # ignore_eos asks for max_tokens each: fewer means the server stopped it (context length, a limit)
+            "requests_short": sum(q.output_tokens < workload.max_tokens for q in ok),
+            # every request as measured (failed ones with their error), one record each (RequestResult.record)
+            "requests": [q.record() for q in results],
+            # client side, over every successful request (gap) of every pass, as SGLang's bench_serving defines them:
+            # TTFT = request sent -> first token; ITL = a chunk's gap spread over the tokens it brought; TPOT =
+            # (latency - TTFT) / (output tokens - 1); a percentile only over enough samples (see _distribution)
+            "latency": {
+                "ttft_ms": _distribution([1e3 * q.ttft_s for q in ok]),
+                "tpot_ms": _distribution([1e3 * (q.latency_s - q.ttft_s) / (q.output_tokens - 1)
+                                          for q in ok if q.output_tokens > 1]),
+                "itl_ms": _distribution([1e3 * x for x in itl]),
+                "e2e_latency_ms": _distribution([1e3 * q.latency_s for q in ok]),
+            },
             "server_verify_batches_graph": _sum(_delta(r.before, r.after, "verify_graph") for r in rounds),
             "server_verify_batches_eager": _sum(_delta(r.before, r.after, "verify_eager") for r in rounds),
             # ours: the draft length after the (last) run (with --speculative-adaptive, where its policy left it)
@@ -618,8 +747,9 @@ def _flatten(d, prefix=""):
 # their flags are in server_args). worker_env is compared key by key on its own (_worker_env_diff).
 # worker_env_not_applied, and rounds_differ (what changed between a sweep's rounds), are printed as warnings of their
 # own (warnings); rounds lists each round's launch (ports and times).
+# prompts_source is where the prompts were read (a path); their identity is prompt_set_sha256.
 _VOLATILE = ("time_utc", "command", "server_url", "worker_env", "server_args.port", "server_args.host",
-             "launch_command", "server_launch_command", "rounds")
+             "launch_command", "server_launch_command", "rounds", "prompts_source")
 _UNSET = "<unset>"
 
 
@@ -671,13 +801,34 @@ def provenance_diff(runs: list[dict]) -> list[str]:
         vals = [json.dumps(f.get(k), sort_keys=True, default=str) for f in flat]
         if len(set(vals)) > 1:
             lines.append(f"{k}: " + " | ".join(f"{r['name']}={v}" for r, v in zip(runs, vals, strict=True)))
-    return lines + _worker_env_diff(runs)
+    return lines + _measured_differences(runs) + _worker_env_diff(runs)
+
+
+def _measured_differences(runs: list[dict]) -> list[str]:
+    """What the runs measured that says their workloads or definitions differ although no recorded field does:
+    another tokenizer (or prompt set, in files without its hash) gives other prompt token counts; an accept length
+    taken from another source is another quantity."""
+    metrics = [r.get("metrics") for r in runs]
+    if not all(isinstance(m, dict) for m in metrics):
+        return []  # (round_differences compares provenance only)
+    lines = []
+    sources = [m.get("accept_length_source") for m in metrics]
+    if len({json.dumps(x) for x in sources}) > 1:
+        lines.append("metrics.accept_length_source (the \"server accept length\" column is another quantity in each; "
+                     "\"accept length / verify round\" is one definition for all): "
+                     + " | ".join(f"{r['name']}={json.dumps(x)}" for r, x in zip(runs, sources, strict=True)))
+    prompt = [m.get("prompt_tokens_per_request_mean") for m in metrics]
+    if all(isinstance(x, (int, float)) for x in prompt) and len({round(x, 6) for x in prompt}) > 1:
+        lines.append("measured prompt tokens a request (another prompt set or tokenizer): "
+                     + " | ".join(f"{r['name']}={x:.1f}" for r, x in zip(runs, prompt, strict=True)))
+    return lines
 
 
 # Provenance fields that say which machine and software ran: a difference in one of them is not the configuration
 # under test (a sweep changes server args on purpose), and a ratio across it mixes the two.
 _ENVIRONMENT = ("client_host", "client_git_commit", "server_git_commit", "server_version", "device", "kernels.triton",
-                "client_versions.", "client_cpu", "client_platform", "client_python", "server_kind")
+                "client_versions.", "client_cpu", "client_platform", "client_python", "server_kind", "server_hosts",
+                "client_gpus")
 _ENVIRONMENT_WORKER = (" device.", " torch:", " cuda:", " nccl:", " python:")
 
 
@@ -694,7 +845,12 @@ def environment_differences(diffs: list[str]) -> list[str]:
 
 
 def _fmt(x, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
+    if x is None:
+        return "-"
+    try:
+        return format(x, spec)
+    except (TypeError, ValueError):  # (a hand-edited file: shown as written rather than a traceback)
+        return str(x)
 
 
 def _spread(m: dict) -> str:
@@ -710,8 +866,8 @@ def compare_table(runs: list[dict]) -> str:
     base = runs[0]["metrics"]["end_to_end_output_tok_per_s"]
     rows = ["| run | failed requests | end-to-end tok/s, all requests (median of passes) | min-max over passes "
             "| vs first | per-request tok/s (median) | median ITL ms | mean TTFT ms | server accept length "
-            "| verify graph/eager |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| accept length / verify round | verify graph/eager |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         m = r["metrics"]
         failed = m.get("requests_failed")
@@ -724,15 +880,63 @@ def compare_table(runs: list[dict]) -> str:
                     f"{'-' if failed is None else f'{failed}/{total}'} | {rate:.1f} | {_spread(m)} | {vs} | "
                     f"{_fmt(m.get('per_request_tok_per_s_median'), '.1f')} | "
                     f"{_fmt(m.get('median_itl_ms'), '.2f')} | {_fmt(m.get('mean_ttft_ms'), '.1f')} | "
-                    f"{_fmt(m.get('server_accept_length'), '.2f')} | {verify} |")
+                    f"{_fmt(m.get('server_accept_length'), '.2f')} | "
+                    f"{_fmt(m.get('accept_length_per_verify'), '.2f')} | {verify} |")
     return "\n".join(rows)
 
 
-TABLE_NOTE = ("end-to-end tok/s, all requests = the output tokens of every request of a pass / the pass's wall "
-              "time, client side\n  (prefill, queueing and HTTP included; not a decode-only step metric), the "
-              "median over the passes (--repeats);\n  per-request tok/s = a request's output tokens / its own "
-              "latency; ITL and TTFT: per request, from the stream; accept length\n  and verify counts: the "
-              "server's own counters over the run")
+TABLE_NOTE = ("end-to-end tok/s, all requests = the output tokens of a pass's successful requests / the pass's wall "
+              "time (failed requests'\n  time in it, their tokens not), client side (prefill, queueing and HTTP "
+              "included; not a decode-only step metric),\n  the median over the passes (--repeats); per-request "
+              "tok/s = a request's output tokens / its own latency; ITL and TTFT:\n  per request, from the stream "
+              "(definitions below); server accept length and verify counts: the server's own\n  counters over the "
+              "run (SGLang: completion tokens / spec_verify_ct per request, the first token counted too);\n  accept "
+              "length / verify round = every request's tokens after its first / its verify rounds, from the "
+              "stream,\n  one definition for both servers")
+
+
+def _cell(d: dict | None, keys: tuple[str, ...], spec: str) -> str:
+    """"mean / median / p99" of a _distribution; a withheld percentile reads n<N (too few samples for it)."""
+    if not isinstance(d, dict) or not d.get("n"):
+        return "-"
+    out = []
+    for k in keys:
+        v = d.get(k)
+        q = k[1:] if k.startswith("p") and k[1:].isdigit() else None
+        out.append(f"n<{min_samples(float(q))}" if v is None and q else _fmt(v, spec))
+    return " / ".join(out)
+
+
+# (metrics.latency key, label, unit shown, scale from the stored ms, format)
+_LATENCY_LINE = (("ttft_ms", "TTFT", "ms", 1.0, ".1f"), ("tpot_ms", "TPOT", "ms", 1.0, ".2f"),
+                 ("itl_ms", "ITL", "ms", 1.0, ".2f"), ("e2e_latency_ms", "latency", "s", 1e-3, ".3f"))
+
+
+def latency_table(runs: list[dict]) -> str:
+    """Per-request latency distributions, a line a run: mean / median / p99 and the number of samples each is
+    over (a p99 over too few reads n<100)."""
+    lines = ["Latency per successful request, client side: mean / median / p99 [samples]"]
+    for r in runs:
+        lat = r["metrics"].get("latency")
+        if not isinstance(lat, dict):
+            lines.append(f"  {r['name']}: - (not recorded: a file from before the latency distributions)")
+            continue
+        parts = []
+        for key, label, unit, scale, spec in _LATENCY_LINE:
+            d = lat.get(key)
+            if isinstance(d, dict) and scale != 1.0:
+                d = {k: (v * scale if k != "n" and isinstance(v, (int, float)) else v) for k, v in d.items()}
+            n = d.get("n") if isinstance(d, dict) else None
+            samples = f"{_fmt(n, 'd')}{' gaps' if key == 'itl_ms' else ''}"
+            parts.append(f"{label} {_cell(d, ('mean', 'median', 'p99'), spec)} {unit} [{samples}]")
+        lines.append(f"  {r['name']}: " + "; ".join(parts))
+    return "\n".join(lines)
+
+
+LATENCY_NOTE = (f"  as SGLang's bench_serving defines them: TTFT = request sent -> first token; TPOT = (latency - "
+                f"TTFT) / (output tokens - 1);\n  ITL = the gap before a chunk spread over the tokens it brought (a "
+                f"verify round brings several); latency = the whole request;\n  a p99 needs {min_samples(99)} "
+                f"samples, a p90 {min_samples(90)} (\"n<N\": fewer, so none lies beyond it: the maximum, nearly)")
 
 
 def warnings(runs: list[dict]) -> list[str]:
@@ -747,6 +951,23 @@ def warnings(runs: list[dict]) -> list[str]:
             out.append(f"{r['name']}: the server differed between rounds: {line}")
         if r.get("rounds_missing"):
             out.append(f"{r['name']}: {r['rounds_missing']}")
+        m, w = r["metrics"], r.get("workload") or {}
+        if m.get("requests_short"):
+            out.append(f"{r['name']}: {m['requests_short']} request(s) ended before --max-tokens "
+                       f"{w.get('max_tokens')} (EOS is ignored: the server cut them, e.g. at its context length); "
+                       "runs with other cuts did other work")
+        if isinstance(w.get("concurrency"), int) and isinstance(w.get("num_requests"), int) \
+                and w["concurrency"] > w["num_requests"]:
+            out.append(f"{r['name']}: --concurrency {w['concurrency']} > --num-requests {w['num_requests']}: at most "
+                       f"{w['num_requests']} requests were in flight")
+        fmt = r.get("format", RESULT_FORMAT)  # (a file's, from load_result; a result in memory is this version's)
+        if fmt < RESULT_FORMAT:
+            out.append(f"{r['name']}: written by an older harness (result format {fmt}, this one writes "
+                       f"{RESULT_FORMAT}): fields added since (the prompt set's hash, latency percentiles, "
+                       "per-request records, the client's GPUs, the server's hosts) read as null or -")
+        elif fmt > RESULT_FORMAT:
+            out.append(f"{r['name']}: written by a newer harness (result format {fmt}, this one reads "
+                       f"{RESULT_FORMAT}): fields this one does not know are compared as written, not explained")
     return out
 
 
@@ -766,11 +987,40 @@ def failures(result: dict) -> str | None:
     return None
 
 
+_RECORDS = "<per-request records, written one a line>"  # save()'s placeholder
+
+
+def prepare_out_dir(out_dir: str) -> str:
+    """Creates the results folder, or BenchError naming it when it cannot hold files: checked before a run,
+    which would otherwise end, maybe hours later, without writing its result."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise BenchError(f"--out {out_dir!r} is a file, not a folder")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"--out {out_dir!r} cannot be made a folder: {e.strerror or e}") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise BenchError(f"--out {out_dir!r} is a folder this user cannot write to")
+    return out_dir
+
+
 def save(result: dict, out_dir: str) -> str:
-    os.makedirs(out_dir, exist_ok=True)
+    """Writes OUT/NAME.json: indented, one line per request record. BenchError naming the path when it cannot."""
     path = os.path.join(out_dir, f"{check_name(result['name'])}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1, default=str)
+    body = {"format": RESULT_FORMAT, **result}
+    records = result["metrics"].get("requests")
+    if isinstance(records, list):  # thousands of records: one line each, not one line per number
+        body["metrics"] = {**result["metrics"], "requests": _RECORDS}
+    text = json.dumps(body, indent=1, default=str)
+    if isinstance(records, list):
+        lines = ",\n".join("   " + json.dumps(q, default=str) for q in records)
+        text = text.replace(json.dumps(_RECORDS), f"[\n{lines}\n  ]" if records else "[]", 1)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text + "\n")
+    except OSError as e:
+        raise BenchError(f"cannot write {path}: {e.strerror or e}") from None
     return path
 
 
@@ -790,12 +1040,59 @@ def load_result(path: str) -> dict:
         missing = ["metrics.end_to_end_output_tok_per_s"]
     if missing:
         raise BenchError(f"{path} is not a result of python -m sglang_eagle3.bench (missing {', '.join(missing)})")
+    for where, key, kinds in _RESULT_FIELDS:
+        holder = res if where is None else res.get(where)
+        if not isinstance(holder, dict) or key not in holder:
+            continue
+        value = holder[key]
+        if not (value is None and key != "end_to_end_output_tok_per_s" or _is(value, kinds)):
+            field_name = key if where is None else f"{where}.{key}"
+            raise BenchError(f"{path}: {field_name} is {json.dumps(value, default=str)[:60]}, not "
+                             f"{' or '.join(_KIND_WORDS[k] for k in kinds)}: a damaged or hand-edited result file")
+    fmt = res.setdefault("format", 1)  # (files written before the field: format 1)
+    if not _is(fmt, ("int",)) or fmt < 1:
+        raise BenchError(f"{path}: format is {json.dumps(fmt)[:60]}, not a positive integer")
+    if not all(isinstance(w, dict) for w in res["provenance"].get("worker_env") or ()):
+        raise BenchError(f"{path}: provenance.worker_env holds a non-object: a damaged or hand-edited result file")
     prov = res["provenance"]
     if "git_commit" in prov and "client_git_commit" not in prov:  # files written before the field was renamed
         prov["client_git_commit"] = prov.pop("git_commit")
     if isinstance(res.get("workload"), dict):  # files written before sweep --rounds: one round
         res["workload"].setdefault("rounds", 1)
     return res
+
+
+# The fields compare and the warnings read, with the JSON types they must have (None allowed unless said): a file
+# damaged or edited by hand is refused by name instead of failing with a traceback inside the table.
+_NUMBER = ("number",)
+_RESULT_FIELDS = (
+    (None, "workload", ("object",)), (None, "errors", ("list",)), (None, "interrupted", ("string",)),
+    (None, "rounds_missing", ("string",)),
+    ("metrics", "end_to_end_output_tok_per_s", _NUMBER),
+    *(("metrics", k, _NUMBER) for k in (
+        "end_to_end_output_tok_per_s_min", "end_to_end_output_tok_per_s_max", "end_to_end_spread_pct",
+        "per_request_tok_per_s_median", "median_itl_ms", "mean_ttft_ms", "server_accept_length",
+        "accept_length_per_verify", "prompt_tokens_per_request_mean")),
+    *(("metrics", k, ("int",)) for k in (
+        "requests_ok", "requests_failed", "output_tokens", "requests_short", "server_verify_batches_graph",
+        "server_verify_batches_eager")),
+    ("metrics", "passes", ("list",)), ("metrics", "latency", ("object",)), ("metrics", "requests", ("list",)),
+    ("provenance", "worker_env", ("list",)), ("provenance", "worker_env_not_applied", ("list",)),
+    ("provenance", "rounds_differ", ("list",)),
+    *(("workload", k, ("int",)) for k in ("num_requests", "concurrency", "max_tokens")),
+)
+
+
+_KIND_WORDS = {"number": "a number", "int": "an integer", "string": "a string", "list": "a list",
+               "object": "an object"}
+
+
+def _is(value, kinds: tuple[str, ...]) -> bool:
+    checks = {"number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+              "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+              "string": lambda v: isinstance(v, str), "list": lambda v: isinstance(v, list),
+              "object": lambda v: isinstance(v, dict)}
+    return any(checks[k](value) for k in kinds)
 
 
 def as_dict(r: RequestResult) -> dict:
