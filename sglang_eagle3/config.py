@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -82,6 +83,56 @@ def _check_fixed(cfg: dict, where: str, fixed: dict[str, tuple[str, Any]], why: 
             raise ConfigError(f"{where}: {key}={got!r} is not supported ({why} {key}={want!r})")
 
 
+# Fields a DeepSeek-V3 config.json may leave out, and what they then are: transformers' DeepseekV3Config defaults,
+# which SGLang builds its model from (AutoConfig; Kimi-K2.5's text_config is read as deepseek_v3, and DeepSeek-V3's
+# own configuration_deepseek.py, which DeepSeek-V3 / R1 and Kimi-K2 ship, has the same). The last three are not fields
+# of transformers' class: its model builds them in (noaux_tc routing over sigmoid scores, an MoE layer at every layer
+# from first_k_dense_replace on), and DeepSeek's class defaults them so. The fields without a default here (the sizes)
+# are required instead: transformers would take DeepSeek-V3's, which no other checkpoint's weights fit.
+_DEEPSEEK_V3_DEFAULTS: dict[str, tuple[str, Any]] = {
+    "intermediate_size": ("int", 18432),
+    "q_lora_rank": ("int", 1536),
+    "n_shared_experts": ("int", 1),
+    "first_k_dense_replace": ("int", 3),
+    "n_group": ("int", 8),
+    "topk_group": ("int", 4),
+    "norm_topk_prob": ("bool", True),
+    "routed_scaling_factor": ("float", 2.5),
+    "rms_norm_eps": ("float", 1e-6),
+    "tie_word_embeddings": ("bool", False),
+    "num_nextn_predict_layers": ("int", 1),
+    "scoring_func": ("str", "sigmoid"),
+    "topk_method": ("str", "noaux_tc"),
+    "moe_layer_freq": ("int", 1),
+}
+# What a JSON null means where it means something built here: no q LoRA (a plain q_proj, as transformers reads it),
+# no dense MLP (refused when first_k_dense_replace > 0). Any other null is refused: transformers keeps None or refuses
+# it, and neither is the default.
+_NULL_MEANS = {"q_lora_rank": None, "intermediate_size": 0}
+# model_type values whose transformers class is DeepseekV3Config (kimi_k2: Kimi-K2's config and Kimi-K2.5's
+# text_config, which transformers reads as deepseek_v3; None: a hand-written config without one). Another type's
+# class has other defaults (deepseek_v2's: greedy softmax routing, no groups, 2 shared experts...).
+_DEEPSEEK_V3_TYPES = (None, "deepseek_v3", "kimi_k2")
+
+
+def _v3_field(cfg: dict, key: str, where: str, model_type: str | None, left_out: dict[str, Any]) -> Any:
+    """``cfg[key]``, or transformers' default when the field is left out (recorded in ``left_out``)."""
+    kind, default = _DEEPSEEK_V3_DEFAULTS[key]
+    if key not in cfg:
+        if model_type not in _DEEPSEEK_V3_TYPES:
+            raise ConfigError(f"{where}: {key} is missing and model_type={model_type!r} is not DeepSeek-V3's: SGLang "
+                              "would build that type's transformers default, which need not be DeepSeek-V3's "
+                              f"{default!r}; write it")
+        left_out[key] = default
+        return default
+    if cfg[key] is None:
+        if key in _NULL_MEANS:
+            return _NULL_MEANS[key]
+        raise ConfigError(f"{where}: {key} is null, which transformers keeps as None or refuses (it is not the "
+                          f"default {default!r}); write a value, or leave the field out for the default")
+    return _get(cfg, key, where, kind)
+
+
 def load_json(path: str) -> dict:
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
@@ -145,6 +196,20 @@ class RopeConfig:
         factor = _get(params, "factor", w, "float")
         if not factor > 0:
             raise ConfigError(f"{w}: factor must be > 0, got {factor}")
+        mscale = _get(params, "mscale", w, "float", None)
+        mscale_all_dim = _get(params, "mscale_all_dim", w, "float", None)
+        # The cos/sin magnitude: DeepSeek's YaRN (and SGLang's, which the defaults here follow) divides
+        # yarn_get_mscale(factor, mscale) by yarn_get_mscale(factor, mscale_all_dim), taking 1 and 0 for one left out;
+        # transformers' takes that ratio only when both are set and non-zero, else yarn_get_mscale(factor). Where the
+        # two differ, the references disagree on the model: refused, not guessed.
+        ours = (yarn_get_mscale(factor, 1.0 if mscale is None else mscale)
+                / yarn_get_mscale(factor, 0.0 if mscale_all_dim is None else mscale_all_dim))
+        theirs = (yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
+                  if mscale and mscale_all_dim else yarn_get_mscale(factor, 1.0))
+        if not math.isclose(ours, theirs, rel_tol=1e-12):
+            raise ConfigError(f"{w}: mscale={mscale!r} with mscale_all_dim={mscale_all_dim!r} scales cos/sin by "
+                              f"{ours:.6g} in DeepSeek's YaRN (as SGLang builds it) but by {theirs:.6g} in "
+                              "transformers'; write both, non-zero (or neither)")
         return RopeConfig(
             theta=theta,
             kind=kind,
@@ -153,8 +218,8 @@ class RopeConfig:
                 _get(params, "original_max_position_embeddings", w, "int"), "original_max_position_embeddings", w),
             beta_fast=_get(params, "beta_fast", w, "float", 32.0),
             beta_slow=_get(params, "beta_slow", w, "float", 1.0),
-            mscale=_get(params, "mscale", w, "float", 1.0),
-            mscale_all_dim=_get(params, "mscale_all_dim", w, "float", 0.0),
+            mscale=1.0 if mscale is None else mscale,
+            mscale_all_dim=0.0 if mscale_all_dim is None else mscale_all_dim,
         )
 
 
@@ -271,7 +336,10 @@ class ModelConfig:
     # Construction ---------------------------------------------------------------------------
     @staticmethod
     def from_hf(cfg: dict) -> ModelConfig:
-        """Builds from a DeepseekV3/V2 config, or a Kimi-K2.5 one (language model under ``text_config``)."""
+        """Builds from a DeepseekV3/V2 config, or a Kimi-K2.5 one (language model under ``text_config``).
+
+        A field the config leaves out takes transformers' DeepseekV3Config default (``_DEEPSEEK_V3_DEFAULTS``), as
+        SGLang's model does; one whose default cannot be built here is refused, the message naming it."""
         prefix = ""
         archs = _get(cfg, "architectures", "config", "list", []) or ["DeepseekV3ForCausalLM"]
         if any("Eagle3" in str(a) or "eagle3" in str(a).lower() for a in archs):
@@ -301,41 +369,58 @@ class ModelConfig:
         bos = cfg.get("bos_token_id", outer.get("bos_token_id"))
         if bos is not None and not _KINDS["int"][0](bos):
             raise ConfigError(f"{w}: bos_token_id must be a token id, got {bos!r}")
-        return ModelConfig(
+        # NOTE: bos / eos left out stay unset, not transformers' 0 / 1 (DeepSeek-V3's ids): they build nothing, and the
+        # engine stops at the tokenizer's EOS when the config names none, where 1 would stop at an ordinary token.
+        model_type = _get(cfg, "model_type", w, "str", None)
+        left_out: dict[str, Any] = {}  # field -> the default it took
+
+        def d(key):
+            return _v3_field(cfg, key, w, model_type, left_out)
+
+        kwargs = dict(
             vocab_size=i("vocab_size"),
             hidden_size=i("hidden_size"),
-            intermediate_size=i("intermediate_size", 0),
+            intermediate_size=d("intermediate_size"),
             moe_intermediate_size=i("moe_intermediate_size"),
             num_hidden_layers=i("num_hidden_layers"),
             num_attention_heads=i("num_attention_heads"),
-            q_lora_rank=i("q_lora_rank", None),
+            q_lora_rank=d("q_lora_rank"),
             kv_lora_rank=i("kv_lora_rank"),
             qk_nope_head_dim=i("qk_nope_head_dim"),
             qk_rope_head_dim=i("qk_rope_head_dim"),
             v_head_dim=i("v_head_dim"),
             n_routed_experts=i("n_routed_experts"),
             num_experts_per_tok=i("num_experts_per_tok"),
-            n_shared_experts=i("n_shared_experts", 0),
-            first_k_dense_replace=i("first_k_dense_replace", 0),
-            # Absent means ungrouped routing; an explicit 0 is an error (__post_init__), not "ungrouped".
-            n_group=i("n_group", 1),
-            topk_group=i("topk_group", 1),
-            norm_topk_prob=_get(cfg, "norm_topk_prob", w, "bool", True),
-            routed_scaling_factor=_get(cfg, "routed_scaling_factor", w, "float", 1.0),
-            scoring_func=_get(cfg, "scoring_func", w, "str", "sigmoid"),
-            topk_method=_get(cfg, "topk_method", w, "str", "noaux_tc"),
-            rms_norm_eps=_get(cfg, "rms_norm_eps", w, "float", 1e-6),
+            n_shared_experts=d("n_shared_experts"),
+            first_k_dense_replace=d("first_k_dense_replace"),
+            n_group=d("n_group"),
+            topk_group=d("topk_group"),
+            norm_topk_prob=d("norm_topk_prob"),
+            routed_scaling_factor=d("routed_scaling_factor"),
+            scoring_func=d("scoring_func"),
+            topk_method=d("topk_method"),
+            rms_norm_eps=d("rms_norm_eps"),
             max_position_embeddings=i("max_position_embeddings"),
             rope=RopeConfig.from_hf(cfg, w),
-            tie_word_embeddings=_get(cfg, "tie_word_embeddings", w, "bool", False),
-            moe_layer_freq=i("moe_layer_freq", 1),
-            num_nextn_predict_layers=i("num_nextn_predict_layers", 0),
+            tie_word_embeddings=d("tie_word_embeddings"),
+            moe_layer_freq=d("moe_layer_freq"),
+            num_nextn_predict_layers=d("num_nextn_predict_layers"),
             bos_token_id=bos,
             eos_token_id=eos_t,
             architecture=str(archs[0]),
             weight_prefix=prefix,
             quantization=_get(cfg, "quantization_config", w, "dict", None),
         )
+        try:
+            return ModelConfig(**kwargs)
+        except ConfigError as e:
+            # A default that cannot be built (transformers' topk_group=4 beside a written n_group=1, its
+            # first_k_dense_replace=3 in a 2-layer model): say where the value came from.
+            named = [f"{k}={v!r}" for k, v in left_out.items() if re.search(rf"(?<!\w){k}(?!\w)", str(e))]
+            if not named:
+                raise
+            raise ConfigError(f"{e} ({', '.join(named)}: left out of the config, so transformers' DeepseekV3Config "
+                              "default, which SGLang reads too)") from None
 
     @staticmethod
     def from_path(path: str) -> ModelConfig:
@@ -413,6 +498,13 @@ class DraftConfig:
             raise ConfigError(f"{w}: architectures={archs} with kv_lora_rank={cfg.get('kv_lora_rank')!r} is an EAGLE-3 "
                               "draft with an MLA (DeepSeek) layer; only Llama-layer drafts (LlamaForCausalLMEagle3) "
                               "are supported")
+        # Left out, transformers' LlamaConfig (what SGLang reads a draft's config.json as) takes 32 layers, which
+        # llama_eagle3 refuses: not read as the one layer built here.
+        if cfg.get("num_hidden_layers") is None:
+            what = "null" if "num_hidden_layers" in cfg else "missing"
+            raise ConfigError(f"{w}: num_hidden_layers is {what}: transformers' LlamaConfig would take its default of "
+                              "32 decoder layers (SGLang's llama_eagle3 refuses any but 1); an EAGLE-3 draft here is "
+                              "one layer: write num_hidden_layers: 1")
         # What llama_eagle3 fixes and our draft layer builds in (a head that computes something else must not load).
         _check_fixed(cfg, w, {"hidden_act": ("str", "silu"), "attention_bias": ("bool", False),
                               "mlp_bias": ("bool", False), "num_hidden_layers": ("int", 1)},
@@ -437,7 +529,7 @@ class DraftConfig:
         if ids is not None and not all(_KINDS["int"][0](x) for x in ids):
             raise ConfigError(f"{w}: eagle_config.eagle_aux_hidden_state_layer_ids must hold integers, got {ids!r}")
         vocab = i("vocab_size")
-        eps = _get(cfg, "rms_norm_eps", w, "float", 1e-5)
+        eps = _get(cfg, "rms_norm_eps", w, "float", 1e-6)  # transformers' LlamaConfig default
         if not eps > 0:
             raise ConfigError(f"{w}: rms_norm_eps must be > 0, got {eps}")
         return DraftConfig(

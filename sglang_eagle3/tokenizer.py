@@ -297,10 +297,15 @@ _TIKTOKEN_PATTERN = (
 )
 
 
+# Special-token ids Kimi's tokenizer reserves after the BPE ranks (tokenization_kimi.py's num_reserved_special_tokens).
+NUM_RESERVED_SPECIAL_TOKENS = 256
+
+
 def _load_tiktoken(path: str, cfg: dict, template: str | None, bos_token: str | None,
                    eos_token: str | None, named_chat_templates: dict[str, str] | None = None) -> Tokenizer:
-    """A tiktoken BPE file (base64 token + rank per line); special tokens from tokenizer_config's
-    added_tokens_decoder."""
+    """A tiktoken BPE file (base64 token + rank per line); special tokens as Kimi's tokenizer has them: the
+    ``NUM_RESERVED_SPECIAL_TOKENS`` ids after the ranks, named by tokenizer_config's added_tokens_decoder, the ones it
+    leaves unnamed ``<|reserved_token_{id}|>``."""
     try:
         import tiktoken
     except ImportError as e:
@@ -311,11 +316,16 @@ def _load_tiktoken(path: str, cfg: dict, template: str | None, bos_token: str | 
             if line.strip():
                 tok, rank = line.split()
                 ranks[base64.b64decode(tok)] = int(rank)
-    special = {v["content"]: int(k) for k, v in (cfg.get("added_tokens_decoder") or {}).items()}
+    # NOTE: the unnamed reserved ids are tokens like the named ones (a model can emit them): their name is their text
+    # in decode (skip_special_tokens=False) and token_bytes, and that text encodes to the id, as with Kimi's own
+    # tokenizer. Without them such an id decoded to nothing and its name encoded as ordinary BPE pieces.
+    names = {i: f"<|reserved_token_{i}|>" for i in range(len(ranks), len(ranks) + NUM_RESERVED_SPECIAL_TOKENS)}
+    names.update((int(k), v["content"]) for k, v in (cfg.get("added_tokens_decoder") or {}).items())
+    special = {name: i for i, name in names.items()}
     enc = tiktoken.Encoding(name=os.path.basename(os.path.dirname(path)) or "model", pat_str=_TIKTOKEN_PATTERN,
                             mergeable_ranks=ranks, special_tokens=special)
     special_ids = set(special.values())
-    # A model's vocabulary may be padded past the tokenizer's (ids no token owns, such as reserved special slots), and
+    # A model's vocabulary may be padded past the tokenizer's (ids no token owns, past the reserved special slots), and
     # a model can emit them. tiktoken raises KeyError on such an id, which failed the whole engine step (every
     # request in flight) when a stop string was checked; Hugging Face tokenizers drop them, and so does this.
     known = frozenset(ranks.values()) | special_ids
@@ -339,6 +349,6 @@ def _load_tiktoken(path: str, cfg: dict, template: str | None, bos_token: str | 
         except KeyError:  # outside the vocabulary (the model's may be padded past the tokenizer's)
             return b""
 
-    return Tokenizer(encode, decode, len(ranks) + len(special), eos_id, bos_id, template, special,
+    return Tokenizer(encode, decode, enc.n_vocab, eos_id, bos_id, template, special,
                      bos_token=bos_token, eos_token=eos_token, token_bytes=token_bytes,
                      named_chat_templates=named_chat_templates)

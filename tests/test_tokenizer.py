@@ -103,7 +103,8 @@ def test_tiktoken_model_file(tmp_path):
         json.dump({"added_tokens_decoder": special, "bos_token": "[BOS]", "eos_token": "[EOS]", "add_bos_token": True,
                    "chat_template": "{% for m in messages %}{{ m['content'] }}[EOS]{% endfor %}"}, f)
     tok = load_tokenizer(str(tmp_path))
-    assert tok.vocab_size == len(ranks) + 2 and (tok.bos_token_id, tok.eos_token_id) == (260, 261)
+    # (Kimi's tokenizer reserves 256 special ids past the ranks, named or not: tests/test_tokenizer_reserved.py)
+    assert tok.vocab_size == len(ranks) + 256 and (tok.bos_token_id, tok.eos_token_id) == (260, 261)
     ids = tok.encode("hello")
     assert ids == [259] and tok.decode(ids) == "hello"
     assert tok.encode("hello", add_special_tokens=True) == [260, 259]
@@ -122,6 +123,7 @@ def test_tiktoken_decode_drops_ids_it_lacks(tmp_path):
         {"added_tokens_decoder": {"300": {"content": "<|end|>", "special": True}}, "eos_token": "<|end|>"}))
     tok = load_tokenizer(str(tmp_path))
     ids = tok.encode("hi")
-    assert tok.decode(ids + [299, 10_000]) == "hi"  # 256..299: a gap; 10000: past the end
-    assert tok.decode([257] + ids + [300], skip_special_tokens=False) == "hi<|end|>"
+    # 256..511: Kimi's reserved special ids (tests/test_tokenizer_reserved.py); 600, 10000: past them
+    assert tok.decode(ids + [299, 10_000]) == "hi"
+    assert tok.decode([600] + ids + [300], skip_special_tokens=False) == "hi<|end|>"
     assert tok.decode(ids + [300], skip_special_tokens=True) == "hi"
