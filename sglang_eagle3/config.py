@@ -133,6 +133,15 @@ def _v3_field(cfg: dict, key: str, where: str, model_type: str | None, left_out:
     return _get(cfg, key, where, kind)
 
 
+def _token_ids(value, key: str, where: str) -> tuple[int, ...]:
+    """A config's token id or list of them (``eos_token_id``) as a tuple; null or absent: ()."""
+    if isinstance(value, list) and all(_KINDS["int"][0](e) for e in value):
+        return tuple(value)
+    if value is None or _KINDS["int"][0](value):
+        return () if value is None else (value,)
+    raise ConfigError(f"{where}: {key} must be a token id or a list of them, got {value!r}")
+
+
 def load_json(path: str) -> dict:
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
@@ -359,13 +368,7 @@ class ModelConfig:
         _check_fixed(cfg, w, {"hidden_act": ("str", "silu"), "attention_bias": ("bool", False),
                               "rope_interleave": ("bool", True)},
                      "DeepSeek-V3 and Kimi have")
-        eos = cfg.get("eos_token_id", outer.get("eos_token_id"))
-        if isinstance(eos, list) and all(_KINDS["int"][0](e) for e in eos):
-            eos_t = tuple(eos)
-        elif eos is None or _KINDS["int"][0](eos):
-            eos_t = () if eos is None else (eos,)
-        else:
-            raise ConfigError(f"{w}: eos_token_id must be a token id or a list of them, got {eos!r}")
+        eos_t = _token_ids(cfg.get("eos_token_id", outer.get("eos_token_id")), "eos_token_id", w)
         bos = cfg.get("bos_token_id", outer.get("bos_token_id"))
         if bos is not None and not _KINDS["int"][0](bos):
             raise ConfigError(f"{w}: bos_token_id must be a token id, got {bos!r}")
@@ -601,3 +604,33 @@ def resolve_aux_layer_ids(draft: DraftConfig, num_target_layers: int,
             raise ConfigError(f"aux layer id {i} out of range for a target with {L} layers "
                               f"(ids {list(ids)}; valid 0..{L})")
     return ids
+
+
+# generation_config.json's sampling fields that SGLang's chat endpoint takes as the defaults of a request that sets
+# none (its --sampling-defaults model, the default; ModelConfig.get_default_sampling_params), with their kinds.
+GENERATION_SAMPLING_FIELDS = {"temperature": "float", "top_p": "float", "top_k": "int", "min_p": "float",
+                              "repetition_penalty": "float"}
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """A checkpoint's ``generation_config.json`` as SGLang reads it: its ``eos_token_id`` joins the config's among
+    the tokens that end a request, and the sampling fields it writes (``GENERATION_SAMPLING_FIELDS``, nulls left
+    out) are the chat endpoint's defaults. Without the file, both are empty."""
+
+    eos_token_id: tuple[int, ...] = ()
+    sampling: tuple[tuple[str, float | int], ...] = ()  # (field, value) in GENERATION_SAMPLING_FIELDS' order
+    path: str | None = None  # the file read, None without one
+
+    @staticmethod
+    def from_path(model_path: str) -> GenerationConfig:
+        path = os.path.join(model_path, "generation_config.json")
+        if not os.path.isdir(model_path) or not os.path.exists(path):
+            return GenerationConfig()
+        cfg = load_json(path)
+        sampling = tuple((k, _get(cfg, k, path, kind)) for k, kind in GENERATION_SAMPLING_FIELDS.items()
+                         if cfg.get(k) is not None)
+        return GenerationConfig(_token_ids(cfg.get("eos_token_id"), "eos_token_id", path), sampling, path)
+
+    def sampling_defaults(self) -> dict[str, float | int]:
+        return dict(self.sampling)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from sglang_eagle3 import env
-from sglang_eagle3.config import ConfigError, resolve_aux_layer_ids
+from sglang_eagle3.config import ConfigError, GenerationConfig, resolve_aux_layer_ids
 from sglang_eagle3.env_report import git_commit
 from sglang_eagle3.runtime.grammar import GrammarBackend
 from sglang_eagle3.runtime.interrupts import defer_interrupt
@@ -130,6 +130,29 @@ async def _async_chunks(chunks):
             yield v
     finally:
         stop.set()
+
+
+def generation_config(model_path: str) -> GenerationConfig:
+    """The checkpoint's generation_config.json (GenerationConfig), its sampling defaults checked as a request's
+    would be: a value no request may set is the file's error, named at start-up, not every chat request's 400."""
+    gen = GenerationConfig.from_path(model_path)
+    try:
+        SamplingParams.from_dict(gen.sampling_defaults())
+    except SamplingParamsError as e:
+        raise ConfigError(f"{gen.path}: {e}") from None
+    return gen
+
+
+def engine_eos(config_eos: tuple[int, ...], gen: GenerationConfig, tokenizer) -> tuple[int, ...]:
+    """The tokens that end a request (without ignore_eos), as SGLang stops: config.json's eos_token_id,
+    generation_config.json's, the tokenizer's EOS and its turn-final tokens (tokenizer.ADDITIONAL_STOP_TOKENS). The
+    files of one checkpoint may name different ones (a chat turn's end, the pretraining's end of text); the
+    tokenizer's counted only where the config named none, a model that ended a turn with it ran to max_new_tokens."""
+    eos = [*config_eos, *gen.eos_token_id]
+    if tokenizer is not None:
+        eos += [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        eos += tokenizer.additional_stop_ids
+    return tuple(dict.fromkeys(eos))
 
 
 @dataclass(frozen=True)
@@ -456,9 +479,8 @@ class Engine:
             if self.tokenizer is None and args.tokenizer_path is not None:
                 # Asked for by name: an engine without it would refuse every text request later, not now.
                 raise ConfigError(f"tokenizer_path={args.tokenizer_path!r} holds no tokenizer.json or tiktoken.model")
-        eos = cfg.eos_token_id
-        if not eos and self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
-            eos = (self.tokenizer.eos_token_id,)
+        self.generation_config = generation_config(args.model_path)
+        eos = self.eos_token_ids = engine_eos(cfg.eos_token_id, self.generation_config, self.tokenizer)
         k = self.num_steps or 0
         max_tokens = args.max_total_tokens or args.max_running_requests * (self.context_length + args.page_size)
         plan = {
@@ -851,7 +873,12 @@ class Engine:
             "args": dataclasses.asdict(self.args),
             "model": {"path": self.args.model_path, "layers": self.model_config.num_hidden_layers,
                       "hidden_size": self.model_config.hidden_size, "experts": self.model_config.n_routed_experts,
-                      "vocab_size": self.model_config.vocab_size, "context_length": self.context_length},
+                      "vocab_size": self.model_config.vocab_size, "context_length": self.context_length,
+                      # what ends a request (engine_eos) and generation_config.json's sampling defaults, which
+                      # the server's chat endpoint applies (--sampling-defaults model, as SGLang)
+                      "eos_token_ids": list(self.eos_token_ids),
+                      "generation_config": self.generation_config.path,
+                      "sampling_defaults": self.generation_config.sampling_defaults()},
             "draft": None if self.draft_config is None else {
                 "path": self.args.speculative_draft_model_path, "aux_layer_ids": list(self.aux_layer_ids),
                 "draft_vocab_size": self.draft_config.draft_vocab_size, "num_steps": self.num_steps},

@@ -35,6 +35,16 @@ class ChatTemplateError(ValueError):
     """The chat template could not render these messages (a client error: bad roles, order or content)."""
 
 
+# Turn-final tokens some checkpoints ship without naming them EOS (Llama-3's tool-use <|eom_id|>, ...): where a
+# tokenizer has one among its added tokens, a request ends at it, as in SGLang (its additional_stop_token_ids).
+ADDITIONAL_STOP_TOKENS = ("<|eom_id|>", "<|content_model_end_sampling|>", "<|ifm|im_end|>")
+
+
+def _additional_stop_ids(added: dict[str, int]) -> tuple[int, ...]:
+    """``ADDITIONAL_STOP_TOKENS``' ids among ``added`` (an added token's text -> its id)."""
+    return tuple(added[t] for t in ADDITIONAL_STOP_TOKENS if t in added)
+
+
 class Tokenizer:
     """``encode(text, add_special_tokens)`` and ``decode(ids, skip_special_tokens)`` callables plus the
     special-token names."""
@@ -43,9 +53,10 @@ class Tokenizer:
                  chat_template: str | None, special_tokens: dict[str, int] | None = None,
                  bos_token: str | None = None, eos_token: str | None = None,
                  token_bytes: Callable[[int], bytes] | None = None, special_ids: frozenset[int] | None = None,
-                 named_chat_templates: dict[str, str] | None = None):
+                 named_chat_templates: dict[str, str] | None = None, additional_stop_ids: tuple[int, ...] = ()):
         """``named_chat_templates``: the checkpoint's other templates by name (``additional_chat_templates/``,
-        or a tokenizer_config list); "tool_use" renders requests that carry tools."""
+        or a tokenizer_config list); "tool_use" renders requests that carry tools. ``additional_stop_ids``:
+        ADDITIONAL_STOP_TOKENS' ids in this tokenizer (a request ends at them besides its EOS)."""
         self._encode, self._decode = encode, decode
         self._token_bytes = token_bytes
         self.vocab_size = vocab_size
@@ -57,6 +68,7 @@ class Tokenizer:
         # Ids of the special (control) tokens: never text, so a grammar never allows one (runtime/grammar.py).
         self.special_ids = frozenset(self.special_tokens.values()) if special_ids is None else special_ids
         self.named_chat_templates = dict(named_chat_templates or {})
+        self.additional_stop_ids = tuple(additional_stop_ids)
         self._compiled_template: tuple[str, object] | None = None  # (source, compiled)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
@@ -225,7 +237,8 @@ def load_tokenizer(path: str) -> Tokenizer | None:
                          tid(eos_token), tid(bos_token), template, bos_token=bos_token, eos_token=eos_token,
                          token_bytes=_hf_token_bytes(tok, _read_json(tj).get("decoder")),
                          special_ids=frozenset(i for i, t in tok.get_added_tokens_decoder().items() if t.special),
-                         named_chat_templates=named)
+                         named_chat_templates=named, additional_stop_ids=_additional_stop_ids(
+                             {t.content: i for i, t in tok.get_added_tokens_decoder().items()}))
     tm = os.path.join(path, "tiktoken.model")
     if os.path.exists(tm):
         return _load_tiktoken(tm, cfg, template, bos_token, eos_token, named)
@@ -351,4 +364,4 @@ def _load_tiktoken(path: str, cfg: dict, template: str | None, bos_token: str | 
 
     return Tokenizer(encode, decode, enc.n_vocab, eos_id, bos_id, template, special,
                      bos_token=bos_token, eos_token=eos_token, token_bytes=token_bytes,
-                     named_chat_templates=named_chat_templates)
+                     named_chat_templates=named_chat_templates, additional_stop_ids=_additional_stop_ids(special))
