@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-queued-requests", type=int, default=4096,
                    help="requests allowed to wait beyond --max-running-requests; one more gets HTTP 503 "
                    "(default 4096; -1: unbounded)")
+    g.add_argument("--sampling-defaults", choices=("model", "openai"),
+                   help="where a chat request's unset temperature, top_p, top_k, min_p and repetition_penalty come "
+                   "from: 'model', the checkpoint's generation_config.json where it writes them, else OpenAI's "
+                   "defaults; 'openai', OpenAI's always (default model, as SGLang)")
     g.add_argument("--max-request-bytes", type=int, metavar="N",
                    help="(sglang_eagle3) largest request body in bytes; a larger one gets HTTP 413 before it is "
                    "read (default 16777216 = 16 MiB)")
@@ -311,7 +315,8 @@ def server_config(args: argparse.Namespace):
     served = args.served_model_name if args.served_model_name is not None else \
         args.model_path or EMBEDDED_SERVED_NAME
     optional = {name: getattr(args, name) for name in ("max_request_bytes", "shutdown_grace_s", "tool_call_parser",
-                                                       "reasoning_parser") if getattr(args, name) is not None}
+                                                       "reasoning_parser", "sampling_defaults")
+                if getattr(args, name) is not None}
     return ServerConfig(host=args.host, port=args.port, served_model_name=served,
                         max_queued_requests=None if args.max_queued_requests == -1 else args.max_queued_requests,
                         api_key=args.api_key, **optional)

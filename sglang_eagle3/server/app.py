@@ -22,6 +22,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 from sglang_eagle3.runtime.request import SGLANG_UNSUPPORTED, sglang_neutral
 from sglang_eagle3.runtime.sampling import seeded, short_repr
@@ -29,9 +30,16 @@ from sglang_eagle3.server import openai_api
 from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import DriverStoppedError, EngineDriver, EngineFailure, Submission
 from sglang_eagle3.server.logprobs import TokenTable, with_token_text
-from sglang_eagle3.server.metrics import CONTENT_TYPE
+from sglang_eagle3.server.metrics import CONTENT_TYPE, ServerMetrics
 from sglang_eagle3.server.protocol import APIError, GenerateRequest, parse_body
-from sglang_eagle3.server.serving import ClientDisconnected, ModelInfo, Serving, samples_per_prompt, sse
+from sglang_eagle3.server.serving import (
+    REQUEST_RECEIVED_AT,
+    ClientDisconnected,
+    ModelInfo,
+    Serving,
+    samples_per_prompt,
+    sse,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +61,7 @@ def _guarded(fn):
 
     async def wrapper(request: HTTPRequest):
         serving: Serving = request.app.state.serving
+        received = REQUEST_RECEIVED_AT.set(time.perf_counter())
         try:
             return await fn(serving, request)
         except APIError as e:
@@ -71,11 +80,53 @@ def _guarded(fn):
         except Exception as e:
             logger.exception("unexpected error serving %s %s", request.method, request.url.path)
             return _error_response(APIError(500, f"internal server error: {type(e).__name__}: {e}"))
+        finally:
+            REQUEST_RECEIVED_AT.reset(received)
 
     # NOTE: not functools.wraps: FastAPI would read fn's (serving, request) signature and want a query param.
     wrapper.__name__ = wrapper.__qualname__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+class _HttpMetrics:
+    """ASGI middleware: SGLang's HTTP metrics (sglang:http_requests_total, sglang:http_responses_total,
+    sglang:http_requests_active), by the route's path template. A path no route serves counts as ``unmatched``
+    (SGLang names the path itself; a scanner's random paths would each add series forever)."""
+
+    def __init__(self, app, metrics: ServerMetrics, router):
+        self.app, self.metrics, self.router = app, metrics, router
+
+    def _endpoint(self, scope) -> str:
+        partial = None
+        for route in self.router.routes:
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                return route.path
+            if match == Match.PARTIAL and partial is None:  # the path's route, another method (a 405)
+                partial = route.path
+        return partial or "unmatched"
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        m, endpoint, method = self.metrics, self._endpoint(scope), scope["method"]
+        status = None
+
+        async def send_status(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        m.http_requests.inc(endpoint=endpoint, method=method)
+        m.http_active.add(1, endpoint=endpoint, method=method)
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            m.http_active.add(-1, endpoint=endpoint, method=method)
+            # No answer started: the app raised, and Starlette's outermost handler answers 500.
+            m.http_responses.inc(endpoint=endpoint, status_code=str(status or 500), method=method)
 
 
 class RequestTooLarge(APIError):
@@ -154,7 +205,8 @@ def model_info(info: dict, served_model_name: str) -> ModelInfo:
                      context_length=int(info["model"]["context_length"]),
                      vocab_size=int(info["model"]["vocab_size"]), speculative_num_steps=draft.get("num_steps"),
                      tokenizer_path=args.get("tokenizer_path") or str(info["model"]["path"]),
-                     max_top_logprobs_num=int(args.get("max_top_logprobs_num", 20)))
+                     max_top_logprobs_num=int(args.get("max_top_logprobs_num", 20)),
+                     sampling_defaults=tuple((info["model"].get("sampling_defaults") or {}).items()))
 
 
 def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelInfo | None = None) -> FastAPI:
@@ -163,6 +215,10 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
     app = FastAPI(title="sglang_eagle3", docs_url=None, redoc_url=None)
     model = model or model_info(engine.get_server_info(), config.served_model_name)
     app.state.serving = Serving(engine, driver, config, model)
+    driver.metrics.set_model_name(model.served_model_name)  # SGLang's model_name label
+    if config.sampling_defaults == "model" and model.sampling_defaults:
+        logger.info("chat requests' unset sampling parameters default to the model's generation_config.json: %s "
+                    "(--sampling-defaults openai: OpenAI's)", dict(model.sampling_defaults))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: HTTPRequest, exc: StarletteHTTPException):
@@ -184,6 +240,8 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
     # included, which a browser could not read otherwise) carries the CORS headers.
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_credentials=True, allow_methods=["*"],
                        allow_headers=["*"])
+    # Outside everything: every answer is counted (a preflight, a 401 or 413 too), as SGLang's HTTP metrics count.
+    app.add_middleware(_HttpMetrics, metrics=app.state.serving.metrics, router=app.router)
 
     app.add_api_route("/health", health, methods=["GET", "HEAD"])
     app.add_api_route("/health_generate", _guarded(health_generate), methods=["GET", "HEAD"])
@@ -323,7 +381,7 @@ async def generate(serving: Serving, request: HTTPRequest):
 
     reqs = await serving.off_loop(build)
     batch = batch or k > 1  # n samples of one prompt come back as a list, as SGLang answers
-    sub = serving.submit(reqs, full_results=body.stream)
+    sub = serving.submit(reqs, full_results=body.stream, stream=bool(body.stream))
     if body.stream:
         return await serving.stream(sub, request, _generate_chunks(sub, batch, table))
     finals = await serving.wait(sub, request)

@@ -35,6 +35,10 @@ class ServerConfig:
     # How /v1/chat/completions splits a reasoning model's thinking from its answer (server/reasoning.py:
     # "kimi_k2", "deepseek-r1", "deepseek-v3", "qwen3", "qwen3-thinking", "kimi"); None: the output whole in content.
     reasoning_parser: str | None = None
+    # Where a chat request's unset temperature / top_p / top_k / min_p / repetition_penalty come from, as SGLang's
+    # --sampling-defaults: "model", generation_config.json's where it writes them (else OpenAI's defaults);
+    # "openai", OpenAI's always. /v1/completions and /generate take OpenAI's / SGLang's defaults either way.
+    sampling_defaults: str = "model"
 
     def __post_init__(self):
         if not isinstance(self.port, int) or not 0 <= self.port < 65536:
@@ -69,5 +73,7 @@ class ServerConfig:
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
             raise ServerConfigError(f"reasoning_parser={self.reasoning_parser!r} must be one of "
                                     f"{', '.join(REASONING_PARSERS)}")
+        if self.sampling_defaults not in ("model", "openai"):
+            raise ServerConfigError(f"sampling_defaults={self.sampling_defaults!r} must be model or openai")
         if self.snapshot_timeout_s <= 0:
             raise ServerConfigError(f"snapshot_timeout_s={self.snapshot_timeout_s} must be > 0")

@@ -28,10 +28,10 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sglang_eagle3.runtime.request import Request
-from sglang_eagle3.runtime.sampling import short_repr
+from sglang_eagle3.runtime.sampling import GRAMMAR_KINDS, short_repr
 from sglang_eagle3.server.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -99,9 +99,13 @@ class _Tracked:
     index: int
     hold_chars: int  # characters held back while a stop string may be forming (longest stop - 1)
     full_results: bool
-    t_arrive: float = 0.0
+    t_arrive: float = 0.0  # perf_counter when the request reached its HTTP handler (else its submission)
     t_first: float | None = None
+    t_last: float = 0.0  # perf_counter of its latest new tokens
     n_sent: int = 0
+    verify_ct: int = 0  # its verify rounds as of its latest update
+    # Observations labelled is_streaming, waiting for the consumer to say whether it streams (Submission.streaming).
+    unlabelled: list[Callable[[str], None]] = field(default_factory=list)
     published: bool = False  # an update of this request has been pushed
     text: str = ""  # visible text sent so far
     # Incremental detokenisation: decoded = text of output_ids[:read_offset]; only a short window
@@ -114,11 +118,16 @@ class _Tracked:
 class Submission:
     """The consumer's handle on the requests of one HTTP call (n prompts -> n requests, one queue)."""
 
-    def __init__(self, driver: EngineDriver, requests: list[Request], loop: asyncio.AbstractEventLoop):
+    def __init__(self, driver: EngineDriver, requests: list[Request], loop: asyncio.AbstractEventLoop,
+                 streaming: bool | None = None):
         self.driver = driver
         self.requests = requests
         self.rids = [r.rid for r in requests]
         self.loop = loop
+        # Whether the client streams the answer (SGLang's is_streaming metric label); None until the caller says
+        # so (Serving.stream / Serving.wait, before either reads an update): the engine thread holds the labelled
+        # observations of its requests back till then, or till they end (then "false").
+        self.streaming = streaming
         self.queue: asyncio.Queue[Update] = asyncio.Queue()
         self.finals: list[Update | None] = [None] * len(requests)
         self._closed = False
@@ -225,9 +234,13 @@ class EngineDriver:
         return len(self._inflight_rids)
 
     # -- event loop side --------------------------------------------------------------------------------
-    def submit(self, requests: list[Request], *, full_results: bool = False) -> Submission:
-        """Queues requests (all or none). Raises QueueFullError, DriverStoppedError, DuplicateRequestIdError,
+    def submit(self, requests: list[Request], *, full_results: bool = False, stream: bool | None = None,
+               received_at: float | None = None) -> Submission:
+        """Queues requests (all or none). ``stream``: whether the client streams the answer (None: not known yet,
+        Submission.streaming); ``received_at``: perf_counter when the HTTP request arrived (the start of its
+        latency metrics; now without it). Raises QueueFullError, DriverStoppedError, DuplicateRequestIdError,
         BatchTooLargeError."""
+        t_arrive = time.perf_counter() if received_at is None else received_at
         if not self.alive:
             raise DriverStoppedError("the engine thread is not running")
         if self._shutdown_at is not None:
@@ -252,12 +265,12 @@ class EngineDriver:
                 raise QueueFullError(f"the server is full: {len(self._inflight_rids)} requests in flight, "
                                      f"limit {self.max_inflight} (max_running_requests + max_queued_requests)")
             self._inflight_rids.update(rids)
-        sub = Submission(self, requests, asyncio.get_running_loop())
+        sub = Submission(self, requests, asyncio.get_running_loop(), stream)
         for i, r in enumerate(requests):
             # The longest text a stop string or stop_regex may match, less one: its start is never shown before it
             # completes (a regex of unbounded length: its sampling.STOP_REGEX_REACH).
             hold = max([len(s) for s in r.params.stop] + r.params.stop_regex_widths, default=1) - 1
-            self._cmds.put(("add", _Tracked(r, sub, i, hold, full_results)))
+            self._cmds.put(("add", _Tracked(r, sub, i, hold, full_results, t_arrive=t_arrive)))
         return sub
 
     def abort(self, rid: str, submission: Submission | None = None) -> None:
@@ -327,7 +340,6 @@ class EngineDriver:
         kind = cmd[0]
         if kind == "add":
             t: _Tracked = cmd[1]
-            t.t_arrive = time.perf_counter()
             self._tracked[t.req.rid] = t
             try:
                 self.scheduler.add(t.req)
@@ -337,7 +349,8 @@ class EngineDriver:
                              "failed")
                 self._note_broken()
                 return
-            self.metrics.prompt_tokens.inc(len(t.req.input_ids))
+            n_prompt = len(t.req.input_ids)
+            self._labelled(t, lambda s: self.metrics.prompt_tokens.inc(n_prompt, is_streaming=s))
         elif kind == "abort":
             _, rid, sub = cmd
             t = self._tracked.get(rid)
@@ -347,7 +360,8 @@ class EngineDriver:
                 return
             del self._tracked[rid]
             self._release(t.req.rid)
-            self.metrics.requests.inc(outcome="aborted")
+            self.metrics.aborted.inc()
+            self._ended(t, "aborted")
             self.scheduler.abort(t.req.rid)  # its KV pages return to the pool here
             logger.info("request %s aborted after %d output tokens", t.req.rid, t.n_sent)
         elif kind == "call":
@@ -372,15 +386,24 @@ class EngineDriver:
             if not self._note_broken():
                 time.sleep(_ERROR_BACKOFF_S)
             return
+        seconds = time.perf_counter() - t0
         if not changed:
+            self.metrics.note_step(seconds, decode=False)  # (busy all the same: a round launched, none read yet)
             return
         # A prefill step produces the first token of requests that had none; a decode round advances the rest.
         prefill = all((t := self._tracked.get(r.rid)) is not None and t.n_sent == 0 for r in changed)
-        self.metrics.step_latency.observe(time.perf_counter() - t0, phase="prefill" if prefill else "decode")
+        self.metrics.step_latency.observe(seconds, phase="prefill" if prefill else "decode")
+        tokens = rounds = round_tokens = seq_lens = 0  # of this step (SGLang's windowed scheduler gauges)
         for r in changed:
             t = self._tracked.get(r.rid)
             if t is None:
                 continue
+            new, verified = len(r.output_ids) - t.n_sent, max(r.verify_ct - t.verify_ct, 0)
+            t.verify_ct = r.verify_ct
+            tokens += new
+            rounds += verified
+            round_tokens += new if verified else 0
+            seq_lens += r.seq_len
             try:
                 self._publish(t, r)
             except Exception as e:
@@ -388,6 +411,8 @@ class EngineDriver:
                 self._finish(t, Update(t.index, [], t.text, True, error=f"server error: {type(e).__name__}: {e}"),
                              "failed")
                 self._abort_quietly(r.rid)
+        self.metrics.note_step(seconds, decode=not prefill, tokens=tokens, rounds=rounds, round_tokens=round_tokens,
+                               seq_lens=seq_lens)
 
     def _publish(self, t: _Tracked, r: Request) -> None:
         first, sent = not t.published, t.n_sent
@@ -396,13 +421,21 @@ class EngineDriver:
         t.n_sent = len(r.output_ids)
         m = self.metrics
         if new_ids:
-            m.generation_tokens.inc(len(new_ids))
+            now, n = time.perf_counter(), len(new_ids)
+            self._labelled(t, lambda s: m.generation_tokens.inc(n, is_streaming=s))
             if t.t_first is None:
-                t.t_first = time.perf_counter()
-                m.ttft.observe(t.t_first - t.t_arrive)
+                t.t_first = now
+                ttft = now - t.t_arrive
+                self._labelled(t, lambda s: m.ttft.observe(ttft, is_streaming=s))
+            else:  # SGLang's inter-token latency: the wait since the previous tokens, shared by the new ones
+                m.itl.observe_many((now - t.t_last) / n, n, now - t.t_last)
+            t.t_last = now
         if r.finished:
             result = _snapshot_result(self.engine.result(r))
             u = Update(t.index, new_ids, result.get("text", ""), True, result)
+            if (r.finished_reason or {}).get("type") in ("stop", "length") and t.n_sent > 1:
+                tpot = (time.perf_counter() - t.t_first) / (t.n_sent - 1)
+                self._labelled(t, lambda s: m.tpot.observe(tpot, is_streaming=s))
             self._finish(t, _with_logprobs(u, r, sent, first), "finished")
             return
         text = self._visible_text(t, r)
@@ -436,10 +469,33 @@ class EngineDriver:
     def _finish(self, t: _Tracked, u: Update, outcome: str) -> None:
         self._tracked.pop(t.req.rid, None)
         self._release(t.req.rid)
-        m = self.metrics
-        m.requests.inc(outcome=outcome)
-        m.e2e.observe(time.perf_counter() - t.t_arrive)
+        e2e = time.perf_counter() - t.t_arrive
+        self._labelled(t, lambda s: self.metrics.e2e.observe(e2e, is_streaming=s))
+        self._ended(t, outcome)
         t.submission._push(u)
+
+    def _ended(self, t: _Tracked, outcome: str) -> None:
+        """The metrics of a request that left the engine (finished, failed or aborted); its observations still
+        waiting for is_streaming go out now."""
+        m = self.metrics
+        m.prompt_len.observe(len(t.req.input_ids))
+        m.uncached_prompt_len.observe(len(t.req.input_ids))  # no prefix cache: every prompt token is computed
+        m.generation_len.observe(t.n_sent)
+        if any(getattr(t.req.params, kind) for kind in GRAMMAR_KINDS):
+            m.so_requests.inc()
+        self._labelled(t, lambda s: m.requests.inc(outcome=outcome, is_streaming=s), last=True)
+
+    def _labelled(self, t: _Tracked, observe: Callable[[str], None], last: bool = False) -> None:
+        """``observe(is_streaming)`` once the request's consumer has said whether it streams, or at its ``last``
+        observation ("false" if it never said)."""
+        t.unlabelled.append(observe)
+        streaming = t.submission.streaming
+        if streaming is None and not last:
+            return
+        flag = "true" if streaming else "false"
+        for f in t.unlabelled:
+            f(flag)
+        t.unlabelled.clear()
 
     def _release(self, rid: str) -> None:
         with self._lock:

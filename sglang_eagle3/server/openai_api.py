@@ -204,7 +204,7 @@ async def completions(serving: Serving, request: HTTPRequest):
               for p, r in zip(prompts, firsts, strict=True)]
     view = _CompletionView(serving.token_table, echo and top is not None, top is not None, n, echoes,
                            [not isinstance(p, str) for p in prompts], sp.get("skip_special_tokens", True))
-    sub = serving.submit(reqs)
+    sub = serving.submit(reqs, stream=bool(body.stream))
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     prompt_tokens = sum(len(r.input_ids) for r in firsts)
     if body.stream:
@@ -381,6 +381,11 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     if body.max_completion_tokens is not None:
         names["max_new_tokens"] = "max_completion_tokens"
     sp = _sampling_params(body, max_new)
+    if serving.config.sampling_defaults == "model":
+        # SGLang's order for a chat request: the client's value (null: none), else generation_config.json's, else
+        # OpenAI's (the engine's defaults)
+        for name, value in serving.model.sampling_defaults:
+            sp.setdefault(name, value)
     messages = [_message_dict(m) for m in body.messages]
     plan = ToolPlan.of(body, serving.config.tool_call_parser, messages)
     extra = body.chat_template_kwargs
@@ -413,7 +418,7 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
                      for j in range(n)]
 
     ids, reqs = await serving.off_loop(build)
-    sub = serving.submit(reqs)
+    sub = serving.submit(reqs, stream=bool(body.stream))
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     table = serving.token_table if logprobs else None
     if body.stream:

@@ -10,6 +10,7 @@ scheduler, so it is safe beside the engine thread.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import re
@@ -48,6 +49,10 @@ from sglang_eagle3.tokenizer import ChatTemplateError
 
 logger = logging.getLogger(__name__)
 
+# perf_counter when the HTTP request being served reached its handler (app._guarded sets it): where SGLang's request
+# latency metrics (time to first token, end to end) start, validation and tokenization included.
+REQUEST_RECEIVED_AT: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_received_at",
+                                                                                   default=None)
 # RequestError messages that start with "<one of these>=" name that field; all others are about the prompt.
 _REQUEST_FIELDS = ("max_new_tokens", "logprob_start_len", "top_logprobs_num", "return_logprob", "rid")
 # RequestError messages about the prompt that mean "too long for this server" (OpenAI's code for it).
@@ -65,6 +70,8 @@ class ModelInfo:
     speculative_num_steps: int | None
     tokenizer_path: str | None = None
     max_top_logprobs_num: int = 20  # the engine's cap on top logprobs a position (--max-top-logprobs-num)
+    # generation_config.json's sampling fields, (name, value): a chat request's defaults (--sampling-defaults model)
+    sampling_defaults: tuple[tuple[str, float | int], ...] = ()
 
     @property
     def top_logprobs_cap(self) -> int:
@@ -197,9 +204,12 @@ class Serving:
                            param="messages") from None
 
     # -- submission and waiting --------------------------------------------------------------------------
-    def submit(self, requests: list[Request], *, full_results: bool = False) -> Submission:
+    def submit(self, requests: list[Request], *, full_results: bool = False, stream: bool | None = None) -> Submission:
+        """``stream``: whether the client streams the answer (the is_streaming metric label); left out, ``stream`` or
+        ``wait`` says so."""
         try:
-            return self.driver.submit(requests, full_results=full_results)
+            return self.driver.submit(requests, full_results=full_results, stream=stream,
+                                      received_at=REQUEST_RECEIVED_AT.get())
         except QueueFullError as e:
             self.metrics.rejected.inc(status="503")
             raise APIError(503, str(e), code="queue_full") from None
@@ -226,6 +236,8 @@ class Serving:
 
     async def wait(self, sub: Submission, request: HTTPRequest) -> list[Update]:
         """Final updates of a non-streaming submission; aborts it when the client goes away."""
+        if sub.streaming is None:
+            sub.streaming = False
         try:
             return await self._race(sub.results(), request)
         except ClientDisconnected:
@@ -240,6 +252,8 @@ class Serving:
         before answering, so an engine failure at prefill is a plain HTTP 500; a failure later becomes an
         ``{"error": ...}`` event (so is the server shutting down under it). However the stream ends, unfinished
         requests are aborted."""
+        if sub.streaming is None:
+            sub.streaming = True
         it = chunks.__aiter__()
         try:
             first = await self._race(it.__anext__(), request)

@@ -236,6 +236,13 @@ def _samples(text: str) -> dict[str, float]:
     return out
 
 
+def _value(samples: dict[str, float], name: str) -> float:
+    """The one series of metric ``name`` whatever its labels (SGLang's model_name, ... on SGLang's metrics)."""
+    found = [v for k, v in samples.items() if k == name or k.startswith(name + "{")]
+    assert len(found) == 1, (name, found)
+    return found[0]
+
+
 def _info(**more) -> dict:
     return {"running_requests": 0, "waiting_requests": 0, "kv_pages_free": 10, "kv_pages_total": 10,
             "page_size": 64, **more}
@@ -271,13 +278,13 @@ def test_token_usage_gauges_as_sglang_names_them():
     m = ServerMetrics()
     m.update_from_info(_info(kv_pages_free=10, kv_pages_total=10), inflight=0)
     s = _samples(m.render())
-    assert s["sglang:token_usage"] == 0 and s["sglang:num_used_tokens"] == 0
+    assert _value(s, "sglang:token_usage") == 0 and _value(s, "sglang:num_used_tokens") == 0
     m.update_from_info(_info(kv_pages_free=3, kv_pages_total=12, page_size=64), inflight=2)
     s = _samples(m.render())
-    assert s["sglang:token_usage"] == pytest.approx(9 / 12)
-    assert s["sglang:num_used_tokens"] == 9 * 64
+    assert _value(s, "sglang:token_usage") == pytest.approx(9 / 12)
+    assert _value(s, "sglang:num_used_tokens") == 9 * 64
     m.update_from_info(_info(kv_pages_free=0, kv_pages_total=0), inflight=0)  # (no pool: nothing used)
-    assert _samples(m.render())["sglang:token_usage"] == 0
+    assert _value(_samples(m.render()), "sglang:token_usage") == 0
 
 
 def test_token_usage_on_a_live_app(thinking):
@@ -295,5 +302,5 @@ def test_token_usage_on_a_live_app(thinking):
     s = _samples(text)
     used = info["kv_pages_total"] - info["kv_pages_free"]
     assert info["kv_pages_total"] > 0 and info["page_size"] > 0
-    assert s["sglang:token_usage"] == used / info["kv_pages_total"] == 0
-    assert s["sglang:num_used_tokens"] == used * info["page_size"]
+    assert _value(s, "sglang:token_usage") == used / info["kv_pages_total"] == 0
+    assert _value(s, "sglang:num_used_tokens") == used * info["page_size"]

@@ -496,16 +496,25 @@ def metric_samples(url: str) -> dict[str, float]:
     return samples
 
 
+def metric_sum(samples: dict[str, float], metric: str, /, **labels: str) -> float | None:
+    """The sum over the series of ``metric`` whose labels include ``labels`` (SGLang's metrics carry model_name,
+    engine_type, ... besides); None when there is none."""
+    found = [v for k, v in samples.items() if (k == metric or k.startswith(metric + "{"))
+             and labels.items() <= dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', k[len(metric):])).items()]
+    return sum(found) if found else None
+
+
 def test_metrics_prometheus_text(server):
     httpx.post(server.url + "/generate", json={"text": "metrics", "sampling_params": {"max_new_tokens": 8}}, timeout=60)
     samples = metric_samples(server.url)
     for name in ("sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:spec_verify_forwards_total",
-                 "sglang:num_queue_reqs", "sglang:kv_pages_free", "sglang:spec_accept_length_per_round_count",
-                 'sglang:num_requests_total{outcome="finished"}',
-                 'sglang:forward_total{name="target_verify",path="eager"}',
-                 'sglang:step_latency_seconds_count{phase="decode"}'):
-        assert name in samples, name
-    assert samples["sglang:generation_tokens_total"] >= 8
+                 "sglang:num_queue_reqs", "sglang:kv_pages_free", "sglang:spec_accept_length_per_round_count"):
+        assert metric_sum(samples, name) is not None, name
+    for name, labels in (("sglang:num_requests_total", {"outcome": "finished"}),
+                         ("sglang:forward_total", {"name": "target_verify", "path": "eager"}),
+                         ("sglang:step_latency_seconds_count", {"phase": "decode"})):
+        assert metric_sum(samples, name, **labels) is not None, (name, labels)
+    assert metric_sum(samples, "sglang:generation_tokens_total") >= 8
     assert samples["sglang:spec_verify_forwards_total"] == samples["sglang:spec_accept_length_per_round_count"] > 0
     assert samples['sglang:forward_total{name="target_verify",path="graph"}'] == 0  # CPU: no CUDA graphs
 
@@ -524,7 +533,7 @@ def test_server_speculative_adaptive(server, tiny_model, tmp_path):
     assert ad["candidates"] == [0, 1, 3, 5] and ad["rounds"] > 0
     assert sorted(ad["round_ms"]) == ["0", "1", "3", "5", "catch_up", "decode", "sampled"]  # (JSON keys)
     assert sorted(ad["round_ms"]["sampled"]) == ["0", "1", "3", "5", "catch_up", "decode"]
-    assert samples["sglang:spec_num_steps"] == info["speculative_num_steps"] == ad["num_steps"]
+    assert metric_sum(samples, "sglang:spec_num_steps") == info["speculative_num_steps"] == ad["num_steps"]
     assert samples["sglang:spec_adaptive_switches_total"] == ad["switches"]
     fixed = httpx.post(server.url + "/generate", json=body, timeout=60)
     assert r.json()["output_ids"] == fixed.json()["output_ids"]
