@@ -15,6 +15,7 @@ import argparse
 import importlib.util
 import logging
 import os
+import re
 import signal
 import sys
 
@@ -232,13 +233,38 @@ NATIVE_ONLY_FLAGS = {
 _SGLANG_NAMES = {"--tp": "--tp-size"}
 
 
+def _native_only_given(argv: list[str]) -> dict[str, str]:
+    """Native-only flags in ``argv`` as written -> the flag each is: whole, with ``=``, or abbreviated as our parser
+    reads it (a prefix of one of its flags alone). Handed on abbreviated, SGLang's parser stopped at them as
+    "unrecognized", or, a prefix of a flag of its own too, took them for that one (--use: its --use-ray)."""
+    ours = sorted({o for a in build_parser()._actions for o in a.option_strings if o.startswith("--")})
+    given = {}
+    for a in argv:
+        if a == "--":  # argparse reads nothing after it as a flag
+            break
+        name = a.split("=", 1)[0]
+        if not name.startswith("--") or len(name) < 3:
+            continue
+        if name in NATIVE_ONLY_FLAGS:
+            given[name] = name
+            continue
+        matches = [o for o in ours if o.startswith(name)]
+        if len(matches) == 1 and matches[0] in NATIVE_ONLY_FLAGS:
+            given[name] = matches[0]
+    return given
+
+
 def sglang_argv(argv: list[str]) -> list[str]:
     """``argv`` for SGLang's launcher: our aliases renamed; raises ValueError naming native-only flags."""
-    given = sorted({a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in NATIVE_ONLY_FLAGS})
+    given = _native_only_given(argv)
     if given:
-        hints = "; ".join(f"{f}: use {NATIVE_ONLY_FLAGS[f]}" for f in given if NATIVE_ONLY_FLAGS[f])
-        raise ValueError(f"{', '.join(given)} belong to the native server; SGLang's launcher has no such flag "
-                         f"(drop them with --backend sglang{'; ' + hints if hints else ''})")
+        names = sorted(given)
+        shown = ", ".join(n if given[n] == n else f"{n} (our {given[n]}, abbreviated)" for n in names)
+        hints = "; ".join(f"{flag}: use {NATIVE_ONLY_FLAGS[flag]}" for flag in sorted(set(given.values()))
+                          if NATIVE_ONLY_FLAGS[flag])
+        raise ValueError(f"{shown} {'belongs' if len(names) == 1 else 'belong'} to the native server; SGLang's "
+                         f"launcher has no such flag (drop {'it' if len(names) == 1 else 'them'} with --backend "
+                         f"sglang{'; ' + hints if hints else ''})")
     out = []
     for a in argv:
         name, eq, value = a.partition("=")
@@ -268,12 +294,17 @@ def launch_sglang(argv: list[str], worker_env: list[tuple[str, str]] | None = No
 
     ``--worker-env KEY=VALUE`` (``worker_env``, parsed) is not an SGLang flag: the pairs go into this process's
     environment before SGLang starts, and its spawned workers inherit them (so does the launcher process
-    itself; SGLang's own writes still win where it makes them, and the overlay reports those).
+    itself; SGLang's own writes still win where it makes them, and the overlay reports those). Refused with exit
+    2, naming them: native-only flags (whole or abbreviated) and malformed pairs. Secrets' values are not logged.
     """
     try:
         argv = sglang_argv(_strip_own_flags(argv))
     except ValueError as e:
         logger.error("--backend sglang: %s", e)
+        return 2
+    bad = _sglang_worker_env_problems(worker_env or ())
+    if bad:
+        logger.error("--backend sglang: --worker-env %s; not starting", "; ".join(bad))
         return 2
     if importlib.util.find_spec("sglang") is None:  # the overlay itself imports it only once applied
         logger.error("--backend sglang: SGLang is not installed (pip install 'sglang==0.5.23'), or use "
@@ -286,10 +317,58 @@ def launch_sglang(argv: list[str], worker_env: list[tuple[str, str]] | None = No
         logger.error("--backend sglang: %s is not importable (%s). Install SGLang 0.5.23 with the overlay, "
                      "or use --backend native.", missing, e)
         return 2
+    if any(a in ("-h", "--help") for a in argv[:argv.index("--") if "--" in argv else len(argv)]):
+        sys.stdout.write(_SGLANG_HELP_PREAMBLE)  # then SGLang's launcher prints its own help
+        sys.stdout.flush()
+    from sglang_eagle3.env_report import is_secret
+
     for key, value in worker_env or ():
-        logger.info("--worker-env: %s=%s in the environment SGLang's workers inherit", key, value)
+        shown = "<hidden>" if is_secret(key.upper()) else repr(value)  # a token must not reach the server's log
+        logger.info("--worker-env: %s=%s in the environment SGLang's workers inherit", key, shown)
         os.environ[key] = value
     return int(launch(argv) or 0)
+
+
+_SGLANG_HELP_PREAMBLE = """\
+python -m sglang_eagle3.launch_server --backend sglang: SGLang's own launcher with the sglang_eagle3 overlay
+(docs/SGLANG_OVERLAY.md). Every flag below is SGLang's and goes to it as written, except:
+  --backend sglang              this choice (--backend native: this package's server)
+  --worker-env KEY=VALUE        repeatable: put into the environment SGLang's workers inherit (where SGLang
+                                writes the same variable itself, its value wins and the overlay warns)
+  --tp N                        renamed --tp-size N
+The native server's own flags (--worker-start-timeout, --max-request-bytes, ...) are refused, naming each.
+The overlay's switches are environment variables (0 or 1; any other value refuses to start):
+  SGLANG_EAGLE3_STRICT_VERIFY=1 a verify that cannot replay its CUDA graph stops the server (test runs)
+  SGLANG_EAGLE3_NO_MOE_ROUTING=1 keep SGLang's MoE routing
+  SGLANG_EAGLE3_KEEP_GRAPH_BS=1 do not add --cuda-graph-max-bs-decode N for --max-running-requests N
+  SGLANG_EAGLE3_FORCE=1         patch an SGLang other than 0.5.23 (mismatched patch targets are skipped)
+--use-ray is refused: SGLang's Ray actors never run the plugin that brings the overlay to its workers.
+
+"""
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _sglang_worker_env_problems(pairs) -> list[str]:
+    """Why ``--worker-env`` pairs cannot go into the environment SGLang's workers inherit, naming each: a name no
+    program reads by that spelling ('NCCL_ALGO =Ring' set "NCCL_ALGO " and NCCL ran with its default), a NUL byte
+    (os.environ refuses it), or the variable the overlay itself sets for the workers."""
+    from sglang_eagle3 import env
+    from sglang_eagle3.env_report import is_secret
+
+    bad = []
+    for key, value in pairs:
+        pair = f"{key}=<hidden>" if is_secret(key.upper()) else f"{key}={value}"
+        if not _ENV_NAME.fullmatch(key):
+            bad.append(f"{pair!r}: {key!r} is not an environment variable name (letters, digits and '_', not "
+                       "starting with a digit)")
+        elif "\0" in value:
+            bad.append(f"{pair!r}: a NUL byte in the value")
+        elif key == env.OVERLAY_CONFIG.name:
+            bad.append(f"{pair!r}: the overlay writes {key} itself for SGLang's workers (its switches are "
+                       f"{env.STRICT_VERIFY.name}, {env.NO_MOE_ROUTING.name}, {env.OVERLAY_FORCE.name} and "
+                       f"{env.KEEP_GRAPH_BS.name}, in this process's environment)")
+    return bad
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:

@@ -1,9 +1,10 @@
 """``python -m sglang_eagle3.selfcheck``: run your model through SGLang with and without the overlay.
 
 For users on their own GPUs. Each configuration runs in its own child process (the overlay patches the
-process and its spawned workers, so "without" must be a clean interpreter): ``baseline`` is plain SGLang
-(with ``--count-baseline``, the default, only the behaviour-neutral verify counter is applied so both
-columns have graph/eager counts); ``overlay`` is ``sglang_eagle3.apply()`` with its defaults. Both generate
+process and its spawned workers, so "without" must be a clean interpreter): ``baseline`` is SGLang with only the
+overlay's behaviour-neutral reporting (the verify counter, and the worker reports that carry its counts out of
+SGLang's workers), so both columns have graph/eager counts, or plain SGLang with ``--no-count-baseline``;
+``overlay`` is ``sglang_eagle3.apply()`` with its defaults. Both generate
 greedily (temperature 0) on the same prompts; the report says whether the outputs are equal and puts the
 verify-path counts and the mean time per output token side by side.
 
@@ -17,7 +18,7 @@ Exit codes: 0 the greedy outputs are equal, 1 they differ, 2 the check cannot ru
 or --output could not be written, 3 one of the runs failed (its own output, above, says why), 130 Ctrl-C.
 
 Example:
-  python -m sglang_eagle3.selfcheck --model-path /models/Kimi-K2.5 --draft-model-path /models/kimi-eagle3 \
+  python -m sglang_eagle3.selfcheck --model-path /models/Kimi-K2.5 --draft-model-path /models/kimi-eagle3 \\
       --tp 8 --sglang-arg=--speculative-num-steps=3 --sglang-arg=--speculative-num-draft-tokens=4
 """
 
@@ -47,7 +48,9 @@ class SelfCheckError(ValueError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sglang_eagle3.selfcheck", description=__doc__.split("\n")[0])
+    # The whole module docstring: what the two runs are, what --dry-run checks and the exit codes are for the user.
+    p = argparse.ArgumentParser(prog="python -m sglang_eagle3.selfcheck", description=__doc__.replace("``", ""),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-path", required=True, help="target model (local directory or hub id)")
     p.add_argument("--draft-model-path", default=None, help="EAGLE-3 draft; omit to check without speculation")
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size")
@@ -56,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sglang-arg", action="append", default=[], metavar="--FLAG=VALUE",
                    help="extra SGLang server flag, repeatable (e.g. --sglang-arg=--cuda-graph-max-bs-decode=64)")
     p.add_argument("--no-count-baseline", dest="count_baseline", action="store_false",
-                   help="baseline runs plain SGLang with no verify counter")
+                   help="baseline runs plain SGLang, without the overlay's verify counter and worker reports")
     p.add_argument("--strict-verify", action="store_true", help="overlay run fails on any verify fallback")
     p.add_argument("--output", default=None, help="write the JSON report here")
     p.add_argument("--dry-run", action="store_true", help="validate and print the plan; start nothing")
@@ -64,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--_child-out", default=None, help=argparse.SUPPRESS)
     return p
 
+
+# The baseline's overlay (unless --no-count-baseline): reporting only. worker_env stays on: its
+# Scheduler.get_internal_state patch carries the workers' verify counters into get_server_info (off, the column was
+# always null).
+BASELINE_OVERLAY = {"moe_routing": False, "draft_wiring": False}
 
 # SGLang keywords our own flags set: a --sglang-arg for one would silently replace the flag (and the GPU count
 # is checked against --tp).
@@ -166,7 +174,7 @@ def _run_child(args: argparse.Namespace) -> None:
     if args._child == "overlay":
         sglang_overlay.apply(strict_verify=args.strict_verify)
     elif args.count_baseline:
-        sglang_overlay.apply(moe_routing=False, draft_wiring=False, worker_env=False)
+        sglang_overlay.apply(**BASELINE_OVERLAY)
     import sglang
 
     plan = validate(args)

@@ -149,7 +149,13 @@ def wrap_init_attention_backends(original, record: dict):
             logger.info("EAGLE-3 wiring check skipped: %s", skip)
             return result
         resolved = _layers_to_capture(self.model)
-        if resolved is None:  # a model without the attribute
+        if resolved is None:
+            # NOTE: not an error (SGLang itself ran set_eagle3_layers_to_capture), but the check could not run, and
+            # saying nothing left status()["draft_wiring"] empty, as if no EAGLE-3 draft had been configured.
+            why = (f"{type(self.model).__name__} keeps no model.layers_to_capture after set_eagle3_layers_to_capture "
+                   "(the DeepSeek-V2/V3 layout this check reads), so the aux layer ids could not be checked")
+            record.update(skipped=why)
+            logger.warning("EAGLE-3 wiring check skipped: %s", why)
             return result
         target_cfg = _hf_config_dict(self)
         draft_cfg = draft_config_dict(self)

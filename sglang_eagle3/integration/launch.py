@@ -2,7 +2,9 @@
 launcher (``python -m sglang.launch_server``), in this process. SGLang's HTTP launcher spawns its scheduler
 workers with its stock ``run_scheduler_process``; they get the overlay from our SGLang plugin (plugin.py),
 which re-applies the config ``apply`` left in SGLANG_EAGLE3_OVERLAY. Start-up is refused when SGLang would
-not run that plugin (package not installed with its entry point, or SGLANG_PLUGINS leaving it out).
+not run that plugin (package not installed with its entry point, SGLANG_PLUGINS leaving it out, a
+run_scheduler_process that no longer calls load_plugins), with --use-ray (SGLang's Ray actors never run plugins),
+and when ``apply`` refuses the installed SGLang (its version, a moved code path).
 
 Overlay switches come from the environment so they never collide with SGLang's flags:
 SGLANG_EAGLE3_STRICT_VERIFY=1 (fail instead of falling back to eager verify), SGLANG_EAGLE3_NO_MOE_ROUTING=1,
@@ -12,6 +14,7 @@ SGLANG_EAGLE3_FORCE=1 (other SGLang versions, at your own risk), SGLANG_EAGLE3_K
 
 from __future__ import annotations
 
+import argparse
 import logging
 import runpy
 import sys
@@ -43,13 +46,10 @@ class _ArgvUnreadable(Exception):
     pass
 
 
-def _sglang_reading(argv: list[str]) -> tuple[int | None, bool] | None:
-    """(``--max-running-requests``, whether a decode graph batch size is set) as SGLang's own parser reads ``argv``:
-    a ``--config`` YAML merged under the command line by its ConfigArgumentMerger, the last occurrence of a flag
-    winning, abbreviations expanded. None when ``argv`` does not parse (SGLang's launcher then reports it) or SGLang
-    is not importable (then a plain reading of the command line)."""
-    import argparse
-
+def _sglang_reading(argv: list[str]) -> argparse.Namespace | None:
+    """``argv`` as SGLang's own parser reads it: a ``--config`` YAML merged under the command line by its
+    ConfigArgumentMerger, the last occurrence of a flag winning, abbreviations expanded. None when ``argv`` does not
+    parse (SGLang's launcher then reports it). Without SGLang (tests), a plain reading of the flags used here."""
     try:
         from sglang.srt.server_args import ServerArgs
         from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
@@ -57,8 +57,10 @@ def _sglang_reading(argv: list[str]) -> tuple[int | None, bool] | None:
         running = _flag_value(argv, "--max-running-requests")
         if running is not None and not running.isdigit():
             return None
-        return (None if running is None else int(running),
-                any(_has_flag(argv, f) for f in DECODE_GRAPH_BS_FLAGS))
+        return argparse.Namespace(max_running_requests=None if running is None else int(running),
+                                  cuda_graph_max_bs_decode=_flag_value(argv, "--cuda-graph-max-bs-decode"),
+                                  cuda_graph_bs_decode=_flag_value(argv, "--cuda-graph-bs-decode"),
+                                  use_ray=_has_flag(argv, "--use-ray"))
 
     class Parser(argparse.ArgumentParser):
         def error(self, message):  # argparse would print SGLang's usage and exit here
@@ -72,9 +74,9 @@ def _sglang_reading(argv: list[str]) -> tuple[int | None, bool] | None:
         merged = ConfigArgumentMerger(parser).merge_config_with_args(list(argv)) if "--config" in argv else argv
         ns, _ = parser.parse_known_args(merged)  # flags a plugin adds later are not known yet: left aside
     except Exception as e:  # a bad value, a missing or malformed --config file
-        logger.debug("could not read the SGLang arguments for close_common_fallbacks: %s", e)
+        logger.debug("could not read the SGLang arguments: %s", e)
         return None
-    return ns.max_running_requests, (ns.cuda_graph_max_bs_decode is not None or ns.cuda_graph_bs_decode is not None)
+    return ns
 
 
 def close_common_fallbacks(argv: list[str]) -> list[str]:
@@ -88,8 +90,8 @@ def close_common_fallbacks(argv: list[str]) -> list[str]:
     reading = _sglang_reading(argv)
     if reading is None or env.KEEP_GRAPH_BS.switch(False):
         return argv
-    running, decode_bs_given = reading
-    if running is None or decode_bs_given:
+    running = reading.max_running_requests
+    if running is None or reading.cuda_graph_max_bs_decode is not None or reading.cuda_graph_bs_decode is not None:
         return argv
     logger.info("capturing decode/verify CUDA graphs up to --max-running-requests=%d (added "
                 "--cuda-graph-max-bs-decode %d) so verify never falls back to eager for batch size", running, running)
@@ -97,7 +99,7 @@ def close_common_fallbacks(argv: list[str]) -> list[str]:
 
 
 def launch_sglang(argv: list[str]) -> int:
-    from sglang_eagle3.integration import plugin, sglang_overlay
+    from sglang_eagle3.integration import sglang_overlay
 
     try:  # 0/1 only: SGLANG_EAGLE3_STRICT_VERIFY=true must not start a server that is silently not strict
         strict, no_moe = env.STRICT_VERIFY.switch(False), env.NO_MOE_ROUTING.switch(False)
@@ -106,12 +108,25 @@ def launch_sglang(argv: list[str]) -> int:
     except ValueError as e:
         logger.error("sglang_eagle3 overlay: %s; not starting", e)
         return 2
-    problem = plugin.reachability_problem()
+    problem = sglang_overlay.worker_plugin_problem()
     if problem is not None:
         logger.error("sglang_eagle3 overlay: %s. SGLang's launcher spawns its workers with its stock entry point, "
                      "so without the plugin they would run without the overlay; not starting", problem)
         return 2
-    status = sglang_overlay.apply(strict_verify=strict, moe_routing=not no_moe)
+    reading = _sglang_reading(argv)
+    if reading is not None and reading.use_ray:
+        # NOTE: SGLang 0.5.23's SchedulerActor builds its Scheduler without load_plugins(), and an actor on a Ray
+        # cluster gets the cluster's environment, not this process's.
+        logger.error("sglang_eagle3 overlay: --use-ray (as SGLang reads the arguments): SGLang's Ray mode runs its "
+                     "schedulers as Ray actors, which never run SGLang's plugins, so its workers would serve without "
+                     "the overlay (and, on a Ray cluster, without this process's environment: --worker-env); not "
+                     "starting (drop --use-ray, or run SGLang's own launcher without the overlay)")
+        return 2
+    try:
+        status = sglang_overlay.apply(strict_verify=strict, moe_routing=not no_moe)
+    except (sglang_overlay.UnsupportedSGLangVersion, sglang_overlay.PatchTargetError) as e:
+        logger.error("sglang_eagle3 overlay: %s; not starting", e)
+        return 2
     logger.info("sglang_eagle3 overlay applied here (%d patches); SGLang's workers apply it through the plugin; "
                 "starting SGLang's launcher", len(status.get("patched", [])))
     saved = sys.argv

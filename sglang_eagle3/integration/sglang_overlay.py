@@ -1,8 +1,9 @@
 """The SGLang overlay: ``apply(...)`` patches SGLang 0.5.23 in this process, ``remove()`` restores it exactly.
 
 Every patched symbol is listed once, in ``PATCHES`` below, with the parameters its SGLang definition must
-have; apply resolves each, compares ``inspect.signature`` with that pinned list, installs the wrapper and
-keeps the raw original (``owner.__dict__[attr]``) so that ``remove()`` puts back the very same object.
+have and the code path around it (names its code must use, SGLang functions that must call it); apply resolves
+each, compares ``inspect.signature`` and the code objects with those pins, installs the wrapper and keeps the raw
+original (``owner.__dict__[attr]``) so that ``remove()`` puts back the very same object.
 
 Features (each switchable in ``apply``):
   verify_guard   count target-verify forwards by path (graph / prefill_graph / eager) with reasons;
@@ -29,6 +30,7 @@ import logging
 import multiprocessing
 import os
 import threading
+import types
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -112,6 +114,12 @@ class PatchSpec:
     attr: str
     params: tuple[str, ...]
     code_path: str  # what SGLang does there, for the log and the docs
+    # The code path itself, pinned by name (a signature can stay while the code around it moves): ``uses``, names
+    # SGLang's original must still reference (attributes the wrapper or the verify diagnosis read, calls it makes);
+    # ``called_by``, "module:qualname" of the SGLang functions that must still reference ``attr`` for the patch to be
+    # reached at all (a caller that moved on, or bound the original at import, would leave the patch unused).
+    uses: tuple[str, ...] = ()
+    called_by: tuple[str, ...] = ()
 
     @property
     def symbol(self) -> str:
@@ -119,41 +127,67 @@ class PatchSpec:
 
 
 _MR = "sglang.srt.model_executor.model_runner"
+_ENGINE = "sglang.srt.entrypoints.engine"
+_SCHED = "sglang.srt.managers.scheduler"
 PATCHES: tuple[PatchSpec, ...] = (
     PatchSpec("verify.forward_raw", "verify_guard", _MR, "ModelRunner", "_forward_raw",
               ("self", "forward_batch", "pp_proxy_tensors", "reinit_attn_backend", "split_forward_count"),
-              "dispatch of every forward: decode graph -> prefill graph -> eager runner"),
+              "dispatch of every forward: decode graph -> prefill graph -> eager runner",
+              uses=("decode_cuda_graph_runner", "can_run_graph", "prefill_cuda_graph_runner", "eager_runner",
+                    "execute", "ModelRunnerOutput"),
+              called_by=(f"{_MR}:ModelRunner.forward",)),
     PatchSpec("verify.decode_can_run_graph", "verify_guard",
               "sglang.srt.model_executor.runner.decode_cuda_graph_runner", "DecodeCudaGraphRunner",
               "can_run_graph", ("self", "forward_batch"),
-              "TARGET_VERIFY graph eligibility (eagle_prepare_for_verify and _forward_raw call it)"),
+              "TARGET_VERIFY graph eligibility (eagle_prepare_for_verify and _forward_raw call it)",
+              # every condition verify_guard.diagnose_decode_fallback names, in SGLang's terms
+              uses=("replace_embeds", "ragged_verify_mode", "num_tokens_per_req", "captured_req_width",
+                    "require_mlp_tp_gather", "_max_dp_batch_size", "disable_padding", "max_bs", "require_mlp_sync",
+                    "can_run_decode_cuda_graph", "is_encoder_decoder", "enable_two_batch_overlap", "can_run_tbo"),
+              called_by=("sglang.srt.speculative.eagle_utils:eagle_prepare_for_verify",
+                         f"{_MR}:ModelRunner._forward_raw")),
     PatchSpec("verify.prefill_can_run_graph", "verify_guard",
               "sglang.srt.model_executor.runner.prefill_cuda_graph_runner", "PrefillCudaGraphRunner",
-              "can_run_graph", ("self", "forward_batch"), "piecewise prefill graph eligibility"),
+              "can_run_graph", ("self", "forward_batch"), "piecewise prefill graph eligibility",
+              called_by=(f"{_MR}:ModelRunner._forward_raw",)),
     PatchSpec("moe.biased_grouped_topk", "moe_routing", "sglang.srt.layers.moe.topk", None, "biased_grouped_topk",
               ("hidden_states", "gating_output", "correction_bias", "topk", "renormalize", "num_expert_group",
                "topk_group", "num_fused_shared_experts", "routed_scaling_factor",
                "apply_routed_scaling_factor_on_output"),
-              "select_experts' noaux_tc branch (use_grouped_topk with a correction bias)"),
+              "select_experts' noaux_tc branch (use_grouped_topk with a correction bias)",
+              called_by=("sglang.srt.layers.moe.topk:select_experts",)),
     PatchSpec("wiring.init_attention_backends", "draft_wiring", _MR, "ModelRunner", "init_attention_backends",
-              ("self",), "configure_aux_hidden_state_capture -> set_eagle3_layers_to_capture"),
-    PatchSpec("env.set_envs_and_config", "worker_env", "sglang.srt.entrypoints.engine", None,
-              "_set_envs_and_config", ("server_args",), "engine start writes NCCL_*/CUDA_* before spawning"),
-    PatchSpec("env.scheduler_get_init_info", "worker_env", "sglang.srt.managers.scheduler", "Scheduler",
-              "get_init_info", ("self",), "scheduler handshake dict (server info)"),
+              ("self",), "configure_aux_hidden_state_capture -> set_eagle3_layers_to_capture",
+              uses=("configure_aux_hidden_state_capture", "spec_aux_config", "eagle_use_aux_hidden_state",
+                    "eagle_aux_hidden_state_layer_ids"),
+              called_by=("sglang.srt.managers.tp_worker:TpModelWorker.init_attention_backends",)),
+    PatchSpec("env.set_envs_and_config", "worker_env", _ENGINE, None,
+              "_set_envs_and_config", ("server_args",), "engine start writes NCCL_*/CUDA_* before spawning",
+              called_by=(f"{_ENGINE}:Engine._launch_subprocesses",)),
+    PatchSpec("env.scheduler_get_init_info", "worker_env", _SCHED, "Scheduler",
+              "get_init_info", ("self",), "scheduler handshake dict (server info)",
+              called_by=(f"{_SCHED}:run_scheduler_process",)),
     PatchSpec("env.dp_controller_get_init_info", "worker_env", "sglang.srt.managers.data_parallel_controller",
               "DataParallelController", "get_init_info", ("self",),
-              "DP controller handshake dict (with --dp-size > 1 it replaces the schedulers' in server info)"),
-    PatchSpec("env.scheduler_get_internal_state", "worker_env", "sglang.srt.managers.scheduler", "Scheduler",
-              "get_internal_state", ("self", "recv_req"), "scheduler internal state (server info)"),
-    PatchSpec("env.engine_get_server_info", "worker_env", "sglang.srt.entrypoints.engine", "Engine",
-              "get_server_info", ("self",), "Engine.get_server_info"),
-    PatchSpec("workers.run_scheduler_process_func", "always", "sglang.srt.entrypoints.engine", "Engine",
+              "DP controller handshake dict (with --dp-size > 1 it replaces the schedulers' in server info)",
+              uses=("_scheduler_init_infos",),
+              called_by=("sglang.srt.managers.data_parallel_controller:run_data_parallel_controller_process",)),
+    PatchSpec("env.scheduler_get_internal_state", "worker_env", _SCHED, "Scheduler",
+              "get_internal_state", ("self", "recv_req"), "scheduler internal state (server info)",
+              called_by=(f"{_SCHED}:Scheduler.init_request_dispatcher",)),
+    PatchSpec("env.engine_get_server_info", "worker_env", _ENGINE, "Engine",
+              "get_server_info", ("self",), "Engine.get_server_info",
+              uses=("_scheduler_init_result", "scheduler_infos")),
+    PatchSpec("workers.run_scheduler_process_func", "always", _ENGINE, "Engine",
               "run_scheduler_process_func",
               ("server_args", "port_args", "gpu_id", "tp_rank", "pp_rank", "dp_rank", "pipe_writer",
                "display_tp_rank", "display_dp_rank", "display_moe_ep_rank"),
-              "spawn target of every scheduler worker process"),
+              "spawn target of every scheduler worker process",
+              called_by=(f"{_ENGINE}:Engine.__init__",)),
 )
+# The plugin route (plugin.py): SGLang's scheduler entry point must still run load_plugins() in each worker it
+# starts, or the workers of its HTTP launcher never get the overlay. Checked with the patches.
+PLUGIN_ROUTE = (f"{_SCHED}:run_scheduler_process", "load_plugins")
 
 
 @dataclass
@@ -222,6 +256,76 @@ def resolve_target(spec: PatchSpec) -> tuple[Any, Any]:
 def target_params(raw: Any) -> tuple[str, ...]:
     fn = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
     return tuple(inspect.signature(fn).parameters)
+
+
+def code_names(fn: Any) -> frozenset[str] | None:
+    """Every global and attribute name ``fn``'s code refers to, nested functions and comprehensions included;
+    None when ``fn`` has no Python code (a builtin, a C extension)."""
+    fn = inspect.unwrap(getattr(fn, "__func__", fn))
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return frozenset(names)
+
+
+def _resolve_function(where: str) -> Any:
+    """``"module:Qual.name"`` -> the function (raises PatchTargetError naming what is missing)."""
+    module_name, _, qualname = where.partition(":")
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as e:
+        raise PatchTargetError(f"cannot import {module_name}: {e}") from e
+    for part in qualname.split("."):
+        inner = obj.__dict__.get(part) if isinstance(obj, type) else getattr(obj, part, None)
+        if inner is None:
+            raise PatchTargetError(f"{module_name}.{qualname}: {getattr(obj, '__name__', obj)} has no {part}")
+        obj = inner
+    return obj
+
+
+def code_path_problems(spec: PatchSpec, raw: Any) -> list[str]:
+    """Where SGLang's code around ``spec`` is not what the overlay was written against: names of ``spec.uses`` the
+    original no longer refers to, ``spec.called_by`` functions that no longer call it (empty: as pinned)."""
+    problems = []
+    if spec.uses:
+        names = code_names(raw)
+        missing = [] if names is None else [n for n in spec.uses if n not in names]
+        if names is None:
+            problems.append("has no Python code to check")
+        elif missing:
+            problems.append(f"no longer refers to {', '.join(missing)}")
+    for where in spec.called_by:
+        try:
+            names = code_names(_resolve_function(where))
+        except PatchTargetError as e:
+            problems.append(f"its caller is gone ({e})")
+            continue
+        if names is not None and spec.attr not in names:
+            problems.append(f"{where.replace(':', '.')} no longer calls {spec.attr}")
+    return problems
+
+
+def worker_plugin_problem() -> str | None:
+    """Why SGLang's processes would not run our plugin (plugin.py): not registered, left out by SGLANG_PLUGINS, or
+    SGLang's scheduler entry point no longer calling ``load_plugins``; None when they will."""
+    return plugin.reachability_problem() or _plugin_route_problem()
+
+
+def _plugin_route_problem() -> str | None:
+    """Why SGLang's scheduler entry point would not run our plugin in its workers, from its code; None: it does."""
+    where, call = PLUGIN_ROUTE
+    try:
+        names = code_names(_resolve_function(where))
+    except PatchTargetError as e:
+        return f"the worker entry point the plugin relies on is gone ({e})"
+    if names is not None and call not in names:
+        return f"{where.replace(':', '.')} no longer calls {call}(), so SGLang's workers would not run the plugin"
+    return None
 
 
 def _make_replacement(spec: PatchSpec, raw: Any, state: _State) -> Any:
@@ -333,6 +437,11 @@ def apply_config(config: OverlayConfig) -> dict:
                 if got != spec.params and not _is_custom_scheduler_entry(spec, raw):
                     raise PatchTargetError(f"{spec.symbol}: signature {got} != pinned {spec.params} "
                                            f"(sglang {version})")
+                moved = code_path_problems(spec, raw)
+                if moved:
+                    raise PatchTargetError(f"{spec.symbol}: the code path the overlay patches there ({spec.code_path}) "
+                                           f"is not SGLang {SUPPORTED_SGLANG_VERSIONS[-1]}'s in the installed sglang "
+                                           f"{version}: {'; '.join(moved)}")
             except PatchTargetError as e:
                 if not config.force:
                     raise
@@ -355,13 +464,20 @@ def apply_config(config: OverlayConfig) -> dict:
         _STATE.sglang_version = version
         os.environ[ENV_CONFIG] = json.dumps(asdict(config))
         _STATE.env_at_apply.update(os.environ)
-        _STATE.plugin_problem = plugin.reachability_problem()
+        _STATE.plugin_problem = worker_plugin_problem()
         logger.info("sglang_eagle3 overlay applied to sglang %s (%s); patched: %s", version, asdict(config),
                     ", ".join(a.spec.symbol for a in _STATE.applied))
         if _STATE.plugin_problem is not None and not _is_multiprocessing_child():  # once, in the launching process
             logger.warning("sglang_eagle3: %s. Workers of sglang.Engine still get the overlay (spawn bootstrap); "
                            "workers started by SGLang's HTTP launcher (sglang serve, python -m "
                            "sglang.launch_server) will NOT", _STATE.plugin_problem)
+        if config.verify_guard and not config.worker_env and not _is_multiprocessing_child():
+            # NOTE: the counters live in the workers; the internal-state patch that carries them out belongs to the
+            # worker_env feature. Said here because nothing else would: the "sglang_eagle3" entry is simply absent.
+            logger.warning("sglang_eagle3: worker_env=False leaves Scheduler.get_internal_state unpatched, so the "
+                           "verify counters of SGLang's workers will not be in get_server_info()['internal_states'] "
+                           "(the workers still log the first fallback of each reason, and the counters every "
+                           "verify_summary_every verifies)")
         return status()
 
 
