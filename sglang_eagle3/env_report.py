@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -45,8 +46,30 @@ SGLANG_FORCED_VARS: tuple[str, ...] = ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", 
 
 
 def is_secret(name: str) -> bool:
-    """A variable whose value never goes into a report, a warning or a log (tokens, keys, passwords)."""
-    return any(m in name for m in _SECRET_MARKERS)
+    """A variable whose value never goes into a report, a warning or a log (tokens, keys, passwords), in any case
+    (hf_token as HF_TOKEN)."""
+    upper = name.upper()
+    return any(m in upper for m in _SECRET_MARKERS)
+
+
+# What a program reads as a variable name: letters, digits and '_', not starting with a digit.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_pair_problems(pairs) -> list[str]:
+    """Why each (name, value) pair for the workers' environment (worker_env, --worker-env) cannot reach them as meant,
+    naming the pair (a secret's value hidden): a name no program reads by that spelling ('NCCL_ALGO =Ring' set
+    "NCCL_ALGO ", and NCCL ran with its default; an empty name or one with '=' the OS refuses), or a NUL byte in the
+    value (the OS refuses it). Empty: every pair is fine."""
+    bad = []
+    for name, value in pairs:
+        pair = f"{name}=<hidden>" if is_secret(name) else f"{name}={value}"
+        if not _ENV_NAME.fullmatch(name):
+            bad.append(f"{pair!r}: {name!r} is not an environment variable name (letters, digits and '_', not "
+                       "starting with a digit)")
+        elif "\0" in value:
+            bad.append(f"{pair!r}: a NUL byte in the value")
+    return bad
 
 
 def is_reported(name: str) -> bool:

@@ -15,7 +15,6 @@ import argparse
 import importlib.util
 import logging
 import os
-import re
 import signal
 import sys
 
@@ -168,8 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--enable-metrics", action="store_true", help="accepted for SGLang compatibility: /metrics is "
                    "always on")
     p.add_argument("--backend", choices=("auto", "native", "sglang"), default="auto",
-                   help="native: this package's server; sglang: SGLang with the overlay; auto: sglang when "
-                   "importable with CUDA and a --model-path, else native (default auto)")
+                   help="native: this package's server; sglang: SGLang with the overlay, every other flag then "
+                   "SGLang's, as written (--backend sglang --help lists them and what the hand-off adds); auto: "
+                   "sglang when importable with CUDA and a --model-path, else native (default auto)")
     return p
 
 
@@ -323,7 +323,7 @@ def launch_sglang(argv: list[str], worker_env: list[tuple[str, str]] | None = No
     from sglang_eagle3.env_report import is_secret
 
     for key, value in worker_env or ():
-        shown = "<hidden>" if is_secret(key.upper()) else repr(value)  # a token must not reach the server's log
+        shown = "<hidden>" if is_secret(key) else repr(value)  # a token must not reach the server's log
         logger.info("--worker-env: %s=%s in the environment SGLang's workers inherit", key, shown)
         os.environ[key] = value
     return int(launch(argv) or 0)
@@ -346,27 +346,18 @@ The overlay's switches are environment variables (0 or 1; any other value refuse
 
 """
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 def _sglang_worker_env_problems(pairs) -> list[str]:
-    """Why ``--worker-env`` pairs cannot go into the environment SGLang's workers inherit, naming each: a name no
-    program reads by that spelling ('NCCL_ALGO =Ring' set "NCCL_ALGO " and NCCL ran with its default), a NUL byte
-    (os.environ refuses it), or the variable the overlay itself sets for the workers."""
+    """Why ``--worker-env`` pairs cannot go into the environment SGLang's workers inherit, naming each: what
+    env_report.env_pair_problems refuses for our own workers ('NCCL_ALGO =Ring' set "NCCL_ALGO " and NCCL ran with
+    its default; a NUL byte), or the variable the overlay itself sets for the workers."""
     from sglang_eagle3 import env
-    from sglang_eagle3.env_report import is_secret
+    from sglang_eagle3.env_report import env_pair_problems
 
-    bad = []
+    bad = env_pair_problems(pairs)
     for key, value in pairs:
-        pair = f"{key}=<hidden>" if is_secret(key.upper()) else f"{key}={value}"
-        if not _ENV_NAME.fullmatch(key):
-            bad.append(f"{pair!r}: {key!r} is not an environment variable name (letters, digits and '_', not "
-                       "starting with a digit)")
-        elif "\0" in value:
-            bad.append(f"{pair!r}: a NUL byte in the value")
-        elif key == env.OVERLAY_CONFIG.name:
-            bad.append(f"{pair!r}: the overlay writes {key} itself for SGLang's workers (its switches are "
-                       f"{env.STRICT_VERIFY.name}, {env.NO_MOE_ROUTING.name}, {env.OVERLAY_FORCE.name} and "
+        if key == env.OVERLAY_CONFIG.name:
+            bad.append(f"{key + '=' + value!r}: the overlay writes {key} itself for SGLang's workers (its switches "
+                       f"are {env.STRICT_VERIFY.name}, {env.NO_MOE_ROUTING.name}, {env.OVERLAY_FORCE.name} and "
                        f"{env.KEEP_GRAPH_BS.name}, in this process's environment)")
     return bad
 

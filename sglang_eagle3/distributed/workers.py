@@ -76,18 +76,14 @@ class WorkerError(RuntimeError):
 
 
 def check_worker_env(pairs) -> dict[str, str]:
-    """``worker_env`` as a dict; a ConfigError names every pair the OS would refuse (an empty name, '=' in a name,
-    a NUL byte), before any worker is spawned (a worker failing on it named only ``[Errno 22] Invalid argument``)."""
-    bad = []
-    for name, value in pairs:
-        if not name:
-            bad.append(f"{name!r}={value!r} (empty name)")
-        elif "=" in name:
-            bad.append(f"{name!r}={value!r} ('=' in the name)")
-        elif "\0" in name or "\0" in value:
-            bad.append(f"{name!r}={value!r} (NUL byte)")
+    """``worker_env`` as a dict; a ConfigError names every pair that could not reach a worker as meant
+    (env_report.env_pair_problems: a name the OS refuses or no program reads, a NUL byte), before any worker is
+    spawned (a worker failing on it named only ``[Errno 22] Invalid argument``; "NCCL_ALGO " was set and unread)."""
+    from sglang_eagle3.env_report import env_pair_problems
+
+    bad = env_pair_problems(pairs)
     if bad:
-        raise ConfigError(f"worker_env: invalid variable(s): {', '.join(bad)}")
+        raise ConfigError(f"worker_env: invalid variable(s): {'; '.join(bad)}")
     return dict(pairs)
 
 
