@@ -26,6 +26,10 @@ def list_files(path: str) -> list[str]:
     if os.path.isdir(path):
         files = sorted(os.path.join(root, f) for root, _, names in os.walk(path) for f in names
                        if f.endswith(TEXT_SUFFIXES))
+    elif not path.endswith(TEXT_SUFFIXES):
+        # NOTE: read as text, a .json file (a ShareGPT dump, say) became one "document" per line of JSON.
+        raise ValueError(f"{path} is not a {' or '.join(TEXT_SUFFIXES)} file (each line of a .txt is a document; "
+                         "each line of a .jsonl an object with 'text' or 'prompt' + 'completion')")
     else:
         files = [path]
     if not files:

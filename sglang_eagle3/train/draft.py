@@ -74,17 +74,24 @@ def vocab_coverage(token_counts: torch.Tensor, draft_ids: torch.Tensor) -> float
 @torch.no_grad()
 def generate_greedy(target: nn.Module, prompts: list[list[int]], new_tokens: int, batch_size: int,
                     device: torch.device, amp_dtype: torch.dtype | None = None,
-                    eos_id: int | None = None, progress=None) -> list[list[int]]:
+                    eos_id: int | None = None, progress=None,
+                    progress_interval_s: float | None = None) -> list[list[int]]:
     """Greedy continuations of ``new_tokens`` tokens (cut after the first ``eos_id`` when given).
 
     Prompts of different lengths share a batch right-padded: with causal attention a pad never influences
     the positions before it, so each row reads its logits at its own last position.
+
+    ``progress(done, total)`` counts generated tokens (``total`` = prompts x ``new_tokens``): called after every
+    batch and, with ``progress_interval_s``, also within a batch once that many seconds have passed (a batch of a
+    large target can take minutes).
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"generate_greedy: batch_size={batch_size!r} must be a positive integer")
     if not isinstance(new_tokens, int) or new_tokens < 0:
         raise ValueError(f"generate_greedy: new_tokens={new_tokens!r} must be an integer >= 0")
     out: list[list[int]] = []
+    total = len(prompts) * new_tokens
+    last_report = time.perf_counter()
     with training_mode(target):
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start:start + batch_size]
@@ -93,19 +100,24 @@ def generate_greedy(target: nn.Module, prompts: list[list[int]], new_tokens: int
             for r, p in enumerate(chunk):
                 buf[r, :len(p)] = torch.tensor(p, dtype=torch.long)
             rows = torch.arange(len(chunk), device=device)
-            for _ in range(new_tokens):
+            for t in range(new_tokens):
                 with autocast(device, amp_dtype):
                     logits, _ = target.forward_dense(buf[:, :int(lens.max())])
                 nxt = logits[rows, lens - 1].argmax(-1)  # [b]
                 buf[rows, lens] = nxt
                 lens = lens + 1
+                if (progress is not None and progress_interval_s is not None and t + 1 < new_tokens
+                        and time.perf_counter() - last_report >= progress_interval_s):
+                    progress(start * new_tokens + (t + 1) * len(chunk), total)
+                    last_report = time.perf_counter()
             for r, p in enumerate(chunk):
                 seq = buf[r, :len(p) + new_tokens].tolist()
                 if eos_id is not None and eos_id in seq[len(p):]:
                     seq = seq[:seq.index(eos_id, len(p)) + 1]
                 out.append(seq)
             if progress is not None:
-                progress(min(start + batch_size, len(prompts)), len(prompts))
+                progress((start + len(chunk)) * new_tokens, total)
+                last_report = time.perf_counter()
     return out
 
 
