@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import re
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -97,40 +98,53 @@ class TensorInfo:
 
 def read_header(file: str) -> dict[str, TensorInfo]:
     """Parses one safetensors header (8-byte little-endian length + JSON) and checks that the file holds
-    every byte it promises. Raises CheckpointError naming the file when it is truncated or corrupt."""
-    size = os.path.getsize(file)
-    with open(file, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise CheckpointError(f"{file} is truncated: {size} bytes, not even a safetensors header length")
-        n = int.from_bytes(head, "little")
-        if n > min(size - 8, _MAX_HEADER):
-            start = head + f.read(56)
-            raise CheckpointError(f"{file} is truncated or not a safetensors file: its header claims {n} bytes "
-                                  f"but the file has {size}{_not_safetensors_hint(start)}")
-        raw = f.read(n)
+    every byte it promises. Raises CheckpointError naming the file when it is truncated or corrupt, or cannot
+    be read at all (permissions, a dangling symbolic link)."""
+    try:
+        size = os.path.getsize(file)
+        with open(file, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{file} is truncated: {size} bytes, not even a safetensors header length")
+            n = int.from_bytes(head, "little")
+            if n > min(size - 8, _MAX_HEADER):
+                start = head + f.read(56)
+                raise CheckpointError(f"{file} is truncated or not a safetensors file: its header claims {n} bytes "
+                                      f"but the file has {size}{_not_safetensors_hint(start)}")
+            raw = f.read(n)
+    except OSError as e:
+        raise _unreadable(file, e) from e
     try:
         header = json.loads(raw)
         if not isinstance(header, dict):
             raise ValueError(f"header is a {type(header).__name__}, not an object")
     except (UnicodeDecodeError, ValueError) as e:
         raise CheckpointError(f"{file} has a corrupt safetensors header: {e}") from e
+    meta = header.get("__metadata__")
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        # safetensors refuses it when the shard is opened to stream, after the model was allocated.
+        raise CheckpointError(f"{file} has a corrupt safetensors header: __metadata__ must map names to strings, "
+                              f"got {meta!r}")
     data_size = size - 8 - n
     infos: dict[str, TensorInfo] = {}
     end_max = 0
     for name, entry in header.items():
         if name == "__metadata__":
             continue
+        # Exactly what safetensors accepts: sizes and offsets are non-negative JSON integers (int() would take
+        # -1, 2.5, "2" and true, which safe_open refuses only once the weights stream).
         try:
-            dtype, shape = entry["dtype"], tuple(int(d) for d in entry["shape"])
-            begin, end = (int(o) for o in entry["data_offsets"])
+            dtype, shape, offsets = entry["dtype"], list(entry["shape"]), list(entry["data_offsets"])
+            if not isinstance(dtype, str) or len(offsets) != 2 or not all(_is_size(v) for v in [*shape, *offsets]):
+                raise ValueError("sizes and offsets must be non-negative integers")
         except (TypeError, KeyError, ValueError) as e:
             raise CheckpointError(f"{file} has a corrupt header entry for {name!r}: {entry!r}") from e
+        shape, (begin, end) = tuple(shape), offsets
         if dtype not in _DTYPE_BYTES:
             raise CheckpointError(f"{file}: tensor {name!r} has dtype {dtype!r}, which this engine does not read "
                                   f"(readable: {', '.join(_DTYPE_BYTES)})")
-        info = TensorInfo(name, file, dtype, shape, int(begin))
-        if begin < 0 or end - begin != info.nbytes:
+        info = TensorInfo(name, file, dtype, shape, begin)
+        if end - begin != info.nbytes:
             raise CheckpointError(f"{file} has a corrupt header entry for {name!r}: offsets {begin}..{end} do not "
                                   f"hold {dtype} {list(shape)} ({info.nbytes} bytes)")
         end_max = max(end_max, end)
@@ -153,6 +167,22 @@ def read_header(file: str) -> dict[str, TensorInfo]:
     return infos
 
 
+def _is_size(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _unreadable(file: str, e: OSError) -> CheckpointError:
+    """A file of the checkpoint that the OS will not give us: what it is and what to do."""
+    if os.path.islink(file) and not os.path.exists(file):
+        return CheckpointError(f"{file} is a symbolic link to {os.readlink(file)!r}, which does not exist (a Hugging "
+                               "Face cache snapshot copied or moved without its blobs/? copy it with `cp -L`, or "
+                               "download with `huggingface-cli download --local-dir`)")
+    if isinstance(e, PermissionError):
+        return CheckpointError(f"cannot read {file}: permission denied (this process runs as uid {os.getuid()}; "
+                               "make the checkpoint readable to it, and its directories searchable)")
+    return CheckpointError(f"cannot read {file}: {e.strerror or e}")
+
+
 def _not_safetensors_hint(start: bytes) -> str:
     """What a shard that is not safetensors most often is instead, from its first bytes."""
     # `git clone` without git-lfs leaves ~130-byte pointer files under the shards' names; a download of a gated
@@ -166,24 +196,54 @@ def _not_safetensors_hint(start: bytes) -> str:
     return ""
 
 
+# How the Hub names the shards of a checkpoint: model-00002-of-00064.safetensors.
+_SHARD_NAME = re.compile(r"^(?P<stem>.+)-(?P<i>\d+)-of-(?P<n>\d+)\.safetensors$")
+
+
 def checkpoint_files(path: str) -> list[str]:
     """The safetensors files of a model directory: those the index names when sharded, else all of them."""
     if not os.path.isdir(path):
-        raise CheckpointError(f"model path {path!r} is not a directory")
+        hint = (f"; pass the directory that holds it, {os.path.dirname(os.path.abspath(path))!r}"
+                if os.path.isfile(path) else "")
+        raise CheckpointError(f"model path {path!r} is not a directory{hint}")
     index = os.path.join(path, "model.safetensors.index.json")
-    if os.path.exists(index):
+    if os.path.exists(index) or os.path.islink(index):
         files = sorted(set(_read_index(index).values()))
-        missing = [f for f in files if not os.path.exists(os.path.join(path, f))]
-        if missing:
-            raise CheckpointError(f"{len(missing)} of {len(files)} shard(s) named in {index} are missing: "
-                                  f"{_format_names(missing, 5)}")
+        if not files:
+            raise CheckpointError(f"{index} names no tensors (its weight_map is empty): download it again, or delete "
+                                  "it to read every .safetensors file of the directory")
+        absent = [f for f in files if not os.path.exists(os.path.join(path, f))]
+        dangling = [f for f in absent if os.path.islink(os.path.join(path, f))]
+        if dangling:
+            raise _unreadable(os.path.join(path, dangling[0]), FileNotFoundError()) from None
+        if absent:
+            raise CheckpointError(f"{len(absent)} of {len(files)} shard(s) named in {index} are missing: "
+                                  f"{_format_names(absent, 5)}")
         return [os.path.join(path, f) for f in files]
-    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    try:
+        names = os.listdir(path)
+    except OSError as e:
+        raise _unreadable(path, e) from e
+    files = sorted(f for f in names if f.endswith(".safetensors"))
     if not files:
-        other = sorted(f for f in os.listdir(path) if f.endswith((".bin", ".pt", ".pth", ".gguf")))
+        other = sorted(f for f in names if f.endswith((".bin", ".pt", ".pth", ".gguf")))
         hint = (f" (found {_format_names(other, 3)}: only safetensors checkpoints are read; convert them with "
                 "safetensors' save_file)") if other else ""
         raise CheckpointError(f"no .safetensors files in {path}{hint}")
+    # Without an index, a shard that did not download is otherwise only a list of missing tensors: the Hub's
+    # names say how many there should be.
+    sets: dict[tuple[str, str], set[int]] = {}
+    for f in files:
+        if m := _SHARD_NAME.match(f):
+            sets.setdefault((m["stem"], m["n"]), set()).add(int(m["i"]))
+    for (stem, n), have in sets.items():
+        if len(have) >= int(n):
+            continue
+        absent = [f"{stem}-{i:0{len(n)}d}-of-{n}.safetensors" for i in range(1, int(n) + 1) if i not in have]
+        if absent:
+            raise CheckpointError(f"{path} holds {len(have)} of the {int(n)} shards {stem}-*-of-{n}.safetensors and "
+                                  f"has no model.safetensors.index.json; missing: {_format_names(absent, 5)} "
+                                  "(an interrupted download? fetch them again)")
     return [os.path.join(path, f) for f in files]
 
 
@@ -196,6 +256,8 @@ def _read_index(index: str) -> dict[str, str]:
         bad = next(((n, f) for n, f in weight_map.items() if not isinstance(f, str)), None)
         if bad:
             raise ValueError(f"weight_map[{bad[0]!r}] is {bad[1]!r}, not a shard file name")
+    except OSError as e:
+        raise _unreadable(index, e) from e
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{index} is not a valid safetensors index: {e!r}") from e
     return weight_map
@@ -221,15 +283,19 @@ class CheckpointIndex:
         index = os.path.join(path, "model.safetensors.index.json")
         if os.path.exists(index):
             weight_map = _read_index(index)
+
+            def rel(file: str) -> str:  # as the index names it (a shard may sit in a subfolder)
+                return os.path.relpath(file, path)
+
             unlisted = [n for n in tensors if n not in weight_map]
             if unlisted:
                 raise CheckpointError(f"{index} does not match the shards: {len(unlisted)} tensor(s) stored but not "
-                                      f"listed, e.g. {unlisted[0]!r} in {os.path.basename(tensors[unlisted[0]].file)}")
+                                      f"listed, e.g. {unlisted[0]!r} in {rel(tensors[unlisted[0]].file)}")
             wrong = [(n, f) for n, f in weight_map.items()
-                     if n not in tensors or os.path.basename(tensors[n].file) != f]
+                     if n not in tensors or rel(tensors[n].file) != os.path.normpath(f)]
             if wrong:
                 n, f = wrong[0]
-                where = f"is in {os.path.basename(tensors[n].file)}" if n in tensors else "is in no shard"
+                where = f"is in {rel(tensors[n].file)}" if n in tensors else "is in no shard"
                 raise CheckpointError(f"{index} does not match the shards: {len(wrong)} tensor(s) misplaced, e.g. "
                                       f"{n!r} is listed under {f} but {where}")
         return CheckpointIndex(path, files, tensors)
@@ -711,13 +777,51 @@ def release_storage(*models: nn.Module) -> None:
 
     For a model that failed to become usable: the frames of a kept traceback (a notebook's
     ``sys.last_traceback``, a caller that stores the exception) still name it, and without this a failed
-    Kimi-K2.5 load pins tens of GB of GPU memory so that the corrected retry runs out of memory."""
+    Kimi-K2.5 load pins tens of GB of GPU memory so that the corrected retry runs out of memory.
+
+    Each parameter and buffer is left empty (shape [0]) rather than a view of freed memory: reading one (a
+    debugger, a traceback printer that shows locals as pytest, rich or IPython's verbose mode do, an error
+    reporter such as Sentry) would otherwise crash the process, or on a GPU poison its CUDA context. Called
+    while an exception is handled (as its callers do), it also clears the frames of that exception's traceback
+    that hold other views of the freed tensors (a weight_loader's destination slice when Ctrl-C lands in a copy).
+    """
     for model in models:
         for t in [*model.parameters(), *model.buffers()]:
             # NOTE: a storage that cannot be resized (not one the model allocated) is left to the garbage
             # collector; the error being raised matters more than this cleanup.
             with contextlib.suppress(RuntimeError):
                 t.untyped_storage().resize_(0)
+            t.data = torch.empty(0, dtype=t.dtype, device=t.device)
+    if (exc := sys.exc_info()[1]) is not None:
+        _clear_frames_holding_freed_tensors(exc)
+
+
+def _clear_frames_holding_freed_tensors(exc: BaseException) -> None:
+    """Clears the locals of every finished frame in ``exc``'s traceback (and those of its cause and context) that
+    holds a tensor whose storage was freed: nothing can read those tensors without crashing."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            values = list(frame.f_locals.values())
+            values += [x for v in values if isinstance(v, (list, tuple)) for x in v]
+            values += [x for v in values if isinstance(v, dict) for x in v.values()]
+            if any(_is_freed(v) for v in values):
+                with contextlib.suppress(RuntimeError):  # a frame still running (the caller's) cannot be cleared
+                    frame.clear()
+            tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+
+
+def _is_freed(v) -> bool:
+    if not isinstance(v, torch.Tensor) or v.is_meta or not v.numel():
+        return False
+    try:
+        return v.untyped_storage().nbytes() == 0
+    except (RuntimeError, NotImplementedError):
+        return False
 
 
 @contextlib.contextmanager
@@ -776,6 +880,17 @@ def _dtype_problem(info: TensorInfo, t: Target, param_dtype: torch.dtype, has_sc
     return None if ok else f"{info.name}: dtype {dt} but the model expects {want}"
 
 
+def _group_hint(name: str, got: tuple[int, ...], want: tuple[int, ...]) -> str:
+    """An INT4 weight_scale of another group size has the right rows and another number of groups per row."""
+    if not name.endswith(".weight_scale") or len(got) != len(want) or got[:-1] != want[:-1] or not got[-1]:
+        return ""
+    columns = want[-1] * INT4_GROUP
+    if columns % got[-1]:
+        return ""
+    return (f"; {got[-1]} scales per row of {columns} inputs are groups of {columns // got[-1]}, but the "
+            f"quantization_config and this engine use groups of {INT4_GROUP}")
+
+
 def _validate(index: CheckpointIndex, mp: _Mapping, full: dict[str, torch.Tensor], display,
               allow_missing: tuple[str, ...], what: str) -> dict[str, str]:
     """Collects every mismatch into one CheckpointError. Returns FP8 weight name -> its scale's name."""
@@ -795,12 +910,14 @@ def _validate(index: CheckpointIndex, mp: _Mapping, full: dict[str, torch.Tensor
                 dtype_bad.append(d)  # an integer scale would zero its weight's blocks
             continue
         has_scale = name in scale_of
+        file = os.path.basename(info.file)
         d = _dtype_problem(info, t, p.dtype, has_scale)
         if d:
-            dtype_bad.append(d)
+            dtype_bad.append(f"{d} (in {file})")
         want = _expected_shape(t, tuple(p.shape))
         if info.shape != want:
-            shape_bad.append(f"{name}: checkpoint shape {list(info.shape)} but the model expects {list(want)}")
+            shape_bad.append(f"{name}: checkpoint shape {list(info.shape)} but the model expects {list(want)} "
+                             f"(in {file}{_group_hint(name, info.shape, want)})")
         if has_scale and info.dtype.startswith("F8_"):
             s = index.tensors[scale_of[name]]
             blocks = [math.ceil(x / FP8_BLOCK) for x in info.shape]
@@ -968,6 +1085,74 @@ def _stream(params: dict[str, torch.Tensor], index: CheckpointIndex, mp: _Mappin
             "stream_seconds": time.perf_counter() - t0, "shards": len(index.files)}
 
 
+@torch.no_grad()
+def _check_finite(params: dict[str, torch.Tensor], index: CheckpointIndex, mp: _Mapping,
+                  fp8_scales: dict[str, str], what: str) -> None:
+    """Refuses a model whose loaded weights hold NaN or infinity: a corrupt shard, a NaN FP8 or INT4 scale, or
+    bf16 values beyond the range of a float16 model would otherwise serve garbage without an error.
+
+    One read of each floating-point parameter (aminmax carries a NaN through and shows an infinity as an end)
+    and one host sync for all of them; only on failure is the checkpoint read again to say which tensors hold
+    the values and whether they are stored so or overflow the model's dtype."""
+    fed = sorted({t.param for t in mp.targets.values() if t.kind not in ("fp8_scale", "int4_shape")})
+    floats = [(n, params[n]) for n in fed if params[n].is_floating_point() and params[n].numel()]
+    if not floats:
+        return
+    ends = torch.stack([torch.stack(torch.aminmax(p.detach().reshape(-1))).float() for _, p in floats])  # [P, 2]
+    ok = torch.isfinite(ends).all(dim=1).tolist()
+    bad = [(n, p) for (n, p), good in zip(floats, ok, strict=True) if not good]
+    if not bad:
+        return
+    lines, overflow, stored_bad = [], False, False
+    for param, p in bad[:4]:
+        count = int((~torch.isfinite(p)).sum())
+        sources = []
+        for name, t in mp.targets.items():
+            if t.param != param or t.kind in ("fp8_scale", "int4_shape"):
+                continue
+            region = p
+            if t.kind == "expert":
+                region = p[t.expert]
+                if t.shard in ("gate", "up"):
+                    half = p.shape[1] // 2
+                    region = region[:half] if t.shard == "gate" else region[half:]
+            if not bool(torch.isfinite(region).all()):
+                sources.append(name)
+        described = []
+        for name in sources[:3]:
+            stored, scale_bad = _stored_nonfinite(index, name), 0
+            if name in fp8_scales:
+                scale_bad = _stored_nonfinite(index, fp8_scales[name])
+            file = os.path.basename(index.tensors[name].file)
+            stored_bad |= bool(scale_bad or stored)
+            if scale_bad:
+                scale_file = os.path.basename(index.tensors[fp8_scales[name]].file)
+                described.append(f"{fp8_scales[name]} in {scale_file} holds {scale_bad} NaN/inf scale(s)")
+            elif stored:
+                described.append(f"{name} in {file} stores {stored} NaN/inf value(s)")
+            else:
+                overflow = True
+                described.append(f"{name} in {file} is finite as stored but overflows {p.dtype}")
+        more = f" and {len(sources) - 3} more" if len(sources) > 3 else ""
+        lines.append(f"{param}: {count} of {p.numel()} values ({'; '.join(described)}{more})")
+    hints = [h for h, on in (("fetch the shards named again, or ask the publisher for a checkpoint without them",
+                              stored_bad or not overflow),
+                             ("load in a dtype with their range (bfloat16)", overflow)) if on]
+    raise CheckpointError(f"{what} checkpoint {index.path}: {len(bad)} parameter(s) hold NaN or infinite values after "
+                          f"loading, so every output would be garbage: {' | '.join(lines)}"
+                          + (f" ... and {len(bad) - 4} more" if len(bad) > 4 else "") + f"; {'; '.join(hints)}")
+
+
+def _stored_nonfinite(index: CheckpointIndex, name: str, chunk: int = 1 << 24) -> int:
+    """How many NaN / inf values a checkpoint tensor stores (read in chunks of rows: no full float32 copy)."""
+    info = index.tensors[name]
+    if info.dtype not in _FLOAT_DTYPES and not info.dtype.startswith("F8_"):
+        return 0
+    with _open_shard(info.file) as h:
+        t = h.get_tensor(name).reshape(-1)
+        return sum(int((~torch.isfinite(t[i: i + chunk].float())).sum()) for i in range(0, t.numel(), chunk))
+
+
 def _read_small(index: CheckpointIndex, name: str, open_file: str, open_handle, stats: ReadStats) -> torch.Tensor:
     """A small tensor (an FP8 scale) from the open shard, or from its own shard opened briefly; copied out so
     that nothing keeps a shard mapped after the loader closes it."""
@@ -1037,6 +1222,7 @@ def load_target(path: str, *, device="cpu", dtype=torch.bfloat16, report: dict |
             _check_weight_shapes(index, mp, full)
         del skeleton, full
         info = _stream(_loadable(model), index, mp, fp8_scales, "target")
+        _check_finite(_loadable(model), index, mp, fp8_scales, "target")
     if cfg.tie_word_embeddings:
         if any(t.param == "lm_head.weight" for t in mp.targets.values()):
             logger.warning("%s: tie_word_embeddings is true, so the stored lm_head.weight is not used (the head is "
@@ -1116,6 +1302,7 @@ def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.
         # are a few hundred KB).
         t2d_mask = _check_vocab_map(index, mp, dcfg, path)
         info = _stream(_loadable(model), index, mp, {}, "draft")
+        _check_finite(_loadable(model), index, mp, {}, "draft")
     if not chk.has_t2d:
         model.t2d.copy_(t2d_mask)
     info["seconds"] = time.perf_counter() - t0
@@ -1135,6 +1322,14 @@ def load_draft(path: str, target_cfg: ModelConfig, *, device="cpu", dtype=torch.
     return model
 
 
+def _absolute_d2t_hint(d2t: torch.Tensor, cfg: DraftConfig) -> str:
+    """Some exports store d2t as the target ids themselves; EAGLE-3 (and SGLang) store offsets."""
+    if int(d2t.min()) >= 0 and int(d2t.max()) < cfg.vocab_size and len(torch.unique(d2t)) == len(d2t):
+        return ("; read as target ids themselves, d2t would be a valid one-to-one map: if it was exported so, store "
+                "offsets instead (d2t[i] = target_id - i), as EAGLE-3 and SGLang read it")
+    return ""
+
+
 @torch.no_grad()
 def _check_vocab_map(index: CheckpointIndex, mp: _Mapping, cfg: DraftConfig, path: str) -> torch.Tensor:
     """d2t must map the draft vocab one to one into the target vocab; t2d (unused at run time, but shipped)
@@ -1144,22 +1339,37 @@ def _check_vocab_map(index: CheckpointIndex, mp: _Mapping, cfg: DraftConfig, pat
     for param, name in stored.items():
         with _open_shard(index.tensors[name].file) as h:
             read[param] = h.get_tensor(name)
+    where = {p: f"{p} ({os.path.basename(index.tensors[n].file)})" for p, n in stored.items()}
     d2t = read.get("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.int64)).long()
     target_ids = torch.arange(cfg.draft_vocab_size) + d2t
-    if int(target_ids.min()) < 0 or int(target_ids.max()) >= cfg.vocab_size:
-        raise CheckpointError(f"draft {path}: d2t maps draft ids to target ids {int(target_ids.min())}.."
-                              f"{int(target_ids.max())}, outside the target vocab [0, {cfg.vocab_size})")
+    outside = ((target_ids < 0) | (target_ids >= cfg.vocab_size)).nonzero().flatten()
+    if len(outside):
+        i = int(outside[0])
+        raise CheckpointError(f"draft {path}: {where.get('d2t', 'd2t')} maps draft ids to target ids "
+                              f"{int(target_ids.min())}..{int(target_ids.max())}, outside the target vocab "
+                              f"[0, {cfg.vocab_size}): {len(outside)} draft id(s), e.g. draft id {i} (d2t[{i}] = "
+                              f"{int(d2t[i])}) -> target id {int(target_ids[i])}{_absolute_d2t_hint(d2t, cfg)}")
     mask = torch.zeros(cfg.vocab_size, dtype=torch.bool)
     mask[target_ids] = True
     if int(mask.sum()) != cfg.draft_vocab_size:
         ids, counts = torch.unique(target_ids, return_counts=True)
         dup = int(ids[counts > 1][0])
-        raise CheckpointError(f"draft {path}: d2t maps the {cfg.draft_vocab_size} draft ids onto only "
-                              f"{int(mask.sum())} distinct target ids (e.g. target id {dup} "
-                              f"{int(counts[counts > 1][0])} times); a draft id's token would be ambiguous")
+        drafts = (target_ids == dup).nonzero().flatten().tolist()
+        raise CheckpointError(f"draft {path}: {where.get('d2t', 'd2t')} maps the {cfg.draft_vocab_size} draft ids onto "
+                              f"only {int(mask.sum())} distinct target ids (e.g. target id {dup} "
+                              f"{int(counts[counts > 1][0])} times, from draft ids {drafts[:4]}); a draft id's token "
+                              "would be ambiguous")
     if "t2d" in read and not torch.equal(mask, read["t2d"].bool()):
-        raise CheckpointError(f"draft {path}: t2d marks {int(read['t2d'].bool().sum())} target ids but d2t maps to "
-                              f"{int(mask.sum())} others; the two tensors come from different vocabularies")
+        t2d = read["t2d"].bool()
+        only_t2d = (t2d & ~mask).nonzero().flatten()
+        only_d2t = (mask & ~t2d).nonzero().flatten()
+        example = (f"target id {int(only_t2d[0])} is marked in t2d but no draft id maps to it" if len(only_t2d) else
+                   f"draft id {int((target_ids == only_d2t[0]).nonzero()[0])} maps to target id {int(only_d2t[0])}, "
+                   "which t2d does not mark")
+        raise CheckpointError(f"draft {path}: t2d marks {int(t2d.sum())} target ids but d2t maps to {int(mask.sum())}, "
+                              f"and {len(only_t2d) + len(only_d2t)} target id(s) are in one but not the other (e.g. "
+                              f"{example}; {where['t2d']}, {where.get('d2t', 'd2t')}); the two tensors come from "
+                              "different vocabularies")
     return mask
 
 
