@@ -585,10 +585,18 @@ def resolve_aux_layer_ids(draft: DraftConfig, num_target_layers: int,
 
     Follows SGLang's deepseek_v2 rule for DeepSeek-family targets: ids are used as given, unless the
     first id is 1 (SpecForge-style counting from 1), then 1 is added to all. Captured at id i is the residual
-    stream entering layer i; i == num_target_layers means the final pre-norm output. Default
-    [2, L//2, L-3] as SGLang computes it.
+    stream entering layer i. Default [2, L//2, L-3] as SGLang computes it.
+
+    Given ids (the draft's config or ``override``) that SGLang 0.5.23 would run otherwise than written are refused,
+    naming them: its DeepSeek model captures the stream entering each layer it lists, once, in layer order, into a
+    buffer of one slot an id (layers/aux_hidden_states.py), so a repeated id fails its first forward ("captured 2 of
+    3 aux hidden states") and ids out of ascending order reach fc in another order. (SGLang's own default repeats a
+    layer below 7 layers; only tiny test targets have so few, and the default is taken as it is.)
+    NOTE: i == num_target_layers, the final pre-norm output, is ours only: SGLang 0.5.23 never captures it (its
+    forward fails the same way); the tests' tiny pairs wire to it.
     """
     L = num_target_layers
+    given = override is not None or draft.aux_layer_ids is not None
     if override is not None:
         ids = tuple(int(i) for i in override)
     elif draft.aux_layer_ids is None:
@@ -601,8 +609,14 @@ def resolve_aux_layer_ids(draft: DraftConfig, num_target_layers: int,
         raise ConfigError(f"aux layer ids must hold 3 ids, got {list(ids)}")
     for i in ids:
         if not 0 <= i <= L:
-            raise ConfigError(f"aux layer id {i} out of range for a target with {L} layers "
-                              f"(ids {list(ids)}; valid 0..{L})")
+            raise ConfigError(f"aux layer id {i} out of range for a target with {L} layers (ids {list(ids)}; valid "
+                              f"0..{L})")
+    if given and len(set(ids)) < len(ids):
+        raise ConfigError(f"aux layer ids {list(ids)} repeat a layer: SGLang captures each layer once, and its "
+                          "forward fails with fewer than 3 states for the draft's fc")
+    if given and list(ids) != sorted(ids):
+        raise ConfigError(f"aux layer ids {list(ids)} are not ascending: SGLang feeds the draft's fc in layer order "
+                          f"({sorted(ids)}), not as written; write the order the draft was trained with, ascending")
     return ids
 
 

@@ -11,7 +11,7 @@ import os
 import pytest
 from conftest import scheduler_of, small_config, small_draft_config
 
-from sglang_eagle3.config import ConfigError, DraftConfig
+from sglang_eagle3.config import ConfigError, DraftConfig, ModelConfig
 from sglang_eagle3.engine import Engine, RequestError, SamplingParamsError
 from sglang_eagle3.models.eagle3 import Eagle3Draft
 from sglang_eagle3.models.loader import save_hf
@@ -116,9 +116,14 @@ def test_eagle3_needs_a_draft_path(small_pair):
 
 
 def test_aux_ids_override_at_the_edge_is_valid(small_pair):
-    """id == num_layers (the final pre-norm state) is valid; the override replaces the draft's own ids."""
-    e = Engine(**_spec_kwargs(small_pair, speculative_aux_layer_ids=[0, 1, 3]))
-    assert e.aux_layer_ids == (0, 1, 3)
+    """id == num_layers (the final pre-norm state, ours only) is valid; repeated or descending ids are refused
+    (SGLang captures each layer once, in layer order). The override replaces the draft's own ids."""
+    L = ModelConfig.from_path(small_pair.target).num_hidden_layers
+    for bad in ([0, 1, L + 1], [0, 1, 1], [L, 1, 0]):
+        with pytest.raises(ConfigError, match=r"aux layer id"):
+            Engine(**_spec_kwargs(small_pair, speculative_aux_layer_ids=bad))
+    e = Engine(**_spec_kwargs(small_pair, speculative_aux_layer_ids=[0, 1, L]))
+    assert e.aux_layer_ids == (0, 1, L)
     out = e.generate(input_ids=[1, 2, 3], sampling_params={"max_new_tokens": 4, "temperature": 0})
     assert len(out["output_ids"]) == 4
 
@@ -135,7 +140,7 @@ def _write_draft(root, dcfg: DraftConfig, target_path: str):
     (dict(hidden_size=48, head_dim=24, target_hidden_size=32), ["hidden_size=48", "32"]),
     (dict(target_hidden_size=48), ["target hidden size 48", "32"]),
     (dict(vocab_size=128, draft_vocab_size=128), ["vocab_size=128", "96"]),
-    (dict(aux_layer_ids=(2, 3, 11)), ["aux layer id 11", "3 layers"]),
+    (dict(aux_layer_ids=(0, 2, 11)), ["aux layer id 11", "3 layers"]),
 ], ids=["hidden", "hidden-fc-ok", "target_hidden", "vocab", "aux_ids"])
 def test_draft_inconsistent_with_target(small_pair, tmp_path, change, needles):
     dcfg = dataclasses.replace(small_draft_config(small_config()), **change)

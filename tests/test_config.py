@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import math
+import re
 
 import pytest
 
@@ -264,6 +265,16 @@ def test_bad_draft_config_names_field_and_value(change, needles):
         DraftConfig.from_hf({**EAGLE3_DRAFT, **change})
     for needle in needles:
         assert needle in str(e.value), (needle, str(e.value))
+
+
+@pytest.mark.parametrize("ids,why", [((2, 30, 30), "repeat a layer"), ((58, 30, 2), "are not ascending")])
+def test_aux_layer_ids_sglang_would_run_otherwise_are_refused(ids, why):
+    """SGLang 0.5.23 captures each listed layer once, in layer order (deepseek_v2's capture loop into
+    AuxHiddenStatePacker): a repeated id fails its first forward, descending ids reach fc permuted."""
+    d = DraftConfig.from_hf({**EAGLE3_DRAFT, "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}})
+    for draft, override in ((d, None), (DraftConfig.from_hf(EAGLE3_DRAFT), ids)):
+        with pytest.raises(ConfigError, match=f"{re.escape(str(list(ids)))} {why}"):
+            resolve_aux_layer_ids(draft, 61, override)
 
 
 def test_aux_layer_ids_resolution():

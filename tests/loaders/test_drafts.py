@@ -135,13 +135,14 @@ def test_published_kimi_aux_ids_wire_as_sglang(caplog):
 
 def test_load_draft_logs_resolved_aux_layers(tmp_path, target, caplog):
     cfg, _ = target
-    dcfg = tiny_draft_config(cfg, draft_vocab=48, heads=4, kv_heads=2, inter=96, aux_ids=[1, 1, 2])
+    dcfg = tiny_draft_config(cfg, draft_vocab=48, heads=4, kv_heads=2, inter=96, aux_ids=[0, 2, 3])
     write_draft(str(tmp_path), dcfg, seed=3)
     report = {}
     with caplog.at_level(logging.INFO, logger="sglang_eagle3.models.loader"):
         load_draft(str(tmp_path), cfg, dtype=torch.float32, report=report)
-    assert report["aux_layer_ids"] == (2, 2, 3)  # written [1, 1, 2]: first id 1, so +1 (DeepSeek rule)
-    assert any("aux ids as written [1, 1, 2] -> residual streams entering target layers [2, 2, 3]" in r.message
+    # (the +1 of ids written from 1 is test_published_kimi_aux_ids_wire_as_sglang's; 3 = this target's layer count)
+    assert report["aux_layer_ids"] == (0, 2, 3)
+    assert any("aux ids as written [0, 2, 3] -> residual streams entering target layers [0, 2, 3]" in r.message
                for r in caplog.records)
 
 
