@@ -20,6 +20,7 @@ from sglang_eagle3.bench.__main__ import main
 from sglang_eagle3.bench.harness import RequestResult, load_result, provenance_diff, run_workload, save, warnings
 from tests.server.conftest import running_server, tiny_model  # noqa: F401 (tiny_model: the fixture)
 from tests.server.test_bench_cli import FakeServer, _report, ours_info, sglang_info
+from tests.test_bench_audit import _FAKE_LAUNCHER
 
 
 @pytest.fixture(scope="module")
@@ -268,30 +269,10 @@ def test_progress_covers_the_warm_up_and_a_long_request(fake, tmp_path, monkeypa
     assert "[slow] pass 1/1: 1/1 requests done, 10 tokens" in err
 
 
-_SLOW_LAUNCHER = r'''
-import json, sys, time
-from http.server import BaseHTTPRequestHandler, HTTPServer
-port = int(sys.argv[sys.argv.index("--port") + 1])
-print("loading the checkpoint", flush=True)
-time.sleep(1.5)
-info = {"args": {"model_path": "/m"}, "model": {}, "draft": None, "device": "cpu", "tp_size": 1, "worker_env": []}
-
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *a):
-        pass
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(json.dumps(info).encode())
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.end_headers()
-        meta = {"prompt_tokens": 1, "completion_tokens": 1}
-        self.wfile.write(b"data: " + json.dumps({"meta_info": meta}).encode() + b"\n\ndata: [DONE]\n\n")
-
-HTTPServer(("127.0.0.1", port), H).serve_forever()
-'''
+# test_bench_audit's fake launcher, slow to answer /health (a checkpoint loading)
+_SLOW_LAUNCHER = _FAKE_LAUNCHER.replace('print("fake server starting", flush=True)',
+                                        'print("loading the checkpoint", flush=True)\nimport time\ntime.sleep(3)')
+assert _SLOW_LAUNCHER != _FAKE_LAUNCHER
 
 
 def test_sweep_says_it_is_waiting_for_a_slow_server(tmp_path, monkeypatch, capsys):
