@@ -24,6 +24,7 @@ from sglang_eagle3.kernels.quant import FP8_BLOCK
 from sglang_eagle3.models import loader
 from sglang_eagle3.models.loader import CheckpointError, hf_state_dict, load_draft, load_target
 from sglang_eagle3.testing import tiny_draft_config
+from tests.loaders import test_audit
 from tests.loaders.ckpt import (
     edit_checkpoint,
     fp8_config,
@@ -36,6 +37,8 @@ from tests.loaders.ckpt import (
 from tests.loaders.test_audit import held_bytes
 from tests.loaders.test_drafts import write_draft
 from tests.loaders.test_layouts import assert_same_logits
+
+built = test_audit.built  # the fixture: every model the loader allocates
 
 
 @pytest.fixture(scope="module")
@@ -66,21 +69,6 @@ def no_stream(monkeypatch):
         raise AssertionError("the loader started reading weights before validating the checkpoint")
 
     monkeypatch.setattr(loader, "_stream", stream_must_not_run)
-
-
-@pytest.fixture
-def built(monkeypatch):
-    """Records every model the loader allocates (the rank's model, not the meta skeleton)."""
-    models = []
-    real = loader._build
-
-    def spy(make, device):
-        model, full = real(make, device)
-        models.append(model)
-        return model, full
-
-    monkeypatch.setattr(loader, "_build", spy)
-    return models
 
 
 def shards(path: str) -> list[str]:
