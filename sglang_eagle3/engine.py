@@ -132,7 +132,7 @@ async def _async_chunks(chunks):
         stop.set()
 
 
-def generation_config(model_path: str) -> GenerationConfig:
+def checked_generation_config(model_path: str) -> GenerationConfig:
     """The checkpoint's generation_config.json (GenerationConfig), its sampling defaults checked as a request's
     would be: a value no request may set is the file's error, named at start-up, not every chat request's 400."""
     gen = GenerationConfig.from_path(model_path)
@@ -479,7 +479,7 @@ class Engine:
             if self.tokenizer is None and args.tokenizer_path is not None:
                 # Asked for by name: an engine without it would refuse every text request later, not now.
                 raise ConfigError(f"tokenizer_path={args.tokenizer_path!r} holds no tokenizer.json or tiktoken.model")
-        self.generation_config = generation_config(args.model_path)
+        self.generation_config = checked_generation_config(args.model_path)
         eos = self.eos_token_ids = engine_eos(cfg.eos_token_id, self.generation_config, self.tokenizer)
         k = self.num_steps or 0
         max_tokens = args.max_total_tokens or args.max_running_requests * (self.context_length + args.page_size)
