@@ -7,6 +7,9 @@
 #     table); on another card, g1.
 # g1 (any card): the graph runner, overlap and CUDA engine GPU tests (speculative output with graphs and kernels
 #     equal to the reference's, the fallback counters, the TP=1 worker path with its start-up progress).
+# Ran (22 calls, 21 refused for want of a machine): h at 5365466 on an H100, so g1; run from `git archive` of that
+# commit carried as .carry/head.tar.gz; results benchmarks/results/h100/session60_g1_*_5365466*, docs/BENCHMARKS.md
+# section 1, "Sixtieth session".
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: h | g1}
