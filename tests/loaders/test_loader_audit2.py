@@ -13,7 +13,9 @@ import math
 import os
 import re
 import shutil
+import signal
 import tempfile
+import time
 
 import pytest
 import torch
@@ -217,6 +219,34 @@ def test_hub_cache_snapshot_of_symlinks_loads(bases, tmp_path):
     assert_same_logits(load_target(str(snap), dtype=torch.float32), ref, cfg.vocab_size)
 
 
+# --- forked children ------------------------------------------------------------------------------------------------
+CHILD_TIMEOUT_S = 120.0
+
+
+def _fork() -> int:
+    """os.fork(), with the child on one intra-op thread: GNU OpenMP's thread pool does not survive a fork, so a child
+    of a process that already ran a parallel region (any earlier test with a big enough tensor) hangs in its first
+    parallel op (CI's full run hung here for 600 s twice); one thread runs inline, as DataLoader's workers do."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        torch.set_num_threads(1)
+    return pid
+
+
+def _wait(pid: int) -> int:
+    """The child's wait status; a child still running after CHILD_TIMEOUT_S is killed and the test fails saying so."""
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"forked child {pid} still ran after {CHILD_TIMEOUT_S:.0f} s: killed (a hang, not a result)")
+        time.sleep(0.05)
+
+
 # --- files the process may not read ----------------------------------------------------------------------------------
 def _as_unprivileged(fn) -> tuple[str, str]:
     """(exception type, message) of fn() run as a user without root's override of file permissions: in this
@@ -228,7 +258,7 @@ def _as_unprivileged(fn) -> tuple[str, str]:
         except Exception as e:
             return type(e).__name__, str(e)
     r, w = os.pipe()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:  # pragma: no cover - the child's result travels through the pipe
         os.close(r)
         try:
@@ -249,7 +279,7 @@ def _as_unprivileged(fn) -> tuple[str, str]:
     while chunk := os.read(r, 65536):
         chunks.append(chunk)
     os.close(r)
-    os.waitpid(pid, 0)
+    _wait(pid)
     kind, msg = json.loads(b"".join(chunks))
     if kind == "skip":
         pytest.skip(f"cannot drop root to test permissions: {msg}")
@@ -494,7 +524,7 @@ def test_progress_lines_still_name_each_shard(bases, caplog):
 # --- a failed load's leftovers are safe to look at -----------------------------------------------------------------
 def _in_child(fn) -> int:
     """Runs fn in a forked child; its exit status, or minus the signal that killed it (a segfault: -11)."""
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:  # pragma: no cover - reported through the exit status
         code = 1
         try:
@@ -506,7 +536,7 @@ def _in_child(fn) -> int:
             traceback.print_exc()
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    status = _wait(pid)
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
