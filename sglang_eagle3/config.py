@@ -45,6 +45,12 @@ _KINDS = {
 }
 
 
+# Target architectures with DeepSeek-V3's layers (MLA, noaux_tc MoE). Kimi-K2 writes DeepseekV3ForCausalLM; a
+# DeepseekV2ForCausalLM has the same blocks and is refused field by field where it differs (its softmax routing).
+# DeepSeek-V3.2's sparse-attention indexer is not built, so its DeepseekV32ForCausalLM is not listed.
+TARGET_ARCHITECTURES = frozenset({"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "KimiK25ForConditionalGeneration"})
+
+
 def _get(cfg: dict, key: str, where: str, kind: str, default: Any = _MISSING) -> Any:
     """``cfg[key]`` checked to be of ``kind``; absent or null gives ``default`` (required when there is none).
 
@@ -354,6 +360,11 @@ class ModelConfig:
         if any("Eagle3" in str(a) or "eagle3" in str(a).lower() for a in archs):
             raise ConfigError(f"config: architectures={archs} is an EAGLE-3 draft, not a target: pass it as "
                               "speculative_draft_model_path and the DeepSeek-V3 / Kimi-K2.5 model as model_path")
+        if not any(str(a) in TARGET_ARCHITECTURES for a in archs):
+            # Otherwise a Llama or Qwen checkpoint fails on the first DeepSeek field it lacks, a message that reads
+            # as a damaged DeepSeek config rather than the wrong model.
+            raise ConfigError(f"config: architectures={archs} is not a model this runtime builds: the target must be "
+                              f"one of {sorted(TARGET_ARCHITECTURES)} (MLA attention + DeepSeek-V3 MoE)")
         outer = cfg
         if "text_config" in cfg:
             cfg = dict(_get(cfg, "text_config", "config", "dict"))

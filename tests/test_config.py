@@ -164,6 +164,10 @@ BAD_TARGET = [
     ({"rope_theta": "10000", "rope_scaling": None}, ["rope_theta", "'10000'"]),
     ({"quantization_config": ["fp8"]}, ["quantization_config", "['fp8']"]),
     ({"architectures": ["LlamaForCausalLMEagle3"]}, ["LlamaForCausalLMEagle3", "speculative_draft_model_path"]),
+    # Another model's config is named by its architecture, not by the first DeepSeek field it lacks.
+    ({"architectures": ["LlamaForCausalLM"], "kv_lora_rank": "__delete__"}, ["LlamaForCausalLM", "DeepseekV3"]),
+    ({"architectures": ["Qwen3MoeForCausalLM"]}, ["Qwen3MoeForCausalLM", "KimiK25ForConditionalGeneration"]),
+    ({"architectures": ["DeepseekV32ForCausalLM"]}, ["DeepseekV32ForCausalLM"]),
     ({"hidden_act": "gelu"}, ["hidden_act='gelu'", "'silu'"]),
     ({"attention_bias": True}, ["attention_bias=True"]),
     ({"num_nextn_predict_layers": -1}, ["num_nextn_predict_layers", "-1"]),
