@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto (default auto)")
     g.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                    help="target weights and autocast dtype (auto: bfloat16 on CUDA, float32 on CPU); the draft is "
-                        "trained in float32 and written in bfloat16 (float16 with --dtype float16)")
+                        "trained in float32 and written in bfloat16 (float16 with --dtype float16, whose losses "
+                        "are scaled so that small gradients do not flush to zero)")
     g = ap.add_argument_group("data")
     g.add_argument("--gen-tokens", type=_non_negative, default=192,
                    help="greedy tokens the target appends to each prompt (default 192; 0: train on the text as is)")

@@ -32,7 +32,9 @@ from sglang_eagle3.train.modules import reference_kernels, training_mode
 from sglang_eagle3.train.target import (
     CosineSchedule,
     autocast,
+    loss_scaler,
     make_optimizer,
+    optimizer_step,
     schedule_step,
 )
 
@@ -373,6 +375,7 @@ def train_draft(target: nn.Module, draft: nn.Module, sequences: torch.Tensor, dr
     for _, p in named:
         p.requires_grad_(True)
     opt = make_optimizer(named, cfg.lr, cfg.weight_decay, cfg.betas, device)
+    scaler = loss_scaler(device, amp_dtype)
     draft.train()
     target.eval()
     history: list[dict] = []
@@ -392,10 +395,7 @@ def train_draft(target: nn.Module, draft: nn.Module, sequences: torch.Tensor, dr
             with autocast(device, amp_dtype):
                 loss, step_losses, step_accs = ttt_loss(draft, embed, ids, fc_in, logits_t, draft_ids,
                                                         cfg.ttt_steps, cfg.step_decay, mask)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_([p for _, p in named], cfg.grad_clip)
-            opt.step()
+            optimizer_step(loss, opt, [p for _, p in named], cfg.grad_clip, scaler)
             acc_loss += loss.item()
             acc_steps = step_accs if acc_steps is None else [a + b for a, b in zip(acc_steps, step_accs, strict=False)]
             acc_n += 1

@@ -160,6 +160,25 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device.type, dtype=dtype)
 
 
+def loss_scaler(device: torch.device, amp_dtype: torch.dtype | None) -> torch.amp.GradScaler:
+    """Loss scaling for float16 autocast (off, a pass-through, for bfloat16 / float32): float16 keeps ~5 bits less
+    exponent than bfloat16, so activation gradients under ~6e-8 flush to zero and a draft's small late-step
+    gradients are lost without it. The scale grows while steps stay finite and halves (the step skipped) on inf."""
+    return torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
+
+
+def optimizer_step(loss: torch.Tensor, opt: torch.optim.Optimizer, params: list[nn.Parameter], grad_clip: float,
+                   scaler: torch.amp.GradScaler) -> torch.Tensor:
+    """backward, clip (on unscaled gradients) and step; the gradients' norm before clipping."""
+    opt.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    scaler.step(opt)
+    scaler.update()
+    return grad_norm
+
+
 @torch.no_grad()
 def evaluate_loss(model: nn.Module, windows: torch.Tensor, batch_size: int, device: torch.device) -> float:
     """Mean next-token cross-entropy over windows [N, S], in the weights' own dtype.
@@ -189,6 +208,7 @@ def train_target(model: nn.Module, train_stream, val_windows: dict[str, torch.Te
     sampler = WindowSampler(train_stream, cfg.seq_len + 1, cfg.batch_size, cfg.seed)
     named = trainable_parameters(model)
     opt = make_optimizer(named, cfg.lr, cfg.weight_decay, cfg.betas, device)
+    scaler = loss_scaler(device, amp_dtype)
     primary = next(iter(val_windows)) if val_windows else None
     best_val, best_step, best_state = math.inf, -1, None
     history: list[dict] = []
@@ -203,10 +223,7 @@ def train_target(model: nn.Module, train_stream, val_windows: dict[str, torch.Te
             with autocast(device, amp_dtype):
                 logits, _ = model.forward_dense(ids[:, :-1])
             loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_([p for _, p in named], cfg.grad_clip)
-            opt.step()
+            grad_norm = optimizer_step(loss, opt, [p for _, p in named], cfg.grad_clip, scaler)
             balance = update_routing_bias(model, cfg.bias_update_rate) if cfg.bias_update_rate > 0 else None
             running += loss.item()
             n_running += 1
