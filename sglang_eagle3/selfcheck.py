@@ -8,11 +8,11 @@ SGLang's workers), so both columns have graph/eager counts, or plain SGLang with
 greedily (temperature 0) on the same prompts; the report says whether the outputs are equal and puts the
 verify-path counts and the mean time per output token side by side.
 
-``--dry-run`` checks the arguments (reporting every problem at once), the local model paths and the installed
-SGLang version (one the overlay supports), and prints the plan without starting SGLang. It needs SGLang
-installed but no GPU; without SGLang it exits with status 2, saying so. The real run also needs at least
-``--tp`` CUDA devices, checked before either configuration starts. ``--output`` is checked before the runs
-too, and the report is printed before it is written.
+``--dry-run`` checks the arguments (reporting every problem at once; each ``--sglang-arg`` name against SGLang's
+server arguments), the local model paths and the installed SGLang version (one the overlay supports), and prints
+the plan without starting SGLang. It needs SGLang installed but no GPU; without SGLang it exits with status 2,
+saying so. The real run also needs at least ``--tp`` CUDA devices, checked before either configuration starts.
+``--output`` is checked before the runs too, and the report is printed before it is written.
 
 Exit codes: 0 the greedy outputs are equal, 1 they differ, 2 the check cannot run (arguments, SGLang, GPUs)
 or --output could not be written, 3 one of the runs failed (its own output, above, says why), 130 Ctrl-C.
@@ -106,6 +106,28 @@ def sglang_kwargs(args: argparse.Namespace) -> dict:
     return kw
 
 
+def unknown_engine_keywords(kwargs: dict) -> list[str]:
+    """One problem per keyword SGLang's ServerArgs (what ``sglang.Engine(**kwargs)`` builds first) does not have:
+    checked by --dry-run, where the real run would fail in its first child after the model path checks, and the
+    second run would never start."""
+    import dataclasses
+    import difflib
+
+    try:
+        from sglang.srt.server_args import ServerArgs
+    except ImportError:  # (its version was read from the package metadata; the real run names the import error)
+        return []
+    # (a msgspec Struct in SGLang 0.5.23, a dataclass before)
+    known = set(getattr(ServerArgs, "__struct_fields__", None) or (f.name for f in dataclasses.fields(ServerArgs)))
+    out = []
+    for key in kwargs:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean --{close[0].replace('_', '-')}?)" if close else ""
+            out.append(f"--sglang-arg --{key.replace('_', '-')}: SGLang's server arguments have no {key!r}{hint}")
+    return out
+
+
 def load_prompts(path: str | None) -> list[str]:
     if path is None:
         return list(DEFAULT_PROMPTS)
@@ -160,6 +182,8 @@ def validate(args: argparse.Namespace) -> dict:
         problems.append(str(e))
     if version is not None and version not in SUPPORTED_SGLANG_VERSIONS:
         problems.append(f"sglang {version} is installed; the overlay supports {list(SUPPORTED_SGLANG_VERSIONS)}")
+    elif version is not None:
+        problems += unknown_engine_keywords(kwargs)
     if problems:
         raise SelfCheckError("selfcheck cannot run: " + "; ".join(problems))
     return {"sglang_version": version, "engine_kwargs": kwargs, "prompts": prompts,

@@ -94,3 +94,15 @@ def test_help_example_is_a_keyword_sglang_engine_accepts():
     kw = selfcheck.sglang_kwargs(parser.parse_args(["--model-path", "/nonexistent/model", example]))
     assert len(kw) == 3  # model_path, tp_size and the example's
     ServerArgs(**kw)  # what sglang.Engine(**kw) builds first; an unknown keyword is a TypeError
+
+
+@needs_sglang
+@pytest.mark.sglang
+def test_dry_run_names_sglang_args_the_engine_does_not_have(tmp_path, caplog):
+    """A misspelt --sglang-arg failed the real run in its first child, after the model began to load."""
+    args = ["--model-path", str(tmp_path), "--dry-run", "--sglang-arg=--cuda-graph-max-bs-decod=64",
+            "--sglang-arg=--no-such-flag", "--sglang-arg=--disable-radix-cache"]
+    assert selfcheck.main(args) == 2
+    assert "--cuda-graph-max-bs-decod: SGLang's server arguments have no 'cuda_graph_max_bs_decod' (did you mean " \
+           "--cuda-graph-max-bs-decode?)" in caplog.text
+    assert "'no_such_flag'" in caplog.text and "disable_radix_cache" not in caplog.text
