@@ -531,9 +531,7 @@ class Engine:
     def make_request(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
                      logprob_start_len=None, top_logprobs_num=None, rid=None) -> Request:
         """Validates one request (raises RequestError / SamplingParamsError naming the field)."""
-        if self._shut_down:
-            raise RuntimeError("this Engine was shut down (Engine.shutdown or the end of its with block): "
-                               "create a new one")
+        self._check_running()
         if (prompt is None) == (input_ids is None):
             raise RequestError("exactly one of prompt (text) and input_ids must be given")
         if prompt is not None:
@@ -580,6 +578,8 @@ class Engine:
         if start is not None and (not isinstance(start, int) or isinstance(start, bool) or not -1 <= start <= n):
             raise RequestError(f"logprob_start_len={logprob_start_len!r} must be an integer in [-1, {n}] (-1: the "
                                f"output tokens only; {n}: the prompt's length)")
+        if return_logprob is None:  # GenerateReqInput's default, read as False
+            return_logprob = False
         if not isinstance(return_logprob, bool):
             raise RequestError(f"return_logprob={return_logprob!r} must be true or false")
         if rid is not None and not isinstance(rid, str):
@@ -595,6 +595,11 @@ class Engine:
                        return_logprob=return_logprob,
                        logprob_start_len=-1 if logprob_start_len is None else logprob_start_len,
                        top_logprobs_num=top_logprobs_num or 0)
+
+    def _check_running(self) -> None:
+        if self._shut_down:
+            raise RuntimeError("this Engine was shut down (Engine.shutdown or the end of its with block): "
+                               "create a new one")
 
     def _lookahead(self) -> int:
         """KV slots a request needs past its tokens: room for the longest draft an adaptive policy may switch to
@@ -657,13 +662,16 @@ class Engine:
 
     def result(self, r: Request) -> dict:
         """SGLang-shaped output dict for a (finished or running) request."""
+        fr = r.finished_reason
+        if fr is not None and fr.get("type") == "abort":  # SGLang's FINISH_ABORT.to_json has all four keys
+            fr = {"status_code": None, "err_type": None, **fr}
         meta = {
             "id": r.rid,
             "prompt_tokens": len(r.input_ids),
             "completion_tokens": len(r.output_ids),
             # SGLang's prefix-cache hits; this engine keeps no prefix cache (a finished request's pages are freed).
             "cached_tokens": 0,
-            "finish_reason": r.finished_reason,
+            "finish_reason": fr,
             "spec_verify_ct": r.verify_ct,
         }
         if r.verify_ct > 0:  # SGLang's (with speculation): tokens a verify round, the first token's included
@@ -849,12 +857,14 @@ class Engine:
     def flush_cache(self) -> FlushCacheReqOutput:
         """SGLang's Engine.flush_cache. This engine keeps no prefix cache (a finished request's KV pages are freed at
         once), so there is nothing to flush: it succeeds."""
+        self._check_running()
         return FlushCacheReqOutput(success=True, message="no prefix cache: nothing to flush")
 
     def set_speculative_num_steps(self, k: int) -> None:
         """Switches the draft length between rounds (an adaptive policy's knob; 0: the target verifies the last token
         alone and the draft's extend follows it, runtime/adaptive.py). Verify/draft-extend graphs exist for num_steps
         and every speculative_num_steps_candidates; any other k runs eager (counted)."""
+        self._check_running()
         if self.num_steps is None:
             raise ConfigError("set_speculative_num_steps needs speculative decoding on")
         if self.args.speculative_adaptive:
@@ -869,6 +879,7 @@ class Engine:
 
     # -- introspection -----------------------------------------------------------------------------------
     def get_server_info(self) -> dict:
+        self._check_running()
         info = {
             "args": dataclasses.asdict(self.args),
             "model": {"path": self.args.model_path, "layers": self.model_config.num_hidden_layers,

@@ -40,6 +40,12 @@ def _name_the_flag(msg: str, flags: dict[str, str]) -> str:
     return msg
 
 
+def _one_prompt(msg: str, prompts: int) -> str:
+    """The engine's "prompt 0 of the batch: ..." for the one --prompt given: the message alone."""
+    prefix = "prompt 0 of the batch: "
+    return msg[len(prefix):] if prompts == 1 and msg.startswith(prefix) else msg
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m sglang_eagle3.generate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,6 +108,10 @@ def sampling_params(ap: argparse.ArgumentParser, a: argparse.Namespace) -> dict:
               "top_k": a.top_k, "min_p": a.min_p, "stop": a.stop}
     if a.seed is not None:
         params["seed"] = a.seed
+    if a.top_k < 1 and a.top_k != -1:
+        # The engine reads a greedy request's top_k as 1, whatever it is (as SGLang does, for scripts that pass
+        # top_k 0 beside temperature 0); a flag outside its own range is still the user's mistake here.
+        ap.error(f"--top-k={a.top_k} must be -1 (off) or an integer >= 1")
     try:
         SamplingParams.from_dict(params)
     except SamplingParamsError as e:
@@ -119,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     kwargs = engine_kwargs(ap, a)
 
     from sglang_eagle3.config import ConfigError
-    from sglang_eagle3.engine import Engine, RequestError
+    from sglang_eagle3.engine import Engine, RequestError, SamplingParamsError
 
     try:
         engine = Engine(**kwargs)
@@ -143,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             outs = engine.generate(prompts, params)
-        except RequestError as e:  # e.g. a prompt longer than the context
-            print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        except (RequestError, SamplingParamsError) as e:  # a prompt longer than the context, a stop string too long
+            print(f"{ap.prog}: error: {_name_the_flag(_one_prompt(str(e), len(prompts)), _SAMPLING_FLAGS)}",
+                  file=sys.stderr)
             return 2
         except KeyboardInterrupt:  # 130: the shell's code for Ctrl-C; no traceback, the user asked for it
             print(f"{ap.prog}: interrupted: nothing generated", file=sys.stderr)

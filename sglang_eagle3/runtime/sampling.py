@@ -54,12 +54,43 @@ def parallel_samples(n, param: str = "n") -> int:
     return n
 
 
+SEED_RANGE = (-(2 ** 63), 2 ** 63 - 1)  # SGLang's SamplingParams.verify bounds on sampling_seed (an int64)
+
+
 def seeded(sp: dict, j: int) -> dict:
-    """Sampling params of a prompt's sample j: with a seed, seed + j (sample 0 keeps the client's own), so the n
-    samples differ and a rerun repeats them; without one each sample draws its own key."""
-    if j == 0 or sp.get("seed") is None:
+    """Sampling params of a prompt's sample j: with a seed (``seed`` or SGLang's ``sampling_seed``), seed + j (sample
+    0 keeps the client's own), so the n samples differ and a rerun repeats them; without one each sample draws its
+    own key. seed + j wraps within SEED_RANGE (the same low 64 bits, so the same noise key: sampling_key)."""
+    if j == 0:
         return sp
-    return {**sp, "seed": sp["seed"] + j}
+    lo, hi = SEED_RANGE
+    out = dict(sp)
+    for name in ("seed", "sampling_seed"):
+        s = sp.get(name)
+        if isinstance(s, int) and not isinstance(s, bool) and lo <= s <= hi:  # (a bad seed is refused as it is)
+            out[name] = (s + j - lo) % (hi - lo + 1) + lo
+    return out
+
+
+def _check_seed(name: str, v) -> None:
+    lo, hi = SEED_RANGE
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise SamplingParamsError(f"{name}={short_repr(v)} must be an integer in [-2**63, 2**63 - 1]")
+
+
+# SGLang's SamplingParams fields that ask for what this runtime does not do: (whether a value asks for nothing, what
+# it would ask for). A neutral value (SGLang's default, or what its __post_init__ reads as unset) is accepted; any
+# other is refused naming the field, never ignored.
+_SGLANG_ONLY = {
+    "spaces_between_special_tokens": (lambda v: v is None or v is True,  # the text is decoded as this engine does
+                                      "decoding without spaces between special tokens"),
+    "beam_width": (lambda v: v is None or (type(v) is int and v == 1), "beam search"),  # 1: not a beam request
+    "structural_tag": (lambda v: v is None or v == "", "structural tags"),
+    "stream_interval": (lambda v: v is None or (type(v) is int and v == 1),  # a stream chunk every step, as 1 is
+                        "stream intervals (a stream's chunk comes every step)"),
+    "custom_params": (lambda v: v is None or v == {}, "custom logit processors"),
+    "watermark": (lambda v: v is None, "watermarks"),
+}
 
 
 @dataclass
@@ -104,19 +135,24 @@ class SamplingParams:
     def from_dict(d: dict | None) -> SamplingParams:
         d = dict(d or {})
         known = set(SamplingParams.__dataclass_fields__)
-        unknown = sorted(set(d) - known - {"n", "sampling_seed", "spaces_between_special_tokens"})
+        unknown = sorted(set(d) - known - {"n", "sampling_seed", *_SGLANG_ONLY})
         if unknown:
             shown = ", ".join(short_repr(k, 40) for k in unknown[:5]) + (f" and {len(unknown) - 5} more"
                                                                             if len(unknown) > 5 else "")
             raise SamplingParamsError(f"unknown sampling parameter(s): {shown} (known: {sorted(known)})")
-        if "sampling_seed" in d and d.get("seed") is None:
+        for name, (neutral, what) in _SGLANG_ONLY.items():
+            v = d.pop(name, None)
+            if not neutral(v):
+                raise SamplingParamsError(f"{name}={short_repr(v)} is not supported: this engine has no {what} "
+                                          "(leave it out or null)")
+        if d.get("sampling_seed") is not None:  # SGLang's name of the seed
+            _check_seed("sampling_seed", d["sampling_seed"])
+            if d.get("seed") is not None and d["seed"] != d["sampling_seed"]:
+                raise SamplingParamsError(f"seed={short_repr(d['seed'])} and sampling_seed="
+                                          f"{short_repr(d['sampling_seed'])} differ: give one seed")
             d["seed"] = d["sampling_seed"]
         if d.get("n") is not None and d["n"] != 1:
             raise SamplingParamsError(f"n={d['n']!r} is not supported (only n=1)")
-        sbst = d.pop("spaces_between_special_tokens", None)
-        if sbst is not None and sbst is not True:
-            # SGLang's default (and the server's only value): the text is decoded as this engine decodes it.
-            raise SamplingParamsError(f"spaces_between_special_tokens={short_repr(sbst)} is not supported (only true)")
         for k in ("n", "sampling_seed"):
             d.pop(k, None)
         for name in ("stop", "stop_regex"):
@@ -124,8 +160,13 @@ class SamplingParams:
                 d[name] = [d[name]]
             if d.get(name) is None:
                 d[name] = []
+            if isinstance(d[name], tuple):  # SGLang iterates whatever sequence it is given
+                d[name] = list(d[name])
         if d.get("stop_token_ids") is None:
             d["stop_token_ids"] = []
+        if isinstance(d["stop_token_ids"], (tuple, set, frozenset)):  # SGLang's field is a Set[int]
+            ids = list(d["stop_token_ids"])
+            d["stop_token_ids"] = sorted(ids) if all(type(t) is int for t in ids) else ids
         # null is the default, as SGLang's SamplingParams.__post_init__ reads it (callers build sampling_params
         # from optional settings: {"temperature": args.temperature}), the booleans ignore_eos, skip_special_tokens
         # and no_stop_trim too. max_new_tokens is not among them: null there means no limit but the context's (the
@@ -138,6 +179,11 @@ class SamplingParams:
         for name in GRAMMAR_KINDS:
             if d.get(name) == "":  # SGLang: an empty grammar is unset, not a grammar that allows nothing
                 del d[name]
+        t, k = d.get("temperature"), d.get("top_k")
+        if type(t) in (int, float) and 0 <= t < SAMPLING_EPS and type(k) is int and k < 1 and k != -1:
+            # SGLang's __post_init__ makes a greedy request's top_k 1 before verify() reads it: a "top_k": 0 (off, to
+            # some clients) beside "temperature": 0 is greedy there, not an error.
+            d["top_k"] = 1
         if isinstance(d.get("logit_bias"), dict):
             d["logit_bias"] = _int_keys(d["logit_bias"])
         p = SamplingParams(**d)
@@ -184,8 +230,8 @@ class SamplingParams:
         for i, t in enumerate(self.stop_token_ids):
             if not isinstance(t, int) or isinstance(t, bool):
                 bad_item("stop_token_ids", i, "must be an integer")
-        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
-            bad("seed", "must be an integer")
+        if self.seed is not None:
+            _check_seed("seed", self.seed)
         for name in ("ignore_eos", "no_stop_trim", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")  # "false" is a truthy string
