@@ -49,7 +49,11 @@ class Request:
     pages: list[int] = field(default_factory=list)
     finished_reason: dict | None = None
     verify_ct: int = 0
+    # Draft tokens its verify rounds accepted (whether or not the request kept them all: a round cut by a stop counts
+    # the verify's count, as SGLang's num_correct_drafts), and those they verified (k a round; 0 while the draft
+    # rests): SGLang's spec_accept_rate is the one over the other.
     accepted_draft_tokens: int = 0
+    proposed_draft_tokens: int = 0
     sampling_key: int | None = None  # the sampler's noise key (sampling.py), set by the scheduler from the seed
     # Prefill-time outputs, kept only when logprobs are asked for.
     input_token_logprobs: list = field(default_factory=list)
@@ -63,6 +67,11 @@ class Request:
     # when the request was made, and when the engine first saw it finished (Engine.result).
     arrival_time: float = field(default_factory=time.perf_counter)
     finished_time: float | None = None
+    # SGLang's queue time: seconds from entering the scheduler's waiting queue to its first admission into a prefill
+    # batch (a readmission after a retraction does not count again). ``queued_at``: perf_counter of that entry, in
+    # the scheduler's process (with TP, a worker's: only the duration leaves it).
+    queued_at: float | None = None
+    queue_time: float | None = None
 
     def snapshot(self) -> Request:
         """A copy safe to send to another process (copied lists)."""

@@ -70,7 +70,14 @@ class SchedulerStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     finished_requests: int = 0
+    # Retractions (_make_room): requests sent back to the waiting queue, with their prompt and output tokens at that
+    # moment (SGLang's num_retracted_*_total), and the latest retraction's requests and perf_counter (SGLang's
+    # num_retracted_reqs gauge reports the latest one).
     retracted_requests: int = 0
+    retracted_input_tokens: int = 0
+    retracted_output_tokens: int = 0
+    last_retraction_requests: int = 0
+    last_retraction_time: float | None = None
 
     @property
     def avg_accept_length(self) -> float:
@@ -159,6 +166,7 @@ class Scheduler:
         if req.sampling_key is None:
             seed = req.params.seed if req.params.seed is not None else self._seeds.getrandbits(64)
             req.sampling_key = sampling_key(seed)
+        req.queued_at = time.perf_counter()
         self.waiting.append(req)
 
     def abort(self, rid: str) -> bool:
@@ -276,6 +284,7 @@ class Scheduler:
         retracted to the front of the waiting queue (their pages returned; they re-prefill prompt + output so
         far when readmitted), as SGLang does, instead of failing the batch."""
         batch = list(self.running)
+        retracted = 0
         while self._pages_short(batch, [self._round_tokens(r) for r in batch]):
             if len(batch) == 1:  # cannot happen for requests validated against the pool size
                 raise RuntimeError(f"request {batch[0].rid} alone needs more KV pages than the pool holds")
@@ -283,9 +292,15 @@ class Scheduler:
             self._release(victim)
             self.running.remove(victim)
             self.waiting.appendleft(victim)
+            retracted += 1
             self.stats.retracted_requests += 1
+            self.stats.retracted_input_tokens += len(victim.input_ids)
+            self.stats.retracted_output_tokens += len(victim.output_ids)
             logger.info("KV pool full: request %s retracted to the waiting queue (%d tokens so far)",
                         victim.rid, len(victim.output_ids))
+        if retracted:
+            self.stats.last_retraction_requests = retracted
+            self.stats.last_retraction_time = time.perf_counter()
         for r in batch:
             self._ensure_pages(r, self._round_tokens(r))
         return batch
@@ -313,6 +328,7 @@ class Scheduler:
         # again by that round's _make_room, its prefill wasted.
         free = self.runner.allocator.num_free - sum(max(0, pages_for(self._round_tokens(x), ps) - len(x.pages))
                                                     for x in self.running)
+        now = time.perf_counter()
         while self.waiting and len(self.running) < self.max_running:
             r = self.waiting[0]
             need = pages_for(r.seq_len + self.lookahead + 1, ps)
@@ -325,6 +341,8 @@ class Scheduler:
             self.waiting.popleft()
             self._ensure_pages(r, r.seq_len)
             free -= need
+            if r.queue_time is None and r.queued_at is not None:  # its first admission (SGLang's queue time)
+                r.queue_time = now - r.queued_at
         return self.running[first:]
 
     def _unadmit(self, reqs: list[Request]) -> None:
@@ -683,7 +701,7 @@ class Scheduler:
                         accepted.append(self._simulated_accept(1) if self.simulate_accept_length is not None
                                         else int(rows[i] == r.next_draft_token))
                     kept.append(rnd.aux[i])
-                    self._emit_round(r, [rows[i]], lps, 0)
+                    self._emit_round(r, [rows[i]], lps, 0, 0)
                 else:
                     self._emit(r, [rows[i]], lps)
             else:
@@ -696,7 +714,7 @@ class Scheduler:
                     accepted.append(int(tok == r.next_draft_token))
                 r.next_draft_token = nd
                 self._draft_hidden[r.rid] = rnd.hidden[i]
-                self._emit_round(r, drafts[:n_acc] + [tok], lps, n_acc)
+                self._emit_round(r, drafts[:n_acc] + [tok], lps, n_acc, rnd.T - 1)
                 # (the round behind one in flight drafts as many: _ahead_continues)
                 self._trim_pages(r, r.seq_len + rnd.T - 1 if in_flight else r.seq_len - 1)
             changed.append(r)
@@ -705,15 +723,18 @@ class Scheduler:
             self.adaptive.observe(max(rnd.T - 1, 1), accepted, first)
         return changed
 
-    def _emit_round(self, r: Request, toks: list[int], logprobs: list | None, n_acc: int) -> None:
-        """Emits a speculative round's tokens (its n_acc accepted drafts and the target's next; a resting draft's
-        decode step: one) and counts its target forward with the tokens it gave the request: those after a stop or
-        past max_new_tokens are not output, so not counted, as SGLang's verify cuts its accept lengths at the finish
-        (counted whole, a run of short requests read as a longer accept length than SGLang's on the same outputs)."""
+    def _emit_round(self, r: Request, toks: list[int], logprobs: list | None, n_acc: int, proposed: int) -> None:
+        """Emits a speculative round's tokens (its n_acc accepted drafts of the ``proposed`` it verified, and the
+        target's next; a resting draft's decode step: one, none proposed) and counts its target forward with the
+        tokens it gave the request: those after a stop or past max_new_tokens are not output, so not counted, as
+        SGLang's verify cuts its accept lengths at the finish (counted whole, a run of short requests read as a
+        longer accept length than SGLang's on the same outputs)."""
         before = len(r.output_ids)
         self._emit(r, toks, logprobs)
         n = len(r.output_ids) - before
         r.verify_ct += 1
+        r.accepted_draft_tokens += n_acc
+        r.proposed_draft_tokens += proposed
         self.stats.verify_forwards += 1
         self.stats.accepted_tokens += n
         self.stats.accept_length_hist[n] = self.stats.accept_length_hist.get(n, 0) + 1

@@ -221,6 +221,14 @@ class ModelWorker:
             "prompt_tokens": s.prompt_tokens,
             "generated_tokens": s.generated_tokens,
             "finished_requests": s.finished_requests,
+            # Retractions (KV pool full: requests back to the waiting queue, to re-prefill): totals, and the latest
+            # one's requests and age (seconds before this call, measured here: with TP no clock leaves the worker).
+            "retracted_requests": s.retracted_requests,
+            "retracted_input_tokens": s.retracted_input_tokens,
+            "retracted_output_tokens": s.retracted_output_tokens,
+            "last_retraction_requests": s.last_retraction_requests,
+            "last_retraction_age_s": (None if s.last_retraction_time is None
+                                      else time.perf_counter() - s.last_retraction_time),
             "recent_step_seconds": list(steps[-256:]),
             "forward_counts": self.runner.stats.as_dict(),
             "grammar_proposals": dict(self.runner.grammar_proposals),

@@ -1,5 +1,6 @@
-"""The FastAPI application: SGLang-native endpoints (/health, /generate, /get_server_info, /get_model_info,
-/flush_cache), OpenAI endpoints (/v1/models, /v1/completions, /v1/chat/completions) and Prometheus /metrics.
+"""The FastAPI application: SGLang-native endpoints (/health, /ready, /generate, /get_server_info (/server_info),
+/get_model_info, /flush_cache, /abort_request), OpenAI endpoints (/v1/models, /v1/completions,
+/v1/chat/completions) and Prometheus /metrics.
 
 Every error is ``{"error": {"message", "type", "param", "code"}}``: 400 for a client's mistake, 404 for an
 unknown model or route, 413 for a body over ``max_request_bytes``, 503 when the queue is full, the server is
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 
@@ -31,12 +34,14 @@ from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import DriverStoppedError, EngineDriver, EngineFailure, Submission
 from sglang_eagle3.server.logprobs import TokenTable, with_token_text
 from sglang_eagle3.server.metrics import CONTENT_TYPE, ServerMetrics
-from sglang_eagle3.server.protocol import APIError, GenerateRequest, parse_body
+from sglang_eagle3.server.protocol import AbortRequest, APIError, GenerateRequest, parse_body
 from sglang_eagle3.server.serving import (
     REQUEST_RECEIVED_AT,
     ClientDisconnected,
     ModelInfo,
     Serving,
+    per_item,
+    request_ids,
     samples_per_prompt,
     sse,
 )
@@ -198,15 +203,27 @@ class _ApiKey:
         await self.app(scope, receive, send)
 
 
+def _hf_config(model_path: str) -> dict:
+    """The checkpoint's config.json (model_type, architectures: /get_model_info), {} where it cannot be read."""
+    try:
+        with open(os.path.join(model_path, "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
 def model_info(info: dict, served_model_name: str) -> ModelInfo:
     """ModelInfo from Engine.get_server_info()."""
     draft, args = info.get("draft") or {}, info.get("args") or {}
+    hf = _hf_config(str(info["model"]["path"]))
     return ModelInfo(served_model_name=served_model_name, model_path=str(info["model"]["path"]),
                      context_length=int(info["model"]["context_length"]),
                      vocab_size=int(info["model"]["vocab_size"]), speculative_num_steps=draft.get("num_steps"),
                      tokenizer_path=args.get("tokenizer_path") or str(info["model"]["path"]),
                      max_top_logprobs_num=int(args.get("max_top_logprobs_num", 20)),
-                     sampling_defaults=tuple((info["model"].get("sampling_defaults") or {}).items()))
+                     sampling_defaults=tuple((info["model"].get("sampling_defaults") or {}).items()),
+                     model_type=hf.get("model_type"), architectures=tuple(hf.get("architectures") or ()))
 
 
 def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelInfo | None = None) -> FastAPI:
@@ -246,10 +263,13 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
     app.add_api_route("/health", health, methods=["GET", "HEAD"])
     app.add_api_route("/health_generate", _guarded(health_generate), methods=["GET", "HEAD"])
     app.add_api_route("/generate", _guarded(generate), methods=["POST", "PUT"])
+    app.add_api_route("/ready", ready, methods=["GET"])
     app.add_api_route("/get_server_info", _guarded(get_server_info), methods=["GET"])
+    app.add_api_route("/server_info", _guarded(get_server_info), methods=["GET"])
     app.add_api_route("/get_model_info", _guarded(get_model_info), methods=["GET"])
     app.add_api_route("/model_info", _guarded(get_model_info), methods=["GET"])
     app.add_api_route("/flush_cache", _guarded(flush_cache), methods=["GET", "POST"])
+    app.add_api_route("/abort_request", _guarded(abort_request), methods=["POST"])
     app.add_api_route("/metrics", _guarded(metrics), methods=["GET"])
     app.add_api_route("/v1/models", _guarded(list_models), methods=["GET"])
     app.add_api_route("/v1/models/{model_id:path}", _guarded(get_model), methods=["GET"])
@@ -266,6 +286,12 @@ async def health(request: HTTPRequest) -> Response:
     return Response(status_code=200 if request.app.state.serving.driver.accepting else 503)
 
 
+async def ready(request: HTTPRequest) -> Response:
+    """SGLang's /ready: 200 while new requests are taken, else 503 (as /health here: the server only listens once
+    the engine has loaded)."""
+    return await health(request)
+
+
 async def health_generate(serving: Serving, request: HTTPRequest) -> Response:
     """Generates one token end to end; 200 when it comes back within 20 s, else 503."""
     req = serving.make_request(input_ids=[0], sampling_params={"max_new_tokens": 1, "temperature": 0},
@@ -278,20 +304,6 @@ async def health_generate(serving: Serving, request: HTTPRequest) -> Response:
         logger.error("health_generate failed: %s", e or "timed out")
         return Response(status_code=503)
     return Response(status_code=200)
-
-
-def _rids(rid, n: int, batch: bool) -> list:
-    """SGLang's rid rules: a list names each prompt of a batch (two alike are refused when submitted); one
-    string for a batch becomes ``<rid>_<i>`` per prompt. An empty rid is a 400: SGLang gives it no meaning (it
-    keeps "" as one request's id, and makes a batch's ``_0``, ``_1``, ...), and reading it as "none given" or as a
-    prefix would each answer a different way."""
-    if rid == "" or (isinstance(rid, list) and "" in rid):
-        where = "rid" if rid == "" else f"rid[{rid.index('')}]"
-        raise APIError(400, f"{where} is an empty string: give a non-empty request id, or leave rid out (or null) for "
-                       "a generated one", param="rid")
-    if batch and isinstance(rid, str):
-        return [f"{rid}_{i}" for i in range(n)]
-    return _per_item(rid, n, "rid", batch)
 
 
 def _refuse_unsupported(extra: dict | None) -> None:
@@ -318,17 +330,6 @@ def _drop_neutral(sp: dict) -> dict:
     return sp
 
 
-def _per_item(value, n: int, name: str, batch: bool) -> list:
-    """SGLang batch semantics: a list gives one value per prompt, a scalar applies to all."""
-    if batch and isinstance(value, list):
-        if len(value) != n:
-            raise APIError(400, f"{name} has {len(value)} entries for {n} prompts", param=name)
-        return value
-    if not batch and isinstance(value, list):
-        raise APIError(400, f"{name} is a list but the request has a single prompt", param=name)
-    return [value] * n
-
-
 async def generate(serving: Serving, request: HTTPRequest):
     """SGLang's /generate: text or input_ids (or lists of them), sampling_params, stream, logprobs."""
     body: GenerateRequest = parse_body(GenerateRequest, await request.body())  # type: ignore[assignment]
@@ -345,7 +346,7 @@ async def generate(serving: Serving, request: HTTPRequest):
     else:
         prompts = [body.text if body.text is not None else body.input_ids]
     n = len(prompts)
-    sps = [_drop_neutral(dict(sp or {})) for sp in _per_item(body.sampling_params, n, "sampling_params", batch)]
+    sps = [_drop_neutral(dict(sp or {})) for sp in per_item(body.sampling_params, n, "sampling_params", batch)]
     # SGLang's parallel sampling: sampling_params.n samples a prompt (one n for the whole batch, as SGLang
     # requires), answered as a list, prompt-major (sample j of prompt i at i * n + j), seeds as OpenAI's n.
     ks = [samples_per_prompt(sp.pop("n", None), "sampling_params.n") for sp in sps]
@@ -354,10 +355,10 @@ async def generate(serving: Serving, request: HTTPRequest):
         raise APIError(400, f"sampling_params.n differs between the prompts of the batch ({sorted(set(ks))}): one n "
                        "for the whole batch, as in SGLang", param="sampling_params.n")
     serving.check_batch_size(n, prompt_param, n=k, n_param="sampling_params.n")
-    lps = _per_item(body.return_logprob, n, "return_logprob", batch)
-    starts = _per_item(body.logprob_start_len, n, "logprob_start_len", batch)
-    tops = _per_item(body.top_logprobs_num, n, "top_logprobs_num", batch)
-    rids = _rids(body.rid, n, batch)
+    lps = per_item(body.return_logprob, n, "return_logprob", batch)
+    starts = per_item(body.logprob_start_len, n, "logprob_start_len", batch)
+    tops = per_item(body.top_logprobs_num, n, "top_logprobs_num", batch)
+    rids = request_ids(body.rid, n, batch)
     # SGLang's return_text_in_logprobs: each logprob row's third element the token's text (null without it)
     texts = bool(body.return_text_in_logprobs and any(lps))
     table = serving.token_table if texts else None
@@ -407,6 +408,19 @@ async def _generate_chunks(sub: Submission, batch: bool, table: TokenTable | Non
     yield sse("[DONE]")
 
 
+async def abort_request(serving: Serving, request: HTTPRequest) -> Response:
+    """SGLang's /abort_request: ``{"rid": ...}`` ends every request in flight whose id starts with it (a batch's
+    ``<rid>_<i>`` too), ``{"abort_all": true}`` every request. Each answers its client with the output so far and
+    finish_reason ``abort`` (a 200, as SGLang's). 200 with an empty body, whether or not a request matched; an empty
+    rid without abort_all matches nothing (SGLang ignores it)."""
+    body: AbortRequest = parse_body(AbortRequest, await request.body())  # type: ignore[assignment]
+    if body.abort_all or body.rid:
+        serving.driver.abort_by_client(body.rid or "", body.abort_all)
+    else:
+        logger.warning("/abort_request without a rid or abort_all: nothing to abort")
+    return Response(status_code=200)
+
+
 async def get_server_info(serving: Serving, request: HTTPRequest):
     info = await _engine_info(serving)
     m, cfg = serving.metrics, serving.config
@@ -429,11 +443,13 @@ async def get_server_info(serving: Serving, request: HTTPRequest):
 
 async def get_model_info(serving: Serving, request: HTTPRequest):
     """SGLang's /get_model_info (and /model_info) shape, for clients that read the served model from it."""
-    m = serving.model
+    m, cfg = serving.model, serving.config
     return {"model_path": m.model_path, "served_model_name": m.served_model_name,
             "tokenizer_path": m.tokenizer_path if serving.tokenizer is not None else None,
-            "is_generation": True, "preferred_sampling_params": None, "has_image_understanding": False,
-            "has_audio_understanding": False}
+            "is_generation": True, "preferred_sampling_params": None,
+            "reasoning_parser": cfg.reasoning_parser, "tool_call_parser": cfg.tool_call_parser,
+            "disaggregation_mode": "null", "has_image_understanding": False, "has_audio_understanding": False,
+            "model_type": m.model_type, "architectures": list(m.architectures) if m.architectures else None}
 
 
 async def flush_cache(serving: Serving, request: HTTPRequest):

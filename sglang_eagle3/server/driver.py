@@ -4,6 +4,7 @@
     ---------------------------------              -------------
     submit(requests) -> Submission   --("add")-->  scheduler.add; step() while there is work;
     Submission.close()               --("abort")-> scheduler.abort (its KV pages come back)
+    abort_by_client(rid)   --("abort_by_client")-> the same, answering the output so far (finish_reason abort)
     await driver.call(fn)            --("call")--> fn() between two steps
     await Submission.updates()       <--Update---  after every step: new ids, visible text, result on finish
 
@@ -63,6 +64,7 @@ class BatchTooLargeError(ValueError):
 
 
 SHUTDOWN_MESSAGE = "the server is shutting down"
+ABORT_REQUEST_MESSAGE = "aborted by /abort_request"
 
 
 @dataclass
@@ -104,9 +106,13 @@ class _Tracked:
     t_last: float = 0.0  # perf_counter of its latest new tokens
     n_sent: int = 0
     verify_ct: int = 0  # its verify rounds as of its latest update
+    drafts_accepted: int = 0  # its draft tokens its verifies accepted, and were proposed, as of its latest update
+    drafts_proposed: int = 0
     # Observations labelled is_streaming, waiting for the consumer to say whether it streams (Submission.streaming).
     unlabelled: list[Callable[[str], None]] = field(default_factory=list)
     published: bool = False  # an update of this request has been pushed
+    # The request as its latest update read it (with TP workers, step() hands back copies: ``req`` stays as sent)
+    latest: Request | None = None
     text: str = ""  # visible text sent so far
     # Incremental detokenisation: decoded = text of output_ids[:read_offset]; only a short window
     # output_ids[prefix_offset:] is decoded per step (the full output is decoded once, at the end).
@@ -277,6 +283,12 @@ class EngineDriver:
         """Aborts request ``rid`` (only if it still belongs to ``submission``, when given)."""
         self._cmds.put(("abort", rid, submission))
 
+    def abort_by_client(self, rid: str, abort_all: bool = False) -> None:
+        """SGLang's /abort_request: ends every request in flight whose rid starts with ``rid`` (so ``rid`` also
+        reaches the ``<rid>_<i>`` requests of its batch or its n samples, as SGLang's scheduler matches), or every
+        request with ``abort_all``. Each answers what it generated so far with finish_reason ``abort``."""
+        self._cmds.put(("abort_by_client", rid, abort_all))
+
     async def call(self, fn: Callable[[], object], timeout: float) -> object:
         """Runs fn() on the engine thread between two steps; raises TimeoutError after ``timeout`` s."""
         if not self.alive:
@@ -364,6 +376,10 @@ class EngineDriver:
             self._ended(t, "aborted")
             self.scheduler.abort(t.req.rid)  # its KV pages return to the pool here
             logger.info("request %s aborted after %d output tokens", t.req.rid, t.n_sent)
+        elif kind == "abort_by_client":
+            _, prefix, everything = cmd
+            for t in [t for rid, t in self._tracked.items() if everything or rid.startswith(prefix)]:
+                self._end_aborted(t)
         elif kind == "call":
             _, fn, fut, loop = cmd
             try:
@@ -393,13 +409,18 @@ class EngineDriver:
         # A prefill step produces the first token of requests that had none; a decode round advances the rest.
         prefill = all((t := self._tracked.get(r.rid)) is not None and t.n_sent == 0 for r in changed)
         self.metrics.step_latency.observe(seconds, phase="prefill" if prefill else "decode")
-        tokens = rounds = round_tokens = seq_lens = 0  # of this step (SGLang's windowed scheduler gauges)
+        tokens = rounds = round_tokens = seq_lens = accepted = proposed = 0  # of this step (SGLang's windowed gauges)
         for r in changed:
             t = self._tracked.get(r.rid)
             if t is None:
                 continue
             new, verified = len(r.output_ids) - t.n_sent, max(r.verify_ct - t.verify_ct, 0)
             t.verify_ct = r.verify_ct
+            accepted += max(r.accepted_draft_tokens - t.drafts_accepted, 0)
+            proposed += max(r.proposed_draft_tokens - t.drafts_proposed, 0)
+            t.drafts_accepted, t.drafts_proposed = r.accepted_draft_tokens, r.proposed_draft_tokens
+            if not t.published and r.queue_time is not None:  # its first update: admitted, so its wait is known
+                self.metrics.queue_time.observe(r.queue_time)
             tokens += new
             rounds += verified
             round_tokens += new if verified else 0
@@ -412,11 +433,11 @@ class EngineDriver:
                              "failed")
                 self._abort_quietly(r.rid)
         self.metrics.note_step(seconds, decode=not prefill, tokens=tokens, rounds=rounds, round_tokens=round_tokens,
-                               seq_lens=seq_lens)
+                               seq_lens=seq_lens, drafts_accepted=accepted, drafts_proposed=proposed)
 
     def _publish(self, t: _Tracked, r: Request) -> None:
         first, sent = not t.published, t.n_sent
-        t.published = True
+        t.published, t.latest = True, r
         new_ids = list(r.output_ids[sent:])
         t.n_sent = len(r.output_ids)
         m = self.metrics
@@ -445,6 +466,24 @@ class EngineDriver:
             if "text" in result:
                 result["text"] = text
         t.submission._push(_with_logprobs(Update(t.index, new_ids, text, False, result), r, sent, first))
+
+    def _end_aborted(self, t: _Tracked) -> None:
+        """Ends ``t`` as SGLang ends a request named by /abort_request: its KV pages return, and its consumer gets a
+        final update with the output so far and finish_reason ``{"type": "abort", ...}`` (an answer, not an error)."""
+        r = t.latest or t.req
+        self._tracked.pop(r.rid, None)
+        self._release(r.rid)
+        self._abort_quietly(r.rid)
+        r.finished_reason = {"type": "abort", "message": ABORT_REQUEST_MESSAGE}
+        result = _snapshot_result(self.engine.result(r))
+        sent, first = t.n_sent, not t.published
+        new_ids = list(r.output_ids[sent:])
+        t.n_sent = len(r.output_ids)
+        self.metrics.aborted.inc()
+        self._ended(t, "aborted")
+        logger.info("request %s aborted by /abort_request after %d output tokens", r.rid, t.n_sent)
+        t.submission._push(_with_logprobs(Update(t.index, new_ids, result.get("text", ""), True, result), r, sent,
+                                          first))
 
     def _visible_text(self, t: _Tracked, r: Request) -> str:
         """Cumulative text that is safe to show: never shrinks, holds back a trailing partial UTF-8

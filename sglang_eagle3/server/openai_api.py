@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request as HTTPRequest
 
 from sglang_eagle3.runtime.grammar import ANY_JSON
+from sglang_eagle3.runtime.request import sglang_neutral
 from sglang_eagle3.runtime.sampling import GRAMMAR_KINDS, seeded, short_repr
 from sglang_eagle3.server.driver import Submission, Update
 from sglang_eagle3.server.logprobs import (
@@ -45,7 +46,7 @@ from sglang_eagle3.server.reasoning import (
     ReasoningSplitter,
     ReasoningStream,
 )
-from sglang_eagle3.server.serving import Serving, finish_reason, samples_per_prompt, sse
+from sglang_eagle3.server.serving import Serving, finish_reason, request_ids, samples_per_prompt, sse
 from sglang_eagle3.server.tools import ToolPlan
 from sglang_eagle3.tokenizer import Tokenizer
 
@@ -56,10 +57,34 @@ _OPENAI_NAMES = {"max_new_tokens": "max_tokens", "temperature": "temperature", "
                  "top_k": "top_k", "min_p": "min_p", "stop": "stop", "stop_token_ids": "stop_token_ids",
                  "seed": "seed", "min_new_tokens": "min_tokens"}
 _COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
+# Fields of SGLang's OpenAI requests (protocol.py's CompletionRequest / ChatCompletionRequest) that ask for what this
+# server does not do: a value other than a neutral one (None, False, 0, "": sglang_neutral) is a 400 naming the field,
+# never dropped unread (a client asking for hidden states or token ids would read a reply without them).
+_SGLANG_OPENAI_UNSUPPORTED = {
+    "lora_path": "LoRA adapters", "custom_logit_processor": "custom logit processors",
+    "custom_params": "custom logit processors", "return_hidden_states": "hidden states",
+    "return_routed_experts": "routed experts", "routed_experts_start_len": "routed experts",
+    **dict.fromkeys(("bootstrap_host", "bootstrap_port", "bootstrap_room", "disagg_prefill_dp_rank"),
+                    "prefill/decode disaggregation"),
+    "routed_dp_rank": "data parallelism", "data_parallel_rank": "data parallelism", "session_id": "sessions",
+    "session_params": "sessions", "priority": "priority scheduling",
+    "return_token_ids": "token ids in the choices", "return_prompt_token_ids": "token ids in the choices",
+    "return_meta_info": "meta_info in the choices", "return_cached_tokens_details": "cached-token details",
+    "return_spec_tokens_details": "speculative-decoding details", "return_input_ids_in_sglext": "sglext",
+    "return_output_ids_in_sglext": "sglext", "return_sampling_mask": "sampling masks",
+    "sampling_logprobs_mode": "sampling masks", "return_flat_raw_output_top_logprobs": "flat raw logprobs",
+}
+
+
 def _reject_unsupported(body) -> None:
-    """400 for OpenAI fields this server knows but cannot honour (never silently ignored)."""
+    """400 for OpenAI (and SGLang) fields this server knows but cannot honour (never silently ignored)."""
     if body.stream_options is not None and not body.stream:
         raise APIError(400, "stream_options is only allowed with stream=true", param="stream_options")
+    extra = body.model_extra or {}
+    for name, what in _SGLANG_OPENAI_UNSUPPORTED.items():
+        if name in extra and not sglang_neutral(extra[name]):
+            raise APIError(400, f"{name}={short_repr(extra[name])}: this server does not support {what} (SGLang's "
+                           "field; leave it out, null or false)", param=name)
 
 
 def _sampling_params(body, max_new_tokens: int | None) -> dict:
@@ -184,6 +209,10 @@ async def completions(serving: Serving, request: HTTPRequest):
     # With echo the prompt's logprobs come too (from its first token, which has none: null).
     lp = {"return_logprob": top is not None, "logprob_start_len": 0 if echo and top is not None else None,
           "top_logprobs_num": top}
+    rids = request_ids(body.rid, len(prompts), batch)
+
+    def rid(i: int, j: int) -> str | None:  # (choice j of prompt i; as /generate names n samples)
+        return rids[i] if n == 1 or rids[i] is None else f"{rids[i]}_{j}"
 
     def build() -> list:
         reqs = []
@@ -191,10 +220,11 @@ async def completions(serving: Serving, request: HTTPRequest):
             kw = dict(prompt_param="prompt", names=names, default_max_new_tokens=_COMPLETION_MAX_TOKENS,
                       index=i if batch else None, **lp)
             first = serving.make_request(prompt=p if isinstance(p, str) else None,
-                                         input_ids=None if isinstance(p, str) else p, sampling_params=sp, **kw)
+                                         input_ids=None if isinstance(p, str) else p, sampling_params=sp,
+                                         rid=rid(i, 0), **kw)
             # The prompt is tokenized once; its other choices reuse the ids.
-            reqs += [first] + [serving.make_request(input_ids=first.input_ids, sampling_params=seeded(sp, j), **kw)
-                               for j in range(1, n)]
+            reqs += [first] + [serving.make_request(input_ids=first.input_ids, sampling_params=seeded(sp, j),
+                                                    rid=rid(i, j), **kw) for j in range(1, n)]
         return reqs
 
     reqs = await serving.off_loop(build)
@@ -386,6 +416,7 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
         # OpenAI's (the engine's defaults)
         for name, value in serving.model.sampling_defaults:
             sp.setdefault(name, value)
+    rid = request_ids(body.rid, 1, False)[0]
     messages = [_message_dict(m) for m in body.messages]
     plan = ToolPlan.of(body, serving.config.tool_call_parser, messages)
     extra = body.chat_template_kwargs
@@ -414,7 +445,8 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
         # No limit asked: whatever the context (and KV cache, less the draft lookahead) leaves.
         return ids, [serving.make_request(input_ids=ids, sampling_params=seeded(sp, j), prompt_param="messages",
                                           names=names, default_max_new_tokens=serving.model.context_length,
-                                          return_logprob=logprobs, top_logprobs_num=body.top_logprobs)
+                                          return_logprob=logprobs, top_logprobs_num=body.top_logprobs,
+                                          rid=rid if n == 1 or rid is None else f"{rid}_{j}")
                      for j in range(n)]
 
     ids, reqs = await serving.off_loop(build)

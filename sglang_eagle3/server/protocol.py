@@ -114,9 +114,12 @@ class StreamOptions(_Body):
 
 
 class _SamplingFields(_Body):
-    """Sampling fields shared by the OpenAI endpoints (SGLang's extensions included)."""
+    """Sampling fields shared by the OpenAI endpoints (SGLang's extensions included). Other fields are kept in
+    ``model_extra``: the endpoints refuse those of SGLang's they cannot honour (openai_api.py)."""
 
-    model: str
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    model: str = "default"  # SGLang's default: a request may leave the model out
     temperature: float | None = None
     top_p: float | None = None
     n: int | None = None
@@ -143,6 +146,8 @@ class _SamplingFields(_Body):
     ebnf: str | None = None
     json_schema: str | None = None
     response_format: dict | None = None
+    # SGLang's: the request's id (/abort_request names it); several requests get <rid>_<i>, as on /generate
+    rid: str | list[str] | None = None
 
 
 class CompletionRequest(_SamplingFields):
@@ -206,3 +211,10 @@ class GenerateRequest(_Body):
     top_logprobs_num: int | list[int] | None = None
     return_text_in_logprobs: bool | None = None  # one for the whole batch, as SGLang's
     rid: str | list[str] | None = None
+
+
+class AbortRequest(_Body):
+    """SGLang's /abort_request body (AbortReq): a request id (prefix), or every request."""
+
+    rid: str | None = None
+    abort_all: bool = False

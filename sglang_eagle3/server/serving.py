@@ -72,6 +72,8 @@ class ModelInfo:
     max_top_logprobs_num: int = 20  # the engine's cap on top logprobs a position (--max-top-logprobs-num)
     # generation_config.json's sampling fields, (name, value): a chat request's defaults (--sampling-defaults model)
     sampling_defaults: tuple[tuple[str, float | int], ...] = ()
+    model_type: str | None = None  # config.json's (SGLang's /get_model_info reports both)
+    architectures: tuple[str, ...] = ()
 
     @property
     def top_logprobs_cap(self) -> int:
@@ -125,7 +127,8 @@ class Serving:
     def check_model(self, name: str) -> None:
         if name not in (self.model.served_model_name, self.model.model_path, "default"):
             raise APIError(404, f"model {short_repr(name)} does not exist: this server serves "
-                           f"{self.model.served_model_name!r}", param="model", code="model_not_found")
+                           f"{self.model.served_model_name!r}", param="model", code="model_not_found",
+                           type="invalid_request_error")  # (OpenAI's and SGLang's type for it)
 
     def check_batch_size(self, prompts: int, param: str, n: int = 1, n_param: str = "n") -> None:
         """400 for a batch that could never be admitted (before any of it is tokenized): ``prompts`` prompts of
@@ -305,6 +308,31 @@ def samples_per_prompt(n, param: str) -> int:
         return parallel_samples(n, param)
     except SamplingParamsError as e:
         raise APIError(400, str(e), param=param) from None
+
+
+def per_item(value, n: int, name: str, batch: bool) -> list:
+    """SGLang batch semantics: a list gives one value per prompt, a scalar applies to all."""
+    if batch and isinstance(value, list):
+        if len(value) != n:
+            raise APIError(400, f"{name} has {len(value)} entries for {n} prompts", param=name)
+        return value
+    if not batch and isinstance(value, list):
+        raise APIError(400, f"{name} is a list but the request has a single prompt", param=name)
+    return [value] * n
+
+
+def request_ids(rid, n: int, batch: bool) -> list:
+    """SGLang's rid rules: a list names each prompt of a batch (two alike are refused when submitted); one
+    string for a batch becomes ``<rid>_<i>`` per prompt. An empty rid is a 400: SGLang gives it no meaning (it
+    keeps "" as one request's id, and makes a batch's ``_0``, ``_1``, ...), and reading it as "none given" or as a
+    prefix would each answer a different way."""
+    if rid == "" or (isinstance(rid, list) and "" in rid):
+        where = "rid" if rid == "" else f"rid[{rid.index('')}]"
+        raise APIError(400, f"{where} is an empty string: give a non-empty request id, or leave rid out (or null) for "
+                       "a generated one", param="rid")
+    if batch and isinstance(rid, str):
+        return [f"{rid}_{i}" for i in range(n)]
+    return per_item(rid, n, "rid", batch)
 
 
 _GRAMMAR_NAMED = re.compile(rf"(?<=combined with )({'|'.join(GRAMMAR_KINDS)})\b")
