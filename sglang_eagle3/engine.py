@@ -673,9 +673,17 @@ class Engine:
             "cached_tokens": 0,
             "finish_reason": fr,
             "spec_verify_ct": r.verify_ct,
+            "num_retractions": r.retractions,  # times the KV pool's pressure sent it back to the waiting queue
+            "weight_version": "default",  # SGLang's --weight-version default; weights are never updated here
         }
         if r.verify_ct > 0:  # SGLang's (with speculation): tokens a verify round, the first token's included
             meta["spec_accept_length"] = len(r.output_ids) / r.verify_ct
+        if r.proposed_draft_tokens > 0:
+            # SGLang's strict acceptance (no bonus token). NOTE: SGLang counts k proposed drafts every verify round;
+            # here a round the adaptive policy rested the draft in (k = 0) proposes none.
+            meta["spec_accept_rate"] = r.accepted_draft_tokens / r.proposed_draft_tokens
+            meta["spec_num_correct_drafts"] = r.accepted_draft_tokens
+            meta["spec_num_proposed_drafts"] = r.proposed_draft_tokens
         if r.finished:  # as SGLang, on the finished result only
             if r.finished_time is None:
                 r.finished_time = time.perf_counter()

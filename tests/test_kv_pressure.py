@@ -36,6 +36,17 @@ def test_retraction_under_kv_pressure_keeps_outputs(pair, spec):
     assert info["kv_pages_free"] == info["kv_pages_total"]  # everything returned
     assert info["max_total_num_tokens"] == 64  # max_total_tokens as asked (CPU: not cut to memory)
     assert eng.scheduler.scheduler.stats.retracted_requests > 0
+    # SGLang's meta_info.num_retractions: each request's own count, summing to the scheduler's
+    assert sum(o["meta_info"]["num_retractions"] for o in outs) == eng.scheduler.scheduler.stats.retracted_requests
+    assert all(o["meta_info"]["num_retractions"] == 0 for o in ref)
+    if spec:  # SGLang's per-request acceptance: correct drafts over proposed (k a verify round), no bonus token
+        for o in outs:
+            m = o["meta_info"]
+            assert m["spec_num_proposed_drafts"] == 3 * m["spec_verify_ct"]
+            assert 0 <= m["spec_num_correct_drafts"] <= m["spec_num_proposed_drafts"]
+            assert m["spec_accept_rate"] == m["spec_num_correct_drafts"] / m["spec_num_proposed_drafts"]
+            # the kept tokens: the prefill's, then correct drafts plus one a round (less what a stop cut off)
+            assert m["completion_tokens"] <= 1 + m["spec_num_correct_drafts"] + m["spec_verify_ct"]
 
 
 def test_request_larger_than_the_pool_is_refused(pair):

@@ -54,6 +54,7 @@ class Request:
     # rests): SGLang's spec_accept_rate is the one over the other.
     accepted_draft_tokens: int = 0
     proposed_draft_tokens: int = 0
+    retractions: int = 0  # times the KV pool's pressure sent it back to the waiting queue (SGLang's num_retractions)
     sampling_key: int | None = None  # the sampler's noise key (sampling.py), set by the scheduler from the seed
     # Prefill-time outputs, kept only when logprobs are asked for.
     input_token_logprobs: list = field(default_factory=list)

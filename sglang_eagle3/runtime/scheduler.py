@@ -293,6 +293,7 @@ class Scheduler:
             self.running.remove(victim)
             self.waiting.appendleft(victim)
             retracted += 1
+            victim.retractions += 1
             self.stats.retracted_requests += 1
             self.stats.retracted_input_tokens += len(victim.input_ids)
             self.stats.retracted_output_tokens += len(victim.output_ids)
