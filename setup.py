@@ -26,6 +26,7 @@ setup(
         "uvicorn",
         "pydantic>=2",
         "jinja2",
+        "pyyaml",  # launch_server --config FILE.yaml
     ],
     extras_require={
         "cpu": [CPU_TORCH, "triton==3.6.0"],

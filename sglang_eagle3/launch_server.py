@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import logging
 import os
+import re
 import signal
 import sys
+
+from sglang_eagle3.argtypes import human_int
 
 logger = logging.getLogger("sglang_eagle3.launch_server")
 
@@ -56,17 +60,188 @@ def _env_pair(text: str) -> tuple[str, str]:
     return key, value
 
 
+# SGLang's other spellings of values the native engine takes (its --dtype choices include half and float).
+_DTYPE_SYNONYMS = {"half": "float16", "float": "float32"}
+
+
+def _synonym(names: dict[str, str]):
+    """A string value, SGLang's other spelling of it (``names``) read as ours."""
+    return lambda text: names.get(text, text)
+
+
+def _kv_cache_dtype(text: str) -> str:
+    if text not in ("auto", "bf16", "bfloat16"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the native server keeps the KV cache in the model's --dtype (auto; bf16 / bfloat16 with "
+            "--dtype bfloat16); SGLang's FP8 / FP4 KV caches need --backend sglang")
+    return text
+
+
+# SGLang 0.5.23 flags the native server does not implement, with why (or what to use instead): refused naming each,
+# rather than listed among "unrecognised arguments" with their values. Any other unknown flag is refused too.
+SGLANG_FLAGS_REFUSED = {
+    "--chunked-prefill-size": "a prompt longer than the largest --cuda-graph-prefill-tokens bucket is prefilled in "
+                              "chunks of that bucket (set the chunk there)",
+    "--enable-torch-compile": "nothing is torch.compile'd here: decode, verify and prefill replay CUDA graphs of "
+                              "Triton kernels (drop it)",
+    "--torch-compile-max-bs": "nothing is torch.compile'd here (drop it)",
+    "--watchdog-timeout": "the native server's counterpart is --worker-timeout S (seconds a worker may take to "
+                          "answer; default 300)",
+    "--quantization": "the checkpoint's quantization_config decides (INT4 W4A16 and FP8 checkpoints are read as "
+                      "such; drop it)",
+    "--dp-size": "only tensor parallelism (--tp-size) is implemented", "--data-parallel-size": "only tensor "
+    "parallelism (--tp-size) is implemented", "--ep-size": "only tensor parallelism (--tp-size) is implemented",
+    "--expert-parallel-size": "only tensor parallelism (--tp-size) is implemented", "--ep": "only tensor "
+    "parallelism (--tp-size) is implemented", "--enable-dp-attention": "only tensor parallelism (--tp-size) is "
+    "implemented", "--nnodes": "one host only (--tp-size processes on it)",
+}
+
+
+def _option_index(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {o: a for a in parser._actions for o in a.option_strings}
+
+
+def _resolve(name: str, options: dict[str, argparse.Action]) -> str | None:
+    """The flag ``name`` stands for as argparse reads it: itself, or the one flag it abbreviates (None: unknown or
+    ambiguous)."""
+    if name in options:
+        return name
+    matches = [o for o in options if o.startswith(name) and o.startswith("--")]
+    return matches[0] if len(name) > 2 and len(matches) == 1 else None
+
+
+def _is_flag(token: str) -> bool:
+    return token.startswith("-") and token != "-" and not re.fullmatch(r"-\d[\d.]*", token)
+
+
+def _cli_problems(argv: list[str], parser: argparse.ArgumentParser, from_config: int = 0) -> list[str]:
+    """What the native server refuses in ``argv``, one sentence each: a switch given a value (``--enable-metrics
+    true``, ``--disable-cuda-graph=false``: SGLang's switches take none either), and flags it does not have, with
+    why where SGLANG_FLAGS_REFUSED knows. Ambiguous abbreviations are left to argparse, which names the candidates.
+    ``from_config``: how many of ``argv``'s first tokens came from the --config file (their messages say so)."""
+    options = _option_index(parser)
+    problems, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if token == "--":
+            break
+        if not _is_flag(token):
+            continue  # a value of an unknown flag before it (refused there)
+        name, eq, _ = token.partition("=")
+        flag = _resolve(name, options)
+        where = " (in the --config file)" if i <= from_config else ""
+        if flag is None:
+            if not name.startswith("--") or any(o.startswith(name) for o in options):
+                continue  # -x, or an ambiguous abbreviation: argparse names the candidates
+            why = SGLANG_FLAGS_REFUSED.get(name, "the native backend does not implement it")
+            problems.append(f"{name}{where}: {why}")
+            while not eq and i < len(argv) and not _is_flag(argv[i]) and argv[i] != "--":
+                i += 1  # its values
+            continue
+        action = options[flag]
+        if action.nargs == 0:  # a switch
+            value = token.partition("=")[2] if eq else (argv[i] if i < len(argv) and not _is_flag(argv[i])
+                                                       and argv[i] != "--" else None)
+            if eq or value is not None:
+                problems.append(f"{name}{where} is a switch and takes no value (got {value!r}): give it alone to "
+                                "turn it on, leave it out for off")
+                i += 0 if eq else 1
+        elif not eq and action.nargs is None:
+            i += 1  # its value (argparse reports a missing one)
+    return problems
+
+
+def _read_config(argv: list[str], parser: argparse.ArgumentParser) -> tuple[list[str], str | None]:
+    """(the flags a --config FILE.yaml holds, FILE), as SGLang's --config reads it: a mapping of flag names (dashes
+    or underscores) to values; a switch true adds it, false leaves it out; a list is a comma list
+    (speculative-aux-layer-ids: [2, 3, 5]) or, for --worker-env, one pair each (a mapping of names to values
+    too). Put before the command line's flags, so these win. Raises ValueError naming the problem."""
+    options = _option_index(parser)
+    found, i = [], 0
+    while i < len(argv) and argv[i] != "--":
+        name, eq, value = argv[i].partition("=")
+        if _is_flag(name) and _resolve(name, options) == "--config":
+            if not eq:
+                if i + 1 >= len(argv) or _is_flag(argv[i + 1]):
+                    raise ValueError(f"{name} needs a YAML file after it")
+                value = argv[i + 1]
+                i += 1
+            found.append(value)
+        i += 1
+    if not found:
+        return [], None
+    if len(found) > 1:
+        raise ValueError(f"--config given {len(found)} times ({', '.join(found)}): give one file")
+    path = found[0]
+    if not path.lower().endswith((".yaml", ".yml")):
+        raise ValueError(f"--config {path}: must be a YAML file (.yaml or .yml), as SGLang's --config")
+    try:
+        import yaml
+    except ImportError:
+        raise ValueError(f"--config {path}: reading it needs PyYAML (pip install pyyaml)") from None
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ValueError(f"--config {path}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: must hold a mapping of flag names to values, not a "
+                         f"{type(data).__name__}")
+    out = []
+    for key, value in data.items():
+        flag = "--" + str(key).replace("_", "-")
+        action = options.get(flag)
+        if value is None:
+            raise ValueError(f"--config {path}: {key!r} has no value (give one, or leave the key out)")
+        if flag == "--config":
+            raise ValueError(f"--config {path}: a config file cannot name another (config: {value!r})")
+        if action is not None and action.nargs == 0:
+            if not isinstance(value, bool):
+                raise ValueError(f"--config {path}: {key!r} is a switch: true or false, not {value!r}")
+            out += [flag] if value else []
+        elif isinstance(value, bool) and action is None:
+            # Not ours: read as SGLang's switches are (false: left at their default, off; true: the flag, refused
+            # below with why).
+            out += [flag] if value else []
+        elif isinstance(value, dict) and action is not None and action.dest == "worker_env":
+            for k, v in value.items():
+                out += [flag, f"{k}={v}"]
+        elif isinstance(value, list) and action is not None and action.dest == "worker_env":
+            for pair in value:
+                out += [flag, str(pair)]
+        elif isinstance(value, list):
+            out += [flag, ",".join(str(v) for v in value)]
+        elif isinstance(value, bool):
+            out += [flag, str(value).lower()]  # a flag of ours with a value: its own type judges it
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value)]  # as SGLang's --config; no flag of ours takes one
+        else:
+            out += [flag, str(value)]
+    return out, path
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sglang_eagle3.launch_server", description=__doc__.split("\n\n")[0])
     g = p.add_argument_group("model (SGLang names)")
-    g.add_argument("--model-path", help="target checkpoint directory (default: the embedded model pair)")
+    g.add_argument("--model-path", "--model", dest="model_path",
+                   help="target checkpoint directory (default: the embedded model pair)")
     g.add_argument("--tokenizer-path", help="tokenizer directory (default: --model-path)")
     g.add_argument("--served-model-name", help="name in /v1/models and OpenAI 'model' (default: --model-path; "
                    "'default' is always accepted too)")
     g.add_argument("--chat-template", help="a Jinja chat template file overriding the model directory's")
     g.add_argument("--skip-tokenizer-init", action="store_true", help="no tokenizer: /generate with input_ids only")
-    g.add_argument("--context-length", type=int, help="maximum prompt + output tokens (default: the model's)")
-    g.add_argument("--dtype", help="auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16")
+    g.add_argument("--context-length", type=human_int(1), help="maximum prompt + output tokens, e.g. 32768 or 32k "
+                   "(SGLang's suffixes: k, M, Ki, Mi; default: the model's)")
+    g.add_argument("--dtype", type=_synonym(_DTYPE_SYNONYMS),
+                   help="auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16 (SGLang's half, "
+                   "float too)")
+    g.add_argument("--kv-cache-dtype", type=_kv_cache_dtype, default="auto",
+                   help="only auto: the KV cache is kept in --dtype (bf16 / bfloat16 accepted with --dtype "
+                   "bfloat16); SGLang's FP8 / FP4 caches need --backend sglang")
     g.add_argument("--trust-remote-code", action="store_true", help="accepted for SGLang compatibility; no effect "
                    "(no remote code is ever run)")
     g = p.add_argument_group("speculative decoding (SGLang names)")
@@ -89,13 +264,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "this many rounds (default 16; 0: it extends over every token)")
     g = p.add_argument_group("runtime (SGLang names)")
     g.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
-    g.add_argument("--tp-size", "--tp", dest="tp_size", type=int,
+    g.add_argument("--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size", type=int,
                    help="tensor-parallel processes, one a GPU (default 1)")
     g.add_argument("--disable-cuda-graph", action="store_true", help="run verify/draft forwards eagerly")
     g.add_argument("--disable-overlap-schedule", action="store_true",
                    help="read each decode/speculative round before the next is queued (default: the next round, "
                    "greedy, sampled or with logprobs, is queued on the GPU first)")
-    g.add_argument("--cuda-graph-max-bs", type=int, help="largest batch captured as a CUDA graph (default 16)")
+    g.add_argument("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", dest="cuda_graph_max_bs", type=int,
+                   help="largest batch captured as a CUDA graph (default 16; SGLang 0.5.23's name for it is "
+                   "--cuda-graph-max-bs-decode)")
     g.add_argument("--cuda-graph-prefill-tokens", type=_int_list, metavar="N,N,...",
                    help="(sglang_eagle3) prompt lengths captured as prefill graphs, e.g. 32,64,128,256,512,1024 "
                    "(the default); '' turns them off")
@@ -104,13 +281,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "and values decompressed once; a scratch of heads x (nope + rope + v) elements a KV slot: ~7%% of "
                    "a Kimi-K2.5 TP=8 rank's KV cache); 0: always absorbed (default 64)")
     g.add_argument("--max-running-requests", type=int, help="requests in the running batch (default 32)")
-    g.add_argument("--max-total-tokens", type=int, help="KV-cache size in tokens (default: max-running-requests x "
+    g.add_argument("--max-total-tokens", type=human_int(1), help="KV-cache size in tokens, e.g. 2M (default: "
+                   "max-running-requests x "
                    "context-length, cut to what fits under --mem-fraction-static)")
     g.add_argument("--mem-fraction-static", type=float, help="fraction of each GPU's memory for weights + KV cache; "
                    "the rest is for activations and CUDA graphs (default 0.85)")
     g.add_argument("--page-size", type=int,
                    help="tokens per KV page (default 64: a multiple of the MLA kernel's key tile)")
-    g.add_argument("--attention-backend", help="auto (Triton on CUDA) | triton | torch")
+    g.add_argument("--attention-backend", type=_synonym({"torch_native": "torch"}),
+                   help="auto (Triton on CUDA) | triton | torch (SGLang's torch_native too)")
     g.add_argument("--moe-runner-backend", help="auto (Triton on CUDA) | triton | torch")
     g.add_argument("--random-seed", type=int,
                    help="seeds of requests sampled without a seed, drawn in arrival order (default 0)")
@@ -166,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--log-requests", action="store_true", help="log every HTTP request (uvicorn's access log)")
     g.add_argument("--enable-metrics", action="store_true", help="accepted for SGLang compatibility: /metrics is "
                    "always on")
+    g.add_argument("--disable-radix-cache", action="store_true", help="accepted for SGLang compatibility: there is "
+                   "no prefix cache to disable (a finished request's KV pages are freed at once)")
+    g.add_argument("--config", metavar="FILE.yaml",
+                   help="flags from a YAML mapping, as SGLang's --config: keys are flag names (model-path or "
+                   "model_path), a switch true or false, a list for the comma lists and --worker-env; flags on the "
+                   "command line win over the file's")
     p.add_argument("--backend", choices=("auto", "native", "sglang"), default="auto",
                    help="native: this package's server; sglang: SGLang with the overlay, every other flag then "
                    "SGLang's, as written (--backend sglang --help lists them and what the hand-off adds); auto: "
@@ -188,7 +373,7 @@ def _backend_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("auto", "native", "sglang"), default="auto")
     p.add_argument("--worker-env", action="append", type=_env_pair)
     p.add_argument("--log-level", default="info")
-    p.add_argument("--model-path")
+    p.add_argument("--model-path", "--model", dest="model_path")
     return p
 
 
@@ -265,9 +450,17 @@ def sglang_argv(argv: list[str]) -> list[str]:
         raise ValueError(f"{shown} {'belongs' if len(names) == 1 else 'belong'} to the native server; SGLang's "
                          f"launcher has no such flag (drop {'it' if len(names) == 1 else 'them'} with --backend "
                          f"sglang{'; ' + hints if hints else ''})")
-    out = []
-    for a in argv:
+    out, options = [], _option_index(build_parser())
+    for i, a in enumerate(argv):
+        if a == "--":
+            out.extend(argv[i:])
+            break
         name, eq, value = a.partition("=")
+        if name.startswith("--") and _resolve(name, options) == "--config":
+            # SGLang's launcher reads the file only after "--config" written whole, as its own word: given as
+            # --config=FILE or abbreviated, its argparse took the path and nothing read the file.
+            out += ["--config", value] if eq else ["--config"]
+            continue
         out.append(_SGLANG_NAMES.get(name, name) + eq + value)
     return out
 
@@ -464,23 +657,53 @@ def serve_native(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    first, _ = _backend_parser().parse_known_args(argv)
+    parser = build_parser()
+    try:
+        from_file, config_path = _read_config(argv, parser)
+    except ValueError as e:
+        _setup_logging(_backend_parser().parse_known_args(argv)[0].log_level)
+        logger.error("%s", e)
+        return 2
+    expanded = from_file + argv  # the command line after the file's flags: its own win
+    first, _ = _backend_parser().parse_known_args(expanded)
     _setup_logging(first.log_level)
     backend, why = choose_backend(first)
     if backend == "sglang":
         logger.info("backend: %s (%s)", backend, why)
+        # SGLang reads the --config file itself, as written: what it would stop at is named here first.
+        ours = sorted({t.split("=", 1)[0] for t in from_file if t.startswith("--")} & set(_OWN_FLAGS))
+        native = sorted(_native_only_given(from_file))
+        if ours or native:
+            logger.error("--backend sglang: --config %s names %s, which SGLang's launcher does not have (it reads the "
+                         "file itself; put --backend / --worker-env on the command line, and drop the native "
+                         "server's own flags)", config_path, ", ".join(ours + native))
+            return 2
         return launch_sglang(argv, first.worker_env)
-    args, unknown = build_parser().parse_known_args(argv)
-    if args.model_path is None:
+    if {"-h", "--help"} & set(expanded):
+        parser.parse_known_args(expanded)  # prints the help and exits
+    problems = _cli_problems(expanded, parser, from_config=len(from_file))
+    if first.model_path is None:
         from sglang_eagle3.engine import EMBEDDED_DIR
 
         # NOTE: this must stay the first log line: users and tests read it to learn what is being served.
         logger.warning("no --model-path: serving the embedded default model pair (target + EAGLE-3 draft) "
                        "from %s", EMBEDDED_DIR)
     logger.info("backend: %s (%s)", backend, why)
+    if config_path is not None:
+        # (flag names only: a value may be a secret, --api-key's)
+        logger.info("--config %s: %s", config_path, ", ".join(t for t in from_file if t.startswith("--")) or "empty")
+    if problems:  # (before argparse, whose "ignored explicit argument" would say less)
+        logger.error("the native server refuses %d flag(s): %s (SGLang's own flags need --backend sglang)",
+                     len(problems), "; ".join(problems))
+        return 2
+    args, unknown = parser.parse_known_args(expanded)
     if unknown:
         logger.error("unrecognised argument(s) %s: the native backend does not implement them (SGLang-only flags "
                      "need --backend sglang)", unknown)
+        return 2
+    if args.kv_cache_dtype != "auto" and args.dtype != "bfloat16":
+        logger.error("--kv-cache-dtype %s: the KV cache is kept in the model's dtype; give --dtype bfloat16 with it, "
+                     "or --kv-cache-dtype auto", args.kv_cache_dtype)
         return 2
     return serve_native(args)
 
