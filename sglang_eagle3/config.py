@@ -151,11 +151,18 @@ def _token_ids(value, key: str, where: str) -> tuple[int, ...]:
 def load_json(path: str) -> dict:
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
+    if os.path.islink(path) and not os.path.exists(path):
+        # NOTE: `ls` lists it, so "not found" alone would send the user looking in the wrong place.
+        raise ConfigError(f"{path} is a symbolic link to {os.readlink(path)!r}, which does not exist (a Hugging Face "
+                          "cache snapshot copied or moved without its blobs/ folder? Copy it with `cp -L`, or "
+                          "download with `huggingface-cli download --local-dir`)")
     if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
     try:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
+    except OSError as e:  # permissions, a directory named config.json: a ConfigError naming the file, not a traceback
+        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path} is not valid JSON: {e}") from e
     except UnicodeDecodeError as e:

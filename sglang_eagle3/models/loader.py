@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import sys
 import time
 from collections import Counter
@@ -1422,10 +1423,19 @@ def write_safetensors(sd: dict[str, torch.Tensor], path: str, config: dict,
     from safetensors.torch import save_file
 
     os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as f:
+    config_file = os.path.join(path, "config.json")
+    with open(config_file, "w") as f:
         json.dump(config, f, indent=2)
+
+    def save(tensors: dict[str, torch.Tensor], name: str) -> None:
+        file = os.path.join(path, name)
+        save_file(tensors, file)
+        # NOTE: safetensors (0.8) writes through a private temporary file, mode 0600; give the weights the mode
+        # config.json got from the umask, so a server running as another user can read what a trainer wrote.
+        shutil.copymode(config_file, file)
+
     if not max_shard_bytes:
-        save_file(sd, os.path.join(path, "model.safetensors"))
+        save(sd, "model.safetensors")
         return
     shards, cur, size = [], {}, 0
     for k, v in sd.items():
@@ -1439,7 +1449,7 @@ def write_safetensors(sd: dict[str, torch.Tensor], path: str, config: dict,
     weight_map = {}
     for i, shard in enumerate(shards):
         fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, os.path.join(path, fname))
+        save(shard, fname)
         weight_map.update({k: fname for k in shard})
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=1)
