@@ -361,7 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _setup_logging(level: str) -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
-        raise SystemExit(f"--log-level {level!r} is not one of debug, info, warning, error")
+        # (argparse's form and exit code, as for every other bad flag: logging is not set up yet)
+        print(f"python -m sglang_eagle3.launch_server: error: --log-level {level!r} is not one of debug, info, "
+              "warning, error, critical", file=sys.stderr)
+        raise SystemExit(2)
     logging.basicConfig(level=numeric, format=LOG_FORMAT, stream=sys.stderr, force=True)
 
 

@@ -183,3 +183,12 @@ def test_help_lists_the_sglang_flags_and_logs_nothing(capsys):
     for flag in ("--config", "--kv-cache-dtype", "--disable-radix-cache", "--tensor-parallel-size", "--model ",
                  "--cuda-graph-max-bs-decode"):
         assert flag in out.out, flag
+
+
+def test_a_bad_log_level_is_an_argparse_style_error(served, capsys):
+    """It exited 1 with a bare message, unlike every other bad flag (2, 'prog: error: ...')."""
+    with pytest.raises(SystemExit) as e:
+        launch_server.main(["--backend", "native", "--log-level", "loud"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "launch_server: error: --log-level 'loud' is not one of" in err and not served
+    assert _main(["--log-level", "critical"], capsys)[0] == 0
