@@ -61,6 +61,25 @@ def tiny_model(tmp_path_factory) -> TinyModel:
     return TinyModel(target, draft, vocab)
 
 
+@contextlib.contextmanager
+def spec_engine(tiny_model: TinyModel, **kwargs):
+    """An EAGLE-3 Engine (k = 3) over the tiny pair on the CPU, shut down on exit; the process runs on one intra-op
+    thread meanwhile (a tiny model: OpenMP spin-waits only hurt on a shared 2-core box). For module fixtures."""
+    import torch
+
+    from sglang_eagle3.engine import Engine
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    eng = Engine(model_path=tiny_model.target, speculative_algorithm="EAGLE3",
+                 speculative_draft_model_path=tiny_model.draft, speculative_num_steps=3, device="cpu", **kwargs)
+    try:
+        yield eng
+    finally:
+        eng.shutdown()
+        torch.set_num_threads(threads)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -22,10 +22,10 @@ import threading
 
 import httpx
 import pytest
-import torch
 
-from sglang_eagle3.engine import Engine
 from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
+
+from .conftest import spec_engine
 
 MODEL = "tiny"
 CHAT = [{"role": "user", "content": "The quick brown fox"}]
@@ -33,14 +33,8 @@ CHAT = [{"role": "user", "content": "The quick brown fox"}]
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model; OpenMP spin-waits only hurt on a shared 2-core box
-    eng = Engine(model_path=tiny_model.target, speculative_algorithm="EAGLE3",
-                 speculative_draft_model_path=tiny_model.draft, speculative_num_steps=3, device="cpu",
-                 max_running_requests=4)
-    yield eng
-    eng.shutdown()
-    torch.set_num_threads(threads)
+    with spec_engine(tiny_model, max_running_requests=4) as eng:
+        yield eng
 
 
 @pytest.fixture
