@@ -16,6 +16,20 @@ from sglang_eagle3.config import DraftConfig, ModelConfig
 from sglang_eagle3.testing import tiny_config, tiny_draft_config, write_tiny_pair
 
 
+@pytest.fixture(autouse=True)
+def _root_logging_restored():
+    """Every test leaves the root logger as it found it: launch_server.main (and other CLIs' mains) point it at
+    sys.stderr, which capsys closes when its test ends, and a later test's log records would then fail to write
+    ("--- Logging error ---" on stderr)."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 @pytest.fixture(scope="module")
 def torch_one_thread():
     """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two spinning torch threads

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import scheduler_of
 
 from sglang_eagle3 import Engine, generate
 from sglang_eagle3.engine import EMBEDDED_DIR
 from sglang_eagle3.runtime.request import Request
 from sglang_eagle3.runtime.sampling import SamplingParams, SamplingParamsError
+from tests.test_engine_api import _assert_idle
 
 pytestmark = [pytest.mark.skipif(not os.path.exists(os.path.join(EMBEDDED_DIR, "target", "config.json")),
                                  reason="embedded weights not present"),
@@ -28,12 +28,6 @@ SAMPLED = {"max_new_tokens": 8, "ignore_eos": True}  # temperature 1.0 (the defa
 def engine():
     with Engine(device="cpu", speculative_num_steps=3, context_length=64, log_level="error") as e:
         yield e
-
-
-def _assert_idle(engine):
-    sched = scheduler_of(engine)
-    assert not sched.waiting and not sched.running, "work left queued"
-    assert engine.runner.allocator.num_free == engine.runner.allocator.num_pages - 1, "pages still held"
 
 
 def _key(out):

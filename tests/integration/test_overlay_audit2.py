@@ -18,17 +18,6 @@ from sglang_eagle3.integration.draft_wiring import wrap_init_attention_backends
 from .conftest import HAVE_SGLANG, needs_sglang
 
 
-@pytest.fixture(autouse=True)
-def _root_logging_restored():
-    """launch_server.main points the root logger at sys.stderr, which capsys closes when its test ends: a later
-    test's log records would then fail to write ("--- Logging error ---" on stderr)."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
 @pytest.fixture
 def handed(monkeypatch):
     """launch_server --backend sglang with SGLang's launcher replaced: the argv it would get, one list a call."""

@@ -6,22 +6,11 @@ serve_native is replaced by a recorder."""
 from __future__ import annotations
 
 import argparse
-import logging
 
 import pytest
 
 from sglang_eagle3 import launch_server
 from sglang_eagle3.launch_server import engine_kwargs, server_config, sglang_argv
-
-
-@pytest.fixture(autouse=True)
-def _root_logging_restored():
-    """main() points the root logger at sys.stderr, which capsys closes when its test ends."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.fixture
