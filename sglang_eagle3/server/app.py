@@ -1,6 +1,7 @@
 """The FastAPI application: SGLang-native endpoints (/health, /ready, /generate, /get_server_info (/server_info),
 /get_model_info, /flush_cache, /abort_request), OpenAI endpoints (/v1/models, /v1/completions,
-/v1/chat/completions) and Prometheus /metrics.
+/v1/chat/completions), SGLang's tokenizer endpoints (/v1/tokenize, /v1/detokenize, also without /v1) and
+Prometheus /metrics.
 
 Every error is ``{"error": {"message", "type", "param", "code"}}``: 400 for a client's mistake, 404 for an
 unknown model or route, 413 for a body over ``max_request_bytes``, 503 when the queue is full, the server is
@@ -34,7 +35,14 @@ from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import DriverStoppedError, EngineDriver, EngineFailure, Submission
 from sglang_eagle3.server.logprobs import TokenTable, with_token_text
 from sglang_eagle3.server.metrics import CONTENT_TYPE, ServerMetrics
-from sglang_eagle3.server.protocol import AbortRequest, APIError, GenerateRequest, parse_body
+from sglang_eagle3.server.protocol import (
+    AbortRequest,
+    APIError,
+    DetokenizeRequest,
+    GenerateRequest,
+    TokenizeRequest,
+    parse_body,
+)
 from sglang_eagle3.server.serving import (
     REQUEST_RECEIVED_AT,
     ClientDisconnected,
@@ -275,6 +283,9 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
     app.add_api_route("/v1/models/{model_id:path}", _guarded(get_model), methods=["GET"])
     app.add_api_route("/v1/completions", _guarded(openai_api.completions), methods=["POST"])
     app.add_api_route("/v1/chat/completions", _guarded(openai_api.chat_completions), methods=["POST"])
+    for prefix in ("/v1", ""):  # (SGLang serves both paths)
+        app.add_api_route(f"{prefix}/tokenize", _guarded(tokenize), methods=["POST"])
+        app.add_api_route(f"{prefix}/detokenize", _guarded(detokenize), methods=["POST"])
     return app
 
 
@@ -419,6 +430,71 @@ async def abort_request(serving: Serving, request: HTTPRequest) -> Response:
     else:
         logger.warning("/abort_request without a rid or abort_all: nothing to abort")
     return Response(status_code=200)
+
+
+# -- tokenizer endpoints ----------------------------------------------------------------------------------------
+
+def _tokenizer(serving: Serving, what: str, param: str):
+    if serving.tokenizer is None:
+        raise APIError(400, f"this server was started without a tokenizer (--skip-tokenizer-init): {what} needs one",
+                       param=param)
+    return serving.tokenizer
+
+
+async def tokenize(serving: Serving, request: HTTPRequest):
+    """SGLang's /v1/tokenize (and /tokenize): ``{"tokens", "count", "max_model_len"}`` for ``prompt`` (a text: ids and
+    their count; a list of texts: a list of each) or ``messages`` (the chat prompt's ids, as /v1/chat/completions
+    encodes them: ``count`` is its ``usage.prompt_tokens``). ``max_model_len``: the context length."""
+    body: TokenizeRequest = parse_body(TokenizeRequest, await request.body())  # type: ignore[assignment]
+    serving.check_model(body.model)
+    if (body.prompt is None) == (body.messages is None):
+        given = "both were given" if body.prompt is not None else "neither was given"
+        raise APIError(400, f"exactly one of prompt and messages must be given ({given})", param="prompt")
+    tok = _tokenizer(serving, "tokenizing", "prompt" if body.prompt is not None else "messages")
+    context = serving.model.context_length
+    if body.prompt is not None:
+        texts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+        ids = await serving.off_loop(lambda: [tok.encode(t, add_special_tokens=body.add_special_tokens)
+                                              for t in texts])
+        if isinstance(body.prompt, str):
+            return {"tokens": ids[0], "count": len(ids[0]), "max_model_len": context}
+        return {"tokens": ids, "count": [len(x) for x in ids], "max_model_len": context}
+    # SGLang's rules: add_generation_prompt given renders the messages with it, and only then is add_special_tokens
+    # read, where the client set it (a rendered chat holds its special tokens; its default true would add a BOS
+    # the chat endpoint never adds); left out, as chat renders them.
+    formatted = body.add_generation_prompt is not None
+    if formatted and body.continue_final_message and not body.add_generation_prompt:
+        raise APIError(400, "continue_final_message needs add_generation_prompt (the assistant turn it continues "
+                       "is opened by the generation prompt): leave add_generation_prompt out or set it true",
+                       param="add_generation_prompt")
+    special = formatted and "add_special_tokens" in body.model_fields_set and body.add_special_tokens
+    prompt = openai_api.tokenize_chat_prompt(serving, body)
+    ids = await serving.off_loop(prompt.encode, serving, body.add_generation_prompt is not False, special)
+    return {"tokens": ids, "count": len(ids), "max_model_len": context}
+
+
+async def detokenize(serving: Serving, request: HTTPRequest):
+    """SGLang's /v1/detokenize (and /detokenize): ``{"text"}``, one text for a list of ids (``[]``: ``""``), a list of
+    texts for a list of lists. Ids outside the model's vocabulary are a 400 naming the first (the rule /generate's
+    input_ids follow), never dropped unread."""
+    body: DetokenizeRequest = parse_body(DetokenizeRequest, await request.body())  # type: ignore[assignment]
+    serving.check_model(body.model)
+    tok = _tokenizer(serving, "detokenizing", "tokens")
+    batch = bool(body.tokens) and isinstance(body.tokens[0], list)
+    rows: list[list[int]] = body.tokens if batch else [body.tokens]  # type: ignore[assignment]
+    vocab = serving.model.vocab_size
+
+    def decode() -> list[str]:  # (a body of megabytes holds millions of ids: checked off the event loop too)
+        for i, row in enumerate(rows):
+            bad = next((j for j, t in enumerate(row) if not 0 <= t < vocab), None)
+            if bad is not None:
+                where = f"tokens[{i}][{bad}]" if batch else f"tokens[{bad}]"
+                raise APIError(400, f"{where}={row[bad]} is outside the vocabulary [0, {vocab})",
+                               param=where.replace("][", ".").replace("[", ".").rstrip("]"))
+        return [tok.decode(row, skip_special_tokens=body.skip_special_tokens) for row in rows]
+
+    texts = await serving.off_loop(decode)
+    return {"text": texts if batch else texts[0]}
 
 
 async def get_server_info(serving: Serving, request: HTTPRequest):

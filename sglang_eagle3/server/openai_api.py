@@ -47,7 +47,7 @@ from sglang_eagle3.server.reasoning import (
     ReasoningStream,
 )
 from sglang_eagle3.server.serving import Serving, finish_reason, request_ids, samples_per_prompt, sse
-from sglang_eagle3.server.tools import ToolPlan
+from sglang_eagle3.server.tools import TOOL_CALL_PARSERS, ToolPlan
 from sglang_eagle3.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -419,29 +419,17 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     rid = request_ids(body.rid, 1, False)[0]
     messages = [_message_dict(m) for m in body.messages]
     plan = ToolPlan.of(body, serving.config.tool_call_parser, messages)
-    extra = body.chat_template_kwargs
-    taken = sorted(set(extra or {}) & set(Tokenizer.TEMPLATE_VARIABLES))
-    if taken:
-        raise APIError(400, f"chat_template_kwargs may not set {', '.join(taken)} (the server sets them; use the "
-                       "request's own fields)", param="chat_template_kwargs")
+    prompt = chat_prompt(body, messages, plan)
     if plan is not None:
         _use_tools(plan, body, sp, names, serving)
     thinking = _reasoning_format(body, serving, sp)
-    prefix = None
-    if body.continue_final_message and messages[-1]["role"] == "assistant":
-        # SGLang's continue_final_message: the prompt is the conversation before the last message (with the
-        # generation prompt), then that message's text; the reply is what follows it. (Without an assistant
-        # message last there is nothing to continue, and the flag changes nothing, as in SGLang.)
-        if thinking is not None:
-            raise APIError(400, "continue_final_message with the server's --reasoning-parser separating the reasoning "
-                           "is not supported (whether the continued text is reasoning or answer is not known); set "
-                           "separate_reasoning: false", param="continue_final_message")
-        prefix = messages[-1]["content"]
-        messages = messages[:-1]
+    if prompt.continued is not None and thinking is not None:
+        raise APIError(400, "continue_final_message with the server's --reasoning-parser separating the reasoning "
+                       "is not supported (whether the continued text is reasoning or answer is not known); set "
+                       "separate_reasoning: false", param="continue_final_message")
 
     def build() -> tuple[list[int], list]:
-        ids = serving.encode_chat(messages, body.add_generation_prompt, plan.tools if plan is not None else None,
-                                  extra, continued=prefix)
+        ids = prompt.encode(serving, body.add_generation_prompt)
         # No limit asked: whatever the context (and KV cache, less the draft lookahead) leaves.
         return ids, [serving.make_request(input_ids=ids, sampling_params=seeded(sp, j), prompt_param="messages",
                                           names=names, default_max_new_tokens=serving.model.context_length,
@@ -484,6 +472,53 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
     listed = await serving.off_loop(choices) if logprobs else choices()
     return {"id": cid, "object": "chat.completion", "created": created, "model": body.model, "choices": listed,
             "usage": _usage(len(ids), sum(len(u.result["output_ids"]) for u in finals))}
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatPrompt:
+    """What the chat template renders for a request: ``messages`` (continue_final_message's last one taken off),
+    ``tools`` (those the template is shown), ``template_kwargs`` (chat_template_kwargs) and ``continued`` (the text
+    of the assistant message a continue_final_message request continues, encoded after the rendered messages)."""
+
+    messages: list[dict]
+    tools: list[dict] | None
+    template_kwargs: dict | None
+    continued: str | None
+
+    def encode(self, serving: Serving, add_generation_prompt: bool, add_special_tokens: bool = False) -> list[int]:
+        """The prompt's token ids (blocking: through Serving.off_loop)."""
+        return serving.encode_chat(self.messages, add_generation_prompt, self.tools, self.template_kwargs,
+                                   continued=self.continued, add_special_tokens=add_special_tokens)
+
+
+def chat_prompt(body, messages: list[dict], plan: ToolPlan | None) -> ChatPrompt:
+    """The chat template's inputs for ``body`` (a ChatCompletionRequest, or a TokenizeRequest with messages, which
+    renders as chat does): 400 for chat_template_kwargs naming the variables the server sets."""
+    extra = body.chat_template_kwargs
+    taken = sorted(set(extra or {}) & set(Tokenizer.TEMPLATE_VARIABLES))
+    if taken:
+        raise APIError(400, f"chat_template_kwargs may not set {', '.join(taken)} (the server sets them; use the "
+                       "request's own fields)", param="chat_template_kwargs")
+    continued = None
+    if body.continue_final_message and messages[-1]["role"] == "assistant":
+        # SGLang's continue_final_message: the prompt is the conversation before the last message (with the
+        # generation prompt), then that message's text; the reply is what follows it. (Without an assistant
+        # message last there is nothing to continue, and the flag changes nothing, as in SGLang.)
+        continued = messages[-1]["content"]
+        messages = messages[:-1]
+    return ChatPrompt(messages, plan.tools if plan is not None else None, extra, continued)
+
+
+def tokenize_chat_prompt(serving: Serving, body) -> ChatPrompt:
+    """/v1/tokenize's messages as /v1/chat/completions renders them (its checks of the messages, tools and
+    chat_template_kwargs, its 400s), so that the count is the chat's ``usage.prompt_tokens``."""
+    _check_messages(body.messages)
+    messages = [_message_dict(m) for m in body.messages]
+    # NOTE: the tool-call parser reads a model's output; a prompt's tokens need none. Without --tool-call-parser chat
+    # refuses tool_choice "auto" (no calls could be read back), but the template shows the tools as "auto" shows
+    # them either way, and that is what is counted here (as SGLang's tokenize renders them).
+    parser = serving.config.tool_call_parser or TOOL_CALL_PARSERS[0]
+    return chat_prompt(body, messages, ToolPlan.of(body, parser, messages))
 
 
 def _reasoning_format(body, serving: Serving, sp: dict) -> ReasoningFormat | None:

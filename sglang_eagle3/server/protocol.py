@@ -218,3 +218,32 @@ class AbortRequest(_Body):
 
     rid: str | None = None
     abort_all: bool = False
+
+
+class TokenizeRequest(_Body):
+    """SGLang's /v1/tokenize body: ``prompt`` (a text, or a list of texts) or ``messages`` (a chat, rendered as
+    /v1/chat/completions renders it, with ``tools``, ``tool_choice``, ``chat_template_kwargs`` and
+    ``continue_final_message``), exactly one (the endpoint checks it). ``add_generation_prompt``: left out, the
+    messages render as for a chat completion (with the generation prompt) and ``add_special_tokens`` is not read;
+    given, it is the template's value and ``add_special_tokens`` applies only where the client set it (SGLang's
+    rule: a rendered chat holds its own special tokens)."""
+
+    model: str = "default"
+    prompt: str | list[str] | None = None
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1)
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None  # (a forced call's schema only: never changes the prompt)
+    continue_final_message: bool = False
+    chat_template_kwargs: dict | None = None
+    add_special_tokens: bool = True
+    add_generation_prompt: bool | None = None
+
+
+class DetokenizeRequest(_Body):
+    """SGLang's /v1/detokenize body: ``tokens``, one list of ids (answered with one text) or a list of them (a list
+    of texts)."""
+
+    model: str = "default"
+    tokens: list[int] | list[list[int]]
+    skip_special_tokens: bool = True

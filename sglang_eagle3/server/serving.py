@@ -187,16 +187,19 @@ class Serving:
         raise err
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool, tools: list[dict] | None = None,
-                    extra: dict | None = None, continued: str | None = None) -> list[int]:
+                    extra: dict | None = None, continued: str | None = None,
+                    add_special_tokens: bool = False) -> list[int]:
         """The chat prompt's token ids; ``continued``: text that follows the rendered messages (the assistant
-        message a continue_final_message request continues), encoded with them as one text, as SGLang does."""
+        message a continue_final_message request continues), encoded with them as one text, as SGLang does.
+        ``add_special_tokens``: the tokenizer's own (a BOS) on top of what the template writes (/v1/tokenize's
+        field; chat never adds them)."""
         if self.tokenizer is None:
             raise APIError(400, "this server was started without a tokenizer (--skip-tokenizer-init): chat "
                            "needs one; use /generate with input_ids", param="messages")
         try:
-            if continued is not None:
+            if continued is not None or add_special_tokens:
                 text = self.tokenizer.apply_chat_template(messages, add_generation_prompt, tools, extra)
-                return self.tokenizer.encode(text + continued, add_special_tokens=False)
+                return self.tokenizer.encode(text + (continued or ""), add_special_tokens=add_special_tokens)
             return self.tokenizer.encode_chat(messages, add_generation_prompt, tools, extra)
         except ChatTemplateError as e:
             raise APIError(400, str(e), param="messages") from None
