@@ -45,6 +45,7 @@ from sglang_eagle3.server.reasoning import (
     ReasoningFormat,
     ReasoningSplitter,
     ReasoningStream,
+    opened_by_prompt,
 )
 from sglang_eagle3.server.serving import Serving, finish_reason, request_ids, samples_per_prompt, sse
 from sglang_eagle3.server.tools import TOOL_CALL_PARSERS, ToolPlan
@@ -438,6 +439,10 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
                      for j in range(n)]
 
     ids, reqs = await serving.off_loop(build)
+    if thinking is not None and not any(k in sp for k in GRAMMAR_KINDS):
+        # A template that opens the reasoning in the generation prompt (Kimi-K2.5's): the output starts inside it.
+        # (With a grammar the engine holds the output to it from its first token: see _reasoning_format.)
+        thinking = opened_by_prompt(thinking, serving.tokenizer.decode(ids[-8:], skip_special_tokens=False))
     sub = serving.submit(reqs, stream=bool(body.stream))
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     table = serving.token_table if logprobs else None

@@ -20,6 +20,10 @@ Parsers (SGLang's names; the markers, whether the output starts inside the reaso
   thinking-only models): the output starts inside.
 - ``kimi`` (Kimi-VL thinking models): ``◁think▷`` ... ``◁/think▷``.
 
+Any format: where the rendered prompt ends with the start marker (the chat template opened the reasoning, as
+Kimi-K2.5's does unless ``thinking`` is false), the output starts inside it (``opened_by_prompt``), as for
+``deepseek-r1``; not with a grammar, which holds the output to it from its first token.
+
 One reasoning block a response: text before its start is content, and everything after its end is content, markers
 included. The reasoning is stripped of surrounding whitespace and the content of the whitespace right after the
 end; an output cut short inside the reasoning (max_tokens) is all reasoning. Streamed and whole responses split the
@@ -30,12 +34,13 @@ the kimi_k2 tool parser), or the markers would never reach the text.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 from sglang_eagle3.runtime.reasoning import REASONING_FORMATS, REASONING_PARSERS, ReasoningFormat
 
 __all__ = ["REASONING_FORMATS", "REASONING_PARSERS", "Parts", "ReasoningFormat", "ReasoningSplitter",
-           "ReasoningStream"]
+           "ReasoningStream", "opened_by_prompt"]
 
 
 def held_back(text: str, markers: tuple[str, ...]) -> int:
@@ -45,6 +50,17 @@ def held_back(text: str, markers: tuple[str, ...]) -> int:
         if any(m.startswith(text[-n:]) for m in markers):
             return n
     return 0
+
+
+def opened_by_prompt(fmt: ReasoningFormat, prompt_end: str) -> ReasoningFormat:
+    """``fmt`` for an output that follows a prompt ending in ``prompt_end`` (its rendered text's last characters):
+    where the chat template opened the reasoning there (the prompt ends with the start marker), the output starts
+    inside it. Kimi-K2.5's template does so unless ``chat_template_kwargs`` sets ``thinking`` false (then it writes
+    ``<think></think>``), so its output is ``thoughts</think>answer``; SGLang's kimi_k2 parser reads it so too,
+    starting inside the reasoning unless ``thinking`` is false."""
+    if fmt.forced or not prompt_end.rstrip().endswith(fmt.start):
+        return fmt
+    return dataclasses.replace(fmt, forced=True)
 
 
 class Parts(NamedTuple):

@@ -60,16 +60,32 @@ class KimiK2Format:
         return min(found) if found else None
 
     def calls(self, text: str) -> list[tuple[str, str]]:
-        """The complete calls in ``text`` (from start() on): (name or None where the id names none, arguments)."""
-        out = []
-        for m in self._CALL.finditer(text):
-            idm = self._ID.fullmatch(m.group("id"))
-            out.append((idm.group("name") if idm else None, m.group("args")))
-        return out
+        """The complete calls in ``text`` (from start() on): (the call's id as written, arguments)."""
+        return [(m.group("id"), m.group("args")) for m in self._CALL.finditer(text)]
+
+    def name(self, call_id: str) -> str | None:
+        """The function a call's id names (``functions.NAME:IDX`` or ``NAME:IDX``); "" for a bare counter
+        (``3``: the model left the name out; SGLang reads it from the arguments, and so does ToolPlan); None for
+        any other id."""
+        if call_id.isdecimal():
+            return ""
+        m = self._ID.fullmatch(call_id)
+        return m.group("name") if m else None
 
     def held_back(self, text: str) -> int:
         """How many characters at the end of ``text`` may be the start of a marker (not shown as content yet)."""
         return held_back(text, (self.SECTION_BEGIN, self.CALL_BEGIN))
+
+
+def _properties(schema) -> set[str]:
+    """The argument names a parameters schema declares: its ``properties``, else those of its ``anyOf`` /
+    ``oneOf`` / ``allOf`` branches."""
+    if not isinstance(schema, dict):
+        return set()
+    if isinstance(schema.get("properties"), dict):
+        return set(schema["properties"])
+    return {name for key in ("anyOf", "oneOf", "allOf") if isinstance(schema.get(key), list)
+            for branch in schema[key] for name in _properties(branch)}
 
 
 _FORMATS = {"kimi_k2": KimiK2Format}  # --tool-call-parser name -> the call format it reads
@@ -192,13 +208,47 @@ class ToolPlan:
         return text[:start], self._known(fmt.calls(text[start:]))
 
     def _known(self, raw: list[tuple[str, str]]) -> list[Call]:
+        """The calls among ``raw`` (id, arguments) a client can run: a function among the tools (a bare counter's
+        read from its arguments, as SGLang reads it), arguments a JSON object (OpenAI clients parse them as one;
+        SGLang's kimi_k2 parser reads none that are not brace-delimited). The rest are dropped, logged."""
+        fmt = _FORMATS[self.parser]()
         calls = []
-        for name, args in raw:
-            if name not in self.names:  # (SGLang drops them too)
-                logger.warning("the model called %r, which is not among the request's tools; dropped", name)
+        for call_id, args in raw:
+            try:
+                value = json.loads(args, strict=False)
+            except ValueError:
+                value = None
+            if not isinstance(value, dict):
+                logger.warning("the model's call %r has arguments that are not a JSON object (%s); dropped", call_id,
+                               short_repr(args))
+                continue
+            name = fmt.name(call_id)
+            if name == "":
+                name = self._named_by(value)
+            # NOTE: SGLang's JSON-format parsers drop these too; its kimi_k2 parser hands them on.
+            if name not in self.names:
+                logger.warning("the model called %r (id %r), which is not among the request's tools; dropped", name,
+                               call_id)
                 continue
             calls.append(Call(name, args))
         return calls
+
+    def _named_by(self, arguments: dict) -> str | None:
+        """The tool a call without a name is to: the only one offered, else the one whose parameters' properties
+        best cover the arguments' keys (each key it declares counts one, each it does not counts minus one; a
+        score below zero names none; the first on a tie), as SGLang infers it."""
+        if len(self.names) == 1:
+            return self.names[0]
+        keys, best, best_score = set(arguments), None, -1
+        for tool in self.tools:
+            fn = tool["function"]
+            props = _properties(fn.get("parameters"))
+            if not props:
+                continue
+            score = len(keys & props) - len(keys - props)
+            if score > best_score:
+                best, best_score = fn["name"], score
+        return best
 
     def call_id(self, index: int, call: Call) -> str:
         if self.parser == "kimi_k2":
