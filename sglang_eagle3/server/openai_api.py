@@ -211,6 +211,11 @@ async def completions(serving: Serving, request: HTTPRequest):
     lp = {"return_logprob": top is not None, "logprob_start_len": 0 if echo and top is not None else None,
           "top_logprobs_num": top}
     rids = request_ids(body.rid, len(prompts), batch)
+    # The response's id is what /abort_request takes (as SGLang's, which answers with the request's rid): the
+    # client's rid, else ours, the prefix of every engine request of this one (<id>_<i> a prompt, _<j> a choice).
+    cid = body.rid if isinstance(body.rid, str) else f"cmpl-{uuid.uuid4().hex}"
+    if body.rid is None:
+        rids = request_ids(cid, len(prompts), batch)
 
     def rid(i: int, j: int) -> str | None:  # (choice j of prompt i; as /generate names n samples)
         return rids[i] if n == 1 or rids[i] is None else f"{rids[i]}_{j}"
@@ -236,7 +241,7 @@ async def completions(serving: Serving, request: HTTPRequest):
     view = _CompletionView(serving.token_table, echo and top is not None, top is not None, n, echoes,
                            [not isinstance(p, str) for p in prompts], sp.get("skip_special_tokens", True))
     sub = serving.submit(reqs, stream=bool(body.stream))
-    cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+    created = int(time.time())
     prompt_tokens = sum(len(r.input_ids) for r in firsts)
     if body.stream:
         return await serving.stream(sub, request, _completion_chunks(sub, view, cid, created, body.model,
@@ -417,7 +422,8 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
         # OpenAI's (the engine's defaults)
         for name, value in serving.model.sampling_defaults:
             sp.setdefault(name, value)
-    rid = request_ids(body.rid, 1, False)[0]
+    # The response's id is the engine request's (its choices' <id>_<j>): what /abort_request takes, as SGLang's.
+    rid = request_ids(body.rid, 1, False)[0] or f"chatcmpl-{uuid.uuid4().hex}"
     messages = [_message_dict(m) for m in body.messages]
     plan = ToolPlan.of(body, serving.config.tool_call_parser, messages)
     prompt = chat_prompt(body, messages, plan)
@@ -435,7 +441,7 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
         return ids, [serving.make_request(input_ids=ids, sampling_params=seeded(sp, j), prompt_param="messages",
                                           names=names, default_max_new_tokens=serving.model.context_length,
                                           return_logprob=logprobs, top_logprobs_num=body.top_logprobs,
-                                          rid=rid if n == 1 or rid is None else f"{rid}_{j}")
+                                          rid=rid if n == 1 else f"{rid}_{j}")
                      for j in range(n)]
 
     ids, reqs = await serving.off_loop(build)
@@ -444,7 +450,7 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
         # (With a grammar the engine holds the output to it from its first token: see _reasoning_format.)
         thinking = opened_by_prompt(thinking, serving.tokenizer.decode(ids[-8:], skip_special_tokens=False))
     sub = serving.submit(reqs, stream=bool(body.stream))
-    cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    cid, created = rid, int(time.time())
     table = serving.token_table if logprobs else None
     if body.stream:
         return await serving.stream(sub, request, _chat_chunks(sub, table, cid, created, body.model, len(ids),

@@ -236,3 +236,36 @@ def test_model_info_has_sglangs_fields(served, tiny_model):
         assert info["architectures"] == hf["architectures"]
         assert (info["reasoning_parser"], info["tool_call_parser"], info["disaggregation_mode"]) == (None, None,
                                                                                                     "null")
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"messages": CHAT, "n": 2}),
+    ("/v1/completions", {"prompt": ["Pack my box", "Sphinx of"], "n": 2}),
+    ("/v1/completions", {"prompt": "Pack my box", "stream": True}),
+])
+def test_the_response_id_is_what_abort_request_takes(served, monkeypatch, path, body):
+    """SGLang answers with the request's rid as the response id, so a client aborts what it reads there; ours were
+    chatcmpl- / cmpl- ids no engine request had, and /abort_request with them aborted nothing. Without a rid, the
+    response's id is the one prefix of its engine requests (which /abort_request matches: the abort tests above);
+    with one, the id is the client's rid."""
+    app, driver = served
+    seen = []
+    real = driver.submit
+
+    def submit(reqs, *args, **kwargs):
+        seen.append([r.rid for r in reqs])
+        return real(reqs, *args, **kwargs)
+
+    monkeypatch.setattr(driver, "submit", submit)
+    req = {"model": MODEL, "max_tokens": 3, "temperature": 0, **body}
+    r = _call(app, "POST", path, req)
+    assert r.status_code == 200, r.text
+    ids = {e["id"] for e in _events(r) if e != "[DONE]"} if body.get("stream") else {r.json()["id"]}
+    (cid,) = ids
+    (rids,) = seen
+    assert len(rids) == body.get("n", 1) * (len(body["prompt"]) if isinstance(body.get("prompt"), list) else 1)
+    assert all(rid == cid or rid.startswith(cid + "_") for rid in rids), (cid, rids)
+    r = _call(app, "POST", path, {**req, "rid": "mine"})
+    assert r.status_code == 200
+    assert (r.json()["id"] if not body.get("stream") else _events(r)[0]["id"]) == "mine"
+    assert all(rid == "mine" or rid.startswith("mine_") for rid in seen[1])
