@@ -234,6 +234,10 @@ class EngineArgs:
     # constrained_json_disable_any_whitespace (then the separators are fixed: ", " and ": ").
     grammar_backend: str = "xgrammar"
     constrained_json_disable_any_whitespace: bool = False
+    # At most this many whitespace characters in a row between a JSON schema's tokens (SGLang's
+    # constrained_json_max_whitespace_cnt; None: any number, SGLang's default, where a weak model may pad with spaces
+    # until max_new_tokens).
+    constrained_json_max_whitespace_cnt: int | None = None
     # A reasoning model's thinking markers (runtime/reasoning.py, SGLang's --reasoning-parser names): a request's
     # grammar then constrains the answer after the thinking, not the thinking (the server also splits chat answers
     # with it when the launch flag sets both).
@@ -292,6 +296,9 @@ class EngineArgs:
                 raise ConfigError(f"{name}={v!r} must be an integer >= 0")
         if self.max_stop_str_len < 1:
             raise ConfigError(f"max_stop_str_len={self.max_stop_str_len!r} must be a positive integer")
+        if self.constrained_json_max_whitespace_cnt is not None and self.constrained_json_max_whitespace_cnt < 1:
+            raise ConfigError(f"constrained_json_max_whitespace_cnt={self.constrained_json_max_whitespace_cnt!r} must "
+                              "be a positive integer (or None: any number)")
         if self.mha_prefill_tokens < 0:
             raise ConfigError(f"mha_prefill_tokens={self.mha_prefill_tokens!r} must be an integer >= 0 (0: off)")
         bad = [t for t in self.cuda_graph_prefill_tokens if t < 1]
@@ -401,7 +408,8 @@ _FIELD_KINDS = {
     "max_running_requests": "int", "max_top_logprobs_num": "int", "max_stop_strings": "int",
     "max_stop_str_len": "int", "context_length": "int?", "page_size": "int", "max_total_tokens": "int?",
     "mem_fraction_static": "float", "attention_backend": "str", "moe_runner_backend": "str", "random_seed": "int",
-    "grammar_backend": "str", "constrained_json_disable_any_whitespace": "bool", "skip_tokenizer_init": "bool",
+    "grammar_backend": "str", "constrained_json_disable_any_whitespace": "bool",
+    "constrained_json_max_whitespace_cnt": "int?", "skip_tokenizer_init": "bool",
     "reasoning_parser": "str?", "log_level": "str", "worker_env": "env", "use_worker_processes": "bool",
     "worker_timeout": "float", "worker_start_timeout": "float",
 }

@@ -40,6 +40,7 @@ _ENGINE_FLAGS = (
     "worker_timeout", "worker_start_timeout",
     "cuda_graph_prefill_tokens", "mha_prefill_tokens", "max_top_logprobs_num", "max_stop_strings",
     "max_stop_str_len", "grammar_backend", "reasoning_parser", "speculative_adaptive_probe_rounds",
+    "constrained_json_max_whitespace_cnt",
 )
 # store_true flag -> the EngineArgs bool it sets (given: True; not given: the engine's default).
 _ENGINE_SWITCHES = ("disable_cuda_graph", "disable_overlap_schedule", "skip_tokenizer_init", "use_worker_processes",
@@ -297,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="structured output (json_schema / regex / ebnf, response_format): xgrammar (default) or none")
     g.add_argument("--constrained-json-disable-any-whitespace", action="store_true",
                    help="JSON schemas with fixed separators instead of any whitespace between tokens")
+    g.add_argument("--constrained-json-max-whitespace-cnt", type=int, metavar="N",
+                   help="at most N whitespace characters in a row between a JSON schema's tokens (default: any "
+                   "number, where a weak model may pad with spaces until max_tokens)")
     # (no argparse choices: with --backend sglang any of SGLang's parsers goes through; the native server's
     # ServerConfig names its own)
     g.add_argument("--tool-call-parser", metavar="NAME",
@@ -366,6 +370,9 @@ def _setup_logging(level: str) -> None:
               "warning, error, critical", file=sys.stderr)
         raise SystemExit(2)
     logging.basicConfig(level=numeric, format=LOG_FORMAT, stream=sys.stderr, force=True)
+    # The package's own level too: an Engine built earlier in this process (Engine(log_level=...)) set it, and its
+    # level, not the root's, decides what the package's loggers pass on.
+    logging.getLogger("sglang_eagle3").setLevel(numeric)
 
 
 def _backend_parser() -> argparse.ArgumentParser:

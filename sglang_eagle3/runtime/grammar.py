@@ -57,6 +57,101 @@ ANY_JSON = "$$ANY$$"  # SGLang's json_schema for "any JSON value" (OpenAI's resp
 # xgrammar's C++ errors start "[hh:mm:ss] /project/cpp/file.cc:123: " and often "Check failed: (...) is false: ".
 _XGR_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: (?:Check failed: .*? is false: )?")
 
+# -- JSON schemas xgrammar would follow only in part -------------------------------------------------------------
+# xgrammar compiles these without a word (a warning on stderr at most) and drops the constraint, so the output need
+# not satisfy the schema (a "contains" array came out "[]"; a "required" property outside "properties" never came).
+# SGLang 0.5.23 refuses most of them the same way (constrained/json_schema_validation.py); each was checked against
+# xgrammar 0.2.7 and 0.2.9 (tests/test_grammar_parity.py keeps the list honest).
+_IGNORED_KEYWORDS = ("not", "if", "then", "else", "contains", "minContains", "maxContains", "dependentRequired",
+                     "dependentSchemas", "dependencies")
+# Formats xgrammar writes a grammar for; any other format of a string is dropped (the string is free).
+_STRING_FORMATS = frozenset({"date", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "json-pointer",
+                             "relative-json-pointer", "time", "uri", "uri-reference", "uri-template", "uuid"})
+# Keywords that assert nothing: they may stand beside anyOf / oneOf / allOf / enum / const, whose siblings xgrammar
+# otherwise drops ({"type": "string", "anyOf": [{"type": "integer"}]} allowed 1).
+_ANNOTATIONS = frozenset({"$schema", "$id", "$anchor", "$comment", "$defs", "definitions", "title", "description",
+                          "default", "examples", "deprecated", "readOnly", "writeOnly", "discriminator"})
+_SUBSCHEMA = ("items", "additionalProperties", "additionalItems", "propertyNames", "unevaluatedItems",
+              "unevaluatedProperties", "contentSchema", "contains", "not", "if", "then", "else")
+_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_LOOKAROUND = re.compile(r"(?<!\\)\(\?<?[=!]")  # (?= (?! (?<= (?<!: xgrammar ignores them in a "pattern"
+
+
+def _subschemas(schema, pointer: str = "#"):
+    """(each object subschema of ``schema``, its JSON pointer), ``schema`` first."""
+    if not isinstance(schema, dict):
+        return
+    yield schema, pointer
+    for key in _SUBSCHEMA:
+        yield from _subschemas(schema.get(key), f"{pointer}/{key}")
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            for i, sub in enumerate(schema[key]):
+                yield from _subschemas(sub, f"{pointer}/{key}/{i}")
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(schema.get(key), dict):
+            for name, sub in schema[key].items():
+                yield from _subschemas(sub, f"{pointer}/{key}/{name.replace('~', '~0').replace('/', '~1')}")
+
+
+def _is_string(schema: dict) -> bool:
+    """Whether ``schema`` may describe a string (its string keywords then count)."""
+    t = schema.get("type")
+    return t is None or t == "string" or (isinstance(t, list) and "string" in t)
+
+
+def unenforced_json_schema(schema) -> str | None:
+    """Where and why xgrammar would compile ``schema`` (parsed JSON) but not hold the output to it: "at <JSON
+    pointer>: <reason>", or None where every constraint it states is kept."""
+    for sub, at in _subschemas(schema):
+        reason = _unenforced_here(sub)
+        if reason is not None:
+            return f"at {at}: {reason}"
+    return None
+
+
+def _unenforced_here(sub: dict) -> str | None:
+    """unenforced_json_schema's reason for one subschema, its own keywords only."""
+    ignored = [k for k in _IGNORED_KEYWORDS if k in sub] + (["uniqueItems"] if sub.get("uniqueItems") is True else [])
+    if ignored:
+        return f"{', '.join(ignored)} would be ignored"
+    if "multipleOf" in sub:
+        m = sub["multipleOf"]
+        bounds = [k for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") if k in sub]
+        if sub.get("type") != "integer" or isinstance(m, bool) or not isinstance(m, int) or m <= 0 or bounds:
+            return (f"multipleOf={short_repr(m)} would be ignored: it is kept only for type 'integer', a positive "
+                    "integer and no minimum / maximum")
+    ref = sub.get("$ref")
+    if isinstance(ref, str) and not (ref == "#" or ref.startswith("#/")):
+        return f"$ref={short_repr(ref)} would be ignored: only references within the schema ('#/...') are followed"
+    combined = next((k for k in ("anyOf", "oneOf", "allOf", "enum", "const") if k in sub), None)
+    if combined is not None:
+        if isinstance(sub.get("allOf"), list) and len(sub["allOf"]) > 1:
+            return "allOf with more than one schema would be ignored (merge them into one)"
+        siblings = set(sub) - _ANNOTATIONS - {combined} - ({"type"} if combined in ("enum", "const") else set())
+        if siblings:
+            return f"{', '.join(sorted(siblings))} beside {combined} would be ignored (move them into it)"
+    if isinstance(sub.get("required"), list):
+        props = sub["properties"] if isinstance(sub.get("properties"), dict) else {}
+        missing = [name for name in sub["required"] if name not in props]
+        if missing:
+            return f"required {short_repr(missing)} would be ignored: only names under properties are required"
+    if not _is_string(sub):
+        return None
+    fmt = sub.get("format")
+    if fmt is not None and fmt not in _STRING_FORMATS:
+        return (f"string format {short_repr(fmt)} would be ignored (xgrammar's formats: "
+                f"{', '.join(sorted(_STRING_FORMATS))})")
+    kinds = [k for k in ("format", "pattern") if k in sub] + (
+        ["minLength/maxLength"] if "minLength" in sub or "maxLength" in sub else [])
+    if len(kinds) > 1:
+        return f"{' and '.join(kinds)} together: all but one would be ignored"
+    pattern = sub.get("pattern")
+    if isinstance(pattern, str) and _LOOKAROUND.search(pattern):
+        return f"pattern={short_repr(pattern)}: its lookaround would be ignored"
+    return None
+
 
 class GrammarError(SamplingParamsError):
     """A grammar that cannot be used: it does not compile, or this engine cannot constrain output (no tokenizer,
@@ -98,6 +193,22 @@ def grammar_vocab(tokenizer, vocab_size: int) -> list[bytes]:
     return [b"" if i in special else tokenizer.token_bytes(i) for i in range(n)] + [b""] * (vocab_size - n)
 
 
+def check_json_schema(text: str) -> None:
+    """GrammarError where xgrammar would compile the schema ``text`` but not enforce all of it (SGLang refuses
+    these too), rather than constrain the output to part of what the client asked. Text that is not JSON is left to
+    xgrammar, whose error names the position."""
+    try:
+        schema = json.loads(text)
+    except (ValueError, RecursionError):
+        return
+    try:
+        reason = unenforced_json_schema(schema)
+    except RecursionError:
+        reason = "it nests too deeply to check"
+    if reason is not None:
+        raise GrammarError(f"json_schema={short_repr(text)} is not supported: {reason}")
+
+
 class GrammarBackend:
     """Compiles grammars against one tokenizer's vocabulary and makes matchers. Built on the first grammar (xgrammar
     is imported and the vocabulary read then: engines that never see one pay nothing); compiled grammars are kept
@@ -106,10 +217,16 @@ class GrammarBackend:
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids, *, any_whitespace: bool = True,
                  disabled_reason: str | None = None, cache_size: int = 256, reasoning: ReasoningFormat | None = None,
-                 fill_threads: int | None = None):
+                 fill_threads: int | None = None, max_whitespace_cnt: int | None = None):
         """``reasoning``: a reasoning model's format (runtime/reasoning.py): the grammars then wait for its thinking
         to end (ThinkingMatcher), where its markers are single tokens. ``fill_threads``: threads filling dear mask
-        rows together (RowFiller; default half the cores, at most 8; 1: rows one by one)."""
+        rows together (RowFiller; default half the cores, at most 8; 1: rows one by one). ``max_whitespace_cnt``:
+        at most this many whitespace characters in a row between a JSON schema's tokens (SGLang's
+        constrained_json_max_whitespace_cnt; None: any number, as SGLang's default: a weak model may then pad with
+        spaces until max_new_tokens)."""
+        if max_whitespace_cnt is not None and (isinstance(max_whitespace_cnt, bool) or max_whitespace_cnt < 1):
+            raise GrammarError(f"{max_whitespace_cnt=} must be a positive integer or None")
+        self.max_whitespace_cnt = max_whitespace_cnt
         self.fill_threads = fill_threads or max(1, min(8, (os.cpu_count() or 2) // 2))
         self.tokenizer, self.vocab_size, self.reasoning = tokenizer, vocab_size, reasoning
         self._think_ids: tuple[int | None, int] | None = None  # (start, end) marker ids, once read
@@ -128,7 +245,8 @@ class GrammarBackend:
         return GrammarBackend(tokenizer, vocab_size, stop_token_ids,
                               any_whitespace=not args.constrained_json_disable_any_whitespace,
                               disabled_reason="grammar_backend='none'" if args.grammar_backend == "none" else None,
-                              reasoning=REASONING_FORMATS.get(args.reasoning_parser))
+                              reasoning=REASONING_FORMATS.get(args.reasoning_parser),
+                              max_whitespace_cnt=args.constrained_json_max_whitespace_cnt)
 
     @property
     def available(self) -> bool:
@@ -170,10 +288,14 @@ class GrammarBackend:
                 self._cache.move_to_end(spec)
                 return self._cache[spec]
             compiler = self._get_compiler()
+        if spec.kind == "json_schema" and spec.text != ANY_JSON:
+            check_json_schema(spec.text)
         try:
             if spec.kind == "json_schema":
+                # (max_whitespace_cnt only where set: an older xgrammar has no such argument)
+                limit = {} if self.max_whitespace_cnt is None else {"max_whitespace_cnt": self.max_whitespace_cnt}
                 compiled = (compiler.compile_builtin_json_grammar() if spec.text == ANY_JSON
-                            else compiler.compile_json_schema(spec.text, any_whitespace=self.any_whitespace))
+                            else compiler.compile_json_schema(spec.text, any_whitespace=self.any_whitespace, **limit))
             elif spec.kind == "regex":
                 compiled = compiler.compile_regex(spec.text)
             else:

@@ -25,7 +25,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from sglang_eagle3.runtime.grammar import xgrammar_reason
+from sglang_eagle3.runtime.grammar import unenforced_json_schema, xgrammar_reason
 from sglang_eagle3.runtime.sampling import short_repr
 from sglang_eagle3.server.protocol import APIError
 from sglang_eagle3.server.reasoning import held_back
@@ -180,6 +180,13 @@ class ToolPlan:
         except ImportError:
             raise APIError(400, f"tool_choice {self.mode} needs the server's grammar backend (the 'xgrammar' "
                            "package)", param="tool_choice") from None
+        items = self.schema["items"].get("anyOf", [self.schema["items"]])
+        for item in items:
+            # (what json_schema requests are refused for: a constraint xgrammar compiles but does not keep)
+            reason = unenforced_json_schema(item["properties"]["parameters"])
+            if reason is not None:
+                raise APIError(400, f"tools: function {short_repr(item['properties']['name']['const'])}'s "
+                               f"parameters are not supported: {reason}", param="tools")
         try:
             return str(xgrammar.Grammar.from_json_schema(json.dumps(self.schema), any_whitespace=False))
         except (RuntimeError, ValueError) as e:

@@ -203,3 +203,23 @@ def test_kimi_k25_thinking_off_is_all_content(k25):
     assert whole["choices"][0]["message"] == {"role": "assistant", "content": "Just text.", "reasoning_content": None}
     assert _reasoning_streamed(chunks) == ""
 
+
+
+def test_a_forced_call_refuses_parameters_xgrammar_would_not_enforce():
+    """A forced call's grammar comes from the tools' parameter schemas; a constraint xgrammar compiles but drops
+    (uniqueItems here) let calls through that break the schema. It is a 400 naming the function, as json_schema's
+    requests are refused; a schema it keeps still compiles."""
+    from sglang_eagle3.server.protocol import APIError
+    from tests.server.test_tools import plan_for
+
+    def tool(name, params):
+        return {"type": "function", "function": {"name": name, "parameters": params}}
+
+    kept = tool("ok", {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    dropped = tool("tags", {"type": "object", "properties": {"t": {"type": "array", "uniqueItems": True}}})
+    assert plan_for([kept], tool_choice="required", parser=None).grammar()
+    for choice in ("required", {"type": "function", "function": {"name": "tags"}}):
+        with pytest.raises(APIError) as e:
+            plan_for([kept, dropped], tool_choice=choice, parser=None).grammar()
+        assert e.value.status == 400 and e.value.param == "tools"
+        assert "function 'tags'" in e.value.message and "uniqueItems would be ignored" in e.value.message
