@@ -18,16 +18,18 @@ from sglang_eagle3.testing import tiny_config, tiny_draft_config, write_tiny_pai
 
 @pytest.fixture(autouse=True)
 def _root_logging_restored():
-    """Every test leaves the root logger as it found it: launch_server.main (and other CLIs' mains) point it at
-    sys.stderr, which capsys closes when its test ends, and a later test's log records would then fail to write
-    ("--- Logging error ---" on stderr)."""
+    """Every test leaves the root and package loggers as it found them: launch_server.main (and other CLIs' mains)
+    point the root at sys.stderr, which capsys closes when its test ends (a later test's records would then fail to
+    write: "--- Logging error ---"), and Engine(log_level=...) sets the package's level (a later test reading the
+    package's info lines would see none)."""
     import logging
 
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
+    loggers = [logging.getLogger(), logging.getLogger("sglang_eagle3")]
+    saved = [(lg.handlers[:], lg.level) for lg in loggers]
     yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+    for lg, (handlers, level) in zip(loggers, saved, strict=True):
+        lg.handlers[:] = handlers
+        lg.setLevel(level)
 
 
 @pytest.fixture(scope="module")
