@@ -146,3 +146,30 @@ def test_verify_rows_filled_together_are_the_rows_one_by_one(forced, monkeypatch
             rows[dear] = GrammarBatch(matchers, vocab, lambda t: t).host_masks(drafts, T)
         assert torch.equal(rows[True], rows[False])
     assert together and all(n > 1 for n in together), together
+
+
+def test_a_prompt_that_opens_the_thinking_starts_the_output_inside_it():
+    """Kimi-K2.5's chat template ends its generation prompt with <think> (unless thinking is false), so the model
+    writes thoughts</think>answer: its matcher must start inside the thinking, or the grammar holds the very first
+    token (JSON at once, no thinking). A prompt ending otherwise starts at the output's start, as before; a forced
+    format starts inside whatever the prompt."""
+    tok = load_tokenizer(TARGET)
+    vocab = tok.vocab_size
+    spec = GrammarSpec("regex", r"(yes|no), [a-z]+\.")
+    start, end = vocab - 3, vocab - 2  # stand-ins: the embedded tokenizer has no marker tokens
+    for forced in (False, True):
+        args = EngineArgs(model_path=TARGET, device="cpu", reasoning_parser="deepseek-r1" if forced else "kimi_k2")
+        backend = GrammarBackend.for_engine(args, tok, vocab, [tok.eos_token_id])
+        backend.compile(spec)
+        backend._think_ids = (start, end)
+        prompt = tok.encode("Is the sky blue?")
+        states = {name: backend.matcher(spec, ids).state
+                  for name, ids in (("opened", prompt + [start]), ("plain", prompt), ("closed", prompt + [start, end]),
+                                    ("none", None))}
+        if forced:
+            assert set(states.values()) == {"thinking"}, states
+        else:
+            assert states == {"opened": "thinking", "plain": "open", "closed": "open", "none": "open"}, states
+        m = backend.matcher(spec, prompt + [start])
+        assert _allowed(m.fill, vocab) == set(range(vocab))  # thinking: every token, not the grammar's first
+        assert m.accept(tok.encode(" hm")[0]) and m.accept(end) and m.state == "answer"

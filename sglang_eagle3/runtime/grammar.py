@@ -308,7 +308,12 @@ class GrammarBackend:
                 self._cache.popitem(last=False)
             return compiled
 
-    def matcher(self, spec: GrammarSpec) -> GrammarMatcher | ThinkingMatcher:
+    def matcher(self, spec: GrammarSpec, prompt_ids=None) -> GrammarMatcher | ThinkingMatcher:
+        """A request's matcher. With a reasoning format the output starts inside the thinking where the format says
+        so (``forced``) or where the prompt (``prompt_ids``) ends with its start marker: a chat template that opens
+        the thinking in its generation prompt (Kimi-K2.5's unless ``thinking`` is false, DeepSeek-V3.1's with
+        ``thinking`` true), whose output is ``thoughts</think>answer``; held to the grammar from its first token,
+        such a model could not think at all."""
         # An engine without stop tokens (no eos) ends a grammar's output where the grammar is complete; otherwise
         # the mask there would allow no token at all.
         xgr = _xgrammar()
@@ -316,7 +321,9 @@ class GrammarBackend:
                            self.vocab_size, self._never, self._batch_filler(xgr), spec.kind)
         if self._think_ids is None:
             return m
-        return ThinkingMatcher(m, *self._think_ids, thinking=self.reasoning.forced)
+        start, end = self._think_ids
+        opened = start is not None and bool(prompt_ids) and prompt_ids[-1] == start
+        return ThinkingMatcher(m, start, end, thinking=self.reasoning.forced or opened)
 
     def _batch_filler(self, xgr) -> RowFiller | None:
         """The engine's RowFiller (made once), None with one thread. Half the cores by default: the engine's own

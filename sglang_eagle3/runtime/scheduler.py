@@ -486,7 +486,7 @@ class Scheduler:
         if self.grammar is None:
             raise GrammarError(f"request {r.rid} has a grammar ({r.params.grammar.kind}) and this scheduler has no "
                                "grammar backend")
-        return self.grammar.matcher(r.params.grammar)
+        return self.grammar.matcher(r.params.grammar, r.input_ids)
 
     def _input_logprobs(self, r: Request, logits_of_rows) -> None:
         """The prompt's logprobs from logprob_start_len on; ``logits_of_rows(a, b)``: the logits [b - a, V] of
