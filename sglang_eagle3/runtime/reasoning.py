@@ -53,9 +53,9 @@ class ThinkingMatcher:
     """A request's grammar (runtime/grammar.GrammarMatcher's interface) that leaves a reasoning model's thinking
     free: ``open`` (the output's start, where the model may open its thinking: the grammar's tokens and the start
     marker allowed), ``thinking`` (every token allowed, until the end marker) and ``answer`` (the grammar). A format
-    whose template opens the thinking (``forced``), or a prompt that ends with the start marker (GrammarBackend.matcher:
-Kimi-K2.5's template), starts in ``thinking``; an output that starts with a grammar token
-    goes straight to ``answer``. The markers are single tokens (``start_id``, None where the format's start is not
+    whose template opens the thinking (``forced``), or a prompt that ends with the start marker
+    (GrammarBackend.matcher: Kimi-K2.5's template), starts in ``thinking``; an output that starts with a grammar
+    token goes straight to ``answer``. The markers are single tokens (``start_id``, None where the format's start is not
     one: then ``open`` allows the grammar's tokens alone, and ``end_id``). Rollback crosses the states: each accepted
     token remembers the state it was accepted in."""
 
