@@ -445,9 +445,9 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
                      for j in range(n)]
 
     ids, reqs = await serving.off_loop(build)
-    if thinking is not None and not any(k in sp for k in GRAMMAR_KINDS):
+    if thinking is not None and (not any(k in sp for k in GRAMMAR_KINDS) or _grammar_waits_for_thinking(serving)):
         # A template that opens the reasoning in the generation prompt (Kimi-K2.5's): the output starts inside it.
-        # (With a grammar the engine holds the output to it from its first token: see _reasoning_format.)
+        # (A grammar on an engine whose grammars do not wait for the thinking holds the output from its first token.)
         thinking = opened_by_prompt(thinking, serving.tokenizer.decode(ids[-8:], skip_special_tokens=False))
     sub = serving.submit(reqs, stream=bool(body.stream))
     cid, created = rid, int(time.time())
@@ -532,6 +532,14 @@ def tokenize_chat_prompt(serving: Serving, body) -> ChatPrompt:
     return chat_prompt(body, messages, ToolPlan.of(body, parser, messages))
 
 
+def _grammar_waits_for_thinking(serving: Serving) -> bool:
+    """Whether the engine's grammars leave the thinking free (EngineArgs.reasoning_parser is the server's: its
+    matcher starts inside the thinking where the prompt opened it, runtime/grammar.py), rather than hold the output
+    to the grammar from its first token."""
+    parser = serving.config.reasoning_parser
+    return parser is not None and getattr(getattr(serving.engine, "args", None), "reasoning_parser", None) == parser
+
+
 def _reasoning_format(body, serving: Serving, sp: dict) -> ReasoningFormat | None:
     """The server's reasoning format where the request separates its reasoning (server/reasoning.py); a tokenizer
     that holds its markers as special tokens then decodes the request with them."""
@@ -540,11 +548,12 @@ def _reasoning_format(body, serving: Serving, sp: dict) -> ReasoningFormat | Non
         return None
     fmt = REASONING_FORMATS[parser]
     grammar = any(k in sp for k in GRAMMAR_KINDS)
-    if fmt.forced_by is not None and (body.chat_template_kwargs or {}).get(fmt.forced_by) and not grammar:
-        # (the template opened the reasoning; with a grammar the engine's matcher, which cannot know that, holds
-        # the output to the grammar from its first token: all content)
+    thinking_grammar = _grammar_waits_for_thinking(serving)
+    if fmt.forced_by is not None and (body.chat_template_kwargs or {}).get(fmt.forced_by) \
+            and (not grammar or thinking_grammar):
+        # (the template opened the reasoning; a grammar on an engine whose grammars do not wait for the thinking
+        # holds the output to it from its first token: all content)
         fmt = dataclasses.replace(fmt, forced=True)
-    thinking_grammar = getattr(getattr(serving.engine, "args", None), "reasoning_parser", None) == parser
     if fmt.forced and grammar and not thinking_grammar:
         # A grammar (response_format, a forced tool call) shapes the output from its first token, unless the
         # engine's grammars wait for the thinking (EngineArgs.reasoning_parser): no reasoning the template opened,

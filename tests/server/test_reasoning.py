@@ -239,11 +239,17 @@ def test_a_template_switch_opens_the_reasoning():
         fmt = _reasoning_format(SimpleNamespace(separate_reasoning=True, chat_template_kwargs=kwargs), serving, {})
         assert ReasoningSplitter(fmt).split(text) == want, kwargs
         assert reference(fmt, text) == want
-    # With a grammar the engine holds the output to it from its first token (its matcher does not see the
-    # switch): the answer is content.
-    fmt = _reasoning_format(SimpleNamespace(separate_reasoning=True, chat_template_kwargs={"thinking": True}),
-                            serving, {"json_schema": "{}"})
+    # With a grammar on an engine whose grammars do not wait for the thinking, the output is held to it from its
+    # first token: the answer is content.
+    on = SimpleNamespace(separate_reasoning=True, chat_template_kwargs={"thinking": True})
+    fmt = _reasoning_format(on, serving, {"json_schema": "{}"})
     assert ReasoningSplitter(fmt).split('{"a": 1}') == (None, '{"a": 1}')
+    # Where they wait (EngineArgs.reasoning_parser, the launch flag): the matcher starts inside the thinking the
+    # template opened (runtime/grammar.py), so the output is thoughts</think>JSON and splits so.
+    waiting = SimpleNamespace(config=serving.config, tokenizer=None,
+                              engine=SimpleNamespace(args=SimpleNamespace(reasoning_parser="deepseek-v3")))
+    fmt = _reasoning_format(on, waiting, {"json_schema": "{}"})
+    assert ReasoningSplitter(fmt).split('weighing it</think>{"a": 1}') == ("weighing it", '{"a": 1}')
 
 
 # -- structured output that waits for the thinking (EngineArgs.reasoning_parser) -----------------------------
