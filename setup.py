@@ -36,6 +36,7 @@ setup(
             "pytest",
             "pytest-timeout",
             "pytest-benchmark",
+            "hypothesis",  # tests/server/test_http_fuzz.py
             "transformers>=4.57",
             "openai",
             "httpx",

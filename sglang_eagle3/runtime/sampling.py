@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -70,6 +71,14 @@ def seeded(sp: dict, j: int) -> dict:
         if isinstance(s, int) and not isinstance(s, bool) and lo <= s <= hi:  # (a bad seed is refused as it is)
             out[name] = (s + j - lo) % (hi - lo + 1) + lo
     return out
+
+
+def _finite(v: int | float) -> bool:
+    """Whether ``v`` is a finite float, or an int that converts to one."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int past the largest float
+        return False
 
 
 def _check_seed(name: str, v) -> None:
@@ -204,7 +213,9 @@ class SamplingParams:
         if not isinstance(self.max_new_tokens, int) or isinstance(self.max_new_tokens, bool) \
                 or self.max_new_tokens < 0:
             bad("max_new_tokens", "must be an integer >= 0")
-        if not is_num(self.temperature) or not self.temperature >= 0 or self.temperature == float("inf"):
+        # (an int past a float's range, which JSON allows, compares as finite: float() of it raised OverflowError in
+        # the engine thread's sampler)
+        if not is_num(self.temperature) or not self.temperature >= 0 or not _finite(self.temperature):
             bad("temperature", "must be a finite number >= 0")
         if not is_num(self.top_p) or not 0 < self.top_p <= 1:
             bad("top_p", "must be in (0, 1]")
