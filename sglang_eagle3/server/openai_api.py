@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request as HTTPRequest
 
-from sglang_eagle3.runtime.grammar import ANY_JSON
 from sglang_eagle3.runtime.request import sglang_neutral
 from sglang_eagle3.runtime.sampling import GRAMMAR_KINDS, seeded, short_repr
 from sglang_eagle3.server.driver import Submission, Update
@@ -122,16 +121,20 @@ def _field_names(body, **more: str) -> dict[str, str]:
     return names
 
 
+JSON_OBJECT_SCHEMA = '{"type": "object"}'  # OpenAI's json_object: "a valid JSON object", as SGLang 0.5.23 asks
+
+
 def _response_format_schema(fmt: dict | None) -> str | None:
-    """The engine's json_schema for OpenAI's ``response_format`` (SGLang's reading): None for text, "$$ANY$$" (any
-    JSON value) for json_object, the serialized schema for json_schema (any JSON without one)."""
+    """The engine's json_schema for OpenAI's ``response_format`` (SGLang 0.5.23's reading): None for text, a JSON
+    object for json_object, the serialized schema for json_schema (400 without one, as SGLang's "schema_ is
+    required")."""
     if fmt is None:
         return None
     kind = fmt.get("type")
     if kind == "text":
         return None
     if kind == "json_object":
-        return ANY_JSON
+        return JSON_OBJECT_SCHEMA
     if kind == "json_schema":
         spec = fmt.get("json_schema")
         if not isinstance(spec, dict):
@@ -139,11 +142,17 @@ def _response_format_schema(fmt: dict | None) -> str | None:
                            "schema under 'schema'", param="response_format.json_schema")
         schema = spec.get("schema", spec.get("schema_"))
         if schema is None:
-            return ANY_JSON
+            raise APIError(400, "response_format.json_schema has no schema: give it under 'schema' (for any JSON "
+                           "object use response_format {\"type\": \"json_object\"})",
+                           param="response_format.json_schema.schema")
         if not isinstance(schema, (dict, bool)):
             raise APIError(400, f"response_format.json_schema.schema={short_repr(schema)} must be a JSON schema "
                            "(an object)", param="response_format.json_schema.schema")
-        return json.dumps(schema)
+        try:
+            return json.dumps(schema, allow_nan=False)
+        except ValueError:  # NaN / Infinity: no JSON value, so no schema xgrammar could read
+            raise APIError(400, "response_format.json_schema.schema holds NaN or Infinity, which JSON has no "
+                           "value for", param="response_format.json_schema.schema") from None
     # (no type is no format either: OpenAI, vLLM and SGLang require one, and reading it as text would drop a schema
     # the client meant to send without a word)
     what = "has no type" if kind is None else f"type={short_repr(kind)} is not supported"

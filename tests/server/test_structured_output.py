@@ -189,8 +189,8 @@ OPENAI_FORMS = [
     ("ebnf", {"ebnf": EBNF_ANIMAL}, {"ebnf": EBNF_ANIMAL}, EBNF_ANIMAL_RE, None),
     ("json_schema", {"json_schema": json.dumps(SCHEMA_INTS)}, {"json_schema": json.dumps(SCHEMA_INTS)},
      SCHEMA_INTS_RE, SCHEMA_INTS),
-    ("response_format-json_object", {"response_format": {"type": "json_object"}}, {"json_schema": "$$ANY$$"},
-     None, None),
+    ("response_format-json_object", {"response_format": {"type": "json_object"}},
+     {"json_schema": '{"type": "object"}'}, None, None),
     ("response_format-json_schema",
      {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA_FLAG}}},
      {"json_schema": json.dumps(SCHEMA_FLAG)}, SCHEMA_FLAG_RE, SCHEMA_FLAG),
@@ -333,6 +333,10 @@ BAD = [
     ("cmpl-response_format-schema-number", "/v1/completions",
      {**_CMPL, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 5}}},
      "response_format.json_schema.schema", ["=5"]),
+    # SGLang 0.5.23: "schema_ is required for json_schema response format request" (it was any JSON here)
+    ("chat-response_format-no-schema", "/v1/chat/completions",
+     {**_CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+     "response_format.json_schema.schema", ["no schema", "json_object"]),
     ("chat-regex-and-response_format", "/v1/chat/completions",
      {**_CHAT, "regex": "a", "response_format": {"type": "json_object"}}, "response_format",
      ["response_format", "regex"]),
@@ -466,3 +470,15 @@ def test_grammar_backend_none_refuses_grammars_naming_the_field(server, no_gramm
     res = _post(url, "/v1/chat/completions", {**_CHAT, "response_format": {"type": "text"}, "temperature": 0})
     assert res["choices"][0]["finish_reason"] == "length"
     assert len(_post(url, "/generate", {"text": "a", "sampling_params": {"max_new_tokens": 3}})["output_ids"]) == 3
+
+
+def test_a_schema_holding_nan_is_a_400_naming_it(server):
+    """Python's JSON reader takes NaN / Infinity literals; a schema holding one reached xgrammar, whose "Failed to
+    parse JSON" named neither the field nor the value."""
+    fmt = '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "number", "maximum": NaN}}}'
+    body = json.dumps({"model": MODEL, "prompt": "a", "max_tokens": 2, "response_format": "FMT"}).replace('"FMT"', fmt)
+    r = httpx.post(server.url + "/v1/completions", content=body, headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "response_format.json_schema.schema" and "NaN" in err["message"], err
