@@ -102,10 +102,14 @@ def _guarded(fn):
     return wrapper
 
 
+_HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"})
+
+
 class _HttpMetrics:
     """ASGI middleware: SGLang's HTTP metrics (sglang:http_requests_total, sglang:http_responses_total,
     sglang:http_requests_active), by the route's path template. A path no route serves counts as ``unmatched``
-    (SGLang names the path itself; a scanner's random paths would each add series forever)."""
+    (SGLang names the path itself; a scanner's random paths would each add series forever), a method HTTP does not
+    define as ``other``."""
 
     def __init__(self, app, metrics: ServerMetrics, router):
         self.app, self.metrics, self.router = app, metrics, router
@@ -124,6 +128,8 @@ class _HttpMetrics:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         m, endpoint, method = self.metrics, self._endpoint(scope), scope["method"]
+        if method not in _HTTP_METHODS:  # (any token is a method to HTTP: a client's made-up ones, one series each)
+            method = "other"
         status = None
 
         async def send_status(message):

@@ -181,6 +181,7 @@ def test_a_dashboard_on_sglangs_metrics_reads_this_server(served):
                                                   "sampling_params": {"max_new_tokens": 7, "temperature": 0}})
             assert (await c.get("/generate")).status_code == 405
             assert (await c.get("/no/such/route")).status_code == 404
+            assert (await c.request("FROBNICATE", "/generate")).status_code == 405  # one "other" series
             for r in (comp, chat, gen_stream, gen):
                 assert r.status_code == 200, r.text
             return comp.json(), _events(chat.text), _events(gen_stream.text), gen.json(), await _scrape(c), \
@@ -255,6 +256,7 @@ def test_a_dashboard_on_sglangs_metrics_reads_this_server(served):
     assert total(m, "sglang:http_responses_total", endpoint="/v1/chat/completions", status_code="200") == 1
     assert total(m, "sglang:http_responses_total", endpoint="/generate", method="GET", status_code="405") == 1
     assert total(m, "sglang:http_responses_total", endpoint="unmatched", status_code="404") == 1
+    assert total(m, "sglang:http_requests_total", endpoint="/generate", method="other") == 1  # a made-up method
     assert total(m, "sglang:http_requests_active", endpoint="/metrics", method="GET") == 1
     assert total(m, "sglang:http_requests_active") == 1
 
