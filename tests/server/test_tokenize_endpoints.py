@@ -10,12 +10,10 @@ import threading
 
 import httpx
 import pytest
-import torch
 
-from sglang_eagle3.engine import Engine
 from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
 
-from .conftest import CONTEXT
+from .conftest import CONTEXT, spec_engine
 
 MODEL = "tiny"
 KEY = "sekret-key"
@@ -28,34 +26,21 @@ TOOLS = [{"type": "function", "function": {"name": "fox", "parameters": {"type":
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "naïve café €uro — 狐狸 🦊", "  two  spaces\nand\ttabs ", ""]
 
 
-def _engine(tiny_model, **kw) -> Engine:
-    return Engine(model_path=tiny_model.target, speculative_algorithm="EAGLE3",
-                  speculative_draft_model_path=tiny_model.draft, speculative_num_steps=3, device="cpu",
-                  max_running_requests=2, **kw)
-
-
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model; OpenMP spin-waits only hurt on a shared box
-    eng = _engine(tiny_model)
-    yield eng
-    eng.shutdown()
-    torch.set_num_threads(threads)
+    with spec_engine(tiny_model, max_running_requests=2) as eng:
+        yield eng
 
 
 @pytest.fixture(scope="module")
 def apps(engine):
-    """(app, app with --api-key) over the module's engine, each with its own driver."""
-    drivers, out = [], []
-    for cfg in ({}, {"api_key": KEY}):
-        driver = EngineDriver(engine, max_inflight=8)
-        out.append(create_app(engine, driver, ServerConfig(served_model_name=MODEL, **cfg)))
-        driver.start()
-        drivers.append(driver)
+    """(app, app with --api-key) over the module's engine and one driver (two drivers would both step the one
+    scheduler: a request could finish on the other's thread, its client never answered)."""
+    driver = EngineDriver(engine, max_inflight=8)
+    out = [create_app(engine, driver, ServerConfig(served_model_name=MODEL, **cfg)) for cfg in ({}, {"api_key": KEY})]
+    driver.start()
     yield out
-    for d in drivers:
-        d.stop()
+    driver.stop()
 
 
 @pytest.fixture(scope="module")
@@ -380,16 +365,12 @@ def test_tokenizing_runs_off_the_event_loop(app, engine, monkeypatch):
 
 @pytest.fixture(scope="module")
 def tokenizerless(tiny_model):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    eng = _engine(tiny_model, skip_tokenizer_init=True)
-    driver = EngineDriver(eng, max_inflight=8)
-    app = create_app(eng, driver, ServerConfig(served_model_name=MODEL))
-    driver.start()
-    yield app
-    driver.stop()
-    eng.shutdown()
-    torch.set_num_threads(threads)
+    with spec_engine(tiny_model, max_running_requests=2, skip_tokenizer_init=True) as eng:
+        driver = EngineDriver(eng, max_inflight=8)
+        app = create_app(eng, driver, ServerConfig(served_model_name=MODEL))
+        driver.start()
+        yield app
+        driver.stop()
 
 
 def test_without_a_tokenizer_is_a_400_naming_the_flag(tokenizerless):
