@@ -68,3 +68,12 @@ def human_int(low: int):
         return value
 
     return parse
+
+
+def name_the_flag(msg: str, flags: dict[str, str]) -> str:
+    """An engine's ``field=value ...`` or ``field[i]=value ...`` message with the field replaced by the command
+    line's flag for it, where it has one: the user typed the flag, not the field."""
+    for field, flag in flags.items():
+        if msg.startswith((f"{field}=", f"{field}[")):
+            return flag + msg[len(field):]
+    return msg

@@ -22,6 +22,8 @@ import json
 import sys
 import time
 
+from sglang_eagle3.argtypes import name_the_flag
+
 # SamplingParams field -> flag, to name the flag in a SamplingParamsError ("temperature=nan must ...").
 _SAMPLING_FLAGS = {"max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_p": "--top-p",
                    "top_k": "--top-k", "min_p": "--min-p", "stop": "--stop", "seed": "--seed"}
@@ -30,14 +32,6 @@ _ENGINE_FLAGS = {"model_path": "--model-path", "speculative_algorithm": "--specu
                  "speculative_draft_model_path": "--speculative-draft-model-path",
                  "speculative_num_steps": "--speculative-num-steps", "device": "--device", "dtype": "--dtype",
                  "tp_size": "--tp-size"}
-
-
-def _name_the_flag(msg: str, flags: dict[str, str]) -> str:
-    """``field=value ...`` or ``field[i]=value ...`` with the field replaced by its flag, when it has one."""
-    for field, flag in flags.items():
-        if msg.startswith((f"{field}=", f"{field}[")):
-            return flag + msg[len(field):]
-    return msg
 
 
 def _one_prompt(msg: str, prompts: int) -> str:
@@ -115,7 +109,7 @@ def sampling_params(ap: argparse.ArgumentParser, a: argparse.Namespace) -> dict:
     try:
         SamplingParams.from_dict(params)
     except SamplingParamsError as e:
-        ap.error(_name_the_flag(str(e), _SAMPLING_FLAGS))
+        ap.error(name_the_flag(str(e), _SAMPLING_FLAGS))
     return params
 
 
@@ -134,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         engine = Engine(**kwargs)
     except ConfigError as e:  # an engine argument: name the flag it came from
-        msg = _name_the_flag(str(e), _ENGINE_FLAGS)
+        msg = name_the_flag(str(e), _ENGINE_FLAGS)
         if msg == str(e):  # e.g. "config file not found: PATH": name the flag that gave PATH
             for flag in ("--speculative-draft-model-path", "--model-path"):
                 path = getattr(a, flag[2:].replace("-", "_"))
@@ -154,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             outs = engine.generate(prompts, params)
         except (RequestError, SamplingParamsError) as e:  # a prompt longer than the context, a stop string too long
-            print(f"{ap.prog}: error: {_name_the_flag(_one_prompt(str(e), len(prompts)), _SAMPLING_FLAGS)}",
+            print(f"{ap.prog}: error: {name_the_flag(_one_prompt(str(e), len(prompts)), _SAMPLING_FLAGS)}",
                   file=sys.stderr)
             return 2
         except KeyboardInterrupt:  # 130: the shell's code for Ctrl-C; no traceback, the user asked for it

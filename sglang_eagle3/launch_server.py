@@ -20,7 +20,7 @@ import re
 import signal
 import sys
 
-from sglang_eagle3.argtypes import human_int
+from sglang_eagle3.argtypes import human_int, name_the_flag
 
 logger = logging.getLogger("sglang_eagle3.launch_server")
 
@@ -613,7 +613,8 @@ def serve_native(args: argparse.Namespace) -> int:
     try:
         engine = Engine(**engine_kwargs(args))
     except (ConfigError, OSError, ValueError, RuntimeError) as e:  # RuntimeError: WorkerError, out of memory, ...
-        logger.error("cannot start the engine: %s: %s", type(e).__name__, e)
+        flags = {name: "--" + name.replace("_", "-") for name in (*_ENGINE_FLAGS, *_ENGINE_SWITCHES)}
+        logger.error("cannot start the engine: %s: %s", type(e).__name__, name_the_flag(str(e), flags))
         return 2
     served, max_queued = config.served_model_name, config.max_queued_requests
     try:

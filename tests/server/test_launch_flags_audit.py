@@ -181,3 +181,13 @@ def test_a_bad_log_level_is_an_argparse_style_error(served, capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and "launch_server: error: --log-level 'loud' is not one of" in err and not served
     assert _main(["--log-level", "critical"], capsys)[0] == 0
+
+
+def test_an_engine_refusal_names_the_flag(tiny_model, capsys):
+    """The engine's ConfigError names its field (dtype='fp8'); the user typed a flag, so the log names the flag."""
+    for argv, want in ((["--dtype", "fp8"], "--dtype='fp8' must be one of"),
+                       (["--attention-backend", "fa3"], "--attention-backend='fa3'"),
+                       (["--constrained-json-max-whitespace-cnt", "0"], "--constrained-json-max-whitespace-cnt=0")):
+        rc = launch_server.main(["--backend", "native", "--model-path", tiny_model.target, "--device", "cpu", *argv])
+        err = capsys.readouterr().err
+        assert rc == 2 and "cannot start the engine: ConfigError: " + want in err, err
