@@ -221,3 +221,16 @@ def test_the_engine_and_the_launch_flag_bound_the_padding():
             outs = eng.generate(prompts, [params] * len(prompts))
         runs[bound] = max(len(m) for o in outs for m in re.findall(r"\s+", o["text"]) or [""])
     assert runs[2] <= 2 < runs[None], runs  # (unbounded, the model pads: else nothing was tested)
+
+
+@pytest.mark.parametrize("text,pointer", [
+    ('{"type": "integer", "minimum": 1e400}', "#/minimum"),
+    ('{"type": "object", "properties": {"x": {"type": "number", "maximum": NaN}}}', "#/properties/x/maximum"),
+    ('{"enum": [1, -Infinity]}', "#/enum/1"),
+])
+def test_a_schema_number_past_floats_is_named(backend, text, pointer):
+    """JSON's 1e400 reads as inf (and Python's reader takes NaN / Infinity): xgrammar's error for such a schema was
+    "does not compile: RuntimeError", naming neither the keyword nor the value."""
+    with pytest.raises(GrammarError) as e:
+        backend.compile(GrammarSpec("json_schema", text))
+    assert f"at {pointer}: " in str(e.value) and "not a finite number" in str(e.value), str(e.value)

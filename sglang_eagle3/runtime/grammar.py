@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -193,6 +194,19 @@ def grammar_vocab(tokenizer, vocab_size: int) -> list[bytes]:
     return [b"" if i in special else tokenizer.token_bytes(i) for i in range(n)] + [b""] * (vocab_size - n)
 
 
+def _non_finite(value, pointer: str = "#") -> str | None:
+    """Where ``value`` (parsed JSON) holds NaN or a number past a float's range (JSON's 1e400 reads as inf): "at
+    <pointer>: ...", or None. xgrammar's error for one names neither ("does not compile: RuntimeError")."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"at {pointer}: {value} is not a finite number (NaN, Infinity or past a float's range)"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, sub in items:
+        found = _non_finite(sub, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
+        if found:
+            return found
+    return None
+
+
 def check_json_schema(text: str) -> None:
     """GrammarError where xgrammar would compile the schema ``text`` but not enforce all of it (SGLang refuses
     these too), rather than constrain the output to part of what the client asked. Text that is not JSON is left to
@@ -202,7 +216,7 @@ def check_json_schema(text: str) -> None:
     except (ValueError, RecursionError):
         return
     try:
-        reason = unenforced_json_schema(schema)
+        reason = _non_finite(schema) or unenforced_json_schema(schema)
     except RecursionError:
         reason = "it nests too deeply to check"
     if reason is not None:
