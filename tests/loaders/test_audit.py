@@ -72,20 +72,28 @@ def test_validation_failure_releases_the_allocated_model(kimi, tmp_path, built):
     assert len(built) == 1 and held_bytes(built[0]) == 0
 
 
+def fail_feed_at(monkeypatch, n: int, exc: BaseException) -> list[str]:
+    """Replaces loader._feed by one that raises ``exc`` on its n-th tensor (those before it are fed); the names it
+    was called with."""
+    real_feed, calls = loader._feed, []
+
+    def feed_then_fail(params, t, value, name):
+        calls.append(name)
+        if len(calls) == n:
+            raise exc
+        real_feed(params, t, value, name)
+
+    monkeypatch.setattr(loader, "_feed", feed_then_fail)
+    return calls
+
+
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, OSError])
 def test_interrupted_stream_releases_memory_and_retry_loads(kimi, built, monkeypatch, exc):
     """Ctrl-C (or a read error) halfway through the shards: the exception propagates as it is, the half-filled
     model holds no memory, and the next attempt loads the right weights."""
     cfg, path, ref = kimi
-    real_feed, calls = loader._feed, []
-
-    def feed_then_fail(params, t, value, name):
-        calls.append(name)
-        if len(calls) == 10:
-            raise exc("stop")
-        real_feed(params, t, value, name)
-
-    monkeypatch.setattr(loader, "_feed", feed_then_fail)
+    real_feed = loader._feed
+    fail_feed_at(monkeypatch, 10, exc("stop"))
     with pytest.raises(exc):
         load_target(path, dtype=torch.float32)
     assert held_bytes(built[0]) == 0

@@ -570,15 +570,7 @@ def test_a_failed_load_leaves_nothing_that_crashes_when_read(bases, built, monke
     path, cfg, _ = bases["kimi"]
     calls = []
     if where == "between tensors":
-        real_feed = loader._feed
-
-        def feed(params, t, value, name):
-            calls.append(name)
-            if len(calls) == 40:
-                raise OSError("read error")
-            real_feed(params, t, value, name)
-
-        monkeypatch.setattr(loader, "_feed", feed)
+        calls = test_audit.fail_feed_at(monkeypatch, 40, OSError("read error"))
     else:
         real_copy = moe.copy_checked
 

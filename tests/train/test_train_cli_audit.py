@@ -9,7 +9,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 
 import pytest
@@ -19,6 +18,7 @@ import sglang_eagle3.models.loader
 from sglang_eagle3 import train_draft
 from sglang_eagle3.config import ModelConfig
 from sglang_eagle3.engine import EMBEDDED_DIR
+from tests.train.test_train_draft_cli import ctrl_c_at_step
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -245,18 +245,8 @@ def test_provenance_in_the_report_and_config(data, tmp_path, monkeypatch):
 
 @needs_weights
 def test_ctrl_c_marks_the_partial_draft_in_its_config(data, tmp_path, monkeypatch):
-    import sglang_eagle3.train.draft as draft_module
-
     stop_at = int(torch.randint(1, 4, ()))
-    real_loss, calls = draft_module.ttt_loss, []
-
-    def loss_then_ctrl_c(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == stop_at:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_loss(*args, **kwargs)
-
-    monkeypatch.setattr(draft_module, "ttt_loss", loss_then_ctrl_c)
+    calls = ctrl_c_at_step(monkeypatch, stop_at)
     out = tmp_path / "draft"
     with pytest.raises(SystemExit) as e:
         train_draft.main(_tiny(data, out, "--steps", "50"))  # no --report: config.json is the only record

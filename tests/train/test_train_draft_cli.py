@@ -306,23 +306,33 @@ def test_progress_goes_to_stderr_with_throughput_and_eta(tmp_path, capsys):
     assert "draft written to" in out
 
 
-@needs_weights
-def test_ctrl_c_during_training_writes_the_draft_so_far(tmp_path, monkeypatch, capsys):
+def ctrl_c_at_step(monkeypatch, n: int) -> list[int]:
+    """Sends this process SIGINT (what Ctrl-C sends; the trainer handles it between steps) from the draft loss of
+    training step n; one entry per loss computed."""
     import signal
 
     import sglang_eagle3.train.draft as draft_module
-    from sglang_eagle3.models.loader import load_draft
 
-    stop_at = int(torch.randint(1, 4, ()))
     real_loss, calls = draft_module.ttt_loss, []
 
     def loss_then_ctrl_c(*args, **kwargs):
         calls.append(1)
-        if len(calls) == stop_at:
-            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends; handled between steps
+        if len(calls) == n:
+            os.kill(os.getpid(), signal.SIGINT)
         return real_loss(*args, **kwargs)
 
     monkeypatch.setattr(draft_module, "ttt_loss", loss_then_ctrl_c)
+    return calls
+
+
+@needs_weights
+def test_ctrl_c_during_training_writes_the_draft_so_far(tmp_path, monkeypatch, capsys):
+    import signal
+
+    from sglang_eagle3.models.loader import load_draft
+
+    stop_at = int(torch.randint(1, 4, ()))
+    calls = ctrl_c_at_step(monkeypatch, stop_at)
     data = tmp_path / "data.txt"
     data.write_text(TEXT)
     out = tmp_path / "draft"
