@@ -21,6 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.simulate_adaptive import chain_accepts, simulate  # noqa: E402
 
+# The lossless comparisons run in float64. In float32 the tiny pair's greedy logits differ by up to 1e-4 between
+# batchings (plain decoding at batch 3 against batch 1 alone, as well as verify against decode), and among a few
+# thousand fresh random tokens a top-2 gap that small turns up: CI once saw speculative output leave plain
+# decoding's at such a tie. float64 takes the noise below 1e-6 (measured: 7e-7, the float32 logprobs' rounding),
+# far below any gap these prompts meet.
+CPU = {"device": "cpu", "dtype": "float64"}
+
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
@@ -34,8 +41,8 @@ def test_switching_num_steps_between_rounds_is_lossless(pair):
     tpath, dpath = pair
     prompts = [[random.randrange(128) for _ in range(n)] for n in (5, 9, 2)]
     greedy = {"max_new_tokens": 30, "temperature": 0}
-    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=greedy)
-    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+    ref = Engine(model_path=tpath, **CPU).generate(input_ids=prompts, sampling_params=greedy)
+    eng = Engine(model_path=tpath, **CPU, speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
                  speculative_num_steps=2, speculative_num_steps_candidates=[1, 4])
     reqs = [eng.make_request(input_ids=p, sampling_params=greedy) for p in prompts]
     for r in reqs:
@@ -427,7 +434,7 @@ def test_scheduler_prices_rounds_by_the_batch_kind(pair):
     grammar request in it), and the engine's start-up timed both kinds: greedy requests alone choose as greedy, a
     batch with one sampled request as sampled."""
     tpath, dpath = pair
-    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+    eng = Engine(model_path=tpath, **CPU, speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
                  speculative_num_steps=3, speculative_adaptive=True, max_running_requests=3)
     sched = eng.backend.scheduler
     assert sched.adaptive.costs.sampled is not None
@@ -452,7 +459,7 @@ def test_time_rounds_sampled_kind_runs_the_sampler(pair, monkeypatch):
     """time_rounds(sampled=True) times the sampled round (sampled_round, temperature rows), the sampled decode step
     and a catch-up that draws a proposal at every row; the greedy kind none of them."""
     tpath, dpath = pair
-    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+    eng = Engine(model_path=tpath, **CPU, speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
                  speculative_num_steps=2, speculative_num_steps_candidates=[0, 1], max_running_requests=2)
     runner = eng.backend.scheduler.runner
     seen = []
@@ -480,8 +487,8 @@ def test_adaptive_switching_inside_the_scheduler_is_lossless(pair, overlap):
     tpath, dpath = pair
     prompts = [[random.randrange(128) for _ in range(n)] for n in (5, 9, 2, 7)]
     greedy = {"max_new_tokens": 30, "temperature": 0}
-    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=greedy)
-    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+    ref = Engine(model_path=tpath, **CPU).generate(input_ids=prompts, sampling_params=greedy)
+    eng = Engine(model_path=tpath, **CPU, speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
                  speculative_num_steps=3, speculative_adaptive=True, disable_overlap_schedule=not overlap,
                  max_running_requests=3)
     sched = eng.backend.scheduler
@@ -502,8 +509,8 @@ def test_adaptive_engine_times_rounds_and_moves_k(pair):
     tpath, dpath = pair
     prompts = [[random.randrange(128) for _ in range(n)] for n in (5, 9, 2)]
     greedy = {"max_new_tokens": 40, "temperature": 0}
-    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=greedy)
-    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+    ref = Engine(model_path=tpath, **CPU).generate(input_ids=prompts, sampling_params=greedy)
+    eng = Engine(model_path=tpath, **CPU, speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
                  speculative_num_steps=3, speculative_adaptive=True, max_running_requests=4)
     info = eng.get_server_info()
     assert info["forward_counts"] == {} or all(v["graph"] == v["eager"] == 0 for v in info["forward_counts"].values())
@@ -578,7 +585,7 @@ def test_probe_rounds_reach_the_policy(pair):
     and k = 0 costs a decode step and a fifth of a catch-up."""
     tpath, dpath = pair
     for probe in (0, 5):
-        eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3",
+        eng = Engine(model_path=tpath, **CPU, speculative_algorithm="EAGLE3",
                      speculative_draft_model_path=dpath, speculative_num_steps=2, speculative_adaptive=True,
                      speculative_adaptive_probe_rounds=probe, max_running_requests=2)
         pol = eng.backend.scheduler.adaptive
@@ -592,7 +599,7 @@ def test_catch_up_timing_stays_inside_the_page_table(pair):
     """time_rounds' catch-up rows sit where their prefill bucket (32 tokens here, for 5) ends inside the context, as
     a request's catch-up graph would replay them (past it, the timing would be of the eager fallback)."""
     tpath, dpath = pair
-    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+    eng = Engine(model_path=tpath, **CPU, speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
                  speculative_num_steps=2, speculative_num_steps_candidates=[0], context_length=96, page_size=16)
     runner, seen = eng.backend.runner, []
     prefill_draft = runner.prefill_draft
@@ -619,8 +626,8 @@ def test_draft_length_zero_with_sampling_and_penalties(pair):
     params = [{"max_new_tokens": 30, "temperature": 0}, {"max_new_tokens": 30, "temperature": 0.9, "seed": 5},
               {"max_new_tokens": 25, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "seed": 2},
               {"max_new_tokens": 30, "temperature": 0, "frequency_penalty": 1.2, "repetition_penalty": 1.3}]
-    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=params)
-    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+    ref = Engine(model_path=tpath, **CPU).generate(input_ids=prompts, sampling_params=params)
+    eng = Engine(model_path=tpath, **CPU, speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
                  speculative_num_steps=3, speculative_num_steps_candidates=[0, 1])
     reqs = [eng.make_request(input_ids=p, sampling_params=sp) for p, sp in zip(prompts, params, strict=True)]
     for r in reqs:
@@ -726,10 +733,10 @@ def test_resting_draft_catches_up_where_k_zero_rounds_would_have_left_it(pair):
     tpath, dpath = pair
     prompts = [[random.randrange(128) for _ in range(n)] for n in (6, 3)]
     greedy = {"max_new_tokens": 24, "temperature": 0}
-    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=greedy)
+    ref = Engine(model_path=tpath, **CPU).generate(input_ids=prompts, sampling_params=greedy)
     states = {}
     for probe in (0, 4):
-        eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3",
+        eng = Engine(model_path=tpath, **CPU, speculative_algorithm="EAGLE3",
                      speculative_draft_model_path=dpath, speculative_num_steps=2, speculative_adaptive=True,
                      speculative_num_steps_candidates=[0], disable_overlap_schedule=True)
         sched = eng.backend.scheduler
@@ -769,9 +776,9 @@ def test_resting_draft_is_lossless_with_sampling_penalties_and_logprobs(pair, ov
               {"max_new_tokens": 25, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "seed": 2},
               {"max_new_tokens": 30, "temperature": 0, "frequency_penalty": 1.2, "repetition_penalty": 1.3}]
     logprob = [True, False, True, False]
-    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=params,
+    ref = Engine(model_path=tpath, **CPU).generate(input_ids=prompts, sampling_params=params,
                                                           return_logprob=logprob, top_logprobs_num=2)
-    eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
+    eng = Engine(model_path=tpath, **CPU, speculative_algorithm="EAGLE3", speculative_draft_model_path=dpath,
                  speculative_num_steps=3, speculative_adaptive=True, disable_overlap_schedule=not overlap)
     sched = eng.backend.scheduler
     sched.adaptive = _Scripted(sched.adaptive, ([0] * 9 + [1, 1, 3, 3] + [0] * 4 + [3]) * 4, 3)
@@ -793,10 +800,10 @@ def test_overlapped_catch_ups_leave_the_draft_where_k_zero_rounds_do(pair):
     tpath, dpath = pair
     prompts = [[random.randrange(128) for _ in range(n)] for n in (6, 3)]
     greedy = {"max_new_tokens": 30, "temperature": 0}
-    ref = Engine(model_path=tpath, device="cpu").generate(input_ids=prompts, sampling_params=greedy)
+    ref = Engine(model_path=tpath, **CPU).generate(input_ids=prompts, sampling_params=greedy)
     states: dict[int, dict] = {0: {}, 4: {}}
     for probe in (0, 4):
-        eng = Engine(model_path=tpath, device="cpu", speculative_algorithm="EAGLE3",
+        eng = Engine(model_path=tpath, **CPU, speculative_algorithm="EAGLE3",
                      speculative_draft_model_path=dpath, speculative_num_steps=2, speculative_adaptive=True,
                      speculative_num_steps_candidates=[0])
         sched, seen = eng.backend.scheduler, states[probe]
