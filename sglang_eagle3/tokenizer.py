@@ -97,7 +97,8 @@ class Tokenizer:
                             tools: list[dict] | None = None, extra: dict | None = None) -> str:
         """Renders messages as Hugging Face does (trim_blocks, lstrip_blocks, ``raise_exception``; ``tools``, the
         OpenAI tool list, as the template's ``tools``; ``extra``: more variables, e.g. a template's ``thinking``
-        switch, as SGLang's chat_template_kwargs)."""
+        switch, as SGLang's chat_template_kwargs). A message's content may be a list of OpenAI text parts: the
+        template gets them in the form it reads (chat_content_format), as SGLang hands them to it."""
         import jinja2
 
         # As Hugging Face picks among named templates: "tool_use" for a request with tools, where there is one.
@@ -106,6 +107,7 @@ class Tokenizer:
             source = self.named_chat_templates["tool_use"]
         if self._compiled_template is None or self._compiled_template[0] != source:
             self._compiled_template = (source, _template_environment().from_string(source))
+        messages = _content_for_template(messages, chat_content_format(source))
         try:
             return self._compiled_template[1].render(**(extra or {}), messages=messages,
                                                      add_generation_prompt=add_generation_prompt,
@@ -120,6 +122,69 @@ class Tokenizer:
         only what the template writes is encoded (a template that wants a BOS writes ``{{ bos_token }}``)."""
         return self.encode(self.apply_chat_template(messages, add_generation_prompt, tools, extra),
                            add_special_tokens=False)
+
+
+# Words whose presence anywhere in a template make SGLang take it for one that reads content parts (a multimodal
+# template's), whatever its loops.
+_MEDIA_TEMPLATE_WORDS = ("image", "audio", "video", "vision")
+_CONTENT_HOLDERS = ("message", "msg", "m")  # the loop variables SGLang's detection looks for
+
+
+def _reads_content(node, jinja2) -> bool:
+    """Whether ``node`` is ``message.content`` / ``message['content']`` (or msg's, m's), through filters, tests and
+    slices."""
+    n = jinja2.nodes
+    while True:
+        if isinstance(node, (n.Filter, n.Test)) and node.node is not None:
+            node = node.node
+        elif isinstance(node, n.Getitem) and isinstance(node.arg, n.Slice):
+            node = node.node
+        else:
+            break
+    if isinstance(node, n.Getattr):
+        key = node.attr
+    elif isinstance(node, n.Getitem) and isinstance(node.arg, n.Const):
+        key = node.arg.value
+    else:
+        return False
+    return key == "content" and isinstance(node.node, n.Name) and node.node.name in _CONTENT_HOLDERS
+
+
+@functools.lru_cache(maxsize=16)
+def chat_content_format(template: str) -> str:
+    """The content form a chat template reads, as SGLang 0.5.23 decides it (and vLLM before it): "openai" (a list of
+    content parts) for a template that loops over a message's content, or that names images, audio, video or vision
+    anywhere; else "string" (a template that fails to parse: "string")."""
+    import jinja2
+
+    if any(word in template for word in _MEDIA_TEMPLATE_WORDS):
+        return "openai"
+    try:
+        ast = _template_environment().parse(template)
+    except jinja2.TemplateError:
+        return "string"
+    loops = ast.find_all(jinja2.nodes.For)
+    return "openai" if any(_reads_content(loop.iter, jinja2) for loop in loops) else "string"
+
+
+def _content_for_template(messages: list[dict], content_format: str) -> list[dict]:
+    """``messages`` with each list content (OpenAI text parts) in the form the template reads: the parts themselves
+    (``{"type": "text", "text"}``) for an "openai" template, their texts joined by a space for a "string" one; a tool
+    message's always joined (most templates write a tool result as text). As SGLang's Jinja path does."""
+    out = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                    raise ChatTemplateError(f"a content part must be a text part ({{\"type\": \"text\", "
+                                            f"\"text\": ...}}), got {str(part)[:80]}")
+                texts.append(part["text"])
+            joined = content_format == "string" or m.get("role") == "tool"
+            m = {**m, "content": " ".join(texts) if joined else [{"type": "text", "text": t} for t in texts]}
+        out.append(m)
+    return out
 
 
 @functools.lru_cache(maxsize=1)

@@ -32,6 +32,7 @@ from sglang_eagle3.server.logprobs import (
     completion_logprobs,
     tokens_of,
 )
+from sglang_eagle3.server.messages import check_content_parts, message_dict, text_of
 from sglang_eagle3.server.protocol import (
     APIError,
     ChatCompletionRequest,
@@ -384,11 +385,11 @@ def _reject_legacy_functions(body) -> None:
 
 def _check_messages(messages) -> None:
     """OpenAI's rules: every message has content, except an assistant's that carries tool_calls (or the older
-    function_call); a list of content parts is never empty."""
+    function_call); a list of content parts is never empty, and holds text parts only (server/messages.py)."""
     for i, m in enumerate(messages):
         param = f"messages.{i}.content"
-        if isinstance(m.content, list) and not m.content:
-            raise APIError(400, f"{param} is an empty list: give a string or at least one text part", param=param)
+        if isinstance(m.content, list):
+            check_content_parts(i, m.content)
         if m.content is None:
             extra = m.model_extra or {}
             if m.role != "assistant":
@@ -396,15 +397,6 @@ def _check_messages(messages) -> None:
             if not (extra.get("tool_calls") or extra.get("function_call")):
                 raise APIError(400, f"messages.{i} (role 'assistant') has no content: it may be left out only "
                                "with tool_calls", param=param)
-
-
-def _message_dict(m) -> dict:
-    d = m.model_dump(exclude_none=True)
-    content = m.content
-    if isinstance(content, list):  # text parts, joined as OpenAI-compatible servers do
-        content = "\n".join(part.text for part in content)
-    d["content"] = content if content is not None else ""
-    return d
 
 
 async def chat_completions(serving: Serving, request: HTTPRequest):
@@ -433,7 +425,7 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
             sp.setdefault(name, value)
     # The response's id is the engine request's (its choices' <id>_<j>): what /abort_request takes, as SGLang's.
     rid = request_ids(body.rid, 1, False)[0] or f"chatcmpl-{uuid.uuid4().hex}"
-    messages = [_message_dict(m) for m in body.messages]
+    messages = [message_dict(i, m) for i, m in enumerate(body.messages)]
     plan = ToolPlan.of(body, serving.config.tool_call_parser, messages)
     prompt = chat_prompt(body, messages, plan)
     if plan is not None:
@@ -519,12 +511,19 @@ def chat_prompt(body, messages: list[dict], plan: ToolPlan | None) -> ChatPrompt
     if taken:
         raise APIError(400, f"chat_template_kwargs may not set {', '.join(taken)} (the server sets them; use the "
                        "request's own fields)", param="chat_template_kwargs")
+    if "chat_template" in (extra or {}):
+        # Hugging Face's apply_chat_template (SGLang's renderer) takes it as the template itself; SGLang refuses it
+        # unless started with --trust-request-chat-template, which this server does not have. (It was a variable no
+        # template reads: the request rendered with the server's template, without a word.)
+        raise APIError(400, "chat_template_kwargs.chat_template: a request may not bring its own chat template; "
+                       "the server renders with its --chat-template (or the model's)",
+                       param="chat_template_kwargs.chat_template")
     continued = None
     if body.continue_final_message and messages[-1]["role"] == "assistant":
         # SGLang's continue_final_message: the prompt is the conversation before the last message (with the
         # generation prompt), then that message's text; the reply is what follows it. (Without an assistant
         # message last there is nothing to continue, and the flag changes nothing, as in SGLang.)
-        continued = messages[-1]["content"]
+        continued = text_of(messages[-1]["content"])  # (text parts: joined, as SGLang's string form)
         messages = messages[:-1]
     return ChatPrompt(messages, plan.tools if plan is not None else None, extra, continued)
 
@@ -533,7 +532,7 @@ def tokenize_chat_prompt(serving: Serving, body) -> ChatPrompt:
     """/v1/tokenize's messages as /v1/chat/completions renders them (its checks of the messages, tools and
     chat_template_kwargs, its 400s), so that the count is the chat's ``usage.prompt_tokens``."""
     _check_messages(body.messages)
-    messages = [_message_dict(m) for m in body.messages]
+    messages = [message_dict(i, m) for i, m in enumerate(body.messages)]
     # NOTE: the tool-call parser reads a model's output; a prompt's tokens need none. Without --tool-call-parser chat
     # refuses tool_choice "auto" (no calls could be read back), but the template shows the tools as "auto" shows
     # them either way, and that is what is counted here (as SGLang's tokenize renders them).

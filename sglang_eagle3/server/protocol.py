@@ -159,17 +159,18 @@ class CompletionRequest(_SamplingFields):
     best_of: int | None = None
 
 
-class TextPart(_Body):
-    type: Literal["text"]
-    text: str
-
-
 class ChatMessage(BaseModel):
-    # Extra keys (name, tool_call_id, ...) go through to the chat template, as with Hugging Face.
+    # Extra keys go through to the chat template, as with Hugging Face. ``content``: a string or a list of content
+    # parts, each checked by server/messages.py (text parts only: a 400 naming an image, audio or other part).
+    # ``name``, ``tool_call_id`` and ``reasoning_content`` are strings, as in SGLang's messages (a 400 naming the field
+    # otherwise, rather than a template that writes a list or an object where it expects text).
     model_config = ConfigDict(strict=True, extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[Any] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
 
 
 class ChatCompletionRequest(_SamplingFields):

@@ -190,17 +190,23 @@ class Serving:
                     extra: dict | None = None, continued: str | None = None,
                     add_special_tokens: bool = False) -> list[int]:
         """The chat prompt's token ids; ``continued``: text that follows the rendered messages (the assistant
-        message a continue_final_message request continues), encoded with them as one text, as SGLang does.
-        ``add_special_tokens``: the tokenizer's own (a BOS) on top of what the template writes (/v1/tokenize's
-        field; chat never adds them)."""
+        message a continue_final_message request continues), encoded on its own and its ids appended, as SGLang
+        0.5.23 does (the tokenizer's encode, a leading BOS dropped): the ids where the two texts meet are SGLang's,
+        not those of one text (a generation prompt ending in a space, "Assistant: ", then "The": " " + "The", not
+        " The"). ``add_special_tokens``: the tokenizer's own (a BOS) on top of what the template writes
+        (/v1/tokenize's field; chat never adds them)."""
         if self.tokenizer is None:
             raise APIError(400, "this server was started without a tokenizer (--skip-tokenizer-init): chat "
                            "needs one; use /generate with input_ids", param="messages")
         try:
-            if continued is not None or add_special_tokens:
-                text = self.tokenizer.apply_chat_template(messages, add_generation_prompt, tools, extra)
-                return self.tokenizer.encode(text + (continued or ""), add_special_tokens=add_special_tokens)
-            return self.tokenizer.encode_chat(messages, add_generation_prompt, tools, extra)
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt, tools, extra)
+            ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+            if continued:
+                more = self.tokenizer.encode(continued, add_special_tokens=True)
+                if more and more[0] == self.tokenizer.bos_token_id:
+                    more = more[1:]
+                ids += more
+            return ids
         except ChatTemplateError as e:
             raise APIError(400, str(e), param="messages") from None
         except (TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as e:
