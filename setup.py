@@ -37,6 +37,7 @@ setup(
             "pytest-timeout",
             "pytest-benchmark",
             "hypothesis",  # tests/server/test_http_fuzz.py
+            "jsonschema",  # an independent reading of JSON schemas (tests/test_structural_tag.py)
             "transformers>=4.57",
             "openai",
             "httpx",

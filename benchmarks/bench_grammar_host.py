@@ -50,7 +50,10 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
 GRAMMARS = {"json_any": GrammarSpec("json_schema", "$$ANY$$"), "json_schema": GrammarSpec("json_schema",
                                                                                            json.dumps(SCHEMA)),
             "regex_star": GrammarSpec("regex", r"[A-Z][a-z]+( [a-z]+)*\."),
-            "regex_bounded": GrammarSpec("regex", r"[A-Z][a-z]+( [a-z]+){5,40}\.")}
+            "regex_bounded": GrammarSpec("regex", r"[A-Z][a-z]+( [a-z]+){5,40}\."),
+            # free text in which "<call>" opens a JSON object (SGLang's legacy structural tag)
+            "structural_tag": GrammarSpec("structural_tag", json.dumps(
+                {"structures": [{"begin": "<call>", "schema": SCHEMA, "end": "</call>"}], "triggers": ["<call>"]}))}
 
 
 class _SyntheticTokenizer:

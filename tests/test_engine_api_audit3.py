@@ -72,13 +72,13 @@ def test_stop_sequences_as_tuples_and_sets(engine):
                                         ("custom_params", None), ("custom_params", {}), ("watermark", None)])
 def test_sglang_sampling_fields_at_neutral_values(engine, name, value):
     """SGLang's SamplingParams has beam_width (1 or None: not a beam request), structural_tag ('' is unset, as
-    __post_init__ reads it), stream_interval, custom_params and watermark: code that builds full sampling_params
-    passes them unset, and each was refused here as an "unknown sampling parameter"."""
+    __post_init__ reads it; a tag is a grammar, tests/test_structural_tag.py), stream_interval, custom_params and
+    watermark: code that builds full sampling_params passes them unset, and each was refused here as an "unknown
+    sampling parameter"."""
     assert _key(engine.generate(PROMPT, {**GREEDY, name: value})) == _key(engine.generate(PROMPT, GREEDY))
 
 
 @pytest.mark.parametrize("name,value,what", [("beam_width", 4, "beam search"),
-                                             ("structural_tag", '{"type": "structural_tag"}', "structural tags"),
                                              ("stream_interval", 4, "stream intervals"),
                                              ("custom_params", {"k": 1}, "custom logit processors"),
                                              ("watermark", {"key": 1}, "watermarks")])

@@ -207,6 +207,14 @@ def _non_finite(value, pointer: str = "#") -> str | None:
     return None
 
 
+def _schema_problem(schema) -> str | None:
+    """Why xgrammar would not hold output to ``schema`` (parsed JSON) in full, or None (check_json_schema)."""
+    try:
+        return _non_finite(schema) or unenforced_json_schema(schema)
+    except RecursionError:
+        return "it nests too deeply to check"
+
+
 def check_json_schema(text: str) -> None:
     """GrammarError where xgrammar would compile the schema ``text`` but not enforce all of it (SGLang refuses
     these too), rather than constrain the output to part of what the client asked. Text that is not JSON is left to
@@ -215,12 +223,98 @@ def check_json_schema(text: str) -> None:
         schema = json.loads(text)
     except (ValueError, RecursionError):
         return
-    try:
-        reason = _non_finite(schema) or unenforced_json_schema(schema)
-    except RecursionError:
-        reason = "it nests too deeply to check"
+    reason = _schema_problem(schema)
     if reason is not None:
         raise GrammarError(f"json_schema={short_repr(text)} is not supported: {reason}")
+
+
+# -- structural tags ---------------------------------------------------------------------------------------------
+# SGLang's structural_tag takes two shapes (protocol.py's StructuralTagResponseFormat): the legacy one, {"structures":
+# [{"begin", "schema", "end"}], "triggers": [...], "at_least_one"}, free text in which a trigger opens one of the
+# tagged JSON values; and xgrammar's own, {"format": {...}} (type "structural_tag" beside it optional), whose
+# formats nest (tag, sequence, or, triggered_tags, ...). Both compile to one xgrammar grammar.
+_TAG_SCHEMA_FORMATS = ("json_schema", "qwen_xml_parameter")  # formats whose "json_schema" holds a schema
+_TAG_NESTED = {"content": False, "elements": True, "tags": True}  # where formats nest: key -> holds a list
+
+
+def _schema_formats(fmt, at: str):
+    """(format, where) of each format in an xgrammar structural tag's format tree (parsed JSON) that holds a JSON
+    schema under "json_schema"."""
+    if not isinstance(fmt, dict):
+        return
+    if fmt.get("type") in _TAG_SCHEMA_FORMATS:
+        yield fmt, at
+    for key, many in _TAG_NESTED.items():
+        sub = fmt.get(key)
+        if many and isinstance(sub, list):
+            for i, item in enumerate(sub):
+                yield from _schema_formats(item, f"{at}.{key}[{i}]")
+        elif not many:
+            yield from _schema_formats(sub, f"{at}.{key}")
+
+
+def structural_tag_grammar(text: str, xgr, max_whitespace_cnt: int | None = None):
+    """What xgrammar's compile_structural_tag takes for SGLang's structural_tag ``text`` (either shape above): an
+    xgrammar StructuralTag for the legacy shape, the JSON text for xgrammar's. GrammarError naming the part at
+    fault where the text is not such a tag, or a schema in it would be enforced only in part (check_json_schema's
+    rule). ``max_whitespace_cnt`` (the engine's constrained_json_max_whitespace_cnt) bounds the whitespace runs of
+    each JSON value whose format sets no bound of its own: a weak model pads a tag's JSON with spaces as it pads
+    a json_schema's."""
+    fields = getattr(getattr(getattr(xgr, "structural_tag", None), "JSONSchemaFormat", None), "model_fields", {})
+    bound = max_whitespace_cnt if "max_whitespace_cnt" in fields else None  # (an older xgrammar has no bound)
+
+    def bad(why: str) -> GrammarError:
+        return GrammarError(f"structural_tag={short_repr(text)} {why}")
+
+    try:
+        tag = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise bad(f"is not JSON: {e}") from None
+    if not isinstance(tag, dict):
+        raise bad("must be a JSON object: {\"structures\": [...], \"triggers\": [...]} or {\"format\": {...}}")
+    if "structures" in tag:
+        structures, triggers = tag["structures"], tag.get("triggers")
+        if not isinstance(structures, list) or not structures:
+            raise bad("has structures that are not a non-empty list of {begin, schema, end}")
+        if not isinstance(triggers, list) or not triggers or not all(isinstance(t, str) and t for t in triggers):
+            raise bad(f"has triggers={short_repr(triggers)}: a non-empty list of non-empty strings is needed (each "
+                      "structure's begin starts with one)")
+        if not isinstance(tag.get("at_least_one", False), bool):
+            raise bad(f"has at_least_one={short_repr(tag['at_least_one'])}: true or false")
+        items = []
+        for i, st in enumerate(structures):
+            if not isinstance(st, dict) or not isinstance(st.get("begin"), str) or not isinstance(st.get("end"), str):
+                raise bad(f"has structures[{i}]={short_repr(st)}: an object with string begin and end is needed")
+            schema = {} if st.get("schema") is None else st["schema"]
+            if not isinstance(schema, (dict, bool)):
+                raise bad(f"has structures[{i}].schema={short_repr(schema)}: a JSON schema (an object) is needed")
+            reason = _schema_problem(schema)
+            if reason is not None:
+                raise bad(f"has structures[{i}].schema, which is not supported: {reason}")
+            items.append(xgr.StructuralTagItem(begin=st["begin"], schema=json.dumps(schema), end=st["end"]))
+        if not hasattr(xgr, "StructuralTag"):  # xgrammar before 0.1.26: the legacy call, no at_least_one
+            if tag.get("at_least_one"):
+                raise bad("has at_least_one, which this xgrammar cannot enforce (pip install -U xgrammar)")
+            return items, triggers
+        compiled_tag = xgr.StructuralTag.from_legacy_structural_tag(items, triggers)
+        compiled_tag.format.at_least_one = bool(tag.get("at_least_one", False))
+        if bound is not None:
+            for t in compiled_tag.format.tags:
+                t.content.max_whitespace_cnt = bound
+        return (compiled_tag,)
+    if "format" not in tag:
+        raise bad("has neither structures (with triggers) nor format")
+    if not hasattr(xgr, "StructuralTag"):
+        raise bad("uses xgrammar's format shape, which this xgrammar cannot read (pip install -U xgrammar)")
+    for fmt, where in _schema_formats(tag["format"], "format"):
+        if fmt.get("json_schema") is None:
+            fmt["json_schema"] = {}  # (no schema: any JSON value, as SGLang reads it; xgrammar would refuse it)
+        if bound is not None and fmt.get("type") == "json_schema" and fmt.get("max_whitespace_cnt") is None:
+            fmt["max_whitespace_cnt"] = bound
+        reason = _schema_problem(fmt["json_schema"]) if isinstance(fmt["json_schema"], (dict, bool)) else None
+        if reason is not None:
+            raise bad(f"has {where}.json_schema, which is not supported: {reason}")
+    return (json.dumps(tag),)
 
 
 class GrammarBackend:
@@ -304,6 +398,8 @@ class GrammarBackend:
             compiler = self._get_compiler()
         if spec.kind == "json_schema" and spec.text != ANY_JSON:
             check_json_schema(spec.text)
+        tag_args = (structural_tag_grammar(spec.text, _xgrammar(), self.max_whitespace_cnt)
+                    if spec.kind == "structural_tag" else ())
         try:
             if spec.kind == "json_schema":
                 # (max_whitespace_cnt only where set: an older xgrammar has no such argument)
@@ -312,6 +408,8 @@ class GrammarBackend:
                             else compiler.compile_json_schema(spec.text, any_whitespace=self.any_whitespace, **limit))
             elif spec.kind == "regex":
                 compiled = compiler.compile_regex(spec.text)
+            elif spec.kind == "structural_tag":
+                compiled = compiler.compile_structural_tag(*tag_args)
             else:
                 compiled = compiler.compile_grammar(spec.text)
         except (RuntimeError, ValueError, json.JSONDecodeError) as e:

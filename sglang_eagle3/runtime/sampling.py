@@ -34,7 +34,8 @@ import torch
 from sglang_eagle3 import env, kernels
 from sglang_eagle3.kernels.ref import MIX32_MUL1, MIX32_MUL2
 
-GRAMMAR_KINDS = ("json_schema", "regex", "ebnf")  # SamplingParams' grammar fields (runtime/grammar.py)
+# SamplingParams' grammar fields (runtime/grammar.py)
+GRAMMAR_KINDS = ("json_schema", "regex", "ebnf", "structural_tag")
 SAMPLING_EPS = 1e-6  # a temperature below this is greedy (SGLang's _SAMPLING_EPS)
 
 
@@ -94,7 +95,6 @@ _SGLANG_ONLY = {
     "spaces_between_special_tokens": (lambda v: v is None or v is True,  # the text is decoded as this engine does
                                       "decoding without spaces between special tokens"),
     "beam_width": (lambda v: v is None or (type(v) is int and v == 1), "beam search"),  # 1: not a beam request
-    "structural_tag": (lambda v: v is None or v == "", "structural tags"),
     "stream_interval": (lambda v: v is None or (type(v) is int and v == 1),  # a stream chunk every step, as 1 is
                         "stream intervals (a stream's chunk comes every step)"),
     "custom_params": (lambda v: v is None or v == {}, "custom logit processors"),
@@ -135,10 +135,12 @@ class SamplingParams:
     no_stop_trim: bool = False
     skip_special_tokens: bool = True
     # Structured output (SGLang's names; at most one): the output follows a JSON schema (serialized; "$$ANY$$": any
-    # JSON value), a regular expression or an EBNF grammar (runtime/grammar.py). Exact with speculation.
+    # JSON value), a regular expression, an EBNF grammar or a structural tag (serialized: free text in which each
+    # trigger opens a tagged JSON value; runtime/grammar.py). Exact with speculation.
     json_schema: str | None = None
     regex: str | None = None
     ebnf: str | None = None
+    structural_tag: str | None = None
 
     @staticmethod
     def from_dict(d: dict | None) -> SamplingParams:
@@ -270,7 +272,9 @@ class SamplingParams:
         given = [name for name in GRAMMAR_KINDS if getattr(self, name) is not None]
         for name in given:
             if not isinstance(getattr(self, name), str):
-                bad(name, "must be a string" + (" (the schema serialized as JSON)" if name == "json_schema" else ""))
+                serialized = {"json_schema": " (the schema serialized as JSON)",
+                              "structural_tag": " (the tag serialized as JSON)"}
+                bad(name, "must be a string" + serialized.get(name, ""))
         if len(given) > 1:
             raise SamplingParamsError(f"{' and '.join(given)} are given: a request takes at most one grammar")
         if given and self.min_new_tokens > 0:

@@ -273,7 +273,7 @@ class ServerMetrics:
             self.prompt_tokens.seed(is_streaming=flag)
             self.generation_tokens.seed(is_streaming=flag)
         self.so_requests = Counter("sglang:num_so_requests_total", "Requests with structured output (json_schema, "
-                                   "regex, ebnf, response_format) that ended.", const=tok)
+                                   "regex, ebnf, structural_tag, response_format) that ended.", const=tok)
         self.spec_verify_calls = SnapshotCounter("sglang:spec_verify_calls_total", "Speculative verify rounds, one "
                                                  "per request per round (the same count as "
                                                  "sglang:spec_verify_forwards_total).", const=tok)

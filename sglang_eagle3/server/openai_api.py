@@ -57,6 +57,7 @@ logger = logging.getLogger(__name__)
 _OPENAI_NAMES = {"max_new_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p",
                  "top_k": "top_k", "min_p": "min_p", "stop": "stop", "stop_token_ids": "stop_token_ids",
                  "seed": "seed", "min_new_tokens": "min_tokens"}
+_OPENAI_GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf")  # SGLang's grammar fields on its OpenAI requests
 _COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
 # Fields of SGLang's OpenAI requests (protocol.py's CompletionRequest / ChatCompletionRequest) that ask for what this
 # server does not do: a value other than a neutral one (None, False, 0, "": sglang_neutral) is a 400 naming the field,
@@ -102,40 +103,50 @@ def _sampling_params(body, max_new_tokens: int | None) -> dict:
         sp["min_new_tokens"] = body.min_tokens
     if body.stop is not None:
         sp["stop"] = [body.stop] if isinstance(body.stop, str) else body.stop
-    for name in GRAMMAR_KINDS:
+    for name in _OPENAI_GRAMMAR_FIELDS:
         if getattr(body, name) is not None:
             sp[name] = getattr(body, name)
-    schema = _response_format_schema(body.response_format)
-    if schema is not None:
-        if "json_schema" in sp:
-            raise APIError(400, "response_format and json_schema are both given: a request takes one grammar",
+    grammar = _response_format_grammar(body.response_format)
+    if grammar is not None:
+        kind, text = grammar
+        given = next((k for k in _OPENAI_GRAMMAR_FIELDS if k in sp), None)
+        if given is not None:
+            raise APIError(400, f"response_format and {given} are both given: a request takes one grammar",
                            param="response_format")
-        sp["json_schema"] = schema
+        sp[kind] = text
     return sp
 
 
 def _field_names(body, **more: str) -> dict[str, str]:
     """Engine sampling names -> the fields this body's client set (errors name those)."""
     names = {**_OPENAI_NAMES, **more}
-    if body.json_schema is None and body.response_format is not None:
-        names["json_schema"] = "response_format"
+    if body.response_format is not None:
+        names["structural_tag"] = "response_format"
+        if body.json_schema is None:
+            names["json_schema"] = "response_format"
     return names
 
 
 JSON_OBJECT_SCHEMA = '{"type": "object"}'  # OpenAI's json_object: "a valid JSON object", as SGLang 0.5.23 asks
 
 
-def _response_format_schema(fmt: dict | None) -> str | None:
-    """The engine's json_schema for OpenAI's ``response_format`` (SGLang 0.5.23's reading): None for text, a JSON
-    object for json_object, the serialized schema for json_schema (400 without one, as SGLang's "schema_ is
-    required")."""
+def _response_format_grammar(fmt: dict | None) -> tuple[str, str] | None:
+    """The engine's grammar (kind, text) for OpenAI's ``response_format`` (SGLang 0.5.23's reading): None for text,
+    a JSON object for json_object, the serialized schema for json_schema (400 without one, as SGLang's "schema_ is
+    required"), SGLang's structural tag (the format serialized, its type beside it) for structural_tag."""
     if fmt is None:
         return None
     kind = fmt.get("type")
     if kind == "text":
         return None
     if kind == "json_object":
-        return JSON_OBJECT_SCHEMA
+        return "json_schema", JSON_OBJECT_SCHEMA
+    if kind == "structural_tag":
+        try:
+            return "structural_tag", json.dumps(fmt, allow_nan=False)
+        except ValueError:
+            raise APIError(400, "response_format holds NaN or Infinity, which JSON has no value for",
+                           param="response_format") from None
     if kind == "json_schema":
         spec = fmt.get("json_schema")
         if not isinstance(spec, dict):
@@ -150,14 +161,15 @@ def _response_format_schema(fmt: dict | None) -> str | None:
             raise APIError(400, f"response_format.json_schema.schema={short_repr(schema)} must be a JSON schema "
                            "(an object)", param="response_format.json_schema.schema")
         try:
-            return json.dumps(schema, allow_nan=False)
+            return "json_schema", json.dumps(schema, allow_nan=False)
         except ValueError:  # NaN / Infinity: no JSON value, so no schema xgrammar could read
             raise APIError(400, "response_format.json_schema.schema holds NaN or Infinity, which JSON has no "
                            "value for", param="response_format.json_schema.schema") from None
     # (no type is no format either: OpenAI, vLLM and SGLang require one, and reading it as text would drop a schema
     # the client meant to send without a word)
     what = "has no type" if kind is None else f"type={short_repr(kind)} is not supported"
-    raise APIError(400, f"response_format {what} (text, json_object or json_schema)", param="response_format.type")
+    raise APIError(400, f"response_format {what} (text, json_object, json_schema or structural_tag)",
+                   param="response_format.type")
 
 
 def _choices_per_prompt(body) -> int:

@@ -46,6 +46,11 @@ SCHEMA_INTS = {"type": "array", "items": {"type": "integer"}, "maxItems": 2}
 SCHEMA_INTS_RE = rf"\[{WS}({INT}({WS},{WS}{INT})?)?{WS}\]"
 SCHEMA_ENUM = {"enum": ["fox", "dog", "box"]}
 SCHEMA_ENUM_RE = r'"(fox|dog|box)"'
+# A structural tag (xgrammar's shape, as SGLang's response_format takes it): a fixed text, then a tagged JSON value.
+TAG_FLAG = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
+    {"type": "const_string", "value": "fox: "},
+    {"type": "tag", "begin": "<a>", "content": {"type": "json_schema", "json_schema": SCHEMA_FLAG}, "end": "</a>"}]}}
+TAG_FLAG_RE = rf"fox: <a>{SCHEMA_FLAG_RE}</a>"
 
 # (id, sampling params of /generate, pattern, the JSON schema the output must satisfy when finished)
 GRAMMARS = [
@@ -57,6 +62,7 @@ GRAMMARS = [
     ("json-flag", {"json_schema": json.dumps(SCHEMA_FLAG)}, SCHEMA_FLAG_RE, SCHEMA_FLAG),
     ("json-ints", {"json_schema": json.dumps(SCHEMA_INTS)}, SCHEMA_INTS_RE, SCHEMA_INTS),
     ("json-enum", {"json_schema": json.dumps(SCHEMA_ENUM)}, SCHEMA_ENUM_RE, SCHEMA_ENUM),
+    ("structural_tag", {"structural_tag": json.dumps(TAG_FLAG)}, TAG_FLAG_RE, None),
 ]
 
 
@@ -196,6 +202,8 @@ OPENAI_FORMS = [
      {"json_schema": json.dumps(SCHEMA_FLAG)}, SCHEMA_FLAG_RE, SCHEMA_FLAG),
     ("response_format-text-and-regex", {"response_format": {"type": "text"}, "regex": REGEX_ANSWER},
      {"regex": REGEX_ANSWER}, REGEX_ANSWER, None),
+    ("response_format-structural_tag", {"response_format": TAG_FLAG}, {"structural_tag": json.dumps(TAG_FLAG)},
+     TAG_FLAG_RE, None),
 ]
 
 
@@ -318,8 +326,17 @@ BAD = [
     ("chat-response_format-false", "/v1/chat/completions",
      {**_CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": False}}},
      "response_format", ["false"]),
-    ("chat-response_format-structural_tag", "/v1/chat/completions",
-     {**_CHAT, "response_format": {"type": "structural_tag"}}, "response_format.type", ["structural_tag"]),
+    ("chat-response_format-structural_tag-empty", "/v1/chat/completions",
+     {**_CHAT, "response_format": {"type": "structural_tag"}}, "response_format", ["neither structures", "format"]),
+    ("cmpl-response_format-structural_tag-unenforced", "/v1/completions",
+     {**_CMPL, "response_format": {"type": "structural_tag", "triggers": ["<a"], "structures": [
+         {"begin": "<a>", "schema": {"type": "object", "properties": {"a": {"not": {}}}}, "end": "</a>"}]}},
+     "response_format", ["structures[0].schema", "not would be ignored"]),
+    ("generate-structural_tag-bad-format", "/generate",
+     {"text": "a", "sampling_params": {"structural_tag": json.dumps({"format": {"type": "nope"}})}},
+     "structural_tag", ["does not compile", "nope"]),
+    ("chat-structural_tag-and-regex", "/v1/chat/completions", {**_CHAT, "regex": "a+", "response_format": TAG_FLAG},
+     "response_format", ["regex", "response_format"]),
     ("cmpl-response_format-xml", "/v1/completions", {**_CMPL, "response_format": {"type": "xml"}},
      "response_format.type", ["xml"]),
     ("chat-response_format-string", "/v1/chat/completions", {**_CHAT, "response_format": "json_object"},
