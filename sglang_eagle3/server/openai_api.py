@@ -515,10 +515,65 @@ class ChatPrompt:
                                    continued=self.continued, add_special_tokens=add_special_tokens)
 
 
+# OpenAI's reasoning_effort tiers and SGLang 0.5.23's additions (minimal, xhigh, ultra, max)
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max")
+_TRUE_WORDS = frozenset({"1", "true", "yes", "y", "on"})  # SGLang's reading of reasoning.enabled given as a string
+
+
+def _effort(value, param: str) -> str | float | None:
+    """A reasoning effort as SGLang reads it: a tier, or a number in [0, 0.99] (a numeric string too); 400 else."""
+    if value is None or (isinstance(value, str) and value in REASONING_EFFORTS):
+        return value
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not 0 <= number <= 0.99:
+        raise APIError(400, f"{param}={short_repr(value)} must be one of {', '.join(REASONING_EFFORTS)} or a number "
+                       "in [0, 0.99]", param=param)
+    return float(number)
+
+
+def template_kwargs(body) -> dict | None:
+    """The chat template's extra variables: ``chat_template_kwargs`` with SGLang 0.5.23's reading of
+    ``reasoning_effort`` and ``reasoning`` under them (the client's own kwargs win): the effort as the template's
+    ``reasoning_effort``, and ``thinking`` / ``enable_thinking`` (DeepSeek's and Kimi's switch / Qwen3's) false for
+    effort "none", true for any other effort or reasoning.enabled. Kimi-K2.5's template then opens the thinking, or
+    not, as the client asked (it was dropped unread)."""
+    effort = _effort(body.reasoning_effort, "reasoning_effort")
+    thinking = None
+    r = body.reasoning
+    if r is not None:
+        if not isinstance(r, dict):
+            raise APIError(400, f"reasoning={short_repr(r)} must be an object ({{\"effort\": ..., \"enabled\": "
+                           "...}})", param="reasoning")
+        given, key = (r.get("effort"), "effort") if r.get("effort") is not None else (r.get("reasoning_effort"),
+                                                                                       "reasoning_effort")
+        if given is not None:
+            effort = _effort(given, f"reasoning.{key}")
+        enabled = r.get("enabled") if r.get("enabled") is not None else r.get("enable", False)
+        if isinstance(enabled, str):
+            enabled = enabled.strip().lower() in _TRUE_WORDS
+        if enabled:
+            thinking = True
+    if effort is not None:
+        thinking = effort != "none"
+    if thinking is None:
+        return body.chat_template_kwargs
+    extra = dict(body.chat_template_kwargs or {})
+    extra.setdefault("thinking", thinking)
+    extra.setdefault("enable_thinking", thinking)
+    if effort is not None:
+        extra.setdefault("reasoning_effort", effort)
+    return extra
+
+
 def chat_prompt(body, messages: list[dict], plan: ToolPlan | None) -> ChatPrompt:
     """The chat template's inputs for ``body`` (a ChatCompletionRequest, or a TokenizeRequest with messages, which
     renders as chat does): 400 for chat_template_kwargs naming the variables the server sets."""
-    extra = body.chat_template_kwargs
+    extra = template_kwargs(body)
     taken = sorted(set(extra or {}) & set(Tokenizer.TEMPLATE_VARIABLES))
     if taken:
         raise APIError(400, f"chat_template_kwargs may not set {', '.join(taken)} (the server sets them; use the "
@@ -569,7 +624,7 @@ def _reasoning_format(body, serving: Serving, sp: dict) -> ReasoningFormat | Non
     fmt = REASONING_FORMATS[parser]
     grammar = any(k in sp for k in GRAMMAR_KINDS)
     thinking_grammar = _grammar_waits_for_thinking(serving)
-    if fmt.forced_by is not None and (body.chat_template_kwargs or {}).get(fmt.forced_by) \
+    if fmt.forced_by is not None and (template_kwargs(body) or {}).get(fmt.forced_by) \
             and (not grammar or thinking_grammar):
         # (the template opened the reasoning; a grammar on an engine whose grammars do not wait for the thinking
         # holds the output to it from its first token: all content)

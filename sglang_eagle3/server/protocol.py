@@ -190,6 +190,10 @@ class ChatCompletionRequest(_SamplingFields):
     continue_final_message: bool = False
     chat_template_kwargs: dict | None = None  # SGLang/vLLM extension: more variables for the chat template
     add_generation_prompt: bool = True  # SGLang/vLLM extension
+    # OpenAI's reasoning_effort (a tier, or SGLang's number in [0, 0.99]) and SGLang's reasoning ({"effort",
+    # "enabled"}): the template's reasoning_effort and thinking / enable_thinking (openai_api.template_kwargs)
+    reasoning_effort: Any = None
+    reasoning: Any = None
     # SGLang's, with --reasoning-parser (server/reasoning.py): the reasoning apart in reasoning_content, and streamed
     # as it comes (false: in one delta once it has ended).
     separate_reasoning: bool = True
@@ -237,6 +241,8 @@ class TokenizeRequest(_Body):
     parallel_tool_calls: bool | None = None  # (a forced call's schema only: never changes the prompt)
     continue_final_message: bool = False
     chat_template_kwargs: dict | None = None
+    reasoning_effort: Any = None  # (as chat's: the prompt counted is the chat's)
+    reasoning: Any = None
     add_special_tokens: bool = True
     add_generation_prompt: bool | None = None
 

@@ -106,6 +106,15 @@ def test_unknown_reasoning_parser_is_refused():
     assert server_config(build_parser().parse_args([])).reasoning_parser is None
 
 
+def chat_body(separate_reasoning: bool = True, chat_template_kwargs: dict | None = None):
+    """A chat request's fields _reasoning_format reads (no reasoning_effort / reasoning: they set
+    chat_template_kwargs' thinking, tests/server/test_reasoning_effort.py)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(separate_reasoning=separate_reasoning, chat_template_kwargs=chat_template_kwargs,
+                           reasoning_effort=None, reasoning=None)
+
+
 # -- end to end: the scripted tiny model (test_tools.py) with <think> / </think> as special tokens ---------------
 
 @pytest.fixture(scope="module")
@@ -214,7 +223,7 @@ def test_a_grammar_leaves_forced_formats_whole(parser):
     from sglang_eagle3.server.openai_api import _reasoning_format
 
     serving = SimpleNamespace(config=SimpleNamespace(reasoning_parser=parser), tokenizer=None, engine=None)
-    body = SimpleNamespace(separate_reasoning=True, chat_template_kwargs=None)
+    body = chat_body(True, None)
     fmt = REASONING_FORMATS[parser]
     assert _reasoning_format(body, serving, {"temperature": 0}) is fmt
     for kind in ("json_schema", "regex", "ebnf"):
@@ -222,7 +231,7 @@ def test_a_grammar_leaves_forced_formats_whole(parser):
     # An engine whose grammars wait for the thinking (EngineArgs.reasoning_parser): split as usual.
     serving.engine = SimpleNamespace(args=SimpleNamespace(reasoning_parser=parser))
     assert _reasoning_format(body, serving, {"regex": "x"}) is fmt
-    assert _reasoning_format(SimpleNamespace(separate_reasoning=False, chat_template_kwargs=None), serving, {}) is None
+    assert _reasoning_format(chat_body(False, None), serving, {}) is None
 
 
 def test_a_template_switch_opens_the_reasoning():
@@ -236,12 +245,12 @@ def test_a_template_switch_opens_the_reasoning():
     text = "weighing it</think>\n42"
     for kwargs, want in ((None, (None, text)), ({"thinking": False}, (None, text)),
                          ({"thinking": True}, ("weighing it", "42"))):
-        fmt = _reasoning_format(SimpleNamespace(separate_reasoning=True, chat_template_kwargs=kwargs), serving, {})
+        fmt = _reasoning_format(chat_body(True, kwargs), serving, {})
         assert ReasoningSplitter(fmt).split(text) == want, kwargs
         assert reference(fmt, text) == want
     # With a grammar on an engine whose grammars do not wait for the thinking, the output is held to it from its
     # first token: the answer is content.
-    on = SimpleNamespace(separate_reasoning=True, chat_template_kwargs={"thinking": True})
+    on = chat_body(True, {"thinking": True})
     fmt = _reasoning_format(on, serving, {"json_schema": "{}"})
     assert ReasoningSplitter(fmt).split('{"a": 1}') == (None, '{"a": 1}')
     # Where they wait (EngineArgs.reasoning_parser, the launch flag): the matcher starts inside the thinking the
