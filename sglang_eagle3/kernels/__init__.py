@@ -98,6 +98,10 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
 
     ``fma`` (the Triton path only): False keeps the skinny GEMM on its tensor-core kernel; None lets
     kernels/gemv.py fma_form send small matrices to the CUDA-core one (see triton_gemv)."""
+    if norm_weight is not None and x.dim() == 3 and _kernel_ok(use_triton, x, w, w_up, add, norm_weight):
+        # The skinny GEMM folds a norm into 2-D products only (per-head x raised there): the norm's own kernel first,
+        # as ref_gemv norms x, then the per-head product.
+        x, norm_weight = rms_norm(x, norm_weight, eps, use_triton=use_triton), None
     ok = (x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype
           and x.stride(-1) == 1 and (w.stride(-1) == 1 or w.stride(-2) == 1))
     if rotary is not None:

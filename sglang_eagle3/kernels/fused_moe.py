@@ -74,6 +74,8 @@ MAGIC_BITS = 0x4B000000  # float bits of 2^23, passed at run time (see triton/fu
 
 
 def _check_routing(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> None:
+    """Shapes, dtypes and layouts only. NOTE: the ids' values are not checked (a device sync, in captured launches):
+    an id outside [0, E) reads another expert's or unowned memory (and moe_align counts past its table)."""
     assert x.dim() == 2 and x.is_contiguous(), f"x must be contiguous [T, H], got {tuple(x.shape)} {x.stride()}"
     assert x.dtype in (torch.bfloat16, torch.float16, torch.float32), f"unsupported {x.dtype=}"
     assert topk_ids.shape == topk_weights.shape and topk_ids.shape[0] == x.shape[0], (
@@ -153,6 +155,9 @@ def _launch_tile(x, w13, s13, w2, s2, topk_weights, act, per_pair, plan, *, int4
     prec = tuning.dot_precision(x.dtype)
     if s13 is None:  # bf16: the scale pointers are never read (INT4=False), any tensor will do
         s13, s2 = w13, w2
+    # INT4 steps K one scale group at a time, and tl.dot's K must be >= 16 (the interpreter lets 8 by; a GPU
+    # build fails inside Triton).
+    assert not int4 or group >= 16, f"group_size={group}: the INT4 tile path needs groups of >= 16 (tl.dot's K)"
     moe_gate_up_kernel[(num_blocks, triton.cdiv(I, gate_up_cfg["BLOCK_N"]))](
         x, w13, s13, sorted_pairs, block_expert, block_rows, act,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
@@ -387,7 +392,10 @@ def triton_fused_moe_int4(x: torch.Tensor, w13_packed: torch.Tensor, w13_scale: 
     E, two_i, h_words = w13_packed.shape
     I = two_i // 2
     H = x.shape[1]
-    assert group_size % PACK_FACTOR == 0, f"{group_size=} must be a multiple of {PACK_FACTOR}"
+    # Powers of two: the kernels step K by whole groups in power-of-two blocks (a group of 48 failed in the tile
+    # path's tl.arange, and the GEMV path's message named BLOCK_W, not the group).
+    assert group_size >= PACK_FACTOR and group_size & (group_size - 1) == 0, (
+        f"{group_size=} must be a power of two >= {PACK_FACTOR} (whole int32 words)")
     assert H % group_size == 0 and I % group_size == 0, f"{H=} and {I=} must be multiples of {group_size=}"
     assert h_words * PACK_FACTOR == H and two_i == 2 * I, f"w13_packed {tuple(w13_packed.shape)} vs {H=}"
     assert w13_scale.shape == (E, two_i, H // group_size), f"{tuple(w13_scale.shape)=} for {group_size=}"

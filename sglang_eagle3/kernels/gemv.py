@@ -457,13 +457,16 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
             f"w_up {tuple(w_up.shape)} {w_up.stride()} must match w {tuple(w.shape)} {w.stride()}")
         assert add is None, "w_up (gated) and add are exclusive"
     if norm_weight is not None:
-        assert not batched and norm_weight.shape == (K,) and norm_weight.is_contiguous(), (
-            f"norm_weight must be contiguous [{K}] for a 2-D x, got {tuple(norm_weight.shape)}")
+        assert not batched, f"norm_weight folds into 2-D products only, got per-head x {tuple(x.shape)} (norm first)"
+        assert norm_weight.shape == (K,) and norm_weight.is_contiguous(), (
+            f"norm_weight must be contiguous [{K}], got {tuple(norm_weight.shape)} {norm_weight.stride()}")
     out_shape = (T, B, N) if batched else (T, N)
     if out is None:
         out = torch.empty(out_shape, dtype=out_dtype or x.dtype, device=x.device)
     assert tuple(out.shape) == out_shape and out.stride(-1) == 1, (
         f"out must be {out_shape} with unit inner stride, got {tuple(out.shape)} {out.stride()}")
+    # (an integer out took the kernel's float sums truncated, and ref_gemv an integer product: no number to match)
+    assert out.dtype.is_floating_point, f"out must be a float tensor, got {out.dtype}"
     assert out_dtype is None or out.dtype == out_dtype, f"{out.dtype=} != {out_dtype=}"
     if add is not None:
         assert tuple(add.shape) == out_shape and add.stride(-1) == 1 and add.dtype == out.dtype, (

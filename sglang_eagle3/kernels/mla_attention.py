@@ -104,7 +104,11 @@ def merge_tile(splits: int, Dc: int, values: int) -> dict:
 
 
 def _check_table(page_table: torch.Tensor, seq_lens: torch.Tensor, B: int) -> None:
-    """The launchers' page table and seq_lens contract (the kernels index them unchecked)."""
+    """The launchers' page table and seq_lens contract (the kernels index them unchecked).
+
+    NOTE: values are not checked (a device sync, in captured launches): seq_lens[b] must lie in [T, P * page_size]
+    (longer reads page-table entries past the request's row) and page ids must name pages of the cache. A request
+    with seq_lens[b] < T has query rows that see no key: the reference gives NaN there, the kernels finite rows."""
     assert page_table.dtype == torch.int32 and page_table.stride(1) == 1, (
         f"page_table must be int32 with unit inner stride, got {page_table.dtype} {page_table.stride()}")
     assert seq_lens.dtype == torch.int32 and seq_lens.shape == (B,) and seq_lens.is_contiguous(), (

@@ -127,6 +127,11 @@ def top_select_kernel(z_ptr, stride_z, V, C, PASS, lo_ptr, zmax_ptr, target_ptr,
             active = target < 1.0
         else:
             active = (target >= 1.0) & (target < V)
+        # A row without candidates (lo above all of it; with MASS every weight NaN or 0: a row of -inf, or of +inf
+        # tokens) left every pass's bins empty: prefix 0, whose float is a NaN, not a threshold. The reference
+        # returns lo then; tl.maximum(lo, NaN) gave lo or NaN depending on the backend's NaN rule (the interpreter
+        # propagates it, and z >= NaN then dropped every token).
+        active = active & (prefix != 0)
         tl.store(thr_ptr + r, tl.where(active, tl.maximum(lo, b), lo))
     elif FROM_CANDS:
         gc = c * GROUP + tl.arange(0, GROUP)
