@@ -80,6 +80,32 @@ def spec_engine(tiny_model: TinyModel, **kwargs):
         torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def served_app(engine, **config):
+    """An in-process ASGI app over ``engine`` (ServerConfig fields in ``config``) with its own EngineDriver, stopped
+    on exit. One at a time an engine: two drivers would both step its scheduler."""
+    from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
+
+    driver = EngineDriver(engine, max_inflight=8)
+    app = create_app(engine, driver, ServerConfig(**config))
+    driver.start()
+    try:
+        yield app
+    finally:
+        driver.stop()
+
+
+def asgi_post(app, path: str, body: dict) -> httpx.Response:
+    """POST ``body`` as JSON to the ASGI ``app``, in-process."""
+    import asyncio
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+            return await c.post(path, json=body)
+
+    return asyncio.run(go())
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -23,16 +23,13 @@ meets it. The expected prompts are built here by SGLang's rules from the templat
 
 from __future__ import annotations
 
-import asyncio
 import json
 
-import httpx
 import pytest
 
-from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
 from sglang_eagle3.tokenizer import chat_content_format
 
-from .conftest import CONTEXT, spec_engine
+from .conftest import CONTEXT, asgi_post, served_app, spec_engine
 
 MODEL = "tiny"
 CHAT = [{"role": "user", "content": "The quick brown fox"}]
@@ -60,11 +57,8 @@ def engine(tiny_model):
 
 @pytest.fixture
 def app(engine):
-    driver = EngineDriver(engine, max_inflight=8)
-    app = create_app(engine, driver, ServerConfig(served_model_name=MODEL))
-    driver.start()
-    yield app
-    driver.stop()
+    with served_app(engine, served_model_name=MODEL) as app:
+        yield app
 
 
 @pytest.fixture
@@ -76,12 +70,7 @@ def use_template(engine):
     tok.chat_template, tok.has_own_chat_template, tok.named_chat_templates = saved
 
 
-def _call(app, path: str, body: dict) -> httpx.Response:
-    async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
-            return await c.post(path, json=body)
-
-    return asyncio.run(go())
+_call = asgi_post
 
 
 def _tokens(app, body: dict) -> list[int]:

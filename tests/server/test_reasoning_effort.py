@@ -7,16 +7,13 @@ SGLang's rules give (written out here), and against chat's usage.prompt_tokens."
 
 from __future__ import annotations
 
-import asyncio
 from types import SimpleNamespace
 
-import httpx
 import pytest
 
-from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
 from sglang_eagle3.server.reasoning import REASONING_FORMATS
 
-from .conftest import spec_engine
+from .conftest import asgi_post, served_app, spec_engine
 from .test_reasoning import chat_body
 
 MODEL = "tiny"
@@ -34,11 +31,8 @@ def engine(tiny_model):
 
 @pytest.fixture(scope="module")
 def app(engine):
-    driver = EngineDriver(engine, max_inflight=8)
-    app = create_app(engine, driver, ServerConfig(served_model_name=MODEL))
-    driver.start()
-    yield app
-    driver.stop()
+    with served_app(engine, served_model_name=MODEL) as app:
+        yield app
 
 
 @pytest.fixture
@@ -49,12 +43,7 @@ def template(engine, monkeypatch):
     return tok
 
 
-def _call(app, path: str, body: dict) -> httpx.Response:
-    async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
-            return await c.post(path, json=body)
-
-    return asyncio.run(go())
+_call = asgi_post
 
 
 def _rendered(thinking, enable, effort) -> str:
