@@ -29,7 +29,9 @@ def _spec_kwargs(pair, **kw):
 
 @pytest.fixture(scope="module")
 def engine(small_pair):
-    return Engine(**_spec_kwargs(small_pair, context_length=64))
+    # float64: test_generate_from_two_threads compares fresh random prompts batched against alone, and float32's
+    # batching noise can flip a near-tie (tests/test_adaptive_k.py's CPU says more)
+    return Engine(**_spec_kwargs(small_pair, context_length=64, dtype="float64"))
 
 
 def _assert_idle(engine):
