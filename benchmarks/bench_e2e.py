@@ -122,8 +122,9 @@ def embedded(a) -> dict:
     with open(a.prompts) as f:
         prompts = [ln.strip() for ln in f if ln.strip()][: a.num_prompts]
     common = dict(device=a.device, log_level="warning", disable_cuda_graph=a.disable_cuda_graph, tp_size=a.tp_size)
-    if a.concurrency > 1:
-        common["max_running_requests"] = max(a.concurrency, 32)
+    # A single stream runs batch 1 only: an engine sized for one request captures (and an adaptive one times) no
+    # batch bucket it would never use (the embedded adaptive engine's start-up on the CPU box: 41 s for buckets 1-16).
+    common["max_running_requests"] = max(a.concurrency, 32) if a.concurrency > 1 else 1
     if len(a.prefill_graphs) != 1:
         raise SystemExit("--prefill-graphs takes one variant for the embedded workload (several: --kimi-slice)")
     buckets = prefill_tokens(a.prefill_graphs[0])
