@@ -93,7 +93,7 @@ def test_tp2_adaptive_draft_length(pair):
     ref = Engine(model_path=tpath, device="cpu").generate(input_ids=PROMPTS, sampling_params=params)
     eng = Engine(model_path=tpath, device="cpu", tp_size=2, speculative_algorithm="EAGLE3",
                  speculative_draft_model_path=dpath, speculative_num_steps=3, speculative_adaptive=True,
-                 speculative_adaptive_probe_rounds=4)
+                 speculative_adaptive_probe_rounds=4, max_running_requests=4)  # (3 prompts: buckets 1, 2, 4 timed)
     try:
         outs = eng.generate(input_ids=PROMPTS, sampling_params=params)
         info = eng.get_server_info()
