@@ -659,7 +659,7 @@ def test_draft_length_zero_observes_the_drafts_first_position(probe_rounds, samp
     hist = one.get_server_info()["accept_length_hist"]
     share = hist.get(2, 0) / sum(hist.values())
     zero = Engine(device="cpu", speculative_num_steps=1, speculative_adaptive=True,
-                  speculative_num_steps_candidates=[0])
+                  speculative_num_steps_candidates=[0], max_running_requests=len(prompts))  # (buckets up to 4 timed)
     sched = zero.backend.scheduler
 
     class Zero(DraftLengthPolicy):
