@@ -40,6 +40,7 @@ setup(
             "jsonschema",  # an independent reading of JSON schemas (tests/test_structural_tag.py)
             "transformers>=4.57",
             "openai",
+            "anthropic",  # tests/server/test_anthropic_api.py: its SDK reads our /v1/messages answers and streams
             "httpx",
             "ruff",
             "tiktoken",

@@ -1,9 +1,10 @@
 """The FastAPI application: SGLang-native endpoints (/health, /ready, /generate, /get_server_info (/server_info),
 /get_model_info, /flush_cache, /abort_request), OpenAI endpoints (/v1/models, /v1/completions,
-/v1/chat/completions), SGLang's tokenizer endpoints (/v1/tokenize, /v1/detokenize, also without /v1) and
-Prometheus /metrics.
+/v1/chat/completions), Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens: server/anthropic_api.py),
+SGLang's tokenizer endpoints (/v1/tokenize, /v1/detokenize, also without /v1) and Prometheus /metrics.
 
-Every error is ``{"error": {"message", "type", "param", "code"}}``: 400 for a client's mistake, 404 for an
+Every error is ``{"error": {"message", "type", "param", "code"}}`` (under /v1/messages Anthropic's
+``{"type": "error", "error": {"type", "message"}}``): 400 for a client's mistake, 404 for an
 unknown model or route, 413 for a body over ``max_request_bytes``, 503 when the queue is full, the server is
 shutting down or the engine thread is gone, 500 only when the engine itself failed (logged; the server keeps
 serving).
@@ -30,7 +31,7 @@ from starlette.routing import Match
 
 from sglang_eagle3.runtime.request import SGLANG_UNSUPPORTED, sglang_neutral
 from sglang_eagle3.runtime.sampling import seeded, short_repr
-from sglang_eagle3.server import openai_api
+from sglang_eagle3.server import anthropic_api, openai_api
 from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import DriverStoppedError, EngineDriver, EngineFailure, Submission
 from sglang_eagle3.server.logprobs import TokenTable, with_token_text
@@ -64,7 +65,10 @@ _HEALTH_GENERATE_TIMEOUT_S = 20.0
 _NEUTRAL_SAMPLING = {"spaces_between_special_tokens": True}
 
 
-def _error_response(e: APIError) -> JSONResponse:
+def _error_response(e: APIError, path: str | None = None) -> JSONResponse:
+    """``e`` as JSON: OpenAI's shape, or Anthropic's for a path of its Messages API."""
+    if path is not None and anthropic_api.is_anthropic_path(path):
+        return JSONResponse(anthropic_api.error_body(e), status_code=e.status)
     return JSONResponse(e.body(), status_code=e.status)
 
 
@@ -83,7 +87,7 @@ def _guarded(fn):
             if e.status >= 500:  # a full queue or a shutdown is no fault: warned, not logged as an error
                 logger.log(logging.ERROR if e.status == 500 else logging.WARNING, "%s %s -> %d: %s",
                            request.method, request.url.path, e.status, e.message)
-            return _error_response(e)
+            return _error_response(e, request.url.path)
         except ClientDisconnect:  # starlette's: the client left while its body was being read; nothing was queued
             logger.info("%s %s: the client disconnected before its request body was complete", request.method,
                         request.url.path)
@@ -92,7 +96,8 @@ def _guarded(fn):
             return Response(status_code=499)
         except Exception as e:
             logger.exception("unexpected error serving %s %s", request.method, request.url.path)
-            return _error_response(APIError(500, f"internal server error: {type(e).__name__}: {e}"))
+            return _error_response(APIError(500, f"internal server error: {type(e).__name__}: {e}"),
+                                   request.url.path)
         finally:
             REQUEST_RECEIVED_AT.reset(received)
 
@@ -169,7 +174,8 @@ class _BodyLimit:
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             self.metrics.rejected.inc(status="413")
-            return await _error_response(RequestTooLarge(self.limit, int(declared)))(scope, receive, send)
+            return await _error_response(RequestTooLarge(self.limit, int(declared)), scope["path"])(scope, receive,
+                                                                                                  send)
         received = 0
 
         async def counting_receive():
@@ -194,13 +200,14 @@ class _BodyLimit:
             if started:
                 raise
             self.metrics.rejected.inc(status="413")
-            await _error_response(e)(scope, receive, send)
+            await _error_response(e, scope["path"])(scope, receive, send)
 
 
 class _ApiKey:
     """ASGI middleware: 401 unless ``Authorization: Bearer <api_key>`` (the scheme compared case-insensitively,
-    RFC 7235), except on the public paths and for OPTIONS (as SGLang's: a browser's CORS preflight never carries
-    the key; an OPTIONS the CORS middleware does not answer reaches no endpoint, all of which take other methods).
+    RFC 7235), or under /v1/messages Anthropic's ``x-api-key: <api_key>`` (what its SDK sends), except on the
+    public paths and for OPTIONS (as SGLang's: a browser's CORS preflight never carries the key; an OPTIONS the
+    CORS middleware does not answer reaches no endpoint, all of which take other methods).
     Plain ASGI, not BaseHTTPMiddleware, which would read the request body in a task of its own (an oversized body's
     413 would come out as a 500)."""
 
@@ -211,9 +218,15 @@ class _ApiKey:
         if scope["type"] == "http" and scope["path"] not in _PUBLIC_PATHS and scope["method"] != "OPTIONS":
             header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
             scheme, _, token = header.strip().partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
-                err = APIError(401, "missing or wrong API key (Authorization: Bearer ...)", code="invalid_api_key")
-                return await _error_response(err)(scope, receive, send)
+            ok = scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key)
+            anthropic = anthropic_api.is_anthropic_path(scope["path"])
+            if not ok and anthropic:
+                key = next((v for k, v in scope["headers"] if k == b"x-api-key"), None)
+                ok = key is not None and hmac.compare_digest(key.strip(), self.key)
+            if not ok:
+                how = "Authorization: Bearer ... or x-api-key: ..." if anthropic else "Authorization: Bearer ..."
+                err = APIError(401, f"missing or wrong API key ({how})", code="invalid_api_key")
+                return await _error_response(err, scope["path"])(scope, receive, send)
         await self.app(scope, receive, send)
 
 
@@ -256,11 +269,11 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
         msg = (f"no route {request.method} {request.url.path}" if exc.status_code == 404
                else f"{request.method} {request.url.path}: {exc.detail}")
         code = {404: "route_not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return _error_response(APIError(exc.status_code, msg, code=code))
+        return _error_response(APIError(exc.status_code, msg, code=code), request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: HTTPRequest, exc: RequestValidationError):
-        return _error_response(APIError(400, str(exc)))
+        return _error_response(APIError(400, str(exc)), request.url.path)
 
     if config.api_key:
         app.add_middleware(_ApiKey, api_key=config.api_key)
@@ -289,6 +302,8 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
     app.add_api_route("/v1/models/{model_id:path}", _guarded(get_model), methods=["GET"])
     app.add_api_route("/v1/completions", _guarded(openai_api.completions), methods=["POST"])
     app.add_api_route("/v1/chat/completions", _guarded(openai_api.chat_completions), methods=["POST"])
+    app.add_api_route("/v1/messages", _guarded(anthropic_api.messages), methods=["POST"])
+    app.add_api_route("/v1/messages/count_tokens", _guarded(anthropic_api.count_tokens), methods=["POST"])
     for prefix in ("/v1", ""):  # (SGLang serves both paths)
         app.add_api_route(f"{prefix}/tokenize", _guarded(tokenize), methods=["POST"])
         app.add_api_route(f"{prefix}/detokenize", _guarded(detokenize), methods=["POST"])

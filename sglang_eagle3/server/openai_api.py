@@ -413,6 +413,69 @@ def _check_messages(messages) -> None:
 
 async def chat_completions(serving: Serving, request: HTTPRequest):
     body: ChatCompletionRequest = parse_body(ChatCompletionRequest, await request.body())  # type: ignore[assignment]
+    call = await start_chat(serving, body)
+    if body.stream:
+        return await serving.stream(call.sub, request, _sse_events(call.chunks()))
+    finals = await serving.wait(call.sub, request)
+    listed = await serving.off_loop(call.choices, finals) if call.table is not None else call.choices(finals)
+    return {"id": call.cid, "object": "chat.completion", "created": call.created, "model": body.model,
+            "choices": listed, "usage": _usage(len(call.ids), sum(len(u.result["output_ids"]) for u in finals))}
+
+
+async def _sse_events(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
+    """Chat chunks as server-sent events, then ``data: [DONE]``."""
+    async for c in chunks:
+        yield sse(c)
+    yield sse("[DONE]")
+
+
+@dataclasses.dataclass
+class ChatCall:
+    """One /v1/chat/completions request validated, rendered and submitted (start_chat): what its answer is read
+    with. ``chunks()``: the stream's chunk objects (without ``[DONE]``); ``choices(finals)``: the answer's choices
+    from the submission's final updates. The Anthropic Messages endpoint (server/anthropic_api.py) reads a chat
+    request's answer through it too."""
+
+    body: ChatCompletionRequest
+    sub: Submission
+    ids: list[int]  # the prompt's token ids
+    plan: ToolPlan | None
+    thinking: ReasoningFormat | None  # the reasoning format the output splits by (None: no split)
+    table: TokenTable | None  # set: with logprobs
+    cid: str
+    created: int
+    skip_special: bool
+
+    def chunks(self) -> AsyncIterator[dict]:
+        body = self.body
+        return _chat_chunks(self.sub, self.table, self.cid, self.created, body.model, len(self.ids),
+                            body.stream_options, self.plan, self.thinking, body.stream_reasoning, self.skip_special)
+
+    def choices(self, finals: list[Update]) -> list[dict]:
+        out = []
+        for u in finals:
+            reason, matched = finish_reason(u.result)
+            lp = None
+            if self.table is not None:  # every output token, as usage.completion_tokens counts them
+                meta = u.result["meta_info"]
+                lp = chat_logprobs(self.table, tokens_of(meta["output_token_logprobs"],
+                                                         meta.get("output_top_logprobs")))
+            text, reasoning = u.text, None
+            if self.thinking is not None:
+                reasoning, text = ReasoningSplitter(self.thinking).split(text)
+            message = {"role": "assistant", "content": text}
+            if self.plan is not None:
+                message, reason = self.plan.message(text, reason)
+                matched = None if reason == "tool_calls" else matched
+            if self.thinking is not None:
+                message["reasoning_content"] = reasoning
+            out.append({"index": u.index, "message": message, "logprobs": lp, "finish_reason": reason,
+                        "matched_stop": matched})
+        return out
+
+
+async def start_chat(serving: Serving, body: ChatCompletionRequest) -> ChatCall:
+    """Validates a chat request (400s naming its fields), renders and tokenizes its prompt, and submits it."""
     serving.check_model(body.model)
     _reject_unsupported(body)
     _reject_legacy_functions(body)
@@ -463,39 +526,8 @@ async def chat_completions(serving: Serving, request: HTTPRequest):
         # (A grammar on an engine whose grammars do not wait for the thinking holds the output from its first token.)
         thinking = opened_by_prompt(thinking, serving.tokenizer.decode(ids[-8:], skip_special_tokens=False))
     sub = serving.submit(reqs, stream=bool(body.stream))
-    cid, created = rid, int(time.time())
-    table = serving.token_table if logprobs else None
-    if body.stream:
-        return await serving.stream(sub, request, _chat_chunks(sub, table, cid, created, body.model, len(ids),
-                                                                body.stream_options, plan, thinking,
-                                                                body.stream_reasoning,
-                                                                sp.get("skip_special_tokens", True)))
-    finals = await serving.wait(sub, request)
-
-    def choices() -> list[dict]:
-        out = []
-        for u in finals:
-            reason, matched = finish_reason(u.result)
-            lp = None
-            if table is not None:  # every output token, as usage.completion_tokens counts them
-                meta = u.result["meta_info"]
-                lp = chat_logprobs(table, tokens_of(meta["output_token_logprobs"], meta.get("output_top_logprobs")))
-            text, reasoning = u.text, None
-            if thinking is not None:
-                reasoning, text = ReasoningSplitter(thinking).split(text)
-            message = {"role": "assistant", "content": text}
-            if plan is not None:
-                message, reason = plan.message(text, reason)
-                matched = None if reason == "tool_calls" else matched
-            if thinking is not None:
-                message["reasoning_content"] = reasoning
-            out.append({"index": u.index, "message": message, "logprobs": lp, "finish_reason": reason,
-                        "matched_stop": matched})
-        return out
-
-    listed = await serving.off_loop(choices) if logprobs else choices()
-    return {"id": cid, "object": "chat.completion", "created": created, "model": body.model, "choices": listed,
-            "usage": _usage(len(ids), sum(len(u.result["output_ids"]) for u in finals))}
+    return ChatCall(body, sub, ids, plan, thinking, serving.token_table if logprobs else None, rid, int(time.time()),
+                    sp.get("skip_special_tokens", True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -680,8 +712,9 @@ def _by_part(tokens: list[Token], span: Parts | None) -> tuple[list[Token], list
 
 async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, created: int, model: str,
                        prompt_tokens: int, opts, plan: ToolPlan | None = None, thinking: ReasoningFormat | None = None,
-                       stream_reasoning: bool = True, skip_special: bool = True) -> AsyncIterator[bytes]:
-    """Chunks of every choice, interleaved as their tokens come; ``table`` set: with logprobs; ``plan``: tools
+                       stream_reasoning: bool = True, skip_special: bool = True) -> AsyncIterator[dict]:
+    """Chunk objects (the events' payloads, without ``[DONE]``: _sse_events) of every choice, interleaved as their
+    tokens come; ``table`` set: with logprobs; ``plan``: tools
     (content, then each call once complete: server/tools.py's ToolStream); ``thinking``: the reasoning apart
     (reasoning_content deltas: server/reasoning.py's ReasoningStream), the rest as content, and with logprobs each
     token with its part's chunk (_by_part), in output order."""
@@ -697,7 +730,7 @@ async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, crea
     reasoning = [ReasoningStream(thinking, stream_reasoning) for _ in range(m)] if thinking is not None else []
     held: list[list[Token]] = [[] for _ in range(m)]  # the reasoning's tokens waiting for a reasoning delta
 
-    def chunk(k: int, delta: dict, reason=None, matched=None, tokens: list | None = None) -> bytes:
+    def chunk(k: int, delta: dict, reason=None, matched=None, tokens: list | None = None) -> dict:
         lp = chat_logprobs(table, tokens) if tokens is not None else None
         choice = {"index": k, "delta": delta, "logprobs": lp, "finish_reason": reason}
         if reason is not None:
@@ -705,7 +738,7 @@ async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, crea
         c = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
         if include_usage:
             c["usage"] = _usage(prompt_tokens, sum(generated)) if continuous else None
-        return sse(c)
+        return c
 
     async for u in sub.updates():
         if u.error is not None:
@@ -758,6 +791,5 @@ async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, crea
             reason, matched = finish_reason(u.result)
             yield chunk(k, {}, reason, matched)
     if include_usage:
-        yield sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
-                   "usage": _usage(prompt_tokens, sum(generated))})
-    yield sse("[DONE]")
+        yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
+               "usage": _usage(prompt_tokens, sum(generated))}

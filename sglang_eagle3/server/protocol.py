@@ -254,3 +254,41 @@ class DetokenizeRequest(_Body):
     model: str = "default"
     tokens: list[int] | list[list[int]]
     skip_special_tokens: bool = True
+
+
+# -- Anthropic's Messages API (server/anthropic_api.py) -------------------------------------------------------------
+
+
+class AnthropicMessage(_Body):
+    """One turn: ``content`` a string or a list of content blocks, each checked by server/anthropic_api.py (a 400
+    naming ``messages.i.content.j`` for a block it does not take)."""
+
+    role: Literal["user", "assistant"]
+    content: str | list[Any]
+
+
+class AnthropicCountTokensRequest(_Body):
+    """``POST /v1/messages/count_tokens``: the prompt fields of a Messages request (no ``max_tokens``). ``system``: a
+    string or text blocks; ``tools``, ``tool_choice``, ``thinking``, ``output_config``: objects, checked field by field
+    by server/anthropic_api.py. Other fields (Anthropic's ``betas``, ``cache_control`` on blocks, ...) are ignored."""
+
+    model: str
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[Any] | None = None
+    tools: list[Any] | None = None
+    tool_choice: dict | None = None
+    thinking: dict | None = None
+    output_config: dict | None = None
+
+
+class AnthropicMessagesRequest(AnthropicCountTokensRequest):
+    """``POST /v1/messages`` (Anthropic's MessageCreateParams): ``max_tokens`` is required, as Anthropic requires it;
+    ``metadata`` is accepted and not read (its ``user_id`` has no use here)."""
+
+    max_tokens: int
+    stop_sequences: list[str] | None = None
+    stream: bool | None = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    metadata: dict | None = None

@@ -259,11 +259,12 @@ class Serving:
             sub.close()
             raise _failure_error(e) from None
 
-    async def stream(self, sub: Submission, request: HTTPRequest, chunks: AsyncIterator[bytes]):
+    async def stream(self, sub: Submission, request: HTTPRequest, chunks: AsyncIterator[bytes],
+                     failure: Callable[[APIError], list[bytes]] | None = None):
         """An SSE response over ``chunks`` (which end with ``data: [DONE]``). The first chunk is awaited
         before answering, so an engine failure at prefill is a plain HTTP 500; a failure later becomes an
-        ``{"error": ...}`` event (so is the server shutting down under it). However the stream ends, unfinished
-        requests are aborted."""
+        ``{"error": ...}`` event and ``[DONE]`` (so is the server shutting down under it; ``failure``: the events
+        that say so instead, e.g. the Anthropic API's). However the stream ends, unfinished requests are aborted."""
         if sub.streaming is None:
             sub.streaming = True
         it = chunks.__aiter__()
@@ -288,8 +289,9 @@ class Serving:
                 async for chunk in it:
                     yield chunk
             except EngineFailure as e:
-                yield sse(_failure_error(e).body())
-                yield sse("[DONE]")
+                err = _failure_error(e)
+                for event in (failure(err) if failure is not None else [sse(err.body()), sse("[DONE]")]):
+                    yield event
 
         return _EventStream(body(), sub.close)
 

@@ -93,7 +93,7 @@ def _stream(fmt, words: list[str], cuts: list[int], stream_reasoning: bool) -> l
 
     from sglang_eagle3.server.driver import Update
     from sglang_eagle3.server.logprobs import TokenTable
-    from sglang_eagle3.server.openai_api import _chat_chunks
+    from sglang_eagle3.server.openai_api import _chat_chunks, _sse_events
 
     class Sub:
         requests = [None]
@@ -109,8 +109,8 @@ def _stream(fmt, words: list[str], cuts: list[int], stream_reasoning: bool) -> l
                 prev = cut
 
     async def go():
-        return [e async for e in _chat_chunks(Sub(), TokenTable(_Vocab(words)), "c", 0, "m", 1, None,
-                                              thinking=fmt, stream_reasoning=stream_reasoning)]
+        return [e async for e in _sse_events(_chat_chunks(Sub(), TokenTable(_Vocab(words)), "c", 0, "m", 1, None,
+                                                          thinking=fmt, stream_reasoning=stream_reasoning))]
 
     events = [e[len(b"data: "):].strip() for e in asyncio.run(go())]
     assert events[-1] == b"[DONE]"
