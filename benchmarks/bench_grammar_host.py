@@ -51,9 +51,13 @@ GRAMMARS = {"json_any": GrammarSpec("json_schema", "$$ANY$$"), "json_schema": Gr
                                                                                            json.dumps(SCHEMA)),
             "regex_star": GrammarSpec("regex", r"[A-Z][a-z]+( [a-z]+)*\."),
             "regex_bounded": GrammarSpec("regex", r"[A-Z][a-z]+( [a-z]+){5,40}\."),
-            # free text in which "<call>" opens a JSON object (SGLang's legacy structural tag)
+            # free text in which "<call>" opens a JSON object (SGLang's legacy structural tag; a random walk seldom
+            # writes the trigger: its free text's rows), and the tag itself, forced (xgrammar's shape: the JSON's rows)
             "structural_tag": GrammarSpec("structural_tag", json.dumps(
-                {"structures": [{"begin": "<call>", "schema": SCHEMA, "end": "</call>"}], "triggers": ["<call>"]}))}
+                {"structures": [{"begin": "<call>", "schema": SCHEMA, "end": "</call>"}], "triggers": ["<call>"]})),
+            "structural_tag_forced": GrammarSpec("structural_tag", json.dumps({"format": {
+                "type": "tag", "begin": "<call>", "content": {"type": "json_schema", "json_schema": SCHEMA},
+                "end": "</call>"}}))}
 
 
 class _SyntheticTokenizer:
