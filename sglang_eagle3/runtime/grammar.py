@@ -292,7 +292,7 @@ def structural_tag_grammar(text: str, xgr, max_whitespace_cnt: int | None = None
             if reason is not None:
                 raise bad(f"has structures[{i}].schema, which is not supported: {reason}")
             items.append(xgr.StructuralTagItem(begin=st["begin"], schema=json.dumps(schema), end=st["end"]))
-        if not hasattr(xgr, "StructuralTag"):  # xgrammar before 0.1.26: the legacy call, no at_least_one
+        if not hasattr(xgr, "StructuralTag"):  # an older xgrammar (no StructuralTag): the legacy call, no at_least_one
             if tag.get("at_least_one"):
                 raise bad("has at_least_one, which this xgrammar cannot enforce (pip install -U xgrammar)")
             return items, triggers
