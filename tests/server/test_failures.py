@@ -339,3 +339,43 @@ def test_backend_that_cannot_recover_turns_the_server_unavailable(make_app, engi
     r = run(_get(app, "/get_server_info"))
     assert r.status_code == 503 and "killed by SIGKILL" in r.json()["error"]["message"]
     assert driver.alive  # the thread runs on: the server answers, it does not hang or exit
+
+
+ANTHROPIC = {"model": "tiny", "max_tokens": 40, "temperature": 0, "stream": True,
+             "messages": [{"role": "user", "content": "Sphinx"}]}
+
+
+def _anthropic_events(text: str) -> list[tuple[str, dict]]:
+    """(event, data) of an Anthropic stream: each event's `event:` line and the `data:` line after it."""
+    out, name = [], None
+    for line in text.splitlines():
+        if line.startswith("event: "):
+            name = line[len("event: "):]
+        elif line.startswith("data: "):
+            out.append((name, json.loads(line[len("data: "):])))
+    return out
+
+
+def test_engine_fault_mid_anthropic_stream_ends_with_its_error_event(make_app, failing_step):
+    """/v1/messages: a fault after the first tokens ends the stream with Anthropic's error event (no OpenAI [DONE]),
+    and the server serves on."""
+    app, _ = make_app()
+    failing_step({4})  # prefill, two decode rounds, then the fault
+    r = run(_post(app, "/v1/messages", ANTHROPIC))
+    assert r.status_code == 200  # headers went out with the first tokens
+    events = _anthropic_events(r.text)
+    assert events[0][0] == "message_start" and "[DONE]" not in r.text
+    name, data = events[-1]
+    assert name == "error" and data["type"] == "error", events[-1]
+    assert data["error"]["type"] == "api_error" and "injected fault" in data["error"]["message"], data
+    assert not any(n == "message_stop" for n, _ in events)
+    assert run(_post(app, "/generate", GEN)).status_code == 200
+
+
+def test_engine_fault_before_first_token_of_anthropic_stream_is_its_500(make_app, failing_step):
+    app, _ = make_app()
+    failing_step({1})
+    r = run(_post(app, "/v1/messages", ANTHROPIC))
+    assert r.status_code == 500, r.text
+    body = r.json()
+    assert body["type"] == "error" and body["error"]["type"] == "api_error", body
