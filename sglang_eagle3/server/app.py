@@ -1,6 +1,7 @@
 """The FastAPI application: SGLang-native endpoints (/health, /ready, /generate, /get_server_info (/server_info),
 /get_model_info, /flush_cache, /abort_request), OpenAI endpoints (/v1/models, /v1/completions,
 /v1/chat/completions), Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens: server/anthropic_api.py),
+OpenAI's Responses API (/v1/responses: server/responses_api.py; nothing is stored, GET /v1/responses/{id} is a 404),
 SGLang's tokenizer endpoints (/v1/tokenize, /v1/detokenize, also without /v1) and Prometheus /metrics.
 
 Every error is ``{"error": {"message", "type", "param", "code"}}`` (under /v1/messages Anthropic's
@@ -31,7 +32,7 @@ from starlette.routing import Match
 
 from sglang_eagle3.runtime.request import SGLANG_UNSUPPORTED, sglang_neutral
 from sglang_eagle3.runtime.sampling import seeded, short_repr
-from sglang_eagle3.server import anthropic_api, openai_api
+from sglang_eagle3.server import anthropic_api, openai_api, responses_api
 from sglang_eagle3.server.config import ServerConfig
 from sglang_eagle3.server.driver import DriverStoppedError, EngineDriver, EngineFailure, Submission
 from sglang_eagle3.server.logprobs import TokenTable, with_token_text
@@ -304,6 +305,10 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
     app.add_api_route("/v1/chat/completions", _guarded(openai_api.chat_completions), methods=["POST"])
     app.add_api_route("/v1/messages", _guarded(anthropic_api.messages), methods=["POST"])
     app.add_api_route("/v1/messages/count_tokens", _guarded(anthropic_api.count_tokens), methods=["POST"])
+    app.add_api_route("/v1/responses", _guarded(responses_api.responses), methods=["POST"])
+    app.add_api_route("/v1/responses/{response_id}", _guarded(responses_api.not_stored), methods=["GET", "DELETE"])
+    app.add_api_route("/v1/responses/{response_id}/{action}", _guarded(responses_api.not_stored),
+                      methods=["GET", "POST"])
     for prefix in ("/v1", ""):  # (SGLang serves both paths)
         app.add_api_route(f"{prefix}/tokenize", _guarded(tokenize), methods=["POST"])
         app.add_api_route(f"{prefix}/detokenize", _guarded(detokenize), methods=["POST"])

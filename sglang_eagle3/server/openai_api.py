@@ -433,8 +433,8 @@ async def _sse_events(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
 class ChatCall:
     """One /v1/chat/completions request validated, rendered and submitted (start_chat): what its answer is read
     with. ``chunks()``: the stream's chunk objects (without ``[DONE]``); ``choices(finals)``: the answer's choices
-    from the submission's final updates. The Anthropic Messages endpoint (server/anthropic_api.py) reads a chat
-    request's answer through it too."""
+    from the submission's final updates. The Anthropic Messages endpoint (server/anthropic_api.py) and the Responses
+    endpoint (server/responses_api.py) read a chat request's answer through it too."""
 
     body: ChatCompletionRequest
     sub: Submission
@@ -445,11 +445,14 @@ class ChatCall:
     cid: str
     created: int
     skip_special: bool
+    # Each choice's final update as chunks() reads it (its output ids: the Responses API counts reasoning tokens)
+    finished: dict[int, Update] = dataclasses.field(default_factory=dict)
 
     def chunks(self) -> AsyncIterator[dict]:
         body = self.body
         return _chat_chunks(self.sub, self.table, self.cid, self.created, body.model, len(self.ids),
-                            body.stream_options, self.plan, self.thinking, body.stream_reasoning, self.skip_special)
+                            body.stream_options, self.plan, self.thinking, body.stream_reasoning, self.skip_special,
+                            self.finished)
 
     def choices(self, finals: list[Update]) -> list[dict]:
         out = []
@@ -712,12 +715,13 @@ def _by_part(tokens: list[Token], span: Parts | None) -> tuple[list[Token], list
 
 async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, created: int, model: str,
                        prompt_tokens: int, opts, plan: ToolPlan | None = None, thinking: ReasoningFormat | None = None,
-                       stream_reasoning: bool = True, skip_special: bool = True) -> AsyncIterator[dict]:
+                       stream_reasoning: bool = True, skip_special: bool = True,
+                       finished: dict[int, Update] | None = None) -> AsyncIterator[dict]:
     """Chunk objects (the events' payloads, without ``[DONE]``: _sse_events) of every choice, interleaved as their
     tokens come; ``table`` set: with logprobs; ``plan``: tools
     (content, then each call once complete: server/tools.py's ToolStream); ``thinking``: the reasoning apart
     (reasoning_content deltas: server/reasoning.py's ReasoningStream), the rest as content, and with logprobs each
-    token with its part's chunk (_by_part), in output order."""
+    token with its part's chunk (_by_part), in output order; ``finished``: each choice's final update is put there."""
     include_usage = bool(opts and opts.include_usage)
     continuous = bool(opts and opts.continuous_usage_stats)
     m = len(sub.requests)
@@ -745,6 +749,8 @@ async def _chat_chunks(sub: Submission, table: TokenTable | None, cid: str, crea
             raise u.failure()
         k = u.index
         generated[k] += len(u.new_ids)
+        if u.finished and finished is not None:
+            finished[k] = u
         if not opened[k]:  # OpenAI opens each choice with the role
             yield chunk(k, {"role": "assistant", "content": ""})
             opened[k] = True

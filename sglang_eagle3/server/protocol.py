@@ -292,3 +292,43 @@ class AnthropicMessagesRequest(AnthropicCountTokensRequest):
     top_p: float | None = None
     top_k: int | None = None
     metadata: dict | None = None
+
+
+# -- OpenAI's Responses API (server/responses_api.py) ---------------------------------------------------------------
+
+
+class ResponsesRequest(_Body):
+    """``POST /v1/responses`` (OpenAI's ResponseCreateParams). ``input``: a string (one user message) or a list of
+    items, ``tools``, ``tool_choice``, ``reasoning``, ``text``: checked item by item and field by field by
+    server/responses_api.py (a 400 naming ``input.i.content.j`` or ``tools.i.type`` for what it does not take). The
+    conversation-state fields (``previous_response_id``, ``conversation``, ``store: true``, ``background: true``),
+    ``prompt``, ``include`` values other than ``reasoning.encrypted_content``, ``top_logprobs``, ``max_tool_calls``
+    and ``truncation: auto`` are refused there; ``metadata``, ``user``, ``service_tier``, ``prompt_cache_key``,
+    ``safety_identifier``, ``stream_options`` and ``text.verbosity`` are accepted and not read. Other fields are
+    ignored."""
+
+    model: str = "default"  # (SGLang's default, as on the chat endpoint)
+    input: str | list[Any]
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    tools: list[Any] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning: dict | None = None
+    text: dict | None = None
+    stream: bool | None = False
+    metadata: dict | None = None
+    user: str | None = None
+    chat_template_kwargs: dict | None = None  # (SGLang's extension, as on the chat endpoint)
+    # Refused unless their neutral value (server/responses_api.py says why)
+    store: bool | None = None
+    background: bool | None = None
+    previous_response_id: str | None = None
+    conversation: Any = None
+    prompt: Any = None
+    include: list[str] | None = None
+    truncation: str | None = None
+    top_logprobs: int | None = None
+    max_tool_calls: int | None = None
