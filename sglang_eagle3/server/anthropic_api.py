@@ -416,28 +416,15 @@ _PARAMS = (("stop", "stop_sequences"), ("reasoning_effort", "output_config.effor
 _TOOL_FIELD = re.compile(r"(tools[.\[]\d+\]?)\.function\.(name|parameters)")
 
 
+def _tool_field(g) -> str:
+    return f"{g.group(1)}.{'name' if g.group(2) == 'name' else 'input_schema'}"
+
+
 def _renamed(e: APIError, origins: list[str]) -> APIError:
     """An error of the chat path with the Anthropic request's names for its fields."""
-    param, msg = e.param, e.message
-    if param is not None:
-        m = re.match(r"messages\.(\d+)", param)
-        if m and int(m.group(1)) < len(origins):
-            # (the chat's messages are not the request's: a system message first, a tool message per tool_result)
-            param = origins[int(m.group(1))]
-            msg = msg.replace(m.group(0), param, 1)
-        for chat, ours in _PARAMS:
-            if param == chat or param.startswith(chat + "."):
-                param = ours + param[len(chat):]
-                if msg.startswith(chat):
-                    msg = ours + msg[len(chat):]
-                break
-
-        def field(g):
-            return f"{g.group(1)}.{'name' if g.group(2) == 'name' else 'input_schema'}"
-
-        param, msg = _TOOL_FIELD.sub(field, param), _TOOL_FIELD.sub(field, msg)
-    msg = msg.replace("tool_choice 'required'", "tool_choice any")
-    return APIError(e.status, msg, param=param, code=e.code, type=e.type)
+    msg = e.message.replace("tool_choice 'required'", "tool_choice any")
+    return openai_api.renamed_error(APIError(e.status, msg, param=e.param, code=e.code, type=e.type), origins,
+                                    _PARAMS, _TOOL_FIELD, _tool_field, keep_rest=False)
 
 
 # -- the endpoints ------------------------------------------------------------------------------------------------

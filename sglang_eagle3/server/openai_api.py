@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -475,6 +476,33 @@ class ChatCall:
             out.append({"index": u.index, "message": message, "logprobs": lp, "finish_reason": reason,
                         "matched_stop": matched})
         return out
+
+
+def renamed_error(e: APIError, origins: list[str], params: tuple[tuple[str, str], ...], tool_field: re.Pattern,
+                  tool_repl, *, keep_rest: bool) -> APIError:
+    """An error of the chat path (start_chat) with the names of the request it was read from (Anthropic's Messages,
+    OpenAI's Responses): chat message i came from ``origins[i]`` (with ``keep_rest`` the rest of its path after the
+    index is the request's too: Responses items map one to one, Anthropic's blocks do not); ``params``: (the chat's
+    field, the request's), the first matching prefix of the param and, apart, of the message taken; ``tool_field``
+    and ``tool_repl``: re.sub's pattern and replacement for the tools' fields."""
+    param, msg = e.param, e.message
+    if param is not None:
+        m = re.match(r"messages\.(\d+)", param)
+        if m and int(m.group(1)) < len(origins):
+            # (the chat's messages are not the request's: a system message first, and messages merged or split)
+            origin = origins[int(m.group(1))]
+            param = origin + (param[len(m.group(0)):] if keep_rest else "")
+            msg = msg.replace(m.group(0), origin, 1)
+        for chat, theirs in params:
+            if param == chat or param.startswith(chat + "."):
+                param = theirs + param[len(chat):]
+                break
+        for chat, theirs in params:
+            if msg.startswith(chat):
+                msg = theirs + msg[len(chat):]
+                break
+        param, msg = tool_field.sub(tool_repl, param), tool_field.sub(tool_repl, msg)
+    return APIError(e.status, msg, param=param, code=e.code, type=e.type)
 
 
 async def start_chat(serving: Serving, body: ChatCompletionRequest) -> ChatCall:

@@ -390,24 +390,7 @@ _TOOL_FIELD = re.compile(r"(tools[.\[]\d+\]?)\.function\.")
 
 def _renamed(e: APIError, origins: list[str]) -> APIError:
     """An error of the chat path with the Responses request's names for its fields."""
-    param, msg = e.param, e.message
-    if param is not None:
-        m = re.match(r"messages\.(\d+)", param)
-        if m and int(m.group(1)) < len(origins):
-            # (the chat's messages are not the request's: instructions first, items merged into one message)
-            origin = origins[int(m.group(1))]
-            param = origin + param[len(m.group(0)):]
-            msg = msg.replace(m.group(0), origin, 1)
-        for chat, ours in _PARAMS:
-            if param == chat or param.startswith(chat + "."):
-                param = ours + param[len(chat):]
-                break
-        for chat, ours in _PARAMS:
-            if msg.startswith(chat):
-                msg = ours + msg[len(chat):]
-                break
-        param, msg = _TOOL_FIELD.sub(r"\1.", param), _TOOL_FIELD.sub(r"\1.", msg)
-    return APIError(e.status, msg, param=param, code=e.code, type=e.type)
+    return openai_api.renamed_error(e, origins, _PARAMS, _TOOL_FIELD, r"\1.", keep_rest=True)
 
 
 # -- the answer ---------------------------------------------------------------------------------------------------
