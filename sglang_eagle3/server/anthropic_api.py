@@ -525,10 +525,7 @@ async def _events(call: openai_api.ChatCall, tr: Translated, stops: list[str]) -
     closes when another kind comes; each tool call (the chat sends it whole) is a tool_use block with its input in
     one input_json_delta. message_start goes out with the first chunk (at the first tokens: a failure before that is
     an HTTP error, serving.stream)."""
-    started = False
     index, open_kind = -1, None
-    reason = matched = None
-    output_tokens = 0
 
     def start() -> list[bytes]:
         message = {"id": call.cid, "type": "message", "role": "assistant", "model": call.body.model, "content": [],
@@ -556,39 +553,28 @@ async def _events(call: openai_api.ChatCall, tr: Translated, stops: list[str]) -
     def delta(d: dict) -> bytes:
         return _event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
 
-    async for c in call.chunks():
-        if not started:
-            started = True
-            for e in start():
-                yield e
-        if not c["choices"]:  # (the last chunk: usage)
-            output_tokens = c["usage"]["completion_tokens"]
-            continue
-        ch = c["choices"][0]
-        d = ch["delta"]
-        out: list[bytes] = []
-        if d.get("reasoning_content"):
-            out += open_block("thinking", _thinking_block(""))
+    async for piece in call.pieces():
+        kind = piece[0]
+        if kind == "start":
+            out = start()
+        elif kind == "reasoning":
+            out = open_block("thinking", _thinking_block(""))
             if not tr.omit_thinking:
-                out.append(delta({"type": "thinking_delta", "thinking": d["reasoning_content"]}))
-        if d.get("content"):
-            out += open_block("text", {"type": "text", "text": ""})
-            out.append(delta({"type": "text_delta", "text": d["content"]}))
-        for tc in d.get("tool_calls") or []:
-            out += close()
-            out += open_block("tool_use", {"type": "tool_use", "id": tc["id"], "name": tc["function"]["name"],
-                                           "input": {}})
+                out.append(delta({"type": "thinking_delta", "thinking": piece[1]}))
+        elif kind == "content":
+            out = open_block("text", {"type": "text", "text": ""})
+            out.append(delta({"type": "text_delta", "text": piece[1]}))
+        elif kind == "tool_call":
+            tc = piece[1]
+            out = close() + open_block("tool_use", {"type": "tool_use", "id": tc["id"],
+                                                    "name": tc["function"]["name"], "input": {}})
             out.append(delta({"type": "input_json_delta", "partial_json": tc["function"]["arguments"]}))
             out += close()
-        if ch["finish_reason"] is not None:
-            reason, matched = ch["finish_reason"], ch.get("matched_stop")
+        else:  # "end"
+            _, reason, matched, output_tokens = piece
+            out = close()
         for e in out:
             yield e
-    if not started:
-        for e in start():
-            yield e
-    for e in close():
-        yield e
     stop_reason, stop_sequence = _stop(reason, matched, stops)
     yield _event("message_delta", {"type": "message_delta",
                                    "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},

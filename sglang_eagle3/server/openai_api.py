@@ -455,6 +455,33 @@ class ChatCall:
                             body.stream_options, self.plan, self.thinking, body.stream_reasoning, self.skip_special,
                             self.finished)
 
+    async def pieces(self) -> AsyncIterator[tuple]:
+        """The stream of the request's one choice read for another API's events (the Anthropic and Responses
+        endpoints): ("start",) with the first chunk (at the end where none came), then in output order
+        ("reasoning", text), ("content", text), ("tool_call", call) (the chat sends a call whole), and last ("end",
+        finish_reason, matched_stop, output_tokens) (the usage chunk's count: the body asks for include_usage)."""
+        started, reason, matched, output_tokens = False, None, None, 0
+        async for c in self.chunks():
+            if not started:
+                started = True
+                yield ("start",)
+            if not c["choices"]:  # (the last chunk: usage)
+                output_tokens = c["usage"]["completion_tokens"]
+                continue
+            ch = c["choices"][0]
+            d = ch["delta"]
+            if d.get("reasoning_content"):
+                yield ("reasoning", d["reasoning_content"])
+            if d.get("content"):
+                yield ("content", d["content"])
+            for tc in d.get("tool_calls") or []:
+                yield ("tool_call", tc)
+            if ch["finish_reason"] is not None:
+                reason, matched = ch["finish_reason"], ch.get("matched_stop")
+        if not started:
+            yield ("start",)
+        yield ("end", reason, matched, output_tokens)
+
     def choices(self, finals: list[Update]) -> list[dict]:
         out = []
         for u in finals:

@@ -648,37 +648,24 @@ class _Events:
         return out + self.close()
 
     async def events(self) -> AsyncIterator[bytes]:
-        started = False
-        reason = None
-        output_tokens = 0
-
         def start() -> list[bytes]:
             r = self.response("in_progress")
             return [self.event("response.created", response=r), self.event("response.in_progress", response=r)]
 
-        async for c in self.call.chunks():
-            if not started:
-                started = True
-                for e in start():
-                    yield e
-            if not c["choices"]:  # (the last chunk: usage)
-                output_tokens = c["usage"]["completion_tokens"]
-                continue
-            ch = c["choices"][0]
-            d = ch["delta"]
-            out: list[bytes] = []
-            if d.get("reasoning_content"):
-                out += self.delta("reasoning", d["reasoning_content"])
-            if d.get("content"):
-                out += self.delta("message", d["content"])
-            for tc in d.get("tool_calls") or []:
-                out += self.tool_call(tc)
-            if ch["finish_reason"] is not None:
-                reason = ch["finish_reason"]
+        async for piece in self.call.pieces():
+            kind = piece[0]
+            if kind == "start":
+                out = start()
+            elif kind == "reasoning":
+                out = self.delta("reasoning", piece[1])
+            elif kind == "content":
+                out = self.delta("message", piece[1])
+            elif kind == "tool_call":
+                out = self.tool_call(piece[1])
+            else:  # "end"
+                _, reason, _, output_tokens = piece
+                out = []
             for e in out:
-                yield e
-        if not started:
-            for e in start():
                 yield e
         status, incomplete, error = _status(reason)
         for e in self.close("incomplete" if status == "incomplete" else "completed"):
