@@ -7,7 +7,9 @@ with a bounded timeout and always kill the process (its log is printed when a te
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -169,3 +171,30 @@ def server(tiny_model, tmp_path_factory):
     with running_server(tiny_model, str(tmp_path_factory.mktemp("server_logs")), "--max-running-requests", "16",
                         "--served-model-name", "tiny") as srv:
         yield srv
+
+
+def random_words(rng: random.Random, n: int) -> str:
+    """n words of the tokenizer's corpus, drawn by ``rng``."""
+    words = _CORPUS.split()
+    return " ".join(rng.choice(words) for _ in range(n))
+
+
+def post_chat(url: str, body: dict, model: str = "tiny") -> dict:
+    """A /v1/chat/completions answer from the server at ``url`` (200 asserted): the reference the translated
+    endpoints (Anthropic's Messages, OpenAI's Responses) are checked against."""
+    r = httpx.post(url + "/v1/chat/completions", json={"model": model, **body}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def named_sse_events(text: str) -> list[tuple[str, dict]]:
+    """An SSE text of named events (Anthropic's, the Responses API's) as (event name, payload): each frame an
+    ``event:`` line and a ``data:`` line, the name its payload's type."""
+    out = []
+    for frame in text.strip().split("\n\n"):
+        lines = frame.split("\n")
+        assert len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "), frame
+        name, payload = lines[0][len("event: "):], json.loads(lines[1][len("data: "):])
+        assert payload["type"] == name, frame
+        out.append((name, payload))
+    return out

@@ -25,7 +25,7 @@ import pytest
 
 from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
 
-from .conftest import _CORPUS, spec_engine
+from .conftest import named_sse_events, post_chat, random_words, spec_engine
 from .test_reasoning import END, THINK, THOUGHT, thinking  # noqa: F401  (a fixture)
 from .test_tools import (
     ADD,
@@ -47,12 +47,7 @@ from .test_tools_reasoning_parity import k25  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-WORDS = _CORPUS.split()
 USER = {"role": "user", "content": "Pack my box"}
-
-
-def words(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
 def anthropic_tool(tool: dict) -> dict:
@@ -70,22 +65,7 @@ def client(url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key="none", max_retries=0, timeout=120)
 
 
-def chat(url: str, body: dict) -> dict:
-    r = httpx.post(url + "/v1/chat/completions", json={"model": MODEL, **body}, timeout=120)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def raw_events(text: str) -> list[tuple[str, dict]]:
-    """The SSE text as (event name, payload), each name checked against its payload's type."""
-    out = []
-    for frame in text.strip().split("\n\n"):
-        lines = frame.split("\n")
-        assert len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "), frame
-        name, payload = lines[0][len("event: "):], json.loads(lines[1][len("data: "):])
-        assert payload["type"] == name, frame
-        out.append((name, payload))
-    return out
+raw_events = named_sse_events
 
 
 def blocks_of_events(events: list[tuple[str, dict]]) -> tuple[list[dict], dict, dict]:
@@ -160,21 +140,21 @@ def random_conversation(rng: random.Random) -> tuple[dict, dict]:
     anth, msgs = {}, []
     kind = rng.choice(["none", "string", "blocks"])
     if kind == "string":
-        anth["system"] = words(rng, 3)
+        anth["system"] = random_words(rng, 3)
         msgs.append({"role": "system", "content": anth["system"]})
     elif kind == "blocks":
-        texts = [words(rng, 2) for _ in range(rng.randint(1, 2))]
+        texts = [random_words(rng, 2) for _ in range(rng.randint(1, 2))]
         anth["system"] = [{"type": "text", "text": t} for t in texts]
         msgs.append({"role": "system", "content": "\n".join(texts)})  # (joined by a newline, as SGLang)
     turns = []
     for i in range(rng.choice([1, 3])):
         role = "user" if i % 2 == 0 else "assistant"
         if rng.random() < 0.5:
-            text = words(rng, rng.randint(1, 4))
+            text = random_words(rng, rng.randint(1, 4))
             turns.append({"role": role, "content": text})
             msgs.append({"role": role, "content": text})
         else:
-            texts = [words(rng, rng.randint(1, 3)) for _ in range(rng.randint(1, 2))]
+            texts = [random_words(rng, rng.randint(1, 3)) for _ in range(rng.randint(1, 2))]
             turns.append({"role": role, "content": [{"type": "text", "text": t} for t in texts]})
             msgs.append({"role": role, "content": texts[0] if len(texts) == 1 else
                          [{"type": "text", "text": t} for t in texts]})
@@ -194,7 +174,7 @@ def test_answers_as_chat_does(server, seed):
             "metadata": {"user_id": "u-1"}}  # (accepted, not read)
     c = client(server.url)
     msg = c.messages.create(**sdk(body))
-    ref = chat(server.url, {**equivalent, "max_tokens": max_tokens, "temperature": 0})
+    ref = post_chat(server.url, {**equivalent, "max_tokens": max_tokens, "temperature": 0})
     choice = ref["choices"][0]
     assert msg.type == "message" and msg.role == "assistant" and msg.model == MODEL and msg.id.startswith("msg_")
     assert all(b.type == "text" for b in msg.content) and len(msg.content) <= 1, msg
@@ -236,7 +216,7 @@ def test_stop_sequences(server):
     msg = c.messages.create(**sdk(body), stop_sequences=["\x00never", stop])
     assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", stop)
     assert msg.content[0].text == text[:text.index(stop)]
-    ref = chat(server.url, {"messages": body["messages"], "max_tokens": 16, "temperature": 0,
+    ref = post_chat(server.url, {"messages": body["messages"], "max_tokens": 16, "temperature": 0,
                             "stop": ["\x00never", stop]})["choices"][0]
     assert ref["message"]["content"] == msg.content[0].text and ref["matched_stop"] == stop
     whole = httpx.post(server.url + "/v1/messages", json={**body, "stop_sequences": ["\x00never", stop]}).json()
@@ -250,7 +230,7 @@ def test_prefill_continues_the_last_assistant_message(server):
     c = client(server.url)
     messages = [USER, {"role": "assistant", "content": "The quick"}]
     msg = c.messages.create(**sdk({"model": MODEL, "max_tokens": 10, "temperature": 0, "messages": messages}))
-    ref = chat(server.url, {"messages": messages, "max_tokens": 10, "temperature": 0,
+    ref = post_chat(server.url, {"messages": messages, "max_tokens": 10, "temperature": 0,
                             "continue_final_message": True})
     assert msg.content[0].text == ref["choices"][0]["message"]["content"]
     assert msg.usage.input_tokens == ref["usage"]["prompt_tokens"]
@@ -297,7 +277,7 @@ def test_tool_history_renders_as_the_chat(server):
         assert counted.input_tokens == r.json()["count"], choice
     msg = c.messages.create(**sdk({"model": MODEL, "max_tokens": 8, "temperature": 0, "messages": messages,
                                    "tools": tools, "tool_choice": {"type": "none"}}))
-    ref = chat(server.url, {"messages": equivalent, "tools": chat_tools, "tool_choice": "none", "max_tokens": 8,
+    ref = post_chat(server.url, {"messages": equivalent, "tools": chat_tools, "tool_choice": "none", "max_tokens": 8,
                             "temperature": 0})
     assert msg.content[0].text == ref["choices"][0]["message"]["content"]
     assert msg.usage.input_tokens == ref["usage"]["prompt_tokens"]
@@ -434,7 +414,7 @@ def test_forced_tool_use_is_the_chats_calls(tool_server, choice, chat_choice, pa
             body = {"model": MODEL, "max_tokens": max_tokens, "temperature": 0, "messages": messages,
                     "tools": tools, "tool_choice": choice}
             msg = c.messages.create(**sdk(body))
-            ref = chat(tool_server.url, {"messages": messages, "max_tokens": max_tokens, "temperature": 0,
+            ref = post_chat(tool_server.url, {"messages": messages, "max_tokens": max_tokens, "temperature": 0,
                                          "tools": [chat_tool(t) for t in tools], "tool_choice": chat_choice,
                                          **({"parallel_tool_calls": parallel} if parallel is not None else {})})
             ch = ref["choices"][0]

@@ -24,7 +24,7 @@ import httpx2
 import openai
 import pytest
 
-from .conftest import _CORPUS
+from .conftest import named_sse_events, post_chat, random_words
 from .test_reasoning import END, THINK, THOUGHT, thinking  # noqa: F401  (a fixture)
 from .test_tools import (
     ADD,
@@ -46,12 +46,7 @@ from .test_tools_reasoning_parity import k25  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-WORDS = _CORPUS.split()
 USER = {"role": "user", "content": "Pack my box"}
-
-
-def words(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
 def resp_tool(tool: dict) -> dict:
@@ -64,21 +59,10 @@ def client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
 
 
-def chat(url: str, body: dict) -> dict:
-    r = httpx.post(url + "/v1/chat/completions", json={"model": MODEL, **body}, timeout=120)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
 def raw_events(text: str) -> list[tuple[str, dict]]:
     """The SSE text as (event name, payload): each name is its payload's type, the sequence numbers 0, 1, 2, ..."""
-    out = []
-    for frame in text.strip().split("\n\n"):
-        lines = frame.split("\n")
-        assert len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "), frame
-        name, payload = lines[0][len("event: "):], json.loads(lines[1][len("data: "):])
-        assert payload["type"] == name and payload["sequence_number"] == len(out), frame
-        out.append((name, payload))
+    out = named_sse_events(text)
+    assert [p["sequence_number"] for _, p in out] == list(range(len(out))), out
     return out
 
 
@@ -149,10 +133,10 @@ def random_conversation(rng: random.Random) -> tuple[dict, list[dict]]:
     """(the Responses request's instructions / input, the equivalent chat messages) over random words."""
     body, msgs = {}, []
     if rng.random() < 0.5:
-        body["instructions"] = words(rng, 3)
+        body["instructions"] = random_words(rng, 3)
         msgs.append({"role": "system", "content": body["instructions"]})
     if rng.random() < 0.3:
-        body["input"] = words(rng, rng.randint(1, 4))
+        body["input"] = random_words(rng, rng.randint(1, 4))
         msgs.append({"role": "user", "content": body["input"]})
         return body, msgs
     items = []
@@ -160,12 +144,12 @@ def random_conversation(rng: random.Random) -> tuple[dict, list[dict]]:
     roles += ["user", "assistant", "user"][:rng.choice([1, 3])]
     for role in roles:
         if rng.random() < 0.5:
-            text = words(rng, rng.randint(1, 4))
+            text = random_words(rng, rng.randint(1, 4))
             items.append({"role": role, "content": text} if rng.random() < 0.5 else
                          {"type": "message", "role": role, "content": text})
             msgs.append({"role": role, "content": text})
         else:
-            texts = [words(rng, rng.randint(1, 3)) for _ in range(rng.randint(1, 2))]
+            texts = [random_words(rng, rng.randint(1, 3)) for _ in range(rng.randint(1, 2))]
             part = "output_text" if role == "assistant" else "input_text"
             items.append({"type": "message", "role": role, "content": [{"type": part, "text": t} for t in texts]})
             msgs.append({"role": role, "content": texts[0] if len(texts) == 1 else
@@ -186,7 +170,7 @@ def test_answers_as_chat_does(server, seed):
             "metadata": {"k": "v"}, "user": "u-1", "store": False}  # (accepted)
     c = client(server.url)
     resp = c.responses.create(**body)
-    ref = chat(server.url, {"messages": equivalent, "max_tokens": max_tokens, "temperature": 0})
+    ref = post_chat(server.url, {"messages": equivalent, "max_tokens": max_tokens, "temperature": 0})
     choice = ref["choices"][0]
     assert resp.object == "response" and resp.model == MODEL and resp.id.startswith("resp_")
     assert resp.output_text == choice["message"]["content"]
@@ -241,7 +225,7 @@ def test_function_call_history_renders_as_the_chat(server):
     chat_tools = [PING, COUNT]
     resp = client(server.url).responses.create(model=MODEL, input=items, tools=tools, tool_choice="none",
                                                max_output_tokens=8, temperature=0)
-    ref = chat(server.url, {"messages": equivalent, "tools": chat_tools, "tool_choice": "none", "max_tokens": 8,
+    ref = post_chat(server.url, {"messages": equivalent, "tools": chat_tools, "tool_choice": "none", "max_tokens": 8,
                             "temperature": 0})
     assert resp.output_text == ref["choices"][0]["message"]["content"]
     assert resp.usage.input_tokens == ref["usage"]["prompt_tokens"]
@@ -249,7 +233,7 @@ def test_function_call_history_renders_as_the_chat(server):
     alone = [USER, items[3], items[5]]
     resp = client(server.url).responses.create(model=MODEL, input=alone, tools=tools, tool_choice="none",
                                                max_output_tokens=4, temperature=0)
-    ref = chat(server.url, {"messages": [USER, {"role": "assistant", "content": "", "tool_calls": [
+    ref = post_chat(server.url, {"messages": [USER, {"role": "assistant", "content": "", "tool_calls": [
         equivalent[1]["tool_calls"][0]]}, equivalent[2]], "tools": chat_tools, "tool_choice": "none",
         "max_tokens": 4, "temperature": 0})
     assert resp.usage.input_tokens == ref["usage"]["prompt_tokens"]
@@ -370,7 +354,7 @@ def test_forced_calls_are_the_chats(tool_server, choice, chat_choice):  # noqa: 
                 "tools": tools, "tool_choice": choice,
                 **({"parallel_tool_calls": parallel} if parallel is not None else {})}
         resp = c.responses.create(**body)
-        ref = chat(tool_server.url, {"messages": messages, "max_tokens": max_tokens, "temperature": 0,
+        ref = post_chat(tool_server.url, {"messages": messages, "max_tokens": max_tokens, "temperature": 0,
                                      "tools": FORCED_TOOLS, "tool_choice": chat_choice,
                                      **({"parallel_tool_calls": parallel} if parallel is not None else {})})
         ch = ref["choices"][0]
