@@ -16,9 +16,12 @@ The translation:
   model reads text only. A last assistant message is a prefill: the answer continues it (``continue_final_message``,
   the template's thinking off, as Anthropic allows no thinking with a prefill).
 - ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop_sequences`` -> the chat's sampling fields.
-- ``tools`` (``{name, description, input_schema}``) -> functions; ``tool_choice`` ``auto`` / ``any`` / ``tool`` /
-  ``none`` -> ``auto`` / ``required`` / a named function / ``none``, ``disable_parallel_tool_use`` ->
-  ``parallel_tool_calls: false``.
+- Claude Code's fields a local server has no use for (``cache_control``, ``context_management``, ``container``,
+  ``service_tier``, ``betas``, ``metadata``) are ignored; ``mcp_servers`` naming servers is a 400 (their tools would
+  be called by the API's side).
+- ``tools`` (``{name, description, input_schema}``; ``[]``: none) -> functions; ``tool_choice`` ``auto`` / ``any`` /
+  ``tool`` / ``none`` -> ``auto`` / ``required`` / a named function / ``none`` (``auto`` / ``none`` without tools:
+  nothing), ``disable_parallel_tool_use`` -> ``parallel_tool_calls: false``.
 - ``thinking`` ``enabled`` (``budget_tokens`` >= 1024, not enforced) / ``adaptive`` / ``disabled`` -> the template's
   thinking switch (``chat_template_kwargs`` ``thinking`` and ``enable_thinking``); left out, the template's default.
   ``output_config.effort`` -> ``reasoning_effort``, ``output_config.format`` -> ``response_format``.
@@ -254,7 +257,7 @@ def _system(system) -> str | None:
 
 
 def _tools(tools: list | None) -> tuple[list[dict] | None, list[str]]:
-    if tools is None:
+    if not tools:  # (an empty list offers none, as on Anthropic's API)
         return None, []
     out, names = [], []
     for i, tool in enumerate(tools):
@@ -299,7 +302,9 @@ def _tool_choice(choice: dict | None, names: list[str], has_tools: bool) -> tupl
                    "tool_choice.disable_parallel_tool_use")
     if kind not in ("auto", "any", "tool", "none"):
         raise _bad(f"tool_choice.type={short_repr(kind)} must be 'auto', 'any', 'tool' or 'none'", "tool_choice.type")
-    if kind != "none" and not has_tools:
+    if kind in ("auto", "none") and not has_tools:
+        return None, None  # (nothing to choose from: auto and none ask for nothing)
+    if not has_tools:
         raise _bad(f"tool_choice {{\"type\": {kind!r}}} needs tools", "tool_choice")
     chat: str | dict = {"auto": "auto", "any": "required", "none": "none"}.get(kind, "")
     if kind == "tool":
@@ -363,6 +368,10 @@ def to_chat(body: AnthropicCountTokensRequest, *, stream: bool = False, rid: str
         else:
             messages.append(_assistant(i, m.content))
             origins.append(f"messages.{i}")
+    if body.mcp_servers:
+        raise _bad("mcp_servers (Anthropic's MCP connector: its servers' tools called by Anthropic's servers) is not "
+                   "supported: this server calls no tools itself; give the MCP tools as tools, for your client to "
+                   "run (Claude Code does so with its own MCP servers)", "mcp_servers")
     tools, names = _tools(body.tools)
     choice, parallel = _tool_choice(body.tool_choice, names, tools is not None)
     thinking, omitted = _thinking(body.thinking)

@@ -279,6 +279,10 @@ class AnthropicCountTokensRequest(_Body):
     tool_choice: dict | None = None
     thinking: dict | None = None
     output_config: dict | None = None
+    # Anthropic's MCP connector: refused where it names servers (their tools would run on the API's side); the other
+    # fields of Anthropic's that a local server has no use for (``context_management``, ``container``,
+    # ``service_tier``, ``betas``, ``cache_control``) are ignored.
+    mcp_servers: list[Any] | None = None
 
 
 class AnthropicMessagesRequest(AnthropicCountTokensRequest):
@@ -304,8 +308,8 @@ class ResponsesRequest(_Body):
     conversation-state fields (``previous_response_id``, ``conversation``, ``store: true``, ``background: true``),
     ``prompt``, ``include`` values other than ``reasoning.encrypted_content``, ``top_logprobs``, ``max_tool_calls``
     and ``truncation: auto`` are refused there; ``metadata``, ``user``, ``service_tier``, ``prompt_cache_key``,
-    ``safety_identifier``, ``stream_options`` and ``text.verbosity`` are accepted and not read. Other fields are
-    ignored."""
+    ``safety_identifier``, ``stream_options``, ``client_metadata`` and ``text.verbosity`` are accepted and not read.
+    Other fields are ignored."""
 
     model: str = "default"  # (SGLang's default, as on the chat endpoint)
     input: str | list[Any]

@@ -14,12 +14,16 @@ The translation:
   / ``refusal`` parts) -> chat messages of that role; ``function_call`` {call_id, name, arguments} -> a tool call of
   the assistant message before it (one of its own where none is), ``function_call_output`` {call_id, output} -> a
   ``tool`` message; ``reasoning`` items (their ``content`` text, else their ``summary`` text) -> the
-  ``reasoning_content`` of the next assistant message (left out where no assistant turn follows). Image, file and
-  audio parts are a 400 (the model reads text only), as are items that need stored state (``item_reference``) or a
-  built-in tool's calls.
+  ``reasoning_content`` of the next assistant message (left out where no assistant turn follows);
+  ``custom_tool_call`` / ``local_shell_call`` -> tool calls of the functions those tools are offered as (below),
+  their outputs -> ``tool`` messages. Image, file and audio parts are a 400 (the model reads text only), as are items
+  that need stored state (``item_reference``) or a hosted tool's calls.
 - ``max_output_tokens``, ``temperature``, ``top_p`` -> ``max_tokens``, ``temperature``, ``top_p``.
-- ``tools`` (``{type: function, name, description, parameters, strict}``) -> functions; built-in tools (web search,
-  file search, code interpreter, computer use, MCP, ...) are a 400: this server runs none. ``tool_choice`` auto /
+- ``tools`` (``{type: function, name, description, parameters, strict}``) -> functions; the kinds Codex runs itself
+  are offered as functions too: ``custom`` (freeform) tools as a function of one string ``input`` (a grammar format
+  shown in its description, not enforced), ``local_shell`` as a function taking the exec action; their calls come
+  back as ``custom_tool_call`` / ``local_shell_call`` items. Hosted tools (web search, file search, code interpreter,
+  computer use, MCP, ...) are a 400: this server runs none. ``tool_choice`` auto /
   none / required / ``{type: function, name}`` and ``parallel_tool_calls`` -> the chat's.
 - ``reasoning.effort`` -> ``reasoning_effort`` (the template's thinking switch: effort ``none`` turns Kimi-K2.5's
   thinking off); ``reasoning.summary`` set: reasoning items carry the reasoning as their summary too.
@@ -91,6 +95,7 @@ class Translated:
     chat: ChatCompletionRequest
     origins: list[str]  # chat message k -> the Responses field it came from ("instructions", "input.3")
     summary: bool  # reasoning.summary set: reasoning items carry the reasoning as their summary too
+    kinds: dict[str, str] = dataclasses.field(default_factory=dict)  # function name -> "custom" / "local_shell"
 
 
 def _as_content(texts: list[str]):
@@ -142,7 +147,8 @@ def _string(item: dict, key: str, at: str) -> str:
 
 
 def _reasoning_text(item: dict, at: str) -> str:
-    """A reasoning item's text: its content's reasoning_text parts, else its summary's summary_text parts."""
+    """A reasoning item's text: its content's reasoning_text (or text) parts, else its summary's summary_text parts.
+    (``encrypted_content``, another server's encrypted reasoning, is not read: no model here can read it.)"""
     for key, part_type in (("content", "reasoning_text"), ("summary", "summary_text")):
         parts = item.get(key)
         if parts is None:
@@ -152,6 +158,8 @@ def _reasoning_text(item: dict, at: str) -> str:
         texts = []
         for j, part in enumerate(parts):
             kind = _part_type(part, f"{at}.{key}.{j}")
+            if kind == "text" and key == "content":  # (Codex's history writes reasoning content parts so too)
+                kind = part_type
             if kind != part_type or not isinstance(part.get("text"), str):
                 raise _bad(f"{at}.{key}.{j}={short_repr(part)} must be {{\"type\": \"{part_type}\", \"text\": "
                            "\"...\"}", f"{at}.{key}.{j}")
@@ -199,20 +207,33 @@ def _input(items, out: list[dict], origins: list[str]) -> None:
                 out.append({"role": role, "content": content})
                 origins.append(at)
                 turn = False
-        elif kind == "function_call":
-            call_id, name = _string(item, "call_id", at), _string(item, "name", at)
-            args = item.get("arguments")
-            if not isinstance(args, str):
-                raise _bad(f"{at}.arguments={short_repr(args)} must be a string (the call's JSON arguments)",
-                           f"{at}.arguments")
+        elif kind in _CALLS:
+            # A call the client ran: a function's, or one of the tools offered to the model as functions (a custom
+            # tool's {"input"}, local_shell's exec action: _tools), as the tool call the model wrote for it.
+            if kind == "local_shell_call":
+                call_id = item.get("call_id") or item.get("id")
+                if not isinstance(call_id, str) or not call_id:
+                    raise _bad(f"{at}.call_id={short_repr(call_id)} must be a non-empty string", f"{at}.call_id")
+                name, args = LOCAL_SHELL, _local_shell_arguments(item.get("action"), f"{at}.action")
+            else:
+                call_id, name = _string(item, "call_id", at), _string(item, "name", at)
+                key = "arguments" if kind == "function_call" else "input"
+                args = item.get(key)
+                if not isinstance(args, str):
+                    what = "the call's JSON arguments" if key == "arguments" else "the tool's input text"
+                    raise _bad(f"{at}.{key}={short_repr(args)} must be a string ({what})", f"{at}.{key}")
+                if kind == "custom_tool_call":
+                    args = json.dumps({"input": args}, ensure_ascii=False)
             tc = {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
             if turn and not pending:
                 out[-1].setdefault("tool_calls", []).append(tc)
             else:
                 assistant({"role": "assistant", "content": "", "tool_calls": [tc]}, at)
                 turn = True
-        elif kind == "function_call_output":
-            call_id = _string(item, "call_id", at)
+        elif kind in _OUTPUTS:
+            call_id = item.get("call_id") or (item.get("id") if kind == "local_shell_call_output" else None)
+            if not isinstance(call_id, str) or not call_id:
+                raise _bad(f"{at}.call_id={short_repr(call_id)} must be a non-empty string", f"{at}.call_id")
             output = item.get("output")
             content = _as_content(_text_of_parts(output, f"{at}.output", "input_text"))
             out.append({"role": "tool", "tool_call_id": call_id, "content": content})
@@ -228,24 +249,91 @@ def _input(items, out: list[dict], origins: list[str]) -> None:
                        "item itself", f"{at}.type")
         else:
             raise _bad(f"{at}.type={short_repr(kind)} is not an input item this server reads (message, "
-                       "function_call, function_call_output, reasoning); built-in tools' calls are not supported",
-                       f"{at}.type")
+                       "function_call, function_call_output, custom_tool_call, custom_tool_call_output, "
+                       "local_shell_call, local_shell_call_output, reasoning); the calls of tools that run on "
+                       "OpenAI's servers (web search, file search, ...) are not supported", f"{at}.type")
 
 
-def _tools(tools: list | None) -> tuple[list[dict] | None, list[str]]:
-    if tools is None:
-        return None, []
-    out, names = [], []
+def _local_shell_arguments(action, at: str) -> str:
+    """A local_shell_call's exec action as the arguments of the local_shell function the model called."""
+    if not isinstance(action, dict) or action.get("type", "exec") != "exec":
+        raise _bad(f"{at}={short_repr(action)} must be an exec action ({{\"type\": \"exec\", \"command\": "
+                   "[...]}})", at)
+    args = {k: v for k, v in action.items() if k != "type" and v is not None}
+    try:
+        return json.dumps(args, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise _bad(f"{at} holds NaN or Infinity, which JSON has no value for", at) from None
+
+
+def _custom_function(tool: dict, at: str) -> dict:
+    """A custom (freeform) tool as the function offered to the model: one string parameter, ``input``, the text the
+    tool takes; a grammar format is shown in the description (not enforced: the model's text is handed on)."""
+    description, fmt = tool.get("description"), tool.get("format")
+    if description is not None and not isinstance(description, str):
+        raise _bad(f"{at}.description={short_repr(description)} must be a string", f"{at}.description")
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if fmt is not None and kind not in ("text", "grammar"):
+        raise _bad(f"{at}.format={short_repr(fmt)} must be {{\"type\": \"text\"}} or {{\"type\": \"grammar\", "
+                   "\"syntax\", \"definition\"}}", f"{at}.format")
+    about = "The tool's input: free text, written as is (not JSON)."
+    if kind == "grammar":
+        definition, syntax = fmt.get("definition"), fmt.get("syntax")
+        if not isinstance(definition, str) or not isinstance(syntax, str):
+            raise _bad(f"{at}.format: a grammar format needs \"syntax\" and \"definition\" (strings)", f"{at}.format")
+        about = f"The tool's input, written as is (not JSON); it must follow this {syntax} grammar:\n{definition}"
+    return {"name": tool.get("name"), "description": description or "",
+            "parameters": {"type": "object", "properties": {"input": {"type": "string", "description": about}},
+                           "required": ["input"], "additionalProperties": False}}
+
+
+LOCAL_SHELL = "local_shell"
+# Codex's local_shell tool (codex-rs: ToolSpec::LocalShell) offered as a function whose arguments are the
+# local_shell_call's exec action (LocalShellExecAction: command an argv list, the rest optional).
+_LOCAL_SHELL_FUNCTION = {
+    "name": LOCAL_SHELL,
+    "description": "Runs a command on the user's machine and returns its output.",
+    "parameters": {"type": "object", "properties": {
+        "command": {"type": "array", "items": {"type": "string"}, "description": "The command and its arguments"},
+        "working_directory": {"type": "string"}, "timeout_ms": {"type": "integer"},
+        "env": {"type": "object", "additionalProperties": {"type": "string"}}, "user": {"type": "string"}},
+        "required": ["command"], "additionalProperties": False}}
+_CLIENT_TOOLS = ("custom", LOCAL_SHELL)  # tool kinds the client runs itself, offered to the model as functions
+_CALLS = ("function_call", "custom_tool_call", "local_shell_call")
+_OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+
+
+def _tools(tools: list | None) -> tuple[list[dict] | None, list[str], dict[str, str]]:
+    """(the chat's functions, their names, the names of those that are custom / local_shell tools -> the kind)."""
+    if not tools:  # (Codex sends "tools": [] where it offers none)
+        return None, [], {}
+    out, names, kinds = [], [], {}
     for i, tool in enumerate(tools):
         at = f"tools.{i}"
         if not isinstance(tool, dict):
             raise _bad(f"{at}={short_repr(tool)} must be a tool object ({{\"type\": \"function\", \"name\", "
                        "\"parameters\"}})", at)
         kind = tool.get("type")
+        if kind == LOCAL_SHELL:
+            out.append({"type": "function", "function": dict(_LOCAL_SHELL_FUNCTION)})
+            names.append(LOCAL_SHELL)
+            kinds[LOCAL_SHELL] = LOCAL_SHELL
+            continue
+        if kind == "custom":
+            fn = _custom_function(tool, at)
+            if not isinstance(fn["name"], str):
+                raise _bad(f"{at}.name={short_repr(fn['name'])} must be a string", f"{at}.name")
+            out.append({"type": "function", "function": fn})
+            names.append(fn["name"])
+            kinds[fn["name"]] = "custom"
+            continue
         if kind != "function":
-            raise _bad(f"{at}.type={short_repr(kind)}: only function tools are supported; OpenAI's built-in tools "
-                       "(web_search, file_search, code_interpreter, computer_use, image_generation, mcp, shell, "
-                       "custom, ...) run on OpenAI's servers, and this server runs none", f"{at}.type")
+            hint = (" (Codex: turn its web search off, web_search = \"disabled\" in config.toml)"
+                    if isinstance(kind, str) and kind.startswith("web_search") else "")
+            raise _bad(f"{at}.type={short_repr(kind)}: this server runs no hosted tools; OpenAI's built-in tools "
+                       "(web_search, file_search, code_interpreter, computer_use, image_generation, mcp, shell, ...) "
+                       "run on OpenAI's servers: leave them out of tools" + hint + ". Function, custom and "
+                       "local_shell tools, which the client runs, are supported", f"{at}.type")
         name, params, description, strict = (tool.get(k) for k in ("name", "parameters", "description", "strict"))
         if not isinstance(name, str):
             raise _bad(f"{at}.name={short_repr(name)} must be a string", f"{at}.name")
@@ -262,19 +350,24 @@ def _tools(tools: list | None) -> tuple[list[dict] | None, list[str]]:
             fn["strict"] = strict
         out.append({"type": "function", "function": fn})
         names.append(name)
-    return out, names
+    return out, names, kinds
 
 
 def _tool_choice(choice, names: list[str]) -> str | dict | None:
+    if choice in ("auto", "none") and not names:
+        return None  # (nothing to choose from: as OpenAI, auto and none ask for nothing; Codex sends auto always)
     if choice is None or choice in ("auto", "none", "required"):
         return choice
     if isinstance(choice, str):
         raise _bad(f"tool_choice={short_repr(choice)} must be 'auto', 'none', 'required' or {{\"type\": "
                    "\"function\", \"name\": ...}", "tool_choice")
     kind = choice.get("type")
-    if kind != "function":
-        raise _bad(f"tool_choice.type={short_repr(kind)}: only {{\"type\": \"function\", \"name\": ...}} is "
-                   "supported (no built-in tools; allowed_tools is not supported)", "tool_choice.type")
+    if kind == LOCAL_SHELL:
+        choice = {"name": LOCAL_SHELL}
+    elif kind not in ("function", "custom"):
+        raise _bad(f"tool_choice.type={short_repr(kind)}: only {{\"type\": \"function\" (or \"custom\"), "
+                   "\"name\": ...}} or {\"type\": \"local_shell\"} is supported (no built-in tools; allowed_tools "
+                   "is not supported)", "tool_choice.type")
     name = choice.get("name")
     if not isinstance(name, str) or name not in names:
         given = ", ".join(names) or "none given"
@@ -287,10 +380,10 @@ def _reasoning(reasoning: dict | None) -> tuple[object, bool]:
     if reasoning is None:
         return None, False
     summary = reasoning.get("summary", reasoning.get("generate_summary"))
-    if summary is not None and summary not in _SUMMARIES:
-        raise _bad(f"reasoning.summary={short_repr(summary)} must be one of {', '.join(_SUMMARIES)}",
+    if summary is not None and summary not in _SUMMARIES and summary != "none":
+        raise _bad(f"reasoning.summary={short_repr(summary)} must be one of {', '.join(_SUMMARIES)} or none",
                    "reasoning.summary")
-    return reasoning.get("effort"), summary is not None
+    return reasoning.get("effort"), summary not in (None, "none")  # (Codex's summary "none": no summary)
 
 
 def _text_format(text: dict | None) -> dict | None:
@@ -355,7 +448,7 @@ def to_chat(body: ResponsesRequest, *, stream: bool = False, rid: str | None = N
     _input(body.input, messages, origins)
     if not messages:
         raise _bad("input holds no message (only reasoning items)", "input")
-    tools, names = _tools(body.tools)
+    tools, names, kinds = _tools(body.tools)
     choice = _tool_choice(body.tool_choice, names)
     effort, summary = _reasoning(body.reasoning)
     response_format = _text_format(body.text)
@@ -379,7 +472,7 @@ def to_chat(body: ResponsesRequest, *, stream: bool = False, rid: str | None = N
         chat = ChatCompletionRequest.model_validate(d)
     except ValidationError as e:  # (a value a client gave that the chat's model refuses)
         raise _renamed(validation_error(e), origins) from None
-    return Translated(chat, origins, summary)
+    return Translated(chat, origins, summary, kinds)
 
 
 # The chat's field names -> the Responses request's, for an error the chat path raises.
@@ -441,9 +534,15 @@ def _response(body: ResponsesRequest, rid: str, created: int, status: str, outpu
               incomplete: dict | None = None, error: dict | None = None) -> dict:
     """The response object, the request's fields echoed as OpenAI's does (the defaults where they were left out)."""
     tools = []
-    for t in body.tools or []:  # (validated by to_chat: function tools)
-        tools.append({"type": "function", "name": t["name"], "description": t.get("description"),
-                      "parameters": t.get("parameters"), "strict": t.get("strict")})
+    for t in body.tools or []:  # (validated by to_chat: function, custom and local_shell tools)
+        if t["type"] == "function":
+            tools.append({"type": "function", "name": t["name"], "description": t.get("description"),
+                          "parameters": t.get("parameters"), "strict": t.get("strict")})
+        elif t["type"] == "custom":
+            tools.append({"type": "custom", "name": t["name"], "description": t.get("description"),
+                          "format": t.get("format") or {"type": "text"}})
+        else:
+            tools.append({"type": t["type"]})
     reasoning = body.reasoning or {}
     fmt = (body.text or {}).get("format") or {"type": "text"}
     return {"id": rid, "object": "response", "created_at": created, "status": status, "background": False,
@@ -477,10 +576,23 @@ def _reasoning_item(text: str, summary: bool, status: str, encrypted: bool, item
     return item
 
 
-def _call_item(tc: dict, item_id: str | None = None) -> dict:
+def _call_item(tc: dict, kinds: dict[str, str], item_id: str | None = None) -> dict:
+    """A call's output item: a function_call, or for a tool offered as a function (_tools) the item its kind's
+    client reads: a custom_tool_call with the ``input`` text, a local_shell_call with the exec action."""
     f = tc["function"]
-    return {"id": item_id or f"fc_{_hex()}", "type": "function_call", "call_id": tc["id"], "name": f["name"],
-            "arguments": f["arguments"], "status": "completed"}
+    kind = kinds.get(f["name"])
+    if kind is None:
+        return {"id": item_id or f"fc_{_hex()}", "type": "function_call", "call_id": tc["id"], "name": f["name"],
+                "arguments": f["arguments"], "status": "completed"}
+    args = json.loads(f["arguments"])  # (a JSON object: the tool-call reader hands on no other)
+    if kind == "custom":
+        text = args.get("input")
+        return {"id": item_id or f"ctc_{_hex()}", "type": "custom_tool_call", "call_id": tc["id"], "name": f["name"],
+                "input": text if isinstance(text, str) else f["arguments"], "status": "completed"}
+    action = {"type": "exec", "command": args.get("command"), "timeout_ms": args.get("timeout_ms"),
+              "working_directory": args.get("working_directory"), "env": args.get("env"), "user": args.get("user")}
+    return {"id": item_id or f"lsh_{_hex()}", "type": "local_shell_call", "call_id": tc["id"], "action": action,
+            "status": "completed"}
 
 
 def _encrypted(body: ResponsesRequest) -> bool:
@@ -528,7 +640,7 @@ async def responses(serving: Serving, request: HTTPRequest):
         elif kind == "reasoning":
             output.append(_reasoning_item(what, tr.summary, item_status, _encrypted(body)))  # type: ignore[arg-type]
         else:
-            output.append(_call_item(what))  # type: ignore[arg-type]
+            output.append(_call_item(what, tr.kinds))  # type: ignore[arg-type]
     usage = _usage(len(call.ids), len(u.result["output_ids"]),
                    await serving.off_loop(_reasoning_tokens, serving, call, u))
     return _response(body, rid, call.created, status, output, usage, incomplete, error)
@@ -591,10 +703,15 @@ class _Events:
                 part = {"type": "summary_text", "text": text}
                 out += [self.event("response.reasoning_summary_text.done", **where, summary_index=0, text=text),
                         self.event("response.reasoning_summary_part.done", **where, summary_index=0, part=part)]
-        else:
+        elif item["type"] == "function_call":
             done = item
             out.append(self.event("response.function_call_arguments.done", **where, name=item["name"],
                                   arguments=item["arguments"]))
+        elif item["type"] == "custom_tool_call":
+            done = item
+            out.append(self.event("response.custom_tool_call_input.done", **where, input=item["input"]))
+        else:  # (a local_shell_call: its item whole, in output_item.added / .done, as OpenAI streams it)
+            done = item
         out.append(self.event("response.output_item.done", output_index=len(self.output), item=done))
         self.output.append(done)
         return out
@@ -638,12 +755,17 @@ class _Events:
     def tool_call(self, tc: dict) -> list[bytes]:
         out = self.close()
         index = len(self.output)
-        item = _call_item(tc)
-        args = item["arguments"]
-        out.append(self.event("response.output_item.added", output_index=index,
-                              item={**item, "arguments": "", "status": "in_progress"}))
-        out.append(self.event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
-                              delta=args))
+        item = _call_item(tc, self.tr.kinds)
+        key = {"function_call": "arguments", "custom_tool_call": "input"}.get(item["type"])
+        if key is None:  # local_shell_call
+            out.append(self.event("response.output_item.added", output_index=index,
+                                  item={**item, "status": "in_progress"}))
+        else:
+            out.append(self.event("response.output_item.added", output_index=index,
+                                  item={**item, key: "", "status": "in_progress"}))
+            name = "function_call_arguments" if key == "arguments" else "custom_tool_call_input"
+            out.append(self.event(f"response.{name}.delta", item_id=item["id"], output_index=index,
+                                  delta=item[key]))
         self.open, self.kind = item, "function_call"
         return out + self.close()
 
