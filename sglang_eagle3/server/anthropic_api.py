@@ -58,7 +58,7 @@ from sglang_eagle3.server.protocol import (
     validation_error,
 )
 from sglang_eagle3.server.reasoning import ReasoningSplitter
-from sglang_eagle3.server.serving import Serving
+from sglang_eagle3.server.serving import Serving, sse
 from sglang_eagle3.server.tools import TOOL_CALL_PARSERS
 
 logger = logging.getLogger(__name__)
@@ -521,8 +521,7 @@ def _stop(reason: str | None, matched, stops: list[str]) -> tuple[str, str | Non
 
 
 def _event(name: str, payload: dict) -> bytes:
-    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return b"event: " + name.encode() + b"\ndata: " + data.encode() + b"\n\n"
+    return sse(payload, event=name)
 
 
 def _failure_events(e: APIError) -> list[bytes]:

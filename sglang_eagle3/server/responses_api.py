@@ -68,7 +68,7 @@ from sglang_eagle3.server.protocol import (
     validation_error,
 )
 from sglang_eagle3.server.reasoning import ReasoningSplitter
-from sglang_eagle3.server.serving import Serving
+from sglang_eagle3.server.serving import Serving, sse
 
 logger = logging.getLogger(__name__)
 
@@ -647,8 +647,7 @@ async def responses(serving: Serving, request: HTTPRequest):
 
 
 def _sse(name: str, payload: dict) -> bytes:
-    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return b"event: " + name.encode() + b"\ndata: " + data.encode() + b"\n\n"
+    return sse(payload, event=name)
 
 
 class _Events:

@@ -85,10 +85,11 @@ class ClientDisconnected(Exception):
     pass
 
 
-def sse(payload: dict | str) -> bytes:
-    """One server-sent event: ``data: {...}\\n\\n`` (or ``data: [DONE]``)."""
+def sse(payload: dict | str, event: str | None = None) -> bytes:
+    """One server-sent event: ``data: {...}\\n\\n`` (or ``data: [DONE]``), after an ``event: <event>`` line where
+    named (Anthropic's and the Responses API's streams name theirs)."""
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return b"data: " + data.encode() + b"\n\n"
+    return (b"" if event is None else b"event: " + event.encode() + b"\n") + b"data: " + data.encode() + b"\n\n"
 
 
 class _EventStream(StreamingResponse):
