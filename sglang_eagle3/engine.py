@@ -242,6 +242,12 @@ class EngineArgs:
     # grammar then constrains the answer after the thinking, not the thinking (the server also splits chat answers
     # with it when the launch flag sets both).
     reasoning_parser: str | None = None
+    # SGLang's --enable-strict-thinking (runtime/reasoning.py): every request's thinking is held to the reasoning
+    # format's rules, its excluded tokens (tool-call markers, the turn's end) refused inside it and its budget
+    # (custom_params.thinking_budget, /generate's max_thinking_tokens; SGLANG_MAX_THINK_TOKENS for the rest) forcing
+    # its end marker. Needs reasoning_parser. A request is then under a mask until its thinking ends (its rounds run
+    # as a grammar's: no overlap schedule for its batch).
+    enable_strict_thinking: bool = False
     skip_tokenizer_init: bool = False
     log_level: str = "info"  # for the sglang_eagle3 loggers (load progress, graph capture, fallbacks)
     # Extra environment for the worker processes (the launcher's environment is always inherited). Given at
@@ -335,6 +341,9 @@ class EngineArgs:
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
             raise ConfigError(f"reasoning_parser={self.reasoning_parser!r} must be one of "
                               f"{', '.join(REASONING_PARSERS)}")
+        if self.enable_strict_thinking and self.reasoning_parser is None:
+            raise ConfigError("enable_strict_thinking=True needs reasoning_parser (the thinking's markers and "
+                              "excluded tokens are the reasoning format's)")
         for name in ("worker_timeout", "worker_start_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be > 0 seconds")
@@ -410,7 +419,8 @@ _FIELD_KINDS = {
     "mem_fraction_static": "float", "attention_backend": "str", "moe_runner_backend": "str", "random_seed": "int",
     "grammar_backend": "str", "constrained_json_disable_any_whitespace": "bool",
     "constrained_json_max_whitespace_cnt": "int?", "skip_tokenizer_init": "bool",
-    "reasoning_parser": "str?", "log_level": "str", "worker_env": "env", "use_worker_processes": "bool",
+    "reasoning_parser": "str?", "enable_strict_thinking": "bool", "log_level": "str", "worker_env": "env",
+    "use_worker_processes": "bool",
     "worker_timeout": "float", "worker_start_timeout": "float",
 }
 
@@ -501,7 +511,12 @@ class Engine:
         }
         # Requests with a grammar are compiled here when made (a grammar that does not compile is the client's
         # error), and the in-process worker's matchers come from the same cache.
-        self.grammar = GrammarBackend.for_engine(args, self.tokenizer, cfg.vocab_size, plan["eos"])
+        try:
+            self.grammar = GrammarBackend.for_engine(args, self.tokenizer, cfg.vocab_size, plan["eos"])
+            if args.enable_strict_thinking:
+                self.grammar.thinking_ids()  # the markers are one token each: named before the weights load
+        except ValueError as e:  # (GrammarError; SGLANG_MAX_THINK_TOKENS not an integer)
+            raise ConfigError(str(e)) from None
         t0 = time.perf_counter()
         self.worker_env_reports: list[dict] = []
         if args.tp_size > 1 or args.use_worker_processes or args.worker_env:
@@ -664,6 +679,11 @@ class Engine:
                                       "stop_token_ids")
         if params.grammar is not None:
             self.grammar.compile(params.grammar)  # GrammarError (a SamplingParamsError) when it does not compile
+        if params.thinking_budget is not None and not self.args.enable_strict_thinking:
+            # (SGLang refuses its max_thinking_tokens so; a budget left unenforced would be an answer as if it held)
+            raise SamplingParamsError(f"custom_params.thinking_budget={params.thinking_budget} needs strict thinking: "
+                                      "start the engine with enable_strict_thinking=True (--enable-strict-thinking) "
+                                      "and a reasoning_parser")
         if params.top_k >= V:  # keeps every token, as SGLang reads it (2**63 overflowed the sampled batch's int64)
             params = dataclasses.replace(params, top_k=-1)
         return params

@@ -162,11 +162,17 @@ ROUTING_TRACE = Knob(
     "path: write every MoE layer's expert ids of each eager target forward there, one JSON line a forward "
     "(runtime/routing_trace.py; needs disable_cuda_graph=True), for benchmarks/routing.py's --routing trace:PATH")
 
+MAX_THINK_TOKENS = Knob(
+    "SGLANG_MAX_THINK_TOKENS",
+    "SGLang's own (its name kept): the thinking budget of a request that names none, under strict thinking "
+    "(EngineArgs.enable_strict_thinking, --enable-strict-thinking; runtime/reasoning.py): once the thinking holds "
+    "this many tokens, its end marker is forced; negative or unset: no limit; read when the engine starts")
+
 ALL = (TRITON_INTERPRET, DISABLE_MMA_V3, TRITON_ON_CPU, CACHE_DIR, CONFIG_TABLE, EMULATE_GPU, FAULT_INJECT,
        OVERLAY_CONFIG, OVERLAY_FORCE, STRICT_VERIFY, NO_MOE_ROUTING, KEEP_GRAPH_BS, GIT_COMMIT, PDL, PDL_SKIP,
        PDL_L2_PREFETCH, MOE_DOWN_PRELOAD, GEMV_LEAN, GEMV_FMA, GEMV_FMA_CONFIG, GEMV_LANES_FIRST, GEMV_GROUPS_INNER,
        GEMV_FMA_PLAIN_PAIR, MOE_DOT_MAX, NO_FUSE, OVERLAP, SAMPLER_RADIX, GRAMMAR_PREFILL_BELOW_US,
-       ADAPTIVE_CHANGE_NATS, ADAPTIVE_STEP_UP, ROUTING_TRACE)
+       ADAPTIVE_CHANGE_NATS, ADAPTIVE_STEP_UP, ROUTING_TRACE, MAX_THINK_TOKENS)
 
 
 # What runs when SGLANG_EAGLE3_OVERLAP is unset (layers/overlap.py), chosen on the H200 (docs/BENCHMARKS.md,
@@ -194,6 +200,20 @@ def overrides(values: dict[str, str | None]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def max_think_tokens() -> int | None:
+    """SGLANG_MAX_THINK_TOKENS as a budget: None where unset, empty or negative (SGLang's -1, no limit); anything but
+    an integer is an error naming it."""
+    raw = MAX_THINK_TOKENS.raw()
+    if raw in (None, ""):
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{MAX_THINK_TOKENS.name}={raw!r}: expected an integer (negative: no limit), or "
+                         "unset") from None
+    return None if value < 0 else value
 
 
 def cache_dir() -> Path:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sglang_eagle3.env import max_think_tokens
 from sglang_eagle3.runtime.reasoning import REASONING_FORMATS, ReasoningFormat, ThinkingMatcher
 from sglang_eagle3.runtime.sampling import SamplingParamsError, short_repr
 
@@ -325,19 +326,27 @@ class GrammarBackend:
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids, *, any_whitespace: bool = True,
                  disabled_reason: str | None = None, cache_size: int = 256, reasoning: ReasoningFormat | None = None,
-                 fill_threads: int | None = None, max_whitespace_cnt: int | None = None):
+                 fill_threads: int | None = None, max_whitespace_cnt: int | None = None,
+                 strict_thinking: bool = False, max_think_tokens: int | None = None):
         """``reasoning``: a reasoning model's format (runtime/reasoning.py): the grammars then wait for its thinking
-        to end (ThinkingMatcher), where its markers are single tokens. ``fill_threads``: threads filling dear mask
+        to end (ThinkingMatcher), where its markers are single tokens. ``strict_thinking``: every request's thinking
+        is held to the format's rules (excluded tokens, a budget: runtime/reasoning.py), ``max_think_tokens`` the
+        budget of a request that names none (None: no limit). ``fill_threads``: threads filling dear mask
         rows together (RowFiller; default half the cores, at most 8; 1: rows one by one). ``max_whitespace_cnt``:
         at most this many whitespace characters in a row between a JSON schema's tokens (SGLang's
         constrained_json_max_whitespace_cnt; None: any number, as SGLang's default: a weak model may then pad with
         spaces until max_new_tokens)."""
         if max_whitespace_cnt is not None and (isinstance(max_whitespace_cnt, bool) or max_whitespace_cnt < 1):
             raise GrammarError(f"{max_whitespace_cnt=} must be a positive integer or None")
+        if strict_thinking and reasoning is None:
+            raise GrammarError("strict thinking needs a reasoning format (reasoning_parser): it says where the "
+                               "thinking starts and ends")
+        self.strict_thinking, self.max_think_tokens = strict_thinking, max_think_tokens
         self.max_whitespace_cnt = max_whitespace_cnt
         self.fill_threads = fill_threads or max(1, min(8, (os.cpu_count() or 2) // 2))
         self.tokenizer, self.vocab_size, self.reasoning = tokenizer, vocab_size, reasoning
-        self._think_ids: tuple[int | None, int] | None = None  # (start, end) marker ids, once read
+        self._think_ids: tuple[int | None, int] | None | bool = False  # (start, end) marker ids; False: not read yet
+        self._excluded: frozenset[int] = frozenset()  # the format's excluded tokens' ids (strict thinking)
         self.stop_token_ids = sorted(set(stop_token_ids))
         self.any_whitespace, self.disabled_reason = any_whitespace, disabled_reason
         self.cache_size = cache_size
@@ -354,7 +363,8 @@ class GrammarBackend:
                               any_whitespace=not args.constrained_json_disable_any_whitespace,
                               disabled_reason="grammar_backend='none'" if args.grammar_backend == "none" else None,
                               reasoning=REASONING_FORMATS.get(args.reasoning_parser),
-                              max_whitespace_cnt=args.constrained_json_max_whitespace_cnt)
+                              max_whitespace_cnt=args.constrained_json_max_whitespace_cnt,
+                              strict_thinking=args.enable_strict_thinking, max_think_tokens=max_think_tokens())
 
     @property
     def available(self) -> bool:
@@ -382,7 +392,6 @@ class GrammarBackend:
             info = xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=self.vocab_size,
                                      stop_token_ids=self.stop_token_ids)
             self._compiler = xgr.GrammarCompiler(info, max_threads=2)
-            self._think_ids = self._marker_ids()
             logger.info("grammar backend (xgrammar) over %d tokens ready in %.2f s", self.vocab_size,
                         time.perf_counter() - t0)
         return self._compiler
@@ -420,22 +429,35 @@ class GrammarBackend:
                 self._cache.popitem(last=False)
             return compiled
 
-    def matcher(self, spec: GrammarSpec, prompt_ids=None) -> GrammarMatcher | ThinkingMatcher:
+    def matcher(self, spec: GrammarSpec | None, prompt_ids=None,
+                thinking_budget: int | None = None) -> GrammarMatcher | ThinkingMatcher:
         """A request's matcher. With a reasoning format the output starts inside the thinking where the format says
         so (``forced``) or where the prompt (``prompt_ids``) ends with its start marker: a chat template that opens
         the thinking in its generation prompt (Kimi-K2.5's unless ``thinking`` is false, DeepSeek-V3.1's with
         ``thinking`` true), whose output is ``thoughts</think>answer``; held to the grammar from its first token,
-        such a model could not think at all."""
+        such a model could not think at all. Under strict thinking the thinking is held to its rules too (``spec``
+        None: a request without a grammar, held to them alone), within ``thinking_budget`` tokens (SGLang's: negative
+        means no limit; None: the engine's max_think_tokens)."""
         # An engine without stop tokens (no eos) ends a grammar's output where the grammar is complete; otherwise
         # the mask there would allow no token at all.
-        xgr = _xgrammar()
-        m = GrammarMatcher(xgr.GrammarMatcher(self.compile(spec), terminate_without_stop_token=not self.stop_token_ids),
-                           self.vocab_size, self._never, self._batch_filler(xgr), spec.kind)
-        if self._think_ids is None:
+        m = None
+        if spec is not None:
+            xgr = _xgrammar()
+            m = GrammarMatcher(xgr.GrammarMatcher(self.compile(spec),
+                                                  terminate_without_stop_token=not self.stop_token_ids),
+                               self.vocab_size, self._never, self._batch_filler(xgr), spec.kind)
+        elif not self.strict_thinking:
+            raise GrammarError("a matcher without a grammar is strict thinking's, and this engine has it off")
+        ids = self.thinking_ids()
+        if ids is None:
             return m
-        start, end = self._think_ids
+        start, end = ids
         opened = start is not None and bool(prompt_ids) and prompt_ids[-1] == start
-        return ThinkingMatcher(m, start, end, thinking=self.reasoning.forced or opened)
+        if not self.strict_thinking:
+            return ThinkingMatcher(m, start, end, thinking=self.reasoning.forced or opened)
+        budget = self.max_think_tokens if thinking_budget is None else thinking_budget
+        return ThinkingMatcher(m, start, end, thinking=self.reasoning.forced or opened,
+                               budget=None if budget is None or budget < 0 else budget, excluded=self._excluded)
 
     def _batch_filler(self, xgr) -> RowFiller | None:
         """The engine's RowFiller (made once), None with one thread. Half the cores by default: the engine's own
@@ -444,10 +466,23 @@ class GrammarBackend:
             self._filler = RowFiller(xgr, self.fill_threads)
         return self._filler
 
-    def _marker_ids(self) -> tuple[int | None, int] | None:
+    def thinking_ids(self) -> tuple[int | None, int] | None:
         """The reasoning format's (start, end) marker ids where the end marker is one token (the start may be None:
-        not one token), else None (a warning: the grammars then constrain the whole output)."""
+        not one token), else None (a warning: the grammars then constrain the whole output); read once. Under strict
+        thinking an end marker that is not one token is an error (GrammarError: the engine's start names it), and
+        the format's excluded tokens that are one token each are read too."""
+        with self._lock:
+            if self._think_ids is False:
+                self._think_ids = self._read_thinking_ids()
+            return self._think_ids
+
+    def _read_thinking_ids(self) -> tuple[int | None, int] | None:
         if self.reasoning is None:
+            return None
+        if self.tokenizer is None:
+            if self.strict_thinking:
+                raise GrammarError("strict thinking needs the engine's tokenizer to find the thinking's markers, and "
+                                   "this engine runs without one (skip_tokenizer_init)")
             return None
 
         def one(text: str) -> int | None:
@@ -456,9 +491,17 @@ class GrammarBackend:
 
         start, end = one(self.reasoning.start), one(self.reasoning.end)
         if end is None:
+            if self.strict_thinking:
+                raise GrammarError(f"strict thinking: the reasoning format's end marker {self.reasoning.end!r} is not "
+                                   "one token of this tokenizer, so a thinking budget could not end the thinking "
+                                   "(is reasoning_parser the model's?)")
             logger.warning("reasoning parser: %r is not one token of this tokenizer; grammars constrain the whole "
                            "output, thinking included", self.reasoning.end)
             return None
+        if self.strict_thinking:
+            # (SGLang refuses every piece of an excluded string that is several tokens, common text among them;
+            # such a string is not one of this tokenizer's special tokens, so it is left alone here.)
+            self._excluded = frozenset(i for i in map(one, self.reasoning.excluded) if i is not None)
         return start, end
 
 
@@ -494,8 +537,8 @@ class GrammarMatcher:
 
     def row_job(self):
         """(xgrammar's matcher at this state, independent of this one: a fork, microseconds; a step to finish the
-        row after it is filled, or None) for RowFiller: the row it fills is fill()'s. None: fill() leaves the row
-        all allowed (ThinkingMatcher's thinking)."""
+        row after it is filled, or None) for RowFiller: the row it fills is fill()'s. None (ThinkingMatcher's): no
+        grammar decides the row, and fill() makes it at once."""
         return self._m.fork(), None
 
 
@@ -574,12 +617,10 @@ class GrammarBatch:
                     mask[j, b] = known[(b, j)]
                 elif m.terminated:
                     break
-                elif together:
-                    job = m.row_job()
-                    if job is not None:
-                        jobs.append((*job, j * B + b))
-                        filler = m.filler
-                else:
+                elif together and (job := m.row_job()) is not None:
+                    jobs.append((*job, j * B + b))
+                    filler = m.filler
+                else:  # (a row no grammar decides, ThinkingMatcher's thinking: fill() makes it at once)
                     m.fill(flat, j * B + b)
             m.rollback(accepted)
         if len(jobs) == 1:  # one row: no threads

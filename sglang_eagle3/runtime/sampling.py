@@ -97,7 +97,6 @@ _SGLANG_ONLY = {
     "beam_width": (lambda v: v is None or (type(v) is int and v == 1), "beam search"),  # 1: not a beam request
     "stream_interval": (lambda v: v is None or (type(v) is int and v == 1),  # a stream chunk every step, as 1 is
                         "stream intervals (a stream's chunk comes every step)"),
-    "custom_params": (lambda v: v is None or v == {}, "custom logit processors"),
     "watermark": (lambda v: v is None, "watermarks"),
 }
 
@@ -141,6 +140,10 @@ class SamplingParams:
     regex: str | None = None
     ebnf: str | None = None
     structural_tag: str | None = None
+    # SGLang's custom logit processors' parameters; this engine runs no custom processor and reads one key:
+    # ``thinking_budget`` (an integer; negative: no limit), the request's thinking budget under strict thinking
+    # (runtime/reasoning.py; SGLang's /generate puts its max_thinking_tokens there). Any other key is refused.
+    custom_params: dict | None = None
 
     @staticmethod
     def from_dict(d: dict | None) -> SamplingParams:
@@ -277,6 +280,16 @@ class SamplingParams:
                 bad(name, "must be a string" + serialized.get(name, ""))
         if len(given) > 1:
             raise SamplingParamsError(f"{' and '.join(given)} are given: a request takes at most one grammar")
+        if self.custom_params is not None:
+            if not isinstance(self.custom_params, dict):
+                bad("custom_params", "must be an object")
+            if set(self.custom_params) - {"thinking_budget"}:
+                bad("custom_params", "is not supported: this engine has no custom logit processors (of "
+                    "custom_params it reads thinking_budget alone, strict thinking's budget)")
+            b = self.custom_params.get("thinking_budget")
+            if b is not None and (not isinstance(b, int) or isinstance(b, bool)):
+                raise SamplingParamsError(f"custom_params.thinking_budget={short_repr(b)} must be an integer (the "
+                                          "thinking's most tokens; negative: no limit)")
         if given and self.min_new_tokens > 0:
             # Where the grammar allows only a stop token, min_new_tokens would forbid it too: no token left.
             raise SamplingParamsError(f"min_new_tokens={self.min_new_tokens} cannot be combined with {given[0]}: the "
@@ -303,6 +316,14 @@ class SamplingParams:
             if getattr(self, kind) is not None:
                 return GrammarSpec(kind, getattr(self, kind))
         return None
+
+    @property
+    def thinking_budget(self) -> int | None:
+        """custom_params.thinking_budget: the most tokens the request's thinking may hold under strict thinking;
+        None where it names none (the engine's default applies), -1 where it asks for no limit (SGLang's meaning of
+        any negative one)."""
+        b = (self.custom_params or {}).get("thinking_budget")
+        return None if b is None else max(b, -1)
 
     @functools.cached_property
     def stop_window(self) -> int:

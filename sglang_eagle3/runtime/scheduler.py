@@ -364,7 +364,8 @@ class Scheduler:
         rows = [(r.tokens[:-1] if res else r.input_ids, 0, r.pages) for r, res in zip(reqs, resumed, strict=True)]
         lens = [len(row[0]) for row in rows]
         for r, res in zip(reqs, resumed, strict=True):
-            if not res and r.params.grammar is not None:
+            if not res and (r.params.grammar is not None or (self.grammar is not None
+                                                               and self.grammar.strict_thinking)):
                 self._matchers[r.rid] = self._matcher(r)
                 if self._matchers[r.rid].terminated:  # complete before any token, on an engine without an eos
                     r.finished_reason = {"type": "stop", "matched": None}
@@ -483,10 +484,12 @@ class Scheduler:
         return checks
 
     def _matcher(self, r: Request) -> GrammarMatcher:
+        """The request's matcher: its grammar's, and under strict thinking its thinking's rules (runtime/reasoning.py;
+        a request without a grammar has the latter alone)."""
         if self.grammar is None:
             raise GrammarError(f"request {r.rid} has a grammar ({r.params.grammar.kind}) and this scheduler has no "
                                "grammar backend")
-        return self.grammar.matcher(r.params.grammar, r.input_ids)
+        return self.grammar.matcher(r.params.grammar, r.input_ids, r.params.thinking_budget)
 
     def _input_logprobs(self, r: Request, logits_of_rows) -> None:
         """The prompt's logprobs from logprob_start_len on; ``logits_of_rows(a, b)``: the logits [b - a, V] of
@@ -761,9 +764,14 @@ class Scheduler:
                 # Never with the mask applied (the benchmark's simulated acceptance aside): the request ends here
                 # rather than continue past its grammar.
                 logger.error("request %s: token %d is outside its grammar (%s); the request is aborted", r.rid, t,
-                             p.grammar.kind)
+                             matcher.kind)
                 r.finished_reason = {"type": "abort", "message": f"token {t} is outside the request's grammar"}
                 return
+            if matcher is not None and getattr(matcher, "spent", False):
+                # Strict thinking's matcher, past the thinking of a request without a grammar: nothing left to
+                # enforce, and the request's rounds are plain ones again (the overlap schedule among them).
+                del self._matchers[r.rid]
+                matcher = None
             r.output_ids.append(t)
             self.stats.generated_tokens += 1
             if r.return_logprob:

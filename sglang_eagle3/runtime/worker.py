@@ -163,7 +163,8 @@ class ModelWorker:
             cuda_graph_max_bs=min(args.cuda_graph_max_bs, args.max_running_requests),
             verify_widths=plan["verify_widths"], attention_backend=args.attention_backend,
             moe_backend=args.moe_runner_backend, prefill_tokens=args.cuda_graph_prefill_tokens,
-            mha_prefill_tokens=args.mha_prefill_tokens, grammar_graphs=grammar is not None and grammar.available,
+            mha_prefill_tokens=args.mha_prefill_tokens,
+            grammar_graphs=grammar is not None and (grammar.available or grammar.strict_thinking),
             graph_disabled_reason=reason,
             catch_up_tokens=args.speculative_adaptive_probe_rounds if rests and draft is not None else 0)
         self.routing_trace = None

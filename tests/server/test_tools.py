@@ -739,10 +739,10 @@ def scripted_app(tiny_model, target: str, specials: tuple[str, ...] = (), **conf
             r.params.regex = spec.text  # (after the engine's checks: the scheduler then asks for its matcher)
         return r
 
-    def matcher(s, prompt_ids=None):
+    def matcher(s, prompt_ids=None, thinking_budget=None):
         if s == spec:
             return ScriptMatcher(engine.tokenizer.encode(Scripted.script))
-        return real_matcher(s, prompt_ids)
+        return real_matcher(s, prompt_ids, thinking_budget)
 
     engine.make_request, engine.grammar.matcher = make_request, matcher
     driver = EngineDriver(engine, max_inflight=8)

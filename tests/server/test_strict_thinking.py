@@ -1,0 +1,119 @@
+"""Strict thinking end to end (EngineArgs.enable_strict_thinking, SGLang 0.5.23's --enable-strict-thinking;
+runtime/reasoning.py): through the tiny pair whose tokenizer holds <think> / </think> and Kimi's call markup as special
+tokens, with --reasoning-parser kimi_k2.
+
+Checked against: the rules (the thinking opened by a logit_bias on <think> holds exactly the budget's tokens, then
+</think>, none of them the format's excluded tokens, which a logit_bias pushes), the same engine without strict
+thinking (a pushed excluded token then fills the thinking: the rules changed the output), plain decoding (EAGLE-3's
+output equals it, greedy and sampled), and SGLang's errors for what strict thinking cannot serve.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+
+import pytest
+
+from sglang_eagle3 import Engine
+from sglang_eagle3.config import ConfigError
+from sglang_eagle3.env import MAX_THINK_TOKENS, overrides
+from sglang_eagle3.runtime.sampling import SamplingParamsError
+
+from .conftest import random_words
+from .test_tools import SB, write_marker_tokenizer
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+THINK, END = "<think>", "</think>"
+
+
+@pytest.fixture(scope="module")
+def marker_model(tiny_model, tmp_path_factory):
+    target = str(tmp_path_factory.mktemp("strict_thinking_target"))
+    for f in os.listdir(tiny_model.target):
+        if f != "tokenizer.json":
+            shutil.copy(os.path.join(tiny_model.target, f), target)
+    write_marker_tokenizer(target, tiny_model.vocab_size, (THINK, END))
+    return target, tiny_model.draft
+
+
+def _engine(marker_model, spec: bool, **kw) -> Engine:
+    target, draft = marker_model
+    extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=draft, speculative_num_steps=3) \
+        if spec else {}
+    return Engine(model_path=target, device="cpu", log_level="warning", reasoning_parser="kimi_k2", **extra, **kw)
+
+
+def _run(eng: Engine, prompts: list[str], params: list[dict]) -> list[list[int]]:
+    return [o["output_ids"] for o in eng.generate(prompts, params)]
+
+
+def test_budget_and_excluded_tokens_hold_and_speculation_is_exact(marker_model):
+    rng = random.Random()
+    prompts = [" ".join(random_words(rng, rng.randint(2, 9))) for _ in range(3)]
+    budgets = [rng.randint(1, 6), 0, rng.randint(7, 12)]
+    seed = rng.randrange(2 ** 31)
+    outputs = {}
+    for spec in (False, True):
+        eng = _engine(marker_model, spec, enable_strict_thinking=True)
+        tok = eng.tokenizer
+        [think], [end], [sb] = tok.encode(THINK), tok.encode(END), tok.encode(SB)
+        # <think> above everything at the start, Kimi's tool-section marker (excluded inside the thinking) above the
+        # rest after it: the thinking would be that marker again and again were it allowed.
+        bias = {think: 40.0, sb: 30.0}
+        params = [{"temperature": 0, "max_new_tokens": 20, "logit_bias": bias,
+                   "custom_params": {"thinking_budget": b}} for b in budgets]
+        params[2] = dict(params[2], temperature=0.8, seed=seed)
+        outputs[spec] = _run(eng, prompts, params)
+        eng.shutdown()
+    assert outputs[True] == outputs[False]
+    for ids, budget in zip(outputs[False], budgets, strict=True):
+        assert ids[0] == think, ids
+        assert ids[budget + 1] == end and end not in ids[1:budget + 1], (budget, ids)
+        # Both pushed tokens are excluded inside the thinking (<think> too, in Kimi's list) and allowed after it,
+        # where they are all the answer holds (greedy: the bias on <think> wins).
+        assert think not in ids[1:budget + 1] and sb not in ids[1:budget + 1], (budget, ids)
+        assert think in ids[budget + 2:] and set(ids[budget + 2:]) <= {think, sb}, (budget, ids)
+
+    # Without strict thinking the same requests think with an excluded token (the pushed <think>), past any budget.
+    eng = _engine(marker_model, False)
+    loose = _run(eng, prompts, [{"temperature": 0, "max_new_tokens": 8, "logit_bias": bias}] * 3)
+    eng.shutdown()
+    for ids in loose:
+        assert ids[0] == think and ids[1:].count(think) >= 4 and end not in ids, ids
+
+
+def test_engine_default_budget_and_a_request_without_limit(marker_model):
+    """SGLANG_MAX_THINK_TOKENS is the budget of a request that names none; thinking_budget -1 asks for no limit."""
+    budget = random.randint(1, 5)
+    with overrides({MAX_THINK_TOKENS.name: str(budget)}):
+        eng = _engine(marker_model, True, enable_strict_thinking=True)
+    [think], [end] = eng.tokenizer.encode(THINK), eng.tokenizer.encode(END)
+    sp = {"temperature": 0, "max_new_tokens": budget + 8, "logit_bias": {think: 40.0}}
+    default, unlimited = _run(eng, ["the cat sat", "the cat sat"],
+                              [sp, dict(sp, custom_params={"thinking_budget": -1})])
+    eng.shutdown()
+    assert default[0] == think and default[budget + 1] == end and end not in default[1:budget + 1], default
+    # The same greedy thinking, not ended at the default's budget (the model may end it later on its own).
+    assert unlimited[:budget + 1] == default[:budget + 1] and unlimited[budget + 1] != end, unlimited
+
+
+def test_what_strict_thinking_cannot_serve_is_refused(marker_model, tiny_model):
+    with pytest.raises(ConfigError, match="enable_strict_thinking=True needs reasoning_parser"):
+        Engine(model_path=marker_model[0], device="cpu", enable_strict_thinking=True)
+    with pytest.raises(ConfigError, match="'</think>' is not one token"):  # the tiny model's own tokenizer
+        Engine(model_path=tiny_model.target, device="cpu", reasoning_parser="kimi_k2", enable_strict_thinking=True)
+    with overrides({MAX_THINK_TOKENS.name: "lots"}), pytest.raises(ConfigError, match="SGLANG_MAX_THINK_TOKENS='lots'"):
+        _engine(marker_model, False, enable_strict_thinking=True)
+    eng = _engine(marker_model, False)  # no strict thinking: a budget it would not enforce is refused
+    try:
+        with pytest.raises(SamplingParamsError, match="thinking_budget=7 needs strict thinking"):
+            eng.generate("hi", {"custom_params": {"thinking_budget": 7}})
+        with pytest.raises(SamplingParamsError, match="custom_params=.* no custom logit processors"):
+            eng.generate("hi", {"custom_params": {"thinking_budget": 7, "top_ngram": 3}})
+        with pytest.raises(SamplingParamsError, match="thinking_budget=True must be an integer"):
+            eng.generate("hi", {"custom_params": {"thinking_budget": True}})
+        assert eng.generate("hi", {"custom_params": {}, "max_new_tokens": 2})["meta_info"]["completion_tokens"] == 2
+    finally:
+        eng.shutdown()
