@@ -117,3 +117,22 @@ def test_what_strict_thinking_cannot_serve_is_refused(marker_model, tiny_model):
         assert eng.generate("hi", {"custom_params": {}, "max_new_tokens": 2})["meta_info"]["completion_tokens"] == 2
     finally:
         eng.shutdown()
+
+
+def test_tensor_parallel_ranks_hold_the_same_rules(marker_model):
+    """TP=2 worker processes: each rank makes its own matchers (SGLANG_MAX_THINK_TOKENS read in the workers, which
+    inherit the launcher's environment); the output is TP=1's."""
+    budget = random.randint(1, 4)
+    with overrides({MAX_THINK_TOKENS.name: str(budget)}):
+        outs = []
+        for tp in (1, 2):
+            # (plain decoding: the tiny draft's one KV head does not split over two ranks)
+            eng = _engine(marker_model, False, enable_strict_thinking=True, tp_size=tp)
+            [think] = eng.tokenizer.encode(THINK)
+            sp = {"temperature": 0, "max_new_tokens": 10, "logit_bias": {think: 40.0}}
+            params = [sp, dict(sp, custom_params={"thinking_budget": 6})]
+            outs.append(_run(eng, ["Pack my box", "How vexingly"], params))
+            end = eng.tokenizer.encode(END)[0]
+            eng.shutdown()
+    assert outs[1] == outs[0]
+    assert outs[0][0][budget + 1] == end and outs[0][1][7] == end, outs[0]
