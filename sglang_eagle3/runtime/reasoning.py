@@ -60,6 +60,17 @@ def _allow(bitmask: torch.Tensor, row: int, token: int) -> None:
     bitmask[row, word] |= (1 << bit) - (1 << 32 if bit == 31 else 0)
 
 
+@functools.lru_cache(maxsize=16)
+def _all_but(excluded: frozenset[int], words: int) -> torch.Tensor:
+    """A bitmask row (int32 [words], on the host) allowing every token but ``excluded``: made once, copied into each
+    row (clearing the bits row by row cost ~4 ms a verify of 8 x 4 rows at Kimi's vocabulary, per-element ops)."""
+    row = torch.full((words,), -1, dtype=torch.int32)
+    for t in excluded:
+        word, bit = divmod(t, 32)
+        row[word] &= ~((1 << bit) - (1 << 32 if bit == 31 else 0))
+    return row
+
+
 # ThinkingMatcher's states.
 OPEN, THINKING, ANSWER = "open", "thinking", "answer"
 
@@ -142,10 +153,7 @@ class ThinkingMatcher:
                 bitmask[row] = 0
                 _allow(bitmask, row, self.end_id)
                 return
-            bitmask[row] = -1
-            for t in self.excluded:
-                word, bit = divmod(t, 32)
-                bitmask[row, word] &= ~((1 << bit) - (1 << 32 if bit == 31 else 0))
+            bitmask[row] = _all_but(self.excluded, bitmask.shape[1]) if self.excluded else -1
             return
         if self.inner is None:
             bitmask[row] = -1
