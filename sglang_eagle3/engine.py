@@ -342,8 +342,8 @@ class EngineArgs:
             raise ConfigError(f"reasoning_parser={self.reasoning_parser!r} must be one of "
                               f"{', '.join(REASONING_PARSERS)}")
         if self.enable_strict_thinking and self.reasoning_parser is None:
-            raise ConfigError("enable_strict_thinking=True needs reasoning_parser (the thinking's markers and "
-                              "excluded tokens are the reasoning format's)")
+            raise ConfigError("enable_strict_thinking=True needs a reasoning_parser (--reasoning-parser): the "
+                              "thinking's markers and excluded tokens are the reasoning format's")
         for name in ("worker_timeout", "worker_start_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be > 0 seconds")

@@ -44,7 +44,7 @@ _ENGINE_FLAGS = (
 )
 # store_true flag -> the EngineArgs bool it sets (given: True; not given: the engine's default).
 _ENGINE_SWITCHES = ("disable_cuda_graph", "disable_overlap_schedule", "skip_tokenizer_init", "use_worker_processes",
-                    "constrained_json_disable_any_whitespace", "speculative_adaptive")
+                    "constrained_json_disable_any_whitespace", "speculative_adaptive", "enable_strict_thinking")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -309,6 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a reasoning model's thinking markers: chat splits its thinking into reasoning_content, and "
                    "grammars (response_format, json_schema, regex, ebnf) constrain the answer after it (native: "
                    "kimi_k2, deepseek-r1, deepseek-v3, qwen3, qwen3-thinking, kimi)")
+    g.add_argument("--enable-strict-thinking", action="store_true",
+                   help="hold every request's thinking to the --reasoning-parser format's rules (needs it): its "
+                   "excluded tokens (tool-call markers, the turn's end) are refused inside the thinking, and a "
+                   "thinking budget (/generate's max_thinking_tokens, sampling custom_params.thinking_budget, "
+                   "Anthropic's thinking.budget_tokens; SGLANG_MAX_THINK_TOKENS for the rest) forces its end marker")
     g.add_argument("--worker-env", action="append", type=_env_pair, metavar="KEY=VALUE",
                    help="(sglang_eagle3) extra environment for the worker processes (at --tp-size 1 the model "
                    "then runs in one spawned worker, where they apply before torch starts); repeatable")

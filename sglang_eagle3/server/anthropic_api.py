@@ -22,8 +22,12 @@ The translation:
 - ``tools`` (``{name, description, input_schema}``; ``[]``: none) -> functions; ``tool_choice`` ``auto`` / ``any`` /
   ``tool`` / ``none`` -> ``auto`` / ``required`` / a named function / ``none`` (``auto`` / ``none`` without tools:
   nothing), ``disable_parallel_tool_use`` -> ``parallel_tool_calls: false``.
-- ``thinking`` ``enabled`` (``budget_tokens`` >= 1024, not enforced) / ``adaptive`` / ``disabled`` -> the template's
-  thinking switch (``chat_template_kwargs`` ``thinking`` and ``enable_thinking``); left out, the template's default.
+- ``thinking`` ``enabled`` (``budget_tokens`` >= 1024) / ``adaptive`` / ``disabled`` -> the template's thinking switch
+  (``chat_template_kwargs`` ``thinking`` and ``enable_thinking``); left out, the template's default. ``budget_tokens``
+  is enforced only where the engine runs strict thinking (``--enable-strict-thinking``): it is then the chat's
+  ``custom_params.thinking_budget``, and the thinking's end marker is forced once the thinking holds that many tokens
+  (SGLang 0.5.23 enforces it in no case). Without strict thinking it is accepted and not enforced: the thinking runs
+  until the model ends it or ``max_tokens`` does.
   ``output_config.effort`` -> ``reasoning_effort``, ``output_config.format`` -> ``response_format``.
 
 The answer: ``content`` blocks in output order (``thinking`` with the reasoning the parser split off, ``text``,
@@ -316,18 +320,18 @@ def _tool_choice(choice: dict | None, names: list[str], has_tools: bool) -> tupl
     return chat, (False if parallel else None)
 
 
-def _thinking(thinking: dict | None) -> tuple[bool | None, bool]:
-    """(the template's thinking switch, None: its default; whether the thinking's text is left out)."""
+def _thinking(thinking: dict | None) -> tuple[bool | None, bool, int | None]:
+    """(the template's thinking switch, None: its default; whether the thinking's text is left out; budget_tokens,
+    None unless thinking is enabled)."""
     if thinking is None:
-        return None, False
+        return None, False, None
     kind = thinking.get("type")
     if kind not in ("enabled", "adaptive", "disabled"):
         raise _bad(f"thinking.type={short_repr(kind)} must be 'enabled', 'adaptive' or 'disabled'", "thinking.type")
     budget = thinking.get("budget_tokens")
     if kind == "enabled" and (not isinstance(budget, int) or isinstance(budget, bool) or budget < _BUDGET_MIN):
         raise _bad(f"thinking.budget_tokens={short_repr(budget)} must be an integer >= {_BUDGET_MIN} (Anthropic's "
-                   "rule; the budget is not enforced here: the thinking runs until the model ends it or max_tokens "
-                   "does)", "thinking.budget_tokens")
+                   "rule)", "thinking.budget_tokens")
     if kind != "enabled" and budget is not None:
         raise _bad(f"thinking.budget_tokens is only allowed with thinking.type 'enabled' (got {kind!r})",
                    "thinking.budget_tokens")
@@ -336,7 +340,7 @@ def _thinking(thinking: dict | None) -> tuple[bool | None, bool]:
         raise _bad(f"thinking.display={short_repr(display)} must be 'summarized' or 'omitted'", "thinking.display")
     if kind == "disabled" and display is not None:
         raise _bad("thinking.display is only allowed with thinking on", "thinking.display")
-    return kind != "disabled", display == "omitted"
+    return kind != "disabled", display == "omitted", budget if kind == "enabled" else None
 
 
 def _output_config(config: dict | None) -> tuple[object, dict | None]:
@@ -353,9 +357,11 @@ def _output_config(config: dict | None) -> tuple[object, dict | None]:
     return effort, response_format
 
 
-def to_chat(body: AnthropicCountTokensRequest, *, stream: bool = False, rid: str | None = None) -> Translated:
+def to_chat(body: AnthropicCountTokensRequest, *, stream: bool = False, rid: str | None = None,
+            strict_thinking: bool = False) -> Translated:
     """The /v1/chat/completions request equivalent to ``body`` (a Messages or count_tokens request); 400s naming the
-    Anthropic field for what it does not take."""
+    Anthropic field for what it does not take. ``strict_thinking``: the engine enforces thinking budgets, and
+    ``thinking.budget_tokens`` becomes the chat's ``custom_params.thinking_budget`` (else it is not read)."""
     messages: list[dict] = []
     origins: list[str] = []
     system = _system(body.system)
@@ -374,7 +380,7 @@ def to_chat(body: AnthropicCountTokensRequest, *, stream: bool = False, rid: str
                    "run (Claude Code does so with its own MCP servers)", "mcp_servers")
     tools, names = _tools(body.tools)
     choice, parallel = _tool_choice(body.tool_choice, names, tools is not None)
-    thinking, omitted = _thinking(body.thinking)
+    thinking, omitted, budget = _thinking(body.thinking)
     effort, response_format = _output_config(body.output_config)
     last = len(body.messages) - 1
     prefill = body.messages[last].role == "assistant"
@@ -392,6 +398,8 @@ def to_chat(body: AnthropicCountTokensRequest, *, stream: bool = False, rid: str
                "continue_final_message": prefill, "separate_reasoning": not prefill}
     if thinking is not None:
         d["chat_template_kwargs"] = {"thinking": thinking, "enable_thinking": thinking}
+    if strict_thinking and budget is not None:
+        d["custom_params"] = {"thinking_budget": budget}
     if tools is not None:
         d["tools"] = tools
     if choice is not None:
@@ -421,7 +429,8 @@ def to_chat(body: AnthropicCountTokensRequest, *, stream: bool = False, rid: str
 # The chat's field names -> the Anthropic request's, for an error the chat path raises.
 _PARAMS = (("stop", "stop_sequences"), ("reasoning_effort", "output_config.effort"),
            ("response_format", "output_config.format"), ("chat_template_kwargs", "thinking"),
-           ("continue_final_message", "messages"), ("parallel_tool_calls", "tool_choice.disable_parallel_tool_use"))
+           ("custom_params.thinking_budget", "thinking.budget_tokens"), ("continue_final_message", "messages"),
+           ("parallel_tool_calls", "tool_choice.disable_parallel_tool_use"))
 _TOOL_FIELD = re.compile(r"(tools[.\[]\d+\]?)\.function\.(name|parameters)")
 
 
@@ -443,7 +452,7 @@ async def messages(serving: Serving, request: HTTPRequest):
                                                 await request.body())
     serving.check_model(body.model)
     rid = f"msg_{uuid.uuid4().hex}"  # the engine request's id too: /abort_request takes it
-    tr = to_chat(body, stream=bool(body.stream), rid=rid)
+    tr = to_chat(body, stream=bool(body.stream), rid=rid, strict_thinking=serving.strict_thinking)
     has_tools = tr.chat.tools is not None and tr.chat.tool_choice in (None, "auto")
     if has_tools and serving.config.tool_call_parser is None:
         raise _bad("tools with tool_choice auto (the default) need the server's --tool-call-parser (one of "

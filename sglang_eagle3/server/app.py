@@ -367,6 +367,22 @@ def _drop_neutral(sp: dict) -> dict:
     return sp
 
 
+def _thinking_budget(serving: Serving, budget: int, sps: list[dict]) -> None:
+    """SGLang's ``max_thinking_tokens`` (one for the whole batch): each prompt's
+    ``custom_params.thinking_budget``, over one given there, as SGLang's tokenizer manager puts it. Refused without
+    strict thinking (SGLang's words: nothing would enforce it) and below 0 (SGLang's API types it unsigned)."""
+    if budget < 0:
+        raise APIError(400, f"max_thinking_tokens={budget} must be an integer >= 0 (the thinking's most tokens; "
+                       "leave it out or null for the default budget)", param="max_thinking_tokens")
+    if not serving.strict_thinking:
+        raise APIError(400, f"max_thinking_tokens={budget}: max_thinking_tokens requires the server to be launched "
+                       "with --enable-strict-thinking", param="max_thinking_tokens")
+    for sp in sps:
+        given = sp.get("custom_params")
+        if given is None or isinstance(given, dict):  # (anything else: the engine names it)
+            sp["custom_params"] = {**(given or {}), "thinking_budget": budget}
+
+
 async def generate(serving: Serving, request: HTTPRequest):
     """SGLang's /generate: text or input_ids (or lists of them), sampling_params, stream, logprobs."""
     body: GenerateRequest = parse_body(GenerateRequest, await request.body())  # type: ignore[assignment]
@@ -384,6 +400,8 @@ async def generate(serving: Serving, request: HTTPRequest):
         prompts = [body.text if body.text is not None else body.input_ids]
     n = len(prompts)
     sps = [_drop_neutral(dict(sp or {})) for sp in per_item(body.sampling_params, n, "sampling_params", batch)]
+    if body.max_thinking_tokens is not None:
+        _thinking_budget(serving, body.max_thinking_tokens, sps)
     # SGLang's parallel sampling: sampling_params.n samples a prompt (one n for the whole batch, as SGLang
     # requires), answered as a list, prompt-major (sample j of prompt i at i * n + j), seeds as OpenAI's n.
     ks = [samples_per_prompt(sp.pop("n", None), "sampling_params.n") for sp in sps]

@@ -65,7 +65,7 @@ _COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
 # never dropped unread (a client asking for hidden states or token ids would read a reply without them).
 _SGLANG_OPENAI_UNSUPPORTED = {
     "lora_path": "LoRA adapters", "custom_logit_processor": "custom logit processors",
-    "custom_params": "custom logit processors", "return_hidden_states": "hidden states",
+    "return_hidden_states": "hidden states",
     "return_routed_experts": "routed experts", "routed_experts_start_len": "routed experts",
     **dict.fromkeys(("bootstrap_host", "bootstrap_port", "bootstrap_room", "disagg_prefill_dp_rank"),
                     "prefill/decode disaggregation"),
@@ -96,7 +96,7 @@ def _sampling_params(body, max_new_tokens: int | None) -> dict:
     sp: dict = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
     for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop_token_ids", "ignore_eos", "frequency_penalty",
                  "presence_penalty", "repetition_penalty", "logit_bias", "stop_regex", "no_stop_trim",
-                 "skip_special_tokens"):
+                 "skip_special_tokens", "custom_params"):  # (custom_params: the engine reads thinking_budget alone)
         v = getattr(body, name)
         if v is not None:
             sp[name] = v

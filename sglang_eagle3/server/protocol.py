@@ -148,6 +148,9 @@ class _SamplingFields(_Body):
     response_format: dict | None = None
     # SGLang's: the request's id (/abort_request names it); several requests get <rid>_<i>, as on /generate
     rid: str | list[str] | None = None
+    # SGLang's sampling custom_params, handed to the engine's sampling params as they are: it reads
+    # ``thinking_budget`` (strict thinking's budget) and refuses any other key
+    custom_params: dict | None = None
 
 
 class CompletionRequest(_SamplingFields):
@@ -216,6 +219,9 @@ class GenerateRequest(_Body):
     top_logprobs_num: int | list[int] | None = None
     return_text_in_logprobs: bool | None = None  # one for the whole batch, as SGLang's
     rid: str | list[str] | None = None
+    # SGLang's per-request thinking budget (one for the whole batch): needs --enable-strict-thinking; goes into each
+    # prompt's sampling_params.custom_params.thinking_budget (app.generate)
+    max_thinking_tokens: int | None = None
 
 
 class AbortRequest(_Body):

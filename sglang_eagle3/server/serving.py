@@ -124,6 +124,12 @@ class Serving:
         self.metrics = driver.metrics
         self.created = int(time.time())
 
+    @property
+    def strict_thinking(self) -> bool:
+        """Whether the engine holds thinking to strict rules (EngineArgs.enable_strict_thinking,
+        --enable-strict-thinking): only then is a request's thinking budget enforced, so only then taken."""
+        return bool(getattr(getattr(self.engine, "args", None), "enable_strict_thinking", False))
+
     # -- validation ------------------------------------------------------------------------------------
     def check_model(self, name: str) -> None:
         if name not in (self.model.served_model_name, self.model.model_path, "default"):
@@ -353,13 +359,14 @@ _GRAMMAR_NAMED = re.compile(rf"(?<=combined with )({'|'.join(GRAMMAR_KINDS)})\b"
 def _sampling_error(msg: str, names: dict[str, str], about: str | None = None) -> APIError:
     """An engine SamplingParamsError as a 400 naming the client's field (``names``: engine name -> the
     endpoint's). ``about``: the field a message that opens with none is about (else "sampling_params")."""
-    # "stop=...", "stop[3]=..." about one item of a list field, "logit_bias key ..." / "logit_bias holds ...":
-    # messages open with the field they are about.
-    m = re.match(r"(\w+)[\[= ]", msg)
+    # "stop=...", "stop[3]=..." about one item of a list field, "logit_bias key ..." / "logit_bias holds ...",
+    # "custom_params.thinking_budget=..." about one key of a dict field: messages open with the field they are about.
+    m = re.match(r"(\w+)(\.\w+)?[\[= ]", msg)
     field = m.group(1) if m and m.group(1) in SamplingParams.__dataclass_fields__ else None
     if field is None and about is not None:
         msg, field = f"{about}: {msg}", about
     field = field or "sampling_params"
+    key = (m.group(2) or "") if m and field == m.group(1) else ""  # (the key within the field: in the param too)
     # "min_new_tokens=2 cannot be combined with json_schema": the grammar by the client's name for it too
     # (response_format).
     msg = _GRAMMAR_NAMED.sub(lambda g: names.get(g[1], g[1]), msg)
@@ -368,7 +375,7 @@ def _sampling_error(msg: str, names: dict[str, str], about: str | None = None) -
         field = names[field]
     if "max_new_tokens" in names:  # min_new_tokens' range names the limit: the client's name for it
         msg = msg.replace("max_new_tokens=", names["max_new_tokens"] + "=")
-    return APIError(400, msg, param=field)
+    return APIError(400, msg, param=field + key)
 
 
 def finish_reason(result: dict | None) -> tuple[str | None, object]:

@@ -100,7 +100,7 @@ def test_engine_default_budget_and_a_request_without_limit(marker_model):
 
 
 def test_what_strict_thinking_cannot_serve_is_refused(marker_model, tiny_model):
-    with pytest.raises(ConfigError, match="enable_strict_thinking=True needs reasoning_parser"):
+    with pytest.raises(ConfigError, match="enable_strict_thinking=True needs a reasoning_parser"):
         Engine(model_path=marker_model[0], device="cpu", enable_strict_thinking=True)
     with pytest.raises(ConfigError, match="'</think>' is not one token"):  # the tiny model's own tokenizer
         Engine(model_path=tiny_model.target, device="cpu", reasoning_parser="kimi_k2", enable_strict_thinking=True)
