@@ -166,13 +166,19 @@ def main() -> None:
                 print(f"{name:13s} B={B:3d} k={a.k} {mode:10s}: serial {r['serial_ms']:7.3f} ms, overlapped "
                       f"{r['overlapped_ms']:7.3f} ms, emit {r['emit_ms']:6.3f} ms a round (medians of {r['rounds']})",
                       flush=True)
+    write_host_result(a.out, rows, vocab=a.vocab, backend_ready_s=round(time.perf_counter() - t0, 2))
+
+
+def write_host_result(out: str | None, rows: list[dict], **fields) -> None:
+    """A host benchmark's result file (this one's, bench_strict_thinking_host.py's): the command, commit, machine and
+    torch threads, ``fields``, the rows; nothing where ``out`` is None."""
+    if not out:
+        return
     result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(), "machine": platform.processor()
-              or platform.machine(), "cpus": torch.get_num_threads(), "vocab": a.vocab,
-              "backend_ready_s": round(time.perf_counter() - t0, 2), "rows": rows}
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(result, indent=1))
-        print("wrote", a.out)
+              or platform.machine(), "cpus": torch.get_num_threads(), **fields, "rows": rows}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=1))
+    print("wrote", out)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,6 @@ without matchers (what a round pays for the mask it builds at all). Medians over
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
 import statistics
 import sys
@@ -21,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sglang_eagle3.bench.harness import git_commit  # noqa: E402
+from benchmarks.bench_grammar_host import write_host_result  # noqa: E402
 from sglang_eagle3.runtime.grammar import GrammarBatch  # noqa: E402
 from sglang_eagle3.runtime.reasoning import REASONING_FORMATS, ThinkingMatcher  # noqa: E402
 
@@ -61,12 +59,7 @@ def main() -> None:
             ms = _median_ms(lambda b=batch, d=drafts: b.host_masks(d, T), a.rounds)
             rows.append({"case": case, "batch": B, "k": a.k, "verify_rows_ms": ms})
             print(f"{case:12s} B={B:3d} k={a.k}: verify rows {ms:7.3f} ms a round (median of {a.rounds})", flush=True)
-    result = {"command": " ".join(["python"] + sys.argv), "git_commit": git_commit(), "machine": platform.processor()
-              or platform.machine(), "cpus": torch.get_num_threads(), "vocab": a.vocab, "rows": rows}
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(result, indent=1))
-        print("wrote", a.out)
+    write_host_result(a.out, rows, vocab=a.vocab)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,7 @@ output equals it, greedy and sampled), and SGLang's errors for what strict think
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 
 import pytest
 
@@ -22,24 +20,15 @@ from sglang_eagle3.env import MAX_THINK_TOKENS, overrides
 from sglang_eagle3.runtime.sampling import SamplingParamsError
 
 from .conftest import random_words
-from .test_tools import SB, write_marker_tokenizer
+from .test_reasoning import thinking_model  # noqa: F401  (the tiny pair with the markers as tokens: a fixture)
+from .test_tools import SB
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 THINK, END = "<think>", "</think>"
 
 
-@pytest.fixture(scope="module")
-def marker_model(tiny_model, tmp_path_factory):
-    target = str(tmp_path_factory.mktemp("strict_thinking_target"))
-    for f in os.listdir(tiny_model.target):
-        if f != "tokenizer.json":
-            shutil.copy(os.path.join(tiny_model.target, f), target)
-    write_marker_tokenizer(target, tiny_model.vocab_size, (THINK, END))
-    return target, tiny_model.draft
-
-
-def _engine(marker_model, spec: bool, **kw) -> Engine:
-    target, draft = marker_model
+def _engine(model, spec: bool, **kw) -> Engine:
+    target, draft = model
     extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=draft, speculative_num_steps=3) \
         if spec else {}
     return Engine(model_path=target, device="cpu", log_level="warning", reasoning_parser="kimi_k2", **extra, **kw)
@@ -49,14 +38,14 @@ def _run(eng: Engine, prompts: list[str], params: list[dict]) -> list[list[int]]
     return [o["output_ids"] for o in eng.generate(prompts, params)]
 
 
-def test_budget_and_excluded_tokens_hold_and_speculation_is_exact(marker_model):
+def test_budget_and_excluded_tokens_hold_and_speculation_is_exact(thinking_model):  # noqa: F811
     rng = random.Random()
     prompts = [" ".join(random_words(rng, rng.randint(2, 9))) for _ in range(3)]
     budgets = [rng.randint(1, 6), 0, rng.randint(7, 12)]
     seed = rng.randrange(2 ** 31)
     outputs = {}
     for spec in (False, True):
-        eng = _engine(marker_model, spec, enable_strict_thinking=True)
+        eng = _engine(thinking_model, spec, enable_strict_thinking=True)
         tok = eng.tokenizer
         [think], [end], [sb] = tok.encode(THINK), tok.encode(END), tok.encode(SB)
         # <think> above everything at the start, Kimi's tool-section marker (excluded inside the thinking) above the
@@ -77,18 +66,18 @@ def test_budget_and_excluded_tokens_hold_and_speculation_is_exact(marker_model):
         assert think in ids[budget + 2:] and set(ids[budget + 2:]) <= {think, sb}, (budget, ids)
 
     # Without strict thinking the same requests think with an excluded token (the pushed <think>), past any budget.
-    eng = _engine(marker_model, False)
+    eng = _engine(thinking_model, False)
     loose = _run(eng, prompts, [{"temperature": 0, "max_new_tokens": 8, "logit_bias": bias}] * 3)
     eng.shutdown()
     for ids in loose:
         assert ids[0] == think and ids[1:].count(think) >= 4 and end not in ids, ids
 
 
-def test_engine_default_budget_and_a_request_without_limit(marker_model):
+def test_engine_default_budget_and_a_request_without_limit(thinking_model):  # noqa: F811
     """SGLANG_MAX_THINK_TOKENS is the budget of a request that names none; thinking_budget -1 asks for no limit."""
     budget = random.randint(1, 5)
     with overrides({MAX_THINK_TOKENS.name: str(budget)}):
-        eng = _engine(marker_model, True, enable_strict_thinking=True)
+        eng = _engine(thinking_model, True, enable_strict_thinking=True)
     [think], [end] = eng.tokenizer.encode(THINK), eng.tokenizer.encode(END)
     sp = {"temperature": 0, "max_new_tokens": budget + 8, "logit_bias": {think: 40.0}}
     default, unlimited = _run(eng, ["the cat sat", "the cat sat"],
@@ -99,14 +88,14 @@ def test_engine_default_budget_and_a_request_without_limit(marker_model):
     assert unlimited[:budget + 1] == default[:budget + 1] and unlimited[budget + 1] != end, unlimited
 
 
-def test_what_strict_thinking_cannot_serve_is_refused(marker_model, tiny_model):
+def test_what_strict_thinking_cannot_serve_is_refused(thinking_model, tiny_model):  # noqa: F811
     with pytest.raises(ConfigError, match="enable_strict_thinking=True needs a reasoning_parser"):
-        Engine(model_path=marker_model[0], device="cpu", enable_strict_thinking=True)
+        Engine(model_path=thinking_model[0], device="cpu", enable_strict_thinking=True)
     with pytest.raises(ConfigError, match="'</think>' is not one token"):  # the tiny model's own tokenizer
         Engine(model_path=tiny_model.target, device="cpu", reasoning_parser="kimi_k2", enable_strict_thinking=True)
     with overrides({MAX_THINK_TOKENS.name: "lots"}), pytest.raises(ConfigError, match="SGLANG_MAX_THINK_TOKENS='lots'"):
-        _engine(marker_model, False, enable_strict_thinking=True)
-    eng = _engine(marker_model, False)  # no strict thinking: a budget it would not enforce is refused
+        _engine(thinking_model, False, enable_strict_thinking=True)
+    eng = _engine(thinking_model, False)  # no strict thinking: a budget it would not enforce is refused
     try:
         with pytest.raises(SamplingParamsError, match="thinking_budget=7 needs strict thinking"):
             eng.generate("hi", {"custom_params": {"thinking_budget": 7}})
@@ -119,7 +108,7 @@ def test_what_strict_thinking_cannot_serve_is_refused(marker_model, tiny_model):
         eng.shutdown()
 
 
-def test_tensor_parallel_ranks_hold_the_same_rules(marker_model):
+def test_tensor_parallel_ranks_hold_the_same_rules(thinking_model):  # noqa: F811
     """TP=2 worker processes: each rank makes its own matchers (SGLANG_MAX_THINK_TOKENS read in the workers, which
     inherit the launcher's environment); the output is TP=1's."""
     budget = random.randint(1, 4)
@@ -127,7 +116,7 @@ def test_tensor_parallel_ranks_hold_the_same_rules(marker_model):
         outs = []
         for tp in (1, 2):
             # (plain decoding: the tiny draft's one KV head does not split over two ranks)
-            eng = _engine(marker_model, False, enable_strict_thinking=True, tp_size=tp)
+            eng = _engine(thinking_model, False, enable_strict_thinking=True, tp_size=tp)
             [think] = eng.tokenizer.encode(THINK)
             sp = {"temperature": 0, "max_new_tokens": 10, "logit_bias": {think: 40.0}}
             params = [sp, dict(sp, custom_params={"thinking_budget": 6})]

@@ -21,7 +21,8 @@ from sglang_eagle3.env import MAX_THINK_TOKENS, overrides
 from sglang_eagle3.launch_server import NATIVE_ONLY_FLAGS, build_parser, engine_kwargs, main, sglang_argv
 
 from .conftest import asgi_post, random_words, served_app
-from .test_strict_thinking import END, THINK, _engine, marker_model  # noqa: F401  (a fixture)
+from .test_reasoning import thinking_model  # noqa: F401  (a fixture)
+from .test_strict_thinking import END, THINK, _engine
 from .test_tools import NAMES_TEMPLATE
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -54,9 +55,9 @@ class Served:
         return r.json()
 
 
-def _served(marker_model, strict: bool):  # noqa: F811
+def _served(thinking_model, strict: bool):  # noqa: F811
     with overrides({MAX_THINK_TOKENS.name: str(DEFAULT_BUDGET)}):  # (read when the engine starts)
-        eng = _engine(marker_model, False, enable_strict_thinking=strict)
+        eng = _engine(thinking_model, False, enable_strict_thinking=strict)
     eng.tokenizer.set_chat_template(NAMES_TEMPLATE)
     try:
         with served_app(eng, served_model_name=MODEL, reasoning_parser="kimi_k2") as app:
@@ -66,13 +67,13 @@ def _served(marker_model, strict: bool):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def strict(marker_model):  # noqa: F811
-    yield from _served(marker_model, True)
+def strict(thinking_model):  # noqa: F811
+    yield from _served(thinking_model, True)
 
 
 @pytest.fixture(scope="module")
-def loose(marker_model):  # noqa: F811
-    yield from _served(marker_model, False)
+def loose(thinking_model):  # noqa: F811
+    yield from _served(thinking_model, False)
 
 
 def _assert_thinks(tokens: list, budget: int, think, end) -> None:
