@@ -5,19 +5,24 @@
 # the launchers' audit (6f9b90e), and the engine's strict thinking on CUDA graphs (7543836), grammar rounds (whose
 # host rows changed with it) and sampled speculation. Then, with
 # the device time left, h: on an H200 the tables section 0 calls current (last measured on an H200 at 53f310f).
-#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session63_round.sh g1 | h
+# g0: the least of g1 (top_threshold's kernels, strict thinking on graphs) for a call on little device time.
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session63_round.sh g1 | g0 | h
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: g1 | h}
+part=${1:?part: g1 | g0 | h}
 record_gpu
 [ "$part" = h ] && part=$(on_h200 h g1)
 case $part in
 h) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
-g1) TAIL=25 stage tests_kernels 220 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+g1) TAIL=25 stage tests_kernels 170 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
       tests/kernels/test_kernels_gpu.py tests/kernels/test_kernel_api.py \
       -k "top_threshold or gumbel or filters or gemv_fma or fused_moe_int4_gemv or kernel_api or mla_decode_verify"
-    TAIL=25 stage tests_engine 330 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+    TAIL=25 stage tests_engine 280 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
       tests/gpu/test_strict_thinking_cuda.py tests/gpu/test_cuda_engine.py -k "strict or grammar or sampled" ;;
+g0) TAIL=25 stage tests_kernels 90 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+      tests/kernels/test_kernels_gpu.py -k "top_threshold or gumbel or filters"
+    TAIL=25 stage tests_engine 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+      tests/gpu/test_strict_thinking_cuda.py ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect
