@@ -49,8 +49,11 @@ def test_budget_and_excluded_tokens_hold_and_speculation_is_exact(thinking_model
         tok = eng.tokenizer
         [think], [end], [sb] = tok.encode(THINK), tok.encode(END), tok.encode(SB)
         # <think> above everything at the start, Kimi's tool-section marker (excluded inside the thinking) above the
-        # rest after it: the thinking would be that marker again and again were it allowed.
-        bias = {think: 40.0, sb: 30.0}
+        # rest after it: the thinking would be that marker again and again were it allowed. (Gaps of 50: a tiny
+        # model's own logits differ by ~10, which a sampled request's 0.8 temperature let through at +40 / +30.)
+        # (</think> below everything: a sampled thinking never ends by itself before its budget; past it the mask
+        # leaves the end marker alone, whatever its bias)
+        bias = {think: 100.0, sb: 50.0, end: -100.0}
         params = [{"temperature": 0, "max_new_tokens": 20, "logit_bias": bias,
                    "custom_params": {"thinking_budget": b}} for b in budgets]
         params[2] = dict(params[2], temperature=0.8, seed=seed)
@@ -79,7 +82,7 @@ def test_engine_default_budget_and_a_request_without_limit(thinking_model):  # n
     with overrides({MAX_THINK_TOKENS.name: str(budget)}):
         eng = _engine(thinking_model, True, enable_strict_thinking=True)
     [think], [end] = eng.tokenizer.encode(THINK), eng.tokenizer.encode(END)
-    sp = {"temperature": 0, "max_new_tokens": budget + 8, "logit_bias": {think: 40.0}}
+    sp = {"temperature": 0, "max_new_tokens": budget + 8, "logit_bias": {think: 40.0, end: -100.0}}
     default, unlimited = _run(eng, ["the cat sat", "the cat sat"],
                               [sp, dict(sp, custom_params={"thinking_budget": -1})])
     eng.shutdown()
@@ -117,11 +120,10 @@ def test_tensor_parallel_ranks_hold_the_same_rules(thinking_model):  # noqa: F81
         for tp in (1, 2):
             # (plain decoding: the tiny draft's one KV head does not split over two ranks)
             eng = _engine(thinking_model, False, enable_strict_thinking=True, tp_size=tp)
-            [think] = eng.tokenizer.encode(THINK)
-            sp = {"temperature": 0, "max_new_tokens": 10, "logit_bias": {think: 40.0}}
+            [think], [end] = eng.tokenizer.encode(THINK), eng.tokenizer.encode(END)
+            sp = {"temperature": 0, "max_new_tokens": 10, "logit_bias": {think: 40.0, end: -100.0}}
             params = [sp, dict(sp, custom_params={"thinking_budget": 6})]
             outs.append(_run(eng, ["Pack my box", "How vexingly"], params))
-            end = eng.tokenizer.encode(END)[0]
             eng.shutdown()
     assert outs[1] == outs[0]
     assert outs[0][0][budget + 1] == end and outs[0][1][7] == end, outs[0]

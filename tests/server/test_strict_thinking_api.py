@@ -36,6 +36,9 @@ class Served:
     def __init__(self, engine, app):
         self.engine, self.app, self.seen = engine, app, []
         [self.think], [self.end] = engine.tokenizer.encode(THINK), engine.tokenizer.encode(END)
+        # <think> above everything at the start; </think> below everything, so that a sampled thinking never ends
+        # by itself before its budget (past it the mask leaves the end marker alone, whatever its bias)
+        self.bias = {str(self.think): 100.0, str(self.end): -100.0}
         real = engine.make_request
 
         def make_request(*args, **kwargs):
@@ -86,7 +89,7 @@ def test_generate_max_thinking_tokens_is_each_prompts_budget(strict):
     rng = random.Random()
     prompts = [random_words(rng, rng.randint(2, 8)) for _ in range(3)]
     budget = rng.randint(0, 7)
-    sp = {"temperature": 0, "max_new_tokens": 12, "logit_bias": {str(strict.think): 40.0}}
+    sp = {"temperature": 0, "max_new_tokens": 12, "logit_bias": strict.bias}
     # One value for the whole batch, over a budget given in custom_params (SGLang's order).
     outs = strict.ok("/generate", {"text": prompts, "max_thinking_tokens": budget,
                                    "sampling_params": [sp, {**sp, "custom_params": {"thinking_budget": budget + 3}},
@@ -106,7 +109,7 @@ def test_generate_max_thinking_tokens_is_each_prompts_budget(strict):
 def test_openai_custom_params_reach_the_engine(strict):
     rng = random.Random()
     budget = rng.randint(0, 7)
-    common = {"model": MODEL, "temperature": 0, "max_tokens": 12, "logit_bias": {str(strict.think): 40.0},
+    common = {"model": MODEL, "temperature": 0, "max_tokens": 12, "logit_bias": strict.bias,
               "custom_params": {"thinking_budget": budget}, "skip_special_tokens": False}
     chat = strict.ok("/v1/chat/completions", {**common, "messages": [{"role": "user", "content": random_words(rng, 4)}],
                                               "logprobs": True, "separate_reasoning": False})
