@@ -19,9 +19,9 @@ g1) TAIL=25 stage tests_kernels 170 python -m pytest -q -p no:cacheprovider -o a
       -k "top_threshold or gumbel or filters or gemv_fma or fused_moe_int4_gemv or kernel_api or mla_decode_verify"
     TAIL=25 stage tests_engine 280 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
       tests/gpu/test_strict_thinking_cuda.py tests/gpu/test_cuda_engine.py -k "strict or grammar or sampled" ;;
-g0) TAIL=25 stage tests_kernels 100 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+g0) TAIL=25 stage tests_kernels 60 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
       tests/kernels/test_kernels_gpu.py -k "top_threshold"
-    TAIL=25 stage tests_engine 130 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+    TAIL=25 stage tests_engine 120 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
       tests/gpu/test_strict_thinking_cuda.py ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
