@@ -31,7 +31,7 @@ class ReasoningFormat:
     tool_start: str | None = None  # a marker that ends the reasoning too, kept in the content
     forced_by: str | None = None  # a chat_template_kwargs switch that makes the template open the reasoning
     # Tokens strict thinking refuses inside the reasoning (SGLang 0.5.23's detector's think_excluded_tokens; those
-    # that are one token of the tokenizer: GrammarBackend.thinking_rules).
+    # that are one token of the tokenizer: GrammarBackend.thinking_ids reads them).
     excluded: tuple[str, ...] = ()
 
     def markers(self) -> tuple[str, ...]:
@@ -54,10 +54,16 @@ REASONING_FORMATS = {
 }
 REASONING_PARSERS = tuple(REASONING_FORMATS)
 
+def _bit(token: int) -> tuple[int, int]:
+    """(the int32 word of a bitmask row that holds ``token``'s bit, that bit as an int32 value)."""
+    word, bit = divmod(token, 32)
+    return word, (1 << bit) - (1 << 32 if bit == 31 else 0)
+
+
 def _allow(bitmask: torch.Tensor, row: int, token: int) -> None:
     """Sets ``token``'s bit in bitmask[row] (int32 words)."""
-    word, bit = divmod(token, 32)
-    bitmask[row, word] |= (1 << bit) - (1 << 32 if bit == 31 else 0)
+    word, value = _bit(token)
+    bitmask[row, word] |= value
 
 
 @functools.lru_cache(maxsize=16)
@@ -66,8 +72,8 @@ def _all_but(excluded: frozenset[int], words: int) -> torch.Tensor:
     row (clearing the bits row by row cost ~4 ms a verify of 8 x 4 rows at Kimi's vocabulary, per-element ops)."""
     row = torch.full((words,), -1, dtype=torch.int32)
     for t in excluded:
-        word, bit = divmod(t, 32)
-        row[word] &= ~((1 << bit) - (1 << 32 if bit == 31 else 0))
+        word, value = _bit(t)
+        row[word] &= ~value
     return row
 
 
