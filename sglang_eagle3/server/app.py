@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -231,6 +232,27 @@ class _ApiKey:
         await self.app(scope, receive, send)
 
 
+class _AnthropicRequestId:
+    """ASGI middleware: every answer under /v1/messages carries Anthropic's ``request-id`` header (``req_`` and 32 hex
+    digits), its 401s and 413s too: Anthropic's SDK keeps it as the response's and the error's ``request_id``, and
+    clients print it beside a failure. Fresh a request; the other endpoints answer without one."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not anthropic_api.is_anthropic_path(scope["path"]):
+            return await self.app(scope, receive, send)
+        rid = f"req_{uuid.uuid4().hex}".encode()
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"request-id", rid)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
 def _hf_config(model_path: str) -> dict:
     """The checkpoint's config.json (model_type, architectures: /get_model_info), {} where it cannot be read."""
     try:
@@ -280,6 +302,7 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
         app.add_middleware(_ApiKey, api_key=config.api_key)
     # An oversized body is refused before authentication or routing read anything.
     app.add_middleware(_BodyLimit, limit=config.max_request_bytes, metrics=app.state.serving.metrics)
+    app.add_middleware(_AnthropicRequestId)  # (outside the two above: their refusals carry it too)
     # Outermost (added last): CORS as SGLang's server sets it (every origin, method and header, credentials
     # allowed), so a browser's preflight is answered before the key check, and every answer (a 401 or 413
     # included, which a browser could not read otherwise) carries the CORS headers.

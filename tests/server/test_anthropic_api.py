@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 
 import anthropic
 import httpx
@@ -635,16 +636,22 @@ def test_api_key_and_body_limit(keyed):
             a = await good.messages.create(**sdk(body))
             b = await bearer.messages.create(**sdk(body))
             assert sdk_dump(a)["content"] == sdk_dump(b)["content"] and a.usage.output_tokens == 3
+            # Anthropic's request-id header, which the SDK keeps: fresh a request, on its refusals too (below)
+            ids = {a._request_id, b._request_id}
+            assert len(ids) == 2 and all(re.fullmatch(r"req_[0-9a-f]{32}", i) for i in ids), ids
             assert (await good.messages.count_tokens(model=MODEL, messages=[USER])).input_tokens == a.usage.input_tokens
             with pytest.raises(anthropic.AuthenticationError) as e:
                 await bad.messages.create(**sdk(body))
             assert e.value.body["error"]["type"] == "authentication_error"
+            assert re.fullmatch(r"req_[0-9a-f]{32}", e.value.request_id) and e.value.request_id not in ids
             r = await h.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": 3, "messages": [USER]},
                              headers={"x-api-key": "sekrit"})
             assert r.status_code == 401 and "error" in r.json() and "type" not in r.json()
+            assert "request-id" not in r.headers  # (Anthropic's header: its endpoints alone)
             big = {**body, "messages": [{"role": "user", "content": "x" * 5000}]}
             r = await h.post("/v1/messages", json=big, headers={"x-api-key": "sekrit"})
             assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large", r.text
+            assert r.headers["request-id"].startswith("req_")
             with pytest.raises(anthropic.APIStatusError) as e:
                 await good.messages.create(**sdk(big))
             assert e.value.status_code == 413
