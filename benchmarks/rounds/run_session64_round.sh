@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The sixty-fourth session's device round: what no GPU has run yet, most important first, in one call.
+# g: the sixty-second session's top_threshold NaN guard (its kernel tests, ~60 s), strict thinking on CUDA graphs
+# (7543836, tests/gpu/test_strict_thinking_cuda.py), then the engine's grammar rounds (host masks request-major since
+# 3a93834) and sampled speculation. h: on an H200 the tables section 0 calls current (last at 53f310f), else g.
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session64_round.sh g | h
+# Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
+source "$(dirname "$0")/gpu_stages.sh"
+part=${1:?part: g | h}
+record_gpu
+[ "$part" = h ] && part=$(on_h200 h g)
+case $part in
+h) T_STEP=200 T_STEP_UNIFORM=150 T_KERNELS=230 head_tables ;;
+g) TAIL=25 stage tests_top_threshold 90 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+      tests/kernels/test_kernels_gpu.py -k "top_threshold"
+   TAIL=25 stage tests_strict_thinking 150 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+      tests/gpu/test_strict_thinking_cuda.py
+   TAIL=25 stage tests_engine 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+      tests/gpu/test_cuda_engine.py -k "grammar or sampled" ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+collect
