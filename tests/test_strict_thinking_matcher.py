@@ -174,3 +174,38 @@ def test_verify_rows_follow_the_rules(grammar):
             if drafts[b][j + 1:j + 2] and drafts[b][j + 1] not in want:
                 break
     assert [(m.state, m.thought) for m in matchers if m is not None] == states
+
+
+@pytest.mark.parametrize("grammar", [False, True])
+def test_past_rules_are_the_rules_each_token_was_chosen_under(grammar):
+    """ThinkingMatcher.past_rules(n) (what the adaptive policy's catch-up checks read): for each of the walk's last n
+    tokens the set it allows is the reference's allowed set before that token, inside the thinking and, without a
+    grammar, outside it; None where the grammar decided or before the walk's start. After random walks with
+    rollbacks and refused tokens."""
+    rng = random.Random()
+    for _ in range(40):
+        setup = random_setup(rng)
+        m = ThinkingMatcher(ParityGrammar() if grammar else None, setup["start"], setup["end"], setup["forced"],
+                            budget=setup["budget"], excluded=setup["excluded"])
+        walk: list[int] = []
+        for _ in range(rng.randint(0, 30)):
+            if walk and rng.random() < 0.15:
+                n = rng.randint(1, min(4, len(walk)))
+                m.rollback(n)
+                del walk[-n:]
+                continue
+            allowed = reference(walk, grammar=grammar, **setup)
+            t = rng.choice(sorted(allowed)) if rng.random() < 0.8 else rng.randrange(VOCAB)
+            if m.accept(t):
+                walk.append(t)
+        n = rng.randint(0, len(walk) + 3)
+        rules = m.past_rules(n)
+        assert len(rules) == n
+        for j, rule in enumerate(rules):
+            i = len(walk) - n + j  # the rule of walk[i]: the state after walk[:i]
+            state = walk_state(walk[:max(i, 0)], start=setup["start"], end=setup["end"], forced=setup["forced"])[0]
+            if i < 0 or (grammar and state != "thinking"):
+                assert rule is None, (setup, walk, n, j)
+                continue
+            assert {t for t in range(VOCAB) if rule(t)} == reference(walk[:i], grammar=grammar, **setup), \
+                (setup, walk, n, j)

@@ -38,7 +38,8 @@ start-up, CATCH_UP). Position 1 is still observed at every token: the catch-up's
 position it covers, as the one-token extends did, and the n - 1 proposals before its last are checked against the
 target's tokens there (already read), the last by the round after (``observe``'s ``first_checks``; the scheduler's
 _catch_up_checks: greedy and sampled requests, each row's proposal drawn as a round's d_1 would be there; a request
-with a grammar, whose rounds choose d_1 under it, once a catch-up). (Before the forty-fifth session only the round
+under a matcher at the tokens whose rule is known, a reasoning model's thinking among them, and where the rule allowed
+the proposal; a grammar's tokens once a catch-up, by the round after). (Before the forty-fifth session only the round
 after a catch-up was evidence, once a request every ``probe_rounds`` rounds: with a 64-round half-life a useless
 draft's position-1 estimate leaned on the prior, ~0.13 against 0.01.)
 The rounds between catch-ups observe no draft, yet they are rounds: they age the evidence and count toward the next

@@ -18,6 +18,7 @@ speculative output stays exactly the plain output under the same masks.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -64,6 +65,18 @@ def _allow(bitmask: torch.Tensor, row: int, token: int) -> None:
     """Sets ``token``'s bit in bitmask[row] (int32 words)."""
     word, value = _bit(token)
     bitmask[row, word] |= value
+
+
+def _not_in(excluded: frozenset[int], token: int) -> bool:
+    return token not in excluded
+
+
+def _is(only: int, token: int) -> bool:
+    return token == only
+
+
+def _anything(token: int) -> bool:
+    return True
 
 
 @functools.lru_cache(maxsize=16)
@@ -178,6 +191,23 @@ class ThinkingMatcher:
         if self.state == OPEN and self.start_id is not None:
             return fork, functools.partial(_allow, token=self.start_id)
         return fork, None
+
+    def past_rules(self, n: int) -> list[Callable[[int], bool] | None]:
+        """For each of the last ``n`` tokens accepted, oldest first, the rule a round's draft of it was chosen under,
+        as a test of a token id: inside the thinking all but the excluded (the end marker alone once over the
+        budget), outside it every token where there is no grammar; None where the grammar decided (its past states
+        are not kept) or the token is older than the log. The scheduler's catch-up checks read it (runtime/adaptive.py:
+        a draft's proposal there would have been a round's d_1 if the rule allowed it)."""
+        rules = []
+        for state, _, thought in self._log[-n:] if n else ():
+            if state == THINKING:
+                if self.budget is not None and thought >= self.budget:
+                    rules.append(functools.partial(_is, self.end_id))
+                else:
+                    rules.append(functools.partial(_not_in, self.excluded))
+            else:
+                rules.append(_anything if self.inner is None else None)
+        return [None] * (n - len(rules)) + rules
 
     def rollback(self, n: int) -> None:
         if not n:

@@ -50,6 +50,7 @@ from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarError, GrammarM
 from sglang_eagle3.runtime.interrupts import defer_interrupt
 from sglang_eagle3.runtime.kv_cache import pages_for
 from sglang_eagle3.runtime.model_runner import BatchTensors, ModelRunner
+from sglang_eagle3.runtime.reasoning import ThinkingMatcher
 from sglang_eagle3.runtime.request import Request
 from sglang_eagle3.runtime.sampling import SamplerBatch, find_stop, find_stop_regex, sampling_key, settled_chars
 
@@ -438,8 +439,16 @@ class Scheduler:
         for r, tok in zip(reqs, host[:len(reqs)], strict=True):
             r.next_draft_token = tok
         every = host[len(reqs):]
-        for start, tokens in checks or ():
-            self._first_checks += [int(p == t) for p, t in zip(every[start:start + len(tokens)], tokens, strict=True)]
+        for start, tokens, rules in checks or ():
+            proposed = every[start:start + len(tokens)]
+            if rules is None:
+                self._first_checks += [int(p == t) for p, t in zip(proposed, tokens, strict=True)]
+                continue
+            # Under a matcher a round's d_1 is the draft's choice among the tokens its rule allows, which is the
+            # unmasked proposal where the rule allows that (always when it matched: the token was accepted); a
+            # refused proposal says nothing of what the round would have drafted, and is left out.
+            self._first_checks += [int(p == t) for p, t, rule in zip(proposed, tokens, rules, strict=True)
+                                   if rule is not None and (p == t or rule(p))]
 
     def _catch_up_due(self, r: Request) -> bool:
         """Whether the draft must catch up on r before its next round: it drafts again (k > 0) with rows kept, or
@@ -468,9 +477,12 @@ class Scheduler:
         a round's d_1 would have been there (the draft holding the same positions), so each is a check of position 1
         as a k = 0 round's was: the argmax for a greedy request; a sampled one's drawn with the target's noise at
         each row's position (_extend_draft draws every row then; penalties never reach a proposal, so a penalized
-        request's are as its rounds' d_1). Not a request with a grammar: its rounds choose d_1 under the grammar.
-        Returns [(offset of the request's rows among all, the tokens its rows before the last proposed)], or None
-        (no adaptive policy; a pinned acceptance draws its checks now instead)."""
+        request's are as its rounds' d_1). A request under a matcher drafts d_1 among the tokens the matcher allows:
+        its rows are checked where the rule of the token they proposed is known (ThinkingMatcher.past_rules: a
+        reasoning model's thinking, strict or free, and the answer after it without a grammar; not a grammar's
+        tokens). Returns [(offset of the request's rows among all, the tokens its rows before the last proposed,
+        None or each token's rule)], or None (no adaptive policy; a pinned acceptance draws its checks now
+        instead)."""
         if self.adaptive is None:
             return None
         if self.simulate_accept_length is not None:
@@ -478,8 +490,11 @@ class Scheduler:
             return None
         checks, start = [], 0
         for r, (toks, _, _) in zip(reqs, rows, strict=True):
-            if r.rid not in self._matchers and len(toks) > 1:
-                checks.append((start, toks[1:]))
+            matcher = self._matchers.get(r.rid)
+            if len(toks) > 1 and matcher is None:
+                checks.append((start, toks[1:], None))
+            elif len(toks) > 1 and isinstance(matcher, ThinkingMatcher):  # (its log ends at the last token read)
+                checks.append((start, toks[1:], matcher.past_rules(len(toks) - 1)))
             start += len(toks)
         return checks
 

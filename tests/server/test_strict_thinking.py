@@ -17,6 +17,7 @@ import pytest
 from sglang_eagle3 import Engine
 from sglang_eagle3.config import ConfigError
 from sglang_eagle3.env import MAX_THINK_TOKENS, overrides
+from sglang_eagle3.runtime.reasoning import REASONING_FORMATS
 from sglang_eagle3.runtime.sampling import SamplingParamsError
 
 from .conftest import random_words
@@ -127,3 +128,76 @@ def test_tensor_parallel_ranks_hold_the_same_rules(thinking_model):  # noqa: F81
             eng.shutdown()
     assert outs[1] == outs[0]
     assert outs[0][0][budget + 1] == end and outs[0][1][7] == end, outs[0]
+
+
+
+def test_a_resting_draft_is_checked_inside_the_thinking(thinking_model):  # noqa: F811
+    """The adaptive policy's catch-up checks (runtime/scheduler.py _catch_up_checks) under strict thinking: a resting
+    draft's catch-up proposals are checked against the thinking's tokens too (before, a request under any matcher had
+    none), each where the thinking's rule allowed the proposal (a round's d_1 is the draft's choice among the allowed
+    tokens, so a refused proposal says nothing): inside the thinking where it is not an excluded token, at the forced
+    end marker only a proposal of it; outside the thinking every one. Every check the catch-ups made, recomputed here
+    from the outputs, the proposals and those rules."""
+    budget, probe = random.randint(14, 22), 4
+    target, draft = thinking_model
+    eng = Engine(model_path=target, device="cpu", log_level="warning", reasoning_parser="kimi_k2",
+                 enable_strict_thinking=True, speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
+                 speculative_num_steps=1, speculative_adaptive=True, speculative_num_steps_candidates=[0],
+                 speculative_adaptive_probe_rounds=probe, max_running_requests=2)
+    tok, sched = eng.tokenizer, eng.backend.scheduler
+    [think], [end], [sb] = tok.encode(THINK), tok.encode(END), tok.encode(SB)
+    excluded = {ids[0] for s in REASONING_FORMATS["kimi_k2"].excluded if len(ids := tok.encode(s)) == 1} - {end}
+    assert {think, sb} <= excluded
+
+    catch_ups, checks = {}, []  # id(reqs) -> each request's (rid, output offset of its row, rows); per read
+    catch_up, read = sched._catch_up, sched._read_proposals
+
+    def spy_catch_up(reqs, lazy=False):
+        n = [len(sched._pending_aux.get(r.rid, ())) for r in reqs]
+        catch_ups[id(reqs)] = [(r.rid, len(r.output_ids) - k, k) for r, k in zip(reqs, n, strict=True)]
+        catch_up(reqs, lazy)
+
+    def spy_read():
+        before, pending = len(sched._first_checks), sched._proposals
+        read()
+        if pending is not None and pending[-1] is not None:
+            reqs, host = pending[0], pending[1].tolist()
+            checks.append((catch_ups[id(reqs)], host[len(reqs):], sched._first_checks[before:]))
+
+    propose = sched.runner.catch_up
+
+    def excluded_proposals(rows, aux, samp=None):  # every third proposal an excluded token (the draft's are seldom)
+        every, hidden = propose(rows, aux, samp)
+        every = every.clone()
+        every[::3] = sb
+        return every, hidden
+
+    sched._catch_up, sched._read_proposals, sched.runner.catch_up = spy_catch_up, spy_read, excluded_proposals
+    sp = {"temperature": 0, "max_new_tokens": budget + 3 * probe, "logit_bias": {think: 100.0, sb: 50.0, end: -100.0},
+          "custom_params": {"thinking_budget": budget}}
+    outs = eng.generate(["Pack my box", "How vexingly quick"], [sp, sp])
+    eng.shutdown()
+    output = {o["meta_info"]["id"]: o["output_ids"] for o in outs}
+    for ids in output.values():  # <think>, the budget's tokens, </think>, the answer
+        assert ids[0] == think and ids[budget + 1] == end and not excluded & set(ids[1:budget + 1]), ids
+
+    assert checks
+    inside = 0
+    for rows, every, got in checks:
+        want, start = [], 0
+        for rid, offset, n in rows:
+            ids = output[rid]
+            for j in range(n - 1):  # row j proposes the token at output index offset + j + 1
+                i, p = offset + j + 1, every[start + j]
+                t = ids[i]
+                if offset + n > budget + 1 or not 1 <= i <= budget + 1:  # the thinking ended: no rules left
+                    want.append(int(p == t))
+                elif i == budget + 1:  # the forced end
+                    want += [1] if p == end else []
+                else:
+                    inside += 1
+                    want += [int(p == t)] if p == t or p not in excluded else []
+            start += n
+        assert got == want, (rows, every, got, want)
+    assert inside > 0, (budget, checks)
+    assert sum(len(got) for _, _, got in checks) < sum(len(every) - len(rows) for rows, every, _ in checks)
