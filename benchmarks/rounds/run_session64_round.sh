@@ -5,6 +5,9 @@
 # 3a93834) and sampled speculation. h: on an H200 the tables section 0 calls current (last at 53f310f), else g.
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session64_round.sh g | h
 # Results land in $OUT; copy them to benchmarks/results/<gpu>/ with the commit in their names.
+# Ran at f732076 on one H200 lease (after two failed starts and two refusals): g (all passed), then h with shorter
+# stage limits (T_STEP=190 T_STEP_UNIFORM=140 T_KERNELS=220 head_tables), then `pytest -m gpu tests/gpu` and the kernel
+# GPU tests g leaves out (stage limit 400 s); results benchmarks/results/h200/*_f732076.*, BENCHMARKS sections 0 and 1.
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g | h}
 record_gpu
