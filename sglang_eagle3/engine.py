@@ -240,7 +240,8 @@ class EngineArgs:
     constrained_json_max_whitespace_cnt: int | None = None
     # A reasoning model's thinking markers (runtime/reasoning.py, SGLang's --reasoning-parser names): a request's
     # grammar then constrains the answer after the thinking, not the thinking (the server also splits chat answers
-    # with it when the launch flag sets both).
+    # with it when the launch flag sets both). "auto": read from the chat template and tokenizer when the engine
+    # starts (runtime/auto_parsers.py; Engine.args then holds what was found, None where nothing was).
     reasoning_parser: str | None = None
     # SGLang's --enable-strict-thinking (runtime/reasoning.py): every request's thinking is held to the reasoning
     # format's rules, its excluded tokens (tool-call markers, the turn's end) refused inside it and its budget
@@ -336,11 +337,12 @@ class EngineArgs:
             raise ConfigError(f"moe_runner_backend={self.moe_runner_backend!r} must be auto, triton or torch")
         if self.grammar_backend not in ("xgrammar", "none"):
             raise ConfigError(f"grammar_backend={self.grammar_backend!r} must be xgrammar or none")
+        from sglang_eagle3.runtime.auto_parsers import AUTO
         from sglang_eagle3.runtime.reasoning import REASONING_PARSERS
 
-        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+        if self.reasoning_parser not in (None, AUTO, *REASONING_PARSERS):
             raise ConfigError(f"reasoning_parser={self.reasoning_parser!r} must be one of "
-                              f"{', '.join(REASONING_PARSERS)}")
+                              f"{', '.join(REASONING_PARSERS)} or {AUTO}")
         if self.enable_strict_thinking and self.reasoning_parser is None:
             raise ConfigError("enable_strict_thinking=True needs a reasoning_parser (--reasoning-parser): the "
                               "thinking's markers and excluded tokens are the reasoning format's")
@@ -497,6 +499,18 @@ class Engine:
             if self.tokenizer is None and args.tokenizer_path is not None:
                 # Asked for by name: an engine without it would refuse every text request later, not now.
                 raise ConfigError(f"tokenizer_path={args.tokenizer_path!r} holds no tokenizer.json or tiktoken.model")
+        if args.reasoning_parser == "auto":
+            from sglang_eagle3.runtime.auto_parsers import resolve
+
+            try:
+                found, _ = resolve(self.tokenizer, args.reasoning_parser, None, "the tokenizer's chat template")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            if found is None and args.enable_strict_thinking:
+                raise ConfigError("enable_strict_thinking=True with reasoning_parser='auto': no reasoning format was "
+                                  "found in the chat template (name the parser)")
+            # (the workers and the grammars get the format found, never "auto")
+            args = self.args = dataclasses.replace(args, reasoning_parser=found)
         self.generation_config = checked_generation_config(args.model_path)
         eos = self.eos_token_ids = engine_eos(cfg.eos_token_id, self.generation_config, self.tokenizer)
         k = self.num_steps or 0

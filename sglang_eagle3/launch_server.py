@@ -304,11 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
     # (no argparse choices: with --backend sglang any of SGLang's parsers goes through; the native server's
     # ServerConfig names its own)
     g.add_argument("--tool-call-parser", metavar="NAME",
-                   help="how chat reads the model's tool calls for tool_choice auto (native: kimi_k2, Kimi-K2 / K2.5)")
+                   help="how chat reads the model's tool calls for tool_choice auto (native: kimi_k2, Kimi-K2 / K2.5; "
+                   "auto: read from the chat template and tokenizer)")
     g.add_argument("--reasoning-parser", metavar="NAME",
                    help="a reasoning model's thinking markers: chat splits its thinking into reasoning_content, and "
                    "grammars (response_format, json_schema, regex, ebnf) constrain the answer after it (native: "
-                   "kimi_k2, deepseek-r1, deepseek-v3, qwen3, qwen3-thinking, kimi)")
+                   "kimi_k2, deepseek-r1, deepseek-v3, qwen3, qwen3-thinking, kimi; auto: read from the chat "
+                   "template and tokenizer)")
     g.add_argument("--enable-strict-thinking", action="store_true",
                    help="hold every request's thinking to the --reasoning-parser format's rules (needs it): its "
                    "excluded tokens (tool-call markers, the turn's end) are refused inside the thinking, and a "
@@ -582,6 +584,32 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     return kw
 
 
+def resolve_auto_parsers(args: argparse.Namespace) -> None:
+    """``--reasoning-parser auto`` / ``--tool-call-parser auto``: each replaced in ``args`` by what the chat template
+    that will serve (``--chat-template``'s, else the checkpoint's) and the tokenizer say (runtime/auto_parsers.py),
+    before the engine loads, so that the engine and the HTTP side get the same names. Raises ValueError (no
+    tokenizer to read; strict thinking and no reasoning format found) and OSError (the template file)."""
+    from sglang_eagle3.runtime.auto_parsers import AUTO, resolve
+
+    if AUTO not in (args.reasoning_parser, args.tool_call_parser):
+        return
+    from sglang_eagle3.engine import EMBEDDED_DIR
+    from sglang_eagle3.tokenizer import load_tokenizer
+
+    tok, source = None, "the checkpoint's chat template"
+    if not args.skip_tokenizer_init:
+        tok = load_tokenizer(args.tokenizer_path or args.model_path or os.path.join(EMBEDDED_DIR, "target"))
+    if tok is not None and args.chat_template:
+        with open(args.chat_template) as f:
+            tok.set_chat_template(f.read())
+        source = f"--chat-template {args.chat_template}"
+    asked_reasoning = args.reasoning_parser == AUTO
+    args.reasoning_parser, args.tool_call_parser = resolve(tok, args.reasoning_parser, args.tool_call_parser, source)
+    if asked_reasoning and args.reasoning_parser is None and args.enable_strict_thinking:
+        raise ValueError(f"--enable-strict-thinking with --reasoning-parser auto: no reasoning format was found in "
+                         f"{source} (name the parser)")
+
+
 def server_config(args: argparse.Namespace):
     """The HTTP side's ServerConfig from the flags (raises ServerConfigError), checked before the engine loads."""
     from sglang_eagle3.server.config import ServerConfig, ServerConfigError
@@ -611,8 +639,9 @@ def serve_native(args: argparse.Namespace) -> int:
     from sglang_eagle3.server.metrics import ServerMetrics
 
     try:
+        resolve_auto_parsers(args)
         config = server_config(args)
-    except ServerConfigError as e:
+    except (ValueError, OSError) as e:  # (ServerConfigError is a ValueError)
         logger.error("%s", e)
         return 2
     try:
