@@ -9,7 +9,7 @@
 # stage limits (T_STEP=190 T_STEP_UNIFORM=140 T_KERNELS=220 head_tables), then `pytest -m gpu tests/gpu` and the kernel
 # GPU tests g leaves out (stage limit 400 s); results benchmarks/results/h200/*_f732076.*, BENCHMARKS sections 0 and 1.
 source "$(dirname "$0")/gpu_stages.sh"
-part=${1:?part: g | h}
+part=${1:?part: g | h | k}
 record_gpu
 [ "$part" = h ] && part=$(on_h200 h g)
 case $part in
@@ -20,6 +20,10 @@ g) TAIL=25 stage tests_top_threshold 90 python -m pytest -q -p no:cacheprovider 
       tests/gpu/test_strict_thinking_cuda.py
    TAIL=25 stage tests_engine 300 python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
       tests/gpu/test_cuda_engine.py -k "grammar or sampled" ;;
+k) # the kernel GPU tests no GPU has run since the last kernel change (listed in the file, the launchers' audit's first)
+   TAIL=25 stage tests_kernels_not_run "${T_K:-300}" python -c "import sys, pytest; sys.exit(pytest.main(['-q', \
+      '-p', 'no:cacheprovider', '-o', 'addopts=', '-m', 'gpu', '-rfE'] + open(sys.argv[1]).read().split()))" \
+      benchmarks/rounds/session64_kernel_tests_not_run.txt ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 collect
