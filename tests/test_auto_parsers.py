@@ -132,8 +132,10 @@ def test_switches_are_read_by_rendering():
     # cannot render: neither is a deepseek-v3 switch; the <think> they write makes them deepseek-r1.
     tok = make_tokenizer("{% set thinking = thinking | default(true) %}" + body, DEEPSEEK_SPECIALS)
     assert switch_default(tok, "thinking") is True and detect(tok).reasoning_parser == "deepseek-r1"
-    tok = make_tokenizer("{{ raise_exception('no') }}<think>", DEEPSEEK_SPECIALS)
-    assert switch_default(tok, "thinking") is None and detect(tok).reasoning_parser == "deepseek-r1"
+    for broken in ("{{ raise_exception('no') }}", "{% if thinking %}", "{{ messages[0]['content'] / 2 }}"):
+        # (the template's own error, one that does not compile, a TypeError inside it)
+        tok = make_tokenizer(broken + "<think>", DEEPSEEK_SPECIALS)
+        assert switch_default(tok, "thinking") is None and detect(tok).reasoning_parser == "deepseek-r1", broken
 
 
 def test_no_template_or_markers_detects_nothing():

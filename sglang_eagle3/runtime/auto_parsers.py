@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from sglang_eagle3.tokenizer import ChatTemplateError, Tokenizer
+from sglang_eagle3.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def switch_default(tok: Tokenizer, name: str) -> bool | None:
     try:
         unset, on, off = (tok.apply_chat_template(_PROBE, True, extra=extra)
                           for extra in (None, {name: True}, {name: False}))
-    except ChatTemplateError:
+    except Exception:  # (a template that does not compile, or fails in its own code: no switch read, no start-up lost)
         return None
     if on == off:
         return None
