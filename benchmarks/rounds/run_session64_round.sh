@@ -8,6 +8,7 @@
 # Ran at f732076 on one H200 lease (after two failed starts and two refusals): g (all passed), then h with shorter
 # stage limits (T_STEP=190 T_STEP_UNIFORM=140 T_KERNELS=220 head_tables), then `pytest -m gpu tests/gpu` and the kernel
 # GPU tests g leaves out (stage limit 400 s); results benchmarks/results/h200/*_f732076.*, BENCHMARKS sections 0 and 1.
+# k was never started (too little device time left); it is the next round's first call (T_K sets its limit).
 source "$(dirname "$0")/gpu_stages.sh"
 part=${1:?part: g | h | k}
 record_gpu
