@@ -44,6 +44,7 @@ from sglang_eagle3.runtime.sampling import (
 logger = logging.getLogger(__name__)
 
 EMBEDDED_DIR = os.path.join(os.path.dirname(__file__), "assets", "embedded")
+EMBEDDED_TARGET = os.path.join(EMBEDDED_DIR, "target")  # (what an engine without model_path serves)
 
 
 class RequestError(ValueError):
@@ -444,7 +445,7 @@ class Engine:
         args = EngineArgs(**kwargs)
         _configure_logging(args.log_level)
         if args.model_path is None:
-            target_dir = os.path.join(EMBEDDED_DIR, "target")
+            target_dir = EMBEDDED_TARGET
             if not os.path.exists(os.path.join(target_dir, "config.json")):
                 raise ConfigError("no model_path given and the embedded default model is not installed "
                                   f"(looked in {target_dir})")
@@ -499,16 +500,14 @@ class Engine:
             if self.tokenizer is None and args.tokenizer_path is not None:
                 # Asked for by name: an engine without it would refuse every text request later, not now.
                 raise ConfigError(f"tokenizer_path={args.tokenizer_path!r} holds no tokenizer.json or tiktoken.model")
-        if args.reasoning_parser == "auto":
-            from sglang_eagle3.runtime.auto_parsers import resolve
+        from sglang_eagle3.runtime.auto_parsers import AUTO, resolve
 
+        if args.reasoning_parser == AUTO:
             try:
-                found, _ = resolve(self.tokenizer, args.reasoning_parser, None, "the tokenizer's chat template")
+                found, _ = resolve(self.tokenizer, args.reasoning_parser, None, "the tokenizer's chat template",
+                                   strict_thinking=args.enable_strict_thinking)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-            if found is None and args.enable_strict_thinking:
-                raise ConfigError("enable_strict_thinking=True with reasoning_parser='auto': no reasoning format was "
-                                  "found in the chat template (name the parser)")
             # (the workers and the grammars get the format found, never "auto")
             args = self.args = dataclasses.replace(args, reasoning_parser=found)
         self.generation_config = checked_generation_config(args.model_path)

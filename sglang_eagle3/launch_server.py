@@ -593,21 +593,18 @@ def resolve_auto_parsers(args: argparse.Namespace) -> None:
 
     if AUTO not in (args.reasoning_parser, args.tool_call_parser):
         return
-    from sglang_eagle3.engine import EMBEDDED_DIR
+    from sglang_eagle3.engine import EMBEDDED_TARGET
     from sglang_eagle3.tokenizer import load_tokenizer
 
     tok, source = None, "the checkpoint's chat template"
     if not args.skip_tokenizer_init:
-        tok = load_tokenizer(args.tokenizer_path or args.model_path or os.path.join(EMBEDDED_DIR, "target"))
+        tok = load_tokenizer(args.tokenizer_path or args.model_path or EMBEDDED_TARGET)
     if tok is not None and args.chat_template:
         with open(args.chat_template) as f:
             tok.set_chat_template(f.read())
         source = f"--chat-template {args.chat_template}"
-    asked_reasoning = args.reasoning_parser == AUTO
-    args.reasoning_parser, args.tool_call_parser = resolve(tok, args.reasoning_parser, args.tool_call_parser, source)
-    if asked_reasoning and args.reasoning_parser is None and args.enable_strict_thinking:
-        raise ValueError(f"--enable-strict-thinking with --reasoning-parser auto: no reasoning format was found in "
-                         f"{source} (name the parser)")
+    args.reasoning_parser, args.tool_call_parser = resolve(tok, args.reasoning_parser, args.tool_call_parser, source,
+                                                           strict_thinking=args.enable_strict_thinking)
 
 
 def server_config(args: argparse.Namespace):

@@ -100,11 +100,11 @@ def detect(tok: Tokenizer) -> Detected:
     return Detected(reasoning[0], tool[0], reasoning[1], tool[1])
 
 
-def resolve(tok: Tokenizer | None, reasoning_parser: str | None, tool_call_parser: str | None,
-            source: str) -> tuple[str | None, str | None]:
+def resolve(tok: Tokenizer | None, reasoning_parser: str | None, tool_call_parser: str | None, source: str, *,
+            strict_thinking: bool = False) -> tuple[str | None, str | None]:
     """``(reasoning_parser, tool_call_parser)`` with each ``auto`` replaced by what ``detect`` finds (logged, with
     why; ``source`` names the template's origin for the log); others as given. Raises ValueError where ``auto``
-    has no tokenizer to read."""
+    has no tokenizer to read, and where ``strict_thinking`` (which needs a reasoning format) finds none."""
     asked = [name for name, value in (("reasoning_parser", reasoning_parser), ("tool_call_parser", tool_call_parser))
              if value == AUTO]
     if not asked:
@@ -121,4 +121,7 @@ def resolve(tok: Tokenizer | None, reasoning_parser: str | None, tool_call_parse
             logger.warning("%s=auto: none detected from %s (%s)", name, source, why)
         else:
             logger.info("%s=auto: %r detected from %s (%s)", name, value, source, why)
+    if strict_thinking and reasoning_parser == AUTO and out["reasoning_parser"] is None:
+        raise ValueError(f"strict thinking with reasoning_parser='auto': no reasoning format was found in {source} "
+                         f"({found.reasoning_why}; name the parser)")
     return out["reasoning_parser"], out["tool_call_parser"]

@@ -44,7 +44,8 @@ def test_engine_auto_without_a_format(tiny_model, caplog):
         eng = Engine(model_path=tiny_model.target, device="cpu", log_level="warning", reasoning_parser="auto")
     assert eng.args.reasoning_parser is None and "reasoning_parser=auto: none detected" in caplog.text
     eng.shutdown()
-    with pytest.raises(ConfigError, match="enable_strict_thinking=True with reasoning_parser='auto': no reasoning"):
+    with pytest.raises(ConfigError, match="strict thinking with reasoning_parser='auto': no reasoning format was "
+                                          "found in the tokenizer's chat template"):
         Engine(model_path=tiny_model.target, device="cpu", reasoning_parser="auto", enable_strict_thinking=True)
     with pytest.raises(ConfigError, match="reasoning_parser='auto' reads the chat template, and there is no tokenizer"):
         Engine(model_path=tiny_model.target, device="cpu", reasoning_parser="auto", skip_tokenizer_init=True)
@@ -77,7 +78,8 @@ def test_launch_resolves_auto_before_the_engine(thinking_model, tiny_model, tmp_
     assert args.reasoning_parser is None
     args = build_parser().parse_args(["--model-path", tiny_model.target, "--reasoning-parser", "auto",
                                       "--enable-strict-thinking"])
-    with pytest.raises(ValueError, match="--enable-strict-thinking with --reasoning-parser auto: no reasoning format"):
+    with pytest.raises(ValueError, match="strict thinking with reasoning_parser='auto': no reasoning format was "
+                                         "found in the checkpoint's chat template"):
         resolve_auto_parsers(args)
 
 
