@@ -95,13 +95,17 @@ def random_setup(rng: random.Random):
                 excluded=frozenset(rng.sample(range(VOCAB), rng.randint(0, 6)) + rng.choice([[], [end]])))
 
 
+def matcher_of(setup: dict, grammar: bool) -> ThinkingMatcher:
+    return ThinkingMatcher(ParityGrammar() if grammar else None, setup["start"], setup["end"], setup["forced"],
+                           budget=setup["budget"], excluded=setup["excluded"])
+
+
 @pytest.mark.parametrize("grammar", [False, True])
 def test_walks_against_the_rules(grammar):
     rng = random.Random()
     for _ in range(60):
         setup = random_setup(rng)
-        m = ThinkingMatcher(ParityGrammar() if grammar else None, setup["start"], setup["end"], setup["forced"],
-                            budget=setup["budget"], excluded=setup["excluded"])
+        m = matcher_of(setup, grammar)
         walk: list[int] = []
         for _ in range(rng.randint(5, 40)):
             want = reference(walk, grammar=grammar, **setup)
@@ -143,8 +147,7 @@ def test_verify_rows_follow_the_rules(grammar):
     setups, matchers, walks = [], [], []
     for b in range(B):
         setup = random_setup(rng)
-        m = ThinkingMatcher(ParityGrammar() if grammar else None, setup["start"], setup["end"], setup["forced"],
-                            budget=setup["budget"], excluded=setup["excluded"])
+        m = matcher_of(setup, grammar)
         walk = []
         for _ in range(rng.randint(0, 12)):
             t = rng.choice(sorted(reference(walk, grammar=grammar, **setup)))
@@ -185,8 +188,7 @@ def test_past_rules_are_the_rules_each_token_was_chosen_under(grammar):
     rng = random.Random()
     for _ in range(40):
         setup = random_setup(rng)
-        m = ThinkingMatcher(ParityGrammar() if grammar else None, setup["start"], setup["end"], setup["forced"],
-                            budget=setup["budget"], excluded=setup["excluded"])
+        m = matcher_of(setup, grammar)
         walk: list[int] = []
         for _ in range(rng.randint(0, 30)):
             if walk and rng.random() < 0.15:
