@@ -312,9 +312,10 @@ class ResponsesRequest(_Body):
     items, ``tools``, ``tool_choice``, ``reasoning``, ``text``: checked item by item and field by field by
     server/responses_api.py (a 400 naming ``input.i.content.j`` or ``tools.i.type`` for what it does not take). The
     conversation-state fields (``previous_response_id``, ``conversation``, ``store: true``, ``background: true``),
-    ``prompt``, ``include`` values other than ``reasoning.encrypted_content``, ``top_logprobs``, ``max_tool_calls``
-    and ``truncation: auto`` are refused there; ``metadata``, ``user``, ``service_tier``, ``prompt_cache_key``,
-    ``safety_identifier``, ``stream_options``, ``client_metadata`` and ``text.verbosity`` are accepted and not read.
+    ``prompt``, ``include`` values other than ``reasoning.encrypted_content`` and ``message.output_text.logprobs``
+    (which ``top_logprobs`` goes with), ``max_tool_calls`` and ``truncation: auto`` are refused there; ``metadata``,
+    ``user``, ``service_tier``, ``prompt_cache_key``, ``safety_identifier``, ``stream_options``, ``client_metadata``
+    and ``text.verbosity`` are accepted and not read.
     Other fields are ignored."""
 
     model: str = "default"  # (SGLang's default, as on the chat endpoint)

@@ -31,8 +31,11 @@ The translation:
 - Refused with a 400 naming the field: ``previous_response_id``, ``conversation``, ``store: true`` and ``background:
   true`` (nothing is stored: there is no conversation state, and GET /v1/responses/{id} is a 404 saying so),
   ``prompt`` (stored prompt templates), ``include`` other than ``reasoning.encrypted_content`` (accepted; reasoning
-  items then carry ``encrypted_content: null``, as there is nothing to encrypt for), ``top_logprobs``,
-  ``max_tool_calls``, ``truncation`` other than ``disabled``.
+  items then carry ``encrypted_content: null``, as there is nothing to encrypt for) and
+  ``message.output_text.logprobs`` (below), ``max_tool_calls``, ``truncation`` other than ``disabled``.
+- ``include: ["message.output_text.logprobs"]`` (with ``top_logprobs`` 0-20 a position): the chat's ``logprobs``,
+  every generated token's as SGLang's Responses give them, on the first message's ``output_text``; refused with a
+  stream (as in SGLang) and with tools (as on the chat); ``top_logprobs`` without it asks for nothing.
 
 The answer: a ``response`` object whose ``output`` items come in output order (``reasoning`` with the reasoning the
 parser split off as ``reasoning_text`` content, ``message`` with ``output_text`` content, ``function_call`` items
@@ -77,7 +80,8 @@ _MEDIA_PARTS = ("input_image", "input_file", "input_audio")
 _TEXT_PARTS = ("input_text", "output_text")
 _ROLES = ("user", "system", "developer", "assistant")
 _SUMMARIES = ("auto", "concise", "detailed")
-_INCLUDES = ("reasoning.encrypted_content",)
+_LOGPROBS = "message.output_text.logprobs"
+_INCLUDES = ("reasoning.encrypted_content", _LOGPROBS)
 
 
 def _bad(msg: str, param: str) -> APIError:
@@ -426,9 +430,9 @@ def _refuse_state(body: ResponsesRequest) -> None:
         if value not in _INCLUDES:
             raise _bad(f"include.{k}={short_repr(value)} is not supported (only {', '.join(_INCLUDES)})",
                        f"include.{k}")
-    if body.top_logprobs is not None:
-        raise _bad("top_logprobs is not supported on /v1/responses (use /v1/chat/completions for logprobs)",
-                   "top_logprobs")
+    if body.stream and _LOGPROBS in (body.include or []):
+        raise _bad(f"include {_LOGPROBS} is not supported with stream=true (as SGLang's; the answer of a "
+                   "non-streamed request carries them)", f"include.{body.include.index(_LOGPROBS)}")
     if body.max_tool_calls is not None:
         raise _bad("max_tool_calls is not supported (the calls of one response are the model's)", "max_tool_calls")
     for name in ("reasoning", "text"):
@@ -466,6 +470,13 @@ def to_chat(body: ResponsesRequest, *, stream: bool = False, rid: str | None = N
         d["reasoning_effort"] = effort
     if response_format is not None:
         d["response_format"] = response_format
+    if _LOGPROBS in (body.include or []):  # (top_logprobs alone asks for nothing, as in SGLang)
+        if tools is not None:
+            raise _bad(f"include {_LOGPROBS} with tools is not supported (as logprobs on the chat: the calls are read "
+                       "out of the text the tokens make)", f"include.{body.include.index(_LOGPROBS)}")
+        d["logprobs"] = True
+        if body.top_logprobs is not None:
+            d["top_logprobs"] = body.top_logprobs
     if stream:
         d["stream_options"] = {"include_usage": True}  # (the output's token count, for usage)
     try:
@@ -558,13 +569,13 @@ def _response(body: ResponsesRequest, rid: str, created: int, status: str, outpu
             "metadata": body.metadata or {}}
 
 
-def _message_item(text: str, status: str, item_id: str | None = None) -> dict:
+def _message_item(text: str, status: str, item_id: str | None = None, logprobs: list | None = None) -> dict:
     return {"id": item_id or f"msg_{_hex()}", "type": "message", "role": "assistant", "status": status,
-            "content": [_output_text(text)]}
+            "content": [_output_text(text, logprobs)]}
 
 
-def _output_text(text: str) -> dict:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _output_text(text: str, logprobs: list | None = None) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
 def _reasoning_item(text: str, summary: bool, status: str, encrypted: bool, item_id: str | None = None) -> dict:
@@ -632,11 +643,15 @@ async def responses(serving: Serving, request: HTTPRequest):
         kinds.append(("message", content))
     kinds += [("function_call", tc) for tc in msg.get("tool_calls") or []]
     output = []
+    # With include message.output_text.logprobs: every generated token's (the chat's logprobs, as SGLang's
+    # Responses give them), on the first message's text.
+    logprobs = (choice["logprobs"] or {}).get("content")
     for i, (kind, what) in enumerate(kinds):
         # (an item the end closes takes the response's status, as the stream's last item does)
         item_status = "incomplete" if status == "incomplete" and i == len(kinds) - 1 else "completed"
         if kind == "message":
-            output.append(_message_item(what, item_status))  # type: ignore[arg-type]
+            output.append(_message_item(what, item_status, logprobs=logprobs))  # type: ignore[arg-type]
+            logprobs = None
         elif kind == "reasoning":
             output.append(_reasoning_item(what, tr.summary, item_status, _encrypted(body)))  # type: ignore[arg-type]
         else:

@@ -197,6 +197,29 @@ def test_answers_as_chat_does(server, seed):
     assert "".join(streamed) == choice["message"]["content"] and kinds[-1] == "response.incomplete"
 
 
+def test_logprobs_are_the_chats(server):
+    """include message.output_text.logprobs (SGLang 0.5.23's Responses): the first message's output_text carries the
+    chat's logprobs of the same request, every generated token's, with top_logprobs alternatives a position;
+    top_logprobs alone asks for nothing."""
+    rng = random.Random()
+    prompt, n, top = " ".join(random_words(rng, rng.randint(2, 8))), rng.randint(2, 9), rng.randint(0, 5)
+    body = {"model": MODEL, "input": prompt, "max_output_tokens": n, "temperature": 0,
+            "include": ["message.output_text.logprobs"], "top_logprobs": top}
+    resp = httpx.post(server.url + "/v1/responses", json=body, timeout=120).json()
+    ref = post_chat(server.url, {"messages": [{"role": "user", "content": prompt}], "max_tokens": n,
+                                 "temperature": 0, "logprobs": True, "top_logprobs": top})
+    [item] = [i for i in resp["output"] if i["type"] == "message"]
+    got = item["content"][0]["logprobs"]
+    assert got == ref["choices"][0]["logprobs"]["content"] and len(got) == n
+    assert all(len(t["top_logprobs"]) == top for t in got)
+    assert bytes(b for t in got for b in t["bytes"]).decode() == item["content"][0]["text"]
+    # the SDK reads them
+    parsed = client(server.url).responses.create(**body)
+    assert [t.logprob for t in parsed.output[0].content[0].logprobs] == [t["logprob"] for t in got]
+    plain = httpx.post(server.url + "/v1/responses", json={**body, "include": []}, timeout=120).json()
+    assert plain["output"][0]["content"][0]["logprobs"] == []
+
+
 def test_function_call_history_renders_as_the_chat(server):
     """A conversation with reasoning, message, function_call and function_call_output items counts the prompt
     tokens the chat counts for the chat messages written here; tool_choice none answers as the chat does."""
@@ -278,8 +301,11 @@ BAD = [  # (changes to a good body, the param the 400 names)
     ({"conversation": "conv_1"}, "conversation"),
     ({"prompt": {"id": "pmpt_1"}}, "prompt"),
     ({"truncation": "auto"}, "truncation"),
-    ({"include": ["message.output_text.logprobs"]}, "include.0"),
-    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"include": ["message.output_text.logprobs"], "stream": True}, "include.0"),  # (as SGLang's)
+    ({"include": ["message.output_text.logprobs"], "top_logprobs": -1, "stream": False}, "top_logprobs"),
+    ({"include": ["reasoning.encrypted_content", "message.output_text.logprobs"], "tools": [PING_R],
+      "tool_choice": "required", "stream": False}, "include.1"),
+    ({"include": ["file_search_call.results"]}, "include.0"),
     ({"max_tool_calls": 2}, "max_tool_calls"),
     ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
     ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "tools.0.type"),
