@@ -43,9 +43,12 @@ from sglang_eagle3.server.protocol import (
     APIError,
     DetokenizeRequest,
     GenerateRequest,
+    ParseFunctionCallRequest,
+    SeparateReasoningRequest,
     TokenizeRequest,
     parse_body,
 )
+from sglang_eagle3.server.reasoning import separated
 from sglang_eagle3.server.serving import (
     REQUEST_RECEIVED_AT,
     ClientDisconnected,
@@ -56,6 +59,7 @@ from sglang_eagle3.server.serving import (
     samples_per_prompt,
     sse,
 )
+from sglang_eagle3.server.tools import parsed_calls
 
 logger = logging.getLogger(__name__)
 
@@ -321,6 +325,8 @@ def create_app(engine, driver: EngineDriver, config: ServerConfig, model: ModelI
     app.add_api_route("/model_info", _guarded(get_model_info), methods=["GET"])
     app.add_api_route("/flush_cache", _guarded(flush_cache), methods=["GET", "POST"])
     app.add_api_route("/abort_request", _guarded(abort_request), methods=["POST"])
+    app.add_api_route("/separate_reasoning", _guarded(separate_reasoning), methods=["POST"])
+    app.add_api_route("/parse_function_call", _guarded(parse_function_call), methods=["POST"])
     app.add_api_route("/metrics", _guarded(metrics), methods=["GET"])
     app.add_api_route("/v1/models", _guarded(list_models), methods=["GET"])
     app.add_api_route("/v1/models/{model_id:path}", _guarded(get_model), methods=["GET"])
@@ -497,6 +503,21 @@ async def abort_request(serving: Serving, request: HTTPRequest) -> Response:
     else:
         logger.warning("/abort_request without a rid or abort_all: nothing to abort")
     return Response(status_code=200)
+
+
+async def separate_reasoning(serving: Serving, request: HTTPRequest) -> JSONResponse:
+    """SGLang's /separate_reasoning (server/reasoning.py separated)."""
+    body: SeparateReasoningRequest = parse_body(SeparateReasoningRequest,  # type: ignore[assignment]
+                                                await request.body())
+    return JSONResponse(separated(body.text, body.reasoning_parser, body.return_blocks))
+
+
+async def parse_function_call(serving: Serving, request: HTTPRequest) -> JSONResponse:
+    """SGLang's /parse_function_call (server/tools.py parsed_calls; ``tool_call_parser`` left out: the server's
+    --tool-call-parser)."""
+    body: ParseFunctionCallRequest = parse_body(ParseFunctionCallRequest,  # type: ignore[assignment]
+                                                await request.body())
+    return JSONResponse(parsed_calls(body.text, body.tools, body.tool_call_parser, serving.config.tool_call_parser))
 
 
 # -- tokenizer endpoints ----------------------------------------------------------------------------------------

@@ -231,6 +231,24 @@ class AbortRequest(_Body):
     abort_all: bool = False
 
 
+class SeparateReasoningRequest(_Body):
+    """SGLang's /separate_reasoning body (SeparateReasoningReqInput): a text and the reasoning format to split it
+    by; ``return_blocks``: the parts as blocks too."""
+
+    text: str
+    reasoning_parser: str
+    return_blocks: bool = False
+
+
+class ParseFunctionCallRequest(_Body):
+    """SGLang's /parse_function_call body (ParseFunctionCallReq): a text, OpenAI's function ``tools`` it may call,
+    and the call format (left out: the server's --tool-call-parser)."""
+
+    text: str
+    tools: list[Any] = Field(default_factory=list)
+    tool_call_parser: str | None = None
+
+
 class TokenizeRequest(_Body):
     """SGLang's /v1/tokenize body: ``prompt`` (a text, or a list of texts) or ``messages`` (a chat, rendered as
     /v1/chat/completions renders it, with ``tools``, ``tool_choice``, ``chat_template_kwargs`` and

@@ -38,9 +38,11 @@ import dataclasses
 from typing import NamedTuple
 
 from sglang_eagle3.runtime.reasoning import REASONING_FORMATS, REASONING_PARSERS, ReasoningFormat
+from sglang_eagle3.runtime.sampling import short_repr
+from sglang_eagle3.server.protocol import APIError
 
 __all__ = ["REASONING_FORMATS", "REASONING_PARSERS", "Parts", "ReasoningFormat", "ReasoningSplitter",
-           "ReasoningStream", "opened_by_prompt"]
+           "ReasoningStream", "opened_by_prompt", "separated"]
 
 
 def held_back(text: str, markers: tuple[str, ...]) -> int:
@@ -120,6 +122,23 @@ class ReasoningSplitter:
             return Parts(reasoning, before + rest, True, start, end)
         # the tool section is content, for the tool-call parser
         return Parts(reasoning, before + text[j:], True, start, j)
+
+
+def separated(text: str, parser: str, blocks: bool = False) -> dict:
+    """SGLang's /separate_reasoning answer: ``text`` split by ``parser``'s format as the chat splits an answer (the
+    format as it stands: no prompt opened the thinking), ``{"reasoning_text", "text"}`` ("" where there is no
+    reasoning), with ``blocks`` the parts as blocks too (``blocks``: the reasoning's where there is one, then the
+    text's; ``reasoning_blocks`` / ``text_blocks``: their texts). An unknown format is an APIError 400 naming it."""
+    fmt = REASONING_FORMATS.get(parser)
+    if fmt is None:
+        raise APIError(400, f"reasoning_parser={short_repr(parser)} must be one of {', '.join(REASONING_PARSERS)}",
+                       param="reasoning_parser")
+    reasoning, content = ReasoningSplitter(fmt).split(text)
+    out: dict = {"reasoning_text": reasoning or "", "text": content}
+    if blocks:
+        parts = ([{"type": "reasoning", "text": reasoning}] if reasoning else []) + [{"type": "text", "text": content}]
+        out |= {"reasoning_blocks": [reasoning] if reasoning else [], "text_blocks": [content], "blocks": parts}
+    return out
 
 
 class ReasoningStream:

@@ -286,6 +286,34 @@ class ToolPlan:
         return ToolStream(self)
 
 
+def parsed_calls(text: str, tools: list, parser: str | None, server_parser: str | None = None) -> dict:
+    """SGLang's /parse_function_call answer: the calls in ``text`` as the chat reads them for tool_choice auto
+    (ToolPlan.parse; ``parser``'s format, else ``server_parser``, the server's --tool-call-parser): ``{"normal_text":
+    the text before the call section (the whole text where there is none, or no tools: SGLang's reads none then),
+    "calls": [{"tool_index": the call's place among them, "name", "parameters": its arguments' JSON text}]}``. A call
+    to a function not among ``tools`` is left out, as the chat leaves it out (SGLang's kimi_k2 parser keeps it).
+    APIError 400s naming the field: an unknown format or none at all, malformed tools."""
+    chosen = parser or server_parser
+    if chosen not in TOOL_CALL_PARSERS:
+        why = "" if parser else " (left out: the server's --tool-call-parser, which is not set)"
+        raise _tool_error(f"tool_call_parser={short_repr(chosen)} must be one of {', '.join(TOOL_CALL_PARSERS)}{why}",
+                          "tool_call_parser")
+    if not tools:
+        return {"normal_text": text, "calls": []}
+    content, calls = ToolPlan.of(_AutoChoice(tools), chosen, []).parse(text)
+    return {"normal_text": content,
+            "calls": [{"tool_index": i, "name": c.name, "parameters": c.arguments} for i, c in enumerate(calls)]}
+
+
+@dataclass(frozen=True)
+class _AutoChoice:
+    """What ToolPlan.of reads of a request, for a list of tools to read calls to (parsed_calls)."""
+
+    tools: list
+    tool_choice: str = "auto"
+    parallel_tool_calls: bool | None = None
+
+
 class ToolStream:
     """One streamed choice: ``feed(text so far, finished)`` -> the deltas to send (content, then each call once
     it is complete; forced mode: the calls at the end)."""
