@@ -33,9 +33,10 @@ The translation:
   ``prompt`` (stored prompt templates), ``include`` other than ``reasoning.encrypted_content`` (accepted; reasoning
   items then carry ``encrypted_content: null``, as there is nothing to encrypt for) and
   ``message.output_text.logprobs`` (below), ``max_tool_calls``, ``truncation`` other than ``disabled``.
-- ``include: ["message.output_text.logprobs"]`` (with ``top_logprobs`` 0-20 a position): the chat's ``logprobs``,
-  every generated token's as SGLang's Responses give them, on the first message's ``output_text``; refused with a
-  stream (as in SGLang) and with tools (as on the chat); ``top_logprobs`` without it asks for nothing.
+- ``include: ["message.output_text.logprobs"]`` (``top_logprobs``: 0 to --max-top-logprobs-num a position): the
+  chat's ``logprobs``, every generated token's as SGLang's Responses give them, on the first message's
+  ``output_text``; refused with a stream (as in SGLang) and with tools (as on the chat); ``top_logprobs`` without it
+  asks for nothing.
 
 The answer: a ``response`` object whose ``output`` items come in output order (``reasoning`` with the reasoning the
 parser split off as ``reasoning_text`` content, ``message`` with ``output_text`` content, ``function_call`` items
