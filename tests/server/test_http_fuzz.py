@@ -392,8 +392,34 @@ def test_detokenize_fuzz(apps, body, path):
     check(apps["plain"], "POST", path, _encode(body))
 
 
+MARKED = st.lists(st.sampled_from(["<think>", "</think>", "◁think▷", "◁/think▷", "<|tool_calls_section_begin|>",
+                                    "<|tool_call_begin|>", "functions.f:0", "3", "<|tool_call_argument_begin|>",
+                                    '{"a": 1}', "[1]", "{", "<|tool_call_end|>", "<|tool_calls_section_end|>", " ",
+                                    "\n", "word"]), max_size=12).map("".join)
+
+
+@FUZZ
+@given(body=st.fixed_dictionaries({}, optional={
+    "text": st.one_of(MARKED, small_text, junk),
+    "reasoning_parser": st.one_of(st.sampled_from(["kimi_k2", "deepseek-r1", "deepseek-v3", "qwen3", "qwen3-thinking",
+                                                   "kimi", "r2d2", ""]), junk),
+    "return_blocks": st.one_of(st.booleans(), junk)}))
+def test_separate_reasoning_fuzz(apps, body):
+    check(apps["plain"], "POST", "/separate_reasoning", _encode(body))
+
+
+@FUZZ
+@given(body=st.fixed_dictionaries({}, optional={
+    "text": st.one_of(MARKED, small_text, junk), "tools": st.one_of(tools, junk),
+    "tool_call_parser": st.one_of(st.sampled_from(["kimi_k2", "llama3", ""]), junk)}),
+    server=st.sampled_from(["plain", "parsers"]))
+def test_parse_function_call_fuzz(apps, body, server):
+    check(apps[server], "POST", "/parse_function_call", _encode(body))
+
+
 ROUTES = ["/generate", "/v1/completions", "/v1/chat/completions", "/v1/tokenize", "/tokenize", "/v1/detokenize",
-          "/detokenize", "/abort_request", "/flush_cache", "/get_server_info", "/server_info", "/get_model_info",
+          "/detokenize", "/abort_request", "/separate_reasoning", "/parse_function_call", "/flush_cache",
+          "/get_server_info", "/server_info", "/get_model_info",
           "/model_info", "/v1/models", "/v1/models/tiny", "/v1/models/other", "/v1/models/%ff%fe", "/health",
           "/health_generate", "/ready", "/metrics", "/nope"]
 raw_bodies = st.one_of(
