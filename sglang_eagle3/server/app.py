@@ -64,7 +64,9 @@ from sglang_eagle3.server.tools import parsed_calls
 logger = logging.getLogger(__name__)
 
 # Endpoints that answer without the API key (load balancers and scrapers probe them), as in SGLang.
-_PUBLIC_PATHS = ("/health", "/health_generate", "/metrics")
+# Answered without the API key (SGLang 0.5.23's auth passes /health*, /ready* and /metrics*): probes and scrapers
+# carry no secret.
+_PUBLIC_PATHS = ("/health", "/health_generate", "/ready", "/metrics")
 _HEALTH_GENERATE_TIMEOUT_S = 20.0
 # SGLang sampling parameters the engine does not implement, with the value that leaves sampling unchanged:
 # /generate accepts that value (or null) and drops it, and refuses any other.

@@ -102,6 +102,16 @@ def test_api_key_lets_preflight_through_and_still_guards_endpoints(make_app):
     assert ok.headers["access-control-allow-origin"] in ("*", ORIGIN)
 
 
+def test_probes_answer_without_the_key(make_app):
+    """/health, /ready and /metrics answer without the API key, as SGLang 0.5.23's auth lets them (Kubernetes probes
+    and Prometheus carry no secret); their neighbours still want it."""
+    app = make_app(api_key=KEY)
+    for path in ("/health", "/ready", "/metrics"):
+        assert _call(app, "GET", path).status_code == 200, path
+    for path in ("/get_server_info", "/model_info", "/v1/models"):
+        assert _call(app, "GET", path).status_code == 401, path
+
+
 # -- chat fields ----------------------------------------------------------------------------------------------------
 
 CHAT = [{"role": "user", "content": "The quick brown"}]
