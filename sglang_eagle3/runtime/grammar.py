@@ -35,6 +35,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -186,13 +187,52 @@ def xgrammar_reason(e: Exception, limit: int = 300) -> str:
     return why if len(why) <= limit else why[:limit] + "..."
 
 
-def grammar_vocab(tokenizer, vocab_size: int) -> list[bytes]:
+def grammar_vocab(tokenizer, vocab_size: int, exposed: frozenset[int] = frozenset()) -> list[bytes]:
     """The bytes of each of the model's ``vocab_size`` token ids as the grammar reads them: a token's own bytes
     (Tokenizer.token_bytes), empty for special tokens and ids the tokenizer lacks (a padded vocabulary), which
-    xgrammar then never allows (stop tokens aside: it allows those where the grammar may end)."""
+    xgrammar then never allows (stop tokens aside: it allows those where the grammar may end). The special tokens
+    in ``exposed`` get bytes no text holds (0xFF, never in UTF-8, then their name): a structural tag's token format
+    can then require them by id (tag_tokens), and nothing else can match them, a JSON string or free text included."""
     special = tokenizer.special_ids
     n = min(vocab_size, tokenizer.vocab_size)
-    return [b"" if i in special else tokenizer.token_bytes(i) for i in range(n)] + [b""] * (vocab_size - n)
+    return ([(b"\xff" + tokenizer.token_bytes(i) if i in exposed else b"") if i in special
+             else tokenizer.token_bytes(i) for i in range(n)] + [b""] * (vocab_size - n))
+
+
+def tag_tokens(tag, special: Callable[[str], int | None]) -> set[int]:
+    """The token ids an xgrammar structural tag (parsed JSON, any shape) names at token level: a ``token`` format's
+    token, ``trigger_tokens`` / ``exclude_tokens`` lists, a ``token_dispatch``'s rules' tokens. A text that
+    ``special`` finds the id of (a special token's) is rewritten to that id in ``tag``: grammar_vocab gives such a
+    token no text that xgrammar could look it up by. Other texts are left to xgrammar (a regular token's)."""
+    found: set[int] = set()
+
+    def resolve(ref):
+        if isinstance(ref, str):
+            i = special(ref)
+            ref = ref if i is None else i
+        if isinstance(ref, int) and not isinstance(ref, bool):
+            found.add(ref)
+        return ref
+
+    stack = [tag]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        if node.get("type") == "token" and "token" in node:
+            node["token"] = resolve(node["token"])
+        for key in ("trigger_tokens", "exclude_tokens"):
+            if isinstance(node.get(key), list):
+                node[key] = [resolve(t) for t in node[key]]
+        if node.get("type") == "token_dispatch" and isinstance(node.get("rules"), list):
+            for rule in node["rules"]:
+                if isinstance(rule, list) and rule:
+                    rule[0] = resolve(rule[0])
+        stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
+    return found
 
 
 def _non_finite(value, pointer: str = "#") -> str | None:
@@ -322,7 +362,15 @@ class GrammarBackend:
     """Compiles grammars against one tokenizer's vocabulary and makes matchers. Built on the first grammar (xgrammar
     is imported and the vocabulary read then: engines that never see one pay nothing); compiled grammars are kept
     by spec, the ``cache_size`` most recent. Thread-safe: the server validates requests (compiles) in worker threads
-    while the engine's thread makes matchers."""
+    while the engine's thread makes matchers.
+
+    Special tokens have no text in the grammar's vocabulary, so no grammar writes one (a JSON string cannot hold
+    ``<|im_end|>``), except where a structural tag names one at token level (``{"type": "token", "token": ...}``,
+    tag_tokens): that tag is compiled over a vocabulary in which those tokens can be required by id, and only so
+    (grammar_vocab; a compiler per such set, a few kept). Kimi-K2's forced tool calls are written so, in its own
+    markup (server/tools.py)."""
+
+    MAX_EXPOSING = 4  # compilers kept whose vocabulary holds some special tokens as text
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids, *, any_whitespace: bool = True,
                  disabled_reason: str | None = None, cache_size: int = 256, reasoning: ReasoningFormat | None = None,
@@ -350,10 +398,12 @@ class GrammarBackend:
         self.stop_token_ids = sorted(set(stop_token_ids))
         self.any_whitespace, self.disabled_reason = any_whitespace, disabled_reason
         self.cache_size = cache_size
-        self._compiler = None
+        # xgrammar compilers by the special tokens their vocabulary holds as text (frozenset() for every grammar
+        # but structural tags that name special tokens: tag_tokens), each with the ids it never allows
+        self._compilers: OrderedDict[frozenset[int], tuple[object, frozenset[int]]] = OrderedDict()
         self._filler: RowFiller | None = None  # fills dear rows together on threads (GrammarBatch.host_masks)
-        self._never: frozenset[int] = frozenset()
-        self._cache: OrderedDict[GrammarSpec, object] = OrderedDict()
+        # compiled grammars by spec, with the ids their compiler never allows
+        self._cache: OrderedDict[GrammarSpec, tuple[object, frozenset[int]]] = OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
@@ -375,40 +425,77 @@ class GrammarBackend:
         return (self.disabled_reason is None and self.tokenizer is not None
                 and importlib.util.find_spec("xgrammar") is not None)
 
-    def _get_compiler(self):
-        if self._compiler is None:
-            if self.disabled_reason is not None:
-                raise GrammarError(f"structured output (json_schema, regex, ebnf) is off in this engine "
-                                   f"({self.disabled_reason})")
-            if self.tokenizer is None:
-                raise GrammarError("structured output (json_schema, regex, ebnf) needs the engine's tokenizer, and "
-                                   "this engine runs without one (skip_tokenizer_init)")
-            xgr = _xgrammar()
-            t0 = time.perf_counter()
-            vocab = grammar_vocab(self.tokenizer, self.vocab_size)
-            # Tokens no grammar allows (special, padding): refused without asking xgrammar, which logs a warning
-            # to stderr for each (a draft may propose one where the grammar leaves its vocabulary nothing).
-            self._never = frozenset(i for i, b in enumerate(vocab) if not b) - set(self.stop_token_ids)
-            info = xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=self.vocab_size,
-                                     stop_token_ids=self.stop_token_ids)
-            self._compiler = xgr.GrammarCompiler(info, max_threads=2)
-            logger.info("grammar backend (xgrammar) over %d tokens ready in %.2f s", self.vocab_size,
-                        time.perf_counter() - t0)
-        return self._compiler
+    def _get_compiler(self, exposed: frozenset[int] = frozenset()) -> tuple[object, frozenset[int]]:
+        """(xgrammar compiler, the ids it never allows) over the vocabulary with the special tokens ``exposed`` as
+        text (grammar_vocab). Built on first use outside the lock (a vocabulary of Kimi's size takes a while, and
+        the engine's thread must not wait for it to make matchers); the base one is kept for good, those exposing
+        special tokens the MAX_EXPOSING most recent."""
+        with self._lock:
+            if exposed in self._compilers:
+                self._compilers.move_to_end(exposed)
+                return self._compilers[exposed]
+        if self.disabled_reason is not None:
+            raise GrammarError(f"structured output (json_schema, regex, ebnf) is off in this engine "
+                               f"({self.disabled_reason})")
+        if self.tokenizer is None:
+            raise GrammarError("structured output (json_schema, regex, ebnf) needs the engine's tokenizer, and "
+                               "this engine runs without one (skip_tokenizer_init)")
+        xgr = _xgrammar()
+        t0 = time.perf_counter()
+        vocab = grammar_vocab(self.tokenizer, self.vocab_size, exposed)
+        # Tokens no grammar allows (special, padding): refused without asking xgrammar, which logs a warning
+        # to stderr for each (a draft may propose one where the grammar leaves its vocabulary nothing).
+        never = frozenset(i for i, b in enumerate(vocab) if not b) - set(self.stop_token_ids)
+        info = xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=self.vocab_size,
+                                 stop_token_ids=self.stop_token_ids)
+        entry = (xgr.GrammarCompiler(info, max_threads=2), never)
+        logger.info("grammar backend (xgrammar) over %d tokens%s ready in %.2f s", self.vocab_size,
+                    f", special tokens {sorted(exposed)} as text" if exposed else "", time.perf_counter() - t0)
+        with self._lock:
+            entry = self._compilers.setdefault(exposed, entry)  # (another thread's, if it was first)
+            self._compilers.move_to_end(exposed)
+            while len(self._compilers) > self.MAX_EXPOSING + 1:
+                oldest = next(k for k in self._compilers if k)  # (never the base one)
+                del self._compilers[oldest]
+            return entry
+
+    def _exposed(self, tag) -> frozenset[int]:
+        """The special tokens (not stop tokens) a structural tag (parsed JSON, rewritten: tag_tokens) names at token
+        level, by id or by text: its grammar is compiled over a vocabulary where they can be required by id (Kimi's
+        tool-call markers)."""
+        tok = self.tokenizer
+
+        def special(text: str) -> int | None:
+            ids = tok.encode(text)
+            return ids[0] if len(ids) == 1 and ids[0] in tok.special_ids else None
+
+        ids = tag_tokens(tag, special)
+        return frozenset(i for i in ids if i in tok.special_ids and i not in self.stop_token_ids
+                         and 0 <= i < self.vocab_size)
 
     def compile(self, spec: GrammarSpec):
         """The compiled grammar (cached); GrammarError naming the parameter when it does not compile. Compiled
         outside the lock (xgrammar's compiler is thread-safe): a large schema compiling for one client must not hold
         up the engine thread's matchers for grammars already compiled."""
+        return self._compiled(spec)[0]
+
+    def _compiled(self, spec: GrammarSpec) -> tuple[object, frozenset[int]]:
+        """compile()'s grammar and the ids its compiler never allows."""
         with self._lock:
             if spec in self._cache:
                 self._cache.move_to_end(spec)
                 return self._cache[spec]
-            compiler = self._get_compiler()
+        compiler, never = self._get_compiler()  # (first: the error where this engine has no grammars)
+        if spec.kind == "structural_tag":
+            tag_args = structural_tag_grammar(spec.text, _xgrammar(), self.max_whitespace_cnt)
+            if isinstance(tag_args[0], str):  # (xgrammar's format shape: it may name tokens)
+                tag = json.loads(tag_args[0])
+                exposed = self._exposed(tag)
+                if exposed:
+                    compiler, never = self._get_compiler(exposed)
+                    tag_args = (json.dumps(tag),)
         if spec.kind == "json_schema" and spec.text != ANY_JSON:
             check_json_schema(spec.text)
-        tag_args = (structural_tag_grammar(spec.text, _xgrammar(), self.max_whitespace_cnt)
-                    if spec.kind == "structural_tag" else ())
         try:
             if spec.kind == "json_schema":
                 # (max_whitespace_cnt only where set: an older xgrammar has no such argument)
@@ -424,10 +511,10 @@ class GrammarBackend:
         except (RuntimeError, ValueError, json.JSONDecodeError) as e:
             raise GrammarError(f"{spec.kind}={short_repr(spec.text)} does not compile: {xgrammar_reason(e)}") from None
         with self._lock:
-            self._cache[spec] = compiled
+            self._cache[spec] = (compiled, never)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
-            return compiled
+            return compiled, never
 
     def matcher(self, spec: GrammarSpec | None, prompt_ids=None,
                 thinking_budget: int | None = None) -> GrammarMatcher | ThinkingMatcher:
@@ -443,9 +530,9 @@ class GrammarBackend:
         m = None
         if spec is not None:
             xgr = _xgrammar()
-            m = GrammarMatcher(xgr.GrammarMatcher(self.compile(spec),
-                                                  terminate_without_stop_token=not self.stop_token_ids),
-                               self.vocab_size, self._never, self._batch_filler(xgr), spec.kind)
+            compiled, never = self._compiled(spec)
+            m = GrammarMatcher(xgr.GrammarMatcher(compiled, terminate_without_stop_token=not self.stop_token_ids),
+                               self.vocab_size, never, self._batch_filler(xgr), spec.kind)
         elif not self.strict_thinking:
             raise GrammarError("a matcher without a grammar is strict thinking's, and this engine has it off")
         ids = self.thinking_ids()

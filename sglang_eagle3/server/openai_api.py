@@ -732,8 +732,9 @@ def _reasoning_format(body, serving: Serving, sp: dict) -> ReasoningFormat | Non
 
 
 def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) -> None:
-    """The sampling a request with tools needs (server/tools.py): a forced call's grammar (ToolPlan.grammar), or
-    the special tokens a parser reads calls by."""
+    """The sampling a request with tools needs (server/tools.py): a forced call's grammar (in the parser's markup
+    where the tokenizer holds it, ToolPlan.use_markup; else a JSON array, ToolPlan.grammar), or the special tokens
+    a parser reads calls by."""
     if body.logprobs:
         raise APIError(400, "logprobs with tools are not supported (the calls are read out of the text the tokens "
                        "make)", param="logprobs")
@@ -743,7 +744,14 @@ def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) ->
                "reads calls written in special tokens, which no grammar allows")
         raise APIError(400, f"tool_choice={short_repr(body.tool_choice or 'auto')} {why}; it cannot be combined "
                        f"with {names.get(given, given)}", param="tool_choice")
-    if plan.mode == "forced":
+    markup = plan.markup_ids(serving.tokenizer) if plan.mode == "forced" else None
+    if markup is not None:
+        # Forced in the model's own call markup (Kimi-K2's special tokens), as SGLang forces it, rather than a JSON
+        # array the model was never trained to write; decoded with its special tokens, as auto's calls are.
+        sp["structural_tag"] = plan.use_markup(markup)
+        names["structural_tag"] = "tools"  # (a parameters schema that does not compile)
+        sp["skip_special_tokens"] = False
+    elif plan.mode == "forced":
         sp["ebnf"] = plan.grammar()
         names["ebnf"] = "tools"  # (a parameters schema that does not compile)
     else:

@@ -9,9 +9,12 @@ Two ways a call comes out, as SGLang (and vLLM) make them:
       <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{"a": 1}
       <|tool_call_end|>...<|tool_calls_section_end|>
 
-- ``tool_choice: "required"`` or a named function: the output is constrained (runtime/grammar.py) to a JSON array
-  of ``{"name": ..., "parameters": {...}}`` objects, each one of the allowed tools with its parameters' schema (at
-  most one with ``parallel_tool_calls: false``), and read back as calls. Any model, no parser needed.
+- ``tool_choice: "required"`` or a named function: the output is constrained (runtime/grammar.py) to calls of the
+  allowed tools whose arguments satisfy their parameters' schemas (at most one with ``parallel_tool_calls: false``).
+  With the kimi_k2 parser and a tokenizer that holds Kimi's markers as special tokens, in Kimi's own markup above
+  (a structural tag requiring the markers as those tokens; a named function called once), as SGLang 0.5.23 forces
+  it, and read back as auto's calls are: the model writes what it was trained to write. Otherwise (any model, no
+  parser needed) as a JSON array of ``{"name": ..., "parameters": {...}}`` objects, read back as calls.
 
 Call ids: Kimi's own ``functions.NAME:IDX`` (IDX counting the conversation's earlier calls) with the kimi_k2
 parser, as SGLang gives them; else ``call_<24 hex>``. ``tool_choice: "none"`` leaves the tools out of the prompt.
@@ -76,6 +79,48 @@ class KimiK2Format:
         """How many characters at the end of ``text`` may be the start of a marker (not shown as content yet)."""
         return held_back(text, (self.SECTION_BEGIN, self.CALL_BEGIN))
 
+    def forced_format(self, allowed: list[tuple[str, dict]], parallel: bool, ids: dict[str, int]) -> dict:
+        """The xgrammar structural-tag format of a forced answer in this markup: one section of calls (at least
+        one; exactly one without ``parallel``), each ``functions.NAME:IDX`` of an ``allowed`` (name, parameters
+        schema) with arguments that satisfy its schema. ``ids``: each marker's token id; the markers are required
+        as those tokens (spelled out in text they are not the model's markup) and can come nowhere else, not inside
+        an argument's string either (runtime/grammar.py grammar_vocab)."""
+        def token(marker: str) -> dict:
+            return {"type": "token", "token": ids[marker]}
+
+        calls = [{"type": "sequence", "elements": [
+            token(self.CALL_BEGIN), {"type": "const_string", "value": f"functions.{name}:"},
+            {"type": "regex", "pattern": r"[0-9]{1,6}"}, token(self.ARG_BEGIN),
+            {"type": "json_schema", "json_schema": params},
+            token(self.CALL_END)]} for name, params in allowed]
+        call = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
+        return {"type": "sequence", "elements": [token(self.SECTION_BEGIN),
+                                                 {"type": "plus", "content": call} if parallel else call,
+                                                 token(self.SECTION_END)]}
+
+
+_ESCAPES = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped_controls(text: str) -> str:
+    """JSON ``text`` with the raw control characters inside its strings escaped (a code argument's newlines: xgrammar's
+    JSON lets them through, and a strict parser, JSON.parse or json.loads, refuses them); the rest as written.
+    SGLang hands such arguments on raw."""
+    if not any(c < " " for c in text):
+        return text
+    out, in_string, escaped = [], False, False
+    for c in text:
+        if in_string and c < " ":
+            c = _ESCAPES.get(c) or f"\\u{ord(c):04x}"
+        elif escaped:
+            escaped = False
+        elif c == "\\" and in_string:
+            escaped = True
+        elif c == '"':
+            in_string = not in_string
+        out.append(c)
+    return "".join(out)
+
 
 def _properties(schema) -> set[str]:
     """The argument names a parameters schema declares: its ``properties``, else those of its ``anyOf`` /
@@ -109,6 +154,11 @@ class ToolPlan:
     parser: str | None
     schema: dict | None
     first_index: int  # calls before this request in the conversation (Kimi's ids count them)
+    allowed: tuple[tuple[str, dict], ...] = ()  # forced mode: (name, parameters schema) of the callable functions
+    parallel: bool = True
+    named: bool = False  # forced mode: tool_choice named the function
+    # forced mode in the parser's own markup (use_markup), read as tool_choice auto's calls are; else a JSON array
+    native: bool = False
 
     @staticmethod
     def of(body, parser: str | None, messages: list[dict]) -> ToolPlan | None:
@@ -169,24 +219,58 @@ class ToolPlan:
         schema = {"type": "array", "minItems": 1, "items": items[0] if len(items) == 1 else {"anyOf": items}}
         if not parallel:
             schema["maxItems"] = 1
-        return ToolPlan("forced", shown, names, parser, schema, first)
+        return ToolPlan("forced", shown, names, parser, schema, first, tuple(allowed), parallel, choice != "required")
+
+    def markup_ids(self, tokenizer) -> dict[str, int] | None:
+        """Forced mode: the token id of each marker of the parser's call markup where each is one special token of
+        ``tokenizer`` and xgrammar can require tokens (its structural tags' token formats), else None (the calls
+        are then forced as a JSON array)."""
+        fmt = _FORMATS.get(self.parser)
+        if self.mode != "forced" or fmt is None or tokenizer is None:
+            return None
+        try:
+            from xgrammar import structural_tag
+        except ImportError:
+            return None
+        if not hasattr(structural_tag, "TokenFormat"):  # (xgrammar before 0.2.x's token formats)
+            return None
+        ids = {m: tokenizer.encode(m) for m in fmt.MARKERS}
+        if not all(len(i) == 1 and i[0] in tokenizer.special_ids for i in ids.values()):
+            return None
+        return {m: i[0] for m, i in ids.items()}
+
+    def use_markup(self, ids: dict[str, int]) -> str:
+        """Forced mode in the parser's own markup (``ids``: markup_ids'): the structural tag that constrains the
+        output (SGLang's ``structural_tag`` sampling parameter) to calls written as the model writes them under
+        tool_choice auto; the answer is then read as auto's is. A named function is called once whatever
+        parallel_tool_calls says, as SGLang forces it in this markup (its JSON array allows several). 400 as
+        grammar()."""
+        self._check_parameters()
+        self.native = True
+        fmt = _FORMATS[self.parser]()
+        return json.dumps({"type": "structural_tag", "format": fmt.forced_format(
+            list(self.allowed), self.parallel and not self.named, ids)})
+
+    def _check_parameters(self) -> None:
+        """400 naming ``tools`` where a parameters schema states a constraint xgrammar compiles but does not keep
+        (what json_schema requests are refused for)."""
+        for name, params in self.allowed:
+            reason = unenforced_json_schema(params)
+            if reason is not None:
+                raise APIError(400, f"tools: function {short_repr(name)}'s parameters are not supported: {reason}",
+                               param="tools")
 
     def grammar(self) -> str:
-        """The forced mode's constraint: ``schema`` as an EBNF grammar of JSON with fixed separators (", ", ": ",
-        no other whitespace: a JSON schema would allow any, and a model may then write nothing else). 400 naming
-        ``tools`` where a parameters schema is not one xgrammar reads, or without xgrammar."""
+        """The forced mode's constraint as a JSON array: ``schema`` as an EBNF grammar of JSON with fixed
+        separators (", ", ": ", no other whitespace: a JSON schema would allow any, and a model may then write
+        nothing else). 400 naming ``tools`` where a parameters schema is not one xgrammar reads, or without
+        xgrammar."""
         try:
             import xgrammar
         except ImportError:
             raise APIError(400, f"tool_choice {self.mode} needs the server's grammar backend (the 'xgrammar' "
                            "package)", param="tool_choice") from None
-        items = self.schema["items"].get("anyOf", [self.schema["items"]])
-        for item in items:
-            # (what json_schema requests are refused for: a constraint xgrammar compiles but does not keep)
-            reason = unenforced_json_schema(item["properties"]["parameters"])
-            if reason is not None:
-                raise APIError(400, f"tools: function {short_repr(item['properties']['name']['const'])}'s "
-                               f"parameters are not supported: {reason}", param="tools")
+        self._check_parameters()
         try:
             return str(xgrammar.Grammar.from_json_schema(json.dumps(self.schema), any_whitespace=False))
         except (RuntimeError, ValueError) as e:
@@ -196,7 +280,7 @@ class ToolPlan:
     # -- reading the output --------------------------------------------------------------------------------
     def parse(self, text: str) -> tuple[str, list[Call]]:
         """(content, calls) of a whole output."""
-        if self.mode == "forced":
+        if self.mode == "forced" and not self.native:
             try:
                 # strict=False: the grammar lets a JSON string hold raw control characters (xgrammar's does);
                 # the arguments are written back escaped.
@@ -237,7 +321,7 @@ class ToolPlan:
                 logger.warning("the model called %r (id %r), which is not among the request's tools; dropped", name,
                                call_id)
                 continue
-            calls.append(Call(name, args))
+            calls.append(Call(name, _escaped_controls(args)))
         return calls
 
     def _named_by(self, arguments: dict) -> str | None:
@@ -320,7 +404,7 @@ class ToolStream:
 
     def __init__(self, plan: ToolPlan):
         self.plan = plan
-        self.fmt = _FORMATS[plan.parser]() if plan.mode == "auto" else None
+        self.fmt = _FORMATS[plan.parser]() if plan.mode == "auto" or plan.native else None
         self.sent = 0  # characters of content sent
         self.raw_seen = 0  # complete calls read from the text (known or not)
         self.calls_sent = 0

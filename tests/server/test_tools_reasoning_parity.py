@@ -112,11 +112,16 @@ def test_arguments_not_a_json_object_make_no_call(args):
 
 
 def test_arguments_are_handed_on_as_written():
-    """A JSON object (pretty-printed, with a raw control character in a string) is the model's own text."""
+    """A JSON object (pretty-printed) is the model's own text, except that a raw control character inside a string
+    is escaped (SGLang hands it on raw, which a strict parser refuses: json.loads below, JavaScript's JSON.parse)."""
     plan = plan_for([WEATHER])
-    args = '{\n  "city": "a\tb"\n}'
+    args = '{\n  "city": "a\tb\\"\x01"\n}'
+    with pytest.raises(ValueError):
+        json.loads(args)
     msg, _ = plan.message(SB + call("functions.get_weather:0", args) + SE, "stop")
-    assert msg["tool_calls"][0]["function"]["arguments"] == args
+    got = msg["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(got) == json.loads(args, strict=False) == {"city": 'a\tb"\x01'}
+    assert got == args.replace("\t", "\\t").replace("\x01", "\\u0001")  # (the rest as written)
 
 
 # -- reasoning: a template that opens the thinking ----------------------------------------------------------------

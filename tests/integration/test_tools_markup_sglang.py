@@ -1,0 +1,107 @@
+"""Kimi-K2's forced tool calls against SGLang 0.5.23's (ours: server/tools.py ToolPlan.use_markup). Whatever our
+grammar lets a model write (random walks through its masks, a fresh seed, over a byte-level tokenizer with Kimi's
+markers as special tokens) is accepted by the structural tag SGLang forces for the same request
+(KimiK2Detector.get_structural_tag: xgrammar's builtin "kimi" tag, compiled here over a byte vocabulary), and SGLang's
+kimi_k2 parser reads the same calls out of it as ours does."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from .conftest import needs_sglang
+
+pytestmark = needs_sglang
+
+MARKERS = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+           "<|tool_call_argument_begin|>", "<|tool_call_end|>")
+IM_END = "<|im_end|>"
+# Strict tools: SGLang then holds the arguments to the schema, as ours always does. (For a non-strict tool it holds
+# them to {"type": "object"} only, whose xgrammar grammar refuses raw control characters in a string that a schema's
+# string grammar lets through, so ours would not be within SGLang's there.)
+TOOLS = [
+    {"type": "function", "function": {"name": "flag", "strict": True, "parameters": {
+        "type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]}}},
+    {"type": "function", "function": {"name": "count", "strict": True, "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
+                                         "tag": {"enum": ["a", "b c", "Δ"]}}, "required": ["n"],
+        "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "web.search-v2", "strict": True, "parameters": {
+        "type": "object", "properties": {"q": {"type": "string", "maxLength": 6}}, "required": ["q"],
+        "additionalProperties": False}}},
+]
+
+
+def byte_tokenizer():
+    """Ids 0..255 the bytes, then Kimi's markers and its turn end as special tokens."""
+    from sglang_eagle3.tokenizer import Tokenizer
+
+    specials = {s: 256 + i for i, s in enumerate((*MARKERS, IM_END))}
+    names = {i: s for s, i in specials.items()}
+
+    def encode(text, _special=False):
+        out, i = [], 0
+        while i < len(text):
+            hit = next((s for s in specials if text.startswith(s, i)), None)
+            if hit is not None:
+                out.append(specials[hit])
+                i += len(hit)
+            else:
+                out += list(text[i].encode())
+                i += 1
+        return out
+
+    def decode(ids, skip):
+        raw = b"".join(bytes([t]) if t < 256 else (b"" if skip else names[t].encode()) for t in ids)
+        return raw.decode(errors="replace")
+
+    return Tokenizer(encode, decode, 256 + len(specials), specials[IM_END], None, None, special_tokens=specials,
+                     token_bytes=lambda i: bytes([i]) if i < 256 else names[i].encode())
+
+
+@pytest.mark.parametrize("choice", ["required", "count"])
+@pytest.mark.parametrize("parallel", [True, False])
+def test_forced_markup_is_within_sglangs_and_reads_the_same(choice, parallel):
+    import xgrammar as xgr
+    from sglang.srt.entrypoints.openai.protocol import Tool, ToolChoice
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
+    from sglang.srt.function_call.kimik2_detector import KimiK2Detector
+
+    from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarSpec
+    from tests.server.test_tools import plan_for
+    from tests.server.test_tools_markup import random_walk
+
+    tok = byte_tokenizer()
+    stop = tok.encode(IM_END)[0]
+    ours = GrammarBackend(tok, tok.vocab_size, [stop])
+    named = {"type": "function", "function": {"name": choice}}
+    plan = plan_for(TOOLS, tool_choice=choice if choice == "required" else named, parallel=parallel)
+    spec = GrammarSpec("structural_tag", plan.use_markup(plan.markup_ids(tok)))
+
+    sgl_tools = [Tool.model_validate(t) for t in TOOLS]
+    sgl_choice = "required" if choice == "required" else ToolChoice.model_validate(named)
+    tag = KimiK2Detector().get_structural_tag(tools=sgl_tools, tool_choice=sgl_choice, parallel_tool_calls=parallel)
+    info = xgr.TokenizerInfo([bytes([i]) for i in range(256)] + [b""], xgr.VocabType.RAW, vocab_size=257,
+                             stop_token_ids=[256])
+    theirs = xgr.GrammarCompiler(info).compile_structural_tag(tag)
+
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    done = 0
+    for _ in range(15):
+        out = random_walk(ours, spec, stop, rng, 700)
+        if out is None:
+            continue
+        done += 1
+        text = tok.decode(out, skip_special_tokens=False)
+        m = xgr.GrammarMatcher(theirs)
+        assert all(m.accept_token(b) for b in text.encode()) and m.accept_token(256) and m.is_terminated(), \
+            (seed, text)
+        msg, _ = plan.message(text, "stop")
+        normal, calls = FunctionCallParser(tools=sgl_tools, tool_call_parser="kimi_k2").parse_non_stream(text)
+        assert normal == "" and msg["content"] is None, (seed, text)
+        assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg["tool_calls"]] == \
+            [(c.name, json.loads(c.parameters, strict=False)) for c in calls], (seed, text)
+    assert done >= 3, seed

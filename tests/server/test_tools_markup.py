@@ -1,0 +1,297 @@
+"""Forced tool calls in Kimi-K2's own markup (server/tools.py ToolPlan.use_markup, runtime/grammar.py tag_tokens).
+
+With the kimi_k2 parser and a tokenizer that holds Kimi's markers as special tokens, tool_choice "required" or a
+named function constrains the output to one section of calls written as the model writes them by itself (its
+markers as their special tokens, arguments that satisfy the function's schema), as SGLang 0.5.23 forces them,
+rather than to a JSON array. Checked against what the tests build independently: Kimi texts written here from its
+documented markup (accepted token by token; each broken variant refused), random walks through the grammar's own
+masks read back by the parser and checked against the schemas with test_tools' hand-written checker, and the
+served answer (calls, ids, the stream equal to the whole answer) on the tiny pair with a marker tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarSpec, allowed_tokens, bitmask_words
+from sglang_eagle3.tokenizer import load_tokenizer
+
+from .test_tools import (
+    AB,
+    CB,
+    CE,
+    COUNT,
+    FLAG,
+    FORCED_TOOLS,
+    IM_END,
+    PICK,
+    PING,
+    SB,
+    SE,
+    WEATHER,
+    ask,
+    call,
+    params_of,
+    plan_for,
+    schema_errors,
+    scripted,  # noqa: F401  (a fixture)
+    streamed_message,
+    write_marker_tokenizer,
+)
+
+xgrammar = pytest.importorskip("xgrammar")
+if not hasattr(getattr(xgrammar, "structural_tag", None), "TokenFormat"):
+    pytest.skip("this xgrammar has no token formats in its structural tags", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def marker_tok(tiny_model, tmp_path_factory):
+    d = tmp_path_factory.mktemp("marker_tok")
+    write_marker_tokenizer(str(d), tiny_model.vocab_size)
+    return load_tokenizer(str(d))
+
+
+@pytest.fixture(scope="module")
+def backend(marker_tok, tiny_model):
+    return GrammarBackend(marker_tok, tiny_model.vocab_size, [marker_tok.encode(IM_END)[0]])
+
+
+def _named(name: str) -> dict:
+    return {"type": "function", "function": {"name": name}}
+
+
+def _spec(plan, tok) -> GrammarSpec:
+    ids = plan.markup_ids(tok)
+    assert ids is not None
+    return GrammarSpec("structural_tag", plan.use_markup(ids))
+
+
+def _walk(backend, spec: GrammarSpec, ids: list[int]) -> int:
+    """How many of ``ids`` the grammar accepts before it refuses one (len(ids): all)."""
+    m = backend.matcher(spec)
+    for i, t in enumerate(ids):
+        if not m.accept(t):
+            return i
+    return len(ids)
+
+
+def test_markup_ids_only_where_the_tokenizer_holds_the_markers(marker_tok, tiny_model):
+    """The markers' ids with the marker tokenizer; None (the JSON array then) for the tiny model's own tokenizer
+    (no such special tokens), for tool_choice auto, and without the kimi_k2 parser."""
+    plan = plan_for(FORCED_TOOLS, tool_choice="required")
+    got = plan.markup_ids(marker_tok)
+    assert got == {m: marker_tok.encode(m)[0] for m in (SB, SE, CB, AB, CE)}
+    assert set(got.values()) <= marker_tok.special_ids
+    assert plan.markup_ids(load_tokenizer(tiny_model.target)) is None
+    assert plan_for(FORCED_TOOLS, tool_choice="auto").markup_ids(marker_tok) is None
+    assert plan_for(FORCED_TOOLS, tool_choice="required", parser=None).markup_ids(marker_tok) is None
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_kimi_calls_are_accepted_and_broken_ones_refused(marker_tok, backend, parallel):
+    """A section of calls as Kimi writes them is accepted, then the turn's end; each way of breaking it is refused
+    at some token (before its end)."""
+    tok = marker_tok
+    stop = tok.encode(IM_END)[0]
+    plan = plan_for(FORCED_TOOLS + [WEATHER], tool_choice="required", parallel=parallel)
+    spec = _spec(plan, tok)
+    one = call("functions.count:0", json.dumps({"n": 7, "tag": "ab"}))
+    two = call("functions.pick:1", json.dumps({"color": "green", "ok": False}))
+    good = SB + one + (two if parallel else "") + SE
+    ids = tok.encode(good) + [stop]
+    assert _walk(backend, spec, ids) == len(ids)
+    m = backend.matcher(spec)
+    assert all(m.accept(t) for t in ids) and m.terminated
+
+    spelled = [t for piece in ("<|", "tool_calls_section_begin", "|>") for t in tok.encode(piece)]
+    assert tok.decode(spelled, skip_special_tokens=False) == SB and tok.encode(SB)[0] not in spelled
+    broken = {
+        "text before the section": "Sure. " + good,
+        "a function not offered": SB + call("functions.nope:0", "{}") + SE,
+        "arguments against the schema": SB + call("functions.flag:0", '{"on": "yes"}') + SE,
+        "a missing required argument": SB + call("functions.count:0", '{"n": 1}') + SE,
+        "a marker inside a string": SB + call("functions.get_weather:0", '{"city": "a' + CE + '"}') + SE,
+        "no call at all": SB + SE,
+        "no index": SB + CB + "functions.flag:" + AB + '{"on": true}' + CE + SE,
+    }
+    if not parallel:
+        broken["a second call"] = SB + one + two + SE
+    for why, text in broken.items():
+        t = tok.encode(text)
+        assert _walk(backend, spec, t) < len(t), why
+    assert _walk(backend, spec, spelled) == 0
+    # the section must end before the turn does
+    t = tok.encode(SB + one) + [stop]
+    assert _walk(backend, spec, t) == len(t) - 1
+
+
+def test_a_named_function_is_called_once(marker_tok, backend):
+    """Only the named function, once even with parallel_tool_calls (as SGLang forces it in Kimi's markup)."""
+    tok = marker_tok
+    plan = plan_for(FORCED_TOOLS, tool_choice=_named("flag"), parallel=True)
+    spec = _spec(plan, tok)
+    one = call("functions.flag:3", '{"on": true}')
+    ok = tok.encode(SB + one + SE)
+    assert _walk(backend, spec, ok) == len(ok)
+    for text in (SB + call("functions.ping:0", "{}") + SE, SB + one + one + SE):
+        assert _walk(backend, spec, tok.encode(text)) < len(tok.encode(text)), text
+
+
+def test_arguments_with_raw_control_characters_are_written_back_escaped():
+    """A string argument holding a raw newline or tab (xgrammar's JSON lets them through; a model writing code
+    does) reaches the client as JSON a strict parser reads, with the same value; well-formed arguments are passed
+    on as written (spacing kept)."""
+    value = {"code": "def f():\n\treturn 1", "n": 1}
+    raw = '{"code": "def f():\n\treturn 1",  "n": 1}'  # (raw newline and tab inside the string)
+    assert "\n" in raw
+    plan = plan_for(FORCED_TOOLS + [WEATHER], tool_choice="auto")
+    msg, _ = plan.message(SB + call("functions.get_weather:0", raw) + call("functions.flag:1", '{"on":  true}') + SE,
+                          "stop")
+    got = [c["function"]["arguments"] for c in msg["tool_calls"]]
+    assert json.loads(got[0]) == value and got[1] == '{"on":  true}'
+
+
+def test_a_tag_naming_special_tokens_requires_them_and_nothing_else_writes_them(marker_tok, backend):
+    """SGLang's structural_tag parameter with token formats: a special token named by id or by its text is required
+    there as that token (its text spelled out is refused), and comes nowhere else: not in a JSON string of the same
+    tag, nor in an ordinary grammar compiled after it (the base vocabulary still has no text for it). A few
+    compilers exposing tokens are kept, the base one always."""
+    tok = marker_tok
+    sb, ce = tok.encode(SB)[0], tok.encode(CE)[0]
+    for ref in (sb, SB):
+        tag = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
+            {"type": "token", "token": ref}, {"type": "json_schema", "json_schema": {"type": "string"}},
+            {"type": "token", "token": CE}]}}
+        spec = GrammarSpec("structural_tag", json.dumps(tag))
+        ids = tok.encode(SB + '"a b"' + CE)
+        assert ids[0] == sb and ids[-1] == ce and _walk(backend, spec, ids) == len(ids)
+        spelled = tok.encode("<|") + tok.encode("tool_calls_section_begin|>")
+        assert _walk(backend, spec, spelled) == 0
+        inside = tok.encode(SB + '"a' + CE + '"' + CE)
+        assert _walk(backend, spec, inside) == inside.index(ce)  # (refused inside the string)
+    plain = GrammarSpec("json_schema", json.dumps({"type": "string"}))
+    ids = tok.encode('"a' + SB + '"')
+    assert _walk(backend, plain, ids) == ids.index(sb)
+    for i in range(GrammarBackend.MAX_EXPOSING + 3):  # (each a different set of named tokens: a compiler each)
+        marker = (SB, SE, CB, AB, CE)[i % 5]
+        tag = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
+            {"type": "token", "token": marker}, {"type": "const_string", "value": "x" * (1 + i)}]
+            + [{"type": "token", "token": m} for m in (SB, SE, CB, AB, CE)[:1 + i // 5]]}}
+        backend.compile(GrammarSpec("structural_tag", json.dumps(tag)))
+    assert frozenset() in backend._compilers and len(backend._compilers) <= GrammarBackend.MAX_EXPOSING + 1
+
+
+def random_walk(backend, spec: GrammarSpec, stop: int, rng: random.Random, limit: int) -> list | None:
+    """Tokens drawn at random among those the grammar allows until it allows the stop token (taken then with
+    probability 1/2, at once past half of ``limit``); None where ``limit`` runs out first, or where the bytes are
+    not UTF-8 (xgrammar lets a few such sequences through, such as a 0xF7 lead byte: no model's text)."""
+    vocab = backend.vocab_size
+    m = backend.matcher(spec)
+    mask = torch.zeros(1, bitmask_words(vocab), dtype=torch.int32)
+    out: list[int] = []
+    for step in range(limit):
+        m.fill(mask, 0)
+        allowed = allowed_tokens(mask, vocab)[0].nonzero().flatten().tolist()
+        assert allowed, out
+        if stop in allowed and (len(allowed) == 1 or step > limit // 2 or rng.random() < 0.5):
+            try:
+                b"".join(backend.tokenizer.token_bytes(t) for t in out).decode()
+            except UnicodeDecodeError:
+                return None
+            return out
+        t = rng.choice([t for t in allowed if t != stop])
+        assert m.accept(t)
+        out.append(t)
+    return None
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_random_walks_read_back_as_valid_calls(marker_tok, backend, parallel):
+    """Whatever the grammar lets a model write (random tokens among those allowed, a fresh seed) reads back as
+    calls of the offered functions whose arguments satisfy their schemas, one call per call marker written, Kimi's
+    ids; at most one call without parallel_tool_calls."""
+    tok = marker_tok
+    stop = tok.encode(IM_END)[0]
+    tools = [PICK, COUNT, FLAG, PING]
+    by_name = {t["function"]["name"]: t for t in tools}
+    plan = plan_for(tools, tool_choice="required", parallel=parallel)
+    spec = _spec(plan, tok)
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    done = 0
+    for _ in range(12):
+        out = random_walk(backend, spec, stop, rng, 400)
+        if out is None:
+            continue
+        done += 1
+        text = tok.decode(out, skip_special_tokens=False)
+        msg, reason = plan.message(text, "stop")
+        n = out.count(tok.encode(CB)[0])
+        assert reason == "tool_calls" and msg["content"] is None, (seed, text, msg)
+        assert len(msg["tool_calls"]) == n >= 1 and (parallel or n == 1), (seed, text)
+        for i, c in enumerate(msg["tool_calls"]):
+            name = c["function"]["name"]
+            args = json.loads(c["function"]["arguments"])
+            assert not schema_errors(args, params_of(by_name[name])), (seed, text, args)
+            assert c["id"] == f"functions.{name}:{i}"
+    assert done >= 3, seed
+
+
+def test_forced_calls_served_in_kimis_markup(scripted):  # noqa: F811
+    """The tiny pair served with the marker tokenizer and the kimi_k2 parser: a forced request reaches the engine
+    as a structural tag decoded with its special tokens; every finished choice is calls of the allowed tools with
+    schema-valid arguments and Kimi's ids, a cut one (max_tokens) has no calls; the stream gives the same."""
+    tools = [PICK, COUNT, FLAG, PING]
+    by_name = {t["function"]["name"]: t for t in tools}
+    finished = 0
+    for choice, allowed in (("required", tools), (_named("count"), [COUNT])):
+        for parallel in (True, False):
+            for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": random.randrange(1000)}):
+                body = {"tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel, "max_tokens": 80,
+                        **sampling}
+                whole, chunks = ask(scripted, None, body)
+                assert scripted.seen and all(p.structural_tag and p.skip_special_tokens is False
+                                             for p in scripted.seen), scripted.seen
+                assert json.loads(scripted.seen[0].structural_tag)["type"] == "structural_tag"
+                ch = whole["choices"][0]
+                msg = ch["message"]
+                content, calls, reason, _ = streamed_message(chunks)
+                assert reason == ch["finish_reason"] and calls == [{"index": i, **c} for i, c in
+                                                                   enumerate(msg.get("tool_calls", []))]
+                assert content == (msg["content"] or "")
+                if ch["finish_reason"] != "tool_calls":
+                    assert ch["finish_reason"] == "length", ch
+                    continue
+                finished += 1
+                assert msg["content"] is None and len(msg["tool_calls"]) >= 1, ch
+                assert (parallel and choice == "required") or len(msg["tool_calls"]) == 1, ch
+                names = {t["function"]["name"] for t in allowed}
+                for i, c in enumerate(msg["tool_calls"]):
+                    name = c["function"]["name"]
+                    assert name in names and c["id"] == f"functions.{name}:{i}", c
+                    args = json.loads(c["function"]["arguments"])
+                    assert not schema_errors(args, params_of(by_name[name])), args
+    assert finished >= 2
+
+
+def test_unsupported_parameters_are_400_in_markup_too(scripted):  # noqa: F811
+    """A parameters schema xgrammar would keep only in part is refused (400 naming tools) as for the JSON array."""
+    import asyncio
+
+    import httpx
+
+    bad = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"not": {"type": "string"}}}}}}
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=scripted.app), base_url="http://t") as c:
+            return await c.post("/v1/chat/completions", json={"model": "tiny", "messages": [
+                {"role": "user", "content": "hi"}], "tools": [bad], "tool_choice": "required"})
+
+    r = asyncio.run(go())
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+    assert "'f'" in r.json()["error"]["message"] and "not" in r.json()["error"]["message"]
