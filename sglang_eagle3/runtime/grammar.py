@@ -370,7 +370,7 @@ class GrammarBackend:
     (grammar_vocab; a compiler per such set, a few kept). Kimi-K2's forced tool calls are written so, in its own
     markup (server/tools.py)."""
 
-    MAX_EXPOSING = 4  # compilers kept whose vocabulary holds some special tokens as text
+    MAX_EXPOSING = 4  # compilers kept whose vocabulary lets a tag require some special tokens (grammar_vocab)
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids, *, any_whitespace: bool = True,
                  disabled_reason: str | None = None, cache_size: int = 256, reasoning: ReasoningFormat | None = None,
@@ -398,8 +398,8 @@ class GrammarBackend:
         self.stop_token_ids = sorted(set(stop_token_ids))
         self.any_whitespace, self.disabled_reason = any_whitespace, disabled_reason
         self.cache_size = cache_size
-        # xgrammar compilers by the special tokens their vocabulary holds as text (frozenset() for every grammar
-        # but structural tags that name special tokens: tag_tokens), each with the ids it never allows
+        # xgrammar compilers by the special tokens a tag may require in their vocabulary (frozenset() for every
+        # grammar but structural tags that name special tokens: tag_tokens), each with the ids it never allows
         self._compilers: OrderedDict[frozenset[int], tuple[object, frozenset[int]]] = OrderedDict()
         self._filler: RowFiller | None = None  # fills dear rows together on threads (GrammarBatch.host_masks)
         # compiled grammars by spec, with the ids their compiler never allows
@@ -426,10 +426,10 @@ class GrammarBackend:
                 and importlib.util.find_spec("xgrammar") is not None)
 
     def _get_compiler(self, exposed: frozenset[int] = frozenset()) -> tuple[object, frozenset[int]]:
-        """(xgrammar compiler, the ids it never allows) over the vocabulary with the special tokens ``exposed`` as
-        text (grammar_vocab). Built on first use outside the lock (a vocabulary of Kimi's size takes a while, and
-        the engine's thread must not wait for it to make matchers); the base one is kept for good, those exposing
-        special tokens the MAX_EXPOSING most recent."""
+        """(xgrammar compiler, the ids it never allows) over the vocabulary in which a structural tag may require the
+        special tokens ``exposed`` (grammar_vocab). Built on first use outside the lock (a vocabulary of Kimi's size
+        takes a while, and the engine's thread must not wait for it to make matchers); the base one is kept for
+        good, those exposing special tokens the MAX_EXPOSING most recent."""
         with self._lock:
             if exposed in self._compilers:
                 self._compilers.move_to_end(exposed)
@@ -450,7 +450,8 @@ class GrammarBackend:
                                  stop_token_ids=self.stop_token_ids)
         entry = (xgr.GrammarCompiler(info, max_threads=2), never)
         logger.info("grammar backend (xgrammar) over %d tokens%s ready in %.2f s", self.vocab_size,
-                    f", special tokens {sorted(exposed)} as text" if exposed else "", time.perf_counter() - t0)
+                    f" (special tokens {sorted(exposed)} for token formats)" if exposed else "",
+                    time.perf_counter() - t0)
         with self._lock:
             entry = self._compilers.setdefault(exposed, entry)  # (another thread's, if it was first)
             self._compilers.move_to_end(exposed)
