@@ -20,6 +20,7 @@ import torch
 from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarSpec, allowed_tokens, bitmask_words
 from sglang_eagle3.tokenizer import load_tokenizer
 
+from .test_reasoning import thinking_model  # noqa: F401  (a fixture: the tiny pair, the markers as tokens)
 from .test_tools import (
     AB,
     CB,
@@ -38,7 +39,7 @@ from .test_tools import (
     params_of,
     plan_for,
     schema_errors,
-    scripted,  # noqa: F401  (a fixture)
+    scripted_app,
     streamed_message,
     write_marker_tokenizer,
 )
@@ -58,6 +59,15 @@ def marker_tok(tiny_model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def backend(marker_tok, tiny_model):
     return GrammarBackend(marker_tok, tiny_model.vocab_size, [marker_tok.encode(IM_END)[0]])
+
+
+@pytest.fixture(scope="module")
+def scripted(tiny_model, tmp_path_factory, torch_one_thread):
+    """test_tools' ``scripted`` app (the tiny pair, Kimi's markers in its tokenizer, --tool-call-parser kimi_k2),
+    its engine bounding a JSON value's whitespace runs: the tiny model pads with whitespace until max_tokens
+    otherwise, and few forced answers would finish."""
+    yield from scripted_app(tiny_model, str(tmp_path_factory.mktemp("markup_model")),
+                            engine_args={"constrained_json_max_whitespace_cnt": 1}, tool_call_parser="kimi_k2")
 
 
 def _named(name: str) -> dict:
@@ -241,7 +251,7 @@ def test_random_walks_read_back_as_valid_calls(marker_tok, backend, parallel):
     assert done >= 3, seed
 
 
-def test_forced_calls_served_in_kimis_markup(scripted):  # noqa: F811
+def test_forced_calls_served_in_kimis_markup(scripted):
     """The tiny pair served with the marker tokenizer and the kimi_k2 parser: a forced request reaches the engine
     as a structural tag decoded with its special tokens; every finished choice is calls of the allowed tools with
     schema-valid arguments and Kimi's ids, a cut one (max_tokens) has no calls; the stream gives the same."""
@@ -278,7 +288,7 @@ def test_forced_calls_served_in_kimis_markup(scripted):  # noqa: F811
     assert finished >= 2
 
 
-def test_unsupported_parameters_are_400_in_markup_too(scripted):  # noqa: F811
+def test_unsupported_parameters_are_400_in_markup_too(scripted):
     """A parameters schema xgrammar would keep only in part is refused (400 naming tools) as for the JSON array."""
     import asyncio
 
@@ -295,3 +305,51 @@ def test_unsupported_parameters_are_400_in_markup_too(scripted):  # noqa: F811
     r = asyncio.run(go())
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
     assert "'f'" in r.json()["error"]["message"] and "not" in r.json()["error"]["message"]
+
+
+def test_thinking_then_calls_in_markup_and_speculation_is_exact(thinking_model):  # noqa: F811
+    """An engine with the kimi_k2 reasoning parser and strict thinking, a prompt that opens the thinking, the forced
+    markup's structural tag: the output thinks for its budget (free of the markup), ends the thinking, then opens
+    the call section at once; a finished section reads back as schema-valid calls. EAGLE-3's output equals plain
+    decoding's, greedy and sampled (the masks of the compiler exposing the markers are the same for both)."""
+    from sglang_eagle3 import Engine
+
+    rng = random.Random()
+    tools = [PICK, COUNT, FLAG, PING]
+    by_name = {t["function"]["name"]: t for t in tools}
+    # (two of the three requests one call each: a parallel section may go on calling past max_new_tokens)
+    plans = [plan_for(tools, tool_choice="required", parallel=p) for p in (False, False, True)]
+    prompts = [" ".join(rng.choice(["pack", "my", "box", "quartz"]) for _ in range(rng.randint(2, 6))) + "<think>"
+               for _ in range(3)]
+    budgets = [rng.randint(0, 5) for _ in prompts]
+    seed = rng.randrange(1 << 30)
+    outputs = {}
+    for spec in (False, True):
+        extra = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=thinking_model[1],
+                     speculative_num_steps=3) if spec else {}
+        # (a whitespace bound: the tiny model pads a tag's JSON with whitespace until max_new_tokens otherwise)
+        eng = Engine(model_path=thinking_model[0], device="cpu", log_level="warning", reasoning_parser="kimi_k2",
+                     enable_strict_thinking=True, constrained_json_max_whitespace_cnt=1, **extra)
+        tok = eng.tokenizer
+        # (</think> pushed down: the thinking lasts its budget, which then ends it)
+        params = [{"temperature": 0, "max_new_tokens": 150, "structural_tag": plan.use_markup(plan.markup_ids(tok)),
+                   "skip_special_tokens": False, "logit_bias": {tok.encode("</think>")[0]: -100.0},
+                   "custom_params": {"thinking_budget": b}} for plan, b in zip(plans, budgets, strict=True)]
+        params[2] = dict(params[2], temperature=1.0, seed=seed)
+        outputs[spec] = [o["output_ids"] for o in eng.generate(prompts, params)]
+        eng.shutdown()
+    assert outputs[True] == outputs[False], seed
+    [end], [sb], [se] = tok.encode("</think>"), tok.encode(SB), tok.encode(SE)
+    finished = 0
+    for ids, budget, plan in zip(outputs[False], budgets, plans, strict=True):
+        assert end not in ids[:budget] and ids[budget] == end and ids[budget + 1] == sb, (budget, ids)
+        assert sb not in ids[:budget], ids
+        if se not in ids:
+            continue
+        finished += 1
+        msg, reason = plan.message(tok.decode(ids[budget + 1:], skip_special_tokens=False), "stop")
+        assert reason == "tool_calls" and msg["content"] is None, msg
+        for c in msg["tool_calls"]:
+            args = json.loads(c["function"]["arguments"])
+            assert not schema_errors(args, params_of(by_name[c["function"]["name"]])), args
+    assert finished >= 1, [tok.decode(ids, skip_special_tokens=False) for ids in outputs[False]]
