@@ -731,6 +731,19 @@ def _reasoning_format(body, serving: Serving, sp: dict) -> ReasoningFormat | Non
     return fmt
 
 
+def _free_text_can_think(serving: Serving) -> bool:
+    """Whether a grammar that lets the answer's text run free (tool_choice auto with strict tools) leaves the model
+    its thinking: the engine's grammars wait for the thinking to end (_grammar_waits_for_thinking), or its tokenizer
+    has no thinking end marker as a special token (the server's reasoning format's, else Kimi-K2's), which a
+    grammar never allows (runtime/grammar.py)."""
+    if _grammar_waits_for_thinking(serving):
+        return True
+    fmt = REASONING_FORMATS[serving.config.reasoning_parser or "kimi_k2"]
+    tok = serving.tokenizer
+    ids = tok.encode(fmt.end) if tok is not None else []
+    return not (len(ids) == 1 and ids[0] in tok.special_ids)
+
+
 def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) -> None:
     """The sampling a request with tools needs (server/tools.py): a forced call's grammar (in the parser's markup
     where the tokenizer holds it, ToolPlan.use_markup; else a JSON array, ToolPlan.grammar), or the special tokens
@@ -744,10 +757,18 @@ def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) ->
                "reads calls written in special tokens, which no grammar allows")
         raise APIError(400, f"tool_choice={short_repr(body.tool_choice or 'auto')} {why}; it cannot be combined "
                        f"with {names.get(given, given)}", param="tool_choice")
-    markup = plan.markup_ids(serving.tokenizer) if plan.mode == "forced" else None
+    markup = plan.markup_ids(serving.tokenizer)  # (forced mode, or auto with strict tools: else None)
+    if markup is not None and plan.mode == "auto" and not _free_text_can_think(serving):
+        markup = None
+        if not serving.warned_strict_auto:
+            serving.warned_strict_auto = True
+            logger.warning("tools with strict: true under tool_choice auto are not held to their schemas on this "
+                           "server: the model may think (its tokenizer holds </think>) and the grammars here do not "
+                           "wait for the thinking (start the server with --reasoning-parser)")
     if markup is not None:
-        # Forced in the model's own call markup (Kimi-K2's special tokens), as SGLang forces it, rather than a JSON
-        # array the model was never trained to write; decoded with its special tokens, as auto's calls are.
+        # In the model's own call markup (Kimi-K2's special tokens), as SGLang constrains it: forced calls rather
+        # than a JSON array the model was never trained to write, strict tools' arguments under auto; decoded with
+        # its special tokens, as auto's calls are.
         sp["structural_tag"] = plan.use_markup(markup)
         names["structural_tag"] = "tools"  # (a parameters schema that does not compile)
         sp["skip_special_tokens"] = False

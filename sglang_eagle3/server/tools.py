@@ -3,8 +3,9 @@
 Two ways a call comes out, as SGLang (and vLLM) make them:
 
 - ``tool_choice: "auto"`` (the default with tools): the chat template shows the model the tools, the model writes
-  calls in its own format, and the server's ``--tool-call-parser`` reads them out of the text. ``kimi_k2`` is the
-  format of Kimi-K2 / K2.5 (special tokens, so the request decodes with them)::
+  calls in its own format, and the server's ``--tool-call-parser`` reads them out of the text (with a strict tool,
+  a call section's arguments are held to the schemas: use_markup). ``kimi_k2`` is the format of Kimi-K2 / K2.5
+  (special tokens, so the request decodes with them)::
 
       <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{"a": 1}
       <|tool_call_end|>...<|tool_calls_section_end|>
@@ -79,12 +80,15 @@ class KimiK2Format:
         """How many characters at the end of ``text`` may be the start of a marker (not shown as content yet)."""
         return held_back(text, (self.SECTION_BEGIN, self.CALL_BEGIN))
 
-    def forced_format(self, allowed: list[tuple[str, dict]], parallel: bool, ids: dict[str, int]) -> dict:
-        """The xgrammar structural-tag format of a forced answer in this markup: one section of calls (at least
-        one; exactly one without ``parallel``), each ``functions.NAME:IDX`` of an ``allowed`` (name, parameters
-        schema) with arguments that satisfy its schema. ``ids``: each marker's token id; the markers are required
-        as those tokens (spelled out in text they are not the model's markup) and can come nowhere else, not inside
-        an argument's string either (runtime/grammar.py grammar_vocab)."""
+    def markup_format(self, allowed: list[tuple[str, dict]], parallel: bool, ids: dict[str, int],
+                      forced: bool = True) -> dict:
+        """The xgrammar structural-tag format of calls in this markup: a section of calls (at least one; exactly one
+        without ``parallel``), each ``functions.NAME:IDX`` of an ``allowed`` (name, parameters schema) with
+        arguments that satisfy its schema. ``forced``: the answer is that section; else (tool_choice auto with
+        strict tools) free text, in which the section's begin marker opens one (no other marker outside it; without
+        ``parallel`` nothing after it). ``ids``: each marker's token id; the markers are required as those tokens
+        (spelled out in text they are not the model's markup) and can come nowhere else, not inside an argument's
+        string either (runtime/grammar.py grammar_vocab)."""
         def token(marker: str) -> dict:
             return {"type": "token", "token": ids[marker]}
 
@@ -94,9 +98,14 @@ class KimiK2Format:
             {"type": "json_schema", "json_schema": params},
             token(self.CALL_END)]} for name, params in allowed]
         call = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
-        return {"type": "sequence", "elements": [token(self.SECTION_BEGIN),
-                                                 {"type": "plus", "content": call} if parallel else call,
-                                                 token(self.SECTION_END)]}
+        content = {"type": "plus", "content": call} if parallel else call
+        if forced:
+            return {"type": "sequence", "elements": [token(self.SECTION_BEGIN), content, token(self.SECTION_END)]}
+        return {"type": "token_triggered_tags", "trigger_tokens": [ids[self.SECTION_BEGIN]],
+                "tags": [{"type": "tag", "begin": token(self.SECTION_BEGIN), "content": content,
+                          "end": token(self.SECTION_END)}],
+                "exclude_tokens": [ids[m] for m in self.MARKERS if m != self.SECTION_BEGIN],
+                "stop_after_first": not parallel}
 
 
 _ESCAPES = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -144,9 +153,9 @@ def _tool_error(msg: str, param: str) -> APIError:
 @dataclass
 class ToolPlan:
     """How one chat request's tools are used: ``mode`` "auto" (the parser reads calls out of the text) or
-    "forced" (the output constrained to a JSON array of calls); ``tools`` what the chat template shows the model:
-    the client's list, or with a named function only that one (as SGLang renders it: the model is not shown tools
-    it may not call), ``names`` the functions, ``schema`` the forced mode's JSON schema."""
+    "forced" (the output constrained to calls); ``tools`` what the chat template shows the model: the client's
+    list, or with a named function only that one (as SGLang renders it: the model is not shown tools it may not
+    call), ``names`` the functions, ``schema`` the forced mode's JSON schema (a JSON array of calls)."""
 
     mode: str
     tools: list[dict]
@@ -154,7 +163,9 @@ class ToolPlan:
     parser: str | None
     schema: dict | None
     first_index: int  # calls before this request in the conversation (Kimi's ids count them)
-    allowed: tuple[tuple[str, dict], ...] = ()  # forced mode: (name, parameters schema) of the callable functions
+    # (name, parameters schema) of the functions a constrained output may call: forced mode's; auto mode's where a
+    # tool is strict (the others' schema an object), else () (auto's calls are then free)
+    allowed: tuple[tuple[str, dict], ...] = ()
     parallel: bool = True
     named: bool = False  # forced mode: tool_choice named the function
     # forced mode in the parser's own markup (use_markup), read as tool_choice auto's calls are; else a JSON array
@@ -172,7 +183,7 @@ class ToolPlan:
         if not isinstance(body.tools, list) or not body.tools:
             raise _tool_error("tools must be a non-empty list of {\"type\": \"function\", \"function\": {...}}",
                               "tools")
-        names, specs = [], []
+        names, specs, strict = [], [], []
         for i, tool in enumerate(body.tools):
             fn = tool.get("function") if isinstance(tool, dict) else None
             if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict):
@@ -188,8 +199,12 @@ class ToolPlan:
             if not isinstance(params, dict):
                 raise _tool_error(f"tools[{i}].function.parameters={short_repr(params)} must be a JSON schema "
                                   "(an object)", f"tools.{i}.function.parameters")
+            if fn.get("strict") is not None and not isinstance(fn["strict"], bool):
+                raise _tool_error(f"tools[{i}].function.strict={short_repr(fn['strict'])} must be a boolean",
+                                  f"tools.{i}.function.strict")
             names.append(name)
             specs.append((name, params))
+            strict.append(fn.get("strict") is True)
         if choice == "none":
             return None
         parallel = body.parallel_tool_calls is not False
@@ -200,7 +215,10 @@ class ToolPlan:
                 raise _tool_error("tools with tool_choice 'auto' need the server's --tool-call-parser (one of "
                                   f"{', '.join(TOOL_CALL_PARSERS)}) to read the model's calls; tool_choice "
                                   "'required' or a named function works without one", "tool_choice")
-            return ToolPlan("auto", body.tools, names, parser, None, first)
+            # Strict tools hold their calls' arguments to their schemas (use_markup), the others to an object.
+            allowed = tuple((name, params if st else {"type": "object"})
+                            for (name, params), st in zip(specs, strict, strict=True)) if any(strict) else ()
+            return ToolPlan("auto", body.tools, names, parser, None, first, allowed, parallel)
         if choice == "required":
             allowed, shown = specs, body.tools
         elif isinstance(choice, dict) and choice.get("type", "function") == "function" \
@@ -222,11 +240,12 @@ class ToolPlan:
         return ToolPlan("forced", shown, names, parser, schema, first, tuple(allowed), parallel, choice != "required")
 
     def markup_ids(self, tokenizer) -> dict[str, int] | None:
-        """Forced mode: the token id of each marker of the parser's call markup where each is one special token of
-        ``tokenizer`` and xgrammar can require tokens (its structural tags' token formats), else None (the calls
-        are then forced as a JSON array)."""
+        """The token id of each marker of the parser's call markup where the calls are to be constrained in it
+        (forced mode; auto mode with strict tools), each marker is one special token of ``tokenizer`` and xgrammar
+        can require tokens (its structural tags' token formats); else None (forced calls are then a JSON array,
+        auto's calls free)."""
         fmt = _FORMATS.get(self.parser)
-        if self.mode != "forced" or fmt is None or tokenizer is None:
+        if not self.allowed or fmt is None or tokenizer is None:
             return None
         try:
             from xgrammar import structural_tag
@@ -240,16 +259,20 @@ class ToolPlan:
         return {m: i[0] for m, i in ids.items()}
 
     def use_markup(self, ids: dict[str, int]) -> str:
-        """Forced mode in the parser's own markup (``ids``: markup_ids'): the structural tag that constrains the
-        output (SGLang's ``structural_tag`` sampling parameter) to calls written as the model writes them under
-        tool_choice auto; the answer is then read as auto's is. A named function is called once whatever
-        parallel_tool_calls says, as SGLang forces it in this markup (its JSON array allows several). 400 as
-        grammar()."""
+        """The structural tag (SGLang's ``structural_tag`` sampling parameter) that holds the calls to the parser's
+        own markup (``ids``: markup_ids'), as SGLang 0.5.23 constrains them: forced mode, the answer is calls written
+        as the model writes them under tool_choice auto (a named function called once whatever
+        parallel_tool_calls says, as SGLang's tag forces it; its JSON array allows several), read back as auto's
+        are; auto mode with strict tools, free text in which a call section holds strict tools' arguments to their
+        schemas (the others' to an object) and, without parallel_tool_calls, one call. 400 as grammar()."""
         self._check_parameters()
-        self.native = True
         fmt = _FORMATS[self.parser]()
-        return json.dumps({"type": "structural_tag", "format": fmt.forced_format(
-            list(self.allowed), self.parallel and not self.named, ids)})
+        if self.mode == "forced":
+            self.native = True
+            tag = fmt.markup_format(list(self.allowed), self.parallel and not self.named, ids)
+        else:
+            tag = fmt.markup_format(list(self.allowed), self.parallel, ids, forced=False)
+        return json.dumps({"type": "structural_tag", "format": tag})
 
     def _check_parameters(self) -> None:
         """400 naming ``tools`` where a parameters schema states a constraint xgrammar compiles but does not keep

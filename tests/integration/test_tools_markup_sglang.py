@@ -105,3 +105,47 @@ def test_forced_markup_is_within_sglangs_and_reads_the_same(choice, parallel):
         assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg["tool_calls"]] == \
             [(c.name, json.loads(c.parameters, strict=False)) for c in calls], (seed, text)
     assert done >= 3, seed
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_auto_with_strict_tools_is_within_sglangs_and_reads_the_same(parallel):
+    """tool_choice auto with strict tools: our walks (text, and calls where the section's marker is drawn) are
+    accepted by SGLang's auto tag for the same tools, and read the same by its kimi_k2 parser (content and calls)."""
+    import xgrammar as xgr
+    from sglang.srt.entrypoints.openai.protocol import Tool
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
+    from sglang.srt.function_call.kimik2_detector import KimiK2Detector
+
+    from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarSpec
+    from tests.server.test_tools import plan_for
+    from tests.server.test_tools_markup import random_walk
+
+    tok = byte_tokenizer()
+    stop, sb = tok.encode(IM_END)[0], tok.encode(MARKERS[0])[0]
+    ours = GrammarBackend(tok, tok.vocab_size, [stop])
+    plan = plan_for(TOOLS, tool_choice="auto", parallel=parallel)
+    spec = GrammarSpec("structural_tag", plan.use_markup(plan.markup_ids(tok)))
+    sgl_tools = [Tool.model_validate(t) for t in TOOLS]
+    tag = KimiK2Detector().get_structural_tag(tools=sgl_tools, tool_choice="auto", parallel_tool_calls=parallel)
+    info = xgr.TokenizerInfo([bytes([i]) for i in range(256)] + [b""], xgr.VocabType.RAW, vocab_size=257,
+                             stop_token_ids=[256])
+    theirs = xgr.GrammarCompiler(info).compile_structural_tag(tag)
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    with_calls = 0
+    for _ in range(20):
+        out = random_walk(ours, spec, stop, rng, 700, prefer=sb)
+        if out is None:
+            continue
+        text = tok.decode(out, skip_special_tokens=False)
+        m = xgr.GrammarMatcher(theirs)
+        assert all(m.accept_token(b) for b in text.encode()) and m.accept_token(256) and m.is_terminated(), \
+            (seed, text)
+        msg, _ = plan.message(text, "stop")
+        normal, calls = FunctionCallParser(tools=sgl_tools, tool_call_parser="kimi_k2").parse_non_stream(text)
+        ours_calls = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                      for c in msg.get("tool_calls", [])]
+        assert ours_calls == [(c.name, json.loads(c.parameters, strict=False)) for c in calls], (seed, text)
+        assert (msg["content"] or "") == normal, (seed, text)
+        with_calls += bool(ours_calls)
+    assert with_calls >= 2, seed

@@ -707,10 +707,12 @@ def scripted(tiny_model, tmp_path_factory, torch_one_thread):
     yield from scripted_app(tiny_model, str(tmp_path_factory.mktemp("marker_model")), tool_call_parser="kimi_k2")
 
 
-def scripted_app(tiny_model, target: str, specials: tuple[str, ...] = (), engine_args: dict | None = None, **config):
+def scripted_app(tiny_model, target: str, specials: tuple[str, ...] = (), engine_args: dict | None = None,
+                 eos: str | None = None, **config):
     """The ``scripted`` fixture's body (a generator: yields the app's holder, then shuts it down): the model
-    written to ``target`` with ``specials`` as special tokens too, the Engine given ``engine_args`` besides the
-    pair's, the app's ServerConfig given ``config``."""
+    written to ``target`` with ``specials`` as special tokens too (``eos``, one of them or IM_END, its EOS in
+    generation_config.json: the tiny pair has none), the Engine given ``engine_args`` besides the pair's, the
+    app's ServerConfig given ``config``."""
     from sglang_eagle3.engine import Engine
     from sglang_eagle3.runtime.grammar import GrammarSpec
     from sglang_eagle3.server import EngineDriver, ServerConfig, create_app
@@ -719,6 +721,12 @@ def scripted_app(tiny_model, target: str, specials: tuple[str, ...] = (), engine
         if f != "tokenizer.json":
             shutil.copy(os.path.join(tiny_model.target, f), target)
     write_marker_tokenizer(target, tiny_model.vocab_size, specials)
+    if eos is not None:
+        gen_path = os.path.join(target, "generation_config.json")
+        gen = json.load(open(gen_path)) if os.path.exists(gen_path) else {}
+        gen["eos_token_id"] = load_tokenizer(target).encode(eos)
+        with open(gen_path, "w") as f:
+            json.dump(gen, f)
     engine = Engine(model_path=target, speculative_algorithm="EAGLE3", speculative_draft_model_path=tiny_model.draft,
                     speculative_num_steps=3, device="cpu", log_level="warning", **(engine_args or {}))
     engine.tokenizer.set_chat_template(NAMES_TEMPLATE)

@@ -12,6 +12,7 @@ served answer (calls, ids, the stream equal to the whole answer) on the tiny pai
 from __future__ import annotations
 
 import json
+import logging
 import random
 
 import pytest
@@ -64,10 +65,12 @@ def backend(marker_tok, tiny_model):
 @pytest.fixture(scope="module")
 def scripted(tiny_model, tmp_path_factory, torch_one_thread):
     """test_tools' ``scripted`` app (the tiny pair, Kimi's markers in its tokenizer, --tool-call-parser kimi_k2),
-    its engine bounding a JSON value's whitespace runs: the tiny model pads with whitespace until max_tokens
-    otherwise, and few forced answers would finish."""
+    its engine bounding a JSON value's whitespace runs (the tiny model pads with whitespace until max_tokens
+    otherwise, and few forced answers would finish), with Kimi's turn end as its EOS (a grammar that lets the text
+    run free, auto's with strict tools, is complete at once on an engine without one, which then stops there)."""
     yield from scripted_app(tiny_model, str(tmp_path_factory.mktemp("markup_model")),
-                            engine_args={"constrained_json_max_whitespace_cnt": 1}, tool_call_parser="kimi_k2")
+                            engine_args={"constrained_json_max_whitespace_cnt": 1}, eos=IM_END,
+                            tool_call_parser="kimi_k2")
 
 
 def _named(name: str) -> dict:
@@ -195,10 +198,12 @@ def test_a_tag_naming_special_tokens_requires_them_and_nothing_else_writes_them(
     assert frozenset() in backend._compilers and len(backend._compilers) <= GrammarBackend.MAX_EXPOSING + 1
 
 
-def random_walk(backend, spec: GrammarSpec, stop: int, rng: random.Random, limit: int) -> list | None:
+def random_walk(backend, spec: GrammarSpec, stop: int, rng: random.Random, limit: int,
+                prefer: int | None = None) -> list | None:
     """Tokens drawn at random among those the grammar allows until it allows the stop token (taken then with
-    probability 1/2, at once past half of ``limit``); None where ``limit`` runs out first, or where the bytes are
-    not UTF-8 (xgrammar lets a few such sequences through, such as a 0xF7 lead byte: no model's text)."""
+    probability 1/2, at once past half of ``limit``; before that ``prefer``, where allowed, with probability 1/4);
+    None where ``limit`` runs out first, or where the bytes are not UTF-8 (xgrammar lets a few such sequences
+    through, such as a 0xF7 lead byte: no model's text)."""
     vocab = backend.vocab_size
     m = backend.matcher(spec)
     mask = torch.zeros(1, bitmask_words(vocab), dtype=torch.int32)
@@ -207,13 +212,16 @@ def random_walk(backend, spec: GrammarSpec, stop: int, rng: random.Random, limit
         m.fill(mask, 0)
         allowed = allowed_tokens(mask, vocab)[0].nonzero().flatten().tolist()
         assert allowed, out
-        if stop in allowed and (len(allowed) == 1 or step > limit // 2 or rng.random() < 0.5):
+        if prefer in allowed and rng.random() < 0.25:
+            t = prefer
+        elif stop in allowed and (len(allowed) == 1 or step > limit // 2 or rng.random() < 0.5):
             try:
                 b"".join(backend.tokenizer.token_bytes(t) for t in out).decode()
             except UnicodeDecodeError:
                 return None
             return out
-        t = rng.choice([t for t in allowed if t != stop])
+        else:
+            t = rng.choice([t for t in allowed if t != stop])
         assert m.accept(t)
         out.append(t)
     return None
@@ -353,3 +361,93 @@ def test_thinking_then_calls_in_markup_and_speculation_is_exact(thinking_model):
             args = json.loads(c["function"]["arguments"])
             assert not schema_errors(args, params_of(by_name[c["function"]["name"]])), args
     assert finished >= 1, [tok.decode(ids, skip_special_tokens=False) for ids in outputs[False]]
+
+
+# -- tool_choice auto with strict tools ------------------------------------------------------------------------------
+
+def _strict(tool: dict) -> dict:
+    return {**tool, "function": {**tool["function"], "strict": True}}
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_auto_with_strict_tools_holds_only_the_calls(marker_tok, backend, parallel):
+    """tool_choice auto with a strict tool (SGLang 0.5.23 constrains these): text runs free until the section's
+    marker opens calls; a strict tool's arguments must satisfy its schema, a non-strict one's be an object; no
+    other marker comes in the text; without parallel_tool_calls one call, and nothing after the section."""
+    tok = marker_tok
+    stop = tok.encode(IM_END)[0]
+    plan = plan_for([_strict(COUNT), FLAG], tool_choice="auto", parallel=parallel)
+    spec = _spec(plan, tok)
+    good = "Let me count. " + SB + call("functions.count:0", '{"n": 3, "tag": "x"}') + SE
+    for text in (good, "No calls needed.", SB + call("functions.flag:0", '{"any": [1, {"thing": null}]}') + SE):
+        ids = tok.encode(text) + [stop]
+        assert _walk(backend, spec, ids) == len(ids), text
+    broken = {
+        "a strict tool's arguments against its schema": SB + call("functions.count:0", '{"n": "3", "tag": "x"}') + SE,
+        "a non-strict tool's arguments not an object": SB + call("functions.flag:0", "[1]") + SE,
+        "a call marker outside a section": "Hm " + call("functions.count:0", '{"n": 3, "tag": "x"}'),
+        "a function not offered": SB + call("functions.nope:0", "{}") + SE,
+    }
+    if not parallel:
+        broken["a second call"] = SB + call("functions.flag:0", "{}") + call("functions.flag:1", "{}") + SE
+        broken["text after the section"] = good + "and more"
+    for why, text in broken.items():
+        ids = tok.encode(text)
+        assert _walk(backend, spec, ids) < len(ids), why
+    # without a strict tool, auto's calls are free (no grammar)
+    assert plan_for([COUNT, FLAG], tool_choice="auto").markup_ids(tok) is None
+
+
+def test_strict_must_be_a_boolean():
+    from sglang_eagle3.server.protocol import APIError
+
+    bad = {**FLAG, "function": {**FLAG["function"], "strict": "yes"}}
+    with pytest.raises(APIError) as e:
+        plan_for([COUNT, bad], tool_choice="auto")
+    assert e.value.param == "tools.1.function.strict" and "'yes'" in str(e.value)
+
+
+def test_auto_with_strict_tools_served(scripted):
+    """Served (the tiny pair, the section's marker pushed by logit_bias so that the model opens calls): the engine
+    gets the structural tag, and every call that comes is of an offered tool, a strict one's arguments satisfying
+    its schema; the stream gives the same."""
+    tools = [_strict(COUNT), _strict(PICK), FLAG]
+    by_name = {t["function"]["name"]: t for t in tools}
+    sb = scripted.tokenizer.encode(SB)[0]
+    came = 0
+    for parallel in (True, False):
+        for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": random.randrange(1000)}):
+            body = {"tools": tools, "parallel_tool_calls": parallel, "max_tokens": 80, "logit_bias": {str(sb): 30.0},
+                    **sampling}
+            whole, chunks = ask(scripted, None, body)
+            assert all(json.loads(p.structural_tag)["type"] == "structural_tag" for p in scripted.seen)
+            ch = whole["choices"][0]
+            content, calls, reason, _ = streamed_message(chunks)
+            assert reason == ch["finish_reason"] and calls == [{"index": i, **c} for i, c in
+                                                               enumerate(ch["message"].get("tool_calls", []))]
+            for c in ch["message"].get("tool_calls", []):
+                came += 1
+                name = c["function"]["name"]
+                args = json.loads(c["function"]["arguments"])
+                assert name in by_name and isinstance(args, dict), c
+                if by_name[name]["function"].get("strict"):
+                    assert not schema_errors(args, params_of(by_name[name])), args
+            assert parallel or len(ch["message"].get("tool_calls", [])) <= 1
+    assert came >= 1
+
+
+def test_auto_with_strict_tools_where_the_model_may_think(tiny_model, tmp_path_factory, caplog):
+    """A tokenizer with </think> as a special token (a thinking model's): strict tools under auto are held to their
+    schemas only where the engine's grammars wait for the thinking (its reasoning_parser, which --reasoning-parser
+    gives it too); elsewhere a grammar, which never allows a special token in free text, would keep the thinking
+    from ending, so the calls stay free, and the log says so once."""
+    caplog.set_level(logging.WARNING, logger="sglang_eagle3.server.openai_api")
+    for engine_args, constrained in (({}, False), ({"reasoning_parser": "kimi_k2"}, True)):
+        for app in scripted_app(tiny_model, str(tmp_path_factory.mktemp("think_auto")), ("<think>", "</think>"),
+                                engine_args=engine_args, eos=IM_END, tool_call_parser="kimi_k2",
+                                reasoning_parser="kimi_k2"):
+            for _ in range(2):
+                ask(app, None, {"tools": [_strict(COUNT), FLAG], "max_tokens": 5})
+            assert app.seen and all(bool(p.structural_tag) == constrained for p in app.seen), engine_args
+    said = [r for r in caplog.records if "strict: true" in r.getMessage()]
+    assert len(said) == 1 and "--reasoning-parser" in said[0].getMessage()
