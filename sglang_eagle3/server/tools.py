@@ -266,6 +266,14 @@ class ToolPlan:
         are; auto mode with strict tools, free text in which a call section holds strict tools' arguments to their
         schemas (the others' to an object) and, without parallel_tool_calls, one call. 400 as grammar()."""
         self._check_parameters()
+        import xgrammar  # (markup_ids found it)
+
+        for name, params in self.allowed:
+            try:  # (the tag's own error would quote the whole tag, which the client never wrote)
+                xgrammar.Grammar.from_json_schema(json.dumps(params))
+            except (RuntimeError, ValueError) as e:
+                raise APIError(400, f"tools: function {short_repr(name)}'s parameters are not a JSON schema this "
+                               f"server can follow: {xgrammar_reason(e)}", param="tools") from None
         fmt = _FORMATS[self.parser]()
         if self.mode == "forced":
             self.native = True

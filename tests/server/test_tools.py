@@ -757,7 +757,7 @@ def scripted_app(tiny_model, target: str, specials: tuple[str, ...] = (), engine
     driver = EngineDriver(engine, max_inflight=8)
     app = create_app(engine, driver, ServerConfig(served_model_name=MODEL, **config))
     driver.start()
-    Scripted.app, Scripted.tokenizer = app, engine.tokenizer
+    Scripted.app, Scripted.tokenizer, Scripted.driver = app, engine.tokenizer, driver
     yield Scripted
     driver.stop()
     engine.shutdown()

@@ -17,10 +17,13 @@ import random
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarSpec, allowed_tokens, bitmask_words
 from sglang_eagle3.tokenizer import load_tokenizer
 
+from .test_http_fuzz import EXAMPLES, FUZZ, _encode, chat_bodies, check, schema
 from .test_reasoning import thinking_model  # noqa: F401  (a fixture: the tiny pair, the markers as tokens)
 from .test_tools import (
     AB,
@@ -297,22 +300,32 @@ def test_forced_calls_served_in_kimis_markup(scripted):
 
 
 def test_unsupported_parameters_are_400_in_markup_too(scripted):
-    """A parameters schema xgrammar would keep only in part is refused (400 naming tools) as for the JSON array."""
+    """A parameters schema xgrammar would keep only in part, or cannot read (an unclosed pattern), is refused with
+    a 400 naming tools and the function, forced or strict under auto, as for the JSON array (not the structural
+    tag's own error, which would quote a tag the client never wrote)."""
     import asyncio
 
     import httpx
 
-    bad = {"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"not": {"type": "string"}}}}}}
+    def fn(params, strict=None):
+        return {"type": "function", "function": {"name": "f", "parameters": params,
+                                                 **({} if strict is None else {"strict": strict})}}
 
-    async def go():
+    async def go(tools, choice):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=scripted.app), base_url="http://t") as c:
             return await c.post("/v1/chat/completions", json={"model": "tiny", "messages": [
-                {"role": "user", "content": "hi"}], "tools": [bad], "tool_choice": "required"})
+                {"role": "user", "content": "hi"}], "tools": tools, "tool_choice": choice, "max_tokens": 2})
 
-    r = asyncio.run(go())
-    assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
-    assert "'f'" in r.json()["error"]["message"] and "not" in r.json()["error"]["message"]
+    partial = {"type": "object", "properties": {"x": {"not": {"type": "string"}}}}
+    unreadable = {"type": "object", "properties": {"x": {"type": "string", "pattern": "(("}}}
+    for params, words in ((partial, "not"), (unreadable, "parenthesis")):
+        for tools, choice in (([fn(params)], "required"), ([fn(params, True)], "auto")):
+            r = asyncio.run(go(tools, choice))
+            err = r.json()["error"]
+            assert r.status_code == 400 and err["param"] == "tools", r.text
+            assert "'f'" in err["message"] and words in err["message"] and "structural_tag" not in err["message"]
+    # a non-strict tool's schema is not followed under auto, so not checked either
+    assert asyncio.run(go([fn(unreadable, False)], "auto")).status_code == 200
 
 
 def test_thinking_then_calls_in_markup_and_speculation_is_exact(thinking_model):  # noqa: F811
@@ -451,3 +464,29 @@ def test_auto_with_strict_tools_where_the_model_may_think(tiny_model, tmp_path_f
             assert app.seen and all(bool(p.structural_tag) == constrained for p in app.seen), engine_args
     said = [r for r in caplog.records if "strict: true" in r.getMessage()]
     assert len(said) == 1 and "--reasoning-parser" in said[0].getMessage()
+
+
+def _markup_bodies() -> st.SearchStrategy:
+    """Chat bodies that mostly reach the markup's structural tag: well-formed tools (test_http_fuzz's odd schemas
+    among their parameters, strict or not), each tool_choice, parallel or not, streamed or not, n, a grammar beside
+    them at times (a 400), odd fields of test_http_fuzz's chat bodies now and then."""
+    tool = st.builds(lambda name, params, strict: {"type": "function", "function": {
+        "name": name, "parameters": params, **({} if strict is None else {"strict": strict})}},
+        st.sampled_from(["f", "g", "get.weather-2"]), schema, st.sampled_from([None, True, False]))
+    tools = st.lists(tool, min_size=1, max_size=3, unique_by=lambda t: t["function"]["name"])
+    choice = st.sampled_from(["auto", "required", {"type": "function", "function": {"name": "f"}}])
+    body = st.fixed_dictionaries(
+        {"model": st.just("tiny"), "messages": st.just([{"role": "user", "content": "hi"}]), "tools": tools,
+         "tool_choice": choice, "max_tokens": st.integers(1, 24)},
+        optional={"parallel_tool_calls": st.booleans(), "stream": st.booleans(), "n": st.integers(1, 2),
+                  "temperature": st.sampled_from([0, 1.0]), "response_format": st.just({"type": "json_object"})})
+    return st.one_of(body, body, body, chat_bodies())
+
+
+@settings(FUZZ, max_examples=max(20, EXAMPLES // 2))
+@given(body=_markup_bodies())
+def test_chat_fuzz_with_the_markup(scripted, body):
+    """Chat bodies with tools on a server whose tokenizer holds Kimi's markers, so that forced calls and strict tools
+    take the markup's structural tag (test_http_fuzz's rule): a 2xx or a 4xx in the error shape, never a 500, the
+    engine thread alive."""
+    check((scripted.app, scripted.driver), "POST", "/v1/chat/completions", _encode(body))
