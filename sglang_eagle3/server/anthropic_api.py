@@ -19,9 +19,9 @@ The translation:
 - Claude Code's fields a local server has no use for (``cache_control``, ``context_management``, ``container``,
   ``service_tier``, ``betas``, ``metadata``) are ignored; ``mcp_servers`` naming servers is a 400 (their tools would
   be called by the API's side).
-- ``tools`` (``{name, description, input_schema}``; ``[]``: none) -> functions; ``tool_choice`` ``auto`` / ``any`` /
-  ``tool`` / ``none`` -> ``auto`` / ``required`` / a named function / ``none`` (``auto`` / ``none`` without tools:
-  nothing), ``disable_parallel_tool_use`` -> ``parallel_tool_calls: false``.
+- ``tools`` (``{name, description, input_schema, strict}``; ``[]``: none) -> functions (``strict``: the chat's);
+  ``tool_choice`` ``auto`` / ``any`` / ``tool`` / ``none`` -> ``auto`` / ``required`` / a named function / ``none``
+  (``auto`` / ``none`` without tools: nothing), ``disable_parallel_tool_use`` -> ``parallel_tool_calls: false``.
 - ``thinking`` ``enabled`` (``budget_tokens`` >= 1024) / ``adaptive`` / ``disabled`` -> the template's thinking switch
   (``chat_template_kwargs`` ``thinking`` and ``enable_thinking``); left out, the template's default. ``budget_tokens``
   is enforced only where the engine runs strict thinking (``--enable-strict-thinking``): it is then the chat's
@@ -290,6 +290,11 @@ def _tools(tools: list | None) -> tuple[list[dict] | None, list[str]]:
             if not isinstance(description, str):
                 raise _bad(f"{at}.description={short_repr(description)} must be a string", f"{at}.description")
             fn["description"] = description
+        strict = tool.get("strict")
+        if strict is not None:  # (Anthropic's strict tool use: the input follows the schema)
+            if not isinstance(strict, bool):
+                raise _bad(f"{at}.strict={short_repr(strict)} must be a boolean", f"{at}.strict")
+            fn["strict"] = strict
         out.append({"type": "function", "function": fn})
         names.append(name)
     return out, names

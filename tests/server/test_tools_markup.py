@@ -490,3 +490,33 @@ def test_chat_fuzz_with_the_markup(scripted, body):
     take the markup's structural tag (test_http_fuzz's rule): a 2xx or a 4xx in the error shape, never a 500, the
     engine thread alive."""
     check((scripted.app, scripted.driver), "POST", "/v1/chat/completions", _encode(body))
+
+
+def test_anthropic_and_responses_strict_tools_take_the_markup(scripted):
+    """Anthropic's strict tool use (``strict`` on a tool) and the Responses API's strict functions reach the chat's
+    tools: under auto the engine gets the markup's structural tag; a strict that is not a boolean is a 400 naming
+    it on each API."""
+    import asyncio
+
+    import httpx
+
+    schema = params_of(COUNT)
+
+    async def go(path, body):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=scripted.app), base_url="http://t") as c:
+            return await c.post(path, json=body)
+
+    anthropic = {"model": "tiny", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}],
+                 "tools": [{"name": "count", "input_schema": schema, "strict": True}]}
+    responses = {"model": "tiny", "max_output_tokens": 3, "input": "hi",
+                 "tools": [{"type": "function", "name": "count", "parameters": schema, "strict": True}]}
+    for path, body in (("/v1/messages", anthropic), ("/v1/responses", responses)):
+        scripted.seen.clear()
+        r = asyncio.run(go(path, body))
+        assert r.status_code == 200, r.text
+        assert scripted.seen and all(json.loads(p.structural_tag)["format"]["type"] == "token_triggered_tags"
+                                     for p in scripted.seen), path
+        body["tools"][0]["strict"] = "yes"
+        r = asyncio.run(go(path, body))
+        assert r.status_code == 400 and "'yes'" in r.text, r.text
+        assert "tools.0.strict" in json.dumps(r.json()), r.text
