@@ -70,8 +70,8 @@ def test_forced_markup_is_within_sglangs_and_reads_the_same(choice, parallel):
     from sglang.srt.function_call.kimik2_detector import KimiK2Detector
 
     from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarSpec
+    from tests.server.grammar_walk import random_walk
     from tests.server.test_tools import plan_for
-    from tests.server.test_tools_markup import random_walk
 
     tok = byte_tokenizer()
     stop = tok.encode(IM_END)[0]
@@ -117,8 +117,8 @@ def test_auto_with_strict_tools_is_within_sglangs_and_reads_the_same(parallel):
     from sglang.srt.function_call.kimik2_detector import KimiK2Detector
 
     from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarSpec
+    from tests.server.grammar_walk import random_walk
     from tests.server.test_tools import plan_for
-    from tests.server.test_tools_markup import random_walk
 
     tok = byte_tokenizer()
     stop, sb = tok.encode(IM_END)[0], tok.encode(MARKERS[0])[0]

@@ -16,13 +16,13 @@ import logging
 import random
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarSpec, allowed_tokens, bitmask_words
+from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarSpec
 from sglang_eagle3.tokenizer import load_tokenizer
 
+from .grammar_walk import random_walk
 from .test_http_fuzz import EXAMPLES, FUZZ, _encode, chat_bodies, check, schema
 from .test_reasoning import thinking_model  # noqa: F401  (a fixture: the tiny pair, the markers as tokens)
 from .test_tools import (
@@ -199,35 +199,6 @@ def test_a_tag_naming_special_tokens_requires_them_and_nothing_else_writes_them(
             + [{"type": "token", "token": m} for m in (SB, SE, CB, AB, CE)[:1 + i // 5]]}}
         backend.compile(GrammarSpec("structural_tag", json.dumps(tag)))
     assert frozenset() in backend._compilers and len(backend._compilers) <= GrammarBackend.MAX_EXPOSING + 1
-
-
-def random_walk(backend, spec: GrammarSpec, stop: int, rng: random.Random, limit: int,
-                prefer: int | None = None) -> list | None:
-    """Tokens drawn at random among those the grammar allows until it allows the stop token (taken then with
-    probability 1/2, at once past half of ``limit``; before that ``prefer``, where allowed, with probability 1/4);
-    None where ``limit`` runs out first, or where the bytes are not UTF-8 (xgrammar lets a few such sequences
-    through, such as a 0xF7 lead byte: no model's text)."""
-    vocab = backend.vocab_size
-    m = backend.matcher(spec)
-    mask = torch.zeros(1, bitmask_words(vocab), dtype=torch.int32)
-    out: list[int] = []
-    for step in range(limit):
-        m.fill(mask, 0)
-        allowed = allowed_tokens(mask, vocab)[0].nonzero().flatten().tolist()
-        assert allowed, out
-        if prefer in allowed and rng.random() < 0.25:
-            t = prefer
-        elif stop in allowed and (len(allowed) == 1 or step > limit // 2 or rng.random() < 0.5):
-            try:
-                b"".join(backend.tokenizer.token_bytes(t) for t in out).decode()
-            except UnicodeDecodeError:
-                return None
-            return out
-        else:
-            t = rng.choice([t for t in allowed if t != stop])
-        assert m.accept(t)
-        out.append(t)
-    return None
 
 
 @pytest.mark.parametrize("parallel", [True, False])
