@@ -98,7 +98,7 @@ def make_tokenizer(template: str | None, specials: tuple[str, ...]) -> Tokenizer
         return "".join(text) + raw.decode(errors="replace")
 
     return Tokenizer(encode, decode, 256 + len(specials), None, None, template, special_tokens=ids,
-                     bos_token=specials[0])
+                     bos_token=specials[0], token_bytes=lambda i: bytes([i]) if i < 256 else names[i].encode())
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

@@ -1,8 +1,8 @@
-"""Kimi-K2's forced tool calls against SGLang 0.5.23's (ours: server/tools.py ToolPlan.use_markup). Whatever our
-grammar lets a model write (random walks through its masks, a fresh seed, over a byte-level tokenizer with Kimi's
-markers as special tokens) is accepted by the structural tag SGLang forces for the same request
-(KimiK2Detector.get_structural_tag: xgrammar's builtin "kimi" tag, compiled here over a byte vocabulary), and SGLang's
-kimi_k2 parser reads the same calls out of it as ours does."""
+"""Kimi-K2's forced tool calls, and strict tools under tool_choice auto, against SGLang 0.5.23's (ours: server/tools.py
+ToolPlan.use_markup). Whatever our grammar lets a model write (random walks through its masks, a fresh seed, over a
+byte-level tokenizer with Kimi's markers as special tokens) is accepted by the structural tag SGLang uses for the
+same request (KimiK2Detector.get_structural_tag: xgrammar's builtin "kimi" tag, compiled here over a byte
+vocabulary), and SGLang's kimi_k2 parser reads the same content and calls out of it as ours does."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import json
 import random
 
 import pytest
+
+from tests.test_auto_parsers import make_tokenizer
 
 from .conftest import needs_sglang
 
@@ -34,83 +36,11 @@ TOOLS = [
 ]
 
 
-def byte_tokenizer():
-    """Ids 0..255 the bytes, then Kimi's markers and its turn end as special tokens."""
-    from sglang_eagle3.tokenizer import Tokenizer
-
-    specials = {s: 256 + i for i, s in enumerate((*MARKERS, IM_END))}
-    names = {i: s for s, i in specials.items()}
-
-    def encode(text, _special=False):
-        out, i = [], 0
-        while i < len(text):
-            hit = next((s for s in specials if text.startswith(s, i)), None)
-            if hit is not None:
-                out.append(specials[hit])
-                i += len(hit)
-            else:
-                out += list(text[i].encode())
-                i += 1
-        return out
-
-    def decode(ids, skip):
-        raw = b"".join(bytes([t]) if t < 256 else (b"" if skip else names[t].encode()) for t in ids)
-        return raw.decode(errors="replace")
-
-    return Tokenizer(encode, decode, 256 + len(specials), specials[IM_END], None, None, special_tokens=specials,
-                     token_bytes=lambda i: bytes([i]) if i < 256 else names[i].encode())
-
-
-@pytest.mark.parametrize("choice", ["required", "count"])
-@pytest.mark.parametrize("parallel", [True, False])
-def test_forced_markup_is_within_sglangs_and_reads_the_same(choice, parallel):
-    import xgrammar as xgr
-    from sglang.srt.entrypoints.openai.protocol import Tool, ToolChoice
-    from sglang.srt.function_call.function_call_parser import FunctionCallParser
-    from sglang.srt.function_call.kimik2_detector import KimiK2Detector
-
-    from sglang_eagle3.runtime.grammar import GrammarBackend, GrammarSpec
-    from tests.server.grammar_walk import random_walk
-    from tests.server.test_tools import plan_for
-
-    tok = byte_tokenizer()
-    stop = tok.encode(IM_END)[0]
-    ours = GrammarBackend(tok, tok.vocab_size, [stop])
-    named = {"type": "function", "function": {"name": choice}}
-    plan = plan_for(TOOLS, tool_choice=choice if choice == "required" else named, parallel=parallel)
-    spec = GrammarSpec("structural_tag", plan.use_markup(plan.markup_ids(tok)))
-
-    sgl_tools = [Tool.model_validate(t) for t in TOOLS]
-    sgl_choice = "required" if choice == "required" else ToolChoice.model_validate(named)
-    tag = KimiK2Detector().get_structural_tag(tools=sgl_tools, tool_choice=sgl_choice, parallel_tool_calls=parallel)
-    info = xgr.TokenizerInfo([bytes([i]) for i in range(256)] + [b""], xgr.VocabType.RAW, vocab_size=257,
-                             stop_token_ids=[256])
-    theirs = xgr.GrammarCompiler(info).compile_structural_tag(tag)
-
-    seed = random.randrange(1 << 30)
-    rng = random.Random(seed)
-    done = 0
-    for _ in range(15):
-        out = random_walk(ours, spec, stop, rng, 700)
-        if out is None:
-            continue
-        done += 1
-        text = tok.decode(out, skip_special_tokens=False)
-        m = xgr.GrammarMatcher(theirs)
-        assert all(m.accept_token(b) for b in text.encode()) and m.accept_token(256) and m.is_terminated(), \
-            (seed, text)
-        msg, _ = plan.message(text, "stop")
-        normal, calls = FunctionCallParser(tools=sgl_tools, tool_call_parser="kimi_k2").parse_non_stream(text)
-        assert normal == "" and msg["content"] is None, (seed, text)
-        assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg["tool_calls"]] == \
-            [(c.name, json.loads(c.parameters, strict=False)) for c in calls], (seed, text)
-    assert done >= 3, seed
-
-
-@pytest.mark.parametrize("parallel", [True, False])
-def test_auto_with_strict_tools_is_within_sglangs_and_reads_the_same(parallel):
-    """tool_choice auto with strict tools: our walks (text, and calls where the section's marker is drawn) are
-    accepted by SGLang's auto tag for the same tools, and read the same by its kimi_k2 parser (content and calls)."""
+def _walks_read_alike(tool_choice, sglang_choice, parallel: bool, walks: int, section: bool = False) -> tuple:
+    """Random walks through our markup grammar for ``tool_choice`` (ToolPlan.use_markup over a byte tokenizer with
+    Kimi's markers as special tokens; ``section``: the section's marker drawn first with probability 1/4 where
+    allowed), each accepted byte by byte by SGLang's Kimi tag for ``sglang_choice`` and read by its kimi_k2 parser
+    as ours reads it (content and calls). (seed, walks that finished, those with calls)."""
     import xgrammar as xgr
     from sglang.srt.entrypoints.openai.protocol import Tool
     from sglang.srt.function_call.function_call_parser import FunctionCallParser
@@ -120,23 +50,24 @@ def test_auto_with_strict_tools_is_within_sglangs_and_reads_the_same(parallel):
     from tests.server.grammar_walk import random_walk
     from tests.server.test_tools import plan_for
 
-    tok = byte_tokenizer()
+    tok = make_tokenizer(None, (*MARKERS, IM_END))
     stop, sb = tok.encode(IM_END)[0], tok.encode(MARKERS[0])[0]
     ours = GrammarBackend(tok, tok.vocab_size, [stop])
-    plan = plan_for(TOOLS, tool_choice="auto", parallel=parallel)
+    plan = plan_for(TOOLS, tool_choice=tool_choice, parallel=parallel)
     spec = GrammarSpec("structural_tag", plan.use_markup(plan.markup_ids(tok)))
     sgl_tools = [Tool.model_validate(t) for t in TOOLS]
-    tag = KimiK2Detector().get_structural_tag(tools=sgl_tools, tool_choice="auto", parallel_tool_calls=parallel)
+    tag = KimiK2Detector().get_structural_tag(tools=sgl_tools, tool_choice=sglang_choice, parallel_tool_calls=parallel)
     info = xgr.TokenizerInfo([bytes([i]) for i in range(256)] + [b""], xgr.VocabType.RAW, vocab_size=257,
                              stop_token_ids=[256])
     theirs = xgr.GrammarCompiler(info).compile_structural_tag(tag)
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    with_calls = 0
-    for _ in range(20):
-        out = random_walk(ours, spec, stop, rng, 700, prefer=sb)
+    done = with_calls = 0
+    for _ in range(walks):
+        out = random_walk(ours, spec, stop, rng, 700, prefer=sb if section else None)
         if out is None:
             continue
+        done += 1
         text = tok.decode(out, skip_special_tokens=False)
         m = xgr.GrammarMatcher(theirs)
         assert all(m.accept_token(b) for b in text.encode()) and m.accept_token(256) and m.is_terminated(), \
@@ -148,4 +79,22 @@ def test_auto_with_strict_tools_is_within_sglangs_and_reads_the_same(parallel):
         assert ours_calls == [(c.name, json.loads(c.parameters, strict=False)) for c in calls], (seed, text)
         assert (msg["content"] or "") == normal, (seed, text)
         with_calls += bool(ours_calls)
+    return seed, done, with_calls
+
+
+@pytest.mark.parametrize("choice", ["required", "count"])
+@pytest.mark.parametrize("parallel", [True, False])
+def test_forced_markup_is_within_sglangs_and_reads_the_same(choice, parallel):
+    from sglang.srt.entrypoints.openai.protocol import ToolChoice
+
+    named = {"type": "function", "function": {"name": choice}}
+    ours, theirs = ("required", "required") if choice == "required" else (named, ToolChoice.model_validate(named))
+    seed, done, with_calls = _walks_read_alike(ours, theirs, parallel, 15)
+    assert done >= 3 and with_calls == done, seed  # (forced: every finished walk is calls)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_auto_with_strict_tools_is_within_sglangs_and_reads_the_same(parallel):
+    """tool_choice auto with strict tools: text, and calls where the section's marker is drawn."""
+    seed, _, with_calls = _walks_read_alike("auto", "auto", parallel, 20, section=True)
     assert with_calls >= 2, seed
