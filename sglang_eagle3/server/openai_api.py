@@ -746,8 +746,8 @@ def _free_text_can_think(serving: Serving) -> bool:
 
 def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) -> None:
     """The sampling a request with tools needs (server/tools.py): a forced call's grammar (in the parser's markup
-    where the tokenizer holds it, ToolPlan.use_markup; else a JSON array, ToolPlan.grammar), or the special tokens
-    a parser reads calls by."""
+    where the tokenizer holds it, ToolPlan.use_markup; else a JSON array, ToolPlan.grammar); under auto the special
+    tokens a parser reads calls by, and with a strict tool the markup's grammar where the thinking stays free."""
     if body.logprobs:
         raise APIError(400, "logprobs with tools are not supported (the calls are read out of the text the tokens "
                        "make)", param="logprobs")

@@ -265,15 +265,9 @@ class ToolPlan:
         parallel_tool_calls says, as SGLang's tag forces it; its JSON array allows several), read back as auto's
         are; auto mode with strict tools, free text in which a call section holds strict tools' arguments to their
         schemas (the others' to an object) and, without parallel_tool_calls, one call. 400 as grammar()."""
-        self._check_parameters()
         import xgrammar  # (markup_ids found it)
 
-        for name, params in self.allowed:
-            try:  # (the tag's own error would quote the whole tag, which the client never wrote)
-                xgrammar.Grammar.from_json_schema(json.dumps(params))
-            except (RuntimeError, ValueError) as e:
-                raise APIError(400, f"tools: function {short_repr(name)}'s parameters are not a JSON schema this "
-                               f"server can follow: {xgrammar_reason(e)}", param="tools") from None
+        self._check_parameters(xgrammar)
         fmt = _FORMATS[self.parser]()
         if self.mode == "forced":
             self.native = True
@@ -282,14 +276,20 @@ class ToolPlan:
             tag = fmt.markup_format(list(self.allowed), self.parallel, ids, forced=False)
         return json.dumps({"type": "structural_tag", "format": tag})
 
-    def _check_parameters(self) -> None:
-        """400 naming ``tools`` where a parameters schema states a constraint xgrammar compiles but does not keep
-        (what json_schema requests are refused for)."""
+    def _check_parameters(self, xgrammar) -> None:
+        """400 naming ``tools`` and the function where a parameters schema states a constraint xgrammar compiles but
+        does not keep (what json_schema requests are refused for), or is not one xgrammar reads (its error for the
+        whole grammar would quote that grammar, which the client never wrote)."""
         for name, params in self.allowed:
             reason = unenforced_json_schema(params)
             if reason is not None:
                 raise APIError(400, f"tools: function {short_repr(name)}'s parameters are not supported: {reason}",
                                param="tools")
+            try:
+                xgrammar.Grammar.from_json_schema(json.dumps(params))
+            except (RuntimeError, ValueError) as e:
+                raise APIError(400, f"tools: function {short_repr(name)}'s parameters are not a JSON schema this "
+                               f"server can follow: {xgrammar_reason(e)}", param="tools") from None
 
     def grammar(self) -> str:
         """The forced mode's constraint as a JSON array: ``schema`` as an EBNF grammar of JSON with fixed
@@ -301,7 +301,7 @@ class ToolPlan:
         except ImportError:
             raise APIError(400, f"tool_choice {self.mode} needs the server's grammar backend (the 'xgrammar' "
                            "package)", param="tool_choice") from None
-        self._check_parameters()
+        self._check_parameters(xgrammar)
         try:
             return str(xgrammar.Grammar.from_json_schema(json.dumps(self.schema), any_whitespace=False))
         except (RuntimeError, ValueError) as e:

@@ -297,6 +297,12 @@ def test_unsupported_parameters_are_400_in_markup_too(scripted):
             assert "'f'" in err["message"] and words in err["message"] and "structural_tag" not in err["message"]
     # a non-strict tool's schema is not followed under auto, so not checked either
     assert asyncio.run(go([fn(unreadable, False)], "auto")).status_code == 200
+    # the JSON array's path (a tokenizer without the markers) names the function too
+    from sglang_eagle3.server.protocol import APIError
+
+    with pytest.raises(APIError) as e:
+        plan_for([fn(unreadable)], tool_choice="required").grammar()
+    assert e.value.param == "tools" and "'f'" in str(e.value) and "parenthesis" in str(e.value)
 
 
 def test_thinking_then_calls_in_markup_and_speculation_is_exact(thinking_model):  # noqa: F811
