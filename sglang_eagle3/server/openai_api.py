@@ -569,19 +569,24 @@ async def start_chat(serving: Serving, body: ChatCompletionRequest) -> ChatCall:
                        "is not supported (whether the continued text is reasoning or answer is not known); set "
                        "separate_reasoning: false", param="continue_final_message")
 
-    def build() -> tuple[list[int], list]:
+    def build() -> tuple[list[int], list, bool]:
         ids = prompt.encode(serving, body.add_generation_prompt)
+        end = _opened_thinking_end(serving, ids) if plan is not None and plan.markup is not None else None
+        if end is not None:  # (the markup's grammar leaves the opened thinking room)
+            sp["structural_tag"] = plan.use_markup(plan.markup, thinking_end=end)
         # No limit asked: whatever the context (and KV cache, less the draft lookahead) leaves.
         return ids, [serving.make_request(input_ids=ids, sampling_params=seeded(sp, j), prompt_param="messages",
                                           names=names, default_max_new_tokens=serving.model.context_length,
                                           return_logprob=logprobs, top_logprobs_num=body.top_logprobs,
                                           rid=rid if n == 1 else f"{rid}_{j}")
-                     for j in range(n)]
+                     for j in range(n)], end is not None
 
-    ids, reqs = await serving.off_loop(build)
-    if thinking is not None and (not any(k in sp for k in GRAMMAR_KINDS) or _grammar_waits_for_thinking(serving)):
+    ids, reqs, thinking_room = await serving.off_loop(build)
+    if thinking is not None and (not any(k in sp for k in GRAMMAR_KINDS) or _grammar_waits_for_thinking(serving)
+                                 or thinking_room):
         # A template that opens the reasoning in the generation prompt (Kimi-K2.5's): the output starts inside it.
-        # (A grammar on an engine whose grammars do not wait for the thinking holds the output from its first token.)
+        # (A grammar on an engine whose grammars do not wait for the thinking holds the output from its first token,
+        # unless it leaves the thinking room itself, as the markup's does.)
         thinking = opened_by_prompt(thinking, serving.tokenizer.decode(ids[-8:], skip_special_tokens=False))
     sub = serving.submit(reqs, stream=bool(body.stream))
     return ChatCall(body, sub, ids, plan, thinking, serving.token_table if logprobs else None, rid, int(time.time()),
@@ -731,23 +736,27 @@ def _reasoning_format(body, serving: Serving, sp: dict) -> ReasoningFormat | Non
     return fmt
 
 
-def _free_text_can_think(serving: Serving) -> bool:
-    """Whether a grammar that lets the answer's text run free (tool_choice auto with strict tools) leaves the model
-    its thinking: the engine's grammars wait for the thinking to end (_grammar_waits_for_thinking), or its tokenizer
-    has no thinking end marker as a special token (the server's reasoning format's, else Kimi-K2's), which a
-    grammar never allows (runtime/grammar.py)."""
-    if _grammar_waits_for_thinking(serving):
-        return True
-    fmt = REASONING_FORMATS[serving.config.reasoning_parser or "kimi_k2"]
+def _opened_thinking_end(serving: Serving, ids: list[int]) -> int | None:
+    """The thinking's end marker id where the prompt ``ids`` end with its start marker (the chat template opened the
+    thinking: Kimi-K2.5's does unless ``thinking`` is false) and the engine's grammars do not wait for the thinking
+    (_grammar_waits_for_thinking), else None: a grammar from the output's first token must then leave the thinking
+    room (ToolPlan.use_markup's ``thinking_end``), since no grammar allows a special token in free text. The
+    markers are the server's reasoning format's, else Kimi-K2's (the tool-call markup's family); each one special
+    token."""
     tok = serving.tokenizer
-    ids = tok.encode(fmt.end) if tok is not None else []
-    return not (len(ids) == 1 and ids[0] in tok.special_ids)
+    if tok is None or not ids or _grammar_waits_for_thinking(serving):
+        return None
+    fmt = REASONING_FORMATS[serving.config.reasoning_parser or "kimi_k2"]
+    start, end = tok.encode(fmt.start), tok.encode(fmt.end)
+    if len(start) == len(end) == 1 and {start[0], end[0]} <= tok.special_ids and ids[-1] == start[0]:
+        return end[0]
+    return None
 
 
 def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) -> None:
     """The sampling a request with tools needs (server/tools.py): a forced call's grammar (in the parser's markup
     where the tokenizer holds it, ToolPlan.use_markup; else a JSON array, ToolPlan.grammar); under auto the special
-    tokens a parser reads calls by, and with a strict tool the markup's grammar where the thinking stays free."""
+    tokens a parser reads calls by, and with a strict tool the markup's grammar."""
     if body.logprobs:
         raise APIError(400, "logprobs with tools are not supported (the calls are read out of the text the tokens "
                        "make)", param="logprobs")
@@ -758,17 +767,11 @@ def _use_tools(plan: ToolPlan, body, sp: dict, names: dict, serving: Serving) ->
         raise APIError(400, f"tool_choice={short_repr(body.tool_choice or 'auto')} {why}; it cannot be combined "
                        f"with {names.get(given, given)}", param="tool_choice")
     markup = plan.markup_ids(serving.tokenizer)  # (forced mode, or auto with strict tools: else None)
-    if markup is not None and plan.mode == "auto" and not _free_text_can_think(serving):
-        markup = None
-        if not serving.warned_strict_auto:
-            serving.warned_strict_auto = True
-            logger.warning("tools with strict: true under tool_choice auto are not held to their schemas on this "
-                           "server: the model may think (its tokenizer holds </think>) and the grammars here do not "
-                           "wait for the thinking (start the server with --reasoning-parser)")
     if markup is not None:
         # In the model's own call markup (Kimi-K2's special tokens), as SGLang constrains it: forced calls rather
         # than a JSON array the model was never trained to write, strict tools' arguments under auto; decoded with
-        # its special tokens, as auto's calls are.
+        # its special tokens, as auto's calls are. (A thinking the prompt opens: _opened_thinking_end, once the
+        # prompt is encoded.)
         sp["structural_tag"] = plan.use_markup(markup)
         names["structural_tag"] = "tools"  # (a parameters schema that does not compile)
         sp["skip_special_tokens"] = False

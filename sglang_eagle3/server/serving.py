@@ -119,7 +119,6 @@ class Serving:
     def __init__(self, engine, driver: EngineDriver, config: ServerConfig, model: ModelInfo):
         self.engine, self.driver, self.config, self.model = engine, driver, config, model
         self.warned_tools_template = False  # (openai_api._use_tools: once a server)
-        self.warned_strict_auto = False  # (likewise)
         self.tokenizer = engine.tokenizer
         self.token_table = TokenTable(self.tokenizer) if self.tokenizer is not None else None
         self.metrics = driver.metrics

@@ -170,6 +170,7 @@ class ToolPlan:
     named: bool = False  # forced mode: tool_choice named the function
     # forced mode in the parser's own markup (use_markup), read as tool_choice auto's calls are; else a JSON array
     native: bool = False
+    markup: dict[str, int] | None = None  # the markers' ids where the output is constrained in the markup
 
     @staticmethod
     def of(body, parser: str | None, messages: list[dict]) -> ToolPlan | None:
@@ -258,22 +259,29 @@ class ToolPlan:
             return None
         return {m: i[0] for m, i in ids.items()}
 
-    def use_markup(self, ids: dict[str, int]) -> str:
+    def use_markup(self, ids: dict[str, int], thinking_end: int | None = None) -> str:
         """The structural tag (SGLang's ``structural_tag`` sampling parameter) that holds the calls to the parser's
         own markup (``ids``: markup_ids'), as SGLang 0.5.23 constrains them: forced mode, the answer is calls written
         as the model writes them under tool_choice auto (a named function called once whatever
         parallel_tool_calls says, as SGLang's tag forces it; its JSON array allows several), read back as auto's
         are; auto mode with strict tools, free text in which a call section holds strict tools' arguments to their
-        schemas (the others' to an object) and, without parallel_tool_calls, one call. 400 as grammar()."""
+        schemas (the others' to an object) and, without parallel_tool_calls, one call. ``thinking_end``: the output
+        starts inside a thinking (the prompt opened it, and the engine's grammars do not wait for it), free text
+        up to that token (the end marker's id), as SGLang's tag holds a reasoning prefix then. 400 as grammar()."""
         import xgrammar  # (markup_ids found it)
 
         self._check_parameters(xgrammar)
         fmt = _FORMATS[self.parser]()
+        self.markup = ids
         if self.mode == "forced":
             self.native = True
             tag = fmt.markup_format(list(self.allowed), self.parallel and not self.named, ids)
         else:
             tag = fmt.markup_format(list(self.allowed), self.parallel, ids, forced=False)
+        if thinking_end is not None:
+            thinking = {"type": "tag", "begin": "", "content": {"type": "any_text"},
+                        "end": {"type": "token", "token": thinking_end}}
+            tag = {"type": "sequence", "elements": [thinking, tag]}
         return json.dumps({"type": "structural_tag", "format": tag})
 
     def _check_parameters(self, xgrammar) -> None:

@@ -12,7 +12,6 @@ served answer (calls, ids, the stream equal to the whole answer) on the tiny pai
 from __future__ import annotations
 
 import json
-import logging
 import random
 
 import pytest
@@ -430,21 +429,47 @@ def test_auto_with_strict_tools_served(scripted):
     assert came >= 1
 
 
-def test_auto_with_strict_tools_where_the_model_may_think(tiny_model, tmp_path_factory, caplog):
-    """A tokenizer with </think> as a special token (a thinking model's): strict tools under auto are held to their
-    schemas only where the engine's grammars wait for the thinking (its reasoning_parser, which --reasoning-parser
-    gives it too); elsewhere a grammar, which never allows a special token in free text, would keep the thinking
-    from ending, so the calls stay free, and the log says so once."""
-    caplog.set_level(logging.WARNING, logger="sglang_eagle3.server.openai_api")
-    for engine_args, constrained in (({}, False), ({"reasoning_parser": "kimi_k2"}, True)):
-        for app in scripted_app(tiny_model, str(tmp_path_factory.mktemp("think_auto")), ("<think>", "</think>"),
-                                engine_args=engine_args, eos=IM_END, tool_call_parser="kimi_k2",
-                                reasoning_parser="kimi_k2"):
-            for _ in range(2):
-                ask(app, None, {"tools": [_strict(COUNT), FLAG], "max_tokens": 5})
-            assert app.seen and all(bool(p.structural_tag) == constrained for p in app.seen), engine_args
-    said = [r for r in caplog.records if "strict: true" in r.getMessage()]
-    assert len(said) == 1 and "--reasoning-parser" in said[0].getMessage()
+def test_a_thinking_the_prompt_opens_is_left_room(tiny_model, tmp_path_factory):
+    """A thinking model (<think> / </think> special tokens), forced calls and strict tools under auto: where the chat
+    template opens the thinking (the prompt ends with <think>) and the engine's grammars do not wait for it, the
+    markup's tag starts with free text up to </think> (no grammar lets a special token into free text, so the
+    thinking could not end otherwise; SGLang's tag holds a reasoning prefix then); with the engine waiting (its
+    reasoning_parser), or a prompt that opens none, it does not. Served with </think> pushed: the output ends the
+    thinking, then the forced section's calls come, and the server's reasoning parser splits the (empty)
+    thinking off."""
+    from .test_tools import NAMES_TEMPLATE
+
+    opening = NAMES_TEMPLATE.replace("<|assistant|>\n{% endif %}", "<|assistant|>\n<think>{% endif %}")
+    assert opening != NAMES_TEMPLATE
+    seen = {}
+    for waits in (False, True):
+        for app in scripted_app(tiny_model, str(tmp_path_factory.mktemp("think_room")), ("<think>", "</think>"),
+                                engine_args={"constrained_json_max_whitespace_cnt": 1,
+                                             **({"reasoning_parser": "kimi_k2"} if waits else {})},
+                                eos=IM_END, tool_call_parser="kimi_k2", reasoning_parser="kimi_k2"):
+            end = app.tokenizer.encode("</think>")[0]
+            for template in (NAMES_TEMPLATE, opening):
+                app.tokenizer.set_chat_template(template)
+                for choice, tools in (("required", [COUNT, FLAG]), ("auto", [_strict(COUNT), FLAG])):
+                    # (the tag is what the other cases check: a few tokens do)
+                    room_forced = template == opening and not waits and choice == "required"
+                    whole, _ = ask(app, None, {"tools": tools, "tool_choice": choice, "parallel_tool_calls": False,
+                                               "max_tokens": 60 if room_forced else 2,
+                                               "logit_bias": {str(end): 30.0}, "temperature": 0})
+                    tags = {p.structural_tag for p in app.seen}
+                    assert len(tags) == 1 and None not in tags, tags
+                    fmt = json.loads(tags.pop())["format"]
+                    room = fmt["type"] == "sequence" and fmt["elements"][0].get("end") == {"type": "token",
+                                                                                         "token": end}
+                    seen[(waits, template == opening, choice)] = room
+                    msg = whole["choices"][0]["message"]
+                    if room_forced:  # (</think> first, then one call: the thinking is split off, empty)
+                        assert whole["choices"][0]["finish_reason"] == "tool_calls", whole
+                        assert msg["reasoning_content"] == "" and msg["content"] is None, msg
+                        assert len(msg["tool_calls"]) == 1 and msg["tool_calls"][0]["function"]["name"] in (
+                            "count", "flag"), msg
+    assert seen == {(waits, opens, choice): opens and not waits for waits in (False, True)
+                    for opens in (False, True) for choice in ("required", "auto")}, seen
 
 
 def _markup_bodies() -> st.SearchStrategy:
