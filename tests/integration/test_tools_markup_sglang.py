@@ -38,7 +38,7 @@ TOOLS = [
 
 def _walks_read_alike(tool_choice, sglang_choice, parallel: bool, walks: int, section: bool = False) -> tuple:
     """Random walks through our markup grammar for ``tool_choice`` (ToolPlan.use_markup over a byte tokenizer with
-    Kimi's markers as special tokens; ``section``: the section's marker drawn first with probability 1/4 where
+    Kimi's markers as special tokens; ``section``: the section's marker drawn first with probability 0.6 where
     allowed), each accepted byte by byte by SGLang's Kimi tag for ``sglang_choice`` and read by its kimi_k2 parser
     as ours reads it (content and calls). (seed, walks that finished, those with calls)."""
     import xgrammar as xgr
@@ -64,7 +64,7 @@ def _walks_read_alike(tool_choice, sglang_choice, parallel: bool, walks: int, se
     rng = random.Random(seed)
     done = with_calls = 0
     for _ in range(walks):
-        out = random_walk(ours, spec, stop, rng, 700, prefer=sb if section else None)
+        out = random_walk(ours, spec, stop, rng, 700, prefer=sb if section else None, p_prefer=0.6)
         if out is None:
             continue
         done += 1

@@ -12,11 +12,11 @@ from sglang_eagle3.runtime.grammar import GrammarSpec, allowed_tokens, bitmask_w
 
 
 def random_walk(backend, spec: GrammarSpec, stop: int, rng: random.Random, limit: int,
-                prefer: int | None = None) -> list | None:
+                prefer: int | None = None, p_prefer: float = 0.25) -> list | None:
     """Tokens drawn at random among those the grammar allows until it allows the stop token (taken then with
-    probability 1/2, at once past half of ``limit``; before that ``prefer``, where allowed, with probability 1/4);
-    None where ``limit`` runs out first, or where the bytes are not UTF-8 (xgrammar lets a few such sequences
-    through, such as a 0xF7 lead byte: no model's text)."""
+    probability 1/2, at once past half of ``limit``; before that ``prefer``, where allowed, with probability
+    ``p_prefer``); None where ``limit`` runs out first, or where the bytes are not UTF-8 (xgrammar lets a few such
+    sequences through, such as a 0xF7 lead byte: no model's text)."""
     vocab = backend.vocab_size
     m = backend.matcher(spec)
     mask = torch.zeros(1, bitmask_words(vocab), dtype=torch.int32)
@@ -25,7 +25,7 @@ def random_walk(backend, spec: GrammarSpec, stop: int, rng: random.Random, limit
         m.fill(mask, 0)
         allowed = allowed_tokens(mask, vocab)[0].nonzero().flatten().tolist()
         assert allowed, out
-        if prefer in allowed and rng.random() < 0.25:
+        if prefer in allowed and rng.random() < p_prefer:
             t = prefer
         elif stop in allowed and (len(allowed) == 1 or step > limit // 2 or rng.random() < 0.5):
             try:
