@@ -42,6 +42,7 @@ from sglang_eagle3.runtime.grammar import (  # noqa: E402
     GrammarSpec,
     allowed_tokens,
 )
+from sglang_eagle3.server.tools import KimiK2Format  # noqa: E402
 from sglang_eagle3.tokenizer import load_tokenizer  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
@@ -58,25 +59,46 @@ GRAMMARS = {"json_any": GrammarSpec("json_schema", "$$ANY$$"), "json_schema": Gr
             "structural_tag_forced": GrammarSpec("structural_tag", json.dumps({"format": {
                 "type": "tag", "begin": "<call>", "content": {"type": "json_schema", "json_schema": SCHEMA},
                 "end": "</call>"}}))}
+# Kimi-K2's tool-call markers and thinking end: special tokens at the top of the synthetic vocabulary, for the tool
+# calls held to its markup (server/tools.py ToolPlan.use_markup); these grammars' first compile builds the compiler
+# whose vocabulary lets a tag require them (runtime/grammar.py grammar_vocab), so their compile_s holds that build.
+KIMI_MARKERS = KimiK2Format.MARKERS + ("</think>",)
+
+
+def _kimi_tags(ids: dict[str, int]) -> dict[str, GrammarSpec]:
+    """Forced calls to one function of SCHEMA in Kimi's markup, and tool_choice auto with it strict (free text in
+    which the section's marker opens calls: a random walk seldom draws it, so these rows are the free text's);
+    ``ids``: the markers' token ids."""
+    fmt = KimiK2Format()
+    return {name: GrammarSpec("structural_tag", json.dumps({"type": "structural_tag", "format": fmt.markup_format(
+        [("record", SCHEMA)], True, ids, forced=forced)})) for name, forced in (("kimi_forced", True),
+                                                                                  ("kimi_strict_auto", False))}
 
 
 class _SyntheticTokenizer:
-    """The Tokenizer interface grammar_vocab reads (token_bytes, special_ids, vocab_size) over V ids."""
+    """The Tokenizer interface grammar_vocab reads (token_bytes, special_ids, vocab_size, encode for a special
+    token's text) over V ids, Kimi's markers (KIMI_MARKERS) its last ids."""
 
     def __init__(self, V: int, seed: int = 0):
         base = load_tokenizer(f"{EMBEDDED_DIR}/target")
-        self.special_ids = frozenset(base.special_ids)
         pieces = [base.token_bytes(i) for i in range(base.vocab_size)]
         rng = random.Random(seed)
-        text = [p for i, p in enumerate(pieces) if i not in self.special_ids and p]
+        text = [p for i, p in enumerate(pieces) if i not in base.special_ids and p]
         # A second piece without whitespace: as a BPE over pre-split words, a token holds at most a leading space
         # (a pair across a space, "ing the", is rare in real vocabularies and costs a regex's mask the most).
         inner = [p for p in text if not any(c in p for c in b" \t\n")]
-        self._bytes = pieces + [rng.choice(text) + rng.choice(inner) for _ in range(V - len(pieces))]
+        n = V - len(pieces) - len(KIMI_MARKERS)
+        self._bytes = pieces + [rng.choice(text) + rng.choice(inner) for _ in range(n)] + [
+            m.encode() for m in KIMI_MARKERS]
+        self.markers = {m: V - len(KIMI_MARKERS) + i for i, m in enumerate(KIMI_MARKERS)}
+        self.special_ids = frozenset(base.special_ids) | frozenset(self.markers.values())
         self.vocab_size, self.eos_token_id = V, base.eos_token_id
 
     def token_bytes(self, i: int) -> bytes:
         return self._bytes[i]
+
+    def encode(self, text: str) -> list[int]:
+        return [self.markers[text]] if text in self.markers else list(text.encode())
 
 
 def _walk(backend: GrammarBackend, spec: GrammarSpec, n: int, rng: random.Random, eos: int) -> list[int]:
@@ -134,14 +156,22 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--fill-threads", type=int, nargs="*", default=[2],
                     help="thread counts for the default_tN modes (RowFiller)")
+    ap.add_argument("--grammars", nargs="+", help="these of the grammars only (default: all): "
+                    + ", ".join([*GRAMMARS, "kimi_forced", "kimi_strict_auto"]))
     ap.add_argument("--out")
     a = ap.parse_args()
     tok = _SyntheticTokenizer(a.vocab)
+    grammars = {**GRAMMARS, **_kimi_tags(tok.markers)}
+    unknown = sorted(set(a.grammars or ()) - set(grammars))
+    if unknown:
+        ap.error(f"--grammars {' '.join(unknown)}: not among {', '.join(grammars)}")
     t0 = time.perf_counter()
     backend = GrammarBackend(tok, a.vocab, [tok.eos_token_id], fill_threads=1)
     threaded = {n: GrammarBackend(tok, a.vocab, [tok.eos_token_id], fill_threads=n) for n in a.fill_threads}
     rows = []
-    for name, spec in GRAMMARS.items():
+    for name, spec in grammars.items():
+        if a.grammars and name not in a.grammars:
+            continue
         t = time.perf_counter()
         backend.compile(spec)
         compile_s = time.perf_counter() - t
