@@ -723,7 +723,10 @@ def scripted_app(tiny_model, target: str, specials: tuple[str, ...] = (), engine
     write_marker_tokenizer(target, tiny_model.vocab_size, specials)
     if eos is not None:
         gen_path = os.path.join(target, "generation_config.json")
-        gen = json.load(open(gen_path)) if os.path.exists(gen_path) else {}
+        gen = {}
+        if os.path.exists(gen_path):
+            with open(gen_path) as f:
+                gen = json.load(f)
         gen["eos_token_id"] = load_tokenizer(target).encode(eos)
         with open(gen_path, "w") as f:
             json.dump(gen, f)
