@@ -4,7 +4,12 @@
 #    benchmarks/rounds/session64_kernel_tests_not_run.txt; T_K sets the stage limit).
 # e: the CUDA engine's grammar, sampled and strict-thinking tests at HEAD (runtime/grammar.py's compilers became an
 #    LRU keyed by the special tokens a tag exposes in the sixty-fifth session; xgrammar from .carry/wheels).
-#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session66_round.sh ke | k | e
+# x: the shared_expert overlap (layers/overlap.py: the router + shared gate/up pair's two matrices as two launches,
+#    the shared expert whole on the side stream beside the router, the routing and the experts' gate/up): its GPU
+#    tests (the pair's parts bit for bit at Kimi's shapes; the model's logits equal shared_down's, eager and
+#    replayed), then the 61-layer step paired against the default shared_down (uniform routing, 1k and 8k, T = 1, 2,
+#    4), each crossed with SGLANG_EAGLE3_PDL=1 (the default again: a second capture of each, the run's noise).
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session66_round.sh ke | k | e | x
 # Results land in $OUT; copied to benchmarks/results/<gpu>/session66_*_<commit>.txt.
 source "$(dirname "$0")/gpu_stages.sh"
 parts=${1:?parts: any of k e}
@@ -17,5 +22,13 @@ esac
 case $parts in *e*)
   TAIL=25 stage tests_engine_grammar "${T_E:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
      tests/gpu/test_cuda_engine.py tests/gpu/test_strict_thinking_cuda.py -k "grammar or sampled or strict" ;;
+esac
+case $parts in *x*)
+  TAIL=12 stage tests_shared_expert "${T_XT:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
+     tests/test_overlap.py tests/kernels/test_kernels_gpu.py -k "shared_expert or gemv_fma_pair"
+  TAIL=30 stage paired_shared_expert "${T_XP:-330}" python benchmarks/bench_verify_graph.py --backends triton \
+     --contexts 1024 8192 --max-tokens 4 --tokens 1 2 4 --eager-iters 1 --graph-iters 5 --routing uniform \
+     --overlap-variants shared_down shared_down,shared_expert --env-variants '' SGLANG_EAGLE3_PDL=1 --paired 100 \
+     --out "$OUT/paired_shared_expert.json" ;;
 esac
 collect
