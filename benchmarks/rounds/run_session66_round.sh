@@ -7,12 +7,13 @@
 # x: the shared_expert overlap (layers/overlap.py: the router + shared gate/up pair's two matrices as two launches,
 #    the shared expert whole on the side stream beside the router, the routing and the experts' gate/up): its GPU
 #    tests (the pair's parts bit for bit at Kimi's shapes; the model's logits equal shared_down's, eager and
-#    replayed), then the 61-layer step paired against the default shared_down (uniform routing, 1k and 8k, T = 1, 2,
-#    4), each crossed with SGLANG_EAGLE3_PDL=1 (the default again: a second capture of each, the run's noise).
-#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session66_round.sh ke | k | e | x
+#    replayed).
+# p: the 61-layer step with it paired against the default shared_down (uniform routing, 1k and 8k, T = 1, 2, 4),
+#    each crossed with SGLANG_EAGLE3_PDL=1 (the default again: a second capture of each, the run's noise).
+#   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session66_round.sh kx | pe | any of k e x p
 # Results land in $OUT; copied to benchmarks/results/<gpu>/session66_*_<commit>.txt.
 source "$(dirname "$0")/gpu_stages.sh"
-parts=${1:?parts: any of k e}
+parts=${1:?parts: any of k e x p}
 record_gpu
 case $parts in *k*)
   TAIL=25 stage tests_kernels_not_run "${T_K:-330}" python -c "import sys, pytest; sys.exit(pytest.main(['-q', \
@@ -25,7 +26,9 @@ case $parts in *e*)
 esac
 case $parts in *x*)
   TAIL=12 stage tests_shared_expert "${T_XT:-150}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
-     tests/test_overlap.py tests/kernels/test_kernels_gpu.py -k "shared_expert or gemv_fma_pair"
+     tests/test_overlap.py tests/kernels/test_kernels_gpu.py -k "shared_expert or gemv_fma_pair" ;;
+esac
+case $parts in *p*)
   TAIL=30 stage paired_shared_expert "${T_XP:-330}" python benchmarks/bench_verify_graph.py --backends triton \
      --contexts 1024 8192 --max-tokens 4 --tokens 1 2 4 --eager-iters 1 --graph-iters 5 --routing uniform \
      --overlap-variants shared_down shared_down,shared_expert --env-variants '' SGLANG_EAGLE3_PDL=1 --paired 100 \
