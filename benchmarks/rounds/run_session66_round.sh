@@ -9,7 +9,8 @@
 #    tests (the pair's parts bit for bit at Kimi's shapes; the model's logits equal shared_down's, eager and
 #    replayed).
 # p: the 61-layer step with it paired against the default shared_down (uniform routing, 1k and 8k, T = 1, 2, 4),
-#    each crossed with SGLANG_EAGLE3_PDL=1 (the default again: a second capture of each, the run's noise).
+#    each crossed with SGLANG_EAGLE3_PDL=1 (the default again: a second capture of each, the run's noise);
+#    P_CONTEXTS, P_TOKENS, P_ROUNDS narrow it to fit a call.
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session66_round.sh kx | pe | any of k e x p
 # Results land in $OUT; copied to benchmarks/results/<gpu>/session66_*_<commit>.txt.
 source "$(dirname "$0")/gpu_stages.sh"
@@ -30,8 +31,9 @@ case $parts in *x*)
 esac
 case $parts in *p*)
   TAIL=30 stage paired_shared_expert "${T_XP:-330}" python benchmarks/bench_verify_graph.py --backends triton \
-     --contexts 1024 8192 --max-tokens 4 --tokens 1 2 4 --eager-iters 1 --graph-iters 5 --routing uniform \
-     --overlap-variants shared_down shared_down,shared_expert --env-variants '' SGLANG_EAGLE3_PDL=1 --paired 100 \
+     --contexts ${P_CONTEXTS:-1024 8192} --max-tokens 4 --tokens ${P_TOKENS:-1 2 4} --eager-iters 1 --graph-iters 5 \
+     --routing uniform --overlap-variants shared_down shared_down,shared_expert --env-variants '' SGLANG_EAGLE3_PDL=1 \
+     --paired "${P_ROUNDS:-100}" \
      --out "$OUT/paired_shared_expert.json" ;;
 esac
 collect
