@@ -131,9 +131,7 @@ NO_FUSE = Knob("SGLANG_EAGLE3_NO_FUSE",
                "into the cache, as programs of W_UK's GEMV launch; without q_rope_attn and the rope_side overlap)")
 OVERLAP = Knob("SGLANG_EAGLE3_OVERLAP",
                "comma list of side-stream overlaps (layers/overlap.py), or 'none': shared_down (shared expert's "
-               "down projection beside the routing), shared_expert (the shared expert whole, gate/up and down, "
-               "beside the router, the routing and the experts' gate/up; the router + shared pair as two "
-               "launches where it runs on the CUDA cores), mla_k_path (MLA's kv_a norm + k rope into the cache beside "
+               "down projection beside the routing), mla_k_path (MLA's kv_a norm + k rope into the cache beside "
                "q_b and W_UK, with the q_rope_attn fusion), rope_side (MLA's rotary launch beside W_UK), one of "
                "prefetch_attn / prefetch_late / prefetch_next / prefetch_mid / prefetch_mid_o (L2 prefetch of "
                "weights a layer reads later; the mid plans fork after the layer's q_a + kv_a launch), "

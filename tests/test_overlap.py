@@ -11,15 +11,13 @@ from sglang_eagle3.layers.overlap import OVERLAPS, Overlaps
 
 VARIANTS = ("none", "shared_down", "mla_k_path", "rope_side", "prefetch_attn", "shared_down,mla_k_path,prefetch_late",
             "shared_down,rope_side", "prefetch_next", "shared_down,prefetch_mid", "prefetch_mid_o",
-            "shared_down,mla_k_path,prefetch_mid", "shared_down,prefetch_mid,prefetch_next_moe", "shared_expert",
-            "shared_down,shared_expert,prefetch_mid")
+            "shared_down,mla_k_path,prefetch_mid", "shared_down,prefetch_mid,prefetch_next_moe")
 
 
 def test_overlap_knob(monkeypatch):
     assert Overlaps.parse("") == Overlaps() == Overlaps.parse("none")
     assert Overlaps.parse(" shared_down , prefetch_late") == Overlaps(shared_down=True, prefetch="prefetch_late")
     assert Overlaps.parse("rope_side,shared_down") == Overlaps(shared_down=True, rope_side=True)
-    assert Overlaps.parse("shared_expert") == Overlaps(shared_expert=True)
     with pytest.raises(ValueError, match="prefetch_atn"):
         Overlaps.parse("shared_down,prefetch_atn")
     with pytest.raises(ValueError, match="at most one prefetch plan"):
@@ -65,7 +63,7 @@ def test_cpu_forward_unchanged_by_overlaps():
     seed = int(torch.randint(0, 1 << 30, (1,)))
     model = _tiny_moe_model(seed)
     outs = []
-    for spec in ("none", "shared_down,prefetch_late", "shared_expert"):
+    for spec in ("none", "shared_down,prefetch_late"):
         model.model.set_overlaps(Overlaps.parse(spec))
         outs.append(_cpu_verify_logits(model, seed))
     assert torch.equal(outs[0], outs[1])
@@ -217,38 +215,3 @@ def test_gpu_later_prefetch_issued(overlap_model_and_base, monkeypatch, spec):
     for k in range(0, len(got), len(want)):  # each forward: every hook, in order, its weights (each range widened
         # to 16-byte bounds: < 32 bytes more a tensor, 4 tensors at most)
         assert all(0 <= g - w < 32 * 4 for g, w in zip(got[k:k + len(want)], want, strict=True)), (got, want)
-
-
-@pytest.mark.gpu
-def test_gpu_shared_expert_splits_the_cuda_core_pair(monkeypatch):
-    """At a hidden size where the router + shared gate/up pair takes its CUDA-core form (K >= FMA_MIN_K), the
-    shared_expert overlap really launches the pair's two matrices apart (only=1 on the main stream, only=2 on the
-    side stream: a paired step run of it cannot time the one-launch pair), and its logits equal shared_down's bit for
-    bit, eagerly and replayed."""
-    import sys
-    from pathlib import Path
-
-    from sglang_eagle3.kernels import gemv
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    sys.path.insert(0, str(Path(__file__).parent / "kernels"))
-    from kernel_checks import kimi_like_model
-
-    model = kimi_like_model("cuda", layers=3, hidden=gemv.FMA_MIN_K, seed=int(torch.randint(0, 1 << 30, (1,))))
-    base = _cuda_logits(model, "shared_down", ctx=120)
-    calls = []
-    real = gemv.triton_gemv_fma_pair
-
-    def spy(*args, only=0, **kw):
-        calls.append((only, torch.cuda.current_stream().cuda_stream))
-        return real(*args, only=only, **kw)
-
-    monkeypatch.setattr(gemv, "triton_gemv_fma_pair", spy)
-    got = _cuda_logits(model, "shared_down,shared_expert", ctx=120)
-    for key, ref in base.items():
-        assert torch.equal(got[key], ref), (key, (got[key].float() - ref.float()).abs().max().item())
-    # Each MoE forward: the gated programs (only=2) on the side stream, then the router's (only=1) on the main one.
-    moe_calls = [c for c in calls if c[0]]
-    assert moe_calls and [c[0] for c in moe_calls] == [2, 1] * (len(moe_calls) // 2), calls
-    assert all(side != main for (_, side), (_, main) in zip(moe_calls[::2], moe_calls[1::2], strict=True)), calls

@@ -13,7 +13,7 @@
 #    P_CONTEXTS, P_TOKENS, P_ROUNDS narrow it to fit a call.
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session66_round.sh kx | pe | any of k e x p
 # Results land in $OUT; copied to benchmarks/results/<gpu>/session66_*_<commit>.txt.
-# Ran at 58f94b7 on one H100 lease (after ten refused starts: no H200 came): `T_XT=120 T_XP=300 P_CONTEXTS=1024
+# Ran at 58f94b7 on one H100 lease (after fourteen refused calls: no H200 came): `T_XT=120 T_XP=300 P_CONTEXTS=1024
 # P_TOKENS="1 4" P_ROUNDS=80 ... xp`, then `T_K=400 ... k` (results/h100/session66_*_58f94b7.*). p: shared_expert
 # x1.0092 [1.0062, 1.0110] at decode and x1.0341 [1.0329, 1.0354] at a verify of 4 against shared_down (its second
 # capture x0.9967 / x1.0033): slower, removed. x ran out of its 120 s after one failure, its model test (a test bug: at

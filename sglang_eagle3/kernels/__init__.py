@@ -18,7 +18,7 @@ import torch
 # package attribute only when a submodule is first imported.
 from sglang_eagle3 import env
 from sglang_eagle3.kernels.fused_moe import triton_fused_moe, triton_fused_moe_int4
-from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, pair_part, triton_gemv, triton_gemv_pair
+from sglang_eagle3.kernels.gemv import GEMV_MAX_ROWS, triton_gemv, triton_gemv_pair
 from sglang_eagle3.kernels.mla_attention import (
     gqa_uses_kernel,
     mha_prefill_uses_kernel,
@@ -132,7 +132,7 @@ def gemv(x, w, *, w_up=None, add=None, out_dtype=None, out=None, norm_weight=Non
 
 
 def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0.0, residual=None,
-              route: Routing | None = None, use_triton: bool | None = None, fma: bool | None = None, only: int = 0):
+              route: Routing | None = None, use_triton: bool | None = None, fma: bool | None = None):
     """(x w1^T, x w2^T) for x [T, K] (with ``w2_up``: the second is SiLU(x w2^T) * (x w2_up^T); ``out1_dtype``:
     the first's dtype): one launch of the skinny GEMM at decode/verify sizes, torch's GEMMs otherwise. With
     ``norm_weight`` (and ``eps``, ``residual``) the products are of the RMSNorm of x + residual, folded into
@@ -143,22 +143,15 @@ def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0
     logits, and (weights float32 [T, top_k], ids int32 [T, top_k]) of the moe_topk op on them come last. The
     skinny GEMM routes in its launch's tail (bit-identical to moe_topk on its logits); elsewhere the moe_topk
     op runs after the products, as the unfused layer runs it. ``fma``: triton_gemv_pair's (False: never the
-    CUDA-core form; an engine decides it once, kernels/gemv.py fma_for_engine).
-
-    ``only`` 1 / 2 (no norm, no routing): the first / second output alone, as a 1-tuple, the same numbers as the
-    pair's: where the CUDA-core form runs, from a launch of that matrix's programs alone (so a MoE layer can run its
-    router and its shared expert's gate/up on two streams, layers/overlap.py ``shared_expert``); elsewhere the
-    pair is computed and the one output kept."""
+    CUDA-core form; an engine decides it once, kernels/gemv.py fma_for_engine)."""
     assert route is None or out1_dtype == torch.float32, f"routing reads float32 router logits, got {out1_dtype=}"
-    assert only in (0, 1, 2) and not (only and (route is not None or norm_weight is not None)), (
-        f"only={only!r}: 0 (both outputs), or 1 / 2 without a norm or routing")
     ws = [w for w in (w1, w2, w2_up) if w is not None]
     ok = (x.dim() == 2 and x.shape[0] <= GEMV_MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16)
           and all(w.dtype == x.dtype and w.stride(-1) == 1 for w in ws) and x.stride(-1) == 1)
     bias = route.bias if route is not None else None
     if ok and _kernel_ok(use_triton, x, *ws, norm_weight, residual, bias):
         return triton_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
-                                residual=residual, route=route, fma=fma, only=only)
+                                residual=residual, route=route, fma=fma)
     if route is not None:
         route.check(w1.shape[0], x.device)
         outs = gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
@@ -172,8 +165,8 @@ def gemv_pair(x, w1, w2, *, w2_up=None, out1_dtype=None, norm_weight=None, eps=0
             normed, stream = rms_norm(x, norm_weight, eps, residual, use_triton=use_triton)
         return (*gemv_pair(normed, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, use_triton=use_triton, fma=fma),
                 stream)
-    return pair_part(ref_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
-                                   residual=residual), only)
+    return ref_gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
+                         residual=residual)
 
 
 def rms_norm(x, weight, eps, residual=None, *, out=None, out_rows=None, use_triton: bool | None = None):

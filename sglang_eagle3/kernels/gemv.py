@@ -321,7 +321,7 @@ def triton_gemv_fma(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | Non
 def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2_up: torch.Tensor | None, *,
                          out1_dtype: torch.dtype | None = None, config: dict | None = None,
                          norm_weight: torch.Tensor | None = None, eps: float = 0.0,
-                         residual: torch.Tensor | None = None, only: int = 0) -> tuple[torch.Tensor, ...]:
+                         residual: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """(x w1^T in ``out1_dtype``, SiLU(x w2^T) * (x w2_up^T) in x's dtype) on the CUDA cores in one launch
     (triton/gemv.py gemv_fma_pair_kernel): x [T, K] (T <= GEMV_MAX_ROWS), w1 [N1, K], w2 and w2_up [N2, K],
     K-contiguous, x's dtype; without ``w2_up`` the second output is x w2^T (MLA's q_a and kv_a). Rounded as
@@ -333,10 +333,7 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
     new [T, K] tensor with a residual, else x itself. Every program reads its rows of s whole for their rstd
     first, then normalises them as the RMSNorm kernel rounds them (bf16(s * rstd * weight)) into the products: the
     unfused norm's numbers but for the order of the sum of squares (where the tensor-core fold rounds bf16(s *
-    weight) and scales the sums by rstd). The norm's arguments are checked by triton_gemv_pair.
-
-    ``only`` 1 / 2 (no norm): the first / second output alone, as a 1-tuple, from a launch of that matrix's blocks
-    alone: the same programs as in the pair's launch, so the same bits."""
+    weight) and scales the sums by rstd). The norm's arguments are checked by triton_gemv_pair."""
     assert x.dim() == 2 and x.stride(1) == 1, f"x must be [T, K] with unit inner stride, got {tuple(x.shape)}"
     T, K = x.shape
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
@@ -352,14 +349,11 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
     norm = norm_weight is not None
     assert not (norm and gated), "the CUDA-core pair folds a norm into plain pairs only (MLA's q_a and kv_a)"
     assert norm or residual is None, "residual is added before the norm: it needs norm_weight"
-    assert only in (0, 1, 2) and not (only and norm), f"only={only!r} must be 0 (both), 1 or 2, and 0 with a norm"
     N1, N2 = w1.shape[0], w2.shape[0]
-    # (a part still allocates the other output whole, unwritten: the launch is the pair's in every argument but
-    # the grid, so the same compiled kernel's code serves it)
     y1 = torch.empty(T, N1, dtype=out1_dtype or x.dtype, device=x.device)
     y2 = torch.empty(T, N2, dtype=x.dtype, device=x.device)
     stream = x if residual is None else torch.empty(T, K, dtype=x.dtype, device=x.device)
-    outs = pair_part((y1, y2, stream) if norm else (y1, y2), only)
+    outs = (y1, y2, stream) if norm else (y1, y2)
     if T == 0:
         return outs
     interpret = tuning.interpreting()
@@ -372,12 +366,11 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
     rows = min(cfg["MAX_ROWS"], triton.next_power_of_2(T))
     nb1 = triton.cdiv(N1, bn)
     pdl = tuning.pdl(x.device, "gemv")
-    nb2 = triton.cdiv(N2, bn // 2 if gated else bn)
-    grid, inner = _fma_grid({0: nb1 + nb2, 1: nb1, 2: nb2}[only], T, rows, 1, row_groups_inner("pair"))
+    grid, inner = _fma_grid(nb1 + triton.cdiv(N2, bn // 2 if gated else bn), T, rows, 1,
+                           row_groups_inner("pair"))
     gemv_fma_pair_kernel[grid](
         x, w1, w2, w2_up if gated else w2, y1, y2, T, N1, N2, nb1, K, x.stride(0), w1.stride(0), w2.stride(0),
-        y1.stride(0), y2.stride(0), ROWS=rows, BLOCK_N=bn,
-        LANES=cfg["LANES"], VEC=8, SECOND_ONLY=only == 2,
+        y1.stride(0), y2.stride(0), ROWS=rows, BLOCK_N=bn, LANES=cfg["LANES"], VEC=8,
         NSTEPS=triton.cdiv(K, cfg["LANES"] * 8), PDL=pdl, LF=bool(cfg.get("LANES_FIRST", False)), GATED=gated,
         GROUPS_INNER=inner, num_warps=1 if interpret else cfg["num_warps"],
         NORM=NORM_PRE if norm else NORM_NONE, HAS_RES=residual is not None,
@@ -385,11 +378,6 @@ def triton_gemv_fma_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w2
         s_rt=0 if residual is None else residual.stride(0), s_rot=stream.stride(0), eps=float(eps),
         **tuning.pdl_launch(pdl))
     return outs
-
-
-def pair_part(outs: tuple[torch.Tensor, ...], only: int) -> tuple[torch.Tensor, ...]:
-    """A pair's outputs (``only`` 0), or the 1-tuple of its first (1) or second (2) output."""
-    return outs if only == 0 else (outs[only - 1],)
 
 
 def _as3(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -545,7 +533,7 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, *, w_up: torch.Tensor | None =
 def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_up: torch.Tensor | None = None,
                      out1_dtype: torch.dtype | None = None, norm_weight: torch.Tensor | None = None,
                      eps: float = 0.0, residual: torch.Tensor | None = None, route: Routing | None = None,
-                     config: dict | None = None, fma: bool | None = None, only: int = 0) -> tuple[torch.Tensor, ...]:
+                     config: dict | None = None, fma: bool | None = None) -> tuple[torch.Tensor, ...]:
     """(x w1^T, x w2^T) from one launch: x [T, K]; w1 [N1, K], w2 [N2, K] K-contiguous, same dtype as x (MLA's
     q_a and kv_a projections read the same normed hidden state). With ``w2_up`` the second output is the
     gated SiLU(x w2^T) * (x w2_up^T) (a shared expert's activation); ``out1_dtype`` (e.g. float32 router
@@ -561,14 +549,8 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
     bit-identical to triton_moe_topk on the returned logits (the same function computes them).
 
     ``fma``: False keeps the tensor-core kernel; None lets fma_pair_form decide (a pair without routing, and a norm
-    only before a plain pair, unless ``config`` is given): then the CUDA-core form, triton_gemv_fma_pair, runs it.
-
-    ``only`` 1 / 2 (no norm, no routing): the first / second output alone, as a 1-tuple. The CUDA-core form then
-    launches that matrix's programs alone (the same bits as the pair's launch); the tensor-core kernel, whose
-    split-K plan covers both matrices, still runs the pair and hands back the one output."""
+    only before a plain pair, unless ``config`` is given): then the CUDA-core form, triton_gemv_fma_pair, runs it."""
     T, K = x.shape
-    assert only in (0, 1, 2), f"only={only!r} must be 0 (both outputs), 1 or 2"
-    assert not only or (norm_weight is None and route is None), "only one output: not with a norm or routing"
     assert x.dim() == 2 and x.stride(-1) == 1, f"x must be [T, K] with unit inner stride, got {tuple(x.shape)}"
     assert 0 <= T <= GEMV_MAX_ROWS, f"{T=} rows: the GEMV path takes at most {GEMV_MAX_ROWS} (use a GEMM)"
     mats = [("w1", w1), ("w2", w2)] + ([("w2_up", w2_up)] if w2_up is not None else [])
@@ -604,12 +586,12 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         route_args["ROUTE"] = True
         outs = (*outs, *routed)
     if T == 0:
-        return pair_part(outs, only)
+        return outs
     plain_mixed = w2_up is None and out1_dtype not in (None, x.dtype)  # the plain form stores one dtype
     if (fma is not False and config is None and not plain_mixed
             and fma_pair_form(K, w2_up is not None, route is not None or (norm and w2_up is not None))):
         return triton_gemv_fma_pair(x, w1, w2, w2_up, out1_dtype=out1_dtype, norm_weight=norm_weight, eps=eps,
-                                    residual=residual, only=only)
+                                    residual=residual)
     mats2 = 2 if w2_up is not None else 1
     limits = NORM_POST_LIMITS if norm else {}
     cfg = config or gemv_config(N1 + mats2 * N2, K, 1, True, tuning.sm_count(x.device), mats2,
@@ -639,4 +621,4 @@ def triton_gemv_pair(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, *, w2_
         num_warps=1 if interpret else cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
         PREFETCH_L2=pdl and tuning.pdl_l2_prefetch(), **route_args, **tuning.pdl_launch(pdl),
     )
-    return pair_part(outs, only)
+    return outs

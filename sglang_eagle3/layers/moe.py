@@ -6,7 +6,6 @@ so each rank holds all E experts with I/tp columns; routed and shared partial su
 
 from __future__ import annotations
 
-import functools
 import logging
 
 import torch
@@ -156,10 +155,8 @@ class DeepseekMoE(nn.Module):
         self.use_triton: bool | None = None  # None: Triton on CUDA, reference elsewhere (set by the runner)
         self.read_fusions()
         # Otherwise, with a side stream (layers/overlap.py, "shared_down"; set by the model) the shared expert's
-        # down projection runs there while this stream routes; with shared_beside_router ("shared_expert") its
-        # gate/up too, while this stream runs the router alone.
+        # down projection runs there while this stream routes.
         self.side_stream = None
-        self.shared_beside_router = False
         # With prefetch_next_moe (layers/overlap.py; set by the model): called with x by inference forwards once
         # the router launch is queued (the next layer's q_a / kv_a then stream into L2 while the experts run).
         self.after_router = None
@@ -192,28 +189,13 @@ class DeepseekMoE(nn.Module):
             # Decode/verify: the router and the shared expert's gate/up + SiLU read the same x: one launch,
             # which with router_topk also routes the tokens in its tail.
             route = self.routing() if self.fuse_router_topk else None
-            pair = functools.partial(kernels.gemv_pair, x, self.gate.weight, sh.gate_proj.weight,
-                                     w2_up=sh.up_proj.weight, out1_dtype=torch.float32, use_triton=self.use_triton,
-                                     fma=sh.gate_proj.fma)  # the engine's form (fma_for_engine)
-            beside = (self.shared_beside_router and self.side_stream is not None and x.is_cuda and route is None
-                      and not self.fuse_route_down)
-            if beside:
-                # The pair as two launches (the same programs, so the same bits): the shared expert whole on the
-                # side stream, the router alone here. shared is allocated on this stream, act on the side stream;
-                # both stay referenced until the join below.
-                shared = torch.empty_like(x)
-                with self.side_stream.fork(x):
-                    act, = pair(only=2)
-                    matmul_wt(act, sh.down_proj.weight, sh.down_proj.use_triton, out=shared)
-                forked = True
-                (logits,), routed = pair(only=1), ()
-            else:
-                logits, act, *routed = pair(route=route)
+            logits, act, *routed = kernels.gemv_pair(x, self.gate.weight, sh.gate_proj.weight,
+                                                     w2_up=sh.up_proj.weight, out1_dtype=torch.float32,
+                                                     route=route, use_triton=self.use_triton,
+                                                     fma=sh.gate_proj.fma)  # the engine's form (fma_for_engine)
             if self.after_router is not None and not torch.is_grad_enabled():
                 self.after_router(x)
-            if forked:
-                pass  # the shared expert is under way on the side stream
-            elif not routed and self.fuse_route_down:  # the routing beside the shared down, one launch
+            if not routed and self.fuse_route_down:  # the routing beside the shared down, one launch
                 shared, *routed = kernels.gemv(act, sh.down_proj.weight, route=self.routing(), route_logits=logits,
                                                use_triton=self.use_triton)
             elif self.side_stream is not None and x.is_cuda:

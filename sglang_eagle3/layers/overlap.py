@@ -7,12 +7,6 @@ idle memory system, each one switch of ``Overlaps`` (env.OVERLAP picks them at s
 
 - ``shared_down``: the shared expert's down projection runs on the side stream while the main stream routes
   (moe_topk); they join before the routed experts' down kernel, which adds the shared output.
-- ``shared_expert``: the shared expert whole on the side stream: its gate/up + SiLU (the router + shared gate/up
-  pair's gated programs, launched alone) and its down projection run there while the main stream runs the
-  router (the pair's router programs, launched alone), the routing and the routed experts' gate/up; they join
-  before the routed experts' down kernel. The same programs as the pair's one launch, so the same bits; it pays
-  only if the shared expert's 11 MB (a Kimi TP=8 rank) stream beside the under-filled experts' launches. Taken
-  where the pair runs in its CUDA-core form (kernels.gemv_pair ``only``); with shared_down's place otherwise.
 - ``mla_k_path``: with q's rope in the MLA kernel (launch fusion ``q_rope_attn``), MLA's k path (the kv_a
   norm of the latent and k's rope, into the cache) depends only on kv_a: it runs on the side stream beside
   q_b and W_UK, and joins before the attention kernel.
@@ -54,7 +48,7 @@ from sglang_eagle3 import env
 from sglang_eagle3.kernels.prefetch import l2_prefetch, prefetch_table
 
 PREFETCH_PLANS = ("prefetch_attn", "prefetch_late", "prefetch_next", "prefetch_mid", "prefetch_mid_o")
-OVERLAPS = ("shared_down", "shared_expert", "mla_k_path", "rope_side") + PREFETCH_PLANS + ("prefetch_next_moe",)
+OVERLAPS = ("shared_down", "mla_k_path", "rope_side") + PREFETCH_PLANS + ("prefetch_next_moe",)
 # Plans forked after the layer's q_a + kv_a launch (MLAAttention.after_kv_a), not at the layer's start.
 MID_PLANS = ("prefetch_mid", "prefetch_mid_o")
 
@@ -65,7 +59,6 @@ class Overlaps:
     any of them."""
 
     shared_down: bool = False
-    shared_expert: bool = False
     prefetch: str | None = None
     mla_k_path: bool = False
     rope_side: bool = False
@@ -86,8 +79,7 @@ class Overlaps:
         plans = sorted(names & set(PREFETCH_PLANS))
         if len(plans) > 1:
             raise ValueError(f"{env.OVERLAP.name}={spec!r}: at most one prefetch plan, got {plans}")
-        return cls(shared_down="shared_down" in names, shared_expert="shared_expert" in names,
-                   prefetch=plans[0] if plans else None,
+        return cls(shared_down="shared_down" in names, prefetch=plans[0] if plans else None,
                    mla_k_path="mla_k_path" in names, rope_side="rope_side" in names,
                    prefetch_next_moe="prefetch_next_moe" in names)
 

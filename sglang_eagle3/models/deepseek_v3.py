@@ -80,9 +80,7 @@ class DeepseekV3Model(nn.Module):
             layer.self_attn.rope_stream = self.side_stream if overlaps.rope_side else None
             layer.self_attn.after_kv_a = self.prefetcher.hook(self.layers, i, overlaps.prefetch)
             if isinstance(layer.mlp, DeepseekMoE):
-                layer.mlp.side_stream = (self.side_stream if overlaps.shared_down or overlaps.shared_expert
-                                         else None)
-                layer.mlp.shared_beside_router = overlaps.shared_expert
+                layer.mlp.side_stream = self.side_stream if overlaps.shared_down else None
                 layer.mlp.after_router = self.prefetcher.moe_hook(self.layers, i, overlaps.prefetch_next_moe)
 
     def forward(self, input_ids, positions, fb: ForwardBatch | None, aux_layer_ids: tuple[int, ...] = ()):

@@ -59,24 +59,3 @@ def test_mla_widths_the_kernel_cannot_take_go_to_the_reference(monkeypatch):
     assert not kernels.mla_uses_kernel(64, 96)
     with pytest.raises(AssertionError, match="nothing to rotate"):
         kernels.apply_rotary(None, None, None, None, None, interleaved=True)
-
-
-def test_gemv_pair_one_output():
-    """kernels.gemv_pair's ``only`` (layers/overlap.py shared_expert): on the reference path the one output is the
-    pair's, bit for bit (the kernel's launch of one matrix's programs: gemv_fma_checks); a norm or routing with it,
-    or another value, is refused."""
-    import torch
-
-    from sglang_eagle3 import kernels
-
-    g = torch.Generator().manual_seed(int(torch.randint(0, 1 << 30, (1,))))
-    x = torch.randn(3, 40, generator=g, dtype=torch.float64).to(torch.bfloat16)
-    w1, w2, w2_up = (torch.randn(n, 40, generator=g).to(torch.bfloat16) for n in (7, 5, 5))
-    both = kernels.gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=torch.float32)
-    for only in (1, 2):
-        one = kernels.gemv_pair(x, w1, w2, w2_up=w2_up, out1_dtype=torch.float32, only=only)
-        assert len(one) == 1 and torch.equal(one[0], both[only - 1])
-    with pytest.raises(AssertionError, match="only=3"):
-        kernels.gemv_pair(x, w1, w2, only=3)
-    with pytest.raises(AssertionError, match="without a norm or routing"):
-        kernels.gemv_pair(x, w1, w2, norm_weight=torch.ones(40), eps=1e-6, only=1)

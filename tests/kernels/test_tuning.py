@@ -275,8 +275,8 @@ def test_kernel_report(monkeypatch):
     report = kernels.kernel_report(torch.device("cpu"))
     assert report["device"] == "cpu" and report["pdl"] == []  # never off CUDA
     assert report["fusions"] == sorted(f for f in env.FUSIONS if f != "qa_norm")
-    assert report["overlaps"] == {"shared_down": False, "shared_expert": False, "prefetch": None,
-                                  "mla_k_path": False, "rope_side": False, "prefetch_next_moe": False}
+    assert report["overlaps"] == {"shared_down": False, "prefetch": None, "mla_k_path": False, "rope_side": False,
+                                  "prefetch_next_moe": False}
     monkeypatch.setenv("SGLANG_EAGLE3_OVERLAP", "shared_down,prefetch_atn")
     report = kernels.kernel_report("cpu")
     assert report["overlaps"].startswith("error:") and "prefetch_atn" in report["overlaps"]

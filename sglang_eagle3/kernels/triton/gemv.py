@@ -674,7 +674,7 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
                          VEC: tl.constexpr, NSTEPS: tl.constexpr, PDL: tl.constexpr = False, LF: tl.constexpr = False,
                          GATED: tl.constexpr = True, GROUPS_INNER: tl.constexpr = False, NORM: tl.constexpr = 0,
                          HAS_RES: tl.constexpr = False, nw_ptr=None, res_ptr=None, res_out_ptr=None, s_rt=0, s_rot=0,
-                         eps=0.0, SECOND_ONLY: tl.constexpr = False):
+                         eps=0.0):
     """gemv_fma_kernel's form for a pair launch of one x: weight blocks (_block_and_rows) 0 .. NB1 - 1 take BLOCK_N
     rows of W1 [N, K] into out [T, N] (its dtype: float32 router logits for a MoE layer's router). With GATED (the
     router's shared expert gate/up), block NB1 + p takes gate rows and up rows j = p * HALF .. + HALF - 1 of W2 /
@@ -690,18 +690,12 @@ def gemv_fma_pair_kernel(x_ptr, w1_ptr, w2_ptr, w2_up_ptr, out_ptr, out2_ptr, T,
     whole for their rstd (from L2: the previous launch just wrote them), then normalises them as the RMSNorm
     kernel does (bf16(x rstd g)) on the way into the products. (Summing the squares in the product loop and
     scaling the sums after, the tensor-core kernel's NORM_POST, was built first: the rstd's cross-warp sum at
-    the end kept 164-255 registers live where the plain pair takes 58-96, spilling at 2 and 4 rows.)
-
-    SECOND_ONLY: the grid holds the second matrix's blocks alone (block NB1 + p is program p), so the pair runs as
-    two launches, the first's blocks (a grid of NB1) and then these, each block's code and bits unchanged (a MoE
-    layer's shared expert on a side stream, layers/overlap.py ``shared_expert``)."""
+    the end kept 164-255 registers live where the plain pair takes 58-96, spilling at 2 and 4 rows.)"""
     tl.static_assert(NORM == 0 or (NORM == 1 and not GATED), "the CUDA-core pair folds a norm into plain pairs")
     HALF: tl.constexpr = BLOCK_N // 2
     STEP: tl.constexpr = LANES * VEC
     R0: tl.constexpr = ROWS if ROWS < 4 else 4
     pid, t0 = _block_and_rows(ROWS, GROUPS_INNER)
-    if SECOND_ONLY:
-        pid += NB1
     second = pid >= NB1
     r = tl.arange(0, BLOCK_N)
     n = pid * BLOCK_N + r  # W1's rows (first programs)
