@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The sixty-sixth session's device round: what no GPU has run yet, in one call.
-# k: the 182 kernel GPU tests no GPU has run since the last kernel change (the sixty-fourth session's list,
-#    benchmarks/rounds/session64_kernel_tests_not_run.txt; T_K sets the stage limit).
+# The sixty-sixth session's device round: what no GPU had run, and one experiment, each part fitting one call.
+# k: the kernel GPU tests no GPU has run since the last kernel change (K_LIST: the sixty-fourth session's 182 by
+#    default, benchmarks/rounds/session64_kernel_tests_not_run.txt; the 9 of them still owed are
+#    K_LIST=benchmarks/rounds/session66_kernel_tests_not_run.txt; T_K sets the stage limit).
 # e: the CUDA engine's grammar, sampled and strict-thinking tests at HEAD (runtime/grammar.py's compilers became an
 #    LRU keyed by the special tokens a tag exposes in the sixty-fifth session; xgrammar from .carry/wheels).
 # x: the shared_expert overlap (layers/overlap.py: the router + shared gate/up pair's two matrices as two launches,
@@ -10,7 +11,8 @@
 #    replayed).
 # p: the 61-layer step with it paired against the default shared_down (uniform routing, 1k and 8k, T = 1, 2, 4),
 #    each crossed with SGLANG_EAGLE3_PDL=1 (the default again: a second capture of each, the run's noise);
-#    P_CONTEXTS, P_TOKENS, P_ROUNDS narrow it to fit a call.
+#    P_CONTEXTS, P_TOKENS, P_ROUNDS narrow it to fit a call. x and p run only at 58f94b7 (d3fa9db .. 58f94b7): the
+#    overlap was removed since (b5f0d78).
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session66_round.sh kx | pe | any of k e x p
 # Results land in $OUT; copied to benchmarks/results/<gpu>/session66_*_<commit>.txt.
 # Ran at 58f94b7 on one H100 lease (after fourteen refused calls: no H200 came): `T_XT=120 T_XP=300 P_CONTEXTS=1024
@@ -26,7 +28,7 @@ record_gpu
 case $parts in *k*)
   TAIL=25 stage tests_kernels_not_run "${T_K:-330}" python -c "import sys, pytest; sys.exit(pytest.main(['-q', \
      '-p', 'no:cacheprovider', '-o', 'addopts=', '-m', 'gpu', '-rfE'] + open(sys.argv[1]).read().split()))" \
-     benchmarks/rounds/session64_kernel_tests_not_run.txt ;;
+     "${K_LIST:-benchmarks/rounds/session64_kernel_tests_not_run.txt}" ;;
 esac
 case $parts in *e*)
   TAIL=25 stage tests_engine_grammar "${T_E:-220}" python -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -rfE \
