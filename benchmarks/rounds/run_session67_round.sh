@@ -6,7 +6,7 @@
 # g: every GPU test outside tests/kernels at HEAD (the engine, graph runner, overlap, loaders, routing bench): the
 #    sixty-fifth session's runtime and server changes (grammar compilers, auto parsers) have met only part e. Named
 #    file by file: the device has no fastapi, so collecting tests/server (no GPU tests) fails there.
-#    Ran at 01c0ded on an H100 (the first try, over all of tests, failed at collection for that reason; the second
+#    Ran at dc7dca6 on an H100 (the first try, over all of tests, failed at collection for that reason; the second
 #    as below with a 500 s limit): 57 passed, 1 skipped in 467 s (results/h100/session67_tests_gpu_not_kernels_*).
 #   GIT_COMMIT=<HEAD> bash benchmarks/rounds/run_session67_round.sh g
 # Results land in $OUT; copied to benchmarks/results/<gpu>/session67_*_<commit>.txt.
