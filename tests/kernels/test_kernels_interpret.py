@@ -32,7 +32,8 @@ def start_cases(items) -> CaseRun | None:
 
 @pytest.fixture(scope="module")
 def interpreter_results(request, started_case_run) -> dict[str, dict]:
-    # ~11 CPU-minutes of cases (2026-12-07, two shards on a 2-core machine), most of them run by the time it is asked
+    # ~6.5 CPU-minutes of cases (2026-12-08, in one process on a 2-core machine: 376 s, 569 before kernel_checks'
+    # patch_language_once_a_launch), most of them run by the time it is asked
     return (started_case_run or start_cases(request.session.items)).results(timeout=720)
 
 
