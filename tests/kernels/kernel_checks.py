@@ -65,8 +65,8 @@ def patch_language_once_a_launch() -> None:
     import triton.language as tl
     from triton.runtime import interpreter
 
-    if getattr(interpreter._patch_lang, "once_a_launch", False):
-        return
+    if not hasattr(interpreter, "_LangPatchScope") or getattr(interpreter._patch_lang, "once_a_launch", False):
+        return  # (another Triton's interpreter: left as it is, only slower)
     plain = interpreter._patch_lang
     patched: set[int] = set()  # ids of the language modules patched by the launch running now (empty: none runs)
     langs_of: dict[object, frozenset[int]] = {}  # a function's language modules (a walk of its globals each)
