@@ -17,6 +17,7 @@ import pytest
 from sglang_eagle3 import Engine
 from sglang_eagle3.config import ConfigError
 from sglang_eagle3.env import MAX_THINK_TOKENS, overrides
+from sglang_eagle3.runtime.adaptive import DraftLengthPolicy
 from sglang_eagle3.runtime.reasoning import REASONING_FORMATS
 from sglang_eagle3.runtime.sampling import SamplingParamsError
 
@@ -131,6 +132,13 @@ def test_tensor_parallel_ranks_hold_the_same_rules(thinking_model):  # noqa: F81
 
 
 
+class _Resting(DraftLengthPolicy):
+    """The adaptive policy that always chooses k = 0 (the draft resting, caught up every probe_rounds rounds)."""
+
+    def choose(self, current, batch, sampled=False):
+        return 0
+
+
 def test_a_resting_draft_is_checked_inside_the_thinking(thinking_model):  # noqa: F811
     """The adaptive policy's catch-up checks (runtime/scheduler.py _catch_up_checks) under strict thinking: a resting
     draft's catch-up proposals are checked against the thinking's tokens too (before, a request under any matcher had
@@ -145,6 +153,9 @@ def test_a_resting_draft_is_checked_inside_the_thinking(thinking_model):  # noqa
                  speculative_num_steps=1, speculative_adaptive=True, speculative_num_steps_candidates=[0],
                  speculative_adaptive_probe_rounds=probe, max_running_requests=2)
     tok, sched = eng.tokenizer, eng.backend.scheduler
+    # The draft rests at every round: left to the timed policy it did not always (its choice follows the round costs
+    # the engine timed at start; once under a loaded CI box no round rested and no catch-up ran).
+    sched.adaptive = _Resting(sched.adaptive.config, sched.adaptive.costs)
     [think], [end], [sb] = tok.encode(THINK), tok.encode(END), tok.encode(SB)
     excluded = {ids[0] for s in REASONING_FORMATS["kimi_k2"].excluded if len(ids := tok.encode(s)) == 1} - {end}
     assert {think, sb} <= excluded
