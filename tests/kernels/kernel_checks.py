@@ -76,7 +76,7 @@ def patch_language_once_a_launch() -> None:
         if langs is None:
             langs = langs_of[fn] = frozenset(id(v) for v in fn.__globals__.values()
                                              if inspect.ismodule(v) and v in (tl, tl.core))
-        if patched and langs <= patched:
+        if patched and langs and langs <= patched:  # (no language module: the plain patch refuses it)
             return interpreter._LangPatchScope()  # nothing to put back
         scope = plain(fn)
         if not patched:  # a launch: GridExecutor restores its scope when the grid ends
